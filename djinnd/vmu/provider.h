@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Physical-memory providers: the one interface between the VMU and a
+ * device's memory.
+ *
+ * The shape is the CUDA virtual memory management API, so a CUDA provider
+ * implements each operation with one driver call:
+ *
+ *   query granularity/capacity  cuMemGetAllocationGranularity, cuDeviceTotalMem
+ *   reserve / release           cuMemAddressReserve / cuMemAddressFree
+ *   create / destroy            cuMemCreate / cuMemRelease
+ *   map / unmap                 cuMemMap + cuMemSetAccess / cuMemUnmap
+ *   set_access                  cuMemSetAccess
+ *   copy_htod/dtoh/dtod         cuMemcpyHtoD / DtoH / DtoD
+ *   memset                      cuMemsetD8
+ *   host_alloc / host_free      cuMemHostAlloc / cuMemFreeHost
+ *
+ * Device addresses are uint64_t, as CUdeviceptr is. Every size and offset
+ * handed to reserve, create, map, unmap and set_access is a multiple of
+ * the provider's granularity; the VMU rounds before it calls. Operations
+ * return 0 or a negative errno and never exit.
+ *
+ * Copies are synchronous: they return when the bytes have arrived. An
+ * asynchronous form for streaming will be added beside them as
+ * copy_*_async(..., struct vmu_fence *) that returns once queued and
+ * signals the fence on completion; the synchronous forms stay, so no
+ * caller has to change.
+ *
+ * A provider is used from several threads at once; each implementation
+ * does its own locking.
+ */
+#ifndef DJINN_VMU_PROVIDER_H
+#define DJINN_VMU_PROVIDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct vmu_provider;
+
+/* Access rights for set_access(), as CU_MEM_ACCESS_FLAGS_PROT_*. */
+enum vmu_access {
+	VMU_ACCESS_NONE = 0,
+	VMU_ACCESS_READ = 1,
+	VMU_ACCESS_READWRITE = 3,
+};
+
+struct vmu_provider_ops {
+	/* Reserve @size bytes of device virtual address space, aligned to
+	 * @align (a power of two, at least the granularity). Nothing is
+	 * accessible there until a chunk is mapped. */
+	int (*reserve)(struct vmu_provider *p, uint64_t size, uint64_t align,
+		       uint64_t *va);
+	void (*release)(struct vmu_provider *p, uint64_t va, uint64_t size);
+
+	/* Create a physical chunk of @size bytes, counted against capacity
+	 * until destroyed. Contents are unspecified. -ENOMEM when capacity
+	 * is exhausted. */
+	int (*create)(struct vmu_provider *p, uint64_t size, uint64_t *chunk);
+	void (*destroy)(struct vmu_provider *p, uint64_t chunk);
+
+	/* Map the first @size bytes of @chunk at @va (inside a reservation)
+	 * with read-write access; unmap leaves the range reserved and
+	 * inaccessible and the chunk's contents intact. */
+	int (*map)(struct vmu_provider *p, uint64_t va, uint64_t size,
+		   uint64_t chunk);
+	int (*unmap)(struct vmu_provider *p, uint64_t va, uint64_t size);
+	int (*set_access)(struct vmu_provider *p, uint64_t va, uint64_t size,
+			  enum vmu_access access);
+
+	int (*copy_htod)(struct vmu_provider *p, uint64_t dst, const void *src,
+			 uint64_t len);
+	int (*copy_dtoh)(struct vmu_provider *p, void *dst, uint64_t src,
+			 uint64_t len);
+	int (*copy_dtod)(struct vmu_provider *p, uint64_t dst, uint64_t src,
+			 uint64_t len);
+	int (*memset)(struct vmu_provider *p, uint64_t dst, int byte,
+		      uint64_t len);
+
+	/* Host memory that copies reach at full speed (pinned on a GPU).
+	 * Swapped-out data regions live here. */
+	int (*host_alloc)(struct vmu_provider *p, uint64_t size, void **buf);
+	void (*host_free)(struct vmu_provider *p, void *buf, uint64_t size);
+
+	/* Free the provider itself; everything else must be released first. */
+	void (*free)(struct vmu_provider *p);
+};
+
+/*
+ * struct vmu_provider - one device's physical memory
+ * @ops:         the operations above
+ * @name:        short name for logs ("host", "cuda:0")
+ * @granularity: the mapping granule in bytes, a power of two
+ * @capacity:    physical bytes that create() may hand out in all
+ */
+struct vmu_provider {
+	const struct vmu_provider_ops *ops;
+	const char *name;
+	uint64_t granularity;
+	uint64_t capacity;
+};
+
+/*
+ * The host provider: the CPU backend's device memory.
+ *
+ * @capacity bytes of "device memory" are one memfd, created at start and
+ * carved into chunks of granules. Pages the pool has touched stay resident
+ * when chunks are destroyed, as a GPU's memory stays on the card, so
+ * recycling a chunk costs page-table updates and no page allocation.
+ * Reservations are mmap(PROT_NONE) ranges; map() places a chunk's extents
+ * there with MAP_FIXED | MAP_SHARED, so an unmapped chunk keeps its bytes
+ * and capacity is accounted exactly as a GPU's would be.
+ *
+ * @granularity: 0 for the default (2 MiB, the usual CUDA granule), else a
+ * power of two and a multiple of the page size. @capacity is rounded down
+ * to it. Returns 0 and sets *@out, or -EINVAL / -ENOMEM / -errno.
+ */
+int vmu_host_provider_create(uint64_t capacity, uint64_t granularity,
+			     struct vmu_provider **out);
+
+#endif /* DJINN_VMU_PROVIDER_H */

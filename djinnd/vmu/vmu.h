@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The VMU (virtual memory unit): one device's memory in three segments.
+ *
+ *   text   shared read-only entries (weights, kernel modules) named by the
+ *          SHA-256 of their bytes; reference counted per holding session;
+ *          unheld entries stay cached in LRU order until memory is short.
+ *   data   per-session regions (KV caches, results). A region reserves
+ *          virtual space for its maximum size and maps physical chunks as
+ *          it grows, so it never moves; it can be swapped out to host
+ *          memory and comes back at the same address.
+ *   stack  per-request scratch: bump allocation from a watermark, reset
+ *          when the request ends.
+ *
+ * All physical memory comes from a struct vmu_provider (provider.h); the
+ * VMU knows nothing of CUDA, the CPU or the network.
+ *
+ * Admission is the capability interlock: before a request runs, the
+ * executor asks for its peak need with vmu_admit(). The VMU either
+ * reserves that many bytes (evicting unheld text and swapping out idle
+ * data regions first if it must), or refuses with -ENOMEM and a message
+ * giving need and availability. Allocations made against the reservation
+ * cannot then fail for lack of memory.
+ *
+ * Conventions: functions return 0 or a negative errno; sizes are bytes;
+ * device addresses are uint64_t. Every function is thread-safe except
+ * where a comment says an object has a single owner (struct vmu_stack).
+ */
+#ifndef DJINN_VMU_H
+#define DJINN_VMU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vmu/provider.h"
+
+#define VMU_FP_LEN 32 /* SHA-256 */
+#define VMU_MSG_LEN 160 /* room for an admission message */
+
+struct vmu;
+struct vmu_session;
+struct vmu_text;
+struct vmu_text_upload;
+struct vmu_stack;
+
+enum vmu_seg {
+	VMU_SEG_TEXT,
+	VMU_SEG_DATA,
+	VMU_SEG_STACK,
+	VMU_NR_SEGS,
+};
+
+enum vmu_pressure {
+	VMU_PRESSURE_NORMAL,
+	VMU_PRESSURE_WARNING,
+	VMU_PRESSURE_CRITICAL,
+};
+
+/*
+ * struct vmu_config - tunables; zero fields take the defaults
+ * @warn_pct:      pressure is WARNING from this % of capacity committed (80)
+ * @crit_pct:      and CRITICAL from this % (95); warn_pct < crit_pct <= 100
+ * @swap_limit:    host bytes swapped-out regions may hold (0: no limit)
+ * @swap_cache:    host swap buffers kept for reuse after a restore, in
+ *                 bytes (default: a quarter of capacity)
+ * @session_cache: bytes of destroyed regions each session keeps mapped for
+ *                 reuse by its next region of the same size (default:
+ *                 64 MiB; the first thing reclaimed under pressure)
+ * @pressure_cb:   called when the pressure level changes, with no VMU lock
+ *                 held, so it may call back into the VMU (evict, swap)
+ */
+struct vmu_config {
+	unsigned int warn_pct;
+	unsigned int crit_pct;
+	uint64_t swap_limit;
+	uint64_t swap_cache;
+	uint64_t session_cache;
+	void (*pressure_cb)(void *arg, enum vmu_pressure old,
+			    enum vmu_pressure now);
+	void *pressure_arg;
+};
+
+/* Create a VMU over @prov (which stays the caller's). @cfg may be NULL. */
+int vmu_create(struct vmu_provider *prov, const struct vmu_config *cfg,
+	       struct vmu **out);
+/* Destroy the VMU: every session must have been destroyed. Frees the
+ * cached text entries, stacks are the caller's to destroy first. */
+void vmu_destroy(struct vmu *v);
+/* Change thresholds at run time (0 keeps the current value). */
+int vmu_set_thresholds(struct vmu *v, unsigned int warn_pct,
+		       unsigned int crit_pct);
+
+uint64_t vmu_granularity(const struct vmu *v);
+/* @size rounded up to the mapping granule: what it costs in memory. */
+uint64_t vmu_round(const struct vmu *v, uint64_t size);
+
+/* ---------------------------------------------------------------------- */
+/* Sessions and tenants */
+
+/* A session belongs to a tenant (created on first use, by name, at most
+ * 63 bytes). Its data regions and text references are charged to it. */
+int vmu_session_create(struct vmu *v, const char *tenant,
+		       struct vmu_session **out);
+/* Teardown: frees every data region (pinned ones too, waiting for swaps
+ * in flight), drops every text reference and aborts pending uploads.
+ * Afterwards nothing is charged to the session; the pointer is gone. The
+ * caller has stopped all other use of @s (its requests are cancelled). */
+void vmu_session_destroy(struct vmu_session *s);
+
+/* Quotas on data bytes (mapped or swapped, granule-rounded); 0 lifts the
+ * quota. Exceeding one is -EDQUOT. A tenant quota set before the tenant's
+ * first session is kept for it. */
+int vmu_session_set_quota(struct vmu_session *s, uint64_t bytes);
+int vmu_tenant_set_quota(struct vmu *v, const char *tenant, uint64_t bytes);
+
+/*
+ * struct vmu_usage - what a session or tenant is charged for
+ * @data_bytes:    granule-rounded bytes of its regions, resident or not
+ * @resident:      of those, bytes mapped on the device now
+ * @swapped:       of those, bytes held in host memory now
+ * @cached:        bytes of destroyed regions kept for reuse (not charged)
+ * @regions:       live data regions
+ * @text_refs:     text references held
+ * @quota:         the quota, 0 if none
+ */
+struct vmu_usage {
+	uint64_t data_bytes;
+	uint64_t resident;
+	uint64_t swapped;
+	uint64_t cached;
+	uint64_t regions;
+	uint64_t text_refs;
+	uint64_t quota;
+};
+void vmu_session_usage(struct vmu_session *s, struct vmu_usage *u);
+int vmu_tenant_usage(struct vmu *v, const char *tenant, struct vmu_usage *u);
+
+/* Swap out every idle region of @s (for the scheduler, on IO_WAIT);
+ * returns the number swapped, or a negative errno. */
+int vmu_session_swap_out(struct vmu_session *s);
+
+/* ---------------------------------------------------------------------- */
+/* Admission */
+
+enum vmu_fit {
+	VMU_FIT_NOW, /* free memory covers the need */
+	VMU_FIT_AFTER_RECLAIM, /* after evicting text / swapping data */
+	VMU_FIT_NEVER, /* not even then */
+};
+
+/*
+ * struct vmu_resv - bytes set aside for one request by vmu_admit()
+ *
+ * Allocations given the reservation draw on it first and cannot fail for
+ * lack of memory while it lasts. Release what is left with
+ * vmu_resv_release() when the request ends. Owned by the caller.
+ */
+struct vmu_resv {
+	struct vmu *vmu;
+	uint64_t bytes;
+};
+
+/* Answer whether @need bytes would fit, without changing anything. @msg
+ * (may be NULL) gets a line giving need and availability. */
+enum vmu_fit vmu_admit_check(struct vmu *v, uint64_t need, char *msg,
+			     size_t msglen);
+/* Reserve @need bytes, reclaiming if it must. -ENOMEM (with @msg) when
+ * they cannot fit; nothing is evicted or swapped in that case. */
+int vmu_admit(struct vmu *v, uint64_t need, struct vmu_resv *r, char *msg,
+	      size_t msglen);
+void vmu_resv_release(struct vmu_resv *r);
+
+/* Free at least @bytes by the same means as admission; returns the bytes
+ * now free. For the pressure callback and the scheduler. */
+uint64_t vmu_reclaim(struct vmu *v, uint64_t bytes);
+
+/* ---------------------------------------------------------------------- */
+/* Text segment */
+
+/* SHA-256 of @len bytes at @buf. */
+void vmu_fingerprint(const void *buf, size_t len, uint8_t fp[VMU_FP_LEN]);
+
+/* Take a reference for @s on the entry named @fp: 0, or -ENOENT. */
+int vmu_text_lookup(struct vmu_session *s, const uint8_t fp[VMU_FP_LEN],
+		    struct vmu_text **out);
+/* Insert @size bytes from host memory. If an entry with the same content
+ * exists, that one is referenced and returned and *@created is false. */
+int vmu_text_insert(struct vmu_session *s, const void *src, uint64_t size,
+		    struct vmu_text **out, bool *created);
+/* Drop one reference of @s: 0, or -ENOENT if @s holds none on @t. */
+int vmu_text_put(struct vmu_session *s, struct vmu_text *t);
+/* Drop an unheld entry now: 0, -ENOENT, or -EBUSY while held. */
+int vmu_text_evict(struct vmu *v, const uint8_t fp[VMU_FP_LEN]);
+
+uint64_t vmu_text_addr(const struct vmu_text *t);
+uint64_t vmu_text_size(const struct vmu_text *t);
+const uint8_t *vmu_text_fp(const struct vmu_text *t);
+
+/*
+ * Streaming insert, for bytes that arrive in pieces (network uploads,
+ * model shards). begin() allocates the device memory; write() appends in
+ * order; commit() checks the fingerprint against @expect (if not NULL:
+ * -EBADMSG on mismatch, and nothing is inserted) and publishes the entry,
+ * or returns an existing one with the same content. commit and abort free
+ * @u. A session's pending uploads are aborted by its teardown.
+ */
+int vmu_text_begin(struct vmu_session *s, uint64_t size,
+		   struct vmu_text_upload **out);
+int vmu_text_write(struct vmu_text_upload *u, const void *src, uint64_t len);
+int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
+		    struct vmu_text **out, bool *created);
+void vmu_text_abort(struct vmu_text_upload *u);
+
+/* ---------------------------------------------------------------------- */
+/* Data segment
+ *
+ * Regions are named by handles: opaque, per-VMU, generation-checked. A
+ * stale handle (destroyed region) or another session's handle is -ENOENT
+ * and touches nothing.
+ */
+
+enum vmu_region_state {
+	VMU_REGION_RESIDENT,
+	VMU_REGION_SWAPPED,
+	VMU_REGION_MOVING, /* a swap or a growth is in progress */
+};
+
+struct vmu_region_info {
+	uint64_t addr; /* device address; stable for the region's life */
+	uint64_t size; /* bytes in use */
+	uint64_t mapped; /* bytes backed by physical chunks */
+	uint64_t max_size; /* reserved virtual size */
+	enum vmu_region_state state;
+	unsigned int pins;
+};
+
+/* Reserve a region of up to @max_size bytes, initially empty. */
+int vmu_region_create(struct vmu_session *s, uint64_t max_size,
+		      uint64_t *handle);
+/* Grow or shrink in place. Growth maps zeroed chunks, drawing on @resv
+ * (may be NULL); -E2BIG beyond max_size, -EDQUOT over quota, -ENOMEM out
+ * of memory. Shrinking releases whole chunks past the new size. A swapped
+ * region is brought back first. */
+int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
+		      struct vmu_resv *resv);
+/* Free the region; -EBUSY while pinned. */
+int vmu_region_destroy(struct vmu_session *s, uint64_t handle);
+int vmu_region_info(struct vmu_session *s, uint64_t handle,
+		    struct vmu_region_info *info);
+
+/* Move the region's bytes to host memory and free its chunks; the address
+ * stays reserved. -EBUSY while pinned; 0 if already swapped. */
+int vmu_region_swap_out(struct vmu_session *s, uint64_t handle);
+/* Bring it back at the same address with the same bytes. */
+int vmu_region_swap_in(struct vmu_session *s, uint64_t handle,
+		       struct vmu_resv *resv);
+
+/* Pin for device use: swaps in if needed, then keeps the region resident
+ * until unpinned. Fills @info (may be NULL). */
+int vmu_region_pin(struct vmu_session *s, uint64_t handle,
+		   struct vmu_resv *resv, struct vmu_region_info *info);
+int vmu_region_unpin(struct vmu_session *s, uint64_t handle);
+
+/* Copy between host memory and a region (bounds-checked against size). */
+int vmu_region_write(struct vmu_session *s, uint64_t handle, uint64_t off,
+		     const void *src, uint64_t len);
+int vmu_region_read(struct vmu_session *s, uint64_t handle, uint64_t off,
+		    void *dst, uint64_t len);
+
+/* ---------------------------------------------------------------------- */
+/* Stack segment
+ *
+ * One stack per executor thread. A stack has a single owner: begin, alloc
+ * and end are called by one thread at a time. Its physical backing stays
+ * mapped between requests for the next one and is trimmed under pressure
+ * while no request runs on it.
+ */
+
+int vmu_stack_create(struct vmu *v, uint64_t max_size, struct vmu_stack **out);
+void vmu_stack_destroy(struct vmu_stack *st);
+/* Bytes vmu_stack_begin(st, peak) would have to add: for admission. */
+uint64_t vmu_stack_need(struct vmu_stack *st, uint64_t peak);
+/* Start a request that will use at most @peak bytes: maps the backing,
+ * drawing on @resv (may be NULL). */
+int vmu_stack_begin(struct vmu_stack *st, uint64_t peak, struct vmu_resv *resv);
+/* Bump-allocate @size bytes aligned to @align (a power of two, 0 for 256):
+ * -ENOSPC past the peak given to begin(), -EINVAL on bad arguments. */
+int vmu_stack_alloc(struct vmu_stack *st, uint64_t size, uint64_t align,
+		    uint64_t *addr);
+/* End the request: reset the watermark; returns the request's peak use. */
+uint64_t vmu_stack_end(struct vmu_stack *st);
+/* Bytes allocated (watermark) and live in the current request. */
+uint64_t vmu_stack_used(const struct vmu_stack *st);
+
+/* ---------------------------------------------------------------------- */
+/* Statistics */
+
+/*
+ * struct vmu_seg_stats - one segment
+ * @used:    physical bytes the segment holds now
+ * @peak:    highest @used seen
+ * @entries: text entries / data regions / stacks
+ * @allocs:  allocations (insert+lookup hits / regions / stack allocs)
+ * @frees:   frees (entries freed / regions destroyed / stack resets)
+ */
+struct vmu_seg_stats {
+	uint64_t used;
+	uint64_t peak;
+	uint64_t entries;
+	uint64_t allocs;
+	uint64_t frees;
+};
+
+struct vmu_stats {
+	uint64_t capacity;
+	uint64_t granularity;
+	uint64_t committed; /* physical bytes held by all segments */
+	uint64_t reserved; /* set aside by admission, not yet used */
+	uint64_t free; /* capacity - committed - reserved */
+	enum vmu_pressure pressure;
+	struct vmu_seg_stats seg[VMU_NR_SEGS];
+	uint64_t text_hits, text_misses, text_evictions;
+	uint64_t text_cached; /* bytes of unheld text entries */
+	uint64_t data_cached; /* bytes in session region caches */
+	uint64_t swap_outs, swap_ins;
+	uint64_t swapped_out_bytes, swapped_in_bytes; /* totals */
+	uint64_t swapped_now; /* host bytes held by swapped regions */
+	uint64_t stack_last_peak; /* peak of the last finished request */
+	uint64_t admits, admit_reclaims, admit_refusals;
+	uint64_t quota_refusals;
+};
+void vmu_get_stats(struct vmu *v, struct vmu_stats *st);
+
+const char *vmu_pressure_name(enum vmu_pressure p);
+const char *vmu_seg_name(enum vmu_seg seg);
+
+#endif /* DJINN_VMU_H */
