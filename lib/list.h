@@ -11,14 +11,17 @@
 
 #ifndef container_of
 #define container_of(ptr, type, member) \
-	((type *)((char *)(ptr) - offsetof(type, member)))
+	((type *)((char *)(ptr)-offsetof(type, member)))
 #endif
 
 struct list_head {
 	struct list_head *next, *prev;
 };
 
-#define LIST_HEAD_INIT(name) { &(name), &(name) }
+#define LIST_HEAD_INIT(name)     \
+	{                        \
+		&(name), &(name) \
+	}
 
 static inline void INIT_LIST_HEAD(struct list_head *l)
 {
@@ -70,15 +73,15 @@ static inline void list_move_tail(struct list_head *e, struct list_head *head)
 #define list_first_entry(head, type, member) \
 	list_entry((head)->next, type, member)
 
-#define list_for_each_entry(pos, head, member)                             \
-	for (pos = list_entry((head)->next, __typeof__(*pos), member);     \
-	     &pos->member != (head);                                       \
+#define list_for_each_entry(pos, head, member)                         \
+	for (pos = list_entry((head)->next, __typeof__(*pos), member); \
+	     &pos->member != (head);                                   \
 	     pos = list_entry(pos->member.next, __typeof__(*pos), member))
 
-#define list_for_each_entry_safe(pos, n, head, member)                     \
-	for (pos = list_entry((head)->next, __typeof__(*pos), member),     \
-	    n = list_entry(pos->member.next, __typeof__(*pos), member);    \
-	     &pos->member != (head);                                       \
+#define list_for_each_entry_safe(pos, n, head, member)                  \
+	for (pos = list_entry((head)->next, __typeof__(*pos), member),  \
+	    n = list_entry(pos->member.next, __typeof__(*pos), member); \
+	     &pos->member != (head);                                    \
 	     pos = n, n = list_entry(n->member.next, __typeof__(*n), member))
 
 #endif /* DJINN_LIST_H */

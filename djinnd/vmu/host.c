@@ -2,19 +2,27 @@
 /*
  * The host provider: device memory for the CPU backend.
  *
- * The "physical memory" is one memfd of @capacity bytes, the pool. A
- * bitmap over its granules says which are in use; a chunk is a list of
- * extents of free granules (contiguous when possible, so it maps with one
- * mmap). The pool's pages, once touched, stay resident when chunks are
+ * The "physical memory" is the pool: @capacity bytes of private anonymous
+ * memory (huge pages where THP allows), reserved at start and touched
+ * lazily. A bitmap over its granules says which are in use; a chunk is a
+ * list of extents of free granules, one extent when a contiguous run
+ * exists. The pool's pages, once touched, stay resident when chunks are
  * destroyed: on this kind of machine a first touch costs ten to thirty
  * times a copy, and a GPU's memory does not go away either.
  *
- * Virtual ranges are mmap(PROT_NONE, MAP_NORESERVE) reservations; map()
- * replaces part of one with MAP_SHARED | MAP_FIXED views of the pool, and
- * unmap() puts PROT_NONE back in a single mmap call, so the range stays
- * reserved and no other mapping can land in it.
+ * Virtual ranges are mmap(PROT_NONE, MAP_NORESERVE) reservations. map()
+ * *moves* a chunk's pages from the pool into the range with
+ * mremap(MREMAP_FIXED | MREMAP_DONTUNMAP), and unmap() moves them back and
+ * puts PROT_NONE in their place, so the range stays reserved and the
+ * chunk keeps its bytes. At 2 MiB alignment the kernel moves whole page
+ * tables, so mapping and unmapping cost O(1) per granule instead of a
+ * page-table entry per 4 KiB page (measured: 0.03 ms against 7.4 ms to
+ * map 256 MiB with MAP_POPULATE). The price is that a chunk is mapped in
+ * one place at a time (-EBUSY otherwise), which is all the VMU needs, and
+ * that unmap() takes whole ranges given to map(), as cuMemUnmap does.
  */
 #include <errno.h>
+#include <linux/mman.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -33,17 +41,23 @@ struct host_extent {
 
 struct host_chunk {
 	uint64_t size;
+	uint64_t va; /* where it is mapped, 0 while in the pool */
+	uint64_t mapped; /* bytes mapped there, from its start */
+	bool protected; /* set_access() changed it from read-write */
+	struct host_chunk *hnext; /* host_provider.table */
 	unsigned int nr_ext;
 	struct host_extent ext[];
 };
 
 struct host_provider {
 	struct vmu_provider base;
-	int fd; /* the pool */
+	uint8_t *pool;
 	uint64_t nr_gran;
 	uint64_t free_gran;
 	uint64_t *bitmap; /* bit set: granule in use */
-	pthread_mutex_t lock; /* bitmap, free_gran */
+	struct host_chunk **table; /* mapped chunks, by address */
+	uint64_t table_size, nr_mapped;
+	pthread_mutex_t lock; /* bitmap, free_gran, table */
 };
 
 static struct host_provider *to_host(struct vmu_provider *p)
@@ -91,8 +105,7 @@ static uint64_t next_free(const struct host_provider *h, uint64_t i)
 }
 
 /* Length of the free run starting at @i, at most @max. */
-static uint64_t run_len(const struct host_provider *h, uint64_t i,
-			uint64_t max)
+static uint64_t run_len(const struct host_provider *h, uint64_t i, uint64_t max)
 {
 	uint64_t n = 0;
 
@@ -135,7 +148,90 @@ static unsigned int gran_alloc(struct host_provider *h, uint64_t want,
 }
 
 /* ---------------------------------------------------------------------- */
-/* Operations */
+/* The table of mapped chunks, by address */
+
+static uint64_t table_bucket(const struct host_provider *h, uint64_t va)
+{
+	return (va / h->base.granularity * 0x9e3779b97f4a7c15ull >> 32) &
+	       (h->table_size - 1);
+}
+
+static struct host_chunk *table_find(struct host_provider *h, uint64_t va)
+{
+	struct host_chunk *c = h->table[table_bucket(h, va)];
+
+	while (c && c->va != va)
+		c = c->hnext;
+	return c;
+}
+
+static int table_add(struct host_provider *h, struct host_chunk *c)
+{
+	struct host_chunk **slot;
+
+	if (h->nr_mapped >= h->table_size) {
+		uint64_t old = h->table_size, n = old * 2;
+		struct host_chunk **nt = calloc(n, sizeof(*nt)),
+				  **ot = h->table;
+
+		if (!nt)
+			return -ENOMEM;
+		h->table = nt;
+		h->table_size = n;
+		for (uint64_t i = 0; i < old; i++) {
+			while (ot[i]) {
+				struct host_chunk *e = ot[i];
+
+				ot[i] = e->hnext;
+				slot = &nt[table_bucket(h, e->va)];
+				e->hnext = *slot;
+				*slot = e;
+			}
+		}
+		free(ot);
+	}
+	slot = &h->table[table_bucket(h, c->va)];
+	c->hnext = *slot;
+	*slot = c;
+	h->nr_mapped++;
+	return 0;
+}
+
+static void table_del(struct host_provider *h, struct host_chunk *c)
+{
+	struct host_chunk **p = &h->table[table_bucket(h, c->va)];
+
+	while (*p != c)
+		p = &(*p)->hnext;
+	*p = c->hnext;
+	h->nr_mapped--;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Moving pages between the pool and a reservation */
+
+/*
+ * Move @len bytes of pages from @src to @dst, leaving @src mapped and
+ * empty. mremap() wants its source inside one VMA; granules moved out and
+ * back may have split the pool into several, but never inside a granule,
+ * so on EFAULT the move goes one granule at a time.
+ */
+static int move_pages(struct host_provider *h, uint64_t src, uint64_t dst,
+		      uint64_t len)
+{
+	const int flags = MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP;
+	uint64_t g = h->base.granularity;
+
+	if (mremap(ptr(src), len, len, flags, ptr(dst)) != MAP_FAILED)
+		return 0;
+	if (errno != EFAULT)
+		return -errno;
+	for (uint64_t o = 0; o < len; o += g)
+		if (mremap(ptr(src + o), g, g, flags, ptr(dst + o)) ==
+		    MAP_FAILED)
+			return -errno;
+	return 0;
+}
 
 static int host_reserve(struct vmu_provider *p, uint64_t size, uint64_t align,
 			uint64_t *va)
@@ -190,7 +286,7 @@ static int host_create(struct vmu_provider *p, uint64_t size, uint64_t *chunk)
 	h->free_gran -= want;
 	pthread_mutex_unlock(&h->lock);
 
-	c = malloc(sizeof(*c) + n * sizeof(c->ext[0]));
+	c = calloc(1, sizeof(*c) + n * sizeof(c->ext[0]));
 	if (!c) {
 		pthread_mutex_lock(&h->lock);
 		for (unsigned int i = 0; i < n; i++)
@@ -209,21 +305,7 @@ static int host_create(struct vmu_provider *p, uint64_t size, uint64_t *chunk)
 	return 0;
 }
 
-static void host_destroy(struct vmu_provider *p, uint64_t chunk)
-{
-	struct host_provider *h = to_host(p);
-	struct host_chunk *c = ptr(chunk);
-
-	pthread_mutex_lock(&h->lock);
-	for (unsigned int i = 0; i < c->nr_ext; i++)
-		gran_set(h, c->ext[i].off / p->granularity,
-			 c->ext[i].len / p->granularity, false);
-	h->free_gran += c->size / p->granularity;
-	pthread_mutex_unlock(&h->lock);
-	free(c);
-}
-
-static int host_unmap(struct vmu_provider *p, uint64_t va, uint64_t size)
+static int reprotect_none(uint64_t va, uint64_t size)
 {
 	void *m = mmap(ptr(va), size, PROT_NONE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
@@ -232,44 +314,192 @@ static int host_unmap(struct vmu_provider *p, uint64_t va, uint64_t size)
 	return m == MAP_FAILED ? -errno : 0;
 }
 
+/* Move the first @len bytes of @c between the pool and @va. */
+static int chunk_move(struct host_provider *h, struct host_chunk *c,
+		      uint64_t va, uint64_t len, bool in)
+{
+	uint64_t pool = (uintptr_t)h->pool, done = 0;
+	int ret = 0;
+
+	for (unsigned int i = 0; i < c->nr_ext && done < len; i++) {
+		uint64_t n = c->ext[i].len < len - done ? c->ext[i].len :
+							  len - done;
+
+		ret = in ? move_pages(h, pool + c->ext[i].off, va + done, n) :
+			   move_pages(h, va + done, pool + c->ext[i].off, n);
+		if (ret)
+			break;
+		done += n;
+	}
+	if (ret && in && done) { /* put back what had moved */
+		chunk_move(h, c, va, done, false);
+		reprotect_none(va, done);
+	}
+	return ret;
+}
+
+/* Send a mapped chunk's pages home and leave PROT_NONE where they were.
+ * The chunk is off the table. */
+static int chunk_unmap(struct host_provider *h, struct host_chunk *c)
+{
+	int ret = 0;
+
+	/* The pool's pages must come home writable. */
+	if (c->protected &&
+	    mprotect(ptr(c->va), c->mapped, PROT_READ | PROT_WRITE))
+		ret = -errno;
+	if (!ret)
+		ret = chunk_move(h, c, c->va, c->mapped, false);
+	if (!ret)
+		ret = reprotect_none(c->va, c->mapped);
+	c->va = 0;
+	c->mapped = 0;
+	c->protected = false;
+	return ret;
+}
+
+static void host_destroy(struct vmu_provider *p, uint64_t chunk)
+{
+	struct host_provider *h = to_host(p);
+	struct host_chunk *c = ptr(chunk);
+
+	pthread_mutex_lock(&h->lock);
+	if (c->va) {
+		table_del(h, c);
+		chunk_unmap(h, c);
+	}
+	for (unsigned int i = 0; i < c->nr_ext; i++)
+		gran_set(h, c->ext[i].off / p->granularity,
+			 c->ext[i].len / p->granularity, false);
+	h->free_gran += c->size / p->granularity;
+	pthread_mutex_unlock(&h->lock);
+	free(c);
+}
+
 static int host_map(struct vmu_provider *p, uint64_t va, uint64_t size,
 		    uint64_t chunk)
 {
 	struct host_provider *h = to_host(p);
 	struct host_chunk *c = ptr(chunk);
-	uint64_t done = 0;
+	int ret;
 
-	if (size > c->size || size % p->granularity)
+	if (!size || size > c->size || size % p->granularity ||
+	    va % p->granularity)
 		return -EINVAL;
-	for (unsigned int i = 0; i < c->nr_ext && done < size; i++) {
-		uint64_t len = c->ext[i].len;
-		void *m;
-
-		if (len > size - done)
-			len = size - done;
-		m = mmap(ptr(va + done), len, PROT_READ | PROT_WRITE,
-			 MAP_SHARED | MAP_FIXED | MAP_POPULATE, h->fd,
-			 c->ext[i].off);
-		if (m == MAP_FAILED) {
-			int ret = -errno;
-
-			if (done)
-				host_unmap(p, va, done);
-			return ret;
-		}
-		done += len;
+	pthread_mutex_lock(&h->lock);
+	if (c->va || table_find(h, va)) {
+		ret = -EBUSY;
+		goto out;
 	}
+	ret = chunk_move(h, c, va, size, true);
+	if (ret)
+		goto out;
+	c->va = va;
+	c->mapped = size;
+	ret = table_add(h, c);
+	if (ret)
+		chunk_unmap(h, c);
+out:
+	pthread_mutex_unlock(&h->lock);
+	return ret;
+}
+
+/*
+ * Calls @fn on each mapped chunk covering [@va, @va + @size), which must
+ * be whole ranges given to map(): -EINVAL, and nothing done, otherwise.
+ * Lock held.
+ */
+static int for_each_mapped(struct host_provider *h, uint64_t va, uint64_t size,
+			   int (*fn)(struct host_provider *,
+				     struct host_chunk *))
+{
+	uint64_t cur;
+	int ret = 0;
+
+	for (cur = va; cur < va + size;) {
+		struct host_chunk *c = table_find(h, cur);
+
+		if (!c || c->mapped > va + size - cur)
+			return -EINVAL;
+		cur += c->mapped;
+	}
+	for (cur = va; cur < va + size;) {
+		struct host_chunk *c = table_find(h, cur);
+		int err;
+
+		cur += c->mapped;
+		err = fn(h, c);
+		if (err && !ret)
+			ret = err;
+	}
+	return ret;
+}
+
+static int unmap_one(struct host_provider *h, struct host_chunk *c)
+{
+	table_del(h, c);
+	return chunk_unmap(h, c);
+}
+
+static int host_unmap(struct vmu_provider *p, uint64_t va, uint64_t size)
+{
+	struct host_provider *h = to_host(p);
+	int ret;
+
+	pthread_mutex_lock(&h->lock);
+	ret = for_each_mapped(h, va, size, unmap_one);
+	pthread_mutex_unlock(&h->lock);
+	return ret;
+}
+
+/* Mark the chunks under a range whose access changes, so that unmap()
+ * makes their pages writable again before they go home. */
+static int mark_protected(struct host_provider *h, struct host_chunk *c)
+{
+	c->protected = true;
 	return 0;
+}
+
+static struct host_chunk *chunk_containing(struct host_provider *h, uint64_t va)
+{
+	for (uint64_t i = 0; i < h->table_size; i++)
+		for (struct host_chunk *c = h->table[i]; c; c = c->hnext)
+			if (va >= c->va && va < c->va + c->mapped)
+				return c;
+	return NULL;
 }
 
 static int host_set_access(struct vmu_provider *p, uint64_t va, uint64_t size,
 			   enum vmu_access access)
 {
+	struct host_provider *h = to_host(p);
 	int prot = access == VMU_ACCESS_READWRITE ? PROT_READ | PROT_WRITE :
 		   access == VMU_ACCESS_READ	  ? PROT_READ :
 						    PROT_NONE;
+	int ret = 0;
 
-	return mprotect(ptr(va), size, prot) ? -errno : 0;
+	pthread_mutex_lock(&h->lock);
+	/* Rare (text commits): a scan of the table is fine. */
+	for (uint64_t cur = va; cur < va + size;) {
+		struct host_chunk *c = chunk_containing(h, cur);
+
+		if (!c) {
+			ret = -EINVAL;
+			goto out;
+		}
+		cur = c->va + c->mapped;
+	}
+	for (uint64_t cur = va; cur < va + size;) {
+		struct host_chunk *c = chunk_containing(h, cur);
+
+		mark_protected(h, c);
+		cur = c->va + c->mapped;
+	}
+	if (mprotect(ptr(va), size, prot))
+		ret = -errno;
+out:
+	pthread_mutex_unlock(&h->lock);
+	return ret;
 }
 
 static int host_copy_htod(struct vmu_provider *p, uint64_t dst, const void *src,
@@ -323,8 +553,9 @@ static void host_free(struct vmu_provider *p)
 {
 	struct host_provider *h = to_host(p);
 
-	close(h->fd);
+	munmap(h->pool, p->capacity);
 	pthread_mutex_destroy(&h->lock);
+	free(h->table);
 	free(h->bitmap);
 	free(h);
 }
@@ -349,7 +580,7 @@ static const struct vmu_provider_ops host_ops = {
 int vmu_host_provider_create(uint64_t capacity, uint64_t granularity,
 			     struct vmu_provider **out)
 {
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), pool;
 	struct host_provider *h;
 	int ret;
 
@@ -376,21 +607,33 @@ int vmu_host_provider_create(uint64_t capacity, uint64_t granularity,
 		ret = -ENOMEM;
 		goto out_free;
 	}
-	h->fd = memfd_create("djinn-vmu", MFD_CLOEXEC);
-	if (h->fd < 0) {
-		ret = -errno;
+	h->table_size = 64;
+	h->table = calloc(h->table_size, sizeof(*h->table));
+	if (!h->table) {
+		ret = -ENOMEM;
 		goto out_free_bitmap;
 	}
-	if (ftruncate(h->fd, (off_t)capacity)) {
+	ret = host_reserve(&h->base, capacity, granularity, &pool);
+	if (ret)
+		goto out_free_table;
+	h->pool = ptr(pool);
+	if (mmap(h->pool, capacity, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+		 0) == MAP_FAILED) {
 		ret = -errno;
-		goto out_close;
+		goto out_release;
 	}
+	/* Granules are moved with their page tables: huge pages make that
+	 * one entry per 2 MiB, and first touches ten times cheaper. */
+	madvise(h->pool, capacity, MADV_HUGEPAGE);
 	pthread_mutex_init(&h->lock, NULL);
 	*out = &h->base;
 	return 0;
 
-out_close:
-	close(h->fd);
+out_release:
+	munmap(h->pool, capacity);
+out_free_table:
+	free(h->table);
 out_free_bitmap:
 	free(h->bitmap);
 out_free:

@@ -102,13 +102,16 @@ struct vmu_provider {
 /*
  * The host provider: the CPU backend's device memory.
  *
- * @capacity bytes of "device memory" are one memfd, created at start and
- * carved into chunks of granules. Pages the pool has touched stay resident
- * when chunks are destroyed, as a GPU's memory stays on the card, so
- * recycling a chunk costs page-table updates and no page allocation.
- * Reservations are mmap(PROT_NONE) ranges; map() places a chunk's extents
- * there with MAP_FIXED | MAP_SHARED, so an unmapped chunk keeps its bytes
- * and capacity is accounted exactly as a GPU's would be.
+ * @capacity bytes of "device memory" are one pool of anonymous memory,
+ * reserved at start and carved into chunks of granules. Pages the pool
+ * has touched stay resident when chunks are destroyed, as a GPU's memory
+ * stays on the card. Reservations are mmap(PROT_NONE) ranges; map() moves
+ * a chunk's pages into one with mremap(), page tables and all, and
+ * unmap() moves them back, so an unmapped chunk keeps its bytes and
+ * capacity is accounted exactly as a GPU's would be. Differences from
+ * CUDA: a chunk is mapped in one place at a time (-EBUSY), unmap() takes
+ * whole ranges given to map() and set_access() ranges inside mapped
+ * chunks (-EINVAL otherwise).
  *
  * @granularity: 0 for the default (2 MiB, the usual CUDA granule), else a
  * power of two and a multiple of the page size. @capacity is rounded down
