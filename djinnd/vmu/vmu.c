@@ -30,7 +30,6 @@
 
 #define VMU_NAME_MAX 64
 #define VMU_STACK_ALIGN 256
-#define VMU_DEFAULT_SESSION_CACHE (64ull << 20)
 
 /* ---------------------------------------------------------------------- */
 /* Objects */
@@ -64,6 +63,8 @@ struct vmu_session {
 	struct list_head regions; /* live regions */
 	struct list_head cache; /* destroyed regions kept for reuse */
 	struct list_head refs; /* struct vmu_text_ref */
+	struct vmu_text_ref **ref_hash; /* the same refs, by entry */
+	uint32_t ref_hash_size, nr_refs;
 	struct list_head uploads; /* struct vmu_text_upload */
 	struct vmu_usage use;
 };
@@ -88,6 +89,7 @@ struct vmu_region {
 	enum vmu_region_state state;
 	unsigned int pins;
 	uint64_t size;
+	uint64_t max_size;
 	struct vmu_mapping m;
 	void *host; /* swap buffer while SWAPPED */
 	uint64_t host_size;
@@ -111,6 +113,7 @@ struct vmu_text {
 
 struct vmu_text_ref {
 	struct list_head node; /* s->refs */
+	struct vmu_text_ref *hnext; /* s->ref_hash */
 	struct vmu_text *t;
 	unsigned long count;
 };
@@ -121,7 +124,7 @@ struct vmu_text_upload {
 	struct vmu_mapping m;
 	uint64_t size;
 	uint64_t written;
-	EVP_MD_CTX *md;
+	EVP_MD_CTX *md; /* NULL when the caller has hashed already */
 };
 
 struct vmu_stack {
@@ -375,7 +378,7 @@ static void region_acct(struct vmu *v, struct vmu_region *r, int sign)
 				sh->swapped = sh->foot;
 		}
 		if (r->state == VMU_REGION_SWAPPED)
-			sh->host = r->size;
+			sh->host = r->host_size;
 		if (!r->cached && r->state == VMU_REGION_RESIDENT && !r->pins)
 			sh->idle = r->m.mapped;
 	}
@@ -390,29 +393,26 @@ static void region_acct(struct vmu *v, struct vmu_region *r, int sign)
 /* ---------------------------------------------------------------------- */
 /* Swap buffers: host memory kept for reuse, as pinned memory is costly */
 
-static int swapbuf_get(struct vmu *v, uint64_t size, void **buf,
-		       uint64_t *bufsize)
+/* A host buffer for @size bytes: always vmu_round(@size) bytes, so the
+ * swap limit counts exactly what is held. */
+static int swapbuf_get(struct vmu *v, uint64_t size, void **buf)
 {
-	struct swapbuf *b, *best = NULL;
+	struct swapbuf *b;
 	int ret;
 
-	list_for_each_entry(b, &v->swapbufs, node)
-		if (b->size >= size && b->size <= 2 * size &&
-		    (!best || b->size < best->size))
-			best = b;
-	if (best) {
-		list_del_init(&best->node);
-		v->swapbuf_bytes -= best->size;
-		*buf = best->buf;
-		*bufsize = best->size;
-		free(best);
+	size = vmu_round(v, size);
+	list_for_each_entry(b, &v->swapbufs, node) {
+		if (b->size != size)
+			continue;
+		list_del_init(&b->node);
+		v->swapbuf_bytes -= b->size;
+		*buf = b->buf;
+		free(b);
 		return 0;
 	}
-	size = round_up(size, 2ull << 20);
 	vmu_unlock(v);
 	ret = v->prov->ops->host_alloc(v->prov, size, buf);
 	vmu_lock(v);
-	*bufsize = size;
 	return ret;
 }
 
@@ -457,7 +457,7 @@ static void region_set_state(struct vmu *v, struct vmu_region *r,
 
 static int swap_out_locked(struct vmu *v, struct vmu_region *r)
 {
-	uint64_t len = r->size, bufsize = 0, freed;
+	uint64_t len = r->size, bufsize = vmu_round(v, len), freed;
 	void *buf = NULL;
 	int ret;
 
@@ -465,11 +465,12 @@ static int swap_out_locked(struct vmu *v, struct vmu_region *r)
 		return 0;
 	if (r->pins || r->state != VMU_REGION_RESIDENT)
 		return -EBUSY;
-	if (v->cfg.swap_limit && v->st.swapped_now + len > v->cfg.swap_limit)
+	if (v->cfg.swap_limit &&
+	    v->st.swapped_now + bufsize > v->cfg.swap_limit)
 		return -ENOSPC;
 	region_set_state(v, r, VMU_REGION_MOVING);
 	if (len) {
-		ret = swapbuf_get(v, len, &buf, &bufsize);
+		ret = swapbuf_get(v, len, &buf);
 		if (ret)
 			goto out_resident;
 	}
@@ -527,6 +528,7 @@ static int swap_in_locked(struct vmu *v, struct vmu_region *r,
 	if (r->host)
 		swapbuf_put(v, r->host, r->host_size);
 	r->host = NULL;
+	r->host_size = 0;
 	region_set_state(v, r, VMU_REGION_RESIDENT);
 	v->st.swap_ins++;
 	v->st.swapped_in_bytes += r->size;
@@ -548,19 +550,33 @@ static uint64_t idle_stack_bytes(struct vmu *v)
 	return v->stack_idle;
 }
 
+/* Device bytes that swapping idle regions would free. Regions swap whole,
+ * so under a swap limit count them in the order reclaim takes them. */
+static uint64_t swappable(struct vmu *v)
+{
+	uint64_t room, idle = 0;
+	struct vmu_region *r;
+
+	if (!v->cfg.swap_limit)
+		return v->data_idle;
+	room = v->cfg.swap_limit > v->st.swapped_now ?
+		       v->cfg.swap_limit - v->st.swapped_now :
+		       0;
+	list_for_each_entry(r, &v->data_lru, lru) {
+		uint64_t host = vmu_round(v, r->size);
+
+		if (r->pins || !r->m.mapped || host > room)
+			continue;
+		room -= host;
+		idle += r->m.mapped;
+	}
+	return idle;
+}
+
 static uint64_t reclaimable(struct vmu *v)
 {
-	uint64_t idle = v->data_idle;
-
-	if (v->cfg.swap_limit) {
-		uint64_t room = v->cfg.swap_limit > v->st.swapped_now ?
-					v->cfg.swap_limit - v->st.swapped_now :
-					0;
-		if (idle > room)
-			idle = room;
-	}
 	return v->st.data_cached + idle_stack_bytes(v) + v->st.text_cached +
-	       idle;
+	       swappable(v);
 }
 
 /* Trim the backing of a stack no request is using. */
@@ -665,8 +681,7 @@ static int charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv)
 /* ---------------------------------------------------------------------- */
 /* Admission */
 
-static enum vmu_fit fit(struct vmu *v, uint64_t need, char *msg,
-			size_t msglen)
+static enum vmu_fit fit(struct vmu *v, uint64_t need, char *msg, size_t msglen)
 {
 	uint64_t free_now = avail(v), more = reclaimable(v);
 	enum vmu_fit f = need <= free_now	 ? VMU_FIT_NOW :
@@ -674,13 +689,13 @@ static enum vmu_fit fit(struct vmu *v, uint64_t need, char *msg,
 						   VMU_FIT_NEVER;
 
 	if (msg && msglen)
-		snprintf(msg, msglen,
-			 "need %llu bytes, available %llu (free %llu + reclaimable %llu) of %llu",
-			 (unsigned long long)need,
-			 (unsigned long long)(free_now + more),
-			 (unsigned long long)free_now,
-			 (unsigned long long)more,
-			 (unsigned long long)v->prov->capacity);
+		snprintf(
+			msg, msglen,
+			"need %llu bytes, available %llu (free %llu + reclaimable %llu) of %llu",
+			(unsigned long long)need,
+			(unsigned long long)(free_now + more),
+			(unsigned long long)free_now, (unsigned long long)more,
+			(unsigned long long)v->prov->capacity);
 	return f;
 }
 
@@ -764,7 +779,7 @@ int vmu_create(struct vmu_provider *prov, const struct vmu_config *cfg,
 	if (!v->cfg.swap_cache)
 		v->cfg.swap_cache = prov->capacity / 4;
 	if (!v->cfg.session_cache)
-		v->cfg.session_cache = VMU_DEFAULT_SESSION_CACHE;
+		v->cfg.session_cache = prov->capacity / 4;
 	if (check_thresholds(v->cfg.warn_pct, v->cfg.crit_pct)) {
 		free(v);
 		return -EINVAL;
@@ -998,8 +1013,7 @@ static struct vmu_region *region_get(struct vmu_session *s, uint64_t h)
 /* As region_get(), once no swap or remap is in progress on it. Waiting
  * drops the lock, and the region may be destroyed meanwhile, so the
  * handle is looked up again after every wait. */
-static struct vmu_region *region_get_settled(struct vmu_session *s,
-					     uint64_t h)
+static struct vmu_region *region_get_settled(struct vmu_session *s, uint64_t h)
 {
 	struct vmu_region *r;
 
@@ -1054,6 +1068,7 @@ int vmu_region_create(struct vmu_session *s, uint64_t max_size,
 		list_del_init(&c->snode);
 		list_del_init(&c->lru);
 		c->cached = false;
+		c->max_size = max_size;
 		r = c;
 		goto found;
 	}
@@ -1068,6 +1083,7 @@ int vmu_region_create(struct vmu_session *s, uint64_t max_size,
 		return ret;
 	}
 	r->s = s;
+	r->max_size = max_size;
 	r->state = VMU_REGION_RESIDENT;
 	INIT_LIST_HEAD(&r->lru);
 	vmu_lock(v);
@@ -1135,7 +1151,7 @@ int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
 		ret = -ENOENT;
 		goto out;
 	}
-	if (size > r->m.vsize) {
+	if (size > r->max_size) {
 		ret = -E2BIG;
 		goto out;
 	}
@@ -1206,7 +1222,7 @@ static void region_fill_info(struct vmu_region *r, struct vmu_region_info *i)
 		.addr = r->m.addr,
 		.size = r->size,
 		.mapped = r->m.mapped,
-		.max_size = r->m.vsize,
+		.max_size = r->max_size,
 		.state = r->state,
 		.pins = r->pins,
 	};
@@ -1470,15 +1486,65 @@ static void text_free_locked(struct vmu *v, struct vmu_text *t)
 	free(t);
 }
 
+/* A session may hold hundreds of entries (a model's tensors): its
+ * references are hashed by entry address. */
+static uint32_t ref_bucket(uint32_t size, const struct vmu_text *t)
+{
+	return (uint32_t)(((uintptr_t)t >> 6) * 0x9e3779b97f4a7c15ull >> 40) &
+	       (size - 1);
+}
+
 static struct vmu_text_ref *ref_find(struct vmu_session *s,
 				     const struct vmu_text *t)
 {
 	struct vmu_text_ref *ref;
 
-	list_for_each_entry(ref, &s->refs, node)
-		if (ref->t == t)
-			return ref;
-	return NULL;
+	if (!s->ref_hash_size)
+		return NULL;
+	ref = s->ref_hash[ref_bucket(s->ref_hash_size, t)];
+	while (ref && ref->t != t)
+		ref = ref->hnext;
+	return ref;
+}
+
+static int ref_insert(struct vmu_session *s, struct vmu_text_ref *ref)
+{
+	struct vmu_text_ref **slot;
+
+	if (s->nr_refs >= s->ref_hash_size) {
+		uint32_t n = s->ref_hash_size ? s->ref_hash_size * 2 : 16;
+		struct vmu_text_ref **h = calloc(n, sizeof(*h)), *e;
+
+		if (!h)
+			return -ENOMEM;
+		list_for_each_entry(e, &s->refs, node) {
+			slot = &h[ref_bucket(n, e->t)];
+			e->hnext = *slot;
+			*slot = e;
+		}
+		free(s->ref_hash);
+		s->ref_hash = h;
+		s->ref_hash_size = n;
+	}
+	slot = &s->ref_hash[ref_bucket(s->ref_hash_size, ref->t)];
+	ref->hnext = *slot;
+	*slot = ref;
+	list_add_tail(&ref->node, &s->refs);
+	s->nr_refs++;
+	return 0;
+}
+
+static void ref_remove(struct vmu_session *s, struct vmu_text_ref *ref)
+{
+	struct vmu_text_ref **p =
+		&s->ref_hash[ref_bucket(s->ref_hash_size, ref->t)];
+
+	while (*p != ref)
+		p = &(*p)->hnext;
+	*p = ref->hnext;
+	list_del_init(&ref->node);
+	s->nr_refs--;
+	free(ref);
 }
 
 /* Take a reference for @s on @t. Lock held. */
@@ -1492,7 +1558,10 @@ static int text_hold(struct vmu_session *s, struct vmu_text *t)
 		if (!ref)
 			return -ENOMEM;
 		ref->t = t;
-		list_add_tail(&ref->node, &s->refs);
+		if (ref_insert(s, ref)) {
+			free(ref);
+			return -ENOMEM;
+		}
 	}
 	ref->count++;
 	if (!t->holders++) {
@@ -1516,10 +1585,8 @@ static void text_unhold(struct vmu_session *s, struct vmu_text_ref *ref,
 	t->holders -= count;
 	s->use.text_refs -= count;
 	s->tenant->use.text_refs -= count;
-	if (!ref->count) {
-		list_del_init(&ref->node);
-		free(ref);
-	}
+	if (!ref->count)
+		ref_remove(s, ref);
 	if (!t->holders) {
 		list_add_tail(&t->lru, &v->text_lru);
 		v->st.text_cached += t->m.mapped;
@@ -1608,8 +1675,8 @@ static void upload_free_locked(struct vmu *v, struct vmu_text_upload *u)
 	free(u);
 }
 
-int vmu_text_begin(struct vmu_session *s, uint64_t size,
-		   struct vmu_text_upload **out)
+static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
+			struct vmu_text_upload **out)
 {
 	struct vmu *v = s->vmu;
 	uint64_t bytes = vmu_round(v, size);
@@ -1623,10 +1690,12 @@ int vmu_text_begin(struct vmu_session *s, uint64_t size,
 	u = calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
-	u->md = EVP_MD_CTX_new();
-	if (!u->md || !EVP_DigestInit_ex(u->md, EVP_sha256(), NULL)) {
-		ret = -ENOMEM;
-		goto out_free;
+	if (hash) {
+		u->md = EVP_MD_CTX_new();
+		if (!u->md || !EVP_DigestInit_ex(u->md, EVP_sha256(), NULL)) {
+			ret = -ENOMEM;
+			goto out_free;
+		}
 	}
 	ret = mapping_reserve(v, &u->m, bytes);
 	if (ret)
@@ -1636,10 +1705,10 @@ int vmu_text_begin(struct vmu_session *s, uint64_t size,
 	vmu_unlock(v);
 	if (ret)
 		goto out_release;
+	/* The granule's tail past @size is not zeroed: every read of an
+	 * entry is bounded by its size, and zeroing would cost a whole
+	 * granule for a small entry. */
 	ret = mapping_grow(v, &u->m, bytes);
-	if (!ret && bytes > size)
-		ret = v->prov->ops->memset(v->prov, u->m.addr + size, 0,
-					   bytes - size);
 	vmu_lock(v);
 	if (ret) {
 		uncharge(v, bytes);
@@ -1662,6 +1731,12 @@ out_free:
 	return ret;
 }
 
+int vmu_text_begin(struct vmu_session *s, uint64_t size,
+		   struct vmu_text_upload **out)
+{
+	return upload_start(s, size, true, out);
+}
+
 int vmu_text_write(struct vmu_text_upload *u, const void *src, uint64_t len)
 {
 	struct vmu_provider *p = u->s->vmu->prov;
@@ -1672,7 +1747,7 @@ int vmu_text_write(struct vmu_text_upload *u, const void *src, uint64_t len)
 	ret = p->ops->copy_htod(p, u->m.addr + u->written, src, len);
 	if (ret)
 		return ret;
-	if (!EVP_DigestUpdate(u->md, src, len))
+	if (u->md && !EVP_DigestUpdate(u->md, src, len))
 		return -EIO;
 	u->written += len;
 	return 0;
@@ -1701,11 +1776,12 @@ int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
 		ret = -EINVAL; /* short upload */
 		goto out_abort;
 	}
-	if (!EVP_DigestFinal_ex(u->md, fp, NULL)) {
+	if (!u->md) {
+		memcpy(fp, expect, VMU_FP_LEN); /* hashed by vmu_text_insert */
+	} else if (!EVP_DigestFinal_ex(u->md, fp, NULL)) {
 		ret = -EIO;
 		goto out_abort;
-	}
-	if (expect && memcmp(fp, expect, VMU_FP_LEN)) {
+	} else if (expect && memcmp(fp, expect, VMU_FP_LEN)) {
 		ret = -EBADMSG;
 		goto out_abort;
 	}
@@ -1767,7 +1843,7 @@ int vmu_text_insert(struct vmu_session *s, const void *src, uint64_t size,
 			*created = false;
 		return ret;
 	}
-	ret = vmu_text_begin(s, size, &u);
+	ret = upload_start(s, size, false, &u);
 	if (ret)
 		return ret;
 	ret = vmu_text_write(u, src, size);
@@ -1955,6 +2031,7 @@ void vmu_session_destroy(struct vmu_session *s)
 	s->tenant->sessions--;
 	tenant_put(s->tenant);
 	vmu_unlock(v);
+	free(s->ref_hash);
 	free(s);
 }
 
@@ -1976,9 +2053,8 @@ void vmu_destroy(struct vmu *v)
 	struct swapbuf *b, *bn;
 
 	while (!list_empty(&v->sessions))
-		vmu_session_destroy(
-			list_first_entry(&v->sessions, struct vmu_session,
-					 node));
+		vmu_session_destroy(list_first_entry(&v->sessions,
+						     struct vmu_session, node));
 	vmu_lock(v);
 	while (!list_empty(&v->text_lru))
 		text_free_locked(v, list_first_entry(&v->text_lru,
@@ -1988,8 +2064,8 @@ void vmu_destroy(struct vmu *v)
 		free(b);
 	}
 	while (!list_empty(&v->tenants)) {
-		struct vmu_tenant *t = list_first_entry(
-			&v->tenants, struct vmu_tenant, node);
+		struct vmu_tenant *t =
+			list_first_entry(&v->tenants, struct vmu_tenant, node);
 
 		list_del_init(&t->node);
 		free(t);

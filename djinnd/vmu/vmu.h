@@ -59,14 +59,17 @@ enum vmu_pressure {
 
 /*
  * struct vmu_config - tunables; zero fields take the defaults
- * @warn_pct:      pressure is WARNING from this % of capacity committed (80)
- * @crit_pct:      and CRITICAL from this % (95); warn_pct < crit_pct <= 100
- * @swap_limit:    host bytes swapped-out regions may hold (0: no limit)
+ * @warn_pct:      pressure is WARNING from this % of capacity committed or
+ *                 reserved by admission (80)
+ * @crit_pct:      and CRITICAL from this % (95); 0 < warn_pct < crit_pct <= 100
+ * @swap_limit:    host bytes swapped-out regions may hold, counted in
+ *                 granules as host swap buffers are sized (0: no limit)
  * @swap_cache:    host swap buffers kept for reuse after a restore, in
  *                 bytes (default: a quarter of capacity)
  * @session_cache: bytes of destroyed regions each session keeps mapped for
- *                 reuse by its next region of the same size (default:
- *                 64 MiB; the first thing reclaimed under pressure)
+ *                 reuse by its next region of the same size (default: a
+ *                 quarter of capacity; the first thing reclaimed under
+ *                 pressure)
  * @pressure_cb:   called when the pressure level changes, with no VMU lock
  *                 held, so it may call back into the VMU (evict, swap)
  */
@@ -184,8 +187,10 @@ void vmu_fingerprint(const void *buf, size_t len, uint8_t fp[VMU_FP_LEN]);
 /* Take a reference for @s on the entry named @fp: 0, or -ENOENT. */
 int vmu_text_lookup(struct vmu_session *s, const uint8_t fp[VMU_FP_LEN],
 		    struct vmu_text **out);
-/* Insert @size bytes from host memory. If an entry with the same content
- * exists, that one is referenced and returned and *@created is false. */
+/* Insert @size bytes from host memory, which must not change during the
+ * call (they are hashed once, then copied). If an entry with the same
+ * content exists, that one is referenced and returned and *@created is
+ * false. */
 int vmu_text_insert(struct vmu_session *s, const void *src, uint64_t size,
 		    struct vmu_text **out, bool *created);
 /* Drop one reference of @s: 0, or -ENOENT if @s holds none on @t. */
@@ -193,6 +198,10 @@ int vmu_text_put(struct vmu_session *s, struct vmu_text *t);
 /* Drop an unheld entry now: 0, -ENOENT, or -EBUSY while held. */
 int vmu_text_evict(struct vmu *v, const uint8_t fp[VMU_FP_LEN]);
 
+/* The entry's bytes are at [addr, addr + size). The rest of its last
+ * granule is not zeroed and may hold earlier bytes of any tenant: every
+ * read of an entry is bounded by its size (a client kernel can read any
+ * device memory of its context anyway; see the CUDA backend's notes). */
 uint64_t vmu_text_addr(const struct vmu_text *t);
 uint64_t vmu_text_size(const struct vmu_text *t);
 const uint8_t *vmu_text_fp(const struct vmu_text *t);
@@ -235,13 +244,25 @@ struct vmu_region_info {
 	unsigned int pins;
 };
 
-/* Reserve a region of up to @max_size bytes, initially empty. */
+/* Reserve a region of up to @max_size bytes, initially empty: -EINVAL for
+ * 0, -E2BIG beyond capacity. */
 int vmu_region_create(struct vmu_session *s, uint64_t max_size,
 		      uint64_t *handle);
 /* Grow or shrink in place. Growth maps zeroed chunks, drawing on @resv
  * (may be NULL); -E2BIG beyond max_size, -EDQUOT over quota, -ENOMEM out
  * of memory. Shrinking releases whole chunks past the new size. A swapped
- * region is brought back first. */
+ * region is brought back first.
+ *
+ * Contents: bytes the session has not written are zero or bytes this
+ * same session wrote earlier (a region taken back from its own cache, or
+ * shrunk and grown again keeps them, as malloc would); never another
+ * session's.
+ *
+ * Waste: growth maps one chunk for the new granules, so mapped - size is
+ * under one granule. A chunk is released whole, so after shrinking (or
+ * reusing a cached region for a smaller size) a region may keep up to one
+ * chunk past its size until it is destroyed or swapped; a swap-in maps
+ * exactly the granules its size needs. */
 int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
 		      struct vmu_resv *resv);
 /* Free the region; -EBUSY while pinned. */
@@ -250,7 +271,8 @@ int vmu_region_info(struct vmu_session *s, uint64_t handle,
 		    struct vmu_region_info *info);
 
 /* Move the region's bytes to host memory and free its chunks; the address
- * stays reserved. -EBUSY while pinned; 0 if already swapped. */
+ * stays reserved. -EBUSY while pinned; -ENOSPC past swap_limit; 0 if
+ * already swapped. */
 int vmu_region_swap_out(struct vmu_session *s, uint64_t handle);
 /* Bring it back at the same address with the same bytes. */
 int vmu_region_swap_in(struct vmu_session *s, uint64_t handle,
@@ -262,7 +284,7 @@ int vmu_region_pin(struct vmu_session *s, uint64_t handle,
 		   struct vmu_resv *resv, struct vmu_region_info *info);
 int vmu_region_unpin(struct vmu_session *s, uint64_t handle);
 
-/* Copy between host memory and a region (bounds-checked against size). */
+/* Copy between host memory and a region: -ERANGE outside [0, size). */
 int vmu_region_write(struct vmu_session *s, uint64_t handle, uint64_t off,
 		     const void *src, uint64_t len);
 int vmu_region_read(struct vmu_session *s, uint64_t handle, uint64_t off,
@@ -285,7 +307,9 @@ uint64_t vmu_stack_need(struct vmu_stack *st, uint64_t peak);
  * drawing on @resv (may be NULL). */
 int vmu_stack_begin(struct vmu_stack *st, uint64_t peak, struct vmu_resv *resv);
 /* Bump-allocate @size bytes aligned to @align (a power of two, 0 for 256):
- * -ENOSPC past the peak given to begin(), -EINVAL on bad arguments. */
+ * -ENOSPC past the peak given to begin(), -EINVAL on bad arguments or
+ * outside a request. Stack bytes are not zeroed: a request writes its
+ * intermediates before it reads them. */
 int vmu_stack_alloc(struct vmu_stack *st, uint64_t size, uint64_t align,
 		    uint64_t *addr);
 /* End the request: reset the watermark; returns the request's peak use. */
