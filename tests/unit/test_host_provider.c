@@ -1,0 +1,694 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Unit tests for the host provider (djinnd/vmu/host.c), driven only through
+ * its struct vmu_provider_ops table, the way the VMU drives it.
+ *
+ * For this provider a device address is a host pointer, so the tests also
+ * look at mapped memory directly through (void *)(uintptr_t)va.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "vmu/provider.h"
+
+#define KiB (UINT64_C(1) << 10)
+#define MiB (UINT64_C(1) << 20)
+#define GRAN (64 * KiB)
+#define CAP (64 * MiB)
+
+/* ---------------------------------------------------------------------- */
+/* Helpers */
+
+static uint8_t *hptr(uint64_t va)
+{
+	return (uint8_t *)(uintptr_t)va;
+}
+
+static void *xmalloc(size_t len)
+{
+	void *p = malloc(len ? len : 1);
+
+	assert_non_null(p);
+	return p;
+}
+
+/* A byte pattern that differs per seed and per offset. */
+static void pattern(uint8_t *buf, uint64_t seed, uint64_t off, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++) {
+		uint64_t x = (seed + 1) * UINT64_C(0x9e3779b97f4a7c15) +
+			     (off + i) * UINT64_C(0xbf58476d1ce4e5b9);
+
+		buf[i] = (uint8_t)((x ^ (x >> 31)) >> 24);
+	}
+}
+
+/* Fails naming the first byte of @got that differs from the pattern. */
+static void expect_pattern(const uint8_t *got, uint64_t seed, uint64_t off,
+			   uint64_t len, const char *what)
+{
+	uint8_t *want = xmalloc(len);
+
+	pattern(want, seed, off, len);
+	for (uint64_t i = 0; i < len; i++) {
+		if (got[i] != want[i]) {
+			unsigned int g = got[i], w = want[i];
+
+			free(want);
+			fail_msg("%s: byte %" PRIu64 " is %#x, want %#x", what,
+				 off + i, g, w);
+		}
+	}
+	free(want);
+}
+
+static void expect_byte(const uint8_t *got, int byte, uint64_t len,
+			const char *what)
+{
+	for (uint64_t i = 0; i < len; i++)
+		if (got[i] != (uint8_t)byte)
+			fail_msg("%s: byte %" PRIu64 " is %#x, want %#x", what,
+				 i, got[i], (unsigned int)(uint8_t)byte);
+}
+
+static uint64_t reserve(struct vmu_provider *p, uint64_t size, uint64_t align)
+{
+	uint64_t va = 0;
+
+	assert_int_equal(p->ops->reserve(p, size, align, &va), 0);
+	assert_true(va != 0);
+	assert_int_equal(va % align, 0);
+	return va;
+}
+
+static uint64_t chunk_create(struct vmu_provider *p, uint64_t size)
+{
+	uint64_t chunk = 0;
+
+	assert_int_equal(p->ops->create(p, size, &chunk), 0);
+	return chunk;
+}
+
+static int setup(void **state)
+{
+	struct vmu_provider *p = NULL;
+
+	assert_int_equal(vmu_host_provider_create(CAP, GRAN, &p), 0);
+	assert_non_null(p);
+	*state = p;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct vmu_provider *p = *state;
+
+	if (p)
+		p->ops->free(p);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Creation */
+
+static void test_params(void **state)
+{
+	struct vmu_provider *p = *state;
+	const struct vmu_provider_ops *ops = p->ops;
+
+	assert_int_equal(p->granularity, GRAN);
+	assert_int_equal(p->capacity, CAP);
+	assert_non_null(p->name);
+	assert_true(p->name[0] != '\0');
+	assert_non_null(ops);
+	assert_non_null(ops->reserve);
+	assert_non_null(ops->release);
+	assert_non_null(ops->create);
+	assert_non_null(ops->destroy);
+	assert_non_null(ops->map);
+	assert_non_null(ops->unmap);
+	assert_non_null(ops->set_access);
+	assert_non_null(ops->copy_htod);
+	assert_non_null(ops->copy_dtoh);
+	assert_non_null(ops->copy_dtod);
+	assert_non_null(ops->memset);
+	assert_non_null(ops->host_alloc);
+	assert_non_null(ops->host_free);
+	assert_non_null(ops->free);
+}
+
+static void test_capacity_rounded_down(void **state)
+{
+	struct vmu_provider *p = NULL;
+
+	assert_int_equal(vmu_host_provider_create(10 * GRAN + 123, GRAN, &p),
+			 0);
+	assert_int_equal(p->granularity, GRAN);
+	assert_int_equal(p->capacity, 10 * GRAN);
+	p->ops->free(p);
+
+	/* 0: the default granule, 2 MiB */
+	p = NULL;
+	assert_int_equal(vmu_host_provider_create(10 * MiB + 4096, 0, &p), 0);
+	assert_int_equal(p->granularity, 2 * MiB);
+	assert_int_equal(p->capacity, 10 * MiB);
+	p->ops->free(p);
+
+	/* the page size itself is a valid granule */
+	p = NULL;
+	assert_int_equal(vmu_host_provider_create(
+				 1 * MiB, (uint64_t)sysconf(_SC_PAGESIZE), &p),
+			 0);
+	assert_int_equal(p->granularity, (uint64_t)sysconf(_SC_PAGESIZE));
+	assert_int_equal(p->capacity, 1 * MiB);
+	p->ops->free(p);
+}
+
+static void test_bad_granularity(void **state)
+{
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	const uint64_t bad[] = {
+		3000, /* neither */
+		page / 2, /* a power of two below the page size */
+		3 * GRAN, /* a page multiple, not a power of two */
+		page + 1,
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct vmu_provider *p = NULL;
+		int rc = vmu_host_provider_create(CAP, bad[i], &p);
+
+		if (rc != -EINVAL)
+			fail_msg("granularity %" PRIu64 ": got %d, want %d",
+				 bad[i], rc, -EINVAL);
+	}
+}
+
+/* ---------------------------------------------------------------------- */
+/* Address space */
+
+static void test_reserve_aligned(void **state)
+{
+	struct vmu_provider *p = *state;
+	const uint64_t aligns[] = { GRAN, 2 * GRAN, 16 * GRAN, 4 * MiB };
+	const size_t n = sizeof(aligns) / sizeof(aligns[0]);
+	uint64_t va[2 * 4], size[2 * 4];
+
+	for (size_t i = 0; i < 2 * n; i++) {
+		size[i] = (i + 1) * GRAN;
+		va[i] = reserve(p, size[i], aligns[i % n]);
+	}
+	/* no two reservations overlap */
+	for (size_t i = 0; i < 2 * n; i++)
+		for (size_t j = i + 1; j < 2 * n; j++)
+			assert_true(va[i] + size[i] <= va[j] ||
+				    va[j] + size[j] <= va[i]);
+	for (size_t i = 0; i < 2 * n; i++)
+		p->ops->release(p, va[i], size[i]);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Capacity */
+
+static void test_create_capacity(void **state)
+{
+	struct vmu_provider *p = *state;
+	uint64_t c, c1, c2, unused = 0;
+
+	assert_int_equal(p->ops->create(p, CAP + GRAN, &unused), -ENOMEM);
+
+	c = chunk_create(p, CAP); /* exactly the capacity */
+	assert_int_equal(p->ops->create(p, GRAN, &unused), -ENOMEM);
+	p->ops->destroy(p, c);
+
+	c1 = chunk_create(p, CAP / 2);
+	c2 = chunk_create(p, CAP / 2);
+	assert_int_equal(p->ops->create(p, GRAN, &unused), -ENOMEM);
+	p->ops->destroy(p, c1);
+	c1 = chunk_create(p, GRAN);
+	assert_int_equal(p->ops->create(p, CAP / 2, &unused), -ENOMEM);
+	p->ops->destroy(p, c1);
+	p->ops->destroy(p, c2);
+}
+
+/* Many granule chunks fill the capacity exactly; destroy gives it back. */
+static void test_destroy_returns_capacity(void **state)
+{
+	struct vmu_provider *p = *state;
+	const size_t n = CAP / GRAN;
+	uint64_t *chunks = xmalloc(n * sizeof(*chunks));
+	uint64_t unused = 0, c;
+
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < n; i++)
+			assert_int_equal(p->ops->create(p, GRAN, &chunks[i]),
+					 0);
+		assert_int_equal(p->ops->create(p, GRAN, &unused), -ENOMEM);
+		for (size_t i = 0; i < n; i++)
+			p->ops->destroy(p, chunks[i]);
+	}
+	c = chunk_create(p, CAP);
+	p->ops->destroy(p, c);
+	free(chunks);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Mapping */
+
+static void test_map_write_read(void **state)
+{
+	struct vmu_provider *p = *state;
+	const uint64_t size = 4 * GRAN;
+	uint64_t va = reserve(p, size, GRAN);
+	uint64_t c = chunk_create(p, size);
+	uint8_t *back = xmalloc(size);
+
+	assert_int_equal(p->ops->map(p, va, size, c), 0);
+	pattern(hptr(va), 1, 0, size);
+	expect_pattern(hptr(va), 1, 0, size, "through the pointer");
+	assert_int_equal(p->ops->copy_dtoh(p, back, va, size), 0);
+	expect_pattern(back, 1, 0, size, "copy_dtoh");
+
+	assert_int_equal(p->ops->unmap(p, va, size), 0);
+	p->ops->release(p, va, size);
+	p->ops->destroy(p, c);
+	free(back);
+}
+
+static void test_unmap_keeps_contents(void **state)
+{
+	struct vmu_provider *p = *state;
+	const uint64_t size = 2 * GRAN;
+	uint64_t va1 = reserve(p, size, GRAN);
+	uint64_t va2 = reserve(p, size, GRAN);
+	uint64_t c = chunk_create(p, size);
+
+	assert_int_equal(p->ops->map(p, va1, size, c), 0);
+	pattern(hptr(va1), 2, 0, size);
+	assert_int_equal(p->ops->unmap(p, va1, size), 0);
+
+	/* the same chunk at another address holds the same bytes */
+	assert_int_equal(p->ops->map(p, va2, size, c), 0);
+	expect_pattern(hptr(va2), 2, 0, size, "chunk remapped elsewhere");
+	pattern(hptr(va2), 3, 0, size);
+	assert_int_equal(p->ops->unmap(p, va2, size), 0);
+
+	/* and back at the first address */
+	assert_int_equal(p->ops->map(p, va1, size, c), 0);
+	expect_pattern(hptr(va1), 3, 0, size, "chunk mapped back");
+	assert_int_equal(p->ops->unmap(p, va1, size), 0);
+
+	p->ops->release(p, va1, size);
+	p->ops->release(p, va2, size);
+	p->ops->destroy(p, c);
+}
+
+/* map() places the first @size bytes of a larger chunk. */
+static void test_map_prefix_of_chunk(void **state)
+{
+	struct vmu_provider *p = *state;
+	uint64_t va1 = reserve(p, 4 * GRAN, GRAN);
+	uint64_t va2 = reserve(p, 2 * GRAN, GRAN);
+	uint64_t c = chunk_create(p, 4 * GRAN);
+
+	assert_int_equal(p->ops->map(p, va1, 4 * GRAN, c), 0);
+	pattern(hptr(va1), 4, 0, 4 * GRAN);
+	assert_int_equal(p->ops->unmap(p, va1, 4 * GRAN), 0);
+
+	assert_int_equal(p->ops->map(p, va2, 2 * GRAN, c), 0);
+	expect_pattern(hptr(va2), 4, 0, 2 * GRAN, "first half of the chunk");
+	assert_int_equal(p->ops->unmap(p, va2, 2 * GRAN), 0);
+
+	p->ops->release(p, va1, 4 * GRAN);
+	p->ops->release(p, va2, 2 * GRAN);
+	p->ops->destroy(p, c);
+}
+
+/* Several chunks side by side in one reservation, as a growing region has
+ * them: copies cross chunk boundaries and each chunk keeps its own bytes. */
+static void test_map_chunks_side_by_side(void **state)
+{
+	struct vmu_provider *p = *state;
+	const uint64_t n = 4, size = n * GRAN;
+	uint64_t va = reserve(p, size, GRAN);
+	uint64_t va2 = reserve(p, GRAN, GRAN);
+	uint64_t c[4];
+	uint8_t *src = xmalloc(size), *back = xmalloc(size);
+
+	for (uint64_t i = 0; i < n; i++) {
+		c[i] = chunk_create(p, GRAN);
+		assert_int_equal(p->ops->map(p, va + i * GRAN, GRAN, c[i]), 0);
+	}
+	pattern(src, 5, 0, size);
+	assert_int_equal(p->ops->copy_htod(p, va, src, size), 0);
+	expect_pattern(hptr(va), 5, 0, size, "four chunks");
+	memset(back, 0, size);
+	assert_int_equal(p->ops->copy_dtoh(p, back, va, size), 0);
+	expect_pattern(back, 5, 0, size, "copy_dtoh across chunks");
+
+	for (uint64_t i = 0; i < n; i++)
+		assert_int_equal(p->ops->unmap(p, va + i * GRAN, GRAN), 0);
+	/* the third chunk holds the third granule's bytes */
+	assert_int_equal(p->ops->map(p, va2, GRAN, c[2]), 0);
+	expect_pattern(hptr(va2), 5, 2 * GRAN, GRAN, "chunk 2 alone");
+	assert_int_equal(p->ops->unmap(p, va2, GRAN), 0);
+
+	for (uint64_t i = 0; i < n; i++)
+		p->ops->destroy(p, c[i]);
+	p->ops->release(p, va, size);
+	p->ops->release(p, va2, GRAN);
+	free(src);
+	free(back);
+}
+
+/* Two live chunks never share bytes. */
+static void test_chunks_distinct(void **state)
+{
+	struct vmu_provider *p = *state;
+	uint64_t va1 = reserve(p, GRAN, GRAN), va2 = reserve(p, GRAN, GRAN);
+	uint64_t c1 = chunk_create(p, GRAN), c2 = chunk_create(p, GRAN);
+
+	assert_int_equal(p->ops->map(p, va1, GRAN, c1), 0);
+	assert_int_equal(p->ops->map(p, va2, GRAN, c2), 0);
+	memset(hptr(va1), 0x11, GRAN);
+	memset(hptr(va2), 0x22, GRAN);
+	expect_byte(hptr(va1), 0x11, GRAN, "chunk 1");
+	expect_byte(hptr(va2), 0x22, GRAN, "chunk 2");
+	assert_int_equal(p->ops->unmap(p, va1, GRAN), 0);
+	assert_int_equal(p->ops->unmap(p, va2, GRAN), 0);
+	p->ops->destroy(p, c1);
+	p->ops->destroy(p, c2);
+	p->ops->release(p, va1, GRAN);
+	p->ops->release(p, va2, GRAN);
+}
+
+static void test_set_access(void **state)
+{
+	struct vmu_provider *p = *state;
+	uint64_t va = reserve(p, 2 * GRAN, GRAN);
+	uint64_t c = chunk_create(p, 2 * GRAN);
+
+	assert_int_equal(p->ops->map(p, va, 2 * GRAN, c), 0);
+	pattern(hptr(va), 6, 0, 2 * GRAN);
+
+	assert_int_equal(p->ops->set_access(p, va, GRAN, VMU_ACCESS_READ), 0);
+	expect_pattern(hptr(va), 6, 0, 2 * GRAN, "read-only granule");
+	assert_int_equal(p->ops->set_access(p, va, GRAN, VMU_ACCESS_NONE), 0);
+	assert_int_equal(
+		p->ops->set_access(p, va, 2 * GRAN, VMU_ACCESS_READWRITE), 0);
+	/* writable again, and the bytes survived the changes */
+	expect_pattern(hptr(va), 6, 0, 2 * GRAN, "after access changes");
+	memset(hptr(va), 0x33, 2 * GRAN);
+	expect_byte(hptr(va), 0x33, 2 * GRAN, "rewritten");
+
+	assert_int_equal(p->ops->unmap(p, va, 2 * GRAN), 0);
+	p->ops->destroy(p, c);
+	p->ops->release(p, va, 2 * GRAN);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Copies */
+
+static void test_copies(void **state)
+{
+	struct vmu_provider *p = *state;
+	const uint64_t size = 2 * GRAN;
+	uint64_t a = reserve(p, size, GRAN), b = reserve(p, size, GRAN);
+	uint64_t ca = chunk_create(p, size), cb = chunk_create(p, size);
+	uint8_t *src = xmalloc(size), *dst = xmalloc(size);
+
+	assert_int_equal(p->ops->map(p, a, size, ca), 0);
+	assert_int_equal(p->ops->map(p, b, size, cb), 0);
+
+	/* htod: whole, then an odd piece at an odd offset */
+	pattern(src, 7, 0, size);
+	assert_int_equal(p->ops->copy_htod(p, a, src, size), 0);
+	assert_memory_equal(hptr(a), src, size);
+	pattern(src, 8, 0, 1000);
+	assert_int_equal(p->ops->copy_htod(p, a + 101, src, 1000), 0);
+	expect_pattern(hptr(a) + 101, 8, 0, 1000, "htod piece");
+	expect_pattern(hptr(a), 7, 0, 101, "htod before the piece");
+	expect_pattern(hptr(a) + 1101, 7, 1101, size - 1101,
+		       "htod after the piece");
+
+	/* dtoh of an odd piece */
+	memset(dst, 0, size);
+	assert_int_equal(p->ops->copy_dtoh(p, dst, a + 1101, 3000), 0);
+	expect_pattern(dst, 7, 1101, 3000, "dtoh piece");
+	expect_byte(dst + 3000, 0, size - 3000, "dtoh wrote past len");
+
+	/* dtod: whole, then a piece that crosses the granule boundary */
+	assert_int_equal(p->ops->copy_dtod(p, b, a, size), 0);
+	assert_memory_equal(hptr(b), hptr(a), size);
+	memset(hptr(b), 0, size);
+	assert_int_equal(p->ops->copy_dtod(p, b + 7, a + GRAN - 3, 10), 0);
+	assert_memory_equal(hptr(b) + 7, hptr(a) + GRAN - 3, 10);
+	expect_byte(hptr(b), 0, 7, "dtod before the piece");
+	expect_byte(hptr(b) + 17, 0, size - 17, "dtod after the piece");
+
+	/* memset a range that crosses the granule boundary */
+	pattern(hptr(a), 9, 0, size);
+	assert_int_equal(p->ops->memset(p, a + 10, 0xab, GRAN), 0);
+	expect_pattern(hptr(a), 9, 0, 10, "memset before the range");
+	expect_byte(hptr(a) + 10, 0xab, GRAN, "memset range");
+	expect_pattern(hptr(a) + 10 + GRAN, 9, 10 + GRAN, size - 10 - GRAN,
+		       "memset after the range");
+	assert_int_equal(p->ops->memset(p, a, 0, size), 0);
+	expect_byte(hptr(a), 0, size, "memset 0");
+
+	assert_int_equal(p->ops->unmap(p, a, size), 0);
+	assert_int_equal(p->ops->unmap(p, b, size), 0);
+	p->ops->destroy(p, ca);
+	p->ops->destroy(p, cb);
+	p->ops->release(p, a, size);
+	p->ops->release(p, b, size);
+	free(src);
+	free(dst);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Host memory */
+
+static void test_host_alloc(void **state)
+{
+	struct vmu_provider *p = *state;
+	const uint64_t sizes[] = { 1, 4097, 3 * GRAN + 5, 8 * MiB };
+	uint64_t va = reserve(p, 8 * MiB, GRAN);
+	uint64_t c = chunk_create(p, 8 * MiB);
+
+	assert_int_equal(p->ops->map(p, va, 8 * MiB, c), 0);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		void *h1 = NULL, *h2 = NULL;
+		uint64_t len = sizes[i];
+
+		assert_int_equal(p->ops->host_alloc(p, len, &h1), 0);
+		assert_int_equal(p->ops->host_alloc(p, len, &h2), 0);
+		assert_non_null(h1);
+		assert_non_null(h2);
+		assert_true(h1 != h2);
+		pattern(h1, 10 + i, 0, len);
+		assert_int_equal(p->ops->copy_htod(p, va, h1, len), 0);
+		memset(h2, 0, len);
+		assert_int_equal(p->ops->copy_dtoh(p, h2, va, len), 0);
+		expect_pattern(h2, 10 + i, 0, len, "through host buffers");
+		p->ops->host_free(p, h1, len);
+		p->ops->host_free(p, h2, len);
+	}
+	assert_int_equal(p->ops->unmap(p, va, 8 * MiB), 0);
+	p->ops->destroy(p, c);
+	p->ops->release(p, va, 8 * MiB);
+}
+
+/* Host buffers are not device memory: they are there when the device's
+ * capacity is all handed out (swapped regions must go somewhere). */
+static void test_host_alloc_not_device_capacity(void **state)
+{
+	struct vmu_provider *p = *state;
+	uint64_t c = chunk_create(p, CAP), unused = 0;
+	void *h = NULL;
+
+	assert_int_equal(p->ops->host_alloc(p, 4 * MiB, &h), 0);
+	assert_non_null(h);
+	memset(h, 0x5a, 4 * MiB);
+	assert_int_equal(p->ops->create(p, GRAN, &unused), -ENOMEM);
+	p->ops->host_free(p, h, 4 * MiB);
+	p->ops->destroy(p, c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Threads */
+
+#define NTHREADS 8
+#define ITERS 300
+
+struct worker {
+	struct vmu_provider *p;
+	pthread_barrier_t *barrier;
+	unsigned int id;
+	uint64_t chunks[CAP / GRAN];
+	size_t nchunks;
+	int errors;
+	char err[160];
+};
+
+static void worker_fail(struct worker *w, int line, const char *what, int rc)
+{
+	if (!w->errors++)
+		snprintf(w->err, sizeof(w->err), "thread %u line %d: %s (%d)",
+			 w->id, line, what, rc);
+}
+
+#define W_CHECK(w, cond, rc)                                 \
+	do {                                                 \
+		if (!(cond)) {                               \
+			worker_fail(w, __LINE__, #cond, rc); \
+			goto out;                            \
+		}                                            \
+	} while (0)
+
+/* Map, fill, check, unmap chunks of 1..4 granules; never near capacity, so
+ * every call must succeed and no thread may see another's bytes. */
+static void *map_worker(void *arg)
+{
+	struct worker *w = arg;
+	struct vmu_provider *p = w->p;
+	uint64_t va = 0, chunk = 0;
+	int rc;
+
+	rc = p->ops->reserve(p, 4 * GRAN, GRAN, &va);
+	W_CHECK(w, rc == 0, rc);
+	pthread_barrier_wait(w->barrier);
+	for (unsigned int i = 0; i < ITERS; i++) {
+		uint64_t size = (1 + (i + w->id) % 4) * GRAN;
+		uint8_t byte = (uint8_t)(w->id * 31 + i);
+		const uint8_t *q = hptr(va);
+
+		rc = p->ops->create(p, size, &chunk);
+		W_CHECK(w, rc == 0, rc);
+		rc = p->ops->map(p, va, size, chunk);
+		W_CHECK(w, rc == 0, rc);
+		rc = p->ops->memset(p, va, byte, size);
+		W_CHECK(w, rc == 0, rc);
+		for (uint64_t j = 0; j < size; j += 512)
+			W_CHECK(w, q[j] == byte && q[j + 511] == byte, 0);
+		rc = p->ops->unmap(p, va, size);
+		W_CHECK(w, rc == 0, rc);
+		p->ops->destroy(p, chunk);
+	}
+	p->ops->release(p, va, 4 * GRAN);
+out:
+	return NULL;
+}
+
+/* Grab granules until -ENOMEM: together the threads get exactly all. */
+static void *grab_worker(void *arg)
+{
+	struct worker *w = arg;
+	struct vmu_provider *p = w->p;
+	int rc;
+
+	pthread_barrier_wait(w->barrier);
+	for (;;) {
+		uint64_t chunk = 0;
+
+		rc = p->ops->create(p, GRAN, &chunk);
+		if (rc == -ENOMEM)
+			break;
+		W_CHECK(w, rc == 0, rc);
+		W_CHECK(w, w->nchunks < CAP / GRAN, 0);
+		w->chunks[w->nchunks++] = chunk;
+	}
+out:
+	return NULL;
+}
+
+static void run_workers(struct vmu_provider *p, struct worker *w,
+			void *(*fn)(void *))
+{
+	pthread_t tid[NTHREADS];
+	pthread_barrier_t barrier;
+
+	assert_int_equal(pthread_barrier_init(&barrier, NULL, NTHREADS), 0);
+	for (unsigned int i = 0; i < NTHREADS; i++) {
+		memset(&w[i], 0, sizeof(w[i]));
+		w[i].p = p;
+		w[i].id = i;
+		w[i].barrier = &barrier;
+		assert_int_equal(pthread_create(&tid[i], NULL, fn, &w[i]), 0);
+	}
+	for (unsigned int i = 0; i < NTHREADS; i++)
+		assert_int_equal(pthread_join(tid[i], NULL), 0);
+	pthread_barrier_destroy(&barrier);
+	for (unsigned int i = 0; i < NTHREADS; i++)
+		if (w[i].errors)
+			fail_msg("%s", w[i].err);
+}
+
+static void test_threads(void **state)
+{
+	struct vmu_provider *p = *state;
+	struct worker *w = xmalloc(NTHREADS * sizeof(*w));
+	uint64_t c, total = 0;
+
+	run_workers(p, w, map_worker);
+	/* every chunk came back */
+	c = chunk_create(p, CAP);
+	p->ops->destroy(p, c);
+
+	run_workers(p, w, grab_worker);
+	for (unsigned int i = 0; i < NTHREADS; i++)
+		total += w[i].nchunks;
+	assert_int_equal(total, CAP / GRAN);
+	for (unsigned int i = 0; i < NTHREADS; i++)
+		for (size_t j = 0; j < w[i].nchunks; j++)
+			p->ops->destroy(p, w[i].chunks[j]);
+	c = chunk_create(p, CAP);
+	p->ops->destroy(p, c);
+	free(w);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_params, setup, teardown),
+		cmocka_unit_test(test_capacity_rounded_down),
+		cmocka_unit_test(test_bad_granularity),
+		cmocka_unit_test_setup_teardown(test_reserve_aligned, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_create_capacity, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_destroy_returns_capacity,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_map_write_read, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_unmap_keeps_contents,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_map_prefix_of_chunk, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_map_chunks_side_by_side,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chunks_distinct, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_set_access, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_copies, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_host_alloc, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_host_alloc_not_device_capacity, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("host_provider", tests, NULL, NULL);
+}
