@@ -20,58 +20,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testutil.h"
 #include "vmu/provider.h"
 
-#define KiB (UINT64_C(1) << 10)
-#define MiB (UINT64_C(1) << 20)
 #define GRAN (64 * KiB)
 #define CAP (64 * MiB)
 
 /* ---------------------------------------------------------------------- */
 /* Helpers */
-
-static uint8_t *hptr(uint64_t va)
-{
-	return (uint8_t *)(uintptr_t)va;
-}
-
-static void *xmalloc(size_t len)
-{
-	void *p = malloc(len ? len : 1);
-
-	assert_non_null(p);
-	return p;
-}
-
-/* A byte pattern that differs per seed and per offset. */
-static void pattern(uint8_t *buf, uint64_t seed, uint64_t off, uint64_t len)
-{
-	for (uint64_t i = 0; i < len; i++) {
-		uint64_t x = (seed + 1) * UINT64_C(0x9e3779b97f4a7c15) +
-			     (off + i) * UINT64_C(0xbf58476d1ce4e5b9);
-
-		buf[i] = (uint8_t)((x ^ (x >> 31)) >> 24);
-	}
-}
-
-/* Fails naming the first byte of @got that differs from the pattern. */
-static void expect_pattern(const uint8_t *got, uint64_t seed, uint64_t off,
-			   uint64_t len, const char *what)
-{
-	uint8_t *want = xmalloc(len);
-
-	pattern(want, seed, off, len);
-	for (uint64_t i = 0; i < len; i++) {
-		if (got[i] != want[i]) {
-			unsigned int g = got[i], w = want[i];
-
-			free(want);
-			fail_msg("%s: byte %" PRIu64 " is %#x, want %#x", what,
-				 off + i, g, w);
-		}
-	}
-	free(want);
-}
 
 static void expect_byte(const uint8_t *got, int byte, uint64_t len,
 			const char *what)
@@ -275,8 +231,8 @@ static void test_map_write_read(void **state)
 	uint8_t *back = xmalloc(size);
 
 	assert_int_equal(p->ops->map(p, va, size, c), 0);
-	pattern(hptr(va), 1, 0, size);
-	expect_pattern(hptr(va), 1, 0, size, "through the pointer");
+	pattern(dev_ptr(va), 1, 0, size);
+	expect_pattern(dev_ptr(va), 1, 0, size, "through the pointer");
 	assert_int_equal(p->ops->copy_dtoh(p, back, va, size), 0);
 	expect_pattern(back, 1, 0, size, "copy_dtoh");
 
@@ -295,18 +251,18 @@ static void test_unmap_keeps_contents(void **state)
 	uint64_t c = chunk_create(p, size);
 
 	assert_int_equal(p->ops->map(p, va1, size, c), 0);
-	pattern(hptr(va1), 2, 0, size);
+	pattern(dev_ptr(va1), 2, 0, size);
 	assert_int_equal(p->ops->unmap(p, va1, size), 0);
 
 	/* the same chunk at another address holds the same bytes */
 	assert_int_equal(p->ops->map(p, va2, size, c), 0);
-	expect_pattern(hptr(va2), 2, 0, size, "chunk remapped elsewhere");
-	pattern(hptr(va2), 3, 0, size);
+	expect_pattern(dev_ptr(va2), 2, 0, size, "chunk remapped elsewhere");
+	pattern(dev_ptr(va2), 3, 0, size);
 	assert_int_equal(p->ops->unmap(p, va2, size), 0);
 
 	/* and back at the first address */
 	assert_int_equal(p->ops->map(p, va1, size, c), 0);
-	expect_pattern(hptr(va1), 3, 0, size, "chunk mapped back");
+	expect_pattern(dev_ptr(va1), 3, 0, size, "chunk mapped back");
 	assert_int_equal(p->ops->unmap(p, va1, size), 0);
 
 	p->ops->release(p, va1, size);
@@ -323,11 +279,11 @@ static void test_map_prefix_of_chunk(void **state)
 	uint64_t c = chunk_create(p, 4 * GRAN);
 
 	assert_int_equal(p->ops->map(p, va1, 4 * GRAN, c), 0);
-	pattern(hptr(va1), 4, 0, 4 * GRAN);
+	pattern(dev_ptr(va1), 4, 0, 4 * GRAN);
 	assert_int_equal(p->ops->unmap(p, va1, 4 * GRAN), 0);
 
 	assert_int_equal(p->ops->map(p, va2, 2 * GRAN, c), 0);
-	expect_pattern(hptr(va2), 4, 0, 2 * GRAN, "first half of the chunk");
+	expect_pattern(dev_ptr(va2), 4, 0, 2 * GRAN, "first half of the chunk");
 	assert_int_equal(p->ops->unmap(p, va2, 2 * GRAN), 0);
 
 	p->ops->release(p, va1, 4 * GRAN);
@@ -352,7 +308,7 @@ static void test_map_chunks_side_by_side(void **state)
 	}
 	pattern(src, 5, 0, size);
 	assert_int_equal(p->ops->copy_htod(p, va, src, size), 0);
-	expect_pattern(hptr(va), 5, 0, size, "four chunks");
+	expect_pattern(dev_ptr(va), 5, 0, size, "four chunks");
 	memset(back, 0, size);
 	assert_int_equal(p->ops->copy_dtoh(p, back, va, size), 0);
 	expect_pattern(back, 5, 0, size, "copy_dtoh across chunks");
@@ -361,7 +317,7 @@ static void test_map_chunks_side_by_side(void **state)
 		assert_int_equal(p->ops->unmap(p, va + i * GRAN, GRAN), 0);
 	/* the third chunk holds the third granule's bytes */
 	assert_int_equal(p->ops->map(p, va2, GRAN, c[2]), 0);
-	expect_pattern(hptr(va2), 5, 2 * GRAN, GRAN, "chunk 2 alone");
+	expect_pattern(dev_ptr(va2), 5, 2 * GRAN, GRAN, "chunk 2 alone");
 	assert_int_equal(p->ops->unmap(p, va2, GRAN), 0);
 
 	for (uint64_t i = 0; i < n; i++)
@@ -381,10 +337,10 @@ static void test_chunks_distinct(void **state)
 
 	assert_int_equal(p->ops->map(p, va1, GRAN, c1), 0);
 	assert_int_equal(p->ops->map(p, va2, GRAN, c2), 0);
-	memset(hptr(va1), 0x11, GRAN);
-	memset(hptr(va2), 0x22, GRAN);
-	expect_byte(hptr(va1), 0x11, GRAN, "chunk 1");
-	expect_byte(hptr(va2), 0x22, GRAN, "chunk 2");
+	memset(dev_ptr(va1), 0x11, GRAN);
+	memset(dev_ptr(va2), 0x22, GRAN);
+	expect_byte(dev_ptr(va1), 0x11, GRAN, "chunk 1");
+	expect_byte(dev_ptr(va2), 0x22, GRAN, "chunk 2");
 	assert_int_equal(p->ops->unmap(p, va1, GRAN), 0);
 	assert_int_equal(p->ops->unmap(p, va2, GRAN), 0);
 	p->ops->destroy(p, c1);
@@ -400,17 +356,17 @@ static void test_set_access(void **state)
 	uint64_t c = chunk_create(p, 2 * GRAN);
 
 	assert_int_equal(p->ops->map(p, va, 2 * GRAN, c), 0);
-	pattern(hptr(va), 6, 0, 2 * GRAN);
+	pattern(dev_ptr(va), 6, 0, 2 * GRAN);
 
 	assert_int_equal(p->ops->set_access(p, va, GRAN, VMU_ACCESS_READ), 0);
-	expect_pattern(hptr(va), 6, 0, 2 * GRAN, "read-only granule");
+	expect_pattern(dev_ptr(va), 6, 0, 2 * GRAN, "read-only granule");
 	assert_int_equal(p->ops->set_access(p, va, GRAN, VMU_ACCESS_NONE), 0);
 	assert_int_equal(
 		p->ops->set_access(p, va, 2 * GRAN, VMU_ACCESS_READWRITE), 0);
 	/* writable again, and the bytes survived the changes */
-	expect_pattern(hptr(va), 6, 0, 2 * GRAN, "after access changes");
-	memset(hptr(va), 0x33, 2 * GRAN);
-	expect_byte(hptr(va), 0x33, 2 * GRAN, "rewritten");
+	expect_pattern(dev_ptr(va), 6, 0, 2 * GRAN, "after access changes");
+	memset(dev_ptr(va), 0x33, 2 * GRAN);
+	expect_byte(dev_ptr(va), 0x33, 2 * GRAN, "rewritten");
 
 	assert_int_equal(p->ops->unmap(p, va, 2 * GRAN), 0);
 	p->ops->destroy(p, c);
@@ -434,12 +390,12 @@ static void test_copies(void **state)
 	/* htod: whole, then an odd piece at an odd offset */
 	pattern(src, 7, 0, size);
 	assert_int_equal(p->ops->copy_htod(p, a, src, size), 0);
-	assert_memory_equal(hptr(a), src, size);
+	assert_memory_equal(dev_ptr(a), src, size);
 	pattern(src, 8, 0, 1000);
 	assert_int_equal(p->ops->copy_htod(p, a + 101, src, 1000), 0);
-	expect_pattern(hptr(a) + 101, 8, 0, 1000, "htod piece");
-	expect_pattern(hptr(a), 7, 0, 101, "htod before the piece");
-	expect_pattern(hptr(a) + 1101, 7, 1101, size - 1101,
+	expect_pattern(dev_ptr(a) + 101, 8, 0, 1000, "htod piece");
+	expect_pattern(dev_ptr(a), 7, 0, 101, "htod before the piece");
+	expect_pattern(dev_ptr(a) + 1101, 7, 1101, size - 1101,
 		       "htod after the piece");
 
 	/* dtoh of an odd piece */
@@ -450,22 +406,22 @@ static void test_copies(void **state)
 
 	/* dtod: whole, then a piece that crosses the granule boundary */
 	assert_int_equal(p->ops->copy_dtod(p, b, a, size), 0);
-	assert_memory_equal(hptr(b), hptr(a), size);
-	memset(hptr(b), 0, size);
+	assert_memory_equal(dev_ptr(b), dev_ptr(a), size);
+	memset(dev_ptr(b), 0, size);
 	assert_int_equal(p->ops->copy_dtod(p, b + 7, a + GRAN - 3, 10), 0);
-	assert_memory_equal(hptr(b) + 7, hptr(a) + GRAN - 3, 10);
-	expect_byte(hptr(b), 0, 7, "dtod before the piece");
-	expect_byte(hptr(b) + 17, 0, size - 17, "dtod after the piece");
+	assert_memory_equal(dev_ptr(b) + 7, dev_ptr(a) + GRAN - 3, 10);
+	expect_byte(dev_ptr(b), 0, 7, "dtod before the piece");
+	expect_byte(dev_ptr(b) + 17, 0, size - 17, "dtod after the piece");
 
 	/* memset a range that crosses the granule boundary */
-	pattern(hptr(a), 9, 0, size);
+	pattern(dev_ptr(a), 9, 0, size);
 	assert_int_equal(p->ops->memset(p, a + 10, 0xab, GRAN), 0);
-	expect_pattern(hptr(a), 9, 0, 10, "memset before the range");
-	expect_byte(hptr(a) + 10, 0xab, GRAN, "memset range");
-	expect_pattern(hptr(a) + 10 + GRAN, 9, 10 + GRAN, size - 10 - GRAN,
+	expect_pattern(dev_ptr(a), 9, 0, 10, "memset before the range");
+	expect_byte(dev_ptr(a) + 10, 0xab, GRAN, "memset range");
+	expect_pattern(dev_ptr(a) + 10 + GRAN, 9, 10 + GRAN, size - 10 - GRAN,
 		       "memset after the range");
 	assert_int_equal(p->ops->memset(p, a, 0, size), 0);
-	expect_byte(hptr(a), 0, size, "memset 0");
+	expect_byte(dev_ptr(a), 0, size, "memset 0");
 
 	assert_int_equal(p->ops->unmap(p, a, size), 0);
 	assert_int_equal(p->ops->unmap(p, b, size), 0);
@@ -538,23 +494,15 @@ struct worker {
 	unsigned int id;
 	uint64_t chunks[CAP / GRAN];
 	size_t nchunks;
-	int errors;
-	char err[160];
+	struct thread_err te;
 };
 
-static void worker_fail(struct worker *w, int line, const char *what, int rc)
-{
-	if (!w->errors++)
-		snprintf(w->err, sizeof(w->err), "thread %u line %d: %s (%d)",
-			 w->id, line, what, rc);
-}
-
-#define W_CHECK(w, cond, rc)                                 \
-	do {                                                 \
-		if (!(cond)) {                               \
-			worker_fail(w, __LINE__, #cond, rc); \
-			goto out;                            \
-		}                                            \
+#define W_CHECK(w, cond, rc)                                        \
+	do {                                                        \
+		if (!(cond)) {                                      \
+			thread_fail(&(w)->te, __LINE__, #cond, rc); \
+			goto out;                                   \
+		}                                                   \
 	} while (0)
 
 /* Map, fill, check, unmap chunks of 1..4 granules; never near capacity, so
@@ -572,7 +520,7 @@ static void *map_worker(void *arg)
 	for (unsigned int i = 0; i < ITERS; i++) {
 		uint64_t size = (1 + (i + w->id) % 4) * GRAN;
 		uint8_t byte = (uint8_t)(w->id * 31 + i);
-		const uint8_t *q = hptr(va);
+		const uint8_t *q = dev_ptr(va);
 
 		rc = p->ops->create(p, size, &chunk);
 		W_CHECK(w, rc == 0, rc);
@@ -624,6 +572,7 @@ static void run_workers(struct vmu_provider *p, struct worker *w,
 		memset(&w[i], 0, sizeof(w[i]));
 		w[i].p = p;
 		w[i].id = i;
+		w[i].te.id = i;
 		w[i].barrier = &barrier;
 		assert_int_equal(pthread_create(&tid[i], NULL, fn, &w[i]), 0);
 	}
@@ -631,8 +580,8 @@ static void run_workers(struct vmu_provider *p, struct worker *w,
 		assert_int_equal(pthread_join(tid[i], NULL), 0);
 	pthread_barrier_destroy(&barrier);
 	for (unsigned int i = 0; i < NTHREADS; i++)
-		if (w[i].errors)
-			fail_msg("%s", w[i].err);
+		if (w[i].te.errors)
+			fail_msg("%s", w[i].te.msg);
 }
 
 static void test_threads(void **state)

@@ -24,10 +24,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testutil.h"
 #include "vmu/vmu.h"
 
-#define KiB (UINT64_C(1) << 10)
-#define MiB (UINT64_C(1) << 20)
 #define GRAN (64 * KiB)
 #define NSESS 3
 
@@ -121,66 +120,6 @@ static int teardown(void **state)
 
 /* ---------------------------------------------------------------------- */
 /* Helpers */
-
-static const uint8_t *dptr(uint64_t addr)
-{
-	return (const uint8_t *)(uintptr_t)addr;
-}
-
-static void *xmalloc(size_t len)
-{
-	void *p = malloc(len ? len : 1);
-
-	assert_non_null(p);
-	return p;
-}
-
-/* A byte pattern that differs per seed and per offset. */
-static void pattern(uint8_t *buf, uint64_t seed, uint64_t off, uint64_t len)
-{
-	for (uint64_t i = 0; i < len; i++) {
-		uint64_t x = (seed + 1) * UINT64_C(0x9e3779b97f4a7c15) +
-			     (off + i) * UINT64_C(0xbf58476d1ce4e5b9);
-
-		buf[i] = (uint8_t)((x ^ (x >> 31)) >> 24);
-	}
-}
-
-static uint8_t *pattern_buf(uint64_t seed, uint64_t len)
-{
-	uint8_t *buf = xmalloc(len);
-
-	pattern(buf, seed, 0, len);
-	return buf;
-}
-
-/* Index of the first byte of @got that differs from the pattern, or -1. */
-static int64_t pattern_diff(const uint8_t *got, uint64_t seed, uint64_t off,
-			    uint64_t len)
-{
-	uint8_t *want = pattern_buf(0, len);
-	int64_t bad = -1;
-
-	pattern(want, seed, off, len);
-	for (uint64_t i = 0; i < len; i++) {
-		if (got[i] != want[i]) {
-			bad = (int64_t)i;
-			break;
-		}
-	}
-	free(want);
-	return bad;
-}
-
-static void expect_pattern(const uint8_t *got, uint64_t seed, uint64_t off,
-			   uint64_t len, const char *what)
-{
-	int64_t bad = pattern_diff(got, seed, off, len);
-
-	if (bad >= 0)
-		fail_msg("%s: byte %" PRIu64 " differs from pattern %" PRIu64,
-			 what, off + (uint64_t)bad, seed);
-}
 
 static struct vmu_stats get_stats(struct vmu *v)
 {
@@ -364,7 +303,7 @@ static struct vmu_text *text_new(struct vmu_session *s, uint64_t seed,
 	assert_memory_equal(vmu_text_fp(t), fp, VMU_FP_LEN);
 	assert_int_equal(vmu_text_size(t), size);
 	assert_true(vmu_text_addr(t) != 0);
-	assert_memory_equal(dptr(vmu_text_addr(t)), buf, size);
+	assert_memory_equal(dev_ptr(vmu_text_addr(t)), buf, size);
 	free(buf);
 	return t;
 }
@@ -538,7 +477,8 @@ static void test_region_grows_in_place(void **state)
 		region_expect_zero(s, h, prev, size - prev);
 		region_expect(s, h, 1, 0, prev);
 		region_fill(s, h, 1, prev, size - prev);
-		expect_pattern(dptr(addr), 1, 0, size, "at the device address");
+		expect_pattern(dev_ptr(addr), 1, 0, size,
+			       "at the device address");
 		prev = size;
 	}
 
@@ -667,7 +607,7 @@ static void test_swap_roundtrip(void **state)
 	assert_int_equal(u.resident, info0.mapped);
 	assert_int_equal(u.swapped, 0);
 	region_expect(s, h, 7, 0, size);
-	expect_pattern(dptr(info.addr), 7, 0, size, "restored device bytes");
+	expect_pattern(dev_ptr(info.addr), 7, 0, size, "restored device bytes");
 	check_invariants(f->v);
 }
 
@@ -1105,7 +1045,7 @@ static void test_text_stream(void **state)
 	assert_true(created);
 	assert_int_equal(vmu_text_size(t), size);
 	assert_memory_equal(vmu_text_fp(t), fp, VMU_FP_LEN);
-	assert_memory_equal(dptr(vmu_text_addr(t)), buf, size);
+	assert_memory_equal(dev_ptr(vmu_text_addr(t)), buf, size);
 	assert_int_equal(get_stats(f->v).committed, st1.committed);
 	assert_int_equal(get_usage(f->s[0]).text_refs, 1);
 	assert_true(text_present(f->s[1], fp));
@@ -1892,23 +1832,15 @@ struct worker {
 	bool live[NSLOTS];
 	unsigned int created[NCONTENT];
 	uint8_t *buf;
-	int errors;
-	char err[200];
+	struct thread_err te;
 };
 
-static void worker_fail(struct worker *w, int line, const char *what, int rc)
-{
-	if (!w->errors++)
-		snprintf(w->err, sizeof(w->err), "thread %u line %d: %s (%d)",
-			 w->id, line, what, rc);
-}
-
-#define W_CHECK(w, cond, rc)                                 \
-	do {                                                 \
-		if (!(cond)) {                               \
-			worker_fail(w, __LINE__, #cond, rc); \
-			return -1;                           \
-		}                                            \
+#define W_CHECK(w, cond, rc)                                        \
+	do {                                                        \
+		if (!(cond)) {                                      \
+			thread_fail(&(w)->te, __LINE__, #cond, rc); \
+			return -1;                                  \
+		}                                                   \
 	} while (0)
 
 static int w_verify(struct worker *w, int i)
@@ -1999,7 +1931,7 @@ static int w_text_op(struct worker *w, unsigned int k)
 	if (created)
 		w->created[k]++;
 	W_CHECK(w, vmu_text_size(t) == c->size, 0);
-	W_CHECK(w, !memcmp(dptr(vmu_text_addr(t)), c->buf, c->size), 0);
+	W_CHECK(w, !memcmp(dev_ptr(vmu_text_addr(t)), c->buf, c->size), 0);
 	rc = vmu_text_lookup(w->s, c->fp, &t2);
 	W_CHECK(w, rc == 0, rc);
 	W_CHECK(w, t2 == t, 0);
@@ -2045,8 +1977,8 @@ static void run_workers(struct worker *w, void *(*fn)(void *))
 		assert_int_equal(pthread_join(tid[i], NULL), 0);
 	pthread_barrier_destroy(&barrier);
 	for (unsigned int i = 0; i < NTHREADS; i++)
-		if (w[i].errors)
-			fail_msg("%s", w[i].err);
+		if (w[i].te.errors)
+			fail_msg("%s", w[i].te.msg);
 }
 
 static void test_threads_sessions(void **state)
@@ -2069,6 +2001,7 @@ static void test_threads_sessions(void **state)
 	for (unsigned int i = 0; i < NTHREADS; i++) {
 		w[i].v = f->v;
 		w[i].id = i;
+		w[i].te.id = i;
 		w[i].rnd = 1234 + i;
 		w[i].g = f->g;
 		w[i].content = content;
@@ -2170,7 +2103,7 @@ static void *stack_worker(void *arg)
 
 		rc = vmu_stack_begin(w->stack, peak, NULL);
 		if (rc) {
-			worker_fail(w, __LINE__, "begin", rc);
+			thread_fail(&w->te, __LINE__, "begin", rc);
 			return NULL;
 		}
 		for (;;) {
@@ -2181,7 +2114,7 @@ static void *stack_worker(void *arg)
 			if (rc == -ENOSPC || n == 511)
 				break;
 			if (rc || addr[n] % (al ? al : 256)) {
-				worker_fail(w, __LINE__, "alloc", rc);
+				thread_fail(&w->te, __LINE__, "alloc", rc);
 				return NULL;
 			}
 			memset((void *)(uintptr_t)addr[n],
@@ -2189,23 +2122,23 @@ static void *stack_worker(void *arg)
 			n++;
 		}
 		if (vmu_stack_used(w->stack) > peak) {
-			worker_fail(w, __LINE__, "used > peak", 0);
+			thread_fail(&w->te, __LINE__, "used > peak", 0);
 			return NULL;
 		}
 		for (unsigned int j = 0; j < n; j++) {
-			const uint8_t *q = dptr(addr[j]);
+			const uint8_t *q = dev_ptr(addr[j]);
 			uint8_t want = (uint8_t)(w->id * 16 + iter % 16);
 
 			if (q[0] != want || q[size[j] - 1] != want ||
 			    (j && addr[j] < addr[j - 1] + size[j - 1])) {
-				worker_fail(w, __LINE__, "stack bytes", 0);
+				thread_fail(&w->te, __LINE__, "stack bytes", 0);
 				return NULL;
 			}
 		}
 		end = vmu_stack_used(w->stack);
 		if (vmu_stack_end(w->stack) != end ||
 		    vmu_stack_used(w->stack) != 0) {
-			worker_fail(w, __LINE__, "end", 0);
+			thread_fail(&w->te, __LINE__, "end", 0);
 			return NULL;
 		}
 	}
@@ -2251,8 +2184,8 @@ static void racer_step(struct racer *r, uint8_t *buf)
 			break;
 		}
 		if (info.addr != r->addr || info.state != VMU_REGION_RESIDENT ||
-		    memcmp(dptr(r->addr), r->want, 4096) ||
-		    memcmp(dptr(r->addr + r->size - 4096),
+		    memcmp(dev_ptr(r->addr), r->want, 4096) ||
+		    memcmp(dev_ptr(r->addr + r->size - 4096),
 			   r->want + r->size - 4096, 4096))
 			racer_fail(r, __LINE__, 0);
 		rc = vmu_region_unpin(s, r->h);
@@ -2357,6 +2290,7 @@ static void test_threads_stacks(void **state)
 	for (unsigned int i = 0; i < NTHREADS; i++) {
 		w[i].v = f->v;
 		w[i].id = i;
+		w[i].te.id = i;
 		w[i].rnd = 99 + i;
 		w[i].g = f->g;
 		assert_int_equal(vmu_stack_create(f->v, 16 * f->g, &w[i].stack),
@@ -2410,7 +2344,7 @@ static void test_stack_basic(void **state)
 	memset((void *)(uintptr_t)a0, 0x11, g);
 	memset((void *)(uintptr_t)a1, 0x22, 2 * g);
 	memset((void *)(uintptr_t)a2, 0x33, 512);
-	assert_int_equal(dptr(a0)[g - 1], 0x11);
+	assert_int_equal(dev_ptr(a0)[g - 1], 0x11);
 
 	assert_int_equal(vmu_stack_end(f->stack), peak);
 	assert_int_equal(vmu_stack_used(f->stack), 0);

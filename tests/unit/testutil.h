@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Helpers shared by the unit tests. Include after <cmocka.h>.
+ */
+#ifndef DJINN_TESTUTIL_H
+#define DJINN_TESTUTIL_H
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define KiB (UINT64_C(1) << 10)
+#define MiB (UINT64_C(1) << 20)
+
+/* For host-provider memory a device address is a host pointer. */
+static inline uint8_t *dev_ptr(uint64_t addr)
+{
+	return (uint8_t *)(uintptr_t)addr;
+}
+
+static inline void *xmalloc(size_t len)
+{
+	void *p = malloc(len ? len : 1);
+
+	assert_non_null(p);
+	return p;
+}
+
+/* A byte pattern that differs per seed and per offset. */
+static inline void pattern(uint8_t *buf, uint64_t seed, uint64_t off,
+			   uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++) {
+		uint64_t x = (seed + 1) * UINT64_C(0x9e3779b97f4a7c15) +
+			     (off + i) * UINT64_C(0xbf58476d1ce4e5b9);
+
+		buf[i] = (uint8_t)((x ^ (x >> 31)) >> 24);
+	}
+}
+
+static inline uint8_t *pattern_buf(uint64_t seed, uint64_t len)
+{
+	uint8_t *buf = xmalloc(len);
+
+	pattern(buf, seed, 0, len);
+	return buf;
+}
+
+/* Index of the first byte of @got that differs from the pattern, or -1. */
+static inline int64_t pattern_diff(const uint8_t *got, uint64_t seed,
+				   uint64_t off, uint64_t len)
+{
+	uint8_t *want = xmalloc(len);
+	int64_t bad = -1;
+
+	pattern(want, seed, off, len);
+	for (uint64_t i = 0; i < len; i++) {
+		if (got[i] != want[i]) {
+			bad = (int64_t)i;
+			break;
+		}
+	}
+	free(want);
+	return bad;
+}
+
+/* Fails naming the first byte of @got that differs from the pattern. */
+static inline void expect_pattern(const uint8_t *got, uint64_t seed,
+				  uint64_t off, uint64_t len, const char *what)
+{
+	int64_t bad = pattern_diff(got, seed, off, len);
+
+	if (bad >= 0)
+		fail_msg("%s: byte %" PRIu64 " differs from pattern %" PRIu64,
+			 what, off + (uint64_t)bad, seed);
+}
+
+/*
+ * A worker thread cannot fail a cmocka test itself: it records the first
+ * failure here and the test asserts, after joining, that there was none.
+ */
+struct thread_err {
+	unsigned int id;
+	int errors;
+	char msg[200];
+};
+
+static inline void thread_fail(struct thread_err *e, int line, const char *what,
+			       int rc)
+{
+	if (!e->errors++)
+		snprintf(e->msg, sizeof(e->msg), "thread %u line %d: %s (%d)",
+			 e->id, line, what, rc);
+}
+
+#endif /* DJINN_TESTUTIL_H */
