@@ -23,28 +23,55 @@ ALL_LDFLAGS = $(LDFLAGS) $(SAN) -pthread
 
 # Debian packages every target needs; scripts/deps.sh installs what is missing.
 DEB_PKGS  := gcc clang make libc6-dev pkg-config libssl-dev libcmocka-dev \
-	     clang-format
+	     clang-format libopenblas-dev liburing-dev
 
-# --- the VMU library -----------------------------------------------------
-VMU_SRCS  := djinnd/vmu/vmu.c djinnd/vmu/host.c
-VMU_LIB   := $(BUILD)/libvmu.a
-VMU_LIBS  := -lcrypto
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+ALL_CFLAGS  += $(BLAS_CFLAGS)
 
-# --- tests -----------------------------------------------------------------
-UNIT_TESTS := vmu host_provider
+# --- libraries ---------------------------------------------------------------
+# lib/: shared by djinnd, libdjinn and the tools
+COMMON_SRCS := $(wildcard lib/*.c)
+COMMON_LIB  := $(BUILD)/libcommon.a
+# the VMU
+VMU_SRCS    := djinnd/vmu/vmu.c djinnd/vmu/host.c
+VMU_LIB     := $(BUILD)/libvmu.a
+# device backends
+BACKEND_SRCS := $(wildcard djinnd/backend/cpu/*.c)
+BACKEND_LIB  := $(BUILD)/libbackend.a
+
+LIBS_VMU     := $(VMU_LIB) -lcrypto
+LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(COMMON_LIB) $(BLAS_LIBS) -lm
+
+# --- tests -------------------------------------------------------------------
+# One binary per tests/unit/test_NAME.c, linking test_NAME_LIBS.
+UNIT_TESTS := $(patsubst tests/unit/test_%.c,%,$(wildcard tests/unit/test_*.c))
 UNIT_BINS  := $(UNIT_TESTS:%=$(BUILD)/tests/unit/test_%)
+test_vmu_LIBS           := $(LIBS_VMU)
+test_host_provider_LIBS := $(LIBS_VMU)
+test_graph_LIBS         := $(COMMON_LIB)
+test_cpu_backend_LIBS   := $(LIBS_BACKEND)
 
-# --- benchmarks ------------------------------------------------------------
+# Fuzz harnesses tests/fuzz/fuzz_NAME.c: libFuzzer binaries with
+# `make fuzz` (clang), and in `make test` a replay of tests/fuzz/corpus/NAME/
+# through the same entry point (tests/fuzz/replay.c).
+FUZZERS     := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_REPLAY := $(FUZZERS:%=$(BUILD)/tests/fuzz/replay_%)
+fuzz_graph_LIBS := $(COMMON_LIB)
+
+# --- benchmarks ----------------------------------------------------------------
 BENCH_BINS := $(BUILD)/bench/vmu-bench
 
-OBJS = $(VMU_SRCS:%.c=$(BUILD)/%.o) $(UNIT_TESTS:%=$(BUILD)/tests/unit/test_%.o) \
-       $(BENCH_BINS:%=%.o)
+SRCS = $(COMMON_SRCS) $(VMU_SRCS) $(BACKEND_SRCS) \
+       $(wildcard tests/unit/*.c tests/fuzz/*.c bench/*.c)
+OBJS = $(SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test check asan bench run format-check clean
+.PHONY: all deps test check asan bench run fuzz format-check clean
 .SECONDARY:
 .DEFAULT_GOAL := all
 
-all: $(VMU_LIB) $(UNIT_BINS) $(BENCH_BINS)
+all: $(COMMON_LIB) $(VMU_LIB) $(BACKEND_LIB) $(UNIT_BINS) $(FUZZ_REPLAY) \
+     $(BENCH_BINS)
 
 deps:
 	$(Q)scripts/deps.sh $(DEB_PKGS)
@@ -54,22 +81,31 @@ $(BUILD)/%.o: %.c
 	@echo "  CC      $<"
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-$(VMU_LIB): $(VMU_SRCS:%.c=$(BUILD)/%.o)
+$(BUILD)/%.a:
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/tests/unit/test_%: $(BUILD)/tests/unit/test_%.o $(VMU_LIB)
+$(COMMON_LIB): $(COMMON_SRCS:%.c=$(BUILD)/%.o)
+$(VMU_LIB): $(VMU_SRCS:%.c=$(BUILD)/%.o)
+$(BACKEND_LIB): $(BACKEND_SRCS:%.c=$(BUILD)/%.o)
+
+.SECONDEXPANSION:
+$(BUILD)/tests/unit/test_%: $(BUILD)/tests/unit/test_%.o $$(filter %.a,$$(test_$$*_LIBS))
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(VMU_LIBS) -lcmocka
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(test_$*_LIBS) -lcmocka
+
+$(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.o $$(filter %.a,$$(fuzz_$$*_LIBS))
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/fuzz/replay.o $(fuzz_$*_LIBS)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(VMU_LIBS) -lm
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_VMU) -lm
 
 # `make test` is a complete set-up: packages first, then build, then run.
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)tests/run.sh $(UNIT_BINS)
+	$(Q)tests/run.sh $(UNIT_BINS) $(FUZZ_REPLAY)
 
 check: test
 
@@ -79,7 +115,7 @@ asan: deps
 		CFLAGS="-O1 -g" all
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		tests/run.sh $(UNIT_BINS:$(BUILD)/%=build-asan/%)
+		tests/run.sh $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BINS) $(FUZZ_REPLAY))
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
@@ -90,6 +126,18 @@ bench: deps
 run: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(BUILD)/bench/vmu-bench --report
+
+# libFuzzer binaries (clang); run one with build-fuzz/fuzz_NAME tests/fuzz/corpus/NAME
+fuzz: deps
+	$(Q)for f in $(FUZZERS); do \
+		$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
+			SAN="-fsanitize=fuzzer-no-link,address,undefined" \
+			build-fuzz/libcommon.a build-fuzz/libvmu.a build-fuzz/libbackend.a \
+			build-fuzz/tests/fuzz/fuzz_$$f.o || exit 1; \
+		clang -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz_$$f \
+			build-fuzz/tests/fuzz/fuzz_$$f.o build-fuzz/libcommon.a || exit 1; \
+		echo "  FUZZ    build-fuzz/fuzz_$$f"; \
+	done
 
 FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 format-check:

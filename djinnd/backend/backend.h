@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The device backend interface: the only code that knows CUDA or the CPU.
+ *
+ * A backend owns one device: its physical memory (a struct vmu_provider
+ * the VMU sits on) and the kernels that run graph nodes on tensors in
+ * that memory. The executor validates graphs (lib/graph.h), plans memory
+ * and allocates every result before it calls run_node(), so a backend
+ * sees only well-formed nodes whose output is already allocated, with
+ * the shape inference gave it.
+ */
+#ifndef DJINN_BACKEND_H
+#define DJINN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <djinn/proto.h>
+
+#include "vmu/provider.h"
+
+/* A tensor in device memory: contiguous, row-major, outermost dim first. */
+struct dj_tensor {
+	uint64_t addr;
+	struct djinn_tensor_desc desc;
+};
+
+struct backend;
+
+struct backend_ops {
+	/* Run one node: @in[node->nr_inputs] -> @out. Returns 0, or a
+	 * negative errno with a reason in @msg (a dtype the backend has no
+	 * kernel for: -EOPNOTSUPP). Synchronous on the CPU; on a GPU it
+	 * may only enqueue, and sync() waits. */
+	int (*run_node)(struct backend *b, const struct djinn_node *node,
+			const struct dj_tensor *in, const struct dj_tensor *out,
+			char *msg, size_t msglen);
+	/* Wait for everything enqueued; -EIO if the device failed. */
+	int (*sync)(struct backend *b);
+	void (*destroy)(struct backend *b);
+};
+
+/*
+ * struct backend - one device
+ * @ops:      the operations
+ * @name:     "cpu", "cuda:0"
+ * @provider: its memory, for vmu_create()
+ */
+struct backend {
+	const struct backend_ops *ops;
+	const char *name;
+	struct vmu_provider *provider;
+};
+
+/*
+ * The CPU backend: @capacity bytes of host-provider memory (djinnd's
+ * --cpu-mem), @threads kernel threads (0: one per online CPU), GEMM
+ * through OpenBLAS.
+ */
+int cpu_backend_create(uint64_t capacity, unsigned int threads,
+		       struct backend **out);
+
+#endif /* DJINN_BACKEND_H */

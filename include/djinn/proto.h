@@ -1,0 +1,458 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The wire protocol between libdjinn (and djinnctl) and djinnd.
+ *
+ * DOC: framing
+ *
+ * Every message is a frame: a 40-byte struct djinn_hdr followed by
+ * hdr.payload_len bytes of payload. All integers are little-endian; all
+ * structs have a fixed layout with explicit padding named __reserved*,
+ * which senders set to zero and receivers refuse when it is not
+ * (-EINVAL). No text encodings: tensor bytes follow their struct as they
+ * are.
+ *
+ * A client numbers its requests (hdr.request_id, any value, unique among
+ * its requests in flight on the connection). Each request gets exactly
+ * one response frame with the same request_id, opcode and
+ * DJINN_F_RESPONSE set. Responses may come in any order: many requests
+ * can be in flight on one connection.
+ *
+ * DOC: errors
+ *
+ * A failed request's response has DJINN_F_ERROR set and a struct
+ * djinn_error payload: a negative errno and a short message naming what
+ * was wrong ("node 3 (matmul): inner dims 64 and 32 differ"). The errno
+ * contract, for every opcode:
+ *
+ *   -EPROTO        bad magic, or a frame that cannot be parsed: the
+ *                  server answers once and closes the connection
+ *   -EPROTONOSUPPORT  hdr.version is not the server's; the message names
+ *                  both versions; the connection stays open
+ *   -EOPNOTSUPP    unknown opcode
+ *   -EINVAL        reserved field or unknown flag set, bad enum value,
+ *                  malformed payload (the message names the field)
+ *   -EMSGSIZE      payload_len over DJINN_MAX_PAYLOAD, or over what the
+ *                  opcode allows; checked before anything is allocated
+ *   -E2BIG         a limit below exceeded (dims, nodes, tensor bytes)
+ *   -ENOENT        no such session, tensor or text entry; also stale,
+ *                  foreign and forged handles
+ *   -EPERM         the session is not attached to this connection, or the
+ *                  token is wrong
+ *   -ENOMEM        admission refused: the message gives need and
+ *                  availability
+ *   -EDQUOT        a quota would be exceeded
+ *   -EBADMSG       text bytes that do not hash to the fingerprint given
+ *   -ECANCELED     the session ended while the request was queued
+ *
+ * DOC: sessions
+ *
+ * SESSION_OPEN creates a session bound to the connection and returns its
+ * id and a 128-bit token. Every request about a session carries its id in
+ * hdr.session_id. Another connection may use the session after
+ * SESSION_ATTACH with the token. A session lives until SESSION_CLOSE, an
+ * admin kill, daemon shutdown, or its lease running out: the client
+ * renews the lease with HEARTBEAT (any request renews it too). Closing
+ * a connection does not end its sessions; their leases do.
+ *
+ * DOC: handles and results
+ *
+ * Tensors are named by 64-bit handles the server issues: opaque,
+ * session-scoped, generation-checked. GRAPH_SUBMIT is answered when the
+ * graph has run, with the handles of its outputs. Before that, a later
+ * graph of the same session may already use an output as an input by
+ * naming it (DJINN_REF_RESULT) with the submit's request_id and the
+ * output's index: a session's graphs run in the order they were
+ * submitted.
+ */
+#ifndef DJINN_PROTO_H
+#define DJINN_PROTO_H
+
+#include <assert.h>
+#include <linux/types.h>
+
+#define DJINN_MAGIC 0x314e4a44u /* "DJN1" */
+#define DJINN_PROTO_VERSION 1
+
+/* Hard limits, checked before anything is allocated. */
+#define DJINN_MAX_PAYLOAD (1ull << 34) /* 16 GiB: one frame */
+#define DJINN_MAX_DIMS 8
+#define DJINN_MAX_NODES 4096
+#define DJINN_MAX_GRAPH_INPUTS 4096
+#define DJINN_MAX_GRAPH_OUTPUTS 256
+#define DJINN_MAX_NODE_INPUTS 4
+#define DJINN_MAX_ERROR_MSG 256
+#define DJINN_TENANT_MAX 64 /* with its NUL */
+#define DJINN_FP_LEN 32 /* SHA-256 */
+
+enum djinn_op {
+	DJINN_OP_HELLO = 1,
+	DJINN_OP_SESSION_OPEN = 2,
+	DJINN_OP_SESSION_ATTACH = 3,
+	DJINN_OP_SESSION_CLOSE = 4,
+	DJINN_OP_HEARTBEAT = 5,
+	DJINN_OP_SIGNAL = 6,
+	DJINN_OP_TENSOR_CREATE = 7,
+	DJINN_OP_TENSOR_WRITE = 8,
+	DJINN_OP_TENSOR_READ = 9,
+	DJINN_OP_TENSOR_RELEASE = 10,
+	DJINN_OP_TEXT_LOOKUP = 11,
+	DJINN_OP_GRAPH_SUBMIT = 12,
+
+	/* Admin socket only. */
+	DJINN_OP_ADMIN_SESSIONS = 64,
+	DJINN_OP_ADMIN_KILL = 65,
+	DJINN_OP_ADMIN_VMU = 66,
+	DJINN_OP_ADMIN_STATS = 67,
+};
+
+/* hdr.flags */
+#define DJINN_F_RESPONSE (1u << 0)
+#define DJINN_F_ERROR (1u << 1)
+#define DJINN_F_ALL (DJINN_F_RESPONSE | DJINN_F_ERROR)
+
+/**
+ * struct djinn_hdr - every frame starts with one
+ * @magic:       DJINN_MAGIC
+ * @version:     DJINN_PROTO_VERSION of the sender
+ * @opcode:      enum djinn_op
+ * @flags:       DJINN_F_*; requests carry none
+ * @__reserved:  zero
+ * @request_id:  chosen by the client, echoed in the response
+ * @session_id:  the session the request is about, 0 for none
+ * @payload_len: bytes that follow the header
+ */
+struct djinn_hdr {
+	__u32 magic;
+	__u16 version;
+	__u16 opcode;
+	__u32 flags;
+	__u32 __reserved;
+	__u64 request_id;
+	__u64 session_id;
+	__u64 payload_len;
+};
+static_assert(sizeof(struct djinn_hdr) == 40, "djinn_hdr layout");
+
+/**
+ * struct djinn_error - payload of a DJINN_F_ERROR response
+ * @error: a negative errno
+ * @len:   bytes of @msg, at most DJINN_MAX_ERROR_MSG, not NUL-terminated
+ */
+struct djinn_error {
+	__s32 error;
+	__u32 len;
+	char msg[];
+};
+static_assert(sizeof(struct djinn_error) == 8, "djinn_error layout");
+
+/* ---------------------------------------------------------------------- */
+/* Tensors */
+
+enum djinn_dtype {
+	DJINN_DTYPE_F32 = 1,
+	DJINN_DTYPE_F16 = 2,
+	DJINN_DTYPE_BF16 = 3,
+	DJINN_DTYPE_I32 = 4,
+	DJINN_DTYPE_I64 = 5,
+	DJINN_DTYPE_U8 = 6,
+};
+
+enum djinn_segment {
+	DJINN_SEG_DATA = 0, /* private to the session */
+	DJINN_SEG_TEXT = 1, /* shared, read-only, deduplicated */
+};
+
+/**
+ * struct djinn_tensor_desc - shape and type
+ * @dtype:   enum djinn_dtype
+ * @ndim:    0 (a scalar) to DJINN_MAX_DIMS
+ * @dims:    sizes, outermost first; entries past @ndim are zero
+ */
+struct djinn_tensor_desc {
+	__u8 dtype;
+	__u8 ndim;
+	__u8 __reserved[6];
+	__u64 dims[DJINN_MAX_DIMS];
+};
+static_assert(sizeof(struct djinn_tensor_desc) == 72, "desc layout");
+
+/* ---------------------------------------------------------------------- */
+/* Requests and responses */
+
+/**
+ * struct djinn_hello_resp - HELLO: what the server is and allows
+ * @version:      DJINN_PROTO_VERSION
+ * @features:     DJINN_FEAT_* bits
+ * @max_payload:  the largest frame payload it accepts
+ * @capacity:     device memory of its first device, bytes
+ * @granularity:  its allocation granule
+ * @backend:      "cpu", "cuda", NUL-padded
+ */
+struct djinn_hello_resp {
+	__u32 version;
+	__u32 features;
+	__u64 max_payload;
+	__u64 capacity;
+	__u64 granularity;
+	char backend[16];
+};
+static_assert(sizeof(struct djinn_hello_resp) == 48, "hello layout");
+
+/**
+ * struct djinn_session_open - SESSION_OPEN request
+ * @tenant:    NUL-terminated name, 1 to 63 bytes
+ * @priority:  0 (lowest) to 7; default 4
+ * @lease_ns:  lease period; 0 asks for the server's default; the server
+ *             clamps it to its limits and says what it chose
+ */
+struct djinn_session_open {
+	char tenant[DJINN_TENANT_MAX];
+	__u32 priority;
+	__u32 __reserved;
+	__u64 lease_ns;
+};
+static_assert(sizeof(struct djinn_session_open) == 80, "open layout");
+
+/**
+ * struct djinn_session_resp - SESSION_OPEN / ATTACH / HEARTBEAT response
+ * @session_id: the session
+ * @token:      128-bit secret for SESSION_ATTACH (zero except on OPEN)
+ * @lease_ns:   the lease period
+ * @deadline_ns: CLOCK_MONOTONIC time the lease runs out, on the server
+ */
+struct djinn_session_resp {
+	__u64 session_id;
+	__u8 token[16];
+	__u64 lease_ns;
+	__u64 deadline_ns;
+};
+static_assert(sizeof(struct djinn_session_resp) == 40, "session layout");
+
+/* SESSION_ATTACH request: the token; hdr.session_id names the session. */
+struct djinn_session_attach {
+	__u8 token[16];
+};
+static_assert(sizeof(struct djinn_session_attach) == 16, "attach layout");
+
+enum djinn_phase {
+	DJINN_PHASE_UNKNOWN = 0,
+	DJINN_PHASE_PREFILL = 1,
+	DJINN_PHASE_DECODE = 2,
+	DJINN_PHASE_VISION = 3,
+	DJINN_PHASE_TRAINING = 4,
+	DJINN_PHASE_IO_WAIT = 5, /* signals only: waiting on a tool */
+	DJINN_PHASE_COMPUTE = 6, /* signals only */
+	DJINN_PHASE_IDLE = 7, /* signals only */
+};
+
+/* SIGNAL request: what the session is about to do, and for how long. */
+struct djinn_signal {
+	__u32 phase;
+	__u32 __reserved;
+	__u64 expected_ns;
+};
+static_assert(sizeof(struct djinn_signal) == 16, "signal layout");
+
+/**
+ * struct djinn_tensor_create - TENSOR_CREATE request
+ * @desc:    shape and type; the tensor has desc bytes exactly
+ * @segment: enum djinn_segment
+ * @flags:   DJINN_CREATE_* bits
+ * @fp:      for DJINN_SEG_TEXT, the SHA-256 of the bytes: the server
+ *           refuses (-EBADMSG) bytes that do not hash to it
+ *
+ * The payload after the struct is the tensor's first bytes (all of them
+ * for text; for data, fewer or none, the rest zero until written).
+ * Response: struct djinn_tensor_resp.
+ */
+struct djinn_tensor_create {
+	struct djinn_tensor_desc desc;
+	__u32 segment;
+	__u32 flags;
+	__u8 fp[DJINN_FP_LEN];
+};
+static_assert(sizeof(struct djinn_tensor_create) == 112, "create layout");
+
+/**
+ * struct djinn_tensor_resp - a tensor the server holds
+ * @handle: its handle
+ * @desc:   its shape and type
+ * @flags:  DJINN_TENSOR_DEDUP when a text upload found the bytes present
+ */
+struct djinn_tensor_resp {
+	__u64 handle;
+	struct djinn_tensor_desc desc;
+	__u32 flags;
+	__u32 __reserved;
+};
+static_assert(sizeof(struct djinn_tensor_resp) == 88, "tensor resp layout");
+
+#define DJINN_TENSOR_DEDUP (1u << 0)
+
+/**
+ * struct djinn_tensor_io - TENSOR_WRITE and TENSOR_READ requests
+ * @handle: the tensor (a data tensor for WRITE)
+ * @offset: first byte
+ * @len:    bytes; for WRITE they follow the struct and len must equal
+ *          payload_len - sizeof(struct); READ's response payload is the
+ *          @len bytes
+ */
+struct djinn_tensor_io {
+	__u64 handle;
+	__u64 offset;
+	__u64 len;
+};
+static_assert(sizeof(struct djinn_tensor_io) == 24, "io layout");
+
+/* TENSOR_RELEASE request. */
+struct djinn_tensor_release {
+	__u64 handle;
+};
+
+/* TEXT_LOOKUP request: take a reference on text the server has; response
+ * struct djinn_tensor_resp, or -ENOENT: then upload with TENSOR_CREATE. */
+struct djinn_text_lookup {
+	__u8 fp[DJINN_FP_LEN];
+	struct djinn_tensor_desc desc; /* the shape to view it as */
+};
+static_assert(sizeof(struct djinn_text_lookup) == 104, "lookup layout");
+
+/* ---------------------------------------------------------------------- */
+/* Graphs */
+
+enum djinn_opcode {
+	DJINN_GOP_MATMUL = 1, /* a (..., M, K) x b (..., K, N); batched */
+	DJINN_GOP_ADD = 2, /* elementwise, numpy broadcasting */
+	DJINN_GOP_SUB = 3,
+	DJINN_GOP_MUL = 4,
+	DJINN_GOP_DIV = 5,
+	DJINN_GOP_SCALE = 6, /* x * alpha */
+	DJINN_GOP_GELU = 7, /* tanh approximation, as GPT-2 */
+	DJINN_GOP_RELU = 8,
+	DJINN_GOP_SILU = 9,
+	DJINN_GOP_SOFTMAX = 10, /* over the last dim */
+	DJINN_GOP_LAYERNORM = 11, /* x, gamma, beta over the last dim */
+	DJINN_GOP_RMSNORM = 12, /* x, gamma over the last dim */
+	DJINN_GOP_EMBEDDING = 13, /* table (V, C), ids (...) -> (..., C) */
+	DJINN_GOP_RESHAPE = 14,
+	DJINN_GOP_PERMUTE = 15,
+	DJINN_GOP_SLICE = 16, /* [start, end) along one axis */
+	DJINN_GOP_CONCAT = 17, /* along one axis, 2 to 4 inputs */
+	DJINN_GOP_ATTENTION = 18, /* causal SDPA: q (B,H,T,D) k,v (B,H,S,D) */
+	DJINN_GOP_ARGMAX = 19, /* over the last dim, to i64 */
+	DJINN_GOP_MAX = DJINN_GOP_ARGMAX,
+};
+
+enum djinn_residency {
+	DJINN_RES_ACTIVATION = 0,
+	DJINN_RES_WEIGHT = 1,
+	DJINN_RES_KV_CACHE = 2,
+	DJINN_RES_OUTPUT = 3,
+};
+
+/* Node parameters, by op; unused bytes are zero. */
+struct djinn_p_matmul {
+	__u32 trans_a; /* 0 or 1: use a's last two dims transposed */
+	__u32 trans_b;
+};
+struct djinn_p_scalar {
+	float alpha; /* SCALE */
+	float eps; /* LAYERNORM, RMSNORM */
+};
+struct djinn_p_shape {
+	__u32 ndim; /* RESHAPE: new dims, one may be -1; PERMUTE: perm */
+	__s32 dims[DJINN_MAX_DIMS];
+};
+struct djinn_p_axis {
+	__s32 axis; /* SLICE, CONCAT; negative counts from the end */
+	__u32 __reserved;
+	__s64 start, end; /* SLICE: [start, end), negative from the end */
+};
+struct djinn_p_attention {
+	float scale; /* 0: 1/sqrt(D) */
+	__u32 causal; /* 1: position t sees keys 0 .. t + (S - T) */
+};
+
+/**
+ * struct djinn_node - one op of a graph
+ * @op:        enum djinn_opcode
+ * @phase:     enum djinn_phase (PREFILL, DECODE, ...): an annotation
+ * @residency: enum djinn_residency of the node's result
+ * @nr_inputs: how many of @inputs are used
+ * @inputs:    values: index i < nr_graph_inputs names graph input i;
+ *             nr_graph_inputs + k names node k, which must come before
+ * @params:    op parameters (the djinn_p_* structs), zero-padded
+ */
+struct djinn_node {
+	__u16 op;
+	__u8 phase;
+	__u8 residency;
+	__u8 nr_inputs;
+	__u8 __reserved[3];
+	__u32 inputs[DJINN_MAX_NODE_INPUTS];
+	union {
+		struct djinn_p_matmul matmul;
+		struct djinn_p_scalar scalar;
+		struct djinn_p_shape shape;
+		struct djinn_p_axis axis;
+		struct djinn_p_attention attention;
+		__u8 raw[40];
+	} params;
+};
+static_assert(sizeof(struct djinn_node) == 64, "node layout");
+
+enum djinn_ref_kind {
+	DJINN_REF_HANDLE = 0, /* @id is a tensor handle */
+	DJINN_REF_RESULT = 1, /* @id is an earlier GRAPH_SUBMIT's request_id */
+};
+
+/**
+ * struct djinn_ref - a graph input
+ * @id:    a handle, or a request_id (see @kind)
+ * @index: for DJINN_REF_RESULT, which output of that graph
+ * @kind:  enum djinn_ref_kind
+ */
+struct djinn_ref {
+	__u64 id;
+	__u32 index;
+	__u16 kind;
+	__u16 __reserved;
+};
+static_assert(sizeof(struct djinn_ref) == 16, "ref layout");
+
+/**
+ * struct djinn_graph - GRAPH_SUBMIT request
+ * @nr_inputs:  graph inputs: struct djinn_ref[nr_inputs] follows
+ * @nr_nodes:   then struct djinn_node[nr_nodes]
+ * @nr_outputs: then __u32 outputs[nr_outputs]: node indices whose
+ *              results are kept (in the session's data segment) and
+ *              returned; padded with zeros to a multiple of 8 bytes
+ * @flags:      none yet
+ *
+ * The payload is exactly that long. Response: struct djinn_graph_resp
+ * then struct djinn_tensor_resp[nr_outputs].
+ */
+struct djinn_graph {
+	__u32 nr_inputs;
+	__u32 nr_nodes;
+	__u32 nr_outputs;
+	__u32 flags;
+	__u64 __reserved;
+};
+static_assert(sizeof(struct djinn_graph) == 24, "graph layout");
+
+/**
+ * struct djinn_graph_resp - how a graph ran
+ * @nr_outputs:  tensors that follow
+ * @peak_bytes:  its planned peak device memory (stack + outputs)
+ * @run_ns:      time on the device
+ */
+struct djinn_graph_resp {
+	__u32 nr_outputs;
+	__u32 __reserved;
+	__u64 peak_bytes;
+	__u64 run_ns;
+};
+static_assert(sizeof(struct djinn_graph_resp) == 24, "graph resp layout");
+
+#endif /* DJINN_PROTO_H */
