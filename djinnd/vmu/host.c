@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <linux/mman.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,15 +50,23 @@ struct host_chunk {
 	struct host_extent ext[];
 };
 
+/* A reservation, and which of its granules have a chunk mapped. */
+struct host_resv {
+	uint64_t va, size;
+	uint64_t *mapped; /* bitmap, a bit per granule */
+};
+
 struct host_provider {
 	struct vmu_provider base;
+	struct host_resv *resv; /* sorted by va */
+	uint64_t nr_resv, cap_resv;
 	uint8_t *pool;
 	uint64_t nr_gran;
 	uint64_t free_gran;
 	uint64_t *bitmap; /* bit set: granule in use */
 	struct host_chunk **table; /* mapped chunks, by address */
 	uint64_t table_size, nr_mapped;
-	pthread_mutex_t lock; /* bitmap, free_gran, table */
+	pthread_mutex_t lock; /* bitmap, free_gran, table, resv */
 };
 
 static struct host_provider *to_host(struct vmu_provider *p)
@@ -208,6 +217,100 @@ static void table_del(struct host_provider *h, struct host_chunk *c)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Reservations: map() must land inside one, on granules nothing holds */
+
+/* Index of the first reservation starting after @va. */
+static uint64_t resv_upper(const struct host_provider *h, uint64_t va)
+{
+	uint64_t lo = 0, hi = h->nr_resv;
+
+	while (lo < hi) {
+		uint64_t mid = (lo + hi) / 2;
+
+		if (h->resv[mid].va <= va)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The reservation holding all of [@va, @va + @size), or NULL. */
+static struct host_resv *resv_find(struct host_provider *h, uint64_t va,
+				   uint64_t size)
+{
+	uint64_t i = resv_upper(h, va);
+	struct host_resv *r;
+
+	if (!i)
+		return NULL;
+	r = &h->resv[i - 1];
+	return va + size <= r->va + r->size && va + size > va ? r : NULL;
+}
+
+static int resv_add(struct host_provider *h, uint64_t va, uint64_t size)
+{
+	uint64_t i, words = (size / h->base.granularity + 63) / 64;
+	uint64_t *bits = calloc(words, sizeof(*bits));
+
+	if (!bits)
+		return -ENOMEM;
+	if (h->nr_resv == h->cap_resv) {
+		uint64_t cap = h->cap_resv ? h->cap_resv * 2 : 64;
+		struct host_resv *n = realloc(h->resv, cap * sizeof(*n));
+
+		if (!n) {
+			free(bits);
+			return -ENOMEM;
+		}
+		h->resv = n;
+		h->cap_resv = cap;
+	}
+	i = resv_upper(h, va);
+	memmove(&h->resv[i + 1], &h->resv[i],
+		(h->nr_resv - i) * sizeof(h->resv[0]));
+	h->resv[i] = (struct host_resv){ va, size, bits };
+	h->nr_resv++;
+	return 0;
+}
+
+static void resv_del(struct host_provider *h, struct host_resv *r)
+{
+	uint64_t i = (uint64_t)(r - h->resv);
+
+	free(r->mapped);
+	memmove(r, r + 1, (h->nr_resv - i - 1) * sizeof(*r));
+	h->nr_resv--;
+}
+
+/* Are all granules of [@va, @va + @size) in @r free (or all mapped)? */
+static bool resv_all(const struct host_provider *h, const struct host_resv *r,
+		     uint64_t va, uint64_t size, bool mapped)
+{
+	uint64_t first = (va - r->va) / h->base.granularity;
+	uint64_t n = size / h->base.granularity;
+
+	for (uint64_t i = first; i < first + n; i++)
+		if ((bool)(r->mapped[i / 64] >> (i % 64) & 1) != mapped)
+			return false;
+	return true;
+}
+
+static void resv_mark(const struct host_provider *h, struct host_resv *r,
+		      uint64_t va, uint64_t size, bool mapped)
+{
+	uint64_t first = (va - r->va) / h->base.granularity;
+	uint64_t n = size / h->base.granularity;
+
+	for (uint64_t i = first; i < first + n; i++) {
+		if (mapped)
+			r->mapped[i / 64] |= 1ull << (i % 64);
+		else
+			r->mapped[i / 64] &= ~(1ull << (i % 64));
+	}
+}
+
+/* ---------------------------------------------------------------------- */
 /* Moving pages between the pool and a reservation */
 
 /*
@@ -226,10 +329,19 @@ static int move_pages(struct host_provider *h, uint64_t src, uint64_t dst,
 		return 0;
 	if (errno != EFAULT)
 		return -errno;
-	for (uint64_t o = 0; o < len; o += g)
-		if (mremap(ptr(src + o), g, g, flags, ptr(dst + o)) ==
+	for (uint64_t o = 0; o < len; o += g) {
+		if (mremap(ptr(src + o), g, g, flags, ptr(dst + o)) !=
 		    MAP_FAILED)
-			return -errno;
+			continue;
+		int ret = -errno;
+
+		/* Put back what had moved, so nothing is left half-way. */
+		while (o) {
+			o -= g;
+			mremap(ptr(dst + o), g, g, flags, ptr(src + o));
+		}
+		return ret;
+	}
 	return 0;
 }
 
@@ -237,9 +349,11 @@ static int host_reserve(struct vmu_provider *p, uint64_t size, uint64_t align,
 			uint64_t *va)
 {
 	uint64_t start, head, tail;
+	int ret;
 	void *m;
 
-	if (!size || (align & (align - 1)) || size + align < size)
+	if (!size || size % p->granularity || (align & (align - 1)) ||
+	    size + align < size)
 		return -EINVAL;
 	if (align < p->granularity)
 		align = p->granularity;
@@ -254,12 +368,27 @@ static int host_reserve(struct vmu_provider *p, uint64_t size, uint64_t align,
 		munmap(m, head);
 	if (tail)
 		munmap(ptr(start + size), tail);
+	pthread_mutex_lock(&to_host(p)->lock);
+	ret = resv_add(to_host(p), start, size);
+	pthread_mutex_unlock(&to_host(p)->lock);
+	if (ret) {
+		munmap(ptr(start), size);
+		return ret;
+	}
 	*va = start;
 	return 0;
 }
 
 static void host_release(struct vmu_provider *p, uint64_t va, uint64_t size)
 {
+	struct host_provider *h = to_host(p);
+	struct host_resv *r;
+
+	pthread_mutex_lock(&h->lock);
+	r = resv_find(h, va, size);
+	if (r && r->va == va && r->size == size)
+		resv_del(h, r);
+	pthread_mutex_unlock(&h->lock);
 	munmap(ptr(va), size);
 }
 
@@ -358,16 +487,24 @@ static int chunk_unmap(struct host_provider *h, struct host_chunk *c)
 	return ret;
 }
 
+static int unmap_one(struct host_provider *h, struct host_chunk *c)
+{
+	struct host_resv *r = resv_find(h, c->va, c->mapped);
+
+	if (r)
+		resv_mark(h, r, c->va, c->mapped, false);
+	table_del(h, c);
+	return chunk_unmap(h, c);
+}
+
 static void host_destroy(struct vmu_provider *p, uint64_t chunk)
 {
 	struct host_provider *h = to_host(p);
 	struct host_chunk *c = ptr(chunk);
 
 	pthread_mutex_lock(&h->lock);
-	if (c->va) {
-		table_del(h, c);
-		chunk_unmap(h, c);
-	}
+	if (c->va)
+		unmap_one(h, c);
 	for (unsigned int i = 0; i < c->nr_ext; i++)
 		gran_set(h, c->ext[i].off / p->granularity,
 			 c->ext[i].len / p->granularity, false);
@@ -381,14 +518,20 @@ static int host_map(struct vmu_provider *p, uint64_t va, uint64_t size,
 {
 	struct host_provider *h = to_host(p);
 	struct host_chunk *c = ptr(chunk);
+	struct host_resv *r;
 	int ret;
 
 	if (!size || size > c->size || size % p->granularity ||
 	    va % p->granularity)
 		return -EINVAL;
 	pthread_mutex_lock(&h->lock);
-	if (c->va || table_find(h, va)) {
-		ret = -EBUSY;
+	r = resv_find(h, va, size);
+	if (!r) {
+		ret = -EINVAL; /* not inside a reservation */
+		goto out;
+	}
+	if (c->va || !resv_all(h, r, va, size, false)) {
+		ret = -EBUSY; /* the chunk, or the range, is mapped */
 		goto out;
 	}
 	ret = chunk_move(h, c, va, size, true);
@@ -399,6 +542,8 @@ static int host_map(struct vmu_provider *p, uint64_t va, uint64_t size,
 	ret = table_add(h, c);
 	if (ret)
 		chunk_unmap(h, c);
+	else
+		resv_mark(h, r, va, size, true);
 out:
 	pthread_mutex_unlock(&h->lock);
 	return ret;
@@ -433,12 +578,6 @@ static int for_each_mapped(struct host_provider *h, uint64_t va, uint64_t size,
 			ret = err;
 	}
 	return ret;
-}
-
-static int unmap_one(struct host_provider *h, struct host_chunk *c)
-{
-	table_del(h, c);
-	return chunk_unmap(h, c);
 }
 
 static int host_unmap(struct vmu_provider *p, uint64_t va, uint64_t size)
@@ -555,6 +694,9 @@ static void host_free(struct vmu_provider *p)
 
 	munmap(h->pool, p->capacity);
 	pthread_mutex_destroy(&h->lock);
+	for (uint64_t i = 0; i < h->nr_resv; i++)
+		free(h->resv[i].mapped);
+	free(h->resv);
 	free(h->table);
 	free(h->bitmap);
 	free(h);
@@ -577,6 +719,19 @@ static const struct vmu_provider_ops host_ops = {
 	.free = host_free,
 };
 
+static uint64_t max_map_count(void)
+{
+	unsigned long long n = 65530; /* the kernel's default */
+	FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+
+	if (f) {
+		if (fscanf(f, "%llu", &n) != 1)
+			n = 65530;
+		fclose(f);
+	}
+	return n;
+}
+
 int vmu_host_provider_create(uint64_t capacity, uint64_t granularity,
 			     struct vmu_provider **out)
 {
@@ -592,6 +747,10 @@ int vmu_host_provider_create(uint64_t capacity, uint64_t granularity,
 	if (!capacity)
 		return -EINVAL;
 
+	/* Every granule can end up a mapping (VMA) of its own, in the pool
+	 * and at its place: refuse a pool the kernel could not map. */
+	if (capacity / granularity * 3 + 4096 > max_map_count())
+		return -E2BIG;
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;

@@ -115,7 +115,14 @@ struct vmu_provider {
  *
  * @granularity: 0 for the default (2 MiB, the usual CUDA granule), else a
  * power of two and a multiple of the page size. @capacity is rounded down
- * to it. Returns 0 and sets *@out, or -EINVAL / -ENOMEM / -errno.
+ * to it. Each granule may become a kernel mapping of its own, so
+ * capacity / granularity is limited to about a third of
+ * vm.max_map_count (with the default 65530 and 2 MiB granules: 40 GiB);
+ * raise that sysctl for more. Returns 0 and sets *@out, or -EINVAL,
+ * -E2BIG (over that limit), -ENOMEM, -errno.
+ *
+ * map() refuses a range outside a reservation (-EINVAL) or overlapping a
+ * mapped one (-EBUSY), as CUDA does.
  */
 int vmu_host_provider_create(uint64_t capacity, uint64_t granularity,
 			     struct vmu_provider **out);

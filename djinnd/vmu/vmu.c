@@ -90,9 +90,12 @@ struct vmu_region {
 	unsigned int pins;
 	uint64_t size;
 	uint64_t max_size;
+	uint64_t target; /* while growing: the mapped size it grows to */
+	uint64_t fail_gen; /* reclaim pass in which a swap-out failed */
 	struct vmu_mapping m;
 	void *host; /* swap buffer while SWAPPED */
-	uint64_t host_size;
+	uint64_t host_size; /* its size, counted from before it is got
+			     * until it is given back */
 	struct region_share share;
 };
 
@@ -149,11 +152,13 @@ struct vmu {
 	uint64_t gran;
 	pthread_mutex_t lock;
 	pthread_cond_t moved; /* a region left MOVING */
+	pthread_mutex_t cb_lock; /* one pressure callback at a time */
 
 	uint64_t committed, reserved;
 	enum vmu_pressure level;
 	bool notify; /* level changed since the last callback */
-	enum vmu_pressure notified;
+	enum vmu_pressure reported; /* last level told, under cb_lock */
+	uint64_t reclaim_gen; /* numbers reclaim passes */
 
 	struct list_head tenants, sessions, stacks;
 
@@ -237,8 +242,6 @@ static void pressure_update(struct vmu *v)
 	else if (used * 100 >= cap * v->cfg.warn_pct)
 		now = VMU_PRESSURE_WARNING;
 	if (now != v->level) {
-		if (!v->notify)
-			v->notified = v->level;
 		v->notify = true;
 		v->level = now;
 	}
@@ -249,16 +252,53 @@ static void vmu_lock(struct vmu *v)
 	pthread_mutex_lock(&v->lock);
 }
 
-/* Unlock, then tell the pressure callback of a level change, if any. */
+/*
+ * Helpers that must let go of the lock in the middle of an operation (for
+ * a copy, a mapping, a host allocation) use these, which never call the
+ * pressure callback: the thread may hold a region MOVING that the
+ * callback would wait for. Their comments say "drops the lock".
+ */
+static void drop_lock(struct vmu *v)
+{
+	pthread_mutex_unlock(&v->lock);
+}
+
+static void take_lock(struct vmu *v)
+{
+	pthread_mutex_lock(&v->lock);
+}
+
+static __thread bool in_pressure_cb;
+
+/*
+ * The unlock that ends a public call: tell the pressure callback of level
+ * changes, one call at a time and in order, always ending on the level
+ * as it is. A callback that calls back into the VMU is not re-entered;
+ * the loop here picks up what its calls changed.
+ */
 static void vmu_unlock(struct vmu *v)
 {
-	enum vmu_pressure old = v->notified, now = v->level;
-	bool notify = v->notify && v->cfg.pressure_cb && old != now;
+	bool pending = v->notify && v->cfg.pressure_cb;
+	enum vmu_pressure now, old;
 
-	v->notify = false;
 	pthread_mutex_unlock(&v->lock);
-	if (notify)
+	if (!pending || in_pressure_cb)
+		return;
+	pthread_mutex_lock(&v->cb_lock);
+	in_pressure_cb = true;
+	for (;;) {
+		pthread_mutex_lock(&v->lock);
+		now = v->level;
+		v->notify = false;
+		pthread_mutex_unlock(&v->lock);
+		if (now == v->reported)
+			break;
+		old = v->reported;
+		v->reported = now;
 		v->cfg.pressure_cb(v->cfg.pressure_arg, old, now);
+	}
+	in_pressure_cb = false;
+	pthread_mutex_unlock(&v->cb_lock);
 }
 
 static void charge_commit(struct vmu *v, uint64_t bytes)
@@ -370,6 +410,8 @@ static void region_acct(struct vmu *v, struct vmu_region *r, int sign)
 		} else {
 			/* While MOVING, count what it holds or will hold. */
 			sh->foot = r->m.mapped > need ? r->m.mapped : need;
+			if (r->target > sh->foot)
+				sh->foot = r->target;
 			if (r->state == VMU_REGION_RESIDENT)
 				sh->foot = r->m.mapped;
 			if (on_dev)
@@ -377,8 +419,7 @@ static void region_acct(struct vmu *v, struct vmu_region *r, int sign)
 			else
 				sh->swapped = sh->foot;
 		}
-		if (r->state == VMU_REGION_SWAPPED)
-			sh->host = r->host_size;
+		sh->host = r->host_size;
 		if (!r->cached && r->state == VMU_REGION_RESIDENT && !r->pins)
 			sh->idle = r->m.mapped;
 	}
@@ -394,7 +435,7 @@ static void region_acct(struct vmu *v, struct vmu_region *r, int sign)
 /* Swap buffers: host memory kept for reuse, as pinned memory is costly */
 
 /* A host buffer for @size bytes: always vmu_round(@size) bytes, so the
- * swap limit counts exactly what is held. */
+ * swap limit counts exactly what is held. May drop the lock. */
 static int swapbuf_get(struct vmu *v, uint64_t size, void **buf)
 {
 	struct swapbuf *b;
@@ -410,9 +451,9 @@ static int swapbuf_get(struct vmu *v, uint64_t size, void **buf)
 		free(b);
 		return 0;
 	}
-	vmu_unlock(v);
+	drop_lock(v);
 	ret = v->prov->ops->host_alloc(v->prov, size, buf);
-	vmu_lock(v);
+	take_lock(v);
 	return ret;
 }
 
@@ -439,7 +480,7 @@ static void swapbuf_put(struct vmu *v, void *buf, uint64_t size)
 }
 
 /* ---------------------------------------------------------------------- */
-/* Swapping. Both run with the lock held and drop it for the copy. */
+/* Swapping */
 
 static void region_set_state(struct vmu *v, struct vmu_region *r,
 			     enum vmu_region_state state)
@@ -455,6 +496,7 @@ static void region_set_state(struct vmu *v, struct vmu_region *r,
 		pthread_cond_broadcast(&v->moved);
 }
 
+/* Lock held; drops it for the copy. */
 static int swap_out_locked(struct vmu *v, struct vmu_region *r)
 {
 	uint64_t len = r->size, bufsize = vmu_round(v, len), freed;
@@ -468,61 +510,66 @@ static int swap_out_locked(struct vmu *v, struct vmu_region *r)
 	if (v->cfg.swap_limit &&
 	    v->st.swapped_now + bufsize > v->cfg.swap_limit)
 		return -ENOSPC;
+	/* The host bytes count against the limit from here on. */
+	r->host_size = bufsize;
 	region_set_state(v, r, VMU_REGION_MOVING);
 	if (len) {
 		ret = swapbuf_get(v, len, &buf);
 		if (ret)
 			goto out_resident;
 	}
-	vmu_unlock(v);
+	drop_lock(v);
 	ret = len ? v->prov->ops->copy_dtoh(v->prov, buf, r->m.addr, len) : 0;
 	freed = ret ? 0 : mapping_trim(v, &r->m, 0);
-	vmu_lock(v);
+	take_lock(v);
 	if (ret) {
 		swapbuf_put(v, buf, bufsize);
 		goto out_resident;
 	}
 	uncharge(v, freed);
 	r->host = buf;
-	r->host_size = bufsize;
 	region_set_state(v, r, VMU_REGION_SWAPPED);
 	v->st.swap_outs++;
 	v->st.swapped_out_bytes += len;
 	return 0;
 
 out_resident:
+	r->host_size = 0;
 	region_set_state(v, r, VMU_REGION_RESIDENT);
 	return ret;
 }
 
-static int charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv);
+static int charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
+		  uint64_t *from_resv);
+static void uncharge_resv(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
+			  uint64_t from_resv);
 
+/* Lock held; drops it for the mapping and the copy. */
 static int swap_in_locked(struct vmu *v, struct vmu_region *r,
 			  struct vmu_resv *resv)
 {
 	const struct vmu_provider_ops *ops = v->prov->ops;
-	uint64_t need = vmu_round(v, r->size);
+	uint64_t need = vmu_round(v, r->size), from_resv;
 	int ret;
 
 	if (r->state == VMU_REGION_RESIDENT)
 		return 0;
 	region_set_state(v, r, VMU_REGION_MOVING);
-	ret = charge(v, need, resv);
+	ret = charge(v, need, resv, &from_resv);
 	if (ret)
 		goto out_swapped;
-	vmu_unlock(v);
+	drop_lock(v);
 	ret = need ? mapping_grow(v, &r->m, need) : 0;
 	if (!ret && r->size)
 		ret = ops->copy_htod(v->prov, r->m.addr, r->host, r->size);
 	if (!ret && need > r->size)
 		ret = ops->memset(v->prov, r->m.addr + r->size, 0,
 				  need - r->size);
-	vmu_lock(v);
+	if (ret)
+		mapping_trim(v, &r->m, 0); /* freed before it is uncharged */
+	take_lock(v);
 	if (ret) {
-		uncharge(v, need);
-		vmu_unlock(v);
-		mapping_trim(v, &r->m, 0);
-		vmu_lock(v);
+		uncharge_resv(v, need, resv, from_resv);
 		goto out_swapped;
 	}
 	if (r->host)
@@ -598,12 +645,12 @@ static bool trim_idle_stack(struct vmu *v)
 /*
  * Free memory until @want bytes are available, cheapest first: cached
  * regions, idle stack backing, unheld text (oldest first), then idle data
- * regions swapped out (least recently used first). Drops the lock while
- * swapping. Returns true if @want is available.
+ * regions swapped out (least recently used first). Lock held; drops it
+ * while freeing and swapping. Returns true if @want is available.
  */
 static bool reclaim_locked(struct vmu *v, uint64_t want)
 {
-	unsigned int skip = 0; /* victims that could not be swapped */
+	uint64_t gen = ++v->reclaim_gen;
 
 	while (avail(v) < want) {
 		struct vmu_region *r, *victim = NULL;
@@ -624,10 +671,8 @@ static bool reclaim_locked(struct vmu *v, uint64_t want)
 			v->st.text_evictions++;
 			continue;
 		}
-		unsigned int n = 0;
-
 		list_for_each_entry(r, &v->data_lru, lru) {
-			if (!r->pins && r->m.mapped && n++ == skip) {
+			if (!r->pins && r->m.mapped && r->fail_gen != gen) {
 				victim = r;
 				break;
 			}
@@ -635,9 +680,10 @@ static bool reclaim_locked(struct vmu *v, uint64_t want)
 		if (!victim)
 			return false;
 		/* One that cannot be swapped (limit, copy error) is passed
-		 * over; the loop ends when none are left. */
+		 * over for the rest of this pass, wherever it ends up in
+		 * the LRU; the loop ends when none are left. */
 		if (swap_out_locked(v, victim))
-			skip++;
+			victim->fail_gen = gen;
 	}
 	return true;
 }
@@ -655,27 +701,41 @@ uint64_t vmu_reclaim(struct vmu *v, uint64_t bytes)
 
 /*
  * Charge @bytes of physical memory: from @resv first, the rest from free
- * memory, reclaiming if need be. Lock held; may drop it.
+ * memory, reclaiming if need be; *@from_resv says how much came from
+ * @resv, for uncharge_resv(). Lock held; drops it while reclaiming.
  */
-static int charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv)
+static int charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
+		  uint64_t *from_resv)
 {
-	uint64_t from_resv = 0, rest;
+	uint64_t take = 0, rest;
 
-	if (resv && resv->vmu == v) {
-		from_resv = resv->bytes < bytes ? resv->bytes : bytes;
-		resv->bytes -= from_resv;
-		v->reserved -= from_resv;
-	}
-	rest = bytes - from_resv;
-	if (rest && avail(v) < rest && !reclaim_locked(v, rest)) {
-		if (from_resv) {
-			resv->bytes += from_resv;
-			v->reserved += from_resv;
-		}
+	if (resv && resv->vmu == v)
+		take = resv->bytes < bytes ? resv->bytes : bytes;
+	rest = bytes - take;
+	/* @resv has one owner, this thread: its bytes stay put while the
+	 * lock is dropped for reclaim. */
+	if (rest && avail(v) < rest && !reclaim_locked(v, rest))
 		return -ENOMEM;
+	if (take) {
+		resv->bytes -= take;
+		v->reserved -= take;
 	}
 	charge_commit(v, bytes);
+	*from_resv = take;
 	return 0;
+}
+
+/* Undo a charge() whose memory could not be had after all: the bytes go
+ * back where they came from. The chunks are already freed. */
+static void uncharge_resv(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
+			  uint64_t from_resv)
+{
+	uncharge(v, bytes);
+	if (from_resv) {
+		resv->bytes += from_resv;
+		v->reserved += from_resv;
+		pressure_update(v);
+	}
 }
 
 /* ---------------------------------------------------------------------- */
@@ -710,14 +770,13 @@ enum vmu_fit vmu_admit_check(struct vmu *v, uint64_t need, char *msg,
 	return f;
 }
 
-int vmu_admit(struct vmu *v, uint64_t need, struct vmu_resv *r, char *msg,
-	      size_t msglen)
+/* Lock held; drops it while reclaiming. */
+static int admit_locked(struct vmu *v, uint64_t need, struct vmu_resv *r,
+			char *msg, size_t msglen)
 {
 	enum vmu_fit f;
 	int ret = 0;
 
-	*r = (struct vmu_resv){ .vmu = v };
-	vmu_lock(v);
 	f = fit(v, need, msg, msglen);
 	if (f == VMU_FIT_AFTER_RECLAIM) {
 		v->st.admit_reclaims++;
@@ -734,6 +793,17 @@ int vmu_admit(struct vmu *v, uint64_t need, struct vmu_resv *r, char *msg,
 	v->st.admits++;
 	pressure_update(v);
 out:
+	return ret;
+}
+
+int vmu_admit(struct vmu *v, uint64_t need, struct vmu_resv *r, char *msg,
+	      size_t msglen)
+{
+	int ret;
+
+	*r = (struct vmu_resv){ .vmu = v };
+	vmu_lock(v);
+	ret = admit_locked(v, need, r, msg, msglen);
 	vmu_unlock(v);
 	return ret;
 }
@@ -794,6 +864,7 @@ int vmu_create(struct vmu_provider *prov, const struct vmu_config *cfg,
 	}
 	pthread_mutex_init(&v->lock, NULL);
 	pthread_cond_init(&v->moved, NULL);
+	pthread_mutex_init(&v->cb_lock, NULL);
 	INIT_LIST_HEAD(&v->tenants);
 	INIT_LIST_HEAD(&v->sessions);
 	INIT_LIST_HEAD(&v->stacks);
@@ -1026,7 +1097,7 @@ static struct vmu_region *region_get_settled(struct vmu_session *s, uint64_t h)
 /* Data regions */
 
 /* Release a region for good: no handle, no list points at it any more.
- * Frees its physical memory without the lock, then uncharges. */
+ * Lock held; drops it to free the physical memory, then uncharges. */
 static void region_free_locked(struct vmu *v, struct vmu_region *r)
 {
 	uint64_t dev;
@@ -1038,10 +1109,10 @@ static void region_free_locked(struct vmu *v, struct vmu_region *r)
 	if (r->host)
 		swapbuf_put(v, r->host, r->host_size);
 	v->st.seg[VMU_SEG_DATA].entries -= !r->cached;
-	vmu_unlock(v);
+	drop_lock(v);
 	mapping_release(v, &r->m);
 	free(r);
-	vmu_lock(v);
+	take_lock(v);
 	uncharge(v, dev);
 }
 
@@ -1064,13 +1135,17 @@ int vmu_region_create(struct vmu_session *s, uint64_t max_size,
 	list_for_each_entry(c, &s->cache, snode) {
 		if (c->m.vsize != vsize || over_quota(s, c->m.mapped))
 			continue;
+		ret = slot_alloc(v, c);
+		if (ret) {
+			vmu_unlock(v);
+			return ret;
+		}
 		region_acct(v, c, -1);
 		list_del_init(&c->snode);
 		list_del_init(&c->lru);
 		c->cached = false;
-		c->max_size = max_size;
 		r = c;
-		goto found;
+		goto publish;
 	}
 	vmu_unlock(v);
 
@@ -1078,24 +1153,18 @@ int vmu_region_create(struct vmu_session *s, uint64_t max_size,
 	if (!r)
 		return -ENOMEM;
 	ret = mapping_reserve(v, &r->m, vsize);
-	if (ret) {
-		free(r);
-		return ret;
-	}
+	if (ret)
+		goto out_free;
 	r->s = s;
-	r->max_size = max_size;
 	r->state = VMU_REGION_RESIDENT;
 	INIT_LIST_HEAD(&r->lru);
 	vmu_lock(v);
-found:
-	r->size = 0;
 	ret = slot_alloc(v, r);
-	if (ret) {
-		vmu_unlock(v);
-		mapping_release(v, &r->m);
-		free(r);
-		return ret;
-	}
+	if (ret)
+		goto out_release;
+publish:
+	r->size = 0;
+	r->max_size = max_size;
 	list_add_tail(&r->snode, &s->regions);
 	list_add_tail(&r->lru, &v->data_lru);
 	region_acct(v, r, +1);
@@ -1106,36 +1175,60 @@ found:
 	*handle = handle_of(v, r);
 	vmu_unlock(v);
 	return 0;
+
+out_release:
+	vmu_unlock(v);
+	mapping_release(v, &r->m);
+out_free:
+	free(r);
+	return ret;
 }
 
+/* Lock held; drops it to map and zero the new chunk. */
 static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 			      uint64_t size, struct vmu_resv *resv)
 {
-	uint64_t to = vmu_round(v, size), from = r->m.mapped;
+	uint64_t to = vmu_round(v, size), from = r->m.mapped, from_resv;
 	int ret;
 
 	ret = quota_check(v, r->s, to - from);
 	if (ret)
 		return ret;
+	/* Counted against the quota from now, so no other growth of this
+	 * session can pass the check meanwhile. */
+	r->target = to;
 	region_set_state(v, r, VMU_REGION_MOVING);
-	ret = charge(v, to - from, resv);
+	ret = charge(v, to - from, resv, &from_resv);
 	if (ret)
 		goto out;
-	vmu_unlock(v);
+	drop_lock(v);
 	ret = mapping_grow(v, &r->m, to);
 	if (!ret)
 		ret = v->prov->ops->memset(v->prov, r->m.addr + from, 0,
 					   to - from);
 	if (ret)
 		mapping_trim(v, &r->m, from);
-	vmu_lock(v);
+	take_lock(v);
 	if (ret)
-		uncharge(v, to - from);
+		uncharge_resv(v, to - from, resv, from_resv);
 	else
 		r->size = size;
 out:
+	r->target = 0;
 	region_set_state(v, r, VMU_REGION_RESIDENT);
 	return ret;
+}
+
+/* Release the chunks past the region's size, unless it is pinned: a
+ * pinned region's memory may be in use, so it is trimmed on the last
+ * unpin instead. Lock held. */
+static void region_trim_locked(struct vmu *v, struct vmu_region *r)
+{
+	if (r->pins || r->state != VMU_REGION_RESIDENT)
+		return;
+	region_acct(v, r, -1);
+	uncharge(v, mapping_trim(v, &r->m, vmu_round(v, r->size)));
+	region_acct(v, r, +1);
 }
 
 int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
@@ -1164,9 +1257,9 @@ int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
 		ret = region_grow_locked(v, r, size, resv);
 	} else {
 		region_acct(v, r, -1);
-		uncharge(v, mapping_trim(v, &r->m, vmu_round(v, size)));
 		r->size = size;
 		region_acct(v, r, +1);
+		region_trim_locked(v, r);
 	}
 	if (!ret && r->state == VMU_REGION_RESIDENT)
 		list_move_tail(&r->lru, &v->data_lru);
@@ -1290,6 +1383,7 @@ static void unpin_locked(struct vmu *v, struct vmu_region *r)
 	region_acct(v, r, -1);
 	r->pins--;
 	region_acct(v, r, +1);
+	region_trim_locked(v, r); /* a shrink while pinned */
 }
 
 int vmu_region_pin(struct vmu_session *s, uint64_t handle,
@@ -1350,10 +1444,10 @@ static int region_copy(struct vmu_session *s, uint64_t handle, uint64_t off,
 	ret = pin_locked(v, r, NULL);
 	if (ret)
 		goto out;
-	vmu_unlock(v);
+	drop_lock(v);
 	ret = write ? ops->copy_htod(v->prov, r->m.addr + off, buf, len) :
 		      ops->copy_dtoh(v->prov, buf, r->m.addr + off, len);
-	vmu_lock(v);
+	take_lock(v);
 	unpin_locked(v, r);
 out:
 	vmu_unlock(v);
@@ -1679,7 +1773,7 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 			struct vmu_text_upload **out)
 {
 	struct vmu *v = s->vmu;
-	uint64_t bytes = vmu_round(v, size);
+	uint64_t bytes = vmu_round(v, size), from_resv;
 	struct vmu_text_upload *u;
 	int ret;
 
@@ -1701,7 +1795,7 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 	if (ret)
 		goto out_free;
 	vmu_lock(v);
-	ret = charge(v, bytes, NULL);
+	ret = charge(v, bytes, NULL, &from_resv);
 	vmu_unlock(v);
 	if (ret)
 		goto out_release;
@@ -1902,51 +1996,108 @@ void vmu_stack_destroy(struct vmu_stack *st)
 
 uint64_t vmu_stack_need(struct vmu_stack *st, uint64_t peak)
 {
-	uint64_t need = vmu_round(st->v, peak), have;
+	uint64_t need, have;
 
+	if (peak > st->m.vsize)
+		return UINT64_MAX; /* never fits */
+	need = vmu_round(st->v, peak);
 	vmu_lock(st->v);
 	have = st->m.mapped;
 	vmu_unlock(st->v);
 	return need > have ? need - have : 0;
 }
 
-int vmu_stack_begin(struct vmu_stack *st, uint64_t peak, struct vmu_resv *resv)
+/* Mark the stack in use by a request, so reclaim leaves its backing. */
+static int stack_claim(struct vmu_stack *st, uint64_t peak)
 {
 	struct vmu *v = st->v;
-	uint64_t need = vmu_round(v, peak), from;
-	int ret = 0;
 
 	if (st->active)
 		return -EBUSY;
-	if (need > st->m.vsize)
+	if (peak > st->m.vsize) /* before rounding, which could wrap */
 		return -E2BIG;
 	vmu_lock(v);
 	st->active = true;
 	v->stack_idle -= st->m.mapped;
-	from = st->m.mapped;
-	if (need > from) {
-		ret = charge(v, need - from, resv);
-		if (ret)
-			goto out_idle;
-		vmu_unlock(v);
-		ret = mapping_grow(v, &st->m, need);
-		vmu_lock(v);
-		if (ret) {
-			uncharge(v, need - from);
-			goto out_idle;
-		}
-		seg_add(v, VMU_SEG_STACK, need - from);
-	}
 	vmu_unlock(v);
 	st->top = 0;
 	st->limit = peak;
 	st->nr_allocs = 0;
 	return 0;
+}
 
-out_idle:
+static void stack_unclaim(struct vmu_stack *st)
+{
+	struct vmu *v = st->v;
+
+	vmu_lock(v);
 	st->active = false;
 	v->stack_idle += st->m.mapped;
 	vmu_unlock(v);
+}
+
+/* Map the claimed stack's backing up to @peak, drawing on @resv. */
+static int stack_grow(struct vmu_stack *st, uint64_t peak,
+		      struct vmu_resv *resv)
+{
+	struct vmu *v = st->v;
+	uint64_t need = vmu_round(v, peak), from, from_resv;
+	int ret = 0;
+
+	vmu_lock(v);
+	from = st->m.mapped;
+	if (need <= from)
+		goto out;
+	ret = charge(v, need - from, resv, &from_resv);
+	if (ret)
+		goto out;
+	drop_lock(v);
+	ret = mapping_grow(v, &st->m, need);
+	take_lock(v);
+	if (ret)
+		uncharge_resv(v, need - from, resv, from_resv);
+	else
+		seg_add(v, VMU_SEG_STACK, need - from);
+out:
+	vmu_unlock(v);
+	return ret;
+}
+
+int vmu_stack_begin(struct vmu_stack *st, uint64_t peak, struct vmu_resv *resv)
+{
+	int ret = stack_claim(st, peak);
+
+	if (ret)
+		return ret;
+	ret = stack_grow(st, peak, resv);
+	if (ret)
+		stack_unclaim(st);
+	return ret;
+}
+
+int vmu_admit_stack(struct vmu *v, uint64_t need, struct vmu_stack *st,
+		    uint64_t peak, struct vmu_resv *r, char *msg, size_t msglen)
+{
+	uint64_t grow;
+	int ret;
+
+	*r = (struct vmu_resv){ .vmu = v };
+	ret = stack_claim(st, peak);
+	if (ret)
+		return ret;
+	vmu_lock(v);
+	grow = vmu_round(v, peak);
+	grow = grow > st->m.mapped ? grow - st->m.mapped : 0;
+	ret = need > UINT64_MAX - grow ?
+		      -ENOMEM :
+		      admit_locked(v, need + grow, r, msg, msglen);
+	vmu_unlock(v);
+	if (!ret)
+		ret = stack_grow(st, peak, r);
+	if (ret) {
+		vmu_resv_release(r);
+		stack_unclaim(st);
+	}
 	return ret;
 }
 
@@ -2072,6 +2223,7 @@ void vmu_destroy(struct vmu *v)
 	}
 	vmu_unlock(v);
 	pthread_cond_destroy(&v->moved);
+	pthread_mutex_destroy(&v->cb_lock);
 	pthread_mutex_destroy(&v->lock);
 	free(v->slots);
 	free(v->hash);

@@ -22,9 +22,11 @@
  * giving need and availability. Allocations made against the reservation
  * cannot then fail for lack of memory.
  *
- * Conventions: functions return 0 or a negative errno; sizes are bytes;
- * device addresses are uint64_t. Every function is thread-safe except
- * where a comment says an object has a single owner (struct vmu_stack).
+ * Conventions: functions return 0 or a negative errno (-ENOMEM also when
+ * a small host allocation fails); sizes are bytes; device addresses are
+ * uint64_t. Every function is thread-safe except where a comment says an
+ * object has a single owner (struct vmu_stack, struct vmu_resv,
+ * vmu_session_destroy()).
  */
 #ifndef DJINN_VMU_H
 #define DJINN_VMU_H
@@ -169,13 +171,25 @@ struct vmu_resv {
 enum vmu_fit vmu_admit_check(struct vmu *v, uint64_t need, char *msg,
 			     size_t msglen);
 /* Reserve @need bytes, reclaiming if it must. -ENOMEM (with @msg) when
- * they cannot fit; nothing is evicted or swapped in that case. */
+ * they cannot fit: when the estimate says so, nothing is evicted or
+ * swapped; a swap that fails during reclaim can still end in a refusal
+ * after some eviction. Pin the regions a request will read before
+ * admitting it: reclaim may swap out any region that is not pinned. */
 int vmu_admit(struct vmu *v, uint64_t need, struct vmu_resv *r, char *msg,
 	      size_t msglen);
+/* The same for a request that runs on stack @st with peak @peak: the
+ * stack is claimed first (so reclaim leaves its backing alone), @need
+ * plus the stack's growth are admitted together, and on success the
+ * stack is begun (as vmu_stack_begin) and @r holds @need. End the stack
+ * with vmu_stack_end(). */
+int vmu_admit_stack(struct vmu *v, uint64_t need, struct vmu_stack *st,
+		    uint64_t peak, struct vmu_resv *r, char *msg,
+		    size_t msglen);
 void vmu_resv_release(struct vmu_resv *r);
 
-/* Free at least @bytes by the same means as admission; returns the bytes
- * now free. For the pressure callback and the scheduler. */
+/* Reclaim, by the same means as admission, until @bytes are free (nothing
+ * if they already are); returns the bytes free now. For the pressure
+ * callback and the scheduler. */
 uint64_t vmu_reclaim(struct vmu *v, uint64_t bytes);
 
 /* ---------------------------------------------------------------------- */
@@ -250,8 +264,9 @@ int vmu_region_create(struct vmu_session *s, uint64_t max_size,
 		      uint64_t *handle);
 /* Grow or shrink in place. Growth maps zeroed chunks, drawing on @resv
  * (may be NULL); -E2BIG beyond max_size, -EDQUOT over quota, -ENOMEM out
- * of memory. Shrinking releases whole chunks past the new size. A swapped
- * region is brought back first.
+ * of memory. Shrinking releases whole chunks past the new size, at once,
+ * or at the last unpin if the region is pinned (its memory may be in
+ * use). A swapped region is brought back first.
  *
  * Contents: bytes the session has not written are zero or bytes this
  * same session wrote earlier (a region taken back from its own cache, or
@@ -282,6 +297,7 @@ int vmu_region_swap_in(struct vmu_session *s, uint64_t handle,
  * until unpinned. Fills @info (may be NULL). */
 int vmu_region_pin(struct vmu_session *s, uint64_t handle,
 		   struct vmu_resv *resv, struct vmu_region_info *info);
+/* -EINVAL if not pinned. */
 int vmu_region_unpin(struct vmu_session *s, uint64_t handle);
 
 /* Copy between host memory and a region: -ERANGE outside [0, size). */
@@ -301,7 +317,9 @@ int vmu_region_read(struct vmu_session *s, uint64_t handle, uint64_t off,
 
 int vmu_stack_create(struct vmu *v, uint64_t max_size, struct vmu_stack **out);
 void vmu_stack_destroy(struct vmu_stack *st);
-/* Bytes vmu_stack_begin(st, peak) would have to add: for admission. */
+/* Bytes vmu_stack_begin(st, peak) would have to add (UINT64_MAX if @peak
+ * is over the stack's size). vmu_admit_stack() is the safe way to admit
+ * them: a stack not yet claimed may be trimmed by reclaim meanwhile. */
 uint64_t vmu_stack_need(struct vmu_stack *st, uint64_t peak);
 /* Start a request that will use at most @peak bytes: maps the backing,
  * drawing on @resv (may be NULL). */
