@@ -40,8 +40,13 @@ VMU_LIB     := $(BUILD)/libvmu.a
 BACKEND_SRCS := $(wildcard djinnd/backend/cpu/*.c)
 BACKEND_LIB  := $(BUILD)/libbackend.a
 
+# the daemon's own pieces, as a library its tests link
+DJINND_SRCS  := $(wildcard djinnd/exec/*.c)
+DJINND_LIB   := $(BUILD)/libdjinnd.a
+
 LIBS_VMU     := $(VMU_LIB) -lcrypto
 LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(COMMON_LIB) $(BLAS_LIBS) -lm
+LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND)
 
 # --- tests -------------------------------------------------------------------
 # One binary per tests/unit/test_NAME.c, linking test_NAME_LIBS.
@@ -51,6 +56,7 @@ test_vmu_LIBS           := $(LIBS_VMU)
 test_host_provider_LIBS := $(LIBS_VMU)
 test_graph_LIBS         := $(COMMON_LIB)
 test_cpu_backend_LIBS   := $(LIBS_BACKEND)
+test_exec_LIBS          := $(LIBS_DJINND)
 
 # Fuzz harnesses tests/fuzz/fuzz_NAME.c: libFuzzer binaries with
 # `make fuzz` (clang), and in `make test` a replay of tests/fuzz/corpus/NAME/
@@ -62,7 +68,7 @@ fuzz_graph_LIBS := $(COMMON_LIB)
 # --- benchmarks ----------------------------------------------------------------
 BENCH_BINS := $(BUILD)/bench/vmu-bench
 
-SRCS = $(COMMON_SRCS) $(VMU_SRCS) $(BACKEND_SRCS) \
+SRCS = $(COMMON_SRCS) $(VMU_SRCS) $(BACKEND_SRCS) $(DJINND_SRCS) \
        $(wildcard tests/unit/*.c tests/fuzz/*.c bench/*.c)
 OBJS = $(SRCS:%.c=$(BUILD)/%.o)
 
@@ -70,7 +76,8 @@ OBJS = $(SRCS:%.c=$(BUILD)/%.o)
 .SECONDARY:
 .DEFAULT_GOAL := all
 
-all: $(COMMON_LIB) $(VMU_LIB) $(BACKEND_LIB) $(UNIT_BINS) $(FUZZ_REPLAY) \
+all: $(COMMON_LIB) $(VMU_LIB) $(BACKEND_LIB) $(DJINND_LIB) $(UNIT_BINS) \
+     $(FUZZ_REPLAY) \
      $(BENCH_BINS)
 
 deps:
@@ -88,13 +95,16 @@ $(BUILD)/%.a:
 $(COMMON_LIB): $(COMMON_SRCS:%.c=$(BUILD)/%.o)
 $(VMU_LIB): $(VMU_SRCS:%.c=$(BUILD)/%.o)
 $(BACKEND_LIB): $(BACKEND_SRCS:%.c=$(BUILD)/%.o)
+$(DJINND_LIB): $(DJINND_SRCS:%.c=$(BUILD)/%.o)
 
+# In a pattern rule a literal % in filter would be the stem: spell it pct.
+pct := %
 .SECONDEXPANSION:
-$(BUILD)/tests/unit/test_%: $(BUILD)/tests/unit/test_%.o $$(filter %.a,$$(test_$$*_LIBS))
+$(BUILD)/tests/unit/test_%: $(BUILD)/tests/unit/test_%.o $$(filter $$(pct).a,$$(test_$$*_LIBS))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(test_$*_LIBS) -lcmocka
 
-$(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.o $$(filter %.a,$$(fuzz_$$*_LIBS))
+$(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.o $$(filter $$(pct).a,$$(fuzz_$$*_LIBS))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/fuzz/replay.o $(fuzz_$*_LIBS)
 
@@ -129,15 +139,14 @@ run: deps
 
 # libFuzzer binaries (clang); run one with build-fuzz/fuzz_NAME tests/fuzz/corpus/NAME
 fuzz: deps
-	$(Q)for f in $(FUZZERS); do \
-		$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
-			SAN="-fsanitize=fuzzer-no-link,address,undefined" \
-			build-fuzz/libcommon.a build-fuzz/libvmu.a build-fuzz/libbackend.a \
-			build-fuzz/tests/fuzz/fuzz_$$f.o || exit 1; \
-		clang -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz_$$f \
-			build-fuzz/tests/fuzz/fuzz_$$f.o build-fuzz/libcommon.a || exit 1; \
-		echo "  FUZZ    build-fuzz/fuzz_$$f"; \
-	done
+	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
+		SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" \
+		$(FUZZERS:%=build-fuzz/fuzz_%)
+
+# One libFuzzer binary: the harness and only the libraries it links.
+build-fuzz/fuzz_%: build-fuzz/tests/fuzz/fuzz_%.o $$(filter $$(pct).a,$$(fuzz_$$*_LIBS))
+	@echo "  FUZZ    $@"
+	$(Q)clang -fsanitize=fuzzer,address,undefined -o $@ $< $(fuzz_$*_LIBS)
 
 FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 format-check:

@@ -14,11 +14,17 @@
 
 /* Bytes of one element of @dtype, 0 for an unknown dtype. */
 size_t djinn_dtype_size(unsigned int dtype);
+/* "f32", "bf16", ...; "matmul", "layernorm", ... (enum djinn_opcode);
+ * static strings, "unknown" for a value out of the enum. */
 const char *djinn_dtype_name(unsigned int dtype);
 const char *djinn_op_name(unsigned int op);
 
-/* Elements and bytes of @d; -EINVAL for a bad desc (dtype, ndim, a dim
- * past ndim not zero), -E2BIG when the byte count overflows 2^63. */
+/* Elements and bytes of @d (either pointer may be NULL); -EINVAL for a
+ * bad desc (dtype, ndim, a dim past ndim not zero, reserved bytes),
+ * -E2BIG when the byte count reaches 2^63. A zero dim is allowed (an
+ * empty tensor, 0 elements and bytes), but the other dims must still fit:
+ * the byte count is checked with zero dims counted as one, so that every
+ * stride of an empty tensor is representable. */
 int djinn_desc_check(const struct djinn_tensor_desc *d, uint64_t *elems,
 		     uint64_t *bytes);
 
@@ -35,8 +41,13 @@ struct djinn_graph_view {
 
 /*
  * Split a GRAPH_SUBMIT payload of @len bytes: counts within the limits
- * (-E2BIG), the length exactly what the counts imply (-EINVAL), reserved
- * fields zero. Does not look at the nodes. @msg gets a one-line reason.
+ * (-E2BIG; zero nodes or outputs: -EINVAL), the length exactly what the
+ * counts imply (-EINVAL), reserved fields, flags, the outputs' padding
+ * and every input ref checked (-EINVAL). Does not look at the nodes or
+ * at what the outputs name. @payload must be 8-byte aligned (-EINVAL
+ * otherwise): @view points into it and reads its structs in place. On
+ * failure @view is untouched. @msg (may be NULL) gets a one-line reason.
+ * Allocates nothing.
  */
 int djinn_graph_parse(const void *payload, uint64_t len,
 		      struct djinn_graph_view *view, char *msg, size_t msglen);
@@ -49,6 +60,16 @@ int djinn_graph_parse(const void *payload, uint64_t len,
  * cycle or a dangling reference), mismatched shapes or dtypes, bad
  * parameters (-EINVAL); results over the limits (-E2BIG). Outputs must
  * name nodes, each at most once.
+ *
+ * Strictness: reserved bytes, the unused slots of a node's inputs[] and
+ * the params bytes its op does not read must be zero; phase is at most
+ * DJINN_PHASE_TRAINING (the others are for signals). Empty tensors: a
+ * graph input may have zero dims (its desc is valid), but a node refuses
+ * an empty input (-EINVAL), so no kernel ever sees one and every result
+ * has at least one element. A result is at most 2^40 bytes (-E2BIG).
+ *
+ * @view comes from djinn_graph_parse(). On failure @out is unspecified.
+ * Allocates nothing.
  */
 int djinn_graph_infer(const struct djinn_graph_view *view,
 		      const struct djinn_tensor_desc *in,
