@@ -8,6 +8,13 @@
  * and allocates every result before it calls run_node(), so a backend
  * sees only well-formed nodes whose output is already allocated, with
  * the shape inference gave it.
+ *
+ * Tensors are aligned to their element size at least (the executor gives
+ * 256 bytes); a node's result never overlaps its inputs. run_node() may be
+ * called from several executor threads at once. Kernel scratch (the CPU
+ * backend's f16/bf16 conversions, attention rows) is the backend's own
+ * host memory for now, outside admission; a workspace query that lets the
+ * planner put it on the stack is the next step for the GPU.
  */
 #ifndef DJINN_BACKEND_H
 #define DJINN_BACKEND_H
@@ -54,8 +61,9 @@ struct backend {
 
 /*
  * The CPU backend: @capacity bytes of host-provider memory (djinnd's
- * --cpu-mem), @threads kernel threads (0: one per online CPU), GEMM
- * through OpenBLAS.
+ * --cpu-mem), @threads kernel threads (0: one per online CPU, at most
+ * 1024), GEMM through OpenBLAS. OpenBLAS's thread count is process-wide:
+ * the last CPU backend created sets it.
  */
 int cpu_backend_create(uint64_t capacity, unsigned int threads,
 		       struct backend **out);

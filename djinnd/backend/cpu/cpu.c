@@ -1,0 +1,698 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The CPU backend: host-provider memory, a thread pool for elementwise
+ * and row kernels, OpenBLAS for GEMM.
+ *
+ * run_node() checks what it is given against the op's rules once more
+ * (cheaply: dims and dtypes, never the data but for embedding ids and
+ * integer divisors), so that an executor bug is an -EINVAL and not a
+ * stray write. Then it turns the node's tensors into host pointers and
+ * plain sizes and calls a kernel. Float kernels work in f32: f16 and
+ * bf16 inputs are widened into scratch first and the result rounded
+ * back after, which costs a pass over the data but keeps one kernel per
+ * op. Integer kernels (binary ops, argmax) and the byte movers work on
+ * the tensors' own dtypes.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu.h"
+#include "graph.h"
+
+/* More kernel threads than this is a configuration mistake. */
+#define CPU_MAX_THREADS 1024
+
+struct cpu_backend {
+	struct backend base;
+	struct cpu_pool *pool;
+};
+
+static struct cpu_backend *to_cpu(struct backend *b)
+{
+	return (struct cpu_backend *)b;
+}
+
+int cpu_fail(char *msg, size_t msglen, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (msg && msglen) {
+		va_start(ap, fmt);
+		vsnprintf(msg, msglen, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Tensors */
+
+static void *ptr(const struct dj_tensor *t)
+{
+	return (void *)(uintptr_t)t->addr;
+}
+
+static size_t elems(const struct djinn_tensor_desc *d)
+{
+	size_t n = 1;
+
+	for (unsigned int k = 0; k < d->ndim; k++)
+		n *= d->dims[k];
+	return n;
+}
+
+/* Elements of @d from dim @from on (its rows' length, from = ndim - 1) */
+static size_t elems_from(const struct djinn_tensor_desc *d, unsigned int from)
+{
+	size_t n = 1;
+
+	for (unsigned int k = from; k < d->ndim; k++)
+		n *= d->dims[k];
+	return n;
+}
+
+static bool is_float(unsigned int dtype)
+{
+	return dtype == DJINN_DTYPE_F32 || dtype == DJINN_DTYPE_F16 ||
+	       dtype == DJINN_DTYPE_BF16;
+}
+
+static bool same_shape(const struct djinn_tensor_desc *a,
+		       const struct djinn_tensor_desc *b)
+{
+	if (a->ndim != b->ndim)
+		return false;
+	for (unsigned int k = 0; k < a->ndim; k++)
+		if (a->dims[k] != b->dims[k])
+			return false;
+	return true;
+}
+
+/* A dtype, dims and an address that kernels can use: they read elements
+ * through typed pointers. */
+static bool bad_tensor(const struct dj_tensor *t)
+{
+	size_t es = djinn_dtype_size(t->desc.dtype);
+
+	return !es || t->desc.ndim > DJINN_MAX_DIMS || t->addr % es;
+}
+
+static int no_kernel(const struct djinn_node *node, unsigned int dtype,
+		     char *msg, size_t msglen)
+{
+	return cpu_fail(msg, msglen, -EOPNOTSUPP, "no cpu %s kernel for %s",
+			djinn_op_name(node->op), djinn_dtype_name(dtype));
+}
+
+/* @out has @x's shape and dtype (the elementwise and row ops). */
+static int want_like(const struct dj_tensor *out, const struct dj_tensor *x,
+		     char *msg, size_t msglen)
+{
+	if (out->desc.dtype != x->desc.dtype ||
+	    !same_shape(&out->desc, &x->desc))
+		return cpu_fail(msg, msglen, -EINVAL,
+				"result is not the shape and dtype of input 0");
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* f32 views of float tensors */
+
+/*
+ * struct f32_view - a node's float inputs and its result as f32: the
+ * tensors themselves when they are f32, else scratch (@tmp, freed by
+ * f32_end()).
+ */
+struct f32_view {
+	const float *in[DJINN_MAX_NODE_INPUTS];
+	float *out;
+	float *tmp[DJINN_MAX_NODE_INPUTS + 1];
+};
+
+/* After the kernel returned @ret: round the result back, free scratch. */
+static int f32_end(struct cpu_backend *cb, const struct dj_tensor *out,
+		   struct f32_view *f, int ret)
+{
+	if (!ret && out && out->desc.dtype != DJINN_DTYPE_F32)
+		ret = cpu_from_f32(cb->pool, out->desc.dtype, f->out, ptr(out),
+				   elems(&out->desc));
+	for (unsigned int i = 0; i <= DJINN_MAX_NODE_INPUTS; i++)
+		free(f->tmp[i]);
+	return ret;
+}
+
+/* Inputs @in[nr] and, unless @out is NULL, the result. */
+static int f32_begin(struct cpu_backend *cb, const struct dj_tensor *in,
+		     unsigned int nr, const struct dj_tensor *out,
+		     struct f32_view *f, char *msg, size_t msglen)
+{
+	int ret = 0;
+
+	memset(f, 0, sizeof(*f));
+	for (unsigned int i = 0; i < nr && !ret; i++) {
+		size_t n = elems(&in[i].desc);
+
+		if (in[i].desc.dtype == DJINN_DTYPE_F32) {
+			f->in[i] = ptr(&in[i]);
+			continue;
+		}
+		f->tmp[i] = malloc(n ? n * sizeof(float) : 1);
+		if (!f->tmp[i]) {
+			ret = cpu_fail(msg, msglen, -ENOMEM,
+				       "no memory for %zu f32 of scratch", n);
+			break;
+		}
+		ret = cpu_to_f32(cb->pool, in[i].desc.dtype, ptr(&in[i]),
+				 f->tmp[i], n);
+		f->in[i] = f->tmp[i];
+	}
+	if (!ret && out) {
+		size_t n = elems(&out->desc);
+
+		if (out->desc.dtype == DJINN_DTYPE_F32) {
+			f->out = ptr(out);
+		} else {
+			f->out = f->tmp[DJINN_MAX_NODE_INPUTS] =
+				malloc(n ? n * sizeof(float) : 1);
+			if (!f->out)
+				ret = cpu_fail(msg, msglen, -ENOMEM,
+					       "no memory for %zu f32 of "
+					       "scratch",
+					       n);
+		}
+	}
+	if (ret)
+		return f32_end(cb, NULL, f, ret);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Ops */
+
+/* MATMUL: a (..., M, K) x b (..., K, N) -> (..., M, N) */
+static int op_matmul(struct cpu_backend *cb, const struct djinn_node *node,
+		     const struct dj_tensor *in, const struct dj_tensor *out,
+		     char *msg, size_t msglen)
+{
+	const struct djinn_p_matmul *p = &node->params.matmul;
+	unsigned int dtype = in[0].desc.dtype;
+	struct f32_view f;
+	struct cpu_mm mm;
+	int ret;
+
+	if (!is_float(dtype))
+		return no_kernel(node, dtype, msg, msglen);
+	if (in[1].desc.dtype != dtype || out->desc.dtype != dtype)
+		return cpu_fail(msg, msglen, -EINVAL, "dtypes differ");
+	if (p->trans_a > 1 || p->trans_b > 1)
+		return cpu_fail(msg, msglen, -EINVAL, "trans not 0 or 1");
+	ret = cpu_mm_init(&mm, &in[0].desc, &in[1].desc, p->trans_a, p->trans_b,
+			  &out->desc, msg, msglen);
+	if (ret)
+		return ret;
+	ret = f32_begin(cb, in, 2, out, &f, msg, msglen);
+	if (ret)
+		return ret;
+	ret = cpu_matmul(cb->pool, f.out, f.in[0], f.in[1], &mm, msg, msglen);
+	return f32_end(cb, out, &f, ret);
+}
+
+/* ADD, SUB, MUL, DIV: any dtype but u8 division by zero; broadcasting */
+static int op_binary(struct cpu_backend *cb, const struct djinn_node *node,
+		     const struct dj_tensor *in, const struct dj_tensor *out,
+		     char *msg, size_t msglen)
+{
+	unsigned int dtype = in[0].desc.dtype;
+	struct cpu_bcast bc;
+	struct f32_view f;
+	int ret;
+
+	if (in[1].desc.dtype != dtype || out->desc.dtype != dtype)
+		return cpu_fail(msg, msglen, -EINVAL, "dtypes differ");
+	ret = cpu_bcast_init(&bc, &in[0].desc, &in[1].desc, &out->desc, msg,
+			     msglen);
+	if (ret)
+		return ret;
+	if (!is_float(dtype)) {
+		if (djinn_dtype_size(dtype) == 0)
+			return no_kernel(node, dtype, msg, msglen);
+		if (node->op == DJINN_GOP_DIV && bc.n &&
+		    cpu_any_zero(dtype, ptr(&in[1]), elems(&in[1].desc)))
+			return cpu_fail(msg, msglen, -EDOM,
+					"integer division by zero");
+		return cpu_binary(cb->pool, node->op, dtype, ptr(out),
+				  ptr(&in[0]), ptr(&in[1]), &bc);
+	}
+	ret = f32_begin(cb, in, 2, out, &f, msg, msglen);
+	if (ret)
+		return ret;
+	ret = cpu_binary(cb->pool, node->op, DJINN_DTYPE_F32, f.out, f.in[0],
+			 f.in[1], &bc);
+	return f32_end(cb, out, &f, ret);
+}
+
+/* SCALE, GELU, RELU, SILU: float, out like x */
+static int op_unary(struct cpu_backend *cb, const struct djinn_node *node,
+		    const struct dj_tensor *in, const struct dj_tensor *out,
+		    char *msg, size_t msglen)
+{
+	struct f32_view f;
+	int ret;
+
+	if (!is_float(in[0].desc.dtype))
+		return no_kernel(node, in[0].desc.dtype, msg, msglen);
+	ret = want_like(out, &in[0], msg, msglen);
+	if (!ret)
+		ret = f32_begin(cb, in, 1, out, &f, msg, msglen);
+	if (ret)
+		return ret;
+	ret = cpu_unary(cb->pool, node->op, f.out, f.in[0], elems(&out->desc),
+			node->params.scalar.alpha);
+	return f32_end(cb, out, &f, ret);
+}
+
+/* SOFTMAX: x (..., C) over C */
+static int op_softmax(struct cpu_backend *cb, const struct djinn_node *node,
+		      const struct dj_tensor *in, const struct dj_tensor *out,
+		      char *msg, size_t msglen)
+{
+	const struct djinn_tensor_desc *x = &in[0].desc;
+	struct f32_view f;
+	size_t C;
+	int ret;
+
+	if (!is_float(x->dtype))
+		return no_kernel(node, x->dtype, msg, msglen);
+	if (x->ndim < 1)
+		return cpu_fail(msg, msglen, -EINVAL, "a scalar has no rows");
+	ret = want_like(out, &in[0], msg, msglen);
+	if (!ret)
+		ret = f32_begin(cb, in, 1, out, &f, msg, msglen);
+	if (ret)
+		return ret;
+	C = x->dims[x->ndim - 1];
+	ret = cpu_softmax(cb->pool, f.out, f.in[0], C ? elems(x) / C : 0, C);
+	return f32_end(cb, out, &f, ret);
+}
+
+/* LAYERNORM: x (..., C), gamma (C), beta (C); RMSNORM: x, gamma */
+static int op_norm(struct cpu_backend *cb, const struct djinn_node *node,
+		   const struct dj_tensor *in, const struct dj_tensor *out,
+		   char *msg, size_t msglen)
+{
+	const struct djinn_tensor_desc *x = &in[0].desc;
+	unsigned int nr = node->op == DJINN_GOP_LAYERNORM ? 3 : 2;
+	float eps = node->params.scalar.eps;
+	struct f32_view f;
+	size_t C;
+	int ret;
+
+	if (!is_float(x->dtype))
+		return no_kernel(node, x->dtype, msg, msglen);
+	if (x->ndim < 1)
+		return cpu_fail(msg, msglen, -EINVAL, "a scalar has no rows");
+	C = x->dims[x->ndim - 1];
+	for (unsigned int i = 1; i < nr; i++)
+		if (!is_float(in[i].desc.dtype) || in[i].desc.ndim != 1 ||
+		    in[i].desc.dims[0] != C)
+			return cpu_fail(msg, msglen, -EINVAL,
+					"input %u is not (%zu) floats", i, C);
+	if (!(eps > 0) || !isfinite(eps))
+		return cpu_fail(msg, msglen, -EINVAL, "eps %g", (double)eps);
+	ret = want_like(out, &in[0], msg, msglen);
+	if (!ret)
+		ret = f32_begin(cb, in, nr, out, &f, msg, msglen);
+	if (ret)
+		return ret;
+	ret = cpu_norm(cb->pool, f.out, f.in[0], f.in[1],
+		       nr == 3 ? f.in[2] : NULL, C ? elems(x) / C : 0, C, eps);
+	return f32_end(cb, out, &f, ret);
+}
+
+/* EMBEDDING: table (V, C), ids (...) i32/i64 -> (..., C); any table dtype */
+static int op_embedding(struct cpu_backend *cb, const struct djinn_node *node,
+			const struct dj_tensor *in, const struct dj_tensor *out,
+			char *msg, size_t msglen)
+{
+	const struct djinn_tensor_desc *t = &in[0].desc, *ids = &in[1].desc;
+	const struct djinn_tensor_desc *o = &out->desc;
+	size_t es = djinn_dtype_size(t->dtype);
+
+	if (ids->dtype != DJINN_DTYPE_I32 && ids->dtype != DJINN_DTYPE_I64)
+		return no_kernel(node, ids->dtype, msg, msglen);
+	if (t->ndim != 2 || !es)
+		return cpu_fail(msg, msglen, -EINVAL, "table is not (V, C)");
+	if (o->dtype != t->dtype || o->ndim != ids->ndim + 1 ||
+	    memcmp(o->dims, ids->dims, ids->ndim * sizeof(o->dims[0])) ||
+	    o->dims[ids->ndim] != t->dims[1])
+		return cpu_fail(msg, msglen, -EINVAL,
+				"result is not (ids..., %llu)",
+				(unsigned long long)t->dims[1]);
+	return cpu_embedding(cb->pool, ptr(out), ptr(&in[0]), t->dims[1] * es,
+			     t->dims[0], ptr(&in[1]), ids->dtype, elems(ids),
+			     msg, msglen);
+}
+
+/* RESHAPE: the same bytes */
+static int op_reshape(struct cpu_backend *cb, const struct djinn_node *node,
+		      const struct dj_tensor *in, const struct dj_tensor *out,
+		      char *msg, size_t msglen)
+{
+	const struct djinn_tensor_desc *x = &in[0].desc;
+
+	if (out->desc.dtype != x->dtype || elems(&out->desc) != elems(x))
+		return cpu_fail(msg, msglen, -EINVAL,
+				"result has %zu elements, input %zu",
+				elems(&out->desc), elems(x));
+	return cpu_copy(cb->pool, ptr(out), ptr(&in[0]),
+			elems(x) * djinn_dtype_size(x->dtype));
+}
+
+/* PERMUTE: result dim k is input dim perm[k] */
+static int op_permute(struct cpu_backend *cb, const struct djinn_node *node,
+		      const struct dj_tensor *in, const struct dj_tensor *out,
+		      char *msg, size_t msglen)
+{
+	const struct djinn_p_shape *p = &node->params.shape;
+	const struct djinn_tensor_desc *x = &in[0].desc, *o = &out->desc;
+	unsigned int seen = 0;
+
+	if (p->ndim != x->ndim || o->ndim != x->ndim || o->dtype != x->dtype)
+		return cpu_fail(msg, msglen, -EINVAL,
+				"permutation of %u dims for %u", p->ndim,
+				x->ndim);
+	for (unsigned int k = 0; k < p->ndim; k++) {
+		int32_t d = p->dims[k];
+
+		if (d < 0 || d >= (int32_t)x->ndim || seen & (1u << d) ||
+		    o->dims[k] != x->dims[d])
+			return cpu_fail(msg, msglen, -EINVAL,
+					"not a permutation of the input");
+		seen |= 1u << d;
+	}
+	return cpu_permute(cb->pool, ptr(out), ptr(&in[0]),
+			   djinn_dtype_size(x->dtype), x->ndim, x->dims,
+			   p->dims);
+}
+
+/* An axis in [-ndim, ndim) made non-negative; -1 if out of range. */
+static int axis_of(int32_t a, unsigned int ndim)
+{
+	if (a < -(int32_t)ndim || a >= (int32_t)ndim)
+		return -1;
+	return a < 0 ? a + (int32_t)ndim : a;
+}
+
+/* SLICE: [start, end) of one axis; negative counts from the end */
+static int op_slice(struct cpu_backend *cb, const struct djinn_node *node,
+		    const struct dj_tensor *in, const struct dj_tensor *out,
+		    char *msg, size_t msglen)
+{
+	const struct djinn_p_axis *p = &node->params.axis;
+	const struct djinn_tensor_desc *x = &in[0].desc, *o = &out->desc;
+	int axis = axis_of(p->axis, x->ndim);
+	int64_t start = p->start, end = p->end, dim;
+	size_t es = djinn_dtype_size(x->dtype), inner;
+
+	if (axis < 0)
+		return cpu_fail(msg, msglen, -EINVAL, "axis %d", p->axis);
+	dim = (int64_t)x->dims[axis];
+	start += start < 0 ? dim : 0;
+	end += end < 0 ? dim : 0;
+	if (start < 0 || start >= end || end > dim)
+		return cpu_fail(msg, msglen, -EINVAL,
+				"[%lld, %lld) is not within %lld",
+				(long long)p->start, (long long)p->end,
+				(long long)dim);
+	if (o->dtype != x->dtype || o->ndim != x->ndim)
+		return cpu_fail(msg, msglen, -EINVAL,
+				"result is not the slice");
+	for (unsigned int d = 0; d < x->ndim; d++)
+		if (o->dims[d] != (d == (unsigned int)axis ?
+					   (uint64_t)(end - start) :
+					   x->dims[d]))
+			return cpu_fail(msg, msglen, -EINVAL,
+					"result is not the slice");
+
+	/* (outer, dim, inner) -> (outer, end - start, inner) */
+	inner = elems_from(x, axis + 1) * es;
+	return cpu_copy_rows(cb->pool, ptr(out), (size_t)(end - start) * inner,
+			     (uint8_t *)ptr(&in[0]) + (size_t)start * inner,
+			     (size_t)dim * inner,
+			     elems(x) / elems_from(x, axis),
+			     (size_t)(end - start) * inner);
+}
+
+/* CONCAT: 2 to 4 inputs along one axis */
+static int op_concat(struct cpu_backend *cb, const struct djinn_node *node,
+		     const struct dj_tensor *in, const struct dj_tensor *out,
+		     char *msg, size_t msglen)
+{
+	const struct djinn_tensor_desc *x = &in[0].desc, *o = &out->desc;
+	int axis = axis_of(node->params.axis.axis, x->ndim);
+	size_t es = djinn_dtype_size(x->dtype), inner, outer, at = 0;
+	uint64_t sum = 0;
+	int ret = 0;
+
+	if (axis < 0)
+		return cpu_fail(msg, msglen, -EINVAL, "axis %d",
+				node->params.axis.axis);
+	for (unsigned int i = 0; i < node->nr_inputs; i++) {
+		const struct djinn_tensor_desc *y = &in[i].desc;
+
+		if (y->dtype != x->dtype || y->ndim != x->ndim)
+			return cpu_fail(msg, msglen, -EINVAL,
+					"input %u differs from input 0", i);
+		for (unsigned int d = 0; d < x->ndim; d++)
+			if (d != (unsigned int)axis && y->dims[d] != o->dims[d])
+				return cpu_fail(msg, msglen, -EINVAL,
+						"input %u differs in dim %u", i,
+						d);
+		sum += y->dims[axis];
+	}
+	if (o->dtype != x->dtype || o->ndim != x->ndim || o->dims[axis] != sum)
+		return cpu_fail(msg, msglen, -EINVAL,
+				"result is not the concatenation");
+
+	/* each input (outer, d_i, inner) into (outer, sum, inner) at @at */
+	inner = elems_from(x, axis + 1) * es;
+	outer = elems(o) / elems_from(o, axis);
+	for (unsigned int i = 0; i < node->nr_inputs && !ret; i++) {
+		size_t len = in[i].desc.dims[axis] * inner;
+
+		ret = cpu_copy_rows(cb->pool, (uint8_t *)ptr(out) + at,
+				    sum * inner, ptr(&in[i]), len, outer, len);
+		at += len;
+	}
+	return ret;
+}
+
+/* ATTENTION: q (B,H,T,D), k (B,H,S,D), v (B,H,S,Dv) -> (B,H,T,Dv) */
+static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
+			const struct dj_tensor *in, const struct dj_tensor *out,
+			char *msg, size_t msglen)
+{
+	const struct djinn_p_attention *p = &node->params.attention;
+	const struct djinn_tensor_desc *q = &in[0].desc, *k = &in[1].desc;
+	const struct djinn_tensor_desc *v = &in[2].desc, *o = &out->desc;
+	struct cpu_attn a;
+	struct f32_view f;
+	int ret;
+
+	if (!is_float(q->dtype))
+		return no_kernel(node, q->dtype, msg, msglen);
+	if (k->dtype != q->dtype || v->dtype != q->dtype ||
+	    o->dtype != q->dtype)
+		return cpu_fail(msg, msglen, -EINVAL, "dtypes differ");
+	if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || o->ndim != 4)
+		return cpu_fail(msg, msglen, -EINVAL, "q, k, v are not 4-d");
+	a = (struct cpu_attn){
+		.B = q->dims[0],
+		.H = q->dims[1],
+		.T = q->dims[2],
+		.S = k->dims[2],
+		.D = q->dims[3],
+		.Dv = v->dims[3],
+		.scale = p->scale,
+		.causal = p->causal,
+	};
+	if (k->dims[0] != a.B || v->dims[0] != a.B || k->dims[1] != a.H ||
+	    v->dims[1] != a.H || k->dims[3] != a.D || v->dims[2] != a.S ||
+	    o->dims[0] != a.B || o->dims[1] != a.H || o->dims[2] != a.T ||
+	    o->dims[3] != a.Dv)
+		return cpu_fail(msg, msglen, -EINVAL,
+				"q, k, v, result shapes do not agree");
+	if (p->causal > 1 || (a.causal && a.T > a.S))
+		return cpu_fail(msg, msglen, -EINVAL,
+				"causal %u with %zu queries, %zu keys",
+				p->causal, a.T, a.S);
+	if (!isfinite(a.scale))
+		return cpu_fail(msg, msglen, -EINVAL, "scale %g",
+				(double)a.scale);
+	if (a.scale == 0.0f)
+		a.scale = a.D ? 1.0f / sqrtf((float)a.D) : 1.0f;
+	ret = f32_begin(cb, in, 3, out, &f, msg, msglen);
+	if (ret)
+		return ret;
+	ret = cpu_attention(cb->pool, f.out, f.in[0], f.in[1], f.in[2], &a);
+	if (ret == -ENOMEM)
+		cpu_fail(msg, msglen, ret, "no memory for attention scores");
+	return f32_end(cb, out, &f, ret);
+}
+
+/* ARGMAX: x (..., C) -> (...) i64, the first maximum */
+static int op_argmax(struct cpu_backend *cb, const struct djinn_node *node,
+		     const struct dj_tensor *in, const struct dj_tensor *out,
+		     char *msg, size_t msglen)
+{
+	const struct djinn_tensor_desc *x = &in[0].desc;
+	unsigned int dtype = x->dtype;
+	struct f32_view f;
+	size_t C, rows;
+	int ret;
+
+	if (x->ndim < 1)
+		return cpu_fail(msg, msglen, -EINVAL, "a scalar has no rows");
+	C = x->dims[x->ndim - 1];
+	rows = C ? elems(x) / C : 0;
+	if (out->desc.dtype != DJINN_DTYPE_I64 || elems(&out->desc) != rows)
+		return cpu_fail(msg, msglen, -EINVAL,
+				"result is not %zu i64 elements", rows);
+	if (!is_float(dtype)) {
+		if (!djinn_dtype_size(dtype))
+			return no_kernel(node, dtype, msg, msglen);
+		return cpu_argmax(cb->pool, dtype, ptr(out), ptr(&in[0]), rows,
+				  C);
+	}
+	ret = f32_begin(cb, in, 1, NULL, &f, msg, msglen);
+	if (ret)
+		return ret;
+	ret = cpu_argmax(cb->pool, DJINN_DTYPE_F32, ptr(out), f.in[0], rows, C);
+	return f32_end(cb, NULL, &f, ret);
+}
+
+typedef int (*op_fn)(struct cpu_backend *cb, const struct djinn_node *node,
+		     const struct dj_tensor *in, const struct dj_tensor *out,
+		     char *msg, size_t msglen);
+
+static const struct cpu_op {
+	op_fn fn;
+	uint8_t min_inputs, max_inputs;
+} cpu_ops_table[] = {
+	[DJINN_GOP_MATMUL] = { op_matmul, 2, 2 },
+	[DJINN_GOP_ADD] = { op_binary, 2, 2 },
+	[DJINN_GOP_SUB] = { op_binary, 2, 2 },
+	[DJINN_GOP_MUL] = { op_binary, 2, 2 },
+	[DJINN_GOP_DIV] = { op_binary, 2, 2 },
+	[DJINN_GOP_SCALE] = { op_unary, 1, 1 },
+	[DJINN_GOP_GELU] = { op_unary, 1, 1 },
+	[DJINN_GOP_RELU] = { op_unary, 1, 1 },
+	[DJINN_GOP_SILU] = { op_unary, 1, 1 },
+	[DJINN_GOP_SOFTMAX] = { op_softmax, 1, 1 },
+	[DJINN_GOP_LAYERNORM] = { op_norm, 3, 3 },
+	[DJINN_GOP_RMSNORM] = { op_norm, 2, 2 },
+	[DJINN_GOP_EMBEDDING] = { op_embedding, 2, 2 },
+	[DJINN_GOP_RESHAPE] = { op_reshape, 1, 1 },
+	[DJINN_GOP_PERMUTE] = { op_permute, 1, 1 },
+	[DJINN_GOP_SLICE] = { op_slice, 1, 1 },
+	[DJINN_GOP_CONCAT] = { op_concat, 2, 4 },
+	[DJINN_GOP_ATTENTION] = { op_attention, 3, 3 },
+	[DJINN_GOP_ARGMAX] = { op_argmax, 1, 1 },
+};
+
+/* ---------------------------------------------------------------------- */
+/* The backend */
+
+static int cpu_run_node(struct backend *b, const struct djinn_node *node,
+			const struct dj_tensor *in, const struct dj_tensor *out,
+			char *msg, size_t msglen)
+{
+	const struct cpu_op *op;
+
+	if (node->op >= sizeof(cpu_ops_table) / sizeof(cpu_ops_table[0]) ||
+	    !cpu_ops_table[node->op].fn)
+		return cpu_fail(msg, msglen, -EOPNOTSUPP, "unknown op %u",
+				node->op);
+	op = &cpu_ops_table[node->op];
+	if (node->nr_inputs < op->min_inputs ||
+	    node->nr_inputs > op->max_inputs)
+		return cpu_fail(msg, msglen, -EINVAL, "%u inputs",
+				node->nr_inputs);
+	for (unsigned int i = 0; i < node->nr_inputs; i++)
+		if (bad_tensor(&in[i]))
+			return cpu_fail(msg, msglen, -EINVAL,
+					"input %u: bad desc or address", i);
+	if (bad_tensor(out))
+		return cpu_fail(msg, msglen, -EINVAL,
+				"result: bad desc or address");
+	return op->fn(to_cpu(b), node, in, out, msg, msglen);
+}
+
+/* Kernels run synchronously on the calling thread and the pool. */
+static int cpu_sync(struct backend *b)
+{
+	return 0;
+}
+
+static void cpu_destroy(struct backend *b)
+{
+	struct cpu_backend *cb = to_cpu(b);
+
+	if (!b)
+		return;
+	cpu_pool_destroy(cb->pool);
+	cb->base.provider->ops->free(cb->base.provider);
+	free(cb);
+}
+
+static const struct backend_ops cpu_backend_ops = {
+	.run_node = cpu_run_node,
+	.sync = cpu_sync,
+	.destroy = cpu_destroy,
+};
+
+int cpu_backend_create(uint64_t capacity, unsigned int threads,
+		       struct backend **out)
+{
+	struct cpu_backend *cb;
+	int ret;
+
+	if (!threads) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		threads = n < 1		      ? 1 :
+			  n > CPU_MAX_THREADS ? CPU_MAX_THREADS :
+						(unsigned int)n;
+	}
+	if (threads > CPU_MAX_THREADS)
+		return -EINVAL;
+	cb = calloc(1, sizeof(*cb));
+	if (!cb)
+		return -ENOMEM;
+	ret = vmu_host_provider_create(capacity, 0, &cb->base.provider);
+	if (ret)
+		goto out_free;
+	ret = cpu_pool_create(threads, &cb->pool);
+	if (ret)
+		goto out_provider;
+	/* OpenBLAS keeps its own threads for GEMM: as many as ours. The
+	 * setting is process-wide; the last backend created wins. */
+	openblas_set_num_threads((int)threads);
+
+	cb->base.ops = &cpu_backend_ops;
+	cb->base.name = "cpu";
+	*out = &cb->base;
+	return 0;
+
+out_provider:
+	cb->base.provider->ops->free(cb->base.provider);
+out_free:
+	free(cb);
+	return ret;
+}

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CPU backend's insides: a thread pool, dtype conversion and the
+ * kernels. cpu.c checks a node and turns its tensors into what these
+ * take: host pointers to contiguous row-major f32 (or, for the integer
+ * and byte-moving kernels, the tensor's own dtype) and plain dims.
+ *
+ * Every kernel has a plain C reference in tests/unit/test_cpu_backend.c,
+ * written separately in double precision, that the tests compare against.
+ */
+#ifndef DJINN_CPU_H
+#define DJINN_CPU_H
+
+/*
+ * The Makefile builds with -O2, where gcc 12's "very cheap" vectorizer
+ * cost model leaves alone every loop whose trip count is not a known
+ * multiple of the vector width, that is every loop of a kernel. The
+ * dynamic model (gcc's default at -O3) lets it vectorize them; clang
+ * vectorizes at -O2 already. Without trapping math gcc may also turn the
+ * float compares of cpu_expf() into selects, as clang does: nothing here
+ * reads the floating-point exception flags.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
+#endif
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <djinn/proto.h>
+
+#include "backend/backend.h"
+
+#ifndef __printf
+#define __printf(a, b) __attribute__((format(printf, a, b)))
+#endif
+
+/* Put a reason in @msg (may be NULL) and return @err, a negative errno. */
+__printf(4, 5) int cpu_fail(char *msg, size_t msglen, int err, const char *fmt,
+			    ...);
+
+/* ---------------------------------------------------------------------- */
+/* Thread pool (pool.c) */
+
+/*
+ * Work smaller than this many elements (or its equivalent in row work)
+ * runs on the calling thread: below it, waking workers costs more than
+ * they save.
+ */
+#define CPU_GRAIN 16384
+
+struct cpu_pool;
+
+/* Does items [lo, hi) of a parallel loop; 0 or a negative errno. */
+typedef int (*cpu_range_fn)(void *arg, size_t lo, size_t hi);
+
+/* @nr_threads counts the caller: nr_threads - 1 workers are started. */
+int cpu_pool_create(unsigned int nr_threads, struct cpu_pool **out);
+void cpu_pool_destroy(struct cpu_pool *p);
+
+/*
+ * Run @fn over [0, @n) in chunks of at least @grain items on the pool's
+ * threads and the caller's, and return when all are done: 0, or the
+ * first error a chunk returned. One loop runs at a time; a loop started
+ * from inside a chunk runs on its caller alone.
+ */
+int cpu_parallel_for(struct cpu_pool *p, size_t n, size_t grain,
+		     cpu_range_fn fn, void *arg);
+
+/* ---------------------------------------------------------------------- */
+/* dtype conversion (convert.c) */
+
+/* @n elements of @dtype (F32, F16, BF16) to f32 and back; to f16 and
+ * bf16 with rounding to nearest even, NaN staying NaN. */
+int cpu_to_f32(struct cpu_pool *p, unsigned int dtype, const void *src,
+	       float *dst, size_t n);
+int cpu_from_f32(struct cpu_pool *p, unsigned int dtype, const float *src,
+		 void *dst, size_t n);
+
+/* ---------------------------------------------------------------------- */
+/* exp() that vectorizes */
+
+/*
+ * exp(x) within 1.5 ulp (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a
+ * degree-6 polynomial for exp(r), 2^n made from bits), NaN for NaN,
+ * infinity above 88.72, but 0 below -87.34, where the result would be
+ * subnormal. No branches and no calls, so that a loop over it vectorizes:
+ * libm's expf() and tanhf() keep softmax, attention, GELU and SILU at one
+ * element at a time.
+ */
+static inline float cpu_expf(float x)
+{
+	union {
+		float f;
+		uint32_t u;
+	} t, s1, s2;
+	int under = x<-87.33654f, over = x> 88.72283f;
+	float xc = under ? -87.33654f : x, n, r, p, y;
+	uint32_t nb, n1b;
+
+	xc = over ? 88.72283f : xc;
+	/* n = round(x / ln2), by the 1.5 * 2^23 trick: no float-to-int */
+	t.f = xc * 1.44269504f + 12582912.0f;
+	n = t.f - 12582912.0f;
+	nb = t.u - 0x4b400000u + 128; /* n + 128, in 2 .. 256 */
+	/* r = x - n ln2, ln2 in two parts (Cody and Waite) */
+	r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+	p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	y = p * r * r + r + 1.0f;
+	/* 2^n as 2^n1 * 2^(n - n1): both stay normal for n in -126 .. 128 */
+	n1b = nb >> 1;
+	s1.u = (n1b + 63) << 23;
+	s2.u = (nb - n1b + 63) << 23;
+	y = y * s1.f * s2.f;
+	y = under ? 0.0f : y;
+	return over ? (float)INFINITY : y;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Elementwise kernels (elementwise.c) */
+
+/*
+ * struct cpu_bcast - numpy broadcasting of a and b to the result, with
+ * size-1 dims dropped and dims that stay contiguous in all three merged.
+ * @nd:   dims left (0 for a single element)
+ * @dims: their sizes, outermost first
+ * @sa:   a's stride along each, in elements; 0 where a is broadcast
+ * @sb:   the same for b
+ * @n:    elements of the result
+ */
+struct cpu_bcast {
+	unsigned int nd;
+	uint64_t dims[DJINN_MAX_DIMS];
+	uint64_t sa[DJINN_MAX_DIMS], sb[DJINN_MAX_DIMS];
+	uint64_t n;
+};
+
+/* Broadcast @a and @b; -EINVAL if they do not or @out is not the result. */
+int cpu_bcast_init(struct cpu_bcast *bc, const struct djinn_tensor_desc *a,
+		   const struct djinn_tensor_desc *b,
+		   const struct djinn_tensor_desc *out, char *msg,
+		   size_t msglen);
+
+/*
+ * out = a op b (op: DJINN_GOP_ADD, SUB, MUL, DIV), @dtype F32, I32, I64
+ * or U8. Integers wrap; their division truncates and the caller has made
+ * sure no divisor is zero (cpu_any_zero).
+ */
+int cpu_binary(struct cpu_pool *p, unsigned int op, unsigned int dtype,
+	       void *out, const void *a, const void *b,
+	       const struct cpu_bcast *bc);
+bool cpu_any_zero(unsigned int dtype, const void *x, size_t n);
+
+/* out = f(x), op: DJINN_GOP_SCALE (by @alpha), GELU, RELU, SILU. */
+int cpu_unary(struct cpu_pool *p, unsigned int op, float *out, const float *x,
+	      size_t n, float alpha);
+
+/* ---------------------------------------------------------------------- */
+/* Row kernels (rows.c): x is (rows, C) */
+
+int cpu_softmax(struct cpu_pool *p, float *out, const float *x, size_t rows,
+		size_t C);
+/* gamma, beta (C); @beta NULL: RMSNorm, x / sqrt(mean(x^2) + eps) * gamma */
+int cpu_norm(struct cpu_pool *p, float *out, const float *x, const float *gamma,
+	     const float *beta, size_t rows, size_t C, float eps);
+/* out (rows) = index of the first maximum; @dtype F32, I32, I64 or U8 */
+int cpu_argmax(struct cpu_pool *p, unsigned int dtype, int64_t *out,
+	       const void *x, size_t rows, size_t C);
+
+/*
+ * struct cpu_attn - scaled dot-product attention
+ * q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv) -> out (B, H, T, Dv);
+ * causal: query t sees keys 0 .. t + S - T (T <= S).
+ */
+struct cpu_attn {
+	size_t B, H, T, S, D, Dv;
+	float scale;
+	bool causal;
+};
+
+int cpu_attention(struct cpu_pool *p, float *out, const float *q,
+		  const float *k, const float *v, const struct cpu_attn *a);
+
+/* ---------------------------------------------------------------------- */
+/* Matrix multiply (matmul.c) */
+
+/*
+ * struct cpu_mm - a batched matmul: a (..., M, K) x b (..., K, N), either
+ * operand's last two dims transposed, batch dims broadcast
+ * @nb:     batch dims of the result
+ * @batch:  their sizes
+ * @sa:     a's stride along each, in matrices; 0 where broadcast
+ * @sb:     the same for b
+ */
+struct cpu_mm {
+	size_t M, N, K;
+	bool ta, tb;
+	unsigned int nb;
+	uint64_t batch[DJINN_MAX_DIMS];
+	uint64_t sa[DJINN_MAX_DIMS], sb[DJINN_MAX_DIMS];
+};
+
+/* Work out @mm from the descs; -EINVAL if @out is not the result. */
+int cpu_mm_init(struct cpu_mm *mm, const struct djinn_tensor_desc *a,
+		const struct djinn_tensor_desc *b, bool ta, bool tb,
+		const struct djinn_tensor_desc *out, char *msg, size_t msglen);
+int cpu_matmul(struct cpu_pool *p, float *out, const float *a, const float *b,
+	       const struct cpu_mm *mm, char *msg, size_t msglen);
+
+/* ---------------------------------------------------------------------- */
+/* Byte movers (copy.c): any dtype, by element size */
+
+int cpu_copy(struct cpu_pool *p, void *dst, const void *src, size_t bytes);
+/* @rows rows of @len bytes, at @dst + r * @dst_stride from @src + r *
+ * @src_stride */
+int cpu_copy_rows(struct cpu_pool *p, void *dst, size_t dst_stride,
+		  const void *src, size_t src_stride, size_t rows, size_t len);
+/* out dim k is in dim perm[k] */
+int cpu_permute(struct cpu_pool *p, void *out, const void *in, size_t esize,
+		unsigned int ndim, const __u64 *dims, const int32_t *perm);
+/*
+ * out (n, row) = table[ids] (rows of @row bytes), ids i32 or i64 (@id_dtype),
+ * each below @V. Checks every id before it writes a byte: -EINVAL naming
+ * the first bad one.
+ */
+int cpu_embedding(struct cpu_pool *p, void *out, const void *table, size_t row,
+		  uint64_t V, const void *ids, unsigned int id_dtype, size_t n,
+		  char *msg, size_t msglen);
+
+#endif /* DJINN_CPU_H */

@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Row kernels: SOFTMAX, LAYERNORM, RMSNORM, ARGMAX over the last dim, and
+ * ATTENTION over the rows of its queries. Each row is independent, so
+ * the pool takes rows in chunks of about CPU_GRAIN elements' work.
+ *
+ * Sums over a row run in double (four partial sums, so the adds
+ * overlap): a row of 50257 logits or 4096 channels keeps f32 accuracy.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+
+/* Sum of @x[n] in double: four partial sums, so that the adds overlap. */
+static double sum_f64(const float *x, size_t n)
+{
+	double s[4] = { 0 };
+	size_t i = 0;
+
+	for (; i + 4 <= n; i += 4)
+		for (size_t k = 0; k < 4; k++)
+			s[k] += x[i + k];
+	for (; i < n; i++)
+		s[0] += x[i];
+	return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* Rows per chunk so that a chunk does at least CPU_GRAIN units of work. */
+static size_t row_grain(size_t per_row)
+{
+	return per_row >= CPU_GRAIN ? 1 : CPU_GRAIN / (per_row ? per_row : 1);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Softmax */
+
+struct row_job {
+	float *out;
+	const float *x, *gamma, *beta;
+	size_t C;
+	float eps;
+};
+
+/* out = exp(x - max) / sum(exp(x - max)), row by row; x, out (rows, C) */
+static int softmax_rows(void *arg, size_t lo, size_t hi)
+{
+	const struct row_job *j = arg;
+	size_t C = j->C;
+
+	for (size_t r = lo; r < hi; r++) {
+		const float *x = j->x + r * C;
+		float *o = j->out + r * C;
+		float max = x[0], inv;
+
+		for (size_t i = 1; i < C; i++)
+			max = x[i] > max ? x[i] : max;
+		for (size_t i = 0; i < C; i++)
+			o[i] = cpu_expf(x[i] - max);
+		inv = (float)(1.0 / sum_f64(o, C));
+		for (size_t i = 0; i < C; i++)
+			o[i] *= inv;
+	}
+	return 0;
+}
+
+int cpu_softmax(struct cpu_pool *p, float *out, const float *x, size_t rows,
+		size_t C)
+{
+	struct row_job j = { .out = out, .x = x, .C = C };
+
+	if (!C)
+		return 0;
+	/* an exp costs about as much as four elementwise ops */
+	return cpu_parallel_for(p, rows, row_grain(4 * C), softmax_rows, &j);
+}
+
+/* ---------------------------------------------------------------------- */
+/* LayerNorm, RMSNorm */
+
+/* Sum of (x[i] - m)^2, in double */
+static double sq_dev_f64(const float *x, size_t C, double m)
+{
+	double s[4] = { 0 };
+	size_t i = 0;
+
+	for (; i + 4 <= C; i += 4)
+		for (size_t k = 0; k < 4; k++)
+			s[k] += (x[i + k] - m) * (x[i + k] - m);
+	for (; i < C; i++)
+		s[0] += (x[i] - m) * (x[i] - m);
+	return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/*
+ * LayerNorm: out = (x - mean) / sqrt(var + eps) * gamma + beta, var biased;
+ * RMSNorm (no beta): out = x / sqrt(mean(x^2) + eps) * gamma.
+ * x, out (rows, C); gamma, beta (C)
+ */
+static int norm_rows(void *arg, size_t lo, size_t hi)
+{
+	const struct row_job *j = arg;
+	const float *g = j->gamma, *b = j->beta;
+	size_t C = j->C;
+
+	for (size_t r = lo; r < hi; r++) {
+		const float *x = j->x + r * C;
+		float *o = j->out + r * C;
+		double mean = b ? sum_f64(x, C) / (double)C : 0;
+		double var = sq_dev_f64(x, C, mean) / (double)C;
+		float rstd = (float)(1.0 / sqrt(var + j->eps));
+		/* the mean in two floats: x - m_hi is exact for x near the
+		 * mean, so a row with a small spread around a large mean
+		 * keeps its accuracy */
+		float m_hi = (float)mean, m_lo = (float)(mean - m_hi);
+
+		if (b) {
+			for (size_t i = 0; i < C; i++)
+				o[i] = ((x[i] - m_hi) - m_lo) * rstd * g[i] +
+				       b[i];
+		} else {
+			for (size_t i = 0; i < C; i++)
+				o[i] = x[i] * rstd * g[i];
+		}
+	}
+	return 0;
+}
+
+int cpu_norm(struct cpu_pool *p, float *out, const float *x, const float *gamma,
+	     const float *beta, size_t rows, size_t C, float eps)
+{
+	struct row_job j = {
+		.out = out,
+		.x = x,
+		.gamma = gamma,
+		.beta = beta,
+		.C = C,
+		.eps = eps,
+	};
+
+	if (!C)
+		return 0;
+	return cpu_parallel_for(p, rows, row_grain(3 * C), norm_rows, &j);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Argmax */
+
+struct argmax_job {
+	unsigned int dtype;
+	int64_t *out;
+	const void *x;
+	size_t C;
+};
+
+/* The first maximum; for floats a NaN counts as the maximum (PyTorch):
+ * the first NaN wins. */
+#define ARGMAX_ROW(T, x, C, best, ISNAN)                        \
+	do {                                                    \
+		T m = (x)[0];                                   \
+		for (size_t i = 1; i < (C) && !ISNAN(m); i++) { \
+			if ((x)[i] > m || ISNAN((x)[i])) {      \
+				m = (x)[i];                     \
+				best = (int64_t)i;              \
+			}                                       \
+		}                                               \
+	} while (0)
+
+#define NO_NAN(x) 0
+
+/* out (rows) = the index of a maximum of each row of x (rows, C) */
+static int argmax_rows(void *arg, size_t lo, size_t hi)
+{
+	const struct argmax_job *j = arg;
+	size_t C = j->C;
+
+	for (size_t r = lo; r < hi; r++) {
+		int64_t best = 0;
+
+		switch (j->dtype) {
+		case DJINN_DTYPE_F32:
+			ARGMAX_ROW(float, (const float *)j->x + r * C, C, best,
+				   isnan);
+			break;
+		case DJINN_DTYPE_I32:
+			ARGMAX_ROW(int32_t, (const int32_t *)j->x + r * C, C,
+				   best, NO_NAN);
+			break;
+		case DJINN_DTYPE_I64:
+			ARGMAX_ROW(int64_t, (const int64_t *)j->x + r * C, C,
+				   best, NO_NAN);
+			break;
+		default:
+			ARGMAX_ROW(uint8_t, (const uint8_t *)j->x + r * C, C,
+				   best, NO_NAN);
+			break;
+		}
+		j->out[r] = best;
+	}
+	return 0;
+}
+
+int cpu_argmax(struct cpu_pool *p, unsigned int dtype, int64_t *out,
+	       const void *x, size_t rows, size_t C)
+{
+	struct argmax_job j = { dtype, out, x, C };
+
+	if (!C)
+		return 0;
+	return cpu_parallel_for(p, rows, row_grain(C), argmax_rows, &j);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Attention */
+
+/*
+ * scale * q . k, with eight partial sums: the loop vectorizes without
+ * reassociating anything. (Four keys to a pass, to read q once, came out
+ * slower: the partial sums no longer fit in registers.)
+ */
+static float dot(const float *q, const float *k, size_t D, float scale)
+{
+	float acc[8] = { 0 }, s;
+	size_t i = 0;
+
+	for (; i + 8 <= D; i += 8)
+		for (size_t l = 0; l < 8; l++)
+			acc[l] += q[i + l] * k[i + l];
+	s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+	    ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+	for (; i < D; i++)
+		s += q[i] * k[i];
+	return scale * s;
+}
+
+struct attn_job {
+	const struct cpu_attn *a;
+	float *out;
+	const float *q, *k, *v;
+};
+
+/*
+ * Rows [lo, hi) of the B*H*T queries. For row (bh, t):
+ *   att[s] = scale * q[bh, t] . k[bh, s]   for s < n  (n = S, or
+ *                                          t + S - T + 1 when causal)
+ *   p = softmax(att)
+ *   out[bh, t] = sum_s p[s] v[bh, s]
+ * q (B*H, T, D), k (B*H, S, D), v (B*H, S, Dv), out (B*H, T, Dv)
+ */
+static int attn_rows(void *arg, size_t lo, size_t hi)
+{
+	const struct attn_job *j = arg;
+	const struct cpu_attn *a = j->a;
+	size_t T = a->T, S = a->S, D = a->D, Dv = a->Dv;
+	float *att = malloc(S * sizeof(float));
+
+	if (!att)
+		return -ENOMEM;
+	for (size_t r = lo; r < hi; r++) {
+		size_t bh = r / T, t = r % T;
+		size_t n = a->causal ? t + S - T + 1 : S;
+		const float *q = j->q + r * D;
+		const float *k = j->k + bh * S * D;
+		const float *v = j->v + bh * S * Dv;
+		float *o = j->out + r * Dv;
+		float max = -INFINITY, inv;
+		size_t s;
+
+		for (s = 0; s < n; s++)
+			att[s] = dot(q, k + s * D, D, a->scale);
+		for (s = 0; s < n; s++)
+			max = att[s] > max ? att[s] : max;
+		for (s = 0; s < n; s++)
+			att[s] = cpu_expf(att[s] - max);
+		inv = (float)(1.0 / sum_f64(att, n));
+
+		/* out = sum_s p[s] v[s], four rows of v to a pass over out */
+		memset(o, 0, Dv * sizeof(float));
+		for (s = 0; s + 4 <= n; s += 4) {
+			const float *v0 = v + s * Dv, *v1 = v0 + Dv;
+			const float *v2 = v1 + Dv, *v3 = v2 + Dv;
+			float w0 = att[s] * inv, w1 = att[s + 1] * inv;
+			float w2 = att[s + 2] * inv, w3 = att[s + 3] * inv;
+
+			for (size_t i = 0; i < Dv; i++)
+				o[i] += (w0 * v0[i] + w1 * v1[i]) +
+					(w2 * v2[i] + w3 * v3[i]);
+		}
+		for (; s < n; s++) {
+			const float *vs = v + s * Dv;
+			float w = att[s] * inv;
+
+			for (size_t i = 0; i < Dv; i++)
+				o[i] += w * vs[i];
+		}
+	}
+	free(att);
+	return 0;
+}
+
+int cpu_attention(struct cpu_pool *p, float *out, const float *q,
+		  const float *k, const float *v, const struct cpu_attn *a)
+{
+	struct attn_job j = { a, out, q, k, v };
+
+	if (a->causal && a->T > a->S)
+		return -EINVAL;
+	if (!a->S) { /* no keys: nothing to attend to */
+		memset(out, 0, a->B * a->H * a->T * a->Dv * sizeof(float));
+		return 0;
+	}
+	return cpu_parallel_for(p, a->B * a->H * a->T,
+				row_grain(a->S * (a->D + a->Dv)), attn_rows,
+				&j);
+}
