@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Running one graph: plan, admit, run. See exec.h.
+ *
+ * The stack is bump-allocated and reset when the graph ends, so the plan
+ * is simple: every intermediate gets its own aligned slot, and the stack
+ * peak is their sum. That wastes nothing by fragmentation; reusing dead
+ * intermediates' slots (liveness) would lower the peak and is left for
+ * when a workload shows it matters.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "exec/exec.h"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t desc_bytes(const struct djinn_tensor_desc *d)
+{
+	uint64_t elems, bytes;
+
+	return djinn_desc_check(d, &elems, &bytes) ? 0 : bytes;
+}
+
+void exec_plan_free(struct exec_plan *plan)
+{
+	free(plan->output_of);
+	free(plan->stack_off);
+	plan->output_of = NULL;
+	plan->stack_off = NULL;
+}
+
+int exec_plan(const struct djinn_graph_view *view,
+	      const struct djinn_tensor_desc *descs, struct vmu *v,
+	      struct vmu_stack *st, struct exec_plan *plan)
+{
+	uint32_t n = view->g->nr_nodes;
+
+	memset(plan, 0, sizeof(*plan));
+	plan->output_of = malloc(n * sizeof(*plan->output_of));
+	plan->stack_off = calloc(n, sizeof(*plan->stack_off));
+	if (!plan->output_of || !plan->stack_off) {
+		exec_plan_free(plan);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		plan->output_of[i] = -1;
+	for (uint32_t k = 0; k < view->g->nr_outputs; k++) {
+		uint32_t node = view->outputs[k];
+
+		plan->output_of[node] = (int32_t)k;
+		plan->out_bytes += vmu_round(v, desc_bytes(&descs[node]));
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (plan->output_of[i] >= 0)
+			continue;
+		plan->stack_off[i] = plan->stack_peak;
+		plan->stack_peak += (desc_bytes(&descs[i]) + EXEC_ALIGN - 1) &
+				    ~(uint64_t)(EXEC_ALIGN - 1);
+	}
+	plan->need = plan->out_bytes + vmu_stack_need(st, plan->stack_peak);
+	return 0;
+}
+
+/* Destroy the first @n output regions made for a graph that failed. */
+static void drop_regions(struct vmu_session *s, struct exec_result *res,
+			 uint32_t n)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		vmu_region_unpin(s, res->regions[k]);
+		vmu_region_destroy(s, res->regions[k]);
+	}
+}
+
+/* Make and pin the output regions; fills @addr[nr_outputs]. */
+static int make_outputs(struct vmu_session *s,
+			const struct djinn_graph_view *view,
+			const struct djinn_tensor_desc *descs,
+			struct vmu_resv *resv, struct exec_result *res,
+			uint64_t *addr, char *msg, size_t msglen)
+{
+	uint32_t k;
+	int ret = 0;
+
+	for (k = 0; k < view->g->nr_outputs; k++) {
+		uint64_t bytes = desc_bytes(&descs[view->outputs[k]]);
+		struct vmu_region_info info;
+
+		ret = vmu_region_create(s, bytes, &res->regions[k]);
+		if (ret)
+			break;
+		ret = vmu_region_resize(s, res->regions[k], bytes, resv);
+		if (!ret)
+			ret = vmu_region_pin(s, res->regions[k], resv, &info);
+		if (ret) {
+			vmu_region_destroy(s, res->regions[k]);
+			break;
+		}
+		addr[k] = info.addr;
+	}
+	if (ret) {
+		snprintf(msg, msglen, "output %u: cannot allocate %llu bytes",
+			 k,
+			 (unsigned long long)desc_bytes(
+				 &descs[view->outputs[k]]));
+		drop_regions(s, res, k);
+	}
+	return ret;
+}
+
+/* The value a node input names: a graph input or an earlier node. */
+static void value(const struct djinn_graph_view *view,
+		  const struct dj_tensor *inputs, const struct dj_tensor *nodes,
+		  uint32_t idx, struct dj_tensor *t)
+{
+	if (idx < view->g->nr_inputs)
+		*t = inputs[idx];
+	else
+		*t = nodes[idx - view->g->nr_inputs];
+}
+
+int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
+	       struct vmu_session *s, const struct djinn_graph_view *view,
+	       const struct dj_tensor *inputs,
+	       const struct djinn_tensor_desc *descs, struct exec_result *res,
+	       char *msg, size_t msglen)
+{
+	uint32_t n = view->g->nr_nodes, nout = view->g->nr_outputs;
+	uint64_t out_addr[DJINN_MAX_GRAPH_OUTPUTS], base, t0;
+	struct dj_tensor *vals;
+	struct exec_plan plan;
+	struct vmu_resv resv;
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	ret = exec_plan(view, descs, v, st, &plan);
+	if (ret)
+		return ret;
+	vals = calloc(n, sizeof(*vals));
+	if (!vals) {
+		ret = -ENOMEM;
+		goto out_plan;
+	}
+	/* The stack is claimed and admitted with the outputs, so reclaim
+	 * cannot trim the backing the plan counted on. */
+	base = 0;
+	if (plan.stack_peak) {
+		ret = vmu_admit_stack(v, plan.out_bytes, st, plan.stack_peak,
+				      &resv, msg, msglen);
+		if (ret)
+			goto out_vals;
+		/* One bump for all the intermediates: offsets are planned. */
+		ret = vmu_stack_alloc(st, plan.stack_peak, EXEC_ALIGN, &base);
+		if (ret)
+			goto out_stack;
+	} else {
+		ret = vmu_admit(v, plan.out_bytes, &resv, msg, msglen);
+		if (ret)
+			goto out_vals;
+	}
+	ret = make_outputs(s, view, descs, &resv, res, out_addr, msg, msglen);
+	if (ret)
+		goto out_stack;
+
+	t0 = now_ns();
+	for (uint32_t i = 0; i < n; i++) {
+		const struct djinn_node *node = &view->nodes[i];
+		struct dj_tensor in[DJINN_MAX_NODE_INPUTS];
+
+		for (uint32_t j = 0; j < node->nr_inputs; j++)
+			value(view, inputs, vals, node->inputs[j], &in[j]);
+		vals[i].desc = descs[i];
+		vals[i].addr = plan.output_of[i] >= 0 ?
+				       out_addr[plan.output_of[i]] :
+				       base + plan.stack_off[i];
+		ret = b->ops->run_node(b, node, in, &vals[i], msg, msglen);
+		if (ret) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "%s", msg);
+			snprintf(msg, msglen, "node %u (%s): %s", i,
+				 djinn_op_name(node->op), why);
+			break;
+		}
+	}
+	if (!ret)
+		ret = b->ops->sync(b);
+	res->run_ns = now_ns() - t0;
+	res->peak_bytes = plan.out_bytes + plan.stack_peak;
+	if (ret)
+		drop_regions(s, res, nout);
+	else
+		for (uint32_t k = 0; k < nout; k++)
+			vmu_region_unpin(s, res->regions[k]);
+out_stack:
+	if (plan.stack_peak)
+		vmu_stack_end(st);
+	vmu_resv_release(&resv);
+out_vals:
+	free(vals);
+out_plan:
+	exec_plan_free(&plan);
+	return ret;
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Running one graph on one device: planning, admission, execution.
+ *
+ * The caller (the session layer) has parsed and inferred the graph
+ * (lib/graph.h) and resolved its inputs to pinned device tensors. Here:
+ *
+ *   plan   every node's result goes either to the executor's stack (an
+ *          intermediate, gone when the graph ends) or to a new data
+ *          region of the session (a graph output, kept);
+ *   admit  the peak need, sum of the outputs' granule-rounded sizes and
+ *          what the stack must add, goes to vmu_admit() before anything
+ *          is allocated: a graph that cannot fit is refused whole with
+ *          -ENOMEM and the VMU's need/availability message;
+ *   run    the nodes in order on the backend, drawing on the
+ *          reservation, so nothing fails half-way for lack of memory.
+ *
+ * On any failure every region made for the graph is destroyed and the
+ * stack is reset: a refused or failed graph leaves no trace.
+ */
+#ifndef DJINN_EXEC_H
+#define DJINN_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph.h"
+#include "backend/backend.h"
+#include "vmu/vmu.h"
+
+/* Alignment of every intermediate on the stack. */
+#define EXEC_ALIGN 256
+
+/*
+ * struct exec_plan - where each node's result goes
+ * @stack_peak: stack bytes the intermediates take, aligned
+ * @out_bytes:  device bytes of the outputs, granule-rounded
+ * @need:       what admission must grant (outputs + stack growth)
+ * @output_of:  per node, its index among the graph's outputs, or -1
+ * @stack_off:  per node, its offset on the stack (intermediates only)
+ */
+struct exec_plan {
+	uint64_t stack_peak;
+	uint64_t out_bytes;
+	uint64_t need;
+	int32_t *output_of;
+	uint64_t *stack_off;
+};
+
+/* Plan @view whose node results have the shapes @descs[nr_nodes]. The
+ * plan's arrays are malloc'd; exec_plan_free() frees them. */
+int exec_plan(const struct djinn_graph_view *view,
+	      const struct djinn_tensor_desc *descs, struct vmu *v,
+	      struct vmu_stack *st, struct exec_plan *plan);
+void exec_plan_free(struct exec_plan *plan);
+
+/*
+ * struct exec_result - what a graph left behind
+ * @regions:    per graph output, the data region of @s holding it
+ * @peak_bytes: planned peak (stack + outputs)
+ * @run_ns:     time spent in the backend
+ */
+struct exec_result {
+	uint64_t regions[DJINN_MAX_GRAPH_OUTPUTS];
+	uint64_t peak_bytes;
+	uint64_t run_ns;
+};
+
+/*
+ * Run the graph @view for session @s on backend @b with stack @st.
+ * @inputs[nr_inputs] are the graph's inputs, resident (pinned) on the
+ * device; @descs[nr_nodes] the inferred shapes. On success the outputs
+ * are new regions of @s, unpinned, listed in @res. Returns 0 or a
+ * negative errno with a reason in @msg.
+ */
+int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
+	       struct vmu_session *s, const struct djinn_graph_view *view,
+	       const struct dj_tensor *inputs,
+	       const struct djinn_tensor_desc *descs, struct exec_result *res,
+	       char *msg, size_t msglen);
+
+#endif /* DJINN_EXEC_H */

@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Unit tests for djinnd/exec: planning, admission and running graphs on
+ * the CPU backend over a real VMU, against references computed here.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+#include "exec/exec.h"
+
+struct fix {
+	struct backend *b;
+	struct vmu *v;
+	struct vmu_stack *st;
+	struct vmu_session *s;
+};
+
+static int setup_cap(void **state, uint64_t capacity)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	assert_int_equal(cpu_backend_create(capacity, 2, &f->b), 0);
+	assert_int_equal(vmu_create(f->b->provider, NULL, &f->v), 0);
+	assert_int_equal(vmu_stack_create(f->v, capacity, &f->st), 0);
+	assert_int_equal(vmu_session_create(f->v, "test", &f->s), 0);
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_cap(state, 256 * MiB);
+}
+
+static int setup_small(void **state)
+{
+	return setup_cap(state, 16 * MiB);
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	vmu_session_destroy(f->s);
+	vmu_stack_destroy(f->st);
+	vmu_destroy(f->v);
+	f->b->ops->destroy(f->b);
+	free(f);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Building graphs */
+
+struct gb {
+	uint64_t buf[8192]; /* 8-byte aligned payload */
+	struct djinn_graph g;
+	struct djinn_ref refs[8];
+	struct djinn_node nodes[16];
+	uint32_t outputs[8];
+	struct djinn_graph_view view;
+	struct djinn_tensor_desc in[8], out[16];
+};
+
+static struct djinn_tensor_desc desc(unsigned int dtype, unsigned int ndim, ...)
+{
+	struct djinn_tensor_desc d = { .dtype = dtype, .ndim = ndim };
+	va_list ap;
+
+	va_start(ap, ndim);
+	for (unsigned int i = 0; i < ndim; i++)
+		d.dims[i] = va_arg(ap, uint64_t);
+	va_end(ap);
+	return d;
+}
+
+static void gb_input(struct gb *gb, struct djinn_tensor_desc d)
+{
+	gb->in[gb->g.nr_inputs++] = d;
+}
+
+/* Add a node; returns its value index. */
+static uint32_t gb_node(struct gb *gb, unsigned int op, unsigned int nin,
+			uint32_t a, uint32_t b, uint32_t c)
+{
+	struct djinn_node *n = &gb->nodes[gb->g.nr_nodes];
+
+	memset(n, 0, sizeof(*n));
+	n->op = op;
+	n->nr_inputs = nin;
+	n->inputs[0] = a;
+	n->inputs[1] = b;
+	n->inputs[2] = c;
+	return gb->g.nr_inputs + gb->g.nr_nodes++;
+}
+
+static void gb_output(struct gb *gb, uint32_t value)
+{
+	gb->outputs[gb->g.nr_outputs++] = value - gb->g.nr_inputs;
+}
+
+/* Serialize, parse and infer, as djinnd does with a GRAPH_SUBMIT. */
+static void gb_finish(struct gb *gb)
+{
+	uint8_t *p = (uint8_t *)gb->buf;
+	uint64_t len = 0;
+	char msg[256];
+
+	memcpy(p, &gb->g, sizeof(gb->g));
+	len += sizeof(gb->g);
+	memset(gb->refs, 0, sizeof(gb->refs));
+	memcpy(p + len, gb->refs, gb->g.nr_inputs * sizeof(gb->refs[0]));
+	len += gb->g.nr_inputs * sizeof(gb->refs[0]);
+	memcpy(p + len, gb->nodes, gb->g.nr_nodes * sizeof(gb->nodes[0]));
+	len += gb->g.nr_nodes * sizeof(gb->nodes[0]);
+	memset(p + len, 0, (gb->g.nr_outputs * 4 + 7) & ~7u);
+	memcpy(p + len, gb->outputs, gb->g.nr_outputs * 4);
+	len += (gb->g.nr_outputs * 4 + 7) & ~7u;
+	assert_int_equal(djinn_graph_parse(p, len, &gb->view, msg, sizeof(msg)),
+			 0);
+	if (djinn_graph_infer(&gb->view, gb->in, gb->out, msg, sizeof(msg)))
+		fail_msg("infer: %s", msg);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Tensors in the session's memory */
+
+struct tensor {
+	uint64_t region;
+	struct dj_tensor t;
+};
+
+static struct tensor put_f32(struct fix *f, struct djinn_tensor_desc d,
+			     const float *data)
+{
+	uint64_t elems, bytes;
+	struct vmu_region_info info;
+	struct tensor t = { .t.desc = d };
+
+	assert_int_equal(djinn_desc_check(&d, &elems, &bytes), 0);
+	assert_int_equal(vmu_region_create(f->s, bytes, &t.region), 0);
+	assert_int_equal(vmu_region_resize(f->s, t.region, bytes, NULL), 0);
+	assert_int_equal(vmu_region_write(f->s, t.region, 0, data, bytes), 0);
+	assert_int_equal(vmu_region_pin(f->s, t.region, NULL, &info), 0);
+	t.t.addr = info.addr;
+	return t;
+}
+
+static void drop(struct fix *f, struct tensor *t)
+{
+	assert_int_equal(vmu_region_unpin(f->s, t->region), 0);
+	assert_int_equal(vmu_region_destroy(f->s, t->region), 0);
+}
+
+static float *rand_f32(unsigned int seed, size_t n)
+{
+	float *x = xmalloc(n * sizeof(*x));
+
+	srand(seed);
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+	return x;
+}
+
+static void expect_close(const float *got, const double *want, size_t n,
+			 double tol, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (fabs(got[i] - want[i]) > tol * (1.0 + fabs(want[i])))
+			fail_msg("%s[%zu] = %g, want %g", what, i, got[i],
+				 want[i]);
+}
+
+static struct vmu_usage usage(struct fix *f)
+{
+	struct vmu_usage u;
+
+	vmu_session_usage(f->s, &u);
+	return u;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Tests */
+
+/* y = gelu(x w + b), with the matmul kept as a second output. */
+static void test_mlp_two_outputs(void **state)
+{
+	struct fix *f = *state;
+	enum { M = 5, K = 8, N = 16 };
+	float *x = rand_f32(1, M * K), *w = rand_f32(2, K * N),
+	      *b = rand_f32(3, N);
+	double mm[M * N], y[M * N];
+	float got[M * N];
+	struct exec_result res;
+	struct tensor tx, tw, tb;
+	struct gb *gb = calloc(1, sizeof(*gb));
+	struct dj_tensor in[3];
+	char msg[256] = "";
+	uint32_t v_mm, v_add, v_y;
+
+	gb_input(gb, desc(DJINN_DTYPE_F32, 2, (uint64_t)M, (uint64_t)K));
+	gb_input(gb, desc(DJINN_DTYPE_F32, 2, (uint64_t)K, (uint64_t)N));
+	gb_input(gb, desc(DJINN_DTYPE_F32, 1, (uint64_t)N));
+	v_mm = gb_node(gb, DJINN_GOP_MATMUL, 2, 0, 1, 0);
+	v_add = gb_node(gb, DJINN_GOP_ADD, 2, v_mm, 2, 0);
+	v_y = gb_node(gb, DJINN_GOP_GELU, 1, v_add, 0, 0);
+	gb_output(gb, v_y);
+	gb_output(gb, v_mm);
+	gb_finish(gb);
+
+	tx = put_f32(f, gb->in[0], x);
+	tw = put_f32(f, gb->in[1], w);
+	tb = put_f32(f, gb->in[2], b);
+	in[0] = tx.t;
+	in[1] = tw.t;
+	in[2] = tb.t;
+	if (exec_graph(f->v, f->st, f->b, f->s, &gb->view, in, gb->out, &res,
+		       msg, sizeof(msg)))
+		fail_msg("exec: %s", msg);
+
+	for (int i = 0; i < M; i++) {
+		for (int j = 0; j < N; j++) {
+			double acc = 0, h;
+
+			for (int k = 0; k < K; k++)
+				acc += (double)x[i * K + k] * w[k * N + j];
+			mm[i * N + j] = acc;
+			h = acc + b[j];
+			y[i * N + j] = 0.5 * h *
+				       (1 + tanh(sqrt(2 / M_PI) *
+						 (h + 0.044715 * h * h * h)));
+		}
+	}
+	assert_int_equal(
+		vmu_region_read(f->s, res.regions[0], 0, got, sizeof(got)), 0);
+	expect_close(got, y, M * N, 1e-5, "gelu");
+	assert_int_equal(
+		vmu_region_read(f->s, res.regions[1], 0, got, sizeof(got)), 0);
+	expect_close(got, mm, M * N, 1e-5, "matmul");
+
+	/* The intermediate (the add) went to the stack, planned exactly. */
+	{
+		struct vmu_stats st;
+
+		vmu_get_stats(f->v, &st);
+		assert_int_equal(st.stack_last_peak,
+				 (M * N * 4 + EXEC_ALIGN - 1) &
+					 ~(uint64_t)(EXEC_ALIGN - 1));
+		assert_int_equal(res.peak_bytes,
+				 st.stack_last_peak +
+					 2 * vmu_round(f->v, M * N * 4));
+	}
+	/* Outputs are the session's, unpinned; the inputs plus two. */
+	assert_int_equal(usage(f).regions, 5);
+	assert_int_equal(vmu_region_destroy(f->s, res.regions[0]), 0);
+	assert_int_equal(vmu_region_destroy(f->s, res.regions[1]), 0);
+	drop(f, &tx);
+	drop(f, &tw);
+	drop(f, &tb);
+	free(x);
+	free(w);
+	free(b);
+	free(gb);
+}
+
+/* A graph whose output cannot fit is refused whole, touching nothing. */
+static void test_refused_by_admission(void **state)
+{
+	struct fix *f = *state;
+	struct djinn_tensor_desc big =
+		desc(DJINN_DTYPE_F32, 2, 1024ull, 8192ull); /* 32 MiB */
+	struct vmu_stats before, after;
+	struct exec_result res;
+	struct gb *gb = calloc(1, sizeof(*gb));
+	struct dj_tensor in[1] = { { .desc = big } };
+	char msg[256] = "";
+	uint32_t v;
+
+	gb_input(gb, big);
+	v = gb_node(gb, DJINN_GOP_RELU, 1, 0, 0, 0);
+	gb_output(gb, v);
+	gb_finish(gb);
+
+	vmu_get_stats(f->v, &before);
+	/* The input is never read: admission refuses before any node. */
+	assert_int_equal(exec_graph(f->v, f->st, f->b, f->s, &gb->view, in,
+				    gb->out, &res, msg, sizeof(msg)),
+			 -ENOMEM);
+	assert_non_null(strstr(msg, "need 33554432 bytes"));
+	vmu_get_stats(f->v, &after);
+	assert_int_equal(after.committed, before.committed);
+	assert_int_equal(after.reserved, 0);
+	assert_int_equal(after.admit_refusals, before.admit_refusals + 1);
+	assert_int_equal(usage(f).regions, 0);
+	free(gb);
+}
+
+/* A node that fails (an embedding id out of range) undoes the graph. */
+static void test_failed_node_leaves_nothing(void **state)
+{
+	struct fix *f = *state;
+	float table[4 * 3] = { 0 };
+	int32_t ids[2] = { 1, 9 };
+	struct exec_result res;
+	struct tensor tt, ti;
+	struct gb *gb = calloc(1, sizeof(*gb));
+	struct dj_tensor in[2];
+	struct vmu_usage u0;
+	char msg[256] = "";
+	uint32_t e, r;
+
+	gb_input(gb, desc(DJINN_DTYPE_F32, 2, 4ull, 3ull));
+	gb_input(gb, desc(DJINN_DTYPE_I32, 1, 2ull));
+	e = gb_node(gb, DJINN_GOP_EMBEDDING, 2, 0, 1, 0);
+	r = gb_node(gb, DJINN_GOP_RELU, 1, e, 0, 0);
+	gb_output(gb, r);
+	gb_output(gb, e);
+	gb_finish(gb);
+
+	tt = put_f32(f, gb->in[0], table);
+	ti = put_f32(f, gb->in[1], (const float *)ids);
+	in[0] = tt.t;
+	in[1] = ti.t;
+	u0 = usage(f);
+	assert_true(exec_graph(f->v, f->st, f->b, f->s, &gb->view, in, gb->out,
+			       &res, msg, sizeof(msg)) < 0);
+	assert_non_null(strstr(msg, "node 0 (embedding)"));
+	assert_int_equal(usage(f).regions, u0.regions);
+	assert_int_equal(usage(f).data_bytes, u0.data_bytes);
+	drop(f, &tt);
+	drop(f, &ti);
+	free(gb);
+}
+
+/* Every node an output: no stack is used at all. */
+static void test_no_intermediates(void **state)
+{
+	struct fix *f = *state;
+	float x[6] = { -1, 2, -3, 4, -5, 6 };
+	float got[6];
+	struct exec_result res;
+	struct vmu_stats st;
+	struct tensor tx;
+	struct gb *gb = calloc(1, sizeof(*gb));
+	char msg[256] = "";
+	uint32_t v;
+
+	gb_input(gb, desc(DJINN_DTYPE_F32, 2, 2ull, 3ull));
+	v = gb_node(gb, DJINN_GOP_RELU, 1, 0, 0, 0);
+	gb_output(gb, v);
+	gb_finish(gb);
+	tx = put_f32(f, gb->in[0], x);
+	if (exec_graph(f->v, f->st, f->b, f->s, &gb->view, &tx.t, gb->out, &res,
+		       msg, sizeof(msg)))
+		fail_msg("exec: %s", msg);
+	assert_int_equal(
+		vmu_region_read(f->s, res.regions[0], 0, got, sizeof(got)), 0);
+	for (int i = 0; i < 6; i++)
+		assert_true(got[i] == (x[i] > 0 ? x[i] : 0));
+	vmu_get_stats(f->v, &st);
+	assert_int_equal(st.seg[VMU_SEG_STACK].used, 0);
+	assert_int_equal(vmu_region_destroy(f->s, res.regions[0]), 0);
+	drop(f, &tx);
+	free(gb);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_mlp_two_outputs, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_refused_by_admission,
+						setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_failed_node_leaves_nothing,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_intermediates, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
