@@ -41,12 +41,14 @@ BACKEND_SRCS := $(wildcard djinnd/backend/cpu/*.c)
 BACKEND_LIB  := $(BUILD)/libbackend.a
 
 # the daemon's own pieces, as a library its tests link
-DJINND_SRCS  := $(wildcard djinnd/exec/*.c)
+DJINND_SRCS  := $(wildcard djinnd/exec/*.c djinnd/session/*.c djinnd/net/*.c) \
+		djinnd/log.c djinnd/server.c
 DJINND_LIB   := $(BUILD)/libdjinnd.a
 
 LIBS_VMU     := $(VMU_LIB) -lcrypto
 LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(COMMON_LIB) $(BLAS_LIBS) -lm
-LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND)
+LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring
+DJINND      := $(BUILD)/djinnd/djinnd
 
 # --- tests -------------------------------------------------------------------
 # One binary per tests/unit/test_NAME.c, linking test_NAME_LIBS.
@@ -69,14 +71,14 @@ fuzz_graph_LIBS := $(COMMON_LIB)
 BENCH_BINS := $(BUILD)/bench/vmu-bench
 
 SRCS = $(COMMON_SRCS) $(VMU_SRCS) $(BACKEND_SRCS) $(DJINND_SRCS) \
-       $(wildcard tests/unit/*.c tests/fuzz/*.c bench/*.c)
+       djinnd/main.c $(wildcard tests/unit/*.c tests/fuzz/*.c bench/*.c)
 OBJS = $(SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: all deps test check asan bench run fuzz format-check clean
 .SECONDARY:
 .DEFAULT_GOAL := all
 
-all: $(COMMON_LIB) $(VMU_LIB) $(BACKEND_LIB) $(DJINND_LIB) $(UNIT_BINS) \
+all: $(COMMON_LIB) $(VMU_LIB) $(BACKEND_LIB) $(DJINND_LIB) $(DJINND) $(UNIT_BINS) \
      $(FUZZ_REPLAY) \
      $(BENCH_BINS)
 
@@ -107,6 +109,10 @@ $(BUILD)/tests/unit/test_%: $(BUILD)/tests/unit/test_%.o $$(filter $$(pct).a,$$(
 $(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.o $$(filter $$(pct).a,$$(fuzz_$$*_LIBS))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/fuzz/replay.o $(fuzz_$*_LIBS)
+
+$(DJINND): $(BUILD)/djinnd/main.o $(filter %.a,$(LIBS_DJINND))
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIBS_DJINND)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB)
 	@echo "  LD      $@"

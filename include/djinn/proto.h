@@ -455,4 +455,92 @@ struct djinn_graph_resp {
 };
 static_assert(sizeof(struct djinn_graph_resp) == 24, "graph resp layout");
 
+/* ---------------------------------------------------------------------- */
+/* Admin socket (root or the djinn group) */
+
+/**
+ * struct djinn_admin_session - one entry of ADMIN_SESSIONS' response
+ *
+ * The response payload is a __u32 count, __u32 zero, then the entries.
+ * Times are CLOCK_MONOTONIC ns of the server; bytes are the VMU's
+ * accounting (struct vmu_usage).
+ */
+struct djinn_admin_session {
+	__u64 id;
+	char tenant[DJINN_TENANT_MAX];
+	__u32 priority;
+	__u32 phase; /* last SIGNAL */
+	__u64 lease_ns;
+	__u64 deadline_ns;
+	__u64 data_bytes;
+	__u64 resident;
+	__u64 swapped;
+	__u64 text_refs;
+	__u64 tensors;
+	__u64 requests;
+	__u32 uid;
+	__s32 pid; /* 0 over TCP */
+};
+static_assert(sizeof(struct djinn_admin_session) == 152, "admin session");
+
+/* ADMIN_KILL request: end a session as if its lease had run out. */
+struct djinn_admin_kill {
+	__u64 session_id;
+};
+
+/* Per segment, in ADMIN_VMU's response. */
+struct djinn_admin_seg {
+	__u64 used;
+	__u64 peak;
+	__u64 entries;
+};
+
+/**
+ * struct djinn_admin_vmu - ADMIN_VMU response: the device's memory
+ */
+struct djinn_admin_vmu {
+	char device[16];
+	__u64 capacity;
+	__u64 granularity;
+	__u64 committed;
+	__u64 reserved;
+	__u64 free;
+	__u32 pressure; /* 0 normal, 1 warning, 2 critical */
+	__u32 __reserved;
+	struct djinn_admin_seg seg[3]; /* text, data, stack */
+	__u64 text_cached;
+	__u64 text_evictions;
+	__u64 swap_outs;
+	__u64 swap_ins;
+	__u64 swapped_out_bytes;
+	__u64 swapped_in_bytes;
+	__u64 swapped_now;
+	__u64 admits;
+	__u64 admit_refusals;
+	__u64 quota_refusals;
+};
+static_assert(sizeof(struct djinn_admin_vmu) == 216, "admin vmu");
+
+/**
+ * struct djinn_admin_stats - ADMIN_STATS response: the daemon's counters
+ */
+struct djinn_admin_stats {
+	__u64 uptime_ns;
+	__u64 conns;
+	__u64 conns_accepted;
+	__u64 sessions;
+	__u64 sessions_opened;
+	__u64 sessions_closed;
+	__u64 sessions_expired;
+	__u64 sessions_killed;
+	__u64 requests;
+	__u64 errors;
+	__u64 bytes_in;
+	__u64 bytes_out;
+	__u64 graphs_run;
+	__u64 graphs_failed;
+	__u64 queue_depth;
+};
+static_assert(sizeof(struct djinn_admin_stats) == 120, "admin stats");
+
 #endif /* DJINN_PROTO_H */

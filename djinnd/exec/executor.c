@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server.h"
+#include "exec/executor.h"
+
+struct executor {
+	struct server *srv;
+	struct io_src src; /* the eventfd read, on the I/O thread */
+	int efd;
+	uint64_t efd_val;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct list_head queue, done;
+	struct exec_job *running;
+	unsigned int depth;
+	bool stop;
+	struct vmu_stack *stack;
+};
+
+void exec_job_free(struct exec_job *job)
+{
+	if (job->s)
+		session_put(job->s);
+	free(job->payload);
+	free(job->in_descs);
+	free(job->descs);
+	free(job);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The executor thread */
+
+/* A graph input, resolved, held and made resident; @held[0] gets its
+ * slot + 1, @pinned its region, for release(). */
+static int resolve(struct session *s, const struct djinn_ref *ref,
+		   const struct djinn_tensor_desc *want, struct dj_tensor *t,
+		   uint64_t *pinned, uint32_t *held, char *msg, size_t msglen)
+{
+	uint64_t handle = ref->id;
+	struct vmu_region_info info;
+	struct tensor tn;
+	uint32_t slot;
+	int ret;
+
+	*pinned = 0;
+	*held = 0;
+	if (ref->kind == DJINN_REF_RESULT) {
+		ret = session_result_handle(s, ref->id, ref->index, &handle);
+		if (ret) {
+			snprintf(msg, msglen,
+				 "result %u of request %llu: error %d",
+				 ref->index, (unsigned long long)ref->id, ret);
+			return ret == -EAGAIN ? -EIO : ret;
+		}
+	}
+	ret = session_tensor_hold(s, handle, &tn, &slot);
+	if (ret) {
+		snprintf(msg, msglen, "no tensor with handle %#llx",
+			 (unsigned long long)handle);
+		return ret;
+	}
+	*held = slot + 1;
+	if (memcmp(&tn.desc, want, sizeof(tn.desc))) {
+		snprintf(msg, msglen, "tensor %#llx changed shape",
+			 (unsigned long long)handle);
+		return -EINVAL;
+	}
+	t->desc = tn.desc;
+	if (tn.text) {
+		t->addr = vmu_text_addr(tn.text);
+		return 0;
+	}
+	ret = vmu_region_pin(s->vs, tn.region, NULL, &info);
+	if (ret) {
+		snprintf(msg, msglen, "tensor %#llx: cannot make resident",
+			 (unsigned long long)handle);
+		return ret;
+	}
+	t->addr = info.addr;
+	*pinned = tn.region;
+	return 0;
+}
+
+static void run_job(struct executor *e, struct exec_job *job)
+{
+	const struct djinn_graph_view *view = &job->view;
+	uint32_t nin = view->g->nr_inputs, nout = view->g->nr_outputs, i;
+	struct dj_tensor *in = calloc(nin ? nin : 1, sizeof(*in));
+	uint64_t *pinned = calloc(nin ? nin : 1, sizeof(*pinned));
+	uint32_t *held = calloc(nin ? nin : 1, sizeof(*held));
+	struct session *s = job->s;
+	int ret = 0;
+
+	if (!in || !pinned || !held) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < nin && !ret; i++) {
+		char why[160];
+
+		ret = resolve(s, &view->inputs[i], &job->in_descs[i], &in[i],
+			      &pinned[i], &held[i], why, sizeof(why));
+		if (ret)
+			snprintf(job->msg, sizeof(job->msg), "input %u: %s", i,
+				 why);
+	}
+	if (!ret)
+		ret = exec_graph(e->srv->vmu, e->stack, e->srv->backend, s->vs,
+				 view, in, job->descs, &job->res, job->msg,
+				 sizeof(job->msg));
+	for (uint32_t k = 0; k < i; k++) {
+		if (pinned[k])
+			vmu_region_unpin(s->vs, pinned[k]);
+		if (held[k])
+			session_tensor_unhold(s, held[k] - 1);
+	}
+	/* Outputs become the session's tensors. */
+	for (uint32_t k = 0; !ret && k < nout; k++) {
+		struct tensor t = {
+			.desc = job->descs[view->outputs[k]],
+			.region = job->res.regions[k],
+		};
+
+		djinn_desc_check(&t.desc, NULL, &t.bytes);
+		ret = session_tensor_add(s, &t, &job->handles[k]);
+		if (ret) {
+			/* Undo: the earlier outputs' handles, the rest's
+			 * regions. */
+			for (uint32_t j = 0; j < k; j++)
+				session_tensor_release(s, job->handles[j]);
+			for (uint32_t j = k; j < nout; j++)
+				vmu_region_destroy(s->vs, job->res.regions[j]);
+			snprintf(job->msg, sizeof(job->msg),
+				 "out of memory for handles");
+		}
+	}
+out:
+	session_result_finish(s, job->request_id, job->handles, ret);
+	job->error = ret;
+	free(in);
+	free(pinned);
+	free(held);
+}
+
+static void *executor_main(void *arg)
+{
+	struct executor *e = arg;
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&e->lock);
+	for (;;) {
+		struct exec_job *job;
+
+		while (!e->stop && list_empty(&e->queue))
+			pthread_cond_wait(&e->cond, &e->lock);
+		if (list_empty(&e->queue))
+			break;
+		job = list_first_entry(&e->queue, struct exec_job, node);
+		list_del_init(&job->node);
+		e->running = job;
+		pthread_mutex_unlock(&e->lock);
+
+		if (job->s->dead) {
+			job->error = -ECANCELED;
+			snprintf(job->msg, sizeof(job->msg), "session ended");
+			session_result_finish(job->s, job->request_id, NULL,
+					      -ECANCELED);
+		} else {
+			run_job(e, job);
+		}
+
+		pthread_mutex_lock(&e->lock);
+		e->running = NULL;
+		list_add_tail(&job->node, &e->done);
+		if (write(e->efd, &one, sizeof(one)) < 0)
+			log_err("executor: eventfd: %s", strerror(errno));
+	}
+	pthread_mutex_unlock(&e->lock);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The I/O thread's side */
+
+static void arm(struct executor *e)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&e->srv->loop, &e->src, 0);
+
+	if (sqe)
+		io_uring_prep_read(sqe, e->efd, &e->efd_val, sizeof(e->efd_val),
+				   0);
+}
+
+/* Finished jobs back on the I/O thread: answer, free. */
+static void reap(struct executor *e)
+{
+	struct list_head done;
+	struct exec_job *job, *n;
+
+	INIT_LIST_HEAD(&done);
+	pthread_mutex_lock(&e->lock);
+	list_for_each_entry_safe(job, n, &e->done, node) {
+		list_move_tail(&job->node, &done);
+		e->depth--;
+	}
+	pthread_mutex_unlock(&e->lock);
+	list_for_each_entry_safe(job, n, &done, node) {
+		list_del_init(&job->node);
+		ops_graph_done(e->srv, job);
+	}
+}
+
+static void executor_complete(struct io_src *src, struct io_uring_cqe *cqe,
+			      unsigned int tag)
+{
+	struct executor *e = container_of(src, struct executor, src);
+
+	reap(e);
+	if (cqe->res < 0 && cqe->res != -EINTR && cqe->res != -ECANCELED)
+		log_err("executor: eventfd read: %s", strerror(-cqe->res));
+	if (cqe->res != -ECANCELED)
+		arm(e);
+}
+
+int executor_start(struct server *srv, struct executor **out)
+{
+	struct executor *e = calloc(1, sizeof(*e));
+	int ret;
+
+	if (!e)
+		return -ENOMEM;
+	e->srv = srv;
+	e->src.complete = executor_complete;
+	INIT_LIST_HEAD(&e->queue);
+	INIT_LIST_HEAD(&e->done);
+	pthread_mutex_init(&e->lock, NULL);
+	pthread_cond_init(&e->cond, NULL);
+	e->efd = eventfd(0, EFD_CLOEXEC);
+	if (e->efd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	ret = vmu_stack_create(srv->vmu,
+			       vmu_granularity(srv->vmu) +
+				       srv->backend->provider->capacity / 2,
+			       &e->stack);
+	if (ret)
+		goto out_close;
+	ret = -pthread_create(&e->thread, NULL, executor_main, e);
+	if (ret)
+		goto out_stack;
+	arm(e);
+	*out = e;
+	return 0;
+
+out_stack:
+	vmu_stack_destroy(e->stack);
+out_close:
+	close(e->efd);
+out_free:
+	free(e);
+	return ret;
+}
+
+void executor_submit(struct executor *e, struct exec_job *job)
+{
+	pthread_mutex_lock(&e->lock);
+	list_add_tail(&job->node, &e->queue);
+	e->depth++;
+	pthread_cond_signal(&e->cond);
+	pthread_mutex_unlock(&e->lock);
+}
+
+void executor_cancel(struct executor *e, struct session *s)
+{
+	struct exec_job *job, *n;
+	uint64_t one = 1;
+	bool any = false;
+
+	pthread_mutex_lock(&e->lock);
+	list_for_each_entry_safe(job, n, &e->queue, node) {
+		if (job->s != s)
+			continue;
+		job->error = -ECANCELED;
+		snprintf(job->msg, sizeof(job->msg), "session ended");
+		list_move_tail(&job->node, &e->done);
+		any = true;
+	}
+	pthread_mutex_unlock(&e->lock);
+	if (any && write(e->efd, &one, sizeof(one)) < 0)
+		log_err("executor: eventfd: %s", strerror(errno));
+}
+
+unsigned int executor_depth(struct executor *e)
+{
+	unsigned int d;
+
+	pthread_mutex_lock(&e->lock);
+	d = e->depth;
+	pthread_mutex_unlock(&e->lock);
+	return d;
+}
+
+void executor_stop(struct executor *e)
+{
+	pthread_mutex_lock(&e->lock);
+	e->stop = true;
+	pthread_cond_signal(&e->cond);
+	pthread_mutex_unlock(&e->lock);
+	pthread_join(e->thread, NULL);
+	reap(e);
+	vmu_stack_destroy(e->stack);
+	close(e->efd);
+	free(e);
+}

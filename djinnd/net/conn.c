@@ -1,0 +1,879 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Listeners and connections: accept, receive and parse frames, send
+ * responses. See conn.h for the shape of it.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <grp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server.h"
+#include "net/conn.h"
+
+enum { TAG_RECV = 1, TAG_SEND = 2, TAG_ACCEPT = 3 };
+
+#define RBUF_SIZE (64u << 10)
+#define BR_BGID 1
+#define BR_ENTRIES 256 /* x 64 KiB: 16 MiB of receive buffers */
+#define ZC_MIN (64u << 10) /* zero-copy sends from this size */
+#define DISCARD_MAX (1u << 20) /* refused payloads up to this are skipped */
+
+struct bufring {
+	struct io_uring_buf_ring *ring;
+	uint8_t *bufs;
+};
+
+struct listener {
+	struct io_src src;
+	struct server *srv;
+	struct list_head node;
+	int fd;
+	bool admin, tcp, multishot;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+static void conn_recv_arm(struct conn *c);
+static void conn_send_next(struct conn *c);
+
+/* ---------------------------------------------------------------------- */
+/* Provided buffers */
+
+static struct bufring *bufring_create(struct loop *l)
+{
+	struct io_uring_buf_reg reg = { 0 };
+	struct bufring *br = calloc(1, sizeof(*br));
+	size_t ring_bytes = BR_ENTRIES * sizeof(struct io_uring_buf);
+
+	if (!br)
+		return NULL;
+	br->ring = mmap(NULL, ring_bytes, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	br->bufs = malloc((size_t)BR_ENTRIES * RBUF_SIZE);
+	if (br->ring == MAP_FAILED || !br->bufs)
+		goto fail;
+	io_uring_buf_ring_init(br->ring);
+	reg.ring_addr = (uintptr_t)br->ring;
+	reg.ring_entries = BR_ENTRIES;
+	reg.bgid = BR_BGID;
+	if (io_uring_register_buf_ring(&l->ring, &reg, 0))
+		goto fail;
+	for (unsigned int i = 0; i < BR_ENTRIES; i++)
+		io_uring_buf_ring_add(br->ring,
+				      br->bufs + (size_t)i * RBUF_SIZE,
+				      RBUF_SIZE, i,
+				      io_uring_buf_ring_mask(BR_ENTRIES), i);
+	io_uring_buf_ring_advance(br->ring, BR_ENTRIES);
+	return br;
+fail:
+	if (br->ring != MAP_FAILED)
+		munmap(br->ring, ring_bytes);
+	free(br->bufs);
+	free(br);
+	return NULL;
+}
+
+static void bufring_recycle(struct bufring *br, unsigned int bid)
+{
+	io_uring_buf_ring_add(br->ring, br->bufs + (size_t)bid * RBUF_SIZE,
+			      RBUF_SIZE, bid,
+			      io_uring_buf_ring_mask(BR_ENTRIES), 0);
+	io_uring_buf_ring_advance(br->ring, 1);
+}
+
+/* ---------------------------------------------------------------------- */
+/* References and closing */
+
+void conn_get(struct conn *c)
+{
+	c->refs++;
+}
+
+void conn_put(struct conn *c)
+{
+	struct server *srv = c->srv;
+
+	if (--c->refs)
+		return;
+	list_splice_tail(&c->zcwait, &c->outq);
+	while (!list_empty(&c->outq)) {
+		struct out_msg *m =
+			list_first_entry(&c->outq, struct out_msg, node);
+
+		list_del_init(&m->node);
+		if (m->done)
+			m->done(m->arg);
+		free(m->body);
+		free(m);
+	}
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->rbuf);
+	free(c->body);
+	free(c->sessions);
+	srv->nr_conns--;
+	srv->st.conns_closed++;
+	free(c);
+}
+
+/* Stop receiving and let go: queued replies still go out (unless
+ * @force), jobs in flight drop their references when they come back, and
+ * the socket closes with the last reference. Sessions stay: their leases
+ * decide. */
+void conn_close(struct conn *c, bool force)
+{
+	if (force)
+		shutdown(c->fd, SHUT_RDWR); /* wakes sends too */
+	if (c->closing)
+		return;
+	c->closing = true;
+	if (c->stream)
+		ops_stream_abort(c);
+	list_del_init(&c->node);
+	/* Wakes the pending receive, which then drops its reference. */
+	shutdown(c->fd, SHUT_RD);
+	conn_put(c); /* the list's reference */
+}
+
+void conns_close_all(struct server *srv, bool force)
+{
+	struct conn *c, *n;
+
+	list_for_each_entry_safe(c, n, &srv->conns, node)
+		conn_close(c, force);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sessions attached to a connection */
+
+bool conn_attached(struct conn *c, uint64_t id)
+{
+	for (unsigned int i = 0; i < c->nr_sessions; i++)
+		if (c->sessions[i] == id)
+			return true;
+	return false;
+}
+
+int conn_attach(struct conn *c, uint64_t id)
+{
+	if (conn_attached(c, id))
+		return 0;
+	if (c->nr_sessions == c->cap_sessions) {
+		unsigned int n = c->cap_sessions ? c->cap_sessions * 2 : 4;
+		uint64_t *s = realloc(c->sessions, n * sizeof(*s));
+
+		if (!s)
+			return -ENOMEM;
+		c->sessions = s;
+		c->cap_sessions = n;
+	}
+	c->sessions[c->nr_sessions++] = id;
+	return 0;
+}
+
+void conn_detach(struct conn *c, uint64_t id)
+{
+	for (unsigned int i = 0; i < c->nr_sessions; i++) {
+		if (c->sessions[i] == id) {
+			c->sessions[i] = c->sessions[--c->nr_sessions];
+			return;
+		}
+	}
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sending */
+
+static int conn_queue(struct conn *c, const struct djinn_hdr *req,
+		      uint32_t flags, const void *body, uint64_t body_len,
+		      const void *data, uint64_t data_len,
+		      void (*done)(void *arg), void *arg)
+{
+	struct out_msg *m;
+
+	if (c->closing)
+		goto drop;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		goto drop;
+	if (body_len) {
+		m->body = malloc(body_len);
+		if (!m->body) {
+			free(m);
+			goto drop;
+		}
+		memcpy(m->body, body, body_len);
+	}
+	m->hdr = (struct djinn_hdr){
+		.magic = DJINN_MAGIC,
+		.version = DJINN_PROTO_VERSION,
+		.opcode = req->opcode,
+		.flags = DJINN_F_RESPONSE | flags,
+		.request_id = req->request_id,
+		.session_id = req->session_id,
+		.payload_len = body_len + data_len,
+	};
+	m->body_len = body_len;
+	m->data = data;
+	m->data_len = data_len;
+	m->done = done;
+	m->arg = arg;
+	list_add_tail(&m->node, &c->outq);
+	c->srv->st.bytes_out += sizeof(m->hdr) + body_len + data_len;
+	if (!c->sending)
+		conn_send_next(c);
+	return 0;
+drop:
+	if (done)
+		done(arg);
+	return -ENOMEM;
+}
+
+int conn_reply(struct conn *c, const struct djinn_hdr *req, const void *body,
+	       uint64_t body_len, const void *data, uint64_t data_len,
+	       void (*done)(void *arg), void *arg)
+{
+	return conn_queue(c, req, 0, body, body_len, data, data_len, done, arg);
+}
+
+void conn_error(struct conn *c, const struct djinn_hdr *req, int err,
+		const char *fmt, ...)
+{
+	uint8_t buf[sizeof(struct djinn_error) + DJINN_MAX_ERROR_MSG + 1];
+	struct djinn_error e = { .error = err };
+	char *msg = (char *)buf + sizeof(e);
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(msg, DJINN_MAX_ERROR_MSG + 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if (n > DJINN_MAX_ERROR_MSG)
+		n = DJINN_MAX_ERROR_MSG;
+	e.len = (uint32_t)n;
+	memcpy(buf, &e, sizeof(e));
+	c->srv->st.errors++;
+	log_debug("conn %d: request %llu op %u: error %d: %s", c->fd,
+		  (unsigned long long)req->request_id, req->opcode, err, msg);
+	conn_queue(c, req, DJINN_F_ERROR, buf, sizeof(e) + (uint64_t)n, NULL, 0,
+		   NULL, NULL);
+}
+
+/* Point c->iov at what is left of @m. */
+static unsigned int msg_iov(struct conn *c, struct out_msg *m)
+{
+	uint64_t off = m->sent,
+		 parts[3] = { sizeof(m->hdr), m->body_len, m->data_len };
+	const uint8_t *base[3] = { (const uint8_t *)&m->hdr, m->body, m->data };
+	unsigned int n = 0;
+
+	for (int i = 0; i < 3; i++) {
+		if (off >= parts[i]) {
+			off -= parts[i];
+			continue;
+		}
+		c->iov[n].iov_base = (void *)(base[i] + off);
+		c->iov[n].iov_len = parts[i] - off;
+		off = 0;
+		n++;
+	}
+	return n;
+}
+
+static uint64_t msg_len(const struct out_msg *m)
+{
+	return sizeof(m->hdr) + m->body_len + m->data_len;
+}
+
+static void msg_finish(struct conn *c, struct out_msg *m)
+{
+	list_del_init(&m->node);
+	if (m->done)
+		m->done(m->arg);
+	free(m->body);
+	free(m);
+}
+
+static void conn_send_next(struct conn *c)
+{
+	struct io_uring_sqe *sqe;
+	struct out_msg *m;
+
+	if (list_empty(&c->outq) || c->sending)
+		return;
+	m = list_first_entry(&c->outq, struct out_msg, node);
+	memset(&c->mh, 0, sizeof(c->mh));
+	c->mh.msg_iov = c->iov;
+	c->mh.msg_iovlen = msg_iov(c, m);
+	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_SEND);
+	if (!sqe) {
+		conn_close(c, true);
+		return;
+	}
+	m->zc = c->srv->loop.feat.send_zc && m->data_len >= ZC_MIN;
+	if (m->zc) {
+		io_uring_prep_sendmsg_zc(sqe, c->fd, &c->mh, MSG_NOSIGNAL);
+		m->notifs++;
+	} else {
+		io_uring_prep_sendmsg(sqe, c->fd, &c->mh, MSG_NOSIGNAL);
+	}
+	c->sending = true;
+	conn_get(c);
+}
+
+static void conn_sent(struct conn *c, struct io_uring_cqe *cqe)
+{
+	struct out_msg *m;
+
+	if (cqe->flags & IORING_CQE_F_NOTIF) {
+		/* The kernel is done with a zero-copy send's pages.
+		 * Notifications come in order: the oldest message that
+		 * waits for one is the first on zcwait, else the head of
+		 * the queue (a message sent in parts). */
+		m = !list_empty(&c->zcwait) ?
+			    list_first_entry(&c->zcwait, struct out_msg, node) :
+		    !list_empty(&c->outq) ?
+			    list_first_entry(&c->outq, struct out_msg, node) :
+			    NULL;
+		if (m && m->notifs && !--m->notifs && m->sent == msg_len(m))
+			msg_finish(c, m);
+		conn_put(c);
+		return;
+	}
+	m = list_empty(&c->outq) ?
+		    NULL :
+		    list_first_entry(&c->outq, struct out_msg, node);
+	c->sending = false;
+	if (m && m->zc) {
+		if (cqe->flags & IORING_CQE_F_MORE)
+			conn_get(c); /* the notification's */
+		else
+			m->notifs--; /* none will come */
+	}
+	if (cqe->res < 0 || !m) {
+		if (cqe->res < 0 && cqe->res != -EPIPE &&
+		    cqe->res != -ECONNRESET)
+			log_info("conn %d: send: %s", c->fd,
+				 strerror(-cqe->res));
+		conn_close(c, true);
+		conn_put(c);
+		return;
+	}
+	m->sent += (uint64_t)cqe->res;
+	if (m->sent == msg_len(m)) {
+		if (m->notifs)
+			list_move_tail(&m->node, &c->zcwait);
+		else
+			msg_finish(c, m);
+	}
+	conn_send_next(c);
+	conn_put(c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Receiving and parsing */
+
+static void parse_reset(struct conn *c)
+{
+	c->ps = P_HDR;
+	c->hdr_got = 0;
+	free(c->body);
+	c->body = NULL;
+	c->body_len = c->body_got = 0;
+}
+
+/* After the reply to a refused frame: skip its payload, or close. */
+static void refuse_payload(struct conn *c, uint64_t left)
+{
+	if (!left) {
+		parse_reset(c);
+	} else if (left <= DISCARD_MAX) {
+		c->ps = P_DISCARD;
+		c->left = left;
+	} else {
+		c->close_after = true;
+	}
+}
+
+/* A whole header has arrived: check it and pick the next state. */
+static void header_done(struct conn *c)
+{
+	const struct djinn_hdr *h = &c->hdr;
+	uint64_t fixed, max;
+	int ret;
+
+	c->srv->st.requests++;
+	if (h->magic != DJINN_MAGIC) {
+		conn_error(c, h, -EPROTO, "bad magic %#x", h->magic);
+		c->close_after = true;
+		return;
+	}
+	if (h->payload_len > DJINN_MAX_PAYLOAD) {
+		conn_error(c, h, -EMSGSIZE, "payload of %llu bytes, limit %llu",
+			   (unsigned long long)h->payload_len,
+			   (unsigned long long)DJINN_MAX_PAYLOAD);
+		c->close_after = true;
+		return;
+	}
+	if (h->version != DJINN_PROTO_VERSION) {
+		conn_error(c, h, -EPROTONOSUPPORT,
+			   "protocol version %u, server speaks %u", h->version,
+			   DJINN_PROTO_VERSION);
+		refuse_payload(c, h->payload_len);
+		return;
+	}
+	if (h->flags || h->__reserved) {
+		conn_error(c, h, -EINVAL, "%s set in a request",
+			   h->flags ? "flags" : "reserved header field");
+		refuse_payload(c, h->payload_len);
+		return;
+	}
+	ret = ops_body_len(c, h, &fixed, &max);
+	if (ret) {
+		conn_error(c, h, ret,
+			   ret == -EPERM ? "opcode %u is not served here" :
+					   "unknown opcode %u",
+			   h->opcode);
+		refuse_payload(c, h->payload_len);
+		return;
+	}
+	if (h->payload_len > max) {
+		conn_error(c, h, -EMSGSIZE,
+			   "payload of %llu bytes for opcode %u, limit %llu",
+			   (unsigned long long)h->payload_len, h->opcode,
+			   (unsigned long long)max);
+		refuse_payload(c, h->payload_len);
+		return;
+	}
+	c->body_len = fixed ? fixed : h->payload_len;
+	if (c->body_len > h->payload_len) {
+		conn_error(c, h, -EINVAL,
+			   "payload of %llu bytes, opcode %u needs %llu",
+			   (unsigned long long)h->payload_len, h->opcode,
+			   (unsigned long long)c->body_len);
+		refuse_payload(c, h->payload_len);
+		return;
+	}
+	c->body = malloc(c->body_len ? c->body_len : 1); /* 16-aligned */
+	if (!c->body) {
+		conn_error(c, h, -ENOMEM, "out of memory");
+		refuse_payload(c, h->payload_len);
+		return;
+	}
+	c->ps = P_BODY;
+}
+
+static void body_done(struct conn *c)
+{
+	struct djinn_hdr h = c->hdr;
+	uint64_t fixed, max;
+
+	ops_body_len(c, &h, &fixed, &max);
+	if (!fixed) {
+		uint8_t *body = c->body;
+
+		c->body = NULL; /* ops_handle owns it now */
+		parse_reset(c);
+		ops_handle(c, &h, body, h.payload_len);
+		return;
+	}
+	c->left = h.payload_len - fixed;
+	memset(&c->sink, 0, sizeof(c->sink));
+	if (ops_stream_begin(c, &h, c->body)) {
+		refuse_payload(c, c->left);
+		if (c->close_after)
+			return;
+		if (c->ps == P_DISCARD)
+			return;
+	} else {
+		c->ps = P_DATA;
+	}
+	if (c->ps == P_DATA && !c->left) {
+		ops_stream_end(c, &h);
+		parse_reset(c);
+	}
+}
+
+/* Feed @len received bytes through the parser. */
+static void conn_feed(struct conn *c, const uint8_t *p, uint64_t len)
+{
+	const struct vmu_provider *prov = c->srv->backend->provider;
+
+	c->srv->st.bytes_in += len;
+	while (len && !c->close_after) {
+		uint64_t n = 0;
+
+		switch (c->ps) {
+		case P_HDR:
+			n = sizeof(c->hdr) - c->hdr_got;
+			n = n < len ? n : len;
+			memcpy((uint8_t *)&c->hdr + c->hdr_got, p, n);
+			c->hdr_got += (uint32_t)n;
+			if (c->hdr_got == sizeof(c->hdr))
+				header_done(c);
+			if (c->ps == P_BODY && !c->body_len)
+				body_done(c);
+			break;
+		case P_BODY:
+			n = c->body_len - c->body_got;
+			n = n < len ? n : len;
+			memcpy(c->body + c->body_got, p, n);
+			c->body_got += n;
+			if (c->body_got == c->body_len)
+				body_done(c);
+			break;
+		case P_DATA:
+			n = c->left < len ? c->left : len;
+			if (!c->sink.error && c->sink.upload)
+				c->sink.error =
+					vmu_text_write(c->sink.upload, p, n);
+			else if (!c->sink.error)
+				c->sink.error = prov->ops->copy_htod(
+					(struct vmu_provider *)prov,
+					c->sink.addr, p, n);
+			c->sink.addr += n;
+			c->left -= n;
+			if (!c->left) {
+				struct djinn_hdr h = c->hdr;
+
+				ops_stream_end(c, &h);
+				parse_reset(c);
+			}
+			break;
+		case P_DISCARD:
+			n = c->left < len ? c->left : len;
+			c->left -= n;
+			if (!c->left)
+				parse_reset(c);
+			break;
+		}
+		p += n;
+		len -= n;
+	}
+}
+
+static void conn_recv_arm(struct conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	if (c->closing || c->recv_armed)
+		return;
+	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_RECV);
+	if (!sqe) {
+		conn_close(c, true);
+		return;
+	}
+	if (c->srv->br) {
+		io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+		sqe->flags |= IOSQE_BUFFER_SELECT;
+		sqe->buf_group = BR_BGID;
+	} else {
+		io_uring_prep_recv(sqe, c->fd, c->rbuf, RBUF_SIZE, 0);
+	}
+	c->recv_armed = true;
+	conn_get(c);
+}
+
+static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
+{
+	bool more = cqe->flags & IORING_CQE_F_MORE;
+	struct bufring *br = c->srv->br;
+
+	if (cqe->res > 0) {
+		const uint8_t *p = c->rbuf;
+		unsigned int bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+
+		if (br && (cqe->flags & IORING_CQE_F_BUFFER))
+			p = br->bufs + (size_t)bid * RBUF_SIZE;
+		if (!c->closing)
+			conn_feed(c, p, (uint64_t)cqe->res);
+		if (br && (cqe->flags & IORING_CQE_F_BUFFER))
+			bufring_recycle(br, bid);
+		if (c->close_after)
+			conn_close(c, false); /* the error reply still goes */
+	}
+	if (more)
+		return;
+	c->recv_armed = false;
+	if (cqe->res == 0 || (cqe->res < 0 && cqe->res != -ENOBUFS)) {
+		if (cqe->res < 0 && cqe->res != -ECONNRESET)
+			log_info("conn %d: receive: %s", c->fd,
+				 strerror(-cqe->res));
+		conn_close(c, false);
+	} else {
+		conn_recv_arm(c); /* single-shot, or the ring ran dry */
+	}
+	conn_put(c);
+}
+
+static void conn_complete(struct io_src *src, struct io_uring_cqe *cqe,
+			  unsigned int tag)
+{
+	struct conn *c = container_of(src, struct conn, src);
+
+	if (tag == TAG_RECV)
+		conn_received(c, cqe);
+	else
+		conn_sent(c, cqe);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Accepting */
+
+static void conn_new(struct listener *ls, int fd)
+{
+	struct server *srv = ls->srv;
+	socklen_t len = sizeof(struct ucred);
+	struct conn *c;
+	int one = 1;
+
+	if (srv->nr_conns >= srv->cfg.max_conns || srv->draining) {
+		close(fd);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c || (!srv->br && !(c->rbuf = malloc(RBUF_SIZE)))) {
+		free(c);
+		close(fd);
+		return;
+	}
+	c->src.complete = conn_complete;
+	c->srv = srv;
+	c->fd = fd;
+	c->admin = ls->admin;
+	c->tcp = ls->tcp;
+	c->refs = 1; /* the list's */
+	INIT_LIST_HEAD(&c->outq);
+	INIT_LIST_HEAD(&c->zcwait);
+	if (ls->tcp)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len))
+		c->cred.uid = (uid_t)-1;
+	list_add_tail(&c->node, &srv->conns);
+	srv->nr_conns++;
+	srv->st.conns_accepted++;
+	log_debug("conn %d: %s%s, pid %d uid %d", fd, ls->tcp ? "tcp" : "unix",
+		  ls->admin ? " (admin)" : "", (int)c->cred.pid,
+		  (int)c->cred.uid);
+	conn_recv_arm(c);
+}
+
+static void listener_arm(struct listener *ls)
+{
+	struct io_uring_sqe *sqe =
+		loop_sqe(&ls->srv->loop, &ls->src, TAG_ACCEPT);
+
+	if (!sqe)
+		return;
+	if (ls->multishot)
+		io_uring_prep_multishot_accept(sqe, ls->fd, NULL, NULL,
+					       SOCK_CLOEXEC);
+	else
+		io_uring_prep_accept(sqe, ls->fd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+static void listener_complete(struct io_src *src, struct io_uring_cqe *cqe,
+			      unsigned int tag)
+{
+	struct listener *ls = container_of(src, struct listener, src);
+
+	if (cqe->res >= 0)
+		conn_new(ls, cqe->res);
+	else if (cqe->res != -ECANCELED)
+		log_warn("accept: %s", strerror(-cqe->res));
+	if (cqe->res == -ECANCELED || ls->fd < 0)
+		return;
+	if (!(cqe->flags & IORING_CQE_F_MORE))
+		listener_arm(ls);
+}
+
+static int listen_unix(struct listener *ls, const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[sizeof(sa.sun_path)];
+	char *slash;
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	strcpy(ls->path, path);
+	/* Make the socket's directory (./run/, /run/djinn/) if missing. */
+	strcpy(dir, path);
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = 0;
+		mkdir(dir, 0755);
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	unlink(path); /* a stale socket from an earlier run */
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    listen(fd, SOMAXCONN)) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	if (ls->admin) {
+		/* root, or the djinn group. */
+		struct group *g = getgrnam("djinn");
+
+		if (g && chown(path, 0, g->gr_gid) == 0)
+			chmod(path, 0660);
+		else
+			chmod(path, 0600);
+	} else {
+		chmod(path, 0666); /* any user may open sessions */
+	}
+	ls->fd = fd;
+	return 0;
+}
+
+static int listen_tcp(struct listener *ls, const char *spec)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV },
+			*ai;
+	char host[256], *port;
+	int fd, one = 1, ret;
+
+	if (strlen(spec) >= sizeof(host))
+		return -ENAMETOOLONG;
+	strcpy(host, spec);
+	port = strrchr(host, ':');
+	if (!port)
+		return -EINVAL;
+	*port++ = 0;
+	if (host[0] == '[' && port[-2] == ']') { /* [::1]:port */
+		port[-2] = 0;
+		memmove(host, host + 1, strlen(host));
+	}
+	ret = getaddrinfo(*host ? host : "127.0.0.1", port, &hints, &ai);
+	if (ret)
+		return -EINVAL;
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		freeaddrinfo(ai);
+		return -errno;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, SOMAXCONN)) {
+		ret = -errno;
+		close(fd);
+		freeaddrinfo(ai);
+		return ret;
+	}
+	freeaddrinfo(ai);
+	ls->fd = fd;
+	ls->tcp = true;
+	return 0;
+}
+
+static int listener_add(struct server *srv, const char *spec, bool admin)
+{
+	struct listener *ls = calloc(1, sizeof(*ls));
+	int ret;
+
+	if (!ls)
+		return -ENOMEM;
+	ls->src.complete = listener_complete;
+	ls->srv = srv;
+	ls->admin = admin;
+	ls->fd = -1;
+	ls->multishot = srv->loop.feat.multishot_accept;
+	if (!strncmp(spec, "unix:", 5))
+		ret = listen_unix(ls, spec + 5);
+	else if (!strncmp(spec, "tcp:", 4))
+		ret = listen_tcp(ls, spec + 4);
+	else
+		ret = -EINVAL;
+	if (ret) {
+		log_err("listen %s: %s", spec, strerror(-ret));
+		free(ls);
+		return ret;
+	}
+	list_add_tail(&ls->node, &srv->listeners);
+	listener_arm(ls);
+	log_info("listening on %s%s", spec, admin ? " (admin)" : "");
+	return 0;
+}
+
+int listeners_open(struct server *srv)
+{
+	int ret;
+
+	if (srv->loop.feat.buf_ring && srv->loop.feat.multishot_recv) {
+		srv->br = bufring_create(&srv->loop);
+		if (!srv->br)
+			log_info("provided buffer ring unavailable: "
+				 "single-shot receives");
+	}
+	for (unsigned int i = 0; i < srv->cfg.nr_listen; i++) {
+		ret = listener_add(srv, srv->cfg.listen[i], false);
+		if (ret)
+			return ret;
+	}
+	if (srv->cfg.admin_socket) {
+		char spec[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
+
+		snprintf(spec, sizeof(spec), "unix:%s", srv->cfg.admin_socket);
+		ret = listener_add(srv, spec, true);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+void listeners_close(struct server *srv)
+{
+	struct listener *ls;
+
+	list_for_each_entry(ls, &srv->listeners, node) {
+		struct io_uring_sqe *sqe;
+
+		if (ls->fd < 0)
+			continue;
+		sqe = loop_sqe(&srv->loop, NULL, 0);
+		if (sqe)
+			io_uring_prep_cancel64(
+				sqe, (uint64_t)(uintptr_t)&ls->src | TAG_ACCEPT,
+				0);
+		io_uring_submit(&srv->loop.ring);
+		close(ls->fd);
+		ls->fd = -1;
+		if (!ls->tcp && ls->path[0])
+			unlink(ls->path);
+	}
+}
+
+void listeners_free(struct server *srv)
+{
+	while (!list_empty(&srv->listeners)) {
+		struct listener *ls = list_first_entry(&srv->listeners,
+						       struct listener, node);
+
+		list_del_init(&ls->node);
+		free(ls);
+	}
+	if (srv->br) {
+		munmap(srv->br->ring, BR_ENTRIES * sizeof(struct io_uring_buf));
+		free(srv->br->bufs);
+		free(srv->br);
+		srv->br = NULL;
+	}
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Connections: framing in, responses out. Everything here runs on the I/O
+ * thread.
+ *
+ * Receiving: a multishot receive into the server's provided buffer ring
+ * where the kernel has one (6.0), else a single-shot receive into the
+ * connection's buffer, re-armed. Bytes go through a parser:
+ *
+ *   HDR      the 40-byte header, checked (magic, version, flags, length)
+ *   BODY     the payload, or for the streaming opcodes (TENSOR_CREATE,
+ *            TENSOR_WRITE) just their fixed struct, into a buffer
+ *   DATA     a streaming opcode's bytes, straight into device memory
+ *   DISCARD  the rest of a payload that was refused
+ *
+ * Sending: a queue per connection, one send in flight; a response is a
+ * header, a body and optionally data that stays in device memory until
+ * sent (zero-copy for large data where the kernel can).
+ */
+#ifndef DJINN_CONN_H
+#define DJINN_CONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <djinn/proto.h>
+
+#include "list.h"
+#include "net/loop.h"
+
+struct server;
+
+enum parse_state { P_HDR, P_BODY, P_DATA, P_DISCARD };
+
+/* Where a streaming request's data goes: device memory, or a text
+ * upload (which hashes as it goes). */
+struct sink {
+	uint64_t addr; /* device address for the next byte, or 0 */
+	struct vmu_text_upload *upload;
+	int error; /* set when a write failed: the rest is dropped */
+};
+
+struct out_msg {
+	struct list_head node;
+	struct djinn_hdr hdr;
+	uint8_t *body;
+	uint64_t body_len;
+	const uint8_t *data;
+	uint64_t data_len;
+	uint64_t sent; /* of hdr + body + data */
+	unsigned int notifs; /* zero-copy notifications still to come */
+	bool zc;
+	void (*done)(void *arg);
+	void *arg;
+};
+
+struct conn {
+	struct io_src src;
+	struct server *srv;
+	struct list_head node;
+	int fd;
+	bool admin, tcp;
+	struct ucred cred;
+	int refs;
+	bool closing, recv_armed;
+
+	uint8_t *rbuf; /* single-shot receive buffer */
+
+	enum parse_state ps;
+	struct djinn_hdr hdr;
+	uint32_t hdr_got;
+	uint8_t *body;
+	uint64_t body_len, body_got;
+	uint64_t left; /* DATA / DISCARD bytes still to come */
+	bool close_after; /* close once the reply is sent */
+	struct sink sink;
+	void *stream; /* the streaming request's state (ops.c) */
+
+	uint64_t *sessions; /* attached here */
+	unsigned int nr_sessions, cap_sessions;
+
+	struct list_head outq;
+	struct list_head zcwait; /* sent, waiting for zero-copy notifs */
+	bool sending;
+	struct msghdr mh;
+	struct iovec iov[3];
+};
+
+void conn_get(struct conn *c);
+void conn_put(struct conn *c);
+/* Stop receiving; replies already queued still go unless @force. */
+void conn_close(struct conn *c, bool force);
+
+/* Queue a response to @req (opcode and request id echoed). @body is
+ * copied; @data is sent from where it is and @done(@arg) is called once
+ * the kernel is finished with it. */
+int conn_reply(struct conn *c, const struct djinn_hdr *req, const void *body,
+	       uint64_t body_len, const void *data, uint64_t data_len,
+	       void (*done)(void *arg), void *arg);
+/* Queue an error response: a negative errno and a message. */
+void conn_error(struct conn *c, const struct djinn_hdr *req, int err,
+		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+bool conn_attached(struct conn *c, uint64_t session_id);
+int conn_attach(struct conn *c, uint64_t session_id);
+void conn_detach(struct conn *c, uint64_t session_id);
+
+/* ops.c: the opcodes. */
+/* For a request's opcode: @fixed gets the fixed part of a streaming
+ * opcode (0 for one whose payload is read whole), @max the largest
+ * payload allowed. -EOPNOTSUPP for an unknown opcode, -EPERM for one the
+ * socket does not serve (admin opcodes outside the admin socket). */
+int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
+		 uint64_t *fixed, uint64_t *max);
+void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
+		uint64_t len);
+/* A streaming request's struct has arrived: set c->sink and return 0 to
+ * take the data, or reply with an error and return it (data discarded). */
+int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
+		     const uint8_t *body);
+void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr);
+/* The connection is going away mid-stream. */
+void ops_stream_abort(struct conn *c);
+
+#endif /* DJINN_CONN_H */

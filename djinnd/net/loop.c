@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+
+#include "log.h"
+#include "net/loop.h"
+
+uint64_t loop_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Kernel version as major * 1000 + minor: some features (multishot
+ * receive) have no probe bit of their own. */
+static int kernel_version(void)
+{
+	struct utsname u;
+	int major = 0, minor = 0;
+
+	if (uname(&u) || sscanf(u.release, "%d.%d", &major, &minor) != 2)
+		return 0;
+	return major * 1000 + minor;
+}
+
+static void probe(struct loop *l)
+{
+	struct io_uring_probe *p = io_uring_get_probe_ring(&l->ring);
+	int kv = kernel_version();
+
+	if (p) {
+		l->feat.send_zc =
+			io_uring_opcode_supported(p, IORING_OP_SEND_ZC);
+		io_uring_free_probe(p);
+	}
+	l->feat.multishot_accept = kv >= 5019;
+	l->feat.multishot_recv = kv >= 6000;
+	l->feat.buf_ring = kv >= 5019;
+	log_info("io_uring: multishot accept %s, multishot recv %s, "
+		 "buffer rings %s, zero-copy send %s, coop taskrun %s, "
+		 "single issuer %s",
+		 l->feat.multishot_accept ? "yes" : "no",
+		 l->feat.multishot_recv ? "yes" : "no",
+		 l->feat.buf_ring ? "yes" : "no",
+		 l->feat.send_zc ? "yes" : "no",
+		 l->feat.coop_taskrun ? "yes" : "no",
+		 l->feat.single_issuer ? "yes" : "no");
+}
+
+int loop_init(struct loop *l, unsigned int entries)
+{
+	struct io_uring_params p;
+	int ret;
+
+	memset(l, 0, sizeof(*l));
+	INIT_LIST_HEAD(&l->timers);
+	/* Newest set-up flags first; older kernels refuse them with
+	 * -EINVAL and get the plain ring (5.15 LTS is the oldest). */
+	memset(&p, 0, sizeof(p));
+	p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN;
+	ret = io_uring_queue_init_params(entries, &l->ring, &p);
+	if (ret == -EINVAL) {
+		memset(&p, 0, sizeof(p));
+		p.flags = IORING_SETUP_COOP_TASKRUN;
+		ret = io_uring_queue_init_params(entries, &l->ring, &p);
+		if (ret == -EINVAL) {
+			memset(&p, 0, sizeof(p));
+			ret = io_uring_queue_init_params(entries, &l->ring, &p);
+		}
+	}
+	if (ret)
+		return ret;
+	l->feat.coop_taskrun = p.flags & IORING_SETUP_COOP_TASKRUN;
+	l->feat.single_issuer = p.flags & IORING_SETUP_SINGLE_ISSUER;
+	probe(l);
+	return 0;
+}
+
+void loop_exit(struct loop *l)
+{
+	io_uring_queue_exit(&l->ring);
+}
+
+struct io_uring_sqe *loop_sqe(struct loop *l, struct io_src *src,
+			      unsigned int tag)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+
+	if (!sqe) {
+		io_uring_submit(&l->ring);
+		sqe = io_uring_get_sqe(&l->ring);
+		if (!sqe)
+			return NULL;
+	}
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)src | tag);
+	return sqe;
+}
+
+void loop_timer_add(struct loop *l, struct loop_timer *t, uint64_t when)
+{
+	struct loop_timer *pos;
+
+	t->when = when;
+	list_for_each_entry(pos, &l->timers, node)
+		if (pos->when > when)
+			break;
+	list_add_tail(&t->node, &pos->node);
+}
+
+void loop_timer_del(struct loop_timer *t)
+{
+	list_del_init(&t->node);
+}
+
+static void run_timers(struct loop *l)
+{
+	uint64_t now = loop_now();
+
+	while (!list_empty(&l->timers)) {
+		struct loop_timer *t =
+			list_first_entry(&l->timers, struct loop_timer, node);
+		uint64_t next;
+
+		if (t->when > now)
+			break;
+		list_del_init(&t->node);
+		next = t->fn(t, now);
+		if (next)
+			loop_timer_add(l, t, now + next);
+	}
+}
+
+int loop_once(struct loop *l, uint64_t max_wait_ns)
+{
+	struct __kernel_timespec ts;
+	struct io_uring_cqe *cqe;
+	uint64_t wait = max_wait_ns;
+	unsigned int head, n = 0;
+	int ret;
+
+	if (l->before_sleep)
+		l->before_sleep(l);
+	if (!list_empty(&l->timers)) {
+		uint64_t now = loop_now(),
+			 when = list_first_entry(&l->timers, struct loop_timer,
+						 node)
+					->when;
+
+		if (when <= now)
+			wait = 0;
+		else if (when - now < wait)
+			wait = when - now;
+	}
+	ts.tv_sec = (long long)(wait / 1000000000ull);
+	ts.tv_nsec = (long long)(wait % 1000000000ull);
+	ret = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
+	if (ret < 0 && ret != -ETIME && ret != -EINTR)
+		return ret;
+	io_uring_for_each_cqe(&l->ring, head, cqe)
+	{
+		uint64_t ud = io_uring_cqe_get_data64(cqe);
+		struct io_src *src = (struct io_src *)(uintptr_t)(ud & ~7ull);
+
+		n++;
+		if (src)
+			src->complete(src, cqe, ud & 7);
+	}
+	io_uring_cq_advance(&l->ring, n);
+	run_timers(l);
+	return 0;
+}
+
+int loop_run(struct loop *l)
+{
+	while (!l->stop) {
+		int ret = loop_once(l, 3600ull * 1000000000ull);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}

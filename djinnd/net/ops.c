@@ -1,0 +1,945 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The opcodes: what djinnd does with each request. Runs on the I/O
+ * thread; graphs go to the executor and come back through
+ * ops_graph_done().
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+#include "log.h"
+#include "server.h"
+#include "exec/executor.h"
+#include "net/conn.h"
+
+#define GRAPH_MAX_PAYLOAD                                    \
+	(sizeof(struct djinn_graph) +                        \
+	 DJINN_MAX_GRAPH_INPUTS * sizeof(struct djinn_ref) + \
+	 DJINN_MAX_NODES * sizeof(struct djinn_node) +       \
+	 DJINN_MAX_GRAPH_OUTPUTS * sizeof(uint32_t))
+
+int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
+		 uint64_t *fixed, uint64_t *max)
+{
+	bool admin_op = hdr->opcode >= DJINN_OP_ADMIN_SESSIONS;
+
+	*fixed = 0;
+	switch (hdr->opcode) {
+	case DJINN_OP_HELLO:
+	case DJINN_OP_SESSION_CLOSE:
+	case DJINN_OP_HEARTBEAT:
+	case DJINN_OP_ADMIN_SESSIONS:
+	case DJINN_OP_ADMIN_VMU:
+	case DJINN_OP_ADMIN_STATS:
+		*max = 0;
+		break;
+	case DJINN_OP_SESSION_OPEN:
+		*max = sizeof(struct djinn_session_open);
+		break;
+	case DJINN_OP_SESSION_ATTACH:
+		*max = sizeof(struct djinn_session_attach);
+		break;
+	case DJINN_OP_SIGNAL:
+		*max = sizeof(struct djinn_signal);
+		break;
+	case DJINN_OP_TENSOR_READ:
+		*max = sizeof(struct djinn_tensor_io);
+		break;
+	case DJINN_OP_TENSOR_RELEASE:
+	case DJINN_OP_ADMIN_KILL:
+		*max = sizeof(uint64_t);
+		break;
+	case DJINN_OP_TEXT_LOOKUP:
+		*max = sizeof(struct djinn_text_lookup);
+		break;
+	case DJINN_OP_GRAPH_SUBMIT:
+		*max = GRAPH_MAX_PAYLOAD;
+		break;
+	case DJINN_OP_TENSOR_CREATE:
+		*fixed = sizeof(struct djinn_tensor_create);
+		*max = DJINN_MAX_PAYLOAD;
+		break;
+	case DJINN_OP_TENSOR_WRITE:
+		*fixed = sizeof(struct djinn_tensor_io);
+		*max = DJINN_MAX_PAYLOAD;
+		break;
+	default:
+		return -EOPNOTSUPP;
+	}
+	/* The admin socket serves HELLO and the admin opcodes only. */
+	if (admin_op != c->admin && hdr->opcode != DJINN_OP_HELLO)
+		return -EPERM;
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Helpers */
+
+static bool all_zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+/* The live session @hdr names, attached to @c, lease renewed; or NULL
+ * with the error sent. */
+static struct session *req_session(struct conn *c, const struct djinn_hdr *hdr)
+{
+	struct session *s = session_get(c->srv, hdr->session_id);
+
+	if (!s) {
+		conn_error(c, hdr, -ENOENT, "no session %llu",
+			   (unsigned long long)hdr->session_id);
+		return NULL;
+	}
+	if (!conn_attached(c, s->id)) {
+		conn_error(c, hdr, -EPERM,
+			   "session %llu is not attached to this connection",
+			   (unsigned long long)s->id);
+		session_put(s);
+		return NULL;
+	}
+	session_touch(c->srv, s);
+	return s;
+}
+
+/* Check a payload has exactly the struct's size. */
+static bool exact(struct conn *c, const struct djinn_hdr *hdr, uint64_t len,
+		  uint64_t want)
+{
+	if (len == want)
+		return true;
+	conn_error(c, hdr, -EINVAL,
+		   "payload of %llu bytes, opcode %u takes %llu",
+		   (unsigned long long)len, hdr->opcode,
+		   (unsigned long long)want);
+	return false;
+}
+
+static void tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
+			const struct djinn_tensor_desc *desc, uint32_t flags)
+{
+	memset(r, 0, sizeof(*r));
+	r->handle = handle;
+	r->desc = *desc;
+	r->flags = flags;
+}
+
+/* Check a desc from the wire: 0 and its byte count, or the error sent. */
+static int check_desc(struct conn *c, const struct djinn_hdr *hdr,
+		      const struct djinn_tensor_desc *d, uint64_t *bytes)
+{
+	uint64_t elems;
+	int ret = djinn_desc_check(d, &elems, bytes);
+
+	if (ret) {
+		conn_error(c, hdr, ret, "bad tensor: %s",
+			   ret == -E2BIG ? "too large" :
+					   "bad dtype, ndim or dims");
+		return ret;
+	}
+	if (!*bytes) {
+		conn_error(c, hdr, -EINVAL, "empty tensor");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sessions */
+
+static void op_hello(struct conn *c, const struct djinn_hdr *hdr)
+{
+	struct djinn_hello_resp r = {
+		.version = DJINN_PROTO_VERSION,
+		.max_payload = DJINN_MAX_PAYLOAD,
+		.capacity = c->srv->backend->provider->capacity,
+		.granularity = c->srv->backend->provider->granularity,
+	};
+
+	snprintf(r.backend, sizeof(r.backend), "%s", c->srv->backend->name);
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+static void session_reply(struct conn *c, const struct djinn_hdr *hdr,
+			  const struct session *s, bool token)
+{
+	struct djinn_session_resp r = {
+		.session_id = s->id,
+		.lease_ns = s->lease_ns,
+		.deadline_ns = s->deadline_ns,
+	};
+
+	if (token)
+		memcpy(r.token, s->token, sizeof(r.token));
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
+			    const uint8_t *body, uint64_t len)
+{
+	const struct djinn_session_open *o = (const void *)body;
+	struct session *s;
+	int ret;
+
+	if (!exact(c, hdr, len, sizeof(*o)))
+		return;
+	if (o->__reserved || !memchr(o->tenant, 0, sizeof(o->tenant))) {
+		conn_error(c, hdr, -EINVAL, "%s",
+			   o->__reserved ? "reserved field set" :
+					   "tenant not NUL-terminated");
+		return;
+	}
+	ret = session_create(c->srv, o->tenant, o->priority, o->lease_ns,
+			     c->tcp ? (uid_t)-1 : c->cred.uid,
+			     c->tcp ? 0 : c->cred.pid, &s);
+	if (!ret) {
+		ret = session_publish(c->srv, s);
+		if (ret)
+			session_put(s);
+	}
+	if (!ret) {
+		ret = conn_attach(c, s->id);
+		if (ret)
+			session_end(c->srv, s, SESSION_CLOSED);
+	}
+	if (ret) {
+		conn_error(c, hdr, ret, "%s",
+			   ret == -EINVAL ? "bad tenant name or priority" :
+			   ret == -EMFILE ? "too many sessions" :
+					    "cannot open a session");
+		return;
+	}
+	log_info("session %llu opened: tenant %s, priority %u, lease %llu ms",
+		 (unsigned long long)s->id, s->tenant, s->priority,
+		 (unsigned long long)(s->lease_ns / 1000000));
+	session_reply(c, hdr, s, true);
+}
+
+static void op_session_attach(struct conn *c, const struct djinn_hdr *hdr,
+			      const uint8_t *body, uint64_t len)
+{
+	const struct djinn_session_attach *a = (const void *)body;
+	struct session *s;
+	uint8_t diff = 0;
+
+	if (!exact(c, hdr, len, sizeof(*a)))
+		return;
+	s = session_get(c->srv, hdr->session_id);
+	if (!s) {
+		conn_error(c, hdr, -ENOENT, "no session %llu",
+			   (unsigned long long)hdr->session_id);
+		return;
+	}
+	for (size_t i = 0; i < sizeof(a->token); i++) /* constant time */
+		diff |= a->token[i] ^ s->token[i];
+	if (diff) {
+		conn_error(c, hdr, -EPERM, "wrong token for session %llu",
+			   (unsigned long long)s->id);
+	} else if (conn_attach(c, s->id)) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+	} else {
+		session_touch(c->srv, s);
+		session_reply(c, hdr, s, false);
+	}
+	session_put(s);
+}
+
+static void op_session_close(struct conn *c, const struct djinn_hdr *hdr)
+{
+	struct session *s = req_session(c, hdr);
+
+	if (!s)
+		return;
+	conn_detach(c, s->id);
+	session_end(c->srv, s, SESSION_CLOSED);
+	session_put(s);
+	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+}
+
+/* HEARTBEAT renews a lease; with session 0 it is a plain round trip. */
+static void op_heartbeat(struct conn *c, const struct djinn_hdr *hdr)
+{
+	struct session *s;
+
+	if (!hdr->session_id) {
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+		return;
+	}
+	s = req_session(c, hdr);
+	if (!s)
+		return;
+	session_reply(c, hdr, s, false);
+	session_put(s);
+}
+
+static void op_signal(struct conn *c, const struct djinn_hdr *hdr,
+		      const uint8_t *body, uint64_t len)
+{
+	const struct djinn_signal *sg = (const void *)body;
+	struct session *s;
+
+	if (!exact(c, hdr, len, sizeof(*sg)))
+		return;
+	if (sg->phase > DJINN_PHASE_IDLE || sg->__reserved) {
+		conn_error(c, hdr, -EINVAL, "%s",
+			   sg->__reserved ? "reserved field set" :
+					    "unknown phase");
+		return;
+	}
+	s = req_session(c, hdr);
+	if (!s)
+		return;
+	/* Recorded for the scheduler and djinnctl; acting on IO_WAIT
+	 * (swapping an idle agent out early) is the scheduler's job. */
+	s->phase = sg->phase;
+	s->phase_until = loop_now() + sg->expected_ns;
+	log_debug("session %llu: phase %u for %llu ns",
+		  (unsigned long long)s->id, sg->phase,
+		  (unsigned long long)sg->expected_ns);
+	session_put(s);
+	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Tensors */
+
+/* A streaming request in progress (TENSOR_CREATE or TENSOR_WRITE). */
+struct stream {
+	struct session *s;
+	struct tensor t;
+	bool create;
+	bool pinned; /* st->t.region is pinned for the data */
+	uint32_t held; /* WRITE: the held slot + 1 */
+	uint32_t flags;
+	uint8_t fp[DJINN_FP_LEN];
+};
+
+static void stream_free(struct conn *c, struct stream *st, bool failed)
+{
+	if (st->pinned)
+		vmu_region_unpin(st->s->vs, st->t.region);
+	if (failed && st->create) {
+		if (c->sink.upload)
+			vmu_text_abort(c->sink.upload);
+		else if (st->t.region)
+			vmu_region_destroy(st->s->vs, st->t.region);
+	}
+	if (st->held)
+		session_tensor_unhold(st->s, st->held - 1);
+	session_put(st->s);
+	free(st);
+	c->stream = NULL;
+	c->sink.upload = NULL;
+}
+
+static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
+			 const struct djinn_tensor_create *r, struct stream *st)
+{
+	uint64_t bytes, data = hdr->payload_len - sizeof(*r);
+	struct vmu_region_info info;
+	int ret;
+
+	ret = check_desc(c, hdr, &r->desc, &bytes);
+	if (ret)
+		return ret;
+	if (r->segment > DJINN_SEG_TEXT || r->flags) {
+		conn_error(c, hdr, -EINVAL, "%s",
+			   r->flags ? "unknown flags" : "unknown segment");
+		return -EINVAL;
+	}
+	if (data > bytes || (r->segment == DJINN_SEG_TEXT && data != bytes)) {
+		conn_error(c, hdr, -EINVAL,
+			   "%llu bytes of data for a tensor of %llu%s",
+			   (unsigned long long)data, (unsigned long long)bytes,
+			   r->segment == DJINN_SEG_TEXT ?
+				   " (text comes whole)" :
+				   "");
+		return -EINVAL;
+	}
+	st->create = true;
+	st->t.desc = r->desc;
+	st->t.bytes = bytes;
+	if (r->segment == DJINN_SEG_TEXT) {
+		memcpy(st->fp, r->fp, sizeof(st->fp));
+		ret = vmu_text_begin(st->s->vs, bytes, &c->sink.upload);
+	} else if (!all_zero(r->fp, sizeof(r->fp))) {
+		conn_error(c, hdr, -EINVAL, "fingerprint set for data");
+		return -EINVAL;
+	} else {
+		ret = vmu_region_create(st->s->vs, bytes, &st->t.region);
+		if (!ret) {
+			ret = vmu_region_resize(st->s->vs, st->t.region, bytes,
+						NULL);
+			if (!ret)
+				ret = vmu_region_pin(st->s->vs, st->t.region,
+						     NULL, &info);
+			if (ret) {
+				vmu_region_destroy(st->s->vs, st->t.region);
+				st->t.region = 0;
+			}
+		}
+		st->pinned = !ret;
+		c->sink.addr = info.addr;
+	}
+	if (ret) {
+		char why[VMU_MSG_LEN];
+
+		vmu_admit_check(c->srv->vmu, vmu_round(c->srv->vmu, bytes), why,
+				sizeof(why));
+		conn_error(c, hdr, ret, "cannot allocate %llu bytes: %s",
+			   (unsigned long long)bytes, why);
+	}
+	return ret;
+}
+
+static int stream_write(struct conn *c, const struct djinn_hdr *hdr,
+			const struct djinn_tensor_io *io, struct stream *st)
+{
+	struct vmu_region_info info;
+	uint32_t slot;
+	int ret;
+
+	if (io->len != hdr->payload_len - sizeof(*io)) {
+		conn_error(
+			c, hdr, -EINVAL, "len %llu, but %llu bytes follow",
+			(unsigned long long)io->len,
+			(unsigned long long)(hdr->payload_len - sizeof(*io)));
+		return -EINVAL;
+	}
+	ret = session_tensor_hold(st->s, io->handle, &st->t, &slot);
+	if (ret) {
+		conn_error(c, hdr, -ENOENT, "no tensor with handle %#llx",
+			   (unsigned long long)io->handle);
+		return ret;
+	}
+	st->held = slot + 1;
+	if (st->t.text) {
+		conn_error(c, hdr, -EPERM, "text tensors are read-only");
+		return -EPERM;
+	}
+	if (io->offset > st->t.bytes || io->len > st->t.bytes - io->offset) {
+		conn_error(c, hdr, -EINVAL,
+			   "range [%llu, +%llu) outside a tensor of %llu bytes",
+			   (unsigned long long)io->offset,
+			   (unsigned long long)io->len,
+			   (unsigned long long)st->t.bytes);
+		return -EINVAL;
+	}
+	ret = vmu_region_pin(st->s->vs, st->t.region, NULL, &info);
+	if (ret) {
+		conn_error(c, hdr, ret, "cannot make the tensor resident");
+		return ret;
+	}
+	st->pinned = true;
+	c->sink.addr = info.addr + io->offset;
+	return 0;
+}
+
+int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
+		     const uint8_t *body)
+{
+	struct stream *st = calloc(1, sizeof(*st));
+	int ret;
+
+	if (!st) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return -ENOMEM;
+	}
+	st->s = req_session(c, hdr);
+	if (!st->s) {
+		free(st);
+		return -ENOENT;
+	}
+	c->stream = st;
+	if (hdr->opcode == DJINN_OP_TENSOR_CREATE)
+		ret = stream_create(c, hdr, (const void *)body, st);
+	else
+		ret = stream_write(c, hdr, (const void *)body, st);
+	if (ret)
+		stream_free(c, st, true);
+	return ret;
+}
+
+void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr)
+{
+	struct stream *st = c->stream;
+	struct djinn_tensor_resp r;
+	uint64_t handle;
+	bool created = true;
+	int ret = c->sink.error;
+
+	if (ret) {
+		conn_error(c, hdr, ret, "writing to the device failed");
+		stream_free(c, st, true);
+		return;
+	}
+	if (!st->create) {
+		stream_free(c, st, false);
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+		return;
+	}
+	if (c->sink.upload) {
+		struct vmu_text_upload *u = c->sink.upload;
+
+		c->sink.upload = NULL; /* commit frees it, either way */
+		ret = vmu_text_commit(u, st->fp, &st->t.text, &created);
+		if (ret) {
+			conn_error(
+				c, hdr, ret, "%s",
+				ret == -EBADMSG ?
+					"bytes do not match the fingerprint" :
+					"cannot store the text");
+			stream_free(c, st, false);
+			return;
+		}
+	} else {
+		vmu_region_unpin(st->s->vs, st->t.region);
+		st->pinned = false;
+	}
+	ret = session_tensor_add(st->s, &st->t, &handle);
+	if (ret) {
+		if (st->t.text)
+			vmu_text_put(st->s->vs, st->t.text);
+		else
+			vmu_region_destroy(st->s->vs, st->t.region);
+		conn_error(c, hdr, ret, "out of memory for handles");
+	} else {
+		tensor_resp(&r, handle, &st->t.desc,
+			    created ? 0 : DJINN_TENSOR_DEDUP);
+		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+	}
+	stream_free(c, st, false);
+}
+
+void ops_stream_abort(struct conn *c)
+{
+	stream_free(c, c->stream, true);
+}
+
+/* A read in flight: its tensor stays held, and resident, until sent. */
+struct read_ctx {
+	struct session *s;
+	uint32_t slot;
+	uint64_t region;
+};
+
+static void read_done(void *arg)
+{
+	struct read_ctx *rc = arg;
+
+	if (rc->region)
+		vmu_region_unpin(rc->s->vs, rc->region);
+	session_tensor_unhold(rc->s, rc->slot);
+	session_put(rc->s);
+	free(rc);
+}
+
+static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
+			   const uint8_t *body, uint64_t len)
+{
+	const struct djinn_tensor_io *io = (const void *)body;
+	struct vmu_region_info info;
+	struct read_ctx *rc;
+	struct tensor t;
+	uint64_t addr;
+	int ret;
+
+	if (!exact(c, hdr, len, sizeof(*io)))
+		return;
+	rc = calloc(1, sizeof(*rc));
+	if (!rc) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	rc->s = req_session(c, hdr);
+	if (!rc->s) {
+		free(rc);
+		return;
+	}
+	ret = session_tensor_hold(rc->s, io->handle, &t, &rc->slot);
+	if (ret) {
+		conn_error(c, hdr, -ENOENT, "no tensor with handle %#llx",
+			   (unsigned long long)io->handle);
+		session_put(rc->s);
+		free(rc);
+		return;
+	}
+	if (io->offset > t.bytes || io->len > t.bytes - io->offset) {
+		conn_error(c, hdr, -EINVAL,
+			   "range [%llu, +%llu) outside a tensor of %llu bytes",
+			   (unsigned long long)io->offset,
+			   (unsigned long long)io->len,
+			   (unsigned long long)t.bytes);
+		read_done(rc);
+		return;
+	}
+	if (t.text) {
+		addr = vmu_text_addr(t.text);
+	} else {
+		ret = vmu_region_pin(rc->s->vs, t.region, NULL, &info);
+		if (ret) {
+			conn_error(c, hdr, ret,
+				   "cannot make the tensor resident");
+			read_done(rc);
+			return;
+		}
+		rc->region = t.region;
+		addr = info.addr;
+	}
+	/* The bytes go from device memory as they are: on the CPU backend
+	 * the device address is a host pointer. */
+	conn_reply(c, hdr, NULL, 0,
+		   (const void *)(uintptr_t)(addr + io->offset), io->len,
+		   read_done, rc);
+}
+
+static void op_tensor_release(struct conn *c, const struct djinn_hdr *hdr,
+			      const uint8_t *body, uint64_t len)
+{
+	uint64_t handle;
+	struct session *s;
+
+	if (!exact(c, hdr, len, sizeof(handle)))
+		return;
+	memcpy(&handle, body, sizeof(handle));
+	s = req_session(c, hdr);
+	if (!s)
+		return;
+	if (session_tensor_release(s, handle))
+		conn_error(c, hdr, -ENOENT, "no tensor with handle %#llx",
+			   (unsigned long long)handle);
+	else
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+	session_put(s);
+}
+
+static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
+			   const uint8_t *body, uint64_t len)
+{
+	const struct djinn_text_lookup *l = (const void *)body;
+	struct djinn_tensor_resp r;
+	struct tensor t = { 0 };
+	struct session *s;
+	uint64_t handle;
+
+	if (!exact(c, hdr, len, sizeof(*l)))
+		return;
+	if (check_desc(c, hdr, &l->desc, &t.bytes))
+		return;
+	s = req_session(c, hdr);
+	if (!s)
+		return;
+	t.desc = l->desc;
+	if (vmu_text_lookup(s->vs, l->fp, &t.text)) {
+		conn_error(c, hdr, -ENOENT, "no text with that fingerprint");
+	} else if (vmu_text_size(t.text) != t.bytes) {
+		conn_error(c, hdr, -EINVAL,
+			   "text of %llu bytes viewed as %llu bytes",
+			   (unsigned long long)vmu_text_size(t.text),
+			   (unsigned long long)t.bytes);
+		vmu_text_put(s->vs, t.text);
+	} else if (session_tensor_add(s, &t, &handle)) {
+		conn_error(c, hdr, -ENOMEM, "out of memory for handles");
+		vmu_text_put(s->vs, t.text);
+	} else {
+		tensor_resp(&r, handle, &t.desc, DJINN_TENSOR_DEDUP);
+		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+	}
+	session_put(s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Graphs */
+
+static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
+			    uint8_t *body, uint64_t len)
+{
+	struct exec_job *job = calloc(1, sizeof(*job));
+	char msg[DJINN_MAX_ERROR_MSG];
+	struct djinn_tensor_desc *outs = NULL;
+	uint32_t nin, nout;
+	int ret;
+
+	if (!job) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		free(body);
+		return;
+	}
+	job->payload = body;
+	job->request_id = hdr->request_id;
+	ret = djinn_graph_parse(body, len, &job->view, msg, sizeof(msg));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
+		goto out_free;
+	}
+	job->s = req_session(c, hdr);
+	if (!job->s)
+		goto out_free;
+	nin = job->view.g->nr_inputs;
+	nout = job->view.g->nr_outputs;
+	job->in_descs = calloc(nin ? nin : 1, sizeof(*job->in_descs));
+	job->descs = calloc(job->view.g->nr_nodes, sizeof(*job->descs));
+	outs = calloc(nout, sizeof(*outs));
+	if (!job->in_descs || !job->descs || !outs) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		goto out_free;
+	}
+	/* The inputs' shapes: tensors now, or results of earlier graphs,
+	 * which are known from their submission. */
+	for (uint32_t i = 0; i < nin; i++) {
+		const struct djinn_ref *ref = &job->view.inputs[i];
+		struct tensor t;
+
+		ret = ref->kind == DJINN_REF_RESULT ?
+			      session_result_desc(job->s, ref->id, ref->index,
+						  &job->in_descs[i]) :
+			      session_tensor_get(job->s, ref->id, &t);
+		if (!ret && ref->kind == DJINN_REF_HANDLE)
+			job->in_descs[i] = t.desc;
+		if (ret) {
+			conn_error(c, hdr, -ENOENT, "input %u: no such %s", i,
+				   ref->kind == DJINN_REF_RESULT ? "result" :
+								   "tensor");
+			goto out_free;
+		}
+	}
+	ret = djinn_graph_infer(&job->view, job->in_descs, job->descs, msg,
+				sizeof(msg));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
+		goto out_free;
+	}
+	for (uint32_t k = 0; k < nout; k++)
+		outs[k] = job->descs[job->view.outputs[k]];
+	ret = session_result_begin(job->s, hdr->request_id, nout, outs);
+	if (ret) {
+		conn_error(c, hdr, ret, "out of memory");
+		goto out_free;
+	}
+	free(outs);
+	job->conn = c;
+	conn_get(c);
+	executor_submit(c->srv->exec, job);
+	return;
+
+out_free:
+	free(outs);
+	exec_job_free(job);
+}
+
+void ops_graph_done(struct server *srv, struct exec_job *job)
+{
+	struct conn *c = job->conn;
+	uint32_t nout = job->view.g->nr_outputs;
+	struct djinn_hdr hdr = {
+		.opcode = DJINN_OP_GRAPH_SUBMIT,
+		.request_id = job->request_id,
+		.session_id = job->s->id,
+	};
+
+	if (job->error) {
+		srv->st.graphs_failed++;
+		conn_error(c, &hdr, job->error, "%s", job->msg);
+	} else {
+		size_t len = sizeof(struct djinn_graph_resp) +
+			     nout * sizeof(struct djinn_tensor_resp);
+		struct djinn_graph_resp *r = calloc(1, len);
+		struct djinn_tensor_resp *t = (void *)(r + 1);
+
+		srv->st.graphs_run++;
+		if (!r) {
+			conn_error(c, &hdr, -ENOMEM, "out of memory");
+		} else {
+			r->nr_outputs = nout;
+			r->peak_bytes = job->res.peak_bytes;
+			r->run_ns = job->res.run_ns;
+			for (uint32_t k = 0; k < nout; k++)
+				tensor_resp(&t[k], job->handles[k],
+					    &job->descs[job->view.outputs[k]],
+					    0);
+			conn_reply(c, &hdr, r, len, NULL, 0, NULL, NULL);
+			free(r);
+		}
+	}
+	conn_put(c);
+	exec_job_free(job);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Admin */
+
+static void op_admin_sessions(struct conn *c, const struct djinn_hdr *hdr)
+{
+	struct server *srv = c->srv;
+	uint64_t n = srv->nr_sessions, i = 0;
+	size_t len = 8 + n * sizeof(struct djinn_admin_session);
+	uint8_t *buf = calloc(1, len);
+	struct djinn_admin_session *e = (void *)(buf + 8);
+	struct session *s;
+
+	if (!buf) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	list_for_each_entry(s, &srv->sessions, node) {
+		struct vmu_usage u;
+
+		vmu_session_usage(s->vs, &u);
+		e[i] = (struct djinn_admin_session){
+			.id = s->id,
+			.priority = s->priority,
+			.phase = s->phase,
+			.lease_ns = s->lease_ns,
+			.deadline_ns = s->deadline_ns,
+			.data_bytes = u.data_bytes,
+			.resident = u.resident,
+			.swapped = u.swapped,
+			.text_refs = u.text_refs,
+			.tensors = s->nr_tensors,
+			.requests = s->requests,
+			.uid = (uint32_t)s->uid,
+			.pid = (int32_t)s->pid,
+		};
+		memcpy(e[i].tenant, s->tenant, sizeof(e[i].tenant));
+		i++;
+	}
+	memcpy(buf, &(uint32_t){ (uint32_t)i }, sizeof(uint32_t));
+	conn_reply(c, hdr, buf, 8 + i * sizeof(*e), NULL, 0, NULL, NULL);
+	free(buf);
+}
+
+static void op_admin_kill(struct conn *c, const struct djinn_hdr *hdr,
+			  const uint8_t *body, uint64_t len)
+{
+	struct djinn_admin_kill k;
+	struct session *s;
+
+	if (!exact(c, hdr, len, sizeof(k)))
+		return;
+	memcpy(&k, body, sizeof(k));
+	s = session_get(c->srv, k.session_id);
+	if (!s) {
+		conn_error(c, hdr, -ENOENT, "no session %llu",
+			   (unsigned long long)k.session_id);
+		return;
+	}
+	session_end(c->srv, s, SESSION_KILLED);
+	session_put(s);
+	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+}
+
+static void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr)
+{
+	struct djinn_admin_vmu r = { 0 };
+	struct vmu_stats st;
+
+	vmu_get_stats(c->srv->vmu, &st);
+	snprintf(r.device, sizeof(r.device), "%s", c->srv->backend->name);
+	r.capacity = st.capacity;
+	r.granularity = st.granularity;
+	r.committed = st.committed;
+	r.reserved = st.reserved;
+	r.free = st.free;
+	r.pressure = st.pressure;
+	for (int i = 0; i < VMU_NR_SEGS; i++)
+		r.seg[i] = (struct djinn_admin_seg){ st.seg[i].used,
+						     st.seg[i].peak,
+						     st.seg[i].entries };
+	r.text_cached = st.text_cached;
+	r.text_evictions = st.text_evictions;
+	r.swap_outs = st.swap_outs;
+	r.swap_ins = st.swap_ins;
+	r.swapped_out_bytes = st.swapped_out_bytes;
+	r.swapped_in_bytes = st.swapped_in_bytes;
+	r.swapped_now = st.swapped_now;
+	r.admits = st.admits;
+	r.admit_refusals = st.admit_refusals;
+	r.quota_refusals = st.quota_refusals;
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+extern uint64_t server_started_ns;
+
+static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr)
+{
+	const struct server_stats *st = &c->srv->st;
+	struct djinn_admin_stats r = {
+		.uptime_ns = loop_now() - server_started_ns,
+		.conns = c->srv->nr_conns,
+		.conns_accepted = st->conns_accepted,
+		.sessions = c->srv->nr_sessions,
+		.sessions_opened = st->sessions_opened,
+		.sessions_closed = st->sessions_ended[SESSION_CLOSED],
+		.sessions_expired = st->sessions_ended[SESSION_EXPIRED],
+		.sessions_killed = st->sessions_ended[SESSION_KILLED],
+		.requests = st->requests,
+		.errors = st->errors,
+		.bytes_in = st->bytes_in,
+		.bytes_out = st->bytes_out,
+		.graphs_run = st->graphs_run,
+		.graphs_failed = st->graphs_failed,
+		.queue_depth = executor_depth(c->srv->exec),
+	};
+
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+
+void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
+		uint64_t len)
+{
+	switch (hdr->opcode) {
+	case DJINN_OP_GRAPH_SUBMIT:
+		op_graph_submit(c, hdr, body, len); /* takes @body */
+		return;
+	case DJINN_OP_HELLO:
+		op_hello(c, hdr);
+		break;
+	case DJINN_OP_SESSION_OPEN:
+		op_session_open(c, hdr, body, len);
+		break;
+	case DJINN_OP_SESSION_ATTACH:
+		op_session_attach(c, hdr, body, len);
+		break;
+	case DJINN_OP_SESSION_CLOSE:
+		op_session_close(c, hdr);
+		break;
+	case DJINN_OP_HEARTBEAT:
+		op_heartbeat(c, hdr);
+		break;
+	case DJINN_OP_SIGNAL:
+		op_signal(c, hdr, body, len);
+		break;
+	case DJINN_OP_TENSOR_READ:
+		op_tensor_read(c, hdr, body, len);
+		break;
+	case DJINN_OP_TENSOR_RELEASE:
+		op_tensor_release(c, hdr, body, len);
+		break;
+	case DJINN_OP_TEXT_LOOKUP:
+		op_text_lookup(c, hdr, body, len);
+		break;
+	case DJINN_OP_ADMIN_SESSIONS:
+		op_admin_sessions(c, hdr);
+		break;
+	case DJINN_OP_ADMIN_KILL:
+		op_admin_kill(c, hdr, body, len);
+		break;
+	case DJINN_OP_ADMIN_VMU:
+		op_admin_vmu(c, hdr);
+		break;
+	case DJINN_OP_ADMIN_STATS:
+		op_admin_stats(c, hdr);
+		break;
+	}
+	free(body);
+}

@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Set-up, the lease timer, signals, and shutdown.
+ *
+ * SIGTERM (and SIGINT) drain: stop accepting, let queued and running
+ * graphs finish and their answers go out, then end every session (the
+ * one teardown, reason "daemon shutdown") and stop. SIGHUP reopens the
+ * log file.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server.h"
+#include "exec/executor.h"
+#include "net/conn.h"
+
+uint64_t server_started_ns;
+
+/* Signals arrive through a pipe: the handler writes the signal number,
+ * the I/O loop reads it. A handler works whichever thread the kernel
+ * picks, and some threads (OpenBLAS's, made by a library constructor
+ * before main) exist before djinnd could block anything. */
+struct sigsrc {
+	struct io_src src;
+	struct server *srv;
+	int rfd, wfd;
+	uint8_t signo;
+	struct loop_timer drain;
+};
+
+static struct sigsrc sigs = { .rfd = -1, .wfd = -1 };
+
+static void on_signal(int signo)
+{
+	int saved = errno;
+	uint8_t b = (uint8_t)signo;
+
+	if (write(sigs.wfd, &b, 1) < 0) {
+		/* The pipe is full: signals are already pending. */
+	}
+	errno = saved;
+}
+
+static void lease_expired(struct session *s, void *arg)
+{
+	session_end(arg, s, SESSION_EXPIRED);
+}
+
+static uint64_t lease_tick(struct loop_timer *t, uint64_t now)
+{
+	struct server *srv = container_of(t, struct server, lease_timer);
+	uint64_t next =
+		srv->leases->ops->poll(srv->leases, now, lease_expired, srv);
+
+	return next ? next : 1000000;
+}
+
+/* Draining: once no graph is queued or running, end everything. */
+static uint64_t drain_tick(struct loop_timer *t, uint64_t now)
+{
+	struct server *srv = sigs.srv;
+
+	if (executor_depth(srv->exec))
+		return 5000000;
+	while (!list_empty(&srv->sessions))
+		session_end(srv,
+			    list_first_entry(&srv->sessions, struct session,
+					     node),
+			    SESSION_SHUTDOWN);
+	conns_close_all(srv, false);
+	srv->loop.stop = true;
+	return 0;
+}
+
+static void sig_arm(void)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&sigs.srv->loop, &sigs.src, 0);
+
+	if (sqe)
+		io_uring_prep_read(sqe, sigs.rfd, &sigs.signo, 1, 0);
+}
+
+static void sig_complete(struct io_src *src, struct io_uring_cqe *cqe,
+			 unsigned int tag)
+{
+	struct server *srv = sigs.srv;
+
+	if (cqe->res == 1) {
+		switch (sigs.signo) {
+		case SIGHUP:
+			log_notice("SIGHUP: reopening the log");
+			log_reopen();
+			break;
+		case SIGTERM:
+		case SIGINT:
+			if (srv->draining)
+				break;
+			log_notice(
+				"%s: draining %u queued graphs, then exiting",
+				strsignal(sigs.signo),
+				executor_depth(srv->exec));
+			srv->draining = true;
+			listeners_close(srv);
+			loop_timer_add(&srv->loop, &sigs.drain, loop_now());
+			break;
+		}
+	}
+	if (cqe->res != -ECANCELED)
+		sig_arm();
+}
+
+/* Install the handlers; before any thread of djinnd's own is made. */
+int server_block_signals(void)
+{
+	struct sigaction sa = { .sa_handler = on_signal,
+				.sa_flags = SA_RESTART };
+	int fds[2];
+
+	if (pipe2(fds, O_CLOEXEC | O_NONBLOCK))
+		return -errno;
+	sigs.rfd = fds[0];
+	sigs.wfd = fds[1];
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGTERM, &sa, NULL) || sigaction(SIGINT, &sa, NULL) ||
+	    sigaction(SIGHUP, &sa, NULL))
+		return -errno;
+	signal(SIGPIPE, SIG_IGN);
+	return 0;
+}
+
+static int signals_init(struct server *srv)
+{
+	sigs.srv = srv;
+	sigs.src.complete = sig_complete;
+	sigs.drain.fn = drain_tick;
+	INIT_LIST_HEAD(&sigs.drain.node);
+	sig_arm();
+	return 0;
+}
+
+int server_init(struct server *srv, const struct server_config *cfg)
+{
+	struct vmu_config vcfg = { 0 };
+	int ret;
+
+	memset(srv, 0, sizeof(*srv));
+	srv->cfg = *cfg;
+	INIT_LIST_HEAD(&srv->sessions);
+	INIT_LIST_HEAD(&srv->listeners);
+	INIT_LIST_HEAD(&srv->conns);
+	server_started_ns = loop_now();
+	ret = loop_init(&srv->loop, 4096);
+	if (ret) {
+		log_err("io_uring: %s", strerror(-ret));
+		return ret;
+	}
+	if (strcmp(cfg->backend, "cpu")) {
+		log_err("backend %s: not available (cpu is)", cfg->backend);
+		return -ENODEV;
+	}
+	ret = cpu_backend_create(cfg->cpu_mem, cfg->threads, &srv->backend);
+	if (ret) {
+		log_err("cpu backend with %llu bytes: %s",
+			(unsigned long long)cfg->cpu_mem, strerror(-ret));
+		return ret;
+	}
+	ret = vmu_create(srv->backend->provider, &vcfg, &srv->vmu);
+	if (ret)
+		return ret;
+	log_info("device %s: %llu MiB, granule %llu KiB", srv->backend->name,
+		 (unsigned long long)(srv->backend->provider->capacity >> 20),
+		 (unsigned long long)(srv->backend->provider->granularity >>
+				      10));
+	ret = user_lease_create(&srv->leases);
+	if (ret)
+		return ret;
+	log_info("leases: %s", srv->leases->ops->name);
+	ret = executor_start(srv, &srv->exec);
+	if (ret)
+		return ret;
+	ret = signals_init(srv);
+	if (ret)
+		return ret;
+	ret = listeners_open(srv);
+	if (ret)
+		return ret;
+	srv->lease_timer.fn = lease_tick;
+	loop_timer_add(&srv->loop, &srv->lease_timer, loop_now() + 1000000);
+	return 0;
+}
+
+int server_run(struct server *srv)
+{
+	return loop_run(&srv->loop);
+}
+
+void server_exit(struct server *srv)
+{
+	if (srv->exec) {
+		while (!list_empty(&srv->sessions))
+			session_end(srv,
+				    list_first_entry(&srv->sessions,
+						     struct session, node),
+				    SESSION_SHUTDOWN);
+		executor_stop(srv->exec); /* answers the last jobs */
+	}
+	conns_close_all(srv, true);
+	/* Let the sockets' last completions come back (each frees what it
+	 * held), for at most a second; then tear down. */
+	for (uint64_t end = loop_now() + 1000000000ull;
+	     srv->nr_conns && loop_now() < end;)
+		loop_once(&srv->loop, 10000000);
+	if (srv->leases)
+		srv->leases->ops->destroy(srv->leases);
+	listeners_close(srv);
+	loop_exit(&srv->loop);
+	listeners_free(srv);
+	if (srv->vmu)
+		vmu_destroy(srv->vmu);
+	if (srv->backend)
+		srv->backend->ops->destroy(srv->backend);
+	free(srv->stab);
+	if (sigs.rfd >= 0) {
+		close(sigs.rfd);
+		close(sigs.wfd);
+	}
+	log_info("stopped");
+}

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The daemon's state, shared by its parts: the I/O loop and connections
+ * (net/), sessions and leases (session/), the executor (exec/) and the
+ * device (backend/, vmu/). Only the I/O thread touches connections and
+ * the session table; executor threads meet it through the executor's
+ * queues and eventfd.
+ */
+#ifndef DJINN_SERVER_H
+#define DJINN_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "list.h"
+#include "backend/backend.h"
+#include "net/loop.h"
+#include "session/lease.h"
+#include "session/session.h"
+#include "vmu/vmu.h"
+
+#define SERVER_MAX_LISTEN 8
+
+struct server_config {
+	const char *listen[SERVER_MAX_LISTEN]; /* "unix:PATH", "tcp:H:P" */
+	unsigned int nr_listen;
+	const char *admin_socket;
+	const char *backend; /* "cpu" */
+	uint64_t cpu_mem;
+	unsigned int threads; /* kernel threads, 0: one per CPU */
+	uint64_t lease_default_ns, lease_min_ns, lease_max_ns;
+	unsigned int max_sessions;
+	unsigned int max_conns;
+};
+
+struct executor;
+struct listener;
+struct bufring;
+
+struct server_stats {
+	uint64_t conns_accepted, conns_closed;
+	uint64_t requests, errors;
+	uint64_t bytes_in, bytes_out;
+	uint64_t sessions_opened, sessions_ended[SESSION_SHUTDOWN + 1];
+	uint64_t graphs_run, graphs_failed;
+};
+
+struct server {
+	struct server_config cfg;
+	struct loop loop;
+	struct backend *backend;
+	struct vmu *vmu;
+	struct executor *exec;
+	struct lease_provider *leases;
+	struct loop_timer lease_timer;
+
+	/* sessions, by id */
+	struct list_head sessions;
+	struct session **stab;
+	uint64_t stab_size, nr_sessions, next_id;
+
+	struct list_head listeners;
+	struct list_head conns;
+	unsigned int nr_conns;
+	struct bufring *br; /* provided receive buffers, or NULL */
+
+	bool draining; /* SIGTERM: finish in-flight work, then stop */
+	struct server_stats st;
+};
+
+int server_block_signals(void);
+int server_init(struct server *srv, const struct server_config *cfg);
+int server_run(struct server *srv);
+void server_exit(struct server *srv);
+
+/* net/conn.c */
+int listeners_open(struct server *srv);
+/* Stop accepting (shutdown); listeners_free() once the loop has ended. */
+void listeners_close(struct server *srv);
+void listeners_free(struct server *srv);
+void conns_close_all(struct server *srv, bool force);
+
+/* net/ops.c: executor completions reach the connection that asked */
+struct exec_job;
+void ops_graph_done(struct server *srv, struct exec_job *job);
+
+#endif /* DJINN_SERVER_H */

@@ -1,0 +1,456 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "log.h"
+#include "server.h"
+#include "exec/executor.h"
+
+struct tensor_slot {
+	struct tensor t;
+	uint32_t gen;
+	uint32_t next_free;
+	uint32_t holders;
+	bool used; /* the handle is valid */
+	bool busy; /* held, or valid: the slot cannot be reused */
+};
+
+#define NO_SLOT UINT32_MAX
+
+const char *session_reason_name(enum session_end_reason why)
+{
+	switch (why) {
+	case SESSION_CLOSED:
+		return "closed";
+	case SESSION_EXPIRED:
+		return "lease expired";
+	case SESSION_KILLED:
+		return "killed";
+	case SESSION_SHUTDOWN:
+		return "daemon shutdown";
+	}
+	return "?";
+}
+
+static bool tenant_ok(const char *t)
+{
+	size_t n = strnlen(t, DJINN_TENANT_MAX);
+
+	if (!n || n == DJINN_TENANT_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (t[i] <= ' ' || t[i] > '~')
+			return false;
+	return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The table of live sessions, by id */
+
+static uint64_t bucket(const struct server *srv, uint64_t id)
+{
+	return (id * 0x9e3779b97f4a7c15ull >> 17) & (srv->stab_size - 1);
+}
+
+static int stab_add(struct server *srv, struct session *s)
+{
+	if (srv->nr_sessions >= srv->stab_size) {
+		uint64_t n = srv->stab_size ? srv->stab_size * 2 : 64;
+		struct session **t = calloc(n, sizeof(*t)), *e;
+
+		if (!t)
+			return -ENOMEM;
+		free(srv->stab);
+		srv->stab = t;
+		srv->stab_size = n;
+		list_for_each_entry(e, &srv->sessions, node) {
+			uint64_t b = bucket(srv, e->id);
+
+			e->hnext = t[b];
+			t[b] = e;
+		}
+	}
+	s->hnext = srv->stab[bucket(srv, s->id)];
+	srv->stab[bucket(srv, s->id)] = s;
+	list_add_tail(&s->node, &srv->sessions);
+	srv->nr_sessions++;
+	return 0;
+}
+
+static void stab_del(struct server *srv, struct session *s)
+{
+	struct session **p = &srv->stab[bucket(srv, s->id)];
+
+	while (*p && *p != s)
+		p = &(*p)->hnext;
+	if (*p)
+		*p = s->hnext;
+	list_del_init(&s->node);
+	srv->nr_sessions--;
+}
+
+struct session *session_get(struct server *srv, uint64_t id)
+{
+	struct session *s;
+
+	if (!srv->stab_size)
+		return NULL;
+	for (s = srv->stab[bucket(srv, id)]; s; s = s->hnext) {
+		if (s->id == id && !s->dead) {
+			session_ref(s);
+			return s;
+		}
+	}
+	return NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Lifetime */
+
+static void rec_clear(struct result_rec *r);
+
+int session_create(struct server *srv, const char *tenant, uint32_t priority,
+		   uint64_t lease_ns, uid_t uid, pid_t pid,
+		   struct session **out)
+{
+	struct session *s;
+	int ret;
+
+	if (!tenant_ok(tenant) || priority > 7)
+		return -EINVAL;
+	if (srv->nr_sessions >= srv->cfg.max_sessions)
+		return -EMFILE;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	if (getrandom(s->token, sizeof(s->token), 0) != sizeof(s->token) ||
+	    getrandom(&s->key, sizeof(s->key), 0) != sizeof(s->key)) {
+		free(s);
+		return -EIO;
+	}
+	ret = vmu_session_create(srv->vmu, tenant, &s->vs);
+	if (ret) {
+		free(s);
+		return ret;
+	}
+	strcpy(s->tenant, tenant);
+	s->priority = priority;
+	if (!lease_ns)
+		lease_ns = srv->cfg.lease_default_ns;
+	if (lease_ns < srv->cfg.lease_min_ns)
+		lease_ns = srv->cfg.lease_min_ns;
+	if (lease_ns > srv->cfg.lease_max_ns)
+		lease_ns = srv->cfg.lease_max_ns;
+	s->lease_ns = lease_ns;
+	s->uid = uid;
+	s->pid = pid;
+	s->refs = 1; /* the table's */
+	s->free_slot = NO_SLOT;
+	pthread_mutex_init(&s->lock, NULL);
+	INIT_LIST_HEAD(&s->node);
+	INIT_LIST_HEAD(&s->lease_node);
+	*out = s;
+	return 0;
+}
+
+int session_publish(struct server *srv, struct session *s)
+{
+	int ret;
+
+	s->id = ++srv->next_id;
+	ret = stab_add(srv, s);
+	if (ret)
+		return ret;
+	ret = srv->leases->ops->open(srv->leases, s, loop_now());
+	if (ret) {
+		stab_del(srv, s);
+		return ret;
+	}
+	srv->st.sessions_opened++;
+	return 0;
+}
+
+void session_ref(struct session *s)
+{
+	__atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+}
+
+static void tensor_free(struct session *s, struct tensor *t)
+{
+	if (t->text)
+		vmu_text_put(s->vs, t->text);
+	else
+		vmu_region_destroy(s->vs, t->region);
+}
+
+void session_put(struct session *s)
+{
+	if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL))
+		return;
+	/* The last reference: nothing else can reach the session. The VMU
+	 * teardown frees every region and text reference at once. */
+	vmu_session_destroy(s->vs);
+	for (uint32_t i = 0; i < SESSION_RESULTS; i++)
+		rec_clear(&s->results[i]);
+	pthread_mutex_destroy(&s->lock);
+	free(s->slots);
+	free(s);
+}
+
+void session_end(struct server *srv, struct session *s,
+		 enum session_end_reason why)
+{
+	if (s->dead)
+		return;
+	s->dead = true;
+	s->reason = why;
+	stab_del(srv, s);
+	srv->leases->ops->close(srv->leases, s);
+	executor_cancel(srv->exec, s);
+	srv->st.sessions_ended[why]++;
+	log_info("session %llu (tenant %s) ended: %s",
+		 (unsigned long long)s->id, s->tenant,
+		 session_reason_name(why));
+	session_put(s);
+}
+
+void session_touch(struct server *srv, struct session *s)
+{
+	s->requests++;
+	srv->leases->ops->renew(srv->leases, s, loop_now());
+}
+
+/* ---------------------------------------------------------------------- */
+/* Tensor handles */
+
+static uint64_t handle_of(const struct session *s, uint32_t i)
+{
+	return ((uint64_t)s->slots[i].gen << 32 | i) ^ s->key;
+}
+
+/* The slot a handle names, or NULL. Lock held. */
+static struct tensor_slot *slot_of(struct session *s, uint64_t handle)
+{
+	uint64_t h = handle ^ s->key;
+	uint32_t i = (uint32_t)h, gen = (uint32_t)(h >> 32);
+
+	if (i >= s->nr_slots || !s->slots[i].used || s->slots[i].gen != gen)
+		return NULL;
+	return &s->slots[i];
+}
+
+int session_tensor_add(struct session *s, const struct tensor *t,
+		       uint64_t *handle)
+{
+	uint32_t i;
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	i = s->free_slot;
+	if (i == NO_SLOT) {
+		uint32_t n = s->nr_slots ? s->nr_slots * 2 : 16;
+		struct tensor_slot *sl;
+
+		sl = n > s->nr_slots ? realloc(s->slots, n * sizeof(*sl)) :
+				       NULL;
+		if (!sl) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		for (uint32_t k = s->nr_slots; k < n; k++)
+			sl[k] = (struct tensor_slot){
+				.gen = 1,
+				.next_free = k + 1 < n ? k + 1 : NO_SLOT,
+			};
+		s->slots = sl;
+		i = s->nr_slots;
+		s->nr_slots = n;
+	}
+	s->free_slot = s->slots[i].next_free;
+	s->slots[i].t = *t;
+	s->slots[i].used = true;
+	s->slots[i].busy = true;
+	s->nr_tensors++;
+	*handle = handle_of(s, i);
+out:
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+int session_tensor_get(struct session *s, uint64_t handle, struct tensor *t)
+{
+	struct tensor_slot *sl;
+
+	pthread_mutex_lock(&s->lock);
+	sl = slot_of(s, handle);
+	if (sl)
+		*t = sl->t;
+	pthread_mutex_unlock(&s->lock);
+	return sl ? 0 : -ENOENT;
+}
+
+/* Put a slot whose handle is gone and that nobody holds back on the free
+ * list; returns its tensor to free. Lock held. */
+static struct tensor slot_retire(struct session *s, struct tensor_slot *sl)
+{
+	struct tensor t = sl->t;
+
+	sl->busy = false;
+	sl->next_free = s->free_slot;
+	s->free_slot = (uint32_t)(sl - s->slots);
+	return t;
+}
+
+int session_tensor_release(struct session *s, uint64_t handle)
+{
+	struct tensor_slot *sl;
+	struct tensor t;
+	bool free_now;
+
+	pthread_mutex_lock(&s->lock);
+	sl = slot_of(s, handle);
+	if (!sl) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOENT;
+	}
+	sl->used = false;
+	sl->gen = sl->gen == UINT32_MAX ? 1 : sl->gen + 1;
+	s->nr_tensors--;
+	free_now = !sl->holders;
+	if (free_now)
+		t = slot_retire(s, sl);
+	pthread_mutex_unlock(&s->lock);
+	if (free_now)
+		tensor_free(s, &t);
+	return 0;
+}
+
+int session_tensor_hold(struct session *s, uint64_t handle, struct tensor *t,
+			uint32_t *slot)
+{
+	struct tensor_slot *sl;
+
+	pthread_mutex_lock(&s->lock);
+	sl = slot_of(s, handle);
+	if (sl) {
+		sl->holders++;
+		*t = sl->t;
+		*slot = (uint32_t)(sl - s->slots);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return sl ? 0 : -ENOENT;
+}
+
+void session_tensor_unhold(struct session *s, uint32_t slot)
+{
+	struct tensor_slot *sl;
+	struct tensor t;
+	bool free_now;
+
+	pthread_mutex_lock(&s->lock);
+	sl = &s->slots[slot];
+	free_now = !--sl->holders && !sl->used;
+	if (free_now)
+		t = slot_retire(s, sl);
+	pthread_mutex_unlock(&s->lock);
+	if (free_now)
+		tensor_free(s, &t);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Graph results, for DJINN_REF_RESULT */
+
+static void rec_clear(struct result_rec *r)
+{
+	free(r->descs);
+	free(r->handles);
+	memset(r, 0, sizeof(*r));
+}
+
+/* The record of @request_id. Lock held. */
+static struct result_rec *rec_find(struct session *s, uint64_t request_id)
+{
+	for (uint32_t i = 0; i < SESSION_RESULTS; i++)
+		if (s->results[i].nr && s->results[i].request_id == request_id)
+			return &s->results[i];
+	return NULL;
+}
+
+int session_result_begin(struct session *s, uint64_t request_id, uint32_t nr,
+			 const struct djinn_tensor_desc *descs)
+{
+	struct result_rec *r;
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	r = &s->results[s->results_next];
+	rec_clear(r);
+	r->descs = malloc(nr * sizeof(*r->descs));
+	r->handles = calloc(nr, sizeof(*r->handles));
+	if (!r->descs || !r->handles) {
+		rec_clear(r);
+		ret = -ENOMEM;
+		goto out;
+	}
+	memcpy(r->descs, descs, nr * sizeof(*descs));
+	r->request_id = request_id;
+	r->nr = nr;
+	s->results_next = (s->results_next + 1) % SESSION_RESULTS;
+out:
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+void session_result_finish(struct session *s, uint64_t request_id,
+			   const uint64_t *handles, int error)
+{
+	struct result_rec *r;
+
+	pthread_mutex_lock(&s->lock);
+	r = rec_find(s, request_id);
+	if (r) {
+		r->done = true;
+		r->error = error;
+		if (!error)
+			memcpy(r->handles, handles, r->nr * sizeof(*handles));
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+int session_result_desc(struct session *s, uint64_t request_id, uint32_t index,
+			struct djinn_tensor_desc *desc)
+{
+	struct result_rec *r;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&s->lock);
+	r = rec_find(s, request_id);
+	if (r && index < r->nr) {
+		*desc = r->descs[index];
+		ret = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+int session_result_handle(struct session *s, uint64_t request_id,
+			  uint32_t index, uint64_t *handle)
+{
+	struct result_rec *r;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&s->lock);
+	r = rec_find(s, request_id);
+	if (r && index < r->nr) {
+		if (!r->done)
+			ret = -EAGAIN;
+		else if (r->error)
+			ret = r->error;
+		else
+			*handle = r->handles[index], ret = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Sessions: who holds what on the device, and for how long.
+ *
+ * A session has an id, a 128-bit random token, a tenant, a priority and
+ * a lease, and owns a VMU session (its data regions and text references)
+ * and a table of tensor handles. Handles are opaque 64-bit values:
+ * slot index and generation, XORed with a per-session random key, so a
+ * stale, foreign or forged handle is -ENOENT and never reaches memory.
+ *
+ * Lifetime. The server's table holds one reference; every request in
+ * flight holds another. session_end() is the one teardown, whatever the
+ * reason (close, lease expiry, admin kill, daemon shutdown): it takes the
+ * session out of the table, ends its lease and cancels its queued work;
+ * the last reference frees its tensors and its VMU session, after which
+ * the session's VMU bytes and handles are zero.
+ *
+ * Threads. The I/O thread creates, finds and ends sessions; executor
+ * threads resolve and register tensors. s->lock guards the tensor table
+ * and the result record; references are atomic.
+ */
+#ifndef DJINN_SESSION_H
+#define DJINN_SESSION_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <djinn/proto.h>
+
+#include "list.h"
+#include "vmu/vmu.h"
+
+struct server;
+struct lease_provider;
+
+enum session_end_reason {
+	SESSION_CLOSED = 1,
+	SESSION_EXPIRED,
+	SESSION_KILLED,
+	SESSION_SHUTDOWN,
+};
+
+struct tensor {
+	struct djinn_tensor_desc desc;
+	uint64_t bytes;
+	struct vmu_text *text; /* a text entry, or NULL: a data region */
+	uint64_t region;
+};
+
+/* The outputs of one GRAPH_SUBMIT, for DJINN_REF_RESULT: their shapes
+ * from the moment it is submitted, their handles once it has run. */
+struct result_rec {
+	uint64_t request_id;
+	uint32_t nr;
+	bool done;
+	int error; /* the graph failed: refs to it fail the same way */
+	struct djinn_tensor_desc *descs;
+	uint64_t *handles;
+};
+
+#define SESSION_RESULTS 64 /* graphs remembered for DJINN_REF_RESULT */
+
+struct session {
+	uint64_t id;
+	uint8_t token[16];
+	char tenant[DJINN_TENANT_MAX];
+	uint32_t priority;
+	uint64_t lease_ns;
+	uint64_t deadline_ns; /* kept by the lease provider */
+	uid_t uid; /* of the connection that opened it */
+	pid_t pid; /* 0 for TCP */
+	uint32_t phase; /* last SIGNAL */
+	uint64_t phase_until;
+	uint64_t requests;
+
+	struct vmu_session *vs;
+	int refs; /* atomic */
+	bool dead;
+	enum session_end_reason reason;
+
+	pthread_mutex_t lock;
+	struct tensor_slot *slots;
+	uint32_t nr_slots, free_slot, nr_tensors;
+	uint64_t key;
+	struct result_rec results[SESSION_RESULTS]; /* a ring */
+	uint32_t results_next;
+
+	struct list_head node; /* server's sessions */
+	struct list_head lease_node; /* the user lease provider's */
+	struct session *hnext;
+};
+
+/* Make a session for @tenant (validated: 1 to 63 printable bytes), not
+ * yet in the table. */
+int session_create(struct server *srv, const char *tenant, uint32_t priority,
+		   uint64_t lease_ns, uid_t uid, pid_t pid,
+		   struct session **out);
+/* Put it in the table and start its lease. */
+int session_publish(struct server *srv, struct session *s);
+/* A reference to the live session @id, or NULL. */
+struct session *session_get(struct server *srv, uint64_t id);
+void session_ref(struct session *s);
+void session_put(struct session *s);
+/* The one teardown: see above. Idempotent. */
+void session_end(struct server *srv, struct session *s,
+		 enum session_end_reason why);
+const char *session_reason_name(enum session_end_reason why);
+
+/* Renew the lease: any request does. */
+void session_touch(struct server *srv, struct session *s);
+
+/* Tensor handles. add takes over the tensor's VMU resources. */
+int session_tensor_add(struct session *s, const struct tensor *t,
+		       uint64_t *handle);
+int session_tensor_get(struct session *s, uint64_t handle, struct tensor *t);
+/* Remove and free the tensor's VMU resources; if the tensor is held
+ * (being read, or an input of a running graph), the handle goes now and
+ * the memory when the last holder lets go. */
+int session_tensor_release(struct session *s, uint64_t handle);
+/* Hold a tensor while its memory is in use off the session's lock; the
+ * returned slot is what session_tensor_unhold() takes. */
+int session_tensor_hold(struct session *s, uint64_t handle, struct tensor *t,
+			uint32_t *slot);
+void session_tensor_unhold(struct session *s, uint32_t slot);
+
+/* A submitted graph's outputs: their shapes now (the oldest record is
+ * forgotten when SESSION_RESULTS are kept), their handles or its error
+ * when it has run. */
+int session_result_begin(struct session *s, uint64_t request_id, uint32_t nr,
+			 const struct djinn_tensor_desc *descs);
+void session_result_finish(struct session *s, uint64_t request_id,
+			   const uint64_t *handles, int error);
+/* The shape of output @index of graph @request_id: 0 or -ENOENT. */
+int session_result_desc(struct session *s, uint64_t request_id, uint32_t index,
+			struct djinn_tensor_desc *desc);
+/* Its handle: 0; the graph's error; -EAGAIN if it has not run; -ENOENT. */
+int session_result_handle(struct session *s, uint64_t request_id,
+			  uint32_t index, uint64_t *handle);
+
+#endif /* DJINN_SESSION_H */
