@@ -51,8 +51,9 @@
  * hdr.session_id. Another connection may use the session after
  * SESSION_ATTACH with the token. A session lives until SESSION_CLOSE, an
  * admin kill, daemon shutdown, or its lease running out: the client
- * renews the lease with HEARTBEAT (any request renews it too). Closing
- * a connection does not end its sessions; their leases do.
+ * renews the lease with HEARTBEAT (any request renews it too); a
+ * HEARTBEAT naming session 0 is a plain round trip with an empty answer.
+ * Closing a connection does not end its sessions; their leases do.
  *
  * DOC: handles and results
  *
