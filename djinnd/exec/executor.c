@@ -169,7 +169,7 @@ static void *executor_main(void *arg)
 		e->running = job;
 		pthread_mutex_unlock(&e->lock);
 
-		if (job->s->dead) {
+		if (__atomic_load_n(&job->s->dead, __ATOMIC_ACQUIRE)) {
 			job->error = -ECANCELED;
 			snprintf(job->msg, sizeof(job->msg), "session ended");
 			session_result_finish(job->s, job->request_id, NULL,

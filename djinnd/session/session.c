@@ -168,6 +168,12 @@ int session_publish(struct server *srv, struct session *s)
 		stab_del(srv, s);
 		return ret;
 	}
+	/* The lease timer waits for the earliest deadline it knew of: bring
+	 * it forward if this lease runs out sooner. */
+	if (s->deadline_ns && s->deadline_ns < srv->lease_timer.when) {
+		loop_timer_del(&srv->lease_timer);
+		loop_timer_add(&srv->loop, &srv->lease_timer, s->deadline_ns);
+	}
 	srv->st.sessions_opened++;
 	return 0;
 }
@@ -204,7 +210,8 @@ void session_end(struct server *srv, struct session *s,
 {
 	if (s->dead)
 		return;
-	s->dead = true;
+	/* Executor threads look at it without the I/O thread's table. */
+	__atomic_store_n(&s->dead, true, __ATOMIC_RELEASE);
 	s->reason = why;
 	stab_del(srv, s);
 	srv->leases->ops->close(srv->leases, s);
