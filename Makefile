@@ -25,6 +25,9 @@ ALL_LDFLAGS = $(LDFLAGS) $(SAN) -pthread
 DEB_PKGS  := gcc clang make libc6-dev pkg-config libssl-dev libcmocka-dev \
 	     clang-format libopenblas-dev liburing-dev
 
+# groff checks djinnctl's man page; python3 parses its JSON in the tests.
+DEB_PKGS  += groff python3
+
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 ALL_CFLAGS  += $(BLAS_CFLAGS)
@@ -67,12 +70,23 @@ FUZZERS     := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZERS:%=$(BUILD)/tests/fuzz/replay_%)
 fuzz_graph_LIBS := $(COMMON_LIB)
 
+# --- tools -------------------------------------------------------------------
+# djinnctl speaks the admin protocol itself: it links nothing of the daemon.
+DJINNCTL      := $(BUILD)/tools/djinnctl
+DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c
+
+# Integration tests in shell, installed beside the binaries they run
+# (tests/integration/test_NAME.sh -> BUILD/tests/integration/test_NAME).
+SCRIPT_TESTS := $(BUILD)/tests/integration/test_djinnctl
+
 # --- benchmarks ----------------------------------------------------------------
 BENCH_BINS := $(BUILD)/bench/vmu-bench
 
 SRCS = $(COMMON_SRCS) $(VMU_SRCS) $(BACKEND_SRCS) $(DJINND_SRCS) \
        djinnd/main.c $(wildcard tests/unit/*.c tests/fuzz/*.c bench/*.c)
 OBJS = $(SRCS:%.c=$(BUILD)/%.o)
+
+SRCS += $(DJINNCTL_SRCS) tests/integration/open_session.c
 
 .PHONY: all deps test check asan bench run fuzz format-check clean
 .SECONDARY:
@@ -81,6 +95,8 @@ OBJS = $(SRCS:%.c=$(BUILD)/%.o)
 all: $(COMMON_LIB) $(VMU_LIB) $(BACKEND_LIB) $(DJINND_LIB) $(DJINND) $(UNIT_BINS) \
      $(FUZZ_REPLAY) \
      $(BENCH_BINS)
+
+all: $(DJINNCTL) $(SCRIPT_TESTS)
 
 deps:
 	$(Q)scripts/deps.sh $(DEB_PKGS)
@@ -114,6 +130,20 @@ $(DJINND): $(BUILD)/djinnd/main.o $(filter %.a,$(LIBS_DJINND))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIBS_DJINND)
 
+$(DJINNCTL): $(DJINNCTL_SRCS:%.c=$(BUILD)/%.o)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^
+
+$(BUILD)/tests/integration/open_session: $(BUILD)/tests/integration/open_session.o
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^
+
+$(BUILD)/tests/integration/test_djinnctl: tests/integration/test_djinnctl.sh \
+		$(DJINND) $(DJINNCTL) $(BUILD)/tests/integration/open_session
+	@mkdir -p $(@D)
+	@echo "  INSTALL $@"
+	$(Q)install -m 755 $< $@
+
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_VMU) -lm
@@ -121,7 +151,7 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB)
 # `make test` is a complete set-up: packages first, then build, then run.
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)tests/run.sh $(UNIT_BINS) $(FUZZ_REPLAY)
+	$(Q)tests/run.sh $(UNIT_BINS) $(FUZZ_REPLAY) $(SCRIPT_TESTS)
 
 check: test
 
@@ -131,7 +161,8 @@ asan: deps
 		CFLAGS="-O1 -g" all
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		tests/run.sh $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BINS) $(FUZZ_REPLAY))
+		tests/run.sh $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BINS) $(FUZZ_REPLAY) \
+			$(SCRIPT_TESTS))
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all

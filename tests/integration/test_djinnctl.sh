@@ -1,0 +1,471 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# djinnctl against a real djinnd: start the daemon on sockets in a
+# temporary directory, hold three sessions open with open_session, check
+# every command in text and JSON, the exit codes and the one-line errors,
+# the checks on the answers (with a fake daemon that answers wrong or not
+# at all), then stop the daemon with SIGTERM, which must exit 0.
+#
+# The binaries are $DJINND, $DJINNCTL and $OPEN_SESSION, else those of the
+# build tree this script was installed in (make installs it as
+# BUILD/tests/integration/test_djinnctl). The man page ($MANPAGE, else
+# found in the source tree) is checked with groff when groff is installed.
+#
+# Exit status: 0 pass, 1 fail, 77 cannot run here (it says why).
+
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "$here/../.." && pwd)
+DJINND=${DJINND:-$build/djinnd/djinnd}
+DJINNCTL=${DJINNCTL:-$build/tools/djinnctl}
+OPEN_SESSION=${OPEN_SESSION:-$build/tests/integration/open_session}
+# The man page: in the source tree above the build tree, or in the current
+# directory (make runs the tests from the top of the source tree).
+for m in "${MANPAGE:-}" "$build/../man/man8/djinnctl.8" man/man8/djinnctl.8; do
+	[ -n "$m" ] && [ -f "$m" ] && break
+done
+MANPAGE=$m
+
+skip() {
+	echo "test_djinnctl: skipped: $*"
+	exit 77
+}
+
+for b in "$DJINND" "$DJINNCTL" "$OPEN_SESSION"; do
+	[ -x "$b" ] || skip "$b is not built"
+done
+command -v python3 >/dev/null 2>&1 ||
+	skip "python3 is not installed (it parses the JSON)"
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/djinnctl.XXXXXX") ||
+	skip "cannot make a temporary directory"
+dpid='' hpid='' fpid=''
+# shellcheck disable=SC2317 # called by the trap
+cleanup() {
+	[ -n "$hpid" ] && kill "$hpid" 2>/dev/null
+	[ -n "$fpid" ] && kill "$fpid" 2>/dev/null
+	[ -n "$dpid" ] && kill -9 "$dpid" 2>/dev/null
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+failures=0
+fail() {
+	echo "FAIL: $*"
+	failures=$((failures + 1))
+}
+ok() {
+	echo "ok: $*"
+}
+# Show what the last command printed, indented.
+show_out() {
+	sed 's/^/    | /' "$dir/out" "$dir/err"
+}
+
+# run WANT_RC WHAT ARGS...: djinnctl on our admin socket; stdout in
+# $dir/out, stderr in $dir/err. 0 when the exit status is WANT_RC.
+run() {
+	want=$1 what=$2
+	shift 2
+	"$DJINNCTL" -s "$dir/admin.sock" "$@" >"$dir/out" 2>"$dir/err"
+	rc=$?
+	if [ "$rc" -ne "$want" ]; then
+		fail "$what: exit status $rc, expected $want"
+		show_out
+		return 1
+	fi
+	return 0
+}
+
+# py WHAT SCRIPT [ARGS]: a python3 check of $dir/out parsed as JSON (in
+# `j`); the script raises (assert) on a mismatch.
+py() {
+	what=$1 script=$2
+	shift 2
+	if python3 -c "import json, sys
+j = json.load(open(sys.argv[1]))
+args = sys.argv[2:]
+$script" "$dir/out" "$@" 2>"$dir/pyerr"; then
+		ok "$what"
+	else
+		fail "$what"
+		sed 's/^/    | /' "$dir/out" "$dir/pyerr"
+	fi
+}
+
+# expect WHAT PATTERN FILE: an extended regex that must match a line.
+expect() {
+	if grep -Eq -- "$2" "$3"; then
+		ok "$1"
+	else
+		fail "$1: no line matches /$2/"
+		show_out
+	fi
+}
+
+# one_line WHAT: stderr holds exactly one line.
+one_line() {
+	n=$(wc -l <"$dir/err")
+	[ "$n" -eq 1 ] || fail "$1: $n lines on stderr, expected one"
+}
+
+# --- the daemon and its sessions ----------------------------------------
+
+"$DJINND" -f -l "unix:$dir/d.sock" -a "$dir/admin.sock" -m 64M \
+	>"$dir/djinnd.log" 2>&1 &
+dpid=$!
+i=0
+until [ -S "$dir/d.sock" ] && [ -S "$dir/admin.sock" ]; do
+	if ! kill -0 "$dpid" 2>/dev/null; then
+		wait "$dpid"
+		if grep -q "io_uring" "$dir/djinnd.log"; then
+			skip "djinnd cannot run here: $(tail -n 1 "$dir/djinnd.log")"
+		fi
+		echo "FAIL: djinnd exited at start:"
+		sed 's/^/    | /' "$dir/djinnd.log"
+		exit 1
+	fi
+	i=$((i + 1))
+	if [ "$i" -gt 200 ]; then
+		echo "FAIL: djinnd made no sockets in 20 s"
+		exit 1
+	fi
+	sleep 0.1
+done
+ok "djinnd is up"
+
+# alice: priority 5, a DECODE signal, a 4 MiB data tensor.
+"$OPEN_SESSION" -t 120 "$dir/d.sock" alice:5:2:4194304 bob:1 carol \
+	>"$dir/ids" 2>"$dir/helper.err" &
+hpid=$!
+i=0
+until [ "$(wc -l <"$dir/ids")" -eq 3 ]; do
+	if ! kill -0 "$hpid" 2>/dev/null || [ "$i" -gt 100 ]; then
+		echo "FAIL: open_session did not open its sessions:"
+		sed 's/^/    | /' "$dir/helper.err"
+		exit 1
+	fi
+	i=$((i + 1))
+	sleep 0.1
+done
+alice=$(awk '$2 == "alice" { print $1 }' "$dir/ids")
+bob=$(awk '$2 == "bob" { print $1 }' "$dir/ids")
+carol=$(awk '$2 == "carol" { print $1 }' "$dir/ids")
+uid=$(id -u)
+ok "sessions $alice, $bob and $carol open"
+
+# --- session list ---------------------------------------------------------
+
+if run 0 "session list" session list; then
+	expect "list: header" \
+		'^ID +TENANT +PRIO +PHASE +LEASE +DATA +RESIDENT +SWAPPED +TEXT +TENSORS +REQS +UID +PID$' \
+		"$dir/out"
+	n=$(wc -l <"$dir/out")
+	[ "$n" -eq 4 ] || fail "list: $n lines, expected a header and 3 sessions"
+	# ID TENANT PRIO PHASE LEASE DATA RESIDENT SWAPPED TEXT TENSORS REQS UID PID
+	if awk -v id="$alice" -v uid="$uid" -v pid="$hpid" '
+		$1 == id {
+			found = 1
+			lease = $5; sub(/ms$/, "", lease)
+			if ($2 != "alice" || $3 != 5 || $4 != "decode" ||
+			    $5 !~ /^[0-9]+ms$/ || lease + 0 <= 0 ||
+			    lease + 0 > 10000 || $6 != "4Mi" || $7 != "4Mi" ||
+			    $8 != "0B" || $10 != 1 || $12 != uid || $13 != pid)
+				exit 1
+		}
+		END { exit !found }' "$dir/out"; then
+		ok "list: alice's row"
+	else
+		fail "list: alice's row is wrong"
+		show_out
+	fi
+	expect "list: bob" "^$bob +bob +1 +unknown " "$dir/out"
+	expect "list: carol" "^$carol +carol +4 +unknown " "$dir/out"
+fi
+
+if run 0 "session list -j" -j session list; then
+	py "list -j: JSON with the three sessions" '
+by = {s["tenant"]: s for s in j}
+assert isinstance(j, list) and len(j) == 3, len(j)
+a = by["alice"]
+assert a["id"] == int(args[0]) and a["priority"] == 5
+assert a["phase"] == "decode"
+assert a["data_bytes"] == 4194304 and a["resident"] == 4194304
+assert a["swapped"] == 0 and a["tensors"] == 1 and a["text_refs"] == 0
+assert a["lease_ns"] == 10 * 10**9
+assert 0 < a["lease_left_ms"] <= 10000
+assert a["deadline_ns"] > 0 and a["requests"] >= 3
+assert a["uid"] == int(args[1]) and a["pid"] == int(args[2])
+assert by["bob"]["priority"] == 1 and by["carol"]["phase"] == "unknown"
+' "$alice" "$uid" "$hpid"
+	[ "$(wc -l <"$dir/out")" -eq 1 ] || fail "list -j: not one line"
+fi
+
+if run 0 "session list -p" -p session list; then
+	py "list -p: indented JSON" 'assert len(j) == 3'
+	[ "$(wc -l <"$dir/out")" -gt 10 ] || fail "list -p: not indented"
+fi
+
+# --- session show ---------------------------------------------------------
+
+if run 0 "session show" session show "$alice"; then
+	expect "show: id" "^id: +$alice\$" "$dir/out"
+	expect "show: tenant" '^tenant: +alice$' "$dir/out"
+	expect "show: phase" '^phase: +decode$' "$dir/out"
+	expect "show: data" '^data: +4Mi$' "$dir/out"
+	expect "show: lease" '^lease: +10\.000s$' "$dir/out"
+	expect "show: lease left" '^lease left: +[0-9]+ms$' "$dir/out"
+	expect "show: pid" "^pid: +$hpid\$" "$dir/out"
+fi
+if run 0 "session show -j" -j session show "$carol"; then
+	py "show -j: one object" '
+assert isinstance(j, dict) and j["id"] == int(args[0])
+assert j["tenant"] == "carol" and j["priority"] == 4
+' "$carol"
+fi
+# Prefixes.
+if run 0 "se sh (prefixes)" se sh "$bob"; then
+	expect "se sh: bob" '^tenant: +bob$' "$dir/out"
+fi
+if run 0 "session (default: list)" session; then
+	[ "$(wc -l <"$dir/out")" -eq 4 ] || fail "session: not the list"
+fi
+
+# --- session kill ---------------------------------------------------------
+
+if run 0 "session kill" session kill "$bob"; then
+	[ -s "$dir/out" ] && fail "kill printed something"
+	run 0 "list after kill" session list &&
+		if grep -Eq "^$bob +bob " "$dir/out" ||
+			[ "$(wc -l <"$dir/out")" -ne 3 ]; then
+			fail "list after kill still shows bob"
+			show_out
+		else
+			ok "kill: bob is gone from the list"
+		fi
+	run 0 "list -j after kill" -j session list &&
+		py "kill: bob is gone from the JSON" '
+assert sorted(s["tenant"] for s in j) == ["alice", "carol"]'
+fi
+if run 1 "show of a killed session" session show "$bob"; then
+	expect "show killed: message" \
+		"^djinnctl: session show: no session $bob \\(ENOENT\\)\$" \
+		"$dir/err"
+	one_line "show killed"
+fi
+if run 1 "kill of an unknown id" session kill 987654321; then
+	expect "kill unknown: the daemon's message" \
+		'^djinnctl: session kill: no session 987654321 \(ENOENT\)$' \
+		"$dir/err"
+	one_line "kill unknown"
+	[ -s "$dir/out" ] && fail "kill unknown: printed on stdout"
+fi
+
+# --- vmu and stats ----------------------------------------------------------
+
+if run 0 "vmu" vmu; then
+	expect "vmu: device" '^device: +cpu$' "$dir/out"
+	expect "vmu: capacity" '^capacity: +64Mi \(granule [0-9.]+[KM]i\)$' \
+		"$dir/out"
+	expect "vmu: pressure" '^pressure: +(normal|warning|critical)$' \
+		"$dir/out"
+	expect "vmu: data segment" '^data +4Mi +[0-9.]+[KMG]i +1$' "$dir/out"
+	expect "vmu: swap" '^swap: +[0-9]+ out \(' "$dir/out"
+	expect "vmu: admission" '^admission: +[0-9]+ admitted, [0-9]+ refused, [0-9]+ over quota$' \
+		"$dir/out"
+fi
+if run 0 "vmu -j" -j vmu show; then
+	py "vmu -j: the device in bytes" '
+assert j["device"] == "cpu" and j["capacity"] == 64 << 20
+assert j["free"] + j["committed"] + j["reserved"] == j["capacity"]
+assert j["pressure"] in ("normal", "warning", "critical")
+assert set(j["segments"]) == {"text", "data", "stack"}
+assert j["segments"]["data"]["used"] == 4 << 20
+assert j["segments"]["data"]["entries"] == 1
+for k in ("text_cached", "text_evictions", "swap_outs", "swap_ins",
+          "swapped_out_bytes", "swapped_in_bytes", "swapped_now", "admits",
+          "admit_refusals", "quota_refusals", "granularity"):
+    assert isinstance(j[k], int), k
+'
+fi
+
+if run 0 "stats" stats; then
+	expect "stats: uptime" '^uptime: +[0-9]+\.[0-9]{3}s$' "$dir/out"
+	expect "stats: sessions" \
+		'^sessions: +2 live, 3 opened, 0 closed, 0 expired, 1 killed$' \
+		"$dir/out"
+	expect "stats: requests" '^requests: +[0-9]+, [0-9]+ errors$' "$dir/out"
+	expect "stats: graphs" '^graphs: +0 run, 0 failed$' "$dir/out"
+	expect "stats: queue" '^queue depth: +0$' "$dir/out"
+fi
+if run 0 "stats -j" --json st; then
+	py "stats -j: the counters" '
+assert j["sessions"] == 2 and j["sessions_opened"] == 3
+assert j["sessions_killed"] == 1 and j["sessions_expired"] == 0
+assert j["uptime_ns"] > 0 and j["conns"] >= 1
+assert j["requests"] > 0 and j["errors"] >= 1 and j["bytes_in"] > 0
+assert j["graphs_run"] == 0 and j["queue_depth"] == 0
+'
+fi
+
+# --- the socket ---------------------------------------------------------------
+
+if DJINN_ADMIN_SOCKET="$dir/admin.sock" "$DJINNCTL" stats >"$dir/out" \
+	2>"$dir/err"; then
+	ok "\$DJINN_ADMIN_SOCKET names the socket"
+else
+	fail "\$DJINN_ADMIN_SOCKET: exit status $?"
+	show_out
+fi
+if run 1 "a missing socket" -s "$dir/none.sock" session list; then
+	expect "missing socket: named, with its errno" \
+		"^djinnctl: session list: cannot connect to $dir/none.sock: .*\\(ENOENT\\)\$" \
+		"$dir/err"
+	one_line "missing socket"
+fi
+# The client socket serves no admin opcode: the daemon says so.
+if run 1 "the client socket" -s "$dir/d.sock" stats; then
+	expect "client socket: the daemon's refusal" \
+		'^djinnctl: stats show: .*not served.* \(EPERM\)$' "$dir/err"
+fi
+
+# --- usage ------------------------------------------------------------------------
+
+for args in "" "bogus" "s" "session frob" "session show" "session show x1" \
+	"session show -- -1" "session kill 1 2" "session list extra" "vmu 1" \
+	"--bogus stats"; do
+	# shellcheck disable=SC2086
+	if run 2 "usage: djinnctl $args" $args; then
+		if grep -q '^usage: djinnctl' "$dir/err"; then
+			ok "usage: djinnctl $args"
+		else
+			fail "usage: djinnctl $args: no usage on stderr"
+		fi
+	fi
+done
+run 0 "--help" --help && expect "--help: usage on stdout" '^usage: djinnctl' \
+	"$dir/out"
+run 0 "-V" -V && expect "-V: version" '^djinnctl [0-9.]+ \(protocol [0-9]+\)$' \
+	"$dir/out"
+
+# --- answers that break the protocol -------------------------------------------
+
+# A fake daemon: for each connection, read a request and answer per the
+# next mode: "mute" (never), "magic", "version", "flags", "short" (a
+# stats answer of 8 bytes), "error" (an error frame whose length lies).
+cat >"$dir/fake.py" <<'EOF'
+import os, socket, struct, sys, time
+path, modes = sys.argv[1], sys.argv[2:]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(path + ".tmp")
+os.rename(path + ".tmp", path)
+s.listen(8)
+held = []
+for mode in modes:
+    c, _ = s.accept()
+    held.append(c)
+    req = b""
+    while len(req) < 40:
+        req += c.recv(40 - len(req))
+    magic, ver, op, flags, res, rid, sid, plen = struct.unpack("<IHHIIQQQ", req)
+    hdr = lambda m=magic, v=ver, f=1, n=0: struct.pack(
+        "<IHHIIQQQ", m, v, op, f, 0, rid, sid, n)
+    if mode == "magic":
+        c.sendall(hdr(m=0xdeadbeef, n=120) + bytes(120))
+    elif mode == "version":
+        c.sendall(hdr(v=ver + 1, n=120) + bytes(120))
+    elif mode == "flags":
+        c.sendall(hdr(f=1 | 8, n=120) + bytes(120))
+    elif mode == "short":
+        c.sendall(hdr(n=8) + bytes(8))
+    elif mode == "error":
+        c.sendall(hdr(f=3, n=12) + struct.pack("<iI", -2, 200) + b"oops")
+time.sleep(30)
+EOF
+python3 "$dir/fake.py" "$dir/fake.sock" mute magic version flags short error \
+	2>"$dir/fake.err" &
+fpid=$!
+i=0
+until [ -S "$dir/fake.sock" ] || [ "$i" -gt 100 ]; do
+	i=$((i + 1))
+	sleep 0.1
+done
+fake() {
+	what=$1 want=$2
+	shift 2
+	"$DJINNCTL" -s "$dir/fake.sock" "$@" >"$dir/out" 2>"$dir/err"
+	rc=$?
+	if [ "$rc" -eq 1 ] && grep -Eq -- "$want" "$dir/err" &&
+		[ "$(wc -l <"$dir/err")" -eq 1 ] && [ ! -s "$dir/out" ]; then
+		ok "fake daemon: $what"
+	else
+		fail "fake daemon: $what: exit status $rc"
+		show_out
+	fi
+}
+start=$(date +%s)
+fake "no answer times out" 'no progress within 5 s \(ETIMEDOUT\)$' stats
+took=$(($(date +%s) - start))
+[ "$took" -le 8 ] || fail "the timeout took $took s"
+fake "bad magic" 'bad magic 0xdeadbeef.*\(EPROTO\)$' stats
+fake "another version" 'protocol version 2, djinnctl 1 \(EPROTONOSUPPORT\)$' stats
+fake "unknown flags" 'flags 0x9 \(EPROTO\)$' stats
+fake "a short answer" 'answer of 8 bytes, expected 120 \(EPROTO\)$' stats
+fake "a bad error frame" 'malformed error answer.*\(EPROTO\)$' stats
+kill "$fpid" 2>/dev/null
+wait "$fpid" 2>/dev/null
+fpid=
+
+# --- the man page ------------------------------------------------------------------
+
+if ! command -v groff >/dev/null 2>&1; then
+	echo "note: groff is not installed: man page not checked"
+elif [ ! -f "$MANPAGE" ]; then
+	echo "note: no man page found (set MANPAGE): not checked"
+elif groff -ww -man -Tutf8 "$MANPAGE" 2>"$dir/err" >/dev/null &&
+	[ ! -s "$dir/err" ]; then
+	ok "the man page renders without warnings"
+else
+	fail "groff warns about $MANPAGE"
+	sed 's/^/    | /' "$dir/err"
+fi
+
+# --- stop ---------------------------------------------------------------------------
+
+kill "$hpid" 2>/dev/null
+wait "$hpid" 2>/dev/null
+hpid=
+kill -TERM "$dpid"
+i=0
+while kill -0 "$dpid" 2>/dev/null; do
+	i=$((i + 1))
+	if [ "$i" -gt 200 ]; then
+		fail "djinnd still runs 20 s after SIGTERM"
+		kill -9 "$dpid"
+		break
+	fi
+	sleep 0.1
+done
+wait "$dpid"
+rc=$?
+dpid=
+if [ "$rc" -eq 0 ]; then
+	ok "djinnd exits 0 on SIGTERM"
+else
+	fail "djinnd exited $rc on SIGTERM"
+fi
+if grep -Eq 'ERROR: (Address|Leak|Thread)Sanitizer|runtime error:' \
+	"$dir/djinnd.log"; then
+	fail "djinnd's log holds a sanitizer report"
+	sed 's/^/    | /' "$dir/djinnd.log"
+fi
+
+if [ "$failures" -ne 0 ]; then
+	echo "test_djinnctl: $failures failed"
+	exit 1
+fi
+echo "test_djinnctl: passed"
+exit 0

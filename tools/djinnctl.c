@@ -1,0 +1,1013 @@
+// SPDX-License-Identifier: MIT
+/*
+ * djinnctl: the administrator's tool for djinnd.
+ *
+ *   djinnctl [-j|--json] [-p|--pretty] [-s PATH] OBJECT [COMMAND [ARGS]]
+ *
+ * OBJECT and COMMAND come from a static table and may be abbreviated to
+ * any unique prefix; an object's first command is its default. Each
+ * command is one admin request (include/djinn/proto.h, "Admin socket")
+ * on its own connection to the admin socket; the answer is checked
+ * field by field before anything is printed, and printed once through
+ * json_print.h, as text or as JSON.
+ *
+ * Exit status: 0 success; 1 failure, after one line on stderr
+ * "djinnctl: OBJECT COMMAND: MESSAGE (ERRNO)"; 2 usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <djinn/proto.h>
+
+#include "json_print.h"
+
+#define DJINNCTL_VERSION "0.1"
+#define IO_TIMEOUT_MS 5000 /* for the whole exchange */
+#define MAX_ANSWER (64ull << 20) /* over 400000 sessions */
+
+struct ctl {
+	const char *socket;
+	const char *object; /* full names, for messages */
+	const char *command;
+	int fd;
+	uint64_t deadline; /* CLOCK_MONOTONIC ns */
+};
+
+/* ---------------------------------------------------------------------- */
+/* Messages */
+
+#define E(x) [x] = #x
+static const char *const errno_names[] = {
+	E(EPERM),	 E(ENOENT),	     E(ESRCH),	    E(EINTR),
+	E(EIO),		 E(ENXIO),	     E(E2BIG),	    E(EBADF),
+	E(EAGAIN),	 E(ENOMEM),	     E(EACCES),	    E(EFAULT),
+	E(EBUSY),	 E(EEXIST),	     E(ENODEV),	    E(ENOTDIR),
+	E(EISDIR),	 E(EINVAL),	     E(ENFILE),	    E(EMFILE),
+	E(ENOTTY),	 E(ENOSPC),	     E(EPIPE),	    E(ERANGE),
+	E(ENAMETOOLONG), E(ENOSYS),	     E(ELOOP),	    E(EPROTO),
+	E(EBADMSG),	 E(EOVERFLOW),	     E(ENOTSOCK),   E(EMSGSIZE),
+	E(EPROTOTYPE),	 E(EPROTONOSUPPORT), E(EOPNOTSUPP), E(EADDRINUSE),
+	E(ENETDOWN),	 E(ECONNABORTED),    E(ECONNRESET), E(ENOBUFS),
+	E(ENOTCONN),	 E(ESHUTDOWN),	     E(ETIMEDOUT),  E(ECONNREFUSED),
+	E(EDQUOT),	 E(ECANCELED),
+};
+#undef E
+
+/* "ENOENT" for 2 or -2; "errno 200" for what the table lacks. */
+static const char *errno_name(int err)
+{
+	static char buf[24];
+
+	if (err < 0)
+		err = -err;
+	if ((size_t)err < sizeof(errno_names) / sizeof(errno_names[0]) &&
+	    errno_names[err])
+		return errno_names[err];
+	snprintf(buf, sizeof(buf), "errno %d", err);
+	return buf;
+}
+
+/* One line naming what failed; returns the exit status 1. */
+static int __attribute__((format(printf, 3, 4)))
+fail(const struct ctl *ctl, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "djinnctl: %s %s: ", ctl->object, ctl->command);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, " (%s)\n", errno_name(err));
+	return 1;
+}
+
+/* Copy a string from the wire, at most @size - 1 bytes, with anything
+ * that is not printable ASCII replaced: the daemon checks tenant names,
+ * but a terminal should not have to trust it. */
+static char *wire_str(char *dst, size_t size, const char *src, size_t len)
+{
+	size_t n = strnlen(src, len < size ? len : size - 1);
+
+	for (size_t i = 0; i < n; i++)
+		dst[i] = src[i] > ' ' && src[i] <= '~' ? src[i] : '?';
+	dst[n] = 0;
+	return dst;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The admin socket */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* -s, else $DJINN_ADMIN_SOCKET, else where djinnd puts it by default. */
+static const char *default_socket(void)
+{
+	static char path[4200];
+	const char *env = getenv("DJINN_ADMIN_SOCKET");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (env && *env)
+		return env;
+	if (geteuid() == 0)
+		return "/run/djinn/admin.sock";
+	if (xdg && *xdg) {
+		snprintf(path, sizeof(path), "%s/djinn/admin.sock", xdg);
+		return path;
+	}
+	return "run/admin.sock";
+}
+
+static int ctl_connect(struct ctl *ctl)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = IO_TIMEOUT_MS / 1000 };
+	int err;
+
+	if (strlen(ctl->socket) >= sizeof(sa.sun_path))
+		return fail(ctl, ENAMETOOLONG,
+			    "cannot connect to %s: path longer than %zu bytes",
+			    ctl->socket, sizeof(sa.sun_path) - 1);
+	strcpy(sa.sun_path, ctl->socket);
+	ctl->deadline = now_ns() + IO_TIMEOUT_MS * 1000000ull;
+	ctl->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (ctl->fd < 0)
+		goto out_err;
+	/* Bounds connect() when the listen backlog is full. */
+	if (setsockopt(ctl->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
+		goto out_close;
+	if (connect(ctl->fd, (struct sockaddr *)&sa, sizeof(sa)))
+		goto out_close;
+	return 0;
+
+out_close:
+	err = errno;
+	close(ctl->fd);
+	ctl->fd = -1;
+	errno = err;
+out_err:
+	err = errno == EAGAIN || errno == EINPROGRESS ? ETIMEDOUT : errno;
+	return fail(ctl, err, "cannot connect to %s: %s", ctl->socket,
+		    strerror(err));
+}
+
+/* Move @len bytes to or from the socket by the deadline: 0 or -errno. */
+static int xfer(struct ctl *ctl, void *buf, size_t len, bool out)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		struct pollfd pfd = { ctl->fd, out ? POLLOUT : POLLIN, 0 };
+		uint64_t now = now_ns();
+		ssize_t n;
+
+		if (out)
+			n = send(ctl->fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		else
+			n = recv(ctl->fd, p, len, MSG_DONTWAIT);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		if (now >= ctl->deadline)
+			return -ETIMEDOUT;
+		n = poll(&pfd, 1,
+			 (int)((ctl->deadline - now + 999999) / 1000000));
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+	return 0;
+}
+
+/* @what: "sending the request", "reading the answer". */
+static int io_fail(struct ctl *ctl, int err, const char *what)
+{
+	if (err == -ETIMEDOUT)
+		return fail(ctl, ETIMEDOUT, "%s on %s: no progress within %d s",
+			    what, ctl->socket, IO_TIMEOUT_MS / 1000);
+	return fail(ctl, -err, "%s on %s: %s", what, ctl->socket,
+		    err == -ECONNRESET ? "djinnd closed the connection" :
+					 strerror(-err));
+}
+
+/* The header of an answer to @req, checked field by field. */
+static int check_hdr(struct ctl *ctl, const struct djinn_hdr *h,
+		     const struct djinn_hdr *req)
+{
+	if (h->magic != DJINN_MAGIC)
+		return fail(ctl, EPROTO, "bad magic %#x from %s: not djinnd?",
+			    h->magic, ctl->socket);
+	if (h->version != DJINN_PROTO_VERSION)
+		return fail(ctl, EPROTONOSUPPORT,
+			    "djinnd speaks protocol version %u, djinnctl %u",
+			    h->version, DJINN_PROTO_VERSION);
+	if (!(h->flags & DJINN_F_RESPONSE) || h->flags & ~DJINN_F_ALL ||
+	    h->__reserved)
+		return fail(ctl, EPROTO, "bad answer header: flags %#x%s",
+			    h->flags, h->__reserved ? ", reserved set" : "");
+	if (h->opcode != req->opcode || h->request_id != req->request_id ||
+	    h->session_id != req->session_id)
+		return fail(ctl, EPROTO,
+			    "answer for opcode %u request %" PRIu64
+			    ", asked opcode %u request %" PRIu64,
+			    h->opcode, (uint64_t)h->request_id, req->opcode,
+			    (uint64_t)req->request_id);
+	return 0;
+}
+
+/* The daemon's error: its message, its errno. */
+static int daemon_error(struct ctl *ctl, const uint8_t *buf, uint64_t len)
+{
+	char msg[DJINN_MAX_ERROR_MSG + 1];
+	struct djinn_error e;
+
+	memcpy(&e, buf, sizeof(e));
+	if (e.len != len - sizeof(e) || e.error >= 0 || e.error < -4095)
+		return fail(ctl, EPROTO,
+			    "malformed error answer: error %d, %u of %" PRIu64
+			    " bytes",
+			    e.error, e.len, len - (uint64_t)sizeof(e));
+	/* A message may hold spaces; only control bytes are replaced. */
+	for (uint32_t i = 0; i < e.len; i++) {
+		char ch = (char)buf[sizeof(e) + i];
+
+		msg[i] = ch >= ' ' && ch <= '~' ? ch : '?';
+	}
+	msg[e.len] = 0;
+	return fail(ctl, -e.error, "%s", e.len ? msg : strerror(-e.error));
+}
+
+/*
+ * One request: connect, send @op with @req_len bytes of @req, read the
+ * answer and check it. An answer that is not an error must be @min to
+ * @max bytes. Returns 0 with the payload in *ans (malloc'ed, the caller
+ * frees it; NULL when empty) and its length in *len, or the exit status
+ * 1 once it has said what failed.
+ */
+static int admin_call(struct ctl *ctl, uint16_t op, const void *req,
+		      uint32_t req_len, uint64_t min, uint64_t max, void **ans,
+		      uint64_t *len)
+{
+	uint8_t out[sizeof(struct djinn_hdr) + 64];
+	struct djinn_hdr q = {
+		.magic = DJINN_MAGIC,
+		.version = DJINN_PROTO_VERSION,
+		.opcode = op,
+		.request_id = 1,
+		.payload_len = req_len,
+	};
+	const char *what = "sending the request";
+	struct djinn_hdr h;
+	uint8_t *buf = NULL;
+	int ret;
+
+	*ans = NULL;
+	*len = 0;
+	if (req_len > sizeof(out) - sizeof(q))
+		return fail(ctl, EMSGSIZE, "request of %u bytes", req_len);
+	ret = ctl_connect(ctl);
+	if (ret)
+		return ret;
+	memcpy(out, &q, sizeof(q));
+	if (req_len)
+		memcpy(out + sizeof(q), req, req_len);
+	ret = xfer(ctl, out, sizeof(q) + req_len, true);
+	if (ret)
+		goto out_io;
+	what = "reading the answer";
+	ret = xfer(ctl, &h, sizeof(h), false);
+	if (ret)
+		goto out_io;
+	ret = check_hdr(ctl, &h, &q);
+	if (ret)
+		goto out_close;
+
+	if (h.flags & DJINN_F_ERROR) {
+		min = sizeof(struct djinn_error);
+		max = sizeof(struct djinn_error) + DJINN_MAX_ERROR_MSG;
+	}
+	if (h.payload_len < min || h.payload_len > max) {
+		char range[48];
+
+		snprintf(range, sizeof(range),
+			 min == max ? "%" PRIu64 : "%" PRIu64 " to %" PRIu64,
+			 min, max);
+		ret = fail(ctl, EPROTO,
+			   "answer of %" PRIu64 " bytes, expected %s%s",
+			   (uint64_t)h.payload_len, range,
+			   h.flags & DJINN_F_ERROR ? " for an error" : "");
+		goto out_close;
+	}
+	if (h.payload_len) {
+		buf = malloc(h.payload_len);
+		if (!buf) {
+			ret = fail(ctl, ENOMEM,
+				   "no memory for %" PRIu64 " bytes of answer",
+				   (uint64_t)h.payload_len);
+			goto out_close;
+		}
+		ret = xfer(ctl, buf, h.payload_len, false);
+		if (ret)
+			goto out_io;
+	}
+	close(ctl->fd);
+	ctl->fd = -1;
+	if (h.flags & DJINN_F_ERROR) {
+		ret = daemon_error(ctl, buf, h.payload_len);
+		free(buf);
+		return ret;
+	}
+	*ans = buf;
+	*len = h.payload_len;
+	return 0;
+
+out_io:
+	ret = io_fail(ctl, ret, what);
+out_close:
+	free(buf);
+	close(ctl->fd);
+	ctl->fd = -1;
+	return ret;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Names */
+
+static const char *const phase_names[] = {
+	[DJINN_PHASE_UNKNOWN] = "unknown",   [DJINN_PHASE_PREFILL] = "prefill",
+	[DJINN_PHASE_DECODE] = "decode",     [DJINN_PHASE_VISION] = "vision",
+	[DJINN_PHASE_TRAINING] = "training", [DJINN_PHASE_IO_WAIT] = "io_wait",
+	[DJINN_PHASE_COMPUTE] = "compute",   [DJINN_PHASE_IDLE] = "idle",
+};
+
+static const char *const pressure_names[] = { "normal", "warning", "critical" };
+
+static const char *const seg_names[] = { "text", "data", "stack" };
+
+/* @names[v], or the number for a value the table lacks. */
+static const char *enum_name(char *buf, size_t size, const char *const *names,
+			     size_t n, uint32_t v)
+{
+	if (v < n && names[v])
+		return names[v];
+	snprintf(buf, size, "%u", v);
+	return buf;
+}
+
+/* ---------------------------------------------------------------------- */
+/* session */
+
+/*
+ * The fields of a session, in table order. JSON has them all; the table
+ * the ones with a @title, `session show` the ones with a @label.
+ */
+enum field_kind {
+	FK_U64, /* __u64 at @off */
+	FK_U32, /* __u32 at @off */
+	FK_SIZE, /* __u64 of bytes at @off */
+	FK_NS, /* __u64 of nanoseconds at @off */
+	FK_TENANT,
+	FK_PHASE,
+	FK_LEASE_LEFT, /* deadline_ns less now, in ms */
+	FK_UID, /* null over TCP */
+	FK_PID, /* null over TCP */
+};
+
+struct field {
+	const char *key;
+	const char *title;
+	const char *label;
+	int width; /* in the table; negative aligns left */
+	enum field_kind kind;
+	size_t off;
+};
+
+#define SF(m) offsetof(struct djinn_admin_session, m)
+static const struct field session_fields[] = {
+	{ "id", "ID", "id", -2, FK_U64, SF(id) },
+	{ "tenant", "TENANT", "tenant", -6, FK_TENANT, 0 },
+	{ "priority", "PRIO", "priority", 4, FK_U32, SF(priority) },
+	{ "phase", "PHASE", "phase", -8, FK_PHASE, 0 },
+	{ "lease_ns", NULL, "lease", 0, FK_NS, SF(lease_ns) },
+	{ "deadline_ns", NULL, NULL, 0, FK_U64, SF(deadline_ns) },
+	{ "lease_left_ms", "LEASE", "lease left", 8, FK_LEASE_LEFT, 0 },
+	{ "data_bytes", "DATA", "data", 8, FK_SIZE, SF(data_bytes) },
+	{ "resident", "RESIDENT", "resident", 8, FK_SIZE, SF(resident) },
+	{ "swapped", "SWAPPED", "swapped", 8, FK_SIZE, SF(swapped) },
+	{ "text_refs", "TEXT", "text refs", 5, FK_U64, SF(text_refs) },
+	{ "tensors", "TENSORS", "tensors", 7, FK_U64, SF(tensors) },
+	{ "requests", "REQS", "requests", 8, FK_U64, SF(requests) },
+	{ "uid", "UID", "uid", 6, FK_UID, 0 },
+	{ "pid", "PID", "pid", 7, FK_PID, 0 },
+};
+#undef SF
+#define NR_FIELDS (sizeof(session_fields) / sizeof(session_fields[0]))
+
+/*
+ * The text format of a field: "%-6s" in a table (after a space but for
+ * the first column), "label:     %s\n" for `session show`, NULL when the
+ * field is not shown. @conv is the conversion (PRIu64 or "s"); @unit
+ * follows the value.
+ */
+static const char *field_fmt(char *buf, size_t size, const struct field *f,
+			     int width, bool table, const char *conv,
+			     const char *unit)
+{
+	int w = abs(width) - (int)strlen(unit);
+
+	if (table && f->title)
+		snprintf(buf, size, "%s%%%s%d%s%s",
+			 f == session_fields ? "" : " ", width < 0 ? "-" : "",
+			 w > 0 ? w : 1, conv, unit);
+	else if (!table && f->label)
+		snprintf(buf, size, "%s:%*s%%%s%s\n", f->label,
+			 (int)(12 - strlen(f->label)), "", conv, unit);
+	else
+		return NULL;
+	return buf;
+}
+
+static void print_session(const struct djinn_admin_session *e, uint64_t now,
+			  const int *widths, bool table)
+{
+	char fmt[64], str[DJINN_TENANT_MAX];
+
+	open_json_object(NULL);
+	for (size_t i = 0; i < NR_FIELDS; i++) {
+		const struct field *f = &session_fields[i];
+		const uint8_t *p = (const uint8_t *)e + f->off;
+		const char *s = NULL; /* a string, else the number @v */
+		bool null = false;
+		uint32_t v32;
+		uint64_t v = 0;
+
+		switch (f->kind) {
+		case FK_U64:
+		case FK_SIZE:
+		case FK_NS:
+			memcpy(&v, p, sizeof(v));
+			break;
+		case FK_U32:
+			memcpy(&v32, p, sizeof(v32));
+			v = v32;
+			break;
+		case FK_TENANT:
+			s = wire_str(str, sizeof(str), e->tenant,
+				     sizeof(e->tenant));
+			break;
+		case FK_PHASE:
+			s = enum_name(str, sizeof(str), phase_names,
+				      sizeof(phase_names) /
+					      sizeof(phase_names[0]),
+				      e->phase);
+			break;
+		case FK_LEASE_LEFT:
+			if (e->deadline_ns > now)
+				v = (e->deadline_ns - now) / 1000000;
+			break;
+		case FK_UID:
+			null = e->uid == UINT32_MAX;
+			v = e->uid;
+			break;
+		case FK_PID:
+			null = e->pid <= 0;
+			v = null ? 0 : (uint64_t)e->pid;
+			break;
+		}
+
+		if (null)
+			print_null(PRINT_ANY, f->key,
+				   field_fmt(fmt, sizeof(fmt), f, widths[i],
+					     table, "s", ""),
+				   "-");
+		else if (s)
+			print_string(PRINT_ANY, f->key,
+				     field_fmt(fmt, sizeof(fmt), f, widths[i],
+					       table, "s", ""),
+				     s);
+		else if (f->kind == FK_SIZE)
+			print_size(PRINT_ANY, f->key,
+				   field_fmt(fmt, sizeof(fmt), f, widths[i],
+					     table, "s", ""),
+				   v);
+		else if (f->kind == FK_NS)
+			print_duration(PRINT_ANY, f->key,
+				       field_fmt(fmt, sizeof(fmt), f, widths[i],
+						 table, "s", ""),
+				       v);
+		else
+			print_u64(PRINT_ANY, f->key,
+				  field_fmt(fmt, sizeof(fmt), f, widths[i],
+					    table, PRIu64,
+					    f->kind == FK_LEASE_LEFT ? "ms" :
+								       ""),
+				  v);
+	}
+	if (table)
+		print_nl();
+	close_json_object();
+}
+
+/* ADMIN_SESSIONS: the entries, moved to the start of the malloc'ed
+ * buffer *es (the caller frees it), and their count; or exit status 1. */
+static int get_sessions(struct ctl *ctl, struct djinn_admin_session **es,
+			uint32_t *nr)
+{
+	const size_t esz = sizeof(struct djinn_admin_session);
+	uint32_t head[2];
+	uint64_t len;
+	void *buf;
+	int ret;
+
+	ret = admin_call(ctl, DJINN_OP_ADMIN_SESSIONS, NULL, 0, sizeof(head),
+			 MAX_ANSWER, &buf, &len);
+	if (ret)
+		return ret;
+	memcpy(head, buf, sizeof(head));
+	if (head[1] || (len - sizeof(head)) % esz ||
+	    (len - sizeof(head)) / esz != head[0]) {
+		ret = fail(ctl, EPROTO,
+			   "session list of %" PRIu64
+			   " bytes for %u sessions%s",
+			   len, head[0], head[1] ? ", reserved set" : "");
+		free(buf);
+		return ret;
+	}
+	memmove(buf, (uint8_t *)buf + sizeof(head), len - sizeof(head));
+	*es = buf;
+	*nr = head[0];
+	return 0;
+}
+
+static int parse_id(const char *s, uint64_t *id)
+{
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	*id = strtoull(s, &end, 10);
+	return errno || *end ? -EINVAL : 0;
+}
+
+static int do_session_list(struct ctl *ctl, char **args)
+{
+	int widths[NR_FIELDS];
+	struct djinn_admin_session *es;
+	uint64_t now;
+	uint32_t nr;
+	char fmt[64];
+	int ret;
+
+	ret = get_sessions(ctl, &es, &nr);
+	if (ret)
+		return ret;
+	now = now_ns();
+	/* ID and TENANT are as wide as their widest value. */
+	for (size_t i = 0; i < NR_FIELDS; i++)
+		widths[i] = session_fields[i].width;
+	for (uint32_t i = 0; i < nr; i++) {
+		char id[24], str[DJINN_TENANT_MAX];
+		int n = snprintf(id, sizeof(id), "%" PRIu64,
+				 (uint64_t)es[i].id);
+
+		if (n > -widths[0])
+			widths[0] = -n;
+		n = (int)strlen(wire_str(str, sizeof(str), es[i].tenant,
+					 sizeof(es[i].tenant)));
+		if (n > -widths[1])
+			widths[1] = -n;
+	}
+	for (size_t i = 0; i < NR_FIELDS; i++)
+		if (field_fmt(fmt, sizeof(fmt), &session_fields[i], widths[i],
+			      true, "s", ""))
+			print_string(PRINT_FP, NULL, fmt,
+				     session_fields[i].title);
+	print_nl();
+	open_json_array(NULL);
+	for (uint32_t i = 0; i < nr; i++)
+		print_session(&es[i], now, widths, true);
+	close_json_array();
+	free(es);
+	return 0;
+}
+
+static int do_session_show(struct ctl *ctl, char **args)
+{
+	int widths[NR_FIELDS] = { 0 };
+	struct djinn_admin_session *es;
+	uint64_t id;
+	uint32_t nr;
+	int ret;
+
+	parse_id(args[0], &id); /* checked by main() */
+	ret = get_sessions(ctl, &es, &nr);
+	if (ret)
+		return ret;
+	ret = -1;
+	for (uint32_t i = 0; i < nr && ret; i++) {
+		if (es[i].id == id) {
+			print_session(&es[i], now_ns(), widths, false);
+			ret = 0;
+		}
+	}
+	free(es);
+	if (ret)
+		return fail(ctl, ENOENT, "no session %" PRIu64, id);
+	return 0;
+}
+
+static int do_session_kill(struct ctl *ctl, char **args)
+{
+	struct djinn_admin_kill k;
+	uint64_t id, len;
+	void *buf;
+
+	parse_id(args[0], &id); /* checked by main() */
+	k.session_id = id;
+	return admin_call(ctl, DJINN_OP_ADMIN_KILL, &k, sizeof(k), 0, 0, &buf,
+			  &len);
+}
+
+/* ---------------------------------------------------------------------- */
+/* vmu */
+
+static int do_vmu(struct ctl *ctl, char **args)
+{
+	struct djinn_admin_vmu v;
+	char str[24];
+	uint64_t len;
+	void *buf;
+	int ret;
+
+	ret = admin_call(ctl, DJINN_OP_ADMIN_VMU, NULL, 0, sizeof(v), sizeof(v),
+			 &buf, &len);
+	if (ret)
+		return ret;
+	memcpy(&v, buf, sizeof(v));
+	free(buf);
+	if (v.__reserved)
+		return fail(ctl, EPROTO, "reserved field set in the answer");
+
+	open_json_object(NULL);
+	print_string(PRINT_ANY, "device", "device:      %s\n",
+		     wire_str(str, sizeof(str), v.device, sizeof(v.device)));
+	print_size(PRINT_ANY, "capacity", "capacity:    %s", v.capacity);
+	print_size(PRINT_ANY, "granularity", " (granule %s)\n", v.granularity);
+	print_size(PRINT_ANY, "committed", "committed:   %s\n", v.committed);
+	print_size(PRINT_ANY, "reserved", "reserved:    %s\n", v.reserved);
+	print_size(PRINT_ANY, "free", "free:        %s\n", v.free);
+	print_string(
+		PRINT_ANY, "pressure", "pressure:    %s\n",
+		enum_name(str, sizeof(str), pressure_names,
+			  sizeof(pressure_names) / sizeof(pressure_names[0]),
+			  v.pressure));
+
+	print_text("%-12s %8s %8s %8s\n", "segment", "used", "peak", "entries");
+	open_json_object("segments");
+	for (int i = 0; i < 3; i++) {
+		open_json_object(seg_names[i]);
+		print_string(PRINT_FP, NULL, "%-12s", seg_names[i]);
+		print_size(PRINT_ANY, "used", " %8s", v.seg[i].used);
+		print_size(PRINT_ANY, "peak", " %8s", v.seg[i].peak);
+		print_u64(PRINT_ANY, "entries", " %8" PRIu64 "\n",
+			  v.seg[i].entries);
+		close_json_object();
+	}
+	close_json_object();
+
+	print_size(PRINT_ANY, "text_cached", "text cache:  %s cached",
+		   v.text_cached);
+	print_u64(PRINT_ANY, "text_evictions", ", %" PRIu64 " evictions\n",
+		  v.text_evictions);
+	print_u64(PRINT_ANY, "swap_outs", "swap:        %" PRIu64 " out",
+		  v.swap_outs);
+	print_size(PRINT_ANY, "swapped_out_bytes", " (%s)",
+		   v.swapped_out_bytes);
+	print_u64(PRINT_ANY, "swap_ins", ", %" PRIu64 " in", v.swap_ins);
+	print_size(PRINT_ANY, "swapped_in_bytes", " (%s)", v.swapped_in_bytes);
+	print_size(PRINT_ANY, "swapped_now", ", %s swapped now\n",
+		   v.swapped_now);
+	print_u64(PRINT_ANY, "admits", "admission:   %" PRIu64 " admitted",
+		  v.admits);
+	print_u64(PRINT_ANY, "admit_refusals", ", %" PRIu64 " refused",
+		  v.admit_refusals);
+	print_u64(PRINT_ANY, "quota_refusals", ", %" PRIu64 " over quota\n",
+		  v.quota_refusals);
+	close_json_object();
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* stats */
+
+static int do_stats(struct ctl *ctl, char **args)
+{
+	struct djinn_admin_stats s;
+	uint64_t len;
+	void *buf;
+	int ret;
+
+	ret = admin_call(ctl, DJINN_OP_ADMIN_STATS, NULL, 0, sizeof(s),
+			 sizeof(s), &buf, &len);
+	if (ret)
+		return ret;
+	memcpy(&s, buf, sizeof(s));
+	free(buf);
+
+	open_json_object(NULL);
+	print_duration(PRINT_ANY, "uptime_ns", "uptime:      %s\n",
+		       s.uptime_ns);
+	print_u64(PRINT_ANY, "conns", "connections: %" PRIu64 " open", s.conns);
+	print_u64(PRINT_ANY, "conns_accepted", ", %" PRIu64 " accepted\n",
+		  s.conns_accepted);
+	print_u64(PRINT_ANY, "sessions", "sessions:    %" PRIu64 " live",
+		  s.sessions);
+	print_u64(PRINT_ANY, "sessions_opened", ", %" PRIu64 " opened",
+		  s.sessions_opened);
+	print_u64(PRINT_ANY, "sessions_closed", ", %" PRIu64 " closed",
+		  s.sessions_closed);
+	print_u64(PRINT_ANY, "sessions_expired", ", %" PRIu64 " expired",
+		  s.sessions_expired);
+	print_u64(PRINT_ANY, "sessions_killed", ", %" PRIu64 " killed\n",
+		  s.sessions_killed);
+	print_u64(PRINT_ANY, "requests", "requests:    %" PRIu64, s.requests);
+	print_u64(PRINT_ANY, "errors", ", %" PRIu64 " errors\n", s.errors);
+	print_size(PRINT_ANY, "bytes_in", "bytes:       %s in", s.bytes_in);
+	print_size(PRINT_ANY, "bytes_out", ", %s out\n", s.bytes_out);
+	print_u64(PRINT_ANY, "graphs_run", "graphs:      %" PRIu64 " run",
+		  s.graphs_run);
+	print_u64(PRINT_ANY, "graphs_failed", ", %" PRIu64 " failed\n",
+		  s.graphs_failed);
+	print_u64(PRINT_ANY, "queue_depth", "queue depth: %" PRIu64 "\n",
+		  s.queue_depth);
+	close_json_object();
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Dispatch */
+
+struct cmd {
+	const char *name;
+	const char *args; /* for usage */
+	int nr_args; /* exactly */
+	int (*fn)(struct ctl *ctl, char **args);
+	const char *help;
+};
+
+struct object {
+	const char *name;
+	const struct cmd *cmds; /* the first is the default */
+	int nr_cmds;
+};
+
+static const struct cmd session_cmds[] = {
+	{ "list", "", 0, do_session_list, "the live sessions, one a line" },
+	{ "show", "ID", 1, do_session_show, "one session, field by field" },
+	{ "kill", "ID", 1, do_session_kill,
+	  "end a session as if its lease had run out" },
+};
+
+static const struct cmd vmu_cmds[] = {
+	{ "show", "", 0, do_vmu, "device memory, segments, swap, admission" },
+};
+
+static const struct cmd stats_cmds[] = {
+	{ "show", "", 0, do_stats, "the daemon's counters" },
+};
+
+#define CMDS(c) c, (int)(sizeof(c) / sizeof(c[0]))
+static const struct object objects[] = {
+	{ "session", CMDS(session_cmds) },
+	{ "vmu", CMDS(vmu_cmds) },
+	{ "stats", CMDS(stats_cmds) },
+};
+#undef CMDS
+#define NR_OBJECTS ((int)(sizeof(objects) / sizeof(objects[0])))
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: djinnctl [OPTIONS] OBJECT [COMMAND [ARGS]]\n\n");
+	for (int i = 0; i < NR_OBJECTS; i++) {
+		const struct object *o = &objects[i];
+
+		for (int j = 0; j < o->nr_cmds; j++) {
+			char words[64];
+
+			snprintf(words, sizeof(words),
+				 o->nr_cmds == 1 ? "%s [%s]%s%s" : "%s %s%s%s",
+				 o->name, o->cmds[j].name,
+				 *o->cmds[j].args ? " " : "", o->cmds[j].args);
+			fprintf(f, "  %-20s %s\n", words, o->cmds[j].help);
+		}
+	}
+	fprintf(f,
+		"\nAny unique prefix names an object or a command; without a\n"
+		"command, an object's first one runs.\n\n"
+		"  -s, --socket PATH  djinnd's admin socket (default:\n"
+		"                     $DJINN_ADMIN_SOCKET, else /run/djinn/admin.sock\n"
+		"                     for root, $XDG_RUNTIME_DIR/djinn/admin.sock,\n"
+		"                     else ./run/admin.sock)\n"
+		"  -j, --json         print JSON\n"
+		"  -p, --pretty       print indented JSON (implies -j)\n"
+		"  -h, --help         print this and exit\n"
+		"  -V, --version      print the version and exit\n\n"
+		"Exit status: 0 success, 1 failure, 2 usage.\n");
+}
+
+static int usage_error(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("djinnctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	usage(stderr);
+	return 2;
+}
+
+/* 2 when @word is @name, 1 when a prefix of it, else 0. */
+static int match(const char *word, const char *name)
+{
+	size_t n = strlen(word);
+
+	if (!n || strncmp(word, name, n))
+		return 0;
+	return name[n] ? 1 : 2;
+}
+
+/* Index of the object @word names; -1 none, -2 ambiguous. */
+static int find_object(const char *word)
+{
+	int found = -1, nr = 0;
+
+	for (int i = 0; i < NR_OBJECTS; i++) {
+		int m = match(word, objects[i].name);
+
+		if (m == 2)
+			return i;
+		if (m == 1) {
+			found = i;
+			nr++;
+		}
+	}
+	return nr > 1 ? -2 : found;
+}
+
+/* "session, stats": the objects @word is a prefix of. */
+static const char *candidates(const char *word)
+{
+	static char buf[256];
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (int i = 0; i < NR_OBJECTS; i++)
+		if (match(word, objects[i].name) && n < sizeof(buf))
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s",
+					      n ? ", " : "", objects[i].name);
+	return buf;
+}
+
+static int find_cmd(const struct object *o, const char *word)
+{
+	int found = -1, nr = 0;
+
+	for (int i = 0; i < o->nr_cmds; i++) {
+		int m = match(word, o->cmds[i].name);
+
+		if (m == 2)
+			return i;
+		if (m == 1) {
+			found = i;
+			nr++;
+		}
+	}
+	return nr > 1 ? -2 : found;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "pretty", no_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	struct ctl ctl = { .fd = -1 };
+	bool json = false, pretty = false;
+	const struct object *o;
+	const struct cmd *cmd;
+	int c, i, nr_args, ret;
+	char **args;
+
+	while ((c = getopt_long(argc, argv, "s:jphV", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			ctl.socket = optarg;
+			break;
+		case 'p':
+			pretty = true;
+			/* fall through */
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("djinnctl %s (protocol %d)\n", DJINNCTL_VERSION,
+			       DJINN_PROTO_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind == argc)
+		return usage_error("no object given");
+	if (!strcmp(argv[optind], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	i = find_object(argv[optind]);
+	if (i == -2)
+		return usage_error("ambiguous object '%s': %s", argv[optind],
+				   candidates(argv[optind]));
+	if (i < 0)
+		return usage_error("unknown object '%s'", argv[optind]);
+	o = &objects[i];
+	optind++;
+	if (optind < argc && !strcmp(argv[optind], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (optind == argc) {
+		cmd = &o->cmds[0];
+	} else {
+		i = find_cmd(o, argv[optind]);
+		if (i < 0)
+			return usage_error("%s command '%s' for %s",
+					   i == -2 ? "ambiguous" : "unknown",
+					   argv[optind], o->name);
+		cmd = &o->cmds[i];
+		optind++;
+	}
+	args = argv + optind;
+	nr_args = argc - optind;
+	if (nr_args > cmd->nr_args)
+		return usage_error("%s %s: unexpected argument '%s'", o->name,
+				   cmd->name, args[cmd->nr_args]);
+	if (nr_args < cmd->nr_args)
+		return usage_error("%s %s: missing %s", o->name, cmd->name,
+				   cmd->args);
+	for (i = 0; i < nr_args; i++) {
+		uint64_t id;
+
+		if (!strcmp(cmd->args, "ID") && parse_id(args[i], &id))
+			return usage_error("%s %s: bad session id '%s'",
+					   o->name, cmd->name, args[i]);
+	}
+
+	ctl.object = o->name;
+	ctl.command = cmd->name;
+	if (!ctl.socket)
+		ctl.socket = default_socket();
+	new_json_obj(json, pretty);
+	ret = cmd->fn(&ctl, args);
+	c = delete_json_obj();
+	if (c && !ret)
+		ret = fail(&ctl, -c, "cannot write the output: %s",
+			   strerror(-c));
+	return ret;
+}
