@@ -220,7 +220,10 @@ void server_exit(struct server *srv)
 		srv->leases->ops->destroy(srv->leases);
 	listeners_close(srv);
 	loop_exit(&srv->loop);
+	/* Only now can nothing on the ring name them any more. */
 	listeners_free(srv);
+	if (srv->exec)
+		executor_free(srv->exec);
 	if (srv->vmu)
 		vmu_destroy(srv->vmu);
 	if (srv->backend)

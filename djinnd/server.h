@@ -83,5 +83,6 @@ void conns_close_all(struct server *srv, bool force);
 /* net/ops.c: executor completions reach the connection that asked */
 struct exec_job;
 void ops_graph_done(struct server *srv, struct exec_job *job);
+void ops_session_ended(struct server *srv, struct session *s);
 
 #endif /* DJINN_SERVER_H */

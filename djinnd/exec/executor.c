@@ -249,9 +249,8 @@ int executor_start(struct server *srv, struct executor **out)
 		ret = -errno;
 		goto out_free;
 	}
-	ret = vmu_stack_create(srv->vmu,
-			       vmu_granularity(srv->vmu) +
-				       srv->backend->provider->capacity / 2,
+	/* Address space only: backing is mapped per request, as admitted. */
+	ret = vmu_stack_create(srv->vmu, srv->backend->provider->capacity,
 			       &e->stack);
 	if (ret)
 		goto out_close;
@@ -318,6 +317,12 @@ void executor_stop(struct executor *e)
 	pthread_mutex_unlock(&e->lock);
 	pthread_join(e->thread, NULL);
 	reap(e);
+}
+
+/* After the ring is gone: its read of the eventfd may have been pending
+ * until then, naming @e. */
+void executor_free(struct executor *e)
+{
 	vmu_stack_destroy(e->stack);
 	close(e->efd);
 	free(e);

@@ -47,6 +47,8 @@ struct exec_job {
 int executor_start(struct server *srv, struct executor **out);
 /* Stop after the queued jobs have run; finished jobs still go back. */
 void executor_stop(struct executor *e);
+/* Free it once the I/O loop's ring is gone. */
+void executor_free(struct executor *e);
 void executor_submit(struct executor *e, struct exec_job *job);
 /* Fail the session's queued jobs with -ECANCELED (the running one, if
  * any, finishes and is then discarded by its completion). */

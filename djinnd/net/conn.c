@@ -323,7 +323,8 @@ static void conn_send_next(struct conn *c)
 		conn_close(c, true);
 		return;
 	}
-	m->zc = c->srv->loop.feat.send_zc && m->data_len >= ZC_MIN;
+	/* Zero-copy needs a socket that supports it (TCP; not AF_UNIX). */
+	m->zc = c->srv->loop.feat.send_zc && !c->no_zc && m->data_len >= ZC_MIN;
 	if (m->zc) {
 		io_uring_prep_sendmsg_zc(sqe, c->fd, &c->mh, MSG_NOSIGNAL);
 		m->notifs++;
@@ -362,6 +363,14 @@ static void conn_sent(struct conn *c, struct io_uring_cqe *cqe)
 			conn_get(c); /* the notification's */
 		else
 			m->notifs--; /* none will come */
+	}
+	if (m && m->zc && cqe->res == -EOPNOTSUPP && !m->sent) {
+		/* This socket cannot send zero-copy: plain sends from now. */
+		c->no_zc = true;
+		m->zc = false;
+		conn_send_next(c);
+		conn_put(c);
+		return;
 	}
 	if (cqe->res < 0 || !m) {
 		if (cqe->res < 0 && cqe->res != -EPIPE &&
@@ -546,6 +555,7 @@ static void conn_feed(struct conn *c, const uint8_t *p, uint64_t len)
 					c->sink.addr, p, n);
 			c->sink.addr += n;
 			c->left -= n;
+			ops_stream_progress(c);
 			if (!c->left) {
 				struct djinn_hdr h = c->hdr;
 
@@ -655,6 +665,7 @@ static void conn_new(struct listener *ls, int fd)
 	c->fd = fd;
 	c->admin = ls->admin;
 	c->tcp = ls->tcp;
+	c->no_zc = !ls->tcp;
 	c->refs = 1; /* the list's */
 	INIT_LIST_HEAD(&c->outq);
 	INIT_LIST_HEAD(&c->zcwait);

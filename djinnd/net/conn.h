@@ -62,6 +62,7 @@ struct conn {
 	struct list_head node;
 	int fd;
 	bool admin, tcp;
+	bool no_zc; /* the socket cannot send zero-copy (AF_UNIX) */
 	struct ucred cred;
 	int refs;
 	bool closing, recv_armed;
@@ -123,5 +124,7 @@ int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
 void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr);
 /* The connection is going away mid-stream. */
 void ops_stream_abort(struct conn *c);
+/* Data of the streaming request arrived. */
+void ops_stream_progress(struct conn *c);
 
 #endif /* DJINN_CONN_H */

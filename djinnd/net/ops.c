@@ -392,6 +392,10 @@ static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 	if (ret) {
 		char why[VMU_MSG_LEN];
 
+		/* Bigger than the device (the VMU's -E2BIG) is refused like
+		 * any allocation that cannot fit. */
+		if (ret == -E2BIG)
+			ret = -ENOMEM;
 		vmu_admit_check(c->srv->vmu, vmu_round(c->srv->vmu, bytes), why,
 				sizeof(why));
 		conn_error(c, hdr, ret, "cannot allocate %llu bytes: %s",
@@ -519,9 +523,43 @@ void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr)
 	stream_free(c, st, false);
 }
 
+/* Bytes of a streaming request arrive: the client is alive, so its
+ * lease is renewed (it cannot send a HEARTBEAT mid-frame). */
+void ops_stream_progress(struct conn *c)
+{
+	struct stream *st = c->stream;
+
+	if (st)
+		c->srv->leases->ops->renew(c->srv->leases, st->s, loop_now());
+}
+
 void ops_stream_abort(struct conn *c)
 {
 	stream_free(c, c->stream, true);
+}
+
+/* A session ended: its uploads in progress stop now (their memory goes
+ * with the session), the rest of their bytes are skipped, and they are
+ * answered -ECANCELED. */
+void ops_session_ended(struct server *srv, struct session *s)
+{
+	struct conn *c;
+
+	list_for_each_entry(c, &srv->conns, node) {
+		struct stream *st = c->stream;
+
+		if (!st || st->s != s)
+			continue;
+		conn_error(c, &c->hdr, -ECANCELED, "session %llu ended: %s",
+			   (unsigned long long)s->id,
+			   session_reason_name(s->reason));
+		stream_free(c, st, true);
+		free(c->body);
+		c->body = NULL;
+		c->body_len = c->body_got = 0;
+		c->ps = c->left ? P_DISCARD : P_HDR;
+		c->hdr_got = 0;
+	}
 }
 
 /* A read in flight: its tensor stays held, and resident, until sent. */

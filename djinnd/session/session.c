@@ -198,7 +198,7 @@ void session_put(struct session *s)
 	/* The last reference: nothing else can reach the session. The VMU
 	 * teardown frees every region and text reference at once. */
 	vmu_session_destroy(s->vs);
-	for (uint32_t i = 0; i < SESSION_RESULTS; i++)
+	for (uint32_t i = 0; i <= SESSION_RESULTS; i++)
 		rec_clear(&s->results[i]);
 	pthread_mutex_destroy(&s->lock);
 	free(s->slots);
@@ -216,6 +216,7 @@ void session_end(struct server *srv, struct session *s,
 	stab_del(srv, s);
 	srv->leases->ops->close(srv->leases, s);
 	executor_cancel(srv->exec, s);
+	ops_session_ended(srv, s);
 	srv->st.sessions_ended[why]++;
 	log_info("session %llu (tenant %s) ended: %s",
 		 (unsigned long long)s->id, s->tenant,
@@ -379,7 +380,7 @@ static void rec_clear(struct result_rec *r)
 /* The record of @request_id. Lock held. */
 static struct result_rec *rec_find(struct session *s, uint64_t request_id)
 {
-	for (uint32_t i = 0; i < SESSION_RESULTS; i++)
+	for (uint32_t i = 0; i <= SESSION_RESULTS; i++)
 		if (s->results[i].nr && s->results[i].request_id == request_id)
 			return &s->results[i];
 	return NULL;
@@ -404,7 +405,7 @@ int session_result_begin(struct session *s, uint64_t request_id, uint32_t nr,
 	memcpy(r->descs, descs, nr * sizeof(*descs));
 	r->request_id = request_id;
 	r->nr = nr;
-	s->results_next = (s->results_next + 1) % SESSION_RESULTS;
+	s->results_next = (s->results_next + 1) % (SESSION_RESULTS + 1);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return ret;

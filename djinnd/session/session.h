@@ -84,7 +84,9 @@ struct session {
 	struct tensor_slot *slots;
 	uint32_t nr_slots, free_slot, nr_tensors;
 	uint64_t key;
-	struct result_rec results[SESSION_RESULTS]; /* a ring */
+	/* A ring, one longer than the graphs remembered: a new graph's
+	 * record must not push out one it names. */
+	struct result_rec results[SESSION_RESULTS + 1];
 	uint32_t results_next;
 
 	struct list_head node; /* server's sessions */

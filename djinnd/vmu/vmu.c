@@ -2082,6 +2082,16 @@ int vmu_admit_stack(struct vmu *v, uint64_t need, struct vmu_stack *st,
 	int ret;
 
 	*r = (struct vmu_resv){ .vmu = v };
+	if (peak > st->m.vsize) {
+		/* More than the stack can ever hold: refused like any need
+		 * that cannot fit, with the same message. */
+		vmu_lock(v);
+		fit(v, need > UINT64_MAX - peak ? UINT64_MAX : need + peak, msg,
+		    msglen);
+		v->st.admit_refusals++;
+		vmu_unlock(v);
+		return -ENOMEM;
+	}
 	ret = stack_claim(st, peak);
 	if (ret)
 		return ret;

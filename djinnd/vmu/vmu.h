@@ -181,7 +181,8 @@ int vmu_admit(struct vmu *v, uint64_t need, struct vmu_resv *r, char *msg,
  * stack is claimed first (so reclaim leaves its backing alone), @need
  * plus the stack's growth are admitted together, and on success the
  * stack is begun (as vmu_stack_begin) and @r holds @need. End the stack
- * with vmu_stack_end(). */
+ * with vmu_stack_end(). A peak beyond the stack's size is -ENOMEM with
+ * the message, like any need that cannot fit. */
 int vmu_admit_stack(struct vmu *v, uint64_t need, struct vmu_stack *st,
 		    uint64_t peak, struct vmu_resv *r, char *msg,
 		    size_t msglen);
