@@ -48,9 +48,24 @@ DJINND_SRCS  := $(wildcard djinnd/exec/*.c djinnd/session/*.c djinnd/net/*.c) \
 		djinnd/log.c djinnd/server.c
 DJINND_LIB   := $(BUILD)/libdjinnd.a
 
+# libdjinn, the client library: shared (soname, version script exporting
+# djinn_* only) and static, both from -fPIC objects in $(BUILD)/pic/. It
+# builds lib/graph.c in with hidden visibility.
+LIBDJINN_SRCS    := $(wildcard libdjinn/*.c) lib/graph.c
+LIBDJINN_OBJS    := $(LIBDJINN_SRCS:%.c=$(BUILD)/pic/%.o)
+LIBDJINN_VERSION := 0.1.0
+LIBDJINN_SONAME  := libdjinn.so.0
+LIBDJINN_SO      := $(BUILD)/libdjinn.so.$(LIBDJINN_VERSION)
+LIBDJINN_A       := $(BUILD)/libdjinn.a
+LIBDJINN_PC      := $(BUILD)/libdjinn.pc
+LIBDJINN         := $(LIBDJINN_SO) $(BUILD)/$(LIBDJINN_SONAME) \
+		    $(BUILD)/libdjinn.so $(LIBDJINN_A) $(LIBDJINN_PC)
+PREFIX           ?= /usr/local
+
 LIBS_VMU     := $(VMU_LIB) -lcrypto
 LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(COMMON_LIB) $(BLAS_LIBS) -lm
 LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring
+LIBS_LIBDJINN := $(LIBDJINN_A) -lcrypto
 DJINND      := $(BUILD)/djinnd/djinnd
 
 # --- tests -------------------------------------------------------------------
@@ -62,6 +77,10 @@ test_host_provider_LIBS := $(LIBS_VMU)
 test_graph_LIBS         := $(COMMON_LIB)
 test_cpu_backend_LIBS   := $(LIBS_BACKEND)
 test_exec_LIBS          := $(LIBS_DJINND)
+test_libdjinn_LIBS       := $(LIBS_LIBDJINN)
+test_libdjinn_graph_LIBS := $(LIBS_LIBDJINN)
+test_libdjinn_rx_LIBS    := $(LIBS_LIBDJINN)
+test_libdjinn_abi_LIBS   := -ldl
 
 # Fuzz harnesses tests/fuzz/fuzz_NAME.c: libFuzzer binaries with
 # `make fuzz` (clang), and in `make test` a replay of tests/fuzz/corpus/NAME/
@@ -79,14 +98,25 @@ DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c
 # (tests/integration/test_NAME.sh -> BUILD/tests/integration/test_NAME).
 SCRIPT_TESTS := $(BUILD)/tests/integration/test_djinnctl
 
+# The daemon's integration test (cmocka): a real djinnd per test on
+# temporary sockets, spoken to in raw frames. It links nothing of the
+# daemon; $DJINND names the one to start (the ASan build under make asan).
+INTEG_SRCS := tests/integration/test_daemon.c tests/integration/daemon.c
+INTEG_BINS := $(BUILD)/tests/integration/test_daemon
+
 # --- benchmarks ----------------------------------------------------------------
 BENCH_BINS := $(BUILD)/bench/vmu-bench
 
+# --- examples: libdjinn programs, linked as a user links them -------------------
+EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+
 SRCS = $(COMMON_SRCS) $(VMU_SRCS) $(BACKEND_SRCS) $(DJINND_SRCS) \
-       djinnd/main.c $(wildcard tests/unit/*.c tests/fuzz/*.c bench/*.c)
-OBJS = $(SRCS:%.c=$(BUILD)/%.o)
+       djinnd/main.c $(wildcard tests/unit/*.c tests/fuzz/*.c bench/*.c) \
+       $(wildcard examples/*.c)
+OBJS = $(SRCS:%.c=$(BUILD)/%.o) $(LIBDJINN_OBJS)
 
 SRCS += $(DJINNCTL_SRCS) tests/integration/open_session.c
+SRCS += $(INTEG_SRCS)
 
 .PHONY: all deps test check asan bench run fuzz format-check clean
 .SECONDARY:
@@ -94,9 +124,10 @@ SRCS += $(DJINNCTL_SRCS) tests/integration/open_session.c
 
 all: $(COMMON_LIB) $(VMU_LIB) $(BACKEND_LIB) $(DJINND_LIB) $(DJINND) $(UNIT_BINS) \
      $(FUZZ_REPLAY) \
-     $(BENCH_BINS)
+     $(BENCH_BINS) $(LIBDJINN) $(EXAMPLE_BINS)
 
 all: $(DJINNCTL) $(SCRIPT_TESTS)
+all: $(INTEG_BINS)
 
 deps:
 	$(Q)scripts/deps.sh $(DEB_PKGS)
@@ -114,6 +145,37 @@ $(COMMON_LIB): $(COMMON_SRCS:%.c=$(BUILD)/%.o)
 $(VMU_LIB): $(VMU_SRCS:%.c=$(BUILD)/%.o)
 $(BACKEND_LIB): $(BACKEND_SRCS:%.c=$(BUILD)/%.o)
 $(DJINND_LIB): $(DJINND_SRCS:%.c=$(BUILD)/%.o)
+
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(@D)
+	@echo "  CC PIC  $<"
+	$(Q)$(CC) $(ALL_CFLAGS) -fPIC $(PIC_CFLAGS) -c -o $@ $<
+$(BUILD)/pic/lib/%.o: PIC_CFLAGS := -fvisibility=hidden
+
+$(LIBDJINN_A): $(LIBDJINN_OBJS)
+$(LIBDJINN_SO): $(LIBDJINN_OBJS) libdjinn/libdjinn.map
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(LIBDJINN_SONAME) \
+		-Wl,-z,defs -Wl,--version-script=libdjinn/libdjinn.map \
+		-o $@ $(LIBDJINN_OBJS) -lcrypto
+$(BUILD)/$(LIBDJINN_SONAME): $(LIBDJINN_SO)
+	$(Q)ln -sf $(notdir $<) $@
+$(BUILD)/libdjinn.so: $(BUILD)/$(LIBDJINN_SONAME)
+	$(Q)ln -sf $(notdir $<) $@
+$(LIBDJINN_PC): libdjinn/libdjinn.pc.in Makefile
+	@echo "  GEN     $@"
+	$(Q)sed -e 's|@prefix@|$(PREFIX)|' -e 's|@libdir@|$(PREFIX)/lib|' \
+		-e 's|@includedir@|$(PREFIX)/include|' \
+		-e 's|@version@|$(LIBDJINN_VERSION)|' $< > $@
+
+# Examples link the shared library, which they find beside them.
+$(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/libdjinn.so
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< -L$(BUILD) -ldjinn \
+		-Wl,-rpath,'$$ORIGIN/..' -lm
+
+# The ABI test dlopen()s the shared library.
+$(BUILD)/tests/unit/test_libdjinn_abi: $(BUILD)/$(LIBDJINN_SONAME)
 
 # In a pattern rule a literal % in filter would be the stem: spell it pct.
 pct := %
@@ -144,6 +206,10 @@ $(BUILD)/tests/integration/test_djinnctl: tests/integration/test_djinnctl.sh \
 	@echo "  INSTALL $@"
 	$(Q)install -m 755 $< $@
 
+$(INTEG_BINS): $(INTEG_SRCS:%.c=$(BUILD)/%.o) | $(DJINND)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka -lcrypto -lm
+
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_VMU) -lm
@@ -151,7 +217,8 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB)
 # `make test` is a complete set-up: packages first, then build, then run.
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)tests/run.sh $(UNIT_BINS) $(FUZZ_REPLAY) $(SCRIPT_TESTS)
+	$(Q)DJINND=$(DJINND) tests/run.sh $(UNIT_BINS) $(FUZZ_REPLAY) $(SCRIPT_TESTS) \
+		$(INTEG_BINS)
 
 check: test
 
@@ -161,8 +228,9 @@ asan: deps
 		CFLAGS="-O1 -g" all
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		DJINND=build-asan/djinnd/djinnd \
 		tests/run.sh $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BINS) $(FUZZ_REPLAY) \
-			$(SCRIPT_TESTS))
+			$(SCRIPT_TESTS) $(INTEG_BINS))
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all

@@ -12,10 +12,18 @@
  * are.
  *
  * A client numbers its requests (hdr.request_id, any value, unique among
- * its requests in flight on the connection). Each request gets exactly
- * one response frame with the same request_id, opcode and
- * DJINN_F_RESPONSE set. Responses may come in any order: many requests
- * can be in flight on one connection.
+ * its requests in flight on the connection, and unique within a session
+ * for GRAPH_SUBMIT, whose request_id names its results). Each request
+ * gets exactly one response frame with the same request_id, opcode and
+ * session_id and DJINN_F_RESPONSE set; its version is the server's, so a
+ * client that gets another version in an error response to HELLO has
+ * met a server of another protocol. Responses may come in any order:
+ * many requests can be in flight on one connection.
+ *
+ * Payloads: HELLO, SESSION_CLOSE and a HEARTBEAT request carry none;
+ * the responses to SESSION_CLOSE, SIGNAL, TENSOR_WRITE and
+ * TENSOR_RELEASE carry none either. Every other payload is the struct
+ * its opcode names below.
  *
  * DOC: errors
  *
@@ -40,6 +48,7 @@
  *                  token is wrong
  *   -ENOMEM        admission refused: the message gives need and
  *                  availability
+ *   -EPERM         also: TENSOR_WRITE to a text tensor (read-only)
  *   -EDQUOT        a quota would be exceeded
  *   -EBADMSG       text bytes that do not hash to the fingerprint given
  *   -ECANCELED     the session ended while the request was queued
@@ -58,12 +67,15 @@
  * DOC: handles and results
  *
  * Tensors are named by 64-bit handles the server issues: opaque,
- * session-scoped, generation-checked. GRAPH_SUBMIT is answered when the
- * graph has run, with the handles of its outputs. Before that, a later
- * graph of the same session may already use an output as an input by
- * naming it (DJINN_REF_RESULT) with the submit's request_id and the
- * output's index: a session's graphs run in the order they were
- * submitted.
+ * session-scoped, generation-checked. A tensor has at least one element
+ * (-EINVAL for an empty one). GRAPH_SUBMIT is answered when the graph
+ * has run, with the handles of its outputs. Before that, a later graph
+ * of the same session may already use an output as an input by naming
+ * it (DJINN_REF_RESULT) with the submit's request_id and the output's
+ * index: a session's graphs run in the order they were submitted. The
+ * server remembers the last 64 graphs of a session for this; an older
+ * one is -ENOENT (use its handles). A graph's inputs are looked up when
+ * it runs: release them only after its response.
  */
 #ifndef DJINN_PROTO_H
 #define DJINN_PROTO_H
@@ -183,7 +195,7 @@ static_assert(sizeof(struct djinn_tensor_desc) == 72, "desc layout");
 /**
  * struct djinn_hello_resp - HELLO: what the server is and allows
  * @version:      DJINN_PROTO_VERSION
- * @features:     DJINN_FEAT_* bits
+ * @features:     capability bits; none are defined yet (0)
  * @max_payload:  the largest frame payload it accepts
  * @capacity:     device memory of its first device, bytes
  * @granularity:  its allocation granule
@@ -258,7 +270,7 @@ static_assert(sizeof(struct djinn_signal) == 16, "signal layout");
  * struct djinn_tensor_create - TENSOR_CREATE request
  * @desc:    shape and type; the tensor has desc bytes exactly
  * @segment: enum djinn_segment
- * @flags:   DJINN_CREATE_* bits
+ * @flags:   none are defined yet: must be 0
  * @fp:      for DJINN_SEG_TEXT, the SHA-256 of the bytes: the server
  *           refuses (-EBADMSG) bytes that do not hash to it
  *
@@ -309,6 +321,7 @@ static_assert(sizeof(struct djinn_tensor_io) == 24, "io layout");
 struct djinn_tensor_release {
 	__u64 handle;
 };
+static_assert(sizeof(struct djinn_tensor_release) == 8, "release layout");
 
 /* TEXT_LOOKUP request: take a reference on text the server has; response
  * struct djinn_tensor_resp, or -ENOENT: then upload with TENSOR_CREATE. */
@@ -373,6 +386,11 @@ struct djinn_p_attention {
 	float scale; /* 0: 1/sqrt(D) */
 	__u32 causal; /* 1: position t sees keys 0 .. t + (S - T) */
 };
+static_assert(sizeof(struct djinn_p_matmul) == 8, "p_matmul layout");
+static_assert(sizeof(struct djinn_p_scalar) == 8, "p_scalar layout");
+static_assert(sizeof(struct djinn_p_shape) == 36, "p_shape layout");
+static_assert(sizeof(struct djinn_p_axis) == 24, "p_axis layout");
+static_assert(sizeof(struct djinn_p_attention) == 8, "p_attention layout");
 
 /**
  * struct djinn_node - one op of a graph
@@ -484,10 +502,11 @@ struct djinn_admin_session {
 };
 static_assert(sizeof(struct djinn_admin_session) == 152, "admin session");
 
-/* ADMIN_KILL request: end a session as if its lease had run out. */
+/* ADMIN_KILL request: end a session (reason "killed"). */
 struct djinn_admin_kill {
 	__u64 session_id;
 };
+static_assert(sizeof(struct djinn_admin_kill) == 8, "admin kill");
 
 /* Per segment, in ADMIN_VMU's response. */
 struct djinn_admin_seg {
@@ -495,6 +514,7 @@ struct djinn_admin_seg {
 	__u64 peak;
 	__u64 entries;
 };
+static_assert(sizeof(struct djinn_admin_seg) == 24, "admin seg");
 
 /**
  * struct djinn_admin_vmu - ADMIN_VMU response: the device's memory

@@ -1,0 +1,509 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libdjinn: the client library of Djinn.
+ *
+ * A program connects to djinnd, opens a leased session, puts tensors on
+ * the daemon's device, builds graphs of ops over them, submits the graphs
+ * asynchronously and reads their results lazily: a byte range on request,
+ * or page by page through a mapping. The wire protocol underneath is
+ * include/djinn/proto.h, whose types (struct djinn_tensor_desc, enum
+ * djinn_dtype, enum djinn_opcode, enum djinn_phase, ...) this API uses.
+ *
+ * Conventions, for every function here:
+ *
+ *  - int functions return 0 (or a documented non-negative value) on
+ *    success and a negative errno on failure; errno is never set.
+ *  - Functions that return a pointer say what it is valid for; none of
+ *    them fails with an error code.
+ *  - Every object belongs to a connection, and every function may be
+ *    called from any thread: a connection serialises what needs it. The
+ *    exception is a graph builder, which one thread at a time builds.
+ *  - A connection to a daemon that died fails every waiting and every
+ *    later call promptly with -ECONNRESET (or -EPROTO when the daemon
+ *    broke the protocol, -ESHUTDOWN after djinn_disconnect() began);
+ *    nothing waits forever on a dead daemon.
+ *
+ * The comment on each declaration says who owns what.
+ */
+#ifndef DJINN_DJINN_H
+#define DJINN_DJINN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <djinn/proto.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct djinn_conn;
+struct djinn_session;
+struct djinn_tensor;
+struct djinn_graph_builder;
+struct djinn_request;
+struct djinn_result;
+
+/* ---------------------------------------------------------------------- */
+/* Logging */
+
+enum djinn_log_level {
+	DJINN_LOG_ERROR = 0,
+	DJINN_LOG_WARN = 1,
+	DJINN_LOG_INFO = 2,
+	DJINN_LOG_DEBUG = 3,
+};
+
+/* A log hook: @msg is one line without a newline, valid during the call. */
+typedef void (*djinn_log_fn)(void *arg, int level, const char *msg);
+
+/*
+ * Send libdjinn's messages (the daemon's error messages, a protocol
+ * version mismatch naming both versions, the userfaultfd fallback) to @fn
+ * with @arg, for the whole process. NULL restores the default, which
+ * prints to stderr when $DJINN_DEBUG is set and is silent otherwise.
+ * @fn may be called from any thread, including libdjinn's own, and with
+ * libdjinn's locks held: it must not call libdjinn.
+ */
+void djinn_set_log(djinn_log_fn fn, void *arg);
+
+/* ---------------------------------------------------------------------- */
+/* Connections */
+
+/*
+ * Connect to djinnd at @addr, "unix:/path/to/socket" ("unix:@name" for
+ * the abstract namespace) or "tcp:host:port" ("tcp:[::1]:port"); NULL
+ * means $DJINN_ADDR, else "unix:run/djinnd.sock". Sends HELLO and checks
+ * the daemon's protocol version: -EPROTONOSUPPORT if it differs (both
+ * versions go to the log). -EINVAL for a malformed address, the errno of
+ * connect(2) (-ENOENT, -ECONNREFUSED, ...) when nobody listens there.
+ * On success *@out is a connection the caller owns and frees with
+ * djinn_disconnect().
+ */
+int djinn_connect(const char *addr, struct djinn_conn **out);
+
+/*
+ * Close @conn and free it with every object of it: sessions, tensors,
+ * graph builders, requests and result mappings. Sessions are not closed
+ * on the daemon: they live until their leases run out, so a program may
+ * reconnect and djinn_session_attach() to them. NULL is ignored. No other
+ * thread may be using @conn or its objects.
+ */
+void djinn_disconnect(struct djinn_conn *conn);
+
+/*
+ * struct djinn_server_info - what djinnd said in its HELLO
+ * @version:     its protocol version (DJINN_PROTO_VERSION)
+ * @features:    DJINN_FEAT_* bits
+ * @max_payload: the largest frame payload it accepts
+ * @capacity:    device memory of its first device, bytes
+ * @granularity: its allocation granule
+ * @backend:     "cpu", "cuda", NUL-terminated
+ */
+struct djinn_server_info {
+	uint32_t version;
+	uint32_t features;
+	uint64_t max_payload;
+	uint64_t capacity;
+	uint64_t granularity;
+	char backend[17];
+};
+
+/* Copy the daemon's HELLO answer into the caller's @info. */
+int djinn_conn_server_info(struct djinn_conn *conn,
+			   struct djinn_server_info *info);
+
+/* One round trip with djinnd (a HEARTBEAT naming no session). */
+int djinn_conn_ping(struct djinn_conn *conn);
+
+/*
+ * struct djinn_conn_stats - what moved over a connection so far
+ * @bytes_sent:     frame bytes written, headers included
+ * @bytes_received: frame bytes read, headers included
+ * @requests:       request frames sent
+ * @responses:      response frames received
+ * @map_faults:     first touches of mapped results served
+ * @map_bytes:      result bytes fetched to serve them
+ */
+struct djinn_conn_stats {
+	uint64_t bytes_sent;
+	uint64_t bytes_received;
+	uint64_t requests;
+	uint64_t responses;
+	uint64_t map_faults;
+	uint64_t map_bytes;
+};
+
+/* Copy @conn's counters into the caller's @stats. */
+int djinn_conn_stats(struct djinn_conn *conn, struct djinn_conn_stats *stats);
+
+/* ---------------------------------------------------------------------- */
+/* Sessions */
+
+/*
+ * struct djinn_session_opts - how to open a session
+ * @tenant:   a name of 1 to 63 bytes; NULL: $USER, else "default"
+ * @priority: 0 (lowest) to 7
+ * @lease_ns: the lease period to ask for; 0: the daemon's default
+ *
+ * A zeroed struct asks for the lowest priority: start from
+ * DJINN_SESSION_OPTS_INIT, or pass NULL for all the defaults.
+ */
+struct djinn_session_opts {
+	const char *tenant;
+	unsigned int priority;
+	uint64_t lease_ns;
+};
+
+#define DJINN_PRIORITY_DEFAULT 4
+#define DJINN_SESSION_OPTS_INIT                                     \
+	{                                                           \
+		.tenant = NULL, .priority = DJINN_PRIORITY_DEFAULT, \
+		.lease_ns = 0                                       \
+	}
+
+/*
+ * Open a session on @conn with @opts (NULL: the defaults; read during the
+ * call only). libdjinn renews its lease from then on: a thread of @conn
+ * sends it a HEARTBEAT every third of a lease.
+ * *@out belongs to @conn; djinn_session_close() ends it.
+ */
+int djinn_session_open(struct djinn_conn *conn,
+		       const struct djinn_session_opts *opts,
+		       struct djinn_session **out);
+
+/*
+ * Use on @conn the session @id opened elsewhere (another connection, or
+ * this program before it reconnected), proving it with its @token
+ * (DJINN_SESSION_TOKEN_LEN bytes, read during the call). -EPERM for a
+ * wrong token, -ENOENT for no such session. *@out belongs to @conn and is
+ * renewed like an opened one.
+ */
+#define DJINN_SESSION_TOKEN_LEN 16
+int djinn_session_attach(struct djinn_conn *conn, uint64_t id,
+			 const uint8_t *token, struct djinn_session **out);
+
+/*
+ * End session @s on the daemon, which frees everything it held, and free
+ * @s with every tensor, graph builder, request and result mapping of it.
+ * Returns the daemon's answer (-ENOENT if the lease had already run out),
+ * but @s is freed in every case.
+ */
+int djinn_session_close(struct djinn_session *s);
+
+/*
+ * struct djinn_session_info - a session as the daemon last described it
+ * @id:          its id
+ * @token:       its secret, for djinn_session_attach()
+ * @lease_ns:    the lease period the daemon chose
+ * @deadline_ns: CLOCK_MONOTONIC time on the daemon's host the lease ends
+ * @tenant:      its tenant (empty if attached)
+ */
+struct djinn_session_info {
+	uint64_t id;
+	uint8_t token[DJINN_SESSION_TOKEN_LEN];
+	uint64_t lease_ns;
+	uint64_t deadline_ns;
+	char tenant[DJINN_TENANT_MAX];
+};
+
+/* Copy what is known of @s into the caller's @info. */
+int djinn_session_info(struct djinn_session *s,
+		       struct djinn_session_info *info);
+
+/* Renew @s's lease now (libdjinn does it anyway); waits for the answer. */
+int djinn_session_heartbeat(struct djinn_session *s);
+
+/*
+ * Tell the scheduler that @s is about to be in @phase (enum djinn_phase,
+ * e.g. DJINN_PHASE_IO_WAIT while an agent waits on a tool) for about
+ * @expected_ns (0: unknown). Waits for the daemon's answer.
+ */
+int djinn_signal(struct djinn_session *s, unsigned int phase,
+		 uint64_t expected_ns);
+
+/* ---------------------------------------------------------------------- */
+/* Tensors */
+
+/*
+ * Put a tensor of shape @desc on the daemon, in segment @seg, with the
+ * desc's bytes from @data (read during the call only).
+ *
+ * DJINN_SEG_TEXT: shared, read-only and deduplicated. libdjinn sends the
+ * SHA-256 of the bytes first (TEXT_LOOKUP) and the bytes only when the
+ * daemon lacks them, so a second program uploading the same weights
+ * sends 32 bytes. @data is required.
+ *
+ * DJINN_SEG_DATA: private to the session. @data may be NULL for a tensor
+ * of zeros. Uploads larger than the daemon's frame limit are split.
+ *
+ * -EINVAL for a bad desc or segment. *@out belongs to @s; release it with
+ * djinn_tensor_release() (or it goes with the session).
+ */
+int djinn_tensor_upload(struct djinn_session *s,
+			const struct djinn_tensor_desc *desc, const void *data,
+			enum djinn_segment seg, struct djinn_tensor **out);
+
+/* Copy @len bytes at @offset of @t into the caller's @buf. -EINVAL for a
+ * range past the tensor's end. */
+int djinn_tensor_download(struct djinn_tensor *t, uint64_t offset, uint64_t len,
+			  void *buf);
+
+/* Overwrite @len bytes at @offset of data tensor @t from @buf (read
+ * during the call). -EINVAL for a range past the tensor's end. */
+int djinn_tensor_write(struct djinn_tensor *t, uint64_t offset, uint64_t len,
+		       const void *buf);
+
+/* Drop @t on the daemon and free @t, whatever the daemon answers (which
+ * is returned). NULL is ignored. */
+int djinn_tensor_release(struct djinn_tensor *t);
+
+/* @t's shape and type: a pointer into @t, valid until @t is released. */
+const struct djinn_tensor_desc *djinn_tensor_desc(const struct djinn_tensor *t);
+
+/*
+ * struct djinn_tensor_info - a tensor as the daemon holds it
+ * @handle:  its handle on the wire
+ * @bytes:   its size
+ * @segment: enum djinn_segment
+ * @flags:   DJINN_TENSOR_DEDUP: a text upload found the bytes present
+ * @fp:      its SHA-256 (text only)
+ */
+struct djinn_tensor_info {
+	uint64_t handle;
+	uint64_t bytes;
+	uint32_t segment;
+	uint32_t flags;
+	uint8_t fp[DJINN_FP_LEN];
+};
+
+/* Copy what is known of @t into the caller's @info. */
+int djinn_tensor_info(const struct djinn_tensor *t,
+		      struct djinn_tensor_info *info);
+
+/* ---------------------------------------------------------------------- */
+/* Graphs */
+
+/*
+ * A graph is built value by value: every input and every node is a value,
+ * numbered from 0 in the order they were added, and the functions below
+ * return that number (>= 0) or a negative errno. A function taking value
+ * numbers returns the first negative one it is given unchanged, so calls
+ * nest without checks in between:
+ *
+ *	h = djinn_op_gelu(g, djinn_op_matmul(g, x, w, false, false));
+ *
+ * A builder is used by one thread at a time. It can be submitted any
+ * number of times.
+ */
+
+/* Start a graph of session @s. *@out belongs to @s; free it with
+ * djinn_graph_free(). */
+int djinn_graph_new(struct djinn_session *s, struct djinn_graph_builder **out);
+
+/* Free @g (a submitted graph's requests live on). NULL is ignored. */
+void djinn_graph_free(struct djinn_graph_builder *g);
+
+/*
+ * Add tensor @t (of @g's session) as an input; returns its value. @g
+ * copies what it needs: @t may be released afterwards, but a graph
+ * submitted after the daemon dropped @t fails with -ENOENT. Adding the
+ * same tensor twice returns the same value.
+ */
+int djinn_graph_input(struct djinn_graph_builder *g, struct djinn_tensor *t);
+
+/*
+ * Add result @r of an earlier submit of @g's session as an input, before
+ * or after that request completes; returns its value. Its bytes never
+ * leave the daemon. @g keeps @r's request alive until djinn_graph_free().
+ * -ENOENT if @r was released, the request's error if it failed.
+ */
+int djinn_graph_input_result(struct djinn_graph_builder *g,
+			     struct djinn_result *r);
+
+/*
+ * struct djinn_node_opts - a node's annotations for the scheduler
+ * @phase:     enum djinn_phase, DJINN_PHASE_UNKNOWN to _TRAINING
+ * @residency: enum djinn_residency of the node's result
+ */
+struct djinn_node_opts {
+	unsigned int phase;
+	unsigned int residency;
+};
+
+/*
+ * Set the annotations of the nodes added from now on with NULL
+ * annotations (initially all zero: unknown phase, activation).
+ */
+int djinn_graph_annotate(struct djinn_graph_builder *g,
+			 const struct djinn_node_opts *opts);
+
+/*
+ * Add a node: op @op over the values @inputs[@nr] with @params_len bytes
+ * of parameters (a struct djinn_p_*, zero-padded to 40 bytes; NULL when
+ * 0) and @annotations (NULL: those of djinn_graph_annotate()). All are
+ * copied. Returns the node's value. The op's own rules (shapes, dtypes,
+ * params) are checked by djinn_submit(), with the daemon's messages.
+ */
+int djinn_graph_node(struct djinn_graph_builder *g, enum djinn_opcode op,
+		     const uint32_t *inputs, unsigned int nr,
+		     const void *params, size_t params_len,
+		     const struct djinn_node_opts *annotations);
+
+/*
+ * Keep node value @value as a result of the graph; returns its index
+ * among the results (for djinn_request_results()). A graph input cannot
+ * be an output: -EINVAL.
+ */
+int djinn_graph_output(struct djinn_graph_builder *g, int value);
+
+/*
+ * Why the last call on @g that failed did: "node 3 (matmul): inner dims
+ * 64 and 32 differ", or "" if none did. A pointer into @g, valid until
+ * the next call on @g.
+ */
+const char *djinn_graph_error(const struct djinn_graph_builder *g);
+
+/*
+ * Convenience wrappers over djinn_graph_node() for each op, with the
+ * builder's annotations. Values are ints so that errors propagate (see
+ * above). Shapes as in proto.h's enum djinn_opcode.
+ */
+int djinn_op_matmul(struct djinn_graph_builder *g, int a, int b, bool trans_a,
+		    bool trans_b);
+int djinn_op_add(struct djinn_graph_builder *g, int a, int b);
+int djinn_op_sub(struct djinn_graph_builder *g, int a, int b);
+int djinn_op_mul(struct djinn_graph_builder *g, int a, int b);
+int djinn_op_div(struct djinn_graph_builder *g, int a, int b);
+int djinn_op_scale(struct djinn_graph_builder *g, int x, float alpha);
+int djinn_op_gelu(struct djinn_graph_builder *g, int x);
+int djinn_op_relu(struct djinn_graph_builder *g, int x);
+int djinn_op_silu(struct djinn_graph_builder *g, int x);
+int djinn_op_softmax(struct djinn_graph_builder *g, int x);
+int djinn_op_layernorm(struct djinn_graph_builder *g, int x, int gamma,
+		       int beta, float eps);
+int djinn_op_rmsnorm(struct djinn_graph_builder *g, int x, int gamma,
+		     float eps);
+int djinn_op_embedding(struct djinn_graph_builder *g, int table, int ids);
+/* @dims[@ndim]: the new shape, one entry may be -1 */
+int djinn_op_reshape(struct djinn_graph_builder *g, int x, unsigned int ndim,
+		     const int32_t *dims);
+/* result dim k is input dim @perm[k] */
+int djinn_op_permute(struct djinn_graph_builder *g, int x, unsigned int ndim,
+		     const int32_t *perm);
+int djinn_op_slice(struct djinn_graph_builder *g, int x, int axis,
+		   int64_t start, int64_t end);
+/* @xs[@nr], 2 to 4 values */
+int djinn_op_concat(struct djinn_graph_builder *g, const int *xs,
+		    unsigned int nr, int axis);
+/* @scale 0: 1/sqrt(D) */
+int djinn_op_attention(struct djinn_graph_builder *g, int q, int k, int v,
+		       float scale, bool causal);
+int djinn_op_argmax(struct djinn_graph_builder *g, int x);
+
+/* ---------------------------------------------------------------------- */
+/* Requests and lazy results */
+
+/*
+ * Submit @g and return at once. The graph is checked and its shapes
+ * inferred here first (lib/graph.c, the daemon's own code), so a bad
+ * graph fails at once with -EINVAL or -E2BIG and the daemon's message in
+ * djinn_graph_error(g), and every result stub knows its shape. *@req
+ * belongs to @g's session; free it with djinn_request_free().
+ */
+int djinn_submit(struct djinn_graph_builder *g, struct djinn_request **req);
+
+/*
+ * Wait up to @timeout_ns (DJINN_WAIT_FOREVER: no limit) for @req: 0 when
+ * it ran, -ETIMEDOUT, or the request's error (its message in
+ * djinn_request_error()).
+ */
+#define DJINN_WAIT_FOREVER UINT64_MAX
+int djinn_wait(struct djinn_request *req, uint64_t timeout_ns);
+
+/* 0 if @req ran, -EAGAIN while it is pending, or its error. */
+int djinn_poll(struct djinn_request *req);
+
+/*
+ * The message of @req's error ("node 3 (matmul): ...", "connection reset
+ * by djinnd"), "" if it has none (yet). A pointer into @req, valid until
+ * djinn_request_free().
+ */
+const char *djinn_request_error(const struct djinn_request *req);
+
+/*
+ * Result @idx of @req (the order of djinn_graph_output()), or NULL if
+ * @idx is out of range. A stub that knows its shape at once; a pointer
+ * into @req, valid until djinn_request_free(req).
+ */
+struct djinn_result *djinn_request_results(struct djinn_request *req,
+					   unsigned int idx);
+
+/*
+ * struct djinn_request_info - a request
+ * @id:         its request_id on the wire
+ * @nr_results: its results
+ * @peak_bytes: planned peak device memory (once it ran)
+ * @run_ns:     time on the device (once it ran)
+ */
+struct djinn_request_info {
+	uint64_t id;
+	unsigned int nr_results;
+	uint64_t peak_bytes;
+	uint64_t run_ns;
+};
+
+/* Copy what is known of @req into the caller's @info. */
+int djinn_request_info(const struct djinn_request *req,
+		       struct djinn_request_info *info);
+
+/*
+ * Free @req and its result stubs, unmapping their mappings. Results not
+ * released yet are released on the daemon once nothing needs them: when
+ * the request completes, and when no graph builder holds them as inputs.
+ * Need not wait for @req. NULL is ignored.
+ */
+void djinn_request_free(struct djinn_request *req);
+
+/* @r's shape and type, known at submit: a pointer into @r's request. */
+const struct djinn_tensor_desc *djinn_result_desc(const struct djinn_result *r);
+
+/*
+ * Copy @len bytes at @offset of @r into the caller's @buf, waiting for
+ * the request to complete first. Only that range moves over the wire.
+ * The request's error if it failed, -ENOENT if @r was released, -EINVAL
+ * for a range past the end.
+ */
+int djinn_result_read(struct djinn_result *r, uint64_t offset, uint64_t len,
+		      void *buf);
+
+/*
+ * Map @r read-only into memory, waiting for the request to complete
+ * first; *@addr is the first of its bytes. Pages are fetched from djinnd
+ * when first touched (userfaultfd, user-mode faults only: a system call
+ * handed an untouched page fails with EFAULT). Where userfaultfd is not
+ * available, or $DJINN_NO_UFFD is set, the whole result is read at once
+ * and the log says so. If the connection dies before a page is fetched,
+ * touching that page raises SIGSEGV. Mapping @r again returns the same
+ * address. The mapping belongs to @r: djinn_result_unmap() (once per
+ * map) or freeing the request removes it.
+ */
+int djinn_result_map(struct djinn_result *r, void **addr);
+
+/* Undo one djinn_result_map() of @r; the last one unmaps. */
+int djinn_result_unmap(struct djinn_result *r);
+
+/*
+ * Drop @r on the daemon now, or, while its request is pending, as soon
+ * as it completes. The stub stays (its desc still works) until the
+ * request is freed; reading or mapping it gives -ENOENT. Its mapping, if
+ * any, is removed.
+ */
+int djinn_result_release(struct djinn_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DJINN_DJINN_H */

@@ -1,0 +1,1053 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Connections: addresses, frames, pending calls, the receiver, the keeper.
+ *
+ * A request is a struct dj_call registered in conn->calls[] (hashed by
+ * request_id) before its frame goes out, so that an answer arriving
+ * before sendmsg() returns finds it. The receiver is the only thread that
+ * completes calls: on a response, or, when the connection breaks, all of
+ * them at once. Whoever notices a broken connection first (a sender whose
+ * sendmsg() fails, a caller that finds an answer malformed, the receiver)
+ * records why in conn->dead and shuts the socket down; the receiver then
+ * sees EOF and fails what is pending. Registration checks conn->dead
+ * under the same lock, so no call is left behind.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---------------------------------------------------------------------- */
+/* Logging */
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static djinn_log_fn log_fn;
+static void *log_arg;
+
+void djinn_set_log(djinn_log_fn fn, void *arg)
+{
+	pthread_mutex_lock(&log_lock);
+	log_fn = fn;
+	log_arg = arg;
+	pthread_mutex_unlock(&log_lock);
+}
+
+void __djinn_log(int level, const char *fmt, ...)
+{
+	static const char *const names[] = { "error", "warning", "info",
+					     "debug" };
+	djinn_log_fn fn;
+	char buf[512];
+	va_list ap;
+	void *arg;
+
+	pthread_mutex_lock(&log_lock);
+	fn = log_fn;
+	arg = log_arg;
+	pthread_mutex_unlock(&log_lock);
+	if (!fn && !getenv("DJINN_DEBUG"))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (fn)
+		fn(arg, level, buf);
+	else
+		fprintf(stderr, "libdjinn: %s: %s\n",
+			names[level < 0 || level > 3 ? 0 : level], buf);
+}
+
+const char *__djinn_op_str(unsigned int op)
+{
+	static const char *const names[] = {
+		[DJINN_OP_HELLO] = "HELLO",
+		[DJINN_OP_SESSION_OPEN] = "SESSION_OPEN",
+		[DJINN_OP_SESSION_ATTACH] = "SESSION_ATTACH",
+		[DJINN_OP_SESSION_CLOSE] = "SESSION_CLOSE",
+		[DJINN_OP_HEARTBEAT] = "HEARTBEAT",
+		[DJINN_OP_SIGNAL] = "SIGNAL",
+		[DJINN_OP_TENSOR_CREATE] = "TENSOR_CREATE",
+		[DJINN_OP_TENSOR_WRITE] = "TENSOR_WRITE",
+		[DJINN_OP_TENSOR_READ] = "TENSOR_READ",
+		[DJINN_OP_TENSOR_RELEASE] = "TENSOR_RELEASE",
+		[DJINN_OP_TEXT_LOOKUP] = "TEXT_LOOKUP",
+		[DJINN_OP_GRAPH_SUBMIT] = "GRAPH_SUBMIT",
+	};
+
+	if (op >= ARRAY_SIZE(names) || !names[op])
+		return "unknown";
+	return names[op];
+}
+
+uint64_t __djinn_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static struct timespec to_timespec(uint64_t ns)
+{
+	return (struct timespec){ .tv_sec = ns / 1000000000ull,
+				  .tv_nsec = ns % 1000000000ull };
+}
+
+static void cond_init_monotonic(pthread_cond_t *cond)
+{
+	pthread_condattr_t attr;
+
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &attr);
+	pthread_condattr_destroy(&attr);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Addresses */
+
+static int parse_port(const char *p, char *out, size_t outlen)
+{
+	unsigned long v = 0;
+	size_t n = strlen(p);
+
+	if (!n || n >= outlen)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return -EINVAL;
+		v = v * 10 + (unsigned long)(p[i] - '0');
+	}
+	if (!v || v > 65535)
+		return -EINVAL;
+	memcpy(out, p, n + 1);
+	return 0;
+}
+
+int __djinn_addr_parse(const char *addr, struct dj_addr *a)
+{
+	const char *rest, *host, *port, *end;
+	size_t n;
+
+	if (!addr) {
+		addr = getenv("DJINN_ADDR");
+		if (!addr || !*addr)
+			addr = DJINN_DEFAULT_ADDR;
+	}
+	memset(a, 0, sizeof(*a));
+	if (!strncmp(addr, "unix:", 5)) {
+		rest = addr + 5;
+		n = strlen(rest);
+		/* a path needs its NUL; an abstract name has '@' instead */
+		if (!n || n >= sizeof(a->unix_path) || (n == 1 && *rest == '@'))
+			return -EINVAL;
+		a->is_unix = true;
+		memcpy(a->unix_path, rest, n);
+		if (*rest == '@')
+			a->unix_path[0] = '\0';
+		a->path_len = n;
+		return 0;
+	}
+	if (strncmp(addr, "tcp:", 4))
+		return -EINVAL;
+	rest = addr + 4;
+	if (*rest == '[') {
+		end = strchr(rest, ']');
+		if (!end || end[1] != ':')
+			return -EINVAL;
+		host = rest + 1;
+		n = (size_t)(end - host);
+		port = end + 2;
+	} else {
+		end = strrchr(rest, ':');
+		if (!end)
+			return -EINVAL;
+		host = rest;
+		n = (size_t)(end - rest);
+		port = end + 1;
+		if (memchr(host, ':', n)) /* an IPv6 address needs brackets */
+			return -EINVAL;
+	}
+	if (!n || n >= sizeof(a->host))
+		return -EINVAL;
+	memcpy(a->host, host, n);
+	return parse_port(port, a->port, sizeof(a->port));
+}
+
+static int dial_unix(const struct dj_addr *a)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	socklen_t len;
+	int fd, ret;
+
+	memcpy(sun.sun_path, a->unix_path, a->path_len);
+	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + a->path_len);
+	if (a->unix_path[0]) /* a path, with its NUL */
+		len++;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sun, len)) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static int dial_tcp(const struct dj_addr *a)
+{
+	struct addrinfo hints = {
+		.ai_family = AF_UNSPEC,
+		.ai_socktype = SOCK_STREAM,
+		.ai_flags = AI_NUMERICSERV,
+	};
+	struct addrinfo *res, *ai;
+	int fd = -EHOSTUNREACH, one = 1, ret;
+
+	ret = getaddrinfo(a->host, a->port, &hints, &res);
+	if (ret) {
+		dj_dbg("tcp:%s:%s: %s", a->host, a->port, gai_strerror(ret));
+		if (ret == EAI_MEMORY)
+			return -ENOMEM;
+		if (ret == EAI_SYSTEM)
+			return -errno;
+		return -EHOSTUNREACH;
+	}
+	for (ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+			    ai->ai_protocol);
+		if (fd < 0) {
+			fd = -errno;
+			continue;
+		}
+		if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
+			break;
+		ret = -errno;
+		close(fd);
+		fd = ret;
+	}
+	freeaddrinfo(res);
+	if (fd >= 0)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Calls */
+
+void __djinn_call_init(struct dj_call *c, uint16_t op, uint64_t session_id,
+		       void *resp, uint64_t resp_len)
+{
+	memset(c, 0, offsetof(struct dj_call, msg));
+	c->msg[0] = '\0';
+	INIT_LIST_HEAD(&c->node);
+	c->op = op;
+	c->session_id = session_id;
+	c->resp = resp;
+	c->resp_len = resp_len;
+	cond_init_monotonic(&c->cond);
+}
+
+void __djinn_call_destroy(struct dj_call *c)
+{
+	pthread_cond_destroy(&c->cond);
+}
+
+static struct list_head *bucket(struct djinn_conn *conn, uint64_t id)
+{
+	return &conn->calls[id & (DJ_CALL_BUCKETS - 1)];
+}
+
+void __djinn_set_dead(struct djinn_conn *conn, int err, const char *why)
+{
+	if (atomic_load(&conn->dead))
+		return;
+	atomic_store(&conn->dead, err);
+	snprintf(conn->dead_msg, sizeof(conn->dead_msg), "%s", why);
+	if (err == -ESHUTDOWN)
+		dj_dbg("connection closed: %s", why);
+	else
+		dj_err("connection to djinnd lost: %s", why);
+}
+
+void __djinn_conn_fail(struct djinn_conn *conn, int err, const char *why, ...)
+{
+	char buf[DJINN_MAX_ERROR_MSG];
+	va_list ap;
+
+	va_start(ap, why);
+	vsnprintf(buf, sizeof(buf), why, ap);
+	va_end(ap);
+	pthread_mutex_lock(&conn->lock);
+	__djinn_set_dead(conn, err, buf);
+	pthread_mutex_unlock(&conn->lock);
+	shutdown(conn->fd, SHUT_RDWR);
+}
+
+/*
+ * Complete @c with what it has (@c->err, @c->msg), under conn->lock.
+ * Waiters are woken first: they need the lock, so they see everything
+ * @complete does. @complete may free @c (not a detached one).
+ */
+static int call_done(struct djinn_conn *conn, struct dj_call *c)
+{
+	bool detached = c->detached;
+	int ret = 0;
+
+	c->done = true;
+	pthread_cond_broadcast(&c->cond);
+	if (c->complete)
+		ret = c->complete(conn, c);
+	if (detached) {
+		__djinn_call_destroy(c);
+		free(c);
+	}
+	return ret;
+}
+
+static int send_frame(struct djinn_conn *conn, const struct djinn_hdr *hdr,
+		      const struct iovec *iov, int iovcnt)
+{
+	struct iovec v[8];
+	struct msghdr mh = { 0 };
+	uint64_t total = sizeof(*hdr) + hdr->payload_len;
+	int n = 0, i = 0, ret = 0;
+	ssize_t r;
+
+	v[n++] = (struct iovec){ (void *)hdr, sizeof(*hdr) };
+	for (int k = 0; k < iovcnt; k++)
+		if (iov[k].iov_len)
+			v[n++] = iov[k];
+
+	pthread_mutex_lock(&conn->send_lock);
+	while (i < n) {
+		mh.msg_iov = &v[i];
+		mh.msg_iovlen = (size_t)(n - i);
+		r = sendmsg(conn->fd, &mh, MSG_NOSIGNAL);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			ret = -errno;
+			break;
+		}
+		while (r > 0) {
+			size_t step = min_t(size_t, (size_t)r, v[i].iov_len);
+
+			v[i].iov_base = (uint8_t *)v[i].iov_base + step;
+			v[i].iov_len -= step;
+			r -= (ssize_t)step;
+			if (!v[i].iov_len)
+				i++;
+		}
+	}
+	pthread_mutex_unlock(&conn->send_lock);
+
+	if (ret) {
+		/* a partial frame: nothing more can go on this stream */
+		__djinn_conn_fail(conn, ret == -EPIPE ? -ECONNRESET : ret,
+				  "sending %s: %s", __djinn_op_str(hdr->opcode),
+				  strerror(-ret));
+		return atomic_load(&conn->dead);
+	}
+	atomic_fetch_add(&conn->bytes_sent, total);
+	atomic_fetch_add(&conn->requests, 1);
+	return 0;
+}
+
+int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
+		      const struct iovec *iov, int iovcnt)
+{
+	struct djinn_hdr hdr = {
+		.magic = DJINN_MAGIC,
+		.version = DJINN_PROTO_VERSION,
+		.opcode = c->op,
+		.session_id = c->session_id,
+	};
+	uint64_t len = 0, max = conn->server.max_payload;
+	int ret;
+
+	if (iovcnt > 7)
+		return -EINVAL;
+	for (int k = 0; k < iovcnt; k++)
+		len += iov[k].iov_len;
+	if (len > DJINN_MAX_PAYLOAD || (max && len > max)) {
+		ret = -EMSGSIZE;
+		goto out_unsent;
+	}
+	if (!c->id)
+		c->id = atomic_fetch_add(&conn->next_id, 1);
+	hdr.request_id = c->id;
+	hdr.payload_len = len;
+
+	pthread_mutex_lock(&conn->lock);
+	ret = atomic_load(&conn->dead);
+	if (!ret)
+		list_add_tail(&c->node, bucket(conn, c->id));
+	pthread_mutex_unlock(&conn->lock);
+	if (ret)
+		goto out_unsent;
+
+	ret = send_frame(conn, &hdr, iov, iovcnt);
+	if (ret && !c->detached) {
+		/* registered: the receiver fails it now; wait for that */
+		__djinn_call_wait(conn, c, UINT64_MAX);
+		ret = c->err ? c->err : ret;
+	}
+	return ret;
+
+out_unsent:
+	if (c->detached) {
+		__djinn_call_destroy(c);
+		free(c);
+	}
+	return ret;
+}
+
+int __djinn_call_wait(struct djinn_conn *conn, struct dj_call *c,
+		      uint64_t deadline_ns)
+{
+	struct timespec ts = to_timespec(deadline_ns);
+	int ret = 0;
+
+	pthread_mutex_lock(&conn->lock);
+	while (!c->done && !ret) {
+		if (deadline_ns == UINT64_MAX)
+			pthread_cond_wait(&c->cond, &conn->lock);
+		else if (pthread_cond_timedwait(&c->cond, &conn->lock, &ts) ==
+				 ETIMEDOUT &&
+			 !c->done)
+			ret = -ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&conn->lock);
+	return ret;
+}
+
+int __djinn_call_sync(struct djinn_conn *conn, uint16_t op, uint64_t session_id,
+		      const struct iovec *iov, int iovcnt, void *resp,
+		      uint64_t resp_len)
+{
+	struct dj_call c;
+	int ret;
+
+	__djinn_call_init(&c, op, session_id, resp, resp_len);
+	ret = __djinn_call_send(conn, &c, iov, iovcnt);
+	if (!ret) {
+		__djinn_call_wait(conn, &c, UINT64_MAX);
+		ret = c.err;
+	}
+	if (ret)
+		dj_dbg("%s (session %llu): %s: %s", __djinn_op_str(op),
+		       (unsigned long long)session_id, strerror(-ret),
+		       c.msg[0] ? c.msg : "no message");
+	__djinn_call_destroy(&c);
+	return ret;
+}
+
+/* What a detached call was, and where its answer goes. */
+struct dj_detached {
+	struct dj_call call;
+	uint64_t buf[];
+};
+
+int __djinn_call_detached(struct djinn_conn *conn, uint16_t op,
+			  uint64_t session_id, const void *payload,
+			  uint64_t len, uint64_t resp_len,
+			  dj_complete_fn complete)
+{
+	struct iovec iov = { (void *)payload, len };
+	struct dj_detached *d;
+
+	d = malloc(sizeof(*d) + resp_len);
+	if (!d)
+		return -ENOMEM;
+	__djinn_call_init(&d->call, op, session_id, d->buf, resp_len);
+	d->call.detached = true;
+	d->call.complete = complete;
+	return __djinn_call_send(conn, &d->call, &iov, len ? 1 : 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The receiver */
+
+/* Read exactly @len bytes: 0, or -ECONNRESET at EOF, or -errno. */
+static int rx_read(struct djinn_conn *conn, void *dst, size_t len)
+{
+	uint8_t *p = dst;
+	ssize_t r;
+
+	while (len) {
+		size_t avail = conn->rx_tail - conn->rx_head;
+
+		if (avail) {
+			size_t n = min_t(size_t, avail, len);
+
+			memcpy(p, conn->rx_buf + conn->rx_head, n);
+			conn->rx_head += n;
+			p += n;
+			len -= n;
+			continue;
+		}
+		/* big payloads go straight to their destination */
+		if (len >= DJ_RX_BUF)
+			r = recv(conn->fd, p, len, 0);
+		else
+			r = recv(conn->fd, conn->rx_buf, DJ_RX_BUF, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (!r)
+			return -ECONNRESET;
+		if (len >= DJ_RX_BUF) {
+			p += r;
+			len -= (size_t)r;
+		} else {
+			conn->rx_head = 0;
+			conn->rx_tail = (size_t)r;
+		}
+	}
+	return 0;
+}
+
+static __printf(2, 3) int rx_proto(struct djinn_conn *conn, const char *fmt,
+				   ...)
+{
+	char buf[DJINN_MAX_ERROR_MSG];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&conn->lock);
+	__djinn_set_dead(conn, -EPROTO, buf);
+	pthread_mutex_unlock(&conn->lock);
+	return -EPROTO;
+}
+
+/* The payload of a response to @c: into @c, or a broken connection. */
+static int rx_payload(struct djinn_conn *conn, const struct djinn_hdr *h,
+		      struct dj_call *c)
+{
+	uint64_t len = h->payload_len;
+	struct djinn_error e;
+	int ret;
+
+	if (h->opcode != c->op)
+		return rx_proto(conn, "request %llu (%s) answered as opcode %u",
+				(unsigned long long)c->id,
+				__djinn_op_str(c->op), h->opcode);
+	c->peer_version = h->version;
+	/* a HELLO refused for its version comes in the daemon's version */
+	if (h->version != DJINN_PROTO_VERSION &&
+	    !(c->op == DJINN_OP_HELLO && (h->flags & DJINN_F_ERROR)))
+		return rx_proto(conn,
+				"%s answer in protocol version %u, not %u",
+				__djinn_op_str(c->op), h->version,
+				DJINN_PROTO_VERSION);
+	if (!(h->flags & DJINN_F_ERROR)) {
+		if (len != c->resp_len)
+			return rx_proto(conn,
+					"%s answer of %llu bytes, not %llu",
+					__djinn_op_str(c->op),
+					(unsigned long long)len,
+					(unsigned long long)c->resp_len);
+		return rx_read(conn, c->resp, len);
+	}
+
+	if (len < sizeof(e) || len > sizeof(e) + DJINN_MAX_ERROR_MSG)
+		return rx_proto(conn, "%s error of %llu bytes",
+				__djinn_op_str(c->op), (unsigned long long)len);
+	ret = rx_read(conn, &e, sizeof(e));
+	if (ret)
+		return ret;
+	if (e.len != len - sizeof(e) || e.error >= 0 || e.error < -4095)
+		return rx_proto(conn, "%s error %d with %u of %llu bytes",
+				__djinn_op_str(c->op), e.error, e.len,
+				(unsigned long long)(len - sizeof(e)));
+	ret = rx_read(conn, c->msg, e.len);
+	if (ret)
+		return ret;
+	c->msg[e.len] = '\0';
+	for (unsigned int i = 0; i < e.len; i++) /* text for people */
+		if ((unsigned char)c->msg[i] < 0x20 || c->msg[i] == 0x7f)
+			c->msg[i] = '?';
+	c->err = e.error;
+	return 0;
+}
+
+static const char *rx_why(int err)
+{
+	return err == -ECONNRESET ? "djinnd closed the connection" :
+				    strerror(-err);
+}
+
+/* One frame whose header is @h: 0, or why the connection is done. */
+static int rx_frame(struct djinn_conn *conn, const struct djinn_hdr *h)
+{
+	struct dj_call *c = NULL, *pos;
+	int ret;
+
+	if (h->magic != DJINN_MAGIC)
+		return rx_proto(conn, "bad magic %#x", h->magic);
+	if (h->flags & ~DJINN_F_ALL || !(h->flags & DJINN_F_RESPONSE))
+		return rx_proto(conn, "frame flags %#x", h->flags);
+	if (h->__reserved)
+		return rx_proto(conn, "reserved header field %#x",
+				h->__reserved);
+	if (h->payload_len > DJINN_MAX_PAYLOAD)
+		return rx_proto(conn, "payload of %llu bytes",
+				(unsigned long long)h->payload_len);
+
+	pthread_mutex_lock(&conn->lock);
+	list_for_each_entry(pos, bucket(conn, h->request_id), node) {
+		if (pos->id == h->request_id) {
+			c = pos;
+			list_del_init(&c->node);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&conn->lock);
+	if (!c)
+		return rx_proto(conn, "answer to request %llu, not pending",
+				(unsigned long long)h->request_id);
+
+	ret = rx_payload(conn, h, c);
+	pthread_mutex_lock(&conn->lock);
+	if (ret) {
+		__djinn_set_dead(conn, ret, rx_why(ret));
+		c->err = atomic_load(&conn->dead);
+		snprintf(c->msg, sizeof(c->msg), "%s", conn->dead_msg);
+	}
+	if (call_done(conn, c) && !ret)
+		ret = -EPROTO; /* the complete function said why */
+	pthread_mutex_unlock(&conn->lock);
+	if (!ret) {
+		atomic_fetch_add(&conn->responses, 1);
+		atomic_fetch_add(&conn->bytes_received,
+				 sizeof(*h) + h->payload_len);
+	}
+	return ret;
+}
+
+static void *receiver(void *arg)
+{
+	struct djinn_conn *conn = arg;
+	struct djinn_hdr h;
+	int ret;
+
+	do {
+		ret = rx_read(conn, &h, sizeof(h));
+		if (!ret)
+			ret = rx_frame(conn, &h);
+	} while (!ret);
+
+	/* fail everything pending, with the first reason recorded */
+	pthread_mutex_lock(&conn->lock);
+	__djinn_set_dead(conn, ret, rx_why(ret));
+	ret = atomic_load(&conn->dead);
+	for (unsigned int b = 0; b < DJ_CALL_BUCKETS; b++) {
+		while (!list_empty(&conn->calls[b])) {
+			struct dj_call *c = list_first_entry(
+				&conn->calls[b], struct dj_call, node);
+
+			list_del_init(&c->node);
+			c->err = ret;
+			snprintf(c->msg, sizeof(c->msg), "%s", conn->dead_msg);
+			call_done(conn, c);
+		}
+	}
+	pthread_cond_broadcast(&conn->keeper_cond);
+	pthread_mutex_unlock(&conn->lock);
+	shutdown(conn->fd, SHUT_RDWR);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The keeper: heartbeats and deferred releases */
+
+void __djinn_release_later(struct djinn_conn *conn, uint64_t session_id,
+			   uint64_t handle)
+{
+	struct dj_release *rel;
+
+	if (atomic_load(&conn->dead))
+		return;
+	rel = malloc(sizeof(*rel));
+	if (!rel) {
+		dj_warn("session %llu: no memory to release tensor %#llx: "
+			"it lives until the session ends",
+			(unsigned long long)session_id,
+			(unsigned long long)handle);
+		return;
+	}
+	rel->session_id = session_id;
+	rel->handle = handle;
+	list_add_tail(&rel->node, &conn->releases);
+	pthread_cond_broadcast(&conn->keeper_cond);
+}
+
+static int release_done(struct djinn_conn *conn, struct dj_call *c)
+{
+	if (c->err && c->err != atomic_load(&conn->dead))
+		dj_dbg("session %llu: TENSOR_RELEASE: %s: %s",
+		       (unsigned long long)c->session_id, strerror(-c->err),
+		       c->msg);
+	return 0;
+}
+
+static struct djinn_session *find_session(struct djinn_conn *conn, uint64_t id)
+{
+	struct djinn_session *s;
+
+	list_for_each_entry(s, &conn->sessions, node)
+		if (s->id == id)
+			return s;
+	return NULL;
+}
+
+static int heartbeat_done(struct djinn_conn *conn, struct dj_call *c)
+{
+	struct djinn_session *s = find_session(conn, c->session_id);
+	const struct djinn_session_resp *r = c->resp;
+
+	if (!s) /* closed meanwhile */
+		return 0;
+	s->hb_inflight = false;
+	if (c->err) {
+		if (c->err == atomic_load(&conn->dead))
+			return 0;
+		dj_warn("session %llu: HEARTBEAT: %s: %s",
+			(unsigned long long)s->id, strerror(-c->err), c->msg);
+		if (c->err == -ENOENT || c->err == -ECANCELED)
+			s->expired = true;
+		return 0;
+	}
+	if (r->session_id != s->id || !r->lease_ns) {
+		c->err = -EPROTO;
+		snprintf(c->msg, sizeof(c->msg),
+			 "HEARTBEAT answer for session %llu, lease %llu ns",
+			 (unsigned long long)r->session_id,
+			 (unsigned long long)r->lease_ns);
+		__djinn_set_dead(conn, -EPROTO, c->msg);
+		return -EPROTO;
+	}
+	s->lease_ns = r->lease_ns;
+	s->deadline_ns = r->deadline_ns;
+	pthread_cond_broadcast(&conn->keeper_cond);
+	return 0;
+}
+
+/* One thing to do, under conn->lock (dropped while sending): false when
+ * there is nothing to do before @*next. */
+static bool keeper_step(struct djinn_conn *conn, uint64_t *next)
+{
+	struct djinn_session *s;
+	uint64_t now = __djinn_now_ns();
+
+	if (!list_empty(&conn->releases)) {
+		struct dj_release *rel = list_first_entry(
+			&conn->releases, struct dj_release, node);
+		struct djinn_tensor_release p = { .handle = rel->handle };
+		uint64_t sid = rel->session_id;
+
+		list_del_init(&rel->node);
+		free(rel);
+		pthread_mutex_unlock(&conn->lock);
+		__djinn_call_detached(conn, DJINN_OP_TENSOR_RELEASE, sid, &p,
+				      sizeof(p), 0, release_done);
+		pthread_mutex_lock(&conn->lock);
+		return true;
+	}
+
+	*next = UINT64_MAX;
+	list_for_each_entry(s, &conn->sessions, node) {
+		uint64_t due = s->last_ns + s->lease_ns / 3, sid = s->id;
+
+		if (s->expired || s->hb_inflight)
+			continue;
+		if (due > now) {
+			*next = min_t(uint64_t, *next, due);
+			continue;
+		}
+		s->hb_inflight = true;
+		s->last_ns = now;
+		pthread_mutex_unlock(&conn->lock);
+		__djinn_call_detached(conn, DJINN_OP_HEARTBEAT, sid, NULL, 0,
+				      sizeof(struct djinn_session_resp),
+				      heartbeat_done);
+		pthread_mutex_lock(&conn->lock);
+		return true; /* the list may have changed */
+	}
+	return false;
+}
+
+static void *keeper(void *arg)
+{
+	struct djinn_conn *conn = arg;
+	uint64_t next;
+
+	pthread_mutex_lock(&conn->lock);
+	while (!conn->stopping) {
+		struct timespec ts;
+
+		if (atomic_load(&conn->dead)) {
+			pthread_cond_wait(&conn->keeper_cond, &conn->lock);
+			continue;
+		}
+		if (keeper_step(conn, &next))
+			continue;
+		if (next == UINT64_MAX) {
+			pthread_cond_wait(&conn->keeper_cond, &conn->lock);
+			continue;
+		}
+		ts = to_timespec(next);
+		pthread_cond_timedwait(&conn->keeper_cond, &conn->lock, &ts);
+	}
+	pthread_mutex_unlock(&conn->lock);
+	return NULL;
+}
+
+int __djinn_keeper_start(struct djinn_conn *conn)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&conn->lock);
+	if (!conn->keeper_started) {
+		ret = -pthread_create(&conn->keeper, NULL, keeper, conn);
+		conn->keeper_started = !ret;
+	}
+	pthread_mutex_unlock(&conn->lock);
+	return ret;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Connecting */
+
+static void conn_free(struct djinn_conn *conn)
+{
+	pthread_cond_destroy(&conn->keeper_cond);
+	pthread_mutex_destroy(&conn->send_lock);
+	pthread_mutex_destroy(&conn->lock);
+	free(conn->rx_buf);
+	free(conn);
+}
+
+/*
+ * Request ids start at a random point: a session attached on several
+ * connections names results (DJINN_REF_RESULT) by request_id, so the
+ * connections' ids must not meet.
+ */
+static uint64_t first_request_id(void)
+{
+	uint64_t id = 0;
+
+	if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != sizeof(id))
+		id = __djinn_now_ns() ^ ((uint64_t)getpid() << 32);
+	id &= (1ull << 62) - 1; /* room to count up */
+	return id ? id : 1;
+}
+
+int __djinn_conn_start(int fd, struct djinn_conn **out)
+{
+	struct djinn_conn *conn;
+	int ret = -ENOMEM;
+
+	conn = calloc(1, sizeof(*conn));
+	if (!conn)
+		goto out_close;
+	conn->rx_buf = malloc(DJ_RX_BUF);
+	if (!conn->rx_buf)
+		goto out_free;
+	conn->fd = fd;
+	conn->uffd = -1;
+	conn->uffd_stop = -1;
+	atomic_init(&conn->next_id, first_request_id());
+	pthread_mutex_init(&conn->lock, NULL);
+	pthread_mutex_init(&conn->send_lock, NULL);
+	cond_init_monotonic(&conn->keeper_cond);
+	for (unsigned int b = 0; b < DJ_CALL_BUCKETS; b++)
+		INIT_LIST_HEAD(&conn->calls[b]);
+	INIT_LIST_HEAD(&conn->sessions);
+	INIT_LIST_HEAD(&conn->releases);
+	INIT_LIST_HEAD(&conn->mappings);
+
+	ret = -pthread_create(&conn->rx_thread, NULL, receiver, conn);
+	if (ret)
+		goto out_free;
+	conn->rx_started = true;
+	*out = conn;
+	return 0;
+
+out_free:
+	conn_free(conn);
+out_close:
+	close(fd);
+	return ret;
+}
+
+int __djinn_hello(struct djinn_conn *conn)
+{
+	struct djinn_hello_resp h;
+	struct dj_call c;
+	int ret;
+
+	__djinn_call_init(&c, DJINN_OP_HELLO, 0, &h, sizeof(h));
+	ret = __djinn_call_send(conn, &c, NULL, 0);
+	if (!ret) {
+		__djinn_call_wait(conn, &c, UINT64_MAX);
+		ret = c.err;
+	}
+	if (ret == -EPROTONOSUPPORT)
+		dj_err("djinnd speaks protocol version %u, libdjinn version "
+		       "%u: %s",
+		       c.peer_version, DJINN_PROTO_VERSION, c.msg);
+	else if (ret)
+		dj_err("HELLO: %s: %s", strerror(-ret), c.msg);
+	__djinn_call_destroy(&c);
+	if (ret)
+		return ret;
+
+	if (h.version != DJINN_PROTO_VERSION) {
+		dj_err("djinnd speaks protocol version %u, libdjinn version %u",
+		       h.version, DJINN_PROTO_VERSION);
+		return -EPROTONOSUPPORT;
+	}
+	if (h.max_payload <= sizeof(struct djinn_tensor_create) ||
+	    h.max_payload > DJINN_MAX_PAYLOAD) {
+		__djinn_conn_fail(conn, -EPROTO, "HELLO: max_payload %llu",
+				  (unsigned long long)h.max_payload);
+		return -EPROTO;
+	}
+	conn->server.version = h.version;
+	conn->server.features = h.features;
+	conn->server.max_payload = h.max_payload;
+	conn->server.capacity = h.capacity;
+	conn->server.granularity = h.granularity;
+	memcpy(conn->server.backend, h.backend, sizeof(h.backend));
+	conn->server.backend[sizeof(h.backend)] = '\0';
+	dj_dbg("connected: djinnd protocol %u, backend %s, capacity %llu",
+	       h.version, conn->server.backend, (unsigned long long)h.capacity);
+	return 0;
+}
+
+int djinn_connect(const char *addr, struct djinn_conn **out)
+{
+	struct djinn_conn *conn;
+	struct dj_addr a;
+	int fd, ret;
+
+	if (!out)
+		return -EINVAL;
+	ret = __djinn_addr_parse(addr, &a);
+	if (ret) {
+		dj_dbg("address \"%s\": not unix:PATH or tcp:HOST:PORT",
+		       addr ? addr : "(NULL)");
+		return ret;
+	}
+	fd = a.is_unix ? dial_unix(&a) : dial_tcp(&a);
+	if (fd < 0) {
+		dj_dbg("connecting to %s: %s", addr ? addr : "the default",
+		       strerror(-fd));
+		return fd;
+	}
+	ret = __djinn_conn_start(fd, &conn);
+	if (ret)
+		return ret;
+	ret = __djinn_hello(conn);
+	if (ret) {
+		djinn_disconnect(conn);
+		return ret;
+	}
+	*out = conn;
+	return 0;
+}
+
+void djinn_disconnect(struct djinn_conn *conn)
+{
+	uint64_t one = 1;
+
+	if (!conn)
+		return;
+	__djinn_conn_fail(conn, -ESHUTDOWN, "djinn_disconnect()");
+	pthread_mutex_lock(&conn->lock);
+	conn->stopping = true;
+	pthread_cond_broadcast(&conn->keeper_cond);
+	pthread_mutex_unlock(&conn->lock);
+	if (conn->rx_started)
+		pthread_join(conn->rx_thread, NULL);
+	if (conn->keeper_started)
+		pthread_join(conn->keeper, NULL);
+	if (conn->uffd_started) {
+		if (write(conn->uffd_stop, &one, sizeof(one)) != sizeof(one))
+			dj_warn("stopping the fault handler: %s",
+				strerror(errno));
+		pthread_join(conn->uffd_thread, NULL);
+	}
+
+	/* every thread is gone: no locking needed, but the helpers take it */
+	while (!list_empty(&conn->sessions)) {
+		struct djinn_session *s = list_first_entry(
+			&conn->sessions, struct djinn_session, node);
+
+		list_del_init(&s->node);
+		__djinn_session_teardown(s);
+		free(s);
+	}
+	while (!list_empty(&conn->releases)) {
+		struct dj_release *rel = list_first_entry(
+			&conn->releases, struct dj_release, node);
+
+		list_del_init(&rel->node);
+		free(rel);
+	}
+	if (conn->uffd >= 0)
+		close(conn->uffd);
+	if (conn->uffd_stop >= 0)
+		close(conn->uffd_stop);
+	close(conn->fd);
+	conn_free(conn);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Getters */
+
+int djinn_conn_server_info(struct djinn_conn *conn,
+			   struct djinn_server_info *info)
+{
+	if (!conn || !info)
+		return -EINVAL;
+	*info = conn->server;
+	return 0;
+}
+
+int djinn_conn_ping(struct djinn_conn *conn)
+{
+	if (!conn)
+		return -EINVAL;
+	return __djinn_call_sync(conn, DJINN_OP_HEARTBEAT, 0, NULL, 0, NULL, 0);
+}
+
+int djinn_conn_stats(struct djinn_conn *conn, struct djinn_conn_stats *stats)
+{
+	if (!conn || !stats)
+		return -EINVAL;
+	stats->bytes_sent = atomic_load(&conn->bytes_sent);
+	stats->bytes_received = atomic_load(&conn->bytes_received);
+	stats->requests = atomic_load(&conn->requests);
+	stats->responses = atomic_load(&conn->responses);
+	stats->map_faults = atomic_load(&conn->map_faults);
+	stats->map_bytes = atomic_load(&conn->map_bytes);
+	return 0;
+}

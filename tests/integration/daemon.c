@@ -1,0 +1,585 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Start, talk to and stop a real djinnd; see daemon.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+int64_t dj_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+uint64_t dj_next_id(void)
+{
+	static uint64_t next = 1000;
+
+	return __atomic_add_fetch(&next, 1, __ATOMIC_RELAXED);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The daemon */
+
+const char *djd_binary(void)
+{
+	static char path[PATH_MAX];
+	const char *env = getenv("DJINND");
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (env && *env)
+		return env;
+	if (path[0])
+		return path;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return "build/djinnd/djinnd";
+	self[n] = 0;
+	/* BUILD/tests/integration/test_daemon -> BUILD/djinnd/djinnd */
+	snprintf(path, sizeof(path), "%s/../../djinnd/djinnd", dirname(self));
+	return path;
+}
+
+static char start_error[256];
+
+const char *djd_start_error(void)
+{
+	return start_error;
+}
+
+/* The last line of the log into start_error. */
+static void keep_last_line(const struct djd *d)
+{
+	char line[sizeof(start_error)];
+	FILE *f = fopen(d->log, "r");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (line[0] && line[0] != '\n')
+			memcpy(start_error, line, sizeof(line));
+	fclose(f);
+	start_error[strcspn(start_error, "\n")] = 0;
+}
+
+static void rm_dir(struct djd *d)
+{
+	char p[sizeof(d->dir) + 16];
+
+	if (!d->dir[0])
+		return;
+	unlink(d->sock);
+	unlink(d->admin);
+	unlink(d->log);
+	snprintf(p, sizeof(p), "%s/djinnd.log", d->dir);
+	unlink(p);
+	rmdir(d->dir);
+	d->dir[0] = 0;
+}
+
+static bool can_connect(const char *path)
+{
+	int fd = dj_connect(path);
+
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
+int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
+{
+	const char *bin = djd_binary();
+	char listen[sizeof(d->sock) + 8], lease[24];
+	int64_t deadline;
+	pid_t parent = getpid();
+
+	memset(d, 0, sizeof(*d));
+	d->pid = -1;
+	start_error[0] = 0;
+	if (access(bin, X_OK)) {
+		fprintf(stderr, "djinnd binary %s: %s (set DJINND)\n", bin,
+			strerror(errno));
+		return -ENOENT;
+	}
+	strcpy(d->dir, "/tmp/djinn-it.XXXXXX");
+	if (!mkdtemp(d->dir)) {
+		d->dir[0] = 0;
+		return -errno;
+	}
+	snprintf(d->sock, sizeof(d->sock), "%s/djinnd.sock", d->dir);
+	snprintf(d->admin, sizeof(d->admin), "%s/admin.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/stderr.log", d->dir);
+	snprintf(listen, sizeof(listen), "unix:%s", d->sock);
+	snprintf(lease, sizeof(lease), "%u", lease_ms);
+
+	fflush(NULL);
+	d->pid = fork();
+	if (d->pid < 0) {
+		int ret = -errno;
+
+		rm_dir(d);
+		return ret;
+	}
+	if (!d->pid) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int nul = open("/dev/null", O_RDONLY);
+
+		/* Die with the test, whatever kills it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		if (fd < 0 || nul < 0)
+			_exit(127);
+		dup2(nul, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(bin, bin, "--foreground", "--listen", listen,
+		      "--admin-socket", d->admin, "--cpu-mem", cpu_mem,
+		      "--lease-ms", lease, "--threads", "2", "--log-level",
+		      getenv("DJINN_TEST_VERBOSE") ? "debug" : "info",
+		      (char *)NULL);
+		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
+		_exit(127);
+	}
+
+	deadline = dj_now_ms() + 20000;
+	while (dj_now_ms() < deadline) {
+		int status;
+
+		if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+			fprintf(stderr, "djinnd exited at start (status %#x)\n",
+				status);
+			d->pid = -1;
+			keep_last_line(d);
+			djd_log_tail(d, 4096);
+			rm_dir(d);
+			return -ECHILD;
+		}
+		if (can_connect(d->sock) && can_connect(d->admin))
+			return 0;
+		sleep_ms(5);
+	}
+	fprintf(stderr, "djinnd: sockets not accepting after 20 s\n");
+	djd_log_tail(d, 4096);
+	djd_kill(d);
+	return -ETIMEDOUT;
+}
+
+/* The sanitizer report's SUMMARY line in the log (else its first line
+ * that shows a report) into @out: whether there is one. */
+static bool report_line(const struct djd *d, char *out, size_t len)
+{
+	static const char *const bad[] = {
+		"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+		"runtime error",	   "WARNING: ThreadSanitizer",
+		"Segmentation fault",
+	};
+	bool found = false;
+	char line[4096];
+	FILE *f = fopen(d->log, "r");
+
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		bool summary = !strncmp(line, "SUMMARY: ", 9);
+
+		for (size_t i = 0; !summary && !found && i < ARRAY_SIZE(bad);
+		     i++)
+			summary = strstr(line, bad[i]) != NULL;
+		if (summary) {
+			size_t n = strcspn(line, "\n");
+
+			n = n < len ? n : len - 1;
+			memcpy(out, line, n);
+			out[n] = 0;
+			found = true;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+bool djd_log_has_report(const struct djd *d)
+{
+	char line[256];
+
+	return report_line(d, line, sizeof(line));
+}
+
+void djd_log_tail(const struct djd *d, long bytes)
+{
+	char buf[1024];
+	FILE *f = fopen(d->log, "r");
+	size_t n;
+
+	if (!f)
+		return;
+	if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > bytes)
+		fseek(f, -bytes, SEEK_END);
+	else
+		fseek(f, 0, SEEK_SET);
+	fprintf(stderr, "---- djinnd log (%s), last %ld bytes ----\n", d->log,
+		bytes);
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		fwrite(buf, 1, n, stderr);
+	fprintf(stderr, "---- end of djinnd log ----\n");
+	fclose(f);
+}
+
+/* Wait for the daemon until @deadline: 0 with @status, or -ETIMEDOUT. */
+static int reap(struct djd *d, int64_t deadline, int *status)
+{
+	do {
+		pid_t r = waitpid(d->pid, status, WNOHANG);
+
+		if (r == d->pid) {
+			d->pid = -1;
+			return 0;
+		}
+		if (r < 0 && errno != EINTR) {
+			d->pid = -1;
+			return -errno;
+		}
+		sleep_ms(2);
+	} while (dj_now_ms() < deadline);
+	return -ETIMEDOUT;
+}
+
+int djd_stop(struct djd *d, int timeout_ms)
+{
+	int status = 0, ret;
+
+	if (d->pid <= 0) {
+		rm_dir(d);
+		return -ECHILD;
+	}
+	kill(d->pid, SIGTERM);
+	ret = reap(d, dj_now_ms() + timeout_ms, &status);
+	if (ret == -ETIMEDOUT) {
+		fprintf(stderr, "djinnd: still running %d ms after SIGTERM\n",
+			timeout_ms);
+		djd_log_tail(d, 4096);
+		djd_kill(d);
+		return ret;
+	}
+	if (ret) {
+		fprintf(stderr, "djinnd: waitpid: %s\n", strerror(-ret));
+	} else if (WIFSIGNALED(status)) {
+		snprintf(d->end, sizeof(d->end), "killed by signal %d",
+			 WTERMSIG(status));
+		ret = -EIO;
+	} else {
+		snprintf(d->end, sizeof(d->end), "exit status %d",
+			 WEXITSTATUS(status));
+		ret = WEXITSTATUS(status) ? -EIO : 0;
+	}
+	if (!ret || ret == -EIO) {
+		char line[sizeof(d->end)];
+
+		if (report_line(d, line, sizeof(line))) {
+			snprintf(d->end, sizeof(d->end), "%s", line);
+			ret = -EIO;
+		}
+	}
+	if (ret)
+		fprintf(stderr, "djinnd: %s\n", d->end);
+	if (ret || getenv("DJINN_TEST_VERBOSE"))
+		djd_log_tail(d, 16384);
+	rm_dir(d);
+	return ret;
+}
+
+void djd_kill(struct djd *d)
+{
+	int status;
+
+	if (d->pid > 0) {
+		kill(d->pid, SIGKILL);
+		if (reap(d, dj_now_ms() + 10000, &status))
+			fprintf(stderr, "djinnd %d: not reaped\n", (int)d->pid);
+		d->pid = -1;
+	}
+	rm_dir(d);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sockets */
+
+int dj_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, ret;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	/* A unix connect does not block unless the backlog is full. */
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		socklen_t sl = sizeof(ret);
+
+		ret = -errno;
+		if (ret != -EAGAIN && ret != -EINPROGRESS)
+			goto fail;
+		if (poll(&p, 1, DJ_TIMEOUT_MS) != 1) {
+			ret = -ETIMEDOUT;
+			goto fail;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &ret, &sl) || ret) {
+			ret = ret ? -ret : -errno;
+			goto fail;
+		}
+	}
+	return fd;
+fail:
+	close(fd);
+	return ret;
+}
+
+/* Wait until @fd is ready for @events or @deadline passes. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = events };
+		int64_t left = deadline - dj_now_ms();
+		int r;
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		r = poll(&p, 1, (int)left);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+int dj_write(int fd, const void *buf, size_t len, int timeout_ms)
+{
+	const uint8_t *p = buf;
+	int64_t deadline = dj_now_ms() + timeout_ms;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int ret;
+
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno != EAGAIN)
+			return -errno;
+		ret = wait_fd(fd, POLLOUT, deadline);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+long dj_read(int fd, void *buf, size_t len, int timeout_ms)
+{
+	uint8_t *p = buf;
+	size_t got = 0;
+	int64_t deadline = dj_now_ms() + timeout_ms;
+
+	while (got < len) {
+		ssize_t n = recv(fd, p + got, len - got, MSG_DONTWAIT);
+		int ret;
+
+		if (n > 0) {
+			got += (size_t)n;
+			continue;
+		}
+		if (!n)
+			return got ? -EPIPE : 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN)
+			return -errno;
+		ret = wait_fd(fd, POLLIN, deadline);
+		if (ret)
+			return ret;
+	}
+	return (long)got;
+}
+
+int dj_wait_eof(int fd, int timeout_ms)
+{
+	int64_t deadline = dj_now_ms() + timeout_ms;
+	uint8_t buf[4096];
+
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		int ret;
+
+		if (!n)
+			return 1;
+		if (n > 0)
+			continue;
+		if (errno == ECONNRESET)
+			return 1;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN)
+			return -errno;
+		ret = wait_fd(fd, POLLIN, deadline);
+		if (ret == -ETIMEDOUT)
+			return 0;
+		if (ret)
+			return ret;
+	}
+}
+
+/* ---------------------------------------------------------------------- */
+/* Frames */
+
+struct djinn_hdr dj_hdr(uint16_t op, uint64_t request_id, uint64_t session_id,
+			uint64_t payload_len)
+{
+	return (struct djinn_hdr){
+		.magic = DJINN_MAGIC,
+		.version = DJINN_PROTO_VERSION,
+		.opcode = op,
+		.request_id = request_id,
+		.session_id = session_id,
+		.payload_len = payload_len,
+	};
+}
+
+int dj_send_raw(int fd, const struct djinn_hdr *h, const void *payload,
+		size_t len)
+{
+	int ret = dj_write(fd, h, sizeof(*h), DJ_TIMEOUT_MS);
+
+	if (!ret && len)
+		ret = dj_write(fd, payload, len, DJ_TIMEOUT_MS);
+	return ret;
+}
+
+int dj_send(int fd, uint16_t op, uint64_t request_id, uint64_t session_id,
+	    const void *payload, size_t len)
+{
+	struct djinn_hdr h = dj_hdr(op, request_id, session_id, len);
+
+	return dj_send_raw(fd, &h, payload, len);
+}
+
+void dj_resp_free(struct dj_resp *r)
+{
+	free(r->data);
+	r->data = NULL;
+	r->len = 0;
+}
+
+int dj_recv(int fd, struct dj_resp *r, int timeout_ms)
+{
+	int64_t deadline = dj_now_ms() + timeout_ms;
+	long n;
+
+	memset(r, 0, sizeof(*r));
+	n = dj_read(fd, &r->hdr, sizeof(r->hdr), timeout_ms);
+	if (n <= 0)
+		return (int)n;
+	if (r->hdr.magic != DJINN_MAGIC ||
+	    r->hdr.version != DJINN_PROTO_VERSION ||
+	    !(r->hdr.flags & DJINN_F_RESPONSE) ||
+	    (r->hdr.flags & ~DJINN_F_ALL) || r->hdr.__reserved ||
+	    r->hdr.payload_len > (1ull << 32)) {
+		fprintf(stderr,
+			"bad response header: magic %#x version %u flags %#x "
+			"reserved %u payload %llu\n",
+			r->hdr.magic, r->hdr.version, r->hdr.flags,
+			r->hdr.__reserved,
+			(unsigned long long)r->hdr.payload_len);
+		return -EBADMSG;
+	}
+	r->len = r->hdr.payload_len;
+	if (r->len) {
+		int64_t left = deadline - dj_now_ms();
+
+		r->data = malloc(r->len);
+		if (!r->data)
+			return -ENOMEM;
+		n = dj_read(fd, r->data, r->len, left > 0 ? (int)left : 1);
+		if (n <= 0) {
+			dj_resp_free(r);
+			return n ? (int)n : -EPIPE;
+		}
+	}
+	if (r->hdr.flags & DJINN_F_ERROR) {
+		struct djinn_error e;
+
+		if (r->len < sizeof(e))
+			goto bad_error;
+		memcpy(&e, r->data, sizeof(e));
+		if (e.len > DJINN_MAX_ERROR_MSG ||
+		    e.len != r->len - sizeof(e) || e.error >= 0)
+			goto bad_error;
+		r->error = e.error;
+		memcpy(r->msg, r->data + sizeof(e), e.len);
+		r->msg[e.len] = 0;
+	}
+	return 1;
+bad_error:
+	fprintf(stderr, "malformed error payload of %llu bytes\n",
+		(unsigned long long)r->len);
+	dj_resp_free(r);
+	return -EBADMSG;
+}
+
+int dj_call(int fd, uint16_t op, uint64_t session_id, const void *payload,
+	    size_t len, struct dj_resp *r)
+{
+	uint64_t id = dj_next_id();
+	int ret = dj_send(fd, op, id, session_id, payload, len);
+
+	if (ret)
+		return ret;
+	ret = dj_recv(fd, r, DJ_TIMEOUT_MS);
+	if (ret <= 0)
+		return ret;
+	if (r->hdr.request_id != id || r->hdr.opcode != op) {
+		fprintf(stderr,
+			"response to request %llu op %u came as request %llu "
+			"op %u\n",
+			(unsigned long long)id, op,
+			(unsigned long long)r->hdr.request_id, r->hdr.opcode);
+		dj_resp_free(r);
+		return -EBADMSG;
+	}
+	return 1;
+}
