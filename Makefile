@@ -236,11 +236,10 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(BUILD)/bench/vmu-bench
 
-# The main job. Until djinnd lands (issue 3) it replays the LLM-serving
-# trace through the VMU on the host provider and reports what it did.
+# The main job: djinnd on the CPU backend and a client (scripts/run.sh).
 run: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)$(BUILD)/bench/vmu-bench --report
+	$(Q)BUILD=$(BUILD) scripts/run.sh
 
 # libFuzzer binaries (clang); run one with build-fuzz/fuzz_NAME tests/fuzz/corpus/NAME
 fuzz: deps
