@@ -88,6 +88,7 @@ test_libdjinn_abi_LIBS   := -ldl
 FUZZERS     := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZERS:%=$(BUILD)/tests/fuzz/replay_%)
 fuzz_graph_LIBS := $(COMMON_LIB)
+fuzz_frames_LIBS := $(LIBS_DJINND)
 
 # --- tools -------------------------------------------------------------------
 # djinnctl speaks the admin protocol itself: it links nothing of the daemon.

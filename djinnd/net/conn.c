@@ -517,7 +517,7 @@ static void body_done(struct conn *c)
 }
 
 /* Feed @len received bytes through the parser. */
-static void conn_feed(struct conn *c, const uint8_t *p, uint64_t len)
+void conn_feed(struct conn *c, const uint8_t *p, uint64_t len)
 {
 	const struct vmu_provider *prov = c->srv->backend->provider;
 
@@ -643,42 +643,52 @@ static void conn_complete(struct io_src *src, struct io_uring_cqe *cqe,
 /* ---------------------------------------------------------------------- */
 /* Accepting */
 
-static void conn_new(struct listener *ls, int fd)
+struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 {
-	struct server *srv = ls->srv;
 	socklen_t len = sizeof(struct ucred);
 	struct conn *c;
 	int one = 1;
 
-	if (srv->nr_conns >= srv->cfg.max_conns || srv->draining) {
-		close(fd);
-		return;
-	}
 	c = calloc(1, sizeof(*c));
 	if (!c || (!srv->br && !(c->rbuf = malloc(RBUF_SIZE)))) {
 		free(c);
-		close(fd);
-		return;
+		return NULL;
 	}
 	c->src.complete = conn_complete;
 	c->srv = srv;
 	c->fd = fd;
-	c->admin = ls->admin;
-	c->tcp = ls->tcp;
-	c->no_zc = !ls->tcp;
+	c->admin = admin;
+	c->tcp = tcp;
+	c->no_zc = !tcp;
 	c->refs = 1; /* the list's */
 	INIT_LIST_HEAD(&c->outq);
 	INIT_LIST_HEAD(&c->zcwait);
-	if (ls->tcp)
+	if (tcp)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len))
 		c->cred.uid = (uid_t)-1;
 	list_add_tail(&c->node, &srv->conns);
 	srv->nr_conns++;
 	srv->st.conns_accepted++;
-	log_debug("conn %d: %s%s, pid %d uid %d", fd, ls->tcp ? "tcp" : "unix",
-		  ls->admin ? " (admin)" : "", (int)c->cred.pid,
-		  (int)c->cred.uid);
+	log_debug("conn %d: %s%s, pid %d uid %d", fd, tcp ? "tcp" : "unix",
+		  admin ? " (admin)" : "", (int)c->cred.pid, (int)c->cred.uid);
+	return c;
+}
+
+static void conn_new(struct listener *ls, int fd)
+{
+	struct server *srv = ls->srv;
+	struct conn *c;
+
+	if (srv->nr_conns >= srv->cfg.max_conns || srv->draining) {
+		close(fd);
+		return;
+	}
+	c = conn_create(srv, fd, ls->admin, ls->tcp);
+	if (!c) {
+		close(fd);
+		return;
+	}
 	conn_recv_arm(c);
 }
 

@@ -89,6 +89,12 @@ struct conn {
 	struct iovec iov[3];
 };
 
+/* A connection on @fd (accepted, or one end of a socketpair in the frame
+ * fuzzer), in the server's list; the caller arms receiving, or feeds it
+ * bytes itself. NULL when out of memory (@fd stays the caller's). */
+struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp);
+/* Run @len bytes through the frame parser, as if received. */
+void conn_feed(struct conn *c, const uint8_t *p, uint64_t len);
 void conn_get(struct conn *c);
 void conn_put(struct conn *c);
 /* Stop receiving; replies already queued still go unless @force. */

@@ -19,6 +19,8 @@ struct tensor_slot {
 
 #define NO_SLOT UINT32_MAX
 
+bool session_predictable_handles;
+
 const char *session_reason_name(enum session_end_reason why)
 {
 	switch (why) {
@@ -130,6 +132,8 @@ int session_create(struct server *srv, const char *tenant, uint32_t priority,
 		free(s);
 		return -EIO;
 	}
+	if (session_predictable_handles)
+		s->key = 0;
 	ret = vmu_session_create(srv->vmu, tenant, &s->vs);
 	if (ret) {
 		free(s);

@@ -94,6 +94,10 @@ struct session {
 	struct session *hnext;
 };
 
+/* For the frame fuzzer only: handles without the random key, so inputs
+ * can name the tensors they made. Never set in djinnd. */
+extern bool session_predictable_handles;
+
 /* Make a session for @tenant (validated: 1 to 63 printable bytes), not
  * yet in the table. */
 int session_create(struct server *srv, const char *tenant, uint32_t priority,
