@@ -499,9 +499,11 @@ static int rx_read(struct djinn_conn *conn, void *dst, size_t len)
 			len -= n;
 			continue;
 		}
-		/* big payloads go straight to their destination */
+		/* Big payloads go straight to their destination, in pieces:
+		 * on TCP loopback one huge recv() runs at two thirds of the
+		 * speed of 64 KiB ones. */
 		if (len >= DJ_RX_BUF)
-			r = recv(conn->fd, p, len, 0);
+			r = recv(conn->fd, p, min_t(size_t, len, 64u << 10), 0);
 		else
 			r = recv(conn->fd, conn->rx_buf, DJ_RX_BUF, 0);
 		if (r < 0 && errno == EINTR)
@@ -624,6 +626,13 @@ static int rx_frame(struct djinn_conn *conn, const struct djinn_hdr *h)
 				(unsigned long long)h->request_id);
 
 	ret = rx_payload(conn, h, c);
+	/* Counted before the caller wakes, so that its look at the stats
+	 * right after its call returns includes this answer. */
+	if (!ret) {
+		atomic_fetch_add(&conn->responses, 1);
+		atomic_fetch_add(&conn->bytes_received,
+				 sizeof(*h) + h->payload_len);
+	}
 	pthread_mutex_lock(&conn->lock);
 	if (ret) {
 		__djinn_set_dead(conn, ret, rx_why(ret));
@@ -633,11 +642,6 @@ static int rx_frame(struct djinn_conn *conn, const struct djinn_hdr *h)
 	if (call_done(conn, c) && !ret)
 		ret = -EPROTO; /* the complete function said why */
 	pthread_mutex_unlock(&conn->lock);
-	if (!ret) {
-		atomic_fetch_add(&conn->responses, 1);
-		atomic_fetch_add(&conn->bytes_received,
-				 sizeof(*h) + h->payload_len);
-	}
 	return ret;
 }
 

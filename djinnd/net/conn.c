@@ -643,6 +643,26 @@ static void conn_complete(struct io_src *src, struct io_uring_cqe *cqe,
 /* ---------------------------------------------------------------------- */
 /* Accepting */
 
+static bool peer_is_loopback(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getpeername(fd, (struct sockaddr *)&ss, &len))
+		return false;
+	if (ss.ss_family == AF_INET)
+		return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >>
+			24) == 127;
+	if (ss.ss_family == AF_INET6) {
+		const struct in6_addr *a =
+			&((struct sockaddr_in6 *)&ss)->sin6_addr;
+
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
+}
+
 struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 {
 	socklen_t len = sizeof(struct ucred);
@@ -663,10 +683,14 @@ struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 	c->refs = 1; /* the list's */
 	INIT_LIST_HEAD(&c->outq);
 	INIT_LIST_HEAD(&c->zcwait);
-	if (tcp)
+	if (tcp) {
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len))
+		/* On loopback the kernel copies zero-copy pages again when it
+		 * delivers them (skb_copy_ubufs): plain sends are faster. */
+		c->no_zc = peer_is_loopback(fd);
+	} else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len)) {
 		c->cred.uid = (uid_t)-1;
+	}
 	list_add_tail(&c->node, &srv->conns);
 	srv->nr_conns++;
 	srv->st.conns_accepted++;
