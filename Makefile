@@ -28,6 +28,9 @@ DEB_PKGS  := gcc clang make libc6-dev pkg-config libssl-dev libcmocka-dev \
 # groff checks djinnctl's man page; python3 parses its JSON in the tests.
 DEB_PKGS  += groff python3
 
+# make bench compares djinnd's round trips with redis-benchmark's PING.
+DEB_PKGS  += redis-server redis-tools
+
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 ALL_CFLAGS  += $(BLAS_CFLAGS)
@@ -107,6 +110,8 @@ INTEG_BINS := $(BUILD)/tests/integration/test_daemon
 
 # --- benchmarks ----------------------------------------------------------------
 BENCH_BINS := $(BUILD)/bench/vmu-bench
+# The network benchmarks: a libdjinn program, linked as the examples are.
+DJINN_BENCH := $(BUILD)/tools/djinn-bench
 
 # --- examples: libdjinn programs, linked as a user links them -------------------
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
@@ -118,6 +123,7 @@ OBJS = $(SRCS:%.c=$(BUILD)/%.o) $(LIBDJINN_OBJS)
 
 SRCS += $(DJINNCTL_SRCS) tests/integration/open_session.c
 SRCS += $(INTEG_SRCS)
+SRCS += tools/djinn-bench.c
 
 .PHONY: all deps test check asan bench run fuzz format-check clean
 .SECONDARY:
@@ -129,6 +135,7 @@ all: $(COMMON_LIB) $(VMU_LIB) $(BACKEND_LIB) $(DJINND_LIB) $(DJINND) $(UNIT_BINS
 
 all: $(DJINNCTL) $(SCRIPT_TESTS)
 all: $(INTEG_BINS)
+all: $(DJINN_BENCH)
 
 deps:
 	$(Q)scripts/deps.sh $(DEB_PKGS)
@@ -197,6 +204,11 @@ $(DJINNCTL): $(DJINNCTL_SRCS:%.c=$(BUILD)/%.o)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^
 
+$(DJINN_BENCH): $(BUILD)/tools/djinn-bench.o $(BUILD)/libdjinn.so
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< -L$(BUILD) -ldjinn \
+		-Wl,-rpath,'$$ORIGIN/..' -lm
+
 $(BUILD)/tests/integration/open_session: $(BUILD)/tests/integration/open_session.o
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^
@@ -236,6 +248,7 @@ asan: deps
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(BUILD)/bench/vmu-bench
+	$(Q)$(DJINN_BENCH) --djinnd $(DJINND)
 
 # The main job: djinnd on the CPU backend and a client (scripts/run.sh).
 run: deps
