@@ -34,6 +34,7 @@
 
 #include <openssl/sha.h>
 
+#include "bench.h"
 #include "vmu/vmu.h"
 
 #define KiB ((uint64_t)1 << 10)
@@ -50,14 +51,6 @@ static struct {
 
 /* ------------------------------------------------------------------------ */
 /* Helpers: time, random numbers, statistics, errors */
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Keep @p alive: the compiler may not drop a malloc/free pair around it. */
 static inline void sink(const void *p)
@@ -105,24 +98,6 @@ static uint64_t rng_range(struct rng *r, uint64_t lo, uint64_t hi)
 static double rng_unit(struct rng *r)
 {
 	return (double)(rng_next(r) >> 11) * 0x1.0p-53;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(const double *v, unsigned int n)
-{
-	double s[64];
-
-	if (!n || n > ARRAY_SIZE(s))
-		return NAN;
-	memcpy(s, v, n * sizeof(*v));
-	qsort(s, n, sizeof(*s), cmp_double);
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
 __attribute__((noreturn, format(printf, 1, 2))) static void

@@ -77,6 +77,8 @@
 
 #include <djinn/djinn.h>
 
+#include "../bench/bench.h"
+
 #define KiB ((uint64_t)1 << 10)
 #define MiB ((uint64_t)1 << 20)
 
@@ -121,14 +123,6 @@ static volatile pid_t daemon_pid = -1, redis_pid = -1, child_pid = -1;
 
 /* ------------------------------------------------------------------------ */
 /* Helpers: time, errors, memory, the run's deadline */
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void sleep_ns(uint64_t ns)
 {
@@ -290,24 +284,6 @@ static void on_signal(int sig)
 	if (sig == SIGALRM && write(2, msg, sizeof(msg) - 1) < 0)
 		_exit(1);
 	_exit(sig == SIGALRM ? 1 : 128 + sig);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(const double *v, unsigned int n)
-{
-	double s[16];
-
-	if (!n || n > ARRAY_SIZE(s))
-		return NAN;
-	memcpy(s, v, n * sizeof(*v));
-	qsort(s, n, sizeof(*s), cmp_double);
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
 /* ------------------------------------------------------------------------ */

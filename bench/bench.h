@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Helpers shared by the benchmark programs (bench/vmu-bench.c,
+ * tools/djinn-bench.c): the clock and the statistics their JSON lines
+ * report.
+ */
+#ifndef DJINN_BENCH_H
+#define DJINN_BENCH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median of @n samples (at most 64), NAN for none. */
+static inline double median(const double *v, unsigned int n)
+{
+	double s[64];
+
+	if (!n || n > sizeof(s) / sizeof(s[0]))
+		return NAN;
+	memcpy(s, v, n * sizeof(*v));
+	qsort(s, n, sizeof(*s), cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+#endif /* DJINN_BENCH_H */
