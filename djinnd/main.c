@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -86,6 +87,23 @@ static const char *run_dir(void)
 		return dir;
 	}
 	return "run";
+}
+
+/* Connections need fds: take the hard limit, and keep max_conns under
+ * it with room for everything else, so accept never runs out. */
+static void raise_nofile(struct server_config *cfg)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < cfg->max_conns + 256)
+		cfg->max_conns = rl.rlim_cur > 512 ? rl.rlim_cur - 256 : 256;
 }
 
 static int daemonize(void)
@@ -230,6 +248,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	log_info("djinnd %s starting", DJINND_VERSION);
+	raise_nofile(&cfg);
 	ret = server_block_signals();
 	if (!ret)
 		ret = server_init(&srv, &cfg);

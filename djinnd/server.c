@@ -61,13 +61,22 @@ static uint64_t lease_tick(struct loop_timer *t, uint64_t now)
 	return next ? next : 1000000;
 }
 
-/* Draining: once no graph is queued or running, end everything. */
+#define DRAIN_MAX_NS 10000000000ull /* then stop all the same */
+
+static uint64_t drain_deadline;
+
+/* Draining: no new requests are read; once no graph is queued or
+ * running (or after DRAIN_MAX_NS), end everything. */
 static uint64_t drain_tick(struct loop_timer *t, uint64_t now)
 {
 	struct server *srv = sigs.srv;
 
-	if (executor_depth(srv->exec))
+	if (executor_depth(srv->exec) && now < drain_deadline)
 		return 5000000;
+	if (executor_depth(srv->exec))
+		log_warn("drain: %u graphs still queued after %llu s: stopping",
+			 executor_depth(srv->exec),
+			 (unsigned long long)(DRAIN_MAX_NS / 1000000000ull));
 	while (!list_empty(&srv->sessions))
 		session_end(srv,
 			    list_first_entry(&srv->sessions, struct session,
@@ -107,6 +116,9 @@ static void sig_complete(struct io_src *src, struct io_uring_cqe *cqe,
 				executor_depth(srv->exec));
 			srv->draining = true;
 			listeners_close(srv);
+			/* Read no more requests; answers still go out. */
+			conns_close_all(srv, false);
+			drain_deadline = loop_now() + DRAIN_MAX_NS;
 			loop_timer_add(&srv->loop, &sigs.drain, loop_now());
 			break;
 		}
@@ -146,7 +158,9 @@ static int signals_init(struct server *srv)
 
 int server_init(struct server *srv, const struct server_config *cfg)
 {
-	struct vmu_config vcfg = { 0 };
+	/* Swapped-out regions may hold as much host memory as the device
+	 * has, no more. */
+	struct vmu_config vcfg = { .swap_limit = cfg->cpu_mem };
 	int ret;
 
 	memset(srv, 0, sizeof(*srv));
@@ -154,6 +168,7 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	INIT_LIST_HEAD(&srv->sessions);
 	INIT_LIST_HEAD(&srv->listeners);
 	INIT_LIST_HEAD(&srv->conns);
+	INIT_LIST_HEAD(&srv->closing);
 	server_started_ns = loop_now();
 	ret = loop_init(&srv->loop, 4096);
 	if (ret) {

@@ -61,6 +61,7 @@ struct server {
 
 	struct list_head listeners;
 	struct list_head conns;
+	struct list_head closing; /* closed, still owed completions */
 	unsigned int nr_conns;
 	struct bufring *br; /* provided receive buffers, or NULL */
 

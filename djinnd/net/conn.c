@@ -29,6 +29,10 @@ enum { TAG_RECV = 1, TAG_SEND = 2, TAG_ACCEPT = 3 };
 #define BR_ENTRIES 256 /* x 64 KiB: 16 MiB of receive buffers */
 #define ZC_MIN (64u << 10) /* zero-copy sends from this size */
 #define DISCARD_MAX (1u << 20) /* refused payloads up to this are skipped */
+/* A client that lets this many replies pile up unread is disconnected,
+ * as Redis does with its output buffer limits. */
+#define OUTQ_MAX_MSGS 65536
+#define OUTQ_MAX_BYTES (64u << 20)
 
 struct bufring {
 	struct io_uring_buf_ring *ring;
@@ -39,6 +43,8 @@ struct listener {
 	struct io_src src;
 	struct server *srv;
 	struct list_head node;
+	struct loop_timer retry; /* accept again after running out of fds */
+	uint64_t last_warn;
 	int fd;
 	bool admin, tcp, multishot;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -106,6 +112,7 @@ void conn_put(struct conn *c)
 
 	if (--c->refs)
 		return;
+	list_del_init(&c->node); /* off srv->closing */
 	list_splice_tail(&c->zcwait, &c->outq);
 	while (!list_empty(&c->outq)) {
 		struct out_msg *m =
@@ -133,14 +140,18 @@ void conn_put(struct conn *c)
  * decide. */
 void conn_close(struct conn *c, bool force)
 {
-	if (force)
+	if (force) {
 		shutdown(c->fd, SHUT_RDWR); /* wakes sends too */
+		c->tx_dead = true;
+	}
 	if (c->closing)
 		return;
 	c->closing = true;
 	if (c->stream)
 		ops_stream_abort(c);
-	list_del_init(&c->node);
+	/* Kept on a list until its last completion: shutdown can still
+	 * reach it. */
+	list_move_tail(&c->node, &c->srv->closing);
 	/* Wakes the pending receive, which then drops its reference. */
 	shutdown(c->fd, SHUT_RD);
 	conn_put(c); /* the list's reference */
@@ -152,6 +163,9 @@ void conns_close_all(struct server *srv, bool force)
 
 	list_for_each_entry_safe(c, n, &srv->conns, node)
 		conn_close(c, force);
+	if (force)
+		list_for_each_entry_safe(c, n, &srv->closing, node)
+			conn_close(c, true);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -202,7 +216,9 @@ static int conn_queue(struct conn *c, const struct djinn_hdr *req,
 {
 	struct out_msg *m;
 
-	if (c->closing)
+	/* A closing connection still sends what it owes (a drain answers
+	 * the graphs in flight), unless its socket is dead. */
+	if (c->tx_dead)
 		goto drop;
 	m = calloc(1, sizeof(*m));
 	if (!m)
@@ -230,6 +246,16 @@ static int conn_queue(struct conn *c, const struct djinn_hdr *req,
 	m->done = done;
 	m->arg = arg;
 	list_add_tail(&m->node, &c->outq);
+	c->outq_msgs++;
+	c->outq_bytes += body_len;
+	if (!c->overflow &&
+	    (c->outq_msgs > OUTQ_MAX_MSGS || c->outq_bytes > OUTQ_MAX_BYTES)) {
+		log_warn("conn %d: %u replies (%llu bytes) unread: closing",
+			 c->fd, c->outq_msgs,
+			 (unsigned long long)c->outq_bytes);
+		c->overflow = true;
+		c->close_after = true; /* stops the parser; closed after */
+	}
 	c->srv->st.bytes_out += sizeof(m->hdr) + body_len + data_len;
 	if (!c->sending)
 		conn_send_next(c);
@@ -300,6 +326,8 @@ static uint64_t msg_len(const struct out_msg *m)
 
 static void msg_finish(struct conn *c, struct out_msg *m)
 {
+	c->outq_msgs--;
+	c->outq_bytes -= m->body_len;
 	list_del_init(&m->node);
 	if (m->done)
 		m->done(m->arg);
@@ -319,10 +347,6 @@ static void conn_send_next(struct conn *c)
 	c->mh.msg_iov = c->iov;
 	c->mh.msg_iovlen = msg_iov(c, m);
 	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_SEND);
-	if (!sqe) {
-		conn_close(c, true);
-		return;
-	}
 	/* Zero-copy needs a socket that supports it (TCP; not AF_UNIX). */
 	m->zc = c->srv->loop.feat.send_zc && !c->no_zc && m->data_len >= ZC_MIN;
 	if (m->zc) {
@@ -582,10 +606,6 @@ static void conn_recv_arm(struct conn *c)
 	if (c->closing || c->recv_armed)
 		return;
 	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_RECV);
-	if (!sqe) {
-		conn_close(c, true);
-		return;
-	}
 	if (c->srv->br) {
 		io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
 		sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -612,7 +632,9 @@ static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
 			conn_feed(c, p, (uint64_t)cqe->res);
 		if (br && (cqe->flags & IORING_CQE_F_BUFFER))
 			bufring_recycle(br, bid);
-		if (c->close_after)
+		if (c->overflow)
+			conn_close(c, true);
+		else if (c->close_after)
 			conn_close(c, false); /* the error reply still goes */
 	}
 	if (more)
@@ -730,17 +752,38 @@ static void listener_arm(struct listener *ls)
 		io_uring_prep_accept(sqe, ls->fd, NULL, NULL, SOCK_CLOEXEC);
 }
 
+static uint64_t listener_retry(struct loop_timer *t, uint64_t now)
+{
+	struct listener *ls = container_of(t, struct listener, retry);
+
+	if (ls->fd >= 0)
+		listener_arm(ls);
+	return 0;
+}
+
 static void listener_complete(struct io_src *src, struct io_uring_cqe *cqe,
 			      unsigned int tag)
 {
 	struct listener *ls = container_of(src, struct listener, src);
+	bool out_of_fds = cqe->res == -EMFILE || cqe->res == -ENFILE;
+	uint64_t now = loop_now();
 
-	if (cqe->res >= 0)
+	if (cqe->res >= 0) {
 		conn_new(ls, cqe->res);
-	else if (cqe->res != -ECANCELED)
+	} else if (cqe->res != -ECANCELED &&
+		   now - ls->last_warn > 1000000000ull) {
+		ls->last_warn = now; /* at most a line a second */
 		log_warn("accept: %s", strerror(-cqe->res));
+	}
 	if (cqe->res == -ECANCELED || ls->fd < 0)
 		return;
+	if (out_of_fds) {
+		/* Accepting again at once would spin: wait for fds. */
+		if (list_empty(&ls->retry.node))
+			loop_timer_add(&ls->srv->loop, &ls->retry,
+				       now + 100000000ull);
+		return;
+	}
 	if (!(cqe->flags & IORING_CQE_F_MORE))
 		listener_arm(ls);
 }
@@ -837,6 +880,8 @@ static int listener_add(struct server *srv, const char *spec, bool admin)
 	if (!ls)
 		return -ENOMEM;
 	ls->src.complete = listener_complete;
+	ls->retry.fn = listener_retry;
+	INIT_LIST_HEAD(&ls->retry.node);
 	ls->srv = srv;
 	ls->admin = admin;
 	ls->fd = -1;
@@ -913,6 +958,7 @@ void listeners_free(struct server *srv)
 						       struct listener, node);
 
 		list_del_init(&ls->node);
+		loop_timer_del(&ls->retry);
 		free(ls);
 	}
 	if (srv->br) {

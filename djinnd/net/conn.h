@@ -66,6 +66,10 @@ struct conn {
 	struct ucred cred;
 	int refs;
 	bool closing, recv_armed;
+	bool tx_dead; /* the socket cannot send any more */
+	bool overflow; /* the client does not read its replies */
+	unsigned int outq_msgs;
+	uint64_t outq_bytes; /* of bodies queued */
 
 	uint8_t *rbuf; /* single-shot receive buffer */
 

@@ -4,6 +4,8 @@
 #include <string.h>
 #include <sys/utsname.h>
 #include <time.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "net/loop.h"
@@ -86,16 +88,29 @@ void loop_exit(struct loop *l)
 	io_uring_queue_exit(&l->ring);
 }
 
+/*
+ * Never fails: callers rely on it (closing an object because an SQE could
+ * not be had, in the middle of using it, was a use-after-free). A full
+ * SQ is submitted to make room; if the kernel cannot take it just now
+ * (-EAGAIN, -EBUSY while the CQ overflows), wait a little and retry. A
+ * ring that stays unusable for seconds is a daemon that cannot work.
+ */
 struct io_uring_sqe *loop_sqe(struct loop *l, struct io_src *src,
 			      unsigned int tag)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+	struct io_uring_sqe *sqe;
 
-	if (!sqe) {
-		io_uring_submit(&l->ring);
-		sqe = io_uring_get_sqe(&l->ring);
-		if (!sqe)
-			return NULL;
+	for (int tries = 0; !(sqe = io_uring_get_sqe(&l->ring)); tries++) {
+		int ret = io_uring_submit(&l->ring);
+
+		if (ret >= 0)
+			continue;
+		if (tries > 5000) {
+			log_err("io_uring: cannot submit (%s) for 5 s",
+				strerror(-ret));
+			abort();
+		}
+		usleep(1000);
 	}
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)src | tag);
 	return sqe;

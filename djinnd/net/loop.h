@@ -62,7 +62,7 @@ int loop_init(struct loop *l, unsigned int entries);
 void loop_exit(struct loop *l);
 
 /* A fresh SQE tagged for @src; submits to make room if the SQ is full.
- * NULL only if even that fails. */
+ * Never NULL. */
 struct io_uring_sqe *loop_sqe(struct loop *l, struct io_src *src,
 			      unsigned int tag);
 

@@ -213,7 +213,7 @@ static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
 	if (ret) {
 		conn_error(c, hdr, ret, "%s",
 			   ret == -EINVAL ? "bad tenant name or priority" :
-			   ret == -EMFILE ? "too many sessions" :
+			   ret == -EDQUOT ? "too many sessions" :
 					    "cannot open a session");
 		return;
 	}
@@ -344,7 +344,7 @@ static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 			 const struct djinn_tensor_create *r, struct stream *st)
 {
 	uint64_t bytes, data = hdr->payload_len - sizeof(*r);
-	struct vmu_region_info info;
+	struct vmu_region_info info = { 0 };
 	int ret;
 
 	ret = check_desc(c, hdr, &r->desc, &bytes);
@@ -388,6 +388,12 @@ static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 		}
 		st->pinned = !ret;
 		c->sink.addr = info.addr;
+		/* What is not sent reads as zero: a region taken back from
+		 * the session's cache still holds its earlier bytes. */
+		if (!ret && data < bytes)
+			ret = c->srv->backend->provider->ops->memset(
+				c->srv->backend->provider, info.addr + data, 0,
+				bytes - data);
 	}
 	if (ret) {
 		char why[VMU_MSG_LEN];
@@ -548,6 +554,7 @@ void ops_session_ended(struct server *srv, struct session *s)
 	list_for_each_entry(c, &srv->conns, node) {
 		struct stream *st = c->stream;
 
+		conn_detach(c, s->id);
 		if (!st || st->s != s)
 			continue;
 		conn_error(c, &c->hdr, -ECANCELED, "session %llu ended: %s",
@@ -721,6 +728,12 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->s = req_session(c, hdr);
 	if (!job->s)
 		goto out_free;
+	if (job->s->graphs_inflight >= SESSION_GRAPHS_INFLIGHT) {
+		conn_error(c, hdr, -EAGAIN,
+			   "%u graphs in flight: wait for their answers",
+			   job->s->graphs_inflight);
+		goto out_free;
+	}
 	nin = job->view.g->nr_inputs;
 	nout = job->view.g->nr_outputs;
 	job->in_descs = calloc(nin ? nin : 1, sizeof(*job->in_descs));
@@ -765,6 +778,7 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	free(outs);
 	job->conn = c;
 	conn_get(c);
+	job->s->graphs_inflight++;
 	executor_submit(c->srv->exec, job);
 	return;
 
@@ -807,6 +821,7 @@ void ops_graph_done(struct server *srv, struct exec_job *job)
 			free(r);
 		}
 	}
+	job->s->graphs_inflight--;
 	conn_put(c);
 	exec_job_free(job);
 }

@@ -123,7 +123,7 @@ int session_create(struct server *srv, const char *tenant, uint32_t priority,
 	if (!tenant_ok(tenant) || priority > 7)
 		return -EINVAL;
 	if (srv->nr_sessions >= srv->cfg.max_sessions)
-		return -EMFILE;
+		return -EDQUOT;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -260,6 +260,10 @@ int session_tensor_add(struct session *s, const struct tensor *t,
 	int ret = 0;
 
 	pthread_mutex_lock(&s->lock);
+	if (s->nr_tensors >= SESSION_MAX_TENSORS) {
+		ret = -EDQUOT;
+		goto out;
+	}
 	i = s->free_slot;
 	if (i == NO_SLOT) {
 		uint32_t n = s->nr_slots ? s->nr_slots * 2 : 16;

@@ -61,6 +61,8 @@ struct result_rec {
 };
 
 #define SESSION_RESULTS 64 /* graphs remembered for DJINN_REF_RESULT */
+#define SESSION_GRAPHS_INFLIGHT 64 /* queued or running, per session */
+#define SESSION_MAX_TENSORS (1u << 20) /* handles per session */
 
 struct session {
 	uint64_t id;
@@ -74,6 +76,7 @@ struct session {
 	uint32_t phase; /* last SIGNAL */
 	uint64_t phase_until;
 	uint64_t requests;
+	uint32_t graphs_inflight; /* the I/O thread's count */
 
 	struct vmu_session *vs;
 	int refs; /* atomic */

@@ -49,7 +49,10 @@
  *   -ENOMEM        admission refused: the message gives need and
  *                  availability
  *   -EPERM         also: TENSOR_WRITE to a text tensor (read-only)
- *   -EDQUOT        a quota would be exceeded
+ *   -EDQUOT        a quota or limit would be exceeded (sessions on the
+ *                  server, tensors per session)
+ *   -EAGAIN        too many graphs in flight for the session (64): retry
+ *                  once answers have come
  *   -EBADMSG       text bytes that do not hash to the fingerprint given
  *   -ECANCELED     the session ended while the request was queued
  *
