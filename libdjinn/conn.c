@@ -1,25 +1,42 @@
 // SPDX-License-Identifier: MIT
 /*
- * Connections: addresses, frames, pending calls, the receiver, the keeper.
+ * Connections: addresses, frames, pending calls, reading, the keeper.
  *
  * A request is a struct dj_call registered in conn->calls[] (hashed by
  * request_id) before its frame goes out, so that an answer arriving
- * before sendmsg() returns finds it. The receiver is the only thread that
- * completes calls: on a response, or, when the connection breaks, all of
- * them at once. Whoever notices a broken connection first (a sender whose
- * sendmsg() fails, a caller that finds an answer malformed, the receiver)
- * records why in conn->dead and shuts the socket down; the receiver then
- * sees EOF and fails what is pending. Registration checks conn->dead
- * under the same lock, so no call is left behind.
+ * before sendmsg() returns finds it. Only the holder of the reader token
+ * completes calls (internal.h says who holds it): on a response, or, when
+ * the connection breaks, all of them at once. Whoever notices a broken
+ * connection first (a sender whose sendmsg() fails, a caller that finds
+ * an answer malformed, the reader) records why in conn->dead and shuts
+ * the socket down; the reader then sees EOF and fails what is pending.
+ * Registration checks conn->dead under the same lock, so no call is left
+ * behind.
+ *
+ * The token changes hands only under conn->lock, so that whoever holds it
+ * sees rx_buf as the last holder left it. Its rules:
+ *
+ * - A free token with calls pending that are not sync (conn->nr_async),
+ *   or with a hang-up seen or the connection dead, is the receiver's: it
+ *   is kicked (rx_kick) whenever that becomes true, and takes it.
+ * - The receiver keeps the token while that holds, then gives it up.
+ * - A sync waiter takes a free token; a waiter that finds it held queues
+ *   its call on conn->rx_followers and sleeps on the call's cond.
+ * - Whoever gives the token up hands it to the first queued call
+ *   (dj_call.rx_given), else frees it and kicks the receiver if it has
+ *   reading to do. A queued call is never done (only the holder completes
+ *   calls, and call_done() unqueues them), so a handed token is taken.
  */
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -253,6 +270,7 @@ void __djinn_call_init(struct dj_call *c, uint16_t op, uint64_t session_id,
 	memset(c, 0, offsetof(struct dj_call, msg));
 	c->msg[0] = '\0';
 	INIT_LIST_HEAD(&c->node);
+	INIT_LIST_HEAD(&c->wnode);
 	c->op = op;
 	c->session_id = session_id;
 	c->resp = resp;
@@ -296,10 +314,18 @@ void __djinn_conn_fail(struct djinn_conn *conn, int err, const char *why, ...)
 	shutdown(conn->fd, SHUT_RDWR);
 }
 
+/* Take @c out of the pending calls; under conn->lock. */
+static void call_unlink(struct djinn_conn *conn, struct dj_call *c)
+{
+	list_del_init(&c->node);
+	if (!c->sync)
+		conn->nr_async--;
+}
+
 /*
- * Complete @c with what it has (@c->err, @c->msg), under conn->lock.
- * Waiters are woken first: they need the lock, so they see everything
- * @complete does. @complete may free @c (not a detached one).
+ * Complete @c with what it has (@c->err, @c->msg), under conn->lock, by
+ * the reader. Waiters are woken first: they need the lock, so they see
+ * everything @complete does. @complete may free @c (not a detached one).
  */
 static int call_done(struct djinn_conn *conn, struct dj_call *c)
 {
@@ -307,6 +333,7 @@ static int call_done(struct djinn_conn *conn, struct dj_call *c)
 	int ret = 0;
 
 	c->done = true;
+	list_del_init(&c->wnode);
 	pthread_cond_broadcast(&c->cond);
 	if (c->complete)
 		ret = c->complete(conn, c);
@@ -316,6 +343,49 @@ static int call_done(struct djinn_conn *conn, struct dj_call *c)
 	}
 	return ret;
 }
+
+/* Wake the receiver to look at the token again; under conn->lock. */
+static void rx_kick(struct djinn_conn *conn)
+{
+	uint64_t one = 1;
+
+	if (conn->rx_kicked)
+		return;
+	conn->rx_kicked = true;
+	/* only fails when the count would overflow: then it is readable */
+	if (write(conn->rx_kick, &one, sizeof(one)) != sizeof(one))
+		dj_dbg("waking the receiver: %s", strerror(errno));
+}
+
+/* Has the receiver reading to do? Under conn->lock. */
+static bool rx_needed(struct djinn_conn *conn)
+{
+	return !conn->rx_failed &&
+	       (conn->nr_async || conn->rx_hup || atomic_load(&conn->dead));
+}
+
+/*
+ * Give the reader token up, under conn->lock: to the first waiter queued
+ * for it, else back to the receiver if it has reading to do or waits.
+ */
+static void rx_put(struct djinn_conn *conn)
+{
+	struct dj_call *c;
+
+	if (!list_empty(&conn->rx_followers)) {
+		c = list_first_entry(&conn->rx_followers, struct dj_call,
+				     wnode);
+		list_del_init(&c->wnode);
+		c->rx_given = true; /* conn->rx_busy stays set */
+		pthread_cond_broadcast(&c->cond);
+		return;
+	}
+	conn->rx_busy = false;
+	if (conn->rx_wants || rx_needed(conn))
+		rx_kick(conn);
+}
+
+static void rx_lead(struct djinn_conn *conn, struct dj_call *c);
 
 static int send_frame(struct djinn_conn *conn, const struct djinn_hdr *hdr,
 		      const struct iovec *iov, int iovcnt)
@@ -376,6 +446,8 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 		.session_id = c->session_id,
 	};
 	uint64_t len = 0, max = conn->server.max_payload;
+	/* once registered, a detached call is the reader's to free */
+	bool detached = c->detached;
 	int ret;
 
 	if (iovcnt > 7)
@@ -393,42 +465,64 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 
 	pthread_mutex_lock(&conn->lock);
 	ret = atomic_load(&conn->dead);
-	if (!ret)
+	if (!ret) {
 		list_add_tail(&c->node, bucket(conn, c->id));
+		if (!c->sync) {
+			/* an answer nobody may wait for: the receiver reads */
+			conn->nr_async++;
+			if (!conn->rx_busy)
+				rx_kick(conn);
+		}
+	}
 	pthread_mutex_unlock(&conn->lock);
 	if (ret)
 		goto out_unsent;
 
 	ret = send_frame(conn, &hdr, iov, iovcnt);
-	if (ret && !c->detached) {
-		/* registered: the receiver fails it now; wait for that */
+	if (ret && !detached) {
+		/* registered: the reader fails it now; wait for that */
 		__djinn_call_wait(conn, c, UINT64_MAX);
 		ret = c->err ? c->err : ret;
 	}
 	return ret;
 
 out_unsent:
-	if (c->detached) {
+	if (detached) {
 		__djinn_call_destroy(c);
 		free(c);
 	}
 	return ret;
 }
 
+/*
+ * A waiter with no deadline reads while nobody else does: it takes a free
+ * token (or one handed to it), else queues its call for the token and
+ * sleeps until the call is done or the token is handed to it. A waiter
+ * with a deadline only sleeps: its call is not sync, so the receiver
+ * reads for it. A token handed to a call is never left: only a waiter
+ * with no deadline queues a call, and it leaves only once the call is
+ * done, which takes a reader.
+ */
 int __djinn_call_wait(struct djinn_conn *conn, struct dj_call *c,
 		      uint64_t deadline_ns)
 {
 	struct timespec ts = to_timespec(deadline_ns);
+	bool forever = deadline_ns == UINT64_MAX;
 	int ret = 0;
 
 	pthread_mutex_lock(&conn->lock);
 	while (!c->done && !ret) {
-		if (deadline_ns == UINT64_MAX)
+		if (forever && (c->rx_given || !conn->rx_busy)) {
+			rx_lead(conn, c);
+		} else if (forever) {
+			if (list_empty(&c->wnode))
+				list_add_tail(&c->wnode, &conn->rx_followers);
 			pthread_cond_wait(&c->cond, &conn->lock);
-		else if (pthread_cond_timedwait(&c->cond, &conn->lock, &ts) ==
-				 ETIMEDOUT &&
-			 !c->done)
+		} else if (pthread_cond_timedwait(&c->cond, &conn->lock, &ts) ==
+				   ETIMEDOUT &&
+			   !c->done) {
 			ret = -ETIMEDOUT;
+		}
 	}
 	pthread_mutex_unlock(&conn->lock);
 	return ret;
@@ -442,6 +536,7 @@ int __djinn_call_sync(struct djinn_conn *conn, uint16_t op, uint64_t session_id,
 	int ret;
 
 	__djinn_call_init(&c, op, session_id, resp, resp_len);
+	c.sync = true;
 	ret = __djinn_call_send(conn, &c, iov, iovcnt);
 	if (!ret) {
 		__djinn_call_wait(conn, &c, UINT64_MAX);
@@ -479,7 +574,7 @@ int __djinn_call_detached(struct djinn_conn *conn, uint16_t op,
 }
 
 /* ---------------------------------------------------------------------- */
-/* The receiver */
+/* Reading: by the token's holder only */
 
 /* Read exactly @len bytes: 0, or -ECONNRESET at EOF, or -errno. */
 static int rx_read(struct djinn_conn *conn, void *dst, size_t len)
@@ -595,8 +690,13 @@ static const char *rx_why(int err)
 				    strerror(-err);
 }
 
-/* One frame whose header is @h: 0, or why the connection is done. */
-static int rx_frame(struct djinn_conn *conn, const struct djinn_hdr *h)
+/*
+ * One frame whose header is @h: 0, or why the connection is done. Sets
+ * *@done if it completed @mine, the call its reader waits for (NULL for
+ * the receiver).
+ */
+static int rx_frame(struct djinn_conn *conn, const struct djinn_hdr *h,
+		    struct dj_call *mine, bool *done)
 {
 	struct dj_call *c = NULL, *pos;
 	int ret;
@@ -616,7 +716,7 @@ static int rx_frame(struct djinn_conn *conn, const struct djinn_hdr *h)
 	list_for_each_entry(pos, bucket(conn, h->request_id), node) {
 		if (pos->id == h->request_id) {
 			c = pos;
-			list_del_init(&c->node);
+			call_unlink(conn, c);
 			break;
 		}
 	}
@@ -639,42 +739,125 @@ static int rx_frame(struct djinn_conn *conn, const struct djinn_hdr *h)
 		c->err = atomic_load(&conn->dead);
 		snprintf(c->msg, sizeof(c->msg), "%s", conn->dead_msg);
 	}
+	if (c == mine) /* before call_done(), which may free c */
+		*done = true;
 	if (call_done(conn, c) && !ret)
 		ret = -EPROTO; /* the complete function said why */
 	pthread_mutex_unlock(&conn->lock);
 	return ret;
 }
 
-static void *receiver(void *arg)
+/* Read and dispatch one frame, with the token. */
+static int rx_one(struct djinn_conn *conn, struct dj_call *mine, bool *done)
 {
-	struct djinn_conn *conn = arg;
 	struct djinn_hdr h;
 	int ret;
 
-	do {
-		ret = rx_read(conn, &h, sizeof(h));
-		if (!ret)
-			ret = rx_frame(conn, &h);
-	} while (!ret);
+	ret = rx_read(conn, &h, sizeof(h));
+	if (!ret)
+		ret = rx_frame(conn, &h, mine, done);
+	return ret;
+}
 
-	/* fail everything pending, with the first reason recorded */
-	pthread_mutex_lock(&conn->lock);
-	__djinn_set_dead(conn, ret, rx_why(ret));
-	ret = atomic_load(&conn->dead);
+/*
+ * Reading stopped at @err: the connection is dead, with the first reason
+ * recorded. Fail every pending call and shut the socket down; under
+ * conn->lock, with the token.
+ */
+static void rx_fail(struct djinn_conn *conn, int err)
+{
+	__djinn_set_dead(conn, err, rx_why(err));
+	err = atomic_load(&conn->dead);
 	for (unsigned int b = 0; b < DJ_CALL_BUCKETS; b++) {
 		while (!list_empty(&conn->calls[b])) {
 			struct dj_call *c = list_first_entry(
 				&conn->calls[b], struct dj_call, node);
 
-			list_del_init(&c->node);
-			c->err = ret;
+			call_unlink(conn, c);
+			c->err = err;
 			snprintf(c->msg, sizeof(c->msg), "%s", conn->dead_msg);
 			call_done(conn, c);
 		}
 	}
+	conn->rx_failed = true;
 	pthread_cond_broadcast(&conn->keeper_cond);
-	pthread_mutex_unlock(&conn->lock);
 	shutdown(conn->fd, SHUT_RDWR);
+	rx_kick(conn); /* the receiver's work is over */
+}
+
+/*
+ * A waiter's turn with the token, which is free or handed to @c: read
+ * until @c is done, then give the token up. Under conn->lock, dropped
+ * while reading.
+ */
+static void rx_lead(struct djinn_conn *conn, struct dj_call *c)
+{
+	bool done = false;
+	int ret;
+
+	c->rx_given = false;
+	conn->rx_busy = true;
+	pthread_mutex_unlock(&conn->lock);
+	do
+		ret = rx_one(conn, c, &done);
+	while (!ret && !done);
+	pthread_mutex_lock(&conn->lock);
+	if (ret)
+		rx_fail(conn, ret);
+	rx_put(conn);
+}
+
+/*
+ * Sleep until kicked, under conn->lock (dropped meanwhile). With the
+ * token free, watch the socket too, for a hang-up only: an answer a
+ * waiter reads must not wake the receiver.
+ */
+static void rx_sleep(struct djinn_conn *conn)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = conn->rx_kick, .events = POLLIN },
+		{ .fd = conn->fd, .events = POLLRDHUP },
+	};
+	bool idle = !conn->rx_busy;
+	uint64_t n;
+
+	conn->rx_wants = !idle;
+	pthread_mutex_unlock(&conn->lock);
+	if (poll(pfd, idle ? 2 : 1, -1) < 0)
+		pfd[0].revents = pfd[1].revents = 0; /* EINTR: look again */
+	if ((pfd[0].revents & POLLIN) && read(conn->rx_kick, &n, sizeof(n)) < 0)
+		pfd[0].revents = 0;
+	pthread_mutex_lock(&conn->lock);
+	if (pfd[0].revents & POLLIN)
+		conn->rx_kicked = false;
+	if (idle && pfd[1].revents)
+		conn->rx_hup = true;
+}
+
+static void *receiver(void *arg)
+{
+	struct djinn_conn *conn = arg;
+	int ret;
+
+	pthread_mutex_lock(&conn->lock);
+	while (!conn->rx_failed) {
+		if (conn->rx_busy || !rx_needed(conn)) {
+			rx_sleep(conn);
+			continue;
+		}
+		conn->rx_busy = true;
+		conn->rx_wants = false;
+		pthread_mutex_unlock(&conn->lock);
+		ret = rx_one(conn, NULL, NULL);
+		pthread_mutex_lock(&conn->lock);
+		if (ret)
+			rx_fail(conn, ret);
+		if (rx_needed(conn))
+			conn->rx_busy = false; /* taken again, lock held */
+		else
+			rx_put(conn);
+	}
+	pthread_mutex_unlock(&conn->lock);
 	return NULL;
 }
 
@@ -841,6 +1024,8 @@ int __djinn_keeper_start(struct djinn_conn *conn)
 
 static void conn_free(struct djinn_conn *conn)
 {
+	if (conn->rx_kick >= 0)
+		close(conn->rx_kick);
 	pthread_cond_destroy(&conn->keeper_cond);
 	pthread_mutex_destroy(&conn->send_lock);
 	pthread_mutex_destroy(&conn->lock);
@@ -871,6 +1056,7 @@ int __djinn_conn_start(int fd, struct djinn_conn **out)
 	conn = calloc(1, sizeof(*conn));
 	if (!conn)
 		goto out_close;
+	conn->rx_kick = -1;
 	conn->rx_buf = malloc(DJ_RX_BUF);
 	if (!conn->rx_buf)
 		goto out_free;
@@ -886,6 +1072,12 @@ int __djinn_conn_start(int fd, struct djinn_conn **out)
 	INIT_LIST_HEAD(&conn->sessions);
 	INIT_LIST_HEAD(&conn->releases);
 	INIT_LIST_HEAD(&conn->mappings);
+	INIT_LIST_HEAD(&conn->rx_followers);
+	conn->rx_kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (conn->rx_kick < 0) {
+		ret = -errno;
+		goto out_free;
+	}
 
 	ret = -pthread_create(&conn->rx_thread, NULL, receiver, conn);
 	if (ret)
@@ -908,6 +1100,7 @@ int __djinn_hello(struct djinn_conn *conn)
 	int ret;
 
 	__djinn_call_init(&c, DJINN_OP_HELLO, 0, &h, sizeof(h));
+	c.sync = true;
 	ret = __djinn_call_send(conn, &c, NULL, 0);
 	if (!ret) {
 		__djinn_call_wait(conn, &c, UINT64_MAX);

@@ -4,21 +4,37 @@
  * libdjinn.a and may call these). Nothing here is exported from
  * libdjinn.so: the version script exports djinn_* only.
  *
+ * Reading: one thread at a time reads the socket, the one holding the
+ * reader token (conn->rx_busy). It reads every frame, validates it,
+ * matches it to its pending call by request_id and completes the call; on
+ * EOF, error or a protocol violation it fails every pending call and marks
+ * the connection dead. A reader never sends and never waits for anything
+ * but the socket and conn->lock.
+ *
+ * A thread that waits for its own answer with no deadline takes the token
+ * when it is free and reads until its call is done (leader/follower), so
+ * that a synchronous call costs one sleep, in recv(), not a hand-over
+ * between threads; then it hands the token to another such waiter, or to
+ * the receiver when it has reading to do.
+ *
  * Threads of a connection:
  *
- *   receiver  reads every frame, validates it, matches it to its pending
- *             call by request_id and completes the call; on EOF, error or
- *             a protocol violation it fails every pending call and marks
- *             the connection dead. It never sends.
+ *   receiver  reads when answers are due that no thread waits to read
+ *             (submitted graphs, HEARTBEATs, TENSOR_RELEASEs), and after
+ *             the peer hung up or the connection died, until every
+ *             pending call is done. Otherwise it sleeps in poll(),
+ *             watching the socket for a hang-up only (data does not wake
+ *             it) and rx_kick for work. It never sends.
  *   keeper    started with the first session: sends HEARTBEATs and the
- *             TENSOR_RELEASEs that completions defer to it (so that the
- *             receiver never blocks on the send lock).
+ *             TENSOR_RELEASEs that completions defer to it (so that a
+ *             reader never blocks on the send lock).
  *   faults    started with the first userfaultfd mapping: serves page
  *             faults with TENSOR_READ and UFFDIO_COPY.
  *
- * Locking: conn->lock guards the pending calls, every object list, the
- * refcounts and all completion state; conn->send_lock serialises whole
- * frames on the socket. send_lock is never taken with lock held.
+ * Locking: conn->lock guards the pending calls, the reader token, every
+ * object list, the refcounts and all completion state; conn->send_lock
+ * serialises whole frames on the socket. send_lock is never taken with
+ * lock held, nor by the reader.
  */
 #ifndef LIBDJINN_INTERNAL_H
 #define LIBDJINN_INTERNAL_H
@@ -89,7 +105,7 @@ struct djinn_conn;
 struct dj_call;
 
 /*
- * Run by the receiver under conn->lock when @c completes (also when it
+ * Run by the reader under conn->lock when @c completes (also when it
  * fails because the connection died). A non-zero return, with @c->err
  * 0, means the response broke the protocol: the connection is killed.
  */
@@ -101,8 +117,13 @@ typedef int (*dj_complete_fn)(struct djinn_conn *conn, struct dj_call *c);
  * @id:         its request_id
  * @session_id: hdr.session_id it was sent with
  * @op:         its opcode, which the response must echo
+ * @wnode:      in conn->rx_followers while a thread waits for it, ready
+ *              to read when handed the reader token
  * @done:       the response came, or the connection died
- * @detached:   nobody waits: the receiver frees it after @complete
+ * @detached:   nobody waits: the reader frees it after @complete
+ * @sync:       its sender waits for it at once with no deadline and so
+ *              reads for it: the receiver need not
+ * @rx_given:   the reader token was handed to a waiter of this call
  * @err:        once done: 0 or a negative errno
  * @peer_version: hdr.version of the response
  * @resp:       where a successful response's payload goes ...
@@ -116,8 +137,11 @@ struct dj_call {
 	uint64_t id;
 	uint64_t session_id;
 	uint16_t op;
+	struct list_head wnode;
 	bool done;
 	bool detached;
+	bool sync;
+	bool rx_given;
 	int err;
 	unsigned int peer_version;
 	void *resp;
@@ -139,8 +163,11 @@ void __djinn_call_destroy(struct dj_call *c);
 int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 		      const struct iovec *iov, int iovcnt);
 
-/* Wait for @c until @deadline_ns (CLOCK_MONOTONIC; UINT64_MAX: none):
- * 0 or -ETIMEDOUT; @c->err says how it went. Takes conn->lock. */
+/*
+ * Wait for @c until @deadline_ns (CLOCK_MONOTONIC; UINT64_MAX: none):
+ * 0 or -ETIMEDOUT; @c->err says how it went. Takes conn->lock. With no
+ * deadline the caller reads the socket itself while nobody else does.
+ */
 int __djinn_call_wait(struct djinn_conn *conn, struct dj_call *c,
 		      uint64_t deadline_ns);
 
@@ -161,13 +188,13 @@ int __djinn_call_detached(struct djinn_conn *conn, uint16_t op,
 
 /*
  * The connection is broken (@err: -EPROTO, -ECONNRESET, -ESHUTDOWN): mark
- * it dead and shut the socket down, so that the receiver fails every
+ * it dead and shut the socket down, so that the reader fails every
  * pending call. Idempotent; the first error sticks. @why is logged.
  */
 void __djinn_conn_fail(struct djinn_conn *conn, int err, const char *why, ...)
 	__printf(3, 4);
-/* The same under conn->lock, for the receiver's complete functions (the
- * receiver shuts the socket down when they return non-zero). */
+/* The same under conn->lock, for the complete functions (the reader
+ * shuts the socket down when they return non-zero). */
 void __djinn_set_dead(struct djinn_conn *conn, int err, const char *why);
 
 /* ---------------------------------------------------------------------- */
@@ -194,6 +221,16 @@ struct djinn_conn {
 
 	pthread_t rx_thread;
 	bool rx_started;
+	/* the reader token and the receiver's state, under lock */
+	bool rx_busy; /* a thread holds the token */
+	bool rx_failed; /* every pending call failed: nothing more to read */
+	bool rx_hup; /* the receiver saw the peer hang up */
+	bool rx_wants; /* the receiver waits for the token */
+	bool rx_kicked; /* rx_kick written and not yet read */
+	unsigned int nr_async; /* pending calls that are not @sync */
+	struct list_head rx_followers; /* dj_call.wnode */
+	int rx_kick; /* an eventfd that wakes the receiver */
+	/* the token holder's */
 	uint8_t *rx_buf;
 	size_t rx_head, rx_tail;
 

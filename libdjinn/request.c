@@ -4,9 +4,9 @@
  *
  * A request is freed when nobody needs it: not the user (until
  * djinn_request_free()), not a graph builder holding one of its results
- * as an input, and not the receiver (until its answer comes). Results
+ * as an input, and not the reader (until its answer comes). Results
  * that were never released are then released on the daemon by the
- * keeper, since the last reference may drop in the receiver, which must
+ * keeper, since the last reference may drop in the reader, which must
  * never block on the send lock.
  */
 #include <errno.h>
@@ -50,7 +50,7 @@ void __djinn_request_put(struct djinn_request *req)
 	/* else graph_complete() frees it */
 }
 
-/* The receiver, under conn->lock: the answer, or the connection died. */
+/* The reader, under conn->lock: the answer, or the connection died. */
 static int graph_complete(struct djinn_conn *conn, struct dj_call *c)
 {
 	struct djinn_request *req = container_of(c, struct djinn_request, call);
