@@ -194,17 +194,13 @@ int cpu_attention(struct cpu_pool *p, float *out, const float *q,
 /*
  * struct cpu_mm - a batched matmul: a (..., M, K) x b (..., K, N), either
  * operand's last two dims transposed, batch dims broadcast
- * @nb:     batch dims of the result
- * @batch:  their sizes
- * @sa:     a's stride along each, in matrices; 0 where broadcast
- * @sb:     the same for b
+ * @batch:  the batch dims, broadcast as an elementwise op's dims are,
+ *          with strides counted in matrices
  */
 struct cpu_mm {
 	size_t M, N, K;
 	bool ta, tb;
-	unsigned int nb;
-	uint64_t batch[DJINN_MAX_DIMS];
-	uint64_t sa[DJINN_MAX_DIMS], sb[DJINN_MAX_DIMS];
+	struct cpu_bcast batch;
 };
 
 /* Work out @mm from the descs; -EINVAL if @out is not the result. */

@@ -28,9 +28,9 @@ int cpu_mm_init(struct cpu_mm *mm, const struct djinn_tensor_desc *a,
 		const struct djinn_tensor_desc *b, bool ta, bool tb,
 		const struct djinn_tensor_desc *out, char *msg, size_t msglen)
 {
-	uint64_t batch[DJINN_MAX_DIMS], sa[DJINN_MAX_DIMS], sb[DJINN_MAX_DIMS];
-	uint64_t stra = 1, strb = 1, kb;
+	struct djinn_tensor_desc va, vb, vo;
 	unsigned int na, nb, no;
+	uint64_t kb;
 
 	if (a->ndim < 2 || b->ndim < 2)
 		return cpu_fail(msg, msglen, -EINVAL,
@@ -54,51 +54,15 @@ int cpu_mm_init(struct cpu_mm *mm, const struct djinn_tensor_desc *a,
 		return cpu_fail(msg, msglen, -EINVAL,
 				"result is not (..., %zu, %zu)", mm->M, mm->N);
 
-	/* batch dims, k counting from the last; strides in matrices */
-	for (unsigned int k = 0; k < no; k++) {
-		unsigned int i = no - 1 - k;
-		uint64_t da = k < na ? a->dims[na - 1 - k] : 1;
-		uint64_t db = k < nb ? b->dims[nb - 1 - k] : 1;
-		uint64_t d = da == 1 ? db : da;
-
-		if (da != db && da != 1 && db != 1)
-			return cpu_fail(msg, msglen, -EINVAL,
-					"batch dims %llu and %llu do not "
-					"broadcast",
-					(unsigned long long)da,
-					(unsigned long long)db);
-		if (out->dims[i] != d)
-			return cpu_fail(msg, msglen, -EINVAL,
-					"result dim %u is %llu, not %llu", i,
-					(unsigned long long)out->dims[i],
-					(unsigned long long)d);
-		batch[i] = d;
-		sa[i] = da == 1 ? 0 : stra;
-		sb[i] = db == 1 ? 0 : strb;
-		stra *= da;
-		strb *= db;
-	}
-
-	/* size-1 dims dropped, contiguous neighbours merged */
-	mm->nb = 0;
-	for (unsigned int i = 0; i < no; i++) {
-		unsigned int j = mm->nb - 1;
-
-		if (batch[i] == 1)
-			continue;
-		if (mm->nb && mm->sa[j] == sa[i] * batch[i] &&
-		    mm->sb[j] == sb[i] * batch[i]) {
-			mm->batch[j] *= batch[i];
-			mm->sa[j] = sa[i];
-			mm->sb[j] = sb[i];
-			continue;
-		}
-		mm->batch[mm->nb] = batch[i];
-		mm->sa[mm->nb] = sa[i];
-		mm->sb[mm->nb] = sb[i];
-		mm->nb++;
-	}
-	return 0;
+	/* The batch dims broadcast like an elementwise op's; counted in
+	 * matrices, the strides come out in matrices. */
+	va = *a;
+	vb = *b;
+	vo = *out;
+	va.ndim = na;
+	vb.ndim = nb;
+	vo.ndim = no;
+	return cpu_bcast_init(&mm->batch, &va, &vb, &vo, msg, msglen);
 }
 
 /*
@@ -140,12 +104,12 @@ static int mm_range(void *arg, size_t lo, size_t hi)
 	for (size_t i = lo; i < hi; i++) {
 		uint64_t rem = i, oa = 0, ob = 0;
 
-		for (unsigned int k = mm->nb; k-- > 0;) {
-			uint64_t x = rem % mm->batch[k];
+		for (unsigned int k = mm->batch.nd; k-- > 0;) {
+			uint64_t x = rem % mm->batch.dims[k];
 
-			rem /= mm->batch[k];
-			oa += x * mm->sa[k];
-			ob += x * mm->sb[k];
+			rem /= mm->batch.dims[k];
+			oa += x * mm->batch.sa[k];
+			ob += x * mm->batch.sb[k];
 		}
 		sgemm(mm, mm->M, j->out + i * MN, j->a + oa * MK,
 		      j->b + ob * KN);
@@ -157,10 +121,8 @@ int cpu_matmul(struct cpu_pool *p, float *out, const float *a, const float *b,
 	       const struct cpu_mm *mm, char *msg, size_t msglen)
 {
 	struct mm_job j = { mm, out, a, b };
-	size_t nr = 1, mnk;
+	size_t nr = mm->batch.n, mnk; /* matrices in the result */
 
-	for (unsigned int k = 0; k < mm->nb; k++)
-		nr *= mm->batch[k];
 	if (!nr || !mm->M || !mm->N)
 		return 0;
 	if (!mm->K) { /* sums of nothing */
@@ -175,7 +137,8 @@ int cpu_matmul(struct cpu_pool *p, float *out, const float *a, const float *b,
 	/* b the same for every matrix and a's batch contiguous (a merged
 	 * batch dim of stride 1): the batch folds into M. */
 	if (!mm->ta &&
-	    (!mm->nb || (mm->nb == 1 && !mm->sb[0] && mm->sa[0] == 1)) &&
+	    (!mm->batch.nd ||
+	     (mm->batch.nd == 1 && !mm->batch.sb[0] && mm->batch.sa[0] == 1)) &&
 	    nr * mm->M <= INT_MAX) {
 		sgemm(mm, nr * mm->M, out, a, b);
 		return 0;
