@@ -1494,26 +1494,20 @@ static void bench_bulk(void)
 		     xp->name, raw, median(up, BULK_REPS),
 		     median(down, BULK_REPS));
 
-		snprintf(m, sizeof(m), "upload_%s_gbps", xp->name);
-		emit("djinn_bulk",
-		     &(struct fig){ .metric = m,
-				    .value = median(up, BULK_REPS),
-				    .unit = "GB/s",
-				    .baseline = raw,
-				    .baseline_name = "raw_blast",
-				    .kind = T_GE,
-				    .thr = 0.9,
-				    .samples = BULK_REPS });
-		snprintf(m, sizeof(m), "download_%s_gbps", xp->name);
-		emit("djinn_bulk",
-		     &(struct fig){ .metric = m,
-				    .value = median(down, BULK_REPS),
-				    .unit = "GB/s",
-				    .baseline = raw,
-				    .baseline_name = "raw_blast",
-				    .kind = T_GE,
-				    .thr = 0.9,
-				    .samples = BULK_REPS });
+		for (int d = 0; d < 2; d++) {
+			snprintf(m, sizeof(m), "%s_%s_gbps",
+				 d ? "download" : "upload", xp->name);
+			emit("djinn_bulk",
+			     &(struct fig){
+				     .metric = m,
+				     .value = median(d ? down : up, BULK_REPS),
+				     .unit = "GB/s",
+				     .baseline = raw,
+				     .baseline_name = "raw_blast",
+				     .kind = T_GE,
+				     .thr = 0.9,
+				     .samples = BULK_REPS });
+		}
 	}
 	free(src);
 	free(dst);

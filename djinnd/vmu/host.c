@@ -591,14 +591,6 @@ static int host_unmap(struct vmu_provider *p, uint64_t va, uint64_t size)
 	return ret;
 }
 
-/* Mark the chunks under a range whose access changes, so that unmap()
- * makes their pages writable again before they go home. */
-static int mark_protected(struct host_provider *h, struct host_chunk *c)
-{
-	c->protected = true;
-	return 0;
-}
-
 static struct host_chunk *chunk_containing(struct host_provider *h, uint64_t va)
 {
 	for (uint64_t i = 0; i < h->table_size; i++)
@@ -631,7 +623,8 @@ static int host_set_access(struct vmu_provider *p, uint64_t va, uint64_t size,
 	for (uint64_t cur = va; cur < va + size;) {
 		struct host_chunk *c = chunk_containing(h, cur);
 
-		mark_protected(h, c);
+		/* unmap() makes its pages writable before they go home */
+		c->protected = true;
 		cur = c->va + c->mapped;
 	}
 	if (mprotect(ptr(va), size, prot))

@@ -592,11 +592,6 @@ out_swapped:
 static void text_free_locked(struct vmu *v, struct vmu_text *t);
 static void region_free_locked(struct vmu *v, struct vmu_region *r);
 
-static uint64_t idle_stack_bytes(struct vmu *v)
-{
-	return v->stack_idle;
-}
-
 /* Device bytes that swapping idle regions would free. Regions swap whole,
  * so under a swap limit count them in the order reclaim takes them. */
 static uint64_t swappable(struct vmu *v)
@@ -622,7 +617,7 @@ static uint64_t swappable(struct vmu *v)
 
 static uint64_t reclaimable(struct vmu *v)
 {
-	return v->st.data_cached + idle_stack_bytes(v) + v->st.text_cached +
+	return v->st.data_cached + v->stack_idle + v->st.text_cached +
 	       swappable(v);
 }
 
