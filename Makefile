@@ -227,11 +227,17 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_VMU) -lm
 
+# Every test `make test` runs; TESTS also run under `make asan`, TESTS_ONCE
+# (a booted kernel, an installed tree) only in `make test`. Subsystems with
+# rules of their own add to both from mk/*.mk.
+TESTS      = $(UNIT_BINS) $(FUZZ_REPLAY) $(SCRIPT_TESTS) $(INTEG_BINS)
+TESTS_ONCE =
+include $(sort $(wildcard mk/*.mk))
+
 # `make test` is a complete set-up: packages first, then build, then run.
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)DJINND=$(DJINND) tests/run.sh $(UNIT_BINS) $(FUZZ_REPLAY) $(SCRIPT_TESTS) \
-		$(INTEG_BINS)
+	$(Q)DJINND=$(DJINND) tests/run.sh $(TESTS) $(TESTS_ONCE)
 
 check: test
 
@@ -242,8 +248,7 @@ asan: deps
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		DJINND=build-asan/djinnd/djinnd \
-		tests/run.sh $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BINS) $(FUZZ_REPLAY) \
-			$(SCRIPT_TESTS) $(INTEG_BINS))
+		tests/run.sh $(patsubst $(BUILD)/%,build-asan/%,$(TESTS))
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
