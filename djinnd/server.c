@@ -196,7 +196,10 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	if (ret)
 		return ret;
 	log_info("leases: %s", srv->leases->ops->name);
-	ret = executor_start(srv, &srv->exec);
+	ret = executor_start(srv, EXEC_GRAPH, &srv->exec);
+	if (ret)
+		return ret;
+	ret = executor_start(srv, EXEC_MEM, &srv->mem);
 	if (ret)
 		return ret;
 	ret = signals_init(srv);
@@ -225,6 +228,8 @@ void server_exit(struct server *srv)
 				    SESSION_SHUTDOWN);
 		executor_stop(srv->exec); /* answers the last jobs */
 	}
+	if (srv->mem)
+		executor_stop(srv->mem);
 	conns_close_all(srv, true);
 	/* Let the sockets' last completions come back (each frees what it
 	 * held), for at most a second; then tear down. */
@@ -239,6 +244,8 @@ void server_exit(struct server *srv)
 	listeners_free(srv);
 	if (srv->exec)
 		executor_free(srv->exec);
+	if (srv->mem)
+		executor_free(srv->mem);
 	if (srv->vmu)
 		vmu_destroy(srv->vmu);
 	if (srv->backend)

@@ -50,7 +50,8 @@ struct server {
 	struct loop loop;
 	struct backend *backend;
 	struct vmu *vmu;
-	struct executor *exec;
+	struct executor *exec; /* graphs */
+	struct executor *mem; /* memory for transfers */
 	struct lease_provider *leases;
 	struct loop_timer lease_timer;
 
@@ -84,6 +85,7 @@ void conns_close_all(struct server *srv, bool force);
 /* net/ops.c: executor completions reach the connection that asked */
 struct exec_job;
 void ops_graph_done(struct server *srv, struct exec_job *job);
+void ops_mem_done(struct server *srv, struct exec_job *job);
 void ops_session_ended(struct server *srv, struct session *s);
 
 #endif /* DJINN_SERVER_H */

@@ -13,6 +13,7 @@
 
 struct executor {
 	struct server *srv;
+	enum exec_kind kind;
 	struct io_src src; /* the eventfd read, on the I/O thread */
 	int efd;
 	uint64_t efd_val;
@@ -151,6 +152,51 @@ out:
 	free(held);
 }
 
+/* Map (and zero) or swap in a region, leaving it pinned for the
+ * transfer the I/O thread runs next. */
+static void run_mem(struct executor *e, struct exec_job *job)
+{
+	struct vmu_provider *prov = e->srv->backend->provider;
+	struct vmu_session *vs = job->s->vs;
+	struct exec_mem *m = &job->mem;
+	struct vmu_region_info info = { 0 };
+	int ret;
+
+	if (!m->create) {
+		ret = vmu_region_pin(vs, m->region, NULL, &info);
+		goto out;
+	}
+	ret = vmu_region_create(vs, m->bytes, &m->region);
+	if (ret) {
+		m->region = 0;
+		goto out;
+	}
+	ret = vmu_region_resize(vs, m->region, m->bytes, NULL);
+	if (ret)
+		goto out_destroy;
+	ret = vmu_region_pin(vs, m->region, NULL, &info);
+	if (ret)
+		goto out_destroy;
+	/* What the client does not send reads as zero: a region taken back
+	 * from the session's cache still holds its earlier bytes. */
+	if (m->zero_from < m->bytes) {
+		ret = prov->ops->memset(prov, info.addr + m->zero_from, 0,
+					m->bytes - m->zero_from);
+		if (ret)
+			goto out_unpin;
+	}
+	goto out;
+
+out_unpin:
+	vmu_region_unpin(vs, m->region);
+out_destroy:
+	vmu_region_destroy(vs, m->region);
+	m->region = 0;
+out:
+	m->addr = info.addr;
+	job->error = ret;
+}
+
 static void *executor_main(void *arg)
 {
 	struct executor *e = arg;
@@ -172,10 +218,13 @@ static void *executor_main(void *arg)
 		if (__atomic_load_n(&job->s->dead, __ATOMIC_ACQUIRE)) {
 			job->error = -ECANCELED;
 			snprintf(job->msg, sizeof(job->msg), "session ended");
-			session_result_finish(job->s, job->request_id, NULL,
-					      -ECANCELED);
-		} else {
+			if (job->kind == EXEC_GRAPH)
+				session_result_finish(job->s, job->request_id,
+						      NULL, -ECANCELED);
+		} else if (job->kind == EXEC_GRAPH) {
 			run_job(e, job);
+		} else {
+			run_mem(e, job);
 		}
 
 		pthread_mutex_lock(&e->lock);
@@ -215,7 +264,10 @@ static void reap(struct executor *e)
 	pthread_mutex_unlock(&e->lock);
 	list_for_each_entry_safe(job, n, &done, node) {
 		list_del_init(&job->node);
-		ops_graph_done(e->srv, job);
+		if (job->kind == EXEC_GRAPH)
+			ops_graph_done(e->srv, job);
+		else
+			ops_mem_done(e->srv, job);
 	}
 }
 
@@ -231,14 +283,16 @@ static void executor_complete(struct io_src *src, struct io_uring_cqe *cqe,
 		arm(e);
 }
 
-int executor_start(struct server *srv, struct executor **out)
+int executor_start(struct server *srv, enum exec_kind kind,
+		   struct executor **out)
 {
 	struct executor *e = calloc(1, sizeof(*e));
-	int ret;
+	int ret = 0;
 
 	if (!e)
 		return -ENOMEM;
 	e->srv = srv;
+	e->kind = kind;
 	e->src.complete = executor_complete;
 	INIT_LIST_HEAD(&e->queue);
 	INIT_LIST_HEAD(&e->done);
@@ -250,8 +304,9 @@ int executor_start(struct server *srv, struct executor **out)
 		goto out_free;
 	}
 	/* Address space only: backing is mapped per request, as admitted. */
-	ret = vmu_stack_create(srv->vmu, srv->backend->provider->capacity,
-			       &e->stack);
+	if (kind == EXEC_GRAPH)
+		ret = vmu_stack_create(
+			srv->vmu, srv->backend->provider->capacity, &e->stack);
 	if (ret)
 		goto out_close;
 	ret = -pthread_create(&e->thread, NULL, executor_main, e);
@@ -262,7 +317,8 @@ int executor_start(struct server *srv, struct executor **out)
 	return 0;
 
 out_stack:
-	vmu_stack_destroy(e->stack);
+	if (e->stack)
+		vmu_stack_destroy(e->stack);
 out_close:
 	close(e->efd);
 out_free:
@@ -323,7 +379,8 @@ void executor_stop(struct executor *e)
  * until then, naming @e. */
 void executor_free(struct executor *e)
 {
-	vmu_stack_destroy(e->stack);
+	if (e->stack)
+		vmu_stack_destroy(e->stack);
 	close(e->efd);
 	free(e);
 }

@@ -5,8 +5,11 @@
  * The I/O thread queues jobs; an executor thread runs them in order (so
  * a session's graphs run in submission order, and a later graph may name
  * an earlier one's outputs) and hands each finished job back through a
- * completion list and an eventfd the I/O loop reads. One executor per
- * device; its kernels use the device's own parallelism.
+ * completion list and an eventfd the I/O loop reads. Two executors per
+ * device: one runs graphs (its kernels use the device's own
+ * parallelism), the other prepares memory for transfers (mapping and
+ * zeroing a large tensor, swapping one back in), so that neither a long
+ * graph delays an upload nor a large allocation stalls the I/O thread.
  */
 #ifndef DJINN_EXECUTOR_H
 #define DJINN_EXECUTOR_H
@@ -20,19 +23,38 @@
 struct server;
 struct executor;
 
+enum exec_kind {
+	EXEC_GRAPH, /* run a graph */
+	EXEC_MEM, /* make a region resident for a transfer */
+};
+
 /*
- * struct exec_job - one GRAPH_SUBMIT
- * @conn, @conn_id: who asked (the I/O thread's business only)
+ * struct exec_mem - memory for a transfer
+ * @create: make a region of @bytes (zeroed from @zero_from on), else
+ *          pin @region, swapping it in
+ * @region, @addr: the region, pinned, and its address, on success
+ */
+struct exec_mem {
+	bool create;
+	uint64_t bytes, zero_from;
+	uint64_t region, addr;
+};
+
+/*
+ * struct exec_job - one GRAPH_SUBMIT, or one EXEC_MEM preparation
+ * @conn, @ctx: who asked, and why (the I/O thread's business only)
  * @payload, @view: the graph, parsed (the payload is the job's)
  * @in_descs: the inputs' shapes inference used (checked again at run)
  * @descs:   every node's inferred shape
  * @error, @msg: how it went
  * @handles: the outputs' handles in the session, on success
+ * @mem:     what an EXEC_MEM job prepares
  */
 struct exec_job {
 	struct list_head node;
+	enum exec_kind kind;
 	struct session *s; /* a reference */
-	void *conn;
+	void *conn, *ctx;
 	uint64_t request_id;
 	void *payload;
 	struct djinn_graph_view view;
@@ -42,9 +64,12 @@ struct exec_job {
 	char msg[DJINN_MAX_ERROR_MSG];
 	uint64_t handles[DJINN_MAX_GRAPH_OUTPUTS];
 	struct exec_result res;
+	struct exec_mem mem;
 };
 
-int executor_start(struct server *srv, struct executor **out);
+/* An executor for jobs of @kind (a graph executor has a stack). */
+int executor_start(struct server *srv, enum exec_kind kind,
+		   struct executor **out);
 /* Stop after the queued jobs have run; finished jobs still go back. */
 void executor_stop(struct executor *e);
 /* Free it once the I/O loop's ring is gone. */

@@ -22,7 +22,7 @@
 #include "server.h"
 #include "net/conn.h"
 
-enum { TAG_RECV = 1, TAG_SEND = 2, TAG_ACCEPT = 3 };
+enum { TAG_RECV = 1, TAG_SEND = 2, TAG_ACCEPT = 3, TAG_CANCEL = 4 };
 
 #define RBUF_SIZE (64u << 10)
 #define BR_BGID 1
@@ -51,6 +51,7 @@ struct listener {
 };
 
 static void conn_recv_arm(struct conn *c);
+static void conn_pause(struct conn *c);
 static void conn_send_next(struct conn *c);
 
 /* ---------------------------------------------------------------------- */
@@ -127,6 +128,7 @@ void conn_put(struct conn *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->rbuf);
+	free(c->backlog);
 	free(c->body);
 	free(c->sessions);
 	srv->nr_conns--;
@@ -513,6 +515,7 @@ static void body_done(struct conn *c)
 {
 	struct djinn_hdr h = c->hdr;
 	uint64_t fixed, max;
+	int ret;
 
 	ops_body_len(c, &h, &fixed, &max);
 	if (!fixed) {
@@ -525,7 +528,13 @@ static void body_done(struct conn *c)
 	}
 	c->left = h.payload_len - fixed;
 	memset(&c->sink, 0, sizeof(c->sink));
-	if (ops_stream_begin(c, &h, c->body)) {
+	ret = ops_stream_begin(c, &h, c->body);
+	if (ret > 0) {
+		c->ps = P_WAIT;
+		conn_pause(c);
+		return;
+	}
+	if (ret) {
 		refuse_payload(c, c->left);
 		if (c->close_after)
 			return;
@@ -540,15 +549,37 @@ static void body_done(struct conn *c)
 	}
 }
 
-/* Feed @len received bytes through the parser. */
-void conn_feed(struct conn *c, const uint8_t *p, uint64_t len)
+static void backlog_add(struct conn *c, const uint8_t *p, uint64_t len)
+{
+	if (c->backlog_len + len > c->backlog_cap) {
+		uint64_t cap = c->backlog_len + len + RBUF_SIZE;
+		uint8_t *b = realloc(c->backlog, cap);
+
+		if (!b) {
+			log_err("conn %d: out of memory for %llu bytes received",
+				c->fd, (unsigned long long)len);
+			c->overflow = true; /* closes it */
+			return;
+		}
+		c->backlog = b;
+		c->backlog_cap = cap;
+	}
+	memcpy(c->backlog + c->backlog_len, p, len);
+	c->backlog_len += len;
+}
+
+static void parse(struct conn *c, const uint8_t *p, uint64_t len)
 {
 	const struct vmu_provider *prov = c->srv->backend->provider;
 
-	c->srv->st.bytes_in += len;
 	while (len && !c->close_after) {
 		uint64_t n = 0;
 
+		if (c->paused) {
+			/* What is already in waits; no more is received. */
+			backlog_add(c, p, len);
+			return;
+		}
 		switch (c->ps) {
 		case P_HDR:
 			n = sizeof(c->hdr) - c->hdr_got;
@@ -593,10 +624,72 @@ void conn_feed(struct conn *c, const uint8_t *p, uint64_t len)
 			if (!c->left)
 				parse_reset(c);
 			break;
+		case P_WAIT: /* paused */
+			break;
 		}
 		p += n;
 		len -= n;
 	}
+}
+
+/* Feed @len received bytes through the parser. */
+void conn_feed(struct conn *c, const uint8_t *p, uint64_t len)
+{
+	c->srv->st.bytes_in += len;
+	parse(c, p, len);
+}
+
+/* Stop receiving until conn_resume(): a multishot receive is cancelled
+ * (its last completions still bring bytes, which wait in the backlog),
+ * a single-shot one is not armed again. The socket's buffer then fills
+ * and the peer waits. */
+static void conn_pause(struct conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	c->paused = true;
+	if (!c->recv_armed || !c->srv->br)
+		return;
+	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_CANCEL);
+	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&c->src | TAG_RECV, 0);
+	conn_get(c);
+}
+
+void conn_resume(struct conn *c)
+{
+	uint8_t *b = c->backlog;
+	uint64_t n = c->backlog_len;
+
+	if (!c->paused)
+		return;
+	c->paused = false;
+	c->backlog = NULL;
+	c->backlog_len = c->backlog_cap = 0;
+	if (!c->closing)
+		parse(c, b, n);
+	free(b);
+	if (c->overflow)
+		conn_close(c, true);
+	else if (c->close_after)
+		conn_close(c, false);
+	else if (!c->paused)
+		conn_recv_arm(c);
+}
+
+void conn_stream_ready(struct conn *c, int err)
+{
+	if (err) {
+		refuse_payload(c, c->left);
+	} else {
+		c->ps = P_DATA;
+		if (!c->left) {
+			struct djinn_hdr h = c->hdr;
+
+			ops_stream_end(c, &h);
+			parse_reset(c);
+		}
+	}
+	conn_resume(c);
 }
 
 static void conn_recv_arm(struct conn *c)
@@ -640,12 +733,13 @@ static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
 	if (more)
 		return;
 	c->recv_armed = false;
-	if (cqe->res == 0 || (cqe->res < 0 && cqe->res != -ENOBUFS)) {
+	if (cqe->res == 0 ||
+	    (cqe->res < 0 && cqe->res != -ENOBUFS && cqe->res != -ECANCELED)) {
 		if (cqe->res < 0 && cqe->res != -ECONNRESET)
 			log_info("conn %d: receive: %s", c->fd,
 				 strerror(-cqe->res));
 		conn_close(c, false);
-	} else {
+	} else if (!c->paused) {
 		conn_recv_arm(c); /* single-shot, or the ring ran dry */
 	}
 	conn_put(c);
@@ -658,8 +752,10 @@ static void conn_complete(struct io_src *src, struct io_uring_cqe *cqe,
 
 	if (tag == TAG_RECV)
 		conn_received(c, cqe);
-	else
+	else if (tag == TAG_SEND)
 		conn_sent(c, cqe);
+	else
+		conn_put(c); /* TAG_CANCEL: the receive says how it ended */
 }
 
 /* ---------------------------------------------------------------------- */

@@ -32,7 +32,8 @@
 
 struct server;
 
-enum parse_state { P_HDR, P_BODY, P_DATA, P_DISCARD };
+/* P_WAIT: a streaming request waits for its memory (conn_stream_ready) */
+enum parse_state { P_HDR, P_BODY, P_WAIT, P_DATA, P_DISCARD };
 
 /* Where a streaming request's data goes: device memory, or a text
  * upload (which hashes as it goes). */
@@ -80,6 +81,9 @@ struct conn {
 	uint64_t body_len, body_got;
 	uint64_t left; /* DATA / DISCARD bytes still to come */
 	bool close_after; /* close once the reply is sent */
+	bool paused; /* not receiving: bytes already in go to the backlog */
+	uint8_t *backlog;
+	uint64_t backlog_len, backlog_cap;
 	struct sink sink;
 	void *stream; /* the streaming request's state (ops.c) */
 
@@ -99,6 +103,11 @@ struct conn {
 struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp);
 /* Run @len bytes through the frame parser, as if received. */
 void conn_feed(struct conn *c, const uint8_t *p, uint64_t len);
+/* A P_WAIT stream's memory is ready (@err 0: take the data) or not (the
+ * error is answered: skip the data); parsing and receiving go on. */
+void conn_stream_ready(struct conn *c, int err);
+/* Parse what came in while paused and receive again. */
+void conn_resume(struct conn *c);
 void conn_get(struct conn *c);
 void conn_put(struct conn *c);
 /* Stop receiving; replies already queued still go unless @force. */

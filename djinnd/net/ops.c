@@ -311,19 +311,31 @@ static void op_signal(struct conn *c, const struct djinn_hdr *hdr,
 /* ---------------------------------------------------------------------- */
 /* Tensors */
 
+/* What waits on an EXEC_MEM job: carries on once it is back. */
+struct mem_waiter {
+	void (*done)(struct conn *c, struct exec_job *job,
+		     struct mem_waiter *w);
+};
+
 /* A streaming request in progress (TENSOR_CREATE or TENSOR_WRITE). */
 struct stream {
+	struct mem_waiter w;
 	struct session *s;
 	struct tensor t;
 	bool create;
 	bool pinned; /* st->t.region is pinned for the data */
+	struct exec_job *job; /* preparing the memory (EXEC_MEM) */
 	uint32_t held; /* WRITE: the held slot + 1 */
+	uint64_t offset; /* WRITE: where in the tensor */
 	uint32_t flags;
 	uint8_t fp[DJINN_FP_LEN];
 };
 
 static void stream_free(struct conn *c, struct stream *st, bool failed)
 {
+	/* A job in flight finds its stream gone and undoes its own work. */
+	if (st->job)
+		st->job->ctx = NULL;
 	if (st->pinned)
 		vmu_region_unpin(st->s->vs, st->t.region);
 	if (failed && st->create) {
@@ -340,11 +352,53 @@ static void stream_free(struct conn *c, struct stream *st, bool failed)
 	c->sink.upload = NULL;
 }
 
+/* Refuse an allocation, saying what the device has. */
+static void alloc_error(struct conn *c, const struct djinn_hdr *hdr, int err,
+			uint64_t bytes)
+{
+	char why[VMU_MSG_LEN];
+
+	/* Bigger than the device (the VMU's -E2BIG) is refused like any
+	 * allocation that cannot fit. */
+	if (err == -E2BIG)
+		err = -ENOMEM;
+	vmu_admit_check(c->srv->vmu, vmu_round(c->srv->vmu, bytes), why,
+			sizeof(why));
+	conn_error(c, hdr, err, "cannot allocate %llu bytes: %s",
+		   (unsigned long long)bytes, why);
+}
+
+/* Memory for a transfer is prepared on the memory executor: mapping and
+ * zeroing a large tensor or swapping one in takes milliseconds to
+ * seconds, which the I/O thread spends serving everyone else. @ctx is
+ * the stream or read that waits; ops_mem_done() carries on. */
+static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
+		      struct session *s, const struct exec_mem *m, void *ctx,
+		      struct exec_job **out)
+{
+	struct exec_job *job = calloc(1, sizeof(*job));
+
+	if (!job) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return -ENOMEM;
+	}
+	job->kind = EXEC_MEM;
+	job->mem = *m;
+	job->request_id = hdr->request_id;
+	job->s = s;
+	session_ref(s);
+	job->conn = c;
+	conn_get(c);
+	job->ctx = ctx;
+	*out = job;
+	executor_submit(c->srv->mem, job);
+	return 0;
+}
+
 static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 			 const struct djinn_tensor_create *r, struct stream *st)
 {
 	uint64_t bytes, data = hdr->payload_len - sizeof(*r);
-	struct vmu_region_info info = { 0 };
 	int ret;
 
 	ret = check_desc(c, hdr, &r->desc, &bytes);
@@ -374,39 +428,17 @@ static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -EINVAL, "fingerprint set for data");
 		return -EINVAL;
 	} else {
-		ret = vmu_region_create(st->s->vs, bytes, &st->t.region);
-		if (!ret) {
-			ret = vmu_region_resize(st->s->vs, st->t.region, bytes,
-						NULL);
-			if (!ret)
-				ret = vmu_region_pin(st->s->vs, st->t.region,
-						     NULL, &info);
-			if (ret) {
-				vmu_region_destroy(st->s->vs, st->t.region);
-				st->t.region = 0;
-			}
-		}
-		st->pinned = !ret;
-		c->sink.addr = info.addr;
-		/* What is not sent reads as zero: a region taken back from
-		 * the session's cache still holds its earlier bytes. */
-		if (!ret && data < bytes)
-			ret = c->srv->backend->provider->ops->memset(
-				c->srv->backend->provider, info.addr + data, 0,
-				bytes - data);
-	}
-	if (ret) {
-		char why[VMU_MSG_LEN];
+		struct exec_mem m = {
+			.create = true,
+			.bytes = bytes,
+			.zero_from = data,
+		};
 
-		/* Bigger than the device (the VMU's -E2BIG) is refused like
-		 * any allocation that cannot fit. */
-		if (ret == -E2BIG)
-			ret = -ENOMEM;
-		vmu_admit_check(c->srv->vmu, vmu_round(c->srv->vmu, bytes), why,
-				sizeof(why));
-		conn_error(c, hdr, ret, "cannot allocate %llu bytes: %s",
-			   (unsigned long long)bytes, why);
+		ret = mem_submit(c, hdr, st->s, &m, st, &st->job);
+		return ret ? ret : 1;
 	}
+	if (ret)
+		alloc_error(c, hdr, ret, bytes);
 	return ret;
 }
 
@@ -443,7 +475,18 @@ static int stream_write(struct conn *c, const struct djinn_hdr *hdr,
 			   (unsigned long long)st->t.bytes);
 		return -EINVAL;
 	}
-	ret = vmu_region_pin(st->s->vs, st->t.region, NULL, &info);
+	st->offset = io->offset;
+	/* Resident: pin it here (cheap); swapped out: bring it back on
+	 * the memory executor. */
+	ret = vmu_region_info(st->s->vs, st->t.region, &info);
+	if (!ret && info.state != VMU_REGION_RESIDENT) {
+		struct exec_mem m = { .region = st->t.region };
+
+		ret = mem_submit(c, hdr, st->s, &m, st, &st->job);
+		return ret ? ret : 1;
+	}
+	if (!ret)
+		ret = vmu_region_pin(st->s->vs, st->t.region, NULL, &info);
 	if (ret) {
 		conn_error(c, hdr, ret, "cannot make the tensor resident");
 		return ret;
@@ -451,6 +494,29 @@ static int stream_write(struct conn *c, const struct djinn_hdr *hdr,
 	st->pinned = true;
 	c->sink.addr = info.addr + io->offset;
 	return 0;
+}
+
+/* The stream's memory is ready (or not): take its data, or refuse it. */
+static void stream_mem_done(struct conn *c, struct exec_job *job,
+			    struct mem_waiter *w)
+{
+	struct stream *st = container_of(w, struct stream, w);
+
+	st->job = NULL;
+	if (job->error) {
+		if (st->create)
+			alloc_error(c, &c->hdr, job->error, job->mem.bytes);
+		else
+			conn_error(c, &c->hdr, job->error,
+				   "cannot make the tensor resident");
+		stream_free(c, st, true);
+		conn_stream_ready(c, job->error);
+		return;
+	}
+	st->t.region = job->mem.region;
+	st->pinned = true;
+	c->sink.addr = job->mem.addr + st->offset;
+	conn_stream_ready(c, 0);
 }
 
 int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
@@ -469,11 +535,12 @@ int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
 		return -ENOENT;
 	}
 	c->stream = st;
+	st->w.done = stream_mem_done;
 	if (hdr->opcode == DJINN_OP_TENSOR_CREATE)
 		ret = stream_create(c, hdr, (const void *)body, st);
 	else
 		ret = stream_write(c, hdr, (const void *)body, st);
-	if (ret)
+	if (ret < 0)
 		stream_free(c, st, true);
 	return ret;
 }
@@ -571,6 +638,9 @@ void ops_session_ended(struct server *srv, struct session *s)
 
 /* A read in flight: its tensor stays held, and resident, until sent. */
 struct read_ctx {
+	struct mem_waiter w; /* swapping in first */
+	struct djinn_hdr hdr;
+	uint64_t offset, len;
 	struct session *s;
 	uint32_t slot;
 	uint64_t region;
@@ -585,6 +655,24 @@ static void read_done(void *arg)
 	session_tensor_unhold(rc->s, rc->slot);
 	session_put(rc->s);
 	free(rc);
+}
+
+/* A swapped-out tensor is back: send the range. */
+static void read_mem_done(struct conn *c, struct exec_job *job,
+			  struct mem_waiter *w)
+{
+	struct read_ctx *rc = container_of(w, struct read_ctx, w);
+
+	if (job->error) {
+		conn_error(c, &rc->hdr, job->error,
+			   "cannot make the tensor resident");
+		read_done(rc);
+		return;
+	}
+	rc->region = job->mem.region;
+	conn_reply(c, &rc->hdr, NULL, 0,
+		   (const void *)(uintptr_t)(job->mem.addr + rc->offset),
+		   rc->len, read_done, rc);
 }
 
 static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
@@ -629,7 +717,21 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 	if (t.text) {
 		addr = vmu_text_addr(t.text);
 	} else {
-		ret = vmu_region_pin(rc->s->vs, t.region, NULL, &info);
+		ret = vmu_region_info(rc->s->vs, t.region, &info);
+		if (!ret && info.state != VMU_REGION_RESIDENT) {
+			struct exec_mem m = { .region = t.region };
+			struct exec_job *job;
+
+			rc->w.done = read_mem_done;
+			rc->hdr = *hdr;
+			rc->offset = io->offset;
+			rc->len = io->len;
+			if (mem_submit(c, hdr, rc->s, &m, &rc->w, &job))
+				read_done(rc);
+			return;
+		}
+		if (!ret)
+			ret = vmu_region_pin(rc->s->vs, t.region, NULL, &info);
 		if (ret) {
 			conn_error(c, hdr, ret,
 				   "cannot make the tensor resident");
@@ -822,6 +924,29 @@ void ops_graph_done(struct server *srv, struct exec_job *job)
 		}
 	}
 	job->s->graphs_inflight--;
+	conn_put(c);
+	exec_job_free(job);
+}
+
+void ops_mem_done(struct server *srv, struct exec_job *job)
+{
+	struct mem_waiter *w = job->ctx;
+	struct conn *c = job->conn;
+
+	/* The client waited on the daemon: it was not idle. */
+	if (!job->s->dead)
+		srv->leases->ops->renew(srv->leases, job->s, loop_now());
+	if (w) {
+		w->done(c, job, w);
+	} else {
+		/* Whoever waited is gone (the session ended, or the
+		 * connection closed): undo. */
+		if (!job->error)
+			vmu_region_unpin(job->s->vs, job->mem.region);
+		if (!job->error && job->mem.create)
+			vmu_region_destroy(job->s->vs, job->mem.region);
+		conn_resume(c);
+	}
 	conn_put(c);
 	exec_job_free(job);
 }

@@ -220,6 +220,7 @@ void session_end(struct server *srv, struct session *s,
 	stab_del(srv, s);
 	srv->leases->ops->close(srv->leases, s);
 	executor_cancel(srv->exec, s);
+	executor_cancel(srv->mem, s);
 	ops_session_ended(srv, s);
 	srv->st.sessions_ended[why]++;
 	log_info("session %llu (tenant %s) ended: %s",

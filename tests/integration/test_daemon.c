@@ -1606,6 +1606,102 @@ static void test_large_read(void **state)
 	check_health(fx, 0);
 }
 
+/* Append a frame to @buf at *@n. */
+static void h_put(uint8_t *buf, size_t *n, uint16_t op, uint64_t id,
+		  uint64_t sid, const void *payload, size_t len)
+{
+	struct djinn_hdr h = dj_hdr(op, id, sid, len);
+
+	memcpy(buf + *n, &h, sizeof(h));
+	*n += sizeof(h);
+	if (len)
+		memcpy(buf + *n, payload, len);
+	*n += len;
+}
+
+/* 10d. Memory for transfers is prepared off the I/O thread: requests
+ * pipelined behind a TENSOR_CREATE wait their turn and are answered in
+ * order; a tensor swapped out under pressure is read and written through
+ * the same path, with its bytes intact. */
+static void test_mem_prepared(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_tensor_desc big = DESC(DJINN_DTYPE_U8, 24 * MiB);
+	struct djinn_tensor_desc small = F32(256);
+	int a = xconnect(fx->d.sock), b = xconnect(fx->d.sock);
+	uint64_t sa = open_session(a, "swapped"), sb = open_session(b, "hog");
+	uint8_t *data = pattern_buf(11, 24 * MiB), *back = xmalloc(4 * MiB);
+	struct djinn_tensor_io io = { .len = 16 };
+	struct djinn_admin_vmu v;
+	struct dj_resp r;
+	uint64_t ta = 0, tb, tb2, w;
+	size_t plen, n = 0;
+	uint8_t *p, *frames;
+
+	/* CREATE (all its data), HELLO, CREATE, READ of the first, in one
+	 * write. */
+	p = create_payload(&big, DJINN_SEG_DATA, NULL, data, 24 * MiB, &plen);
+	frames = xmalloc(plen + 4096);
+	h_put(frames, &n, DJINN_OP_TENSOR_CREATE, 1, sa, p, plen);
+	free(p);
+	h_put(frames, &n, DJINN_OP_HELLO, 2, 0, NULL, 0);
+	p = create_payload(&small, DJINN_SEG_DATA, NULL, NULL, 0, &plen);
+	h_put(frames, &n, DJINN_OP_TENSOR_CREATE, 3, sa, p, plen);
+	free(p);
+	assert_int_equal(dj_write(a, frames, n, 5000), 0);
+	free(frames);
+	for (uint64_t id = 1; id <= 3; id++) {
+		assert_int_equal(dj_recv(a, &r, DJ_TIMEOUT_MS), 1);
+		assert_int_equal(r.hdr.request_id, id);
+		if (r.error)
+			fail_msg("request %llu: error %d \"%s\"",
+				 (unsigned long long)id, r.error, r.msg);
+		if (id == 1)
+			memcpy(&ta, r.data, sizeof(ta));
+		dj_resp_free(&r);
+	}
+	tensor_read(a, sa, ta, 20 * MiB, 4 * MiB, back);
+	expect_pattern(back, 11, 20 * MiB, 4 * MiB, "pipelined create");
+
+	/* Another session's two 24 MiB tensors do not fit beside it in 64
+	 * MiB: the first session's is swapped out to make room. */
+	tb = create_data(b, sb, &big, NULL, 0);
+	tb2 = create_data(b, sb, &big, NULL, 0);
+	v = vmu_now(fx);
+	if (!v.swapped_now)
+		fail_msg("nothing was swapped out (free %llu)",
+			 (unsigned long long)v.free);
+	tensor_release(b, sb, tb);
+	/* Back through the memory executor: the bytes are the same. */
+	io.handle = ta;
+	io.offset = 24 * MiB - 16;
+	call_ok(a, DJINN_OP_TENSOR_READ, sa, &io, sizeof(io), &r, 16);
+	expect_pattern(r.data, 11, 24 * MiB - 16, 16, "read after swap");
+	dj_resp_free(&r);
+	assert_true(vmu_now(fx).swap_ins > v.swap_ins);
+	/* And a write to it while swapped out again. */
+	tensor_release(b, sb, tb2);
+	tb = create_data(b, sb, &big, NULL, 0);
+	tb2 = create_data(b, sb, &big, NULL, 0);
+	v = vmu_now(fx);
+	assert_true(v.swapped_now > 0);
+	tensor_write(a, sa, ta, 0, data + MiB, MiB);
+	assert_true(vmu_now(fx).swap_ins > v.swap_ins);
+	tensor_read(a, sa, ta, 0, MiB, back);
+	expect_pattern(back, 11, MiB, MiB, "write after swap");
+	w = 0;
+	tensor_read(a, sa, ta, MiB, 8, &w);
+	expect_pattern((uint8_t *)&w, 11, MiB, 8, "untouched after swap");
+
+	free(data);
+	free(back);
+	close_session(a, sa);
+	close_session(b, sb);
+	close(a);
+	close(b);
+	check_health(fx, 0);
+}
+
 /* 10c. Bad descs and create requests: -EINVAL (-E2BIG past the limits);
  * a tensor bigger than the device: -ENOMEM with the need. */
 static void test_tensor_bad(void **state)
@@ -3364,6 +3460,7 @@ int main(void)
 		T(test_signal),
 		T(test_tensors),
 		T(test_large_read),
+		T(test_mem_prepared),
 		T(test_tensor_bad),
 		T(test_tensor_too_big),
 		T(test_text),
