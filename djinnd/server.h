@@ -43,6 +43,7 @@ struct server_stats {
 	uint64_t bytes_in, bytes_out;
 	uint64_t sessions_opened, sessions_ended[SESSION_SHUTDOWN + 1];
 	uint64_t graphs_run, graphs_failed;
+	uint64_t conns_stalled; /* closed: took no reply bytes */
 };
 
 struct server {
@@ -54,6 +55,7 @@ struct server {
 	struct executor *mem; /* memory for transfers */
 	struct lease_provider *leases;
 	struct loop_timer lease_timer;
+	struct loop_timer send_timer; /* closes peers that take no replies */
 
 	/* sessions, by id */
 	struct list_head sessions;

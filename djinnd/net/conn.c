@@ -337,6 +337,37 @@ static void msg_finish(struct conn *c, struct out_msg *m)
 	free(m);
 }
 
+/* A peer that takes none of its replies' bytes for a default lease
+ * period is gone or stuck: close it, so that what its replies hold (a
+ * tensor being read keeps its session's memory) comes back. Checked a
+ * few times a period, over closing connections too. */
+static uint64_t conns_tick(struct loop_timer *t, uint64_t now)
+{
+	struct server *srv = container_of(t, struct server, send_timer);
+	uint64_t limit = srv->cfg.lease_default_ns;
+	struct list_head *lists[] = { &srv->conns, &srv->closing };
+
+	for (unsigned int i = 0; i < 2; i++) {
+		struct conn *c, *n;
+
+		list_for_each_entry_safe(c, n, lists[i], node) {
+			if (!c->sending || c->tx_dead ||
+			    now - c->tx_since < limit)
+				continue;
+			log_notice("conn %d: no reply bytes taken for %llu ms "
+				   "(%u replies, %llu bytes queued): closing",
+				   c->fd,
+				   (unsigned long long)((now - c->tx_since) /
+							1000000),
+				   c->outq_msgs,
+				   (unsigned long long)c->outq_bytes);
+			srv->st.conns_stalled++;
+			conn_close(c, true);
+		}
+	}
+	return limit / 4 ? limit / 4 : 1;
+}
+
 static void conn_send_next(struct conn *c)
 {
 	struct io_uring_sqe *sqe;
@@ -358,6 +389,7 @@ static void conn_send_next(struct conn *c)
 		io_uring_prep_sendmsg(sqe, c->fd, &c->mh, MSG_NOSIGNAL);
 	}
 	c->sending = true;
+	c->tx_since = loop_now();
 	conn_get(c);
 }
 
@@ -1003,6 +1035,9 @@ int listeners_open(struct server *srv)
 {
 	int ret;
 
+	srv->send_timer.fn = conns_tick;
+	loop_timer_add(&srv->loop, &srv->send_timer,
+		       loop_now() + srv->cfg.lease_default_ns / 4);
 	if (srv->loop.feat.buf_ring && srv->loop.feat.multishot_recv) {
 		srv->br = bufring_create(&srv->loop);
 		if (!srv->br)

@@ -93,6 +93,7 @@ struct conn {
 	struct list_head outq;
 	struct list_head zcwait; /* sent, waiting for zero-copy notifs */
 	bool sending;
+	uint64_t tx_since; /* when the send in flight was submitted */
 	struct msghdr mh;
 	struct iovec iov[3];
 };

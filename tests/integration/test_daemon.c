@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -355,6 +356,11 @@ static int fx_start(void **state, const char *mem, unsigned int lease_ms)
 static int fx_setup(void **state)
 {
 	return fx_start(state, DEV_MEM, 10000);
+}
+
+static int fx_setup_short_lease(void **state)
+{
+	return fx_start(state, DEV_MEM, 300);
 }
 
 static int fx_setup_1g(void **state)
@@ -3330,6 +3336,37 @@ static void test_kill_mid_upload(void **state)
 	check_health(fx, 0);
 }
 
+/* 13b. A client that stops reading its replies: once its session's lease
+ * has run out and the peer has taken no reply bytes for a lease period,
+ * the connection is closed and the tensor its read held is freed. */
+static void test_unread_replies(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 32 * MiB);
+	int fd = xconnect(fx->d.sock), small = 4096, other;
+	uint64_t sid = open_session(fd, "never-reads"), t;
+	struct djinn_tensor_io io = { .len = 32 * MiB };
+	struct djinn_hdr h;
+	int64_t ms;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	t = create_data(fd, sid, &d, NULL, 0);
+	io.handle = t;
+	h = dj_hdr(DJINN_OP_TENSOR_READ, 7, sid, sizeof(io));
+	assert_int_equal(dj_send_raw(fd, &h, &io, sizeof(io)), 0);
+	/* The session expires (300 ms); the read's reply still holds the
+	 * tensor until the connection is given up (300 ms more without
+	 * progress, checked every 75 ms). */
+	ms = wait_for(fx, 0, fx->base.seg[1].used, 3000);
+	assert_true(ms >= 250);
+	/* Everyone else is served meanwhile and after. */
+	other = xconnect(fx->d.sock);
+	hello(other);
+	close(other);
+	close(fd);
+	check_health(fx, 0);
+}
+
 /* 15c. Admin opcodes on the client socket, client opcodes on the admin
  * socket: -EPERM, and the connection stays usable. */
 static void test_admin_perm(void **state)
@@ -3478,6 +3515,8 @@ int main(void)
 		T(test_admin),
 		T(test_kill_mid_upload),
 		T(test_admin_perm),
+		cmocka_unit_test_setup_teardown(
+			test_unread_replies, fx_setup_short_lease, fx_teardown),
 		T(test_daemon_stop),
 #undef T
 	};
