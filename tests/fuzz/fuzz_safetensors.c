@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libFuzzer harness: the input is a safetensors file. st_parse() either
+ * refuses it with a message naming the file, or accepts it, and then
+ * every tensor must lie inside the input, have the bytes its dtype and
+ * shape imply, and the tensors must tile the data exactly.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/safetensors.h"
+
+const char fuzz_name[] = "safetensors";
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char msg[ST_MSG_LEN] = "";
+	struct st_file *f;
+	uint64_t sum = 0;
+
+	if (st_parse(data, size, "fuzz", &f, msg, sizeof(msg))) {
+		if (strncmp(msg, "fuzz", 4)) /* every refusal names the file */
+			abort();
+		return 0;
+	}
+	for (size_t i = 0; i < f->nr_tensors; i++) {
+		const struct st_tensor *t = &f->tensors[i];
+
+		if (t->data < data || t->data + t->size > data + size ||
+		    t->size != t->nelem * st_dtype_size(t->dtype) ||
+		    st_find(f, t->name) != t)
+			abort();
+		sum += t->size;
+	}
+	if (sum != f->data_len)
+		abort();
+	st_close(f);
+	return 0;
+}

@@ -1,0 +1,464 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The safetensors reader: good files parse into the right tensors, and
+ * every kind of corrupt or hostile file is refused with the right errno
+ * and a message naming the file, the tensor and the fault. Model
+ * directories: one file, all *.safetensors, and sharded with an index.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "model/safetensors.h"
+#include "testutil.h"
+
+/* A file image: length, @json, then @data_len pattern bytes. */
+static uint8_t *image(const char *json, size_t data_len, size_t *len)
+{
+	size_t h = strlen(json);
+	uint8_t *buf = xmalloc(8 + h + data_len);
+
+	for (int k = 0; k < 8; k++)
+		buf[k] = (uint8_t)((uint64_t)h >> (8 * k));
+	memcpy(buf + 8, json, h);
+	pattern(buf + 8 + h, 1, 0, data_len);
+	*len = 8 + h + data_len;
+	return buf;
+}
+
+static struct st_file *parse_ok(const char *json, size_t data_len,
+				uint8_t **keep)
+{
+	char msg[ST_MSG_LEN] = "";
+	struct st_file *f = NULL;
+	size_t len;
+	int ret;
+
+	*keep = image(json, data_len, &len);
+	ret = st_parse(*keep, len, "good.safetensors", &f, msg, sizeof(msg));
+	if (ret)
+		fail_msg("refused: %s", msg);
+	return f;
+}
+
+/* @json with @data_len bytes is refused with @err and a message holding
+ * the file name and every one of the NULL-terminated @words. */
+static void refused_(const char *json, size_t data_len, int err, ...)
+{
+	char msg[ST_MSG_LEN] = "";
+	struct st_file *f = (void *)0x1;
+	const char *w;
+	uint8_t *buf;
+	size_t len;
+	va_list ap;
+	int ret;
+
+	buf = image(json, data_len, &len);
+	ret = st_parse(buf, len, "bad.safetensors", &f, msg, sizeof(msg));
+	if (ret != err)
+		fail_msg("%s: got %d (%s), want %d", json, ret, msg, err);
+	assert_ptr_equal(f, (void *)0x1); /* untouched */
+	assert_non_null(strstr(msg, "bad.safetensors"));
+	va_start(ap, err);
+	while ((w = va_arg(ap, const char *)))
+		if (!strstr(msg, w))
+			fail_msg("message '%s' lacks '%s'", msg, w);
+	va_end(ap);
+	free(buf);
+}
+#define refused(json, n, err, ...) refused_(json, n, err, __VA_ARGS__, NULL)
+
+#define T(name, dt, shape, b, e)                                         \
+	"\"" name "\":{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_" \
+	"offsets\":[" #b "," #e "]}"
+
+static void test_good(void **state)
+{
+	const struct st_tensor *a, *b, *s;
+	struct st_file *f;
+	uint8_t *buf;
+
+	f = parse_ok("{\"__metadata__\":{\"format\":\"pt\",\"a\":\"b\"}," T(
+			     "wte", "F32", "[2,3]", 8,
+			     32) "," T("bias", "BF16", "[4]", 0,
+				       8) "," T("s", "I64", "[]", 32, 40) "}  ",
+		     40, &buf);
+	assert_int_equal(f->nr_tensors, 3);
+	assert_int_equal(f->data_len, 40);
+	/* sorted by name */
+	assert_string_equal(f->tensors[0].name, "bias");
+	assert_string_equal(f->tensors[1].name, "s");
+	assert_string_equal(f->tensors[2].name, "wte");
+	a = st_find(f, "wte");
+	b = st_find(f, "bias");
+	s = st_find(f, "s");
+	assert_non_null(a);
+	assert_null(st_find(f, "nope"));
+	assert_int_equal(a->dtype, ST_F32);
+	assert_int_equal(a->ndim, 2);
+	assert_int_equal(a->shape[0], 2);
+	assert_int_equal(a->shape[1], 3);
+	assert_int_equal(a->nelem, 6);
+	assert_int_equal(a->offset, 8);
+	assert_int_equal(a->size, 24);
+	assert_int_equal(st_dtype_djinn(a->dtype), DJINN_DTYPE_F32);
+	assert_int_equal(st_dtype_djinn(b->dtype), DJINN_DTYPE_BF16);
+	assert_int_equal(s->ndim, 0);
+	assert_int_equal(s->nelem, 1);
+	/* data points at the bytes, after the header */
+	assert_ptr_equal(b->data, buf + 8 + (buf[0] | buf[1] << 8));
+	assert_ptr_equal(a->data, b->data + 8);
+	assert_ptr_equal(a->file, f);
+	assert_string_equal(st_meta(f, "format"), "pt");
+	assert_string_equal(st_meta(f, "a"), "b");
+	assert_null(st_meta(f, "zz"));
+	st_close(f);
+	free(buf);
+
+	/* empty: no tensors, no data; zero-size tensors anywhere */
+	f = parse_ok("{}", 0, &buf);
+	assert_int_equal(f->nr_tensors, 0);
+	assert_null(st_find(f, "x"));
+	st_close(f);
+	free(buf);
+	f = parse_ok("{" T("z", "F16", "[0,5]", 4,
+			   4) "," T("y", "U8", "[4]", 0,
+				    4) "," T("x", "F64", "[3,0]", 0, 0) "}",
+		     4, &buf);
+	assert_int_equal(f->nr_tensors, 3);
+	assert_int_equal(st_find(f, "z")->size, 0);
+	st_close(f);
+	free(buf);
+}
+
+static void test_header_refused(void **state)
+{
+	char msg[ST_MSG_LEN];
+	uint8_t buf[64] = { 0 };
+	struct st_file *f;
+
+	/* too short for the length */
+	assert_int_equal(st_parse(buf, 7, "short.st", &f, msg, sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "short.st"));
+	/* huge header length */
+	memset(buf, 0, sizeof(buf));
+	memset(buf, 0xff, 8);
+	assert_int_equal(st_parse(buf, 64, "huge.st", &f, msg, sizeof(msg)),
+			 -E2BIG);
+	assert_non_null(strstr(msg, "over the limit"));
+	buf[7] = 0;
+	buf[0] = 0;
+	buf[1] = 0;
+	buf[2] = 0x40;
+	buf[3] = buf[4] = buf[5] = buf[6] = 0; /* 4 MiB */
+	assert_int_equal(st_parse(buf, 64, "trunc.st", &f, msg, sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "past the end"));
+
+	refused("", 0, -EINVAL, "start with");
+	refused("[1,2]", 0, -EINVAL, "start with");
+	refused(" {}", 0, -EINVAL, "start with");
+	refused("{\"a\":", 0, -EINVAL, "JSON");
+	refused("{}x", 0, -EINVAL, "not a space");
+	refused("{}\n", 0, -EINVAL, "not a space");
+	refused("{} }", 0, -EINVAL, "not a space");
+	refused("{\"a\":1,\"a\":1}", 0, -EINVAL, "JSON", "duplicate");
+	refused("{\"a\":\"\\u0000\"}", 0, -EINVAL, "JSON");
+	refused("{\"a\xff\":{}}", 0, -EINVAL, "JSON");
+	refused("{" T("a", "F32", "[1]", 0, 4) "}", 8, -EINVAL,
+		"4 bytes of data after the last tensor");
+	refused("{}", 1, -EINVAL, "1 bytes of data after");
+}
+
+static void test_entry_refused(void **state)
+{
+	refused("{\"w\":1}", 0, -EINVAL, "'w'", "not an object");
+	refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, -EINVAL, "'w'",
+		"missing data_offsets");
+	refused("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, -EINVAL,
+		"'w'", "missing dtype");
+	refused("{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4,
+		-EINVAL, "'w'", "missing shape");
+	refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,"
+		"4],\"extra\":1}}",
+		4, -EINVAL, "'w'", "unknown field 'extra'");
+	refused("{" T("w", "F33", "[1]", 0, 4) "}", 4, -EINVAL, "'w'",
+		"unknown dtype 'F33'");
+	refused("{\"w\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+		-EINVAL, "'w'", "dtype is not a string");
+	refused("{" T("w", "F32", "1", 0, 4) "}", 4, -EINVAL, "'w'",
+		"shape is not an array");
+	refused("{" T("w", "F32", "[-1]", 0, 4) "}", 4, -EINVAL, "'w'",
+		"shape[0]");
+	refused("{" T("w", "F32", "[1.0]", 0, 4) "}", 4, -EINVAL, "'w'",
+		"shape[0]");
+	refused("{" T("w", "F32", "[1,\"2\"]", 0, 4) "}", 4, -EINVAL, "'w'",
+		"shape[1]");
+	refused("{" T("w", "F32", "[1,1,1,1,1,1,1,1,1]", 0, 4) "}", 4, -E2BIG,
+		"'w'", "9 dims");
+	/* shapes whose element or byte count overflows */
+	refused("{" T("w", "U8", "[4294967296,4294967296]", 0, 4) "}", 4,
+		-E2BIG, "'w'", "overflows");
+	refused("{" T("w", "F32", "[4611686018427387904]", 0, 4) "}", 4, -E2BIG,
+		"'w'", "overflow");
+	refused("{" T("w", "F32", "[9223372036854775808]", 0, 4) "}", 4,
+		-EINVAL, "JSON");
+	/* offsets */
+	refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}",
+		4, -EINVAL, "'w'", "two non-negative");
+	refused("{" T("w", "F32", "[1]", -4, 0) "}", 4, -EINVAL, "'w'",
+		"two non-negative");
+	refused("{" T("w", "F32", "[1]", 4, 0) "}", 4, -EINVAL, "'w'",
+		"end before begin");
+	refused("{" T("w", "F32", "[1]", 0, 8) "}", 4, -EINVAL, "'w'",
+		"past the data");
+	refused("{" T("w", "F32", "[1]", 18446744073709551612, 0) "}", 4,
+		-EINVAL, "JSON");
+	/* dtype and shape against the byte size */
+	refused("{" T("w", "F16", "[2,2]", 0, 16) "}", 16, -EINVAL, "'w'",
+		"16 bytes for F16 of 4 elements (8 bytes)");
+	refused("{" T("w", "F32", "[3]", 0, 8) "}", 8, -EINVAL, "'w'",
+		"8 bytes for F32");
+	/* overlap, hole */
+	refused("{" T("a", "F32", "[2]", 0, 8) "," T("b", "F32", "[2]", 4,
+						     12) "}",
+		12, -EINVAL, "'b'", "overlap tensor 'a'");
+	refused("{" T("a", "F32", "[2]", 0, 8) "," T("b", "F32", "[2]", 0,
+						     8) "}",
+		8, -EINVAL, "overlap");
+	refused("{" T("a", "F32", "[1]", 0, 4) "," T("b", "F32", "[1]", 8,
+						     12) "}",
+		12, -EINVAL, "'b'", "hole of 4 bytes");
+	refused("{" T("a", "F32", "[1]", 4, 8) "}", 8, -EINVAL, "'a'", "hole");
+	/* names and metadata */
+	refused("{" T("", "F32", "[1]", 0, 4) "}", 4, -EINVAL, "name of 0");
+	refused("{\"__metadata__\":[]}", 0, -EINVAL, "__metadata__");
+	refused("{\"__metadata__\":{\"k\":1}}", 0, -EINVAL, "__metadata__",
+		"'k'", "not a string");
+	/* a control character in a name is not printed as is */
+	refused("{" T("a\\nb", "F32", "[1]", 0, 4) "}", 0, -EINVAL, "'a?b'");
+}
+
+static void test_long_name(void **state)
+{
+	char *json = xmalloc(ST_MAX_NAME + 200),
+	     *name = xmalloc(ST_MAX_NAME + 2);
+
+	memset(name, 'n', ST_MAX_NAME + 1);
+	name[ST_MAX_NAME + 1] = 0;
+	snprintf(json, ST_MAX_NAME + 200,
+		 "{\"%s\":{\"dtype\":\"U8\",\"shape\":[1],"
+		 "\"data_offsets\":[0,1]}}",
+		 name);
+	refused(json, 1, -EINVAL, "name of 513 bytes");
+	free(json);
+	free(name);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Files and directories */
+
+static char dir[64];
+
+static void write_file(const char *name, const char *json, size_t data_len)
+{
+	char path[256];
+	uint8_t *buf;
+	size_t len;
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fp = fopen(path, "wb");
+	assert_non_null(fp);
+	if (json) {
+		buf = image(json, data_len, &len);
+		assert_int_equal(fwrite(buf, 1, len, fp), len);
+		free(buf);
+	}
+	fclose(fp);
+}
+
+static void write_text(const char *name, const char *text)
+{
+	char path[256];
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs(text, fp);
+	fclose(fp);
+}
+
+static int setup_dir(void **state)
+{
+	snprintf(dir, sizeof(dir), "/tmp/djinn-st-XXXXXX");
+	return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	return system(cmd);
+}
+
+static void clear_dir(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -f %s/*", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void test_open(void **state)
+{
+	char msg[ST_MSG_LEN], path[256];
+	struct st_file *f;
+
+	clear_dir();
+	write_file("a.safetensors", "{" T("w", "F32", "[2]", 0, 8) "}", 8);
+	snprintf(path, sizeof(path), "%s/a.safetensors", dir);
+	assert_int_equal(st_open(path, &f, msg, sizeof(msg)), 0);
+	assert_int_equal(st_find(f, "w")->size, 8);
+	assert_string_equal(f->path, path);
+	st_close(f);
+
+	write_file("empty.safetensors", NULL, 0);
+	snprintf(path, sizeof(path), "%s/empty.safetensors", dir);
+	assert_int_equal(st_open(path, &f, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "empty.safetensors"));
+	snprintf(path, sizeof(path), "%s/none.safetensors", dir);
+	assert_int_equal(st_open(path, &f, msg, sizeof(msg)), -ENOENT);
+	assert_non_null(strstr(msg, "none.safetensors"));
+	assert_int_equal(st_open(dir, &f, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "not a regular file"));
+}
+
+static void test_set_plain(void **state)
+{
+	char msg[ST_MSG_LEN];
+	struct st_set *set;
+
+	clear_dir();
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -ENOENT);
+	assert_non_null(strstr(msg, "no *.safetensors"));
+
+	write_file("model.safetensors", "{" T("w", "F32", "[2]", 0, 8) "}", 8);
+	write_file("extra.safetensors", "{" T("v", "F16", "[2]", 0, 4) "}", 4);
+	write_file("notes.txt", "{}", 0);
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), 0);
+	assert_int_equal(set->nr_files, 2);
+	assert_int_equal(set->nr_tensors, 2);
+	assert_string_equal(set->tensors[0]->name, "v");
+	assert_int_equal(st_set_find(set, "w")->dtype, ST_F32);
+	assert_null(st_set_find(set, "x"));
+	st_set_close(set);
+
+	/* the same name in two files */
+	write_file("dup.safetensors", "{" T("w", "F32", "[2]", 0, 8) "}", 8);
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "tensor 'w' is also in"));
+
+	/* a bad file refuses the set, naming the file */
+	write_file("dup.safetensors", "{" T("q", "F32", "[2]", 0, 9) "}", 9);
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "dup.safetensors: tensor 'q'"));
+}
+
+static void test_set_sharded(void **state)
+{
+	char msg[ST_MSG_LEN];
+	struct st_set *set;
+
+	clear_dir();
+	write_file("model-00001-of-00002.safetensors",
+		   "{" T("a", "F32", "[2]", 0, 8) "," T("b", "F32", "[1]", 8,
+							12) "}",
+		   12);
+	write_file("model-00002-of-00002.safetensors",
+		   "{" T("c", "BF16", "[3]", 0, 6) "}", 6);
+	write_file("stray.safetensors", "{" T("a", "F32", "[2]", 0, 8) "}", 8);
+	write_text("model.safetensors.index.json",
+		   "{\"metadata\":{\"total_size\":18},\"weight_map\":{"
+		   "\"a\":\"model-00001-of-00002.safetensors\","
+		   "\"b\":\"model-00001-of-00002.safetensors\","
+		   "\"c\":\"model-00002-of-00002.safetensors\"}}");
+	/* the index decides: the stray file is not read */
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), 0);
+	assert_int_equal(set->nr_files, 2);
+	assert_int_equal(set->nr_tensors, 3);
+	assert_int_equal(st_set_find(set, "c")->dtype, ST_BF16);
+	assert_ptr_equal(st_set_find(set, "c")->file, set->files[1]);
+	st_set_close(set);
+
+	/* a tensor the map puts in the wrong shard */
+	write_text("model.safetensors.index.json",
+		   "{\"weight_map\":{"
+		   "\"a\":\"model-00001-of-00002.safetensors\","
+		   "\"b\":\"model-00002-of-00002.safetensors\","
+		   "\"c\":\"model-00002-of-00002.safetensors\"}}");
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "tensor 'b': not in"));
+	/* a tensor the map does not list */
+	write_text("model.safetensors.index.json",
+		   "{\"weight_map\":{"
+		   "\"a\":\"model-00001-of-00002.safetensors\","
+		   "\"c\":\"model-00002-of-00002.safetensors\"}}");
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "tensor 'b': not in"));
+	assert_non_null(strstr(msg, "weight_map"));
+	/* path traversal and other bad shard names */
+	write_text("model.safetensors.index.json",
+		   "{\"weight_map\":{\"a\":\"../x.safetensors\"}}");
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "tensor 'a': shard is not a plain"));
+	write_text("model.safetensors.index.json",
+		   "{\"weight_map\":{\"a\":\"model.bin\"}}");
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
+	write_text("model.safetensors.index.json",
+		   "{\"weight_map\":{\"a\":\"gone.safetensors\"}}");
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -ENOENT);
+	assert_non_null(strstr(msg, "gone.safetensors"));
+	/* a bad index */
+	write_text("model.safetensors.index.json", "{\"weight_map\":{}");
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "index.json"));
+	write_text("model.safetensors.index.json", "{\"metadata\":{}}");
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "weight_map"));
+	write_text("model.safetensors.index.json",
+		   "{\"weight_map\":{},\"other\":1}");
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "unknown field 'other'"));
+	write_text("model.safetensors.index.json",
+		   "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors"
+		   "\",\"a\":\"model-00001-of-00002.safetensors\"}}");
+	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "duplicate"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_good),
+		cmocka_unit_test(test_header_refused),
+		cmocka_unit_test(test_entry_refused),
+		cmocka_unit_test(test_long_name),
+		cmocka_unit_test(test_open),
+		cmocka_unit_test(test_set_plain),
+		cmocka_unit_test(test_set_sharded),
+	};
+
+	return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}
