@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "log.h"
@@ -69,11 +70,29 @@ int log_reopen(void)
 	return 0;
 }
 
+/* systemd sets $JOURNAL_STREAM to "DEV:INO" of the stream it connected
+ * stderr to; a child whose stderr was redirected inherits the variable,
+ * so it counts only while stderr is still that stream. */
+static bool stderr_is_journal(void)
+{
+	const char *js = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+	int n = 0;
+
+	if (!js || sscanf(js, "%llu:%llu%n", &dev, &ino, &n) != 2 || js[n])
+		return false;
+	if (fstat(2, &st))
+		return false;
+	return (unsigned long long)st.st_dev == dev &&
+	       (unsigned long long)st.st_ino == ino;
+}
+
 int log_init(int level, const char *path)
 {
 	lg.level = level;
 	lg.path = path;
-	lg.journal = !path && getenv("JOURNAL_STREAM");
+	lg.journal = !path && stderr_is_journal();
 	return log_reopen();
 }
 

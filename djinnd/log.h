@@ -10,8 +10,8 @@
 #include <syslog.h>
 
 /* @level: LOG_ERR .. LOG_DEBUG; @path: a file to append to, NULL for
- * stderr. Prefixes are used when $JOURNAL_STREAM says stderr is the
- * journal. */
+ * stderr. Prefixes are used when $JOURNAL_STREAM names stderr's device
+ * and inode (systemd connected it to the journal). */
 int log_init(int level, const char *path);
 /* Reopen the log file (SIGHUP, after logrotate). */
 int log_reopen(void);

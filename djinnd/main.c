@@ -1,7 +1,14 @@
 // SPDX-License-Identifier: MIT
 /*
- * djinnd: the Djinn daemon. Start-up, options and the main loop; see
- * djinnd --help and Documentation/.
+ * djinnd: the Djinn daemon. Start-up, configuration, the service
+ * manager's notifications and the main loop; see djinnd(8),
+ * djinnd.conf(5) and Documentation/.
+ *
+ * The configuration is built in three layers, each over the last: the
+ * defaults, the file (--config PATH, else /etc/djinn/djinnd.conf when it
+ * exists) and the command line. Every flag names a key of the file, so
+ * both fill one struct through config_set() (config.c). SIGHUP builds it
+ * again the same way and applies what may change at run time.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -9,8 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "log.h"
 #include "server.h"
 
@@ -20,73 +30,177 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: djinnd [OPTIONS]\n"
+		"  -c, --config PATH        the configuration file (default\n"
+		"                           " DJINND_CONFIG_PATH
+		" when it exists)\n"
+		"      --check-config       check the configuration, print the\n"
+		"                           effective settings and exit\n"
+		"  -o, --set SECTION.KEY=VALUE  any key of djinnd.conf(5)\n"
 		"  -l, --listen ADDR        unix:PATH or tcp:HOST:PORT (repeatable; TCP\n"
 		"                           binds loopback unless HOST says otherwise)\n"
 		"  -a, --admin-socket PATH  the admin socket for djinnctl\n"
 		"  -b, --backend NAME       cpu (default)\n"
-		"  -m, --cpu-mem SIZE       the CPU backend's device memory (default 2G)\n"
+		"  -m, --cpu-mem SIZE       the device memory budget (default 2G)\n"
 		"  -t, --threads N          kernel threads (default: one per CPU)\n"
 		"      --lease-ms MS        default lease period (default 10000)\n"
+		"      --metrics ADDR       tcp:HOST:PORT for the metrics endpoint\n"
 		"  -f, --foreground         stay in the foreground (default when\n"
 		"                           stderr is a terminal or under systemd)\n"
 		"  -L, --log-level LEVEL    err, warning, notice, info (default), debug\n"
 		"      --log-file PATH      append the log there (SIGHUP reopens it)\n"
 		"  -h, --help, -V, --version\n"
-		"Defaults: sockets in /run/djinn/ for root, in $XDG_RUNTIME_DIR/djinn/\n"
-		"for a user who has one, else in ./run/.\n");
+		"Flags override the file. Defaults: sockets in /run/djinn/ for root,\n"
+		"in $XDG_RUNTIME_DIR/djinn/ for a user who has one, else in ./run/.\n");
 }
 
-/* "512M", "2G", "65536": bytes, or 0 on error. */
-static uint64_t parse_size(const char *s)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	int shift = 0;
+enum {
+	OPT_LEASE_MS = 256,
+	OPT_LOG_FILE,
+	OPT_CHECK,
+	OPT_METRICS,
+};
 
-	switch (*end) {
-	case 'k':
-	case 'K':
-		shift = 10;
-		end++;
-		break;
+static const struct option opts[] = {
+	{ "config", required_argument, NULL, 'c' },
+	{ "check-config", no_argument, NULL, OPT_CHECK },
+	{ "set", required_argument, NULL, 'o' },
+	{ "listen", required_argument, NULL, 'l' },
+	{ "admin-socket", required_argument, NULL, 'a' },
+	{ "backend", required_argument, NULL, 'b' },
+	{ "cpu-mem", required_argument, NULL, 'm' },
+	{ "threads", required_argument, NULL, 't' },
+	{ "lease-ms", required_argument, NULL, OPT_LEASE_MS },
+	{ "metrics", required_argument, NULL, OPT_METRICS },
+	{ "foreground", no_argument, NULL, 'f' },
+	{ "log-level", required_argument, NULL, 'L' },
+	{ "log-file", required_argument, NULL, OPT_LOG_FILE },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ 0 },
+};
+static const char shortopts[] = "c:o:l:a:b:m:t:fL:hV";
+
+/* What the command line says besides the configuration. */
+struct args {
+	int argc;
+	char **argv;
+	const char *config; /* --config, or NULL */
+	bool check, foreground;
+};
+
+/* The key each flag sets. */
+static const char *flag_key(int c)
+{
+	switch (c) {
+	case 'l':
+		return "server.listen";
+	case 'a':
+		return "server.admin_socket";
+	case 'b':
+		return "device.backend";
 	case 'm':
-	case 'M':
-		shift = 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		shift = 30;
-		end++;
-		break;
+		return "memory.budget";
 	case 't':
-	case 'T':
-		shift = 40;
-		end++;
-		break;
+		return "device.threads";
+	case OPT_LEASE_MS:
+		return "lease.default";
+	case OPT_METRICS:
+		return "metrics.listen";
+	case 'L':
+		return "log.level";
+	case OPT_LOG_FILE:
+		return "log.file";
 	}
-	if (*end == 'i' && end[1] == 'B')
-		end += 2;
-	else if (*end == 'B')
-		end++;
-	if (*end || end == s || (v << shift) >> shift != v)
-		return 0;
-	return (uint64_t)v << shift;
+	return NULL;
 }
 
-/* Where sockets go by default. */
-static const char *run_dir(void)
+/* The first pass: flags that are not settings. 0, 1 to exit 0 (help,
+ * version), or 2 on a usage error. */
+static int parse_args(struct args *a)
 {
-	static char dir[4096];
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int c;
 
-	if (geteuid() == 0)
-		return "/run/djinn";
-	if (xdg && *xdg) {
-		snprintf(dir, sizeof(dir), "%s/djinn", xdg);
-		return dir;
+	optind = 0;
+	while ((c = getopt_long(a->argc, a->argv, shortopts, opts, NULL)) !=
+	       -1) {
+		switch (c) {
+		case 'c':
+			a->config = optarg;
+			break;
+		case OPT_CHECK:
+			a->check = true;
+			break;
+		case 'f':
+			a->foreground = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 1;
+		case 'V':
+			printf("djinnd %s (protocol %d)\n", DJINND_VERSION,
+			       DJINN_PROTO_VERSION);
+			return 1;
+		case '?':
+			usage(stderr);
+			return 2;
+		}
 	}
-	return "run";
+	if (optind < a->argc) {
+		fprintf(stderr, "djinnd: unexpected argument '%s'\n",
+			a->argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	return 0;
+}
+
+/* Defaults, the file, then the flags, into @c: 0 or -errno with c->err
+ * set. */
+static int config_build(struct djinnd_config *c, const struct args *a)
+{
+	const char *path = a->config;
+	char buf[64];
+	int opt, ret;
+
+	config_init(c);
+	if (!path && access(DJINND_CONFIG_PATH, F_OK) == 0)
+		path = DJINND_CONFIG_PATH;
+	if (path) {
+		ret = config_load(c, path);
+		if (ret)
+			return ret;
+	}
+	optind = 0;
+	while ((opt = getopt_long(a->argc, a->argv, shortopts, opts, NULL)) !=
+	       -1) {
+		const char *key = flag_key(opt), *val = optarg;
+		char kbuf[128];
+
+		if (opt == 'o') {
+			const char *eq = strchr(optarg, '=');
+
+			if (!eq || (size_t)(eq - optarg) >= sizeof(kbuf)) {
+				snprintf(c->err, sizeof(c->err),
+					 "command line: --set '%s': want "
+					 "SECTION.KEY=VALUE",
+					 optarg);
+				return -EINVAL;
+			}
+			memcpy(kbuf, optarg, (size_t)(eq - optarg));
+			kbuf[eq - optarg] = 0;
+			key = kbuf;
+			val = eq + 1;
+		} else if (!key) {
+			continue;
+		} else if (opt == OPT_LEASE_MS) {
+			snprintf(buf, sizeof(buf), "%sms", optarg);
+			val = buf;
+		}
+		ret = config_set(c, key, val);
+		if (ret)
+			return ret;
+	}
+	return config_validate(c);
 }
 
 /* Connections need fds: take the hard limit, and keep max_conns under
@@ -127,136 +241,155 @@ static int daemonize(void)
 	return 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* The service manager: sd_notify(3). Each call is a no-op without
+ * $NOTIFY_SOCKET. */
+
+static struct args args;
+static struct djinnd_config running;
+static struct loop_timer watchdog;
+
+static uint64_t watchdog_tick(struct loop_timer *t, uint64_t now)
+{
+	uint64_t usec = 0;
+
+	sd_notify(0, "WATCHDOG=1");
+	/* Twice per period, as sd_watchdog_enabled(3) advises. */
+	if (sd_watchdog_enabled(0, &usec) <= 0 || !usec)
+		return 0;
+	return usec * 1000 / 2;
+}
+
+static unsigned long long monotonic_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000ull +
+	       (unsigned long long)ts.tv_nsec / 1000;
+}
+
+/* SIGHUP, after the log file has been reopened: read the configuration
+ * again and apply what may change at run time. */
+static void on_reload(struct server *srv)
+{
+	struct djinnd_config next;
+	unsigned int mask, nr_restart;
+	int ret;
+
+	/* systemd >= 253 wants MONOTONIC_USEC with RELOADING=1. */
+	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading",
+		   monotonic_usec());
+	ret = config_build(&next, &args);
+	if (ret) {
+		log_err("reload: %s: keeping the running configuration",
+			next.err);
+		sd_notifyf(0, "READY=1\nSTATUS=reload failed: %s", next.err);
+		config_free(&next);
+		return;
+	}
+	mask = config_diff(&running, &next, &nr_restart);
+	config_apply(&running, &next, mask);
+	config_free(&next);
+	if (mask & CONFIG_RELOAD_LOG)
+		log_set_level(running.log_level);
+	if (mask & CONFIG_RELOAD_PRESSURE) {
+		ret = vmu_set_thresholds(srv->vmu, running.srv.warn_pct,
+					 running.srv.crit_pct);
+		if (ret)
+			log_err("reload: pressure thresholds: %s",
+				strerror(-ret));
+	}
+	if (mask & CONFIG_RELOAD_LEASE) {
+		/* Sessions opened from now on; open ones keep theirs. */
+		srv->cfg.lease_default_ns = running.srv.lease_default_ns;
+		srv->cfg.lease_min_ns = running.srv.lease_min_ns;
+		srv->cfg.lease_max_ns = running.srv.lease_max_ns;
+	}
+	log_notice("reload: %s%s; %u setting%s need%s a restart",
+		   mask ? "applied" : "nothing to apply",
+		   running.path ? "" : " (no file)", nr_restart,
+		   nr_restart == 1 ? "" : "s", nr_restart == 1 ? "s" : "");
+	sd_notify(0, "READY=1\nSTATUS=running");
+}
+
+static void on_stopping(struct server *srv)
+{
+	sd_notify(0, "STOPPING=1\nSTATUS=draining");
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "listen", required_argument, NULL, 'l' },
-		{ "admin-socket", required_argument, NULL, 'a' },
-		{ "backend", required_argument, NULL, 'b' },
-		{ "cpu-mem", required_argument, NULL, 'm' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "lease-ms", required_argument, NULL, 1 },
-		{ "foreground", no_argument, NULL, 'f' },
-		{ "log-level", required_argument, NULL, 'L' },
-		{ "log-file", required_argument, NULL, 2 },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ 0 },
-	};
-	static char def_listen[4200], def_admin[4200];
-	struct server_config cfg = {
-		.backend = "cpu",
-		.cpu_mem = 2ull << 30,
-		.lease_default_ns = 10000000000ull,
-		.lease_min_ns = 10000000ull,
-		.lease_max_ns = 3600000000000ull,
-		.max_sessions = 65536,
-		.max_conns = 4096,
-	};
-	const char *log_file = NULL;
-	bool foreground = isatty(2) || getenv("INVOCATION_ID");
-	int level = LOG_INFO, c, ret;
 	struct server srv;
+	bool foreground;
+	int ret;
 
-	while ((c = getopt_long(argc, argv, "l:a:b:m:t:fL:hV", opts, NULL)) !=
-	       -1) {
-		switch (c) {
-		case 'l':
-			if (cfg.nr_listen == SERVER_MAX_LISTEN) {
-				fprintf(stderr, "djinnd: at most %d --listen\n",
-					SERVER_MAX_LISTEN);
-				return 2;
-			}
-			cfg.listen[cfg.nr_listen++] = optarg;
-			break;
-		case 'a':
-			cfg.admin_socket = optarg;
-			break;
-		case 'b':
-			cfg.backend = optarg;
-			break;
-		case 'm':
-			cfg.cpu_mem = parse_size(optarg);
-			if (!cfg.cpu_mem) {
-				fprintf(stderr, "djinnd: bad size '%s'\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 't':
-			cfg.threads = (unsigned int)atoi(optarg);
-			break;
-		case 1:
-			cfg.lease_default_ns =
-				strtoull(optarg, NULL, 10) * 1000000ull;
-			if (!cfg.lease_default_ns) {
-				fprintf(stderr, "djinnd: bad lease '%s'\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'f':
-			foreground = true;
-			break;
-		case 'L':
-			level = log_parse_level(optarg);
-			if (level < 0) {
-				fprintf(stderr, "djinnd: bad log level '%s'\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 2:
-			log_file = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case 'V':
-			printf("djinnd %s (protocol %d)\n", DJINND_VERSION,
-			       DJINN_PROTO_VERSION);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		usage(stderr);
-		return 2;
-	}
-	if (!cfg.nr_listen) {
-		snprintf(def_listen, sizeof(def_listen), "unix:%s/djinnd.sock",
-			 run_dir());
-		cfg.listen[cfg.nr_listen++] = def_listen;
-	}
-	if (!cfg.admin_socket) {
-		snprintf(def_admin, sizeof(def_admin), "%s/admin.sock",
-			 run_dir());
-		cfg.admin_socket = def_admin;
-	}
-	if (!foreground && !log_file)
-		log_file = "djinnd.log";
-	ret = log_init(level, log_file);
+	args.argc = argc;
+	args.argv = argv;
+	ret = parse_args(&args);
+	if (ret)
+		return ret == 1 ? 0 : 2;
+	ret = config_build(&running, &args);
 	if (ret) {
-		fprintf(stderr, "djinnd: log %s: %s\n", log_file,
+		fprintf(stderr, "djinnd: %s\n", running.err);
+		config_free(&running);
+		return args.check ? 1 : 2;
+	}
+	if (args.check) {
+		config_print(&running, stdout);
+		config_free(&running);
+		return 0;
+	}
+	/* Under systemd (and anyone playing it), never fork: the service
+	 * manager watches this process. */
+	foreground = args.foreground || isatty(2) || getenv("INVOCATION_ID") ||
+		     getenv("NOTIFY_SOCKET");
+	if (!foreground && !running.log_file)
+		running.log_file = "djinnd.log";
+	ret = log_init(running.log_level, running.log_file);
+	if (ret) {
+		fprintf(stderr, "djinnd: log %s: %s\n", running.log_file,
 			strerror(-ret));
+		config_free(&running);
 		return 1;
 	}
 	if (!foreground && daemonize()) {
 		log_err("cannot daemonize: %s", strerror(errno));
+		config_free(&running);
 		return 1;
 	}
-	log_info("djinnd %s starting", DJINND_VERSION);
-	raise_nofile(&cfg);
+	log_info("djinnd %s starting (configuration: %s)", DJINND_VERSION,
+		 running.path ? running.path : "none");
+	if (running.srv.metrics)
+		log_warn("metrics.listen %s: this djinnd has no metrics "
+			 "endpoint yet; not served",
+			 running.srv.metrics);
+	raise_nofile(&running.srv);
 	ret = server_block_signals();
 	if (!ret)
-		ret = server_init(&srv, &cfg);
-	if (!ret)
+		ret = server_init(&srv, &running.srv);
+	if (!ret) {
+		uint64_t usec = 0;
+
+		srv.hooks.reload = on_reload;
+		srv.hooks.stopping = on_stopping;
+		if (sd_watchdog_enabled(0, &usec) > 0 && usec) {
+			watchdog.fn = watchdog_tick;
+			INIT_LIST_HEAD(&watchdog.node);
+			loop_timer_add(&srv.loop, &watchdog, loop_now());
+			log_info("watchdog: every %llu ms",
+				 (unsigned long long)(usec / 2000));
+		}
+		sd_notifyf(0, "READY=1\nSTATUS=running\nMAINPID=%d",
+			   (int)getpid());
 		ret = server_run(&srv);
+	}
 	server_exit(&srv);
+	config_free(&running);
 	if (ret) {
 		log_err("exiting: %s", strerror(-ret));
+		sd_notifyf(0, "STATUS=failed: %s\nERRNO=%d", strerror(-ret),
+			   -ret);
 		return 1;
 	}
 	return 0;

@@ -4,8 +4,9 @@
  *
  * SIGTERM (and SIGINT) drain: stop accepting, let queued and running
  * graphs finish and their answers go out, then end every session (the
- * one teardown, reason "daemon shutdown") and stop. SIGHUP reopens the
- * log file.
+ * one teardown, reason "daemon shutdown") and stop; the stopping hook
+ * tells the service manager. SIGHUP reopens the log file, then calls
+ * the reload hook (main.c reads djinnd.conf again).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -105,6 +106,8 @@ static void sig_complete(struct io_src *src, struct io_uring_cqe *cqe,
 		case SIGHUP:
 			log_notice("SIGHUP: reopening the log");
 			log_reopen();
+			if (srv->hooks.reload)
+				srv->hooks.reload(srv);
 			break;
 		case SIGTERM:
 		case SIGINT:
@@ -115,6 +118,8 @@ static void sig_complete(struct io_src *src, struct io_uring_cqe *cqe,
 				strsignal(sigs.signo),
 				executor_depth(srv->exec));
 			srv->draining = true;
+			if (srv->hooks.stopping)
+				srv->hooks.stopping(srv);
 			listeners_close(srv);
 			/* Read no more requests; answers still go out. */
 			conns_close_all(srv, false);
@@ -160,7 +165,9 @@ int server_init(struct server *srv, const struct server_config *cfg)
 {
 	/* Swapped-out regions may hold as much host memory as the device
 	 * has, no more. */
-	struct vmu_config vcfg = { .swap_limit = cfg->cpu_mem };
+	struct vmu_config vcfg = { .swap_limit = cfg->cpu_mem,
+				   .warn_pct = cfg->warn_pct,
+				   .crit_pct = cfg->crit_pct };
 	int ret;
 
 	memset(srv, 0, sizeof(*srv));

@@ -31,6 +31,11 @@ struct server_config {
 	uint64_t lease_default_ns, lease_min_ns, lease_max_ns;
 	unsigned int max_sessions;
 	unsigned int max_conns;
+	unsigned int warn_pct, crit_pct; /* VMU pressure thresholds, % */
+	const char *admin_group; /* the admin socket's; NULL: "djinn" if any */
+	const char *model_dir; /* where models are read from */
+	const char *metrics; /* "tcp:HOST:PORT" of the metrics endpoint */
+	uint64_t devices; /* bit per device index; 0: all */
 };
 
 struct executor;
@@ -69,6 +74,12 @@ struct server {
 	struct bufring *br; /* provided receive buffers, or NULL */
 
 	bool draining; /* SIGTERM: finish in-flight work, then stop */
+	/* main.c's, on the I/O thread: configuration reload and the
+	 * service manager's notifications; NULL: nothing to do */
+	struct server_hooks {
+		void (*reload)(struct server *srv); /* SIGHUP */
+		void (*stopping)(struct server *srv); /* draining begins */
+	} hooks;
 	struct server_stats st;
 };
 

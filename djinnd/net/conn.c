@@ -946,8 +946,10 @@ static int listen_unix(struct listener *ls, const char *path)
 		return ret;
 	}
 	if (ls->admin) {
-		/* root, or the djinn group. */
-		struct group *g = getgrnam("djinn");
+		/* root, or the admin group (server.admin_group). */
+		struct group *g = getgrnam(ls->srv->cfg.admin_group ?
+						   ls->srv->cfg.admin_group :
+						   "djinn");
 
 		if (g && chown(path, 0, g->gr_gid) == 0)
 			chmod(path, 0660);

@@ -1,0 +1,889 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The configuration file and the command line, through one table.
+ *
+ * Every setting is a row of keys[]: its section and name, its type, where
+ * it lives in struct djinnd_config, and whether SIGHUP may change it. A
+ * file line "name = value" under "[section]" and a flag (main.c maps each
+ * to "section.name") both end in key_set(), so both are checked the same
+ * way and a bad value is refused with the same message. inih does the
+ * parsing; a counting reader gives each handler call its line number and
+ * refuses lines inih would otherwise split.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <grp.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+enum key_type {
+	T_LISTEN, /* repeatable "unix:PATH" | "tcp:HOST:PORT" */
+	T_SOCKET, /* a unix socket's path */
+	T_GROUP, /* a group name that must exist when set */
+	T_UINT,
+	T_DIR, /* an absolute path */
+	T_BACKEND,
+	T_DEVICES, /* "all" or "0,1,3" */
+	T_SIZE,
+	T_PCT,
+	T_DURATION,
+	T_LEVEL,
+	T_FILE, /* a path, or empty for none */
+	T_TCP, /* "tcp:HOST:PORT", or empty for off */
+};
+
+struct key {
+	const char *section, *name;
+	enum key_type type;
+	size_t off;
+	uint64_t min, max; /* T_UINT, T_SIZE, T_DURATION */
+	unsigned int reload; /* CONFIG_RELOAD_*: SIGHUP applies it */
+};
+
+#define SRV(f) offsetof(struct djinnd_config, srv.f)
+#define TOP(f) offsetof(struct djinnd_config, f)
+#define MS 1000000ull
+#define SEC 1000000000ull
+
+/* A key of the file; @...: .min, .max, .reload */
+#define KEY(sec, nm, ty, offset, ...)                                  \
+	{                                                              \
+		.section = sec, .name = nm, .type = ty, .off = offset, \
+		__VA_ARGS__                                            \
+	}
+
+static const struct key keys[] = {
+	KEY("server", "listen", T_LISTEN, SRV(listen)),
+	KEY("server", "admin_socket", T_SOCKET, SRV(admin_socket)),
+	KEY("server", "admin_group", T_GROUP, SRV(admin_group)),
+	KEY("server", "max_sessions", T_UINT, SRV(max_sessions), .min = 1,
+	    .max = 1u << 24),
+	KEY("server", "max_connections", T_UINT, SRV(max_conns), .min = 16,
+	    .max = 1u << 20),
+	KEY("server", "model_dir", T_DIR, SRV(model_dir)),
+	KEY("device", "backend", T_BACKEND, SRV(backend)),
+	KEY("device", "devices", T_DEVICES, SRV(devices)),
+	KEY("device", "threads", T_UINT, SRV(threads), .max = 1024),
+	KEY("memory", "budget", T_SIZE, SRV(cpu_mem), .min = 1ull << 20,
+	    .max = 1ull << 50),
+	KEY("memory", "pressure_warning", T_PCT, SRV(warn_pct), .min = 1,
+	    .max = 100, .reload = CONFIG_RELOAD_PRESSURE),
+	KEY("memory", "pressure_critical", T_PCT, SRV(crit_pct), .min = 1,
+	    .max = 100, .reload = CONFIG_RELOAD_PRESSURE),
+	KEY("lease", "default", T_DURATION, SRV(lease_default_ns), .min = MS,
+	    .max = 24 * 3600 * SEC, .reload = CONFIG_RELOAD_LEASE),
+	KEY("lease", "min", T_DURATION, SRV(lease_min_ns), .min = MS,
+	    .max = 24 * 3600 * SEC, .reload = CONFIG_RELOAD_LEASE),
+	KEY("lease", "max", T_DURATION, SRV(lease_max_ns), .min = MS,
+	    .max = 24 * 3600 * SEC, .reload = CONFIG_RELOAD_LEASE),
+	KEY("log", "level", T_LEVEL, TOP(log_level),
+	    .reload = CONFIG_RELOAD_LOG),
+	KEY("log", "file", T_FILE, TOP(log_file)),
+	KEY("metrics", "listen", T_TCP, SRV(metrics)),
+};
+
+#define NR_KEYS (sizeof(keys) / sizeof(keys[0]))
+_Static_assert(NR_KEYS <= CONFIG_MAX_KEYS, "CONFIG_MAX_KEYS too small");
+
+static const char cmdline[] = "command line";
+
+enum { FROM_DEFAULT, FROM_FILE, FROM_FLAG };
+
+/* ---------------------------------------------------------------------- */
+/* Strings and errors */
+
+static const char *keep(struct djinnd_config *c, const char *s)
+{
+	char *dup;
+
+	if (c->nr_strs == c->cap_strs) {
+		unsigned int cap = c->cap_strs ? 2 * c->cap_strs : 16;
+		char **n = realloc(c->strs, cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		c->strs = n;
+		c->cap_strs = cap;
+	}
+	dup = strdup(s);
+	if (dup)
+		c->strs[c->nr_strs++] = dup;
+	return dup;
+}
+
+static void where(const struct djinnd_config *c, char *buf, size_t len)
+{
+	if (c->cur_line)
+		snprintf(buf, len, "%s:%u", c->cur_file, c->cur_line);
+	else
+		snprintf(buf, len, "%s", c->cur_file ? c->cur_file : cmdline);
+}
+
+/* The first error wins: "FILE:LINE: message". */
+static int __attribute__((format(printf, 2, 3)))
+fail(struct djinnd_config *c, const char *fmt, ...)
+{
+	char at[300];
+	size_t n;
+	va_list ap;
+
+	if (c->err[0])
+		return -EINVAL;
+	where(c, at, sizeof(at));
+	n = (size_t)snprintf(c->err, sizeof(c->err), "%s: ", at);
+	if (n >= sizeof(c->err))
+		return -EINVAL;
+	va_start(ap, fmt);
+	vsnprintf(c->err + n, sizeof(c->err) - n, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+static const struct key *key_find(const char *section, const char *name)
+{
+	for (size_t i = 0; i < NR_KEYS; i++)
+		if (!strcmp(keys[i].section, section) &&
+		    !strcmp(keys[i].name, name))
+			return &keys[i];
+	return NULL;
+}
+
+static bool section_known(const char *section)
+{
+	for (size_t i = 0; i < NR_KEYS; i++)
+		if (!strcmp(keys[i].section, section))
+			return true;
+	return false;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Values */
+
+int config_parse_size(const char *s, uint64_t *out)
+{
+	static const char units[] = "kmgt";
+	unsigned long long v;
+	const char *u;
+	int shift = 0;
+	char *end;
+
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	if (*end && (u = strchr(units, tolower((unsigned char)*end)))) {
+		shift = 10 * (int)(u - units + 1);
+		end++;
+		if (*end == 'i' && end[1] == 'B')
+			end += 2;
+	}
+	if (*end == 'B')
+		end++;
+	if (*end || (v << shift) >> shift != v)
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+int config_parse_duration(const char *s, uint64_t *out)
+{
+	static const struct {
+		const char *unit;
+		uint64_t ns;
+	} units[] = { { "ms", MS },
+		      { "s", SEC },
+		      { "m", 60 * SEC },
+		      { "h", 3600 * SEC } };
+	unsigned long long v;
+	char *end;
+
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(end, units[i].unit))
+			continue;
+		if (v > UINT64_MAX / units[i].ns)
+			return -EINVAL;
+		*out = v * units[i].ns;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int parse_uint(const char *s, uint64_t *out)
+{
+	char *end;
+
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	*out = strtoull(s, &end, 10);
+	return errno || *end ? -EINVAL : 0;
+}
+
+static int check_unix_path(struct djinnd_config *c, const struct key *k,
+			   const char *path)
+{
+	if (!*path)
+		return fail(c, "%s.%s: empty socket path", k->section, k->name);
+	if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		return fail(c, "%s.%s: socket path longer than %zu bytes: %s",
+			    k->section, k->name,
+			    sizeof(((struct sockaddr_un *)0)->sun_path) - 1,
+			    path);
+	return 0;
+}
+
+/* "tcp:HOST:PORT", HOST possibly empty or "[v6]", PORT 1..65535. */
+static int check_tcp(struct djinnd_config *c, const struct key *k,
+		     const char *v)
+{
+	const char *spec = v + 4, *port = strrchr(spec, ':');
+	uint64_t p;
+
+	if (!port || parse_uint(port + 1, &p) || p < 1 || p > 65535)
+		return fail(c, "%s.%s: '%s': want tcp:HOST:PORT, PORT 1-65535",
+			    k->section, k->name, v);
+	if (*spec == '[' && (port == spec || port[-1] != ']'))
+		return fail(c, "%s.%s: '%s': unclosed '[' in the host",
+			    k->section, k->name, v);
+	if (*spec != '[' && memchr(spec, ':', (size_t)(port - spec)))
+		return fail(c, "%s.%s: '%s': write an IPv6 host as [ADDR]",
+			    k->section, k->name, v);
+	return 0;
+}
+
+static int check_listen(struct djinnd_config *c, const struct key *k,
+			const char *v)
+{
+	if (!strncmp(v, "unix:", 5))
+		return check_unix_path(c, k, v + 5);
+	if (!strncmp(v, "tcp:", 4))
+		return check_tcp(c, k, v);
+	return fail(c, "%s.%s: '%s': want unix:PATH or tcp:HOST:PORT",
+		    k->section, k->name, v);
+}
+
+static int check_group(struct djinnd_config *c, const struct key *k,
+		       const char *v)
+{
+	if (!*v || strlen(v) > 32 ||
+	    strspn(v, "abcdefghijklmnopqrstuvwxyz"
+		      "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+		      "0123456789_-.") != strlen(v))
+		return fail(c, "%s.%s: '%s' is not a group name", k->section,
+			    k->name, v);
+	if (!getgrnam(v))
+		return fail(c, "%s.%s: no group '%s' on this system",
+			    k->section, k->name, v);
+	return 0;
+}
+
+/* "all", or indices 0-63 separated by commas. */
+static int parse_devices(const char *v, uint64_t *mask)
+{
+	const char *p = v;
+
+	*mask = 0;
+	if (!strcmp(v, "all"))
+		return 0;
+	for (;;) {
+		char *end;
+		unsigned long i;
+
+		if (!isdigit((unsigned char)*p))
+			return -EINVAL;
+		i = strtoul(p, &end, 10);
+		if (i > 63 || (*mask & (1ull << i)))
+			return -EINVAL;
+		*mask |= 1ull << i;
+		if (!*end)
+			return 0;
+		if (*end != ',')
+			return -EINVAL;
+		p = end + 1;
+	}
+}
+
+static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
+		   int from)
+{
+	void *p = (char *)c + k->off;
+	uint64_t n;
+	int ret;
+
+	switch (k->type) {
+	case T_LISTEN:
+		ret = check_listen(c, k, v);
+		if (ret)
+			return ret;
+		/* The file's list replaces the default, the command
+		 * line's replaces the file's. */
+		if ((unsigned int)from > c->listen_from) {
+			c->srv.nr_listen = 0;
+			c->listen_from = (unsigned int)from;
+		}
+		if (c->srv.nr_listen == SERVER_MAX_LISTEN)
+			return fail(c, "server.listen: at most %d addresses",
+				    SERVER_MAX_LISTEN);
+		for (unsigned int i = 0; i < c->srv.nr_listen; i++)
+			if (!strcmp(c->srv.listen[i], v))
+				return fail(c, "server.listen: %s twice", v);
+		if (!(v = keep(c, v)))
+			return fail(c, "out of memory");
+		c->listen_line[c->srv.nr_listen] = c->cur_line;
+		c->srv.listen[c->srv.nr_listen++] = v;
+		return 0;
+	case T_SOCKET:
+		ret = check_unix_path(c, k, v);
+		break;
+	case T_GROUP: /* empty: "djinn" if that group exists */
+		ret = *v ? check_group(c, k, v) : 0;
+		break;
+	case T_DIR:
+		ret = *v == '/' ? 0 :
+				  fail(c, "%s.%s: '%s' is not an absolute path",
+				       k->section, k->name, v);
+		break;
+	case T_BACKEND:
+		if (!strcmp(v, "cpu"))
+			ret = 0;
+		else if (!strcmp(v, "cuda"))
+			ret = fail(c,
+				   "%s.%s: cuda is not built into this "
+				   "djinnd (cpu is)",
+				   k->section, k->name);
+		else
+			ret = fail(c, "%s.%s: '%s': want cpu or cuda",
+				   k->section, k->name, v);
+		break;
+	case T_DEVICES:
+		if (parse_devices(v, &n))
+			return fail(c,
+				    "%s.%s: '%s': want all, or device "
+				    "numbers 0-63 separated by commas",
+				    k->section, k->name, v);
+		*(uint64_t *)p = n;
+		return 0;
+	case T_UINT:
+	case T_PCT:
+		if (parse_uint(v, &n) || n < k->min || n > k->max)
+			return fail(c,
+				    "%s.%s: '%s': want a number from %llu to "
+				    "%llu%s",
+				    k->section, k->name, v,
+				    (unsigned long long)k->min,
+				    (unsigned long long)k->max,
+				    k->type == T_PCT ? " (percent)" : "");
+		*(unsigned int *)p = (unsigned int)n;
+		return 0;
+	case T_SIZE:
+		if (config_parse_size(v, &n) || n < k->min || n > k->max)
+			return fail(c,
+				    "%s.%s: '%s': want a size from 1M to "
+				    "1024T, such as 512M or 16G",
+				    k->section, k->name, v);
+		*(uint64_t *)p = n;
+		return 0;
+	case T_DURATION:
+		if (config_parse_duration(v, &n) || n < k->min || n > k->max)
+			return fail(c,
+				    "%s.%s: '%s': want a time from 1ms to "
+				    "24h with its unit: ms, s, m or h",
+				    k->section, k->name, v);
+		*(uint64_t *)p = n;
+		return 0;
+	case T_LEVEL:
+		ret = log_parse_level(v);
+		if (ret < 0)
+			return fail(c,
+				    "%s.%s: '%s': want err, warning, notice, "
+				    "info or debug",
+				    k->section, k->name, v);
+		*(int *)p = ret;
+		return 0;
+	case T_FILE:
+		ret = 0;
+		break;
+	case T_TCP:
+		if (!*v) {
+			ret = 0;
+			break;
+		}
+		if (strncmp(v, "tcp:", 4))
+			return fail(c, "%s.%s: '%s': want tcp:HOST:PORT",
+				    k->section, k->name, v);
+		ret = check_tcp(c, k, v);
+		break;
+	default:
+		return fail(c, "%s.%s: bad key type", k->section, k->name);
+	}
+	if (ret)
+		return ret;
+	/* The string types: empty means unset. */
+	if (!*v) {
+		*(const char **)p = NULL;
+		return 0;
+	}
+	if (!(v = keep(c, v)))
+		return fail(c, "out of memory");
+	*(const char **)p = v;
+	return 0;
+}
+
+static int set_from(struct djinnd_config *c, const struct key *k,
+		    const char *value, int from)
+{
+	struct config_origin *o = &c->origin[k - keys];
+	int ret;
+
+	if (from == FROM_FILE && k->type != T_LISTEN && o->line &&
+	    o->file == c->cur_file)
+		return fail(c, "%s.%s: already set on line %u", k->section,
+			    k->name, o->line);
+	ret = key_set(c, k, value, from);
+	if (ret)
+		return ret;
+	o->file = c->cur_file;
+	o->line = c->cur_line;
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Defaults */
+
+/* Sockets: /run/djinn/ for root (the system service), else
+ * $XDG_RUNTIME_DIR/djinn/, else ./run/ (a checkout). */
+static const char *run_dir(char *buf, size_t len)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (geteuid() == 0)
+		return "/run/djinn";
+	if (xdg && *xdg) {
+		snprintf(buf, len, "%s/djinn", xdg);
+		return buf;
+	}
+	return "run";
+}
+
+void config_init(struct djinnd_config *c)
+{
+	char dir[4096], path[4200];
+
+	memset(c, 0, sizeof(*c));
+	c->srv = (struct server_config){
+		.backend = "cpu",
+		.cpu_mem = 2ull << 30,
+		.lease_default_ns = 10 * SEC,
+		.lease_min_ns = 10 * MS,
+		.lease_max_ns = 3600 * SEC,
+		.max_sessions = 65536,
+		.max_conns = 4096,
+		.warn_pct = 80,
+		.crit_pct = 95,
+		.model_dir = "/var/lib/djinn/models",
+	};
+	c->log_level = LOG_INFO;
+	run_dir(dir, sizeof(dir));
+	snprintf(path, sizeof(path), "unix:%s/djinnd.sock", run_dir(dir, 4096));
+	c->srv.listen[0] = keep(c, path);
+	c->srv.nr_listen = c->srv.listen[0] ? 1 : 0;
+	snprintf(path, sizeof(path), "%s/admin.sock", run_dir(dir, 4096));
+	c->srv.admin_socket = keep(c, path);
+}
+
+void config_free(struct djinnd_config *c)
+{
+	for (unsigned int i = 0; i < c->nr_strs; i++)
+		free(c->strs[i]);
+	free(c->strs);
+	c->strs = NULL;
+	c->nr_strs = c->cap_strs = 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The file */
+
+struct reader {
+	FILE *f;
+	struct djinnd_config *c;
+	bool too_long;
+};
+
+/* fgets for inih, counting lines. inih would cut a line longer than its
+ * buffer in two and read the rest as another line: refuse it instead. */
+static char *read_line(char *str, int num, void *stream)
+{
+	struct reader *r = stream;
+	char *s = fgets(str, num, r->f);
+
+	if (!s)
+		return NULL;
+	r->c->cur_line++;
+	if (!strchr(s, '\n') && !feof(r->f)) {
+		r->too_long = true;
+		return NULL;
+	}
+	return s;
+}
+
+static int on_line(void *user, const char *section, const char *name,
+		   const char *value)
+{
+	struct djinnd_config *c = user;
+	const struct key *k;
+
+	if (c->err[0])
+		return 1; /* report the first error only */
+	if (!*section) {
+		fail(c, "'%s' before any [section]", name);
+		return 0;
+	}
+	k = key_find(section, name);
+	if (!k) {
+		if (section_known(section))
+			fail(c, "unknown key '%s' in [%s]", name, section);
+		else
+			fail(c, "unknown section [%s]", section);
+		return 0;
+	}
+	return set_from(c, k, value, FROM_FILE) ? 0 : 1;
+}
+
+int config_load(struct djinnd_config *c, const char *path)
+{
+	struct reader r = { .c = c };
+	struct stat sb;
+	int ret;
+
+	c->err[0] = 0;
+	r.f = fopen(path, "re");
+	if (!r.f) {
+		ret = -errno;
+		snprintf(c->err, sizeof(c->err), "%s: %s", path,
+			 strerror(-ret));
+		return ret;
+	}
+	if (fstat(fileno(r.f), &sb) || S_ISDIR(sb.st_mode)) {
+		fclose(r.f);
+		snprintf(c->err, sizeof(c->err), "%s: %s", path,
+			 strerror(EISDIR));
+		return -EISDIR;
+	}
+	c->path = keep(c, path);
+	if (!c->path) {
+		fclose(r.f);
+		return -ENOMEM;
+	}
+	c->cur_file = c->path;
+	c->cur_line = 0;
+	ret = ini_parse_stream(read_line, &r, on_line, c);
+	if (r.too_long) {
+		c->err[0] = 0;
+		fail(c, "line longer than %d characters", INI_MAX_LINE - 2);
+	} else if (ferror(r.f)) {
+		snprintf(c->err, sizeof(c->err), "%s: read error", path);
+	} else if (ret > 0 && !c->err[0]) {
+		/* inih's own refusal: neither "[section]" nor "key = value" */
+		c->cur_line = (unsigned int)ret;
+		fail(c, "syntax error: want [section] or key = value");
+	} else if (ret < 0 && !c->err[0]) {
+		snprintf(c->err, sizeof(c->err), "%s: out of memory", path);
+	}
+	fclose(r.f);
+	c->cur_file = cmdline;
+	c->cur_line = 0;
+	return c->err[0] ? -EINVAL : 0;
+}
+
+int config_set(struct djinnd_config *c, const char *key, const char *value)
+{
+	const char *dot = strchr(key, '.');
+	char section[64];
+	const struct key *k = NULL;
+
+	c->err[0] = 0;
+	c->cur_file = cmdline;
+	c->cur_line = 0;
+	if (dot && (size_t)(dot - key) < sizeof(section)) {
+		memcpy(section, key, (size_t)(dot - key));
+		section[dot - key] = 0;
+		k = key_find(section, dot + 1);
+	}
+	if (!k)
+		return fail(c,
+			    "unknown key '%s' (want SECTION.KEY, "
+			    "see djinnd.conf(5))",
+			    key);
+	return set_from(c, k, value, FROM_FLAG);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Across keys */
+
+static int fail_at(struct djinnd_config *c, const struct key *k)
+{
+	const struct config_origin *o = &c->origin[k - keys];
+
+	c->cur_file = o->file ? o->file : "default";
+	c->cur_line = o->line;
+	return 0;
+}
+
+/* The later of two keys, to blame. */
+static const struct key *later(const struct djinnd_config *c,
+			       const struct key *a, const struct key *b)
+{
+	const struct config_origin *oa = &c->origin[a - keys];
+	const struct config_origin *ob = &c->origin[b - keys];
+
+	if (oa->file == cmdline || (oa->file && !ob->file))
+		return a;
+	if (ob->file == cmdline || (ob->file && !oa->file))
+		return b;
+	return oa->line > ob->line ? a : b;
+}
+
+int config_validate(struct djinnd_config *c)
+{
+	struct server_config *s = &c->srv;
+	const struct key *k;
+
+	c->err[0] = 0;
+	if (s->warn_pct >= s->crit_pct) {
+		k = later(c, key_find("memory", "pressure_warning"),
+			  key_find("memory", "pressure_critical"));
+		fail_at(c, k);
+		return fail(c,
+			    "%s.%s: pressure_warning (%u%%) must be below "
+			    "pressure_critical (%u%%)",
+			    k->section, k->name, s->warn_pct, s->crit_pct);
+	}
+	if (s->lease_min_ns > s->lease_default_ns ||
+	    s->lease_default_ns > s->lease_max_ns) {
+		k = later(c,
+			  later(c, key_find("lease", "min"),
+				key_find("lease", "default")),
+			  key_find("lease", "max"));
+		fail_at(c, k);
+		return fail(c,
+			    "%s.%s: want min <= default <= max "
+			    "(%llu ms, %llu ms, %llu ms)",
+			    k->section, k->name,
+			    (unsigned long long)(s->lease_min_ns / MS),
+			    (unsigned long long)(s->lease_default_ns / MS),
+			    (unsigned long long)(s->lease_max_ns / MS));
+	}
+	if (!strcmp(s->backend, "cpu") && s->devices && s->devices != 1) {
+		k = key_find("device", "devices");
+		fail_at(c, k);
+		return fail(c, "%s.%s: the cpu backend has one device, 0",
+			    k->section, k->name);
+	}
+	for (unsigned int i = 0; i < s->nr_listen; i++) {
+		if (strncmp(s->listen[i], "unix:", 5) ||
+		    strcmp(s->listen[i] + 5, s->admin_socket))
+			continue;
+		k = key_find("server", "admin_socket");
+		fail_at(c, later(c, k, key_find("server", "listen")));
+		return fail(c,
+			    "server.admin_socket: %s is also a listen "
+			    "address",
+			    s->admin_socket);
+	}
+	c->cur_file = cmdline;
+	c->cur_line = 0;
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Printing and reloading */
+
+static void fmt_duration(uint64_t ns, char *buf, size_t len)
+{
+	if (ns % (3600 * SEC) == 0)
+		snprintf(buf, len, "%lluh",
+			 (unsigned long long)(ns / 3600 / SEC));
+	else if (ns % (60 * SEC) == 0)
+		snprintf(buf, len, "%llum",
+			 (unsigned long long)(ns / 60 / SEC));
+	else if (ns % SEC == 0)
+		snprintf(buf, len, "%llus", (unsigned long long)(ns / SEC));
+	else
+		snprintf(buf, len, "%llums", (unsigned long long)(ns / MS));
+}
+
+static void fmt_size(uint64_t b, char *buf, size_t len)
+{
+	static const char units[] = "KMGT";
+	int u = -1;
+
+	while (u < 3 && b && b % 1024 == 0) {
+		b /= 1024;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, len, "%llu", (unsigned long long)b);
+	else
+		snprintf(buf, len, "%llu%c", (unsigned long long)b, units[u]);
+}
+
+/* One key's value as the file would spell it ("a, b" for a list). */
+static void key_fmt(const struct djinnd_config *c, const struct key *k,
+		    char *buf, size_t len)
+{
+	const void *p = (const char *)c + k->off;
+	const char *s;
+	uint64_t m;
+	size_t n = 0;
+
+	buf[0] = 0;
+	switch (k->type) {
+	case T_LISTEN:
+		for (unsigned int i = 0; i < c->srv.nr_listen && n < len; i++)
+			n += (size_t)snprintf(buf + n, len - n, "%s%s",
+					      i ? ", " : "", c->srv.listen[i]);
+		break;
+	case T_DEVICES:
+		m = *(const uint64_t *)p;
+		if (!m)
+			snprintf(buf, len, "all");
+		for (int i = 0; i < 64 && m && n < len; i++)
+			if (m & (1ull << i))
+				n += (size_t)snprintf(buf + n, len - n, "%s%d",
+						      n ? "," : "", i);
+		break;
+	case T_UINT:
+	case T_PCT:
+		snprintf(buf, len, "%u", *(const unsigned int *)p);
+		break;
+	case T_SIZE:
+		fmt_size(*(const uint64_t *)p, buf, len);
+		break;
+	case T_DURATION:
+		fmt_duration(*(const uint64_t *)p, buf, len);
+		break;
+	case T_LEVEL:
+		snprintf(buf, len, "%s", log_level_name(*(const int *)p));
+		break;
+	default:
+		s = *(const char *const *)p;
+		snprintf(buf, len, "%s", s ? s : "");
+		break;
+	}
+}
+
+static void origin_fmt(const struct djinnd_config *c, size_t i, char *buf,
+		       size_t len)
+{
+	const struct config_origin *o = &c->origin[i];
+
+	if (!o->file)
+		snprintf(buf, len, "default");
+	else if (!o->line)
+		snprintf(buf, len, "%s", o->file);
+	else
+		snprintf(buf, len, "%s:%u", o->file, o->line);
+}
+
+void config_print(const struct djinnd_config *c, FILE *f)
+{
+	const char *section = NULL;
+	char val[2048], from[300];
+
+	fprintf(f, "; djinnd: effective configuration (%s)\n",
+		c->path ? c->path : "no file");
+	for (size_t i = 0; i < NR_KEYS; i++) {
+		const struct key *k = &keys[i];
+
+		if (!section || strcmp(section, k->section)) {
+			section = k->section;
+			fprintf(f, "%s[%s]\n", i ? "\n" : "", section);
+		}
+		origin_fmt(c, i, from, sizeof(from));
+		if (k->type == T_LISTEN) {
+			for (unsigned int j = 0; j < c->srv.nr_listen; j++) {
+				if (c->listen_line[j])
+					snprintf(from, sizeof(from), "%s:%u",
+						 c->origin[i].file,
+						 c->listen_line[j]);
+				fprintf(f, "%s = %s\t; %s\n", k->name,
+					c->srv.listen[j], from);
+			}
+			continue;
+		}
+		key_fmt(c, k, val, sizeof(val));
+		fprintf(f, "%s =%s%s\t; %s%s\n", k->name, *val ? " " : "", val,
+			from, k->reload ? ", SIGHUP reloads it" : "");
+	}
+}
+
+unsigned int config_diff(const struct djinnd_config *now,
+			 const struct djinnd_config *next,
+			 unsigned int *nr_restart)
+{
+	char a[2048], b[2048];
+	unsigned int mask = 0;
+
+	*nr_restart = 0;
+	for (size_t i = 0; i < NR_KEYS; i++) {
+		const struct key *k = &keys[i];
+
+		key_fmt(now, k, a, sizeof(a));
+		key_fmt(next, k, b, sizeof(b));
+		if (!strcmp(a, b))
+			continue;
+		if (k->reload) {
+			log_notice("reload: %s.%s: %s -> %s", k->section,
+				   k->name, a, b);
+			mask |= k->reload;
+		} else {
+			log_warn("reload: %s.%s: %s -> %s needs a restart; "
+				 "still %s",
+				 k->section, k->name, a, b, a);
+			(*nr_restart)++;
+		}
+	}
+	return mask;
+}
+
+void config_apply(struct djinnd_config *now, const struct djinnd_config *next,
+		  unsigned int mask)
+{
+	for (size_t i = 0; i < NR_KEYS; i++) {
+		const struct key *k = &keys[i];
+		const struct config_origin *o = &next->origin[i];
+		const char *file = o->file;
+		size_t size = k->type == T_DURATION ? sizeof(uint64_t) :
+						      sizeof(int);
+
+		if (!(k->reload & mask))
+			continue;
+		_Static_assert(sizeof(unsigned int) == sizeof(int), "");
+		memcpy((char *)now + k->off, (const char *)next + k->off, size);
+		/* @next goes away: point at a string of @now's. */
+		if (file && file != cmdline)
+			file = now->path && !strcmp(now->path, file) ?
+				       now->path :
+				       keep(now, file);
+		now->origin[i].file = file;
+		now->origin[i].line = o->line;
+	}
+}

@@ -1,0 +1,479 @@
+// SPDX-License-Identifier: MIT
+/*
+ * djinnd's configuration (djinnd/config.c): files written to a temporary
+ * directory, read by the real parser (inih underneath), then the command
+ * line's overrides, the checks across keys, printing and reloading.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "log.h"
+
+static char dir[] = "/tmp/test_config.XXXXXX";
+static char path[256];
+
+/* Write @text to the test's file; its path. */
+static const char *file(const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	assert_int_equal(fputs(text, f) >= 0, 1);
+	assert_int_equal(fclose(f), 0);
+	return path;
+}
+
+/* Load @text into a fresh config: the return value. */
+static int load(struct djinnd_config *c, const char *text)
+{
+	config_init(c);
+	return config_load(c, file(text));
+}
+
+/* @c->err is "PATH:LINE: @msg..." */
+static void assert_err(const struct djinnd_config *c, unsigned int line,
+		       const char *msg)
+{
+	char want[512];
+
+	snprintf(want, sizeof(want), "%s:%u: %s", path, line, msg);
+	if (strncmp(c->err, want, strlen(want))) {
+		print_error("error '%s'\n want '%s...'\n", c->err, want);
+		fail();
+	}
+}
+
+static void test_defaults(void **state)
+{
+	struct djinnd_config c;
+
+	config_init(&c);
+	assert_string_equal(c.srv.backend, "cpu");
+	assert_int_equal(c.srv.cpu_mem, 2ull << 30);
+	assert_int_equal(c.srv.lease_default_ns, 10000000000ull);
+	assert_int_equal(c.srv.warn_pct, 80);
+	assert_int_equal(c.srv.crit_pct, 95);
+	assert_int_equal(c.srv.nr_listen, 1);
+	assert_non_null(strstr(c.srv.listen[0], "djinnd.sock"));
+	assert_null(c.srv.admin_group);
+	assert_null(c.srv.metrics);
+	assert_null(c.path);
+	assert_int_equal(c.log_level, LOG_INFO);
+	assert_int_equal(config_validate(&c), 0);
+	config_free(&c);
+}
+
+static void test_good_file(void **state)
+{
+	struct djinnd_config c;
+
+	assert_int_equal(load(&c, "; a comment\n"
+				  "[server]\n"
+				  "listen = unix:/tmp/a.sock\n"
+				  "listen = tcp:0.0.0.0:7411 ; inline comment\n"
+				  "listen = tcp:[::1]:7412\n"
+				  "admin_socket = /tmp/admin.sock\n"
+				  "admin_group = root\n"
+				  "max_sessions = 100\n"
+				  "model_dir = /srv/models\n"
+				  "[device]\n"
+				  "backend = cpu\n"
+				  "devices = 0\n"
+				  "threads = 3\n"
+				  "[memory]\n"
+				  "budget = 512M\n"
+				  "pressure_warning = 60\n"
+				  "pressure_critical = 90\n"
+				  "[lease]\n"
+				  "default = 30s\n"
+				  "min = 500ms\n"
+				  "max = 2h\n"
+				  "[log]\n"
+				  "level = debug\n"
+				  "file = /var/log/djinnd.log\n"
+				  "[metrics]\n"
+				  "listen = tcp:127.0.0.1:9464\n"),
+			 0);
+	assert_int_equal(c.srv.nr_listen, 3);
+	assert_string_equal(c.srv.listen[0], "unix:/tmp/a.sock");
+	assert_string_equal(c.srv.listen[1], "tcp:0.0.0.0:7411");
+	assert_string_equal(c.srv.listen[2], "tcp:[::1]:7412");
+	assert_string_equal(c.srv.admin_socket, "/tmp/admin.sock");
+	assert_string_equal(c.srv.admin_group, "root");
+	assert_int_equal(c.srv.max_sessions, 100);
+	assert_string_equal(c.srv.model_dir, "/srv/models");
+	assert_int_equal(c.srv.devices, 1);
+	assert_int_equal(c.srv.threads, 3);
+	assert_int_equal(c.srv.cpu_mem, 512ull << 20);
+	assert_int_equal(c.srv.warn_pct, 60);
+	assert_int_equal(c.srv.crit_pct, 90);
+	assert_int_equal(c.srv.lease_default_ns, 30000000000ull);
+	assert_int_equal(c.srv.lease_min_ns, 500000000ull);
+	assert_int_equal(c.srv.lease_max_ns, 7200000000000ull);
+	assert_int_equal(c.log_level, LOG_DEBUG);
+	assert_string_equal(c.log_file, "/var/log/djinnd.log");
+	assert_string_equal(c.srv.metrics, "tcp:127.0.0.1:9464");
+	assert_string_equal(c.path, path);
+	assert_int_equal(config_validate(&c), 0);
+	config_free(&c);
+}
+
+/* Each bad file: the error, naming its line. */
+static void test_bad_files(void **state)
+{
+	static const struct {
+		const char *text;
+		unsigned int line;
+		const char *msg;
+	} bad[] = {
+		{ "[server]\nbogus = 1\n", 2,
+		  "unknown key 'bogus' in [server]" },
+		{ "[server]\n[nope]\nx = 1\n", 3, "unknown section [nope]" },
+		{ "listen = unix:/a\n", 1, "'listen' before any [section]" },
+		{ "[server]\nlisten\n", 2, "syntax error" },
+		{ "[server\n", 1, "syntax error" },
+		{ "[server]\nlisten = ftp:x\n", 2,
+		  "server.listen: 'ftp:x': want unix:PATH or tcp:HOST:PORT" },
+		{ "[server]\nlisten = tcp:h:0\n", 2,
+		  "server.listen: 'tcp:h:0'" },
+		{ "[server]\nlisten = tcp:h:65536\n", 2, "server.listen" },
+		{ "[server]\nlisten = tcp:::1:80\n", 2,
+		  "server.listen: 'tcp:::1:80': write an IPv6 host as [ADDR]" },
+		{ "[server]\nlisten = tcp:[::1:80\n", 2, "server.listen" },
+		{ "[server]\nlisten = unix:\n", 2,
+		  "server.listen: empty socket path" },
+		{ "[server]\nlisten = unix:/a\nlisten = unix:/a\n", 3,
+		  "server.listen: unix:/a twice" },
+		{ "[server]\nadmin_socket = /"
+		  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		  "\n",
+		  2, "server.admin_socket: socket path longer than 107" },
+		{ "[server]\nadmin_group = no-such-group-here\n", 2,
+		  "server.admin_group: no group 'no-such-group-here'" },
+		{ "[server]\nadmin_group = a b\n", 2,
+		  "server.admin_group: 'a b' is not a group name" },
+		{ "[server]\nmax_sessions = 0\n", 2,
+		  "server.max_sessions: '0': want a number from 1 to" },
+		{ "[server]\nmax_sessions = 12x\n", 2, "server.max_sessions" },
+		{ "[server]\nmax_sessions = -1\n", 2, "server.max_sessions" },
+		{ "[server]\nmodel_dir = models\n", 2,
+		  "server.model_dir: 'models' is not an absolute path" },
+		{ "[device]\nbackend = tpu\n", 2,
+		  "device.backend: 'tpu': want cpu or cuda" },
+		{ "[device]\nbackend = cuda\n", 2,
+		  "device.backend: cuda is not built into this djinnd" },
+		{ "[device]\ndevices = 0,0\n", 2, "device.devices: '0,0'" },
+		{ "[device]\ndevices = 64\n", 2, "device.devices: '64'" },
+		{ "[device]\ndevices = 1,\n", 2, "device.devices: '1,'" },
+		{ "[memory]\nbudget = 2X\n", 2,
+		  "memory.budget: '2X': want a size" },
+		{ "[memory]\nbudget = 1K\n", 2, "memory.budget: '1K'" },
+		{ "[memory]\nbudget = 99999999999999999999\n", 2,
+		  "memory.budget" },
+		{ "[memory]\nbudget = 20000000T\n", 2, "memory.budget" },
+		{ "[memory]\npressure_warning = 101\n", 2,
+		  "memory.pressure_warning: '101': want a number from 1 to 100 "
+		  "(percent)" },
+		{ "[lease]\ndefault = 10\n", 2,
+		  "lease.default: '10': want a time from 1ms to 24h with its "
+		  "unit" },
+		{ "[lease]\ndefault = 10 s\n", 2, "lease.default: '10 s'" },
+		{ "[lease]\nmax = 25h\n", 2, "lease.max: '25h'" },
+		{ "[log]\nlevel = loud\n", 2, "log.level: 'loud': want err," },
+		{ "[metrics]\nlisten = unix:/m.sock\n", 2,
+		  "metrics.listen: 'unix:/m.sock': want tcp:HOST:PORT" },
+		{ "[metrics]\nlisten = tcp:127.0.0.1\n", 2, "metrics.listen" },
+		{ "[log]\nlevel = info\n\nlevel = debug\n", 4,
+		  "log.level: already set on line 2" },
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct djinnd_config c;
+
+		assert_int_equal(load(&c, bad[i].text), -EINVAL);
+		assert_err(&c, bad[i].line, bad[i].msg);
+		config_free(&c);
+	}
+}
+
+/* A bad line changes nothing after it is refused: the keys before it
+ * are set, the failed key keeps its value. */
+static void test_bad_value_keeps_old(void **state)
+{
+	struct djinnd_config c;
+
+	assert_int_equal(load(&c, "[memory]\npressure_warning = 70\n"
+				  "pressure_critical = 200\n"),
+			 -EINVAL);
+	assert_int_equal(c.srv.warn_pct, 70);
+	assert_int_equal(c.srv.crit_pct, 95);
+	config_free(&c);
+}
+
+static void test_long_line(void **state)
+{
+	char text[400];
+	struct djinnd_config c;
+
+	snprintf(text, sizeof(text), "[server]\nmodel_dir = /%0300d\n", 0);
+	assert_int_equal(load(&c, text), -EINVAL);
+	assert_err(&c, 2, "line longer than");
+	config_free(&c);
+}
+
+static void test_missing_and_dir(void **state)
+{
+	struct djinnd_config c;
+	char missing[300];
+
+	config_init(&c);
+	snprintf(missing, sizeof(missing), "%s/none.conf", dir);
+	assert_int_equal(config_load(&c, missing), -ENOENT);
+	assert_non_null(strstr(c.err, "none.conf: No such file"));
+	assert_int_equal(config_load(&c, dir), -EISDIR);
+	config_free(&c);
+	/* An empty file: the defaults. */
+	assert_int_equal(load(&c, ""), 0);
+	assert_int_equal(c.srv.cpu_mem, 2ull << 30);
+	config_free(&c);
+}
+
+/* The command line over the file: one key replaces, a flag's listen
+ * replaces the file's whole list. */
+static void test_overrides(void **state)
+{
+	struct djinnd_config c;
+
+	assert_int_equal(load(&c, "[server]\nlisten = unix:/tmp/a\n"
+				  "listen = unix:/tmp/b\n"
+				  "[memory]\nbudget = 1G\n"),
+			 0);
+	assert_int_equal(c.srv.nr_listen, 2);
+	assert_int_equal(config_set(&c, "memory.budget", "64M"), 0);
+	assert_int_equal(c.srv.cpu_mem, 64ull << 20);
+	/* Twice on the command line: the last wins. */
+	assert_int_equal(config_set(&c, "memory.budget", "128M"), 0);
+	assert_int_equal(c.srv.cpu_mem, 128ull << 20);
+	assert_int_equal(config_set(&c, "server.listen", "unix:/tmp/c"), 0);
+	assert_int_equal(config_set(&c, "server.listen", "tcp::1"), 0);
+	assert_int_equal(c.srv.nr_listen, 2);
+	assert_string_equal(c.srv.listen[0], "unix:/tmp/c");
+	assert_string_equal(c.srv.listen[1], "tcp::1");
+
+	assert_int_equal(config_set(&c, "memory.budget", "lots"), -EINVAL);
+	assert_string_equal(c.err, "command line: memory.budget: 'lots': want "
+				   "a size from 1M to 1024T, such as 512M or "
+				   "16G");
+	assert_int_equal(c.srv.cpu_mem, 128ull << 20);
+	assert_int_equal(config_set(&c, "memory.nope", "1"), -EINVAL);
+	assert_non_null(strstr(c.err, "unknown key 'memory.nope'"));
+	assert_int_equal(config_set(&c, "budget", "1G"), -EINVAL);
+	/* Empty strings unset the optional ones. */
+	assert_int_equal(config_set(&c, "metrics.listen", "tcp::9464"), 0);
+	assert_string_equal(c.srv.metrics, "tcp::9464");
+	assert_int_equal(config_set(&c, "metrics.listen", ""), 0);
+	assert_null(c.srv.metrics);
+	config_free(&c);
+}
+
+static void test_validate(void **state)
+{
+	struct djinnd_config c;
+
+	/* Blamed on the later of the two keys. */
+	assert_int_equal(load(&c, "[memory]\npressure_critical = 50\n"
+				  "pressure_warning = 60\n"),
+			 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_err(&c, 3,
+		   "memory.pressure_warning: pressure_warning (60%) "
+		   "must be below pressure_critical (50%)");
+	config_free(&c);
+
+	assert_int_equal(load(&c, "[memory]\npressure_warning = 96\n"), 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_err(&c, 2, "memory.pressure_warning");
+	config_free(&c);
+
+	assert_int_equal(load(&c, "[lease]\nmax = 1s\n"), 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_err(&c, 2,
+		   "lease.max: want min <= default <= max "
+		   "(10 ms, 10000 ms, 1000 ms)");
+	config_free(&c);
+
+	/* The command line is later than any file line. */
+	assert_int_equal(load(&c, "[lease]\nmin = 1s\n"), 0);
+	assert_int_equal(config_set(&c, "lease.default", "500ms"), 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_string_equal(c.err, "command line: lease.default: want min <= "
+				   "default <= max (1000 ms, 500 ms, "
+				   "3600000 ms)");
+	config_free(&c);
+
+	assert_int_equal(load(&c, "[device]\ndevices = 0,1\n"), 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_err(&c, 2, "device.devices: the cpu backend has one device, 0");
+	config_free(&c);
+
+	assert_int_equal(load(&c, "[server]\nlisten = unix:/tmp/s\n"
+				  "admin_socket = /tmp/s\n"),
+			 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_err(&c, 3, "server.admin_socket: /tmp/s is also a listen");
+	config_free(&c);
+}
+
+static void test_sizes_durations(void **state)
+{
+	uint64_t v;
+
+	assert_int_equal(config_parse_size("65536", &v), 0);
+	assert_int_equal(v, 65536);
+	assert_int_equal(config_parse_size("2G", &v), 0);
+	assert_int_equal(v, 2ull << 30);
+	assert_int_equal(config_parse_size("3MiB", &v), 0);
+	assert_int_equal(v, 3ull << 20);
+	assert_int_equal(config_parse_size("1X", &v), -EINVAL);
+	assert_int_equal(config_parse_size("1TB", &v), 0);
+	assert_int_equal(v, 1ull << 40);
+	assert_int_equal(config_parse_size("", &v), -EINVAL);
+	assert_int_equal(config_parse_size("-1", &v), -EINVAL);
+	assert_int_equal(config_parse_size("16777216T", &v), -EINVAL);
+	assert_int_equal(config_parse_duration("250ms", &v), 0);
+	assert_int_equal(v, 250000000ull);
+	assert_int_equal(config_parse_duration("5m", &v), 0);
+	assert_int_equal(v, 300000000000ull);
+	assert_int_equal(config_parse_duration("5", &v), -EINVAL);
+	assert_int_equal(config_parse_duration("5sec", &v), -EINVAL);
+	assert_int_equal(config_parse_duration("99999999999999999h", &v),
+			 -EINVAL);
+}
+
+/* What --check-config prints reads back to the same settings. */
+static void test_print_reads_back(void **state)
+{
+	struct djinnd_config a, b;
+	char *out = NULL, *again = NULL;
+	size_t len = 0, len2 = 0;
+	FILE *f;
+
+	assert_int_equal(load(&a, "[server]\nlisten = unix:/tmp/p1\n"
+				  "listen = tcp:[::1]:7411\n"
+				  "[device]\ndevices = 0\n"
+				  "[memory]\nbudget = 1536M\n"
+				  "[lease]\ndefault = 1500ms\n"
+				  "[metrics]\nlisten = tcp::9464\n"),
+			 0);
+	f = open_memstream(&out, &len);
+	config_print(&a, f);
+	fclose(f);
+	assert_non_null(strstr(out, "budget = 1536M\t; "));
+	assert_non_null(strstr(out, "default = 1500ms\t; "));
+	assert_non_null(strstr(out, "listen = tcp:[::1]:7411\t; "));
+	assert_int_equal(load(&b, out), 0);
+	f = open_memstream(&again, &len2);
+	config_print(&b, f);
+	fclose(f);
+	/* The same, but for where each came from. */
+	for (char *p = out, *q = again; *p || *q;) {
+		size_t n = strcspn(p, ";"), m = strcspn(q, ";");
+
+		assert_int_equal(n, m);
+		assert_memory_equal(p, q, n);
+		p += n;
+		q += m;
+		p += strcspn(p, "\n");
+		q += strcspn(q, "\n");
+	}
+	free(out);
+	free(again);
+	config_free(&a);
+	config_free(&b);
+}
+
+/* SIGHUP: what changed, which of it applies now. */
+static void test_diff_apply(void **state)
+{
+	struct djinnd_config now, next;
+	unsigned int mask, restart;
+
+	assert_int_equal(load(&now, "[server]\nlisten = unix:/tmp/d1\n"), 0);
+	assert_int_equal(load(&next, "[server]\nlisten = unix:/tmp/d2\n"), 0);
+	mask = config_diff(&now, &next, &restart);
+	assert_int_equal(mask, 0);
+	assert_int_equal(restart, 1);
+	config_free(&next);
+
+	assert_int_equal(load(&next, "[server]\nlisten = unix:/tmp/d1\n"
+				     "[log]\nlevel = debug\n"
+				     "[memory]\npressure_warning = 50\n"
+				     "budget = 1G\n"
+				     "[lease]\ndefault = 3s\n"),
+			 0);
+	mask = config_diff(&now, &next, &restart);
+	assert_int_equal(mask, CONFIG_RELOAD_LOG | CONFIG_RELOAD_PRESSURE |
+				       CONFIG_RELOAD_LEASE);
+	assert_int_equal(restart, 1); /* budget */
+	config_apply(&now, &next, mask);
+	config_free(&next);
+	assert_int_equal(now.log_level, LOG_DEBUG);
+	assert_int_equal(now.srv.warn_pct, 50);
+	assert_int_equal(now.srv.crit_pct, 95);
+	assert_int_equal(now.srv.lease_default_ns, 3000000000ull);
+	assert_int_equal(now.srv.cpu_mem, 2ull << 30); /* needs a restart */
+	/* Applied: the same file again changes nothing. */
+	assert_int_equal(load(&next, "[server]\nlisten = unix:/tmp/d1\n"
+				     "[log]\nlevel = debug\n"
+				     "[memory]\npressure_warning = 50\n"
+				     "[lease]\ndefault = 3s\n"),
+			 0);
+	assert_int_equal(config_diff(&now, &next, &restart), 0);
+	assert_int_equal(restart, 0);
+	config_free(&next);
+	config_free(&now);
+}
+
+static int setup(void **state)
+{
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(path, sizeof(path), "%s/djinnd.conf", dir);
+	log_init(LOG_ERR, NULL); /* reload lines are notices: quiet */
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	unlink(path);
+	return rmdir(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_good_file),
+		cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_bad_value_keeps_old),
+		cmocka_unit_test(test_long_line),
+		cmocka_unit_test(test_missing_and_dir),
+		cmocka_unit_test(test_overrides),
+		cmocka_unit_test(test_validate),
+		cmocka_unit_test(test_sizes_durations),
+		cmocka_unit_test(test_print_reads_back),
+		cmocka_unit_test(test_diff_apply),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
