@@ -14,3 +14,4 @@ SRCS += $(MODEL_SRCS)
 test_safetensors_LIBS := $(MODEL_LIB) -ljansson
 fuzz_safetensors_LIBS := $(MODEL_LIB) -ljansson
 test_model_config_LIBS := $(MODEL_LIB) -ljansson
+test_model_store_LIBS := $(MODEL_LIB) $(LIBS_VMU) $(COMMON_LIB) -ljansson

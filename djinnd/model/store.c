@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The model store. See store.h.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <openssl/evp.h>
+
+#include "list.h"
+#include "model/store.h"
+
+struct store_model {
+	struct list_head node;
+	struct model m;
+	unsigned int holders;
+};
+
+struct model_store {
+	struct vmu *v;
+	char *dir;
+	pthread_mutex_t lock;
+	struct list_head models;
+};
+
+__attribute__((format(printf, 4, 5))) static int
+fail(char *msg, size_t msglen, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (msg && msglen) {
+		va_start(ap, fmt);
+		vsnprintf(msg, msglen, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+int model_store_create(struct vmu *v, const char *dir, struct model_store **out)
+{
+	struct model_store *ms = calloc(1, sizeof(*ms));
+
+	if (!ms)
+		return -ENOMEM;
+	ms->dir = strdup(dir);
+	if (!ms->dir) {
+		free(ms);
+		return -ENOMEM;
+	}
+	ms->v = v;
+	pthread_mutex_init(&ms->lock, NULL);
+	INIT_LIST_HEAD(&ms->models);
+	*out = ms;
+	return 0;
+}
+
+static void model_free(struct store_model *sm)
+{
+	list_del_init(&sm->node);
+	model_layout_free(&sm->m.layout);
+	free(sm);
+}
+
+void model_store_destroy(struct model_store *ms)
+{
+	struct store_model *sm, *n;
+
+	if (!ms)
+		return;
+	list_for_each_entry_safe(sm, n, &ms->models, node)
+		model_free(sm);
+	pthread_mutex_destroy(&ms->lock);
+	free(ms->dir);
+	free(ms);
+}
+
+int model_name_check(const char *name, char *msg, size_t msglen)
+{
+	size_t n = strnlen(name, MODEL_NAME_MAX);
+
+	if (!n || n == MODEL_NAME_MAX)
+		return fail(msg, msglen, -EINVAL,
+			    "model name of %s bytes: 1 to %d allowed",
+			    n ? "too many" : "0", MODEL_NAME_MAX - 1);
+	if (name[0] == '.')
+		return fail(msg, msglen, -EINVAL,
+			    "model name '%.*s' starts with '.'", (int)n, name);
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		      c == '-'))
+			return fail(msg, msglen, -EINVAL,
+				    "model name: byte %zu (0x%02x) is not one "
+				    "of [A-Za-z0-9._-]",
+				    i, (unsigned char)c);
+	}
+	return 0;
+}
+
+static struct store_model *find(struct model_store *ms, const char *name)
+{
+	struct store_model *sm;
+
+	list_for_each_entry(sm, &ms->models, node)
+		if (!strcmp(sm->m.name, name))
+			return sm;
+	return NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Loading */
+
+static int hash_fn(void *arg, const void *buf, uint64_t len)
+{
+	return EVP_DigestUpdate(arg, buf, len) ? 0 : -EIO;
+}
+
+static int upload_fn(void *arg, const void *buf, uint64_t len)
+{
+	return vmu_text_write(arg, buf, len);
+}
+
+/* The blob's SHA-256, read from the mappings. */
+static int fingerprint(const struct model_layout *L, uint8_t fp[VMU_FP_LEN])
+{
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	int ret = -ENOMEM;
+
+	if (!md)
+		return ret;
+	ret = -EIO;
+	if (EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
+		ret = model_layout_emit(L, hash_fn, md);
+		if (!ret && !EVP_DigestFinal_ex(md, fp, NULL))
+			ret = -EIO;
+	}
+	EVP_MD_CTX_free(md);
+	return ret;
+}
+
+/* Load @name for @s: a new store_model, its weights referenced by @s. */
+static int load(struct model_store *ms, struct vmu_session *s, const char *name,
+		struct store_model **out, struct vmu_text **text, char *msg,
+		size_t msglen)
+{
+	char path[4096], sub[MODEL_NAME_MAX + 16];
+	struct vmu_text_upload *up;
+	struct store_model *sm;
+	struct st_set *set;
+	struct stat st;
+	bool created;
+	int ret;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ms->dir, name) >=
+	    sizeof(path))
+		return fail(msg, msglen, -ENAMETOOLONG,
+			    "model %s: path too long", name);
+	if (stat(path, &st) || !S_ISDIR(st.st_mode))
+		return fail(msg, msglen, -ENOENT, "model %s: no directory %s",
+			    name, path);
+	sm = calloc(1, sizeof(*sm));
+	if (!sm)
+		return -ENOMEM;
+	INIT_LIST_HEAD(&sm->node);
+	snprintf(sm->m.name, sizeof(sm->m.name), "%s", name);
+	snprintf(sub, sizeof(sub), "%s/config.json", name);
+	snprintf(path, sizeof(path), "%s/%s", ms->dir, sub);
+	ret = model_config_parse(path, &sm->m.cfg, msg, msglen);
+	if (ret)
+		goto out_free;
+	snprintf(path, sizeof(path), "%s/%s", ms->dir, name);
+	ret = st_set_open(path, &set, msg, msglen);
+	if (ret)
+		goto out_free;
+	ret = model_layout_build(&sm->m.cfg, set, &sm->m.layout, msg, msglen);
+	if (ret)
+		goto out_set;
+	ret = fingerprint(&sm->m.layout, sm->m.fp);
+	if (ret) {
+		fail(msg, msglen, ret, "model %s: cannot hash its weights",
+		     name);
+		goto out_layout;
+	}
+	/* the same weights under another name, or uploaded: share them */
+	ret = vmu_text_lookup(s, sm->m.fp, text);
+	if (ret == -ENOENT) {
+		ret = vmu_text_begin(s, sm->m.layout.bytes, &up);
+		if (ret) {
+			fail(msg, msglen, ret,
+			     "model %s: no room for %llu bytes of weights: %s",
+			     name, (unsigned long long)sm->m.layout.bytes,
+			     strerror(-ret));
+			goto out_layout;
+		}
+		ret = model_layout_emit(&sm->m.layout, upload_fn, up);
+		if (ret) {
+			vmu_text_abort(up);
+			fail(msg, msglen, ret, "model %s: upload: %s", name,
+			     strerror(-ret));
+			goto out_layout;
+		}
+		/* -EBADMSG if the files changed while we read them */
+		ret = vmu_text_commit(up, sm->m.fp, text, &created);
+		if (ret) {
+			fail(msg, msglen, ret,
+			     "model %s: weights changed "
+			     "while loading",
+			     name);
+			goto out_layout;
+		}
+	} else if (ret) {
+		goto out_layout;
+	}
+	for (size_t i = 0; i < sm->m.layout.nr; i++)
+		sm->m.layout.w[i].t = NULL; /* the mappings go now */
+	st_set_close(set);
+	*out = sm;
+	return 0;
+
+out_layout:
+	model_layout_free(&sm->m.layout);
+out_set:
+	st_set_close(set);
+out_free:
+	free(sm);
+	return ret;
+}
+
+int model_open(struct model_store *ms, struct vmu_session *s, const char *name,
+	       struct model_hold **out, char *msg, size_t msglen)
+{
+	struct model_hold *h;
+	struct store_model *sm;
+	struct vmu_text *text;
+	int ret;
+
+	ret = model_name_check(name, msg, msglen);
+	if (ret)
+		return ret;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	pthread_mutex_lock(&ms->lock);
+	sm = find(ms, name);
+	if (sm) {
+		ret = vmu_text_lookup(s, sm->m.fp, &text);
+		if (ret == -ENOENT && !sm->holders) {
+			/* reclaimed meanwhile: forget it and load afresh */
+			model_free(sm);
+			sm = NULL;
+		} else if (ret) {
+			fail(msg, msglen, ret, "model %s: %s", name,
+			     strerror(-ret));
+			goto out_unlock;
+		}
+	}
+	if (!sm) {
+		ret = load(ms, s, name, &sm, &text, msg, msglen);
+		if (ret)
+			goto out_unlock;
+		list_add_tail(&sm->node, &ms->models);
+	}
+	sm->holders++;
+	h->m = &sm->m;
+	h->s = s;
+	h->text = text;
+	h->ms = ms;
+	*out = h;
+	h = NULL;
+out_unlock:
+	pthread_mutex_unlock(&ms->lock);
+	free(h);
+	return ret;
+}
+
+void model_close(struct model_hold *h)
+{
+	struct store_model *sm;
+
+	if (!h)
+		return;
+	sm = container_of(h->m, struct store_model, m);
+	pthread_mutex_lock(&h->ms->lock);
+	vmu_text_put(h->s, h->text);
+	sm->holders--;
+	pthread_mutex_unlock(&h->ms->lock);
+	free(h);
+}
+
+uint64_t model_weight_addr(const struct model_hold *h, int layer,
+			   unsigned int k)
+{
+	return vmu_text_addr(h->text) +
+	       model_slot(&h->m->layout, layer, k)->off;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Listing and eviction */
+
+static int cmp_info(const void *a, const void *b)
+{
+	return strcmp(((const struct model_info *)a)->name,
+		      ((const struct model_info *)b)->name);
+}
+
+int model_store_list(struct model_store *ms, struct model_info **out,
+		     size_t *nr)
+{
+	struct model_info *info = NULL;
+	struct store_model *sm;
+	size_t n = 0, i = 0;
+
+	pthread_mutex_lock(&ms->lock);
+	list_for_each_entry(sm, &ms->models, node)
+		n++;
+	if (n && !(info = calloc(n, sizeof(*info)))) {
+		pthread_mutex_unlock(&ms->lock);
+		return -ENOMEM;
+	}
+	list_for_each_entry(sm, &ms->models, node) {
+		struct model_info *x = &info[i++];
+
+		memcpy(x->name, sm->m.name, sizeof(x->name));
+		x->arch = sm->m.cfg.arch;
+		x->dtype = sm->m.layout.dtype;
+		x->bytes = sm->m.layout.bytes;
+		x->holders = sm->holders;
+		memcpy(x->fp, sm->m.fp, VMU_FP_LEN);
+	}
+	pthread_mutex_unlock(&ms->lock);
+	if (n)
+		qsort(info, n, sizeof(*info), cmp_info);
+	*out = info;
+	*nr = n;
+	return 0;
+}
+
+int model_store_evict(struct model_store *ms, const char *name, char *msg,
+		      size_t msglen)
+{
+	struct store_model *sm, *o;
+	uint8_t fp[VMU_FP_LEN];
+	bool shared = false;
+	int ret;
+
+	ret = model_name_check(name, msg, msglen);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&ms->lock);
+	sm = find(ms, name);
+	if (!sm) {
+		ret = fail(msg, msglen, -ENOENT, "model %s is not loaded",
+			   name);
+		goto out;
+	}
+	if (sm->holders) {
+		ret = fail(msg, msglen, -EBUSY, "model %s has %u holders", name,
+			   sm->holders);
+		goto out;
+	}
+	memcpy(fp, sm->m.fp, VMU_FP_LEN);
+	model_free(sm);
+	list_for_each_entry(o, &ms->models, node)
+		shared |= !memcmp(o->m.fp, fp, VMU_FP_LEN);
+	/* another name keeps them cached; a session's own reference
+	 * (-EBUSY) or an earlier reclaim (-ENOENT) leaves them to the VMU */
+	if (!shared)
+		vmu_text_evict(ms->v, fp);
+out:
+	pthread_mutex_unlock(&ms->lock);
+	return ret;
+}

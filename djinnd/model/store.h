@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The model store: models by name from a model directory, their weights
+ * in the VMU's text segment.
+ *
+ * A model is a folder DIR/NAME in Hugging Face layout: config.json and
+ * one or more *.safetensors (see safetensors.h for sharding). NAME is 1
+ * to MODEL_NAME_MAX - 1 bytes of [A-Za-z0-9._-], not starting with '.':
+ * no path ever leaves DIR.
+ *
+ * Loading reads config.json, maps the safetensors, checks every weight
+ * the architecture needs (config.h), and puts them into the text segment
+ * as one entry, laid out as model_layout says. The entry is named by its
+ * SHA-256, so two names whose weights are the same share one copy: the
+ * blob is hashed from the mapping first and, when the text segment has
+ * it already, nothing is copied. Otherwise it is streamed in (copied and
+ * hashed once more against that fingerprint). The mappings are closed
+ * once the weights are in; the store keeps the config, the layout's
+ * offsets and the fingerprint.
+ *
+ * Holders: model_open() gives a session a struct model_hold, which holds
+ * a text reference of that session on the weights (so the VMU charges
+ * and protects them) and counts as one holder of the model. The session
+ * layer must model_close() every hold of a session before
+ * vmu_session_destroy(). A model with no holders stays listed, and its
+ * weights stay cached in the text segment until model_store_evict(), or
+ * until the VMU reclaims unheld text under pressure: the next open then
+ * loads the files again.
+ *
+ * Thread safety: one mutex; a load holds it (loads are serialized), so
+ * call model_open() from an executor thread, never the I/O thread.
+ * Errors: 0 or a negative errno with a message naming the model and the
+ * fault.
+ */
+#ifndef DJINN_MODEL_STORE_H
+#define DJINN_MODEL_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/config.h"
+#include "vmu/vmu.h"
+
+#define MODEL_NAME_MAX 64
+
+struct model_store;
+
+/*
+ * struct model - a loaded model (the store's; read-only to holders)
+ * @name:   its name
+ * @cfg:    its configuration
+ * @layout: its weights' offsets and shapes in the text entry (the
+ *          tensors' ->t pointers are NULL once loaded)
+ * @fp:     the text entry's fingerprint
+ */
+struct model {
+	char name[MODEL_NAME_MAX];
+	struct model_config cfg;
+	struct model_layout layout;
+	uint8_t fp[VMU_FP_LEN];
+};
+
+/*
+ * struct model_hold - one session's hold on a model
+ * @m:    the model
+ * @s:    the session
+ * @text: the weights (vmu_text_addr() + a slot's off is its address)
+ */
+struct model_hold {
+	const struct model *m;
+	struct vmu_session *s;
+	struct vmu_text *text;
+	/* private */
+	struct model_store *ms;
+};
+
+/* A store over VMU @v for models under @dir (copied). */
+int model_store_create(struct vmu *v, const char *dir,
+		       struct model_store **out);
+/* Every hold must have been closed (the weights stay in the VMU's cache,
+ * unheld, for it to free). */
+void model_store_destroy(struct model_store *ms);
+
+/* 0 if @name is a valid model name, else -EINVAL with a reason. */
+int model_name_check(const char *name, char *msg, size_t msglen);
+
+/*
+ * Hold model @name for session @s, loading it if it must: -EINVAL (bad
+ * name, config or checkpoint), -ENOENT (no such model), -ENOMEM (the
+ * weights do not fit), other errnos from the files. On failure nothing
+ * changes: no text entry or reference is left behind.
+ */
+int model_open(struct model_store *ms, struct vmu_session *s, const char *name,
+	       struct model_hold **out, char *msg, size_t msglen);
+void model_close(struct model_hold *h);
+
+/* The device address of weight slot @k of layer @layer (-1: global). */
+uint64_t model_weight_addr(const struct model_hold *h, int layer,
+			   unsigned int k);
+
+/*
+ * struct model_info - one line of model_store_list()
+ */
+struct model_info {
+	char name[MODEL_NAME_MAX];
+	enum model_arch arch;
+	unsigned int dtype; /* enum djinn_dtype of the weights */
+	uint64_t bytes; /* of the text entry */
+	unsigned int holders;
+	uint8_t fp[VMU_FP_LEN];
+};
+
+/* A malloc'd array of every loaded model, sorted by name, in *@out and
+ * their number in *@nr (*@out NULL when none). */
+int model_store_list(struct model_store *ms, struct model_info **out,
+		     size_t *nr);
+
+/* Forget model @name and drop its weights from the text segment unless
+ * another name or session still uses them: -ENOENT, or -EBUSY while it
+ * has holders. */
+int model_store_evict(struct model_store *ms, const char *name, char *msg,
+		      size_t msglen);
+
+#endif /* DJINN_MODEL_STORE_H */

@@ -1,0 +1,299 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The model store on a real VMU over the host provider: models load by
+ * name into the text segment once, two names with the same weights share
+ * one entry, holders are counted per session, list and evict behave,
+ * names cannot leave the model directory, and a bad or oversized model
+ * is refused leaving the VMU as it was. Runs from the repository root
+ * (it calls scripts/mkmodel.py).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "model/store.h"
+#include "testutil.h"
+
+static char dir[64];
+
+static void run(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	if (system(cmd))
+		fail_msg("failed: %s", cmd);
+}
+
+struct fix {
+	struct vmu_provider *p;
+	struct vmu *v;
+	struct vmu_session *s1, *s2;
+	struct model_store *ms;
+};
+
+static void fix_init(struct fix *f, uint64_t capacity)
+{
+	assert_int_equal(vmu_host_provider_create(capacity, 0, &f->p), 0);
+	assert_int_equal(vmu_create(f->p, NULL, &f->v), 0);
+	assert_int_equal(vmu_session_create(f->v, "t1", &f->s1), 0);
+	assert_int_equal(vmu_session_create(f->v, "t2", &f->s2), 0);
+	assert_int_equal(model_store_create(f->v, dir, &f->ms), 0);
+}
+
+static void fix_fini(struct fix *f)
+{
+	model_store_destroy(f->ms);
+	vmu_session_destroy(f->s1);
+	vmu_session_destroy(f->s2);
+	vmu_destroy(f->v);
+	f->p->ops->free(f->p);
+}
+
+static uint64_t text_entries(struct vmu *v)
+{
+	struct vmu_stats st;
+
+	vmu_get_stats(v, &st);
+	return st.seg[VMU_SEG_TEXT].entries;
+}
+
+static uint64_t text_used(struct vmu *v)
+{
+	struct vmu_stats st;
+
+	vmu_get_stats(v, &st);
+	return st.seg[VMU_SEG_TEXT].used;
+}
+
+static struct model_hold *open_ok(struct fix *f, struct vmu_session *s,
+				  const char *name)
+{
+	char msg[ST_MSG_LEN] = "";
+	struct model_hold *h = NULL;
+
+	if (model_open(f->ms, s, name, &h, msg, sizeof(msg)))
+		fail_msg("model %s: %s", name, msg);
+	return h;
+}
+
+/* The weights in the text segment are the file's bytes. */
+static void check_weights(struct model_hold *h, const char *name,
+			  const char *tensor, int layer, unsigned int k)
+{
+	char path[256], msg[ST_MSG_LEN];
+	const struct st_tensor *t;
+	struct st_set *set;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	assert_int_equal(st_set_open(path, &set, msg, sizeof(msg)), 0);
+	t = st_set_find(set, tensor);
+	assert_non_null(t);
+	assert_int_equal(memcmp(dev_ptr(model_weight_addr(h, layer, k)),
+				t->data, t->size),
+			 0);
+	st_set_close(set);
+}
+
+static void test_share_list_evict(void **state)
+{
+	struct model_hold *a, *b, *c, *a2;
+	struct model_info *info;
+	char msg[ST_MSG_LEN];
+	struct fix f;
+	uint64_t used;
+	size_t nr;
+
+	fix_init(&f, 64 * MiB);
+	a = open_ok(&f, f.s1, "a");
+	assert_int_equal(a->m->cfg.arch, MODEL_GPT2);
+	assert_int_equal(text_entries(f.v), 1);
+	used = text_used(f.v);
+	assert_int_equal(used, vmu_round(f.v, a->m->layout.bytes));
+	check_weights(a, "a", "h.1.mlp.c_fc.weight", 1, GPT2_FC_W);
+	check_weights(a, "a", "wte.weight", -1, GPT2_WTE);
+	/* the tied head is the embedding */
+	assert_int_equal(model_weight_addr(a, -1, GPT2_LM_HEAD),
+			 model_weight_addr(a, -1, GPT2_WTE));
+
+	/* the same weights under another name, another session: shared */
+	b = open_ok(&f, f.s2, "b");
+	assert_int_equal(text_entries(f.v), 1);
+	assert_int_equal(text_used(f.v), used);
+	assert_int_equal(vmu_text_addr(b->text), vmu_text_addr(a->text));
+	/* other weights: an entry of their own */
+	c = open_ok(&f, f.s1, "c");
+	assert_int_equal(c->m->cfg.arch, MODEL_LLAMA);
+	assert_int_equal(text_entries(f.v), 2);
+	check_weights(c, "c", "model.layers.0.self_attn.k_proj.weight", 0,
+		      LLAMA_K);
+	/* a second hold of the same session */
+	a2 = open_ok(&f, f.s1, "a");
+	assert_ptr_equal(a2->m, a->m);
+
+	assert_int_equal(model_store_list(f.ms, &info, &nr), 0);
+	assert_int_equal(nr, 3);
+	assert_string_equal(info[0].name, "a");
+	assert_string_equal(info[1].name, "b");
+	assert_string_equal(info[2].name, "c");
+	assert_int_equal(info[0].holders, 2);
+	assert_int_equal(info[1].holders, 1);
+	assert_int_equal(info[2].arch, MODEL_LLAMA);
+	assert_int_equal(info[2].dtype, DJINN_DTYPE_BF16);
+	assert_int_equal(info[0].bytes, a->m->layout.bytes);
+	assert_memory_equal(info[0].fp, info[1].fp, VMU_FP_LEN);
+	assert_memory_not_equal(info[0].fp, info[2].fp, VMU_FP_LEN);
+	free(info);
+
+	/* evict: held, unknown, then unheld */
+	assert_int_equal(model_store_evict(f.ms, "a", msg, sizeof(msg)),
+			 -EBUSY);
+	assert_non_null(strstr(msg, "model a has 2 holders"));
+	assert_int_equal(model_store_evict(f.ms, "zz", msg, sizeof(msg)),
+			 -ENOENT);
+	assert_int_equal(model_store_evict(f.ms, "../a", msg, sizeof(msg)),
+			 -EINVAL);
+	model_close(a);
+	model_close(a2);
+	assert_int_equal(model_store_evict(f.ms, "a", msg, sizeof(msg)), 0);
+	/* b still holds the weights */
+	assert_int_equal(text_entries(f.v), 2);
+	assert_int_equal(model_store_list(f.ms, &info, &nr), 0);
+	assert_int_equal(nr, 2);
+	assert_string_equal(info[0].name, "b");
+	free(info);
+	/* open a again: found in the text segment, not loaded twice */
+	a = open_ok(&f, f.s1, "a");
+	assert_int_equal(text_entries(f.v), 2);
+	assert_int_equal(vmu_text_addr(b->text), vmu_text_addr(a->text));
+	model_close(a);
+	model_close(b);
+	/* evicting a leaves the weights to b's name, cached; then b */
+	assert_int_equal(model_store_evict(f.ms, "a", msg, sizeof(msg)), 0);
+	assert_int_equal(text_entries(f.v), 2);
+	assert_int_equal(model_store_evict(f.ms, "b", msg, sizeof(msg)), 0);
+	assert_int_equal(text_entries(f.v), 1);
+	assert_int_equal(text_used(f.v), vmu_round(f.v, c->m->layout.bytes));
+
+	/* c reclaimed by the VMU while unheld: the next open reloads */
+	model_close(c);
+	assert_int_equal(vmu_reclaim(f.v, 63 * MiB) >= 62 * MiB, 1);
+	assert_int_equal(text_entries(f.v), 0);
+	c = open_ok(&f, f.s2, "c");
+	assert_int_equal(text_entries(f.v), 1);
+	check_weights(c, "c", "model.norm.weight", -1, LLAMA_NORM);
+	model_close(c);
+	fix_fini(&f);
+}
+
+static void refused(struct fix *f, const char *name, int err, const char *words)
+{
+	struct model_hold *h = (void *)0x1;
+	uint64_t entries = text_entries(f->v), used = text_used(f->v);
+	struct vmu_usage u;
+	char msg[ST_MSG_LEN] = "";
+
+	if (model_open(f->ms, f->s1, name, &h, msg, sizeof(msg)) != err)
+		fail_msg("model %s: not %d: %s", name, err, msg);
+	if (!strstr(msg, words))
+		fail_msg("message '%s' lacks '%s'", msg, words);
+	assert_ptr_equal(h, (void *)0x1);
+	assert_int_equal(text_entries(f->v), entries);
+	assert_int_equal(text_used(f->v), used);
+	vmu_session_usage(f->s1, &u);
+	assert_int_equal(u.text_refs, 0);
+}
+
+static void test_refused(void **state)
+{
+	struct model_info *info;
+	char name[80];
+	uint64_t region;
+	struct fix f;
+	size_t nr;
+
+	fix_init(&f, 64 * MiB);
+	refused(&f, "../a", -EINVAL, "starts with");
+	refused(&f, "x/../a", -EINVAL, "is not one of");
+	refused(&f, "a/b", -EINVAL, "is not one of");
+	refused(&f, ".a", -EINVAL, "starts with '.'");
+	refused(&f, "..", -EINVAL, "starts with '.'");
+	refused(&f, "", -EINVAL, "model name of 0 bytes");
+	memset(name, 'x', sizeof(name));
+	name[sizeof(name) - 1] = 0;
+	refused(&f, name, -EINVAL, "too many");
+	refused(&f, "a b", -EINVAL, "0x20");
+	refused(&f, "nothere", -ENOENT, "model nothere: no directory");
+	refused(&f, "bad", -EINVAL, "bad/model.safetensors: tensor");
+	refused(&f, "nocfg", -ENOENT, "nocfg/config.json");
+	assert_int_equal(model_store_list(f.ms, &info, &nr), 0);
+	assert_int_equal(nr, 0);
+	assert_null(info);
+	fix_fini(&f);
+
+	/* weights over the capacity, or over what is free: nothing left */
+	fix_init(&f, 4 * MiB);
+	refused(&f, "big", -E2BIG, "model big: no room for 10341120 bytes");
+	fix_fini(&f);
+	fix_init(&f, 12 * MiB);
+	assert_int_equal(vmu_region_create(f.s2, 4 * MiB, &region), 0);
+	assert_int_equal(vmu_region_resize(f.s2, region, 4 * MiB, NULL), 0);
+	assert_int_equal(vmu_region_pin(f.s2, region, NULL, NULL), 0);
+	refused(&f, "big", -ENOMEM, "model big: no room for");
+	assert_int_equal(vmu_region_unpin(f.s2, region), 0);
+	fix_fini(&f);
+}
+
+static int setup(void **state)
+{
+	if (system("python3 -c 'pass'") || access("scripts/mkmodel.py", R_OK)) {
+		printf("test_model_store: skipped: needs python3 and "
+		       "scripts/mkmodel.py (run from the repository root)\n");
+		exit(77);
+	}
+	snprintf(dir, sizeof(dir), "/tmp/djinn-ms-XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	run("python3 scripts/mkmodel.py --seed 5 %s/a", dir);
+	run("cp -r %s/a %s/b", dir, dir);
+	run("python3 scripts/mkmodel.py --arch llama --dtype bf16 --kv-heads 2 "
+	    "--shards 2 %s/c",
+	    dir);
+	run("python3 scripts/mkmodel.py --layers 1 %s/bad", dir);
+	run("truncate -s -1 %s/bad/model.safetensors", dir);
+	run("python3 scripts/mkmodel.py --layers 1 %s/nocfg", dir);
+	run("rm %s/nocfg/config.json", dir);
+	run("python3 scripts/mkmodel.py --layers 1 --vocab 4096 --embd 320 "
+	    "--heads 4 %s/big",
+	    dir);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	return system(cmd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_share_list_evict),
+		cmocka_unit_test(test_refused),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
