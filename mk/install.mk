@@ -22,3 +22,23 @@ $(BUILD)/djinnd/main.o $(DJINND_CONFIG_OBJ): \
 # tests/unit/test_config.c: the parser, over files it writes
 test_config_LIBS := $(DJINND_CONFIG_OBJ) $(DJINND_LIB) -linih
 $(BUILD)/tests/unit/test_config: $(DJINND_CONFIG_OBJ)
+
+# tests/integration/test_notify.c plays systemd on a NOTIFY_SOCKET of its
+# own: READY, WATCHDOG, RELOADING, STOPPING, journal prefixes.
+NOTIFY_TEST := $(BUILD)/tests/integration/test_notify
+SRCS += tests/integration/test_notify.c
+$(NOTIFY_TEST): $(BUILD)/tests/integration/test_notify.o | $(DJINND)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka
+all: $(NOTIFY_TEST)
+TESTS += $(NOTIFY_TEST)
+
+# tests/integration/test_service.sh: the unit (systemd-analyze verify), the
+# shipped configuration and the man pages, from the source tree.
+SERVICE_TEST := $(BUILD)/tests/integration/test_service
+$(SERVICE_TEST): tests/integration/test_service.sh $(DJINND)
+	@mkdir -p $(@D)
+	@echo "  INSTALL $@"
+	$(Q)install -m 755 $< $@
+all: $(SERVICE_TEST)
+TESTS += $(SERVICE_TEST)
