@@ -658,7 +658,8 @@ static int infer_concat(struct node_ctx *c)
 	return 0;
 }
 
-/* ATTENTION: q (B,H,T,D), k (B,H,S,D), v (B,H,S,Dv) -> (B,H,T,Dv) */
+/* ATTENTION: q (B,H,T,D), k (B,Hkv,S,D), v (B,Hkv,S,Dv) -> (B,H,T,Dv),
+ * H a multiple of Hkv */
 static int infer_attention(struct node_ctx *c)
 {
 	const struct djinn_p_attention *p = &c->n->params.attention;
@@ -672,8 +673,13 @@ static int infer_attention(struct node_ctx *c)
 	for (unsigned int j = 0; j < 3; j++)
 		if ((ret = want_ndim(c, j, 4, 4)))
 			return ret;
+	/* B matches; k and v may have fewer heads than q (grouped-query
+	 * attention): query head h reads key/value head h / (H / Hkv) */
 	for (unsigned int d = 0; d < 2; d++)
-		if (k->dims[d] != q->dims[d] || v->dims[d] != q->dims[d])
+		if (d == 0 ? k->dims[0] != q->dims[0] ||
+				     v->dims[0] != q->dims[0] :
+			     k->dims[1] != v->dims[1] || !k->dims[1] ||
+				     q->dims[1] % k->dims[1])
 			return node_fail(c, -EINVAL,
 					 "%s differs: q %llu, k %llu"
 					 ", v %llu",

@@ -5,7 +5,8 @@ DEB_PKGS    += libjansson-dev
 
 MODEL_SRCS  := $(wildcard djinnd/model/*.c)
 MODEL_LIB   := $(BUILD)/libmodel.a
-LIBS_MODEL  := $(MODEL_LIB) $(LIBS_DJINND) -ljansson
+# exec.c from the daemon library; none of its network or config parts
+LIBS_MODEL  := $(MODEL_LIB) $(DJINND_LIB) $(LIBS_BACKEND) -ljansson
 
 $(MODEL_LIB): $(MODEL_SRCS:%.c=$(BUILD)/%.o)
 all: $(MODEL_LIB)
@@ -15,3 +16,4 @@ test_safetensors_LIBS := $(MODEL_LIB) -ljansson
 fuzz_safetensors_LIBS := $(MODEL_LIB) -ljansson
 test_model_config_LIBS := $(MODEL_LIB) -ljansson
 test_model_store_LIBS := $(MODEL_LIB) $(LIBS_VMU) $(COMMON_LIB) -ljansson
+test_model_forward_LIBS := $(LIBS_MODEL)

@@ -493,7 +493,7 @@ static int op_concat(struct cpu_backend *cb, const struct djinn_node *node,
 	return ret;
 }
 
-/* ATTENTION: q (B,H,T,D), k (B,H,S,D), v (B,H,S,Dv) -> (B,H,T,Dv) */
+/* ATTENTION: q (B,H,T,D), k (B,Hk,S,D), v (B,Hk,S,Dv) -> (B,H,T,Dv) */
 static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 			const struct dj_tensor *in, const struct dj_tensor *out,
 			char *msg, size_t msglen)
@@ -519,11 +519,12 @@ static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 		.S = k->dims[2],
 		.D = q->dims[3],
 		.Dv = v->dims[3],
+		.Hk = k->dims[1],
 		.scale = p->scale,
 		.causal = p->causal,
 	};
-	if (k->dims[0] != a.B || v->dims[0] != a.B || k->dims[1] != a.H ||
-	    v->dims[1] != a.H || k->dims[3] != a.D || v->dims[2] != a.S ||
+	if (k->dims[0] != a.B || v->dims[0] != a.B || !a.Hk || a.H % a.Hk ||
+	    v->dims[1] != a.Hk || k->dims[3] != a.D || v->dims[2] != a.S ||
 	    o->dims[0] != a.B || o->dims[1] != a.H || o->dims[2] != a.T ||
 	    o->dims[3] != a.Dv)
 		return cpu_fail(msg, msglen, -EINVAL,

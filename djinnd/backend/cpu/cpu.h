@@ -176,11 +176,14 @@ int cpu_argmax(struct cpu_pool *p, unsigned int dtype, int64_t *out,
 
 /*
  * struct cpu_attn - scaled dot-product attention
- * q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv) -> out (B, H, T, Dv);
- * causal: query t sees keys 0 .. t + S - T (T <= S).
+ * q (B, H, T, D), k (B, Hk, S, D), v (B, Hk, S, Dv) -> out (B, H, T, Dv);
+ * causal: query t sees keys 0 .. t + S - T (T <= S). Grouped-query
+ * attention: H is a multiple of Hk, query head h reads key/value head
+ * h / (H / Hk); Hk 0 means H.
  */
 struct cpu_attn {
 	size_t B, H, T, S, D, Dv;
+	size_t Hk;
 	float scale;
 	bool causal;
 };

@@ -247,13 +247,14 @@ struct attn_job {
  *                                          t + S - T + 1 when causal)
  *   p = softmax(att)
  *   out[bh, t] = sum_s p[s] v[bh, s]
- * q (B*H, T, D), k (B*H, S, D), v (B*H, S, Dv), out (B*H, T, Dv)
+ * q (B*H, T, D), k (B*Hk, S, D), v (B*Hk, S, Dv), out (B*H, T, Dv)
  */
 static int attn_rows(void *arg, size_t lo, size_t hi)
 {
 	const struct attn_job *j = arg;
 	const struct cpu_attn *a = j->a;
 	size_t T = a->T, S = a->S, D = a->D, Dv = a->Dv;
+	size_t Hk = a->Hk ? a->Hk : a->H;
 	float *att = malloc(S * sizeof(float));
 
 	if (!att)
@@ -261,9 +262,11 @@ static int attn_rows(void *arg, size_t lo, size_t hi)
 	for (size_t r = lo; r < hi; r++) {
 		size_t bh = r / T, t = r % T;
 		size_t n = a->causal ? t + S - T + 1 : S;
+		/* the key/value head of query head bh % H */
+		size_t kvh = bh / a->H * Hk + bh % a->H / (a->H / Hk);
 		const float *q = j->q + r * D;
-		const float *k = j->k + bh * S * D;
-		const float *v = j->v + bh * S * Dv;
+		const float *k = j->k + kvh * S * D;
+		const float *v = j->v + kvh * S * Dv;
 		float *o = j->out + r * Dv;
 		float max = -INFINITY, inv;
 		size_t s;

@@ -1,0 +1,473 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Contexts: the KV cache in a session data region, prefill and decode
+ * steps. See runtime.h.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+#include "model/runtime.h"
+
+struct model_ctx {
+	struct model_hold *h;
+	uint64_t cache; /* region handle */
+	uint32_t len, max;
+	uint64_t tok_bytes;
+	float *logits; /* vocab */
+	bool have_logits;
+};
+
+__attribute__((format(printf, 4, 5))) static int
+fail(char *msg, size_t msglen, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (msg && msglen) {
+		va_start(ap, fmt);
+		vsnprintf(msg, msglen, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+/* ---------------------------------------------------------------------- */
+/* f16 and bf16, round to nearest even */
+
+static uint32_t f32_bits(float f)
+{
+	uint32_t x;
+
+	memcpy(&x, &f, sizeof(x));
+	return x;
+}
+
+static float bits_f32(uint32_t x)
+{
+	float f;
+
+	memcpy(&f, &x, sizeof(f));
+	return f;
+}
+
+static uint16_t to_bf16(float f)
+{
+	uint32_t x = f32_bits(f);
+
+	if ((x & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((x >> 16) | 0x40); /* NaN stays NaN */
+	return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+static uint16_t to_f16(float f)
+{
+	uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000;
+	uint32_t m = x & 0x7fffff, hm, rem, half, shift;
+	int32_t e = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+
+	if (((x >> 23) & 0xff) == 0xff)
+		return (uint16_t)(sign | 0x7c00 | (m ? 0x200 : 0));
+	if (e >= 0x1f)
+		return (uint16_t)(sign | 0x7c00);
+	if (e <= 0) { /* subnormal: m (with its leading 1) >> (14 - e) */
+		if (e < -10)
+			return (uint16_t)sign;
+		m |= 0x800000;
+		shift = (uint32_t)(14 - e);
+	} else {
+		shift = 13;
+	}
+	hm = m >> shift;
+	rem = m & ((1u << shift) - 1);
+	half = 1u << (shift - 1);
+	hm |= e > 0 ? (uint32_t)e << 10 : 0;
+	if (rem > half || (rem == half && (hm & 1)))
+		hm++; /* may carry into the exponent: still right */
+	return (uint16_t)(sign | hm);
+}
+
+static float from_f16(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f;
+	uint32_t m = h & 0x3ff;
+	float f;
+
+	if (e == 0x1f)
+		return bits_f32(sign | 0x7f800000u | (m << 13));
+	if (e)
+		return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+	f = (float)m * 0x1p-24f;
+	return sign ? -f : f;
+}
+
+static void to_dtype(unsigned int dt, const float *src, void *dst, size_t n)
+{
+	if (dt == DJINN_DTYPE_F32)
+		memcpy(dst, src, n * sizeof(float));
+	else
+		for (size_t i = 0; i < n; i++)
+			((uint16_t *)dst)[i] = dt == DJINN_DTYPE_BF16 ?
+						       to_bf16(src[i]) :
+						       to_f16(src[i]);
+}
+
+static void from_dtype(unsigned int dt, const void *src, float *dst, size_t n)
+{
+	if (dt == DJINN_DTYPE_F32)
+		memcpy(dst, src, n * sizeof(float));
+	else
+		for (size_t i = 0; i < n; i++) {
+			uint16_t h = ((const uint16_t *)src)[i];
+
+			dst[i] = dt == DJINN_DTYPE_BF16 ?
+					 bits_f32((uint32_t)h << 16) :
+					 from_f16(h);
+		}
+}
+
+/* ---------------------------------------------------------------------- */
+/* Regions */
+
+/* A pinned region holding @bytes from @src. */
+static int upload(struct vmu_session *s, const void *src, uint64_t bytes,
+		  uint64_t *handle, uint64_t *addr)
+{
+	struct vmu_region_info info;
+	int ret;
+
+	ret = vmu_region_create(s, bytes, handle);
+	if (ret)
+		return ret;
+	ret = vmu_region_resize(s, *handle, bytes, NULL);
+	if (!ret)
+		ret = vmu_region_write(s, *handle, 0, src, bytes);
+	if (!ret)
+		ret = vmu_region_pin(s, *handle, NULL, &info);
+	if (ret) {
+		vmu_region_destroy(s, *handle);
+		*handle = 0;
+		return ret;
+	}
+	*addr = info.addr;
+	return 0;
+}
+
+static void drop(struct vmu_session *s, uint64_t handle, bool pinned)
+{
+	if (!handle)
+		return;
+	if (pinned)
+		vmu_region_unpin(s, handle);
+	vmu_region_destroy(s, handle);
+}
+
+static uint64_t pin_addr(struct vmu_session *s, uint64_t handle, int *ret)
+{
+	struct vmu_region_info info;
+
+	*ret = vmu_region_pin(s, handle, NULL, &info);
+	return *ret ? 0 : info.addr;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Contexts */
+
+int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
+		  struct model_ctx **out, char *msg, size_t msglen)
+{
+	const struct model_config *cfg = &h->m->cfg;
+	struct model_ctx *c;
+	int ret;
+
+	if (!max_tokens || max_tokens > cfg->n_ctx)
+		return fail(msg, msglen, -EINVAL,
+			    "context of %u tokens: model %s has 1 to %u",
+			    max_tokens, h->m->name, cfg->n_ctx);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->logits = calloc(cfg->vocab, sizeof(float));
+	if (!c->logits) {
+		free(c);
+		return -ENOMEM;
+	}
+	c->h = h;
+	c->max = max_tokens;
+	c->tok_bytes = 2ull * cfg->n_layer * cfg->n_kv_head * cfg->head_dim *
+		       djinn_dtype_size(h->m->layout.dtype);
+	ret = vmu_region_create(h->s, c->tok_bytes * max_tokens, &c->cache);
+	if (ret) {
+		fail(msg, msglen, ret, "no KV cache of %llu bytes: %s",
+		     (unsigned long long)(c->tok_bytes * max_tokens),
+		     strerror(-ret));
+		free(c->logits);
+		free(c);
+		return ret;
+	}
+	*out = c;
+	return 0;
+}
+
+void model_ctx_free(struct model_ctx *c)
+{
+	if (!c)
+		return;
+	vmu_region_destroy(c->h->s, c->cache);
+	free(c->logits);
+	free(c);
+}
+
+int model_ctx_reset(struct model_ctx *c)
+{
+	int ret = vmu_region_resize(c->h->s, c->cache, 0, NULL);
+
+	if (ret)
+		return ret;
+	c->len = 0;
+	c->have_logits = false;
+	return 0;
+}
+
+uint32_t model_ctx_len(const struct model_ctx *c)
+{
+	return c->len;
+}
+
+uint64_t model_ctx_cache(const struct model_ctx *c)
+{
+	return c->cache;
+}
+
+uint64_t model_ctx_token_bytes(const struct model_ctx *c)
+{
+	return c->tok_bytes;
+}
+
+const float *model_ctx_logits(const struct model_ctx *c)
+{
+	return c->have_logits ? c->logits : NULL;
+}
+
+/* Copy @bytes between two regions of @s on the device. */
+static int copy_regions(const struct model_env *env, struct vmu_session *s,
+			uint64_t dst, uint64_t dst_off, uint64_t src,
+			uint64_t bytes)
+{
+	struct vmu_provider *p = env->b->provider;
+	uint64_t da, sa;
+	int ret;
+
+	da = pin_addr(s, dst, &ret);
+	if (ret)
+		return ret;
+	sa = pin_addr(s, src, &ret);
+	if (!ret) {
+		ret = p->ops->copy_dtod(p, da + dst_off, sa, bytes);
+		vmu_region_unpin(s, src);
+	}
+	vmu_region_unpin(s, dst);
+	return ret;
+}
+
+int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
+		   struct model_ctx **out, char *msg, size_t msglen)
+{
+	struct model_ctx *n;
+	int ret;
+
+	ret = model_ctx_new(c->h, c->max, &n, msg, msglen);
+	if (ret)
+		return ret;
+	if (c->len) {
+		ret = vmu_region_resize(c->h->s, n->cache,
+					c->len * c->tok_bytes, NULL);
+		if (!ret)
+			ret = copy_regions(env, c->h->s, n->cache, 0, c->cache,
+					   c->len * c->tok_bytes);
+		if (ret) {
+			fail(msg, msglen, ret, "fork: copying the cache: %s",
+			     strerror(-ret));
+			model_ctx_free(n);
+			return ret;
+		}
+	}
+	n->len = c->len;
+	n->have_logits = c->have_logits;
+	memcpy(n->logits, c->logits, c->h->m->cfg.vocab * sizeof(float));
+	*out = n;
+	return 0;
+}
+
+/* The step's position inputs: gpt2 positions, llama cos and sin. */
+static int positions(struct model_ctx *c, uint32_t n, struct fwd_args *a,
+		     uint64_t *reg)
+{
+	const struct model_config *cfg = &c->h->m->cfg;
+	unsigned int dt = c->h->m->layout.dtype;
+	size_t es = djinn_dtype_size(dt), D = cfg->head_dim;
+	float *cs = NULL;
+	void *buf = NULL;
+	int ret;
+
+	if (cfg->arch == MODEL_GPT2) {
+		int32_t *pos = malloc(n * sizeof(*pos));
+
+		if (!pos)
+			return -ENOMEM;
+		for (uint32_t t = 0; t < n; t++)
+			pos[t] = (int32_t)(c->len + t);
+		ret = upload(c->h->s, pos, n * sizeof(*pos), &reg[0], &a->pos);
+		free(pos);
+		return ret;
+	}
+	/* angle(t, i) = (P + t) theta^(-2i / D), i < D / 2, twice over */
+	cs = malloc(2 * n * D * sizeof(float));
+	buf = malloc(n * D * es);
+	if (!cs || !buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t t = 0; t < n; t++)
+		for (size_t i = 0; i < D / 2; i++) {
+			double ang = (double)(c->len + t) *
+				     pow(cfg->rope_theta, -2.0 * i / D);
+
+			cs[t * D + i] = cs[t * D + i + D / 2] = (float)cos(ang);
+			cs[(n + t) * D + i] = cs[(n + t) * D + i + D / 2] =
+				(float)sin(ang);
+		}
+	to_dtype(dt, cs, buf, n * D);
+	ret = upload(c->h->s, buf, n * D * es, &reg[0], &a->cos);
+	if (ret)
+		goto out;
+	to_dtype(dt, cs + n * D, buf, n * D);
+	ret = upload(c->h->s, buf, n * D * es, &reg[1], &a->sin);
+out:
+	free(cs);
+	free(buf);
+	return ret;
+}
+
+int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
+		      const int32_t *tokens, uint32_t n, float *logits,
+		      char *msg, size_t msglen)
+{
+	const struct model_config *cfg = &c->h->m->cfg;
+	struct vmu_session *s = c->h->s;
+	unsigned int dt = c->h->m->layout.dtype;
+	uint64_t reg[3] = { 0 }, rows, out_bytes;
+	struct djinn_tensor_desc descs[2];
+	struct fwd_args a = { 0 };
+	struct exec_result res;
+	struct gbuild *g;
+	void *host;
+	int ret;
+
+	if (!n)
+		return fail(msg, msglen, -EINVAL, "no tokens");
+	if (n > c->max - c->len)
+		return fail(msg, msglen, -ENOSPC,
+			    "context full: %u tokens and %u more, room for %u",
+			    c->len, n, c->max);
+	for (uint32_t i = 0; i < n; i++)
+		if (tokens[i] < 0 || (uint32_t)tokens[i] >= cfg->vocab)
+			return fail(msg, msglen, -EINVAL,
+				    "token %u is %d: not in the vocabulary of "
+				    "%u",
+				    i, tokens[i], cfg->vocab);
+	g = malloc(sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->nr_in = g->nr_nodes = g->nr_out = 0;
+	g->phase = 0;
+	g->err = 0;
+	a.T = n;
+	a.P = c->len;
+	a.all = logits != NULL;
+	ret = upload(s, tokens, n * sizeof(int32_t), &reg[2], &a.ids);
+	if (!ret)
+		ret = positions(c, n, &a, reg);
+	if (!ret && a.P)
+		a.cache = pin_addr(s, c->cache, &ret);
+	if (ret) {
+		fail(msg, msglen, ret, "step inputs: %s", strerror(-ret));
+		goto out_inputs;
+	}
+	ret = model_build_forward(g, c->h, &a);
+	if (!ret)
+		ret = gb_run(g, env, s, &res, descs, msg, msglen);
+	if (a.P)
+		vmu_region_unpin(s, c->cache);
+	if (ret)
+		goto out_inputs;
+
+	/* append the new keys and values: the region grows in place */
+	ret = vmu_region_resize(s, c->cache, (a.P + n) * c->tok_bytes, NULL);
+	if (!ret)
+		ret = copy_regions(env, s, c->cache, a.P * c->tok_bytes,
+				   res.regions[1], n * c->tok_bytes);
+	if (ret) {
+		fail(msg, msglen, ret, "KV cache growth to %u tokens: %s",
+		     a.P + n, strerror(-ret));
+		vmu_region_resize(s, c->cache, a.P * c->tok_bytes, NULL);
+		goto out_outputs;
+	}
+
+	/* the logits, (rows, V) in the weights' dtype */
+	rows = descs[0].dims[0];
+	out_bytes = rows * cfg->vocab * djinn_dtype_size(dt);
+	host = malloc(out_bytes);
+	if (!host) {
+		ret = -ENOMEM;
+		vmu_region_resize(s, c->cache, a.P * c->tok_bytes, NULL);
+		goto out_outputs;
+	}
+	ret = vmu_region_read(s, res.regions[0], 0, host, out_bytes);
+	if (!ret) {
+		if (logits)
+			from_dtype(dt, host, logits, rows * cfg->vocab);
+		from_dtype(dt,
+			   (uint8_t *)host + (rows - 1) * cfg->vocab *
+						     djinn_dtype_size(dt),
+			   c->logits, cfg->vocab);
+		c->have_logits = true;
+		c->len += n;
+	} else {
+		vmu_region_resize(s, c->cache, a.P * c->tok_bytes, NULL);
+	}
+	free(host);
+out_outputs:
+	drop(s, res.regions[0], false);
+	drop(s, res.regions[1], false);
+out_inputs:
+	for (int i = 0; i < 3; i++)
+		drop(s, reg[i], true);
+	free(g);
+	return ret;
+}
+
+int model_ctx_decode(struct model_ctx *c, const struct model_env *env,
+		     uint32_t n, const struct model_sampling *sp, int32_t *out,
+		     char *msg, size_t msglen)
+{
+	uint64_t rng = sp->seed ^ ((uint64_t)c->len * 0xd1b54a32d192ed03ull);
+	int ret;
+
+	if (!c->have_logits)
+		return fail(msg, msglen, -EINVAL,
+			    "decode before a prefill: no logits");
+	for (uint32_t i = 0; i < n; i++) {
+		ret = model_sample(c->logits, c->h->m->cfg.vocab, sp, &rng,
+				   &out[i], msg, msglen);
+		if (!ret)
+			ret = model_ctx_prefill(c, env, &out[i], 1, NULL, msg,
+						msglen);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}

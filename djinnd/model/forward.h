@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The forward pass as a graph of the op set (internal to djinnd/model).
+ *
+ * A struct gbuild collects graph inputs (device tensors: weights in the
+ * text segment, token ids, positions, the KV cache) and nodes, then runs
+ * them the way a client's GRAPH_SUBMIT runs: djinn_graph_parse(),
+ * djinn_graph_infer(), exec_graph() on the session's stack, outputs in
+ * new data regions of the session.
+ *
+ * Values are uint32_t: an input's index, or GB_NODE | a node's index.
+ * A builder function that fails (too many nodes, no memory) records the
+ * error in the builder and returns GB_BAD; gb_run() then refuses.
+ */
+#ifndef DJINN_MODEL_FORWARD_H
+#define DJINN_MODEL_FORWARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "exec/exec.h"
+#include "model/store.h"
+
+#define GB_NODE 0x80000000u
+#define GB_BAD 0xffffffffu
+
+struct gbuild {
+	uint32_t nr_in;
+	struct dj_tensor in[DJINN_MAX_GRAPH_INPUTS];
+	uint32_t nr_nodes;
+	struct djinn_node nodes[DJINN_MAX_NODES];
+	uint32_t nr_out;
+	uint32_t out[DJINN_MAX_GRAPH_OUTPUTS];
+	uint8_t phase; /* enum djinn_phase of every node */
+	int err;
+};
+
+uint32_t gb_input(struct gbuild *g, uint64_t addr, unsigned int dtype,
+		  unsigned int ndim, const uint64_t *dims);
+uint32_t gb_op(struct gbuild *g, unsigned int op, unsigned int nr,
+	       const uint32_t *ins, const void *params, size_t plen);
+/* Mark @v an output (its result kept in a new data region). */
+void gb_output(struct gbuild *g, uint32_t v, unsigned int residency);
+
+/*
+ * struct model_env - where a forward pass runs
+ * @v, @st, @b: the VMU, an executor stack, the backend (one device)
+ */
+struct model_env {
+	struct vmu *v;
+	struct vmu_stack *st;
+	struct backend *b;
+};
+
+/* Parse, infer and execute for session @s; @res gets the output regions
+ * and @descs[nr_out] their shapes. */
+int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
+	   struct exec_result *res, struct djinn_tensor_desc *descs, char *msg,
+	   size_t msglen);
+
+/*
+ * struct fwd_args - one step of a context
+ * @T:     new tokens
+ * @P:     tokens already in the cache
+ * @ids:   (T) i32 token ids
+ * @pos:   gpt2: (T) i32 positions P .. P + T - 1
+ * @cos, @sin: llama: (T, head_dim) in the weights' dtype
+ * @cache: (P, 2 n_layer, n_kv_head head_dim), when P > 0
+ * @all:   logits for every new token, else for the last one only
+ *
+ * The graph's outputs: 0 the logits (T or 1, vocab), 1 the new keys and
+ * values (T, 2 n_layer, n_kv_head head_dim) to append to the cache.
+ */
+struct fwd_args {
+	uint32_t T, P;
+	uint64_t ids, pos, cos, sin, cache;
+	bool all;
+};
+
+int model_build_forward(struct gbuild *g, const struct model_hold *h,
+			const struct fwd_args *a);
+
+#endif /* DJINN_MODEL_FORWARD_H */

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Contexts: running a held model for one session.
+ *
+ * A context holds a KV cache in a data region of the session, token-major
+ * (position, 2 n_layer, n_kv_head head_dim) in the weights' dtype, so
+ * that each step appends rows and the region grows in place: its address
+ * never changes and nothing is copied as it grows. Its virtual size is
+ * reserved for max_tokens at creation.
+ *
+ * model_ctx_prefill() runs T tokens as one graph (phase prefill),
+ * model_ctx_decode() one token per graph (phase decode), each attending
+ * over the cache. The logits of the last token stay in the context for
+ * the next sampling step; sampling (greedy, temperature, top-k, top-p,
+ * seeded) runs in djinnd. A step that fails leaves the context as it was.
+ *
+ * Steps run on the calling thread with the executor stack given in
+ * struct model_env (an executor thread's), never on the I/O thread.
+ *
+ * Errors: -EINVAL (a token out of the vocabulary, bad sampling
+ * parameters), -ENOSPC (past max_tokens), -ENOMEM / -E2BIG (admission),
+ * with a message.
+ */
+#ifndef DJINN_MODEL_RUNTIME_H
+#define DJINN_MODEL_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/forward.h"
+#include "model/store.h"
+
+struct model_ctx;
+
+/* A context of up to @max_tokens (at most the model's positions) for the
+ * session of @h, which must outlive it. */
+int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
+		  struct model_ctx **out, char *msg, size_t msglen);
+/* Destroys the cache region. */
+void model_ctx_free(struct model_ctx *c);
+/* A copy of @c: its own cache region with the same bytes, the same last
+ * logits. */
+int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
+		   struct model_ctx **out, char *msg, size_t msglen);
+/* Forget every token (the cache shrinks to nothing). */
+int model_ctx_reset(struct model_ctx *c);
+
+uint32_t model_ctx_len(const struct model_ctx *c);
+/* The cache's data region (for the session layer and the tests). */
+uint64_t model_ctx_cache(const struct model_ctx *c);
+/* Bytes of cache per token: 2 n_layer n_kv_head head_dim dtype-size. */
+uint64_t model_ctx_token_bytes(const struct model_ctx *c);
+/* The last token's logits (vocab floats), or NULL before any step. */
+const float *model_ctx_logits(const struct model_ctx *c);
+
+/*
+ * Append @n >= 1 tokens and run them. @logits (may be NULL) gets the
+ * logits of every one of them, (n, vocab) floats.
+ */
+int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
+		      const int32_t *tokens, uint32_t n, float *logits,
+		      char *msg, size_t msglen);
+
+/*
+ * struct model_sampling - how to pick a token from logits
+ * @temperature: 0 for greedy (the first largest logit), else > 0
+ * @top_k:       keep the k most likely (0: all)
+ * @top_p:       then the fewest whose probabilities reach p (1: all),
+ *               in (0, 1]
+ * @seed:        the random stream; the same seed, context and calls
+ *               give the same tokens
+ */
+struct model_sampling {
+	float temperature;
+	uint32_t top_k;
+	float top_p;
+	uint64_t seed;
+};
+
+/* Pick a token from @logits[V]; *@rng is the random state, advanced. */
+int model_sample(const float *logits, uint32_t V,
+		 const struct model_sampling *sp, uint64_t *rng, int32_t *out,
+		 char *msg, size_t msglen);
+
+/*
+ * Generate @n tokens into @out: each is sampled from the last logits,
+ * then appended (a decode step), so after the call the context holds
+ * them all and the logits that follow the last. Needs a prefill first.
+ * The random state starts from @sp->seed and the context's length.
+ */
+int model_ctx_decode(struct model_ctx *c, const struct model_env *env,
+		     uint32_t n, const struct model_sampling *sp, int32_t *out,
+		     char *msg, size_t msglen);
+
+#endif /* DJINN_MODEL_RUNTIME_H */

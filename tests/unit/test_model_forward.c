@@ -1,0 +1,928 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The forward pass end to end: models written by scripts/mkmodel.py,
+ * loaded through the model store into the text segment, run as graphs by
+ * the executor on the CPU backend, against a plain double-precision
+ * reference of GPT-2 and Llama written here from the papers and the
+ * Hugging Face code (not from the kernels). Tolerances per dtype.
+ *
+ * Also: the KV cache grows in place and decoding over it equals running
+ * the whole sequence again; greedy tokens from prefill + decode equal
+ * those from recomputing; failed steps change nothing; forks; seeded
+ * sampling; grouped-query attention as an op. Runs from the repository
+ * root (it calls scripts/mkmodel.py).
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "model/runtime.h"
+#include "testutil.h"
+
+static char dir[64];
+
+static void run(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	if (system(cmd))
+		fail_msg("failed: %s", cmd);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The reference, in double */
+
+struct ref {
+	struct model_config c;
+	struct st_set *set;
+	const char *pfx; /* gpt2: "" or "transformer." */
+};
+
+static double *weight(const struct ref *r, const char *fmt, ...)
+{
+	const struct st_tensor *t;
+	char name[128];
+	va_list ap;
+	double *w;
+
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof(name), fmt, ap);
+	va_end(ap);
+	t = st_set_find(r->set, name);
+	if (!t)
+		fail_msg("reference: no %s", name);
+	w = xmalloc(t->nelem * sizeof(double));
+	for (uint64_t i = 0; i < t->nelem; i++) {
+		const uint8_t *p = t->data;
+		uint32_t x;
+		float f;
+
+		switch (t->dtype) {
+		case ST_F32:
+			memcpy(&f, p + 4 * i, 4);
+			w[i] = f;
+			break;
+		case ST_BF16:
+			x = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16;
+			memcpy(&f, &x, 4);
+			w[i] = f;
+			break;
+		case ST_F16: {
+			unsigned int h = p[2 * i] | p[2 * i + 1] << 8;
+			int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+			double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+
+			w[i] = h & 0x8000 ? -v : v;
+			break;
+		}
+		default:
+			fail_msg("reference: dtype %d", t->dtype);
+		}
+	}
+	return w;
+}
+
+/* y (T, N) = x (T, K) @ W, W (K, N), or W^T for W (N, K) */
+static void mm(double *y, const double *x, const double *w, const double *b,
+	       int T, int K, int N, bool wt)
+{
+	for (int t = 0; t < T; t++)
+		for (int n = 0; n < N; n++) {
+			double s = b ? b[n] : 0;
+
+			for (int k = 0; k < K; k++)
+				s += x[t * K + k] *
+				     (wt ? w[n * K + k] : w[k * N + n]);
+			y[t * N + n] = s;
+		}
+}
+
+static void layernorm(double *y, const double *x, const double *g,
+		      const double *b, int T, int C, double eps)
+{
+	for (int t = 0; t < T; t++) {
+		double mean = 0, var = 0;
+
+		for (int i = 0; i < C; i++)
+			mean += x[t * C + i] / C;
+		for (int i = 0; i < C; i++)
+			var += (x[t * C + i] - mean) * (x[t * C + i] - mean) /
+			       C;
+		for (int i = 0; i < C; i++)
+			y[t * C + i] =
+				(x[t * C + i] - mean) / sqrt(var + eps) * g[i] +
+				(b ? b[i] : 0);
+	}
+}
+
+static void rmsnorm(double *y, const double *x, const double *g, int T, int C,
+		    double eps)
+{
+	for (int t = 0; t < T; t++) {
+		double ms = 0;
+
+		for (int i = 0; i < C; i++)
+			ms += x[t * C + i] * x[t * C + i] / C;
+		for (int i = 0; i < C; i++)
+			y[t * C + i] = x[t * C + i] / sqrt(ms + eps) * g[i];
+	}
+}
+
+/* Causal attention: q (T, H*D), k and v (T, Hk*D) -> y (T, H*D). */
+static void attention(double *y, const double *q, const double *k,
+		      const double *v, int T, int H, int Hk, int D)
+{
+	double *p = xmalloc(T * sizeof(double));
+
+	for (int h = 0; h < H; h++) {
+		int kh = h / (H / Hk);
+
+		for (int t = 0; t < T; t++) {
+			double max = -INFINITY, sum = 0;
+
+			for (int s = 0; s <= t; s++) {
+				double d = 0;
+
+				for (int i = 0; i < D; i++)
+					d += q[t * H * D + h * D + i] *
+					     k[s * Hk * D + kh * D + i];
+				p[s] = d / sqrt(D);
+				max = fmax(max, p[s]);
+			}
+			for (int s = 0; s <= t; s++)
+				sum += p[s] = exp(p[s] - max);
+			for (int i = 0; i < D; i++) {
+				double o = 0;
+
+				for (int s = 0; s <= t; s++)
+					o += p[s] / sum *
+					     v[s * Hk * D + kh * D + i];
+				y[t * H * D + h * D + i] = o;
+			}
+		}
+	}
+	free(p);
+}
+
+static double *ref_gpt2(const struct ref *r, const int32_t *ids, int T)
+{
+	int C = (int)r->c.n_embd, F = (int)r->c.n_inner, V = (int)r->c.vocab;
+	double *x = xmalloc(T * C * sizeof(double)), *y, *qkv, *q, *k, *v;
+	double *a, *f, *wte, *wpe, *logits;
+	const char *p = r->pfx;
+
+	y = xmalloc(T * C * sizeof(double));
+	a = xmalloc(T * C * sizeof(double));
+	qkv = xmalloc(3 * T * C * sizeof(double));
+	q = xmalloc(T * C * sizeof(double));
+	k = xmalloc(T * C * sizeof(double));
+	v = xmalloc(T * C * sizeof(double));
+	f = xmalloc(T * F * sizeof(double));
+	wte = weight(r, "%swte.weight", p);
+	wpe = weight(r, "%swpe.weight", p);
+	for (int t = 0; t < T; t++)
+		for (int i = 0; i < C; i++)
+			x[t * C + i] = wte[ids[t] * C + i] + wpe[t * C + i];
+	for (int l = 0; l < (int)r->c.n_layer; l++) {
+		double *g1 = weight(r, "%sh.%d.ln_1.weight", p, l);
+		double *b1 = weight(r, "%sh.%d.ln_1.bias", p, l);
+		double *wa = weight(r, "%sh.%d.attn.c_attn.weight", p, l);
+		double *ba = weight(r, "%sh.%d.attn.c_attn.bias", p, l);
+		double *wp = weight(r, "%sh.%d.attn.c_proj.weight", p, l);
+		double *bp = weight(r, "%sh.%d.attn.c_proj.bias", p, l);
+		double *g2 = weight(r, "%sh.%d.ln_2.weight", p, l);
+		double *b2 = weight(r, "%sh.%d.ln_2.bias", p, l);
+		double *wf = weight(r, "%sh.%d.mlp.c_fc.weight", p, l);
+		double *bf = weight(r, "%sh.%d.mlp.c_fc.bias", p, l);
+		double *wm = weight(r, "%sh.%d.mlp.c_proj.weight", p, l);
+		double *bm = weight(r, "%sh.%d.mlp.c_proj.bias", p, l);
+
+		layernorm(y, x, g1, b1, T, C, r->c.eps);
+		mm(qkv, y, wa, ba, T, C, 3 * C, false);
+		for (int t = 0; t < T; t++)
+			for (int i = 0; i < C; i++) {
+				q[t * C + i] = qkv[t * 3 * C + i];
+				k[t * C + i] = qkv[t * 3 * C + C + i];
+				v[t * C + i] = qkv[t * 3 * C + 2 * C + i];
+			}
+		attention(a, q, k, v, T, (int)r->c.n_head, (int)r->c.n_head,
+			  (int)r->c.head_dim);
+		mm(y, a, wp, bp, T, C, C, false);
+		for (int i = 0; i < T * C; i++)
+			x[i] += y[i];
+		layernorm(y, x, g2, b2, T, C, r->c.eps);
+		mm(f, y, wf, bf, T, C, F, false);
+		for (int i = 0; i < T * F; i++) /* GELU, tanh form */
+			f[i] = 0.5 * f[i] *
+			       (1 + tanh(sqrt(2 / M_PI) *
+					 (f[i] + 0.044715 * pow(f[i], 3))));
+		mm(y, f, wm, bm, T, F, C, false);
+		for (int i = 0; i < T * C; i++)
+			x[i] += y[i];
+		free(g1), free(b1), free(wa), free(ba), free(wp), free(bp);
+		free(g2), free(b2), free(wf), free(bf), free(wm), free(bm);
+	}
+	{
+		double *g = weight(r, "%sln_f.weight", p);
+		double *b = weight(r, "%sln_f.bias", p);
+
+		layernorm(y, x, g, b, T, C, r->c.eps);
+		free(g), free(b);
+	}
+	logits = xmalloc(T * V * sizeof(double));
+	if (r->c.tied) {
+		mm(logits, y, wte, NULL, T, C, V, true);
+	} else {
+		double *head = weight(r, "lm_head.weight");
+
+		mm(logits, y, head, NULL, T, C, V, true);
+		free(head);
+	}
+	free(x), free(y), free(a), free(qkv), free(q), free(k), free(v);
+	free(f), free(wte), free(wpe);
+	return logits;
+}
+
+/* Hugging Face's RoPE: x cos + rotate_half(x) sin on each head. */
+static void ref_rope(double *x, int T, int n, int D, double theta)
+{
+	for (int t = 0; t < T; t++)
+		for (int h = 0; h < n; h++) {
+			double *p = x + (t * n + h) * D;
+
+			for (int i = 0; i < D / 2; i++) {
+				double ang = t * pow(theta, -2.0 * i / D);
+				double a = p[i], b = p[i + D / 2];
+
+				p[i] = a * cos(ang) - b * sin(ang);
+				p[i + D / 2] = b * cos(ang) + a * sin(ang);
+			}
+		}
+}
+
+static double *ref_llama(const struct ref *r, const int32_t *ids, int T)
+{
+	int C = (int)r->c.n_embd, F = (int)r->c.n_inner, V = (int)r->c.vocab;
+	int H = (int)r->c.n_head, Hk = (int)r->c.n_kv_head;
+	int D = (int)r->c.head_dim;
+	double *x = xmalloc(T * C * sizeof(double)), *y, *q, *k, *v, *a;
+	double *g, *u, *emb, *logits;
+	const char *m = "model.layers";
+
+	y = xmalloc(T * C * sizeof(double));
+	a = xmalloc(T * C * sizeof(double));
+	q = xmalloc(T * H * D * sizeof(double));
+	k = xmalloc(T * Hk * D * sizeof(double));
+	v = xmalloc(T * Hk * D * sizeof(double));
+	g = xmalloc(T * F * sizeof(double));
+	u = xmalloc(T * F * sizeof(double));
+	emb = weight(r, "model.embed_tokens.weight");
+	for (int t = 0; t < T; t++)
+		memcpy(x + t * C, emb + ids[t] * C, C * sizeof(double));
+	for (int l = 0; l < (int)r->c.n_layer; l++) {
+		double *n1 = weight(r, "%s.%d.input_layernorm.weight", m, l);
+		double *wq = weight(r, "%s.%d.self_attn.q_proj.weight", m, l);
+		double *wk = weight(r, "%s.%d.self_attn.k_proj.weight", m, l);
+		double *wv = weight(r, "%s.%d.self_attn.v_proj.weight", m, l);
+		double *wo = weight(r, "%s.%d.self_attn.o_proj.weight", m, l);
+		double *n2 = weight(r, "%s.%d.post_attention_layernorm.weight",
+				    m, l);
+		double *wg = weight(r, "%s.%d.mlp.gate_proj.weight", m, l);
+		double *wu = weight(r, "%s.%d.mlp.up_proj.weight", m, l);
+		double *wd = weight(r, "%s.%d.mlp.down_proj.weight", m, l);
+
+		rmsnorm(y, x, n1, T, C, r->c.eps);
+		mm(q, y, wq, NULL, T, C, H * D, true);
+		mm(k, y, wk, NULL, T, C, Hk * D, true);
+		mm(v, y, wv, NULL, T, C, Hk * D, true);
+		ref_rope(q, T, H, D, r->c.rope_theta);
+		ref_rope(k, T, Hk, D, r->c.rope_theta);
+		attention(a, q, k, v, T, H, Hk, D);
+		mm(y, a, wo, NULL, T, H * D, C, true);
+		for (int i = 0; i < T * C; i++)
+			x[i] += y[i];
+		rmsnorm(y, x, n2, T, C, r->c.eps);
+		mm(g, y, wg, NULL, T, C, F, true);
+		mm(u, y, wu, NULL, T, C, F, true);
+		for (int i = 0; i < T * F; i++) /* SwiGLU */
+			g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+		mm(y, g, wd, NULL, T, F, C, true);
+		for (int i = 0; i < T * C; i++)
+			x[i] += y[i];
+		free(n1), free(wq), free(wk), free(wv), free(wo), free(n2);
+		free(wg), free(wu), free(wd);
+	}
+	{
+		double *n = weight(r, "model.norm.weight");
+
+		rmsnorm(y, x, n, T, C, r->c.eps);
+		free(n);
+	}
+	logits = xmalloc(T * V * sizeof(double));
+	if (r->c.tied) {
+		mm(logits, y, emb, NULL, T, C, V, true);
+	} else {
+		double *head = weight(r, "lm_head.weight");
+
+		mm(logits, y, head, NULL, T, C, V, true);
+		free(head);
+	}
+	free(x), free(y), free(a), free(q), free(k), free(v), free(g);
+	free(u), free(emb);
+	return logits;
+}
+
+static double *ref_logits(const char *name, const int32_t *ids, int T,
+			  struct model_config *cfg)
+{
+	char path[256], msg[ST_MSG_LEN];
+	struct ref r = { .pfx = "" };
+	double *out;
+
+	snprintf(path, sizeof(path), "%s/%s/config.json", dir, name);
+	assert_int_equal(model_config_parse(path, &r.c, msg, sizeof(msg)), 0);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	assert_int_equal(st_set_open(path, &r.set, msg, sizeof(msg)), 0);
+	if (st_set_find(r.set, "transformer.wte.weight"))
+		r.pfx = "transformer.";
+	out = r.c.arch == MODEL_GPT2 ? ref_gpt2(&r, ids, T) :
+				       ref_llama(&r, ids, T);
+	st_set_close(r.set);
+	if (cfg)
+		*cfg = r.c;
+	return out;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Fixture: the CPU backend, a VMU, a stack, a session and a store */
+
+struct fix {
+	struct backend *b;
+	struct model_env env;
+	struct vmu_session *s;
+	struct model_store *ms;
+};
+
+static int setup(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	assert_int_equal(cpu_backend_create(256 * MiB, 2, &f->b), 0);
+	assert_int_equal(vmu_create(f->b->provider, NULL, &f->env.v), 0);
+	assert_int_equal(vmu_stack_create(f->env.v, 64 * MiB, &f->env.st), 0);
+	assert_int_equal(vmu_session_create(f->env.v, "test", &f->s), 0);
+	assert_int_equal(model_store_create(f->env.v, dir, &f->ms), 0);
+	f->env.b = f->b;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	model_store_destroy(f->ms);
+	vmu_session_destroy(f->s);
+	vmu_stack_destroy(f->env.st);
+	vmu_destroy(f->env.v);
+	f->b->ops->destroy(f->b);
+	free(f);
+	return 0;
+}
+
+static struct model_hold *hold(struct fix *f, const char *name)
+{
+	struct model_hold *h;
+	char msg[ST_MSG_LEN];
+
+	if (model_open(f->ms, f->s, name, &h, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	return h;
+}
+
+static struct model_ctx *ctx(struct model_hold *h, uint32_t max)
+{
+	struct model_ctx *c;
+	char msg[ST_MSG_LEN];
+
+	if (model_ctx_new(h, max, &c, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	return c;
+}
+
+static void prefill(struct fix *f, struct model_ctx *c, const int32_t *ids,
+		    uint32_t n, float *logits)
+{
+	char msg[ST_MSG_LEN];
+
+	if (model_ctx_prefill(c, &f->env, ids, n, logits, msg, sizeof(msg)))
+		fail_msg("prefill: %s", msg);
+}
+
+/* The largest error, relative to the largest reference logit. */
+static double rel_err(const float *got, const double *want, size_t n)
+{
+	double err = 0, scale = 1e-30;
+
+	for (size_t i = 0; i < n; i++) {
+		err = fmax(err, fabs(got[i] - want[i]));
+		scale = fmax(scale, fabs(want[i]));
+	}
+	return err / scale;
+}
+
+static double tol(unsigned int dtype)
+{
+	return dtype == DJINN_DTYPE_F32 ? 1e-5 :
+	       dtype == DJINN_DTYPE_F16 ? 5e-3 :
+					  4e-2;
+}
+
+#define NT 9
+static const int32_t prompt[NT] = { 3, 141, 59, 26, 5, 35, 89, 79, 32 };
+
+/* Prefill all NT tokens at once, and 3 then one at a time over the cache:
+ * both against the reference, every position. */
+static void check_model(void **state, const char *name)
+{
+	struct fix *f = *state;
+	struct model_config cfg;
+	struct vmu_region_info i0, i1;
+	double *want = ref_logits(name, prompt, NT, &cfg), e;
+	float *got = xmalloc(NT * cfg.vocab * sizeof(float));
+	struct model_hold *h = hold(f, name);
+	struct model_ctx *c = ctx(h, 32);
+	unsigned int dt = h->m->layout.dtype;
+
+	prefill(f, c, prompt, NT, got);
+	e = rel_err(got, want, NT * cfg.vocab);
+	printf("  %s: prefill of %d, relative error %.2e (tolerance %.0e)\n",
+	       name, NT, e, tol(dt));
+	assert_true(e < tol(dt));
+	assert_int_equal(model_ctx_len(c), NT);
+	/* the last row is what the context keeps for sampling */
+	assert_memory_equal(model_ctx_logits(c), got + (NT - 1) * cfg.vocab,
+			    cfg.vocab * sizeof(float));
+	model_ctx_free(c);
+
+	c = ctx(h, 32);
+	prefill(f, c, prompt, 3, got);
+	assert_int_equal(vmu_region_info(f->s, model_ctx_cache(c), &i0), 0);
+	assert_int_equal(i0.size, 3 * model_ctx_token_bytes(c));
+	for (int t = 3; t < NT; t++) {
+		prefill(f, c, &prompt[t], 1, got + t * cfg.vocab);
+		/* grown in place */
+		assert_int_equal(vmu_region_info(f->s, model_ctx_cache(c), &i1),
+				 0);
+		assert_int_equal(i1.addr, i0.addr);
+		assert_int_equal(i1.size, (t + 1) * model_ctx_token_bytes(c));
+	}
+	e = rel_err(got, want, NT * cfg.vocab);
+	printf("  %s: prefill of 3, decode of %d, relative error %.2e\n", name,
+	       NT - 3, e);
+	assert_true(e < tol(dt));
+	model_ctx_free(c);
+	model_close(h);
+	free(got);
+	free(want);
+}
+
+static void test_gpt2_f32(void **state)
+{
+	check_model(state, "gpt2-f32");
+}
+
+static void test_gpt2_f16(void **state)
+{
+	check_model(state, "gpt2-f16");
+}
+
+static void test_gpt2_bf16(void **state)
+{
+	check_model(state, "gpt2-bf16");
+}
+
+static void test_llama_f32(void **state)
+{
+	check_model(state, "llama-f32");
+}
+
+static void test_llama_f16(void **state)
+{
+	check_model(state, "llama-f16");
+}
+
+static void test_llama_bf16(void **state)
+{
+	check_model(state, "llama-bf16");
+}
+
+/* Greedy tokens from prefill + decode over the cache equal those from
+ * running the whole sequence again at every step. */
+static void check_greedy(void **state, const char *name)
+{
+	struct model_sampling greedy = { .temperature = 0, .top_p = 1 };
+	struct fix *f = *state;
+	struct model_hold *h = hold(f, name);
+	struct model_ctx *c = ctx(h, 64);
+	int32_t seq[64], out[16];
+	char msg[ST_MSG_LEN];
+	int n = 16;
+
+	prefill(f, c, prompt, 4, NULL);
+	if (model_ctx_decode(c, &f->env, n, &greedy, out, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	assert_int_equal(model_ctx_len(c), 4 + n);
+	model_ctx_free(c);
+
+	memcpy(seq, prompt, 4 * sizeof(int32_t));
+	for (int i = 0; i < n; i++) {
+		const float *lg;
+		int32_t best = 0;
+
+		c = ctx(h, 64);
+		prefill(f, c, seq, 4 + i, NULL);
+		lg = model_ctx_logits(c);
+		for (uint32_t v = 1; v < h->m->cfg.vocab; v++)
+			if (lg[v] > lg[best])
+				best = (int32_t)v;
+		assert_int_equal(out[i], best);
+		seq[4 + i] = best;
+		model_ctx_free(c);
+	}
+	/* not one token over and over: the comparison would prove little */
+	for (int i = 1; i < n && out[i] == out[0]; i++)
+		assert_true(i < n - 1);
+	printf("  %s: %d greedy tokens, cache == recompute:", name, n);
+	for (int i = 0; i < n; i++)
+		printf(" %d", out[i]);
+	printf("\n");
+	model_close(h);
+}
+
+static void test_greedy_gpt2(void **state)
+{
+	check_greedy(state, "gpt2-f32");
+}
+
+static void test_greedy_llama(void **state)
+{
+	check_greedy(state, "llama-bf16");
+}
+
+/* ---------------------------------------------------------------------- */
+/* Failures, forks, sampling */
+
+static void test_refused_steps(void **state)
+{
+	struct model_sampling sp = { .top_p = 1 };
+	struct fix *f = *state;
+	struct model_hold *h = hold(f, "gpt2-f32");
+	int32_t bad[2] = { 1, 256 }, neg = -1, out[8];
+	struct vmu_usage u0, u1;
+	struct vmu_stats s0, s1;
+	char msg[ST_MSG_LEN];
+	struct model_ctx *c;
+	float *lg = xmalloc(256 * sizeof(float));
+
+	assert_int_equal(model_ctx_new(h, 129, &c, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "1 to 128"));
+	assert_int_equal(model_ctx_new(h, 0, &c, msg, sizeof(msg)), -EINVAL);
+	c = ctx(h, 4);
+	assert_int_equal(model_ctx_decode(c, &f->env, 1, &sp, out, msg,
+					  sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "before a prefill"));
+	prefill(f, c, prompt, 2, NULL);
+	memcpy(lg, model_ctx_logits(c), 256 * sizeof(float));
+	vmu_session_usage(f->s, &u0);
+	vmu_get_stats(f->env.v, &s0);
+
+	assert_int_equal(model_ctx_prefill(c, &f->env, bad, 2, NULL, msg,
+					   sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "token 1 is 256"));
+	assert_int_equal(model_ctx_prefill(c, &f->env, &neg, 1, NULL, msg,
+					   sizeof(msg)),
+			 -EINVAL);
+	assert_int_equal(model_ctx_prefill(c, &f->env, prompt, 3, NULL, msg,
+					   sizeof(msg)),
+			 -ENOSPC);
+	assert_non_null(strstr(msg, "context full"));
+	assert_int_equal(model_ctx_prefill(c, &f->env, prompt, 0, NULL, msg,
+					   sizeof(msg)),
+			 -EINVAL);
+	sp.top_p = 0;
+	assert_int_equal(model_ctx_decode(c, &f->env, 1, &sp, out, msg,
+					  sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "top_p"));
+	/* nothing changed */
+	vmu_session_usage(f->s, &u1);
+	vmu_get_stats(f->env.v, &s1);
+	assert_int_equal(model_ctx_len(c), 2);
+	assert_memory_equal(model_ctx_logits(c), lg, 256 * sizeof(float));
+	assert_int_equal(u1.data_bytes, u0.data_bytes);
+	assert_int_equal(u1.regions, u0.regions);
+	assert_int_equal(s1.seg[VMU_SEG_DATA].entries,
+			 s0.seg[VMU_SEG_DATA].entries);
+
+	/* it still runs, to the last token */
+	sp.top_p = 1;
+	assert_int_equal(
+		model_ctx_decode(c, &f->env, 2, &sp, out, msg, sizeof(msg)), 0);
+	assert_int_equal(model_ctx_len(c), 4);
+	assert_int_equal(model_ctx_reset(c), 0);
+	assert_int_equal(model_ctx_len(c), 0);
+	assert_null(model_ctx_logits(c));
+	model_ctx_free(c);
+	model_close(h);
+	free(lg);
+}
+
+static void test_fork_and_seed(void **state)
+{
+	struct model_sampling sp = {
+		.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 42
+	};
+	struct fix *f = *state;
+	struct model_hold *h = hold(f, "llama-f32");
+	int32_t a[12], b[12], d[12];
+	struct model_ctx *c, *k;
+	char msg[ST_MSG_LEN];
+	bool differ = false;
+
+	c = ctx(h, 32);
+	prefill(f, c, prompt, 5, NULL);
+	assert_int_equal(model_ctx_fork(c, &f->env, &k, msg, sizeof(msg)), 0);
+	assert_int_equal(model_ctx_len(k), 5);
+	assert_int_not_equal(model_ctx_cache(k), model_ctx_cache(c));
+	/* the same seed on equal contexts: the same tokens */
+	assert_int_equal(
+		model_ctx_decode(c, &f->env, 12, &sp, a, msg, sizeof(msg)), 0);
+	assert_int_equal(
+		model_ctx_decode(k, &f->env, 12, &sp, b, msg, sizeof(msg)), 0);
+	assert_memory_equal(a, b, sizeof(a));
+	model_ctx_free(k);
+	/* other seeds: other tokens (for at least one of these seeds) */
+	for (uint64_t seed = 1; seed < 4; seed++) {
+		k = ctx(h, 32);
+		prefill(f, k, prompt, 5, NULL);
+		sp.seed = seed;
+		assert_int_equal(model_ctx_decode(k, &f->env, 12, &sp, d, msg,
+						  sizeof(msg)),
+				 0);
+		differ |= memcmp(a, d, sizeof(a)) != 0;
+		model_ctx_free(k);
+	}
+	assert_true(differ);
+	model_ctx_free(c);
+	model_close(h);
+}
+
+static void test_sample(void **state)
+{
+	static const float lg[6] = { 1.0f, 3.0f, 2.5f, 3.0f, -1.0f, 0.0f };
+	struct model_sampling sp = { .top_p = 1 };
+	double p[6], sum = 0;
+	int counts[6] = { 0 }, N = 200000;
+	char msg[ST_MSG_LEN];
+	uint64_t rng = 7;
+	int32_t t;
+
+	/* greedy: the first largest */
+	assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg, sizeof(msg)),
+			 0);
+	assert_int_equal(t, 1);
+	/* top_k 1 or a tiny top_p: greedy too, at any temperature */
+	sp.temperature = 5;
+	sp.top_k = 1;
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg,
+					      sizeof(msg)),
+				 0);
+		assert_int_equal(t, 1);
+	}
+	sp.top_k = 0;
+	sp.top_p = 1e-6f;
+	assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg, sizeof(msg)),
+			 0);
+	assert_int_equal(t, 1);
+	/* top_k 3: only tokens 1, 3, 2 */
+	sp.top_p = 1;
+	sp.top_k = 3;
+	for (int i = 0; i < 1000; i++) {
+		assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg,
+					      sizeof(msg)),
+				 0);
+		assert_true(t == 1 || t == 2 || t == 3);
+	}
+	/* the frequencies follow softmax(lg / 0.7) */
+	sp.top_k = 0;
+	sp.temperature = 0.7f;
+	for (int i = 0; i < 6; i++)
+		sum += p[i] = exp(lg[i] / 0.7);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg,
+					      sizeof(msg)),
+				 0);
+		counts[t]++;
+	}
+	for (int i = 0; i < 6; i++)
+		assert_true(fabs((double)counts[i] / N - p[i] / sum) < 0.005);
+	/* top_p 0.75: tokens 1 and 3 hold 0.39 each, so just them */
+	sp.top_p = 0.75f;
+	for (int i = 0; i < 1000; i++) {
+		assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg,
+					      sizeof(msg)),
+				 0);
+		assert_true(t == 1 || t == 3);
+	}
+	/* bad parameters and logits */
+	sp.temperature = -1;
+	assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg, sizeof(msg)),
+			 -EINVAL);
+	sp.temperature = NAN;
+	assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg, sizeof(msg)),
+			 -EINVAL);
+	sp.temperature = 1;
+	sp.top_p = 1.5f;
+	assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg, sizeof(msg)),
+			 -EINVAL);
+	sp.top_p = 1;
+	{
+		float nan[2] = { 0, NAN };
+
+		assert_int_equal(model_sample(nan, 2, &sp, &rng, &t, msg,
+					      sizeof(msg)),
+				 -EINVAL);
+		assert_non_null(strstr(msg, "logit 1 is NaN"));
+	}
+}
+
+/* ---------------------------------------------------------------------- */
+/* Grouped-query attention, as an op */
+
+static void test_gqa_attention(void **state)
+{
+	enum { H = 4, Hk = 2, T = 3, S = 5, D = 8 };
+	struct fix *f = *state;
+	float q[H * T * D], k[Hk * S * D], v[Hk * S * D], out[H * T * D];
+	uint64_t hq, hk, hv, aq, ak, av, dq[4] = { 1, H, T, D };
+	uint64_t dk[4] = { 1, Hk, S, D };
+	struct djinn_p_attention pa = { .causal = 1 };
+	struct djinn_tensor_desc od;
+	struct vmu_region_info info;
+	struct exec_result res;
+	struct gbuild *g = calloc(1, sizeof(*g));
+	char msg[ST_MSG_LEN];
+	uint32_t ins[3];
+	double err = 0;
+
+	assert_non_null(g);
+	for (int i = 0; i < H * T * D; i++)
+		q[i] = sinf((float)i * 0.37f);
+	for (int i = 0; i < Hk * S * D; i++) {
+		k[i] = cosf((float)i * 0.21f);
+		v[i] = sinf((float)i * 0.11f + 1);
+	}
+	assert_int_equal(vmu_region_create(f->s, sizeof(q), &hq), 0);
+	assert_int_equal(vmu_region_create(f->s, sizeof(k), &hk), 0);
+	assert_int_equal(vmu_region_create(f->s, sizeof(v), &hv), 0);
+	assert_int_equal(vmu_region_resize(f->s, hq, sizeof(q), NULL), 0);
+	assert_int_equal(vmu_region_resize(f->s, hk, sizeof(k), NULL), 0);
+	assert_int_equal(vmu_region_resize(f->s, hv, sizeof(v), NULL), 0);
+	assert_int_equal(vmu_region_write(f->s, hq, 0, q, sizeof(q)), 0);
+	assert_int_equal(vmu_region_write(f->s, hk, 0, k, sizeof(k)), 0);
+	assert_int_equal(vmu_region_write(f->s, hv, 0, v, sizeof(v)), 0);
+	assert_int_equal(vmu_region_pin(f->s, hq, NULL, &info), 0);
+	aq = info.addr;
+	assert_int_equal(vmu_region_pin(f->s, hk, NULL, &info), 0);
+	ak = info.addr;
+	assert_int_equal(vmu_region_pin(f->s, hv, NULL, &info), 0);
+	av = info.addr;
+	ins[0] = gb_input(g, aq, DJINN_DTYPE_F32, 4, dq);
+	ins[1] = gb_input(g, ak, DJINN_DTYPE_F32, 4, dk);
+	ins[2] = gb_input(g, av, DJINN_DTYPE_F32, 4, dk);
+	gb_output(g, gb_op(g, DJINN_GOP_ATTENTION, 3, ins, &pa, sizeof(pa)),
+		  DJINN_RES_OUTPUT);
+	if (gb_run(g, &f->env, f->s, &res, &od, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	assert_int_equal(od.dims[1], H);
+	assert_int_equal(
+		vmu_region_read(f->s, res.regions[0], 0, out, sizeof(out)), 0);
+	/* reference: head h reads kv head h / 2; query t sees s <= t + 2 */
+	for (int h = 0; h < H; h++)
+		for (int t = 0; t < T; t++) {
+			double sc[S], mx = -INFINITY, sum = 0;
+			int kh = h / (H / Hk), n = t + S - T + 1;
+
+			for (int s = 0; s < n; s++) {
+				sc[s] = 0;
+				for (int i = 0; i < D; i++)
+					sc[s] +=
+						(double)q[(h * T + t) * D + i] *
+						k[(kh * S + s) * D + i];
+				sc[s] /= sqrt(D);
+				mx = fmax(mx, sc[s]);
+			}
+			for (int s = 0; s < n; s++)
+				sum += sc[s] = exp(sc[s] - mx);
+			for (int i = 0; i < D; i++) {
+				double o = 0;
+
+				for (int s = 0; s < n; s++)
+					o += sc[s] / sum *
+					     v[(kh * S + s) * D + i];
+				err = fmax(err,
+					   fabs(o - out[(h * T + t) * D + i]));
+			}
+		}
+	assert_true(err < 1e-5);
+	vmu_region_destroy(f->s, res.regions[0]);
+
+	/* 3 key heads for 4 query heads: refused, naming the node */
+	dk[1] = 3;
+	g->nr_in = g->nr_nodes = g->nr_out = 0;
+	ins[0] = gb_input(g, aq, DJINN_DTYPE_F32, 4, dq);
+	ins[1] = gb_input(g, ak, DJINN_DTYPE_F32, 4, dk);
+	ins[2] = gb_input(g, av, DJINN_DTYPE_F32, 4, dk);
+	gb_output(g, gb_op(g, DJINN_GOP_ATTENTION, 3, ins, &pa, sizeof(pa)),
+		  DJINN_RES_OUTPUT);
+	assert_int_equal(gb_run(g, &f->env, f->s, &res, &od, msg, sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "H differs: q 4, k 3, v 3"));
+	for (int i = 0; i < 3; i++) {
+		uint64_t hd = i == 0 ? hq : i == 1 ? hk : hv;
+
+		vmu_region_unpin(f->s, hd);
+		vmu_region_destroy(f->s, hd);
+	}
+	free(g);
+}
+
+static int group_setup(void **state)
+{
+	if (system("python3 -c 'pass'") || access("scripts/mkmodel.py", R_OK)) {
+		printf("test_model_forward: skipped: needs python3 and "
+		       "scripts/mkmodel.py (run from the repository root)\n");
+		exit(77);
+	}
+	snprintf(dir, sizeof(dir), "/tmp/djinn-mf-XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	run("python3 scripts/mkmodel.py --seed 11 --layers 2 %s/gpt2-f32", dir);
+	run("python3 scripts/mkmodel.py --seed 12 --dtype f16 --untied "
+	    "--prefix transformer. %s/gpt2-f16",
+	    dir);
+	run("python3 scripts/mkmodel.py --seed 13 --dtype bf16 %s/gpt2-bf16",
+	    dir);
+	run("python3 scripts/mkmodel.py --seed 14 --arch llama --kv-heads 2 "
+	    "%s/llama-f32",
+	    dir);
+	run("python3 scripts/mkmodel.py --seed 15 --arch llama --dtype f16 "
+	    "--tied %s/llama-f16",
+	    dir);
+	run("python3 scripts/mkmodel.py --seed 16 --arch llama --dtype bf16 "
+	    "--kv-heads 1 --shards 2 %s/llama-bf16",
+	    dir);
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	return system(cmd);
+}
+
+#define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		TEST(test_gpt2_f32),	  TEST(test_gpt2_f16),
+		TEST(test_gpt2_bf16),	  TEST(test_llama_f32),
+		TEST(test_llama_f16),	  TEST(test_llama_bf16),
+		TEST(test_greedy_gpt2),	  TEST(test_greedy_llama),
+		TEST(test_refused_steps), TEST(test_fork_and_seed),
+		TEST(test_sample),	  TEST(test_gqa_attention),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
