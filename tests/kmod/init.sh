@@ -1,0 +1,125 @@
+#!/bin/sh
+# /init of the djinn.ko test guest (busybox sh). The kernel command line
+# picks the mode: djinn.mode=test (default), bench or probe. Each result
+# goes to the serial console as one line the host's runner reads:
+#
+#   DJINN-RESULT NAME RC    a test and its exit status
+#   DJINN-DONE              everything ran; the guest powers off
+#
+# After the boot and after every test the kernel log is read and cleared;
+# a line matching KLOG_BAD fails that test and the log is printed.
+export PATH=/bin:/tests
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+ulimit -n 4096
+
+KLOG_BAD='BUG|WARNING|Oops|general protection|Call Trace|lockdep|circular locking|KASAN|UBSAN|KFENCE|refcount_t|list_(add|del) corruption|Poison overwritten|Redzone|Object padding|soft lockup|hung_task|blocked for more than'
+
+mode=test
+for w in $(cat /proc/cmdline); do
+	case $w in djinn.mode=*) mode=${w#djinn.mode=} ;; esac
+done
+
+finish() {
+	echo "DJINN-DONE"
+	sync
+	poweroff -f
+}
+
+if [ "$mode" = probe ]; then
+	echo "DJINN-PROBE-OK"
+	poweroff -f
+fi
+
+# scan NAME: 0 if the kernel log since the last scan is clean
+scan() {
+	log=$(dmesg -c)
+	if echo "$log" | grep -qE "$KLOG_BAD"; then
+		echo "DJINN-KLOG $1: the kernel log has reports:"
+		echo "$log"
+		return 1
+	fi
+	return 0
+}
+
+result() {
+	echo "DJINN-RESULT $1 $2"
+}
+
+boot=$(dmesg -c)
+if echo "$boot" | grep -qE "$KLOG_BAD"; then
+	echo "DJINN-BOOTLOG (before the module; not counted):"
+	echo "$boot" | grep -E "$KLOG_BAD"
+fi
+
+if ! insmod /djinn.ko; then
+	result insmod 1
+	finish
+fi
+scan insmod
+result insmod $?
+
+if [ "$mode" = bench ]; then
+	djinn_kbench
+	rc=$?
+	scan bench || rc=1
+	result bench $rc
+	finish
+fi
+
+for t in test_ioctl test_lease test_ring test_netlink test_stress; do
+	echo "== $t"
+	$t
+	rc=$?
+	scan $t || rc=1
+	result $t $rc
+done
+
+# Load and unload 100 times, each time with four sessions open (rings
+# mapped) in another process, which must keep the module in, and with a
+# listener subscribed to the events group throughout.
+echo "== load_unload"
+rc=0
+mkfifo /tmp/ready
+djinn_holder listen >/tmp/ready &
+listener=$!
+read -r line </tmp/ready
+[ "$line" = ready ] || { echo "listener did not start"; rc=1; }
+i=0
+while [ $rc = 0 ] && [ $i -lt 100 ]; do
+	djinn_holder sessions 4 >/tmp/ready &
+	holder=$!
+	read -r line </tmp/ready
+	if [ "$line" != ready ]; then
+		echo "iteration $i: holder did not start"
+		rc=1
+		break
+	fi
+	if rmmod djinn 2>/dev/null; then
+		echo "iteration $i: unloaded with sessions open"
+		rc=1
+		break
+	fi
+	kill -9 $holder
+	wait $holder 2>/dev/null
+	if ! rmmod djinn; then
+		echo "iteration $i: rmmod failed after the sessions closed"
+		rc=1
+		break
+	fi
+	if ! insmod /djinn.ko; then
+		echo "iteration $i: insmod failed"
+		rc=1
+		break
+	fi
+	i=$((i + 1))
+done
+kill -9 $listener
+wait $listener 2>/dev/null
+rmmod djinn || rc=1
+echo "load_unload: $i cycles"
+scan load_unload || rc=1
+result load_unload $rc
+finish

@@ -1,0 +1,74 @@
+#!/bin/sh
+# test_kmod [test|bench]: boot Debian's kernel in QEMU with the initramfs
+# built beside this script (djinn.ko, busybox, the test programs) and run
+# the in-guest tests (or the benchmark) there, in one boot.
+#
+# KVM when /dev/kvm works (a short probe boot decides; DJINN_KVM=0 skips
+# it), TCG otherwise. Exit 0 when every in-guest test passed and the
+# kernel log stayed clean, 1 when one failed or the guest never finished,
+# 77 when the VM cannot run here (it says why).
+here=$(cd "$(dirname "$0")" && pwd)
+mode=${1:-test}
+initrd=$here/initramfs.cpio.gz
+skip() {
+	echo "test_kmod: skipped: $*"
+	exit 77
+}
+
+command -v qemu-system-x86_64 >/dev/null ||
+	skip "qemu-system-x86_64 is not installed (qemu-system-x86)"
+[ -r "$here/kernel-release" ] ||
+	skip "djinn.ko was not built: no kernel headers in /usr/src (linux-headers-amd64)"
+kernel=/boot/vmlinuz-$(cat "$here/kernel-release")
+[ -r "$kernel" ] ||
+	skip "no $kernel to boot (linux-image-amd64 of the headers' version)"
+[ -r "$initrd" ] || skip "$initrd was not built"
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# qemu SECONDS ARGS...: one boot, at most SECONDS long; the serial
+# console on stdout
+qemu() {
+	secs=$1
+	shift
+	timeout "$secs" qemu-system-x86_64 -m 1024 -smp 2 -display none \
+		-monitor none -serial stdio -no-reboot -kernel "$kernel" \
+		-initrd "$initrd" "$@" </dev/null 2>&1
+}
+
+cmdline="console=ttyS0 quiet loglevel=4 panic=-1 slub_debug=FZPU"
+accel="-accel tcg"
+if [ "${DJINN_KVM:-1}" != 0 ] && [ -w /dev/kvm ]; then
+	# nested KVM that hangs is common: a boot that prints a line decides
+	if qemu 15 -accel kvm -cpu host -append "$cmdline djinn.mode=probe" |
+		grep -q DJINN-PROBE-OK; then
+		accel="-accel kvm -cpu host"
+	else
+		echo "test_kmod: KVM did not boot the probe; using TCG"
+	fi
+fi
+echo "test_kmod: booting $kernel ($accel)"
+
+start=$(date +%s)
+# shellcheck disable=SC2086
+qemu 900 $accel -append "$cmdline djinn.mode=$mode" | sed -u 's/\r$//' | tee "$log"
+echo "test_kmod: the guest ran $(($(date +%s) - start)) s"
+
+if ! grep -q '^DJINN-RESULT' "$log"; then
+	if grep -q 'qemu-system-x86_64:' "$log" && ! grep -q DJINN "$log"; then
+		skip "QEMU could not start: $(grep 'qemu-system-x86_64:' "$log" | head -1)"
+	fi
+fi
+failed=$(awk '$1 == "DJINN-RESULT" && $3 != 0 { print $2 }' "$log")
+passed=$(awk '$1 == "DJINN-RESULT" && $3 == 0 { n++ } END { print n + 0 }' "$log")
+if ! grep -q '^DJINN-DONE' "$log"; then
+	echo "test_kmod: FAIL: the guest did not finish (crash, panic or timeout)"
+	exit 1
+fi
+if [ -n "$failed" ]; then
+	echo "test_kmod: FAIL:" $failed
+	exit 1
+fi
+echo "test_kmod: $passed in-guest tests passed"
+exit 0
