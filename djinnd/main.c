@@ -360,10 +360,6 @@ int main(int argc, char **argv)
 	}
 	log_info("djinnd %s starting (configuration: %s)", DJINND_VERSION,
 		 running.path ? running.path : "none");
-	if (running.srv.metrics)
-		log_warn("metrics.listen %s: this djinnd has no metrics "
-			 "endpoint yet; not served",
-			 running.srv.metrics);
 	raise_nofile(&running.srv);
 	ret = server_block_signals();
 	if (!ret)

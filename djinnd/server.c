@@ -176,6 +176,7 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	INIT_LIST_HEAD(&srv->listeners);
 	INIT_LIST_HEAD(&srv->conns);
 	INIT_LIST_HEAD(&srv->closing);
+	INIT_LIST_HEAD(&srv->http);
 	server_started_ns = loop_now();
 	ret = loop_init(&srv->loop, 4096);
 	if (ret) {

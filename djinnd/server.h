@@ -15,6 +15,7 @@
 #include "list.h"
 #include "backend/backend.h"
 #include "net/loop.h"
+#include "net/metrics.h"
 #include "session/lease.h"
 #include "session/session.h"
 #include "vmu/vmu.h"
@@ -49,6 +50,8 @@ struct server_stats {
 	uint64_t sessions_opened, sessions_ended[SESSION_SHUTDOWN + 1];
 	uint64_t graphs_run, graphs_failed;
 	uint64_t conns_stalled; /* closed: took no reply bytes */
+	uint64_t metrics_scrapes, metrics_bad;
+	struct op_stats ops[METRICS_OPS];
 };
 
 struct server {
@@ -70,7 +73,9 @@ struct server {
 	struct list_head listeners;
 	struct list_head conns;
 	struct list_head closing; /* closed, still owed completions */
-	unsigned int nr_conns;
+	unsigned int nr_conns; /* metrics connections too */
+	struct list_head http; /* metrics connections (net/metrics.c) */
+	unsigned int nr_http;
 	struct bufring *br; /* provided receive buffers, or NULL */
 
 	bool draining; /* SIGTERM: finish in-flight work, then stop */
@@ -99,6 +104,11 @@ void conns_close_all(struct server *srv, bool force);
 struct exec_job;
 void ops_graph_done(struct server *srv, struct exec_job *job);
 void ops_mem_done(struct server *srv, struct exec_job *job);
+/* An opcode's name, for logs and metrics ("unknown" if none). */
+const char *ops_name(uint16_t op);
+
+/* server.c: loop_now() at start */
+extern uint64_t server_started_ns;
 void ops_session_ended(struct server *srv, struct session *s);
 
 #endif /* DJINN_SERVER_H */

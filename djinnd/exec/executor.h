@@ -56,6 +56,7 @@ struct exec_job {
 	struct session *s; /* a reference */
 	void *conn, *ctx;
 	uint64_t request_id;
+	uint64_t t0; /* when the request arrived */
 	void *payload;
 	struct djinn_graph_view view;
 	struct djinn_tensor_desc *in_descs;

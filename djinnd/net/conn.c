@@ -46,7 +46,7 @@ struct listener {
 	struct loop_timer retry; /* accept again after running out of fds */
 	uint64_t last_warn;
 	int fd;
-	bool admin, tcp, multishot;
+	bool admin, metrics, tcp, multishot;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
@@ -165,6 +165,7 @@ void conns_close_all(struct server *srv, bool force)
 
 	list_for_each_entry_safe(c, n, &srv->conns, node)
 		conn_close(c, force);
+	metrics_close_all(srv);
 	if (force)
 		list_for_each_entry_safe(c, n, &srv->closing, node)
 			conn_close(c, true);
@@ -249,6 +250,16 @@ static int conn_queue(struct conn *c, const struct djinn_hdr *req,
 	m->arg = arg;
 	list_add_tail(&m->node, &c->outq);
 	c->outq_msgs++;
+	if (flags & DJINN_F_ERROR)
+		metrics_op(&c->srv->st, req->opcode)->errors++;
+	/* The answer to the request being parsed (later answers are timed
+	 * where they come from). */
+	if (c->req_open && req->request_id == c->hdr.request_id &&
+	    req->opcode == c->hdr.opcode) {
+		c->req_open = false;
+		metrics_observe(&c->srv->st, req->opcode,
+				loop_now() - c->req_t0);
+	}
 	c->outq_bytes += body_len;
 	if (!c->overflow &&
 	    (c->outq_msgs > OUTQ_MAX_MSGS || c->outq_bytes > OUTQ_MAX_BYTES)) {
@@ -483,6 +494,9 @@ static void header_done(struct conn *c)
 	int ret;
 
 	c->srv->st.requests++;
+	metrics_op(&c->srv->st, h->opcode)->requests++;
+	c->req_t0 = loop_now();
+	c->req_open = true;
 	if (h->magic != DJINN_MAGIC) {
 		conn_error(c, h, -EPROTO, "bad magic %#x", h->magic);
 		c->close_after = true;
@@ -854,6 +868,10 @@ static void conn_new(struct listener *ls, int fd)
 	struct server *srv = ls->srv;
 	struct conn *c;
 
+	if (ls->metrics) {
+		metrics_accept(srv, fd);
+		return;
+	}
 	if (srv->nr_conns >= srv->cfg.max_conns || srv->draining) {
 		close(fd);
 		return;
@@ -1002,8 +1020,12 @@ static int listen_tcp(struct listener *ls, const char *spec)
 	return 0;
 }
 
-static int listener_add(struct server *srv, const char *spec, bool admin)
+enum listener_kind { LS_CLIENT, LS_ADMIN, LS_METRICS };
+
+static int listener_add(struct server *srv, const char *spec,
+			enum listener_kind kind)
 {
+	static const char *const what[] = { "", " (admin)", " (metrics)" };
 	struct listener *ls = calloc(1, sizeof(*ls));
 	int ret;
 
@@ -1013,10 +1035,11 @@ static int listener_add(struct server *srv, const char *spec, bool admin)
 	ls->retry.fn = listener_retry;
 	INIT_LIST_HEAD(&ls->retry.node);
 	ls->srv = srv;
-	ls->admin = admin;
+	ls->admin = kind == LS_ADMIN;
+	ls->metrics = kind == LS_METRICS;
 	ls->fd = -1;
 	ls->multishot = srv->loop.feat.multishot_accept;
-	if (!strncmp(spec, "unix:", 5))
+	if (!strncmp(spec, "unix:", 5) && kind != LS_METRICS)
 		ret = listen_unix(ls, spec + 5);
 	else if (!strncmp(spec, "tcp:", 4))
 		ret = listen_tcp(ls, spec + 4);
@@ -1029,7 +1052,7 @@ static int listener_add(struct server *srv, const char *spec, bool admin)
 	}
 	list_add_tail(&ls->node, &srv->listeners);
 	listener_arm(ls);
-	log_info("listening on %s%s", spec, admin ? " (admin)" : "");
+	log_info("listening on %s%s", spec, what[kind]);
 	return 0;
 }
 
@@ -1047,7 +1070,7 @@ int listeners_open(struct server *srv)
 				 "single-shot receives");
 	}
 	for (unsigned int i = 0; i < srv->cfg.nr_listen; i++) {
-		ret = listener_add(srv, srv->cfg.listen[i], false);
+		ret = listener_add(srv, srv->cfg.listen[i], LS_CLIENT);
 		if (ret)
 			return ret;
 	}
@@ -1055,7 +1078,12 @@ int listeners_open(struct server *srv)
 		char spec[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
 
 		snprintf(spec, sizeof(spec), "unix:%s", srv->cfg.admin_socket);
-		ret = listener_add(srv, spec, true);
+		ret = listener_add(srv, spec, LS_ADMIN);
+		if (ret)
+			return ret;
+	}
+	if (srv->cfg.metrics) {
+		ret = listener_add(srv, srv->cfg.metrics, LS_METRICS);
 		if (ret)
 			return ret;
 	}

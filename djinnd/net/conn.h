@@ -76,6 +76,8 @@ struct conn {
 
 	enum parse_state ps;
 	struct djinn_hdr hdr;
+	uint64_t req_t0; /* when hdr arrived */
+	bool req_open; /* hdr's answer is to be timed when queued */
 	uint32_t hdr_got;
 	uint8_t *body;
 	uint64_t body_len, body_got;

@@ -352,6 +352,14 @@ static void stream_free(struct conn *c, struct stream *st, bool failed)
 	c->sink.upload = NULL;
 }
 
+/* The answer comes later, from a job: it is timed there. Returns when
+ * the request arrived. */
+static uint64_t defer(struct conn *c)
+{
+	c->req_open = false;
+	return c->req_t0;
+}
+
 /* Refuse an allocation, saying what the device has. */
 static void alloc_error(struct conn *c, const struct djinn_hdr *hdr, int err,
 			uint64_t bytes)
@@ -640,6 +648,7 @@ void ops_session_ended(struct server *srv, struct session *s)
 struct read_ctx {
 	struct mem_waiter w; /* swapping in first */
 	struct djinn_hdr hdr;
+	uint64_t t0;
 	uint64_t offset, len;
 	struct session *s;
 	uint32_t slot;
@@ -663,6 +672,7 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 {
 	struct read_ctx *rc = container_of(w, struct read_ctx, w);
 
+	metrics_observe(&c->srv->st, DJINN_OP_TENSOR_READ, loop_now() - rc->t0);
 	if (job->error) {
 		conn_error(c, &rc->hdr, job->error,
 			   "cannot make the tensor resident");
@@ -724,6 +734,7 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 
 			rc->w.done = read_mem_done;
 			rc->hdr = *hdr;
+			rc->t0 = defer(c);
 			rc->offset = io->offset;
 			rc->len = io->len;
 			if (mem_submit(c, hdr, rc->s, &m, &rc->w, &job))
@@ -880,6 +891,7 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	free(outs);
 	job->conn = c;
 	conn_get(c);
+	job->t0 = defer(c);
 	job->s->graphs_inflight++;
 	executor_submit(c->srv->exec, job);
 	return;
@@ -899,6 +911,7 @@ void ops_graph_done(struct server *srv, struct exec_job *job)
 		.session_id = job->s->id,
 	};
 
+	metrics_observe(&srv->st, DJINN_OP_GRAPH_SUBMIT, loop_now() - job->t0);
 	if (job->error) {
 		srv->st.graphs_failed++;
 		conn_error(c, &hdr, job->error, "%s", job->msg);
@@ -1044,8 +1057,6 @@ static void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr)
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
-extern uint64_t server_started_ns;
-
 static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr)
 {
 	const struct server_stats *st = &c->srv->st;
@@ -1071,6 +1082,31 @@ static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr)
 }
 
 /* ---------------------------------------------------------------------- */
+
+const char *ops_name(uint16_t op)
+{
+	static const char *const names[] = {
+		[DJINN_OP_HELLO] = "hello",
+		[DJINN_OP_SESSION_OPEN] = "session_open",
+		[DJINN_OP_SESSION_ATTACH] = "session_attach",
+		[DJINN_OP_SESSION_CLOSE] = "session_close",
+		[DJINN_OP_HEARTBEAT] = "heartbeat",
+		[DJINN_OP_SIGNAL] = "signal",
+		[DJINN_OP_TENSOR_CREATE] = "tensor_create",
+		[DJINN_OP_TENSOR_WRITE] = "tensor_write",
+		[DJINN_OP_TENSOR_READ] = "tensor_read",
+		[DJINN_OP_TENSOR_RELEASE] = "tensor_release",
+		[DJINN_OP_TEXT_LOOKUP] = "text_lookup",
+		[DJINN_OP_GRAPH_SUBMIT] = "graph_submit",
+		[DJINN_OP_ADMIN_SESSIONS] = "admin_sessions",
+		[DJINN_OP_ADMIN_KILL] = "admin_kill",
+		[DJINN_OP_ADMIN_VMU] = "admin_vmu",
+		[DJINN_OP_ADMIN_STATS] = "admin_stats",
+	};
+
+	return op < sizeof(names) / sizeof(names[0]) && names[op] ? names[op] :
+								    "unknown";
+}
 
 void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		uint64_t len)

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -114,10 +116,56 @@ static bool can_connect(const char *path)
 	return true;
 }
 
+int dj_connect_tcp(unsigned int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+/* A TCP port of 127.0.0.1 that nothing listens on now, or 0. */
+static unsigned int free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	unsigned int port = 0;
+
+	if (fd < 0)
+		return 0;
+	if (!bind(fd, (struct sockaddr *)&sa, sizeof(sa)) &&
+	    !getsockname(fd, (struct sockaddr *)&sa, &len))
+		port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static bool can_connect_tcp(unsigned int port)
+{
+	int fd = dj_connect_tcp(port);
+
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
 int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
 {
 	const char *bin = djd_binary();
-	char listen[sizeof(d->sock) + 8], lease[24];
+	char listen[sizeof(d->sock) + 8], lease[24], metrics[32];
 	int64_t deadline;
 	pid_t parent = getpid();
 
@@ -139,6 +187,12 @@ int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
 	snprintf(d->log, sizeof(d->log), "%s/stderr.log", d->dir);
 	snprintf(listen, sizeof(listen), "unix:%s", d->sock);
 	snprintf(lease, sizeof(lease), "%u", lease_ms);
+	d->metrics_port = free_port();
+	if (!d->metrics_port) {
+		rm_dir(d);
+		return -EADDRNOTAVAIL;
+	}
+	snprintf(metrics, sizeof(metrics), "tcp:127.0.0.1:%u", d->metrics_port);
 
 	fflush(NULL);
 	d->pid = fork();
@@ -163,7 +217,8 @@ int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
 		dup2(fd, 2);
 		execl(bin, bin, "--foreground", "--listen", listen,
 		      "--admin-socket", d->admin, "--cpu-mem", cpu_mem,
-		      "--lease-ms", lease, "--threads", "2", "--log-level",
+		      "--lease-ms", lease, "--metrics", metrics, "--threads",
+		      "2", "--log-level",
 		      getenv("DJINN_TEST_VERBOSE") ? "debug" : "info",
 		      (char *)NULL);
 		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
@@ -183,7 +238,8 @@ int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
 			rm_dir(d);
 			return -ECHILD;
 		}
-		if (can_connect(d->sock) && can_connect(d->admin))
+		if (can_connect(d->sock) && can_connect(d->admin) &&
+		    can_connect_tcp(d->metrics_port))
 			return 0;
 		sleep_ms(5);
 	}

@@ -39,6 +39,7 @@ struct djd {
 	char admin[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	char log[96];
 	char end[200];
+	unsigned int metrics_port; /* its metrics endpoint, on 127.0.0.1 */
 };
 
 /* The daemon binary: $DJINND, else djinnd/djinnd beside this test's
@@ -47,8 +48,9 @@ const char *djd_binary(void);
 
 /*
  * Start djinnd in the foreground with @cpu_mem ("64M") of device memory
- * and a default lease of @lease_ms, and wait (at most 20 s) until both
- * sockets accept. The daemon gets SIGKILL if this process dies.
+ * and a default lease of @lease_ms, and its metrics endpoint on a free
+ * TCP port of 127.0.0.1, and wait (at most 20 s) until its sockets
+ * accept. The daemon gets SIGKILL if this process dies.
  */
 int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms);
 /* After djd_start() failed because the daemon exited: its last log line
@@ -66,6 +68,9 @@ int djd_stop(struct djd *d, int timeout_ms);
 /* Kill with SIGKILL, reap, remove the directory: for cleanup after a
  * failed test. No-op when already stopped. */
 void djd_kill(struct djd *d);
+
+/* Connect to TCP @port of 127.0.0.1: the fd, or -errno. */
+int dj_connect_tcp(unsigned int port);
 
 /* Whether the daemon's log holds a sanitizer report or a crash. */
 bool djd_log_has_report(const struct djd *d);

@@ -1,0 +1,576 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The metrics endpoint: GET /metrics in the Prometheus text exposition
+ * format (version 0.0.4) and GET /healthz, over HTTP/1.1 on the I/O
+ * thread's ring, off unless --metrics (metrics.listen) names an address.
+ *
+ * One request per connection: read the request head (at most 8 KiB, in
+ * at most 5 s: a linked timeout on the receive), answer with
+ * "Connection: close", close. A malformed request is answered 400, an
+ * unknown path 404, a method other than GET or HEAD 405; none of them
+ * touches anything but its own connection. At most 64 are open at once;
+ * more are closed as accepted.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server.h"
+#include "exec/executor.h"
+#include "net/metrics.h"
+
+#define HTTP_HEAD_MAX 8192
+#define HTTP_TIMEOUT_S 5
+#define HTTP_MAX_CONNS 64
+
+enum { TAG_RECV = 1, TAG_SEND = 2, TAG_TIMEOUT = 3 };
+
+struct http_conn {
+	struct io_src src;
+	struct server *srv;
+	struct list_head node;
+	int fd;
+	unsigned int pending; /* operations on the ring naming it */
+	bool closing;
+	char head[HTTP_HEAD_MAX];
+	size_t got;
+	char *out;
+	size_t out_len, out_sent;
+	struct __kernel_timespec ts;
+};
+
+/* ---------------------------------------------------------------------- */
+/* Counters */
+
+/* Bucket bounds in ns: 10 us .. 10 s. */
+static const uint64_t lat_le_ns[METRICS_LAT_BUCKETS] = {
+	10000,	   25000,     50000,	  100000,	  250000,
+	500000,	   1000000,   2500000,	  5000000,	  10000000,
+	100000000, 500000000, 1000000000, 10000000000ull,
+};
+
+struct op_stats *metrics_op(struct server_stats *st, uint16_t op)
+{
+	return &st->ops[op < METRICS_OPS ? op : 0];
+}
+
+void metrics_observe(struct server_stats *st, uint16_t op, uint64_t ns)
+{
+	struct op_stats *o = metrics_op(st, op);
+	unsigned int b = 0;
+
+	while (b < METRICS_LAT_BUCKETS && ns > lat_le_ns[b])
+		b++;
+	o->lat[b]++;
+	o->lat_sum_ns += ns;
+	o->lat_count++;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The exposition */
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+	bool oom;
+};
+
+static __attribute__((format(printf, 2, 3))) void
+sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (;;) {
+		if (b->oom)
+			return;
+		va_start(ap, fmt);
+		n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n >= 0 && (size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		{
+			size_t cap = b->cap * 2 + (size_t)(n > 0 ? n : 0);
+			char *p = realloc(b->p, cap);
+
+			if (!p) {
+				b->oom = true;
+				return;
+			}
+			b->p = p;
+			b->cap = cap;
+		}
+	}
+}
+
+static void family(struct sbuf *b, const char *name, const char *type,
+		   const char *help)
+{
+	sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void one(struct sbuf *b, const char *name, const char *type,
+		const char *help, uint64_t v)
+{
+	family(b, name, type, help);
+	sb_printf(b, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static const char *phase_name(uint32_t phase)
+{
+	static const char *const names[] = {
+		[DJINN_PHASE_UNKNOWN] = "unknown",
+		[DJINN_PHASE_PREFILL] = "prefill",
+		[DJINN_PHASE_DECODE] = "decode",
+		[DJINN_PHASE_VISION] = "vision",
+		[DJINN_PHASE_TRAINING] = "training",
+		[DJINN_PHASE_IO_WAIT] = "io_wait",
+		[DJINN_PHASE_COMPUTE] = "compute",
+		[DJINN_PHASE_IDLE] = "idle",
+	};
+
+	return phase < sizeof(names) / sizeof(names[0]) && names[phase] ?
+		       names[phase] :
+		       "unknown";
+}
+
+#define NR_PHASES (DJINN_PHASE_IDLE + 1)
+
+static void render_sessions(struct sbuf *b, struct server *srv)
+{
+	static const char *const reasons[] = {
+		[SESSION_CLOSED] = "closed",
+		[SESSION_EXPIRED] = "expired",
+		[SESSION_KILLED] = "killed",
+		[SESSION_SHUTDOWN] = "shutdown",
+	};
+	const struct server_stats *st = &srv->st;
+	uint64_t by_phase[NR_PHASES] = { 0 };
+	struct session *s;
+
+	list_for_each_entry(s, &srv->sessions, node)
+		by_phase[s->phase < NR_PHASES ? s->phase : 0]++;
+	family(b, "djinn_sessions", "gauge",
+	       "Sessions open now, by the phase they last signalled.");
+	for (uint32_t p = 0; p < NR_PHASES; p++)
+		if (p == DJINN_PHASE_UNKNOWN ||
+		    strcmp(phase_name(p), "unknown"))
+			sb_printf(b, "djinn_sessions{phase=\"%s\"} %llu\n",
+				  phase_name(p),
+				  (unsigned long long)by_phase[p]);
+	one(b, "djinn_sessions_opened_total", "counter", "Sessions opened.",
+	    st->sessions_opened);
+	family(b, "djinn_sessions_ended_total", "counter",
+	       "Sessions ended, by how they ended.");
+	for (int why = SESSION_CLOSED; why <= SESSION_SHUTDOWN; why++)
+		sb_printf(b, "djinn_sessions_ended_total{reason=\"%s\"} %llu\n",
+			  reasons[why],
+			  (unsigned long long)st->sessions_ended[why]);
+	one(b, "djinn_lease_expiries_total", "counter",
+	    "Sessions ended because their lease ran out.",
+	    st->sessions_ended[SESSION_EXPIRED]);
+	one(b, "djinn_session_kills_total", "counter",
+	    "Sessions ended by an administrator.",
+	    st->sessions_ended[SESSION_KILLED]);
+}
+
+static void render_requests(struct sbuf *b, struct server *srv)
+{
+	const struct server_stats *st = &srv->st;
+
+	family(b, "djinn_requests_total", "counter",
+	       "Requests received, by opcode.");
+	for (uint16_t op = 0; op < METRICS_OPS; op++)
+		if (st->ops[op].requests)
+			sb_printf(b, "djinn_requests_total{op=\"%s\"} %llu\n",
+				  ops_name(op),
+				  (unsigned long long)st->ops[op].requests);
+	family(b, "djinn_request_errors_total", "counter",
+	       "Requests answered with an error, by opcode.");
+	for (uint16_t op = 0; op < METRICS_OPS; op++)
+		if (st->ops[op].requests || st->ops[op].errors)
+			sb_printf(
+				b,
+				"djinn_request_errors_total{op=\"%s\"} %llu\n",
+				ops_name(op),
+				(unsigned long long)st->ops[op].errors);
+	family(b, "djinn_request_duration_seconds", "histogram",
+	       "From a request's header to its answer being queued, by "
+	       "opcode.");
+	for (uint16_t op = 0; op < METRICS_OPS; op++) {
+		const struct op_stats *o = &st->ops[op];
+		uint64_t cum = 0;
+
+		if (!o->lat_count)
+			continue;
+		for (unsigned int i = 0; i < METRICS_LAT_BUCKETS; i++) {
+			cum += o->lat[i];
+			sb_printf(
+				b,
+				"djinn_request_duration_seconds_bucket{op=\"%s\","
+				"le=\"%g\"} %llu\n",
+				ops_name(op), (double)lat_le_ns[i] / 1e9,
+				(unsigned long long)cum);
+		}
+		sb_printf(b,
+			  "djinn_request_duration_seconds_bucket{op=\"%s\","
+			  "le=\"+Inf\"} %llu\n",
+			  ops_name(op), (unsigned long long)o->lat_count);
+		sb_printf(
+			b,
+			"djinn_request_duration_seconds_sum{op=\"%s\"} %.9f\n",
+			ops_name(op), (double)o->lat_sum_ns / 1e9);
+		sb_printf(b,
+			  "djinn_request_duration_seconds_count{op=\"%s\"} "
+			  "%llu\n",
+			  ops_name(op), (unsigned long long)o->lat_count);
+	}
+	one(b, "djinn_received_bytes_total", "counter",
+	    "Bytes received from clients.", st->bytes_in);
+	one(b, "djinn_sent_bytes_total", "counter",
+	    "Bytes queued to clients, frame headers included.", st->bytes_out);
+	one(b, "djinn_connections", "gauge", "Client connections open now.",
+	    srv->nr_conns - srv->nr_http);
+	one(b, "djinn_connections_accepted_total", "counter",
+	    "Client connections accepted.", st->conns_accepted);
+	one(b, "djinn_connections_stalled_total", "counter",
+	    "Connections closed because their peer took no replies for a "
+	    "lease period.",
+	    st->conns_stalled);
+	one(b, "djinn_graphs_run_total", "counter", "Graphs run to the end.",
+	    st->graphs_run);
+	one(b, "djinn_graphs_failed_total", "counter",
+	    "Graphs that failed or were cancelled.", st->graphs_failed);
+}
+
+static void render_vmu(struct sbuf *b, struct server *srv)
+{
+	const char *dev = srv->backend->name;
+	struct vmu_stats v;
+
+	vmu_get_stats(srv->vmu, &v);
+	family(b, "djinn_vmu_capacity_bytes", "gauge",
+	       "Device memory the VMU manages.");
+	sb_printf(b, "djinn_vmu_capacity_bytes{device=\"%s\"} %llu\n", dev,
+		  (unsigned long long)v.capacity);
+	family(b, "djinn_vmu_free_bytes", "gauge",
+	       "Device memory neither held nor reserved.");
+	sb_printf(b, "djinn_vmu_free_bytes{device=\"%s\"} %llu\n", dev,
+		  (unsigned long long)v.free);
+	family(b, "djinn_vmu_bytes", "gauge",
+	       "Device memory held now, by segment.");
+	for (int seg = 0; seg < VMU_NR_SEGS; seg++)
+		sb_printf(b,
+			  "djinn_vmu_bytes{device=\"%s\",segment=\"%s\"} "
+			  "%llu\n",
+			  dev, vmu_seg_name(seg),
+			  (unsigned long long)v.seg[seg].used);
+	family(b, "djinn_vmu_text_entries", "gauge",
+	       "Text entries (deduplicated weights) held or cached.");
+	sb_printf(b, "djinn_vmu_text_entries{device=\"%s\"} %llu\n", dev,
+		  (unsigned long long)v.seg[VMU_SEG_TEXT].entries);
+	family(b, "djinn_vmu_text_evictions_total", "counter",
+	       "Unreferenced text entries evicted under pressure.");
+	sb_printf(b, "djinn_vmu_text_evictions_total{device=\"%s\"} %llu\n",
+		  dev, (unsigned long long)v.text_evictions);
+	family(b, "djinn_vmu_swaps_total", "counter",
+	       "Data regions swapped to host memory (out) and back (in).");
+	sb_printf(b,
+		  "djinn_vmu_swaps_total{device=\"%s\",direction=\"out\"} "
+		  "%llu\n",
+		  dev, (unsigned long long)v.swap_outs);
+	sb_printf(b,
+		  "djinn_vmu_swaps_total{device=\"%s\",direction=\"in\"} "
+		  "%llu\n",
+		  dev, (unsigned long long)v.swap_ins);
+	family(b, "djinn_vmu_swapped_bytes_total", "counter",
+	       "Bytes swapped out and in.");
+	sb_printf(b,
+		  "djinn_vmu_swapped_bytes_total{device=\"%s\","
+		  "direction=\"out\"} %llu\n",
+		  dev, (unsigned long long)v.swapped_out_bytes);
+	sb_printf(b,
+		  "djinn_vmu_swapped_bytes_total{device=\"%s\","
+		  "direction=\"in\"} %llu\n",
+		  dev, (unsigned long long)v.swapped_in_bytes);
+	family(b, "djinn_vmu_swapped_now_bytes", "gauge",
+	       "Host memory holding swapped-out regions now.");
+	sb_printf(b, "djinn_vmu_swapped_now_bytes{device=\"%s\"} %llu\n", dev,
+		  (unsigned long long)v.swapped_now);
+	family(b, "djinn_vmu_admission_refusals_total", "counter",
+	       "Allocations refused: the memory could not be found.");
+	sb_printf(b, "djinn_vmu_admission_refusals_total{device=\"%s\"} %llu\n",
+		  dev, (unsigned long long)v.admit_refusals);
+	family(b, "djinn_vmu_quota_refusals_total", "counter",
+	       "Allocations refused by a session's or tenant's quota.");
+	sb_printf(b, "djinn_vmu_quota_refusals_total{device=\"%s\"} %llu\n",
+		  dev, (unsigned long long)v.quota_refusals);
+	family(b, "djinn_vmu_pressure", "gauge",
+	       "Memory pressure: 0 normal, 1 warning, 2 critical.");
+	sb_printf(b, "djinn_vmu_pressure{device=\"%s\"} %u\n", dev,
+		  (unsigned int)v.pressure);
+	family(b, "djinn_executor_queue_depth", "gauge",
+	       "Jobs queued or running, by executor.");
+	sb_printf(b,
+		  "djinn_executor_queue_depth{device=\"%s\","
+		  "executor=\"graph\"} %u\n",
+		  dev, executor_depth(srv->exec));
+	sb_printf(b,
+		  "djinn_executor_queue_depth{device=\"%s\","
+		  "executor=\"mem\"} %u\n",
+		  dev, executor_depth(srv->mem));
+}
+
+long metrics_render(struct server *srv, char **out)
+{
+	struct sbuf b = { .cap = 16384 };
+
+	b.p = malloc(b.cap);
+	if (!b.p)
+		return -ENOMEM;
+	one(&b, "djinn_uptime_seconds", "gauge",
+	    "Seconds since djinnd started.",
+	    (loop_now() - server_started_ns) / 1000000000ull);
+	render_sessions(&b, srv);
+	render_requests(&b, srv);
+	render_vmu(&b, srv);
+	if (b.oom) {
+		free(b.p);
+		return -ENOMEM;
+	}
+	*out = b.p;
+	return (long)b.len;
+}
+
+/* ---------------------------------------------------------------------- */
+/* HTTP */
+
+static void http_put(struct http_conn *h)
+{
+	if (--h->pending)
+		return;
+	list_del_init(&h->node);
+	close(h->fd);
+	free(h->out);
+	h->srv->nr_http--;
+	h->srv->nr_conns--;
+	free(h);
+}
+
+static void http_close(struct http_conn *h)
+{
+	if (h->closing)
+		return;
+	h->closing = true;
+	shutdown(h->fd, SHUT_RDWR); /* ends what is in flight */
+	http_put(h); /* the connection's own reference */
+}
+
+static void http_send(struct http_conn *h)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&h->srv->loop, &h->src, TAG_SEND);
+
+	io_uring_prep_send(sqe, h->fd, h->out + h->out_sent,
+			   h->out_len - h->out_sent, MSG_NOSIGNAL);
+	h->pending++;
+}
+
+static void http_respond(struct http_conn *h, int code, const char *reason,
+			 const char *type, const char *body, long len,
+			 bool head_only, const char *extra)
+{
+	struct sbuf b = { .cap = 256 + (size_t)len };
+
+	b.p = malloc(b.cap);
+	if (!b.p) {
+		http_close(h);
+		return;
+	}
+	sb_printf(&b,
+		  "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+		  "Content-Length: %ld\r\n%sConnection: close\r\n\r\n",
+		  code, reason, type, len, extra ? extra : "");
+	if (!head_only && len) {
+		if (b.len + (size_t)len > b.cap) {
+			char *p = realloc(b.p, b.len + (size_t)len);
+
+			if (!p)
+				b.oom = true;
+			else
+				b.p = p;
+		}
+		if (!b.oom) {
+			memcpy(b.p + b.len, body, (size_t)len);
+			b.len += (size_t)len;
+		}
+	}
+	if (b.oom) {
+		free(b.p);
+		http_close(h);
+		return;
+	}
+	h->out = b.p;
+	h->out_len = b.len;
+	http_send(h);
+}
+
+static void http_error(struct http_conn *h, int code, const char *reason,
+		       const char *extra)
+{
+	char body[64];
+	int n = snprintf(body, sizeof(body), "%d %s\n", code, reason);
+
+	h->srv->st.metrics_bad++;
+	http_respond(h, code, reason, "text/plain; charset=utf-8", body, n,
+		     false, extra);
+}
+
+/* A whole request head is in h->head: answer it. */
+static void http_request(struct http_conn *h)
+{
+	char *line_end = strstr(h->head, "\r\n"), *sp1, *sp2, *q;
+	const char *method, *path, *version;
+	bool head_only;
+
+	*line_end = 0;
+	sp1 = strchr(h->head, ' ');
+	sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+	if (!sp1 || !sp2 || strchr(sp2 + 1, ' ')) {
+		http_error(h, 400, "Bad Request", NULL);
+		return;
+	}
+	*sp1 = *sp2 = 0;
+	method = h->head;
+	path = sp1 + 1;
+	version = sp2 + 1;
+	if (strcmp(version, "HTTP/1.1") && strcmp(version, "HTTP/1.0")) {
+		http_error(h, 400, "Bad Request", NULL);
+		return;
+	}
+	q = strchr(sp1 + 1, '?'); /* a query string is ignored */
+	if (q)
+		*q = 0;
+	if (strcmp(path, "/metrics") && strcmp(path, "/healthz")) {
+		http_error(h, 404, "Not Found", NULL);
+		return;
+	}
+	head_only = !strcmp(method, "HEAD");
+	if (strcmp(method, "GET") && !head_only) {
+		http_error(h, 405, "Method Not Allowed",
+			   "Allow: GET, HEAD\r\n");
+		return;
+	}
+	h->srv->st.metrics_scrapes++;
+	if (!strcmp(path, "/healthz")) {
+		http_respond(h, 200, "OK", "text/plain; charset=utf-8", "ok\n",
+			     3, head_only, NULL);
+	} else {
+		char *text;
+		long len = metrics_render(h->srv, &text);
+
+		if (len < 0) {
+			http_error(h, 500, "Internal Server Error", NULL);
+			return;
+		}
+		http_respond(h, 200, "OK", "text/plain; version=0.0.4", text,
+			     len, head_only, NULL);
+		free(text);
+	}
+}
+
+static void http_recv(struct http_conn *h)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&h->srv->loop, &h->src, TAG_RECV);
+
+	/* Leave room for the NUL the parser puts after the head. */
+	io_uring_prep_recv(sqe, h->fd, h->head + h->got,
+			   sizeof(h->head) - 1 - h->got, 0);
+	sqe->flags |= IOSQE_IO_LINK;
+	h->pending++;
+	sqe = loop_sqe(&h->srv->loop, &h->src, TAG_TIMEOUT);
+	io_uring_prep_link_timeout(sqe, &h->ts, 0);
+	h->pending++;
+}
+
+static void http_received(struct http_conn *h, int res)
+{
+	if (res <= 0 || h->closing) {
+		/* EOF, an error, or the timeout: nothing to answer. */
+		http_close(h);
+		return;
+	}
+	h->got += (size_t)res;
+	h->head[h->got] = 0;
+	if (memchr(h->head, 0, h->got)) {
+		http_error(h, 400, "Bad Request", NULL);
+		return;
+	}
+	if (strstr(h->head, "\r\n\r\n")) {
+		http_request(h);
+		return;
+	}
+	if (h->got == sizeof(h->head) - 1) {
+		http_error(h, 400, "Bad Request", NULL); /* head too long */
+		return;
+	}
+	http_recv(h);
+}
+
+static void http_complete(struct io_src *src, struct io_uring_cqe *cqe,
+			  unsigned int tag)
+{
+	struct http_conn *h = container_of(src, struct http_conn, src);
+
+	switch (tag) {
+	case TAG_RECV:
+		http_received(h, cqe->res);
+		break;
+	case TAG_SEND:
+		if (cqe->res > 0 && !h->closing) {
+			h->out_sent += (size_t)cqe->res;
+			if (h->out_sent < h->out_len) {
+				http_send(h);
+				break;
+			}
+		}
+		http_close(h); /* answered, or the peer is gone */
+		break;
+	case TAG_TIMEOUT:
+		break;
+	}
+	http_put(h);
+}
+
+void metrics_accept(struct server *srv, int fd)
+{
+	struct http_conn *h;
+
+	if (srv->nr_http >= HTTP_MAX_CONNS || srv->draining ||
+	    !(h = calloc(1, sizeof(*h)))) {
+		close(fd);
+		return;
+	}
+	h->src.complete = http_complete;
+	h->srv = srv;
+	h->fd = fd;
+	h->pending = 1; /* the connection's own */
+	h->ts.tv_sec = HTTP_TIMEOUT_S;
+	list_add_tail(&h->node, &srv->http);
+	srv->nr_http++;
+	srv->nr_conns++;
+	http_recv(h);
+}
+
+void metrics_close_all(struct server *srv)
+{
+	struct http_conn *h, *n;
+
+	list_for_each_entry_safe(h, n, &srv->http, node)
+		http_close(h);
+}
