@@ -4,15 +4,36 @@
  * refuses it with a message naming the file, or accepts it, and then
  * every tensor must lie inside the input, have the bytes its dtype and
  * shape imply, and the tensors must tile the data exactly.
+ *
+ * The same bytes go to the config.json parser, which must refuse them
+ * naming the file or accept a config whose heads divide its widths.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/config.h"
 #include "model/safetensors.h"
 
 const char fuzz_name[] = "safetensors";
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void config(const uint8_t *data, size_t size)
+{
+	char msg[ST_MSG_LEN] = "";
+	struct model_config c;
+
+	if (model_config_parse_json((const char *)data, size, "fuzz", &c, msg,
+				    sizeof(msg))) {
+		if (strncmp(msg, "fuzz", 4))
+			abort();
+		return;
+	}
+	if (!c.n_head || !c.n_kv_head || c.n_head % c.n_kv_head ||
+	    c.head_dim * c.n_head != c.n_embd || !c.n_layer || !c.vocab ||
+	    !c.n_inner || !c.n_ctx || !(c.eps > 0))
+		abort();
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -20,6 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct st_file *f;
 	uint64_t sum = 0;
 
+	config(data, size);
 	if (st_parse(data, size, "fuzz", &f, msg, sizeof(msg))) {
 		if (strncmp(msg, "fuzz", 4)) /* every refusal names the file */
 			abort();
