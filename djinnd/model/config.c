@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -282,6 +283,7 @@ out:
 int model_config_parse(const char *path, struct model_config *c, char *msg,
 		       size_t msglen)
 {
+	struct stat st;
 	char *buf;
 	long len;
 	FILE *f;
@@ -291,6 +293,11 @@ int model_config_parse(const char *path, struct model_config *c, char *msg,
 	if (!f)
 		return fail(msg, msglen, -errno, "%s: %s", path,
 			    strerror(errno));
+	if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+		ret = fail(msg, msglen, -EINVAL, "%s: not a regular file",
+			   path);
+		goto out_close;
+	}
 	if (fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 ||
 	    fseek(f, 0, SEEK_SET)) {
 		ret = fail(msg, msglen, -EIO, "%s: cannot size", path);

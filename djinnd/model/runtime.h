@@ -88,6 +88,8 @@ int model_sample(const float *logits, uint32_t V,
  * then appended (a decode step), so after the call the context holds
  * them all and the logits that follow the last. Needs a prefill first.
  * The random state starts from @sp->seed and the context's length.
+ * Steps are separate: if one fails, the tokens sampled and appended
+ * before it stay (model_ctx_len() says how many) and the error returns.
  */
 int model_ctx_decode(struct model_ctx *c, const struct model_env *env,
 		     uint32_t n, const struct model_sampling *sp, int32_t *out,

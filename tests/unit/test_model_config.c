@@ -381,6 +381,19 @@ static void test_layout_refused(void **state)
 	    dir);
 	refused("b4", "tensor 'lm_head.weight' is F16, the model's other "
 		      "weights F32");
+	/* a config.json that is not a file */
+	{
+		char path[256], msg[ST_MSG_LEN];
+		struct model_config c;
+
+		snprintf(path, sizeof(path), "%s/b1", dir);
+		assert_int_equal(model_config_parse(path, &c, msg, sizeof(msg)),
+				 -EINVAL);
+		assert_non_null(strstr(msg, "not a regular file"));
+		snprintf(path, sizeof(path), "%s/none.json", dir);
+		assert_int_equal(model_config_parse(path, &c, msg, sizeof(msg)),
+				 -ENOENT);
+	}
 	/* an integer dtype */
 	mkmodel("b5", "--layers 1");
 	run("python3 -c \"import json,struct;p='%s/b5/model.safetensors';"
