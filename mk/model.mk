@@ -5,8 +5,10 @@ DEB_PKGS    += libjansson-dev
 
 MODEL_SRCS  := $(wildcard djinnd/model/*.c)
 MODEL_LIB   := $(BUILD)/libmodel.a
-# exec.c from the daemon library; none of its network or config parts
-LIBS_MODEL  := $(MODEL_LIB) $(DJINND_LIB) $(LIBS_BACKEND) -ljansson
+# The forward pass runs graphs through exec.c: its object alone, so the
+# model tests do not wait on the rest of the daemon's library.
+MODEL_EXEC_OBJ := $(BUILD)/djinnd/exec/exec.o
+LIBS_MODEL  := $(MODEL_LIB) $(MODEL_EXEC_OBJ) $(LIBS_BACKEND) -ljansson
 
 $(MODEL_LIB): $(MODEL_SRCS:%.c=$(BUILD)/%.o)
 all: $(MODEL_LIB)
@@ -17,3 +19,4 @@ fuzz_safetensors_LIBS := $(MODEL_LIB) -ljansson
 test_model_config_LIBS := $(MODEL_LIB) -ljansson
 test_model_store_LIBS := $(MODEL_LIB) $(LIBS_VMU) $(COMMON_LIB) -ljansson
 test_model_forward_LIBS := $(LIBS_MODEL)
+$(BUILD)/tests/unit/test_model_forward: $(MODEL_EXEC_OBJ)
