@@ -352,14 +352,14 @@ out:
 	return ret;
 }
 
-int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
-		      const int32_t *tokens, uint32_t n, float *logits,
-		      char *msg, size_t msglen)
+int model_ctx_step(struct model_ctx *c, const struct model_env *env,
+		   const int32_t *tokens, uint32_t n, struct model_step *st,
+		   char *msg, size_t msglen)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
 	struct vmu_session *s = c->h->s;
 	unsigned int dt = c->h->m->layout.dtype;
-	uint64_t reg[3] = { 0 }, rows, out_bytes;
+	uint64_t reg[3] = { 0 }, rows, row_bytes;
 	struct djinn_tensor_desc descs[2];
 	struct fwd_args a = { 0 };
 	struct exec_result res;
@@ -387,7 +387,8 @@ int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
 	g->err = 0;
 	a.T = n;
 	a.P = c->len;
-	a.all = logits != NULL;
+	a.all = st->all;
+	st->region = 0;
 	ret = upload(s, tokens, n * sizeof(int32_t), &reg[2], &a.ids);
 	if (!ret)
 		ret = positions(c, n, &a, reg);
@@ -417,25 +418,36 @@ int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
 		goto out_outputs;
 	}
 
-	/* the logits, (rows, V) in the weights' dtype */
+	/* the logits, (rows, V) in the weights' dtype: every row for the
+	 * caller's copy, else the last, which the context keeps */
 	rows = descs[0].dims[0];
-	out_bytes = rows * cfg->vocab * djinn_dtype_size(dt);
-	host = malloc(out_bytes);
+	row_bytes = cfg->vocab * djinn_dtype_size(dt);
+	host = malloc(st->logits ? rows * row_bytes : row_bytes);
 	if (!host) {
 		ret = -ENOMEM;
 		vmu_region_resize(s, c->cache, a.P * c->tok_bytes, NULL);
 		goto out_outputs;
 	}
-	ret = vmu_region_read(s, res.regions[0], 0, host, out_bytes);
+	if (st->logits)
+		ret = vmu_region_read(s, res.regions[0], 0, host,
+				      rows * row_bytes);
+	else
+		ret = vmu_region_read(s, res.regions[0], (rows - 1) * row_bytes,
+				      host, row_bytes);
 	if (!ret) {
-		if (logits)
-			from_dtype(dt, host, logits, rows * cfg->vocab);
+		if (st->logits)
+			from_dtype(dt, host, st->logits, rows * cfg->vocab);
 		from_dtype(dt,
-			   (uint8_t *)host + (rows - 1) * cfg->vocab *
-						     djinn_dtype_size(dt),
+			   (uint8_t *)host +
+				   (st->logits ? rows - 1 : 0) * row_bytes,
 			   c->logits, cfg->vocab);
 		c->have_logits = true;
 		c->len += n;
+		if (st->keep) { /* the caller's now */
+			st->region = res.regions[0];
+			st->desc = descs[0];
+			res.regions[0] = 0;
+		}
 	} else {
 		vmu_region_resize(s, c->cache, a.P * c->tok_bytes, NULL);
 	}
@@ -448,6 +460,15 @@ out_inputs:
 		drop(s, reg[i], true);
 	free(g);
 	return ret;
+}
+
+int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
+		      const int32_t *tokens, uint32_t n, float *logits,
+		      char *msg, size_t msglen)
+{
+	struct model_step st = { .all = logits != NULL, .logits = logits };
+
+	return model_ctx_step(c, env, tokens, n, &st, msg, msglen);
 }
 
 int model_ctx_decode(struct model_ctx *c, const struct model_env *env,

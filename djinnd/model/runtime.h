@@ -63,6 +63,31 @@ int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
 		      char *msg, size_t msglen);
 
 /*
+ * struct model_step - what a step gives back, for model_ctx_step()
+ * @all:    in: logits for every new token, (n, vocab); else the last
+ *          token's only, (1, vocab)
+ * @logits: in: where to copy them as floats (NULL: no copy)
+ * @keep:   in: keep them on the device
+ * @region: out: with @keep, the data region of the session holding
+ *          them in the weights' dtype (a lazy result: the caller owns it
+ *          and destroys it); else 0
+ * @desc:   out: with @keep, their shape and dtype
+ */
+struct model_step {
+	bool all;
+	float *logits;
+	bool keep;
+	uint64_t region;
+	struct djinn_tensor_desc desc;
+};
+
+/* Append @n >= 1 tokens and run them, as model_ctx_prefill() does, with
+ * the choices of @st. */
+int model_ctx_step(struct model_ctx *c, const struct model_env *env,
+		   const int32_t *tokens, uint32_t n, struct model_step *st,
+		   char *msg, size_t msglen);
+
+/*
  * struct model_sampling - how to pick a token from logits
  * @temperature: 0 for greedy (the first largest logit), else > 0
  * @top_k:       keep the k most likely (0: all)

@@ -694,6 +694,69 @@ static void test_fork_and_seed(void **state)
 	model_close(h);
 }
 
+/* Logits kept on the device as a region of the session (a lazy result):
+ * the same values as the host copy; without keep, no region is left. */
+static void test_keep_logits(void **state)
+{
+	struct fix *f = *state;
+	struct model_hold *h = hold(f, "gpt2-bf16");
+	struct model_ctx *c = ctx(h, 32);
+	struct model_step st = { .all = true, .keep = true };
+	float *got = xmalloc(4 * 256 * sizeof(float));
+	uint16_t *dev = xmalloc(4 * 256 * sizeof(uint16_t));
+	struct vmu_region_info info;
+	struct vmu_usage u0, u1;
+	char msg[ST_MSG_LEN];
+
+	st.logits = got;
+	if (model_ctx_step(c, &f->env, prompt, 4, &st, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	assert_int_not_equal(st.region, 0);
+	assert_int_equal(st.desc.dtype, DJINN_DTYPE_BF16);
+	assert_int_equal(st.desc.ndim, 2);
+	assert_int_equal(st.desc.dims[0], 4);
+	assert_int_equal(st.desc.dims[1], 256);
+	assert_int_equal(vmu_region_info(f->s, st.region, &info), 0);
+	assert_int_equal(info.size, 4 * 256 * 2);
+	assert_int_equal(vmu_region_read(f->s, st.region, 0, dev, info.size),
+			 0);
+	for (int i = 0; i < 4 * 256; i++) {
+		uint32_t x = (uint32_t)dev[i] << 16;
+		float v;
+
+		memcpy(&v, &x, sizeof(v));
+		assert_true(v == got[i]);
+	}
+	assert_int_equal(vmu_region_destroy(f->s, st.region), 0);
+
+	/* the last row only; then no keep: nothing left behind */
+	st = (struct model_step){ .keep = true };
+	if (model_ctx_step(c, &f->env, &prompt[4], 2, &st, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	assert_int_equal(st.desc.dims[0], 1);
+	assert_int_equal(vmu_region_read(f->s, st.region, 0, dev, 512), 0);
+	for (int i = 0; i < 256; i++) {
+		uint32_t x = (uint32_t)dev[i] << 16;
+		float v;
+
+		memcpy(&v, &x, sizeof(v));
+		assert_true(v == model_ctx_logits(c)[i]);
+	}
+	assert_int_equal(vmu_region_destroy(f->s, st.region), 0);
+	vmu_session_usage(f->s, &u0);
+	st = (struct model_step){ 0 };
+	if (model_ctx_step(c, &f->env, &prompt[6], 1, &st, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	assert_int_equal(st.region, 0);
+	vmu_session_usage(f->s, &u1);
+	assert_int_equal(u1.regions, u0.regions); /* just the cache */
+	assert_int_equal(model_ctx_len(c), 7);
+	model_ctx_free(c);
+	model_close(h);
+	free(got);
+	free(dev);
+}
+
 static void test_sample(void **state)
 {
 	static const float lg[6] = { 1.0f, 3.0f, 2.5f, 3.0f, -1.0f, 0.0f };
@@ -921,7 +984,8 @@ int main(void)
 		TEST(test_llama_f16),	  TEST(test_llama_bf16),
 		TEST(test_greedy_gpt2),	  TEST(test_greedy_llama),
 		TEST(test_refused_steps), TEST(test_fork_and_seed),
-		TEST(test_sample),	  TEST(test_gqa_attention),
+		TEST(test_keep_logits),	  TEST(test_sample),
+		TEST(test_gqa_attention),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
