@@ -57,9 +57,14 @@ djinn_hrtimer_setup(struct hrtimer *t,
  * can demand a capability to join. Kernels without it let any user
  * listen to "events"; the documentation says so. */
 #ifdef GENL_MCAST_CAP_NET_ADMIN
-#define DJINN_MCGRP_FLAGS GENL_MCAST_CAP_NET_ADMIN
+#define DJINN_MCGRP_FLAGS_INIT .flags = GENL_MCAST_CAP_NET_ADMIN,
 #else
-#define DJINN_MCGRP_FLAGS 0
+#define DJINN_MCGRP_FLAGS_INIT
+#endif
+
+/* 6.0: GENL_REQ_ATTR_CHECK() names a missing required attribute. */
+#ifndef GENL_REQ_ATTR_CHECK
+#define GENL_REQ_ATTR_CHECK(info, attr) (!(info)->attrs[(attr)])
 #endif
 
 /* 6.12: timer_container_of() replaced from_timer(); 6.16 renames

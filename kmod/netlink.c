@@ -16,7 +16,7 @@ static const struct nla_policy djinn_session_policy[DJINN_A_SESSION_MAX + 1] = {
 };
 
 static const struct genl_multicast_group djinn_mcgrps[] = {
-	{ .name = DJINN_MCGRP_EVENTS, .flags = DJINN_MCGRP_FLAGS },
+	{ .name = DJINN_MCGRP_EVENTS, DJINN_MCGRP_FLAGS_INIT },
 };
 #define DJINN_MCGRP_EVENTS_IDX 0
 
@@ -71,6 +71,14 @@ static int djinn_nl_fill(struct sk_buff *skb, struct djinn_session *s,
 	return 0;
 }
 
+/* What djinn_nl_fill() puts, at most. */
+static size_t djinn_nl_size(void)
+{
+	return nla_total_size_64bit(sizeof(u64)) * 9 + /* id .. time-ns */
+	       nla_total_size(DJINN_TENANT_LEN) + /* tenant */
+	       nla_total_size(sizeof(u32)) * 6; /* priority .. phase */
+}
+
 /* An event to the "events" group, built only when someone listens. */
 void djinn_nl_event(struct djinn_session *s, u8 cmd)
 {
@@ -79,7 +87,7 @@ void djinn_nl_event(struct djinn_session *s, u8 cmd)
 	if (!genl_has_listeners(&djinn_nl_family, &init_net,
 				DJINN_MCGRP_EVENTS_IDX))
 		return;
-	skb = genlmsg_new(NLMSG_DEFAULT_SIZE, GFP_KERNEL);
+	skb = genlmsg_new(djinn_nl_size(), GFP_KERNEL);
 	if (!skb)
 		return;
 	if (djinn_nl_fill(skb, s, 0, 0, 0, cmd)) {
@@ -115,7 +123,7 @@ static int djinn_nl_get_doit(struct sk_buff *skb, struct genl_info *info)
 	s = djinn_nl_session(info);
 	if (IS_ERR(s))
 		return PTR_ERR(s);
-	msg = genlmsg_new(NLMSG_DEFAULT_SIZE, GFP_KERNEL);
+	msg = genlmsg_new(djinn_nl_size(), GFP_KERNEL);
 	if (!msg) {
 		ret = -ENOMEM;
 		goto out_put;

@@ -54,6 +54,15 @@ if echo "$boot" | grep -qE "$KLOG_BAD"; then
 	echo "$boot" | grep -E "$KLOG_BAD"
 fi
 
+# The scan itself must see a report: one planted in the log.
+echo "djinn-test: WARNING: a report planted to check the log scan" >/dev/kmsg
+if scan klog_scan >/dev/null; then
+	echo "the kernel log scan missed a planted WARNING"
+	result klog_scan 1
+else
+	result klog_scan 0
+fi
+
 if ! insmod /djinn.ko; then
 	result insmod 1
 	finish

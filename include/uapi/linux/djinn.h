@@ -19,8 +19,8 @@
  *   -ENOTTY	unknown command number (an older module)
  *   -EFAULT	the struct is not readable or writable at the pointer
  *   -EINVAL	@size smaller than the command's first version, an unknown
- *		@flags bit, a non-zero __reserved field, or a bad value (the
- *		kernel log says nothing; the field is named per command)
+ *		@flags bit, a non-zero __reserved field, or a bad value (each
+ *		struct's kernel-doc says which values are good)
  *   -E2BIG	@size larger than the kernel's struct with non-zero bytes
  *		past its end: a newer caller asks for something this module
  *		does not know
