@@ -48,7 +48,7 @@ BACKEND_LIB  := $(BUILD)/libbackend.a
 
 # the daemon's own pieces, as a library its tests link
 DJINND_SRCS  := $(wildcard djinnd/exec/*.c djinnd/session/*.c djinnd/net/*.c) \
-		djinnd/log.c djinnd/server.c
+		$(wildcard djinnd/model/*.c) djinnd/log.c djinnd/server.c
 DJINND_LIB   := $(BUILD)/libdjinnd.a
 
 # libdjinn, the client library: shared (soname, version script exporting
@@ -67,7 +67,7 @@ PREFIX           ?= /usr/local
 
 LIBS_VMU     := $(VMU_LIB) -lcrypto
 LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(COMMON_LIB) $(BLAS_LIBS) -lm
-LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring
+LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring -ljansson
 LIBS_LIBDJINN := $(LIBDJINN_A) -lcrypto
 DJINND      := $(BUILD)/djinnd/djinnd
 

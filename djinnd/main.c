@@ -44,6 +44,8 @@ static void usage(FILE *f)
 		"  -t, --threads N          kernel threads (default: one per CPU)\n"
 		"      --lease-ms MS        default lease period (default 10000)\n"
 		"      --metrics ADDR       tcp:HOST:PORT for the metrics endpoint\n"
+		"      --model-dir DIR      models by name (default\n"
+		"                           /var/lib/djinn/models)\n"
 		"  -f, --foreground         stay in the foreground (default when\n"
 		"                           stderr is a terminal or under systemd)\n"
 		"  -L, --log-level LEVEL    err, warning, notice, info (default), debug\n"
@@ -58,6 +60,7 @@ enum {
 	OPT_LOG_FILE,
 	OPT_CHECK,
 	OPT_METRICS,
+	OPT_MODEL_DIR,
 };
 
 static const struct option opts[] = {
@@ -71,6 +74,7 @@ static const struct option opts[] = {
 	{ "threads", required_argument, NULL, 't' },
 	{ "lease-ms", required_argument, NULL, OPT_LEASE_MS },
 	{ "metrics", required_argument, NULL, OPT_METRICS },
+	{ "model-dir", required_argument, NULL, OPT_MODEL_DIR },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "log-level", required_argument, NULL, 'L' },
 	{ "log-file", required_argument, NULL, OPT_LOG_FILE },
@@ -106,6 +110,8 @@ static const char *flag_key(int c)
 		return "lease.default";
 	case OPT_METRICS:
 		return "metrics.listen";
+	case OPT_MODEL_DIR:
+		return "server.model_dir";
 	case 'L':
 		return "log.level";
 	case OPT_LOG_FILE:

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "server.h"
 #include "exec/executor.h"
+#include "model/store.h"
 #include "net/conn.h"
 
 uint64_t server_started_ns;
@@ -210,6 +211,13 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	ret = executor_start(srv, EXEC_MEM, &srv->mem);
 	if (ret)
 		return ret;
+	if (cfg->model_dir) {
+		ret = model_store_create(srv->vmu, cfg->model_dir,
+					 &srv->models);
+		if (ret)
+			return ret;
+		log_info("models: from %s", cfg->model_dir);
+	}
 	ret = signals_init(srv);
 	if (ret)
 		return ret;
@@ -254,6 +262,9 @@ void server_exit(struct server *srv)
 		executor_free(srv->exec);
 	if (srv->mem)
 		executor_free(srv->mem);
+	/* Every session's holds are closed by now. */
+	if (srv->models)
+		model_store_destroy(srv->models);
 	if (srv->vmu)
 		vmu_destroy(srv->vmu);
 	if (srv->backend)

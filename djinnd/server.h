@@ -40,6 +40,7 @@ struct server_config {
 };
 
 struct executor;
+struct model_store;
 struct listener;
 struct bufring;
 
@@ -61,6 +62,7 @@ struct server {
 	struct vmu *vmu;
 	struct executor *exec; /* graphs */
 	struct executor *mem; /* memory for transfers */
+	struct model_store *models; /* NULL: no model directory */
 	struct lease_provider *leases;
 	struct loop_timer lease_timer;
 	struct loop_timer send_timer; /* closes peers that take no replies */
@@ -104,6 +106,7 @@ void conns_close_all(struct server *srv, bool force);
 struct exec_job;
 void ops_graph_done(struct server *srv, struct exec_job *job);
 void ops_mem_done(struct server *srv, struct exec_job *job);
+void ops_call_done(struct server *srv, struct exec_job *job);
 /* An opcode's name, for logs and metrics ("unknown" if none). */
 const char *ops_name(uint16_t op);
 

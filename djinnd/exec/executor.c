@@ -223,8 +223,13 @@ static void *executor_main(void *arg)
 						      NULL, -ECANCELED);
 		} else if (job->kind == EXEC_GRAPH) {
 			run_job(e, job);
-		} else {
+		} else if (job->kind == EXEC_MEM) {
 			run_mem(e, job);
+		} else {
+			const struct exec_env env = { e->srv->vmu, e->stack,
+						      e->srv->backend };
+
+			job->call(job, &env);
 		}
 
 		pthread_mutex_lock(&e->lock);
@@ -266,8 +271,10 @@ static void reap(struct executor *e)
 		list_del_init(&job->node);
 		if (job->kind == EXEC_GRAPH)
 			ops_graph_done(e->srv, job);
-		else
+		else if (job->kind == EXEC_MEM)
 			ops_mem_done(e->srv, job);
+		else
+			ops_call_done(e->srv, job);
 	}
 }
 

@@ -26,6 +26,14 @@ struct executor;
 enum exec_kind {
 	EXEC_GRAPH, /* run a graph */
 	EXEC_MEM, /* make a region resident for a transfer */
+	EXEC_CALL, /* call @call (on the graph executor: model steps) */
+};
+
+/* Where an EXEC_CALL runs: the device and the executor's stack. */
+struct exec_env {
+	struct vmu *v;
+	struct vmu_stack *st;
+	struct backend *b;
 };
 
 /*
@@ -49,6 +57,7 @@ struct exec_mem {
  * @error, @msg: how it went
  * @handles: the outputs' handles in the session, on success
  * @mem:     what an EXEC_MEM job prepares
+ * @call:    what an EXEC_CALL job runs; it sets @error and @msg
  */
 struct exec_job {
 	struct list_head node;
@@ -66,6 +75,7 @@ struct exec_job {
 	uint64_t handles[DJINN_MAX_GRAPH_OUTPUTS];
 	struct exec_result res;
 	struct exec_mem mem;
+	void (*call)(struct exec_job *job, const struct exec_env *env);
 };
 
 /* An executor for jobs of @kind (a graph executor has a stack). */

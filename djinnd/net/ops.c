@@ -14,6 +14,7 @@
 #include "server.h"
 #include "exec/executor.h"
 #include "net/conn.h"
+#include "net/ops.h"
 
 #define GRAPH_MAX_PAYLOAD                                    \
 	(sizeof(struct djinn_graph) +                        \
@@ -66,6 +67,32 @@ int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
 		*fixed = sizeof(struct djinn_tensor_io);
 		*max = DJINN_MAX_PAYLOAD;
 		break;
+	case DJINN_OP_MODEL_OPEN:
+		*max = sizeof(struct djinn_model_open);
+		break;
+	case DJINN_OP_MODEL_CLOSE:
+	case DJINN_OP_CTX_FREE:
+	case DJINN_OP_CTX_FORK:
+	case DJINN_OP_CTX_RESET:
+		*max = sizeof(struct djinn_handle_req);
+		break;
+	case DJINN_OP_CTX_NEW:
+		*max = sizeof(struct djinn_ctx_new);
+		break;
+	case DJINN_OP_CTX_PREFILL:
+	case DJINN_OP_CTX_DECODE:
+		*max = sizeof(struct djinn_ctx_step) +
+		       (uint64_t)DJINN_MAX_STEP_TOKENS * sizeof(int32_t);
+		break;
+	case DJINN_OP_CTX_RESUME:
+		*max = sizeof(struct djinn_ctx_resume);
+		break;
+	case DJINN_OP_ADMIN_MODELS:
+		*max = 0;
+		break;
+	case DJINN_OP_ADMIN_MODEL_EVICT:
+		*max = sizeof(struct djinn_admin_model_evict);
+		break;
 	default:
 		return -EOPNOTSUPP;
 	}
@@ -78,7 +105,7 @@ int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
 /* ---------------------------------------------------------------------- */
 /* Helpers */
 
-static bool all_zero(const void *p, size_t n)
+bool ops_all_zero(const void *p, size_t n)
 {
 	const uint8_t *b = p;
 
@@ -90,7 +117,7 @@ static bool all_zero(const void *p, size_t n)
 
 /* The live session @hdr names, attached to @c, lease renewed; or NULL
  * with the error sent. */
-static struct session *req_session(struct conn *c, const struct djinn_hdr *hdr)
+struct session *ops_req_session(struct conn *c, const struct djinn_hdr *hdr)
 {
 	struct session *s = session_get(c->srv, hdr->session_id);
 
@@ -111,8 +138,8 @@ static struct session *req_session(struct conn *c, const struct djinn_hdr *hdr)
 }
 
 /* Check a payload has exactly the struct's size. */
-static bool exact(struct conn *c, const struct djinn_hdr *hdr, uint64_t len,
-		  uint64_t want)
+bool ops_exact(struct conn *c, const struct djinn_hdr *hdr, uint64_t len,
+	       uint64_t want)
 {
 	if (len == want)
 		return true;
@@ -123,8 +150,8 @@ static bool exact(struct conn *c, const struct djinn_hdr *hdr, uint64_t len,
 	return false;
 }
 
-static void tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
-			const struct djinn_tensor_desc *desc, uint32_t flags)
+void ops_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
+		     const struct djinn_tensor_desc *desc, uint32_t flags)
 {
 	memset(r, 0, sizeof(*r));
 	r->handle = handle;
@@ -162,6 +189,7 @@ static void op_hello(struct conn *c, const struct djinn_hdr *hdr)
 		.max_payload = DJINN_MAX_PAYLOAD,
 		.capacity = c->srv->backend->provider->capacity,
 		.granularity = c->srv->backend->provider->granularity,
+		.features = c->srv->models ? DJINN_FEAT_MODELS : 0,
 	};
 
 	snprintf(r.backend, sizeof(r.backend), "%s", c->srv->backend->name);
@@ -189,7 +217,7 @@ static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
 	struct session *s;
 	int ret;
 
-	if (!exact(c, hdr, len, sizeof(*o)))
+	if (!ops_exact(c, hdr, len, sizeof(*o)))
 		return;
 	if (o->__reserved || !memchr(o->tenant, 0, sizeof(o->tenant))) {
 		conn_error(c, hdr, -EINVAL, "%s",
@@ -230,7 +258,7 @@ static void op_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 	struct session *s;
 	uint8_t diff = 0;
 
-	if (!exact(c, hdr, len, sizeof(*a)))
+	if (!ops_exact(c, hdr, len, sizeof(*a)))
 		return;
 	s = session_get(c->srv, hdr->session_id);
 	if (!s) {
@@ -254,7 +282,7 @@ static void op_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 
 static void op_session_close(struct conn *c, const struct djinn_hdr *hdr)
 {
-	struct session *s = req_session(c, hdr);
+	struct session *s = ops_req_session(c, hdr);
 
 	if (!s)
 		return;
@@ -273,7 +301,7 @@ static void op_heartbeat(struct conn *c, const struct djinn_hdr *hdr)
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 		return;
 	}
-	s = req_session(c, hdr);
+	s = ops_req_session(c, hdr);
 	if (!s)
 		return;
 	session_reply(c, hdr, s, false);
@@ -286,7 +314,7 @@ static void op_signal(struct conn *c, const struct djinn_hdr *hdr,
 	const struct djinn_signal *sg = (const void *)body;
 	struct session *s;
 
-	if (!exact(c, hdr, len, sizeof(*sg)))
+	if (!ops_exact(c, hdr, len, sizeof(*sg)))
 		return;
 	if (sg->phase > DJINN_PHASE_IDLE || sg->__reserved) {
 		conn_error(c, hdr, -EINVAL, "%s",
@@ -294,7 +322,7 @@ static void op_signal(struct conn *c, const struct djinn_hdr *hdr,
 					    "unknown phase");
 		return;
 	}
-	s = req_session(c, hdr);
+	s = ops_req_session(c, hdr);
 	if (!s)
 		return;
 	/* Recorded for the scheduler and djinnctl; acting on IO_WAIT
@@ -354,7 +382,7 @@ static void stream_free(struct conn *c, struct stream *st, bool failed)
 
 /* The answer comes later, from a job: it is timed there. Returns when
  * the request arrived. */
-static uint64_t defer(struct conn *c)
+uint64_t ops_defer(struct conn *c)
 {
 	c->req_open = false;
 	return c->req_t0;
@@ -432,7 +460,7 @@ static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 	if (r->segment == DJINN_SEG_TEXT) {
 		memcpy(st->fp, r->fp, sizeof(st->fp));
 		ret = vmu_text_begin(st->s->vs, bytes, &c->sink.upload);
-	} else if (!all_zero(r->fp, sizeof(r->fp))) {
+	} else if (!ops_all_zero(r->fp, sizeof(r->fp))) {
 		conn_error(c, hdr, -EINVAL, "fingerprint set for data");
 		return -EINVAL;
 	} else {
@@ -537,7 +565,7 @@ int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return -ENOMEM;
 	}
-	st->s = req_session(c, hdr);
+	st->s = ops_req_session(c, hdr);
 	if (!st->s) {
 		free(st);
 		return -ENOENT;
@@ -597,8 +625,8 @@ void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr)
 			vmu_region_destroy(st->s->vs, st->t.region);
 		conn_error(c, hdr, ret, "out of memory for handles");
 	} else {
-		tensor_resp(&r, handle, &st->t.desc,
-			    created ? 0 : DJINN_TENSOR_DEDUP);
+		ops_tensor_resp(&r, handle, &st->t.desc,
+				created ? 0 : DJINN_TENSOR_DEDUP);
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 	}
 	stream_free(c, st, false);
@@ -626,6 +654,7 @@ void ops_session_ended(struct server *srv, struct session *s)
 {
 	struct conn *c;
 
+	model_ops_session_ended(s);
 	list_for_each_entry(c, &srv->conns, node) {
 		struct stream *st = c->stream;
 
@@ -695,14 +724,14 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 	uint64_t addr;
 	int ret;
 
-	if (!exact(c, hdr, len, sizeof(*io)))
+	if (!ops_exact(c, hdr, len, sizeof(*io)))
 		return;
 	rc = calloc(1, sizeof(*rc));
 	if (!rc) {
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return;
 	}
-	rc->s = req_session(c, hdr);
+	rc->s = ops_req_session(c, hdr);
 	if (!rc->s) {
 		free(rc);
 		return;
@@ -734,7 +763,7 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 
 			rc->w.done = read_mem_done;
 			rc->hdr = *hdr;
-			rc->t0 = defer(c);
+			rc->t0 = ops_defer(c);
 			rc->offset = io->offset;
 			rc->len = io->len;
 			if (mem_submit(c, hdr, rc->s, &m, &rc->w, &job))
@@ -765,10 +794,10 @@ static void op_tensor_release(struct conn *c, const struct djinn_hdr *hdr,
 	uint64_t handle;
 	struct session *s;
 
-	if (!exact(c, hdr, len, sizeof(handle)))
+	if (!ops_exact(c, hdr, len, sizeof(handle)))
 		return;
 	memcpy(&handle, body, sizeof(handle));
-	s = req_session(c, hdr);
+	s = ops_req_session(c, hdr);
 	if (!s)
 		return;
 	if (session_tensor_release(s, handle))
@@ -788,11 +817,11 @@ static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
 	struct session *s;
 	uint64_t handle;
 
-	if (!exact(c, hdr, len, sizeof(*l)))
+	if (!ops_exact(c, hdr, len, sizeof(*l)))
 		return;
 	if (check_desc(c, hdr, &l->desc, &t.bytes))
 		return;
-	s = req_session(c, hdr);
+	s = ops_req_session(c, hdr);
 	if (!s)
 		return;
 	t.desc = l->desc;
@@ -808,7 +837,7 @@ static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -ENOMEM, "out of memory for handles");
 		vmu_text_put(s->vs, t.text);
 	} else {
-		tensor_resp(&r, handle, &t.desc, DJINN_TENSOR_DEDUP);
+		ops_tensor_resp(&r, handle, &t.desc, DJINN_TENSOR_DEDUP);
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 	}
 	session_put(s);
@@ -838,7 +867,7 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, ret, "%s", msg);
 		goto out_free;
 	}
-	job->s = req_session(c, hdr);
+	job->s = ops_req_session(c, hdr);
 	if (!job->s)
 		goto out_free;
 	if (job->s->graphs_inflight >= SESSION_GRAPHS_INFLIGHT) {
@@ -891,7 +920,7 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	free(outs);
 	job->conn = c;
 	conn_get(c);
-	job->t0 = defer(c);
+	job->t0 = ops_defer(c);
 	job->s->graphs_inflight++;
 	executor_submit(c->srv->exec, job);
 	return;
@@ -929,9 +958,9 @@ void ops_graph_done(struct server *srv, struct exec_job *job)
 			r->peak_bytes = job->res.peak_bytes;
 			r->run_ns = job->res.run_ns;
 			for (uint32_t k = 0; k < nout; k++)
-				tensor_resp(&t[k], job->handles[k],
-					    &job->descs[job->view.outputs[k]],
-					    0);
+				ops_tensor_resp(
+					&t[k], job->handles[k],
+					&job->descs[job->view.outputs[k]], 0);
 			conn_reply(c, &hdr, r, len, NULL, 0, NULL, NULL);
 			free(r);
 		}
@@ -1013,7 +1042,7 @@ static void op_admin_kill(struct conn *c, const struct djinn_hdr *hdr,
 	struct djinn_admin_kill k;
 	struct session *s;
 
-	if (!exact(c, hdr, len, sizeof(k)))
+	if (!ops_exact(c, hdr, len, sizeof(k)))
 		return;
 	memcpy(&k, body, sizeof(k));
 	s = session_get(c->srv, k.session_id);
@@ -1098,10 +1127,21 @@ const char *ops_name(uint16_t op)
 		[DJINN_OP_TENSOR_RELEASE] = "tensor_release",
 		[DJINN_OP_TEXT_LOOKUP] = "text_lookup",
 		[DJINN_OP_GRAPH_SUBMIT] = "graph_submit",
+		[DJINN_OP_MODEL_OPEN] = "model_open",
+		[DJINN_OP_MODEL_CLOSE] = "model_close",
+		[DJINN_OP_CTX_NEW] = "ctx_new",
+		[DJINN_OP_CTX_FREE] = "ctx_free",
+		[DJINN_OP_CTX_FORK] = "ctx_fork",
+		[DJINN_OP_CTX_RESET] = "ctx_reset",
+		[DJINN_OP_CTX_PREFILL] = "ctx_prefill",
+		[DJINN_OP_CTX_DECODE] = "ctx_decode",
+		[DJINN_OP_CTX_RESUME] = "ctx_resume",
 		[DJINN_OP_ADMIN_SESSIONS] = "admin_sessions",
 		[DJINN_OP_ADMIN_KILL] = "admin_kill",
 		[DJINN_OP_ADMIN_VMU] = "admin_vmu",
 		[DJINN_OP_ADMIN_STATS] = "admin_stats",
+		[DJINN_OP_ADMIN_MODELS] = "admin_models",
+		[DJINN_OP_ADMIN_MODEL_EVICT] = "admin_model_evict",
 	};
 
 	return op < sizeof(names) / sizeof(names[0]) && names[op] ? names[op] :
@@ -1153,6 +1193,23 @@ void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		break;
 	case DJINN_OP_ADMIN_STATS:
 		op_admin_stats(c, hdr);
+		break;
+	case DJINN_OP_ADMIN_MODELS:
+		op_admin_models(c, hdr);
+		break;
+	case DJINN_OP_ADMIN_MODEL_EVICT:
+		op_admin_model_evict(c, hdr, body, len);
+		break;
+	case DJINN_OP_MODEL_OPEN:
+	case DJINN_OP_MODEL_CLOSE:
+	case DJINN_OP_CTX_NEW:
+	case DJINN_OP_CTX_FREE:
+	case DJINN_OP_CTX_FORK:
+	case DJINN_OP_CTX_RESET:
+	case DJINN_OP_CTX_PREFILL:
+	case DJINN_OP_CTX_DECODE:
+	case DJINN_OP_CTX_RESUME:
+		model_op(c, hdr, body, len);
 		break;
 	}
 	free(body);

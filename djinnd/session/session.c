@@ -128,12 +128,14 @@ int session_create(struct server *srv, const char *tenant, uint32_t priority,
 	if (!s)
 		return -ENOMEM;
 	if (getrandom(s->token, sizeof(s->token), 0) != sizeof(s->token) ||
-	    getrandom(&s->key, sizeof(s->key), 0) != sizeof(s->key)) {
+	    getrandom(&s->key, sizeof(s->key), 0) != sizeof(s->key) ||
+	    getrandom(&s->obj_key, sizeof(s->obj_key), 0) !=
+		    sizeof(s->obj_key)) {
 		free(s);
 		return -EIO;
 	}
 	if (session_predictable_handles)
-		s->key = 0;
+		s->key = s->obj_key = 0;
 	ret = vmu_session_create(srv->vmu, tenant, &s->vs);
 	if (ret) {
 		free(s);
@@ -206,6 +208,7 @@ void session_put(struct session *s)
 		rec_clear(&s->results[i]);
 	pthread_mutex_destroy(&s->lock);
 	free(s->slots);
+	free(s->objs);
 	free(s);
 }
 
@@ -470,4 +473,86 @@ int session_result_handle(struct session *s, uint64_t request_id,
 	}
 	pthread_mutex_unlock(&s->lock);
 	return ret;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Model and context handles */
+
+int session_obj_add(struct session *s, enum sobj_kind kind, void *p,
+		    uint64_t *handle)
+{
+	uint32_t i;
+
+	for (i = 0; i < s->nr_objs && s->objs[i].kind; i++)
+		;
+	if (i == s->nr_objs) {
+		if (s->nr_objs == SESSION_MAX_OBJS)
+			return -EDQUOT;
+		if (s->nr_objs == s->cap_objs) {
+			uint32_t cap = s->cap_objs ? s->cap_objs * 2 : 8;
+			struct sobj_slot *o =
+				realloc(s->objs, cap * sizeof(*o));
+
+			if (!o)
+				return -ENOMEM;
+			s->objs = o;
+			s->cap_objs = cap;
+		}
+		s->objs[s->nr_objs++] = (struct sobj_slot){ .gen = 0 };
+	}
+	s->objs[i].gen++;
+	s->objs[i].kind = (uint8_t)kind;
+	s->objs[i].p = p;
+	*handle = ((uint64_t)s->objs[i].gen << 32 | i) ^ s->obj_key;
+	return 0;
+}
+
+static struct sobj_slot *obj_slot(struct session *s, uint64_t handle,
+				  enum sobj_kind kind)
+{
+	uint64_t h = handle ^ s->obj_key;
+	uint32_t i = (uint32_t)h, gen = (uint32_t)(h >> 32);
+
+	if (i >= s->nr_objs || s->objs[i].kind != kind || s->objs[i].gen != gen)
+		return NULL;
+	return &s->objs[i];
+}
+
+void *session_obj_get(struct session *s, uint64_t handle, enum sobj_kind kind)
+{
+	struct sobj_slot *o = obj_slot(s, handle, kind);
+
+	return o ? o->p : NULL;
+}
+
+void *session_obj_del(struct session *s, uint64_t handle, enum sobj_kind kind)
+{
+	struct sobj_slot *o = obj_slot(s, handle, kind);
+	void *p;
+
+	if (!o)
+		return NULL;
+	p = o->p;
+	o->kind = 0;
+	o->p = NULL;
+	return p;
+}
+
+void session_obj_drain(struct session *s,
+		       void (*fn)(enum sobj_kind kind, void *p, void *arg),
+		       void *arg)
+{
+	/* Contexts first: each holds its model. */
+	for (int pass = SOBJ_CTX; pass >= SOBJ_MODEL; pass--) {
+		for (uint32_t i = 0; i < s->nr_objs; i++) {
+			struct sobj_slot *o = &s->objs[i];
+			void *p = o->p;
+
+			if (o->kind != pass)
+				continue;
+			o->kind = 0;
+			o->p = NULL;
+			fn((enum sobj_kind)pass, p, arg);
+		}
+	}
 }

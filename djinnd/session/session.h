@@ -63,6 +63,19 @@ struct result_rec {
 #define SESSION_RESULTS 64 /* graphs remembered for DJINN_REF_RESULT */
 #define SESSION_GRAPHS_INFLIGHT 64 /* queued or running, per session */
 #define SESSION_MAX_TENSORS (1u << 20) /* handles per session */
+#define SESSION_MAX_OBJS 4096 /* model and context handles per session */
+
+/* A model or context the session holds (net/model_ops.c's). */
+enum sobj_kind {
+	SOBJ_MODEL = 1,
+	SOBJ_CTX = 2,
+};
+
+struct sobj_slot {
+	uint32_t gen;
+	uint8_t kind; /* 0: free */
+	void *p;
+};
 
 struct session {
 	uint64_t id;
@@ -91,6 +104,12 @@ struct session {
 	 * record must not push out one it names. */
 	struct result_rec results[SESSION_RESULTS + 1];
 	uint32_t results_next;
+
+	/* Models and contexts: the I/O thread's, no lock. Their handles
+	 * use a key of their own, so a tensor handle never names one. */
+	struct sobj_slot *objs;
+	uint32_t nr_objs, cap_objs;
+	uint64_t obj_key;
 
 	struct list_head node; /* server's sessions */
 	struct list_head lease_node; /* the user lease provider's */
@@ -133,6 +152,18 @@ int session_tensor_release(struct session *s, uint64_t handle);
 int session_tensor_hold(struct session *s, uint64_t handle, struct tensor *t,
 			uint32_t *slot);
 void session_tensor_unhold(struct session *s, uint32_t slot);
+
+/* Model and context handles (I/O thread only). add: -EDQUOT past
+ * SESSION_MAX_OBJS. get: the object, or NULL for a handle that is not
+ * one of @kind. del: the same, and the handle is gone. */
+int session_obj_add(struct session *s, enum sobj_kind kind, void *p,
+		    uint64_t *handle);
+void *session_obj_get(struct session *s, uint64_t handle, enum sobj_kind kind);
+void *session_obj_del(struct session *s, uint64_t handle, enum sobj_kind kind);
+/* Take every object out of the table, calling @fn on each. */
+void session_obj_drain(struct session *s,
+		       void (*fn)(enum sobj_kind kind, void *p, void *arg),
+		       void *arg);
 
 /* A submitted graph's outputs: their shapes now (the oldest record is
  * forgotten when SESSION_RESULTS are kept), their handles or its error

@@ -55,6 +55,10 @@
  *                  once answers have come
  *   -EBADMSG       text bytes that do not hash to the fingerprint given
  *   -ECANCELED     the session ended while the request was queued
+ *   -EBUSY         a model that still has contexts closed or evicted; a
+ *                  paused context asked for anything but RESUME, RESET
+ *                  or FREE, or a context that is not paused RESUMEd
+ *   -ENOSPC        a context's tokens would pass its max_tokens
  *
  * DOC: sessions
  *
@@ -113,12 +117,24 @@ enum djinn_op {
 	DJINN_OP_TENSOR_RELEASE = 10,
 	DJINN_OP_TEXT_LOOKUP = 11,
 	DJINN_OP_GRAPH_SUBMIT = 12,
+	/* Models (DJINN_FEAT_MODELS): see DOC: models. */
+	DJINN_OP_MODEL_OPEN = 13,
+	DJINN_OP_MODEL_CLOSE = 14,
+	DJINN_OP_CTX_NEW = 15,
+	DJINN_OP_CTX_FREE = 16,
+	DJINN_OP_CTX_FORK = 17,
+	DJINN_OP_CTX_RESET = 18,
+	DJINN_OP_CTX_PREFILL = 19,
+	DJINN_OP_CTX_DECODE = 20,
+	DJINN_OP_CTX_RESUME = 21,
 
 	/* Admin socket only. */
 	DJINN_OP_ADMIN_SESSIONS = 64,
 	DJINN_OP_ADMIN_KILL = 65,
 	DJINN_OP_ADMIN_VMU = 66,
 	DJINN_OP_ADMIN_STATS = 67,
+	DJINN_OP_ADMIN_MODELS = 68,
+	DJINN_OP_ADMIN_MODEL_EVICT = 69,
 };
 
 /* hdr.flags */
@@ -198,7 +214,7 @@ static_assert(sizeof(struct djinn_tensor_desc) == 72, "desc layout");
 /**
  * struct djinn_hello_resp - HELLO: what the server is and allows
  * @version:      DJINN_PROTO_VERSION
- * @features:     capability bits; none are defined yet (0)
+ * @features:     capability bits: DJINN_FEAT_*
  * @max_payload:  the largest frame payload it accepts
  * @capacity:     device memory of its first device, bytes
  * @granularity:  its allocation granule
@@ -213,6 +229,9 @@ struct djinn_hello_resp {
 	char backend[16];
 };
 static_assert(sizeof(struct djinn_hello_resp) == 48, "hello layout");
+
+/* djinn_hello_resp.features */
+#define DJINN_FEAT_MODELS (1u << 0) /* the model opcodes */
 
 /**
  * struct djinn_session_open - SESSION_OPEN request
@@ -478,6 +497,181 @@ struct djinn_graph_resp {
 static_assert(sizeof(struct djinn_graph_resp) == 24, "graph resp layout");
 
 /* ---------------------------------------------------------------------- */
+/*
+ * DOC: models
+ *
+ * djinnd runs transformer models from its model directory; the client
+ * never holds their weights. MODEL_OPEN loads a model by name (once for
+ * the whole server: its weights go into the text segment, shared) and
+ * gives the session a model handle. CTX_NEW makes a context on it: a KV
+ * cache in the session's data segment that lives between requests.
+ * CTX_PREFILL appends tokens and runs them; CTX_DECODE samples and
+ * appends tokens one at a time, on the server. The API takes and
+ * returns token ids; tokenizing is the client's.
+ *
+ * Model and context handles are session-scoped, opaque and checked like
+ * tensor handles (-ENOENT for a stale, foreign or forged one). A model
+ * with contexts cannot be closed (-EBUSY). A session's steps run in
+ * order with its graphs.
+ *
+ * Breakpoints: a step with break_layer = L + 1 pauses after layer L of
+ * the model (0 <= L < n_layer) and answers DJINN_CTX_PAUSED with the
+ * hidden state after that layer as a tensor (T, hidden) of the session.
+ * The paused state stays on the device. CTX_RESUME goes on, with the
+ * hidden state as it was or replaced by a tensor of the same shape and
+ * dtype (steering). A decode of n tokens pauses at that layer for every
+ * token. While a context is paused, anything but CTX_RESUME, CTX_FREE
+ * and CTX_RESET on it is -EBUSY; RESET and FREE abandon the step. A
+ * step that resumes with the hidden state unchanged gives exactly the
+ * tokens and logits it gives without the breakpoint.
+ */
+
+#define DJINN_MODEL_NAME_MAX 64 /* with its NUL */
+#define DJINN_MAX_STEP_TOKENS (1u << 20) /* tokens of one PREFILL/DECODE */
+
+enum djinn_arch {
+	DJINN_ARCH_GPT2 = 1,
+	DJINN_ARCH_LLAMA = 2,
+};
+
+/* MODEL_OPEN request: [A-Za-z0-9._-], 1 to 63 bytes, NUL-padded. */
+struct djinn_model_open {
+	char name[DJINN_MODEL_NAME_MAX];
+};
+static_assert(sizeof(struct djinn_model_open) == 64, "model open layout");
+
+/**
+ * struct djinn_model_resp - MODEL_OPEN response
+ * @model:     its handle in the session
+ * @arch:      enum djinn_arch
+ * @dtype:     enum djinn_dtype of the weights
+ * @vocab:     token ids are 0 .. vocab - 1
+ * @n_layer:   layers (breakpoints: 0 .. n_layer - 1)
+ * @hidden:    the hidden size
+ * @n_head, @n_kv_head: attention heads
+ * @max_tokens: the longest context (positions)
+ * @bytes:     the weights' size in the text segment
+ * @fp:        their fingerprint (SHA-256)
+ */
+struct djinn_model_resp {
+	__u64 model;
+	__u32 arch;
+	__u32 dtype;
+	__u32 vocab;
+	__u32 n_layer;
+	__u32 hidden;
+	__u32 n_head;
+	__u32 n_kv_head;
+	__u32 max_tokens;
+	__u64 bytes;
+	__u8 fp[DJINN_FP_LEN];
+};
+static_assert(sizeof(struct djinn_model_resp) == 80, "model resp layout");
+
+/* MODEL_CLOSE, CTX_FREE, CTX_FORK, CTX_RESET requests: one handle. */
+struct djinn_handle_req {
+	__u64 handle;
+};
+static_assert(sizeof(struct djinn_handle_req) == 8, "handle req layout");
+
+/* CTX_NEW request: @max_tokens 0 for the model's longest. */
+struct djinn_ctx_new {
+	__u64 model;
+	__u32 max_tokens;
+	__u32 __reserved;
+};
+static_assert(sizeof(struct djinn_ctx_new) == 16, "ctx new layout");
+
+/* CTX_NEW and CTX_FORK response. */
+struct djinn_ctx_resp {
+	__u64 ctx;
+	__u32 len; /* tokens in its cache */
+	__u32 max_tokens;
+};
+static_assert(sizeof(struct djinn_ctx_resp) == 16, "ctx resp layout");
+
+/**
+ * struct djinn_sampling - how CTX_DECODE picks tokens
+ * @temperature: 0 for greedy (the first largest logit), else > 0
+ * @top_k:       keep the k most likely (0: all)
+ * @top_p:       then the fewest whose probabilities reach it, (0, 1];
+ *               0 means 1 (no cut), so a zeroed struct is greedy
+ * @seed:        the random stream: the same seed, context and requests
+ *               give the same tokens
+ */
+struct djinn_sampling {
+	float temperature;
+	__u32 top_k;
+	float top_p;
+	__u32 __reserved;
+	__u64 seed;
+};
+static_assert(sizeof(struct djinn_sampling) == 24, "sampling layout");
+
+/* djinn_ctx_step.flags */
+#define DJINN_STEP_LOGITS (1u << 0) /* answer with the last logits */
+#define DJINN_STEP_ALL DJINN_STEP_LOGITS
+
+/**
+ * struct djinn_ctx_step - CTX_PREFILL and CTX_DECODE requests
+ * @ctx:         the context
+ * @nr_tokens:   PREFILL: the token ids (__s32) that follow, at least 1;
+ *               DECODE: tokens to generate, at least 1 (none follow)
+ * @flags:       DJINN_STEP_*
+ * @break_layer: 0, or L + 1 to pause after layer L
+ * @sampling:    DECODE's; zero for PREFILL
+ *
+ * PREFILL's payload is the struct then __s32 tokens[nr_tokens].
+ * Response: struct djinn_ctx_step_resp.
+ */
+struct djinn_ctx_step {
+	__u64 ctx;
+	__u32 nr_tokens;
+	__u32 flags;
+	__u32 break_layer;
+	__u32 __reserved;
+	struct djinn_sampling sampling;
+};
+static_assert(sizeof(struct djinn_ctx_step) == 48, "ctx step layout");
+
+/* CTX_RESUME request: @hidden 0 keeps the paused hidden state, else a
+ * tensor of its shape and dtype replaces it. */
+struct djinn_ctx_resume {
+	__u64 ctx;
+	__u64 hidden;
+};
+static_assert(sizeof(struct djinn_ctx_resume) == 16, "ctx resume layout");
+
+enum djinn_ctx_state {
+	DJINN_CTX_DONE = 0,
+	DJINN_CTX_PAUSED = 1,
+};
+
+/**
+ * struct djinn_ctx_step_resp - PREFILL, DECODE and RESUME response
+ * @state:     enum djinn_ctx_state
+ * @nr_tokens: DECODE: the tokens generated by this request so far (they
+ *             follow, __s32, padded to 8 bytes); else 0
+ * @len:       tokens in the context's cache now
+ * @layer:     PAUSED: the layer it paused after
+ * @logits:    with DJINN_STEP_LOGITS, when DONE: a tensor (1, vocab) f32
+ *             of the session, the logits after the last token; else 0
+ * @hidden:    PAUSED: the hidden state, a tensor (T, hidden) of the
+ *             session in the weights' dtype; else 0
+ * @run_ns:    time on the device for this request
+ */
+struct djinn_ctx_step_resp {
+	__u32 state;
+	__u32 nr_tokens;
+	__u32 len;
+	__u32 layer;
+	__u64 logits;
+	__u64 hidden;
+	__u64 run_ns;
+};
+static_assert(sizeof(struct djinn_ctx_step_resp) == 40, "step resp layout");
+
+/* ---------------------------------------------------------------------- */
 /* Admin socket (root or the djinn group) */
 
 /**
@@ -566,5 +760,28 @@ struct djinn_admin_stats {
 	__u64 queue_depth;
 };
 static_assert(sizeof(struct djinn_admin_stats) == 120, "admin stats");
+
+/**
+ * struct djinn_admin_model - one entry of ADMIN_MODELS' response
+ *
+ * The response payload is a __u32 count, __u32 zero, then the entries,
+ * sorted by name: every model loaded, held or not.
+ */
+struct djinn_admin_model {
+	char name[DJINN_MODEL_NAME_MAX];
+	__u32 arch;
+	__u32 dtype;
+	__u64 bytes;
+	__u32 holders; /* sessions holding it */
+	__u32 __reserved;
+	__u8 fp[DJINN_FP_LEN];
+};
+static_assert(sizeof(struct djinn_admin_model) == 120, "admin model");
+
+/* ADMIN_MODEL_EVICT request: drop an unheld model (-EBUSY if held). */
+struct djinn_admin_model_evict {
+	char name[DJINN_MODEL_NAME_MAX];
+};
+static_assert(sizeof(struct djinn_admin_model_evict) == 64, "model evict");
 
 #endif /* DJINN_PROTO_H */

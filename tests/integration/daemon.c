@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -69,6 +70,23 @@ const char *djd_binary(void)
 	return path;
 }
 
+int djd_make_model(const struct djd *d, const char *name, const char *args)
+{
+	char self[PATH_MAX], cmd[2 * PATH_MAX + 256];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	int ret;
+
+	if (n <= 0)
+		return -ENOENT;
+	self[n] = 0;
+	/* BUILD/tests/integration/test_daemon -> the checkout's scripts/ */
+	snprintf(cmd, sizeof(cmd),
+		 "python3 %s/../../../scripts/mkmodel.py %s %s/models/%s",
+		 dirname(self), args, d->dir, name);
+	ret = system(cmd);
+	return ret == 0 ? 0 : -EIO;
+}
+
 static char start_error[256];
 
 const char *djd_start_error(void)
@@ -91,12 +109,21 @@ static void keep_last_line(const struct djd *d)
 	start_error[strcspn(start_error, "\n")] = 0;
 }
 
+static int rm_one(const char *path, const struct stat *st, int type,
+		  struct FTW *ftw)
+{
+	remove(path); /* what cannot go stays */
+	return 0;
+}
+
 static void rm_dir(struct djd *d)
 {
 	char p[sizeof(d->dir) + 16];
 
 	if (!d->dir[0])
 		return;
+	snprintf(p, sizeof(p), "%s/models", d->dir);
+	nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	unlink(d->sock);
 	unlink(d->admin);
 	unlink(d->log);
@@ -166,6 +193,7 @@ int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
 {
 	const char *bin = djd_binary();
 	char listen[sizeof(d->sock) + 8], lease[24], metrics[32];
+	char models[sizeof(d->dir) + 8];
 	int64_t deadline;
 	pid_t parent = getpid();
 
@@ -187,6 +215,7 @@ int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
 	snprintf(d->log, sizeof(d->log), "%s/stderr.log", d->dir);
 	snprintf(listen, sizeof(listen), "unix:%s", d->sock);
 	snprintf(lease, sizeof(lease), "%u", lease_ms);
+	snprintf(models, sizeof(models), "%s/models", d->dir);
 	d->metrics_port = free_port();
 	if (!d->metrics_port) {
 		rm_dir(d);
@@ -217,8 +246,8 @@ int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
 		dup2(fd, 2);
 		execl(bin, bin, "--foreground", "--listen", listen,
 		      "--admin-socket", d->admin, "--cpu-mem", cpu_mem,
-		      "--lease-ms", lease, "--metrics", metrics, "--threads",
-		      "2", "--log-level",
+		      "--lease-ms", lease, "--metrics", metrics, "--model-dir",
+		      models, "--threads", "2", "--log-level",
 		      getenv("DJINN_TEST_VERBOSE") ? "debug" : "info",
 		      (char *)NULL);
 		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));

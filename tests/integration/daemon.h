@@ -48,11 +48,16 @@ const char *djd_binary(void);
 
 /*
  * Start djinnd in the foreground with @cpu_mem ("64M") of device memory
- * and a default lease of @lease_ms, and its metrics endpoint on a free
+ * and a default lease of @lease_ms, models from DIR/models (empty), and
+ * its metrics endpoint on a free
  * TCP port of 127.0.0.1, and wait (at most 20 s) until its sockets
  * accept. The daemon gets SIGKILL if this process dies.
  */
 int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms);
+/* Write model @name into the daemon's model directory (DIR/models) with
+ * scripts/mkmodel.py and its options @args. */
+int djd_make_model(const struct djd *d, const char *name, const char *args);
+
 /* After djd_start() failed because the daemon exited: its last log line
  * (why it could not start), else "". */
 const char *djd_start_error(void);

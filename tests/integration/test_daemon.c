@@ -1095,7 +1095,7 @@ static void test_oversize(void **state)
 static void test_unknown_opcode(void **state)
 {
 	struct fx *fx = *state;
-	const uint16_t ops[] = { 0, 13, 63, 68, 1000, 0xffff };
+	const uint16_t ops[] = { 0, 22, 63, 70, 1000, 0xffff };
 	int fd = xconnect(fx->d.sock);
 	uint8_t pad[32] = { 1, 2, 3 };
 
@@ -3835,6 +3835,250 @@ static void test_metrics(void **state)
 	check_health(fx, 0);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Models */
+
+#define TINY_GPT2                                                 \
+	"--arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 " \
+	"--ctx 64 --seed 3"
+
+static struct djinn_model_resp model_open_at(int line, int fd, uint64_t sid,
+					     const char *name)
+{
+	struct djinn_model_open o = { { 0 } };
+	struct djinn_model_resp m;
+	struct dj_resp r;
+
+	strncpy(o.name, name, sizeof(o.name) - 1);
+	call_ok_at(line, fd, DJINN_OP_MODEL_OPEN, sid, &o, sizeof(o), &r,
+		   sizeof(m));
+	memcpy(&m, r.data, sizeof(m));
+	dj_resp_free(&r);
+	return m;
+}
+#define model_open(fd, sid, name) model_open_at(__LINE__, fd, sid, name)
+
+static uint64_t ctx_new_at(int line, int fd, uint64_t sid, uint64_t model,
+			   uint32_t max)
+{
+	struct djinn_ctx_new n = { .model = model, .max_tokens = max };
+	struct djinn_ctx_resp c;
+	struct dj_resp r;
+
+	call_ok_at(line, fd, DJINN_OP_CTX_NEW, sid, &n, sizeof(n), &r,
+		   sizeof(c));
+	memcpy(&c, r.data, sizeof(c));
+	dj_resp_free(&r);
+	if (c.len)
+		fail_msg("line %d: a new context of %u tokens", line, c.len);
+	return c.ctx;
+}
+#define ctx_new(fd, sid, model, max) ctx_new_at(__LINE__, fd, sid, model, max)
+
+/* PREFILL @n tokens or DECODE @n (tokens into @out); the response. */
+static struct djinn_ctx_step_resp step_at(int line, int fd, uint64_t sid,
+					  uint16_t op, uint64_t ctx,
+					  const int32_t *in, uint32_t n,
+					  const struct djinn_sampling *sp,
+					  uint32_t flags, int32_t *out)
+{
+	size_t len = sizeof(struct djinn_ctx_step) +
+		     (op == DJINN_OP_CTX_PREFILL ? n * 4 : 0);
+	struct djinn_ctx_step *st = xmalloc(len);
+	struct djinn_ctx_step_resp resp;
+	struct dj_resp r;
+
+	memset(st, 0, sizeof(*st));
+	st->ctx = ctx;
+	st->nr_tokens = n;
+	st->flags = flags;
+	if (sp)
+		st->sampling = *sp;
+	if (op == DJINN_OP_CTX_PREFILL)
+		memcpy(st + 1, in, n * 4);
+	call_ok_at(line, fd, op, sid, st, len, &r, -1);
+	free(st);
+	if (r.len < sizeof(resp))
+		fail_msg("line %d: step answer of %llu bytes", line,
+			 (unsigned long long)r.len);
+	memcpy(&resp, r.data, sizeof(resp));
+	if (resp.state != DJINN_CTX_DONE || resp.hidden ||
+	    r.len != sizeof(resp) + ((resp.nr_tokens * 4 + 7) & ~7u))
+		fail_msg("line %d: step answer: state %u, %u tokens in %llu "
+			 "bytes",
+			 line, resp.state, resp.nr_tokens,
+			 (unsigned long long)r.len);
+	if (out)
+		memcpy(out, r.data + sizeof(resp), resp.nr_tokens * 4);
+	dj_resp_free(&r);
+	return resp;
+}
+#define prefill(fd, sid, ctx, in, n, flags)                                \
+	step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, ctx, in, n, NULL, \
+		flags, NULL)
+#define decode(fd, sid, ctx, n, sp, out)                                     \
+	step_at(__LINE__, fd, sid, DJINN_OP_CTX_DECODE, ctx, NULL, n, sp, 0, \
+		out)
+
+static uint32_t models_listed(struct fx *fx, const char *name,
+			      uint32_t *holders)
+{
+	struct djinn_admin_model *e;
+	struct dj_resp r;
+	uint32_t n, found = 0;
+
+	call_ok(fx->adm, DJINN_OP_ADMIN_MODELS, 0, NULL, 0, &r, -1);
+	memcpy(&n, r.data, 4);
+	assert_int_equal(r.len, 8 + n * sizeof(*e));
+	e = (void *)(r.data + 8);
+	for (uint32_t i = 0; i < n; i++) {
+		if (strcmp(e[i].name, name))
+			continue;
+		found++;
+		*holders = e[i].holders;
+	}
+	dj_resp_free(&r);
+	return found;
+}
+
+/* 18. Models: open by name (weights once in the text segment, however
+ * many sessions), contexts whose KV cache survives between requests,
+ * greedy and seeded sampling that repeat, forks, the logits as a tensor;
+ * bad names, tokens and handles refused; everything back at the end. */
+static void test_models(void **state)
+{
+	struct fx *fx = *state;
+	int fd = xconnect(fx->d.sock), fd2 = xconnect(fx->d.sock);
+	uint64_t sid, sid2, c1, c2, c3;
+	struct djinn_model_resp m, m2;
+	struct djinn_ctx_step_resp st;
+	const int32_t prompt[4] = { 1, 2, 3, 4 };
+	int32_t t[6], u[1], a[3], b[3], all[10];
+	const struct djinn_sampling sp = {
+		.temperature = 0.8f, .top_k = 20, .top_p = 0.9f, .seed = 7
+	};
+	struct djinn_admin_vmu v0, v1;
+	float logits[256];
+	uint32_t holders = 0;
+	int best = 0;
+
+	assert_int_equal(djd_make_model(&fx->d, "tiny-gpt2", TINY_GPT2), 0);
+	sid = open_session(fd, "model-a");
+	sid2 = open_session(fd2, "model-b");
+	v0 = vmu_now(fx);
+	m = model_open(fd, sid, "tiny-gpt2");
+	assert_int_equal(m.arch, DJINN_ARCH_GPT2);
+	assert_int_equal(m.vocab, 256);
+	assert_int_equal(m.n_layer, 2);
+	assert_int_equal(m.hidden, 64);
+	assert_int_equal(m.max_tokens, 64);
+	assert_int_equal(m.dtype, DJINN_DTYPE_F32);
+	v1 = vmu_now(fx);
+	assert_true(v1.seg[0].used >= v0.seg[0].used + m.bytes);
+	/* A second session shares the weights: nothing more is loaded. */
+	m2 = model_open(fd2, sid2, "tiny-gpt2");
+	assert_memory_equal(m2.fp, m.fp, sizeof(m.fp));
+	assert_int_equal(vmu_now(fx).seg[0].used, v1.seg[0].used);
+	assert_int_equal(models_listed(fx, "tiny-gpt2", &holders), 1);
+	assert_int_equal(holders, 2);
+
+	/* Prefill with the logits; greedy decoding starts at their argmax
+	 * and the cache holds every token. */
+	c1 = ctx_new(fd, sid, m.model, 0);
+	st = prefill(fd, sid, c1, prompt, 4, DJINN_STEP_LOGITS);
+	assert_int_equal(st.len, 4);
+	assert_true(st.logits != 0);
+	tensor_read(fd, sid, st.logits, 0, sizeof(logits), logits);
+	for (int i = 1; i < 256; i++)
+		if (logits[i] > logits[best])
+			best = i;
+	tensor_release(fd, sid, st.logits);
+	st = decode(fd, sid, c1, 6, NULL, t);
+	assert_int_equal(st.nr_tokens, 6);
+	assert_int_equal(st.len, 10);
+	assert_int_equal(t[0], best);
+
+	/* The cache is what a full prefill computes: prompt + 5 tokens in
+	 * another session's context, then one more. */
+	memcpy(all, prompt, sizeof(prompt));
+	memcpy(all + 4, t, 5 * 4);
+	c2 = ctx_new(fd2, sid2, m2.model, 16);
+	prefill(fd2, sid2, c2, all, 9, 0);
+	decode(fd2, sid2, c2, 1, NULL, u);
+	assert_int_equal(u[0], t[5]);
+
+	/* A fork carries on as its parent does, sampled with the same
+	 * seed. */
+	{
+		struct djinn_ctx_resp fr;
+		struct dj_resp r;
+
+		call_ok(fd, DJINN_OP_CTX_FORK, sid, &c1, 8, &r, sizeof(fr));
+		memcpy(&fr, r.data, sizeof(fr));
+		dj_resp_free(&r);
+		assert_int_equal(fr.len, 10);
+		c3 = fr.ctx;
+	}
+	decode(fd, sid, c1, 3, &sp, a);
+	decode(fd, sid, c3, 3, &sp, b);
+	assert_memory_equal(a, b, sizeof(a));
+	/* Reset: empty again, and the same prompt gives the same token. */
+	call_void(fd, DJINN_OP_CTX_RESET, sid, &c3, 8);
+	prefill(fd, sid, c3, prompt, 4, 0);
+	decode(fd, sid, c3, 1, NULL, u);
+	assert_int_equal(u[0], t[0]);
+
+	/* Refused, and nothing else changes. */
+	{
+		struct djinn_model_open o = { "../etc" };
+		int32_t bad[2] = { 5, 256 };
+		size_t len = sizeof(struct djinn_ctx_step) + sizeof(bad);
+		struct djinn_ctx_step *s = calloc(1, len);
+
+		call_err(fd, DJINN_OP_MODEL_OPEN, sid, &o, sizeof(o), -EINVAL,
+			 NULL);
+		strcpy(o.name, "no-such-model");
+		call_err(fd, DJINN_OP_MODEL_OPEN, sid, &o, sizeof(o), -ENOENT,
+			 NULL);
+		s->ctx = c1;
+		s->nr_tokens = 2;
+		memcpy(s + 1, bad, sizeof(bad));
+		call_err(fd, DJINN_OP_CTX_PREFILL, sid, s, len, -EINVAL, NULL);
+		s->ctx = m.model; /* a model handle is not a context */
+		call_err(fd, DJINN_OP_CTX_PREFILL, sid, s, len, -ENOENT, NULL);
+		s->ctx = c2; /* another session's */
+		call_err(fd, DJINN_OP_CTX_PREFILL, sid, s, len, -ENOENT, NULL);
+		s->ctx = c1;
+		s->nr_tokens = 3; /* the payload holds 2 */
+		call_err(fd, DJINN_OP_CTX_PREFILL, sid, s, len, -EINVAL, NULL);
+		free(s);
+		call_err(fd, DJINN_OP_MODEL_CLOSE, sid, &m.model, 8, -EBUSY,
+			 NULL);
+		st = decode(fd, sid, c1, 1, NULL, u);
+		assert_int_equal(st.len, 14);
+	}
+
+	call_void(fd, DJINN_OP_CTX_FREE, sid, &c1, 8);
+	call_void(fd, DJINN_OP_CTX_FREE, sid, &c3, 8);
+	call_err(fd, DJINN_OP_CTX_FREE, sid, &c1, 8, -ENOENT, NULL);
+	call_void(fd, DJINN_OP_MODEL_CLOSE, sid, &m.model, 8);
+	close_session(fd, sid);
+	/* Held by the other session: not evicted. */
+	call_err(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0,
+		 &(struct djinn_admin_model_evict){ "tiny-gpt2" },
+		 sizeof(struct djinn_admin_model_evict), -EBUSY, NULL);
+	close_session(fd2, sid2); /* its context and model go with it */
+	assert_int_equal(models_listed(fx, "tiny-gpt2", &holders), 1);
+	assert_int_equal(holders, 0);
+	call_void(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0,
+		  &(struct djinn_admin_model_evict){ "tiny-gpt2" },
+		  sizeof(struct djinn_admin_model_evict));
+	assert_int_equal(models_listed(fx, "tiny-gpt2", &holders), 0);
+	close(fd);
+	close(fd2);
+	check_health(fx, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3872,6 +4116,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_unread_replies, fx_setup_short_lease, fx_teardown),
 		T(test_metrics),
+		T(test_models),
 		T(test_daemon_stop),
 #undef T
 	};

@@ -1,0 +1,701 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The model opcodes (DOC: models in include/djinn/proto.h): a session's
+ * models and contexts, and the steps that run them.
+ *
+ * Objects. A model or context is a struct mobj, named by a handle in the
+ * session's object table and reference-counted on the I/O thread: the
+ * table holds one reference, every job in flight another. A context
+ * holds its model. Objects go before their session: the table's
+ * references when the session ends, a job's when it comes back (and the
+ * job holds the session).
+ *
+ * Jobs. Loading a model runs on the memory executor (it reads files and
+ * fills the text segment); steps, forks and resets run on the graph
+ * executor with its stack, in order with the session's graphs. A job
+ * copies what it needs from the request, so the frame's buffer is not
+ * kept; results are made into the session's objects and tensors on the
+ * executor (the tensor table is locked) or, for objects, back on the
+ * I/O thread.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server.h"
+#include "exec/executor.h"
+#include "model/runtime.h"
+#include "net/conn.h"
+#include "net/ops.h"
+
+struct mobj {
+	enum sobj_kind kind;
+	int refs; /* the I/O thread's */
+	struct session *s; /* not a reference: objects go first */
+	/* SOBJ_MODEL */
+	struct model_hold *h;
+	unsigned int ctxs;
+	/* SOBJ_CTX */
+	struct model_ctx *mc;
+	struct mobj *model;
+	uint32_t max_tokens;
+};
+
+static void mobj_put(struct mobj *o)
+{
+	if (--o->refs)
+		return;
+	if (o->kind == SOBJ_CTX) {
+		model_ctx_free(o->mc);
+		o->model->ctxs--;
+		mobj_put(o->model);
+	} else {
+		model_close(o->h);
+	}
+	free(o);
+}
+
+static void drain_one(enum sobj_kind kind, void *p, void *arg)
+{
+	mobj_put(p);
+}
+
+void model_ops_session_ended(struct session *s)
+{
+	session_obj_drain(s, drain_one, NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Jobs */
+
+/*
+ * struct mjob - one model request in flight (an exec_job's ctx)
+ * @hdr:    the request's header, for the answer
+ * @o:      the model or context it is about (a reference), or NULL
+ * @name:   MODEL_OPEN's model
+ * @hold:   MODEL_OPEN's result
+ * @fork:   CTX_FORK's result
+ * @step:   PREFILL/DECODE's request; @tokens its tokens (in or out)
+ * @resp:   PREFILL/DECODE's answer
+ */
+struct mjob {
+	struct djinn_hdr hdr;
+	struct mobj *o;
+	char name[DJINN_MODEL_NAME_MAX];
+	struct model_hold *hold;
+	struct model_ctx *fork;
+	struct djinn_ctx_step step;
+	int32_t *tokens;
+	struct djinn_ctx_step_resp resp;
+};
+
+static void mjob_free(struct mjob *mj)
+{
+	free(mj->tokens);
+	free(mj);
+}
+
+static struct model_env env_of(const struct exec_env *e)
+{
+	return (struct model_env){ .v = e->v, .st = e->st, .b = e->b };
+}
+
+static void run_open(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+	struct server *srv = ((struct conn *)job->conn)->srv;
+
+	job->error = model_open(srv->models, job->s->vs, mj->name, &mj->hold,
+				job->msg, sizeof(job->msg));
+}
+
+static void run_fork(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+	struct model_env me = env_of(env);
+
+	job->error = model_ctx_fork(mj->o->mc, &me, &mj->fork, job->msg,
+				    sizeof(job->msg));
+}
+
+static void run_reset(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+
+	job->error = model_ctx_reset(mj->o->mc);
+	if (job->error)
+		snprintf(job->msg, sizeof(job->msg), "reset: %s",
+			 strerror(-job->error));
+}
+
+/* The last logits as a tensor (1, vocab) f32 of the session. */
+static int logits_tensor(struct exec_job *job, struct mobj *o, uint64_t *handle)
+{
+	struct model_ctx *mc = o->mc;
+	uint32_t vocab = o->model->h->m->cfg.vocab;
+	const float *l = model_ctx_logits(mc);
+	struct vmu_session *vs = job->s->vs;
+	struct tensor t = {
+		.desc = { .dtype = DJINN_DTYPE_F32,
+			  .ndim = 2,
+			  .dims = { 1, vocab } },
+		.bytes = (uint64_t)vocab * sizeof(float),
+	};
+	int ret;
+
+	if (!l)
+		return -EINVAL;
+	ret = vmu_region_create(vs, t.bytes, &t.region);
+	if (ret)
+		return ret;
+	ret = vmu_region_resize(vs, t.region, t.bytes, NULL);
+	if (!ret)
+		ret = vmu_region_write(vs, t.region, 0, l, t.bytes);
+	if (!ret)
+		ret = session_tensor_add(job->s, &t, handle);
+	if (ret)
+		vmu_region_destroy(vs, t.region);
+	return ret;
+}
+
+static void run_step(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+	struct model_ctx *mc = mj->o->mc;
+	struct model_env me = env_of(env);
+	const struct djinn_sampling *sp = &mj->step.sampling;
+	uint64_t t0 = loop_now();
+	int ret;
+
+	if (mj->hdr.opcode == DJINN_OP_CTX_PREFILL) {
+		ret = model_ctx_prefill(mc, &me, mj->tokens, mj->step.nr_tokens,
+					NULL, job->msg, sizeof(job->msg));
+	} else {
+		struct model_sampling ms = {
+			.temperature = sp->temperature,
+			.top_k = sp->top_k,
+			.top_p = sp->top_p == 0 ? 1.0f : sp->top_p,
+			.seed = sp->seed,
+		};
+
+		ret = model_ctx_decode(mc, &me, mj->step.nr_tokens, &ms,
+				       mj->tokens, job->msg, sizeof(job->msg));
+		if (!ret)
+			mj->resp.nr_tokens = mj->step.nr_tokens;
+	}
+	if (!ret && (mj->step.flags & DJINN_STEP_LOGITS)) {
+		uint64_t h = 0;
+
+		ret = logits_tensor(job, mj->o, &h);
+		mj->resp.logits = h;
+		if (ret)
+			snprintf(job->msg, sizeof(job->msg),
+				 "no memory for the logits: %s",
+				 strerror(-ret));
+	}
+	mj->resp.state = DJINN_CTX_DONE;
+	mj->resp.len = model_ctx_len(mc);
+	mj->resp.run_ns = loop_now() - t0;
+	job->error = ret;
+}
+
+/* Queue @call for @c's request @hdr with @mj on @e; answered by
+ * ops_call_done(). */
+static void submit(struct conn *c, const struct djinn_hdr *hdr,
+		   struct session *s, struct mjob *mj, struct executor *e,
+		   void (*call)(struct exec_job *, const struct exec_env *))
+{
+	struct exec_job *job = calloc(1, sizeof(*job));
+
+	if (!job) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		if (mj->o)
+			mobj_put(mj->o);
+		mjob_free(mj);
+		session_put(s);
+		return;
+	}
+	mj->hdr = *hdr;
+	job->kind = EXEC_CALL;
+	job->call = call;
+	job->ctx = mj;
+	job->s = s; /* the caller's reference */
+	job->request_id = hdr->request_id;
+	job->conn = c;
+	conn_get(c);
+	job->t0 = ops_defer(c);
+	executor_submit(e, job);
+}
+
+/* A model job is back on the I/O thread: make its objects, answer. */
+void ops_call_done(struct server *srv, struct exec_job *job)
+{
+	struct mjob *mj = job->ctx;
+	struct conn *c = job->conn;
+	struct session *s = job->s;
+	const struct djinn_hdr *hdr = &mj->hdr;
+	struct mobj *o = NULL;
+	uint64_t handle;
+	int ret = job->error;
+
+	metrics_observe(&srv->st, hdr->opcode, loop_now() - job->t0);
+	if (!ret && s->dead)
+		ret = -ECANCELED;
+	if (ret) {
+		/* What the job made goes with it. */
+		if (mj->hold)
+			model_close(mj->hold);
+		model_ctx_free(mj->fork);
+		if (mj->resp.logits)
+			session_tensor_release(s, mj->resp.logits);
+		conn_error(c, hdr, ret, "%s",
+			   job->msg[0]	     ? job->msg :
+			   ret == -ECANCELED ? "session ended" :
+					       strerror(-ret));
+		goto out;
+	}
+	switch (hdr->opcode) {
+	case DJINN_OP_MODEL_OPEN: {
+		const struct model *m = mj->hold->m;
+		struct djinn_model_resp r = {
+			.arch = m->cfg.arch == MODEL_GPT2 ? DJINN_ARCH_GPT2 :
+							    DJINN_ARCH_LLAMA,
+			.dtype = m->layout.dtype,
+			.vocab = m->cfg.vocab,
+			.n_layer = m->cfg.n_layer,
+			.hidden = m->cfg.n_embd,
+			.n_head = m->cfg.n_head,
+			.n_kv_head = m->cfg.n_kv_head,
+			.max_tokens = m->cfg.n_ctx,
+			.bytes = vmu_text_size(mj->hold->text),
+		};
+
+		memcpy(r.fp, m->fp, sizeof(r.fp));
+		o = calloc(1, sizeof(*o));
+		if (!o || session_obj_add(s, SOBJ_MODEL, o, &handle)) {
+			model_close(mj->hold);
+			free(o);
+			conn_error(c, hdr, -EDQUOT,
+				   "too many models and "
+				   "contexts in the session");
+			break;
+		}
+		o->kind = SOBJ_MODEL;
+		o->refs = 1;
+		o->s = s;
+		o->h = mj->hold;
+		r.model = handle;
+		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+		break;
+	}
+	case DJINN_OP_CTX_FORK: {
+		struct djinn_ctx_resp r = { .len = model_ctx_len(mj->fork),
+					    .max_tokens = mj->o->max_tokens };
+
+		o = calloc(1, sizeof(*o));
+		if (!o || session_obj_add(s, SOBJ_CTX, o, &handle)) {
+			model_ctx_free(mj->fork);
+			free(o);
+			conn_error(c, hdr, -EDQUOT,
+				   "too many models and "
+				   "contexts in the session");
+			break;
+		}
+		o->kind = SOBJ_CTX;
+		o->refs = 1;
+		o->s = s;
+		o->mc = mj->fork;
+		o->max_tokens = mj->o->max_tokens;
+		o->model = mj->o->model;
+		o->model->refs++;
+		o->model->ctxs++;
+		r.ctx = handle;
+		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+		break;
+	}
+	case DJINN_OP_CTX_RESET:
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+		break;
+	default: { /* PREFILL, DECODE */
+		size_t n = mj->resp.nr_tokens * sizeof(int32_t);
+		size_t len = sizeof(mj->resp) + ((n + 7) & ~(size_t)7);
+		uint8_t *r = calloc(1, len);
+
+		if (!r) {
+			if (mj->resp.logits)
+				session_tensor_release(s, mj->resp.logits);
+			conn_error(c, hdr, -ENOMEM, "out of memory");
+			break;
+		}
+		memcpy(r, &mj->resp, sizeof(mj->resp));
+		if (n)
+			memcpy(r + sizeof(mj->resp), mj->tokens, n);
+		conn_reply(c, hdr, r, len, NULL, 0, NULL, NULL);
+		free(r);
+		break;
+	}
+	}
+out:
+	if (mj->o)
+		mobj_put(mj->o);
+	mjob_free(mj);
+	job->ctx = NULL;
+	conn_put(c);
+	exec_job_free(job);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Requests */
+
+static struct mobj *obj_get(struct conn *c, const struct djinn_hdr *hdr,
+			    struct session *s, uint64_t handle,
+			    enum sobj_kind kind)
+{
+	struct mobj *o = session_obj_get(s, handle, kind);
+
+	if (!o)
+		conn_error(c, hdr, -ENOENT, "no %s with handle %#llx",
+			   kind == SOBJ_MODEL ? "model" : "context",
+			   (unsigned long long)handle);
+	return o;
+}
+
+static void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
+			  const uint8_t *body, uint64_t len, struct session *s)
+{
+	const struct djinn_model_open *r = (const void *)body;
+	char msg[DJINN_MAX_ERROR_MSG];
+	struct mjob *mj;
+	size_t n;
+
+	n = strnlen(r->name, sizeof(r->name));
+	if (n == sizeof(r->name) ||
+	    !ops_all_zero(r->name + n, sizeof(r->name) - n)) {
+		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
+		session_put(s);
+		return;
+	}
+	if (model_name_check(r->name, msg, sizeof(msg))) {
+		conn_error(c, hdr, -EINVAL, "%s", msg);
+		session_put(s);
+		return;
+	}
+	mj = calloc(1, sizeof(*mj));
+	if (!mj) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		session_put(s);
+		return;
+	}
+	memcpy(mj->name, r->name, n + 1);
+	/* Loading reads files: the memory executor's work. */
+	submit(c, hdr, s, mj, c->srv->mem, run_open);
+}
+
+static void op_model_close(struct conn *c, const struct djinn_hdr *hdr,
+			   uint64_t handle, struct session *s)
+{
+	struct mobj *o = obj_get(c, hdr, s, handle, SOBJ_MODEL);
+
+	if (o && o->ctxs) {
+		conn_error(c, hdr, -EBUSY, "model has %u contexts", o->ctxs);
+	} else if (o) {
+		session_obj_del(s, handle, SOBJ_MODEL);
+		mobj_put(o);
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+	}
+	session_put(s);
+}
+
+static void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
+		       const uint8_t *body, struct session *s)
+{
+	const struct djinn_ctx_new *r = (const void *)body;
+	struct mobj *m, *o = NULL;
+	char msg[DJINN_MAX_ERROR_MSG] = "";
+	struct djinn_ctx_resp resp = { 0 };
+	uint64_t handle;
+	int ret;
+
+	if (r->__reserved) {
+		conn_error(c, hdr, -EINVAL, "reserved field set");
+		goto out;
+	}
+	m = obj_get(c, hdr, s, r->model, SOBJ_MODEL);
+	if (!m)
+		goto out;
+	o = calloc(1, sizeof(*o));
+	if (!o) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		goto out;
+	}
+	/* Only reserves the cache's address space: cheap, here. */
+	o->max_tokens = r->max_tokens ? r->max_tokens : m->h->m->cfg.n_ctx;
+	ret = model_ctx_new(m->h, o->max_tokens, &o->mc, msg, sizeof(msg));
+	if (!ret)
+		ret = session_obj_add(s, SOBJ_CTX, o, &handle);
+	if (ret) {
+		model_ctx_free(o->mc);
+		free(o);
+		conn_error(c, hdr, ret, "%s",
+			   msg[0] ? msg :
+			   ret == -EDQUOT ?
+				    "too many models and contexts in the "
+				    "session" :
+				    strerror(-ret));
+		goto out;
+	}
+	o->kind = SOBJ_CTX;
+	o->refs = 1;
+	o->s = s;
+	o->model = m;
+	m->refs++;
+	m->ctxs++;
+	resp.ctx = handle;
+	resp.max_tokens = o->max_tokens;
+	conn_reply(c, hdr, &resp, sizeof(resp), NULL, 0, NULL, NULL);
+out:
+	session_put(s);
+}
+
+static void op_ctx_free(struct conn *c, const struct djinn_hdr *hdr,
+			uint64_t handle, struct session *s)
+{
+	struct mobj *o = session_obj_del(s, handle, SOBJ_CTX);
+
+	if (!o) {
+		conn_error(c, hdr, -ENOENT, "no context with handle %#llx",
+			   (unsigned long long)handle);
+	} else {
+		mobj_put(o); /* steps in flight keep it until they end */
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+	}
+	session_put(s);
+}
+
+/* FORK, RESET: a job on the graph executor, in order with the steps. */
+static void op_ctx_job(struct conn *c, const struct djinn_hdr *hdr,
+		       uint64_t handle, struct session *s)
+{
+	struct mobj *o = obj_get(c, hdr, s, handle, SOBJ_CTX);
+	struct mjob *mj;
+
+	if (!o) {
+		session_put(s);
+		return;
+	}
+	mj = calloc(1, sizeof(*mj));
+	if (!mj) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		session_put(s);
+		return;
+	}
+	mj->o = o;
+	o->refs++;
+	submit(c, hdr, s, mj, c->srv->exec,
+	       hdr->opcode == DJINN_OP_CTX_FORK ? run_fork : run_reset);
+}
+
+static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
+			const uint8_t *body, uint64_t len, struct session *s)
+{
+	bool prefill = hdr->opcode == DJINN_OP_CTX_PREFILL;
+	const struct djinn_ctx_step *r = (const void *)body;
+	uint64_t want;
+	struct mobj *o;
+	struct mjob *mj;
+
+	if (len < sizeof(*r)) {
+		conn_error(c, hdr, -EINVAL,
+			   "payload of %llu bytes, opcode %u takes %zu and "
+			   "more",
+			   (unsigned long long)len, hdr->opcode, sizeof(*r));
+		goto out;
+	}
+	want = sizeof(*r) +
+	       (prefill ? (uint64_t)r->nr_tokens * sizeof(int32_t) : 0);
+	if (r->__reserved || r->sampling.__reserved ||
+	    (prefill && !ops_all_zero(&r->sampling, sizeof(r->sampling)))) {
+		conn_error(c, hdr, -EINVAL, "%s",
+			   prefill && !r->__reserved &&
+					   !r->sampling.__reserved ?
+				   "sampling set for a prefill" :
+				   "reserved field set");
+		goto out;
+	}
+	if (r->flags & ~DJINN_STEP_ALL) {
+		conn_error(c, hdr, -EINVAL, "unknown flags %#x",
+			   r->flags & ~DJINN_STEP_ALL);
+		goto out;
+	}
+	if (!r->nr_tokens || len != want) {
+		conn_error(c, hdr, -EINVAL,
+			   r->nr_tokens ? "%u tokens need a payload of %llu "
+					  "bytes, not %llu" :
+					  "no tokens",
+			   r->nr_tokens, (unsigned long long)want,
+			   (unsigned long long)len);
+		goto out;
+	}
+	if (r->nr_tokens > DJINN_MAX_STEP_TOKENS) {
+		conn_error(c, hdr, -E2BIG, "%u tokens, limit %u", r->nr_tokens,
+			   DJINN_MAX_STEP_TOKENS);
+		goto out;
+	}
+	if (r->break_layer) {
+		conn_error(c, hdr, -EOPNOTSUPP,
+			   "breakpoints are not supported by this djinnd");
+		goto out;
+	}
+	o = obj_get(c, hdr, s, r->ctx, SOBJ_CTX);
+	if (!o)
+		goto out;
+	mj = calloc(1, sizeof(*mj));
+	if (mj)
+		mj->tokens = malloc(r->nr_tokens * sizeof(int32_t));
+	if (!mj || !mj->tokens) {
+		free(mj);
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		goto out;
+	}
+	mj->step = *r;
+	if (prefill)
+		memcpy(mj->tokens, r + 1, r->nr_tokens * sizeof(int32_t));
+	mj->o = o;
+	o->refs++;
+	submit(c, hdr, s, mj, c->srv->exec, run_step);
+	return;
+out:
+	session_put(s);
+}
+
+void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
+	      uint64_t len)
+{
+	struct session *s;
+	uint64_t handle = 0;
+
+	switch (hdr->opcode) {
+	case DJINN_OP_MODEL_OPEN:
+		if (!ops_exact(c, hdr, len, sizeof(struct djinn_model_open)))
+			return;
+		break;
+	case DJINN_OP_CTX_NEW:
+		if (!ops_exact(c, hdr, len, sizeof(struct djinn_ctx_new)))
+			return;
+		break;
+	case DJINN_OP_MODEL_CLOSE:
+	case DJINN_OP_CTX_FREE:
+	case DJINN_OP_CTX_FORK:
+	case DJINN_OP_CTX_RESET:
+		if (!ops_exact(c, hdr, len, sizeof(handle)))
+			return;
+		memcpy(&handle, body, sizeof(handle));
+		break;
+	case DJINN_OP_CTX_RESUME:
+		if (!ops_exact(c, hdr, len, sizeof(struct djinn_ctx_resume)))
+			return;
+		break;
+	}
+	s = ops_req_session(c, hdr);
+	if (!s)
+		return;
+	if (!c->srv->models) {
+		conn_error(c, hdr, -EOPNOTSUPP, "this djinnd serves no models");
+		session_put(s);
+		return;
+	}
+	switch (hdr->opcode) {
+	case DJINN_OP_MODEL_OPEN:
+		op_model_open(c, hdr, body, len, s);
+		break;
+	case DJINN_OP_MODEL_CLOSE:
+		op_model_close(c, hdr, handle, s);
+		break;
+	case DJINN_OP_CTX_NEW:
+		op_ctx_new(c, hdr, body, s);
+		break;
+	case DJINN_OP_CTX_FREE:
+		op_ctx_free(c, hdr, handle, s);
+		break;
+	case DJINN_OP_CTX_FORK:
+	case DJINN_OP_CTX_RESET:
+		op_ctx_job(c, hdr, handle, s);
+		break;
+	case DJINN_OP_CTX_PREFILL:
+	case DJINN_OP_CTX_DECODE:
+		op_ctx_step(c, hdr, body, len, s);
+		break;
+	case DJINN_OP_CTX_RESUME:
+		conn_error(c, hdr, -EBUSY, "the context is not paused");
+		session_put(s);
+		break;
+	}
+}
+
+/* ---------------------------------------------------------------------- */
+/* Admin */
+
+void op_admin_models(struct conn *c, const struct djinn_hdr *hdr)
+{
+	struct model_info *list = NULL;
+	struct djinn_admin_model *e;
+	size_t n = 0, len;
+	uint32_t *r;
+	int ret = c->srv->models ? model_store_list(c->srv->models, &list, &n) :
+				   0;
+
+	if (ret) {
+		conn_error(c, hdr, ret, "cannot list models");
+		return;
+	}
+	len = 8 + n * sizeof(*e);
+	r = calloc(1, len);
+	if (!r) {
+		free(list);
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	r[0] = (uint32_t)n;
+	e = (void *)(r + 2);
+	for (size_t i = 0; i < n; i++) {
+		memcpy(e[i].name, list[i].name, sizeof(e[i].name));
+		e[i].arch = list[i].arch == MODEL_GPT2 ? DJINN_ARCH_GPT2 :
+							 DJINN_ARCH_LLAMA;
+		e[i].dtype = list[i].dtype;
+		e[i].bytes = list[i].bytes;
+		e[i].holders = list[i].holders;
+		memcpy(e[i].fp, list[i].fp, sizeof(e[i].fp));
+	}
+	conn_reply(c, hdr, r, len, NULL, 0, NULL, NULL);
+	free(r);
+	free(list);
+}
+
+void op_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
+			  const uint8_t *body, uint64_t len)
+{
+	const struct djinn_admin_model_evict *r = (const void *)body;
+	char msg[DJINN_MAX_ERROR_MSG];
+	size_t n;
+	int ret;
+
+	if (!ops_exact(c, hdr, len, sizeof(*r)))
+		return;
+	n = strnlen(r->name, sizeof(r->name));
+	if (n == sizeof(r->name) ||
+	    !ops_all_zero(r->name + n, sizeof(r->name) - n)) {
+		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
+		return;
+	}
+	if (!c->srv->models) {
+		conn_error(c, hdr, -ENOENT, "this djinnd serves no models");
+		return;
+	}
+	ret = model_store_evict(c->srv->models, r->name, msg, sizeof(msg));
+	if (ret)
+		conn_error(c, hdr, ret, "%s", msg);
+	else
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+}
