@@ -582,6 +582,7 @@ static void test_greedy_gpt2(void **state)
 static void test_greedy_llama(void **state)
 {
 	check_greedy(state, "llama-bf16");
+	check_greedy(state, "llama-f32");
 }
 
 /* ---------------------------------------------------------------------- */
