@@ -374,7 +374,8 @@ enum djinn_opcode {
 	DJINN_GOP_PERMUTE = 15,
 	DJINN_GOP_SLICE = 16, /* [start, end) along one axis */
 	DJINN_GOP_CONCAT = 17, /* along one axis, 2 to 4 inputs */
-	DJINN_GOP_ATTENTION = 18, /* causal SDPA: q (B,H,T,D) k,v (B,H,S,D) */
+	/* SDPA: q (B,H,T,D), k and v (B,Hkv,S,D), H a multiple of Hkv */
+	DJINN_GOP_ATTENTION = 18,
 	DJINN_GOP_ARGMAX = 19, /* over the last dim, to i64 */
 	DJINN_GOP_MAX = DJINN_GOP_ARGMAX,
 };
