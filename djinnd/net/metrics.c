@@ -249,87 +249,85 @@ static void render_requests(struct sbuf *b, struct server *srv)
 	    "Graphs that failed or were cancelled.", st->graphs_failed);
 }
 
-static void render_vmu(struct sbuf *b, struct server *srv)
+/* One sample of a device's family: its name, the device, and one more
+ * label (NULL for none). */
+static void dev_sample(struct sbuf *b, const char *name, const char *dev,
+		       const char *label, const char *value, uint64_t v)
+{
+	if (label)
+		sb_printf(b, "%s{device=\"%s\",%s=\"%s\"} %llu\n", name, dev,
+			  label, value, (unsigned long long)v);
+	else
+		sb_printf(b, "%s{device=\"%s\"} %llu\n", name, dev,
+			  (unsigned long long)v);
+}
+
+static void render_vmu(struct sbuf *b, struct server *srv,
+		       const struct vmu_stats *v)
 {
 	const char *dev = srv->backend->name;
-	struct vmu_stats v;
+	const struct {
+		const char *name, *type, *help;
+		uint64_t value;
+	} one_each[] = {
+		{ "djinn_vmu_capacity_bytes", "gauge",
+		  "Device memory the VMU manages.", v->capacity },
+		{ "djinn_vmu_free_bytes", "gauge",
+		  "Device memory neither held nor reserved.", v->free },
+		{ "djinn_vmu_text_entries", "gauge",
+		  "Text entries (deduplicated weights) held or cached.",
+		  v->seg[VMU_SEG_TEXT].entries },
+		{ "djinn_vmu_text_evictions_total", "counter",
+		  "Unreferenced text entries evicted under pressure.",
+		  v->text_evictions },
+		{ "djinn_vmu_swapped_now_bytes", "gauge",
+		  "Host memory holding swapped-out regions now.",
+		  v->swapped_now },
+		{ "djinn_vmu_admission_refusals_total", "counter",
+		  "Allocations refused: the memory could not be found.",
+		  v->admit_refusals },
+		{ "djinn_vmu_quota_refusals_total", "counter",
+		  "Allocations refused by a session's or tenant's quota.",
+		  v->quota_refusals },
+		{ "djinn_vmu_pressure", "gauge",
+		  "Memory pressure: 0 normal, 1 warning, 2 critical.",
+		  v->pressure },
+	};
 
-	vmu_get_stats(srv->vmu, &v);
-	family(b, "djinn_vmu_capacity_bytes", "gauge",
-	       "Device memory the VMU manages.");
-	sb_printf(b, "djinn_vmu_capacity_bytes{device=\"%s\"} %llu\n", dev,
-		  (unsigned long long)v.capacity);
-	family(b, "djinn_vmu_free_bytes", "gauge",
-	       "Device memory neither held nor reserved.");
-	sb_printf(b, "djinn_vmu_free_bytes{device=\"%s\"} %llu\n", dev,
-		  (unsigned long long)v.free);
+	for (size_t i = 0; i < sizeof(one_each) / sizeof(one_each[0]); i++) {
+		family(b, one_each[i].name, one_each[i].type, one_each[i].help);
+		dev_sample(b, one_each[i].name, dev, NULL, NULL,
+			   one_each[i].value);
+	}
 	family(b, "djinn_vmu_bytes", "gauge",
 	       "Device memory held now, by segment.");
 	for (int seg = 0; seg < VMU_NR_SEGS; seg++)
-		sb_printf(b,
-			  "djinn_vmu_bytes{device=\"%s\",segment=\"%s\"} "
-			  "%llu\n",
-			  dev, vmu_seg_name(seg),
-			  (unsigned long long)v.seg[seg].used);
-	family(b, "djinn_vmu_text_entries", "gauge",
-	       "Text entries (deduplicated weights) held or cached.");
-	sb_printf(b, "djinn_vmu_text_entries{device=\"%s\"} %llu\n", dev,
-		  (unsigned long long)v.seg[VMU_SEG_TEXT].entries);
-	family(b, "djinn_vmu_text_evictions_total", "counter",
-	       "Unreferenced text entries evicted under pressure.");
-	sb_printf(b, "djinn_vmu_text_evictions_total{device=\"%s\"} %llu\n",
-		  dev, (unsigned long long)v.text_evictions);
+		dev_sample(b, "djinn_vmu_bytes", dev, "segment",
+			   vmu_seg_name(seg), v->seg[seg].used);
 	family(b, "djinn_vmu_swaps_total", "counter",
 	       "Data regions swapped to host memory (out) and back (in).");
-	sb_printf(b,
-		  "djinn_vmu_swaps_total{device=\"%s\",direction=\"out\"} "
-		  "%llu\n",
-		  dev, (unsigned long long)v.swap_outs);
-	sb_printf(b,
-		  "djinn_vmu_swaps_total{device=\"%s\",direction=\"in\"} "
-		  "%llu\n",
-		  dev, (unsigned long long)v.swap_ins);
+	dev_sample(b, "djinn_vmu_swaps_total", dev, "direction", "out",
+		   v->swap_outs);
+	dev_sample(b, "djinn_vmu_swaps_total", dev, "direction", "in",
+		   v->swap_ins);
 	family(b, "djinn_vmu_swapped_bytes_total", "counter",
 	       "Bytes swapped out and in.");
-	sb_printf(b,
-		  "djinn_vmu_swapped_bytes_total{device=\"%s\","
-		  "direction=\"out\"} %llu\n",
-		  dev, (unsigned long long)v.swapped_out_bytes);
-	sb_printf(b,
-		  "djinn_vmu_swapped_bytes_total{device=\"%s\","
-		  "direction=\"in\"} %llu\n",
-		  dev, (unsigned long long)v.swapped_in_bytes);
-	family(b, "djinn_vmu_swapped_now_bytes", "gauge",
-	       "Host memory holding swapped-out regions now.");
-	sb_printf(b, "djinn_vmu_swapped_now_bytes{device=\"%s\"} %llu\n", dev,
-		  (unsigned long long)v.swapped_now);
-	family(b, "djinn_vmu_admission_refusals_total", "counter",
-	       "Allocations refused: the memory could not be found.");
-	sb_printf(b, "djinn_vmu_admission_refusals_total{device=\"%s\"} %llu\n",
-		  dev, (unsigned long long)v.admit_refusals);
-	family(b, "djinn_vmu_quota_refusals_total", "counter",
-	       "Allocations refused by a session's or tenant's quota.");
-	sb_printf(b, "djinn_vmu_quota_refusals_total{device=\"%s\"} %llu\n",
-		  dev, (unsigned long long)v.quota_refusals);
-	family(b, "djinn_vmu_pressure", "gauge",
-	       "Memory pressure: 0 normal, 1 warning, 2 critical.");
-	sb_printf(b, "djinn_vmu_pressure{device=\"%s\"} %u\n", dev,
-		  (unsigned int)v.pressure);
+	dev_sample(b, "djinn_vmu_swapped_bytes_total", dev, "direction", "out",
+		   v->swapped_out_bytes);
+	dev_sample(b, "djinn_vmu_swapped_bytes_total", dev, "direction", "in",
+		   v->swapped_in_bytes);
 	family(b, "djinn_executor_queue_depth", "gauge",
 	       "Jobs queued or running, by executor.");
-	sb_printf(b,
-		  "djinn_executor_queue_depth{device=\"%s\","
-		  "executor=\"graph\"} %u\n",
-		  dev, executor_depth(srv->exec));
-	sb_printf(b,
-		  "djinn_executor_queue_depth{device=\"%s\","
-		  "executor=\"mem\"} %u\n",
-		  dev, executor_depth(srv->mem));
+	dev_sample(b, "djinn_executor_queue_depth", dev, "executor", "graph",
+		   executor_depth(srv->exec));
+	dev_sample(b, "djinn_executor_queue_depth", dev, "executor", "mem",
+		   executor_depth(srv->mem));
 }
 
 long metrics_render(struct server *srv, char **out)
 {
 	struct sbuf b = { .cap = 16384 };
+	struct vmu_stats v;
 
 	b.p = malloc(b.cap);
 	if (!b.p)
@@ -339,7 +337,8 @@ long metrics_render(struct server *srv, char **out)
 	    (loop_now() - server_started_ns) / 1000000000ull);
 	render_sessions(&b, srv);
 	render_requests(&b, srv);
-	render_vmu(&b, srv);
+	vmu_get_stats(srv->vmu, &v);
+	render_vmu(&b, srv, &v);
 	if (b.oom) {
 		free(b.p);
 		return -ENOMEM;
