@@ -229,3 +229,14 @@ $(INSTALL_TEST): tests/integration/test_install.sh $(DJINND) $(DJINNCTL) \
 	$(Q)install -m 755 $< $@
 all: $(INSTALL_TEST)
 TESTS_ONCE += $(INSTALL_TEST)
+
+# tests/integration/test_reload.sh: SIGHUP seen through djinnctl (pressure
+# thresholds, leases, what needs a restart, a broken file refused).
+RELOAD_TEST := $(BUILD)/tests/integration/test_reload
+$(RELOAD_TEST): tests/integration/test_reload.sh $(DJINND) $(DJINNCTL) \
+		$(BUILD)/tests/integration/open_session
+	@mkdir -p $(@D)
+	@echo "  INSTALL $@"
+	$(Q)install -m 755 $< $@
+all: $(RELOAD_TEST)
+TESTS += $(RELOAD_TEST)
