@@ -15,17 +15,29 @@
 #include "list.h"
 #include "model/store.h"
 
+/*
+ * A listed model. While @loading, only @m.name is set: the loader fills
+ * the rest outside the lock, and other opens of the name wait on the
+ * store's condition. A load that fails unlists the entry; @waiters
+ * counts the opens still looking at it, and the last one frees it.
+ */
 struct store_model {
 	struct list_head node;
 	struct model m;
 	unsigned int holders;
+	bool loading;
+	bool failed;
+	unsigned int waiters;
 };
 
 struct model_store {
 	struct vmu *v;
 	char *dir;
-	pthread_mutex_t lock;
+	pthread_mutex_t lock; /* never held across a load */
+	pthread_cond_t loaded; /* a load ended, well or not */
 	struct list_head models;
+	void (*hook)(void *arg, enum model_hook ev, const char *name);
+	void *hook_arg;
 };
 
 __attribute__((format(printf, 4, 5))) static int
@@ -54,6 +66,7 @@ int model_store_create(struct vmu *v, const char *dir, struct model_store **out)
 	}
 	ms->v = v;
 	pthread_mutex_init(&ms->lock, NULL);
+	pthread_cond_init(&ms->loaded, NULL);
 	INIT_LIST_HEAD(&ms->models);
 	*out = ms;
 	return 0;
@@ -74,6 +87,7 @@ void model_store_destroy(struct model_store *ms)
 		return;
 	list_for_each_entry_safe(sm, n, &ms->models, node)
 		model_free(sm);
+	pthread_cond_destroy(&ms->loaded);
 	pthread_mutex_destroy(&ms->lock);
 	free(ms->dir);
 	free(ms);
@@ -145,19 +159,21 @@ static int fingerprint(const struct model_layout *L, uint8_t fp[VMU_FP_LEN])
 	return ret;
 }
 
-/* Load @name for @s: a new store_model, its weights referenced by @s. */
+/* Load @name into @m (its name set) for @s, its weights referenced by
+ * @s. Runs without the store's lock. On failure @m's layout is freed. */
 static int load(struct model_store *ms, struct vmu_session *s, const char *name,
-		struct store_model **out, struct vmu_text **text, char *msg,
+		struct model *m, struct vmu_text **text, char *msg,
 		size_t msglen)
 {
 	char path[4096], sub[MODEL_NAME_MAX + 16];
 	struct vmu_text_upload *up;
-	struct store_model *sm;
 	struct st_set *set;
 	struct stat st;
 	bool created;
 	int ret;
 
+	if (ms->hook)
+		ms->hook(ms->hook_arg, MODEL_HOOK_LOADING, name);
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ms->dir, name) >=
 	    sizeof(path))
 		return fail(msg, msglen, -ENAMETOOLONG,
@@ -165,41 +181,36 @@ static int load(struct model_store *ms, struct vmu_session *s, const char *name,
 	if (stat(path, &st) || !S_ISDIR(st.st_mode))
 		return fail(msg, msglen, -ENOENT, "model %s: no directory %s",
 			    name, path);
-	sm = calloc(1, sizeof(*sm));
-	if (!sm)
-		return -ENOMEM;
-	INIT_LIST_HEAD(&sm->node);
-	snprintf(sm->m.name, sizeof(sm->m.name), "%s", name);
 	snprintf(sub, sizeof(sub), "%s/config.json", name);
 	snprintf(path, sizeof(path), "%s/%s", ms->dir, sub);
-	ret = model_config_parse(path, &sm->m.cfg, msg, msglen);
+	ret = model_config_parse(path, &m->cfg, msg, msglen);
 	if (ret)
-		goto out_free;
+		return ret;
 	snprintf(path, sizeof(path), "%s/%s", ms->dir, name);
 	ret = st_set_open(path, &set, msg, msglen);
 	if (ret)
-		goto out_free;
-	ret = model_layout_build(&sm->m.cfg, set, &sm->m.layout, msg, msglen);
+		return ret;
+	ret = model_layout_build(&m->cfg, set, &m->layout, msg, msglen);
 	if (ret)
 		goto out_set;
-	ret = fingerprint(&sm->m.layout, sm->m.fp);
+	ret = fingerprint(&m->layout, m->fp);
 	if (ret) {
 		fail(msg, msglen, ret, "model %s: cannot hash its weights",
 		     name);
 		goto out_layout;
 	}
 	/* the same weights under another name, or uploaded: share them */
-	ret = vmu_text_lookup(s, sm->m.fp, text);
+	ret = vmu_text_lookup(s, m->fp, text);
 	if (ret == -ENOENT) {
-		ret = vmu_text_begin(s, sm->m.layout.bytes, &up);
+		ret = vmu_text_begin(s, m->layout.bytes, &up);
 		if (ret) {
 			fail(msg, msglen, ret,
 			     "model %s: no room for %llu bytes of weights: %s",
-			     name, (unsigned long long)sm->m.layout.bytes,
+			     name, (unsigned long long)m->layout.bytes,
 			     strerror(-ret));
 			goto out_layout;
 		}
-		ret = model_layout_emit(&sm->m.layout, upload_fn, up);
+		ret = model_layout_emit(&m->layout, upload_fn, up);
 		if (ret) {
 			vmu_text_abort(up);
 			fail(msg, msglen, ret, "model %s: upload: %s", name,
@@ -207,7 +218,7 @@ static int load(struct model_store *ms, struct vmu_session *s, const char *name,
 			goto out_layout;
 		}
 		/* -EBADMSG if the files changed while we read them */
-		ret = vmu_text_commit(up, sm->m.fp, text, &created);
+		ret = vmu_text_commit(up, m->fp, text, &created);
 		if (ret) {
 			fail(msg, msglen, ret,
 			     "model %s: weights changed "
@@ -216,23 +227,26 @@ static int load(struct model_store *ms, struct vmu_session *s, const char *name,
 			goto out_layout;
 		}
 	} else if (ret) {
+		fail(msg, msglen, ret, "model %s: %s", name, strerror(-ret));
 		goto out_layout;
 	}
-	for (size_t i = 0; i < sm->m.layout.nr; i++)
-		sm->m.layout.w[i].t = NULL; /* the mappings go now */
+	for (size_t i = 0; i < m->layout.nr; i++)
+		m->layout.w[i].t = NULL; /* the mappings go now */
 	st_set_close(set);
-	*out = sm;
 	return 0;
 
 out_layout:
-	model_layout_free(&sm->m.layout);
+	model_layout_free(&m->layout);
 out_set:
 	st_set_close(set);
-out_free:
-	free(sm);
 	return ret;
 }
 
+/*
+ * The store's lock is held on entry and exit, and dropped for the load
+ * itself: list, evict and close never wait for one. A name being loaded
+ * is listed as loading; a second open of it waits for the first.
+ */
 int model_open(struct model_store *ms, struct vmu_session *s, const char *name,
 	       struct model_hold **out, char *msg, size_t msglen)
 {
@@ -248,25 +262,59 @@ int model_open(struct model_store *ms, struct vmu_session *s, const char *name,
 	if (!h)
 		return -ENOMEM;
 	pthread_mutex_lock(&ms->lock);
+again:
 	sm = find(ms, name);
+	if (sm && sm->loading) {
+		sm->waiters++;
+		if (ms->hook)
+			ms->hook(ms->hook_arg, MODEL_HOOK_WAITING, name);
+		while (sm->loading)
+			pthread_cond_wait(&ms->loaded, &ms->lock);
+		sm->waiters--;
+		if (sm->failed) {
+			/* try again ourselves: the fault may have been the
+			 * other session's (its quota), or fixed since */
+			if (!sm->waiters)
+				free(sm);
+			goto again;
+		}
+	}
 	if (sm) {
 		ret = vmu_text_lookup(s, sm->m.fp, &text);
-		if (ret == -ENOENT && !sm->holders) {
-			/* reclaimed meanwhile: forget it and load afresh */
-			model_free(sm);
-			sm = NULL;
-		} else if (ret) {
+		if (!ret)
+			goto hold;
+		if (ret != -ENOENT || sm->holders) {
 			fail(msg, msglen, ret, "model %s: %s", name,
 			     strerror(-ret));
 			goto out_unlock;
 		}
-	}
-	if (!sm) {
-		ret = load(ms, s, name, &sm, &text, msg, msglen);
-		if (ret)
+		/* reclaimed meanwhile: load it afresh in the same entry */
+		model_layout_free(&sm->m.layout);
+		memset(&sm->m.cfg, 0, sizeof(sm->m.cfg));
+		memset(sm->m.fp, 0, sizeof(sm->m.fp));
+	} else {
+		sm = calloc(1, sizeof(*sm));
+		if (!sm) {
+			ret = -ENOMEM;
 			goto out_unlock;
+		}
+		snprintf(sm->m.name, sizeof(sm->m.name), "%s", name);
 		list_add_tail(&sm->node, &ms->models);
 	}
+	sm->loading = true;
+	pthread_mutex_unlock(&ms->lock);
+	ret = load(ms, s, name, &sm->m, &text, msg, msglen);
+	pthread_mutex_lock(&ms->lock);
+	sm->loading = false;
+	pthread_cond_broadcast(&ms->loaded);
+	if (ret) {
+		sm->failed = true;
+		list_del_init(&sm->node);
+		if (!sm->waiters)
+			free(sm);
+		goto out_unlock;
+	}
+hold:
 	sm->holders++;
 	h->m = &sm->m;
 	h->s = s;
@@ -294,6 +342,17 @@ void model_close(struct model_hold *h)
 	free(h);
 }
 
+void model_store_set_hook(struct model_store *ms,
+			  void (*fn)(void *arg, enum model_hook ev,
+				     const char *name),
+			  void *arg)
+{
+	pthread_mutex_lock(&ms->lock);
+	ms->hook = fn;
+	ms->hook_arg = arg;
+	pthread_mutex_unlock(&ms->lock);
+}
+
 uint64_t model_weight_addr(const struct model_hold *h, int layer,
 			   unsigned int k)
 {
@@ -319,14 +378,17 @@ int model_store_list(struct model_store *ms, struct model_info **out,
 
 	pthread_mutex_lock(&ms->lock);
 	list_for_each_entry(sm, &ms->models, node)
-		n++;
+		n += !sm->loading;
 	if (n && !(info = calloc(n, sizeof(*info)))) {
 		pthread_mutex_unlock(&ms->lock);
 		return -ENOMEM;
 	}
 	list_for_each_entry(sm, &ms->models, node) {
-		struct model_info *x = &info[i++];
+		struct model_info *x;
 
+		if (sm->loading)
+			continue;
+		x = &info[i++];
 		memcpy(x->name, sm->m.name, sizeof(x->name));
 		x->arch = sm->m.cfg.arch;
 		x->dtype = sm->m.layout.dtype;
@@ -360,6 +422,11 @@ int model_store_evict(struct model_store *ms, const char *name, char *msg,
 			   name);
 		goto out;
 	}
+	if (sm->loading || sm->waiters) {
+		ret = fail(msg, msglen, -EBUSY, "model %s is being loaded",
+			   name);
+		goto out;
+	}
 	if (sm->holders) {
 		ret = fail(msg, msglen, -EBUSY, "model %s has %u holders", name,
 			   sm->holders);
@@ -368,7 +435,7 @@ int model_store_evict(struct model_store *ms, const char *name, char *msg,
 	memcpy(fp, sm->m.fp, VMU_FP_LEN);
 	model_free(sm);
 	list_for_each_entry(o, &ms->models, node)
-		shared |= !memcmp(o->m.fp, fp, VMU_FP_LEN);
+		shared |= !o->loading && !memcmp(o->m.fp, fp, VMU_FP_LEN);
 	/* another name keeps them cached; a session's own reference
 	 * (-EBUSY) or an earlier reclaim (-ENOENT) leaves them to the VMU */
 	if (!shared)

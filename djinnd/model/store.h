@@ -27,8 +27,14 @@
  * until the VMU reclaims unheld text under pressure: the next open then
  * loads the files again.
  *
- * Thread safety: one mutex; a load holds it (loads are serialized), so
- * call model_open() from an executor thread, never the I/O thread.
+ * Thread safety: one mutex, never held across a load. model_open() lists
+ * the name as loading, drops the lock, reads the files and fills the
+ * text segment on the calling thread (an executor's, never the I/O
+ * thread), then takes the lock again to publish the model. Another
+ * model_open() of a name being loaded waits for that load (and loads
+ * itself if it failed); opens of other names, model_close(),
+ * model_store_list() and model_store_evict() never wait for a load, so
+ * the I/O thread may call them.
  * Errors: 0 or a negative errno with a message naming the model and the
  * fault.
  */
@@ -94,6 +100,22 @@ int model_open(struct model_store *ms, struct vmu_session *s, const char *name,
 	       struct model_hold **out, char *msg, size_t msglen);
 void model_close(struct model_hold *h);
 
+/*
+ * For tests: @fn(@arg, event, name) is called when a load starts
+ * (MODEL_HOOK_LOADING, on the loading thread without the store's lock)
+ * and when an open starts waiting for another's load of the same name
+ * (MODEL_HOOK_WAITING, with the store's lock held: @fn must not call
+ * the store). NULL removes it.
+ */
+enum model_hook {
+	MODEL_HOOK_LOADING = 1,
+	MODEL_HOOK_WAITING = 2,
+};
+void model_store_set_hook(struct model_store *ms,
+			  void (*fn)(void *arg, enum model_hook ev,
+				     const char *name),
+			  void *arg);
+
 /* The device address of weight slot @k of layer @layer (-1: global). */
 uint64_t model_weight_addr(const struct model_hold *h, int layer,
 			   unsigned int k);
@@ -111,13 +133,14 @@ struct model_info {
 };
 
 /* A malloc'd array of every loaded model, sorted by name, in *@out and
- * their number in *@nr (*@out NULL when none). */
+ * their number in *@nr (*@out NULL when none). Models being loaded are
+ * not listed yet. */
 int model_store_list(struct model_store *ms, struct model_info **out,
 		     size_t *nr);
 
 /* Forget model @name and drop its weights from the text segment unless
  * another name or session still uses them: -ENOENT, or -EBUSY while it
- * has holders. */
+ * has holders or is being loaded. */
 int model_store_evict(struct model_store *ms, const char *name, char *msg,
 		      size_t msglen);
 

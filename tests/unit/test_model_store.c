@@ -4,10 +4,13 @@
  * name into the text segment once, two names with the same weights share
  * one entry, holders are counted per session, list and evict behave,
  * names cannot leave the model directory, and a bad or oversized model
- * is refused leaving the VMU as it was. Runs from the repository root
+ * is refused leaving the VMU as it was; a load never holds the store's
+ * lock, so list, evict, close and other opens go on while it runs, and a
+ * second open of the same name waits for it. Runs from the repository root
  * (it calls scripts/mkmodel.py).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -255,6 +259,178 @@ static void test_refused(void **state)
 	fix_fini(&f);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Loads run outside the store's lock */
+
+/*
+ * A gate in the store's hook: a load of @block stops in it until the
+ * test opens it. If the test does not get there within 30 s (because a
+ * store call it made waited for that load), the gate gives up, records
+ * it, and the test fails instead of hanging.
+ */
+struct gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	const char *block;
+	unsigned int loads, blocked_loads, waiting;
+	bool open, gave_up;
+};
+
+static void gate_hook(void *arg, enum model_hook ev, const char *name)
+{
+	struct gate *g = arg;
+	struct timespec until;
+
+	pthread_mutex_lock(&g->mu);
+	if (ev == MODEL_HOOK_WAITING) {
+		g->waiting++;
+	} else {
+		g->loads++;
+		if (!strcmp(name, g->block)) {
+			g->blocked_loads++;
+			pthread_cond_broadcast(&g->cv);
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += 30;
+			while (!g->open && !g->gave_up)
+				if (pthread_cond_timedwait(&g->cv, &g->mu,
+							   &until) == ETIMEDOUT)
+					g->gave_up = true;
+		}
+	}
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* Wait until *@what reaches @n (bounded: a failure, not a hang). */
+static void gate_wait(struct gate *g, unsigned int *what, unsigned int n)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	pthread_mutex_lock(&g->mu);
+	while (*what < n)
+		if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT)
+			break;
+	assert_true(*what >= n);
+	pthread_mutex_unlock(&g->mu);
+}
+
+struct opener {
+	pthread_t th;
+	struct fix *f;
+	struct vmu_session *s;
+	const char *name;
+	struct model_hold *h;
+	int ret;
+	char msg[ST_MSG_LEN];
+};
+
+static void *open_thread(void *arg)
+{
+	struct opener *o = arg;
+
+	o->ret = model_open(o->f->ms, o->s, o->name, &o->h, o->msg,
+			    sizeof(o->msg));
+	return NULL;
+}
+
+static void opener_start(struct opener *o, struct fix *f, struct vmu_session *s,
+			 const char *name)
+{
+	memset(o, 0, sizeof(*o));
+	o->f = f;
+	o->s = s;
+	o->name = name;
+	assert_int_equal(pthread_create(&o->th, NULL, open_thread, o), 0);
+}
+
+static void test_load_unlocked(void **state)
+{
+	struct gate g = { .mu = PTHREAD_MUTEX_INITIALIZER,
+			  .cv = PTHREAD_COND_INITIALIZER,
+			  .block = "big" };
+	struct opener A, B;
+	struct model_hold *a, *c;
+	struct model_info *info;
+	char msg[ST_MSG_LEN];
+	struct fix f;
+	size_t nr;
+
+	fix_init(&f, 64 * MiB);
+	a = open_ok(&f, f.s1, "a");
+	model_store_set_hook(f.ms, gate_hook, &g);
+
+	/* A loads "big" (10 MB) and stops inside the load */
+	opener_start(&A, &f, f.s1, "big");
+	gate_wait(&g, &g.blocked_loads, 1);
+	/* meanwhile: list (big is not listed yet), evict (refused while
+	 * loading), close, evict, and another name's whole load */
+	assert_int_equal(model_store_list(f.ms, &info, &nr), 0);
+	assert_int_equal(nr, 1);
+	assert_string_equal(info[0].name, "a");
+	free(info);
+	assert_int_equal(model_store_evict(f.ms, "big", msg, sizeof(msg)),
+			 -EBUSY);
+	assert_non_null(strstr(msg, "model big is being loaded"));
+	model_close(a);
+	assert_int_equal(model_store_evict(f.ms, "a", msg, sizeof(msg)), 0);
+	c = open_ok(&f, f.s2, "c");
+	/* B opens "big" too: it waits for A's load, not a load of its own */
+	opener_start(&B, &f, f.s2, "big");
+	gate_wait(&g, &g.waiting, 1);
+	pthread_mutex_lock(&g.mu);
+	assert_false(g.gave_up); /* none of the above waited for A */
+	g.open = true;
+	pthread_cond_broadcast(&g.cv);
+	pthread_mutex_unlock(&g.mu);
+	assert_int_equal(pthread_join(A.th, NULL), 0);
+	assert_int_equal(pthread_join(B.th, NULL), 0);
+	if (A.ret || B.ret)
+		fail_msg("A: %d %s; B: %d %s", A.ret, A.msg, B.ret, B.msg);
+	assert_int_equal(g.blocked_loads, 1);
+	assert_int_equal(g.loads, 2); /* big once, c once */
+	assert_ptr_equal(A.h->m, B.h->m);
+	assert_int_equal(vmu_text_addr(A.h->text), vmu_text_addr(B.h->text));
+	assert_int_equal(text_entries(f.v), 2);
+	assert_int_equal(model_store_list(f.ms, &info, &nr), 0);
+	assert_int_equal(nr, 2);
+	assert_string_equal(info[0].name, "big");
+	assert_int_equal(info[0].holders, 2);
+	free(info);
+	model_close(A.h);
+	model_close(B.h);
+	model_close(c);
+
+	/* a load that fails with an open waiting: it tries itself, and
+	 * fails the same way; nothing is left listed */
+	pthread_mutex_lock(&g.mu);
+	g.block = "bad";
+	g.open = false;
+	g.blocked_loads = g.waiting = 0;
+	pthread_mutex_unlock(&g.mu);
+	opener_start(&A, &f, f.s1, "bad");
+	gate_wait(&g, &g.blocked_loads, 1);
+	opener_start(&B, &f, f.s2, "bad");
+	gate_wait(&g, &g.waiting, 1);
+	pthread_mutex_lock(&g.mu);
+	g.open = true;
+	pthread_cond_broadcast(&g.cv);
+	pthread_mutex_unlock(&g.mu);
+	assert_int_equal(pthread_join(A.th, NULL), 0);
+	assert_int_equal(pthread_join(B.th, NULL), 0);
+	assert_int_equal(A.ret, -EINVAL);
+	assert_int_equal(B.ret, -EINVAL);
+	assert_non_null(strstr(B.msg, "bad/model.safetensors"));
+	assert_int_equal(g.blocked_loads, 2);
+	assert_false(g.gave_up);
+	assert_int_equal(model_store_list(f.ms, &info, &nr), 0);
+	assert_int_equal(nr, 2); /* big and c, unheld */
+	free(info);
+	model_store_set_hook(f.ms, NULL, NULL);
+	fix_fini(&f);
+}
+
 static int setup(void **state)
 {
 	if (system("python3 -c 'pass'") || access("scripts/mkmodel.py", R_OK)) {
@@ -293,6 +469,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_share_list_evict),
 		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_load_unlocked),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
