@@ -102,7 +102,7 @@ fi
 for want in 'Type=notify' 'ProtectSystem=strict' 'ProtectHome=yes' \
 	'PrivateTmp=yes' 'NoNewPrivileges=yes' 'CapabilityBoundingSet=CAP_CHOWN' \
 	'RuntimeDirectory=djinn' 'StateDirectory=djinn' 'Restart=on-failure' \
-	'DeviceAllow=char-nvidia-frontend rw' 'DeviceAllow=/dev/djinn rw' \
+	'DeviceAllow=char-nvidia* rw' 'DeviceAllow=/dev/djinn rw' \
 	'WatchdogSec=' "ExecStart=$(dirname "$DJINND")/djinnd --config $dir/djinn/djinnd.conf"; do
 	grep -qF -- "$want" "$dir/djinnd.service" ||
 		fail "the unit has no '$want'"
