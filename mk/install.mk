@@ -68,8 +68,12 @@ DKMSDIR     ?= /usr/src/djinn-$(DJINN_VERSION)
 INSTALL_MANIFEST := $(DATADIR)/djinn/install-manifest
 
 INST := $(BUILD)/install
-# djinn-bench linked for installing: no run path into the build tree.
-$(INST)/djinn-bench: $(BUILD)/tools/djinn-bench.o $(BUILD)/libdjinn.so
+# tools/djinn (mk/client.mk) when the tree has it.
+INST_DJINN := $(if $(wildcard tools/djinn.c),$(INST)/djinn)
+# The libdjinn programs linked again for installing: no run path into the
+# build tree.
+$(INST)/djinn-bench $(INST_DJINN): $(INST)/%: $(BUILD)/tools/%.o \
+		$(BUILD)/libdjinn.so
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< -L$(BUILD) -ldjinn -lm
@@ -100,7 +104,7 @@ INSTALL_LIST = \
 	f 755 $(DJINND) $(SBINDIR)/djinnd \
 	f 755 $(DJINNCTL) $(BINDIR)/djinnctl \
 	f 755 $(INST)/djinn-bench $(BINDIR)/djinn-bench \
-	$(if $(wildcard $(BUILD)/tools/djinn),f 755 $(BUILD)/tools/djinn $(BINDIR)/djinn) \
+	$(if $(INST_DJINN),f 755 $(INST_DJINN) $(BINDIR)/djinn) \
 	f 755 $(LIBDJINN_SO) $(LIBDIR)/$(notdir $(LIBDJINN_SO)) \
 	l $(notdir $(LIBDJINN_SO)) $(LIBDIR)/$(LIBDJINN_SONAME) \
 	l $(LIBDJINN_SONAME) $(LIBDIR)/libdjinn.so \
@@ -115,7 +119,8 @@ INSTALL_LIST = \
 	  $(foreach k,$(INST_KMOD_SRCS),f 644 $(k) $(DKMSDIR)/$(notdir $(k))) \
 	  $(foreach h,$(INST_UAPI_HDR),f 644 $(h) $(DKMSDIR)/uapi/linux/djinn.h))
 
-INSTALL_FILES = $(DJINND) $(DJINNCTL) $(INST)/djinn-bench $(LIBDJINN_SO) \
+INSTALL_FILES = $(DJINND) $(DJINNCTL) $(INST)/djinn-bench $(INST_DJINN) \
+		$(LIBDJINN_SO) \
 		$(LIBDJINN_A) $(INST)/libdjinn.pc $(INST)/djinnd.service
 
 # The installer, in sh: $1 install|uninstall, $2 DESTDIR, $3 the manifest;

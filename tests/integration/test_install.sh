@@ -90,7 +90,7 @@ soname=libdjinn.so.$(echo "$version" | cut -d. -f1)
 	echo "f 755 $P/sbin/djinnd"
 	echo "f 755 $P/bin/djinnctl"
 	echo "f 755 $P/bin/djinn-bench"
-	[ -x "$build/tools/djinn" ] && echo "f 755 $P/bin/djinn"
+	[ -f "$src/tools/djinn.c" ] && echo "f 755 $P/bin/djinn"
 	echo "f 755 $lib/libdjinn.so.$version"
 	echo "l 777 $lib/$soname"
 	echo "l 777 $lib/libdjinn.so"
