@@ -318,10 +318,12 @@ static int djinn_ioc_proxy_open(struct djinn_ucmd *uc)
 		djinn_session_unreserve(s);
 		return ret;
 	}
+	/* In the table before on the list: PROXY_CLOSE from another thread
+	 * must not find a session that the table does not hold yet. */
+	djinn_session_publish(s);
 	mutex_lock(&df->lock);
 	list_add_tail(&s->proxy_node, &df->proxies); /* owner's reference */
 	mutex_unlock(&df->lock);
-	djinn_session_publish(s);
 	return 0;
 
 out_put:

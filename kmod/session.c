@@ -175,16 +175,21 @@ void djinn_session_unreserve(struct djinn_session *s)
 	djinn_session_put(s);
 }
 
-/* Into the table (which takes a reference), lease started, event sent. */
+/*
+ * Into the table (which takes a reference), the event sent, then the
+ * lease started: in this order a lease short enough to run out at once
+ * still ends a session that is in the table, after its "opened".
+ */
 void djinn_session_publish(struct djinn_session *s)
 {
 	kref_get(&s->ref);
-	spin_lock(&s->lock);
 	s->deadline = ktime_add_ns(ktime_get(), s->lease_ns);
-	hrtimer_start(&s->timer, s->deadline, HRTIMER_MODE_ABS);
-	spin_unlock(&s->lock);
-	xa_store(&djinn_sessions, s->id, s, GFP_KERNEL);
+	WARN_ON(xa_is_err(xa_store(&djinn_sessions, s->id, s, GFP_KERNEL)));
 	djinn_nl_event(s, DJINN_CMD_OPENED_NTF);
+	spin_lock(&s->lock);
+	if (s->state == DJINN_STATE_LIVE) /* not killed meanwhile */
+		hrtimer_start(&s->timer, s->deadline, HRTIMER_MODE_ABS);
+	spin_unlock(&s->lock);
 }
 
 struct djinn_session *djinn_session_get(u64 id)

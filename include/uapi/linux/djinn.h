@@ -60,8 +60,8 @@
  * clients (DJINN_IOC_PROXY_OPEN: their own leases, no ring, ended with the
  * daemon's file or by DJINN_IOC_PROXY_CLOSE, which also releases an ended
  * proxy) and posts completion records to local sessions' rings
- * (DJINN_IOC_POST). Session ids are never reused while the module is
- * loaded (up to 2^32 - 1 of them); tokens are 128 random bits.
+ * (DJINN_IOC_POST). A session id is below 2^32 and is not given out
+ * again before the ids wrap around; tokens are 128 random bits.
  *
  * DOC: Completion ring
  *

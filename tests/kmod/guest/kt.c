@@ -309,7 +309,11 @@ int kt_nl_fd(struct kt_nl *nl)
 
 int kt_nl_rcvbuf(struct kt_nl *nl, int bytes)
 {
-	return nl_socket_set_buffer_size(nl->sk, bytes, 0) ? -EIO : 0;
+	/* FORCE: past net.core.rmem_max, as root may */
+	if (setsockopt(nl_socket_get_fd(nl->sk), SOL_SOCKET, SO_RCVBUFFORCE,
+		       &bytes, sizeof(bytes)))
+		return -errno;
+	return 0;
 }
 
 int kt_nl_event(struct kt_nl *nl, int timeout_ms, struct kt_nl_msg *m)

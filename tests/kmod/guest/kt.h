@@ -61,7 +61,7 @@ struct kt_nl;
 struct kt_nl *kt_nl_open(bool events, int *err);
 void kt_nl_close(struct kt_nl *nl);
 int kt_nl_fd(struct kt_nl *nl);
-/* A receive buffer of @bytes for a busy events socket. */
+/* A receive buffer of @bytes for a busy events socket (root). */
 int kt_nl_rcvbuf(struct kt_nl *nl, int bytes);
 /* Next event within @timeout_ms: 0, -ETIMEDOUT, or -errno. */
 int kt_nl_event(struct kt_nl *nl, int timeout_ms, struct kt_nl_msg *m);
