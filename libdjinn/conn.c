@@ -85,6 +85,22 @@ void __djinn_log(int level, const char *fmt, ...)
 			names[level < 0 || level > 3 ? 0 : level], buf);
 }
 
+static __thread char last_error[DJINN_MAX_ERROR_MSG + 1];
+
+void __djinn_set_last_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+}
+
+const char *djinn_last_error(void)
+{
+	return last_error;
+}
+
 const char *__djinn_op_str(unsigned int op)
 {
 	static const char *const names[] = {
@@ -100,6 +116,15 @@ const char *__djinn_op_str(unsigned int op)
 		[DJINN_OP_TENSOR_RELEASE] = "TENSOR_RELEASE",
 		[DJINN_OP_TEXT_LOOKUP] = "TEXT_LOOKUP",
 		[DJINN_OP_GRAPH_SUBMIT] = "GRAPH_SUBMIT",
+		[DJINN_OP_MODEL_OPEN] = "MODEL_OPEN",
+		[DJINN_OP_MODEL_CLOSE] = "MODEL_CLOSE",
+		[DJINN_OP_CTX_NEW] = "CTX_NEW",
+		[DJINN_OP_CTX_FREE] = "CTX_FREE",
+		[DJINN_OP_CTX_FORK] = "CTX_FORK",
+		[DJINN_OP_CTX_RESET] = "CTX_RESET",
+		[DJINN_OP_CTX_PREFILL] = "CTX_PREFILL",
+		[DJINN_OP_CTX_DECODE] = "CTX_DECODE",
+		[DJINN_OP_CTX_RESUME] = "CTX_RESUME",
 	};
 
 	if (op >= ARRAY_SIZE(names) || !names[op])
@@ -542,10 +567,12 @@ int __djinn_call_sync(struct djinn_conn *conn, uint16_t op, uint64_t session_id,
 		__djinn_call_wait(conn, &c, UINT64_MAX);
 		ret = c.err;
 	}
-	if (ret)
+	if (ret) {
 		dj_dbg("%s (session %llu): %s: %s", __djinn_op_str(op),
 		       (unsigned long long)session_id, strerror(-ret),
 		       c.msg[0] ? c.msg : "no message");
+		__djinn_set_last_error("%s", c.msg[0] ? c.msg : strerror(-ret));
+	}
 	__djinn_call_destroy(&c);
 	return ret;
 }
@@ -654,12 +681,14 @@ static int rx_payload(struct djinn_conn *conn, const struct djinn_hdr *h,
 				__djinn_op_str(c->op), h->version,
 				DJINN_PROTO_VERSION);
 	if (!(h->flags & DJINN_F_ERROR)) {
-		if (len != c->resp_len)
+		if (len != c->resp_len && !(c->resp_upto && len < c->resp_len))
 			return rx_proto(conn,
-					"%s answer of %llu bytes, not %llu",
+					"%s answer of %llu bytes, not %s%llu",
 					__djinn_op_str(c->op),
 					(unsigned long long)len,
+					c->resp_upto ? "over " : "",
 					(unsigned long long)c->resp_len);
+		c->resp_got = len;
 		return rx_read(conn, c->resp, len);
 	}
 

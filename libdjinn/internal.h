@@ -128,6 +128,8 @@ typedef int (*dj_complete_fn)(struct djinn_conn *conn, struct dj_call *c);
  * @peer_version: hdr.version of the response
  * @resp:       where a successful response's payload goes ...
  * @resp_len:   ... which must be exactly this long
+ * @resp_upto:  ... or at most this long (a variable-length answer)
+ * @resp_got:   once done: the payload's length
  * @complete:   optional, see dj_complete_fn
  * @cond:       waiters sleep here (CLOCK_MONOTONIC)
  * @msg:        once done with an error: its message, NUL-terminated
@@ -146,6 +148,8 @@ struct dj_call {
 	unsigned int peer_version;
 	void *resp;
 	uint64_t resp_len;
+	bool resp_upto;
+	uint64_t resp_got;
 	dj_complete_fn complete;
 	pthread_cond_t cond;
 	char msg[DJINN_MAX_ERROR_MSG + 1];
@@ -179,6 +183,9 @@ int __djinn_call_wait(struct djinn_conn *conn, struct dj_call *c,
 int __djinn_call_sync(struct djinn_conn *conn, uint16_t op, uint64_t session_id,
 		      const struct iovec *iov, int iovcnt, void *resp,
 		      uint64_t resp_len);
+
+/* Keep @fmt's message for djinn_last_error() in this thread. */
+void __djinn_set_last_error(const char *fmt, ...) __printf(1, 2);
 
 /* Fire and forget: the answer, if it is an error, is logged. */
 int __djinn_call_detached(struct djinn_conn *conn, uint16_t op,
@@ -275,6 +282,7 @@ struct djinn_session {
 	bool hb_inflight;
 	bool expired;
 	struct list_head tensors, graphs, requests;
+	struct list_head models, ctxs; /* model.c's */
 };
 
 struct djinn_tensor {
@@ -359,6 +367,15 @@ int __djinn_request_prepare(struct djinn_graph_builder *g,
 			    struct djinn_request **out, void **payload,
 			    uint64_t *len);
 
+/*
+ * A request that already ran, with one result: @desc on the daemon as
+ * @handle, a tensor of @s that a model step made. Linked into @s like a
+ * submitted one; djinn_request_free() frees it, releasing the result.
+ */
+int __djinn_request_stub(struct djinn_session *s,
+			 const struct djinn_tensor_desc *desc, uint64_t handle,
+			 struct djinn_request **out);
+
 /* Wait for @r's request: 0 and @r's handle, or why it cannot be read. */
 int __djinn_result_ready(struct djinn_result *r, uint64_t *handle);
 
@@ -424,9 +441,13 @@ int __djinn_session_new(struct djinn_conn *conn,
 			const char *tenant, struct djinn_session **out);
 
 /* Free everything of @s on this side (not on the daemon): its graphs,
- * requests (pending ones live on as orphans), tensors and mappings.
- * Takes conn->lock. */
+ * requests (pending ones live on as orphans), tensors, mappings, models
+ * and contexts. Takes conn->lock. */
 void __djinn_session_teardown(struct djinn_session *s);
+
+/* Free @s's models and contexts on this side; under conn->lock, after
+ * its requests are gone (model.c). */
+void __djinn_models_teardown(struct djinn_session *s);
 
 /* ---------------------------------------------------------------------- */
 /* Payloads */

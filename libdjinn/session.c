@@ -48,6 +48,8 @@ int __djinn_session_new(struct djinn_conn *conn,
 	INIT_LIST_HEAD(&s->tensors);
 	INIT_LIST_HEAD(&s->graphs);
 	INIT_LIST_HEAD(&s->requests);
+	INIT_LIST_HEAD(&s->models);
+	INIT_LIST_HEAD(&s->ctxs);
 
 	ret = __djinn_keeper_start(conn);
 	if (ret) {
@@ -147,6 +149,7 @@ void __djinn_session_teardown(struct djinn_session *s)
 			__djinn_request_put(req);
 		}
 	}
+	__djinn_models_teardown(s);
 	while (!list_empty(&s->tensors)) {
 		struct djinn_tensor *t = list_first_entry(
 			&s->tensors, struct djinn_tensor, node);

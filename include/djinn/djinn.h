@@ -502,6 +502,190 @@ int djinn_result_unmap(struct djinn_result *r);
  */
 int djinn_result_release(struct djinn_result *r);
 
+/* ---------------------------------------------------------------------- */
+/* Errors */
+
+/*
+ * The message of the last call in this thread that failed: the daemon's
+ * ("no model 'x' in /var/lib/djinn/models"), or libdjinn's for what it
+ * refused itself ("token 300 at 2 is not below the vocabulary of 256"),
+ * "" if none failed yet. A pointer to thread-local memory, valid until
+ * this thread's next libdjinn call.
+ */
+const char *djinn_last_error(void);
+
+/* ---------------------------------------------------------------------- */
+/* Models */
+
+/*
+ * djinnd runs transformer models (GPT-2, Llama) from its model directory
+ * on the client's behalf (DOC: models in proto.h): the weights never
+ * cross the wire, a context's KV cache stays on the device between
+ * calls, and the API takes and returns token ids (tokenizing is the
+ * caller's). A model and its contexts belong to a session and go with
+ * it; a context's steps run in order with the session's graphs.
+ *
+ * One step at a time per context: a step on a context while another
+ * thread's step on it is in flight is -EBUSY, and so is anything but
+ * djinn_ctx_resume(), djinn_ctx_reset() and djinn_ctx_free() while it is
+ * paused at a breakpoint.
+ */
+struct djinn_model;
+struct djinn_ctx;
+
+/*
+ * Open model @name of djinnd's model directory ([A-Za-z0-9._-], 1 to 63
+ * bytes) in session @s. The daemon loads it once for all its sessions
+ * (its weights go into the text segment, shared); a second opener waits
+ * for nothing but the answer. -ENOENT for no such model, -EINVAL for a
+ * bad name or a model the daemon refuses (djinn_last_error() says why),
+ * -EOPNOTSUPP from a djinnd that serves no models. *@out belongs to @s;
+ * djinn_model_close() closes it.
+ */
+int djinn_model_open(struct djinn_session *s, const char *name,
+		     struct djinn_model **out);
+
+/*
+ * struct djinn_model_info - a model as the daemon described it
+ * @name:       its name
+ * @arch:       enum djinn_arch
+ * @dtype:      enum djinn_dtype of its weights
+ * @vocab:      token ids are 0 .. vocab - 1
+ * @n_layer:    layers; breakpoints are after 0 .. n_layer - 1
+ * @hidden:     the hidden size
+ * @n_head:     attention heads
+ * @n_kv_head:  key/value heads
+ * @max_tokens: the longest context
+ * @bytes:      its weights in the text segment
+ * @fp:         their fingerprint (SHA-256)
+ */
+struct djinn_model_info {
+	char name[DJINN_MODEL_NAME_MAX];
+	uint32_t arch;
+	uint32_t dtype;
+	uint32_t vocab;
+	uint32_t n_layer;
+	uint32_t hidden;
+	uint32_t n_head;
+	uint32_t n_kv_head;
+	uint32_t max_tokens;
+	uint64_t bytes;
+	uint8_t fp[DJINN_FP_LEN];
+};
+
+/* Copy what is known of @m into the caller's @info. */
+int djinn_model_info(const struct djinn_model *m,
+		     struct djinn_model_info *info);
+
+/*
+ * Close @m: -EBUSY while it has contexts, and @m stays open; otherwise
+ * @m is freed whatever the daemon answers (which is returned). The
+ * daemon drops the weights only when no session holds them and an
+ * administrator evicts them (djinnctl model evict).
+ */
+int djinn_model_close(struct djinn_model *m);
+
+/*
+ * A context of model @m with room for @max_tokens tokens (0: the
+ * model's longest): an empty KV cache in the session's data segment.
+ * -EINVAL when @max_tokens is over the model's. *@out belongs to @m's
+ * session; free it with djinn_ctx_free().
+ */
+int djinn_ctx_new(struct djinn_model *m, uint32_t max_tokens,
+		  struct djinn_ctx **out);
+
+/* A new context with a copy of @c's cache (on the device), which then
+ * goes on as @c does. */
+int djinn_ctx_fork(struct djinn_ctx *c, struct djinn_ctx **out);
+
+/* Empty @c's cache (abandoning a paused step); its stubs are released. */
+int djinn_ctx_reset(struct djinn_ctx *c);
+
+/* Drop @c on the daemon, and free it and its stubs whatever the daemon
+ * answers (which is returned). NULL is ignored. */
+int djinn_ctx_free(struct djinn_ctx *c);
+
+/* Tokens in @c's cache, as of the last answer: >= 0, or -EINVAL. */
+int djinn_ctx_len(const struct djinn_ctx *c);
+
+/*
+ * struct djinn_step_opts - what a step should also give
+ * @logits:      keep the logits after the last token, as a lazy stub
+ * @break_layer: 0, or DJINN_BREAK_AFTER(L) to pause after layer L
+ *
+ * NULL or a zeroed struct: neither.
+ */
+struct djinn_step_opts {
+	bool logits;
+	unsigned int break_layer;
+};
+#define DJINN_BREAK_AFTER(layer) ((unsigned int)(layer) + 1u)
+
+/*
+ * struct djinn_step - how a step went
+ * @state:     DJINN_CTX_DONE, or DJINN_CTX_PAUSED at a breakpoint
+ * @nr_tokens: a decode's tokens in the caller's buffer so far
+ * @len:       tokens in the context's cache now
+ * @layer:     when paused: the layer it paused after
+ * @run_ns:    time on the device for this call
+ * @logits:    with opts->logits, when done: the logits (1, vocab) f32
+ *             after the last token; else NULL
+ * @hidden:    when paused: the hidden state after @layer, (T, hidden)
+ *             in the weights' dtype (T: the step's tokens, 1 for a
+ *             decode); else NULL
+ *
+ * @logits and @hidden are result stubs of the session: their bytes stay
+ * on the daemon until read (djinn_result_read(), djinn_result_map(),
+ * which move only what is asked), and djinn_graph_input_result() can
+ * use them. They belong to the context and stay valid until its next
+ * step, reset or free, which release them on the daemon;
+ * djinn_result_release() lets go of one sooner.
+ */
+struct djinn_step {
+	unsigned int state;
+	uint32_t nr_tokens;
+	uint32_t len;
+	uint32_t layer;
+	uint64_t run_ns;
+	struct djinn_result *logits;
+	struct djinn_result *hidden;
+};
+
+/*
+ * Append @tokens[@n] to @c's cache and run them (one batched forward
+ * pass); @opts and @out may be NULL (@out is needed with a breakpoint).
+ * -EINVAL for no tokens or a token outside the vocabulary, -ENOSPC when
+ * the cache would pass its max_tokens; @c is then unchanged. Returns 0.
+ */
+int djinn_ctx_prefill(struct djinn_ctx *c, const int32_t *tokens, uint32_t n,
+		      const struct djinn_step_opts *opts,
+		      struct djinn_step *out);
+
+/*
+ * Generate @n tokens on the daemon, each sampled from the last logits
+ * with @sp (NULL or a zeroed struct: greedy; see struct djinn_sampling:
+ * the same seed, context and calls give the same tokens) and appended to
+ * the cache, into the caller's @tokens_out[@n]. Returns how many are
+ * there: @n, or fewer when it paused at a breakpoint (then every
+ * djinn_ctx_resume() adds to @tokens_out, which must stay valid until
+ * the step is done or abandoned).
+ */
+int djinn_ctx_decode(struct djinn_ctx *c, uint32_t n,
+		     const struct djinn_sampling *sp, int32_t *tokens_out,
+		     const struct djinn_step_opts *opts,
+		     struct djinn_step *out);
+
+/*
+ * Go on with @c's paused step: with the hidden state as it was
+ * (@replacement NULL), or replaced by data tensor @replacement of its
+ * shape and dtype (steering). -EBUSY when @c is not paused. Returns what
+ * the paused call would have: 0 for a prefill, a decode's tokens so far.
+ * A step resumed unchanged gives the tokens and logits it gives without
+ * the breakpoint.
+ */
+int djinn_ctx_resume(struct djinn_ctx *c, struct djinn_tensor *replacement,
+		     struct djinn_step *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,765 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Models and contexts: the client side of DOC: models in proto.h.
+ *
+ * A model and a context are a handle on the daemon and what its answers
+ * said, linked into their session (s->models, s->ctxs) so that closing
+ * the session or the connection frees them. Their fields are guarded by
+ * conn->lock, like every object list.
+ *
+ * A step's logits and hidden state are tensors the daemon made in the
+ * session: each is wrapped as a request that already ran with one result
+ * (__djinn_request_stub()), so that djinn_result_read(), _map() and
+ * _release() and djinn_graph_input_result() work on it as on any result
+ * and move only what they are asked. The context keeps the last step's
+ * stubs and frees them (releasing the tensors) when the next step goes
+ * out.
+ *
+ * A decode answer is variable: the step response, then the tokens so far
+ * (all of them when it is done, fewer when it paused at a breakpoint),
+ * padded to 8 bytes. Its call takes an answer of up to the whole decode's
+ * size and checks it against its own nr_tokens.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct djinn_model {
+	struct djinn_session *s;
+	struct list_head node;
+	uint64_t handle;
+	struct djinn_model_info info;
+	unsigned int nr_ctxs;
+};
+
+/*
+ * struct djinn_ctx - a context
+ * @len, @max_tokens: as the daemon last said
+ * @busy:     a step of it is in flight
+ * @paused:   its last step paused at a breakpoint; the fields below say
+ *            what that step was
+ * @op:       CTX_PREFILL or CTX_DECODE
+ * @want:     a decode's tokens; 0 for a prefill
+ * @tokens_out: where a decode's tokens go
+ * @step_tokens: T of the hidden state (a prefill's tokens, 1 for decode)
+ * @break_layer: its breakpoint, 0 for none (a decode pauses there for
+ *            every token)
+ * @logits_wanted: the step asked for the logits
+ * @logits, @hidden: the last step's stubs, or NULL
+ */
+struct djinn_ctx {
+	struct djinn_model *m;
+	struct list_head node;
+	uint64_t handle;
+	uint32_t len, max_tokens;
+	bool busy;
+	bool paused;
+	uint16_t op;
+	uint32_t want;
+	int32_t *tokens_out;
+	uint32_t step_tokens;
+	unsigned int break_layer;
+	bool logits_wanted;
+	struct djinn_request *logits, *hidden;
+};
+
+static int refuse(int err, const char *fmt, ...) __printf(2, 3);
+static int refuse(int err, const char *fmt, ...)
+{
+	char buf[DJINN_MAX_ERROR_MSG];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	__djinn_set_last_error("%s", buf);
+	dj_dbg("%s", buf);
+	return err;
+}
+
+static struct djinn_conn *conn_of(const struct djinn_ctx *c)
+{
+	return c->m->s->conn;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Models */
+
+static int name_check(const char *name)
+{
+	size_t n;
+
+	if (!name)
+		return refuse(-EINVAL, "no model name");
+	n = strlen(name);
+	if (!n || n >= DJINN_MODEL_NAME_MAX)
+		return refuse(-EINVAL, "model name of %zu bytes, not 1 to %d",
+			      n, DJINN_MODEL_NAME_MAX - 1);
+	for (size_t i = 0; i < n; i++) {
+		char ch = name[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
+		      ch == '-'))
+			return refuse(-EINVAL,
+				      "model name: byte %zu is not one of "
+				      "[A-Za-z0-9._-]",
+				      i);
+	}
+	return 0;
+}
+
+int djinn_model_open(struct djinn_session *s, const char *name,
+		     struct djinn_model **out)
+{
+	struct djinn_model_open req = { { 0 } };
+	struct djinn_model_resp r;
+	struct iovec iov = { &req, sizeof(req) };
+	struct djinn_model *m;
+	int ret;
+
+	if (!s || !out)
+		return refuse(-EINVAL, "model open: NULL argument");
+	ret = name_check(name);
+	if (ret)
+		return ret;
+	memcpy(req.name, name, strlen(name));
+	ret = __djinn_call_sync(s->conn, DJINN_OP_MODEL_OPEN, s->id, &iov, 1,
+				&r, sizeof(r));
+	if (ret)
+		return ret;
+	if (!r.model ||
+	    (r.arch != DJINN_ARCH_GPT2 && r.arch != DJINN_ARCH_LLAMA) ||
+	    !djinn_dtype_size(r.dtype) || !r.vocab || !r.n_layer || !r.hidden ||
+	    !r.n_head || !r.n_kv_head || !r.max_tokens) {
+		__djinn_conn_fail(s->conn, -EPROTO,
+				  "MODEL_OPEN answer: handle %#llx, arch %u, "
+				  "dtype %u, vocab %u, %u layers",
+				  (unsigned long long)r.model, r.arch, r.dtype,
+				  r.vocab, r.n_layer);
+		return -EPROTO;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		/* the daemon holds it for the session, which frees it */
+		return -ENOMEM;
+	}
+	m->s = s;
+	m->handle = r.model;
+	memcpy(m->info.name, name, strlen(name));
+	m->info.arch = r.arch;
+	m->info.dtype = r.dtype;
+	m->info.vocab = r.vocab;
+	m->info.n_layer = r.n_layer;
+	m->info.hidden = r.hidden;
+	m->info.n_head = r.n_head;
+	m->info.n_kv_head = r.n_kv_head;
+	m->info.max_tokens = r.max_tokens;
+	m->info.bytes = r.bytes;
+	memcpy(m->info.fp, r.fp, sizeof(m->info.fp));
+	pthread_mutex_lock(&s->conn->lock);
+	list_add_tail(&m->node, &s->models);
+	pthread_mutex_unlock(&s->conn->lock);
+	dj_dbg("model %s: %u layers, vocab %u, %llu bytes", name, r.n_layer,
+	       r.vocab, (unsigned long long)r.bytes);
+	*out = m;
+	return 0;
+}
+
+int djinn_model_info(const struct djinn_model *m, struct djinn_model_info *info)
+{
+	if (!m || !info)
+		return -EINVAL;
+	*info = m->info; /* fixed once open */
+	return 0;
+}
+
+int djinn_model_close(struct djinn_model *m)
+{
+	struct djinn_conn *conn;
+	struct iovec iov;
+	int ret;
+
+	if (!m)
+		return -EINVAL;
+	conn = m->s->conn;
+	pthread_mutex_lock(&conn->lock);
+	if (m->nr_ctxs) {
+		unsigned int n = m->nr_ctxs;
+
+		pthread_mutex_unlock(&conn->lock);
+		return refuse(-EBUSY, "model %s has %u contexts", m->info.name,
+			      n);
+	}
+	list_del_init(&m->node);
+	pthread_mutex_unlock(&conn->lock);
+	iov = (struct iovec){ &m->handle, sizeof(m->handle) };
+	ret = __djinn_call_sync(conn, DJINN_OP_MODEL_CLOSE, m->s->id, &iov, 1,
+				NULL, 0);
+	if (ret == -EBUSY) {
+		/* contexts made on it another way: it stays */
+		pthread_mutex_lock(&conn->lock);
+		list_add_tail(&m->node, &m->s->models);
+		pthread_mutex_unlock(&conn->lock);
+		return ret;
+	}
+	free(m);
+	return ret;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Contexts */
+
+/* Take @c's stubs; under conn->lock. The caller frees them with
+ * drop_stubs() outside it. */
+static void take_stubs(struct djinn_ctx *c, struct djinn_request **stubs)
+{
+	stubs[0] = c->logits;
+	stubs[1] = c->hidden;
+	c->logits = NULL;
+	c->hidden = NULL;
+}
+
+static void drop_stubs(struct djinn_request **stubs)
+{
+	djinn_request_free(stubs[0]); /* releases them on the daemon */
+	djinn_request_free(stubs[1]);
+}
+
+static int ctx_make(struct djinn_model *m, const struct djinn_ctx_resp *r,
+		    uint32_t want_len, struct djinn_ctx **out)
+{
+	struct djinn_conn *conn = m->s->conn;
+	struct djinn_ctx *c;
+
+	if (!r->ctx || r->len != want_len || !r->max_tokens ||
+	    r->len > r->max_tokens) {
+		__djinn_conn_fail(conn, -EPROTO,
+				  "context answer: handle %#llx, %u of %u "
+				  "tokens, expected %u",
+				  (unsigned long long)r->ctx, r->len,
+				  r->max_tokens, want_len);
+		return -EPROTO;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM; /* the daemon's goes with the session */
+	c->m = m;
+	c->handle = r->ctx;
+	c->len = r->len;
+	c->max_tokens = r->max_tokens;
+	pthread_mutex_lock(&conn->lock);
+	list_add_tail(&c->node, &m->s->ctxs);
+	m->nr_ctxs++;
+	pthread_mutex_unlock(&conn->lock);
+	*out = c;
+	return 0;
+}
+
+int djinn_ctx_new(struct djinn_model *m, uint32_t max_tokens,
+		  struct djinn_ctx **out)
+{
+	struct djinn_ctx_new req = { 0 };
+	struct djinn_ctx_resp r;
+	struct iovec iov = { &req, sizeof(req) };
+	int ret;
+
+	if (!m || !out)
+		return refuse(-EINVAL, "context new: NULL argument");
+	if (max_tokens > m->info.max_tokens)
+		return refuse(-EINVAL,
+			      "context of %u tokens: model %s holds %u at most",
+			      max_tokens, m->info.name, m->info.max_tokens);
+	req.model = m->handle;
+	req.max_tokens = max_tokens;
+	ret = __djinn_call_sync(m->s->conn, DJINN_OP_CTX_NEW, m->s->id, &iov, 1,
+				&r, sizeof(r));
+	if (ret)
+		return ret;
+	return ctx_make(m, &r, 0, out);
+}
+
+/*
+ * Mark @c busy for an operation that needs it idle, paused or not as
+ * @want_paused says, and room for @n more tokens: 0, -EBUSY or -ENOSPC
+ * (checked here, so that a step that cannot fit changes nothing: the
+ * daemon would run a decode up to the end of the room). Under conn->lock.
+ */
+static int ctx_claim_room(struct djinn_ctx *c, bool want_paused, uint32_t n,
+			  const char *what)
+{
+	if (c->busy)
+		return refuse(-EBUSY, "%s: a step of the context is in flight",
+			      what);
+	if (want_paused && !c->paused)
+		return refuse(-EBUSY, "%s: the context is not paused", what);
+	if (!want_paused && c->paused)
+		return refuse(-EBUSY,
+			      "%s: the context is paused at a breakpoint "
+			      "(resume, reset or free it)",
+			      what);
+	if (n > c->max_tokens - c->len)
+		return refuse(-ENOSPC,
+			      "%s: %u tokens more do not fit a context of %u "
+			      "holding %u",
+			      what, n, c->max_tokens, c->len);
+	c->busy = true;
+	return 0;
+}
+
+static int ctx_claim(struct djinn_ctx *c, bool want_paused, const char *what)
+{
+	return ctx_claim_room(c, want_paused, 0, what);
+}
+
+int djinn_ctx_fork(struct djinn_ctx *c, struct djinn_ctx **out)
+{
+	struct djinn_conn *conn;
+	struct djinn_ctx_resp r;
+	struct iovec iov;
+	uint32_t len;
+	int ret;
+
+	if (!c || !out)
+		return refuse(-EINVAL, "context fork: NULL argument");
+	conn = conn_of(c);
+	pthread_mutex_lock(&conn->lock);
+	ret = ctx_claim(c, false, "context fork");
+	len = c->len;
+	pthread_mutex_unlock(&conn->lock);
+	if (ret)
+		return ret;
+	iov = (struct iovec){ &c->handle, sizeof(c->handle) };
+	ret = __djinn_call_sync(conn, DJINN_OP_CTX_FORK, c->m->s->id, &iov, 1,
+				&r, sizeof(r));
+	if (!ret)
+		ret = ctx_make(c->m, &r, len, out);
+	pthread_mutex_lock(&conn->lock);
+	c->busy = false;
+	pthread_mutex_unlock(&conn->lock);
+	return ret;
+}
+
+int djinn_ctx_reset(struct djinn_ctx *c)
+{
+	struct djinn_request *stubs[2];
+	struct djinn_conn *conn;
+	struct iovec iov;
+	int ret;
+
+	if (!c)
+		return -EINVAL;
+	conn = conn_of(c);
+	pthread_mutex_lock(&conn->lock);
+	if (c->busy) {
+		pthread_mutex_unlock(&conn->lock);
+		return refuse(-EBUSY,
+			      "context reset: a step of it is in flight");
+	}
+	c->busy = true;
+	pthread_mutex_unlock(&conn->lock);
+	iov = (struct iovec){ &c->handle, sizeof(c->handle) };
+	ret = __djinn_call_sync(conn, DJINN_OP_CTX_RESET, c->m->s->id, &iov, 1,
+				NULL, 0);
+	pthread_mutex_lock(&conn->lock);
+	c->busy = false;
+	stubs[0] = stubs[1] = NULL;
+	if (!ret) {
+		c->len = 0;
+		c->paused = false;
+		take_stubs(c, stubs);
+	}
+	pthread_mutex_unlock(&conn->lock);
+	drop_stubs(stubs);
+	return ret;
+}
+
+int djinn_ctx_free(struct djinn_ctx *c)
+{
+	struct djinn_request *stubs[2];
+	struct djinn_conn *conn;
+	struct iovec iov;
+	int ret;
+
+	if (!c)
+		return 0;
+	conn = conn_of(c);
+	iov = (struct iovec){ &c->handle, sizeof(c->handle) };
+	ret = __djinn_call_sync(conn, DJINN_OP_CTX_FREE, c->m->s->id, &iov, 1,
+				NULL, 0);
+	pthread_mutex_lock(&conn->lock);
+	take_stubs(c, stubs);
+	list_del_init(&c->node);
+	c->m->nr_ctxs--;
+	pthread_mutex_unlock(&conn->lock);
+	drop_stubs(stubs);
+	free(c);
+	return ret;
+}
+
+int djinn_ctx_len(const struct djinn_ctx *c)
+{
+	struct djinn_conn *conn;
+	uint32_t len;
+
+	if (!c)
+		return -EINVAL;
+	conn = conn_of(c);
+	pthread_mutex_lock(&conn->lock);
+	len = c->len;
+	pthread_mutex_unlock(&conn->lock);
+	return len > INT32_MAX ? INT32_MAX : (int)len;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Steps */
+
+static uint64_t answer_len(uint32_t nr_tokens)
+{
+	return sizeof(struct djinn_ctx_step_resp) +
+	       (((uint64_t)nr_tokens * sizeof(int32_t) + 7) & ~7ull);
+}
+
+/* Send @op and wait for an answer of up to @max bytes into @buf. */
+static int step_call(struct djinn_conn *conn, uint16_t op, uint64_t sid,
+		     const struct iovec *iov, int iovcnt, void *buf,
+		     uint64_t max, uint64_t *got)
+{
+	struct dj_call call;
+	int ret;
+
+	__djinn_call_init(&call, op, sid, buf, max);
+	call.sync = true;
+	call.resp_upto = true;
+	ret = __djinn_call_send(conn, &call, iov, iovcnt);
+	if (!ret) {
+		__djinn_call_wait(conn, &call, UINT64_MAX);
+		ret = call.err;
+	}
+	if (ret) {
+		dj_dbg("%s (session %llu): %s: %s", __djinn_op_str(op),
+		       (unsigned long long)sid, strerror(-ret),
+		       call.msg[0] ? call.msg : "no message");
+		__djinn_set_last_error("%s",
+				       call.msg[0] ? call.msg : strerror(-ret));
+	}
+	*got = call.resp_got;
+	__djinn_call_destroy(&call);
+	return ret;
+}
+
+/* The answer @r (@got bytes) breaks the protocol? Why, or NULL. */
+static const char *answer_bad(const struct djinn_ctx *c,
+			      const struct djinn_ctx_step_resp *r, uint64_t got,
+			      unsigned int break_layer)
+{
+	const struct djinn_model_info *mi = &c->m->info;
+	const int32_t *tok = (const void *)(r + 1);
+
+	if (got < sizeof(*r) || got != answer_len(r->nr_tokens))
+		return "length";
+	if (r->state != DJINN_CTX_DONE && r->state != DJINN_CTX_PAUSED)
+		return "state";
+	if (r->nr_tokens > c->want ||
+	    (r->state == DJINN_CTX_DONE && r->nr_tokens != c->want))
+		return "nr_tokens";
+	if (r->len > c->max_tokens)
+		return "len";
+	if (r->state == DJINN_CTX_DONE &&
+	    (r->hidden || !r->logits != !c->logits_wanted))
+		return "handles";
+	if (r->state == DJINN_CTX_PAUSED &&
+	    (!r->hidden || r->logits || !break_layer ||
+	     r->layer != break_layer - 1))
+		return "breakpoint";
+	for (uint32_t i = 0; i < r->nr_tokens; i++)
+		if (tok[i] < 0 || (uint32_t)tok[i] >= mi->vocab)
+			return "token";
+	return NULL;
+}
+
+/* Release tensor @handle of @s now: what no stub could be made for. */
+static void release_now(struct djinn_session *s, uint64_t handle)
+{
+	struct djinn_tensor_release p = { handle };
+	struct iovec iov = { &p, sizeof(p) };
+
+	__djinn_call_sync(s->conn, DJINN_OP_TENSOR_RELEASE, s->id, &iov, 1,
+			  NULL, 0);
+}
+
+/* Unclaim @c after a step that did not happen as asked. */
+static int step_failed(struct djinn_ctx *c, bool paused, int err)
+{
+	struct djinn_conn *conn = conn_of(c);
+
+	pthread_mutex_lock(&conn->lock);
+	c->paused = paused;
+	c->busy = false;
+	pthread_mutex_unlock(&conn->lock);
+	return err;
+}
+
+/*
+ * Run a step of @c (claimed, with its c->op, want, tokens_out, ...) whose
+ * frame is @iov[@iovcnt] and take in its answer: @c's state, its stubs,
+ * the tokens, *@out. Returns a decode's tokens so far, 0 for a prefill,
+ * or the error; unclaims @c.
+ */
+static int step_run(struct djinn_ctx *c, uint16_t op, const struct iovec *iov,
+		    int iovcnt, struct djinn_step *out)
+{
+	struct djinn_conn *conn = conn_of(c);
+	struct djinn_session *s = c->m->s;
+	struct djinn_request *stubs[2] = { NULL, NULL }, *nl = NULL, *nh = NULL;
+	const struct djinn_ctx_step_resp *r;
+	bool resume = op == DJINN_OP_CTX_RESUME;
+	uint64_t got = 0, max = answer_len(c->want);
+	const char *bad;
+	void *buf;
+	int ret = 0;
+
+	buf = malloc(max);
+	if (!buf)
+		return step_failed(c, resume, -ENOMEM);
+	/* The last step's stubs go as this one goes out. */
+	pthread_mutex_lock(&conn->lock);
+	take_stubs(c, stubs);
+	pthread_mutex_unlock(&conn->lock);
+	drop_stubs(stubs);
+
+	ret = step_call(conn, op, s->id, iov, iovcnt, buf, max, &got);
+	if (ret) {
+		free(buf);
+		/* A bad replacement leaves it paused; anything else ends the
+		 * step: the daemon abandoned it, or never began it. */
+		return step_failed(
+			c, resume && (ret == -EINVAL || ret == -ENOENT), ret);
+	}
+	r = buf;
+	bad = answer_bad(c, r, got, c->break_layer);
+	if (bad) {
+		__djinn_conn_fail(conn, -EPROTO,
+				  "%s answer (%s): state %u, %u tokens in "
+				  "%llu bytes, len %u, layer %u",
+				  __djinn_op_str(op), bad, r->state,
+				  got >= sizeof(*r) ? r->nr_tokens : 0,
+				  (unsigned long long)got, r->len, r->layer);
+		free(buf);
+		return step_failed(c, false, -EPROTO);
+	}
+	if (r->logits) {
+		struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_F32,
+					       .ndim = 2,
+					       .dims = { 1,
+							 c->m->info.vocab } };
+
+		ret = __djinn_request_stub(s, &d, r->logits, &nl);
+		if (ret)
+			release_now(s, r->logits);
+	}
+	if (r->hidden) {
+		struct djinn_tensor_desc d = {
+			.dtype = (uint8_t)c->m->info.dtype,
+			.ndim = 2,
+			.dims = { c->step_tokens, c->m->info.hidden }
+		};
+		int err = __djinn_request_stub(s, &d, r->hidden, &nh);
+
+		if (err)
+			release_now(s, r->hidden);
+		ret = ret ? ret : err;
+	}
+	if (r->nr_tokens)
+		memcpy(c->tokens_out, r + 1, r->nr_tokens * sizeof(int32_t));
+	if (out) {
+		memset(out, 0, sizeof(*out));
+		out->state = r->state;
+		out->nr_tokens = r->nr_tokens;
+		out->len = r->len;
+		out->layer = r->state == DJINN_CTX_PAUSED ? r->layer : 0;
+		out->run_ns = r->run_ns;
+		out->logits = nl ? djinn_request_results(nl, 0) : NULL;
+		out->hidden = nh ? djinn_request_results(nh, 0) : NULL;
+	}
+	pthread_mutex_lock(&conn->lock);
+	c->len = r->len;
+	c->paused = r->state == DJINN_CTX_PAUSED;
+	c->logits = nl;
+	c->hidden = nh;
+	c->busy = false;
+	pthread_mutex_unlock(&conn->lock);
+	if (!ret)
+		ret = (int)r->nr_tokens; /* 0 for a prefill */
+	free(buf);
+	return ret;
+}
+
+static int opts_check(const struct djinn_ctx *c,
+		      const struct djinn_step_opts *opts,
+		      const struct djinn_step *out, const char *what)
+{
+	if (!opts || !opts->break_layer)
+		return 0;
+	if (opts->break_layer > c->m->info.n_layer)
+		return refuse(-EINVAL,
+			      "%s: a breakpoint after layer %u of %u layers",
+			      what, opts->break_layer - 1, c->m->info.n_layer);
+	if (!out)
+		return refuse(-EINVAL,
+			      "%s: a breakpoint needs a struct "
+			      "djinn_step to say it paused",
+			      what);
+	return 0;
+}
+
+int djinn_ctx_prefill(struct djinn_ctx *c, const int32_t *tokens, uint32_t n,
+		      const struct djinn_step_opts *opts,
+		      struct djinn_step *out)
+{
+	struct djinn_ctx_step st = { 0 };
+	struct iovec iov[2];
+	struct djinn_conn *conn;
+	int ret;
+
+	if (!c || (!tokens && n))
+		return refuse(-EINVAL, "prefill: NULL argument");
+	if (!n)
+		return refuse(-EINVAL, "prefill: no tokens");
+	if (n > DJINN_MAX_STEP_TOKENS)
+		return refuse(-E2BIG, "prefill: %u tokens, limit %u", n,
+			      DJINN_MAX_STEP_TOKENS);
+	for (uint32_t i = 0; i < n; i++)
+		if (tokens[i] < 0 || (uint32_t)tokens[i] >= c->m->info.vocab)
+			return refuse(-EINVAL,
+				      "token %d at %u is outside the "
+				      "vocabulary of %u",
+				      tokens[i], i, c->m->info.vocab);
+	ret = opts_check(c, opts, out, "prefill");
+	if (ret)
+		return ret;
+	conn = conn_of(c);
+	pthread_mutex_lock(&conn->lock);
+	ret = ctx_claim_room(c, false, n, "prefill");
+	if (!ret) {
+		c->op = DJINN_OP_CTX_PREFILL;
+		c->want = 0;
+		c->tokens_out = NULL;
+		c->step_tokens = n;
+		c->break_layer = opts ? opts->break_layer : 0;
+		c->logits_wanted = opts && opts->logits;
+	}
+	pthread_mutex_unlock(&conn->lock);
+	if (ret)
+		return ret;
+	st.ctx = c->handle;
+	st.nr_tokens = n;
+	st.flags = opts && opts->logits ? DJINN_STEP_LOGITS : 0;
+	st.break_layer = opts ? opts->break_layer : 0;
+	iov[0] = (struct iovec){ &st, sizeof(st) };
+	iov[1] = (struct iovec){ (void *)tokens, n * sizeof(int32_t) };
+	return step_run(c, DJINN_OP_CTX_PREFILL, iov, 2, out);
+}
+
+int djinn_ctx_decode(struct djinn_ctx *c, uint32_t n,
+		     const struct djinn_sampling *sp, int32_t *tokens_out,
+		     const struct djinn_step_opts *opts, struct djinn_step *out)
+{
+	struct djinn_ctx_step st = { 0 };
+	struct iovec iov;
+	struct djinn_conn *conn;
+	int ret;
+
+	if (!c || !tokens_out)
+		return refuse(-EINVAL, "decode: NULL argument");
+	if (!n)
+		return refuse(-EINVAL, "decode: no tokens asked for");
+	if (n > DJINN_MAX_STEP_TOKENS)
+		return refuse(-E2BIG, "decode: %u tokens, limit %u", n,
+			      DJINN_MAX_STEP_TOKENS);
+	if (sp && (!(sp->temperature >= 0.0f) || isinf(sp->temperature) ||
+		   !(sp->top_p >= 0.0f && sp->top_p <= 1.0f) || sp->__reserved))
+		return refuse(-EINVAL,
+			      "decode: sampling with temperature %g and top_p "
+			      "%g: want a temperature >= 0 and top_p in [0, 1]",
+			      (double)sp->temperature, (double)sp->top_p);
+	ret = opts_check(c, opts, out, "decode");
+	if (ret)
+		return ret;
+	conn = conn_of(c);
+	pthread_mutex_lock(&conn->lock);
+	ret = ctx_claim_room(c, false, n, "decode");
+	if (!ret) {
+		c->op = DJINN_OP_CTX_DECODE;
+		c->want = n;
+		c->tokens_out = tokens_out;
+		c->step_tokens = 1;
+		c->break_layer = opts ? opts->break_layer : 0;
+		c->logits_wanted = opts && opts->logits;
+	}
+	pthread_mutex_unlock(&conn->lock);
+	if (ret)
+		return ret;
+	st.ctx = c->handle;
+	st.nr_tokens = n;
+	st.flags = opts && opts->logits ? DJINN_STEP_LOGITS : 0;
+	st.break_layer = opts ? opts->break_layer : 0;
+	if (sp) {
+		st.sampling.temperature = sp->temperature;
+		st.sampling.top_k = sp->top_k;
+		st.sampling.top_p = sp->top_p;
+		st.sampling.seed = sp->seed;
+	}
+	iov = (struct iovec){ &st, sizeof(st) };
+	return step_run(c, DJINN_OP_CTX_DECODE, &iov, 1, out);
+}
+
+int djinn_ctx_resume(struct djinn_ctx *c, struct djinn_tensor *replacement,
+		     struct djinn_step *out)
+{
+	struct djinn_ctx_resume req = { 0 };
+	struct iovec iov = { &req, sizeof(req) };
+	struct djinn_conn *conn;
+	int ret;
+
+	if (!c)
+		return refuse(-EINVAL, "resume: NULL argument");
+	if (replacement && replacement->s != c->m->s)
+		return refuse(-EINVAL,
+			      "resume: the replacement is another session's");
+	conn = conn_of(c);
+	pthread_mutex_lock(&conn->lock);
+	ret = ctx_claim(c, true, "resume");
+	pthread_mutex_unlock(&conn->lock);
+	if (ret)
+		return ret;
+	req.ctx = c->handle;
+	req.hidden = replacement ? replacement->info.handle : 0;
+	return step_run(c, DJINN_OP_CTX_RESUME, &iov, 1, out);
+}
+
+/* ---------------------------------------------------------------------- */
+
+void __djinn_models_teardown(struct djinn_session *s)
+{
+	/* the stubs' requests went with the session's requests */
+	while (!list_empty(&s->ctxs)) {
+		struct djinn_ctx *c =
+			list_first_entry(&s->ctxs, struct djinn_ctx, node);
+
+		list_del_init(&c->node);
+		free(c);
+	}
+	while (!list_empty(&s->models)) {
+		struct djinn_model *m =
+			list_first_entry(&s->models, struct djinn_model, node);
+
+		list_del_init(&m->node);
+		free(m);
+	}
+}

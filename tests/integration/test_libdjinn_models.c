@@ -1,0 +1,530 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libdjinn's model API against a real djinnd: a tiny GPT-2 written with
+ * scripts/mkmodel.py into the daemon's model directory, opened, run and
+ * read through libdjinn, and checked against the same requests spoken in
+ * raw frames (tests/integration/daemon.h), against the admin socket's
+ * model list, and against itself (a decode after a prefill equals a
+ * fresh context prefilled with the prompt and the first tokens).
+ *
+ * The breakpoint test skips, saying so, while djinnd answers
+ * -EOPNOTSUPP to break_layer.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <djinn/djinn.h>
+
+#include "daemon.h"
+
+#define TINY_GPT2                                                 \
+	"--arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 " \
+	"--ctx 64 --seed 3"
+/* logits of 16 KiB: a range of them is much less */
+#define WIDE_GPT2                                                  \
+	"--arch gpt2 --layers 1 --embd 32 --heads 2 --vocab 4096 " \
+	"--ctx 32 --seed 5"
+
+struct fx {
+	struct djd d;
+	struct djinn_conn *conn;
+	struct djinn_session *s;
+};
+
+static const int32_t prompt[4] = { 1, 2, 3, 4 };
+
+static int fx_setup(void **state)
+{
+	struct fx *fx = calloc(1, sizeof(*fx));
+	char addr[sizeof(fx->d.sock) + 8];
+
+	if (!fx || djd_start(&fx->d, "256M", 10000))
+		goto fail;
+	if (djd_make_model(&fx->d, "tiny-gpt2", TINY_GPT2) ||
+	    djd_make_model(&fx->d, "wide-gpt2", WIDE_GPT2))
+		goto fail_kill;
+	snprintf(addr, sizeof(addr), "unix:%s", fx->d.sock);
+	if (djinn_connect(addr, &fx->conn) ||
+	    djinn_session_open(fx->conn, NULL, &fx->s))
+		goto fail_kill;
+	*state = fx;
+	return 0;
+
+fail_kill:
+	djinn_disconnect(fx->conn);
+	djd_kill(&fx->d);
+fail:
+	free(fx);
+	return -1;
+}
+
+static int fx_teardown(void **state)
+{
+	struct fx *fx = *state;
+	int ret;
+
+	djinn_disconnect(fx->conn);
+	ret = djd_stop(&fx->d, 10000);
+	free(fx);
+	return ret;
+}
+
+/* After a test that killed the daemon. */
+static int fx_teardown_killed(void **state)
+{
+	struct fx *fx = *state;
+
+	djinn_disconnect(fx->conn);
+	djd_kill(&fx->d);
+	free(fx);
+	return 0;
+}
+
+static int argmax(const float *v, unsigned int n)
+{
+	int best = 0;
+
+	for (unsigned int i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = (int)i;
+	return best;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Raw frames: the same requests without libdjinn */
+
+static struct dj_resp raw_ok(int fd, uint16_t op, uint64_t sid, const void *p,
+			     size_t len)
+{
+	struct dj_resp r;
+
+	assert_int_equal(dj_call(fd, op, sid, p, len, &r), 1);
+	if (r.error)
+		fail_msg("%u: %s (%d)", op, r.msg, r.error);
+	return r;
+}
+
+/* Greedy tokens for @prompt[@np] then @n tokens, in raw frames on a
+ * session of its own. */
+static void raw_greedy(struct fx *fx, const int32_t *p, uint32_t np, uint32_t n,
+		       int32_t *out)
+{
+	int fd = dj_connect(fx->d.sock);
+	struct djinn_session_open so = { .tenant = "raw", .priority = 4 };
+	struct djinn_model_open mo = { "tiny-gpt2" };
+	struct djinn_session_resp sr;
+	struct djinn_model_resp mr;
+	struct djinn_ctx_new cn = { 0 };
+	struct djinn_ctx_resp cr;
+	struct djinn_ctx_step *st;
+	struct djinn_ctx_step_resp rr;
+	struct dj_resp r;
+	size_t len = sizeof(*st) + np * sizeof(int32_t);
+
+	assert_true(fd >= 0);
+	r = raw_ok(fd, DJINN_OP_HELLO, 0, NULL, 0);
+	dj_resp_free(&r);
+	r = raw_ok(fd, DJINN_OP_SESSION_OPEN, 0, &so, sizeof(so));
+	memcpy(&sr, r.data, sizeof(sr));
+	dj_resp_free(&r);
+	r = raw_ok(fd, DJINN_OP_MODEL_OPEN, sr.session_id, &mo, sizeof(mo));
+	memcpy(&mr, r.data, sizeof(mr));
+	dj_resp_free(&r);
+	cn.model = mr.model;
+	r = raw_ok(fd, DJINN_OP_CTX_NEW, sr.session_id, &cn, sizeof(cn));
+	memcpy(&cr, r.data, sizeof(cr));
+	dj_resp_free(&r);
+
+	st = calloc(1, len);
+	assert_non_null(st);
+	st->ctx = cr.ctx;
+	st->nr_tokens = np;
+	memcpy(st + 1, p, np * sizeof(int32_t));
+	r = raw_ok(fd, DJINN_OP_CTX_PREFILL, sr.session_id, st, len);
+	dj_resp_free(&r);
+	memset(st, 0, sizeof(*st));
+	st->ctx = cr.ctx;
+	st->nr_tokens = n;
+	r = raw_ok(fd, DJINN_OP_CTX_DECODE, sr.session_id, st, sizeof(*st));
+	memcpy(&rr, r.data, sizeof(rr));
+	assert_int_equal(rr.nr_tokens, n);
+	memcpy(out, r.data + sizeof(rr), n * sizeof(int32_t));
+	dj_resp_free(&r);
+	free(st);
+	r = raw_ok(fd, DJINN_OP_SESSION_CLOSE, sr.session_id, NULL, 0);
+	dj_resp_free(&r);
+	close(fd);
+}
+
+/* Holders of @name on the admin socket, -1 when it is not loaded. */
+static int holders(struct fx *fx, const char *name)
+{
+	int fd = dj_connect(fx->d.admin), n = -1;
+	const struct djinn_admin_model *e;
+	struct dj_resp r;
+	uint32_t count;
+
+	assert_true(fd >= 0);
+	r = raw_ok(fd, DJINN_OP_ADMIN_MODELS, 0, NULL, 0);
+	memcpy(&count, r.data, sizeof(count));
+	e = (const void *)(r.data + 8);
+	for (uint32_t i = 0; i < count; i++)
+		if (!strcmp(e[i].name, name))
+			n = (int)e[i].holders;
+	dj_resp_free(&r);
+	close(fd);
+	return n;
+}
+
+/* ---------------------------------------------------------------------- */
+
+/* Generation through libdjinn is what the raw protocol gives, and what a
+ * fresh context prefilled with the prompt and the first tokens gives; a
+ * second session shares the model. */
+static void test_generate(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_model *m, *m2;
+	struct djinn_session *s2;
+	struct djinn_model_info mi;
+	struct djinn_ctx *c, *c2;
+	struct djinn_step st;
+	struct djinn_step_opts lo = { .logits = true };
+	int32_t t[6], raw[6], all[10], u[1];
+	float logits[256];
+
+	assert_int_equal(djinn_model_open(fx->s, "tiny-gpt2", &m), 0);
+	assert_int_equal(djinn_model_info(m, &mi), 0);
+	assert_string_equal(mi.name, "tiny-gpt2");
+	assert_int_equal(mi.arch, DJINN_ARCH_GPT2);
+	assert_int_equal(mi.vocab, 256);
+	assert_int_equal(mi.n_layer, 2);
+	assert_int_equal(mi.hidden, 64);
+	assert_int_equal(mi.max_tokens, 64);
+	assert_true(mi.bytes > 0);
+	assert_int_equal(holders(fx, "tiny-gpt2"), 1);
+
+	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
+	assert_int_equal(djinn_ctx_len(c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, &lo, &st), 0);
+	assert_int_equal(st.state, DJINN_CTX_DONE);
+	assert_int_equal(st.len, 4);
+	assert_null(st.hidden);
+	assert_non_null(st.logits);
+	assert_int_equal(djinn_result_desc(st.logits)->ndim, 2);
+	assert_int_equal(djinn_result_desc(st.logits)->dims[1], 256);
+	assert_int_equal(
+		djinn_result_read(st.logits, 0, sizeof(logits), logits), 0);
+	assert_int_equal(djinn_ctx_decode(c, 6, NULL, t, NULL, &st), 6);
+	assert_int_equal(st.nr_tokens, 6);
+	assert_int_equal(st.len, 10);
+	assert_int_equal(djinn_ctx_len(c), 10);
+	assert_null(st.logits);
+	/* greedy: the first token is the prefill's argmax */
+	assert_int_equal(t[0], argmax(logits, 256));
+
+	/* The raw protocol gives the same tokens. */
+	raw_greedy(fx, prompt, 4, 6, raw);
+	assert_memory_equal(t, raw, sizeof(t));
+
+	/* KV cache reuse: prompt + 5 tokens from scratch, in another
+	 * session, then one more, is the sixth. */
+	assert_int_equal(djinn_session_open(fx->conn, NULL, &s2), 0);
+	assert_int_equal(djinn_model_open(s2, "tiny-gpt2", &m2), 0);
+	assert_int_equal(holders(fx, "tiny-gpt2"), 2);
+	assert_int_equal(djinn_ctx_new(m2, 16, &c2), 0);
+	memcpy(all, prompt, sizeof(prompt));
+	memcpy(all + 4, t, 5 * sizeof(int32_t));
+	assert_int_equal(djinn_ctx_prefill(c2, all, 9, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c2, 1, NULL, u, NULL, NULL), 1);
+	assert_int_equal(u[0], t[5]);
+
+	/* A model with contexts stays open. */
+	assert_int_equal(djinn_model_close(m), -EBUSY);
+	assert_true(strstr(djinn_last_error(), "contexts") != NULL);
+	assert_int_equal(djinn_ctx_free(c), 0);
+	assert_int_equal(djinn_model_close(m), 0);
+	assert_int_equal(holders(fx, "tiny-gpt2"), 1);
+	/* Closing the session lets go of its model and context. */
+	assert_int_equal(djinn_session_close(s2), 0);
+	assert_int_equal(holders(fx, "tiny-gpt2"), 0);
+}
+
+/* The logits are a stub: only the range read crosses the wire. */
+static void test_logits_lazy(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_conn_stats a, b;
+	struct djinn_step_opts lo = { .logits = true };
+	struct djinn_graph_builder *g;
+	struct djinn_request *req;
+	struct djinn_model *m;
+	struct djinn_ctx *c;
+	struct djinn_step st;
+	float part[4], *all, *mapped;
+	int64_t best;
+	void *addr;
+
+	assert_int_equal(djinn_model_open(fx->s, "wide-gpt2", &m), 0);
+	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
+	assert_int_equal(djinn_conn_stats(fx->conn, &a), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, &lo, &st), 0);
+	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
+	/* the answer names the logits; their 16 KiB stay on the daemon */
+	assert_true(b.bytes_received - a.bytes_received < 512);
+	assert_int_equal(djinn_result_desc(st.logits)->dims[1], 4096);
+
+	a = b;
+	assert_int_equal(
+		djinn_result_read(st.logits, 1000 * 4, sizeof(part), part), 0);
+	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
+	/* one TENSOR_READ of 16 bytes: 40 + 16 back (a heartbeat may add
+	 * 80 more) */
+	assert_true(b.bytes_received - a.bytes_received >= 40 + 16);
+	assert_true(b.bytes_received - a.bytes_received < 40 + 16 + 200);
+
+	all = malloc(4096 * sizeof(float));
+	assert_non_null(all);
+	assert_int_equal(djinn_result_read(st.logits, 0, 4096 * 4, all), 0);
+	assert_memory_equal(all + 1000, part, sizeof(part));
+	/* Mapped: the same bytes. */
+	assert_int_equal(djinn_result_map(st.logits, &addr), 0);
+	mapped = addr;
+	assert_memory_equal(mapped, all, 4096 * sizeof(float));
+	assert_int_equal(djinn_result_unmap(st.logits), 0);
+
+	/* A graph takes the stub as an input: argmax on the daemon. */
+	assert_int_equal(djinn_graph_new(fx->s, &g), 0);
+	assert_true(djinn_graph_output(
+			    g, djinn_op_argmax(g, djinn_graph_input_result(
+							  g, st.logits))) >= 0);
+	assert_int_equal(djinn_submit(g, &req), 0);
+	assert_int_equal(djinn_wait(req, DJINN_WAIT_FOREVER), 0);
+	assert_int_equal(djinn_result_read(djinn_request_results(req, 0), 0,
+					   sizeof(best), &best),
+			 0);
+	assert_int_equal(best, argmax(all, 4096));
+	djinn_request_free(req);
+	djinn_graph_free(g);
+
+	/* Released: reading it is -ENOENT. */
+	assert_int_equal(djinn_result_release(st.logits), 0);
+	assert_int_equal(djinn_result_read(st.logits, 0, 4, part), -ENOENT);
+	/* The next step's logits are new ones. */
+	assert_int_equal(
+		djinn_ctx_decode(c, 1, NULL, (int32_t *)&best, &lo, &st), 1);
+	assert_non_null(st.logits);
+	assert_int_equal(djinn_result_read(st.logits, 0, 4, part), 0);
+	free(all);
+	assert_int_equal(djinn_ctx_free(c), 0);
+	assert_int_equal(djinn_model_close(m), 0);
+}
+
+/* A fork goes on as its parent; a reset empties the cache. */
+static void test_fork_reset(void **state)
+{
+	struct fx *fx = *state;
+	const struct djinn_sampling sp = {
+		.temperature = 0.8f, .top_k = 20, .top_p = 0.9f, .seed = 7
+	};
+	struct djinn_model *m;
+	struct djinn_ctx *c, *f;
+	int32_t t[4], a[3], b[3], u[1];
+
+	assert_int_equal(djinn_model_open(fx->s, "tiny-gpt2", &m), 0);
+	assert_int_equal(djinn_ctx_new(m, 32, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, 4, NULL, t, NULL, NULL), 4);
+	assert_int_equal(djinn_ctx_fork(c, &f), 0);
+	assert_int_equal(djinn_ctx_len(f), 8);
+	assert_int_equal(djinn_ctx_decode(c, 3, &sp, a, NULL, NULL), 3);
+	assert_int_equal(djinn_ctx_decode(f, 3, &sp, b, NULL, NULL), 3);
+	assert_memory_equal(a, b, sizeof(a));
+	assert_int_equal(djinn_ctx_len(f), 11);
+
+	assert_int_equal(djinn_ctx_reset(f), 0);
+	assert_int_equal(djinn_ctx_len(f), 0);
+	assert_int_equal(djinn_ctx_prefill(f, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(f, 1, NULL, u, NULL, NULL), 1);
+	assert_int_equal(u[0], t[0]);
+	assert_int_equal(djinn_ctx_free(f), 0);
+	assert_int_equal(djinn_ctx_free(c), 0);
+	assert_int_equal(djinn_model_close(m), 0);
+}
+
+/* Refused with a precise errno, and nothing changes. */
+static void test_errors(void **state)
+{
+	struct fx *fx = *state;
+	const int32_t bad[2] = { 5, 256 }, neg[1] = { -1 };
+	const struct djinn_sampling hot = { .temperature = -1.0f };
+	struct djinn_step_opts brk = { .break_layer = DJINN_BREAK_AFTER(2) };
+	struct djinn_model *m;
+	struct djinn_ctx *c;
+	struct djinn_step st;
+	int32_t t[8];
+
+	assert_int_equal(djinn_model_open(fx->s, "no-such-model", &m), -ENOENT);
+	assert_true(strlen(djinn_last_error()) > 0);
+	assert_int_equal(djinn_model_open(fx->s, "../etc", &m), -EINVAL);
+	assert_int_equal(djinn_model_open(fx->s, "", &m), -EINVAL);
+	assert_int_equal(holders(fx, "no-such-model"), -1);
+
+	assert_int_equal(djinn_model_open(fx->s, "tiny-gpt2", &m), 0);
+	assert_int_equal(djinn_ctx_new(m, 65, &c), -EINVAL);
+	assert_int_equal(djinn_ctx_new(m, 8, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_prefill(c, bad, 2, NULL, NULL), -EINVAL);
+	assert_true(strstr(djinn_last_error(), "token 256 at 1") != NULL);
+	assert_int_equal(djinn_ctx_prefill(c, neg, 1, NULL, NULL), -EINVAL);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 0, NULL, NULL), -EINVAL);
+	assert_int_equal(djinn_ctx_decode(c, 0, NULL, t, NULL, NULL), -EINVAL);
+	assert_int_equal(djinn_ctx_decode(c, 1, &hot, t, NULL, NULL), -EINVAL);
+	/* a breakpoint past the last layer, or with nowhere to say so */
+	assert_int_equal(djinn_ctx_decode(c, 1, NULL, t, &brk, &st), -EINVAL);
+	brk.break_layer = DJINN_BREAK_AFTER(0);
+	assert_int_equal(djinn_ctx_decode(c, 1, NULL, t, &brk, NULL), -EINVAL);
+	/* not paused */
+	assert_int_equal(djinn_ctx_resume(c, NULL, &st), -EBUSY);
+	/* past max_tokens: 4 + 5 > 8 */
+	assert_int_equal(djinn_ctx_decode(c, 5, NULL, t, NULL, NULL), -ENOSPC);
+	assert_int_equal(djinn_ctx_len(c), 4);
+	/* and it still works */
+	assert_int_equal(djinn_ctx_decode(c, 4, NULL, t, NULL, &st), 4);
+	assert_int_equal(st.len, 8);
+	assert_int_equal(djinn_ctx_free(c), 0);
+	assert_int_equal(djinn_model_close(m), 0);
+}
+
+/* A dead daemon fails every call at once. */
+static void test_dead_daemon(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_model *m;
+	struct djinn_ctx *c, *f;
+	int32_t t[4];
+	int64_t t0;
+	int ret;
+
+	assert_int_equal(djinn_model_open(fx->s, "tiny-gpt2", &m), 0);
+	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	djd_kill(&fx->d);
+	t0 = dj_now_ms();
+	ret = djinn_ctx_decode(c, 4, NULL, t, NULL, NULL);
+	assert_true(ret == -ECONNRESET || ret == -EPIPE);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL),
+			 -ECONNRESET);
+	assert_int_equal(djinn_ctx_fork(c, &f), -ECONNRESET);
+	assert_int_equal(djinn_model_open(fx->s, "tiny-gpt2", &m), -ECONNRESET);
+	assert_true(dj_now_ms() - t0 < 2000);
+	/* freed on this side whatever the daemon cannot say */
+	assert_int_equal(djinn_ctx_free(c), -ECONNRESET);
+	assert_int_equal(djinn_model_close(m), -ECONNRESET);
+}
+
+/*
+ * Breakpoints: pausing after a layer and resuming unchanged gives the
+ * tokens of a run without them; the hidden state is (T, hidden).
+ */
+static void test_breakpoints(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_step_opts brk = { .break_layer = DJINN_BREAK_AFTER(1) };
+	struct djinn_model *m;
+	struct djinn_ctx *c, *ref;
+	struct djinn_step st;
+	int32_t want[4], got[4];
+	unsigned int pauses = 0;
+	float h[64];
+	int ret;
+
+	assert_int_equal(djinn_model_open(fx->s, "tiny-gpt2", &m), 0);
+	assert_int_equal(djinn_ctx_new(m, 0, &ref), 0);
+	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(ref, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(ref, 4, NULL, want, NULL, NULL), 4);
+
+	ret = djinn_ctx_prefill(c, prompt, 4, &brk, &st);
+	if (ret == -EOPNOTSUPP) {
+		print_message("djinnd answers -EOPNOTSUPP to breakpoints (%s): "
+			      "skipped until it runs them\n",
+			      djinn_last_error());
+		assert_int_equal(djinn_ctx_len(c), 0);
+		djinn_ctx_free(c);
+		djinn_ctx_free(ref);
+		djinn_model_close(m);
+		skip();
+	}
+	assert_int_equal(ret, 0);
+	assert_int_equal(st.state, DJINN_CTX_PAUSED);
+	assert_int_equal(st.layer, 1);
+	assert_non_null(st.hidden);
+	assert_int_equal(djinn_result_desc(st.hidden)->dims[0], 4);
+	assert_int_equal(djinn_result_desc(st.hidden)->dims[1], 64);
+	/* paused: only resume, reset and free */
+	assert_int_equal(djinn_ctx_decode(c, 1, NULL, got, NULL, NULL), -EBUSY);
+	assert_int_equal(djinn_ctx_resume(c, NULL, &st), 0);
+	assert_int_equal(st.state, DJINN_CTX_DONE);
+	assert_int_equal(st.len, 4);
+
+	ret = djinn_ctx_decode(c, 4, NULL, got, &brk, &st);
+	while (ret >= 0 && st.state == DJINN_CTX_PAUSED) {
+		pauses++;
+		assert_int_equal(st.layer, 1);
+		assert_int_equal(djinn_result_desc(st.hidden)->dims[0], 1);
+		assert_int_equal(djinn_result_read(st.hidden, 0, sizeof(h), h),
+				 0);
+		assert_int_equal((uint32_t)ret, st.nr_tokens);
+		ret = djinn_ctx_resume(c, NULL, &st);
+	}
+	assert_int_equal(ret, 4);
+	assert_int_equal(pauses, 4);
+	assert_memory_equal(got, want, sizeof(want));
+	assert_int_equal(djinn_ctx_free(c), 0);
+	assert_int_equal(djinn_ctx_free(ref), 0);
+	assert_int_equal(djinn_model_close(m), 0);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
+	const struct CMUnitTest tests[] = {
+		T(test_generate),
+		T(test_logits_lazy),
+		T(test_fork_reset),
+		T(test_errors),
+		T(test_breakpoints),
+		cmocka_unit_test_setup_teardown(test_dead_daemon, fx_setup,
+						fx_teardown_killed),
+	};
+#undef T
+	struct djd d;
+
+	if (access(djd_binary(), X_OK)) {
+		printf("djinnd not found at %s (set DJINND): skipped\n",
+		       djd_binary());
+		return 77;
+	}
+	if (djd_start(&d, "64M", 10000)) {
+		if (strstr(djd_start_error(), "io_uring")) {
+			printf("djinnd cannot run here: %s: skipped\n",
+			       djd_start_error());
+			return 77;
+		}
+		printf("djinnd does not start\n");
+		return 1;
+	}
+	if (djd_stop(&d, 10000))
+		return 1;
+	return cmocka_run_group_tests_name("libdjinn models", tests, NULL,
+					   NULL);
+}

@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: MIT
+/*
+ * djinn: the scriptable client of djinnd, over libdjinn.
+ *
+ *   djinn [-a ADDR] generate -m NAME -t 1,2,3 [-n N] [--break-at L]
+ *         [--temperature T] [--top-k K] [--top-p P] [--seed S]
+ *   djinn [-a ADDR] model info NAME [--hold SECONDS]
+ *
+ * generate opens a session, the model and a context, prefills the
+ * tokens, decodes N more on the daemon and prints them, comma-separated
+ * on one line. With --break-at L every step pauses after layer L: each
+ * pause prints a line "paused after layer L: hidden (T, H) DTYPE" and
+ * resumes unchanged, so the tokens are those of a run without it.
+ *
+ * model info prints what MODEL_OPEN says of a model; with --hold it
+ * keeps the model open for SECONDS before closing it.
+ *
+ * Exit status: 0 success; 1 failure, after one line on stderr
+ * "djinn: COMMAND: MESSAGE (ERRNO)"; 2 usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <djinn/djinn.h>
+
+#define DJINN_TOOL_VERSION "0.1"
+#define MAX_PROMPT 4096
+
+struct args {
+	const char *addr;
+	const char *model;
+	const char *tokens;
+	uint32_t n;
+	int break_at; /* -1: none */
+	struct djinn_sampling sp;
+	unsigned int hold; /* seconds */
+};
+
+static const char *cmd_name = "djinn";
+
+#define E(x) [x] = #x
+static const char *const errno_names[] = {
+	E(EPERM),     E(ENOENT),	  E(EINTR),	   E(EIO),
+	E(E2BIG),     E(EAGAIN),	  E(ENOMEM),	   E(EACCES),
+	E(EBUSY),     E(EINVAL),	  E(ENOSPC),	   E(EPIPE),
+	E(ERANGE),    E(ENAMETOOLONG),	  E(EPROTO),	   E(EBADMSG),
+	E(EMSGSIZE),  E(EPROTONOSUPPORT), E(EOPNOTSUPP),   E(ECONNRESET),
+	E(ESHUTDOWN), E(ETIMEDOUT),	  E(ECONNREFUSED), E(EDQUOT),
+	E(ECANCELED),
+};
+#undef E
+
+static const char *errno_name(int err)
+{
+	static char buf[24];
+
+	if (err < 0)
+		err = -err;
+	if ((size_t)err < sizeof(errno_names) / sizeof(errno_names[0]) &&
+	    errno_names[err])
+		return errno_names[err];
+	snprintf(buf, sizeof(buf), "errno %d", err);
+	return buf;
+}
+
+/* One line naming what failed (libdjinn's message when it has one);
+ * returns the exit status 1. */
+static int fail(int err, const char *what)
+{
+	const char *msg = djinn_last_error();
+
+	fprintf(stderr, "djinn: %s: %s%s%s (%s)\n", cmd_name, what,
+		*msg ? ": " : "", *msg ? msg : "", errno_name(err));
+	return 1;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: djinn [-a ADDR] generate -m NAME -t TOKENS [-n N] "
+		"[--break-at L]\n"
+		"             [--temperature T] [--top-k K] [--top-p P] "
+		"[--seed S]\n"
+		"       djinn [-a ADDR] model info NAME [--hold SECONDS]\n\n"
+		"  generate    prefill TOKENS (ids, comma-separated), decode N "
+		"more\n"
+		"              (default 16) and print them, comma-separated\n"
+		"  model info  what djinnd says of model NAME\n\n"
+		"  -a, --addr ADDR      djinnd (unix:PATH or tcp:HOST:PORT; "
+		"default:\n"
+		"                       $DJINN_ADDR, else unix:run/djinnd.sock)\n"
+		"  -m, --model NAME     the model, from djinnd's model "
+		"directory\n"
+		"  -t, --tokens LIST    the prompt's token ids: 1,2,3\n"
+		"  -n, --count N        tokens to generate\n"
+		"  -b, --break-at L     pause after layer L at every step, print "
+		"the\n"
+		"                       hidden state's shape, resume unchanged\n"
+		"      --temperature T  0 (default): greedy\n"
+		"      --top-k K        keep the K most likely (0: all)\n"
+		"      --top-p P        then the fewest reaching P, in (0, 1]\n"
+		"      --seed S         the sampling stream (default 0)\n"
+		"      --hold SECONDS   model info: keep it open that long\n"
+		"  -h, --help           print this and exit\n"
+		"  -V, --version        print the version and exit\n\n"
+		"Exit status: 0 success, 1 failure, 2 usage.\n");
+}
+
+static int usage_error(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("djinn: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	usage(stderr);
+	return 2;
+}
+
+/* A decimal in [0, @max]: 0 or -EINVAL. */
+static int parse_u64(const char *s, uint64_t max, uint64_t *v)
+{
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	*v = strtoull(s, &end, 10);
+	return errno || *end || *v > max ? -EINVAL : 0;
+}
+
+static int parse_float(const char *s, float *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtof(s, &end);
+	return errno || *end || end == s || !isfinite(*v) ? -EINVAL : 0;
+}
+
+/* "1,2,3" into @out: how many, or -EINVAL. */
+static int parse_tokens(const char *s, int32_t *out, int max)
+{
+	int n = 0;
+
+	while (*s) {
+		uint64_t v;
+		char num[16];
+		size_t len = strcspn(s, ",");
+
+		if (!len || len >= sizeof(num) || n == max)
+			return -EINVAL;
+		memcpy(num, s, len);
+		num[len] = 0;
+		if (parse_u64(num, INT32_MAX, &v))
+			return -EINVAL;
+		out[n++] = (int32_t)v;
+		s += len;
+		if (*s == ',' && !*++s)
+			return -EINVAL;
+	}
+	return n ? n : -EINVAL;
+}
+
+static const char *dtype_name(uint32_t d)
+{
+	static const char *const names[] = { "?",   "f32", "f16", "bf16",
+					     "i32", "i64", "u8" };
+
+	return d < sizeof(names) / sizeof(names[0]) ? names[d] : "?";
+}
+
+static int open_all(const struct args *a, struct djinn_conn **conn,
+		    struct djinn_session **s, struct djinn_model **m)
+{
+	int ret;
+
+	ret = djinn_connect(a->addr, conn);
+	if (ret)
+		return fail(ret, "cannot connect to djinnd");
+	ret = djinn_session_open(*conn, NULL, s);
+	if (ret) {
+		fail(ret, "cannot open a session");
+		djinn_disconnect(*conn);
+		return 1;
+	}
+	ret = djinn_model_open(*s, a->model, m);
+	if (ret) {
+		fail(ret, "cannot open the model");
+		djinn_session_close(*s);
+		djinn_disconnect(*conn);
+		return 1;
+	}
+	return 0;
+}
+
+/* Print a pause, then resume until done: the step's result, or <0. */
+static int run_pauses(struct djinn_ctx *c, int ret, struct djinn_step *st)
+{
+	while (ret >= 0 && st->state == DJINN_CTX_PAUSED) {
+		const struct djinn_tensor_desc *d =
+			djinn_result_desc(st->hidden);
+
+		printf("paused after layer %u: hidden (%" PRIu64 ", %" PRIu64
+		       ") %s\n",
+		       st->layer, (uint64_t)d->dims[0], (uint64_t)d->dims[1],
+		       dtype_name(d->dtype));
+		ret = djinn_ctx_resume(c, NULL, st);
+	}
+	return ret;
+}
+
+static int do_generate(const struct args *a)
+{
+	struct djinn_step_opts opts = { 0 };
+	struct djinn_conn *conn;
+	struct djinn_session *s;
+	struct djinn_model *m;
+	struct djinn_ctx *c = NULL;
+	struct djinn_step st;
+	int32_t prompt[MAX_PROMPT], *out;
+	int np, ret, rc = 1;
+
+	np = parse_tokens(a->tokens, prompt, MAX_PROMPT);
+	if (np < 0)
+		return usage_error("generate: bad token list '%s'", a->tokens);
+	out = calloc(a->n, sizeof(*out));
+	if (!out)
+		return fail(-ENOMEM, "no memory for the tokens");
+	if (a->break_at >= 0)
+		opts.break_layer = DJINN_BREAK_AFTER(a->break_at);
+	if (open_all(a, &conn, &s, &m)) {
+		free(out);
+		return 1;
+	}
+	ret = djinn_ctx_new(m, 0, &c);
+	if (ret) {
+		fail(ret, "cannot make a context");
+		goto out;
+	}
+	ret = djinn_ctx_prefill(c, prompt, (uint32_t)np, &opts, &st);
+	ret = run_pauses(c, ret, &st);
+	if (ret < 0) {
+		fail(ret, "prefill");
+		goto out;
+	}
+	ret = djinn_ctx_decode(c, a->n, &a->sp, out, &opts, &st);
+	ret = run_pauses(c, ret, &st);
+	if (ret < 0) {
+		fail(ret, "decode");
+		goto out;
+	}
+	for (int i = 0; i < ret; i++)
+		printf("%s%d", i ? "," : "", out[i]);
+	printf("\n");
+	rc = 0;
+out:
+	djinn_ctx_free(c);
+	djinn_model_close(m);
+	djinn_session_close(s);
+	djinn_disconnect(conn);
+	free(out);
+	if (!rc && (fflush(stdout) || ferror(stdout))) {
+		fprintf(stderr, "djinn: generate: cannot write the output\n");
+		rc = 1;
+	}
+	return rc;
+}
+
+static int do_model_info(const struct args *a)
+{
+	static const char *const archs[] = { "?", "gpt2", "llama" };
+	struct djinn_conn *conn;
+	struct djinn_session *s;
+	struct djinn_model *m;
+	struct djinn_model_info mi;
+	int rc = 0;
+
+	if (open_all(a, &conn, &s, &m))
+		return 1;
+	djinn_model_info(m, &mi);
+	printf("name:        %s\n", mi.name);
+	printf("arch:        %s\n", mi.arch < 3 ? archs[mi.arch] : "?");
+	printf("dtype:       %s\n", dtype_name(mi.dtype));
+	printf("vocab:       %u\n", mi.vocab);
+	printf("layers:      %u\n", mi.n_layer);
+	printf("hidden:      %u\n", mi.hidden);
+	printf("heads:       %u (%u key/value)\n", mi.n_head, mi.n_kv_head);
+	printf("max tokens:  %u\n", mi.max_tokens);
+	printf("bytes:       %" PRIu64 "\n", mi.bytes);
+	printf("fingerprint: ");
+	for (int i = 0; i < DJINN_FP_LEN; i++)
+		printf("%02x", mi.fp[i]);
+	printf("\n");
+	if (fflush(stdout) || ferror(stdout)) {
+		fprintf(stderr, "djinn: model info: cannot write the output\n");
+		rc = 1;
+	}
+	for (unsigned int i = 0; i < a->hold; i++)
+		sleep(1); /* libdjinn renews the lease meanwhile */
+	djinn_model_close(m);
+	djinn_session_close(s);
+	djinn_disconnect(conn);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_SEED, OPT_HOLD };
+	static const struct option opts[] = {
+		{ "addr", required_argument, NULL, 'a' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "tokens", required_argument, NULL, 't' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "break-at", required_argument, NULL, 'b' },
+		{ "temperature", required_argument, NULL, OPT_TEMP },
+		{ "top-k", required_argument, NULL, OPT_TOPK },
+		{ "top-p", required_argument, NULL, OPT_TOPP },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "hold", required_argument, NULL, OPT_HOLD },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	struct args a = { .n = 16, .break_at = -1 };
+	char **words;
+	int c, nr_words;
+	uint64_t v;
+
+	while ((c = getopt_long(argc, argv, "a:m:t:n:b:hV", opts, NULL)) !=
+	       -1) {
+		switch (c) {
+		case 'a':
+			a.addr = optarg;
+			break;
+		case 'm':
+			a.model = optarg;
+			break;
+		case 't':
+			a.tokens = optarg;
+			break;
+		case 'n':
+			if (parse_u64(optarg, DJINN_MAX_STEP_TOKENS, &v) || !v)
+				return usage_error("bad count '%s'", optarg);
+			a.n = (uint32_t)v;
+			break;
+		case 'b':
+			if (parse_u64(optarg, 65535, &v))
+				return usage_error("bad layer '%s'", optarg);
+			a.break_at = (int)v;
+			break;
+		case OPT_TEMP:
+			if (parse_float(optarg, &a.sp.temperature) ||
+			    a.sp.temperature < 0)
+				return usage_error("bad temperature '%s'",
+						   optarg);
+			break;
+		case OPT_TOPK:
+			if (parse_u64(optarg, UINT32_MAX, &v))
+				return usage_error("bad top-k '%s'", optarg);
+			a.sp.top_k = (uint32_t)v;
+			break;
+		case OPT_TOPP:
+			if (parse_float(optarg, &a.sp.top_p) ||
+			    !(a.sp.top_p > 0 && a.sp.top_p <= 1))
+				return usage_error("bad top-p '%s'", optarg);
+			break;
+		case OPT_SEED:
+			if (parse_u64(optarg, UINT64_MAX, &v))
+				return usage_error("bad seed '%s'", optarg);
+			a.sp.seed = v;
+			break;
+		case OPT_HOLD:
+			if (parse_u64(optarg, 86400, &v))
+				return usage_error("bad --hold '%s'", optarg);
+			a.hold = (unsigned int)v;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("djinn %s (protocol %d)\n", DJINN_TOOL_VERSION,
+			       DJINN_PROTO_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	words = argv + optind;
+	nr_words = argc - optind;
+	if (!nr_words)
+		return usage_error("no command given");
+	if (!strcmp(words[0], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(words[0], "generate")) {
+		cmd_name = "generate";
+		if (nr_words > 1)
+			return usage_error("generate: unexpected argument '%s'",
+					   words[1]);
+		if (!a.model || !a.tokens)
+			return usage_error("generate: needs --model and "
+					   "--tokens");
+		return do_generate(&a);
+	}
+	if (!strcmp(words[0], "model")) {
+		cmd_name = "model info";
+		if (nr_words < 2 || strcmp(words[1], "info"))
+			return usage_error("model: the command is 'info'");
+		if (nr_words != 3)
+			return usage_error("model info: %s",
+					   nr_words < 3 ? "missing NAME" :
+							  "one NAME only");
+		a.model = words[2];
+		return do_model_info(&a);
+	}
+	return usage_error("unknown command '%s'", words[0]);
+}
