@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -770,6 +771,120 @@ static int do_stats(struct ctl *ctl, char **args)
 }
 
 /* ---------------------------------------------------------------------- */
+/* model */
+
+static const char *const arch_names
+	[] = { [DJINN_ARCH_GPT2] = "gpt2", [DJINN_ARCH_LLAMA] = "llama" };
+
+static const char *const dtype_names[] = {
+	[DJINN_DTYPE_F32] = "f32",   [DJINN_DTYPE_F16] = "f16",
+	[DJINN_DTYPE_BF16] = "bf16", [DJINN_DTYPE_I32] = "i32",
+	[DJINN_DTYPE_I64] = "i64",   [DJINN_DTYPE_U8] = "u8",
+};
+
+/* [A-Za-z0-9._-], 1 to 63 bytes, as djinnd names models. */
+static bool model_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (!n || n >= DJINN_MODEL_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') ||
+		      (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
+		      s[i] == '_' || s[i] == '-'))
+			return false;
+	return true;
+}
+
+static int do_model_list(struct ctl *ctl, char **args)
+{
+	const size_t esz = sizeof(struct djinn_admin_model);
+	struct djinn_admin_model *es;
+	uint32_t head[2];
+	int wname = 4; /* "NAME" */
+	uint64_t len;
+	void *buf;
+	int ret;
+
+	ret = admin_call(ctl, DJINN_OP_ADMIN_MODELS, NULL, 0, sizeof(head),
+			 MAX_ANSWER, &buf, &len);
+	if (ret)
+		return ret;
+	memcpy(head, buf, sizeof(head));
+	if (head[1] || (len - sizeof(head)) % esz ||
+	    (len - sizeof(head)) / esz != head[0]) {
+		ret = fail(ctl, EPROTO,
+			   "model list of %" PRIu64 " bytes for %u models%s",
+			   len, head[0], head[1] ? ", reserved set" : "");
+		free(buf);
+		return ret;
+	}
+	es = (void *)((uint8_t *)buf + sizeof(head));
+	for (uint32_t i = 0; i < head[0]; i++) {
+		char name[DJINN_MODEL_NAME_MAX];
+		int n = (int)strlen(wire_str(name, sizeof(name), es[i].name,
+					     sizeof(es[i].name)));
+
+		if (es[i].__reserved) {
+			free(buf);
+			return fail(ctl, EPROTO,
+				    "reserved field set in model %u", i);
+		}
+		if (n > wname)
+			wname = n;
+	}
+	print_text("%-*s %-5s %-5s %8s %7s  %s\n", wname, "NAME", "ARCH",
+		   "DTYPE", "SIZE", "HOLDERS", "FINGERPRINT");
+	open_json_array(NULL);
+	for (uint32_t i = 0; i < head[0]; i++) {
+		char name[DJINN_MODEL_NAME_MAX], fmt[32], str[16];
+		char fp[2 * DJINN_FP_LEN + 1];
+
+		for (int k = 0; k < DJINN_FP_LEN; k++)
+			snprintf(fp + 2 * k, 3, "%02x", es[i].fp[k]);
+		open_json_object(NULL);
+		snprintf(fmt, sizeof(fmt), "%%-%ds", wname);
+		print_string(PRINT_ANY, "name", fmt,
+			     wire_str(name, sizeof(name), es[i].name,
+				      sizeof(es[i].name)));
+		print_string(
+			PRINT_ANY, "arch", " %-5s",
+			enum_name(str, sizeof(str), arch_names,
+				  sizeof(arch_names) / sizeof(arch_names[0]),
+				  es[i].arch));
+		print_string(
+			PRINT_ANY, "dtype", " %-5s",
+			enum_name(str, sizeof(str), dtype_names,
+				  sizeof(dtype_names) / sizeof(dtype_names[0]),
+				  es[i].dtype));
+		print_size(PRINT_ANY, "bytes", " %8s", es[i].bytes);
+		print_u64(PRINT_ANY, "holders", " %7" PRIu64, es[i].holders);
+		/* the table shows the first 12 digits, as git does */
+		print_string(PRINT_JSON, "fingerprint", NULL, fp);
+		fp[12] = 0;
+		print_string(PRINT_FP, NULL, "  %s\n", fp);
+		close_json_object();
+	}
+	close_json_array();
+	free(buf);
+	return 0;
+}
+
+static int do_model_evict(struct ctl *ctl, char **args)
+{
+	struct djinn_admin_model_evict e = { { 0 } };
+	uint64_t len;
+	void *buf;
+
+	/* checked by main() */
+	memcpy(e.name, args[0], strlen(args[0]));
+	return admin_call(ctl, DJINN_OP_ADMIN_MODEL_EVICT, &e, sizeof(e), 0, 0,
+			  &buf, &len);
+}
+
+/* ---------------------------------------------------------------------- */
 /* Dispatch */
 
 struct cmd {
@@ -801,11 +916,18 @@ static const struct cmd stats_cmds[] = {
 	{ "show", "", 0, do_stats, "the daemon's counters" },
 };
 
+static const struct cmd model_cmds[] = {
+	{ "list", "", 0, do_model_list,
+	  "the loaded models, their size and holders" },
+	{ "evict", "NAME", 1, do_model_evict, "drop a model no session holds" },
+};
+
 #define CMDS(c) c, (int)(sizeof(c) / sizeof(c[0]))
 static const struct object objects[] = {
 	{ "session", CMDS(session_cmds) },
 	{ "vmu", CMDS(vmu_cmds) },
 	{ "stats", CMDS(stats_cmds) },
+	{ "model", CMDS(model_cmds) },
 };
 #undef CMDS
 #define NR_OBJECTS ((int)(sizeof(objects) / sizeof(objects[0])))
@@ -997,6 +1119,11 @@ int main(int argc, char **argv)
 		if (!strcmp(cmd->args, "ID") && parse_id(args[i], &id))
 			return usage_error("%s %s: bad session id '%s'",
 					   o->name, cmd->name, args[i]);
+		if (!strcmp(cmd->args, "NAME") && !model_name_ok(args[i]))
+			return usage_error("%s %s: bad model name '%s' (1 to "
+					   "%d of [A-Za-z0-9._-])",
+					   o->name, cmd->name, args[i],
+					   DJINN_MODEL_NAME_MAX - 1);
 	}
 
 	ctl.object = o->name;

@@ -20,7 +20,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$here/../.." && pwd)
 DJINND=${DJINND:-$build/djinnd/djinnd}
 DJINNCTL=${DJINNCTL:-$build/tools/djinnctl}
+DJINN=${DJINN:-$build/tools/djinn}
 OPEN_SESSION=${OPEN_SESSION:-$build/tests/integration/open_session}
+# scripts/mkmodel.py writes the model; found like the man page.
+for m in "${MKMODEL:-}" "$build/../scripts/mkmodel.py" scripts/mkmodel.py; do
+	[ -n "$m" ] && [ -f "$m" ] && break
+done
+MKMODEL=$m
 # The man page: in the source tree above the build tree, or in the current
 # directory (make runs the tests from the top of the source tree).
 for m in "${MANPAGE:-}" "$build/../man/man8/djinnctl.8" man/man8/djinnctl.8; do
@@ -33,18 +39,20 @@ skip() {
 	exit 77
 }
 
-for b in "$DJINND" "$DJINNCTL" "$OPEN_SESSION"; do
+for b in "$DJINND" "$DJINNCTL" "$OPEN_SESSION" "$DJINN"; do
 	[ -x "$b" ] || skip "$b is not built"
 done
 command -v python3 >/dev/null 2>&1 ||
 	skip "python3 is not installed (it parses the JSON)"
+[ -f "$MKMODEL" ] || skip "scripts/mkmodel.py not found (set MKMODEL)"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/djinnctl.XXXXXX") ||
 	skip "cannot make a temporary directory"
-dpid='' hpid='' fpid=''
+dpid='' hpid='' fpid='' mpid=''
 # shellcheck disable=SC2317 # called by the trap
 cleanup() {
 	[ -n "$hpid" ] && kill "$hpid" 2>/dev/null
+	[ -n "$mpid" ] && kill "$mpid" 2>/dev/null
 	[ -n "$fpid" ] && kill "$fpid" 2>/dev/null
 	[ -n "$dpid" ] && kill -9 "$dpid" 2>/dev/null
 	rm -rf "$dir"
@@ -114,8 +122,14 @@ one_line() {
 
 # --- the daemon and its sessions ----------------------------------------
 
+python3 "$MKMODEL" --arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 \
+	--ctx 64 --seed 3 "$dir/models/tiny-gpt2" >"$dir/mkmodel.log" 2>&1 || {
+	echo "FAIL: mkmodel.py:"
+	sed 's/^/    | /' "$dir/mkmodel.log"
+	exit 1
+}
 "$DJINND" -f -l "unix:$dir/d.sock" -a "$dir/admin.sock" -m 64M \
-	>"$dir/djinnd.log" 2>&1 &
+	--model-dir "$dir/models" >"$dir/djinnd.log" 2>&1 &
 dpid=$!
 i=0
 until [ -S "$dir/d.sock" ] && [ -S "$dir/admin.sock" ]; do
@@ -311,6 +325,70 @@ assert j["graphs_run"] == 0 and j["queue_depth"] == 0
 '
 fi
 
+# --- model list and evict -------------------------------------------------------
+
+if run 0 "model list, none loaded" model list; then
+	expect "model list: the header" \
+		'^NAME +ARCH +DTYPE +SIZE +HOLDERS +FINGERPRINT$' "$dir/out"
+	n=$(wc -l <"$dir/out")
+	[ "$n" -eq 1 ] || fail "model list: $n lines with no model loaded"
+fi
+# One session holds tiny-gpt2 for a few seconds (tools/djinn over libdjinn).
+"$DJINN" -a "unix:$dir/d.sock" model info tiny-gpt2 --hold 3 \
+	>"$dir/info" 2>"$dir/info.err" &
+mpid=$!
+i=0
+until grep -qs '^fingerprint:' "$dir/info"; do
+	if ! kill -0 "$mpid" 2>/dev/null || [ "$i" -gt 100 ]; then
+		echo "FAIL: djinn model info did not open the model:"
+		sed 's/^/    | /' "$dir/info" "$dir/info.err"
+		exit 1
+	fi
+	i=$((i + 1))
+	sleep 0.1
+done
+fp=$(awk '$1 == "fingerprint:" { print $2 }' "$dir/info")
+bytes=$(awk '$1 == "bytes:" { print $2 }' "$dir/info")
+if run 0 "model list" model list; then
+	expect "model list: tiny-gpt2, held once" \
+		"^tiny-gpt2 +gpt2 +f32 +[0-9.]+[KM]i +1  $(echo "$fp" | cut -c1-12)\$" \
+		"$dir/out"
+fi
+if run 0 "model list -j" -j model; then
+	py "model list -j: bytes, holders, fingerprint" '
+assert len(j) == 1, j
+m = j[0]
+assert m["name"] == "tiny-gpt2" and m["arch"] == "gpt2", m
+assert m["dtype"] == "f32" and m["holders"] == 1, m
+assert m["bytes"] == int(args[0]) and m["fingerprint"] == args[1], m
+' "$bytes" "$fp"
+fi
+if run 1 "model evict, held" model evict tiny-gpt2; then
+	expect "evict held: the daemon's refusal" \
+		'^djinnctl: model evict: .* \(EBUSY\)$' "$dir/err"
+	one_line "evict held"
+fi
+wait "$mpid"
+rc=$?
+mpid=
+[ "$rc" -eq 0 ] || fail "djinn model info --hold exited $rc"
+# Its session closed: loaded still, held by none.
+if run 0 "model list -j, unheld" --json model list; then
+	py "model list -j: no holders" '
+assert len(j) == 1 and j[0]["holders"] == 0, j
+'
+fi
+if run 0 "model evict" model ev tiny-gpt2; then
+	[ -s "$dir/out" ] && fail "model evict printed something"
+	run 0 "model list after evict" -j model list &&
+		py "model list: empty after evict" 'assert j == [], j'
+fi
+if run 1 "model evict, not loaded" model evict tiny-gpt2; then
+	expect "evict unknown: ENOENT" \
+		'^djinnctl: model evict: .* \(ENOENT\)$' "$dir/err"
+	one_line "evict unknown"
+fi
+
 # --- the socket ---------------------------------------------------------------
 
 if DJINN_ADMIN_SOCKET="$dir/admin.sock" "$DJINNCTL" stats >"$dir/out" \
@@ -336,7 +414,8 @@ fi
 
 for args in "" "bogus" "s" "session frob" "session show" "session show x1" \
 	"session show -- -1" "session kill 1 2" "session list extra" "vmu 1" \
-	"--bogus stats"; do
+	"--bogus stats" "model evict" "model evict ../etc" "model list x" \
+	"model frob"; do
 	# shellcheck disable=SC2086
 	if run 2 "usage: djinnctl $args" $args; then
 		if grep -q '^usage: djinnctl' "$dir/err"; then
