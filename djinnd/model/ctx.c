@@ -13,6 +13,32 @@
 #include "graph.h"
 #include "model/runtime.h"
 
+/*
+ * struct model_pause - a step stopped after layer @layer
+ * @T:      its new tokens
+ * @all:    it wants the logits of every one of them
+ * @hidden: data region (T, n_embd) in the weights' dtype: the hidden
+ *          state after @layer, what the second part starts from
+ * @kv:     data region (T, 2 (layer + 1), Hk D): the first part's new
+ *          keys and values, appended to the cache with the second's
+ * @desc:   @hidden's shape and dtype
+ * @decode: a decode of @want tokens, @done of them through every layer,
+ *          the next one (@tokens[@done]) paused; @sp and @rng its
+ *          sampling; @brk the breakpoint (layer + 1)
+ */
+struct model_pause {
+	bool on;
+	uint32_t layer, T;
+	bool all;
+	uint64_t hidden, kv;
+	struct djinn_tensor_desc desc;
+	bool decode;
+	uint32_t want, done, brk;
+	struct model_sampling sp;
+	uint64_t rng;
+	int32_t *tokens;
+};
+
 struct model_ctx {
 	struct model_hold *h;
 	uint64_t cache; /* region handle */
@@ -20,6 +46,7 @@ struct model_ctx {
 	uint64_t tok_bytes;
 	float *logits; /* vocab */
 	bool have_logits;
+	struct model_pause pz;
 };
 
 __attribute__((format(printf, 4, 5))) static int
@@ -212,10 +239,23 @@ int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
 	return 0;
 }
 
+void model_ctx_abandon(struct model_ctx *c)
+{
+	struct vmu_session *s = c->h->s;
+
+	if (c->pz.hidden)
+		vmu_region_destroy(s, c->pz.hidden);
+	if (c->pz.kv)
+		vmu_region_destroy(s, c->pz.kv);
+	free(c->pz.tokens);
+	memset(&c->pz, 0, sizeof(c->pz));
+}
+
 void model_ctx_free(struct model_ctx *c)
 {
 	if (!c)
 		return;
+	model_ctx_abandon(c);
 	vmu_region_destroy(c->h->s, c->cache);
 	free(c->logits);
 	free(c);
@@ -223,8 +263,10 @@ void model_ctx_free(struct model_ctx *c)
 
 int model_ctx_reset(struct model_ctx *c)
 {
-	int ret = vmu_region_resize(c->h->s, c->cache, 0, NULL);
+	int ret;
 
+	model_ctx_abandon(c);
+	ret = vmu_region_resize(c->h->s, c->cache, 0, NULL);
 	if (ret)
 		return ret;
 	c->len = 0;
@@ -279,6 +321,10 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 	struct model_ctx *n;
 	int ret;
 
+	if (c->pz.on)
+		return fail(msg, msglen, -EBUSY,
+			    "the context is paused after layer %u",
+			    c->pz.layer);
 	ret = model_ctx_new(c->h, c->max, &n, msg, msglen);
 	if (ret)
 		return ret;
@@ -352,21 +398,17 @@ out:
 	return ret;
 }
 
-int model_ctx_step(struct model_ctx *c, const struct model_env *env,
-		   const int32_t *tokens, uint32_t n, struct model_step *st,
-		   char *msg, size_t msglen)
+/* Whether @n tokens at @tokens may be appended. */
+static int check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
+		      char *msg, size_t msglen)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
-	struct vmu_session *s = c->h->s;
-	unsigned int dt = c->h->m->layout.dtype;
-	uint64_t reg[3] = { 0 }, rows, row_bytes;
-	struct djinn_tensor_desc descs[2];
-	struct fwd_args a = { 0 };
-	struct exec_result res;
-	struct gbuild *g;
-	void *host;
-	int ret;
 
+	if (c->pz.on)
+		return fail(msg, msglen, -EBUSY,
+			    "the context is paused after layer %u: resume, "
+			    "reset or free it",
+			    c->pz.layer);
 	if (!n)
 		return fail(msg, msglen, -EINVAL, "no tokens");
 	if (n > c->max - c->len)
@@ -379,6 +421,27 @@ int model_ctx_step(struct model_ctx *c, const struct model_env *env,
 				    "token %u is %d: not in the vocabulary of "
 				    "%u",
 				    i, tokens[i], cfg->vocab);
+	return 0;
+}
+
+/*
+ * Run layers [@l0, @l1) of a step of @n tokens: from @tokens when @l0 is
+ * 0, else from the paused state. Nothing of the context changes; the
+ * outputs are in @res, their shapes in @descs.
+ */
+static int run_part(struct model_ctx *c, const struct model_env *env,
+		    const int32_t *tokens, uint32_t n, uint32_t l0, uint32_t l1,
+		    bool pause, bool all, struct exec_result *res,
+		    struct djinn_tensor_desc *descs, char *msg, size_t msglen)
+{
+	const struct model_config *cfg = &c->h->m->cfg;
+	struct vmu_session *s = c->h->s;
+	bool pc = false, ph = false, pk = false;
+	uint64_t reg[3] = { 0 };
+	struct fwd_args a = { 0 };
+	struct gbuild *g;
+	int ret = 0;
+
 	g = malloc(sizeof(*g));
 	if (!g)
 		return -ENOMEM;
@@ -387,35 +450,77 @@ int model_ctx_step(struct model_ctx *c, const struct model_env *env,
 	g->err = 0;
 	a.T = n;
 	a.P = c->len;
-	a.all = st->all;
-	st->region = 0;
-	ret = upload(s, tokens, n * sizeof(int32_t), &reg[2], &a.ids);
-	if (!ret)
+	a.l0 = l0;
+	a.l1 = l1;
+	a.pause = pause;
+	a.all = all;
+	if (!l0)
+		ret = upload(s, tokens, n * sizeof(int32_t), &reg[2], &a.ids);
+	if (!ret && (!l0 || (cfg->arch == MODEL_LLAMA && l0 < l1)))
 		ret = positions(c, n, &a, reg);
-	if (!ret && a.P)
+	if (!ret && a.P) {
 		a.cache = pin_addr(s, c->cache, &ret);
+		pc = !ret;
+	}
+	if (!ret && l0) {
+		a.hidden = pin_addr(s, c->pz.hidden, &ret);
+		ph = !ret;
+	}
+	if (!ret && l0 && !pause) {
+		a.kv_in = pin_addr(s, c->pz.kv, &ret);
+		pk = !ret;
+	}
 	if (ret) {
 		fail(msg, msglen, ret, "step inputs: %s", strerror(-ret));
-		goto out_inputs;
+		goto out;
 	}
 	ret = model_build_forward(g, c->h, &a);
-	if (!ret)
-		ret = gb_run(g, env, s, &res, descs, msg, msglen);
-	if (a.P)
-		vmu_region_unpin(s, c->cache);
 	if (ret)
-		goto out_inputs;
+		fail(msg, msglen, ret, "building the graph: %s",
+		     strerror(-ret));
+	else
+		ret = gb_run(g, env, s, res, descs, msg, msglen);
+out:
+	if (pc)
+		vmu_region_unpin(s, c->cache);
+	if (ph)
+		vmu_region_unpin(s, c->pz.hidden);
+	if (pk)
+		vmu_region_unpin(s, c->pz.kv);
+	for (int i = 0; i < 3; i++)
+		drop(s, reg[i], true);
+	free(g);
+	return ret;
+}
+
+/*
+ * A step of @n tokens has run through every layer (@res, @descs): append
+ * its keys and values to the cache, take its logits. On failure the
+ * context is as it was. @res's regions are gone either way (but a kept
+ * one, which is @st's).
+ */
+static int commit_step(struct model_ctx *c, const struct model_env *env,
+		       uint32_t n, struct exec_result *res,
+		       const struct djinn_tensor_desc *descs,
+		       struct model_step *st, char *msg, size_t msglen)
+{
+	const struct model_config *cfg = &c->h->m->cfg;
+	struct vmu_session *s = c->h->s;
+	unsigned int dt = c->h->m->layout.dtype;
+	uint64_t P = c->len, rows, row_bytes;
+	void *host;
+	int ret;
 
 	/* append the new keys and values: the region grows in place */
-	ret = vmu_region_resize(s, c->cache, (a.P + n) * c->tok_bytes, NULL);
+	ret = vmu_region_resize(s, c->cache, (P + n) * c->tok_bytes, NULL);
 	if (!ret)
-		ret = copy_regions(env, s, c->cache, a.P * c->tok_bytes,
-				   res.regions[1], n * c->tok_bytes);
+		ret = copy_regions(env, s, c->cache, P * c->tok_bytes,
+				   res->regions[1], n * c->tok_bytes);
 	if (ret) {
-		fail(msg, msglen, ret, "KV cache growth to %u tokens: %s",
-		     a.P + n, strerror(-ret));
-		vmu_region_resize(s, c->cache, a.P * c->tok_bytes, NULL);
-		goto out_outputs;
+		fail(msg, msglen, ret, "KV cache growth to %llu tokens: %s",
+		     (unsigned long long)(P + n), strerror(-ret));
+		vmu_region_resize(s, c->cache, P * c->tok_bytes, NULL);
+		goto out;
 	}
 
 	/* the logits, (rows, V) in the weights' dtype: every row for the
@@ -425,15 +530,15 @@ int model_ctx_step(struct model_ctx *c, const struct model_env *env,
 	host = malloc(st->logits ? rows * row_bytes : row_bytes);
 	if (!host) {
 		ret = -ENOMEM;
-		vmu_region_resize(s, c->cache, a.P * c->tok_bytes, NULL);
-		goto out_outputs;
+		vmu_region_resize(s, c->cache, P * c->tok_bytes, NULL);
+		goto out;
 	}
 	if (st->logits)
-		ret = vmu_region_read(s, res.regions[0], 0, host,
+		ret = vmu_region_read(s, res->regions[0], 0, host,
 				      rows * row_bytes);
 	else
-		ret = vmu_region_read(s, res.regions[0], (rows - 1) * row_bytes,
-				      host, row_bytes);
+		ret = vmu_region_read(s, res->regions[0],
+				      (rows - 1) * row_bytes, host, row_bytes);
 	if (!ret) {
 		if (st->logits)
 			from_dtype(dt, host, st->logits, rows * cfg->vocab);
@@ -444,22 +549,39 @@ int model_ctx_step(struct model_ctx *c, const struct model_env *env,
 		c->have_logits = true;
 		c->len += n;
 		if (st->keep) { /* the caller's now */
-			st->region = res.regions[0];
+			st->region = res->regions[0];
 			st->desc = descs[0];
-			res.regions[0] = 0;
+			res->regions[0] = 0;
 		}
 	} else {
-		vmu_region_resize(s, c->cache, a.P * c->tok_bytes, NULL);
+		fail(msg, msglen, ret, "reading the logits: %s",
+		     strerror(-ret));
+		vmu_region_resize(s, c->cache, P * c->tok_bytes, NULL);
 	}
 	free(host);
-out_outputs:
-	drop(s, res.regions[0], false);
-	drop(s, res.regions[1], false);
-out_inputs:
-	for (int i = 0; i < 3; i++)
-		drop(s, reg[i], true);
-	free(g);
+out:
+	drop(s, res->regions[0], false);
+	drop(s, res->regions[1], false);
 	return ret;
+}
+
+int model_ctx_step(struct model_ctx *c, const struct model_env *env,
+		   const int32_t *tokens, uint32_t n, struct model_step *st,
+		   char *msg, size_t msglen)
+{
+	struct djinn_tensor_desc descs[2];
+	struct exec_result res;
+	int ret;
+
+	st->region = 0;
+	ret = check_step(c, tokens, n, msg, msglen);
+	if (ret)
+		return ret;
+	ret = run_part(c, env, tokens, n, 0, c->h->m->cfg.n_layer, false,
+		       st->all, &res, descs, msg, msglen);
+	if (ret)
+		return ret;
+	return commit_step(c, env, n, &res, descs, st, msg, msglen);
 }
 
 int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
@@ -478,6 +600,8 @@ int model_ctx_decode(struct model_ctx *c, const struct model_env *env,
 	uint64_t rng = sp->seed ^ ((uint64_t)c->len * 0xd1b54a32d192ed03ull);
 	int ret;
 
+	if (c->pz.on)
+		return check_step(c, NULL, 0, msg, msglen);
 	if (!c->have_logits)
 		return fail(msg, msglen, -EINVAL,
 			    "decode before a prefill: no logits");
@@ -491,4 +615,257 @@ int model_ctx_decode(struct model_ctx *c, const struct model_env *env,
 			return ret;
 	}
 	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Breakpoints */
+
+static uint64_t pause_bytes(const struct model_ctx *c)
+{
+	return c->pz.desc.dims[0] * c->pz.desc.dims[1] *
+	       djinn_dtype_size(c->pz.desc.dtype);
+}
+
+bool model_ctx_paused(const struct model_ctx *c, struct model_pause_info *pi)
+{
+	if (!c->pz.on)
+		return false;
+	if (pi) {
+		pi->layer = c->pz.layer;
+		pi->T = c->pz.T;
+		pi->decode = c->pz.decode;
+		pi->want = c->pz.want;
+		pi->done = c->pz.done;
+		pi->hidden = c->pz.hidden;
+		pi->desc = c->pz.desc;
+	}
+	return true;
+}
+
+static int check_brk(struct model_ctx *c, uint32_t brk, char *msg,
+		     size_t msglen)
+{
+	uint32_t L = c->h->m->cfg.n_layer;
+
+	if (brk > L)
+		return fail(msg, msglen, -EINVAL,
+			    "break after layer %u: model %s has layers 0 to %u",
+			    brk - 1, c->h->m->name, L - 1);
+	return 0;
+}
+
+/* Run @n tokens through layers 0 .. @brk - 1 and pause. */
+static int pause_at(struct model_ctx *c, const struct model_env *env,
+		    const int32_t *tokens, uint32_t n, uint32_t brk, bool all,
+		    char *msg, size_t msglen)
+{
+	struct djinn_tensor_desc descs[2];
+	struct exec_result res;
+	int ret;
+
+	ret = run_part(c, env, tokens, n, 0, brk, true, all, &res, descs, msg,
+		       msglen);
+	if (ret)
+		return ret;
+	c->pz.on = true;
+	c->pz.layer = brk - 1;
+	c->pz.T = n;
+	c->pz.all = all;
+	c->pz.hidden = res.regions[0];
+	c->pz.kv = res.regions[1];
+	c->pz.desc = descs[0];
+	return 0;
+}
+
+static void run_out(struct model_ctx *c, struct model_run *r, uint32_t nr)
+{
+	if (nr && r->out)
+		memcpy(r->out, c->pz.tokens, nr * sizeof(int32_t));
+	r->nr_out = nr;
+	r->paused = c->pz.on;
+	r->layer = c->pz.on ? c->pz.layer : 0;
+}
+
+int model_ctx_run_prefill(struct model_ctx *c, const struct model_env *env,
+			  const int32_t *tokens, uint32_t n,
+			  struct model_run *r, char *msg, size_t msglen)
+{
+	int ret;
+
+	r->paused = false;
+	r->nr_out = 0;
+	r->layer = 0;
+	if (!r->brk)
+		return model_ctx_prefill(c, env, tokens, n, r->logits, msg,
+					 msglen);
+	ret = check_step(c, tokens, n, msg, msglen);
+	if (!ret)
+		ret = check_brk(c, r->brk, msg, msglen);
+	if (!ret)
+		ret = pause_at(c, env, tokens, n, r->brk, r->logits != NULL,
+			       msg, msglen);
+	if (!ret)
+		run_out(c, r, 0);
+	return ret;
+}
+
+/* Sample the decode's next token and run it to the breakpoint. If that
+ * fails the decode ends: the tokens done stay in the context. */
+static int decode_next(struct model_ctx *c, const struct model_env *env,
+		       struct model_run *r, char *msg, size_t msglen)
+{
+	struct model_pause *pz = &c->pz;
+	int32_t tok;
+	int ret;
+
+	ret = model_sample(c->logits, c->h->m->cfg.vocab, &pz->sp, &pz->rng,
+			   &tok, msg, msglen);
+	if (!ret)
+		ret = check_step(c, &tok, 1, msg, msglen);
+	if (!ret)
+		ret = pause_at(c, env, &tok, 1, pz->brk, false, msg, msglen);
+	if (ret) {
+		uint32_t done = pz->done;
+
+		run_out(c, r, done); /* pz->tokens still there */
+		model_ctx_abandon(c);
+		return ret;
+	}
+	pz->tokens[pz->done] = tok;
+	run_out(c, r, pz->done + 1);
+	return 0;
+}
+
+int model_ctx_run_decode(struct model_ctx *c, const struct model_env *env,
+			 uint32_t n, const struct model_sampling *sp,
+			 struct model_run *r, char *msg, size_t msglen)
+{
+	uint32_t len0 = c->len;
+	int ret;
+
+	r->paused = false;
+	r->nr_out = 0;
+	r->layer = 0;
+	if (c->pz.on)
+		return check_step(c, NULL, 0, msg, msglen);
+	if (!r->brk) {
+		ret = model_ctx_decode(c, env, n, sp, r->out, msg, msglen);
+		r->nr_out = c->len - len0;
+		return ret;
+	}
+	ret = check_brk(c, r->brk, msg, msglen);
+	if (ret)
+		return ret;
+	if (!c->have_logits)
+		return fail(msg, msglen, -EINVAL,
+			    "decode before a prefill: no logits");
+	if (!n)
+		return 0;
+	c->pz.tokens = malloc(n * sizeof(int32_t));
+	if (!c->pz.tokens)
+		return -ENOMEM;
+	c->pz.decode = true;
+	c->pz.want = n;
+	c->pz.brk = r->brk;
+	c->pz.sp = *sp;
+	/* as model_ctx_decode() seeds it: the same tokens */
+	c->pz.rng = sp->seed ^ ((uint64_t)c->len * 0xd1b54a32d192ed03ull);
+	return decode_next(c, env, r, msg, msglen);
+}
+
+int model_ctx_resume(struct model_ctx *c, const struct model_env *env,
+		     struct model_run *r, char *msg, size_t msglen)
+{
+	struct model_pause *pz = &c->pz;
+	struct model_step st = { .all = pz->all };
+	struct djinn_tensor_desc descs[2];
+	struct exec_result res;
+	int ret;
+
+	if (!pz->on)
+		return fail(msg, msglen, -EBUSY, "the context is not paused");
+	if (!pz->decode)
+		st.logits = r->logits;
+	ret = run_part(c, env, NULL, pz->T, pz->layer + 1, c->h->m->cfg.n_layer,
+		       false, pz->all, &res, descs, msg, msglen);
+	if (!ret)
+		ret = commit_step(c, env, pz->T, &res, descs, &st, msg, msglen);
+	if (ret) { /* still paused: it may be resumed again */
+		run_out(c, r, pz->decode ? pz->done + 1 : 0);
+		return ret;
+	}
+	vmu_region_destroy(c->h->s, pz->hidden);
+	vmu_region_destroy(c->h->s, pz->kv);
+	pz->hidden = pz->kv = 0;
+	pz->on = false;
+	if (!pz->decode) {
+		run_out(c, r, 0);
+		return 0;
+	}
+	if (++pz->done == pz->want) {
+		run_out(c, r, pz->done);
+		model_ctx_abandon(c);
+		return 0;
+	}
+	return decode_next(c, env, r, msg, msglen);
+}
+
+int model_ctx_hidden_copy(struct model_ctx *c, const struct model_env *env,
+			  uint64_t *region, char *msg, size_t msglen)
+{
+	struct vmu_session *s = c->h->s;
+	uint64_t bytes;
+	int ret;
+
+	if (!c->pz.on)
+		return fail(msg, msglen, -EBUSY, "the context is not paused");
+	bytes = pause_bytes(c);
+	ret = vmu_region_create(s, bytes, region);
+	if (ret)
+		goto out;
+	ret = vmu_region_resize(s, *region, bytes, NULL);
+	if (!ret)
+		ret = copy_regions(env, s, *region, 0, c->pz.hidden, bytes);
+	if (ret) {
+		vmu_region_destroy(s, *region);
+		*region = 0;
+	}
+out:
+	if (ret)
+		fail(msg, msglen, ret, "copying the hidden state: %s",
+		     strerror(-ret));
+	return ret;
+}
+
+int model_ctx_steer(struct model_ctx *c, const struct model_env *env,
+		    uint64_t addr, const struct djinn_tensor_desc *d, char *msg,
+		    size_t msglen)
+{
+	struct vmu_provider *p = env->b->provider;
+	const struct djinn_tensor_desc *w = &c->pz.desc;
+	struct vmu_session *s = c->h->s;
+	uint64_t da;
+	int ret;
+
+	if (!c->pz.on)
+		return fail(msg, msglen, -EBUSY, "the context is not paused");
+	if (d->dtype != w->dtype || d->ndim != 2 || d->dims[0] != w->dims[0] ||
+	    d->dims[1] != w->dims[1])
+		return fail(msg, msglen, -EINVAL,
+			    "steering tensor of dtype %u and %u dims (%llu, "
+			    "%llu): the hidden state is (%llu, %llu) of "
+			    "dtype %u",
+			    d->dtype, d->ndim, (unsigned long long)d->dims[0],
+			    (unsigned long long)(d->ndim > 1 ? d->dims[1] : 0),
+			    (unsigned long long)w->dims[0],
+			    (unsigned long long)w->dims[1], w->dtype);
+	da = pin_addr(s, c->pz.hidden, &ret);
+	if (!ret) {
+		ret = p->ops->copy_dtod(p, da, addr, pause_bytes(c));
+		vmu_region_unpin(s, c->pz.hidden);
+	}
+	if (ret)
+		fail(msg, msglen, ret, "writing the hidden state: %s",
+		     strerror(-ret));
+	return ret;
 }

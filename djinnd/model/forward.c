@@ -304,15 +304,65 @@ static uint32_t attend(struct gbuild *g, const struct model_config *c,
 		       T, H * D);
 }
 
-/* The logits of the last (or every) row of @x (T, C), and the outputs. */
-static void finish(struct gbuild *g, const struct fwd_args *a, uint32_t x,
-		   uint32_t head, uint32_t *kv, unsigned int nr_kv)
+/*
+ * The outputs. With every layer run: the logits of the last (or every)
+ * row of @x (T, C) after the final norm @nw (@nb: its bias, or GB_BAD
+ * for RMSNorm), and the keys and values. Else the hidden state @x and
+ * the keys and values of the layers run. @kv holds @nr_kv values (T, k,
+ * Hk D) to concatenate along axis 1.
+ */
+static void finish(struct gbuild *g, const struct model_hold *h,
+		   const struct fwd_args *a, uint32_t x, uint32_t nw,
+		   uint32_t nb, uint32_t head, uint32_t *kv, unsigned int nr_kv)
 {
+	const struct model_config *c = &h->m->cfg;
+	uint32_t all_kv;
+
+	all_kv = concat_all(g, kv, nr_kv, 1);
+	if (!(all_kv & GB_NODE)) /* just the first part's: a copy */
+		all_kv = reshape(g, all_kv, 3, (int32_t)a->T,
+				 (int32_t)(2 * c->n_layer),
+				 (int32_t)(c->n_kv_head * c->head_dim));
+	if (a->pause) {
+		gb_output(g, x, DJINN_RES_ACTIVATION);
+		gb_output(g, all_kv, DJINN_RES_KV_CACHE);
+		return;
+	}
+	x = norm(g, x, nw, nb, c->eps);
 	if (!a->all && a->T > 1)
 		x = slice(g, x, 0, a->T - 1, a->T);
 	gb_output(g, matmul(g, x, head, true), DJINN_RES_OUTPUT);
 	/* (T, 1, Hk D) each -> (T, 2L, Hk D) */
-	gb_output(g, concat_all(g, kv, nr_kv, 1), DJINN_RES_KV_CACHE);
+	gb_output(g, all_kv, DJINN_RES_KV_CACHE);
+}
+
+/* The inputs every part shares: the hidden state entering layer l0, the
+ * cache, and the first part's keys and values. @kv gets those. */
+static uint32_t part_inputs(struct gbuild *g, const struct model_hold *h,
+			    const struct fwd_args *a, uint32_t *cache,
+			    uint32_t *kv, unsigned int *nr_kv)
+{
+	const struct model_config *c = &h->m->cfg;
+	unsigned int dt = h->m->layout.dtype;
+	uint64_t dims[3] = { a->P, 2 * c->n_layer,
+			     (uint64_t)c->n_kv_head * c->head_dim };
+	uint32_t x = GB_BAD;
+
+	*cache = GB_BAD;
+	*nr_kv = 0;
+	if (a->P)
+		*cache = gb_input(g, a->cache, dt, 3, dims);
+	if (!a->l0)
+		return x;
+	dims[0] = a->T;
+	dims[1] = c->n_embd;
+	x = gb_input(g, a->hidden, dt, 2, dims);
+	if (!a->pause) {
+		dims[1] = 2 * a->l0;
+		dims[2] = (uint64_t)c->n_kv_head * c->head_dim;
+		kv[(*nr_kv)++] = gb_input(g, a->kv_in, dt, 3, dims);
+	}
+	return x;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -323,26 +373,26 @@ static int build_gpt2(struct gbuild *g, const struct model_hold *h,
 {
 	const struct model_config *c = &h->m->cfg;
 	int32_t T = (int32_t)a->T, C = (int32_t)c->n_embd;
-	uint64_t dims[3] = { a->T };
-	uint32_t x, ids, pos, cache = GB_BAD, *kv;
+	uint64_t dims[1] = { a->T };
+	uint32_t x, ids, pos, cache, *kv;
+	unsigned int nr_kv;
 
-	kv = calloc(2 * c->n_layer, sizeof(*kv));
+	kv = calloc(2 * c->n_layer + 1, sizeof(*kv));
 	if (!kv)
 		return -ENOMEM;
-	ids = gb_input(g, a->ids, DJINN_DTYPE_I32, 1, dims);
-	pos = gb_input(g, a->pos, DJINN_DTYPE_I32, 1, dims);
-	if (a->P) {
-		dims[0] = a->P;
-		dims[1] = 2 * c->n_layer;
-		dims[2] = c->n_embd;
-		cache = gb_input(g, a->cache, h->m->layout.dtype, 3, dims);
+	x = part_inputs(g, h, a, &cache, kv, &nr_kv);
+	if (!a->l0) {
+		/* x (T, C) = wte[ids] + wpe[pos] */
+		ids = gb_input(g, a->ids, DJINN_DTYPE_I32, 1, dims);
+		pos = gb_input(g, a->pos, DJINN_DTYPE_I32, 1, dims);
+		x = op2(g, DJINN_GOP_ADD,
+			op2(g, DJINN_GOP_EMBEDDING, weight(g, h, -1, GPT2_WTE),
+			    ids),
+			op2(g, DJINN_GOP_EMBEDDING, weight(g, h, -1, GPT2_WPE),
+			    pos));
 	}
-	/* x (T, C) = wte[ids] + wpe[pos] */
-	x = op2(g, DJINN_GOP_ADD,
-		op2(g, DJINN_GOP_EMBEDDING, weight(g, h, -1, GPT2_WTE), ids),
-		op2(g, DJINN_GOP_EMBEDDING, weight(g, h, -1, GPT2_WPE), pos));
 
-	for (int l = 0; l < (int)c->n_layer; l++) {
+	for (int l = (int)a->l0; l < (int)a->l1; l++) {
 		uint32_t y, qkv, q, k, v;
 
 		/* qkv (T, 3C) = ln_1(x) @ c_attn (C, 3C) + b */
@@ -354,8 +404,8 @@ static int build_gpt2(struct gbuild *g, const struct model_hold *h,
 		q = slice(g, qkv, 1, 0, C);
 		k = slice(g, qkv, 1, C, 2 * C);
 		v = slice(g, qkv, 1, 2 * C, 3 * C);
-		kv[2 * l] = reshape(g, k, 3, T, 1, C);
-		kv[2 * l + 1] = reshape(g, v, 3, T, 1, C);
+		kv[nr_kv++] = reshape(g, k, 3, T, 1, C);
+		kv[nr_kv++] = reshape(g, v, 3, T, 1, C);
 		y = attend(g, c, a, cache, l, q, k, v);
 		/* x += y @ c_proj (C, C) + b */
 		y = op2(g, DJINN_GOP_ADD,
@@ -374,10 +424,13 @@ static int build_gpt2(struct gbuild *g, const struct model_hold *h,
 			weight(g, h, l, GPT2_MPROJ_B));
 		x = op2(g, DJINN_GOP_ADD, x, y);
 	}
-	x = norm(g, x, weight(g, h, -1, GPT2_LNF_W),
-		 weight(g, h, -1, GPT2_LNF_B), c->eps);
-	/* logits = x @ wte^T (tied) or lm_head^T */
-	finish(g, a, x, weight(g, h, -1, GPT2_LM_HEAD), kv, 2 * c->n_layer);
+	/* logits = ln_f(x) @ wte^T (tied) or lm_head^T */
+	if (!a->pause)
+		finish(g, h, a, x, weight(g, h, -1, GPT2_LNF_W),
+		       weight(g, h, -1, GPT2_LNF_B),
+		       weight(g, h, -1, GPT2_LM_HEAD), kv, nr_kv);
+	else
+		finish(g, h, a, x, GB_BAD, GB_BAD, GB_BAD, kv, nr_kv);
 	free(kv);
 	return g->err;
 }
@@ -405,25 +458,25 @@ static int build_llama(struct gbuild *g, const struct model_hold *h,
 	int32_t T = (int32_t)a->T, H = (int32_t)c->n_head;
 	int32_t Hk = (int32_t)c->n_kv_head, D = (int32_t)c->head_dim;
 	uint64_t dims[3] = { a->T, 1, c->head_dim };
-	uint32_t x, ids, cos, sin, cache = GB_BAD, *kv;
-	unsigned int dt = h->m->layout.dtype;
+	uint32_t x, ids, cos = GB_BAD, sin = GB_BAD, cache, *kv;
+	unsigned int dt = h->m->layout.dtype, nr_kv;
 
-	kv = calloc(2 * c->n_layer, sizeof(*kv));
+	kv = calloc(2 * c->n_layer + 1, sizeof(*kv));
 	if (!kv)
 		return -ENOMEM;
-	cos = gb_input(g, a->cos, dt, 3, dims);
-	sin = gb_input(g, a->sin, dt, 3, dims);
-	ids = gb_input(g, a->ids, DJINN_DTYPE_I32, 1, dims);
-	if (a->P) {
-		dims[0] = a->P;
-		dims[1] = 2 * c->n_layer;
-		dims[2] = (uint64_t)Hk * D;
-		cache = gb_input(g, a->cache, dt, 3, dims);
+	if (a->l0 < a->l1) {
+		cos = gb_input(g, a->cos, dt, 3, dims);
+		sin = gb_input(g, a->sin, dt, 3, dims);
 	}
-	/* x (T, C) = embed[ids] */
-	x = op2(g, DJINN_GOP_EMBEDDING, weight(g, h, -1, LLAMA_EMBED), ids);
+	x = part_inputs(g, h, a, &cache, kv, &nr_kv);
+	if (!a->l0) {
+		/* x (T, C) = embed[ids] */
+		ids = gb_input(g, a->ids, DJINN_DTYPE_I32, 1, dims);
+		x = op2(g, DJINN_GOP_EMBEDDING, weight(g, h, -1, LLAMA_EMBED),
+			ids);
+	}
 
-	for (int l = 0; l < (int)c->n_layer; l++) {
+	for (int l = (int)a->l0; l < (int)a->l1; l++) {
 		uint32_t y, q, k, v, gate;
 
 		/* q (T, H D), k, v (T, Hk D) from rmsnorm(x); Linear: W^T */
@@ -435,8 +488,8 @@ static int build_llama(struct gbuild *g, const struct model_hold *h,
 			    2, T, H * D);
 		k = reshape(g, rope(g, reshape(g, k, 3, T, Hk, D), cos, sin, D),
 			    2, T, Hk * D);
-		kv[2 * l] = reshape(g, k, 3, T, 1, Hk * D);
-		kv[2 * l + 1] = reshape(g, v, 3, T, 1, Hk * D);
+		kv[nr_kv++] = reshape(g, k, 3, T, 1, Hk * D);
+		kv[nr_kv++] = reshape(g, v, 3, T, 1, Hk * D);
 		y = attend(g, c, a, cache, l, q, k, v);
 		x = op2(g, DJINN_GOP_ADD, x,
 			matmul(g, y, weight(g, h, l, LLAMA_O), true));
@@ -450,8 +503,11 @@ static int build_llama(struct gbuild *g, const struct model_hold *h,
 		x = op2(g, DJINN_GOP_ADD, x,
 			matmul(g, y, weight(g, h, l, LLAMA_DOWN), true));
 	}
-	x = norm(g, x, weight(g, h, -1, LLAMA_NORM), GB_BAD, c->eps);
-	finish(g, a, x, weight(g, h, -1, LLAMA_LM_HEAD), kv, 2 * c->n_layer);
+	if (!a->pause)
+		finish(g, h, a, x, weight(g, h, -1, LLAMA_NORM), GB_BAD,
+		       weight(g, h, -1, LLAMA_LM_HEAD), kv, nr_kv);
+	else
+		finish(g, h, a, x, GB_BAD, GB_BAD, GB_BAD, kv, nr_kv);
 	free(kv);
 	return g->err;
 }
@@ -459,7 +515,14 @@ static int build_llama(struct gbuild *g, const struct model_hold *h,
 int model_build_forward(struct gbuild *g, const struct model_hold *h,
 			const struct fwd_args *a)
 {
-	g->phase = a->P && a->T == 1 ? DJINN_PHASE_DECODE : DJINN_PHASE_PREFILL;
-	return h->m->cfg.arch == MODEL_GPT2 ? build_gpt2(g, h, a) :
-					      build_llama(g, h, a);
+	struct fwd_args b = *a;
+
+	if (!b.l1)
+		b.l1 = h->m->cfg.n_layer;
+	if (b.l0 > b.l1 || b.l1 > h->m->cfg.n_layer ||
+	    (b.pause ? b.l0 == b.l1 : b.l1 < h->m->cfg.n_layer))
+		return -EINVAL;
+	g->phase = b.P && b.T == 1 ? DJINN_PHASE_DECODE : DJINN_PHASE_PREFILL;
+	return h->m->cfg.arch == MODEL_GPT2 ? build_gpt2(g, h, &b) :
+					      build_llama(g, h, &b);
 }

@@ -61,21 +61,34 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 	   size_t msglen);
 
 /*
- * struct fwd_args - one step of a context
+ * struct fwd_args - one step of a context, or a part of one
  * @T:     new tokens
  * @P:     tokens already in the cache
- * @ids:   (T) i32 token ids
- * @pos:   gpt2: (T) i32 positions P .. P + T - 1
+ * @l0, @l1: the layers to run, [l0, l1); l1 0 means n_layer
+ * @pause: the first part of a step that pauses: no head
+ * @ids:   l0 == 0: (T) i32 token ids
+ * @pos:   gpt2, l0 == 0: (T) i32 positions P .. P + T - 1
  * @cos, @sin: llama: (T, head_dim) in the weights' dtype
  * @cache: (P, 2 n_layer, n_kv_head head_dim), when P > 0
+ * @hidden: l0 > 0: (T, n_embd) the hidden state entering layer l0
+ * @kv_in: l0 > 0 and !pause: (T, 2 l0, n_kv_head head_dim), the
+ *         new keys and values of layers 0 .. l0 - 1 (from the first part)
  * @all:   logits for every new token, else for the last one only
  *
- * The graph's outputs: 0 the logits (T or 1, vocab), 1 the new keys and
- * values (T, 2 n_layer, n_kv_head head_dim) to append to the cache.
+ * The graph's outputs, without @pause (l1 == n_layer): 0 the logits (T or 1, vocab),
+ * 1 the new keys and values of every layer (T, 2 n_layer, n_kv_head
+ * head_dim) to append to the cache. With @pause: 0 the hidden state after layer l1 - 1 (T,
+ * n_embd), 1 the new keys and values of layers l0 .. l1 - 1 (T, 2 (l1 -
+ * l0), n_kv_head head_dim). Splitting a step this way computes the same
+ * bits as running it whole: every value is stored in the weights' dtype
+ * either way.
  */
 struct fwd_args {
 	uint32_t T, P;
+	uint32_t l0, l1;
+	bool pause;
 	uint64_t ids, pos, cos, sin, cache;
+	uint64_t hidden, kv_in;
 	bool all;
 };
 

@@ -17,9 +17,21 @@
  * Steps run on the calling thread with the executor stack given in
  * struct model_env (an executor thread's), never on the I/O thread.
  *
+ * Breakpoints (model_ctx_run_prefill(), model_ctx_run_decode() with a
+ * break): a step runs as two graphs, layers 0 .. L, then L + 1 .. on and
+ * the head. Between them the context is paused: the hidden state after
+ * layer L and the first graph's new keys and values wait in data regions
+ * of the session (on the device, swappable like any region) and nothing
+ * runs; the caller may read the hidden state (model_ctx_hidden_copy()),
+ * replace it (model_ctx_steer()), and model_ctx_resume() runs the second
+ * graph. Every value is stored in the weights' dtype whether the step
+ * is split or not, so a step resumed unchanged computes the same bits as
+ * one without a break. While paused every other step and fork is -EBUSY;
+ * model_ctx_reset() and model_ctx_free() abandon the paused step.
+ *
  * Errors: -EINVAL (a token out of the vocabulary, bad sampling
  * parameters), -ENOSPC (past max_tokens), -ENOMEM / -E2BIG (admission),
- * with a message.
+ * -EBUSY (paused), with a message.
  */
 #ifndef DJINN_MODEL_RUNTIME_H
 #define DJINN_MODEL_RUNTIME_H
@@ -43,7 +55,8 @@ void model_ctx_free(struct model_ctx *c);
  * logits. */
 int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 		   struct model_ctx **out, char *msg, size_t msglen);
-/* Forget every token (the cache shrinks to nothing). */
+/* Forget every token (the cache shrinks to nothing), abandoning a paused
+ * step. */
 int model_ctx_reset(struct model_ctx *c);
 
 uint32_t model_ctx_len(const struct model_ctx *c);
@@ -119,5 +132,74 @@ int model_sample(const float *logits, uint32_t V,
 int model_ctx_decode(struct model_ctx *c, const struct model_env *env,
 		     uint32_t n, const struct model_sampling *sp, int32_t *out,
 		     char *msg, size_t msglen);
+
+/*
+ * struct model_run - a prefill or decode that may pause
+ * @brk:    in: 0, or L + 1 to pause after layer L (L < n_layer); for a
+ *          decode, at every token
+ * @logits: in: a prefill's: where the logits of every token go, (n,
+ *          vocab) floats, when it is done (NULL: none); give it to the
+ *          call that starts it and to model_ctx_resume() alike
+ * @out:    in: a decode's: room for its n tokens
+ * @nr_out: out: a decode's tokens so far in @out: while paused, the
+ *          last of them is the one the paused step is running
+ * @paused: out: stopped after layer @layer
+ */
+struct model_run {
+	uint32_t brk;
+	float *logits;
+	int32_t *out;
+	uint32_t nr_out;
+	bool paused;
+	uint32_t layer;
+};
+
+/* model_ctx_prefill() that may pause. */
+int model_ctx_run_prefill(struct model_ctx *c, const struct model_env *env,
+			  const int32_t *tokens, uint32_t n,
+			  struct model_run *r, char *msg, size_t msglen);
+/* model_ctx_decode() that may pause: sampled tokens and the random
+ * stream are those model_ctx_decode() gives. A failure while starting
+ * the next token ends the decode (the tokens done stay, as there). */
+int model_ctx_run_decode(struct model_ctx *c, const struct model_env *env,
+			 uint32_t n, const struct model_sampling *sp,
+			 struct model_run *r, char *msg, size_t msglen);
+/* Finish the paused step (and, for a decode, start the next token, which
+ * pauses again). -EBUSY if not paused. If the second graph fails the
+ * context stays paused, as it was. */
+int model_ctx_resume(struct model_ctx *c, const struct model_env *env,
+		     struct model_run *r, char *msg, size_t msglen);
+/* Drop the paused step (nothing of it stays; a decode's earlier tokens
+ * do). Nothing if not paused. */
+void model_ctx_abandon(struct model_ctx *c);
+
+/*
+ * struct model_pause_info - what a paused context is at
+ * @layer:  it stopped after this layer
+ * @T:      tokens of the paused step
+ * @decode: a decode of @want tokens, @done of them finished
+ * @hidden: the data region of the hidden state (the context's; the
+ *          tests may read and write it directly)
+ * @desc:   its shape (T, n_embd) and dtype (the weights')
+ */
+struct model_pause_info {
+	uint32_t layer, T;
+	bool decode;
+	uint32_t want, done;
+	uint64_t hidden;
+	struct djinn_tensor_desc desc;
+};
+
+/* Whether @c is paused; if so and @pi, what at. */
+bool model_ctx_paused(const struct model_ctx *c, struct model_pause_info *pi);
+/* A new data region of the session with a copy of the hidden state
+ * (the caller owns it). */
+int model_ctx_hidden_copy(struct model_ctx *c, const struct model_env *env,
+			  uint64_t *region, char *msg, size_t msglen);
+/* Replace the hidden state with the tensor at device address @addr,
+ * which must have its shape and dtype (@d; -EINVAL otherwise). */
+int model_ctx_steer(struct model_ctx *c, const struct model_env *env,
+		    uint64_t addr, const struct djinn_tensor_desc *d, char *msg,
+		    size_t msglen);
 
 #endif /* DJINN_MODEL_RUNTIME_H */

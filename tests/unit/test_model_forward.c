@@ -9,7 +9,10 @@
  * Also: the KV cache grows in place and decoding over it equals running
  * the whole sequence again; greedy tokens from prefill + decode equal
  * those from recomputing; failed steps change nothing; forks; seeded
- * sampling; grouped-query attention as an op. Runs from the repository
+ * sampling; grouped-query attention as an op. Breakpoints: a step split
+ * at any layer gives the same logits and tokens bit for bit; the hidden
+ * state at the break is the reference's, and a steered one gives the
+ * logits the reference computes from it. Runs from the repository
  * root (it calls scripts/mkmodel.py).
  */
 #include <errno.h>
@@ -49,6 +52,19 @@ struct ref {
 	struct model_config c;
 	struct st_set *set;
 	const char *pfx; /* gpt2: "" or "transformer." */
+};
+
+/*
+ * struct refpart - part of a forward pass, for breakpoints
+ * @from:  the first layer to run; when > 0, @x0 (T, C) is the hidden
+ *         state entering it
+ * @stop:  after this layer, copy the hidden state into @xout (if set)
+ */
+struct refpart {
+	int from;
+	const double *x0;
+	int stop;
+	double *xout;
 };
 
 static double *weight(const struct ref *r, const char *fmt, ...)
@@ -177,7 +193,8 @@ static void attention(double *y, const double *q, const double *k,
 	free(p);
 }
 
-static double *ref_gpt2(const struct ref *r, const int32_t *ids, int T)
+static double *ref_gpt2(const struct ref *r, const int32_t *ids, int T,
+			const struct refpart *rp)
 {
 	int C = (int)r->c.n_embd, F = (int)r->c.n_inner, V = (int)r->c.vocab;
 	double *x = xmalloc(T * C * sizeof(double)), *y, *qkv, *q, *k, *v;
@@ -195,8 +212,10 @@ static double *ref_gpt2(const struct ref *r, const int32_t *ids, int T)
 	wpe = weight(r, "%swpe.weight", p);
 	for (int t = 0; t < T; t++)
 		for (int i = 0; i < C; i++)
-			x[t * C + i] = wte[ids[t] * C + i] + wpe[t * C + i];
-	for (int l = 0; l < (int)r->c.n_layer; l++) {
+			x[t * C + i] =
+				rp->from ? rp->x0[t * C + i] :
+					   wte[ids[t] * C + i] + wpe[t * C + i];
+	for (int l = rp->from; l < (int)r->c.n_layer; l++) {
 		double *g1 = weight(r, "%sh.%d.ln_1.weight", p, l);
 		double *b1 = weight(r, "%sh.%d.ln_1.bias", p, l);
 		double *wa = weight(r, "%sh.%d.attn.c_attn.weight", p, l);
@@ -232,6 +251,8 @@ static double *ref_gpt2(const struct ref *r, const int32_t *ids, int T)
 		mm(y, f, wm, bm, T, F, C, false);
 		for (int i = 0; i < T * C; i++)
 			x[i] += y[i];
+		if (rp->xout && l == rp->stop)
+			memcpy(rp->xout, x, T * C * sizeof(double));
 		free(g1), free(b1), free(wa), free(ba), free(wp), free(bp);
 		free(g2), free(b2), free(wf), free(bf), free(wm), free(bm);
 	}
@@ -273,7 +294,8 @@ static void ref_rope(double *x, int T, int n, int D, double theta)
 		}
 }
 
-static double *ref_llama(const struct ref *r, const int32_t *ids, int T)
+static double *ref_llama(const struct ref *r, const int32_t *ids, int T,
+			 const struct refpart *rp)
 {
 	int C = (int)r->c.n_embd, F = (int)r->c.n_inner, V = (int)r->c.vocab;
 	int H = (int)r->c.n_head, Hk = (int)r->c.n_kv_head;
@@ -291,8 +313,9 @@ static double *ref_llama(const struct ref *r, const int32_t *ids, int T)
 	u = xmalloc(T * F * sizeof(double));
 	emb = weight(r, "model.embed_tokens.weight");
 	for (int t = 0; t < T; t++)
-		memcpy(x + t * C, emb + ids[t] * C, C * sizeof(double));
-	for (int l = 0; l < (int)r->c.n_layer; l++) {
+		memcpy(x + t * C, rp->from ? rp->x0 + t * C : emb + ids[t] * C,
+		       C * sizeof(double));
+	for (int l = rp->from; l < (int)r->c.n_layer; l++) {
 		double *n1 = weight(r, "%s.%d.input_layernorm.weight", m, l);
 		double *wq = weight(r, "%s.%d.self_attn.q_proj.weight", m, l);
 		double *wk = weight(r, "%s.%d.self_attn.k_proj.weight", m, l);
@@ -322,6 +345,8 @@ static double *ref_llama(const struct ref *r, const int32_t *ids, int T)
 		mm(y, g, wd, NULL, T, F, C, true);
 		for (int i = 0; i < T * C; i++)
 			x[i] += y[i];
+		if (rp->xout && l == rp->stop)
+			memcpy(rp->xout, x, T * C * sizeof(double));
 		free(n1), free(wq), free(wk), free(wv), free(wo), free(n2);
 		free(wg), free(wu), free(wd);
 	}
@@ -345,8 +370,9 @@ static double *ref_llama(const struct ref *r, const int32_t *ids, int T)
 	return logits;
 }
 
-static double *ref_logits(const char *name, const int32_t *ids, int T,
-			  struct model_config *cfg)
+static double *ref_logits_part(const char *name, const int32_t *ids, int T,
+			       struct model_config *cfg,
+			       const struct refpart *rp)
 {
 	char path[256], msg[ST_MSG_LEN];
 	struct ref r = { .pfx = "" };
@@ -358,12 +384,20 @@ static double *ref_logits(const char *name, const int32_t *ids, int T,
 	assert_int_equal(st_set_open(path, &r.set, msg, sizeof(msg)), 0);
 	if (st_set_find(r.set, "transformer.wte.weight"))
 		r.pfx = "transformer.";
-	out = r.c.arch == MODEL_GPT2 ? ref_gpt2(&r, ids, T) :
-				       ref_llama(&r, ids, T);
+	out = r.c.arch == MODEL_GPT2 ? ref_gpt2(&r, ids, T, rp) :
+				       ref_llama(&r, ids, T, rp);
 	st_set_close(r.set);
 	if (cfg)
 		*cfg = r.c;
 	return out;
+}
+
+static double *ref_logits(const char *name, const int32_t *ids, int T,
+			  struct model_config *cfg)
+{
+	struct refpart whole = { .stop = -1 };
+
+	return ref_logits_part(name, ids, T, cfg, &whole);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -839,6 +873,293 @@ static void test_sample(void **state)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Breakpoints and steering */
+
+static void regions_now(struct fix *f, uint64_t *regions, uint64_t *bytes)
+{
+	struct vmu_usage u;
+
+	vmu_session_usage(f->s, &u);
+	*regions = u.regions;
+	*bytes = u.data_bytes;
+}
+
+/* Resume @c until its decode is done; the pauses it made. */
+static uint32_t resume_all(struct fix *f, struct model_ctx *c,
+			   struct model_run *r, uint32_t layer)
+{
+	char msg[ST_MSG_LEN];
+	uint32_t pauses = 0;
+
+	while (r->paused) {
+		struct model_pause_info pi;
+
+		pauses++;
+		assert_true(model_ctx_paused(c, &pi));
+		assert_int_equal(pi.layer, layer);
+		assert_int_equal(r->layer, layer);
+		assert_int_equal(pi.T, 1);
+		assert_true(pi.decode);
+		assert_int_equal(pi.done + 1, r->nr_out);
+		assert_int_equal(pi.done, pauses - 1);
+		if (model_ctx_resume(c, &f->env, r, msg, sizeof(msg)))
+			fail_msg("resume: %s", msg);
+	}
+	assert_false(model_ctx_paused(c, NULL));
+	return pauses;
+}
+
+/*
+ * With a breakpoint at every layer in turn and nothing changed: the
+ * prefill's logits bit for bit, then the greedy and the seeded tokens of
+ * a decode that pauses at every token, equal a run without breaks.
+ */
+static void check_break_same(struct fix *f, const char *name)
+{
+	const struct model_sampling sps[2] = {
+		{ .temperature = 0, .top_p = 1 },
+		{ .temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .seed = 9 },
+	};
+	struct model_hold *h = hold(f, name);
+	uint32_t V = h->m->cfg.vocab, L = h->m->cfg.n_layer;
+	float *want = xmalloc(5 * V * sizeof(float));
+	float *got = xmalloc(5 * V * sizeof(float));
+	int32_t ta[10], tb[10];
+	char msg[ST_MSG_LEN];
+
+	for (int k = 0; k < 2; k++) {
+		struct model_ctx *a = ctx(h, 32);
+
+		prefill(f, a, prompt, 5, want);
+		if (model_ctx_decode(a, &f->env, 10, &sps[k], ta, msg,
+				     sizeof(msg)))
+			fail_msg("%s", msg);
+		model_ctx_free(a);
+		for (uint32_t l = 0; l < L; l++) {
+			struct model_ctx *b = ctx(h, 32);
+			struct model_run r = { .brk = l + 1, .logits = got };
+			struct model_pause_info pi;
+
+			memset(got, 0, 5 * V * sizeof(float));
+			if (model_ctx_run_prefill(b, &f->env, prompt, 5, &r,
+						  msg, sizeof(msg)))
+				fail_msg("%s", msg);
+			assert_true(r.paused);
+			assert_int_equal(r.layer, l);
+			assert_true(model_ctx_paused(b, &pi));
+			assert_int_equal(pi.T, 5);
+			assert_false(pi.decode);
+			assert_int_equal(pi.desc.ndim, 2);
+			assert_int_equal(pi.desc.dims[0], 5);
+			assert_int_equal(pi.desc.dims[1], h->m->cfg.n_embd);
+			assert_int_equal(pi.desc.dtype, h->m->layout.dtype);
+			assert_int_equal(model_ctx_len(b), 0);
+			if (model_ctx_resume(b, &f->env, &r, msg, sizeof(msg)))
+				fail_msg("%s", msg);
+			assert_false(r.paused);
+			assert_int_equal(model_ctx_len(b), 5);
+			assert_memory_equal(got, want, 5 * V * sizeof(float));
+
+			r = (struct model_run){ .brk = l + 1, .out = tb };
+			if (model_ctx_run_decode(b, &f->env, 10, &sps[k], &r,
+						 msg, sizeof(msg)))
+				fail_msg("%s", msg);
+			assert_int_equal(r.nr_out, 1);
+			assert_int_equal(resume_all(f, b, &r, l), 10);
+			assert_int_equal(r.nr_out, 10);
+			assert_int_equal(model_ctx_len(b), 15);
+			assert_memory_equal(ta, tb, sizeof(ta));
+			model_ctx_free(b);
+		}
+	}
+	printf("  %s: breaks after each of %u layers: the same logits and "
+	       "tokens\n",
+	       name, L);
+	model_close(h);
+	free(want);
+	free(got);
+}
+
+static void test_break_same(void **state)
+{
+	check_break_same(*state, "gpt2-f32");
+	check_break_same(*state, "gpt2-f16");
+	check_break_same(*state, "llama3-bf16");
+}
+
+/*
+ * Steering: the hidden state after layer 0 is the reference's; replaced
+ * by a known tensor, the logits that follow are what the reference
+ * computes from that tensor through the remaining layers.
+ */
+static void check_steer(struct fix *f, const char *name, uint32_t layer)
+{
+	struct model_hold *h = hold(f, name);
+	struct model_config cfg = h->m->cfg;
+	uint32_t C = cfg.n_embd, V = cfg.vocab;
+	unsigned int dt = h->m->layout.dtype;
+	struct refpart rp = { .stop = (int)layer };
+	double *x = xmalloc(NT * C * sizeof(double)), *want, *base, e;
+	float *xf = xmalloc(NT * C * sizeof(float));
+	float *got = xmalloc(NT * V * sizeof(float));
+	struct model_run r = { .brk = layer + 1, .logits = got };
+	struct djinn_tensor_desc d;
+	struct vmu_region_info info;
+	struct model_pause_info pi;
+	struct model_ctx *c = ctx(h, 32);
+	char msg[ST_MSG_LEN];
+	uint64_t reg, copy;
+
+	assert_int_equal(dt, DJINN_DTYPE_F32);
+	rp.xout = x;
+	base = ref_logits_part(name, prompt, NT, NULL, &rp);
+	if (model_ctx_run_prefill(c, &f->env, prompt, NT, &r, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	assert_true(model_ctx_paused(c, &pi));
+	/* the hidden state is the reference's, read through a copy */
+	assert_int_equal(
+		model_ctx_hidden_copy(c, &f->env, &copy, msg, sizeof(msg)), 0);
+	assert_int_equal(
+		vmu_region_read(f->s, copy, 0, xf, NT * C * sizeof(float)), 0);
+	assert_int_equal(vmu_region_destroy(f->s, copy), 0);
+	for (uint32_t i = 0; i < NT * C; i++)
+		assert_true(fabs(xf[i] - x[i]) < 1e-4 * (1 + fabs(x[i])));
+
+	/* the known tensor: the state rotated between tokens, scaled, and
+	 * a wave added, so that nothing of the original order survives */
+	for (uint32_t t = 0; t < NT; t++)
+		for (uint32_t i = 0; i < C; i++)
+			xf[t * C + i] =
+				(float)(1.5 * x[((t + 3) % NT) * C + i] +
+					sin(0.3 * i + t));
+	for (uint32_t i = 0; i < NT * C; i++)
+		x[i] = xf[i];
+	rp = (struct refpart){ .from = (int)layer + 1, .x0 = x, .stop = -1 };
+	want = ref_logits_part(name, prompt, NT, NULL, &rp);
+
+	/* a wrong shape is refused, the state stays */
+	assert_int_equal(vmu_region_create(f->s, NT * C * 4, &reg), 0);
+	assert_int_equal(vmu_region_resize(f->s, reg, NT * C * 4, NULL), 0);
+	assert_int_equal(vmu_region_write(f->s, reg, 0, xf, NT * C * 4), 0);
+	assert_int_equal(vmu_region_pin(f->s, reg, NULL, &info), 0);
+	d = pi.desc;
+	d.dims[0] = NT - 1;
+	assert_int_equal(model_ctx_steer(c, &f->env, info.addr, &d, msg,
+					 sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "the hidden state is (9, "));
+	d = pi.desc;
+	d.dtype = DJINN_DTYPE_F16;
+	assert_int_equal(model_ctx_steer(c, &f->env, info.addr, &d, msg,
+					 sizeof(msg)),
+			 -EINVAL);
+	assert_int_equal(model_ctx_steer(c, &f->env, info.addr, &pi.desc, msg,
+					 sizeof(msg)),
+			 0);
+	assert_int_equal(vmu_region_unpin(f->s, reg), 0);
+	assert_int_equal(vmu_region_destroy(f->s, reg), 0);
+	if (model_ctx_resume(c, &f->env, &r, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	e = rel_err(got, want, NT * V);
+	printf("  %s: steered after layer %u: relative error %.2e against "
+	       "the reference; unsteered logits are %.2e away\n",
+	       name, layer, e, rel_err(got, base, NT * V));
+	assert_true(e < tol(dt));
+	/* it did change them, far beyond the tolerance */
+	assert_true(rel_err(got, base, NT * V) > 100 * tol(dt));
+	assert_memory_equal(model_ctx_logits(c), got + (NT - 1) * V,
+			    V * sizeof(float));
+	model_ctx_free(c);
+	model_close(h);
+	free(x), free(xf), free(got), free(want), free(base);
+}
+
+static void test_steer(void **state)
+{
+	check_steer(*state, "gpt2-f32", 0);
+	check_steer(*state, "llama-f32", 0);
+	check_steer(*state, "llama-f32", 1); /* the head alone follows */
+}
+
+/* Paused: other steps and forks are -EBUSY; reset and free abandon the
+ * step, leaving no region; a decode's finished tokens stay. */
+static void test_break_refused(void **state)
+{
+	struct model_sampling sp = { .top_p = 1 };
+	struct fix *f = *state;
+	struct model_hold *h = hold(f, "gpt2-f32");
+	struct model_run r = { .brk = 2 };
+	uint64_t reg0, bytes0, reg1, bytes1;
+	struct model_ctx *c = ctx(h, 32), *k;
+	int32_t out[4];
+	char msg[ST_MSG_LEN];
+
+	regions_now(f, &reg0, &bytes0);
+	assert_int_equal(model_ctx_resume(c, &f->env, &r, msg, sizeof(msg)),
+			 -EBUSY);
+	assert_non_null(strstr(msg, "not paused"));
+	r.brk = 3; /* two layers: 0 and 1 */
+	assert_int_equal(model_ctx_run_prefill(c, &f->env, prompt, 3, &r, msg,
+					       sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "layers 0 to 1"));
+	assert_false(model_ctx_paused(c, NULL));
+	r.brk = 1;
+	assert_int_equal(model_ctx_run_decode(c, &f->env, 2, &sp, &r, msg,
+					      sizeof(msg)),
+			 -EINVAL); /* no prefill yet */
+	assert_int_equal(model_ctx_run_prefill(c, &f->env, prompt, 3, &r, msg,
+					       sizeof(msg)),
+			 0);
+	assert_true(r.paused);
+	regions_now(f, &reg1, &bytes1);
+	assert_int_equal(reg1, reg0 + 2); /* the hidden state, the keys */
+	assert_int_equal(model_ctx_prefill(c, &f->env, prompt, 1, NULL, msg,
+					   sizeof(msg)),
+			 -EBUSY);
+	assert_non_null(strstr(msg, "paused after layer 0"));
+	assert_int_equal(model_ctx_decode(c, &f->env, 1, &sp, out, msg,
+					  sizeof(msg)),
+			 -EBUSY);
+	assert_int_equal(model_ctx_fork(c, &f->env, &k, msg, sizeof(msg)),
+			 -EBUSY);
+	assert_int_equal(model_ctx_run_prefill(c, &f->env, prompt, 1, &r, msg,
+					       sizeof(msg)),
+			 -EBUSY);
+	assert_true(model_ctx_paused(c, NULL)); /* still */
+	/* reset abandons it */
+	assert_int_equal(model_ctx_reset(c), 0);
+	assert_false(model_ctx_paused(c, NULL));
+	regions_now(f, &reg1, &bytes1);
+	assert_int_equal(reg1, reg0);
+	assert_int_equal(bytes1, bytes0);
+	/* a decode abandoned at its third token keeps two */
+	prefill(f, c, prompt, 3, NULL);
+	r = (struct model_run){ .brk = 1, .out = out };
+	assert_int_equal(model_ctx_run_decode(c, &f->env, 4, &sp, &r, msg,
+					      sizeof(msg)),
+			 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(
+			model_ctx_resume(c, &f->env, &r, msg, sizeof(msg)), 0);
+	assert_true(r.paused);
+	assert_int_equal(r.nr_out, 3);
+	model_ctx_abandon(c);
+	assert_int_equal(model_ctx_len(c), 5);
+	/* and it decodes on from there; then free while paused */
+	r = (struct model_run){ .brk = 2, .out = out };
+	assert_int_equal(model_ctx_run_decode(c, &f->env, 1, &sp, &r, msg,
+					      sizeof(msg)),
+			 0);
+	assert_true(r.paused);
+	assert_int_equal(r.layer, 1);
+	model_ctx_free(c);
+	regions_now(f, &reg1, &bytes1);
+	assert_int_equal(reg1, reg0 - 1); /* the cache went too */
+	model_close(h);
+}
+
+/* ---------------------------------------------------------------------- */
 /* Grouped-query attention, as an op */
 
 static void test_gqa_attention(void **state)
@@ -964,6 +1285,9 @@ static int group_setup(void **state)
 	run("python3 scripts/mkmodel.py --seed 16 --arch llama --dtype bf16 "
 	    "--kv-heads 1 --shards 2 %s/llama-bf16",
 	    dir);
+	run("python3 scripts/mkmodel.py --seed 17 --arch llama --dtype bf16 "
+	    "--layers 3 --kv-heads 2 %s/llama3-bf16",
+	    dir);
 	return 0;
 }
 
@@ -986,7 +1310,8 @@ int main(void)
 		TEST(test_greedy_gpt2),	  TEST(test_greedy_llama),
 		TEST(test_refused_steps), TEST(test_fork_and_seed),
 		TEST(test_keep_logits),	  TEST(test_sample),
-		TEST(test_gqa_attention),
+		TEST(test_gqa_attention), TEST(test_break_same),
+		TEST(test_steer),	  TEST(test_break_refused),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
