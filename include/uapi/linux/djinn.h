@@ -30,7 +30,8 @@
  * and, for the commands that name them:
  *
  *   -EBUSY	SESSION_OPEN on a file that has a session or is the
- *		daemon's; DAEMON_ATTACH while a daemon is attached
+ *		daemon's; DAEMON_ATTACH while a daemon is attached or on a
+ *		file with a session
  *   -ENOENT	no live session with that id (ended sessions leave the
  *		table at once)
  *   -ENODEV	a command about this file's session on a file without one
@@ -97,6 +98,8 @@
 #include <linux/types.h>
 
 #define DJINN_DEVICE "/dev/djinn"
+/* ioctl type 0xDB, numbers from 0x80: the one registered user of 0xDB
+ * (drivers/char/mwave, numbers 0x00-0x0F) stays clear. */
 #define DJINN_TYPE 0xDB
 #define DJINN_CMD_BASE 0x80
 
