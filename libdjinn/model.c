@@ -11,9 +11,10 @@
  * session: each is wrapped as a request that already ran with one result
  * (__djinn_request_stub()), so that djinn_result_read(), _map() and
  * _release() and djinn_graph_input_result() work on it as on any result
- * and move only what they are asked. The context keeps the last step's
- * stubs and frees them (releasing the tensors) when the next step goes
- * out.
+ * and move only what they are asked. The context keeps its steps' stubs
+ * until it is reset or freed, when they go (releasing the tensors that
+ * the caller did not release first): a stub's pointer never dangles
+ * while its context lives.
  *
  * A decode answer is variable: the step response, then the tokens so far
  * (all of them when it is done, fewer when it paused at a breakpoint),
@@ -50,7 +51,7 @@ struct djinn_model {
  * @break_layer: its breakpoint, 0 for none (a decode pauses there for
  *            every token)
  * @logits_wanted: the step asked for the logits
- * @logits, @hidden: the last step's stubs, or NULL
+ * @stubs:    every step's stubs (requests), @nr_stubs of @cap_stubs
  */
 struct djinn_ctx {
 	struct djinn_model *m;
@@ -65,7 +66,8 @@ struct djinn_ctx {
 	uint32_t step_tokens;
 	unsigned int break_layer;
 	bool logits_wanted;
-	struct djinn_request *logits, *hidden;
+	struct djinn_request **stubs;
+	unsigned int nr_stubs, cap_stubs;
 };
 
 static int refuse(int err, const char *fmt, ...) __printf(2, 3);
@@ -217,18 +219,39 @@ int djinn_model_close(struct djinn_model *m)
 
 /* Take @c's stubs; under conn->lock. The caller frees them with
  * drop_stubs() outside it. */
-static void take_stubs(struct djinn_ctx *c, struct djinn_request **stubs)
+static struct djinn_request **take_stubs(struct djinn_ctx *c, unsigned int *n)
 {
-	stubs[0] = c->logits;
-	stubs[1] = c->hidden;
-	c->logits = NULL;
-	c->hidden = NULL;
+	struct djinn_request **stubs = c->stubs;
+
+	*n = c->nr_stubs;
+	c->stubs = NULL;
+	c->nr_stubs = c->cap_stubs = 0;
+	return stubs;
 }
 
-static void drop_stubs(struct djinn_request **stubs)
+static void drop_stubs(struct djinn_request **stubs, unsigned int n)
 {
-	djinn_request_free(stubs[0]); /* releases them on the daemon */
-	djinn_request_free(stubs[1]);
+	for (unsigned int i = 0; i < n; i++)
+		djinn_request_free(stubs[i]); /* releases it on the daemon */
+	free(stubs);
+}
+
+/* Keep stub @req (may be NULL) in @c; under conn->lock. */
+static int keep_stub(struct djinn_ctx *c, struct djinn_request *req)
+{
+	if (!req)
+		return 0;
+	if (c->nr_stubs == c->cap_stubs) {
+		unsigned int cap = c->cap_stubs ? 2 * c->cap_stubs : 8;
+		struct djinn_request **p = realloc(c->stubs, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		c->stubs = p;
+		c->cap_stubs = cap;
+	}
+	c->stubs[c->nr_stubs++] = req;
+	return 0;
 }
 
 static int ctx_make(struct djinn_model *m, const struct djinn_ctx_resp *r,
@@ -347,7 +370,8 @@ int djinn_ctx_fork(struct djinn_ctx *c, struct djinn_ctx **out)
 
 int djinn_ctx_reset(struct djinn_ctx *c)
 {
-	struct djinn_request *stubs[2];
+	struct djinn_request **stubs = NULL;
+	unsigned int nr = 0;
 	struct djinn_conn *conn;
 	struct iovec iov;
 	int ret;
@@ -368,22 +392,22 @@ int djinn_ctx_reset(struct djinn_ctx *c)
 				NULL, 0);
 	pthread_mutex_lock(&conn->lock);
 	c->busy = false;
-	stubs[0] = stubs[1] = NULL;
 	if (!ret) {
 		c->len = 0;
 		c->paused = false;
-		take_stubs(c, stubs);
+		stubs = take_stubs(c, &nr);
 	}
 	pthread_mutex_unlock(&conn->lock);
-	drop_stubs(stubs);
+	drop_stubs(stubs, nr);
 	return ret;
 }
 
 int djinn_ctx_free(struct djinn_ctx *c)
 {
-	struct djinn_request *stubs[2];
+	struct djinn_request **stubs;
 	struct djinn_conn *conn;
 	struct iovec iov;
+	unsigned int nr;
 	int ret;
 
 	if (!c)
@@ -393,11 +417,11 @@ int djinn_ctx_free(struct djinn_ctx *c)
 	ret = __djinn_call_sync(conn, DJINN_OP_CTX_FREE, c->m->s->id, &iov, 1,
 				NULL, 0);
 	pthread_mutex_lock(&conn->lock);
-	take_stubs(c, stubs);
+	stubs = take_stubs(c, &nr);
 	list_del_init(&c->node);
 	c->m->nr_ctxs--;
 	pthread_mutex_unlock(&conn->lock);
-	drop_stubs(stubs);
+	drop_stubs(stubs, nr);
 	free(c);
 	return ret;
 }
@@ -516,7 +540,8 @@ static int step_run(struct djinn_ctx *c, uint16_t op, const struct iovec *iov,
 {
 	struct djinn_conn *conn = conn_of(c);
 	struct djinn_session *s = c->m->s;
-	struct djinn_request *stubs[2] = { NULL, NULL }, *nl = NULL, *nh = NULL;
+	struct djinn_request *nl = NULL, *nh = NULL;
+	struct djinn_request *nl_lost = NULL, *nh_lost = NULL;
 	const struct djinn_ctx_step_resp *r;
 	bool resume = op == DJINN_OP_CTX_RESUME;
 	uint64_t got = 0, max = answer_len(c->want);
@@ -527,12 +552,6 @@ static int step_run(struct djinn_ctx *c, uint16_t op, const struct iovec *iov,
 	buf = malloc(max);
 	if (!buf)
 		return step_failed(c, resume, -ENOMEM);
-	/* The last step's stubs go as this one goes out. */
-	pthread_mutex_lock(&conn->lock);
-	take_stubs(c, stubs);
-	pthread_mutex_unlock(&conn->lock);
-	drop_stubs(stubs);
-
 	ret = step_call(conn, op, s->id, iov, iovcnt, buf, max, &got);
 	if (ret) {
 		free(buf);
@@ -590,10 +609,23 @@ static int step_run(struct djinn_ctx *c, uint16_t op, const struct iovec *iov,
 	pthread_mutex_lock(&conn->lock);
 	c->len = r->len;
 	c->paused = r->state == DJINN_CTX_PAUSED;
-	c->logits = nl;
-	c->hidden = nh;
+	if (keep_stub(c, nl)) {
+		/* freed, its tensor released: the caller never sees it */
+		ret = ret ? ret : -ENOMEM;
+		nl_lost = nl;
+	}
+	if (keep_stub(c, nh)) {
+		ret = ret ? ret : -ENOMEM;
+		nh_lost = nh;
+	}
 	c->busy = false;
 	pthread_mutex_unlock(&conn->lock);
+	djinn_request_free(nl_lost);
+	djinn_request_free(nh_lost);
+	if (out && (nl_lost || nh_lost)) {
+		out->logits = NULL;
+		out->hidden = NULL;
+	}
 	if (!ret)
 		ret = (int)r->nr_tokens; /* 0 for a prefill */
 	free(buf);
@@ -753,6 +785,7 @@ void __djinn_models_teardown(struct djinn_session *s)
 			list_first_entry(&s->ctxs, struct djinn_ctx, node);
 
 		list_del_init(&c->node);
+		free(c->stubs);
 		free(c);
 	}
 	while (!list_empty(&s->models)) {

@@ -598,7 +598,8 @@ int djinn_ctx_new(struct djinn_model *m, uint32_t max_tokens,
  * goes on as @c does. */
 int djinn_ctx_fork(struct djinn_ctx *c, struct djinn_ctx **out);
 
-/* Empty @c's cache (abandoning a paused step); its stubs are released. */
+/* Empty @c's cache (abandoning a paused step); its steps' stubs are
+ * freed and released on the daemon. */
 int djinn_ctx_reset(struct djinn_ctx *c);
 
 /* Drop @c on the daemon, and free it and its stubs whatever the daemon
@@ -637,9 +638,11 @@ struct djinn_step_opts {
  * @logits and @hidden are result stubs of the session: their bytes stay
  * on the daemon until read (djinn_result_read(), djinn_result_map(),
  * which move only what is asked), and djinn_graph_input_result() can
- * use them. They belong to the context and stay valid until its next
- * step, reset or free, which release them on the daemon;
- * djinn_result_release() lets go of one sooner.
+ * use them. They belong to the context and stay valid until it is reset
+ * or freed, which releases them on the daemon. Each holds session
+ * memory on the daemon until then (vocab * 4 bytes for the logits):
+ * djinn_result_release() one that is no longer needed, as a decode loop
+ * asking for the logits at every step should.
  */
 struct djinn_step {
 	unsigned int state;

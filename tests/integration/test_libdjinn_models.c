@@ -318,11 +318,26 @@ static void test_logits_lazy(void **state)
 	/* Released: reading it is -ENOENT. */
 	assert_int_equal(djinn_result_release(st.logits), 0);
 	assert_int_equal(djinn_result_read(st.logits, 0, 4, part), -ENOENT);
-	/* The next step's logits are new ones. */
-	assert_int_equal(
-		djinn_ctx_decode(c, 1, NULL, (int32_t *)&best, &lo, &st), 1);
-	assert_non_null(st.logits);
-	assert_int_equal(djinn_result_read(st.logits, 0, 4, part), 0);
+	/* The next step's logits are new ones; the earlier ones stay
+	 * readable until the context is reset or freed. */
+	{
+		struct djinn_step first;
+		int32_t tok[1];
+
+		assert_int_equal(djinn_ctx_prefill(c, prompt, 1, &lo, &first),
+				 0);
+		assert_int_equal(djinn_ctx_decode(c, 1, NULL, tok, &lo, &st),
+				 1);
+		assert_non_null(st.logits);
+		assert_true(st.logits != first.logits);
+		assert_int_equal(
+			djinn_result_read(first.logits, 0, 4096 * 4, all), 0);
+		/* greedy: the token is the argmax of the logits before it */
+		assert_int_equal(tok[0], argmax(all, 4096));
+		assert_int_equal(djinn_result_read(st.logits, 0, 4, part), 0);
+		assert_int_equal(djinn_ctx_reset(c), 0);
+		assert_int_equal(djinn_ctx_len(c), 0);
+	}
 	free(all);
 	assert_int_equal(djinn_ctx_free(c), 0);
 	assert_int_equal(djinn_model_close(m), 0);
