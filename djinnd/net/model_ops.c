@@ -17,12 +17,23 @@
  * kept; results are made into the session's objects and tensors on the
  * executor (the tensor table is locked) or, for objects, back on the
  * I/O thread.
+ *
+ * Breakpoints. A step with break_layer pauses in the library
+ * (model_ctx_run_prefill/decode): its job ends, answering PAUSED with a
+ * copy of the hidden state as a new tensor of the session, and the
+ * paused state waits in the context's regions while the executor runs
+ * other work. CTX_RESUME is a job on the same (graph) executor: it
+ * writes a steering tensor over the hidden state if one is named, and
+ * runs the rest of the step. Whether a context is paused is only ever
+ * looked at on that executor, in order with the session's other steps,
+ * so a request pipelined behind a pausing step sees the pause (-EBUSY).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph.h"
 #include "log.h"
 #include "server.h"
 #include "exec/executor.h"
@@ -41,6 +52,8 @@ struct mobj {
 	struct model_ctx *mc;
 	struct mobj *model;
 	uint32_t max_tokens;
+	/* the graph executor's: the paused step's flags, for RESUME */
+	uint32_t pause_flags;
 };
 
 static void mobj_put(struct mobj *o)
@@ -78,7 +91,8 @@ void model_ops_session_ended(struct session *s)
  * @hold:   MODEL_OPEN's result
  * @fork:   CTX_FORK's result
  * @step:   PREFILL/DECODE's request; @tokens its tokens (in or out)
- * @resp:   PREFILL/DECODE's answer
+ * @steer:  RESUME's tensor handle (0: none)
+ * @resp:   PREFILL/DECODE/RESUME's answer
  */
 struct mjob {
 	struct djinn_hdr hdr;
@@ -88,6 +102,7 @@ struct mjob {
 	struct model_ctx *fork;
 	struct djinn_ctx_step step;
 	int32_t *tokens;
+	uint64_t steer;
 	struct djinn_ctx_step_resp resp;
 };
 
@@ -160,18 +175,74 @@ static int logits_tensor(struct exec_job *job, struct mobj *o, uint64_t *handle)
 	return ret;
 }
 
+/* A new tensor of the session: a copy of the paused hidden state. */
+static int hidden_tensor(struct exec_job *job, const struct model_env *me,
+			 struct model_ctx *mc, uint64_t *handle)
+{
+	struct model_pause_info pi;
+	struct tensor t = { 0 };
+	int ret;
+
+	model_ctx_paused(mc, &pi);
+	t.desc = pi.desc;
+	t.bytes = pi.desc.dims[0] * pi.desc.dims[1] *
+		  djinn_dtype_size(pi.desc.dtype);
+	ret = model_ctx_hidden_copy(mc, me, &t.region, job->msg,
+				    sizeof(job->msg));
+	if (ret)
+		return ret;
+	ret = session_tensor_add(job->s, &t, handle);
+	if (ret) {
+		vmu_region_destroy(job->s->vs, t.region);
+		snprintf(job->msg, sizeof(job->msg),
+			 "no handle for the hidden state: %s", strerror(-ret));
+	}
+	return ret;
+}
+
+/* A step, or a resumed one, has returned @ret with @r: the answer. */
+static int step_answer(struct exec_job *job, const struct model_env *me,
+		       struct mobj *o, const struct model_run *r, int ret,
+		       uint64_t t0)
+{
+	struct mjob *mj = job->ctx;
+	uint64_t h = 0;
+
+	mj->resp.nr_tokens = r->nr_out;
+	if (!ret && r->paused) {
+		/* the context stays paused even if the copy fails */
+		ret = hidden_tensor(job, me, o->mc, &h);
+		mj->resp.hidden = h;
+		mj->resp.state = DJINN_CTX_PAUSED;
+		mj->resp.layer = r->layer;
+	} else if (!ret && (o->pause_flags & DJINN_STEP_LOGITS)) {
+		ret = logits_tensor(job, o, &h);
+		mj->resp.logits = h;
+		if (ret)
+			snprintf(job->msg, sizeof(job->msg),
+				 "no memory for the logits: %s",
+				 strerror(-ret));
+	}
+	mj->resp.len = model_ctx_len(o->mc);
+	mj->resp.run_ns = loop_now() - t0;
+	return ret;
+}
+
 static void run_step(struct exec_job *job, const struct exec_env *env)
 {
 	struct mjob *mj = job->ctx;
 	struct model_ctx *mc = mj->o->mc;
 	struct model_env me = env_of(env);
 	const struct djinn_sampling *sp = &mj->step.sampling;
+	struct model_run r = { .brk = mj->step.break_layer, .out = mj->tokens };
 	uint64_t t0 = loop_now();
 	int ret;
 
 	if (mj->hdr.opcode == DJINN_OP_CTX_PREFILL) {
-		ret = model_ctx_prefill(mc, &me, mj->tokens, mj->step.nr_tokens,
-					NULL, job->msg, sizeof(job->msg));
+		r.out = NULL;
+		ret = model_ctx_run_prefill(mc, &me, mj->tokens,
+					    mj->step.nr_tokens, &r, job->msg,
+					    sizeof(job->msg));
 	} else {
 		struct model_sampling ms = {
 			.temperature = sp->temperature,
@@ -180,25 +251,84 @@ static void run_step(struct exec_job *job, const struct exec_env *env)
 			.seed = sp->seed,
 		};
 
-		ret = model_ctx_decode(mc, &me, mj->step.nr_tokens, &ms,
-				       mj->tokens, job->msg, sizeof(job->msg));
-		if (!ret)
-			mj->resp.nr_tokens = mj->step.nr_tokens;
+		ret = model_ctx_run_decode(mc, &me, mj->step.nr_tokens, &ms, &r,
+					   job->msg, sizeof(job->msg));
 	}
-	if (!ret && (mj->step.flags & DJINN_STEP_LOGITS)) {
-		uint64_t h = 0;
+	if (!ret)
+		mj->o->pause_flags = mj->step.flags;
+	job->error = step_answer(job, &me, mj->o, &r, ret, t0);
+}
 
-		ret = logits_tensor(job, mj->o, &h);
-		mj->resp.logits = h;
-		if (ret)
-			snprintf(job->msg, sizeof(job->msg),
-				 "no memory for the logits: %s",
-				 strerror(-ret));
+/* Write the tensor @handle over the paused hidden state of @mc. */
+static int steer(struct exec_job *job, const struct model_env *me,
+		 struct model_ctx *mc, uint64_t handle)
+{
+	struct vmu_session *vs = job->s->vs;
+	struct vmu_region_info info;
+	struct tensor t;
+	uint64_t addr;
+	uint32_t slot;
+	int ret;
+
+	ret = session_tensor_hold(job->s, handle, &t, &slot);
+	if (ret) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "no tensor with handle %#llx",
+			 (unsigned long long)handle);
+		return ret;
 	}
-	mj->resp.state = DJINN_CTX_DONE;
-	mj->resp.len = model_ctx_len(mc);
-	mj->resp.run_ns = loop_now() - t0;
-	job->error = ret;
+	if (t.text) {
+		addr = vmu_text_addr(t.text);
+	} else {
+		ret = vmu_region_pin(vs, t.region, NULL, &info);
+		if (ret) {
+			snprintf(job->msg, sizeof(job->msg),
+				 "tensor %#llx: cannot make resident",
+				 (unsigned long long)handle);
+			goto out;
+		}
+		addr = info.addr;
+	}
+	ret = model_ctx_steer(mc, me, addr, &t.desc, job->msg,
+			      sizeof(job->msg));
+	if (!t.text)
+		vmu_region_unpin(vs, t.region);
+out:
+	session_tensor_unhold(job->s, slot);
+	return ret;
+}
+
+static void run_resume(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+	struct model_ctx *mc = mj->o->mc;
+	struct model_env me = env_of(env);
+	struct model_pause_info pi;
+	struct model_run r = { 0 };
+	uint64_t t0 = loop_now();
+	int ret;
+
+	if (!model_ctx_paused(mc, &pi)) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "the context is not paused");
+		job->error = -EBUSY;
+		return;
+	}
+	if (pi.decode) {
+		mj->tokens = malloc(pi.want * sizeof(int32_t));
+		if (!mj->tokens) {
+			job->error = -ENOMEM;
+			return;
+		}
+		r.out = mj->tokens;
+	}
+	ret = mj->steer ? steer(job, &me, mc, mj->steer) : 0;
+	if (ret) { /* still paused, as it was */
+		job->error = ret;
+		return;
+	}
+	ret = model_ctx_resume(mc, &me, &r, job->msg, sizeof(job->msg));
+	job->error = step_answer(job, &me, mj->o, &r, ret, t0);
 }
 
 /* Queue @call for @c's request @hdr with @mj on @e; answered by
@@ -250,6 +380,8 @@ void ops_call_done(struct server *srv, struct exec_job *job)
 		model_ctx_free(mj->fork);
 		if (mj->resp.logits)
 			session_tensor_release(s, mj->resp.logits);
+		if (mj->resp.hidden)
+			session_tensor_release(s, mj->resp.hidden);
 		conn_error(c, hdr, ret, "%s",
 			   job->msg[0]	     ? job->msg :
 			   ret == -ECANCELED ? "session ended" :
@@ -318,7 +450,7 @@ void ops_call_done(struct server *srv, struct exec_job *job)
 	case DJINN_OP_CTX_RESET:
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 		break;
-	default: { /* PREFILL, DECODE */
+	default: { /* PREFILL, DECODE, RESUME */
 		size_t n = mj->resp.nr_tokens * sizeof(int32_t);
 		size_t len = sizeof(mj->resp) + ((n + 7) & ~(size_t)7);
 		uint8_t *r = calloc(1, len);
@@ -326,6 +458,8 @@ void ops_call_done(struct server *srv, struct exec_job *job)
 		if (!r) {
 			if (mj->resp.logits)
 				session_tensor_release(s, mj->resp.logits);
+			if (mj->resp.hidden)
+				session_tensor_release(s, mj->resp.hidden);
 			conn_error(c, hdr, -ENOMEM, "out of memory");
 			break;
 		}
@@ -543,14 +677,18 @@ static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 			   DJINN_MAX_STEP_TOKENS);
 		goto out;
 	}
-	if (r->break_layer) {
-		conn_error(c, hdr, -EOPNOTSUPP,
-			   "breakpoints are not supported by this djinnd");
-		goto out;
-	}
 	o = obj_get(c, hdr, s, r->ctx, SOBJ_CTX);
 	if (!o)
 		goto out;
+	if (r->break_layer > o->model->h->m->cfg.n_layer) {
+		conn_error(c, hdr, -EINVAL,
+			   "break_layer %u: model %s has layers 0 to %u, so 1 "
+			   "to %u",
+			   r->break_layer, o->model->h->m->name,
+			   o->model->h->m->cfg.n_layer - 1,
+			   o->model->h->m->cfg.n_layer);
+		goto out;
+	}
 	mj = calloc(1, sizeof(*mj));
 	if (mj)
 		mj->tokens = malloc(r->nr_tokens * sizeof(int32_t));
@@ -568,6 +706,29 @@ static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 	return;
 out:
 	session_put(s);
+}
+
+static void op_ctx_resume(struct conn *c, const struct djinn_hdr *hdr,
+			  const uint8_t *body, struct session *s)
+{
+	const struct djinn_ctx_resume *r = (const void *)body;
+	struct mobj *o = obj_get(c, hdr, s, r->ctx, SOBJ_CTX);
+	struct mjob *mj;
+
+	if (!o) {
+		session_put(s);
+		return;
+	}
+	mj = calloc(1, sizeof(*mj));
+	if (!mj) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		session_put(s);
+		return;
+	}
+	mj->steer = r->hidden;
+	mj->o = o;
+	o->refs++;
+	submit(c, hdr, s, mj, c->srv->exec, run_resume);
 }
 
 void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
@@ -628,8 +789,7 @@ void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		op_ctx_step(c, hdr, body, len, s);
 		break;
 	case DJINN_OP_CTX_RESUME:
-		conn_error(c, hdr, -EBUSY, "the context is not paused");
-		session_put(s);
+		op_ctx_resume(c, hdr, body, s);
 		break;
 	}
 }

@@ -516,15 +516,20 @@ static_assert(sizeof(struct djinn_graph_resp) == 24, "graph resp layout");
  * order with its graphs.
  *
  * Breakpoints: a step with break_layer = L + 1 pauses after layer L of
- * the model (0 <= L < n_layer) and answers DJINN_CTX_PAUSED with the
- * hidden state after that layer as a tensor (T, hidden) of the session.
- * The paused state stays on the device. CTX_RESUME goes on, with the
- * hidden state as it was or replaced by a tensor of the same shape and
- * dtype (steering). A decode of n tokens pauses at that layer for every
- * token. While a context is paused, anything but CTX_RESUME, CTX_FREE
- * and CTX_RESET on it is -EBUSY; RESET and FREE abandon the step. A
- * step that resumes with the hidden state unchanged gives exactly the
- * tokens and logits it gives without the breakpoint.
+ * the model (0 <= L < n_layer; more is -EINVAL) and answers
+ * DJINN_CTX_PAUSED with a copy of the hidden state after that layer as
+ * a new tensor (T, hidden) of the session, in the weights' dtype, which
+ * the client owns and releases. The paused state stays on the device and
+ * occupies no executor. CTX_RESUME goes on, with the hidden state as it
+ * was (hidden 0) or replaced by a tensor of the same shape and dtype
+ * (steering; -EINVAL otherwise, and the context stays paused), and
+ * answers as the step it resumes. A decode of n tokens pauses at that
+ * layer for every token, each answer carrying the tokens generated so
+ * far. While a context is paused, PREFILL, DECODE and FORK of it are
+ * -EBUSY; RESET and FREE abandon the step; RESUME of a context that is
+ * not paused is -EBUSY. A step that resumes with the hidden state
+ * unchanged gives exactly the tokens and logits it gives without the
+ * breakpoint.
  */
 
 #define DJINN_MODEL_NAME_MAX 64 /* with its NUL */

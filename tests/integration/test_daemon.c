@@ -4079,6 +4079,351 @@ static void test_models(void **state)
 	check_health(fx, 0);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Models: breakpoints, steering, corrupt files */
+
+/* A PREFILL (@in, @n) or DECODE (@n) with @brk; the answer, whatever its
+ * state, its tokens into @out. */
+static struct djinn_ctx_step_resp
+brk_step_at(int line, int fd, uint64_t sid, uint16_t op, uint64_t ctx,
+	    const int32_t *in, uint32_t n, uint32_t brk, uint32_t flags,
+	    const struct djinn_sampling *sp, int32_t *out)
+{
+	size_t len = sizeof(struct djinn_ctx_step) +
+		     (op == DJINN_OP_CTX_PREFILL ? n * 4 : 0);
+	struct djinn_ctx_step *st = xmalloc(len);
+	struct djinn_ctx_step_resp resp;
+	struct dj_resp r;
+
+	memset(st, 0, sizeof(*st));
+	st->ctx = ctx;
+	st->nr_tokens = n;
+	st->flags = flags;
+	st->break_layer = brk;
+	if (sp)
+		st->sampling = *sp;
+	if (op == DJINN_OP_CTX_PREFILL)
+		memcpy(st + 1, in, n * 4);
+	call_ok_at(line, fd, op, sid, st, len, &r, -1);
+	free(st);
+	memcpy(&resp, r.data, sizeof(resp));
+	if (r.len != sizeof(resp) + ((resp.nr_tokens * 4 + 7) & ~7u))
+		fail_msg("line %d: %u tokens in %llu bytes", line,
+			 resp.nr_tokens, (unsigned long long)r.len);
+	if (out)
+		memcpy(out, r.data + sizeof(resp), resp.nr_tokens * 4);
+	dj_resp_free(&r);
+	return resp;
+}
+
+static struct djinn_ctx_step_resp resume_at(int line, int fd, uint64_t sid,
+					    uint64_t ctx, uint64_t hidden,
+					    int32_t *out)
+{
+	struct djinn_ctx_resume rq = { .ctx = ctx, .hidden = hidden };
+	struct djinn_ctx_step_resp resp;
+	struct dj_resp r;
+
+	call_ok_at(line, fd, DJINN_OP_CTX_RESUME, sid, &rq, sizeof(rq), &r, -1);
+	memcpy(&resp, r.data, sizeof(resp));
+	if (r.len != sizeof(resp) + ((resp.nr_tokens * 4 + 7) & ~7u))
+		fail_msg("line %d: %u tokens in %llu bytes", line,
+			 resp.nr_tokens, (unsigned long long)r.len);
+	if (out)
+		memcpy(out, r.data + sizeof(resp), resp.nr_tokens * 4);
+	dj_resp_free(&r);
+	return resp;
+}
+#define resume(fd, sid, ctx, hidden, out) \
+	resume_at(__LINE__, fd, sid, ctx, hidden, out)
+
+/* A paused answer: after @layer, @T rows of hidden state (f32, C 64). */
+static void paused_at(int line, const struct djinn_ctx_step_resp *st,
+		      uint32_t layer, uint32_t len)
+{
+	if (st->state != DJINN_CTX_PAUSED || st->layer != layer ||
+	    !st->hidden || st->logits || st->len != len)
+		fail_msg("line %d: state %u layer %u hidden %#llx logits "
+			 "%#llx len %u; want paused after %u with %u",
+			 line, st->state, st->layer,
+			 (unsigned long long)st->hidden,
+			 (unsigned long long)st->logits, st->len, layer, len);
+}
+#define paused(st, layer, len) paused_at(__LINE__, st, layer, len)
+
+/* 18b. Breakpoints: a prefill and a decode that pause after a layer give
+ * the hidden state as a tensor, refuse other steps meanwhile while other
+ * sessions run, and resumed unchanged give the same logits and tokens;
+ * a steering tensor replaces the state (the same bits: the same logits;
+ * others: others); reset and free abandon; bad requests refused. */
+static void test_model_breakpoints(void **state)
+{
+	struct fx *fx = *state;
+	int fd = xconnect(fx->d.sock), fd2 = xconnect(fx->d.sock);
+	const int32_t prompt[4] = { 1, 2, 3, 4 };
+	const struct djinn_sampling sp = {
+		.temperature = 0.8f, .top_k = 20, .top_p = 0.9f, .seed = 7
+	};
+	struct djinn_tensor_desc d = F32(4, 64), hd;
+	float want[256], got[256], hid[4 * 64], x[4 * 64];
+	int32_t t[6], u[6], ts[6], us[6], v[2];
+	struct djinn_ctx_step_resp st;
+	struct djinn_model_resp m, m2;
+	uint64_t sid, sid2, c1, c2, c3, cb, xt, bad;
+	int pauses = 0;
+
+	assert_int_equal(djd_make_model(&fx->d, "brk", TINY_GPT2), 0);
+	sid = open_session(fd, "brk-a");
+	sid2 = open_session(fd2, "brk-b");
+	m = model_open(fd, sid, "brk");
+	m2 = model_open(fd2, sid2, "brk");
+
+	/* without breaks: the logits after the prompt, 6 greedy tokens,
+	 * 6 seeded ones */
+	c1 = ctx_new(fd, sid, m.model, 32);
+	st = prefill(fd, sid, c1, prompt, 4, DJINN_STEP_LOGITS);
+	tensor_read(fd, sid, st.logits, 0, sizeof(want), want);
+	tensor_release(fd, sid, st.logits);
+	decode(fd, sid, c1, 6, NULL, t);
+	call_void(fd, DJINN_OP_CTX_RESET, sid, &c1, 8);
+	prefill(fd, sid, c1, prompt, 4, 0);
+	decode(fd, sid, c1, 6, &sp, ts);
+
+	/* a prefill that pauses after layer 0 */
+	c2 = ctx_new(fd, sid, m.model, 32);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c2, prompt, 4,
+			 1, DJINN_STEP_LOGITS, NULL, NULL);
+	paused(&st, 0, 0);
+	assert_int_equal(st.nr_tokens, 0);
+	tensor_read(fd, sid, st.hidden, 0, sizeof(hid), hid);
+	tensor_release(fd, sid, st.hidden);
+	/* meanwhile: the context refuses steps, forks and breaks past the
+	 * last layer; other contexts and sessions run */
+	brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c1, prompt, 1, 0,
+		    0, NULL, NULL);
+	{
+		struct djinn_ctx_step s = { .ctx = c2, .nr_tokens = 1 };
+		uint8_t buf[sizeof(s) + 8];
+
+		memcpy(buf, &s, sizeof(s));
+		memcpy(buf + sizeof(s), prompt, 4);
+		call_err(fd, DJINN_OP_CTX_PREFILL, sid, buf, sizeof(s) + 4,
+			 -EBUSY, "paused after layer 0");
+		call_err(fd, DJINN_OP_CTX_DECODE, sid, &s, sizeof(s), -EBUSY,
+			 "paused after layer 0");
+		s.ctx = c1;
+		s.break_layer = 3;
+		call_err(fd, DJINN_OP_CTX_DECODE, sid, &s, sizeof(s), -EINVAL,
+			 "has layers 0 to 1");
+	}
+	call_err(fd, DJINN_OP_CTX_FORK, sid, &c2, 8, -EBUSY, "paused");
+	cb = ctx_new(fd2, sid2, m2.model, 32);
+	prefill(fd2, sid2, cb, prompt, 4, 0);
+	decode(fd2, sid2, cb, 6, NULL, u);
+	assert_memory_equal(u, t, sizeof(t));
+	/* resumed unchanged: the same logits, bit for bit */
+	st = resume(fd, sid, c2, 0, NULL);
+	assert_int_equal(st.state, DJINN_CTX_DONE);
+	assert_int_equal(st.len, 4);
+	assert_int_equal(st.hidden, 0);
+	assert_true(st.logits != 0);
+	tensor_read(fd, sid, st.logits, 0, sizeof(got), got);
+	tensor_release(fd, sid, st.logits);
+	assert_memory_equal(got, want, sizeof(want));
+	call_err(fd, DJINN_OP_CTX_RESUME, sid,
+		 (&(struct djinn_ctx_resume){ .ctx = c2 }),
+		 sizeof(struct djinn_ctx_resume), -EBUSY, "not paused");
+
+	/* a greedy decode pausing after layer 1 at every token: the
+	 * tokens so far at each pause, the same six at the end */
+	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_DECODE, c2, NULL, 6, 2,
+			 0, NULL, u);
+	while (st.state == DJINN_CTX_PAUSED) {
+		paused(&st, 1, 4 + pauses);
+		assert_int_equal(st.nr_tokens, ++pauses);
+		assert_memory_equal(u, t, pauses * 4);
+		tensor_release(fd, sid, st.hidden);
+		st = resume(fd, sid, c2, 0, u);
+	}
+	assert_int_equal(pauses, 6);
+	assert_int_equal(st.nr_tokens, 6);
+	assert_int_equal(st.len, 10);
+	assert_memory_equal(u, t, sizeof(t));
+	/* seeded, pausing after layer 0: the same tokens too */
+	call_void(fd, DJINN_OP_CTX_RESET, sid, &c2, 8);
+	prefill(fd, sid, c2, prompt, 4, 0);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_DECODE, c2, NULL, 6, 1,
+			 0, &sp, us);
+	for (pauses = 0; st.state == DJINN_CTX_PAUSED; pauses++) {
+		tensor_release(fd, sid, st.hidden);
+		st = resume(fd, sid, c2, 0, us);
+	}
+	assert_int_equal(pauses, 6);
+	assert_memory_equal(us, ts, sizeof(ts));
+
+	/* steering: a tensor of the paused state's own bytes gives the
+	 * same logits; a wrong shape is refused and it stays paused;
+	 * other values give other logits */
+	c3 = ctx_new(fd, sid, m.model, 32);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c3, prompt, 4,
+			 1, DJINN_STEP_LOGITS, NULL, NULL);
+	paused(&st, 0, 0);
+	tensor_read(fd, sid, st.hidden, 0, sizeof(x), x);
+	assert_memory_equal(x, hid, sizeof(x)); /* as the first time */
+	tensor_release(fd, sid, st.hidden);
+	xt = create_data(fd, sid, &d, hid, sizeof(hid));
+	hd = F32(4, 32);
+	bad = create_data(fd, sid, &hd, hid, 4 * 32 * 4);
+	call_err(fd, DJINN_OP_CTX_RESUME, sid,
+		 (&(struct djinn_ctx_resume){ .ctx = c3, .hidden = bad }),
+		 sizeof(struct djinn_ctx_resume), -EINVAL,
+		 "the hidden state is (4, 64)");
+	call_err(fd, DJINN_OP_CTX_RESUME, sid,
+		 (&(struct djinn_ctx_resume){ .ctx = c3, .hidden = 12345 }),
+		 sizeof(struct djinn_ctx_resume), -ENOENT, "no tensor");
+	st = resume(fd, sid, c3, xt, NULL);
+	assert_int_equal(st.state, DJINN_CTX_DONE);
+	tensor_read(fd, sid, st.logits, 0, sizeof(got), got);
+	tensor_release(fd, sid, st.logits);
+	assert_memory_equal(got, want, sizeof(want));
+	for (int i = 0; i < 4 * 64; i++)
+		x[i] = hid[i] + (float)sin(i);
+	tensor_write(fd, sid, xt, 0, x, sizeof(x));
+	call_void(fd, DJINN_OP_CTX_RESET, sid, &c3, 8);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c3, prompt, 4,
+			 1, DJINN_STEP_LOGITS, NULL, NULL);
+	tensor_release(fd, sid, st.hidden);
+	st = resume(fd, sid, c3, xt, NULL);
+	tensor_read(fd, sid, st.logits, 0, sizeof(got), got);
+	tensor_release(fd, sid, st.logits);
+	assert_memory_not_equal(got, want, sizeof(want));
+	tensor_release(fd, sid, xt);
+	tensor_release(fd, sid, bad);
+
+	/* reset abandons a paused step; free a paused context */
+	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c3, prompt, 4,
+			 2, 0, NULL, NULL);
+	paused(&st, 1, 4);
+	tensor_release(fd, sid, st.hidden);
+	call_void(fd, DJINN_OP_CTX_RESET, sid, &c3, 8);
+	st = prefill(fd, sid, c3, prompt, 4, 0);
+	assert_int_equal(st.len, 4);
+	decode(fd, sid, c3, 2, NULL, v);
+	assert_memory_equal(v, t, sizeof(v));
+	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_DECODE, c3, NULL, 2, 1,
+			 0, NULL, v);
+	paused(&st, 0, 6);
+	tensor_release(fd, sid, st.hidden);
+	call_void(fd, DJINN_OP_CTX_FREE, sid, &c3, 8);
+
+	call_void(fd, DJINN_OP_CTX_FREE, sid, &c1, 8);
+	call_void(fd, DJINN_OP_CTX_FREE, sid, &c2, 8);
+	call_void(fd, DJINN_OP_MODEL_CLOSE, sid, &m.model, 8);
+	close_session(fd, sid);
+	close_session(fd2, sid2);
+	call_void(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0,
+		  &(struct djinn_admin_model_evict){ "brk" },
+		  sizeof(struct djinn_admin_model_evict));
+	close(fd);
+	close(fd2);
+	check_health(fx, 0);
+}
+
+/* Run @script (Python) on @fx's model @name's model.safetensors. */
+static void corrupt_model(struct fx *fx, const char *name, const char *script)
+{
+	char cmd[2048];
+
+	snprintf(cmd, sizeof(cmd),
+		 "python3 - '%s/models/%s/model.safetensors' <<'EOF'\n"
+		 "import json, struct, sys\n"
+		 "p = sys.argv[1]\n"
+		 "b = bytearray(open(p, 'rb').read())\n"
+		 "n = struct.unpack('<Q', b[:8])[0]\n"
+		 "h = json.loads(b[8:8 + n])\n"
+		 "%s\n"
+		 "EOF",
+		 fx->d.dir, name, script);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* 18c. Corrupt models in the model directory are refused at MODEL_OPEN
+ * with a message naming the file and the fault, and the daemon keeps
+ * serving another session's model meanwhile. */
+static void test_model_corrupt(void **state)
+{
+	static const struct {
+		const char *name, *script, *words;
+		int err;
+	} bad[] = {
+		{ "truncated", "open(p, 'wb').write(b[:-5])",
+		  "truncated/model.safetensors: tensor 'ln_f.bias': "
+		  "data_offsets [298496, 298752) past the data's 298747 bytes",
+		  -EINVAL },
+		{ "overlap",
+		  /* the second tensor's bytes start inside the first's */
+		  "ks = sorted((k for k in h if k != '__metadata__'),\n"
+		  "            key=lambda k: h[k]['data_offsets'][0])\n"
+		  "a, z = h[ks[0]]['data_offsets'], h[ks[1]]['data_offsets']\n"
+		  "h[ks[1]]['data_offsets'] = [z[0] - 4, z[1] - 4]\n"
+		  "j = json.dumps(h).encode()\n"
+		  "j += b' ' * (-len(j) % 8)\n"
+		  "open(p, 'wb').write(struct.pack('<Q', len(j)) + j +\n"
+		  "                    b[8 + n:])",
+		  "overlap tensor", -EINVAL },
+		{ "huge",
+		  "b[:8] = struct.pack('<Q', 1 << 40)\n"
+		  "open(p, 'wb').write(b)",
+		  "huge/model.safetensors: header length 1099511627776 over "
+		  "the limit",
+		  -E2BIG },
+	};
+	struct fx *fx = *state;
+	int fd = xconnect(fx->d.sock), fd2 = xconnect(fx->d.sock);
+	const int32_t prompt[3] = { 7, 8, 9 };
+	struct djinn_model_resp m;
+	int32_t t[2], u[2];
+	uint64_t sid, sid2, c;
+
+	assert_int_equal(djd_make_model(&fx->d, "good", TINY_GPT2), 0);
+	sid = open_session(fd, "corrupt-a");
+	sid2 = open_session(fd2, "corrupt-b");
+	m = model_open(fd2, sid2, "good");
+	c = ctx_new(fd2, sid2, m.model, 16);
+	prefill(fd2, sid2, c, prompt, 3, 0);
+	decode(fd2, sid2, c, 2, NULL, t);
+	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+		struct djinn_model_open o = { { 0 } };
+		uint32_t holders;
+
+		assert_int_equal(djd_make_model(&fx->d, bad[i].name,
+						"--layers 1 --seed 4"),
+				 0);
+		corrupt_model(fx, bad[i].name, bad[i].script);
+		strcpy(o.name, bad[i].name);
+		call_err(fd, DJINN_OP_MODEL_OPEN, sid, &o, sizeof(o),
+			 bad[i].err, bad[i].words);
+		/* twice: nothing was left behind by the first */
+		call_err(fd, DJINN_OP_MODEL_OPEN, sid, &o, sizeof(o),
+			 bad[i].err, bad[i].words);
+		assert_int_equal(models_listed(fx, bad[i].name, &holders), 0);
+		/* the other session still runs, the same as before */
+		call_void(fd2, DJINN_OP_CTX_RESET, sid2, &c, 8);
+		prefill(fd2, sid2, c, prompt, 3, 0);
+		decode(fd2, sid2, c, 2, NULL, u);
+		assert_memory_equal(u, t, sizeof(t));
+	}
+	call_void(fd2, DJINN_OP_CTX_FREE, sid2, &c, 8);
+	close_session(fd, sid);
+	close_session(fd2, sid2);
+	call_void(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0,
+		  &(struct djinn_admin_model_evict){ "good" },
+		  sizeof(struct djinn_admin_model_evict));
+	close(fd);
+	close(fd2);
+	check_health(fx, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -4117,6 +4462,8 @@ int main(void)
 			test_unread_replies, fx_setup_short_lease, fx_teardown),
 		T(test_metrics),
 		T(test_models),
+		T(test_model_breakpoints),
+		T(test_model_corrupt),
 		T(test_daemon_stop),
 #undef T
 	};
