@@ -16,7 +16,7 @@
  * keeps the model open for SECONDS before closing it.
  *
  * Exit status: 0 success; 1 failure, after one line on stderr
- * "djinn: COMMAND: MESSAGE (ERRNO)"; 2 usage.
+ * "djinn: COMMAND: [WHAT: ]MESSAGE (ERRNO)"; 2 usage.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -71,14 +71,16 @@ static const char *errno_name(int err)
 	return buf;
 }
 
-/* One line naming what failed (libdjinn's message when it has one);
- * returns the exit status 1. */
+/* One line naming what failed (@what: NULL when libdjinn's message says
+ * it) and why; returns the exit status 1. */
 static int fail(int err, const char *what)
 {
 	const char *msg = djinn_last_error();
 
-	fprintf(stderr, "djinn: %s: %s%s%s (%s)\n", cmd_name, what,
-		*msg ? ": " : "", *msg ? msg : "", errno_name(err));
+	if (!*msg)
+		msg = strerror(-err);
+	fprintf(stderr, "djinn: %s: %s%s%s (%s)\n", cmd_name, what ? what : "",
+		what ? ": " : "", msg, errno_name(err));
 	return 1;
 }
 
@@ -253,13 +255,13 @@ static int do_generate(const struct args *a)
 	ret = djinn_ctx_prefill(c, prompt, (uint32_t)np, &opts, &st);
 	ret = run_pauses(c, ret, &st);
 	if (ret < 0) {
-		fail(ret, "prefill");
+		fail(ret, NULL);
 		goto out;
 	}
 	ret = djinn_ctx_decode(c, a->n, &a->sp, out, &opts, &st);
 	ret = run_pauses(c, ret, &st);
 	if (ret < 0) {
-		fail(ret, "decode");
+		fail(ret, NULL);
 		goto out;
 	}
 	for (int i = 0; i < ret; i++)

@@ -389,6 +389,75 @@ if run 1 "model evict, not loaded" model evict tiny-gpt2; then
 	one_line "evict unknown"
 fi
 
+# --- tools/djinn generate --------------------------------------------------------
+
+# gen WANT_RC WHAT ARGS...: djinn generate on our daemon, like run().
+gen() {
+	want=$1 what=$2
+	shift 2
+	"$DJINN" -a "unix:$dir/d.sock" generate -m tiny-gpt2 "$@" \
+		>"$dir/out" 2>"$dir/err"
+	rc=$?
+	if [ "$rc" -ne "$want" ]; then
+		fail "$what: exit status $rc, expected $want"
+		show_out
+		return 1
+	fi
+	return 0
+}
+
+if gen 0 "djinn generate" -t 1,2,3,4 -n 6; then
+	expect "generate: 6 ids" '^[0-9]+(,[0-9]+){5}$' "$dir/out"
+	greedy=$(cat "$dir/out")
+	gen 0 "djinn generate again" -t 1,2,3,4 -n 6 &&
+		[ "$(cat "$dir/out")" = "$greedy" ] ||
+		fail "greedy generation does not repeat"
+fi
+if gen 0 "djinn generate, sampled" -t 1,2,3,4 -n 8 --temperature 0.9 \
+	--top-k 50 --top-p 0.95 --seed 11; then
+	sampled=$(cat "$dir/out")
+	gen 0 "djinn generate, sampled again" -t 1,2,3,4 -n 8 \
+		--temperature 0.9 --top-k 50 --top-p 0.95 --seed 11 &&
+		[ "$(cat "$dir/out")" = "$sampled" ] ||
+		fail "sampling with a seed does not repeat"
+fi
+"$DJINN" -a "unix:$dir/d.sock" generate -m tiny-gpt2 -t 1,2,3,4 -n 6 \
+	--break-at 1 >"$dir/out" 2>"$dir/err"
+rc=$?
+if [ "$rc" -eq 1 ] && grep -q '(EOPNOTSUPP)$' "$dir/err"; then
+	echo "note: this djinnd answers EOPNOTSUPP to breakpoints: --break-at not checked"
+elif [ "$rc" -eq 0 ]; then
+	n=$(grep -c '^paused after layer 1: hidden ([0-9]*, 64) f32$' "$dir/out")
+	# the prefill, then one pause a token
+	[ "$n" -eq 7 ] || fail "generate --break-at 1: $n pauses, expected 7"
+	[ "$(tail -n 1 "$dir/out")" = "$greedy" ] &&
+		ok "generate --break-at: the tokens of a run without it" ||
+		fail "generate --break-at changed the tokens"
+else
+	fail "generate --break-at 1: exit status $rc"
+	show_out
+fi
+if gen 1 "djinn generate, a token outside the vocabulary" -t 1,256; then
+	expect "generate: bad token named" \
+		'^djinn: generate: token 256 at 1 is outside the vocabulary of 256 \(EINVAL\)$' \
+		"$dir/err"
+	one_line "generate bad token"
+fi
+if "$DJINN" -a "unix:$dir/d.sock" generate -m no-such -t 1 >"$dir/out" \
+	2>"$dir/err"; then
+	fail "generate from no model: exit status 0"
+else
+	expect "generate: no model" '^djinn: generate: .*\(ENOENT\)$' "$dir/err"
+fi
+for args in "" "generate" "generate -m tiny-gpt2" "generate -m x -t 1,,2" \
+	"generate -m x -t 1 -n 0" "model" "model info" "frob"; do
+	# shellcheck disable=SC2086
+	"$DJINN" -a "unix:$dir/d.sock" $args >"$dir/out" 2>"$dir/err"
+	rc=$?
+	[ "$rc" -eq 2 ] && ok "djinn usage: '$args'" ||
+		fail "djinn $args: exit status $rc, expected 2"
+done
+
 # --- the socket ---------------------------------------------------------------
 
 if DJINN_ADMIN_SOCKET="$dir/admin.sock" "$DJINNCTL" stats >"$dir/out" \
