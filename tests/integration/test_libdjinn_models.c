@@ -504,6 +504,61 @@ static void test_breakpoints(void **state)
 	assert_int_equal(ret, 4);
 	assert_int_equal(pauses, 4);
 	assert_memory_equal(got, want, sizeof(want));
+
+	/* Steering: the hidden state read and written back unchanged gives
+	 * the logits of a run without the breakpoint; zeros change them; a
+	 * replacement of another shape is refused and it stays paused. */
+	{
+		struct djinn_step_opts lb = {
+			.logits = true, .break_layer = DJINN_BREAK_AFTER(0)
+		};
+		struct djinn_step_opts lo = { .logits = true };
+		struct djinn_tensor_desc d, bad = { .dtype = DJINN_DTYPE_F32,
+						    .ndim = 2,
+						    .dims = { 3, 64 } };
+		struct djinn_tensor *same, *zeros, *wrong;
+		static float l0[256], l1[256], hs[4 * 64];
+
+		assert_int_equal(djinn_ctx_reset(ref), 0);
+		assert_int_equal(djinn_ctx_prefill(ref, prompt, 4, &lo, &st),
+				 0);
+		assert_int_equal(
+			djinn_result_read(st.logits, 0, sizeof(l0), l0), 0);
+
+		assert_int_equal(djinn_ctx_reset(c), 0);
+		assert_int_equal(djinn_ctx_prefill(c, prompt, 4, &lb, &st), 0);
+		assert_int_equal(st.state, DJINN_CTX_PAUSED);
+		d = *djinn_result_desc(st.hidden);
+		assert_int_equal(d.dims[0], 4);
+		assert_int_equal(
+			djinn_result_read(st.hidden, 0, sizeof(hs), hs), 0);
+		assert_int_equal(djinn_tensor_upload(fx->s, &d, hs,
+						     DJINN_SEG_DATA, &same),
+				 0);
+		assert_int_equal(djinn_tensor_upload(fx->s, &bad, NULL,
+						     DJINN_SEG_DATA, &wrong),
+				 0);
+		assert_int_equal(djinn_ctx_resume(c, wrong, &st), -EINVAL);
+		assert_int_equal(djinn_ctx_resume(c, same, &st), 0);
+		assert_int_equal(st.state, DJINN_CTX_DONE);
+		assert_non_null(st.logits);
+		assert_int_equal(
+			djinn_result_read(st.logits, 0, sizeof(l1), l1), 0);
+		assert_memory_equal(l0, l1, sizeof(l0));
+
+		assert_int_equal(djinn_ctx_reset(c), 0);
+		assert_int_equal(djinn_ctx_prefill(c, prompt, 4, &lb, &st), 0);
+		assert_int_equal(djinn_tensor_upload(fx->s, &d, NULL,
+						     DJINN_SEG_DATA, &zeros),
+				 0);
+		assert_int_equal(djinn_ctx_resume(c, zeros, &st), 0);
+		assert_int_equal(
+			djinn_result_read(st.logits, 0, sizeof(l1), l1), 0);
+		assert_true(memcmp(l0, l1, sizeof(l0)) != 0);
+		djinn_tensor_release(same);
+		djinn_tensor_release(zeros);
+		djinn_tensor_release(wrong);
+	}
 	assert_int_equal(djinn_ctx_free(c), 0);
 	assert_int_equal(djinn_ctx_free(ref), 0);
 	assert_int_equal(djinn_model_close(m), 0);
