@@ -100,7 +100,8 @@ DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c
 
 # Integration tests in shell, installed beside the binaries they run
 # (tests/integration/test_NAME.sh -> BUILD/tests/integration/test_NAME).
-SCRIPT_TESTS := $(BUILD)/tests/integration/test_djinnctl
+SCRIPT_TESTS := $(BUILD)/tests/integration/test_djinnctl \
+		$(BUILD)/tests/integration/test_man
 
 # The daemon's integration test (cmocka): a real djinnd per test on
 # temporary sockets, spoken to in raw frames. It links nothing of the
@@ -215,6 +216,12 @@ $(BUILD)/tests/integration/open_session: $(BUILD)/tests/integration/open_session
 
 $(BUILD)/tests/integration/test_djinnctl: tests/integration/test_djinnctl.sh \
 		$(DJINND) $(DJINNCTL) $(BUILD)/tests/integration/open_session
+	@mkdir -p $(@D)
+	@echo "  INSTALL $@"
+	$(Q)install -m 755 $< $@
+
+# Every man page renders without a warning (groff -ww).
+$(BUILD)/tests/integration/test_man: tests/integration/test_man.sh
 	@mkdir -p $(@D)
 	@echo "  INSTALL $@"
 	$(Q)install -m 755 $< $@
