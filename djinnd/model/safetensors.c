@@ -768,3 +768,39 @@ out_free:
 	st_set_close(set);
 	return ret;
 }
+
+int st_set_parse(const char *name, const void *const *bufs, const size_t *lens,
+		 size_t n, struct st_set **out, char *msg, size_t msglen)
+{
+	struct st_set *set;
+	char path[128];
+	int ret = 0;
+
+	if (!n || n > ST_MAX_SHARDS)
+		return fail(msg, msglen, n ? -E2BIG : -EINVAL,
+			    "%s: %zu safetensors files: 1 to %d allowed", name,
+			    n, ST_MAX_SHARDS);
+	set = calloc(1, sizeof(*set));
+	if (!set)
+		return -ENOMEM;
+	set->files = calloc(n, sizeof(*set->files));
+	if (!set->files)
+		ret = -ENOMEM;
+	for (size_t i = 0; i < n && !ret; i++) {
+		snprintf(path, sizeof(path), "%s: file %zu", name, i);
+		ret = st_parse(bufs[i], lens[i], path, &set->files[i], msg,
+			       msglen);
+		if (!ret)
+			set->nr_files++;
+	}
+	if (!ret)
+		ret = gather(set, msg, msglen);
+	if (ret) {
+		if (ret == -ENOMEM)
+			fail(msg, msglen, ret, "%s: out of memory", name);
+		st_set_close(set);
+		return ret;
+	}
+	*out = set;
+	return 0;
+}

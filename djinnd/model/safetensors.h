@@ -139,6 +139,11 @@ struct st_set {
 };
 
 int st_set_open(const char *dir, struct st_set **out, char *msg, size_t msglen);
+/* A set of @n files already in memory (@bufs, @lens: valid and unchanged
+ * until st_set_close()), parsed as strictly; @name (with "file I") names
+ * them in messages. */
+int st_set_parse(const char *name, const void *const *bufs, const size_t *lens,
+		 size_t n, struct st_set **out, char *msg, size_t msglen);
 void st_set_close(struct st_set *set);
 const struct st_tensor *st_set_find(const struct st_set *set, const char *name);
 

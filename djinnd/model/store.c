@@ -28,6 +28,8 @@ struct store_model {
 	bool loading;
 	bool failed;
 	unsigned int waiters;
+	bool uploaded; /* named upload-HEX, by @src */
+	uint8_t src[VMU_FP_LEN];
 };
 
 struct model_store {
@@ -118,14 +120,25 @@ int model_name_check(const char *name, char *msg, size_t msglen)
 	return 0;
 }
 
-static struct store_model *find(struct model_store *ms, const char *name)
+/* A directory model, or an uploaded one: two namespaces, so an upload
+ * can never stand in for a directory model of the same name. */
+static struct store_model *find(struct model_store *ms, const char *name,
+				bool uploaded)
 {
 	struct store_model *sm;
 
 	list_for_each_entry(sm, &ms->models, node)
-		if (!strcmp(sm->m.name, name))
+		if (sm->uploaded == uploaded && !strcmp(sm->m.name, name))
 			return sm;
 	return NULL;
+}
+
+/* Any model of that name, for evict. */
+static struct store_model *find_any(struct model_store *ms, const char *name)
+{
+	struct store_model *sm = find(ms, name, false);
+
+	return sm ? sm : find(ms, name, true);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -159,40 +172,18 @@ static int fingerprint(const struct model_layout *L, uint8_t fp[VMU_FP_LEN])
 	return ret;
 }
 
-/* Load @name into @m (its name set) for @s, its weights referenced by
- * @s. Runs without the store's lock. On failure @m's layout is freed. */
-static int load(struct model_store *ms, struct vmu_session *s, const char *name,
-		struct model *m, struct vmu_text **text, char *msg,
-		size_t msglen)
+/*
+ * Hash the weights @set holds as @m's layout says, and put them into the
+ * text segment for @s (or find them there). On failure @m's layout is
+ * freed. The set stays the caller's.
+ */
+static int place(struct vmu_session *s, const char *name, struct model *m,
+		 struct vmu_text **text, char *msg, size_t msglen)
 {
-	char path[4096], sub[MODEL_NAME_MAX + 16];
 	struct vmu_text_upload *up;
-	struct st_set *set;
-	struct stat st;
 	bool created;
 	int ret;
 
-	if (ms->hook)
-		ms->hook(ms->hook_arg, MODEL_HOOK_LOADING, name);
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ms->dir, name) >=
-	    sizeof(path))
-		return fail(msg, msglen, -ENAMETOOLONG,
-			    "model %s: path too long", name);
-	if (stat(path, &st) || !S_ISDIR(st.st_mode))
-		return fail(msg, msglen, -ENOENT, "model %s: no directory %s",
-			    name, path);
-	snprintf(sub, sizeof(sub), "%s/config.json", name);
-	snprintf(path, sizeof(path), "%s/%s", ms->dir, sub);
-	ret = model_config_parse(path, &m->cfg, msg, msglen);
-	if (ret)
-		return ret;
-	snprintf(path, sizeof(path), "%s/%s", ms->dir, name);
-	ret = st_set_open(path, &set, msg, msglen);
-	if (ret)
-		return ret;
-	ret = model_layout_build(&m->cfg, set, &m->layout, msg, msglen);
-	if (ret)
-		goto out_set;
 	ret = fingerprint(&m->layout, m->fp);
 	if (ret) {
 		fail(msg, msglen, ret, "model %s: cannot hash its weights",
@@ -231,13 +222,74 @@ static int load(struct model_store *ms, struct vmu_session *s, const char *name,
 		goto out_layout;
 	}
 	for (size_t i = 0; i < m->layout.nr; i++)
-		m->layout.w[i].t = NULL; /* the mappings go now */
-	st_set_close(set);
+		m->layout.w[i].t = NULL; /* the files go now */
 	return 0;
 
 out_layout:
 	model_layout_free(&m->layout);
-out_set:
+	return ret;
+}
+
+/* Load @name into @m (its name set) for @s, its weights referenced by
+ * @s. Runs without the store's lock. On failure @m's layout is freed. */
+static int load(struct model_store *ms, struct vmu_session *s, const char *name,
+		struct model *m, struct vmu_text **text, char *msg,
+		size_t msglen)
+{
+	char path[4096], sub[MODEL_NAME_MAX + 16];
+	struct st_set *set;
+	struct stat st;
+	int ret;
+
+	if (ms->hook)
+		ms->hook(ms->hook_arg, MODEL_HOOK_LOADING, name);
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ms->dir, name) >=
+	    sizeof(path))
+		return fail(msg, msglen, -ENAMETOOLONG,
+			    "model %s: path too long", name);
+	if (stat(path, &st) || !S_ISDIR(st.st_mode))
+		return fail(msg, msglen, -ENOENT, "model %s: no directory %s",
+			    name, path);
+	snprintf(sub, sizeof(sub), "%s/config.json", name);
+	snprintf(path, sizeof(path), "%s/%s", ms->dir, sub);
+	ret = model_config_parse(path, &m->cfg, msg, msglen);
+	if (ret)
+		return ret;
+	snprintf(path, sizeof(path), "%s/%s", ms->dir, name);
+	ret = st_set_open(path, &set, msg, msglen);
+	if (ret)
+		return ret;
+	ret = model_layout_build(&m->cfg, set, &m->layout, msg, msglen);
+	if (!ret)
+		ret = place(s, name, m, text, msg, msglen);
+	st_set_close(set);
+	return ret;
+}
+
+/* The same from the bytes of an upload. */
+static int load_upload(struct model_store *ms, struct vmu_session *s,
+		       const char *name, const struct model_upload *up,
+		       struct model *m, struct vmu_text **text, char *msg,
+		       size_t msglen)
+{
+	char path[MODEL_NAME_MAX + 16];
+	struct st_set *set;
+	int ret;
+
+	if (ms->hook)
+		ms->hook(ms->hook_arg, MODEL_HOOK_LOADING, name);
+	snprintf(path, sizeof(path), "%s: config.json", name);
+	ret = model_config_parse_json(up->config, up->config_len, path, &m->cfg,
+				      msg, msglen);
+	if (ret)
+		return ret;
+	ret = st_set_parse(name, up->files, up->lens, up->nr_files, &set, msg,
+			   msglen);
+	if (ret)
+		return ret;
+	ret = model_layout_build(&m->cfg, set, &m->layout, msg, msglen);
+	if (!ret)
+		ret = place(s, name, m, text, msg, msglen);
 	st_set_close(set);
 	return ret;
 }
@@ -247,23 +299,21 @@ out_set:
  * itself: list, evict and close never wait for one. A name being loaded
  * is listed as loading; a second open of it waits for the first.
  */
-int model_open(struct model_store *ms, struct vmu_session *s, const char *name,
-	       struct model_hold **out, char *msg, size_t msglen)
+static int open_entry(struct model_store *ms, struct vmu_session *s,
+		      const char *name, const struct model_upload *up,
+		      struct model_hold **out, char *msg, size_t msglen)
 {
 	struct model_hold *h;
 	struct store_model *sm;
 	struct vmu_text *text;
 	int ret;
 
-	ret = model_name_check(name, msg, msglen);
-	if (ret)
-		return ret;
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	pthread_mutex_lock(&ms->lock);
 again:
-	sm = find(ms, name);
+	sm = find(ms, name, up != NULL);
 	if (sm && sm->loading) {
 		sm->waiters++;
 		if (ms->hook)
@@ -288,10 +338,21 @@ again:
 			     strerror(-ret));
 			goto out_unlock;
 		}
+		if (up && !up->config) {
+			ret = fail(msg, msglen, -ENOENT,
+				   "model %s: its weights were reclaimed: "
+				   "send its files",
+				   name);
+			goto out_unlock;
+		}
 		/* reclaimed meanwhile: load it afresh in the same entry */
 		model_layout_free(&sm->m.layout);
 		memset(&sm->m.cfg, 0, sizeof(sm->m.cfg));
 		memset(sm->m.fp, 0, sizeof(sm->m.fp));
+	} else if (up && !up->config) {
+		ret = fail(msg, msglen, -ENOENT,
+			   "model %s: not uploaded: send its files", name);
+		goto out_unlock;
 	} else {
 		sm = calloc(1, sizeof(*sm));
 		if (!sm) {
@@ -299,11 +360,16 @@ again:
 			goto out_unlock;
 		}
 		snprintf(sm->m.name, sizeof(sm->m.name), "%s", name);
+		if (up) {
+			sm->uploaded = true;
+			memcpy(sm->src, up->src, VMU_FP_LEN);
+		}
 		list_add_tail(&sm->node, &ms->models);
 	}
 	sm->loading = true;
 	pthread_mutex_unlock(&ms->lock);
-	ret = load(ms, s, name, &sm->m, &text, msg, msglen);
+	ret = up ? load_upload(ms, s, name, up, &sm->m, &text, msg, msglen) :
+		   load(ms, s, name, &sm->m, &text, msg, msglen);
 	pthread_mutex_lock(&ms->lock);
 	sm->loading = false;
 	pthread_cond_broadcast(&ms->loaded);
@@ -326,6 +392,36 @@ out_unlock:
 	pthread_mutex_unlock(&ms->lock);
 	free(h);
 	return ret;
+}
+
+int model_open(struct model_store *ms, struct vmu_session *s, const char *name,
+	       struct model_hold **out, char *msg, size_t msglen)
+{
+	int ret = model_name_check(name, msg, msglen);
+
+	return ret ? ret : open_entry(ms, s, name, NULL, out, msg, msglen);
+}
+
+void model_upload_name(const uint8_t src[VMU_FP_LEN], char name[MODEL_NAME_MAX])
+{
+	static const char hex[] = "0123456789abcdef";
+	char *p = name + sprintf(name, "upload-");
+
+	for (int i = 0; i < 8; i++) {
+		*p++ = hex[src[i] >> 4];
+		*p++ = hex[src[i] & 15];
+	}
+	*p = 0;
+}
+
+int model_open_uploaded(struct model_store *ms, struct vmu_session *s,
+			const struct model_upload *up, struct model_hold **out,
+			char *msg, size_t msglen)
+{
+	char name[MODEL_NAME_MAX];
+
+	model_upload_name(up->src, name);
+	return open_entry(ms, s, name, up, out, msg, msglen);
 }
 
 void model_close(struct model_hold *h)
@@ -416,7 +512,7 @@ int model_store_evict(struct model_store *ms, const char *name, char *msg,
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&ms->lock);
-	sm = find(ms, name);
+	sm = find_any(ms, name);
 	if (!sm) {
 		ret = fail(msg, msglen, -ENOENT, "model %s is not loaded",
 			   name);

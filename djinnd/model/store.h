@@ -101,6 +101,38 @@ int model_open(struct model_store *ms, struct vmu_session *s, const char *name,
 void model_close(struct model_hold *h);
 
 /*
+ * struct model_upload - a model a client sent as files
+ * @src:       its sources' fingerprint (the caller's: djinnd hashes the
+ *             SHA-256s of config.json and of each file, in order); the
+ *             model is listed as "upload-" and @src's first 8 bytes in
+ *             hex, a namespace of its own (a directory model of that
+ *             name is another model)
+ * @config, @config_len: config.json's bytes; NULL to open it by @src
+ *             alone (-ENOENT unless it is loaded)
+ * @nr_files, @files, @lens: the safetensors files' bytes, parsed as
+ *             strictly as a directory's (each file on its own, then no
+ *             tensor name twice), valid during the call
+ */
+struct model_upload {
+	uint8_t src[VMU_FP_LEN];
+	const void *config;
+	size_t config_len;
+	size_t nr_files;
+	const void *const *files;
+	const size_t *lens;
+};
+
+/* Hold an uploaded model for @s, loading it from @up's bytes if it is
+ * not loaded: as model_open() otherwise (the weights deduplicated by
+ * their fingerprint with every other model's). */
+int model_open_uploaded(struct model_store *ms, struct vmu_session *s,
+			const struct model_upload *up, struct model_hold **out,
+			char *msg, size_t msglen);
+/* The name an upload of sources @src is listed under. */
+void model_upload_name(const uint8_t src[VMU_FP_LEN],
+		       char name[MODEL_NAME_MAX]);
+
+/*
  * For tests: @fn(@arg, event, name) is called when a load starts
  * (MODEL_HOOK_LOADING, on the loading thread without the store's lock)
  * and when an open starts waiting for another's load of the same name

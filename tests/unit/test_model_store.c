@@ -260,6 +260,121 @@ static void test_refused(void **state)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Uploads */
+
+static void *slurp(const char *name, const char *file, size_t *len)
+{
+	char path[256];
+	FILE *f;
+	void *buf;
+	long n;
+
+	snprintf(path, sizeof(path), "%s/%s/%s", dir, name, file);
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	assert_true(n > 0);
+	rewind(f);
+	buf = xmalloc((size_t)n);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+/*
+ * A model sent as bytes: listed as upload-HEX, its weights the same text
+ * entry as the directory model with the same files; opened again by its
+ * sources' fingerprint alone; its name never reaches the directory's
+ * namespace nor the other way round; corrupt bytes refused as strictly
+ * as a file, leaving nothing.
+ */
+static void test_upload(void **state)
+{
+	struct model_upload up = { .nr_files = 1 };
+	struct model_hold *a, *u, *u2, *h = (void *)0x1;
+	size_t clen, wlen, blen;
+	void *cfg = slurp("a", "config.json", &clen);
+	void *w = slurp("a", "model.safetensors", &wlen), *bad;
+	const void *files[1];
+	struct model_info *info;
+	char msg[ST_MSG_LEN], name[MODEL_NAME_MAX];
+	uint64_t used;
+	struct fix f;
+	size_t nr;
+
+	fix_init(&f, 64 * MiB);
+	a = open_ok(&f, f.s1, "a");
+	used = text_used(f.v);
+	memset(up.src, 0x5a, sizeof(up.src));
+	up.src[0] = 0x01;
+	files[0] = w;
+	up.config = cfg;
+	up.config_len = clen;
+	up.files = files;
+	up.lens = &wlen;
+	if (model_open_uploaded(f.ms, f.s2, &up, &u, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	model_upload_name(up.src, name);
+	assert_string_equal(name, "upload-015a5a5a5a5a5a5a");
+	assert_string_equal(u->m->name, name);
+	/* the same weights as a: nothing more in the text segment */
+	assert_int_equal(text_used(f.v), used);
+	assert_int_equal(vmu_text_addr(u->text), vmu_text_addr(a->text));
+	assert_memory_equal(u->m->fp, a->m->fp, VMU_FP_LEN);
+	/* by fingerprint alone, from another session */
+	up.config = NULL;
+	up.files = NULL;
+	if (model_open_uploaded(f.ms, f.s1, &up, &u2, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	assert_ptr_equal(u2->m, u->m);
+	assert_int_equal(model_store_list(f.ms, &info, &nr), 0);
+	assert_int_equal(nr, 2);
+	assert_string_equal(info[1].name, name);
+	assert_int_equal(info[1].holders, 2);
+	free(info);
+	/* the directory has no such model; unknown sources are -ENOENT */
+	assert_int_equal(model_open(f.ms, f.s1, name, &h, msg, sizeof(msg)),
+			 -ENOENT);
+	up.src[0] = 0x02;
+	assert_int_equal(model_open_uploaded(f.ms, f.s1, &up, &h, msg,
+					     sizeof(msg)),
+			 -ENOENT);
+	assert_non_null(strstr(msg, "not uploaded: send its files"));
+	/* corrupt bytes: the same checks as a file, naming the upload */
+	up.config = cfg;
+	up.files = files;
+	blen = wlen - 1;
+	up.lens = &blen;
+	bad = w;
+	files[0] = bad;
+	assert_int_equal(model_open_uploaded(f.ms, f.s1, &up, &h, msg,
+					     sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "upload-025a5a5a5a5a5a5a: file 0: tensor"));
+	assert_non_null(strstr(msg, "past the data"));
+	up.lens = &wlen;
+	up.config_len = 3;
+	assert_int_equal(model_open_uploaded(f.ms, f.s1, &up, &h, msg,
+					     sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "upload-025a5a5a5a5a5a5a: config.json"));
+	assert_ptr_equal(h, (void *)0x1);
+	assert_int_equal(model_store_list(f.ms, &info, &nr), 0);
+	assert_int_equal(nr, 2);
+	free(info);
+	/* evict by its name once unheld */
+	model_close(u);
+	model_close(u2);
+	assert_int_equal(model_store_evict(f.ms, name, msg, sizeof(msg)), 0);
+	model_close(a);
+	fix_fini(&f);
+	free(cfg);
+	free(w);
+}
+
+/* ---------------------------------------------------------------------- */
 /* Loads run outside the store's lock */
 
 /*
@@ -470,6 +585,7 @@ int main(void)
 		cmocka_unit_test(test_share_list_evict),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_load_unlocked),
+		cmocka_unit_test(test_upload),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
