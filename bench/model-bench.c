@@ -1,0 +1,830 @@
+// SPDX-License-Identifier: MIT
+/*
+ * model-bench: the model runtime's figures from TARGETS.md (design notes):
+ * prefill and decode tokens/s of a GPT-2 124M-shaped model with seeded
+ * random f32 weights on the CPU backend, beside PyTorch eager running the
+ * same weights in the same run (bench/model_torch.py), and the text
+ * segment's bytes with one and with four sessions holding the model.
+ *
+ * The model is written once by scripts/mkmodel.py into CACHE/models/ and
+ * reused while its arguments stay the same. djinnd's side runs through
+ * the real runtime: the model store loads it into the text segment of a
+ * VMU over the host provider, and contexts prefill and decode on the CPU
+ * backend as djinnd's executor threads do. Each side runs a warm-up round
+ * and then --rounds rounds of: prefill --prefill tokens from an empty
+ * context, then --decode greedy tokens one at a time over the cache; the
+ * figures are the medians.
+ *
+ * The two must agree: the prefill's last logits within 1e-4 of the
+ * largest, and the first 8 greedy tokens equal (a token may differ only
+ * where PyTorch's two best logits are within what that error explains,
+ * after which the sequences part). Otherwise the run fails.
+ *
+ * Output: one JSON object per line (STYLE.md, Benchmarks). Without
+ * PyTorch (it did not import) the baselines are null, with a note.
+ *
+ * Usage: model-bench [--cache DIR] [--python PY] [--threads N]
+ *                    [--prefill N] [--decode N] [--rounds N] [--seed N]
+ *                    [--no-torch] [--torch-script PATH]
+ * Exit status: 0 success, 1 a failure or a disagreement with PyTorch,
+ * 2 usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "bench.h"
+#include "model/runtime.h"
+
+#define MiB ((uint64_t)1 << 20)
+#define GiB ((uint64_t)1 << 30)
+
+#define MODEL_NAME "gpt2-124m"
+#define MKMODEL_ARGS \
+	"--layers 12 --embd 768 --heads 12 --vocab 50257 --ctx 1024 --seed 1"
+#define SESSIONS 4
+#define CHECK_TOKENS 8
+#define LOGITS_TOL 1e-4
+#define MAX_ROUNDS 32
+#define VOCAB 50257 /* of MKMODEL_ARGS */
+
+static struct {
+	const char *cache, *python, *script, *mkmodel;
+	unsigned int threads, prefill, decode, rounds;
+	uint64_t seed;
+	bool no_torch;
+} opt = {
+	.cache = "build/bench-cache",
+	.python = "python3",
+	.script = "bench/model_torch.py",
+	.mkmodel = "scripts/mkmodel.py",
+	.prefill = 128,
+	.decode = 64,
+	.rounds = 3,
+	.seed = 42,
+};
+
+__attribute__((noreturn, format(printf, 1, 2))) static void
+fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fputs("model-bench: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static void check(int ret, const char *what, const char *msg)
+{
+	if (ret)
+		fail("%s: %s%s%s", what, strerror(-ret),
+		     msg && *msg ? ": " : "", msg ? msg : "");
+}
+
+static double secs(uint64_t t0, uint64_t t1)
+{
+	return (double)(t1 - t0) / 1e9;
+}
+
+/* ------------------------------------------------------------------------ */
+/* JSON lines */
+
+/* @s as a JSON string body into @buf (truncated, never mid-escape) */
+static void json_str(char *buf, size_t len, const char *s)
+{
+	size_t o = 0;
+
+	for (; *s && o + 8 < len; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			o += (size_t)snprintf(buf + o, len - o, "\\%c", c);
+		else if (c < 0x20)
+			o += (size_t)snprintf(buf + o, len - o, "\\u%04x", c);
+		else
+			buf[o++] = (char)c;
+	}
+	buf[o] = 0;
+}
+
+static void fmt_num(char *buf, size_t len, double x)
+{
+	if (!isfinite(x))
+		snprintf(buf, len, "null");
+	else if (x == floor(x) && fabs(x) < 1e15)
+		snprintf(buf, len, "%.0f", x);
+	else
+		snprintf(buf, len, "%.6g", x);
+}
+
+/*
+ * struct fig - one figure
+ * @baseline: the reference measured beside it; NAN for none (null)
+ * @target:   ">=" or "<=" against 1 on the ratio, or NULL
+ */
+struct fig {
+	const char *metric;
+	double value;
+	const char *unit;
+	double baseline;
+	const char *baseline_name;
+	const char *target;
+	unsigned int samples;
+	const char *note;
+};
+
+static void emit(const struct fig *f)
+{
+	char val[32], base[32], ratio[32], note[512];
+	double r = NAN;
+
+	if (isfinite(f->baseline) && f->baseline != 0)
+		r = f->value / f->baseline;
+	fmt_num(val, sizeof(val), f->value);
+	fmt_num(base, sizeof(base), f->baseline);
+	fmt_num(ratio, sizeof(ratio), r);
+	printf("{\"bench\": \"model_cpu\", \"metric\": \"%s\", \"value\": %s, "
+	       "\"unit\": \"%s\", \"baseline\": %s, \"ratio\": %s",
+	       f->metric, val, f->unit, base, ratio);
+	if (f->baseline_name) {
+		json_str(note, sizeof(note), f->baseline_name);
+		printf(", \"baseline_name\": \"%s\"", note);
+	}
+	if (f->target) {
+		bool ge = !strcmp(f->target, ">=");
+
+		printf(", \"target\": \"ratio %s 1\"", f->target);
+		if (isfinite(r))
+			printf(", \"met\": %s",
+			       (ge ? r >= 1 : r <= 1) ? "true" : "false");
+		else
+			printf(", \"met\": null");
+	}
+	if (f->samples)
+		printf(", \"samples\": %u", f->samples);
+	if (f->note) {
+		json_str(note, sizeof(note), f->note);
+		printf(", \"note\": \"%s\"", note);
+	}
+	printf("}\n");
+	fflush(stdout);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The model, written once */
+
+/* No character a shell would read specially. */
+static bool shell_safe(const char *s)
+{
+	for (; *s; s++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			    "0123456789/._-+,=:",
+			    *s))
+			return false;
+	return true;
+}
+
+static bool file_has(const char *path, const char *text)
+{
+	char buf[256] = { 0 };
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	return !strcmp(buf, text);
+}
+
+/* CACHE/models/MODEL_NAME with the weights MKMODEL_ARGS give; the stamp
+ * file is written last, so a half-written model is never reused. */
+static void ensure_model(char *models, size_t len)
+{
+	char dir[1200], stamp[1300], cmd[8192];
+	struct stat sb;
+
+	snprintf(models, len, "%s/models", opt.cache);
+	snprintf(dir, sizeof(dir), "%s/%s", models, MODEL_NAME);
+	snprintf(stamp, sizeof(stamp), "%s/mkmodel.args", dir);
+	if (file_has(stamp, MKMODEL_ARGS "\n") && !stat(dir, &sb)) /* reuse */
+		return;
+	fprintf(stderr, "model-bench: writing %s (%s), about a minute\n", dir,
+		MKMODEL_ARGS);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s && mkdir -p %s && %s %s " MKMODEL_ARGS
+		 " %s && echo '" MKMODEL_ARGS "' > %s",
+		 dir, models, "python3", opt.mkmodel, dir, stamp);
+	if (system(cmd))
+		fail("failed: %s", cmd);
+}
+
+/* ------------------------------------------------------------------------ */
+/* djinnd's side */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t x = (*s += 0x9e3779b97f4a7c15ull);
+
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+struct djinn_side {
+	double load_s, prefill, decode; /* medians, tokens/s */
+	int32_t *tokens; /* greedy, opt.decode of them */
+	float *logits; /* the prefill's last row */
+	double gaps[CHECK_TOKENS]; /* best minus second best logit */
+	uint64_t text_1, text_n, entries_1, entries_n, weight_bytes;
+};
+
+/* The largest logit minus the second largest. */
+static double top2_gap(const float *x, uint32_t n)
+{
+	float a = -INFINITY, b = -INFINITY;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (x[i] > a) {
+			b = a;
+			a = x[i];
+		} else if (x[i] > b) {
+			b = x[i];
+		}
+	}
+	return (double)a - b;
+}
+
+/*
+ * One round: prefill @prompt, decode opt.decode greedy tokens. With
+ * @logits (the warm-up, untimed) also the prefill's last logits and, for
+ * the first CHECK_TOKENS tokens, the gap of the logits each came from,
+ * decoding one token per call.
+ */
+static void round_djinn(struct model_hold *h, const struct model_env *env,
+			const int32_t *prompt, int32_t *toks, float *logits,
+			double *gaps, double *pre, double *dec)
+{
+	struct model_sampling greedy = { .temperature = 0, .top_p = 1 };
+	struct model_ctx *c;
+	char msg[256] = "";
+	uint64_t t0, t1, t2;
+
+	check(model_ctx_new(h, opt.prefill + opt.decode + 1, &c, msg,
+			    sizeof(msg)),
+	      "context", msg);
+	t0 = now_ns();
+	check(model_ctx_prefill(c, env, prompt, opt.prefill, NULL, msg,
+				sizeof(msg)),
+	      "prefill", msg);
+	t1 = now_ns();
+	if (logits) {
+		memcpy(logits, model_ctx_logits(c),
+		       h->m->cfg.vocab * sizeof(float));
+		for (unsigned int i = 0; i < opt.decode; i++) {
+			if (i < CHECK_TOKENS)
+				gaps[i] = top2_gap(model_ctx_logits(c),
+						   h->m->cfg.vocab);
+			check(model_ctx_decode(c, env, 1, &greedy, &toks[i],
+					       msg, sizeof(msg)),
+			      "decode", msg);
+		}
+	} else {
+		check(model_ctx_decode(c, env, opt.decode, &greedy, toks, msg,
+				       sizeof(msg)),
+		      "decode", msg);
+	}
+	t2 = now_ns();
+	model_ctx_free(c);
+	*pre = opt.prefill / secs(t0, t1);
+	*dec = opt.decode ? opt.decode / secs(t1, t2) : NAN;
+}
+
+struct djinn_run {
+	struct backend *b;
+	struct model_env env;
+	struct model_store *ms;
+	struct vmu_session *s[SESSIONS];
+	struct model_hold *h[SESSIONS];
+};
+
+/* The CPU backend, a VMU, a stack and the model held by one session. */
+static void djinn_open(const char *models, struct djinn_run *R,
+		       struct djinn_side *d)
+{
+	char msg[256] = "";
+	uint64_t t0;
+
+	check(cpu_backend_create(6 * GiB, opt.threads, &R->b), "cpu backend",
+	      NULL);
+	check(vmu_create(R->b->provider, NULL, &R->env.v), "vmu", NULL);
+	check(vmu_stack_create(R->env.v, 2 * GiB, &R->env.st), "stack", NULL);
+	R->env.b = R->b;
+	check(model_store_create(R->env.v, models, &R->ms), "model store",
+	      NULL);
+	check(vmu_session_create(R->env.v, "bench0", &R->s[0]), "session",
+	      NULL);
+	t0 = now_ns();
+	check(model_open(R->ms, R->s[0], MODEL_NAME, &R->h[0], msg,
+			 sizeof(msg)),
+	      "model_open", msg);
+	d->load_s = secs(t0, now_ns());
+	d->weight_bytes = R->h[0]->m->layout.bytes;
+	d->tokens = calloc(opt.decode + 1, sizeof(int32_t));
+	d->logits = calloc(R->h[0]->m->cfg.vocab, sizeof(float));
+	if (!d->tokens || !d->logits)
+		fail("no memory");
+}
+
+/* The text segment with one session holding the model, then with
+ * SESSIONS, each of which runs a step of its own on it. */
+static void djinn_sessions(struct djinn_run *R, const int32_t *prompt,
+			   struct djinn_side *d)
+{
+	struct vmu_stats vs;
+	char msg[256] = "";
+
+	vmu_get_stats(R->env.v, &vs);
+	d->text_1 = vs.seg[VMU_SEG_TEXT].used;
+	d->entries_1 = vs.seg[VMU_SEG_TEXT].entries;
+	for (unsigned int i = 1; i < SESSIONS; i++) {
+		struct model_ctx *c;
+		char name[16];
+
+		snprintf(name, sizeof(name), "bench%u", i);
+		check(vmu_session_create(R->env.v, name, &R->s[i]), "session",
+		      NULL);
+		check(model_open(R->ms, R->s[i], MODEL_NAME, &R->h[i], msg,
+				 sizeof(msg)),
+		      "model_open", msg);
+		check(model_ctx_new(R->h[i], 8, &c, msg, sizeof(msg)),
+		      "context", msg);
+		check(model_ctx_prefill(c, &R->env, prompt, 8, NULL, msg,
+					sizeof(msg)),
+		      "prefill", msg);
+		model_ctx_free(c);
+	}
+	vmu_get_stats(R->env.v, &vs);
+	d->text_n = vs.seg[VMU_SEG_TEXT].used;
+	d->entries_n = vs.seg[VMU_SEG_TEXT].entries;
+}
+
+static void djinn_close(struct djinn_run *R)
+{
+	for (unsigned int i = 0; i < SESSIONS; i++) {
+		if (R->h[i])
+			model_close(R->h[i]);
+		if (R->s[i])
+			vmu_session_destroy(R->s[i]);
+	}
+	model_store_destroy(R->ms);
+	vmu_stack_destroy(R->env.st);
+	vmu_destroy(R->env.v);
+	R->b->ops->destroy(R->b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* PyTorch's side: bench/model_torch.py in a child */
+
+/*
+ * struct torch_side - what model_torch.py reported
+ * @ran:     it ran at least once; @off: it could not (no PyTorch)
+ * @n:       runs so far, each a warm-up and one round; medians of @load_s,
+ *           @prefill, @decode
+ * @tokens, @gaps, @logits: of the first run (later ones must agree)
+ */
+struct torch_side {
+	bool ran, off;
+	char note[512];
+	char version[64];
+	unsigned int n;
+	double load_s[MAX_ROUNDS], prefill[MAX_ROUNDS], decode[MAX_ROUNDS];
+	int32_t tokens[CHECK_TOKENS];
+	double gaps[CHECK_TOKENS];
+	unsigned int nr_tokens;
+	float *logits;
+};
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 ||
+	    fseek(f, 0, SEEK_SET))
+		goto out;
+	buf = malloc((size_t)n + 1);
+	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		buf = NULL;
+	}
+	if (buf) {
+		buf[n] = 0;
+		*len = (size_t)n;
+	}
+out:
+	fclose(f);
+	return buf;
+}
+
+/* The last non-empty line of @text, for a note. */
+static void last_line(char *dst, size_t len, char *text)
+{
+	char *end = text + strlen(text), *p;
+
+	while (end > text && (end[-1] == '\n' || end[-1] == ' '))
+		*--end = 0;
+	p = strrchr(text, '\n');
+	snprintf(dst, len, "%s", p ? p + 1 : text);
+}
+
+/* One run of model_torch.py: a warm-up and one round. */
+static void run_torch(const char *models, const int32_t *prompt, uint32_t vocab,
+		      struct torch_side *t)
+{
+	char tmpl[] = "/tmp/model-bench.XXXXXX", cmd[16384], path[4096];
+	char *out = NULL, *err = NULL, *toks, *lg = NULL;
+	size_t len, o = 0, n;
+	json_error_t je;
+	json_t *j = NULL, *a;
+	int st;
+
+	if (!mkdtemp(tmpl))
+		fail("mkdtemp: %s", strerror(errno));
+	toks = malloc(opt.prefill * 12 + 1);
+	if (!toks)
+		fail("no memory");
+	toks[0] = 0;
+	for (unsigned int i = 0; i < opt.prefill; i++)
+		o += (size_t)sprintf(toks + o, "%s%d", i ? "," : "", prompt[i]);
+	snprintf(cmd, sizeof(cmd),
+		 "%s %s --model %s/%s --tokens %s --decode %u --rounds 1 "
+		 "--threads %u --logits-out %s/logits > %s/out 2> %s/err",
+		 opt.python, opt.script, models, MODEL_NAME, toks, opt.decode,
+		 opt.threads, tmpl, tmpl, tmpl);
+	free(toks);
+	st = system(cmd);
+	snprintf(path, sizeof(path), "%s/err", tmpl);
+	err = slurp(path, &len);
+	if (st) {
+		char why[400] = "";
+
+		if (err)
+			last_line(why, sizeof(why), err);
+		/* not installed: null baselines; anything else is a bug */
+		if (!t->ran &&
+		    ((WIFEXITED(st) && WEXITSTATUS(st) == 127) ||
+		     (err && strstr(err, "No module named 'torch'")))) {
+			snprintf(t->note, sizeof(t->note),
+				 "PyTorch did not run (%s): no baseline", why);
+			t->off = true;
+		} else
+			fail("%s failed: %s", opt.script, why);
+		goto out;
+	}
+	snprintf(path, sizeof(path), "%s/out", tmpl);
+	out = slurp(path, &len);
+	if (!out || !(j = json_loads(out, 0, &je)))
+		fail("%s: no JSON: %s", opt.script,
+		     out ? je.text : "no output");
+	snprintf(t->version, sizeof(t->version), "pytorch %s eager",
+		 json_string_value(json_object_get(j, "torch")));
+	t->load_s[t->n] = json_number_value(json_object_get(j, "load_s"));
+	t->prefill[t->n] =
+		json_number_value(json_object_get(j, "prefill_tok_s"));
+	t->decode[t->n] = json_number_value(json_object_get(j, "decode_tok_s"));
+	if (json_integer_value(json_object_get(j, "threads")) !=
+	    (json_int_t)opt.threads)
+		fail("pytorch ran on %lld threads, not %u",
+		     (long long)json_integer_value(
+			     json_object_get(j, "threads")),
+		     opt.threads);
+	a = json_object_get(j, "tokens");
+	if (t->n++) { /* a later run: the same tokens */
+		for (unsigned int i = 0; i < t->nr_tokens; i++)
+			if (t->tokens[i] !=
+			    (int32_t)json_integer_value(json_array_get(a, i)))
+				fail("pytorch's greedy tokens changed between "
+				     "runs");
+		goto out;
+	}
+	t->nr_tokens = (unsigned int)json_array_size(a);
+	if (t->nr_tokens > CHECK_TOKENS)
+		t->nr_tokens = CHECK_TOKENS;
+	for (unsigned int i = 0; i < t->nr_tokens; i++) {
+		t->tokens[i] =
+			(int32_t)json_integer_value(json_array_get(a, i));
+		t->gaps[i] = json_number_value(
+			json_array_get(json_object_get(j, "gaps"), i));
+	}
+	snprintf(path, sizeof(path), "%s/logits", tmpl);
+	lg = slurp(path, &n);
+	if (!lg || n != vocab * sizeof(float))
+		fail("%s: no logits of %u floats", opt.script, vocab);
+	t->logits = malloc(n);
+	if (!t->logits)
+		fail("no memory");
+	memcpy(t->logits, lg, n); /* little-endian f32, as here */
+	t->ran = true;
+out:
+	json_decref(j);
+	free(out);
+	free(err);
+	free(lg);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpl);
+	if (system(cmd))
+		fprintf(stderr, "model-bench: could not remove %s\n", tmpl);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: model-bench [--cache DIR] [--python PY] [--threads N]\n"
+		"                   [--prefill N] [--decode N] [--rounds N]\n"
+		"                   [--seed N] [--no-torch] [--torch-script "
+		"PATH]\n");
+	exit(2);
+}
+
+static unsigned int num(const char *s, unsigned int lo, unsigned int hi)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || !*s || v < lo || v > hi) {
+		fprintf(stderr, "model-bench: %s: not a number in %u..%u\n", s,
+			lo, hi);
+		exit(2);
+	}
+	return (unsigned int)v;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "cache", required_argument, NULL, 'c' },
+		{ "python", required_argument, NULL, 'p' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "prefill", required_argument, NULL, 'P' },
+		{ "decode", required_argument, NULL, 'd' },
+		{ "rounds", required_argument, NULL, 'r' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "no-torch", no_argument, NULL, 'n' },
+		{ "torch-script", required_argument, NULL, 'T' },
+		{ NULL, 0, NULL, 0 },
+	};
+	double pre[MAX_ROUNDS], dec[MAX_ROUNDS], tload = NAN, tpre = NAN;
+	double tdec = NAN;
+	struct djinn_side d = { 0 };
+	struct torch_side t = { 0 };
+	struct djinn_run R = { 0 };
+	int32_t *toks;
+	char models[1100], note[256], tnote[800];
+	unsigned int matched = 0, compared;
+	double err = 0, scale = 1e-30, gap_err = 0;
+	const char *why = NULL;
+	int32_t *prompt;
+	uint64_t rs;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			opt.cache = optarg;
+			break;
+		case 'p':
+			opt.python = optarg;
+			break;
+		case 't':
+			opt.threads = num(optarg, 1, 1024);
+			break;
+		case 'P':
+			opt.prefill = num(optarg, 1, 512);
+			break;
+		case 'd':
+			opt.decode = num(optarg, 1, 400);
+			break;
+		case 'r':
+			opt.rounds = num(optarg, 1, MAX_ROUNDS);
+			break;
+		case 's':
+			opt.seed = num(optarg, 0, UINT32_MAX);
+			break;
+		case 'n':
+			opt.no_torch = true;
+			break;
+		case 'T':
+			opt.script = optarg;
+			break;
+		default:
+			usage();
+		}
+	}
+	if (optind != argc)
+		usage();
+	if (!shell_safe(opt.cache) || !shell_safe(opt.python) ||
+	    !shell_safe(opt.script) || strlen(opt.cache) >= 1024 ||
+	    strlen(opt.python) >= 1024)
+		fail("--cache, --python, --torch-script: [A-Za-z0-9/._-+,=:]"
+		     " (and under 1024 bytes)");
+	if (!opt.threads) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		opt.threads = n < 1 ? 1 : n > 1024 ? 1024 : (unsigned int)n;
+	}
+
+	ensure_model(models, sizeof(models));
+	prompt = calloc(opt.prefill, sizeof(*prompt));
+	if (!prompt)
+		fail("no memory");
+	rs = opt.seed;
+	for (unsigned int i = 0; i < opt.prefill; i++)
+		prompt[i] = (int32_t)(splitmix64(&rs) % VOCAB);
+
+	/* A warm-up round, then rounds of djinnd and PyTorch in turn, so
+	 * that both see the machine as it is at the time. */
+	djinn_open(models, &R, &d);
+	toks = calloc(opt.decode + 1, sizeof(int32_t));
+	if (!toks)
+		fail("no memory");
+	if (opt.no_torch) {
+		snprintf(t.note, sizeof(t.note), "--no-torch: no baseline");
+		t.off = true;
+	}
+	for (unsigned int r = 0; r <= opt.rounds; r++) {
+		double p, q;
+
+		round_djinn(R.h[0], &R.env, prompt, r ? toks : d.tokens,
+			    r ? NULL : d.logits, d.gaps, &p, &q);
+		if (!r)
+			continue;
+		if (memcmp(toks, d.tokens, opt.decode * sizeof(*toks)))
+			fail("djinnd's greedy tokens changed between rounds");
+		pre[r - 1] = p;
+		dec[r - 1] = q;
+		if (!t.off)
+			run_torch(models, prompt, VOCAB, &t);
+	}
+	free(toks);
+	d.prefill = median(pre, opt.rounds);
+	d.decode = median(dec, opt.rounds);
+	djinn_sessions(&R, prompt, &d);
+	djinn_close(&R);
+	if (t.ran) {
+		tload = median(t.load_s, t.n);
+		tpre = median(t.prefill, t.n);
+		tdec = median(t.decode, t.n);
+	}
+
+	/* The cross-check */
+	compared = opt.decode < CHECK_TOKENS ? opt.decode : CHECK_TOKENS;
+	if (t.ran) {
+		for (uint32_t i = 0; i < VOCAB; i++) {
+			err = fmax(err,
+				   fabs((double)d.logits[i] - t.logits[i]));
+			scale = fmax(scale, fabs((double)t.logits[i]));
+		}
+		err /= scale;
+		if (err > LOGITS_TOL)
+			why = "the prefill's logits differ from PyTorch's";
+		for (; matched < compared && matched < t.nr_tokens; matched++)
+			if (d.tokens[matched] != t.tokens[matched])
+				break;
+		/* a flip only where PyTorch's best two logits are within
+		 * twice the tolerated error: then the sequences part */
+		if (!why && matched < compared &&
+		    t.gaps[matched] > 2 * LOGITS_TOL * scale)
+			why = "the greedy tokens differ from PyTorch's";
+		/* the decode steps' logits, through the gap of their best
+		 * two, while the tokens agree */
+		for (unsigned int i = 0; i < matched; i++)
+			gap_err = fmax(gap_err, fabs(d.gaps[i] - t.gaps[i]));
+		gap_err /= scale;
+		if (!why && gap_err > 2 * LOGITS_TOL)
+			why = "the decode steps' logits differ from PyTorch's";
+	}
+
+	snprintf(note, sizeof(note), "%s f32, %u tokens, %u threads",
+		 MODEL_NAME, opt.prefill, opt.threads);
+	snprintf(tnote, sizeof(tnote), "%s; %s", note, t.note);
+	emit(&(struct fig){ .metric = "prefill_tok_per_s",
+			    .value = d.prefill,
+			    .unit = "tok/s",
+			    .baseline = tpre,
+			    .baseline_name = t.ran ? t.version : NULL,
+			    .target = ">=",
+			    .samples = opt.rounds,
+			    .note = t.ran ? note : tnote });
+	snprintf(note, sizeof(note),
+		 "%s f32, %u greedy tokens after %u, %u threads", MODEL_NAME,
+		 opt.decode, opt.prefill, opt.threads);
+	snprintf(tnote, sizeof(tnote), "%s; %s", note, t.note);
+	emit(&(struct fig){ .metric = "decode_tok_per_s",
+			    .value = d.decode,
+			    .unit = "tok/s",
+			    .baseline = tdec,
+			    .baseline_name = t.ran ? t.version : NULL,
+			    .target = ">=",
+			    .samples = opt.rounds,
+			    .note = t.ran ? note : tnote });
+	emit(&(struct fig){ .metric = "load_s",
+			    .value = d.load_s,
+			    .unit = "s",
+			    .baseline = tload,
+			    .baseline_name = t.ran ? t.version : NULL,
+			    .note = "djinnd: parse, hash, copy into the text "
+				    "segment; pytorch: read into tensors" });
+	if (t.ran) {
+		emit(&(struct fig){ .metric = "prefill_logits_rel_err",
+				    .value = err,
+				    .unit = "of the largest logit",
+				    .baseline = LOGITS_TOL,
+				    .baseline_name = "tolerance",
+				    .target = "<=",
+				    .note = "djinnd's last prefill logits "
+					    "against pytorch's" });
+		emit(&(struct fig){
+			.metric = "decode_top2_gap_rel_err",
+			.value = gap_err,
+			.unit = "of the largest prefill logit",
+			.baseline = 2 * LOGITS_TOL,
+			.baseline_name = "tolerance",
+			.target = "<=",
+			.note = "best minus second best logit of each "
+				"greedy step, against pytorch's" });
+		snprintf(note, sizeof(note),
+			 "the first %u greedy tokens equal pytorch's%s",
+			 compared,
+			 matched < compared && !why ?
+				 "; they part at a near-tie" :
+				 "");
+		emit(&(struct fig){ .metric = "greedy_tokens_equal",
+				    .value = matched,
+				    .unit = "tokens",
+				    .baseline = compared,
+				    .baseline_name = "compared",
+				    .target = ">=",
+				    .note = note });
+	}
+	emit(&(struct fig){ .metric = "text_bytes_1_session",
+			    .value = (double)d.text_1,
+			    .unit = "bytes",
+			    .baseline = (double)d.weight_bytes,
+			    .baseline_name = "the weights' bytes",
+			    .note = "text segment, one session holding the "
+				    "model" });
+	snprintf(note, sizeof(note),
+		 "text segment, %u sessions holding and running the model: "
+		 "%" PRIu64 " entries, one session: %" PRIu64,
+		 SESSIONS, d.entries_n, d.entries_1);
+	emit(&(struct fig){ .metric = "text_bytes_4_sessions",
+			    .value = (double)d.text_n,
+			    .unit = "bytes",
+			    .baseline = (double)d.text_1,
+			    .baseline_name = "text_bytes_1_session",
+			    .target = "<=",
+			    .note = note });
+
+	if (d.text_n != d.text_1 || d.entries_n != d.entries_1)
+		fail("the text segment grew with more sessions: %" PRIu64
+		     " -> %" PRIu64 " bytes",
+		     d.text_1, d.text_n);
+	if (why) {
+		fprintf(stderr, "model-bench: %s (logits %.3g, tokens:", why,
+			err);
+		for (unsigned int i = 0; i < compared; i++)
+			fprintf(stderr, " %d/%d", d.tokens[i],
+				i < t.nr_tokens ? t.tokens[i] : -1);
+		fprintf(stderr, ")\n");
+		return 1;
+	}
+	free(prompt);
+	free(d.tokens);
+	free(d.logits);
+	free(t.logits);
+	return 0;
+}

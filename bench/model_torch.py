@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""PyTorch eager GPT-2 over a Hugging Face model directory: the reference
+bench/model-bench measures djinnd's CPU backend against.
+
+    model_torch.py --model DIR --tokens 1,2,3 [--decode N] [--rounds R]
+                   [--threads N] [--logits-out FILE]
+
+Reads config.json and model.safetensors (f32, plain torch; no
+transformers), builds GPT-2 from torch.nn modules (Conv1D weights used as
+stored, (in, out), as Hugging Face's Conv1D does with addmm; attention by
+F.scaled_dot_product_attention, what Hugging Face uses by default; a KV
+cache of past keys and values), then for each round: prefill the tokens
+from an empty cache, then decode N tokens greedily, one at a time over
+the cache. The first round warms up and is not counted.
+
+Prints one JSON object: the torch version, threads, load seconds, the
+median prefill and decode tokens/s, the greedy tokens, and per greedy
+token the gap between the largest and the second largest logit (so a
+caller can tell a near-tie from a real difference). --logits-out writes
+the prefill's last-row logits as little-endian f32.
+"""
+import argparse
+import json
+import mmap
+import os
+import statistics
+import struct
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def load_safetensors(path):
+    """name -> f32 tensor, from the file's bytes (copied out of the map)."""
+    out = {}
+    with open(path, 'rb') as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        n = struct.unpack('<Q', m[:8])[0]
+        hdr = json.loads(m[8:8 + n])
+        base = 8 + n
+        for name, t in hdr.items():
+            if name == '__metadata__':
+                continue
+            if t['dtype'] != 'F32':
+                sys.exit('model_torch.py: %s is %s, only F32 is run'
+                         % (name, t['dtype']))
+            b, e = t['data_offsets']
+            buf = bytearray(m[base + b:base + e])
+            out[name] = torch.frombuffer(buf, dtype=torch.float32).reshape(
+                t['shape'])
+        m.close()
+    return out
+
+
+class Conv1D(nn.Module):
+    """y = x W + b with W stored (in, out), as GPT-2's checkpoints keep it."""
+
+    def __init__(self, w, b):
+        super().__init__()
+        self.weight = nn.Parameter(w, requires_grad=False)
+        self.bias = nn.Parameter(b, requires_grad=False)
+
+    def forward(self, x):
+        shape = x.shape[:-1] + (self.weight.shape[1],)
+        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]),
+                           self.weight).reshape(shape)
+
+
+def layernorm(w, b, eps):
+    ln = nn.LayerNorm(w.shape[0], eps=eps)
+    ln.weight = nn.Parameter(w, requires_grad=False)
+    ln.bias = nn.Parameter(b, requires_grad=False)
+    return ln
+
+
+class Block(nn.Module):
+    def __init__(self, sd, pfx, cfg):
+        super().__init__()
+        eps = cfg.get('layer_norm_epsilon', 1e-5)
+        self.H = cfg['n_head']
+        self.ln_1 = layernorm(sd[pfx + 'ln_1.weight'], sd[pfx + 'ln_1.bias'],
+                              eps)
+        self.c_attn = Conv1D(sd[pfx + 'attn.c_attn.weight'],
+                             sd[pfx + 'attn.c_attn.bias'])
+        self.c_proj = Conv1D(sd[pfx + 'attn.c_proj.weight'],
+                             sd[pfx + 'attn.c_proj.bias'])
+        self.ln_2 = layernorm(sd[pfx + 'ln_2.weight'], sd[pfx + 'ln_2.bias'],
+                              eps)
+        self.c_fc = Conv1D(sd[pfx + 'mlp.c_fc.weight'],
+                           sd[pfx + 'mlp.c_fc.bias'])
+        self.m_proj = Conv1D(sd[pfx + 'mlp.c_proj.weight'],
+                             sd[pfx + 'mlp.c_proj.bias'])
+
+    def forward(self, x, past):
+        B, T, C = x.shape
+        H, D = self.H, C // self.H
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q = q.view(B, T, H, D).transpose(1, 2)
+        k = k.view(B, T, H, D).transpose(1, 2)
+        v = v.view(B, T, H, D).transpose(1, 2)
+        if past is not None:
+            k = torch.cat((past[0], k), dim=2)
+            v = torch.cat((past[1], v), dim=2)
+        S = k.shape[2]
+        if T == 1:
+            y = F.scaled_dot_product_attention(q, k, v)
+        elif S == T:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # queries at S - T .. S - 1
+            mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        y = y.transpose(1, 2).reshape(B, T, C)
+        x = x + self.c_proj(y)
+        x = x + self.m_proj(F.gelu(self.c_fc(self.ln_2(x)),
+                                   approximate='tanh'))
+        return x, (k, v)
+
+
+class GPT2(nn.Module):
+    def __init__(self, sd, cfg):
+        super().__init__()
+        p = 'transformer.' if 'transformer.wte.weight' in sd else ''
+        self.wte = nn.Embedding.from_pretrained(sd[p + 'wte.weight'])
+        self.wpe = nn.Embedding.from_pretrained(sd[p + 'wpe.weight'])
+        self.h = nn.ModuleList(Block(sd, '%sh.%d.' % (p, l), cfg)
+                               for l in range(cfg['n_layer']))
+        self.ln_f = layernorm(sd[p + 'ln_f.weight'], sd[p + 'ln_f.bias'],
+                              cfg.get('layer_norm_epsilon', 1e-5))
+        head = sd.get('lm_head.weight')
+        self.head = self.wte.weight if head is None else head
+
+    def forward(self, ids, past):
+        P = 0 if past is None else past[0][0].shape[2]
+        pos = torch.arange(P, P + ids.shape[1]).unsqueeze(0)
+        x = self.wte(ids) + self.wpe(pos)
+        new = []
+        for l, blk in enumerate(self.h):
+            x, kv = blk(x, None if past is None else past[l])
+            new.append(kv)
+        x = self.ln_f(x[:, -1:, :])  # the last row is all that is sampled
+        return F.linear(x, self.head)[0, -1], new
+
+
+def run(model, tokens, n):
+    """Prefill @tokens, then @n greedy steps: (prefill s, decode s, tokens,
+    gaps, last prefill logits)."""
+    ids = torch.tensor([tokens], dtype=torch.long)
+    t0 = time.perf_counter()
+    logits, past = model(ids, None)
+    t1 = time.perf_counter()
+    first = logits
+    out, gaps = [], []
+    for _ in range(n):
+        top = torch.topk(logits, 2)
+        tok = int(top.indices[0])
+        out.append(tok)
+        gaps.append(float(top.values[0] - top.values[1]))
+        logits, past = model(torch.tensor([[tok]], dtype=torch.long), past)
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, out, gaps, first
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--model', required=True)
+    ap.add_argument('--tokens', required=True)
+    ap.add_argument('--decode', type=int, default=64)
+    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--threads', type=int, default=os.cpu_count())
+    ap.add_argument('--logits-out')
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    torch.set_grad_enabled(False)
+    tokens = [int(t) for t in a.tokens.split(',')]
+    t0 = time.perf_counter()
+    with open(os.path.join(a.model, 'config.json')) as f:
+        cfg = json.load(f)
+    if cfg.get('model_type') != 'gpt2':
+        sys.exit('model_torch.py: only gpt2 models')
+    model = GPT2(load_safetensors(os.path.join(a.model, 'model.safetensors')),
+                 cfg).eval()
+    load = time.perf_counter() - t0
+
+    pre, dec, toks, gaps = [], [], None, None
+    with torch.inference_mode():
+        for r in range(a.rounds + 1):
+            p, d, out, g, first = run(model, tokens, a.decode)
+            if r == 0:  # warm-up
+                toks, gaps = out, g
+                if a.logits_out:
+                    with open(a.logits_out, 'wb') as f:
+                        f.write(struct.pack('<%df' % first.numel(),
+                                            *first.tolist()))
+                continue
+            if out != toks:
+                sys.exit('model_torch.py: greedy tokens changed between '
+                         'rounds')
+            pre.append(len(tokens) / p)
+            if a.decode:
+                dec.append(a.decode / d)
+    json.dump({'torch': torch.__version__, 'threads': torch.get_num_threads(),
+               'load_s': load, 'prefill_tok_s': statistics.median(pre),
+               'decode_tok_s': statistics.median(dec) if dec else None,
+               'rounds': a.rounds, 'tokens': toks, 'gaps': gaps},
+              sys.stdout)
+    sys.stdout.write('\n')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,42 @@
+# The model runtime's benchmark (bench/model-bench.c, issue 6): prefill
+# and decode tokens/s of a GPT-2 124M-shaped model on the CPU backend
+# beside PyTorch eager (bench/model_torch.py) on the same weights, and
+# the text segment with one and four sessions holding the model.
+#
+#   make bench-model [BENCH_CACHE=DIR] [BENCH_MODEL_ARGS='--rounds 5']
+#
+# The model (about 500 MB, a minute to write) and PyTorch (a virtual
+# environment from PyPI, for the benchmark only; a few GB) are kept in
+# $(BENCH_CACHE) between runs. Without PyTorch the baselines are null.
+MODEL_BENCH := $(BUILD)/bench/model-bench
+BENCH_CACHE ?= $(BUILD)/bench-cache
+BENCH_VENV  := $(BENCH_CACHE)/venv
+BENCH_MODEL_ARGS ?=
+
+# The pattern rule in Makefile links the VMU only: this one the runtime.
+# (mk/model.mk comes later: its variables are spelled out here.)
+$(MODEL_BENCH): $(BUILD)/bench/model-bench.o $(BUILD)/libmodel.a \
+		$(BUILD)/djinnd/exec/exec.o $(BACKEND_LIB) $(VMU_LIB) \
+		$(COMMON_LIB)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIBS_MODEL) -lm
+all: $(MODEL_BENCH)
+
+# PyTorch's CPU build where its index answers, else PyPI's; a failed
+# install leaves no venv behind, and the benchmark runs without it.
+$(BENCH_VENV)/.torch:
+	$(Q)mkdir -p $(BENCH_CACHE)
+	$(Q)rm -rf $(BENCH_VENV) && python3 -m venv $(BENCH_VENV) && \
+	( $(BENCH_VENV)/bin/pip install -q --timeout 20 torch \
+		--index-url https://download.pytorch.org/whl/cpu || \
+	  $(BENCH_VENV)/bin/pip install -q torch ) && \
+	$(BENCH_VENV)/bin/python -c 'import torch' && touch $@ || \
+	{ echo "bench-model: no PyTorch; baselines will be null" >&2; \
+	  rm -rf $(BENCH_VENV); }
+
+.PHONY: bench-model
+bench-model: deps
+	$(Q)$(MAKE) --no-print-directory $(MODEL_BENCH) $(BENCH_VENV)/.torch
+	$(Q)py=python3; test -f $(BENCH_VENV)/.torch && \
+		py=$(BENCH_VENV)/bin/python; \
+	$(MODEL_BENCH) --cache $(BENCH_CACHE) --python $$py $(BENCH_MODEL_ARGS)
