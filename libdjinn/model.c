@@ -549,7 +549,7 @@ static int step_run(struct djinn_ctx *c, uint16_t op, const struct iovec *iov,
 	void *buf;
 	int ret = 0;
 
-	buf = malloc(max);
+	buf = calloc(1, max);
 	if (!buf)
 		return step_failed(c, resume, -ENOMEM);
 	ret = step_call(conn, op, s->id, iov, iovcnt, buf, max, &got);

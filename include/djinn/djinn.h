@@ -603,7 +603,8 @@ int djinn_ctx_fork(struct djinn_ctx *c, struct djinn_ctx **out);
 int djinn_ctx_reset(struct djinn_ctx *c);
 
 /* Drop @c on the daemon, and free it and its stubs whatever the daemon
- * answers (which is returned). NULL is ignored. */
+ * answers (which is returned). NULL is ignored. No other thread may be in
+ * a call on @c. */
 int djinn_ctx_free(struct djinn_ctx *c);
 
 /* Tokens in @c's cache, as of the last answer: >= 0, or -EINVAL. */
