@@ -52,11 +52,15 @@ struct backend_ops {
  * @ops:      the operations
  * @name:     "cpu", "cuda:0"
  * @provider: its memory, for vmu_create()
+ * @faults:   device faults so far (read it with __atomic_load_n): each
+ *            one lost the device memory of every session on the device,
+ *            see Documentation/cuda.rst; always 0 on the CPU
  */
 struct backend {
 	const struct backend_ops *ops;
 	const char *name;
 	struct vmu_provider *provider;
+	uint64_t faults;
 };
 
 /*
@@ -67,5 +71,29 @@ struct backend {
  */
 int cpu_backend_create(uint64_t capacity, unsigned int threads,
 		       struct backend **out);
+
+/*
+ * The CUDA backend (djinnd/backend/cuda/, Documentation/cuda.rst). It is
+ * linked into djinnd only when the build found nvcc (mk/cuda.mk); these
+ * are weak symbols, NULL in a djinnd built without it. Both load the
+ * driver with dlopen() on first use, so they work, and fail with a
+ * reason, on a host without one.
+ *
+ * cuda_devices(): how many CUDA devices the driver sees, in *@n; or
+ * -ENOENT (no driver library), -ENOSYS (a driver too old), -ENODEV
+ * (cuInit failed), with the reason in @msg.
+ *
+ * cuda_backend_create(): device @ordinal, its primary context, the
+ * kernels and cuBLAS; memory is the device's free memory less a margin
+ * for the context, capped at @mem_limit unless that is 0. A short
+ * description of the device ("NVIDIA H100 80GB HBM3, sm_90, 132 SMs,
+ * 79.1 GiB") goes in @msg on success, the reason on failure: -ENODEV
+ * (no such device), the errors of cuda_devices(), -ENOMEM, -EIO.
+ */
+int cuda_devices(unsigned int *n, char *msg, size_t msglen)
+	__attribute__((weak));
+int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
+			struct backend **out, char *msg, size_t msglen)
+	__attribute__((weak));
 
 #endif /* DJINN_BACKEND_H */

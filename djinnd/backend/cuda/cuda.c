@@ -1,0 +1,559 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The CUDA backend: one GPU through the Driver API, loaded at run time.
+ *
+ * The device's primary context is retained at create and made current
+ * on each thread that enters it. Each thread that runs nodes or copies
+ * gets a lane (cuda_internal.h): its own compute and copy streams, both
+ * non-blocking, so graphs of different executor threads and the copies
+ * of the I/O and memory threads run side by side on the GPU, and sync()
+ * waits for the caller's stream only.
+ *
+ * Faults: a kernel that faults poisons the context; every later call in
+ * it returns the same sticky error. cuda_err() sees it, marks the device
+ * lost and counts the fault (backend.faults); from then on every entry
+ * fails -EIO naming the fault, until the thread that saw it leaves the
+ * device and recovers it: under ctx_lock for writing (no other call is
+ * in the device) it lets go of the lanes, the module and the memory
+ * mappings, resets the primary context, and puts every reservation,
+ * chunk and mapping back at the same device addresses (the contents are
+ * gone) and the pinned host buffers registered again (their contents
+ * survive). The VMU's bookkeeping stays valid throughout.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+#include "cuda_internal.h"
+#include "graph.h"
+
+/* Memory left to the context, cuBLAS and the kernels' scratch: the larger
+ * of this and 1/32 of the device. */
+#define CUDA_HEADROOM (768ull << 20)
+
+static atomic_uint next_serial = 1;
+
+int cuda_fail(char *msg, size_t msglen, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (msg && msglen) {
+		va_start(ap, fmt);
+		vsnprintf(msg, msglen, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+int cuda_err(struct cuda_dev *d, CUresult r, const char *what, char *msg,
+	     size_t msglen)
+{
+	const char *why = cu_errname(d->cu, r);
+
+	if (r == CUDA_SUCCESS)
+		return 0;
+	if (cu_error_is_sticky(r)) {
+		bool was = atomic_exchange(&d->lost, true);
+
+		if (!was) {
+			pthread_mutex_lock(&d->lock);
+			snprintf(d->lost_why, sizeof(d->lost_why),
+				 "%s: device context lost: %s in %s", d->name,
+				 why, what);
+			d->faults++;
+			__atomic_store_n(&d->base.faults, d->faults,
+					 __ATOMIC_RELEASE);
+			pthread_mutex_unlock(&d->lock);
+		}
+		return cuda_fail(msg, msglen, -EIO,
+				 "%s: device context lost: %s in %s", d->name,
+				 why, what);
+	}
+	if (r == CUDA_ERROR_OUT_OF_MEMORY)
+		return cuda_fail(msg, msglen, -ENOMEM, "%s: %s: %s", d->name,
+				 what, why);
+	if (r == CUDA_ERROR_INVALID_VALUE)
+		return cuda_fail(msg, msglen, -EINVAL, "%s: %s: %s", d->name,
+				 what, why);
+	return cuda_fail(msg, msglen, -EIO, "%s: %s: %s", d->name, what, why);
+}
+
+static struct cuda_dev *to_dev(struct backend *b)
+{
+	return (struct cuda_dev *)b;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Lanes */
+
+/* A thread's lanes, by device serial: a few devices per thread at most. */
+#define LANE_CACHE 8
+static __thread struct {
+	unsigned int serial;
+	struct cuda_lane *lane;
+} lane_cache[LANE_CACHE];
+
+static void lane_release(struct cuda_dev *d, struct cuda_lane *l)
+{
+	const struct cu_api *cu = d->cu;
+
+	if (l->blas)
+		d->blas->Destroy(l->blas);
+	if (l->done)
+		cu->EventDestroy(l->done);
+	if (l->compute)
+		cu->StreamDestroy(l->compute);
+	if (l->copy)
+		cu->StreamDestroy(l->copy);
+	if (l->flag)
+		cu->MemFree(l->flag);
+	l->blas = NULL;
+	l->done = NULL;
+	l->compute = l->copy = NULL;
+	l->flag = 0;
+}
+
+/* Make @l's streams in the current context. */
+static int lane_setup(struct cuda_dev *d, struct cuda_lane *l, char *msg,
+		      size_t msglen)
+{
+	const struct cu_api *cu = d->cu;
+	CUresult r;
+	int ret;
+
+	r = cu->StreamCreate(&l->compute, CU_STREAM_NON_BLOCKING);
+	if (r == CUDA_SUCCESS)
+		r = cu->StreamCreate(&l->copy, CU_STREAM_NON_BLOCKING);
+	if (r == CUDA_SUCCESS)
+		r = cu->EventCreate(&l->done, CU_EVENT_DISABLE_TIMING);
+	if (r == CUDA_SUCCESS)
+		r = cu->MemAlloc(&l->flag, 64);
+	if (r != CUDA_SUCCESS) {
+		ret = cuda_err(d, r, "making a thread's streams", msg, msglen);
+		lane_release(d, l);
+		return ret;
+	}
+	if (d->blas) {
+		if (d->blas->Create(&l->blas) ||
+		    d->blas->SetStream(l->blas, l->compute)) {
+			if (l->blas)
+				d->blas->Destroy(l->blas);
+			l->blas = NULL; /* the fallback kernel instead */
+		}
+	}
+	l->gen = atomic_load(&d->gen);
+	return 0;
+}
+
+static int lane_get(struct cuda_dev *d, struct cuda_lane **out, char *msg,
+		    size_t msglen)
+{
+	struct cuda_lane *l = NULL;
+	unsigned int slot = LANE_CACHE;
+	int ret;
+
+	for (unsigned int i = 0; i < LANE_CACHE; i++) {
+		if (lane_cache[i].serial == d->serial) {
+			l = lane_cache[i].lane;
+			break;
+		}
+		if (!lane_cache[i].serial && slot == LANE_CACHE)
+			slot = i;
+	}
+	if (l && l->gen == atomic_load(&d->gen)) {
+		*out = l;
+		return 0;
+	}
+	if (!l) {
+		l = calloc(1, sizeof(*l));
+		if (!l)
+			return cuda_fail(msg, msglen, -ENOMEM,
+					 "no memory for a lane");
+		l->d = d;
+		ret = lane_setup(d, l, msg, msglen);
+		if (ret) {
+			free(l);
+			return ret;
+		}
+		pthread_mutex_lock(&d->lock);
+		l->next = d->lanes;
+		d->lanes = l;
+		pthread_mutex_unlock(&d->lock);
+		/* a full cache forgets its first entry (that lane stays on
+		 * the device's list and is freed with it) */
+		if (slot == LANE_CACHE)
+			slot = 0;
+		lane_cache[slot].serial = d->serial;
+		lane_cache[slot].lane = l;
+	} else {
+		/* made before a context reset: the streams went with it */
+		ret = lane_setup(d, l, msg, msglen);
+		if (ret)
+			return ret;
+	}
+	*out = l;
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Entering the device */
+
+int cuda_enter(struct cuda_dev *d, struct cuda_lane **lane, char *msg,
+	       size_t msglen)
+{
+	CUresult r;
+	int ret;
+
+	pthread_rwlock_rdlock(&d->ctx_lock);
+	if (atomic_load(&d->lost)) {
+		pthread_mutex_lock(&d->lock);
+		ret = cuda_fail(msg, msglen, -EIO, "%s", d->lost_why);
+		pthread_mutex_unlock(&d->lock);
+		goto fail;
+	}
+	r = d->cu->CtxSetCurrent(d->ctx);
+	if (r != CUDA_SUCCESS) {
+		ret = cuda_err(d, r, "cuCtxSetCurrent", msg, msglen);
+		goto fail;
+	}
+	if (!lane)
+		return 0;
+	ret = lane_get(d, lane, msg, msglen);
+	if (!ret)
+		return 0;
+fail:
+	cuda_leave(d);
+	return ret;
+}
+
+static int recover(struct cuda_dev *d, char *msg, size_t msglen);
+
+void cuda_leave(struct cuda_dev *d)
+{
+	pthread_rwlock_unlock(&d->ctx_lock);
+	if (atomic_load(&d->lost))
+		recover(d, NULL, 0);
+}
+
+int cuda_launch(struct cuda_lane *lane, enum cuda_kernel k, uint64_t work,
+		unsigned int threads, unsigned int shmem, void **args,
+		char *msg, size_t msglen)
+{
+	struct cuda_dev *d = lane->d;
+	uint64_t blocks = (work + threads - 1) / threads;
+	CUresult r;
+
+	/* grid-stride loops: a few waves of blocks are enough */
+	if (blocks > (uint64_t)d->max_grid)
+		blocks = (uint64_t)d->max_grid;
+	if (!blocks)
+		blocks = 1;
+	r = d->cu->LaunchKernel(d->fn[k], (unsigned int)blocks, 1, 1, threads,
+				1, 1, shmem, lane->compute, args, NULL);
+	return cuda_err(d, r, "cuLaunchKernel", msg, msglen);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The context: made at create, remade by recovery */
+
+static const char *const kernel_names[K_COUNT] = {
+#define CUDA_K_NAME(n) "dj_" #n,
+	CUDA_KERNELS(CUDA_K_NAME)
+#undef CUDA_K_NAME
+};
+
+static int load_kernels(struct cuda_dev *d, char *msg, size_t msglen)
+{
+	const struct cu_api *cu = d->cu;
+	CUresult r;
+
+	r = cu->ModuleLoadData(&d->mod, djinn_cuda_fatbin);
+	if (r != CUDA_SUCCESS)
+		return cuda_err(d, r,
+				"loading the kernels (a GPU older than sm_80, "
+				"or a driver older than the toolkit's PTX?)",
+				msg, msglen);
+	for (unsigned int i = 0; i < K_COUNT; i++) {
+		r = cu->ModuleGetFunction(&d->fn[i], d->mod, kernel_names[i]);
+		if (r != CUDA_SUCCESS) {
+			cuda_err(d, r, kernel_names[i], msg, msglen);
+			cu->ModuleUnload(d->mod);
+			d->mod = NULL;
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+/* Let go of everything the context holds (errors ignored: it may be
+ * poisoned). */
+static void drop_context(struct cuda_dev *d)
+{
+	const struct cu_api *cu = d->cu;
+
+	pthread_mutex_lock(&d->lock);
+	for (struct cuda_lane *l = d->lanes; l; l = l->next)
+		lane_release(d, l);
+	pthread_mutex_unlock(&d->lock);
+	if (d->mod)
+		cu->ModuleUnload(d->mod);
+	d->mod = NULL;
+}
+
+static int recover(struct cuda_dev *d, char *msg, size_t msglen)
+{
+	const struct cu_api *cu = d->cu;
+	char why[256];
+	CUresult r;
+	int ret;
+
+	pthread_rwlock_wrlock(&d->ctx_lock);
+	if (!atomic_load(&d->lost)) { /* another thread did it */
+		pthread_rwlock_unlock(&d->ctx_lock);
+		return 0;
+	}
+	cu->CtxSetCurrent(d->ctx);
+	drop_context(d);
+	cuda_vmm_drop(d);
+	r = cu->DevicePrimaryCtxReset(d->dev);
+	if (r == CUDA_SUCCESS) {
+		cu->DevicePrimaryCtxRelease(d->dev);
+		r = cu->DevicePrimaryCtxRetain(&d->ctx, d->dev);
+	}
+	if (r == CUDA_SUCCESS)
+		r = cu->CtxSetCurrent(d->ctx);
+	if (r != CUDA_SUCCESS) {
+		snprintf(why, sizeof(why), "resetting the context: %s",
+			 cu_errname(cu, r));
+		ret = -EIO;
+		goto fail;
+	}
+	atomic_fetch_add(&d->gen, 1);
+	ret = load_kernels(d, why, sizeof(why));
+	if (!ret)
+		ret = cuda_vmm_restore(d, why, sizeof(why));
+	if (ret)
+		goto fail;
+	d->recoveries++;
+	atomic_store(&d->lost, false);
+	pthread_rwlock_unlock(&d->ctx_lock);
+	return 0;
+
+fail:
+	/* Stay lost: every call fails with the fault and this. */
+	pthread_mutex_lock(&d->lock);
+	snprintf(d->lost_why + strlen(d->lost_why),
+		 sizeof(d->lost_why) - strlen(d->lost_why),
+		 "; recovery failed (%s): restart djinnd", why);
+	pthread_mutex_unlock(&d->lock);
+	pthread_rwlock_unlock(&d->ctx_lock);
+	return cuda_fail(msg, msglen, -EIO, "%s", d->lost_why);
+}
+
+int cuda_backend_recover(struct backend *b, char *msg, size_t msglen)
+{
+	struct cuda_dev *d = to_dev(b);
+
+	if (!atomic_load(&d->lost))
+		return 0;
+	return recover(d, msg, msglen);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The backend */
+
+static int cuda_sync(struct backend *b)
+{
+	struct cuda_dev *d = to_dev(b);
+	struct cuda_lane *l;
+	CUresult r;
+	int ret;
+
+	ret = cuda_enter(d, &l, NULL, 0);
+	if (ret)
+		return -EIO;
+	r = d->cu->StreamSynchronize(l->compute);
+	ret = r == CUDA_SUCCESS ?
+		      0 :
+		      (cuda_err(d, r, "cuStreamSynchronize", NULL, 0), -EIO);
+	cuda_leave(d);
+	return ret;
+}
+
+static void cuda_destroy(struct backend *b)
+{
+	struct cuda_dev *d = to_dev(b);
+	const struct cu_api *cu;
+
+	if (!b)
+		return;
+	cu = d->cu;
+	cu->CtxSetCurrent(d->ctx);
+	if (!atomic_load(&d->lost))
+		cu->CtxSynchronize();
+	drop_context(d);
+	while (d->lanes) {
+		struct cuda_lane *l = d->lanes;
+
+		d->lanes = l->next;
+		free(l);
+	}
+	cuda_vmm_fini(d);
+	cu->DevicePrimaryCtxRelease(d->dev);
+	pthread_rwlock_destroy(&d->ctx_lock);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+static const struct backend_ops cuda_backend_ops = {
+	.run_node = cuda_run_node,
+	.sync = cuda_sync,
+	.destroy = cuda_destroy,
+};
+
+int cuda_devices(unsigned int *n, char *msg, size_t msglen)
+{
+	const struct cu_api *cu;
+	int count = 0, ret;
+	CUresult r;
+
+	ret = cu_api_load(&cu, msg, msglen);
+	if (ret)
+		return ret;
+	r = cu->DeviceGetCount(&count);
+	if (r != CUDA_SUCCESS)
+		return cuda_fail(msg, msglen, -ENODEV, "cuDeviceGetCount: %s",
+				 cu_errname(cu, r));
+	*n = count < 0 ? 0 : (unsigned int)count;
+	return 0;
+}
+
+static int attr(struct cuda_dev *d, CUdevice_attribute a, int *v)
+{
+	return d->cu->DeviceGetAttribute(v, a, d->dev) == CUDA_SUCCESS ? 0 :
+									 -EIO;
+}
+
+int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
+			struct backend **out, char *msg, size_t msglen)
+{
+	const struct cu_api *cu;
+	struct cuda_dev *d;
+	pthread_rwlockattr_t ra;
+	size_t free_b = 0, total_b = 0;
+	uint64_t cap, headroom;
+	char why[256];
+	unsigned int n;
+	CUresult r;
+	int ret;
+
+	ret = cuda_devices(&n, msg, msglen);
+	if (ret)
+		return ret;
+	cu_api_load(&cu, NULL, 0);
+	if (ordinal >= n)
+		return cuda_fail(msg, msglen, -ENODEV,
+				 "no CUDA device %u: the driver sees %u",
+				 ordinal, n);
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return cuda_fail(msg, msglen, -ENOMEM, "out of memory");
+	d->cu = cu;
+	d->ordinal = (int)ordinal;
+	d->serial = atomic_fetch_add(&next_serial, 1);
+	snprintf(d->name, sizeof(d->name), "cuda:%u", ordinal);
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(
+		&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&d->ctx_lock, &ra);
+	pthread_rwlockattr_destroy(&ra);
+	pthread_mutex_init(&d->lock, NULL);
+
+	r = cu->DeviceGet(&d->dev, (int)ordinal);
+	if (r == CUDA_SUCCESS)
+		r = cu->DeviceGetName(d->model, sizeof(d->model), d->dev);
+	if (r == CUDA_SUCCESS)
+		r = cu->DevicePrimaryCtxRetain(&d->ctx, d->dev);
+	if (r != CUDA_SUCCESS) {
+		ret = cuda_fail(msg, msglen, -ENODEV, "%s: %s", d->name,
+				cu_errname(cu, r));
+		goto out_free;
+	}
+	r = cu->CtxSetCurrent(d->ctx);
+	if (r != CUDA_SUCCESS) {
+		ret = cuda_err(d, r, "cuCtxSetCurrent", msg, msglen);
+		goto out_ctx;
+	}
+	if (attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+		 &d->cc_major) ||
+	    attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+		 &d->cc_minor) ||
+	    attr(d, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &d->sms)) {
+		ret = cuda_fail(msg, msglen, -EIO, "%s: cuDeviceGetAttribute",
+				d->name);
+		goto out_ctx;
+	}
+	if (d->cc_major < 8) {
+		ret = cuda_fail(msg, msglen, -ENODEV,
+				"%s: %s is sm_%d%d; djinnd's kernels need "
+				"sm_80 or newer",
+				d->name, d->model, d->cc_major, d->cc_minor);
+		goto out_ctx;
+	}
+	/* grid-stride kernels: 32 blocks per SM keep every SM busy */
+	d->max_grid = d->sms * 32;
+	ret = load_kernels(d, msg, msglen);
+	if (ret)
+		goto out_ctx;
+	if (cublas_api_load(&d->blas, why, sizeof(why)))
+		d->blas = NULL; /* matmul runs on the fallback kernel */
+
+	r = cu->MemGetInfo(&free_b, &total_b);
+	if (r != CUDA_SUCCESS) {
+		ret = cuda_err(d, r, "cuMemGetInfo", msg, msglen);
+		goto out_mod;
+	}
+	ret = cuda_vmm_init(d, msg, msglen);
+	if (ret)
+		goto out_mod;
+	headroom = total_b / 32 > CUDA_HEADROOM ? total_b / 32 : CUDA_HEADROOM;
+	cap = free_b > headroom ? free_b - headroom : 0;
+	if (mem_limit && mem_limit < cap)
+		cap = mem_limit;
+	cap -= cap % d->vmm.base.granularity;
+	if (!cap) {
+		ret = cuda_fail(msg, msglen, -ENOMEM,
+				"%s: %zu MiB free of %zu: nothing left for "
+				"sessions",
+				d->name, free_b >> 20, total_b >> 20);
+		goto out_mod;
+	}
+	d->vmm.base.capacity = cap;
+
+	d->base.ops = &cuda_backend_ops;
+	d->base.name = d->name;
+	d->base.provider = &d->vmm.base;
+	cuda_fail(msg, msglen, 0,
+		  "%s, sm_%d%d, %d SMs, %.1f GiB (%.1f free, %.1f for "
+		  "sessions), driver %d.%d, %s",
+		  d->model, d->cc_major, d->cc_minor, d->sms,
+		  (double)total_b / (1 << 30), (double)free_b / (1 << 30),
+		  (double)cap / (1 << 30), cu->driver_version / 1000,
+		  cu->driver_version % 1000 / 10,
+		  d->blas ? d->blas->version : "no cuBLAS: fallback matmul");
+	*out = &d->base;
+	return 0;
+
+out_mod:
+	cu->ModuleUnload(d->mod);
+out_ctx:
+	cu->DevicePrimaryCtxRelease(d->dev);
+out_free:
+	pthread_rwlock_destroy(&d->ctx_lock);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+	return ret;
+}

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the host code and kernels.cu share: the kernels' parameter
+ * structs, passed by value to cuLaunchKernel. C and CUDA C both read
+ * this header; every struct is plain data with explicit padding.
+ */
+#ifndef DJINN_CUDA_KERNELS_H
+#define DJINN_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#define DJK_MAX_DIMS 8
+
+/* Binary ops (ADD, SUB, MUL, DIV as in enum djinn_opcode), broadcast:
+ * the result's @nd dims (outermost first) and each input's strides along
+ * them in elements (0: broadcast). */
+struct djk_bcast {
+	uint64_t n;
+	uint32_t nd, op;
+	uint64_t dims[DJK_MAX_DIMS];
+	uint64_t sa[DJK_MAX_DIMS], sb[DJK_MAX_DIMS];
+};
+
+/* PERMUTE: result dims and, per result dim, the input's stride along it
+ * in elements. */
+struct djk_perm {
+	uint64_t n;
+	uint32_t nd, __pad;
+	uint64_t dims[DJK_MAX_DIMS];
+	uint64_t istride[DJK_MAX_DIMS];
+};
+
+/* Batched matmul without cuBLAS: a (M, K) x b (K, N) per batch, the
+ * batch broadcast as a binary op's dims are, strides in matrices. */
+struct djk_mm {
+	uint64_t M, N, K;
+	uint32_t ta, tb;
+	struct djk_bcast batch;
+};
+
+/* Attention: q (B,H,T,D), k (B,Hk,S,D), v (B,Hk,S,Dv) -> (B,H,T,Dv). */
+struct djk_attn {
+	uint64_t B, H, Hk, T, S, D, Dv;
+	float scale;
+	uint32_t causal;
+};
+
+/* Threads per block of the row kernels and the attention tile. */
+#define DJK_ROW_THREADS 256
+#define DJK_ATTN_THREADS 128
+
+#endif /* DJINN_CUDA_KERNELS_H */

@@ -1,0 +1,87 @@
+# The CUDA backend (djinnd/backend/cuda/, Documentation/cuda.rst).
+#
+# djinnd loads the driver (libcuda.so.1) and cuBLAS with dlopen(), so it
+# links neither: building needs only nvcc and the toolkit's headers.
+# Without nvcc the backend is left out, with a message, and djinnd runs on
+# the CPU ("cuda is not built into this djinnd").
+#
+#   kernels.cu --nvcc--> kernels.fatbin (sm_80, sm_90, PTX compute_90)
+#              --.incbin--> fatbin.o, linked into djinnd only
+#
+#   make test-gpu    the GPU tests (tests/gpu/); each exits 77 and says
+#                    why on a host without an NVIDIA GPU and driver
+#   make bench-gpu   the GPU benchmarks (bench/gpu-bench), JSON lines
+
+NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+CUDA_INC  := $(CUDA_HOME)/include
+# One SASS per data-centre generation the kernels are tuned for (A100,
+# H100/H200), and PTX that newer GPUs compile at load.
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 \
+	     -gencode arch=compute_90,code=sm_90 \
+	     -gencode arch=compute_90,code=compute_90
+NVCC_FLAGS ?= -O3 -std=c++17 -Werror all-warnings
+
+CUDA_DIR   := djinnd/backend/cuda
+GPU_TESTS_SRCS := $(wildcard tests/gpu/test_*.c)
+
+ifneq ($(and $(NVCC),$(wildcard $(CUDA_INC)/cuda.h)),)
+HAVE_CUDA    := 1
+CUDA_SRCS    := $(wildcard $(CUDA_DIR)/*.c)
+CUDA_FATBIN  := $(BUILD)/$(CUDA_DIR)/kernels.fatbin
+CUDA_OBJS    := $(CUDA_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/$(CUDA_DIR)/fatbin.o
+LIBS_CUDA    := $(CUDA_OBJS) $(LIBS_BACKEND) -ldl
+GPU_TESTS    := $(GPU_TESTS_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+GPU_BENCH    := $(BUILD)/bench/gpu-bench
+
+SRCS += $(CUDA_SRCS) $(GPU_TESTS_SRCS) tests/gpu/gpu.c
+
+# The toolkit's headers for the backend, the tests and the benchmark only.
+$(CUDA_SRCS:%.c=$(BUILD)/%.o) $(GPU_TESTS_SRCS:%.c=$(BUILD)/%.o) \
+$(BUILD)/tests/gpu/gpu.o $(BUILD)/bench/gpu-bench.o: ALL_CFLAGS += -I$(CUDA_INC)
+
+$(CUDA_FATBIN): $(CUDA_DIR)/kernels.cu $(CUDA_DIR)/kernels.h
+	@mkdir -p $(@D)
+	@echo "  NVCC    $<"
+	$(Q)$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH) -I$(CUDA_DIR) --fatbin -o $@ $<
+
+# The fatbin as read-only data: djinn_cuda_fatbin .. djinn_cuda_fatbin_end.
+$(BUILD)/$(CUDA_DIR)/fatbin.S: $(CUDA_FATBIN)
+	@echo "  GEN     $@"
+	$(Q)printf '%s\n' '	.section .rodata' '	.balign 64' \
+		'	.globl djinn_cuda_fatbin' \
+		'	.type djinn_cuda_fatbin, @object' 'djinn_cuda_fatbin:' \
+		'	.incbin "$(abspath $<)"' '	.globl djinn_cuda_fatbin_end' \
+		'djinn_cuda_fatbin_end:' '	.byte 0' \
+		'	.section .note.GNU-stack,"",@progbits' > $@
+$(BUILD)/$(CUDA_DIR)/fatbin.o: $(BUILD)/$(CUDA_DIR)/fatbin.S
+	@echo "  AS      $@"
+	$(Q)$(CC) -c -o $@ $<
+
+# djinnd alone links the backend: server.c finds it through weak symbols,
+# so everything else that links the daemon's library is unchanged.
+$(DJINND): $(CUDA_OBJS)
+$(DJINND): LIBS_DJINND += $(LIBS_CUDA)
+
+$(BUILD)/tests/gpu/test_%: $(BUILD)/tests/gpu/test_%.o $(BUILD)/tests/gpu/gpu.o $(CUDA_OBJS) $(filter %.a,$(LIBS_BACKEND))
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/gpu/gpu.o $(LIBS_CUDA) -lcmocka -lm
+
+$(GPU_BENCH): $(BUILD)/bench/gpu-bench.o $(BUILD)/tests/gpu/gpu.o $(CUDA_OBJS) $(filter %.a,$(LIBS_BACKEND)) $(LIBDJINN_A)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/gpu/gpu.o $(LIBS_CUDA) $(LIBS_LIBDJINN) -lm
+
+all: $(CUDA_OBJS) $(GPU_TESTS) $(GPU_BENCH)
+
+.PHONY: test-gpu bench-gpu
+test-gpu: all
+	$(Q)DJINND=$(DJINND) tests/run.sh $(GPU_TESTS)
+
+bench-gpu: all
+	$(Q)$(GPU_BENCH) --djinnd $(DJINND)
+else
+$(info cuda: no nvcc (NVCC=$(NVCC)) or no $(CUDA_INC)/cuda.h: djinnd is built without the CUDA backend)
+.PHONY: test-gpu bench-gpu
+test-gpu bench-gpu:
+	@echo "$@: skipped: djinnd was built without the CUDA backend (no nvcc)"
+endif

@@ -1,0 +1,605 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Every op of the op set on the CUDA backend against the CPU backend,
+ * on random inputs, in every dtype the op takes.
+ *
+ * Each case builds one node, infers its result with lib/graph.c as the
+ * executor does, runs it on both backends (the CPU one on host memory,
+ * the CUDA one on device memory from its own provider) and compares:
+ * integer and byte results exactly, float results within a tolerance per
+ * dtype (f32 1e-4, f16 1e-2, bf16 2e-2, relative, with a floor of a
+ * fraction of the result's largest magnitude: the whole of it for long
+ * sums, matmul and attention, a tenth for row ops, a hundredth for
+ * elementwise ops). Both backends compute in f32 and round once, so
+ * these bounds are loose for a correct kernel and tight for a wrong one.
+ * Refusals must match too: the same errno, and the same message for
+ * everything but a missing kernel.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "gpu.h"
+#include "graph.h"
+
+#define F32 DJINN_DTYPE_F32
+#define F16 DJINN_DTYPE_F16
+#define BF16 DJINN_DTYPE_BF16
+#define I32 DJINN_DTYPE_I32
+#define I64 DJINN_DTYPE_I64
+#define U8 DJINN_DTYPE_U8
+
+#define FLOOR_SUM 1.0
+#define FLOOR_ROW 0.1
+#define FLOOR_ELEM 0.01
+
+static struct gpu G;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+/* uniform in [-a, a) */
+static float rndf(float a)
+{
+	return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2 - 1) * a;
+}
+
+static struct djinn_tensor_desc desc(unsigned int dtype, unsigned int ndim, ...)
+{
+	struct djinn_tensor_desc d;
+	va_list ap;
+
+	memset(&d, 0, sizeof(d));
+	d.dtype = (uint8_t)dtype;
+	d.ndim = (uint8_t)ndim;
+	va_start(ap, ndim);
+	for (unsigned int k = 0; k < ndim; k++)
+		d.dims[k] = va_arg(ap, uint64_t);
+	va_end(ap);
+	return d;
+}
+
+#define D(dt, ...)                                                       \
+	desc(dt, sizeof((uint64_t[]){ __VA_ARGS__ }) / sizeof(uint64_t), \
+	     __VA_ARGS__)
+
+static uint64_t nelems(const struct djinn_tensor_desc *d)
+{
+	uint64_t n, b;
+
+	assert_int_equal(djinn_desc_check(d, &n, &b), 0);
+	return n;
+}
+
+static uint64_t nbytes(const struct djinn_tensor_desc *d)
+{
+	uint64_t n, b;
+
+	assert_int_equal(djinn_desc_check(d, &n, &b), 0);
+	return b;
+}
+
+static double get(const void *p, unsigned int dtype, uint64_t i)
+{
+	switch (dtype) {
+	case F32:
+		return ((const float *)p)[i];
+	case F16:
+		return gpu_from_f16(((const uint16_t *)p)[i]);
+	case BF16:
+		return gpu_from_bf16(((const uint16_t *)p)[i]);
+	case I32:
+		return ((const int32_t *)p)[i];
+	case I64:
+		return (double)((const int64_t *)p)[i];
+	default:
+		return ((const uint8_t *)p)[i];
+	}
+}
+
+static void set(void *p, unsigned int dtype, uint64_t i, double v)
+{
+	switch (dtype) {
+	case F32:
+		((float *)p)[i] = (float)v;
+		break;
+	case F16:
+		((uint16_t *)p)[i] = gpu_to_f16((float)v);
+		break;
+	case BF16:
+		((uint16_t *)p)[i] = gpu_to_bf16((float)v);
+		break;
+	case I32:
+		((int32_t *)p)[i] = (int32_t)v;
+		break;
+	case I64:
+		((int64_t *)p)[i] = (int64_t)v;
+		break;
+	default:
+		((uint8_t *)p)[i] = (uint8_t)v;
+		break;
+	}
+}
+
+/* Random values: floats in [-2, 2), integers in [-50, 50) (u8 [0, 200)),
+ * none zero when @nonzero. */
+static void *fill(const struct djinn_tensor_desc *d, bool nonzero)
+{
+	uint64_t n = nelems(d);
+	void *p = aligned_alloc(256, (nbytes(d) + 255) & ~255ull);
+
+	assert_non_null(p);
+	for (uint64_t i = 0; i < n; i++) {
+		double v;
+
+		if (d->dtype <= BF16)
+			v = rndf(2.0f);
+		else if (d->dtype == U8)
+			v = (double)(rnd() % 200);
+		else
+			v = (double)(rnd() % 100) - 50;
+		if (nonzero && v == 0)
+			v = 1;
+		set(p, d->dtype, i, v);
+	}
+	return p;
+}
+
+static double tol_of(unsigned int dtype)
+{
+	return dtype == F32 ? 1e-4 : dtype == F16 ? 1e-2 : 2e-2;
+}
+
+/*
+ * Run @node on inputs @in[nr] (host bytes of @d[nr]) on both backends
+ * and compare. Returns the errno both gave.
+ */
+static int both(const char *what, struct djinn_node node, unsigned int nr,
+		const struct djinn_tensor_desc *d, void *const *in,
+		double floor)
+{
+	struct djinn_graph gr = { .nr_inputs = nr,
+				  .nr_nodes = 1,
+				  .nr_outputs = 1 };
+	struct djinn_ref refs[DJINN_MAX_NODE_INPUTS];
+	uint32_t outs[2] = { 0, 0 };
+	struct djinn_graph_view view = { &gr, refs, &node, outs };
+	struct dj_tensor ct[DJINN_MAX_NODE_INPUTS], gt[DJINN_MAX_NODE_INPUTS];
+	struct dj_tensor co, go;
+	char cmsg[256] = "", gmsg[256] = "", imsg[256] = "";
+	void *cout, *gout;
+	uint64_t n, bytes;
+	int cret, gret;
+
+	memset(refs, 0, sizeof(refs));
+	for (unsigned int i = 0; i < nr; i++)
+		node.inputs[i] = i;
+	node.nr_inputs = (uint8_t)nr;
+	memset(&co, 0, sizeof(co));
+	if (djinn_graph_infer(&view, d, &co.desc, imsg, sizeof(imsg))) {
+		/* the graph layer refuses it: run both anyway on a result
+		 * like input 0, to compare the backends' own checks */
+		co.desc = d[0];
+	}
+	go.desc = co.desc;
+	n = nelems(&co.desc);
+	bytes = nbytes(&co.desc);
+	gpu_reset(&G);
+	for (unsigned int i = 0; i < nr; i++) {
+		ct[i].desc = gt[i].desc = d[i];
+		ct[i].addr = (uintptr_t)in[i];
+		gt[i].addr = gpu_alloc(&G, nbytes(&d[i]));
+		gpu_put(&G, gt[i].addr, in[i], nbytes(&d[i]));
+	}
+	cout = aligned_alloc(256, (bytes + 255) & ~255ull);
+	gout = calloc(1, bytes + 1);
+	assert_non_null(cout);
+	assert_non_null(gout);
+	co.addr = (uintptr_t)cout;
+	go.addr = gpu_alloc(&G, bytes);
+
+	cret = G.cpu->ops->run_node(G.cpu, &node, ct, &co, cmsg, sizeof(cmsg));
+	gret = G.b->ops->run_node(G.b, &node, gt, &go, gmsg, sizeof(gmsg));
+	if (!gret)
+		gret = G.b->ops->sync(G.b);
+	if (cret != gret)
+		fail_msg("%s: cpu %d (%s), cuda %d (%s)", what, cret, cmsg,
+			 gret, gmsg);
+	if (cret) {
+		if (cret != -EOPNOTSUPP && strcmp(cmsg, gmsg))
+			fail_msg("%s: cpu says '%s', cuda '%s'", what, cmsg,
+				 gmsg);
+		free(cout);
+		free(gout);
+		return cret;
+	}
+	gpu_get(&G, gout, go.addr, bytes);
+
+	if (co.desc.dtype > BF16) {
+		if (memcmp(cout, gout, bytes)) {
+			for (uint64_t i = 0; i < n; i++)
+				if (get(cout, co.desc.dtype, i) !=
+				    get(gout, co.desc.dtype, i))
+					fail_msg("%s: element %llu: cpu %g, "
+						 "cuda %g",
+						 what, (unsigned long long)i,
+						 get(cout, co.desc.dtype, i),
+						 get(gout, co.desc.dtype, i));
+		}
+	} else {
+		double tol = tol_of(co.desc.dtype), max = 0;
+
+		for (uint64_t i = 0; i < n; i++)
+			if (isfinite(get(cout, co.desc.dtype, i)))
+				max = fmax(max,
+					   fabs(get(cout, co.desc.dtype, i)));
+		for (uint64_t i = 0; i < n; i++) {
+			double w = get(cout, co.desc.dtype, i);
+			double v = get(gout, co.desc.dtype, i);
+
+			if (isnan(w) && isnan(v))
+				continue;
+			if (!(fabs(v - w) <= tol * (fabs(w) + floor * max)))
+				fail_msg("%s (%s): element %llu: cpu %.9g, "
+					 "cuda %.9g",
+					 what, djinn_dtype_name(co.desc.dtype),
+					 (unsigned long long)i, w, v);
+		}
+	}
+	free(cout);
+	free(gout);
+	return 0;
+}
+
+static struct djinn_node op(unsigned int o)
+{
+	struct djinn_node n;
+
+	memset(&n, 0, sizeof(n));
+	n.op = (uint16_t)o;
+	return n;
+}
+
+static const unsigned int floats[] = { F32, F16, BF16 };
+static const unsigned int all_dtypes[] = { F32, F16, BF16, I32, I64, U8 };
+
+static void free_all(void **p, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++)
+		free(p[i]);
+}
+
+/* ---------------------------------------------------------------------- */
+
+static void test_matmul(void **state)
+{
+	static const struct {
+		uint64_t a[4], b[4];
+		unsigned int na, nb, ta, tb;
+	} cases[] = {
+		{ { 2, 3, 17, 33 }, { 33, 19 }, 4, 2, 0, 0 }, /* one gemm */
+		{ { 4, 1, 8, 16 }, { 1, 3, 16, 8 }, 4, 4, 0, 0 },
+		{ { 5, 24 }, { 9, 24 }, 2, 2, 0, 1 },
+		{ { 2, 24, 5 }, { 24, 9 }, 3, 2, 1, 0 },
+		{ { 3, 40, 7 }, { 3, 11, 40 }, 3, 3, 1, 1 },
+		{ { 1, 128 }, { 128, 300 }, 2, 2, 0, 0 }, /* a decode row */
+		{ { 96, 256 }, { 256, 160 }, 2, 2, 0, 0 },
+	};
+
+	for (unsigned int f = 0; f < 3; f++) {
+		for (unsigned int c = 0; c < sizeof(cases) / sizeof(cases[0]);
+		     c++) {
+			struct djinn_tensor_desc d[2];
+			struct djinn_node n = op(DJINN_GOP_MATMUL);
+			void *in[2];
+
+			d[0] = desc(floats[f], 0);
+			d[1] = desc(floats[f], 0);
+			d[0].ndim = (uint8_t)cases[c].na;
+			d[1].ndim = (uint8_t)cases[c].nb;
+			memcpy(d[0].dims, cases[c].a, sizeof(cases[c].a));
+			memcpy(d[1].dims, cases[c].b, sizeof(cases[c].b));
+			n.params.matmul.trans_a = cases[c].ta;
+			n.params.matmul.trans_b = cases[c].tb;
+			in[0] = fill(&d[0], false);
+			in[1] = fill(&d[1], false);
+			assert_int_equal(both("matmul", n, 2, d, in, FLOOR_SUM),
+					 0);
+			free_all(in, 2);
+		}
+	}
+}
+
+static void test_binary(void **state)
+{
+	static const unsigned int ops[] = { DJINN_GOP_ADD, DJINN_GOP_SUB,
+					    DJINN_GOP_MUL, DJINN_GOP_DIV };
+
+	for (unsigned int t = 0; t < 6; t++) {
+		for (unsigned int o = 0; o < 4; o++) {
+			unsigned int dt = all_dtypes[t];
+			struct djinn_tensor_desc d[2] = { D(dt, 4, 1, 5, 7),
+							  D(dt, 3, 1, 7) };
+			struct djinn_tensor_desc e[2] = { D(dt, 300, 1000),
+							  D(dt, 300, 1000) };
+			void *in[2];
+
+			in[0] = fill(&d[0], false);
+			in[1] = fill(&d[1], true);
+			assert_int_equal(both("binary broadcast", op(ops[o]), 2,
+					      d, in, FLOOR_ELEM),
+					 0);
+			free_all(in, 2);
+			in[0] = fill(&e[0], false);
+			in[1] = fill(&e[1], true);
+			assert_int_equal(both("binary", op(ops[o]), 2, e, in,
+					      FLOOR_ELEM),
+					 0);
+			free_all(in, 2);
+		}
+	}
+}
+
+static void test_int_div_zero(void **state)
+{
+	for (unsigned int t = 3; t < 6; t++) {
+		unsigned int dt = all_dtypes[t];
+		struct djinn_tensor_desc d[2] = { D(dt, 64, 33), D(dt, 33) };
+		void *in[2] = { fill(&d[0], false), fill(&d[1], true) };
+
+		set(in[1], dt, 17, 0);
+		assert_int_equal(both("int div by zero", op(DJINN_GOP_DIV), 2,
+				      d, in, 0),
+				 -EDOM);
+		free_all(in, 2);
+	}
+}
+
+static void test_unary(void **state)
+{
+	static const unsigned int ops[] = { DJINN_GOP_SCALE, DJINN_GOP_GELU,
+					    DJINN_GOP_RELU, DJINN_GOP_SILU };
+
+	for (unsigned int f = 0; f < 3; f++) {
+		for (unsigned int o = 0; o < 4; o++) {
+			struct djinn_tensor_desc d[1] = { D(floats[f], 1021,
+							    1031) };
+			struct djinn_node n = op(ops[o]);
+			void *in[1] = { fill(&d[0], false) };
+
+			n.params.scalar.alpha =
+				ops[o] == DJINN_GOP_SCALE ? 0.37f : 0.0f;
+			assert_int_equal(both("unary", n, 1, d, in, FLOOR_ELEM),
+					 0);
+			free(in[0]);
+		}
+	}
+	/* no integer kernels, on either backend */
+	{
+		struct djinn_tensor_desc d[1] = { D(I32, 10) };
+		void *in[1] = { fill(&d[0], false) };
+
+		assert_int_equal(both("relu i32", op(DJINN_GOP_RELU), 1, d, in,
+				      0),
+				 -EOPNOTSUPP);
+		free(in[0]);
+	}
+}
+
+static void test_rows(void **state)
+{
+	for (unsigned int f = 0; f < 3; f++) {
+		unsigned int dt = floats[f];
+		struct djinn_tensor_desc s[1] = { D(dt, 3, 7, 1001) };
+		/* gamma and beta in f32 whatever x is: the CPU allows it */
+		struct djinn_tensor_desc l[3] = { D(dt, 9, 300), D(F32, 300),
+						  D(dt, 300) };
+		struct djinn_node ln = op(DJINN_GOP_LAYERNORM);
+		struct djinn_node rn = op(DJINN_GOP_RMSNORM);
+		void *in[3];
+
+		in[0] = fill(&s[0], false);
+		set(in[0], dt, 5, 40.0); /* a large logit */
+		assert_int_equal(both("softmax", op(DJINN_GOP_SOFTMAX), 1, s,
+				      in, FLOOR_ROW),
+				 0);
+		free(in[0]);
+
+		for (unsigned int i = 0; i < 3; i++)
+			in[i] = fill(&l[i], false);
+		/* a row with a large mean and a small spread */
+		for (uint64_t i = 0; i < 300; i++)
+			set(in[0], dt, 300 + i, 100.0 + rndf(0.5f));
+		ln.params.scalar.eps = 1e-5f;
+		rn.params.scalar.eps = 1e-6f;
+		assert_int_equal(both("layernorm", ln, 3, l, in, FLOOR_ROW), 0);
+		assert_int_equal(both("rmsnorm", rn, 2, l, in, FLOOR_ROW), 0);
+		ln.params.scalar.eps = 0.0f;
+		assert_int_equal(both("layernorm eps 0", ln, 3, l, in,
+				      FLOOR_ROW),
+				 -EINVAL);
+		free_all(in, 3);
+	}
+}
+
+static void test_argmax(void **state)
+{
+	for (unsigned int t = 0; t < 6; t++) {
+		unsigned int dt = all_dtypes[t];
+		struct djinn_tensor_desc d[1] = { D(dt, 13, 50257) };
+		void *in[1] = { fill(&d[0], false) };
+
+		/* ties: the first maximum wins */
+		set(in[0], dt, 100, 120);
+		set(in[0], dt, 200, 120);
+		if (dt <= BF16) /* a NaN is the maximum, the first one */
+			for (uint64_t i = 0; i < 3; i++)
+				set(in[0], dt, 50257 * 4 + 999 + i * 7, NAN);
+		assert_int_equal(
+			both("argmax", op(DJINN_GOP_ARGMAX), 1, d, in, 0), 0);
+		free(in[0]);
+	}
+}
+
+static void test_attention(void **state)
+{
+	static const struct {
+		uint64_t B, H, Hk, T, S, D, Dv;
+		unsigned int causal;
+	} cases[] = {
+		{ 2, 4, 2, 5, 9, 16, 16, 1 },
+		{ 2, 4, 4, 5, 9, 16, 8, 0 },
+		{ 1, 8, 1, 1, 300, 64, 64, 1 }, /* decode, MQA, 3 tiles */
+		{ 1, 2, 2, 130, 130, 32, 32, 1 },
+	};
+
+	for (unsigned int f = 0; f < 3; f++) {
+		for (unsigned int c = 0; c < sizeof(cases) / sizeof(cases[0]);
+		     c++) {
+			unsigned int dt = floats[f];
+			struct djinn_tensor_desc d[3] = {
+				D(dt, cases[c].B, cases[c].H, cases[c].T,
+				  cases[c].D),
+				D(dt, cases[c].B, cases[c].Hk, cases[c].S,
+				  cases[c].D),
+				D(dt, cases[c].B, cases[c].Hk, cases[c].S,
+				  cases[c].Dv),
+			};
+			struct djinn_node n = op(DJINN_GOP_ATTENTION);
+			void *in[3];
+
+			n.params.attention.causal = cases[c].causal;
+			n.params.attention.scale = c == 1 ? 0.3f : 0.0f;
+			for (unsigned int i = 0; i < 3; i++)
+				in[i] = fill(&d[i], false);
+			assert_int_equal(
+				both("attention", n, 3, d, in, FLOOR_SUM), 0);
+			free_all(in, 3);
+		}
+	}
+}
+
+static void test_embedding(void **state)
+{
+	static const unsigned int tables[] = { F32, F16, BF16, U8, I64 };
+
+	for (unsigned int t = 0; t < 5; t++) {
+		for (unsigned int i64 = 0; i64 < 2; i64++) {
+			unsigned int it = i64 ? I64 : I32;
+			/* rows of 24 elements (all units) and of 3 (bytes) */
+			uint64_t C = t == 3 ? 3 : 24;
+			struct djinn_tensor_desc d[2] = { D(tables[t], 50, C),
+							  D(it, 3, 700) };
+			void *in[2] = { fill(&d[0], false), NULL };
+
+			in[1] = malloc(nbytes(&d[1]));
+			for (uint64_t i = 0; i < 2100; i++)
+				set(in[1], it, i, (double)(rnd() % 50));
+			assert_int_equal(both("embedding",
+					      op(DJINN_GOP_EMBEDDING), 2, d, in,
+					      0),
+					 0);
+			set(in[1], it, 1234, 50); /* one past the table */
+			set(in[1], it, 1500, -1);
+			assert_int_equal(both("embedding, bad id",
+					      op(DJINN_GOP_EMBEDDING), 2, d, in,
+					      0),
+					 -EINVAL);
+			free_all(in, 2);
+		}
+	}
+}
+
+static void test_movers(void **state)
+{
+	for (unsigned int t = 0; t < 6; t++) {
+		unsigned int dt = all_dtypes[t];
+		struct djinn_tensor_desc x[1] = { D(dt, 2, 3, 40, 5) };
+		struct djinn_tensor_desc c[3] = { D(dt, 2, 3, 40, 5),
+						  D(dt, 2, 3, 40, 1),
+						  D(dt, 2, 3, 40, 3) };
+		struct djinn_tensor_desc c0[2] = { D(dt, 2, 3, 40, 5),
+						   D(dt, 7, 3, 40, 5) };
+		struct djinn_node n;
+		void *in[3];
+
+		in[0] = fill(&x[0], false);
+		n = op(DJINN_GOP_RESHAPE);
+		n.params.shape.ndim = 2;
+		n.params.shape.dims[0] = 6;
+		n.params.shape.dims[1] = -1;
+		assert_int_equal(both("reshape", n, 1, x, in, 0), 0);
+
+		n = op(DJINN_GOP_PERMUTE);
+		n.params.shape.ndim = 4;
+		n.params.shape.dims[0] = 3;
+		n.params.shape.dims[1] = 1;
+		n.params.shape.dims[2] = 0;
+		n.params.shape.dims[3] = 2;
+		assert_int_equal(both("permute", n, 1, x, in, 0), 0);
+
+		n = op(DJINN_GOP_SLICE);
+		n.params.axis.axis = 2;
+		n.params.axis.start = 3;
+		n.params.axis.end = -7;
+		assert_int_equal(both("slice", n, 1, x, in, 0), 0);
+		n.params.axis.axis = -1;
+		n.params.axis.start = 1;
+		n.params.axis.end = 4;
+		assert_int_equal(both("slice last", n, 1, x, in, 0), 0);
+		n.params.axis.end = 9;
+		assert_int_equal(both("slice past", n, 1, x, in, 0), -EINVAL);
+		free(in[0]);
+
+		for (unsigned int i = 0; i < 3; i++)
+			in[i] = fill(&c[i], false);
+		n = op(DJINN_GOP_CONCAT);
+		n.params.axis.axis = -1;
+		assert_int_equal(both("concat", n, 3, c, in, 0), 0);
+		free_all(in, 3);
+		for (unsigned int i = 0; i < 2; i++)
+			in[i] = fill(&c0[i], false);
+		n.params.axis.axis = 0;
+		assert_int_equal(both("concat 0", n, 2, c0, in, 0), 0);
+		free_all(in, 2);
+	}
+}
+
+static int setup(void **state)
+{
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_matmul),
+		cmocka_unit_test(test_binary),
+		cmocka_unit_test(test_int_div_zero),
+		cmocka_unit_test(test_unary),
+		cmocka_unit_test(test_rows),
+		cmocka_unit_test(test_argmax),
+		cmocka_unit_test(test_attention),
+		cmocka_unit_test(test_embedding),
+		cmocka_unit_test(test_movers),
+	};
+	int ret;
+
+	gpu_open(&G, 512ull << 20, true);
+	ret = cmocka_run_group_tests(tests, setup, NULL);
+	gpu_close(&G);
+	return ret;
+}
