@@ -148,7 +148,8 @@ static void step_answer(struct answer *a, uint16_t op,
 	r.nr_tokens = n;
 	memset(a->payload, 0, sizeof(a->payload));
 	memcpy(a->payload, &r, sizeof(r));
-	memcpy(a->payload + sizeof(r), tok, n * sizeof(int32_t));
+	if (n)
+		memcpy(a->payload + sizeof(r), tok, n * sizeof(int32_t));
 	a->len = sizeof(r) + ((n * sizeof(int32_t) + 7) & ~(size_t)7);
 }
 
