@@ -682,6 +682,7 @@ struct read_ctx {
 	struct session *s;
 	uint32_t slot;
 	uint64_t region;
+	void *bounce; /* a GPU's bytes, copied to the host */
 };
 
 static void read_done(void *arg)
@@ -692,7 +693,27 @@ static void read_done(void *arg)
 		vmu_region_unpin(rc->s->vs, rc->region);
 	session_tensor_unhold(rc->s, rc->slot);
 	session_put(rc->s);
+	free(rc->bounce);
 	free(rc);
+}
+
+/*
+ * The bytes to send from device address @addr: on the CPU backend the
+ * address is a host pointer; on a GPU (provider device_only) they are
+ * copied to host memory first, freed by read_done(). NULL and *@err on
+ * failure.
+ */
+static const void *read_source(struct conn *c, struct read_ctx *rc,
+			       uint64_t addr, int *err)
+{
+	struct vmu_provider *p = c->srv->backend->provider;
+
+	if (!p->device_only)
+		return (const void *)(uintptr_t)addr;
+	rc->bounce = malloc(rc->len ? rc->len : 1);
+	*err = rc->bounce ? p->ops->copy_dtoh(p, rc->bounce, addr, rc->len) :
+			    -ENOMEM;
+	return *err ? NULL : rc->bounce;
 }
 
 /* A swapped-out tensor is back: send the range. */
@@ -700,6 +721,8 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 			  struct mem_waiter *w)
 {
 	struct read_ctx *rc = container_of(w, struct read_ctx, w);
+	const void *src;
+	int err = 0;
 
 	metrics_observe(&c->srv->st, DJINN_OP_TENSOR_READ, loop_now() - rc->t0);
 	if (job->error) {
@@ -709,9 +732,14 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 		return;
 	}
 	rc->region = job->mem.region;
-	conn_reply(c, &rc->hdr, NULL, 0,
-		   (const void *)(uintptr_t)(job->mem.addr + rc->offset),
-		   rc->len, read_done, rc);
+	src = read_source(c, rc, job->mem.addr + rc->offset, &err);
+	if (!src) {
+		conn_error(c, &rc->hdr, err, "cannot copy the tensor from %s",
+			   c->srv->backend->name);
+		read_done(rc);
+		return;
+	}
+	conn_reply(c, &rc->hdr, NULL, 0, src, rc->len, read_done, rc);
 }
 
 static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
@@ -721,6 +749,7 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 	struct vmu_region_info info;
 	struct read_ctx *rc;
 	struct tensor t;
+	const void *src;
 	uint64_t addr;
 	int ret;
 
@@ -783,9 +812,15 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	/* The bytes go from device memory as they are: on the CPU backend
 	 * the device address is a host pointer. */
-	conn_reply(c, hdr, NULL, 0,
-		   (const void *)(uintptr_t)(addr + io->offset), io->len,
-		   read_done, rc);
+	rc->len = io->len;
+	src = read_source(c, rc, addr + io->offset, &ret);
+	if (!src) {
+		conn_error(c, hdr, ret, "cannot copy the tensor from %s",
+			   c->srv->backend->name);
+		read_done(rc);
+		return;
+	}
+	conn_reply(c, hdr, NULL, 0, src, io->len, read_done, rc);
 }
 
 static void op_tensor_release(struct conn *c, const struct djinn_hdr *hdr,

@@ -13,7 +13,8 @@
  *   set_access                  cuMemSetAccess
  *   copy_htod/dtoh/dtod         cuMemcpyHtoD / DtoH / DtoD
  *   memset                      cuMemsetD8
- *   host_alloc / host_free      cuMemHostAlloc / cuMemFreeHost
+ *   host_alloc / host_free      pinned memory: cuMemHostAlloc, or
+ *                               cuMemHostRegister of anonymous memory
  *
  * Device addresses are uint64_t, as CUdeviceptr is. Every size and offset
  * handed to reserve, create, map, unmap and set_access is a multiple of
@@ -32,6 +33,7 @@
 #ifndef DJINN_VMU_PROVIDER_H
 #define DJINN_VMU_PROVIDER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -91,12 +93,16 @@ struct vmu_provider_ops {
  * @name:        short name for logs ("host", "cuda:0")
  * @granularity: the mapping granule in bytes, a power of two
  * @capacity:    physical bytes that create() may hand out in all
+ * @device_only: device addresses are not host pointers (a GPU's): the
+ *               host reaches the bytes through the copies only. False for
+ *               the host provider, whose addresses the host may read.
  */
 struct vmu_provider {
 	const struct vmu_provider_ops *ops;
 	const char *name;
 	uint64_t granularity;
 	uint64_t capacity;
+	bool device_only;
 };
 
 /*

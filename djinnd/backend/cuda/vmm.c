@@ -482,6 +482,7 @@ int cuda_vmm_init(struct cuda_dev *d, char *msg, size_t msglen)
 	v->base.ops = &cuda_vmm_ops;
 	v->base.name = v->name;
 	v->base.granularity = gran;
+	v->base.device_only = true;
 	v->chunks.next = v->chunks.prev = &v->chunks;
 	return 0;
 }
