@@ -361,16 +361,18 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 				  fail(c, "%s.%s: '%s' is not an absolute path",
 				       k->section, k->name, v);
 		break;
-	case T_BACKEND:
-		if (!strcmp(v, "cpu"))
+	case T_BACKEND: /* auto: cuda if there is a GPU, else cpu */
+		if (!strcmp(v, "cpu") || !strcmp(v, "auto"))
 			ret = 0;
 		else if (!strcmp(v, "cuda"))
-			ret = fail(c,
-				   "%s.%s: cuda is not built into this "
-				   "djinnd (cpu is)",
-				   k->section, k->name);
+			ret = cuda_backend_create ?
+				      0 :
+				      fail(c,
+					   "%s.%s: cuda is not built into this "
+					   "djinnd (cpu is)",
+					   k->section, k->name);
 		else
-			ret = fail(c, "%s.%s: '%s': want cpu or cuda",
+			ret = fail(c, "%s.%s: '%s': want cpu or cuda (or auto)",
 				   k->section, k->name, v);
 		break;
 	case T_DEVICES:

@@ -39,7 +39,9 @@ static void usage(FILE *f)
 		"  -l, --listen ADDR        unix:PATH or tcp:HOST:PORT (repeatable; TCP\n"
 		"                           binds loopback unless HOST says otherwise)\n"
 		"  -a, --admin-socket PATH  the admin socket for djinnctl\n"
-		"  -b, --backend NAME       cpu (default)\n"
+		"  -b, --backend NAME       cpu (default), cuda, or auto (cuda if\n"
+		"                           there is a GPU, else cpu)\n"
+		"  -d, --device N           the GPU to use (repeatable; default 0)\n"
 		"  -m, --cpu-mem SIZE       the device memory budget (default 2G)\n"
 		"  -t, --threads N          kernel threads (default: one per CPU)\n"
 		"      --lease-ms MS        default lease period (default 10000)\n"
@@ -70,6 +72,7 @@ static const struct option opts[] = {
 	{ "listen", required_argument, NULL, 'l' },
 	{ "admin-socket", required_argument, NULL, 'a' },
 	{ "backend", required_argument, NULL, 'b' },
+	{ "device", required_argument, NULL, 'd' },
 	{ "cpu-mem", required_argument, NULL, 'm' },
 	{ "threads", required_argument, NULL, 't' },
 	{ "lease-ms", required_argument, NULL, OPT_LEASE_MS },
@@ -82,7 +85,7 @@ static const struct option opts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
 };
-static const char shortopts[] = "c:o:l:a:b:m:t:fL:hV";
+static const char shortopts[] = "c:o:l:a:b:d:m:t:fL:hV";
 
 /* What the command line says besides the configuration. */
 struct args {
@@ -102,6 +105,8 @@ static const char *flag_key(int c)
 		return "server.admin_socket";
 	case 'b':
 		return "device.backend";
+	case 'd':
+		return "device.devices";
 	case 'm':
 		return "memory.budget";
 	case 't':
@@ -165,7 +170,7 @@ static int parse_args(struct args *a)
 static int config_build(struct djinnd_config *c, const struct args *a)
 {
 	const char *path = a->config;
-	char buf[64];
+	char buf[64], devs[256] = "";
 	int opt, ret;
 
 	config_init(c);
@@ -201,6 +206,13 @@ static int config_build(struct djinnd_config *c, const struct args *a)
 		} else if (opt == OPT_LEASE_MS) {
 			snprintf(buf, sizeof(buf), "%sms", optarg);
 			val = buf;
+		} else if (opt == 'd') {
+			/* repeatable: the devices so far, and this one */
+			size_t at = devs[0] ? strlen(devs) : 0;
+
+			snprintf(devs + at, sizeof(devs) - at, "%s%s",
+				 at ? "," : "", optarg);
+			val = devs;
 		}
 		ret = config_set(c, key, val);
 		if (ret)

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -162,6 +164,65 @@ static int signals_init(struct server *srv)
 	return 0;
 }
 
+/*
+ * device.backend: cpu, cuda, or auto: cuda when this djinnd has the CUDA
+ * backend, the driver loads and sees the device asked for (the lowest of
+ * device.devices, 0 for all), else the cpu; the log says which and why.
+ * One djinnd drives one device for now.
+ */
+static int backend_open(struct server *srv, const struct server_config *cfg)
+{
+	bool want_cuda = !strcmp(cfg->backend, "cuda");
+	bool is_auto = !strcmp(cfg->backend, "auto");
+	unsigned int dev = cfg->devices ?
+				   (unsigned int)__builtin_ctzll(cfg->devices) :
+				   0,
+		     n = 0;
+	char msg[512], why[600];
+	int ret = -ENODEV;
+
+	if (!want_cuda && !is_auto)
+		goto cpu;
+	if (!cuda_backend_create || !cuda_devices) {
+		snprintf(why, sizeof(why),
+			 "this djinnd was built without the CUDA backend "
+			 "(no nvcc)");
+	} else if ((ret = cuda_devices(&n, msg, sizeof(msg)))) {
+		snprintf(why, sizeof(why), "%s", msg);
+	} else if (dev >= n) {
+		ret = -ENODEV;
+		snprintf(why, sizeof(why),
+			 "no CUDA device %u: the driver sees %u", dev, n);
+	} else {
+		ret = cuda_backend_create(dev, 0, &srv->backend, msg,
+					  sizeof(msg));
+		if (!ret) {
+			log_notice("backend %s: cuda:%u, %s%s", cfg->backend,
+				   dev, msg,
+				   is_auto ? " (a CUDA device is present)" :
+					     "");
+			if (cfg->devices & (cfg->devices - 1))
+				log_warn("device.devices names %d GPUs: this "
+					 "djinnd drives one, cuda:%u",
+					 __builtin_popcountll(cfg->devices),
+					 dev);
+			return 0;
+		}
+		snprintf(why, sizeof(why), "cuda:%u: %s", dev, msg);
+	}
+	if (want_cuda) {
+		log_err("backend cuda: %s", why);
+		return ret ? ret : -ENODEV;
+	}
+	log_notice("backend auto: %s: using the cpu", why);
+cpu:
+	ret = cpu_backend_create(cfg->cpu_mem, cfg->threads, &srv->backend);
+	if (ret)
+		log_err("cpu backend with %llu bytes: %s",
+			(unsigned long long)cfg->cpu_mem, strerror(-ret));
+	return ret;
+}
+
 int server_init(struct server *srv, const struct server_config *cfg)
 {
 	/* Swapped-out regions may hold as much host memory as the device
@@ -184,16 +245,12 @@ int server_init(struct server *srv, const struct server_config *cfg)
 		log_err("io_uring: %s", strerror(-ret));
 		return ret;
 	}
-	if (strcmp(cfg->backend, "cpu")) {
-		log_err("backend %s: not available (cpu is)", cfg->backend);
-		return -ENODEV;
-	}
-	ret = cpu_backend_create(cfg->cpu_mem, cfg->threads, &srv->backend);
-	if (ret) {
-		log_err("cpu backend with %llu bytes: %s",
-			(unsigned long long)cfg->cpu_mem, strerror(-ret));
+	ret = backend_open(srv, cfg);
+	if (ret)
 		return ret;
-	}
+	/* on a GPU: as much as the device has for sessions */
+	if (strcmp(srv->backend->name, "cpu"))
+		vcfg.swap_limit = srv->backend->provider->capacity;
 	ret = vmu_create(srv->backend->provider, &vcfg, &srv->vmu);
 	if (ret)
 		return ret;
