@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "graph.h"
 #include "log.h"
 #include "server.h"
@@ -92,6 +94,7 @@ void model_ops_session_ended(struct session *s)
  * @fork:   CTX_FORK's result
  * @step:   PREFILL/DECODE's request; @tokens its tokens (in or out)
  * @steer:  RESUME's tensor handle (0: none)
+ * @upload: MODEL_OPEN_UPLOADED's request (a copy)
  * @resp:   PREFILL/DECODE/RESUME's answer
  */
 struct mjob {
@@ -103,11 +106,13 @@ struct mjob {
 	struct djinn_ctx_step step;
 	int32_t *tokens;
 	uint64_t steer;
+	struct djinn_model_upload *upload;
 	struct djinn_ctx_step_resp resp;
 };
 
 static void mjob_free(struct mjob *mj)
 {
+	free(mj->upload);
 	free(mj->tokens);
 	free(mj);
 }
@@ -124,6 +129,117 @@ static void run_open(struct exec_job *job, const struct exec_env *env)
 
 	job->error = model_open(srv->models, job->s->vs, mj->name, &mj->hold,
 				job->msg, sizeof(job->msg));
+}
+
+/* Copy the text tensor @handle, which must be a U8 vector of SHA-256
+ * @fp of at most @max bytes, into a new host buffer. */
+static int fetch(struct exec_job *job, const struct exec_env *env,
+		 const char *what, const struct djinn_model_file *mf,
+		 uint64_t max, void **buf, size_t *len)
+{
+	struct vmu_provider *p = env->b->provider;
+	unsigned long long h = (unsigned long long)mf->handle;
+	struct tensor t;
+	uint32_t slot;
+	int ret;
+
+	ret = session_tensor_hold(job->s, mf->handle, &t, &slot);
+	if (ret) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "%s: no tensor with handle %#llx", what, h);
+		return ret;
+	}
+	if (!t.text || t.desc.dtype != DJINN_DTYPE_U8 || t.desc.ndim != 1) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "%s: tensor %#llx is not a text tensor of U8 in one "
+			 "dim",
+			 what, h);
+		ret = -EINVAL;
+	} else if (memcmp(vmu_text_fp(t.text), mf->fp, DJINN_FP_LEN)) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "%s: tensor %#llx has another fingerprint than the "
+			 "request's",
+			 what, h);
+		ret = -EINVAL;
+	} else if (t.bytes > max) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "%s: %llu bytes, the limit is %llu", what,
+			 (unsigned long long)t.bytes, (unsigned long long)max);
+		ret = -E2BIG;
+	} else if (!(*buf = malloc(t.bytes ? t.bytes : 1))) {
+		ret = -ENOMEM;
+	} else {
+		*len = t.bytes;
+		ret = p->ops->copy_dtoh(p, *buf, vmu_text_addr(t.text),
+					t.bytes);
+		if (ret)
+			snprintf(job->msg, sizeof(job->msg),
+				 "%s: reading tensor %#llx: %s", what, h,
+				 strerror(-ret));
+	}
+	session_tensor_unhold(job->s, slot);
+	return ret;
+}
+
+/* The sources' fingerprint: SHA-256 over the files' SHA-256s. */
+static int upload_src(const struct djinn_model_upload *r,
+		      uint8_t src[DJINN_FP_LEN])
+{
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	int ok;
+
+	if (!md)
+		return -ENOMEM;
+	ok = EVP_DigestInit_ex(md, EVP_sha256(), NULL) &&
+	     EVP_DigestUpdate(md, r->config.fp, DJINN_FP_LEN);
+	for (uint32_t i = 0; ok && i < r->nr_files; i++)
+		ok = EVP_DigestUpdate(md, r->files[i].fp, DJINN_FP_LEN);
+	ok = ok && EVP_DigestFinal_ex(md, src, NULL);
+	EVP_MD_CTX_free(md);
+	return ok ? 0 : -EIO;
+}
+
+static void run_open_upload(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+	struct server *srv = ((struct conn *)job->conn)->srv;
+	const struct djinn_model_upload *r = mj->upload;
+	uint32_t n = r->nr_files;
+	struct model_upload up = { .nr_files = n };
+	void **bufs = calloc(n + 1, sizeof(*bufs));
+	size_t *lens = calloc(n + 1, sizeof(*lens));
+	int ret = -ENOMEM;
+
+	if (!bufs || !lens)
+		goto out;
+	ret = upload_src(r, up.src);
+	if (ret)
+		goto out;
+	if (r->config.handle) {
+		ret = fetch(job, env, "config.json", &r->config,
+			    MODEL_MAX_CONFIG, &bufs[n], &lens[n]);
+		for (uint32_t i = 0; i < n && !ret; i++) {
+			char what[32];
+
+			snprintf(what, sizeof(what), "file %u", i);
+			ret = fetch(job, env, what, &r->files[i], SIZE_MAX,
+				    &bufs[i], &lens[i]);
+		}
+		if (ret)
+			goto out;
+		up.config = bufs[n];
+		up.config_len = lens[n];
+		up.files = (const void *const *)bufs;
+		up.lens = lens;
+	}
+	ret = model_open_uploaded(srv->models, job->s->vs, &up, &mj->hold,
+				  job->msg, sizeof(job->msg));
+out:
+	for (uint32_t i = 0; bufs && i <= n; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(lens);
+	job->error = ret;
 }
 
 static void run_fork(struct exec_job *job, const struct exec_env *env)
@@ -389,7 +505,8 @@ void ops_call_done(struct server *srv, struct exec_job *job)
 		goto out;
 	}
 	switch (hdr->opcode) {
-	case DJINN_OP_MODEL_OPEN: {
+	case DJINN_OP_MODEL_OPEN:
+	case DJINN_OP_MODEL_OPEN_UPLOADED: {
 		const struct model *m = mj->hold->m;
 		struct djinn_model_resp r = {
 			.arch = m->cfg.arch == MODEL_GPT2 ? DJINN_ARCH_GPT2 :
@@ -525,6 +642,60 @@ static void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
 	memcpy(mj->name, r->name, n + 1);
 	/* Loading reads files: the memory executor's work. */
 	submit(c, hdr, s, mj, c->srv->mem, run_open);
+}
+
+static void op_model_upload(struct conn *c, const struct djinn_hdr *hdr,
+			    const uint8_t *body, uint64_t len,
+			    struct session *s)
+{
+	const struct djinn_model_upload *r = (const void *)body;
+	struct mjob *mj;
+	bool by_fp;
+
+	if (len < sizeof(*r)) {
+		conn_error(c, hdr, -EINVAL,
+			   "payload of %llu bytes, opcode %u takes %zu and "
+			   "more",
+			   (unsigned long long)len, hdr->opcode, sizeof(*r));
+		goto out;
+	}
+	if (r->__reserved) {
+		conn_error(c, hdr, -EINVAL, "reserved field set");
+		goto out;
+	}
+	if (!r->nr_files || r->nr_files > DJINN_MODEL_MAX_FILES ||
+	    len != sizeof(*r) + r->nr_files * sizeof(r->files[0])) {
+		conn_error(c, hdr, -EINVAL,
+			   "%u files in %llu bytes: 1 to %d files, %zu bytes "
+			   "each after %zu",
+			   r->nr_files, (unsigned long long)len,
+			   DJINN_MODEL_MAX_FILES, sizeof(r->files[0]),
+			   sizeof(*r));
+		goto out;
+	}
+	by_fp = !r->config.handle;
+	for (uint32_t i = 0; i < r->nr_files; i++)
+		if (!r->files[i].handle != by_fp) {
+			conn_error(c, hdr, -EINVAL,
+				   "file %u: every handle 0 (by fingerprint) "
+				   "or every handle set",
+				   i);
+			goto out;
+		}
+	mj = calloc(1, sizeof(*mj));
+	if (mj)
+		mj->upload = malloc(len);
+	if (!mj || !mj->upload) {
+		free(mj);
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(mj->upload, body, len);
+	/* Parsing and laying out the weights: the memory executor's. */
+	submit(c, hdr, s, mj, c->srv->mem, run_open_upload);
+	return;
+out:
+	session_put(s);
 }
 
 static void op_model_close(struct conn *c, const struct djinn_hdr *hdr,
@@ -770,6 +941,9 @@ void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 	switch (hdr->opcode) {
 	case DJINN_OP_MODEL_OPEN:
 		op_model_open(c, hdr, body, len, s);
+		break;
+	case DJINN_OP_MODEL_OPEN_UPLOADED:
+		op_model_upload(c, hdr, body, len, s);
 		break;
 	case DJINN_OP_MODEL_CLOSE:
 		op_model_close(c, hdr, handle, s);

@@ -87,6 +87,10 @@ int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
 	case DJINN_OP_CTX_RESUME:
 		*max = sizeof(struct djinn_ctx_resume);
 		break;
+	case DJINN_OP_MODEL_OPEN_UPLOADED:
+		*max = sizeof(struct djinn_model_upload) +
+		       DJINN_MODEL_MAX_FILES * sizeof(struct djinn_model_file);
+		break;
 	case DJINN_OP_ADMIN_MODELS:
 		*max = 0;
 		break;
@@ -1171,6 +1175,7 @@ const char *ops_name(uint16_t op)
 		[DJINN_OP_CTX_PREFILL] = "ctx_prefill",
 		[DJINN_OP_CTX_DECODE] = "ctx_decode",
 		[DJINN_OP_CTX_RESUME] = "ctx_resume",
+		[DJINN_OP_MODEL_OPEN_UPLOADED] = "model_open_uploaded",
 		[DJINN_OP_ADMIN_SESSIONS] = "admin_sessions",
 		[DJINN_OP_ADMIN_KILL] = "admin_kill",
 		[DJINN_OP_ADMIN_VMU] = "admin_vmu",
@@ -1244,6 +1249,7 @@ void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 	case DJINN_OP_CTX_PREFILL:
 	case DJINN_OP_CTX_DECODE:
 	case DJINN_OP_CTX_RESUME:
+	case DJINN_OP_MODEL_OPEN_UPLOADED:
 		model_op(c, hdr, body, len);
 		break;
 	}

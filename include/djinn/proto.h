@@ -127,6 +127,8 @@ enum djinn_op {
 	DJINN_OP_CTX_PREFILL = 19,
 	DJINN_OP_CTX_DECODE = 20,
 	DJINN_OP_CTX_RESUME = 21,
+	/* 22 stays unassigned: test_daemon's unknown-opcode test uses it */
+	DJINN_OP_MODEL_OPEN_UPLOADED = 23,
 
 	/* Admin socket only. */
 	DJINN_OP_ADMIN_SESSIONS = 64,
@@ -573,6 +575,59 @@ struct djinn_model_resp {
 	__u8 fp[DJINN_FP_LEN];
 };
 static_assert(sizeof(struct djinn_model_resp) == 80, "model resp layout");
+
+/*
+ * Uploaded models: MODEL_OPEN_UPLOADED opens a model the client sends
+ * instead of one of the model directory: config.json and one or more
+ * *.safetensors files (a sharded checkpoint's shards, in any order; no
+ * index), each uploaded as a text tensor (DJINN_DTYPE_U8, one dim, its
+ * bytes), found first with TEXT_LOOKUP by its SHA-256 and created with
+ * TENSOR_CREATE only when missing. The server parses them as strictly as
+ * files of its directory, lays the weights out and puts them into the
+ * text segment under their fingerprint, shared with every model that
+ * has the same weights. The model is listed as "upload-" followed by 16
+ * hex digits of the sources' fingerprint: SHA-256 over the concatenated
+ * SHA-256s of config.json and of each file in the request's order.
+ *
+ * Deduplication: a client first sends the request with every handle 0
+ * (fingerprints only). If the model is loaded, that is all it sends;
+ * -ENOENT means it must send the files (TEXT_LOOKUP, then TENSOR_CREATE
+ * for what is missing) and ask again with their handles. It may release
+ * the file tensors once the model is open. Response: struct
+ * djinn_model_resp, as MODEL_OPEN's.
+ */
+#define DJINN_MODEL_MAX_FILES 64 /* safetensors files of one upload */
+
+/**
+ * struct djinn_model_file - one file of MODEL_OPEN_UPLOADED
+ * @handle: a text tensor (U8, one dim) of the session holding the file,
+ *          or 0 to name it by @fp alone
+ * @fp:     the SHA-256 of the file's bytes (the text tensor's
+ *          fingerprint: a tensor with another is -EINVAL)
+ */
+struct djinn_model_file {
+	__u64 handle;
+	__u8 fp[DJINN_FP_LEN];
+};
+static_assert(sizeof(struct djinn_model_file) == 40, "model file layout");
+
+/**
+ * struct djinn_model_upload - MODEL_OPEN_UPLOADED request
+ * @nr_files:   safetensors files, 1 to DJINN_MODEL_MAX_FILES
+ * @__reserved: zero
+ * @config:     config.json (at most 1 MiB)
+ * @files:      the safetensors files, @nr_files of them
+ *
+ * Every handle is 0, or every handle is set. The payload is the struct
+ * and the @files, exactly.
+ */
+struct djinn_model_upload {
+	__u32 nr_files;
+	__u32 __reserved;
+	struct djinn_model_file config;
+	struct djinn_model_file files[];
+};
+static_assert(sizeof(struct djinn_model_upload) == 48, "upload layout");
 
 /* MODEL_CLOSE, CTX_FREE, CTX_FORK, CTX_RESET requests: one handle. */
 struct djinn_handle_req {

@@ -4424,6 +4424,216 @@ static void test_model_corrupt(void **state)
 	check_health(fx, 0);
 }
 
+/* The bytes of @fx's model @name's @file. */
+static uint8_t *model_file_read(struct fx *fx, const char *name,
+				const char *file, size_t *len)
+{
+	char path[PATH_MAX];
+	uint8_t *buf;
+	FILE *f;
+	long n;
+
+	snprintf(path, sizeof(path), "%s/models/%s/%s", fx->d.dir, name, file);
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	assert_true(n > 0);
+	rewind(f);
+	buf = xmalloc((size_t)n);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+/* A text tensor (U8, one dim) of @len bytes at @data, by SHA-256: looked
+ * up first (-ENOENT the first time), then created. */
+static uint64_t text_file_at(int line, int fd, uint64_t sid,
+			     const uint8_t *data, size_t len, uint8_t *fp)
+{
+	struct djinn_text_lookup lk = { .desc = DESC(DJINN_DTYPE_U8, len) };
+	uint32_t flags;
+
+	sha256(data, len, fp);
+	memcpy(lk.fp, fp, DJINN_FP_LEN);
+	call_err_at(line, fd, DJINN_OP_TEXT_LOOKUP, sid, &lk, sizeof(lk),
+		    -ENOENT, NULL);
+	return create_at(line, fd, sid, &lk.desc, DJINN_SEG_TEXT, fp, data, len,
+			 &flags);
+}
+#define text_file(fd, sid, data, len, fp) \
+	text_file_at(__LINE__, fd, sid, data, len, fp)
+
+/* MODEL_OPEN_UPLOADED of config @cfg and one file @w (handles 0: by
+ * fingerprint); 0 and the answer in @m, or the error (@phrase in its
+ * message). */
+static int upload_open_at(int line, int fd, uint64_t sid,
+			  const struct djinn_model_file *cfg,
+			  const struct djinn_model_file *w,
+			  struct djinn_model_resp *m, int err,
+			  const char *phrase)
+{
+	struct {
+		struct djinn_model_upload u;
+		struct djinn_model_file f[1];
+	} rq = { .u = { .nr_files = 1, .config = *cfg }, .f = { *w } };
+	struct dj_resp r;
+
+	if (err) {
+		call_err_at(line, fd, DJINN_OP_MODEL_OPEN_UPLOADED, sid, &rq,
+			    sizeof(rq), err, phrase);
+		return err;
+	}
+	call_ok_at(line, fd, DJINN_OP_MODEL_OPEN_UPLOADED, sid, &rq, sizeof(rq),
+		   &r, sizeof(*m));
+	memcpy(m, r.data, sizeof(*m));
+	dj_resp_free(&r);
+	return 0;
+}
+#define upload_open(fd, sid, cfg, w, m, err, phrase) \
+	upload_open_at(__LINE__, fd, sid, cfg, w, m, err, phrase)
+
+/* 18d. Uploaded models: a client sends config.json and the safetensors
+ * as text tensors, found by fingerprint first; the model is listed as
+ * upload-HEX, its weights the same text entry as the directory model
+ * with those files, and it generates the same tokens; a second session
+ * opens it by fingerprints alone; bad uploads are refused precisely. */
+static void test_model_upload(void **state)
+{
+	struct fx *fx = *state;
+	int fd = xconnect(fx->d.sock), fd2 = xconnect(fx->d.sock);
+	const int32_t prompt[4] = { 1, 2, 3, 4 };
+	struct djinn_model_file cfg = { 0 }, w = { 0 }, fpcfg, fpw, x;
+	struct djinn_model_resp m, md, m2;
+	size_t clen, wlen;
+	uint8_t *cb, *wb, src[DJINN_FP_LEN], both[2 * DJINN_FP_LEN];
+	uint64_t sid, sid2, ctx, t1, t2, data;
+	int32_t tu[6], td[6];
+	char name[64];
+	uint32_t holders, flags;
+	uint64_t used;
+
+	assert_int_equal(djd_make_model(&fx->d, "src", TINY_GPT2), 0);
+	cb = model_file_read(fx, "src", "config.json", &clen);
+	wb = model_file_read(fx, "src", "model.safetensors", &wlen);
+	sid = open_session(fd, "upload-a");
+	sid2 = open_session(fd2, "upload-b");
+
+	/* by fingerprint: not loaded yet */
+	sha256(cb, clen, fpcfg.fp);
+	sha256(wb, wlen, fpw.fp);
+	fpcfg.handle = fpw.handle = 0;
+	upload_open(fd, sid, &fpcfg, &fpw, &m, -ENOENT,
+		    "not uploaded: send its files");
+	/* send the files, open with their handles */
+	t1 = text_file(fd, sid, cb, clen, cfg.fp);
+	t2 = text_file(fd, sid, wb, wlen, w.fp);
+	cfg.handle = t1;
+	w.handle = t2;
+	upload_open(fd, sid, &cfg, &w, &m, 0, NULL);
+	assert_int_equal(m.arch, DJINN_ARCH_GPT2);
+	assert_int_equal(m.n_layer, 2);
+	assert_int_equal(m.hidden, 64);
+	memcpy(both, cfg.fp, DJINN_FP_LEN);
+	memcpy(both + DJINN_FP_LEN, w.fp, DJINN_FP_LEN);
+	sha256(both, sizeof(both), src);
+	snprintf(name, sizeof(name), "upload-");
+	for (int i = 0; i < 8; i++)
+		snprintf(name + 7 + 2 * i, 3, "%02x", src[i]);
+	assert_int_equal(models_listed(fx, name, &holders), 1);
+	assert_int_equal(holders, 1);
+	/* the file tensors may go; the directory's model with the same
+	 * files is the same text entry: nothing more is loaded */
+	tensor_release(fd, sid, t1);
+	tensor_release(fd, sid, t2);
+	used = vmu_now(fx).seg[0].used;
+	md = model_open(fd2, sid2, "src");
+	assert_memory_equal(md.fp, m.fp, sizeof(m.fp));
+	assert_int_equal(vmu_now(fx).seg[0].used, used);
+	/* and they generate the same tokens */
+	ctx = ctx_new(fd, sid, m.model, 16);
+	prefill(fd, sid, ctx, prompt, 4, 0);
+	decode(fd, sid, ctx, 6, NULL, tu);
+	call_void(fd, DJINN_OP_CTX_FREE, sid, &ctx, 8);
+	ctx = ctx_new(fd2, sid2, md.model, 16);
+	prefill(fd2, sid2, ctx, prompt, 4, 0);
+	decode(fd2, sid2, ctx, 6, NULL, td);
+	call_void(fd2, DJINN_OP_CTX_FREE, sid2, &ctx, 8);
+	assert_memory_equal(tu, td, sizeof(tu));
+	/* another session: fingerprints only */
+	upload_open(fd2, sid2, &fpcfg, &fpw, &m2, 0, NULL);
+	assert_memory_equal(m2.fp, m.fp, sizeof(m.fp));
+	assert_int_equal(models_listed(fx, name, &holders), 1);
+	assert_int_equal(holders, 2);
+
+	/* refused */
+	{
+		struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, clen);
+		struct djinn_model_upload u = { .nr_files = 0 };
+
+		call_err(fd, DJINN_OP_MODEL_OPEN_UPLOADED, sid, &u, sizeof(u),
+			 -EINVAL, "1 to 64 files");
+		data = create_data(fd, sid, &d, cb, clen);
+		x = (struct djinn_model_file){ .handle = data };
+		memcpy(x.fp, cfg.fp, DJINN_FP_LEN);
+		t2 = text_file_at(__LINE__, fd, sid, wb, wlen - 1, w.fp);
+		w.handle = t2;
+		upload_open(fd, sid, &x, &w, &m2, -EINVAL,
+			    "config.json: tensor");
+		/* another file's fingerprint than the tensor's */
+		t1 = create_at(__LINE__, fd, sid, &d, DJINN_SEG_TEXT, cfg.fp,
+			       cb, clen, &flags);
+		x = (struct djinn_model_file){ .handle = t1 };
+		memcpy(x.fp, fpw.fp, DJINN_FP_LEN);
+		upload_open(fd, sid, &x, &w, &m2, -EINVAL,
+			    "has another fingerprint");
+		/* a handle and a fingerprint alone */
+		upload_open(fd, sid, &cfg, &fpw, &m2, -EINVAL,
+			    "every handle 0");
+		/* a truncated file: the parser's message, naming it */
+		cfg.handle = t1;
+		upload_open(fd, sid, &cfg, &w, &m2, -EINVAL,
+			    ": file 0: tensor 'ln_f.bias': data_offsets");
+		tensor_release(fd, sid, data);
+		tensor_release(fd, sid, t1);
+		tensor_release(fd, sid, t2);
+	}
+
+	call_void(fd, DJINN_OP_MODEL_CLOSE, sid, &m.model, 8);
+	close_session(fd, sid);
+	close_session(fd2, sid2);
+	{
+		struct djinn_admin_model_evict e = { { 0 } };
+
+		strcpy(e.name, name);
+		call_void(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0, &e,
+			  sizeof(e));
+		memset(&e, 0, sizeof(e));
+		strcpy(e.name, "src");
+		call_void(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0, &e,
+			  sizeof(e));
+	}
+	free(cb);
+	free(wb);
+	close(fd);
+	close(fd2);
+	/* The file tensors' text may stay cached, unreferenced and
+	 * reclaimable (as in test_text): not a leak. */
+	{
+		struct djinn_admin_vmu v = vmu_now(fx);
+		char why[256];
+
+		assert_int_equal(v.seg[1].used, fx->base.seg[1].used);
+		v.committed -= v.seg[0].used;
+		v.seg[0].used = fx->base.seg[0].used;
+		if (vmu_diff(&fx->base, &v, why, sizeof(why)))
+			fail_msg("after the upload: %s", why);
+		fx->base = vmu_now(fx);
+	}
+	check_health(fx, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -4464,6 +4674,7 @@ int main(void)
 		T(test_models),
 		T(test_model_breakpoints),
 		T(test_model_corrupt),
+		T(test_model_upload),
 		T(test_daemon_stop),
 #undef T
 	};
