@@ -566,9 +566,15 @@ int cuda_vmm_restore(struct cuda_dev *d, char *msg, size_t msglen)
 	}
 	for (struct cuda_span *s = v->maps; s; s = s->next) {
 		CUmemAccessDesc a = access_desc(d, s->access);
+		CUmemAccessDesc rw = access_desc(d, VMU_ACCESS_READWRITE);
 
 		r = cu->MemMap(s->va, s->size, 0, s->chunk->h, 0);
 		if (r == CUDA_SUCCESS)
+			r = cu->MemSetAccess(s->va, s->size, &rw, 1);
+		/* zeros, not whatever the new memory held */
+		if (r == CUDA_SUCCESS)
+			r = cu->MemsetD8(s->va, 0, s->size);
+		if (r == CUDA_SUCCESS && s->access != VMU_ACCESS_READWRITE)
 			r = cu->MemSetAccess(s->va, s->size, &a, 1);
 		if (r != CUDA_SUCCESS)
 			return cuda_fail(msg, msglen, -EIO,
