@@ -4474,11 +4474,12 @@ static int upload_open_at(int line, int fd, uint64_t sid,
 			  struct djinn_model_resp *m, int err,
 			  const char *phrase)
 {
-	struct {
-		struct djinn_model_upload u;
-		struct djinn_model_file f[1];
-	} rq = { .u = { .nr_files = 1, .config = *cfg }, .f = { *w } };
+	struct djinn_model_upload u = { .nr_files = 1, .config = *cfg };
+	uint8_t rq[sizeof(u) + sizeof(*w)];
 	struct dj_resp r;
+
+	memcpy(rq, &u, sizeof(u));
+	memcpy(rq + sizeof(u), w, sizeof(*w));
 
 	if (err) {
 		call_err_at(line, fd, DJINN_OP_MODEL_OPEN_UPLOADED, sid, &rq,
