@@ -207,6 +207,12 @@ static void vmm_destroy(struct vmu_provider *p, uint64_t chunk)
 	c->prev->next = c->next;
 	c->next->prev = c->prev;
 	v->used -= c->size;
+	/* a mapping of it left behind (the VMU unmaps first) goes too */
+	for (struct cuda_span **at = &v->maps; *at;)
+		if ((*at)->chunk == c)
+			span_del(at);
+		else
+			at = &(*at)->next;
 	pthread_mutex_unlock(&d->lock);
 	cuda_leave(d);
 	free(c);
@@ -249,13 +255,17 @@ static int vmm_unmap(struct vmu_provider *p, uint64_t va, uint64_t size)
 	struct cuda_vmm *v = to_vmm(p);
 	struct cuda_dev *d = v->d;
 	struct cuda_span **at;
-	CUresult r;
-	int ret;
+	int ret = 0;
 
-	VMM_ENTER(v, NULL);
-	r = d->cu->MemUnmap(va, size);
-	ret = cuda_err(d, r, "cuMemUnmap", NULL, 0);
-	if (!ret) {
+	/* A lost device unmaps nothing (the reset will), but forgets the
+	 * mapping all the same: recovery must not map it again. */
+	pthread_rwlock_rdlock(&d->ctx_lock);
+	if (!atomic_load(&d->lost)) {
+		d->cu->CtxSetCurrent(d->ctx);
+		ret = cuda_err(d, d->cu->MemUnmap(va, size), "cuMemUnmap", NULL,
+			       0);
+	}
+	if (!ret || atomic_load(&d->lost)) {
 		pthread_mutex_lock(&d->lock);
 		at = span_find(&v->maps, va);
 		if (at)
@@ -585,7 +595,8 @@ int cuda_vmm_restore(struct cuda_dev *d, char *msg, size_t msglen)
 	for (struct cuda_span *s = v->host; s; s = s->next) {
 		r = cu->MemHostRegister((void *)(uintptr_t)s->va, s->size,
 					HOST_REG_FLAGS);
-		if (r != CUDA_SUCCESS)
+		if (r != CUDA_SUCCESS &&
+		    r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
 			return cuda_fail(msg, msglen, -EIO,
 					 "pinning a swap buffer again: %s",
 					 cu_errname(cu, r));
