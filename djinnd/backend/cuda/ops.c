@@ -529,14 +529,16 @@ static int op_attention(struct nctx *c, const struct djinn_node *node,
 				 (double)a.scale);
 	if (a.scale == 0.0f)
 		a.scale = a.D ? 1.0f / sqrtf((float)a.D) : 1.0f;
+	/* dynamic shared memory, beside the kernel's static few hundred
+	 * bytes, within the 48 KiB a launch may take without opting in */
 	shmem = (a.D + a.Dv + DJK_ATTN_THREADS) * sizeof(float);
-	if (shmem > 48 * 1024)
+	if (shmem > 47 * 1024)
 		return cuda_fail(c->msg, c->msglen, -EOPNOTSUPP,
 				 "head dims %llu and %llu: the attention "
 				 "kernel takes D + Dv <= %u",
 				 (unsigned long long)a.D,
 				 (unsigned long long)a.Dv,
-				 48 * 1024 / 4 - DJK_ATTN_THREADS);
+				 47 * 1024 / 4 - DJK_ATTN_THREADS);
 	rows = a.B * a.H * a.T;
 	if (!rows || !a.Dv)
 		return 0;
