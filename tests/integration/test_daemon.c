@@ -4300,6 +4300,57 @@ static void test_model_breakpoints(void **state)
 	tensor_release(fd, sid, xt);
 	tensor_release(fd, sid, bad);
 
+	/* pipelined: a prefill sent right behind one that pauses sees the
+	 * pause, and a resume sent behind both finishes the first */
+	{
+		struct {
+			struct djinn_ctx_step s;
+			int32_t tok[4];
+		} a = { .s = { .ctx = c3, .nr_tokens = 4, .break_layer = 1 } },
+		  b = { .s = { .ctx = c3, .nr_tokens = 4 } };
+		struct djinn_ctx_resume rs = { .ctx = c3 };
+		uint64_t id[3] = { dj_next_id(), dj_next_id(), dj_next_id() };
+		struct djinn_ctx_step_resp ra, rc;
+		bool seen[3] = { false };
+
+		memcpy(a.tok, prompt, sizeof(prompt));
+		memcpy(b.tok, prompt, sizeof(prompt));
+		assert_int_equal(dj_send(fd, DJINN_OP_CTX_PREFILL, id[0], sid,
+					 &a, sizeof(a)),
+				 0);
+		assert_int_equal(dj_send(fd, DJINN_OP_CTX_PREFILL, id[1], sid,
+					 &b, sizeof(b)),
+				 0);
+		assert_int_equal(dj_send(fd, DJINN_OP_CTX_RESUME, id[2], sid,
+					 &rs, sizeof(rs)),
+				 0);
+		for (int k = 0; k < 3; k++) {
+			struct dj_resp r;
+			int i;
+
+			assert_int_equal(dj_recv(fd, &r, 10000), 1);
+			for (i = 0; i < 2 && r.hdr.request_id != id[i]; i++)
+				;
+			assert_int_equal(r.hdr.request_id, id[i]);
+			assert_false(seen[i]);
+			seen[i] = true;
+			if (i == 1) {
+				expect_error(&r, -EBUSY,
+					     "paused after layer 0");
+			} else {
+				assert_int_equal(r.error, 0);
+				memcpy(i ? &rc : &ra, r.data, sizeof(ra));
+			}
+			dj_resp_free(&r);
+		}
+		paused(&ra, 0, 4);
+		tensor_release(fd, sid, ra.hidden);
+		assert_int_equal(rc.state, DJINN_CTX_DONE);
+		assert_int_equal(rc.len, 8);
+		call_void(fd, DJINN_OP_CTX_RESET, sid, &c3, 8);
+		prefill(fd, sid, c3, prompt, 4, 0);
+	}
+
 	/* reset abandons a paused step; free a paused context */
 	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c3, prompt, 4,
 			 2, 0, NULL, NULL);
