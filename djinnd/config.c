@@ -40,6 +40,7 @@ enum key_type {
 	T_LEVEL,
 	T_FILE, /* a path, or empty for none */
 	T_TCP, /* "tcp:HOST:PORT", or empty for off */
+	T_LEASES, /* "auto", "kmod" or "user" */
 };
 
 struct key {
@@ -86,6 +87,7 @@ static const struct key keys[] = {
 	    .max = 24 * 3600 * SEC, .reload = CONFIG_RELOAD_LEASE),
 	KEY("lease", "max", T_DURATION, SRV(lease_max_ns), .min = MS,
 	    .max = 24 * 3600 * SEC, .reload = CONFIG_RELOAD_LEASE),
+	KEY("lease", "provider", T_LEASES, SRV(leases)),
 	KEY("log", "level", T_LEVEL, TOP(log_level),
 	    .reload = CONFIG_RELOAD_LOG),
 	KEY("log", "file", T_FILE, TOP(log_file)),
@@ -423,6 +425,12 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 	case T_FILE:
 		ret = 0;
 		break;
+	case T_LEASES:
+		if (strcmp(v, "auto") && strcmp(v, "kmod") && strcmp(v, "user"))
+			return fail(c, "%s.%s: '%s': want auto, kmod or user",
+				    k->section, k->name, v);
+		ret = 0;
+		break;
 	case T_TCP:
 		if (!*v) {
 			ret = 0;
@@ -501,6 +509,7 @@ void config_init(struct djinnd_config *c)
 		.warn_pct = 80,
 		.crit_pct = 95,
 		.model_dir = "/var/lib/djinn/models",
+		.leases = "auto",
 	};
 	c->log_level = LOG_INFO;
 	run_dir(dir, sizeof(dir));

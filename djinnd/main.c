@@ -45,6 +45,8 @@ static void usage(FILE *f)
 		"  -m, --cpu-mem SIZE       the device memory budget (default 2G)\n"
 		"  -t, --threads N          kernel threads (default: one per CPU)\n"
 		"      --lease-ms MS        default lease period (default 10000)\n"
+		"      --leases PROVIDER    auto (default: djinn.ko when /dev/djinn\n"
+		"                           is there), kmod or user\n"
 		"      --metrics ADDR       tcp:HOST:PORT for the metrics endpoint\n"
 		"      --model-dir DIR      models by name (default\n"
 		"                           /var/lib/djinn/models)\n"
@@ -63,6 +65,7 @@ enum {
 	OPT_CHECK,
 	OPT_METRICS,
 	OPT_MODEL_DIR,
+	OPT_LEASES,
 };
 
 static const struct option opts[] = {
@@ -76,6 +79,7 @@ static const struct option opts[] = {
 	{ "cpu-mem", required_argument, NULL, 'm' },
 	{ "threads", required_argument, NULL, 't' },
 	{ "lease-ms", required_argument, NULL, OPT_LEASE_MS },
+	{ "leases", required_argument, NULL, OPT_LEASES },
 	{ "metrics", required_argument, NULL, OPT_METRICS },
 	{ "model-dir", required_argument, NULL, OPT_MODEL_DIR },
 	{ "foreground", no_argument, NULL, 'f' },
@@ -113,6 +117,8 @@ static const char *flag_key(int c)
 		return "device.threads";
 	case OPT_LEASE_MS:
 		return "lease.default";
+	case OPT_LEASES:
+		return "lease.provider";
 	case OPT_METRICS:
 		return "metrics.listen";
 	case OPT_MODEL_DIR:

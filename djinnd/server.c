@@ -258,10 +258,9 @@ int server_init(struct server *srv, const struct server_config *cfg)
 		 (unsigned long long)(srv->backend->provider->capacity >> 20),
 		 (unsigned long long)(srv->backend->provider->granularity >>
 				      10));
-	ret = user_lease_create(&srv->leases);
+	ret = lease_provider_open(srv, cfg->leases, &srv->leases);
 	if (ret)
 		return ret;
-	log_info("leases: %s", srv->leases->ops->name);
 	ret = executor_start(srv, EXEC_GRAPH, &srv->exec);
 	if (ret)
 		return ret;

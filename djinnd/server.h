@@ -37,6 +37,7 @@ struct server_config {
 	const char *model_dir; /* where models are read from */
 	const char *metrics; /* "tcp:HOST:PORT" of the metrics endpoint */
 	uint64_t devices; /* bit per device index; 0: all */
+	const char *leases; /* lease.provider: auto, kmod or user */
 };
 
 struct executor;

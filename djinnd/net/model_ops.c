@@ -589,6 +589,12 @@ void ops_call_done(struct server *srv, struct exec_job *job)
 	}
 	}
 out:
+	if (srv->leases->ops->complete &&
+	    (hdr->opcode == DJINN_OP_CTX_PREFILL ||
+	     hdr->opcode == DJINN_OP_CTX_DECODE ||
+	     hdr->opcode == DJINN_OP_CTX_RESUME))
+		srv->leases->ops->complete(srv->leases, s, hdr->request_id,
+					   hdr->opcode, ret);
 	if (mj->o)
 		mobj_put(mj->o);
 	mjob_free(mj);

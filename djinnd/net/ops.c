@@ -43,6 +43,9 @@ int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
 	case DJINN_OP_SESSION_ATTACH:
 		*max = sizeof(struct djinn_session_attach);
 		break;
+	case DJINN_OP_SESSION_BIND:
+		*max = sizeof(struct djinn_session_bind);
+		break;
 	case DJINN_OP_SIGNAL:
 		*max = sizeof(struct djinn_signal);
 		break;
@@ -193,7 +196,8 @@ static void op_hello(struct conn *c, const struct djinn_hdr *hdr)
 		.max_payload = DJINN_MAX_PAYLOAD,
 		.capacity = c->srv->backend->provider->capacity,
 		.granularity = c->srv->backend->provider->granularity,
-		.features = c->srv->models ? DJINN_FEAT_MODELS : 0,
+		.features = (c->srv->models ? DJINN_FEAT_MODELS : 0) |
+			    (c->srv->leases->ops->verify ? DJINN_FEAT_KMOD : 0),
 	};
 
 	snprintf(r.backend, sizeof(r.backend), "%s", c->srv->backend->name);
@@ -284,6 +288,66 @@ static void op_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 	session_put(s);
 }
 
+/* A local client's session on /dev/djinn becomes a djinnd session bound
+ * to it (DOC: sessions in proto.h); the lease provider checks it. */
+static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
+			    const uint8_t *body, uint64_t len)
+{
+	const struct djinn_session_bind *b = (const void *)body;
+	struct lease_provider *lp = c->srv->leases;
+	struct lease_kinfo ki;
+	struct session *s;
+	int ret;
+
+	if (!ops_exact(c, hdr, len, sizeof(*b)))
+		return;
+	if (!lp->ops->verify) {
+		conn_error(c, hdr, -EOPNOTSUPP,
+			   "leases are %s: no /dev/djinn sessions",
+			   lp->ops->name);
+		return;
+	}
+	if (c->tcp) {
+		conn_error(c, hdr, -EPERM, "SESSION_BIND is for local clients");
+		return;
+	}
+	ret = lp->ops->verify(lp, b->kernel_id, b->token, c->cred.uid, &ki);
+	if (ret) {
+		conn_error(c, hdr, ret, "kernel session %llu: %s",
+			   (unsigned long long)b->kernel_id,
+			   ret == -EPERM  ? "wrong token or another user's" :
+			   ret == -EBUSY  ? "bound already" :
+			   ret == -ENOENT ? "no such live session" :
+					    strerror(-ret));
+		return;
+	}
+	ret = session_create(c->srv, ki.tenant, ki.priority, ki.lease_ns,
+			     c->cred.uid, c->cred.pid, &s);
+	if (!ret) {
+		s->lease_kid = b->kernel_id;
+		ret = session_publish(c->srv, s);
+		if (ret)
+			session_put(s);
+	}
+	if (!ret) {
+		ret = conn_attach(c, s->id);
+		if (ret)
+			session_end(c->srv, s, SESSION_CLOSED);
+	}
+	if (ret) {
+		conn_error(c, hdr, ret, "%s",
+			   ret == -EDQUOT ? "too many sessions" :
+					    "cannot bind the session");
+		return;
+	}
+	log_info("session %llu bound to kernel session %llu: tenant %s, "
+		 "priority %u, lease %llu ms",
+		 (unsigned long long)s->id, (unsigned long long)b->kernel_id,
+		 s->tenant, s->priority,
+		 (unsigned long long)(s->lease_ns / 1000000));
+	session_reply(c, hdr, s, true);
+}
+
 static void op_session_close(struct conn *c, const struct djinn_hdr *hdr)
 {
 	struct session *s = ops_req_session(c, hdr);
@@ -333,9 +397,10 @@ static void op_signal(struct conn *c, const struct djinn_hdr *hdr,
 	 * (swapping an idle agent out early) is the scheduler's job. */
 	s->phase = sg->phase;
 	s->phase_until = loop_now() + sg->expected_ns;
-	log_debug("session %llu: phase %u for %llu ns",
+	log_debug("session %llu: phase %u for %llu ns (received %llu)",
 		  (unsigned long long)s->id, sg->phase,
-		  (unsigned long long)sg->expected_ns);
+		  (unsigned long long)sg->expected_ns,
+		  (unsigned long long)loop_now());
 	session_put(s);
 	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
@@ -1005,6 +1070,9 @@ void ops_graph_done(struct server *srv, struct exec_job *job)
 		}
 	}
 	job->s->graphs_inflight--;
+	if (srv->leases->ops->complete)
+		srv->leases->ops->complete(srv->leases, job->s, job->request_id,
+					   DJINN_OP_GRAPH_SUBMIT, job->error);
 	conn_put(c);
 	exec_job_free(job);
 }
@@ -1176,6 +1244,7 @@ const char *ops_name(uint16_t op)
 		[DJINN_OP_CTX_DECODE] = "ctx_decode",
 		[DJINN_OP_CTX_RESUME] = "ctx_resume",
 		[DJINN_OP_MODEL_OPEN_UPLOADED] = "model_open_uploaded",
+		[DJINN_OP_SESSION_BIND] = "session_bind",
 		[DJINN_OP_ADMIN_SESSIONS] = "admin_sessions",
 		[DJINN_OP_ADMIN_KILL] = "admin_kill",
 		[DJINN_OP_ADMIN_VMU] = "admin_vmu",
@@ -1203,6 +1272,9 @@ void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		break;
 	case DJINN_OP_SESSION_ATTACH:
 		op_session_attach(c, hdr, body, len);
+		break;
+	case DJINN_OP_SESSION_BIND:
+		op_session_bind(c, hdr, body, len);
 		break;
 	case DJINN_OP_SESSION_CLOSE:
 		op_session_close(c, hdr);

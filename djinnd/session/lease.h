@@ -3,18 +3,28 @@
  * Lease providers. A session's lease is renewed by heartbeats (and any
  * request); when one runs out, the provider reports it and the server
  * ends the session. The user-space provider keeps deadlines itself and is
- * polled from the I/O thread's timer; the kernel module's provider (issue
- * 4) will learn of expiry and process death from /dev/djinn instead,
- * behind the same operations.
+ * polled from the I/O thread's timer; the kernel module's provider
+ * (klease.c) learns of expiry and process death from /dev/djinn's events
+ * instead, behind the same operations.
  */
 #ifndef DJINN_LEASE_H
 #define DJINN_LEASE_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
+struct server;
 struct session;
 
 struct lease_provider;
+
+/* What a kernel session was opened with (verify). */
+struct lease_kinfo {
+	char tenant[64];
+	uint32_t priority;
+	uint64_t lease_ns;
+	uint32_t ring_entries; /* 0: no ring */
+};
 
 struct lease_ops {
 	const char *name;
@@ -28,6 +38,22 @@ struct lease_ops {
 			 void (*expired)(struct session *s, void *arg),
 			 void *arg);
 	void (*destroy)(struct lease_provider *lp);
+
+	/* Optional (NULL: not offered). */
+
+	/* A request of @s was answered after it ran (a graph, a model
+	 * step): tell the client (kmod: a record in its session's ring,
+	 * see Documentation/protocol.rst, SESSION_BIND). */
+	void (*complete)(struct lease_provider *lp, struct session *s,
+			 uint64_t request_id, uint16_t opcode, int res);
+	/* Check that a local client of uid @uid holds the kernel session
+	 * @kid and knows its @token; fill in what it was opened with. 0,
+	 * -ENOENT (no live session @kid), -EPERM (wrong token or another
+	 * user's), -EBUSY (already bound to a djinnd session). A session
+	 * then made with s->lease_kid = @kid is bound to it by open(). */
+	int (*verify)(struct lease_provider *lp, uint64_t kid,
+		      const uint8_t token[16], uid_t uid,
+		      struct lease_kinfo *out);
 };
 
 struct lease_provider {
@@ -35,5 +61,15 @@ struct lease_provider {
 };
 
 int user_lease_create(struct lease_provider **out);
+
+/*
+ * server.c's choice by lease.provider: "user", "kmod" (/dev/djinn, or
+ * fail), or "auto" (kmod when /dev/djinn exists and DAEMON_ATTACH and the
+ * "djinn" netlink family's events group work, else user); the log says
+ * which and why. The kmod provider follows events on @srv's I/O loop and
+ * ends sessions there through session_end().
+ */
+int lease_provider_open(struct server *srv, const char *which,
+			struct lease_provider **out);
 
 #endif /* DJINN_LEASE_H */

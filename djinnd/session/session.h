@@ -112,7 +112,9 @@ struct session {
 	uint64_t obj_key;
 
 	struct list_head node; /* server's sessions */
-	struct list_head lease_node; /* the user lease provider's */
+	struct list_head lease_node; /* the lease provider's */
+	uint64_t lease_kid; /* kmod leases: the kernel session, 0: none */
+	void *lease_priv; /* the lease provider's */
 	struct session *hnext;
 };
 

@@ -71,6 +71,15 @@
  * HEARTBEAT naming session 0 is a plain round trip with an empty answer.
  * Closing a connection does not end its sessions; their leases do.
  *
+ * When djinn.ko keeps the leases (HELLO's DJINN_FEAT_KMOD), a local
+ * client may instead open its session on /dev/djinn and SESSION_BIND it
+ * with the kernel session's id and token: the session then lives as long
+ * as the client's file (its death ends it at once), its lease is renewed
+ * with the HEARTBEAT ioctl, and completions arrive in its mapped ring
+ * (struct djinn_session_bind). -EOPNOTSUPP without the module, -EPERM for
+ * a wrong token, another user's session or a TCP connection, -ENOENT for
+ * no such live session, -EBUSY if it is bound already.
+ *
  * DOC: handles and results
  *
  * Tensors are named by 64-bit handles the server issues: opaque,
@@ -129,6 +138,8 @@ enum djinn_op {
 	DJINN_OP_CTX_RESUME = 21,
 	/* 22 stays unassigned: test_daemon's unknown-opcode test uses it */
 	DJINN_OP_MODEL_OPEN_UPLOADED = 23,
+	/* A session on /dev/djinn (DJINN_FEAT_KMOD): see DOC: sessions. */
+	DJINN_OP_SESSION_BIND = 32,
 
 	/* Admin socket only. */
 	DJINN_OP_ADMIN_SESSIONS = 64,
@@ -234,6 +245,8 @@ static_assert(sizeof(struct djinn_hello_resp) == 48, "hello layout");
 
 /* djinn_hello_resp.features */
 #define DJINN_FEAT_MODELS (1u << 0) /* the model opcodes */
+/* djinn.ko keeps the leases: SESSION_BIND, completion rings */
+#define DJINN_FEAT_KMOD (1u << 8)
 
 /**
  * struct djinn_session_open - SESSION_OPEN request
@@ -270,6 +283,25 @@ struct djinn_session_attach {
 	__u8 token[16];
 };
 static_assert(sizeof(struct djinn_session_attach) == 16, "attach layout");
+
+/**
+ * struct djinn_session_bind - SESSION_BIND request (hdr.session_id 0)
+ * @kernel_id: the session the client opened on /dev/djinn
+ * @token:     its token, as DJINN_IOC_SESSION_OPEN gave it
+ *
+ * Answered with a djinn_session_resp: a djinnd session (its own id and
+ * token) whose lease is the kernel session's. Its completions are posted
+ * to the kernel session's ring: one struct djinn_cqe per GRAPH_SUBMIT and
+ * per model step (CTX_PREFILL, CTX_DECODE, CTX_RESUME) answered, after
+ * the answer was queued on the connection: @user_data the request_id,
+ * @res 0 or the negative errno it failed with, @flags the opcode,
+ * @aux[0] the djinnd session id, @aux[1] zero.
+ */
+struct djinn_session_bind {
+	__u64 kernel_id;
+	__u8 token[16];
+};
+static_assert(sizeof(struct djinn_session_bind) == 24, "bind layout");
 
 enum djinn_phase {
 	DJINN_PHASE_UNKNOWN = 0,

@@ -1,0 +1,15 @@
+# djinnd's /dev/djinn lease provider (djinnd/session/klease.c) and
+# djinnctl's netlink side (session list/kill, monitor): both follow the
+# "djinn" generic netlink family through libnl-genl-3.
+
+DEB_PKGS += libnl-3-dev libnl-genl-3-dev
+
+NL_CFLAGS := $(shell pkg-config --cflags libnl-genl-3.0 2>/dev/null || echo -I/usr/include/libnl3)
+NL_LIBS   := $(shell pkg-config --libs libnl-genl-3.0 2>/dev/null || echo -lnl-genl-3 -lnl-3)
+
+%/djinnd/session/klease.o: ALL_CFLAGS += $(NL_CFLAGS)
+
+# Everything that links libdjinnd.a may pull klease.o in.
+LIBS_DJINND      += $(NL_LIBS)
+test_exec_LIBS   += $(NL_LIBS)
+fuzz_frames_LIBS += $(NL_LIBS)
