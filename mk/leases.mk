@@ -8,8 +8,17 @@ NL_CFLAGS := $(shell pkg-config --cflags libnl-genl-3.0 2>/dev/null || echo -I/u
 NL_LIBS   := $(shell pkg-config --libs libnl-genl-3.0 2>/dev/null || echo -lnl-genl-3 -lnl-3)
 
 %/djinnd/session/klease.o: ALL_CFLAGS += $(NL_CFLAGS)
+%/tools/djinnctl_nl.o: ALL_CFLAGS += $(NL_CFLAGS)
 
 # Everything that links libdjinnd.a may pull klease.o in.
 LIBS_DJINND      += $(NL_LIBS)
 test_exec_LIBS   += $(NL_LIBS)
 fuzz_frames_LIBS += $(NL_LIBS)
+# djinnctl's link line has no library variable: the libraries go before
+# its objects, needed all the same (a shared library that came first
+# still resolves what later objects use).
+$(DJINNCTL): ALL_LDFLAGS += -Wl,--push-state,--no-as-needed $(NL_LIBS) -Wl,--pop-state
+
+DJINNCTL_NL_OBJ := $(BUILD)/tools/djinnctl_nl.o
+SRCS += tools/djinnctl_nl.c
+$(DJINNCTL): $(DJINNCTL_NL_OBJ)

@@ -32,6 +32,7 @@
 
 #include <djinn/proto.h>
 
+#include "djinnctl_nl.h"
 #include "json_print.h"
 
 #define DJINNCTL_VERSION "0.1"
@@ -44,7 +45,13 @@ struct ctl {
 	const char *command;
 	int fd;
 	uint64_t deadline; /* CLOCK_MONOTONIC ns */
+	bool admin; /* -A: the admin socket even when djinn.ko is loaded */
 };
+
+/* With djinn.ko loaded, sessions are listed and killed through its
+ * netlink family (kernel session ids); without it, or without
+ * CAP_NET_ADMIN, through djinnd's admin socket. 1: fall back. */
+static int knl_result(const struct ctl *ctl, int ret, const char *msg);
 
 /* ---------------------------------------------------------------------- */
 /* Messages */
@@ -581,9 +588,14 @@ static int do_session_list(struct ctl *ctl, char **args)
 	struct djinn_admin_session *es;
 	uint64_t now;
 	uint32_t nr;
-	char fmt[64];
+	char fmt[64], msg[256];
 	int ret;
 
+	if (!ctl->admin) {
+		ret = knl_result(ctl, knl_session_list(msg, sizeof(msg)), msg);
+		if (ret != -1)
+			return ret;
+	}
 	ret = get_sessions(ctl, &es, &nr);
 	if (ret)
 		return ret;
@@ -648,7 +660,16 @@ static int do_session_kill(struct ctl *ctl, char **args)
 	uint64_t id, len;
 	void *buf;
 
+	char msg[256];
+	int ret;
+
 	parse_id(args[0], &id); /* checked by main() */
+	if (!ctl->admin) {
+		ret = knl_result(ctl, knl_session_kill(id, msg, sizeof(msg)),
+				 msg);
+		if (ret != -1)
+			return ret;
+	}
 	k.session_id = id;
 	return admin_call(ctl, DJINN_OP_ADMIN_KILL, &k, sizeof(k), 0, 0, &buf,
 			  &len);
@@ -884,6 +905,22 @@ static int do_model_evict(struct ctl *ctl, char **args)
 			  &buf, &len);
 }
 
+static int knl_result(const struct ctl *ctl, int ret, const char *msg)
+{
+	if (ret == -ENOENT || ret == -EPERM)
+		return -1;
+	return ret ? fail(ctl, -ret, "%s", msg) : 0;
+}
+
+/* monitor: djinn.ko's events, one JSON object a line */
+static int do_monitor(struct ctl *ctl, char **args)
+{
+	char msg[256];
+	int ret = knl_monitor(0, msg, sizeof(msg));
+
+	return ret ? fail(ctl, -ret, "%s", msg) : 0;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Dispatch */
 
@@ -922,12 +959,16 @@ static const struct cmd model_cmds[] = {
 	{ "evict", "NAME", 1, do_model_evict, "drop a model no session holds" },
 };
 
+static const struct cmd monitor_cmds[] = {
+	{ "events", "", 0, do_monitor,
+	  "djinn.ko's session events, one JSON object a line" },
+};
+
 #define CMDS(c) c, (int)(sizeof(c) / sizeof(c[0]))
 static const struct object objects[] = {
-	{ "session", CMDS(session_cmds) },
-	{ "vmu", CMDS(vmu_cmds) },
-	{ "stats", CMDS(stats_cmds) },
-	{ "model", CMDS(model_cmds) },
+	{ "session", CMDS(session_cmds) }, { "vmu", CMDS(vmu_cmds) },
+	{ "stats", CMDS(stats_cmds) },	   { "model", CMDS(model_cmds) },
+	{ "monitor", CMDS(monitor_cmds) },
 };
 #undef CMDS
 #define NR_OBJECTS ((int)(sizeof(objects) / sizeof(objects[0])))
@@ -955,6 +996,9 @@ static void usage(FILE *f)
 		"                     $DJINN_ADMIN_SOCKET, else /run/djinn/admin.sock\n"
 		"                     for root, $XDG_RUNTIME_DIR/djinn/admin.sock,\n"
 		"                     else ./run/admin.sock)\n"
+		"  -A, --admin        session list|kill through the admin socket\n"
+		"                     even when djinn.ko is loaded (its netlink\n"
+		"                     family names kernel session ids)\n"
 		"  -j, --json         print JSON\n"
 		"  -p, --pretty       print indented JSON (implies -j)\n"
 		"  -h, --help         print this and exit\n"
@@ -1040,6 +1084,7 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, 's' },
+		{ "admin", no_argument, NULL, 'A' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "pretty", no_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
@@ -1053,10 +1098,13 @@ int main(int argc, char **argv)
 	int c, i, nr_args, ret;
 	char **args;
 
-	while ((c = getopt_long(argc, argv, "s:jphV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:AjphV", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			ctl.socket = optarg;
+			break;
+		case 'A':
+			ctl.admin = true;
 			break;
 		case 'p':
 			pretty = true;
