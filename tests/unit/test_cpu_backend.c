@@ -536,6 +536,35 @@ static void test_create_destroy(void **state)
 	assert_int_equal(cpu_backend_create(64 * MiB, 100000, &b), -EINVAL);
 }
 
+/*
+ * A DYNAMIC_ARCH OpenBLAS that does not know the CPU's model falls back to
+ * SSE3 kernels; the backend must have given it the core the CPU's
+ * features call for (unless OPENBLAS_CORETYPE chose one).
+ */
+static void test_blas_core(void **state)
+{
+	const char *core = openblas_get_corename();
+	bool avx512, avx2;
+
+	__builtin_cpu_init();
+	avx512 = __builtin_cpu_supports("avx512f") &&
+		 __builtin_cpu_supports("avx512vl") &&
+		 __builtin_cpu_supports("avx512bw") &&
+		 __builtin_cpu_supports("avx512dq");
+	avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	if (getenv("OPENBLAS_CORETYPE") ||
+	    !strstr(openblas_get_config(), "DYNAMIC_ARCH") || !avx2)
+		skip();
+	assert_non_null(core);
+	printf("OpenBLAS core: %s\n", core);
+	assert_string_not_equal(core, "Prescott");
+	assert_string_not_equal(core, "Core2");
+	assert_string_not_equal(core, "Nehalem");
+	assert_string_not_equal(core, "Unknown");
+	if (avx512)
+		assert_string_not_equal(core, "Sandybridge");
+}
+
 /* Nodes on the backend's own memory: reserve, create, map, copy in, run,
  * copy out, and give it all back. */
 static void test_provider_memory(void **state)
@@ -2212,6 +2241,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TEST(test_create_destroy),
+		TEST(test_blas_core),
 		TEST(test_provider_memory),
 		TEST(test_matmul),
 		TEST(test_matmul_paths),

@@ -16,10 +16,12 @@
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cpu.h"
@@ -658,12 +660,66 @@ static const struct backend_ops cpu_backend_ops = {
 	.destroy = cpu_destroy,
 };
 
+/*
+ * OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels at load
+ * time by the CPU's family and model. One it does not know (a newer Xeon
+ * than the library, as virtual machines report them: family 6 model 207
+ * for 0.3.21) gets the Prescott kernels, SSE3 only: GEMM three times
+ * slower than with the AVX-512 kernels the CPU runs. The remedy OpenBLAS
+ * offers is OPENBLAS_CORETYPE, read when it initializes; so, unless the
+ * administrator set it, pick the core by the CPU's features here and
+ * initialize OpenBLAS's kernel table again, once, before the first BLAS
+ * call of the process (the thread server and buffers do not depend on
+ * the core). The symbols exist only in DYNAMIC_ARCH builds: weak.
+ */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+static const char *blas_core_for_cpu(void)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx512vl") &&
+	    __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512dq"))
+		return "SkylakeX";
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return "Haswell";
+	return NULL;
+}
+
+static void blas_pick_core(void)
+{
+	static const char *const generic[] = { "Prescott",  "Core2",
+					       "Katmai",    "Coppermine",
+					       "Northwood", "Nehalem",
+					       "Unknown" };
+	const char *now = openblas_get_corename(), *want;
+	bool old = false;
+
+	if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || !now ||
+	    getenv("OPENBLAS_CORETYPE"))
+		return;
+	for (size_t i = 0; i < sizeof(generic) / sizeof(generic[0]); i++)
+		old |= !strcasecmp(now, generic[i]);
+	want = blas_core_for_cpu();
+	if (!old || !want)
+		return;
+	if (setenv("OPENBLAS_CORETYPE", want, 0))
+		return;
+	gotoblas_dynamic_quit();
+	gotoblas_dynamic_init();
+	unsetenv("OPENBLAS_CORETYPE");
+}
+
 int cpu_backend_create(uint64_t capacity, unsigned int threads,
 		       struct backend **out)
 {
+	static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 	struct cpu_backend *cb;
 	int ret;
 
+	pthread_once(&blas_once, blas_pick_core);
 	if (!threads) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 
