@@ -598,6 +598,9 @@ int model_ctx_decode(struct model_ctx *c, const struct model_env *env,
 		     char *msg, size_t msglen)
 {
 	uint64_t rng = sp->seed ^ ((uint64_t)c->len * 0xd1b54a32d192ed03ull);
+	size_t lbytes = c->h->m->cfg.vocab * sizeof(float);
+	uint32_t len0 = c->len;
+	float *logits0;
 	int ret;
 
 	if (c->pz.on)
@@ -605,16 +608,34 @@ int model_ctx_decode(struct model_ctx *c, const struct model_env *env,
 	if (!c->have_logits)
 		return fail(msg, msglen, -EINVAL,
 			    "decode before a prefill: no logits");
+	if (!n || n > c->max - c->len)
+		return fail(msg, msglen, n ? -ENOSPC : -EINVAL,
+			    n ? "context full: %u tokens and %u more, room "
+				"for %u" :
+				"no tokens",
+			    c->len, n, c->max);
+	/* A step that fails leaves the context as it was: the tokens
+	 * appended before it are taken back. */
+	logits0 = malloc(lbytes);
+	if (!logits0)
+		return -ENOMEM;
+	memcpy(logits0, c->logits, lbytes);
 	for (uint32_t i = 0; i < n; i++) {
 		ret = model_sample(c->logits, c->h->m->cfg.vocab, sp, &rng,
 				   &out[i], msg, msglen);
 		if (!ret)
 			ret = model_ctx_prefill(c, env, &out[i], 1, NULL, msg,
 						msglen);
-		if (ret)
-			return ret;
+		if (ret) {
+			c->len = len0;
+			vmu_region_resize(c->h->s, c->cache,
+					  (uint64_t)len0 * c->tok_bytes, NULL);
+			memcpy(c->logits, logits0, lbytes);
+			break;
+		}
 	}
-	return 0;
+	free(logits0);
+	return ret;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -4006,6 +4006,15 @@ static void test_models(void **state)
 	prefill(fd2, sid2, c2, all, 9, 0);
 	decode(fd2, sid2, c2, 1, NULL, u);
 	assert_int_equal(u[0], t[5]);
+	/* Past max_tokens (10 + 7 > 16): refused, and the context is as
+	 * it was. */
+	{
+		struct djinn_ctx_step st2 = { .ctx = c2, .nr_tokens = 7 };
+
+		call_err(fd2, DJINN_OP_CTX_DECODE, sid2, &st2, sizeof(st2),
+			 -ENOSPC, NULL);
+		assert_int_equal(decode(fd2, sid2, c2, 1, NULL, u).len, 11);
+	}
 
 	/* A fork carries on as its parent does, sampled with the same
 	 * seed. */
