@@ -22,3 +22,14 @@ $(DJINNCTL): ALL_LDFLAGS += -Wl,--push-state,--no-as-needed $(NL_LIBS) -Wl,--pop
 DJINNCTL_NL_OBJ := $(BUILD)/tools/djinnctl_nl.o
 SRCS += tools/djinnctl_nl.c
 $(DJINNCTL): $(DJINNCTL_NL_OBJ)
+
+# In the djinn.ko test guest (mk/kmod.mk, tests/kmod/init.sh): djinnd,
+# djinnctl, djinnd's tests on the module and the lease providers'
+# benchmark, beside the module's own tests.
+KT_DJ_BINS := $(KT_DIR)/test_djinnd $(KT_DIR)/djinn_lbench
+$(KT_DJ_BINS): $(KT_DIR)/%: $(KT_DIR)/guest/%.o $(KT_DIR)/guest/kt.o \
+		$(KT_DIR)/guest/djd.o
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(KT_LIBS)
+KT_BINS += $(KT_DJ_BINS) $(DJINND) $(DJINNCTL)
+$(KT_INITRD): $(KT_DJ_BINS) $(DJINND) $(DJINNCTL)

@@ -18,8 +18,12 @@ ulimit -n 4096
 KLOG_BAD='BUG|WARNING|Oops|general protection|Call Trace|lockdep|circular locking|KASAN|UBSAN|KFENCE|refcount_t|list_(add|del) corruption|Poison overwritten|Redzone|Object padding|soft lockup|hung_task|blocked for more than'
 
 mode=test
+only=
 for w in $(cat /proc/cmdline); do
-	case $w in djinn.mode=*) mode=${w#djinn.mode=} ;; esac
+	case $w in
+	djinn.mode=*) mode=${w#djinn.mode=} ;;
+	djinn.only=*) only=${w#djinn.only=} ;; # one test (DJINN_ONLY=NAME)
+	esac
 done
 
 finish() {
@@ -75,16 +79,25 @@ if [ "$mode" = bench ]; then
 	rc=$?
 	scan bench || rc=1
 	result bench $rc
+	# djinnd's lease providers side by side (djinn_lbench)
+	djinn_lbench
+	rc=$?
+	scan lbench || rc=1
+	result lbench $rc
 	finish
 fi
 
-for t in test_ioctl test_lease test_ring test_netlink test_stress; do
+for t in test_ioctl test_lease test_ring test_netlink test_stress \
+	test_djinnd; do
+	[ -z "$only" ] || [ "$only" = $t ] || continue
 	echo "== $t"
 	$t
 	rc=$?
 	scan $t || rc=1
 	result $t $rc
 done
+
+[ -z "$only" ] || finish
 
 # Load and unload 100 times, each time with four sessions open (rings
 # mapped) in another process, which must keep the module in, and with a

@@ -41,6 +41,8 @@ qemu() {
 # without, since they would time the allocator's checks.
 cmdline="console=ttyS0 quiet loglevel=4 panic=-1"
 [ "$mode" = bench ] || cmdline="$cmdline slub_debug=FZPU"
+# DJINN_ONLY=NAME: only that in-guest test (while working on it)
+[ -z "${DJINN_ONLY:-}" ] || cmdline="$cmdline djinn.only=$DJINN_ONLY"
 accel="-accel tcg"
 if [ "${DJINN_KVM:-1}" != 0 ] && [ -w /dev/kvm ]; then
 	# nested KVM that hangs is common: a boot that prints a line decides

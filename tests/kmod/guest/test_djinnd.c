@@ -1,0 +1,408 @@
+// SPDX-License-Identifier: MIT
+/*
+ * djinnd on djinn.ko (--leases kmod), in the guest: local clients bind
+ * their /dev/djinn sessions, die and are freed at once, get completions
+ * in their rings; TCP-style clients get proxy sessions that expire when
+ * their heartbeats stop; djinnctl lists, kills and monitors through the
+ * netlink family.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "djd.h"
+#include "kt.h"
+
+#define LEASE_MS 60000 /* djinnd's default: far longer than any wait */
+#define MiB (1ull << 20)
+
+static pid_t djinnd;
+
+static int setup(void **state)
+{
+	djinnd = djd_start("kmod", LEASE_MS, "debug");
+	if (djinnd < 0) {
+		fprintf(stderr, "djinnd --leases kmod: %s\n",
+			strerror((int)-djinnd));
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	int ret = djd_stop(djinnd);
+
+	if (ret)
+		fprintf(stderr, "djinnd did not exit cleanly\n");
+	return ret;
+}
+
+/* Wait up to @ms for session @id to leave djinnd: the ns it took, or 0
+ * if it is still there. */
+static uint64_t wait_gone(uint64_t id, unsigned int ms)
+{
+	uint64_t t0 = djd_now_ns(), end = t0 + ms * 1000000ull;
+
+	while (djd_now_ns() < end) {
+		if (djd_session(id, NULL) == -ENOENT)
+			return djd_now_ns() - t0 ?: 1;
+		usleep(2000);
+	}
+	return 0;
+}
+
+static void test_hello_says_kmod(void **state)
+{
+	struct djinn_hello_resp h;
+	int fd = djd_connect(DJD_SOCK);
+
+	assert_true(fd >= 0);
+	assert_int_equal(djd_call(fd, DJINN_OP_HELLO, 0, NULL, 0, &h, sizeof(h),
+				  NULL),
+			 0);
+	assert_true(h.features & DJINN_FEAT_KMOD);
+	close(fd);
+}
+
+static void test_bind(void **state)
+{
+	struct djinn_session_bind b = { 0 };
+	struct djinn_admin_session e;
+	struct djinn_session_resp r;
+	struct djd_client c;
+	int fd;
+
+	assert_int_equal(djd_client_bind(&c, "bound", 0), 0);
+	assert_int_equal(djd_session(c.id, &e), 0);
+	assert_string_equal(e.tenant, "bound");
+	assert_int_equal(e.priority, 3);
+	assert_int_equal(e.pid, getpid());
+
+	fd = djd_connect(DJD_SOCK);
+	assert_true(fd >= 0);
+	/* the same kernel session twice */
+	b.kernel_id = c.kid;
+	memcpy(b.token, c.token, sizeof(b.token));
+	assert_int_equal(djd_call(fd, DJINN_OP_SESSION_BIND, 0, &b, sizeof(b),
+				  &r, sizeof(r), NULL),
+			 -EBUSY);
+	/* a wrong token */
+	b.token[3] ^= 1;
+	assert_int_equal(djd_call(fd, DJINN_OP_SESSION_BIND, 0, &b, sizeof(b),
+				  &r, sizeof(r), NULL),
+			 -EPERM);
+	/* no such session, and a short payload */
+	b.kernel_id = 0xfffffff0ull;
+	assert_int_equal(djd_call(fd, DJINN_OP_SESSION_BIND, 0, &b, sizeof(b),
+				  &r, sizeof(r), NULL),
+			 -ENOENT);
+	assert_int_equal(djd_call(fd, DJINN_OP_SESSION_BIND, 0, &b,
+				  sizeof(b) - 1, &r, sizeof(r), NULL),
+			 -EINVAL);
+	close(fd);
+	assert_int_equal(djd_session(c.id, NULL), 0);
+
+	/* closing the file ends the djinnd session: no lease to wait for */
+	djd_client_close(&c);
+	assert_true(wait_gone(c.id, 5000) > 0);
+}
+
+/* A client holding 16 MiB dies by SIGKILL: djinnd frees it at once. */
+static void test_client_death(void **state)
+{
+	struct djinn_admin_stats st0, st1;
+	struct djinn_admin_session e;
+	uint64_t ids[2], took;
+	int pfd[2], status;
+	pid_t pid;
+
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		struct djd_client c;
+
+		close(pfd[0]);
+		if (djd_client_bind(&c, "doomed", 0) ||
+		    djd_tensor(c.sock, c.id, 16 * MiB))
+			_exit(1);
+		ids[0] = c.id;
+		ids[1] = c.kid;
+		if (write(pfd[1], ids, sizeof(ids)) != sizeof(ids))
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], ids, sizeof(ids)), sizeof(ids));
+	close(pfd[0]);
+	assert_int_equal(djd_session(ids[0], &e), 0);
+	assert_true(e.data_bytes >= 16 * MiB);
+	assert_int_equal(djd_stats(&st0), 0);
+
+	kill(pid, SIGKILL);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	took = wait_gone(ids[0], 10000);
+	assert_true(took > 0);
+	print_message("freed %llu ms after SIGKILL (lease %d ms)\n",
+		      (unsigned long long)(took / 1000000), LEASE_MS);
+	assert_int_equal(djd_stats(&st1), 0);
+	assert_int_equal(st1.sessions_closed, st0.sessions_closed + 1);
+	assert_int_equal(st1.sessions_expired, st0.sessions_expired);
+}
+
+/* A graph's completion lands in the ring before its answer is read. */
+static void test_ring_completion(void **state)
+{
+	struct {
+		struct djinn_graph g;
+		struct djinn_ref in;
+		struct djinn_node n;
+		uint32_t out[2];
+	} req = { 0 };
+	struct djinn_tensor_create tc = {
+		.desc = { .dtype = DJINN_DTYPE_F32, .ndim = 1, .dims = { 4 } },
+		.segment = DJINN_SEG_DATA,
+	};
+	struct djinn_ioc_heartbeat hb = { .size = sizeof(hb),
+					  .flags = DJINN_HEARTBEAT_F_HEAD };
+	struct djinn_tensor_resp tr;
+	struct djinn_graph_resp gr;
+	const struct djinn_cqe *cqe;
+	struct pollfd p;
+	struct djd_client c;
+	uint32_t head, tail;
+	uint64_t rid;
+
+	assert_int_equal(djd_client_bind(&c, "ringed", 0), 0);
+	assert_int_equal(djd_call(c.sock, DJINN_OP_TENSOR_CREATE, c.id, &tc,
+				  sizeof(tc), &tr, sizeof(tr), NULL),
+			 0);
+	req.g.nr_inputs = 1;
+	req.g.nr_nodes = 1;
+	req.g.nr_outputs = 1;
+	req.in.id = tr.handle;
+	req.n.op = DJINN_GOP_RELU;
+	req.n.nr_inputs = 1;
+	assert_int_equal(djd_call_send(c.sock, DJINN_OP_GRAPH_SUBMIT, c.id,
+				       &req, sizeof(req)),
+			 0);
+	rid = djd_last_request;
+
+	/* wait on the session file, not the socket */
+	p = (struct pollfd){ .fd = c.dev, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, 10000), 1);
+	assert_true(p.revents & POLLIN);
+	head = *(const uint32_t *)((const char *)c.ring + c.off.head);
+	tail = __atomic_load_n(
+		(const uint32_t *)((const char *)c.ring + c.off.tail),
+		__ATOMIC_ACQUIRE);
+	assert_int_equal(tail - head, 1);
+	cqe = (const struct djinn_cqe *)((const char *)c.ring + c.off.cqes) +
+	      (head & *(const uint32_t *)((const char *)c.ring + c.off.mask));
+	assert_int_equal(cqe->user_data, rid);
+	assert_int_equal(cqe->res, 0);
+	assert_int_equal(cqe->flags, DJINN_OP_GRAPH_SUBMIT);
+	assert_int_equal(cqe->aux[0], c.id);
+	/* the answer itself still comes on the socket */
+	assert_int_equal(djd_call_recv(c.sock, &gr, sizeof(gr), NULL), 0);
+	assert_int_equal(gr.nr_outputs, 1);
+
+	/* give the slot back: nothing more to read */
+	hb.ring_head = tail;
+	assert_int_equal(ioctl(c.dev, DJINN_IOC_HEARTBEAT, &hb), 0);
+	p.revents = 0;
+	assert_int_equal(poll(&p, 1, 0), 0);
+
+	/* a failing graph posts its errno: an input that is no tensor */
+	req.in.id ^= 0x5a5a;
+	assert_int_equal(djd_call(c.sock, DJINN_OP_GRAPH_SUBMIT, c.id, &req,
+				  sizeof(req), &gr, sizeof(gr), NULL),
+			 -ENOENT);
+	/* refused before it ran: answered on the socket only */
+	p.revents = 0;
+	assert_int_equal(poll(&p, 1, 0), 0);
+	djd_client_close(&c);
+	assert_true(wait_gone(c.id, 5000) > 0);
+}
+
+/* Sessions opened over the socket get proxies with their own leases. */
+static void test_proxy_expiry(void **state)
+{
+	struct djinn_session_open o = { .lease_ns = 400 * 1000000ull };
+	struct djinn_admin_stats st0, st1;
+	struct djinn_session_resp r;
+	struct kt_nl_msg all[64];
+	struct kt_nl *nl;
+	uint64_t kid = 0, took;
+	int fd, n, err;
+
+	nl = kt_nl_open(false, &err);
+	assert_non_null(nl);
+	fd = djd_connect(DJD_SOCK);
+	assert_true(fd >= 0);
+	snprintf(o.tenant, sizeof(o.tenant), "remote");
+	assert_int_equal(djd_stats(&st0), 0);
+	assert_int_equal(djd_call(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o),
+				  &r, sizeof(r), NULL),
+			 0);
+	n = kt_nl_dump(nl, all, 64);
+	for (int i = 0; i < n; i++)
+		if ((all[i].kind & DJINN_SESSION_PROXY) &&
+		    !strcmp(all[i].tenant, "remote"))
+			kid = all[i].id;
+	assert_true(kid != 0);
+
+	/* heartbeats keep it: 1.2 s, three leases */
+	for (int i = 0; i < 12; i++) {
+		usleep(100000);
+		assert_int_equal(djd_call(fd, DJINN_OP_HEARTBEAT, r.session_id,
+					  NULL, 0, NULL, 0, NULL),
+				 0);
+	}
+	assert_int_equal(djd_session(r.session_id, NULL), 0);
+
+	/* then they stop */
+	took = wait_gone(r.session_id, 10000);
+	assert_true(took > 0);
+	assert_int_equal(djd_stats(&st1), 0);
+	assert_int_equal(st1.sessions_expired, st0.sessions_expired + 1);
+	/* and djinnd released the proxy */
+	assert_int_equal(kt_nl_get(nl, kid, &all[0]), -ENOENT);
+	close(fd);
+	kt_nl_close(nl);
+}
+
+/* Killed by the administrator, either way. */
+static void test_kill(void **state)
+{
+	struct djinn_ioc_session_info i = { .size = sizeof(i) };
+	struct djinn_admin_stats st0, st1;
+	struct djinn_admin_kill k;
+	struct djd_client a, b;
+	char cmd[128];
+	int fd;
+
+	assert_int_equal(djd_stats(&st0), 0);
+	/* djinnctl session kill: netlink, a kernel id */
+	assert_int_equal(djd_client_bind(&a, "victim", 0), 0);
+	snprintf(cmd, sizeof(cmd), "djinnctl session kill %llu",
+		 (unsigned long long)a.kid);
+	assert_int_equal(system(cmd), 0);
+	assert_true(wait_gone(a.id, 5000) > 0);
+
+	/* the admin socket: djinnd kills the kernel session too */
+	assert_int_equal(djd_client_bind(&b, "victim2", 0), 0);
+	fd = djd_connect(DJD_ADMIN);
+	assert_true(fd >= 0);
+	k.session_id = b.id;
+	assert_int_equal(djd_call(fd, DJINN_OP_ADMIN_KILL, 0, &k, sizeof(k),
+				  NULL, 0, NULL),
+			 0);
+	close(fd);
+	assert_int_equal(ioctl(b.dev, DJINN_IOC_SESSION_INFO, &i), 0);
+	assert_int_equal(i.state, DJINN_STATE_KILLED);
+	assert_true(*(const uint32_t *)((const char *)b.ring + b.off.flags) &
+		    DJINN_RING_F_KILLED);
+	assert_int_equal(djd_stats(&st1), 0);
+	assert_int_equal(st1.sessions_killed, st0.sessions_killed + 2);
+	djd_client_close(&a);
+	djd_client_close(&b);
+}
+
+/* djinnctl session list through netlink; monitor prints the events. */
+static void test_djinnctl_monitor(void **state)
+{
+	struct djd_client c;
+	char buf[8192], want[64], cmd[128];
+	size_t got = 0;
+	int pfd[2], efd[2];
+	pid_t pid;
+	FILE *f;
+
+	assert_int_equal(pipe(pfd), 0);
+	assert_int_equal(pipe(efd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(pfd[1], 1);
+		dup2(efd[1], 2);
+		close(pfd[0]);
+		close(efd[0]);
+		execlp("djinnctl", "djinnctl", "monitor", (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	close(efd[1]);
+	/* its "monitoring" line: it has joined the group */
+	assert_true(read(efd[0], buf, sizeof(buf)) > 0);
+
+	assert_int_equal(djd_client_bind(&c, "watched", 0), 0);
+	/* the list shows it */
+	snprintf(cmd, sizeof(cmd), "djinnctl -j session list");
+	f = popen(cmd, "r");
+	assert_non_null(f);
+	got = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[got] = 0;
+	assert_int_equal(pclose(f), 0);
+	snprintf(want, sizeof(want), "\"id\":%llu,\"tenant\":\"watched\"",
+		 (unsigned long long)c.kid);
+	if (!strstr(buf, want))
+		fail_msg("session list -j: no %s in %s", want, buf);
+	djd_client_close(&c);
+	assert_true(wait_gone(c.id, 5000) > 0);
+
+	/* opened, then closed, as JSON lines */
+	got = 0;
+	snprintf(want, sizeof(want), "{\"event\":\"closed\",\"id\":%llu,",
+		 (unsigned long long)c.kid);
+	for (int i = 0; i < 100 && !strstr(buf, want); i++) {
+		struct pollfd p = { .fd = pfd[0], .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&p, 1, 100) != 1)
+			continue;
+		n = read(pfd[0], buf + got, sizeof(buf) - 1 - got);
+		assert_true(n > 0);
+		got += (size_t)n;
+		buf[got] = 0;
+	}
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	if (!strstr(buf, want))
+		fail_msg("monitor: no %s in %s", want, buf);
+	snprintf(want, sizeof(want), "{\"event\":\"opened\",\"id\":%llu,",
+		 (unsigned long long)c.kid);
+	assert_non_null(strstr(buf, want));
+	assert_non_null(strstr(buf, "\"tenant\":\"watched\""));
+	close(pfd[0]);
+	close(efd[0]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hello_says_kmod),
+		cmocka_unit_test(test_bind),
+		cmocka_unit_test(test_client_death),
+		cmocka_unit_test(test_ring_completion),
+		cmocka_unit_test(test_proxy_expiry),
+		cmocka_unit_test(test_kill),
+		cmocka_unit_test(test_djinnctl_monitor),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
