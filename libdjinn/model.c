@@ -21,12 +21,18 @@
  * padded to 8 bytes. Its call takes an answer of up to the whole decode's
  * size and checks it against its own nr_tokens.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -116,13 +122,57 @@ static int name_check(const char *name)
 	return 0;
 }
 
+/* The session's model from MODEL_OPEN's (or MODEL_OPEN_UPLOADED's)
+ * answer @r, named @name. */
+static int model_new(struct djinn_session *s, const char *name,
+		     const struct djinn_model_resp *r, struct djinn_model **out)
+{
+	struct djinn_model *m;
+
+	if (!r->model ||
+	    (r->arch != DJINN_ARCH_GPT2 && r->arch != DJINN_ARCH_LLAMA) ||
+	    !djinn_dtype_size(r->dtype) || !r->vocab || !r->n_layer ||
+	    !r->hidden || !r->n_head || !r->n_kv_head || !r->max_tokens) {
+		__djinn_conn_fail(s->conn, -EPROTO,
+				  "MODEL_OPEN answer: handle %#llx, arch %u, "
+				  "dtype %u, vocab %u, %u layers",
+				  (unsigned long long)r->model, r->arch,
+				  r->dtype, r->vocab, r->n_layer);
+		return -EPROTO;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		/* the daemon holds it for the session, which frees it */
+		return -ENOMEM;
+	}
+	m->s = s;
+	m->handle = r->model;
+	memcpy(m->info.name, name, strlen(name));
+	m->info.arch = r->arch;
+	m->info.dtype = r->dtype;
+	m->info.vocab = r->vocab;
+	m->info.n_layer = r->n_layer;
+	m->info.hidden = r->hidden;
+	m->info.n_head = r->n_head;
+	m->info.n_kv_head = r->n_kv_head;
+	m->info.max_tokens = r->max_tokens;
+	m->info.bytes = r->bytes;
+	memcpy(m->info.fp, r->fp, sizeof(m->info.fp));
+	pthread_mutex_lock(&s->conn->lock);
+	list_add_tail(&m->node, &s->models);
+	pthread_mutex_unlock(&s->conn->lock);
+	dj_dbg("model %s: %u layers, vocab %u, %llu bytes", name, r->n_layer,
+	       r->vocab, (unsigned long long)r->bytes);
+	*out = m;
+	return 0;
+}
+
 int djinn_model_open(struct djinn_session *s, const char *name,
 		     struct djinn_model **out)
 {
 	struct djinn_model_open req = { { 0 } };
 	struct djinn_model_resp r;
 	struct iovec iov = { &req, sizeof(req) };
-	struct djinn_model *m;
 	int ret;
 
 	if (!s || !out)
@@ -135,42 +185,194 @@ int djinn_model_open(struct djinn_session *s, const char *name,
 				&r, sizeof(r));
 	if (ret)
 		return ret;
-	if (!r.model ||
-	    (r.arch != DJINN_ARCH_GPT2 && r.arch != DJINN_ARCH_LLAMA) ||
-	    !djinn_dtype_size(r.dtype) || !r.vocab || !r.n_layer || !r.hidden ||
-	    !r.n_head || !r.n_kv_head || !r.max_tokens) {
-		__djinn_conn_fail(s->conn, -EPROTO,
-				  "MODEL_OPEN answer: handle %#llx, arch %u, "
-				  "dtype %u, vocab %u, %u layers",
-				  (unsigned long long)r.model, r.arch, r.dtype,
-				  r.vocab, r.n_layer);
-		return -EPROTO;
+	return model_new(s, name, &r, out);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Uploaded models */
+
+/* One file of an upload, mapped. */
+struct up_file {
+	char path[PATH_MAX];
+	const uint8_t *p;
+	size_t len;
+	struct djinn_tensor *t;
+};
+
+static int up_map(struct up_file *f, size_t max)
+{
+	struct stat st;
+	void *p;
+	int fd = open(f->path, O_RDONLY | O_CLOEXEC), ret;
+
+	if (fd < 0)
+		return refuse(-errno, "%s: %s", f->path, strerror(errno));
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || !st.st_size ||
+	    (uint64_t)st.st_size > max) {
+		ret = refuse(-EINVAL,
+			     "%s: not a regular file of 1 to %zu bytes",
+			     f->path, max);
+		close(fd);
+		return ret;
 	}
-	m = calloc(1, sizeof(*m));
-	if (!m) {
-		/* the daemon holds it for the session, which frees it */
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	ret = p == MAP_FAILED ?
+		      refuse(-errno, "%s: mmap: %s", f->path, strerror(errno)) :
+		      0;
+	close(fd);
+	if (!ret) {
+		f->p = p;
+		f->len = (size_t)st.st_size;
+	}
+	return ret;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* @dir's *.safetensors, sorted, into @f[1..]; their number. */
+static int up_list(const char *dir, struct up_file *f, unsigned int max)
+{
+	char *names[DJINN_MODEL_MAX_FILES];
+	unsigned int n = 0;
+	struct dirent *e;
+	DIR *d = opendir(dir);
+	int ret = 0;
+
+	if (!d)
+		return refuse(-errno, "%s: %s", dir, strerror(errno));
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+
+		if (l <= 12 || strcmp(e->d_name + l - 12, ".safetensors"))
+			continue;
+		if (n == max) {
+			ret = refuse(-E2BIG,
+				     "%s: more than %u safetensors "
+				     "files",
+				     dir, max);
+			break;
+		}
+		names[n] = strdup(e->d_name);
+		if (!names[n]) {
+			ret = -ENOMEM;
+			break;
+		}
+		n++;
+	}
+	closedir(d);
+	if (!ret && !n)
+		ret = refuse(-ENOENT, "%s: no *.safetensors", dir);
+	qsort(names, n, sizeof(names[0]), cmp_str);
+	for (unsigned int i = 0; i < n; i++) {
+		if (!ret && snprintf(f[i].path, sizeof(f[i].path), "%s/%s", dir,
+				     names[i]) >= (int)sizeof(f[i].path))
+			ret = refuse(-ENAMETOOLONG, "%s: path too long", dir);
+		free(names[i]);
+	}
+	return ret ? ret : (int)n;
+}
+
+int djinn_model_upload(struct djinn_session *s, const char *dir,
+		       struct djinn_model **out)
+{
+	const size_t max = (size_t)1 << 40;
+	struct up_file *f = calloc(DJINN_MODEL_MAX_FILES + 1, sizeof(*f));
+	struct djinn_model_upload *req = NULL;
+	struct djinn_model_file *mf;
+	struct djinn_model_resp r;
+	uint8_t all[(DJINN_MODEL_MAX_FILES + 1) * DJINN_FP_LEN], fp[32];
+	char name[DJINN_MODEL_NAME_MAX];
+	unsigned int nr = 0;
+	size_t len;
+	int ret;
+
+	if (!s || !dir || !out) {
+		free(f);
+		return refuse(-EINVAL, "model upload: NULL argument");
+	}
+	if (!f)
 		return -ENOMEM;
+	if (snprintf(f[0].path, sizeof(f[0].path), "%s/config.json", dir) >=
+	    (int)sizeof(f[0].path)) {
+		ret = refuse(-ENAMETOOLONG, "%s: path too long", dir);
+		goto out;
 	}
-	m->s = s;
-	m->handle = r.model;
-	memcpy(m->info.name, name, strlen(name));
-	m->info.arch = r.arch;
-	m->info.dtype = r.dtype;
-	m->info.vocab = r.vocab;
-	m->info.n_layer = r.n_layer;
-	m->info.hidden = r.hidden;
-	m->info.n_head = r.n_head;
-	m->info.n_kv_head = r.n_kv_head;
-	m->info.max_tokens = r.max_tokens;
-	m->info.bytes = r.bytes;
-	memcpy(m->info.fp, r.fp, sizeof(m->info.fp));
-	pthread_mutex_lock(&s->conn->lock);
-	list_add_tail(&m->node, &s->models);
-	pthread_mutex_unlock(&s->conn->lock);
-	dj_dbg("model %s: %u layers, vocab %u, %llu bytes", name, r.n_layer,
-	       r.vocab, (unsigned long long)r.bytes);
-	*out = m;
-	return 0;
+	ret = up_list(dir, f + 1, DJINN_MODEL_MAX_FILES);
+	if (ret < 0)
+		goto out;
+	nr = (unsigned int)ret;
+	len = sizeof(*req) + nr * sizeof(*mf);
+	req = calloc(1, len);
+	if (!req) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	req->nr_files = nr;
+	/* Fingerprints first: a daemon that has the model needs no more. */
+	for (unsigned int i = 0; i <= nr; i++) {
+		mf = i ? &req->files[i - 1] : &req->config;
+		ret = up_map(&f[i], i ? max : DJINN_MODEL_CONFIG_MAX);
+		if (!ret)
+			ret = __djinn_sha256(f[i].p, f[i].len, mf->fp);
+		if (ret)
+			goto out;
+		memcpy(all + i * DJINN_FP_LEN, mf->fp, DJINN_FP_LEN);
+	}
+	ret = __djinn_sha256(all, (nr + 1) * DJINN_FP_LEN, fp);
+	if (ret)
+		goto out;
+	snprintf(name, sizeof(name), "upload-");
+	for (int i = 0; i < 8; i++)
+		snprintf(name + 7 + 2 * i, 3, "%02x", fp[i]);
+	{
+		struct iovec iov = { req, len };
+
+		ret = __djinn_call_sync(s->conn, DJINN_OP_MODEL_OPEN_UPLOADED,
+					s->id, &iov, 1, &r, sizeof(r));
+	}
+	if (ret == -ENOENT) {
+		/* Upload what the daemon lacks (text: each by fingerprint
+		 * first), then ask again with every handle. */
+		ret = 0;
+		for (unsigned int i = 0; i <= nr && !ret; i++) {
+			struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_U8,
+						       .ndim = 1,
+						       .dims = { f[i].len } };
+			struct djinn_tensor_info ti;
+
+			mf = i ? &req->files[i - 1] : &req->config;
+			ret = djinn_tensor_upload(s, &d, f[i].p, DJINN_SEG_TEXT,
+						  &f[i].t);
+			if (!ret)
+				ret = djinn_tensor_info(f[i].t, &ti);
+			if (!ret)
+				mf->handle = ti.handle;
+		}
+		if (!ret) {
+			struct iovec iov = { req, len };
+
+			ret = __djinn_call_sync(s->conn,
+						DJINN_OP_MODEL_OPEN_UPLOADED,
+						s->id, &iov, 1, &r, sizeof(r));
+		}
+	}
+	if (!ret)
+		ret = model_new(s, name, &r, out);
+out:
+	for (unsigned int i = 0; i <= nr || (!nr && i == 0); i++) {
+		if (f[i].t)
+			djinn_tensor_release(f[i].t);
+		if (f[i].p)
+			munmap((void *)f[i].p, f[i].len);
+		if (!nr)
+			break;
+	}
+	free(req);
+	free(f);
+	return ret;
 }
 
 int djinn_model_info(const struct djinn_model *m, struct djinn_model_info *info)

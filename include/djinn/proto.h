@@ -629,6 +629,7 @@ static_assert(sizeof(struct djinn_model_resp) == 80, "model resp layout");
  * djinn_model_resp, as MODEL_OPEN's.
  */
 #define DJINN_MODEL_MAX_FILES 64 /* safetensors files of one upload */
+#define DJINN_MODEL_CONFIG_MAX (1u << 20) /* bytes of its config.json */
 
 /**
  * struct djinn_model_file - one file of MODEL_OPEN_UPLOADED

@@ -564,6 +564,69 @@ static void test_breakpoints(void **state)
 	assert_int_equal(djinn_model_close(m), 0);
 }
 
+/* Uploaded models: the files cross the wire once; a second client with
+ * the same files sends only their fingerprints, and generates what the
+ * directory model does. */
+static void test_upload(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_conn_stats a, b;
+	struct djinn_model_info mi, mi2;
+	struct djinn_model *m, *m2, *md;
+	struct djinn_session *s2;
+	struct djinn_ctx *c;
+	char dir[sizeof(fx->d.dir) + 32];
+	int32_t t[4], want[4];
+	int ret;
+
+	snprintf(dir, sizeof(dir), "%s/models/tiny-gpt2", fx->d.dir);
+	assert_int_equal(djinn_conn_stats(fx->conn, &a), 0);
+	ret = djinn_model_upload(fx->s, dir, &m);
+	if (ret)
+		fail_msg("upload: %d: %s", ret, djinn_last_error());
+	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
+	assert_int_equal(djinn_model_info(m, &mi), 0);
+	assert_true(!strncmp(mi.name, "upload-", 7) && strlen(mi.name) == 23);
+	/* The weights went up once (config.json and the file). */
+	assert_true(b.bytes_sent - a.bytes_sent > 200000);
+	assert_int_equal(holders(fx, mi.name), 1);
+
+	/* The same files from another session: fingerprints only. */
+	assert_int_equal(djinn_session_open(fx->conn, NULL, &s2), 0);
+	assert_int_equal(djinn_conn_stats(fx->conn, &a), 0);
+	assert_int_equal(djinn_model_upload(s2, dir, &m2), 0);
+	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
+	assert_true(b.bytes_sent - a.bytes_sent < 4096);
+	assert_int_equal(djinn_model_info(m2, &mi2), 0);
+	assert_string_equal(mi2.name, mi.name);
+	assert_memory_equal(mi2.fp, mi.fp, sizeof(mi.fp));
+	assert_int_equal(holders(fx, mi.name), 2);
+
+	/* It is the directory model's weights: the same tokens. */
+	assert_int_equal(djinn_model_open(fx->s, "tiny-gpt2", &md), 0);
+	assert_int_equal(djinn_model_info(md, &mi2), 0);
+	assert_memory_equal(mi2.fp, mi.fp, sizeof(mi.fp));
+	assert_int_equal(djinn_ctx_new(md, 0, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, 4, NULL, want, NULL, NULL), 4);
+	assert_int_equal(djinn_ctx_free(c), 0);
+	assert_int_equal(djinn_ctx_new(m2, 0, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, 4, NULL, t, NULL, NULL), 4);
+	assert_memory_equal(t, want, sizeof(t));
+	assert_int_equal(djinn_ctx_free(c), 0);
+
+	/* A directory without the files, or with no config.json. */
+	snprintf(dir, sizeof(dir), "%s/models", fx->d.dir);
+	assert_int_equal(djinn_model_upload(fx->s, dir, &m2), -ENOENT);
+	assert_int_equal(djinn_model_upload(fx->s, "/nonexistent", &m2),
+			 -ENOENT);
+	assert_int_equal(djinn_model_close(m), 0);
+	assert_int_equal(djinn_model_close(md), 0);
+	assert_int_equal(djinn_session_close(s2), 0);
+	assert_int_equal(holders(fx, mi.name), 0);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
@@ -573,6 +636,7 @@ int main(void)
 		T(test_fork_reset),
 		T(test_errors),
 		T(test_breakpoints),
+		T(test_upload),
 		cmocka_unit_test_setup_teardown(test_dead_daemon, fx_setup,
 						fx_teardown_killed),
 	};
