@@ -997,6 +997,13 @@ static bool keeper_step(struct djinn_conn *conn, uint64_t *next)
 			*next = min_t(uint64_t, *next, due);
 			continue;
 		}
+		if (s->kdev) { /* an ioctl, no round trip (kdev.c) */
+			s->last_ns = now;
+			if (__djinn_kdev_heartbeat(s->kdev, &s->deadline_ns))
+				s->expired = true; /* it ended in the kernel */
+			*next = min_t(uint64_t, *next, now + s->lease_ns / 3);
+			continue;
+		}
 		s->hb_inflight = true;
 		s->last_ns = now;
 		pthread_mutex_unlock(&conn->lock);

@@ -281,9 +281,25 @@ struct djinn_session {
 	uint64_t last_ns;
 	bool hb_inflight;
 	bool expired;
+	struct dj_kdev *kdev; /* kdev.c: a session on /dev/djinn, or NULL */
 	struct list_head tensors, graphs, requests;
 	struct list_head models, ctxs; /* model.c's */
 };
+
+/*
+ * kdev.c: sessions on /dev/djinn. open: 0, or -errno and the caller
+ * opens on the socket (-EOPNOTSUPP: not offered). heartbeat: the ioctl,
+ * giving ring slots back. wait: until @c's record is in the ring, its
+ * answer may be on the socket, or @deadline_ns; then read it as usual.
+ */
+struct dj_kdev;
+int __djinn_kdev_open(struct djinn_conn *conn, const char *tenant,
+		      uint32_t priority, uint64_t lease_ns,
+		      struct dj_kdev **out, struct djinn_session_resp *r);
+void __djinn_kdev_close(struct dj_kdev *kd);
+int __djinn_kdev_heartbeat(struct dj_kdev *kd, uint64_t *deadline_ns);
+void __djinn_kdev_wait(struct dj_kdev *kd, struct djinn_conn *conn,
+		       struct dj_call *c, uint64_t deadline_ns);
 
 struct djinn_tensor {
 	struct djinn_session *s;

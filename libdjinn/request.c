@@ -217,6 +217,7 @@ int djinn_submit(struct djinn_graph_builder *g, struct djinn_request **out)
 int djinn_wait(struct djinn_request *req, uint64_t timeout_ns)
 {
 	uint64_t deadline = UINT64_MAX, now;
+	struct dj_kdev *kd;
 	int ret;
 
 	if (!req || !req->sent)
@@ -227,6 +228,12 @@ int djinn_wait(struct djinn_request *req, uint64_t timeout_ns)
 		    deadline == UINT64_MAX)
 			deadline--;
 	}
+	/* a session on /dev/djinn: the ring tells first (kdev.c) */
+	pthread_mutex_lock(&req->conn->lock);
+	kd = req->s && !req->call.done ? req->s->kdev : NULL;
+	pthread_mutex_unlock(&req->conn->lock);
+	if (kd)
+		__djinn_kdev_wait(kd, req->conn, &req->call, deadline);
 	ret = __djinn_call_wait(req->conn, &req->call, deadline);
 	return ret ? ret : req->call.err;
 }

@@ -74,6 +74,7 @@ int djinn_session_open(struct djinn_conn *conn,
 	struct djinn_session_open req = { .priority = DJINN_PRIORITY_DEFAULT };
 	struct djinn_session_resp r;
 	const char *tenant = default_tenant();
+	struct dj_kdev *kd;
 	struct iovec iov = { &req, sizeof(req) };
 	size_t n;
 	int ret;
@@ -90,6 +91,20 @@ int djinn_session_open(struct djinn_conn *conn,
 	if (!n || n >= DJINN_TENANT_MAX || req.priority > 7)
 		return -EINVAL;
 	memcpy(req.tenant, tenant, n);
+
+	/* on /dev/djinn when djinnd follows it (kdev.c), else here */
+	if (!__djinn_kdev_open(conn, tenant, req.priority, req.lease_ns, &kd,
+			       &r)) {
+		ret = __djinn_session_new(conn, &r, 0, tenant, out);
+		if (ret) {
+			__djinn_kdev_close(kd);
+			return ret;
+		}
+		pthread_mutex_lock(&conn->lock);
+		(*out)->kdev = kd;
+		pthread_mutex_unlock(&conn->lock);
+		return 0;
+	}
 
 	ret = __djinn_call_sync(conn, DJINN_OP_SESSION_OPEN, 0, &iov, 1, &r,
 				sizeof(r));
@@ -158,6 +173,8 @@ void __djinn_session_teardown(struct djinn_session *s)
 		free(t);
 	}
 	pthread_mutex_unlock(&conn->lock);
+	__djinn_kdev_close(s->kdev); /* the kernel session ends with it */
+	s->kdev = NULL;
 }
 
 int djinn_session_close(struct djinn_session *s)
@@ -201,6 +218,18 @@ int djinn_session_heartbeat(struct djinn_session *s)
 
 	if (!s)
 		return -EINVAL;
+	if (s->kdev) { /* the kernel keeps the lease: no round trip */
+		uint64_t deadline;
+
+		ret = __djinn_kdev_heartbeat(s->kdev, &deadline);
+		if (ret)
+			return ret;
+		pthread_mutex_lock(&s->conn->lock);
+		s->deadline_ns = deadline;
+		s->last_ns = __djinn_now_ns();
+		pthread_mutex_unlock(&s->conn->lock);
+		return 0;
+	}
 	ret = __djinn_call_sync(s->conn, DJINN_OP_HEARTBEAT, s->id, NULL, 0, &r,
 				sizeof(r));
 	if (ret)

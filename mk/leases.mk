@@ -33,3 +33,13 @@ $(KT_DJ_BINS): $(KT_DIR)/%: $(KT_DIR)/guest/%.o $(KT_DIR)/guest/kt.o \
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(KT_LIBS)
 KT_BINS += $(KT_DJ_BINS) $(DJINND) $(DJINNCTL)
 $(KT_INITRD): $(KT_DJ_BINS) $(DJINND) $(DJINNCTL)
+
+# libdjinn on the module (libdjinn/kdev.c), in the guest too.
+KT_KDEV := $(KT_DIR)/test_kdev
+$(KT_KDEV): $(KT_DIR)/guest/test_kdev.o $(KT_DIR)/guest/kt.o \
+		$(KT_DIR)/guest/djd.o $(LIBDJINN_A)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) -lcmocka $(KT_LIBS) \
+		$(LIBS_LIBDJINN)
+KT_BINS += $(KT_KDEV)
+$(KT_INITRD): $(KT_KDEV)
