@@ -65,6 +65,7 @@ struct kmod_lease {
 	struct nl_sock *nl;
 	int family;
 	bool resync; /* events were lost */
+	bool broken; /* the netlink socket failed: look every second */
 	struct list_head sessions; /* through s->lease_node */
 	uint64_t posted, overflowed;
 };
@@ -304,13 +305,19 @@ static void nl_complete(struct io_src *src, struct io_uring_cqe *cqe,
 			continue;
 		}
 		if (ret < 0) {
-			log_warn("netlink: %s", nl_geterror(ret));
+			/* not polled again (it would fail at once, for
+			 * ever): the lease timer looks every second */
+			log_err("netlink: %s: no more events; looking the "
+				"sessions up every second",
+				nl_geterror(ret));
+			k->broken = true;
 			break;
 		}
 	}
-	if (k->resync)
+	if (k->resync || k->broken)
 		resync(k);
-	nl_arm(k);
+	if (!k->broken)
+		nl_arm(k);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -321,7 +328,7 @@ static uint64_t kmod_poll(struct lease_provider *lp, uint64_t now,
 {
 	struct kmod_lease *k = to_kmod(lp);
 
-	if (k->resync)
+	if (k->resync || k->broken)
 		resync(k);
 	return 1000000000ull; /* the module tells: nothing to look at */
 }
