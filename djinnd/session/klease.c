@@ -66,6 +66,7 @@ struct kmod_lease {
 	int family;
 	bool resync; /* events were lost */
 	bool broken; /* the netlink socket failed: look every second */
+	bool active; /* set up: the provider in use */
 	struct list_head sessions; /* through s->lease_node */
 	uint64_t posted, overflowed;
 };
@@ -398,10 +399,11 @@ static void kmod_destroy(struct lease_provider *lp)
 {
 	struct kmod_lease *k = to_kmod(lp);
 
-	log_info("leases: kmod: %llu completions posted, %llu dropped "
-		 "(ring full)",
-		 (unsigned long long)k->posted,
-		 (unsigned long long)k->overflowed);
+	if (k->active)
+		log_info("leases: kmod: %llu completions posted, %llu dropped "
+			 "(ring full)",
+			 (unsigned long long)k->posted,
+			 (unsigned long long)k->overflowed);
 	if (k->nl)
 		nl_socket_free(k->nl);
 	if (k->fd >= 0)
@@ -527,6 +529,7 @@ int lease_provider_open(struct server *srv, const char *which,
 		return ret;
 	}
 	nl_arm(k);
+	k->active = true;
 	*out = &k->base;
 	log_notice("leases: kmod (%s%s attached as the daemon, following "
 		   "netlink events)",
