@@ -683,7 +683,7 @@ static const struct mm_case mm_cases[] = {
 	{ 4, 4, 4, { 2, 1, 3, 4 }, { 1, 3, 4, 2 }, { 2, 3, 3, 2 }, 0, 0 },
 	/* q k^T over (B, H): many small ones, on the pool */
 	{ 4, 4, 4, { 2, 3, 8, 16 }, { 2, 3, 8, 16 }, { 2, 3, 8, 8 }, 0, 1 },
-	/* big ones one after another, on OpenBLAS's threads */
+	/* big ones, one sgemm each on the pool */
 	{ 3, 3, 3, { 3, 100, 70 }, { 3, 70, 90 }, { 3, 100, 90 }, 0, 0 },
 	{ 2, 2, 2, { 1, 1 }, { 1, 1 }, { 1, 1 }, 0, 0 },
 	/* one row: decoding a token, a matrix-vector product */
@@ -691,6 +691,12 @@ static const struct mm_case mm_cases[] = {
 	{ 3, 2, 3, { 1, 1, 96 }, { 70, 96 }, { 1, 1, 70 }, 0, 1 },
 	{ 3, 3, 3, { 5, 96, 1 }, { 5, 96, 70 }, { 5, 1, 70 }, 1, 0 },
 	{ 3, 3, 3, { 5, 96, 1 }, { 1, 70, 96 }, { 5, 1, 70 }, 1, 1 },
+	/* the backend's own gemv, split over the pool, with tails */
+	{ 3, 2, 3, { 1, 1, 771 }, { 771, 2309 }, { 1, 1, 2309 }, 0, 0 },
+	{ 3, 2, 3, { 1, 1, 771 }, { 2309, 771 }, { 1, 1, 2309 }, 0, 1 },
+	/* a GEMM split by columns over the pool, with a short last block */
+	{ 2, 2, 2, { 70, 130 }, { 130, 333 }, { 70, 333 }, 0, 0 },
+	{ 3, 2, 3, { 2, 35, 130 }, { 333, 130 }, { 2, 35, 333 }, 0, 1 },
 };
 
 static void check_matmul(const struct mm_case *c, size_t idx,
@@ -728,11 +734,20 @@ static void test_matmul_paths(void **state)
 		struct mm_case c;
 		unsigned int sgemm, sgemv;
 	} cases[] = {
-		/* GPT-2: (B, T, C) x (C, 3C) is one sgemm, weights either way */
+		/* GPT-2: (B, T, C) x (C, 3C) is one sgemm, weights either
+		 * way, split by 64 columns over the 3 threads: 3 sgemms */
 		{ { 3, 2, 3, { 2, 37, 192 }, { 192, 130 }, { 2, 37, 130 }, 0, 0 },
-		  1,
+		  3,
 		  0 },
 		{ { 3, 2, 3, { 2, 37, 192 }, { 130, 192 }, { 2, 37, 130 }, 0, 1 },
+		  3,
+		  0 },
+		/* 5 blocks of 64 columns, 2 a thread: 3 sgemms */
+		{ { 2, 2, 2, { 40, 100 }, { 100, 300 }, { 40, 300 }, 0, 0 },
+		  3,
+		  0 },
+		/* one block: 1 */
+		{ { 2, 2, 2, { 40, 100 }, { 100, 60 }, { 40, 60 }, 0, 0 },
 		  1,
 		  0 },
 		{ { 4,
@@ -745,10 +760,10 @@ static void test_matmul_paths(void **state)
 		    0 },
 		  1,
 		  0 },
-		/* decoding one token: one sgemv */
+		/* decoding one token: the backend's gemv, no BLAS */
 		{ { 3, 2, 3, { 1, 1, 96 }, { 96, 70 }, { 1, 1, 70 }, 0, 0 },
 		  0,
-		  1 },
+		  0 },
 		/* a batch that cannot fold: one call per matrix */
 		{ { 3, 3, 3, { 3, 100, 70 }, { 3, 70, 90 }, { 3, 100, 90 }, 0, 0 },
 		  3,
@@ -766,7 +781,7 @@ static void test_matmul_paths(void **state)
 		  0 },
 		{ { 3, 3, 3, { 5, 96, 1 }, { 5, 96, 70 }, { 5, 1, 70 }, 1, 0 },
 		  0,
-		  5 },
+		  0 },
 	};
 
 	rng_seed(31);

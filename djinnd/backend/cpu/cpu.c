@@ -738,9 +738,11 @@ int cpu_backend_create(uint64_t capacity, unsigned int threads,
 	ret = cpu_pool_create(threads, &cb->pool);
 	if (ret)
 		goto out_provider;
-	/* OpenBLAS keeps its own threads for GEMM: as many as ours. The
-	 * setting is process-wide; the last backend created wins. */
-	openblas_set_num_threads((int)threads);
+	/* GEMMs are split over the pool (matmul.c), each one
+	 * single-threaded in OpenBLAS: its own threads would spin in
+	 * sched_yield() between calls, taking the cores from the pool's
+	 * kernels. The setting is process-wide. */
+	openblas_set_num_threads(1);
 
 	cb->base.ops = &cpu_backend_ops;
 	cb->base.name = "cpu";

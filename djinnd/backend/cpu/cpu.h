@@ -60,6 +60,9 @@ typedef int (*cpu_range_fn)(void *arg, size_t lo, size_t hi);
 int cpu_pool_create(unsigned int nr_threads, struct cpu_pool **out);
 void cpu_pool_destroy(struct cpu_pool *p);
 
+/* Threads that run a loop, the caller's included. */
+unsigned int cpu_pool_threads(const struct cpu_pool *p);
+
 /*
  * Run @fn over [0, @n) in chunks of at least @grain items on the pool's
  * threads and the caller's, and return when all are done: 0, or the

@@ -150,6 +150,11 @@ int cpu_parallel_for(struct cpu_pool *p, size_t n, size_t grain,
 	return ret;
 }
 
+unsigned int cpu_pool_threads(const struct cpu_pool *p)
+{
+	return p->nr_threads;
+}
+
 static void stop_workers(struct cpu_pool *p)
 {
 	pthread_mutex_lock(&p->lock);
