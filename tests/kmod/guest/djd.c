@@ -254,6 +254,17 @@ int djd_stats(struct djinn_admin_stats *st)
 	return ret;
 }
 
+int djd_vmu(struct djinn_admin_vmu *v)
+{
+	int fd = djd_connect(DJD_ADMIN), ret;
+
+	if (fd < 0)
+		return fd;
+	ret = djd_call(fd, DJINN_OP_ADMIN_VMU, 0, NULL, 0, v, sizeof(*v), NULL);
+	close(fd);
+	return ret;
+}
+
 int djd_client_bind(struct djd_client *c, const char *tenant, uint64_t lease_ns)
 {
 	struct djinn_ioc_session_open o = { .size = sizeof(o),

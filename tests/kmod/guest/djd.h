@@ -45,6 +45,7 @@ int djd_sessions(struct djinn_admin_session *out, int max);
 /* The session @id as the admin socket sees it: 0, or -ENOENT. */
 int djd_session(uint64_t id, struct djinn_admin_session *out);
 int djd_stats(struct djinn_admin_stats *st);
+int djd_vmu(struct djinn_admin_vmu *v);
 
 /* A local client's session on /dev/djinn bound to djinnd (SESSION_BIND
  * over a fresh connection): the session file, the connection, the ids. */

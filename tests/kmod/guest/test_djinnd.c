@@ -124,6 +124,7 @@ static void test_bind(void **state)
 static void test_client_death(void **state)
 {
 	struct djinn_admin_stats st0, st1;
+	struct djinn_admin_vmu v0, v1;
 	struct djinn_admin_session e;
 	uint64_t ids[2], took;
 	int pfd[2], status;
@@ -152,6 +153,7 @@ static void test_client_death(void **state)
 	assert_int_equal(djd_session(ids[0], &e), 0);
 	assert_true(e.data_bytes >= 16 * MiB);
 	assert_int_equal(djd_stats(&st0), 0);
+	assert_int_equal(djd_vmu(&v0), 0);
 
 	kill(pid, SIGKILL);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -162,6 +164,9 @@ static void test_client_death(void **state)
 	assert_int_equal(djd_stats(&st1), 0);
 	assert_int_equal(st1.sessions_closed, st0.sessions_closed + 1);
 	assert_int_equal(st1.sessions_expired, st0.sessions_expired);
+	/* and the device memory is back (the data segment, ADMIN_VMU) */
+	assert_int_equal(djd_vmu(&v1), 0);
+	assert_true(v1.seg[1].used + 16 * MiB <= v0.seg[1].used);
 }
 
 /* A graph's completion lands in the ring before its answer is read. */
