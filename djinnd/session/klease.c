@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <netlink/genl/ctrl.h>
@@ -486,8 +487,11 @@ static int kmod_lease_create(struct server *srv, struct kmod_lease **out,
 	}
 	nl_socket_modify_cb(k->nl, NL_CB_VALID, NL_CB_CUSTOM, on_event, k);
 	nl_socket_set_nonblocking(k->nl);
-	/* a burst of sessions ending at once must not drop events */
-	nl_socket_set_buffer_size(k->nl, 4 << 20, 0);
+	/* a burst of sessions ending at once must not drop events: past
+	 * net.core.rmem_max as CAP_NET_ADMIN may, else up to it */
+	if (setsockopt(nl_socket_get_fd(k->nl), SOL_SOCKET, SO_RCVBUFFORCE,
+		       &(int){ 4 << 20 }, sizeof(int)))
+		nl_socket_set_buffer_size(k->nl, 4 << 20, 0);
 	*out = k;
 	return 0;
 

@@ -169,6 +169,45 @@ static void test_client_death(void **state)
 	assert_true(v1.seg[1].used + 16 * MiB <= v0.seg[1].used);
 }
 
+/* A process with many bound sessions dies: every one is ended. */
+static void test_many_die(void **state)
+{
+	enum { N = 48 };
+	struct djinn_admin_stats st0, st1;
+	uint64_t ids[N];
+	int pfd[2], status;
+	pid_t pid;
+
+	assert_int_equal(djd_stats(&st0), 0);
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		static struct djd_client c[N];
+
+		close(pfd[0]);
+		for (int i = 0; i < N; i++) {
+			if (djd_client_bind(&c[i], "crowd", 0) ||
+			    djd_tensor(c[i].sock, c[i].id, 1 * MiB))
+				_exit(1);
+			ids[i] = c[i].id;
+		}
+		if (write(pfd[1], ids, sizeof(ids)) != sizeof(ids))
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], ids, sizeof(ids)), sizeof(ids));
+	close(pfd[0]);
+	kill(pid, SIGKILL);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	for (int i = 0; i < N; i++)
+		assert_true(wait_gone(ids[i], 10000) > 0);
+	assert_int_equal(djd_stats(&st1), 0);
+	assert_int_equal(st1.sessions_closed, st0.sessions_closed + N);
+}
+
 /* A graph's completion lands in the ring before its answer is read. */
 static void test_ring_completion(void **state)
 {
@@ -403,6 +442,7 @@ int main(void)
 		cmocka_unit_test(test_hello_says_kmod),
 		cmocka_unit_test(test_bind),
 		cmocka_unit_test(test_client_death),
+		cmocka_unit_test(test_many_die),
 		cmocka_unit_test(test_ring_completion),
 		cmocka_unit_test(test_proxy_expiry),
 		cmocka_unit_test(test_kill),
