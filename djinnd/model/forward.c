@@ -275,33 +275,28 @@ static uint32_t attend(struct gbuild *g, const struct model_config *c,
 	struct djinn_p_attention pa = { .causal = 1 };
 	uint32_t ins[3];
 
-	if (a->P) { /* (P, 1, Hk D) -> (P, Hk D), then (S, Hk D) */
-		int32_t P = (int32_t)a->P;
+	/* Each reshape and permute is a copy on the CPU: as few as the
+	 * layouts allow, those of the whole cache most of all. */
+	if (a->P) { /* (P, 1, Hk D) and (T, 1, Hk D) -> (S, 1, Hk D) */
 		uint32_t pk[2], pv[2];
 
-		pk[0] = reshape(g, slice(g, cache, 1, 2 * l, 2 * l + 1), 2, P,
-				Hk * D);
-		pv[0] = reshape(g, slice(g, cache, 1, 2 * l + 1, 2 * l + 2), 2,
-				P, Hk * D);
-		pk[1] = k;
-		pv[1] = v;
+		pk[0] = slice(g, cache, 1, 2 * l, 2 * l + 1);
+		pv[0] = slice(g, cache, 1, 2 * l + 1, 2 * l + 2);
+		pk[1] = reshape(g, k, 3, T, 1, Hk * D);
+		pv[1] = reshape(g, v, 3, T, 1, Hk * D);
 		k = concat(g, 2, pk, 0);
 		v = concat(g, 2, pv, 0);
 	}
-	/* (S, Hk D) -> (S, Hk, D) -> (Hk, S, D) -> (1, Hk, S, D) */
-	k = reshape(g, permute(g, reshape(g, k, 3, S, Hk, D), 3, 1, 0, 2), 4, 1,
-		    Hk, S, D);
-	v = reshape(g, permute(g, reshape(g, v, 3, S, Hk, D), 3, 1, 0, 2), 4, 1,
-		    Hk, S, D);
-	q = reshape(g, permute(g, reshape(g, q, 3, T, H, D), 3, 1, 0, 2), 4, 1,
-		    H, T, D);
+	/* (S, [1,] Hk D) -> (1, S, Hk, D) -> (1, Hk, S, D) */
+	k = permute(g, reshape(g, k, 4, 1, S, Hk, D), 4, 0, 2, 1, 3);
+	v = permute(g, reshape(g, v, 4, 1, S, Hk, D), 4, 0, 2, 1, 3);
+	q = permute(g, reshape(g, q, 4, 1, T, H, D), 4, 0, 2, 1, 3);
 	ins[0] = q;
 	ins[1] = k;
 	ins[2] = v;
-	/* (1, H, T, D) -> (H, T, D) -> (T, H, D) -> (T, H D) */
+	/* (1, H, T, D) -> (1, T, H, D) -> (T, H D) */
 	q = gb_op(g, DJINN_GOP_ATTENTION, 3, ins, &pa, sizeof(pa));
-	return reshape(g, permute(g, reshape(g, q, 3, H, T, D), 3, 1, 0, 2), 2,
-		       T, H * D);
+	return reshape(g, permute(g, q, 4, 0, 2, 1, 3), 2, T, H * D);
 }
 
 /*
