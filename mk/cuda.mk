@@ -23,6 +23,17 @@ NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 \
 NVCC_FLAGS ?= -O3 -std=c++17 -Werror all-warnings
 
 CUDA_DIR   := djinnd/backend/cuda
+
+# djinnd's choice of backend, on every host (make test and make asan):
+# --backend auto starts and says why, --backend cuda refuses clearly
+# where there is no GPU.
+BACKEND_SELECT_TEST := $(BUILD)/tests/gpu/test_backend_select
+$(BACKEND_SELECT_TEST): tests/gpu/test_backend_select.sh $(DJINND)
+	@mkdir -p $(@D)
+	@echo "  INSTALL $@"
+	$(Q)install -m 755 $< $@
+all: $(BACKEND_SELECT_TEST)
+TESTS += $(BACKEND_SELECT_TEST)
 GPU_TESTS_SRCS := $(wildcard tests/gpu/test_*.c)
 
 ifneq ($(and $(NVCC),$(wildcard $(CUDA_INC)/cuda.h)),)
