@@ -315,6 +315,13 @@ static int recover(struct cuda_dev *d, char *msg, size_t msglen)
 		pthread_rwlock_unlock(&d->ctx_lock);
 		return 0;
 	}
+	if (d->dead) { /* tried and failed: every call fails */
+		pthread_rwlock_unlock(&d->ctx_lock);
+		pthread_mutex_lock(&d->lock);
+		cuda_fail(msg, msglen, -EIO, "%s", d->lost_why);
+		pthread_mutex_unlock(&d->lock);
+		return -EIO;
+	}
 	cu->CtxSetCurrent(d->ctx);
 	drop_context(d);
 	cuda_vmm_drop(d);
@@ -344,6 +351,7 @@ static int recover(struct cuda_dev *d, char *msg, size_t msglen)
 
 fail:
 	/* Stay lost: every call fails with the fault and this. */
+	d->dead = true;
 	pthread_mutex_lock(&d->lock);
 	snprintf(d->lost_why + strlen(d->lost_why),
 		 sizeof(d->lost_why) - strlen(d->lost_why),

@@ -127,6 +127,7 @@ struct cuda_dev {
 	char lost_why[256];
 	uint64_t faults, recoveries;
 	bool no_read_only; /* the driver refused PROT_READ once */
+	bool dead; /* recovery failed: lost for good, not tried again */
 };
 
 /* Report @fmt in @msg (may be NULL) and return @err. */
