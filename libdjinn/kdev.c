@@ -184,6 +184,8 @@ static bool kdev_scan(struct dj_kdev *kd, uint64_t rid)
 void __djinn_kdev_wait(struct dj_kdev *kd, struct djinn_conn *conn,
 		       struct dj_call *c, uint64_t deadline_ns)
 {
+	bool sock = false;
+
 	for (;;) {
 		struct pollfd p[2] = {
 			{ .fd = kd->fd, .events = POLLIN },
@@ -199,7 +201,12 @@ void __djinn_kdev_wait(struct dj_kdev *kd, struct djinn_conn *conn,
 		pthread_mutex_lock(&kd->lock);
 		found = kdev_scan(kd, c->id);
 		pthread_mutex_unlock(&kd->lock);
-		if (done || found || now >= deadline_ns)
+		if (found)
+			dj_dbg("request %llu: its completion is in the ring",
+			       (unsigned long long)c->id);
+		/* the socket has bytes (an answer without a record), or the
+		 * session ended: the socket read decides */
+		if (done || found || sock || now >= deadline_ns)
 			return;
 		/* at most 50 ms at a time: another thread may take the
 		 * answer off the socket without the ring saying so */
@@ -208,10 +215,7 @@ void __djinn_kdev_wait(struct dj_kdev *kd, struct djinn_conn *conn,
 			     (int)((deadline_ns - now) / 1000000) + 1;
 		if (poll(p, 2, ms) < 0 && errno != EINTR)
 			return;
-		/* the socket has bytes (an answer without a record), or the
-		 * session ended: the socket read decides */
-		if ((p[1].revents & (POLLIN | POLLHUP | POLLERR)) ||
-		    (p[0].revents & (POLLHUP | POLLERR)))
-			return;
+		sock = (p[1].revents & (POLLIN | POLLHUP | POLLERR)) ||
+		       (p[0].revents & (POLLHUP | POLLERR));
 	}
 }
