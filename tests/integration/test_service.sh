@@ -100,7 +100,8 @@ fi
 
 # What the issue asks of the unit, whether or not systemd could check it.
 for want in 'Type=notify' 'ProtectSystem=strict' 'ProtectHome=yes' \
-	'PrivateTmp=yes' 'NoNewPrivileges=yes' 'CapabilityBoundingSet=CAP_CHOWN' \
+	'PrivateTmp=yes' 'NoNewPrivileges=yes' 'CapabilityBoundingSet=CAP_CHOWN CAP_SYS_ADMIN CAP_NET_ADMIN' \
+	'Wants=modprobe@djinn.service' \
 	'RuntimeDirectory=djinn' 'StateDirectory=djinn' 'Restart=on-failure' \
 	'DeviceAllow=char-nvidia* rw' 'DeviceAllow=/dev/djinn rw' \
 	'WatchdogSec=' "ExecStart=$(dirname "$DJINND")/djinnd --config $dir/djinn/djinnd.conf"; do
