@@ -53,6 +53,14 @@ static void on_signal(int signo)
 
 static void lease_expired(struct session *s, void *arg)
 {
+	struct server *srv = arg;
+
+	/* Waiting on the memory executor, its connection is paused: the
+	 * HEARTBEATs the client sends meanwhile cannot be read yet. */
+	if (s->mem_waits) {
+		srv->leases->ops->renew(srv->leases, s, loop_now());
+		return;
+	}
 	session_end(arg, s, SESSION_EXPIRED);
 }
 
@@ -69,17 +77,21 @@ static uint64_t lease_tick(struct loop_timer *t, uint64_t now)
 
 static uint64_t drain_deadline;
 
-/* Draining: no new requests are read; once no graph is queued or
- * running (or after DRAIN_MAX_NS), end everything. */
+/* Draining: no new requests are read; once no job is queued or running
+ * (or after DRAIN_MAX_NS), end everything. */
 static uint64_t drain_tick(struct loop_timer *t, uint64_t now)
 {
 	struct server *srv = sigs.srv;
 
-	if (executor_depth(srv->exec) && now < drain_deadline)
+	/* Graphs and model steps, and memory jobs (a model loading) */
+	unsigned int busy =
+		executor_depth(srv->exec) + executor_depth(srv->mem);
+
+	if (busy && now < drain_deadline)
 		return 5000000;
-	if (executor_depth(srv->exec))
-		log_warn("drain: %u graphs still queued after %llu s: stopping",
-			 executor_depth(srv->exec),
+	if (busy)
+		log_warn("drain: %u jobs still queued after %llu s: stopping",
+			 busy,
 			 (unsigned long long)(DRAIN_MAX_NS / 1000000000ull));
 	while (!list_empty(&srv->sessions))
 		session_end(srv,
@@ -306,7 +318,7 @@ void server_exit(struct server *srv)
 	/* Let the sockets' last completions come back (each frees what it
 	 * held), for at most a second; then tear down. */
 	for (uint64_t end = loop_now() + 1000000000ull;
-	     srv->nr_conns && loop_now() < end;)
+	     (srv->nr_conns || srv->nr_http) && loop_now() < end;)
 		loop_once(&srv->loop, 10000000);
 	if (srv->leases)
 		srv->leases->ops->destroy(srv->leases);

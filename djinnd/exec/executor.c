@@ -17,11 +17,11 @@ struct executor {
 	struct io_src src; /* the eventfd read, on the I/O thread */
 	int efd;
 	uint64_t efd_val;
-	pthread_t thread;
+	pthread_t threads[EXEC_MEM_THREADS];
+	unsigned int nr_threads;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct list_head queue, done;
-	struct exec_job *running;
 	unsigned int depth;
 	bool stop;
 	struct vmu_stack *stack;
@@ -212,7 +212,6 @@ static void *executor_main(void *arg)
 			break;
 		job = list_first_entry(&e->queue, struct exec_job, node);
 		list_del_init(&job->node);
-		e->running = job;
 		pthread_mutex_unlock(&e->lock);
 
 		if (__atomic_load_n(&job->s->dead, __ATOMIC_ACQUIRE)) {
@@ -233,7 +232,6 @@ static void *executor_main(void *arg)
 		}
 
 		pthread_mutex_lock(&e->lock);
-		e->running = NULL;
 		list_add_tail(&job->node, &e->done);
 		if (write(e->efd, &one, sizeof(one)) < 0)
 			log_err("executor: eventfd: %s", strerror(errno));
@@ -316,14 +314,28 @@ int executor_start(struct server *srv, enum exec_kind kind,
 			srv->vmu, srv->backend->provider->capacity, &e->stack);
 	if (ret)
 		goto out_close;
-	ret = -pthread_create(&e->thread, NULL, executor_main, e);
-	if (ret)
-		goto out_stack;
+	/* One graph thread: a session's graphs run in order, and the
+	 * kernels use the device's parallelism. Memory jobs are independent
+	 * (a connection waits for one at a time): a few threads, so that a
+	 * small upload is not queued behind another session's large one. */
+	for (unsigned int i = 0; i < (kind == EXEC_MEM ? EXEC_MEM_THREADS : 1);
+	     i++) {
+		ret = -pthread_create(&e->threads[i], NULL, executor_main, e);
+		if (ret)
+			goto out_threads;
+		e->nr_threads++;
+	}
 	arm(e);
 	*out = e;
 	return 0;
 
-out_stack:
+out_threads:
+	pthread_mutex_lock(&e->lock);
+	e->stop = true;
+	pthread_cond_broadcast(&e->cond);
+	pthread_mutex_unlock(&e->lock);
+	for (unsigned int i = 0; i < e->nr_threads; i++)
+		pthread_join(e->threads[i], NULL);
 	if (e->stack)
 		vmu_stack_destroy(e->stack);
 out_close:
@@ -376,9 +388,10 @@ void executor_stop(struct executor *e)
 {
 	pthread_mutex_lock(&e->lock);
 	e->stop = true;
-	pthread_cond_signal(&e->cond);
+	pthread_cond_broadcast(&e->cond);
 	pthread_mutex_unlock(&e->lock);
-	pthread_join(e->thread, NULL);
+	for (unsigned int i = 0; i < e->nr_threads; i++)
+		pthread_join(e->threads[i], NULL);
 	reap(e);
 }
 

@@ -6,10 +6,11 @@
  * a session's graphs run in submission order, and a later graph may name
  * an earlier one's outputs) and hands each finished job back through a
  * completion list and an eventfd the I/O loop reads. Two executors per
- * device: one runs graphs (its kernels use the device's own
- * parallelism), the other prepares memory for transfers (mapping and
- * zeroing a large tensor, swapping one back in), so that neither a long
- * graph delays an upload nor a large allocation stalls the I/O thread.
+ * device: one thread runs graphs and model steps (its kernels use the
+ * device's own parallelism), and a few threads prepare memory for
+ * transfers (mapping and zeroing a large tensor, swapping one back in,
+ * loading a model), so that neither a long graph delays an upload nor a
+ * large allocation stalls the I/O thread or another session's upload.
  */
 #ifndef DJINN_EXECUTOR_H
 #define DJINN_EXECUTOR_H
@@ -22,6 +23,9 @@
 
 struct server;
 struct executor;
+
+/* Threads of a memory executor (a graph executor has one). */
+#define EXEC_MEM_THREADS 4
 
 enum exec_kind {
 	EXEC_GRAPH, /* run a graph */

@@ -716,7 +716,7 @@ void conn_resume(struct conn *c)
 	free(b);
 	if (c->overflow)
 		conn_close(c, true);
-	else if (c->close_after)
+	else if (c->close_after || (c->peer_eof && !c->paused))
 		conn_close(c, false);
 	else if (!c->paused)
 		conn_recv_arm(c);
@@ -779,8 +779,12 @@ static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
 	if (more)
 		return;
 	c->recv_armed = false;
-	if (cqe->res == 0 ||
-	    (cqe->res < 0 && cqe->res != -ENOBUFS && cqe->res != -ECANCELED)) {
+	if (cqe->res == 0 && c->paused && !c->closing) {
+		/* EOF behind a paused request: what came before it is
+		 * parsed and answered first (conn_resume closes). */
+		c->peer_eof = true;
+	} else if (cqe->res == 0 || (cqe->res < 0 && cqe->res != -ENOBUFS &&
+				     cqe->res != -ECANCELED)) {
 		if (cqe->res < 0 && cqe->res != -ECONNRESET)
 			log_info("conn %d: receive: %s", c->fd,
 				 strerror(-cqe->res));

@@ -84,6 +84,7 @@ struct conn {
 	uint64_t left; /* DATA / DISCARD bytes still to come */
 	bool close_after; /* close once the reply is sent */
 	bool paused; /* not receiving: bytes already in go to the backlog */
+	bool peer_eof; /* the peer shut down its side while paused */
 	uint8_t *backlog;
 	uint64_t backlog_len, backlog_cap;
 	struct sink sink;

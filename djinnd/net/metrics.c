@@ -55,7 +55,10 @@ static const uint64_t lat_le_ns[METRICS_LAT_BUCKETS] = {
 
 struct op_stats *metrics_op(struct server_stats *st, uint16_t op)
 {
-	return &st->ops[op < METRICS_OPS ? op : 0];
+	/* Every opcode without a name counts as op="unknown", once. */
+	if (op >= METRICS_OPS || !strcmp(ops_name(op), "unknown"))
+		op = 0;
+	return &st->ops[op];
 }
 
 void metrics_observe(struct server_stats *st, uint16_t op, uint64_t ns)
@@ -236,7 +239,7 @@ static void render_requests(struct sbuf *b, struct server *srv)
 	one(b, "djinn_sent_bytes_total", "counter",
 	    "Bytes queued to clients, frame headers included.", st->bytes_out);
 	one(b, "djinn_connections", "gauge", "Client connections open now.",
-	    srv->nr_conns - srv->nr_http);
+	    srv->nr_conns);
 	one(b, "djinn_connections_accepted_total", "counter",
 	    "Client connections accepted.", st->conns_accepted);
 	one(b, "djinn_connections_stalled_total", "counter",
@@ -358,7 +361,6 @@ static void http_put(struct http_conn *h)
 	close(h->fd);
 	free(h->out);
 	h->srv->nr_http--;
-	h->srv->nr_conns--;
 	free(h);
 }
 
@@ -493,7 +495,7 @@ static void http_recv(struct http_conn *h)
 	sqe->flags |= IOSQE_IO_LINK;
 	h->pending++;
 	sqe = loop_sqe(&h->srv->loop, &h->src, TAG_TIMEOUT);
-	io_uring_prep_link_timeout(sqe, &h->ts, 0);
+	io_uring_prep_link_timeout(sqe, &h->ts, IORING_TIMEOUT_ABS);
 	h->pending++;
 }
 
@@ -549,6 +551,7 @@ static void http_complete(struct io_src *src, struct io_uring_cqe *cqe,
 void metrics_accept(struct server *srv, int fd)
 {
 	struct http_conn *h;
+	uint64_t end;
 
 	if (srv->nr_http >= HTTP_MAX_CONNS || srv->draining ||
 	    !(h = calloc(1, sizeof(*h)))) {
@@ -559,10 +562,12 @@ void metrics_accept(struct server *srv, int fd)
 	h->srv = srv;
 	h->fd = fd;
 	h->pending = 1; /* the connection's own */
-	h->ts.tv_sec = HTTP_TIMEOUT_S;
+	/* One deadline for the whole head, not one per receive. */
+	end = loop_now() + HTTP_TIMEOUT_S * 1000000000ull;
+	h->ts.tv_sec = (long long)(end / 1000000000ull);
+	h->ts.tv_nsec = (long long)(end % 1000000000ull);
 	list_add_tail(&h->node, &srv->http);
 	srv->nr_http++;
-	srv->nr_conns++;
 	http_recv(h);
 }
 

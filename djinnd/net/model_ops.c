@@ -64,7 +64,6 @@ static void mobj_put(struct mobj *o)
 		return;
 	if (o->kind == SOBJ_CTX) {
 		model_ctx_free(o->mc);
-		o->model->ctxs--;
 		mobj_put(o->model);
 	} else {
 		model_close(o->h);
@@ -72,8 +71,17 @@ static void mobj_put(struct mobj *o)
 	free(o);
 }
 
+/* A context leaves its session's table: its model may be closed now
+ * (steps still in flight keep the model's memory until they end). */
+static void ctx_unlist(struct mobj *o)
+{
+	if (o->kind == SOBJ_CTX)
+		o->model->ctxs--;
+}
+
 static void drain_one(enum sobj_kind kind, void *p, void *arg)
 {
+	ctx_unlist(p);
 	mobj_put(p);
 }
 
@@ -779,6 +787,7 @@ static void op_ctx_free(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -ENOENT, "no context with handle %#llx",
 			   (unsigned long long)handle);
 	} else {
+		ctx_unlist(o);
 		mobj_put(o); /* steps in flight keep it until they end */
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 	}

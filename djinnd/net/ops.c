@@ -496,6 +496,7 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 	conn_get(c);
 	job->ctx = ctx;
 	*out = job;
+	s->mem_waits++;
 	executor_submit(c->srv->mem, job);
 	return 0;
 }
@@ -1082,6 +1083,7 @@ void ops_mem_done(struct server *srv, struct exec_job *job)
 	struct mem_waiter *w = job->ctx;
 	struct conn *c = job->conn;
 
+	job->s->mem_waits--;
 	/* The client waited on the daemon: it was not idle. */
 	if (!job->s->dead)
 		srv->leases->ops->renew(srv->leases, job->s, loop_now());

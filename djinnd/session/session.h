@@ -90,6 +90,7 @@ struct session {
 	uint64_t phase_until;
 	uint64_t requests;
 	uint32_t graphs_inflight; /* the I/O thread's count */
+	uint32_t mem_waits; /* EXEC_MEM jobs in flight (I/O thread) */
 
 	struct vmu_session *vs;
 	int refs; /* atomic */

@@ -1710,6 +1710,46 @@ static void test_mem_prepared(void **state)
 	check_health(fx, 0);
 }
 
+/* 10e. A peer that shuts down its side behind a paused upload: what it
+ * sent before is answered, then the connection closes. */
+static void test_half_close(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 4 * MiB);
+	int fd = xconnect(fx->d.sock);
+	struct djinn_session_resp sr;
+	uint64_t sid = open_at(__LINE__, fd, "half-close", 4, 0, &sr);
+	uint8_t *data = pattern_buf(12, 4 * MiB), *frames, *p;
+	size_t plen, n = 0;
+	struct dj_resp r;
+
+	p = create_payload(&d, DJINN_SEG_DATA, NULL, data, 4 * MiB, &plen);
+	frames = xmalloc(plen + 256);
+	h_put(frames, &n, DJINN_OP_TENSOR_CREATE, 10, sid, p, plen);
+	h_put(frames, &n, DJINN_OP_HELLO, 11, 0, NULL, 0);
+	free(p);
+	assert_int_equal(dj_write(fd, frames, n, 5000), 0);
+	shutdown(fd, SHUT_WR);
+	for (uint64_t id = 10; id <= 11; id++) {
+		assert_int_equal(dj_recv(fd, &r, DJ_TIMEOUT_MS), 1);
+		assert_int_equal(r.hdr.request_id, id);
+		if (r.error)
+			fail_msg("request %llu: error %d \"%s\"",
+				 (unsigned long long)id, r.error, r.msg);
+		dj_resp_free(&r);
+	}
+	expect_eof(fd);
+	close(fd);
+	free(frames);
+	free(data);
+	/* The session outlives its connection; close it from another. */
+	fd = xconnect(fx->d.sock);
+	attach(fd, sid, sr.token);
+	close_session(fd, sid);
+	close(fd);
+	check_health(fx, 0);
+}
+
 /* 10c. Bad descs and create requests: -EINVAL (-E2BIG past the limits);
  * a tensor bigger than the device: -ENOMEM with the need. */
 static void test_tensor_bad(void **state)
@@ -3575,10 +3615,12 @@ static struct mfam *fam_of(struct mfam *f, unsigned int n, const char *name,
 static void check_exposition(const char *text)
 {
 	struct mfam *fam = calloc(256, sizeof(*fam));
-	unsigned int nfam = 0, lineno = 0;
+	unsigned int nfam = 0, lineno = 0, nseen = 0;
+	const char **seen = calloc(4096, sizeof(*seen)); /* sample lines */
 	const char *p = text;
 
 	assert_non_null(fam);
+	assert_non_null(seen);
 	while (*p) {
 		const char *eol = strchr(p, '\n'), *q;
 		char line[512];
@@ -3647,6 +3689,16 @@ static void check_exposition(const char *text)
 		if (line[0] == '#' || !line[0])
 			fail_msg("exposition line %u: unexpected \"%s\"",
 				 lineno, line);
+		/* A series (name and labels) appears once. */
+		for (unsigned int i = 0; i < nseen; i++)
+			if (!strncmp(seen[i], p - len - 1,
+				     strcspn(line, " ")) &&
+			    seen[i][strcspn(line, " ")] == ' ')
+				fail_msg("exposition line %u: series \"%.*s\" "
+					 "again",
+					 lineno, (int)strcspn(line, " "), line);
+		assert_true(nseen < 4096);
+		seen[nseen++] = p - len - 1;
 		{
 			size_t nl = strcspn(line, "{ ");
 			struct mfam *f = fam_of(fam, nfam, line, nl);
@@ -3742,6 +3794,7 @@ static void check_exposition(const char *text)
 			fail_msg("exposition: %s has HELP but no TYPE",
 				 fam[i].name);
 	free(fam);
+	free(seen);
 }
 
 /* The value of the sample named exactly @series ("name{labels}"), or
@@ -3783,6 +3836,13 @@ static void test_metrics(void **state)
 	t = create_data(fd, sid, &d, NULL, 0);
 	call_err(fd, DJINN_OP_TENSOR_RELEASE, sid, &(uint64_t){ t ^ 1 }, 8,
 		 -ENOENT, NULL);
+	/* Opcodes without names count once, as op="unknown". */
+	for (int i = 0; i < 3; i++) {
+		struct djinn_hdr h =
+			dj_hdr((uint16_t[]){ 22, 30, 200 }[i], 900 + i, 0, 0);
+
+		raw_err(fd, &h, NULL, 0, -EOPNOTSUPP, NULL);
+	}
 	assert_int_equal(http(fx, "GET /metrics?x=1 HTTP/1.0\r\n\r\n", &b),
 			 200);
 	check_exposition(b);
@@ -4712,6 +4772,7 @@ int main(void)
 		T(test_tensors),
 		T(test_large_read),
 		T(test_mem_prepared),
+		T(test_half_close),
 		T(test_tensor_bad),
 		T(test_tensor_too_big),
 		T(test_text),
