@@ -1661,6 +1661,10 @@ static const struct attn_case attn_cases[] = {
 	{ 1, 4, 1, 37, 64, 64, 0, 1 }, /* decoding one token */
 	{ 2, 12, 40, 40, 64, 64, 0, 1 }, /* split across threads */
 	{ 1, 3, 7, 9, 5, 3, 0, 0 }, /* odd head sizes */
+	/* 16 queries or more a head: through sgemm, head by head */
+	{ 2, 3, 20, 45, 12, 10, 0, 1 }, /* over a cache */
+	{ 1, 5, 33, 33, 64, 64, 0, 1 },
+	{ 1, 2, 16, 16, 7, 9, 0.25f, 0 },
 };
 
 /* q in [qlo, qhi), k in [klo, khi), whole numbers if @whole */
