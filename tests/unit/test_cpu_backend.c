@@ -691,7 +691,7 @@ static const struct mm_case mm_cases[] = {
 	{ 3, 2, 3, { 1, 1, 96 }, { 70, 96 }, { 1, 1, 70 }, 0, 1 },
 	{ 3, 3, 3, { 5, 96, 1 }, { 5, 96, 70 }, { 5, 1, 70 }, 1, 0 },
 	{ 3, 3, 3, { 5, 96, 1 }, { 1, 70, 96 }, { 5, 1, 70 }, 1, 1 },
-	/* the backend's own gemv, split over the pool, with tails */
+	/* matrix-vector products split over the pool */
 	{ 3, 2, 3, { 1, 1, 771 }, { 771, 2309 }, { 1, 1, 2309 }, 0, 0 },
 	{ 3, 2, 3, { 1, 1, 771 }, { 2309, 771 }, { 1, 1, 2309 }, 0, 1 },
 	/* a GEMM split by columns over the pool, with a short last block */
@@ -760,10 +760,18 @@ static void test_matmul_paths(void **state)
 		    0 },
 		  1,
 		  0 },
-		/* decoding one token: the backend's gemv, no BLAS */
+		/* decoding one token: one sgemv */
 		{ { 3, 2, 3, { 1, 1, 96 }, { 96, 70 }, { 1, 1, 70 }, 0, 0 },
 		  0,
-		  0 },
+		  1 },
+		/* a big one: one sgemv a thread over its rows of b */
+		{ { 3, 2, 3, { 1, 1, 771 }, { 771, 2309 }, { 1, 1, 2309 }, 0, 0 },
+		  0,
+		  3 },
+		/* b (N, K): its rows in 12 chunks of at least 21 */
+		{ { 3, 2, 3, { 1, 1, 771 }, { 2309, 771 }, { 1, 1, 2309 }, 0, 1 },
+		  0,
+		  12 },
 		/* a batch that cannot fold: one call per matrix */
 		{ { 3, 3, 3, { 3, 100, 70 }, { 3, 70, 90 }, { 3, 100, 90 }, 0, 0 },
 		  3,
@@ -781,7 +789,7 @@ static void test_matmul_paths(void **state)
 		  0 },
 		{ { 3, 3, 3, { 5, 96, 1 }, { 5, 96, 70 }, { 5, 1, 70 }, 1, 0 },
 		  0,
-		  0 },
+		  5 },
 	};
 
 	rng_seed(31);
