@@ -257,10 +257,14 @@ asan: deps
 		DJINND=build-asan/djinnd/djinnd \
 		tests/run.sh $(patsubst $(BUILD)/%,build-asan/%,$(TESTS))
 
+# The VMU, the network, and the model runtime beside PyTorch (which its
+# first run installs into $(BUILD)/bench-cache). bench-kmod (a booted
+# kernel) and bench-gpu (a GPU) run on their own.
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(BUILD)/bench/vmu-bench
 	$(Q)$(DJINN_BENCH) --djinnd $(DJINND)
+	$(Q)$(MAKE) --no-print-directory bench-model
 
 # The main job: djinnd on the CPU backend and a client (scripts/run.sh).
 run: deps
