@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "graph.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -33,26 +34,6 @@
 
 /* ---------------------------------------------------------------------- */
 /* Messages */
-
-static __printf(4, 0) int vfail(char *msg, size_t msglen, int err,
-				const char *fmt, va_list ap)
-{
-	if (msg && msglen)
-		vsnprintf(msg, msglen, fmt, ap);
-	return err;
-}
-
-/* Put a reason in @msg and return @err (a negative errno). */
-static __printf(4, 5) int fail(char *msg, size_t msglen, int err,
-			       const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vfail(msg, msglen, err, fmt, ap);
-	va_end(ap);
-	return err;
-}
 
 /* ---------------------------------------------------------------------- */
 /* Dtypes */
@@ -109,21 +90,21 @@ static int desc_check(const struct djinn_tensor_desc *d, uint64_t *elems,
 	bool empty = false;
 
 	if (!size)
-		return fail(msg, msglen, -EINVAL, "%s: dtype %u unknown", what,
-			    d->dtype);
+		return errmsg(msg, msglen, -EINVAL, "%s: dtype %u unknown",
+			      what, d->dtype);
 	if (d->ndim > DJINN_MAX_DIMS)
-		return fail(msg, msglen, -EINVAL, "%s: ndim %u over %d", what,
-			    d->ndim, DJINN_MAX_DIMS);
+		return errmsg(msg, msglen, -EINVAL, "%s: ndim %u over %d", what,
+			      d->ndim, DJINN_MAX_DIMS);
 	for (unsigned int i = 0; i < sizeof(d->__reserved); i++)
 		if (d->__reserved[i])
-			return fail(msg, msglen, -EINVAL,
-				    "%s: reserved byte %u not zero", what, i);
+			return errmsg(msg, msglen, -EINVAL,
+				      "%s: reserved byte %u not zero", what, i);
 	for (unsigned int i = d->ndim; i < DJINN_MAX_DIMS; i++)
 		if (d->dims[i])
-			return fail(msg, msglen, -EINVAL,
-				    "%s: dim %u past ndim %u is %llu"
-				    ", not zero",
-				    what, i, d->ndim, d->dims[i]);
+			return errmsg(msg, msglen, -EINVAL,
+				      "%s: dim %u past ndim %u is %llu"
+				      ", not zero",
+				      what, i, d->ndim, d->dims[i]);
 	/*
 	 * Zero dims count as one here, so that every stride of an empty
 	 * tensor is representable too.
@@ -136,8 +117,8 @@ static int desc_check(const struct djinn_tensor_desc *d, uint64_t *elems,
 		}
 		if (__builtin_mul_overflow(extent, d->dims[i], &extent) ||
 		    extent >= DESC_BYTES_LIMIT)
-			return fail(msg, msglen, -E2BIG,
-				    "%s: byte count over 2^63", what);
+			return errmsg(msg, msglen, -E2BIG,
+				      "%s: byte count over 2^63", what);
 	}
 	if (elems)
 		*elems = empty ? 0 : extent / size;
@@ -159,14 +140,15 @@ static int ref_check(const struct djinn_ref *r, uint32_t i, char *msg,
 		     size_t msglen)
 {
 	if (r->kind != DJINN_REF_HANDLE && r->kind != DJINN_REF_RESULT)
-		return fail(msg, msglen, -EINVAL, "input %u: kind %u unknown",
-			    i, r->kind);
+		return errmsg(msg, msglen, -EINVAL, "input %u: kind %u unknown",
+			      i, r->kind);
 	if (r->__reserved)
-		return fail(msg, msglen, -EINVAL,
-			    "input %u: reserved field not zero", i);
+		return errmsg(msg, msglen, -EINVAL,
+			      "input %u: reserved field not zero", i);
 	if (r->kind == DJINN_REF_HANDLE && r->index)
-		return fail(msg, msglen, -EINVAL,
-			    "input %u: index %u set on a handle", i, r->index);
+		return errmsg(msg, msglen, -EINVAL,
+			      "input %u: index %u set on a handle", i,
+			      r->index);
 	return 0;
 }
 
@@ -174,10 +156,10 @@ static int count_check(uint32_t n, uint32_t min, uint32_t max, const char *what,
 		       char *msg, size_t msglen)
 {
 	if (n > max)
-		return fail(msg, msglen, -E2BIG, "graph: %s %u over %u", what,
-			    n, max);
+		return errmsg(msg, msglen, -E2BIG, "graph: %s %u over %u", what,
+			      n, max);
 	if (n < min)
-		return fail(msg, msglen, -EINVAL, "graph: %s is %u", what, n);
+		return errmsg(msg, msglen, -EINVAL, "graph: %s is %u", what, n);
 	return 0;
 }
 
@@ -193,14 +175,14 @@ int djinn_graph_parse(const void *payload, uint64_t len,
 	int ret;
 
 	if (!payload || len < sizeof(*g))
-		return fail(msg, msglen, -EINVAL,
-			    "graph: payload of %llu"
-			    " bytes, shorter than its %zu-byte header",
-			    payload ? (unsigned long long)len : 0ull,
-			    sizeof(*g));
+		return errmsg(msg, msglen, -EINVAL,
+			      "graph: payload of %llu"
+			      " bytes, shorter than its %zu-byte header",
+			      payload ? (unsigned long long)len : 0ull,
+			      sizeof(*g));
 	if ((uintptr_t)payload % 8)
-		return fail(msg, msglen, -EINVAL,
-			    "graph: payload not 8-byte aligned");
+		return errmsg(msg, msglen, -EINVAL,
+			      "graph: payload not 8-byte aligned");
 	ret = count_check(g->nr_inputs, 0, DJINN_MAX_GRAPH_INPUTS, "nr_inputs",
 			  msg, msglen);
 	if (!ret)
@@ -212,21 +194,21 @@ int djinn_graph_parse(const void *payload, uint64_t len,
 	if (ret)
 		return ret;
 	if (g->flags)
-		return fail(msg, msglen, -EINVAL, "graph: flags %#x unknown",
-			    g->flags);
+		return errmsg(msg, msglen, -EINVAL, "graph: flags %#x unknown",
+			      g->flags);
 	if (g->__reserved)
-		return fail(msg, msglen, -EINVAL,
-			    "graph: reserved field not zero");
+		return errmsg(msg, msglen, -EINVAL,
+			      "graph: reserved field not zero");
 
 	/* The counts are small enough that none of this can overflow. */
 	out_len = ((uint64_t)g->nr_outputs * sizeof(*outputs) + 7) & ~7ull;
 	want = sizeof(*g) + (uint64_t)g->nr_inputs * sizeof(*inputs) +
 	       (uint64_t)g->nr_nodes * sizeof(*nodes) + out_len;
 	if (len != want)
-		return fail(msg, msglen, -EINVAL,
-			    "graph: payload of %llu bytes, its counts "
-			    "make %llu",
-			    (unsigned long long)len, want);
+		return errmsg(msg, msglen, -EINVAL,
+			      "graph: payload of %llu bytes, its counts "
+			      "make %llu",
+			      (unsigned long long)len, want);
 
 	inputs = (const struct djinn_ref *)(p + sizeof(*g));
 	nodes = (const struct djinn_node *)(inputs + g->nr_inputs);
@@ -237,8 +219,8 @@ int djinn_graph_parse(const void *payload, uint64_t len,
 			return ret;
 	}
 	if (g->nr_outputs % 2 && outputs[g->nr_outputs])
-		return fail(msg, msglen, -EINVAL,
-			    "graph: padding after the outputs not zero");
+		return errmsg(msg, msglen, -EINVAL,
+			      "graph: padding after the outputs not zero");
 
 	view->g = g;
 	view->inputs = inputs;
@@ -280,7 +262,7 @@ static __printf(3, 4) int node_fail(struct node_ctx *c, int err,
 	if (n < 0 || (size_t)n >= c->msglen)
 		return err;
 	va_start(ap, fmt);
-	vfail(c->msg + n, c->msglen - n, err, fmt, ap);
+	verrmsg(c->msg + n, c->msglen - n, err, fmt, ap);
 	va_end(ap);
 	return err;
 }
@@ -860,7 +842,7 @@ int djinn_graph_infer(const struct djinn_graph_view *view,
 	if (g->nr_inputs > DJINN_MAX_GRAPH_INPUTS || !g->nr_nodes ||
 	    g->nr_nodes > DJINN_MAX_NODES || !g->nr_outputs ||
 	    g->nr_outputs > DJINN_MAX_GRAPH_OUTPUTS)
-		return fail(msg, msglen, -EINVAL, "graph: counts not parsed");
+		return errmsg(msg, msglen, -EINVAL, "graph: counts not parsed");
 
 	for (uint32_t i = 0; i < g->nr_inputs; i++) {
 		snprintf(what, sizeof(what), "input %u", i);
@@ -881,8 +863,9 @@ int djinn_graph_infer(const struct djinn_graph_view *view,
 
 		memset(c.r, 0, sizeof(*c.r));
 		if (!o)
-			return fail(msg, msglen, -EINVAL,
-				    "node %u (op %u): unknown op", i, c.n->op);
+			return errmsg(msg, msglen, -EINVAL,
+				      "node %u (op %u): unknown op", i,
+				      c.n->op);
 		ret = node_check(&c, o, view, in, out);
 		if (!ret)
 			ret = o->infer(&c);
@@ -898,14 +881,14 @@ int djinn_graph_infer(const struct djinn_graph_view *view,
 		uint32_t i = view->outputs[k];
 
 		if (i >= g->nr_nodes)
-			return fail(
+			return errmsg(
 				msg, msglen, -EINVAL,
 				"output %u: node %u out of range (%u nodes)", k,
 				i, g->nr_nodes);
 		if (seen[i / 64] & (1ull << (i % 64)))
-			return fail(msg, msglen, -EINVAL,
-				    "output %u: node %u (%s) listed twice", k,
-				    i, djinn_op_name(view->nodes[i].op));
+			return errmsg(msg, msglen, -EINVAL,
+				      "output %u: node %u (%s) listed twice", k,
+				      i, djinn_op_name(view->nodes[i].op));
 		seen[i / 64] |= 1ull << (i % 64);
 	}
 	return 0;

@@ -12,20 +12,8 @@
 
 #include <jansson.h>
 
+#include "errmsg.h"
 #include "model/config.h"
-
-__attribute__((format(printf, 4, 5))) static int
-fail(char *msg, size_t msglen, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (msg && msglen) {
-		va_start(ap, fmt);
-		vsnprintf(msg, msglen, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -58,19 +46,19 @@ static int get_uint(struct cfg_ctx *x, const char *key, long long def,
 
 	if (!v || json_is_null(v)) {
 		if (def < 0)
-			return fail(x->msg, x->msglen, -EINVAL,
-				    "%s: \"%s\" is missing", x->path, key);
+			return errmsg(x->msg, x->msglen, -EINVAL,
+				      "%s: \"%s\" is missing", x->path, key);
 		*out = (uint32_t)def;
 		return 0;
 	}
 	if (!json_is_integer(v))
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: \"%s\" is not an integer", x->path, key);
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: \"%s\" is not an integer", x->path, key);
 	n = json_integer_value(v);
 	if (n < lo || n > hi)
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: \"%s\" is %lld, not in [%lld, %lld]", x->path,
-			    key, n, lo, hi);
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: \"%s\" is %lld, not in [%lld, %lld]",
+			      x->path, key, n, lo, hi);
 	*out = (uint32_t)n;
 	return 0;
 }
@@ -83,19 +71,19 @@ static int get_pos(struct cfg_ctx *x, const char *key, double def, float *out)
 
 	if (!v || json_is_null(v)) {
 		if (def <= 0)
-			return fail(x->msg, x->msglen, -EINVAL,
-				    "%s: \"%s\" is missing", x->path, key);
+			return errmsg(x->msg, x->msglen, -EINVAL,
+				      "%s: \"%s\" is missing", x->path, key);
 		*out = (float)def;
 		return 0;
 	}
 	if (!json_is_number(v))
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: \"%s\" is not a number", x->path, key);
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: \"%s\" is not a number", x->path, key);
 	d = json_number_value(v);
 	if (!(d > 0) || !isfinite((float)d) || (float)d == 0.0f)
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: \"%s\" is %g, not a positive float", x->path,
-			    key, d);
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: \"%s\" is %g, not a positive float", x->path,
+			      key, d);
 	*out = (float)d;
 	return 0;
 }
@@ -109,8 +97,8 @@ static int get_bool(struct cfg_ctx *x, const char *key, bool def, bool *out)
 		return 0;
 	}
 	if (!json_is_boolean(v))
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: \"%s\" is not true or false", x->path, key);
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: \"%s\" is not true or false", x->path, key);
 	*out = json_is_true(v);
 	return 0;
 }
@@ -126,8 +114,9 @@ static int want_string(struct cfg_ctx *x, const char *key,
 	for (unsigned int i = 0; json_is_string(v) && ok[i]; i++)
 		if (!strcmp(json_string_value(v), ok[i]))
 			return 0;
-	return fail(x->msg, x->msglen, -EINVAL,
-		    "%s: \"%s\" is not %s: not supported", x->path, key, ok[0]);
+	return errmsg(x->msg, x->msglen, -EINVAL,
+		      "%s: \"%s\" is not %s: not supported", x->path, key,
+		      ok[0]);
 }
 
 /* A field that, if present, must be null or false: a feature this
@@ -138,8 +127,8 @@ static int want_off(struct cfg_ctx *x, const char *key)
 
 	if (!v || json_is_null(v) || json_is_false(v))
 		return 0;
-	return fail(x->msg, x->msglen, -EINVAL,
-		    "%s: \"%s\" is set: not supported", x->path, key);
+	return errmsg(x->msg, x->msglen, -EINVAL,
+		      "%s: \"%s\" is set: not supported", x->path, key);
 }
 
 static int parse_gpt2(struct cfg_ctx *x, struct model_config *c)
@@ -165,19 +154,20 @@ static int parse_gpt2(struct cfg_ctx *x, struct model_config *c)
 	    (ret = want_off(x, "add_cross_attention")))
 		return ret;
 	if (json_is_false(json_object_get(x->root, "scale_attn_weights")))
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: \"scale_attn_weights\" is false: not "
-			    "supported",
-			    x->path);
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: \"scale_attn_weights\" is false: not "
+			      "supported",
+			      x->path);
 	if (c->n_embd % c->n_head)
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: \"n_embd\" %u is not a multiple of \"n_head\" "
-			    "%u",
-			    x->path, c->n_embd, c->n_head);
+		return errmsg(
+			x->msg, x->msglen, -EINVAL,
+			"%s: \"n_embd\" %u is not a multiple of \"n_head\" "
+			"%u",
+			x->path, c->n_embd, c->n_head);
 	if (!inner && (uint64_t)c->n_embd * 4 > MODEL_MAX_DIM)
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: 4 \"n_embd\" is over %u", x->path,
-			    MODEL_MAX_DIM);
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: 4 \"n_embd\" is over %u", x->path,
+			      MODEL_MAX_DIM);
 	c->n_inner = inner ? inner : 4 * c->n_embd;
 	c->n_kv_head = c->n_head;
 	c->head_dim = c->n_embd / c->n_head;
@@ -213,20 +203,21 @@ static int parse_llama(struct cfg_ctx *x, struct model_config *c)
 	    (ret = want_off(x, "mlp_bias")))
 		return ret;
 	if (c->n_embd % c->n_head)
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: \"hidden_size\" %u is not a multiple of "
-			    "\"num_attention_heads\" %u",
-			    x->path, c->n_embd, c->n_head);
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: \"hidden_size\" %u is not a multiple of "
+			      "\"num_attention_heads\" %u",
+			      x->path, c->n_embd, c->n_head);
 	if (c->n_head % c->n_kv_head)
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: \"num_attention_heads\" %u is not a multiple "
-			    "of \"num_key_value_heads\" %u",
-			    x->path, c->n_head, c->n_kv_head);
+		return errmsg(
+			x->msg, x->msglen, -EINVAL,
+			"%s: \"num_attention_heads\" %u is not a multiple "
+			"of \"num_key_value_heads\" %u",
+			x->path, c->n_head, c->n_kv_head);
 	c->head_dim = c->n_embd / c->n_head;
 	if (c->head_dim % 2)
-		return fail(x->msg, x->msglen, -EINVAL,
-			    "%s: head dim %u is odd: RoPE needs pairs", x->path,
-			    c->head_dim);
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: head dim %u is odd: RoPE needs pairs",
+			      x->path, c->head_dim);
 	if ((ret = get_uint(x, "head_dim", c->head_dim, c->head_dim,
 			    c->head_dim, &hd)))
 		return ret;
@@ -244,17 +235,18 @@ int model_config_parse_json(const char *text, size_t len, const char *path,
 
 	x.root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!x.root)
-		return fail(msg, msglen, -EINVAL, "%s: line %d: %s", path,
-			    jerr.line, jerr.text);
+		return errmsg(msg, msglen, -EINVAL, "%s: line %d: %s", path,
+			      jerr.line, jerr.text);
 	if (!json_is_object(x.root)) {
-		ret = fail(msg, msglen, -EINVAL, "%s: not a JSON object", path);
+		ret = errmsg(msg, msglen, -EINVAL, "%s: not a JSON object",
+			     path);
 		goto out;
 	}
 	type = json_string_value(json_object_get(x.root, "model_type"));
 	if (!type) {
-		ret = fail(msg, msglen, -EINVAL,
-			   "%s: \"model_type\" is missing or not a string",
-			   path);
+		ret = errmsg(msg, msglen, -EINVAL,
+			     "%s: \"model_type\" is missing or not a string",
+			     path);
 		goto out;
 	}
 	if (!strcmp(type, "gpt2")) {
@@ -269,9 +261,9 @@ int model_config_parse_json(const char *text, size_t len, const char *path,
 		snprintf(t, sizeof(t), "%s", type);
 		for (char *p = t; *p; p++)
 			*p = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
-		ret = fail(msg, msglen, -EINVAL,
-			   "%s: \"model_type\" '%s' is not gpt2 or llama", path,
-			   t);
+		ret = errmsg(msg, msglen, -EINVAL,
+			     "%s: \"model_type\" '%s' is not gpt2 or llama",
+			     path, t);
 	}
 	if (!ret)
 		*c = n;
@@ -291,21 +283,21 @@ int model_config_parse(const char *path, struct model_config *c, char *msg,
 
 	f = fopen(path, "rb");
 	if (!f)
-		return fail(msg, msglen, -errno, "%s: %s", path,
-			    strerror(errno));
+		return errmsg(msg, msglen, -errno, "%s: %s", path,
+			      strerror(errno));
 	if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
-		ret = fail(msg, msglen, -EINVAL, "%s: not a regular file",
-			   path);
+		ret = errmsg(msg, msglen, -EINVAL, "%s: not a regular file",
+			     path);
 		goto out_close;
 	}
 	if (fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 ||
 	    fseek(f, 0, SEEK_SET)) {
-		ret = fail(msg, msglen, -EIO, "%s: cannot size", path);
+		ret = errmsg(msg, msglen, -EIO, "%s: cannot size", path);
 		goto out_close;
 	}
 	if (len > MODEL_MAX_CONFIG) {
-		ret = fail(msg, msglen, -E2BIG, "%s: %ld bytes, over %u", path,
-			   len, MODEL_MAX_CONFIG);
+		ret = errmsg(msg, msglen, -E2BIG, "%s: %ld bytes, over %u",
+			     path, len, MODEL_MAX_CONFIG);
 		goto out_close;
 	}
 	buf = malloc((size_t)len + 1);
@@ -314,7 +306,7 @@ int model_config_parse(const char *path, struct model_config *c, char *msg,
 		goto out_close;
 	}
 	if (fread(buf, 1, (size_t)len, f) != (size_t)len)
-		ret = fail(msg, msglen, -EIO, "%s: short read", path);
+		ret = errmsg(msg, msglen, -EIO, "%s: short read", path);
 	else
 		ret = model_config_parse_json(buf, (size_t)len, path, c, msg,
 					      msglen);
@@ -475,9 +467,9 @@ int model_layout_build(const struct model_config *c, const struct st_set *set,
 		}
 		t = st_set_find(set, w[i].name);
 		if (!t) {
-			ret = fail(msg, msglen, -EINVAL,
-				   "%s: tensor '%s' is missing", where,
-				   w[i].name);
+			ret = errmsg(msg, msglen, -EINVAL,
+				     "%s: tensor '%s' is missing", where,
+				     w[i].name);
 			goto out;
 		}
 		same = t->ndim == w[i].ndim;
@@ -486,10 +478,10 @@ int model_layout_build(const struct model_config *c, const struct st_set *set,
 		if (!same) {
 			shape_str(want, sizeof(want), w[i].ndim, w[i].shape);
 			shape_str(got, sizeof(got), t->ndim, t->shape);
-			ret = fail(msg, msglen, -EINVAL,
-				   "%s: tensor '%s' has shape %s, the config "
-				   "says %s",
-				   t->file->path, t->name, got, want);
+			ret = errmsg(msg, msglen, -EINVAL,
+				     "%s: tensor '%s' has shape %s, the config "
+				     "says %s",
+				     t->file->path, t->name, got, want);
 			goto out;
 		}
 		if (!L->dtype) {
@@ -497,20 +489,20 @@ int model_layout_build(const struct model_config *c, const struct st_set *set,
 			if (L->dtype != DJINN_DTYPE_F32 &&
 			    L->dtype != DJINN_DTYPE_F16 &&
 			    L->dtype != DJINN_DTYPE_BF16) {
-				ret = fail(msg, msglen, -EINVAL,
-					   "%s: tensor '%s' is %s: weights "
-					   "must be F32, F16 or BF16",
-					   t->file->path, t->name,
-					   st_dtype_name(t->dtype));
+				ret = errmsg(msg, msglen, -EINVAL,
+					     "%s: tensor '%s' is %s: weights "
+					     "must be F32, F16 or BF16",
+					     t->file->path, t->name,
+					     st_dtype_name(t->dtype));
 				goto out;
 			}
 		} else if (st_dtype_djinn(t->dtype) != L->dtype) {
-			ret = fail(msg, msglen, -EINVAL,
-				   "%s: tensor '%s' is %s, the model's "
-				   "other weights %s",
-				   t->file->path, t->name,
-				   st_dtype_name(t->dtype),
-				   st_dtype_name(w[0].t->dtype));
+			ret = errmsg(msg, msglen, -EINVAL,
+				     "%s: tensor '%s' is %s, the model's "
+				     "other weights %s",
+				     t->file->path, t->name,
+				     st_dtype_name(t->dtype),
+				     st_dtype_name(w[0].t->dtype));
 			goto out;
 		}
 		w[i].t = t;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "errmsg.h"
 #include "model/runtime.h"
 
 /*
@@ -48,19 +49,6 @@ struct model_ctx {
 	bool have_logits;
 	struct model_pause pz;
 };
-
-__attribute__((format(printf, 4, 5))) static int
-fail(char *msg, size_t msglen, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (msg && msglen) {
-		va_start(ap, fmt);
-		vsnprintf(msg, msglen, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
 
 /* ---------------------------------------------------------------------- */
 /* f16 and bf16, round to nearest even */
@@ -211,9 +199,9 @@ int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
 	int ret;
 
 	if (!max_tokens || max_tokens > cfg->n_ctx)
-		return fail(msg, msglen, -EINVAL,
-			    "context of %u tokens: model %s has 1 to %u",
-			    max_tokens, h->m->name, cfg->n_ctx);
+		return errmsg(msg, msglen, -EINVAL,
+			      "context of %u tokens: model %s has 1 to %u",
+			      max_tokens, h->m->name, cfg->n_ctx);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -228,9 +216,9 @@ int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
 		       djinn_dtype_size(h->m->layout.dtype);
 	ret = vmu_region_create(h->s, c->tok_bytes * max_tokens, &c->cache);
 	if (ret) {
-		fail(msg, msglen, ret, "no KV cache of %llu bytes: %s",
-		     (unsigned long long)(c->tok_bytes * max_tokens),
-		     strerror(-ret));
+		errmsg(msg, msglen, ret, "no KV cache of %llu bytes: %s",
+		       (unsigned long long)(c->tok_bytes * max_tokens),
+		       strerror(-ret));
 		free(c->logits);
 		free(c);
 		return ret;
@@ -322,9 +310,9 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 	int ret;
 
 	if (c->pz.on)
-		return fail(msg, msglen, -EBUSY,
-			    "the context is paused after layer %u",
-			    c->pz.layer);
+		return errmsg(msg, msglen, -EBUSY,
+			      "the context is paused after layer %u",
+			      c->pz.layer);
 	ret = model_ctx_new(c->h, c->max, &n, msg, msglen);
 	if (ret)
 		return ret;
@@ -335,8 +323,8 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 			ret = copy_regions(env, c->h->s, n->cache, 0, c->cache,
 					   c->len * c->tok_bytes);
 		if (ret) {
-			fail(msg, msglen, ret, "fork: copying the cache: %s",
-			     strerror(-ret));
+			errmsg(msg, msglen, ret, "fork: copying the cache: %s",
+			       strerror(-ret));
 			model_ctx_free(n);
 			return ret;
 		}
@@ -405,22 +393,24 @@ static int check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
 	const struct model_config *cfg = &c->h->m->cfg;
 
 	if (c->pz.on)
-		return fail(msg, msglen, -EBUSY,
-			    "the context is paused after layer %u: resume, "
-			    "reset or free it",
-			    c->pz.layer);
+		return errmsg(msg, msglen, -EBUSY,
+			      "the context is paused after layer %u: resume, "
+			      "reset or free it",
+			      c->pz.layer);
 	if (!n)
-		return fail(msg, msglen, -EINVAL, "no tokens");
+		return errmsg(msg, msglen, -EINVAL, "no tokens");
 	if (n > c->max - c->len)
-		return fail(msg, msglen, -ENOSPC,
-			    "context full: %u tokens and %u more, room for %u",
-			    c->len, n, c->max);
+		return errmsg(
+			msg, msglen, -ENOSPC,
+			"context full: %u tokens and %u more, room for %u",
+			c->len, n, c->max);
 	for (uint32_t i = 0; i < n; i++)
 		if (tokens[i] < 0 || (uint32_t)tokens[i] >= cfg->vocab)
-			return fail(msg, msglen, -EINVAL,
-				    "token %u is %d: not in the vocabulary of "
-				    "%u",
-				    i, tokens[i], cfg->vocab);
+			return errmsg(
+				msg, msglen, -EINVAL,
+				"token %u is %d: not in the vocabulary of "
+				"%u",
+				i, tokens[i], cfg->vocab);
 	return 0;
 }
 
@@ -471,13 +461,13 @@ static int run_part(struct model_ctx *c, const struct model_env *env,
 		pk = !ret;
 	}
 	if (ret) {
-		fail(msg, msglen, ret, "step inputs: %s", strerror(-ret));
+		errmsg(msg, msglen, ret, "step inputs: %s", strerror(-ret));
 		goto out;
 	}
 	ret = model_build_forward(g, c->h, &a);
 	if (ret)
-		fail(msg, msglen, ret, "building the graph: %s",
-		     strerror(-ret));
+		errmsg(msg, msglen, ret, "building the graph: %s",
+		       strerror(-ret));
 	else
 		ret = gb_run(g, env, s, res, descs, msg, msglen);
 out:
@@ -517,8 +507,8 @@ static int commit_step(struct model_ctx *c, const struct model_env *env,
 		ret = copy_regions(env, s, c->cache, P * c->tok_bytes,
 				   res->regions[1], n * c->tok_bytes);
 	if (ret) {
-		fail(msg, msglen, ret, "KV cache growth to %llu tokens: %s",
-		     (unsigned long long)(P + n), strerror(-ret));
+		errmsg(msg, msglen, ret, "KV cache growth to %llu tokens: %s",
+		       (unsigned long long)(P + n), strerror(-ret));
 		vmu_region_resize(s, c->cache, P * c->tok_bytes, NULL);
 		goto out;
 	}
@@ -554,8 +544,8 @@ static int commit_step(struct model_ctx *c, const struct model_env *env,
 			res->regions[0] = 0;
 		}
 	} else {
-		fail(msg, msglen, ret, "reading the logits: %s",
-		     strerror(-ret));
+		errmsg(msg, msglen, ret, "reading the logits: %s",
+		       strerror(-ret));
 		vmu_region_resize(s, c->cache, P * c->tok_bytes, NULL);
 	}
 	free(host);
@@ -606,14 +596,14 @@ int model_ctx_decode(struct model_ctx *c, const struct model_env *env,
 	if (c->pz.on)
 		return check_step(c, NULL, 0, msg, msglen);
 	if (!c->have_logits)
-		return fail(msg, msglen, -EINVAL,
-			    "decode before a prefill: no logits");
+		return errmsg(msg, msglen, -EINVAL,
+			      "decode before a prefill: no logits");
 	if (!n || n > c->max - c->len)
-		return fail(msg, msglen, n ? -ENOSPC : -EINVAL,
-			    n ? "context full: %u tokens and %u more, room "
-				"for %u" :
-				"no tokens",
-			    c->len, n, c->max);
+		return errmsg(msg, msglen, n ? -ENOSPC : -EINVAL,
+			      n ? "context full: %u tokens and %u more, room "
+				  "for %u" :
+				  "no tokens",
+			      c->len, n, c->max);
 	/* A step that fails leaves the context as it was: the tokens
 	 * appended before it are taken back. */
 	logits0 = malloc(lbytes);
@@ -669,9 +659,10 @@ static int check_brk(struct model_ctx *c, uint32_t brk, char *msg,
 	uint32_t L = c->h->m->cfg.n_layer;
 
 	if (brk > L)
-		return fail(msg, msglen, -EINVAL,
-			    "break after layer %u: model %s has layers 0 to %u",
-			    brk - 1, c->h->m->name, L - 1);
+		return errmsg(
+			msg, msglen, -EINVAL,
+			"break after layer %u: model %s has layers 0 to %u",
+			brk - 1, c->h->m->name, L - 1);
 	return 0;
 }
 
@@ -778,8 +769,8 @@ int model_ctx_run_decode(struct model_ctx *c, const struct model_env *env,
 	if (ret)
 		return ret;
 	if (!c->have_logits)
-		return fail(msg, msglen, -EINVAL,
-			    "decode before a prefill: no logits");
+		return errmsg(msg, msglen, -EINVAL,
+			      "decode before a prefill: no logits");
 	if (!n)
 		return 0;
 	c->pz.tokens = malloc(n * sizeof(int32_t));
@@ -804,7 +795,7 @@ int model_ctx_resume(struct model_ctx *c, const struct model_env *env,
 	int ret;
 
 	if (!pz->on)
-		return fail(msg, msglen, -EBUSY, "the context is not paused");
+		return errmsg(msg, msglen, -EBUSY, "the context is not paused");
 	if (!pz->decode)
 		st.logits = r->logits;
 	ret = run_part(c, env, NULL, pz->T, pz->layer + 1, c->h->m->cfg.n_layer,
@@ -839,7 +830,7 @@ int model_ctx_hidden_copy(struct model_ctx *c, const struct model_env *env,
 	int ret;
 
 	if (!c->pz.on)
-		return fail(msg, msglen, -EBUSY, "the context is not paused");
+		return errmsg(msg, msglen, -EBUSY, "the context is not paused");
 	bytes = pause_bytes(c);
 	ret = vmu_region_create(s, bytes, region);
 	if (ret)
@@ -853,8 +844,8 @@ int model_ctx_hidden_copy(struct model_ctx *c, const struct model_env *env,
 	}
 out:
 	if (ret)
-		fail(msg, msglen, ret, "copying the hidden state: %s",
-		     strerror(-ret));
+		errmsg(msg, msglen, ret, "copying the hidden state: %s",
+		       strerror(-ret));
 	return ret;
 }
 
@@ -869,24 +860,25 @@ int model_ctx_steer(struct model_ctx *c, const struct model_env *env,
 	int ret;
 
 	if (!c->pz.on)
-		return fail(msg, msglen, -EBUSY, "the context is not paused");
+		return errmsg(msg, msglen, -EBUSY, "the context is not paused");
 	if (d->dtype != w->dtype || d->ndim != 2 || d->dims[0] != w->dims[0] ||
 	    d->dims[1] != w->dims[1])
-		return fail(msg, msglen, -EINVAL,
-			    "steering tensor of dtype %u and %u dims (%llu, "
-			    "%llu): the hidden state is (%llu, %llu) of "
-			    "dtype %u",
-			    d->dtype, d->ndim, (unsigned long long)d->dims[0],
-			    (unsigned long long)(d->ndim > 1 ? d->dims[1] : 0),
-			    (unsigned long long)w->dims[0],
-			    (unsigned long long)w->dims[1], w->dtype);
+		return errmsg(msg, msglen, -EINVAL,
+			      "steering tensor of dtype %u and %u dims (%llu, "
+			      "%llu): the hidden state is (%llu, %llu) of "
+			      "dtype %u",
+			      d->dtype, d->ndim, (unsigned long long)d->dims[0],
+			      (unsigned long long)(d->ndim > 1 ? d->dims[1] :
+								 0),
+			      (unsigned long long)w->dims[0],
+			      (unsigned long long)w->dims[1], w->dtype);
 	da = pin_addr(s, c->pz.hidden, &ret);
 	if (!ret) {
 		ret = p->ops->copy_dtod(p, da, addr, pause_bytes(c));
 		vmu_region_unpin(s, c->pz.hidden);
 	}
 	if (ret)
-		fail(msg, msglen, ret, "writing the hidden state: %s",
-		     strerror(-ret));
+		errmsg(msg, msglen, ret, "writing the hidden state: %s",
+		       strerror(-ret));
 	return ret;
 }

@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "errmsg.h"
 #include "model/safetensors.h"
 
 static const struct {
@@ -57,19 +58,6 @@ size_t st_dtype_size(enum st_dtype t)
 unsigned int st_dtype_djinn(enum st_dtype t)
 {
 	return (unsigned int)t < ST_NR_DTYPES ? dtypes[t].djinn : 0;
-}
-
-__attribute__((format(printf, 4, 5))) static int
-fail(char *msg, size_t msglen, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (msg && msglen) {
-		va_start(ap, fmt);
-		vsnprintf(msg, msglen, fmt, ap);
-		va_end(ap);
-	}
-	return err;
 }
 
 /* A name fit to print: at most 64 bytes, non-printable bytes as '?'. */
@@ -144,9 +132,9 @@ static int parse_entry(struct st_file *f, json_t *e, struct st_tensor *t,
 	char nb[72];
 	size_t i;
 
-#define BAD(err, fmt, ...)                                       \
-	fail(msg, msglen, err, "%s: tensor '%s': " fmt, f->path, \
-	     clean(nb, t->name), ##__VA_ARGS__)
+#define BAD(err, fmt, ...)                                         \
+	errmsg(msg, msglen, err, "%s: tensor '%s': " fmt, f->path, \
+	       clean(nb, t->name), ##__VA_ARGS__)
 	if (!json_is_object(e))
 		return BAD(-EINVAL, "entry is not an object");
 	json_object_foreach(e, key, v)
@@ -232,8 +220,8 @@ static int parse_metadata(struct st_file *f, json_t *m, char *msg,
 	json_t *v;
 
 	if (!json_is_object(m))
-		return fail(msg, msglen, -EINVAL,
-			    "%s: __metadata__ is not an object", f->path);
+		return errmsg(msg, msglen, -EINVAL,
+			      "%s: __metadata__ is not an object", f->path);
 	f->meta_keys = calloc(n ? n : 1, sizeof(char *));
 	f->meta_values = calloc(n ? n : 1, sizeof(char *));
 	if (!f->meta_keys || !f->meta_values)
@@ -244,9 +232,9 @@ static int parse_metadata(struct st_file *f, json_t *m, char *msg,
 		char kb[72];
 
 		if (!json_is_string(v))
-			return fail(msg, msglen, -EINVAL,
-				    "%s: __metadata__ '%s' is not a string",
-				    f->path, clean(kb, key));
+			return errmsg(msg, msglen, -EINVAL,
+				      "%s: __metadata__ '%s' is not a string",
+				      f->path, clean(kb, key));
 		f->meta_keys[i] = strdup(key);
 		f->meta_values[i] = strdup(json_string_value(v));
 		f->nr_meta = ++i;
@@ -288,27 +276,29 @@ static int check_tiling(struct st_file *f, char *msg, size_t msglen)
 		const struct st_tensor *t = by[i];
 
 		if (t->offset > at)
-			ret = fail(msg, msglen, -EINVAL,
-				   "%s: tensor '%s': hole of %llu bytes before "
-				   "its data_offsets [%llu, %llu)",
-				   f->path, clean(a, t->name),
-				   (unsigned long long)(t->offset - at),
-				   (unsigned long long)t->offset,
-				   (unsigned long long)(t->offset + t->size));
+			ret = errmsg(
+				msg, msglen, -EINVAL,
+				"%s: tensor '%s': hole of %llu bytes before "
+				"its data_offsets [%llu, %llu)",
+				f->path, clean(a, t->name),
+				(unsigned long long)(t->offset - at),
+				(unsigned long long)t->offset,
+				(unsigned long long)(t->offset + t->size));
 		else if (t->offset < at)
-			ret = fail(msg, msglen, -EINVAL,
-				   "%s: tensor '%s': data_offsets [%llu, %llu) "
-				   "overlap tensor '%s'",
-				   f->path, clean(a, t->name),
-				   (unsigned long long)t->offset,
-				   (unsigned long long)(t->offset + t->size),
-				   clean(b, by[i - 1]->name));
+			ret = errmsg(
+				msg, msglen, -EINVAL,
+				"%s: tensor '%s': data_offsets [%llu, %llu) "
+				"overlap tensor '%s'",
+				f->path, clean(a, t->name),
+				(unsigned long long)t->offset,
+				(unsigned long long)(t->offset + t->size),
+				clean(b, by[i - 1]->name));
 		at = t->offset + t->size;
 	}
 	if (!ret && at != f->data_len)
-		ret = fail(msg, msglen, -EINVAL,
-			   "%s: %llu bytes of data after the last tensor",
-			   f->path, (unsigned long long)(f->data_len - at));
+		ret = errmsg(msg, msglen, -EINVAL,
+			     "%s: %llu bytes of data after the last tensor",
+			     f->path, (unsigned long long)(f->data_len - at));
 	free(by);
 	return ret;
 }
@@ -324,44 +314,45 @@ static int parse_header(struct st_file *f, const uint8_t *buf, size_t len,
 	int ret;
 
 	if (len < 8)
-		return fail(msg, msglen, -EINVAL,
-			    "%s: %zu bytes: too short for a header length",
-			    f->path, len);
+		return errmsg(msg, msglen, -EINVAL,
+			      "%s: %zu bytes: too short for a header length",
+			      f->path, len);
 	for (int k = 7; k >= 0; k--)
 		hlen = hlen << 8 | buf[k];
 	if (hlen > ST_MAX_HEADER)
-		return fail(msg, msglen, -E2BIG,
-			    "%s: header length %llu over the limit of %llu",
-			    f->path, (unsigned long long)hlen, ST_MAX_HEADER);
+		return errmsg(msg, msglen, -E2BIG,
+			      "%s: header length %llu over the limit of %llu",
+			      f->path, (unsigned long long)hlen, ST_MAX_HEADER);
 	if (hlen > len - 8)
-		return fail(msg, msglen, -EINVAL,
-			    "%s: header length %llu past the end of the file "
-			    "(%zu bytes)",
-			    f->path, (unsigned long long)hlen, len);
+		return errmsg(msg, msglen, -EINVAL,
+			      "%s: header length %llu past the end of the file "
+			      "(%zu bytes)",
+			      f->path, (unsigned long long)hlen, len);
 	if (hlen < 2 || buf[8] != '{')
-		return fail(msg, msglen, -EINVAL,
-			    "%s: header does not start with '{'", f->path);
+		return errmsg(msg, msglen, -EINVAL,
+			      "%s: header does not start with '{'", f->path);
 	f->data_len = len - 8 - hlen;
 
 	root = json_loadb((const char *)buf + 8, hlen,
 			  JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK,
 			  &jerr);
 	if (!root)
-		return fail(msg, msglen, -EINVAL,
-			    "%s: header JSON at byte %d: %s", f->path,
-			    jerr.position, jerr.text);
+		return errmsg(msg, msglen, -EINVAL,
+			      "%s: header JSON at byte %d: %s", f->path,
+			      jerr.position, jerr.text);
 	/* only space padding after the object, as the format allows */
 	for (size_t p = (size_t)jerr.position; p < hlen; p++)
 		if (buf[8 + p] != ' ') {
-			ret = fail(msg, msglen, -EINVAL,
-				   "%s: header byte %zu after the JSON object "
-				   "is not a space",
-				   f->path, p);
+			ret = errmsg(
+				msg, msglen, -EINVAL,
+				"%s: header byte %zu after the JSON object "
+				"is not a space",
+				f->path, p);
 			goto out;
 		}
 	if (!json_is_object(root)) {
-		ret = fail(msg, msglen, -EINVAL,
-			   "%s: header is not a JSON object", f->path);
+		ret = errmsg(msg, msglen, -EINVAL,
+			     "%s: header is not a JSON object", f->path);
 		goto out;
 	}
 	n = json_object_size(root);
@@ -382,11 +373,12 @@ static int parse_header(struct st_file *f, const uint8_t *buf, size_t len,
 			continue;
 		}
 		if (!key[0] || strlen(key) > ST_MAX_NAME) {
-			ret = fail(msg, msglen, -EINVAL,
-				   "%s: tensor '%s': name of %zu bytes, not 1 "
-				   "to %d",
-				   f->path, clean(nb, key), strlen(key),
-				   ST_MAX_NAME);
+			ret = errmsg(
+				msg, msglen, -EINVAL,
+				"%s: tensor '%s': name of %zu bytes, not 1 "
+				"to %d",
+				f->path, clean(nb, key), strlen(key),
+				ST_MAX_NAME);
 			goto out;
 		}
 		t = &f->tensors[i];
@@ -430,7 +422,7 @@ int st_parse(const void *buf, size_t len, const char *path,
 	ret = parse_header(f, buf, len, msg, msglen);
 	if (ret) {
 		if (ret == -ENOMEM)
-			fail(msg, msglen, ret, "%s: out of memory", path);
+			errmsg(msg, msglen, ret, "%s: out of memory", path);
 		st_close(f);
 		return ret;
 	}
@@ -446,28 +438,28 @@ int st_open(const char *path, struct st_file **out, char *msg, size_t msglen)
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(msg, msglen, -errno, "%s: %s", path,
-			    strerror(errno));
+		return errmsg(msg, msglen, -errno, "%s: %s", path,
+			      strerror(errno));
 	if (fstat(fd, &st)) {
-		ret = fail(msg, msglen, -errno, "%s: %s", path,
-			   strerror(errno));
+		ret = errmsg(msg, msglen, -errno, "%s: %s", path,
+			     strerror(errno));
 		goto out_close;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		ret = fail(msg, msglen, -EINVAL, "%s: not a regular file",
-			   path);
+		ret = errmsg(msg, msglen, -EINVAL, "%s: not a regular file",
+			     path);
 		goto out_close;
 	}
 	if (st.st_size < 8) {
-		ret = fail(msg, msglen, -EINVAL,
-			   "%s: %lld bytes: too short for a header length",
-			   path, (long long)st.st_size);
+		ret = errmsg(msg, msglen, -EINVAL,
+			     "%s: %lld bytes: too short for a header length",
+			     path, (long long)st.st_size);
 		goto out_close;
 	}
 	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	if (map == MAP_FAILED) {
-		ret = fail(msg, msglen, -errno, "%s: mmap: %s", path,
-			   strerror(errno));
+		ret = errmsg(msg, msglen, -errno, "%s: mmap: %s", path,
+			     strerror(errno));
 		goto out_close;
 	}
 	ret = st_parse(map, (size_t)st.st_size, path, out, msg, msglen);
@@ -557,8 +549,8 @@ static int add_file(struct st_set *set, const char *dir, const char *name,
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >=
 	    sizeof(path))
-		return fail(msg, msglen, -ENAMETOOLONG, "%s/%s: path too long",
-			    dir, name);
+		return errmsg(msg, msglen, -ENAMETOOLONG,
+			      "%s/%s: path too long", dir, name);
 	ret = st_open(path, &f, msg, msglen);
 	if (ret)
 		return ret;
@@ -586,11 +578,11 @@ static int gather(struct st_set *set, char *msg, size_t msglen)
 		      cmp_tensor_ptr_name);
 	for (size_t i = 1; i < n; i++)
 		if (!strcmp(set->tensors[i]->name, set->tensors[i - 1]->name))
-			return fail(msg, msglen, -EINVAL,
-				    "%s: tensor '%s' is also in %s",
-				    set->tensors[i]->file->path,
-				    clean(nb, set->tensors[i]->name),
-				    set->tensors[i - 1]->file->path);
+			return errmsg(msg, msglen, -EINVAL,
+				      "%s: tensor '%s' is also in %s",
+				      set->tensors[i]->file->path,
+				      clean(nb, set->tensors[i]->name),
+				      set->tensors[i - 1]->file->path);
 	return 0;
 }
 
@@ -607,24 +599,24 @@ static int open_index(struct st_set *set, const char *dir, const char *path,
 
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
-		return fail(msg, msglen, -EINVAL, "%s: line %d: %s", path,
-			    jerr.line, jerr.text);
+		return errmsg(msg, msglen, -EINVAL, "%s: line %d: %s", path,
+			      jerr.line, jerr.text);
 	if (json_is_object(root)) {
 		json_object_foreach(root, key, v)
 		{
 			if (!strcmp(key, "weight_map"))
 				map = v;
 			else if (strcmp(key, "metadata")) {
-				ret = fail(msg, msglen, -EINVAL,
-					   "%s: unknown field '%s'", path,
-					   clean(nb, key));
+				ret = errmsg(msg, msglen, -EINVAL,
+					     "%s: unknown field '%s'", path,
+					     clean(nb, key));
 				goto out;
 			}
 		}
 	}
 	if (!json_is_object(map)) {
-		ret = fail(msg, msglen, -EINVAL, "%s: no \"weight_map\" object",
-			   path);
+		ret = errmsg(msg, msglen, -EINVAL,
+			     "%s: no \"weight_map\" object", path);
 		goto out;
 	}
 	names = calloc(json_object_size(map) + 1, sizeof(*names));
@@ -639,19 +631,19 @@ static int open_index(struct st_set *set, const char *dir, const char *path,
 		size_t i;
 
 		if (!s || !shard_name_ok(s)) {
-			ret = fail(msg, msglen, -EINVAL,
-				   "%s: tensor '%s': shard is not a plain "
-				   "*.safetensors file name",
-				   path, clean(nb, key));
+			ret = errmsg(msg, msglen, -EINVAL,
+				     "%s: tensor '%s': shard is not a plain "
+				     "*.safetensors file name",
+				     path, clean(nb, key));
 			goto out;
 		}
 		for (i = 0; i < nr_names && strcmp(names[i], s); i++)
 			;
 		if (i == nr_names) {
 			if (nr_names == ST_MAX_SHARDS) {
-				ret = fail(msg, msglen, -E2BIG,
-					   "%s: over %d shards", path,
-					   ST_MAX_SHARDS);
+				ret = errmsg(msg, msglen, -E2BIG,
+					     "%s: over %d shards", path,
+					     ST_MAX_SHARDS);
 				goto out;
 			}
 			names[nr_names++] = s;
@@ -677,9 +669,9 @@ static int open_index(struct st_set *set, const char *dir, const char *path,
 			;
 		t = st_find(set->files[i], key);
 		if (!t) {
-			ret = fail(msg, msglen, -EINVAL,
-				   "%s: tensor '%s': not in %s", path,
-				   clean(nb, key), set->files[i]->path);
+			ret = errmsg(msg, msglen, -EINVAL,
+				     "%s: tensor '%s': not in %s", path,
+				     clean(nb, key), set->files[i]->path);
 			goto out;
 		}
 	}
@@ -689,11 +681,11 @@ static int open_index(struct st_set *set, const char *dir, const char *path,
 			json_t *e = json_object_get(map, t->name);
 
 			if (!e || strcmp(json_string_value(e), names[i])) {
-				ret = fail(msg, msglen, -EINVAL,
-					   "%s: tensor '%s': not in %s's "
-					   "weight_map for this shard",
-					   set->files[i]->path,
-					   clean(nb, t->name), path);
+				ret = errmsg(msg, msglen, -EINVAL,
+					     "%s: tensor '%s': not in %s's "
+					     "weight_map for this shard",
+					     set->files[i]->path,
+					     clean(nb, t->name), path);
 				goto out;
 			}
 		}
@@ -716,14 +708,14 @@ static int open_all(struct st_set *set, const char *dir, char *msg,
 
 	n = scandir(dir, &ents, sel_safetensors, alphasort);
 	if (n < 0)
-		return fail(msg, msglen, -errno, "%s: %s", dir,
-			    strerror(errno));
+		return errmsg(msg, msglen, -errno, "%s: %s", dir,
+			      strerror(errno));
 	if (!n)
-		ret = fail(msg, msglen, -ENOENT, "%s: no *.safetensors file",
-			   dir);
+		ret = errmsg(msg, msglen, -ENOENT, "%s: no *.safetensors file",
+			     dir);
 	else if (n > ST_MAX_SHARDS)
-		ret = fail(msg, msglen, -E2BIG, "%s: over %d *.safetensors",
-			   dir, ST_MAX_SHARDS);
+		ret = errmsg(msg, msglen, -E2BIG, "%s: over %d *.safetensors",
+			     dir, ST_MAX_SHARDS);
 	else if (!(set->files = calloc((size_t)n, sizeof(*set->files))))
 		ret = -ENOMEM;
 	for (int i = 0; i < n; i++) {
@@ -747,8 +739,8 @@ int st_set_open(const char *dir, struct st_set **out, char *msg, size_t msglen)
 	if ((size_t)snprintf(index, sizeof(index),
 			     "%s/model.safetensors.index.json",
 			     dir) >= sizeof(index)) {
-		ret = fail(msg, msglen, -ENAMETOOLONG, "%s: path too long",
-			   dir);
+		ret = errmsg(msg, msglen, -ENAMETOOLONG, "%s: path too long",
+			     dir);
 		goto out_free;
 	}
 	if (!stat(index, &st))
@@ -764,7 +756,7 @@ int st_set_open(const char *dir, struct st_set **out, char *msg, size_t msglen)
 
 out_free:
 	if (ret == -ENOMEM)
-		fail(msg, msglen, ret, "%s: out of memory", dir);
+		errmsg(msg, msglen, ret, "%s: out of memory", dir);
 	st_set_close(set);
 	return ret;
 }
@@ -777,9 +769,9 @@ int st_set_parse(const char *name, const void *const *bufs, const size_t *lens,
 	int ret = 0;
 
 	if (!n || n > ST_MAX_SHARDS)
-		return fail(msg, msglen, n ? -E2BIG : -EINVAL,
-			    "%s: %zu safetensors files: 1 to %d allowed", name,
-			    n, ST_MAX_SHARDS);
+		return errmsg(msg, msglen, n ? -E2BIG : -EINVAL,
+			      "%s: %zu safetensors files: 1 to %d allowed",
+			      name, n, ST_MAX_SHARDS);
 	set = calloc(1, sizeof(*set));
 	if (!set)
 		return -ENOMEM;
@@ -797,7 +789,7 @@ int st_set_parse(const char *name, const void *const *bufs, const size_t *lens,
 		ret = gather(set, msg, msglen);
 	if (ret) {
 		if (ret == -ENOMEM)
-			fail(msg, msglen, ret, "%s: out of memory", name);
+			errmsg(msg, msglen, ret, "%s: out of memory", name);
 		st_set_close(set);
 		return ret;
 	}

@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 
 #include "list.h"
+#include "errmsg.h"
 #include "model/store.h"
 
 /*
@@ -41,19 +42,6 @@ struct model_store {
 	void (*hook)(void *arg, enum model_hook ev, const char *name);
 	void *hook_arg;
 };
-
-__attribute__((format(printf, 4, 5))) static int
-fail(char *msg, size_t msglen, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (msg && msglen) {
-		va_start(ap, fmt);
-		vsnprintf(msg, msglen, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
 
 int model_store_create(struct vmu *v, const char *dir, struct model_store **out)
 {
@@ -100,22 +88,24 @@ int model_name_check(const char *name, char *msg, size_t msglen)
 	size_t n = strnlen(name, MODEL_NAME_MAX);
 
 	if (!n || n == MODEL_NAME_MAX)
-		return fail(msg, msglen, -EINVAL,
-			    "model name of %s bytes: 1 to %d allowed",
-			    n ? "too many" : "0", MODEL_NAME_MAX - 1);
+		return errmsg(msg, msglen, -EINVAL,
+			      "model name of %s bytes: 1 to %d allowed",
+			      n ? "too many" : "0", MODEL_NAME_MAX - 1);
 	if (name[0] == '.')
-		return fail(msg, msglen, -EINVAL,
-			    "model name '%.*s' starts with '.'", (int)n, name);
+		return errmsg(msg, msglen, -EINVAL,
+			      "model name '%.*s' starts with '.'", (int)n,
+			      name);
 	for (size_t i = 0; i < n; i++) {
 		char c = name[i];
 
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
 		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
 		      c == '-'))
-			return fail(msg, msglen, -EINVAL,
-				    "model name: byte %zu (0x%02x) is not one "
-				    "of [A-Za-z0-9._-]",
-				    i, (unsigned char)c);
+			return errmsg(
+				msg, msglen, -EINVAL,
+				"model name: byte %zu (0x%02x) is not one "
+				"of [A-Za-z0-9._-]",
+				i, (unsigned char)c);
 	}
 	return 0;
 }
@@ -186,8 +176,8 @@ static int place(struct vmu_session *s, const char *name, struct model *m,
 
 	ret = fingerprint(&m->layout, m->fp);
 	if (ret) {
-		fail(msg, msglen, ret, "model %s: cannot hash its weights",
-		     name);
+		errmsg(msg, msglen, ret, "model %s: cannot hash its weights",
+		       name);
 		goto out_layout;
 	}
 	/* the same weights under another name, or uploaded: share them */
@@ -195,30 +185,30 @@ static int place(struct vmu_session *s, const char *name, struct model *m,
 	if (ret == -ENOENT) {
 		ret = vmu_text_begin(s, m->layout.bytes, &up);
 		if (ret) {
-			fail(msg, msglen, ret,
-			     "model %s: no room for %llu bytes of weights: %s",
-			     name, (unsigned long long)m->layout.bytes,
-			     strerror(-ret));
+			errmsg(msg, msglen, ret,
+			       "model %s: no room for %llu bytes of weights: %s",
+			       name, (unsigned long long)m->layout.bytes,
+			       strerror(-ret));
 			goto out_layout;
 		}
 		ret = model_layout_emit(&m->layout, upload_fn, up);
 		if (ret) {
 			vmu_text_abort(up);
-			fail(msg, msglen, ret, "model %s: upload: %s", name,
-			     strerror(-ret));
+			errmsg(msg, msglen, ret, "model %s: upload: %s", name,
+			       strerror(-ret));
 			goto out_layout;
 		}
 		/* -EBADMSG if the files changed while we read them */
 		ret = vmu_text_commit(up, m->fp, text, &created);
 		if (ret) {
-			fail(msg, msglen, ret,
-			     "model %s: weights changed "
-			     "while loading",
-			     name);
+			errmsg(msg, msglen, ret,
+			       "model %s: weights changed "
+			       "while loading",
+			       name);
 			goto out_layout;
 		}
 	} else if (ret) {
-		fail(msg, msglen, ret, "model %s: %s", name, strerror(-ret));
+		errmsg(msg, msglen, ret, "model %s: %s", name, strerror(-ret));
 		goto out_layout;
 	}
 	for (size_t i = 0; i < m->layout.nr; i++)
@@ -245,11 +235,11 @@ static int load(struct model_store *ms, struct vmu_session *s, const char *name,
 		ms->hook(ms->hook_arg, MODEL_HOOK_LOADING, name);
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ms->dir, name) >=
 	    sizeof(path))
-		return fail(msg, msglen, -ENAMETOOLONG,
-			    "model %s: path too long", name);
+		return errmsg(msg, msglen, -ENAMETOOLONG,
+			      "model %s: path too long", name);
 	if (stat(path, &st) || !S_ISDIR(st.st_mode))
-		return fail(msg, msglen, -ENOENT, "model %s: no directory %s",
-			    name, path);
+		return errmsg(msg, msglen, -ENOENT, "model %s: no directory %s",
+			      name, path);
 	snprintf(sub, sizeof(sub), "%s/config.json", name);
 	snprintf(path, sizeof(path), "%s/%s", ms->dir, sub);
 	ret = model_config_parse(path, &m->cfg, msg, msglen);
@@ -334,15 +324,15 @@ again:
 		if (!ret)
 			goto hold;
 		if (ret != -ENOENT || sm->holders) {
-			fail(msg, msglen, ret, "model %s: %s", name,
-			     strerror(-ret));
+			errmsg(msg, msglen, ret, "model %s: %s", name,
+			       strerror(-ret));
 			goto out_unlock;
 		}
 		if (up && !up->config) {
-			ret = fail(msg, msglen, -ENOENT,
-				   "model %s: its weights were reclaimed: "
-				   "send its files",
-				   name);
+			ret = errmsg(msg, msglen, -ENOENT,
+				     "model %s: its weights were reclaimed: "
+				     "send its files",
+				     name);
 			goto out_unlock;
 		}
 		/* reclaimed meanwhile: load it afresh in the same entry */
@@ -350,8 +340,8 @@ again:
 		memset(&sm->m.cfg, 0, sizeof(sm->m.cfg));
 		memset(sm->m.fp, 0, sizeof(sm->m.fp));
 	} else if (up && !up->config) {
-		ret = fail(msg, msglen, -ENOENT,
-			   "model %s: not uploaded: send its files", name);
+		ret = errmsg(msg, msglen, -ENOENT,
+			     "model %s: not uploaded: send its files", name);
 		goto out_unlock;
 	} else {
 		sm = calloc(1, sizeof(*sm));
@@ -514,18 +504,18 @@ int model_store_evict(struct model_store *ms, const char *name, char *msg,
 	pthread_mutex_lock(&ms->lock);
 	sm = find_any(ms, name);
 	if (!sm) {
-		ret = fail(msg, msglen, -ENOENT, "model %s is not loaded",
-			   name);
+		ret = errmsg(msg, msglen, -ENOENT, "model %s is not loaded",
+			     name);
 		goto out;
 	}
 	if (sm->loading || sm->waiters) {
-		ret = fail(msg, msglen, -EBUSY, "model %s is being loaded",
-			   name);
+		ret = errmsg(msg, msglen, -EBUSY, "model %s is being loaded",
+			     name);
 		goto out;
 	}
 	if (sm->holders) {
-		ret = fail(msg, msglen, -EBUSY, "model %s has %u holders", name,
-			   sm->holders);
+		ret = errmsg(msg, msglen, -EBUSY, "model %s has %u holders",
+			     name, sm->holders);
 		goto out;
 	}
 	memcpy(fp, sm->m.fp, VMU_FP_LEN);

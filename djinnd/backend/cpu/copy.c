@@ -215,10 +215,9 @@ int cpu_embedding(struct cpu_pool *p, void *out, const void *table, size_t row,
 				     ((const int32_t *)ids)[i];
 
 		if (id < 0 || (uint64_t)id >= V)
-			return cpu_fail(msg, msglen, -EINVAL,
-					"id %lld out of range %llu (at %zu)",
-					(long long)id, (unsigned long long)V,
-					i);
+			return errmsg(msg, msglen, -EINVAL,
+				      "id %lld out of range %llu (at %zu)",
+				      (long long)id, (unsigned long long)V, i);
 	}
 	if (!row)
 		return 0;

@@ -40,18 +40,6 @@ static struct cpu_backend *to_cpu(struct backend *b)
 	return (struct cpu_backend *)b;
 }
 
-int cpu_fail(char *msg, size_t msglen, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (msg && msglen) {
-		va_start(ap, fmt);
-		vsnprintf(msg, msglen, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
-
 /* ---------------------------------------------------------------------- */
 /* Tensors */
 
@@ -108,8 +96,8 @@ static bool bad_tensor(const struct dj_tensor *t)
 static int no_kernel(const struct djinn_node *node, unsigned int dtype,
 		     char *msg, size_t msglen)
 {
-	return cpu_fail(msg, msglen, -EOPNOTSUPP, "no cpu %s kernel for %s",
-			djinn_op_name(node->op), djinn_dtype_name(dtype));
+	return errmsg(msg, msglen, -EOPNOTSUPP, "no cpu %s kernel for %s",
+		      djinn_op_name(node->op), djinn_dtype_name(dtype));
 }
 
 /* @out has @x's shape and dtype (the elementwise and row ops). */
@@ -118,8 +106,8 @@ static int want_like(const struct dj_tensor *out, const struct dj_tensor *x,
 {
 	if (out->desc.dtype != x->desc.dtype ||
 	    !same_shape(&out->desc, &x->desc))
-		return cpu_fail(msg, msglen, -EINVAL,
-				"result is not the shape and dtype of input 0");
+		return errmsg(msg, msglen, -EINVAL,
+			      "result is not the shape and dtype of input 0");
 	return 0;
 }
 
@@ -166,8 +154,8 @@ static int f32_begin(struct cpu_backend *cb, const struct dj_tensor *in,
 		}
 		f->tmp[i] = malloc(n ? n * sizeof(float) : 1);
 		if (!f->tmp[i]) {
-			ret = cpu_fail(msg, msglen, -ENOMEM,
-				       "no memory for %zu f32 of scratch", n);
+			ret = errmsg(msg, msglen, -ENOMEM,
+				     "no memory for %zu f32 of scratch", n);
 			break;
 		}
 		ret = cpu_to_f32(cb->pool, in[i].desc.dtype, ptr(&in[i]),
@@ -183,10 +171,10 @@ static int f32_begin(struct cpu_backend *cb, const struct dj_tensor *in,
 			f->out = f->tmp[DJINN_MAX_NODE_INPUTS] =
 				malloc(n ? n * sizeof(float) : 1);
 			if (!f->out)
-				ret = cpu_fail(msg, msglen, -ENOMEM,
-					       "no memory for %zu f32 of "
-					       "scratch",
-					       n);
+				ret = errmsg(msg, msglen, -ENOMEM,
+					     "no memory for %zu f32 of "
+					     "scratch",
+					     n);
 		}
 	}
 	if (ret)
@@ -211,9 +199,9 @@ static int op_matmul(struct cpu_backend *cb, const struct djinn_node *node,
 	if (!is_float(dtype))
 		return no_kernel(node, dtype, msg, msglen);
 	if (in[1].desc.dtype != dtype || out->desc.dtype != dtype)
-		return cpu_fail(msg, msglen, -EINVAL, "dtypes differ");
+		return errmsg(msg, msglen, -EINVAL, "dtypes differ");
 	if (p->trans_a > 1 || p->trans_b > 1)
-		return cpu_fail(msg, msglen, -EINVAL, "trans not 0 or 1");
+		return errmsg(msg, msglen, -EINVAL, "trans not 0 or 1");
 	ret = cpu_mm_init(&mm, &in[0].desc, &in[1].desc, p->trans_a, p->trans_b,
 			  &out->desc, msg, msglen);
 	if (ret)
@@ -236,7 +224,7 @@ static int op_binary(struct cpu_backend *cb, const struct djinn_node *node,
 	int ret;
 
 	if (in[1].desc.dtype != dtype || out->desc.dtype != dtype)
-		return cpu_fail(msg, msglen, -EINVAL, "dtypes differ");
+		return errmsg(msg, msglen, -EINVAL, "dtypes differ");
 	ret = cpu_bcast_init(&bc, &in[0].desc, &in[1].desc, &out->desc, msg,
 			     msglen);
 	if (ret)
@@ -246,8 +234,8 @@ static int op_binary(struct cpu_backend *cb, const struct djinn_node *node,
 			return no_kernel(node, dtype, msg, msglen);
 		if (node->op == DJINN_GOP_DIV && bc.n &&
 		    cpu_any_zero(dtype, ptr(&in[1]), elems(&in[1].desc)))
-			return cpu_fail(msg, msglen, -EDOM,
-					"integer division by zero");
+			return errmsg(msg, msglen, -EDOM,
+				      "integer division by zero");
 		return cpu_binary(cb->pool, node->op, dtype, ptr(out),
 				  ptr(&in[0]), ptr(&in[1]), &bc);
 	}
@@ -292,7 +280,7 @@ static int op_softmax(struct cpu_backend *cb, const struct djinn_node *node,
 	if (!is_float(x->dtype))
 		return no_kernel(node, x->dtype, msg, msglen);
 	if (x->ndim < 1)
-		return cpu_fail(msg, msglen, -EINVAL, "a scalar has no rows");
+		return errmsg(msg, msglen, -EINVAL, "a scalar has no rows");
 	ret = want_like(out, &in[0], msg, msglen);
 	if (!ret)
 		ret = f32_begin(cb, in, 1, out, &f, msg, msglen);
@@ -318,15 +306,15 @@ static int op_norm(struct cpu_backend *cb, const struct djinn_node *node,
 	if (!is_float(x->dtype))
 		return no_kernel(node, x->dtype, msg, msglen);
 	if (x->ndim < 1)
-		return cpu_fail(msg, msglen, -EINVAL, "a scalar has no rows");
+		return errmsg(msg, msglen, -EINVAL, "a scalar has no rows");
 	C = x->dims[x->ndim - 1];
 	for (unsigned int i = 1; i < nr; i++)
 		if (!is_float(in[i].desc.dtype) || in[i].desc.ndim != 1 ||
 		    in[i].desc.dims[0] != C)
-			return cpu_fail(msg, msglen, -EINVAL,
-					"input %u is not (%zu) floats", i, C);
+			return errmsg(msg, msglen, -EINVAL,
+				      "input %u is not (%zu) floats", i, C);
 	if (!(eps > 0) || !isfinite(eps))
-		return cpu_fail(msg, msglen, -EINVAL, "eps %g", (double)eps);
+		return errmsg(msg, msglen, -EINVAL, "eps %g", (double)eps);
 	ret = want_like(out, &in[0], msg, msglen);
 	if (!ret)
 		ret = f32_begin(cb, in, nr, out, &f, msg, msglen);
@@ -349,13 +337,13 @@ static int op_embedding(struct cpu_backend *cb, const struct djinn_node *node,
 	if (ids->dtype != DJINN_DTYPE_I32 && ids->dtype != DJINN_DTYPE_I64)
 		return no_kernel(node, ids->dtype, msg, msglen);
 	if (t->ndim != 2 || !es)
-		return cpu_fail(msg, msglen, -EINVAL, "table is not (V, C)");
+		return errmsg(msg, msglen, -EINVAL, "table is not (V, C)");
 	if (o->dtype != t->dtype || o->ndim != ids->ndim + 1 ||
 	    memcmp(o->dims, ids->dims, ids->ndim * sizeof(o->dims[0])) ||
 	    o->dims[ids->ndim] != t->dims[1])
-		return cpu_fail(msg, msglen, -EINVAL,
-				"result is not (ids..., %llu)",
-				(unsigned long long)t->dims[1]);
+		return errmsg(msg, msglen, -EINVAL,
+			      "result is not (ids..., %llu)",
+			      (unsigned long long)t->dims[1]);
 	return cpu_embedding(cb->pool, ptr(out), ptr(&in[0]), t->dims[1] * es,
 			     t->dims[0], ptr(&in[1]), ids->dtype, elems(ids),
 			     msg, msglen);
@@ -369,9 +357,9 @@ static int op_reshape(struct cpu_backend *cb, const struct djinn_node *node,
 	const struct djinn_tensor_desc *x = &in[0].desc;
 
 	if (out->desc.dtype != x->dtype || elems(&out->desc) != elems(x))
-		return cpu_fail(msg, msglen, -EINVAL,
-				"result has %zu elements, input %zu",
-				elems(&out->desc), elems(x));
+		return errmsg(msg, msglen, -EINVAL,
+			      "result has %zu elements, input %zu",
+			      elems(&out->desc), elems(x));
 	return cpu_copy(cb->pool, ptr(out), ptr(&in[0]),
 			elems(x) * djinn_dtype_size(x->dtype));
 }
@@ -386,16 +374,16 @@ static int op_permute(struct cpu_backend *cb, const struct djinn_node *node,
 	unsigned int seen = 0;
 
 	if (p->ndim != x->ndim || o->ndim != x->ndim || o->dtype != x->dtype)
-		return cpu_fail(msg, msglen, -EINVAL,
-				"permutation of %u dims for %u", p->ndim,
-				x->ndim);
+		return errmsg(msg, msglen, -EINVAL,
+			      "permutation of %u dims for %u", p->ndim,
+			      x->ndim);
 	for (unsigned int k = 0; k < p->ndim; k++) {
 		int32_t d = p->dims[k];
 
 		if (d < 0 || d >= (int32_t)x->ndim || seen & (1u << d) ||
 		    o->dims[k] != x->dims[d])
-			return cpu_fail(msg, msglen, -EINVAL,
-					"not a permutation of the input");
+			return errmsg(msg, msglen, -EINVAL,
+				      "not a permutation of the input");
 		seen |= 1u << d;
 	}
 	return cpu_permute(cb->pool, ptr(out), ptr(&in[0]),
@@ -423,24 +411,23 @@ static int op_slice(struct cpu_backend *cb, const struct djinn_node *node,
 	size_t es = djinn_dtype_size(x->dtype), inner;
 
 	if (axis < 0)
-		return cpu_fail(msg, msglen, -EINVAL, "axis %d", p->axis);
+		return errmsg(msg, msglen, -EINVAL, "axis %d", p->axis);
 	dim = (int64_t)x->dims[axis];
 	start += start < 0 ? dim : 0;
 	end += end < 0 ? dim : 0;
 	if (start < 0 || start >= end || end > dim)
-		return cpu_fail(msg, msglen, -EINVAL,
-				"[%lld, %lld) is not within %lld",
-				(long long)p->start, (long long)p->end,
-				(long long)dim);
+		return errmsg(msg, msglen, -EINVAL,
+			      "[%lld, %lld) is not within %lld",
+			      (long long)p->start, (long long)p->end,
+			      (long long)dim);
 	if (o->dtype != x->dtype || o->ndim != x->ndim)
-		return cpu_fail(msg, msglen, -EINVAL,
-				"result is not the slice");
+		return errmsg(msg, msglen, -EINVAL, "result is not the slice");
 	for (unsigned int d = 0; d < x->ndim; d++)
 		if (o->dims[d] != (d == (unsigned int)axis ?
 					   (uint64_t)(end - start) :
 					   x->dims[d]))
-			return cpu_fail(msg, msglen, -EINVAL,
-					"result is not the slice");
+			return errmsg(msg, msglen, -EINVAL,
+				      "result is not the slice");
 
 	/* (outer, dim, inner) -> (outer, end - start, inner) */
 	inner = elems_from(x, axis + 1) * es;
@@ -463,24 +450,24 @@ static int op_concat(struct cpu_backend *cb, const struct djinn_node *node,
 	int ret = 0;
 
 	if (axis < 0)
-		return cpu_fail(msg, msglen, -EINVAL, "axis %d",
-				node->params.axis.axis);
+		return errmsg(msg, msglen, -EINVAL, "axis %d",
+			      node->params.axis.axis);
 	for (unsigned int i = 0; i < node->nr_inputs; i++) {
 		const struct djinn_tensor_desc *y = &in[i].desc;
 
 		if (y->dtype != x->dtype || y->ndim != x->ndim)
-			return cpu_fail(msg, msglen, -EINVAL,
-					"input %u differs from input 0", i);
+			return errmsg(msg, msglen, -EINVAL,
+				      "input %u differs from input 0", i);
 		for (unsigned int d = 0; d < x->ndim; d++)
 			if (d != (unsigned int)axis && y->dims[d] != o->dims[d])
-				return cpu_fail(msg, msglen, -EINVAL,
-						"input %u differs in dim %u", i,
-						d);
+				return errmsg(msg, msglen, -EINVAL,
+					      "input %u differs in dim %u", i,
+					      d);
 		sum += y->dims[axis];
 	}
 	if (o->dtype != x->dtype || o->ndim != x->ndim || o->dims[axis] != sum)
-		return cpu_fail(msg, msglen, -EINVAL,
-				"result is not the concatenation");
+		return errmsg(msg, msglen, -EINVAL,
+			      "result is not the concatenation");
 
 	/* each input (outer, d_i, inner) into (outer, sum, inner) at @at */
 	inner = elems_from(x, axis + 1) * es;
@@ -511,9 +498,9 @@ static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 		return no_kernel(node, q->dtype, msg, msglen);
 	if (k->dtype != q->dtype || v->dtype != q->dtype ||
 	    o->dtype != q->dtype)
-		return cpu_fail(msg, msglen, -EINVAL, "dtypes differ");
+		return errmsg(msg, msglen, -EINVAL, "dtypes differ");
 	if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || o->ndim != 4)
-		return cpu_fail(msg, msglen, -EINVAL, "q, k, v are not 4-d");
+		return errmsg(msg, msglen, -EINVAL, "q, k, v are not 4-d");
 	a = (struct cpu_attn){
 		.B = q->dims[0],
 		.H = q->dims[1],
@@ -529,15 +516,15 @@ static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 	    v->dims[1] != a.Hk || k->dims[3] != a.D || v->dims[2] != a.S ||
 	    o->dims[0] != a.B || o->dims[1] != a.H || o->dims[2] != a.T ||
 	    o->dims[3] != a.Dv)
-		return cpu_fail(msg, msglen, -EINVAL,
-				"q, k, v, result shapes do not agree");
+		return errmsg(msg, msglen, -EINVAL,
+			      "q, k, v, result shapes do not agree");
 	if (p->causal > 1 || (a.causal && a.T > a.S))
-		return cpu_fail(msg, msglen, -EINVAL,
-				"causal %u with %zu queries, %zu keys",
-				p->causal, a.T, a.S);
+		return errmsg(msg, msglen, -EINVAL,
+			      "causal %u with %zu queries, %zu keys", p->causal,
+			      a.T, a.S);
 	if (!isfinite(a.scale))
-		return cpu_fail(msg, msglen, -EINVAL, "scale %g",
-				(double)a.scale);
+		return errmsg(msg, msglen, -EINVAL, "scale %g",
+			      (double)a.scale);
 	if (a.scale == 0.0f)
 		a.scale = a.D ? 1.0f / sqrtf((float)a.D) : 1.0f;
 	ret = f32_begin(cb, in, 3, out, &f, msg, msglen);
@@ -545,7 +532,7 @@ static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 		return ret;
 	ret = cpu_attention(cb->pool, f.out, f.in[0], f.in[1], f.in[2], &a);
 	if (ret == -ENOMEM)
-		cpu_fail(msg, msglen, ret, "no memory for attention scores");
+		errmsg(msg, msglen, ret, "no memory for attention scores");
 	return f32_end(cb, out, &f, ret);
 }
 
@@ -561,12 +548,12 @@ static int op_argmax(struct cpu_backend *cb, const struct djinn_node *node,
 	int ret;
 
 	if (x->ndim < 1)
-		return cpu_fail(msg, msglen, -EINVAL, "a scalar has no rows");
+		return errmsg(msg, msglen, -EINVAL, "a scalar has no rows");
 	C = x->dims[x->ndim - 1];
 	rows = C ? elems(x) / C : 0;
 	if (out->desc.dtype != DJINN_DTYPE_I64 || elems(&out->desc) != rows)
-		return cpu_fail(msg, msglen, -EINVAL,
-				"result is not %zu i64 elements", rows);
+		return errmsg(msg, msglen, -EINVAL,
+			      "result is not %zu i64 elements", rows);
 	if (!is_float(dtype)) {
 		if (!djinn_dtype_size(dtype))
 			return no_kernel(node, dtype, msg, msglen);
@@ -620,20 +607,20 @@ static int cpu_run_node(struct backend *b, const struct djinn_node *node,
 
 	if (node->op >= sizeof(cpu_ops_table) / sizeof(cpu_ops_table[0]) ||
 	    !cpu_ops_table[node->op].fn)
-		return cpu_fail(msg, msglen, -EOPNOTSUPP, "unknown op %u",
-				node->op);
+		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
+			      node->op);
 	op = &cpu_ops_table[node->op];
 	if (node->nr_inputs < op->min_inputs ||
 	    node->nr_inputs > op->max_inputs)
-		return cpu_fail(msg, msglen, -EINVAL, "%u inputs",
-				node->nr_inputs);
+		return errmsg(msg, msglen, -EINVAL, "%u inputs",
+			      node->nr_inputs);
 	for (unsigned int i = 0; i < node->nr_inputs; i++)
 		if (bad_tensor(&in[i]))
-			return cpu_fail(msg, msglen, -EINVAL,
-					"input %u: bad desc or address", i);
+			return errmsg(msg, msglen, -EINVAL,
+				      "input %u: bad desc or address", i);
 	if (bad_tensor(out))
-		return cpu_fail(msg, msglen, -EINVAL,
-				"result: bad desc or address");
+		return errmsg(msg, msglen, -EINVAL,
+			      "result: bad desc or address");
 	return op->fn(to_cpu(b), node, in, out, msg, msglen);
 }
 

@@ -31,15 +31,12 @@
 
 #include <djinn/proto.h>
 
+#include "errmsg.h"
 #include "backend/backend.h"
 
 #ifndef __printf
 #define __printf(a, b) __attribute__((format(printf, a, b)))
 #endif
-
-/* Put a reason in @msg (may be NULL) and return @err, a negative errno. */
-__printf(4, 5) int cpu_fail(char *msg, size_t msglen, int err, const char *fmt,
-			    ...);
 
 /* ---------------------------------------------------------------------- */
 /* Thread pool (pool.c) */

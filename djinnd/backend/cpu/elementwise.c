@@ -23,9 +23,9 @@ int cpu_bcast_init(struct cpu_bcast *bc, const struct djinn_tensor_desc *a,
 	uint64_t stra = 1, strb = 1;
 
 	if (no > DJINN_MAX_DIMS || out->ndim != no)
-		return cpu_fail(msg, msglen, -EINVAL,
-				"result has %u dims, inputs %u and %u",
-				out->ndim, a->ndim, b->ndim);
+		return errmsg(msg, msglen, -EINVAL,
+			      "result has %u dims, inputs %u and %u", out->ndim,
+			      a->ndim, b->ndim);
 	/* k counts from the last dim; strides of a and b as they are */
 	for (unsigned int k = 0; k < no; k++) {
 		unsigned int i = no - 1 - k;
@@ -34,15 +34,15 @@ int cpu_bcast_init(struct cpu_bcast *bc, const struct djinn_tensor_desc *a,
 		uint64_t d = da == 1 ? db : da;
 
 		if (da != db && da != 1 && db != 1)
-			return cpu_fail(msg, msglen, -EINVAL,
-					"dims %llu and %llu do not broadcast",
-					(unsigned long long)da,
-					(unsigned long long)db);
+			return errmsg(msg, msglen, -EINVAL,
+				      "dims %llu and %llu do not broadcast",
+				      (unsigned long long)da,
+				      (unsigned long long)db);
 		if (out->dims[i] != d)
-			return cpu_fail(msg, msglen, -EINVAL,
-					"result dim %u is %llu, not %llu", i,
-					(unsigned long long)out->dims[i],
-					(unsigned long long)d);
+			return errmsg(msg, msglen, -EINVAL,
+				      "result dim %u is %llu, not %llu", i,
+				      (unsigned long long)out->dims[i],
+				      (unsigned long long)d);
 		dims[i] = d;
 		sa[i] = da == 1 ? 0 : stra;
 		sb[i] = db == 1 ? 0 : strb;

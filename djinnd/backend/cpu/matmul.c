@@ -45,9 +45,9 @@ int cpu_mm_init(struct cpu_mm *mm, const struct djinn_tensor_desc *a,
 	uint64_t kb;
 
 	if (a->ndim < 2 || b->ndim < 2)
-		return cpu_fail(msg, msglen, -EINVAL,
-				"inputs have %u and %u dims, not 2 or more",
-				a->ndim, b->ndim);
+		return errmsg(msg, msglen, -EINVAL,
+			      "inputs have %u and %u dims, not 2 or more",
+			      a->ndim, b->ndim);
 	na = a->ndim - 2;
 	nb = b->ndim - 2;
 	no = na > nb ? na : nb;
@@ -58,13 +58,13 @@ int cpu_mm_init(struct cpu_mm *mm, const struct djinn_tensor_desc *a,
 	kb = b->dims[nb + tb];
 	mm->N = b->dims[nb + 1 - tb];
 	if (mm->K != kb)
-		return cpu_fail(msg, msglen, -EINVAL,
-				"inner dims %zu and %llu differ", mm->K,
-				(unsigned long long)kb);
+		return errmsg(msg, msglen, -EINVAL,
+			      "inner dims %zu and %llu differ", mm->K,
+			      (unsigned long long)kb);
 	if (out->ndim != no + 2 || out->dims[no] != mm->M ||
 	    out->dims[no + 1] != mm->N)
-		return cpu_fail(msg, msglen, -EINVAL,
-				"result is not (..., %zu, %zu)", mm->M, mm->N);
+		return errmsg(msg, msglen, -EINVAL,
+			      "result is not (..., %zu, %zu)", mm->M, mm->N);
 
 	/* The batch dims broadcast like an elementwise op's; counted in
 	 * matrices, the strides come out in matrices. */
@@ -253,9 +253,9 @@ int cpu_matmul(struct cpu_pool *p, float *out, const float *a, const float *b,
 		return 0;
 	}
 	if (mm->M > INT_MAX || mm->N > INT_MAX || mm->K > INT_MAX)
-		return cpu_fail(msg, msglen, -E2BIG,
-				"(%zu, %zu) x (%zu, %zu) is over BLAS's int",
-				mm->M, mm->K, mm->K, mm->N);
+		return errmsg(msg, msglen, -E2BIG,
+			      "(%zu, %zu) x (%zu, %zu) is over BLAS's int",
+			      mm->M, mm->K, mm->K, mm->N);
 
 	/* b the same for every matrix and a's batch contiguous (a merged
 	 * batch dim of stride 1): the batch folds into M. */
