@@ -90,6 +90,40 @@ void model_ops_session_ended(struct session *s)
 	session_obj_drain(s, drain_one, NULL);
 }
 
+/* A new object of @kind in @s's table, its handle in *@handle; or NULL
+ * with the error answered. */
+static struct mobj *mobj_add(struct conn *c, const struct djinn_hdr *hdr,
+			     struct session *s, enum sobj_kind kind,
+			     uint64_t *handle)
+{
+	struct mobj *o = calloc(1, sizeof(*o));
+	int ret = o ? session_obj_add(s, kind, o, handle) : -ENOMEM;
+
+	if (ret) {
+		free(o);
+		conn_error(c, hdr, ret, "%s",
+			   ret == -EDQUOT ? "too many models and contexts in "
+					    "the session" :
+					    "out of memory");
+		return NULL;
+	}
+	o->kind = kind;
+	o->refs = 1;
+	o->s = s;
+	return o;
+}
+
+/* Context object @o holds @mc, of model @m. */
+static void ctx_bind(struct mobj *o, struct mobj *m, struct model_ctx *mc,
+		     uint32_t max_tokens)
+{
+	o->mc = mc;
+	o->max_tokens = max_tokens;
+	o->model = m;
+	m->refs++;
+	m->ctxs++;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Jobs */
 
@@ -530,18 +564,11 @@ void ops_call_done(struct server *srv, struct exec_job *job)
 		};
 
 		memcpy(r.fp, m->fp, sizeof(r.fp));
-		o = calloc(1, sizeof(*o));
-		if (!o || session_obj_add(s, SOBJ_MODEL, o, &handle)) {
+		o = mobj_add(c, hdr, s, SOBJ_MODEL, &handle);
+		if (!o) {
 			model_close(mj->hold);
-			free(o);
-			conn_error(c, hdr, -EDQUOT,
-				   "too many models and "
-				   "contexts in the session");
 			break;
 		}
-		o->kind = SOBJ_MODEL;
-		o->refs = 1;
-		o->s = s;
 		o->h = mj->hold;
 		r.model = handle;
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
@@ -551,23 +578,12 @@ void ops_call_done(struct server *srv, struct exec_job *job)
 		struct djinn_ctx_resp r = { .len = model_ctx_len(mj->fork),
 					    .max_tokens = mj->o->max_tokens };
 
-		o = calloc(1, sizeof(*o));
-		if (!o || session_obj_add(s, SOBJ_CTX, o, &handle)) {
+		o = mobj_add(c, hdr, s, SOBJ_CTX, &handle);
+		if (!o) {
 			model_ctx_free(mj->fork);
-			free(o);
-			conn_error(c, hdr, -EDQUOT,
-				   "too many models and "
-				   "contexts in the session");
 			break;
 		}
-		o->kind = SOBJ_CTX;
-		o->refs = 1;
-		o->s = s;
-		o->mc = mj->fork;
-		o->max_tokens = mj->o->max_tokens;
-		o->model = mj->o->model;
-		o->model->refs++;
-		o->model->ctxs++;
+		ctx_bind(o, mj->o->model, mj->fork, mj->o->max_tokens);
 		r.ctx = handle;
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 		break;
@@ -731,10 +747,12 @@ static void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 		       const uint8_t *body, struct session *s)
 {
 	const struct djinn_ctx_new *r = (const void *)body;
-	struct mobj *m, *o = NULL;
 	char msg[DJINN_MAX_ERROR_MSG] = "";
 	struct djinn_ctx_resp resp = { 0 };
+	struct model_ctx *mc;
+	struct mobj *m, *o;
 	uint64_t handle;
+	uint32_t max;
 	int ret;
 
 	if (r->__reserved) {
@@ -744,33 +762,19 @@ static void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 	m = obj_get(c, hdr, s, r->model, SOBJ_MODEL);
 	if (!m)
 		goto out;
-	o = calloc(1, sizeof(*o));
-	if (!o) {
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		goto out;
-	}
 	/* Only reserves the cache's address space: cheap, here. */
-	o->max_tokens = r->max_tokens ? r->max_tokens : m->h->m->cfg.n_ctx;
-	ret = model_ctx_new(m->h, o->max_tokens, &o->mc, msg, sizeof(msg));
-	if (!ret)
-		ret = session_obj_add(s, SOBJ_CTX, o, &handle);
+	max = r->max_tokens ? r->max_tokens : m->h->m->cfg.n_ctx;
+	ret = model_ctx_new(m->h, max, &mc, msg, sizeof(msg));
 	if (ret) {
-		model_ctx_free(o->mc);
-		free(o);
-		conn_error(c, hdr, ret, "%s",
-			   msg[0] ? msg :
-			   ret == -EDQUOT ?
-				    "too many models and contexts in the "
-				    "session" :
-				    strerror(-ret));
+		conn_error(c, hdr, ret, "%s", msg[0] ? msg : strerror(-ret));
 		goto out;
 	}
-	o->kind = SOBJ_CTX;
-	o->refs = 1;
-	o->s = s;
-	o->model = m;
-	m->refs++;
-	m->ctxs++;
+	o = mobj_add(c, hdr, s, SOBJ_CTX, &handle);
+	if (!o) {
+		model_ctx_free(mc);
+		goto out;
+	}
+	ctx_bind(o, m, mc, max);
 	resp.ctx = handle;
 	resp.max_tokens = o->max_tokens;
 	conn_reply(c, hdr, &resp, sizeof(resp), NULL, 0, NULL, NULL);
