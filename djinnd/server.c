@@ -338,6 +338,7 @@ void server_exit(struct server *srv)
 	if (srv->backend)
 		srv->backend->ops->destroy(srv->backend);
 	free(srv->stab);
+	free(srv->uids);
 	if (sigs.rfd >= 0) {
 		close(sigs.rfd);
 		close(sigs.wfd);

@@ -31,6 +31,7 @@ struct server_config {
 	unsigned int threads; /* kernel threads, 0: one per CPU */
 	uint64_t lease_default_ns, lease_min_ns, lease_max_ns;
 	unsigned int max_sessions;
+	unsigned int max_sessions_per_uid; /* TCP peers count as one uid */
 	unsigned int max_conns;
 	unsigned int warn_pct, crit_pct; /* VMU pressure thresholds, % */
 	const char *admin_group; /* the admin socket's; NULL: "djinn" if any */
@@ -42,6 +43,10 @@ struct server_config {
 
 struct executor;
 struct model_store;
+struct uid_sessions {
+	uid_t uid;
+	unsigned int n;
+};
 struct listener;
 struct bufring;
 
@@ -72,6 +77,8 @@ struct server {
 	struct list_head sessions;
 	struct session **stab;
 	uint64_t stab_size, nr_sessions, next_id;
+	struct uid_sessions *uids; /* sessions per peer uid */
+	unsigned int nr_uids, cap_uids;
 
 	struct list_head listeners;
 	struct list_head conns;

@@ -189,6 +189,25 @@ static int check_desc(struct conn *c, const struct djinn_hdr *hdr,
 /* ---------------------------------------------------------------------- */
 /* Sessions */
 
+/* A session refused by a limit: which one. */
+static void session_quota_error(struct conn *c, const struct djinn_hdr *hdr)
+{
+	const struct server_config *cfg = &c->srv->cfg;
+	uid_t uid = c->tcp ? (uid_t)-1 : c->cred.uid;
+
+	if (c->srv->nr_sessions >= cfg->max_sessions)
+		conn_error(c, hdr, -EDQUOT,
+			   "%llu sessions open, the server's limit "
+			   "(server.max_sessions)",
+			   (unsigned long long)c->srv->nr_sessions);
+	else
+		conn_error(c, hdr, -EDQUOT,
+			   "%u sessions open for %s %d, the limit "
+			   "(server.max_sessions_per_uid)",
+			   session_uid_sessions(c->srv, uid),
+			   c->tcp ? "TCP peers as uid" : "uid", (int)uid);
+}
+
 static void op_hello(struct conn *c, const struct djinn_hdr *hdr)
 {
 	struct djinn_hello_resp r = {
@@ -246,10 +265,13 @@ static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
 		if (ret)
 			session_end(c->srv, s, SESSION_CLOSED);
 	}
+	if (ret == -EDQUOT) {
+		session_quota_error(c, hdr);
+		return;
+	}
 	if (ret) {
 		conn_error(c, hdr, ret, "%s",
 			   ret == -EINVAL ? "bad tenant name or priority" :
-			   ret == -EDQUOT ? "too many sessions" :
 					    "cannot open a session");
 		return;
 	}
@@ -334,10 +356,12 @@ static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 		if (ret)
 			session_end(c->srv, s, SESSION_CLOSED);
 	}
+	if (ret == -EDQUOT) {
+		session_quota_error(c, hdr);
+		return;
+	}
 	if (ret) {
-		conn_error(c, hdr, ret, "%s",
-			   ret == -EDQUOT ? "too many sessions" :
-					    "cannot bind the session");
+		conn_error(c, hdr, ret, "cannot bind the session");
 		return;
 	}
 	log_info("session %llu bound to kernel session %llu: tenant %s, "

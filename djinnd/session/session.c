@@ -56,8 +56,39 @@ static uint64_t bucket(const struct server *srv, uint64_t id)
 	return (id * 0x9e3779b97f4a7c15ull >> 17) & (srv->stab_size - 1);
 }
 
+/* The count of @uid's sessions, made when @add and missing; NULL when
+ * missing (or out of memory). */
+static struct uid_sessions *uid_count(struct server *srv, uid_t uid, bool add)
+{
+	for (unsigned int i = 0; i < srv->nr_uids; i++)
+		if (srv->uids[i].uid == uid)
+			return &srv->uids[i];
+	if (!add)
+		return NULL;
+	if (srv->nr_uids == srv->cap_uids) {
+		unsigned int cap = srv->cap_uids ? srv->cap_uids * 2 : 8;
+		struct uid_sessions *u = realloc(srv->uids, cap * sizeof(*u));
+
+		if (!u)
+			return NULL;
+		srv->uids = u;
+		srv->cap_uids = cap;
+	}
+	srv->uids[srv->nr_uids] = (struct uid_sessions){ .uid = uid };
+	return &srv->uids[srv->nr_uids++];
+}
+
+unsigned int session_uid_sessions(struct server *srv, uid_t uid)
+{
+	struct uid_sessions *u = uid_count(srv, uid, false);
+
+	return u ? u->n : 0;
+}
+
 static int stab_add(struct server *srv, struct session *s)
 {
+	struct uid_sessions *u;
+
 	if (srv->nr_sessions >= srv->stab_size) {
 		uint64_t n = srv->stab_size ? srv->stab_size * 2 : 64;
 		struct session **t = calloc(n, sizeof(*t)), *e;
@@ -74,6 +105,10 @@ static int stab_add(struct server *srv, struct session *s)
 			t[b] = e;
 		}
 	}
+	u = uid_count(srv, s->uid, true);
+	if (!u)
+		return -ENOMEM;
+	u->n++;
 	s->hnext = srv->stab[bucket(srv, s->id)];
 	srv->stab[bucket(srv, s->id)] = s;
 	list_add_tail(&s->node, &srv->sessions);
@@ -83,6 +118,8 @@ static int stab_add(struct server *srv, struct session *s)
 
 static void stab_del(struct server *srv, struct session *s)
 {
+	struct uid_sessions *u = uid_count(srv, s->uid, false);
+
 	struct session **p = &srv->stab[bucket(srv, s->id)];
 
 	while (*p && *p != s)
@@ -91,6 +128,8 @@ static void stab_del(struct server *srv, struct session *s)
 		*p = s->hnext;
 	list_del_init(&s->node);
 	srv->nr_sessions--;
+	if (u && !--u->n)
+		*u = srv->uids[--srv->nr_uids]; /* the last takes its place */
 }
 
 struct session *session_get(struct server *srv, uint64_t id)
@@ -122,7 +161,8 @@ int session_create(struct server *srv, const char *tenant, uint32_t priority,
 
 	if (!tenant_ok(tenant) || priority > 7)
 		return -EINVAL;
-	if (srv->nr_sessions >= srv->cfg.max_sessions)
+	if (srv->nr_sessions >= srv->cfg.max_sessions ||
+	    session_uid_sessions(srv, uid) >= srv->cfg.max_sessions_per_uid)
 		return -EDQUOT;
 	s = calloc(1, sizeof(*s));
 	if (!s)

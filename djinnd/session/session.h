@@ -128,6 +128,8 @@ extern bool session_predictable_handles;
 int session_create(struct server *srv, const char *tenant, uint32_t priority,
 		   uint64_t lease_ns, uid_t uid, pid_t pid,
 		   struct session **out);
+/* Sessions open now whose peer is @uid (TCP peers: (uid_t)-1). */
+unsigned int session_uid_sessions(struct server *srv, uid_t uid);
 /* Put it in the table and start its lease. */
 int session_publish(struct server *srv, struct session *s);
 /* A reference to the live session @id, or NULL. */

@@ -191,6 +191,12 @@ static bool can_connect_tcp(unsigned int port)
 
 int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
 {
+	return djd_start_set(d, cpu_mem, lease_ms, NULL);
+}
+
+int djd_start_set(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
+		  const char *set)
+{
 	const char *bin = djd_binary();
 	char listen[sizeof(d->sock) + 8], lease[24], metrics[32];
 	char models[sizeof(d->dir) + 8];
@@ -249,7 +255,7 @@ int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
 		      "--lease-ms", lease, "--metrics", metrics, "--model-dir",
 		      models, "--threads", "2", "--log-level",
 		      getenv("DJINN_TEST_VERBOSE") ? "debug" : "info",
-		      (char *)NULL);
+		      set ? "--set" : (char *)NULL, set, (char *)NULL);
 		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}

@@ -321,7 +321,8 @@ static void check_health_at(int line, struct fx *fx, long nr_sessions,
 /* The daemon serves, holds @n sessions and the VMU is at its baseline. */
 #define check_health(fx, n) check_health_at(__LINE__, fx, n, &(fx)->base)
 
-static int fx_start(void **state, const char *mem, unsigned int lease_ms)
+static int fx_start_set(void **state, const char *mem, unsigned int lease_ms,
+			const char *set)
 {
 	struct fx *fx = calloc(1, sizeof(*fx));
 	char why[256];
@@ -330,7 +331,7 @@ static int fx_start(void **state, const char *mem, unsigned int lease_ms)
 	if (!fx)
 		return -1;
 	fx->adm = -1;
-	if (djd_start(&fx->d, mem, lease_ms)) {
+	if (djd_start_set(&fx->d, mem, lease_ms, set)) {
 		free(fx);
 		return -1;
 	}
@@ -355,9 +356,20 @@ static int fx_start(void **state, const char *mem, unsigned int lease_ms)
 	return 0;
 }
 
+static int fx_start(void **state, const char *mem, unsigned int lease_ms)
+{
+	return fx_start_set(state, mem, lease_ms, NULL);
+}
+
 static int fx_setup(void **state)
 {
 	return fx_start(state, DEV_MEM, 10000);
+}
+
+static int fx_setup_uid_cap(void **state)
+{
+	return fx_start_set(state, DEV_MEM, 10000,
+			    "server.max_sessions_per_uid=3");
 }
 
 static int fx_setup_short_lease(void **state)
@@ -3409,6 +3421,32 @@ static void test_unread_replies(void **state)
 	check_health(fx, 0);
 }
 
+/* 16b. One peer uid may hold server.max_sessions_per_uid sessions (3
+ * here); the next is -EDQUOT naming the limit, and a session closed
+ * makes room. */
+static void test_sessions_per_uid(void **state)
+{
+	struct fx *fx = *state;
+	int fd = xconnect(fx->d.sock);
+	uint64_t sid[3];
+
+	for (int i = 0; i < 3; i++)
+		sid[i] = open_session(fd, "capped");
+	{
+		struct djinn_session_open o = { .tenant = "capped",
+						.priority = 4 };
+
+		call_err(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), -EDQUOT,
+			 "server.max_sessions_per_uid");
+	}
+	close_session(fd, sid[0]);
+	sid[0] = open_session(fd, "capped");
+	for (int i = 0; i < 3; i++)
+		close_session(fd, sid[i]);
+	close(fd);
+	check_health(fx, 0);
+}
+
 /* 15c. Admin opcodes on the client socket, client opcodes on the admin
  * socket: -EPERM, and the connection stays usable. */
 static void test_admin_perm(void **state)
@@ -4792,6 +4830,8 @@ int main(void)
 		T(test_admin_perm),
 		cmocka_unit_test_setup_teardown(
 			test_unread_replies, fx_setup_short_lease, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_sessions_per_uid,
+						fx_setup_uid_cap, fx_teardown),
 		T(test_metrics),
 		T(test_models),
 		T(test_model_breakpoints),
