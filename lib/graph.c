@@ -72,11 +72,32 @@ const char *djinn_dtype_name(unsigned int dtype)
 	return t ? t->name : "unknown";
 }
 
-static bool is_float(unsigned int dtype)
+bool djinn_dtype_is_float(unsigned int dtype)
 {
 	const struct dtype_info *t = dtype_info(dtype);
 
 	return t && t->is_float;
+}
+
+uint64_t djinn_desc_elems_from(const struct djinn_tensor_desc *d,
+			       unsigned int from)
+{
+	uint64_t n = 1;
+
+	for (unsigned int k = from; k < d->ndim; k++)
+		n *= d->dims[k];
+	return n;
+}
+
+bool djinn_desc_same_shape(const struct djinn_tensor_desc *a,
+			   const struct djinn_tensor_desc *b)
+{
+	if (a->ndim != b->ndim)
+		return false;
+	for (unsigned int k = 0; k < a->ndim; k++)
+		if (a->dims[k] != b->dims[k])
+			return false;
+	return true;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -269,7 +290,7 @@ static __printf(3, 4) int node_fail(struct node_ctx *c, int err,
 
 static int want_float(struct node_ctx *c, unsigned int k)
 {
-	if (!is_float(c->x[k]->dtype))
+	if (!djinn_dtype_is_float(c->x[k]->dtype))
 		return node_fail(c, -EINVAL, "input %u is %s, not a float", k,
 				 djinn_dtype_name(c->x[k]->dtype));
 	return 0;

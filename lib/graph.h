@@ -7,6 +7,7 @@
 #ifndef DJINN_GRAPH_H
 #define DJINN_GRAPH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,16 @@ size_t djinn_dtype_size(unsigned int dtype);
  * static strings, "unknown" for a value out of the enum. */
 const char *djinn_dtype_name(unsigned int dtype);
 const char *djinn_op_name(unsigned int op);
+/* Whether @dtype is f32, f16 or bf16. */
+bool djinn_dtype_is_float(unsigned int dtype);
+
+/* Elements of @d from dim @from on (all of them from 0; a row's length
+ * from ndim - 1), for a desc already checked. */
+uint64_t djinn_desc_elems_from(const struct djinn_tensor_desc *d,
+			       unsigned int from);
+/* Whether @a and @b have the same dims (dtypes aside). */
+bool djinn_desc_same_shape(const struct djinn_tensor_desc *a,
+			   const struct djinn_tensor_desc *b);
 
 /* Elements and bytes of @d (either pointer may be NULL); -EINVAL for a
  * bad desc (dtype, ndim, a dim past ndim not zero, reserved bytes),

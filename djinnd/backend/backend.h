@@ -19,11 +19,13 @@
 #ifndef DJINN_BACKEND_H
 #define DJINN_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <djinn/proto.h>
 
+#include "graph.h"
 #include "vmu/provider.h"
 
 /* A tensor in device memory: contiguous, row-major, outermost dim first. */
@@ -31,6 +33,16 @@ struct dj_tensor {
 	uint64_t addr;
 	struct djinn_tensor_desc desc;
 };
+
+/* Whether @t is no tensor a kernel can use: an unknown dtype, too many
+ * dims, or an address not aligned to its elements (kernels read them
+ * through typed pointers). */
+static inline bool dj_tensor_bad(const struct dj_tensor *t)
+{
+	size_t es = djinn_dtype_size(t->desc.dtype);
+
+	return !es || t->desc.ndim > DJINN_MAX_DIMS || t->addr % es;
+}
 
 struct backend;
 

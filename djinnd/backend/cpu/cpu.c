@@ -48,51 +48,6 @@ static void *ptr(const struct dj_tensor *t)
 	return (void *)(uintptr_t)t->addr;
 }
 
-static size_t elems(const struct djinn_tensor_desc *d)
-{
-	size_t n = 1;
-
-	for (unsigned int k = 0; k < d->ndim; k++)
-		n *= d->dims[k];
-	return n;
-}
-
-/* Elements of @d from dim @from on (its rows' length, from = ndim - 1) */
-static size_t elems_from(const struct djinn_tensor_desc *d, unsigned int from)
-{
-	size_t n = 1;
-
-	for (unsigned int k = from; k < d->ndim; k++)
-		n *= d->dims[k];
-	return n;
-}
-
-static bool is_float(unsigned int dtype)
-{
-	return dtype == DJINN_DTYPE_F32 || dtype == DJINN_DTYPE_F16 ||
-	       dtype == DJINN_DTYPE_BF16;
-}
-
-static bool same_shape(const struct djinn_tensor_desc *a,
-		       const struct djinn_tensor_desc *b)
-{
-	if (a->ndim != b->ndim)
-		return false;
-	for (unsigned int k = 0; k < a->ndim; k++)
-		if (a->dims[k] != b->dims[k])
-			return false;
-	return true;
-}
-
-/* A dtype, dims and an address that kernels can use: they read elements
- * through typed pointers. */
-static bool bad_tensor(const struct dj_tensor *t)
-{
-	size_t es = djinn_dtype_size(t->desc.dtype);
-
-	return !es || t->desc.ndim > DJINN_MAX_DIMS || t->addr % es;
-}
-
 static int no_kernel(const struct djinn_node *node, unsigned int dtype,
 		     char *msg, size_t msglen)
 {
@@ -105,7 +60,7 @@ static int want_like(const struct dj_tensor *out, const struct dj_tensor *x,
 		     char *msg, size_t msglen)
 {
 	if (out->desc.dtype != x->desc.dtype ||
-	    !same_shape(&out->desc, &x->desc))
+	    !djinn_desc_same_shape(&out->desc, &x->desc))
 		return errmsg(msg, msglen, -EINVAL,
 			      "result is not the shape and dtype of input 0");
 	return 0;
@@ -131,7 +86,7 @@ static int f32_end(struct cpu_backend *cb, const struct dj_tensor *out,
 {
 	if (!ret && out && out->desc.dtype != DJINN_DTYPE_F32)
 		ret = cpu_from_f32(cb->pool, out->desc.dtype, f->out, ptr(out),
-				   elems(&out->desc));
+				   djinn_desc_elems_from(&out->desc, 0));
 	for (unsigned int i = 0; i <= DJINN_MAX_NODE_INPUTS; i++)
 		free(f->tmp[i]);
 	return ret;
@@ -146,7 +101,7 @@ static int f32_begin(struct cpu_backend *cb, const struct dj_tensor *in,
 
 	memset(f, 0, sizeof(*f));
 	for (unsigned int i = 0; i < nr && !ret; i++) {
-		size_t n = elems(&in[i].desc);
+		size_t n = djinn_desc_elems_from(&in[i].desc, 0);
 
 		if (in[i].desc.dtype == DJINN_DTYPE_F32) {
 			f->in[i] = ptr(&in[i]);
@@ -163,7 +118,7 @@ static int f32_begin(struct cpu_backend *cb, const struct dj_tensor *in,
 		f->in[i] = f->tmp[i];
 	}
 	if (!ret && out) {
-		size_t n = elems(&out->desc);
+		size_t n = djinn_desc_elems_from(&out->desc, 0);
 
 		if (out->desc.dtype == DJINN_DTYPE_F32) {
 			f->out = ptr(out);
@@ -196,7 +151,7 @@ static int op_matmul(struct cpu_backend *cb, const struct djinn_node *node,
 	struct cpu_mm mm;
 	int ret;
 
-	if (!is_float(dtype))
+	if (!djinn_dtype_is_float(dtype))
 		return no_kernel(node, dtype, msg, msglen);
 	if (in[1].desc.dtype != dtype || out->desc.dtype != dtype)
 		return errmsg(msg, msglen, -EINVAL, "dtypes differ");
@@ -229,11 +184,12 @@ static int op_binary(struct cpu_backend *cb, const struct djinn_node *node,
 			     msglen);
 	if (ret)
 		return ret;
-	if (!is_float(dtype)) {
+	if (!djinn_dtype_is_float(dtype)) {
 		if (djinn_dtype_size(dtype) == 0)
 			return no_kernel(node, dtype, msg, msglen);
 		if (node->op == DJINN_GOP_DIV && bc.n &&
-		    cpu_any_zero(dtype, ptr(&in[1]), elems(&in[1].desc)))
+		    cpu_any_zero(dtype, ptr(&in[1]),
+				 djinn_desc_elems_from(&in[1].desc, 0)))
 			return errmsg(msg, msglen, -EDOM,
 				      "integer division by zero");
 		return cpu_binary(cb->pool, node->op, dtype, ptr(out),
@@ -255,14 +211,15 @@ static int op_unary(struct cpu_backend *cb, const struct djinn_node *node,
 	struct f32_view f;
 	int ret;
 
-	if (!is_float(in[0].desc.dtype))
+	if (!djinn_dtype_is_float(in[0].desc.dtype))
 		return no_kernel(node, in[0].desc.dtype, msg, msglen);
 	ret = want_like(out, &in[0], msg, msglen);
 	if (!ret)
 		ret = f32_begin(cb, in, 1, out, &f, msg, msglen);
 	if (ret)
 		return ret;
-	ret = cpu_unary(cb->pool, node->op, f.out, f.in[0], elems(&out->desc),
+	ret = cpu_unary(cb->pool, node->op, f.out, f.in[0],
+			djinn_desc_elems_from(&out->desc, 0),
 			node->params.scalar.alpha);
 	return f32_end(cb, out, &f, ret);
 }
@@ -277,7 +234,7 @@ static int op_softmax(struct cpu_backend *cb, const struct djinn_node *node,
 	size_t C;
 	int ret;
 
-	if (!is_float(x->dtype))
+	if (!djinn_dtype_is_float(x->dtype))
 		return no_kernel(node, x->dtype, msg, msglen);
 	if (x->ndim < 1)
 		return errmsg(msg, msglen, -EINVAL, "a scalar has no rows");
@@ -287,7 +244,8 @@ static int op_softmax(struct cpu_backend *cb, const struct djinn_node *node,
 	if (ret)
 		return ret;
 	C = x->dims[x->ndim - 1];
-	ret = cpu_softmax(cb->pool, f.out, f.in[0], C ? elems(x) / C : 0, C);
+	ret = cpu_softmax(cb->pool, f.out, f.in[0],
+			  C ? djinn_desc_elems_from(x, 0) / C : 0, C);
 	return f32_end(cb, out, &f, ret);
 }
 
@@ -303,14 +261,14 @@ static int op_norm(struct cpu_backend *cb, const struct djinn_node *node,
 	size_t C;
 	int ret;
 
-	if (!is_float(x->dtype))
+	if (!djinn_dtype_is_float(x->dtype))
 		return no_kernel(node, x->dtype, msg, msglen);
 	if (x->ndim < 1)
 		return errmsg(msg, msglen, -EINVAL, "a scalar has no rows");
 	C = x->dims[x->ndim - 1];
 	for (unsigned int i = 1; i < nr; i++)
-		if (!is_float(in[i].desc.dtype) || in[i].desc.ndim != 1 ||
-		    in[i].desc.dims[0] != C)
+		if (!djinn_dtype_is_float(in[i].desc.dtype) ||
+		    in[i].desc.ndim != 1 || in[i].desc.dims[0] != C)
 			return errmsg(msg, msglen, -EINVAL,
 				      "input %u is not (%zu) floats", i, C);
 	if (!(eps > 0) || !isfinite(eps))
@@ -321,7 +279,8 @@ static int op_norm(struct cpu_backend *cb, const struct djinn_node *node,
 	if (ret)
 		return ret;
 	ret = cpu_norm(cb->pool, f.out, f.in[0], f.in[1],
-		       nr == 3 ? f.in[2] : NULL, C ? elems(x) / C : 0, C, eps);
+		       nr == 3 ? f.in[2] : NULL,
+		       C ? djinn_desc_elems_from(x, 0) / C : 0, C, eps);
 	return f32_end(cb, out, &f, ret);
 }
 
@@ -345,8 +304,8 @@ static int op_embedding(struct cpu_backend *cb, const struct djinn_node *node,
 			      "result is not (ids..., %llu)",
 			      (unsigned long long)t->dims[1]);
 	return cpu_embedding(cb->pool, ptr(out), ptr(&in[0]), t->dims[1] * es,
-			     t->dims[0], ptr(&in[1]), ids->dtype, elems(ids),
-			     msg, msglen);
+			     t->dims[0], ptr(&in[1]), ids->dtype,
+			     djinn_desc_elems_from(ids, 0), msg, msglen);
 }
 
 /* RESHAPE: the same bytes */
@@ -356,12 +315,15 @@ static int op_reshape(struct cpu_backend *cb, const struct djinn_node *node,
 {
 	const struct djinn_tensor_desc *x = &in[0].desc;
 
-	if (out->desc.dtype != x->dtype || elems(&out->desc) != elems(x))
+	if (out->desc.dtype != x->dtype ||
+	    djinn_desc_elems_from(&out->desc, 0) != djinn_desc_elems_from(x, 0))
 		return errmsg(msg, msglen, -EINVAL,
 			      "result has %zu elements, input %zu",
-			      elems(&out->desc), elems(x));
+			      djinn_desc_elems_from(&out->desc, 0),
+			      djinn_desc_elems_from(x, 0));
 	return cpu_copy(cb->pool, ptr(out), ptr(&in[0]),
-			elems(x) * djinn_dtype_size(x->dtype));
+			djinn_desc_elems_from(x, 0) *
+				djinn_dtype_size(x->dtype));
 }
 
 /* PERMUTE: result dim k is input dim perm[k] */
@@ -430,11 +392,12 @@ static int op_slice(struct cpu_backend *cb, const struct djinn_node *node,
 				      "result is not the slice");
 
 	/* (outer, dim, inner) -> (outer, end - start, inner) */
-	inner = elems_from(x, axis + 1) * es;
+	inner = djinn_desc_elems_from(x, axis + 1) * es;
 	return cpu_copy_rows(cb->pool, ptr(out), (size_t)(end - start) * inner,
 			     (uint8_t *)ptr(&in[0]) + (size_t)start * inner,
 			     (size_t)dim * inner,
-			     elems(x) / elems_from(x, axis),
+			     djinn_desc_elems_from(x, 0) /
+				     djinn_desc_elems_from(x, axis),
 			     (size_t)(end - start) * inner);
 }
 
@@ -470,8 +433,8 @@ static int op_concat(struct cpu_backend *cb, const struct djinn_node *node,
 			      "result is not the concatenation");
 
 	/* each input (outer, d_i, inner) into (outer, sum, inner) at @at */
-	inner = elems_from(x, axis + 1) * es;
-	outer = elems(o) / elems_from(o, axis);
+	inner = djinn_desc_elems_from(x, axis + 1) * es;
+	outer = djinn_desc_elems_from(o, 0) / djinn_desc_elems_from(o, axis);
 	for (unsigned int i = 0; i < node->nr_inputs && !ret; i++) {
 		size_t len = in[i].desc.dims[axis] * inner;
 
@@ -494,7 +457,7 @@ static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 	struct f32_view f;
 	int ret;
 
-	if (!is_float(q->dtype))
+	if (!djinn_dtype_is_float(q->dtype))
 		return no_kernel(node, q->dtype, msg, msglen);
 	if (k->dtype != q->dtype || v->dtype != q->dtype ||
 	    o->dtype != q->dtype)
@@ -550,11 +513,12 @@ static int op_argmax(struct cpu_backend *cb, const struct djinn_node *node,
 	if (x->ndim < 1)
 		return errmsg(msg, msglen, -EINVAL, "a scalar has no rows");
 	C = x->dims[x->ndim - 1];
-	rows = C ? elems(x) / C : 0;
-	if (out->desc.dtype != DJINN_DTYPE_I64 || elems(&out->desc) != rows)
+	rows = C ? djinn_desc_elems_from(x, 0) / C : 0;
+	if (out->desc.dtype != DJINN_DTYPE_I64 ||
+	    djinn_desc_elems_from(&out->desc, 0) != rows)
 		return errmsg(msg, msglen, -EINVAL,
 			      "result is not %zu i64 elements", rows);
-	if (!is_float(dtype)) {
+	if (!djinn_dtype_is_float(dtype)) {
 		if (!djinn_dtype_size(dtype))
 			return no_kernel(node, dtype, msg, msglen);
 		return cpu_argmax(cb->pool, dtype, ptr(out), ptr(&in[0]), rows,
@@ -615,10 +579,10 @@ static int cpu_run_node(struct backend *b, const struct djinn_node *node,
 		return errmsg(msg, msglen, -EINVAL, "%u inputs",
 			      node->nr_inputs);
 	for (unsigned int i = 0; i < node->nr_inputs; i++)
-		if (bad_tensor(&in[i]))
+		if (dj_tensor_bad(&in[i]))
 			return errmsg(msg, msglen, -EINVAL,
 				      "input %u: bad desc or address", i);
-	if (bad_tensor(out))
+	if (dj_tensor_bad(out))
 		return errmsg(msg, msglen, -EINVAL,
 			      "result: bad desc or address");
 	return op->fn(to_cpu(b), node, in, out, msg, msglen);

@@ -32,48 +32,6 @@ struct nctx {
 	size_t msglen;
 };
 
-static size_t elems(const struct djinn_tensor_desc *d)
-{
-	size_t n = 1;
-
-	for (unsigned int k = 0; k < d->ndim; k++)
-		n *= d->dims[k];
-	return n;
-}
-
-static size_t elems_from(const struct djinn_tensor_desc *d, unsigned int from)
-{
-	size_t n = 1;
-
-	for (unsigned int k = from; k < d->ndim; k++)
-		n *= d->dims[k];
-	return n;
-}
-
-static bool is_float(unsigned int dtype)
-{
-	return dtype == DJINN_DTYPE_F32 || dtype == DJINN_DTYPE_F16 ||
-	       dtype == DJINN_DTYPE_BF16;
-}
-
-static bool same_shape(const struct djinn_tensor_desc *a,
-		       const struct djinn_tensor_desc *b)
-{
-	if (a->ndim != b->ndim)
-		return false;
-	for (unsigned int k = 0; k < a->ndim; k++)
-		if (a->dims[k] != b->dims[k])
-			return false;
-	return true;
-}
-
-static bool bad_tensor(const struct dj_tensor *t)
-{
-	size_t es = djinn_dtype_size(t->desc.dtype);
-
-	return !es || t->desc.ndim > DJINN_MAX_DIMS || t->addr % es;
-}
-
 static int no_kernel(struct nctx *c, const struct djinn_node *node,
 		     unsigned int dtype)
 {
@@ -86,7 +44,7 @@ static int want_like(struct nctx *c, const struct dj_tensor *out,
 		     const struct dj_tensor *x)
 {
 	if (out->desc.dtype != x->desc.dtype ||
-	    !same_shape(&out->desc, &x->desc))
+	    !djinn_desc_same_shape(&out->desc, &x->desc))
 		return cuda_fail(
 			c->msg, c->msglen, -EINVAL,
 			"result is not the shape and dtype of input 0");
@@ -300,7 +258,7 @@ static int op_matmul(struct nctx *c, const struct djinn_node *node,
 	struct cpu_mm mm;
 	int ret;
 
-	if (!is_float(dtype))
+	if (!djinn_dtype_is_float(dtype))
 		return no_kernel(c, node, dtype);
 	if (in[1].desc.dtype != dtype || out->desc.dtype != dtype)
 		return cuda_fail(c->msg, c->msglen, -EINVAL, "dtypes differ");
@@ -314,13 +272,13 @@ static int op_matmul(struct nctx *c, const struct djinn_node *node,
 	if (!mm.M || !mm.N || !mm.batch.n)
 		return 0;
 	if (!mm.K) /* sums of nothing */
-		return check(
-			c,
-			c->d->cu->MemsetD8Async(out->addr, 0,
-						elems(&out->desc) *
-							djinn_dtype_size(dtype),
-						c->l->compute),
-			"cuMemsetD8Async");
+		return check(c,
+			     c->d->cu->MemsetD8Async(
+				     out->addr, 0,
+				     djinn_desc_elems_from(&out->desc, 0) *
+					     djinn_dtype_size(dtype),
+				     c->l->compute),
+			     "cuMemsetD8Async");
 	if (c->l->blas && fits_int(mm.M) && fits_int(mm.N) && fits_int(mm.K))
 		return matmul_blas(c, &mm, dtype, out->addr, in[0].addr,
 				   in[1].addr);
@@ -348,8 +306,8 @@ static int op_binary(struct nctx *c, const struct djinn_node *node,
 		return ret;
 	if (dtype < DJINN_DTYPE_F32 || dtype > DJINN_DTYPE_U8)
 		return no_kernel(c, node, dtype);
-	if (!is_float(dtype) && node->op == DJINN_GOP_DIV && bc.n) {
-		uint64_t n = elems(&in[1].desc);
+	if (!djinn_dtype_is_float(dtype) && node->op == DJINN_GOP_DIV && bc.n) {
+		uint64_t n = djinn_desc_elems_from(&in[1].desc, 0);
 		CUdeviceptr flag = c->l->flag;
 		void *zargs[] = { &b, &n, &flag };
 		unsigned int found = 0;
@@ -381,12 +339,13 @@ static int op_unary(struct nctx *c, const struct djinn_node *node,
 		    const struct dj_tensor *in, const struct dj_tensor *out)
 {
 	uint32_t op = node->op;
-	uint64_t o = out->addr, x = in[0].addr, n = elems(&out->desc);
+	uint64_t o = out->addr, x = in[0].addr,
+		 n = djinn_desc_elems_from(&out->desc, 0);
 	float alpha = node->params.scalar.alpha;
 	void *args[] = { &op, &o, &x, &n, &alpha };
 	int ret;
 
-	if (!is_float(in[0].desc.dtype))
+	if (!djinn_dtype_is_float(in[0].desc.dtype))
 		return no_kernel(c, node, in[0].desc.dtype);
 	ret = want_like(c, out, &in[0]);
 	if (ret || !n)
@@ -406,7 +365,7 @@ static int op_softmax(struct nctx *c, const struct djinn_node *node,
 	void *args[] = { &o, &xa, &rows, &C };
 	int ret;
 
-	if (!is_float(x->dtype))
+	if (!djinn_dtype_is_float(x->dtype))
 		return no_kernel(c, node, x->dtype);
 	if (x->ndim < 1)
 		return cuda_fail(c->msg, c->msglen, -EINVAL,
@@ -415,7 +374,7 @@ static int op_softmax(struct nctx *c, const struct djinn_node *node,
 	if (ret)
 		return ret;
 	C = x->dims[x->ndim - 1];
-	rows = C ? elems(x) / C : 0;
+	rows = C ? djinn_desc_elems_from(x, 0) / C : 0;
 	if (!rows)
 		return 0;
 	return launch(c, by_dtype(K_softmax_f32, x->dtype),
@@ -434,15 +393,15 @@ static int op_norm(struct nctx *c, const struct djinn_node *node,
 	void *args[] = { &o, &xa, &g, &gdt, &be, &bdt, &rows, &C, &eps };
 	int ret;
 
-	if (!is_float(x->dtype))
+	if (!djinn_dtype_is_float(x->dtype))
 		return no_kernel(c, node, x->dtype);
 	if (x->ndim < 1)
 		return cuda_fail(c->msg, c->msglen, -EINVAL,
 				 "a scalar has no rows");
 	C = x->dims[x->ndim - 1];
 	for (unsigned int i = 1; i < nr; i++)
-		if (!is_float(in[i].desc.dtype) || in[i].desc.ndim != 1 ||
-		    in[i].desc.dims[0] != C)
+		if (!djinn_dtype_is_float(in[i].desc.dtype) ||
+		    in[i].desc.ndim != 1 || in[i].desc.dims[0] != C)
 			return cuda_fail(c->msg, c->msglen, -EINVAL,
 					 "input %u is not (%llu) floats", i,
 					 (unsigned long long)C);
@@ -452,7 +411,7 @@ static int op_norm(struct nctx *c, const struct djinn_node *node,
 	ret = want_like(c, out, &in[0]);
 	if (ret)
 		return ret;
-	rows = C ? elems(x) / C : 0;
+	rows = C ? djinn_desc_elems_from(x, 0) / C : 0;
 	if (!rows)
 		return 0;
 	return launch(c, by_dtype(K_norm_f32, x->dtype), rows * DJK_ROW_THREADS,
@@ -470,8 +429,9 @@ static int op_argmax(struct nctx *c, const struct djinn_node *node,
 		return cuda_fail(c->msg, c->msglen, -EINVAL,
 				 "a scalar has no rows");
 	C = x->dims[x->ndim - 1];
-	rows = C ? elems(x) / C : 0;
-	if (out->desc.dtype != DJINN_DTYPE_I64 || elems(&out->desc) != rows)
+	rows = C ? djinn_desc_elems_from(x, 0) / C : 0;
+	if (out->desc.dtype != DJINN_DTYPE_I64 ||
+	    djinn_desc_elems_from(&out->desc, 0) != rows)
 		return cuda_fail(c->msg, c->msglen, -EINVAL,
 				 "result is not %llu i64 elements",
 				 (unsigned long long)rows);
@@ -495,7 +455,7 @@ static int op_attention(struct nctx *c, const struct djinn_node *node,
 	void *args[] = { &oa, &qa, &ka, &va, &a };
 	uint64_t shmem;
 
-	if (!is_float(q->dtype))
+	if (!djinn_dtype_is_float(q->dtype))
 		return no_kernel(c, node, q->dtype);
 	if (k->dtype != q->dtype || v->dtype != q->dtype ||
 	    o->dtype != q->dtype)
@@ -556,7 +516,7 @@ static int op_embedding(struct nctx *c, const struct djinn_node *node,
 	const struct djinn_tensor_desc *t = &in[0].desc, *ids = &in[1].desc;
 	const struct djinn_tensor_desc *o = &out->desc;
 	size_t es = djinn_dtype_size(t->dtype);
-	uint64_t n = elems(ids), V, row, first = UINT64_MAX;
+	uint64_t n = djinn_desc_elems_from(ids, 0), V, row, first = UINT64_MAX;
 	uint64_t ia = in[1].addr, flag = c->l->flag, oa = out->addr;
 	uint64_t ta = in[0].addr, rowu, work;
 	uint32_t i64 = ids->dtype == DJINN_DTYPE_I64;
@@ -620,12 +580,14 @@ static int op_reshape(struct nctx *c, const struct djinn_node *node,
 		      const struct dj_tensor *in, const struct dj_tensor *out)
 {
 	const struct djinn_tensor_desc *x = &in[0].desc;
-	size_t bytes = elems(x) * djinn_dtype_size(x->dtype);
+	size_t bytes = djinn_desc_elems_from(x, 0) * djinn_dtype_size(x->dtype);
 
-	if (out->desc.dtype != x->dtype || elems(&out->desc) != elems(x))
+	if (out->desc.dtype != x->dtype ||
+	    djinn_desc_elems_from(&out->desc, 0) != djinn_desc_elems_from(x, 0))
 		return cuda_fail(c->msg, c->msglen, -EINVAL,
 				 "result has %zu elements, input %zu",
-				 elems(&out->desc), elems(x));
+				 djinn_desc_elems_from(&out->desc, 0),
+				 djinn_desc_elems_from(x, 0));
 	if (!bytes)
 		return 0;
 	return check(c,
@@ -659,7 +621,7 @@ static int op_permute(struct nctx *c, const struct djinn_node *node,
 		seen |= 1u << s;
 	}
 	memset(&k, 0, sizeof(k));
-	k.n = elems(x);
+	k.n = djinn_desc_elems_from(x, 0);
 	k.nd = x->ndim;
 	/* the input's row-major strides, in elements */
 	for (int d = (int)x->ndim - 1; d >= 0; d--)
@@ -714,11 +676,12 @@ static int op_slice(struct nctx *c, const struct djinn_node *node,
 					   x->dims[d]))
 			return cuda_fail(c->msg, c->msglen, -EINVAL,
 					 "result is not the slice");
-	inner = elems_from(x, axis + 1) * es;
-	return copy_rows(c, out->addr, (uint64_t)(end - start) * inner,
-			 in[0].addr + (uint64_t)start * inner,
-			 (uint64_t)dim * inner, elems(x) / elems_from(x, axis),
-			 (uint64_t)(end - start) * inner);
+	inner = djinn_desc_elems_from(x, axis + 1) * es;
+	return copy_rows(
+		c, out->addr, (uint64_t)(end - start) * inner,
+		in[0].addr + (uint64_t)start * inner, (uint64_t)dim * inner,
+		djinn_desc_elems_from(x, 0) / djinn_desc_elems_from(x, axis),
+		(uint64_t)(end - start) * inner);
 }
 
 static int op_concat(struct nctx *c, const struct djinn_node *node,
@@ -749,8 +712,8 @@ static int op_concat(struct nctx *c, const struct djinn_node *node,
 	if (o->dtype != x->dtype || o->ndim != x->ndim || o->dims[axis] != sum)
 		return cuda_fail(c->msg, c->msglen, -EINVAL,
 				 "result is not the concatenation");
-	inner = elems_from(x, axis + 1) * es;
-	outer = elems(o) / elems_from(o, axis);
+	inner = djinn_desc_elems_from(x, axis + 1) * es;
+	outer = djinn_desc_elems_from(o, 0) / djinn_desc_elems_from(o, axis);
 	for (unsigned int i = 0; i < node->nr_inputs && !ret; i++) {
 		size_t len = in[i].desc.dims[axis] * inner;
 
@@ -811,10 +774,10 @@ int cuda_run_node(struct backend *b, const struct djinn_node *node,
 		return cuda_fail(msg, msglen, -EINVAL, "%u inputs",
 				 node->nr_inputs);
 	for (unsigned int i = 0; i < node->nr_inputs; i++)
-		if (bad_tensor(&in[i]))
+		if (dj_tensor_bad(&in[i]))
 			return cuda_fail(msg, msglen, -EINVAL,
 					 "input %u: bad desc or address", i);
-	if (bad_tensor(out))
+	if (dj_tensor_bad(out))
 		return cuda_fail(msg, msglen, -EINVAL,
 				 "result: bad desc or address");
 	ret = cuda_enter(c.d, &c.l, msg, msglen);
