@@ -990,11 +990,12 @@ void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 /* ---------------------------------------------------------------------- */
 /* Admin */
 
-void op_admin_models(struct conn *c, const struct djinn_hdr *hdr)
+void op_admin_models(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
+		     uint64_t len)
 {
 	struct model_info *list = NULL;
 	struct djinn_admin_model *e;
-	size_t n = 0, len;
+	size_t n = 0, rlen;
 	uint32_t *r;
 	int ret = c->srv->models ? model_store_list(c->srv->models, &list, &n) :
 				   0;
@@ -1003,8 +1004,8 @@ void op_admin_models(struct conn *c, const struct djinn_hdr *hdr)
 		conn_error(c, hdr, ret, "cannot list models");
 		return;
 	}
-	len = 8 + n * sizeof(*e);
-	r = calloc(1, len);
+	rlen = 8 + n * sizeof(*e);
+	r = calloc(1, rlen);
 	if (!r) {
 		free(list);
 		conn_error(c, hdr, -ENOMEM, "out of memory");
@@ -1021,13 +1022,13 @@ void op_admin_models(struct conn *c, const struct djinn_hdr *hdr)
 		e[i].holders = list[i].holders;
 		memcpy(e[i].fp, list[i].fp, sizeof(e[i].fp));
 	}
-	conn_reply(c, hdr, r, len, NULL, 0, NULL, NULL);
+	conn_reply(c, hdr, r, rlen, NULL, 0, NULL, NULL);
 	free(r);
 	free(list);
 }
 
 void op_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
-			  const uint8_t *body, uint64_t len)
+			  uint8_t *body, uint64_t len)
 {
 	const struct djinn_admin_model_evict *r = (const void *)body;
 	char msg[DJINN_MAX_ERROR_MSG];

@@ -22,93 +22,6 @@
 	 DJINN_MAX_NODES * sizeof(struct djinn_node) +       \
 	 DJINN_MAX_GRAPH_OUTPUTS * sizeof(uint32_t))
 
-int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
-		 uint64_t *fixed, uint64_t *max)
-{
-	bool admin_op = hdr->opcode >= DJINN_OP_ADMIN_SESSIONS;
-
-	*fixed = 0;
-	switch (hdr->opcode) {
-	case DJINN_OP_HELLO:
-	case DJINN_OP_SESSION_CLOSE:
-	case DJINN_OP_HEARTBEAT:
-	case DJINN_OP_ADMIN_SESSIONS:
-	case DJINN_OP_ADMIN_VMU:
-	case DJINN_OP_ADMIN_STATS:
-		*max = 0;
-		break;
-	case DJINN_OP_SESSION_OPEN:
-		*max = sizeof(struct djinn_session_open);
-		break;
-	case DJINN_OP_SESSION_ATTACH:
-		*max = sizeof(struct djinn_session_attach);
-		break;
-	case DJINN_OP_SESSION_BIND:
-		*max = sizeof(struct djinn_session_bind);
-		break;
-	case DJINN_OP_SIGNAL:
-		*max = sizeof(struct djinn_signal);
-		break;
-	case DJINN_OP_TENSOR_READ:
-		*max = sizeof(struct djinn_tensor_io);
-		break;
-	case DJINN_OP_TENSOR_RELEASE:
-	case DJINN_OP_ADMIN_KILL:
-		*max = sizeof(uint64_t);
-		break;
-	case DJINN_OP_TEXT_LOOKUP:
-		*max = sizeof(struct djinn_text_lookup);
-		break;
-	case DJINN_OP_GRAPH_SUBMIT:
-		*max = GRAPH_MAX_PAYLOAD;
-		break;
-	case DJINN_OP_TENSOR_CREATE:
-		*fixed = sizeof(struct djinn_tensor_create);
-		*max = DJINN_MAX_PAYLOAD;
-		break;
-	case DJINN_OP_TENSOR_WRITE:
-		*fixed = sizeof(struct djinn_tensor_io);
-		*max = DJINN_MAX_PAYLOAD;
-		break;
-	case DJINN_OP_MODEL_OPEN:
-		*max = sizeof(struct djinn_model_open);
-		break;
-	case DJINN_OP_MODEL_CLOSE:
-	case DJINN_OP_CTX_FREE:
-	case DJINN_OP_CTX_FORK:
-	case DJINN_OP_CTX_RESET:
-		*max = sizeof(struct djinn_handle_req);
-		break;
-	case DJINN_OP_CTX_NEW:
-		*max = sizeof(struct djinn_ctx_new);
-		break;
-	case DJINN_OP_CTX_PREFILL:
-	case DJINN_OP_CTX_DECODE:
-		*max = sizeof(struct djinn_ctx_step) +
-		       (uint64_t)DJINN_MAX_STEP_TOKENS * sizeof(int32_t);
-		break;
-	case DJINN_OP_CTX_RESUME:
-		*max = sizeof(struct djinn_ctx_resume);
-		break;
-	case DJINN_OP_MODEL_OPEN_UPLOADED:
-		*max = sizeof(struct djinn_model_upload) +
-		       DJINN_MODEL_MAX_FILES * sizeof(struct djinn_model_file);
-		break;
-	case DJINN_OP_ADMIN_MODELS:
-		*max = 0;
-		break;
-	case DJINN_OP_ADMIN_MODEL_EVICT:
-		*max = sizeof(struct djinn_admin_model_evict);
-		break;
-	default:
-		return -EOPNOTSUPP;
-	}
-	/* The admin socket serves HELLO and the admin opcodes only. */
-	if (admin_op != c->admin && hdr->opcode != DJINN_OP_HELLO)
-		return -EPERM;
-	return 0;
-}
-
 /* ---------------------------------------------------------------------- */
 /* Helpers */
 
@@ -208,7 +121,8 @@ static void session_quota_error(struct conn *c, const struct djinn_hdr *hdr)
 			   c->tcp ? "TCP peers as uid" : "uid", (int)uid);
 }
 
-static void op_hello(struct conn *c, const struct djinn_hdr *hdr)
+static void op_hello(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
+		     uint64_t len)
 {
 	struct djinn_hello_resp r = {
 		.version = DJINN_PROTO_VERSION,
@@ -238,7 +152,7 @@ static void session_reply(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
-			    const uint8_t *body, uint64_t len)
+			    uint8_t *body, uint64_t len)
 {
 	const struct djinn_session_open *o = (const void *)body;
 	struct session *s;
@@ -282,7 +196,7 @@ static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 static void op_session_attach(struct conn *c, const struct djinn_hdr *hdr,
-			      const uint8_t *body, uint64_t len)
+			      uint8_t *body, uint64_t len)
 {
 	const struct djinn_session_attach *a = (const void *)body;
 	struct session *s;
@@ -313,7 +227,7 @@ static void op_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 /* A local client's session on /dev/djinn becomes a djinnd session bound
  * to it (DOC: sessions in proto.h); the lease provider checks it. */
 static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
-			    const uint8_t *body, uint64_t len)
+			    uint8_t *body, uint64_t len)
 {
 	const struct djinn_session_bind *b = (const void *)body;
 	struct lease_provider *lp = c->srv->leases;
@@ -372,7 +286,8 @@ static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 	session_reply(c, hdr, s, true);
 }
 
-static void op_session_close(struct conn *c, const struct djinn_hdr *hdr)
+static void op_session_close(struct conn *c, const struct djinn_hdr *hdr,
+			     uint8_t *body, uint64_t len)
 {
 	struct session *s = ops_req_session(c, hdr);
 
@@ -385,7 +300,8 @@ static void op_session_close(struct conn *c, const struct djinn_hdr *hdr)
 }
 
 /* HEARTBEAT renews a lease; with session 0 it is a plain round trip. */
-static void op_heartbeat(struct conn *c, const struct djinn_hdr *hdr)
+static void op_heartbeat(struct conn *c, const struct djinn_hdr *hdr,
+			 uint8_t *body, uint64_t len)
 {
 	struct session *s;
 
@@ -401,7 +317,7 @@ static void op_heartbeat(struct conn *c, const struct djinn_hdr *hdr)
 }
 
 static void op_signal(struct conn *c, const struct djinn_hdr *hdr,
-		      const uint8_t *body, uint64_t len)
+		      uint8_t *body, uint64_t len)
 {
 	const struct djinn_signal *sg = (const void *)body;
 	struct session *s;
@@ -837,7 +753,7 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 }
 
 static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
-			   const uint8_t *body, uint64_t len)
+			   uint8_t *body, uint64_t len)
 {
 	const struct djinn_tensor_io *io = (const void *)body;
 	struct vmu_region_info info;
@@ -918,7 +834,7 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 static void op_tensor_release(struct conn *c, const struct djinn_hdr *hdr,
-			      const uint8_t *body, uint64_t len)
+			      uint8_t *body, uint64_t len)
 {
 	uint64_t handle;
 	struct session *s;
@@ -938,7 +854,7 @@ static void op_tensor_release(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
-			   const uint8_t *body, uint64_t len)
+			   uint8_t *body, uint64_t len)
 {
 	const struct djinn_text_lookup *l = (const void *)body;
 	struct djinn_tensor_resp r;
@@ -1129,12 +1045,13 @@ void ops_mem_done(struct server *srv, struct exec_job *job)
 /* ---------------------------------------------------------------------- */
 /* Admin */
 
-static void op_admin_sessions(struct conn *c, const struct djinn_hdr *hdr)
+static void op_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
+			      uint8_t *body, uint64_t len)
 {
 	struct server *srv = c->srv;
 	uint64_t n = srv->nr_sessions, i = 0;
-	size_t len = 8 + n * sizeof(struct djinn_admin_session);
-	uint8_t *buf = calloc(1, len);
+	size_t rlen = 8 + n * sizeof(struct djinn_admin_session);
+	uint8_t *buf = calloc(1, rlen);
 	struct djinn_admin_session *e = (void *)(buf + 8);
 	struct session *s;
 
@@ -1170,7 +1087,7 @@ static void op_admin_sessions(struct conn *c, const struct djinn_hdr *hdr)
 }
 
 static void op_admin_kill(struct conn *c, const struct djinn_hdr *hdr,
-			  const uint8_t *body, uint64_t len)
+			  uint8_t *body, uint64_t len)
 {
 	struct djinn_admin_kill k;
 	struct session *s;
@@ -1189,7 +1106,8 @@ static void op_admin_kill(struct conn *c, const struct djinn_hdr *hdr,
 	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
 
-static void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr)
+static void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr,
+			 uint8_t *body, uint64_t len)
 {
 	struct djinn_admin_vmu r = { 0 };
 	struct vmu_stats st;
@@ -1219,7 +1137,8 @@ static void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr)
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
-static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr)
+static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
+			   uint8_t *body, uint64_t len)
 {
 	const struct server_stats *st = &c->srv->st;
 	struct djinn_admin_stats r = {
@@ -1245,111 +1164,112 @@ static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr)
 
 /* ---------------------------------------------------------------------- */
 
+/*
+ * Every opcode, once: its name (logs, metrics), its handler, the payload
+ * it takes (@max; for a streaming request, the @fixed struct before its
+ * data, which goes to ops_stream_begin() instead of a handler), and
+ * whether the handler keeps the payload buffer.
+ */
+struct op_desc {
+	const char *name;
+	op_fn *handle;
+	uint64_t fixed, max;
+	bool keeps_body;
+};
+
+#define OP(op, n, fn, m) [DJINN_OP_##op] = { .name = n, .handle = fn, .max = m }
+#define STEP_MAX                         \
+	(sizeof(struct djinn_ctx_step) + \
+	 (uint64_t)DJINN_MAX_STEP_TOKENS * sizeof(int32_t))
+#define UPLOAD_MAX                           \
+	(sizeof(struct djinn_model_upload) + \
+	 DJINN_MODEL_MAX_FILES * sizeof(struct djinn_model_file))
+
+static const struct op_desc op_table[] = {
+	OP(HELLO, "hello", op_hello, 0),
+	OP(SESSION_OPEN, "session_open", op_session_open,
+	   sizeof(struct djinn_session_open)),
+	OP(SESSION_ATTACH, "session_attach", op_session_attach,
+	   sizeof(struct djinn_session_attach)),
+	OP(SESSION_BIND, "session_bind", op_session_bind,
+	   sizeof(struct djinn_session_bind)),
+	OP(SESSION_CLOSE, "session_close", op_session_close, 0),
+	OP(HEARTBEAT, "heartbeat", op_heartbeat, 0),
+	OP(SIGNAL, "signal", op_signal, sizeof(struct djinn_signal)),
+	[DJINN_OP_TENSOR_CREATE] = { .name = "tensor_create",
+				     .fixed =
+					     sizeof(struct djinn_tensor_create),
+				     .max = DJINN_MAX_PAYLOAD },
+	[DJINN_OP_TENSOR_WRITE] = { .name = "tensor_write",
+				    .fixed = sizeof(struct djinn_tensor_io),
+				    .max = DJINN_MAX_PAYLOAD },
+	OP(TENSOR_READ, "tensor_read", op_tensor_read,
+	   sizeof(struct djinn_tensor_io)),
+	OP(TENSOR_RELEASE, "tensor_release", op_tensor_release,
+	   sizeof(struct djinn_tensor_release)),
+	OP(TEXT_LOOKUP, "text_lookup", op_text_lookup,
+	   sizeof(struct djinn_text_lookup)),
+	[DJINN_OP_GRAPH_SUBMIT] = { .name = "graph_submit",
+				    .handle = op_graph_submit,
+				    .max = GRAPH_MAX_PAYLOAD,
+				    .keeps_body = true },
+	OP(MODEL_OPEN, "model_open", model_op, sizeof(struct djinn_model_open)),
+	OP(MODEL_CLOSE, "model_close", model_op,
+	   sizeof(struct djinn_handle_req)),
+	OP(CTX_NEW, "ctx_new", model_op, sizeof(struct djinn_ctx_new)),
+	OP(CTX_FREE, "ctx_free", model_op, sizeof(struct djinn_handle_req)),
+	OP(CTX_FORK, "ctx_fork", model_op, sizeof(struct djinn_handle_req)),
+	OP(CTX_RESET, "ctx_reset", model_op, sizeof(struct djinn_handle_req)),
+	OP(CTX_PREFILL, "ctx_prefill", model_op, STEP_MAX),
+	OP(CTX_DECODE, "ctx_decode", model_op, STEP_MAX),
+	OP(CTX_RESUME, "ctx_resume", model_op, sizeof(struct djinn_ctx_resume)),
+	OP(MODEL_OPEN_UPLOADED, "model_open_uploaded", model_op, UPLOAD_MAX),
+	OP(ADMIN_SESSIONS, "admin_sessions", op_admin_sessions, 0),
+	OP(ADMIN_KILL, "admin_kill", op_admin_kill,
+	   sizeof(struct djinn_admin_kill)),
+	OP(ADMIN_VMU, "admin_vmu", op_admin_vmu, 0),
+	OP(ADMIN_STATS, "admin_stats", op_admin_stats, 0),
+	OP(ADMIN_MODELS, "admin_models", op_admin_models, 0),
+	OP(ADMIN_MODEL_EVICT, "admin_model_evict", op_admin_model_evict,
+	   sizeof(struct djinn_admin_model_evict)),
+};
+
+static const struct op_desc *op_desc(uint16_t op)
+{
+	if (op >= sizeof(op_table) / sizeof(op_table[0]) || !op_table[op].name)
+		return NULL;
+	return &op_table[op];
+}
+
 const char *ops_name(uint16_t op)
 {
-	static const char *const names[] = {
-		[DJINN_OP_HELLO] = "hello",
-		[DJINN_OP_SESSION_OPEN] = "session_open",
-		[DJINN_OP_SESSION_ATTACH] = "session_attach",
-		[DJINN_OP_SESSION_CLOSE] = "session_close",
-		[DJINN_OP_HEARTBEAT] = "heartbeat",
-		[DJINN_OP_SIGNAL] = "signal",
-		[DJINN_OP_TENSOR_CREATE] = "tensor_create",
-		[DJINN_OP_TENSOR_WRITE] = "tensor_write",
-		[DJINN_OP_TENSOR_READ] = "tensor_read",
-		[DJINN_OP_TENSOR_RELEASE] = "tensor_release",
-		[DJINN_OP_TEXT_LOOKUP] = "text_lookup",
-		[DJINN_OP_GRAPH_SUBMIT] = "graph_submit",
-		[DJINN_OP_MODEL_OPEN] = "model_open",
-		[DJINN_OP_MODEL_CLOSE] = "model_close",
-		[DJINN_OP_CTX_NEW] = "ctx_new",
-		[DJINN_OP_CTX_FREE] = "ctx_free",
-		[DJINN_OP_CTX_FORK] = "ctx_fork",
-		[DJINN_OP_CTX_RESET] = "ctx_reset",
-		[DJINN_OP_CTX_PREFILL] = "ctx_prefill",
-		[DJINN_OP_CTX_DECODE] = "ctx_decode",
-		[DJINN_OP_CTX_RESUME] = "ctx_resume",
-		[DJINN_OP_MODEL_OPEN_UPLOADED] = "model_open_uploaded",
-		[DJINN_OP_SESSION_BIND] = "session_bind",
-		[DJINN_OP_ADMIN_SESSIONS] = "admin_sessions",
-		[DJINN_OP_ADMIN_KILL] = "admin_kill",
-		[DJINN_OP_ADMIN_VMU] = "admin_vmu",
-		[DJINN_OP_ADMIN_STATS] = "admin_stats",
-		[DJINN_OP_ADMIN_MODELS] = "admin_models",
-		[DJINN_OP_ADMIN_MODEL_EVICT] = "admin_model_evict",
-	};
+	const struct op_desc *d = op_desc(op);
 
-	return op < sizeof(names) / sizeof(names[0]) && names[op] ? names[op] :
-								    "unknown";
+	return d ? d->name : "unknown";
+}
+
+int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
+		 uint64_t *fixed, uint64_t *max)
+{
+	const struct op_desc *d = op_desc(hdr->opcode);
+	bool admin_op = hdr->opcode >= DJINN_OP_ADMIN_SESSIONS;
+
+	if (!d)
+		return -EOPNOTSUPP;
+	*fixed = d->fixed;
+	*max = d->max;
+	/* The admin socket serves HELLO and the admin opcodes only. */
+	if (admin_op != c->admin && hdr->opcode != DJINN_OP_HELLO)
+		return -EPERM;
+	return 0;
 }
 
 void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		uint64_t len)
 {
-	switch (hdr->opcode) {
-	case DJINN_OP_GRAPH_SUBMIT:
-		op_graph_submit(c, hdr, body, len); /* takes @body */
-		return;
-	case DJINN_OP_HELLO:
-		op_hello(c, hdr);
-		break;
-	case DJINN_OP_SESSION_OPEN:
-		op_session_open(c, hdr, body, len);
-		break;
-	case DJINN_OP_SESSION_ATTACH:
-		op_session_attach(c, hdr, body, len);
-		break;
-	case DJINN_OP_SESSION_BIND:
-		op_session_bind(c, hdr, body, len);
-		break;
-	case DJINN_OP_SESSION_CLOSE:
-		op_session_close(c, hdr);
-		break;
-	case DJINN_OP_HEARTBEAT:
-		op_heartbeat(c, hdr);
-		break;
-	case DJINN_OP_SIGNAL:
-		op_signal(c, hdr, body, len);
-		break;
-	case DJINN_OP_TENSOR_READ:
-		op_tensor_read(c, hdr, body, len);
-		break;
-	case DJINN_OP_TENSOR_RELEASE:
-		op_tensor_release(c, hdr, body, len);
-		break;
-	case DJINN_OP_TEXT_LOOKUP:
-		op_text_lookup(c, hdr, body, len);
-		break;
-	case DJINN_OP_ADMIN_SESSIONS:
-		op_admin_sessions(c, hdr);
-		break;
-	case DJINN_OP_ADMIN_KILL:
-		op_admin_kill(c, hdr, body, len);
-		break;
-	case DJINN_OP_ADMIN_VMU:
-		op_admin_vmu(c, hdr);
-		break;
-	case DJINN_OP_ADMIN_STATS:
-		op_admin_stats(c, hdr);
-		break;
-	case DJINN_OP_ADMIN_MODELS:
-		op_admin_models(c, hdr);
-		break;
-	case DJINN_OP_ADMIN_MODEL_EVICT:
-		op_admin_model_evict(c, hdr, body, len);
-		break;
-	case DJINN_OP_MODEL_OPEN:
-	case DJINN_OP_MODEL_CLOSE:
-	case DJINN_OP_CTX_NEW:
-	case DJINN_OP_CTX_FREE:
-	case DJINN_OP_CTX_FORK:
-	case DJINN_OP_CTX_RESET:
-	case DJINN_OP_CTX_PREFILL:
-	case DJINN_OP_CTX_DECODE:
-	case DJINN_OP_CTX_RESUME:
-	case DJINN_OP_MODEL_OPEN_UPLOADED:
-		model_op(c, hdr, body, len);
-		break;
-	}
-	free(body);
+	const struct op_desc *d = op_desc(hdr->opcode);
+
+	d->handle(c, hdr, body, len); /* ops_body_len() found it */
+	if (!d->keeps_body)
+		free(body);
 }

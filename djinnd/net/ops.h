@@ -26,13 +26,16 @@ void ops_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
  * request arrived. */
 uint64_t ops_defer(struct conn *c);
 
+/* An opcode's handler: @body (@len bytes) is freed after it returns,
+ * unless the opcode's table entry says the handler keeps it. */
+typedef void op_fn(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
+		   uint64_t len);
+
 /* net/model_ops.c */
-void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
-	      uint64_t len);
+op_fn model_op;
 /* A session ended: let go of its models and contexts. */
 void model_ops_session_ended(struct session *s);
-void op_admin_models(struct conn *c, const struct djinn_hdr *hdr);
-void op_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
-			  const uint8_t *body, uint64_t len);
+op_fn op_admin_models;
+op_fn op_admin_model_evict;
 
 #endif /* DJINN_OPS_H */
