@@ -542,26 +542,29 @@ static void print_session(const struct djinn_admin_session *e, uint64_t now,
 
 /* ADMIN_SESSIONS: the entries, moved to the start of the malloc'ed
  * buffer *es (the caller frees it), and their count; or exit status 1. */
-static int get_sessions(struct ctl *ctl, struct djinn_admin_session **es,
-			uint32_t *nr)
+/*
+ * An answer that lists entries (ADMIN_SESSIONS, ADMIN_MODELS): a __u32
+ * count, a zero __u32, then the entries of @esz bytes. *@es gets the
+ * entries (malloc()ed, the caller frees), *@nr their number.
+ */
+static int admin_list(struct ctl *ctl, uint16_t op, size_t esz,
+		      const char *what, void **es, uint32_t *nr)
 {
-	const size_t esz = sizeof(struct djinn_admin_session);
 	uint32_t head[2];
 	uint64_t len;
 	void *buf;
 	int ret;
 
-	ret = admin_call(ctl, DJINN_OP_ADMIN_SESSIONS, NULL, 0, sizeof(head),
-			 MAX_ANSWER, &buf, &len);
+	ret = admin_call(ctl, op, NULL, 0, sizeof(head), MAX_ANSWER, &buf,
+			 &len);
 	if (ret)
 		return ret;
 	memcpy(head, buf, sizeof(head));
 	if (head[1] || (len - sizeof(head)) % esz ||
 	    (len - sizeof(head)) / esz != head[0]) {
 		ret = fail(ctl, EPROTO,
-			   "session list of %" PRIu64
-			   " bytes for %u sessions%s",
-			   len, head[0], head[1] ? ", reserved set" : "");
+			   "%s list of %" PRIu64 " bytes for %u entries%s",
+			   what, len, head[0], head[1] ? ", reserved set" : "");
 		free(buf);
 		return ret;
 	}
@@ -569,6 +572,13 @@ static int get_sessions(struct ctl *ctl, struct djinn_admin_session **es,
 	*es = buf;
 	*nr = head[0];
 	return 0;
+}
+
+static int get_sessions(struct ctl *ctl, struct djinn_admin_session **es,
+			uint32_t *nr)
+{
+	return admin_list(ctl, DJINN_OP_ADMIN_SESSIONS, sizeof(**es), "session",
+			  (void **)es, nr);
 }
 
 static int parse_id(const char *s, uint64_t *id)
@@ -821,35 +831,22 @@ static bool model_name_ok(const char *s)
 
 static int do_model_list(struct ctl *ctl, char **args)
 {
-	const size_t esz = sizeof(struct djinn_admin_model);
 	struct djinn_admin_model *es;
-	uint32_t head[2];
 	int wname = 4; /* "NAME" */
-	uint64_t len;
-	void *buf;
+	uint32_t nr;
 	int ret;
 
-	ret = admin_call(ctl, DJINN_OP_ADMIN_MODELS, NULL, 0, sizeof(head),
-			 MAX_ANSWER, &buf, &len);
+	ret = admin_list(ctl, DJINN_OP_ADMIN_MODELS, sizeof(*es), "model",
+			 (void **)&es, &nr);
 	if (ret)
 		return ret;
-	memcpy(head, buf, sizeof(head));
-	if (head[1] || (len - sizeof(head)) % esz ||
-	    (len - sizeof(head)) / esz != head[0]) {
-		ret = fail(ctl, EPROTO,
-			   "model list of %" PRIu64 " bytes for %u models%s",
-			   len, head[0], head[1] ? ", reserved set" : "");
-		free(buf);
-		return ret;
-	}
-	es = (void *)((uint8_t *)buf + sizeof(head));
-	for (uint32_t i = 0; i < head[0]; i++) {
+	for (uint32_t i = 0; i < nr; i++) {
 		char name[DJINN_MODEL_NAME_MAX];
 		int n = (int)strlen(wire_str(name, sizeof(name), es[i].name,
 					     sizeof(es[i].name)));
 
 		if (es[i].__reserved) {
-			free(buf);
+			free(es);
 			return fail(ctl, EPROTO,
 				    "reserved field set in model %u", i);
 		}
@@ -859,7 +856,7 @@ static int do_model_list(struct ctl *ctl, char **args)
 	print_text("%-*s %-5s %-5s %8s %7s  %s\n", wname, "NAME", "ARCH",
 		   "DTYPE", "SIZE", "HOLDERS", "FINGERPRINT");
 	open_json_array(NULL);
-	for (uint32_t i = 0; i < head[0]; i++) {
+	for (uint32_t i = 0; i < nr; i++) {
 		char name[DJINN_MODEL_NAME_MAX], fmt[32], str[16];
 		char fp[2 * DJINN_FP_LEN + 1];
 
@@ -889,7 +886,7 @@ static int do_model_list(struct ctl *ctl, char **args)
 		close_json_object();
 	}
 	close_json_array();
-	free(buf);
+	free(es);
 	return 0;
 }
 
