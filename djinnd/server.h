@@ -117,6 +117,8 @@ void ops_mem_done(struct server *srv, struct exec_job *job);
 void ops_call_done(struct server *srv, struct exec_job *job);
 /* An opcode's name, for logs and metrics ("unknown" if none). */
 const char *ops_name(uint16_t op);
+/* Whether djinnd serves opcode @op (an entry of ops.c's table). */
+bool ops_known(uint16_t op);
 
 /* server.c: loop_now() at start */
 extern uint64_t server_started_ns;

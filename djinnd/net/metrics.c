@@ -56,7 +56,7 @@ static const uint64_t lat_le_ns[METRICS_LAT_BUCKETS] = {
 struct op_stats *metrics_op(struct server_stats *st, uint16_t op)
 {
 	/* Every opcode without a name counts as op="unknown", once. */
-	if (op >= METRICS_OPS || !strcmp(ops_name(op), "unknown"))
+	if (op >= METRICS_OPS || !ops_known(op))
 		op = 0;
 	return &st->ops[op];
 }

@@ -1241,6 +1241,11 @@ static const struct op_desc *op_desc(uint16_t op)
 	return &op_table[op];
 }
 
+bool ops_known(uint16_t op)
+{
+	return op_desc(op) != NULL;
+}
+
 const char *ops_name(uint16_t op)
 {
 	const struct op_desc *d = op_desc(op);
