@@ -259,10 +259,14 @@ int djinn_graph_parse(const void *payload, uint64_t len,
  * @n:   the node
  * @x:   its inputs' descs (checked, none empty)
  * @r:   its result, zeroed; the op fills in dtype, ndim and dims
+ * @nr_graph_inputs, @in_module: the graph's inputs, and which of them
+ *       are client modules (NULL: none)
  */
 struct node_ctx {
 	uint32_t i;
 	const struct djinn_node *n;
+	uint32_t nr_graph_inputs;
+	const bool *in_module;
 	const struct djinn_tensor_desc *x[DJINN_MAX_NODE_INPUTS];
 	struct djinn_tensor_desc *r;
 	char *msg;
@@ -724,6 +728,63 @@ static int infer_argmax(struct node_ctx *c)
 	return 0;
 }
 
+/* KERNEL: inputs[0] a module, 1 to 3 tensor arguments; the result like
+ * inputs[out_like] */
+static int infer_kernel(struct node_ctx *c)
+{
+	const struct djinn_p_kernel *p = &c->n->params.kernel;
+	uint32_t v = c->n->inputs[0];
+	uint64_t threads = 1;
+
+	if (v >= c->nr_graph_inputs || !c->in_module || !c->in_module[v])
+		return node_fail(c, -EINVAL,
+				 "input 0 is not a module (a graph input "
+				 "uploaded with DJINN_TENSOR_MODULE)");
+	if (p->out_like < 1 || p->out_like >= c->n->nr_inputs)
+		return node_fail(c, -EINVAL,
+				 "out_like %u: not an argument (1 to %u)",
+				 p->out_like, c->n->nr_inputs - 1u);
+	if (p->out_init > 1)
+		return node_fail(c, -EINVAL, "out_init %u: not 0 or 1",
+				 p->out_init);
+	for (unsigned int k = 0; k < 3; k++) {
+		if (!p->grid[k] || !p->block[k])
+			return node_fail(c, -EINVAL,
+					 "grid (%u, %u, %u) block (%u, %u, %u)"
+					 ": a dim is 0",
+					 p->grid[0], p->grid[1], p->grid[2],
+					 p->block[0], p->block[1], p->block[2]);
+		threads *= p->block[k];
+	}
+	if (p->grid[0] > DJINN_KERNEL_MAX_GRID_X ||
+	    p->grid[1] > DJINN_KERNEL_MAX_GRID_YZ ||
+	    p->grid[2] > DJINN_KERNEL_MAX_GRID_YZ)
+		return node_fail(c, -EINVAL,
+				 "grid (%u, %u, %u) over (2^31 - 1, 65535, "
+				 "65535)",
+				 p->grid[0], p->grid[1], p->grid[2]);
+	if (threads > DJINN_KERNEL_MAX_THREADS ||
+	    p->block[2] > DJINN_KERNEL_MAX_BLOCK_Z)
+		return node_fail(c, -EINVAL,
+				 "block (%u, %u, %u): %llu threads, at most "
+				 "%u, and z at most %u",
+				 p->block[0], p->block[1], p->block[2],
+				 (unsigned long long)threads,
+				 DJINN_KERNEL_MAX_THREADS,
+				 DJINN_KERNEL_MAX_BLOCK_Z);
+	if (p->shmem > DJINN_KERNEL_MAX_SHMEM)
+		return node_fail(c, -EINVAL,
+				 "%u bytes of shared memory, at most %u",
+				 p->shmem, DJINN_KERNEL_MAX_SHMEM);
+	if (p->__reserved)
+		return node_fail(c, -EINVAL, "reserved field not zero");
+	if (!p->name_hash)
+		return node_fail(c, -EINVAL, "name_hash is 0: no kernel named");
+	c->r->dtype = c->x[p->out_like]->dtype;
+	copy_shape(c, p->out_like);
+	return 0;
+}
+
 /* params bytes an op reads, one bit per byte; PARAMS_SHAPE: by ndim */
 #define PARAMS_NONE 0
 #define PARAMS_8 0xffull /* two 32-bit fields at 0 */
@@ -731,6 +792,8 @@ static int infer_argmax(struct node_ctx *c)
 #define PARAMS_HI 0xf0ull /* eps */
 #define PARAMS_SLICE 0xffff0full /* axis, skip __reserved, start, end */
 #define PARAMS_SHAPE (~0ull)
+/* KERNEL: all 40 (its reserved field gets its own message) */
+#define PARAMS_KERNEL 0xffffffffffull
 
 static const struct op_info {
 	const char *name;
@@ -759,6 +822,7 @@ static const struct op_info {
 	[DJINN_GOP_ATTENTION] = { "attention", 3, 3, PARAMS_8,
 				  infer_attention },
 	[DJINN_GOP_ARGMAX] = { "argmax", 1, 1, PARAMS_NONE, infer_argmax },
+	[DJINN_GOP_KERNEL] = { "kernel", 2, 4, PARAMS_KERNEL, infer_kernel },
 };
 static_assert(ARRAY_SIZE(ops) == DJINN_GOP_MAX + 1, "ops[] covers every op");
 
@@ -854,6 +918,15 @@ int djinn_graph_infer(const struct djinn_graph_view *view,
 		      const struct djinn_tensor_desc *in,
 		      struct djinn_tensor_desc *out, char *msg, size_t msglen)
 {
+	return djinn_graph_infer_modules(view, in, NULL, out, msg, msglen);
+}
+
+int djinn_graph_infer_modules(const struct djinn_graph_view *view,
+			      const struct djinn_tensor_desc *in,
+			      const bool *in_module,
+			      struct djinn_tensor_desc *out, char *msg,
+			      size_t msglen)
+{
 	const struct djinn_graph *g = view->g;
 	uint64_t seen[DJINN_MAX_NODES / 64] = { 0 };
 	char what[32];
@@ -877,6 +950,8 @@ int djinn_graph_infer(const struct djinn_graph_view *view,
 			.i = i,
 			.n = &view->nodes[i],
 			.r = &out[i],
+			.nr_graph_inputs = g->nr_inputs,
+			.in_module = in_module,
 			.msg = msg,
 			.msglen = msglen,
 		};

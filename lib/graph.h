@@ -86,4 +86,24 @@ int djinn_graph_infer(const struct djinn_graph_view *view,
 		      const struct djinn_tensor_desc *in,
 		      struct djinn_tensor_desc *out, char *msg, size_t msglen);
 
+/*
+ * As djinn_graph_infer(), knowing which graph inputs are client modules
+ * (tensors uploaded with DJINN_TENSOR_MODULE): @in_module[nr_inputs],
+ * or NULL for none. A KERNEL node's inputs[0] must be one of them
+ * (-EINVAL "input 0 is not a module" otherwise); djinn_graph_infer()
+ * refuses every KERNEL node that way.
+ */
+int djinn_graph_infer_modules(const struct djinn_graph_view *view,
+			      const struct djinn_tensor_desc *in,
+			      const bool *in_module,
+			      struct djinn_tensor_desc *out, char *msg,
+			      size_t msglen);
+
+/* The limits of a KERNEL node's launch (struct djinn_p_kernel). */
+#define DJINN_KERNEL_MAX_THREADS 1024 /* per block */
+#define DJINN_KERNEL_MAX_BLOCK_Z 64
+#define DJINN_KERNEL_MAX_GRID_X 0x7fffffffu
+#define DJINN_KERNEL_MAX_GRID_YZ 65535u
+#define DJINN_KERNEL_MAX_SHMEM (48u * 1024)
+
 #endif /* DJINN_GRAPH_H */

@@ -36,7 +36,8 @@
  *                  server answers once and closes the connection
  *   -EPROTONOSUPPORT  hdr.version is not the server's; the message names
  *                  both versions; the connection stays open
- *   -EOPNOTSUPP    unknown opcode
+ *   -EOPNOTSUPP    unknown opcode; also a DJINN_TENSOR_MODULE upload or a
+ *                  KERNEL node on a backend without client kernels
  *   -EINVAL        reserved field or unknown flag set, bad enum value,
  *                  malformed payload (the message names the field)
  *   -EMSGSIZE      payload_len over DJINN_MAX_PAYLOAD, or over what the
@@ -326,13 +327,23 @@ static_assert(sizeof(struct djinn_signal) == 16, "signal layout");
  * struct djinn_tensor_create - TENSOR_CREATE request
  * @desc:    shape and type; the tensor has desc bytes exactly
  * @segment: enum djinn_segment
- * @flags:   none are defined yet: must be 0
+ * @flags:   DJINN_TENSOR_MODULE or 0
  * @fp:      for DJINN_SEG_TEXT, the SHA-256 of the bytes: the server
  *           refuses (-EBADMSG) bytes that do not hash to it
  *
  * The payload after the struct is the tensor's first bytes (all of them
  * for text; for data, fewer or none, the rest zero until written).
  * Response: struct djinn_tensor_resp.
+ *
+ * DJINN_TENSOR_MODULE: the bytes are a CUDA module (PTX text or a
+ * cubin/fatbin image) whose kernels graphs may run (DJINN_GOP_KERNEL).
+ * Text segment only, dtype u8, one dim (-EINVAL otherwise). The server
+ * loads it at upload and refuses a module that does not load (-EINVAL,
+ * the JIT's or loader's message); a server whose backend cannot run
+ * client kernels (the CPU backend) refuses it with -EOPNOTSUPP. The
+ * bytes are deduplicated like any text, by fingerprint; the tensor is a
+ * module only under the handle this request returns (a TEXT_LOOKUP of
+ * the same bytes gives a plain u8 tensor).
  */
 struct djinn_tensor_create {
 	struct djinn_tensor_desc desc;
@@ -357,6 +368,10 @@ struct djinn_tensor_resp {
 static_assert(sizeof(struct djinn_tensor_resp) == 88, "tensor resp layout");
 
 #define DJINN_TENSOR_DEDUP (1u << 0)
+
+/* djinn_tensor_create.flags */
+#define DJINN_TENSOR_MODULE (1u << 0) /* a CUDA module: see above */
+#define DJINN_TENSOR_CREATE_ALL DJINN_TENSOR_MODULE
 
 /**
  * struct djinn_tensor_io - TENSOR_WRITE and TENSOR_READ requests
@@ -411,7 +426,9 @@ enum djinn_opcode {
 	/* SDPA: q (B,H,T,D), k and v (B,Hkv,S,D), H a multiple of Hkv */
 	DJINN_GOP_ATTENTION = 18,
 	DJINN_GOP_ARGMAX = 19, /* over the last dim, to i64 */
-	DJINN_GOP_MAX = DJINN_GOP_ARGMAX,
+	/* a client kernel: module, 1 to 3 tensors (struct djinn_p_kernel) */
+	DJINN_GOP_KERNEL = 20,
+	DJINN_GOP_MAX = DJINN_GOP_KERNEL,
 };
 
 enum djinn_residency {
@@ -443,11 +460,42 @@ struct djinn_p_attention {
 	float scale; /* 0: 1/sqrt(D) */
 	__u32 causal; /* 1: position t sees keys 0 .. t + (S - T) */
 };
+/**
+ * struct djinn_p_kernel - DJINN_GOP_KERNEL: a kernel of a client module
+ * @grid:       blocks, each > 0; grid[0] < 2^31, grid[1], grid[2] <= 65535
+ * @block:      threads per block, each > 0, at most 1024 in all,
+ *              block[2] <= 64
+ * @shmem:      dynamic shared memory, bytes, at most 48 KiB
+ * @out_like:   the result has the dtype and shape of inputs[out_like],
+ *              1 <= out_like < nr_inputs
+ * @out_init:   0: the result starts zeroed; 1: as a copy of that input
+ * @__reserved: zero
+ * @name_hash:  the kernel: the first 8 bytes of the SHA-256 of its name
+ *              (as the module spells it, no NUL), little-endian
+ *
+ * inputs[0] is the module: a graph input uploaded with
+ * DJINN_TENSOR_MODULE; inputs[1 .. nr_inputs - 1] are the kernel's
+ * tensor arguments. The kernel is called with, for the result and then
+ * each argument in order, its device address and its element count
+ * (T *, uint64_t): (result, n, arg1, n1, ...). It must keep within those
+ * counts: a client kernel runs with the access of the whole device
+ * context (see Documentation/cuda.rst).
+ */
+struct djinn_p_kernel {
+	__u32 grid[3];
+	__u32 block[3];
+	__u32 shmem;
+	__u8 out_like;
+	__u8 out_init;
+	__u16 __reserved;
+	__u64 name_hash;
+};
 static_assert(sizeof(struct djinn_p_matmul) == 8, "p_matmul layout");
 static_assert(sizeof(struct djinn_p_scalar) == 8, "p_scalar layout");
 static_assert(sizeof(struct djinn_p_shape) == 36, "p_shape layout");
 static_assert(sizeof(struct djinn_p_axis) == 24, "p_axis layout");
 static_assert(sizeof(struct djinn_p_attention) == 8, "p_attention layout");
+static_assert(sizeof(struct djinn_p_kernel) == 40, "p_kernel layout");
 
 /**
  * struct djinn_node - one op of a graph
@@ -472,6 +520,7 @@ struct djinn_node {
 		struct djinn_p_shape shape;
 		struct djinn_p_axis axis;
 		struct djinn_p_attention attention;
+		struct djinn_p_kernel kernel;
 		__u8 raw[40];
 	} params;
 };

@@ -78,6 +78,7 @@ struct gb {
 	uint32_t nr_in, nr_nodes, nr_out;
 	struct djinn_ref in[GB_INPUTS];
 	struct djinn_tensor_desc descs[GB_INPUTS];
+	bool module[GB_INPUTS]; /* client modules (DJINN_TENSOR_MODULE) */
 	struct djinn_node nodes[GB_NODES];
 	uint32_t out[GB_OUTPUTS];
 
@@ -105,6 +106,15 @@ static uint32_t gb_input(struct gb *b, struct djinn_tensor_desc d)
 	b->in[b->nr_in].id = 0x100 + b->nr_in;
 	b->descs[b->nr_in] = d;
 	return b->nr_in++;
+}
+
+/* A client module of @bytes as a graph input; returns its value index. */
+static uint32_t gb_module(struct gb *b, uint64_t bytes)
+{
+	uint32_t v = gb_input(b, D(U8, bytes));
+
+	b->module[v] = true;
+	return v;
 }
 
 /* A node; returns its value index. @params: @plen bytes, or NULL. */
@@ -141,6 +151,12 @@ static uint32_t gb_node(struct gb *b, unsigned int op, const void *params,
 #define P_SLICE(a, s, e) \
 	((struct djinn_p_axis){ .axis = a, .start = s, .end = e })
 #define P_ATT(s, c) ((struct djinn_p_attention){ .scale = s, .causal = c })
+/* a kernel of 4 blocks of 32 threads, the result like input @like */
+#define P_KERNEL(like)                                   \
+	((struct djinn_p_kernel){ .grid = { 4, 1, 1 },   \
+				  .block = { 32, 1, 1 }, \
+				  .out_like = like,      \
+				  .name_hash = 0x0123456789abcdefull })
 
 static struct djinn_node *last(struct gb *b)
 {
@@ -193,8 +209,8 @@ static int gb_run(struct gb *b)
 	if (ret)
 		fail_msg("parse: %d %s", ret, b->msg);
 	memset(b->res, 0xa5, sizeof(b->res));
-	return djinn_graph_infer(&b->view, b->descs, b->res, b->msg,
-				 sizeof(b->msg));
+	return djinn_graph_infer_modules(&b->view, b->descs, b->module, b->res,
+					 b->msg, sizeof(b->msg));
 }
 
 /* The graph infers and its last node has the shape @want. */
@@ -284,6 +300,7 @@ static void test_names(void **state)
 		[DJINN_GOP_CONCAT] = "concat",
 		[DJINN_GOP_ATTENTION] = "attention",
 		[DJINN_GOP_ARGMAX] = "argmax",
+		[DJINN_GOP_KERNEL] = "kernel",
 	};
 
 	for (unsigned int op = 1; op <= DJINN_GOP_MAX; op++)
@@ -669,6 +686,11 @@ static struct gb *op_graph(unsigned int op)
 		gb_input(b, D(F32, 1, 2, 4, 8));
 		NODEP(b, op, P_ATT(0, 1), 0, 0, 0);
 		break;
+	case DJINN_GOP_KERNEL:
+		gb_module(b, 100);
+		gb_input(b, D(F32, 4, 8));
+		NODEP(b, op, P_KERNEL(1), 0, 1);
+		break;
 	default: /* unary: gelu, relu, silu, softmax, argmax */
 		gb_input(b, D(F32, 4, 8));
 		NODE(b, op, 0);
@@ -713,8 +735,10 @@ static void test_nr_inputs(void **state)
 		unsigned int want = b->nodes[0].nr_inputs, lo, hi;
 
 		free(b);
-		lo = op == DJINN_GOP_CONCAT ? 2 : want;
-		hi = op == DJINN_GOP_CONCAT ? 4 : want;
+		lo = op == DJINN_GOP_CONCAT || op == DJINN_GOP_KERNEL ? 2 :
+									want;
+		hi = op == DJINN_GOP_CONCAT || op == DJINN_GOP_KERNEL ? 4 :
+									want;
 		for (unsigned int nr = 0; nr <= DJINN_MAX_NODE_INPUTS; nr++) {
 			int ret;
 
@@ -837,6 +861,8 @@ static bool param_used(unsigned int op, unsigned int byte, unsigned int nd)
 		return byte < 4 + 4 * nd;
 	case DJINN_GOP_SLICE:
 		return byte < 4 || (byte >= 8 && byte < 24);
+	case DJINN_GOP_KERNEL: /* its reserved bytes: test_kernel */
+		return true;
 	default:
 		return false;
 	}
@@ -1576,6 +1602,156 @@ static void test_argmax(void **state)
 	free(b);
 }
 
+/* A kernel (module, x) -> like x, with params @p; value of the node. */
+static struct gb *kernel_graph(struct djinn_p_kernel p)
+{
+	struct gb *b = gb_new();
+
+	gb_module(b, 4096);
+	gb_input(b, D(F32, 2, 3));
+	gb_input(b, D(I32, 7));
+	NODEP(b, DJINN_GOP_KERNEL, p, 0, 1, 2);
+	return b;
+}
+
+static void test_kernel(void **state)
+{
+	struct djinn_p_kernel p;
+	struct gb *b;
+
+	/* the result is shaped like the argument out_like names */
+	b = kernel_graph(P_KERNEL(1));
+	expect_ok(b, D(F32, 2, 3));
+	free(b);
+	b = kernel_graph(P_KERNEL(2));
+	expect_ok(b, D(I32, 7));
+	free(b);
+	p = P_KERNEL(1);
+	p.out_init = 1;
+	p.shmem = 48 * 1024;
+	p.grid[0] = 0x7fffffff;
+	p.grid[1] = p.grid[2] = 65535;
+	p.block[0] = 16;
+	p.block[1] = 1;
+	p.block[2] = 64;
+	b = kernel_graph(p);
+	expect_ok(b, D(F32, 2, 3));
+	free(b);
+	/* three arguments, one of them an earlier node, the module too */
+	b = gb_new();
+	gb_module(b, 4096);
+	gb_input(b, D(F32, 2, 3));
+	gb_input(b, D(I32, 7));
+	NODE(b, DJINN_GOP_RELU, 1);
+	NODEP(b, DJINN_GOP_KERNEL, P_KERNEL(3), 0, 2, 0, 3);
+	expect_ok(b, D(F32, 2, 3));
+	free(b);
+
+	/* the module: a graph input flagged as one, nothing else */
+	b = kernel_graph(P_KERNEL(1));
+	b->module[0] = false;
+	expect_refused(b, EINVAL, 0, "input 0 is not a module");
+	free(b);
+	b = kernel_graph(P_KERNEL(1));
+	last(b)->inputs[0] = 1;
+	expect_refused(b, EINVAL, 0, "input 0 is not a module");
+	free(b);
+	b = gb_new();
+	gb_module(b, 4096);
+	gb_input(b, D(F32, 2, 3));
+	NODEP(b, DJINN_GOP_RESHAPE, P_SHAPE(1, 4096), 0);
+	/* value 2 is the reshaped module */
+	NODEP(b, DJINN_GOP_KERNEL, P_KERNEL(1), 2, 1);
+	expect_refused(b, EINVAL, 1, "input 0 is not a module");
+	free(b);
+	/* djinn_graph_infer() knows no modules */
+	b = kernel_graph(P_KERNEL(1));
+	gb_payload(b);
+	assert_int_equal(djinn_graph_parse(b->buf, b->len, &b->view, b->msg,
+					   sizeof(b->msg)),
+			 0);
+	assert_int_equal(djinn_graph_infer(&b->view, b->descs, b->res, b->msg,
+					   sizeof(b->msg)),
+			 -EINVAL);
+	assert_string_equal(b->msg,
+			    "node 0 (kernel): input 0 is not a module (a graph "
+			    "input uploaded with DJINN_TENSOR_MODULE)");
+	free(b);
+
+	/* out_like, out_init */
+	b = kernel_graph(P_KERNEL(0));
+	expect_refused(b, EINVAL, 0, "out_like 0: not an argument (1 to 2)");
+	free(b);
+	b = kernel_graph(P_KERNEL(3));
+	expect_refused(b, EINVAL, 0, "out_like 3: not an argument (1 to 2)");
+	free(b);
+	p = P_KERNEL(1);
+	p.out_init = 2;
+	b = kernel_graph(p);
+	expect_refused(b, EINVAL, 0, "out_init 2: not 0 or 1");
+	free(b);
+
+	/* the launch's limits */
+	for (unsigned int k = 0; k < 3; k++) {
+		p = P_KERNEL(1);
+		p.grid[k] = 0;
+		b = kernel_graph(p);
+		expect_refused(b, EINVAL, 0, "a dim is 0");
+		free(b);
+		p = P_KERNEL(1);
+		p.block[k] = 0;
+		b = kernel_graph(p);
+		expect_refused(b, EINVAL, 0, "a dim is 0");
+		free(b);
+		p = P_KERNEL(1);
+		p.grid[k] = k ? 65536 : 0x80000000u;
+		b = kernel_graph(p);
+		expect_refused(b, EINVAL, 0, "over (2^31 - 1, 65535, 65535)");
+		free(b);
+	}
+	p = P_KERNEL(1);
+	p.block[0] = 1025;
+	b = kernel_graph(p);
+	expect_refused(b, EINVAL, 0,
+		       "block (1025, 1, 1): 1025 threads, at most 1024");
+	free(b);
+	/* a product that overflows 32 bits */
+	p = P_KERNEL(1);
+	p.block[0] = p.block[1] = 65536;
+	b = kernel_graph(p);
+	expect_refused(b, EINVAL, 0, "4294967296 threads");
+	free(b);
+	p = P_KERNEL(1);
+	p.block[0] = 1;
+	p.block[2] = 65;
+	b = kernel_graph(p);
+	expect_refused(b, EINVAL, 0, "z at most 64");
+	free(b);
+	p = P_KERNEL(1);
+	p.shmem = 48 * 1024 + 1;
+	b = kernel_graph(p);
+	expect_refused(b, EINVAL, 0, "49153 bytes of shared memory");
+	free(b);
+
+	/* reserved, and a kernel that must be named */
+	p = P_KERNEL(1);
+	p.__reserved = 0x100;
+	b = kernel_graph(p);
+	expect_refused(b, EINVAL, 0, "reserved field not zero");
+	free(b);
+	p = P_KERNEL(1);
+	p.name_hash = 0;
+	b = kernel_graph(p);
+	expect_refused(b, EINVAL, 0, "name_hash is 0");
+	free(b);
+
+	/* an empty argument never reaches a kernel */
+	b = kernel_graph(P_KERNEL(1));
+	b->descs[2] = D(I32, 0);
+	expect_refused(b, EINVAL, 0, "input 2 is empty");
+	free(b);
+}
+
 static void test_result_limit(void **state)
 {
 	struct gb *b;
@@ -1791,6 +1967,7 @@ int main(void)
 		cmocka_unit_test(test_concat),
 		cmocka_unit_test(test_attention),
 		cmocka_unit_test(test_argmax),
+		cmocka_unit_test(test_kernel),
 		cmocka_unit_test(test_result_limit),
 		cmocka_unit_test(test_outputs),
 		cmocka_unit_test(test_gpt2_block),
