@@ -46,6 +46,10 @@ static inline bool dj_tensor_bad(const struct dj_tensor *t)
 
 struct backend;
 
+/* The refusal where backend_ops has no client kernels; %s: its name. */
+#define BACKEND_NO_KERNELS \
+	"client kernels need a CUDA device; this djinnd runs on %s"
+
 struct backend_ops {
 	/* Run one node: @in[node->nr_inputs] -> @out. Returns 0, or a
 	 * negative errno with a reason in @msg (a dtype the backend has no
@@ -54,9 +58,37 @@ struct backend_ops {
 	int (*run_node)(struct backend *b, const struct djinn_node *node,
 			const struct dj_tensor *in, const struct dj_tensor *out,
 			char *msg, size_t msglen);
+	/*
+	 * Client kernels (Documentation/cuda.rst), optional: NULL on a
+	 * backend without them (the CPU), where a module upload and a
+	 * KERNEL node are refused with -EOPNOTSUPP and BACKEND_NO_KERNELS.
+	 * module_load(): load the module @image (@len bytes, SHA-256 @fp)
+	 * now, or find it loaded: 0, or -EINVAL with the JIT's or loader's
+	 * reason. run_kernel(): run a KERNEL node: @in[0] is the module, its
+	 * bytes in device memory (read back and loaded when they are not
+	 * loaded), @fp its fingerprint, @in[1..] the arguments, @out the
+	 * result; like run_node() otherwise.
+	 */
+	int (*module_load)(struct backend *b, const uint8_t *fp,
+			   const void *image, size_t len, char *msg,
+			   size_t msglen);
+	int (*run_kernel)(struct backend *b, const struct djinn_node *node,
+			  const uint8_t *fp, const struct dj_tensor *in,
+			  const struct dj_tensor *out, char *msg,
+			  size_t msglen);
 	/* Wait for everything enqueued; -EIO if the device failed. */
 	int (*sync)(struct backend *b);
 	void (*destroy)(struct backend *b);
+	/* Optional. For tests only (djinnd --fault-injection): fault the
+	 * device for real (a kernel that stores to address 0), so that it
+	 * is counted in @faults and recovered as any fault is; 0 once it
+	 * has, with the fault in @msg. NULL: the server simulates one
+	 * (server_fault_inject()). */
+	int (*inject_fault)(struct backend *b, char *msg, size_t msglen);
+	/* Optional: the last fault in words ("cuda:0: device context
+	 * lost: CUDA_ERROR_ILLEGAL_ADDRESS (700) ... in cuStreamSynchronize"),
+	 * "" if none. */
+	void (*fault_info)(struct backend *b, char *msg, size_t msglen);
 };
 
 /*

@@ -128,11 +128,42 @@ static void value(const struct djinn_graph_view *view,
 		*t = nodes[idx - view->g->nr_inputs];
 }
 
+/* A KERNEL node: its module's fingerprint, and the backend's hook. */
+static int run_kernel(struct backend *b, const struct djinn_graph_view *view,
+		      const uint8_t *const *in_fp,
+		      const struct djinn_node *node, const struct dj_tensor *in,
+		      const struct dj_tensor *out, char *msg, size_t msglen)
+{
+	uint32_t m = node->inputs[0];
+
+	if (!b->ops->run_kernel) {
+		snprintf(msg, msglen, BACKEND_NO_KERNELS, b->name);
+		return -EOPNOTSUPP;
+	}
+	if (!in_fp || m >= view->g->nr_inputs || !in_fp[m]) {
+		snprintf(msg, msglen, "input 0 is not a module");
+		return -EINVAL;
+	}
+	return b->ops->run_kernel(b, node, in_fp[m], in, out, msg, msglen);
+}
+
 int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	       struct vmu_session *s, const struct djinn_graph_view *view,
 	       const struct dj_tensor *inputs,
 	       const struct djinn_tensor_desc *descs, struct exec_result *res,
 	       char *msg, size_t msglen)
+{
+	return exec_graph_kernels(v, st, b, s, view, inputs, NULL, descs, res,
+				  msg, msglen);
+}
+
+int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
+		       struct vmu_session *s,
+		       const struct djinn_graph_view *view,
+		       const struct dj_tensor *inputs,
+		       const uint8_t *const *in_fp,
+		       const struct djinn_tensor_desc *descs,
+		       struct exec_result *res, char *msg, size_t msglen)
 {
 	uint32_t n = view->g->nr_nodes, nout = view->g->nr_outputs;
 	uint64_t out_addr[DJINN_MAX_GRAPH_OUTPUTS], base, t0;
@@ -182,7 +213,12 @@ int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		vals[i].addr = plan.output_of[i] >= 0 ?
 				       out_addr[plan.output_of[i]] :
 				       base + plan.stack_off[i];
-		ret = b->ops->run_node(b, node, in, &vals[i], msg, msglen);
+		if (node->op == DJINN_GOP_KERNEL)
+			ret = run_kernel(b, view, in_fp, node, in, &vals[i],
+					 msg, msglen);
+		else
+			ret = b->ops->run_node(b, node, in, &vals[i], msg,
+					       msglen);
 		if (ret) {
 			char why[128];
 

@@ -79,4 +79,20 @@ int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	       const struct djinn_tensor_desc *descs, struct exec_result *res,
 	       char *msg, size_t msglen);
 
+/*
+ * As exec_graph(), for graphs with client kernels: @in_fp[nr_inputs] has
+ * the fingerprint of each input that is a client module (a text tensor
+ * uploaded with DJINN_TENSOR_MODULE) and NULL for the others. A KERNEL
+ * node goes to the backend's run_kernel(): -EOPNOTSUPP on a backend
+ * without client kernels, -EINVAL if its input 0 is not a module.
+ * exec_graph() is this with no modules.
+ */
+int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
+		       struct vmu_session *s,
+		       const struct djinn_graph_view *view,
+		       const struct dj_tensor *inputs,
+		       const uint8_t *const *in_fp,
+		       const struct djinn_tensor_desc *descs,
+		       struct exec_result *res, char *msg, size_t msglen);
+
 #endif /* DJINN_EXEC_H */

@@ -41,10 +41,12 @@ void exec_job_free(struct exec_job *job)
 /* The executor thread */
 
 /* A graph input, resolved, held and made resident; @held[0] gets its
- * slot + 1, @pinned its region, for release(). */
+ * slot + 1, @pinned its region, for release(); @fp a client module's
+ * fingerprint (valid while it is held), else NULL. */
 static int resolve(struct session *s, const struct djinn_ref *ref,
 		   const struct djinn_tensor_desc *want, struct dj_tensor *t,
-		   uint64_t *pinned, uint32_t *held, char *msg, size_t msglen)
+		   const uint8_t **fp, uint64_t *pinned, uint32_t *held,
+		   char *msg, size_t msglen)
 {
 	uint64_t handle = ref->id;
 	struct vmu_region_info info;
@@ -54,6 +56,7 @@ static int resolve(struct session *s, const struct djinn_ref *ref,
 
 	*pinned = 0;
 	*held = 0;
+	*fp = NULL;
 	if (ref->kind == DJINN_REF_RESULT) {
 		ret = session_result_handle(s, ref->id, ref->index, &handle);
 		if (ret) {
@@ -78,6 +81,7 @@ static int resolve(struct session *s, const struct djinn_ref *ref,
 	t->desc = tn.desc;
 	if (tn.text) {
 		t->addr = vmu_text_addr(tn.text);
+		*fp = tn.module ? vmu_text_fp(tn.text) : NULL;
 		return 0;
 	}
 	ret = vmu_region_pin(s->vs, tn.region, NULL, &info);
@@ -98,10 +102,11 @@ static void run_job(struct executor *e, struct exec_job *job)
 	struct dj_tensor *in = calloc(nin ? nin : 1, sizeof(*in));
 	uint64_t *pinned = calloc(nin ? nin : 1, sizeof(*pinned));
 	uint32_t *held = calloc(nin ? nin : 1, sizeof(*held));
+	const uint8_t **fps = calloc(nin ? nin : 1, sizeof(*fps));
 	struct session *s = job->s;
 	int ret = 0;
 
-	if (!in || !pinned || !held) {
+	if (!in || !pinned || !held || !fps) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -109,15 +114,15 @@ static void run_job(struct executor *e, struct exec_job *job)
 		char why[160];
 
 		ret = resolve(s, &view->inputs[i], &job->in_descs[i], &in[i],
-			      &pinned[i], &held[i], why, sizeof(why));
+			      &fps[i], &pinned[i], &held[i], why, sizeof(why));
 		if (ret)
 			snprintf(job->msg, sizeof(job->msg), "input %u: %s", i,
 				 why);
 	}
 	if (!ret)
-		ret = exec_graph(e->srv->vmu, e->stack, e->srv->backend, s->vs,
-				 view, in, job->descs, &job->res, job->msg,
-				 sizeof(job->msg));
+		ret = exec_graph_kernels(e->srv->vmu, e->stack, e->srv->backend,
+					 s->vs, view, in, fps, job->descs,
+					 &job->res, job->msg, sizeof(job->msg));
 	for (uint32_t k = 0; k < i; k++) {
 		if (pinned[k])
 			vmu_region_unpin(s->vs, pinned[k]);
@@ -150,6 +155,7 @@ out:
 	free(in);
 	free(pinned);
 	free(held);
+	free(fps);
 }
 
 /* Map (and zero) or swap in a region, leaving it pinned for the

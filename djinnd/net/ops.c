@@ -441,6 +441,64 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 	return 0;
 }
 
+/* A client module's upload (DJINN_TENSOR_MODULE): a u8 vector of text,
+ * to a backend that runs client kernels. */
+static int module_check(struct conn *c, const struct djinn_hdr *hdr,
+			const struct djinn_tensor_create *r)
+{
+	struct backend *b = c->srv->backend;
+
+	if (r->segment != DJINN_SEG_TEXT || r->desc.dtype != DJINN_DTYPE_U8 ||
+	    r->desc.ndim != 1) {
+		conn_error(c, hdr, -EINVAL,
+			   "a module is text, u8, one dim: not %s, %s, %u dims",
+			   r->segment == DJINN_SEG_TEXT ? "text" : "data",
+			   djinn_dtype_name(r->desc.dtype), r->desc.ndim);
+		return -EINVAL;
+	}
+	if (!b->ops->module_load || !b->ops->run_kernel) {
+		conn_error(c, hdr, -EOPNOTSUPP, BACKEND_NO_KERNELS, b->name);
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
+/* The module's bytes have arrived: the backend loads them once, here, so
+ * that one that does not load is refused now and not at its first run.
+ * On failure the text reference is dropped and a new entry evicted. */
+static int module_load(struct conn *c, const struct djinn_hdr *hdr,
+		       struct stream *st, bool created)
+{
+	struct backend *b = c->srv->backend;
+	struct vmu_provider *p = b->provider;
+	uint64_t len = vmu_text_size(st->t.text);
+	char msg[DJINN_MAX_ERROR_MSG];
+	void *image = malloc(len);
+	int ret;
+
+	if (!image) {
+		ret = -ENOMEM;
+		snprintf(msg, sizeof(msg), "out of memory");
+	} else {
+		ret = p->ops->copy_dtoh(p, image, vmu_text_addr(st->t.text),
+					len);
+		if (ret)
+			snprintf(msg, sizeof(msg),
+				 "cannot read the module back: error %d", ret);
+	}
+	if (!ret)
+		ret = b->ops->module_load(b, st->fp, image, len, msg,
+					  sizeof(msg));
+	free(image);
+	if (!ret)
+		return 0;
+	conn_error(c, hdr, ret, "%s", msg);
+	vmu_text_put(st->s->vs, st->t.text);
+	if (created)
+		vmu_text_evict(c->srv->vmu, st->fp);
+	return ret;
+}
+
 static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 			 const struct djinn_tensor_create *r, struct stream *st)
 {
@@ -450,10 +508,18 @@ static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 	ret = check_desc(c, hdr, &r->desc, &bytes);
 	if (ret)
 		return ret;
-	if (r->segment > DJINN_SEG_TEXT || r->flags) {
+	if (r->segment > DJINN_SEG_TEXT ||
+	    r->flags & ~DJINN_TENSOR_CREATE_ALL) {
 		conn_error(c, hdr, -EINVAL, "%s",
-			   r->flags ? "unknown flags" : "unknown segment");
+			   r->segment > DJINN_SEG_TEXT ? "unknown segment" :
+							 "unknown flags");
 		return -EINVAL;
+	}
+	if (r->flags & DJINN_TENSOR_MODULE) {
+		ret = module_check(c, hdr, r);
+		if (ret)
+			return ret;
+		st->t.module = true;
 	}
 	if (data > bytes || (r->segment == DJINN_SEG_TEXT && data != bytes)) {
 		conn_error(c, hdr, -EINVAL,
@@ -620,6 +686,10 @@ void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr)
 				ret == -EBADMSG ?
 					"bytes do not match the fingerprint" :
 					"cannot store the text");
+			stream_free(c, st, false);
+			return;
+		}
+		if (st->t.module && module_load(c, hdr, st, created)) {
 			stream_free(c, st, false);
 			return;
 		}
@@ -897,6 +967,7 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	struct exec_job *job = calloc(1, sizeof(*job));
 	char msg[DJINN_MAX_ERROR_MSG];
 	struct djinn_tensor_desc *outs = NULL;
+	bool *in_module = NULL;
 	uint32_t nin, nout;
 	int ret;
 
@@ -926,7 +997,8 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->in_descs = calloc(nin ? nin : 1, sizeof(*job->in_descs));
 	job->descs = calloc(job->view.g->nr_nodes, sizeof(*job->descs));
 	outs = calloc(nout, sizeof(*outs));
-	if (!job->in_descs || !job->descs || !outs) {
+	in_module = calloc(nin ? nin : 1, sizeof(*in_module));
+	if (!job->in_descs || !job->descs || !outs || !in_module) {
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		goto out_free;
 	}
@@ -940,8 +1012,10 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 			      session_result_desc(job->s, ref->id, ref->index,
 						  &job->in_descs[i]) :
 			      session_tensor_get(job->s, ref->id, &t);
-		if (!ret && ref->kind == DJINN_REF_HANDLE)
+		if (!ret && ref->kind == DJINN_REF_HANDLE) {
 			job->in_descs[i] = t.desc;
+			in_module[i] = t.module;
+		}
 		if (ret) {
 			conn_error(c, hdr, -ENOENT, "input %u: no such %s", i,
 				   ref->kind == DJINN_REF_RESULT ? "result" :
@@ -949,8 +1023,8 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 			goto out_free;
 		}
 	}
-	ret = djinn_graph_infer(&job->view, job->in_descs, job->descs, msg,
-				sizeof(msg));
+	ret = djinn_graph_infer_modules(&job->view, job->in_descs, in_module,
+					job->descs, msg, sizeof(msg));
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", msg);
 		goto out_free;
@@ -963,6 +1037,7 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 		goto out_free;
 	}
 	free(outs);
+	free(in_module);
 	job->conn = c;
 	conn_get(c);
 	job->t0 = ops_defer(c);
@@ -972,6 +1047,7 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 
 out_free:
 	free(outs);
+	free(in_module);
 	exec_job_free(job);
 }
 

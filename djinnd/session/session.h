@@ -47,6 +47,7 @@ struct tensor {
 	uint64_t bytes;
 	struct vmu_text *text; /* a text entry, or NULL: a data region */
 	uint64_t region;
+	bool module; /* text uploaded as a client module */
 };
 
 /* The outputs of one GRAPH_SUBMIT, for DJINN_REF_RESULT: their shapes

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "cuda_backend.h"
 #include "cuda_internal.h"
 #include "graph.h"
@@ -342,4 +344,376 @@ int cuda_noop_sync(struct backend *b)
 	ret = cuda_err(d, r, "the no-op kernel", NULL, 0);
 	cuda_leave(d);
 	return ret;
+}
+
+/* ---------------------------------------------------------------------- */
+/*
+ * Client kernels over the wire (backend_ops' module_load, run_kernel).
+ *
+ * A module uploaded with DJINN_TENSOR_MODULE is loaded at upload and
+ * kept, with the names of its kernels and their hashes, in a small cache
+ * keyed by the text's fingerprint. A KERNEL node finds its module there
+ * or, when it has been evicted, reads the bytes back from the text
+ * segment (checking them against the fingerprint) and loads them again.
+ * d->mlock is held from the lookup to the launch, so an eviction, which
+ * waits for the context before it unloads, never pulls a module from
+ * under a kernel.
+ */
+#define CUDA_WIRE_MODULES 64
+
+/*
+ * struct cuda_wmod - a module of the cache
+ * @names, @hashes: its kernels and the first 8 bytes (little-endian) of
+ *                  the SHA-256 of each name
+ * @used:           last use, for LRU eviction
+ */
+struct cuda_wmod {
+	uint8_t fp[DJINN_FP_LEN];
+	struct cuda_module *m;
+	char **names;
+	uint64_t *hashes;
+	unsigned int nr_names;
+	uint64_t used;
+};
+
+static uint64_t name_hash(const char *name)
+{
+	uint8_t md[EVP_MAX_MD_SIZE];
+	unsigned int n = 0;
+	uint64_t h = 0;
+
+	if (!EVP_Digest(name, strlen(name), md, &n, EVP_sha256(), NULL) ||
+	    n < 8)
+		return 0;
+	for (int k = 7; k >= 0; k--)
+		h = h << 8 | md[k];
+	return h;
+}
+
+static int add_name(struct cuda_wmod *w, const char *name, size_t len)
+{
+	char **names;
+	uint64_t *hashes;
+	char *s;
+
+	for (unsigned int k = 0; k < w->nr_names; k++)
+		if (strlen(w->names[k]) == len &&
+		    !memcmp(w->names[k], name, len))
+			return 0;
+	s = strndup(name, len);
+	names = realloc(w->names, (w->nr_names + 1) * sizeof(*names));
+	if (names)
+		w->names = names;
+	hashes = realloc(w->hashes, (w->nr_names + 1) * sizeof(*hashes));
+	if (hashes)
+		w->hashes = hashes;
+	if (!s || !names || !hashes) {
+		free(s);
+		return -ENOMEM;
+	}
+	w->names[w->nr_names] = s;
+	w->hashes[w->nr_names++] = name_hash(s);
+	return 0;
+}
+
+static bool ident_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+	       (ch >= '0' && ch <= '9') || ch == '_' || ch == '$';
+}
+
+/* The kernels of PTX text: the name after each ".entry". */
+static int ptx_names(struct cuda_wmod *w, const char *ptx, size_t len)
+{
+	static const char entry[] = ".entry";
+	const size_t el = sizeof(entry) - 1;
+
+	for (size_t i = 0; i + el < len; i++) {
+		size_t a, z;
+		int ret;
+
+		if (memcmp(ptx + i, entry, el) ||
+		    (ptx[i + el] != ' ' && ptx[i + el] != '\t'))
+			continue;
+		for (a = i + el; a < len && (ptx[a] == ' ' || ptx[a] == '\t');
+		     a++)
+			;
+		for (z = a; z < len && ident_char(ptx[z]); z++)
+			;
+		if (z == a)
+			continue;
+		ret = add_name(w, ptx + a, z - a);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* The kernels of a loaded module: from the driver where it can list them
+ * (CUDA 12.4), else, for PTX, from its text. */
+static int module_names(struct cuda_dev *d, struct cuda_wmod *w,
+			const void *image, size_t len, char *msg, size_t msglen)
+{
+	const struct cu_api *cu = d->cu;
+	CUfunction *fns = NULL;
+	unsigned int n = 0;
+	int ret = 0;
+
+	if (cu->ModuleGetFunctionCount && cu->ModuleEnumerateFunctions &&
+	    cu->FuncGetName) {
+		ret = cuda_enter(d, NULL, msg, msglen);
+		if (ret)
+			return ret;
+		if (cu->ModuleGetFunctionCount(&n, w->m->mod) == CUDA_SUCCESS &&
+		    n && (fns = calloc(n, sizeof(*fns))) &&
+		    cu->ModuleEnumerateFunctions(fns, n, w->m->mod) ==
+			    CUDA_SUCCESS) {
+			for (unsigned int k = 0; k < n && !ret; k++) {
+				const char *name = NULL;
+
+				if (cu->FuncGetName(&name, fns[k]) ==
+					    CUDA_SUCCESS &&
+				    name)
+					ret = add_name(w, name, strlen(name));
+			}
+		}
+		cuda_leave(d);
+		free(fns);
+	}
+	if (!ret && !w->nr_names && memmem(image, len, ".entry", 6))
+		ret = ptx_names(w, image, len);
+	if (ret)
+		return cuda_fail(msg, msglen, ret, "out of memory");
+	if (!w->nr_names)
+		return cuda_fail(msg, msglen, -EINVAL,
+				 "%s: no kernels found in the module (a cubin "
+				 "needs a driver that lists them: CUDA 12.4)",
+				 d->name);
+	return 0;
+}
+
+static void wmod_free(struct cuda_dev *d, struct cuda_wmod *w)
+{
+	for (unsigned int k = 0; k < w->nr_names; k++)
+		free(w->names[k]);
+	free(w->names);
+	free(w->hashes);
+	if (w->m)
+		cuda_module_unload(&d->base, w->m);
+	memset(w, 0, sizeof(*w));
+}
+
+static struct cuda_wmod *wmod_find(struct cuda_dev *d, const uint8_t *fp)
+{
+	for (unsigned int k = 0; k < d->nr_wmods; k++)
+		if (!memcmp(d->wmods[k].fp, fp, DJINN_FP_LEN)) {
+			d->wmods[k].used = ++d->wmod_tick;
+			return &d->wmods[k];
+		}
+	return NULL;
+}
+
+/* A free slot of the cache; the least recently used module goes when it
+ * is full, once the context has finished every kernel enqueued. */
+static int wmod_slot(struct cuda_dev *d, struct cuda_wmod **out, char *msg,
+		     size_t msglen)
+{
+	struct cuda_wmod *w;
+	unsigned int lru = 0;
+	int ret;
+
+	if (!d->wmods) {
+		d->wmods = calloc(CUDA_WIRE_MODULES, sizeof(*d->wmods));
+		if (!d->wmods)
+			return cuda_fail(msg, msglen, -ENOMEM, "out of memory");
+	}
+	if (d->nr_wmods < CUDA_WIRE_MODULES) {
+		*out = &d->wmods[d->nr_wmods];
+		return 0;
+	}
+	for (unsigned int k = 1; k < d->nr_wmods; k++)
+		if (d->wmods[k].used < d->wmods[lru].used)
+			lru = k;
+	w = &d->wmods[lru];
+	ret = cuda_enter(d, NULL, msg, msglen);
+	if (ret)
+		return ret;
+	ret = cuda_err(d, d->cu->CtxSynchronize(), "cuCtxSynchronize", msg,
+		       msglen);
+	cuda_leave(d);
+	if (ret)
+		return ret;
+	wmod_free(d, w);
+	d->wmods[lru] = d->wmods[--d->nr_wmods];
+	memset(&d->wmods[d->nr_wmods], 0, sizeof(*w));
+	*out = &d->wmods[d->nr_wmods];
+	return 0;
+}
+
+/* Load @image as module @fp into the cache (under d->mlock). */
+static int wmod_load(struct cuda_dev *d, const uint8_t *fp, const void *image,
+		     size_t len, struct cuda_wmod **out, char *msg,
+		     size_t msglen)
+{
+	struct cuda_wmod *w = NULL;
+	int ret;
+
+	ret = wmod_slot(d, &w, msg, msglen);
+	if (ret)
+		return ret;
+	ret = cuda_module_load(&d->base, image, len, &w->m, msg, msglen);
+	if (!ret)
+		ret = module_names(d, w, image, len, msg, msglen);
+	if (ret) {
+		wmod_free(d, w);
+		return ret;
+	}
+	memcpy(w->fp, fp, DJINN_FP_LEN);
+	w->used = ++d->wmod_tick;
+	d->nr_wmods++;
+	*out = w;
+	return 0;
+}
+
+int cuda_wire_module_load(struct backend *b, const uint8_t *fp,
+			  const void *image, size_t len, char *msg,
+			  size_t msglen)
+{
+	struct cuda_dev *d = to_dev(b);
+	struct cuda_wmod *w;
+	int ret = 0;
+
+	pthread_mutex_lock(&d->mlock);
+	if (!wmod_find(d, fp))
+		ret = wmod_load(d, fp, image, len, &w, msg, msglen);
+	pthread_mutex_unlock(&d->mlock);
+	return ret;
+}
+
+/* The module of a KERNEL node: cached, or its bytes read back from the
+ * text segment (@t) and loaded (under d->mlock). */
+static int wmod_get(struct cuda_dev *d, const uint8_t *fp,
+		    const struct dj_tensor *t, struct cuda_wmod **out,
+		    char *msg, size_t msglen)
+{
+	uint8_t md[EVP_MAX_MD_SIZE];
+	uint64_t len = t->desc.dims[0];
+	unsigned int n = 0;
+	void *image;
+	int ret;
+
+	*out = wmod_find(d, fp);
+	if (*out)
+		return 0;
+	if (t->desc.dtype != DJINN_DTYPE_U8 || t->desc.ndim != 1)
+		return cuda_fail(msg, msglen, -EINVAL,
+				 "the module is not a u8 vector");
+	image = malloc(len);
+	if (!image)
+		return cuda_fail(msg, msglen, -ENOMEM, "out of memory");
+	ret = cuda_enter(d, NULL, msg, msglen);
+	if (!ret) {
+		ret = cuda_err(d, d->cu->MemcpyDtoH(image, t->addr, len),
+			       "reading the module back", msg, msglen);
+		cuda_leave(d);
+	}
+	if (!ret && (!EVP_Digest(image, len, md, &n, EVP_sha256(), NULL) ||
+		     n != DJINN_FP_LEN || memcmp(md, fp, DJINN_FP_LEN)))
+		ret = cuda_fail(msg, msglen, -EIO,
+				"%s: the module's bytes on the device no "
+				"longer match its fingerprint",
+				d->name);
+	if (!ret)
+		ret = wmod_load(d, fp, image, len, out, msg, msglen);
+	free(image);
+	return ret;
+}
+
+/* The result's first bytes: zeros, or a copy of the input it is like. */
+static int result_init(struct cuda_dev *d, const struct dj_tensor *out,
+		       const struct dj_tensor *like, char *msg, size_t msglen)
+{
+	uint64_t bytes = 0;
+	struct cuda_lane *l;
+	CUresult r;
+	int ret;
+
+	if (djinn_desc_check(&out->desc, NULL, &bytes))
+		return cuda_fail(msg, msglen, -EINVAL, "bad result desc");
+	ret = cuda_enter(d, &l, msg, msglen);
+	if (ret)
+		return ret;
+	r = like ? d->cu->MemcpyDtoDAsync(out->addr, like->addr, bytes,
+					  l->compute) :
+		   d->cu->MemsetD8Async(out->addr, 0, bytes, l->compute);
+	ret = cuda_err(d, r, like ? "cuMemcpyDtoDAsync" : "cuMemsetD8Async",
+		       msg, msglen);
+	cuda_leave(d);
+	return ret;
+}
+
+int cuda_wire_run_kernel(struct backend *b, const struct djinn_node *node,
+			 const uint8_t *fp, const struct dj_tensor *in,
+			 const struct dj_tensor *out, char *msg, size_t msglen)
+{
+	const struct djinn_p_kernel *p = &node->params.kernel;
+	struct dj_tensor args[DJINN_MAX_NODE_INPUTS];
+	struct cuda_dev *d = to_dev(b);
+	const char *name = NULL;
+	struct cuda_wmod *w;
+	int ret;
+
+	if (node->nr_inputs < 2 || node->nr_inputs > DJINN_MAX_NODE_INPUTS ||
+	    p->out_like < 1 || p->out_like >= node->nr_inputs)
+		return cuda_fail(msg, msglen, -EINVAL, "a malformed node");
+	pthread_mutex_lock(&d->mlock);
+	ret = wmod_get(d, fp, &in[0], &w, msg, msglen);
+	if (ret)
+		goto out;
+	for (unsigned int k = 0; k < w->nr_names && !name; k++)
+		if (w->hashes[k] == p->name_hash)
+			name = w->names[k];
+	if (!name) {
+		ret = cuda_fail(msg, msglen, -ENOENT,
+				"no kernel in the module has name hash "
+				"%016llx (it has %u: %s%s)",
+				(unsigned long long)p->name_hash, w->nr_names,
+				w->names[0], w->nr_names > 1 ? ", ..." : "");
+		goto out;
+	}
+	ret = result_init(d, out, p->out_init ? &in[p->out_like] : NULL, msg,
+			  msglen);
+	if (ret)
+		goto out;
+	args[0] = *out;
+	for (unsigned int k = 1; k < node->nr_inputs; k++)
+		args[k] = in[k];
+	ret = cuda_kernel_run(b, w->m, name, p->grid, p->block, p->shmem, args,
+			      node->nr_inputs, msg, msglen);
+out:
+	pthread_mutex_unlock(&d->mlock);
+	return ret;
+}
+
+void cuda_wire_fini(struct cuda_dev *d)
+{
+	const struct cu_api *cu = d->cu;
+
+	for (unsigned int k = 0; k < d->nr_wmods; k++) {
+		struct cuda_wmod *w = &d->wmods[k];
+
+		/* the context is current and quiet: unload it directly */
+		if (w->m && w->m->mod && w->m->gen == atomic_load(&d->gen) &&
+		    !atomic_load(&d->lost))
+			cu->ModuleUnload(w->m->mod);
+		if (w->m) {
+			free(w->m->image);
+			free(w->m);
+			w->m = NULL;
+		}
+		wmod_free(d, w);
+	}
+	free(d->wmods);
+	d->wmods = NULL;
+	d->nr_wmods = 0;
 }

@@ -391,6 +391,73 @@ static int cuda_sync(struct backend *b)
 	return ret;
 }
 
+static void cuda_fault_info(struct backend *b, char *msg, size_t msglen)
+{
+	struct cuda_dev *d = to_dev(b);
+
+	pthread_mutex_lock(&d->lock);
+	snprintf(msg, msglen, "%s", d->faults ? d->lost_why : "");
+	pthread_mutex_unlock(&d->lock);
+}
+
+/*
+ * Fault injection (djinnd --fault-injection, for tests): a kernel that
+ * stores to address 0, launched on the caller's compute stream and
+ * waited for. The sticky error it causes is seen, counted and recovered
+ * by the same code as any other fault: recovery runs in cuda_leave().
+ */
+static const char fault_ptx[] = ".version 7.0\n"
+				".target sm_80\n"
+				".address_size 64\n"
+				".visible .entry dj_fault()\n"
+				"{\n"
+				"\t.reg .b64 %rd<2>;\n"
+				"\t.reg .f32 %f1;\n"
+				"\tmov.u64 %rd1, 0;\n"
+				"\tmov.f32 %f1, 0f3F800000;\n"
+				"\tst.global.f32 [%rd1], %f1;\n"
+				"\tret;\n"
+				"}\n";
+
+static int cuda_inject_fault(struct backend *b, char *msg, size_t msglen)
+{
+	struct cuda_dev *d = to_dev(b);
+	const struct cu_api *cu = d->cu;
+	struct cuda_lane *l;
+	uint64_t before = __atomic_load_n(&b->faults, __ATOMIC_ACQUIRE);
+	CUmodule mod = NULL;
+	CUfunction fn;
+	CUresult r;
+	int ret;
+
+	ret = cuda_enter(d, &l, msg, msglen);
+	if (ret)
+		return ret;
+	r = cu->ModuleLoadData(&mod, fault_ptx);
+	if (r == CUDA_SUCCESS)
+		r = cu->ModuleGetFunction(&fn, mod, "dj_fault");
+	if (r == CUDA_SUCCESS)
+		r = cu->LaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, l->compute, NULL,
+				     NULL);
+	if (r == CUDA_SUCCESS)
+		r = cu->StreamSynchronize(l->compute);
+	ret = cuda_err(d, r, "the injected fault kernel", msg, msglen);
+	if (mod)
+		cu->ModuleUnload(mod); /* fails in a poisoned context */
+	cuda_leave(d); /* recovers */
+	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) == before)
+		return ret ? ret :
+			     cuda_fail(msg, msglen, -EIO,
+				       "%s: the fault kernel did not fault",
+				       d->name);
+	/* faulted, as asked; -EIO if the recovery failed */
+	if (atomic_load(&d->lost)) {
+		cuda_fault_info(b, msg, msglen);
+		return -EIO;
+	}
+	return 0;
+}
+
 static void cuda_destroy(struct backend *b)
 {
 	struct cuda_dev *d = to_dev(b);
@@ -402,6 +469,7 @@ static void cuda_destroy(struct backend *b)
 	cu->CtxSetCurrent(d->ctx);
 	if (!atomic_load(&d->lost))
 		cu->CtxSynchronize();
+	cuda_wire_fini(d);
 	drop_context(d);
 	while (d->lanes) {
 		struct cuda_lane *l = d->lanes;
@@ -413,13 +481,18 @@ static void cuda_destroy(struct backend *b)
 	cu->DevicePrimaryCtxRelease(d->dev);
 	pthread_rwlock_destroy(&d->ctx_lock);
 	pthread_mutex_destroy(&d->lock);
+	pthread_mutex_destroy(&d->mlock);
 	free(d);
 }
 
 static const struct backend_ops cuda_backend_ops = {
 	.run_node = cuda_run_node,
+	.module_load = cuda_wire_module_load,
+	.run_kernel = cuda_wire_run_kernel,
 	.sync = cuda_sync,
 	.destroy = cuda_destroy,
+	.inject_fault = cuda_inject_fault,
+	.fault_info = cuda_fault_info,
 };
 
 int cuda_devices(unsigned int *n, char *msg, size_t msglen)
@@ -479,6 +552,7 @@ int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
 	pthread_rwlock_init(&d->ctx_lock, &ra);
 	pthread_rwlockattr_destroy(&ra);
 	pthread_mutex_init(&d->lock, NULL);
+	pthread_mutex_init(&d->mlock, NULL);
 
 	r = cu->DeviceGet(&d->dev, (int)ordinal);
 	if (r == CUDA_SUCCESS)
@@ -562,6 +636,7 @@ out_ctx:
 out_free:
 	pthread_rwlock_destroy(&d->ctx_lock);
 	pthread_mutex_destroy(&d->lock);
+	pthread_mutex_destroy(&d->mlock);
 	free(d);
 	return ret;
 }

@@ -68,6 +68,11 @@ static void cu_load_once(void)
 		goto out_close;
 	}
 	*(void **)&cu.FuncGetParamInfo = dlsym(cu.lib, "cuFuncGetParamInfo");
+	*(void **)&cu.ModuleGetFunctionCount =
+		dlsym(cu.lib, "cuModuleGetFunctionCount");
+	*(void **)&cu.ModuleEnumerateFunctions =
+		dlsym(cu.lib, "cuModuleEnumerateFunctions");
+	*(void **)&cu.FuncGetName = dlsym(cu.lib, "cuFuncGetName");
 	r = cu.Init(0);
 	if (r != CUDA_SUCCESS) {
 		cu_ret = -ENODEV;

@@ -107,6 +107,11 @@ struct cu_api {
 	/* optional (CUDA 12.4): a kernel's parameters, NULL if absent */
 	CUresult (*FuncGetParamInfo)(CUfunction f, size_t index, size_t *offset,
 				     size_t *size);
+	/* optional (CUDA 12.4): a module's kernels and their names */
+	CUresult (*ModuleGetFunctionCount)(unsigned int *count, CUmodule mod);
+	CUresult (*ModuleEnumerateFunctions)(CUfunction *fns, unsigned int n,
+					     CUmodule mod);
+	CUresult (*FuncGetName)(const char **name, CUfunction f);
 	CU_API_LIST(CU_API_FIELD)
 };
 #undef CU_API_FIELD

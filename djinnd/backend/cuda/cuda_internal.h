@@ -50,6 +50,7 @@ enum cuda_kernel { CUDA_KERNELS(CUDA_K_ENUM) K_COUNT };
 #undef CUDA_K_ENUM
 
 struct cuda_dev;
+struct cuda_wmod;
 
 /*
  * struct cuda_lane - one thread's streams on a device
@@ -127,6 +128,11 @@ struct cuda_dev {
 	char lost_why[256];
 	uint64_t faults, recoveries;
 	bool no_read_only; /* the driver refused PROT_READ once */
+	/* client modules of the wire, by fingerprint (client.c) */
+	pthread_mutex_t mlock;
+	struct cuda_wmod *wmods;
+	unsigned int nr_wmods;
+	uint64_t wmod_tick;
 	bool dead; /* recovery failed: lost for good, not tried again */
 };
 
@@ -167,6 +173,16 @@ void cuda_vmm_fini(struct cuda_dev *d);
 int cuda_vmm_restore(struct cuda_dev *d, char *msg, size_t msglen);
 /* Before one: let go of everything the old context held. */
 void cuda_vmm_drop(struct cuda_dev *d);
+
+/* Client kernels of the wire (client.c): backend_ops' module_load and
+ * run_kernel, and the cache's end (under no lock, the context current). */
+int cuda_wire_module_load(struct backend *b, const uint8_t *fp,
+			  const void *image, size_t len, char *msg,
+			  size_t msglen);
+int cuda_wire_run_kernel(struct backend *b, const struct djinn_node *node,
+			 const uint8_t *fp, const struct dj_tensor *in,
+			 const struct dj_tensor *out, char *msg, size_t msglen);
+void cuda_wire_fini(struct cuda_dev *d);
 
 /* The ops (ops.c) */
 int cuda_run_node(struct backend *b, const struct djinn_node *node,
