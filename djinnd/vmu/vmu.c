@@ -112,6 +112,8 @@ struct vmu_text {
 	struct vmu_mapping m;
 	uint64_t size;
 	unsigned long holders;
+	uint64_t epoch; /* the device's fault count when its bytes came */
+	bool stale; /* a fault since: out of the index, freed when unheld */
 };
 
 struct vmu_text_ref {
@@ -127,6 +129,7 @@ struct vmu_text_upload {
 	struct vmu_mapping m;
 	uint64_t size;
 	uint64_t written;
+	uint64_t epoch; /* the fault count when it began */
 	EVP_MD_CTX *md; /* NULL when the caller has hashed already */
 };
 
@@ -168,6 +171,7 @@ struct vmu {
 	struct vmu_text **hash;
 	uint64_t hash_size, nr_text;
 	struct list_head text_lru;
+	uint64_t text_epoch; /* the fault count the index was swept at */
 
 	struct list_head data_lru; /* resident live regions, oldest first */
 	struct list_head region_cache; /* cached regions, oldest first */
@@ -198,6 +202,19 @@ uint64_t vmu_granularity(const struct vmu *v)
 uint64_t vmu_round(const struct vmu *v, uint64_t size)
 {
 	return round_up(size, v->gran);
+}
+
+/* The device's faults so far (cfg.faults), 0 for one that never faults. */
+static uint64_t faults_now(const struct vmu *v)
+{
+	return v->cfg.faults ?
+		       __atomic_load_n(v->cfg.faults, __ATOMIC_ACQUIRE) :
+		       0;
+}
+
+uint64_t vmu_faults(const struct vmu *v)
+{
+	return faults_now(v);
 }
 
 static uint64_t avail(const struct vmu *v)
@@ -868,6 +885,7 @@ int vmu_create(struct vmu_provider *prov, const struct vmu_config *cfg,
 	INIT_LIST_HEAD(&v->region_cache);
 	INIT_LIST_HEAD(&v->swapbufs);
 	v->free_slot = NO_SLOT;
+	v->text_epoch = faults_now(v);
 	*out = v;
 	return 0;
 }
@@ -1506,9 +1524,50 @@ static uint64_t fp_hash(const struct vmu *v, const uint8_t *fp)
 	return h & (v->hash_size - 1);
 }
 
+static void text_free_locked(struct vmu *v, struct vmu_text *t);
+
+/*
+ * After a device fault, every entry made before it holds zeros: take
+ * them out of the index (a new insert of the same bytes makes a new
+ * entry), free the unheld ones now and the held ones when their last
+ * holder lets go. Once per fault, on the first lookup after it. Lock
+ * held.
+ */
+static void text_expire_locked(struct vmu *v)
+{
+	uint64_t now = faults_now(v), n = 0;
+
+	if (now == v->text_epoch)
+		return;
+	v->text_epoch = now;
+	for (uint64_t i = 0; i < v->hash_size; i++) {
+		struct vmu_text **p = &v->hash[i];
+
+		while (*p) {
+			struct vmu_text *t = *p;
+
+			if (t->epoch == now) {
+				p = &t->hnext;
+				continue;
+			}
+			*p = t->hnext;
+			t->hnext = NULL;
+			t->stale = true;
+			v->nr_text--;
+			n++;
+			if (!t->holders)
+				text_free_locked(v, t);
+		}
+	}
+	v->st.text_lost += n;
+}
+
 static struct vmu_text *text_find(struct vmu *v, const uint8_t *fp)
 {
-	struct vmu_text *t = v->hash[fp_hash(v, fp)];
+	struct vmu_text *t;
+
+	text_expire_locked(v);
+	t = v->hash[fp_hash(v, fp)];
 
 	while (t && memcmp(t->fp, fp, VMU_FP_LEN))
 		t = t->hnext;
@@ -1565,7 +1624,10 @@ static void text_free_locked(struct vmu *v, struct vmu_text *t)
 {
 	uint64_t bytes = t->m.mapped;
 
-	text_hash_del(v, t);
+	if (t->stale) /* out of the index already */
+		v->st.seg[VMU_SEG_TEXT].entries--;
+	else
+		text_hash_del(v, t);
 	list_del_init(&t->lru);
 	v->st.text_cached -= bytes;
 	mapping_release(v, &t->m);
@@ -1679,6 +1741,8 @@ static void text_unhold(struct vmu_session *s, struct vmu_text_ref *ref,
 	if (!t->holders) {
 		list_add_tail(&t->lru, &v->text_lru);
 		v->st.text_cached += t->m.mapped;
+		if (t->stale) /* lost in a fault: nobody can find it */
+			text_free_locked(v, t);
 	}
 }
 
@@ -1807,6 +1871,7 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 	seg_add(v, VMU_SEG_TEXT, bytes);
 	u->s = s;
 	u->size = size;
+	u->epoch = faults_now(v);
 	list_add_tail(&u->node, &s->uploads);
 	vmu_unlock(v);
 	*out = u;
@@ -1880,6 +1945,13 @@ int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
 		goto out_abort;
 
 	vmu_lock(v);
+	if (u->epoch != faults_now(v)) {
+		/* its first bytes went to memory a fault has lost since */
+		list_del_init(&u->node);
+		upload_free_locked(v, u);
+		vmu_unlock(v);
+		return -EIO;
+	}
 	list_del_init(&u->node);
 	t = text_find(v, fp);
 	if (t) {
@@ -1896,6 +1968,7 @@ int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
 		memcpy(t->fp, fp, VMU_FP_LEN);
 		t->m = u->m;
 		t->size = u->size;
+		t->epoch = u->epoch;
 		/* Published unheld; text_hold() takes it off the LRU. */
 		list_add_tail(&t->lru, &v->text_lru);
 		v->st.text_cached += t->m.mapped;
@@ -2145,6 +2218,49 @@ uint64_t vmu_stack_end(struct vmu_stack *st)
 	vmu_unlock(v);
 	st->top = 0;
 	return peak;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Faults */
+
+int vmu_fault_simulate(struct vmu *v)
+{
+	const struct vmu_provider_ops *ops = v->prov->ops;
+	struct vmu_session *s;
+	struct vmu_region *r;
+	int ret = 0;
+
+	if (!v->cfg.faults)
+		return -EOPNOTSUPP;
+	vmu_lock(v);
+	/* text is read-only once committed: writable for the memset */
+	for (uint64_t i = 0; i < v->hash_size && !ret; i++) {
+		for (struct vmu_text *t = v->hash[i]; t && !ret; t = t->hnext) {
+			ret = ops->set_access(v->prov, t->m.addr, t->m.mapped,
+					      VMU_ACCESS_READWRITE);
+			if (!ret)
+				ret = ops->memset(v->prov, t->m.addr, 0,
+						  t->m.mapped);
+			if (!ret)
+				ret = ops->set_access(v->prov, t->m.addr,
+						      t->m.mapped,
+						      VMU_ACCESS_READ);
+		}
+	}
+	list_for_each_entry(s, &v->sessions, node) {
+		list_for_each_entry(r, &s->regions, snode) {
+			if (ret)
+				break;
+			if (r->state == VMU_REGION_RESIDENT && r->m.mapped)
+				ret = ops->memset(v->prov, r->m.addr, 0,
+						  r->m.mapped);
+		}
+	}
+	/* counted even if a memset failed: the contents are no good */
+	__atomic_add_fetch(v->cfg.faults, 1, __ATOMIC_ACQ_REL);
+	text_expire_locked(v);
+	vmu_unlock(v);
+	return ret;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -74,6 +74,10 @@ enum vmu_pressure {
  *                 pressure)
  * @pressure_cb:   called when the pressure level changes, with no VMU lock
  *                 held, so it may call back into the VMU (evict, swap)
+ * @faults:        the device's fault count (struct backend's), read
+ *                 atomically; NULL for a device that never faults. Text
+ *                 entries record it when their bytes arrive: see "Device
+ *                 faults" below.
  */
 struct vmu_config {
 	unsigned int warn_pct;
@@ -84,6 +88,7 @@ struct vmu_config {
 	void (*pressure_cb)(void *arg, enum vmu_pressure old,
 			    enum vmu_pressure now);
 	void *pressure_arg;
+	uint64_t *faults;
 };
 
 /* Create a VMU over @prov (which stays the caller's). @cfg may be NULL. */
@@ -337,6 +342,38 @@ uint64_t vmu_stack_end(struct vmu_stack *st);
 uint64_t vmu_stack_used(const struct vmu_stack *st);
 
 /* ---------------------------------------------------------------------- */
+/* Device faults
+ *
+ * A device fault (a GPU kernel that poisons its context) loses the bytes
+ * of the whole device's memory; the backend puts the memory back at the
+ * same addresses, zeroed, and counts the fault in *cfg.faults. The VMU
+ * keeps its bookkeeping and, for the text segment, the epoch: every
+ * entry records the fault count when its upload began, and on the first
+ * text lookup after the count changes (O(entries), once per fault) the
+ * entries of an older epoch leave the index. A later insert or lookup of
+ * the same bytes then misses and makes a new entry; the old one is
+ * freed when its last holder puts it (the session layer fails the
+ * holders' sessions). An upload that began before the fault and commits
+ * after it is refused with -EIO. Data regions are the session layer's
+ * concern (its sessions record the epoch too).
+ */
+
+/* The device's faults so far (0 when cfg.faults is NULL). */
+uint64_t vmu_faults(const struct vmu *v);
+
+/*
+ * For tests, on a device that cannot fault (the CPU): what a fault does
+ * to memory, simulated. Under the VMU's lock, zero every text entry and
+ * every resident data region (swapped-out regions keep their bytes, as
+ * they do in a real fault; regions being moved, session caches, pending
+ * uploads and stacks are left as they are), add one to *cfg.faults and
+ * take the stale text out of the index. Graphs running meanwhile are not
+ * failed: they just see zeros. 0, -EOPNOTSUPP without cfg.faults, or the
+ * provider's error (the fault is counted all the same).
+ */
+int vmu_fault_simulate(struct vmu *v);
+
+/* ---------------------------------------------------------------------- */
 /* Statistics */
 
 /*
@@ -364,6 +401,7 @@ struct vmu_stats {
 	enum vmu_pressure pressure;
 	struct vmu_seg_stats seg[VMU_NR_SEGS];
 	uint64_t text_hits, text_misses, text_evictions;
+	uint64_t text_lost; /* entries dropped from the index by faults */
 	uint64_t text_cached; /* bytes of unheld text entries */
 	uint64_t data_cached; /* bytes in session region caches */
 	uint64_t swap_outs, swap_ins;
