@@ -21,6 +21,11 @@
  * the rest outside the lock, and other opens of the name wait on the
  * store's condition. A load that fails unlists the entry; @waiters
  * counts the opens still looking at it, and the last one frees it.
+ *
+ * @epoch is the device's fault count when its load began. After a
+ * fault its weights are zeros: the entry is unlisted (@gone) so that
+ * the next open loads the files again into a new one, and freed when
+ * its last holder (a session the fault has failed) and waiter go.
  */
 struct store_model {
 	struct list_head node;
@@ -28,7 +33,9 @@ struct store_model {
 	unsigned int holders;
 	bool loading;
 	bool failed;
+	bool gone;
 	unsigned int waiters;
+	uint64_t epoch;
 	bool uploaded; /* named upload-HEX, by @src */
 	uint8_t src[VMU_FP_LEN];
 };
@@ -108,6 +115,24 @@ int model_name_check(const char *name, char *msg, size_t msglen)
 				i, (unsigned char)c);
 	}
 	return 0;
+}
+
+/* Unlist every model loaded before the device's last fault (their
+ * weights are lost); free those nobody uses. Lock held. */
+static void expire_locked(struct model_store *ms)
+{
+	uint64_t now = vmu_faults(ms->v);
+	struct store_model *sm, *n;
+
+	list_for_each_entry_safe(sm, n, &ms->models, node) {
+		if (sm->loading || sm->epoch == now)
+			continue;
+		sm->gone = true;
+		if (!sm->holders && !sm->waiters)
+			model_free(sm);
+		else
+			list_del_init(&sm->node);
+	}
 }
 
 /* A directory model, or an uploaded one: two namespaces, so an upload
@@ -303,6 +328,7 @@ static int open_entry(struct model_store *ms, struct vmu_session *s,
 		return -ENOMEM;
 	pthread_mutex_lock(&ms->lock);
 again:
+	expire_locked(ms);
 	sm = find(ms, name, up != NULL);
 	if (sm && sm->loading) {
 		sm->waiters++;
@@ -316,6 +342,12 @@ again:
 			 * other session's (its quota), or fixed since */
 			if (!sm->waiters)
 				free(sm);
+			goto again;
+		}
+		if (sm->gone) {
+			/* a device fault since its load began */
+			if (!sm->waiters && !sm->holders)
+				model_free(sm);
 			goto again;
 		}
 	}
@@ -357,6 +389,7 @@ again:
 		list_add_tail(&sm->node, &ms->models);
 	}
 	sm->loading = true;
+	sm->epoch = vmu_faults(ms->v);
 	pthread_mutex_unlock(&ms->lock);
 	ret = up ? load_upload(ms, s, name, up, &sm->m, &text, msg, msglen) :
 		   load(ms, s, name, &sm->m, &text, msg, msglen);
@@ -424,6 +457,8 @@ void model_close(struct model_hold *h)
 	pthread_mutex_lock(&h->ms->lock);
 	vmu_text_put(h->s, h->text);
 	sm->holders--;
+	if (sm->gone && !sm->holders && !sm->waiters)
+		model_free(sm); /* lost in a fault, unlisted already */
 	pthread_mutex_unlock(&h->ms->lock);
 	free(h);
 }
@@ -463,6 +498,7 @@ int model_store_list(struct model_store *ms, struct model_info **out,
 	size_t n = 0, i = 0;
 
 	pthread_mutex_lock(&ms->lock);
+	expire_locked(ms);
 	list_for_each_entry(sm, &ms->models, node)
 		n += !sm->loading;
 	if (n && !(info = calloc(n, sizeof(*info)))) {
@@ -502,6 +538,7 @@ int model_store_evict(struct model_store *ms, const char *name, char *msg,
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&ms->lock);
+	expire_locked(ms);
 	sm = find_any(ms, name);
 	if (!sm) {
 		ret = errmsg(msg, msglen, -ENOENT, "model %s is not loaded",
