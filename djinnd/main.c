@@ -54,6 +54,8 @@ static void usage(FILE *f)
 		"                           stderr is a terminal or under systemd)\n"
 		"  -L, --log-level LEVEL    err, warning, notice, info (default), debug\n"
 		"      --log-file PATH      append the log there (SIGHUP reopens it)\n"
+		"      --fault-injection    let admins fault the device\n"
+		"                           (ADMIN_FAULT_INJECT): for tests only\n"
 		"  -h, --help, -V, --version\n"
 		"Flags override the file. Defaults: sockets in /run/djinn/ for root,\n"
 		"in $XDG_RUNTIME_DIR/djinn/ for a user who has one, else in ./run/.\n");
@@ -66,6 +68,7 @@ enum {
 	OPT_METRICS,
 	OPT_MODEL_DIR,
 	OPT_LEASES,
+	OPT_FAULT_INJECTION,
 };
 
 static const struct option opts[] = {
@@ -85,6 +88,7 @@ static const struct option opts[] = {
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "log-level", required_argument, NULL, 'L' },
 	{ "log-file", required_argument, NULL, OPT_LOG_FILE },
+	{ "fault-injection", no_argument, NULL, OPT_FAULT_INJECTION },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -97,6 +101,9 @@ struct args {
 	char **argv;
 	const char *config; /* --config, or NULL */
 	bool check, foreground;
+	/* --fault-injection: a flag, never a file key, so that no
+	 * configuration left behind turns it on in production */
+	bool fault_injection;
 };
 
 /* The key each flag sets. */
@@ -149,6 +156,9 @@ static int parse_args(struct args *a)
 			break;
 		case 'f':
 			a->foreground = true;
+			break;
+		case OPT_FAULT_INJECTION:
+			a->fault_injection = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -224,6 +234,7 @@ static int config_build(struct djinnd_config *c, const struct args *a)
 		if (ret)
 			return ret;
 	}
+	c->srv.fault_injection = a->fault_injection;
 	return config_validate(c);
 }
 

@@ -263,6 +263,8 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	/* on a GPU: as much as the device has for sessions */
 	if (strcmp(srv->backend->name, "cpu"))
 		vcfg.swap_limit = srv->backend->provider->capacity;
+	/* text made before a fault is lost with it (vmu.h) */
+	vcfg.faults = &srv->backend->faults;
 	ret = vmu_create(srv->backend->provider, &vcfg, &srv->vmu);
 	if (ret)
 		return ret;
@@ -286,6 +288,9 @@ int server_init(struct server *srv, const struct server_config *cfg)
 			return ret;
 		log_info("models: from %s", cfg->model_dir);
 	}
+	if (cfg->fault_injection)
+		log_warn("fault injection is on (--fault-injection): any "
+			 "admin may fault the device; for tests only");
 	ret = signals_init(srv);
 	if (ret)
 		return ret;
@@ -295,6 +300,48 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	srv->lease_timer.fn = lease_tick;
 	loop_timer_add(&srv->loop, &srv->lease_timer, loop_now() + 1000000);
 	return 0;
+}
+
+int server_fault_inject(struct server *srv, char *msg, size_t msglen)
+{
+	struct backend *b = srv->backend;
+	uint64_t before = __atomic_load_n(&b->faults, __ATOMIC_ACQUIRE);
+	int ret;
+
+	if (b->ops->inject_fault) {
+		ret = b->ops->inject_fault(b, msg, msglen);
+	} else {
+		snprintf(srv->fault_why, sizeof(srv->fault_why),
+			 "%s: injected fault, simulated: device memory "
+			 "zeroed",
+			 b->name);
+		ret = vmu_fault_simulate(srv->vmu);
+		snprintf(msg, msglen, "%s", srv->fault_why);
+		if (ret)
+			snprintf(msg, msglen, "%s: zeroing the memory: %s",
+				 b->name, strerror(-ret));
+	}
+	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) == before && !ret) {
+		snprintf(msg, msglen, "%s: the fault was not counted", b->name);
+		ret = -EIO;
+	}
+	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) != before)
+		log_warn("%s: fault %llu injected (ADMIN_FAULT_INJECT): %s",
+			 b->name,
+			 (unsigned long long)__atomic_load_n(&b->faults,
+							     __ATOMIC_ACQUIRE),
+			 msg);
+	return ret;
+}
+
+void server_fault_info(struct server *srv, char *msg, size_t msglen)
+{
+	struct backend *b = srv->backend;
+
+	if (b->ops->fault_info)
+		b->ops->fault_info(b, msg, msglen);
+	else
+		snprintf(msg, msglen, "%s", srv->fault_why);
 }
 
 int server_run(struct server *srv)

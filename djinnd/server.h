@@ -39,6 +39,8 @@ struct server_config {
 	const char *metrics; /* "tcp:HOST:PORT" of the metrics endpoint */
 	uint64_t devices; /* bit per device index; 0: all */
 	const char *leases; /* lease.provider: auto, kmod or user */
+	bool fault_injection; /* --fault-injection: ADMIN_FAULT_INJECT, for
+			       * tests */
 };
 
 struct executor;
@@ -89,6 +91,7 @@ struct server {
 	struct bufring *br; /* provided receive buffers, or NULL */
 
 	bool draining; /* SIGTERM: finish in-flight work, then stop */
+	char fault_why[256]; /* the last simulated fault (the CPU's) */
 	/* main.c's, on the I/O thread: configuration reload and the
 	 * service manager's notifications; NULL: nothing to do */
 	struct server_hooks {
@@ -119,6 +122,20 @@ void ops_call_done(struct server *srv, struct exec_job *job);
 const char *ops_name(uint16_t op);
 /* Whether djinnd serves opcode @op (an entry of ops.c's table). */
 bool ops_known(uint16_t op);
+
+/*
+ * server.c: device faults. server_fault_inject() (ADMIN_FAULT_INJECT,
+ * with --fault-injection only) faults the device: for real where the
+ * backend can (CUDA: a kernel that stores to address 0, recovered as any
+ * fault is), else simulated by the VMU (vmu_fault_simulate(): the
+ * memory zeroed and the fault counted). Either way backend.faults moves
+ * on, and every session and text entry made before it is lost. 0 with
+ * the fault in @msg, or a negative errno with the reason. Runs on the
+ * I/O thread, which waits for a GPU's recovery (a context reset).
+ * server_fault_info(): the last fault in words, "" if none.
+ */
+int server_fault_inject(struct server *srv, char *msg, size_t msglen);
+void server_fault_info(struct server *srv, char *msg, size_t msglen);
 
 /* server.c: loop_now() at start */
 extern uint64_t server_started_ns;

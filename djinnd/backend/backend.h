@@ -98,7 +98,10 @@ struct backend_ops {
  * @provider: its memory, for vmu_create()
  * @faults:   device faults so far (read it with __atomic_load_n): each
  *            one lost the device memory of every session on the device,
- *            see Documentation/cuda.rst; always 0 on the CPU
+ *            see Documentation/cuda.rst. The session layer and the VMU
+ *            compare it with the count at a session's or text entry's
+ *            making (the fault epoch). On the CPU only injected faults
+ *            count (server_fault_inject()).
  */
 struct backend {
 	const struct backend_ops *ops;

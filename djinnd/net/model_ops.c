@@ -531,6 +531,9 @@ void ops_call_done(struct server *srv, struct exec_job *job)
 	metrics_observe(&srv->st, hdr->opcode, loop_now() - job->t0);
 	if (!ret && s->dead)
 		ret = -ECANCELED;
+	/* a device fault while it ran: what it made is lost */
+	if (!ret)
+		ret = session_lost(srv, s, job->msg, sizeof(job->msg));
 	if (ret) {
 		/* What the job made goes with it. */
 		if (mj->hold)

@@ -36,10 +36,14 @@ bool ops_all_zero(const void *p, size_t n)
 }
 
 /* The live session @hdr names, attached to @c, lease renewed; or NULL
- * with the error sent. */
-struct session *ops_req_session(struct conn *c, const struct djinn_hdr *hdr)
+ * with the error sent. Unless @lost_ok, a session whose device state a
+ * fault has lost since it was made is refused -EIO (session_lost()). */
+static struct session *req_session(struct conn *c, const struct djinn_hdr *hdr,
+				   bool lost_ok)
 {
 	struct session *s = session_get(c->srv, hdr->session_id);
+	char msg[DJINN_MAX_ERROR_MSG];
+	int ret;
 
 	if (!s) {
 		conn_error(c, hdr, -ENOENT, "no session %llu",
@@ -54,7 +58,17 @@ struct session *ops_req_session(struct conn *c, const struct djinn_hdr *hdr)
 		return NULL;
 	}
 	session_touch(c->srv, s);
+	if (!lost_ok && (ret = session_lost(c->srv, s, msg, sizeof(msg)))) {
+		conn_error(c, hdr, ret, "%s", msg);
+		session_put(s);
+		return NULL;
+	}
 	return s;
+}
+
+struct session *ops_req_session(struct conn *c, const struct djinn_hdr *hdr)
+{
+	return req_session(c, hdr, false);
 }
 
 /* Check a payload has exactly the struct's size. */
@@ -289,7 +303,7 @@ static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 static void op_session_close(struct conn *c, const struct djinn_hdr *hdr,
 			     uint8_t *body, uint64_t len)
 {
-	struct session *s = ops_req_session(c, hdr);
+	struct session *s = req_session(c, hdr, true);
 
 	if (!s)
 		return;
@@ -309,7 +323,7 @@ static void op_heartbeat(struct conn *c, const struct djinn_hdr *hdr,
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 		return;
 	}
-	s = ops_req_session(c, hdr);
+	s = req_session(c, hdr, true); /* a lost session stays alive */
 	if (!s)
 		return;
 	session_reply(c, hdr, s, false);
@@ -663,10 +677,18 @@ void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr)
 	struct djinn_tensor_resp r;
 	uint64_t handle;
 	bool created = true;
+	char msg[DJINN_MAX_ERROR_MSG];
 	int ret = c->sink.error;
 
 	if (ret) {
 		conn_error(c, hdr, ret, "writing to the device failed");
+		stream_free(c, st, true);
+		return;
+	}
+	/* a fault while the bytes came: they went to lost memory */
+	ret = session_lost(c->srv, st->s, msg, sizeof(msg));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
 		stream_free(c, st, true);
 		return;
 	}
@@ -1062,6 +1084,10 @@ void ops_graph_done(struct server *srv, struct exec_job *job)
 	};
 
 	metrics_observe(&srv->st, DJINN_OP_GRAPH_SUBMIT, loop_now() - job->t0);
+	/* a fault while it was queued or ran: its results are lost */
+	if (!job->error)
+		job->error =
+			session_lost(srv, job->s, job->msg, sizeof(job->msg));
 	if (job->error) {
 		srv->st.graphs_failed++;
 		conn_error(c, &hdr, job->error, "%s", job->msg);
@@ -1238,6 +1264,29 @@ static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
+/* For tests (djinnd --fault-injection): fault the device. */
+static void op_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
+				  uint8_t *body, uint64_t len)
+{
+	struct djinn_admin_fault r = { 0 };
+	int ret;
+
+	if (!c->srv->cfg.fault_injection) {
+		conn_error(c, hdr, -EPERM,
+			   "fault injection is off: start djinnd with "
+			   "--fault-injection (for tests only)");
+		return;
+	}
+	ret = server_fault_inject(c->srv, r.what, sizeof(r.what));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", r.what);
+		return;
+	}
+	r.faults = __atomic_load_n(&c->srv->backend->faults, __ATOMIC_ACQUIRE);
+	snprintf(r.device, sizeof(r.device), "%s", c->srv->backend->name);
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
 /* ---------------------------------------------------------------------- */
 
 /*
@@ -1308,6 +1357,7 @@ static const struct op_desc op_table[] = {
 	OP(ADMIN_MODELS, "admin_models", op_admin_models, 0),
 	OP(ADMIN_MODEL_EVICT, "admin_model_evict", op_admin_model_evict,
 	   sizeof(struct djinn_admin_model_evict)),
+	OP(ADMIN_FAULT_INJECT, "admin_fault_inject", op_admin_fault_inject, 0),
 };
 
 static const struct op_desc *op_desc(uint16_t op)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -192,6 +193,7 @@ int session_create(struct server *srv, const char *tenant, uint32_t priority,
 	s->lease_ns = lease_ns;
 	s->uid = uid;
 	s->pid = pid;
+	s->epoch = __atomic_load_n(&srv->backend->faults, __ATOMIC_ACQUIRE);
 	s->refs = 1; /* the table's */
 	s->free_slot = NO_SLOT;
 	pthread_mutex_init(&s->lock, NULL);
@@ -270,6 +272,23 @@ void session_end(struct server *srv, struct session *s,
 		 (unsigned long long)s->id, s->tenant,
 		 session_reason_name(why));
 	session_put(s);
+}
+
+int session_lost(struct server *srv, const struct session *s, char *msg,
+		 size_t msglen)
+{
+	uint64_t now = __atomic_load_n(&srv->backend->faults, __ATOMIC_ACQUIRE);
+	char why[256];
+
+	if (now == s->epoch)
+		return 0;
+	server_fault_info(srv, why, sizeof(why));
+	snprintf(msg, msglen,
+		 "session %llu: device state lost in a fault: %s fault %llu "
+		 "(%s); close the session and open a new one",
+		 (unsigned long long)s->id, srv->backend->name,
+		 (unsigned long long)now, why);
+	return -EIO;
 }
 
 void session_touch(struct server *srv, struct session *s)

@@ -18,6 +18,13 @@
  * Threads. The I/O thread creates, finds and ends sessions; executor
  * threads resolve and register tensors. s->lock guards the tensor table
  * and the result record; references are atomic.
+ *
+ * Faults. A session records the device's fault count (backend.faults)
+ * when it is made: its epoch. A device fault loses every session's
+ * device memory at once (Documentation/cuda.rst), so once the count has
+ * moved on, session_lost() says so and the request layer fails every
+ * request of the session but closing and heartbeats with -EIO until the
+ * client closes it. Sessions made after the fault are not touched.
  */
 #ifndef DJINN_SESSION_H
 #define DJINN_SESSION_H
@@ -92,6 +99,7 @@ struct session {
 	uint64_t requests;
 	uint32_t graphs_inflight; /* the I/O thread's count */
 	uint32_t mem_waits; /* EXEC_MEM jobs in flight (I/O thread) */
+	uint64_t epoch; /* backend.faults when it was made */
 
 	struct vmu_session *vs;
 	int refs; /* atomic */
@@ -141,6 +149,12 @@ void session_put(struct session *s);
 void session_end(struct server *srv, struct session *s,
 		 enum session_end_reason why);
 const char *session_reason_name(enum session_end_reason why);
+
+/* Whether a device fault has lost @s's device state since it was made:
+ * 0, or -EIO with "session ID: device state lost in a fault: ..." naming
+ * the device and the fault in @msg. */
+int session_lost(struct server *srv, const struct session *s, char *msg,
+		 size_t msglen);
 
 /* Renew the lease: any request does. */
 void session_touch(struct server *srv, struct session *s);

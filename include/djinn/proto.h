@@ -60,6 +60,10 @@
  *                  paused context asked for anything but RESUME, RESET
  *                  or FREE, or a context that is not paused RESUMEd
  *   -ENOSPC        a context's tokens would pass its max_tokens
+ *   -EIO           the device failed; also every request but
+ *                  SESSION_CLOSE and HEARTBEAT of a session made before
+ *                  a device fault ("session 3: device state lost in a
+ *                  fault: cuda:0 fault 1 (...)"), until it is closed
  *
  * DOC: sessions
  *
@@ -149,6 +153,7 @@ enum djinn_op {
 	DJINN_OP_ADMIN_STATS = 67,
 	DJINN_OP_ADMIN_MODELS = 68,
 	DJINN_OP_ADMIN_MODEL_EVICT = 69,
+	DJINN_OP_ADMIN_FAULT_INJECT = 70, /* djinnd --fault-injection only */
 };
 
 /* hdr.flags */
@@ -926,5 +931,26 @@ struct djinn_admin_model_evict {
 	char name[DJINN_MODEL_NAME_MAX];
 };
 static_assert(sizeof(struct djinn_admin_model_evict) == 64, "model evict");
+
+/**
+ * struct djinn_admin_fault - ADMIN_FAULT_INJECT response
+ * @faults: the device's faults so far, this one included
+ * @device: "cpu", "cuda:0"
+ * @what:   the fault, in words
+ *
+ * For tests. The request has no payload. A daemon started without
+ * --fault-injection refuses it with -EPERM. Otherwise the device faults:
+ * on a GPU for real (a kernel stores to address 0, and the context is
+ * recovered as after any fault), on the CPU simulated (its memory
+ * zeroed, the fault counted). Every session made before it is then lost
+ * (see -EIO in DOC: errors), its text is not deduplicated against, and
+ * models loaded before it load again on their next open.
+ */
+struct djinn_admin_fault {
+	__u64 faults;
+	char device[32];
+	char what[216];
+};
+static_assert(sizeof(struct djinn_admin_fault) == 256, "admin fault");
 
 #endif /* DJINN_PROTO_H */
