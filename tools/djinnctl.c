@@ -902,6 +902,35 @@ static int do_model_evict(struct ctl *ctl, char **args)
 			  &buf, &len);
 }
 
+/* ---------------------------------------------------------------------- */
+/* debug */
+
+/* fault: make the device fault (djinnd --fault-injection only) */
+static int do_debug_fault(struct ctl *ctl, char **args)
+{
+	struct djinn_admin_fault f;
+	uint64_t len;
+	void *buf;
+	int ret;
+
+	ret = admin_call(ctl, DJINN_OP_ADMIN_FAULT_INJECT, NULL, 0, sizeof(f),
+			 sizeof(f), &buf, &len);
+	if (ret)
+		return ret;
+	memcpy(&f, buf, sizeof(f));
+	free(buf);
+	f.device[sizeof(f.device) - 1] = 0;
+	f.what[sizeof(f.what) - 1] = 0;
+
+	open_json_object(NULL);
+	print_string(PRINT_ANY, "device", "%s: ", f.device);
+	print_u64(PRINT_ANY, "faults",
+		  "fault %" PRIu64 " injected: ", f.faults);
+	print_string(PRINT_ANY, "fault", "%s\n", f.what);
+	close_json_object();
+	return 0;
+}
+
 static int knl_result(const struct ctl *ctl, int ret, const char *msg)
 {
 	if (ret == -ENOENT || ret == -EPERM)
@@ -956,6 +985,11 @@ static const struct cmd model_cmds[] = {
 	{ "evict", "NAME", 1, do_model_evict, "drop a model no session holds" },
 };
 
+static const struct cmd debug_cmds[] = {
+	{ "fault", "", 0, do_debug_fault,
+	  "fault the device (djinnd --fault-injection; for tests)" },
+};
+
 static const struct cmd monitor_cmds[] = {
 	{ "events", "", 0, do_monitor,
 	  "djinn.ko's session events, one JSON object a line" },
@@ -965,7 +999,7 @@ static const struct cmd monitor_cmds[] = {
 static const struct object objects[] = {
 	{ "session", CMDS(session_cmds) }, { "vmu", CMDS(vmu_cmds) },
 	{ "stats", CMDS(stats_cmds) },	   { "model", CMDS(model_cmds) },
-	{ "monitor", CMDS(monitor_cmds) },
+	{ "monitor", CMDS(monitor_cmds) }, { "debug", CMDS(debug_cmds) },
 };
 #undef CMDS
 #define NR_OBJECTS ((int)(sizeof(objects) / sizeof(objects[0])))
