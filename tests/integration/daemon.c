@@ -197,6 +197,14 @@ int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms)
 int djd_start_set(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 		  const char *set)
 {
+	const char *extra[] = { "--set", set, NULL };
+
+	return djd_start_args(d, cpu_mem, lease_ms, set ? extra : NULL);
+}
+
+int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
+		   const char *const *extra)
+{
 	const char *bin = djd_binary();
 	char listen[sizeof(d->sock) + 8], lease[24], metrics[32];
 	char models[sizeof(d->dir) + 8];
@@ -250,12 +258,33 @@ int djd_start_set(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 		dup2(nul, 0);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execl(bin, bin, "--foreground", "--listen", listen,
-		      "--admin-socket", d->admin, "--cpu-mem", cpu_mem,
-		      "--lease-ms", lease, "--metrics", metrics, "--model-dir",
-		      models, "--threads", "2", "--log-level",
-		      getenv("DJINN_TEST_VERBOSE") ? "debug" : "info",
-		      set ? "--set" : (char *)NULL, set, (char *)NULL);
+		const char *argv[40] = {
+			bin,
+			"--foreground",
+			"--listen",
+			listen,
+			"--admin-socket",
+			d->admin,
+			"--cpu-mem",
+			cpu_mem,
+			"--lease-ms",
+			lease,
+			"--metrics",
+			metrics,
+			"--model-dir",
+			models,
+			"--threads",
+			"2",
+			"--log-level",
+			getenv("DJINN_TEST_VERBOSE") ? "debug" : "info",
+		};
+		size_t n = 0;
+
+		while (argv[n])
+			n++;
+		for (; extra && *extra && n < 39; extra++)
+			argv[n++] = *extra;
+		execv(bin, (char *const *)argv);
 		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}

@@ -57,6 +57,10 @@ int djd_start(struct djd *d, const char *cpu_mem, unsigned int lease_ms);
 /* The same, with one more setting @set ("section.key=value", or NULL). */
 int djd_start_set(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 		  const char *set);
+/* The same, with more arguments @extra (NULL-terminated; NULL: none),
+ * e.g. { "--fault-injection", NULL }. */
+int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
+		   const char *const *extra);
 /* Write model @name into the daemon's model directory (DIR/models) with
  * scripts/mkmodel.py and its options @args. */
 int djd_make_model(const struct djd *d, const char *name, const char *args);

@@ -1,0 +1,25 @@
+# Device faults (Documentation/cuda.rst, "Faults"): djinnd --fault-injection
+# and ADMIN_FAULT_INJECT, tested against a real djinnd on the CPU backend
+# (a simulated fault) in make test and make asan, and on a GPU (a kernel
+# that really faults) in make test-gpu, where it skips without one.
+FAULT_TEST := $(BUILD)/tests/integration/test_fault
+
+SRCS += tests/integration/test_fault.c
+all: $(FAULT_TEST)
+TESTS += $(FAULT_TEST)
+
+$(FAULT_TEST): $(BUILD)/tests/integration/test_fault.o \
+		$(BUILD)/tests/integration/daemon.o $(LIBDJINN_A) | $(DJINND)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS_LIBDJINN) \
+		-lcmocka -lm
+
+# The same test against djinnd --backend cuda: a real fault (make test-gpu,
+# which finds tests/gpu/test_*.c; linked here like the test above).
+ifeq ($(HAVE_CUDA),1)
+$(BUILD)/tests/gpu/test_cuda_fault: $(BUILD)/tests/gpu/test_cuda_fault.o \
+		$(BUILD)/tests/integration/daemon.o $(LIBDJINN_A) | $(DJINND)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS_LIBDJINN) \
+		-lcmocka -lm
+endif

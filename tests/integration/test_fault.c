@@ -1,0 +1,400 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Device faults against a real djinnd (Documentation/cuda.rst, "Faults"):
+ * a fault is injected through the admin socket (djinnd --fault-injection,
+ * ADMIN_FAULT_INJECT), then
+ *
+ * - every session made before it fails its next request with -EIO and a
+ *   message naming the device and the fault, through libdjinn too
+ *   (djinn_last_error()); heartbeats and closing still work;
+ * - a session made after it works, and a text upload of bytes a lost
+ *   session holds is a new entry (not deduplicated against the stale
+ *   one, which reads as zeros on the device), and the stale entries go
+ *   when their last holder closes;
+ * - a model opened after it is loaded again and generates the tokens it
+ *   generated before; the model list shows the fresh entry only;
+ * - without --fault-injection the admin opcode is refused -EPERM;
+ * - the daemon serves throughout and stops cleanly.
+ *
+ * On the CPU backend the fault is simulated (memory zeroed, the fault
+ * counted). tests/gpu/test_cuda_fault builds this file with FAULT_BACKEND
+ * "cuda", where a kernel really faults and the context is recovered; it
+ * skips (77) where djinnd cannot start on a GPU.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <djinn/djinn.h>
+
+#include "daemon.h"
+
+#ifndef FAULT_BACKEND
+#define FAULT_BACKEND "cpu"
+#endif
+
+#define TINY_GPT2                                                 \
+	"--arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 " \
+	"--ctx 64 --seed 3"
+#define NTOK 8
+#define NFLOAT 4096
+
+static const int32_t prompt[4] = { 1, 2, 3, 4 };
+
+struct fx {
+	struct djd d;
+	struct djinn_conn *conn;
+};
+
+/* Why the GPU build could not start djinnd: a skip, not a failure. */
+static char skip_why[300];
+
+static int start(void **state, bool injection)
+{
+	const char *on[] = { "--backend", FAULT_BACKEND, "--fault-injection",
+			     NULL };
+	const char *off[] = { "--backend", FAULT_BACKEND, NULL };
+	struct fx *fx = calloc(1, sizeof(*fx));
+	char addr[sizeof(fx->d.sock) + 8];
+	int ret;
+
+	if (!fx)
+		return -1;
+	ret = djd_start_args(&fx->d, "256M", 10000, injection ? on : off);
+	if (ret) {
+		snprintf(skip_why, sizeof(skip_why), "%s",
+			 djd_start_error()[0] ? djd_start_error() :
+						"it did not start");
+		free(fx);
+		return -1;
+	}
+	if (djd_make_model(&fx->d, "tiny-gpt2", TINY_GPT2))
+		goto fail;
+	snprintf(addr, sizeof(addr), "unix:%s", fx->d.sock);
+	if (djinn_connect(addr, &fx->conn))
+		goto fail;
+	*state = fx;
+	return 0;
+
+fail:
+	djd_kill(&fx->d);
+	free(fx);
+	return -1;
+}
+
+static int fx_setup(void **state)
+{
+	return start(state, true);
+}
+
+static int fx_setup_off(void **state)
+{
+	return start(state, false);
+}
+
+static int fx_teardown(void **state)
+{
+	struct fx *fx = *state;
+	int ret;
+
+	djinn_disconnect(fx->conn);
+	ret = djd_stop(&fx->d, 10000);
+	free(fx);
+	return ret;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Helpers */
+
+/* One admin request; its response in @r (the caller frees it). */
+static void admin(struct fx *fx, uint16_t op, struct dj_resp *r)
+{
+	int fd = dj_connect(fx->d.admin);
+
+	assert_true(fd >= 0);
+	assert_int_equal(dj_call(fd, op, 0, NULL, 0, r), 1);
+	close(fd);
+}
+
+static struct djinn_admin_vmu vmu_stats(struct fx *fx)
+{
+	struct djinn_admin_vmu v;
+	struct dj_resp r;
+
+	admin(fx, DJINN_OP_ADMIN_VMU, &r);
+	assert_int_equal(r.error, 0);
+	assert_int_equal(r.len, sizeof(v));
+	memcpy(&v, r.data, sizeof(v));
+	dj_resp_free(&r);
+	return v;
+}
+
+/* Holders of model @name in the admin list, -1 when it is not listed;
+ * *@entries: how many entries of that name are listed. */
+static int holders(struct fx *fx, const char *name, int *entries)
+{
+	const struct djinn_admin_model *e;
+	struct dj_resp r;
+	uint32_t count;
+	int n = -1;
+
+	admin(fx, DJINN_OP_ADMIN_MODELS, &r);
+	assert_int_equal(r.error, 0);
+	memcpy(&count, r.data, sizeof(count));
+	e = (const void *)(r.data + 8);
+	*entries = 0;
+	for (uint32_t i = 0; i < count; i++) {
+		if (!strcmp(e[i].name, name)) {
+			n = (int)e[i].holders;
+			(*entries)++;
+		}
+	}
+	dj_resp_free(&r);
+	return n;
+}
+
+static struct djinn_session *open_session(struct fx *fx)
+{
+	struct djinn_session *s;
+
+	assert_int_equal(djinn_session_open(fx->conn, NULL, &s), 0);
+	return s;
+}
+
+static struct djinn_tensor *upload(struct djinn_session *s, const float *v,
+				   enum djinn_segment seg, uint32_t *flags)
+{
+	struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_F32,
+				       .ndim = 1,
+				       .dims = { NFLOAT } };
+	struct djinn_tensor_info ti;
+	struct djinn_tensor *t;
+
+	assert_int_equal(djinn_tensor_upload(s, &d, v, seg, &t), 0);
+	assert_int_equal(djinn_tensor_info(t, &ti), 0);
+	if (flags)
+		*flags = ti.flags;
+	return t;
+}
+
+/* Greedy tokens after the prompt, from a fresh context of @m. */
+static void generate(struct djinn_model *m, int32_t *out)
+{
+	struct djinn_ctx *c;
+
+	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, NTOK, NULL, out, NULL, NULL),
+			 NTOK);
+	assert_int_equal(djinn_ctx_free(c), 0);
+}
+
+/* @ret is -EIO, and libdjinn's message says the fault lost the state. */
+static void assert_lost(int ret, const char *what)
+{
+	const char *msg = djinn_last_error();
+
+	if (ret != -EIO)
+		fail_msg("%s after the fault: %d (%s), want -EIO", what, ret,
+			 msg);
+	/* "session 3: device state lost in a fault: cpu fault 1 (...)" */
+	if (!strstr(msg, "device state lost in a fault: " FAULT_BACKEND) ||
+	    !strstr(msg, " fault 1 ("))
+		fail_msg("%s after the fault: message '%s'", what, msg);
+}
+
+/* ---------------------------------------------------------------------- */
+
+static void test_fault(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_session *s1 = open_session(fx), *s2 = open_session(fx);
+	struct djinn_session *s3;
+	struct djinn_tensor *a, *b, *t1, *t3, *d3;
+	struct djinn_model *m1, *m3;
+	struct djinn_ctx *c1;
+	struct djinn_admin_fault f;
+	struct djinn_admin_vmu v0, v1, v2;
+	int32_t before[NTOK], after[NTOK], tok[NTOK];
+	float *x = malloc(NFLOAT * sizeof(float));
+	float *y = malloc(NFLOAT * sizeof(float));
+	float *got = malloc(NFLOAT * sizeof(float));
+	struct dj_resp r;
+	uint32_t flags;
+	int n;
+
+	assert_non_null(x);
+	assert_non_null(y);
+	assert_non_null(got);
+	for (int i = 0; i < NFLOAT; i++) {
+		x[i] = (float)i + 0.5f;
+		y[i] = -(float)i;
+	}
+
+	/* Before: two sessions hold tensors; s1 a model and a context. */
+	a = upload(s1, x, DJINN_SEG_DATA, NULL);
+	t1 = upload(s1, y, DJINN_SEG_TEXT, &flags);
+	assert_int_equal(flags & DJINN_TENSOR_DEDUP, 0);
+	b = upload(s2, y, DJINN_SEG_DATA, NULL);
+	assert_int_equal(djinn_model_open(s1, "tiny-gpt2", &m1), 0);
+	generate(m1, before);
+	assert_int_equal(djinn_ctx_new(m1, 0, &c1), 0);
+	assert_int_equal(djinn_ctx_prefill(c1, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_tensor_download(a, 0, NFLOAT * 4, got), 0);
+	assert_memory_equal(got, x, NFLOAT * 4);
+	v0 = vmu_stats(fx);
+	/* the text upload and the weights */
+	assert_int_equal(v0.seg[0].entries, 2);
+
+	/* The fault. */
+	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &r);
+	if (r.error)
+		fail_msg("fault injection: %s (%d)", r.msg, r.error);
+	assert_int_equal(r.len, sizeof(f));
+	memcpy(&f, r.data, sizeof(f));
+	dj_resp_free(&r);
+	assert_int_equal(f.faults, 1);
+	assert_true(!strncmp(f.device, FAULT_BACKEND, strlen(FAULT_BACKEND)));
+	assert_true(f.what[0]);
+	printf("# injected: %s: fault %llu: %s\n", f.device,
+	       (unsigned long long)f.faults, f.what);
+
+	/* Every old session's requests fail, with the reason. */
+	assert_lost(djinn_tensor_download(a, 0, 16, got), "s1 read");
+	assert_lost(djinn_tensor_download(b, 0, 16, got), "s2 read");
+	assert_lost(djinn_tensor_download(t1, 0, 16, got), "s1 text read");
+	assert_lost(djinn_tensor_write(a, 0, 16, x), "s1 write");
+	assert_lost(djinn_ctx_decode(c1, 2, NULL, tok, NULL, NULL),
+		    "s1 decode");
+	{
+		struct djinn_tensor *t;
+		struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_F32,
+					       .ndim = 1,
+					       .dims = { 4 } };
+
+		assert_lost(djinn_tensor_upload(s2, &d, x, DJINN_SEG_DATA, &t),
+			    "s2 upload");
+	}
+	assert_lost(djinn_model_open(s2, "tiny-gpt2", &m3), "s2 model open");
+	/* ...but a heartbeat still renews them. */
+	assert_int_equal(djinn_session_heartbeat(s1), 0);
+	assert_int_equal(djinn_session_heartbeat(s2), 0);
+
+	/* A session made after the fault works. */
+	s3 = open_session(fx);
+	d3 = upload(s3, x, DJINN_SEG_DATA, NULL);
+	assert_int_equal(djinn_tensor_download(d3, 0, NFLOAT * 4, got), 0);
+	assert_memory_equal(got, x, NFLOAT * 4);
+	/* The same text bytes make a new entry, with the bytes. */
+	t3 = upload(s3, y, DJINN_SEG_TEXT, &flags);
+	assert_int_equal(flags & DJINN_TENSOR_DEDUP, 0);
+	assert_int_equal(djinn_tensor_download(t3, 0, NFLOAT * 4, got), 0);
+	assert_memory_equal(got, y, NFLOAT * 4);
+	/* The model loads again and says what it said before. */
+	assert_int_equal(djinn_model_open(s3, "tiny-gpt2", &m3), 0);
+	generate(m3, after);
+	assert_memory_equal(before, after, sizeof(before));
+	/* listed once: the fresh entry, held by s3 alone */
+	assert_int_equal(holders(fx, "tiny-gpt2", &n), 1);
+	assert_int_equal(n, 1);
+	/* fresh text and weights beside the stale ones s1 holds */
+	v1 = vmu_stats(fx);
+	assert_int_equal(v1.seg[0].entries, 4);
+
+	/* Closing the lost sessions works and frees the stale entries. */
+	assert_int_equal(djinn_session_close(s1), 0);
+	assert_int_equal(djinn_session_close(s2), 0);
+	v2 = vmu_stats(fx);
+	assert_int_equal(v2.seg[0].entries, 2);
+	assert_true(v2.seg[0].used < v1.seg[0].used);
+
+	/* s3 goes on. */
+	generate(m3, tok);
+	assert_memory_equal(before, tok, sizeof(before));
+	assert_int_equal(djinn_model_close(m3), 0);
+	assert_int_equal(djinn_session_close(s3), 0);
+	free(x);
+	free(y);
+	free(got);
+}
+
+/* Two faults: a session made between them is lost by the second. */
+static void test_fault_twice(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_session *s;
+	struct djinn_tensor *t;
+	float x[NFLOAT] = { 1 }, got[4];
+	struct djinn_admin_fault f;
+	struct dj_resp r;
+
+	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &r);
+	assert_int_equal(r.error, 0);
+	dj_resp_free(&r);
+	s = open_session(fx);
+	t = upload(s, x, DJINN_SEG_DATA, NULL);
+	assert_int_equal(djinn_tensor_download(t, 0, 16, got), 0);
+	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &r);
+	assert_int_equal(r.error, 0);
+	memcpy(&f, r.data, sizeof(f));
+	dj_resp_free(&r);
+	assert_int_equal(f.faults, 2);
+	assert_int_equal(djinn_tensor_download(t, 0, 16, got), -EIO);
+	assert_non_null(strstr(djinn_last_error(), "fault 2"));
+	assert_int_equal(djinn_session_close(s), 0);
+}
+
+/* Off by default: refused, and nothing changes. */
+static void test_fault_injection_off(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_session *s = open_session(fx);
+	float x[NFLOAT] = { 3 }, got[NFLOAT];
+	struct djinn_tensor *t = upload(s, x, DJINN_SEG_DATA, NULL);
+	struct dj_resp r;
+
+	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &r);
+	assert_int_equal(r.error, -EPERM);
+	assert_non_null(strstr(r.msg, "--fault-injection"));
+	dj_resp_free(&r);
+	assert_int_equal(djinn_tensor_download(t, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, x, sizeof(got));
+	assert_int_equal(djinn_session_close(s), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_fault, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_fault_twice, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_fault_injection_off,
+						fx_setup_off, fx_teardown),
+	};
+	int ret;
+
+	if (strcmp(FAULT_BACKEND, "cpu")) {
+		void *st;
+
+		/* a GPU test: skip where djinnd cannot run on one */
+		if (start(&st, true)) {
+			if (!skip_why[0])
+				return 1; /* it ran, the set-up failed */
+			printf("SKIP: djinnd --backend %s does not start (its "
+			       "log above says why): %s\n",
+			       FAULT_BACKEND, skip_why);
+			return 77;
+		}
+		fx_teardown(&st);
+	}
+	ret = cmocka_run_group_tests(tests, NULL, NULL);
+	return ret ? 1 : 0;
+}
