@@ -7,8 +7,17 @@
  * peak is their sum. That wastes nothing by fragmentation; reusing dead
  * intermediates' slots (liveness) would lower the peak and is left for
  * when a workload shows it matters.
+ *
+ * Views: a RESHAPE, and a SLICE of contiguous bytes (every dim before
+ * its axis 1), is its input's bytes under another desc. Such a node that
+ * is not a graph output takes no slot and runs nothing: its value is its
+ * input's address (plus the slice's offset). Nothing writes a node's
+ * input and every value lives until the graph ends, so sharing bytes is
+ * safe. A transformer's reshapes around attention, and a decode step's
+ * q, k, v slices of one row, cost nothing then.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +38,40 @@ static uint64_t desc_bytes(const struct djinn_tensor_desc *d)
 	uint64_t elems, bytes;
 
 	return djinn_desc_check(d, &elems, &bytes) ? 0 : bytes;
+}
+
+/* Whether node @i's result can be its input's bytes (see the top). */
+static bool is_view(const struct djinn_node *node,
+		    const struct djinn_tensor_desc *d)
+{
+	int axis;
+
+	if (node->op == DJINN_GOP_RESHAPE)
+		return true;
+	if (node->op != DJINN_GOP_SLICE)
+		return false;
+	/* graph.c checked the axis; outer dims are the input's too */
+	axis = node->params.axis.axis;
+	axis += axis < 0 ? d->ndim : 0;
+	for (int k = 0; k < axis; k++)
+		if (d->dims[k] != 1)
+			return false;
+	return true;
+}
+
+/* The byte offset of view node @node's result in its input @x. */
+static uint64_t view_offset(const struct djinn_node *node,
+			    const struct djinn_tensor_desc *x)
+{
+	const struct djinn_p_axis *p = &node->params.axis;
+	int axis = p->axis + (p->axis < 0 ? x->ndim : 0);
+	int64_t start = p->start;
+
+	if (node->op != DJINN_GOP_SLICE)
+		return 0;
+	start += start < 0 ? (int64_t)x->dims[axis] : 0;
+	return (uint64_t)start * djinn_desc_elems_from(x, axis + 1) *
+	       djinn_dtype_size(x->dtype);
 }
 
 void exec_plan_free(struct exec_plan *plan)
@@ -63,6 +106,10 @@ int exec_plan(const struct djinn_graph_view *view,
 	for (uint32_t i = 0; i < n; i++) {
 		if (plan->output_of[i] >= 0)
 			continue;
+		if (is_view(&view->nodes[i], &descs[i])) {
+			plan->stack_off[i] = EXEC_VIEW;
+			continue;
+		}
 		plan->stack_off[i] = plan->stack_peak;
 		plan->stack_peak += (desc_bytes(&descs[i]) + EXEC_ALIGN - 1) &
 				    ~(uint64_t)(EXEC_ALIGN - 1);
@@ -210,6 +257,11 @@ int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		for (uint32_t j = 0; j < node->nr_inputs; j++)
 			value(view, inputs, vals, node->inputs[j], &in[j]);
 		vals[i].desc = descs[i];
+		if (plan.stack_off[i] == EXEC_VIEW) {
+			vals[i].addr =
+				in[0].addr + view_offset(node, &in[0].desc);
+			continue;
+		}
 		vals[i].addr = plan.output_of[i] >= 0 ?
 				       out_addr[plan.output_of[i]] :
 				       base + plan.stack_off[i];

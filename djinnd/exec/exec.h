@@ -37,8 +37,12 @@
  * @out_bytes:  device bytes of the outputs, granule-rounded
  * @need:       what admission must grant (outputs + stack growth)
  * @output_of:  per node, its index among the graph's outputs, or -1
- * @stack_off:  per node, its offset on the stack (intermediates only)
+ * @stack_off:  per node, its offset on the stack (intermediates only),
+ *              or EXEC_VIEW: the node's result is its input's bytes,
+ *              seen through its own desc, and nothing runs
  */
+#define EXEC_VIEW UINT64_MAX
+
 struct exec_plan {
 	uint64_t stack_peak;
 	uint64_t out_bytes;

@@ -375,6 +375,90 @@ static void test_no_intermediates(void **state)
 	free(gb);
 }
 
+/* The node gb_node() added last, for its params. */
+static struct djinn_node *last(struct gb *gb)
+{
+	return &gb->nodes[gb->g.nr_nodes - 1];
+}
+
+static uint32_t gb_slice(struct gb *gb, uint32_t x, int axis, int64_t start,
+			 int64_t end)
+{
+	uint32_t v = gb_node(gb, DJINN_GOP_SLICE, 1, x, 0, 0);
+
+	last(gb)->params.axis = (struct djinn_p_axis){ .axis = axis,
+						       .start = start,
+						       .end = end };
+	return v;
+}
+
+/*
+ * Reshapes and slices of contiguous bytes are views: they take no stack
+ * and their results are their inputs' bytes; a slice of strided bytes is
+ * copied, and a view that is a graph output gets its own region.
+ */
+static void test_views(void **state)
+{
+	struct fix *f = *state;
+	float x[24], got[12];
+	struct exec_result res;
+	struct vmu_stats st;
+	struct tensor tx;
+	struct gb *gb = calloc(1, sizeof(*gb));
+	char msg[256] = "";
+	uint32_t r, s1, s2, s3;
+
+	for (int i = 0; i < 24; i++)
+		x[i] = (float)(i % 2 ? i : -i);
+	gb_input(gb, desc(DJINN_DTYPE_F32, 3, 1ull, 4ull, 6ull));
+	r = gb_node(gb, DJINN_GOP_RESHAPE, 1, 0, 0, 0); /* (4, 6): a view */
+	last(gb)->params.shape = (struct djinn_p_shape){ 2, { 4, 6 } };
+	s1 = gb_slice(gb, r, 0, 1, 3); /* rows 1, 2: a view, and an output */
+	s2 = gb_slice(gb, r, 1, 2, 5); /* columns 2..4: strided, a copy */
+	s3 = gb_slice(gb, 0, 1, -1, 4); /* (1, 1, 6), row 3: a view */
+	gb_output(gb, gb_node(gb, DJINN_GOP_RELU, 1, s1, 0, 0));
+	gb_output(gb, gb_node(gb, DJINN_GOP_RELU, 1, s2, 0, 0));
+	gb_output(gb, gb_node(gb, DJINN_GOP_RELU, 1, s3, 0, 0));
+	gb_output(gb, s1);
+	gb_finish(gb);
+	tx = put_f32(f, gb->in[0], x);
+	if (exec_graph(f->v, f->st, f->b, f->s, &gb->view, &tx.t, gb->out, &res,
+		       msg, sizeof(msg)))
+		fail_msg("exec: %s", msg);
+
+	assert_int_equal(vmu_region_read(f->s, res.regions[0], 0, got,
+					 12 * sizeof(float)),
+			 0);
+	for (int i = 0; i < 12; i++)
+		assert_true(got[i] == (x[6 + i] > 0 ? x[6 + i] : 0));
+	assert_int_equal(vmu_region_read(f->s, res.regions[1], 0, got,
+					 12 * sizeof(float)),
+			 0);
+	for (int i = 0; i < 12; i++) { /* (4, 3): columns 2..4 */
+		float want = x[i / 3 * 6 + 2 + i % 3];
+
+		assert_true(got[i] == (want > 0 ? want : 0));
+	}
+	assert_int_equal(vmu_region_read(f->s, res.regions[2], 0, got,
+					 6 * sizeof(float)),
+			 0);
+	for (int i = 0; i < 6; i++)
+		assert_true(got[i] == (x[18 + i] > 0 ? x[18 + i] : 0));
+	assert_int_equal(vmu_region_read(f->s, res.regions[3], 0, got,
+					 12 * sizeof(float)),
+			 0);
+	assert_memory_equal(got, x + 6, 12 * sizeof(float));
+
+	/* Only the strided slice took stack. */
+	vmu_get_stats(f->v, &st);
+	assert_int_equal(st.stack_last_peak, (12 * 4 + EXEC_ALIGN -
+					      1) & ~(uint64_t)(EXEC_ALIGN - 1));
+	for (int k = 0; k < 4; k++)
+		assert_int_equal(vmu_region_destroy(f->s, res.regions[k]), 0);
+	drop(f, &tx);
+	free(gb);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -384,6 +468,7 @@ int main(void)
 						setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_failed_node_leaves_nothing,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_views, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_intermediates, setup,
 						teardown),
 	};
