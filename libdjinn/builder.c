@@ -140,6 +140,7 @@ int djinn_graph_input(struct djinn_graph_builder *g, struct djinn_tensor *t)
 	in->ref.id = t->info.handle;
 	in->ref.kind = DJINN_REF_HANDLE;
 	in->desc = t->desc;
+	in->module = t->module;
 	g->nr_inputs++;
 	return value;
 }
@@ -322,6 +323,7 @@ int __djinn_graph_encode(struct djinn_graph_builder *g, void **payload,
 {
 	uint32_t ni = g->nr_inputs, nn = g->nr_nodes, no = g->nr_outputs;
 	struct djinn_tensor_desc *in = NULL, *res = NULL;
+	bool *in_module = NULL;
 	struct djinn_graph_view view;
 	struct djinn_graph *gr;
 	struct djinn_ref *refs;
@@ -336,7 +338,8 @@ int __djinn_graph_encode(struct djinn_graph_builder *g, void **payload,
 	gr = calloc(1, size); /* malloc aligns to 16: parse wants 8 */
 	in = malloc((ni ? ni : 1) * sizeof(*in));
 	res = malloc((nn ? nn : 1) * sizeof(*res));
-	if (!gr || !in || !res)
+	in_module = calloc(ni ? ni : 1, sizeof(*in_module));
+	if (!gr || !in || !res || !in_module)
 		goto out_free;
 	gr->nr_inputs = ni;
 	gr->nr_nodes = nn;
@@ -349,6 +352,7 @@ int __djinn_graph_encode(struct djinn_graph_builder *g, void **payload,
 	pthread_mutex_lock(&g->s->conn->lock);
 	for (uint32_t i = 0; i < ni && !ret; i++) {
 		in[i] = g->inputs[i].desc;
+		in_module[i] = g->inputs[i].module;
 		if (g->inputs[i].r)
 			ret = resolve(g, i, &refs[i]);
 		else
@@ -368,11 +372,13 @@ int __djinn_graph_encode(struct djinn_graph_builder *g, void **payload,
 
 	ret = djinn_graph_parse(gr, size, &view, g->msg, sizeof(g->msg));
 	if (!ret)
-		ret = djinn_graph_infer(&view, in, res, g->msg, sizeof(g->msg));
+		ret = djinn_graph_infer_modules(&view, in, in_module, res,
+						g->msg, sizeof(g->msg));
 	if (ret)
 		goto out_free;
 	for (uint32_t k = 0; k < no; k++)
 		out_descs[k] = res[outs[k]];
+	free(in_module);
 	free(in);
 	free(res);
 	*payload = gr;
@@ -380,6 +386,7 @@ int __djinn_graph_encode(struct djinn_graph_builder *g, void **payload,
 	return 0;
 
 out_free:
+	free(in_module);
 	free(res);
 	free(in);
 	free(gr);
@@ -562,4 +569,48 @@ int djinn_op_attention(struct djinn_graph_builder *g, int q, int k, int v,
 int djinn_op_argmax(struct djinn_graph_builder *g, int x)
 {
 	return node1(g, DJINN_GOP_ARGMAX, x, NULL, 0);
+}
+
+int djinn_op_kernel(struct djinn_graph_builder *g, int module, const char *name,
+		    const int *args, unsigned int nargs,
+		    const struct djinn_kernel_launch *launch)
+{
+	struct djinn_p_kernel p = { 0 };
+	uint32_t in[DJINN_MAX_NODE_INPUTS];
+	uint8_t fp[DJINN_FP_LEN];
+
+	if (!g || !name || !launch || (nargs && !args))
+		return -EINVAL;
+	if (module < 0)
+		return module;
+	if (nargs < 1 || nargs > DJINN_MAX_NODE_INPUTS - 1)
+		return gfail(g, -EINVAL,
+			     "node %u (kernel): %u arguments, not 1 to %u",
+			     g->nr_nodes, nargs, DJINN_MAX_NODE_INPUTS - 1);
+	if (!*name)
+		return gfail(g, -EINVAL, "node %u (kernel): no kernel name",
+			     g->nr_nodes);
+	if (launch->out_like >= nargs || launch->out_init > 1)
+		return gfail(g, -EINVAL,
+			     "node %u (kernel): out_like %u of %u arguments, "
+			     "out_init %u",
+			     g->nr_nodes, launch->out_like, nargs,
+			     launch->out_init);
+	in[0] = (uint32_t)module;
+	for (unsigned int j = 0; j < nargs; j++) {
+		if (args[j] < 0)
+			return args[j];
+		in[j + 1] = (uint32_t)args[j];
+	}
+	if (__djinn_sha256(name, strlen(name), fp))
+		return -EIO;
+	for (int k = 7; k >= 0; k--)
+		p.name_hash = p.name_hash << 8 | fp[k];
+	memcpy(p.grid, launch->grid, sizeof(p.grid));
+	memcpy(p.block, launch->block, sizeof(p.block));
+	p.shmem = launch->shmem;
+	p.out_like = (uint8_t)(launch->out_like + 1);
+	p.out_init = (uint8_t)launch->out_init;
+	return djinn_graph_node(g, DJINN_GOP_KERNEL, in, nargs + 1, &p,
+				sizeof(p), NULL);
 }

@@ -306,6 +306,7 @@ struct djinn_tensor {
 	struct list_head node;
 	struct djinn_tensor_desc desc;
 	struct djinn_tensor_info info;
+	bool module; /* from djinn_module_upload() */
 };
 
 /*
@@ -414,6 +415,7 @@ struct dj_input {
 	uint32_t value;
 	struct djinn_tensor_desc desc;
 	struct djinn_result *r;
+	bool module; /* a client module: a KERNEL node may run it */
 };
 
 /* A builder value: bit 31 set for node k, clear for input i. */

@@ -278,6 +278,51 @@ int djinn_tensor_release(struct djinn_tensor *t)
 	return ret;
 }
 
+int djinn_module_upload(struct djinn_session *s, const void *image, size_t len,
+			struct djinn_tensor **out)
+{
+	struct djinn_tensor_create cr = {
+		.desc = { .dtype = DJINN_DTYPE_U8, .ndim = 1, .dims = { len } },
+		.segment = DJINN_SEG_TEXT,
+		.flags = DJINN_TENSOR_MODULE,
+	};
+	struct djinn_tensor_info info = { .segment = DJINN_SEG_TEXT };
+	struct djinn_tensor_resp r;
+	struct djinn_tensor *t;
+	struct iovec iov[2];
+	int ret;
+
+	if (!s || !image || !len || !out)
+		return -EINVAL;
+	if (len > frame_room(s->conn, sizeof(cr)))
+		return -EMSGSIZE;
+	ret = __djinn_sha256(image, len, info.fp);
+	if (ret)
+		return ret;
+	memcpy(cr.fp, info.fp, sizeof(cr.fp));
+	iov[0] = (struct iovec){ &cr, sizeof(cr) };
+	iov[1] = (struct iovec){ (void *)image, len };
+	ret = __djinn_call_sync(s->conn, DJINN_OP_TENSOR_CREATE, s->id, iov, 2,
+				&r, sizeof(r));
+	if (!ret)
+		ret = tensor_resp(s->conn, DJINN_OP_TENSOR_CREATE, &r,
+				  &cr.desc);
+	if (ret)
+		return ret;
+	t = __djinn_tensor_new(s, &cr.desc, DJINN_SEG_TEXT, r.handle);
+	if (!t) {
+		send_release(s->conn, s->id, r.handle);
+		return -ENOMEM;
+	}
+	info.handle = r.handle;
+	info.flags = r.flags;
+	info.bytes = len;
+	t->info = info;
+	t->module = true;
+	*out = t;
+	return 0;
+}
+
 const struct djinn_tensor_desc *djinn_tensor_desc(const struct djinn_tensor *t)
 {
 	return t ? &t->desc : NULL;

@@ -78,6 +78,15 @@ $(BUILD)/tests/gpu/test_%: $(BUILD)/tests/gpu/test_%.o $(BUILD)/tests/gpu/gpu.o 
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/gpu/gpu.o $(LIBS_CUDA) -lcmocka -lm
 
+# Client kernels over the wire: a djinnd --backend cuda (started by
+# tests/integration/daemon.c) spoken to through libdjinn.
+$(BUILD)/tests/gpu/test_cuda_wire: $(BUILD)/tests/gpu/test_cuda_wire.o \
+		$(BUILD)/tests/gpu/gpu.o $(BUILD)/tests/integration/daemon.o \
+		$(CUDA_OBJS) $(filter %.a,$(LIBS_BACKEND)) $(LIBDJINN_A) | $(DJINND)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter-out $(CUDA_OBJS),$(filter %.o,$^)) \
+		$(LIBS_CUDA) $(LIBS_LIBDJINN) -lcmocka -lm
+
 $(GPU_BENCH): $(BUILD)/bench/gpu-bench.o $(BUILD)/tests/gpu/gpu.o $(CUDA_OBJS) $(filter %.a,$(LIBS_BACKEND)) $(LIBDJINN_A)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/gpu/gpu.o $(LIBS_CUDA) $(LIBS_LIBDJINN) -lm

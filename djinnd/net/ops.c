@@ -465,7 +465,8 @@ static int module_check(struct conn *c, const struct djinn_hdr *hdr,
 	if (r->segment != DJINN_SEG_TEXT || r->desc.dtype != DJINN_DTYPE_U8 ||
 	    r->desc.ndim != 1) {
 		conn_error(c, hdr, -EINVAL,
-			   "a module is text, u8, one dim: not %s, %s, %u dims",
+			   "flags: a module (DJINN_TENSOR_MODULE) is text, u8, "
+			   "one dim: not %s, %s, %u dims",
 			   r->segment == DJINN_SEG_TEXT ? "text" : "data",
 			   djinn_dtype_name(r->desc.dtype), r->desc.ndim);
 		return -EINVAL;

@@ -282,6 +282,20 @@ struct djinn_tensor_info {
 int djinn_tensor_info(const struct djinn_tensor *t,
 		      struct djinn_tensor_info *info);
 
+/*
+ * Upload the CUDA module @image (@len bytes, read during the call: PTX
+ * text or a cubin/fatbin image) to @s's text segment as a client module,
+ * whose kernels graphs run with djinn_op_kernel(). The daemon loads it
+ * now: -EINVAL with the loader's reason (djinn_last_error()) if it does
+ * not load; -EOPNOTSUPP from a daemon without client kernels (one on
+ * the CPU). Bytes the daemon holds already are not stored twice
+ * (djinn_tensor_info()'s flags: DJINN_TENSOR_DEDUP). *@out is a u8
+ * tensor of @len elements and belongs to @s, like a tensor of
+ * djinn_tensor_upload(); -EMSGSIZE if @len exceeds one frame.
+ */
+int djinn_module_upload(struct djinn_session *s, const void *image, size_t len,
+			struct djinn_tensor **out);
+
 /* ---------------------------------------------------------------------- */
 /* Graphs */
 
@@ -401,6 +415,34 @@ int djinn_op_concat(struct djinn_graph_builder *g, const int *xs,
 int djinn_op_attention(struct djinn_graph_builder *g, int q, int k, int v,
 		       float scale, bool causal);
 int djinn_op_argmax(struct djinn_graph_builder *g, int x);
+
+/*
+ * struct djinn_kernel_launch - how djinn_op_kernel() runs a kernel
+ * @grid:     blocks, each dim > 0 (x < 2^31, y and z <= 65535)
+ * @block:    threads per block, each dim > 0, at most 1024 in all, z <= 64
+ * @shmem:    dynamic shared memory, bytes, at most 48 KiB
+ * @out_like: the result has the dtype and shape of args[@out_like]
+ * @out_init: 0: the result starts zeroed; 1: as a copy of args[@out_like]
+ */
+struct djinn_kernel_launch {
+	uint32_t grid[3];
+	uint32_t block[3];
+	uint32_t shmem;
+	unsigned int out_like;
+	unsigned int out_init;
+};
+
+/*
+ * A node that runs kernel @name of module @module (the value of a
+ * tensor from djinn_module_upload(), added with djinn_graph_input()) on
+ * @args[@nargs], 1 to 3 values, launched as @launch says (read during
+ * the call). The kernel is called with, for the result and then each
+ * argument, its device address and element count: (T *out, uint64_t n,
+ * T1 *a1, uint64_t n1, ...). Returns the result's value.
+ */
+int djinn_op_kernel(struct djinn_graph_builder *g, int module, const char *name,
+		    const int *args, unsigned int nargs,
+		    const struct djinn_kernel_launch *launch);
 
 /* ---------------------------------------------------------------------- */
 /* Requests and lazy results */

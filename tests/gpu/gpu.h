@@ -55,8 +55,10 @@ float gpu_from_bf16(uint16_t h);
 /*
  * A client's PTX module, as a client would upload it (written by hand,
  * checked with ptxas for sm_80 and sm_90), three kernels each taking one
- * tensor (a pointer and its element count):
+ * tensor (a pointer and its element count), and one taking two, as a
+ * KERNEL node calls it (the result, then its argument):
  *   add_one(f32 x[n]):  x[i] += 1 for i < n (grid-wide, one per thread)
+ *   add_one_to(f32 o[no], f32 x[nx]): o[i] = x[i] + 1 for i < no, nx
  *   fault(any):         stores to device address 0: an illegal address
  *   spin(i64 t[1]):     spins t[0] ns by %globaltimer, then sets t[0]
  *                       to the ns it spun
