@@ -23,3 +23,7 @@ $(BUILD)/tests/gpu/test_cuda_fault: $(BUILD)/tests/gpu/test_cuda_fault.o \
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS_LIBDJINN) \
 		-lcmocka -lm
 endif
+
+# The VMU's side (tests/unit/test_vmu_fault.c, found by the Makefile's
+# wildcard): the text epoch and vmu_fault_simulate().
+test_vmu_fault_LIBS := $(LIBS_VMU)
