@@ -15,3 +15,7 @@ $(KERNELS_TEST): $(BUILD)/tests/integration/test_kernels.o \
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS_LIBDJINN) \
 		-lcmocka -lm
+
+# The executor's KERNEL dispatch on the CPU backend (tests/unit/, found by
+# the Makefile's wildcard), linked as test_exec is.
+test_exec_kernel_LIBS = $(test_exec_LIBS)
