@@ -665,53 +665,103 @@ static int infer_concat(struct node_ctx *c)
 	return 0;
 }
 
-/* ATTENTION: q (B,H,T,D), k (B,Hkv,S,D), v (B,Hkv,S,Dv) -> (B,H,T,Dv),
- * H a multiple of Hkv */
+/* ATTENTION: see enum djinn_attn_layout. Dims named for HEADS; TOKENS
+ * reads them at other places: */
+static const struct attn_dims {
+	unsigned int ndim, B, H, T, D; /* B: -1u for none */
+} attn_dims[] = {
+	[DJINN_ATTN_HEADS] = { 4, 0, 1, 2, 3 },
+	[DJINN_ATTN_TOKENS] = { 3, -1u, 1, 0, 2 },
+};
+
+/* A TOKENS attention's cache, input 3: (P, R, Hk D), slots in range. */
+static int infer_attn_cache(struct node_ctx *c, uint64_t Hk, uint64_t D,
+			    uint64_t Dv)
+{
+	const struct djinn_p_attention *p = &c->n->params.attention;
+	const struct djinn_tensor_desc *kc = c->x[3];
+	int ret;
+
+	if (c->n->nr_inputs < 4) {
+		if (p->cache_k || p->cache_v)
+			return node_fail(c, -EINVAL,
+					 "cache slots %u, %u without a cache",
+					 p->cache_k, p->cache_v);
+		return 0;
+	}
+	if (p->layout != DJINN_ATTN_TOKENS)
+		return node_fail(c, -EINVAL, "a cache needs the tokens layout");
+	if ((ret = want_same_dtype(c, 0, 3)) || (ret = want_ndim(c, 3, 3, 3)))
+		return ret;
+	if (D != Dv)
+		return node_fail(c, -EINVAL,
+				 "a cache holds keys and values alike: head "
+				 "dims %llu and %llu differ",
+				 (unsigned long long)D, (unsigned long long)Dv);
+	if (kc->dims[2] != Hk * D)
+		return node_fail(c, -EINVAL,
+				 "cache rows of %llu, not Hk D = %llu",
+				 kc->dims[2], (unsigned long long)(Hk * D));
+	if (p->cache_k >= kc->dims[1] || p->cache_v >= kc->dims[1])
+		return node_fail(c, -EINVAL,
+				 "cache slots %u, %u: the cache has %llu",
+				 p->cache_k, p->cache_v, kc->dims[1]);
+	return 0;
+}
+
 static int infer_attention(struct node_ctx *c)
 {
 	const struct djinn_p_attention *p = &c->n->params.attention;
 	const struct djinn_tensor_desc *q = c->x[0], *k = c->x[1], *v = c->x[2];
-	static const char *const names[] = { "B", "H" };
+	const struct attn_dims *a;
+	uint64_t S;
 	int ret;
 
+	if (p->layout >= ARRAY_SIZE(attn_dims))
+		return node_fail(c, -EINVAL, "layout %u", p->layout);
+	a = &attn_dims[p->layout];
 	if ((ret = want_float(c, 0)) || (ret = want_same_dtype(c, 0, 1)) ||
 	    (ret = want_same_dtype(c, 0, 2)))
 		return ret;
 	for (unsigned int j = 0; j < 3; j++)
-		if ((ret = want_ndim(c, j, 4, 4)))
+		if ((ret = want_ndim(c, j, a->ndim, a->ndim)))
 			return ret;
 	/* B matches; k and v may have fewer heads than q (grouped-query
 	 * attention): query head h reads key/value head h / (H / Hkv) */
-	for (unsigned int d = 0; d < 2; d++)
-		if (d == 0 ? k->dims[0] != q->dims[0] ||
-				     v->dims[0] != q->dims[0] :
-			     k->dims[1] != v->dims[1] || !k->dims[1] ||
-				     q->dims[1] % k->dims[1])
-			return node_fail(c, -EINVAL,
-					 "%s differs: q %llu, k %llu"
-					 ", v %llu",
-					 names[d], q->dims[d], k->dims[d],
-					 v->dims[d]);
-	if (k->dims[3] != q->dims[3])
+	if (a->B != -1u &&
+	    (k->dims[a->B] != q->dims[a->B] || v->dims[a->B] != q->dims[a->B]))
+		return node_fail(c, -EINVAL,
+				 "B differs: q %llu, k %llu, v %llu",
+				 q->dims[a->B], k->dims[a->B], v->dims[a->B]);
+	if (k->dims[a->H] != v->dims[a->H] || !k->dims[a->H] ||
+	    q->dims[a->H] % k->dims[a->H])
+		return node_fail(c, -EINVAL,
+				 "H differs: q %llu, k %llu, v %llu",
+				 q->dims[a->H], k->dims[a->H], v->dims[a->H]);
+	if (k->dims[a->D] != q->dims[a->D])
 		return node_fail(c, -EINVAL, "head dims differ: q %llu, k %llu",
-				 q->dims[3], k->dims[3]);
-	if (v->dims[2] != k->dims[2])
+				 q->dims[a->D], k->dims[a->D]);
+	if (v->dims[a->T] != k->dims[a->T])
 		return node_fail(c, -EINVAL,
 				 "key lengths differ: k %llu, v %llu",
-				 k->dims[2], v->dims[2]);
+				 k->dims[a->T], v->dims[a->T]);
+	if ((ret = infer_attn_cache(c, k->dims[a->H], k->dims[a->D],
+				    v->dims[a->D])))
+		return ret;
+	S = k->dims[a->T] + (c->n->nr_inputs > 3 ? c->x[3]->dims[0] : 0);
 	if (!isfinite(p->scale))
 		return node_fail(c, -EINVAL, "scale %g not finite",
 				 (double)p->scale);
 	if (p->causal > 1)
 		return node_fail(c, -EINVAL, "causal %u: not 0/1", p->causal);
-	if (p->causal && q->dims[2] > k->dims[2])
+	if (p->causal && q->dims[a->T] > S)
 		return node_fail(c, -EINVAL,
 				 "causal with %llu queries and only %llu"
 				 " keys",
-				 q->dims[2], k->dims[2]);
+				 q->dims[a->T], (unsigned long long)S);
 	c->r->dtype = q->dtype;
 	copy_shape(c, 0);
-	c->r->dims[3] = v->dims[3];
+	c->r->dims[a->D] = v->dims[a->D];
 	return 0;
 }
 
@@ -792,6 +842,7 @@ static int infer_kernel(struct node_ctx *c)
 #define PARAMS_HI 0xf0ull /* eps */
 #define PARAMS_SLICE 0xffff0full /* axis, skip __reserved, start, end */
 #define PARAMS_SHAPE (~0ull)
+#define PARAMS_ATTN 0xfffffull /* scale, causal, layout, cache slots */
 /* KERNEL: all 40 (its reserved field gets its own message) */
 #define PARAMS_KERNEL 0xffffffffffull
 
@@ -819,7 +870,7 @@ static const struct op_info {
 	[DJINN_GOP_PERMUTE] = { "permute", 1, 1, PARAMS_SHAPE, infer_permute },
 	[DJINN_GOP_SLICE] = { "slice", 1, 1, PARAMS_SLICE, infer_slice },
 	[DJINN_GOP_CONCAT] = { "concat", 2, 4, PARAMS_LO, infer_concat },
-	[DJINN_GOP_ATTENTION] = { "attention", 3, 3, PARAMS_8,
+	[DJINN_GOP_ATTENTION] = { "attention", 3, 4, PARAMS_ATTN,
 				  infer_attention },
 	[DJINN_GOP_ARGMAX] = { "argmax", 1, 1, PARAMS_NONE, infer_argmax },
 	[DJINN_GOP_KERNEL] = { "kernel", 2, 4, PARAMS_KERNEL, infer_kernel },

@@ -566,6 +566,25 @@ int djinn_op_attention(struct djinn_graph_builder *g, int q, int k, int v,
 				NULL);
 }
 
+int djinn_op_attention_cache(struct djinn_graph_builder *g, int q, int k, int v,
+			     int cache, unsigned int slot_k,
+			     unsigned int slot_v, float scale, bool causal)
+{
+	struct djinn_p_attention p = { .scale = scale,
+				       .causal = causal,
+				       .layout = DJINN_ATTN_TOKENS,
+				       .cache_k = slot_k,
+				       .cache_v = slot_v };
+	uint32_t in[4] = { (uint32_t)q, (uint32_t)k, (uint32_t)v,
+			   (uint32_t)cache };
+
+	for (unsigned int i = 0; i < 4; i++)
+		if ((int)in[i] < 0)
+			return (int)in[i];
+	return djinn_graph_node(g, DJINN_GOP_ATTENTION, in, 4, &p, sizeof(p),
+				NULL);
+}
+
 int djinn_op_argmax(struct djinn_graph_builder *g, int x)
 {
 	return node1(g, DJINN_GOP_ARGMAX, x, NULL, 0);

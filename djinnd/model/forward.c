@@ -8,10 +8,11 @@
  * dtype (the CPU kernels compute in f32 and round each result).
  *
  * The KV cache is token-major, (S, 2L, Hk D): a step appends rows, so the
- * cache region grows in place. Each layer's keys are a slice of it,
- * concatenated with the new ones and permuted to (1, Hk, S, D) for
- * attention, whose causal mask with S > T is the query offset a decode
- * step needs.
+ * cache region grows in place. Attention reads each layer's two slots of
+ * it in place, after them the step's own keys and values
+ * (DJINN_ATTN_TOKENS); its causal mask with S > T is the query offset a
+ * decode step needs. Reshapes, and slices of one row, are views in the
+ * executor: they copy nothing.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -205,18 +206,6 @@ static uint32_t reshape(struct gbuild *g, uint32_t x, unsigned int ndim, ...)
 	return gb_op(g, DJINN_GOP_RESHAPE, 1, &x, &p, sizeof(p));
 }
 
-static uint32_t permute(struct gbuild *g, uint32_t x, unsigned int ndim, ...)
-{
-	struct djinn_p_shape p = { .ndim = ndim };
-	va_list ap;
-
-	va_start(ap, ndim);
-	for (unsigned int i = 0; i < ndim; i++)
-		p.dims[i] = va_arg(ap, int32_t);
-	va_end(ap);
-	return gb_op(g, DJINN_GOP_PERMUTE, 1, &x, &p, sizeof(p));
-}
-
 static uint32_t slice(struct gbuild *g, uint32_t x, int axis, int64_t start,
 		      int64_t end)
 {
@@ -262,41 +251,31 @@ static uint32_t weight(struct gbuild *g, const struct model_hold *h, int l,
 
 /*
  * Attention of one layer. q (T, H D), k and v (T, Hk D), new this step;
- * the cache's keys and values of layer @l are rows 2l and 2l + 1 of
- * @cache (P, 2L, Hk D). Returns (T, H D).
+ * the cache's keys and values of layer @l are slots 2l and 2l + 1 of
+ * @cache (P, 2L, Hk D), which the op reads in place (token-major, as
+ * the projections leave q, k and v). Returns (T, H D).
  */
 static uint32_t attend(struct gbuild *g, const struct model_config *c,
 		       const struct fwd_args *a, uint32_t cache, int l,
 		       uint32_t q, uint32_t k, uint32_t v)
 {
-	int32_t T = (int32_t)a->T, S = (int32_t)(a->P + a->T);
-	int32_t H = (int32_t)c->n_head, Hk = (int32_t)c->n_kv_head;
-	int32_t D = (int32_t)c->head_dim;
-	struct djinn_p_attention pa = { .causal = 1 };
-	uint32_t ins[3];
+	int32_t T = (int32_t)a->T, H = (int32_t)c->n_head;
+	int32_t Hk = (int32_t)c->n_kv_head, D = (int32_t)c->head_dim;
+	struct djinn_p_attention pa = { .causal = 1,
+					.layout = DJINN_ATTN_TOKENS };
+	uint32_t ins[4];
 
-	/* Each reshape and permute is a copy on the CPU: as few as the
-	 * layouts allow, those of the whole cache most of all. */
-	if (a->P) { /* (P, 1, Hk D) and (T, 1, Hk D) -> (S, 1, Hk D) */
-		uint32_t pk[2], pv[2];
-
-		pk[0] = slice(g, cache, 1, 2 * l, 2 * l + 1);
-		pv[0] = slice(g, cache, 1, 2 * l + 1, 2 * l + 2);
-		pk[1] = reshape(g, k, 3, T, 1, Hk * D);
-		pv[1] = reshape(g, v, 3, T, 1, Hk * D);
-		k = concat(g, 2, pk, 0);
-		v = concat(g, 2, pv, 0);
+	/* reshapes are views: nothing is copied */
+	ins[0] = reshape(g, q, 3, T, H, D);
+	ins[1] = reshape(g, k, 3, T, Hk, D);
+	ins[2] = reshape(g, v, 3, T, Hk, D);
+	ins[3] = cache;
+	if (a->P) {
+		pa.cache_k = 2 * (uint32_t)l;
+		pa.cache_v = 2 * (uint32_t)l + 1;
 	}
-	/* (S, [1,] Hk D) -> (1, S, Hk, D) -> (1, Hk, S, D) */
-	k = permute(g, reshape(g, k, 4, 1, S, Hk, D), 4, 0, 2, 1, 3);
-	v = permute(g, reshape(g, v, 4, 1, S, Hk, D), 4, 0, 2, 1, 3);
-	q = permute(g, reshape(g, q, 4, 1, T, H, D), 4, 0, 2, 1, 3);
-	ins[0] = q;
-	ins[1] = k;
-	ins[2] = v;
-	/* (1, H, T, D) -> (1, T, H, D) -> (T, H D) */
-	q = gb_op(g, DJINN_GOP_ATTENTION, 3, ins, &pa, sizeof(pa));
-	return reshape(g, permute(g, q, 4, 0, 2, 1, 3), 2, T, H * D);
+	q = gb_op(g, DJINN_GOP_ATTENTION, a->P ? 4 : 3, ins, &pa, sizeof(pa));
+	return reshape(g, q, 2, T, H * D);
 }
 
 /*

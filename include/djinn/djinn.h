@@ -414,6 +414,11 @@ int djinn_op_concat(struct djinn_graph_builder *g, const int *xs,
 /* @scale 0: 1/sqrt(D) */
 int djinn_op_attention(struct djinn_graph_builder *g, int q, int k, int v,
 		       float scale, bool causal);
+/* token-major q (T, H, D), k, v (Sn, Hk, D) after the keys and values in
+ * slots @slot_k and @slot_v of @cache (P, R, Hk D), read in place */
+int djinn_op_attention_cache(struct djinn_graph_builder *g, int q, int k, int v,
+			     int cache, unsigned int slot_k,
+			     unsigned int slot_v, float scale, bool causal);
 int djinn_op_argmax(struct djinn_graph_builder *g, int x);
 
 /*

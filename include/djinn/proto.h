@@ -428,7 +428,8 @@ enum djinn_opcode {
 	DJINN_GOP_PERMUTE = 15,
 	DJINN_GOP_SLICE = 16, /* [start, end) along one axis */
 	DJINN_GOP_CONCAT = 17, /* along one axis, 2 to 4 inputs */
-	/* SDPA: q (B,H,T,D), k and v (B,Hkv,S,D), H a multiple of Hkv */
+	/* SDPA, H a multiple of Hkv: q (B,H,T,D), k and v (B,Hkv,S,D); or
+	 * token-major, reading a KV cache (struct djinn_p_attention) */
 	DJINN_GOP_ATTENTION = 18,
 	DJINN_GOP_ARGMAX = 19, /* over the last dim, to i64 */
 	/* a client kernel: module, 1 to 3 tensors (struct djinn_p_kernel) */
@@ -461,9 +462,23 @@ struct djinn_p_axis {
 	__u32 __reserved;
 	__s64 start, end; /* SLICE: [start, end), negative from the end */
 };
+/*
+ * ATTENTION's layouts. DJINN_ATTN_HEADS: q (B, H, T, D), k (B, Hk, S, D),
+ * v (B, Hk, S, Dv) -> (B, H, T, Dv). DJINN_ATTN_TOKENS, as a projection
+ * leaves them: q (T, H, D), k (Sn, Hk, D), v (Sn, Hk, Dv) -> (T, H, Dv),
+ * and an optional fourth input, a KV cache (P, R, Hk D) whose slots
+ * cache_k and cache_v of every row hold the keys and values of the P
+ * tokens before k and v (so D == Dv): S = P + Sn keys, read in place.
+ */
+enum djinn_attn_layout {
+	DJINN_ATTN_HEADS = 0,
+	DJINN_ATTN_TOKENS = 1,
+};
 struct djinn_p_attention {
 	float scale; /* 0: 1/sqrt(D) */
 	__u32 causal; /* 1: position t sees keys 0 .. t + (S - T) */
+	__u32 layout; /* enum djinn_attn_layout */
+	__u32 cache_k, cache_v; /* with a cache: its key and value slots */
 };
 /**
  * struct djinn_p_kernel - DJINN_GOP_KERNEL: a kernel of a client module
@@ -499,7 +514,7 @@ static_assert(sizeof(struct djinn_p_matmul) == 8, "p_matmul layout");
 static_assert(sizeof(struct djinn_p_scalar) == 8, "p_scalar layout");
 static_assert(sizeof(struct djinn_p_shape) == 36, "p_shape layout");
 static_assert(sizeof(struct djinn_p_axis) == 24, "p_axis layout");
-static_assert(sizeof(struct djinn_p_attention) == 8, "p_attention layout");
+static_assert(sizeof(struct djinn_p_attention) == 20, "p_attention layout");
 static_assert(sizeof(struct djinn_p_kernel) == 40, "p_kernel layout");
 
 /**

@@ -493,6 +493,48 @@ static void test_attention(void **state)
 	}
 }
 
+/* Token-major attention reading a KV cache (P, 3, Hk D) in place. */
+static void test_attention_tokens(void **state)
+{
+	static const struct {
+		uint64_t H, Hk, T, P, D;
+	} cases[] = {
+		{ 12, 4, 1, 300, 64 }, /* decode, GQA, 3 tiles */
+		{ 4, 4, 20, 25, 32 }, /* prefill over a cache */
+		{ 4, 2, 9, 0, 16 }, /* no cache */
+	};
+
+	for (unsigned int f = 0; f < 3; f++) {
+		for (unsigned int c = 0; c < sizeof(cases) / sizeof(cases[0]);
+		     c++) {
+			unsigned int dt = floats[f], nr = cases[c].P ? 4 : 3;
+			uint64_t H = cases[c].H, Hk = cases[c].Hk;
+			uint64_t T = cases[c].T, D = cases[c].D;
+			struct djinn_tensor_desc d[4] = {
+				D(dt, T, H, D),
+				D(dt, T, Hk, D),
+				D(dt, T, Hk, D),
+				D(dt, cases[c].P, 3, Hk * D),
+			};
+			struct djinn_node n = op(DJINN_GOP_ATTENTION);
+			void *in[4];
+
+			n.params.attention.causal = 1;
+			n.params.attention.layout = DJINN_ATTN_TOKENS;
+			if (cases[c].P) {
+				n.params.attention.cache_k = 2;
+				n.params.attention.cache_v = 0;
+			}
+			for (unsigned int i = 0; i < nr; i++)
+				in[i] = fill(&d[i], false);
+			assert_int_equal(both("attention tokens", n, nr, d, in,
+					      FLOOR_SUM),
+					 0);
+			free_all(in, nr);
+		}
+	}
+}
+
 static void test_embedding(void **state)
 {
 	static const unsigned int tables[] = { F32, F16, BF16, U8, I64 };
@@ -594,6 +636,7 @@ int main(void)
 		cmocka_unit_test(test_rows),
 		cmocka_unit_test(test_argmax),
 		cmocka_unit_test(test_attention),
+		cmocka_unit_test(test_attention_tokens),
 		cmocka_unit_test(test_embedding),
 		cmocka_unit_test(test_movers),
 	};

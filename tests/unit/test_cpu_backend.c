@@ -1726,6 +1726,106 @@ static void test_attention(void **state)
 	}
 }
 
+/*
+ * Token-major attention over a KV cache read in place: q (T, H, D), the
+ * new k, v (Sn, Hk, D), the cache (P, 3, Hk D) with keys in slot 2 and
+ * values in slot 0 (slot 1 is noise), against the reference on the
+ * same keys laid out heads-major.
+ */
+struct attn_tok_case {
+	size_t H, Hk, T, P, Sn, D;
+	bool causal;
+};
+
+static const struct attn_tok_case attn_tok_cases[] = {
+	{ 4, 2, 1, 37, 1, 16, 1 }, /* decoding one token, GQA */
+	{ 3, 3, 20, 25, 20, 12, 1 }, /* prefill over a cache: sgemm */
+	{ 2, 1, 5, 0, 5, 8, 1 }, /* no cache */
+	{ 2, 2, 17, 0, 17, 8, 0 }, /* no cache, sgemm */
+	{ 2, 2, 3, 4, 3, 8, 0 }, /* not causal, over a cache */
+};
+
+static void check_attn_tokens(const struct attn_tok_case *c, unsigned int dtype)
+{
+	size_t H = c->H, Hk = c->Hk, T = c->T, P = c->P, Sn = c->Sn, D = c->D;
+	size_t S = P + Sn, W = Hk * D;
+	struct dj_tensor in[4], out;
+	struct djinn_node n = mknode(DJINN_GOP_ATTENTION);
+	double *qv, *kv, *vv, *cv = NULL, *qh, *kh, *vh, *want, *got;
+	char what[64];
+
+	in[0] = TENSOR(dtype, T, H, D);
+	in[1] = TENSOR(dtype, Sn, Hk, D);
+	in[2] = TENSOR(dtype, Sn, Hk, D);
+	out = TENSOR(dtype, T, H, D);
+	qv = randomize(&in[0], -2, 2);
+	kv = randomize(&in[1], -2, 2);
+	vv = randomize(&in[2], -1, 1);
+	if (P) {
+		in[3] = TENSOR(dtype, P, 3, W);
+		cv = randomize(&in[3], -2, 2);
+	}
+	/* heads-major, keys and values repeated for each query head */
+	qh = talloc(H * T * D * sizeof(double));
+	kh = talloc(H * S * D * sizeof(double));
+	vh = talloc(H * S * D * sizeof(double));
+	for (size_t h = 0; h < H; h++) {
+		size_t g = h / (H / Hk);
+
+		for (size_t t = 0; t < T; t++)
+			for (size_t d = 0; d < D; d++)
+				qh[(h * T + t) * D + d] =
+					qv[(t * H + h) * D + d];
+		for (size_t s = 0; s < S; s++)
+			for (size_t d = 0; d < D; d++) {
+				size_t at = (h * S + s) * D + d;
+
+				kh[at] =
+					s < P ? cv[(s * 3 + 2) * W + g * D + d] :
+						kv[((s - P) * Hk + g) * D + d];
+				vh[at] =
+					s < P ? cv[(s * 3 + 0) * W + g * D + d] :
+						vv[((s - P) * Hk + g) * D + d];
+			}
+	}
+	want = ref_attention(qh, kh, vh, 1, H, T, S, D, D, 0, c->causal);
+	got = talloc(T * H * D * sizeof(double)); /* want, token-major */
+	for (size_t h = 0; h < H; h++)
+		for (size_t t = 0; t < T; t++)
+			for (size_t d = 0; d < D; d++)
+				got[(t * H + h) * D + d] =
+					want[(h * T + t) * D + d];
+	n.params.attention.causal = c->causal;
+	n.params.attention.layout = DJINN_ATTN_TOKENS;
+	n.params.attention.cache_k = P ? 2 : 0;
+	run_ok(&n, in, P ? 4 : 3, &out);
+	snprintf(what, sizeof(what), "tokens attention case %zu dtype %u",
+		 (size_t)(c - attn_tok_cases), dtype);
+	expect_close(what, &out, got, tol_of(dtype), FLOOR_SUM);
+}
+
+static void test_attention_tokens(void **state)
+{
+	struct dj_tensor in[4], out;
+	struct djinn_node n = mknode(DJINN_GOP_ATTENTION);
+
+	rng_seed(15);
+	for (size_t i = 0; i < ARRAY_SIZE(attn_tok_cases); i++) {
+		check_attn_tokens(&attn_tok_cases[i], F32);
+		check_attn_tokens(&attn_tok_cases[i], BF16);
+	}
+	/* a cache whose rows are not Hk D wide is refused */
+	in[0] = TENSOR(F32, 1, 4, 8);
+	in[1] = TENSOR(F32, 1, 2, 8);
+	in[2] = TENSOR(F32, 1, 2, 8);
+	in[3] = TENSOR(F32, 5, 2, 8);
+	out = TENSOR(F32, 1, 4, 8);
+	n.params.attention.layout = DJINN_ATTN_TOKENS;
+	n.params.attention.cache_v = 1;
+	assert_int_equal(run_on(be, &n, in, 4, &out), -EINVAL);
+	assert_non_null(strstr(last_msg, "the cache does not fit k and v"));
+}
+
 /* ---------------------------------------------------------------------- */
 /* ARGMAX */
 
@@ -2289,6 +2389,7 @@ int main(void)
 		TEST(test_slice),
 		TEST(test_concat),
 		TEST(test_attention),
+		TEST(test_attention_tokens),
 		TEST(test_argmax),
 		TEST(test_threads_agree),
 		TEST(test_errors),

@@ -151,6 +151,11 @@ static uint32_t gb_node(struct gb *b, unsigned int op, const void *params,
 #define P_SLICE(a, s, e) \
 	((struct djinn_p_axis){ .axis = a, .start = s, .end = e })
 #define P_ATT(s, c) ((struct djinn_p_attention){ .scale = s, .causal = c })
+#define P_ATT_TOK(c, k, v)                                        \
+	((struct djinn_p_attention){ .causal = c,                 \
+				     .layout = DJINN_ATTN_TOKENS, \
+				     .cache_k = k,                \
+				     .cache_v = v })
 /* a kernel of 4 blocks of 32 threads, the result like input @like */
 #define P_KERNEL(like)                                   \
 	((struct djinn_p_kernel){ .grid = { 4, 1, 1 },   \
@@ -754,6 +759,11 @@ static void test_nr_inputs(void **state)
 				if (ret)
 					fail_msg("%s with %u inputs: %s",
 						 djinn_op_name(op), nr, b->msg);
+			} else if (op == DJINN_GOP_ATTENTION && nr == 4) {
+				/* a fourth input is a cache: test_attn_tokens */
+				expect_refused(
+					b, EINVAL, 0,
+					"a cache needs the tokens layout");
 			} else {
 				expect_refused(b, EINVAL, 0, "inputs, not");
 			}
@@ -848,8 +858,9 @@ static bool param_used(unsigned int op, unsigned int byte, unsigned int nd)
 {
 	switch (op) {
 	case DJINN_GOP_MATMUL:
-	case DJINN_GOP_ATTENTION:
 		return byte < 8;
+	case DJINN_GOP_ATTENTION:
+		return byte < 20;
 	case DJINN_GOP_SCALE:
 	case DJINN_GOP_CONCAT:
 		return byte < 4;
@@ -1497,6 +1508,65 @@ static void test_concat(void **state)
 	free(b);
 }
 
+/* Token-major attention, reading a KV cache (P, R, Hk D) in place. */
+static void test_attn_tokens(void **state)
+{
+	struct gb *b;
+
+	/* prefill: q (T, H, D), k, v (T, Hk, D); GQA */
+	b = three(D(F32, 8, 12, 64), D(F32, 8, 4, 64), D(F32, 8, 4, 64));
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_TOK(1, 0, 0), 0, 1, 2);
+	expect_ok(b, D(F32, 8, 12, 64));
+	free(b);
+	/* decode over a cache of 9 tokens, 24 slots of Hk D */
+	b = three(D(BF16, 1, 12, 64), D(BF16, 1, 4, 64), D(BF16, 1, 4, 64));
+	gb_input(b, D(BF16, 9, 24, 256));
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_TOK(1, 6, 7), 0, 1, 2, 3);
+	expect_ok(b, D(BF16, 1, 12, 64));
+	free(b);
+	/* causal: queries may not outnumber the cache's and the new keys */
+	b = three(D(F32, 11, 4, 16), D(F32, 1, 4, 16), D(F32, 1, 4, 16));
+	gb_input(b, D(F32, 9, 2, 64));
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_TOK(1, 0, 1), 0, 1, 2, 3);
+	expect_refused(b, EINVAL, 0, "causal with 11 queries and only 10 keys");
+	free(b);
+
+	b = three(D(F32, 1, 4, 16), D(F32, 1, 4, 16), D(F32, 1, 4, 16));
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_TOK(1, 0, 1), 0, 1, 2);
+	expect_refused(b, EINVAL, 0, "cache slots 0, 1 without a cache");
+	free(b);
+	b = three(D(F32, 1, 4, 16), D(F32, 1, 4, 16), D(F32, 1, 4, 16));
+	gb_input(b, D(F32, 9, 2, 32));
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_TOK(1, 0, 1), 0, 1, 2, 3);
+	expect_refused(b, EINVAL, 0, "cache rows of 32, not Hk D = 64");
+	free(b);
+	b = three(D(F32, 1, 4, 16), D(F32, 1, 4, 16), D(F32, 1, 4, 16));
+	gb_input(b, D(F32, 9, 2, 64));
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_TOK(1, 1, 2), 0, 1, 2, 3);
+	expect_refused(b, EINVAL, 0, "cache slots 1, 2: the cache has 2");
+	free(b);
+	b = three(D(F32, 1, 4, 16), D(F32, 1, 4, 16), D(F32, 1, 4, 8));
+	gb_input(b, D(F32, 9, 2, 64));
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_TOK(1, 0, 1), 0, 1, 2, 3);
+	expect_refused(b, EINVAL, 0, "head dims 16 and 8 differ");
+	free(b);
+	b = three(D(F32, 1, 4, 16), D(F32, 1, 4, 16), D(F32, 1, 4, 16));
+	gb_input(b, D(F16, 9, 2, 64));
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_TOK(1, 0, 1), 0, 1, 2, 3);
+	expect_refused(b, EINVAL, 0, "input 0 is f32, input 3 is f16");
+	free(b);
+	b = three(D(F32, 1, 4, 16), D(F32, 1, 4, 16), D(F32, 1, 4, 16));
+	NODEP(b, DJINN_GOP_ATTENTION,
+	      ((struct djinn_p_attention){ .layout = 2 }), 0, 1, 2);
+	expect_refused(b, EINVAL, 0, "layout 2");
+	free(b);
+	b = three(D(F32, 1, 1, 4, 16), D(F32, 1, 1, 4, 16),
+		  D(F32, 1, 1, 4, 16));
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_TOK(0, 0, 0), 0, 1, 2);
+	expect_refused(b, EINVAL, 0, "input 0 has 4 dims, not 3");
+	free(b);
+}
+
 static void test_attention(void **state)
 {
 	struct gb *b;
@@ -1966,6 +2036,7 @@ int main(void)
 		cmocka_unit_test(test_slice),
 		cmocka_unit_test(test_concat),
 		cmocka_unit_test(test_attention),
+		cmocka_unit_test(test_attn_tokens),
 		cmocka_unit_test(test_argmax),
 		cmocka_unit_test(test_kernel),
 		cmocka_unit_test(test_result_limit),

@@ -255,6 +255,44 @@ static void test_payload_params(void **state)
 	free(p);
 }
 
+/* Attention over a cache: the tokens layout, four inputs, the slots. */
+static void test_payload_attention_cache(void **state)
+{
+	struct fixture *f = *state;
+	struct djinn_tensor *q = fake_tensor(f->s, 1, D(F32, 1, 4, 8));
+	struct djinn_tensor *kv = fake_tensor(f->s, 2, D(F32, 1, 2, 8));
+	struct djinn_tensor *c = fake_tensor(f->s, 3, D(F32, 9, 6, 16));
+	struct djinn_tensor_desc outs[DJINN_MAX_GRAPH_OUTPUTS];
+	struct djinn_graph_view view;
+	const struct djinn_node *n;
+	int vq, vkv, vc, v;
+	uint64_t len;
+	void *p;
+
+	vq = djinn_graph_input(f->g, q);
+	vkv = djinn_graph_input(f->g, kv);
+	vc = djinn_graph_input(f->g, c);
+	assert_int_equal(djinn_op_attention_cache(f->g, vq, vkv, vkv, -E2BIG, 4,
+						  5, 0, true),
+			 -E2BIG);
+	v = djinn_op_attention_cache(f->g, vq, vkv, vkv, vc, 4, 5, 0.5f, true);
+	assert_true(v >= 0);
+	assert_int_equal(djinn_graph_output(f->g, v), 0);
+	p = encode(f->g, &len, outs);
+	assert_int_equal(djinn_graph_parse(p, len, &view, NULL, 0), 0);
+	n = view.nodes;
+	assert_int_equal(view.g->nr_nodes, 1);
+	assert_int_equal(n[0].op, DJINN_GOP_ATTENTION);
+	assert_int_equal(n[0].nr_inputs, 4);
+	assert_int_equal(n[0].params.attention.layout, DJINN_ATTN_TOKENS);
+	assert_int_equal(n[0].params.attention.cache_k, 4);
+	assert_int_equal(n[0].params.attention.cache_v, 5);
+	assert_int_equal(n[0].params.attention.causal, 1);
+	assert_true(n[0].params.attention.scale == 0.5f);
+	expect_desc(&outs[0], D(F32, 1, 4, 8));
+	free(p);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Results as inputs */
 
@@ -519,12 +557,13 @@ int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 	const struct CMUnitTest tests[] = {
-		T(test_payload_layout),	  T(test_payload_interleaved),
-		T(test_payload_params),	  T(test_result_refs),
-		T(test_refused_shapes),	  T(test_refused_dtype),
-		T(test_refused_op),	  T(test_refused_empty),
-		T(test_builder_refusals), T(test_annotations),
-		T(test_limits),		  T(test_foreign),
+		T(test_payload_layout), T(test_payload_interleaved),
+		T(test_payload_params), T(test_payload_attention_cache),
+		T(test_result_refs),	T(test_refused_shapes),
+		T(test_refused_dtype),	T(test_refused_op),
+		T(test_refused_empty),	T(test_builder_refusals),
+		T(test_annotations),	T(test_limits),
+		T(test_foreign),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -144,3 +144,37 @@ int cpu_from_f32(struct cpu_pool *p, unsigned int dtype, const float *src,
 		return cpu_copy(p, dst, src, n * sizeof(float));
 	return cpu_parallel_for(p, n, CPU_GRAIN, narrow, &j);
 }
+
+struct conv_rows_job {
+	unsigned int dtype;
+	const uint8_t *src;
+	float *dst;
+	size_t stride, cols; /* src's row stride in elements */
+};
+
+static int widen_rows(void *arg, size_t lo, size_t hi)
+{
+	const struct conv_rows_job *j = arg;
+	size_t es = djinn_dtype_size(j->dtype);
+
+	for (size_t r = lo; r < hi; r++) {
+		struct conv_job row = { j->dtype, j->src + r * j->stride * es,
+					j->dst + r * j->cols };
+
+		if (j->dtype == DJINN_DTYPE_F32)
+			memcpy(row.dst, row.src, j->cols * sizeof(float));
+		else
+			widen(&row, 0, j->cols);
+	}
+	return 0;
+}
+
+int cpu_rows_to_f32(struct cpu_pool *p, unsigned int dtype, const void *src,
+		    size_t stride, float *dst, size_t rows, size_t cols)
+{
+	struct conv_rows_job j = { dtype, src, dst, stride, cols };
+
+	return cpu_parallel_for(p, rows,
+				cols >= CPU_GRAIN ? 1 : CPU_GRAIN / (cols + 1),
+				widen_rows, &j);
+}

@@ -76,6 +76,10 @@ int cpu_parallel_for(struct cpu_pool *p, size_t n, size_t grain,
  * bf16 with rounding to nearest even, NaN staying NaN. */
 int cpu_to_f32(struct cpu_pool *p, unsigned int dtype, const void *src,
 	       float *dst, size_t n);
+/* @rows rows of @cols elements, @stride elements apart in @src, into
+ * @dst (rows, cols) as f32 */
+int cpu_rows_to_f32(struct cpu_pool *p, unsigned int dtype, const void *src,
+		    size_t stride, float *dst, size_t rows, size_t cols);
 int cpu_from_f32(struct cpu_pool *p, unsigned int dtype, const float *src,
 		 void *dst, size_t n);
 
@@ -175,15 +179,21 @@ int cpu_argmax(struct cpu_pool *p, unsigned int dtype, int64_t *out,
 	       const void *x, size_t rows, size_t C);
 
 /*
- * struct cpu_attn - scaled dot-product attention
- * q (B, H, T, D), k (B, Hk, S, D), v (B, Hk, S, Dv) -> out (B, H, T, Dv);
- * causal: query t sees keys 0 .. t + S - T (T <= S). Grouped-query
- * attention: H is a multiple of Hk, query head h reads key/value head
- * h / (H / Hk); Hk 0 means H.
+ * struct cpu_attn - scaled dot-product attention over strided rows
+ *
+ * Query t of head h of batch b is the D floats at q + b qs[0] + h qs[1]
+ * + t qs[2]; its result the Dv floats at out + the same with os. It
+ * reads key/value head g = h / (H / Hk) (grouped-query attention; Hk 0
+ * means H). Of its S = P + Sn keys, key s < P is the cache's, at kc +
+ * s cs + g D (its value at vc + s cs + g Dv), and key s >= P is at k +
+ * b ks[0] + g ks[1] + (s - P) ks[2] (its value likewise in v with vs).
+ * causal: query t sees keys 0 .. t + S - T (T <= S).
  */
 struct cpu_attn {
 	size_t B, H, T, S, D, Dv;
-	size_t Hk;
+	size_t Hk, P;
+	size_t qs[3], ks[3], vs[3], os[3], cs;
+	const float *kc, *vc;
 	float scale;
 	bool causal;
 };

@@ -244,38 +244,59 @@ struct attn_job {
 	const float *q, *k, *v;
 };
 
+/* The key/value head query head @h of batch @b reads */
+static size_t attn_kvh(const struct cpu_attn *a, size_t h)
+{
+	size_t Hk = a->Hk ? a->Hk : a->H;
+
+	return h / (a->H / Hk);
+}
+
+/* Key @s of key/value head @g of batch @b, and its value in *@val */
+static const float *attn_key(const struct attn_job *j, size_t b, size_t g,
+			     size_t s, const float **val)
+{
+	const struct cpu_attn *a = j->a;
+
+	if (s < a->P) {
+		*val = a->vc + s * a->cs + g * a->Dv;
+		return a->kc + s * a->cs + g * a->D;
+	}
+	s -= a->P;
+	*val = j->v + b * a->vs[0] + g * a->vs[1] + s * a->vs[2];
+	return j->k + b * a->ks[0] + g * a->ks[1] + s * a->ks[2];
+}
+
 /*
- * Rows [lo, hi) of the B*H*T queries. For row (bh, t):
- *   att[s] = scale * q[bh, t] . k[bh, s]   for s < n  (n = S, or
+ * Rows [lo, hi) of the B*H*T queries. For row (b, h, t):
+ *   att[s] = scale * q[b, h, t] . key s   for s < n  (n = S, or
  *                                          t + S - T + 1 when causal)
  *   p = softmax(att)
- *   out[bh, t] = sum_s p[s] v[bh, s]
- * q (B*H, T, D), k (B*Hk, S, D), v (B*Hk, S, Dv), out (B*H, T, Dv)
+ *   out[b, h, t] = sum_s p[s] value s
  */
 static int attn_rows(void *arg, size_t lo, size_t hi)
 {
 	const struct attn_job *j = arg;
 	const struct cpu_attn *a = j->a;
 	size_t T = a->T, S = a->S, D = a->D, Dv = a->Dv;
-	size_t Hk = a->Hk ? a->Hk : a->H;
 	float *att = malloc(S * sizeof(float));
 
 	if (!att)
 		return -ENOMEM;
 	for (size_t r = lo; r < hi; r++) {
-		size_t bh = r / T, t = r % T;
+		size_t b = r / T / a->H, h = r / T % a->H, t = r % T;
 		size_t n = a->causal ? t + S - T + 1 : S;
-		/* the key/value head of query head bh % H */
-		size_t kvh = bh / a->H * Hk + bh % a->H / (a->H / Hk);
-		const float *q = j->q + r * D;
-		const float *k = j->k + kvh * S * D;
-		const float *v = j->v + kvh * S * Dv;
-		float *o = j->out + r * Dv;
+		size_t g = attn_kvh(a, h);
+		const float *q =
+			j->q + b * a->qs[0] + h * a->qs[1] + t * a->qs[2];
+		const float *vs[4];
+		float *o = j->out + b * a->os[0] + h * a->os[1] + t * a->os[2];
 		float max = -INFINITY, inv;
 		size_t s;
 
 		for (s = 0; s < n; s++)
-			att[s] = dot(q, k + s * D, D, a->scale);
+			att[s] = dot(q, attn_key(j, b, g, s, &vs[0]), D,
+				     a->scale);
 		for (s = 0; s < n; s++)
 			max = att[s] > max ? att[s] : max;
 		for (s = 0; s < n; s++)
@@ -285,21 +306,21 @@ static int attn_rows(void *arg, size_t lo, size_t hi)
 		/* out = sum_s p[s] v[s], four rows of v to a pass over out */
 		memset(o, 0, Dv * sizeof(float));
 		for (s = 0; s + 4 <= n; s += 4) {
-			const float *v0 = v + s * Dv, *v1 = v0 + Dv;
-			const float *v2 = v1 + Dv, *v3 = v2 + Dv;
 			float w0 = att[s] * inv, w1 = att[s + 1] * inv;
 			float w2 = att[s + 2] * inv, w3 = att[s + 3] * inv;
 
+			for (size_t i = 0; i < 4; i++)
+				attn_key(j, b, g, s + i, &vs[i]);
 			for (size_t i = 0; i < Dv; i++)
-				o[i] += (w0 * v0[i] + w1 * v1[i]) +
-					(w2 * v2[i] + w3 * v3[i]);
+				o[i] += (w0 * vs[0][i] + w1 * vs[1][i]) +
+					(w2 * vs[2][i] + w3 * vs[3][i]);
 		}
 		for (; s < n; s++) {
-			const float *vs = v + s * Dv;
 			float w = att[s] * inv;
 
+			attn_key(j, b, g, s, &vs[0]);
 			for (size_t i = 0; i < Dv; i++)
-				o[i] += w * vs[i];
+				o[i] += w * vs[0][i];
 		}
 	}
 	free(att);
@@ -308,7 +329,9 @@ static int attn_rows(void *arg, size_t lo, size_t hi)
 
 /*
  * Many queries a head (a prefill): the head's scores and its weighted sum
- * of values as two single-threaded sgemms, heads [lo, hi) of the B*H:
+ * of values as single-threaded sgemms over the strided rows, heads
+ * [lo, hi) of the B*H, the cache's keys (P) and the new ones (Sn) each
+ * an sgemm:
  *   att (T, S) = scale * q (T, D) k^T,  softmax of each row's first n,
  *   the rest 0,  out (T, Dv) = att v (S, Dv).
  * The masked scores are computed and dropped: an sgemm does them faster
@@ -318,20 +341,29 @@ static int attn_heads(void *arg, size_t lo, size_t hi)
 {
 	const struct attn_job *j = arg;
 	const struct cpu_attn *a = j->a;
-	size_t T = a->T, S = a->S, D = a->D, Dv = a->Dv;
-	size_t Hk = a->Hk ? a->Hk : a->H;
+	size_t T = a->T, S = a->S, D = a->D, Dv = a->Dv, P = a->P;
+	size_t Sn = S - P;
 	float *att = malloc(T * S * sizeof(float));
 
 	if (!att)
 		return -ENOMEM;
 	for (size_t bh = lo; bh < hi; bh++) {
-		size_t kvh = bh / a->H * Hk + bh % a->H / (a->H / Hk);
-		const float *k = j->k + kvh * S * D;
-		const float *v = j->v + kvh * S * Dv;
+		size_t b = bh / a->H, h = bh % a->H, g = attn_kvh(a, h);
+		const float *q = j->q + b * a->qs[0] + h * a->qs[1];
+		float *o = j->out + b * a->os[0] + h * a->os[1];
+		const float *k = j->k + b * a->ks[0] + g * a->ks[1];
+		const float *v = j->v + b * a->vs[0] + g * a->vs[1];
 
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T,
-			    (int)S, (int)D, a->scale, j->q + bh * T * D, (int)D,
-			    k, (int)D, 0.0f, att, (int)S);
+		if (P)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+				    (int)T, (int)P, (int)D, a->scale, q,
+				    (int)a->qs[2], a->kc + g * D, (int)a->cs,
+				    0.0f, att, (int)S);
+		if (Sn)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+				    (int)T, (int)Sn, (int)D, a->scale, q,
+				    (int)a->qs[2], k, (int)a->ks[2], 0.0f,
+				    att + P, (int)S);
 		for (size_t t = 0; t < T; t++) {
 			size_t n = a->causal ? t + S - T + 1 : S;
 			float *r = att + t * S, max = -INFINITY, inv;
@@ -346,9 +378,16 @@ static int attn_heads(void *arg, size_t lo, size_t hi)
 			for (size_t s = n; s < S; s++)
 				r[s] = 0.0f;
 		}
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T,
-			    (int)Dv, (int)S, 1.0f, att, (int)S, v, (int)Dv,
-			    0.0f, j->out + bh * T * Dv, (int)Dv);
+		if (P)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+				    (int)T, (int)Dv, (int)P, 1.0f, att, (int)S,
+				    a->vc + g * Dv, (int)a->cs, 0.0f, o,
+				    (int)a->os[2]);
+		if (Sn)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+				    (int)T, (int)Dv, (int)Sn, 1.0f, att + P,
+				    (int)S, v, (int)a->vs[2], P ? 1.0f : 0.0f,
+				    o, (int)a->os[2]);
 	}
 	free(att);
 	return 0;
@@ -365,12 +404,18 @@ int cpu_attention(struct cpu_pool *p, float *out, const float *q,
 	if (a->causal && a->T > a->S)
 		return -EINVAL;
 	if (!a->S) { /* no keys: nothing to attend to */
-		memset(out, 0, a->B * a->H * a->T * a->Dv * sizeof(float));
+		for (size_t r = 0; r < a->B * a->H * a->T; r++)
+			memset(out + r / a->T / a->H * a->os[0] +
+				       r / a->T % a->H * a->os[1] +
+				       r % a->T * a->os[2],
+			       0, a->Dv * sizeof(float));
 		return 0;
 	}
+	/* BLAS takes int dims and leading dims */
 	if (a->T >= ATTN_GEMM_T && a->T <= INT_MAX && a->S <= INT_MAX &&
-	    a->D <= INT_MAX && a->Dv <= INT_MAX &&
-	    a->T * a->S <= ((size_t)1 << 28))
+	    a->D <= INT_MAX && a->Dv <= INT_MAX && a->qs[2] <= INT_MAX &&
+	    a->ks[2] <= INT_MAX && a->vs[2] <= INT_MAX && a->os[2] <= INT_MAX &&
+	    a->cs <= INT_MAX && a->T * a->S <= ((size_t)1 << 28))
 		return cpu_parallel_for(p, a->B * a->H, 1, attn_heads, &j);
 	return cpu_parallel_for(p, a->B * a->H * a->T,
 				row_grain(a->S * (a->D + a->Dv)), attn_rows,

@@ -544,8 +544,9 @@ COPY_ROWS(8, uint64_t)
 COPY_ROWS(16, uint4)
 
 /* ---------------------------------------------------------------------- */
-/* Attention: one block of DJK_ATTN_THREADS per query row (b, h, t), the
- * keys in tiles of one per thread, softmax online (running max and sum,
+/* Attention (struct djk_attn): one block of DJK_ATTN_THREADS per query
+ * row (b, h, t), the cache's keys and then the new ones in tiles of one
+ * per thread, softmax online (running max and sum,
  * the accumulator rescaled when the max grows). Dynamic shared memory:
  * q (D floats), acc (Dv floats), the tile's probabilities. */
 template <typename T>
@@ -559,9 +560,13 @@ __device__ void attention(T *out, const T *q, const T *k, const T *v,
 
 	for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
 		uint64_t t = row % a.T, h = row / a.T % a.H, b = row / a.T / a.H;
-		uint64_t kh = b * a.Hk + h / grp;
-		const T *qr = q + row * a.D;
-		const T *kb = k + kh * a.S * a.D, *vb = v + kh * a.S * a.Dv;
+		uint64_t g = h / grp;
+		const T *qr = q + b * a.qs[0] + h * a.qs[1] + t * a.qs[2];
+		const T *kb = k + b * a.ks[0] + g * a.ks[1];
+		const T *vb = v + b * a.vs[0] + g * a.vs[1];
+		const T *kc = (const T *)a.kc + g * a.D;
+		const T *vc = (const T *)a.vc + g * a.Dv;
+		T *orow = out + b * a.os[0] + h * a.os[1] + t * a.os[2];
 		uint64_t L = a.causal ? t + a.S - a.T + 1 : a.S;
 		float m = -INFINITY;
 		double sum = 0;
@@ -578,7 +583,9 @@ __device__ void attention(T *out, const T *q, const T *k, const T *v,
 			float s = -INFINITY, mt, mn, e;
 
 			if (j < L) {
-				const T *kr = kb + j * a.D;
+				const T *kr = j < a.P ?
+						      kc + j * a.cs :
+						      kb + (j - a.P) * a.ks[2];
 				float dot = 0.0f;
 
 				for (uint64_t d = 0; d < a.D; d++)
@@ -598,15 +605,22 @@ __device__ void attention(T *out, const T *q, const T *k, const T *v,
 			     d += blockDim.x) {
 				float x = acc[d] * corr_s;
 
-				for (uint64_t i = 0; i < nj; i++)
-					x += p[i] * ld(vb[(j0 + i) * a.Dv + d]);
+				for (uint64_t i = 0; i < nj; i++) {
+					uint64_t kj = j0 + i;
+					const T *vr =
+						kj < a.P ?
+							vc + kj * a.cs :
+							vb + (kj - a.P) * a.vs[2];
+
+					x += p[i] * ld(vr[d]);
+				}
 				acc[d] = x;
 			}
 			m = mn;
 			__syncthreads();
 		}
 		for (uint64_t d = threadIdx.x; d < a.Dv; d += blockDim.x)
-			out[row * a.Dv + d] = st<T>((float)(acc[d] / sum));
+			orow[d] = st<T>((float)(acc[d] / sum));
 	}
 }
 

@@ -39,8 +39,18 @@ struct djk_mm {
 };
 
 /* Attention: q (B,H,T,D), k (B,Hk,S,D), v (B,Hk,S,Dv) -> (B,H,T,Dv). */
+/*
+ * Attention over strided rows (the CPU's struct cpu_attn): query t of
+ * head h of batch b at q + b qs[0] + h qs[1] + t qs[2], its result at out
+ * with os; key/value head g = h / (H / Hk); of the S = P + Sn keys, key
+ * s < P at kc + s cs + g D (value: vc + s cs + g Dv), key s >= P at k +
+ * b ks[0] + g ks[1] + (s - P) ks[2] (value: v with vs). kc and vc are
+ * device addresses of elements of the query's type.
+ */
 struct djk_attn {
 	uint64_t B, H, Hk, T, S, D, Dv;
+	uint64_t P, cs, kc, vc;
+	uint64_t qs[3], ks[3], vs[3], os[3];
 	float scale;
 	uint32_t causal;
 };
