@@ -93,7 +93,7 @@ struct conv_job {
 	void *dst;
 };
 
-static int widen(void *arg, size_t lo, size_t hi)
+CPU_SIMD static int widen(void *arg, size_t lo, size_t hi)
 {
 	const struct conv_job *j = arg;
 	const uint16_t *src = j->src;
@@ -109,7 +109,7 @@ static int widen(void *arg, size_t lo, size_t hi)
 	return 0;
 }
 
-static int narrow(void *arg, size_t lo, size_t hi)
+CPU_SIMD static int narrow(void *arg, size_t lo, size_t hi)
 {
 	const struct conv_job *j = arg;
 	const float *src = j->src;

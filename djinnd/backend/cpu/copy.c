@@ -110,7 +110,7 @@ static void gather(uint8_t *dst, const uint8_t *src, uint64_t st, size_t es,
 }
 
 /* Result elements [lo, hi): runs along the innermost dim. */
-static int perm_range(void *arg, size_t lo, size_t hi)
+CPU_SIMD static int perm_range(void *arg, size_t lo, size_t hi)
 {
 	const struct perm_job *j = arg;
 	uint64_t idx[DJINN_MAX_DIMS], off = 0, rem = lo;

@@ -172,8 +172,9 @@ static void bin_u8(unsigned int op, uint8_t *o, const uint8_t *a, uint64_t sa,
 		(uint8_t)(x / y));
 }
 
-static void bin_run(unsigned int op, unsigned int dtype, void *o, const void *a,
-		    uint64_t sa, const void *b, uint64_t sb, size_t n)
+CPU_SIMD static void bin_run(unsigned int op, unsigned int dtype, void *o,
+			     const void *a, uint64_t sa, const void *b,
+			     uint64_t sb, size_t n)
 {
 	switch (dtype) {
 	case DJINN_DTYPE_F32:
@@ -311,7 +312,7 @@ struct unary_job {
 /* sqrt(2 / pi), for GELU's tanh approximation */
 #define GELU_K 0.7978845608028654f
 
-static int unary_range(void *arg, size_t lo, size_t hi)
+CPU_SIMD static int unary_range(void *arg, size_t lo, size_t hi)
 {
 	const struct unary_job *j = arg;
 	const float *x = j->x;

@@ -48,7 +48,7 @@ struct row_job {
 };
 
 /* out = exp(x - max) / sum(exp(x - max)), row by row; x, out (rows, C) */
-static int softmax_rows(void *arg, size_t lo, size_t hi)
+CPU_SIMD static int softmax_rows(void *arg, size_t lo, size_t hi)
 {
 	const struct row_job *j = arg;
 	size_t C = j->C;
@@ -102,7 +102,7 @@ static double sq_dev_f64(const float *x, size_t C, double m)
  * RMSNorm (no beta): out = x / sqrt(mean(x^2) + eps) * gamma.
  * x, out (rows, C); gamma, beta (C)
  */
-static int norm_rows(void *arg, size_t lo, size_t hi)
+CPU_SIMD static int norm_rows(void *arg, size_t lo, size_t hi)
 {
 	const struct row_job *j = arg;
 	const float *g = j->gamma, *b = j->beta;
@@ -274,7 +274,7 @@ static const float *attn_key(const struct attn_job *j, size_t b, size_t g,
  *   p = softmax(att)
  *   out[b, h, t] = sum_s p[s] value s
  */
-static int attn_rows(void *arg, size_t lo, size_t hi)
+CPU_SIMD static int attn_rows(void *arg, size_t lo, size_t hi)
 {
 	const struct attn_job *j = arg;
 	const struct cpu_attn *a = j->a;
@@ -337,7 +337,7 @@ static int attn_rows(void *arg, size_t lo, size_t hi)
  * The masked scores are computed and dropped: an sgemm does them faster
  * than a row at a time does only the rest.
  */
-static int attn_heads(void *arg, size_t lo, size_t hi)
+CPU_SIMD static int attn_heads(void *arg, size_t lo, size_t hi)
 {
 	const struct attn_job *j = arg;
 	const struct cpu_attn *a = j->a;
