@@ -4,7 +4,7 @@
 bench/model-bench measures djinnd's CPU backend against.
 
     model_torch.py --model DIR --tokens 1,2,3 [--decode N] [--rounds R]
-                   [--threads N] [--logits-out FILE]
+                   [--threads N] [--device cpu|cuda] [--logits-out FILE]
 
 Reads config.json and model.safetensors (f32, plain torch; no
 transformers), builds GPT-2 from torch.nn modules (Conv1D weights used as
@@ -18,7 +18,9 @@ Prints one JSON object: the torch version, threads, load seconds, the
 median prefill and decode tokens/s, the greedy tokens, and per greedy
 token the gap between the largest and the second largest logit (so a
 caller can tell a near-tie from a real difference). --logits-out writes
-the prefill's last-row logits as little-endian f32.
+the prefill's last-row logits as little-endian f32. --device cuda runs
+it on the GPU (the weights moved there after loading; each timing waits
+for the device).
 """
 import argparse
 import json
@@ -111,7 +113,8 @@ class Block(nn.Module):
         elif S == T:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:  # queries at S - T .. S - 1
-            mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+            mask = torch.ones(T, S, dtype=torch.bool,
+                              device=q.device).tril(S - T)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         y = y.transpose(1, 2).reshape(B, T, C)
         x = x + self.c_proj(y)
@@ -135,7 +138,7 @@ class GPT2(nn.Module):
 
     def forward(self, ids, past):
         P = 0 if past is None else past[0][0].shape[2]
-        pos = torch.arange(P, P + ids.shape[1]).unsqueeze(0)
+        pos = torch.arange(P, P + ids.shape[1], device=ids.device).unsqueeze(0)
         x = self.wte(ids) + self.wpe(pos)
         new = []
         for l, blk in enumerate(self.h):
@@ -145,23 +148,32 @@ class GPT2(nn.Module):
         return F.linear(x, self.head)[0, -1], new
 
 
-def run(model, tokens, n):
+def sync(dev):
+    if dev.type == 'cuda':
+        torch.cuda.synchronize(dev)
+
+
+def run(model, tokens, n, dev):
     """Prefill @tokens, then @n greedy steps: (prefill s, decode s, tokens,
     gaps, last prefill logits)."""
-    ids = torch.tensor([tokens], dtype=torch.long)
+    ids = torch.tensor([tokens], dtype=torch.long, device=dev)
+    sync(dev)
     t0 = time.perf_counter()
     logits, past = model(ids, None)
+    sync(dev)
     t1 = time.perf_counter()
     first = logits
     out, gaps = [], []
     for _ in range(n):
         top = torch.topk(logits, 2)
-        tok = int(top.indices[0])
+        tok = int(top.indices[0])  # waits for the step, as sampling does
         out.append(tok)
         gaps.append(float(top.values[0] - top.values[1]))
-        logits, past = model(torch.tensor([[tok]], dtype=torch.long), past)
+        logits, past = model(torch.tensor([[tok]], dtype=torch.long,
+                                          device=dev), past)
+    sync(dev)
     t2 = time.perf_counter()
-    return t1 - t0, t2 - t1, out, gaps, first
+    return t1 - t0, t2 - t1, out, gaps, first.cpu()
 
 
 def main():
@@ -171,8 +183,10 @@ def main():
     ap.add_argument('--decode', type=int, default=64)
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--threads', type=int, default=os.cpu_count())
+    ap.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
     ap.add_argument('--logits-out')
     a = ap.parse_args()
+    dev = torch.device(a.device)
 
     torch.set_num_threads(a.threads)
     torch.set_grad_enabled(False)
@@ -183,13 +197,15 @@ def main():
     if cfg.get('model_type') != 'gpt2':
         sys.exit('model_torch.py: only gpt2 models')
     model = GPT2(load_safetensors(os.path.join(a.model, 'model.safetensors')),
-                 cfg).eval()
+                 cfg).eval().to(dev)
+    model.head = model.head.to(dev)
+    sync(dev)
     load = time.perf_counter() - t0
 
     pre, dec, toks, gaps = [], [], None, None
     with torch.inference_mode():
         for r in range(a.rounds + 1):
-            p, d, out, g, first = run(model, tokens, a.decode)
+            p, d, out, g, first = run(model, tokens, a.decode, dev)
             if r == 0:  # warm-up
                 toks, gaps = out, g
                 if a.logits_out:
@@ -204,6 +220,7 @@ def main():
             if a.decode:
                 dec.append(a.decode / d)
     json.dump({'torch': torch.__version__, 'threads': torch.get_num_threads(),
+               'device': str(dev),
                'load_s': load, 'prefill_tok_s': statistics.median(pre),
                'decode_tok_s': statistics.median(dec) if dec else None,
                'rounds': a.rounds, 'tokens': toks, 'gaps': gaps},

@@ -4,6 +4,8 @@
 # the text segment with one and four sessions holding the model.
 #
 #   make bench-model [BENCH_CACHE=DIR] [BENCH_MODEL_ARGS='--rounds 5']
+#   make bench-model BENCH_MODEL_ARGS='--backend cuda'   (on a GPU; 77
+#                                                       without one)
 #
 # The model (about 500 MB, a minute to write) and PyTorch (a virtual
 # environment from PyPI, for the benchmark only; a few GB) are kept in
@@ -19,7 +21,7 @@ $(MODEL_BENCH): $(BUILD)/bench/model-bench.o $(BUILD)/libmodel.a \
 		$(BUILD)/djinnd/exec/exec.o $(BACKEND_LIB) $(VMU_LIB) \
 		$(COMMON_LIB)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIBS_MODEL) -lm
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(MODEL_BENCH_CUDA) $(LIBS_MODEL) -lm
 all: $(MODEL_BENCH)
 
 # PyTorch's CPU build where its index answers, else PyPI's; a failed

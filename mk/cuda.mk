@@ -87,6 +87,20 @@ $(BUILD)/tests/gpu/test_cuda_wire: $(BUILD)/tests/gpu/test_cuda_wire.o \
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter-out $(CUDA_OBJS),$(filter %.o,$^)) \
 		$(LIBS_CUDA) $(LIBS_LIBDJINN) -lcmocka -lm
 
+# The model runtime on both backends (mk/model.mk comes later: its
+# variables are spelled out here).
+$(BUILD)/tests/gpu/test_cuda_model: $(BUILD)/tests/gpu/test_cuda_model.o \
+		$(BUILD)/tests/gpu/gpu.o $(BUILD)/libmodel.a \
+		$(BUILD)/djinnd/exec/exec.o $(CUDA_OBJS) \
+		$(filter %.a,$(LIBS_BACKEND))
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/gpu/gpu.o \
+		$(CUDA_OBJS) $(LIBS_MODEL) -ldl -lcmocka -lm
+
+# model-bench --backend cuda (mk/bench-model.mk)
+$(MODEL_BENCH): $(CUDA_OBJS)
+$(MODEL_BENCH): MODEL_BENCH_CUDA := $(CUDA_OBJS) -ldl
+
 $(GPU_BENCH): $(BUILD)/bench/gpu-bench.o $(BUILD)/tests/gpu/gpu.o $(CUDA_OBJS) $(filter %.a,$(LIBS_BACKEND)) $(LIBDJINN_A)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/gpu/gpu.o $(LIBS_CUDA) $(LIBS_LIBDJINN) -lm
