@@ -136,7 +136,7 @@ static void check_model(const char *name)
 
 	/* greedy tokens, one step at a time on each side */
 	for (int i = 0; i < N_DECODE; i++) {
-		int32_t tc, tg;
+		int32_t tc = -1, tg = -1;
 		float gap;
 
 		argmax(model_ctx_logits(cc), V, &gap);
