@@ -705,12 +705,6 @@ int config_validate(struct djinnd_config *c)
 			    (unsigned long long)(s->lease_default_ns / MS),
 			    (unsigned long long)(s->lease_max_ns / MS));
 	}
-	if (!strcmp(s->backend, "cpu") && s->devices && s->devices != 1) {
-		k = key_find("device", "devices");
-		fail_at(c, k);
-		return fail(c, "%s.%s: the cpu backend has one device, 0",
-			    k->section, k->name);
-	}
 	for (unsigned int i = 0; i < s->nr_listen; i++) {
 		if (strncmp(s->listen[i], "unix:", 5) ||
 		    strcmp(s->listen[i] + 5, s->admin_socket))

@@ -41,8 +41,10 @@ static void usage(FILE *f)
 		"  -a, --admin-socket PATH  the admin socket for djinnctl\n"
 		"  -b, --backend NAME       cpu (default), cuda, or auto (cuda if\n"
 		"                           there is a GPU, else cpu)\n"
-		"  -d, --device N           the GPU to use (repeatable; default 0)\n"
-		"  -m, --cpu-mem SIZE       the device memory budget (default 2G)\n"
+		"  -d, --device N           a device to drive (repeatable): GPU N;\n"
+		"                           with the cpu backend, a CPU device\n"
+		"                           each (default: every GPU, or one CPU)\n"
+		"  -m, --cpu-mem SIZE       each CPU device's memory (default 2G)\n"
 		"  -t, --threads N          kernel threads (default: one per CPU)\n"
 		"      --lease-ms MS        default lease period (default 10000)\n"
 		"      --leases PROVIDER    auto (default: djinn.ko when /dev/djinn\n"
@@ -329,11 +331,14 @@ static void on_reload(struct server *srv)
 	if (mask & CONFIG_RELOAD_LOG)
 		log_set_level(running.log_level);
 	if (mask & CONFIG_RELOAD_PRESSURE) {
-		ret = vmu_set_thresholds(srv->vmu, running.srv.warn_pct,
-					 running.srv.crit_pct);
-		if (ret)
-			log_err("reload: pressure thresholds: %s",
-				strerror(-ret));
+		for (unsigned int i = 0; i < srv->nr_dev; i++) {
+			ret = vmu_set_thresholds(srv->dev[i].vmu,
+						 running.srv.warn_pct,
+						 running.srv.crit_pct);
+			if (ret)
+				log_err("reload: %s: pressure thresholds: %s",
+					srv->dev[i].name, strerror(-ret));
+		}
 	}
 	if (mask & CONFIG_RELOAD_LEASE) {
 		/* Sessions opened from now on; open ones keep theirs. */

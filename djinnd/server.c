@@ -84,8 +84,7 @@ static uint64_t drain_tick(struct loop_timer *t, uint64_t now)
 	struct server *srv = sigs.srv;
 
 	/* Graphs and model steps, and memory jobs (a model loading) */
-	unsigned int busy =
-		executor_depth(srv->exec) + executor_depth(srv->mem);
+	unsigned int busy = server_depth(srv);
 
 	if (busy && now < drain_deadline)
 		return 5000000;
@@ -128,10 +127,8 @@ static void sig_complete(struct io_src *src, struct io_uring_cqe *cqe,
 		case SIGINT:
 			if (srv->draining)
 				break;
-			log_notice(
-				"%s: draining %u queued graphs, then exiting",
-				strsignal(sigs.signo),
-				executor_depth(srv->exec));
+			log_notice("%s: draining %u queued jobs, then exiting",
+				   strsignal(sigs.signo), server_depth(srv));
 			srv->draining = true;
 			if (srv->hooks.stopping)
 				srv->hooks.stopping(srv);
@@ -178,70 +175,177 @@ static int signals_init(struct server *srv)
 
 /*
  * device.backend: cpu, cuda, or auto: cuda when this djinnd has the CUDA
- * backend, the driver loads and sees the device asked for (the lowest of
- * device.devices, 0 for all), else the cpu; the log says which and why.
- * One djinnd drives one device for now.
+ * backend and the driver loads and sees the devices asked for, else the
+ * cpu; the log says which and why. The devices: device.devices (--device
+ * N, repeatable), or all the GPUs the driver sees for "all" (the
+ * default). On the CPU, "all" is one device, and each index named makes
+ * a CPU device of its own (its own --cpu-mem of memory, its executors
+ * and kernel threads; they share the cores): for tests and for
+ * partitioning memory. *@nr: the devices, their backends in @out.
  */
-static int backend_open(struct server *srv, const struct server_config *cfg)
+static int backends_open(const struct server_config *cfg, struct backend **out,
+			 unsigned int *ordinals, unsigned int *nr, bool *cpu)
 {
 	bool want_cuda = !strcmp(cfg->backend, "cuda");
 	bool is_auto = !strcmp(cfg->backend, "auto");
-	unsigned int dev = cfg->devices ?
-				   (unsigned int)__builtin_ctzll(cfg->devices) :
-				   0,
-		     n = 0;
+	unsigned int n = 0, k = 0;
 	char msg[512], why[600];
 	int ret = -ENODEV;
 
+	*nr = 0;
+	*cpu = false;
 	if (!want_cuda && !is_auto)
 		goto cpu;
 	if (!cuda_backend_create || !cuda_devices) {
 		snprintf(why, sizeof(why),
 			 "this djinnd was built without the CUDA backend "
 			 "(no nvcc)");
-	} else if ((ret = cuda_devices(&n, msg, sizeof(msg)))) {
-		snprintf(why, sizeof(why), "%s", msg);
-	} else if (dev >= n) {
-		ret = -ENODEV;
-		snprintf(why, sizeof(why),
-			 "no CUDA device %u: the driver sees %u", dev, n);
-	} else {
-		ret = cuda_backend_create(dev, 0, &srv->backend, msg,
-					  sizeof(msg));
-		if (!ret) {
-			log_notice("backend %s: cuda:%u, %s%s", cfg->backend,
-				   dev, msg,
-				   is_auto ? " (a CUDA device is present)" :
-					     "");
-			if (cfg->devices & (cfg->devices - 1))
-				log_warn("device.devices names %d GPUs: this "
-					 "djinnd drives one, cuda:%u",
-					 __builtin_popcountll(cfg->devices),
-					 dev);
-			return 0;
-		}
-		snprintf(why, sizeof(why), "cuda:%u: %s", dev, msg);
+		goto no_cuda;
 	}
+	ret = cuda_devices(&n, msg, sizeof(msg));
+	if (ret) {
+		snprintf(why, sizeof(why), "%s", msg);
+		goto no_cuda;
+	}
+	for (unsigned int i = 0; i < 64; i++) {
+		if (cfg->devices ? !(cfg->devices & (1ull << i)) : i >= n)
+			continue;
+		if (i >= n) {
+			ret = -ENODEV;
+			snprintf(why, sizeof(why),
+				 "no CUDA device %u: the driver sees %u", i, n);
+			goto undo;
+		}
+		ret = cuda_backend_create(i, 0, &out[k], msg, sizeof(msg));
+		if (ret) {
+			snprintf(why, sizeof(why), "cuda:%u: %s", i, msg);
+			goto undo;
+		}
+		ordinals[k++] = i;
+		log_notice("backend %s: cuda:%u, %s%s", cfg->backend, i, msg,
+			   is_auto ? " (a CUDA device is present)" : "");
+	}
+	if (!k) {
+		ret = -ENODEV;
+		snprintf(why, sizeof(why), "the driver sees no CUDA device");
+		goto no_cuda;
+	}
+	*nr = k;
+	return 0;
+
+undo:
+	while (k--)
+		out[k]->ops->destroy(out[k]);
+no_cuda:
 	if (want_cuda) {
 		log_err("backend cuda: %s", why);
 		return ret ? ret : -ENODEV;
 	}
 	log_notice("backend auto: %s: using the cpu", why);
 cpu:
-	ret = cpu_backend_create(cfg->cpu_mem, cfg->threads, &srv->backend);
-	if (ret)
-		log_err("cpu backend with %llu bytes: %s",
-			(unsigned long long)cfg->cpu_mem, strerror(-ret));
-	return ret;
+	*cpu = true;
+	for (unsigned int i = 0; i < 64; i++) {
+		if (cfg->devices ? !(cfg->devices & (1ull << i)) : i > 0)
+			continue;
+		ret = cpu_backend_create(cfg->cpu_mem, cfg->threads, &out[k]);
+		if (ret) {
+			log_err("cpu backend with %llu bytes: %s",
+				(unsigned long long)cfg->cpu_mem,
+				strerror(-ret));
+			while (k--)
+				out[k]->ops->destroy(out[k]);
+			return ret;
+		}
+		ordinals[k++] = i;
+	}
+	*nr = k;
+	return 0;
 }
 
-int server_init(struct server *srv, const struct server_config *cfg)
+/* A device's VMU, executors and model store, over its backend. */
+static int device_init(struct server *srv, struct device *d)
 {
+	const struct server_config *cfg = &srv->cfg;
 	/* Swapped-out regions may hold as much host memory as the device
 	 * has, no more. */
 	struct vmu_config vcfg = { .swap_limit = cfg->cpu_mem,
 				   .warn_pct = cfg->warn_pct,
 				   .crit_pct = cfg->crit_pct };
+	int ret;
+
+	/* on a GPU: as much as the device has for sessions */
+	if (strcmp(d->backend->name, "cpu"))
+		vcfg.swap_limit = d->backend->provider->capacity;
+	/* text made before a fault is lost with it (vmu.h) */
+	vcfg.faults = &d->backend->faults;
+	ret = vmu_create(d->backend->provider, &vcfg, &d->vmu);
+	if (ret)
+		return ret;
+	log_info("device %s: %llu MiB, granule %llu KiB (device %u)", d->name,
+		 (unsigned long long)(d->backend->provider->capacity >> 20),
+		 (unsigned long long)(d->backend->provider->granularity >> 10),
+		 d->index);
+	ret = executor_start(srv, d, EXEC_GRAPH, &d->exec);
+	if (ret)
+		return ret;
+	ret = executor_start(srv, d, EXEC_MEM, &d->mem);
+	if (ret)
+		return ret;
+	if (cfg->model_dir) {
+		ret = model_store_create(d->vmu, cfg->model_dir, &d->models);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int devices_open(struct server *srv)
+{
+	struct backend *b[SERVER_MAX_DEVICES];
+	unsigned int ord[SERVER_MAX_DEVICES], n;
+	bool cpu;
+	int ret;
+
+	ret = backends_open(&srv->cfg, b, ord, &n, &cpu);
+	if (ret)
+		return ret;
+	srv->dev = calloc(n, sizeof(*srv->dev));
+	if (!srv->dev) {
+		while (n--)
+			b[n]->ops->destroy(b[n]);
+		return -ENOMEM;
+	}
+	/* Each is the server's from here: server_exit() undoes them. */
+	srv->nr_dev = n;
+	for (unsigned int i = 0; i < n; i++) {
+		struct device *d = &srv->dev[i];
+
+		d->index = i;
+		d->ordinal = ord[i];
+		d->backend = b[i];
+		/* One CPU device keeps the name it always had. */
+		if (cpu && (n > 1 || ord[i]))
+			snprintf(d->name, sizeof(d->name), "cpu:%u", ord[i]);
+		else
+			snprintf(d->name, sizeof(d->name), "%s", b[i]->name);
+	}
+	if (cpu && n > 1)
+		log_notice("backend %s: %u cpu devices of %llu MiB each, "
+			   "sharing the cores",
+			   srv->cfg.backend, n,
+			   (unsigned long long)(srv->cfg.cpu_mem >> 20));
+	for (unsigned int i = 0; i < n; i++) {
+		ret = device_init(srv, &srv->dev[i]);
+		if (ret)
+			return ret;
+	}
+	if (srv->cfg.model_dir)
+		log_info("models: from %s", srv->cfg.model_dir);
+	return 0;
+}
+
+int server_init(struct server *srv, const struct server_config *cfg)
+{
 	int ret;
 
 	memset(srv, 0, sizeof(*srv));
@@ -257,37 +361,12 @@ int server_init(struct server *srv, const struct server_config *cfg)
 		log_err("io_uring: %s", strerror(-ret));
 		return ret;
 	}
-	ret = backend_open(srv, cfg);
-	if (ret)
-		return ret;
-	/* on a GPU: as much as the device has for sessions */
-	if (strcmp(srv->backend->name, "cpu"))
-		vcfg.swap_limit = srv->backend->provider->capacity;
-	/* text made before a fault is lost with it (vmu.h) */
-	vcfg.faults = &srv->backend->faults;
-	ret = vmu_create(srv->backend->provider, &vcfg, &srv->vmu);
-	if (ret)
-		return ret;
-	log_info("device %s: %llu MiB, granule %llu KiB", srv->backend->name,
-		 (unsigned long long)(srv->backend->provider->capacity >> 20),
-		 (unsigned long long)(srv->backend->provider->granularity >>
-				      10));
 	ret = lease_provider_open(srv, cfg->leases, &srv->leases);
 	if (ret)
 		return ret;
-	ret = executor_start(srv, EXEC_GRAPH, &srv->exec);
+	ret = devices_open(srv);
 	if (ret)
 		return ret;
-	ret = executor_start(srv, EXEC_MEM, &srv->mem);
-	if (ret)
-		return ret;
-	if (cfg->model_dir) {
-		ret = model_store_create(srv->vmu, cfg->model_dir,
-					 &srv->models);
-		if (ret)
-			return ret;
-		log_info("models: from %s", cfg->model_dir);
-	}
 	if (cfg->fault_injection)
 		log_warn("fault injection is on (--fault-injection): any "
 			 "admin may fault the device; for tests only");
@@ -302,46 +381,90 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	return 0;
 }
 
-int server_fault_inject(struct server *srv, char *msg, size_t msglen)
+struct device *server_place(struct server *srv, uint32_t want, char *msg,
+			    size_t msglen)
 {
-	struct backend *b = srv->backend;
+	struct device *best = NULL;
+	uint64_t best_free = 0;
+
+	if (want) {
+		if (want <= srv->nr_dev)
+			return &srv->dev[want - 1];
+		snprintf(msg, msglen,
+			 "no device %u: this djinnd has %u device%s (0 to %u)",
+			 want - 1, srv->nr_dev, srv->nr_dev == 1 ? "" : "s",
+			 srv->nr_dev - 1);
+		return NULL;
+	}
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		struct device *d = &srv->dev[i];
+		struct vmu_stats st;
+
+		vmu_get_stats(d->vmu, &st);
+		if (!best || st.free > best_free ||
+		    (st.free == best_free &&
+		     d->nr_sessions < best->nr_sessions)) {
+			best = d;
+			best_free = st.free;
+		}
+	}
+	return best;
+}
+
+unsigned int server_depth(struct server *srv)
+{
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		if (srv->dev[i].exec)
+			n += executor_depth(srv->dev[i].exec);
+		if (srv->dev[i].mem)
+			n += executor_depth(srv->dev[i].mem);
+	}
+	return n;
+}
+
+int server_fault_inject(struct server *srv, struct device *d, char *msg,
+			size_t msglen)
+{
+	struct backend *b = d->backend;
 	uint64_t before = __atomic_load_n(&b->faults, __ATOMIC_ACQUIRE);
 	int ret;
 
 	if (b->ops->inject_fault) {
 		ret = b->ops->inject_fault(b, msg, msglen);
 	} else {
-		snprintf(srv->fault_why, sizeof(srv->fault_why),
+		snprintf(d->fault_why, sizeof(d->fault_why),
 			 "%s: injected fault, simulated: device memory "
 			 "zeroed",
-			 b->name);
-		ret = vmu_fault_simulate(srv->vmu);
-		snprintf(msg, msglen, "%s", srv->fault_why);
+			 d->name);
+		ret = vmu_fault_simulate(d->vmu);
+		snprintf(msg, msglen, "%s", d->fault_why);
 		if (ret)
 			snprintf(msg, msglen, "%s: zeroing the memory: %s",
-				 b->name, strerror(-ret));
+				 d->name, strerror(-ret));
 	}
 	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) == before && !ret) {
-		snprintf(msg, msglen, "%s: the fault was not counted", b->name);
+		snprintf(msg, msglen, "%s: the fault was not counted", d->name);
 		ret = -EIO;
 	}
 	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) != before)
 		log_warn("%s: fault %llu injected (ADMIN_FAULT_INJECT): %s",
-			 b->name,
+			 d->name,
 			 (unsigned long long)__atomic_load_n(&b->faults,
 							     __ATOMIC_ACQUIRE),
 			 msg);
 	return ret;
 }
 
-void server_fault_info(struct server *srv, char *msg, size_t msglen)
+void server_fault_info(struct device *d, char *msg, size_t msglen)
 {
-	struct backend *b = srv->backend;
+	struct backend *b = d->backend;
 
 	if (b->ops->fault_info)
 		b->ops->fault_info(b, msg, msglen);
 	else
-		snprintf(msg, msglen, "%s", srv->fault_why);
+		snprintf(msg, msglen, "%s", d->fault_why);
 }
 
 int server_run(struct server *srv)
@@ -351,16 +474,19 @@ int server_run(struct server *srv)
 
 void server_exit(struct server *srv)
 {
-	if (srv->exec) {
+	if (srv->nr_dev && srv->dev[0].exec)
 		while (!list_empty(&srv->sessions))
 			session_end(srv,
 				    list_first_entry(&srv->sessions,
 						     struct session, node),
 				    SESSION_SHUTDOWN);
-		executor_stop(srv->exec); /* answers the last jobs */
+	/* Each answers its last jobs. */
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		if (srv->dev[i].exec)
+			executor_stop(srv->dev[i].exec);
+		if (srv->dev[i].mem)
+			executor_stop(srv->dev[i].mem);
 	}
-	if (srv->mem)
-		executor_stop(srv->mem);
 	conns_close_all(srv, true);
 	/* Let the sockets' last completions come back (each frees what it
 	 * held), for at most a second; then tear down. */
@@ -373,17 +499,22 @@ void server_exit(struct server *srv)
 	loop_exit(&srv->loop);
 	/* Only now can nothing on the ring name them any more. */
 	listeners_free(srv);
-	if (srv->exec)
-		executor_free(srv->exec);
-	if (srv->mem)
-		executor_free(srv->mem);
-	/* Every session's holds are closed by now. */
-	if (srv->models)
-		model_store_destroy(srv->models);
-	if (srv->vmu)
-		vmu_destroy(srv->vmu);
-	if (srv->backend)
-		srv->backend->ops->destroy(srv->backend);
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		struct device *d = &srv->dev[i];
+
+		if (d->exec)
+			executor_free(d->exec);
+		if (d->mem)
+			executor_free(d->mem);
+		/* Every session's holds are closed by now. */
+		if (d->models)
+			model_store_destroy(d->models);
+		if (d->vmu)
+			vmu_destroy(d->vmu);
+		if (d->backend)
+			d->backend->ops->destroy(d->backend);
+	}
+	free(srv->dev);
 	free(srv->stab);
 	free(srv->uids);
 	if (sigs.rfd >= 0) {

@@ -37,7 +37,8 @@ struct server_config {
 	const char *admin_group; /* the admin socket's; NULL: "djinn" if any */
 	const char *model_dir; /* where models are read from */
 	const char *metrics; /* "tcp:HOST:PORT" of the metrics endpoint */
-	uint64_t devices; /* bit per device index; 0: all */
+	uint64_t devices; /* bit per device index; 0: all GPUs, or one
+			   * CPU device */
 	const char *leases; /* lease.provider: auto, kmod or user */
 	bool fault_injection; /* --fault-injection: ADMIN_FAULT_INJECT, for
 			       * tests */
@@ -45,6 +46,36 @@ struct server_config {
 
 struct executor;
 struct model_store;
+
+#define SERVER_MAX_DEVICES 64
+
+/*
+ * struct device - one device djinnd drives, and what is its alone
+ * @index:    its place in server.dev[]: what a client names (plus one)
+ *            in djinn_session_open.device, and what the admin answers
+ *            show
+ * @ordinal:  the --device N it was made for (the GPU's ordinal, or the
+ *            number of a CPU device)
+ * @name:     "cpu" (the one CPU device), "cpu:1", "cuda:0"
+ * @backend, @vmu, @exec, @mem, @models: its backend, memory manager,
+ *            graph and memory executors, and model store (NULL: no model
+ *            directory). Sessions are placed on one device
+ *            (server_place()) and use only its parts.
+ * @nr_sessions: sessions open on it
+ * @fault_why: the last simulated fault (a CPU device's)
+ */
+struct device {
+	unsigned int index, ordinal;
+	char name[16];
+	struct backend *backend;
+	struct vmu *vmu;
+	struct executor *exec;
+	struct executor *mem;
+	struct model_store *models;
+	unsigned int nr_sessions;
+	char fault_why[256];
+};
+
 struct uid_sessions {
 	uid_t uid;
 	unsigned int n;
@@ -66,11 +97,8 @@ struct server_stats {
 struct server {
 	struct server_config cfg;
 	struct loop loop;
-	struct backend *backend;
-	struct vmu *vmu;
-	struct executor *exec; /* graphs */
-	struct executor *mem; /* memory for transfers */
-	struct model_store *models; /* NULL: no model directory */
+	struct device *dev; /* the devices, nr_dev of them (at least 1) */
+	unsigned int nr_dev;
 	struct lease_provider *leases;
 	struct loop_timer lease_timer;
 	struct loop_timer send_timer; /* closes peers that take no replies */
@@ -91,7 +119,6 @@ struct server {
 	struct bufring *br; /* provided receive buffers, or NULL */
 
 	bool draining; /* SIGTERM: finish in-flight work, then stop */
-	char fault_why[256]; /* the last simulated fault (the CPU's) */
 	/* main.c's, on the I/O thread: configuration reload and the
 	 * service manager's notifications; NULL: nothing to do */
 	struct server_hooks {
@@ -124,18 +151,31 @@ const char *ops_name(uint16_t op);
 bool ops_known(uint16_t op);
 
 /*
+ * server.c: placement. The device for a new session: @want 0 lets the
+ * server choose (the one with the most free memory; ties: the fewest
+ * sessions, then the lowest index), else device @want - 1. NULL for a
+ * @want past the devices, with the reason in @msg (-ENODEV).
+ */
+struct device *server_place(struct server *srv, uint32_t want, char *msg,
+			    size_t msglen);
+/* Jobs queued or running on every device's executors. */
+unsigned int server_depth(struct server *srv);
+
+/*
  * server.c: device faults. server_fault_inject() (ADMIN_FAULT_INJECT,
- * with --fault-injection only) faults the device: for real where the
+ * with --fault-injection only) faults device @d: for real where the
  * backend can (CUDA: a kernel that stores to address 0, recovered as any
  * fault is), else simulated by the VMU (vmu_fault_simulate(): the
  * memory zeroed and the fault counted). Either way backend.faults moves
- * on, and every session and text entry made before it is lost. 0 with
+ * on, and every session and text entry of @d made before it is lost;
+ * the other devices are not touched. 0 with
  * the fault in @msg, or a negative errno with the reason. Runs on the
  * I/O thread, which waits for a GPU's recovery (a context reset).
  * server_fault_info(): the last fault in words, "" if none.
  */
-int server_fault_inject(struct server *srv, char *msg, size_t msglen);
-void server_fault_info(struct server *srv, char *msg, size_t msglen);
+int server_fault_inject(struct server *srv, struct device *d, char *msg,
+			size_t msglen);
+void server_fault_info(struct device *d, char *msg, size_t msglen);
 
 /* server.c: loop_now() at start */
 extern uint64_t server_started_ns;

@@ -67,9 +67,37 @@ int __djinn_session_new(struct djinn_conn *conn,
 	return 0;
 }
 
+/* $DJINN_DEVICE: a device index (decimal), or -1 when unset. -2 when
+ * it is set to something else. */
+static int env_device(void)
+{
+	const char *v = getenv("DJINN_DEVICE");
+	char *end;
+	unsigned long n;
+
+	if (!v || !*v)
+		return -1;
+	errno = 0;
+	n = strtoul(v, &end, 10);
+	if (errno || *end || *v < '0' || *v > '9' || n > 0xfffffffe)
+		return -2;
+	return n > INT32_MAX ? -2 : (int)n;
+}
+
 int djinn_session_open(struct djinn_conn *conn,
 		       const struct djinn_session_opts *opts,
 		       struct djinn_session **out)
+{
+	int device = env_device();
+
+	if (device == -2)
+		return -EINVAL;
+	return djinn_session_open_on(conn, opts, device, out);
+}
+
+int djinn_session_open_on(struct djinn_conn *conn,
+			  const struct djinn_session_opts *opts, int device,
+			  struct djinn_session **out)
 {
 	struct djinn_session_open req = { .priority = DJINN_PRIORITY_DEFAULT };
 	struct djinn_session_resp r;
@@ -79,8 +107,9 @@ int djinn_session_open(struct djinn_conn *conn,
 	size_t n;
 	int ret;
 
-	if (!conn || !out)
+	if (!conn || !out || device < -1)
 		return -EINVAL;
+	req.device = device < 0 ? 0 : (uint32_t)device + 1;
 	if (opts) {
 		if (opts->tenant)
 			tenant = opts->tenant;
@@ -92,9 +121,10 @@ int djinn_session_open(struct djinn_conn *conn,
 		return -EINVAL;
 	memcpy(req.tenant, tenant, n);
 
-	/* on /dev/djinn when djinnd follows it (kdev.c), else here */
-	if (!__djinn_kdev_open(conn, tenant, req.priority, req.lease_ns, &kd,
-			       &r)) {
+	/* on /dev/djinn when djinnd follows it (kdev.c), else here; a
+	 * kernel session names no device: djinnd places it */
+	if (device < 0 && !__djinn_kdev_open(conn, tenant, req.priority,
+					     req.lease_ns, &kd, &r)) {
 		ret = __djinn_session_new(conn, &r, 0, tenant, out);
 		if (ret) {
 			__djinn_kdev_close(kd);

@@ -38,6 +38,7 @@
 #define DJINNCTL_VERSION "0.1"
 #define IO_TIMEOUT_MS 5000 /* for the whole exchange */
 #define MAX_ANSWER (64ull << 20) /* over 400000 sessions */
+#define MAX_DEVICES 64 /* in an ADMIN_VMU answer */
 
 struct ctl {
 	const char *socket;
@@ -431,6 +432,7 @@ static const struct field session_fields[] = {
 	{ "requests", "REQS", "requests", 8, FK_U64, SF(requests) },
 	{ "uid", "UID", "uid", 6, FK_UID, 0 },
 	{ "pid", "PID", "pid", 7, FK_PID, 0 },
+	{ "device", "DEV", "device", 3, FK_U32, SF(device) },
 };
 #undef SF
 #define NR_FIELDS (sizeof(session_fields) / sizeof(session_fields[0]))
@@ -688,69 +690,118 @@ static int do_session_kill(struct ctl *ctl, char **args)
 /* ---------------------------------------------------------------------- */
 /* vmu */
 
-static int do_vmu(struct ctl *ctl, char **args)
+/* ADMIN_VMU: one struct per device, in index order. *@vs (malloc()ed,
+ * the caller frees) and *@nr; or exit status 1. */
+static int get_vmu(struct ctl *ctl, struct djinn_admin_vmu **vs, uint32_t *nr)
 {
-	struct djinn_admin_vmu v;
-	char str[24];
+	const size_t sz = sizeof(**vs);
 	uint64_t len;
 	void *buf;
 	int ret;
 
-	ret = admin_call(ctl, DJINN_OP_ADMIN_VMU, NULL, 0, sizeof(v), sizeof(v),
+	ret = admin_call(ctl, DJINN_OP_ADMIN_VMU, NULL, 0, sz, sz * MAX_DEVICES,
 			 &buf, &len);
 	if (ret)
 		return ret;
-	memcpy(&v, buf, sizeof(v));
-	free(buf);
-	if (v.__reserved)
-		return fail(ctl, EPROTO, "reserved field set in the answer");
+	if (len % sz) {
+		free(buf);
+		return fail(ctl, EPROTO,
+			    "a vmu answer of %" PRIu64 " bytes, not a multiple "
+			    "of %zu",
+			    len, sz);
+	}
+	*vs = buf;
+	*nr = (uint32_t)(len / sz);
+	for (uint32_t i = 0; i < *nr; i++) {
+		if ((*vs)[i].__reserved) {
+			free(buf);
+			return fail(ctl, EPROTO,
+				    "reserved field set in the answer");
+		}
+	}
+	return 0;
+}
+
+static void print_vmu(const struct djinn_admin_vmu *v, uint32_t index,
+		      bool several)
+{
+	char str[24];
 
 	open_json_object(NULL);
+	if (several) {
+		print_u64(PRINT_ANY, "index", "index:       %" PRIu64 "\n",
+			  index);
+	}
 	print_string(PRINT_ANY, "device", "device:      %s\n",
-		     wire_str(str, sizeof(str), v.device, sizeof(v.device)));
-	print_size(PRINT_ANY, "capacity", "capacity:    %s", v.capacity);
-	print_size(PRINT_ANY, "granularity", " (granule %s)\n", v.granularity);
-	print_size(PRINT_ANY, "committed", "committed:   %s\n", v.committed);
-	print_size(PRINT_ANY, "reserved", "reserved:    %s\n", v.reserved);
-	print_size(PRINT_ANY, "free", "free:        %s\n", v.free);
+		     wire_str(str, sizeof(str), v->device, sizeof(v->device)));
+	print_size(PRINT_ANY, "capacity", "capacity:    %s", v->capacity);
+	print_size(PRINT_ANY, "granularity", " (granule %s)\n", v->granularity);
+	print_size(PRINT_ANY, "committed", "committed:   %s\n", v->committed);
+	print_size(PRINT_ANY, "reserved", "reserved:    %s\n", v->reserved);
+	print_size(PRINT_ANY, "free", "free:        %s\n", v->free);
 	print_string(
 		PRINT_ANY, "pressure", "pressure:    %s\n",
 		enum_name(str, sizeof(str), pressure_names,
 			  sizeof(pressure_names) / sizeof(pressure_names[0]),
-			  v.pressure));
+			  v->pressure));
 
 	print_text("%-12s %8s %8s %8s\n", "segment", "used", "peak", "entries");
 	open_json_object("segments");
 	for (int i = 0; i < 3; i++) {
 		open_json_object(seg_names[i]);
 		print_string(PRINT_FP, NULL, "%-12s", seg_names[i]);
-		print_size(PRINT_ANY, "used", " %8s", v.seg[i].used);
-		print_size(PRINT_ANY, "peak", " %8s", v.seg[i].peak);
+		print_size(PRINT_ANY, "used", " %8s", v->seg[i].used);
+		print_size(PRINT_ANY, "peak", " %8s", v->seg[i].peak);
 		print_u64(PRINT_ANY, "entries", " %8" PRIu64 "\n",
-			  v.seg[i].entries);
+			  v->seg[i].entries);
 		close_json_object();
 	}
 	close_json_object();
 
 	print_size(PRINT_ANY, "text_cached", "text cache:  %s cached",
-		   v.text_cached);
+		   v->text_cached);
 	print_u64(PRINT_ANY, "text_evictions", ", %" PRIu64 " evictions\n",
-		  v.text_evictions);
+		  v->text_evictions);
 	print_u64(PRINT_ANY, "swap_outs", "swap:        %" PRIu64 " out",
-		  v.swap_outs);
+		  v->swap_outs);
 	print_size(PRINT_ANY, "swapped_out_bytes", " (%s)",
-		   v.swapped_out_bytes);
-	print_u64(PRINT_ANY, "swap_ins", ", %" PRIu64 " in", v.swap_ins);
-	print_size(PRINT_ANY, "swapped_in_bytes", " (%s)", v.swapped_in_bytes);
+		   v->swapped_out_bytes);
+	print_u64(PRINT_ANY, "swap_ins", ", %" PRIu64 " in", v->swap_ins);
+	print_size(PRINT_ANY, "swapped_in_bytes", " (%s)", v->swapped_in_bytes);
 	print_size(PRINT_ANY, "swapped_now", ", %s swapped now\n",
-		   v.swapped_now);
+		   v->swapped_now);
 	print_u64(PRINT_ANY, "admits", "admission:   %" PRIu64 " admitted",
-		  v.admits);
+		  v->admits);
 	print_u64(PRINT_ANY, "admit_refusals", ", %" PRIu64 " refused",
-		  v.admit_refusals);
+		  v->admit_refusals);
 	print_u64(PRINT_ANY, "quota_refusals", ", %" PRIu64 " over quota\n",
-		  v.quota_refusals);
+		  v->quota_refusals);
 	close_json_object();
+}
+
+/* One device: its block (a JSON object), as always; several: a block
+ * each, with its index, a blank line between (a JSON array). */
+static int do_vmu(struct ctl *ctl, char **args)
+{
+	struct djinn_admin_vmu *vs;
+	uint32_t nr;
+	int ret;
+
+	ret = get_vmu(ctl, &vs, &nr);
+	if (ret)
+		return ret;
+	if (nr == 1) {
+		print_vmu(&vs[0], 0, false);
+	} else {
+		open_json_array(NULL);
+		for (uint32_t i = 0; i < nr; i++) {
+			if (i)
+				print_text("\n");
+			print_vmu(&vs[i], i, true);
+		}
+		close_json_array();
+	}
+	free(vs);
 	return 0;
 }
 
@@ -764,12 +815,18 @@ static int do_stats(struct ctl *ctl, char **args)
 	void *buf;
 	int ret;
 
+	struct djinn_admin_vmu *vs;
+	uint32_t nr;
+
 	ret = admin_call(ctl, DJINN_OP_ADMIN_STATS, NULL, 0, sizeof(s),
 			 sizeof(s), &buf, &len);
 	if (ret)
 		return ret;
 	memcpy(&s, buf, sizeof(s));
 	free(buf);
+	ret = get_vmu(ctl, &vs, &nr);
+	if (ret)
+		return ret;
 
 	open_json_object(NULL);
 	print_duration(PRINT_ANY, "uptime_ns", "uptime:      %s\n",
@@ -797,7 +854,37 @@ static int do_stats(struct ctl *ctl, char **args)
 		  s.graphs_failed);
 	print_u64(PRINT_ANY, "queue_depth", "queue depth: %" PRIu64 "\n",
 		  s.queue_depth);
+	/* Each device's memory: total, free, and each segment's use. */
+	open_json_array("devices");
+	for (uint32_t i = 0; i < nr; i++) {
+		char str[24], label[24];
+
+		open_json_object(NULL);
+		snprintf(label, sizeof(label), "device %u:", i);
+		print_text("%-12s ", label);
+		print_u64(PRINT_JSON, "index", NULL, i);
+		print_string(PRINT_ANY, "device", "%s",
+			     wire_str(str, sizeof(str), vs[i].device,
+				      sizeof(vs[i].device)));
+		print_size(PRINT_ANY, "capacity", ", %s", vs[i].capacity);
+		print_size(PRINT_ANY, "free", ", %s free", vs[i].free);
+		open_json_object("segments");
+		for (int k = 0; k < 3; k++) {
+			char fmt[32];
+
+			open_json_object(seg_names[k]);
+			snprintf(fmt, sizeof(fmt), "%s %s %%s", k ? "," : ";",
+				 seg_names[k]);
+			print_size(PRINT_ANY, "used", fmt, vs[i].seg[k].used);
+			close_json_object();
+		}
+		close_json_object();
+		print_text("\n");
+		close_json_object();
+	}
+	close_json_array();
 	close_json_object();
+	free(vs);
 	return 0;
 }
 
@@ -845,16 +932,11 @@ static int do_model_list(struct ctl *ctl, char **args)
 		int n = (int)strlen(wire_str(name, sizeof(name), es[i].name,
 					     sizeof(es[i].name)));
 
-		if (es[i].__reserved) {
-			free(es);
-			return fail(ctl, EPROTO,
-				    "reserved field set in model %u", i);
-		}
 		if (n > wname)
 			wname = n;
 	}
-	print_text("%-*s %-5s %-5s %8s %7s  %s\n", wname, "NAME", "ARCH",
-		   "DTYPE", "SIZE", "HOLDERS", "FINGERPRINT");
+	print_text("%-*s %-5s %-5s %8s %7s %3s  %s\n", wname, "NAME", "ARCH",
+		   "DTYPE", "SIZE", "HOLDERS", "DEV", "FINGERPRINT");
 	open_json_array(NULL);
 	for (uint32_t i = 0; i < nr; i++) {
 		char name[DJINN_MODEL_NAME_MAX], fmt[32], str[16];
@@ -879,6 +961,7 @@ static int do_model_list(struct ctl *ctl, char **args)
 				  es[i].dtype));
 		print_size(PRINT_ANY, "bytes", " %8s", es[i].bytes);
 		print_u64(PRINT_ANY, "holders", " %7" PRIu64, es[i].holders);
+		print_u64(PRINT_ANY, "device", " %3" PRIu64, es[i].device);
 		/* the table shows the first 12 digits, as git does */
 		print_string(PRINT_JSON, "fingerprint", NULL, fp);
 		fp[12] = 0;

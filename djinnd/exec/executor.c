@@ -13,6 +13,7 @@
 
 struct executor {
 	struct server *srv;
+	struct device *dev; /* whose device it runs on */
 	enum exec_kind kind;
 	struct io_src src; /* the eventfd read, on the I/O thread */
 	int efd;
@@ -120,7 +121,7 @@ static void run_job(struct executor *e, struct exec_job *job)
 				 why);
 	}
 	if (!ret)
-		ret = exec_graph_kernels(e->srv->vmu, e->stack, e->srv->backend,
+		ret = exec_graph_kernels(e->dev->vmu, e->stack, e->dev->backend,
 					 s->vs, view, in, fps, job->descs,
 					 &job->res, job->msg, sizeof(job->msg));
 	for (uint32_t k = 0; k < i; k++) {
@@ -162,7 +163,7 @@ out:
  * transfer the I/O thread runs next. */
 static void run_mem(struct executor *e, struct exec_job *job)
 {
-	struct vmu_provider *prov = e->srv->backend->provider;
+	struct vmu_provider *prov = e->dev->backend->provider;
 	struct vmu_session *vs = job->s->vs;
 	struct exec_mem *m = &job->mem;
 	struct vmu_region_info info = { 0 };
@@ -231,8 +232,8 @@ static void *executor_main(void *arg)
 		} else if (job->kind == EXEC_MEM) {
 			run_mem(e, job);
 		} else {
-			const struct exec_env env = { e->srv->vmu, e->stack,
-						      e->srv->backend };
+			const struct exec_env env = { e->dev->vmu, e->stack,
+						      e->dev->backend };
 
 			job->call(job, &env);
 		}
@@ -294,7 +295,7 @@ static void executor_complete(struct io_src *src, struct io_uring_cqe *cqe,
 		arm(e);
 }
 
-int executor_start(struct server *srv, enum exec_kind kind,
+int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 		   struct executor **out)
 {
 	struct executor *e = calloc(1, sizeof(*e));
@@ -303,6 +304,7 @@ int executor_start(struct server *srv, enum exec_kind kind,
 	if (!e)
 		return -ENOMEM;
 	e->srv = srv;
+	e->dev = dev;
 	e->kind = kind;
 	e->src.complete = executor_complete;
 	INIT_LIST_HEAD(&e->queue);
@@ -317,7 +319,7 @@ int executor_start(struct server *srv, enum exec_kind kind,
 	/* Address space only: backing is mapped per request, as admitted. */
 	if (kind == EXEC_GRAPH)
 		ret = vmu_stack_create(
-			srv->vmu, srv->backend->provider->capacity, &e->stack);
+			dev->vmu, dev->backend->provider->capacity, &e->stack);
 	if (ret)
 		goto out_close;
 	/* One graph thread: a session's graphs run in order, and the

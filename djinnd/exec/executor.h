@@ -11,6 +11,8 @@
  * transfers (mapping and zeroing a large tensor, swapping one back in,
  * loading a model), so that neither a long graph delays an upload nor a
  * large allocation stalls the I/O thread or another session's upload.
+ * Each device has its own pair (server.h, struct device): a session's
+ * jobs go to its device's.
  */
 #ifndef DJINN_EXECUTOR_H
 #define DJINN_EXECUTOR_H
@@ -22,6 +24,7 @@
 #include "session/session.h"
 
 struct server;
+struct device;
 struct executor;
 
 /* Threads of a memory executor (a graph executor has one). */
@@ -82,8 +85,9 @@ struct exec_job {
 	void (*call)(struct exec_job *job, const struct exec_env *env);
 };
 
-/* An executor for jobs of @kind (a graph executor has a stack). */
-int executor_start(struct server *srv, enum exec_kind kind,
+/* An executor for jobs of @kind on device @dev (a graph executor has a
+ * stack in its VMU). */
+int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 		   struct executor **out);
 /* Stop after the queued jobs have run; finished jobs still go back. */
 void executor_stop(struct executor *e);

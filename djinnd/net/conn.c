@@ -616,8 +616,6 @@ static void backlog_add(struct conn *c, const uint8_t *p, uint64_t len)
 
 static void parse(struct conn *c, const uint8_t *p, uint64_t len)
 {
-	const struct vmu_provider *prov = c->srv->backend->provider;
-
 	while (len && !c->close_after) {
 		uint64_t n = 0;
 
@@ -651,9 +649,8 @@ static void parse(struct conn *c, const uint8_t *p, uint64_t len)
 				c->sink.error =
 					vmu_text_write(c->sink.upload, p, n);
 			else if (!c->sink.error)
-				c->sink.error = prov->ops->copy_htod(
-					(struct vmu_provider *)prov,
-					c->sink.addr, p, n);
+				c->sink.error = c->sink.prov->ops->copy_htod(
+					c->sink.prov, c->sink.addr, p, n);
 			c->sink.addr += n;
 			c->left -= n;
 			ops_stream_progress(c);

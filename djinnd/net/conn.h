@@ -39,6 +39,7 @@ enum parse_state { P_HDR, P_BODY, P_WAIT, P_DATA, P_DISCARD };
  * upload (which hashes as it goes). */
 struct sink {
 	uint64_t addr; /* device address for the next byte, or 0 */
+	struct vmu_provider *prov; /* whose address: the session's device */
 	struct vmu_text_upload *upload;
 	int error; /* set when a write failed: the rest is dropped */
 };

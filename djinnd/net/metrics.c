@@ -265,72 +265,94 @@ static void dev_sample(struct sbuf *b, const char *name, const char *dev,
 			  (unsigned long long)v);
 }
 
-static void render_vmu(struct sbuf *b, struct server *srv,
-		       const struct vmu_stats *v)
+/* Every device's memory and executors: each family once, a sample per
+ * device. */
+static void render_vmu(struct sbuf *b, struct server *srv)
 {
-	const char *dev = srv->backend->name;
-	const struct {
-		const char *name, *type, *help;
-		uint64_t value;
-	} one_each[] = {
+	unsigned int nd = srv->nr_dev;
+	struct vmu_stats *vs = calloc(nd, sizeof(*vs));
+	const char *families[][3] = {
 		{ "djinn_vmu_capacity_bytes", "gauge",
-		  "Device memory the VMU manages.", v->capacity },
+		  "Device memory the VMU manages." },
 		{ "djinn_vmu_free_bytes", "gauge",
-		  "Device memory neither held nor reserved.", v->free },
+		  "Device memory neither held nor reserved." },
 		{ "djinn_vmu_text_entries", "gauge",
-		  "Text entries (deduplicated weights) held or cached.",
-		  v->seg[VMU_SEG_TEXT].entries },
+		  "Text entries (deduplicated weights) held or cached." },
 		{ "djinn_vmu_text_evictions_total", "counter",
-		  "Unreferenced text entries evicted under pressure.",
-		  v->text_evictions },
+		  "Unreferenced text entries evicted under pressure." },
 		{ "djinn_vmu_swapped_now_bytes", "gauge",
-		  "Host memory holding swapped-out regions now.",
-		  v->swapped_now },
+		  "Host memory holding swapped-out regions now." },
 		{ "djinn_vmu_admission_refusals_total", "counter",
-		  "Allocations refused: the memory could not be found.",
-		  v->admit_refusals },
+		  "Allocations refused: the memory could not be found." },
 		{ "djinn_vmu_quota_refusals_total", "counter",
-		  "Allocations refused by a session's or tenant's quota.",
-		  v->quota_refusals },
+		  "Allocations refused by a session's or tenant's quota." },
 		{ "djinn_vmu_pressure", "gauge",
-		  "Memory pressure: 0 normal, 1 warning, 2 critical.",
-		  v->pressure },
+		  "Memory pressure: 0 normal, 1 warning, 2 critical." },
 	};
 
-	for (size_t i = 0; i < sizeof(one_each) / sizeof(one_each[0]); i++) {
-		family(b, one_each[i].name, one_each[i].type, one_each[i].help);
-		dev_sample(b, one_each[i].name, dev, NULL, NULL,
-			   one_each[i].value);
+	if (!vs) {
+		b->oom = true;
+		return;
+	}
+	for (unsigned int d = 0; d < nd; d++)
+		vmu_get_stats(srv->dev[d].vmu, &vs[d]);
+	for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
+		family(b, families[i][0], families[i][1], families[i][2]);
+		for (unsigned int d = 0; d < nd; d++) {
+			const struct vmu_stats *v = &vs[d];
+			const uint64_t value[] = {
+				v->capacity,
+				v->free,
+				v->seg[VMU_SEG_TEXT].entries,
+				v->text_evictions,
+				v->swapped_now,
+				v->admit_refusals,
+				v->quota_refusals,
+				v->pressure,
+			};
+
+			dev_sample(b, families[i][0], srv->dev[d].name, NULL,
+				   NULL, value[i]);
+		}
 	}
 	family(b, "djinn_vmu_bytes", "gauge",
 	       "Device memory held now, by segment.");
-	for (int seg = 0; seg < VMU_NR_SEGS; seg++)
-		dev_sample(b, "djinn_vmu_bytes", dev, "segment",
-			   vmu_seg_name(seg), v->seg[seg].used);
+	for (unsigned int d = 0; d < nd; d++)
+		for (int seg = 0; seg < VMU_NR_SEGS; seg++)
+			dev_sample(b, "djinn_vmu_bytes", srv->dev[d].name,
+				   "segment", vmu_seg_name(seg),
+				   vs[d].seg[seg].used);
 	family(b, "djinn_vmu_swaps_total", "counter",
 	       "Data regions swapped to host memory (out) and back (in).");
-	dev_sample(b, "djinn_vmu_swaps_total", dev, "direction", "out",
-		   v->swap_outs);
-	dev_sample(b, "djinn_vmu_swaps_total", dev, "direction", "in",
-		   v->swap_ins);
+	for (unsigned int d = 0; d < nd; d++) {
+		dev_sample(b, "djinn_vmu_swaps_total", srv->dev[d].name,
+			   "direction", "out", vs[d].swap_outs);
+		dev_sample(b, "djinn_vmu_swaps_total", srv->dev[d].name,
+			   "direction", "in", vs[d].swap_ins);
+	}
 	family(b, "djinn_vmu_swapped_bytes_total", "counter",
 	       "Bytes swapped out and in.");
-	dev_sample(b, "djinn_vmu_swapped_bytes_total", dev, "direction", "out",
-		   v->swapped_out_bytes);
-	dev_sample(b, "djinn_vmu_swapped_bytes_total", dev, "direction", "in",
-		   v->swapped_in_bytes);
+	for (unsigned int d = 0; d < nd; d++) {
+		dev_sample(b, "djinn_vmu_swapped_bytes_total", srv->dev[d].name,
+			   "direction", "out", vs[d].swapped_out_bytes);
+		dev_sample(b, "djinn_vmu_swapped_bytes_total", srv->dev[d].name,
+			   "direction", "in", vs[d].swapped_in_bytes);
+	}
 	family(b, "djinn_executor_queue_depth", "gauge",
 	       "Jobs queued or running, by executor.");
-	dev_sample(b, "djinn_executor_queue_depth", dev, "executor", "graph",
-		   executor_depth(srv->exec));
-	dev_sample(b, "djinn_executor_queue_depth", dev, "executor", "mem",
-		   executor_depth(srv->mem));
+	for (unsigned int d = 0; d < nd; d++) {
+		dev_sample(b, "djinn_executor_queue_depth", srv->dev[d].name,
+			   "executor", "graph",
+			   executor_depth(srv->dev[d].exec));
+		dev_sample(b, "djinn_executor_queue_depth", srv->dev[d].name,
+			   "executor", "mem", executor_depth(srv->dev[d].mem));
+	}
+	free(vs);
 }
 
 long metrics_render(struct server *srv, char **out)
 {
 	struct sbuf b = { .cap = 16384 };
-	struct vmu_stats v;
 
 	b.p = malloc(b.cap);
 	if (!b.p)
@@ -340,8 +362,7 @@ long metrics_render(struct server *srv, char **out)
 	    (loop_now() - server_started_ns) / 1000000000ull);
 	render_sessions(&b, srv);
 	render_requests(&b, srv);
-	vmu_get_stats(srv->vmu, &v);
-	render_vmu(&b, srv, &v);
+	render_vmu(&b, srv);
 	if (b.oom) {
 		free(b.p);
 		return -ENOMEM;

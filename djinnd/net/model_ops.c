@@ -167,10 +167,9 @@ static struct model_env env_of(const struct exec_env *e)
 static void run_open(struct exec_job *job, const struct exec_env *env)
 {
 	struct mjob *mj = job->ctx;
-	struct server *srv = ((struct conn *)job->conn)->srv;
 
-	job->error = model_open(srv->models, job->s->vs, mj->name, &mj->hold,
-				job->msg, sizeof(job->msg));
+	job->error = model_open(job->s->dev->models, job->s->vs, mj->name,
+				&mj->hold, job->msg, sizeof(job->msg));
 }
 
 /* Copy the text tensor @handle, which must be a U8 vector of SHA-256
@@ -244,7 +243,6 @@ static int upload_src(const struct djinn_model_upload *r,
 static void run_open_upload(struct exec_job *job, const struct exec_env *env)
 {
 	struct mjob *mj = job->ctx;
-	struct server *srv = ((struct conn *)job->conn)->srv;
 	const struct djinn_model_upload *r = mj->upload;
 	uint32_t n = r->nr_files;
 	struct model_upload up = { .nr_files = n };
@@ -274,8 +272,8 @@ static void run_open_upload(struct exec_job *job, const struct exec_env *env)
 		up.files = (const void *const *)bufs;
 		up.lens = lens;
 	}
-	ret = model_open_uploaded(srv->models, job->s->vs, &up, &mj->hold,
-				  job->msg, sizeof(job->msg));
+	ret = model_open_uploaded(job->s->dev->models, job->s->vs, &up,
+				  &mj->hold, job->msg, sizeof(job->msg));
 out:
 	for (uint32_t i = 0; bufs && i <= n; i++)
 		free(bufs[i]);
@@ -674,7 +672,7 @@ static void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	memcpy(mj->name, r->name, n + 1);
 	/* Loading reads files: the memory executor's work. */
-	submit(c, hdr, s, mj, c->srv->mem, run_open);
+	submit(c, hdr, s, mj, s->dev->mem, run_open);
 }
 
 static void op_model_upload(struct conn *c, const struct djinn_hdr *hdr,
@@ -725,7 +723,7 @@ static void op_model_upload(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	memcpy(mj->upload, body, len);
 	/* Parsing and laying out the weights: the memory executor's. */
-	submit(c, hdr, s, mj, c->srv->mem, run_open_upload);
+	submit(c, hdr, s, mj, s->dev->mem, run_open_upload);
 	return;
 out:
 	session_put(s);
@@ -820,7 +818,7 @@ static void op_ctx_job(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	mj->o = o;
 	o->refs++;
-	submit(c, hdr, s, mj, c->srv->exec,
+	submit(c, hdr, s, mj, s->dev->exec,
 	       hdr->opcode == DJINN_OP_CTX_FORK ? run_fork : run_reset);
 }
 
@@ -895,7 +893,7 @@ static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 		memcpy(mj->tokens, r + 1, r->nr_tokens * sizeof(int32_t));
 	mj->o = o;
 	o->refs++;
-	submit(c, hdr, s, mj, c->srv->exec, run_step);
+	submit(c, hdr, s, mj, s->dev->exec, run_step);
 	return;
 out:
 	session_put(s);
@@ -921,7 +919,7 @@ static void op_ctx_resume(struct conn *c, const struct djinn_hdr *hdr,
 	mj->steer = r->hidden;
 	mj->o = o;
 	o->refs++;
-	submit(c, hdr, s, mj, c->srv->exec, run_resume);
+	submit(c, hdr, s, mj, s->dev->exec, run_resume);
 }
 
 void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
@@ -955,7 +953,7 @@ void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 	s = ops_req_session(c, hdr);
 	if (!s)
 		return;
-	if (!c->srv->models) {
+	if (!s->dev->models) {
 		conn_error(c, hdr, -EOPNOTSUPP, "this djinnd serves no models");
 		session_put(s);
 		return;
@@ -993,41 +991,82 @@ void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 /* ---------------------------------------------------------------------- */
 /* Admin */
 
+/* ADMIN_MODELS' entries sort by name, then device. */
+static int admin_model_cmp(const void *a, const void *b)
+{
+	const struct djinn_admin_model *x = a, *y = b;
+	int d = strcmp(x->name, y->name);
+
+	if (d)
+		return d;
+	return x->device < y->device ? -1 : x->device > y->device;
+}
+
 void op_admin_models(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		     uint64_t len)
 {
-	struct model_info *list = NULL;
-	struct djinn_admin_model *e;
+	struct server *srv = c->srv;
+	struct djinn_admin_model *e = NULL;
 	size_t n = 0, rlen;
 	uint32_t *r;
-	int ret = c->srv->models ? model_store_list(c->srv->models, &list, &n) :
-				   0;
+	int ret = 0;
 
+	/* Each device's store: a model opened on two is loaded on both. */
+	for (unsigned int d = 0; d < srv->nr_dev && !ret; d++) {
+		struct model_info *list = NULL;
+		struct djinn_admin_model *ne;
+		size_t k = 0;
+
+		if (!srv->dev[d].models)
+			continue;
+		ret = model_store_list(srv->dev[d].models, &list, &k);
+		if (ret || !k) {
+			free(list);
+			continue;
+		}
+		ne = realloc(e, (n + k) * sizeof(*e));
+		if (!ne) {
+			free(list);
+			ret = -ENOMEM;
+			break;
+		}
+		e = ne;
+		for (size_t i = 0; i < k; i++) {
+			struct djinn_admin_model *m = &e[n + i];
+
+			memset(m, 0, sizeof(*m));
+			memcpy(m->name, list[i].name, sizeof(m->name));
+			m->arch = list[i].arch == MODEL_GPT2 ? DJINN_ARCH_GPT2 :
+							       DJINN_ARCH_LLAMA;
+			m->dtype = list[i].dtype;
+			m->bytes = list[i].bytes;
+			m->holders = list[i].holders;
+			m->device = d;
+			memcpy(m->fp, list[i].fp, sizeof(m->fp));
+		}
+		n += k;
+		free(list);
+	}
 	if (ret) {
+		free(e);
 		conn_error(c, hdr, ret, "cannot list models");
 		return;
 	}
+	if (n)
+		qsort(e, n, sizeof(*e), admin_model_cmp);
 	rlen = 8 + n * sizeof(*e);
 	r = calloc(1, rlen);
 	if (!r) {
-		free(list);
+		free(e);
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return;
 	}
 	r[0] = (uint32_t)n;
-	e = (void *)(r + 2);
-	for (size_t i = 0; i < n; i++) {
-		memcpy(e[i].name, list[i].name, sizeof(e[i].name));
-		e[i].arch = list[i].arch == MODEL_GPT2 ? DJINN_ARCH_GPT2 :
-							 DJINN_ARCH_LLAMA;
-		e[i].dtype = list[i].dtype;
-		e[i].bytes = list[i].bytes;
-		e[i].holders = list[i].holders;
-		memcpy(e[i].fp, list[i].fp, sizeof(e[i].fp));
-	}
+	if (n)
+		memcpy(r + 2, e, n * sizeof(*e));
 	conn_reply(c, hdr, r, rlen, NULL, 0, NULL, NULL);
 	free(r);
-	free(list);
+	free(e);
 }
 
 void op_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
@@ -1035,6 +1074,7 @@ void op_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
 {
 	const struct djinn_admin_model_evict *r = (const void *)body;
 	char msg[DJINN_MAX_ERROR_MSG];
+	unsigned int evicted = 0;
 	size_t n;
 	int ret;
 
@@ -1046,11 +1086,34 @@ void op_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
 		return;
 	}
-	if (!c->srv->models) {
+	if (!c->srv->dev[0].models) {
 		conn_error(c, hdr, -ENOENT, "this djinnd serves no models");
 		return;
 	}
-	ret = model_store_evict(c->srv->models, r->name, msg, sizeof(msg));
+	/* From every device that has it unheld. -ENOENT where none has
+	 * it; the first refusal (-EBUSY: held) where none let it go. */
+	ret = -ENOENT;
+	msg[0] = 0;
+	for (unsigned int d = 0; d < c->srv->nr_dev; d++) {
+		char why[DJINN_MAX_ERROR_MSG - 32];
+		int r1 = model_store_evict(c->srv->dev[d].models, r->name, why,
+					   sizeof(why));
+
+		if (!r1)
+			evicted++;
+		else if (r1 == -ENOENT && !msg[0])
+			snprintf(msg, sizeof(msg), "%s", why);
+		else if (r1 != -ENOENT && ret == -ENOENT) {
+			ret = r1;
+			if (c->srv->nr_dev > 1)
+				snprintf(msg, sizeof(msg), "%s (device %u)",
+					 why, d);
+			else
+				snprintf(msg, sizeof(msg), "%s", why);
+		}
+	}
+	if (evicted)
+		ret = 0;
 	if (ret)
 		conn_error(c, hdr, ret, "%s", msg);
 	else

@@ -138,16 +138,19 @@ static void session_quota_error(struct conn *c, const struct djinn_hdr *hdr)
 static void op_hello(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		     uint64_t len)
 {
+	/* The first device's figures: with several, each session's are its
+	 * device's (ADMIN_VMU). */
+	const struct device *d = &c->srv->dev[0];
 	struct djinn_hello_resp r = {
 		.version = DJINN_PROTO_VERSION,
 		.max_payload = DJINN_MAX_PAYLOAD,
-		.capacity = c->srv->backend->provider->capacity,
-		.granularity = c->srv->backend->provider->granularity,
-		.features = (c->srv->models ? DJINN_FEAT_MODELS : 0) |
+		.capacity = d->backend->provider->capacity,
+		.granularity = d->backend->provider->granularity,
+		.features = (d->models ? DJINN_FEAT_MODELS : 0) |
 			    (c->srv->leases->ops->verify ? DJINN_FEAT_KMOD : 0),
 	};
 
-	snprintf(r.backend, sizeof(r.backend), "%s", c->srv->backend->name);
+	snprintf(r.backend, sizeof(r.backend), "%s", d->backend->name);
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
@@ -169,18 +172,23 @@ static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
 			    uint8_t *body, uint64_t len)
 {
 	const struct djinn_session_open *o = (const void *)body;
+	struct device *d;
 	struct session *s;
+	char msg[128];
 	int ret;
 
 	if (!ops_exact(c, hdr, len, sizeof(*o)))
 		return;
-	if (o->__reserved || !memchr(o->tenant, 0, sizeof(o->tenant))) {
-		conn_error(c, hdr, -EINVAL, "%s",
-			   o->__reserved ? "reserved field set" :
-					   "tenant not NUL-terminated");
+	if (!memchr(o->tenant, 0, sizeof(o->tenant))) {
+		conn_error(c, hdr, -EINVAL, "tenant not NUL-terminated");
 		return;
 	}
-	ret = session_create(c->srv, o->tenant, o->priority, o->lease_ns,
+	d = server_place(c->srv, o->device, msg, sizeof(msg));
+	if (!d) {
+		conn_error(c, hdr, -ENODEV, "%s", msg);
+		return;
+	}
+	ret = session_create(c->srv, d, o->tenant, o->priority, o->lease_ns,
 			     c->tcp ? (uid_t)-1 : c->cred.uid,
 			     c->tcp ? 0 : c->cred.pid, &s);
 	if (!ret) {
@@ -203,9 +211,11 @@ static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
 					    "cannot open a session");
 		return;
 	}
-	log_info("session %llu opened: tenant %s, priority %u, lease %llu ms",
+	log_info("session %llu opened: tenant %s, priority %u, lease %llu ms, "
+		 "device %u (%s)",
 		 (unsigned long long)s->id, s->tenant, s->priority,
-		 (unsigned long long)(s->lease_ns / 1000000));
+		 (unsigned long long)(s->lease_ns / 1000000), d->index,
+		 d->name);
 	session_reply(c, hdr, s, true);
 }
 
@@ -271,8 +281,9 @@ static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 					    strerror(-ret));
 		return;
 	}
-	ret = session_create(c->srv, ki.tenant, ki.priority, ki.lease_ns,
-			     c->cred.uid, c->cred.pid, &s);
+	ret = session_create(c->srv, server_place(c->srv, 0, NULL, 0),
+			     ki.tenant, ki.priority, ki.lease_ns, c->cred.uid,
+			     c->cred.pid, &s);
 	if (!ret) {
 		s->lease_kid = b->kernel_id;
 		ret = session_publish(c->srv, s);
@@ -412,8 +423,8 @@ uint64_t ops_defer(struct conn *c)
 }
 
 /* Refuse an allocation, saying what the device has. */
-static void alloc_error(struct conn *c, const struct djinn_hdr *hdr, int err,
-			uint64_t bytes)
+static void alloc_error(struct conn *c, const struct djinn_hdr *hdr,
+			struct vmu *vmu, int err, uint64_t bytes)
 {
 	char why[VMU_MSG_LEN];
 
@@ -421,8 +432,7 @@ static void alloc_error(struct conn *c, const struct djinn_hdr *hdr, int err,
 	 * allocation that cannot fit. */
 	if (err == -E2BIG)
 		err = -ENOMEM;
-	vmu_admit_check(c->srv->vmu, vmu_round(c->srv->vmu, bytes), why,
-			sizeof(why));
+	vmu_admit_check(vmu, vmu_round(vmu, bytes), why, sizeof(why));
 	conn_error(c, hdr, err, "cannot allocate %llu bytes: %s",
 		   (unsigned long long)bytes, why);
 }
@@ -451,16 +461,16 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->ctx = ctx;
 	*out = job;
 	s->mem_waits++;
-	executor_submit(c->srv->mem, job);
+	executor_submit(s->dev->mem, job);
 	return 0;
 }
 
 /* A client module's upload (DJINN_TENSOR_MODULE): a u8 vector of text,
  * to a backend that runs client kernels. */
 static int module_check(struct conn *c, const struct djinn_hdr *hdr,
-			const struct djinn_tensor_create *r)
+			struct session *s, const struct djinn_tensor_create *r)
 {
-	struct backend *b = c->srv->backend;
+	struct backend *b = s->dev->backend;
 
 	if (r->segment != DJINN_SEG_TEXT || r->desc.dtype != DJINN_DTYPE_U8 ||
 	    r->desc.ndim != 1) {
@@ -484,7 +494,7 @@ static int module_check(struct conn *c, const struct djinn_hdr *hdr,
 static int module_load(struct conn *c, const struct djinn_hdr *hdr,
 		       struct stream *st, bool created)
 {
-	struct backend *b = c->srv->backend;
+	struct backend *b = st->s->dev->backend;
 	struct vmu_provider *p = b->provider;
 	uint64_t len = vmu_text_size(st->t.text);
 	char msg[DJINN_MAX_ERROR_MSG];
@@ -510,7 +520,7 @@ static int module_load(struct conn *c, const struct djinn_hdr *hdr,
 	conn_error(c, hdr, ret, "%s", msg);
 	vmu_text_put(st->s->vs, st->t.text);
 	if (created)
-		vmu_text_evict(c->srv->vmu, st->fp);
+		vmu_text_evict(st->s->dev->vmu, st->fp);
 	return ret;
 }
 
@@ -531,7 +541,7 @@ static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 		return -EINVAL;
 	}
 	if (r->flags & DJINN_TENSOR_MODULE) {
-		ret = module_check(c, hdr, r);
+		ret = module_check(c, hdr, st->s, r);
 		if (ret)
 			return ret;
 		st->t.module = true;
@@ -565,7 +575,7 @@ static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 		return ret ? ret : 1;
 	}
 	if (ret)
-		alloc_error(c, hdr, ret, bytes);
+		alloc_error(c, hdr, st->s->dev->vmu, ret, bytes);
 	return ret;
 }
 
@@ -620,6 +630,7 @@ static int stream_write(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	st->pinned = true;
 	c->sink.addr = info.addr + io->offset;
+	c->sink.prov = st->s->dev->backend->provider;
 	return 0;
 }
 
@@ -632,7 +643,8 @@ static void stream_mem_done(struct conn *c, struct exec_job *job,
 	st->job = NULL;
 	if (job->error) {
 		if (st->create)
-			alloc_error(c, &c->hdr, job->error, job->mem.bytes);
+			alloc_error(c, &c->hdr, job->s->dev->vmu, job->error,
+				    job->mem.bytes);
 		else
 			conn_error(c, &c->hdr, job->error,
 				   "cannot make the tensor resident");
@@ -643,6 +655,7 @@ static void stream_mem_done(struct conn *c, struct exec_job *job,
 	st->t.region = job->mem.region;
 	st->pinned = true;
 	c->sink.addr = job->mem.addr + st->offset;
+	c->sink.prov = job->s->dev->backend->provider;
 	conn_stream_ready(c, 0);
 }
 
@@ -809,7 +822,7 @@ static void read_done(void *arg)
 static const void *read_source(struct conn *c, struct read_ctx *rc,
 			       uint64_t addr, int *err)
 {
-	struct vmu_provider *p = c->srv->backend->provider;
+	struct vmu_provider *p = rc->s->dev->backend->provider;
 
 	if (!p->device_only)
 		return (const void *)(uintptr_t)addr;
@@ -838,7 +851,7 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 	src = read_source(c, rc, job->mem.addr + rc->offset, &err);
 	if (!src) {
 		conn_error(c, &rc->hdr, err, "cannot copy the tensor from %s",
-			   c->srv->backend->name);
+			   rc->s->dev->name);
 		read_done(rc);
 		return;
 	}
@@ -919,7 +932,7 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 	src = read_source(c, rc, addr + io->offset, &ret);
 	if (!src) {
 		conn_error(c, hdr, ret, "cannot copy the tensor from %s",
-			   c->srv->backend->name);
+			   rc->s->dev->name);
 		read_done(rc);
 		return;
 	}
@@ -1065,7 +1078,7 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	conn_get(c);
 	job->t0 = ops_defer(c);
 	job->s->graphs_inflight++;
-	executor_submit(c->srv->exec, job);
+	executor_submit(job->s->dev->exec, job);
 	return;
 
 out_free:
@@ -1180,6 +1193,7 @@ static void op_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
 			.requests = s->requests,
 			.uid = (uint32_t)s->uid,
 			.pid = (int32_t)s->pid,
+			.device = s->dev->index,
 		};
 		memcpy(e[i].tenant, s->tenant, sizeof(e[i].tenant));
 		i++;
@@ -1209,14 +1223,14 @@ static void op_admin_kill(struct conn *c, const struct djinn_hdr *hdr,
 	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
 
-static void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr,
-			 uint8_t *body, uint64_t len)
+/* One device's entry of ADMIN_VMU's answer. */
+static void admin_vmu_fill(struct device *d, struct djinn_admin_vmu *out)
 {
 	struct djinn_admin_vmu r = { 0 };
 	struct vmu_stats st;
 
-	vmu_get_stats(c->srv->vmu, &st);
-	snprintf(r.device, sizeof(r.device), "%s", c->srv->backend->name);
+	vmu_get_stats(d->vmu, &st);
+	snprintf(r.device, sizeof(r.device), "%s", d->name);
 	r.capacity = st.capacity;
 	r.granularity = st.granularity;
 	r.committed = st.committed;
@@ -1237,7 +1251,23 @@ static void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr,
 	r.admits = st.admits;
 	r.admit_refusals = st.admit_refusals;
 	r.quota_refusals = st.quota_refusals;
-	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+	*out = r;
+}
+
+static void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr,
+			 uint8_t *body, uint64_t len)
+{
+	unsigned int n = c->srv->nr_dev;
+	struct djinn_admin_vmu *rs = calloc(n, sizeof(*rs));
+
+	if (!rs) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	for (unsigned int i = 0; i < n; i++)
+		admin_vmu_fill(&c->srv->dev[i], &rs[i]);
+	conn_reply(c, hdr, rs, n * sizeof(*rs), NULL, 0, NULL, NULL);
+	free(rs);
 }
 
 static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
@@ -1259,8 +1289,10 @@ static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
 		.bytes_out = st->bytes_out,
 		.graphs_run = st->graphs_run,
 		.graphs_failed = st->graphs_failed,
-		.queue_depth = executor_depth(c->srv->exec),
 	};
+
+	for (unsigned int i = 0; i < c->srv->nr_dev; i++)
+		r.queue_depth += executor_depth(c->srv->dev[i].exec);
 
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
@@ -1270,21 +1302,39 @@ static void op_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
 				  uint8_t *body, uint64_t len)
 {
 	struct djinn_admin_fault r = { 0 };
+	struct djinn_admin_fault_req q = { 0 };
+	struct device *d;
 	int ret;
 
+	if (len && !ops_exact(c, hdr, len, sizeof(q)))
+		return;
+	if (len)
+		memcpy(&q, body, sizeof(q));
+	if (q.__reserved) {
+		conn_error(c, hdr, -EINVAL, "reserved field set");
+		return;
+	}
+	if (q.device >= c->srv->nr_dev) {
+		conn_error(c, hdr, -ENODEV,
+			   "no device %u: this djinnd has %u device%s",
+			   q.device, c->srv->nr_dev,
+			   c->srv->nr_dev == 1 ? "" : "s");
+		return;
+	}
 	if (!c->srv->cfg.fault_injection) {
 		conn_error(c, hdr, -EPERM,
 			   "fault injection is off: start djinnd with "
 			   "--fault-injection (for tests only)");
 		return;
 	}
-	ret = server_fault_inject(c->srv, r.what, sizeof(r.what));
+	d = &c->srv->dev[q.device];
+	ret = server_fault_inject(c->srv, d, r.what, sizeof(r.what));
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", r.what);
 		return;
 	}
-	r.faults = __atomic_load_n(&c->srv->backend->faults, __ATOMIC_ACQUIRE);
-	snprintf(r.device, sizeof(r.device), "%s", c->srv->backend->name);
+	r.faults = __atomic_load_n(&d->backend->faults, __ATOMIC_ACQUIRE);
+	snprintf(r.device, sizeof(r.device), "%s", d->name);
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
@@ -1358,7 +1408,8 @@ static const struct op_desc op_table[] = {
 	OP(ADMIN_MODELS, "admin_models", op_admin_models, 0),
 	OP(ADMIN_MODEL_EVICT, "admin_model_evict", op_admin_model_evict,
 	   sizeof(struct djinn_admin_model_evict)),
-	OP(ADMIN_FAULT_INJECT, "admin_fault_inject", op_admin_fault_inject, 0),
+	OP(ADMIN_FAULT_INJECT, "admin_fault_inject", op_admin_fault_inject,
+	   sizeof(struct djinn_admin_fault_req)),
 };
 
 static const struct op_desc *op_desc(uint16_t op)

@@ -114,6 +114,7 @@ static int stab_add(struct server *srv, struct session *s)
 	srv->stab[bucket(srv, s->id)] = s;
 	list_add_tail(&s->node, &srv->sessions);
 	srv->nr_sessions++;
+	s->dev->nr_sessions++;
 	return 0;
 }
 
@@ -129,6 +130,7 @@ static void stab_del(struct server *srv, struct session *s)
 		*p = s->hnext;
 	list_del_init(&s->node);
 	srv->nr_sessions--;
+	s->dev->nr_sessions--;
 	if (u && !--u->n)
 		*u = srv->uids[--srv->nr_uids]; /* the last takes its place */
 }
@@ -153,8 +155,8 @@ struct session *session_get(struct server *srv, uint64_t id)
 
 static void rec_clear(struct result_rec *r);
 
-int session_create(struct server *srv, const char *tenant, uint32_t priority,
-		   uint64_t lease_ns, uid_t uid, pid_t pid,
+int session_create(struct server *srv, struct device *dev, const char *tenant,
+		   uint32_t priority, uint64_t lease_ns, uid_t uid, pid_t pid,
 		   struct session **out)
 {
 	struct session *s;
@@ -177,7 +179,7 @@ int session_create(struct server *srv, const char *tenant, uint32_t priority,
 	}
 	if (session_predictable_handles)
 		s->key = s->obj_key = 0;
-	ret = vmu_session_create(srv->vmu, tenant, &s->vs);
+	ret = vmu_session_create(dev->vmu, tenant, &s->vs);
 	if (ret) {
 		free(s);
 		return ret;
@@ -193,7 +195,8 @@ int session_create(struct server *srv, const char *tenant, uint32_t priority,
 	s->lease_ns = lease_ns;
 	s->uid = uid;
 	s->pid = pid;
-	s->epoch = __atomic_load_n(&srv->backend->faults, __ATOMIC_ACQUIRE);
+	s->dev = dev;
+	s->epoch = __atomic_load_n(&dev->backend->faults, __ATOMIC_ACQUIRE);
 	s->refs = 1; /* the table's */
 	s->free_slot = NO_SLOT;
 	pthread_mutex_init(&s->lock, NULL);
@@ -264,8 +267,8 @@ void session_end(struct server *srv, struct session *s,
 	s->reason = why;
 	stab_del(srv, s);
 	srv->leases->ops->close(srv->leases, s);
-	executor_cancel(srv->exec, s);
-	executor_cancel(srv->mem, s);
+	executor_cancel(s->dev->exec, s);
+	executor_cancel(s->dev->mem, s);
 	ops_session_ended(srv, s);
 	srv->st.sessions_ended[why]++;
 	log_info("session %llu (tenant %s) ended: %s",
@@ -277,16 +280,17 @@ void session_end(struct server *srv, struct session *s,
 int session_lost(struct server *srv, const struct session *s, char *msg,
 		 size_t msglen)
 {
-	uint64_t now = __atomic_load_n(&srv->backend->faults, __ATOMIC_ACQUIRE);
+	uint64_t now =
+		__atomic_load_n(&s->dev->backend->faults, __ATOMIC_ACQUIRE);
 	char why[256];
 
 	if (now == s->epoch)
 		return 0;
-	server_fault_info(srv, why, sizeof(why));
+	server_fault_info(s->dev, why, sizeof(why));
 	snprintf(msg, msglen,
 		 "session %llu: device state lost in a fault: %s fault %llu "
 		 "(%s); close the session and open a new one",
-		 (unsigned long long)s->id, srv->backend->name,
+		 (unsigned long long)s->id, s->dev->name,
 		 (unsigned long long)now, why);
 	return -EIO;
 }

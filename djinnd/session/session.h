@@ -19,9 +19,13 @@
  * threads resolve and register tensors. s->lock guards the tensor table
  * and the result record; references are atomic.
  *
- * Faults. A session records the device's fault count (backend.faults)
- * when it is made: its epoch. A device fault loses every session's
- * device memory at once (Documentation/cuda.rst), so once the count has
+ * Devices. A session lives on one device (struct device, server.h): its
+ * VMU session, its jobs (that device's executors), its models. It is
+ * placed when it is made and never moves.
+ *
+ * Faults. A session records its device's fault count (backend.faults)
+ * when it is made: its epoch. A device fault loses the device memory of
+ * every session on that device at once (Documentation/cuda.rst), so once the count has
  * moved on, session_lost() says so and the request layer fails every
  * request of the session but closing and heartbeats with -EIO until the
  * client closes it. Sessions made after the fault are not touched.
@@ -40,6 +44,7 @@
 #include "vmu/vmu.h"
 
 struct server;
+struct device;
 struct lease_provider;
 
 enum session_end_reason {
@@ -99,9 +104,10 @@ struct session {
 	uint64_t requests;
 	uint32_t graphs_inflight; /* the I/O thread's count */
 	uint32_t mem_waits; /* EXEC_MEM jobs in flight (I/O thread) */
-	uint64_t epoch; /* backend.faults when it was made */
+	uint64_t epoch; /* its backend's faults when it was made */
 
-	struct vmu_session *vs;
+	struct device *dev; /* where its memory and work are */
+	struct vmu_session *vs; /* in dev's VMU */
 	int refs; /* atomic */
 	bool dead;
 	enum session_end_reason reason;
@@ -132,10 +138,10 @@ struct session {
  * can name the tensors they made. Never set in djinnd. */
 extern bool session_predictable_handles;
 
-/* Make a session for @tenant (validated: 1 to 63 printable bytes), not
- * yet in the table. */
-int session_create(struct server *srv, const char *tenant, uint32_t priority,
-		   uint64_t lease_ns, uid_t uid, pid_t pid,
+/* Make a session for @tenant (validated: 1 to 63 printable bytes) on
+ * device @dev (server_place()), not yet in the table. */
+int session_create(struct server *srv, struct device *dev, const char *tenant,
+		   uint32_t priority, uint64_t lease_ns, uid_t uid, pid_t pid,
 		   struct session **out);
 /* Sessions open now whose peer is @uid (TCP peers: (uid_t)-1). */
 unsigned int session_uid_sessions(struct server *srv, uid_t uid);
@@ -150,7 +156,7 @@ void session_end(struct server *srv, struct session *s,
 		 enum session_end_reason why);
 const char *session_reason_name(enum session_end_reason why);
 
-/* Whether a device fault has lost @s's device state since it was made:
+/* Whether a fault of its device has lost @s's state since it was made:
  * 0, or -EIO with "session ID: device state lost in a fault: ..." naming
  * the device and the fault in @msg. */
 int session_lost(struct server *srv, const struct session *s, char *msg,

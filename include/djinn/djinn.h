@@ -174,6 +174,19 @@ int djinn_session_open(struct djinn_conn *conn,
 		       struct djinn_session **out);
 
 /*
+ * The same on device @device of a djinnd that drives several (its index,
+ * as `djinnctl vmu` lists them), or -1 to let djinnd choose: the device
+ * with the most free memory. djinn_session_open() is this with
+ * $DJINN_DEVICE (a decimal index; unset: -1; anything else: -EINVAL).
+ * -ENODEV (djinn_last_error() says how many there are) for a device
+ * djinnd does not have. A session asking for a device is opened over
+ * the socket, never on /dev/djinn.
+ */
+int djinn_session_open_on(struct djinn_conn *conn,
+			  const struct djinn_session_opts *opts, int device,
+			  struct djinn_session **out);
+
+/*
  * Use on @conn the session @id opened elsewhere (another connection, or
  * this program before it reconnected), proving it with its @token
  * (DJINN_SESSION_TOKEN_LEN bytes, read during the call). -EPERM for a

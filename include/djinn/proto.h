@@ -258,13 +258,21 @@ static_assert(sizeof(struct djinn_hello_resp) == 48, "hello layout");
  * struct djinn_session_open - SESSION_OPEN request
  * @tenant:    NUL-terminated name, 1 to 63 bytes
  * @priority:  0 (lowest) to 7; default 4
+ * @device:    0 lets the server place the session (on the device with
+ *             the most free memory); N + 1 asks for device N, one of
+ *             the server's (0 to its device count - 1; see
+ *             Documentation/djinnd.rst, "Devices"): a device it does
+ *             not have is -ENODEV. The session stays there: its
+ *             tensors, graphs and models are that device's. The answer
+ *             does not say which device was chosen: ADMIN_SESSIONS does
+ *             (djinn_admin_session.device)
  * @lease_ns:  lease period; 0 asks for the server's default; the server
  *             clamps it to its limits and says what it chose
  */
 struct djinn_session_open {
 	char tenant[DJINN_TENANT_MAX];
 	__u32 priority;
-	__u32 __reserved;
+	__u32 device;
 	__u64 lease_ns;
 };
 static_assert(sizeof(struct djinn_session_open) == 80, "open layout");
@@ -859,8 +867,10 @@ struct djinn_admin_session {
 	__u64 requests;
 	__u32 uid;
 	__s32 pid; /* 0 over TCP */
+	__u32 device; /* the device it is on: an index of ADMIN_VMU's */
+	__u32 __reserved;
 };
-static_assert(sizeof(struct djinn_admin_session) == 152, "admin session");
+static_assert(sizeof(struct djinn_admin_session) == 160, "admin session");
 
 /* ADMIN_KILL request: end a session (reason "killed"). */
 struct djinn_admin_kill {
@@ -877,7 +887,11 @@ struct djinn_admin_seg {
 static_assert(sizeof(struct djinn_admin_seg) == 24, "admin seg");
 
 /**
- * struct djinn_admin_vmu - ADMIN_VMU response: the device's memory
+ * struct djinn_admin_vmu - ADMIN_VMU response: a device's memory
+ *
+ * The response is one struct per device, in device index order (the
+ * index a session names in djinn_session_open.device, minus one): as
+ * many as its length holds. A djinnd with one device answers one.
  */
 struct djinn_admin_vmu {
 	char device[16];
@@ -928,7 +942,8 @@ static_assert(sizeof(struct djinn_admin_stats) == 120, "admin stats");
  * struct djinn_admin_model - one entry of ADMIN_MODELS' response
  *
  * The response payload is a __u32 count, __u32 zero, then the entries,
- * sorted by name: every model loaded, held or not.
+ * sorted by name, then device: every model loaded, held or not, once per
+ * device that has loaded it (each device loads its own copy).
  */
 struct djinn_admin_model {
 	char name[DJINN_MODEL_NAME_MAX];
@@ -936,12 +951,13 @@ struct djinn_admin_model {
 	__u32 dtype;
 	__u64 bytes;
 	__u32 holders; /* sessions holding it */
-	__u32 __reserved;
+	__u32 device; /* the device that holds it */
 	__u8 fp[DJINN_FP_LEN];
 };
 static_assert(sizeof(struct djinn_admin_model) == 120, "admin model");
 
-/* ADMIN_MODEL_EVICT request: drop an unheld model (-EBUSY if held). */
+/* ADMIN_MODEL_EVICT request: drop an unheld model from every device that
+ * has it loaded (-EBUSY if held on every one that has it). */
 struct djinn_admin_model_evict {
 	char name[DJINN_MODEL_NAME_MAX];
 };
@@ -953,7 +969,8 @@ static_assert(sizeof(struct djinn_admin_model_evict) == 64, "model evict");
  * @device: "cpu", "cuda:0"
  * @what:   the fault, in words
  *
- * For tests. The request has no payload. A daemon started without
+ * For tests. The request has no payload (device 0), or a struct
+ * djinn_admin_fault_req naming the device. A daemon started without
  * --fault-injection refuses it with -EPERM. Otherwise the device faults:
  * on a GPU for real (a kernel stores to address 0, and the context is
  * recovered as after any fault), on the CPU simulated (its memory
@@ -961,6 +978,14 @@ static_assert(sizeof(struct djinn_admin_model_evict) == 64, "model evict");
  * (see -EIO in DOC: errors), its text is not deduplicated against, and
  * models loaded before it load again on their next open.
  */
+/* ADMIN_FAULT_INJECT's optional request: the device (an index of
+ * ADMIN_VMU's answer; one it does not have is -ENODEV). */
+struct djinn_admin_fault_req {
+	__u32 device;
+	__u32 __reserved;
+};
+static_assert(sizeof(struct djinn_admin_fault_req) == 8, "fault req");
+
 struct djinn_admin_fault {
 	__u64 faults;
 	char device[32];

@@ -35,7 +35,7 @@ static void drain(int peer, bool (*done)(void))
 
 static bool idle(void)
 {
-	return !executor_depth(srv.exec);
+	return !server_depth(&srv);
 }
 
 static bool no_conns(void)
@@ -95,7 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	close(sv[1]);
 	/* Every session is gone: nothing may stay charged but cached text
 	 * and the executor's idle stack. */
-	vmu_get_stats(srv.vmu, &st);
+	vmu_get_stats(srv.dev[0].vmu, &st);
 	if (st.seg[VMU_SEG_DATA].used || st.reserved || srv.nr_conns)
 		abort();
 	return 0;

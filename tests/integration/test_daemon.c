@@ -1156,10 +1156,10 @@ static void test_reserved_header(void **state)
 	hello(fd);
 	assert_int_equal(sessions_now(fx, NULL), 0);
 
-	/* A reserved field in a payload */
-	o.__reserved = 1;
-	call_err(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), -EINVAL,
-		 "reserved");
+	/* A device this djinnd does not have (it has one) */
+	o.device = 2;
+	call_err(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), -ENODEV,
+		 "no device 1: this djinnd has 1 device (0 to 0)");
 	close(fd);
 	check_health(fx, 0);
 }

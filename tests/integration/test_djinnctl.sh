@@ -175,11 +175,11 @@ ok "sessions $alice, $bob and $carol open"
 
 if run 0 "session list" session list; then
 	expect "list: header" \
-		'^ID +TENANT +PRIO +PHASE +LEASE +DATA +RESIDENT +SWAPPED +TEXT +TENSORS +REQS +UID +PID$' \
+		'^ID +TENANT +PRIO +PHASE +LEASE +DATA +RESIDENT +SWAPPED +TEXT +TENSORS +REQS +UID +PID +DEV$' \
 		"$dir/out"
 	n=$(wc -l <"$dir/out")
 	[ "$n" -eq 4 ] || fail "list: $n lines, expected a header and 3 sessions"
-	# ID TENANT PRIO PHASE LEASE DATA RESIDENT SWAPPED TEXT TENSORS REQS UID PID
+	# ID TENANT PRIO PHASE LEASE DATA RESIDENT SWAPPED TEXT TENSORS REQS UID PID DEV
 	if awk -v id="$alice" -v uid="$uid" -v pid="$hpid" '
 		$1 == id {
 			found = 1
@@ -187,7 +187,8 @@ if run 0 "session list" session list; then
 			if ($2 != "alice" || $3 != 5 || $4 != "decode" ||
 			    $5 !~ /^[0-9]+ms$/ || lease + 0 <= 0 ||
 			    lease + 0 > 10000 || $6 != "4Mi" || $7 != "4Mi" ||
-			    $8 != "0B" || $10 != 1 || $12 != uid || $13 != pid)
+			    $8 != "0B" || $10 != 1 || $12 != uid || $13 != pid ||
+			    $14 != 0)
 				exit 1
 		}
 		END { exit !found }' "$dir/out"; then
@@ -213,6 +214,7 @@ assert a["lease_ns"] == 10 * 10**9
 assert 0 < a["lease_left_ms"] <= 10000
 assert a["deadline_ns"] > 0 and a["requests"] >= 3
 assert a["uid"] == int(args[1]) and a["pid"] == int(args[2])
+assert a["device"] == 0
 assert by["bob"]["priority"] == 1 and by["carol"]["phase"] == "unknown"
 ' "$alice" "$uid" "$hpid"
 	[ "$(wc -l <"$dir/out")" -eq 1 ] || fail "list -j: not one line"
@@ -314,6 +316,9 @@ if run 0 "stats" stats; then
 	expect "stats: requests" '^requests: +[0-9]+, [0-9]+ errors$' "$dir/out"
 	expect "stats: graphs" '^graphs: +0 run, 0 failed$' "$dir/out"
 	expect "stats: queue" '^queue depth: +0$' "$dir/out"
+	expect "stats: the device" \
+		'^device 0: +cpu, 64Mi, [0-9.]+[KM]i free; text [0-9.]+[KMG]?i?B?, data 4Mi, stack [0-9.]+[KMG]?i?B?$' \
+		"$dir/out"
 fi
 if run 0 "stats -j" --json st; then
 	py "stats -j: the counters" '
@@ -322,6 +327,10 @@ assert j["sessions_killed"] == 1 and j["sessions_expired"] == 0
 assert j["uptime_ns"] > 0 and j["conns"] >= 1
 assert j["requests"] > 0 and j["errors"] >= 1 and j["bytes_in"] > 0
 assert j["graphs_run"] == 0 and j["queue_depth"] == 0
+d = j["devices"]
+assert len(d) == 1 and d[0]["index"] == 0 and d[0]["device"] == "cpu", d
+assert d[0]["capacity"] == 64 << 20 and 0 < d[0]["free"] < d[0]["capacity"]
+assert d[0]["segments"]["data"]["used"] == 4 << 20
 '
 fi
 
@@ -329,7 +338,7 @@ fi
 
 if run 0 "model list, none loaded" model list; then
 	expect "model list: the header" \
-		'^NAME +ARCH +DTYPE +SIZE +HOLDERS +FINGERPRINT$' "$dir/out"
+		'^NAME +ARCH +DTYPE +SIZE +HOLDERS +DEV +FINGERPRINT$' "$dir/out"
 	n=$(wc -l <"$dir/out")
 	[ "$n" -eq 1 ] || fail "model list: $n lines with no model loaded"
 fi
@@ -351,7 +360,7 @@ fp=$(awk '$1 == "fingerprint:" { print $2 }' "$dir/info")
 bytes=$(awk '$1 == "bytes:" { print $2 }' "$dir/info")
 if run 0 "model list" model list; then
 	expect "model list: tiny-gpt2, held once" \
-		"^tiny-gpt2 +gpt2 +f32 +[0-9.]+[KM]i +1  $(echo "$fp" | cut -c1-12)\$" \
+		"^tiny-gpt2 +gpt2 +f32 +[0-9.]+[KM]i +1 +0  $(echo "$fp" | cut -c1-12)\$" \
 		"$dir/out"
 fi
 if run 0 "model list -j" -j model; then
@@ -359,7 +368,7 @@ if run 0 "model list -j" -j model; then
 assert len(j) == 1, j
 m = j[0]
 assert m["name"] == "tiny-gpt2" and m["arch"] == "gpt2", m
-assert m["dtype"] == "f32" and m["holders"] == 1, m
+assert m["dtype"] == "f32" and m["holders"] == 1 and m["device"] == 0, m
 assert m["bytes"] == int(args[0]) and m["fingerprint"] == args[1], m
 ' "$bytes" "$fp"
 fi
