@@ -18,7 +18,8 @@
  * - a model opened on both devices is loaded once on each, and both
  *   generate the same tokens;
  * - a fault of device 1 loses its sessions only;
- * - djinnctl vmu, stats, session list and model list show both devices;
+ * - djinnctl vmu, stats, session list and model list show both devices,
+ *   and the metrics have a sample per device;
  * - the daemon stops cleanly.
  */
 #include <errno.h>
@@ -724,6 +725,42 @@ static void test_djinnctl(void **state)
 	assert_int_equal(djinn_session_close(s1), 0);
 }
 
+/* The metrics: a sample per device, each with its own figures. */
+static void test_metrics(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_session *s1 = open_on(fx, 1);
+	struct djinn_tensor *t = zeros(s1, MiB); /* 4 MiB on device 1 */
+	const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+	size_t cap = 1 << 20, len = 0;
+	char *buf = malloc(cap);
+	long n;
+	int fd;
+
+	assert_non_null(t);
+	assert_non_null(buf);
+	fd = dj_connect_tcp(fx->d.metrics_port);
+	assert_true(fd >= 0);
+	assert_int_equal(dj_write(fd, req, sizeof(req) - 1, DJ_TIMEOUT_MS), 0);
+	while (len < cap - 1 &&
+	       (n = dj_read(fd, buf + len, 1, DJ_TIMEOUT_MS)) == 1)
+		len++;
+	buf[len] = 0;
+	close(fd);
+	assert_non_null(strstr(buf, " 200 "));
+	assert_non_null(strstr(
+		buf, "djinn_vmu_capacity_bytes{device=\"cpu:0\"} 67108864\n"
+		     "djinn_vmu_capacity_bytes{device=\"cpu:1\"} 67108864\n"));
+	assert_non_null(strstr(buf, "djinn_vmu_bytes{device=\"cpu:0\","
+				    "segment=\"data\"} 0\n"));
+	assert_non_null(strstr(buf, "djinn_vmu_bytes{device=\"cpu:1\","
+				    "segment=\"data\"} 4194304\n"));
+	assert_non_null(strstr(buf, "djinn_executor_queue_depth{device="
+				    "\"cpu:1\",executor=\"mem\"} 0\n"));
+	free(buf);
+	assert_int_equal(djinn_session_close(s1), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -744,6 +781,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fault_one_device, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_djinnctl, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_metrics, fx_setup,
 						fx_teardown),
 	};
 
