@@ -181,7 +181,8 @@ static int signals_init(struct server *srv)
  * default). On the CPU, "all" is one device, and each index named makes
  * a CPU device of its own (its own --cpu-mem of memory, its executors
  * and kernel threads; they share the cores): for tests and for
- * partitioning memory. *@nr: the devices, their backends in @out.
+ * partitioning memory. When auto falls back to the CPU, the indices
+ * named GPUs: one CPU device. *@nr: the devices, their backends in @out.
  */
 static int backends_open(const struct server_config *cfg, struct backend **out,
 			 unsigned int *ordinals, unsigned int *nr, bool *cpu)
@@ -189,6 +190,7 @@ static int backends_open(const struct server_config *cfg, struct backend **out,
 	bool want_cuda = !strcmp(cfg->backend, "cuda");
 	bool is_auto = !strcmp(cfg->backend, "auto");
 	unsigned int n = 0, k = 0;
+	uint64_t mask;
 	char msg[512], why[600];
 	int ret = -ENODEV;
 
@@ -243,9 +245,11 @@ no_cuda:
 	}
 	log_notice("backend auto: %s: using the cpu", why);
 cpu:
+	/* auto's fallback: the devices named were GPUs; one CPU device */
+	mask = is_auto ? 0 : cfg->devices;
 	*cpu = true;
 	for (unsigned int i = 0; i < 64; i++) {
-		if (cfg->devices ? !(cfg->devices & (1ull << i)) : i > 0)
+		if (mask ? !(mask & (1ull << i)) : i > 0)
 			continue;
 		ret = cpu_backend_create(cfg->cpu_mem, cfg->threads, &out[k]);
 		if (ret) {

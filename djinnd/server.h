@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The daemon's state, shared by its parts: the I/O loop and connections
- * (net/), sessions and leases (session/), the executor (exec/) and the
- * device (backend/, vmu/). Only the I/O thread touches connections and
- * the session table; executor threads meet it through the executor's
- * queues and eventfd.
+ * (net/), sessions and leases (session/), and the devices (struct device:
+ * each a backend/, a vmu/, its executors, exec/, and its model store).
+ * Only the I/O thread touches connections and the session table;
+ * executor threads meet it through the executor's queues and eventfd.
  */
 #ifndef DJINN_SERVER_H
 #define DJINN_SERVER_H
