@@ -445,94 +445,7 @@ static int op_concat(struct cpu_backend *cb, const struct djinn_node *node,
 	return ret;
 }
 
-/*
- * ATTENTION (enum djinn_attn_layout): q (B,H,T,D), k (B,Hk,S,D),
- * v (B,Hk,S,Dv) -> (B,H,T,Dv); or q (T,H,D), k (Sn,Hk,D), v (Sn,Hk,Dv)
- * -> (T,H,Dv) after a cache (P, R, Hk D) read in place.
- */
-static int attn_shape(const struct djinn_node *node, const struct dj_tensor *in,
-		      const struct djinn_tensor_desc *o, struct cpu_attn *a,
-		      char *msg, size_t msglen)
-{
-	const struct djinn_p_attention *p = &node->params.attention;
-	const struct djinn_tensor_desc *q = &in[0].desc, *k = &in[1].desc;
-	const struct djinn_tensor_desc *v = &in[2].desc;
-	bool tok = p->layout == DJINN_ATTN_TOKENS;
-	unsigned int nd = tok ? 3 : 4, ti = tok ? 0 : 2; /* T's dim; H's 1 */
-	size_t P = 0;
-
-	if (p->layout > DJINN_ATTN_TOKENS || (node->nr_inputs > 3 && !tok))
-		return errmsg(msg, msglen, -EINVAL, "layout %u with %u inputs",
-			      p->layout, node->nr_inputs);
-	if (q->ndim != nd || k->ndim != nd || v->ndim != nd || o->ndim != nd)
-		return errmsg(msg, msglen, -EINVAL, "q, k, v are not %u-d", nd);
-	if (node->nr_inputs > 3) {
-		const struct djinn_tensor_desc *c = &in[3].desc;
-
-		if (c->dtype != q->dtype || c->ndim != 3 ||
-		    c->dims[2] != k->dims[1] * k->dims[2] ||
-		    v->dims[2] != k->dims[2] || p->cache_k >= c->dims[1] ||
-		    p->cache_v >= c->dims[1])
-			return errmsg(msg, msglen, -EINVAL,
-				      "the cache does not fit k and v");
-		P = c->dims[0];
-	} else if (p->cache_k || p->cache_v) {
-		return errmsg(msg, msglen, -EINVAL, "cache slots, no cache");
-	}
-	*a = (struct cpu_attn){
-		.B = tok ? 1 : q->dims[0],
-		.H = q->dims[1],
-		.T = q->dims[ti],
-		.S = P + k->dims[ti],
-		.D = q->dims[nd - 1],
-		.Dv = v->dims[nd - 1],
-		.Hk = k->dims[1],
-		.P = P,
-		.scale = p->scale,
-		.causal = p->causal,
-	};
-	if ((!tok && (k->dims[0] != a->B || v->dims[0] != a->B ||
-		      o->dims[0] != a->B || v->dims[2] != a->S)) ||
-	    (tok && (v->dims[0] != a->S - P || o->dims[0] != a->T)) || !a->Hk ||
-	    a->H % a->Hk || v->dims[1] != a->Hk || k->dims[nd - 1] != a->D ||
-	    o->dims[1] != a->H || o->dims[ti] != a->T ||
-	    o->dims[nd - 1] != a->Dv)
-		return errmsg(msg, msglen, -EINVAL,
-			      "q, k, v, result shapes do not agree");
-	if (p->causal > 1 || (a->causal && a->T > a->S))
-		return errmsg(msg, msglen, -EINVAL,
-			      "causal %u with %zu queries, %zu keys", p->causal,
-			      a->T, a->S);
-	if (!isfinite(a->scale))
-		return errmsg(msg, msglen, -EINVAL, "scale %g",
-			      (double)a->scale);
-	if (a->scale == 0.0f)
-		a->scale = a->D ? 1.0f / sqrtf((float)a->D) : 1.0f;
-	/* strides in elements: (b, h, t) for q and out, (b, g, s) for k, v */
-	if (tok) {
-		size_t qs[3] = { 0, a->D, a->H * a->D };
-		size_t ks[3] = { 0, a->D, a->Hk * a->D };
-		size_t vs[3] = { 0, a->Dv, a->Hk * a->Dv };
-		size_t os[3] = { 0, a->Dv, a->H * a->Dv };
-
-		memcpy(a->qs, qs, sizeof(qs));
-		memcpy(a->ks, ks, sizeof(ks));
-		memcpy(a->vs, vs, sizeof(vs));
-		memcpy(a->os, os, sizeof(os));
-	} else {
-		size_t qs[3] = { a->H * a->T * a->D, a->T * a->D, a->D };
-		size_t ks[3] = { a->Hk * a->S * a->D, a->S * a->D, a->D };
-		size_t vs[3] = { a->Hk * a->S * a->Dv, a->S * a->Dv, a->Dv };
-		size_t os[3] = { a->H * a->T * a->Dv, a->T * a->Dv, a->Dv };
-
-		memcpy(a->qs, qs, sizeof(qs));
-		memcpy(a->ks, ks, sizeof(ks));
-		memcpy(a->vs, vs, sizeof(vs));
-		memcpy(a->os, os, sizeof(os));
-	}
-	return 0;
-}
-
+/* ATTENTION (enum djinn_attn_layout): see cpu_attn_init() */
 static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 			const struct dj_tensor *in, const struct dj_tensor *out,
 			char *msg, size_t msglen)
@@ -549,7 +462,7 @@ static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 	if (in[1].desc.dtype != q->dtype || in[2].desc.dtype != q->dtype ||
 	    out->desc.dtype != q->dtype)
 		return errmsg(msg, msglen, -EINVAL, "dtypes differ");
-	ret = attn_shape(node, in, &out->desc, &a, msg, msglen);
+	ret = cpu_attn_init(&a, node, in, &out->desc, msg, msglen);
 	if (ret)
 		return ret;
 	ret = f32_begin(cb, in, 3, out, &f, msg, msglen);
@@ -557,13 +470,11 @@ static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 		return ret;
 	if (a.P) {
 		/* The cache's two slots only: f32 in place, else widened */
-		size_t W = a.Hk * a.D, R = in[3].desc.dims[1];
-		size_t es = djinn_dtype_size(q->dtype);
+		size_t W = a.Hk * a.D, es = djinn_dtype_size(q->dtype);
 		const uint8_t *c = ptr(&in[3]);
 
 		a.kc = (const float *)(c + p->cache_k * W * es);
 		a.vc = (const float *)(c + p->cache_v * W * es);
-		a.cs = R * W;
 		if (q->dtype != DJINN_DTYPE_F32) {
 			cache = malloc(2 * a.P * W * sizeof(float));
 			if (!cache) {

@@ -210,6 +210,16 @@ struct cpu_attn {
 	bool causal;
 };
 
+/*
+ * An ATTENTION node's struct cpu_attn from its inputs' and result's descs
+ * (enum djinn_attn_layout): q (B,H,T,D), k (B,Hk,S,D), v (B,Hk,S,Dv) ->
+ * (B,H,T,Dv); or q (T,H,D), k (Sn,Hk,D), v (Sn,Hk,Dv) -> (T,H,Dv) after a
+ * cache (P, R, Hk D), in[3], whose slots the caller points kc and vc at.
+ * -EINVAL with the reason in @msg. The CUDA backend's too.
+ */
+int cpu_attn_init(struct cpu_attn *a, const struct djinn_node *node,
+		  const struct dj_tensor *in, const struct djinn_tensor_desc *o,
+		  char *msg, size_t msglen);
 int cpu_attention(struct cpu_pool *p, float *out, const float *q,
 		  const float *k, const float *v, const struct cpu_attn *a);
 

@@ -396,6 +396,91 @@ CPU_SIMD static int attn_heads(void *arg, size_t lo, size_t hi)
 /* Queries a head from which attn_heads() beats attn_rows() */
 #define ATTN_GEMM_T 16
 
+int cpu_attn_init(struct cpu_attn *a, const struct djinn_node *node,
+		  const struct dj_tensor *in, const struct djinn_tensor_desc *o,
+		  char *msg, size_t msglen)
+{
+	const struct djinn_p_attention *p = &node->params.attention;
+	const struct djinn_tensor_desc *q = &in[0].desc, *k = &in[1].desc;
+	const struct djinn_tensor_desc *v = &in[2].desc;
+	bool tok = p->layout == DJINN_ATTN_TOKENS;
+	unsigned int nd = tok ? 3 : 4, ti = tok ? 0 : 2; /* T's dim; H's 1 */
+	size_t P = 0, cs = 0;
+
+	if (p->layout > DJINN_ATTN_TOKENS || (node->nr_inputs > 3 && !tok))
+		return errmsg(msg, msglen, -EINVAL, "layout %u with %u inputs",
+			      p->layout, node->nr_inputs);
+	if (q->ndim != nd || k->ndim != nd || v->ndim != nd || o->ndim != nd)
+		return errmsg(msg, msglen, -EINVAL, "q, k, v are not %u-d", nd);
+	if (node->nr_inputs > 3) {
+		const struct djinn_tensor_desc *c = &in[3].desc;
+
+		if (c->dtype != q->dtype || c->ndim != 3 ||
+		    c->dims[2] != k->dims[1] * k->dims[2] ||
+		    v->dims[2] != k->dims[2] || p->cache_k >= c->dims[1] ||
+		    p->cache_v >= c->dims[1])
+			return errmsg(msg, msglen, -EINVAL,
+				      "the cache does not fit k and v");
+		P = c->dims[0];
+		cs = c->dims[1] * c->dims[2];
+	} else if (p->cache_k || p->cache_v) {
+		return errmsg(msg, msglen, -EINVAL, "cache slots, no cache");
+	}
+	*a = (struct cpu_attn){
+		.B = tok ? 1 : q->dims[0],
+		.H = q->dims[1],
+		.T = q->dims[ti],
+		.S = P + k->dims[ti],
+		.D = q->dims[nd - 1],
+		.Dv = v->dims[nd - 1],
+		.Hk = k->dims[1],
+		.P = P,
+		.cs = cs,
+		.scale = p->scale,
+		.causal = p->causal,
+	};
+	if ((!tok && (k->dims[0] != a->B || v->dims[0] != a->B ||
+		      o->dims[0] != a->B || v->dims[2] != a->S)) ||
+	    (tok && (v->dims[0] != a->S - P || o->dims[0] != a->T)) || !a->Hk ||
+	    a->H % a->Hk || v->dims[1] != a->Hk || k->dims[nd - 1] != a->D ||
+	    o->dims[1] != a->H || o->dims[ti] != a->T ||
+	    o->dims[nd - 1] != a->Dv)
+		return errmsg(msg, msglen, -EINVAL,
+			      "q, k, v, result shapes do not agree");
+	if (p->causal > 1 || (a->causal && a->T > a->S))
+		return errmsg(msg, msglen, -EINVAL,
+			      "causal %u with %zu queries, %zu keys", p->causal,
+			      a->T, a->S);
+	if (!isfinite(a->scale))
+		return errmsg(msg, msglen, -EINVAL, "scale %g",
+			      (double)a->scale);
+	if (a->scale == 0.0f)
+		a->scale = a->D ? 1.0f / sqrtf((float)a->D) : 1.0f;
+	/* strides in elements: (b, h, t) for q and out, (b, g, s) for k, v */
+	if (tok) {
+		size_t qs[3] = { 0, a->D, a->H * a->D };
+		size_t ks[3] = { 0, a->D, a->Hk * a->D };
+		size_t vs[3] = { 0, a->Dv, a->Hk * a->Dv };
+		size_t os[3] = { 0, a->Dv, a->H * a->Dv };
+
+		memcpy(a->qs, qs, sizeof(qs));
+		memcpy(a->ks, ks, sizeof(ks));
+		memcpy(a->vs, vs, sizeof(vs));
+		memcpy(a->os, os, sizeof(os));
+	} else {
+		size_t qs[3] = { a->H * a->T * a->D, a->T * a->D, a->D };
+		size_t ks[3] = { a->Hk * a->S * a->D, a->S * a->D, a->D };
+		size_t vs[3] = { a->Hk * a->S * a->Dv, a->S * a->Dv, a->Dv };
+		size_t os[3] = { a->H * a->T * a->Dv, a->T * a->Dv, a->Dv };
+
+		memcpy(a->qs, qs, sizeof(qs));
+		memcpy(a->ks, ks, sizeof(ks));
+		memcpy(a->vs, vs, sizeof(vs));
+		memcpy(a->os, os, sizeof(os));
+	}
+	return 0;
+}
+
 int cpu_attention(struct cpu_pool *p, float *out, const float *q,
 		  const float *k, const float *v, const struct cpu_attn *a)
 {

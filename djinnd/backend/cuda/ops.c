@@ -444,96 +444,43 @@ static int op_argmax(struct nctx *c, const struct djinn_node *node,
 }
 
 /*
- * ATTENTION (enum djinn_attn_layout): heads-major, or token-major after a
- * cache read in place; the strides as the CPU backend's attn_shape().
+ * ATTENTION (enum djinn_attn_layout): the shapes and strides of the CPU
+ * backend's cpu_attn_init(), the cache's slots as device addresses.
  */
 static int attn_shape(struct nctx *c, const struct djinn_node *node,
 		      const struct dj_tensor *in,
 		      const struct djinn_tensor_desc *o, struct djk_attn *a)
 {
 	const struct djinn_p_attention *p = &node->params.attention;
-	const struct djinn_tensor_desc *q = &in[0].desc, *k = &in[1].desc;
-	const struct djinn_tensor_desc *v = &in[2].desc;
-	bool tok = p->layout == DJINN_ATTN_TOKENS;
-	unsigned int nd = tok ? 3 : 4, ti = tok ? 0 : 2; /* T's dim; H's 1 */
-	uint64_t es = djinn_dtype_size(q->dtype);
+	uint64_t es = djinn_dtype_size(in[0].desc.dtype);
+	struct cpu_attn ca;
+	int ret;
 
-	if (p->layout > DJINN_ATTN_TOKENS || (node->nr_inputs > 3 && !tok))
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "layout %u with %u inputs", p->layout,
-				 node->nr_inputs);
-	if (q->ndim != nd || k->ndim != nd || v->ndim != nd || o->ndim != nd)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "q, k, v are not %u-d", nd);
+	ret = cpu_attn_init(&ca, node, in, o, c->msg, c->msglen);
+	if (ret)
+		return ret;
 	memset(a, 0, sizeof(*a));
-	if (node->nr_inputs > 3) {
-		const struct djinn_tensor_desc *kc = &in[3].desc;
-
-		if (kc->dtype != q->dtype || kc->ndim != 3 ||
-		    kc->dims[2] != k->dims[1] * k->dims[2] ||
-		    v->dims[2] != k->dims[2] || p->cache_k >= kc->dims[1] ||
-		    p->cache_v >= kc->dims[1])
-			return cuda_fail(c->msg, c->msglen, -EINVAL,
-					 "the cache does not fit k and v");
-		a->P = kc->dims[0];
-		a->cs = kc->dims[1] * kc->dims[2];
-		a->kc = in[3].addr + p->cache_k * kc->dims[2] * es;
-		a->vc = in[3].addr + p->cache_v * kc->dims[2] * es;
-	} else if (p->cache_k || p->cache_v) {
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "cache slots, no cache");
+	a->B = ca.B;
+	a->H = ca.H;
+	a->Hk = ca.Hk;
+	a->T = ca.T;
+	a->S = ca.S;
+	a->D = ca.D;
+	a->Dv = ca.Dv;
+	a->P = ca.P;
+	a->cs = ca.cs;
+	if (ca.P) {
+		a->kc = in[3].addr + p->cache_k * ca.Hk * ca.D * es;
+		a->vc = in[3].addr + p->cache_v * ca.Hk * ca.D * es;
 	}
-	a->B = tok ? 1 : q->dims[0];
-	a->H = q->dims[1];
-	a->T = q->dims[ti];
-	a->S = a->P + k->dims[ti];
-	a->D = q->dims[nd - 1];
-	a->Dv = v->dims[nd - 1];
-	a->Hk = k->dims[1];
-	a->scale = p->scale;
-	a->causal = p->causal;
-	if ((!tok && (k->dims[0] != a->B || v->dims[0] != a->B ||
-		      o->dims[0] != a->B || v->dims[2] != a->S)) ||
-	    (tok && (v->dims[0] != a->S - a->P || o->dims[0] != a->T)) ||
-	    !a->Hk || a->H % a->Hk || v->dims[1] != a->Hk ||
-	    k->dims[nd - 1] != a->D || o->dims[1] != a->H ||
-	    o->dims[ti] != a->T || o->dims[nd - 1] != a->Dv)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "q, k, v, result shapes do not agree");
-	if (p->causal > 1 || (a->causal && a->T > a->S))
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "causal %u with %llu queries, %llu keys",
-				 p->causal, (unsigned long long)a->T,
-				 (unsigned long long)a->S);
-	if (!isfinite(a->scale))
-		return cuda_fail(c->msg, c->msglen, -EINVAL, "scale %g",
-				 (double)a->scale);
-	if (a->scale == 0.0f)
-		a->scale = a->D ? 1.0f / sqrtf((float)a->D) : 1.0f;
-	/* strides in elements: (b, h, t) for q and out, (b, g, s) for k, v */
-	if (tok) {
-		a->qs[1] = a->D;
-		a->qs[2] = a->H * a->D;
-		a->ks[1] = a->D;
-		a->ks[2] = a->Hk * a->D;
-		a->vs[1] = a->Dv;
-		a->vs[2] = a->Hk * a->Dv;
-		a->os[1] = a->Dv;
-		a->os[2] = a->H * a->Dv;
-	} else {
-		a->qs[0] = a->H * a->T * a->D;
-		a->qs[1] = a->T * a->D;
-		a->qs[2] = a->D;
-		a->ks[0] = a->Hk * a->S * a->D;
-		a->ks[1] = a->S * a->D;
-		a->ks[2] = a->D;
-		a->vs[0] = a->Hk * a->S * a->Dv;
-		a->vs[1] = a->S * a->Dv;
-		a->vs[2] = a->Dv;
-		a->os[0] = a->H * a->T * a->Dv;
-		a->os[1] = a->T * a->Dv;
-		a->os[2] = a->Dv;
+	for (unsigned int k = 0; k < 3; k++) {
+		a->qs[k] = ca.qs[k];
+		a->ks[k] = ca.ks[k];
+		a->vs[k] = ca.vs[k];
+		a->os[k] = ca.os[k];
 	}
+	a->scale = ca.scale;
+	a->causal = ca.causal;
 	return 0;
 }
 
