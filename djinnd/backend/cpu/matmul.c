@@ -12,7 +12,7 @@
  * OpenBLAS runs with one thread (cpu.c): its own threads would spin in
  * sched_yield() for a while after every call, and with as many threads
  * as cores they take the cores from the pool's next kernel; the pool's
- * idle threads sleep.
+ * idle threads poll for 50 us, then sleep (pool.c).
  *
  * One row (decoding a token) is a matrix-vector product, which reads
  * every weight once and is bound by memory bandwidth: sgemv over a
