@@ -339,7 +339,28 @@ struct djinn_run {
 	struct model_hold *h[SESSIONS];
 };
 
-/* The CPU backend, a VMU, a stack and the model held by one session. */
+/* --backend cuda: exit 77 saying why when there is no GPU to run on. */
+static void need_gpu(void)
+{
+	unsigned int n = 0;
+	char msg[256] = "";
+
+	if (!cuda_devices || !cuda_backend_create) {
+		printf("SKIP: model-bench was built without the CUDA backend "
+		       "(no nvcc)\n");
+		exit(77);
+	}
+	if (cuda_devices(&n, msg, sizeof(msg))) {
+		printf("SKIP: %s\n", msg);
+		exit(77);
+	}
+	if (!n) {
+		printf("SKIP: the CUDA driver is here but sees no GPU\n");
+		exit(77);
+	}
+}
+
+/* The backend, a VMU, a stack and the model held by one session. */
 static void djinn_open(const char *models, struct djinn_run *R,
 		       struct djinn_side *d)
 {
@@ -347,21 +368,6 @@ static void djinn_open(const char *models, struct djinn_run *R,
 	uint64_t t0;
 
 	if (!strcmp(opt.backend, "cuda")) {
-		unsigned int n = 0;
-
-		if (!cuda_devices || !cuda_backend_create) {
-			printf("SKIP: model-bench was built without the CUDA "
-			       "backend (no nvcc)\n");
-			exit(77);
-		}
-		if (cuda_devices(&n, msg, sizeof(msg))) {
-			printf("SKIP: %s\n", msg);
-			exit(77);
-		}
-		if (!n) {
-			printf("SKIP: the CUDA driver is here but sees no GPU\n");
-			exit(77);
-		}
 		if (cuda_backend_create(0, 0, &R->b, msg, sizeof(msg)))
 			fail("cuda:0: %s", msg);
 		fprintf(stderr, "model-bench: cuda:0: %s\n", msg);
@@ -700,6 +706,8 @@ int main(int argc, char **argv)
 		opt.threads = n < 1 ? 1 : n > 1024 ? 1024 : (unsigned int)n;
 	}
 
+	if (!strcmp(opt.backend, "cuda"))
+		need_gpu(); /* before a minute of writing the model */
 	ensure_model(models, sizeof(models));
 	prompt = calloc(opt.prefill, sizeof(*prompt));
 	if (!prompt)
