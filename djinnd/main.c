@@ -58,6 +58,8 @@ static void usage(FILE *f)
 		"      --log-file PATH      append the log there (SIGHUP reopens it)\n"
 		"      --fault-injection    let admins fault the device\n"
 		"                           (ADMIN_FAULT_INJECT): for tests only\n"
+		"      --cpu-device-only    reach CPU devices' memory only through\n"
+		"                           copies, as a GPU's: for tests only\n"
 		"  -h, --help, -V, --version\n"
 		"Flags override the file. Defaults: sockets in /run/djinn/ for root,\n"
 		"in $XDG_RUNTIME_DIR/djinn/ for a user who has one, else in ./run/.\n");
@@ -71,6 +73,7 @@ enum {
 	OPT_MODEL_DIR,
 	OPT_LEASES,
 	OPT_FAULT_INJECTION,
+	OPT_CPU_DEVICE_ONLY,
 };
 
 static const struct option opts[] = {
@@ -91,6 +94,7 @@ static const struct option opts[] = {
 	{ "log-level", required_argument, NULL, 'L' },
 	{ "log-file", required_argument, NULL, OPT_LOG_FILE },
 	{ "fault-injection", no_argument, NULL, OPT_FAULT_INJECTION },
+	{ "cpu-device-only", no_argument, NULL, OPT_CPU_DEVICE_ONLY },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -106,6 +110,8 @@ struct args {
 	/* --fault-injection: a flag, never a file key, so that no
 	 * configuration left behind turns it on in production */
 	bool fault_injection;
+	/* --cpu-device-only: the same, for the GPU's data paths on a CPU */
+	bool cpu_device_only;
 };
 
 /* The key each flag sets. */
@@ -161,6 +167,9 @@ static int parse_args(struct args *a)
 			break;
 		case OPT_FAULT_INJECTION:
 			a->fault_injection = true;
+			break;
+		case OPT_CPU_DEVICE_ONLY:
+			a->cpu_device_only = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -237,6 +246,7 @@ static int config_build(struct djinnd_config *c, const struct args *a)
 			return ret;
 	}
 	c->srv.fault_injection = a->fault_injection;
+	c->srv.cpu_device_only = a->cpu_device_only;
 	return config_validate(c);
 }
 

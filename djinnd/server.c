@@ -260,8 +260,13 @@ cpu:
 				out[k]->ops->destroy(out[k]);
 			return ret;
 		}
+		/* --cpu-device-only: djinnd may not touch its bytes */
+		out[k]->provider->device_only = cfg->cpu_device_only;
 		ordinals[k++] = i;
 	}
+	if (cfg->cpu_device_only)
+		log_warn("cpu devices are device-only (--cpu-device-only): "
+			 "their memory is reached through copies; for tests");
 	*nr = k;
 	return 0;
 }

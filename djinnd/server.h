@@ -42,6 +42,9 @@ struct server_config {
 	const char *leases; /* lease.provider: auto, kmod or user */
 	bool fault_injection; /* --fault-injection: ADMIN_FAULT_INJECT, for
 			       * tests */
+	bool cpu_device_only; /* --cpu-device-only: a CPU device's memory is
+			       * reached through the provider's copies only,
+			       * as a GPU's (provider.device_only): tests */
 };
 
 struct executor;

@@ -15,3 +15,15 @@ $(DEVICES_TEST): $(BUILD)/tests/integration/test_devices.o \
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS_LIBDJINN) \
 		-lcmocka -lm
+
+# djinnd's data paths for a GPU (staged reads through the memory
+# executor), on the CPU: test_daemon and test_libdjinn_models again with
+# --cpu-device-only (tests/integration/test_device_only.sh).
+DEVICE_ONLY_TEST := $(BUILD)/tests/integration/test_device_only
+$(DEVICE_ONLY_TEST): tests/integration/test_device_only.sh $(DJINND) \
+		$(BUILD)/tests/integration/test_daemon $(LIBDJINN_MODELS_TEST)
+	@mkdir -p $(@D)
+	@echo "  INSTALL $@"
+	$(Q)install -m 755 $< $@
+all: $(DEVICE_ONLY_TEST)
+TESTS += $(DEVICE_ONLY_TEST)

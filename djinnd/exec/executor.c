@@ -161,6 +161,25 @@ out:
 
 /* Map (and zero) or swap in a region, leaving it pinned for the
  * transfer the I/O thread runs next. */
+/* Copy @m's staged range of the bytes at @addr to host memory. */
+static int stage(struct vmu_provider *prov, struct exec_mem *m, uint64_t addr)
+{
+	void *buf;
+	int ret;
+
+	ret = prov->ops->host_alloc(prov, exec_stage_bytes(m), &buf);
+	if (ret)
+		return ret;
+	ret = prov->ops->copy_dtoh(prov, buf, addr + m->stage_off,
+				   m->stage_len);
+	if (ret) {
+		prov->ops->host_free(prov, buf, exec_stage_bytes(m));
+		return ret;
+	}
+	m->staged = buf;
+	return 0;
+}
+
 static void run_mem(struct executor *e, struct exec_job *job)
 {
 	struct vmu_provider *prov = e->dev->backend->provider;
@@ -170,7 +189,15 @@ static void run_mem(struct executor *e, struct exec_job *job)
 	int ret;
 
 	if (!m->create) {
-		ret = vmu_region_pin(vs, m->region, NULL, &info);
+		info.addr = m->addr;
+		if (m->region) {
+			ret = vmu_region_pin(vs, m->region, NULL, &info);
+			if (ret)
+				goto out;
+		}
+		ret = m->stage_len ? stage(prov, m, info.addr) : 0;
+		if (ret && m->region)
+			vmu_region_unpin(vs, m->region);
 		goto out;
 	}
 	ret = vmu_region_create(vs, m->bytes, &m->region);

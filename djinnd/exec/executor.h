@@ -46,14 +46,28 @@ struct exec_env {
 /*
  * struct exec_mem - memory for a transfer
  * @create: make a region of @bytes (zeroed from @zero_from on), else
- *          pin @region, swapping it in
+ *          pin @region, swapping it in; or, @region 0, take device
+ *          address @addr as it is (a text entry the caller holds)
  * @region, @addr: the region, pinned, and its address, on success
+ * @stage_off, @stage_len: with @stage_len, copy that range of it to
+ *          @staged, host memory from the provider's host_alloc() (pinned
+ *          on a GPU), @stage_len bytes rounded up to a page: for a read
+ *          of a device whose memory the I/O thread cannot touch
  */
 struct exec_mem {
 	bool create;
 	uint64_t bytes, zero_from;
 	uint64_t region, addr;
+	uint64_t stage_off, stage_len;
+	void *staged;
 };
+
+/* The bytes host_alloc() gave for @m's staging (free them with
+ * host_free() and this size). */
+static inline uint64_t exec_stage_bytes(const struct exec_mem *m)
+{
+	return (m->stage_len + 4095) & ~(uint64_t)4095;
+}
 
 /*
  * struct exec_job - one GRAPH_SUBMIT, or one EXEC_MEM preparation

@@ -791,70 +791,51 @@ void ops_session_ended(struct server *srv, struct session *s)
 
 /* A read in flight: its tensor stays held, and resident, until sent. */
 struct read_ctx {
-	struct mem_waiter w; /* swapping in first */
+	struct mem_waiter w; /* swapping in, or staging, first */
 	struct djinn_hdr hdr;
 	uint64_t t0;
 	uint64_t offset, len;
 	struct session *s;
 	uint32_t slot;
 	uint64_t region;
-	void *bounce; /* a GPU's bytes, copied to the host */
+	struct exec_mem staged; /* a device-only device's bytes, on the host */
 };
 
 static void read_done(void *arg)
 {
 	struct read_ctx *rc = arg;
+	struct vmu_provider *p = rc->s->dev->backend->provider;
 
 	if (rc->region)
 		vmu_region_unpin(rc->s->vs, rc->region);
+	if (rc->staged.staged)
+		p->ops->host_free(p, rc->staged.staged,
+				  exec_stage_bytes(&rc->staged));
 	session_tensor_unhold(rc->s, rc->slot);
 	session_put(rc->s);
-	free(rc->bounce);
 	free(rc);
 }
 
-/*
- * The bytes to send from device address @addr: on the CPU backend the
- * address is a host pointer; on a GPU (provider device_only) they are
- * copied to host memory first, freed by read_done(). NULL and *@err on
- * failure.
- */
-static const void *read_source(struct conn *c, struct read_ctx *rc,
-			       uint64_t addr, int *err)
-{
-	struct vmu_provider *p = rc->s->dev->backend->provider;
-
-	if (!p->device_only)
-		return (const void *)(uintptr_t)addr;
-	rc->bounce = malloc(rc->len ? rc->len : 1);
-	*err = rc->bounce ? p->ops->copy_dtoh(p, rc->bounce, addr, rc->len) :
-			    -ENOMEM;
-	return *err ? NULL : rc->bounce;
-}
-
-/* A swapped-out tensor is back: send the range. */
+/* The tensor is resident (swapped in), or its bytes staged: send them. */
 static void read_mem_done(struct conn *c, struct exec_job *job,
 			  struct mem_waiter *w)
 {
 	struct read_ctx *rc = container_of(w, struct read_ctx, w);
 	const void *src;
-	int err = 0;
 
 	metrics_observe(&c->srv->st, DJINN_OP_TENSOR_READ, loop_now() - rc->t0);
 	if (job->error) {
-		conn_error(c, &rc->hdr, job->error,
-			   "cannot make the tensor resident");
+		conn_error(c, &rc->hdr, job->error, "%s the tensor",
+			   job->mem.stage_len ? "cannot copy from the device" :
+						"cannot make resident");
 		read_done(rc);
 		return;
 	}
 	rc->region = job->mem.region;
-	src = read_source(c, rc, job->mem.addr + rc->offset, &err);
-	if (!src) {
-		conn_error(c, &rc->hdr, err, "cannot copy the tensor from %s",
-			   rc->s->dev->name);
-		read_done(rc);
-		return;
-	}
+	rc->staged = job->mem;
+	src = rc->staged.staged ?
+		      rc->staged.staged :
+		      (const void *)(uintptr_t)(job->mem.addr + rc->offset);
 	conn_reply(c, &rc->hdr, NULL, 0, src, rc->len, read_done, rc);
 }
 
@@ -862,10 +843,10 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 			   uint8_t *body, uint64_t len)
 {
 	const struct djinn_tensor_io *io = (const void *)body;
-	struct vmu_region_info info;
+	struct vmu_region_info info = { 0 };
+	struct vmu_provider *p;
 	struct read_ctx *rc;
 	struct tensor t;
-	const void *src;
 	uint64_t addr;
 	int ret;
 
@@ -898,25 +879,47 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 		read_done(rc);
 		return;
 	}
+	p = rc->s->dev->backend->provider;
+	rc->len = io->len;
+	if (!t.text) {
+		ret = vmu_region_info(rc->s->vs, t.region, &info);
+		if (ret) {
+			conn_error(c, hdr, ret,
+				   "cannot make the tensor resident");
+			read_done(rc);
+			return;
+		}
+	}
+	/*
+	 * On a GPU (provider device_only) the I/O thread cannot read device
+	 * memory: the memory executor copies the range to pinned host
+	 * memory, and the reply is sent from there. A swapped-out tensor
+	 * goes there too, to be swapped in. Else the bytes go as they are:
+	 * on the CPU backend a device address is a host pointer.
+	 */
+	if ((p->device_only && io->len) ||
+	    (!t.text && info.state != VMU_REGION_RESIDENT)) {
+		struct exec_mem m = { .region = t.text ? 0 : t.region };
+		struct exec_job *job;
+
+		if (t.text)
+			m.addr = vmu_text_addr(t.text);
+		if (p->device_only) {
+			m.stage_off = io->offset;
+			m.stage_len = io->len;
+		}
+		rc->w.done = read_mem_done;
+		rc->hdr = *hdr;
+		rc->t0 = ops_defer(c);
+		rc->offset = io->offset;
+		if (mem_submit(c, hdr, rc->s, &m, &rc->w, &job))
+			read_done(rc);
+		return;
+	}
 	if (t.text) {
 		addr = vmu_text_addr(t.text);
 	} else {
-		ret = vmu_region_info(rc->s->vs, t.region, &info);
-		if (!ret && info.state != VMU_REGION_RESIDENT) {
-			struct exec_mem m = { .region = t.region };
-			struct exec_job *job;
-
-			rc->w.done = read_mem_done;
-			rc->hdr = *hdr;
-			rc->t0 = ops_defer(c);
-			rc->offset = io->offset;
-			rc->len = io->len;
-			if (mem_submit(c, hdr, rc->s, &m, &rc->w, &job))
-				read_done(rc);
-			return;
-		}
-		if (!ret)
-			ret = vmu_region_pin(rc->s->vs, t.region, NULL, &info);
+		ret = vmu_region_pin(rc->s->vs, t.region, NULL, &info);
 		if (ret) {
 			conn_error(c, hdr, ret,
 				   "cannot make the tensor resident");
@@ -926,17 +929,11 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 		rc->region = t.region;
 		addr = info.addr;
 	}
-	/* The bytes go from device memory as they are: on the CPU backend
-	 * the device address is a host pointer. */
-	rc->len = io->len;
-	src = read_source(c, rc, addr + io->offset, &ret);
-	if (!src) {
-		conn_error(c, hdr, ret, "cannot copy the tensor from %s",
-			   rc->s->dev->name);
-		read_done(rc);
-		return;
-	}
-	conn_reply(c, hdr, NULL, 0, src, io->len, read_done, rc);
+	conn_reply(c, hdr, NULL, 0,
+		   p->device_only ?
+			   NULL :
+			   (const void *)(uintptr_t)(addr + io->offset),
+		   io->len, read_done, rc);
 }
 
 static void op_tensor_release(struct conn *c, const struct djinn_hdr *hdr,
@@ -1148,8 +1145,13 @@ void ops_mem_done(struct server *srv, struct exec_job *job)
 	} else {
 		/* Whoever waited is gone (the session ended, or the
 		 * connection closed): undo. */
-		if (!job->error)
+		struct vmu_provider *p = job->s->dev->backend->provider;
+
+		if (!job->error && job->mem.region)
 			vmu_region_unpin(job->s->vs, job->mem.region);
+		if (job->mem.staged)
+			p->ops->host_free(p, job->mem.staged,
+					  exec_stage_bytes(&job->mem));
 		if (!job->error && job->mem.create)
 			vmu_region_destroy(job->s->vs, job->mem.region);
 		conn_resume(c);

@@ -278,12 +278,20 @@ int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 			"--log-level",
 			getenv("DJINN_TEST_VERBOSE") ? "debug" : "info",
 		};
+		/* $DJINND_EXTRA: flags for every djinnd a test starts,
+		 * split at spaces (tests/integration/test_device_only.sh) */
+		char *more = getenv("DJINND_EXTRA") ?
+				     strdup(getenv("DJINND_EXTRA")) :
+				     NULL;
 		size_t n = 0;
 
 		while (argv[n])
 			n++;
 		for (; extra && *extra && n < 39; extra++)
 			argv[n++] = *extra;
+		for (char *f = more ? strtok(more, " ") : NULL; f && n < 39;
+		     f = strtok(NULL, " "))
+			argv[n++] = f;
 		execv(bin, (char *const *)argv);
 		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
