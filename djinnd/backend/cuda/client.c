@@ -46,9 +46,9 @@ static int module_load(struct cuda_dev *d, struct cuda_module *m, char *msg,
 	    r == CUDA_ERROR_NO_BINARY_FOR_GPU ||
 	    r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION ||
 	    r == CUDA_ERROR_INVALID_SOURCE || r == CUDA_ERROR_INVALID_VALUE)
-		return cuda_fail(msg, msglen, -EINVAL,
-				 "%s: the module does not load: %s", d->name,
-				 cu_errname(d->cu, r));
+		return errmsg(msg, msglen, -EINVAL,
+			      "%s: the module does not load: %s", d->name,
+			      cu_errname(d->cu, r));
 	if (r != CUDA_SUCCESS)
 		return cuda_err(d, r, "cuModuleLoadData", msg, msglen);
 	m->gen = atomic_load(&d->gen);
@@ -63,15 +63,15 @@ int cuda_module_load(struct backend *b, const void *image, size_t len,
 	int ret;
 
 	if (!len)
-		return cuda_fail(msg, msglen, -EINVAL, "an empty module");
+		return errmsg(msg, msglen, -EINVAL, "an empty module");
 	m = calloc(1, sizeof(*m));
 	if (!m)
-		return cuda_fail(msg, msglen, -ENOMEM, "out of memory");
+		return errmsg(msg, msglen, -ENOMEM, "out of memory");
 	/* PTX is text: the loader wants it NUL-terminated */
 	m->image = calloc(1, len + 1);
 	if (!m->image) {
 		free(m);
-		return cuda_fail(msg, msglen, -ENOMEM, "out of memory");
+		return errmsg(msg, msglen, -ENOMEM, "out of memory");
 	}
 	memcpy(m->image, image, len);
 	m->len = len;
@@ -115,21 +115,21 @@ static int check_params(struct cuda_dev *d, CUfunction f, const char *name,
 		return 0;
 	for (size_t i = 0; i < 2 * nargs; i++) {
 		if (d->cu->FuncGetParamInfo(f, i, &off, &size) != CUDA_SUCCESS)
-			return cuda_fail(msg, msglen, -EINVAL,
-					 "kernel %s takes %zu parameters, "
-					 "not %u (a pointer and a count per "
-					 "tensor)",
-					 name, i, 2 * nargs);
+			return errmsg(msg, msglen, -EINVAL,
+				      "kernel %s takes %zu parameters, "
+				      "not %u (a pointer and a count per "
+				      "tensor)",
+				      name, i, 2 * nargs);
 		if (size != 8)
-			return cuda_fail(msg, msglen, -EINVAL,
-					 "kernel %s: parameter %zu is %zu "
-					 "bytes, not 8",
-					 name, i, size);
+			return errmsg(msg, msglen, -EINVAL,
+				      "kernel %s: parameter %zu is %zu "
+				      "bytes, not 8",
+				      name, i, size);
 	}
 	if (d->cu->FuncGetParamInfo(f, 2 * nargs, &off, &size) == CUDA_SUCCESS)
-		return cuda_fail(msg, msglen, -EINVAL,
-				 "kernel %s takes more than %u parameters",
-				 name, 2 * nargs);
+		return errmsg(msg, msglen, -EINVAL,
+			      "kernel %s takes more than %u parameters", name,
+			      2 * nargs);
 	return 0;
 }
 
@@ -148,17 +148,17 @@ int cuda_kernel_run(struct backend *b, struct cuda_module *m, const char *name,
 	int ret;
 
 	if (nargs > CUDA_KERNEL_MAX_ARGS)
-		return cuda_fail(msg, msglen, -E2BIG,
-				 "%u tensor arguments, at most %d", nargs,
-				 CUDA_KERNEL_MAX_ARGS);
+		return errmsg(msg, msglen, -E2BIG,
+			      "%u tensor arguments, at most %d", nargs,
+			      CUDA_KERNEL_MAX_ARGS);
 	for (unsigned int i = 0; i < nargs; i++) {
 		uint64_t n, bytes;
 		size_t es = djinn_dtype_size(args[i].desc.dtype);
 
 		if (djinn_desc_check(&args[i].desc, &n, &bytes) || !es ||
 		    args[i].addr % es)
-			return cuda_fail(msg, msglen, -EINVAL,
-					 "argument %u: bad desc or address", i);
+			return errmsg(msg, msglen, -EINVAL,
+				      "argument %u: bad desc or address", i);
 		ptrs[i] = args[i].addr;
 		counts[i] = n;
 		params[2 * i] = &ptrs[i];
@@ -166,19 +166,19 @@ int cuda_kernel_run(struct backend *b, struct cuda_module *m, const char *name,
 	}
 	for (unsigned int k = 0; k < 3; k++)
 		if (!grid[k] || !block[k])
-			return cuda_fail(msg, msglen, -EINVAL,
-					 "grid and block dims must be > 0");
+			return errmsg(msg, msglen, -EINVAL,
+				      "grid and block dims must be > 0");
 	if (threads > 1024 || block[2] > 64 || grid[1] > 65535 ||
 	    grid[2] > 65535 || grid[0] > 0x7fffffffu)
-		return cuda_fail(msg, msglen, -EINVAL,
-				 "grid (%u, %u, %u) block (%u, %u, %u) past "
-				 "the device's limits",
-				 grid[0], grid[1], grid[2], block[0], block[1],
-				 block[2]);
+		return errmsg(msg, msglen, -EINVAL,
+			      "grid (%u, %u, %u) block (%u, %u, %u) past "
+			      "the device's limits",
+			      grid[0], grid[1], grid[2], block[0], block[1],
+			      block[2]);
 	if (shmem > 48 * 1024)
-		return cuda_fail(msg, msglen, -EINVAL,
-				 "%u bytes of shared memory, at most 48 KiB",
-				 shmem);
+		return errmsg(msg, msglen, -EINVAL,
+			      "%u bytes of shared memory, at most 48 KiB",
+			      shmem);
 	ret = cuda_enter(d, &l, msg, msglen);
 	if (ret)
 		return ret;
@@ -189,8 +189,8 @@ int cuda_kernel_run(struct backend *b, struct cuda_module *m, const char *name,
 	}
 	r = d->cu->ModuleGetFunction(&f, m->mod, name);
 	if (r == CUDA_ERROR_NOT_FOUND) {
-		ret = cuda_fail(msg, msglen, -ENOENT,
-				"no kernel %s in the module", name);
+		ret = errmsg(msg, msglen, -ENOENT, "no kernel %s in the module",
+			     name);
 		goto out;
 	}
 	ret = cuda_err(d, r, "cuModuleGetFunction", msg, msglen);
@@ -483,12 +483,12 @@ static int module_names(struct cuda_dev *d, struct cuda_wmod *w,
 	if (!ret && !w->nr_names && memmem(image, len, ".entry", 6))
 		ret = ptx_names(w, image, len);
 	if (ret)
-		return cuda_fail(msg, msglen, ret, "out of memory");
+		return errmsg(msg, msglen, ret, "out of memory");
 	if (!w->nr_names)
-		return cuda_fail(msg, msglen, -EINVAL,
-				 "%s: no kernels found in the module (a cubin "
-				 "needs a driver that lists them: CUDA 12.4)",
-				 d->name);
+		return errmsg(msg, msglen, -EINVAL,
+			      "%s: no kernels found in the module (a cubin "
+			      "needs a driver that lists them: CUDA 12.4)",
+			      d->name);
 	return 0;
 }
 
@@ -525,7 +525,7 @@ static int wmod_slot(struct cuda_dev *d, struct cuda_wmod **out, char *msg,
 	if (!d->wmods) {
 		d->wmods = calloc(CUDA_WIRE_MODULES, sizeof(*d->wmods));
 		if (!d->wmods)
-			return cuda_fail(msg, msglen, -ENOMEM, "out of memory");
+			return errmsg(msg, msglen, -ENOMEM, "out of memory");
 	}
 	if (d->nr_wmods < CUDA_WIRE_MODULES) {
 		*out = &d->wmods[d->nr_wmods];
@@ -606,11 +606,11 @@ static int wmod_get(struct cuda_dev *d, const uint8_t *fp,
 	if (*out)
 		return 0;
 	if (t->desc.dtype != DJINN_DTYPE_U8 || t->desc.ndim != 1)
-		return cuda_fail(msg, msglen, -EINVAL,
-				 "the module is not a u8 vector");
+		return errmsg(msg, msglen, -EINVAL,
+			      "the module is not a u8 vector");
 	image = malloc(len);
 	if (!image)
-		return cuda_fail(msg, msglen, -ENOMEM, "out of memory");
+		return errmsg(msg, msglen, -ENOMEM, "out of memory");
 	ret = cuda_enter(d, NULL, msg, msglen);
 	if (!ret) {
 		ret = cuda_err(d, d->cu->MemcpyDtoH(image, t->addr, len),
@@ -619,10 +619,10 @@ static int wmod_get(struct cuda_dev *d, const uint8_t *fp,
 	}
 	if (!ret && (!EVP_Digest(image, len, md, &n, EVP_sha256(), NULL) ||
 		     n != DJINN_FP_LEN || memcmp(md, fp, DJINN_FP_LEN)))
-		ret = cuda_fail(msg, msglen, -EIO,
-				"%s: the module's bytes on the device no "
-				"longer match its fingerprint",
-				d->name);
+		ret = errmsg(msg, msglen, -EIO,
+			     "%s: the module's bytes on the device no "
+			     "longer match its fingerprint",
+			     d->name);
 	if (!ret)
 		ret = wmod_load(d, fp, image, len, out, msg, msglen);
 	free(image);
@@ -639,7 +639,7 @@ static int result_init(struct cuda_dev *d, const struct dj_tensor *out,
 	int ret;
 
 	if (djinn_desc_check(&out->desc, NULL, &bytes))
-		return cuda_fail(msg, msglen, -EINVAL, "bad result desc");
+		return errmsg(msg, msglen, -EINVAL, "bad result desc");
 	ret = cuda_enter(d, &l, msg, msglen);
 	if (ret)
 		return ret;
@@ -665,7 +665,7 @@ int cuda_wire_run_kernel(struct backend *b, const struct djinn_node *node,
 
 	if (node->nr_inputs < 2 || node->nr_inputs > DJINN_MAX_NODE_INPUTS ||
 	    p->out_like < 1 || p->out_like >= node->nr_inputs)
-		return cuda_fail(msg, msglen, -EINVAL, "a malformed node");
+		return errmsg(msg, msglen, -EINVAL, "a malformed node");
 	pthread_mutex_lock(&d->mlock);
 	ret = wmod_get(d, fp, &in[0], &w, msg, msglen);
 	if (ret)
@@ -674,11 +674,11 @@ int cuda_wire_run_kernel(struct backend *b, const struct djinn_node *node,
 		if (w->hashes[k] == p->name_hash)
 			name = w->names[k];
 	if (!name) {
-		ret = cuda_fail(msg, msglen, -ENOENT,
-				"no kernel in the module has name hash "
-				"%016llx (it has %u: %s%s)",
-				(unsigned long long)p->name_hash, w->nr_names,
-				w->names[0], w->nr_names > 1 ? ", ..." : "");
+		ret = errmsg(msg, msglen, -ENOENT,
+			     "no kernel in the module has name hash "
+			     "%016llx (it has %u: %s%s)",
+			     (unsigned long long)p->name_hash, w->nr_names,
+			     w->names[0], w->nr_names > 1 ? ", ..." : "");
 		goto out;
 	}
 	ret = result_init(d, out, p->out_init ? &in[p->out_like] : NULL, msg,

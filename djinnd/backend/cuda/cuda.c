@@ -21,7 +21,6 @@
  * survive). The VMU's bookkeeping stays valid throughout.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,18 +34,6 @@
 #define CUDA_HEADROOM (768ull << 20)
 
 static atomic_uint next_serial = 1;
-
-int cuda_fail(char *msg, size_t msglen, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (msg && msglen) {
-		va_start(ap, fmt);
-		vsnprintf(msg, msglen, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
 
 int cuda_err(struct cuda_dev *d, CUresult r, const char *what, char *msg,
 	     size_t msglen)
@@ -68,17 +55,17 @@ int cuda_err(struct cuda_dev *d, CUresult r, const char *what, char *msg,
 					 __ATOMIC_RELEASE);
 			pthread_mutex_unlock(&d->lock);
 		}
-		return cuda_fail(msg, msglen, -EIO,
-				 "%s: device context lost: %s in %s", d->name,
-				 why, what);
+		return errmsg(msg, msglen, -EIO,
+			      "%s: device context lost: %s in %s", d->name, why,
+			      what);
 	}
 	if (r == CUDA_ERROR_OUT_OF_MEMORY)
-		return cuda_fail(msg, msglen, -ENOMEM, "%s: %s: %s", d->name,
-				 what, why);
+		return errmsg(msg, msglen, -ENOMEM, "%s: %s: %s", d->name, what,
+			      why);
 	if (r == CUDA_ERROR_INVALID_VALUE)
-		return cuda_fail(msg, msglen, -EINVAL, "%s: %s: %s", d->name,
-				 what, why);
-	return cuda_fail(msg, msglen, -EIO, "%s: %s: %s", d->name, what, why);
+		return errmsg(msg, msglen, -EINVAL, "%s: %s: %s", d->name, what,
+			      why);
+	return errmsg(msg, msglen, -EIO, "%s: %s: %s", d->name, what, why);
 }
 
 static struct cuda_dev *to_dev(struct backend *b)
@@ -170,8 +157,8 @@ static int lane_get(struct cuda_dev *d, struct cuda_lane **out, char *msg,
 	if (!l) {
 		l = calloc(1, sizeof(*l));
 		if (!l)
-			return cuda_fail(msg, msglen, -ENOMEM,
-					 "no memory for a lane");
+			return errmsg(msg, msglen, -ENOMEM,
+				      "no memory for a lane");
 		l->d = d;
 		ret = lane_setup(d, l, msg, msglen);
 		if (ret) {
@@ -210,7 +197,7 @@ int cuda_enter(struct cuda_dev *d, struct cuda_lane **lane, char *msg,
 	pthread_rwlock_rdlock(&d->ctx_lock);
 	if (atomic_load(&d->lost)) {
 		pthread_mutex_lock(&d->lock);
-		ret = cuda_fail(msg, msglen, -EIO, "%s", d->lost_why);
+		ret = errmsg(msg, msglen, -EIO, "%s", d->lost_why);
 		pthread_mutex_unlock(&d->lock);
 		goto fail;
 	}
@@ -318,7 +305,7 @@ static int recover(struct cuda_dev *d, char *msg, size_t msglen)
 	if (d->dead) { /* tried and failed: every call fails */
 		pthread_rwlock_unlock(&d->ctx_lock);
 		pthread_mutex_lock(&d->lock);
-		cuda_fail(msg, msglen, -EIO, "%s", d->lost_why);
+		errmsg(msg, msglen, -EIO, "%s", d->lost_why);
 		pthread_mutex_unlock(&d->lock);
 		return -EIO;
 	}
@@ -358,7 +345,7 @@ fail:
 		 "; recovery failed (%s): restart djinnd", why);
 	pthread_mutex_unlock(&d->lock);
 	pthread_rwlock_unlock(&d->ctx_lock);
-	return cuda_fail(msg, msglen, -EIO, "%s", d->lost_why);
+	return errmsg(msg, msglen, -EIO, "%s", d->lost_why);
 }
 
 int cuda_backend_recover(struct backend *b, char *msg, size_t msglen)
@@ -447,9 +434,9 @@ static int cuda_inject_fault(struct backend *b, char *msg, size_t msglen)
 	cuda_leave(d); /* recovers */
 	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) == before)
 		return ret ? ret :
-			     cuda_fail(msg, msglen, -EIO,
-				       "%s: the fault kernel did not fault",
-				       d->name);
+			     errmsg(msg, msglen, -EIO,
+				    "%s: the fault kernel did not fault",
+				    d->name);
 	/* faulted, as asked; -EIO if the recovery failed */
 	if (atomic_load(&d->lost)) {
 		cuda_fault_info(b, msg, msglen);
@@ -506,8 +493,8 @@ int cuda_devices(unsigned int *n, char *msg, size_t msglen)
 		return ret;
 	r = cu->DeviceGetCount(&count);
 	if (r != CUDA_SUCCESS)
-		return cuda_fail(msg, msglen, -ENODEV, "cuDeviceGetCount: %s",
-				 cu_errname(cu, r));
+		return errmsg(msg, msglen, -ENODEV, "cuDeviceGetCount: %s",
+			      cu_errname(cu, r));
 	*n = count < 0 ? 0 : (unsigned int)count;
 	return 0;
 }
@@ -536,12 +523,12 @@ int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
 		return ret;
 	cu_api_load(&cu, NULL, 0);
 	if (ordinal >= n)
-		return cuda_fail(msg, msglen, -ENODEV,
-				 "no CUDA device %u: the driver sees %u",
-				 ordinal, n);
+		return errmsg(msg, msglen, -ENODEV,
+			      "no CUDA device %u: the driver sees %u", ordinal,
+			      n);
 	d = calloc(1, sizeof(*d));
 	if (!d)
-		return cuda_fail(msg, msglen, -ENOMEM, "out of memory");
+		return errmsg(msg, msglen, -ENOMEM, "out of memory");
 	d->cu = cu;
 	d->ordinal = (int)ordinal;
 	d->serial = atomic_fetch_add(&next_serial, 1);
@@ -560,8 +547,8 @@ int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
 	if (r == CUDA_SUCCESS)
 		r = cu->DevicePrimaryCtxRetain(&d->ctx, d->dev);
 	if (r != CUDA_SUCCESS) {
-		ret = cuda_fail(msg, msglen, -ENODEV, "%s: %s", d->name,
-				cu_errname(cu, r));
+		ret = errmsg(msg, msglen, -ENODEV, "%s: %s", d->name,
+			     cu_errname(cu, r));
 		goto out_free;
 	}
 	r = cu->CtxSetCurrent(d->ctx);
@@ -574,15 +561,15 @@ int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
 	    attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
 		 &d->cc_minor) ||
 	    attr(d, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &d->sms)) {
-		ret = cuda_fail(msg, msglen, -EIO, "%s: cuDeviceGetAttribute",
-				d->name);
+		ret = errmsg(msg, msglen, -EIO, "%s: cuDeviceGetAttribute",
+			     d->name);
 		goto out_ctx;
 	}
 	if (d->cc_major < 8) {
-		ret = cuda_fail(msg, msglen, -ENODEV,
-				"%s: %s is sm_%d%d; djinnd's kernels need "
-				"sm_80 or newer",
-				d->name, d->model, d->cc_major, d->cc_minor);
+		ret = errmsg(msg, msglen, -ENODEV,
+			     "%s: %s is sm_%d%d; djinnd's kernels need "
+			     "sm_80 or newer",
+			     d->name, d->model, d->cc_major, d->cc_minor);
 		goto out_ctx;
 	}
 	/* grid-stride kernels: 32 blocks per SM keep every SM busy */
@@ -607,10 +594,10 @@ int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
 		cap = mem_limit;
 	cap -= cap % d->vmm.base.granularity;
 	if (!cap) {
-		ret = cuda_fail(msg, msglen, -ENOMEM,
-				"%s: %zu MiB free of %zu: nothing left for "
-				"sessions",
-				d->name, free_b >> 20, total_b >> 20);
+		ret = errmsg(msg, msglen, -ENOMEM,
+			     "%s: %zu MiB free of %zu: nothing left for "
+			     "sessions",
+			     d->name, free_b >> 20, total_b >> 20);
 		goto out_mod;
 	}
 	d->vmm.base.capacity = cap;
@@ -618,14 +605,14 @@ int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
 	d->base.ops = &cuda_backend_ops;
 	d->base.name = d->name;
 	d->base.provider = &d->vmm.base;
-	cuda_fail(msg, msglen, 0,
-		  "%s, sm_%d%d, %d SMs, %.1f GiB (%.1f free, %.1f for "
-		  "sessions), driver %d.%d, %s",
-		  d->model, d->cc_major, d->cc_minor, d->sms,
-		  (double)total_b / (1 << 30), (double)free_b / (1 << 30),
-		  (double)cap / (1 << 30), cu->driver_version / 1000,
-		  cu->driver_version % 1000 / 10,
-		  d->blas ? d->blas->version : "no cuBLAS: fallback matmul");
+	errmsg(msg, msglen, 0,
+	       "%s, sm_%d%d, %d SMs, %.1f GiB (%.1f free, %.1f for "
+	       "sessions), driver %d.%d, %s",
+	       d->model, d->cc_major, d->cc_minor, d->sms,
+	       (double)total_b / (1 << 30), (double)free_b / (1 << 30),
+	       (double)cap / (1 << 30), cu->driver_version / 1000,
+	       cu->driver_version % 1000 / 10,
+	       d->blas ? d->blas->version : "no cuBLAS: fallback matmul");
 	*out = &d->base;
 	return 0;
 

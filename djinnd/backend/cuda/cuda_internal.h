@@ -16,12 +16,9 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "errmsg.h"
 #include "cuda_api.h"
 #include "kernels.h"
-
-#ifndef __printf
-#define __printf(a, b) __attribute__((format(printf, a, b)))
-#endif
 
 /* The embedded fatbin (mk/cuda.mk: kernels.cu -> kernels.fatbin). */
 extern const unsigned char djinn_cuda_fatbin[];
@@ -135,10 +132,6 @@ struct cuda_dev {
 	uint64_t wmod_tick;
 	bool dead; /* recovery failed: lost for good, not tried again */
 };
-
-/* Report @fmt in @msg (may be NULL) and return @err. */
-__printf(4, 5) int cuda_fail(char *msg, size_t msglen, int err, const char *fmt,
-			     ...);
 
 /*
  * Turn @r from @what into an errno, with the reason in @msg: a sticky

@@ -35,9 +35,9 @@ struct nctx {
 static int no_kernel(struct nctx *c, const struct djinn_node *node,
 		     unsigned int dtype)
 {
-	return cuda_fail(c->msg, c->msglen, -EOPNOTSUPP,
-			 "no cuda %s kernel for %s", djinn_op_name(node->op),
-			 djinn_dtype_name(dtype));
+	return errmsg(c->msg, c->msglen, -EOPNOTSUPP,
+		      "no cuda %s kernel for %s", djinn_op_name(node->op),
+		      djinn_dtype_name(dtype));
 }
 
 static int want_like(struct nctx *c, const struct dj_tensor *out,
@@ -45,9 +45,8 @@ static int want_like(struct nctx *c, const struct dj_tensor *out,
 {
 	if (out->desc.dtype != x->desc.dtype ||
 	    !djinn_desc_same_shape(&out->desc, &x->desc))
-		return cuda_fail(
-			c->msg, c->msglen, -EINVAL,
-			"result is not the shape and dtype of input 0");
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "result is not the shape and dtype of input 0");
 	return 0;
 }
 
@@ -167,8 +166,8 @@ static int gemm(struct nctx *c, const struct cpu_mm *mm, unsigned int dtype,
 		(long long)(M * mm->N), (int)count, CUBLAS_COMPUTE_32F_,
 		CUBLAS_GEMM_DEFAULT_);
 	if (st)
-		return cuda_fail(c->msg, c->msglen, -EIO,
-				 "cublasGemmStridedBatchedEx: status %d", st);
+		return errmsg(c->msg, c->msglen, -EIO,
+			      "cublasGemmStridedBatchedEx: status %d", st);
 	return 0;
 }
 
@@ -230,10 +229,10 @@ static int matmul_kernel(struct nctx *c, const struct cpu_mm *mm,
 	CUresult r;
 
 	if (gx > INT_MAX || gy > 65535)
-		return cuda_fail(c->msg, c->msglen, -EOPNOTSUPP,
-				 "a (%zu, %zu) result is too big for the "
-				 "matmul kernel, and cuBLAS is not there",
-				 mm->M, mm->N);
+		return errmsg(c->msg, c->msglen, -EOPNOTSUPP,
+			      "a (%zu, %zu) result is too big for the "
+			      "matmul kernel, and cuBLAS is not there",
+			      mm->M, mm->N);
 	memset(&k, 0, sizeof(k));
 	k.M = mm->M;
 	k.N = mm->N;
@@ -261,10 +260,9 @@ static int op_matmul(struct nctx *c, const struct djinn_node *node,
 	if (!djinn_dtype_is_float(dtype))
 		return no_kernel(c, node, dtype);
 	if (in[1].desc.dtype != dtype || out->desc.dtype != dtype)
-		return cuda_fail(c->msg, c->msglen, -EINVAL, "dtypes differ");
+		return errmsg(c->msg, c->msglen, -EINVAL, "dtypes differ");
 	if (p->trans_a > 1 || p->trans_b > 1)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "trans not 0 or 1");
+		return errmsg(c->msg, c->msglen, -EINVAL, "trans not 0 or 1");
 	ret = cpu_mm_init(&mm, &in[0].desc, &in[1].desc, p->trans_a, p->trans_b,
 			  &out->desc, c->msg, c->msglen);
 	if (ret)
@@ -299,7 +297,7 @@ static int op_binary(struct nctx *c, const struct djinn_node *node,
 	int ret;
 
 	if (in[1].desc.dtype != dtype || out->desc.dtype != dtype)
-		return cuda_fail(c->msg, c->msglen, -EINVAL, "dtypes differ");
+		return errmsg(c->msg, c->msglen, -EINVAL, "dtypes differ");
 	ret = cpu_bcast_init(&bc, &in[0].desc, &in[1].desc, &out->desc, c->msg,
 			     c->msglen);
 	if (ret)
@@ -326,8 +324,8 @@ static int op_binary(struct nctx *c, const struct djinn_node *node,
 		if (ret)
 			return ret;
 		if (found)
-			return cuda_fail(c->msg, c->msglen, -EDOM,
-					 "integer division by zero");
+			return errmsg(c->msg, c->msglen, -EDOM,
+				      "integer division by zero");
 	}
 	if (!bc.n)
 		return 0;
@@ -368,8 +366,8 @@ static int op_softmax(struct nctx *c, const struct djinn_node *node,
 	if (!djinn_dtype_is_float(x->dtype))
 		return no_kernel(c, node, x->dtype);
 	if (x->ndim < 1)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "a scalar has no rows");
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "a scalar has no rows");
 	ret = want_like(c, out, &in[0]);
 	if (ret)
 		return ret;
@@ -396,18 +394,18 @@ static int op_norm(struct nctx *c, const struct djinn_node *node,
 	if (!djinn_dtype_is_float(x->dtype))
 		return no_kernel(c, node, x->dtype);
 	if (x->ndim < 1)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "a scalar has no rows");
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "a scalar has no rows");
 	C = x->dims[x->ndim - 1];
 	for (unsigned int i = 1; i < nr; i++)
 		if (!djinn_dtype_is_float(in[i].desc.dtype) ||
 		    in[i].desc.ndim != 1 || in[i].desc.dims[0] != C)
-			return cuda_fail(c->msg, c->msglen, -EINVAL,
-					 "input %u is not (%llu) floats", i,
-					 (unsigned long long)C);
+			return errmsg(c->msg, c->msglen, -EINVAL,
+				      "input %u is not (%llu) floats", i,
+				      (unsigned long long)C);
 	if (!(eps > 0) || !isfinite(eps))
-		return cuda_fail(c->msg, c->msglen, -EINVAL, "eps %g",
-				 (double)eps);
+		return errmsg(c->msg, c->msglen, -EINVAL, "eps %g",
+			      (double)eps);
 	ret = want_like(c, out, &in[0]);
 	if (ret)
 		return ret;
@@ -426,15 +424,15 @@ static int op_argmax(struct nctx *c, const struct djinn_node *node,
 	void *args[] = { &o, &xa, &rows, &C };
 
 	if (x->ndim < 1)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "a scalar has no rows");
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "a scalar has no rows");
 	C = x->dims[x->ndim - 1];
 	rows = C ? djinn_desc_elems_from(x, 0) / C : 0;
 	if (out->desc.dtype != DJINN_DTYPE_I64 ||
 	    djinn_desc_elems_from(&out->desc, 0) != rows)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "result is not %llu i64 elements",
-				 (unsigned long long)rows);
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "result is not %llu i64 elements",
+			      (unsigned long long)rows);
 	if (x->dtype < DJINN_DTYPE_F32 || x->dtype > DJINN_DTYPE_U8)
 		return no_kernel(c, node, x->dtype);
 	if (!rows)
@@ -500,7 +498,7 @@ static int op_attention(struct nctx *c, const struct djinn_node *node,
 		return no_kernel(c, node, q->dtype);
 	if (k->dtype != q->dtype || v->dtype != q->dtype ||
 	    o->dtype != q->dtype)
-		return cuda_fail(c->msg, c->msglen, -EINVAL, "dtypes differ");
+		return errmsg(c->msg, c->msglen, -EINVAL, "dtypes differ");
 	ret = attn_shape(c, node, in, o, &a);
 	if (ret)
 		return ret;
@@ -508,12 +506,11 @@ static int op_attention(struct nctx *c, const struct djinn_node *node,
 	 * bytes, within the 48 KiB a launch may take without opting in */
 	shmem = (a.D + a.Dv + DJK_ATTN_THREADS) * sizeof(float);
 	if (shmem > 47 * 1024)
-		return cuda_fail(c->msg, c->msglen, -EOPNOTSUPP,
-				 "head dims %llu and %llu: the attention "
-				 "kernel takes D + Dv <= %u",
-				 (unsigned long long)a.D,
-				 (unsigned long long)a.Dv,
-				 47 * 1024 / 4 - DJK_ATTN_THREADS);
+		return errmsg(c->msg, c->msglen, -EOPNOTSUPP,
+			      "head dims %llu and %llu: the attention "
+			      "kernel takes D + Dv <= %u",
+			      (unsigned long long)a.D, (unsigned long long)a.Dv,
+			      47 * 1024 / 4 - DJK_ATTN_THREADS);
 	rows = a.B * a.H * a.T;
 	if (!rows || !a.Dv)
 		return 0;
@@ -543,14 +540,14 @@ static int op_embedding(struct nctx *c, const struct djinn_node *node,
 	if (ids->dtype != DJINN_DTYPE_I32 && ids->dtype != DJINN_DTYPE_I64)
 		return no_kernel(c, node, ids->dtype);
 	if (t->ndim != 2 || !es)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "table is not (V, C)");
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "table is not (V, C)");
 	if (o->dtype != t->dtype || o->ndim != ids->ndim + 1 ||
 	    memcmp(o->dims, ids->dims, ids->ndim * sizeof(o->dims[0])) ||
 	    o->dims[ids->ndim] != t->dims[1])
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "result is not (ids..., %llu)",
-				 (unsigned long long)t->dims[1]);
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "result is not (ids..., %llu)",
+			      (unsigned long long)t->dims[1]);
 	V = t->dims[0];
 	row = t->dims[1] * es;
 	if (!n)
@@ -577,10 +574,10 @@ static int op_embedding(struct nctx *c, const struct djinn_node *node,
 			return ret;
 		if (!i64)
 			id = id32;
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "id %lld out of range %llu (at %llu)",
-				 (long long)id, (unsigned long long)V,
-				 (unsigned long long)first);
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "id %lld out of range %llu (at %llu)",
+			      (long long)id, (unsigned long long)V,
+			      (unsigned long long)first);
 	}
 	if (!row)
 		return 0;
@@ -599,10 +596,10 @@ static int op_reshape(struct nctx *c, const struct djinn_node *node,
 
 	if (out->desc.dtype != x->dtype ||
 	    djinn_desc_elems_from(&out->desc, 0) != djinn_desc_elems_from(x, 0))
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "result has %zu elements, input %zu",
-				 djinn_desc_elems_from(&out->desc, 0),
-				 djinn_desc_elems_from(x, 0));
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "result has %zu elements, input %zu",
+			      djinn_desc_elems_from(&out->desc, 0),
+			      djinn_desc_elems_from(x, 0));
 	if (!bytes)
 		return 0;
 	return check(c,
@@ -623,16 +620,16 @@ static int op_permute(struct nctx *c, const struct djinn_node *node,
 	void *args[] = { &oa, &ia, &k };
 
 	if (p->ndim != x->ndim || o->ndim != x->ndim || o->dtype != x->dtype)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "permutation of %u dims for %u", p->ndim,
-				 x->ndim);
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "permutation of %u dims for %u", p->ndim,
+			      x->ndim);
 	for (unsigned int d = 0; d < p->ndim; d++) {
 		int32_t s = p->dims[d];
 
 		if (s < 0 || s >= (int32_t)x->ndim || seen & (1u << s) ||
 		    o->dims[d] != x->dims[s])
-			return cuda_fail(c->msg, c->msglen, -EINVAL,
-					 "not a permutation of the input");
+			return errmsg(c->msg, c->msglen, -EINVAL,
+				      "not a permutation of the input");
 		seen |= 1u << s;
 	}
 	memset(&k, 0, sizeof(k));
@@ -672,25 +669,24 @@ static int op_slice(struct nctx *c, const struct djinn_node *node,
 	size_t es = djinn_dtype_size(x->dtype), inner;
 
 	if (axis < 0)
-		return cuda_fail(c->msg, c->msglen, -EINVAL, "axis %d",
-				 p->axis);
+		return errmsg(c->msg, c->msglen, -EINVAL, "axis %d", p->axis);
 	dim = (int64_t)x->dims[axis];
 	start += start < 0 ? dim : 0;
 	end += end < 0 ? dim : 0;
 	if (start < 0 || start >= end || end > dim)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "[%lld, %lld) is not within %lld",
-				 (long long)p->start, (long long)p->end,
-				 (long long)dim);
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "[%lld, %lld) is not within %lld",
+			      (long long)p->start, (long long)p->end,
+			      (long long)dim);
 	if (o->dtype != x->dtype || o->ndim != x->ndim)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "result is not the slice");
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "result is not the slice");
 	for (unsigned int d = 0; d < x->ndim; d++)
 		if (o->dims[d] != (d == (unsigned int)axis ?
 					   (uint64_t)(end - start) :
 					   x->dims[d]))
-			return cuda_fail(c->msg, c->msglen, -EINVAL,
-					 "result is not the slice");
+			return errmsg(c->msg, c->msglen, -EINVAL,
+				      "result is not the slice");
 	inner = djinn_desc_elems_from(x, axis + 1) * es;
 	return copy_rows(
 		c, out->addr, (uint64_t)(end - start) * inner,
@@ -709,24 +705,24 @@ static int op_concat(struct nctx *c, const struct djinn_node *node,
 	int ret = 0;
 
 	if (axis < 0)
-		return cuda_fail(c->msg, c->msglen, -EINVAL, "axis %d",
-				 node->params.axis.axis);
+		return errmsg(c->msg, c->msglen, -EINVAL, "axis %d",
+			      node->params.axis.axis);
 	for (unsigned int i = 0; i < node->nr_inputs; i++) {
 		const struct djinn_tensor_desc *y = &in[i].desc;
 
 		if (y->dtype != x->dtype || y->ndim != x->ndim)
-			return cuda_fail(c->msg, c->msglen, -EINVAL,
-					 "input %u differs from input 0", i);
+			return errmsg(c->msg, c->msglen, -EINVAL,
+				      "input %u differs from input 0", i);
 		for (unsigned int d = 0; d < x->ndim; d++)
 			if (d != (unsigned int)axis && y->dims[d] != o->dims[d])
-				return cuda_fail(c->msg, c->msglen, -EINVAL,
-						 "input %u differs in dim %u",
-						 i, d);
+				return errmsg(c->msg, c->msglen, -EINVAL,
+					      "input %u differs in dim %u", i,
+					      d);
 		sum += y->dims[axis];
 	}
 	if (o->dtype != x->dtype || o->ndim != x->ndim || o->dims[axis] != sum)
-		return cuda_fail(c->msg, c->msglen, -EINVAL,
-				 "result is not the concatenation");
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "result is not the concatenation");
 	inner = djinn_desc_elems_from(x, axis + 1) * es;
 	outer = djinn_desc_elems_from(o, 0) / djinn_desc_elems_from(o, axis);
 	for (unsigned int i = 0; i < node->nr_inputs && !ret; i++) {
@@ -781,20 +777,20 @@ int cuda_run_node(struct backend *b, const struct djinn_node *node,
 
 	if (node->op >= sizeof(cuda_ops_table) / sizeof(cuda_ops_table[0]) ||
 	    !cuda_ops_table[node->op].fn)
-		return cuda_fail(msg, msglen, -EOPNOTSUPP, "unknown op %u",
-				 node->op);
+		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
+			      node->op);
 	op = &cuda_ops_table[node->op];
 	if (node->nr_inputs < op->min_inputs ||
 	    node->nr_inputs > op->max_inputs)
-		return cuda_fail(msg, msglen, -EINVAL, "%u inputs",
-				 node->nr_inputs);
+		return errmsg(msg, msglen, -EINVAL, "%u inputs",
+			      node->nr_inputs);
 	for (unsigned int i = 0; i < node->nr_inputs; i++)
 		if (dj_tensor_bad(&in[i]))
-			return cuda_fail(msg, msglen, -EINVAL,
-					 "input %u: bad desc or address", i);
+			return errmsg(msg, msglen, -EINVAL,
+				      "input %u: bad desc or address", i);
 	if (dj_tensor_bad(out))
-		return cuda_fail(msg, msglen, -EINVAL,
-				 "result: bad desc or address");
+		return errmsg(msg, msglen, -EINVAL,
+			      "result: bad desc or address");
 	ret = cuda_enter(c.d, &c.l, msg, msglen);
 	if (ret)
 		return ret;

@@ -484,9 +484,9 @@ int cuda_vmm_init(struct cuda_dev *d, char *msg, size_t msglen)
 		return cuda_err(d, r, "cuMemGetAllocationGranularity", msg,
 				msglen);
 	if (!gran || (gran & (gran - 1)))
-		return cuda_fail(msg, msglen, -EIO,
-				 "%s: granularity %zu is not a power of two",
-				 d->name, gran);
+		return errmsg(msg, msglen, -EIO,
+			      "%s: granularity %zu is not a power of two",
+			      d->name, gran);
 	v->d = d;
 	snprintf(v->name, sizeof(v->name), "%s", d->name);
 	v->base.ops = &cuda_vmm_ops;
@@ -554,25 +554,25 @@ int cuda_vmm_restore(struct cuda_dev *d, char *msg, size_t msglen)
 
 		r = cu->MemAddressReserve(&got, s->size, 0, s->va, 0);
 		if (r != CUDA_SUCCESS)
-			return cuda_fail(msg, msglen, -EIO,
-					 "reserving %#llx again: %s",
-					 (unsigned long long)s->va,
-					 cu_errname(cu, r));
+			return errmsg(msg, msglen, -EIO,
+				      "reserving %#llx again: %s",
+				      (unsigned long long)s->va,
+				      cu_errname(cu, r));
 		if (got != s->va) {
 			cu->MemAddressFree(got, s->size);
-			return cuda_fail(msg, msglen, -EIO,
-					 "%#llx is taken: got %#llx",
-					 (unsigned long long)s->va,
-					 (unsigned long long)got);
+			return errmsg(msg, msglen, -EIO,
+				      "%#llx is taken: got %#llx",
+				      (unsigned long long)s->va,
+				      (unsigned long long)got);
 		}
 	}
 	for (struct cuda_chunk *c = v->chunks.next; c != &v->chunks;
 	     c = c->next) {
 		r = cu->MemCreate(&c->h, c->size, &prop, 0);
 		if (r != CUDA_SUCCESS)
-			return cuda_fail(msg, msglen, -EIO,
-					 "creating a chunk again: %s",
-					 cu_errname(cu, r));
+			return errmsg(msg, msglen, -EIO,
+				      "creating a chunk again: %s",
+				      cu_errname(cu, r));
 	}
 	for (struct cuda_span *s = v->maps; s; s = s->next) {
 		CUmemAccessDesc a = access_desc(d, s->access);
@@ -587,19 +587,19 @@ int cuda_vmm_restore(struct cuda_dev *d, char *msg, size_t msglen)
 		if (r == CUDA_SUCCESS && s->access != VMU_ACCESS_READWRITE)
 			r = cu->MemSetAccess(s->va, s->size, &a, 1);
 		if (r != CUDA_SUCCESS)
-			return cuda_fail(msg, msglen, -EIO,
-					 "mapping %#llx again: %s",
-					 (unsigned long long)s->va,
-					 cu_errname(cu, r));
+			return errmsg(msg, msglen, -EIO,
+				      "mapping %#llx again: %s",
+				      (unsigned long long)s->va,
+				      cu_errname(cu, r));
 	}
 	for (struct cuda_span *s = v->host; s; s = s->next) {
 		r = cu->MemHostRegister((void *)(uintptr_t)s->va, s->size,
 					HOST_REG_FLAGS);
 		if (r != CUDA_SUCCESS &&
 		    r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
-			return cuda_fail(msg, msglen, -EIO,
-					 "pinning a swap buffer again: %s",
-					 cu_errname(cu, r));
+			return errmsg(msg, msglen, -EIO,
+				      "pinning a swap buffer again: %s",
+				      cu_errname(cu, r));
 	}
 	return 0;
 }
