@@ -891,6 +891,13 @@ const char *djinn_op_name(unsigned int op)
 	return o ? o->name : "unknown";
 }
 
+bool djinn_op_takes(unsigned int op, unsigned int nr)
+{
+	const struct op_info *o = op_info(op);
+
+	return o && nr >= o->min_inputs && nr <= o->max_inputs;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Inference: the graph */
 

@@ -19,6 +19,8 @@ size_t djinn_dtype_size(unsigned int dtype);
  * static strings, "unknown" for a value out of the enum. */
 const char *djinn_dtype_name(unsigned int dtype);
 const char *djinn_op_name(unsigned int op);
+/* Whether op @op takes @nr inputs (false for an op this tree lacks). */
+bool djinn_op_takes(unsigned int op, unsigned int nr);
 /* Whether @dtype is f32, f16 or bf16. */
 bool djinn_dtype_is_float(unsigned int dtype);
 

@@ -19,12 +19,14 @@
 #ifndef DJINN_BACKEND_H
 #define DJINN_BACKEND_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <djinn/proto.h>
 
+#include "errmsg.h"
 #include "graph.h"
 #include "vmu/provider.h"
 
@@ -42,6 +44,26 @@ static inline bool dj_tensor_bad(const struct dj_tensor *t)
 	size_t es = djinn_dtype_size(t->desc.dtype);
 
 	return !es || t->desc.ndim > DJINN_MAX_DIMS || t->addr % es;
+}
+
+/* What every run_node() checks before its kernel: that the op takes as
+ * many inputs (lib/graph.c's table) and that the tensors are usable. */
+static inline int dj_node_check(const struct djinn_node *node,
+				const struct dj_tensor *in,
+				const struct dj_tensor *out, char *msg,
+				size_t msglen)
+{
+	if (!djinn_op_takes(node->op, node->nr_inputs))
+		return errmsg(msg, msglen, -EINVAL, "%u inputs",
+			      node->nr_inputs);
+	for (unsigned int i = 0; i < node->nr_inputs; i++)
+		if (dj_tensor_bad(&in[i]))
+			return errmsg(msg, msglen, -EINVAL,
+				      "input %u: bad desc or address", i);
+	if (dj_tensor_bad(out))
+		return errmsg(msg, msglen, -EINVAL,
+			      "result: bad desc or address");
+	return 0;
 }
 
 struct backend;

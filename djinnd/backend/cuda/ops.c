@@ -740,29 +740,27 @@ static int op_concat(struct nctx *c, const struct djinn_node *node,
 typedef int (*op_fn)(struct nctx *c, const struct djinn_node *node,
 		     const struct dj_tensor *in, const struct dj_tensor *out);
 
-static const struct cuda_op {
-	op_fn fn;
-	uint8_t min_inputs, max_inputs;
-} cuda_ops_table[] = {
-	[DJINN_GOP_MATMUL] = { op_matmul, 2, 2 },
-	[DJINN_GOP_ADD] = { op_binary, 2, 2 },
-	[DJINN_GOP_SUB] = { op_binary, 2, 2 },
-	[DJINN_GOP_MUL] = { op_binary, 2, 2 },
-	[DJINN_GOP_DIV] = { op_binary, 2, 2 },
-	[DJINN_GOP_SCALE] = { op_unary, 1, 1 },
-	[DJINN_GOP_GELU] = { op_unary, 1, 1 },
-	[DJINN_GOP_RELU] = { op_unary, 1, 1 },
-	[DJINN_GOP_SILU] = { op_unary, 1, 1 },
-	[DJINN_GOP_SOFTMAX] = { op_softmax, 1, 1 },
-	[DJINN_GOP_LAYERNORM] = { op_norm, 3, 3 },
-	[DJINN_GOP_RMSNORM] = { op_norm, 2, 2 },
-	[DJINN_GOP_EMBEDDING] = { op_embedding, 2, 2 },
-	[DJINN_GOP_RESHAPE] = { op_reshape, 1, 1 },
-	[DJINN_GOP_PERMUTE] = { op_permute, 1, 1 },
-	[DJINN_GOP_SLICE] = { op_slice, 1, 1 },
-	[DJINN_GOP_CONCAT] = { op_concat, 2, 4 },
-	[DJINN_GOP_ATTENTION] = { op_attention, 3, 4 },
-	[DJINN_GOP_ARGMAX] = { op_argmax, 1, 1 },
+/* The kernel of each op; lib/graph.c says how many inputs it takes. */
+static const op_fn cuda_ops_table[] = {
+	[DJINN_GOP_MATMUL] = op_matmul,
+	[DJINN_GOP_ADD] = op_binary,
+	[DJINN_GOP_SUB] = op_binary,
+	[DJINN_GOP_MUL] = op_binary,
+	[DJINN_GOP_DIV] = op_binary,
+	[DJINN_GOP_SCALE] = op_unary,
+	[DJINN_GOP_GELU] = op_unary,
+	[DJINN_GOP_RELU] = op_unary,
+	[DJINN_GOP_SILU] = op_unary,
+	[DJINN_GOP_SOFTMAX] = op_softmax,
+	[DJINN_GOP_LAYERNORM] = op_norm,
+	[DJINN_GOP_RMSNORM] = op_norm,
+	[DJINN_GOP_EMBEDDING] = op_embedding,
+	[DJINN_GOP_RESHAPE] = op_reshape,
+	[DJINN_GOP_PERMUTE] = op_permute,
+	[DJINN_GOP_SLICE] = op_slice,
+	[DJINN_GOP_CONCAT] = op_concat,
+	[DJINN_GOP_ATTENTION] = op_attention,
+	[DJINN_GOP_ARGMAX] = op_argmax,
 };
 
 int cuda_run_node(struct backend *b, const struct djinn_node *node,
@@ -772,29 +770,19 @@ int cuda_run_node(struct backend *b, const struct djinn_node *node,
 	struct nctx c = { .d = (struct cuda_dev *)b,
 			  .msg = msg,
 			  .msglen = msglen };
-	const struct cuda_op *op;
 	int ret;
 
 	if (node->op >= sizeof(cuda_ops_table) / sizeof(cuda_ops_table[0]) ||
-	    !cuda_ops_table[node->op].fn)
+	    !cuda_ops_table[node->op])
 		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
 			      node->op);
-	op = &cuda_ops_table[node->op];
-	if (node->nr_inputs < op->min_inputs ||
-	    node->nr_inputs > op->max_inputs)
-		return errmsg(msg, msglen, -EINVAL, "%u inputs",
-			      node->nr_inputs);
-	for (unsigned int i = 0; i < node->nr_inputs; i++)
-		if (dj_tensor_bad(&in[i]))
-			return errmsg(msg, msglen, -EINVAL,
-				      "input %u: bad desc or address", i);
-	if (dj_tensor_bad(out))
-		return errmsg(msg, msglen, -EINVAL,
-			      "result: bad desc or address");
+	ret = dj_node_check(node, in, out, msg, msglen);
+	if (ret)
+		return ret;
 	ret = cuda_enter(c.d, &c.l, msg, msglen);
 	if (ret)
 		return ret;
-	ret = op->fn(&c, node, in, out);
+	ret = cuda_ops_table[node->op](&c, node, in, out);
 	cuda_leave(c.d);
 	return ret;
 }
