@@ -12,6 +12,7 @@
 
 #include "graph.h"
 #include "errmsg.h"
+#include "half.h"
 #include "model/runtime.h"
 
 /*
@@ -49,100 +50,6 @@ struct model_ctx {
 	bool have_logits;
 	struct model_pause pz;
 };
-
-/* ---------------------------------------------------------------------- */
-/* f16 and bf16, round to nearest even */
-
-static uint32_t f32_bits(float f)
-{
-	uint32_t x;
-
-	memcpy(&x, &f, sizeof(x));
-	return x;
-}
-
-static float bits_f32(uint32_t x)
-{
-	float f;
-
-	memcpy(&f, &x, sizeof(f));
-	return f;
-}
-
-static uint16_t to_bf16(float f)
-{
-	uint32_t x = f32_bits(f);
-
-	if ((x & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((x >> 16) | 0x40); /* NaN stays NaN */
-	return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
-}
-
-static uint16_t to_f16(float f)
-{
-	uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000;
-	uint32_t m = x & 0x7fffff, hm, rem, half, shift;
-	int32_t e = (int32_t)((x >> 23) & 0xff) - 127 + 15;
-
-	if (((x >> 23) & 0xff) == 0xff)
-		return (uint16_t)(sign | 0x7c00 | (m ? 0x200 : 0));
-	if (e >= 0x1f)
-		return (uint16_t)(sign | 0x7c00);
-	if (e <= 0) { /* subnormal: m (with its leading 1) >> (14 - e) */
-		if (e < -10)
-			return (uint16_t)sign;
-		m |= 0x800000;
-		shift = (uint32_t)(14 - e);
-	} else {
-		shift = 13;
-	}
-	hm = m >> shift;
-	rem = m & ((1u << shift) - 1);
-	half = 1u << (shift - 1);
-	hm |= e > 0 ? (uint32_t)e << 10 : 0;
-	if (rem > half || (rem == half && (hm & 1)))
-		hm++; /* may carry into the exponent: still right */
-	return (uint16_t)(sign | hm);
-}
-
-static float from_f16(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f;
-	uint32_t m = h & 0x3ff;
-	float f;
-
-	if (e == 0x1f)
-		return bits_f32(sign | 0x7f800000u | (m << 13));
-	if (e)
-		return bits_f32(sign | ((e + 112) << 23) | (m << 13));
-	f = (float)m * 0x1p-24f;
-	return sign ? -f : f;
-}
-
-static void to_dtype(unsigned int dt, const float *src, void *dst, size_t n)
-{
-	if (dt == DJINN_DTYPE_F32)
-		memcpy(dst, src, n * sizeof(float));
-	else
-		for (size_t i = 0; i < n; i++)
-			((uint16_t *)dst)[i] = dt == DJINN_DTYPE_BF16 ?
-						       to_bf16(src[i]) :
-						       to_f16(src[i]);
-}
-
-static void from_dtype(unsigned int dt, const void *src, float *dst, size_t n)
-{
-	if (dt == DJINN_DTYPE_F32)
-		memcpy(dst, src, n * sizeof(float));
-	else
-		for (size_t i = 0; i < n; i++) {
-			uint16_t h = ((const uint16_t *)src)[i];
-
-			dst[i] = dt == DJINN_DTYPE_BF16 ?
-					 bits_f32((uint32_t)h << 16) :
-					 from_f16(h);
-		}
-}
 
 /* ---------------------------------------------------------------------- */
 /* Regions */
@@ -374,11 +281,11 @@ static int positions(struct model_ctx *c, uint32_t n, struct fwd_args *a,
 			cs[(n + t) * D + i] = cs[(n + t) * D + i + D / 2] =
 				(float)sin(ang);
 		}
-	to_dtype(dt, cs, buf, n * D);
+	djinn_half_from_f32(dt, cs, buf, n * D);
 	ret = upload(c->h->s, buf, n * D * es, &reg[0], &a->cos);
 	if (ret)
 		goto out;
-	to_dtype(dt, cs + n * D, buf, n * D);
+	djinn_half_from_f32(dt, cs + n * D, buf, n * D);
 	ret = upload(c->h->s, buf, n * D * es, &reg[1], &a->sin);
 out:
 	free(cs);
@@ -531,11 +438,13 @@ static int commit_step(struct model_ctx *c, const struct model_env *env,
 				      (rows - 1) * row_bytes, host, row_bytes);
 	if (!ret) {
 		if (st->logits)
-			from_dtype(dt, host, st->logits, rows * cfg->vocab);
-		from_dtype(dt,
-			   (uint8_t *)host +
-				   (st->logits ? rows - 1 : 0) * row_bytes,
-			   c->logits, cfg->vocab);
+			djinn_half_to_f32(dt, host, st->logits,
+					  rows * cfg->vocab);
+		djinn_half_to_f32(dt,
+				  (uint8_t *)host +
+					  (st->logits ? rows - 1 : 0) *
+						  row_bytes,
+				  c->logits, cfg->vocab);
 		c->have_logits = true;
 		c->len += n;
 		if (st->keep) { /* the caller's now */
