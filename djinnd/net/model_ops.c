@@ -159,6 +159,19 @@ static void mjob_free(struct mjob *mj)
 	free(mj);
 }
 
+/* A job for @s's request, or NULL with -ENOMEM answered and @s put. */
+static struct mjob *mjob_new(struct conn *c, const struct djinn_hdr *hdr,
+			     struct session *s)
+{
+	struct mjob *mj = calloc(1, sizeof(*mj));
+
+	if (!mj) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		session_put(s);
+	}
+	return mj;
+}
+
 static struct model_env env_of(const struct exec_env *e)
 {
 	return (struct model_env){ .v = e->v, .st = e->st, .b = e->b };
@@ -664,12 +677,9 @@ static void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
 		session_put(s);
 		return;
 	}
-	mj = calloc(1, sizeof(*mj));
-	if (!mj) {
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		session_put(s);
+	mj = mjob_new(c, hdr, s);
+	if (!mj)
 		return;
-	}
 	memcpy(mj->name, r->name, n + 1);
 	/* Loading reads files: the memory executor's work. */
 	submit(c, hdr, s, mj, s->dev->mem, run_open);
@@ -799,9 +809,10 @@ static void op_ctx_free(struct conn *c, const struct djinn_hdr *hdr,
 	session_put(s);
 }
 
-/* FORK, RESET: a job on the graph executor, in order with the steps. */
+/* FORK, RESET, RESUME (with @steer): a job on the graph executor, in
+ * order with the steps. */
 static void op_ctx_job(struct conn *c, const struct djinn_hdr *hdr,
-		       uint64_t handle, struct session *s)
+		       uint64_t handle, uint64_t steer, struct session *s)
 {
 	struct mobj *o = obj_get(c, hdr, s, handle, SOBJ_CTX);
 	struct mjob *mj;
@@ -810,16 +821,16 @@ static void op_ctx_job(struct conn *c, const struct djinn_hdr *hdr,
 		session_put(s);
 		return;
 	}
-	mj = calloc(1, sizeof(*mj));
-	if (!mj) {
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		session_put(s);
+	mj = mjob_new(c, hdr, s);
+	if (!mj)
 		return;
-	}
+	mj->steer = steer;
 	mj->o = o;
 	o->refs++;
 	submit(c, hdr, s, mj, s->dev->exec,
-	       hdr->opcode == DJINN_OP_CTX_FORK ? run_fork : run_reset);
+	       hdr->opcode == DJINN_OP_CTX_FORK	 ? run_fork :
+	       hdr->opcode == DJINN_OP_CTX_RESET ? run_reset :
+						   run_resume);
 }
 
 static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
@@ -899,29 +910,6 @@ out:
 	session_put(s);
 }
 
-static void op_ctx_resume(struct conn *c, const struct djinn_hdr *hdr,
-			  const uint8_t *body, struct session *s)
-{
-	const struct djinn_ctx_resume *r = (const void *)body;
-	struct mobj *o = obj_get(c, hdr, s, r->ctx, SOBJ_CTX);
-	struct mjob *mj;
-
-	if (!o) {
-		session_put(s);
-		return;
-	}
-	mj = calloc(1, sizeof(*mj));
-	if (!mj) {
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		session_put(s);
-		return;
-	}
-	mj->steer = r->hidden;
-	mj->o = o;
-	o->refs++;
-	submit(c, hdr, s, mj, s->dev->exec, run_resume);
-}
-
 void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 	      uint64_t len)
 {
@@ -976,15 +964,18 @@ void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		break;
 	case DJINN_OP_CTX_FORK:
 	case DJINN_OP_CTX_RESET:
-		op_ctx_job(c, hdr, handle, s);
+		op_ctx_job(c, hdr, handle, 0, s);
 		break;
 	case DJINN_OP_CTX_PREFILL:
 	case DJINN_OP_CTX_DECODE:
 		op_ctx_step(c, hdr, body, len, s);
 		break;
-	case DJINN_OP_CTX_RESUME:
-		op_ctx_resume(c, hdr, body, s);
+	case DJINN_OP_CTX_RESUME: {
+		const struct djinn_ctx_resume *r = (const void *)body;
+
+		op_ctx_job(c, hdr, r->ctx, r->hidden, s);
 		break;
+	}
 	}
 }
 

@@ -168,6 +168,24 @@ static void session_reply(struct conn *c, const struct djinn_hdr *hdr,
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
+/* A session just made: bound to kernel session @kid if any, in the
+ * server's table, attached to @c. On failure it is gone again. */
+static int session_start(struct conn *c, struct session *s, uint64_t kid)
+{
+	int ret;
+
+	s->lease_kid = kid;
+	ret = session_publish(c->srv, s);
+	if (ret) {
+		session_put(s);
+		return ret;
+	}
+	ret = conn_attach(c, s->id);
+	if (ret)
+		session_end(c->srv, s, SESSION_CLOSED);
+	return ret;
+}
+
 static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
 			    uint8_t *body, uint64_t len)
 {
@@ -191,16 +209,8 @@ static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
 	ret = session_create(c->srv, d, o->tenant, o->priority, o->lease_ns,
 			     c->tcp ? (uid_t)-1 : c->cred.uid,
 			     c->tcp ? 0 : c->cred.pid, &s);
-	if (!ret) {
-		ret = session_publish(c->srv, s);
-		if (ret)
-			session_put(s);
-	}
-	if (!ret) {
-		ret = conn_attach(c, s->id);
-		if (ret)
-			session_end(c->srv, s, SESSION_CLOSED);
-	}
+	if (!ret)
+		ret = session_start(c, s, 0);
 	if (ret == -EDQUOT) {
 		session_quota_error(c, hdr);
 		return;
@@ -284,17 +294,8 @@ static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 	ret = session_create(c->srv, server_place(c->srv, 0, NULL, 0),
 			     ki.tenant, ki.priority, ki.lease_ns, c->cred.uid,
 			     c->cred.pid, &s);
-	if (!ret) {
-		s->lease_kid = b->kernel_id;
-		ret = session_publish(c->srv, s);
-		if (ret)
-			session_put(s);
-	}
-	if (!ret) {
-		ret = conn_attach(c, s->id);
-		if (ret)
-			session_end(c->srv, s, SESSION_CLOSED);
-	}
+	if (!ret)
+		ret = session_start(c, s, b->kernel_id);
 	if (ret == -EDQUOT) {
 		session_quota_error(c, hdr);
 		return;
