@@ -4,8 +4,8 @@
  *
  * A node is checked as the CPU backend checks it (dims, dtypes and
  * parameters, with the same messages; the shape helpers are the CPU
- * backend's own, cpu_bcast_init() and cpu_mm_init()), then enqueued on
- * the calling thread's compute stream; sync() waits. The data checks the
+ * backend's own, cpu_bcast_init(), cpu_mm_init() and cpu_attn_init()),
+ * then enqueued on the calling thread's compute stream; sync() waits. The data checks the
  * CPU backend makes, integer divisors and embedding ids, run as kernels
  * too, and the host reads their verdict before the op is enqueued: those
  * two ops wait for the stream.
