@@ -1,17 +1,36 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Helpers shared by the benchmark programs (bench/vmu-bench.c,
- * tools/djinn-bench.c): the clock and the statistics their JSON lines
- * report.
+ * Helpers shared by the benchmark programs (bench/, and
+ * tools/djinn-bench.c): the clock, the statistics their JSON lines
+ * report, and how they give up.
  */
 #ifndef DJINN_BENCH_H
 #define DJINN_BENCH_H
 
+#include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Say why on stderr after the program's name, and exit 1 (atexit()
+ * handlers run). */
+__attribute__((noreturn, format(printf, 1, 2))) static inline void
+fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "%s: ", program_invocation_short_name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
 
 static inline uint64_t now_ns(void)
 {

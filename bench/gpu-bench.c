@@ -47,20 +47,6 @@ static struct gpu G;
 static const struct cu_api *cu;
 static CUcontext ctx;
 
-static void fail(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fprintf(stderr, "gpu-bench: ");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	exit(1);
-}
-
 static void emit(const char *bench, const char *metric, double value,
 		 const char *unit, const char *base_name, double base,
 		 const char *target)

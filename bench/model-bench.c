@@ -83,20 +83,6 @@ static struct {
 	.seed = 42,
 };
 
-__attribute__((noreturn, format(printf, 1, 2))) static void
-fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("model-bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
 static void check(int ret, const char *what, const char *msg)
 {
 	if (ret)

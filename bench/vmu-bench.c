@@ -100,20 +100,6 @@ static double rng_unit(struct rng *r)
 	return (double)(rng_next(r) >> 11) * 0x1.0p-53;
 }
 
-__attribute__((noreturn, format(printf, 1, 2))) static void
-fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("vmu-bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
 /* Every VMU call is checked; a benchmark that ignores errors measures
  * nothing. */
 static void check(int ret, const char *what)

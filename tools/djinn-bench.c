@@ -212,19 +212,6 @@ static void cleanup(void)
 	cleanup_tmpdir();
 }
 
-static __printf(1, 2) __attribute__((noreturn)) void fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("djinn-bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1); /* cleanup() runs from atexit() */
-}
-
 static __printf(1, 2) void info(const char *fmt, ...)
 {
 	va_list ap;
