@@ -14,9 +14,9 @@ $(MODEL_LIB): $(MODEL_SRCS:%.c=$(BUILD)/%.o)
 all: $(MODEL_LIB)
 SRCS += $(MODEL_SRCS)
 
-test_safetensors_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson
-fuzz_safetensors_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson
-test_model_config_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson
-test_model_store_LIBS := $(MODEL_LIB) $(LIBS_VMU) $(COMMON_LIB) -ljansson
+test_safetensors_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson -lm
+fuzz_safetensors_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson -lm
+test_model_config_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson -lm
+test_model_store_LIBS := $(MODEL_LIB) $(LIBS_VMU) $(COMMON_LIB) -ljansson -lm
 test_model_forward_LIBS := $(LIBS_MODEL)
 $(BUILD)/tests/unit/test_model_forward: $(MODEL_EXEC_OBJ)

@@ -2,7 +2,9 @@
 /*
  * config.json and the weight layout of GPT-2 and Llama. See config.h.
  */
+#include <assert.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,92 +15,113 @@
 #include <jansson.h>
 
 #include "errmsg.h"
+#include "graph.h"
 #include "model/config.h"
-
-const char *model_arch_name(enum model_arch a)
-{
-	switch (a) {
-	case MODEL_GPT2:
-		return "gpt2";
-	case MODEL_LLAMA:
-		return "llama";
-	}
-	return "unknown";
-}
 
 /* ---------------------------------------------------------------------- */
 /* config.json */
 
+/*
+ * @obj is the object being read, @pre what names it in messages ("" for
+ * the top level, "rope_parameters." inside that).
+ */
 struct cfg_ctx {
 	json_t *root;
+	json_t *obj;
+	const char *pre;
 	const char *path;
 	char *msg;
 	size_t msglen;
 };
+
+static json_t *field(struct cfg_ctx *x, const char *key)
+{
+	json_t *v = json_object_get(x->obj, key);
+
+	return json_is_null(v) ? NULL : v;
+}
+
+static int bad(struct cfg_ctx *x, const char *key, const char *why)
+{
+	return errmsg(x->msg, x->msglen, -EINVAL, "%s: \"%s%s\" %s", x->path,
+		      x->pre, key, why);
+}
 
 /* An integer field in [lo, hi]; @def when absent (or null) and @def >= 0,
  * else required. */
 static int get_uint(struct cfg_ctx *x, const char *key, long long def,
 		    long long lo, long long hi, uint32_t *out)
 {
-	json_t *v = json_object_get(x->root, key);
+	json_t *v = field(x, key);
 	long long n;
 
-	if (!v || json_is_null(v)) {
+	if (!v) {
 		if (def < 0)
-			return errmsg(x->msg, x->msglen, -EINVAL,
-				      "%s: \"%s\" is missing", x->path, key);
+			return bad(x, key, "is missing");
 		*out = (uint32_t)def;
 		return 0;
 	}
 	if (!json_is_integer(v))
-		return errmsg(x->msg, x->msglen, -EINVAL,
-			      "%s: \"%s\" is not an integer", x->path, key);
+		return bad(x, key, "is not an integer");
 	n = json_integer_value(v);
 	if (n < lo || n > hi)
 		return errmsg(x->msg, x->msglen, -EINVAL,
-			      "%s: \"%s\" is %lld, not in [%lld, %lld]",
-			      x->path, key, n, lo, hi);
+			      "%s: \"%s%s\" is %lld, not in [%lld, %lld]",
+			      x->path, x->pre, key, n, lo, hi);
 	*out = (uint32_t)n;
 	return 0;
 }
 
-/* A positive finite number; @def when absent and @def > 0. */
-static int get_pos(struct cfg_ctx *x, const char *key, double def, float *out)
+/* A finite number in [lo, hi] (@lo excluded when @open); @def when
+ * absent and @def is not NAN, else required. */
+static int get_num(struct cfg_ctx *x, const char *key, double def, double lo,
+		   bool open, double hi, double *out)
 {
-	json_t *v = json_object_get(x->root, key);
+	json_t *v = field(x, key);
 	double d;
 
-	if (!v || json_is_null(v)) {
-		if (def <= 0)
-			return errmsg(x->msg, x->msglen, -EINVAL,
-				      "%s: \"%s\" is missing", x->path, key);
-		*out = (float)def;
+	if (!v) {
+		if (isnan(def))
+			return bad(x, key, "is missing");
+		*out = def;
 		return 0;
 	}
 	if (!json_is_number(v))
-		return errmsg(x->msg, x->msglen, -EINVAL,
-			      "%s: \"%s\" is not a number", x->path, key);
+		return bad(x, key, "is not a number");
 	d = json_number_value(v);
-	if (!(d > 0) || !isfinite((float)d) || (float)d == 0.0f)
+	if (!isfinite(d) || d < lo || (open && d == lo) || d > hi ||
+	    !isfinite((float)d))
 		return errmsg(x->msg, x->msglen, -EINVAL,
-			      "%s: \"%s\" is %g, not a positive float", x->path,
-			      key, d);
-	*out = (float)d;
+			      "%s: \"%s%s\" is %g, not in %c%g, %g]", x->path,
+			      x->pre, key, d, open ? '(' : '[', lo, hi);
+	*out = d;
 	return 0;
+}
+
+/* A positive finite float; @def when absent and @def > 0. */
+static int get_pos(struct cfg_ctx *x, const char *key, double def, float *out)
+{
+	double d;
+	int ret;
+
+	ret = get_num(x, key, def > 0 ? def : NAN, 0, true, FLT_MAX, &d);
+	if (!ret && (float)d == 0.0f)
+		return bad(x, key, "is too small for a float");
+	if (!ret)
+		*out = (float)d;
+	return ret;
 }
 
 static int get_bool(struct cfg_ctx *x, const char *key, bool def, bool *out)
 {
-	json_t *v = json_object_get(x->root, key);
+	json_t *v = field(x, key);
 
-	if (!v || json_is_null(v)) {
+	if (!v) {
 		*out = def;
 		return 0;
 	}
 	if (!json_is_boolean(v))
-		return errmsg(x->msg, x->msglen, -EINVAL,
-			      "%s: \"%s\" is not true or false", x->path, key);
+		return bad(x, key, "is not true or false");
 	*out = json_is_true(v);
 	return 0;
 }
@@ -107,33 +130,86 @@ static int get_bool(struct cfg_ctx *x, const char *key, bool def, bool *out)
 static int want_string(struct cfg_ctx *x, const char *key,
 		       const char *const *ok)
 {
-	json_t *v = json_object_get(x->root, key);
+	json_t *v = field(x, key);
+	char why[96];
 
-	if (!v || json_is_null(v))
+	if (!v)
 		return 0;
 	for (unsigned int i = 0; json_is_string(v) && ok[i]; i++)
 		if (!strcmp(json_string_value(v), ok[i]))
 			return 0;
-	return errmsg(x->msg, x->msglen, -EINVAL,
-		      "%s: \"%s\" is not %s: not supported", x->path, key,
-		      ok[0]);
+	snprintf(why, sizeof(why), "is not %s%s%s: not supported", ok[0],
+		 ok[1] ? " or " : "", ok[1] ? ok[1] : "");
+	return bad(x, key, why);
 }
 
 /* A field that, if present, must be null or false: a feature this
  * runtime does not have. */
 static int want_off(struct cfg_ctx *x, const char *key)
 {
-	json_t *v = json_object_get(x->root, key);
+	json_t *v = field(x, key);
 
-	if (!v || json_is_null(v) || json_is_false(v))
+	if (!v || json_is_false(v))
 		return 0;
-	return errmsg(x->msg, x->msglen, -EINVAL,
-		      "%s: \"%s\" is set: not supported", x->path, key);
+	return bad(x, key, "is set: not supported");
+}
+
+/* A string for messages: printable, at most 40 bytes. */
+static const char *printable(char *buf, size_t len, const char *s)
+{
+	snprintf(buf, len, "%s", s);
+	for (char *p = buf; *p; p++)
+		*p = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+	return buf;
+}
+
+/* "dtype" (transformers 5) or "torch_dtype" (4): the weights' dtype. */
+static int parse_dtype(struct cfg_ctx *x, struct model_config *c)
+{
+	static const struct {
+		const char *name;
+		unsigned int dtype;
+	} names[] = {
+		{ "float32", DJINN_DTYPE_F32 },
+		{ "float16", DJINN_DTYPE_F16 },
+		{ "bfloat16", DJINN_DTYPE_BF16 },
+	};
+	static const char *const keys[] = { "dtype", "torch_dtype" };
+
+	for (unsigned int k = 0; k < 2; k++) {
+		json_t *v = field(x, keys[k]);
+		unsigned int dt = 0;
+		char t[48];
+
+		if (!v)
+			continue;
+		for (unsigned int i = 0; json_is_string(v) && i < 3; i++)
+			if (!strcmp(json_string_value(v), names[i].name))
+				dt = names[i].dtype;
+		if (!dt)
+			return errmsg(x->msg, x->msglen, -EINVAL,
+				      "%s: \"%s\" is %s: weights must be "
+				      "float32, float16 or bfloat16",
+				      x->path, keys[k],
+				      json_is_string(v) ?
+					      printable(t, sizeof(t),
+							json_string_value(v)) :
+					      "not a string");
+		if (c->dtype && c->dtype != dt)
+			return errmsg(x->msg, x->msglen, -EINVAL,
+				      "%s: \"dtype\" and \"torch_dtype\" "
+				      "disagree",
+				      x->path);
+		c->dtype = dt;
+		c->dtype_key = keys[k];
+	}
+	return 0;
 }
 
 static int parse_gpt2(struct cfg_ctx *x, struct model_config *c)
 {
-	static const char *const act[] = { "gelu_new", NULL };
+	static const char *const act[] = { "gelu_new", "gelu_pytorch_tanh",
+					   NULL };
 	uint32_t inner;
 	int ret;
 
@@ -142,7 +218,7 @@ static int parse_gpt2(struct cfg_ctx *x, struct model_config *c)
 	    (ret = get_uint(x, "n_layer", -1, 1, MODEL_MAX_LAYERS,
 			    &c->n_layer)) ||
 	    (ret = get_uint(x, "n_positions", -1, 1, MODEL_MAX_DIM,
-			    &c->n_ctx)) ||
+			    &c->n_pos)) ||
 	    (ret = get_uint(x, "vocab_size", -1, 1, MODEL_MAX_VOCAB,
 			    &c->vocab)) ||
 	    (ret = get_uint(x, "n_inner", 0, 1, MODEL_MAX_DIM, &inner)) ||
@@ -153,11 +229,8 @@ static int parse_gpt2(struct cfg_ctx *x, struct model_config *c)
 	    (ret = want_off(x, "reorder_and_upcast_attn")) ||
 	    (ret = want_off(x, "add_cross_attention")))
 		return ret;
-	if (json_is_false(json_object_get(x->root, "scale_attn_weights")))
-		return errmsg(x->msg, x->msglen, -EINVAL,
-			      "%s: \"scale_attn_weights\" is false: not "
-			      "supported",
-			      x->path);
+	if (json_is_false(field(x, "scale_attn_weights")))
+		return bad(x, "scale_attn_weights", "is false: not supported");
 	if (c->n_embd % c->n_head)
 		return errmsg(
 			x->msg, x->msglen, -EINVAL,
@@ -171,13 +244,295 @@ static int parse_gpt2(struct cfg_ctx *x, struct model_config *c)
 	c->n_inner = inner ? inner : 4 * c->n_embd;
 	c->n_kv_head = c->n_head;
 	c->head_dim = c->n_embd / c->n_head;
+	c->n_ctx = c->n_pos;
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* RoPE */
+
+/* Every key transformers' RopeParameters knows; those a type does not
+ * use are ignored as transformers ignores them, any other is refused. */
+static const char *const rope_keys[] = {
+	"rope_type",	    "type",
+	"rope_theta",	    "factor",
+	"low_freq_factor",  "high_freq_factor",
+	"original_max_position_embeddings",
+	"attention_factor", "beta_fast",
+	"beta_slow",	    "mscale",
+	"mscale_all_dim",   "truncate",
+	"partial_rotary_factor",
+	"short_factor",	    "long_factor",
+	"mrope_section",    NULL,
+};
+
+/* yarn's default attention factor: transformers' get_mscale() */
+static double yarn_mscale(double scale, double m)
+{
+	return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0;
+}
+
+/*
+ * The parameters of @x->obj (rope_parameters or rope_scaling, or the
+ * top level when neither is given): transformers 5's
+ * standardize_rope_params() and its _compute_*_parameters().
+ */
+static int parse_rope_params(struct cfg_ctx *x, struct model_config *c,
+			     double theta)
+{
+	static const char *const types[] = { "default", "linear", "dynamic",
+					     "llama3", "yarn" };
+	struct model_rope *r = &c->rope;
+	json_t *t = NULL, *v;
+	double d, prf, fast, slow, ms, msa;
+	const char *key;
+	char name[48];
+	int ret;
+
+	if (x->obj != x->root)
+		json_object_foreach(x->obj, key, v)
+		{
+			unsigned int i;
+
+			for (i = 0; rope_keys[i] && strcmp(rope_keys[i], key);
+			     i++)
+				;
+			if (!rope_keys[i])
+				return bad(x, printable(name, sizeof(name),
+							key),
+					   "is not a RoPE parameter djinn "
+					   "knows");
+		}
+	if (x->obj != x->root) {
+		t = field(x, "rope_type");
+		if (!t)
+			t = field(x, "type");
+	}
+	r->type = ROPE_DEFAULT;
+	if (t) {
+		unsigned int i;
+
+		for (i = 0; json_is_string(t) && i < 5 &&
+			    strcmp(json_string_value(t), types[i]);
+		     i++)
+			;
+		if (!json_is_string(t) || i == 5)
+			return errmsg(x->msg, x->msglen, -EINVAL,
+				      "%s: \"%srope_type\" '%s' is not "
+				      "supported: djinn has default, linear, "
+				      "dynamic, llama3 and yarn",
+				      x->path, x->pre,
+				      json_is_string(t) ?
+					      printable(name, sizeof(name),
+							json_string_value(t)) :
+					      "(not a string)");
+		r->type = (enum model_rope_type)i;
+	}
+	/* the parameters' own rope_theta wins over a top-level one */
+	if ((ret = get_num(x, "rope_theta", theta, 1, true, FLT_MAX, &d)))
+		return ret;
+	r->theta = (float)d;
+	if ((ret = get_num(x, "partial_rotary_factor", 1.0, 0, true, 1,
+			   &prf)))
+		return ret;
+	if (prf != 1.0)
+		return bad(x, "partial_rotary_factor",
+			   "is not 1: partial rotary embeddings are not "
+			   "supported");
+	if (field(x, "mrope_section"))
+		return bad(x, "mrope_section",
+			   "is set: multimodal RoPE is not supported");
+	r->attn_factor = 1.0f;
+	r->factor = 1.0f;
+	if (x->obj == x->root || r->type == ROPE_DEFAULT)
+		return 0;
+
+	/* every scaled type has a factor (yarn's may be implied) */
+	if (r->type != ROPE_YARN || field(x, "factor")) {
+		if ((ret = get_num(x, "factor", NAN, 1, false, 1e6, &d)))
+			return ret;
+		r->factor = (float)d;
+	}
+	if (r->type == ROPE_LLAMA3 || r->type == ROPE_YARN) {
+		/* a top-level one wins (transformers' Phi-3 rule) */
+		json_t *obj = x->obj;
+		const char *pre = x->pre;
+
+		if (json_object_get(x->root,
+				    "original_max_position_embeddings")) {
+			x->obj = x->root;
+			x->pre = "";
+		}
+		ret = get_uint(x, "original_max_position_embeddings", c->n_pos,
+			       1, MODEL_MAX_DIM, &r->orig_ctx);
+		x->obj = obj;
+		x->pre = pre;
+		if (ret)
+			return ret;
+	}
+	if (r->type == ROPE_LLAMA3) {
+		if ((ret = get_num(x, "low_freq_factor", NAN, 0, true, 1e6,
+				   &d)))
+			return ret;
+		r->low_freq_factor = (float)d;
+		if ((ret = get_num(x, "high_freq_factor", NAN, 0, true, 1e6,
+				   &d)))
+			return ret;
+		r->high_freq_factor = (float)d;
+		if (r->high_freq_factor <= r->low_freq_factor)
+			return bad(x, "high_freq_factor",
+				   "is not above \"low_freq_factor\"");
+	}
+	if (r->type != ROPE_YARN)
+		return 0;
+	if (!field(x, "factor"))
+		r->factor = (float)((double)c->n_pos / r->orig_ctx);
+	if ((ret = get_num(x, "beta_fast", 32, 0, false, 1e6, &fast)) ||
+	    (ret = get_num(x, "beta_slow", 1, 0, false, 1e6, &slow)) ||
+	    (ret = get_num(x, "mscale", 0, 0, false, 1e6, &ms)) ||
+	    (ret = get_num(x, "mscale_all_dim", 0, 0, false, 1e6, &msa)) ||
+	    (ret = get_bool(x, "truncate", true, &r->truncate)))
+		return ret;
+	/* transformers: "beta_fast or 32", "beta_slow or 1" */
+	r->beta_fast = fast ? (float)fast : 32.0f;
+	r->beta_slow = slow ? (float)slow : 1.0f;
+	if (field(x, "attention_factor")) {
+		if ((ret = get_num(x, "attention_factor", NAN, 0, true, 1e6,
+				   &d)))
+			return ret;
+		r->attn_factor = (float)d;
+	} else if (ms && msa) {
+		r->attn_factor = (float)(yarn_mscale(r->factor, ms) /
+					 yarn_mscale(r->factor, msa));
+	} else {
+		r->attn_factor = (float)yarn_mscale(r->factor, 1);
+	}
+	return 0;
+}
+
+/* Where the RoPE parameters are: rope_scaling wins over rope_parameters
+ * (transformers' convert_rope_params_to_dict()); both given must agree. */
+static int parse_rope(struct cfg_ctx *x, struct model_config *c)
+{
+	json_t *rs = field(x, "rope_scaling"), *rp = field(x, "rope_parameters");
+	double theta;
+	int ret;
+
+	if ((ret = get_num(x, "rope_theta", 10000.0, 1, true, FLT_MAX, &theta)))
+		return ret;
+	if (rs && !json_is_object(rs))
+		return bad(x, "rope_scaling", "is not an object");
+	if (rp && !json_is_object(rp))
+		return bad(x, "rope_parameters", "is not an object");
+	if (rs && json_object_size(rs) && rp && json_object_size(rp) &&
+	    !json_equal(rs, rp)) {
+		/* transformers 4.5x writes both; the same is fine */
+		json_t *a = json_deep_copy(rs), *b = json_deep_copy(rp);
+		bool same;
+
+		json_object_del(a, "rope_theta");
+		json_object_del(b, "rope_theta");
+		json_object_del(a, "type");
+		json_object_del(b, "type");
+		if (!json_object_get(a, "rope_type"))
+			json_object_set_new(a, "rope_type",
+					    json_deep_copy(json_object_get(
+						    rs, "type")));
+		same = json_equal(a, b);
+		json_decref(a);
+		json_decref(b);
+		if (!same)
+			return bad(x, "rope_scaling",
+				   "and \"rope_parameters\" disagree");
+	}
+	x->obj = rs && json_object_size(rs) ? rs : rp ? rp : x->root;
+	x->pre = x->obj == rs ? "rope_scaling." :
+		 x->obj == rp ? "rope_parameters." :
+				"";
+	if (x->obj == x->root) {
+		json_t *prf = field(x, "partial_rotary_factor");
+
+		/* transformers moves a top-level one into the parameters */
+		if (prf && !(json_is_number(prf) &&
+			     json_number_value(prf) == 1.0))
+			return bad(x, "partial_rotary_factor",
+				   "is not 1: partial rotary embeddings are "
+				   "not supported");
+	}
+	ret = parse_rope_params(x, c, theta);
+	x->obj = x->root;
+	x->pre = "";
+	if (ret)
+		return ret;
+	if (c->rope.type == ROPE_DYNAMIC) {
+		/* contexts up to factor times max_position_embeddings */
+		double n = floor((double)c->rope.factor * c->n_pos);
+
+		c->n_ctx = n > MODEL_MAX_DIM ? MODEL_MAX_DIM : (uint32_t)n;
+	}
+	model_rope_freqs(c, 0, c->rope.inv_freq);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The llama family */
+
+/* The sliding window of qwen2 and qwen3: "use_sliding_window" sets it;
+ * "layer_types" (or, without it, "max_window_layers") says which layers
+ * slide. */
+static int parse_qwen_window(struct cfg_ctx *x, struct model_config *c,
+			     uint32_t window)
+{
+	json_t *lt = field(x, "layer_types");
+	uint32_t mwl;
+	bool use, any = false;
+	int ret;
+
+	if ((ret = get_bool(x, "use_sliding_window", false, &use)) ||
+	    (ret = get_uint(x, "max_window_layers", 28, 0, MODEL_MAX_LAYERS,
+			    &mwl)))
+		return ret;
+	if (lt) {
+		size_t i;
+		json_t *v;
+
+		if (!json_is_array(lt) || json_array_size(lt) != c->n_layer)
+			return bad(x, "layer_types",
+				   "is not a list of one type per layer");
+		json_array_foreach(lt, i, v)
+		{
+			const char *s = json_string_value(v);
+
+			if (s && !strcmp(s, "sliding_attention"))
+				any = true;
+			else if (!s || strcmp(s, "full_attention"))
+				return bad(x, "layer_types",
+					   "has a type other than "
+					   "full_attention and "
+					   "sliding_attention");
+		}
+	} else {
+		any = use && window && mwl < c->n_layer;
+	}
+	/* transformers: sliding_window is None unless use_sliding_window */
+	if (use && any) {
+		if (!window)
+			return bad(x, "sliding_window",
+				   "is missing for sliding layers");
+		c->window = window;
+	}
 	return 0;
 }
 
 static int parse_llama(struct cfg_ctx *x, struct model_config *c)
 {
-	static const char *const act[] = { "silu", NULL };
-	uint32_t hd;
+	static const char *const act[] = { "silu", "swish", NULL };
+	/* transformers' class defaults where config.json has no value */
+	long long kv_def = c->arch == MODEL_QWEN2 || c->arch == MODEL_QWEN3 ?
+				   32 :
+			   c->arch == MODEL_MISTRAL ? 8 :
+						      -2;
+	uint32_t window = 0;
 	int ret;
 
 	if ((ret = get_uint(x, "hidden_size", -1, 1, MODEL_MAX_DIM,
@@ -186,57 +541,127 @@ static int parse_llama(struct cfg_ctx *x, struct model_config *c)
 			    &c->n_inner)) ||
 	    (ret = get_uint(x, "num_attention_heads", -1, 1, MODEL_MAX_DIM,
 			    &c->n_head)) ||
-	    (ret = get_uint(x, "num_key_value_heads", c->n_head, 1,
-			    MODEL_MAX_DIM, &c->n_kv_head)) ||
+	    (ret = get_uint(x, "num_key_value_heads",
+			    kv_def == -2 ? c->n_head : kv_def, 1, MODEL_MAX_DIM,
+			    &c->n_kv_head)) ||
 	    (ret = get_uint(x, "num_hidden_layers", -1, 1, MODEL_MAX_LAYERS,
 			    &c->n_layer)) ||
 	    (ret = get_uint(x, "max_position_embeddings", -1, 1, MODEL_MAX_DIM,
-			    &c->n_ctx)) ||
+			    &c->n_pos)) ||
 	    (ret = get_uint(x, "vocab_size", -1, 1, MODEL_MAX_VOCAB,
 			    &c->vocab)) ||
-	    (ret = get_pos(x, "rms_norm_eps", -1, &c->eps)) ||
-	    (ret = get_pos(x, "rope_theta", 10000.0, &c->rope_theta)) ||
+	    (ret = get_pos(x, "rms_norm_eps", 1e-6, &c->eps)) ||
 	    (ret = get_bool(x, "tie_word_embeddings", false, &c->tied)) ||
-	    (ret = want_string(x, "hidden_act", act)) ||
-	    (ret = want_off(x, "rope_scaling")) ||
-	    (ret = want_off(x, "attention_bias")) ||
-	    (ret = want_off(x, "mlp_bias")))
+	    (ret = want_string(x, "hidden_act", act)))
 		return ret;
-	if (c->n_embd % c->n_head)
-		return errmsg(x->msg, x->msglen, -EINVAL,
-			      "%s: \"hidden_size\" %u is not a multiple of "
-			      "\"num_attention_heads\" %u",
-			      x->path, c->n_embd, c->n_head);
 	if (c->n_head % c->n_kv_head)
 		return errmsg(
 			x->msg, x->msglen, -EINVAL,
 			"%s: \"num_attention_heads\" %u is not a multiple "
 			"of \"num_key_value_heads\" %u",
 			x->path, c->n_head, c->n_kv_head);
-	c->head_dim = c->n_embd / c->n_head;
+	/* head_dim: given, else C / H (qwen3's class default is 128) */
+	if (!field(x, "head_dim") && c->arch != MODEL_QWEN3 &&
+	    c->n_embd % c->n_head)
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: \"hidden_size\" %u is not a multiple of "
+			      "\"num_attention_heads\" %u and there is no "
+			      "\"head_dim\"",
+			      x->path, c->n_embd, c->n_head);
+	if ((ret = get_uint(x, "head_dim",
+			    c->arch == MODEL_QWEN3 ? 128 : c->n_embd / c->n_head,
+			    2, MODEL_MAX_HEAD_DIM, &c->head_dim)))
+		return ret;
 	if (c->head_dim % 2)
 		return errmsg(x->msg, x->msglen, -EINVAL,
 			      "%s: head dim %u is odd: RoPE needs pairs",
 			      x->path, c->head_dim);
-	if ((ret = get_uint(x, "head_dim", c->head_dim, c->head_dim,
-			    c->head_dim, &hd)))
+	if ((uint64_t)c->n_head * c->head_dim > MODEL_MAX_DIM)
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: heads times head_dim is over %u", x->path,
+			      MODEL_MAX_DIM);
+
+	switch (c->arch) {
+	case MODEL_LLAMA:
+		ret = get_bool(x, "attention_bias", false, &c->qkv_bias);
+		if (!ret)
+			ret = get_bool(x, "mlp_bias", false, &c->mlp_bias);
+		c->o_bias = c->qkv_bias;
+		break;
+	case MODEL_QWEN2:
+		c->qkv_bias = true; /* qwen2's q, k and v always have them */
+		break;
+	case MODEL_QWEN3:
+		ret = get_bool(x, "attention_bias", false, &c->qkv_bias);
+		c->o_bias = c->qkv_bias;
+		c->qk_norm = true;
+		break;
+	default: /* mistral */
+		break;
+	}
+	if (ret)
 		return ret;
-	return 0;
+	if ((ret = get_uint(x, "sliding_window", 0, 1, UINT32_MAX, &window)))
+		return ret;
+	if (c->arch == MODEL_MISTRAL)
+		c->window = window; /* every layer, when set */
+	else if (c->arch == MODEL_QWEN2 || c->arch == MODEL_QWEN3)
+		ret = parse_qwen_window(x, c, window);
+	if (ret)
+		return ret;
+	c->n_ctx = c->n_pos;
+	ret = parse_rope(x, c);
+	if (!ret && c->window && c->window < c->n_ctx)
+		c->n_ctx = c->window;
+	return ret;
+}
+
+static const struct {
+	const char *type;
+	enum model_arch arch;
+} arch_names[] = {
+	{ "gpt2", MODEL_GPT2 },	  { "llama", MODEL_LLAMA },
+	{ "qwen2", MODEL_QWEN2 }, { "qwen3", MODEL_QWEN3 },
+	{ "mistral", MODEL_MISTRAL },
+};
+
+/* the wire names architectures by the same numbers */
+static_assert((int)MODEL_GPT2 == DJINN_ARCH_GPT2 &&
+		      (int)MODEL_LLAMA == DJINN_ARCH_LLAMA &&
+		      (int)MODEL_QWEN2 == DJINN_ARCH_QWEN2 &&
+		      (int)MODEL_QWEN3 == DJINN_ARCH_QWEN3 &&
+		      (int)MODEL_MISTRAL == DJINN_ARCH_MISTRAL,
+	      "enum model_arch is enum djinn_arch");
+
+const char *model_arch_name(enum model_arch a)
+{
+	for (size_t i = 0; i < sizeof(arch_names) / sizeof(arch_names[0]); i++)
+		if (arch_names[i].arch == a)
+			return arch_names[i].type;
+	return "unknown";
 }
 
 int model_config_parse_json(const char *text, size_t len, const char *path,
 			    struct model_config *c, char *msg, size_t msglen)
 {
-	struct cfg_ctx x = { .path = path, .msg = msg, .msglen = msglen };
-	struct model_config n = { 0 };
+	struct cfg_ctx x = { .path = path, .pre = "", .msg = msg,
+			     .msglen = msglen };
+	struct model_config *n;
 	json_error_t jerr;
 	const char *type;
+	char t[40];
 	int ret;
 
 	x.root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!x.root)
 		return errmsg(msg, msglen, -EINVAL, "%s: line %d: %s", path,
 			      jerr.line, jerr.text);
+	x.obj = x.root;
+	n = calloc(1, sizeof(*n));
+	if (!n) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	if (!json_is_object(x.root)) {
 		ret = errmsg(msg, msglen, -EINVAL, "%s: not a JSON object",
 			     path);
@@ -249,25 +674,24 @@ int model_config_parse_json(const char *text, size_t len, const char *path,
 			     path);
 		goto out;
 	}
-	if (!strcmp(type, "gpt2")) {
-		n.arch = MODEL_GPT2;
-		ret = parse_gpt2(&x, &n);
-	} else if (!strcmp(type, "llama")) {
-		n.arch = MODEL_LLAMA;
-		ret = parse_llama(&x, &n);
-	} else {
-		char t[40];
-
-		snprintf(t, sizeof(t), "%s", type);
-		for (char *p = t; *p; p++)
-			*p = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+	for (size_t i = 0; i < sizeof(arch_names) / sizeof(arch_names[0]); i++)
+		if (!strcmp(type, arch_names[i].type))
+			n->arch = arch_names[i].arch;
+	if (!n->arch) {
 		ret = errmsg(msg, msglen, -EINVAL,
-			     "%s: \"model_type\" '%s' is not gpt2 or llama",
-			     path, t);
+			     "%s: \"model_type\" '%s' is not supported: djinn "
+			     "runs gpt2, llama, qwen2, qwen3 and mistral",
+			     path, printable(t, sizeof(t), type));
+		goto out;
 	}
+	ret = parse_dtype(&x, n);
 	if (!ret)
-		*c = n;
+		ret = n->arch == MODEL_GPT2 ? parse_gpt2(&x, n) :
+					      parse_llama(&x, n);
+	if (!ret)
+		*c = *n;
 out:
+	free(n);
 	json_decref(x.root);
 	return ret;
 }
@@ -405,6 +829,30 @@ static void names_llama(const struct model_config *c, struct model_weight *w)
 		slot(&p[LLAMA_UP], 2, F, C, "%s.%u.mlp.up_proj.weight", m, l);
 		slot(&p[LLAMA_DOWN], 2, C, F, "%s.%u.mlp.down_proj.weight", m,
 		     l);
+		slot(&p[LLAMA_Q_B], 1, Q, 0, "%s.%u.self_attn.q_proj.bias", m,
+		     l);
+		slot(&p[LLAMA_K_B], 1, KV, 0, "%s.%u.self_attn.k_proj.bias", m,
+		     l);
+		slot(&p[LLAMA_V_B], 1, KV, 0, "%s.%u.self_attn.v_proj.bias", m,
+		     l);
+		slot(&p[LLAMA_O_B], 1, C, 0, "%s.%u.self_attn.o_proj.bias", m,
+		     l);
+		slot(&p[LLAMA_Q_NORM], 1, D, 0, "%s.%u.self_attn.q_norm.weight",
+		     m, l);
+		slot(&p[LLAMA_K_NORM], 1, D, 0, "%s.%u.self_attn.k_norm.weight",
+		     m, l);
+		slot(&p[LLAMA_GATE_B], 1, F, 0, "%s.%u.mlp.gate_proj.bias", m,
+		     l);
+		slot(&p[LLAMA_UP_B], 1, F, 0, "%s.%u.mlp.up_proj.bias", m, l);
+		slot(&p[LLAMA_DOWN_B], 1, C, 0, "%s.%u.mlp.down_proj.bias", m,
+		     l);
+		/* what this configuration has no weight for */
+		for (unsigned int k = LLAMA_Q_B; k <= LLAMA_V_B; k++)
+			p[k].unused = !c->qkv_bias;
+		p[LLAMA_O_B].unused = !c->o_bias;
+		p[LLAMA_Q_NORM].unused = p[LLAMA_K_NORM].unused = !c->qk_norm;
+		for (unsigned int k = LLAMA_GATE_B; k <= LLAMA_DOWN_B; k++)
+			p[k].unused = !c->mlp_bias;
 	}
 }
 
@@ -465,6 +913,8 @@ int model_layout_build(const struct model_config *c, const struct st_set *set,
 			w[i].alias = true;
 			continue;
 		}
+		if (w[i].unused)
+			continue;
 		t = st_set_find(set, w[i].name);
 		if (!t) {
 			ret = errmsg(msg, msglen, -EINVAL,
@@ -510,6 +960,15 @@ int model_layout_build(const struct model_config *c, const struct st_set *set,
 		off += (t->size + MODEL_ALIGN - 1) &
 		       ~(uint64_t)(MODEL_ALIGN - 1);
 	}
+	if (c->dtype && c->dtype != L->dtype) {
+		ret = errmsg(msg, msglen, -EINVAL,
+			     "%s: config.json's \"%s\" is %s, the weights "
+			     "are %s: djinn computes in the weights' dtype "
+			     "and does not convert them",
+			     where, c->dtype_key, djinn_dtype_name(c->dtype),
+			     djinn_dtype_name(L->dtype));
+		goto out;
+	}
 	if (c->tied) {
 		w[head].t = w[embed].t;
 		w[head].off = w[embed].off;
@@ -530,7 +989,7 @@ int model_layout_emit(const struct model_layout *L, model_emit_fn fn, void *arg)
 	for (size_t i = 0; i < L->nr && !ret; i++) {
 		const struct model_weight *w = &L->w[i];
 
-		if (w->alias)
+		if (w->alias || w->unused)
 			continue;
 		if (w->off > at)
 			ret = fn(arg, zero, w->off - at);

@@ -2,24 +2,39 @@
 /*
  * Model configurations (Hugging Face config.json) and weight layouts.
  *
- * Two architectures:
+ * Five architectures, by config.json's "model_type":
  *
- *   gpt2   learned position embeddings, LayerNorm with bias, GELU (tanh),
- *          Conv1D weights stored (in, out), fused c_attn, tied embeddings
- *          unless tie_word_embeddings is false
- *   llama  RoPE, RMSNorm, SwiGLU, grouped-query attention, Linear weights
- *          stored (out, in), untied unless tie_word_embeddings is true
+ *   gpt2     learned position embeddings, LayerNorm with bias, GELU (tanh),
+ *            Conv1D weights stored (in, out), fused c_attn, tied embeddings
+ *            unless tie_word_embeddings is false
+ *   llama    RoPE, RMSNorm, SwiGLU, grouped-query attention, Linear weights
+ *            stored (out, in), untied unless tie_word_embeddings is true;
+ *            optional q/k/v/o biases (attention_bias) and MLP biases
+ *            (mlp_bias)
+ *   qwen2    llama with q, k and v biases, always
+ *   qwen3    llama with a per-head RMSNorm on q and k before RoPE, its own
+ *            head_dim, q/k/v/o biases when attention_bias
+ *   mistral  llama with a sliding attention window
+ *
+ * The llama family's RoPE (struct model_rope) comes from either form
+ * transformers writes: transformers 5's nested "rope_parameters", or
+ * transformers 4's top-level "rope_theta" and "rope_scaling" ("type" is
+ * read as "rope_type"). Types default, linear, dynamic (NTK), llama3 and
+ * yarn are computed as transformers computes them; longrope and unknown
+ * types are refused.
  *
  * model_config_parse() reads config.json strictly: the fields the
  * architecture needs must be there with the right JSON types and sane
- * values; fields that would change the computation in a way this runtime
- * does not implement (rope_scaling, attention biases, another activation)
- * are refused by name rather than ignored. Other fields (tokenizer ids,
- * torch_dtype, ...) are ignored.
+ * values; every field that would change the computation in a way this
+ * runtime does not implement is refused by name rather than ignored
+ * (Documentation/model.rst has the table of every field). Fields that
+ * change nothing at inference (dropout, token ids, use_cache, ...) are
+ * ignored, as transformers' modeling code ignores them.
  *
  * model_layout_build() then finds every weight the architecture needs in
  * a model's safetensors (safetensors.h), checks its shape and that all
- * share one dtype (F32, F16 or BF16), and lays them out, in a fixed
+ * share one dtype (F32, F16 or BF16; the config's "dtype" or "torch_dtype",
+ * when given, must name it), and lays them out, in a fixed
  * order and 256-byte aligned, as one blob: what the model store puts in
  * the text segment. Tensors the architecture does not use are ignored.
  *
@@ -41,23 +56,75 @@
 #define MODEL_MAX_VOCAB (1u << 24)
 #define MODEL_MAX_CONFIG (1u << 20) /* bytes of config.json */
 
+#define MODEL_MAX_HEAD_DIM 1024 /* RoPE frequencies are kept per model */
+
 enum model_arch {
 	MODEL_GPT2 = 1,
 	MODEL_LLAMA = 2,
+	MODEL_QWEN2 = 3,
+	MODEL_QWEN3 = 4,
+	MODEL_MISTRAL = 5,
 };
 
 const char *model_arch_name(enum model_arch a);
+
+enum model_rope_type {
+	ROPE_DEFAULT,
+	ROPE_LINEAR,
+	ROPE_DYNAMIC,
+	ROPE_LLAMA3,
+	ROPE_YARN,
+};
+
+const char *model_rope_name(enum model_rope_type t);
+
+/*
+ * struct model_rope - rotary position embeddings (the llama family)
+ * @type:      how the inverse frequencies are made
+ * @theta:     the base
+ * @factor:    linear, dynamic, llama3, yarn: the scaling factor
+ * @low_freq_factor, @high_freq_factor: llama3
+ * @orig_ctx:  llama3, yarn: original_max_position_embeddings
+ * @beta_fast, @beta_slow, @truncate: yarn's correction range
+ * @attn_factor: cos and sin are scaled by it (yarn; else 1)
+ * @inv_freq:  head_dim / 2 inverse frequencies, computed once at parse
+ *             (dynamic: those of a sequence within max_position_embeddings;
+ *             longer ones get model_rope_freqs())
+ */
+struct model_rope {
+	enum model_rope_type type;
+	float theta;
+	float factor;
+	float low_freq_factor;
+	float high_freq_factor;
+	uint32_t orig_ctx;
+	float beta_fast;
+	float beta_slow;
+	bool truncate;
+	float attn_factor;
+	float inv_freq[MODEL_MAX_HEAD_DIM / 2];
+};
 
 /*
  * struct model_config - what the forward pass needs
  * @n_embd:    hidden size C
  * @n_head:    query heads H; @n_kv_head: key/value heads (H for gpt2)
- * @head_dim:  C / H
+ * @head_dim:  D: head_dim, or C / H when the config has none
  * @n_inner:   MLP width (gpt2: n_inner or 4 C; llama: intermediate_size)
- * @n_ctx:     positions (n_positions, max_position_embeddings)
+ * @n_pos:     n_positions / max_position_embeddings as the config says
+ * @n_ctx:     the longest context: @n_pos, for dynamic RoPE factor
+ *             @n_pos, and never past a sliding window
+ * @window:    the sliding attention window of any layer (0: none); the
+ *             longest context is at most it, so attention needs no mask
+ *             beyond the causal one
  * @eps:       layer_norm_epsilon / rms_norm_eps
- * @rope_theta: llama only
  * @tied:      the LM head is the token embedding
+ * @qkv_bias, @o_bias: the attention projections have biases
+ * @mlp_bias:  gate, up and down have biases
+ * @qk_norm:   q and k get a per-head RMSNorm (qwen3)
+ * @dtype:     enum djinn_dtype the config names ("dtype", "torch_dtype"),
+ *             0 if none; @dtype_key: which of the two named it
+ * @rope:      llama family
  */
 struct model_config {
 	enum model_arch arch;
@@ -67,12 +134,29 @@ struct model_config {
 	uint32_t head_dim;
 	uint32_t n_layer;
 	uint32_t n_inner;
+	uint32_t n_pos;
 	uint32_t n_ctx;
+	uint32_t window;
 	uint32_t vocab;
 	float eps;
-	float rope_theta;
 	bool tied;
+	bool qkv_bias;
+	bool o_bias;
+	bool mlp_bias;
+	bool qk_norm;
+	unsigned int dtype;
+	const char *dtype_key;
+	struct model_rope rope;
 };
+
+/*
+ * The inverse frequencies (head_dim / 2 floats into @inv) for a forward
+ * call whose last position is @seq_len - 1: @c->rope.inv_freq but for
+ * dynamic RoPE past max_position_embeddings, which transformers
+ * recomputes from the sequence's length at every call.
+ */
+void model_rope_freqs(const struct model_config *c, uint32_t seq_len,
+		      float *inv);
 
 /* Parse the config.json at @path, or @len bytes of JSON at @text (@path
  * names it in messages). */
@@ -121,6 +205,15 @@ enum {
 	LLAMA_GATE, /* (I, C) */
 	LLAMA_UP,
 	LLAMA_DOWN, /* (C, I) */
+	LLAMA_Q_B, /* (H D): qkv_bias */
+	LLAMA_K_B, /* (Hkv D) */
+	LLAMA_V_B,
+	LLAMA_O_B, /* (C): o_bias */
+	LLAMA_Q_NORM, /* (D): qk_norm */
+	LLAMA_K_NORM,
+	LLAMA_GATE_B, /* (I): mlp_bias */
+	LLAMA_UP_B,
+	LLAMA_DOWN_B, /* (C) */
 	LLAMA_NR_LAYER,
 };
 
@@ -131,6 +224,8 @@ enum {
  * @t:     the tensor, in its file's mapping
  * @off:   its offset in the blob
  * @alias: true for a tied LM head (no bytes of its own)
+ * @unused: a slot this model's configuration has no weight for (a bias
+ *         it lacks): no tensor, no bytes
  */
 struct model_weight {
 	char name[96];
@@ -139,6 +234,7 @@ struct model_weight {
 	const struct st_tensor *t;
 	uint64_t off;
 	bool alias;
+	bool unused;
 };
 
 /*

@@ -105,6 +105,12 @@ int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
 	struct model_ctx *c;
 	int ret;
 
+	if (max_tokens > cfg->n_ctx && cfg->window == cfg->n_ctx)
+		return errmsg(msg, msglen, -EINVAL,
+			      "context of %u tokens: model %s attends over a "
+			      "sliding_window of %u tokens, and djinn runs "
+			      "contexts up to it only",
+			      max_tokens, h->m->name, cfg->window);
 	if (!max_tokens || max_tokens > cfg->n_ctx)
 		return errmsg(msg, msglen, -EINVAL,
 			      "context of %u tokens: model %s has 1 to %u",
@@ -243,13 +249,15 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 	return 0;
 }
 
-/* The step's position inputs: gpt2 positions, llama cos and sin. */
+/* The step's position inputs: gpt2 positions, the llama family's cos
+ * and sin. */
 static int positions(struct model_ctx *c, uint32_t n, struct fwd_args *a,
 		     uint64_t *reg)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
 	unsigned int dt = c->h->m->layout.dtype;
 	size_t es = djinn_dtype_size(dt), D = cfg->head_dim;
+	float inv[MODEL_MAX_HEAD_DIM / 2];
 	float *cs = NULL;
 	void *buf = NULL;
 	int ret;
@@ -265,21 +273,30 @@ static int positions(struct model_ctx *c, uint32_t n, struct fwd_args *a,
 		free(pos);
 		return ret;
 	}
-	/* angle(t, i) = (P + t) theta^(-2i / D), i < D / 2, twice over */
+	/*
+	 * angle(t, i) = (P + t) inv_freq[i], i < D / 2, twice over, in
+	 * float32 as transformers computes it; cos and sin scaled by the
+	 * attention factor. Dynamic RoPE's frequencies follow the length
+	 * of the sequence this call ends at, as transformers' do.
+	 */
 	cs = malloc(2 * n * D * sizeof(float));
 	buf = malloc(n * D * es);
 	if (!cs || !buf) {
 		ret = -ENOMEM;
 		goto out;
 	}
+	if (cfg->rope.type == ROPE_DYNAMIC && c->len + n > cfg->n_pos)
+		model_rope_freqs(cfg, c->len + n, inv);
+	else
+		memcpy(inv, cfg->rope.inv_freq, D / 2 * sizeof(float));
 	for (uint32_t t = 0; t < n; t++)
 		for (size_t i = 0; i < D / 2; i++) {
-			double ang = (double)(c->len + t) *
-				     pow(cfg->rope_theta, -2.0 * i / D);
+			float ang = (float)(c->len + t) * inv[i];
+			float co = (float)cos(ang) * cfg->rope.attn_factor;
+			float si = (float)sin(ang) * cfg->rope.attn_factor;
 
-			cs[t * D + i] = cs[t * D + i + D / 2] = (float)cos(ang);
-			cs[(n + t) * D + i] = cs[(n + t) * D + i + D / 2] =
-				(float)sin(ang);
+			cs[t * D + i] = cs[t * D + i + D / 2] = co;
+			cs[(n + t) * D + i] = cs[(n + t) * D + i + D / 2] = si;
 		}
 	djinn_half_from_f32(dt, cs, buf, n * D);
 	ret = upload(c->h->s, buf, n * D * es, &reg[0], &a->cos);
@@ -353,7 +370,7 @@ static int run_part(struct model_ctx *c, const struct model_env *env,
 	a.all = all;
 	if (!l0)
 		ret = upload(s, tokens, n * sizeof(int32_t), &reg[2], &a.ids);
-	if (!ret && (!l0 || (cfg->arch == MODEL_LLAMA && l0 < l1)))
+	if (!ret && (!l0 || (cfg->arch != MODEL_GPT2 && l0 < l1)))
 		ret = positions(c, n, &a, reg);
 	if (!ret && a.P) {
 		a.cache = pin_addr(s, c->cache, &ret);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * GPT-2 and Llama forward passes as graphs of the op set. See forward.h.
+ * GPT-2 and the llama family (llama, qwen2, qwen3, mistral) as graphs of
+ * the op set. See forward.h.
  *
  * Shapes are written beside the code: T new tokens, P cached ones,
  * S = P + T, C the hidden size, H query heads, Hk key/value heads, D the
@@ -425,15 +426,48 @@ static uint32_t rope(struct gbuild *g, uint32_t x, uint32_t cos, uint32_t sin,
 		   op2(g, DJINN_GOP_MUL, concat(g, 2, half, 2), sin));
 }
 
+/* y (T, N) = x (T, K) @ W^T, W (N, K) a Linear weight, + its bias slot
+ * @kb unless the configuration has none */
+static uint32_t linear(struct gbuild *g, const struct model_hold *h, int l,
+		       uint32_t x, unsigned int kw, unsigned int kb)
+{
+	uint32_t y = matmul(g, x, weight(g, h, l, kw), true);
+
+	if (model_slot(&h->m->layout, l, kb)->unused)
+		return y;
+	return op2(g, DJINN_GOP_ADD, y, weight(g, h, l, kb));
+}
+
+/*
+ * q or k (T, n D) of layer @l: (qwen3) a per-head RMSNorm with slot
+ * @kn, then RoPE; back to (T, n D).
+ */
+static uint32_t position(struct gbuild *g, const struct model_hold *h, int l,
+			 uint32_t x, int32_t T, int32_t n, unsigned int kn,
+			 uint32_t cos, uint32_t sin)
+{
+	const struct model_config *c = &h->m->cfg;
+	int32_t D = (int32_t)c->head_dim;
+
+	x = reshape(g, x, 3, T, n, D);
+	if (c->qk_norm)
+		x = norm(g, x, weight(g, h, l, kn), GB_BAD, c->eps);
+	return reshape(g, rope(g, x, cos, sin, D), 2, T, n * D);
+}
+
+/*
+ * The llama family: llama, qwen2 (q/k/v biases), qwen3 (q/k norms),
+ * mistral (a sliding window no context is longer than).
+ */
 static int build_llama(struct gbuild *g, const struct model_hold *h,
 		       const struct fwd_args *a)
 {
 	const struct model_config *c = &h->m->cfg;
-	int32_t T = (int32_t)a->T, H = (int32_t)c->n_head;
-	int32_t Hk = (int32_t)c->n_kv_head, D = (int32_t)c->head_dim;
+	int32_t H = (int32_t)c->n_head, Hk = (int32_t)c->n_kv_head;
 	uint64_t dims[3] = { a->T, 1, c->head_dim };
 	uint32_t x, ids, cos = GB_BAD, sin = GB_BAD, cache, *kv;
 	unsigned int dt = h->m->layout.dtype, nr_kv;
+	int32_t T = (int32_t)a->T;
 
 	kv = calloc(2 * c->n_layer + 1, sizeof(*kv));
 	if (!kv)
@@ -455,27 +489,25 @@ static int build_llama(struct gbuild *g, const struct model_hold *h,
 
 		/* q (T, H D), k, v (T, Hk D) from rmsnorm(x); Linear: W^T */
 		y = norm(g, x, weight(g, h, l, LLAMA_IN_NORM), GB_BAD, c->eps);
-		q = matmul(g, y, weight(g, h, l, LLAMA_Q), true);
-		k = matmul(g, y, weight(g, h, l, LLAMA_K), true);
-		v = matmul(g, y, weight(g, h, l, LLAMA_V), true);
-		q = reshape(g, rope(g, reshape(g, q, 3, T, H, D), cos, sin, D),
-			    2, T, H * D);
-		k = reshape(g, rope(g, reshape(g, k, 3, T, Hk, D), cos, sin, D),
-			    2, T, Hk * D);
-		kv[nr_kv++] = reshape(g, k, 3, T, 1, Hk * D);
-		kv[nr_kv++] = reshape(g, v, 3, T, 1, Hk * D);
+		q = linear(g, h, l, y, LLAMA_Q, LLAMA_Q_B);
+		k = linear(g, h, l, y, LLAMA_K, LLAMA_K_B);
+		v = linear(g, h, l, y, LLAMA_V, LLAMA_V_B);
+		q = position(g, h, l, q, T, H, LLAMA_Q_NORM, cos, sin);
+		k = position(g, h, l, k, T, Hk, LLAMA_K_NORM, cos, sin);
+		kv[nr_kv++] = reshape(g, k, 3, T, 1, Hk * (int32_t)c->head_dim);
+		kv[nr_kv++] = reshape(g, v, 3, T, 1, Hk * (int32_t)c->head_dim);
 		y = attend(g, c, a, cache, l, q, k, v);
 		x = op2(g, DJINN_GOP_ADD, x,
-			matmul(g, y, weight(g, h, l, LLAMA_O), true));
+			linear(g, h, l, y, LLAMA_O, LLAMA_O_B));
 		/* x += down(silu(gate(y)) * up(y)), y = rmsnorm(x) */
 		y = norm(g, x, weight(g, h, l, LLAMA_POST_NORM), GB_BAD,
 			 c->eps);
 		gate = unary(g, DJINN_GOP_SILU,
-			     matmul(g, y, weight(g, h, l, LLAMA_GATE), true));
+			     linear(g, h, l, y, LLAMA_GATE, LLAMA_GATE_B));
 		y = op2(g, DJINN_GOP_MUL, gate,
-			matmul(g, y, weight(g, h, l, LLAMA_UP), true));
+			linear(g, h, l, y, LLAMA_UP, LLAMA_UP_B));
 		x = op2(g, DJINN_GOP_ADD, x,
-			matmul(g, y, weight(g, h, l, LLAMA_DOWN), true));
+			linear(g, h, l, y, LLAMA_DOWN, LLAMA_DOWN_B));
 	}
 	if (!a->pause)
 		finish(g, h, a, x, weight(g, h, -1, LLAMA_NORM), GB_BAD,

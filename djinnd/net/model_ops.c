@@ -565,8 +565,7 @@ void ops_call_done(struct server *srv, struct exec_job *job)
 	case DJINN_OP_MODEL_OPEN_UPLOADED: {
 		const struct model *m = mj->hold->m;
 		struct djinn_model_resp r = {
-			.arch = m->cfg.arch == MODEL_GPT2 ? DJINN_ARCH_GPT2 :
-							    DJINN_ARCH_LLAMA,
+			.arch = m->cfg.arch, /* enum djinn_arch */
 			.dtype = m->layout.dtype,
 			.vocab = m->cfg.vocab,
 			.n_layer = m->cfg.n_layer,
@@ -1027,8 +1026,7 @@ void op_admin_models(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 
 			memset(m, 0, sizeof(*m));
 			memcpy(m->name, list[i].name, sizeof(m->name));
-			m->arch = list[i].arch == MODEL_GPT2 ? DJINN_ARCH_GPT2 :
-							       DJINN_ARCH_LLAMA;
+			m->arch = list[i].arch; /* enum djinn_arch */
 			m->dtype = list[i].dtype;
 			m->bytes = list[i].bytes;
 			m->holders = list[i].holders;

@@ -646,9 +646,13 @@ static_assert(sizeof(struct djinn_graph_resp) == 24, "graph resp layout");
 #define DJINN_MODEL_NAME_MAX 64 /* with its NUL */
 #define DJINN_MAX_STEP_TOKENS (1u << 20) /* tokens of one PREFILL/DECODE */
 
+/* config.json's "model_type"; see Documentation/model.rst */
 enum djinn_arch {
 	DJINN_ARCH_GPT2 = 1,
 	DJINN_ARCH_LLAMA = 2,
+	DJINN_ARCH_QWEN2 = 3,
+	DJINN_ARCH_QWEN3 = 4,
+	DJINN_ARCH_MISTRAL = 5,
 };
 
 /* MODEL_OPEN request: [A-Za-z0-9._-], 1 to 63 bytes, NUL-padded. */

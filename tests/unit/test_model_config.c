@@ -109,7 +109,7 @@ static void test_config_good(void **state)
 	assert_int_equal(c.n_kv_head, 2);
 	assert_int_equal(c.head_dim, 16);
 	assert_int_equal(c.n_inner, 192);
-	assert_true(c.rope_theta == 10000.0f);
+	assert_true(c.rope.theta == 10000.0f);
 	assert_true(c.eps == 1e-6f);
 	assert_false(c.tied);
 	assert_int_equal(parse("{" LLAMA_CFG ",\"rope_theta\":500000.0,\"tie_"
@@ -117,7 +117,7 @@ static void test_config_good(void **state)
 			       "\"head_dim\":16,\"hidden_act\":\"silu\"}",
 			       &c, msg),
 			 0);
-	assert_true(c.rope_theta == 500000.0f);
+	assert_true(c.rope.theta == 500000.0f);
 	assert_true(c.tied);
 }
 

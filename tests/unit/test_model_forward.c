@@ -331,8 +331,8 @@ static double *ref_llama(const struct ref *r, const int32_t *ids, int T,
 		mm(q, y, wq, NULL, T, C, H * D, true);
 		mm(k, y, wk, NULL, T, C, Hk * D, true);
 		mm(v, y, wv, NULL, T, C, Hk * D, true);
-		ref_rope(q, T, H, D, r->c.rope_theta);
-		ref_rope(k, T, Hk, D, r->c.rope_theta);
+		ref_rope(q, T, H, D, r->c.rope.theta);
+		ref_rope(k, T, Hk, D, r->c.rope.theta);
 		attention(a, q, k, v, T, H, Hk, D);
 		mm(y, a, wo, NULL, T, H * D, C, true);
 		for (int i = 0; i < T * C; i++)
