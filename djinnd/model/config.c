@@ -106,7 +106,9 @@ static int get_pos(struct cfg_ctx *x, const char *key, double def, float *out)
 
 	ret = get_num(x, key, def > 0 ? def : NAN, 0, true, FLT_MAX, &d);
 	if (!ret && (float)d == 0.0f)
-		return bad(x, key, "is too small for a float");
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: \"%s%s\" is %g, not a positive float",
+			      x->path, x->pre, key, d);
 	if (!ret)
 		*out = (float)d;
 	return ret;
