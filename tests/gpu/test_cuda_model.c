@@ -2,7 +2,8 @@
 /*
  * The model runtime on the CUDA backend against the CPU backend (issue
  * 6: "the CUDA backend gives the same greedy tokens as the CPU
- * backend"). Small random-weight GPT-2 and Llama models written by
+ * backend"; issue 12: every architecture and RoPE type). Small
+ * random-weight GPT-2, Llama, Qwen2, Qwen3 and Mistral models written by
  * scripts/mkmodel.py are loaded by a model store on each backend's own
  * VMU; both prefill the same prompt and decode greedily, one token at a
  * time. The prefill's last logits agree within a tolerance per dtype,
@@ -192,6 +193,36 @@ static void test_llama_bf16(void **state)
 	check_model("llama-bf16");
 }
 
+static void test_llama3_f16(void **state)
+{
+	check_model("llama3-f16");
+}
+
+static void test_yarn_f32(void **state)
+{
+	check_model("yarn-f32");
+}
+
+static void test_dynamic_f32(void **state)
+{
+	check_model("dynamic-f32"); /* the prompt and decode pass 16 */
+}
+
+static void test_qwen2_f32(void **state)
+{
+	check_model("qwen2-f32");
+}
+
+static void test_qwen3_bf16(void **state)
+{
+	check_model("qwen3-bf16");
+}
+
+static void test_mistral_f32(void **state)
+{
+	check_model("mistral-f32");
+}
+
 static int group_setup(void **state)
 {
 	snprintf(dir, sizeof(dir), "/tmp/djinn-gm-XXXXXX");
@@ -208,6 +239,26 @@ static int group_setup(void **state)
 	    dir);
 	run("python3 scripts/mkmodel.py --seed 16 --arch llama --dtype bf16 "
 	    "--kv-heads 1 %s/llama-bf16",
+	    dir);
+	run("python3 scripts/mkmodel.py --seed 17 --arch llama --dtype f16 "
+	    "--kv-heads 2 --rope llama3 --rope-theta 500000 --rope-factor 8 "
+	    "--low-freq-factor 1 --high-freq-factor 4 --original-max-pos 16 "
+	    "%s/llama3-f16",
+	    dir);
+	run("python3 scripts/mkmodel.py --seed 18 --arch llama --rope yarn "
+	    "--rope-factor 4 --original-max-pos 16 %s/yarn-f32",
+	    dir);
+	run("python3 scripts/mkmodel.py --seed 19 --arch llama --ctx 16 "
+	    "--rope dynamic --rope-factor 4 %s/dynamic-f32",
+	    dir);
+	run("python3 scripts/mkmodel.py --seed 20 --arch qwen2 --kv-heads 2 "
+	    "--tied %s/qwen2-f32",
+	    dir);
+	run("python3 scripts/mkmodel.py --seed 21 --arch qwen3 --dtype bf16 "
+	    "--kv-heads 2 --head-dim 24 --attention-bias %s/qwen3-bf16",
+	    dir);
+	run("python3 scripts/mkmodel.py --seed 22 --arch mistral --kv-heads 2 "
+	    "--sliding-window 4096 %s/mistral-f32",
 	    dir);
 	return 0;
 }
@@ -228,6 +279,12 @@ int main(void)
 		cmocka_unit_test(test_gpt2_bf16),
 		cmocka_unit_test(test_llama_f32),
 		cmocka_unit_test(test_llama_bf16),
+		cmocka_unit_test(test_llama3_f16),
+		cmocka_unit_test(test_yarn_f32),
+		cmocka_unit_test(test_dynamic_f32),
+		cmocka_unit_test(test_qwen2_f32),
+		cmocka_unit_test(test_qwen3_bf16),
+		cmocka_unit_test(test_mistral_f32),
 	};
 	int ret;
 
