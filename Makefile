@@ -68,7 +68,7 @@ PREFIX           ?= /usr/local
 LIBS_VMU     := $(VMU_LIB) -lcrypto
 LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(COMMON_LIB) $(BLAS_LIBS) -lm
 LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring -ljansson
-LIBS_LIBDJINN := $(LIBDJINN_A) -lcrypto
+LIBS_LIBDJINN := $(LIBDJINN_A) -lcrypto -ljansson
 DJINND      := $(BUILD)/djinnd/djinnd
 
 # --- tests -------------------------------------------------------------------
@@ -166,7 +166,7 @@ $(LIBDJINN_SO): $(LIBDJINN_OBJS) libdjinn/libdjinn.map
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(LIBDJINN_SONAME) \
 		-Wl,-z,defs -Wl,--version-script=libdjinn/libdjinn.map \
-		-o $@ $(LIBDJINN_OBJS) -lcrypto
+		-o $@ $(LIBDJINN_OBJS) -lcrypto -ljansson
 $(BUILD)/$(LIBDJINN_SONAME): $(LIBDJINN_SO)
 	$(Q)ln -sf $(notdir $<) $@
 $(BUILD)/libdjinn.so: $(BUILD)/$(LIBDJINN_SONAME)

@@ -34,6 +34,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "internal.h"
 
 struct djinn_model {
@@ -275,6 +277,133 @@ static int up_list(const char *dir, struct up_file *f, unsigned int max)
 	return ret ? ret : (int)n;
 }
 
+/*
+ * model.safetensors.index.json, read just far enough to pick the shards:
+ * the "weight_map" object's distinct string values. Everything else about
+ * the index (its fields, each shard holding what the map gives it) is the
+ * daemon's to check, with the code that checks its own model directory.
+ */
+#define UP_INDEX "model.safetensors.index.json"
+
+static const char *printable(char *s)
+{
+	for (char *p = s; *p; p++)
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+			*p = '?';
+	return s;
+}
+
+/* A shard's file name, as the daemon takes it: plain, not hidden, ending
+ * in .safetensors. */
+static bool shard_name_ok(const char *s, size_t n)
+{
+	size_t suf = strlen(".safetensors");
+
+	return n > suf && n < 256 && n == strlen(s) && s[0] != '.' &&
+	       !strchr(s, '/') && !strcmp(s + n - suf, ".safetensors");
+}
+
+/* The distinct shard names of the index mapped at @f, into @names (at
+ * most @max, strdup()ed, sorted by strcmp()); their number. */
+static int up_index_names(const struct up_file *f, char **names,
+			  unsigned int max)
+{
+	json_t *root, *map, *v;
+	json_error_t jerr;
+	unsigned int n = 0, i;
+	const char *key;
+	char t[72], sh[256];
+	int ret = 0;
+
+	root = json_loadb((const char *)f->p, f->len, JSON_REJECT_DUPLICATES,
+			  &jerr);
+	if (!root)
+		return refuse(-EINVAL, "%s: line %d: %s", f->path, jerr.line,
+			      jerr.text);
+	map = json_object_get(root, "weight_map");
+	if (!json_is_object(map)) {
+		ret = refuse(-EINVAL, "%s: no \"weight_map\" object", f->path);
+		goto out;
+	}
+	if (!json_object_size(map)) {
+		ret = refuse(-EINVAL, "%s: \"weight_map\" names no tensor",
+			     f->path);
+		goto out;
+	}
+	json_object_foreach(map, key, v)
+	{
+		const char *shard = json_string_value(v);
+
+		snprintf(t, sizeof(t), "%s", key);
+		if (!shard) {
+			ret = refuse(-EINVAL,
+				     "%s: tensor '%s': shard is not a string",
+				     f->path, printable(t));
+			goto out;
+		}
+		if (!shard_name_ok(shard, json_string_length(v))) {
+			snprintf(sh, sizeof(sh), "%s", shard);
+			ret = refuse(-EINVAL,
+				     "%s: tensor '%s': shard '%s' is not a "
+				     "plain *.safetensors file name",
+				     f->path, printable(t), printable(sh));
+			goto out;
+		}
+		for (i = 0; i < n && strcmp(names[i], shard); i++)
+			;
+		if (i < n)
+			continue;
+		if (n == max) {
+			ret = refuse(-E2BIG, "%s: more than %u shards", f->path,
+				     max);
+			goto out;
+		}
+		names[n] = strdup(shard);
+		if (!names[n]) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		n++;
+	}
+	qsort(names, n, sizeof(names[0]), cmp_str);
+out:
+	json_decref(root);
+	if (ret) {
+		while (n)
+			free(names[--n]);
+		return ret;
+	}
+	return (int)n;
+}
+
+/* @dir's index, mapped into @f[0], and the shards it names into
+ * @f[1..], in strcmp() order of their names; the number of files. */
+static int up_index(const char *dir, struct up_file *f, unsigned int max)
+{
+	char *names[DJINN_MODEL_MAX_FILES];
+	struct stat st;
+	int ret, n;
+
+	ret = up_map(&f[0], DJINN_MODEL_CONFIG_MAX);
+	if (ret)
+		return ret;
+	n = up_index_names(&f[0], names, max - 1);
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++) {
+		struct up_file *sf = &f[1 + i];
+
+		if (!ret && snprintf(sf->path, sizeof(sf->path), "%s/%s", dir,
+				     names[i]) >= (int)sizeof(sf->path))
+			ret = refuse(-ENAMETOOLONG, "%s: path too long", dir);
+		if (!ret && stat(sf->path, &st))
+			ret = refuse(-errno, "%s: shard '%s': %s", f[0].path,
+				     printable(names[i]), strerror(errno));
+		free(names[i]);
+	}
+	return ret ? ret : 1 + n;
+}
+
 int djinn_model_upload(struct djinn_session *s, const char *dir,
 		       struct djinn_model **out)
 {
@@ -283,10 +412,12 @@ int djinn_model_upload(struct djinn_session *s, const char *dir,
 	struct djinn_model_upload *req = NULL;
 	struct djinn_model_file *mf;
 	struct djinn_model_resp r;
-	uint8_t all[(DJINN_MODEL_MAX_FILES + 1) * DJINN_FP_LEN], fp[32];
+	uint8_t all[(DJINN_MODEL_MAX_FILES + 1) * DJINN_FP_LEN + 4], fp[32];
 	char name[DJINN_MODEL_NAME_MAX];
 	unsigned int nr = 0;
-	size_t len;
+	uint32_t flags = 0;
+	size_t len, nall;
+	struct stat st;
 	int ret;
 
 	if (!s || !dir || !out) {
@@ -296,11 +427,19 @@ int djinn_model_upload(struct djinn_session *s, const char *dir,
 	if (!f)
 		return -ENOMEM;
 	if (snprintf(f[0].path, sizeof(f[0].path), "%s/config.json", dir) >=
-	    (int)sizeof(f[0].path)) {
+		    (int)sizeof(f[0].path) ||
+	    snprintf(f[1].path, sizeof(f[1].path), "%s/" UP_INDEX, dir) >=
+		    (int)sizeof(f[1].path)) {
 		ret = refuse(-ENAMETOOLONG, "%s: path too long", dir);
 		goto out;
 	}
-	ret = up_list(dir, f + 1, DJINN_MODEL_MAX_FILES);
+	/* With an index, it and exactly the shards it names. */
+	if (!stat(f[1].path, &st)) {
+		flags = DJINN_MODEL_UPLOAD_INDEX;
+		ret = up_index(dir, f + 1, DJINN_MODEL_MAX_FILES);
+	} else {
+		ret = up_list(dir, f + 1, DJINN_MODEL_MAX_FILES);
+	}
 	if (ret < 0)
 		goto out;
 	nr = (unsigned int)ret;
@@ -311,17 +450,24 @@ int djinn_model_upload(struct djinn_session *s, const char *dir,
 		goto out;
 	}
 	req->nr_files = nr;
+	req->flags = flags;
 	/* Fingerprints first: a daemon that has the model needs no more. */
 	for (unsigned int i = 0; i <= nr; i++) {
 		mf = i ? &req->files[i - 1] : &req->config;
-		ret = up_map(&f[i], i ? max : DJINN_MODEL_CONFIG_MAX);
+		ret = 0;
+		if (!f[i].p) /* the index is mapped already */
+			ret = up_map(&f[i], i ? max : DJINN_MODEL_CONFIG_MAX);
 		if (!ret)
 			ret = __djinn_sha256(f[i].p, f[i].len, mf->fp);
 		if (ret)
 			goto out;
 		memcpy(all + i * DJINN_FP_LEN, mf->fp, DJINN_FP_LEN);
 	}
-	ret = __djinn_sha256(all, (nr + 1) * DJINN_FP_LEN, fp);
+	/* then the flags, when there are any (little-endian) */
+	nall = (nr + 1) * DJINN_FP_LEN;
+	for (int i = 0; flags && i < 4; i++)
+		all[nall++] = (uint8_t)(flags >> (8 * i));
+	ret = __djinn_sha256(all, nall, fp);
 	if (ret)
 		goto out;
 	snprintf(name, sizeof(name), "upload-");
@@ -362,13 +508,12 @@ int djinn_model_upload(struct djinn_session *s, const char *dir,
 	if (!ret)
 		ret = model_new(s, name, &r, out);
 out:
-	for (unsigned int i = 0; i <= nr || (!nr && i == 0); i++) {
+	/* every entry: a failed index or listing may have mapped some */
+	for (unsigned int i = 0; i <= DJINN_MODEL_MAX_FILES; i++) {
 		if (f[i].t)
 			djinn_tensor_release(f[i].t);
 		if (f[i].p)
 			munmap((void *)f[i].p, f[i].len);
-		if (!nr)
-			break;
 	}
 	free(req);
 	free(f);

@@ -586,112 +586,163 @@ static int gather(struct st_set *set, char *msg, size_t msglen)
 	return 0;
 }
 
-static int open_index(struct st_set *set, const char *dir, const char *path,
-		      char *msg, size_t msglen)
-{
-	json_t *root, *map = NULL, *v;
-	const char **names = NULL;
-	size_t nr_names = 0;
-	json_error_t jerr;
-	const char *key;
-	char nb[72];
-	int ret = 0;
+/*
+ * struct index - model.safetensors.index.json, as index_parse() found it
+ * @path:  its name in messages
+ * @root:  the JSON (its own reference)
+ * @map:   its "weight_map": tensor name to shard name
+ * @names: the distinct shard names, sorted by strcmp(), @nr_names of them:
+ *         the set's files[i] is shard names[i]
+ */
+struct index {
+	const char *path;
+	json_t *root;
+	json_t *map;
+	const char **names;
+	size_t nr_names;
+};
 
-	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+static void index_free(struct index *ix)
+{
+	free(ix->names);
+	json_decref(ix->root);
+}
+
+/*
+ * Check the index's shape into @ix: an object of "metadata" and a
+ * non-empty "weight_map" of tensor names to plain *.safetensors names.
+ * @root is its JSON (@ix takes it), or NULL with @jerr saying why not.
+ * index_free() @ix whatever this returns.
+ */
+static int index_parse(struct index *ix, const char *path, json_t *root,
+		       const json_error_t *jerr, char *msg, size_t msglen)
+{
+	const char *key;
+	size_t n = 0, k = 0;
+	char nb[72], sb[72];
+	json_t *v;
+
+	*ix = (struct index){ .path = path, .root = root };
 	if (!root)
 		return errmsg(msg, msglen, -EINVAL, "%s: line %d: %s", path,
-			      jerr.line, jerr.text);
+			      jerr->line, jerr->text);
 	if (json_is_object(root)) {
 		json_object_foreach(root, key, v)
 		{
 			if (!strcmp(key, "weight_map"))
-				map = v;
-			else if (strcmp(key, "metadata")) {
-				ret = errmsg(msg, msglen, -EINVAL,
-					     "%s: unknown field '%s'", path,
-					     clean(nb, key));
-				goto out;
-			}
+				ix->map = v;
+			else if (strcmp(key, "metadata"))
+				return errmsg(msg, msglen, -EINVAL,
+					      "%s: unknown field '%s'", path,
+					      clean(nb, key));
 		}
 	}
-	if (!json_is_object(map)) {
-		ret = errmsg(msg, msglen, -EINVAL,
-			     "%s: no \"weight_map\" object", path);
-		goto out;
-	}
-	names = calloc(json_object_size(map) + 1, sizeof(*names));
-	if (!names) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	/* the distinct shard names */
-	json_object_foreach(map, key, v)
-	{
-		const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-		size_t i;
-
-		if (!s || !shard_name_ok(s)) {
-			ret = errmsg(msg, msglen, -EINVAL,
-				     "%s: tensor '%s': shard is not a plain "
-				     "*.safetensors file name",
-				     path, clean(nb, key));
-			goto out;
-		}
-		for (i = 0; i < nr_names && strcmp(names[i], s); i++)
-			;
-		if (i == nr_names) {
-			if (nr_names == ST_MAX_SHARDS) {
-				ret = errmsg(msg, msglen, -E2BIG,
-					     "%s: over %d shards", path,
-					     ST_MAX_SHARDS);
-				goto out;
-			}
-			names[nr_names++] = s;
-		}
-	}
-	set->files = calloc(nr_names ? nr_names : 1, sizeof(*set->files));
-	if (!set->files) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < nr_names && !ret; i++)
-		ret = add_file(set, dir, names[i], msg, msglen);
-	if (ret)
-		goto out;
-	/* each shard holds exactly what the map gives it */
-	json_object_foreach(map, key, v)
+	if (!json_is_object(ix->map))
+		return errmsg(msg, msglen, -EINVAL,
+			      "%s: no \"weight_map\" object", path);
+	if (!json_object_size(ix->map))
+		return errmsg(msg, msglen, -EINVAL,
+			      "%s: \"weight_map\" names no tensor", path);
+	ix->names = calloc(json_object_size(ix->map), sizeof(*ix->names));
+	if (!ix->names)
+		return -ENOMEM;
+	json_object_foreach(ix->map, key, v)
 	{
 		const char *s = json_string_value(v);
-		const struct st_tensor *t = NULL;
-		size_t i;
 
-		for (i = 0; strcmp(names[i], s); i++)
-			;
-		t = st_find(set->files[i], key);
-		if (!t) {
-			ret = errmsg(msg, msglen, -EINVAL,
-				     "%s: tensor '%s': not in %s", path,
-				     clean(nb, key), set->files[i]->path);
-			goto out;
-		}
+		if (!s)
+			return errmsg(msg, msglen, -EINVAL,
+				      "%s: tensor '%s': shard is not a string",
+				      path, clean(nb, key));
+		if (!shard_name_ok(s))
+			return errmsg(msg, msglen, -EINVAL,
+				      "%s: tensor '%s': shard '%s' is not a "
+				      "plain *.safetensors file name",
+				      path, clean(nb, key), clean(sb, s));
+		ix->names[n++] = s;
+	}
+	qsort(ix->names, n, sizeof(*ix->names), cmp_str);
+	for (size_t i = 0; i < n; i++)
+		if (!k || strcmp(ix->names[k - 1], ix->names[i]))
+			ix->names[k++] = ix->names[i];
+	if (k > ST_MAX_SHARDS)
+		return errmsg(msg, msglen, -E2BIG, "%s: %zu shards, over %d",
+			      path, k, ST_MAX_SHARDS);
+	ix->nr_names = k;
+	return 0;
+}
+
+/* Shard @name's number in @ix (it is one of its names). */
+static size_t index_shard(const struct index *ix, const char *name)
+{
+	const char **p = bsearch(&name, ix->names, ix->nr_names,
+				 sizeof(*ix->names), cmp_str);
+
+	return (size_t)(p - ix->names);
+}
+
+/* Each file of @set, shard @ix->names[i] in files[i], holds exactly the
+ * tensors the weight_map gives it. */
+static int index_check(const struct index *ix, const struct st_set *set,
+		       char *msg, size_t msglen)
+{
+	char nb[72], sb[72], ob[72];
+	const char *key;
+	json_t *v;
+
+	json_object_foreach(ix->map, key, v)
+	{
+		size_t i = index_shard(ix, json_string_value(v));
+
+		if (!st_find(set->files[i], key))
+			return errmsg(msg, msglen, -EINVAL,
+				      "%s: tensor '%s': not in shard %s",
+				      ix->path, clean(nb, key),
+				      clean(sb, ix->names[i]));
 	}
 	for (size_t i = 0; i < set->nr_files; i++)
 		for (size_t j = 0; j < set->files[i]->nr_tensors; j++) {
 			const struct st_tensor *t = &set->files[i]->tensors[j];
-			json_t *e = json_object_get(map, t->name);
+			json_t *e = json_object_get(ix->map, t->name);
+			const char *s = json_string_value(e);
 
-			if (!e || strcmp(json_string_value(e), names[i])) {
-				ret = errmsg(msg, msglen, -EINVAL,
-					     "%s: tensor '%s': not in %s's "
-					     "weight_map for this shard",
-					     set->files[i]->path,
-					     clean(nb, t->name), path);
-				goto out;
-			}
+			if (!s)
+				return errmsg(msg, msglen, -EINVAL,
+					      "%s: tensor '%s': in shard %s, "
+					      "not in the weight_map",
+					      ix->path, clean(nb, t->name),
+					      clean(sb, ix->names[i]));
+			if (strcmp(s, ix->names[i]))
+				return errmsg(msg, msglen, -EINVAL,
+					      "%s: tensor '%s': in shard %s, "
+					      "the weight_map puts it in %s",
+					      ix->path, clean(nb, t->name),
+					      clean(sb, ix->names[i]),
+					      clean(ob, s));
 		}
-out:
-	free(names);
-	json_decref(root);
+	return 0;
+}
+
+static int open_index(struct st_set *set, const char *dir, const char *path,
+		      char *msg, size_t msglen)
+{
+	json_error_t jerr;
+	struct index ix;
+	json_t *root;
+	int ret;
+
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	ret = index_parse(&ix, path, root, &jerr, msg, msglen);
+	if (!ret) {
+		set->files = calloc(ix.nr_names, sizeof(*set->files));
+		if (!set->files)
+			ret = -ENOMEM;
+	}
+	for (size_t i = 0; i < ix.nr_names && !ret; i++)
+		ret = add_file(set, dir, ix.names[i], msg, msglen);
+	if (!ret)
+		ret = index_check(&ix, set, msg, msglen);
+	index_free(&ix);
 	return ret;
 }
 
@@ -761,11 +812,14 @@ out_free:
 	return ret;
 }
 
-int st_set_parse(const char *name, const void *const *bufs, const size_t *lens,
-		 size_t n, struct st_set **out, char *msg, size_t msglen)
+int st_set_parse(const char *name, const void *index, size_t index_len,
+		 const void *const *bufs, const size_t *lens, size_t n,
+		 struct st_set **out, char *msg, size_t msglen)
 {
+	char ipath[128], path[384]; /* a shard name is under 256 bytes */
+	struct index ix = { 0 };
 	struct st_set *set;
-	char path[128];
+	json_error_t jerr;
 	int ret = 0;
 
 	if (!n || n > ST_MAX_SHARDS)
@@ -778,15 +832,35 @@ int st_set_parse(const char *name, const void *const *bufs, const size_t *lens,
 	set->files = calloc(n, sizeof(*set->files));
 	if (!set->files)
 		ret = -ENOMEM;
+	if (!ret && index) {
+		snprintf(ipath, sizeof(ipath),
+			 "%s: model.safetensors.index.json", name);
+		ret = index_parse(&ix, ipath,
+				  json_loadb(index, index_len,
+					     JSON_REJECT_DUPLICATES, &jerr),
+				  &jerr, msg, msglen);
+		if (!ret && ix.nr_names != n)
+			ret = errmsg(msg, msglen, -EINVAL,
+				     "%s: weight_map names %zu shards, %zu "
+				     "sent",
+				     ipath, ix.nr_names, n);
+	}
 	for (size_t i = 0; i < n && !ret; i++) {
-		snprintf(path, sizeof(path), "%s: file %zu", name, i);
+		if (index)
+			snprintf(path, sizeof(path), "%s: %s", name,
+				 ix.names[i]);
+		else
+			snprintf(path, sizeof(path), "%s: file %zu", name, i);
 		ret = st_parse(bufs[i], lens[i], path, &set->files[i], msg,
 			       msglen);
 		if (!ret)
 			set->nr_files++;
 	}
+	if (!ret && index)
+		ret = index_check(&ix, set, msg, msglen);
 	if (!ret)
 		ret = gather(set, msg, msglen);
+	index_free(&ix);
 	if (ret) {
 		if (ret == -ENOMEM)
 			errmsg(msg, msglen, ret, "%s: out of memory", name);

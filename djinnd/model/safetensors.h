@@ -125,11 +125,14 @@ const char *st_meta(const struct st_file *f, const char *key);
  * @nr_files, @files: the files
  * @nr_tensors, @tensors: every tensor of every file, sorted by name
  *
- * With "model.safetensors.index.json" the files are the shards its
- * "weight_map" names: every shard exists, is a plain file name ending in
- * ".safetensors", and holds exactly the tensors the map gives it. Without
- * an index, the files are every "*.safetensors" in the directory. Either
- * way a tensor name appears once across the files.
+ * With "model.safetensors.index.json" (an object of "metadata" and
+ * "weight_map", no other field) the files are the shards its non-empty
+ * "weight_map" names, in strcmp() order of their names: every shard
+ * exists, is a plain file name ending in ".safetensors", and holds
+ * exactly the tensors the map gives it. Without an index, the files are
+ * every "*.safetensors" in the directory. Either way a tensor name
+ * appears once across the files. st_set_open() and st_set_parse() check
+ * an index with the same code.
  */
 struct st_set {
 	size_t nr_files;
@@ -139,11 +142,18 @@ struct st_set {
 };
 
 int st_set_open(const char *dir, struct st_set **out, char *msg, size_t msglen);
-/* A set of @n files already in memory (@bufs, @lens: valid and unchanged
- * until st_set_close()), parsed as strictly; @name (with "file I") names
- * them in messages. */
-int st_set_parse(const char *name, const void *const *bufs, const size_t *lens,
-		 size_t n, struct st_set **out, char *msg, size_t msglen);
+/*
+ * A set of @n files already in memory (@bufs, @lens: valid and unchanged
+ * until st_set_close()), parsed as strictly. Without @index, @name and
+ * "file I" name them in messages. With @index (@index_len bytes of
+ * model.safetensors.index.json, needed only during the call) they are
+ * the shards its weight_map names, in strcmp() order of their names,
+ * checked as st_set_open() checks a directory's, and named in messages
+ * by @name and the shard's name.
+ */
+int st_set_parse(const char *name, const void *index, size_t index_len,
+		 const void *const *bufs, const size_t *lens, size_t n,
+		 struct st_set **out, char *msg, size_t msglen);
 void st_set_close(struct st_set *set);
 const struct st_tensor *st_set_find(const struct st_set *set, const char *name);
 

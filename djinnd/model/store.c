@@ -298,8 +298,8 @@ static int load_upload(struct model_store *ms, struct vmu_session *s,
 				      msg, msglen);
 	if (ret)
 		return ret;
-	ret = st_set_parse(name, up->files, up->lens, up->nr_files, &set, msg,
-			   msglen);
+	ret = st_set_parse(name, up->index, up->index_len, up->files, up->lens,
+			   up->nr_files, &set, msg, msglen);
 	if (ret)
 		return ret;
 	ret = model_layout_build(&m->cfg, set, &m->layout, msg, msglen);

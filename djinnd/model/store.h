@@ -103,20 +103,28 @@ void model_close(struct model_hold *h);
 /*
  * struct model_upload - a model a client sent as files
  * @src:       its sources' fingerprint (the caller's: djinnd hashes the
- *             SHA-256s of config.json and of each file, in order); the
+ *             SHA-256s of config.json and of each file, in order, the
+ *             index first, then the request's flags when not 0); the
  *             model is listed as "upload-" and @src's first 8 bytes in
  *             hex, a namespace of its own (a directory model of that
  *             name is another model)
  * @config, @config_len: config.json's bytes; NULL to open it by @src
  *             alone (-ENOENT unless it is loaded)
+ * @index, @index_len: model.safetensors.index.json's bytes, or NULL for
+ *             none; with it @files are the shards its weight_map names,
+ *             in strcmp() order of their names, and are checked against
+ *             it as a directory's (st_set_parse())
  * @nr_files, @files, @lens: the safetensors files' bytes, parsed as
- *             strictly as a directory's (each file on its own, then no
- *             tensor name twice), valid during the call
+ *             strictly as a directory's (each file on its own, the
+ *             index's checks, then no tensor name twice), valid during
+ *             the call
  */
 struct model_upload {
 	uint8_t src[VMU_FP_LEN];
 	const void *config;
 	size_t config_len;
+	const void *index;
+	size_t index_len;
 	size_t nr_files;
 	const void *const *files;
 	const size_t *lens;

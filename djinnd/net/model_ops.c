@@ -235,10 +235,13 @@ static int fetch(struct exec_job *job, const struct exec_env *env,
 	return ret;
 }
 
-/* The sources' fingerprint: SHA-256 over the files' SHA-256s. */
+/* The sources' fingerprint: SHA-256 over the files' SHA-256s (the
+ * index's among them), then the flags when they are not 0. */
 static int upload_src(const struct djinn_model_upload *r,
 		      uint8_t src[DJINN_FP_LEN])
 {
+	const uint8_t flags[4] = { r->flags, r->flags >> 8, r->flags >> 16,
+				   r->flags >> 24 };
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
 	int ok;
 
@@ -248,6 +251,8 @@ static int upload_src(const struct djinn_model_upload *r,
 	     EVP_DigestUpdate(md, r->config.fp, DJINN_FP_LEN);
 	for (uint32_t i = 0; ok && i < r->nr_files; i++)
 		ok = EVP_DigestUpdate(md, r->files[i].fp, DJINN_FP_LEN);
+	if (r->flags)
+		ok = ok && EVP_DigestUpdate(md, flags, sizeof(flags));
 	ok = ok && EVP_DigestFinal_ex(md, src, NULL);
 	EVP_MD_CTX_free(md);
 	return ok ? 0 : -EIO;
@@ -269,14 +274,20 @@ static void run_open_upload(struct exec_job *job, const struct exec_env *env)
 	if (ret)
 		goto out;
 	if (r->config.handle) {
+		bool index = r->flags & DJINN_MODEL_UPLOAD_INDEX;
+
 		ret = fetch(job, env, "config.json", &r->config,
 			    MODEL_MAX_CONFIG, &bufs[n], &lens[n]);
 		for (uint32_t i = 0; i < n && !ret; i++) {
-			char what[32];
+			char what[32] = "model.safetensors.index.json";
+			uint64_t max = DJINN_MODEL_CONFIG_MAX;
 
-			snprintf(what, sizeof(what), "file %u", i);
-			ret = fetch(job, env, what, &r->files[i], SIZE_MAX,
-				    &bufs[i], &lens[i]);
+			if (!index || i) {
+				snprintf(what, sizeof(what), "file %u", i);
+				max = SIZE_MAX;
+			}
+			ret = fetch(job, env, what, &r->files[i], max, &bufs[i],
+				    &lens[i]);
 		}
 		if (ret)
 			goto out;
@@ -284,6 +295,14 @@ static void run_open_upload(struct exec_job *job, const struct exec_env *env)
 		up.config_len = lens[n];
 		up.files = (const void *const *)bufs;
 		up.lens = lens;
+		if (index) {
+			/* files[0] is the index, the shards follow */
+			up.index = bufs[0];
+			up.index_len = lens[0];
+			up.files++;
+			up.lens++;
+			up.nr_files--;
+		}
 	}
 	ret = model_open_uploaded(job->s->dev->models, job->s->vs, &up,
 				  &mj->hold, job->msg, sizeof(job->msg));
@@ -699,8 +718,16 @@ static void op_model_upload(struct conn *c, const struct djinn_hdr *hdr,
 			   (unsigned long long)len, hdr->opcode, sizeof(*r));
 		goto out;
 	}
-	if (r->__reserved) {
-		conn_error(c, hdr, -EINVAL, "reserved field set");
+	if (r->flags & ~DJINN_MODEL_UPLOAD_ALL) {
+		conn_error(c, hdr, -EINVAL, "unknown flags %#x",
+			   r->flags & ~DJINN_MODEL_UPLOAD_ALL);
+		goto out;
+	}
+	if ((r->flags & DJINN_MODEL_UPLOAD_INDEX) && r->nr_files == 1) {
+		conn_error(c, hdr, -EINVAL,
+			   "an index and no shard: 2 to %d files with "
+			   "DJINN_MODEL_UPLOAD_INDEX",
+			   DJINN_MODEL_MAX_FILES);
 		goto out;
 	}
 	if (!r->nr_files || r->nr_files > DJINN_MODEL_MAX_FILES ||

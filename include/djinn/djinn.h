@@ -607,14 +607,17 @@ int djinn_model_open(struct djinn_session *s, const char *name,
 
 /*
  * Open the model in local directory @dir (config.json and its
- * *.safetensors files) in session @s, sending it to djinnd: only the
- * files' fingerprints cross the wire when the daemon has the model, or
- * the same files, already (text deduplication); else the missing files,
- * once. The daemon checks them as strictly as its own model directory
- * and names the model "upload-" and 16 hex digits of the files'
- * fingerprints (djinn_model_info()). Errors as djinn_model_open(), and
- * -EINVAL for a config.json over DJINN_MODEL_CONFIG_MAX bytes or a file
- * that is not a regular file.
+ * *.safetensors files; with model.safetensors.index.json, the index and
+ * exactly the shards its weight_map names) in session @s, sending it to
+ * djinnd: only the files' fingerprints cross the wire when the daemon
+ * has the model, or the same files, already (text deduplication); else
+ * the missing files, once. The daemon checks them as strictly as its own
+ * model directory and names the model "upload-" and 16 hex digits of the
+ * files' fingerprints (djinn_model_info()). Errors as djinn_model_open(),
+ * and -EINVAL for a config.json or index over DJINN_MODEL_CONFIG_MAX
+ * bytes, a file that is not a regular file, or an index that is not JSON
+ * or names a shard that is not a plain *.safetensors file name; -ENOENT
+ * for a shard it names that @dir lacks.
  */
 int djinn_model_upload(struct djinn_session *s, const char *dir,
 		       struct djinn_model **out);

@@ -692,15 +692,24 @@ static_assert(sizeof(struct djinn_model_resp) == 80, "model resp layout");
 /*
  * Uploaded models: MODEL_OPEN_UPLOADED opens a model the client sends
  * instead of one of the model directory: config.json and one or more
- * *.safetensors files (a sharded checkpoint's shards, in any order; no
- * index), each uploaded as a text tensor (DJINN_DTYPE_U8, one dim, its
- * bytes), found first with TEXT_LOOKUP by its SHA-256 and created with
- * TENSOR_CREATE only when missing. The server parses them as strictly as
- * files of its directory, lays the weights out and puts them into the
- * text segment under their fingerprint, shared with every model that
- * has the same weights. The model is listed as "upload-" followed by 16
- * hex digits of the sources' fingerprint: SHA-256 over the concatenated
- * SHA-256s of config.json and of each file in the request's order.
+ * *.safetensors files, each uploaded as a text tensor (DJINN_DTYPE_U8,
+ * one dim, its bytes), found first with TEXT_LOOKUP by its SHA-256 and
+ * created with TENSOR_CREATE only when missing. Without flags the files
+ * are the checkpoint's *.safetensors in any order, checked each on its
+ * own and for no tensor name twice. With DJINN_MODEL_UPLOAD_INDEX,
+ * files[0] is model.safetensors.index.json (at most
+ * DJINN_MODEL_CONFIG_MAX bytes) and files[1..] are the shards its
+ * "weight_map" names, one per distinct shard name, in strcmp() order of
+ * those names: the server maps each file to its shard by that order
+ * alone and checks the index as it checks one in its model directory
+ * (every shard holds exactly the tensors the map gives it). The server
+ * parses them as strictly as files of its directory, lays the weights
+ * out and puts them into the text segment under their fingerprint,
+ * shared with every model that has the same weights. The model is listed
+ * as "upload-" followed by 16 hex digits of the sources' fingerprint:
+ * SHA-256 over the concatenated SHA-256s of config.json and of each file
+ * in the request's order (the index first when there is one), followed,
+ * when flags is not 0, by flags as 4 little-endian bytes.
  *
  * Deduplication: a client first sends the request with every handle 0
  * (fingerprints only). If the model is loaded, that is all it sends;
@@ -709,8 +718,12 @@ static_assert(sizeof(struct djinn_model_resp) == 80, "model resp layout");
  * the file tensors once the model is open. Response: struct
  * djinn_model_resp, as MODEL_OPEN's.
  */
-#define DJINN_MODEL_MAX_FILES 64 /* safetensors files of one upload */
-#define DJINN_MODEL_CONFIG_MAX (1u << 20) /* bytes of its config.json */
+#define DJINN_MODEL_MAX_FILES 64 /* files of one upload, the index counted */
+#define DJINN_MODEL_CONFIG_MAX (1u << 20) /* bytes of config.json, index */
+
+/* djinn_model_upload.flags */
+#define DJINN_MODEL_UPLOAD_INDEX (1u << 0) /* files[0] is the index */
+#define DJINN_MODEL_UPLOAD_ALL DJINN_MODEL_UPLOAD_INDEX
 
 /**
  * struct djinn_model_file - one file of MODEL_OPEN_UPLOADED
@@ -727,17 +740,21 @@ static_assert(sizeof(struct djinn_model_file) == 40, "model file layout");
 
 /**
  * struct djinn_model_upload - MODEL_OPEN_UPLOADED request
- * @nr_files:   safetensors files, 1 to DJINN_MODEL_MAX_FILES
- * @__reserved: zero
- * @config:     config.json (at most 1 MiB)
- * @files:      the safetensors files, @nr_files of them
+ * @nr_files: files, 1 to DJINN_MODEL_MAX_FILES (2 or more with
+ *            DJINN_MODEL_UPLOAD_INDEX: the index and a shard at least)
+ * @flags:    DJINN_MODEL_UPLOAD_*; another bit is -EINVAL
+ * @config:   config.json (at most DJINN_MODEL_CONFIG_MAX bytes)
+ * @files:    the safetensors files, @nr_files of them; with
+ *            DJINN_MODEL_UPLOAD_INDEX model.safetensors.index.json, then
+ *            the shards in strcmp() order of their names in its
+ *            weight_map
  *
  * Every handle is 0, or every handle is set. The payload is the struct
  * and the @files, exactly.
  */
 struct djinn_model_upload {
 	__u32 nr_files;
-	__u32 __reserved;
+	__u32 flags;
 	struct djinn_model_file config;
 	struct djinn_model_file files[];
 };

@@ -627,6 +627,277 @@ static void test_upload(void **state)
 	assert_int_equal(holders(fx, mi.name), 0);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Sharded uploads */
+
+/* Greedy tokens of @m after the prompt, in a context of its own. */
+static void greedy(struct djinn_model *m, int32_t out[6])
+{
+	struct djinn_ctx *c;
+
+	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, 6, NULL, out, NULL, NULL), 6);
+	assert_int_equal(djinn_ctx_free(c), 0);
+}
+
+/* Models the admin socket lists. */
+static uint32_t nr_models(struct fx *fx)
+{
+	int fd = dj_connect(fx->d.admin);
+	struct dj_resp r;
+	uint32_t count;
+
+	assert_true(fd >= 0);
+	r = raw_ok(fd, DJINN_OP_ADMIN_MODELS, 0, NULL, 0);
+	memcpy(&count, r.data, sizeof(count));
+	dj_resp_free(&r);
+	close(fd);
+	return count;
+}
+
+/* DIR/@name's bytes (malloc'd, NUL-terminated), their number in *@len. */
+static char *file_read(const char *dir, const char *name, size_t *len)
+{
+	char path[256];
+	FILE *f;
+	char *buf;
+	long n;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	assert_true(n >= 0);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = 0;
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+static void file_write(const char *dir, const char *name, const char *buf,
+		       size_t len)
+{
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(buf, 1, len, f), len);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* Index text @ix with @tensor's shard made @shard (malloc'd). */
+static char *index_move(const char *ix, const char *tensor, const char *shard)
+{
+	char key[128], *out;
+	const char *k, *v0, *v1;
+
+	snprintf(key, sizeof(key), "\"%s\"", tensor);
+	k = strstr(ix, key);
+	assert_non_null(k);
+	v0 = strchr(k + strlen(key), '"'); /* the shard's quotes */
+	assert_non_null(v0);
+	v1 = strchr(v0 + 1, '"');
+	assert_non_null(v1);
+	out = malloc(strlen(ix) + strlen(shard) + 1);
+	assert_non_null(out);
+	sprintf(out, "%.*s\"%s%s", (int)(v0 - ix), ix, shard, v1);
+	return out;
+}
+
+#define INDEX "model.safetensors.index.json"
+
+/*
+ * A sharded checkpoint (model.safetensors.index.json and three shards)
+ * uploaded: the index and the shards it names go up, each found by
+ * fingerprint first, and the model generates what the same checkpoint
+ * opened by name does. A second upload sends no shard again, whether of
+ * the same model or of another config.json over the same shards. An
+ * index naming a missing shard, or putting a tensor in a shard that does
+ * not hold it, is refused with its message, nothing is loaded, and the
+ * daemon serves another session afterwards.
+ */
+static void test_upload_sharded(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_conn_stats a, b;
+	struct djinn_model_info mi, mi2, mid;
+	struct djinn_model *m, *m2, *md;
+	struct djinn_session *s2;
+	char dir[sizeof(fx->d.dir) + 32], copy[sizeof(fx->d.dir) + 32];
+	char cmd[3 * sizeof(copy)], *ix, *bad, *cfg;
+	int32_t t[6], want[6];
+	uint32_t models;
+	size_t len, ixlen;
+	int ret;
+
+	assert_int_equal(djd_make_model(&fx->d, "tiny-sharded",
+					TINY_GPT2 " --shards 3"),
+			 0);
+	snprintf(dir, sizeof(dir), "%s/models/tiny-sharded", fx->d.dir);
+	assert_int_equal(djinn_model_open(fx->s, "tiny-sharded", &md), 0);
+	assert_int_equal(djinn_model_info(md, &mid), 0);
+	greedy(md, want);
+
+	/* All three shards go up, once: 482304 bytes of tensors. */
+	assert_int_equal(djinn_conn_stats(fx->conn, &a), 0);
+	ret = djinn_model_upload(fx->s, dir, &m);
+	if (ret)
+		fail_msg("upload: %d: %s", ret, djinn_last_error());
+	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
+	assert_true(b.bytes_sent - a.bytes_sent > 482304);
+	assert_true(b.bytes_sent - a.bytes_sent < 482304 + 16384);
+	assert_int_equal(djinn_model_info(m, &mi), 0);
+	assert_true(!strncmp(mi.name, "upload-", 7) && strlen(mi.name) == 23);
+	assert_int_equal(holders(fx, mi.name), 1);
+	/* the directory's weights, and its tokens */
+	assert_memory_equal(mi.fp, mid.fp, sizeof(mi.fp));
+	greedy(m, t);
+	assert_memory_equal(t, want, sizeof(t));
+
+	/* The same upload from another session: fingerprints only. */
+	assert_int_equal(djinn_session_open(fx->conn, NULL, &s2), 0);
+	assert_int_equal(djinn_conn_stats(fx->conn, &a), 0);
+	assert_int_equal(djinn_model_upload(s2, dir, &m2), 0);
+	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
+	assert_true(b.bytes_sent - a.bytes_sent < 4096);
+	assert_int_equal(djinn_model_info(m2, &mi2), 0);
+	assert_string_equal(mi2.name, mi.name);
+	assert_int_equal(holders(fx, mi.name), 2);
+	assert_int_equal(djinn_model_close(m2), 0);
+
+	/* Another config.json over the same index and shards: a model of
+	 * its own, and the shards are found by fingerprint, not sent. */
+	snprintf(copy, sizeof(copy), "%s/sharded-copy", fx->d.dir);
+	snprintf(cmd, sizeof(cmd), "cp -r %s %s", dir, copy);
+	assert_int_equal(system(cmd), 0);
+	cfg = file_read(copy, "config.json", &len);
+	cfg[len] = '\n'; /* over its NUL: one more byte */
+	file_write(copy, "config.json", cfg, len + 1);
+	free(cfg);
+	assert_int_equal(djinn_conn_stats(fx->conn, &a), 0);
+	ret = djinn_model_upload(s2, copy, &m2);
+	if (ret)
+		fail_msg("upload: %d: %s", ret, djinn_last_error());
+	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
+	assert_true(b.bytes_sent - a.bytes_sent < 16384);
+	assert_int_equal(djinn_model_info(m2, &mi2), 0);
+	assert_string_not_equal(mi2.name, mi.name);
+	assert_memory_equal(mi2.fp, mi.fp, sizeof(mi.fp));
+	assert_int_equal(djinn_model_close(m2), 0);
+
+	/* An index naming a shard the directory lacks: the client refuses
+	 * it, naming the index and the shard. */
+	ix = file_read(copy, INDEX, &ixlen);
+	bad = index_move(ix, "h.0.attn.c_attn.bias",
+			 "model-00004-of-00004.safetensors");
+	file_write(copy, INDEX, bad, strlen(bad));
+	free(bad);
+	assert_int_equal(djinn_model_upload(s2, copy, &m2), -ENOENT);
+	assert_non_null(strstr(djinn_last_error(),
+			       INDEX ": shard 'model-00004-of-00004."
+				     "safetensors': No such file"));
+	/* JSON escapes are read as the daemon reads them */
+	bad = index_move(ix, "h.0.attn.c_attn.bias",
+			 "model-00001-of-00003\\u002esafetensors");
+	file_write(copy, INDEX, bad, strlen(bad));
+	free(bad);
+	ret = djinn_model_upload(s2, copy, &m2);
+	if (ret)
+		fail_msg("upload: %d: %s", ret, djinn_last_error());
+	assert_int_equal(djinn_model_info(m2, &mi2), 0);
+	assert_memory_equal(mi2.fp, mi.fp, sizeof(mi.fp));
+	assert_int_equal(djinn_model_close(m2), 0);
+	bad = index_move(ix, "h.0.attn.c_attn.bias",
+			 "\\u002e\\u002e/x.safetensors");
+	file_write(copy, INDEX, bad, strlen(bad));
+	free(bad);
+	assert_int_equal(djinn_model_upload(s2, copy, &m2), -EINVAL);
+	assert_non_null(strstr(djinn_last_error(),
+			       "shard '../x.safetensors' is not a plain"));
+	/* not JSON */
+	file_write(copy, INDEX, ix, ixlen / 2);
+	assert_int_equal(djinn_model_upload(s2, copy, &m2), -EINVAL);
+	assert_non_null(strstr(djinn_last_error(), INDEX ": line "));
+	/* a shard name that leaves the directory */
+	bad = index_move(ix, "h.0.attn.c_attn.bias",
+			 "../tiny-sharded/model-00001-of-00003.safetensors");
+	file_write(copy, INDEX, bad, strlen(bad));
+	free(bad);
+	assert_int_equal(djinn_model_upload(s2, copy, &m2), -EINVAL);
+	assert_non_null(strstr(djinn_last_error(),
+			       "tensor 'h.0.attn.c_attn.bias': shard "
+			       "'../tiny-sharded/model-00001-of-00003."
+			       "safetensors' is not a plain"));
+
+	/* A shard holding a tensor the index puts in another: the daemon
+	 * refuses it with the index's check, and loads nothing. */
+	models = nr_models(fx);
+	bad = index_move(ix, "h.0.attn.c_attn.bias",
+			 "model-00002-of-00003.safetensors");
+	file_write(copy, INDEX, bad, strlen(bad));
+	free(bad);
+	assert_int_equal(djinn_model_upload(s2, copy, &m2), -EINVAL);
+	assert_non_null(strstr(djinn_last_error(),
+			       INDEX ": tensor 'h.0.attn.c_attn.bias': not in "
+				     "shard model-00002-of-00003.safetensors"));
+	assert_int_equal(nr_models(fx), models);
+	free(ix);
+
+	/* The daemon goes on: another session opens and generates. */
+	assert_int_equal(djinn_session_close(s2), 0);
+	assert_int_equal(djinn_session_open(fx->conn, NULL, &s2), 0);
+	assert_int_equal(djinn_model_upload(s2, dir, &m2), 0);
+	greedy(m2, t);
+	assert_memory_equal(t, want, sizeof(t));
+	assert_int_equal(djinn_session_close(s2), 0);
+
+	/* Raw frames: an unknown flag, and an index with no shard. */
+	{
+		int fd = dj_connect(fx->d.sock);
+		struct djinn_session_open so = { .tenant = "raw" };
+		struct djinn_model_upload u = { .nr_files = 1,
+						.flags = 1u << 5 };
+		uint8_t rq[sizeof(u) + sizeof(struct djinn_model_file)] = { 0 };
+		struct djinn_session_resp sr;
+		struct dj_resp r;
+
+		assert_true(fd >= 0);
+		r = raw_ok(fd, DJINN_OP_HELLO, 0, NULL, 0);
+		dj_resp_free(&r);
+		r = raw_ok(fd, DJINN_OP_SESSION_OPEN, 0, &so, sizeof(so));
+		memcpy(&sr, r.data, sizeof(sr));
+		dj_resp_free(&r);
+		memcpy(rq, &u, sizeof(u));
+		assert_int_equal(dj_call(fd, DJINN_OP_MODEL_OPEN_UPLOADED,
+					 sr.session_id, rq, sizeof(rq), &r),
+				 1);
+		assert_int_equal(r.error, -EINVAL);
+		assert_non_null(strstr(r.msg, "unknown flags 0x20"));
+		dj_resp_free(&r);
+		u.flags = DJINN_MODEL_UPLOAD_INDEX;
+		memcpy(rq, &u, sizeof(u));
+		assert_int_equal(dj_call(fd, DJINN_OP_MODEL_OPEN_UPLOADED,
+					 sr.session_id, rq, sizeof(rq), &r),
+				 1);
+		assert_int_equal(r.error, -EINVAL);
+		assert_non_null(strstr(r.msg, "an index and no shard"));
+		dj_resp_free(&r);
+		close(fd);
+	}
+
+	assert_int_equal(djinn_model_close(m), 0);
+	assert_int_equal(djinn_model_close(md), 0);
+	assert_int_equal(holders(fx, mi.name), 0);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
@@ -637,6 +908,7 @@ int main(void)
 		T(test_errors),
 		T(test_breakpoints),
 		T(test_upload),
+		T(test_upload_sharded),
 		cmocka_unit_test_setup_teardown(test_dead_daemon, fx_setup,
 						fx_teardown_killed),
 	};

@@ -3,7 +3,8 @@
  * The safetensors reader: good files parse into the right tensors, and
  * every kind of corrupt or hostile file is refused with the right errno
  * and a message naming the file, the tensor and the fault. Model
- * directories: one file, all *.safetensors, and sharded with an index.
+ * directories: one file, all *.safetensors, and sharded with an index;
+ * the same index checks over shards in memory, as an upload sends them.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -409,20 +410,24 @@ static void test_set_sharded(void **state)
 		   "\"b\":\"model-00002-of-00002.safetensors\","
 		   "\"c\":\"model-00002-of-00002.safetensors\"}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
-	assert_non_null(strstr(msg, "tensor 'b': not in"));
+	assert_non_null(strstr(msg, "model.safetensors.index.json: tensor 'b': "
+				    "not in shard "
+				    "model-00002-of-00002.safetensors"));
 	/* a tensor the map does not list */
 	write_text("model.safetensors.index.json",
 		   "{\"weight_map\":{"
 		   "\"a\":\"model-00001-of-00002.safetensors\","
 		   "\"c\":\"model-00002-of-00002.safetensors\"}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
-	assert_non_null(strstr(msg, "tensor 'b': not in"));
-	assert_non_null(strstr(msg, "weight_map"));
+	assert_non_null(strstr(msg, "tensor 'b': in shard "
+				    "model-00001-of-00002.safetensors, not in "
+				    "the weight_map"));
 	/* path traversal and other bad shard names */
 	write_text("model.safetensors.index.json",
 		   "{\"weight_map\":{\"a\":\"../x.safetensors\"}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
-	assert_non_null(strstr(msg, "tensor 'a': shard is not a plain"));
+	assert_non_null(strstr(msg, "tensor 'a': shard '../x.safetensors' is "
+				    "not a plain *.safetensors file name"));
 	write_text("model.safetensors.index.json",
 		   "{\"weight_map\":{\"a\":\"model.bin\"}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
@@ -448,6 +453,156 @@ static void test_set_sharded(void **state)
 	assert_non_null(strstr(msg, "duplicate"));
 }
 
+/*
+ * Sharded in memory, as an upload sends it: the index's bytes and the
+ * shards in strcmp() order of their names, checked with the directory's
+ * code. Each case is refused with -EINVAL and a message naming the index
+ * or shard and the tensor, and *out untouched.
+ */
+#define SHARD1 "model-00001-of-00002.safetensors"
+#define SHARD2 "model-00002-of-00002.safetensors"
+#define INDEX_OF(a, b, c)                                              \
+	"{\"metadata\":{\"total_size\":18},\"weight_map\":{\"a\":\"" a \
+	"\",\"b\":\"" b "\",\"c\":\"" c "\"}}"
+
+#define SHARD_AB \
+	"{" T("a", "F32", "[2]", 0, 8) "," T("b", "F32", "[1]", 8, 12) "}"
+#define SHARD_BC \
+	"{" T("b", "F32", "[1]", 0, 4) "," T("c", "BF16", "[3]", 4, 10) "}"
+
+struct shards {
+	uint8_t *buf[3];
+	size_t len[3];
+	size_t n;
+};
+
+static void shards_free(struct shards *sh)
+{
+	for (size_t i = 0; i < sizeof(sh->buf) / sizeof(sh->buf[0]); i++)
+		free(sh->buf[i]);
+}
+
+/* @index over @sh with name "up": 0 and the set, or the errno with
+ * every one of the NULL-terminated @words in the message. */
+static struct st_set *parse_index_(int line, const char *index,
+				   const struct shards *sh, int err, ...)
+{
+	char msg[ST_MSG_LEN] = "";
+	struct st_set *set = (void *)0x1;
+	const char *w;
+	va_list ap;
+	int ret;
+
+	ret = st_set_parse("up", index, strlen(index),
+			   (const void *const *)sh->buf, sh->len, sh->n, &set,
+			   msg, sizeof(msg));
+	if (ret != err)
+		fail_msg("line %d: got %d (%s), want %d", line, ret, msg, err);
+	if (err) {
+		assert_ptr_equal(set, (void *)0x1);
+		assert_true(!strncmp(msg, "up: ", 4));
+	}
+	va_start(ap, err);
+	while ((w = va_arg(ap, const char *)))
+		if (!strstr(msg, w))
+			fail_msg("line %d: message '%s' lacks '%s'", line, msg,
+				 w);
+	va_end(ap);
+	return err ? NULL : set;
+}
+#define parse_index(index, sh, err, ...) \
+	parse_index_(__LINE__, index, sh, err, ##__VA_ARGS__, NULL)
+
+static void test_set_parse_index(void **state)
+{
+	struct shards sh = { .n = 2 };
+	struct st_set *set;
+
+	/* shard 1 holds a and b, shard 2 holds c */
+	sh.buf[0] = image(SHARD_AB, 12, &sh.len[0]);
+	sh.buf[1] = image("{" T("c", "BF16", "[3]", 0, 6) "}", 6, &sh.len[1]);
+
+	/* good: files[i] is the i-th shard name in strcmp() order */
+	set = parse_index(INDEX_OF(SHARD1, SHARD1, SHARD2), &sh, 0);
+	assert_int_equal(set->nr_files, 2);
+	assert_int_equal(set->nr_tensors, 3);
+	assert_string_equal(set->files[0]->path, "up: " SHARD1);
+	assert_string_equal(set->files[1]->path, "up: " SHARD2);
+	assert_ptr_equal(st_set_find(set, "c")->file, set->files[1]);
+	assert_int_equal(st_set_find(set, "b")->size, 4);
+	st_set_close(set);
+	/* without an index the same files are "file I" */
+	{
+		char msg[ST_MSG_LEN];
+
+		assert_int_equal(
+			st_set_parse("up", NULL, 0, (const void *const *)sh.buf,
+				     sh.len, 2, &set, msg, sizeof(msg)),
+			0);
+		assert_string_equal(set->files[0]->path, "up: file 0");
+		st_set_close(set);
+	}
+
+	/* a tensor missing from the shard the map gives it */
+	parse_index(INDEX_OF(SHARD1, SHARD2, SHARD2), &sh, -EINVAL,
+		    "up: model.safetensors.index.json: tensor 'b': not in "
+		    "shard " SHARD2);
+	/* a tensor the map does not give its shard: b in shard 1 and 2 */
+	{
+		struct shards both = { .n = 2 };
+
+		both.buf[0] = sh.buf[0];
+		both.len[0] = sh.len[0];
+		both.buf[1] = image(SHARD_BC, 10, &both.len[1]);
+		parse_index(INDEX_OF(SHARD1, SHARD2, SHARD2), &both, -EINVAL,
+			    "index.json: tensor 'b': in shard " SHARD1
+			    ", the weight_map puts it in " SHARD2);
+		free(both.buf[1]);
+	}
+	/* a tensor the map does not list at all */
+	parse_index("{\"weight_map\":{\"a\":\"" SHARD1 "\",\"c\":\"" SHARD2
+		    "\"}}",
+		    &sh, -EINVAL,
+		    "index.json: tensor 'b': in shard " SHARD1
+		    ", not in the weight_map");
+	/* a shard sent that the index does not name, or one too few */
+	sh.buf[2] = image("{" T("d", "F32", "[1]", 0, 4) "}", 4, &sh.len[2]);
+	sh.n = 3;
+	parse_index(INDEX_OF(SHARD1, SHARD1, SHARD2), &sh, -EINVAL,
+		    "index.json: weight_map names 2 shards, 3 sent");
+	sh.n = 2;
+	parse_index(INDEX_OF(SHARD1, SHARD1, SHARD1), &sh, -EINVAL,
+		    "weight_map names 1 shards, 2 sent");
+	/* shard names that are not plain file names */
+	parse_index(INDEX_OF(SHARD1, SHARD1, "../x.safetensors"), &sh, -EINVAL,
+		    "tensor 'c': shard '../x.safetensors' is not a plain "
+		    "*.safetensors file name");
+	parse_index(INDEX_OF(SHARD1, SHARD1, "sub/x.safetensors"), &sh, -EINVAL,
+		    "tensor 'c': shard 'sub/x.safetensors' is not");
+	parse_index(INDEX_OF(SHARD1, SHARD1, ".hidden.safetensors"), &sh,
+		    -EINVAL, "shard '.hidden.safetensors' is not");
+	parse_index(INDEX_OF(SHARD1, SHARD1, "model.bin"), &sh, -EINVAL,
+		    "shard 'model.bin' is not");
+	parse_index("{\"weight_map\":{\"a\":1}}", &sh, -EINVAL,
+		    "tensor 'a': shard is not a string");
+	/* the index itself */
+	parse_index("{\"weight_map\":{},\"other\":1}", &sh, -EINVAL,
+		    "index.json: unknown field 'other'");
+	parse_index("{\"metadata\":{}}", &sh, -EINVAL,
+		    "index.json: no \"weight_map\" object");
+	parse_index("{\"weight_map\":{}}", &sh, -EINVAL,
+		    "\"weight_map\" names no tensor");
+	parse_index("{\"weight_map\":{\"a\":\"" SHARD1 "\",\"a\":\"" SHARD1
+		    "\"}}",
+		    &sh, -EINVAL, "index.json", "duplicate");
+	parse_index("{\"weight_map\":{}} x", &sh, -EINVAL, "index.json");
+	/* a bad shard is named by its name */
+	sh.len[1] -= 1;
+	parse_index(INDEX_OF(SHARD1, SHARD1, SHARD2), &sh, -EINVAL,
+		    "up: " SHARD2 ": tensor 'c'");
+	shards_free(&sh);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -458,6 +613,7 @@ int main(void)
 		cmocka_unit_test(test_open),
 		cmocka_unit_test(test_set_plain),
 		cmocka_unit_test(test_set_sharded),
+		cmocka_unit_test(test_set_parse_index),
 	};
 
 	return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
