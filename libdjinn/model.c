@@ -641,10 +641,8 @@ int djinn_ctx_new(struct djinn_model *m, uint32_t max_tokens,
 
 	if (!m || !out)
 		return refuse(-EINVAL, "context new: NULL argument");
-	if (max_tokens > m->info.max_tokens)
-		return refuse(-EINVAL,
-			      "context of %u tokens: model %s holds %u at most",
-			      max_tokens, m->info.name, m->info.max_tokens);
+	/* a length over the model's is djinnd's to refuse: its message
+	 * says why (the positions, or a sliding window) */
 	req.model = m->handle;
 	req.max_tokens = max_tokens;
 	ret = __djinn_call_sync(m->s->conn, DJINN_OP_CTX_NEW, m->s->id, &iov, 1,
