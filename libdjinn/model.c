@@ -131,10 +131,10 @@ static int model_new(struct djinn_session *s, const char *name,
 {
 	struct djinn_model *m;
 
-	if (!r->model ||
-	    r->arch < DJINN_ARCH_GPT2 || r->arch > DJINN_ARCH_MISTRAL ||
-	    !djinn_dtype_size(r->dtype) || !r->vocab || !r->n_layer ||
-	    !r->hidden || !r->n_head || !r->n_kv_head || !r->max_tokens) {
+	if (!r->model || r->arch < DJINN_ARCH_GPT2 ||
+	    r->arch > DJINN_ARCH_MISTRAL || !djinn_dtype_size(r->dtype) ||
+	    !r->vocab || !r->n_layer || !r->hidden || !r->n_head ||
+	    !r->n_kv_head || !r->max_tokens) {
 		__djinn_conn_fail(s->conn, -EPROTO,
 				  "MODEL_OPEN answer: handle %#llx, arch %u, "
 				  "dtype %u, vocab %u, %u layers",

@@ -892,8 +892,8 @@ static int do_stats(struct ctl *ctl, char **args)
 /* model */
 
 static const char *const arch_names[] = {
-	[DJINN_ARCH_GPT2] = "gpt2",   [DJINN_ARCH_LLAMA] = "llama",
-	[DJINN_ARCH_QWEN2] = "qwen2", [DJINN_ARCH_QWEN3] = "qwen3",
+	[DJINN_ARCH_GPT2] = "gpt2",	  [DJINN_ARCH_LLAMA] = "llama",
+	[DJINN_ARCH_QWEN2] = "qwen2",	  [DJINN_ARCH_QWEN3] = "qwen3",
 	[DJINN_ARCH_MISTRAL] = "mistral",
 };
 

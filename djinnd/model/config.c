@@ -256,16 +256,24 @@ static int parse_gpt2(struct cfg_ctx *x, struct model_config *c)
 /* Every key transformers' RopeParameters knows; those a type does not
  * use are ignored as transformers ignores them, any other is refused. */
 static const char *const rope_keys[] = {
-	"rope_type",	    "type",
-	"rope_theta",	    "factor",
-	"low_freq_factor",  "high_freq_factor",
+	"rope_type",
+	"type",
+	"rope_theta",
+	"factor",
+	"low_freq_factor",
+	"high_freq_factor",
 	"original_max_position_embeddings",
-	"attention_factor", "beta_fast",
-	"beta_slow",	    "mscale",
-	"mscale_all_dim",   "truncate",
+	"attention_factor",
+	"beta_fast",
+	"beta_slow",
+	"mscale",
+	"mscale_all_dim",
+	"truncate",
 	"partial_rotary_factor",
-	"short_factor",	    "long_factor",
-	"mrope_section",    NULL,
+	"short_factor",
+	"long_factor",
+	"mrope_section",
+	NULL,
 };
 
 /* yarn's default attention factor: transformers' get_mscale() */
@@ -300,8 +308,8 @@ static int parse_rope_params(struct cfg_ctx *x, struct model_config *c,
 			     i++)
 				;
 			if (!rope_keys[i])
-				return bad(x, printable(name, sizeof(name),
-							key),
+				return bad(x,
+					   printable(name, sizeof(name), key),
 					   "is not a RoPE parameter djinn "
 					   "knows");
 		}
@@ -334,8 +342,7 @@ static int parse_rope_params(struct cfg_ctx *x, struct model_config *c,
 	if ((ret = get_num(x, "rope_theta", theta, 1, true, FLT_MAX, &d)))
 		return ret;
 	r->theta = (float)d;
-	if ((ret = get_num(x, "partial_rotary_factor", 1.0, 0, true, 1,
-			   &prf)))
+	if ((ret = get_num(x, "partial_rotary_factor", 1.0, 0, true, 1, &prf)))
 		return ret;
 	if (prf != 1.0)
 		return bad(x, "partial_rotary_factor",
@@ -416,7 +423,8 @@ static int parse_rope_params(struct cfg_ctx *x, struct model_config *c,
  * (transformers' convert_rope_params_to_dict()); both given must agree. */
 static int parse_rope(struct cfg_ctx *x, struct model_config *c)
 {
-	json_t *rs = field(x, "rope_scaling"), *rp = field(x, "rope_parameters");
+	json_t *rs = field(x, "rope_scaling"),
+	       *rp = field(x, "rope_parameters");
 	double theta;
 	int ret;
 
@@ -437,9 +445,9 @@ static int parse_rope(struct cfg_ctx *x, struct model_config *c)
 		json_object_del(a, "type");
 		json_object_del(b, "type");
 		if (!json_object_get(a, "rope_type"))
-			json_object_set_new(a, "rope_type",
-					    json_deep_copy(json_object_get(
-						    rs, "type")));
+			json_object_set_new(
+				a, "rope_type",
+				json_deep_copy(json_object_get(rs, "type")));
 		same = json_equal(a, b);
 		json_decref(a);
 		json_decref(b);
@@ -455,8 +463,8 @@ static int parse_rope(struct cfg_ctx *x, struct model_config *c)
 		json_t *prf = field(x, "partial_rotary_factor");
 
 		/* transformers moves a top-level one into the parameters */
-		if (prf && !(json_is_number(prf) &&
-			     json_number_value(prf) == 1.0))
+		if (prf &&
+		    !(json_is_number(prf) && json_number_value(prf) == 1.0))
 			return bad(x, "partial_rotary_factor",
 				   "is not 1: partial rotary embeddings are "
 				   "not supported");
@@ -571,7 +579,8 @@ static int parse_llama(struct cfg_ctx *x, struct model_config *c)
 			      "\"head_dim\"",
 			      x->path, c->n_embd, c->n_head);
 	if ((ret = get_uint(x, "head_dim",
-			    c->arch == MODEL_QWEN3 ? 128 : c->n_embd / c->n_head,
+			    c->arch == MODEL_QWEN3 ? 128 :
+						     c->n_embd / c->n_head,
 			    2, MODEL_MAX_HEAD_DIM, &c->head_dim)))
 		return ret;
 	if (c->head_dim % 2)
@@ -622,8 +631,8 @@ static const struct {
 	const char *type;
 	enum model_arch arch;
 } arch_names[] = {
-	{ "gpt2", MODEL_GPT2 },	  { "llama", MODEL_LLAMA },
-	{ "qwen2", MODEL_QWEN2 }, { "qwen3", MODEL_QWEN3 },
+	{ "gpt2", MODEL_GPT2 },	      { "llama", MODEL_LLAMA },
+	{ "qwen2", MODEL_QWEN2 },     { "qwen3", MODEL_QWEN3 },
 	{ "mistral", MODEL_MISTRAL },
 };
 
@@ -646,8 +655,9 @@ const char *model_arch_name(enum model_arch a)
 int model_config_parse_json(const char *text, size_t len, const char *path,
 			    struct model_config *c, char *msg, size_t msglen)
 {
-	struct cfg_ctx x = { .path = path, .pre = "", .msg = msg,
-			     .msglen = msglen };
+	struct cfg_ctx x = {
+		.path = path, .pre = "", .msg = msg, .msglen = msglen
+	};
 	struct model_config *n;
 	json_error_t jerr;
 	const char *type;

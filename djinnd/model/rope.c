@@ -21,9 +21,8 @@ const char *model_rope_name(enum model_rope_type t)
 		[ROPE_YARN] = "yarn",
 	};
 
-	return (unsigned int)t < sizeof(names) / sizeof(names[0]) ?
-		       names[t] :
-		       "unknown";
+	return (unsigned int)t < sizeof(names) / sizeof(names[0]) ? names[t] :
+								    "unknown";
 }
 
 /* inv[i] = 1 / base^(2i / D), i < D / 2: torch's
@@ -102,9 +101,9 @@ void model_rope_freqs(const struct model_config *c, uint32_t seq_len,
 	case ROPE_DYNAMIC: {
 		/* the NTK base grows with the sequence past the original */
 		double n = seq_len > c->n_pos ? seq_len : c->n_pos;
-		double base = r->theta * pow(r->factor * n / c->n_pos -
-						     (r->factor - 1),
-					     (double)D / (D - 2));
+		double base = r->theta *
+			      pow(r->factor * n / c->n_pos - (r->factor - 1),
+				  (double)D / (D - 2));
 
 		plain((float)base, D, inv);
 		return;
