@@ -2,15 +2,23 @@
 /*
  * djinn: the scriptable client of djinnd, over libdjinn.
  *
- *   djinn [-a ADDR] generate -m NAME -t 1,2,3 [-n N] [--break-at L]
- *         [--temperature T] [--top-k K] [--top-p P] [--seed S]
+ *   djinn [-a ADDR] generate (-m NAME | --upload DIR) -t 1,2,3 [-n N]
+ *         [--break-at L] [--temperature T] [--top-k K] [--top-p P]
+ *         [--seed S] [--logits FILE]
  *   djinn [-a ADDR] model info NAME [--hold SECONDS]
  *
- * generate opens a session, the model and a context, prefills the
- * tokens, decodes N more on the daemon and prints them, comma-separated
- * on one line. With --break-at L every step pauses after layer L: each
- * pause prints a line "paused after layer L: hidden (T, H) DTYPE" and
- * resumes unchanged, so the tokens are those of a run without it.
+ * generate opens a session, the model and a context with room for the
+ * prompt and N more tokens, prefills the tokens, decodes N more on the
+ * daemon and prints them, comma-separated on one line. With --break-at L
+ * every step pauses after layer L: each pause prints a line "paused
+ * after layer L: hidden (T, H) DTYPE" and resumes unchanged, so the
+ * tokens are those of a run without it.
+ * --upload DIR opens the checkpoint in local directory DIR
+ * (djinn_model_upload()) instead of a model of the daemon's directory.
+ * --logits FILE writes the f32 logits after the prompt and after each
+ * generated token, N + 1 rows of the vocabulary's size: the tokens are
+ * then decoded one call at a time, each step's logits read from their
+ * stub and released on the daemon.
  *
  * model info prints what MODEL_OPEN says of a model; with --hold it
  * keeps the model open for SECONDS before closing it.
@@ -37,6 +45,8 @@
 struct args {
 	const char *addr;
 	const char *model;
+	const char *upload; /* a local checkpoint directory, or NULL */
+	const char *logits; /* where generate writes the logits, or NULL */
 	const char *tokens;
 	uint32_t n;
 	int break_at; /* -1: none */
@@ -87,10 +97,11 @@ static int fail(int err, const char *what)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: djinn [-a ADDR] generate -m NAME -t TOKENS [-n N] "
-		"[--break-at L]\n"
-		"             [--temperature T] [--top-k K] [--top-p P] "
-		"[--seed S]\n"
+		"usage: djinn [-a ADDR] generate (-m NAME | --upload DIR) "
+		"-t TOKENS [-n N]\n"
+		"             [--break-at L] [--temperature T] [--top-k K] "
+		"[--top-p P]\n"
+		"             [--seed S] [--logits FILE]\n"
 		"       djinn [-a ADDR] model info NAME [--hold SECONDS]\n\n"
 		"  generate    prefill TOKENS (ids, comma-separated), decode N "
 		"more\n"
@@ -101,6 +112,8 @@ static void usage(FILE *f)
 		"                       $DJINN_ADDR, else unix:run/djinnd.sock)\n"
 		"  -m, --model NAME     the model, from djinnd's model "
 		"directory\n"
+		"      --upload DIR     the model in local directory DIR, sent "
+		"to djinnd\n"
 		"  -t, --tokens LIST    the prompt's token ids: 1,2,3\n"
 		"  -n, --count N        tokens to generate\n"
 		"  -b, --break-at L     pause after layer L at every step, print "
@@ -110,6 +123,10 @@ static void usage(FILE *f)
 		"      --top-k K        keep the K most likely (0: all)\n"
 		"      --top-p P        then the fewest reaching P, in (0, 1]\n"
 		"      --seed S         the sampling stream (default 0)\n"
+		"      --logits FILE    write the f32 logits after the prompt "
+		"and after\n"
+		"                       each token: N + 1 rows of the "
+		"vocabulary's size\n"
 		"      --hold SECONDS   model info: keep it open that long\n"
 		"  -h, --help           print this and exit\n"
 		"  -V, --version        print the version and exit\n\n"
@@ -198,9 +215,13 @@ static int open_all(const struct args *a, struct djinn_conn **conn,
 		djinn_disconnect(*conn);
 		return 1;
 	}
-	ret = djinn_model_open(*s, a->model, m);
+	if (a->upload)
+		ret = djinn_model_upload(*s, a->upload, m);
+	else
+		ret = djinn_model_open(*s, a->model, m);
 	if (ret) {
-		fail(ret, "cannot open the model");
+		fail(ret, a->upload ? "cannot upload the model" :
+				      "cannot open the model");
 		djinn_session_close(*s);
 		djinn_disconnect(*conn);
 		return 1;
@@ -224,15 +245,86 @@ static int run_pauses(struct djinn_ctx *c, int ret, struct djinn_step *st)
 	return ret;
 }
 
+/*
+ * Append step @st's logits, (1, @vocab) f32, to @f and release them on
+ * the daemon: 0, or the exit status 1 after a message.
+ */
+static int put_logits(struct djinn_step *st, uint32_t vocab, float *row,
+		      FILE *f, const char *path)
+{
+	const struct djinn_tensor_desc *d;
+	int ret;
+
+	if (!st->logits) {
+		fprintf(stderr, "djinn: generate: the step gave no logits\n");
+		return 1;
+	}
+	d = djinn_result_desc(st->logits);
+	if (d->dtype != DJINN_DTYPE_F32 || d->ndim != 2 || d->dims[0] != 1 ||
+	    d->dims[1] != vocab) {
+		djinn_result_release(st->logits);
+		fprintf(stderr,
+			"djinn: generate: the logits are not (1, %u) f32\n",
+			vocab);
+		return 1;
+	}
+	ret = djinn_result_read(st->logits, 0, (uint64_t)vocab * sizeof(*row),
+				row);
+	djinn_result_release(st->logits);
+	if (ret)
+		return fail(ret, "cannot read the logits");
+	if (fwrite(row, sizeof(*row), vocab, f) != vocab) {
+		fprintf(stderr, "djinn: generate: cannot write %s: %s\n", path,
+			strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+/* Decode @a->n tokens into @out: with --logits one call a token, each
+ * step's logits written to @lf. The tokens decoded, or -1 after a
+ * message. */
+static int decode_all(const struct args *a, struct djinn_ctx *c,
+		      const struct djinn_step_opts *opts, int32_t *out,
+		      uint32_t vocab, float *row, FILE *lf)
+{
+	struct djinn_step st;
+	int ret;
+
+	if (!lf) {
+		ret = djinn_ctx_decode(c, a->n, &a->sp, out, opts, &st);
+		ret = run_pauses(c, ret, &st);
+		if (ret < 0) {
+			fail(ret, NULL);
+			return -1;
+		}
+		return ret;
+	}
+	for (uint32_t i = 0; i < a->n; i++) {
+		ret = djinn_ctx_decode(c, 1, &a->sp, out + i, opts, &st);
+		ret = run_pauses(c, ret, &st);
+		if (ret < 0) {
+			fail(ret, NULL);
+			return -1;
+		}
+		if (put_logits(&st, vocab, row, lf, a->logits))
+			return -1;
+	}
+	return (int)a->n;
+}
+
 static int do_generate(const struct args *a)
 {
-	struct djinn_step_opts opts = { 0 };
+	struct djinn_step_opts opts = { .logits = a->logits != NULL };
 	struct djinn_conn *conn;
 	struct djinn_session *s;
 	struct djinn_model *m;
+	struct djinn_model_info mi;
 	struct djinn_ctx *c = NULL;
 	struct djinn_step st;
 	int32_t prompt[MAX_PROMPT], *out;
+	float *row = NULL;
+	FILE *lf = NULL;
 	int np, ret, rc = 1;
 
 	np = parse_tokens(a->tokens, prompt, MAX_PROMPT);
@@ -241,13 +333,30 @@ static int do_generate(const struct args *a)
 	out = calloc(a->n, sizeof(*out));
 	if (!out)
 		return fail(-ENOMEM, "no memory for the tokens");
+	if (a->logits) {
+		lf = fopen(a->logits, "wb");
+		if (!lf) {
+			fprintf(stderr, "djinn: generate: cannot open %s: %s\n",
+				a->logits, strerror(errno));
+			free(out);
+			return 1;
+		}
+	}
 	if (a->break_at >= 0)
 		opts.break_layer = DJINN_BREAK_AFTER(a->break_at);
-	if (open_all(a, &conn, &s, &m)) {
-		free(out);
-		return 1;
+	if (open_all(a, &conn, &s, &m))
+		goto out_files;
+	djinn_model_info(m, &mi);
+	if (lf) {
+		row = calloc(mi.vocab, sizeof(*row));
+		if (!row) {
+			fail(-ENOMEM, "no memory for the logits");
+			goto out;
+		}
 	}
-	ret = djinn_ctx_new(m, 0, &c);
+	/* room for exactly the prompt and the tokens: a model that cannot
+	 * hold them refuses here, saying why */
+	ret = djinn_ctx_new(m, (uint32_t)np + a->n, &c);
 	if (ret) {
 		fail(ret, "cannot make a context");
 		goto out;
@@ -258,12 +367,11 @@ static int do_generate(const struct args *a)
 		fail(ret, NULL);
 		goto out;
 	}
-	ret = djinn_ctx_decode(c, a->n, &a->sp, out, &opts, &st);
-	ret = run_pauses(c, ret, &st);
-	if (ret < 0) {
-		fail(ret, NULL);
+	if (lf && put_logits(&st, mi.vocab, row, lf, a->logits))
 		goto out;
-	}
+	ret = decode_all(a, c, &opts, out, mi.vocab, row, lf);
+	if (ret < 0)
+		goto out;
 	for (int i = 0; i < ret; i++)
 		printf("%s%d", i ? "," : "", out[i]);
 	printf("\n");
@@ -273,6 +381,13 @@ out:
 	djinn_model_close(m);
 	djinn_session_close(s);
 	djinn_disconnect(conn);
+out_files:
+	if (lf && fclose(lf) && !rc) {
+		fprintf(stderr, "djinn: generate: cannot write %s: %s\n",
+			a->logits, strerror(errno));
+		rc = 1;
+	}
+	free(row);
 	free(out);
 	if (!rc && (fflush(stdout) || ferror(stdout))) {
 		fprintf(stderr, "djinn: generate: cannot write the output\n");
@@ -283,7 +398,11 @@ out:
 
 static int do_model_info(const struct args *a)
 {
-	static const char *const archs[] = { "?", "gpt2", "llama" };
+	static const char *const archs[] = {
+		[DJINN_ARCH_GPT2] = "gpt2",	  [DJINN_ARCH_LLAMA] = "llama",
+		[DJINN_ARCH_QWEN2] = "qwen2",	  [DJINN_ARCH_QWEN3] = "qwen3",
+		[DJINN_ARCH_MISTRAL] = "mistral",
+	};
 	struct djinn_conn *conn;
 	struct djinn_session *s;
 	struct djinn_model *m;
@@ -294,7 +413,10 @@ static int do_model_info(const struct args *a)
 		return 1;
 	djinn_model_info(m, &mi);
 	printf("name:        %s\n", mi.name);
-	printf("arch:        %s\n", mi.arch < 3 ? archs[mi.arch] : "?");
+	printf("arch:        %s\n",
+	       mi.arch < sizeof(archs) / sizeof(archs[0]) && archs[mi.arch] ?
+		       archs[mi.arch] :
+		       "?");
 	printf("dtype:       %s\n", dtype_name(mi.dtype));
 	printf("vocab:       %u\n", mi.vocab);
 	printf("layers:      %u\n", mi.n_layer);
@@ -320,7 +442,15 @@ static int do_model_info(const struct args *a)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_SEED, OPT_HOLD };
+	enum {
+		OPT_TEMP = 256,
+		OPT_TOPK,
+		OPT_TOPP,
+		OPT_SEED,
+		OPT_HOLD,
+		OPT_LOGITS,
+		OPT_UPLOAD,
+	};
 	static const struct option opts[] = {
 		{ "addr", required_argument, NULL, 'a' },
 		{ "model", required_argument, NULL, 'm' },
@@ -332,6 +462,8 @@ int main(int argc, char **argv)
 		{ "top-p", required_argument, NULL, OPT_TOPP },
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "hold", required_argument, NULL, OPT_HOLD },
+		{ "logits", required_argument, NULL, OPT_LOGITS },
+		{ "upload", required_argument, NULL, OPT_UPLOAD },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -389,6 +521,12 @@ int main(int argc, char **argv)
 				return usage_error("bad --hold '%s'", optarg);
 			a.hold = (unsigned int)v;
 			break;
+		case OPT_LOGITS:
+			a.logits = optarg;
+			break;
+		case OPT_UPLOAD:
+			a.upload = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -414,9 +552,9 @@ int main(int argc, char **argv)
 		if (nr_words > 1)
 			return usage_error("generate: unexpected argument '%s'",
 					   words[1]);
-		if (!a.model || !a.tokens)
-			return usage_error("generate: needs --model and "
-					   "--tokens");
+		if (!a.model == !a.upload || !a.tokens)
+			return usage_error("generate: needs --tokens and one "
+					   "of --model and --upload");
 		return do_generate(&a);
 	}
 	if (!strcmp(words[0], "model")) {
@@ -427,6 +565,9 @@ int main(int argc, char **argv)
 			return usage_error("model info: %s",
 					   nr_words < 3 ? "missing NAME" :
 							  "one NAME only");
+		if (a.upload || a.logits)
+			return usage_error("model info: --upload and --logits "
+					   "are generate's");
 		a.model = words[2];
 		return do_model_info(&a);
 	}
