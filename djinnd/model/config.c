@@ -165,18 +165,30 @@ static const char *printable(char *buf, size_t len, const char *s)
 	return buf;
 }
 
-/* "dtype" (transformers 5) or "torch_dtype" (4): the weights' dtype. */
+/* torch's names of the weights' dtypes, as config.json spells them */
+static const struct {
+	const char *name;
+	unsigned int dtype;
+} torch_dtypes[] = {
+	{ "float32", DJINN_DTYPE_F32 },
+	{ "float16", DJINN_DTYPE_F16 },
+	{ "bfloat16", DJINN_DTYPE_BF16 },
+};
+
+static const char *torch_dtype_name(unsigned int dtype)
+{
+	for (unsigned int i = 0; i < 3; i++)
+		if (torch_dtypes[i].dtype == dtype)
+			return torch_dtypes[i].name;
+	return "?";
+}
+
+/* "dtype" (transformers 5 and the last 4.x) or "torch_dtype" (older): the
+ * weights' dtype. */
 static int parse_dtype(struct cfg_ctx *x, struct model_config *c)
 {
-	static const struct {
-		const char *name;
-		unsigned int dtype;
-	} names[] = {
-		{ "float32", DJINN_DTYPE_F32 },
-		{ "float16", DJINN_DTYPE_F16 },
-		{ "bfloat16", DJINN_DTYPE_BF16 },
-	};
 	static const char *const keys[] = { "dtype", "torch_dtype" };
+	const typeof(torch_dtypes[0]) *names = torch_dtypes;
 
 	for (unsigned int k = 0; k < 2; k++) {
 		json_t *v = field(x, keys[k]);
@@ -977,8 +989,8 @@ int model_layout_build(const struct model_config *c, const struct st_set *set,
 			     "%s: config.json's \"%s\" is %s, the weights "
 			     "are %s: djinn computes in the weights' dtype "
 			     "and does not convert them",
-			     where, c->dtype_key, djinn_dtype_name(c->dtype),
-			     djinn_dtype_name(L->dtype));
+			     where, c->dtype_key, torch_dtype_name(c->dtype),
+			     torch_dtype_name(L->dtype));
 		goto out;
 	}
 	if (c->tied) {

@@ -419,6 +419,120 @@ static void test_errors(void **state)
 	assert_int_equal(djinn_model_close(m), 0);
 }
 
+/* Text segment bytes in use on the daemon's one device. */
+static uint64_t text_used(struct fx *fx)
+{
+	int fd = dj_connect(fx->d.admin);
+	struct djinn_admin_vmu v;
+	struct dj_resp r;
+
+	assert_true(fd >= 0);
+	r = raw_ok(fd, DJINN_OP_ADMIN_VMU, 0, NULL, 0);
+	assert_true(r.len >= sizeof(v));
+	memcpy(&v, r.data, sizeof(v));
+	dj_resp_free(&r);
+	close(fd);
+	return v.seg[0].used;
+}
+
+/* Rewrite key @key of model @name's config.json to the JSON @value
+ * (python3, as mkmodel.py). */
+static void set_config(struct fx *fx, const char *name, const char *key,
+		       const char *value)
+{
+	char cmd[1024];
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"python3 -c 'import json,sys; p=sys.argv[1]; "
+		"c=json.load(open(p)); c[sys.argv[2]]=json.loads(sys.argv[3]); "
+		"json.dump(c,open(p,\"w\"))' %s/models/%s/config.json '%s' "
+		"'%s'",
+		fx->d.dir, name, key, value);
+	assert_int_equal(system(cmd), 0);
+}
+
+/*
+ * Configs djinn does not implement, and checkpoints that contradict
+ * their config, are refused at open with the file, the key and the
+ * reason: nothing is loaded or charged, and a session using another
+ * model goes on as if nothing happened. A sliding window bounds the
+ * context, by name.
+ */
+static void test_bad_models(void **state)
+{
+	static const struct {
+		const char *key, *value, *want;
+	} bad[] = {
+		{ "rope_parameters",
+		  "{\"rope_type\": \"longrope\", \"rope_theta\": 1e4}",
+		  "\"rope_parameters.rope_type\" 'longrope' is not supported" },
+		{ "rope_parameters",
+		  "{\"rope_type\": \"default\", \"partial_rotary_factor\": 0.5}",
+		  "\"rope_parameters.partial_rotary_factor\" is not 1" },
+		{ "hidden_act", "\"gelu\"", "\"hidden_act\" is not silu" },
+		{ "dtype", "\"bfloat16\"",
+		  "config.json's \"dtype\" is bfloat16, the weights are float32" },
+		{ "intermediate_size", "100",
+		  "tensor 'model.layers.0.mlp.gate_proj.weight' has shape (96, 32), "
+		  "the config says (100, 32)" },
+	};
+	struct fx *fx = *state;
+	int32_t want[6], got[6];
+	struct djinn_model *m, *ok;
+	struct djinn_ctx *c;
+	uint64_t text;
+	char name[32];
+
+	assert_int_equal(djinn_model_open(fx->s, "tiny-gpt2", &ok), 0);
+	assert_int_equal(djinn_ctx_new(ok, 16, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, 3, NULL, want, NULL, NULL), 3);
+	text = text_used(fx);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(name, sizeof(name), "bad-%zu", i);
+		assert_int_equal(
+			djd_make_model(&fx->d, name,
+				       "--arch llama --layers 1 "
+				       "--embd 32 --heads 2 --inner 96 "
+				       "--vocab 64 --ctx 32"),
+			0);
+		set_config(fx, name, bad[i].key, bad[i].value);
+		assert_int_equal(djinn_model_open(fx->s, name, &m), -EINVAL);
+		if (!strstr(djinn_last_error(), bad[i].want))
+			fail_msg("%s: '%s' lacks '%s'", name,
+				 djinn_last_error(), bad[i].want);
+		assert_int_equal(holders(fx, name), -1);
+		assert_int_equal(text_used(fx), text);
+	}
+	/* the other model's context goes on where it was */
+	assert_int_equal(djinn_ctx_decode(c, 3, NULL, want + 3, NULL, NULL), 3);
+	assert_int_equal(djinn_ctx_free(c), 0);
+	assert_int_equal(djinn_ctx_new(ok, 16, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, 6, NULL, got, NULL, NULL), 6);
+	assert_memory_equal(got, want, sizeof(got));
+	assert_int_equal(djinn_ctx_free(c), 0);
+	assert_int_equal(djinn_model_close(ok), 0);
+
+	/* a sliding window of 8: contexts up to it, longer ones refused */
+	assert_int_equal(djd_make_model(&fx->d, "window8",
+					"--arch mistral --layers 1 --embd 32 "
+					"--heads 2 --vocab 64 --ctx 32 "
+					"--sliding-window 8"),
+			 0);
+	assert_int_equal(djinn_model_open(fx->s, "window8", &m), 0);
+	assert_int_equal(djinn_ctx_new(m, 9, &c), -EINVAL);
+	assert_non_null(strstr(djinn_last_error(), "sliding_window of 8"));
+	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, 4, NULL, got, NULL, NULL), 4);
+	assert_int_equal(djinn_ctx_decode(c, 1, NULL, got, NULL, NULL),
+			 -ENOSPC);
+	assert_int_equal(djinn_ctx_free(c), 0);
+	assert_int_equal(djinn_model_close(m), 0);
+}
+
 /* A dead daemon fails every call at once. */
 static void test_dead_daemon(void **state)
 {
@@ -909,6 +1023,7 @@ int main(void)
 		T(test_breakpoints),
 		T(test_upload),
 		T(test_upload_sharded),
+		T(test_bad_models),
 		cmocka_unit_test_setup_teardown(test_dead_daemon, fx_setup,
 						fx_teardown_killed),
 	};
