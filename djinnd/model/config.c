@@ -471,15 +471,17 @@ static int parse_rope(struct cfg_ctx *x, struct model_config *c)
 	x->pre = x->obj == rs ? "rope_scaling." :
 		 x->obj == rp ? "rope_parameters." :
 				"";
-	if (x->obj == x->root) {
-		json_t *prf = field(x, "partial_rotary_factor");
+	{
+		/* transformers copies a top-level one into the parameters */
+		json_t *prf = json_object_get(x->root, "partial_rotary_factor");
 
-		/* transformers moves a top-level one into the parameters */
-		if (prf &&
+		if (prf && !json_is_null(prf) &&
 		    !(json_is_number(prf) && json_number_value(prf) == 1.0))
-			return bad(x, "partial_rotary_factor",
-				   "is not 1: partial rotary embeddings are "
-				   "not supported");
+			return errmsg(x->msg, x->msglen, -EINVAL,
+				      "%s: \"partial_rotary_factor\" is not "
+				      "1: partial rotary embeddings are not "
+				      "supported",
+				      x->path);
 	}
 	ret = parse_rope_params(x, c, theta);
 	x->obj = x->root;
@@ -549,7 +551,7 @@ static int parse_qwen_window(struct cfg_ctx *x, struct model_config *c,
 static int parse_llama(struct cfg_ctx *x, struct model_config *c)
 {
 	static const char *const act[] = { "silu", "swish", NULL };
-	/* transformers' class defaults where config.json has no value */
+	/* transformers' class defaults where config.json has no key */
 	long long kv_def = c->arch == MODEL_QWEN2 || c->arch == MODEL_QWEN3 ?
 				   32 :
 			   c->arch == MODEL_MISTRAL ? 8 :
@@ -562,9 +564,14 @@ static int parse_llama(struct cfg_ctx *x, struct model_config *c)
 	    (ret = get_uint(x, "intermediate_size", -1, 1, MODEL_MAX_DIM,
 			    &c->n_inner)) ||
 	    (ret = get_uint(x, "num_attention_heads", -1, 1, MODEL_MAX_DIM,
-			    &c->n_head)) ||
-	    (ret = get_uint(x, "num_key_value_heads",
-			    kv_def == -2 ? c->n_head : kv_def, 1, MODEL_MAX_DIM,
+			    &c->n_head)))
+		return ret;
+	/* an explicit null is the heads, as transformers' __post_init__
+	 * makes it; only a missing key takes the class default */
+	if (kv_def == -2 ||
+	    json_is_null(json_object_get(x->root, "num_key_value_heads")))
+		kv_def = c->n_head;
+	if ((ret = get_uint(x, "num_key_value_heads", kv_def, 1, MODEL_MAX_DIM,
 			    &c->n_kv_head)) ||
 	    (ret = get_uint(x, "num_hidden_layers", -1, 1, MODEL_MAX_LAYERS,
 			    &c->n_layer)) ||
@@ -595,6 +602,11 @@ static int parse_llama(struct cfg_ctx *x, struct model_config *c)
 						     c->n_embd / c->n_head,
 			    2, MODEL_MAX_HEAD_DIM, &c->head_dim)))
 		return ret;
+	/* a default is not range-checked by get_uint() */
+	if (c->head_dim < 2 || c->head_dim > MODEL_MAX_HEAD_DIM)
+		return errmsg(x->msg, x->msglen, -EINVAL,
+			      "%s: head dim %u is not in [2, %u]", x->path,
+			      c->head_dim, MODEL_MAX_HEAD_DIM);
 	if (c->head_dim % 2)
 		return errmsg(x->msg, x->msglen, -EINVAL,
 			      "%s: head dim %u is odd: RoPE needs pairs",

@@ -6,8 +6,11 @@
  * shape imply, and the tensors must tile the data exactly.
  *
  * The same bytes go to the config.json parser, which must refuse them
- * naming the file or accept a config whose heads divide its widths.
+ * naming the file or accept a config whose heads divide its widths,
+ * whose contexts fit its sliding window and whose RoPE frequencies are
+ * finite and positive.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,9 +33,21 @@ static void config(const uint8_t *data, size_t size)
 		return;
 	}
 	if (!c.n_head || !c.n_kv_head || c.n_head % c.n_kv_head ||
-	    c.head_dim * c.n_head != c.n_embd || !c.n_layer || !c.vocab ||
-	    !c.n_inner || !c.n_ctx || !(c.eps > 0))
+	    !c.head_dim || !c.n_layer || !c.vocab || !c.n_inner || !c.n_ctx ||
+	    !(c.eps > 0) || (c.window && c.n_ctx > c.window))
 		abort();
+	if (c.arch == MODEL_GPT2) {
+		if (c.head_dim * c.n_head != c.n_embd || c.n_ctx != c.n_pos)
+			abort();
+		return;
+	}
+	/* the llama family: RoPE's pairs, finite positive frequencies */
+	if (c.head_dim % 2 || c.head_dim > MODEL_MAX_HEAD_DIM ||
+	    !(c.rope.attn_factor > 0) || !(c.rope.theta > 0))
+		abort();
+	for (unsigned int i = 0; i < c.head_dim / 2; i++)
+		if (!(c.rope.inv_freq[i] > 0) || !isfinite(c.rope.inv_freq[i]))
+			abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
