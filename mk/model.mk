@@ -20,3 +20,5 @@ test_model_config_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson -lm
 test_model_store_LIBS := $(MODEL_LIB) $(LIBS_VMU) $(COMMON_LIB) -ljansson -lm
 test_model_forward_LIBS := $(LIBS_MODEL)
 $(BUILD)/tests/unit/test_model_forward: $(MODEL_EXEC_OBJ)
+test_model_arch_LIBS := $(LIBS_MODEL)
+$(BUILD)/tests/unit/test_model_arch: $(MODEL_EXEC_OBJ)

@@ -6,6 +6,7 @@
  * tensor. Runs from the repository root (it calls scripts/mkmodel.py).
  */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -409,6 +410,364 @@ static void test_layout_refused(void **state)
 	refused("b5", "is I32: weights must be F32, F16 or BF16");
 }
 
+/* ---------------------------------------------------------------------- */
+/* The llama family: architectures, RoPE forms, sliding windows */
+
+#define FAMILY_CFG(type)                                                   \
+	"\"model_type\":\"" type "\",\"hidden_size\":64,\"intermediate_"   \
+	"size\":192,\"num_attention_heads\":4,\"num_key_value_heads\":2,"  \
+	"\"num_hidden_layers\":2,\"max_position_embeddings\":128,\"vocab_" \
+	"size\":256,\"rms_norm_eps\":1e-6"
+#define ROPE_PARAMS(x) ",\"rope_parameters\":{" x "}"
+#define ROPE_SCALING(x) ",\"rope_scaling\":{" x "}"
+
+static void good(const char *json, struct model_config *c)
+{
+	char msg[ST_MSG_LEN];
+
+	if (parse(json, c, msg))
+		fail_msg("refused: %s: %s", json, msg);
+}
+
+/* Each setting that would change the math in a way djinn does not
+ * compute is refused by name. */
+static void test_config_rope_refused(void **state)
+{
+	bad("{" LLAMA_CFG ROPE_PARAMS(
+		    "\"rope_type\":\"longrope\",\"rope_theta\":10000.0,"
+		    "\"short_factor\":[1,1,1,1,1,1,1,1],\"long_factor\":[2,2,"
+		    "2,2,2,2,2,2],\"original_max_position_embeddings\":64") "}",
+	    "\"rope_parameters.rope_type\" 'longrope' is not supported");
+	bad("{" LLAMA_CFG ROPE_SCALING("\"type\":\"longrope\",\"short_factor\":"
+				       "[1],\"long_factor\":[1]") "}",
+	    "'longrope' is not supported");
+	bad("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":\"foo\",\"rope_theta\":"
+				      "10000.0") "}",
+	    "\"rope_parameters.rope_type\" 'foo' is not supported");
+	bad("{" LLAMA_CFG ROPE_SCALING(
+		    "\"rope_type\":\"foo\",\"factor\":2.0") "}",
+	    "\"rope_scaling.rope_type\" 'foo' is not supported");
+	bad("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":3") "}", "rope_type");
+	/* partial rotary embeddings, inside the parameters and beside them */
+	bad("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":\"default\",\"rope_"
+				      "theta\":10000.0,\"partial_rotary_"
+				      "factor\":0.5") "}",
+	    "\"rope_parameters.partial_rotary_factor\" is not 1");
+	bad("{" FAMILY_CFG("qwen2") ",\"partial_rotary_factor\":0.5}",
+	    "\"partial_rotary_factor\" is not 1");
+	bad("{" LLAMA_CFG ",\"rope_theta\":10000.0,\"rope_scaling\":null,"
+	    "\"partial_rotary_factor\":0.25}",
+	    "\"partial_rotary_factor\" is not 1");
+	/* transformers 5 moves a top-level one into the parameters
+	 * (convert_rope_params_to_dict), where it changes the math */
+	bad("{" LLAMA_CFG ",\"partial_rotary_factor\":0.5" ROPE_PARAMS(
+		    "\"rope_type\":\"linear\",\"factor\":2.0") "}",
+	    "partial_rotary_factor\"");
+	bad("{" LLAMA_CFG ",\"partial_rotary_factor\":0.5" ROPE_SCALING(
+		    "\"rope_type\":\"linear\",\"factor\":2.0") "}",
+	    "partial_rotary_factor\"");
+	/* keys RoPE has not */
+	bad("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":\"linear\",\"rope_theta\""
+				      ":10000.0,\"factor\":2.0,\"foo\":1") "}",
+	    "\"rope_parameters.foo\" is not a RoPE parameter");
+	bad("{" FAMILY_CFG("mistral") ROPE_SCALING("\"rope_type\":\"dynamic\","
+						   "\"factor\":2.0,\"scale\":"
+						   "1.0") "}",
+	    "\"rope_scaling.scale\" is not a RoPE parameter");
+	bad("{" FAMILY_CFG("qwen3")
+		    ROPE_PARAMS("\"rope_type\":\"default\","
+				"\"mrope_section\":[2,3,3]") "}",
+	    "mrope_section");
+	/* a type's own parameters missing or wrong */
+	bad("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":\"llama3\",\"factor\":"
+				      "8.0,\"high_freq_factor\":4.0") "}",
+	    "\"rope_parameters.low_freq_factor\"");
+	bad("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":\"dynamic\"") "}",
+	    "\"rope_parameters.factor\"");
+	bad("{" LLAMA_CFG ",\"rope_parameters\":\"default\"}",
+	    "\"rope_parameters\" is not an object");
+	/* transformers 5 takes rope_scaling over rope_parameters: when both
+	 * are there they must say the same */
+	bad("{" LLAMA_CFG ROPE_SCALING("\"rope_type\":\"linear\",\"factor\":"
+				       "2.0")
+		    ROPE_PARAMS("\"rope_type\":\"linear\",\"factor\":4.0,"
+				"\"rope_theta\":10000.0") "}",
+	    "\"rope_scaling\" and \"rope_parameters\" disagree");
+	bad("{" LLAMA_CFG ROPE_SCALING("\"type\":\"dynamic\",\"factor\":2.0")
+		    ROPE_PARAMS("\"rope_type\":\"linear\",\"factor\":2.0") "}",
+	    "disagree");
+	/* SwiGLU only, in every member of the family */
+	bad("{" FAMILY_CFG("qwen2") ",\"hidden_act\":\"gelu\"}",
+	    "\"hidden_act\"");
+	bad("{" FAMILY_CFG("mistral") ",\"hidden_act\":\"gelu_pytorch_tanh\"}",
+	    "\"hidden_act\"");
+	bad("{" FAMILY_CFG("qwen3") ",\"hidden_act\":\"relu\"}",
+	    "\"hidden_act\"");
+	bad("{" LLAMA_CFG ",\"dtype\":\"int8\"}", "\"dtype\" is int8");
+	bad("{" LLAMA_CFG ",\"dtype\":\"float32\",\"torch_dtype\":\"bfloat16\""
+	    "}",
+	    "\"dtype\" and \"torch_dtype\" disagree");
+	bad("{" FAMILY_CFG("qwen2") ",\"use_sliding_window\":true,\"sliding_"
+				    "window\":64,\"layer_types\":[\"full_"
+				    "attention\"]}",
+	    "\"layer_types\"");
+	bad("{" FAMILY_CFG("qwen3") ",\"use_sliding_window\":true,\"sliding_"
+				    "window\":64,\"layer_types\":[\"full_"
+				    "attention\",\"chunked_attention\"]}",
+	    "\"layer_types\"");
+}
+
+/* What each architecture and RoPE setting parses to. */
+static void test_config_family(void **state)
+{
+	struct model_config c;
+
+	good("{" FAMILY_CFG("qwen2") "}", &c);
+	assert_int_equal(c.arch, MODEL_QWEN2);
+	assert_true(c.qkv_bias && !c.o_bias && !c.mlp_bias && !c.qk_norm);
+	assert_int_equal(c.head_dim, 16);
+	good("{" FAMILY_CFG("qwen3") ",\"head_dim\":32,\"attention_bias\":"
+				     "true}",
+	     &c);
+	assert_int_equal(c.arch, MODEL_QWEN3);
+	assert_int_equal(c.head_dim, 32); /* not 64 / 4 */
+	assert_true(c.qkv_bias && c.o_bias && c.qk_norm && !c.mlp_bias);
+	good("{" LLAMA_CFG ",\"attention_bias\":true,\"mlp_bias\":true}", &c);
+	assert_true(c.qkv_bias && c.o_bias && c.mlp_bias && !c.qk_norm);
+	/* Qwen2Config and Qwen3Config: a null num_key_value_heads is
+	 * num_attention_heads (left out, it is 32) */
+	good("{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_"
+	     "size\":192,\"num_attention_heads\":4,\"num_key_value_heads\":"
+	     "null,\"num_hidden_layers\":2,\"max_position_embeddings\":128,"
+	     "\"vocab_size\":256}",
+	     &c);
+	assert_int_equal(c.n_kv_head, 4);
+	good("{" FAMILY_CFG("mistral") ",\"head_dim\":null}", &c);
+	assert_int_equal(c.arch, MODEL_MISTRAL);
+	assert_int_equal(c.head_dim, 16);
+	assert_false(c.qkv_bias || c.o_bias || c.mlp_bias || c.qk_norm);
+
+	/* theta: in rope_parameters (transformers 5) or beside rope_scaling */
+	good("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":\"default\",\"rope_"
+				       "theta\":500000.0") "}",
+	     &c);
+	assert_int_equal(c.rope.type, ROPE_DEFAULT);
+	assert_true(c.rope.theta == 500000.0f);
+	assert_true(c.rope.inv_freq[1] == 1.0f / powf(500000.0f, 0.125f));
+	good("{" LLAMA_CFG ",\"rope_theta\":250000.0,\"rope_scaling\":null}",
+	     &c);
+	assert_true(c.rope.theta == 250000.0f);
+	/* linear, legacy "type" */
+	good("{" LLAMA_CFG ",\"rope_theta\":10000.0" ROPE_SCALING(
+		     "\"type\":\"linear\",\"factor\":4.0") "}",
+	     &c);
+	assert_int_equal(c.rope.type, ROPE_LINEAR);
+	assert_true(c.rope.factor == 4.0f);
+	assert_int_equal(c.n_ctx, 128);
+	/* dynamic: contexts up to floor(factor * max_position_embeddings) */
+	good("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":\"dynamic\",\"factor\":"
+				       "2.5,\"rope_theta\":10000.0") "}",
+	     &c);
+	assert_int_equal(c.rope.type, ROPE_DYNAMIC);
+	assert_int_equal(c.n_pos, 128);
+	assert_int_equal(c.n_ctx, 320);
+	/* llama3: original_max_position_embeddings defaults to the
+	 * positions */
+	good("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":\"llama3\",\"factor\":"
+				       "8.0,\"low_freq_factor\":1.0,\"high_"
+				       "freq_factor\":4.0,\"rope_theta\":"
+				       "500000.0") "}",
+	     &c);
+	assert_int_equal(c.rope.type, ROPE_LLAMA3);
+	assert_int_equal(c.rope.orig_ctx, 128);
+	assert_true(c.rope.low_freq_factor == 1.0f);
+	assert_true(c.rope.high_freq_factor == 4.0f);
+	assert_true(c.rope.attn_factor == 1.0f);
+	/* yarn: attention factor 0.1 ln(factor) + 1 unless given; betas
+	 * 32 and 1 unless given */
+	good("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":\"yarn\",\"factor\":4.0,"
+				       "\"original_max_position_embeddings\":"
+				       "32") "}",
+	     &c);
+	assert_int_equal(c.rope.type, ROPE_YARN);
+	assert_int_equal(c.rope.orig_ctx, 32);
+	assert_true(fabs(c.rope.attn_factor - (0.1 * log(4.0) + 1)) < 1e-6);
+	assert_true(c.rope.beta_fast == 32.0f && c.rope.beta_slow == 1.0f);
+	assert_true(c.rope.truncate);
+	assert_int_equal(c.n_ctx, 128);
+	good("{" LLAMA_CFG ROPE_PARAMS("\"rope_type\":\"yarn\",\"factor\":4.0,"
+				       "\"attention_factor\":1.25,\"beta_fast\""
+				       ":16,\"beta_slow\":2") "}",
+	     &c);
+	assert_true(c.rope.attn_factor == 1.25f);
+	assert_true(c.rope.beta_fast == 16.0f && c.rope.beta_slow == 2.0f);
+	assert_int_equal(c.rope.orig_ctx, 128);
+	/* rope_scaling and rope_parameters both, saying the same */
+	good("{" LLAMA_CFG ",\"rope_theta\":10000.0" ROPE_SCALING(
+		     "\"type\":\"linear\",\"factor\":2.0")
+		     ROPE_PARAMS("\"rope_type\":\"linear\",\"factor\":2.0,"
+				 "\"rope_theta\":10000.0") "}",
+	     &c);
+	assert_int_equal(c.rope.type, ROPE_LINEAR);
+	assert_true(c.rope.factor == 2.0f);
+}
+
+/* Sliding windows parse; contexts stop at them. */
+static void test_config_window(void **state)
+{
+	struct model_config c;
+
+	good("{" FAMILY_CFG("mistral") ",\"sliding_window\":64}", &c);
+	assert_int_equal(c.window, 64);
+	assert_int_equal(c.n_pos, 128);
+	assert_int_equal(c.n_ctx, 64);
+	good("{" FAMILY_CFG("mistral") ",\"sliding_window\":null}", &c);
+	assert_int_equal(c.window, 0);
+	assert_int_equal(c.n_ctx, 128);
+	good("{" FAMILY_CFG("mistral") ",\"sliding_window\":4096}", &c);
+	assert_int_equal(c.n_ctx, 128);
+	/* the Hub's Qwen2.5 form: a window, not used */
+	good("{" FAMILY_CFG("qwen2") ",\"use_sliding_window\":false,\"sliding_"
+				     "window\":131072,\"max_window_layers\":"
+				     "28}",
+	     &c);
+	assert_int_equal(c.window, 0);
+	assert_int_equal(c.n_ctx, 128);
+	/* layers from max_window_layers on slide */
+	good("{" FAMILY_CFG("qwen2") ",\"use_sliding_window\":true,\"sliding_"
+				     "window\":64,\"max_window_layers\":1}",
+	     &c);
+	assert_int_equal(c.window, 64);
+	assert_int_equal(c.n_ctx, 64);
+	good("{" FAMILY_CFG("qwen2") ",\"use_sliding_window\":true,\"sliding_"
+				     "window\":64,\"max_window_layers\":2}",
+	     &c);
+	assert_int_equal(c.window, 0);
+	assert_int_equal(c.n_ctx, 128);
+	/* or as layer_types says */
+	good("{" FAMILY_CFG("qwen3") ",\"use_sliding_window\":true,\"sliding_"
+				     "window\":32,\"max_window_layers\":28,"
+				     "\"layer_types\":[\"full_attention\","
+				     "\"sliding_attention\"]}",
+	     &c);
+	assert_int_equal(c.window, 32);
+	assert_int_equal(c.n_ctx, 32);
+	good("{" FAMILY_CFG("qwen3") ",\"use_sliding_window\":true,\"sliding_"
+				     "window\":32,\"layer_types\":[\"full_"
+				     "attention\",\"full_attention\"]}",
+	     &c);
+	assert_int_equal(c.window, 0);
+	/* dynamic RoPE's longer contexts stop at a window too */
+	good("{" FAMILY_CFG("mistral") ",\"sliding_window\":200" ROPE_PARAMS(
+		     "\"rope_type\":\"dynamic\",\"factor\":2.0") "}",
+	     &c);
+	assert_int_equal(c.n_ctx, 200);
+}
+
+static void same_config(const struct model_config *a,
+			const struct model_config *b, const char *what)
+{
+	const struct model_rope *p = &a->rope, *q = &b->rope;
+
+	if (a->arch != b->arch || a->n_embd != b->n_embd ||
+	    a->n_head != b->n_head || a->n_kv_head != b->n_kv_head ||
+	    a->head_dim != b->head_dim || a->n_layer != b->n_layer ||
+	    a->n_inner != b->n_inner || a->n_pos != b->n_pos ||
+	    a->n_ctx != b->n_ctx || a->window != b->window ||
+	    a->vocab != b->vocab || a->eps != b->eps || a->tied != b->tied ||
+	    a->qkv_bias != b->qkv_bias || a->o_bias != b->o_bias ||
+	    a->mlp_bias != b->mlp_bias || a->qk_norm != b->qk_norm ||
+	    a->dtype != b->dtype)
+		fail_msg("%s: the two forms parse to other shapes", what);
+	if (p->type != q->type || p->theta != q->theta ||
+	    p->factor != q->factor ||
+	    p->low_freq_factor != q->low_freq_factor ||
+	    p->high_freq_factor != q->high_freq_factor ||
+	    p->orig_ctx != q->orig_ctx || p->beta_fast != q->beta_fast ||
+	    p->beta_slow != q->beta_slow || p->truncate != q->truncate ||
+	    p->attn_factor != q->attn_factor ||
+	    memcmp(p->inv_freq, q->inv_freq, a->head_dim / 2 * sizeof(float)))
+		fail_msg("%s: the two forms parse to other RoPE", what);
+}
+
+/* scripts/mkmodel.py's transformers 4 and 5 forms of the same model
+ * parse to the same configuration. */
+static void test_config_forms(void **state)
+{
+	static const struct {
+		const char *args;
+		int arch, rope;
+		uint32_t n_ctx;
+	} m[] = {
+		{ "--arch llama --rope-theta 500000", MODEL_LLAMA, ROPE_DEFAULT,
+		  128 },
+		{ "--arch llama --rope linear --rope-factor 4", MODEL_LLAMA,
+		  ROPE_LINEAR, 128 },
+		{ "--arch llama --rope dynamic --rope-factor 2.5 --ctx 16",
+		  MODEL_LLAMA, ROPE_DYNAMIC, 40 },
+		{ "--arch llama --rope llama3 --rope-factor 8 --original-max-pos "
+		  "32 --rope-theta 500000",
+		  MODEL_LLAMA, ROPE_LLAMA3, 128 },
+		{ "--arch llama --rope yarn --rope-factor 4 --original-max-pos 32 "
+		  "--beta-fast 16 --attention-factor 1.2",
+		  MODEL_LLAMA, ROPE_YARN, 128 },
+		{ "--arch llama --attention-bias --mlp-bias --tied --kv-heads 2",
+		  MODEL_LLAMA, ROPE_DEFAULT, 128 },
+		{ "--arch qwen2 --sliding-window 64 --max-window-layers 1 --tied",
+		  MODEL_QWEN2, ROPE_DEFAULT, 64 },
+		{ "--arch qwen3 --head-dim 32 --attention-bias --rope yarn "
+		  "--rope-factor 2 --dtype bf16",
+		  MODEL_QWEN3, ROPE_YARN, 128 },
+		{ "--arch mistral --sliding-window 64 --rope linear",
+		  MODEL_MISTRAL, ROPE_LINEAR, 64 },
+		{ "--arch mistral", MODEL_MISTRAL, ROPE_DEFAULT, 128 },
+	};
+	char path[256], msg[ST_MSG_LEN], args[256];
+
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+		struct model_config c[3];
+
+		for (int k = 0; k < 3; k++) {
+			char name[32];
+
+			/* 5, 4, and 4 with rope_scaling's legacy "type" */
+			snprintf(name, sizeof(name), "form%zu-%d", i, k);
+			snprintf(args, sizeof(args), "%s --config-form %d%s",
+				 m[i].args, k ? 4 : 5,
+				 k == 2 && m[i].rope != ROPE_DEFAULT ?
+					 " --rope-legacy-type" :
+					 "");
+			mkmodel(name, args);
+			snprintf(path, sizeof(path), "%s/%s/config.json", dir,
+				 name);
+			if (model_config_parse(path, &c[k], msg, sizeof(msg)))
+				fail_msg("%s: %s", args, msg);
+		}
+		assert_int_equal(c[0].arch, m[i].arch);
+		assert_int_equal(c[0].rope.type, m[i].rope);
+		assert_int_equal(c[0].n_ctx, m[i].n_ctx);
+		assert_string_equal(c[0].dtype_key, "dtype");
+		assert_string_equal(c[1].dtype_key, "torch_dtype");
+		same_config(&c[0], &c[1], m[i].args);
+		same_config(&c[0], &c[2], m[i].args);
+	}
+}
+
+/* The config's dtype must be the weights'. */
+static void test_layout_dtype(void **state)
+{
+	mkmodel("d1", "--arch qwen2 --layers 1");
+	run("sed -i 's/\"dtype\": \"float32\"/\"dtype\": \"bfloat16\"/' "
+	    "%s/d1/config.json",
+	    dir);
+	refused("d1", "config.json's \"dtype\" is");
+	mkmodel("d2", "--arch llama --layers 1 --dtype bf16 --config-form 4");
+	run("sed -i 's/\"torch_dtype\": \"bfloat16\"/\"torch_dtype\": "
+	    "\"float16\"/' %s/d2/config.json",
+	    dir);
+	refused("d2", "config.json's \"torch_dtype\" is");
+}
+
 static int setup(void **state)
 {
 	if (system("python3 -c 'pass'")) {
@@ -441,6 +800,11 @@ int main(void)
 		cmocka_unit_test(test_layout_gpt2),
 		cmocka_unit_test(test_layout_llama),
 		cmocka_unit_test(test_layout_refused),
+		cmocka_unit_test(test_config_rope_refused),
+		cmocka_unit_test(test_config_family),
+		cmocka_unit_test(test_config_window),
+		cmocka_unit_test(test_config_forms),
+		cmocka_unit_test(test_layout_dtype),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
