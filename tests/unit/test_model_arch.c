@@ -62,18 +62,6 @@
 
 static char dir[64];
 
-static void run(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	if (system(cmd))
-		fail_msg("failed: %s", cmd);
-}
-
 /* ---------------------------------------------------------------------- */
 /* The reference's configuration, read from config.json with jansson */
 
@@ -769,18 +757,6 @@ static void prefill(struct fix *f, struct model_ctx *c, const int32_t *ids,
 		fail_msg("prefill: %s", msg);
 }
 
-/* The largest error, relative to the largest reference value. */
-static double rel_err(const float *got, const double *want, size_t n)
-{
-	double err = 0, scale = 1e-30;
-
-	for (size_t i = 0; i < n; i++) {
-		err = fmax(err, fabs(got[i] - want[i]));
-		scale = fmax(scale, fabs(want[i]));
-	}
-	return err / scale;
-}
-
 static double rel_diff(const double *a, const double *b, size_t n)
 {
 	double err = 0, scale = 1e-30;
@@ -1285,8 +1261,8 @@ static int group_setup(void **state)
 	if (!mkdtemp(dir))
 		return -1;
 	for (size_t i = 0; i < NR_CASES; i++)
-		run("python3 scripts/mkmodel.py %s %s/%s", cases[i].args, dir,
-		    cases[i].name);
+		run_cmd("python3 scripts/mkmodel.py %s %s/%s", cases[i].args,
+			dir, cases[i].name);
 	return 0;
 }
 

@@ -23,21 +23,9 @@
 
 static char dir[64];
 
-static void run(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	if (system(cmd))
-		fail_msg("failed: %s", cmd);
-}
-
 static void mkmodel(const char *name, const char *args)
 {
-	run("python3 scripts/mkmodel.py %s %s/%s", args, dir, name);
+	run_cmd("python3 scripts/mkmodel.py %s %s/%s", args, dir, name);
 }
 
 static void write_text(const char *name, const char *text)
@@ -360,7 +348,8 @@ static void test_layout_refused(void **state)
 	mkmodel("b3", "--arch llama --layers 1");
 	mkmodel("b3/x", "--arch llama --layers 1 --dtype bf16 --embd 32");
 	/* b3: every *.safetensors loads, so names clash */
-	run("mv %s/b3/x/model.safetensors %s/b3/other.safetensors", dir, dir);
+	run_cmd("mv %s/b3/x/model.safetensors %s/b3/other.safetensors", dir,
+		dir);
 	{
 		char path[256], msg[ST_MSG_LEN];
 		struct st_set *set;
@@ -373,18 +362,18 @@ static void test_layout_refused(void **state)
 	/* mixed dtypes: an f16 head file beside an f32 body */
 	mkmodel("b4", "--arch llama --layers 1 --tied");
 	mkmodel("b4/x", "--arch llama --layers 1 --dtype f16 --tied --seed 9");
-	run("python3 -c \"import json,struct;"
-	    "d=open('%s/b4/x/model.safetensors','rb').read();"
-	    "n=struct.unpack('<Q',d[:8])[0];h=json.loads(d[8:8+n]);"
-	    "e=h['model.embed_tokens.weight'];b,en=e['data_offsets'];"
-	    "h2={'lm_head.weight':dict(e,data_offsets=[0,en-b])};"
-	    "j=json.dumps(h2).encode();"
-	    "open('%s/b4/head.safetensors','wb').write(struct.pack('<Q',"
-	    "len(j))+j+d[8+n+b:8+n+en])\"",
-	    dir, dir);
-	run("sed -i 's/\"tie_word_embeddings\": true/\"tie_word_embeddings\": "
-	    "false/' %s/b4/config.json",
-	    dir);
+	run_cmd("python3 -c \"import json,struct;"
+		"d=open('%s/b4/x/model.safetensors','rb').read();"
+		"n=struct.unpack('<Q',d[:8])[0];h=json.loads(d[8:8+n]);"
+		"e=h['model.embed_tokens.weight'];b,en=e['data_offsets'];"
+		"h2={'lm_head.weight':dict(e,data_offsets=[0,en-b])};"
+		"j=json.dumps(h2).encode();"
+		"open('%s/b4/head.safetensors','wb').write(struct.pack('<Q',"
+		"len(j))+j+d[8+n+b:8+n+en])\"",
+		dir, dir);
+	run_cmd("sed -i 's/\"tie_word_embeddings\": true/\"tie_word_embeddings\": "
+		"false/' %s/b4/config.json",
+		dir);
 	refused("b4", "tensor 'lm_head.weight' is F16, the model's other "
 		      "weights F32");
 	/* a config.json that is not a file */
@@ -402,11 +391,11 @@ static void test_layout_refused(void **state)
 	}
 	/* an integer dtype */
 	mkmodel("b5", "--layers 1");
-	run("python3 -c \"import json,struct;p='%s/b5/model.safetensors';"
-	    "d=open(p,'rb').read();n=struct.unpack('<Q',d[:8])[0];"
-	    "h=d[8:8+n].replace(b'\\\"F32\\\"',b'\\\"I32\\\"');"
-	    "open(p,'wb').write(d[:8]+h+d[8+n:])\"",
-	    dir);
+	run_cmd("python3 -c \"import json,struct;p='%s/b5/model.safetensors';"
+		"d=open(p,'rb').read();n=struct.unpack('<Q',d[:8])[0];"
+		"h=d[8:8+n].replace(b'\\\"F32\\\"',b'\\\"I32\\\"');"
+		"open(p,'wb').write(d[:8]+h+d[8+n:])\"",
+		dir);
 	refused("b5", "is I32: weights must be F32, F16 or BF16");
 }
 
@@ -757,14 +746,14 @@ static void test_config_forms(void **state)
 static void test_layout_dtype(void **state)
 {
 	mkmodel("d1", "--arch qwen2 --layers 1");
-	run("sed -i 's/\"dtype\": \"float32\"/\"dtype\": \"bfloat16\"/' "
-	    "%s/d1/config.json",
-	    dir);
+	run_cmd("sed -i 's/\"dtype\": \"float32\"/\"dtype\": \"bfloat16\"/' "
+		"%s/d1/config.json",
+		dir);
 	refused("d1", "config.json's \"dtype\" is");
 	mkmodel("d2", "--arch llama --layers 1 --dtype bf16 --config-form 4");
-	run("sed -i 's/\"torch_dtype\": \"bfloat16\"/\"torch_dtype\": "
-	    "\"float16\"/' %s/d2/config.json",
-	    dir);
+	run_cmd("sed -i 's/\"torch_dtype\": \"bfloat16\"/\"torch_dtype\": "
+		"\"float16\"/' %s/d2/config.json",
+		dir);
 	refused("d2", "config.json's \"torch_dtype\" is");
 }
 

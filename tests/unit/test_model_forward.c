@@ -33,18 +33,6 @@
 
 static char dir[64];
 
-static void run(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	if (system(cmd))
-		fail_msg("failed: %s", cmd);
-}
-
 /* ---------------------------------------------------------------------- */
 /* The reference, in double */
 
@@ -465,18 +453,6 @@ static void prefill(struct fix *f, struct model_ctx *c, const int32_t *ids,
 
 	if (model_ctx_prefill(c, &f->env, ids, n, logits, msg, sizeof(msg)))
 		fail_msg("prefill: %s", msg);
-}
-
-/* The largest error, relative to the largest reference logit. */
-static double rel_err(const float *got, const double *want, size_t n)
-{
-	double err = 0, scale = 1e-30;
-
-	for (size_t i = 0; i < n; i++) {
-		err = fmax(err, fabs(got[i] - want[i]));
-		scale = fmax(scale, fabs(want[i]));
-	}
-	return err / scale;
 }
 
 static double tol(unsigned int dtype)
@@ -1270,24 +1246,25 @@ static int group_setup(void **state)
 	snprintf(dir, sizeof(dir), "/tmp/djinn-mf-XXXXXX");
 	if (!mkdtemp(dir))
 		return -1;
-	run("python3 scripts/mkmodel.py --seed 11 --layers 2 %s/gpt2-f32", dir);
-	run("python3 scripts/mkmodel.py --seed 12 --dtype f16 --untied "
-	    "--prefix transformer. %s/gpt2-f16",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 13 --dtype bf16 %s/gpt2-bf16",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 14 --arch llama --kv-heads 2 "
-	    "%s/llama-f32",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 15 --arch llama --dtype f16 "
-	    "--tied %s/llama-f16",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 16 --arch llama --dtype bf16 "
-	    "--kv-heads 1 --shards 2 %s/llama-bf16",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 17 --arch llama --dtype bf16 "
-	    "--layers 3 --kv-heads 2 %s/llama3-bf16",
-	    dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 11 --layers 2 %s/gpt2-f32",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 12 --dtype f16 --untied "
+		"--prefix transformer. %s/gpt2-f16",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 13 --dtype bf16 %s/gpt2-bf16",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 14 --arch llama --kv-heads 2 "
+		"%s/llama-f32",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 15 --arch llama --dtype f16 "
+		"--tied %s/llama-f16",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 16 --arch llama --dtype bf16 "
+		"--kv-heads 1 --shards 2 %s/llama-bf16",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 17 --arch llama --dtype bf16 "
+		"--layers 3 --kv-heads 2 %s/llama3-bf16",
+		dir);
 	return 0;
 }
 

@@ -28,18 +28,6 @@
 
 static char dir[64];
 
-static void run(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	if (system(cmd))
-		fail_msg("failed: %s", cmd);
-}
-
 struct fix {
 	struct vmu_provider *p;
 	struct vmu *v;
@@ -556,18 +544,18 @@ static int setup(void **state)
 	snprintf(dir, sizeof(dir), "/tmp/djinn-ms-XXXXXX");
 	if (!mkdtemp(dir))
 		return -1;
-	run("python3 scripts/mkmodel.py --seed 5 %s/a", dir);
-	run("cp -r %s/a %s/b", dir, dir);
-	run("python3 scripts/mkmodel.py --arch llama --dtype bf16 --kv-heads 2 "
-	    "--shards 2 %s/c",
-	    dir);
-	run("python3 scripts/mkmodel.py --layers 1 %s/bad", dir);
-	run("truncate -s -1 %s/bad/model.safetensors", dir);
-	run("python3 scripts/mkmodel.py --layers 1 %s/nocfg", dir);
-	run("rm %s/nocfg/config.json", dir);
-	run("python3 scripts/mkmodel.py --layers 1 --vocab 4096 --embd 320 "
-	    "--heads 4 %s/big",
-	    dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 5 %s/a", dir);
+	run_cmd("cp -r %s/a %s/b", dir, dir);
+	run_cmd("python3 scripts/mkmodel.py --arch llama --dtype bf16 --kv-heads 2 "
+		"--shards 2 %s/c",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --layers 1 %s/bad", dir);
+	run_cmd("truncate -s -1 %s/bad/model.safetensors", dir);
+	run_cmd("python3 scripts/mkmodel.py --layers 1 %s/nocfg", dir);
+	run_cmd("rm %s/nocfg/config.json", dir);
+	run_cmd("python3 scripts/mkmodel.py --layers 1 --vocab 4096 --embd 320 "
+		"--heads 4 %s/big",
+		dir);
 	return 0;
 }
 

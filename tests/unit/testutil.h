@@ -6,6 +6,8 @@
 #define DJINN_TESTUTIL_H
 
 #include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,33 @@
 static inline uint8_t *dev_ptr(uint64_t addr)
 {
 	return (uint8_t *)(uintptr_t)addr;
+}
+
+/* Run a shell command (printf-style); the test fails if it does. */
+static inline void run_cmd(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static inline void run_cmd(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	if (system(cmd))
+		fail_msg("failed: %s", cmd);
+}
+
+/* The largest error of @got, relative to the largest |value| of @want. */
+static inline double rel_err(const float *got, const double *want, size_t n)
+{
+	double err = 0, scale = 1e-30;
+
+	for (size_t i = 0; i < n; i++) {
+		err = fmax(err, fabs(got[i] - want[i]));
+		scale = fmax(scale, fabs(want[i]));
+	}
+	return err / scale;
 }
 
 static inline void *xmalloc(size_t len)
