@@ -828,6 +828,19 @@ static char *index_move(const char *ix, const char *tensor, const char *shard)
 
 #define INDEX "model.safetensors.index.json"
 
+/* Upload @copy with its index @ix changed to put h.0.attn.c_attn.bias in
+ * @shard. */
+static int upload_moved(struct djinn_session *s, const char *copy,
+			const char *ix, const char *shard,
+			struct djinn_model **m)
+{
+	char *bad = index_move(ix, "h.0.attn.c_attn.bias", shard);
+
+	file_write(copy, INDEX, bad, strlen(bad));
+	free(bad);
+	return djinn_model_upload(s, copy, m);
+}
+
 /*
  * A sharded checkpoint (model.safetensors.index.json and three shards)
  * uploaded: the index and the shards it names go up, each found by
@@ -846,7 +859,7 @@ static void test_upload_sharded(void **state)
 	struct djinn_model *m, *m2, *md;
 	struct djinn_session *s2;
 	char dir[sizeof(fx->d.dir) + 32], copy[sizeof(fx->d.dir) + 32];
-	char cmd[3 * sizeof(copy)], *ix, *bad, *cfg;
+	char cmd[3 * sizeof(copy)], *ix, *cfg;
 	int32_t t[6], want[6];
 	uint32_t models;
 	size_t len, ixlen;
@@ -910,30 +923,23 @@ static void test_upload_sharded(void **state)
 	/* An index naming a shard the directory lacks: the client refuses
 	 * it, naming the index and the shard. */
 	ix = file_read(copy, INDEX, &ixlen);
-	bad = index_move(ix, "h.0.attn.c_attn.bias",
-			 "model-00004-of-00004.safetensors");
-	file_write(copy, INDEX, bad, strlen(bad));
-	free(bad);
-	assert_int_equal(djinn_model_upload(s2, copy, &m2), -ENOENT);
+	assert_int_equal(upload_moved(s2, copy, ix,
+				      "model-00004-of-00004.safetensors", &m2),
+			 -ENOENT);
 	assert_non_null(strstr(djinn_last_error(),
 			       INDEX ": shard 'model-00004-of-00004."
 				     "safetensors': No such file"));
 	/* JSON escapes are read as the daemon reads them */
-	bad = index_move(ix, "h.0.attn.c_attn.bias",
-			 "model-00001-of-00003\\u002esafetensors");
-	file_write(copy, INDEX, bad, strlen(bad));
-	free(bad);
-	ret = djinn_model_upload(s2, copy, &m2);
+	ret = upload_moved(s2, copy, ix,
+			   "model-00001-of-00003\\u002esafetensors", &m2);
 	if (ret)
 		fail_msg("upload: %d: %s", ret, djinn_last_error());
 	assert_int_equal(djinn_model_info(m2, &mi2), 0);
 	assert_memory_equal(mi2.fp, mi.fp, sizeof(mi.fp));
 	assert_int_equal(djinn_model_close(m2), 0);
-	bad = index_move(ix, "h.0.attn.c_attn.bias",
-			 "\\u002e\\u002e/x.safetensors");
-	file_write(copy, INDEX, bad, strlen(bad));
-	free(bad);
-	assert_int_equal(djinn_model_upload(s2, copy, &m2), -EINVAL);
+	assert_int_equal(upload_moved(s2, copy, ix,
+				      "\\u002e\\u002e/x.safetensors", &m2),
+			 -EINVAL);
 	assert_non_null(strstr(djinn_last_error(),
 			       "shard '../x.safetensors' is not a plain"));
 	/* not JSON */
@@ -941,11 +947,11 @@ static void test_upload_sharded(void **state)
 	assert_int_equal(djinn_model_upload(s2, copy, &m2), -EINVAL);
 	assert_non_null(strstr(djinn_last_error(), INDEX ": line "));
 	/* a shard name that leaves the directory */
-	bad = index_move(ix, "h.0.attn.c_attn.bias",
-			 "../tiny-sharded/model-00001-of-00003.safetensors");
-	file_write(copy, INDEX, bad, strlen(bad));
-	free(bad);
-	assert_int_equal(djinn_model_upload(s2, copy, &m2), -EINVAL);
+	assert_int_equal(
+		upload_moved(s2, copy, ix,
+			     "../tiny-sharded/model-00001-of-00003.safetensors",
+			     &m2),
+		-EINVAL);
 	assert_non_null(strstr(djinn_last_error(),
 			       "tensor 'h.0.attn.c_attn.bias': shard "
 			       "'../tiny-sharded/model-00001-of-00003."
@@ -954,11 +960,9 @@ static void test_upload_sharded(void **state)
 	/* A shard holding a tensor the index puts in another: the daemon
 	 * refuses it with the index's check, and loads nothing. */
 	models = nr_models(fx);
-	bad = index_move(ix, "h.0.attn.c_attn.bias",
-			 "model-00002-of-00003.safetensors");
-	file_write(copy, INDEX, bad, strlen(bad));
-	free(bad);
-	assert_int_equal(djinn_model_upload(s2, copy, &m2), -EINVAL);
+	assert_int_equal(upload_moved(s2, copy, ix,
+				      "model-00002-of-00003.safetensors", &m2),
+			 -EINVAL);
 	assert_non_null(strstr(djinn_last_error(),
 			       INDEX ": tensor 'h.0.attn.c_attn.bias': not in "
 				     "shard model-00002-of-00003.safetensors"));
