@@ -73,10 +73,20 @@ struct backend;
 	"client kernels need a CUDA device; this djinnd runs on %s"
 
 struct backend_ops {
-	/* Run one node: @in[node->nr_inputs] -> @out. Returns 0, or a
+	/*
+	 * Run one node: @in[node->nr_inputs] -> @out. Returns 0, or a
 	 * negative errno with a reason in @msg (a dtype the backend has no
 	 * kernel for: -EOPNOTSUPP). Synchronous on the CPU; on a GPU it
-	 * may only enqueue, and sync() waits. */
+	 * may only enqueue, and sync() waits.
+	 *
+	 * The caller's duty: call sync() after the last run_node() or
+	 * run_kernel() and before any memory those nodes read or write is
+	 * released, unpinned or reused, on every path. A node that fails
+	 * does not undo the ones enqueued before it: their kernels may
+	 * still be running, and cuMemUnmap()/cuMemRelease() do not wait
+	 * for them. In djinnd the only caller is exec.c's run_nodes(),
+	 * which syncs before it returns whatever happened (exec.h).
+	 */
 	int (*run_node)(struct backend *b, const struct djinn_node *node,
 			const struct dj_tensor *in, const struct dj_tensor *out,
 			char *msg, size_t msglen);
@@ -98,7 +108,8 @@ struct backend_ops {
 			  const uint8_t *fp, const struct dj_tensor *in,
 			  const struct dj_tensor *out, char *msg,
 			  size_t msglen);
-	/* Wait for everything enqueued; -EIO if the device failed. */
+	/* Wait for everything the calling thread enqueued, after a failed
+	 * node too; -EIO if the device failed. */
 	int (*sync)(struct backend *b);
 	void (*destroy)(struct backend *b);
 	/* Optional. For tests only (djinnd --fault-injection): fault the

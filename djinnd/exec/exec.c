@@ -194,6 +194,75 @@ static int run_kernel(struct backend *b, const struct djinn_graph_view *view,
 	return b->ops->run_kernel(b, node, in_fp[m], in, out, msg, msglen);
 }
 
+/*
+ * Run the nodes: give each to the backend in order, then wait for the
+ * device. This is the one place in djinnd that calls run_node() and
+ * run_kernel(), and it returns only after sync(), on every path: a node
+ * that fails (a kernel its module lacks, bad kernel parameters, a
+ * shared-memory limit, a cuBLAS error) stops the loop but does not undo
+ * the nodes enqueued before it, whose kernels may still be running on a
+ * GPU's stream, reading the inputs and writing the stack and the
+ * outputs. So when this returns the device is done with all of them,
+ * and the caller may release what it made for the graph (the stack, the
+ * output regions) and its inputs' pins. The first error is returned,
+ * with its message; a failed sync() after nodes that all went in is
+ * the error then.
+ */
+static int run_nodes(struct backend *b, const struct djinn_graph_view *view,
+		     const struct dj_tensor *inputs,
+		     const uint8_t *const *in_fp,
+		     const struct djinn_tensor_desc *descs,
+		     const struct exec_plan *plan, uint64_t base,
+		     const uint64_t *out_addr, struct dj_tensor *vals,
+		     char *msg, size_t msglen)
+{
+	int ret = 0, err;
+
+	for (uint32_t i = 0; i < view->g->nr_nodes; i++) {
+		const struct djinn_node *node = &view->nodes[i];
+		struct dj_tensor in[DJINN_MAX_NODE_INPUTS];
+
+		for (uint32_t j = 0; j < node->nr_inputs; j++)
+			value(view, inputs, vals, node->inputs[j], &in[j]);
+		vals[i].desc = descs[i];
+		if (plan->stack_off[i] == EXEC_VIEW) {
+			vals[i].addr =
+				in[0].addr + view_offset(node, &in[0].desc);
+			continue;
+		}
+		vals[i].addr = plan->output_of[i] >= 0 ?
+				       out_addr[plan->output_of[i]] :
+				       base + plan->stack_off[i];
+		if (node->op == DJINN_GOP_KERNEL)
+			ret = run_kernel(b, view, in_fp, node, in, &vals[i],
+					 msg, msglen);
+		else
+			ret = b->ops->run_node(b, node, in, &vals[i], msg,
+					       msglen);
+		if (ret) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "%s", msg);
+			snprintf(msg, msglen, "node %u (%s): %s", i,
+				 djinn_op_name(node->op), why);
+			break;
+		}
+	}
+	/* Whatever happened above: see the comment. */
+	err = b->ops->sync(b);
+	if (ret)
+		return ret;
+	if (err) {
+		char why[128] = "";
+
+		if (b->ops->fault_info)
+			b->ops->fault_info(b, why, sizeof(why));
+		snprintf(msg, msglen, "waiting for the device: %s",
+			 why[0] ? why : strerror(-err));
+	}
+	return err;
+}
+
 int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	       struct vmu_session *s, const struct djinn_graph_view *view,
 	       const struct dj_tensor *inputs,
@@ -249,39 +318,11 @@ int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	if (ret)
 		goto out_stack;
 
+	/* Nothing is enqueued before this, and the device is done with
+	 * everything after it: run_nodes() syncs on every path. */
 	t0 = now_ns();
-	for (uint32_t i = 0; i < n; i++) {
-		const struct djinn_node *node = &view->nodes[i];
-		struct dj_tensor in[DJINN_MAX_NODE_INPUTS];
-
-		for (uint32_t j = 0; j < node->nr_inputs; j++)
-			value(view, inputs, vals, node->inputs[j], &in[j]);
-		vals[i].desc = descs[i];
-		if (plan.stack_off[i] == EXEC_VIEW) {
-			vals[i].addr =
-				in[0].addr + view_offset(node, &in[0].desc);
-			continue;
-		}
-		vals[i].addr = plan.output_of[i] >= 0 ?
-				       out_addr[plan.output_of[i]] :
-				       base + plan.stack_off[i];
-		if (node->op == DJINN_GOP_KERNEL)
-			ret = run_kernel(b, view, in_fp, node, in, &vals[i],
-					 msg, msglen);
-		else
-			ret = b->ops->run_node(b, node, in, &vals[i], msg,
-					       msglen);
-		if (ret) {
-			char why[128];
-
-			snprintf(why, sizeof(why), "%s", msg);
-			snprintf(msg, msglen, "node %u (%s): %s", i,
-				 djinn_op_name(node->op), why);
-			break;
-		}
-	}
-	if (!ret)
-		ret = b->ops->sync(b);
+	ret = run_nodes(b, view, inputs, in_fp, descs, &plan, base, out_addr,
+			vals, msg, msglen);
 	res->run_ns = now_ns() - t0;
 	res->peak_bytes = plan.out_bytes + plan.stack_peak;
 	if (ret)

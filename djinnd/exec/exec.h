@@ -16,7 +16,11 @@
  *          reservation, so nothing fails half-way for lack of memory.
  *
  * On any failure every region made for the graph is destroyed and the
- * stack is reset: a refused or failed graph leaves no trace.
+ * stack is reset: a refused or failed graph leaves no trace. A graph
+ * that reached the backend is drained first: the backend's sync() runs
+ * after its last node on every path, a failed node's included, before
+ * anything made for it is released, so no kernel of an earlier node can
+ * still be using memory that is unmapped (backend.h, run_node()).
  */
 #ifndef DJINN_EXEC_H
 #define DJINN_EXEC_H
@@ -75,7 +79,8 @@ struct exec_result {
  * @inputs[nr_inputs] are the graph's inputs, resident (pinned) on the
  * device; @descs[nr_nodes] the inferred shapes. On success the outputs
  * are new regions of @s, unpinned, listed in @res. Returns 0 or a
- * negative errno with a reason in @msg.
+ * negative errno with a reason in @msg, and either way only once the
+ * device is done with the graph: the caller may unpin @inputs then.
  */
 int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	       struct vmu_session *s, const struct djinn_graph_view *view,

@@ -16,7 +16,10 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "list.h"
 #include "exec/exec.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 struct fix {
 	struct backend *b;
@@ -71,6 +74,7 @@ struct gb {
 	uint32_t outputs[8];
 	struct djinn_graph_view view;
 	struct djinn_tensor_desc in[8], out[16];
+	const bool *module; /* which inputs are client modules, or NULL */
 };
 
 static struct djinn_tensor_desc desc(unsigned int dtype, unsigned int ndim, ...)
@@ -129,7 +133,8 @@ static void gb_finish(struct gb *gb)
 	len += (gb->g.nr_outputs * 4 + 7) & ~7u;
 	assert_int_equal(djinn_graph_parse(p, len, &gb->view, msg, sizeof(msg)),
 			 0);
-	if (djinn_graph_infer(&gb->view, gb->in, gb->out, msg, sizeof(msg)))
+	if (djinn_graph_infer_modules(&gb->view, gb->in, gb->module, gb->out,
+				      msg, sizeof(msg)))
 		fail_msg("infer: %s", msg);
 }
 
@@ -459,6 +464,245 @@ static void test_views(void **state)
 	free(gb);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Draining the device before release */
+
+/*
+ * struct lazy - the CPU backend behind a queue, as a GPU's stream is:
+ * run_node() checks a node and enqueues it, and sync() runs what is
+ * queued. At sync() it records the graph's memory as it then is, so a
+ * test sees whether exec released anything before it waited; if it
+ * had, the queued nodes are dropped instead of run on freed memory.
+ * @fail_op: run_node() refuses nodes of that op at enqueue (a cuBLAS or
+ * launch error); a KERNEL node is refused at enqueue as the CUDA
+ * backend refuses one naming a function its module lacks; @sync_err:
+ * what sync() returns (a device fault).
+ */
+struct lazy {
+	struct backend base;
+	struct backend *cpu;
+	struct fix *f;
+	struct {
+		struct djinn_node node;
+		struct dj_tensor in[DJINN_MAX_NODE_INPUTS], out;
+	} q[16];
+	unsigned int queued, ran, syncs;
+	unsigned int fail_op;
+	int sync_err;
+	/* what the graph holds while it runs, and what sync() saw */
+	uint64_t want_regions, want_stack;
+	uint64_t seen_regions, seen_stack;
+	bool freed_early;
+};
+
+static struct lazy *to_lazy(struct backend *b)
+{
+	return container_of(b, struct lazy, base);
+}
+
+static int lazy_run_node(struct backend *b, const struct djinn_node *node,
+			 const struct dj_tensor *in,
+			 const struct dj_tensor *out, char *msg, size_t msglen)
+{
+	struct lazy *lz = to_lazy(b);
+	int ret = dj_node_check(node, in, out, msg, msglen);
+
+	if (ret)
+		return ret;
+	if (node->op == lz->fail_op)
+		return errmsg(msg, msglen, -EIO, "launch failed");
+	assert_true(lz->queued < ARRAY_SIZE(lz->q));
+	lz->q[lz->queued].node = *node;
+	memcpy(lz->q[lz->queued].in, in, node->nr_inputs * sizeof(*in));
+	lz->q[lz->queued].out = *out;
+	lz->queued++;
+	return 0;
+}
+
+static int lazy_run_kernel(struct backend *b, const struct djinn_node *node,
+			   const uint8_t *fp, const struct dj_tensor *in,
+			   const struct dj_tensor *out, char *msg,
+			   size_t msglen)
+{
+	return errmsg(msg, msglen, -ENOENT, "no kernel %#llx in the module",
+		      (unsigned long long)node->params.kernel.name_hash);
+}
+
+static int lazy_sync(struct backend *b)
+{
+	struct lazy *lz = to_lazy(b);
+	struct vmu_usage u;
+	char msg[256];
+	int ret = 0;
+
+	lz->syncs++;
+	if (lz->queued) {
+		vmu_session_usage(lz->f->s, &u);
+		lz->seen_regions = u.regions;
+		lz->seen_stack = vmu_stack_used(lz->f->st);
+		lz->freed_early = u.regions < lz->want_regions ||
+				  lz->seen_stack < lz->want_stack;
+	}
+	for (unsigned int i = 0; i < lz->queued && !lz->freed_early; i++) {
+		ret = lz->cpu->ops->run_node(lz->cpu, &lz->q[i].node,
+					     lz->q[i].in, &lz->q[i].out, msg,
+					     sizeof(msg));
+		if (ret)
+			fail_msg("queued node %u: %s", i, msg);
+		lz->ran++;
+	}
+	lz->queued = 0;
+	return lz->sync_err;
+}
+
+static void lazy_destroy(struct backend *b)
+{
+}
+
+static const struct backend_ops lazy_ops = {
+	.run_node = lazy_run_node,
+	.run_kernel = lazy_run_kernel,
+	.sync = lazy_sync,
+	.destroy = lazy_destroy,
+};
+
+static void lazy_init(struct lazy *lz, struct fix *f)
+{
+	memset(lz, 0, sizeof(*lz));
+	lz->base = *f->b;
+	lz->base.ops = &lazy_ops;
+	lz->base.name = "lazy";
+	lz->cpu = f->b;
+	lz->f = f;
+	lz->fail_op = UINT32_MAX;
+}
+
+/*
+ * x -> relu (on the stack) -> add x (an output) -> a last node that
+ * fails at enqueue (a KERNEL node naming a function its module lacks,
+ * or an op whose launch fails) or succeeds (softmax, an output); the
+ * module is input 0, x input 1. Returns the graph, inferred.
+ */
+static struct gb *lazy_graph(bool kernel)
+{
+	struct gb *gb = calloc(1, sizeof(*gb));
+	static const bool module[2] = { true, false };
+	uint32_t r, a, last;
+
+	assert_non_null(gb);
+	gb_input(gb, desc(DJINN_DTYPE_U8, 1, 64ull));
+	gb_input(gb, desc(DJINN_DTYPE_F32, 2, 2ull, 3ull));
+	r = gb_node(gb, DJINN_GOP_RELU, 1, 1, 0, 0);
+	a = gb_node(gb, DJINN_GOP_ADD, 2, r, 1, 0);
+	if (kernel) {
+		last = gb_node(gb, DJINN_GOP_KERNEL, 2, 0, a, 0);
+		gb->nodes[gb->g.nr_nodes - 1].params.kernel =
+			(struct djinn_p_kernel){
+				.grid = { 1, 1, 1 },
+				.block = { 32, 1, 1 },
+				.out_like = 1,
+				.name_hash = 0x42,
+			};
+	} else {
+		last = gb_node(gb, DJINN_GOP_SOFTMAX, 1, a, 0, 0);
+	}
+	gb_output(gb, a);
+	gb_output(gb, last);
+	gb->module = module;
+	gb_finish(gb);
+	return gb;
+}
+
+/*
+ * A node that fails after others were enqueued: exec waits for the
+ * device (sync()) before it destroys the outputs, resets the stack or
+ * returns, so the earlier nodes ran on memory still theirs. The same
+ * when every node went in and the device then failed, and when nothing
+ * failed (the results are right only if exec waited before they were
+ * read).
+ */
+static void test_failed_node_syncs_first(void **state)
+{
+	struct fix *f = *state;
+	const float x[6] = { -1, 2, -3, 4, -5, 6 };
+	uint8_t image[64] = { 0 }, fp[DJINN_FP_LEN] = { 0x5a };
+	const uint8_t *fps[2] = { fp, NULL };
+	static const struct {
+		bool kernel;
+		unsigned int fail_op;
+		int sync_err, want;
+		const char *msg;
+	} cases[] = {
+		{ true, UINT32_MAX, 0, -ENOENT,
+		  "node 2 (kernel): no kernel 0x42 in the module" },
+		{ false, DJINN_GOP_SOFTMAX, 0, -EIO,
+		  "node 2 (softmax): launch failed" },
+		{ false, UINT32_MAX, -EIO, -EIO,
+		  "waiting for the device: Input/output error" },
+		{ false, UINT32_MAX, 0, 0, NULL },
+	};
+
+	for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
+		struct gb *gb = lazy_graph(cases[c].kernel);
+		struct tensor tm = put_f32(f, gb->in[0], (const float *)image);
+		struct tensor tx = put_f32(f, gb->in[1], x);
+		struct dj_tensor in[2] = { tm.t, tx.t };
+		struct exec_result res;
+		struct vmu_usage u0;
+		struct lazy lz;
+		char msg[256] = "";
+		int ret;
+
+		lazy_init(&lz, f);
+		lz.fail_op = cases[c].fail_op;
+		lz.sync_err = cases[c].sync_err;
+		u0 = usage(f);
+		/* while it runs: the inputs, two outputs, the relu's slot */
+		lz.want_regions = u0.regions + 2;
+		lz.want_stack = EXEC_ALIGN;
+		ret = exec_graph_kernels(f->v, f->st, &lz.base, f->s, &gb->view,
+					 in, fps, gb->out, &res, msg,
+					 sizeof(msg));
+		assert_int_equal(ret, cases[c].want);
+		if (ret)
+			assert_string_equal(msg, cases[c].msg);
+		/* waited once, with both earlier nodes queued, and nothing of
+		 * the graph released before */
+		assert_int_equal(lz.syncs, 1);
+		assert_int_equal(lz.queued, 0);
+		assert_int_equal(lz.ran,
+				 cases[c].fail_op == DJINN_GOP_SOFTMAX ||
+						 cases[c].kernel ?
+					 2 :
+					 3);
+		assert_false(lz.freed_early);
+		assert_int_equal(lz.seen_regions, u0.regions + 2);
+		assert_int_equal(lz.seen_stack, EXEC_ALIGN);
+		/* and after: nothing left, or the right results */
+		assert_int_equal(vmu_stack_used(f->st), 0);
+		if (ret) {
+			assert_int_equal(usage(f).regions, u0.regions);
+			assert_int_equal(usage(f).data_bytes, u0.data_bytes);
+		} else {
+			float got[6], y[6];
+
+			assert_int_equal(vmu_region_read(f->s, res.regions[0],
+							 0, got, sizeof(got)),
+					 0);
+			for (int i = 0; i < 6; i++)
+				y[i] = (x[i] > 0 ? x[i] : 0) + x[i];
+			assert_memory_equal(got, y, sizeof(y));
+			assert_int_equal(
+				vmu_region_destroy(f->s, res.regions[0]), 0);
+			assert_int_equal(
+				vmu_region_destroy(f->s, res.regions[1]), 0);
+		}
+		drop(f, &tm);
+		drop(f, &tx);
+		free(gb);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -467,6 +711,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refused_by_admission,
 						setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_failed_node_leaves_nothing,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_failed_node_syncs_first,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_views, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_intermediates, setup,
