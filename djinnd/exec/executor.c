@@ -25,7 +25,8 @@ struct executor {
 	struct list_head queue, done;
 	unsigned int depth;
 	bool stop;
-	struct vmu_stack *stack;
+	struct vmu_stack *stack; /* a graph executor's */
+	struct stage_pool stage; /* a memory executor's: reads' staging */
 };
 
 void exec_job_free(struct exec_job *job)
@@ -159,27 +160,39 @@ out:
 	free(fps);
 }
 
-/* Map (and zero) or swap in a region, leaving it pinned for the
- * transfer the I/O thread runs next. */
-/* Copy @m's staged range of the bytes at @addr to host memory. */
-static int stage(struct vmu_provider *prov, struct exec_mem *m, uint64_t addr)
+/* Copy @m's staged range of the bytes at @addr to a staging buffer. */
+static int stage(struct executor *e, struct exec_mem *m, uint64_t addr)
 {
+	struct vmu_provider *prov = e->dev->backend->provider;
+	uint64_t size;
 	void *buf;
 	int ret;
 
-	ret = prov->ops->host_alloc(prov, exec_stage_bytes(m), &buf);
+	ret = stage_get(&e->stage, m->stage_len, &buf, &size);
 	if (ret)
 		return ret;
 	ret = prov->ops->copy_dtoh(prov, buf, addr + m->stage_off,
 				   m->stage_len);
 	if (ret) {
-		prov->ops->host_free(prov, buf, exec_stage_bytes(m));
+		stage_put(&e->stage, buf, size);
 		return ret;
 	}
 	m->staged = buf;
+	m->staged_size = size;
 	return 0;
 }
 
+void executor_unstage(struct executor *e, struct exec_mem *m)
+{
+	if (!m->staged)
+		return;
+	stage_put(&e->stage, m->staged, m->staged_size);
+	m->staged = NULL;
+	m->staged_size = 0;
+}
+
+/* Map (and zero) or swap in a region, leaving it pinned for the
+ * transfer the I/O thread runs next; or stage a read's bytes. */
 static void run_mem(struct executor *e, struct exec_job *job)
 {
 	struct vmu_provider *prov = e->dev->backend->provider;
@@ -195,7 +208,7 @@ static void run_mem(struct executor *e, struct exec_job *job)
 			if (ret)
 				goto out;
 		}
-		ret = m->stage_len ? stage(prov, m, info.addr) : 0;
+		ret = m->stage_len ? stage(e, m, info.addr) : 0;
 		if (ret && m->region)
 			vmu_region_unpin(vs, m->region);
 		goto out;
@@ -338,6 +351,7 @@ int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 	INIT_LIST_HEAD(&e->done);
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->cond, NULL);
+	stage_pool_init(&e->stage, dev->backend->provider);
 	e->efd = eventfd(0, EFD_CLOEXEC);
 	if (e->efd < 0) {
 		ret = -errno;
@@ -376,6 +390,7 @@ out_threads:
 out_close:
 	close(e->efd);
 out_free:
+	stage_pool_fini(&e->stage);
 	free(e);
 	return ret;
 }
@@ -436,6 +451,8 @@ void executor_free(struct executor *e)
 {
 	if (e->stack)
 		vmu_stack_destroy(e->stack);
+	/* Every read's reply is done with its buffer by now. */
+	stage_pool_fini(&e->stage);
 	close(e->efd);
 	free(e);
 }

@@ -21,6 +21,7 @@
 
 #include "list.h"
 #include "exec/exec.h"
+#include "exec/stage.h"
 #include "session/session.h"
 
 struct server;
@@ -50,9 +51,12 @@ struct exec_env {
  *          address @addr as it is (a text entry the caller holds)
  * @region, @addr: the region, pinned, and its address, on success
  * @stage_off, @stage_len: with @stage_len, copy that range of it to
- *          @staged, host memory from the provider's host_alloc() (pinned
- *          on a GPU), @stage_len bytes rounded up to a page: for a read
- *          of a device whose memory the I/O thread cannot touch
+ *          @staged, a staging buffer of @staged_size bytes from the
+ *          memory executor's pool (exec/stage.h: host_alloc() memory,
+ *          pinned on a GPU): for a read of a device whose memory the
+ *          I/O thread cannot touch. The buffer is the job's owner's
+ *          until it gives it back with executor_unstage(), once the
+ *          reply sent from it is done.
  */
 struct exec_mem {
 	bool create;
@@ -60,14 +64,8 @@ struct exec_mem {
 	uint64_t region, addr;
 	uint64_t stage_off, stage_len;
 	void *staged;
+	uint64_t staged_size;
 };
-
-/* The bytes host_alloc() gave for @m's staging (free them with
- * host_free() and this size). */
-static inline uint64_t exec_stage_bytes(const struct exec_mem *m)
-{
-	return (m->stage_len + 4095) & ~(uint64_t)4095;
-}
 
 /*
  * struct exec_job - one GRAPH_SUBMIT, or one EXEC_MEM preparation
@@ -108,6 +106,9 @@ void executor_stop(struct executor *e);
 /* Free it once the I/O loop's ring is gone. */
 void executor_free(struct executor *e);
 void executor_submit(struct executor *e, struct exec_job *job);
+/* Give @m's staging buffer back to memory executor @e's pool (from the
+ * I/O thread, once nothing reads it); @m->staged is NULL after. */
+void executor_unstage(struct executor *e, struct exec_mem *m);
 /* Fail the session's queued jobs with -ECANCELED (the running one, if
  * any, finishes and is then discarded by its completion). */
 void executor_cancel(struct executor *e, struct session *s);

@@ -805,13 +805,11 @@ struct read_ctx {
 static void read_done(void *arg)
 {
 	struct read_ctx *rc = arg;
-	struct vmu_provider *p = rc->s->dev->backend->provider;
 
 	if (rc->region)
 		vmu_region_unpin(rc->s->vs, rc->region);
-	if (rc->staged.staged)
-		p->ops->host_free(p, rc->staged.staged,
-				  exec_stage_bytes(&rc->staged));
+	/* The reply is sent: another read may have the buffer now. */
+	executor_unstage(rc->s->dev->mem, &rc->staged);
 	session_tensor_unhold(rc->s, rc->slot);
 	session_put(rc->s);
 	free(rc);
@@ -1146,13 +1144,9 @@ void ops_mem_done(struct server *srv, struct exec_job *job)
 	} else {
 		/* Whoever waited is gone (the session ended, or the
 		 * connection closed): undo. */
-		struct vmu_provider *p = job->s->dev->backend->provider;
-
 		if (!job->error && job->mem.region)
 			vmu_region_unpin(job->s->vs, job->mem.region);
-		if (job->mem.staged)
-			p->ops->host_free(p, job->mem.staged,
-					  exec_stage_bytes(&job->mem));
+		executor_unstage(job->s->dev->mem, &job->mem);
 		if (!job->error && job->mem.create)
 			vmu_region_destroy(job->s->vs, job->mem.region);
 		conn_resume(c);

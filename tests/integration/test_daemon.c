@@ -1639,6 +1639,89 @@ static void h_put(uint8_t *buf, size_t *n, uint16_t op, uint64_t id,
 	*n += len;
 }
 
+/*
+ * 10f. Many reads at once: several connections each send a run of
+ * TENSOR_READs of many sizes (a byte to past the largest staging buffer)
+ * in one write and read the answers only after a pause, so replies wait
+ * unsent while later reads are prepared. Under --cpu-device-only each
+ * is staged in a buffer of the memory executor's pool: one still being
+ * sent must not be handed to another read. Every answer has its own
+ * range's bytes.
+ */
+static void test_many_reads(void **state)
+{
+	struct fx *fx = *state;
+	enum { CONNS = 4, READS = 21 };
+	const uint64_t bytes = 8 * MiB;
+	/* the last is over the largest pooled buffer */
+	const uint64_t lens[] = { 1,	  4 * KiB, 64 * KiB - 1,  64 * KiB + 1,
+				  300000, MiB,	   4 * MiB + 4097 };
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 8 * MiB);
+	int fd[CONNS];
+	uint64_t sid[CONNS], t[CONNS];
+	uint64_t off[CONNS][READS], len[CONNS][READS];
+
+	for (int c = 0; c < CONNS; c++) {
+		uint8_t *data = pattern_buf(20 + (uint64_t)c, bytes);
+		uint8_t frames[READS * (sizeof(struct djinn_hdr) +
+					sizeof(struct djinn_tensor_io))];
+		size_t n = 0;
+
+		fd[c] = xconnect(fx->d.sock);
+		sid[c] = open_session(fd[c], "reads");
+		t[c] = create_data(fd[c], sid[c], &d, data, bytes);
+		free(data);
+		for (int i = 0; i < READS; i++) {
+			struct djinn_tensor_io io = { .handle = t[c] };
+
+			len[c][i] = lens[(i + c) % ARRAY_LEN(lens)];
+			off[c][i] = ((uint64_t)i * 1234577 + (uint64_t)c * 77) %
+				    (bytes - len[c][i] + 1);
+			io.offset = off[c][i];
+			io.len = len[c][i];
+			h_put(frames, &n, DJINN_OP_TENSOR_READ,
+			      1000 + (uint64_t)i, sid[c], &io, sizeof(io));
+		}
+		assert_int_equal(dj_write(fd[c], frames, n, 5000), 0);
+	}
+	/* the answers pile up unread meanwhile */
+	usleep(200 * 1000);
+	for (int c = 0; c < CONNS; c++) {
+		bool seen[READS] = { false };
+
+		/* answers may come in any order (protocol.rst) */
+		for (int k = 0; k < READS; k++) {
+			struct dj_resp r;
+			char what[64];
+			int i;
+
+			assert_int_equal(dj_recv(fd[c], &r, DJ_TIMEOUT_MS), 1);
+			i = (int)(r.hdr.request_id - 1000);
+			if (r.hdr.request_id < 1000 || i >= READS || seen[i])
+				fail_msg("conn %d: an answer to request %llu",
+					 c,
+					 (unsigned long long)r.hdr.request_id);
+			seen[i] = true;
+			if (r.error)
+				fail_msg("conn %d read %d: error %d \"%s\"", c,
+					 i, r.error, r.msg);
+			assert_int_equal(r.len, len[c][i]);
+			snprintf(what, sizeof(what),
+				 "conn %d read %d (%llu bytes at %llu)", c, i,
+				 (unsigned long long)len[c][i],
+				 (unsigned long long)off[c][i]);
+			expect_pattern(r.data, 20 + (uint64_t)c, off[c][i],
+				       len[c][i], what);
+			dj_resp_free(&r);
+		}
+	}
+	for (int c = 0; c < CONNS; c++) {
+		close_session(fd[c], sid[c]);
+		close(fd[c]);
+	}
+	check_health(fx, 0);
+}
+
 /* 10d. Memory for transfers is prepared off the I/O thread: requests
  * pipelined behind a TENSOR_CREATE wait their turn and are answered in
  * order; a tensor swapped out under pressure is read and written through
@@ -4809,6 +4892,7 @@ int main(void)
 		T(test_signal),
 		T(test_tensors),
 		T(test_large_read),
+		T(test_many_reads),
 		T(test_mem_prepared),
 		T(test_half_close),
 		T(test_tensor_bad),
