@@ -365,7 +365,11 @@ static void on_reload(struct server *srv)
 
 static void on_stopping(struct server *srv)
 {
-	sd_notify(0, "STOPPING=1\nSTATUS=draining");
+	if (srv->exit_status)
+		sd_notifyf(0, "STOPPING=1\nSTATUS=%s: exiting for a restart",
+			   srv->dead_msg);
+	else
+		sd_notify(0, "STOPPING=1\nSTATUS=draining");
 }
 
 int main(int argc, char **argv)
@@ -432,6 +436,14 @@ int main(int argc, char **argv)
 	}
 	server_exit(&srv);
 	config_free(&running);
+	if (!ret && srv.exit_status) {
+		/* a device died: systemd (Restart=on-failure) starts us
+		 * again; devices_watch() has logged why */
+		log_err("exiting with status %d: %s", srv.exit_status,
+			srv.dead_msg);
+		sd_notifyf(0, "STATUS=%s\nERRNO=%d", srv.dead_msg, EIO);
+		return srv.exit_status;
+	}
 	if (ret) {
 		log_err("exiting: %s", strerror(-ret));
 		sd_notifyf(0, "STATUS=failed: %s\nERRNO=%d", strerror(-ret),

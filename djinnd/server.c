@@ -7,6 +7,10 @@
  * one teardown, reason "daemon shutdown") and stop; the stopping hook
  * tells the service manager. SIGHUP reopens the log file, then calls
  * the reload hook (main.c reads djinnd.conf again).
+ *
+ * A device that dies (backend.dead) drains the same way, and djinnd
+ * exits with DJINND_EXIT_DEVICE_DEAD for systemd to restart it: the one
+ * error a daemon exits on (devices_watch()).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -102,6 +106,65 @@ static uint64_t drain_tick(struct loop_timer *t, uint64_t now)
 	return 0;
 }
 
+/* Stop accepting and reading requests (answers still go out); the
+ * drain timer ends the rest. */
+static void drain_begin(struct server *srv)
+{
+	srv->draining = true;
+	if (srv->hooks.stopping)
+		srv->hooks.stopping(srv);
+	listeners_close(srv);
+	conns_close_all(srv, false);
+	drain_deadline = loop_now() + DRAIN_MAX_NS;
+	loop_timer_add(&srv->loop, &sigs.drain, loop_now());
+}
+
+/*
+ * A dead device (backend.dead: CUDA_ERROR_CONTAINED and its kind, or a
+ * recovery that failed) is not used again in this process: cuda.h says
+ * of such errors that "the process must be terminated and relaunched".
+ * djinnd says so and drains, and main() exits with
+ * DJINND_EXIT_DEVICE_DEAD, which systemd's Restart=on-failure restarts.
+ * Work on the dead device fails -EIO meanwhile (the backend refuses it);
+ * on the other devices it finishes. Called before each wait of the I/O
+ * loop, which wakes for the job that failed when the device died, and
+ * every second from a timer for any other thread that found it.
+ */
+static void devices_watch(struct server *srv)
+{
+	if (srv->exit_status)
+		return;
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		struct device *d = &srv->dev[i];
+		const char *why =
+			__atomic_load_n(&d->backend->dead, __ATOMIC_ACQUIRE);
+
+		if (!why)
+			continue;
+		snprintf(srv->dead_msg, sizeof(srv->dead_msg),
+			 "device %s is dead after %s", d->name, why);
+		log_err("%s: exiting so that systemd restarts djinnd",
+			srv->dead_msg);
+		srv->exit_status = DJINND_EXIT_DEVICE_DEAD;
+		if (!srv->draining)
+			drain_begin(srv);
+		return;
+	}
+}
+
+static void before_sleep(struct loop *l)
+{
+	devices_watch(container_of(l, struct server, loop));
+}
+
+static uint64_t dead_watch_tick(struct loop_timer *t, uint64_t now)
+{
+	struct server *srv = container_of(t, struct server, dead_watch);
+
+	devices_watch(srv);
+	return srv->exit_status ? 0 : 1000000000ull;
+}
+
 static void sig_arm(void)
 {
 	struct io_uring_sqe *sqe = loop_sqe(&sigs.srv->loop, &sigs.src, 0);
@@ -129,14 +192,7 @@ static void sig_complete(struct io_src *src, struct io_uring_cqe *cqe,
 				break;
 			log_notice("%s: draining %u queued jobs, then exiting",
 				   strsignal(sigs.signo), server_depth(srv));
-			srv->draining = true;
-			if (srv->hooks.stopping)
-				srv->hooks.stopping(srv);
-			listeners_close(srv);
-			/* Read no more requests; answers still go out. */
-			conns_close_all(srv, false);
-			drain_deadline = loop_now() + DRAIN_MAX_NS;
-			loop_timer_add(&srv->loop, &sigs.drain, loop_now());
+			drain_begin(srv);
 			break;
 		}
 	}
@@ -387,6 +443,10 @@ int server_init(struct server *srv, const struct server_config *cfg)
 		return ret;
 	srv->lease_timer.fn = lease_tick;
 	loop_timer_add(&srv->loop, &srv->lease_timer, loop_now() + 1000000);
+	srv->loop.before_sleep = before_sleep;
+	srv->dead_watch.fn = dead_watch_tick;
+	loop_timer_add(&srv->loop, &srv->dead_watch,
+		       loop_now() + 1000000000ull);
 	return 0;
 }
 
@@ -433,8 +493,8 @@ unsigned int server_depth(struct server *srv)
 	return n;
 }
 
-int server_fault_inject(struct server *srv, struct device *d, char *msg,
-			size_t msglen)
+int server_fault_inject(struct server *srv, struct device *d, uint32_t flags,
+			char *msg, size_t msglen)
 {
 	struct backend *b = d->backend;
 	uint64_t before = __atomic_load_n(&b->faults, __ATOMIC_ACQUIRE);
@@ -463,6 +523,20 @@ int server_fault_inject(struct server *srv, struct device *d, char *msg,
 			 (unsigned long long)__atomic_load_n(&b->faults,
 							     __ATOMIC_ACQUIRE),
 			 msg);
+	if (!ret && (flags & DJINN_FAULT_DEAD)) {
+		const char *none = NULL;
+		size_t n = strlen(msg);
+
+		/* as after CUDA_ERROR_CONTAINED: devices_watch() exits */
+		snprintf(d->dead_why, sizeof(d->dead_why),
+			 "an injected fatal fault (ADMIN_FAULT_INJECT, "
+			 "DJINN_FAULT_DEAD)");
+		__atomic_compare_exchange_n(&b->dead, &none, d->dead_why, false,
+					    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+		snprintf(msg + n, msglen - n,
+			 "; the device is dead: djinnd exits so that systemd "
+			 "restarts it");
+	}
 	return ret;
 }
 

@@ -22,6 +22,16 @@
 
 #define SERVER_MAX_LISTEN 8
 
+/*
+ * djinnd's exit status when a device died (backend.dead: an error no
+ * context reset clears, or a recovery that failed): EX_IOERR of
+ * <sysexits.h> (systemctl status shows "status=74/IOERR"). Not 2, which
+ * the unit does not restart on (RestartPreventExitStatus=2): under
+ * Restart=on-failure systemd starts djinnd again, and with it the
+ * driver's state for the process. See djinnd(8), EXIT STATUS.
+ */
+#define DJINND_EXIT_DEVICE_DEAD 74
+
 struct server_config {
 	const char *listen[SERVER_MAX_LISTEN]; /* "unix:PATH", "tcp:H:P" */
 	unsigned int nr_listen;
@@ -66,6 +76,8 @@ struct model_store;
  *            (server_place()) and use only its parts.
  * @nr_sessions: sessions open on it
  * @fault_why: the last simulated fault (a CPU device's)
+ * @dead_why: backend.dead's string when server_fault_inject() killed
+ *            the device (DJINN_FAULT_DEAD)
  */
 struct device {
 	unsigned int index, ordinal;
@@ -77,6 +89,7 @@ struct device {
 	struct model_store *models;
 	unsigned int nr_sessions;
 	char fault_why[256];
+	char dead_why[96];
 };
 
 struct uid_sessions {
@@ -122,6 +135,11 @@ struct server {
 	struct bufring *br; /* provided receive buffers, or NULL */
 
 	bool draining; /* SIGTERM: finish in-flight work, then stop */
+	/* 0, or DJINND_EXIT_DEVICE_DEAD once a device died (then
+	 * @dead_msg says which and why): djinnd drains and exits with it */
+	int exit_status;
+	char dead_msg[512];
+	struct loop_timer dead_watch;
 	/* main.c's, on the I/O thread: configuration reload and the
 	 * service manager's notifications; NULL: nothing to do */
 	struct server_hooks {
@@ -171,13 +189,24 @@ unsigned int server_depth(struct server *srv);
  * fault is), else simulated by the VMU (vmu_fault_simulate(): the
  * memory zeroed and the fault counted). Either way backend.faults moves
  * on, and every session and text entry of @d made before it is lost;
- * the other devices are not touched. 0 with
- * the fault in @msg, or a negative errno with the reason. Runs on the
- * I/O thread, which waits for a GPU's recovery (a context reset).
+ * the other devices are not touched. With DJINN_FAULT_DEAD in @flags,
+ * the device is then dead (backend.dead), as after an error no context
+ * reset clears, and djinnd exits with DJINND_EXIT_DEVICE_DEAD once the
+ * answer is out. 0 with the fault in @msg, or a negative errno with the
+ * reason. Runs on the I/O thread, which waits for a GPU's recovery (a
+ * context reset).
  * server_fault_info(): the last fault in words, "" if none.
+ *
+ * A dead device, whoever found it, is seen by the I/O loop before its
+ * next wait (and within a second in any case): it logs "device cuda:0
+ * is dead after CUDA_ERROR_...: exiting so that systemd restarts
+ * djinnd" at err, stops reading requests, lets the answers of work
+ * under way go out (on the dead device it fails -EIO), ends every
+ * session, closes every connection, and server_run() returns with
+ * @exit_status set.
  */
-int server_fault_inject(struct server *srv, struct device *d, char *msg,
-			size_t msglen);
+int server_fault_inject(struct server *srv, struct device *d, uint32_t flags,
+			char *msg, size_t msglen);
 void server_fault_info(struct device *d, char *msg, size_t msglen);
 
 /* server.c: loop_now() at start */

@@ -107,6 +107,54 @@ $(GPU_BENCH): $(BUILD)/bench/gpu-bench.o $(BUILD)/tests/gpu/gpu.o $(CUDA_OBJS) $
 
 all: $(CUDA_OBJS) $(GPU_TESTS) $(GPU_BENCH)
 
+# cuda_api.c on every host with nvcc, no GPU needed (make test, make
+# asan): the driver-version check, sticky and fatal errors, and the
+# choice of cuBLAS over stand-ins (tests/cuda/cublas_stub.c) built here
+# as cublas-*.so beside the test, which copies them under cuBLAS's
+# sonames. cublas-needs.so needs a library that is nowhere on the
+# search path (as a libcublas whose libcublasLt is missing).
+CUDA_API_TEST := $(BUILD)/tests/cuda/test_cuda_api
+CUBLAS_STUBS  := $(patsubst %,$(BUILD)/tests/cuda/cublas-%.so,ok fail nogemm needs)
+CUBLAS_MISSING := $(BUILD)/tests/cuda/missing/libdjinn-missing.so.1
+SRCS += tests/cuda/test_cuda_api.c
+$(BUILD)/tests/cuda/test_cuda_api.o: ALL_CFLAGS += -I$(CUDA_INC)
+
+$(CUDA_API_TEST): $(BUILD)/tests/cuda/test_cuda_api.o $(BUILD)/$(CUDA_DIR)/cuda_api.o
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -ldl -lcmocka
+
+$(BUILD)/tests/cuda/cublas-ok.so:     STUB_FLAGS := -DSTUB_CREATE=0 -DSTUB_GEMM
+$(BUILD)/tests/cuda/cublas-fail.so:   STUB_FLAGS := -DSTUB_CREATE=3 -DSTUB_GEMM
+$(BUILD)/tests/cuda/cublas-nogemm.so: STUB_FLAGS := -DSTUB_CREATE=0
+$(BUILD)/tests/cuda/cublas-needs.so:  STUB_FLAGS := -DSTUB_CREATE=0 -DSTUB_GEMM \
+	-L$(dir $(CUBLAS_MISSING)) -Wl,--no-as-needed -l:$(notdir $(CUBLAS_MISSING))
+$(BUILD)/tests/cuda/cublas-needs.so: $(CUBLAS_MISSING)
+$(BUILD)/tests/cuda/cublas-%.so: tests/cuda/cublas_stub.c
+	@mkdir -p $(@D)
+	@echo "  CC SO   $@"
+	$(Q)$(CC) -shared -fPIC -O1 -Wall -Werror -o $@ $< $(STUB_FLAGS)
+$(CUBLAS_MISSING):
+	@mkdir -p $(@D)
+	@echo "  CC SO   $@"
+	$(Q)echo 'int djinn_missing(void) { return 0; }' | $(CC) -shared -fPIC \
+		-Wl,-soname,$(@F) -o $@ -x c -
+
+all: $(CUDA_API_TEST) $(CUBLAS_STUBS)
+TESTS += $(CUDA_API_TEST)
+
+# scripts/gpu-kit.sh packs this build tree and its `run` prints the
+# versions and finds cuBLAS in wheel layouts (tests/cuda/test_gpu_kit.sh).
+# make test only: it packs what make built, not the ASan build.
+GPU_KIT_TEST := $(BUILD)/tests/cuda/test_gpu_kit
+$(GPU_KIT_TEST): tests/cuda/test_gpu_kit.sh scripts/gpu-kit.sh $(DJINND) \
+		$(DJINNCTL) $(GPU_BENCH) $(MODEL_BENCH) $(GPU_TESTS) \
+		$(BACKEND_SELECT_TEST) $(BUILD)/tests/cuda/cublas-ok.so
+	@mkdir -p $(@D)
+	@echo "  INSTALL $@"
+	$(Q)sed 's|@SRCDIR@|$(CURDIR)|' $< >$@.tmp && chmod 755 $@.tmp && mv $@.tmp $@
+all: $(GPU_KIT_TEST)
+TESTS_ONCE += $(GPU_KIT_TEST)
+
 .PHONY: test-gpu bench-gpu
 test-gpu: all
 	$(Q)DJINND=$(DJINND) tests/run.sh $(GPU_TESTS)

@@ -24,6 +24,21 @@ $(BUILD)/tests/gpu/test_cuda_fault: $(BUILD)/tests/gpu/test_cuda_fault.o \
 		-lcmocka -lm
 endif
 
+# Recovery without a GPU (make test, make asan, where nvcc is): the CUDA
+# backend over a stand-in driver table, each call checked
+# (tests/cuda/test_cuda_recover.c).
+ifeq ($(HAVE_CUDA),1)
+CUDA_RECOVER_TEST := $(BUILD)/tests/cuda/test_cuda_recover
+SRCS += tests/cuda/test_cuda_recover.c
+$(BUILD)/tests/cuda/test_cuda_recover.o: ALL_CFLAGS += -I$(CUDA_INC)
+$(CUDA_RECOVER_TEST): $(BUILD)/tests/cuda/test_cuda_recover.o $(CUDA_OBJS) \
+		$(filter %.a,$(LIBS_BACKEND))
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIBS_CUDA) -lcmocka -lm
+all: $(CUDA_RECOVER_TEST)
+TESTS += $(CUDA_RECOVER_TEST)
+endif
+
 # The VMU's side (tests/unit/test_vmu_fault.c, found by the Makefile's
 # wildcard): the text epoch and vmu_fault_simulate().
 test_vmu_fault_LIBS := $(LIBS_VMU)

@@ -10,14 +10,29 @@
 #                                       not glibc's or the driver's, into
 #                                       KIT (default .gpu-kit) and
 #                                       KIT.tar.xz (about 9 MB), both
-#                                       ignored by git
+#                                       ignored by git, with KIT/VERSIONS
+#                                       naming the CUDA toolkit it was
+#                                       built with
 #   scripts/gpu-kit.sh run [KIT] [OUT]  there, from the repository root
 #                                       (KIT.tar.xz is unpacked if KIT is
-#                                       not there): make test-gpu's tests,
-#                                       gpu-bench and model-bench
+#                                       not there): first the versions
+#                                       (as `info`), then make test-gpu's
+#                                       tests, gpu-bench and model-bench
 #                                       --backend cuda, each one's output
 #                                       in OUT (default KIT/out) and on
 #                                       stdout
+#   scripts/gpu-kit.sh info [KIT]       the versions alone: the driver
+#                                       (nvidia-smi and cuDriverGetVersion),
+#                                       the toolkit the kit was built
+#                                       with, each cuBLAS found and where,
+#                                       and the GPUs
+#
+# cuBLAS is looked for where python3 (or $PYTHON) says its nvidia
+# packages are (`import nvidia`: PyTorch's CUDA wheels; CUDA 13 wheels
+# keep it in nvidia/cu13/lib, CUDA 12 ones in nvidia/cublas/lib) and in
+# the toolkit's lib64 ($CUDA_HOME, default /usr/local/cuda); those
+# directories go on LD_LIBRARY_PATH and djinnd picks among the sonames
+# (Documentation/cuda.rst, "cuBLAS").
 #
 # With the device tool: `scripts/gpu-kit.sh pack` here, then a run with
 # carry [".gpu-kit.tar.xz"] and the command `scripts/gpu-kit.sh run
@@ -28,6 +43,8 @@
 set -u
 
 kit=${2:-.gpu-kit}
+py=${PYTHON:-python3}
+tab=$(printf '\t')
 
 pack() {
 	build=${BUILD:-build}
@@ -52,29 +69,144 @@ pack() {
 		esac
 		cp -L "$path" "$kit/lib/$soname" || exit 1
 	done
-	tar -cJf "$kit.tar.xz" -C "$kit" bin lib || exit 1
+	# The toolkit the kernels and headers came from: mk/cuda.mk's nvcc
+	nvcc=${NVCC:-$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)}
+	cuda_h=$(dirname "$(readlink -f "$nvcc")")/../include/cuda.h
+	{
+		"$nvcc" --version 2>/dev/null |
+			sed -n 's/.*release \([0-9.]*\), \(V[0-9.]*\).*/toolkit=\1 (nvcc \2)/p'
+		sed -n 's/^#define CUDA_VERSION \([0-9]*\).*/cuda_version=\1/p' \
+			"$cuda_h" 2>/dev/null
+		echo "commit=$(git rev-parse --short HEAD 2>/dev/null)"
+	} >"$kit/VERSIONS"
+	grep -q '^cuda_version=[0-9]' "$kit/VERSIONS" || {
+		echo "gpu-kit: no CUDA_VERSION in $cuda_h (NVCC=$nvcc)" >&2
+		exit 1
+	}
+	XZ_OPT=${XZ_OPT:--T0} tar -cJf "$kit.tar.xz" -C "$kit" bin lib VERSIONS ||
+		exit 1
 	du -sh "$kit" "$kit.tar.xz" | awk '{ print "gpu-kit: " $2 ", " $1 }'
 }
 
-run() {
-	out=${3:-$kit/out}
+# KEY's value in the kit's VERSIONS, or empty.
+kit_version() {
+	sed -n "s/^$1=//p" "$kit/VERSIONS" 2>/dev/null
+}
+
+# cuDriverGetVersion() through python3's ctypes (no cuInit needed):
+# 13000 for CUDA 13.0, or a word saying why there is none.
+driver_cuda() {
+	"$py" - 2>/dev/null <<'EOF' || echo "unknown (no $py)"
+import ctypes
+try:
+    lib = ctypes.CDLL("libcuda.so.1")
+except OSError as e:
+    print("none (%s)" % e)
+    raise SystemExit(0)
+v = ctypes.c_int(0)
+r = lib.cuDriverGetVersion(ctypes.byref(v))
+print(v.value if r == 0 else "unknown (cuDriverGetVersion: %d)" % r)
+EOF
+}
+
+# Directories that hold a libcublas.so.N, one per line as DIR<tab>WHERE,
+# in the order they go on LD_LIBRARY_PATH: python's nvidia packages
+# first, then the toolkit.
+blas_dirs() {
+	{
+		"$py" -c 'import nvidia; print("\n".join(nvidia.__path__))' \
+			2>/dev/null | while IFS= read -r p; do
+			for d in "$p"/cu[0-9]*/lib "$p"/cublas/lib; do
+				echo "$d${tab}$py's nvidia packages"
+			done
+		done
+		home=${CUDA_HOME:-/usr/local/cuda}
+		for d in "$home"/lib64 "$home"/targets/*/lib; do
+			echo "$d${tab}the CUDA toolkit"
+		done
+	} | while IFS="$tab" read -r d where; do
+		ls "$d"/libcublas.so.* >/dev/null 2>&1 || continue
+		echo "$(readlink -f "$d")${tab}$where"
+	done | awk -F "$tab" '!seen[$1]++'
+}
+
+info() {
+	drv=$(driver_cuda)
+	smi=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader \
+		2>/dev/null | head -1)
+	case $drv in
+	[0-9]*)
+		echo "gpu-kit: driver  ${smi:-?} (nvidia-smi), CUDA" \
+			"$((drv / 1000)).$((drv % 1000 / 10))" \
+			"(cuDriverGetVersion $drv)"
+		;;
+	*) echo "gpu-kit: driver  ${smi:-none (no nvidia-smi)}, CUDA $drv" ;;
+	esac
+	built=$(kit_version cuda_version)
+	echo "gpu-kit: toolkit CUDA $(kit_version toolkit)," \
+		"CUDA_VERSION ${built:-unknown}: the kit's kernels and headers"
+	case $drv$built in
+	[0-9]*)
+		if [ -n "$built" ] && [ $((drv / 1000)) -lt $((built / 1000)) ]
+		then
+			echo "gpu-kit: WARNING: the driver's CUDA is older than" \
+				"the kit's: djinnd refuses the GPU"
+		fi
+		;;
+	esac
+	# djinnd tries the driver's own major first, then older ones
+	case $drv in
+	[0-9]*) major=$((drv / 1000)) ;;
+	*) major=$((${built:-13000} / 1000)) ;;
+	esac
+	dirs=$(blas_dirs)
+	first=
+	m=$major
+	while [ -z "$first" ] && [ "$m" -ge 11 ]; do
+		first=$(printf '%s\n' "$dirs" | while IFS="$tab" read -r d _; do
+			[ -n "$d" ] && [ -e "$d/libcublas.so.$m" ] &&
+				echo "$d/libcublas.so.$m" && break
+		done)
+		m=$((m - 1))
+	done
+	printf '%s\n' "$dirs" | while IFS="$tab" read -r d where; do
+		[ -n "$d" ] || continue
+		for f in "$d"/libcublas.so.*; do
+			case $f in *.so.*.*) continue ;; esac
+			mark=
+			[ "$f" = "$first" ] && mark=" <- djinnd tries this first"
+			echo "gpu-kit: cuBLAS  $f ($where)$mark"
+		done
+	done
+	[ -n "$dirs" ] || echo "gpu-kit: cuBLAS  none found ($py's nvidia" \
+		"packages, ${CUDA_HOME:-/usr/local/cuda}/lib64): MATMUL" \
+		"runs on djinnd's fallback kernel"
+	if ! command -v nvidia-smi >/dev/null 2>&1; then
+		gpus="none (no nvidia-smi)"
+	elif ! gpus=$(nvidia-smi -L 2>&1); then
+		gpus="none (nvidia-smi -L: $gpus)"
+	fi
+	printf '%s\n' "$gpus" | sed 's/^/gpu-kit: GPU     /'
+}
+
+unpack() {
 	if [ ! -d "$kit/bin" ] && [ -f "$kit.tar.xz" ]; then
 		mkdir -p "$kit" && tar -xJf "$kit.tar.xz" -C "$kit" || exit 1
 	fi
 	[ -d "$kit/bin" ] || { echo "gpu-kit: no $kit/bin: pack first" >&2; exit 1; }
+}
+
+run() {
+	out=${3:-$kit/out}
+	unpack
 	mkdir -p "$out" || exit 1
-	# cuBLAS where CUDA's toolkit or PyTorch's wheels keep it
-	extra=
-	for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/*/lib \
-		/opt/*/.venv/lib/python3*/site-packages/nvidia/cublas/lib \
-		/usr/local/lib/python3*/dist-packages/nvidia/cublas/lib; do
-		[ -d "$d" ] && ls "$d"/libcublas.so.* >/dev/null 2>&1 &&
-			extra="$extra:$d"
-	done
-	LD_LIBRARY_PATH="$(cd "$kit/lib" && pwd)$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+	info | tee "$out/versions.txt"
+	extra=$(blas_dirs | cut -f1 | tr '\n' ':')
+	LD_LIBRARY_PATH="$(cd "$kit/lib" && pwd):$extra${LD_LIBRARY_PATH:-}"
+	LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
 	DJINND=$(cd "$kit/bin" && pwd)/djinnd
 	export LD_LIBRARY_PATH DJINND
-	nvidia-smi -L 2>&1 | tee "$out/nvidia-smi.txt"
+	nvidia-smi -L >"$out/nvidia-smi.txt" 2>&1
 	rc=0
 	tests=$(ls "$kit"/bin/test_* 2>/dev/null)
 	# shellcheck disable=SC2086
@@ -86,7 +218,7 @@ run() {
 	cat "$out/gpu-bench.jsonl" "$out/gpu-bench.err"
 	[ $s = 0 ] || [ $s = 77 ] || rc=1
 	"$kit/bin/model-bench" --backend cuda --cache "${BENCH_CACHE:-/tmp/djinn-bench-cache}" \
-		--python "${PYTHON:-python3}" --rounds "${ROUNDS:-5}" \
+		--python "$py" --rounds "${ROUNDS:-5}" \
 		>"$out/model-bench.jsonl" 2>"$out/model-bench.err"
 	s=$?
 	cat "$out/model-bench.jsonl" "$out/model-bench.err"
@@ -98,8 +230,9 @@ run() {
 case ${1:-} in
 pack) pack ;;
 run) run "$@" ;;
+info) unpack && info ;;
 *)
-	echo "usage: $0 pack [KIT] | run [KIT] [OUT]" >&2
+	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | info [KIT]" >&2
 	exit 2
 	;;
 esac

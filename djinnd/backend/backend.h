@@ -135,12 +135,21 @@ struct backend_ops {
  *            compare it with the count at a session's or text entry's
  *            making (the fault epoch). On the CPU only injected faults
  *            count (server_fault_inject()).
+ * @dead:     NULL while the device serves or may recover; once it is
+ *            dead for good (an error no context reset clears, or a
+ *            recovery that failed), why: "CUDA_ERROR_CONTAINED (226) in
+ *            cuStreamSynchronize", a string that lives as long as the
+ *            backend. Set once, with __atomic_store_n(__ATOMIC_RELEASE),
+ *            by the backend (or by server_fault_inject()'s simulation);
+ *            read with __atomic_load_n(__ATOMIC_ACQUIRE). djinnd's I/O
+ *            loop then exits so that systemd restarts it (server.c).
  */
 struct backend {
 	const struct backend_ops *ops;
 	const char *name;
 	struct vmu_provider *provider;
 	uint64_t faults;
+	const char *dead;
 };
 
 /*

@@ -1294,7 +1294,8 @@ static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
-/* For tests (djinnd --fault-injection): fault the device. */
+/* For tests (djinnd --fault-injection): fault the device; with
+ * DJINN_FAULT_DEAD it dies, and djinnd exits once the answer is out. */
 static void op_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
 				  uint8_t *body, uint64_t len)
 {
@@ -1307,8 +1308,9 @@ static void op_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	if (len)
 		memcpy(&q, body, sizeof(q));
-	if (q.__reserved) {
-		conn_error(c, hdr, -EINVAL, "reserved field set");
+	if (q.flags & ~DJINN_FAULT_DEAD) {
+		conn_error(c, hdr, -EINVAL, "unknown flags %#x",
+			   q.flags & ~DJINN_FAULT_DEAD);
 		return;
 	}
 	if (q.device >= c->srv->nr_dev) {
@@ -1325,7 +1327,7 @@ static void op_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	d = &c->srv->dev[q.device];
-	ret = server_fault_inject(c->srv, d, r.what, sizeof(r.what));
+	ret = server_fault_inject(c->srv, d, q.flags, r.what, sizeof(r.what));
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", r.what);
 		return;

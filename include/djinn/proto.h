@@ -998,14 +998,28 @@ static_assert(sizeof(struct djinn_admin_model_evict) == 64, "model evict");
  * zeroed, the fault counted). Every session made before it is then lost
  * (see -EIO in DOC: errors), its text is not deduplicated against, and
  * models loaded before it load again on their next open.
+ *
+ * With DJINN_FAULT_DEAD the device is then dead, as after an error no
+ * context reset clears (CUDA_ERROR_CONTAINED): the answer comes, and
+ * djinnd stops reading requests, ends its sessions, closes every
+ * connection and exits with status 74 so that systemd restarts it
+ * (djinnd(8), EXIT STATUS).
  */
-/* ADMIN_FAULT_INJECT's optional request: the device (an index of
- * ADMIN_VMU's answer; one it does not have is -ENODEV). */
+/**
+ * struct djinn_admin_fault_req - ADMIN_FAULT_INJECT's optional request
+ * @device: an index of ADMIN_VMU's answer (one it does not have is
+ *          -ENODEV)
+ * @flags:  DJINN_FAULT_*; another bit is -EINVAL (this field was
+ *          __reserved, zero, before DJINN_FAULT_DEAD)
+ */
 struct djinn_admin_fault_req {
 	__u32 device;
-	__u32 __reserved;
+	__u32 flags;
 };
 static_assert(sizeof(struct djinn_admin_fault_req) == 8, "fault req");
+
+/* djinn_admin_fault_req.flags */
+#define DJINN_FAULT_DEAD (1u << 0) /* the device dies: djinnd exits */
 
 struct djinn_admin_fault {
 	__u64 faults;

@@ -4,7 +4,10 @@
  *
  * A client's PTX module (gpu_test_ptx) is loaded and its add_one kernel
  * run on a tensor; bad modules, unknown kernels and bad arguments are
- * refused before anything is launched. Then the module's fault kernel
+ * refused before anything is launched; a module ptxas rejects is refused
+ * with the JIT's own words, its line number among them, on one line. A
+ * download queued on the copy stream right behind a long kernel reads
+ * what the kernels before it wrote. Then the module's fault kernel
  * stores to address 0: the context is poisoned, the backend reports the
  * fault (-EIO naming it, backend.faults counts it), recovers on its own,
  * and keeps serving: the arena is mapped again at the same address, the
@@ -37,6 +40,14 @@ static struct dj_tensor f32_tensor(uint64_t addr, uint64_t n)
 	t.desc.dtype = DJINN_DTYPE_F32;
 	t.desc.ndim = 1;
 	t.desc.dims[0] = n;
+	return t;
+}
+
+static struct dj_tensor i64_tensor(uint64_t addr, uint64_t n)
+{
+	struct dj_tensor t = f32_tensor(addr, n);
+
+	t.desc.dtype = DJINN_DTYPE_I64;
 	return t;
 }
 
@@ -108,6 +119,101 @@ static void test_refusals(void **state)
 	assert_int_equal(G.b->ops->sync(G.b), 0);
 }
 
+/*
+ * A module ptxas refuses: -EINVAL, and the message carries the JIT's
+ * error log (cuModuleLoadDataEx's CU_JIT_ERROR_LOG_BUFFER), which names
+ * the line ("ptxas application ptx input, line 9; error : Not a name of
+ * any known instruction: 'frobnicate'"), folded onto one line.
+ */
+static void test_jit_log(void **state)
+{
+	static const char bad_ptx[] =
+		".version 7.0\n"
+		".target sm_80\n"
+		".address_size 64\n"
+		"\n"
+		".visible .entry bad(.param .u64 p, .param .u64 n)\n"
+		"{\n"
+		"\t.reg .b64 %rd<2>;\n"
+		"\tld.param.u64 %rd1, [p];\n"
+		"\tfrobnicate.u64 %rd1, %rd1;\n" /* line 9 */
+		"\tret;\n"
+		"}\n";
+	struct cuda_module *m = NULL;
+	char msg[DJINN_MAX_ERROR_MSG] = "";
+
+	assert_int_equal(cuda_module_load(G.b, bad_ptx, sizeof(bad_ptx), &m,
+					  msg, sizeof(msg)),
+			 -EINVAL);
+	assert_null(m);
+	printf("# ptxas refuses: %s\n", msg);
+	assert_non_null(strstr(msg, "does not load"));
+	assert_non_null(strstr(msg, "ptxas"));
+	assert_non_null(strstr(msg, "line 9"));
+	assert_null(strchr(msg, '\n'));
+	assert_null(strchr(msg, '\r'));
+	/* the device serves on */
+	gpu_reset(&G);
+	add_one(gpu_alloc(&G, 4096 * 4), 4096);
+}
+
+/*
+ * A download on the copy stream, queued right behind kernels on the
+ * compute stream, reads what they wrote: spin holds the compute stream
+ * for 200 ms, add_one then turns x = i into i + 1, and the download of
+ * x, queued at once, must see i + 1 and end after the spin. Were it not
+ * ordered after the compute stream, it would run during the spin and
+ * read i.
+ */
+static void test_download_after_compute(void **state)
+{
+	struct vmu_provider *p = G.b->provider;
+	const uint64_t n = 1 << 20, spin_ns = 200000000;
+	uint32_t grid[3] = { (uint32_t)(n / 256), 1, 1 };
+	uint32_t block[3] = { 256, 1, 1 };
+	struct dj_tensor x, t;
+	uint64_t t0, waited, spun = 0;
+	char msg[256] = "";
+	float *host;
+
+	gpu_reset(&G);
+	x = f32_tensor(gpu_alloc(&G, n * 4), n);
+	t = i64_tensor(gpu_alloc(&G, 8), 1);
+	/* pinned, so that the download is truly asynchronous */
+	assert_int_equal(p->ops->host_alloc(p, n * 4, (void **)&host), 0);
+	for (uint64_t i = 0; i < n; i++)
+		host[i] = (float)i;
+	gpu_put(&G, x.addr, host, n * 4);
+	gpu_put(&G, t.addr, &spin_ns, 8);
+	for (uint64_t i = 0; i < n; i++)
+		host[i] = -7.0f;
+
+	t0 = gpu_now_ns();
+	if (cuda_kernel_run(G.b, M, "spin", one, one, 0, &t, 1, msg,
+			    sizeof(msg)))
+		fail_msg("spin: %s", msg);
+	if (cuda_kernel_run(G.b, M, "add_one", grid, block, 0, &x, 1, msg,
+			    sizeof(msg)))
+		fail_msg("add_one: %s", msg);
+	assert_int_equal(cuda_copy_dtoh_async(G.b, host, x.addr, n * 4), 0);
+	assert_int_equal(cuda_copy_wait(G.b), 0);
+	waited = gpu_now_ns() - t0;
+	printf("# the download ended %.1f ms after the spin was queued\n",
+	       (double)waited / 1e6);
+	for (uint64_t i = 0; i < n; i++)
+		if (host[i] != (float)i + 1.0f)
+			fail_msg("element %llu: %g, want %g (the download "
+				 "ran before the kernels)",
+				 (unsigned long long)i, (double)host[i],
+				 (double)i + 1.0);
+	/* (a tenth of slack for two clocks' rates; unordered, it is ~1 ms) */
+	assert_true(waited >= spin_ns / 10 * 9);
+	assert_int_equal(G.b->ops->sync(G.b), 0);
+	gpu_get(&G, &spun, t.addr, 8);
+	assert_true(spun >= spin_ns);
+	p->ops->host_free(p, host, n * 4);
+}
+
 static void test_fault_recovery(void **state)
 {
 	struct vmu_provider *p = G.b->provider;
@@ -169,6 +275,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_client_kernel),
 		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_jit_log),
+		cmocka_unit_test(test_download_after_compute),
 		cmocka_unit_test(test_fault_recovery),
 	};
 	char msg[256] = "";

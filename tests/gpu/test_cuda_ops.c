@@ -134,11 +134,11 @@ static void set(void *p, unsigned int dtype, uint64_t i, double v)
 }
 
 /* Random values: floats in [-2, 2), integers in [-50, 50) (u8 [0, 200)),
- * none zero when @nonzero. */
+ * none zero when @nonzero. An empty tensor gets 256 bytes all the same. */
 static void *fill(const struct djinn_tensor_desc *d, bool nonzero)
 {
 	uint64_t n = nelems(d);
-	void *p = aligned_alloc(256, (nbytes(d) + 255) & ~255ull);
+	void *p = aligned_alloc(256, ((nbytes(d) + 255) & ~255ull) ?: 256);
 
 	assert_non_null(p);
 	for (uint64_t i = 0; i < n; i++) {
@@ -162,9 +162,15 @@ static double tol_of(unsigned int dtype)
 	return dtype == F32 ? 1e-4 : dtype == F16 ? 1e-2 : 2e-2;
 }
 
+/* The CUDA result of the last both() that ran, for a test to look at. */
+static void *last_out;
+static struct djinn_tensor_desc last_desc;
+
 /*
  * Run @node on inputs @in[nr] (host bytes of @d[nr]) on both backends
- * and compare. Returns the errno both gave.
+ * and compare. Both results start as 0xff bytes (NaN, or -1), so that a
+ * kernel that leaves an element unwritten cannot match by luck. Returns
+ * the errno both gave.
  */
 static int both(const char *what, struct djinn_node node, unsigned int nr,
 		const struct djinn_tensor_desc *d, void *const *in,
@@ -178,6 +184,7 @@ static int both(const char *what, struct djinn_node node, unsigned int nr,
 	struct djinn_graph_view view = { &gr, refs, &node, outs };
 	struct dj_tensor ct[DJINN_MAX_NODE_INPUTS], gt[DJINN_MAX_NODE_INPUTS];
 	struct dj_tensor co, go;
+	struct vmu_provider *prov = G.b->provider;
 	char cmsg[256] = "", gmsg[256] = "", imsg[256] = "";
 	void *cout, *gout;
 	uint64_t n, bytes;
@@ -201,14 +208,24 @@ static int both(const char *what, struct djinn_node node, unsigned int nr,
 		ct[i].desc = gt[i].desc = d[i];
 		ct[i].addr = (uintptr_t)in[i];
 		gt[i].addr = gpu_alloc(&G, nbytes(&d[i]));
-		gpu_put(&G, gt[i].addr, in[i], nbytes(&d[i]));
+		if (nbytes(&d[i])) /* an empty tensor has no bytes to send */
+			gpu_put(&G, gt[i].addr, in[i], nbytes(&d[i]));
 	}
-	cout = aligned_alloc(256, (bytes + 255) & ~255ull);
+	if (bytes > G.size) /* nor would it fit on the device */
+		fail_msg("%s: a result of %llu bytes", what,
+			 (unsigned long long)bytes);
+	cout = aligned_alloc(256, bytes / 256 * 256 + 256);
 	gout = calloc(1, bytes + 1);
 	assert_non_null(cout);
 	assert_non_null(gout);
+	memset(cout, 0xff, bytes);
 	co.addr = (uintptr_t)cout;
 	go.addr = gpu_alloc(&G, bytes);
+	if (bytes)
+		assert_int_equal(prov->ops->memset(prov, go.addr, 0xff, bytes),
+				 0);
+	free(last_out);
+	last_out = NULL;
 
 	cret = G.cpu->ops->run_node(G.cpu, &node, ct, &co, cmsg, sizeof(cmsg));
 	gret = G.b->ops->run_node(G.b, &node, gt, &go, gmsg, sizeof(gmsg));
@@ -261,7 +278,8 @@ static int both(const char *what, struct djinn_node node, unsigned int nr,
 		}
 	}
 	free(cout);
-	free(gout);
+	last_out = gout;
+	last_desc = co.desc;
 	return 0;
 }
 
@@ -535,6 +553,112 @@ static void test_attention_tokens(void **state)
 	}
 }
 
+/* Every element of the last both()'s CUDA result is zero. */
+static void expect_zeros(const char *what)
+{
+	unsigned int dt = last_desc.dtype;
+
+	assert_non_null(last_out);
+	for (uint64_t i = 0; i < nelems(&last_desc); i++)
+		if (get(last_out, dt, i) != 0)
+			fail_msg("%s (%s): element %llu is %g, not 0", what,
+				 djinn_dtype_name(dt), (unsigned long long)i,
+				 get(last_out, dt, i));
+}
+
+/*
+ * Attention with no keys (S = 0: no cache rows and no new keys) writes
+ * zeros, as the CPU backend does, not 0/0; causal with no keys and some
+ * queries is refused alike. A cache with no new keys after it is keys
+ * all the same.
+ */
+static void test_attention_no_keys(void **state)
+{
+	for (unsigned int f = 0; f < 3; f++) {
+		unsigned int dt = floats[f];
+		/* (B, H, T, D) over (B, Hk, 0, D) */
+		struct djinn_tensor_desc h[3] = { D(dt, 2, 4, 5, 16),
+						  D(dt, 2, 2, 0, 16),
+						  D(dt, 2, 2, 0, 16) };
+		/* (T, H, D) over (0, Hk, D), and a cache (P, 3, Hk D) */
+		struct djinn_tensor_desc t[4] = { D(dt, 3, 4, 16),
+						  D(dt, 0, 2, 16),
+						  D(dt, 0, 2, 16),
+						  D(dt, 0, 3, 32) };
+		struct djinn_node n = op(DJINN_GOP_ATTENTION);
+		void *in[4];
+		uint64_t P;
+
+		for (unsigned int i = 0; i < 3; i++)
+			in[i] = fill(&h[i], false);
+		assert_int_equal(
+			both("attention, no keys", n, 3, h, in, FLOOR_SUM), 0);
+		expect_zeros("attention, no keys");
+		n.params.attention.causal = 1; /* T > S */
+		assert_int_equal(both("attention, causal, no keys", n, 3, h, in,
+				      FLOOR_SUM),
+				 -EINVAL);
+		free_all(in, 3);
+
+		n = op(DJINN_GOP_ATTENTION);
+		n.params.attention.layout = DJINN_ATTN_TOKENS;
+		for (unsigned int i = 0; i < 3; i++)
+			in[i] = fill(&t[i], false);
+		assert_int_equal(both("attention tokens, no keys", n, 3, t, in,
+				      FLOOR_SUM),
+				 0);
+		expect_zeros("attention tokens, no keys");
+		/* the same after a cache of P rows (keys in slot 2, values
+		 * in slot 0): none, then 7 */
+		n.params.attention.cache_k = 2;
+		n.params.attention.cache_v = 0;
+		for (P = 0; P <= 7; P += 7) {
+			t[3].dims[0] = P;
+			in[3] = fill(&t[3], false);
+			n.params.attention.causal = P ? 1 : 0;
+			assert_int_equal(both(P ? "attention, cache only" :
+						  "attention, empty cache",
+					      n, 4, t, in, FLOOR_SUM),
+					 0);
+			if (!P)
+				expect_zeros("attention, empty cache");
+			free(in[3]);
+		}
+		free_all(in, 3);
+	}
+}
+
+/*
+ * Softmax rows with -inf in them: a row all -inf is NaN on both
+ * backends (exp(-inf - -inf), as in PyTorch), a row -inf but for some
+ * entries is the softmax of those.
+ */
+static void test_softmax_masked(void **state)
+{
+	for (unsigned int f = 0; f < 3; f++) {
+		unsigned int dt = floats[f];
+		struct djinn_tensor_desc d[1] = { D(dt, 3, 300) };
+		void *in[1] = { fill(&d[0], false) };
+
+		for (uint64_t i = 0; i < 300; i++) {
+			set(in[0], dt, i, -INFINITY);
+			if (i % 3)
+				set(in[0], dt, 300 + i, -INFINITY);
+		}
+		assert_int_equal(both("softmax, masked", op(DJINN_GOP_SOFTMAX),
+				      1, d, in, FLOOR_ROW),
+				 0);
+		for (uint64_t i = 0; i < 300; i++)
+			if (!isnan(get(last_out, dt, i)))
+				fail_msg("softmax of -inf (%s): element %llu "
+					 "is %g, not NaN",
+					 djinn_dtype_name(dt),
+					 (unsigned long long)i,
+					 get(last_out, dt, i));
+		free(in[0]);
+	}
+}
+
 static void test_embedding(void **state)
 {
 	static const unsigned int tables[] = { F32, F16, BF16, U8, I64 };
@@ -637,6 +761,8 @@ int main(void)
 		cmocka_unit_test(test_argmax),
 		cmocka_unit_test(test_attention),
 		cmocka_unit_test(test_attention_tokens),
+		cmocka_unit_test(test_attention_no_keys),
+		cmocka_unit_test(test_softmax_masked),
 		cmocka_unit_test(test_embedding),
 		cmocka_unit_test(test_movers),
 	};
@@ -644,6 +770,7 @@ int main(void)
 
 	gpu_open(&G, 512ull << 20, true);
 	ret = cmocka_run_group_tests(tests, setup, NULL);
+	free(last_out);
 	gpu_close(&G);
 	return ret;
 }

@@ -9,7 +9,8 @@
  * element; a second upload of the same bytes is deduplicated (the text
  * segment gains nothing) and its handle runs the kernel too. Refused:
  * a module that does not load (-EINVAL with the JIT's words, leaving no
- * text behind), a kernel the module lacks (-ENOENT when the graph runs),
+ * text behind; ptxas's line number in the one-line message), a kernel
+ * the module lacks (-ENOENT when the graph runs),
  * a kernel called with more parameters than it takes (where the driver
  * lists them), a launch past the device's limits (-EINVAL at submit).
  * The session serves on after every refusal.
@@ -189,6 +190,19 @@ static void test_refusals(void **state)
 {
 	static const char bad_ptx[] = ".version 7.0\n.target sm_80\n"
 				      ".address_size 64\n.visible .entry x(\n";
+	/* well formed but for an unknown instruction on line 9 */
+	static const char bad_op_ptx[] =
+		".version 7.0\n"
+		".target sm_80\n"
+		".address_size 64\n"
+		"\n"
+		".visible .entry bad(.param .u64 p, .param .u64 n)\n"
+		"{\n"
+		"\t.reg .b64 %rd<2>;\n"
+		"\tld.param.u64 %rd1, [p];\n"
+		"\tfrobnicate.u64 %rd1, %rd1;\n"
+		"\tret;\n"
+		"}\n";
 	struct djinn_kernel_launch l = launch_for(N);
 	struct djinn_tensor *m, *bad = NULL, *x = x_tensor();
 	struct djinn_admin_vmu v0, v1;
@@ -204,6 +218,16 @@ static void test_refusals(void **state)
 			 -EINVAL);
 	assert_null(bad);
 	assert_non_null(strstr(djinn_last_error(), "does not load"));
+	printf("# a truncated module: %s\n", djinn_last_error());
+	/* the JIT's error log, on one line, in the message */
+	assert_int_equal(djinn_module_upload(F.s, bad_op_ptx,
+					     sizeof(bad_op_ptx) - 1, &bad),
+			 -EINVAL);
+	assert_null(bad);
+	printf("# an unknown instruction: %s\n", djinn_last_error());
+	assert_non_null(strstr(djinn_last_error(), "ptxas"));
+	assert_non_null(strstr(djinn_last_error(), "line 9"));
+	assert_null(strchr(djinn_last_error(), '\n'));
 	v1 = vmu_now();
 	assert_int_equal(v1.seg[0].entries, v0.seg[0].entries);
 	assert_int_equal(v1.seg[0].used, v0.seg[0].used);

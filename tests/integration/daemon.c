@@ -445,6 +445,13 @@ int djd_stop(struct djd *d, int timeout_ms)
 	return ret;
 }
 
+int djd_wait_exit(struct djd *d, int timeout_ms, int *status)
+{
+	if (d->pid <= 0)
+		return -ECHILD;
+	return reap(d, dj_now_ms() + timeout_ms, status);
+}
+
 void djd_kill(struct djd *d)
 {
 	int status;

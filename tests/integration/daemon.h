@@ -81,6 +81,14 @@ int djd_stop(struct djd *d, int timeout_ms);
  * failed test. No-op when already stopped. */
 void djd_kill(struct djd *d);
 
+/*
+ * Wait at most @timeout_ms for the daemon to exit by itself (no signal
+ * is sent): 0 with its wait status in *@status, or -ETIMEDOUT while it
+ * still runs. Its directory and log stay for the test to read;
+ * djd_kill() removes them.
+ */
+int djd_wait_exit(struct djd *d, int timeout_ms, int *status);
+
 /* Connect to TCP @port of 127.0.0.1: the fd, or -errno. */
 int dj_connect_tcp(unsigned int port);
 

@@ -14,7 +14,12 @@
  * - a model opened after it is loaded again and generates the tokens it
  *   generated before; the model list shows the fresh entry only;
  * - without --fault-injection the admin opcode is refused -EPERM;
- * - the daemon serves throughout and stops cleanly.
+ * - the daemon serves throughout and stops cleanly;
+ * - a fault that kills the device (DJINN_FAULT_DEAD, as after
+ *   CUDA_ERROR_CONTAINED) is answered, then djinnd says at err level why
+ *   it exits, closes every connection (its clients get -EIO or a closed
+ *   connection, promptly) and exits with status 74 for systemd to
+ *   restart it; unknown flag bits are -EINVAL and change nothing.
  *
  * On the CPU backend the fault is simulated (memory zeroed, the fault
  * counted). tests/gpu/test_cuda_fault builds this file with FAULT_BACKEND
@@ -26,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,6 +51,8 @@
 	"--ctx 64 --seed 3"
 #define NTOK 8
 #define NFLOAT 4096
+/* djinnd(8), EXIT STATUS: a device died (DJINND_EXIT_DEVICE_DEAD) */
+#define EXIT_DEVICE_DEAD 74
 
 static const int32_t prompt[4] = { 1, 2, 3, 4 };
 
@@ -113,14 +121,38 @@ static int fx_teardown(void **state)
 /* ---------------------------------------------------------------------- */
 /* Helpers */
 
-/* One admin request; its response in @r (the caller frees it). */
-static void admin(struct fx *fx, uint16_t op, struct dj_resp *r)
+/* One admin request with @len bytes of @payload; its response in @r
+ * (the caller frees it). */
+static void admin_req(struct fx *fx, uint16_t op, const void *payload,
+		      size_t len, struct dj_resp *r)
 {
 	int fd = dj_connect(fx->d.admin);
 
 	assert_true(fd >= 0);
-	assert_int_equal(dj_call(fd, op, 0, NULL, 0, r), 1);
+	assert_int_equal(dj_call(fd, op, 0, payload, len, r), 1);
 	close(fd);
+}
+
+static void admin(struct fx *fx, uint16_t op, struct dj_resp *r)
+{
+	admin_req(fx, op, NULL, 0, r);
+}
+
+/* Whether a line of the daemon's log holds @a and, after it, @b. */
+static bool log_has(struct fx *fx, const char *a, const char *b)
+{
+	char line[2048];
+	bool found = false;
+	FILE *f = fopen(fx->d.log, "r");
+
+	assert_non_null(f);
+	while (!found && fgets(line, sizeof(line), f)) {
+		const char *at = strstr(line, a);
+
+		found = at && strstr(at + strlen(a), b);
+	}
+	fclose(f);
+	return found;
 }
 
 static struct djinn_admin_vmu vmu_stats(struct fx *fx)
@@ -358,15 +390,114 @@ static void test_fault_injection_off(void **state)
 	struct djinn_session *s = open_session(fx);
 	float x[NFLOAT] = { 3 }, got[NFLOAT];
 	struct djinn_tensor *t = upload(s, x, DJINN_SEG_DATA, NULL);
+	struct djinn_admin_fault_req q = { .flags = DJINN_FAULT_DEAD };
 	struct dj_resp r;
 
 	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &r);
 	assert_int_equal(r.error, -EPERM);
 	assert_non_null(strstr(r.msg, "--fault-injection"));
 	dj_resp_free(&r);
+	/* nor can it kill the device */
+	admin_req(fx, DJINN_OP_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	assert_int_equal(r.error, -EPERM);
+	dj_resp_free(&r);
 	assert_int_equal(djinn_tensor_download(t, 0, sizeof(got), got), 0);
 	assert_memory_equal(got, x, sizeof(got));
 	assert_int_equal(djinn_session_close(s), 0);
+}
+
+/*
+ * A fault that kills the device (DJINN_FAULT_DEAD: what
+ * CUDA_ERROR_CONTAINED or a failed recovery does on a GPU): the answer
+ * comes, then djinnd logs why at err, closes every connection and exits
+ * with status 74; a client of a session gets -EIO or a closed
+ * connection, and does not hang.
+ */
+static void test_fault_dead(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_session *s = open_session(fx);
+	struct djinn_admin_fault_req q = { .device = 0 };
+	float x[NFLOAT] = { 7 }, got[4];
+	struct djinn_tensor *t = upload(s, x, DJINN_SEG_DATA, NULL);
+	struct djinn_admin_fault f;
+	struct dj_resp r;
+	int64_t t0;
+	int raw, status, ret;
+
+	/* Unknown flag bits are refused and change nothing. */
+	q.flags = 1u << 1;
+	admin_req(fx, DJINN_OP_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	assert_int_equal(r.error, -EINVAL);
+	dj_resp_free(&r);
+	q.flags = DJINN_FAULT_DEAD | (1u << 31);
+	admin_req(fx, DJINN_OP_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	assert_int_equal(r.error, -EINVAL);
+	dj_resp_free(&r);
+	assert_int_equal(djinn_tensor_download(t, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, x, sizeof(got));
+
+	/* An idle raw connection, which must be closed. */
+	raw = dj_connect(fx->d.sock);
+	assert_true(raw >= 0);
+
+	q.flags = DJINN_FAULT_DEAD;
+	admin_req(fx, DJINN_OP_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	if (r.error)
+		fail_msg("fatal fault: %s (%d)", r.msg, r.error);
+	assert_int_equal(r.len, sizeof(f));
+	memcpy(&f, r.data, sizeof(f));
+	dj_resp_free(&r);
+	f.what[sizeof(f.what) - 1] = 0;
+	assert_int_equal(f.faults, 1);
+	assert_non_null(strstr(f.what, "the device is dead"));
+	printf("# injected: %s: %s\n", f.device, f.what);
+
+	/* The session's next request fails at once: lost in the fault, or
+	 * its connection closed under it. */
+	t0 = dj_now_ms();
+	ret = djinn_tensor_download(t, 0, sizeof(got), got);
+	if (ret != -EIO && ret != -ECONNRESET && ret != -EPIPE)
+		fail_msg("a request after the device died: %d (%s)", ret,
+			 djinn_last_error());
+	assert_true(dj_now_ms() - t0 < DJ_TIMEOUT_MS);
+	assert_int_equal(dj_wait_eof(raw, DJ_TIMEOUT_MS), 1);
+	close(raw);
+
+	ret = djd_wait_exit(&fx->d, 3 * DJ_TIMEOUT_MS, &status);
+	if (ret)
+		fail_msg("djinnd did not exit after its device died: %s",
+			 strerror(-ret));
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != EXIT_DEVICE_DEAD) {
+		djd_log_tail(&fx->d, 4096);
+		fail_msg("djinnd ended with wait status %#x, want exit %d",
+			 status, EXIT_DEVICE_DEAD);
+	}
+	/* "12:00:00.000 djinnd err: device cpu is dead after an injected
+	 * fatal fault (...): exiting so that systemd restarts djinnd" */
+	if (!log_has(fx, "djinnd err: device " FAULT_BACKEND,
+		     " is dead after an injected fatal fault (") ||
+	    !log_has(fx, " is dead after ",
+		     ": exiting so that systemd restarts djinnd")) {
+		djd_log_tail(&fx->d, 4096);
+		fail_msg("no err line saying why djinnd exited");
+	}
+	assert_false(djd_log_has_report(&fx->d));
+	if (getenv("DJINN_TEST_VERBOSE"))
+		djd_log_tail(&fx->d, 16384);
+	/* the connection is gone: so is every call on it */
+	assert_int_not_equal(djinn_session_heartbeat(s), 0);
+}
+
+/* After test_fault_dead: the daemon has exited; clean up. */
+static int fx_teardown_dead(void **state)
+{
+	struct fx *fx = *state;
+
+	djinn_disconnect(fx->conn);
+	djd_kill(&fx->d);
+	free(fx);
+	return 0;
 }
 
 int main(void)
@@ -378,6 +509,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fault_injection_off,
 						fx_setup_off, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_fault_dead, fx_setup,
+						fx_teardown_dead),
 	};
 	int ret;
 

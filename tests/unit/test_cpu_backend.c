@@ -1237,6 +1237,38 @@ static void test_softmax(void **state)
 	}
 }
 
+/*
+ * Rows with -inf in them (masked logits): a row all -inf is NaN
+ * (exp(-inf - -inf), as in PyTorch), a row -inf but for some entries the
+ * softmax of those. The CUDA backend matches this (tests/gpu/
+ * test_cuda_ops, test_softmax_masked).
+ */
+static void test_softmax_masked(void **state)
+{
+	static const unsigned int dts[] = { F32, F16, BF16 };
+
+	rng_seed(17);
+	for (size_t k = 0; k < ARRAY_SIZE(dts); k++) {
+		struct dj_tensor x = TENSOR(dts[k], 3, 10);
+		struct dj_tensor out = TENSOR(dts[k], 3, 10);
+		struct djinn_node n = mknode(DJINN_GOP_SOFTMAX);
+		double *want;
+
+		randomize(&x, -5, 5);
+		for (size_t i = 0; i < 10; i++) {
+			set(&x, i, -INFINITY);
+			if (i % 3)
+				set(&x, 10 + i, -INFINITY);
+		}
+		want = ref_softmax(values(&x), 3, 10);
+		for (size_t i = 0; i < 10; i++)
+			assert_true(isnan(want[i]));
+		run_ok(&n, &x, 1, &out);
+		expect_close("softmax, masked", &out, want, tol_of(dts[k]),
+			     FLOOR_ROW);
+	}
+}
+
 static double *ref_norm(const double *x, const double *g, const double *b,
 			size_t rows, size_t C, double eps)
 {
@@ -1826,6 +1858,72 @@ static void test_attention_tokens(void **state)
 	assert_non_null(strstr(last_msg, "the cache does not fit k and v"));
 }
 
+/* Every element of @got is zero (NaN is not). */
+static void expect_zeros(const char *what, const struct dj_tensor *got)
+{
+	size_t n = nelem(&got->desc);
+
+	for (size_t i = 0; i < n; i++)
+		if (get(got, i) != 0)
+			fail_msg("%s: element %zu of %zu is %.9g, want 0", what,
+				 i, n, get(got, i));
+}
+
+/* @t's bytes set to 0xff: NaN in every float dtype, so that an element
+ * the backend does not write cannot pass for a zero. */
+static void poison(const struct dj_tensor *t)
+{
+	memset(hptr(t), 0xff, nelem(&t->desc) * dsize(t->desc.dtype));
+}
+
+/*
+ * No keys (S = 0: no cached keys and no new ones): every query's result
+ * is zeros, not 0/0, in both layouts and after an empty cache. Causal
+ * attention with queries and no keys is refused (T > S). The CUDA
+ * backend matches this (tests/gpu/test_cuda_ops, test_attention_no_keys).
+ */
+static void test_attention_no_keys(void **state)
+{
+	static const unsigned int dts[] = { F32, F16, BF16 };
+
+	rng_seed(16);
+	for (size_t i = 0; i < ARRAY_SIZE(dts); i++) {
+		unsigned int dt = dts[i];
+		struct djinn_node n = mknode(DJINN_GOP_ATTENTION);
+		struct dj_tensor in[4], out;
+
+		/* (B, H, T, D) over (B, Hk, 0, D), Dv != D */
+		in[0] = TENSOR(dt, 2, 4, 5, 16);
+		in[1] = TENSOR(dt, 2, 2, 0, 16);
+		in[2] = TENSOR(dt, 2, 2, 0, 8);
+		out = TENSOR(dt, 2, 4, 5, 8);
+		randomize(&in[0], -2, 2);
+		poison(&out);
+		run_ok(&n, in, 3, &out);
+		expect_zeros("attention, no keys", &out);
+		n.params.attention.causal = 1;
+		assert_int_equal(run_on(be, &n, in, 3, &out), -EINVAL);
+		assert_non_null(strstr(last_msg, "5 queries, 0 keys"));
+
+		/* (T, H, D) over (0, Hk, D), then after a cache of no rows */
+		n = mknode(DJINN_GOP_ATTENTION);
+		n.params.attention.layout = DJINN_ATTN_TOKENS;
+		in[0] = TENSOR(dt, 3, 4, 16);
+		in[1] = TENSOR(dt, 0, 2, 16);
+		in[2] = TENSOR(dt, 0, 2, 16);
+		in[3] = TENSOR(dt, 0, 3, 32);
+		out = TENSOR(dt, 3, 4, 16);
+		randomize(&in[0], -2, 2);
+		poison(&out);
+		run_ok(&n, in, 3, &out);
+		expect_zeros("tokens attention, no keys", &out);
+		n.params.attention.cache_k = 2;
+		poison(&out);
+		run_ok(&n, in, 4, &out);
+		expect_zeros("tokens attention, an empty cache", &out);
+	}
+}
+
 /* ---------------------------------------------------------------------- */
 /* ARGMAX */
 
@@ -2381,6 +2479,7 @@ int main(void)
 		TEST(test_unary),
 		TEST(test_half_rounding),
 		TEST(test_softmax),
+		TEST(test_softmax_masked),
 		TEST(test_norms),
 		TEST(test_embedding),
 		TEST(test_embedding_out_of_range),
@@ -2390,6 +2489,7 @@ int main(void)
 		TEST(test_concat),
 		TEST(test_attention),
 		TEST(test_attention_tokens),
+		TEST(test_attention_no_keys),
 		TEST(test_argmax),
 		TEST(test_threads_agree),
 		TEST(test_errors),

@@ -35,22 +35,73 @@ static struct cuda_dev *to_dev(struct backend *b)
 	return (struct cuda_dev *)b;
 }
 
-/* Load @m->image in the current context (the caller has entered). */
+/* The JIT's error log: more than a one-line message has room for. */
+#define CUDA_JIT_LOG 2048
+
+/*
+ * @log as one line in @out[@len] (@len > 0): each run of line breaks
+ * becomes "; ", each run of other blanks and control characters one
+ * space, none at either end. Cut short when @out is full.
+ */
+static void fold_lines(char *out, size_t len, const char *log)
+{
+	bool brk = false, blank = false;
+	size_t n = 0;
+
+	for (; *log && n + 3 < len; log++) {
+		unsigned char ch = (unsigned char)*log;
+
+		if (ch == '\n' || ch == '\r') {
+			brk = true;
+			continue;
+		}
+		if (ch <= ' ' || ch == 0x7f) {
+			blank = true;
+			continue;
+		}
+		if (n && brk) {
+			out[n++] = ';';
+			out[n++] = ' ';
+		} else if (n && blank) {
+			out[n++] = ' ';
+		}
+		brk = blank = false;
+		out[n++] = (char)ch;
+	}
+	out[n] = '\0';
+}
+
+/*
+ * Load @m->image in the current context (the caller has entered). An
+ * image that does not load is -EINVAL with the JIT's error log folded
+ * into the message ("ptxas application ptx input, line N; error : ...";
+ * none for a cubin the loader refuses).
+ */
 static int module_load(struct cuda_dev *d, struct cuda_module *m, char *msg,
 		       size_t msglen)
 {
+	char log[CUDA_JIT_LOG] = "", line[CUDA_JIT_LOG];
+	/* cuda.h, CUjit_option: the buffer is a char *, its size an
+	 * unsigned int passed as the value itself (cast to void *) */
+	CUjit_option opt[] = { CU_JIT_ERROR_LOG_BUFFER,
+			       CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
+	void *val[] = { log, (void *)(uintptr_t)sizeof(log) };
 	CUresult r;
 
-	r = d->cu->ModuleLoadData(&m->mod, m->image);
+	r = d->cu->ModuleLoadDataEx(&m->mod, m->image, 2, opt, val);
 	if (r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_INVALID_PTX ||
 	    r == CUDA_ERROR_NO_BINARY_FOR_GPU ||
 	    r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION ||
-	    r == CUDA_ERROR_INVALID_SOURCE || r == CUDA_ERROR_INVALID_VALUE)
+	    r == CUDA_ERROR_INVALID_SOURCE || r == CUDA_ERROR_INVALID_VALUE ||
+	    r == CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND) {
+		log[sizeof(log) - 1] = '\0';
+		fold_lines(line, sizeof(line), log);
 		return errmsg(msg, msglen, -EINVAL,
-			      "%s: the module does not load: %s", d->name,
-			      cu_errname(d->cu, r));
+			      "%s: the module does not load: %s%s%s", d->name,
+			      cu_errname(d->cu, r), line[0] ? ": " : "", line);
+	}
 	if (r != CUDA_SUCCESS)
-		return cuda_err(d, r, "cuModuleLoadData", msg, msglen);
+		return cuda_err(d, r, "cuModuleLoadDataEx", msg, msglen);
 	m->gen = atomic_load(&d->gen);
 	return 0;
 }
@@ -275,12 +326,37 @@ void cuda_stamp_free(struct backend *b, struct cuda_stamp *st)
 }
 
 /* ---------------------------------------------------------------------- */
-/* Asynchronous copies: the copy stream, then an event the compute stream
- * waits on, so later kernels see the bytes and earlier ones overlap. */
+/*
+ * Asynchronous copies, on the calling thread's copy stream so that they
+ * run beside its kernels, ordered against the compute stream by events
+ * (one of each direction per lane, made with the lane):
+ *
+ * - host to device: the compute stream waits for the copy (l->done), so
+ *   later kernels read the bytes; earlier ones overlap it, and must not
+ *   touch @dst;
+ * - device to host: the copy waits for the compute stream's earlier
+ *   kernels (cuda_copy_after_compute()), so it reads what they wrote;
+ *   later kernels overlap it, and must not write @src before
+ *   cuda_copy_wait().
+ */
+
+CUresult cuda_copy_after_compute(struct cuda_lane *l)
+{
+	const struct cu_api *cu = l->d->cu;
+	CUresult r;
+
+	/* cuStreamWaitEvent waits for the event's most recent record */
+	r = cu->EventRecord(l->computed, l->compute);
+	if (r == CUDA_SUCCESS)
+		r = cu->StreamWaitEvent(l->copy, l->computed,
+					CU_EVENT_WAIT_DEFAULT);
+	return r;
+}
 
 static int copy_async(struct cuda_dev *d, bool htod, uint64_t dev, void *host,
 		      uint64_t len)
 {
+	const char *what = "waiting for the compute stream";
 	struct cuda_lane *l;
 	CUresult r;
 	int ret;
@@ -288,14 +364,24 @@ static int copy_async(struct cuda_dev *d, bool htod, uint64_t dev, void *host,
 	ret = cuda_enter(d, &l, NULL, 0);
 	if (ret)
 		return ret;
-	r = htod ? d->cu->MemcpyHtoDAsync(dev, host, len, l->copy) :
-		   d->cu->MemcpyDtoHAsync(host, dev, len, l->copy);
-	if (r == CUDA_SUCCESS)
-		r = d->cu->EventRecord(l->done, l->copy);
-	if (r == CUDA_SUCCESS && htod)
-		r = d->cu->StreamWaitEvent(l->compute, l->done, 0);
-	ret = cuda_err(d, r, htod ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync",
-		       NULL, 0);
+	if (htod) {
+		what = "cuMemcpyHtoDAsync";
+		r = d->cu->MemcpyHtoDAsync(dev, host, len, l->copy);
+		if (r == CUDA_SUCCESS) {
+			what = "making the compute stream wait for a copy";
+			r = d->cu->EventRecord(l->done, l->copy);
+		}
+		if (r == CUDA_SUCCESS)
+			r = d->cu->StreamWaitEvent(l->compute, l->done,
+						   CU_EVENT_WAIT_DEFAULT);
+	} else {
+		r = cuda_copy_after_compute(l);
+		if (r == CUDA_SUCCESS) {
+			what = "cuMemcpyDtoHAsync";
+			r = d->cu->MemcpyDtoHAsync(host, dev, len, l->copy);
+		}
+	}
+	ret = cuda_err(d, r, what, NULL, 0);
 	cuda_leave(d);
 	return ret;
 }

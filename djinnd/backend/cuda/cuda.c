@@ -11,16 +11,20 @@
  *
  * Faults: a kernel that faults poisons the context; every later call in
  * it returns the same sticky error. cuda_err() sees it, marks the device
- * lost and counts the fault (backend.faults); from then on every entry
- * fails -EIO naming the fault, until the thread that saw it leaves the
- * device and recovers it: under ctx_lock for writing (no other call is
- * in the device) it lets go of the lanes, the module and the memory
- * mappings, resets the primary context, and puts every reservation,
- * chunk and mapping back at the same device addresses (the contents are
- * gone) and the pinned host buffers registered again (their contents
- * survive). The VMU's bookkeeping stays valid throughout.
+ * lost, counts the fault (backend.faults) and logs it; from then on
+ * every entry fails -EIO naming the fault, until the thread that saw it
+ * leaves the device and recovers it under ctx_lock for writing (no
+ * other call is in the device): see recover() for each step. Memory
+ * made by cuMemCreate, its reservations and its mappings belong to no
+ * context: they stay where they are across the reset, and are given
+ * their access again and zeroed; the pinned host buffers keep their
+ * bytes and are registered again. The VMU's bookkeeping stays valid
+ * throughout. An error no reset clears (cu_error_is_fatal()), or a
+ * recovery that fails, leaves the device dead: backend.dead says why,
+ * and djinnd exits so that systemd restarts it (Documentation/cuda.rst).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +32,11 @@
 #include "cuda_backend.h"
 #include "cuda_internal.h"
 #include "graph.h"
+#include "log.h"
+
+/* djinnd's log where the backend is linked into djinnd; the GPU tests
+ * link it without (cuda_log()). */
+#pragma weak dj_log
 
 /* Memory left to the context, cuBLAS and the kernels' scratch: the larger
  * of this and 1/32 of the device. */
@@ -35,26 +44,64 @@
 
 static atomic_uint next_serial = 1;
 
+void cuda_log(int level, const char *fmt, ...)
+{
+	char buf[768];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (dj_log)
+		dj_log(level, "%s", buf);
+	else if (level <= LOG_NOTICE)
+		fprintf(stderr, "%s\n", buf);
+}
+
+const char *cuda_errcode(const struct cuda_dev *d, CUresult r, char *buf,
+			 size_t len)
+{
+	const char *name = NULL;
+
+	if (d->cu->GetErrorName(r, &name) != CUDA_SUCCESS)
+		name = NULL;
+	snprintf(buf, len, "%s (%d)", name ? name : "CUresult", (int)r);
+	return buf;
+}
+
 int cuda_err(struct cuda_dev *d, CUresult r, const char *what, char *msg,
 	     size_t msglen)
 {
-	const char *why = cu_errname(d->cu, r);
+	const char *why;
 
 	if (r == CUDA_SUCCESS)
 		return 0;
+	why = cu_errname(d->cu, r);
 	if (cu_error_is_sticky(r)) {
-		bool was = atomic_exchange(&d->lost, true);
+		bool was;
+		uint64_t n = 0;
 
+		pthread_mutex_lock(&d->lock);
+		was = atomic_exchange(&d->lost, true);
+		/* the first error names the fault; a fatal one that comes
+		 * before recovery decides what recovery does */
+		if (!was ||
+		    (cu_error_is_fatal(r) && !cu_error_is_fatal(d->lost_err))) {
+			d->lost_err = r;
+			snprintf(d->lost_in, sizeof(d->lost_in), "%s", what);
+		}
 		if (!was) {
-			pthread_mutex_lock(&d->lock);
 			snprintf(d->lost_why, sizeof(d->lost_why),
 				 "%s: device context lost: %s in %s", d->name,
 				 why, what);
-			d->faults++;
+			n = ++d->faults;
 			__atomic_store_n(&d->base.faults, d->faults,
 					 __ATOMIC_RELEASE);
-			pthread_mutex_unlock(&d->lock);
 		}
+		pthread_mutex_unlock(&d->lock);
+		if (n)
+			cuda_log(LOG_ERR, "%s: fault %llu: %s in %s", d->name,
+				 (unsigned long long)n, why, what);
 		return errmsg(msg, msglen, -EIO,
 			      "%s: device context lost: %s in %s", d->name, why,
 			      what);
@@ -91,6 +138,8 @@ static void lane_release(struct cuda_dev *d, struct cuda_lane *l)
 		d->blas->Destroy(l->blas);
 	if (l->done)
 		cu->EventDestroy(l->done);
+	if (l->computed)
+		cu->EventDestroy(l->computed);
 	if (l->compute)
 		cu->StreamDestroy(l->compute);
 	if (l->copy)
@@ -98,7 +147,7 @@ static void lane_release(struct cuda_dev *d, struct cuda_lane *l)
 	if (l->flag)
 		cu->MemFree(l->flag);
 	l->blas = NULL;
-	l->done = NULL;
+	l->done = l->computed = NULL;
 	l->compute = l->copy = NULL;
 	l->flag = 0;
 }
@@ -116,6 +165,8 @@ static int lane_setup(struct cuda_dev *d, struct cuda_lane *l, char *msg,
 		r = cu->StreamCreate(&l->copy, CU_STREAM_NON_BLOCKING);
 	if (r == CUDA_SUCCESS)
 		r = cu->EventCreate(&l->done, CU_EVENT_DISABLE_TIMING);
+	if (r == CUDA_SUCCESS)
+		r = cu->EventCreate(&l->computed, CU_EVENT_DISABLE_TIMING);
 	if (r == CUDA_SUCCESS)
 		r = cu->MemAlloc(&l->flag, 64);
 	if (r != CUDA_SUCCESS) {
@@ -290,62 +341,186 @@ static void drop_context(struct cuda_dev *d)
 	d->mod = NULL;
 }
 
+/*
+ * What recovery does with the old context's objects: it forgets them
+ * without calling into the context. cuDevicePrimaryCtxReset "destroys
+ * and cleans up all resources associated with the current device in the
+ * current process" (streams, events, cuMemAlloc memory, modules), and in
+ * a poisoned context "any further CUDA work will return the same error".
+ * Only the cuBLAS handles are destroyed, for the host memory that is
+ * cuBLAS's own (a status other than success is logged: expected in a
+ * poisoned context). Each lane keeps its place on the list; every handle
+ * in it is cleared, whatever fields the lane has, and lane_get() makes
+ * new ones in the new context once the generation has moved on.
+ */
+static void forget_context(struct cuda_dev *d)
+{
+	pthread_mutex_lock(&d->lock);
+	for (struct cuda_lane *l = d->lanes; l; l = l->next) {
+		struct cuda_lane keep = { .d = l->d,
+					  .next = l->next,
+					  .gen = l->gen };
+
+		if (l->blas) {
+			cublasStatus_t st = d->blas->Destroy(l->blas);
+
+			if (st)
+				cuda_log(LOG_INFO,
+					 "%s: recovery: cublasDestroy: status "
+					 "%d in the poisoned context",
+					 d->name, (int)st);
+		}
+		*l = keep;
+	}
+	pthread_mutex_unlock(&d->lock);
+	d->mod = NULL;
+	memset(d->fn, 0, sizeof(d->fn));
+}
+
+/*
+ * The device is lost for good: every call fails -EIO with the fault and
+ * @why, recovery is not tried again, and backend.dead (@dead_why) makes
+ * djinnd exit so that systemd restarts it. Under ctx_lock for writing.
+ */
+static int device_dead(struct cuda_dev *d, const char *why, char *msg,
+		       size_t msglen)
+{
+	char code[64];
+	size_t n;
+
+	d->dead = true;
+	pthread_mutex_lock(&d->lock);
+	snprintf(d->dead_why, sizeof(d->dead_why), "%s in %s; %s",
+		 cuda_errcode(d, d->lost_err, code, sizeof(code)), d->lost_in,
+		 why);
+	n = strlen(d->lost_why);
+	snprintf(d->lost_why + n, sizeof(d->lost_why) - n,
+		 "; %s: the device is dead, djinnd exits so that systemd "
+		 "restarts it",
+		 why);
+	pthread_mutex_unlock(&d->lock);
+	cuda_log(LOG_ERR,
+		 "%s: the device is dead after %s: every call on it fails "
+		 "-EIO until djinnd is restarted",
+		 d->name, d->dead_why);
+	__atomic_store_n(&d->base.dead, d->dead_why, __ATOMIC_RELEASE);
+	return errmsg(msg, msglen, -EIO, "%s", d->lost_why);
+}
+
+/*
+ * Recover a lost device, on the thread that saw the fault, under
+ * ctx_lock for writing (no other call is in the device). Each step's
+ * result is checked; a failure leaves the device dead (device_dead()):
+ *
+ * 1. an error no context reset clears (cu_error_is_fatal():
+ *    CUDA_ERROR_CONTAINED, CUDA_ERROR_NVLINK_UNCORRECTABLE, ...): dead,
+ *    without a reset;
+ * 2. forget the old context's streams, events, module and cuBLAS
+ *    handles (forget_context());
+ * 3. cuDevicePrimaryCtxReset, then a fresh reference to the new primary
+ *    context (cuDevicePrimaryCtxRelease of the one held since create,
+ *    cuDevicePrimaryCtxRetain) made current with cuCtxSetCurrent;
+ * 4. the memory (cuda_vmm_restore()): the chunks, reservations and
+ *    mappings are kept, since no context owns them; every mapping gets
+ *    its access again (cuMemSetAccess) and is zeroed, the host buffers
+ *    are registered again, and cuCtxSynchronize waits for it all. The
+ *    first of these calls is the first call in the new context: if it
+ *    still fails with a sticky error the reset did not help;
+ * 5. the kernels, loaded again.
+ */
+#define STILL_STICKY " (still sticky after the context reset)"
+
 static int recover(struct cuda_dev *d, char *msg, size_t msglen)
 {
 	const struct cu_api *cu = d->cu;
-	char why[256];
-	CUresult r;
-	int ret;
+	char why[320], fault[64], step[256];
+	const char *call;
+	CUresult r, err;
+	uint64_t n;
 
 	pthread_rwlock_wrlock(&d->ctx_lock);
 	if (!atomic_load(&d->lost)) { /* another thread did it */
 		pthread_rwlock_unlock(&d->ctx_lock);
 		return 0;
 	}
-	if (d->dead) { /* tried and failed: every call fails */
+	if (d->dead) { /* every call fails */
 		pthread_rwlock_unlock(&d->ctx_lock);
 		pthread_mutex_lock(&d->lock);
 		errmsg(msg, msglen, -EIO, "%s", d->lost_why);
 		pthread_mutex_unlock(&d->lock);
 		return -EIO;
 	}
-	cu->CtxSetCurrent(d->ctx);
-	drop_context(d);
-	cuda_vmm_drop(d);
-	r = cu->DevicePrimaryCtxReset(d->dev);
-	if (r == CUDA_SUCCESS) {
-		cu->DevicePrimaryCtxRelease(d->dev);
-		r = cu->DevicePrimaryCtxRetain(&d->ctx, d->dev);
+	pthread_mutex_lock(&d->lock);
+	err = d->lost_err;
+	n = d->faults;
+	pthread_mutex_unlock(&d->lock);
+	cuda_errcode(d, err, fault, sizeof(fault));
+
+	/* 1 */
+	if (cu_error_is_fatal(err)) {
+		snprintf(why, sizeof(why), "no context reset clears it");
+		goto dead;
 	}
-	if (r == CUDA_SUCCESS)
+	cuda_log(LOG_WARNING,
+		 "%s: recovering from fault %llu (%s): resetting the primary "
+		 "context; device memory stays mapped and is zeroed",
+		 d->name, (unsigned long long)n, fault);
+
+	/* 2 */
+	forget_context(d);
+
+	/* 3 */
+	r = cu->DevicePrimaryCtxReset(d->dev);
+	call = "cuDevicePrimaryCtxReset";
+	if (r == CUDA_SUCCESS) {
+		r = cu->DevicePrimaryCtxRelease(d->dev);
+		call = "cuDevicePrimaryCtxRelease";
+	}
+	if (r == CUDA_SUCCESS) {
+		r = cu->DevicePrimaryCtxRetain(&d->ctx, d->dev);
+		call = "cuDevicePrimaryCtxRetain";
+	}
+	if (r == CUDA_SUCCESS) {
 		r = cu->CtxSetCurrent(d->ctx);
+		call = "cuCtxSetCurrent";
+	}
 	if (r != CUDA_SUCCESS) {
-		snprintf(why, sizeof(why), "resetting the context: %s",
-			 cu_errname(cu, r));
-		ret = -EIO;
-		goto fail;
+		snprintf(why, sizeof(why), "recovery failed: %s: %s%s", call,
+			 cu_errname(cu, r),
+			 strcmp(call, "cuDevicePrimaryCtxReset") &&
+					 cu_error_is_sticky(r) ?
+				 STILL_STICKY :
+				 "");
+		goto dead;
 	}
 	atomic_fetch_add(&d->gen, 1);
-	ret = load_kernels(d, why, sizeof(why));
-	if (!ret)
-		ret = cuda_vmm_restore(d, why, sizeof(why));
-	if (ret)
-		goto fail;
+
+	/* 4 */
+	if (cuda_vmm_restore(d, &r, step, sizeof(step))) {
+		snprintf(why, sizeof(why), "recovery failed: %s%s", step,
+			 cu_error_is_sticky(r) ? STILL_STICKY : "");
+		goto dead;
+	}
+
+	/* 5 */
+	if (load_kernels(d, step, sizeof(step))) {
+		snprintf(why, sizeof(why), "recovery failed: %s", step);
+		goto dead;
+	}
+
 	d->recoveries++;
 	atomic_store(&d->lost, false);
 	pthread_rwlock_unlock(&d->ctx_lock);
+	cuda_log(LOG_NOTICE,
+		 "%s: recovered from fault %llu (%s): new context, device "
+		 "memory zeroed at its addresses",
+		 d->name, (unsigned long long)n, fault);
 	return 0;
 
-fail:
-	/* Stay lost: every call fails with the fault and this. */
-	d->dead = true;
-	pthread_mutex_lock(&d->lock);
-	snprintf(d->lost_why + strlen(d->lost_why),
-		 sizeof(d->lost_why) - strlen(d->lost_why),
-		 "; recovery failed (%s): restart djinnd", why);
-	pthread_mutex_unlock(&d->lock);
+dead:
+	device_dead(d, why, msg, msglen);
 	pthread_rwlock_unlock(&d->ctx_lock);
-	return errmsg(msg, msglen, -EIO, "%s", d->lost_why);
+	return -EIO;
 }
 
 int cuda_backend_recover(struct backend *b, char *msg, size_t msglen)
@@ -429,8 +604,14 @@ static int cuda_inject_fault(struct backend *b, char *msg, size_t msglen)
 	if (r == CUDA_SUCCESS)
 		r = cu->StreamSynchronize(l->compute);
 	ret = cuda_err(d, r, "the injected fault kernel", msg, msglen);
-	if (mod)
-		cu->ModuleUnload(mod); /* fails in a poisoned context */
+	/* a poisoned context's reset unloads it */
+	if (mod && !atomic_load(&d->lost)) {
+		r = cu->ModuleUnload(mod);
+		if (cuda_err(d, r, "cuModuleUnload", NULL, 0))
+			cuda_log(LOG_WARNING,
+				 "%s: unloading the fault kernel: %s", d->name,
+				 cu_errname(cu, r));
+	}
 	cuda_leave(d); /* recovers */
 	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) == before)
 		return ret ? ret :
@@ -513,15 +694,20 @@ int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
 	pthread_rwlockattr_t ra;
 	size_t free_b = 0, total_b = 0;
 	uint64_t cap, headroom;
-	char why[256];
+	char why[512], blas[80];
 	unsigned int n;
 	CUresult r;
-	int ret;
+	int ret, compat;
 
 	ret = cuda_devices(&n, msg, msglen);
 	if (ret)
 		return ret;
 	cu_api_load(&cu, NULL, 0);
+	/* a driver older than the toolkit the kernels were built with */
+	compat = cu_version_check(cu->driver_version, CUDA_VERSION, why,
+				  sizeof(why));
+	if (compat < 0)
+		return errmsg(msg, msglen, compat, "%s", why);
 	if (ordinal >= n)
 		return errmsg(msg, msglen, -ENODEV,
 			      "no CUDA device %u: the driver sees %u", ordinal,
@@ -577,8 +763,18 @@ int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
 	ret = load_kernels(d, msg, msglen);
 	if (ret)
 		goto out_ctx;
+	/* made and destroyed a handle in this context (logged either way) */
 	if (cublas_api_load(&d->blas, why, sizeof(why)))
 		d->blas = NULL; /* matmul runs on the fallback kernel */
+	if (d->blas && d->blas->release)
+		snprintf(blas, sizeof(blas), "%s %d.%d.%d", d->blas->version,
+			 d->blas->release / 10000, d->blas->release / 100 % 100,
+			 d->blas->release % 100);
+	else
+		snprintf(blas, sizeof(blas), "%s",
+			 d->blas ? d->blas->version :
+				   "no working cuBLAS: MATMUL on the fallback "
+				   "GEMM kernel");
 
 	r = cu->MemGetInfo(&free_b, &total_b);
 	if (r != CUDA_SUCCESS) {
@@ -607,12 +803,13 @@ int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
 	d->base.provider = &d->vmm.base;
 	errmsg(msg, msglen, 0,
 	       "%s, sm_%d%d, %d SMs, %.1f GiB (%.1f free, %.1f for "
-	       "sessions), driver %d.%d, %s",
+	       "sessions), driver %d.%d%s, kernels %d.%d, %s",
 	       d->model, d->cc_major, d->cc_minor, d->sms,
 	       (double)total_b / (1 << 30), (double)free_b / (1 << 30),
 	       (double)cap / (1 << 30), cu->driver_version / 1000,
 	       cu->driver_version % 1000 / 10,
-	       d->blas ? d->blas->version : "no cuBLAS: fallback matmul");
+	       compat ? " (older: their SASS only)" : "", CUDA_VERSION / 1000,
+	       CUDA_VERSION % 1000 / 10, blas);
 	*out = &d->base;
 	return 0;
 

@@ -12,6 +12,7 @@
 #ifndef DJINN_CUDA_API_H
 #define DJINN_CUDA_API_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -58,6 +59,7 @@
 	X(MemsetD8, cuMemsetD8)                                       \
 	X(MemsetD8Async, cuMemsetD8Async)                             \
 	X(ModuleLoadData, cuModuleLoadData)                           \
+	X(ModuleLoadDataEx, cuModuleLoadDataEx)                       \
 	X(ModuleUnload, cuModuleUnload)                               \
 	X(ModuleGetFunction, cuModuleGetFunction)                     \
 	X(LaunchKernel, cuLaunchKernel)                               \
@@ -97,7 +99,11 @@ struct cublas_api {
 		long long strideA, const void *B, int Btype, int ldb,
 		long long strideB, const void *beta, void *C, int Ctype,
 		int ldc, long long strideC, int batch, int compute, int algo);
-	char version[32];
+	/* optional: the library's release, after a handle is made */
+	cublasStatus_t (*GetVersion)(cublasHandle_t h, int *version);
+	char version[32]; /* the soname that worked: "libcublas.so.13" */
+	char path[PATH_MAX]; /* the file it was loaded from */
+	int release; /* 130100 for cuBLAS 13.1.0; 0 if unknown */
 };
 
 #define CU_API_FIELD(f, n) __typeof__(n) *f;
@@ -126,8 +132,49 @@ struct cu_api {
 int cu_api_load(const struct cu_api **api, char *msg, size_t msglen);
 
 /*
- * Load cuBLAS (libcublas.so.13, .12, .11, then libcublas.so): 0, or
- * -ENOENT with the reason in @msg. Once per process, like cu_api_load().
+ * Whether a driver of CUDA @driver (cuDriverGetVersion(): 1000 * major
+ * + 10 * minor) runs what was built for CUDA @built (the toolkit's
+ * CUDA_VERSION: the kernels' fatbin and the headers' ABI). 0: it does,
+ * @msg empty. 1: the driver is older by a minor version only; it runs
+ * the kernels' SASS (CUDA's minor version compatibility) but cannot JIT
+ * their PTX for a GPU newer than they were built for: a warning, both
+ * versions in @msg. -ENOSYS: an older major (or an unknown) version,
+ * which cannot run them: refuse, both versions in @msg.
+ */
+int cu_version_check(int driver, int built, char *msg, size_t msglen);
+
+/*
+ * cuBLAS sonames to try, best first, for a driver of CUDA
+ * @driver_version (0: unknown, taken as the CUDA djinnd was built for):
+ * the driver's own major (libcublas.so.13 on a CUDA 13 driver), then
+ * each older one down to .11 (a driver runs libraries built for older
+ * CUDA), then libcublas.so. Never a newer major, which needs a newer
+ * driver. Fills up to @max names, returns how many.
+ */
+#define CUBLAS_SONAME_LEN 24
+size_t cublas_sonames(int driver_version, char (*names)[CUBLAS_SONAME_LEN],
+		      size_t max);
+
+/*
+ * Find a cuBLAS that works: for each of @names in turn, in each of
+ * @dirs (a NULL dir: the dynamic linker's own search, LD_LIBRARY_PATH
+ * and the ld.so cache), dlopen() it, look up its entry points, and make
+ * and destroy one handle (cublasCreate_v2 needs a context current on
+ * the calling thread). The first that does all of it is kept: 0, *@out
+ * filled and logged (notice). One found that fails is closed, logged
+ * (warning, naming it and why) and the next tried. None: -ENOENT, the
+ * reasons in @msg, logged at err with "MATMUL runs on the fallback
+ * kernel". Logs through djinnd's dj_log() where it is linked, else on
+ * stderr.
+ */
+int cublas_pick(const char *const *dirs, size_t nr_dirs,
+		const char (*names)[CUBLAS_SONAME_LEN], size_t nr_names,
+		struct cublas_api *out, char *msg, size_t msglen);
+
+/*
+ * cublas_pick() over cublas_sonames() for the loaded driver, through the
+ * dynamic linker's search: 0, or -ENOENT with the reasons in @msg. Once
+ * per process, like cu_api_load(), and with a context current.
  */
 int cublas_api_load(const struct cublas_api **api, char *msg, size_t msglen);
 
@@ -137,8 +184,20 @@ const char *cu_errname(const struct cu_api *cu, CUresult r);
 /*
  * Errors after which the context is poisoned: every later call in it
  * fails the same way, and only a new context (a primary context reset)
- * gets the device back.
+ * gets the device back; for those cu_error_is_fatal() says, not even
+ * that.
  */
 bool cu_error_is_sticky(CUresult r);
+
+/*
+ * Sticky errors that no context reset clears: the GPU itself (or its
+ * NVLink, its memory, its error containment) is at fault, not the
+ * context, so djinnd stops using the device and says to restart it
+ * (and the GPU reset or reboot the driver's log asks for). True for
+ * CUDA_ERROR_CONTAINED, CUDA_ERROR_NVLINK_UNCORRECTABLE,
+ * CUDA_ERROR_ECC_UNCORRECTABLE and CUDA_ERROR_TENSOR_MEMORY_LEAK;
+ * every error it is true for is also cu_error_is_sticky().
+ */
+bool cu_error_is_fatal(CUresult r);
 
 #endif /* DJINN_CUDA_API_H */

@@ -31,8 +31,8 @@
 struct cuda_module;
 
 /* Copy @image (@len bytes: PTX text with its NUL, or a cubin/fatbin) and
- * load it: -EINVAL with the JIT's or loader's reason when it does not
- * load. */
+ * load it: -EINVAL with the reason when it does not load, the JIT's
+ * error log (ptxas's, for PTX) folded onto the message's one line. */
 int cuda_module_load(struct backend *b, const void *image, size_t len,
 		     struct cuda_module **mod, char *msg, size_t msglen);
 void cuda_module_unload(struct backend *b, struct cuda_module *mod);
@@ -63,10 +63,13 @@ int cuda_stamp_elapsed(struct backend *b, struct cuda_stamp *a,
 void cuda_stamp_free(struct backend *b, struct cuda_stamp *st);
 
 /*
- * Asynchronous copies on the calling thread's copy stream, ordered
- * before the compute stream's later kernels by an event; @host must be
+ * Asynchronous copies on the calling thread's copy stream; @host must be
  * pinned (the provider's host_alloc) for the copy to overlap compute.
- * cuda_copy_wait() waits for the copy stream.
+ * An upload is ordered before the compute stream's later kernels by an
+ * event (earlier ones overlap it and must not touch @dst); a download
+ * after its earlier kernels (later ones overlap it and must not write
+ * @src until cuda_copy_wait()). cuda_copy_wait() waits for the copy
+ * stream.
  */
 int cuda_copy_htod_async(struct backend *b, uint64_t dst, const void *host,
 			 uint64_t len);

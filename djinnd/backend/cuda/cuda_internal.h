@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <syslog.h> /* LOG_ERR .. LOG_DEBUG, for cuda_log() */
 
 #include "backend/backend.h"
 #include "errmsg.h"
@@ -55,24 +56,34 @@ struct cuda_wmod;
  * @copy:    the provider's copies, beside the compute stream
  * @done:    recorded on @copy and waited on by @compute when a copy must
  *           come before later kernels
+ * @computed: recorded on @compute and waited on by @copy when a copy must
+ *           come after earlier kernels (cuda_copy_after_compute())
  * @blas:    cuBLAS bound to @compute (NULL without cuBLAS)
  * @flag:    a few bytes of device memory for kernels that report to the
  *           host (a zero divisor, the first bad embedding id)
  * @gen:     the context generation the streams belong to
+ *
+ * Every field but @d, @next and @gen belongs to the context: recovery
+ * clears them all without calling into the poisoned context (cuda.c,
+ * forget_context()), and lane_get() makes them again.
  */
 struct cuda_lane {
 	struct cuda_dev *d;
 	struct cuda_lane *next;
 	unsigned int gen;
 	CUstream compute, copy;
-	CUevent done;
+	CUevent done, computed;
 	cublasHandle_t blas;
 	CUdeviceptr flag;
 };
 
-/* A physical chunk, a reservation, a pinned host buffer: the provider
- * remembers them all, to put them back at the same addresses after a
- * context reset. */
+/*
+ * A physical chunk, a reservation, a pinned host buffer: the provider
+ * remembers them all. Chunks, reservations and mappings (cuMemCreate,
+ * cuMemAddressReserve, cuMemMap) belong to no context, so they outlive a
+ * context reset and recovery keeps them; what the VMU lets go of while
+ * the device is lost waits on the stale lists for the new context.
+ */
 struct cuda_chunk {
 	CUmemGenericAllocationHandle h;
 	uint64_t size;
@@ -93,6 +104,10 @@ struct cuda_vmm {
 	uint64_t used; /* bytes of chunks created */
 	struct cuda_chunk chunks; /* list head */
 	struct cuda_span *resv, *maps, *host;
+	/* unmapped, destroyed, released or freed by the VMU while the
+	 * device was lost: done by cuda_vmm_restore() after the reset */
+	struct cuda_chunk stale_chunks; /* list head */
+	struct cuda_span *stale_resv, *stale_maps, *stale_host;
 };
 
 /*
@@ -101,7 +116,12 @@ struct cuda_vmm {
  * @gen:      bumped by every context reset
  * @lost:     a sticky error poisoned the context: everything fails -EIO
  *            until recovery
- * @faults:   faults seen; backend.fault_gen mirrors it
+ * @lost_err: the sticky error (a fatal one, cu_error_is_fatal(), if any
+ *            came before recovery): recovery does not reset for those
+ * @faults:   faults seen; backend.faults mirrors it
+ * @dead:     lost for good (a fatal error, or recovery failed): every
+ *            call fails -EIO; backend.dead points at @dead_why, and
+ *            djinnd exits so that systemd restarts it
  */
 struct cuda_dev {
 	struct backend base;
@@ -122,7 +142,9 @@ struct cuda_dev {
 	struct cuda_lane *lanes;
 	atomic_uint gen;
 	atomic_bool lost;
-	char lost_why[256];
+	char lost_why[384];
+	CUresult lost_err;
+	char lost_in[64]; /* the call that returned @lost_err */
 	uint64_t faults, recoveries;
 	bool no_read_only; /* the driver refused PROT_READ once */
 	/* client modules of the wire, by fingerprint (client.c) */
@@ -130,16 +152,28 @@ struct cuda_dev {
 	struct cuda_wmod *wmods;
 	unsigned int nr_wmods;
 	uint64_t wmod_tick;
-	bool dead; /* recovery failed: lost for good, not tried again */
+	bool dead; /* lost for good, not tried again: see above */
+	char dead_why[512];
 };
 
 /*
  * Turn @r from @what into an errno, with the reason in @msg: a sticky
- * error marks the device lost (-EIO), CUDA_ERROR_OUT_OF_MEMORY is
- * -ENOMEM, an invalid value -EINVAL, anything else -EIO.
+ * error marks the device lost (-EIO) and logs the fault once,
+ * CUDA_ERROR_OUT_OF_MEMORY is -ENOMEM, an invalid value -EINVAL,
+ * anything else -EIO.
  */
 int cuda_err(struct cuda_dev *d, CUresult r, const char *what, char *msg,
 	     size_t msglen);
+
+/* "CUDA_ERROR_CONTAINED (226)": @r's name and number, in @buf. */
+const char *cuda_errcode(const struct cuda_dev *d, CUresult r, char *buf,
+			 size_t len);
+
+/* A line in djinnd's log (log.h) where the backend is linked into
+ * djinnd; on stderr, err to notice only, where it is not (the GPU
+ * tests). */
+void cuda_log(int level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /*
  * Enter the device on this thread: take ctx_lock for reading, make the
@@ -157,15 +191,28 @@ int cuda_launch(struct cuda_lane *lane, enum cuda_kernel k, uint64_t work,
 		unsigned int threads, unsigned int shmem, void **args,
 		char *msg, size_t msglen);
 
+/*
+ * Make @lane's copy stream wait for every kernel enqueued so far on its
+ * compute stream (@computed recorded there, then waited on): a copy
+ * queued next on the copy stream reads what those kernels wrote. Later
+ * kernels are not held back. (client.c)
+ */
+CUresult cuda_copy_after_compute(struct cuda_lane *lane);
+
 /* The provider (vmm.c) */
 int cuda_vmm_init(struct cuda_dev *d, char *msg, size_t msglen);
 /* Free everything the VMU left (nothing, when it released all). */
 void cuda_vmm_fini(struct cuda_dev *d);
-/* After a context reset: reserve, create and map everything again at the
- * same addresses (contents lost), register the host buffers again. */
-int cuda_vmm_restore(struct cuda_dev *d, char *msg, size_t msglen);
-/* Before one: let go of everything the old context held. */
-void cuda_vmm_drop(struct cuda_dev *d);
+/*
+ * After a context reset (under ctx_lock for writing, the new context
+ * current): undo what the VMU let go of while the device was lost, give
+ * every mapping its access again and zero it, register the pinned host
+ * buffers again, and wait for it all (cuCtxSynchronize). The chunks,
+ * reservations and mappings themselves are kept: no context owns them.
+ * 0, or -EIO with the failed call in @msg and its result in *@err.
+ */
+int cuda_vmm_restore(struct cuda_dev *d, CUresult *err, char *msg,
+		     size_t msglen);
 
 /* Client kernels of the wire (client.c): backend_ops' module_load and
  * run_kernel, and the cache's end (under no lock, the context current). */

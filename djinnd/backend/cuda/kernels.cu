@@ -254,7 +254,9 @@ __device__ float block_max(float v)
 }
 
 /* out = exp(x - max) / sum(exp(x - max)); a NaN in the row makes the
- * row NaN, as on the CPU (its max skips NaNs, its sum does not). */
+ * row NaN, as on the CPU (its max skips NaNs, its sum does not), and so
+ * does a row all -inf (exp(-inf - -inf) is NaN there too, and in
+ * PyTorch). C = 0 has no rows: the host launches nothing. */
 template <typename T>
 __device__ void softmax(T *out, const T *x, uint64_t rows, uint64_t C)
 {
@@ -548,7 +550,12 @@ COPY_ROWS(16, uint4)
  * row (b, h, t), the cache's keys and then the new ones in tiles of one
  * per thread, softmax online (running max and sum,
  * the accumulator rescaled when the max grows). Dynamic shared memory:
- * q (D floats), acc (Dv floats), the tile's probabilities. */
+ * q (D floats), acc (Dv floats), the tile's probabilities.
+ *
+ * A row sees L keys: S, or t + S - T + 1 when causal. The host refuses
+ * causal with T > S, so only S = 0 (no cached keys and no new ones)
+ * leaves a row with none, where sum is 0 and acc / sum would be 0/0:
+ * such a row is zeros, as the CPU backend writes it (cpu_attention()). */
 template <typename T>
 __device__ void attention(T *out, const T *q, const T *k, const T *v,
 			  djk_attn a)
@@ -620,7 +627,7 @@ __device__ void attention(T *out, const T *q, const T *k, const T *v,
 			__syncthreads();
 		}
 		for (uint64_t d = threadIdx.x; d < a.Dv; d += blockDim.x)
-			orow[d] = st<T>((float)(acc[d] / sum));
+			orow[d] = st<T>(L ? (float)(acc[d] / sum) : 0.0f);
 	}
 }
 
