@@ -6,6 +6,13 @@
  * same weights in the same run (bench/model_torch.py), and the text
  * segment's bytes with one and with four sessions holding the model.
  *
+ * --arch qwen2 runs a Qwen2-shaped model of about the same size instead
+ * (the llama family's path: RMSNorm, RoPE with theta 1e6, grouped-query
+ * attention of 12 query heads over 4 key/value heads, q/k/v biases,
+ * SwiGLU, a tied head; 100M parameters), and model_torch.py runs its
+ * Llama-family forward on it; the lines are "model_qwen2_cpu"'s. The
+ * default, --arch gpt2, gives "model_cpu"'s lines as before.
+ *
  * The model is written once by scripts/mkmodel.py into CACHE/models/ and
  * reused while its arguments stay the same. djinnd's side runs through
  * the real runtime: the model store loads it into the text segment of a
@@ -31,7 +38,12 @@
  * Usage: model-bench [--cache DIR] [--python PY] [--threads N]
  *                    [--prefill N] [--decode N] [--rounds N] [--seed N]
  *                    [--no-torch] [--torch-script PATH]
- *                    [--backend cpu|cuda]
+ *                    [--backend cpu|cuda] [--arch gpt2|qwen2]
+ *
+ *   make bench-model BENCH_MODEL_ARGS='--arch qwen2 --rounds 5'
+ *   model-bench --arch qwen2 --cache /tmp/bench-cache \
+ *               --python VENV/bin/python
+ *
  * Exit status: 0 success, 1 a failure or a disagreement with PyTorch,
  * 2 usage, 77 --backend cuda without a GPU.
  */
@@ -57,17 +69,40 @@
 #define MiB ((uint64_t)1 << 20)
 #define GiB ((uint64_t)1 << 30)
 
-#define MODEL_NAME "gpt2-124m"
-#define MKMODEL_ARGS \
-	"--layers 12 --embd 768 --heads 12 --vocab 50257 --ctx 1024 --seed 1"
 #define SESSIONS 4
 #define CHECK_TOKENS 8
 #define LOGITS_TOL 1e-4
 #define MAX_ROUNDS 32
-#define VOCAB 50257 /* of MKMODEL_ARGS */
+
+/*
+ * struct arch - a model --arch runs
+ * @bench:   the JSON lines' "bench", before "_" and the backend
+ * @model:   its directory under CACHE/models/ (and its name in the store)
+ * @mkmodel: scripts/mkmodel.py's arguments for it
+ * @vocab:   of @mkmodel
+ */
+struct arch {
+	const char *name, *bench, *model, *mkmodel;
+	uint32_t vocab;
+};
+
+static const struct arch archs[] = {
+	{ "gpt2", "model", "gpt2-124m",
+	  "--layers 12 --embd 768 --heads 12 --vocab 50257 --ctx 1024 "
+	  "--seed 1",
+	  50257 },
+	/* Qwen2's shape at GPT-2 124M's width and depth: 3 query heads to a
+	 * key/value head, an MLP 8/3 as wide, theta 1e6 (Qwen2's) */
+	{ "qwen2", "model_qwen2", "qwen2-100m",
+	  "--arch qwen2 --layers 12 --embd 768 --heads 12 --kv-heads 4 "
+	  "--inner 2048 --vocab 32000 --ctx 1024 --rope-theta 1000000 "
+	  "--tied --seed 1",
+	  32000 },
+};
 
 static struct {
 	const char *cache, *python, *script, *mkmodel, *backend;
+	const struct arch *arch;
 	unsigned int threads, prefill, decode, rounds;
 	uint64_t seed;
 	bool no_torch;
@@ -77,6 +112,7 @@ static struct {
 	.script = "bench/model_torch.py",
 	.mkmodel = "scripts/mkmodel.py",
 	.backend = "cpu",
+	.arch = &archs[0],
 	.prefill = 128,
 	.decode = 64,
 	.rounds = 3,
@@ -152,10 +188,11 @@ static void emit(const struct fig *f)
 	fmt_num(val, sizeof(val), f->value);
 	fmt_num(base, sizeof(base), f->baseline);
 	fmt_num(ratio, sizeof(ratio), r);
-	printf("{\"bench\": \"model_%s\", \"metric\": \"%s\", "
+	printf("{\"bench\": \"%s_%s\", \"metric\": \"%s\", "
 	       "\"value\": %s, \"unit\": \"%s\", \"baseline\": %s, "
 	       "\"ratio\": %s",
-	       opt.backend, f->metric, val, f->unit, base, ratio);
+	       opt.arch->bench, opt.backend, f->metric, val, f->unit, base,
+	       ratio);
 	if (f->baseline_name) {
 		json_str(note, sizeof(note), f->baseline_name);
 		printf(", \"baseline_name\": \"%s\"", note);
@@ -214,24 +251,26 @@ static bool file_has(const char *path, const char *text)
 	return !strcmp(buf, text);
 }
 
-/* CACHE/models/MODEL_NAME with the weights MKMODEL_ARGS give; the stamp
- * file is written last, so a half-written model is never reused. */
+/* CACHE/models/<the arch's model> with the weights its mkmodel.py
+ * arguments give; the stamp file is written last, so a half-written model
+ * is never reused. */
 static void ensure_model(char *models, size_t len)
 {
-	char dir[1200], stamp[1300], cmd[8192];
+	const char *args = opt.arch->mkmodel;
+	char dir[1200], stamp[1300], want[512], cmd[8192];
 	struct stat sb;
 
 	snprintf(models, len, "%s/models", opt.cache);
-	snprintf(dir, sizeof(dir), "%s/%s", models, MODEL_NAME);
+	snprintf(dir, sizeof(dir), "%s/%s", models, opt.arch->model);
 	snprintf(stamp, sizeof(stamp), "%s/mkmodel.args", dir);
-	if (file_has(stamp, MKMODEL_ARGS "\n") && !stat(dir, &sb)) /* reuse */
+	snprintf(want, sizeof(want), "%s\n", args);
+	if (file_has(stamp, want) && !stat(dir, &sb)) /* reuse */
 		return;
 	fprintf(stderr, "model-bench: writing %s (%s), about a minute\n", dir,
-		MKMODEL_ARGS);
+		args);
 	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s && mkdir -p %s && %s %s " MKMODEL_ARGS
-		 " %s && echo '" MKMODEL_ARGS "' > %s",
-		 dir, models, "python3", opt.mkmodel, dir, stamp);
+		 "rm -rf %s && mkdir -p %s && %s %s %s %s && echo '%s' > %s",
+		 dir, models, "python3", opt.mkmodel, args, dir, args, stamp);
 	if (system(cmd))
 		fail("failed: %s", cmd);
 }
@@ -369,10 +408,13 @@ static void djinn_open(const char *models, struct djinn_run *R,
 	check(vmu_session_create(R->env.v, "bench0", &R->s[0]), "session",
 	      NULL);
 	t0 = now_ns();
-	check(model_open(R->ms, R->s[0], MODEL_NAME, &R->h[0], msg,
+	check(model_open(R->ms, R->s[0], opt.arch->model, &R->h[0], msg,
 			 sizeof(msg)),
 	      "model_open", msg);
 	d->load_s = secs(t0, now_ns());
+	if (R->h[0]->m->cfg.vocab != opt.arch->vocab)
+		fail("%s: a vocabulary of %u, not %u", opt.arch->model,
+		     R->h[0]->m->cfg.vocab, opt.arch->vocab);
 	d->weight_bytes = R->h[0]->m->layout.bytes;
 	d->tokens = calloc(opt.decode + 1, sizeof(int32_t));
 	d->logits = calloc(R->h[0]->m->cfg.vocab, sizeof(float));
@@ -398,7 +440,7 @@ static void djinn_sessions(struct djinn_run *R, const int32_t *prompt,
 		snprintf(name, sizeof(name), "bench%u", i);
 		check(vmu_session_create(R->env.v, name, &R->s[i]), "session",
 		      NULL);
-		check(model_open(R->ms, R->s[i], MODEL_NAME, &R->h[i], msg,
+		check(model_open(R->ms, R->s[i], opt.arch->model, &R->h[i], msg,
 				 sizeof(msg)),
 		      "model_open", msg);
 		check(model_ctx_new(R->h[i], 8, &c, msg, sizeof(msg)),
@@ -505,11 +547,12 @@ static void run_torch(const char *models, const int32_t *prompt, uint32_t vocab,
 	for (unsigned int i = 0; i < opt.prefill; i++)
 		o += (size_t)sprintf(toks + o, "%s%d", i ? "," : "", prompt[i]);
 	snprintf(cmd, sizeof(cmd),
-		 "%s %s --model %s/%s --tokens %s --decode %u --rounds 1 "
-		 "--threads %u --device %s --logits-out %s/logits > %s/out "
-		 "2> %s/err",
-		 opt.python, opt.script, models, MODEL_NAME, toks, opt.decode,
-		 opt.threads, opt.backend, tmpl, tmpl, tmpl);
+		 "%s %s --model %s/%s --arch %s --tokens %s --decode %u "
+		 "--rounds 1 --threads %u --device %s --logits-out %s/logits "
+		 "> %s/out 2> %s/err",
+		 opt.python, opt.script, models, opt.arch->model,
+		 opt.arch->name, toks, opt.decode, opt.threads, opt.backend,
+		 tmpl, tmpl, tmpl);
 	free(toks);
 	st = system(cmd);
 	snprintf(path, sizeof(path), "%s/err", tmpl);
@@ -593,7 +636,7 @@ static void usage(void)
 		"                   [--prefill N] [--decode N] [--rounds N]\n"
 		"                   [--seed N] [--no-torch] [--torch-script "
 		"PATH]\n"
-		"                   [--backend cpu|cuda]\n");
+		"                   [--backend cpu|cuda] [--arch gpt2|qwen2]\n");
 	exit(2);
 }
 
@@ -625,6 +668,7 @@ int main(int argc, char **argv)
 		{ "no-torch", no_argument, NULL, 'n' },
 		{ "torch-script", required_argument, NULL, 'T' },
 		{ "backend", required_argument, NULL, 'B' },
+		{ "arch", required_argument, NULL, 'a' },
 		{ NULL, 0, NULL, 0 },
 	};
 	double pre[MAX_ROUNDS], dec[MAX_ROUNDS], tload = NAN, tpre = NAN;
@@ -638,6 +682,7 @@ int main(int argc, char **argv)
 	double err = 0, scale = 1e-30, gap_err = 0;
 	const char *why = NULL;
 	int32_t *prompt;
+	uint32_t vocab;
 	uint64_t rs;
 	int c;
 
@@ -675,6 +720,15 @@ int main(int argc, char **argv)
 				usage();
 			opt.backend = optarg;
 			break;
+		case 'a':
+			opt.arch = NULL;
+			for (size_t i = 0; i < sizeof(archs) / sizeof(*archs);
+			     i++)
+				if (!strcmp(optarg, archs[i].name))
+					opt.arch = &archs[i];
+			if (!opt.arch)
+				usage();
+			break;
 		default:
 			usage();
 		}
@@ -695,12 +749,13 @@ int main(int argc, char **argv)
 	if (!strcmp(opt.backend, "cuda"))
 		need_gpu(); /* before a minute of writing the model */
 	ensure_model(models, sizeof(models));
+	vocab = opt.arch->vocab;
 	prompt = calloc(opt.prefill, sizeof(*prompt));
 	if (!prompt)
 		fail("no memory");
 	rs = opt.seed;
 	for (unsigned int i = 0; i < opt.prefill; i++)
-		prompt[i] = (int32_t)(splitmix64(&rs) % VOCAB);
+		prompt[i] = (int32_t)(splitmix64(&rs) % vocab);
 
 	/* A warm-up round, then rounds of djinnd and PyTorch in turn, so
 	 * that both see the machine as it is at the time. */
@@ -724,7 +779,7 @@ int main(int argc, char **argv)
 		pre[r - 1] = p;
 		dec[r - 1] = q;
 		if (!t.off)
-			run_torch(models, prompt, VOCAB, &t);
+			run_torch(models, prompt, vocab, &t);
 	}
 	free(toks);
 	d.prefill = median(pre, opt.rounds);
@@ -740,7 +795,7 @@ int main(int argc, char **argv)
 	/* The cross-check */
 	compared = opt.decode < CHECK_TOKENS ? opt.decode : CHECK_TOKENS;
 	if (t.ran) {
-		for (uint32_t i = 0; i < VOCAB; i++) {
+		for (uint32_t i = 0; i < vocab; i++) {
 			err = fmax(err,
 				   fabs((double)d.logits[i] - t.logits[i]));
 			scale = fmax(scale, fabs((double)t.logits[i]));
@@ -766,7 +821,7 @@ int main(int argc, char **argv)
 	}
 
 	snprintf(note, sizeof(note), "%s f32, %u tokens, %u threads",
-		 MODEL_NAME, opt.prefill, opt.threads);
+		 opt.arch->model, opt.prefill, opt.threads);
 	snprintf(tnote, sizeof(tnote), "%s; %s", note, t.note);
 	emit(&(struct fig){ .metric = "prefill_tok_per_s",
 			    .value = d.prefill,
@@ -777,8 +832,8 @@ int main(int argc, char **argv)
 			    .samples = opt.rounds,
 			    .note = t.ran ? note : tnote });
 	snprintf(note, sizeof(note),
-		 "%s f32, %u greedy tokens after %u, %u threads", MODEL_NAME,
-		 opt.decode, opt.prefill, opt.threads);
+		 "%s f32, %u greedy tokens after %u, %u threads",
+		 opt.arch->model, opt.decode, opt.prefill, opt.threads);
 	snprintf(tnote, sizeof(tnote), "%s; %s", note, t.note);
 	emit(&(struct fig){ .metric = "decode_tok_per_s",
 			    .value = d.decode,

@@ -1,18 +1,34 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""PyTorch eager GPT-2 over a Hugging Face model directory: the reference
-bench/model-bench measures djinnd's CPU backend against.
+"""PyTorch eager GPT-2 and Llama-family models over a Hugging Face model
+directory: the reference bench/model-bench measures djinnd's CPU backend
+against.
 
     model_torch.py --model DIR --tokens 1,2,3 [--decode N] [--rounds R]
                    [--threads N] [--device cpu|cuda] [--logits-out FILE]
+                   [--arch gpt2|llama|qwen2|qwen3|mistral]
 
 Reads config.json and model.safetensors (f32, plain torch; no
-transformers), builds GPT-2 from torch.nn modules (Conv1D weights used as
-stored, (in, out), as Hugging Face's Conv1D does with addmm; attention by
-F.scaled_dot_product_attention, what Hugging Face uses by default; a KV
-cache of past keys and values), then for each round: prefill the tokens
-from an empty cache, then decode N tokens greedily, one at a time over
-the cache. The first round warms up and is not counted.
+transformers) and builds the model its "model_type" names (--arch, if
+given, must be it) from torch.nn modules:
+
+- gpt2: Conv1D weights used as stored, (in, out), as Hugging Face's
+  Conv1D does with addmm; LayerNorm; tanh GELU.
+- llama, qwen2, qwen3, mistral: RMSNorm (nn.RMSNorm); q, k and v
+  projections in one Linear and gate and up in another (their weights
+  concatenated once at load), with the biases the checkpoint has (qwen2's
+  q, k and v); qwen3's q and k RMSNorm per head; RoPE by rotate-half,
+  inverse frequencies 1 / theta^(2i / D) computed in float32 as
+  transformers computes them, cos and sin tabled once for every position;
+  grouped-query attention through SDPA's enable_gqa; SwiGLU MLP; the head
+  tied to the embedding or lm_head.weight. Default RoPE only, and no
+  sliding window shorter than the positions.
+
+Both attend by F.scaled_dot_product_attention (what Hugging Face uses by
+default) over a KV cache of past keys and values, and compute the head on
+the last row only. Each round: prefill the tokens from an empty cache,
+then decode N tokens greedily, one at a time over the cache. The first
+round warms up and is not counted.
 
 Prints one JSON object: the torch version, threads, load seconds, the
 median prefill and decode tokens/s, the greedy tokens, and per greedy
@@ -148,6 +164,146 @@ class GPT2(nn.Module):
         return F.linear(x, self.head)[0, -1], new
 
 
+# ---------------------------------------------------------------------------
+# The Llama family: llama, qwen2, qwen3, mistral
+
+
+def attend(q, k, v, gqa):
+    """Causal SDPA of T queries, the last T of k's S positions. q is
+    (B, H, T, D), k and v (B, KV, S, D)."""
+    T, S = q.shape[2], k.shape[2]
+    if T == 1:
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+    if S == T:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                              enable_gqa=gqa)
+    mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                          enable_gqa=gqa)
+
+
+def linear(sd, names):
+    """One nn.Linear of the weights @names, (out, in) each, stacked by
+    rows; with a bias if the checkpoint has them."""
+    w = torch.cat([sd[n + '.weight'] for n in names])
+    has = [n + '.bias' in sd for n in names]
+    if any(has) and not all(has):
+        sys.exit('model_torch.py: %s: biases on some only' % ', '.join(names))
+    lin = nn.Linear(w.shape[1], w.shape[0], bias=has[0])
+    lin.weight = nn.Parameter(w, requires_grad=False)
+    if has[0]:
+        lin.bias = nn.Parameter(torch.cat([sd[n + '.bias'] for n in names]),
+                                requires_grad=False)
+    return lin
+
+
+def rmsnorm(w, eps):
+    n = nn.RMSNorm(w.shape[0], eps=eps)
+    n.weight = nn.Parameter(w, requires_grad=False)
+    return n
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, sd, pfx, cfg, H, KV, D, eps):
+        super().__init__()
+        self.H, self.KV, self.D = H, KV, D
+        a, m = pfx + 'self_attn.', pfx + 'mlp.'
+        self.input_norm = rmsnorm(sd[pfx + 'input_layernorm.weight'], eps)
+        self.qkv = linear(sd, [a + 'q_proj', a + 'k_proj', a + 'v_proj'])
+        self.o_proj = linear(sd, [a + 'o_proj'])
+        self.q_norm = self.k_norm = None
+        if a + 'q_norm.weight' in sd:  # qwen3
+            self.q_norm = rmsnorm(sd[a + 'q_norm.weight'], eps)
+            self.k_norm = rmsnorm(sd[a + 'k_norm.weight'], eps)
+        self.post_norm = rmsnorm(sd[pfx + 'post_attention_layernorm.weight'],
+                                 eps)
+        self.gate_up = linear(sd, [m + 'gate_proj', m + 'up_proj'])
+        self.down = linear(sd, [m + 'down_proj'])
+        self.F = self.down.weight.shape[1]
+
+    def forward(self, x, cos, sin, past):
+        B, T, _ = x.shape
+        H, KV, D = self.H, self.KV, self.D
+        q, k, v = self.qkv(self.input_norm(x)).split(
+            (H * D, KV * D, KV * D), dim=-1)
+        q = q.view(B, T, H, D)
+        k = k.view(B, T, KV, D)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.transpose(1, 2)  # (B, H, T, D)
+        k = k.transpose(1, 2)  # (B, KV, T, D)
+        v = v.view(B, T, KV, D).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin  # cos, sin: (T, D)
+        k = k * cos + rotate_half(k) * sin
+        if past is not None:
+            k = torch.cat((past[0], k), dim=2)
+            v = torch.cat((past[1], v), dim=2)
+        y = attend(q, k, v, H != KV).transpose(1, 2).reshape(B, T, H * D)
+        x = x + self.o_proj(y)
+        g, u = self.gate_up(self.post_norm(x)).split(self.F, dim=-1)
+        x = x + self.down(F.silu(g) * u)
+        return x, (k, v)
+
+
+class Llama(nn.Module):
+    def __init__(self, sd, cfg):
+        super().__init__()
+        C = cfg['hidden_size']
+        H = cfg['num_attention_heads']
+        KV = cfg.get('num_key_value_heads') or H
+        D = cfg.get('head_dim') or C // H
+        eps = cfg.get('rms_norm_eps', 1e-6)
+        P = cfg['max_position_embeddings']
+        rope = cfg.get('rope_parameters') or cfg.get('rope_scaling') or {}
+        kind = rope.get('rope_type', rope.get('type', 'default'))
+        if kind != 'default':
+            sys.exit('model_torch.py: RoPE %s: only the default' % kind)
+        theta = rope.get('rope_theta', cfg.get('rope_theta', 10000.0))
+        win = cfg.get('sliding_window')
+        if win and win < P and (cfg['model_type'] == 'mistral' or
+                                cfg.get('use_sliding_window')):
+            sys.exit('model_torch.py: no sliding window shorter than the '
+                     'positions')
+        self.embed = nn.Embedding.from_pretrained(
+            sd['model.embed_tokens.weight'])
+        self.layers = nn.ModuleList(
+            LlamaBlock(sd, 'model.layers.%d.' % l, cfg, H, KV, D, eps)
+            for l in range(cfg['num_hidden_layers']))
+        self.norm = rmsnorm(sd['model.norm.weight'], eps)
+        head = sd.get('lm_head.weight')
+        if head is None and not cfg.get('tie_word_embeddings', False):
+            sys.exit('model_torch.py: no lm_head.weight and not tied')
+        self.head = self.embed.weight if head is None else head
+        # as transformers computes them (float32), once for every position
+        inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float)
+                                    / D))
+        freqs = torch.arange(P, dtype=torch.float)[:, None] * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)  # (P, D)
+        self.register_buffer('cos', emb.cos(), persistent=False)
+        self.register_buffer('sin', emb.sin(), persistent=False)
+
+    def forward(self, ids, past):
+        P = 0 if past is None else past[0][0].shape[2]
+        T = ids.shape[1]
+        cos, sin = self.cos[P:P + T], self.sin[P:P + T]
+        x = self.embed(ids)
+        new = []
+        for l, blk in enumerate(self.layers):
+            x, kv = blk(x, cos, sin, None if past is None else past[l])
+            new.append(kv)
+        x = self.norm(x[:, -1:, :])  # the last row is all that is sampled
+        return F.linear(x, self.head)[0, -1], new
+
+
+ARCHS = {'gpt2': GPT2, 'llama': Llama, 'qwen2': Llama, 'qwen3': Llama,
+         'mistral': Llama}
+
+
 def sync(dev):
     if dev.type == 'cuda':
         torch.cuda.synchronize(dev)
@@ -185,6 +341,8 @@ def main():
     ap.add_argument('--threads', type=int, default=os.cpu_count())
     ap.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
     ap.add_argument('--logits-out')
+    ap.add_argument('--arch', choices=sorted(ARCHS),
+                    help="the config's model_type must be this")
     a = ap.parse_args()
     dev = torch.device(a.device)
 
@@ -194,10 +352,15 @@ def main():
     t0 = time.perf_counter()
     with open(os.path.join(a.model, 'config.json')) as f:
         cfg = json.load(f)
-    if cfg.get('model_type') != 'gpt2':
-        sys.exit('model_torch.py: only gpt2 models')
-    model = GPT2(load_safetensors(os.path.join(a.model, 'model.safetensors')),
-                 cfg).eval().to(dev)
+    arch = cfg.get('model_type')
+    if arch not in ARCHS:
+        sys.exit('model_torch.py: model_type %r: only %s' %
+                 (arch, ', '.join(sorted(ARCHS))))
+    if a.arch and a.arch != arch:
+        sys.exit('model_torch.py: --arch %s, but %s is %s' %
+                 (a.arch, a.model, arch))
+    model = ARCHS[arch](load_safetensors(
+        os.path.join(a.model, 'model.safetensors')), cfg).eval().to(dev)
     model.head = model.head.to(dev)
     sync(dev)
     load = time.perf_counter() - t0
@@ -220,7 +383,7 @@ def main():
             if a.decode:
                 dec.append(a.decode / d)
     json.dump({'torch': torch.__version__, 'threads': torch.get_num_threads(),
-               'device': str(dev),
+               'device': str(dev), 'arch': arch,
                'load_s': load, 'prefill_tok_s': statistics.median(pre),
                'decode_tok_s': statistics.median(dec) if dec else None,
                'rounds': a.rounds, 'tokens': toks, 'gaps': gaps},

@@ -6,8 +6,10 @@
 #   make bench-model [BENCH_CACHE=DIR] [BENCH_MODEL_ARGS='--rounds 5']
 #   make bench-model BENCH_MODEL_ARGS='--backend cuda'   (on a GPU; 77
 #                                                       without one)
+#   make bench-model BENCH_MODEL_ARGS='--arch qwen2'  (a Qwen2-shaped
+#                                  100M model: the llama family's path)
 #
-# The model (about 500 MB, a minute to write) and PyTorch (a virtual
+# The model (about 500 MB; qwen2's 400 MB; under a minute to write) and PyTorch (a virtual
 # environment from PyPI, for the benchmark only; a few GB) are kept in
 # $(BENCH_CACHE) between runs. Without PyTorch the baselines are null.
 MODEL_BENCH := $(BUILD)/bench/model-bench
