@@ -412,12 +412,25 @@ struct djinn_ioctl_op {
 	int (*execute)(struct djinn_ucmd *uc);
 };
 
+/*
+ * djinn_ioctl() reads every struct's size as the u32 at offset 0 and its
+ * flags as the u32 at offset 4: each row checks that its struct has them
+ * there, and that its minimum size takes both in.
+ */
 #define DJINN_IOCTL_OP(_ioctl, _fn, _struct, _last, _flags, _perm)          \
 	[_IOC_NR(_ioctl) - DJINN_CMD_BASE] = {                              \
 		.size = sizeof(_struct) +                                   \
 			BUILD_BUG_ON_ZERO(sizeof(union djinn_ucmd_buffer) < \
-					  sizeof(_struct)),                 \
-		.min_size = offsetofend(_struct, _last),                    \
+					  sizeof(_struct)) +                \
+			BUILD_BUG_ON_ZERO(offsetof(_struct, size) != 0) +   \
+			BUILD_BUG_ON_ZERO(sizeof_field(_struct, size) !=    \
+					  sizeof(u32)) +                    \
+			BUILD_BUG_ON_ZERO(offsetof(_struct, flags) != 4) +  \
+			BUILD_BUG_ON_ZERO(sizeof_field(_struct, flags) !=   \
+					  sizeof(u32)),                     \
+		.min_size = offsetofend(_struct, _last) +                   \
+			    BUILD_BUG_ON_ZERO(offsetofend(_struct, _last) < \
+					      offsetofend(_struct, flags)), \
 		.ioctl_num = _ioctl,                                        \
 		.flags = _flags,                                            \
 		.perm = _perm,                                              \
