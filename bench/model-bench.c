@@ -28,7 +28,10 @@
  * after which the sequences part). Otherwise the run fails.
  *
  * Output: one JSON object per line (STYLE.md, Benchmarks). Without
- * PyTorch (it did not import) the baselines are null, with a note.
+ * PyTorch (it did not import) the baselines are null, with a note. A
+ * line held to a constant (a tolerance, a count of tokens compared, the
+ * weights' bytes) says so with "limit" and "limit_name" where a measured
+ * line has "baseline" and "baseline_name"; "ratio" is value / limit.
  *
  * --backend cuda runs djinnd's side on GPU 0 through the CUDA backend and
  * PyTorch's on the same GPU (model_torch.py --device cuda); the figures
@@ -164,7 +167,11 @@ static void fmt_num(char *buf, size_t len, double x)
 
 /*
  * struct fig - one figure
- * @baseline: the reference measured beside it; NAN for none (null)
+ * @baseline: the reference measured beside it in this run; NAN for none
+ *            (null)
+ * @limit:    a constant the value is held to instead (a tolerance, a
+ *            size the input fixes); the line has it in place of
+ *            @baseline when @limit_name is set
  * @target:   ">=" or "<=" against 1 on the ratio, or NULL
  */
 struct fig {
@@ -173,6 +180,8 @@ struct fig {
 	const char *unit;
 	double baseline;
 	const char *baseline_name;
+	double limit;
+	const char *limit_name;
 	const char *target;
 	unsigned int samples;
 	const char *note;
@@ -181,21 +190,26 @@ struct fig {
 static void emit(const struct fig *f)
 {
 	char val[32], base[32], ratio[32], note[512];
+	/* a constant is no baseline: the line names it a limit */
+	bool is_limit = f->limit_name;
+	double ref = is_limit ? f->limit : f->baseline;
+	const char *ref_key = is_limit ? "limit" : "baseline";
+	const char *ref_name = is_limit ? f->limit_name : f->baseline_name;
 	double r = NAN;
 
-	if (isfinite(f->baseline) && f->baseline != 0)
-		r = f->value / f->baseline;
+	if (isfinite(ref) && ref != 0)
+		r = f->value / ref;
 	fmt_num(val, sizeof(val), f->value);
-	fmt_num(base, sizeof(base), f->baseline);
+	fmt_num(base, sizeof(base), ref);
 	fmt_num(ratio, sizeof(ratio), r);
 	printf("{\"bench\": \"%s_%s\", \"metric\": \"%s\", "
-	       "\"value\": %s, \"unit\": \"%s\", \"baseline\": %s, "
+	       "\"value\": %s, \"unit\": \"%s\", \"%s\": %s, "
 	       "\"ratio\": %s",
-	       opt.arch->bench, opt.backend, f->metric, val, f->unit, base,
-	       ratio);
-	if (f->baseline_name) {
-		json_str(note, sizeof(note), f->baseline_name);
-		printf(", \"baseline_name\": \"%s\"", note);
+	       opt.arch->bench, opt.backend, f->metric, val, f->unit, ref_key,
+	       base, ratio);
+	if (ref_name) {
+		json_str(note, sizeof(note), ref_name);
+		printf(", \"%s_name\": \"%s\"", ref_key, note);
 	}
 	if (f->target) {
 		bool ge = !strcmp(f->target, ">=");
@@ -854,8 +868,8 @@ int main(int argc, char **argv)
 		emit(&(struct fig){ .metric = "prefill_logits_rel_err",
 				    .value = err,
 				    .unit = "of the largest logit",
-				    .baseline = LOGITS_TOL,
-				    .baseline_name = "tolerance",
+				    .limit = LOGITS_TOL,
+				    .limit_name = "tolerance",
 				    .target = "<=",
 				    .note = "djinnd's last prefill logits "
 					    "against pytorch's" });
@@ -863,8 +877,8 @@ int main(int argc, char **argv)
 			.metric = "decode_top2_gap_rel_err",
 			.value = gap_err,
 			.unit = "of the largest prefill logit",
-			.baseline = 2 * LOGITS_TOL,
-			.baseline_name = "tolerance",
+			.limit = 2 * LOGITS_TOL,
+			.limit_name = "tolerance",
 			.target = "<=",
 			.note = "best minus second best logit of each "
 				"greedy step, against pytorch's" });
@@ -877,16 +891,16 @@ int main(int argc, char **argv)
 		emit(&(struct fig){ .metric = "greedy_tokens_equal",
 				    .value = matched,
 				    .unit = "tokens",
-				    .baseline = compared,
-				    .baseline_name = "compared",
+				    .limit = compared,
+				    .limit_name = "compared",
 				    .target = ">=",
 				    .note = note });
 	}
 	emit(&(struct fig){ .metric = "text_bytes_1_session",
 			    .value = (double)d.text_1,
 			    .unit = "bytes",
-			    .baseline = (double)d.weight_bytes,
-			    .baseline_name = "the weights' bytes",
+			    .limit = (double)d.weight_bytes,
+			    .limit_name = "the weights' bytes",
 			    .note = "text segment, one session holding the "
 				    "model" });
 	snprintf(note, sizeof(note),
