@@ -32,31 +32,12 @@
 #include "cuda_backend.h"
 #include "cuda_internal.h"
 #include "graph.h"
-#include "log.h"
-
-/* djinnd's log where the backend is linked into djinnd; the GPU tests
- * link it without (cuda_log()). */
-#pragma weak dj_log
 
 /* Memory left to the context, cuBLAS and the kernels' scratch: the larger
  * of this and 1/32 of the device. */
 #define CUDA_HEADROOM (768ull << 20)
 
 static atomic_uint next_serial = 1;
-
-void cuda_log(int level, const char *fmt, ...)
-{
-	char buf[768];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (dj_log)
-		dj_log(level, "%s", buf);
-	else if (level <= LOG_NOTICE)
-		fprintf(stderr, "%s\n", buf);
-}
 
 const char *cuda_errcode(const struct cuda_dev *d, CUresult r, char *buf,
 			 size_t len)

@@ -149,8 +149,7 @@ int cu_version_check(int driver, int built, char *msg, size_t msglen)
 /* djinnd's log where it is linked (djinnd), else stderr (tests, bench) */
 #pragma weak dj_log
 
-static void __attribute__((format(printf, 2, 3)))
-cb_log(int level, const char *fmt, ...)
+void cuda_log(int level, const char *fmt, ...)
 {
 	char buf[768];
 	va_list ap;
@@ -337,24 +336,25 @@ int cublas_pick(const char *const *dirs, size_t nr_dirs,
 			if (!ret) {
 				snprintf(out->version, sizeof(out->version),
 					 "%s", names[i]);
-				cb_log(LOG_NOTICE,
-				       "cuBLAS: %s, release %d.%d.%d, from "
-				       "%s: a handle made and destroyed; "
-				       "MATMUL uses it",
-				       names[i], out->release / 10000,
-				       out->release / 100 % 100,
-				       out->release % 100, out->path);
+				cuda_log(LOG_NOTICE,
+					 "cuBLAS: %s, release %d.%d.%d, from "
+					 "%s: a handle made and destroyed; "
+					 "MATMUL uses it",
+					 names[i], out->release / 10000,
+					 out->release / 100 % 100,
+					 out->release % 100, out->path);
 				return 0;
 			}
 			if (ret == -ENOENT || ret == -EALREADY) {
-				cb_log(LOG_DEBUG, "cuBLAS: %s: %s", file, why);
+				cuda_log(LOG_DEBUG, "cuBLAS: %s: %s", file,
+					 why);
 				continue;
 			}
 			broken++;
-			cb_log(LOG_WARNING,
-			       "cuBLAS: %s does not work (%s): trying the "
-			       "next",
-			       file, why);
+			cuda_log(LOG_WARNING,
+				 "cuBLAS: %s does not work (%s): trying the "
+				 "next",
+				 file, why);
 			cb_note(msg, msglen, "%s%s: %s", broken > 1 ? "; " : "",
 				file, why);
 		}
@@ -363,10 +363,10 @@ int cublas_pick(const char *const *dirs, size_t nr_dirs,
 		cb_note(msg, msglen, "none of %s .. %s found",
 			nr_names ? names[0] : "libcublas.so",
 			nr_names ? names[nr_names - 1] : "");
-	cb_log(LOG_ERR,
-	       "cuBLAS: no cuBLAS works (%s): MATMUL runs on the fallback "
-	       "kernel, many times slower",
-	       msg);
+	cuda_log(LOG_ERR,
+		 "cuBLAS: no cuBLAS works (%s): MATMUL runs on the fallback "
+		 "kernel, many times slower",
+		 msg);
 	return -ENOENT;
 }
 

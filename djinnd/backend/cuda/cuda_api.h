@@ -13,6 +13,7 @@
 #define DJINN_CUDA_API_H
 
 #include <limits.h>
+#include <syslog.h> /* LOG_ERR .. LOG_DEBUG, for cuda_log() */
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -199,5 +200,10 @@ bool cu_error_is_sticky(CUresult r);
  * every error it is true for is also cu_error_is_sticky().
  */
 bool cu_error_is_fatal(CUresult r);
+
+/* A line in djinnd's log (log.h) where the backend is linked into
+ * djinnd; on stderr, err to notice only, where it is not (the tests). */
+void cuda_log(int level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 #endif /* DJINN_CUDA_API_H */

@@ -14,7 +14,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <syslog.h> /* LOG_ERR .. LOG_DEBUG, for cuda_log() */
 
 #include "backend/backend.h"
 #include "errmsg.h"
@@ -168,12 +167,6 @@ int cuda_err(struct cuda_dev *d, CUresult r, const char *what, char *msg,
 /* "CUDA_ERROR_CONTAINED (226)": @r's name and number, in @buf. */
 const char *cuda_errcode(const struct cuda_dev *d, CUresult r, char *buf,
 			 size_t len);
-
-/* A line in djinnd's log (log.h) where the backend is linked into
- * djinnd; on stderr, err to notice only, where it is not (the GPU
- * tests). */
-void cuda_log(int level, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
 
 /*
  * Enter the device on this thread: take ctx_lock for reading, make the
