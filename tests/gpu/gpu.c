@@ -176,6 +176,19 @@ float gpu_from_f16(uint16_t h)
 	return (float)(h & 0x8000 ? -v : v);
 }
 
+const char gpu_bad_op_ptx[] =
+	".version 7.0\n"
+	".target sm_80\n"
+	".address_size 64\n"
+	"\n"
+	".visible .entry bad(.param .u64 p, .param .u64 n)\n"
+	"{\n"
+	"\t.reg .b64 %rd<2>;\n"
+	"\tld.param.u64 %rd1, [p];\n"
+	"\tfrobnicate.u64 %rd1, %rd1;\n" /* line 9 */
+	"\tret;\n"
+	"}\n";
+
 const char gpu_test_ptx[] =
 	".version 7.0\n"
 	".target sm_80\n"

@@ -65,6 +65,10 @@ float gpu_from_bf16(uint16_t h);
  */
 extern const char gpu_test_ptx[];
 
+/* PTX that is well formed but for an unknown instruction on line 9:
+ * ptxas refuses it, naming the line (the JIT's error log). */
+extern const char gpu_bad_op_ptx[];
+
 /* Monotonic nanoseconds. */
 uint64_t gpu_now_ns(void);
 

@@ -127,23 +127,12 @@ static void test_refusals(void **state)
  */
 static void test_jit_log(void **state)
 {
-	static const char bad_ptx[] =
-		".version 7.0\n"
-		".target sm_80\n"
-		".address_size 64\n"
-		"\n"
-		".visible .entry bad(.param .u64 p, .param .u64 n)\n"
-		"{\n"
-		"\t.reg .b64 %rd<2>;\n"
-		"\tld.param.u64 %rd1, [p];\n"
-		"\tfrobnicate.u64 %rd1, %rd1;\n" /* line 9 */
-		"\tret;\n"
-		"}\n";
 	struct cuda_module *m = NULL;
 	char msg[DJINN_MAX_ERROR_MSG] = "";
 
-	assert_int_equal(cuda_module_load(G.b, bad_ptx, sizeof(bad_ptx), &m,
-					  msg, sizeof(msg)),
+	assert_int_equal(cuda_module_load(G.b, gpu_bad_op_ptx,
+					  strlen(gpu_bad_op_ptx) + 1, &m, msg,
+					  sizeof(msg)),
 			 -EINVAL);
 	assert_null(m);
 	printf("# ptxas refuses: %s\n", msg);

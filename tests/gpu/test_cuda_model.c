@@ -29,25 +29,13 @@
 
 #include "gpu.h"
 #include "model/runtime.h"
+#include "../unit/testutil.h"
 
-#define MiB (1ull << 20)
 #define N_DECODE 16
 #define MIN_SAME 8
 
 static char dir[64];
 static struct gpu G;
-
-static void run(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	if (system(cmd))
-		fail_msg("failed: %s", cmd);
-}
 
 /* One backend's runtime: a VMU over its provider, a stack, a session
  * and a model store over the test's model directory. */
@@ -228,38 +216,39 @@ static int group_setup(void **state)
 	snprintf(dir, sizeof(dir), "/tmp/djinn-gm-XXXXXX");
 	if (!mkdtemp(dir))
 		return -1;
-	run("python3 scripts/mkmodel.py --seed 11 --layers 2 %s/gpt2-f32", dir);
-	run("python3 scripts/mkmodel.py --seed 12 --dtype f16 --untied "
-	    "%s/gpt2-f16",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 13 --dtype bf16 %s/gpt2-bf16",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 14 --arch llama --kv-heads 2 "
-	    "%s/llama-f32",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 16 --arch llama --dtype bf16 "
-	    "--kv-heads 1 %s/llama-bf16",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 17 --arch llama --dtype f16 "
-	    "--kv-heads 2 --rope llama3 --rope-theta 500000 --rope-factor 8 "
-	    "--low-freq-factor 1 --high-freq-factor 4 --original-max-pos 16 "
-	    "%s/llama3-f16",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 18 --arch llama --rope yarn "
-	    "--rope-factor 4 --original-max-pos 16 %s/yarn-f32",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 19 --arch llama --ctx 16 "
-	    "--rope dynamic --rope-factor 4 %s/dynamic-f32",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 20 --arch qwen2 --kv-heads 2 "
-	    "--tied %s/qwen2-f32",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 21 --arch qwen3 --dtype bf16 "
-	    "--kv-heads 2 --head-dim 24 --attention-bias %s/qwen3-bf16",
-	    dir);
-	run("python3 scripts/mkmodel.py --seed 22 --arch mistral --kv-heads 2 "
-	    "--sliding-window 4096 %s/mistral-f32",
-	    dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 11 --layers 2 %s/gpt2-f32",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 12 --dtype f16 --untied "
+		"%s/gpt2-f16",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 13 --dtype bf16 %s/gpt2-bf16",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 14 --arch llama --kv-heads 2 "
+		"%s/llama-f32",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 16 --arch llama --dtype bf16 "
+		"--kv-heads 1 %s/llama-bf16",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 17 --arch llama --dtype f16 "
+		"--kv-heads 2 --rope llama3 --rope-theta 500000 --rope-factor 8 "
+		"--low-freq-factor 1 --high-freq-factor 4 --original-max-pos 16 "
+		"%s/llama3-f16",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 18 --arch llama --rope yarn "
+		"--rope-factor 4 --original-max-pos 16 %s/yarn-f32",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 19 --arch llama --ctx 16 "
+		"--rope dynamic --rope-factor 4 %s/dynamic-f32",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 20 --arch qwen2 --kv-heads 2 "
+		"--tied %s/qwen2-f32",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 21 --arch qwen3 --dtype bf16 "
+		"--kv-heads 2 --head-dim 24 --attention-bias %s/qwen3-bf16",
+		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 22 --arch mistral --kv-heads 2 "
+		"--sliding-window 4096 %s/mistral-f32",
+		dir);
 	return 0;
 }
 

@@ -35,7 +35,7 @@
 
 #define N 1000003 /* not a multiple of a block */
 
-extern const char gpu_test_ptx[];
+extern const char gpu_test_ptx[], gpu_bad_op_ptx[];
 
 struct fx {
 	struct djd d;
@@ -190,19 +190,6 @@ static void test_refusals(void **state)
 {
 	static const char bad_ptx[] = ".version 7.0\n.target sm_80\n"
 				      ".address_size 64\n.visible .entry x(\n";
-	/* well formed but for an unknown instruction on line 9 */
-	static const char bad_op_ptx[] =
-		".version 7.0\n"
-		".target sm_80\n"
-		".address_size 64\n"
-		"\n"
-		".visible .entry bad(.param .u64 p, .param .u64 n)\n"
-		"{\n"
-		"\t.reg .b64 %rd<2>;\n"
-		"\tld.param.u64 %rd1, [p];\n"
-		"\tfrobnicate.u64 %rd1, %rd1;\n"
-		"\tret;\n"
-		"}\n";
 	struct djinn_kernel_launch l = launch_for(N);
 	struct djinn_tensor *m, *bad = NULL, *x = x_tensor();
 	struct djinn_admin_vmu v0, v1;
@@ -220,8 +207,8 @@ static void test_refusals(void **state)
 	assert_non_null(strstr(djinn_last_error(), "does not load"));
 	printf("# a truncated module: %s\n", djinn_last_error());
 	/* the JIT's error log, on one line, in the message */
-	assert_int_equal(djinn_module_upload(F.s, bad_op_ptx,
-					     sizeof(bad_op_ptx) - 1, &bad),
+	assert_int_equal(djinn_module_upload(F.s, gpu_bad_op_ptx,
+					     strlen(gpu_bad_op_ptx), &bad),
 			 -EINVAL);
 	assert_null(bad);
 	printf("# an unknown instruction: %s\n", djinn_last_error());
