@@ -29,53 +29,9 @@
 #include <dlfcn.h>
 
 #include "backend/cuda/cuda_api.h"
-#include "log.h"
+#include "logcap.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
-/* ------------------------------------------------------------------
- * The log: every line cuda_api.c logs, "<level>text\n"
- */
-static char logbuf[16384];
-
-void dj_log(int level, const char *fmt, ...)
-{
-	size_t used = strlen(logbuf);
-	va_list ap;
-	int n;
-
-	n = snprintf(logbuf + used, sizeof(logbuf) - used, "<%d>", level);
-	if (n < 0 || (size_t)n >= sizeof(logbuf) - used)
-		return;
-	used += (size_t)n;
-	va_start(ap, fmt);
-	vsnprintf(logbuf + used, sizeof(logbuf) - used, fmt, ap);
-	va_end(ap);
-	used = strlen(logbuf);
-	if (used + 1 < sizeof(logbuf))
-		strcat(logbuf, "\n");
-}
-
-/* The logged line at @level that contains @a and @b, or NULL. */
-static const char *logged(int level, const char *a, const char *b)
-{
-	char tag[8];
-	const char *line = logbuf;
-
-	snprintf(tag, sizeof(tag), "<%d>", level);
-	while (*line) {
-		const char *end = strchr(line, '\n');
-		size_t len = end ? (size_t)(end - line) : strlen(line);
-		char buf[1024];
-
-		snprintf(buf, sizeof(buf), "%.*s", (int)len, line);
-		if (!strncmp(buf, tag, strlen(tag)) && strstr(buf, a) &&
-		    (!b || strstr(buf, b)))
-			return line;
-		line += len + (end ? 1 : 0);
-	}
-	return NULL;
-}
 
 /* ------------------------------------------------------------------
  * Stand-ins, copied into a temporary directory
@@ -339,10 +295,9 @@ static void test_pick_falls_through(void **state)
 	assert_int_equal(counter(&b, "stub_destroys"), 1);
 
 	snprintf(skipped, sizeof(skipped), "%s/libcublas.so.13", t.dir);
-	assert_non_null(
-		logged(LOG_WARNING, skipped, "CUBLAS_STATUS_ALLOC_FAILED"));
-	assert_non_null(logged(LOG_NOTICE, "libcublas.so.12", "13.1.0"));
-	assert_null(logged(LOG_ERR, "cuBLAS", NULL));
+	assert_true(logged(LOG_WARNING, skipped, "CUBLAS_STATUS_ALLOC_FAILED"));
+	assert_true(logged(LOG_NOTICE, "libcublas.so.12", "13.1.0"));
+	assert_false(logged(LOG_ERR, "cuBLAS", NULL));
 	dlclose(b.lib);
 	tree_remove(&t);
 }
@@ -400,11 +355,11 @@ static void test_pick_none_works(void **state)
 	assert_non_null(strstr(
 		msg, "libcublas.so.12: it lacks cublasGemmStridedBatchedEx"));
 	assert_non_null(strstr(msg, "libdjinn-missing.so.1"));
-	assert_non_null(logged(LOG_WARNING, "libcublas.so.13", "trying"));
-	assert_non_null(logged(LOG_WARNING, "libcublas.so.12", "lacks"));
-	assert_non_null(logged(LOG_WARNING, "libcublas.so.11",
-			       "libdjinn-missing.so.1"));
-	assert_non_null(logged(LOG_ERR, "no cuBLAS works", "fallback"));
+	assert_true(logged(LOG_WARNING, "libcublas.so.13", "trying"));
+	assert_true(logged(LOG_WARNING, "libcublas.so.12", "lacks"));
+	assert_true(logged(LOG_WARNING, "libcublas.so.11",
+			   "libdjinn-missing.so.1"));
+	assert_true(logged(LOG_ERR, "no cuBLAS works", "fallback"));
 	tree_remove(&t);
 }
 
@@ -422,9 +377,9 @@ static void test_pick_same_file_once(void **state)
 	assert_int_equal(symlink("libcublas.so.13", link), 0);
 	dirs[0] = t.dir;
 	assert_int_equal(pick(dirs, 1, 13000, &b, msg, sizeof(msg)), -ENOENT);
-	assert_non_null(logged(LOG_WARNING, "libcublas.so.13", "trying"));
-	assert_null(logged(LOG_WARNING, "libcublas.so ", NULL));
-	assert_non_null(logged(LOG_DEBUG, "libcublas.so:", "tried already"));
+	assert_true(logged(LOG_WARNING, "libcublas.so.13", "trying"));
+	assert_false(logged(LOG_WARNING, "libcublas.so ", NULL));
+	assert_true(logged(LOG_DEBUG, "libcublas.so:", "tried already"));
 	assert_null(strstr(msg, "libcublas.so:"));
 	tree_remove(&t);
 }
@@ -442,8 +397,8 @@ static void test_pick_nothing_found(void **state)
 	assert_int_equal(pick(dirs, 1, 13000, &b, msg, sizeof(msg)), -ENOENT);
 	assert_non_null(strstr(msg, "none of libcublas.so.13 .. libcublas.so "
 				    "found"));
-	assert_null(logged(LOG_WARNING, "cuBLAS", NULL));
-	assert_non_null(logged(LOG_ERR, "no cuBLAS works", "fallback"));
+	assert_false(logged(LOG_WARNING, "cuBLAS", NULL));
+	assert_true(logged(LOG_ERR, "no cuBLAS works", "fallback"));
 	tree_remove(&t);
 }
 

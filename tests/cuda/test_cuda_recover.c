@@ -27,52 +27,10 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
-#include "log.h"
+#include "logcap.h"
 
 /* CUDA 12.0's cuda.h lacks it; the driver never renumbers */
 #define ERR_CONTAINED ((CUresult)226)
-
-/* ------------------------------------------------------------------
- * The log: what the backend logs, "<level>text\n"
- */
-static char logbuf[32768];
-
-void dj_log(int level, const char *fmt, ...)
-{
-	size_t used = strlen(logbuf);
-	va_list ap;
-	int n;
-
-	n = snprintf(logbuf + used, sizeof(logbuf) - used, "<%d>", level);
-	if (n < 0 || (size_t)n >= sizeof(logbuf) - used)
-		return;
-	used += (size_t)n;
-	va_start(ap, fmt);
-	vsnprintf(logbuf + used, sizeof(logbuf) - used, fmt, ap);
-	va_end(ap);
-	used = strlen(logbuf);
-	if (used + 1 < sizeof(logbuf))
-		strcat(logbuf, "\n");
-}
-
-/* Whether a line logged at @level holds @a and then @b. */
-static bool logged(int level, const char *a, const char *b)
-{
-	char tag[8];
-	const char *p = logbuf;
-
-	snprintf(tag, sizeof(tag), "<%d>", level);
-	while ((p = strstr(p, tag))) {
-		const char *end = strchr(p, '\n');
-		const char *at = strstr(p, a);
-
-		if (at && (!end || at < end) &&
-		    (!b || ((at = strstr(at, b)) && (!end || at < end))))
-			return true;
-		p += strlen(tag);
-	}
-	return false;
-}
 
 /* ------------------------------------------------------------------
  * The stand-in driver. Each call appends "Name[@va] " to calls[].
