@@ -48,6 +48,7 @@ BACKEND_LIB  := $(BUILD)/libbackend.a
 
 # the daemon's own pieces, as a library its tests link
 DJINND_SRCS  := $(wildcard djinnd/exec/*.c djinnd/session/*.c djinnd/net/*.c) \
+		$(wildcard djinnd/sched/*.c) \
 		$(wildcard djinnd/model/*.c) djinnd/log.c djinnd/server.c
 DJINND_LIB   := $(BUILD)/libdjinnd.a
 
@@ -80,6 +81,7 @@ test_host_provider_LIBS := $(LIBS_VMU)
 test_graph_LIBS         := $(COMMON_LIB)
 test_cpu_backend_LIBS   := $(LIBS_BACKEND)
 test_exec_LIBS          := $(LIBS_DJINND)
+test_sched_LIBS         := $(LIBS_DJINND)
 test_libdjinn_LIBS       := $(LIBS_LIBDJINN)
 test_libdjinn_graph_LIBS := $(LIBS_LIBDJINN)
 test_libdjinn_rx_LIBS    := $(LIBS_LIBDJINN)

@@ -41,6 +41,7 @@ enum key_type {
 	T_FILE, /* a path, or empty for none */
 	T_TCP, /* "tcp:HOST:PORT", or empty for off */
 	T_LEASES, /* "auto", "kmod" or "user" */
+	T_POLICY, /* "semantic", "lru" or "static" */
 };
 
 struct key {
@@ -94,6 +95,15 @@ static const struct key keys[] = {
 	    .reload = CONFIG_RELOAD_LOG),
 	KEY("log", "file", T_FILE, TOP(log_file)),
 	KEY("metrics", "listen", T_TCP, SRV(metrics)),
+	KEY("sched", "policy", T_POLICY, SRV(sched.policy)),
+	KEY("sched", "quantum", T_DURATION, SRV(sched.quantum_ns), .min = MS,
+	    .max = SEC, .reload = CONFIG_RELOAD_SCHED),
+	KEY("sched", "admit_wait", T_DURATION, SRV(sched.admit_wait_ns),
+	    .min = 0, .max = 60 * SEC, .reload = CONFIG_RELOAD_SCHED),
+	KEY("sched", "max_io_wait", T_DURATION, SRV(sched.max_io_wait_ns),
+	    .min = MS, .max = 24 * 3600 * SEC, .reload = CONFIG_RELOAD_SCHED),
+	KEY("sched", "swap_margin", T_UINT, SRV(sched.swap_margin_pct),
+	    .min = 100, .max = 10000, .reload = CONFIG_RELOAD_SCHED),
 };
 
 #define NR_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -152,6 +162,8 @@ fail(struct djinnd_config *c, const char *fmt, ...)
 	va_end(ap);
 	return -EINVAL;
 }
+
+static void fmt_duration(uint64_t ns, char *buf, size_t len);
 
 static const struct key *key_find(const char *section, const char *name)
 {
@@ -407,13 +419,29 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 				    k->section, k->name, v);
 		*(uint64_t *)p = n;
 		return 0;
-	case T_DURATION:
-		if (config_parse_duration(v, &n) || n < k->min || n > k->max)
+	case T_DURATION: {
+		char lo[32], hi[32];
+
+		if (!config_parse_duration(v, &n) && n >= k->min &&
+		    n <= k->max) {
+			*(uint64_t *)p = n;
+			return 0;
+		}
+		fmt_duration(k->min, lo, sizeof(lo));
+		fmt_duration(k->max, hi, sizeof(hi));
+		return fail(c,
+			    "%s.%s: '%s': want a time from %s to %s with its "
+			    "unit: ms, s, m or h",
+			    k->section, k->name, v, lo, hi);
+	}
+	case T_POLICY:
+		ret = sched_policy_parse(v);
+		if (ret < 0)
 			return fail(c,
-				    "%s.%s: '%s': want a time from 1ms to "
-				    "24h with its unit: ms, s, m or h",
+				    "%s.%s: '%s': want semantic, lru or "
+				    "static",
 				    k->section, k->name, v);
-		*(uint64_t *)p = n;
+		*(unsigned int *)p = (unsigned int)ret;
 		return 0;
 	case T_LEVEL:
 		ret = log_parse_level(v);
@@ -456,6 +484,53 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 	if (!(v = keep(c, v)))
 		return fail(c, "out of memory");
 	*(const char **)p = v;
+	return 0;
+}
+
+/* A [tenant.NAME] section's key: share = 1 .. SCHED_SHARE_MAX, the
+ * tenant's weight in the scheduler's fair queueing. */
+static int tenant_set(struct djinnd_config *c, const char *tenant,
+		      const char *name, const char *value)
+{
+	struct server_config *s = &c->srv;
+	size_t n = strlen(tenant);
+	unsigned int i;
+	uint64_t v;
+
+	if (!n || n >= DJINN_TENANT_MAX)
+		return fail(c, "[tenant.%s]: a tenant name has 1 to %d bytes",
+			    tenant, DJINN_TENANT_MAX - 1);
+	for (size_t j = 0; j < n; j++)
+		if (tenant[j] <= ' ' || tenant[j] > '~')
+			return fail(c,
+				    "[tenant.%s]: a tenant name is printable "
+				    "bytes without spaces",
+				    tenant);
+	if (strcmp(name, "share"))
+		return fail(c, "unknown key '%s' in [tenant.%s] (want share)",
+			    name, tenant);
+	if (parse_uint(value, &v) || v < 1 || v > SCHED_SHARE_MAX)
+		return fail(c,
+			    "tenant.%s.share: '%s': want a number from 1 to %d",
+			    tenant, value, SCHED_SHARE_MAX);
+	for (i = 0; i < s->nr_shares; i++)
+		if (!strcmp(s->shares[i].tenant, tenant))
+			break;
+	if (i == s->nr_shares) {
+		if (i == SCHED_TENANTS_MAX)
+			return fail(c, "tenant.%s.share: at most %d tenants",
+				    tenant, SCHED_TENANTS_MAX);
+		s->nr_shares++;
+	} else if (c->share_origin[i].file == c->cur_file &&
+		   c->share_origin[i].line && c->cur_line) {
+		return fail(c, "tenant.%s.share: already set on line %u",
+			    tenant, c->share_origin[i].line);
+	}
+	snprintf(s->shares[i].tenant, sizeof(s->shares[i].tenant), "%s",
+		 tenant);
+	s->shares[i].share = (unsigned int)v;
+	c->share_origin[i].file = c->cur_file;
+	c->share_origin[i].line = c->cur_line;
 	return 0;
 }
 
@@ -513,6 +588,13 @@ void config_init(struct djinnd_config *c)
 		.crit_pct = 95,
 		.model_dir = "/var/lib/djinn/models",
 		.leases = "auto",
+		.sched = {
+			.policy = DJINN_SCHED_SEMANTIC,
+			.quantum_ns = SCHED_QUANTUM_DEFAULT,
+			.admit_wait_ns = SCHED_ADMIT_WAIT_DEFAULT,
+			.max_io_wait_ns = SCHED_MAX_IO_WAIT_DEFAULT,
+			.swap_margin_pct = SCHED_SWAP_MARGIN_DEFAULT,
+		},
 	};
 	c->log_level = LOG_INFO;
 	run_dir(dir, sizeof(dir));
@@ -570,6 +652,8 @@ static int on_line(void *user, const char *section, const char *name,
 		fail(c, "'%s' before any [section]", name);
 		return 0;
 	}
+	if (!strncmp(section, "tenant.", 7))
+		return tenant_set(c, section + 7, name, value) ? 0 : 1;
 	k = key_find(section, name);
 	if (!k) {
 		if (section_known(section))
@@ -636,6 +720,18 @@ int config_set(struct djinnd_config *c, const char *key, const char *value)
 	c->err[0] = 0;
 	c->cur_file = cmdline;
 	c->cur_line = 0;
+	/* tenant.NAME.share: NAME may not hold a dot, the key none */
+	if (!strncmp(key, "tenant.", 7) && strrchr(key, '.') > key + 7) {
+		const char *last = strrchr(key, '.');
+		char tenant[DJINN_TENANT_MAX + 1];
+		size_t n = (size_t)(last - key - 7);
+
+		if (n >= sizeof(tenant))
+			n = sizeof(tenant) - 1;
+		memcpy(tenant, key + 7, n);
+		tenant[n] = 0;
+		return tenant_set(c, tenant, last + 1, value);
+	}
 	if (dot && (size_t)(dot - key) < sizeof(section)) {
 		memcpy(section, key, (size_t)(dot - key));
 		section[dot - key] = 0;
@@ -726,7 +822,9 @@ int config_validate(struct djinnd_config *c)
 
 static void fmt_duration(uint64_t ns, char *buf, size_t len)
 {
-	if (ns % (3600 * SEC) == 0)
+	if (!ns)
+		snprintf(buf, len, "0s");
+	else if (ns % (3600 * SEC) == 0)
 		snprintf(buf, len, "%lluh",
 			 (unsigned long long)(ns / 3600 / SEC));
 	else if (ns % (60 * SEC) == 0)
@@ -791,6 +889,10 @@ static void key_fmt(const struct djinnd_config *c, const struct key *k,
 	case T_LEVEL:
 		snprintf(buf, len, "%s", log_level_name(*(const int *)p));
 		break;
+	case T_POLICY:
+		snprintf(buf, len, "%s",
+			 sched_policy_name(*(const unsigned int *)p));
+		break;
 	default:
 		s = *(const char *const *)p;
 		snprintf(buf, len, "%s", s ? s : "");
@@ -841,6 +943,36 @@ void config_print(const struct djinnd_config *c, FILE *f)
 		fprintf(f, "%s =%s%s\t; %s%s\n", k->name, *val ? " " : "", val,
 			from, k->reload ? ", SIGHUP reloads it" : "");
 	}
+	for (unsigned int i = 0; i < c->srv.nr_shares; i++) {
+		const struct config_origin *o = &c->share_origin[i];
+
+		if (o->line)
+			snprintf(from, sizeof(from), "%s:%u", o->file, o->line);
+		else
+			snprintf(from, sizeof(from), "%s", o->file);
+		fprintf(f,
+			"\n[tenant.%s]\nshare = %u\t; %s, SIGHUP reloads it\n",
+			c->srv.shares[i].tenant, c->srv.shares[i].share, from);
+	}
+}
+
+/* Whether two configurations give the tenants the same shares. */
+static bool shares_equal(const struct server_config *a,
+			 const struct server_config *b)
+{
+	if (a->nr_shares != b->nr_shares)
+		return false;
+	for (unsigned int i = 0; i < a->nr_shares; i++) {
+		unsigned int j;
+
+		for (j = 0; j < b->nr_shares; j++)
+			if (!strcmp(a->shares[i].tenant, b->shares[j].tenant))
+				break;
+		if (j == b->nr_shares ||
+		    a->shares[i].share != b->shares[j].share)
+			return false;
+	}
+	return true;
 }
 
 unsigned int config_diff(const struct djinnd_config *now,
@@ -869,12 +1001,33 @@ unsigned int config_diff(const struct djinnd_config *now,
 			(*nr_restart)++;
 		}
 	}
+	if (!shares_equal(&now->srv, &next->srv)) {
+		log_notice("reload: tenant shares: %u tenant%s named",
+			   next->srv.nr_shares,
+			   next->srv.nr_shares == 1 ? "" : "s");
+		mask |= CONFIG_RELOAD_SCHED;
+	}
 	return mask;
 }
 
 void config_apply(struct djinnd_config *now, const struct djinnd_config *next,
 		  unsigned int mask)
 {
+	if (mask & CONFIG_RELOAD_SCHED) {
+		memcpy(now->srv.shares, next->srv.shares,
+		       sizeof(now->srv.shares));
+		now->srv.nr_shares = next->srv.nr_shares;
+		for (unsigned int i = 0; i < next->srv.nr_shares; i++) {
+			const char *file = next->share_origin[i].file;
+
+			if (file && file != cmdline)
+				file = now->path && !strcmp(now->path, file) ?
+					       now->path :
+					       keep(now, file);
+			now->share_origin[i].file = file;
+			now->share_origin[i].line = next->share_origin[i].line;
+		}
+	}
 	for (size_t i = 0; i < NR_KEYS; i++) {
 		const struct key *k = &keys[i];
 		const struct config_origin *o = &next->origin[i];

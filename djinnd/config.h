@@ -45,6 +45,7 @@ struct djinnd_config {
 	const char *log_file;
 	const char *path;
 	struct config_origin origin[CONFIG_MAX_KEYS];
+	struct config_origin share_origin[SCHED_TENANTS_MAX];
 	char err[CONFIG_ERR_LEN];
 	/* private: strings the struct points at, freed by config_free() */
 	char **strs;
@@ -86,6 +87,7 @@ enum {
 	CONFIG_RELOAD_LOG = 1 << 0, /* log.level */
 	CONFIG_RELOAD_PRESSURE = 1 << 1, /* memory.pressure_* */
 	CONFIG_RELOAD_LEASE = 1 << 2, /* lease.* */
+	CONFIG_RELOAD_SCHED = 1 << 3, /* sched.* but policy, tenant.*.share */
 };
 unsigned int config_diff(const struct djinnd_config *now,
 			 const struct djinnd_config *next,

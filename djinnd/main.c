@@ -52,6 +52,8 @@ static void usage(FILE *f)
 		"      --metrics ADDR       tcp:HOST:PORT for the metrics endpoint\n"
 		"      --model-dir DIR      models by name (default\n"
 		"                           /var/lib/djinn/models)\n"
+		"      --sched-policy NAME  memory policy: semantic (default),\n"
+		"                           lru or static\n"
 		"  -f, --foreground         stay in the foreground (default when\n"
 		"                           stderr is a terminal or under systemd)\n"
 		"  -L, --log-level LEVEL    err, warning, notice, info (default), debug\n"
@@ -74,6 +76,7 @@ enum {
 	OPT_LEASES,
 	OPT_FAULT_INJECTION,
 	OPT_CPU_DEVICE_ONLY,
+	OPT_SCHED_POLICY,
 };
 
 static const struct option opts[] = {
@@ -95,6 +98,7 @@ static const struct option opts[] = {
 	{ "log-file", required_argument, NULL, OPT_LOG_FILE },
 	{ "fault-injection", no_argument, NULL, OPT_FAULT_INJECTION },
 	{ "cpu-device-only", no_argument, NULL, OPT_CPU_DEVICE_ONLY },
+	{ "sched-policy", required_argument, NULL, OPT_SCHED_POLICY },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
@@ -142,6 +146,8 @@ static const char *flag_key(int c)
 		return "log.level";
 	case OPT_LOG_FILE:
 		return "log.file";
+	case OPT_SCHED_POLICY:
+		return "sched.policy";
 	}
 	return NULL;
 }
@@ -348,6 +354,18 @@ static void on_reload(struct server *srv)
 			if (ret)
 				log_err("reload: %s: pressure thresholds: %s",
 					srv->dev[i].name, strerror(-ret));
+		}
+	}
+	if (mask & CONFIG_RELOAD_SCHED) {
+		/* Weights of open sessions too; the policy stays. */
+		srv->cfg.sched = running.srv.sched;
+		memcpy(srv->cfg.shares, running.srv.shares,
+		       sizeof(srv->cfg.shares));
+		srv->cfg.nr_shares = running.srv.nr_shares;
+		for (unsigned int i = 0; i < srv->nr_dev; i++) {
+			struct sched_config sc = server_sched_config(&srv->cfg);
+
+			sched_configure(srv->dev[i].sched, &sc);
 		}
 	}
 	if (mask & CONFIG_RELOAD_LEASE) {

@@ -350,6 +350,13 @@ static int device_init(struct server *srv, struct device *d)
 		 (unsigned long long)(d->backend->provider->capacity >> 20),
 		 (unsigned long long)(d->backend->provider->granularity >> 10),
 		 d->index);
+	{
+		struct sched_config sc = server_sched_config(cfg);
+
+		ret = sched_create(srv, d, &sc, &d->sched);
+		if (ret)
+			return ret;
+	}
 	ret = executor_start(srv, d, EXEC_GRAPH, &d->exec);
 	if (ret)
 		return ret;
@@ -485,12 +492,25 @@ unsigned int server_depth(struct server *srv)
 	unsigned int n = 0;
 
 	for (unsigned int i = 0; i < srv->nr_dev; i++) {
-		if (srv->dev[i].exec)
-			n += executor_depth(srv->dev[i].exec);
-		if (srv->dev[i].mem)
-			n += executor_depth(srv->dev[i].mem);
+		if (!srv->dev[i].sched)
+			continue;
+		for (unsigned int l = 0; l < SCHED_LANES; l++) {
+			unsigned int q, r;
+
+			sched_depth(srv->dev[i].sched, l, &q, &r);
+			n += q + r;
+		}
 	}
 	return n;
+}
+
+struct sched_config server_sched_config(const struct server_config *cfg)
+{
+	struct sched_config sc = cfg->sched;
+
+	sc.shares = cfg->shares;
+	sc.nr_shares = cfg->nr_shares;
+	return sc;
 }
 
 int server_fault_inject(struct server *srv, struct device *d, uint32_t flags,
@@ -589,6 +609,7 @@ void server_exit(struct server *srv)
 			executor_free(d->exec);
 		if (d->mem)
 			executor_free(d->mem);
+		sched_destroy(d->sched);
 		/* Every session's holds are closed by now. */
 		if (d->models)
 			model_store_destroy(d->models);

@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "net/loop.h"
 #include "net/metrics.h"
+#include "sched/sched.h"
 #include "session/lease.h"
 #include "session/session.h"
 #include "vmu/vmu.h"
@@ -55,6 +56,10 @@ struct server_config {
 	bool cpu_device_only; /* --cpu-device-only: a CPU device's memory is
 			       * reached through the provider's copies only,
 			       * as a GPU's (provider.device_only): tests */
+	/* [sched] and [tenant.NAME]: sched.shares points at @shares */
+	struct sched_config sched;
+	struct sched_share shares[SCHED_TENANTS_MAX];
+	unsigned int nr_shares;
 };
 
 struct executor;
@@ -70,9 +75,10 @@ struct model_store;
  * @ordinal:  the --device N it was made for (the GPU's ordinal, or the
  *            number of a CPU device)
  * @name:     "cpu" (the one CPU device), "cpu:1", "cuda:0"
- * @backend, @vmu, @exec, @mem, @models: its backend, memory manager,
- *            graph and memory executors, and model store (NULL: no model
- *            directory). Sessions are placed on one device
+ * @backend, @vmu, @sched, @exec, @mem, @models: its backend, memory
+ *            manager, scheduler, graph and memory executors, and model
+ *            store (NULL: no model directory). Sessions are placed on one
+ *            device
  *            (server_place()) and use only its parts.
  * @nr_sessions: sessions open on it
  * @fault_why: the last simulated fault (a CPU device's)
@@ -84,6 +90,7 @@ struct device {
 	char name[16];
 	struct backend *backend;
 	struct vmu *vmu;
+	struct sched *sched;
 	struct executor *exec;
 	struct executor *mem;
 	struct model_store *models;
@@ -161,11 +168,6 @@ void listeners_close(struct server *srv);
 void listeners_free(struct server *srv);
 void conns_close_all(struct server *srv, bool force);
 
-/* net/ops.c: executor completions reach the connection that asked */
-struct exec_job;
-void ops_graph_done(struct server *srv, struct exec_job *job);
-void ops_mem_done(struct server *srv, struct exec_job *job);
-void ops_call_done(struct server *srv, struct exec_job *job);
 /* An opcode's name, for logs and metrics ("unknown" if none). */
 const char *ops_name(uint16_t op);
 /* Whether djinnd serves opcode @op (an entry of ops.c's table). */
@@ -181,6 +183,8 @@ struct device *server_place(struct server *srv, uint32_t want, char *msg,
 			    size_t msglen);
 /* Jobs queued or running on every device's executors. */
 unsigned int server_depth(struct server *srv);
+/* The scheduler's settings of @cfg (its shares in place). */
+struct sched_config server_sched_config(const struct server_config *cfg);
 
 /*
  * server.c: device faults. server_fault_inject() (ADMIN_FAULT_INJECT,

@@ -291,3 +291,17 @@ int djinn_signal(struct djinn_session *s, unsigned int phase,
 	return __djinn_call_sync(s->conn, DJINN_OP_SIGNAL, s->id, &iov, 1, NULL,
 				 0);
 }
+
+int djinn_tool_call_begin(struct djinn_session *s, uint64_t expected_ns)
+{
+	/* 0 would be "unknown", which the daemon refuses for IO_WAIT; past
+	 * INT64_MAX it is a negative duration converted. */
+	if (!expected_ns || expected_ns > INT64_MAX)
+		return -EINVAL;
+	return djinn_signal(s, DJINN_PHASE_IO_WAIT, expected_ns);
+}
+
+int djinn_tool_call_end(struct djinn_session *s)
+{
+	return djinn_signal(s, DJINN_PHASE_COMPUTE, 0);
+}

@@ -13,6 +13,7 @@ NL_LIBS   := $(shell pkg-config --libs libnl-genl-3.0 2>/dev/null || echo -lnl-g
 # Everything that links libdjinnd.a may pull klease.o in.
 LIBS_DJINND      += $(NL_LIBS)
 test_exec_LIBS   += $(NL_LIBS)
+test_sched_LIBS  += $(NL_LIBS)
 fuzz_frames_LIBS += $(NL_LIBS)
 # djinnctl's link line has no library variable: the libraries go before
 # its objects, needed all the same (a shared library that came first

@@ -20,11 +20,10 @@ struct executor {
 	uint64_t efd_val;
 	pthread_t threads[EXEC_MEM_THREADS];
 	unsigned int nr_threads;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct list_head queue, done;
-	unsigned int depth;
-	bool stop;
+	enum sched_lane lane;
+	struct sched *sched; /* the device's */
+	pthread_mutex_t lock; /* @done */
+	struct list_head done;
 	struct vmu_stack *stack; /* a graph executor's */
 	struct stage_pool stage; /* a memory executor's: reads' staging */
 };
@@ -244,22 +243,25 @@ out:
 	job->error = ret;
 }
 
-static void *executor_main(void *arg)
+/* Back to the I/O thread. */
+static void finish(struct executor *e, struct exec_job *job)
 {
-	struct executor *e = arg;
 	uint64_t one = 1;
 
 	pthread_mutex_lock(&e->lock);
-	for (;;) {
-		struct exec_job *job;
+	list_add_tail(&job->node, &e->done);
+	pthread_mutex_unlock(&e->lock);
+	if (write(e->efd, &one, sizeof(one)) < 0)
+		log_err("executor: eventfd: %s", strerror(errno));
+}
 
-		while (!e->stop && list_empty(&e->queue))
-			pthread_cond_wait(&e->cond, &e->lock);
-		if (list_empty(&e->queue))
-			break;
-		job = list_first_entry(&e->queue, struct exec_job, node);
-		list_del_init(&job->node);
-		pthread_mutex_unlock(&e->lock);
+static void *executor_main(void *arg)
+{
+	struct executor *e = arg;
+	struct exec_job *job;
+
+	while ((job = sched_next(e->sched, e->lane))) {
+		uint64_t t0 = loop_now();
 
 		if (__atomic_load_n(&job->s->dead, __ATOMIC_ACQUIRE)) {
 			job->error = -ECANCELED;
@@ -277,13 +279,11 @@ static void *executor_main(void *arg)
 
 			job->call(job, &env);
 		}
-
-		pthread_mutex_lock(&e->lock);
-		list_add_tail(&job->node, &e->done);
-		if (write(e->efd, &one, sizeof(one)) < 0)
-			log_err("executor: eventfd: %s", strerror(errno));
+		/* What the job cost is its device time: the backend has
+		 * synchronised by the time a job returns. */
+		sched_charge(e->sched, job, loop_now() - t0);
+		finish(e, job);
 	}
-	pthread_mutex_unlock(&e->lock);
 	return NULL;
 }
 
@@ -307,19 +307,11 @@ static void reap(struct executor *e)
 
 	INIT_LIST_HEAD(&done);
 	pthread_mutex_lock(&e->lock);
-	list_for_each_entry_safe(job, n, &e->done, node) {
-		list_move_tail(&job->node, &done);
-		e->depth--;
-	}
+	list_splice_tail(&e->done, &done);
 	pthread_mutex_unlock(&e->lock);
 	list_for_each_entry_safe(job, n, &done, node) {
 		list_del_init(&job->node);
-		if (job->kind == EXEC_GRAPH)
-			ops_graph_done(e->srv, job);
-		else if (job->kind == EXEC_MEM)
-			ops_mem_done(e->srv, job);
-		else
-			ops_call_done(e->srv, job);
+		job->done(job, job->done_arg);
 	}
 }
 
@@ -346,11 +338,11 @@ int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 	e->srv = srv;
 	e->dev = dev;
 	e->kind = kind;
+	e->lane = kind == EXEC_MEM ? SCHED_MEM : SCHED_COMPUTE;
+	e->sched = dev->sched;
 	e->src.complete = executor_complete;
-	INIT_LIST_HEAD(&e->queue);
 	INIT_LIST_HEAD(&e->done);
 	pthread_mutex_init(&e->lock, NULL);
-	pthread_cond_init(&e->cond, NULL);
 	stage_pool_init(&e->stage, dev->backend->provider);
 	e->efd = eventfd(0, EFD_CLOEXEC);
 	if (e->efd < 0) {
@@ -379,10 +371,7 @@ int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 	return 0;
 
 out_threads:
-	pthread_mutex_lock(&e->lock);
-	e->stop = true;
-	pthread_cond_broadcast(&e->cond);
-	pthread_mutex_unlock(&e->lock);
+	sched_stop(e->sched, e->lane);
 	for (unsigned int i = 0; i < e->nr_threads; i++)
 		pthread_join(e->threads[i], NULL);
 	if (e->stack)
@@ -395,51 +384,33 @@ out_free:
 	return ret;
 }
 
-void executor_submit(struct executor *e, struct exec_job *job)
-{
-	pthread_mutex_lock(&e->lock);
-	list_add_tail(&job->node, &e->queue);
-	e->depth++;
-	pthread_cond_signal(&e->cond);
-	pthread_mutex_unlock(&e->lock);
-}
-
 void executor_cancel(struct executor *e, struct session *s)
 {
 	struct exec_job *job, *n;
+	struct list_head taken;
 	uint64_t one = 1;
-	bool any = false;
 
-	pthread_mutex_lock(&e->lock);
-	list_for_each_entry_safe(job, n, &e->queue, node) {
-		if (job->s != s)
-			continue;
+	INIT_LIST_HEAD(&taken);
+	sched_take(e->sched, e->lane, s, &taken);
+	if (list_empty(&taken))
+		return;
+	list_for_each_entry_safe(job, n, &taken, node) {
 		job->error = -ECANCELED;
 		snprintf(job->msg, sizeof(job->msg), "session ended");
-		list_move_tail(&job->node, &e->done);
-		any = true;
+		if (job->kind == EXEC_GRAPH)
+			session_result_finish(job->s, job->request_id, NULL,
+					      -ECANCELED);
 	}
-	pthread_mutex_unlock(&e->lock);
-	if (any && write(e->efd, &one, sizeof(one)) < 0)
-		log_err("executor: eventfd: %s", strerror(errno));
-}
-
-unsigned int executor_depth(struct executor *e)
-{
-	unsigned int d;
-
 	pthread_mutex_lock(&e->lock);
-	d = e->depth;
+	list_splice_tail(&taken, &e->done);
 	pthread_mutex_unlock(&e->lock);
-	return d;
+	if (write(e->efd, &one, sizeof(one)) < 0)
+		log_err("executor: eventfd: %s", strerror(errno));
 }
 
 void executor_stop(struct executor *e)
 {
-	pthread_mutex_lock(&e->lock);
-	e->stop = true;
-	pthread_cond_broadcast(&e->cond);
-	pthread_mutex_unlock(&e->lock);
+	sched_stop(e->sched, e->lane);
 	for (unsigned int i = 0; i < e->nr_threads; i++)
 		pthread_join(e->threads[i], NULL);
 	reap(e);

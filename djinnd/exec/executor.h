@@ -2,17 +2,20 @@
 /*
  * Executor threads: device work off the I/O thread.
  *
- * The I/O thread queues jobs; an executor thread runs them in order (so
- * a session's graphs run in submission order, and a later graph may name
- * an earlier one's outputs) and hands each finished job back through a
- * completion list and an eventfd the I/O loop reads. Two executors per
- * device: one thread runs graphs and model steps (its kernels use the
- * device's own parallelism), and a few threads prepare memory for
- * transfers (mapping and zeroing a large tensor, swapping one back in,
- * loading a model), so that neither a long graph delays an upload nor a
- * large allocation stalls the I/O thread or another session's upload.
- * Each device has its own pair (server.h, struct device): a session's
- * jobs go to its device's.
+ * The I/O thread gives jobs to the scheduler (sched/sched.h), which
+ * queues them per session; an executor thread asks it for the next job
+ * of its lane, runs it, and hands it back through a completion list and
+ * an eventfd the I/O loop reads, which calls the job's @done. A
+ * session's jobs of a lane start in the order they were queued (so a
+ * later graph may name an earlier one's outputs). Two executors per
+ * device: one thread runs graphs and model steps (the compute lane: its
+ * kernels use the device's own parallelism), and a few threads run
+ * memory jobs (the mem lane: mapping and zeroing a large tensor, swapping
+ * one back in, loading a model, the scheduler's swaps), so that neither
+ * a long graph delays an upload nor a large allocation stalls the I/O
+ * thread or another session's upload. Each device has its own pair and
+ * scheduler (server.h, struct device): a session's jobs go to its
+ * device's. Nothing here knows who asked: the job's callback does.
  */
 #ifndef DJINN_EXECUTOR_H
 #define DJINN_EXECUTOR_H
@@ -22,6 +25,7 @@
 #include "list.h"
 #include "exec/exec.h"
 #include "exec/stage.h"
+#include "sched/sched.h"
 #include "session/session.h"
 
 struct server;
@@ -77,6 +81,10 @@ struct exec_mem {
  * @handles: the outputs' handles in the session, on success
  * @mem:     what an EXEC_MEM job prepares
  * @call:    what an EXEC_CALL job runs; it sets @error and @msg
+ * @lane:    an EXEC_CALL's lane (the scheduler sets the others')
+ * @done:    called on the I/O thread when the job is back (run, failed
+ *           or cancelled), with @done_arg; it frees the job
+ * @t_queued, @seq, @own_seq: the scheduler's
  */
 struct exec_job {
 	struct list_head node;
@@ -95,6 +103,10 @@ struct exec_job {
 	struct exec_result res;
 	struct exec_mem mem;
 	void (*call)(struct exec_job *job, const struct exec_env *env);
+	enum sched_lane lane;
+	void (*done)(struct exec_job *job, void *arg);
+	void *done_arg;
+	uint64_t t_queued, seq, own_seq;
 };
 
 /* An executor for jobs of @kind on device @dev (a graph executor has a
@@ -105,15 +117,12 @@ int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 void executor_stop(struct executor *e);
 /* Free it once the I/O loop's ring is gone. */
 void executor_free(struct executor *e);
-void executor_submit(struct executor *e, struct exec_job *job);
 /* Give @m's staging buffer back to memory executor @e's pool (from the
  * I/O thread, once nothing reads it); @m->staged is NULL after. */
 void executor_unstage(struct executor *e, struct exec_mem *m);
 /* Fail the session's queued jobs with -ECANCELED (the running one, if
  * any, finishes and is then discarded by its completion). */
 void executor_cancel(struct executor *e, struct session *s);
-/* Jobs queued or running. */
-unsigned int executor_depth(struct executor *e);
 void exec_job_free(struct exec_job *job);
 
 #endif /* DJINN_EXECUTOR_H */

@@ -152,6 +152,21 @@ void model_ctx_abandon(struct model_ctx *c)
 	memset(&c->pz, 0, sizeof(c->pz));
 }
 
+int model_ctx_reserve(struct model_ctx *c, char *msg, size_t msglen)
+{
+	char why[VMU_MSG_LEN] = "";
+	int ret;
+
+	ret = vmu_region_reserve(c->h->s, c->cache, why, sizeof(why));
+	if (ret)
+		errmsg(msg, msglen, ret,
+		       "context of %u tokens reserves its KV cache of %llu "
+		       "bytes (sched.policy static): %s",
+		       c->max, (unsigned long long)(c->tok_bytes * c->max),
+		       why[0] ? why : strerror(-ret));
+	return ret;
+}
+
 void model_ctx_free(struct model_ctx *c)
 {
 	if (!c)

@@ -51,6 +51,10 @@ int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
 		  struct model_ctx **out, char *msg, size_t msglen);
 /* Destroys the cache region. */
 void model_ctx_free(struct model_ctx *c);
+/* Set the device memory of the whole cache (max_tokens) aside now, as
+ * static partitioning does (vmu_region_reserve()): -ENOMEM with need and
+ * availability in @msg when it does not fit. */
+int model_ctx_reserve(struct model_ctx *c, char *msg, size_t msglen);
 /* A copy of @c: its own cache region with the same bytes, the same last
  * logits. */
 int model_ctx_fork(struct model_ctx *c, const struct model_env *env,

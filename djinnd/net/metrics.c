@@ -341,12 +341,107 @@ static void render_vmu(struct sbuf *b, struct server *srv)
 	family(b, "djinn_executor_queue_depth", "gauge",
 	       "Jobs queued or running, by executor.");
 	for (unsigned int d = 0; d < nd; d++) {
-		dev_sample(b, "djinn_executor_queue_depth", srv->dev[d].name,
-			   "executor", "graph",
-			   executor_depth(srv->dev[d].exec));
-		dev_sample(b, "djinn_executor_queue_depth", srv->dev[d].name,
-			   "executor", "mem", executor_depth(srv->dev[d].mem));
+		static const char *const lane[] = { "graph", "mem" };
+
+		for (unsigned int l = 0; l < SCHED_LANES; l++) {
+			unsigned int q, r;
+
+			sched_depth(srv->dev[d].sched, l, &q, &r);
+			dev_sample(b, "djinn_executor_queue_depth",
+				   srv->dev[d].name, "executor", lane[l],
+				   q + r);
+		}
 	}
+	free(vs);
+}
+
+/* The scheduler: swaps by cause, prefetches, queue waits by priority. */
+static void render_sched(struct sbuf *b, struct server *srv)
+{
+	unsigned int nd = srv->nr_dev;
+	struct sched_stats *ss = calloc(nd, sizeof(*ss));
+	struct vmu_stats *vs = calloc(nd, sizeof(*vs));
+
+	if (!ss || !vs) {
+		b->oom = true;
+		goto out;
+	}
+	for (unsigned int d = 0; d < nd; d++) {
+		sched_get_stats(srv->dev[d].sched, &ss[d]);
+		vmu_get_stats(srv->dev[d].vmu, &vs[d]);
+	}
+	family(b, "djinn_sched_swaps_total", "counter",
+	       "Data regions swapped out, by cause: an IO_WAIT signal (the "
+	       "semantic policy, ahead of need) or pressure (reclaim, when an "
+	       "admission or an allocation needed the memory).");
+	for (unsigned int d = 0; d < nd; d++) {
+		uint64_t sig = ss[d].swaps_signal;
+
+		dev_sample(b, "djinn_sched_swaps_total", srv->dev[d].name,
+			   "cause", "signal", sig);
+		dev_sample(b, "djinn_sched_swaps_total", srv->dev[d].name,
+			   "cause", "pressure",
+			   vs[d].swap_outs > sig ? vs[d].swap_outs - sig : 0);
+	}
+	family(b, "djinn_sched_prefetches_total", "counter",
+	       "Waiting sessions swapped during an IO_WAIT, by whether they "
+	       "were resident again at their next request (hit) or not "
+	       "(miss).");
+	for (unsigned int d = 0; d < nd; d++) {
+		dev_sample(b, "djinn_sched_prefetches_total", srv->dev[d].name,
+			   "result", "hit", ss[d].prefetch_hits);
+		dev_sample(b, "djinn_sched_prefetches_total", srv->dev[d].name,
+			   "result", "miss", ss[d].prefetch_misses);
+	}
+	family(b, "djinn_sched_admit_waits_total", "counter",
+	       "Admissions that waited for memory coming free, and those "
+	       "refused when sched.admit_wait ran out.");
+	for (unsigned int d = 0; d < nd; d++) {
+		dev_sample(b, "djinn_sched_admit_waits_total", srv->dev[d].name,
+			   "result", "waited", vs[d].admit_waits);
+		dev_sample(b, "djinn_sched_admit_waits_total", srv->dev[d].name,
+			   "result", "timeout", vs[d].admit_timeouts);
+	}
+	family(b, "djinn_sched_queue_wait_seconds", "histogram",
+	       "From a graph or model step being queued to its start, by "
+	       "session priority.");
+	for (unsigned int d = 0; d < nd; d++) {
+		for (unsigned int p = 0; p < 8; p++) {
+			uint64_t cum = 0;
+
+			if (!ss[d].waits[p])
+				continue;
+			for (unsigned int i = 0; i < SCHED_HIST - 1; i++) {
+				cum += ss[d].wait_hist[p][i];
+				sb_printf(
+					b,
+					"djinn_sched_queue_wait_seconds_bucket"
+					"{device=\"%s\",priority=\"%u\","
+					"le=\"%g\"} %llu\n",
+					srv->dev[d].name, p,
+					(double)(1ull << i) / 1e6,
+					(unsigned long long)cum);
+			}
+			sb_printf(b,
+				  "djinn_sched_queue_wait_seconds_bucket"
+				  "{device=\"%s\",priority=\"%u\",le=\"+Inf\"} "
+				  "%llu\n",
+				  srv->dev[d].name, p,
+				  (unsigned long long)ss[d].waits[p]);
+			sb_printf(b,
+				  "djinn_sched_queue_wait_seconds_sum"
+				  "{device=\"%s\",priority=\"%u\"} %.9f\n",
+				  srv->dev[d].name, p,
+				  (double)ss[d].wait_sum_ns[p] / 1e9);
+			sb_printf(b,
+				  "djinn_sched_queue_wait_seconds_count"
+				  "{device=\"%s\",priority=\"%u\"} %llu\n",
+				  srv->dev[d].name, p,
+				  (unsigned long long)ss[d].waits[p]);
+		}
+	}
+out:
+	free(ss);
 	free(vs);
 }
 
@@ -363,6 +458,7 @@ long metrics_render(struct server *srv, char **out)
 	render_sessions(&b, srv);
 	render_requests(&b, srv);
 	render_vmu(&b, srv);
+	render_sched(&b, srv);
 	if (b.oom) {
 		free(b.p);
 		return -ENOMEM;

@@ -321,6 +321,16 @@ static void run_fork(struct exec_job *job, const struct exec_env *env)
 
 	job->error = model_ctx_fork(mj->o->mc, &me, &mj->fork, job->msg,
 				    sizeof(job->msg));
+	/* static partitioning: the copy holds its whole cache too */
+	if (!job->error &&
+	    sched_policy(job->s->dev->sched) == DJINN_SCHED_STATIC) {
+		job->error =
+			model_ctx_reserve(mj->fork, job->msg, sizeof(job->msg));
+		if (job->error) {
+			model_ctx_free(mj->fork);
+			mj->fork = NULL;
+		}
+	}
 }
 
 static void run_reset(struct exec_job *job, const struct exec_env *env)
@@ -519,16 +529,23 @@ static void run_resume(struct exec_job *job, const struct exec_env *env)
 	job->error = step_answer(job, &me, mj->o, &r, ret, t0);
 }
 
-/* Queue @call for @c's request @hdr with @mj on @e; answered by
- * ops_call_done(). */
+static void call_done(struct exec_job *job, void *arg);
+
+/* Queue @call for @c's request @hdr with @mj on @lane of the session's
+ * device (compute: in order with its graphs, and counted with them
+ * against SCHED_INFLIGHT_MAX); answered by call_done(). */
 static void submit(struct conn *c, const struct djinn_hdr *hdr,
-		   struct session *s, struct mjob *mj, struct executor *e,
+		   struct session *s, struct mjob *mj, enum sched_lane lane,
 		   void (*call)(struct exec_job *, const struct exec_env *))
 {
-	struct exec_job *job = calloc(1, sizeof(*job));
+	struct exec_job *job = NULL;
 
+	if (lane != SCHED_COMPUTE || !ops_inflight_full(c, hdr, s)) {
+		job = calloc(1, sizeof(*job));
+		if (!job)
+			conn_error(c, hdr, -ENOMEM, "out of memory");
+	}
 	if (!job) {
-		conn_error(c, hdr, -ENOMEM, "out of memory");
 		if (mj->o)
 			mobj_put(mj->o);
 		mjob_free(mj);
@@ -537,6 +554,7 @@ static void submit(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	mj->hdr = *hdr;
 	job->kind = EXEC_CALL;
+	job->lane = lane;
 	job->call = call;
 	job->ctx = mj;
 	job->s = s; /* the caller's reference */
@@ -544,12 +562,17 @@ static void submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->conn = c;
 	conn_get(c);
 	job->t0 = ops_defer(c);
-	executor_submit(e, job);
+	job->done = call_done;
+	job->done_arg = c->srv;
+	if (lane == SCHED_COMPUTE)
+		s->se.inflight++;
+	sched_submit(s->dev->sched, job);
 }
 
 /* A model job is back on the I/O thread: make its objects, answer. */
-void ops_call_done(struct server *srv, struct exec_job *job)
+static void call_done(struct exec_job *job, void *arg)
 {
+	struct server *srv = arg;
 	struct mjob *mj = job->ctx;
 	struct conn *c = job->conn;
 	struct session *s = job->s;
@@ -655,6 +678,8 @@ out:
 		mobj_put(mj->o);
 	mjob_free(mj);
 	job->ctx = NULL;
+	if (job->lane == SCHED_COMPUTE)
+		s->se.inflight--;
 	conn_put(c);
 	exec_job_free(job);
 }
@@ -700,7 +725,7 @@ static void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	memcpy(mj->name, r->name, n + 1);
 	/* Loading reads files: the memory executor's work. */
-	submit(c, hdr, s, mj, s->dev->mem, run_open);
+	submit(c, hdr, s, mj, SCHED_MEM, run_open);
 }
 
 static void op_model_upload(struct conn *c, const struct djinn_hdr *hdr,
@@ -759,7 +784,7 @@ static void op_model_upload(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	memcpy(mj->upload, body, len);
 	/* Parsing and laying out the weights: the memory executor's. */
-	submit(c, hdr, s, mj, s->dev->mem, run_open_upload);
+	submit(c, hdr, s, mj, SCHED_MEM, run_open_upload);
 	return;
 out:
 	session_put(s);
@@ -802,6 +827,12 @@ static void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 	/* Only reserves the cache's address space: cheap, here. */
 	max = r->max_tokens ? r->max_tokens : m->h->m->cfg.n_ctx;
 	ret = model_ctx_new(m->h, max, &mc, msg, sizeof(msg));
+	/* static partitioning: the whole cache, now, or a refusal */
+	if (!ret && sched_policy(s->dev->sched) == DJINN_SCHED_STATIC) {
+		ret = model_ctx_reserve(mc, msg, sizeof(msg));
+		if (ret)
+			model_ctx_free(mc);
+	}
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", msg[0] ? msg : strerror(-ret));
 		goto out;
@@ -853,7 +884,7 @@ static void op_ctx_job(struct conn *c, const struct djinn_hdr *hdr,
 	mj->steer = steer;
 	mj->o = o;
 	o->refs++;
-	submit(c, hdr, s, mj, s->dev->exec,
+	submit(c, hdr, s, mj, SCHED_COMPUTE,
 	       hdr->opcode == DJINN_OP_CTX_FORK	 ? run_fork :
 	       hdr->opcode == DJINN_OP_CTX_RESET ? run_reset :
 						   run_resume);
@@ -930,7 +961,7 @@ static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 		memcpy(mj->tokens, r + 1, r->nr_tokens * sizeof(int32_t));
 	mj->o = o;
 	o->refs++;
-	submit(c, hdr, s, mj, s->dev->exec, run_step);
+	submit(c, hdr, s, mj, SCHED_COMPUTE, run_step);
 	return;
 out:
 	session_put(s);

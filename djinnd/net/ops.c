@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * The opcodes: what djinnd does with each request. Runs on the I/O
- * thread; graphs go to the executor and come back through
- * ops_graph_done().
+ * thread; device work goes to the scheduler (sched/sched.h) and comes
+ * back through the job's callback: graph_done(), mem_done().
  */
 #include <errno.h>
 #include <stdio.h>
@@ -346,7 +346,10 @@ static void op_signal(struct conn *c, const struct djinn_hdr *hdr,
 		      uint8_t *body, uint64_t len)
 {
 	const struct djinn_signal *sg = (const void *)body;
+	char msg[DJINN_MAX_ERROR_MSG];
+	uint64_t expected;
 	struct session *s;
+	int ret;
 
 	if (!ops_exact(c, hdr, len, sizeof(*sg)))
 		return;
@@ -359,14 +362,18 @@ static void op_signal(struct conn *c, const struct djinn_hdr *hdr,
 	s = ops_req_session(c, hdr);
 	if (!s)
 		return;
-	/* Recorded for the scheduler and djinnctl; acting on IO_WAIT
-	 * (swapping an idle agent out early) is the scheduler's job. */
-	s->phase = sg->phase;
-	s->phase_until = loop_now() + sg->expected_ns;
+	expected = sg->expected_ns;
+	ret = sched_signal_check(s->dev->sched, sg->phase, &expected, msg,
+				 sizeof(msg));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
+		session_put(s);
+		return;
+	}
 	log_debug("session %llu: phase %u for %llu ns (received %llu)",
 		  (unsigned long long)s->id, sg->phase,
-		  (unsigned long long)sg->expected_ns,
-		  (unsigned long long)loop_now());
+		  (unsigned long long)expected, (unsigned long long)loop_now());
+	sched_signal(s->dev->sched, s, sg->phase, expected);
 	session_put(s);
 	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
@@ -438,10 +445,12 @@ static void alloc_error(struct conn *c, const struct djinn_hdr *hdr,
 		   (unsigned long long)bytes, why);
 }
 
+static void mem_done(struct exec_job *job, void *arg);
+
 /* Memory for a transfer is prepared on the memory executor: mapping and
  * zeroing a large tensor or swapping one in takes milliseconds to
  * seconds, which the I/O thread spends serving everyone else. @ctx is
- * the stream or read that waits; ops_mem_done() carries on. */
+ * the stream or read that waits; mem_done() carries on. */
 static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 		      struct session *s, const struct exec_mem *m, void *ctx,
 		      struct exec_job **out)
@@ -460,9 +469,11 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->conn = c;
 	conn_get(c);
 	job->ctx = ctx;
+	job->done = mem_done;
+	job->done_arg = c->srv;
 	*out = job;
 	s->mem_waits++;
-	executor_submit(s->dev->mem, job);
+	sched_submit(s->dev->sched, job);
 	return 0;
 }
 
@@ -993,6 +1004,8 @@ static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
 /* ---------------------------------------------------------------------- */
 /* Graphs */
 
+static void graph_done(struct exec_job *job, void *arg);
+
 static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 			    uint8_t *body, uint64_t len)
 {
@@ -1018,12 +1031,8 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->s = ops_req_session(c, hdr);
 	if (!job->s)
 		goto out_free;
-	if (job->s->graphs_inflight >= SESSION_GRAPHS_INFLIGHT) {
-		conn_error(c, hdr, -EAGAIN,
-			   "%u graphs in flight: wait for their answers",
-			   job->s->graphs_inflight);
+	if (ops_inflight_full(c, hdr, job->s))
 		goto out_free;
-	}
 	nin = job->view.g->nr_inputs;
 	nout = job->view.g->nr_outputs;
 	job->in_descs = calloc(nin ? nin : 1, sizeof(*job->in_descs));
@@ -1073,8 +1082,10 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->conn = c;
 	conn_get(c);
 	job->t0 = ops_defer(c);
-	job->s->graphs_inflight++;
-	executor_submit(job->s->dev->exec, job);
+	job->done = graph_done;
+	job->done_arg = c->srv;
+	job->s->se.inflight++;
+	sched_submit(job->s->dev->sched, job);
 	return;
 
 out_free:
@@ -1083,8 +1094,9 @@ out_free:
 	exec_job_free(job);
 }
 
-void ops_graph_done(struct server *srv, struct exec_job *job)
+static void graph_done(struct exec_job *job, void *arg)
 {
+	struct server *srv = arg;
 	struct conn *c = job->conn;
 	uint32_t nout = job->view.g->nr_outputs;
 	struct djinn_hdr hdr = {
@@ -1122,7 +1134,7 @@ void ops_graph_done(struct server *srv, struct exec_job *job)
 			free(r);
 		}
 	}
-	job->s->graphs_inflight--;
+	job->s->se.inflight--;
 	if (srv->leases->ops->complete)
 		srv->leases->ops->complete(srv->leases, job->s, job->request_id,
 					   DJINN_OP_GRAPH_SUBMIT, job->error);
@@ -1130,8 +1142,9 @@ void ops_graph_done(struct server *srv, struct exec_job *job)
 	exec_job_free(job);
 }
 
-void ops_mem_done(struct server *srv, struct exec_job *job)
+static void mem_done(struct exec_job *job, void *arg)
 {
+	struct server *srv = arg;
 	struct mem_waiter *w = job->ctx;
 	struct conn *c = job->conn;
 
@@ -1251,6 +1264,78 @@ static void admin_vmu_fill(struct device *d, struct djinn_admin_vmu *out)
 	*out = r;
 }
 
+/* ADMIN_SCHED: every device's scheduler, then every session. */
+static void op_admin_sched(struct conn *c, const struct djinn_hdr *hdr,
+			   uint8_t *body, uint64_t len)
+{
+	struct server *srv = c->srv;
+	unsigned int nd = srv->nr_dev;
+	uint64_t ns = srv->nr_sessions, i = 0;
+	size_t rlen = 8 + nd * sizeof(struct djinn_admin_sched_dev) +
+		      ns * sizeof(struct djinn_admin_sched_session);
+	uint8_t *buf = calloc(1, rlen);
+	struct djinn_admin_sched_dev *d = (void *)(buf + 8);
+	struct djinn_admin_sched_session *e = (void *)(d + nd);
+	struct session *s;
+
+	if (!buf) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	for (unsigned int k = 0; k < nd; k++) {
+		struct device *dv = &srv->dev[k];
+		struct sched_stats st;
+		struct vmu_stats vs;
+
+		sched_get_stats(dv->sched, &st);
+		vmu_get_stats(dv->vmu, &vs);
+		snprintf(d[k].device, sizeof(d[k].device), "%s", dv->name);
+		d[k].policy = sched_policy(dv->sched);
+		d[k].busy = sched_busy(dv->sched);
+		for (unsigned int l = 0; l < SCHED_LANES; l++)
+			sched_depth(dv->sched, l, &d[k].queued[l],
+				    &d[k].running[l]);
+		d[k].admit_waiting = (uint32_t)vs.admit_waiting;
+		d[k].swap_out_bps = st.swap_out_bps;
+		d[k].swap_in_bps = st.swap_in_bps;
+		d[k].swaps_signal = st.swaps_signal;
+		d[k].swaps_pressure = vs.swap_outs > st.swaps_signal ?
+					      vs.swap_outs - st.swaps_signal :
+					      0;
+		d[k].swap_bytes_out = vs.swapped_out_bytes;
+		d[k].swap_bytes_in = vs.swapped_in_bytes;
+		d[k].prefetches = st.prefetches;
+		d[k].prefetch_hits = st.prefetch_hits;
+		d[k].prefetch_misses = st.prefetch_misses;
+		d[k].admit_waits = vs.admit_waits;
+		d[k].admit_timeouts = vs.admit_timeouts;
+	}
+	list_for_each_entry(s, &srv->sessions, node) {
+		if (i == ns)
+			break;
+		sched_session_info(s->dev->sched, s, &e[i++]);
+	}
+	memcpy(buf, &(uint32_t){ nd }, sizeof(uint32_t));
+	memcpy(buf + 4, &(uint32_t){ (uint32_t)i }, sizeof(uint32_t));
+	conn_reply(c, hdr, buf,
+		   8 + nd * sizeof(*d) +
+			   i * sizeof(struct djinn_admin_sched_session),
+		   NULL, 0, NULL, NULL);
+	free(buf);
+}
+
+bool ops_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
+		       struct session *s)
+{
+	if (s->se.inflight < SCHED_INFLIGHT_MAX)
+		return false;
+	conn_error(c, hdr, -EAGAIN,
+		   "%u graphs and model steps in flight: wait for their "
+		   "answers",
+		   s->se.inflight);
+	return true;
+}
+
 static void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr,
 			 uint8_t *body, uint64_t len)
 {
@@ -1288,9 +1373,12 @@ static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
 		.graphs_failed = st->graphs_failed,
 	};
 
-	for (unsigned int i = 0; i < c->srv->nr_dev; i++)
-		r.queue_depth += executor_depth(c->srv->dev[i].exec);
+	for (unsigned int i = 0; i < c->srv->nr_dev; i++) {
+		unsigned int q, run;
 
+		sched_depth(c->srv->dev[i].sched, SCHED_COMPUTE, &q, &run);
+		r.queue_depth += q + run;
+	}
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
@@ -1403,6 +1491,7 @@ static const struct op_desc op_table[] = {
 	OP(ADMIN_KILL, "admin_kill", op_admin_kill,
 	   sizeof(struct djinn_admin_kill)),
 	OP(ADMIN_VMU, "admin_vmu", op_admin_vmu, 0),
+	OP(ADMIN_SCHED, "admin_sched", op_admin_sched, 0),
 	OP(ADMIN_STATS, "admin_stats", op_admin_stats, 0),
 	OP(ADMIN_MODELS, "admin_models", op_admin_models, 0),
 	OP(ADMIN_MODEL_EVICT, "admin_model_evict", op_admin_model_evict,

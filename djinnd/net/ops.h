@@ -25,6 +25,10 @@ void ops_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 /* The answer comes later, from a job, and is timed there: when the
  * request arrived. */
 uint64_t ops_defer(struct conn *c);
+/* Whether @s has SCHED_INFLIGHT_MAX graphs and model steps queued or
+ * running (then -EAGAIN is answered). */
+bool ops_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
+		       struct session *s);
 
 /* An opcode's handler: @body (@len bytes) is freed after it returns,
  * unless the opcode's table entry says the handler keeps it. */

@@ -238,17 +238,30 @@ static int on_event(struct nl_msg *msg, void *arg)
 		break;
 	case DJINN_CMD_SIGNAL_NTF: {
 		uint64_t now = loop_now(), exp = 0;
+		uint32_t phase = s->phase;
+		char bad[DJINN_MAX_ERROR_MSG];
 
 		if (tb[DJINN_A_SESSION_EXPECTED_NS])
 			exp = nla_get_u64(tb[DJINN_A_SESSION_EXPECTED_NS]);
 		if (tb[DJINN_A_SESSION_PHASE])
-			s->phase = nla_get_u32(tb[DJINN_A_SESSION_PHASE]);
-		s->phase_until = now + exp;
+			phase = nla_get_u32(tb[DJINN_A_SESSION_PHASE]);
 		/* the receipt time, for make bench-kmod */
 		log_debug("session %llu: phase %u for %llu ns (kernel signal, "
 			  "received %llu)",
-			  (unsigned long long)s->id, s->phase,
+			  (unsigned long long)s->id, phase,
 			  (unsigned long long)exp, (unsigned long long)now);
+		/* The module refuses what the socket refuses; an older
+		 * module's signal that slips through is logged, not used. */
+		if (phase > DJINN_PHASE_IDLE ||
+		    sched_signal_check(s->dev->sched, phase, &exp, bad,
+				       sizeof(bad))) {
+			log_warn("session %llu: kernel signal ignored: %s",
+				 (unsigned long long)s->id,
+				 phase > DJINN_PHASE_IDLE ? "unknown phase" :
+							    bad);
+			return NL_OK;
+		}
+		sched_signal(s->dev->sched, s, phase, exp);
 		return NL_OK;
 	}
 	default:

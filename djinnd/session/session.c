@@ -196,6 +196,7 @@ int session_create(struct server *srv, struct device *dev, const char *tenant,
 	s->uid = uid;
 	s->pid = pid;
 	s->dev = dev;
+	sched_session_init(dev->sched, s);
 	s->epoch = __atomic_load_n(&dev->backend->faults, __ATOMIC_ACQUIRE);
 	s->refs = 1; /* the table's */
 	s->free_slot = NO_SLOT;
@@ -267,6 +268,7 @@ void session_end(struct server *srv, struct session *s,
 	s->reason = why;
 	stab_del(srv, s);
 	srv->leases->ops->close(srv->leases, s);
+	sched_session_end(s->dev->sched, s);
 	executor_cancel(s->dev->exec, s);
 	executor_cancel(s->dev->mem, s);
 	ops_session_ended(srv, s);

@@ -41,6 +41,7 @@
 #include <djinn/proto.h>
 
 #include "list.h"
+#include "sched/sched.h"
 #include "vmu/vmu.h"
 
 struct server;
@@ -74,7 +75,6 @@ struct result_rec {
 };
 
 #define SESSION_RESULTS 64 /* graphs remembered for DJINN_REF_RESULT */
-#define SESSION_GRAPHS_INFLIGHT 64 /* queued or running, per session */
 #define SESSION_MAX_TENSORS (1u << 20) /* handles per session */
 #define SESSION_MAX_OBJS 4096 /* model and context handles per session */
 
@@ -102,7 +102,7 @@ struct session {
 	uint32_t phase; /* last SIGNAL */
 	uint64_t phase_until;
 	uint64_t requests;
-	uint32_t graphs_inflight; /* the I/O thread's count */
+	struct sched_entity se; /* its queues and the memory policy's state */
 	uint32_t mem_waits; /* EXEC_MEM jobs in flight (I/O thread) */
 	uint64_t epoch; /* its backend's faults when it was made */
 

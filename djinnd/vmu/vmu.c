@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/evp.h>
 
@@ -67,6 +68,7 @@ struct vmu_session {
 	uint32_t ref_hash_size, nr_refs;
 	struct list_head uploads; /* struct vmu_text_upload */
 	struct vmu_usage use;
+	uint64_t victim; /* vmu_session_set_victim() */
 };
 
 /* What a region has added to the counters (see region_acct). */
@@ -93,6 +95,9 @@ struct vmu_region {
 	uint64_t target; /* while growing: the mapped size it grows to */
 	uint64_t fail_gen; /* reclaim pass in which a swap-out failed */
 	struct vmu_mapping m;
+	/* vmu_region_reserve(): the mapped size it is held to (0: none),
+	 * and the bytes set aside for the rest */
+	uint64_t resv_to, resv;
 	void *host; /* swap buffer while SWAPPED */
 	uint64_t host_size; /* its size, counted from before it is got
 			     * until it is given back */
@@ -155,9 +160,14 @@ struct vmu {
 	uint64_t gran;
 	pthread_mutex_t lock;
 	pthread_cond_t moved; /* a region left MOVING */
+	pthread_cond_t freed; /* memory was given back (admission waits) */
 	pthread_mutex_t cb_lock; /* one pressure callback at a time */
 
 	uint64_t committed, reserved;
+	uint64_t region_resv; /* set aside by vmu_region_reserve() */
+	unsigned int nr_moving; /* regions MOVING */
+	bool no_swap; /* vmu_set_swap(v, false) */
+	uint64_t admit_wait_ns;
 	enum vmu_pressure level;
 	bool notify; /* level changed since the last callback */
 	enum vmu_pressure reported; /* last level told, under cb_lock */
@@ -219,7 +229,7 @@ uint64_t vmu_faults(const struct vmu *v)
 
 static uint64_t avail(const struct vmu *v)
 {
-	return v->prov->capacity - v->committed - v->reserved;
+	return v->prov->capacity - v->committed - v->reserved - v->region_resv;
 }
 
 static void seg_add(struct vmu *v, enum vmu_seg seg, int64_t bytes)
@@ -250,7 +260,7 @@ const char *vmu_seg_name(enum vmu_seg seg)
 
 static void pressure_update(struct vmu *v)
 {
-	uint64_t used = v->committed + v->reserved;
+	uint64_t used = v->committed + v->reserved + v->region_resv;
 	uint64_t cap = v->prov->capacity;
 	enum vmu_pressure now = VMU_PRESSURE_NORMAL;
 
@@ -328,6 +338,31 @@ static void uncharge(struct vmu *v, uint64_t bytes)
 {
 	v->committed -= bytes;
 	pressure_update(v);
+	if (bytes)
+		pthread_cond_broadcast(&v->freed);
+}
+
+/* A reserved region's reservation follows its mapping: what is not
+ * mapped of resv_to stays set aside. Lock held. */
+static void resv_refill(struct vmu *v, struct vmu_region *r)
+{
+	uint64_t want;
+
+	if (!r->resv_to)
+		return;
+	want = r->resv_to > r->m.mapped ? r->resv_to - r->m.mapped : 0;
+	v->region_resv = v->region_resv - r->resv + want;
+	r->resv = want;
+	pressure_update(v);
+}
+
+static void resv_drop(struct vmu *v, struct vmu_region *r)
+{
+	v->region_resv -= r->resv;
+	r->resv = 0;
+	r->resv_to = 0;
+	pressure_update(v);
+	pthread_cond_broadcast(&v->freed);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -505,6 +540,10 @@ static void region_set_state(struct vmu *v, struct vmu_region *r,
 	region_acct(v, r, -1);
 	if (r->state == VMU_REGION_RESIDENT && !r->cached)
 		list_del_init(&r->lru);
+	if (r->state == VMU_REGION_MOVING)
+		v->nr_moving--;
+	if (state == VMU_REGION_MOVING)
+		v->nr_moving++;
 	r->state = state;
 	if (state == VMU_REGION_RESIDENT && !r->cached)
 		list_add_tail(&r->lru, &v->data_lru);
@@ -522,8 +561,10 @@ static int swap_out_locked(struct vmu *v, struct vmu_region *r)
 
 	if (r->state == VMU_REGION_SWAPPED)
 		return 0;
-	if (r->pins || r->state != VMU_REGION_RESIDENT)
+	if (r->pins || r->state != VMU_REGION_RESIDENT || r->resv_to)
 		return -EBUSY;
+	if (v->no_swap)
+		return -EPERM;
 	if (v->cfg.swap_limit &&
 	    v->st.swapped_now + bufsize > v->cfg.swap_limit)
 		return -ENOSPC;
@@ -616,6 +657,8 @@ static uint64_t swappable(struct vmu *v)
 	uint64_t room, idle = 0;
 	struct vmu_region *r;
 
+	if (v->no_swap)
+		return 0;
 	if (!v->cfg.swap_limit)
 		return v->data_idle;
 	room = v->cfg.swap_limit > v->st.swapped_now ?
@@ -683,11 +726,16 @@ static bool reclaim_locked(struct vmu *v, uint64_t want)
 			v->st.text_evictions++;
 			continue;
 		}
+		/* The first in LRU order of the sessions with the highest
+		 * victim key (the scheduler's: 0 for most). */
 		list_for_each_entry(r, &v->data_lru, lru) {
-			if (!r->pins && r->m.mapped && r->fail_gen != gen) {
-				victim = r;
+			if (v->no_swap)
 				break;
-			}
+			if (r->pins || !r->m.mapped || r->fail_gen == gen ||
+			    r->resv_to)
+				continue;
+			if (!victim || r->s->victim > victim->s->victim)
+				victim = r;
 		}
 		if (!victim)
 			return false;
@@ -782,9 +830,67 @@ enum vmu_fit vmu_admit_check(struct vmu *v, uint64_t need, char *msg,
 	return f;
 }
 
-/* Lock held; drops it while reclaiming. */
+/* Whether memory is on its way back: another request's reservation or
+ * stack (it ends), a region moving (a swap-out finishing). @own is the
+ * caller's stack, which does not count. Lock held. */
+static bool coming_free(struct vmu *v, const struct vmu_stack *own)
+{
+	const struct vmu_stack *st;
+
+	if (v->reserved || v->nr_moving)
+		return true;
+	list_for_each_entry(st, &v->stacks, node)
+		if (st != own && st->active && st->m.mapped)
+			return true;
+	return false;
+}
+
+static void deadline_after(struct timespec *ts, uint64_t ns)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ns += (uint64_t)ts->tv_nsec;
+	ts->tv_sec += (time_t)(ns / 1000000000ull);
+	ts->tv_nsec = (long)(ns % 1000000000ull);
+}
+
+/*
+ * Memory that does not fit now may come free: wait for it, up to
+ * admit_wait_ns, retrying on every release. True if @need fits now. Lock
+ * held; the wait drops it.
+ */
+static bool admit_wait(struct vmu *v, uint64_t need,
+		       const struct vmu_stack *own)
+{
+	struct timespec until;
+	bool ok = false;
+
+	if (!v->admit_wait_ns || need > v->prov->capacity ||
+	    !coming_free(v, own))
+		return false;
+	deadline_after(&until, v->admit_wait_ns);
+	v->st.admit_waits++;
+	v->st.admit_waiting++;
+	for (;;) {
+		int ret = pthread_cond_timedwait(&v->freed, &v->lock, &until);
+
+		if (fit(v, need, NULL, 0) == VMU_FIT_AFTER_RECLAIM)
+			reclaim_locked(v, need);
+		if (avail(v) >= need) {
+			ok = true;
+			break;
+		}
+		if (ret == ETIMEDOUT || !coming_free(v, own))
+			break;
+	}
+	v->st.admit_waiting--;
+	if (!ok)
+		v->st.admit_timeouts++;
+	return ok;
+}
+
+/* Lock held; drops it while reclaiming and waiting. */
 static int admit_locked(struct vmu *v, uint64_t need, struct vmu_resv *r,
-			char *msg, size_t msglen)
+			const struct vmu_stack *own, char *msg, size_t msglen)
 {
 	enum vmu_fit f;
 	int ret = 0;
@@ -794,6 +900,8 @@ static int admit_locked(struct vmu *v, uint64_t need, struct vmu_resv *r,
 		v->st.admit_reclaims++;
 		reclaim_locked(v, need);
 	}
+	if (avail(v) < need && admit_wait(v, need, own))
+		f = VMU_FIT_NOW;
 	if (f == VMU_FIT_NEVER || avail(v) < need) {
 		fit(v, need, msg, msglen);
 		v->st.admit_refusals++;
@@ -815,7 +923,7 @@ int vmu_admit(struct vmu *v, uint64_t need, struct vmu_resv *r, char *msg,
 
 	*r = (struct vmu_resv){ .vmu = v };
 	vmu_lock(v);
-	ret = admit_locked(v, need, r, msg, msglen);
+	ret = admit_locked(v, need, r, NULL, msg, msglen);
 	vmu_unlock(v);
 	return ret;
 }
@@ -830,6 +938,7 @@ void vmu_resv_release(struct vmu_resv *r)
 	v->reserved -= r->bytes;
 	r->bytes = 0;
 	pressure_update(v);
+	pthread_cond_broadcast(&v->freed);
 	vmu_unlock(v);
 }
 
@@ -876,6 +985,14 @@ int vmu_create(struct vmu_provider *prov, const struct vmu_config *cfg,
 	}
 	pthread_mutex_init(&v->lock, NULL);
 	pthread_cond_init(&v->moved, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&v->freed, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	pthread_mutex_init(&v->cb_lock, NULL);
 	INIT_LIST_HEAD(&v->tenants);
 	INIT_LIST_HEAD(&v->sessions);
@@ -1117,6 +1234,8 @@ static void region_free_locked(struct vmu *v, struct vmu_region *r)
 
 	region_acct(v, r, -1);
 	dev = r->share.dev;
+	if (r->resv)
+		resv_drop(v, r);
 	list_del_init(&r->lru);
 	list_del_init(&r->snode);
 	if (r->host)
@@ -1202,6 +1321,7 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 			      uint64_t size, struct vmu_resv *resv)
 {
 	uint64_t to = vmu_round(v, size), from = r->m.mapped, from_resv;
+	uint64_t own = r->resv < to - from ? r->resv : to - from;
 	int ret;
 
 	ret = quota_check(v, r->s, to - from);
@@ -1211,9 +1331,16 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 	 * session can pass the check meanwhile. */
 	r->target = to;
 	region_set_state(v, r, VMU_REGION_MOVING);
-	ret = charge(v, to - from, resv, &from_resv);
-	if (ret)
+	/* A reserved region's growth comes from its reservation first. */
+	r->resv -= own;
+	v->region_resv -= own;
+	ret = charge(v, to - from - own, resv, &from_resv);
+	if (ret) {
+		r->resv += own;
+		v->region_resv += own;
 		goto out;
+	}
+	charge_commit(v, own);
 	drop_lock(v);
 	ret = mapping_grow(v, &r->m, to);
 	if (!ret)
@@ -1222,10 +1349,14 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 	if (ret)
 		mapping_trim(v, &r->m, from);
 	take_lock(v);
-	if (ret)
-		uncharge_resv(v, to - from, resv, from_resv);
-	else
+	if (ret) {
+		uncharge_resv(v, to - from - own, resv, from_resv);
+		uncharge(v, own);
+		r->resv += own;
+		v->region_resv += own;
+	} else {
 		r->size = size;
+	}
 out:
 	r->target = 0;
 	region_set_state(v, r, VMU_REGION_RESIDENT);
@@ -1241,6 +1372,7 @@ static void region_trim_locked(struct vmu *v, struct vmu_region *r)
 		return;
 	region_acct(v, r, -1);
 	uncharge(v, mapping_trim(v, &r->m, vmu_round(v, r->size)));
+	resv_refill(v, r);
 	region_acct(v, r, +1);
 }
 
@@ -1301,6 +1433,7 @@ int vmu_region_destroy(struct vmu_session *s, uint64_t handle)
 	s->use.regions--;
 	s->tenant->use.regions--;
 	v->st.seg[VMU_SEG_DATA].frees++;
+	resv_drop(v, r);
 	if (r->state == VMU_REGION_RESIDENT && r->m.mapped &&
 	    s->use.cached + r->m.mapped <= v->cfg.session_cache) {
 		/* Keep it mapped for the session's next region this shape. */
@@ -1506,6 +1639,96 @@ int vmu_session_swap_out(struct vmu_session *s)
 out:
 	vmu_unlock(v);
 	return ret ? ret : n;
+}
+
+int vmu_session_swap_in(struct vmu_session *s)
+{
+	struct vmu *v = s->vmu;
+	struct vmu_region *r;
+	int n = 0, ret = 0;
+	bool again = true;
+
+	vmu_lock(v);
+	while (again) {
+		again = false;
+		list_for_each_entry(r, &s->regions, snode) {
+			if (r->state != VMU_REGION_SWAPPED)
+				continue;
+			ret = swap_in_locked(v, r, NULL);
+			if (ret)
+				goto out;
+			n++;
+			again = true;
+			break;
+		}
+	}
+out:
+	vmu_unlock(v);
+	return ret ? ret : n;
+}
+
+void vmu_session_set_victim(struct vmu_session *s, uint64_t key)
+{
+	vmu_lock(s->vmu);
+	s->victim = key;
+	vmu_unlock(s->vmu);
+}
+
+void vmu_set_swap(struct vmu *v, bool on)
+{
+	vmu_lock(v);
+	v->no_swap = !on;
+	vmu_unlock(v);
+}
+
+void vmu_set_admit_wait(struct vmu *v, uint64_t ns)
+{
+	vmu_lock(v);
+	v->admit_wait_ns = ns;
+	vmu_unlock(v);
+}
+
+int vmu_region_reserve(struct vmu_session *s, uint64_t handle, char *msg,
+		       size_t msglen)
+{
+	struct vmu *v = s->vmu;
+	struct vmu_region *r;
+	uint64_t to, need;
+	int ret = 0;
+
+	vmu_lock(v);
+	r = region_get_settled(s, handle);
+	if (!r) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (r->state != VMU_REGION_RESIDENT) {
+		ret = -EBUSY;
+		goto out;
+	}
+	to = vmu_round(v, r->max_size);
+	need = to > r->m.mapped + r->resv ? to - r->m.mapped - r->resv : 0;
+	ret = quota_check(v, s, to - r->m.mapped);
+	if (ret) {
+		if (msg && msglen)
+			snprintf(msg, msglen, "over the data quota");
+		goto out;
+	}
+	if (avail(v) < need && fit(v, need, NULL, 0) == VMU_FIT_AFTER_RECLAIM)
+		reclaim_locked(v, need);
+	if (avail(v) < need) {
+		fit(v, need, msg, msglen);
+		v->st.admit_refusals++;
+		ret = -ENOMEM;
+		goto out;
+	}
+	r->resv += need;
+	r->resv_to = to;
+	v->region_resv += need;
+	pressure_update(v);
+out:
+	vmu_unlock(v);
+	return ret;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -2101,6 +2324,7 @@ static void stack_unclaim(struct vmu_stack *st)
 	vmu_lock(v);
 	st->active = false;
 	v->stack_idle += st->m.mapped;
+	pthread_cond_broadcast(&v->freed);
 	vmu_unlock(v);
 }
 
@@ -2168,7 +2392,7 @@ int vmu_admit_stack(struct vmu *v, uint64_t need, struct vmu_stack *st,
 	grow = grow > st->m.mapped ? grow - st->m.mapped : 0;
 	ret = need > UINT64_MAX - grow ?
 		      -ENOMEM :
-		      admit_locked(v, need + grow, r, msg, msglen);
+		      admit_locked(v, need + grow, r, st, msg, msglen);
 	vmu_unlock(v);
 	if (!ret)
 		ret = stack_grow(st, peak, r);
@@ -2212,6 +2436,7 @@ uint64_t vmu_stack_end(struct vmu_stack *st)
 	vmu_lock(v);
 	st->active = false;
 	v->stack_idle += st->m.mapped;
+	pthread_cond_broadcast(&v->freed);
 	v->st.seg[VMU_SEG_STACK].allocs += st->nr_allocs;
 	v->st.seg[VMU_SEG_STACK].frees++;
 	v->st.stack_last_peak = peak;
@@ -2315,6 +2540,7 @@ void vmu_get_stats(struct vmu *v, struct vmu_stats *st)
 	st->granularity = v->gran;
 	st->committed = v->committed;
 	st->reserved = v->reserved;
+	st->region_reserved = v->region_resv;
 	st->free = avail(v);
 	st->pressure = v->level;
 	vmu_unlock(v);
@@ -2344,6 +2570,7 @@ void vmu_destroy(struct vmu *v)
 	}
 	vmu_unlock(v);
 	pthread_cond_destroy(&v->moved);
+	pthread_cond_destroy(&v->freed);
 	pthread_mutex_destroy(&v->cb_lock);
 	pthread_mutex_destroy(&v->lock);
 	free(v->slots);

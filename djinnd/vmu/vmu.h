@@ -149,6 +149,25 @@ int vmu_tenant_usage(struct vmu *v, const char *tenant, struct vmu_usage *u);
 /* Swap out every idle region of @s (for the scheduler, on IO_WAIT);
  * returns the number swapped, or a negative errno. */
 int vmu_session_swap_out(struct vmu_session *s);
+/* Bring every swapped region of @s back (the scheduler's prefetch),
+ * reclaiming as an allocation does; the number restored, or the first
+ * error (the rest stay swapped). */
+int vmu_session_swap_in(struct vmu_session *s);
+
+/* The scheduler's ranking of @s's regions as reclaim victims: reclaim
+ * swaps out the first, in LRU order, of the regions whose session has
+ * the highest key; 0 (the default) for all is plain LRU. */
+void vmu_session_set_victim(struct vmu_session *s, uint64_t key);
+
+/* Whether reclaim may swap data regions (default on). Off, as static
+ * partitioning wants, idle regions stay and admission counts only what
+ * eviction and stack trimming free. */
+void vmu_set_swap(struct vmu *v, bool on);
+
+/* How long an admission that does not fit waits for memory coming free
+ * (another request's reservation or stack, a swap-out finishing) before
+ * it is refused; 0 (the default): refused at once. */
+void vmu_set_admit_wait(struct vmu *v, uint64_t ns);
 
 /* ---------------------------------------------------------------------- */
 /* Admission */
@@ -286,6 +305,14 @@ int vmu_region_create(struct vmu_session *s, uint64_t max_size,
  * exactly the granules its size needs. */
 int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
 		      struct vmu_resv *resv);
+/* Set memory aside now for the region to grow to its max_size (static
+ * partitioning): its growth then cannot fail for lack of memory, a
+ * shrink keeps what it gives back set aside, and destroying it gives all
+ * back. -ENOMEM with need and availability in @msg when it cannot fit
+ * (after reclaim), -EDQUOT over quota, -EBUSY while it is swapped or
+ * moving. A reserved region is never swapped out. */
+int vmu_region_reserve(struct vmu_session *s, uint64_t handle, char *msg,
+		       size_t msglen);
 /* Free the region; -EBUSY while pinned. */
 int vmu_region_destroy(struct vmu_session *s, uint64_t handle);
 int vmu_region_info(struct vmu_session *s, uint64_t handle,
@@ -397,7 +424,8 @@ struct vmu_stats {
 	uint64_t granularity;
 	uint64_t committed; /* physical bytes held by all segments */
 	uint64_t reserved; /* set aside by admission, not yet used */
-	uint64_t free; /* capacity - committed - reserved */
+	uint64_t region_reserved; /* by vmu_region_reserve() */
+	uint64_t free; /* capacity - committed - both reserved */
 	enum vmu_pressure pressure;
 	struct vmu_seg_stats seg[VMU_NR_SEGS];
 	uint64_t text_hits, text_misses, text_evictions;
@@ -409,6 +437,8 @@ struct vmu_stats {
 	uint64_t swapped_now; /* host bytes held by swapped regions */
 	uint64_t stack_last_peak; /* peak of the last finished request */
 	uint64_t admits, admit_reclaims, admit_refusals;
+	uint64_t admit_waits, admit_timeouts; /* vmu_set_admit_wait() */
+	uint64_t admit_waiting; /* waiting now */
 	uint64_t quota_refusals;
 };
 void vmu_get_stats(struct vmu *v, struct vmu_stats *st);

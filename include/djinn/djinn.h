@@ -236,6 +236,17 @@ int djinn_session_heartbeat(struct djinn_session *s);
 int djinn_signal(struct djinn_session *s, unsigned int phase,
 		 uint64_t expected_ns);
 
+/*
+ * An agent's tool call, for the scheduler: begin() says the session waits
+ * on a tool for about @expected_ns (> 0; SIGNAL IO_WAIT), so that djinnd
+ * may move its KV caches to host memory for the wait and bring them back
+ * by its end; end() says it is back (SIGNAL COMPUTE). Requests made
+ * meanwhile are served all the same (their data is restored at once).
+ * 0 or a negative errno; both wait for the daemon's answer.
+ */
+int djinn_tool_call_begin(struct djinn_session *s, uint64_t expected_ns);
+int djinn_tool_call_end(struct djinn_session *s);
+
 /* ---------------------------------------------------------------------- */
 /* Tensors */
 

@@ -154,6 +154,7 @@ enum djinn_op {
 	DJINN_OP_ADMIN_MODELS = 68,
 	DJINN_OP_ADMIN_MODEL_EVICT = 69,
 	DJINN_OP_ADMIN_FAULT_INJECT = 70, /* djinnd --fault-injection only */
+	DJINN_OP_ADMIN_SCHED = 71,
 };
 
 /* hdr.flags */
@@ -936,6 +937,104 @@ struct djinn_admin_vmu {
 	__u64 quota_refusals;
 };
 static_assert(sizeof(struct djinn_admin_vmu) == 216, "admin vmu");
+
+/* The scheduler's memory policy (sched.policy in djinnd.conf). */
+enum djinn_sched_policy {
+	DJINN_SCHED_SEMANTIC = 0, /* acts on IO_WAIT: swap early, prefetch */
+	DJINN_SCHED_LRU = 1, /* swaps least recently used, when it must */
+	DJINN_SCHED_STATIC = 2, /* a context reserves its whole KV cache */
+};
+
+/**
+ * struct djinn_admin_sched_dev - a device's scheduler, in ADMIN_SCHED
+ * @device:          "cpu", "cuda:0"
+ * @policy:          enum djinn_sched_policy
+ * @busy:            sessions with jobs queued or running
+ * @queued, @running: jobs, [0] graphs and model steps (the compute
+ *                   queue), [1] memory jobs
+ * @admit_waiting:   admissions waiting for memory to come free now
+ * @swap_out_bps, @swap_in_bps: the bandwidth measured by the policy's
+ *                   swaps (bytes per second; 0: none measured yet)
+ * @swaps_signal:    regions swapped out on an IO_WAIT signal
+ * @swaps_pressure:  regions swapped out by reclaim (an admission or an
+ *                   allocation that needed the memory)
+ * @swap_bytes_out, @swap_bytes_in: bytes moved, both causes
+ * @prefetches:      restores started ahead of a session's return
+ * @prefetch_hits:   sessions swapped during a wait that were resident
+ *                   again when their next request came
+ * @prefetch_misses: ... that were not (the request waited on a restore)
+ * @admit_waits:     admissions that waited for memory
+ * @admit_timeouts:  ... and were refused when sched.admit_wait ran out
+ */
+struct djinn_admin_sched_dev {
+	char device[16];
+	__u32 policy;
+	__u32 busy;
+	__u32 queued[2];
+	__u32 running[2];
+	__u32 admit_waiting;
+	__u32 __reserved;
+	__u64 swap_out_bps;
+	__u64 swap_in_bps;
+	__u64 swaps_signal;
+	__u64 swaps_pressure;
+	__u64 swap_bytes_out;
+	__u64 swap_bytes_in;
+	__u64 prefetches;
+	__u64 prefetch_hits;
+	__u64 prefetch_misses;
+	__u64 admit_waits;
+	__u64 admit_timeouts;
+};
+static_assert(sizeof(struct djinn_admin_sched_dev) == 136, "admin sched dev");
+
+/* struct djinn_admin_sched_session.flags */
+#define DJINN_SCHED_SWAPPED_BY_SIGNAL (1u << 0) /* in this wait */
+#define DJINN_SCHED_OVERRAN (1u << 1) /* its last wait ran past its estimate */
+#define DJINN_SCHED_PREFETCHING (1u << 2) /* a restore is under way */
+
+/**
+ * struct djinn_admin_sched_session - a session, in ADMIN_SCHED
+ * @phase:          the last SIGNAL's (enum djinn_phase)
+ * @flags:          DJINN_SCHED_*
+ * @phase_left_ns:  time left of an IO_WAIT's estimate (0: none, or past)
+ * @resident, @swapped: its data bytes on the device and in host memory
+ * @queued, @inflight: its jobs queued, and queued or running, every kind
+ * @weight:         its share of device time: tenant share x (priority+1)
+ * @ahead_max:      the most jobs of other sessions that started while one
+ *                  of its jobs waited (the fairness bound: at most one per
+ *                  other busy session)
+ * @deficit_ns:     device time it may still use this round (negative: what
+ *                  it owes from a job longer than its quantum)
+ * @cost_ns:        device time its jobs took, in all
+ * @jobs:           its jobs run
+ * @wait_p99_ns:    99th percentile of its jobs' queue wait (upper bucket
+ *                  bound of a power-of-two histogram)
+ *
+ * ADMIN_SCHED's response: a __u32 count of devices, a __u32 count of
+ * sessions, the devices in index order, then the sessions.
+ */
+struct djinn_admin_sched_session {
+	__u64 id;
+	char tenant[DJINN_TENANT_MAX];
+	__u32 device;
+	__u32 priority;
+	__u32 phase;
+	__u32 flags;
+	__u64 phase_left_ns;
+	__u64 resident;
+	__u64 swapped;
+	__u32 queued;
+	__u32 inflight;
+	__u32 weight;
+	__u32 ahead_max;
+	__s64 deficit_ns;
+	__u64 cost_ns;
+	__u64 jobs;
+	__u64 wait_p99_ns;
+};
+static_assert(sizeof(struct djinn_admin_sched_session) == 160,
+	      "admin sched session");
 
 /**
  * struct djinn_admin_stats - ADMIN_STATS response: the daemon's counters

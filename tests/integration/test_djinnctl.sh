@@ -48,11 +48,12 @@ command -v python3 >/dev/null 2>&1 ||
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/djinnctl.XXXXXX") ||
 	skip "cannot make a temporary directory"
-dpid='' hpid='' fpid='' mpid=''
+dpid='' hpid='' fpid='' mpid='' spid=''
 # shellcheck disable=SC2317 # called by the trap
 cleanup() {
 	[ -n "$hpid" ] && kill "$hpid" 2>/dev/null
 	[ -n "$mpid" ] && kill "$mpid" 2>/dev/null
+	[ -n "$spid" ] && kill "$spid" 2>/dev/null
 	[ -n "$fpid" ] && kill "$fpid" 2>/dev/null
 	[ -n "$dpid" ] && kill -9 "$dpid" 2>/dev/null
 	rm -rf "$dir"
@@ -334,6 +335,118 @@ assert d[0]["segments"]["data"]["used"] == 4 << 20
 '
 fi
 
+# --- sched ------------------------------------------------------------------------
+
+# dave waits on a tool: priority 3, an IO_WAIT signal with an estimate of
+# 1 s (open_session's), no data. With alice (decode, 4 MiB) and carol
+# (no signal), the daemon holds these three sessions and nothing runs.
+: >"$dir/ids2"
+"$OPEN_SESSION" -t 60 "$dir/d.sock" dave:3:5 >"$dir/ids2" \
+	2>"$dir/helper2.err" &
+spid=$!
+i=0
+until [ "$(wc -l <"$dir/ids2")" -eq 1 ]; do
+	if ! kill -0 "$spid" 2>/dev/null || [ "$i" -gt 100 ]; then
+		echo "FAIL: open_session did not open dave's session:"
+		sed 's/^/    | /' "$dir/helper2.err"
+		exit 1
+	fi
+	i=$((i + 1))
+	sleep 0.1
+done
+dave=$(awk '$2 == "dave" { print $1 }' "$dir/ids2")
+# Without a configuration file the policy is sched.policy's default.
+policy=semantic
+[ -f /etc/djinn/djinnd.conf ] && policy='semantic|lru|static'
+dur='(-|[0-9]+(\.[0-9]+)?(ns|us|ms|s))'
+if run 0 "sched" sched; then
+	expect "sched: the device" '^device 0: +cpu$' "$dir/out"
+	expect "sched: the policy" "^policy: +($policy)\$" "$dir/out"
+	expect "sched: idle" '^busy: +0 sessions$' "$dir/out"
+	expect "sched: queued" '^queued: +0 compute, 0 mem$' "$dir/out"
+	expect "sched: running" '^running: +0 compute, 0 mem$' "$dir/out"
+	expect "sched: admit waiting" '^admit waiting: +0$' "$dir/out"
+	expect "sched: swap rate" \
+		'^swap rate: +(-|[0-9]+\.[0-9] MB/s) out, (-|[0-9]+\.[0-9] MB/s) in$' \
+		"$dir/out"
+	expect "sched: swaps" '^swaps: +[0-9]+ by signal, [0-9]+ by pressure$' \
+		"$dir/out"
+	expect "sched: swapped bytes" \
+		'^swapped: +[0-9.]+[KMGTPE]?i?B? out, [0-9.]+[KMGTPE]?i?B? in$' \
+		"$dir/out"
+	expect "sched: prefetches" \
+		'^prefetches: +[0-9]+ started, [0-9]+ hit, [0-9]+ missed, (hit rate -|[0-9.]+% hit rate)$' \
+		"$dir/out"
+	expect "sched: admission" '^admission: +[0-9]+ waited, [0-9]+ timed out$' \
+		"$dir/out"
+	expect "sched: header" \
+		'^ID +TENANT +DEV +PRIO +PHASE +LEFT +RESIDENT +SWAPPED +QUEUED +INFLIGHT +WEIGHT +AHEAD +P99 WAIT +FLAGS$' \
+		"$dir/out"
+	# ID TENANT DEV PRIO PHASE LEFT RESIDENT SWAPPED QUEUED INFLIGHT WEIGHT AHEAD P99 WAIT FLAGS
+	expect "sched: dave waits on a tool" \
+		"^$dave +dave +0 +3 +io_wait +$dur +0B +0B +0 +0 +[1-9][0-9]* +0 +$dur +[a-z_,0-9x-]+\$" \
+		"$dir/out"
+	expect "sched: alice decodes, 4 MiB resident" \
+		"^$alice +alice +0 +5 +decode +- +4Mi +0B +0 +0 +[1-9][0-9]* +[0-9]+ +$dur +[a-z_,0-9x-]+\$" \
+		"$dir/out"
+	expect "sched: carol" "^$carol +carol +0 +4 +unknown +- " "$dir/out"
+	grep -Eq "^$bob +bob " "$dir/out" && fail "sched: bob was killed"
+fi
+if run 0 "sched -j" -j sched show; then
+	py "sched -j: the device, the sessions" '
+policy, alice, carol, dave = args[0], int(args[1]), int(args[2]), int(args[3])
+assert set(j) == {"devices", "sessions"}, j.keys()
+assert len(j["devices"]) == 1, j["devices"]
+d = j["devices"][0]
+assert list(d) == ["device", "policy", "busy", "queued", "running",
+                   "admit_waiting", "swap_out_bps", "swap_in_bps",
+                   "swaps_signal", "swaps_pressure", "swap_bytes_out",
+                   "swap_bytes_in", "prefetches", "prefetch_hits",
+                   "prefetch_misses", "admit_waits", "admit_timeouts"], d
+assert d["device"] == "cpu" and d["policy"] in policy.split("|"), d
+assert d["busy"] == 0 and d["admit_waiting"] == 0, d
+assert d["queued"] == {"compute": 0, "mem": 0}, d
+assert d["running"] == {"compute": 0, "mem": 0}, d
+for k in list(d)[5:]:
+    assert isinstance(d[k], int) and d[k] >= 0, k
+by = {s["id"]: s for s in j["sessions"]}
+assert set(by) == {alice, carol, dave}, sorted(by)
+for s in j["sessions"]:
+    assert list(s) == ["id", "tenant", "device", "priority", "phase",
+                       "flags", "phase_left_ns", "resident", "swapped",
+                       "queued", "inflight", "weight", "ahead_max",
+                       "deficit_ns", "cost_ns", "jobs", "wait_p99_ns"], s
+    assert s["device"] == 0 and s["queued"] == 0 and s["inflight"] == 0, s
+    assert set(s["flags"]) <= {"swapped_by_signal", "overran",
+                               "prefetching"}, s
+    assert s["weight"] > 0 and s["ahead_max"] == 0, s
+s = by[dave]
+assert s["tenant"] == "dave" and s["priority"] == 3, s
+assert s["phase"] == "io_wait" and 0 <= s["phase_left_ns"] <= 10**9, s
+assert s["resident"] == 0 and s["swapped"] == 0 and s["jobs"] == 0, s
+a = by[alice]
+assert a["tenant"] == "alice" and a["priority"] == 5, a
+assert a["phase"] == "decode" and a["phase_left_ns"] == 0, a
+assert a["resident"] == 4 << 20 and a["swapped"] == 0, a
+assert "swapped_by_signal" not in a["flags"], a
+# weight: the tenant share (the same default for both) x (priority + 1)
+assert a["weight"] * 4 == s["weight"] * 6, (a["weight"], s["weight"])
+c = by[carol]
+assert c["tenant"] == "carol" and c["phase"] == "unknown", c
+assert c["priority"] == 4 and c["resident"] == 0, c
+' "$policy" "$alice" "$carol" "$dave"
+	[ "$(wc -l <"$dir/out")" -eq 1 ] || fail "sched -j: not one line"
+fi
+if run 0 "sc (prefix, default: show)" sc; then
+	expect "sc: the sched block" '^policy: ' "$dir/out"
+fi
+# dave's session ends; its open_session then exits.
+run 0 "session kill dave" -A session kill "$dave"
+wait "$spid"
+rc=$?
+spid=
+[ "$rc" -eq 0 ] || fail "open_session for dave exited $rc"
+
 # --- model list and evict -------------------------------------------------------
 
 if run 0 "model list, none loaded" model list; then
@@ -491,7 +604,7 @@ fi
 for args in "" "bogus" "s" "session frob" "session show" "session show x1" \
 	"session show -- -1" "session kill 1 2" "session list extra" "vmu 1" \
 	"--bogus stats" "model evict" "model evict ../etc" "model list x" \
-	"model frob"; do
+	"model frob" "sched show extra" "sched frob"; do
 	# shellcheck disable=SC2086
 	if run 2 "usage: djinnctl $args" $args; then
 		if grep -q '^usage: djinnctl' "$dir/err"; then
@@ -510,7 +623,9 @@ run 0 "-V" -V && expect "-V: version" '^djinnctl [0-9.]+ \(protocol [0-9]+\)$' \
 
 # A fake daemon: for each connection, read a request and answer per the
 # next mode: "mute" (never), "magic", "version", "flags", "short" (a
-# stats answer of 8 bytes), "error" (an error frame whose length lies).
+# stats answer of 8 bytes), "error" (an error frame whose length lies),
+# "sched_short" and "sched_long" (a sched answer shorter or longer than
+# its counts say).
 cat >"$dir/fake.py" <<'EOF'
 import os, socket, struct, sys, time
 path, modes = sys.argv[1], sys.argv[2:]
@@ -538,10 +653,14 @@ for mode in modes:
         c.sendall(hdr(n=8) + bytes(8))
     elif mode == "error":
         c.sendall(hdr(f=3, n=12) + struct.pack("<iI", -2, 200) + b"oops")
+    elif mode == "sched_short":
+        c.sendall(hdr(n=12) + struct.pack("<III", 1, 0, 0))
+    elif mode == "sched_long":
+        c.sendall(hdr(n=8 + 4096) + struct.pack("<II", 1, 0) + bytes(4096))
 time.sleep(30)
 EOF
 python3 "$dir/fake.py" "$dir/fake.sock" mute magic version flags short error \
-	2>"$dir/fake.err" &
+	sched_short sched_long 2>"$dir/fake.err" &
 fpid=$!
 i=0
 until [ -S "$dir/fake.sock" ] || [ "$i" -gt 100 ]; do
@@ -570,6 +689,12 @@ fake "another version" 'protocol version 2, djinnctl 1 \(EPROTONOSUPPORT\)$' sta
 fake "unknown flags" 'flags 0x9 \(EPROTO\)$' stats
 fake "a short answer" 'answer of 8 bytes, expected 120 \(EPROTO\)$' stats
 fake "a bad error frame" 'malformed error answer.*\(EPROTO\)$' stats
+fake "a sched answer short of its counts" \
+	'sched answer of 12 bytes for 1 devices and 0 sessions, expected [0-9]+ \(EPROTO\)$' \
+	sched
+fake "a sched answer past its counts" \
+	'sched answer of 4104 bytes for 1 devices and 0 sessions, expected [0-9]+ \(EPROTO\)$' \
+	sched
 kill "$fpid" 2>/dev/null
 wait "$fpid" 2>/dev/null
 fpid=

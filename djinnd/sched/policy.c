@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The memory policy: what the scheduler does with what sessions say
+ * (Documentation/sched.rst).
+ *
+ *   semantic  On IO_WAIT with an estimate, the session's idle data
+ *             regions (its contexts' KV caches, its results) leave the
+ *             device at once if memory is needed now (pressure at warning
+ *             or above, or an admission waiting) and the wait is worth
+ *             the swap and the restore (sched_plan_wait()); while it
+ *             waits, the tick swaps it out as soon as memory is needed.
+ *             Its regions are the VMU's first victims meanwhile
+ *             (vmu_session_set_victim()): an overrunner's first, then the
+ *             one back last. A restore starts so that the regions are
+ *             resident again by the estimate's end (the prefetch), and at
+ *             once when a request or COMPUTE comes first. Sessions that
+ *             never signal are left to the VMU's LRU.
+ *   lru       Signals are recorded, nothing acts on them: the VMU swaps
+ *             the least recently used idle regions when an admission or
+ *             an allocation needs the memory, and a swapped region comes
+ *             back when it is used.
+ *   static    Nothing swaps; a context reserves its whole KV cache when
+ *             it is made (model_ctx_reserve()), so admission refuses the
+ *             context that does not fit.
+ *
+ * Swaps and restores are jobs of the memory lane, charged to the session
+ * they move; the bandwidth they reach is measured here, per device, and
+ * feeds the rule. Everything here runs on the I/O thread but the jobs'
+ * bodies.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server.h"
+#include "exec/executor.h"
+#include "sched/policy.h"
+
+#define TICK_NS 2000000ull /* 2 ms while sessions wait */
+#define MAX_SWAP_JOBS 2 /* the policy's swap-outs at once, per device */
+#define MB (1ull << 20)
+
+/* ---------------------------------------------------------------------- */
+/* The rule */
+
+static uint64_t move_ns(uint64_t bytes, uint64_t bps)
+{
+	if (!bps)
+		bps = SCHED_BPS_GUESS;
+	return SCHED_SWAP_FIXED_NS +
+	       (uint64_t)((double)bytes * 1e9 / (double)bps);
+}
+
+void sched_plan_wait(const struct sched_config *cfg, uint64_t now,
+		     uint64_t left_ns, uint64_t bytes, uint64_t bw_out,
+		     uint64_t bw_in, bool needed, struct sched_plan *p)
+{
+	unsigned int margin = cfg->swap_margin_pct ? cfg->swap_margin_pct :
+						     SCHED_SWAP_MARGIN_DEFAULT;
+	uint64_t lead;
+
+	p->out_ns = move_ns(bytes, bw_out);
+	p->in_ns = move_ns(bytes, bw_in);
+	p->worth = bytes &&
+		   (double)left_ns * 100.0 >
+			   (double)margin * (double)(p->out_ns + p->in_ns);
+	p->swap = p->worth && needed;
+	lead = p->in_ns + p->in_ns / 2 + SCHED_PREFETCH_SLACK_NS;
+	p->prefetch_at = left_ns > lead ? now + left_ns - lead : now;
+}
+
+uint64_t sched_victim_key(bool overran, uint64_t wait_until)
+{
+	if (overran)
+		return UINT64_MAX;
+	/* 0 is "not waiting": a wait always has a key above it */
+	return wait_until < UINT64_MAX - 1 ? wait_until + 1 : UINT64_MAX - 1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Measurements */
+
+static bool memory_needed(struct sched *sc)
+{
+	struct vmu_stats vs;
+
+	vmu_get_stats(sc->dev->vmu, &vs);
+	return vs.pressure >= VMU_PRESSURE_WARNING || vs.admit_waiting;
+}
+
+static uint64_t resident_of(struct session *s)
+{
+	struct vmu_usage u;
+
+	vmu_session_usage(s->vs, &u);
+	return u.resident;
+}
+
+static uint64_t swapped_of(struct session *s)
+{
+	struct vmu_usage u;
+
+	vmu_session_usage(s->vs, &u);
+	return u.swapped;
+}
+
+/* A swap of @bytes took @ns: the bandwidth, averaged (small moves say
+ * more about the fixed cost than the bandwidth, and are left out). */
+static void measured(struct sched *sc, bool out, uint64_t bytes, uint64_t ns)
+{
+	uint64_t *bw = out ? &sc->st.swap_out_bps : &sc->st.swap_in_bps;
+	uint64_t now;
+
+	if (bytes < MB || !ns)
+		return;
+	now = (uint64_t)((double)bytes * 1e9 / (double)ns);
+	pthread_mutex_lock(&sc->stat_lock);
+	*bw = *bw ? (3 * *bw + now) / 4 : now;
+	pthread_mutex_unlock(&sc->stat_lock);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The jobs: a session's regions out or back, on the memory lane */
+
+enum { POLICY_SWAP_OUT = 1, POLICY_RESTORE, POLICY_PREFETCH };
+
+static void run_swap(struct exec_job *job, const struct exec_env *env)
+{
+	struct vmu_session *vs = job->s->vs;
+	struct vmu_usage before, after;
+	uint64_t t0 = loop_now();
+	int ret;
+
+	vmu_session_usage(vs, &before);
+	ret = job->mem.create ? vmu_session_swap_out(vs) :
+				vmu_session_swap_in(vs);
+	vmu_session_usage(vs, &after);
+	job->res.run_ns = loop_now() - t0;
+	/* bytes moved, and regions (swap-out) */
+	job->mem.bytes = job->mem.create ?
+				 (after.swapped > before.swapped ?
+					  after.swapped - before.swapped :
+					  0) :
+				 (before.swapped > after.swapped ?
+					  before.swapped - after.swapped :
+					  0);
+	job->mem.region = ret > 0 ? (uint64_t)ret : 0;
+	job->error = ret < 0 ? ret : 0;
+}
+
+static void policy_job_done(struct exec_job *job, void *arg)
+{
+	struct sched *sc = arg;
+	struct sched_entity *se = &job->s->se;
+	bool out = job->mem.create;
+
+	if (out) {
+		se->swap_jobs--;
+		sc->swap_jobs--;
+	} else {
+		se->restore_jobs--;
+	}
+	if (job->error && job->error != -ECANCELED)
+		log_info("session %llu: %s: %s", (unsigned long long)job->s->id,
+			 out ? "swapping out" : "restoring",
+			 strerror(-job->error));
+	if (!job->error && job->mem.bytes) {
+		measured(sc, out, job->mem.bytes, job->res.run_ns);
+		if (out) {
+			pthread_mutex_lock(&sc->stat_lock);
+			sc->st.swaps_signal += job->mem.region;
+			sc->st.swap_bytes_signal += job->mem.bytes;
+			pthread_mutex_unlock(&sc->stat_lock);
+			if (se->waiting)
+				se->swapped_in_wait = true;
+		}
+		log_debug("session %llu: %s %llu bytes in %llu us",
+			  (unsigned long long)job->s->id,
+			  out ? "swapped out" : "restored",
+			  (unsigned long long)job->mem.bytes,
+			  (unsigned long long)(job->res.run_ns / 1000));
+	}
+	exec_job_free(job);
+}
+
+static void start(struct sched *sc, struct session *s, int what)
+{
+	struct exec_job *job = calloc(1, sizeof(*job));
+
+	if (!job) {
+		log_err("session %llu: no memory for a swap job",
+			(unsigned long long)s->id);
+		return;
+	}
+	job->kind = EXEC_CALL;
+	job->lane = SCHED_MEM;
+	job->call = run_swap;
+	job->mem.create = what == POLICY_SWAP_OUT;
+	job->done = policy_job_done;
+	job->done_arg = sc;
+	job->s = s;
+	session_ref(s);
+	if (what == POLICY_SWAP_OUT) {
+		s->se.swap_jobs++;
+		sc->swap_jobs++;
+	} else {
+		s->se.restore_jobs++;
+		pthread_mutex_lock(&sc->stat_lock);
+		if (what == POLICY_PREFETCH)
+			sc->st.prefetches++;
+		else
+			sc->st.restores++;
+		pthread_mutex_unlock(&sc->stat_lock);
+	}
+	sched_submit(sc, job);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Waits */
+
+static void tick_arm(struct sched *sc);
+
+static void plan_for(struct sched *sc, struct session *s, uint64_t now,
+		     bool needed, struct sched_plan *p)
+{
+	struct sched_entity *se = &s->se;
+	uint64_t left = se->wait_until > now ? se->wait_until - now : 0;
+	struct sched_stats st;
+
+	pthread_mutex_lock(&sc->stat_lock);
+	st.swap_out_bps = sc->st.swap_out_bps;
+	st.swap_in_bps = sc->st.swap_in_bps;
+	pthread_mutex_unlock(&sc->stat_lock);
+	sched_plan_wait(&sc->cfg, now, left, resident_of(s), st.swap_out_bps,
+			st.swap_in_bps, needed, p);
+}
+
+static uint64_t prefetch_fire(struct loop_timer *t, uint64_t now)
+{
+	struct sched_entity *se =
+		container_of(t, struct sched_entity, prefetch);
+	struct session *s = container_of(se, struct session, se);
+	struct sched *sc = s->dev->sched;
+
+	se->prefetch_armed = false;
+	if (!se->waiting || s->dead)
+		return 0;
+	/* About to be back: no longer a victim before the others. */
+	vmu_session_set_victim(s->vs, 0);
+	if (swapped_of(s)) {
+		se->swapped_in_wait = true;
+		se->prefetched = true;
+		if (!se->restore_jobs)
+			start(sc, s, POLICY_PREFETCH);
+	}
+	return 0;
+}
+
+static void begin_wait(struct sched *sc, struct session *s, uint64_t now,
+		       uint64_t expected)
+{
+	struct sched_entity *se = &s->se;
+	struct sched_plan p;
+
+	if (se->prefetch_armed) {
+		loop_timer_del(&se->prefetch);
+		se->prefetch_armed = false;
+	}
+	if (!se->waiting)
+		list_add_tail(&se->wnode, &sc->waiting);
+	se->waiting = true;
+	se->signaled = true;
+	se->swapped_in_wait = false;
+	se->prefetched = false;
+	se->wait_start = now;
+	se->wait_until = now + expected;
+	if (sc->policy != DJINN_SCHED_SEMANTIC)
+		return;
+	vmu_session_set_victim(s->vs,
+			       sched_victim_key(se->overran, se->wait_until));
+	plan_for(sc, s, now, memory_needed(sc), &p);
+	if (p.swap && !se->swap_jobs)
+		start(sc, s, POLICY_SWAP_OUT);
+	/* Back by the estimate's end, whoever swapped it meanwhile. */
+	se->prefetch.fn = prefetch_fire;
+	loop_timer_add(&sc->srv->loop, &se->prefetch, p.prefetch_at);
+	se->prefetch_armed = true;
+	tick_arm(sc);
+}
+
+/* The wait is over (a request, a signal, the end of the session).
+ * Whether the session's data left the device during it (semantic). */
+static bool end_wait(struct sched *sc, struct session *s, uint64_t now,
+		     bool count)
+{
+	struct sched_entity *se = &s->se;
+	uint64_t est = se->wait_until - se->wait_start;
+
+	if (!se->waiting)
+		return false;
+	se->waiting = false;
+	list_del_init(&se->wnode);
+	if (se->prefetch_armed) {
+		loop_timer_del(&se->prefetch);
+		se->prefetch_armed = false;
+	}
+	if (sc->policy != DJINN_SCHED_SEMANTIC)
+		return false;
+	vmu_session_set_victim(s->vs, 0);
+	if (!count)
+		return false;
+	/* Late by more than a tenth of the estimate (and a millisecond):
+	 * next time it is the first to go. */
+	se->overran = now > se->wait_until + est / 10 + 1000000;
+	if (swapped_of(s) || se->restore_jobs)
+		se->swapped_in_wait = true;
+	if (!se->swapped_in_wait)
+		return false;
+	pthread_mutex_lock(&sc->stat_lock);
+	if (swapped_of(s) || se->restore_jobs)
+		sc->st.prefetch_misses++;
+	else
+		sc->st.prefetch_hits++;
+	pthread_mutex_unlock(&sc->stat_lock);
+	return true;
+}
+
+/* Back from a wait during which its data left: what is still out comes
+ * back at once, whole (the regions it uses next would come back one by
+ * one, each on its request's path). A session swapped by reclaim
+ * outside a wait gets each region back when it is used, as under lru. */
+static void restore_now(struct sched *sc, struct session *s)
+{
+	if (!s->se.restore_jobs && swapped_of(s))
+		start(sc, s, POLICY_RESTORE);
+}
+
+void policy_request(struct sched *sc, struct session *s)
+{
+	if (!sc->srv)
+		return;
+	if (end_wait(sc, s, loop_now(), true))
+		restore_now(sc, s);
+}
+
+int sched_signal_check(const struct sched *sc, uint32_t phase,
+		       uint64_t *expected_ns, char *msg, size_t msglen)
+{
+	if (phase != DJINN_PHASE_IO_WAIT)
+		return 0;
+	if (!*expected_ns) {
+		snprintf(
+			msg, msglen,
+			"IO_WAIT needs an expected duration (expected_ns > 0)");
+		return -EINVAL;
+	}
+	if (*expected_ns > INT64_MAX) {
+		snprintf(msg, msglen,
+			 "IO_WAIT of %llu ns: past INT64_MAX (a negative "
+			 "duration converted?)",
+			 (unsigned long long)*expected_ns);
+		return -EINVAL;
+	}
+	if (*expected_ns > sc->cfg.max_io_wait_ns)
+		*expected_ns = sc->cfg.max_io_wait_ns;
+	return 0;
+}
+
+void sched_signal(struct sched *sc, struct session *s, uint32_t phase,
+		  uint64_t expected_ns)
+{
+	uint64_t now = loop_now();
+
+	s->phase = phase;
+	s->phase_until = now + expected_ns;
+	if (phase == DJINN_PHASE_IO_WAIT) {
+		begin_wait(sc, s, now, expected_ns);
+		return;
+	}
+	if (end_wait(sc, s, now, true) && phase == DJINN_PHASE_COMPUTE)
+		restore_now(sc, s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The tick: while sessions wait, swap them out once memory is needed */
+
+static uint64_t tick_fire(struct loop_timer *t, uint64_t now)
+{
+	struct sched *sc = container_of(t, struct sched, tick);
+	struct sched_entity *se;
+
+	if (list_empty(&sc->waiting) || sc->policy != DJINN_SCHED_SEMANTIC) {
+		sc->tick_armed = false;
+		return 0;
+	}
+	if (sc->swap_jobs >= MAX_SWAP_JOBS || !memory_needed(sc))
+		return TICK_NS;
+	/* The best victim first: an overrunner, then the one back last. */
+	for (unsigned int n = sc->swap_jobs; n < MAX_SWAP_JOBS; n++) {
+		struct session *best = NULL;
+		uint64_t best_key = 0;
+
+		list_for_each_entry(se, &sc->waiting, wnode) {
+			struct session *s =
+				container_of(se, struct session, se);
+			struct sched_plan p;
+			uint64_t key;
+
+			if (se->swap_jobs || se->prefetched || s->dead)
+				continue;
+			plan_for(sc, s, now, true, &p);
+			if (!p.swap || p.prefetch_at <= now)
+				continue;
+			key = sched_victim_key(se->overran, se->wait_until);
+			if (key > best_key) {
+				best_key = key;
+				best = s;
+			}
+		}
+		if (!best)
+			break;
+		start(sc, best, POLICY_SWAP_OUT);
+	}
+	return TICK_NS;
+}
+
+static void tick_arm(struct sched *sc)
+{
+	if (sc->tick_armed || !sc->srv)
+		return;
+	sc->tick.fn = tick_fire;
+	loop_timer_add(&sc->srv->loop, &sc->tick, loop_now() + TICK_NS);
+	sc->tick_armed = true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Set-up */
+
+void policy_init(struct sched *sc)
+{
+	if (!sc->dev || !sc->dev->vmu)
+		return;
+	/* static partitioning: nothing leaves the device */
+	vmu_set_swap(sc->dev->vmu, sc->policy != DJINN_SCHED_STATIC);
+	policy_configure(sc);
+}
+
+void policy_configure(struct sched *sc)
+{
+	if (sc->dev && sc->dev->vmu)
+		vmu_set_admit_wait(sc->dev->vmu, sc->cfg.admit_wait_ns);
+}
+
+void policy_fini(struct sched *sc)
+{
+	if (sc->tick_armed)
+		loop_timer_del(&sc->tick);
+	sc->tick_armed = false;
+}
+
+void policy_session_end(struct sched *sc, struct session *s)
+{
+	end_wait(sc, s, loop_now(), false);
+}
+
+void policy_session_info(struct sched *sc, struct session *s,
+			 struct djinn_admin_sched_session *e)
+{
+	const struct sched_entity *se = &s->se;
+	uint64_t now = loop_now();
+
+	if (se->waiting && se->wait_until > now)
+		e->phase_left_ns = se->wait_until - now;
+	if (se->waiting && se->swapped_in_wait)
+		e->flags |= DJINN_SCHED_SWAPPED_BY_SIGNAL;
+	if (se->overran)
+		e->flags |= DJINN_SCHED_OVERRAN;
+	if (se->restore_jobs)
+		e->flags |= DJINN_SCHED_PREFETCHING;
+}

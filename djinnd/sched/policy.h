@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Inside sched/: the scheduler's state, shared by its queues (sched.c)
+ * and its memory policy (policy.c). Nothing outside sched/ includes it.
+ */
+#ifndef DJINN_SCHED_POLICY_H
+#define DJINN_SCHED_POLICY_H
+
+#include "sched/sched.h"
+
+struct sched_lane_q {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct list_head round; /* sessions with queued jobs */
+	unsigned int queued, running;
+	uint64_t dispatched; /* jobs started, ever */
+	bool stop;
+};
+
+struct sched {
+	struct server *srv; /* NULL in the unit tests */
+	struct device *dev;
+	struct sched_config cfg;
+	unsigned int policy;
+	struct sched_share shares[SCHED_TENANTS_MAX];
+	unsigned int nr_shares;
+	struct sched_lane_q lane[SCHED_LANES];
+
+	pthread_mutex_t stat_lock; /* @st */
+	struct sched_stats st;
+
+	/* the memory policy's, on the I/O thread */
+	struct list_head waiting; /* sessions in IO_WAIT */
+	struct loop_timer tick;
+	bool tick_armed;
+	unsigned int swap_jobs; /* the policy's swap-outs in flight */
+};
+
+void policy_init(struct sched *sc);
+void policy_fini(struct sched *sc);
+void policy_configure(struct sched *sc);
+/* A client's request of @s is being queued. */
+void policy_request(struct sched *sc, struct session *s);
+void policy_session_end(struct sched *sc, struct session *s);
+void policy_session_info(struct sched *sc, struct session *s,
+			 struct djinn_admin_sched_session *e);
+
+#endif /* DJINN_SCHED_POLICY_H */

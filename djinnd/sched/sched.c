@@ -1,0 +1,423 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The scheduler's queues: deficit round robin per lane (sched.h).
+ *
+ * A lane has a round: the sessions with queued jobs, in the order they
+ * became busy. sched_next() walks it from the head: a session whose
+ * deficit is positive gives its oldest job and goes to the tail; one
+ * whose deficit is not is credited its quantum and goes to the tail
+ * without giving one. A full walk with nobody eligible credits everyone
+ * the fewest quanta that make one eligible at once, so a walk is never
+ * repeated. The deficit never exceeds one quantum (credit comes only to
+ * a session at or below zero), so an idle session saves nothing up.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server.h"
+#include "exec/executor.h"
+#include "sched/policy.h"
+#include "sched/sched.h"
+
+static uint64_t now_ns(void)
+{
+	return loop_now();
+}
+
+static enum sched_lane lane_of(const struct exec_job *job)
+{
+	if (job->kind == EXEC_GRAPH)
+		return SCHED_COMPUTE;
+	if (job->kind == EXEC_MEM)
+		return SCHED_MEM;
+	return job->lane;
+}
+
+static int64_t quantum(const struct sched *sc, const struct sched_entity *se)
+{
+	return (int64_t)(sc->cfg.quantum_ns * (se->weight ? se->weight : 1));
+}
+
+static unsigned int hist_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	unsigned int b = 0;
+
+	while (us && b < SCHED_HIST - 1) {
+		us >>= 1;
+		b++;
+	}
+	return b;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Creation and configuration */
+
+static unsigned int share_of(const struct sched *sc, const char *tenant)
+{
+	for (unsigned int i = 0; i < sc->nr_shares; i++)
+		if (!strcmp(sc->shares[i].tenant, tenant))
+			return sc->shares[i].share;
+	return 1;
+}
+
+static uint32_t weight_of(const struct sched *sc, const struct session *s)
+{
+	return share_of(sc, s->tenant) * (s->priority + 1);
+}
+
+static void set_config(struct sched *sc, const struct sched_config *cfg)
+{
+	sc->cfg = *cfg;
+	if (!sc->cfg.quantum_ns)
+		sc->cfg.quantum_ns = SCHED_QUANTUM_DEFAULT;
+	if (!sc->cfg.max_io_wait_ns)
+		sc->cfg.max_io_wait_ns = SCHED_MAX_IO_WAIT_DEFAULT;
+	if (!sc->cfg.swap_margin_pct)
+		sc->cfg.swap_margin_pct = SCHED_SWAP_MARGIN_DEFAULT;
+	sc->nr_shares = 0;
+	for (unsigned int i = 0; i < cfg->nr_shares && i < SCHED_TENANTS_MAX;
+	     i++)
+		sc->shares[sc->nr_shares++] = cfg->shares[i];
+	sc->cfg.shares = NULL;
+	sc->cfg.nr_shares = 0;
+}
+
+int sched_create(struct server *srv, struct device *dev,
+		 const struct sched_config *cfg, struct sched **out)
+{
+	struct sched *sc = calloc(1, sizeof(*sc));
+
+	if (!sc)
+		return -ENOMEM;
+	sc->srv = srv;
+	sc->dev = dev;
+	set_config(sc, cfg);
+	sc->policy = cfg->policy;
+	for (unsigned int l = 0; l < SCHED_LANES; l++) {
+		pthread_mutex_init(&sc->lane[l].lock, NULL);
+		pthread_cond_init(&sc->lane[l].cond, NULL);
+		INIT_LIST_HEAD(&sc->lane[l].round);
+	}
+	pthread_mutex_init(&sc->stat_lock, NULL);
+	INIT_LIST_HEAD(&sc->waiting);
+	policy_init(sc);
+	*out = sc;
+	return 0;
+}
+
+void sched_destroy(struct sched *sc)
+{
+	if (!sc)
+		return;
+	policy_fini(sc);
+	for (unsigned int l = 0; l < SCHED_LANES; l++) {
+		pthread_mutex_destroy(&sc->lane[l].lock);
+		pthread_cond_destroy(&sc->lane[l].cond);
+	}
+	pthread_mutex_destroy(&sc->stat_lock);
+	free(sc);
+}
+
+void sched_configure(struct sched *sc, const struct sched_config *cfg)
+{
+	struct session *s;
+
+	for (unsigned int l = 0; l < SCHED_LANES; l++)
+		pthread_mutex_lock(&sc->lane[l].lock);
+	set_config(sc, cfg);
+	sc->cfg.policy = sc->policy; /* fixed at start */
+	if (sc->srv) {
+		list_for_each_entry(s, &sc->srv->sessions, node)
+			if (s->dev == sc->dev)
+				s->se.weight = weight_of(sc, s);
+	}
+	for (unsigned int l = SCHED_LANES; l-- > 0;)
+		pthread_mutex_unlock(&sc->lane[l].lock);
+	policy_configure(sc);
+}
+
+unsigned int sched_policy(const struct sched *sc)
+{
+	return sc->policy;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sessions */
+
+void sched_entity_init(struct sched_entity *se)
+{
+	memset(se, 0, sizeof(*se));
+	for (unsigned int l = 0; l < SCHED_LANES; l++) {
+		INIT_LIST_HEAD(&se->jobs[l]);
+		INIT_LIST_HEAD(&se->node[l]);
+	}
+	INIT_LIST_HEAD(&se->wnode);
+}
+
+void sched_session_init(struct sched *sc, struct session *s)
+{
+	struct sched_entity *se = &s->se;
+
+	sched_entity_init(se);
+	se->weight = weight_of(sc, s);
+	for (unsigned int l = 0; l < SCHED_LANES; l++)
+		se->deficit[l] = quantum(sc, se);
+}
+
+void sched_session_end(struct sched *sc, struct session *s)
+{
+	policy_session_end(sc, s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Queues */
+
+void sched_submit(struct sched *sc, struct exec_job *job)
+{
+	enum sched_lane l = lane_of(job);
+	struct sched_lane_q *q = &sc->lane[l];
+	struct sched_entity *se = &job->s->se;
+
+	/* A client's request: the session is back from any wait. */
+	if (job->conn)
+		policy_request(sc, job->s);
+	job->lane = l;
+	job->t_queued = now_ns();
+	pthread_mutex_lock(&q->lock);
+	job->seq = q->dispatched;
+	job->own_seq = se->dispatched[l];
+	if (list_empty(&se->jobs[l]))
+		list_add_tail(&se->node[l], &q->round);
+	list_add_tail(&job->node, &se->jobs[l]);
+	se->queued[l]++;
+	q->queued++;
+	pthread_cond_signal(&q->cond);
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* Lock held: the session whose job runs next, by the round. */
+static struct sched_entity *pick(struct sched *sc, struct sched_lane_q *q)
+{
+	struct sched_entity *se, *n;
+
+	for (;;) {
+		uint64_t k = UINT64_MAX;
+
+		/* One walk: take the first eligible, crediting those it
+		 * passes over and sending them to the tail. */
+		list_for_each_entry_safe(se, n, &q->round, node[q - sc->lane]) {
+			unsigned int l = (unsigned int)(q - sc->lane);
+
+			if (se->deficit[l] > 0)
+				return se;
+			se->deficit[l] += quantum(sc, se);
+			list_move_tail(&se->node[l], &q->round);
+			if (se->deficit[l] > 0)
+				return se;
+		}
+		/* Everyone owes: credit all the rounds the least indebted
+		 * needs, keeping the order. */
+		list_for_each_entry(se, &q->round, node[q - sc->lane]) {
+			unsigned int l = (unsigned int)(q - sc->lane);
+			int64_t qn = quantum(sc, se);
+			uint64_t r = (uint64_t)((-se->deficit[l] + qn) / qn);
+
+			if (r < k)
+				k = r;
+		}
+		list_for_each_entry(se, &q->round, node[q - sc->lane]) {
+			unsigned int l = (unsigned int)(q - sc->lane);
+
+			se->deficit[l] += (int64_t)k * quantum(sc, se);
+		}
+	}
+}
+
+struct exec_job *sched_next(struct sched *sc, enum sched_lane l)
+{
+	struct sched_lane_q *q = &sc->lane[l];
+	struct sched_entity *se;
+	struct exec_job *job;
+	uint64_t ahead, wait;
+
+	pthread_mutex_lock(&q->lock);
+	while (!q->stop && list_empty(&q->round))
+		pthread_cond_wait(&q->cond, &q->lock);
+	if (list_empty(&q->round)) {
+		pthread_mutex_unlock(&q->lock);
+		return NULL;
+	}
+	se = pick(sc, q);
+	job = list_first_entry(&se->jobs[l], struct exec_job, node);
+	list_del_init(&job->node);
+	/* Its turn is used: to the tail, or out of the round. */
+	if (list_empty(&se->jobs[l]))
+		list_del_init(&se->node[l]);
+	else
+		list_move_tail(&se->node[l], &q->round);
+	se->queued[l]--;
+	se->running[l]++;
+	q->queued--;
+	q->running++;
+	/* Others' jobs that started while it waited. */
+	ahead = (q->dispatched - job->seq) - (se->dispatched[l] - job->own_seq);
+	if (ahead > se->ahead_max)
+		se->ahead_max = ahead;
+	q->dispatched++;
+	se->dispatched[l]++;
+	wait = now_ns() - job->t_queued;
+	se->hist[hist_bucket(wait)]++;
+	pthread_mutex_unlock(&q->lock);
+
+	if (l == SCHED_COMPUTE) {
+		unsigned int p = job->s->priority < 8 ? job->s->priority : 7;
+
+		pthread_mutex_lock(&sc->stat_lock);
+		sc->st.wait_hist[p][hist_bucket(wait)]++;
+		sc->st.wait_sum_ns[p] += wait;
+		sc->st.waits[p]++;
+		pthread_mutex_unlock(&sc->stat_lock);
+	}
+	return job;
+}
+
+void sched_charge(struct sched *sc, struct exec_job *job, uint64_t ns)
+{
+	struct sched_lane_q *q = &sc->lane[job->lane];
+	struct sched_entity *se = &job->s->se;
+	int64_t cost = ns > INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)ns;
+
+	pthread_mutex_lock(&q->lock);
+	se->running[job->lane]--;
+	q->running--;
+	se->deficit[job->lane] -= cost;
+	/* A debt is bounded, so a weight raised later counts soon. */
+	if (se->deficit[job->lane] < -INT64_MAX / 4)
+		se->deficit[job->lane] = -INT64_MAX / 4;
+	se->cost_ns += ns;
+	se->jobs_run++;
+	pthread_mutex_unlock(&q->lock);
+}
+
+void sched_take(struct sched *sc, enum sched_lane l, struct session *s,
+		struct list_head *out)
+{
+	struct sched_lane_q *q = &sc->lane[l];
+	struct sched_entity *se = &s->se;
+
+	pthread_mutex_lock(&q->lock);
+	if (!list_empty(&se->jobs[l])) {
+		q->queued -= se->queued[l];
+		se->queued[l] = 0;
+		list_splice_tail(&se->jobs[l], out);
+		list_del_init(&se->node[l]);
+	}
+	pthread_mutex_unlock(&q->lock);
+}
+
+void sched_stop(struct sched *sc, enum sched_lane l)
+{
+	struct sched_lane_q *q = &sc->lane[l];
+
+	pthread_mutex_lock(&q->lock);
+	q->stop = true;
+	pthread_cond_broadcast(&q->cond);
+	pthread_mutex_unlock(&q->lock);
+}
+
+void sched_depth(struct sched *sc, enum sched_lane l, unsigned int *queued,
+		 unsigned int *running)
+{
+	struct sched_lane_q *q = &sc->lane[l];
+
+	pthread_mutex_lock(&q->lock);
+	*queued = q->queued;
+	*running = q->running;
+	pthread_mutex_unlock(&q->lock);
+}
+
+unsigned int sched_busy(struct sched *sc)
+{
+	unsigned int n = 0;
+	struct session *s;
+
+	if (!sc->srv)
+		return 0;
+	for (unsigned int l = 0; l < SCHED_LANES; l++)
+		pthread_mutex_lock(&sc->lane[l].lock);
+	list_for_each_entry(s, &sc->srv->sessions, node) {
+		const struct sched_entity *se = &s->se;
+
+		if (s->dev != sc->dev)
+			continue;
+		for (unsigned int l = 0; l < SCHED_LANES; l++) {
+			if (se->queued[l] || se->running[l]) {
+				n++;
+				break;
+			}
+		}
+	}
+	for (unsigned int l = SCHED_LANES; l-- > 0;)
+		pthread_mutex_unlock(&sc->lane[l].lock);
+	return n;
+}
+
+void sched_get_stats(struct sched *sc, struct sched_stats *st)
+{
+	pthread_mutex_lock(&sc->stat_lock);
+	*st = sc->st;
+	pthread_mutex_unlock(&sc->stat_lock);
+}
+
+uint64_t sched_hist_p99(const uint32_t *hist)
+{
+	uint64_t total = 0, seen = 0;
+
+	for (unsigned int b = 0; b < SCHED_HIST; b++)
+		total += hist[b];
+	if (!total)
+		return 0;
+	for (unsigned int b = 0; b < SCHED_HIST; b++) {
+		seen += hist[b];
+		if (seen * 100 >= total * 99)
+			return (1ull << b) * 1000;
+	}
+	return (1ull << (SCHED_HIST - 1)) * 1000;
+}
+
+void sched_session_info(struct sched *sc, struct session *s,
+			struct djinn_admin_sched_session *e)
+{
+	struct sched_entity *se = &s->se;
+	struct vmu_usage u;
+
+	vmu_session_usage(s->vs, &u);
+	*e = (struct djinn_admin_sched_session){
+		.id = s->id,
+		.device = s->dev->index,
+		.priority = s->priority,
+		.phase = s->phase,
+		.resident = u.resident,
+		.swapped = u.swapped,
+	};
+	memcpy(e->tenant, s->tenant, sizeof(e->tenant));
+	policy_session_info(sc, s, e);
+	for (unsigned int l = 0; l < SCHED_LANES; l++)
+		pthread_mutex_lock(&sc->lane[l].lock);
+	for (unsigned int l = 0; l < SCHED_LANES; l++) {
+		e->queued += se->queued[l];
+		e->inflight += se->queued[l] + se->running[l];
+	}
+	e->weight = se->weight;
+	e->ahead_max = (uint32_t)(se->ahead_max > UINT32_MAX ? UINT32_MAX :
+							       se->ahead_max);
+	e->deficit_ns = se->deficit[SCHED_COMPUTE];
+	e->cost_ns = se->cost_ns;
+	e->jobs = se->jobs_run;
+	e->wait_p99_ns = sched_hist_p99(se->hist);
+	for (unsigned int l = SCHED_LANES; l-- > 0;)
+		pthread_mutex_unlock(&sc->lane[l].lock);
+}

@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The scheduler: the one place djinnd's policy lives (Documentation/
+ * sched.rst).
+ *
+ * Every unit of device work (a graph, a model step, a memory job) goes
+ * from net/ to sched_submit(), which queues it on its session's queue of
+ * one of the device's two lanes: SCHED_COMPUTE (graphs and model steps,
+ * run by the graph executor's thread) and SCHED_MEM (memory jobs: a
+ * transfer's memory, model loads, the policy's own swaps, run by the
+ * memory executor's threads). An executor thread asks sched_next() for
+ * its lane's next job and tells sched_charge() how long it took; the
+ * job goes back to the I/O thread through the executor's completion list
+ * and its @done callback (exec/executor.h). exec/ never calls net/.
+ *
+ * Fairness: deficit round robin over the sessions with queued jobs, one
+ * job per turn. A session's turn comes in the order sessions became
+ * busy; it runs one job if its deficit is positive, else it is credited
+ * its quantum (sched.quantum x weight) and waits for the next round.
+ * What a job costs is its measured device time, charged when it ends. So
+ * a session that does not owe device time waits behind at most one job of
+ * every other busy session, plus those already running, never behind
+ * another session's backlog; a session whose job ran past its quantum
+ * sits out rounds until its debt is paid, while others are busy. Weight:
+ * the tenant's share ([tenant.NAME] share, 1 by default) times the
+ * session's priority plus one.
+ *
+ * Memory policy (sched.policy; the functions below that take a session
+ * run on the I/O thread): semantic, lru or static, see sched/policy.c.
+ */
+#ifndef DJINN_SCHED_H
+#define DJINN_SCHED_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <djinn/proto.h>
+
+#include "list.h"
+#include "net/loop.h"
+
+struct server;
+struct device;
+struct session;
+struct exec_job;
+
+enum sched_lane {
+	SCHED_COMPUTE, /* graphs and model steps: the graph executor */
+	SCHED_MEM, /* memory jobs: the memory executor */
+	SCHED_LANES,
+};
+
+/* Jobs of the compute lane a session may have queued or running: more
+ * are refused with -EAGAIN. */
+#define SCHED_INFLIGHT_MAX 64
+
+/* Queue-wait histograms: bucket i counts waits below 2^i us (bucket 0
+ * under 1 us), the last one everything longer. */
+#define SCHED_HIST 28
+
+#define SCHED_TENANTS_MAX 256
+#define SCHED_SHARE_MAX 1000
+
+struct sched_share {
+	char tenant[DJINN_TENANT_MAX];
+	unsigned int share; /* 1 .. SCHED_SHARE_MAX */
+};
+
+/*
+ * struct sched_config - djinnd.conf's [sched] and [tenant.NAME] sections
+ * @policy:       enum djinn_sched_policy (not changed by a reload)
+ * @quantum_ns:   device time a session of weight 1 may use per round
+ * @admit_wait_ns: how long an admission waits for memory that is coming
+ *                free before it is refused (0: refuse at once)
+ * @max_io_wait_ns: IO_WAIT estimates longer than this are clamped to it
+ * @swap_margin_pct: semantic swaps a waiting session out only when its
+ *                expected wait is over this % of the measured swap-out
+ *                plus restore time
+ * @shares:       tenant shares (weights); tenants not named have 1
+ */
+struct sched_config {
+	unsigned int policy;
+	uint64_t quantum_ns;
+	uint64_t admit_wait_ns;
+	uint64_t max_io_wait_ns;
+	unsigned int swap_margin_pct;
+	const struct sched_share *shares;
+	unsigned int nr_shares;
+};
+
+#define SCHED_QUANTUM_DEFAULT 1000000ull /* 1 ms */
+#define SCHED_ADMIT_WAIT_DEFAULT 2000000000ull /* 2 s */
+#define SCHED_MAX_IO_WAIT_DEFAULT 3600000000000ull /* 1 h */
+#define SCHED_SWAP_MARGIN_DEFAULT 200 /* % */
+
+/*
+ * struct sched_entity - a session, to the scheduler (in struct session)
+ *
+ * The lane fields are under their lane's lock; the policy's are the I/O
+ * thread's.
+ */
+struct sched_entity {
+	/* per lane, under its lock */
+	struct list_head jobs[SCHED_LANES]; /* queued, in order */
+	struct list_head node[SCHED_LANES]; /* in the lane's round */
+	int64_t deficit[SCHED_LANES];
+	uint64_t dispatched[SCHED_LANES]; /* its jobs started */
+	uint32_t queued[SCHED_LANES], running[SCHED_LANES];
+	uint32_t weight;
+	uint64_t ahead_max; /* most jobs of others started while one waited */
+	uint64_t cost_ns, jobs_run;
+	uint32_t hist[SCHED_HIST]; /* its jobs' queue waits */
+
+	/* the memory policy's (I/O thread) */
+	uint32_t inflight; /* compute jobs queued or running (net/'s count) */
+	bool waiting; /* in an IO_WAIT */
+	bool swapped_in_wait; /* some of its data left during this wait */
+	bool overran; /* its last wait ran past the estimate */
+	bool prefetched; /* this wait's restore has been started */
+	bool signaled; /* has ever sent IO_WAIT */
+	uint32_t swap_jobs, restore_jobs; /* the policy's jobs in flight */
+	uint64_t wait_start, wait_until;
+	struct loop_timer prefetch; /* armed while waiting */
+	bool prefetch_armed;
+	struct list_head wnode; /* the scheduler's waiting sessions */
+};
+
+void sched_entity_init(struct sched_entity *se);
+
+/*
+ * struct sched_stats - a device's, for ADMIN_SCHED and the metrics
+ */
+struct sched_stats {
+	uint64_t swaps_signal; /* regions the policy swapped out on IO_WAIT */
+	uint64_t swap_bytes_signal;
+	uint64_t prefetches, prefetch_hits, prefetch_misses;
+	uint64_t restores; /* restores on a request of a swapped session */
+	uint64_t swap_out_bps, swap_in_bps; /* measured; 0: not yet */
+	uint64_t wait_hist[8][SCHED_HIST]; /* compute waits, by priority */
+	uint64_t wait_sum_ns[8], waits[8];
+};
+
+struct sched;
+
+int sched_create(struct server *srv, struct device *dev,
+		 const struct sched_config *cfg, struct sched **out);
+void sched_destroy(struct sched *sc);
+/* A reload: shares, quantum and waits (the policy stays). */
+void sched_configure(struct sched *sc, const struct sched_config *cfg);
+unsigned int sched_policy(const struct sched *sc);
+
+/* enum djinn_sched_policy's names ("unknown" for others), and back (a
+ * name that is none: -EINVAL). Inline: the configuration links nothing
+ * else of the scheduler. */
+static inline const char *sched_policy_name(unsigned int policy)
+{
+	static const char *const names[] = { "semantic", "lru", "static" };
+
+	return policy <= DJINN_SCHED_STATIC ? names[policy] : "unknown";
+}
+
+static inline int sched_policy_parse(const char *name)
+{
+	for (unsigned int p = DJINN_SCHED_SEMANTIC; p <= DJINN_SCHED_STATIC;
+	     p++)
+		if (!strcmp(name, sched_policy_name(p)))
+			return (int)p;
+	return -EINVAL;
+}
+
+/* A new session of the device: its weight from its tenant and
+ * priority. sched_session_end(): it ended (cancels its timers). */
+void sched_session_init(struct sched *sc, struct session *s);
+void sched_session_end(struct sched *sc, struct session *s);
+
+/*
+ * Queue @job (its kind names the lane: EXEC_GRAPH compute, EXEC_MEM mem,
+ * EXEC_CALL the lane in job->lane) for its session. A client's job (one
+ * with a connection) also tells the memory policy the session is back.
+ */
+void sched_submit(struct sched *sc, struct exec_job *job);
+
+/* For an executor thread of @lane: the next job (blocks), or NULL once
+ * the lane is stopped and empty. */
+struct exec_job *sched_next(struct sched *sc, enum sched_lane lane);
+/* The job that sched_next() gave took @ns of device time. */
+void sched_charge(struct sched *sc, struct exec_job *job, uint64_t ns);
+/* Take @s's queued jobs of @lane off the queue onto @out. */
+void sched_take(struct sched *sc, enum sched_lane lane, struct session *s,
+		struct list_head *out);
+/* Wake the lane's threads to stop once it is empty. */
+void sched_stop(struct sched *sc, enum sched_lane lane);
+/* Jobs queued and running. */
+void sched_depth(struct sched *sc, enum sched_lane lane, unsigned int *queued,
+		 unsigned int *running);
+/* Sessions with jobs queued or running. */
+unsigned int sched_busy(struct sched *sc);
+void sched_get_stats(struct sched *sc, struct sched_stats *st);
+/* ADMIN_SCHED's entry of @s. */
+void sched_session_info(struct sched *sc, struct session *s,
+			struct djinn_admin_sched_session *e);
+
+/*
+ * Signals (socket SIGNAL and the module's, I/O thread). Checks
+ * @phase/@expected_ns first with sched_signal_check(): IO_WAIT needs an
+ * estimate in (0, INT64_MAX] ns (else -EINVAL and @msg); longer than
+ * sched.max_io_wait is clamped to it (*@expected_ns is the value used).
+ */
+int sched_signal_check(const struct sched *sc, uint32_t phase,
+		       uint64_t *expected_ns, char *msg, size_t msglen);
+void sched_signal(struct sched *sc, struct session *s, uint32_t phase,
+		  uint64_t expected_ns);
+
+/* The 99th percentile of a SCHED_HIST histogram: its bucket's upper
+ * bound, in ns (0 when empty). */
+uint64_t sched_hist_p99(const uint32_t *hist);
+
+/*
+ * The semantic policy's rule for a session that waits, pure (the unit
+ * tests drive it with their own clock): with @bytes of its data
+ * resident, @left_ns of its estimate to go, and swap bandwidths measured
+ * (bytes per second; 0: not yet, SCHED_BPS_GUESS is assumed),
+ *   out_ns, in_ns  the time to swap out and to restore: a fixed cost
+ *                  (SCHED_SWAP_FIXED_NS) plus the bytes at the bandwidth;
+ *   worth          the wait is longer than swap_margin% of out + in;
+ *   swap           worth, and memory is @needed now (pressure at warning
+ *                  or above, or admissions waiting for memory);
+ *   prefetch_at    when the restore starts, so that it is done by the
+ *                  estimate's end: in_ns and half as much again plus
+ *                  SCHED_PREFETCH_SLACK_NS before it (@now at the latest).
+ */
+#define SCHED_BPS_GUESS 1000000000ull /* 1 GB/s until measured */
+#define SCHED_SWAP_FIXED_NS 200000ull /* 0.2 ms per swap */
+#define SCHED_PREFETCH_SLACK_NS 2000000ull /* 2 ms */
+
+struct sched_plan {
+	uint64_t out_ns, in_ns;
+	bool worth, swap;
+	uint64_t prefetch_at;
+};
+void sched_plan_wait(const struct sched_config *cfg, uint64_t now,
+		     uint64_t left_ns, uint64_t bytes, uint64_t bw_out,
+		     uint64_t bw_in, bool needed, struct sched_plan *p);
+
+/* The VMU victim key of a waiting session (vmu_session_set_victim()):
+ * one that overran its last estimate first, then the one whose estimate
+ * ends last. */
+uint64_t sched_victim_key(bool overran, uint64_t wait_until);
+
+#endif /* DJINN_SCHED_H */
