@@ -193,6 +193,11 @@ static int djinn_ioc_signal(struct djinn_ucmd *uc)
 		return -EINVAL;
 	switch (cmd->phase) {
 	case DJINN_SIGNAL_IO_WAIT:
+		/* the daemon's rule: a wait says how long, and a length
+		 * (not a negative one converted) */
+		if (!cmd->expected_ns || cmd->expected_ns > S64_MAX)
+			return -EINVAL;
+		break;
 	case DJINN_SIGNAL_COMPUTE:
 	case DJINN_SIGNAL_IDLE:
 		break;

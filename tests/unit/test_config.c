@@ -195,6 +195,26 @@ static void test_bad_files(void **state)
 		{ "[metrics]\nlisten = tcp:127.0.0.1\n", 2, "metrics.listen" },
 		{ "[log]\nlevel = info\n\nlevel = debug\n", 4,
 		  "log.level: already set on line 2" },
+		{ "[sched]\npolicy = fifo\n", 2,
+		  "sched.policy: 'fifo': want semantic, lru or static" },
+		{ "[sched]\nquantum = 0ms\n", 2,
+		  "sched.quantum: '0ms': want a time from 1ms to 1s" },
+		{ "[sched]\nadmit_wait = 2m\n", 2,
+		  "sched.admit_wait: '2m': want a time from 0s to 1m" },
+		{ "[sched]\nswap_margin = 99\n", 2,
+		  "sched.swap_margin: '99': want a number from 100 to 10000" },
+		{ "[sched]\nbogus = 1\n", 2, "unknown key 'bogus' in [sched]" },
+		{ "[tenant.alice]\nshare = 0\n", 2,
+		  "tenant.alice.share: '0': want a number from 1 to 1000" },
+		{ "[tenant.alice]\nshare = 1001\n", 2,
+		  "tenant.alice.share: '1001'" },
+		{ "[tenant.alice]\nshare = -3\n", 2, "tenant.alice.share" },
+		{ "[tenant.alice]\nweight = 2\n", 2,
+		  "unknown key 'weight' in [tenant.alice] (want share)" },
+		{ "[tenant.]\nshare = 2\n", 2,
+		  "[tenant.]: a tenant name has 1 to 63 bytes" },
+		{ "[tenant.alice]\nshare = 2\nshare = 3\n", 3,
+		  "tenant.alice.share: already set on line 2" },
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -403,6 +423,69 @@ static void test_print_reads_back(void **state)
 	config_free(&b);
 }
 
+/* [sched] and [tenant.NAME]: read, overridden, printed, reloaded. */
+static void test_sched(void **state)
+{
+	struct djinnd_config c, next;
+	unsigned int mask, restart;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	config_init(&c);
+	assert_int_equal(c.srv.sched.policy, DJINN_SCHED_SEMANTIC);
+	assert_int_equal(c.srv.sched.quantum_ns, SCHED_QUANTUM_DEFAULT);
+	assert_int_equal(c.srv.sched.admit_wait_ns, SCHED_ADMIT_WAIT_DEFAULT);
+	assert_int_equal(c.srv.nr_shares, 0);
+	config_free(&c);
+	assert_int_equal(load(&c, "[sched]\npolicy = static\nquantum = 5ms\n"
+				  "admit_wait = 0s\nmax_io_wait = 10m\n"
+				  "swap_margin = 150\n"
+				  "[tenant.alice]\nshare = 4\n"
+				  "[tenant.bob]\nshare = 1\n"),
+			 0);
+	assert_int_equal(c.srv.sched.policy, DJINN_SCHED_STATIC);
+	assert_int_equal(c.srv.sched.quantum_ns, 5000000ull);
+	assert_int_equal(c.srv.sched.admit_wait_ns, 0);
+	assert_int_equal(c.srv.sched.max_io_wait_ns, 600000000000ull);
+	assert_int_equal(c.srv.sched.swap_margin_pct, 150);
+	assert_int_equal(c.srv.nr_shares, 2);
+	assert_string_equal(c.srv.shares[0].tenant, "alice");
+	assert_int_equal(c.srv.shares[0].share, 4);
+	/* the flags: --sched-policy and -o tenant.NAME.share */
+	assert_int_equal(config_set(&c, "sched.policy", "lru"), 0);
+	assert_int_equal(c.srv.sched.policy, DJINN_SCHED_LRU);
+	assert_int_equal(config_set(&c, "tenant.bob.share", "7"), 0);
+	assert_int_equal(c.srv.shares[1].share, 7);
+	assert_int_equal(config_set(&c, "tenant.carol.share", "0"), -EINVAL);
+	assert_non_null(strstr(c.err, "tenant.carol.share: '0'"));
+	assert_int_equal(c.srv.nr_shares, 2);
+	/* printed as a file that reads back */
+	f = open_memstream(&buf, &len);
+	assert_non_null(f);
+	config_print(&c, f);
+	fclose(f);
+	assert_non_null(strstr(buf, "policy = lru"));
+	assert_non_null(strstr(buf, "[tenant.alice]\nshare = 4"));
+	assert_non_null(strstr(buf, "[tenant.bob]\nshare = 7"));
+	free(buf);
+	/* a reload: shares and quantum apply, the policy needs a restart */
+	assert_int_equal(load(&next, "[sched]\npolicy = semantic\n"
+				     "quantum = 2ms\n"
+				     "[tenant.alice]\nshare = 9\n"),
+			 0);
+	mask = config_diff(&c, &next, &restart);
+	assert_int_equal(mask, CONFIG_RELOAD_SCHED);
+	assert_int_equal(restart, 1);
+	config_apply(&c, &next, mask);
+	config_free(&next);
+	assert_int_equal(c.srv.sched.quantum_ns, 2000000ull);
+	assert_int_equal(c.srv.sched.policy, DJINN_SCHED_LRU);
+	assert_int_equal(c.srv.nr_shares, 1);
+	assert_int_equal(c.srv.shares[0].share, 9);
+	config_free(&c);
+}
+
 /* SIGHUP: what changed, which of it applies now. */
 static void test_diff_apply(void **state)
 {
@@ -474,6 +557,7 @@ int main(void)
 		cmocka_unit_test(test_sizes_durations),
 		cmocka_unit_test(test_print_reads_back),
 		cmocka_unit_test(test_diff_apply),
+		cmocka_unit_test(test_sched),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

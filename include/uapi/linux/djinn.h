@@ -242,7 +242,8 @@ enum djinn_signal_phase {
  * @session_id:  0 for this file's session; the daemon names a proxy
  * @phase:       enum djinn_signal_phase
  * @__reserved:  zero
- * @expected_ns: how long the phase is expected to last, 0 for unknown
+ * @expected_ns: how long the phase is expected to last, 0 for unknown;
+ *               for IO_WAIT 1 to S64_MAX (else -EINVAL)
  *
  * Sends a SIGNAL_NTF event. Does not renew the lease.
  */

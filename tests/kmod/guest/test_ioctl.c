@@ -387,6 +387,12 @@ static void test_signal(void **state)
 
 	for (k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
 		assert_int_equal(kt_signal(fd, 0, bad[k], 0), -EINVAL);
+	/* a wait without a length, or with a negative one converted */
+	assert_int_equal(kt_signal(fd, 0, DJINN_SIGNAL_IO_WAIT, 0), -EINVAL);
+	assert_int_equal(kt_signal(fd, 0, DJINN_SIGNAL_IO_WAIT, UINT64_MAX),
+			 -EINVAL);
+	assert_int_equal(kt_info(fd, 0, &i), 0);
+	assert_int_equal(i.signals, 0);
 	assert_int_equal(kt_signal(fd, 0, DJINN_SIGNAL_IO_WAIT, 5000000), 0);
 	assert_int_equal(kt_info(fd, 0, &i), 0);
 	assert_int_equal(i.phase, DJINN_SIGNAL_IO_WAIT);
