@@ -71,6 +71,13 @@ struct exec_mem {
 	uint64_t staged_size;
 };
 
+/* A swap job of the scheduler's memory policy (sched/policy.c): a
+ * session's data out to host memory (@out) or back, and what moved. */
+struct exec_swap {
+	bool out;
+	uint64_t bytes, regions;
+};
+
 /*
  * struct exec_job - one GRAPH_SUBMIT, or one EXEC_MEM preparation
  * @conn, @ctx: who asked, and why (the I/O thread's business only)
@@ -82,6 +89,7 @@ struct exec_mem {
  * @mem:     what an EXEC_MEM job prepares
  * @call:    what an EXEC_CALL job runs; it sets @error and @msg
  * @lane:    an EXEC_CALL's lane (the scheduler sets the others')
+ * @swap:    what a scheduler's swap job (an EXEC_CALL) moves
  * @done:    called on the I/O thread when the job is back (run, failed
  *           or cancelled), with @done_arg; it frees the job
  * @t_queued, @seq, @own_seq: the scheduler's
@@ -104,6 +112,7 @@ struct exec_job {
 	struct exec_mem mem;
 	void (*call)(struct exec_job *job, const struct exec_env *env);
 	enum sched_lane lane;
+	struct exec_swap swap;
 	void (*done)(struct exec_job *job, void *arg);
 	void *done_arg;
 	uint64_t t_queued, seq, own_seq;

@@ -134,19 +134,18 @@ static void run_swap(struct exec_job *job, const struct exec_env *env)
 	int ret;
 
 	vmu_session_usage(vs, &before);
-	ret = job->mem.create ? vmu_session_swap_out(vs) :
-				vmu_session_swap_in(vs);
+	ret = job->swap.out ? vmu_session_swap_out(vs) :
+			      vmu_session_swap_in(vs);
 	vmu_session_usage(vs, &after);
 	job->res.run_ns = loop_now() - t0;
-	/* bytes moved, and regions (swap-out) */
-	job->mem.bytes = job->mem.create ?
-				 (after.swapped > before.swapped ?
-					  after.swapped - before.swapped :
-					  0) :
-				 (before.swapped > after.swapped ?
-					  before.swapped - after.swapped :
-					  0);
-	job->mem.region = ret > 0 ? (uint64_t)ret : 0;
+	job->swap.bytes = job->swap.out ?
+				  (after.swapped > before.swapped ?
+					   after.swapped - before.swapped :
+					   0) :
+				  (before.swapped > after.swapped ?
+					   before.swapped - after.swapped :
+					   0);
+	job->swap.regions = ret > 0 ? (uint64_t)ret : 0;
 	job->error = ret < 0 ? ret : 0;
 }
 
@@ -154,7 +153,7 @@ static void policy_job_done(struct exec_job *job, void *arg)
 {
 	struct sched *sc = arg;
 	struct sched_entity *se = &job->s->se;
-	bool out = job->mem.create;
+	bool out = job->swap.out;
 
 	if (out) {
 		se->swap_jobs--;
@@ -166,12 +165,12 @@ static void policy_job_done(struct exec_job *job, void *arg)
 		log_info("session %llu: %s: %s", (unsigned long long)job->s->id,
 			 out ? "swapping out" : "restoring",
 			 strerror(-job->error));
-	if (!job->error && job->mem.bytes) {
-		measured(sc, out, job->mem.bytes, job->res.run_ns);
+	if (!job->error && job->swap.bytes) {
+		measured(sc, out, job->swap.bytes, job->res.run_ns);
 		if (out) {
 			pthread_mutex_lock(&sc->stat_lock);
-			sc->st.swaps_signal += job->mem.region;
-			sc->st.swap_bytes_signal += job->mem.bytes;
+			sc->st.swaps_signal += job->swap.regions;
+			sc->st.swap_bytes_signal += job->swap.bytes;
 			pthread_mutex_unlock(&sc->stat_lock);
 			if (se->waiting)
 				se->swapped_in_wait = true;
@@ -179,7 +178,7 @@ static void policy_job_done(struct exec_job *job, void *arg)
 		log_debug("session %llu: %s %llu bytes in %llu us",
 			  (unsigned long long)job->s->id,
 			  out ? "swapped out" : "restored",
-			  (unsigned long long)job->mem.bytes,
+			  (unsigned long long)job->swap.bytes,
 			  (unsigned long long)(job->res.run_ns / 1000));
 	}
 	exec_job_free(job);
@@ -187,8 +186,16 @@ static void policy_job_done(struct exec_job *job, void *arg)
 
 static void start(struct sched *sc, struct session *s, int what)
 {
-	struct exec_job *job = calloc(1, sizeof(*job));
+	struct exec_job *job;
+	bool stopped;
 
+	/* Shutting down: the memory executor has stopped taking jobs. */
+	pthread_mutex_lock(&sc->lane[SCHED_MEM].lock);
+	stopped = sc->lane[SCHED_MEM].stop;
+	pthread_mutex_unlock(&sc->lane[SCHED_MEM].lock);
+	if (stopped)
+		return;
+	job = calloc(1, sizeof(*job));
 	if (!job) {
 		log_err("session %llu: no memory for a swap job",
 			(unsigned long long)s->id);
@@ -197,7 +204,7 @@ static void start(struct sched *sc, struct session *s, int what)
 	job->kind = EXEC_CALL;
 	job->lane = SCHED_MEM;
 	job->call = run_swap;
-	job->mem.create = what == POLICY_SWAP_OUT;
+	job->swap.out = what == POLICY_SWAP_OUT;
 	job->done = policy_job_done;
 	job->done_arg = sc;
 	job->s = s;

@@ -12,6 +12,7 @@ struct sched_lane_q {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct list_head round; /* sessions with queued jobs */
+	unsigned int nr_round; /* of them */
 	unsigned int queued, running;
 	uint64_t dispatched; /* jobs started, ever */
 	bool stop;

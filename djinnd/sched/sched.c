@@ -189,8 +189,10 @@ void sched_submit(struct sched *sc, struct exec_job *job)
 	pthread_mutex_lock(&q->lock);
 	job->seq = q->dispatched;
 	job->own_seq = se->dispatched[l];
-	if (list_empty(&se->jobs[l]))
+	if (list_empty(&se->jobs[l])) {
 		list_add_tail(&se->node[l], &q->round);
+		q->nr_round++;
+	}
 	list_add_tail(&job->node, &se->jobs[l]);
 	se->queued[l]++;
 	q->queued++;
@@ -198,19 +200,23 @@ void sched_submit(struct sched *sc, struct exec_job *job)
 	pthread_mutex_unlock(&q->lock);
 }
 
-/* Lock held: the session whose job runs next, by the round. */
-static struct sched_entity *pick(struct sched *sc, struct sched_lane_q *q)
+/* Lock held: the session whose job runs next, by the round. One walk
+ * visits each busy session once, from the head: one with a positive
+ * deficit is taken (the caller sends it to the tail); one without is
+ * credited its quantum and goes to the tail, and is taken if that made
+ * it positive. A walk that took nobody credits everyone the rounds the
+ * least indebted needs, in one step. */
+static struct sched_entity *pick(struct sched *sc, struct sched_lane_q *q,
+				 unsigned int l)
 {
-	struct sched_entity *se, *n;
+	struct sched_entity *se;
 
 	for (;;) {
 		uint64_t k = UINT64_MAX;
 
-		/* One walk: take the first eligible, crediting those it
-		 * passes over and sending them to the tail. */
-		list_for_each_entry_safe(se, n, &q->round, node[q - sc->lane]) {
-			unsigned int l = (unsigned int)(q - sc->lane);
-
+		for (unsigned int i = 0; i < q->nr_round; i++) {
+			se = list_first_entry(&q->round, struct sched_entity,
+					      node[l]);
 			if (se->deficit[l] > 0)
 				return se;
 			se->deficit[l] += quantum(sc, se);
@@ -218,21 +224,15 @@ static struct sched_entity *pick(struct sched *sc, struct sched_lane_q *q)
 			if (se->deficit[l] > 0)
 				return se;
 		}
-		/* Everyone owes: credit all the rounds the least indebted
-		 * needs, keeping the order. */
-		list_for_each_entry(se, &q->round, node[q - sc->lane]) {
-			unsigned int l = (unsigned int)(q - sc->lane);
+		list_for_each_entry(se, &q->round, node[l]) {
 			int64_t qn = quantum(sc, se);
 			uint64_t r = (uint64_t)((-se->deficit[l] + qn) / qn);
 
 			if (r < k)
 				k = r;
 		}
-		list_for_each_entry(se, &q->round, node[q - sc->lane]) {
-			unsigned int l = (unsigned int)(q - sc->lane);
-
+		list_for_each_entry(se, &q->round, node[l])
 			se->deficit[l] += (int64_t)k * quantum(sc, se);
-		}
 	}
 }
 
@@ -250,13 +250,14 @@ struct exec_job *sched_next(struct sched *sc, enum sched_lane l)
 		pthread_mutex_unlock(&q->lock);
 		return NULL;
 	}
-	se = pick(sc, q);
+	se = pick(sc, q, l);
 	job = list_first_entry(&se->jobs[l], struct exec_job, node);
 	list_del_init(&job->node);
 	/* Its turn is used: to the tail, or out of the round. */
-	if (list_empty(&se->jobs[l]))
+	if (list_empty(&se->jobs[l])) {
 		list_del_init(&se->node[l]);
-	else
+		q->nr_round--;
+	} else
 		list_move_tail(&se->node[l], &q->round);
 	se->queued[l]--;
 	se->running[l]++;
@@ -314,6 +315,7 @@ void sched_take(struct sched *sc, enum sched_lane l, struct session *s,
 		se->queued[l] = 0;
 		list_splice_tail(&se->jobs[l], out);
 		list_del_init(&se->node[l]);
+		q->nr_round--;
 	}
 	pthread_mutex_unlock(&q->lock);
 }
