@@ -80,6 +80,7 @@ static const struct key keys[] = {
 	KEY("device", "threads", T_UINT, SRV(threads), .max = 1024),
 	KEY("memory", "budget", T_SIZE, SRV(cpu_mem), .min = 1ull << 20,
 	    .max = 1ull << 50),
+	KEY("memory", "swap", T_SIZE, SRV(swap), .min = 0, .max = 1ull << 50),
 	KEY("memory", "pressure_warning", T_PCT, SRV(warn_pct), .min = 1,
 	    .max = 100, .reload = CONFIG_RELOAD_PRESSURE),
 	KEY("memory", "pressure_critical", T_PCT, SRV(crit_pct), .min = 1,
@@ -164,6 +165,7 @@ fail(struct djinnd_config *c, const char *fmt, ...)
 }
 
 static void fmt_duration(uint64_t ns, char *buf, size_t len);
+static void fmt_size(uint64_t b, char *buf, size_t len);
 
 static const struct key *key_find(const char *section, const char *name)
 {
@@ -411,14 +413,20 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 				    k->type == T_PCT ? " (percent)" : "");
 		*(unsigned int *)p = (unsigned int)n;
 		return 0;
-	case T_SIZE:
-		if (config_parse_size(v, &n) || n < k->min || n > k->max)
-			return fail(c,
-				    "%s.%s: '%s': want a size from 1M to "
-				    "1024T, such as 512M or 16G",
-				    k->section, k->name, v);
-		*(uint64_t *)p = n;
-		return 0;
+	case T_SIZE: {
+		char lo[32], hi[32];
+
+		if (!config_parse_size(v, &n) && n >= k->min && n <= k->max) {
+			*(uint64_t *)p = n;
+			return 0;
+		}
+		fmt_size(k->min, lo, sizeof(lo));
+		fmt_size(k->max, hi, sizeof(hi));
+		return fail(c,
+			    "%s.%s: '%s': want a size from %s to %s, such as "
+			    "512M or 16G",
+			    k->section, k->name, v, lo, hi);
+	}
 	case T_DURATION: {
 		char lo[32], hi[32];
 

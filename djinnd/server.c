@@ -331,8 +331,8 @@ cpu:
 static int device_init(struct server *srv, struct device *d)
 {
 	const struct server_config *cfg = &srv->cfg;
-	/* Swapped-out regions may hold as much host memory as the device
-	 * has, no more. */
+	/* Swapped-out regions may hold memory.swap bytes of host memory,
+	 * by default as much as the device has. */
 	struct vmu_config vcfg = { .swap_limit = cfg->cpu_mem,
 				   .warn_pct = cfg->warn_pct,
 				   .crit_pct = cfg->crit_pct };
@@ -341,6 +341,8 @@ static int device_init(struct server *srv, struct device *d)
 	/* on a GPU: as much as the device has for sessions */
 	if (strcmp(d->backend->name, "cpu"))
 		vcfg.swap_limit = d->backend->provider->capacity;
+	if (cfg->swap)
+		vcfg.swap_limit = cfg->swap;
 	/* text made before a fault is lost with it (vmu.h) */
 	vcfg.faults = &d->backend->faults;
 	ret = vmu_create(d->backend->provider, &vcfg, &d->vmu);

@@ -39,6 +39,8 @@ struct server_config {
 	const char *admin_socket;
 	const char *backend; /* "cpu" */
 	uint64_t cpu_mem;
+	uint64_t swap; /* host bytes swapped data may hold, per device; 0:
+			* as much as the device has */
 	unsigned int threads; /* kernel threads, 0: one per CPU */
 	uint64_t lease_default_ns, lease_min_ns, lease_max_ns;
 	unsigned int max_sessions;
