@@ -5,8 +5,8 @@
  *
  *   semantic  On IO_WAIT with an estimate, the session's idle data
  *             regions (its contexts' KV caches, its results) leave the
- *             device at once if memory is needed now (pressure at warning
- *             or above, or an admission waiting) and the wait is worth
+ *             device at once if memory is needed now or soon
+ *             (memory_needed()) and the wait is worth
  *             the swap and the restore (sched_plan_wait()); while it
  *             waits, the tick swaps it out as soon as memory is needed.
  *             Its regions are the VMU's first victims meanwhile
@@ -82,12 +82,23 @@ uint64_t sched_victim_key(bool overran, uint64_t wait_until)
 /* ---------------------------------------------------------------------- */
 /* Measurements */
 
+/* Memory is needed now or soon: an admission waits for it, pressure is
+ * critical, or pressure is at warning while other sessions' steps are
+ * queued (they allocate as they run). A device at warning with nothing
+ * queued keeps its waiting sessions' data: moving it out and back would
+ * cost two copies that nobody needed. */
 static bool memory_needed(struct sched *sc)
 {
+	unsigned int queued, running;
 	struct vmu_stats vs;
 
 	vmu_get_stats(sc->dev->vmu, &vs);
-	return vs.pressure >= VMU_PRESSURE_WARNING || vs.admit_waiting;
+	if (vs.admit_waiting || vs.pressure >= VMU_PRESSURE_CRITICAL)
+		return true;
+	if (vs.pressure < VMU_PRESSURE_WARNING)
+		return false;
+	sched_depth(sc, SCHED_COMPUTE, &queued, &running);
+	return queued > 0;
 }
 
 static uint64_t resident_of(struct session *s)

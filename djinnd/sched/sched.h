@@ -226,8 +226,9 @@ uint64_t sched_hist_p99(const uint32_t *hist);
  *   out_ns, in_ns  the time to swap out and to restore: a fixed cost
  *                  (SCHED_SWAP_FIXED_NS) plus the bytes at the bandwidth;
  *   worth          the wait is longer than swap_margin% of out + in;
- *   swap           worth, and memory is @needed now (pressure at warning
- *                  or above, or admissions waiting for memory);
+ *   swap           worth, and memory is @needed now or soon (policy.c's
+ *                  memory_needed(): an admission waiting, pressure
+ *                  critical, or at warning with steps queued);
  *   prefetch_at    when the restore starts, so that it is done by the
  *                  estimate's end: in_ns and half as much again plus
  *                  SCHED_PREFETCH_SLACK_NS before it (@now at the latest).
