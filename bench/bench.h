@@ -40,6 +40,36 @@ static inline uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* @s as a JSON string body into @buf (truncated, never mid-escape). */
+static inline void json_str(char *buf, size_t len, const char *s)
+{
+	size_t o = 0;
+
+	for (; *s && o + 8 < len; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			o += (size_t)snprintf(buf + o, len - o, "\\%c", c);
+		else if (c < 0x20)
+			o += (size_t)snprintf(buf + o, len - o, "\\u%04x", c);
+		else
+			buf[o++] = (char)c;
+	}
+	buf[o] = 0;
+}
+
+/* A number as a JSON value: null when not finite, integers without a
+ * fraction. */
+static inline void fmt_num(char *buf, size_t len, double x)
+{
+	if (!isfinite(x))
+		snprintf(buf, len, "null");
+	else if (x == floor(x) && fabs(x) < 1e15)
+		snprintf(buf, len, "%.0f", x);
+	else
+		snprintf(buf, len, "%.6g", x);
+}
+
 static inline int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;

@@ -137,34 +137,6 @@ static double secs(uint64_t t0, uint64_t t1)
 /* ------------------------------------------------------------------------ */
 /* JSON lines */
 
-/* @s as a JSON string body into @buf (truncated, never mid-escape) */
-static void json_str(char *buf, size_t len, const char *s)
-{
-	size_t o = 0;
-
-	for (; *s && o + 8 < len; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			o += (size_t)snprintf(buf + o, len - o, "\\%c", c);
-		else if (c < 0x20)
-			o += (size_t)snprintf(buf + o, len - o, "\\u%04x", c);
-		else
-			buf[o++] = (char)c;
-	}
-	buf[o] = 0;
-}
-
-static void fmt_num(char *buf, size_t len, double x)
-{
-	if (!isfinite(x))
-		snprintf(buf, len, "null");
-	else if (x == floor(x) && fabs(x) < 1e15)
-		snprintf(buf, len, "%.0f", x);
-	else
-		snprintf(buf, len, "%.6g", x);
-}
-
 /*
  * struct fig - one figure
  * @baseline: the reference measured beside it in this run; NAN for none

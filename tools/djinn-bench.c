@@ -308,16 +308,6 @@ struct fig {
 	const char *note;
 };
 
-static void fmt_num(char *buf, size_t len, double x)
-{
-	if (!isfinite(x))
-		snprintf(buf, len, "null");
-	else if (x == floor(x) && fabs(x) < 1e15)
-		snprintf(buf, len, "%.0f", x);
-	else
-		snprintf(buf, len, "%.6g", x);
-}
-
 static void emit(const char *bench, const struct fig *f)
 {
 	char val[32], base[32], ratio[32];

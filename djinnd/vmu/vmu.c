@@ -1612,7 +1612,11 @@ int vmu_region_read(struct vmu_session *s, uint64_t handle, uint64_t off,
 	return region_copy(s, handle, off, dst, len, false);
 }
 
-int vmu_session_swap_out(struct vmu_session *s)
+/* Swap every idle resident region of @s out (@out), or every swapped
+ * one back: the number moved, or the first error (the rest stay as they
+ * are). The list may change while the lock is dropped for a copy, so
+ * the walk starts over after each region. */
+static int session_swap(struct vmu_session *s, bool out)
 {
 	struct vmu *v = s->vmu;
 	struct vmu_region *r;
@@ -1623,12 +1627,13 @@ int vmu_session_swap_out(struct vmu_session *s)
 	while (again) {
 		again = false;
 		list_for_each_entry(r, &s->regions, snode) {
-			if (r->state != VMU_REGION_RESIDENT || r->pins ||
-			    !r->m.mapped)
+			if (out && (r->state != VMU_REGION_RESIDENT ||
+				    r->pins || !r->m.mapped))
 				continue;
-			/* The list may change while the lock is dropped:
-			 * start over after each swap. */
-			ret = swap_out_locked(v, r);
+			if (!out && r->state != VMU_REGION_SWAPPED)
+				continue;
+			ret = out ? swap_out_locked(v, r) :
+				    swap_in_locked(v, r, NULL);
 			if (ret)
 				goto out;
 			n++;
@@ -1641,30 +1646,14 @@ out:
 	return ret ? ret : n;
 }
 
+int vmu_session_swap_out(struct vmu_session *s)
+{
+	return session_swap(s, true);
+}
+
 int vmu_session_swap_in(struct vmu_session *s)
 {
-	struct vmu *v = s->vmu;
-	struct vmu_region *r;
-	int n = 0, ret = 0;
-	bool again = true;
-
-	vmu_lock(v);
-	while (again) {
-		again = false;
-		list_for_each_entry(r, &s->regions, snode) {
-			if (r->state != VMU_REGION_SWAPPED)
-				continue;
-			ret = swap_in_locked(v, r, NULL);
-			if (ret)
-				goto out;
-			n++;
-			again = true;
-			break;
-		}
-	}
-out:
-	vmu_unlock(v);
-	return ret ? ret : n;
+	return session_swap(s, false);
 }
 
 void vmu_session_set_victim(struct vmu_session *s, uint64_t key)
