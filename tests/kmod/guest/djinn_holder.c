@@ -32,6 +32,7 @@ static int hold(int n)
 		struct djinn_ioc_signal s = {
 			.size = sizeof(s),
 			.phase = DJINN_SIGNAL_IO_WAIT,
+			.expected_ns = 1000000000, /* a wait says how long */
 		};
 		int fd = open(DJINN_DEVICE, O_RDWR);
 
