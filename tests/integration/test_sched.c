@@ -835,10 +835,10 @@ static int log_count(struct fx *fx, const char *s)
  * whether it was refused. */
 static bool reload(struct fx *fx)
 {
-	static const char *const outcome[] = { "reload: applied",
-					       "reload: nothing",
-					       "keeping the running "
-					       "configuration" };
+	static const char *const outcome[] = {
+		"reload: applied", "reload: nothing",
+		"keeping the running configuration"
+	};
 	int before[3], now[3];
 	int64_t deadline = dj_now_ms() + 20000;
 
