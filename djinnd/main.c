@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 #include "server.h"
@@ -315,11 +316,7 @@ static uint64_t watchdog_tick(struct loop_timer *t, uint64_t now)
 
 static unsigned long long monotonic_usec(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000000ull +
-	       (unsigned long long)ts.tv_nsec / 1000;
+	return (unsigned long long)(mono_ns() / NSEC_PER_USEC);
 }
 
 /* SIGHUP, after the log file has been reopened: read the configuration

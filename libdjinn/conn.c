@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "internal.h"
 
 /* ---------------------------------------------------------------------- */
@@ -134,10 +135,7 @@ const char *__djinn_op_str(unsigned int op)
 
 uint64_t __djinn_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return mono_ns();
 }
 
 static struct timespec to_timespec(uint64_t ns)
@@ -632,14 +630,6 @@ static uint64_t spin_ns(void)
 		atomic_store(&ns, v < 0 ? 0 : v);
 	}
 	return (uint64_t)atomic_load(&ns);
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* recv() without sleeping, for a while: -1 with EAGAIN when nothing

@@ -32,6 +32,7 @@
 
 #include <djinn/proto.h>
 
+#include "clock.h"
 #include "djinnctl_nl.h"
 #include "json_print.h"
 
@@ -118,14 +119,6 @@ static char *wire_str(char *dst, size_t size, const char *src, size_t len)
 /* ---------------------------------------------------------------------- */
 /* The admin socket */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* -s, else $DJINN_ADMIN_SOCKET, else where djinnd puts it by default. */
 static const char *default_socket(void)
 {
@@ -155,7 +148,7 @@ static int ctl_connect(struct ctl *ctl)
 			    "cannot connect to %s: path longer than %zu bytes",
 			    ctl->socket, sizeof(sa.sun_path) - 1);
 	strcpy(sa.sun_path, ctl->socket);
-	ctl->deadline = now_ns() + IO_TIMEOUT_MS * 1000000ull;
+	ctl->deadline = mono_ns() + IO_TIMEOUT_MS * 1000000ull;
 	ctl->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (ctl->fd < 0)
 		goto out_err;
@@ -184,7 +177,7 @@ static int xfer(struct ctl *ctl, void *buf, size_t len, bool out)
 
 	while (len) {
 		struct pollfd pfd = { ctl->fd, out ? POLLOUT : POLLIN, 0 };
-		uint64_t now = now_ns();
+		uint64_t now = mono_ns();
 		ssize_t n;
 
 		if (out)
@@ -611,7 +604,7 @@ static int do_session_list(struct ctl *ctl, char **args)
 	ret = get_sessions(ctl, &es, &nr);
 	if (ret)
 		return ret;
-	now = now_ns();
+	now = mono_ns();
 	/* ID and TENANT are as wide as their widest value. */
 	for (size_t i = 0; i < NR_FIELDS; i++)
 		widths[i] = session_fields[i].width;
@@ -656,7 +649,7 @@ static int do_session_show(struct ctl *ctl, char **args)
 	ret = -1;
 	for (uint32_t i = 0; i < nr && ret; i++) {
 		if (es[i].id == id) {
-			print_session(&es[i], now_ns(), widths, false);
+			print_session(&es[i], mono_ns(), widths, false);
 			ret = 0;
 		}
 	}

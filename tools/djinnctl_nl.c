@@ -16,6 +16,7 @@
 #include <netlink/genl/genl.h>
 #include <netlink/netlink.h>
 
+#include "clock.h"
 #include "uapi/linux/djinn.h"
 
 #include "djinnctl_nl.h"
@@ -232,14 +233,6 @@ static const char *event_name(uint8_t cmd)
 		return "signal";
 	}
 	return "unknown";
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 int knl_session_list(char *msg, size_t len)

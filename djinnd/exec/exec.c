@@ -23,15 +23,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "exec/exec.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t desc_bytes(const struct djinn_tensor_desc *d)
 {
@@ -320,10 +313,10 @@ int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 
 	/* Nothing is enqueued before this, and the device is done with
 	 * everything after it: run_nodes() syncs on every path. */
-	t0 = now_ns();
+	t0 = mono_ns();
 	ret = run_nodes(b, view, inputs, in_fp, descs, &plan, base, out_addr,
 			vals, msg, msglen);
-	res->run_ns = now_ns() - t0;
+	res->run_ns = mono_ns() - t0;
 	res->peak_bytes = plan.out_bytes + plan.stack_peak;
 	if (ret)
 		drop_regions(s, res, nout);

@@ -7,15 +7,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "net/loop.h"
 
 uint64_t loop_now(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return mono_ns();
 }
 
 /* Kernel version as major * 1000 + minor: some features (multishot

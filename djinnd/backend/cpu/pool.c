@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "clock.h"
 #include "cpu.h"
 
 struct cpu_loop {
@@ -61,14 +62,6 @@ struct cpu_pool {
 /* How long a thread polls before it sleeps; see the top. */
 #define POOL_SPIN_NS 50000
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -81,7 +74,7 @@ static inline void cpu_relax(void)
 /* Poll until *@word is not @old, or @stop, for POOL_SPIN_NS at most. */
 static void spin_while(_Atomic uint32_t *word, uint32_t old, _Atomic bool *stop)
 {
-	uint64_t end = now_ns() + POOL_SPIN_NS;
+	uint64_t end = mono_ns() + POOL_SPIN_NS;
 
 	do {
 		for (int i = 0; i < 64; i++) {
@@ -91,7 +84,7 @@ static void spin_while(_Atomic uint32_t *word, uint32_t old, _Atomic bool *stop)
 				return;
 			cpu_relax();
 		}
-	} while (now_ns() < end);
+	} while (mono_ns() < end);
 }
 
 /* Set in workers, and in a caller while its loop runs: no nesting. */
