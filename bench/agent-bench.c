@@ -226,15 +226,6 @@ static void info(const char *fmt, ...)
 /* ------------------------------------------------------------------------ */
 /* Seeded streams */
 
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t x = (*s += 0x9e3779b97f4a7c15ull);
-
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* The stream @what of agent @id (or of the run, for id ~0). */
 static uint64_t stream(uint64_t id, uint64_t what)
 {
@@ -450,46 +441,6 @@ static void sleep_until(uint64_t t)
 		;
 }
 
-/*
- * Start @argv with stdin from /dev/null and stdout and stderr to the
- * file @out, or to the pipe *@pipe_rd (when non-NULL). The child dies
- * with this process.
- */
-static pid_t spawn(char *const argv[], const char *out, int *pipe_rd)
-{
-	pid_t parent = getpid(), pid;
-	int p[2] = { -1, -1 };
-
-	if (pipe_rd && pipe2(p, O_CLOEXEC))
-		fail("pipe: %s", strerror(errno));
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0)
-		fail("fork: %s", strerror(errno));
-	if (!pid) {
-		int nul = open("/dev/null", O_RDWR);
-		int fd;
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent || nul < 0)
-			_exit(127);
-		fd = pipe_rd ? p[1] :
-			       open(out, O_WRONLY | O_CREAT | O_APPEND, 0600);
-		if (fd < 0)
-			_exit(127);
-		dup2(nul, 0);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	if (pipe_rd) {
-		close(p[1]);
-		*pipe_rd = p[0];
-	}
-	return pid;
-}
-
 /* Run @argv to its end, its output into @out[@len] (NUL-terminated);
  * killed after @timeout_ms. Returns its wait status, -1 if killed. */
 static int run_capture(char *const argv[], int timeout_ms, char *out,
@@ -525,27 +476,6 @@ static int run_capture(char *const argv[], int timeout_ms, char *out,
 	close(fd);
 	waitpid(pid, &status, 0);
 	return killed ? -1 : status;
-}
-
-/* The last lines of @path on stderr, to say why djinnd failed. */
-static void show_tail(const char *path)
-{
-	char buf[2048];
-	FILE *f = fopen(path, "r");
-	size_t n;
-	long size;
-
-	if (!f)
-		return;
-	fseek(f, 0, SEEK_END);
-	size = ftell(f);
-	fseek(f,
-	      size > (long)sizeof(buf) - 1 ? size - (long)sizeof(buf) + 1 : 0,
-	      SEEK_SET);
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
-	fprintf(stderr, "%s:\n%s", path, buf);
 }
 
 /* BUILD/bench/agent-bench -> BUILD/@rel, unless @given. */

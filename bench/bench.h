@@ -8,13 +8,18 @@
 #define DJINN_BENCH_H
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Say why on stderr after the program's name, and exit 1 (atexit()
  * handlers run). */
@@ -87,6 +92,79 @@ static inline double median(const double *v, unsigned int n)
 	memcpy(s, v, n * sizeof(*v));
 	qsort(s, n, sizeof(*s), cmp_double);
 	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* The next of a seeded stream of 64-bit numbers (SplitMix64). */
+static inline uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t x = (*s += 0x9e3779b97f4a7c15ull);
+
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/*
+ * Start @argv with stdin from /dev/null and stdout and stderr to @out
+ * (a file path), or to the pipe *@pipe_rd (when non-NULL), or to
+ * /dev/null. The child dies with this process.
+ */
+static inline pid_t spawn(char *const argv[], const char *out, int *pipe_rd)
+{
+	pid_t parent = getpid(), pid;
+	int p[2] = { -1, -1 };
+
+	if (pipe_rd && pipe2(p, O_CLOEXEC))
+		fail("pipe: %s", strerror(errno));
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		fail("fork: %s", strerror(errno));
+	if (!pid) {
+		int nul = open("/dev/null", O_RDWR);
+		int fd = nul;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent || nul < 0)
+			_exit(127);
+		if (pipe_rd)
+			fd = p[1];
+		else if (out)
+			fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd < 0)
+			_exit(127);
+		dup2(nul, 0);
+		dup2(fd, 1);
+		dup2(pipe_rd ? nul : fd, 2);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	if (pipe_rd) {
+		close(p[1]);
+		*pipe_rd = p[0];
+	}
+	return pid;
+}
+
+/* The last lines of @path on stderr, to say why a child failed. */
+static inline void show_tail(const char *path)
+{
+	char buf[2048];
+	FILE *f = fopen(path, "r");
+	size_t n;
+	long size;
+
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	size = ftell(f);
+	fseek(f,
+	      size > (long)sizeof(buf) - 1 ? size - (long)sizeof(buf) + 1 : 0,
+	      SEEK_SET);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	fprintf(stderr, "%s:\n%s", path, buf);
 }
 
 #endif /* DJINN_BENCH_H */

@@ -264,15 +264,6 @@ static void ensure_model(char *models, size_t len)
 /* ------------------------------------------------------------------------ */
 /* djinnd's side */
 
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t x = (*s += 0x9e3779b97f4a7c15ull);
-
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 struct djinn_side {
 	double load_s, prefill, decode; /* medians, tokens/s */
 	int32_t *tokens; /* greedy, opt.decode of them */

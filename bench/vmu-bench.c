@@ -58,12 +58,10 @@ static inline void sink(const void *p)
 	__asm__ volatile("" : : "r"(p) : "memory");
 }
 
-static uint64_t splitmix64(uint64_t x)
+/* @x mixed: the first number of the stream seeded with it */
+static uint64_t mix(uint64_t x)
 {
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
+	return splitmix64(&x);
 }
 
 struct rng {
@@ -73,7 +71,7 @@ struct rng {
 /* One stream per benchmark, so --only does not change what another sees. */
 static void rng_init(struct rng *r, uint64_t stream)
 {
-	r->s = splitmix64(opt.seed ^ splitmix64(stream));
+	r->s = mix(opt.seed ^ mix(stream));
 	if (!r->s)
 		r->s = 0x2545f4914f6cdd1dull;
 }
@@ -1246,7 +1244,7 @@ static void bench_trace(void)
 
 static uint64_t sw_word(uint64_t off)
 {
-	return splitmix64(off ^ opt.seed);
+	return mix(off ^ opt.seed);
 }
 
 static void sw_fill(uint64_t *buf, uint64_t off, uint64_t len)

@@ -732,69 +732,6 @@ static bool in_path(const char *prog)
 	return false;
 }
 
-/*
- * Start @argv with stdin from /dev/null and stdout and stderr to @out
- * (a file path), or to the pipe *@pipe_rd (when non-NULL), or to
- * /dev/null. The child dies with this process.
- */
-static pid_t spawn(char *const argv[], const char *out, int *pipe_rd)
-{
-	pid_t parent = getpid(), pid;
-	int p[2] = { -1, -1 };
-
-	if (pipe_rd && pipe2(p, O_CLOEXEC))
-		fail("pipe: %s", strerror(errno));
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0)
-		fail("fork: %s", strerror(errno));
-	if (!pid) {
-		int nul = open("/dev/null", O_RDWR);
-		int fd = nul;
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent || nul < 0)
-			_exit(127);
-		if (pipe_rd)
-			fd = p[1];
-		else if (out)
-			fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		if (fd < 0)
-			_exit(127);
-		dup2(nul, 0);
-		dup2(fd, 1);
-		dup2(pipe_rd ? nul : fd, 2);
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	if (pipe_rd) {
-		close(p[1]);
-		*pipe_rd = p[0];
-	}
-	return pid;
-}
-
-/* The last lines of @path on stderr, to say why a child failed. */
-static void show_tail(const char *path)
-{
-	char buf[2048];
-	FILE *f = fopen(path, "r");
-	size_t n;
-	long size;
-
-	if (!f)
-		return;
-	fseek(f, 0, SEEK_END);
-	size = ftell(f);
-	fseek(f,
-	      size > (long)sizeof(buf) - 1 ? size - (long)sizeof(buf) + 1 : 0,
-	      SEEK_SET);
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
-	fprintf(stderr, "%s:\n%s", path, buf);
-}
-
 static const char *djinnd_binary(void)
 {
 	static char path[PATH_MAX];
