@@ -94,6 +94,27 @@ const char *djd_start_error(void)
 	return start_error;
 }
 
+int djd_can_run(const char *cpu_mem)
+{
+	struct djd d;
+
+	if (access(djd_binary(), X_OK)) {
+		printf("djinnd not found at %s (set DJINND): skipped\n",
+		       djd_binary());
+		return 77;
+	}
+	if (djd_start(&d, cpu_mem, 10000)) {
+		if (strstr(djd_start_error(), "io_uring")) {
+			printf("djinnd cannot run here: %s: skipped\n",
+			       djd_start_error());
+			return 77;
+		}
+		printf("djinnd does not start\n");
+		return 1;
+	}
+	return djd_stop(&d, 10000) ? 1 : 0;
+}
+
 /* The last line of the log into start_error. */
 static void keep_last_line(const struct djd *d)
 {

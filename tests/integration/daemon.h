@@ -65,6 +65,13 @@ int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
  * scripts/mkmodel.py and its options @args. */
 int djd_make_model(const struct djd *d, const char *name, const char *args);
 
+/*
+ * Whether djinnd can run here, for a test's main(): 0 when a daemon with
+ * @cpu_mem of memory starts and stops cleanly; 77 (skip), said on
+ * stdout, when there is no binary or it cannot run on this machine (no
+ * io_uring: an old kernel, a seccomp filter); 1 for any other failure.
+ */
+int djd_can_run(const char *cpu_mem);
 /* After djd_start() failed because the daemon exited: its last log line
  * (why it could not start), else "". */
 const char *djd_start_error(void);

@@ -4924,31 +4924,15 @@ int main(void)
 		T(test_daemon_stop),
 #undef T
 	};
+	int ret;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("DJINN_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("DJINN_TEST_FILTER"));
-	if (access(djd_binary(), X_OK)) {
-		printf("djinnd not found at %s (set DJINND): skipped\n",
-		       djd_binary());
-		return 77;
-	}
 	/* A daemon that cannot run here (no io_uring: an old kernel, a
 	 * seccomp filter) is a skip, said so; any other failure fails. */
-	{
-		struct djd d;
-
-		if (djd_start(&d, DEV_MEM, 10000)) {
-			if (strstr(djd_start_error(), "io_uring")) {
-				printf("djinnd cannot run here: %s: skipped\n",
-				       djd_start_error());
-				return 77;
-			}
-			printf("djinnd does not start\n");
-			return 1;
-		}
-		if (djd_stop(&d, 10000))
-			return 1;
-	}
+	ret = djd_can_run(DEV_MEM);
+	if (ret)
+		return ret;
 	return cmocka_run_group_tests_name("djinnd", tests, NULL, NULL);
 }

@@ -1105,23 +1105,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_signals, setup_plain,
 						fx_teardown),
 	};
-	struct djd d;
+	int ret = djd_can_run("64M");
 
-	if (access(djd_binary(), X_OK)) {
-		printf("djinnd not found at %s (set DJINND): skipped\n",
-		       djd_binary());
-		return 77;
-	}
-	if (djd_start(&d, "64M", 10000)) {
-		if (strstr(djd_start_error(), "io_uring")) {
-			printf("djinnd cannot run here: %s: skipped\n",
-			       djd_start_error());
-			return 77;
-		}
-		printf("djinnd does not start\n");
-		return 1;
-	}
-	if (djd_stop(&d, 10000))
-		return 1;
+	if (ret)
+		return ret;
 	return cmocka_run_group_tests_name("scheduler", tests, NULL, NULL);
 }
