@@ -321,11 +321,9 @@ static void run_fork(struct exec_job *job, const struct exec_env *env)
 
 	job->error = model_ctx_fork(mj->o->mc, &me, &mj->fork, job->msg,
 				    sizeof(job->msg));
-	/* static partitioning: the copy holds its whole cache too */
-	if (!job->error &&
-	    sched_policy(job->s->dev->sched) == DJINN_SCHED_STATIC) {
-		job->error =
-			model_ctx_reserve(mj->fork, job->msg, sizeof(job->msg));
+	if (!job->error) {
+		job->error = sched_ctx_made(job->s->dev->sched, mj->fork,
+					    job->msg, sizeof(job->msg));
 		if (job->error) {
 			model_ctx_free(mj->fork);
 			mj->fork = NULL;
@@ -827,9 +825,8 @@ static void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 	/* Only reserves the cache's address space: cheap, here. */
 	max = r->max_tokens ? r->max_tokens : m->h->m->cfg.n_ctx;
 	ret = model_ctx_new(m->h, max, &mc, msg, sizeof(msg));
-	/* static partitioning: the whole cache, now, or a refusal */
-	if (!ret && sched_policy(s->dev->sched) == DJINN_SCHED_STATIC) {
-		ret = model_ctx_reserve(mc, msg, sizeof(msg));
+	if (!ret) {
+		ret = sched_ctx_made(s->dev->sched, mc, msg, sizeof(msg));
 		if (ret)
 			model_ctx_free(mc);
 	}

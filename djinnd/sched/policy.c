@@ -36,6 +36,7 @@
 #include "log.h"
 #include "server.h"
 #include "exec/executor.h"
+#include "model/runtime.h"
 #include "sched/policy.h"
 
 #define TICK_NS 2000000ull /* 2 ms while sessions wait */
@@ -181,7 +182,6 @@ static void policy_job_done(struct exec_job *job, void *arg)
 		if (out) {
 			pthread_mutex_lock(&sc->stat_lock);
 			sc->st.swaps_signal += job->swap.regions;
-			sc->st.swap_bytes_signal += job->swap.bytes;
 			pthread_mutex_unlock(&sc->stat_lock);
 			if (se->waiting)
 				se->swapped_in_wait = true;
@@ -225,11 +225,10 @@ static void start(struct sched *sc, struct session *s, int what)
 		sc->swap_jobs++;
 	} else {
 		s->se.restore_jobs++;
+	}
+	if (what == POLICY_PREFETCH) {
 		pthread_mutex_lock(&sc->stat_lock);
-		if (what == POLICY_PREFETCH)
-			sc->st.prefetches++;
-		else
-			sc->st.restores++;
+		sc->st.prefetches++;
 		pthread_mutex_unlock(&sc->stat_lock);
 	}
 	sched_submit(sc, job);
@@ -289,7 +288,6 @@ static void begin_wait(struct sched *sc, struct session *s, uint64_t now,
 	if (!se->waiting)
 		list_add_tail(&se->wnode, &sc->waiting);
 	se->waiting = true;
-	se->signaled = true;
 	se->swapped_in_wait = false;
 	se->prefetched = false;
 	se->wait_start = now;
@@ -451,6 +449,14 @@ static void tick_arm(struct sched *sc)
 	sc->tick.fn = tick_fire;
 	loop_timer_add(&sc->srv->loop, &sc->tick, loop_now() + TICK_NS);
 	sc->tick_armed = true;
+}
+
+int sched_ctx_made(struct sched *sc, struct model_ctx *c, char *msg,
+		   size_t msglen)
+{
+	if (sc->policy != DJINN_SCHED_STATIC)
+		return 0;
+	return model_ctx_reserve(c, msg, msglen);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -120,7 +120,6 @@ struct sched_entity {
 	bool swapped_in_wait; /* some of its data left during this wait */
 	bool overran; /* its last wait ran past the estimate */
 	bool prefetched; /* this wait's restore has been started */
-	bool signaled; /* has ever sent IO_WAIT */
 	uint32_t swap_jobs, restore_jobs; /* the policy's jobs in flight */
 	uint64_t wait_start, wait_until;
 	struct loop_timer prefetch; /* armed while waiting */
@@ -135,9 +134,7 @@ void sched_entity_init(struct sched_entity *se);
  */
 struct sched_stats {
 	uint64_t swaps_signal; /* regions the policy swapped out on IO_WAIT */
-	uint64_t swap_bytes_signal;
 	uint64_t prefetches, prefetch_hits, prefetch_misses;
-	uint64_t restores; /* restores on a request of a swapped session */
 	uint64_t swap_out_bps, swap_in_bps; /* measured; 0: not yet */
 	uint64_t wait_hist[8][SCHED_HIST]; /* compute waits, by priority */
 	uint64_t wait_sum_ns[8], waits[8];
@@ -170,6 +167,13 @@ static inline int sched_policy_parse(const char *name)
 			return (int)p;
 	return -EINVAL;
 }
+
+/* A model context was made (new or forked) for a session of the device:
+ * under static partitioning it reserves its whole KV cache now, or the
+ * context is refused (-ENOMEM, why in @msg; the caller frees it). */
+struct model_ctx;
+int sched_ctx_made(struct sched *sc, struct model_ctx *c, char *msg,
+		   size_t msglen);
 
 /* A new session of the device: its weight from its tenant and
  * priority. sched_session_end(): it ended (cancels its timers). */

@@ -166,6 +166,7 @@ struct vmu {
 	uint64_t committed, reserved;
 	uint64_t region_resv; /* set aside by vmu_region_reserve() */
 	unsigned int nr_moving; /* regions MOVING */
+	unsigned int nr_victims; /* sessions with a victim key */
 	bool no_swap; /* vmu_set_swap(v, false) */
 	uint64_t admit_wait_ns;
 	enum vmu_pressure level;
@@ -736,6 +737,8 @@ static bool reclaim_locked(struct vmu *v, uint64_t want)
 				continue;
 			if (!victim || r->s->victim > victim->s->victim)
 				victim = r;
+			if (!v->nr_victims) /* plain LRU: the first */
+				break;
 		}
 		if (!victim)
 			return false;
@@ -1659,6 +1662,7 @@ int vmu_session_swap_in(struct vmu_session *s)
 void vmu_session_set_victim(struct vmu_session *s, uint64_t key)
 {
 	vmu_lock(s->vmu);
+	s->vmu->nr_victims += (key != 0) - (s->victim != 0);
 	s->victim = key;
 	vmu_unlock(s->vmu);
 }
@@ -2514,6 +2518,7 @@ void vmu_session_destroy(struct vmu_session *s)
 		region_free_locked(v, r);
 	}
 	list_del_init(&s->node);
+	v->nr_victims -= s->victim != 0;
 	s->tenant->sessions--;
 	tenant_put(s->tenant);
 	vmu_unlock(v);
