@@ -205,7 +205,9 @@ run() {
 	LD_LIBRARY_PATH="$(cd "$kit/lib" && pwd):$extra${LD_LIBRARY_PATH:-}"
 	LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
 	DJINND=$(cd "$kit/bin" && pwd)/djinnd
-	export LD_LIBRARY_PATH DJINND
+	# the tests write models with the checkout's script, run from here
+	DJINN_MKMODEL=$(pwd)/scripts/mkmodel.py
+	export LD_LIBRARY_PATH DJINND DJINN_MKMODEL
 	nvidia-smi -L >"$out/nvidia-smi.txt" 2>&1
 	rc=0
 	tests=$(ls "$kit"/bin/test_* 2>/dev/null)

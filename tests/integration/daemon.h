@@ -62,7 +62,8 @@ int djd_start_set(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 		   const char *const *extra);
 /* Write model @name into the daemon's model directory (DIR/models) with
- * scripts/mkmodel.py and its options @args. */
+ * scripts/mkmodel.py ($DJINN_MKMODEL, else the checkout's beside this
+ * build) and its options @args. */
 int djd_make_model(const struct djd *d, const char *name, const char *args);
 
 /*
