@@ -40,7 +40,7 @@ ALL_CFLAGS  += $(BLAS_CFLAGS)
 COMMON_SRCS := $(wildcard lib/*.c)
 COMMON_LIB  := $(BUILD)/libcommon.a
 # the VMU
-VMU_SRCS    := djinnd/vmu/vmu.c djinnd/vmu/host.c
+VMU_SRCS    := $(wildcard djinnd/vmu/*.c)
 VMU_LIB     := $(BUILD)/libvmu.a
 # device backends
 BACKEND_SRCS := $(wildcard djinnd/backend/cpu/*.c)
@@ -76,7 +76,6 @@ DJINND      := $(BUILD)/djinnd/djinnd
 # One binary per tests/unit/test_NAME.c, linking test_NAME_LIBS.
 UNIT_TESTS := $(patsubst tests/unit/test_%.c,%,$(wildcard tests/unit/test_*.c))
 UNIT_BINS  := $(UNIT_TESTS:%=$(BUILD)/tests/unit/test_%)
-test_vmu_LIBS           := $(LIBS_VMU)
 test_host_provider_LIBS := $(LIBS_VMU)
 test_graph_LIBS         := $(COMMON_LIB)
 test_cpu_backend_LIBS   := $(LIBS_BACKEND)

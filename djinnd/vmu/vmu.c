@@ -1,21 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * The VMU: text, data and stack segments over a physical-memory provider.
- * Documentation/vmu.rst is the design; vmu.h is the contract.
- *
- * Locking. One mutex, v->lock, guards every list, table and counter.
- * Work that takes long (copies, zeroing, mapping) runs without it on an
- * object marked busy: a region in state MOVING, a stack that is active,
- * an upload that only its owner sees. Threads that need a MOVING region
- * wait on v->moved. Physical memory is freed to the provider before it
- * is uncharged, so the accounting never promises bytes the provider has
- * not got back.
- *
- * Accounting. v->committed counts the physical bytes of every chunk the
- * VMU holds; v->reserved counts bytes set aside by admission. A region's
- * share of every counter is added by region_acct(+1) and removed by
- * region_acct(-1) from a snapshot, so a counter can never drift while
- * the region changes without the lock.
+ * Documentation/vmu.rst is the design; vmu.h is the contract. This is its
+ * core; vmu_private.h says which file holds what and the locking and
+ * accounting rules they all keep.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -24,176 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <openssl/evp.h>
-
-#include "list.h"
-#include "vmu/vmu.h"
-
-#define VMU_NAME_MAX 64
-#define VMU_STACK_ALIGN 256
-
-/* ---------------------------------------------------------------------- */
-/* Objects */
-
-struct vmu_chunk {
-	uint64_t handle; /* provider chunk */
-	uint64_t off; /* where it is mapped, from the mapping's start */
-	uint64_t size;
-};
-
-/* A reserved virtual range and the chunks mapped at its start. */
-struct vmu_mapping {
-	uint64_t addr;
-	uint64_t vsize;
-	uint64_t mapped;
-	struct vmu_chunk *chunks;
-	unsigned int nr, cap;
-};
-
-struct vmu_tenant {
-	struct list_head node; /* v->tenants */
-	char name[VMU_NAME_MAX];
-	unsigned int sessions;
-	struct vmu_usage use;
-};
-
-struct vmu_session {
-	struct vmu *vmu;
-	struct vmu_tenant *tenant;
-	struct list_head node; /* v->sessions */
-	struct list_head regions; /* live regions */
-	struct list_head cache; /* destroyed regions kept for reuse */
-	struct list_head refs; /* struct vmu_text_ref */
-	struct vmu_text_ref **ref_hash; /* the same refs, by entry */
-	uint32_t ref_hash_size, nr_refs;
-	struct list_head uploads; /* struct vmu_text_upload */
-	struct vmu_usage use;
-	uint64_t victim; /* vmu_session_set_victim() */
-};
-
-/* What a region has added to the counters (see region_acct). */
-struct region_share {
-	uint64_t dev; /* physical bytes on the device */
-	uint64_t foot; /* data bytes charged to session and tenant */
-	uint64_t resident; /* of foot: mapped now */
-	uint64_t swapped; /* of foot: in host memory */
-	uint64_t host; /* host bytes of the swapped copy */
-	uint64_t idle; /* swappable: resident, live, unpinned */
-	uint64_t cached; /* kept for reuse after destroy */
-};
-
-struct vmu_region {
-	struct vmu_session *s;
-	struct list_head snode; /* s->regions, or s->cache */
-	struct list_head lru; /* v->data_lru, or v->region_cache */
-	uint32_t slot;
-	bool cached;
-	enum vmu_region_state state;
-	unsigned int pins;
-	uint64_t size;
-	uint64_t max_size;
-	uint64_t target; /* while growing: the mapped size it grows to */
-	uint64_t fail_gen; /* reclaim pass in which a swap-out failed */
-	struct vmu_mapping m;
-	/* vmu_region_reserve(): the mapped size it is held to (0: none),
-	 * and the bytes set aside for the rest */
-	uint64_t resv_to, resv;
-	void *host; /* swap buffer while SWAPPED */
-	uint64_t host_size; /* its size, counted from before it is got
-			     * until it is given back */
-	struct region_share share;
-};
-
-struct vmu_slot {
-	struct vmu_region *r;
-	uint32_t gen;
-	uint32_t next_free;
-};
-
-struct vmu_text {
-	uint8_t fp[VMU_FP_LEN];
-	struct vmu_text *hnext;
-	struct list_head lru; /* v->text_lru while unheld */
-	struct vmu_mapping m;
-	uint64_t size;
-	unsigned long holders;
-	uint64_t epoch; /* the device's fault count when its bytes came */
-	bool stale; /* a fault since: out of the index, freed when unheld */
-};
-
-struct vmu_text_ref {
-	struct list_head node; /* s->refs */
-	struct vmu_text_ref *hnext; /* s->ref_hash */
-	struct vmu_text *t;
-	unsigned long count;
-};
-
-struct vmu_text_upload {
-	struct vmu_session *s;
-	struct list_head node; /* s->uploads */
-	struct vmu_mapping m;
-	uint64_t size;
-	uint64_t written;
-	uint64_t epoch; /* the fault count when it began */
-	EVP_MD_CTX *md; /* NULL when the caller has hashed already */
-};
-
-struct vmu_stack {
-	struct vmu *v;
-	struct list_head node; /* v->stacks */
-	struct vmu_mapping m;
-	bool active;
-	uint64_t top; /* watermark, from m.addr */
-	uint64_t limit; /* the request's peak */
-	uint64_t nr_allocs;
-};
-
-struct swapbuf {
-	struct list_head node;
-	void *buf;
-	uint64_t size;
-};
-
-struct vmu {
-	struct vmu_provider *prov;
-	struct vmu_config cfg;
-	uint64_t gran;
-	pthread_mutex_t lock;
-	pthread_cond_t moved; /* a region left MOVING */
-	pthread_cond_t freed; /* memory was given back (admission waits) */
-	pthread_mutex_t cb_lock; /* one pressure callback at a time */
-
-	uint64_t committed, reserved;
-	uint64_t region_resv; /* set aside by vmu_region_reserve() */
-	unsigned int nr_moving; /* regions MOVING */
-	unsigned int nr_victims; /* sessions with a victim key */
-	bool no_swap; /* vmu_set_swap(v, false) */
-	uint64_t admit_wait_ns;
-	enum vmu_pressure level;
-	bool notify; /* level changed since the last callback */
-	enum vmu_pressure reported; /* last level told, under cb_lock */
-	uint64_t reclaim_gen; /* numbers reclaim passes */
-
-	struct list_head tenants, sessions, stacks;
-
-	struct vmu_slot *slots;
-	uint32_t nr_slots, free_slot; /* free list head, UINT32_MAX: none */
-
-	struct vmu_text **hash;
-	uint64_t hash_size, nr_text;
-	struct list_head text_lru;
-	uint64_t text_epoch; /* the fault count the index was swept at */
-
-	struct list_head data_lru; /* resident live regions, oldest first */
-	struct list_head region_cache; /* cached regions, oldest first */
-	uint64_t data_idle; /* swappable bytes */
-	uint64_t stack_idle; /* backing of stacks with no request */
-
-	struct list_head swapbufs; /* newest first */
-	uint64_t swapbuf_bytes;
-
-	struct vmu_stats st;
-};
+#include "vmu/vmu_private.h"
 
 #define NO_SLOT UINT32_MAX
 
@@ -233,7 +52,7 @@ static uint64_t avail(const struct vmu *v)
 	return v->prov->capacity - v->committed - v->reserved - v->region_resv;
 }
 
-static void seg_add(struct vmu *v, enum vmu_seg seg, int64_t bytes)
+void vmu_seg_add(struct vmu *v, enum vmu_seg seg, int64_t bytes)
 {
 	struct vmu_seg_stats *s = &v->st.seg[seg];
 
@@ -275,7 +94,7 @@ static void pressure_update(struct vmu *v)
 	}
 }
 
-static void vmu_lock(struct vmu *v)
+void vmu_lock(struct vmu *v)
 {
 	pthread_mutex_lock(&v->lock);
 }
@@ -286,12 +105,12 @@ static void vmu_lock(struct vmu *v)
  * pressure callback: the thread may hold a region MOVING that the
  * callback would wait for. Their comments say "drops the lock".
  */
-static void drop_lock(struct vmu *v)
+void vmu_drop_lock(struct vmu *v)
 {
 	pthread_mutex_unlock(&v->lock);
 }
 
-static void take_lock(struct vmu *v)
+void vmu_take_lock(struct vmu *v)
 {
 	pthread_mutex_lock(&v->lock);
 }
@@ -304,7 +123,7 @@ static __thread bool in_pressure_cb;
  * as it is. A callback that calls back into the VMU is not re-entered;
  * the loop here picks up what its calls changed.
  */
-static void vmu_unlock(struct vmu *v)
+void vmu_unlock(struct vmu *v)
 {
 	bool pending = v->notify && v->cfg.pressure_cb;
 	enum vmu_pressure now, old;
@@ -335,7 +154,7 @@ static void charge_commit(struct vmu *v, uint64_t bytes)
 	pressure_update(v);
 }
 
-static void uncharge(struct vmu *v, uint64_t bytes)
+void vmu_uncharge(struct vmu *v, uint64_t bytes)
 {
 	v->committed -= bytes;
 	pressure_update(v);
@@ -369,7 +188,7 @@ static void resv_drop(struct vmu *v, struct vmu_region *r)
 /* ---------------------------------------------------------------------- */
 /* Mappings: a reservation and the chunks mapped at its start */
 
-static int mapping_reserve(struct vmu *v, struct vmu_mapping *m, uint64_t size)
+int vmu_mapping_reserve(struct vmu *v, struct vmu_mapping *m, uint64_t size)
 {
 	*m = (struct vmu_mapping){ .vsize = size };
 	return v->prov->ops->reserve(v->prov, size, v->gran, &m->addr);
@@ -377,7 +196,7 @@ static int mapping_reserve(struct vmu *v, struct vmu_mapping *m, uint64_t size)
 
 /* Map one new chunk so that @m->mapped becomes @to. No lock needed: the
  * caller owns @m and has charged the bytes. */
-static int mapping_grow(struct vmu *v, struct vmu_mapping *m, uint64_t to)
+int vmu_mapping_grow(struct vmu *v, struct vmu_mapping *m, uint64_t to)
 {
 	const struct vmu_provider_ops *ops = v->prov->ops;
 	uint64_t len = to - m->mapped, handle;
@@ -407,8 +226,7 @@ static int mapping_grow(struct vmu *v, struct vmu_mapping *m, uint64_t to)
 
 /* Unmap and destroy the chunks that lie wholly at or past @keep; returns
  * the bytes freed. A chunk that straddles @keep stays. */
-static uint64_t mapping_trim(struct vmu *v, struct vmu_mapping *m,
-			     uint64_t keep)
+uint64_t vmu_mapping_trim(struct vmu *v, struct vmu_mapping *m, uint64_t keep)
 {
 	const struct vmu_provider_ops *ops = v->prov->ops;
 	uint64_t freed = 0;
@@ -425,9 +243,9 @@ static uint64_t mapping_trim(struct vmu *v, struct vmu_mapping *m,
 	return freed;
 }
 
-static void mapping_release(struct vmu *v, struct vmu_mapping *m)
+void vmu_mapping_release(struct vmu *v, struct vmu_mapping *m)
 {
-	mapping_trim(v, m, 0);
+	vmu_mapping_trim(v, m, 0);
 	if (m->vsize)
 		v->prov->ops->release(v->prov, m->addr, m->vsize);
 	free(m->chunks);
@@ -448,7 +266,7 @@ static void usage_add(struct vmu_usage *u, const struct region_share *sh,
 
 /* Add (+1) the region's share of every counter, taken from its state now,
  * or remove (-1) what was added last. */
-static void region_acct(struct vmu *v, struct vmu_region *r, int sign)
+void vmu_region_acct(struct vmu *v, struct vmu_region *r, int sign)
 {
 	struct region_share *sh = &r->share;
 
@@ -476,7 +294,7 @@ static void region_acct(struct vmu *v, struct vmu_region *r, int sign)
 		if (!r->cached && r->state == VMU_REGION_RESIDENT && !r->pins)
 			sh->idle = r->m.mapped;
 	}
-	seg_add(v, VMU_SEG_DATA, sign * (int64_t)sh->dev);
+	vmu_seg_add(v, VMU_SEG_DATA, sign * (int64_t)sh->dev);
 	v->data_idle += sign * sh->idle;
 	v->st.data_cached += sign * sh->cached;
 	v->st.swapped_now += sign * sh->host;
@@ -485,170 +303,8 @@ static void region_acct(struct vmu *v, struct vmu_region *r, int sign)
 }
 
 /* ---------------------------------------------------------------------- */
-/* Swap buffers: host memory kept for reuse, as pinned memory is costly */
-
-/* A host buffer for @size bytes: always vmu_round(@size) bytes, so the
- * swap limit counts exactly what is held. May drop the lock. */
-static int swapbuf_get(struct vmu *v, uint64_t size, void **buf)
-{
-	struct swapbuf *b;
-	int ret;
-
-	size = vmu_round(v, size);
-	list_for_each_entry(b, &v->swapbufs, node) {
-		if (b->size != size)
-			continue;
-		list_del_init(&b->node);
-		v->swapbuf_bytes -= b->size;
-		*buf = b->buf;
-		free(b);
-		return 0;
-	}
-	drop_lock(v);
-	ret = v->prov->ops->host_alloc(v->prov, size, buf);
-	take_lock(v);
-	return ret;
-}
-
-static void swapbuf_put(struct vmu *v, void *buf, uint64_t size)
-{
-	struct swapbuf *b = malloc(sizeof(*b));
-
-	if (!b || size > v->cfg.swap_cache) {
-		free(b);
-		v->prov->ops->host_free(v->prov, buf, size);
-		return;
-	}
-	b->buf = buf;
-	b->size = size;
-	list_add(&b->node, &v->swapbufs);
-	v->swapbuf_bytes += size;
-	while (v->swapbuf_bytes > v->cfg.swap_cache) {
-		b = list_entry(v->swapbufs.prev, struct swapbuf, node);
-		list_del_init(&b->node);
-		v->swapbuf_bytes -= b->size;
-		v->prov->ops->host_free(v->prov, b->buf, b->size);
-		free(b);
-	}
-}
-
-/* ---------------------------------------------------------------------- */
-/* Swapping */
-
-static void region_set_state(struct vmu *v, struct vmu_region *r,
-			     enum vmu_region_state state)
-{
-	region_acct(v, r, -1);
-	if (r->state == VMU_REGION_RESIDENT && !r->cached)
-		list_del_init(&r->lru);
-	if (r->state == VMU_REGION_MOVING)
-		v->nr_moving--;
-	if (state == VMU_REGION_MOVING)
-		v->nr_moving++;
-	r->state = state;
-	if (state == VMU_REGION_RESIDENT && !r->cached)
-		list_add_tail(&r->lru, &v->data_lru);
-	region_acct(v, r, +1);
-	if (state != VMU_REGION_MOVING)
-		pthread_cond_broadcast(&v->moved);
-}
-
-/* Lock held; drops it for the copy. */
-static int swap_out_locked(struct vmu *v, struct vmu_region *r)
-{
-	uint64_t len = r->size, bufsize = vmu_round(v, len), freed;
-	void *buf = NULL;
-	int ret;
-
-	if (r->state == VMU_REGION_SWAPPED)
-		return 0;
-	if (r->pins || r->state != VMU_REGION_RESIDENT || r->resv_to)
-		return -EBUSY;
-	if (v->no_swap)
-		return -EPERM;
-	if (v->cfg.swap_limit &&
-	    v->st.swapped_now + bufsize > v->cfg.swap_limit)
-		return -ENOSPC;
-	/* The host bytes count against the limit from here on. */
-	r->host_size = bufsize;
-	region_set_state(v, r, VMU_REGION_MOVING);
-	if (len) {
-		ret = swapbuf_get(v, len, &buf);
-		if (ret)
-			goto out_resident;
-	}
-	drop_lock(v);
-	ret = len ? v->prov->ops->copy_dtoh(v->prov, buf, r->m.addr, len) : 0;
-	freed = ret ? 0 : mapping_trim(v, &r->m, 0);
-	take_lock(v);
-	if (ret) {
-		swapbuf_put(v, buf, bufsize);
-		goto out_resident;
-	}
-	uncharge(v, freed);
-	r->host = buf;
-	region_set_state(v, r, VMU_REGION_SWAPPED);
-	v->st.swap_outs++;
-	v->st.swapped_out_bytes += len;
-	return 0;
-
-out_resident:
-	r->host_size = 0;
-	region_set_state(v, r, VMU_REGION_RESIDENT);
-	return ret;
-}
-
-static int charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
-		  uint64_t *from_resv);
-static void uncharge_resv(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
-			  uint64_t from_resv);
-
-/* Lock held; drops it for the mapping and the copy. */
-static int swap_in_locked(struct vmu *v, struct vmu_region *r,
-			  struct vmu_resv *resv)
-{
-	const struct vmu_provider_ops *ops = v->prov->ops;
-	uint64_t need = vmu_round(v, r->size), from_resv;
-	int ret;
-
-	if (r->state == VMU_REGION_RESIDENT)
-		return 0;
-	region_set_state(v, r, VMU_REGION_MOVING);
-	ret = charge(v, need, resv, &from_resv);
-	if (ret)
-		goto out_swapped;
-	drop_lock(v);
-	ret = need ? mapping_grow(v, &r->m, need) : 0;
-	if (!ret && r->size)
-		ret = ops->copy_htod(v->prov, r->m.addr, r->host, r->size);
-	if (!ret && need > r->size)
-		ret = ops->memset(v->prov, r->m.addr + r->size, 0,
-				  need - r->size);
-	if (ret)
-		mapping_trim(v, &r->m, 0); /* freed before it is uncharged */
-	take_lock(v);
-	if (ret) {
-		uncharge_resv(v, need, resv, from_resv);
-		goto out_swapped;
-	}
-	if (r->host)
-		swapbuf_put(v, r->host, r->host_size);
-	r->host = NULL;
-	r->host_size = 0;
-	region_set_state(v, r, VMU_REGION_RESIDENT);
-	v->st.swap_ins++;
-	v->st.swapped_in_bytes += r->size;
-	return 0;
-
-out_swapped:
-	region_set_state(v, r, VMU_REGION_SWAPPED);
-	return ret;
-}
-
-/* ---------------------------------------------------------------------- */
 /* Reclaim: what admission and every allocation fall back on */
 
-static void text_free_locked(struct vmu *v, struct vmu_text *t);
 static void region_free_locked(struct vmu *v, struct vmu_region *r);
 
 /* Device bytes that swapping idle regions would free. Regions swap whole,
@@ -691,8 +347,8 @@ static bool trim_idle_stack(struct vmu *v)
 		if (st->active || !st->m.mapped)
 			continue;
 		v->stack_idle -= st->m.mapped;
-		seg_add(v, VMU_SEG_STACK, -(int64_t)st->m.mapped);
-		uncharge(v, mapping_trim(v, &st->m, 0));
+		vmu_seg_add(v, VMU_SEG_STACK, -(int64_t)st->m.mapped);
+		vmu_uncharge(v, vmu_mapping_trim(v, &st->m, 0));
 		return true;
 	}
 	return false;
@@ -723,7 +379,7 @@ static bool reclaim_locked(struct vmu *v, uint64_t want)
 			struct vmu_text *t = list_first_entry(
 				&v->text_lru, struct vmu_text, lru);
 
-			text_free_locked(v, t);
+			vmu_text_free_locked(v, t);
 			v->st.text_evictions++;
 			continue;
 		}
@@ -745,7 +401,7 @@ static bool reclaim_locked(struct vmu *v, uint64_t want)
 		/* One that cannot be swapped (limit, copy error) is passed
 		 * over for the rest of this pass, wherever it ends up in
 		 * the LRU; the loop ends when none are left. */
-		if (swap_out_locked(v, victim))
+		if (vmu_swap_out_locked(v, victim))
 			victim->fail_gen = gen;
 	}
 	return true;
@@ -765,10 +421,10 @@ uint64_t vmu_reclaim(struct vmu *v, uint64_t bytes)
 /*
  * Charge @bytes of physical memory: from @resv first, the rest from free
  * memory, reclaiming if need be; *@from_resv says how much came from
- * @resv, for uncharge_resv(). Lock held; drops it while reclaiming.
+ * @resv, for vmu_uncharge_resv(). Lock held; drops it while reclaiming.
  */
-static int charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
-		  uint64_t *from_resv)
+int vmu_charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
+	       uint64_t *from_resv)
 {
 	uint64_t take = 0, rest;
 
@@ -788,12 +444,12 @@ static int charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
 	return 0;
 }
 
-/* Undo a charge() whose memory could not be had after all: the bytes go
+/* Undo a vmu_charge() whose memory could not be had after all: the bytes go
  * back where they came from. The chunks are already freed. */
-static void uncharge_resv(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
-			  uint64_t from_resv)
+void vmu_uncharge_resv(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
+		       uint64_t from_resv)
 {
-	uncharge(v, bytes);
+	vmu_uncharge(v, bytes);
 	if (from_resv) {
 		resv->bytes += from_resv;
 		v->reserved += from_resv;
@@ -804,7 +460,8 @@ static void uncharge_resv(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
 /* ---------------------------------------------------------------------- */
 /* Admission */
 
-static enum vmu_fit fit(struct vmu *v, uint64_t need, char *msg, size_t msglen)
+enum vmu_fit vmu_admit_check_locked(struct vmu *v, uint64_t need, char *msg,
+				    size_t msglen)
 {
 	uint64_t free_now = avail(v), more = reclaimable(v);
 	enum vmu_fit f = need <= free_now	 ? VMU_FIT_NOW :
@@ -828,7 +485,7 @@ enum vmu_fit vmu_admit_check(struct vmu *v, uint64_t need, char *msg,
 	enum vmu_fit f;
 
 	vmu_lock(v);
-	f = fit(v, need, msg, msglen);
+	f = vmu_admit_check_locked(v, need, msg, msglen);
 	vmu_unlock(v);
 	return f;
 }
@@ -876,7 +533,8 @@ static bool admit_wait(struct vmu *v, uint64_t need,
 	for (;;) {
 		int ret = pthread_cond_timedwait(&v->freed, &v->lock, &until);
 
-		if (fit(v, need, NULL, 0) == VMU_FIT_AFTER_RECLAIM)
+		if (vmu_admit_check_locked(v, need, NULL, 0) ==
+		    VMU_FIT_AFTER_RECLAIM)
 			reclaim_locked(v, need);
 		if (avail(v) >= need) {
 			ok = true;
@@ -892,13 +550,13 @@ static bool admit_wait(struct vmu *v, uint64_t need,
 }
 
 /* Lock held; drops it while reclaiming and waiting. */
-static int admit_locked(struct vmu *v, uint64_t need, struct vmu_resv *r,
-			const struct vmu_stack *own, char *msg, size_t msglen)
+int vmu_admit_locked(struct vmu *v, uint64_t need, struct vmu_resv *r,
+		     const struct vmu_stack *own, char *msg, size_t msglen)
 {
 	enum vmu_fit f;
 	int ret = 0;
 
-	f = fit(v, need, msg, msglen);
+	f = vmu_admit_check_locked(v, need, msg, msglen);
 	if (f == VMU_FIT_AFTER_RECLAIM) {
 		v->st.admit_reclaims++;
 		reclaim_locked(v, need);
@@ -906,7 +564,7 @@ static int admit_locked(struct vmu *v, uint64_t need, struct vmu_resv *r,
 	if (avail(v) < need && admit_wait(v, need, own))
 		f = VMU_FIT_NOW;
 	if (f == VMU_FIT_NEVER || avail(v) < need) {
-		fit(v, need, msg, msglen);
+		vmu_admit_check_locked(v, need, msg, msglen);
 		v->st.admit_refusals++;
 		ret = -ENOMEM;
 		goto out;
@@ -926,7 +584,7 @@ int vmu_admit(struct vmu *v, uint64_t need, struct vmu_resv *r, char *msg,
 
 	*r = (struct vmu_resv){ .vmu = v };
 	vmu_lock(v);
-	ret = admit_locked(v, need, r, NULL, msg, msglen);
+	ret = vmu_admit_locked(v, need, r, NULL, msg, msglen);
 	vmu_unlock(v);
 	return ret;
 }
@@ -1217,7 +875,7 @@ static struct vmu_region *region_get(struct vmu_session *s, uint64_t h)
 /* As region_get(), once no swap or remap is in progress on it. Waiting
  * drops the lock, and the region may be destroyed meanwhile, so the
  * handle is looked up again after every wait. */
-static struct vmu_region *region_get_settled(struct vmu_session *s, uint64_t h)
+struct vmu_region *vmu_region_get_settled(struct vmu_session *s, uint64_t h)
 {
 	struct vmu_region *r;
 
@@ -1235,20 +893,20 @@ static void region_free_locked(struct vmu *v, struct vmu_region *r)
 {
 	uint64_t dev;
 
-	region_acct(v, r, -1);
+	vmu_region_acct(v, r, -1);
 	dev = r->share.dev;
 	if (r->resv)
 		resv_drop(v, r);
 	list_del_init(&r->lru);
 	list_del_init(&r->snode);
 	if (r->host)
-		swapbuf_put(v, r->host, r->host_size);
+		vmu_swapbuf_put(v, r->host, r->host_size);
 	v->st.seg[VMU_SEG_DATA].entries -= !r->cached;
-	drop_lock(v);
-	mapping_release(v, &r->m);
+	vmu_drop_lock(v);
+	vmu_mapping_release(v, &r->m);
 	free(r);
-	take_lock(v);
-	uncharge(v, dev);
+	vmu_take_lock(v);
+	vmu_uncharge(v, dev);
 }
 
 int vmu_region_create(struct vmu_session *s, uint64_t max_size,
@@ -1275,7 +933,7 @@ int vmu_region_create(struct vmu_session *s, uint64_t max_size,
 			vmu_unlock(v);
 			return ret;
 		}
-		region_acct(v, c, -1);
+		vmu_region_acct(v, c, -1);
 		list_del_init(&c->snode);
 		list_del_init(&c->lru);
 		c->cached = false;
@@ -1287,7 +945,7 @@ int vmu_region_create(struct vmu_session *s, uint64_t max_size,
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	ret = mapping_reserve(v, &r->m, vsize);
+	ret = vmu_mapping_reserve(v, &r->m, vsize);
 	if (ret)
 		goto out_free;
 	r->s = s;
@@ -1302,7 +960,7 @@ publish:
 	r->max_size = max_size;
 	list_add_tail(&r->snode, &s->regions);
 	list_add_tail(&r->lru, &v->data_lru);
-	region_acct(v, r, +1);
+	vmu_region_acct(v, r, +1);
 	v->st.seg[VMU_SEG_DATA].entries++;
 	v->st.seg[VMU_SEG_DATA].allocs++;
 	s->use.regions++;
@@ -1313,7 +971,7 @@ publish:
 
 out_release:
 	vmu_unlock(v);
-	mapping_release(v, &r->m);
+	vmu_mapping_release(v, &r->m);
 out_free:
 	free(r);
 	return ret;
@@ -1333,28 +991,28 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 	/* Counted against the quota from now, so no other growth of this
 	 * session can pass the check meanwhile. */
 	r->target = to;
-	region_set_state(v, r, VMU_REGION_MOVING);
+	vmu_region_set_state(v, r, VMU_REGION_MOVING);
 	/* A reserved region's growth comes from its reservation first. */
 	r->resv -= own;
 	v->region_resv -= own;
-	ret = charge(v, to - from - own, resv, &from_resv);
+	ret = vmu_charge(v, to - from - own, resv, &from_resv);
 	if (ret) {
 		r->resv += own;
 		v->region_resv += own;
 		goto out;
 	}
 	charge_commit(v, own);
-	drop_lock(v);
-	ret = mapping_grow(v, &r->m, to);
+	vmu_drop_lock(v);
+	ret = vmu_mapping_grow(v, &r->m, to);
 	if (!ret)
 		ret = v->prov->ops->memset(v->prov, r->m.addr + from, 0,
 					   to - from);
 	if (ret)
-		mapping_trim(v, &r->m, from);
-	take_lock(v);
+		vmu_mapping_trim(v, &r->m, from);
+	vmu_take_lock(v);
 	if (ret) {
-		uncharge_resv(v, to - from - own, resv, from_resv);
-		uncharge(v, own);
+		vmu_uncharge_resv(v, to - from - own, resv, from_resv);
+		vmu_uncharge(v, own);
 		r->resv += own;
 		v->region_resv += own;
 	} else {
@@ -1362,7 +1020,7 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 	}
 out:
 	r->target = 0;
-	region_set_state(v, r, VMU_REGION_RESIDENT);
+	vmu_region_set_state(v, r, VMU_REGION_RESIDENT);
 	return ret;
 }
 
@@ -1373,10 +1031,10 @@ static void region_trim_locked(struct vmu *v, struct vmu_region *r)
 {
 	if (r->pins || r->state != VMU_REGION_RESIDENT)
 		return;
-	region_acct(v, r, -1);
-	uncharge(v, mapping_trim(v, &r->m, vmu_round(v, r->size)));
+	vmu_region_acct(v, r, -1);
+	vmu_uncharge(v, vmu_mapping_trim(v, &r->m, vmu_round(v, r->size)));
 	resv_refill(v, r);
-	region_acct(v, r, +1);
+	vmu_region_acct(v, r, +1);
 }
 
 int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
@@ -1387,7 +1045,7 @@ int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
 	int ret = 0;
 
 	vmu_lock(v);
-	r = region_get_settled(s, handle);
+	r = vmu_region_get_settled(s, handle);
 	if (!r) {
 		ret = -ENOENT;
 		goto out;
@@ -1397,16 +1055,16 @@ int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
 		goto out;
 	}
 	if (r->state == VMU_REGION_SWAPPED) {
-		ret = swap_in_locked(v, r, resv);
+		ret = vmu_swap_in_locked(v, r, resv);
 		if (ret)
 			goto out;
 	}
 	if (vmu_round(v, size) > r->m.mapped) {
 		ret = region_grow_locked(v, r, size, resv);
 	} else {
-		region_acct(v, r, -1);
+		vmu_region_acct(v, r, -1);
 		r->size = size;
-		region_acct(v, r, +1);
+		vmu_region_acct(v, r, +1);
 		region_trim_locked(v, r);
 	}
 	if (!ret && r->state == VMU_REGION_RESIDENT)
@@ -1423,7 +1081,7 @@ int vmu_region_destroy(struct vmu_session *s, uint64_t handle)
 	int ret = 0;
 
 	vmu_lock(v);
-	r = region_get_settled(s, handle);
+	r = vmu_region_get_settled(s, handle);
 	if (!r) {
 		ret = -ENOENT;
 		goto out;
@@ -1440,13 +1098,13 @@ int vmu_region_destroy(struct vmu_session *s, uint64_t handle)
 	if (r->state == VMU_REGION_RESIDENT && r->m.mapped &&
 	    s->use.cached + r->m.mapped <= v->cfg.session_cache) {
 		/* Keep it mapped for the session's next region this shape. */
-		region_acct(v, r, -1);
+		vmu_region_acct(v, r, -1);
 		list_del_init(&r->lru);
 		list_move_tail(&r->snode, &s->cache);
 		list_add_tail(&r->lru, &v->region_cache);
 		r->cached = true;
 		r->size = 0;
-		region_acct(v, r, +1);
+		vmu_region_acct(v, r, +1);
 		v->st.seg[VMU_SEG_DATA].entries--;
 		goto out;
 	}
@@ -1476,62 +1134,33 @@ int vmu_region_info(struct vmu_session *s, uint64_t handle,
 	struct vmu_region *r;
 
 	vmu_lock(s->vmu);
-	r = region_get_settled(s, handle);
+	r = vmu_region_get_settled(s, handle);
 	if (r)
 		region_fill_info(r, info);
 	vmu_unlock(s->vmu);
 	return r ? 0 : -ENOENT;
 }
 
-int vmu_region_swap_out(struct vmu_session *s, uint64_t handle)
-{
-	struct vmu *v = s->vmu;
-	struct vmu_region *r;
-	int ret = -ENOENT;
-
-	vmu_lock(v);
-	r = region_get_settled(s, handle);
-	if (r)
-		ret = swap_out_locked(v, r);
-	vmu_unlock(v);
-	return ret;
-}
-
-int vmu_region_swap_in(struct vmu_session *s, uint64_t handle,
-		       struct vmu_resv *resv)
-{
-	struct vmu *v = s->vmu;
-	struct vmu_region *r;
-	int ret = -ENOENT;
-
-	vmu_lock(v);
-	r = region_get_settled(s, handle);
-	if (r)
-		ret = swap_in_locked(v, r, resv);
-	vmu_unlock(v);
-	return ret;
-}
-
 /* Pin a settled region, lock held; it is resident on success. */
 static int pin_locked(struct vmu *v, struct vmu_region *r,
 		      struct vmu_resv *resv)
 {
-	int ret = swap_in_locked(v, r, resv);
+	int ret = vmu_swap_in_locked(v, r, resv);
 
 	if (ret)
 		return ret;
-	region_acct(v, r, -1);
+	vmu_region_acct(v, r, -1);
 	r->pins++;
-	region_acct(v, r, +1);
+	vmu_region_acct(v, r, +1);
 	list_move_tail(&r->lru, &v->data_lru);
 	return 0;
 }
 
 static void unpin_locked(struct vmu *v, struct vmu_region *r)
 {
-	region_acct(v, r, -1);
+	vmu_region_acct(v, r, -1);
 	r->pins--;
-	region_acct(v, r, +1);
+	vmu_region_acct(v, r, +1);
 	region_trim_locked(v, r); /* a shrink while pinned */
 }
 
@@ -1543,7 +1172,7 @@ int vmu_region_pin(struct vmu_session *s, uint64_t handle,
 	int ret = -ENOENT;
 
 	vmu_lock(v);
-	r = region_get_settled(s, handle);
+	r = vmu_region_get_settled(s, handle);
 	if (r) {
 		ret = pin_locked(v, r, resv);
 		if (!ret)
@@ -1581,7 +1210,7 @@ static int region_copy(struct vmu_session *s, uint64_t handle, uint64_t off,
 	int ret;
 
 	vmu_lock(v);
-	r = region_get_settled(s, handle);
+	r = vmu_region_get_settled(s, handle);
 	if (!r) {
 		ret = -ENOENT;
 		goto out;
@@ -1593,10 +1222,10 @@ static int region_copy(struct vmu_session *s, uint64_t handle, uint64_t off,
 	ret = pin_locked(v, r, NULL);
 	if (ret)
 		goto out;
-	drop_lock(v);
+	vmu_drop_lock(v);
 	ret = write ? ops->copy_htod(v->prov, r->m.addr + off, buf, len) :
 		      ops->copy_dtoh(v->prov, buf, r->m.addr + off, len);
-	take_lock(v);
+	vmu_take_lock(v);
 	unpin_locked(v, r);
 out:
 	vmu_unlock(v);
@@ -1615,63 +1244,12 @@ int vmu_region_read(struct vmu_session *s, uint64_t handle, uint64_t off,
 	return region_copy(s, handle, off, dst, len, false);
 }
 
-/* Swap every idle resident region of @s out (@out), or every swapped
- * one back: the number moved, or the first error (the rest stay as they
- * are). The list may change while the lock is dropped for a copy, so
- * the walk starts over after each region. */
-static int session_swap(struct vmu_session *s, bool out)
-{
-	struct vmu *v = s->vmu;
-	struct vmu_region *r;
-	int n = 0, ret = 0;
-	bool again = true;
-
-	vmu_lock(v);
-	while (again) {
-		again = false;
-		list_for_each_entry(r, &s->regions, snode) {
-			if (out && (r->state != VMU_REGION_RESIDENT ||
-				    r->pins || !r->m.mapped))
-				continue;
-			if (!out && r->state != VMU_REGION_SWAPPED)
-				continue;
-			ret = out ? swap_out_locked(v, r) :
-				    swap_in_locked(v, r, NULL);
-			if (ret)
-				goto out;
-			n++;
-			again = true;
-			break;
-		}
-	}
-out:
-	vmu_unlock(v);
-	return ret ? ret : n;
-}
-
-int vmu_session_swap_out(struct vmu_session *s)
-{
-	return session_swap(s, true);
-}
-
-int vmu_session_swap_in(struct vmu_session *s)
-{
-	return session_swap(s, false);
-}
-
 void vmu_session_set_victim(struct vmu_session *s, uint64_t key)
 {
 	vmu_lock(s->vmu);
 	s->vmu->nr_victims += (key != 0) - (s->victim != 0);
 	s->victim = key;
 	vmu_unlock(s->vmu);
-}
-
-void vmu_set_swap(struct vmu *v, bool on)
-{
-	vmu_lock(v);
-	v->no_swap = !on;
-	vmu_unlock(v);
 }
 
 void vmu_set_admit_wait(struct vmu *v, uint64_t ns)
@@ -1690,7 +1268,7 @@ int vmu_region_reserve(struct vmu_session *s, uint64_t handle, char *msg,
 	int ret = 0;
 
 	vmu_lock(v);
-	r = region_get_settled(s, handle);
+	r = vmu_region_get_settled(s, handle);
 	if (!r) {
 		ret = -ENOENT;
 		goto out;
@@ -1707,10 +1285,11 @@ int vmu_region_reserve(struct vmu_session *s, uint64_t handle, char *msg,
 			snprintf(msg, msglen, "over the data quota");
 		goto out;
 	}
-	if (avail(v) < need && fit(v, need, NULL, 0) == VMU_FIT_AFTER_RECLAIM)
+	if (avail(v) < need &&
+	    vmu_admit_check_locked(v, need, NULL, 0) == VMU_FIT_AFTER_RECLAIM)
 		reclaim_locked(v, need);
 	if (avail(v) < need) {
-		fit(v, need, msg, msglen);
+		vmu_admit_check_locked(v, need, msg, msglen);
 		v->st.admit_refusals++;
 		ret = -ENOMEM;
 		goto out;
@@ -1722,720 +1301,6 @@ int vmu_region_reserve(struct vmu_session *s, uint64_t handle, char *msg,
 out:
 	vmu_unlock(v);
 	return ret;
-}
-
-/* ---------------------------------------------------------------------- */
-/* Text segment */
-
-void vmu_fingerprint(const void *buf, size_t len, uint8_t fp[VMU_FP_LEN])
-{
-	EVP_Digest(buf, len, fp, NULL, EVP_sha256(), NULL);
-}
-
-static uint64_t fp_hash(const struct vmu *v, const uint8_t *fp)
-{
-	uint64_t h;
-
-	memcpy(&h, fp, sizeof(h));
-	return h & (v->hash_size - 1);
-}
-
-static void text_free_locked(struct vmu *v, struct vmu_text *t);
-
-/*
- * After a device fault, every entry made before it holds zeros: take
- * them out of the index (a new insert of the same bytes makes a new
- * entry), free the unheld ones now and the held ones when their last
- * holder lets go. Once per fault, on the first lookup after it. Lock
- * held.
- */
-static void text_expire_locked(struct vmu *v)
-{
-	uint64_t now = faults_now(v), n = 0;
-
-	if (now == v->text_epoch)
-		return;
-	v->text_epoch = now;
-	for (uint64_t i = 0; i < v->hash_size; i++) {
-		struct vmu_text **p = &v->hash[i];
-
-		while (*p) {
-			struct vmu_text *t = *p;
-
-			if (t->epoch == now) {
-				p = &t->hnext;
-				continue;
-			}
-			*p = t->hnext;
-			t->hnext = NULL;
-			t->stale = true;
-			v->nr_text--;
-			n++;
-			if (!t->holders)
-				text_free_locked(v, t);
-		}
-	}
-	v->st.text_lost += n;
-}
-
-static struct vmu_text *text_find(struct vmu *v, const uint8_t *fp)
-{
-	struct vmu_text *t;
-
-	text_expire_locked(v);
-	t = v->hash[fp_hash(v, fp)];
-
-	while (t && memcmp(t->fp, fp, VMU_FP_LEN))
-		t = t->hnext;
-	return t;
-}
-
-static void text_hash_add(struct vmu *v, struct vmu_text *t)
-{
-	struct vmu_text **slot;
-
-	if (v->nr_text >= v->hash_size) {
-		uint64_t old = v->hash_size, n = old * 2;
-		struct vmu_text **nh = calloc(n, sizeof(*nh));
-
-		if (nh) {
-			struct vmu_text **oh = v->hash;
-
-			v->hash = nh;
-			v->hash_size = n;
-			for (uint64_t i = 0; i < old; i++) {
-				while (oh[i]) {
-					struct vmu_text *e = oh[i];
-
-					oh[i] = e->hnext;
-					slot = &v->hash[fp_hash(v, e->fp)];
-					e->hnext = *slot;
-					*slot = e;
-				}
-			}
-			free(oh);
-		}
-	}
-	slot = &v->hash[fp_hash(v, t->fp)];
-	t->hnext = *slot;
-	*slot = t;
-	v->nr_text++;
-	v->st.seg[VMU_SEG_TEXT].entries++;
-}
-
-static void text_hash_del(struct vmu *v, struct vmu_text *t)
-{
-	struct vmu_text **p = &v->hash[fp_hash(v, t->fp)];
-
-	while (*p != t)
-		p = &(*p)->hnext;
-	*p = t->hnext;
-	v->nr_text--;
-	v->st.seg[VMU_SEG_TEXT].entries--;
-}
-
-/* Free an unheld entry. Lock held throughout: unmapping one range is
- * quick, and eviction must not race with a lookup that revives it. */
-static void text_free_locked(struct vmu *v, struct vmu_text *t)
-{
-	uint64_t bytes = t->m.mapped;
-
-	if (t->stale) /* out of the index already */
-		v->st.seg[VMU_SEG_TEXT].entries--;
-	else
-		text_hash_del(v, t);
-	list_del_init(&t->lru);
-	v->st.text_cached -= bytes;
-	mapping_release(v, &t->m);
-	seg_add(v, VMU_SEG_TEXT, -(int64_t)bytes);
-	v->st.seg[VMU_SEG_TEXT].frees++;
-	uncharge(v, bytes);
-	free(t);
-}
-
-/* A session may hold hundreds of entries (a model's tensors): its
- * references are hashed by entry address. */
-static uint32_t ref_bucket(uint32_t size, const struct vmu_text *t)
-{
-	return (uint32_t)(((uintptr_t)t >> 6) * 0x9e3779b97f4a7c15ull >> 40) &
-	       (size - 1);
-}
-
-static struct vmu_text_ref *ref_find(struct vmu_session *s,
-				     const struct vmu_text *t)
-{
-	struct vmu_text_ref *ref;
-
-	if (!s->ref_hash_size)
-		return NULL;
-	ref = s->ref_hash[ref_bucket(s->ref_hash_size, t)];
-	while (ref && ref->t != t)
-		ref = ref->hnext;
-	return ref;
-}
-
-static int ref_insert(struct vmu_session *s, struct vmu_text_ref *ref)
-{
-	struct vmu_text_ref **slot;
-
-	if (s->nr_refs >= s->ref_hash_size) {
-		uint32_t n = s->ref_hash_size ? s->ref_hash_size * 2 : 16;
-		struct vmu_text_ref **h = calloc(n, sizeof(*h)), *e;
-
-		if (!h)
-			return -ENOMEM;
-		list_for_each_entry(e, &s->refs, node) {
-			slot = &h[ref_bucket(n, e->t)];
-			e->hnext = *slot;
-			*slot = e;
-		}
-		free(s->ref_hash);
-		s->ref_hash = h;
-		s->ref_hash_size = n;
-	}
-	slot = &s->ref_hash[ref_bucket(s->ref_hash_size, ref->t)];
-	ref->hnext = *slot;
-	*slot = ref;
-	list_add_tail(&ref->node, &s->refs);
-	s->nr_refs++;
-	return 0;
-}
-
-static void ref_remove(struct vmu_session *s, struct vmu_text_ref *ref)
-{
-	struct vmu_text_ref **p =
-		&s->ref_hash[ref_bucket(s->ref_hash_size, ref->t)];
-
-	while (*p != ref)
-		p = &(*p)->hnext;
-	*p = ref->hnext;
-	list_del_init(&ref->node);
-	s->nr_refs--;
-	free(ref);
-}
-
-/* Take a reference for @s on @t. Lock held. */
-static int text_hold(struct vmu_session *s, struct vmu_text *t)
-{
-	struct vmu *v = s->vmu;
-	struct vmu_text_ref *ref = ref_find(s, t);
-
-	if (!ref) {
-		ref = calloc(1, sizeof(*ref));
-		if (!ref)
-			return -ENOMEM;
-		ref->t = t;
-		if (ref_insert(s, ref)) {
-			free(ref);
-			return -ENOMEM;
-		}
-	}
-	ref->count++;
-	if (!t->holders++) {
-		list_del_init(&t->lru);
-		v->st.text_cached -= t->m.mapped;
-	}
-	s->use.text_refs++;
-	s->tenant->use.text_refs++;
-	v->st.seg[VMU_SEG_TEXT].allocs++;
-	return 0;
-}
-
-/* Drop @count references of @ref. Lock held. */
-static void text_unhold(struct vmu_session *s, struct vmu_text_ref *ref,
-			unsigned long count)
-{
-	struct vmu *v = s->vmu;
-	struct vmu_text *t = ref->t;
-
-	ref->count -= count;
-	t->holders -= count;
-	s->use.text_refs -= count;
-	s->tenant->use.text_refs -= count;
-	if (!ref->count)
-		ref_remove(s, ref);
-	if (!t->holders) {
-		list_add_tail(&t->lru, &v->text_lru);
-		v->st.text_cached += t->m.mapped;
-		if (t->stale) /* lost in a fault: nobody can find it */
-			text_free_locked(v, t);
-	}
-}
-
-int vmu_text_lookup(struct vmu_session *s, const uint8_t fp[VMU_FP_LEN],
-		    struct vmu_text **out)
-{
-	struct vmu *v = s->vmu;
-	struct vmu_text *t;
-	int ret = -ENOENT;
-
-	vmu_lock(v);
-	t = text_find(v, fp);
-	if (t) {
-		ret = text_hold(s, t);
-		if (!ret) {
-			v->st.text_hits++;
-			*out = t;
-		}
-	} else {
-		v->st.text_misses++;
-	}
-	vmu_unlock(v);
-	return ret;
-}
-
-int vmu_text_put(struct vmu_session *s, struct vmu_text *t)
-{
-	struct vmu_text_ref *ref;
-	int ret = -ENOENT;
-
-	vmu_lock(s->vmu);
-	ref = t ? ref_find(s, t) : NULL;
-	if (ref) {
-		text_unhold(s, ref, 1);
-		ret = 0;
-	}
-	vmu_unlock(s->vmu);
-	return ret;
-}
-
-int vmu_text_evict(struct vmu *v, const uint8_t fp[VMU_FP_LEN])
-{
-	struct vmu_text *t;
-	int ret = -ENOENT;
-
-	vmu_lock(v);
-	t = text_find(v, fp);
-	if (t && t->holders) {
-		ret = -EBUSY;
-	} else if (t) {
-		text_free_locked(v, t);
-		v->st.text_evictions++;
-		ret = 0;
-	}
-	vmu_unlock(v);
-	return ret;
-}
-
-uint64_t vmu_text_addr(const struct vmu_text *t)
-{
-	return t->m.addr;
-}
-
-uint64_t vmu_text_size(const struct vmu_text *t)
-{
-	return t->size;
-}
-
-const uint8_t *vmu_text_fp(const struct vmu_text *t)
-{
-	return t->fp;
-}
-
-/* Free an upload's memory. Lock held; the upload is off every list. */
-static void upload_free_locked(struct vmu *v, struct vmu_text_upload *u)
-{
-	uint64_t bytes = u->m.mapped;
-
-	mapping_release(v, &u->m);
-	seg_add(v, VMU_SEG_TEXT, -(int64_t)bytes);
-	uncharge(v, bytes);
-	EVP_MD_CTX_free(u->md);
-	free(u);
-}
-
-static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
-			struct vmu_text_upload **out)
-{
-	struct vmu *v = s->vmu;
-	uint64_t bytes = vmu_round(v, size), from_resv;
-	struct vmu_text_upload *u;
-	int ret;
-
-	if (!size || size > UINT64_MAX - v->gran)
-		return -EINVAL;
-	if (bytes > v->prov->capacity)
-		return -E2BIG;
-	u = calloc(1, sizeof(*u));
-	if (!u)
-		return -ENOMEM;
-	if (hash) {
-		u->md = EVP_MD_CTX_new();
-		if (!u->md || !EVP_DigestInit_ex(u->md, EVP_sha256(), NULL)) {
-			ret = -ENOMEM;
-			goto out_free;
-		}
-	}
-	ret = mapping_reserve(v, &u->m, bytes);
-	if (ret)
-		goto out_free;
-	vmu_lock(v);
-	ret = charge(v, bytes, NULL, &from_resv);
-	vmu_unlock(v);
-	if (ret)
-		goto out_release;
-	/* The granule's tail past @size is not zeroed: every read of an
-	 * entry is bounded by its size, and zeroing would cost a whole
-	 * granule for a small entry. */
-	ret = mapping_grow(v, &u->m, bytes);
-	vmu_lock(v);
-	if (ret) {
-		uncharge(v, bytes);
-		vmu_unlock(v);
-		goto out_release;
-	}
-	seg_add(v, VMU_SEG_TEXT, bytes);
-	u->s = s;
-	u->size = size;
-	u->epoch = faults_now(v);
-	list_add_tail(&u->node, &s->uploads);
-	vmu_unlock(v);
-	*out = u;
-	return 0;
-
-out_release:
-	mapping_release(v, &u->m);
-out_free:
-	EVP_MD_CTX_free(u->md);
-	free(u);
-	return ret;
-}
-
-int vmu_text_begin(struct vmu_session *s, uint64_t size,
-		   struct vmu_text_upload **out)
-{
-	return upload_start(s, size, true, out);
-}
-
-int vmu_text_write(struct vmu_text_upload *u, const void *src, uint64_t len)
-{
-	struct vmu_provider *p = u->s->vmu->prov;
-	int ret;
-
-	if (len > u->size - u->written)
-		return -ERANGE;
-	ret = p->ops->copy_htod(p, u->m.addr + u->written, src, len);
-	if (ret)
-		return ret;
-	if (u->md && !EVP_DigestUpdate(u->md, src, len))
-		return -EIO;
-	u->written += len;
-	return 0;
-}
-
-void vmu_text_abort(struct vmu_text_upload *u)
-{
-	struct vmu *v = u->s->vmu;
-
-	vmu_lock(v);
-	list_del_init(&u->node);
-	upload_free_locked(v, u);
-	vmu_unlock(v);
-}
-
-int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
-		    struct vmu_text **out, bool *created)
-{
-	struct vmu_session *s = u->s;
-	struct vmu *v = s->vmu;
-	uint8_t fp[VMU_FP_LEN];
-	struct vmu_text *t;
-	int ret;
-
-	if (u->written != u->size) {
-		ret = -EINVAL; /* short upload */
-		goto out_abort;
-	}
-	if (!u->md) {
-		memcpy(fp, expect, VMU_FP_LEN); /* hashed by vmu_text_insert */
-	} else if (!EVP_DigestFinal_ex(u->md, fp, NULL)) {
-		ret = -EIO;
-		goto out_abort;
-	} else if (expect && memcmp(fp, expect, VMU_FP_LEN)) {
-		ret = -EBADMSG;
-		goto out_abort;
-	}
-	ret = v->prov->ops->set_access(v->prov, u->m.addr, u->m.vsize,
-				       VMU_ACCESS_READ);
-	if (ret)
-		goto out_abort;
-
-	vmu_lock(v);
-	if (u->epoch != faults_now(v)) {
-		/* its first bytes went to memory a fault has lost since */
-		list_del_init(&u->node);
-		upload_free_locked(v, u);
-		vmu_unlock(v);
-		return -EIO;
-	}
-	list_del_init(&u->node);
-	t = text_find(v, fp);
-	if (t) {
-		/* Someone inserted the same bytes meanwhile: use theirs. */
-		upload_free_locked(v, u);
-		*created = false;
-	} else {
-		t = calloc(1, sizeof(*t));
-		if (!t) {
-			upload_free_locked(v, u);
-			vmu_unlock(v);
-			return -ENOMEM;
-		}
-		memcpy(t->fp, fp, VMU_FP_LEN);
-		t->m = u->m;
-		t->size = u->size;
-		t->epoch = u->epoch;
-		/* Published unheld; text_hold() takes it off the LRU. */
-		list_add_tail(&t->lru, &v->text_lru);
-		v->st.text_cached += t->m.mapped;
-		text_hash_add(v, t);
-		EVP_MD_CTX_free(u->md);
-		free(u);
-		*created = true;
-	}
-	ret = text_hold(s, t);
-	if (!ret)
-		*out = t;
-	vmu_unlock(v);
-	return ret;
-
-out_abort:
-	vmu_text_abort(u);
-	return ret;
-}
-
-int vmu_text_insert(struct vmu_session *s, const void *src, uint64_t size,
-		    struct vmu_text **out, bool *created)
-{
-	struct vmu_text_upload *u;
-	uint8_t fp[VMU_FP_LEN];
-	int ret;
-
-	if (!size)
-		return -EINVAL;
-	/* Hash first: a hit costs no device memory and no copy. */
-	vmu_fingerprint(src, size, fp);
-	ret = vmu_text_lookup(s, fp, out);
-	if (ret != -ENOENT) {
-		if (!ret)
-			*created = false;
-		return ret;
-	}
-	ret = upload_start(s, size, false, &u);
-	if (ret)
-		return ret;
-	ret = vmu_text_write(u, src, size);
-	if (ret) {
-		vmu_text_abort(u);
-		return ret;
-	}
-	return vmu_text_commit(u, fp, out, created);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Stack segment */
-
-int vmu_stack_create(struct vmu *v, uint64_t max_size, struct vmu_stack **out)
-{
-	struct vmu_stack *st;
-	int ret;
-
-	if (!max_size || max_size > UINT64_MAX - v->gran)
-		return -EINVAL;
-	if (vmu_round(v, max_size) > v->prov->capacity)
-		return -E2BIG;
-	st = calloc(1, sizeof(*st));
-	if (!st)
-		return -ENOMEM;
-	ret = mapping_reserve(v, &st->m, vmu_round(v, max_size));
-	if (ret) {
-		free(st);
-		return ret;
-	}
-	st->v = v;
-	vmu_lock(v);
-	list_add_tail(&st->node, &v->stacks);
-	v->st.seg[VMU_SEG_STACK].entries++;
-	vmu_unlock(v);
-	*out = st;
-	return 0;
-}
-
-void vmu_stack_destroy(struct vmu_stack *st)
-{
-	struct vmu *v = st->v;
-	uint64_t bytes = st->m.mapped;
-
-	vmu_lock(v);
-	list_del_init(&st->node);
-	if (!st->active)
-		v->stack_idle -= bytes;
-	v->st.seg[VMU_SEG_STACK].entries--;
-	seg_add(v, VMU_SEG_STACK, -(int64_t)bytes);
-	mapping_release(v, &st->m);
-	uncharge(v, bytes);
-	vmu_unlock(v);
-	free(st);
-}
-
-uint64_t vmu_stack_need(struct vmu_stack *st, uint64_t peak)
-{
-	uint64_t need, have;
-
-	if (peak > st->m.vsize)
-		return UINT64_MAX; /* never fits */
-	need = vmu_round(st->v, peak);
-	vmu_lock(st->v);
-	have = st->m.mapped;
-	vmu_unlock(st->v);
-	return need > have ? need - have : 0;
-}
-
-/* Mark the stack in use by a request, so reclaim leaves its backing. */
-static int stack_claim(struct vmu_stack *st, uint64_t peak)
-{
-	struct vmu *v = st->v;
-
-	if (st->active)
-		return -EBUSY;
-	if (peak > st->m.vsize) /* before rounding, which could wrap */
-		return -E2BIG;
-	vmu_lock(v);
-	st->active = true;
-	v->stack_idle -= st->m.mapped;
-	vmu_unlock(v);
-	st->top = 0;
-	st->limit = peak;
-	st->nr_allocs = 0;
-	return 0;
-}
-
-static void stack_unclaim(struct vmu_stack *st)
-{
-	struct vmu *v = st->v;
-
-	vmu_lock(v);
-	st->active = false;
-	v->stack_idle += st->m.mapped;
-	pthread_cond_broadcast(&v->freed);
-	vmu_unlock(v);
-}
-
-/* Map the claimed stack's backing up to @peak, drawing on @resv. */
-static int stack_grow(struct vmu_stack *st, uint64_t peak,
-		      struct vmu_resv *resv)
-{
-	struct vmu *v = st->v;
-	uint64_t need = vmu_round(v, peak), from, from_resv;
-	int ret = 0;
-
-	vmu_lock(v);
-	from = st->m.mapped;
-	if (need <= from)
-		goto out;
-	ret = charge(v, need - from, resv, &from_resv);
-	if (ret)
-		goto out;
-	drop_lock(v);
-	ret = mapping_grow(v, &st->m, need);
-	take_lock(v);
-	if (ret)
-		uncharge_resv(v, need - from, resv, from_resv);
-	else
-		seg_add(v, VMU_SEG_STACK, need - from);
-out:
-	vmu_unlock(v);
-	return ret;
-}
-
-int vmu_stack_begin(struct vmu_stack *st, uint64_t peak, struct vmu_resv *resv)
-{
-	int ret = stack_claim(st, peak);
-
-	if (ret)
-		return ret;
-	ret = stack_grow(st, peak, resv);
-	if (ret)
-		stack_unclaim(st);
-	return ret;
-}
-
-int vmu_admit_stack(struct vmu *v, uint64_t need, struct vmu_stack *st,
-		    uint64_t peak, struct vmu_resv *r, char *msg, size_t msglen)
-{
-	uint64_t grow;
-	int ret;
-
-	*r = (struct vmu_resv){ .vmu = v };
-	if (peak > st->m.vsize) {
-		/* More than the stack can ever hold: refused like any need
-		 * that cannot fit, with the same message. */
-		vmu_lock(v);
-		fit(v, need > UINT64_MAX - peak ? UINT64_MAX : need + peak, msg,
-		    msglen);
-		v->st.admit_refusals++;
-		vmu_unlock(v);
-		return -ENOMEM;
-	}
-	ret = stack_claim(st, peak);
-	if (ret)
-		return ret;
-	vmu_lock(v);
-	grow = vmu_round(v, peak);
-	grow = grow > st->m.mapped ? grow - st->m.mapped : 0;
-	ret = need > UINT64_MAX - grow ?
-		      -ENOMEM :
-		      admit_locked(v, need + grow, r, st, msg, msglen);
-	vmu_unlock(v);
-	if (!ret)
-		ret = stack_grow(st, peak, r);
-	if (ret) {
-		vmu_resv_release(r);
-		stack_unclaim(st);
-	}
-	return ret;
-}
-
-int vmu_stack_alloc(struct vmu_stack *st, uint64_t size, uint64_t align,
-		    uint64_t *addr)
-{
-	uint64_t off;
-
-	if (!align)
-		align = VMU_STACK_ALIGN;
-	if (!st->active || !size || (align & (align - 1)))
-		return -EINVAL;
-	off = (st->top + align - 1) & ~(align - 1);
-	if (off < st->top || off > st->limit || size > st->limit - off)
-		return -ENOSPC;
-	st->top = off + size;
-	st->nr_allocs++;
-	*addr = st->m.addr + off;
-	return 0;
-}
-
-uint64_t vmu_stack_used(const struct vmu_stack *st)
-{
-	return st->top;
-}
-
-uint64_t vmu_stack_end(struct vmu_stack *st)
-{
-	struct vmu *v = st->v;
-	uint64_t peak = st->top;
-
-	if (!st->active)
-		return 0;
-	vmu_lock(v);
-	st->active = false;
-	v->stack_idle += st->m.mapped;
-	pthread_cond_broadcast(&v->freed);
-	v->st.seg[VMU_SEG_STACK].allocs += st->nr_allocs;
-	v->st.seg[VMU_SEG_STACK].frees++;
-	v->st.stack_last_peak = peak;
-	vmu_unlock(v);
-	st->top = 0;
-	return peak;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -2476,7 +1341,7 @@ int vmu_fault_simulate(struct vmu *v)
 	}
 	/* counted even if a memset failed: the contents are no good */
 	__atomic_add_fetch(v->cfg.faults, 1, __ATOMIC_ACQ_REL);
-	text_expire_locked(v);
+	vmu_text_expire_locked(v);
 	vmu_unlock(v);
 	return ret;
 }
@@ -2494,10 +1359,10 @@ void vmu_session_destroy(struct vmu_session *s)
 	vmu_lock(v);
 	list_for_each_entry_safe(u, un, &s->uploads, node) {
 		list_del_init(&u->node);
-		upload_free_locked(v, u);
+		vmu_upload_free_locked(v, u);
 	}
 	list_for_each_entry_safe(ref, rn, &s->refs, node)
-		text_unhold(s, ref, ref->count);
+		vmu_text_unhold(s, ref, ref->count);
 	/* The lock drops inside: take the first region each time. */
 	while (!list_empty(&s->regions)) {
 		r = list_first_entry(&s->regions, struct vmu_region, snode);
@@ -2549,8 +1414,8 @@ void vmu_destroy(struct vmu *v)
 						     struct vmu_session, node));
 	vmu_lock(v);
 	while (!list_empty(&v->text_lru))
-		text_free_locked(v, list_first_entry(&v->text_lru,
-						     struct vmu_text, lru));
+		vmu_text_free_locked(v, list_first_entry(&v->text_lru,
+							 struct vmu_text, lru));
 	list_for_each_entry_safe(b, bn, &v->swapbufs, node) {
 		v->prov->ops->host_free(v->prov, b->buf, b->size);
 		free(b);

@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Unit tests for the VMU's swap (djinnd/vmu/swap.c) over the host provider:
+ * regions out to host memory and back with their bytes, pinned regions,
+ * whole sessions, the swap limit. The fixture is in test_vmu.h.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "test_vmu.h"
+
+/* ---------------------------------------------------------------------- */
+/* 4. Swap */
+
+static void test_swap_roundtrip(void **state)
+{
+	struct fix *f = *state;
+	struct vmu_session *s = f->s[0];
+	const uint64_t g = f->g, size = 5 * g + 123;
+	struct vmu_region_info info0, info;
+	struct vmu_stats st0, st;
+	struct vmu_usage u;
+	uint64_t h;
+
+	h = region_new(s, 8 * g, size);
+	region_fill(s, h, 7, 0, size);
+	info0 = region_info(s, h);
+	assert_int_equal(info0.mapped, 6 * g);
+	st0 = get_stats(f->v);
+
+	assert_int_equal(vmu_region_swap_out(s, h), 0);
+	info = region_info(s, h);
+	assert_int_equal(info.state, VMU_REGION_SWAPPED);
+	assert_int_equal(info.addr, info0.addr);
+	assert_int_equal(info.size, size);
+	assert_int_equal(info.mapped, 0);
+	st = get_stats(f->v);
+	assert_int_equal(st.committed, st0.committed - info0.mapped);
+	assert_int_equal(st.seg[VMU_SEG_DATA].used,
+			 st0.seg[VMU_SEG_DATA].used - info0.mapped);
+	assert_in_range(st.swapped_now - st0.swapped_now, size, info0.mapped);
+	assert_int_equal(st.swap_outs, st0.swap_outs + 1);
+	assert_in_range(st.swapped_out_bytes - st0.swapped_out_bytes, size,
+			info0.mapped);
+	u = get_usage(s);
+	assert_int_equal(u.data_bytes, info0.mapped);
+	assert_int_equal(u.resident, 0);
+	assert_int_equal(u.swapped, info0.mapped);
+	assert_int_equal(u.regions, 1);
+	check_invariants(f->v);
+
+	/* twice is fine and changes nothing */
+	assert_int_equal(vmu_region_swap_out(s, h), 0);
+	st0 = st;
+	st = get_stats(f->v);
+	assert_int_equal(st.swap_outs, st0.swap_outs);
+	assert_int_equal(st.swapped_now, st0.swapped_now);
+	assert_int_equal(st.committed, st0.committed);
+
+	assert_int_equal(vmu_region_swap_in(s, h, NULL), 0);
+	info = region_info(s, h);
+	assert_int_equal(info.state, VMU_REGION_RESIDENT);
+	assert_int_equal(info.addr, info0.addr);
+	assert_int_equal(info.size, size);
+	assert_int_equal(info.mapped, info0.mapped);
+	st = get_stats(f->v);
+	assert_int_equal(st.committed, st0.committed + info0.mapped);
+	assert_int_equal(st.swapped_now, 0);
+	assert_int_equal(st.swap_ins, 1);
+	assert_in_range(st.swapped_in_bytes, size, info0.mapped);
+	u = get_usage(s);
+	assert_int_equal(u.resident, info0.mapped);
+	assert_int_equal(u.swapped, 0);
+	region_expect(s, h, 7, 0, size);
+	expect_pattern(dev_ptr(info.addr), 7, 0, size, "restored device bytes");
+	check_invariants(f->v);
+}
+
+/* Reading or writing a swapped region either works on the right bytes or
+ * fails; after swap_in the bytes are exactly what was last written. */
+static void test_swap_read_write_while_swapped(void **state)
+{
+	struct fix *f = *state;
+	struct vmu_session *s = f->s[0];
+	const uint64_t g = f->g, size = 3 * g;
+	uint8_t *buf = xmalloc(size);
+	uint8_t *news = pattern_buf(9, 1000);
+	uint64_t h = region_new(s, 4 * g, size);
+	int rc;
+
+	region_fill(s, h, 8, 0, size);
+	assert_int_equal(vmu_region_swap_out(s, h), 0);
+
+	memset(buf, 0, size);
+	rc = vmu_region_read(s, h, 0, buf, size);
+	assert_true(rc <= 0);
+	if (rc == 0)
+		expect_pattern(buf, 8, 0, size, "read while swapped");
+
+	assert_int_equal(vmu_region_swap_out(s, h), 0);
+	rc = vmu_region_write(s, h, 10, news, 1000);
+	assert_true(rc <= 0);
+
+	assert_int_equal(vmu_region_swap_in(s, h, NULL), 0);
+	if (rc == 0) {
+		region_expect(s, h, 8, 0, 10);
+		memset(buf, 0, 1000);
+		assert_int_equal(vmu_region_read(s, h, 10, buf, 1000), 0);
+		assert_memory_equal(buf, news, 1000);
+		region_expect(s, h, 8, 1010, size - 1010);
+	} else {
+		region_expect(s, h, 8, 0, size);
+	}
+	free(buf);
+	free(news);
+}
+
+static void test_swap_pinned(void **state)
+{
+	struct fix *f = *state;
+	struct vmu_session *s = f->s[0];
+	const uint64_t g = f->g, size = 2 * g + 5;
+	struct vmu_region_info info, info0;
+	uint64_t h = region_new(s, 4 * g, size);
+
+	region_fill(s, h, 10, 0, size);
+	memset(&info, 0, sizeof(info));
+	assert_int_equal(vmu_region_pin(s, h, NULL, &info), 0);
+	assert_int_equal(info.pins, 1);
+	assert_int_equal(info.state, VMU_REGION_RESIDENT);
+	assert_int_equal(info.size, size);
+	info0 = info;
+
+	assert_int_equal(vmu_region_swap_out(s, h), -EBUSY);
+	assert_int_equal(vmu_region_destroy(s, h), -EBUSY);
+	assert_int_equal(vmu_session_swap_out(s), 0);
+	info = region_info(s, h);
+	assert_int_equal(info.state, VMU_REGION_RESIDENT);
+	assert_int_equal(info.mapped, 3 * g);
+
+	assert_int_equal(vmu_region_pin(s, h, NULL, NULL), 0);
+	assert_int_equal(region_info(s, h).pins, 2);
+	assert_int_equal(vmu_region_unpin(s, h), 0);
+	assert_int_equal(vmu_region_swap_out(s, h), -EBUSY);
+	assert_int_equal(vmu_region_unpin(s, h), 0);
+	assert_int_equal(region_info(s, h).pins, 0);
+	/* errno not documented */
+	assert_true(vmu_region_unpin(s, h) < 0);
+
+	/* pin brings a swapped region back */
+	assert_int_equal(vmu_region_swap_out(s, h), 0);
+	assert_int_equal(region_info(s, h).state, VMU_REGION_SWAPPED);
+	memset(&info, 0, sizeof(info));
+	assert_int_equal(vmu_region_pin(s, h, NULL, &info), 0);
+	assert_int_equal(info.state, VMU_REGION_RESIDENT);
+	assert_int_equal(info.pins, 1);
+	assert_int_equal(info.addr, info0.addr);
+	assert_int_equal(info.mapped, 3 * g);
+	assert_int_equal(get_stats(f->v).swap_ins, 1);
+	region_expect(s, h, 10, 0, size);
+	assert_int_equal(vmu_region_unpin(s, h), 0);
+	assert_int_equal(vmu_region_destroy(s, h), 0);
+}
+
+/* Resizing a swapped region brings it back first. */
+static void test_resize_swapped(void **state)
+{
+	struct fix *f = *state;
+	struct vmu_session *s = f->s[0];
+	const uint64_t g = f->g;
+	uint64_t h = region_new(s, 8 * g, 3 * g);
+	struct vmu_region_info info;
+	uint64_t addr = region_info(s, h).addr;
+
+	region_fill(s, h, 11, 0, 3 * g);
+	assert_int_equal(vmu_region_swap_out(s, h), 0);
+	assert_int_equal(vmu_region_resize(s, h, 5 * g, NULL), 0);
+	info = region_info(s, h);
+	assert_int_equal(info.state, VMU_REGION_RESIDENT);
+	assert_int_equal(info.addr, addr);
+	assert_int_equal(info.mapped, 5 * g);
+	region_expect(s, h, 11, 0, 3 * g);
+	region_expect_zero(s, h, 3 * g, 2 * g);
+
+	/* shrinking a swapped region: back first, then whole chunks past
+	 * the new size go, so how much is released depends on the chunks
+	 * the restore mapped */
+	assert_int_equal(vmu_region_swap_out(s, h), 0);
+	assert_int_equal(vmu_region_resize(s, h, g, NULL), 0);
+	info = region_info(s, h);
+	assert_int_equal(info.state, VMU_REGION_RESIDENT);
+	assert_int_equal(info.addr, addr);
+	assert_int_equal(info.size, g);
+	assert_in_range(info.mapped, g, 5 * g);
+	assert_int_equal(get_usage(s).data_bytes, info.mapped);
+	region_expect(s, h, 11, 0, g);
+	assert_int_equal(get_stats(f->v).swapped_now, 0);
+	check_invariants(f->v);
+}
+
+/* Many regions out at once come back each with its own bytes. */
+static void test_swap_many(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g;
+	uint64_t h[6], addr[6], size[6], total = 0;
+
+	for (int i = 0; i < 6; i++) {
+		struct vmu_session *s = f->s[i % 2];
+
+		size[i] = (uint64_t)(i + 1) * g - 17 * (uint64_t)i;
+		h[i] = region_new(s, 8 * g, size[i]);
+		region_fill(s, h[i], 20 + i, 0, size[i]);
+		addr[i] = region_info(s, h[i]).addr;
+		total += vmu_round(f->v, size[i]);
+	}
+	assert_int_equal(get_stats(f->v).committed, total);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(vmu_region_swap_out(f->s[i % 2], h[i]), 0);
+	assert_int_equal(get_stats(f->v).committed, 0);
+	assert_true(get_stats(f->v).swapped_now >= total - 17 * 15);
+	for (int i = 5; i >= 0; i--) {
+		struct vmu_session *s = f->s[i % 2];
+
+		assert_int_equal(vmu_region_swap_in(s, h[i], NULL), 0);
+		assert_int_equal(region_info(s, h[i]).addr, addr[i]);
+	}
+	for (int i = 0; i < 6; i++)
+		region_expect(f->s[i % 2], h[i], 20 + i, 0, size[i]);
+	assert_int_equal(get_stats(f->v).swapped_now, 0);
+	assert_int_equal(get_stats(f->v).committed, total);
+	check_invariants(f->v);
+}
+
+static void test_session_swap_out(void **state)
+{
+	struct fix *f = *state;
+	struct vmu_session *s = f->s[0];
+	const uint64_t g = f->g;
+	uint64_t h[4], other;
+	struct vmu_usage u;
+
+	for (int i = 0; i < 4; i++) {
+		h[i] = region_new(s, 4 * g, (uint64_t)(i + 1) * g);
+		region_fill(s, h[i], 30 + i, 0, (uint64_t)(i + 1) * g);
+	}
+	other = region_new(f->s[1], 4 * g, g);
+	assert_int_equal(vmu_region_pin(s, h[3], NULL, NULL), 0);
+
+	assert_int_equal(vmu_session_swap_out(s), 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(region_info(s, h[i]).state,
+				 VMU_REGION_SWAPPED);
+	assert_int_equal(region_info(s, h[3]).state, VMU_REGION_RESIDENT);
+	assert_int_equal(region_info(f->s[1], other).state,
+			 VMU_REGION_RESIDENT);
+	u = get_usage(s);
+	assert_int_equal(u.swapped, 6 * g);
+	assert_int_equal(u.resident, 4 * g);
+	assert_int_equal(u.data_bytes, 10 * g);
+
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(vmu_region_swap_in(s, h[i], NULL), 0);
+	for (int i = 0; i < 4; i++)
+		region_expect(s, h[i], 30 + i, 0, (uint64_t)(i + 1) * g);
+	assert_int_equal(vmu_region_unpin(s, h[3]), 0);
+}
+
+/* @swap_limit caps host bytes held by swapped regions. */
+static void test_swap_limit(void **state)
+{
+	struct fix *f = *state;
+	struct vmu_config cfg = { .swap_limit = 3 * GRAN };
+	struct vmu_session *s;
+	uint64_t h1, h2;
+
+	fix_open(f, 64 * MiB, GRAN, &cfg);
+	s = f->s[0];
+	h1 = region_new(s, 2 * f->g, 2 * f->g);
+	h2 = region_new(s, 2 * f->g, 2 * f->g);
+	region_fill(s, h1, 40, 0, 2 * f->g);
+	region_fill(s, h2, 41, 0, 2 * f->g);
+
+	assert_int_equal(vmu_region_swap_out(s, h1), 0);
+	/* errno not documented */
+	assert_true(vmu_region_swap_out(s, h2) < 0);
+	assert_int_equal(region_info(s, h2).state, VMU_REGION_RESIDENT);
+	region_expect(s, h2, 41, 0, 2 * f->g);
+	assert_int_equal(get_stats(f->v).swapped_now, 2 * f->g);
+
+	/* a restored region's buffer no longer counts against the limit */
+	assert_int_equal(vmu_region_swap_in(s, h1, NULL), 0);
+	assert_int_equal(vmu_region_swap_out(s, h2), 0);
+	assert_int_equal(vmu_region_swap_in(s, h2, NULL), 0);
+	region_expect(s, h1, 40, 0, 2 * f->g);
+	region_expect(s, h2, 41, 0, 2 * f->g);
+}
+
+/* swap_in without room fails and leaves the region swapped and intact. */
+static void test_swap_in_without_room(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g;
+	struct vmu_session *s = f->s[0];
+	uint64_t h = region_new(s, 10 * g, 10 * g), big;
+
+	region_fill(s, h, 42, 0, 10 * g);
+	assert_int_equal(vmu_region_swap_out(s, h), 0);
+	big = region_new(f->s[1], 64 * g, 60 * g);
+	assert_int_equal(vmu_region_pin(f->s[1], big, NULL, NULL), 0);
+
+	/* errno not documented (-ENOMEM expected) */
+	assert_true(vmu_region_swap_in(s, h, NULL) < 0);
+	assert_int_equal(region_info(s, h).state, VMU_REGION_SWAPPED);
+	assert_true(vmu_region_pin(s, h, NULL, NULL) < 0);
+	assert_int_equal(region_info(s, h).pins, 0);
+
+	assert_int_equal(vmu_region_unpin(f->s[1], big), 0);
+	assert_int_equal(vmu_region_resize(f->s[1], big, 0, NULL), 0);
+	assert_int_equal(vmu_region_swap_in(s, h, NULL), 0);
+	region_expect(s, h, 42, 0, 10 * g);
+	check_invariants(f->v);
+}
+
+/* ---------------------------------------------------------------------- */
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		/* 4 */
+		T(test_swap_roundtrip, setup_64m),
+		T(test_swap_read_write_while_swapped, setup_64m),
+		T(test_swap_pinned, setup_64m),
+		T(test_resize_swapped, setup_64m),
+		T(test_swap_many, setup_64m),
+		T(test_session_swap_out, setup_64m),
+		T(test_swap_limit, setup_bare),
+		T(test_swap_in_without_room, setup_4m),
+	};
+
+	/* a deadlock fails the run instead of hanging it */
+	alarm(600);
+	return cmocka_run_group_tests_name("vmu_swap", tests, NULL, NULL);
+}
