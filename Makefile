@@ -104,11 +104,15 @@ DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c
 SCRIPT_TESTS := $(BUILD)/tests/integration/test_djinnctl \
 		$(BUILD)/tests/integration/test_man
 
-# The daemon's integration test (cmocka): a real djinnd per test on
-# temporary sockets, spoken to in raw frames. It links nothing of the
-# daemon; $DJINND names the one to start (the ASan build under make asan).
-INTEG_SRCS := tests/integration/test_daemon.c tests/integration/daemon.c
-INTEG_BINS := $(BUILD)/tests/integration/test_daemon
+# The daemon's integration tests (cmocka), one program per area
+# (tests/integration/test_AREA.c): a real djinnd per test on temporary
+# sockets, spoken to in raw frames (tests/integration/fixture.h). They link
+# nothing of the daemon; $DJINND names the one to start (the ASan build
+# under make asan).
+INTEG_AREAS := framing sessions tensors text graphs leases admin metrics models
+INTEG_SRCS := $(INTEG_AREAS:%=tests/integration/test_%.c) \
+	      tests/integration/daemon.c tests/integration/fixture.c
+INTEG_BINS := $(INTEG_AREAS:%=$(BUILD)/tests/integration/test_%)
 
 # --- benchmarks ----------------------------------------------------------------
 BENCH_BINS := $(BUILD)/bench/vmu-bench
@@ -227,7 +231,8 @@ $(BUILD)/tests/integration/test_man: tests/integration/test_man.sh
 	@echo "  INSTALL $@"
 	$(Q)install -m 755 $< $@
 
-$(INTEG_BINS): $(INTEG_SRCS:%.c=$(BUILD)/%.o) | $(DJINND)
+$(INTEG_BINS): %: %.o $(BUILD)/tests/integration/daemon.o \
+		$(BUILD)/tests/integration/fixture.o | $(DJINND)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka -lcrypto -lm
 

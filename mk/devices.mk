@@ -17,11 +17,12 @@ $(DEVICES_TEST): $(BUILD)/tests/integration/test_devices.o \
 		-lcmocka -lm
 
 # djinnd's data paths for a GPU (staged reads through the memory
-# executor), on the CPU: test_daemon and test_libdjinn_models again with
-# --cpu-device-only (tests/integration/test_device_only.sh).
+# executor), on the CPU: the raw-protocol tests ($(INTEG_BINS)) and
+# test_libdjinn_models again with --cpu-device-only
+# (tests/integration/test_device_only.sh).
 DEVICE_ONLY_TEST := $(BUILD)/tests/integration/test_device_only
 $(DEVICE_ONLY_TEST): tests/integration/test_device_only.sh $(DJINND) \
-		$(BUILD)/tests/integration/test_daemon $(LIBDJINN_MODELS_TEST)
+		$(INTEG_BINS) $(LIBDJINN_MODELS_TEST)
 	@mkdir -p $(@D)
 	@echo "  INSTALL $@"
 	$(Q)install -m 755 $< $@

@@ -65,7 +65,7 @@ const char *djd_binary(void)
 	if (n <= 0)
 		return "build/djinnd/djinnd";
 	self[n] = 0;
-	/* BUILD/tests/integration/test_daemon -> BUILD/djinnd/djinnd */
+	/* BUILD/tests/integration/test_NAME -> BUILD/djinnd/djinnd */
 	snprintf(path, sizeof(path), "%s/../../djinnd/djinnd", dirname(self));
 	return path;
 }
@@ -81,7 +81,7 @@ int djd_make_model(const struct djd *d, const char *name, const char *args)
 		return -ENOENT;
 	self[n] = 0;
 	/* $DJINN_MKMODEL (scripts/gpu-kit.sh, whose tests run outside a
-	 * build tree), else BUILD/tests/integration/test_daemon -> the
+	 * build tree), else BUILD/tests/integration/test_NAME -> the
 	 * checkout's scripts/ */
 	if (env && *env)
 		snprintf(script, sizeof(script), "%s", env);

@@ -6,7 +6,8 @@
  * Nothing here blocks without a bound: every read polls with a timeout
  * and every wait for the daemon has a deadline, so a hung daemon fails a
  * test instead of hanging CI. Functions return 0 or a negative errno and
- * print what went wrong to stderr; the tests do the asserting.
+ * print what went wrong to stderr; the tests do the asserting (the
+ * raw-protocol tests through fixture.h's calls).
  */
 #ifndef DJINN_TEST_DAEMON_H
 #define DJINN_TEST_DAEMON_H

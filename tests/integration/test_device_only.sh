@@ -1,7 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 #
-# djinnd's data paths for a GPU, on the CPU: test_daemon and
+# djinnd's data paths for a GPU, on the CPU: the raw-protocol tests
+# (test_framing, test_sessions, test_tensors, test_text, test_graphs,
+# test_leases, test_admin, test_metrics, test_models) and
 # test_libdjinn_models again, with every djinnd they start given
 # --cpu-device-only, so that djinnd reaches its device's memory only
 # through the provider's copies, as it must a GPU's. Reads (whole,
@@ -21,7 +23,8 @@ DJINND_EXTRA=--cpu-device-only
 export DJINND_EXTRA
 
 rc=0
-for t in test_daemon test_libdjinn_models; do
+for t in test_framing test_sessions test_tensors test_text test_graphs \
+	test_leases test_admin test_metrics test_models test_libdjinn_models; do
 	if [ ! -x "$here/$t" ]; then
 		echo "test_device_only: skipped: no $here/$t"
 		exit 77
