@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "net/loop.h"
 #include "net/metrics.h"
+#include "net/ops.h"
 #include "sched/sched.h"
 #include "session/lease.h"
 #include "session/session.h"
@@ -170,11 +171,6 @@ void listeners_close(struct server *srv);
 void listeners_free(struct server *srv);
 void conns_close_all(struct server *srv, bool force);
 
-/* An opcode's name, for logs and metrics ("unknown" if none). */
-const char *ops_name(uint16_t op);
-/* Whether djinnd serves opcode @op (an entry of ops.c's table). */
-bool ops_known(uint16_t op);
-
 /*
  * server.c: placement. The device for a new session: @want 0 lets the
  * server choose (the one with the most free memory; ties: the fewest
@@ -217,6 +213,5 @@ void server_fault_info(struct device *d, char *msg, size_t msglen);
 
 /* server.c: loop_now() at start */
 extern uint64_t server_started_ns;
-void ops_session_ended(struct server *srv, struct session *s);
 
 #endif /* DJINN_SERVER_H */

@@ -45,6 +45,7 @@
 
 #include "clock.h"
 #include "internal.h"
+#include "opnames.h"
 
 /* ---------------------------------------------------------------------- */
 /* Logging */
@@ -102,35 +103,12 @@ const char *djinn_last_error(void)
 	return last_error;
 }
 
+/* The one table of opcode names (lib/opnames.c). */
 const char *__djinn_op_str(unsigned int op)
 {
-	static const char *const names[] = {
-		[DJINN_OP_HELLO] = "HELLO",
-		[DJINN_OP_SESSION_OPEN] = "SESSION_OPEN",
-		[DJINN_OP_SESSION_ATTACH] = "SESSION_ATTACH",
-		[DJINN_OP_SESSION_CLOSE] = "SESSION_CLOSE",
-		[DJINN_OP_HEARTBEAT] = "HEARTBEAT",
-		[DJINN_OP_SIGNAL] = "SIGNAL",
-		[DJINN_OP_TENSOR_CREATE] = "TENSOR_CREATE",
-		[DJINN_OP_TENSOR_WRITE] = "TENSOR_WRITE",
-		[DJINN_OP_TENSOR_READ] = "TENSOR_READ",
-		[DJINN_OP_TENSOR_RELEASE] = "TENSOR_RELEASE",
-		[DJINN_OP_TEXT_LOOKUP] = "TEXT_LOOKUP",
-		[DJINN_OP_GRAPH_SUBMIT] = "GRAPH_SUBMIT",
-		[DJINN_OP_MODEL_OPEN] = "MODEL_OPEN",
-		[DJINN_OP_MODEL_CLOSE] = "MODEL_CLOSE",
-		[DJINN_OP_CTX_NEW] = "CTX_NEW",
-		[DJINN_OP_CTX_FREE] = "CTX_FREE",
-		[DJINN_OP_CTX_FORK] = "CTX_FORK",
-		[DJINN_OP_CTX_RESET] = "CTX_RESET",
-		[DJINN_OP_CTX_PREFILL] = "CTX_PREFILL",
-		[DJINN_OP_CTX_DECODE] = "CTX_DECODE",
-		[DJINN_OP_CTX_RESUME] = "CTX_RESUME",
-	};
+	const char *name = djinn_wire_op_name(op);
 
-	if (op >= ARRAY_SIZE(names) || !names[op])
-		return "unknown";
-	return names[op];
+	return name ? name : "unknown";
 }
 
 uint64_t __djinn_now_ns(void)

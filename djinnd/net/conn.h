@@ -16,6 +16,9 @@
  * Sending: a queue per connection, one send in flight; a response is a
  * header, a body and optionally data that stays in device memory until
  * sent (zero-copy for large data where the kernel can).
+ *
+ * What a request does, and what payload it takes, is net/ops.h's
+ * (ops_body_len(), ops_handle(), ops_stream_*()).
  */
 #ifndef DJINN_CONN_H
 #define DJINN_CONN_H
@@ -131,24 +134,5 @@ void conn_error(struct conn *c, const struct djinn_hdr *req, int err,
 bool conn_attached(struct conn *c, uint64_t session_id);
 int conn_attach(struct conn *c, uint64_t session_id);
 void conn_detach(struct conn *c, uint64_t session_id);
-
-/* ops.c: the opcodes. */
-/* For a request's opcode: @fixed gets the fixed part of a streaming
- * opcode (0 for one whose payload is read whole), @max the largest
- * payload allowed. -EOPNOTSUPP for an unknown opcode, -EPERM for one the
- * socket does not serve (admin opcodes outside the admin socket). */
-int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
-		 uint64_t *fixed, uint64_t *max);
-void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
-		uint64_t len);
-/* A streaming request's struct has arrived: set c->sink and return 0 to
- * take the data, or reply with an error and return it (data discarded). */
-int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
-		     const uint8_t *body);
-void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr);
-/* The connection is going away mid-stream. */
-void ops_stream_abort(struct conn *c);
-/* Data of the streaming request arrived. */
-void ops_stream_progress(struct conn *c);
 
 #endif /* DJINN_CONN_H */

@@ -159,16 +159,13 @@ static void mjob_free(struct mjob *mj)
 	free(mj);
 }
 
-/* A job for @s's request, or NULL with -ENOMEM answered and @s put. */
-static struct mjob *mjob_new(struct conn *c, const struct djinn_hdr *hdr,
-			     struct session *s)
+/* A job for a request, or NULL with -ENOMEM answered. */
+static struct mjob *mjob_new(struct conn *c, const struct djinn_hdr *hdr)
 {
 	struct mjob *mj = calloc(1, sizeof(*mj));
 
-	if (!mj) {
+	if (!mj)
 		conn_error(c, hdr, -ENOMEM, "out of memory");
-		session_put(s);
-	}
 	return mj;
 }
 
@@ -529,9 +526,10 @@ static void run_resume(struct exec_job *job, const struct exec_env *env)
 
 static void call_done(struct exec_job *job, void *arg);
 
-/* Queue @call for @c's request @hdr with @mj on @lane of the session's
- * device (compute: in order with its graphs, and counted with them
- * against SCHED_INFLIGHT_MAX); answered by call_done(). */
+/* Queue @call for @c's request @hdr with @mj on @lane of @s's device
+ * (compute: in order with its graphs, and counted with them against
+ * SCHED_INFLIGHT_MAX); answered by call_done(). The job takes its own
+ * reference on @s and owns @mj, which is freed here if it cannot go. */
 static void submit(struct conn *c, const struct djinn_hdr *hdr,
 		   struct session *s, struct mjob *mj, enum sched_lane lane,
 		   void (*call)(struct exec_job *, const struct exec_env *))
@@ -547,7 +545,6 @@ static void submit(struct conn *c, const struct djinn_hdr *hdr,
 		if (mj->o)
 			mobj_put(mj->o);
 		mjob_free(mj);
-		session_put(s);
 		return;
 	}
 	mj->hdr = *hdr;
@@ -555,7 +552,8 @@ static void submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->lane = lane;
 	job->call = call;
 	job->ctx = mj;
-	job->s = s; /* the caller's reference */
+	job->s = s;
+	session_ref(s);
 	job->request_id = hdr->request_id;
 	job->conn = c;
 	conn_get(c);
@@ -685,6 +683,12 @@ out:
 /* ---------------------------------------------------------------------- */
 /* Requests */
 
+/*
+ * One handler per opcode; ops.c's table has checked the request's size
+ * and found the session, on a device that serves models (else
+ * -EOPNOTSUPP).
+ */
+
 static struct mobj *obj_get(struct conn *c, const struct djinn_hdr *hdr,
 			    struct session *s, uint64_t handle,
 			    enum sobj_kind kind)
@@ -698,10 +702,10 @@ static struct mobj *obj_get(struct conn *c, const struct djinn_hdr *hdr,
 	return o;
 }
 
-static void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
-			  const uint8_t *body, uint64_t len, struct session *s)
+void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
+		   struct session *s, void *req, uint64_t len)
 {
-	const struct djinn_model_open *r = (const void *)body;
+	const struct djinn_model_open *r = req;
 	char msg[DJINN_MAX_ERROR_MSG];
 	struct mjob *mj;
 	size_t n;
@@ -710,15 +714,13 @@ static void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
 	if (n == sizeof(r->name) ||
 	    !ops_all_zero(r->name + n, sizeof(r->name) - n)) {
 		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
-		session_put(s);
 		return;
 	}
 	if (model_name_check(r->name, msg, sizeof(msg))) {
 		conn_error(c, hdr, -EINVAL, "%s", msg);
-		session_put(s);
 		return;
 	}
-	mj = mjob_new(c, hdr, s);
+	mj = mjob_new(c, hdr);
 	if (!mj)
 		return;
 	memcpy(mj->name, r->name, n + 1);
@@ -726,32 +728,25 @@ static void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
 	submit(c, hdr, s, mj, SCHED_MEM, run_open);
 }
 
-static void op_model_upload(struct conn *c, const struct djinn_hdr *hdr,
-			    const uint8_t *body, uint64_t len,
-			    struct session *s)
+/* Variable length: the struct (the table's minimum), then its files. */
+void op_model_open_uploaded(struct conn *c, const struct djinn_hdr *hdr,
+			    struct session *s, void *req, uint64_t len)
 {
-	const struct djinn_model_upload *r = (const void *)body;
+	const struct djinn_model_upload *r = req;
 	struct mjob *mj;
 	bool by_fp;
 
-	if (len < sizeof(*r)) {
-		conn_error(c, hdr, -EINVAL,
-			   "payload of %llu bytes, opcode %u takes %zu and "
-			   "more",
-			   (unsigned long long)len, hdr->opcode, sizeof(*r));
-		goto out;
-	}
 	if (r->flags & ~DJINN_MODEL_UPLOAD_ALL) {
 		conn_error(c, hdr, -EINVAL, "unknown flags %#x",
 			   r->flags & ~DJINN_MODEL_UPLOAD_ALL);
-		goto out;
+		return;
 	}
 	if ((r->flags & DJINN_MODEL_UPLOAD_INDEX) && r->nr_files == 1) {
 		conn_error(c, hdr, -EINVAL,
 			   "an index and no shard: 2 to %d files with "
 			   "DJINN_MODEL_UPLOAD_INDEX",
 			   DJINN_MODEL_MAX_FILES);
-		goto out;
+		return;
 	}
 	if (!r->nr_files || r->nr_files > DJINN_MODEL_MAX_FILES ||
 	    len != sizeof(*r) + r->nr_files * sizeof(r->files[0])) {
@@ -761,7 +756,7 @@ static void op_model_upload(struct conn *c, const struct djinn_hdr *hdr,
 			   r->nr_files, (unsigned long long)len,
 			   DJINN_MODEL_MAX_FILES, sizeof(r->files[0]),
 			   sizeof(*r));
-		goto out;
+		return;
 	}
 	by_fp = !r->config.handle;
 	for (uint32_t i = 0; i < r->nr_files; i++)
@@ -770,7 +765,7 @@ static void op_model_upload(struct conn *c, const struct djinn_hdr *hdr,
 				   "file %u: every handle 0 (by fingerprint) "
 				   "or every handle set",
 				   i);
-			goto out;
+			return;
 		}
 	mj = calloc(1, sizeof(*mj));
 	if (mj)
@@ -778,35 +773,32 @@ static void op_model_upload(struct conn *c, const struct djinn_hdr *hdr,
 	if (!mj || !mj->upload) {
 		free(mj);
 		conn_error(c, hdr, -ENOMEM, "out of memory");
-		goto out;
+		return;
 	}
-	memcpy(mj->upload, body, len);
+	memcpy(mj->upload, r, len);
 	/* Parsing and laying out the weights: the memory executor's. */
 	submit(c, hdr, s, mj, SCHED_MEM, run_open_upload);
-	return;
-out:
-	session_put(s);
 }
 
-static void op_model_close(struct conn *c, const struct djinn_hdr *hdr,
-			   uint64_t handle, struct session *s)
+void op_model_close(struct conn *c, const struct djinn_hdr *hdr,
+		    struct session *s, void *req, uint64_t len)
 {
-	struct mobj *o = obj_get(c, hdr, s, handle, SOBJ_MODEL);
+	const struct djinn_handle_req *r = req;
+	struct mobj *o = obj_get(c, hdr, s, r->handle, SOBJ_MODEL);
 
 	if (o && o->ctxs) {
 		conn_error(c, hdr, -EBUSY, "model has %u contexts", o->ctxs);
 	} else if (o) {
-		session_obj_del(s, handle, SOBJ_MODEL);
+		session_obj_del(s, r->handle, SOBJ_MODEL);
 		mobj_put(o);
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 	}
-	session_put(s);
 }
 
-static void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
-		       const uint8_t *body, struct session *s)
+void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr, struct session *s,
+		void *req, uint64_t len)
 {
-	const struct djinn_ctx_new *r = (const void *)body;
+	const struct djinn_ctx_new *r = req;
 	char msg[DJINN_MAX_ERROR_MSG] = "";
 	struct djinn_ctx_resp resp = { 0 };
 	struct model_ctx *mc;
@@ -817,11 +809,11 @@ static void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 
 	if (r->__reserved) {
 		conn_error(c, hdr, -EINVAL, "reserved field set");
-		goto out;
+		return;
 	}
 	m = obj_get(c, hdr, s, r->model, SOBJ_MODEL);
 	if (!m)
-		goto out;
+		return;
 	/* Only reserves the cache's address space: cheap, here. */
 	max = r->max_tokens ? r->max_tokens : m->h->m->cfg.n_ctx;
 	ret = model_ctx_new(m->h, max, &mc, msg, sizeof(msg));
@@ -832,77 +824,89 @@ static void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", msg[0] ? msg : strerror(-ret));
-		goto out;
+		return;
 	}
 	o = mobj_add(c, hdr, s, SOBJ_CTX, &handle);
 	if (!o) {
 		model_ctx_free(mc);
-		goto out;
+		return;
 	}
 	ctx_bind(o, m, mc, max);
 	resp.ctx = handle;
 	resp.max_tokens = o->max_tokens;
 	conn_reply(c, hdr, &resp, sizeof(resp), NULL, 0, NULL, NULL);
-out:
-	session_put(s);
 }
 
-static void op_ctx_free(struct conn *c, const struct djinn_hdr *hdr,
-			uint64_t handle, struct session *s)
+void op_ctx_free(struct conn *c, const struct djinn_hdr *hdr, struct session *s,
+		 void *req, uint64_t len)
 {
-	struct mobj *o = session_obj_del(s, handle, SOBJ_CTX);
+	const struct djinn_handle_req *r = req;
+	struct mobj *o = session_obj_del(s, r->handle, SOBJ_CTX);
 
 	if (!o) {
 		conn_error(c, hdr, -ENOENT, "no context with handle %#llx",
-			   (unsigned long long)handle);
-	} else {
-		ctx_unlist(o);
-		mobj_put(o); /* steps in flight keep it until they end */
-		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+			   (unsigned long long)r->handle);
+		return;
 	}
-	session_put(s);
+	ctx_unlist(o);
+	mobj_put(o); /* steps in flight keep it until they end */
+	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
 
-/* FORK, RESET, RESUME (with @steer): a job on the graph executor, in
- * order with the steps. */
-static void op_ctx_job(struct conn *c, const struct djinn_hdr *hdr,
-		       uint64_t handle, uint64_t steer, struct session *s)
+/* FORK, RESET, RESUME (with @steer): @call, a job on the graph
+ * executor, in order with the steps. */
+static void ctx_job(struct conn *c, const struct djinn_hdr *hdr,
+		    struct session *s, uint64_t handle, uint64_t steer,
+		    void (*call)(struct exec_job *, const struct exec_env *))
 {
 	struct mobj *o = obj_get(c, hdr, s, handle, SOBJ_CTX);
 	struct mjob *mj;
 
-	if (!o) {
-		session_put(s);
+	if (!o)
 		return;
-	}
-	mj = mjob_new(c, hdr, s);
+	mj = mjob_new(c, hdr);
 	if (!mj)
 		return;
 	mj->steer = steer;
 	mj->o = o;
 	o->refs++;
-	submit(c, hdr, s, mj, SCHED_COMPUTE,
-	       hdr->opcode == DJINN_OP_CTX_FORK	 ? run_fork :
-	       hdr->opcode == DJINN_OP_CTX_RESET ? run_reset :
-						   run_resume);
+	submit(c, hdr, s, mj, SCHED_COMPUTE, call);
 }
 
-static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
-			const uint8_t *body, uint64_t len, struct session *s)
+void op_ctx_fork(struct conn *c, const struct djinn_hdr *hdr, struct session *s,
+		 void *req, uint64_t len)
 {
-	bool prefill = hdr->opcode == DJINN_OP_CTX_PREFILL;
-	const struct djinn_ctx_step *r = (const void *)body;
+	const struct djinn_handle_req *r = req;
+
+	ctx_job(c, hdr, s, r->handle, 0, run_fork);
+}
+
+void op_ctx_reset(struct conn *c, const struct djinn_hdr *hdr,
+		  struct session *s, void *req, uint64_t len)
+{
+	const struct djinn_handle_req *r = req;
+
+	ctx_job(c, hdr, s, r->handle, 0, run_reset);
+}
+
+void op_ctx_resume(struct conn *c, const struct djinn_hdr *hdr,
+		   struct session *s, void *req, uint64_t len)
+{
+	const struct djinn_ctx_resume *r = req;
+
+	ctx_job(c, hdr, s, r->ctx, r->hidden, run_resume);
+}
+
+/* PREFILL and DECODE: @r, and after it a prefill's tokens, @len bytes in
+ * all. */
+static void ctx_step(struct conn *c, const struct djinn_hdr *hdr,
+		     struct session *s, const struct djinn_ctx_step *r,
+		     uint64_t len, bool prefill)
+{
 	uint64_t want;
 	struct mobj *o;
 	struct mjob *mj;
 
-	if (len < sizeof(*r)) {
-		conn_error(c, hdr, -EINVAL,
-			   "payload of %llu bytes, opcode %u takes %zu and "
-			   "more",
-			   (unsigned long long)len, hdr->opcode, sizeof(*r));
-		goto out;
-	}
 	want = sizeof(*r) +
 	       (prefill ? (uint64_t)r->nr_tokens * sizeof(int32_t) : 0);
 	if (r->__reserved || r->sampling.__reserved ||
@@ -912,12 +916,12 @@ static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 					   !r->sampling.__reserved ?
 				   "sampling set for a prefill" :
 				   "reserved field set");
-		goto out;
+		return;
 	}
 	if (r->flags & ~DJINN_STEP_ALL) {
 		conn_error(c, hdr, -EINVAL, "unknown flags %#x",
 			   r->flags & ~DJINN_STEP_ALL);
-		goto out;
+		return;
 	}
 	if (!r->nr_tokens || len != want) {
 		conn_error(c, hdr, -EINVAL,
@@ -926,16 +930,16 @@ static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 					  "no tokens",
 			   r->nr_tokens, (unsigned long long)want,
 			   (unsigned long long)len);
-		goto out;
+		return;
 	}
 	if (r->nr_tokens > DJINN_MAX_STEP_TOKENS) {
 		conn_error(c, hdr, -E2BIG, "%u tokens, limit %u", r->nr_tokens,
 			   DJINN_MAX_STEP_TOKENS);
-		goto out;
+		return;
 	}
 	o = obj_get(c, hdr, s, r->ctx, SOBJ_CTX);
 	if (!o)
-		goto out;
+		return;
 	if (r->break_layer > o->model->h->m->cfg.n_layer) {
 		conn_error(c, hdr, -EINVAL,
 			   "break_layer %u: model %s has layers 0 to %u, so 1 "
@@ -943,7 +947,7 @@ static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 			   r->break_layer, o->model->h->m->name,
 			   o->model->h->m->cfg.n_layer - 1,
 			   o->model->h->m->cfg.n_layer);
-		goto out;
+		return;
 	}
 	mj = calloc(1, sizeof(*mj));
 	if (mj)
@@ -951,7 +955,7 @@ static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 	if (!mj || !mj->tokens) {
 		free(mj);
 		conn_error(c, hdr, -ENOMEM, "out of memory");
-		goto out;
+		return;
 	}
 	mj->step = *r;
 	if (prefill)
@@ -959,207 +963,17 @@ static void op_ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 	mj->o = o;
 	o->refs++;
 	submit(c, hdr, s, mj, SCHED_COMPUTE, run_step);
-	return;
-out:
-	session_put(s);
 }
 
-void model_op(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
-	      uint64_t len)
+/* Variable length: the struct (the table's minimum), then the tokens. */
+void op_ctx_prefill(struct conn *c, const struct djinn_hdr *hdr,
+		    struct session *s, void *req, uint64_t len)
 {
-	struct session *s;
-	uint64_t handle = 0;
-
-	switch (hdr->opcode) {
-	case DJINN_OP_MODEL_OPEN:
-		if (!ops_exact(c, hdr, len, sizeof(struct djinn_model_open)))
-			return;
-		break;
-	case DJINN_OP_CTX_NEW:
-		if (!ops_exact(c, hdr, len, sizeof(struct djinn_ctx_new)))
-			return;
-		break;
-	case DJINN_OP_MODEL_CLOSE:
-	case DJINN_OP_CTX_FREE:
-	case DJINN_OP_CTX_FORK:
-	case DJINN_OP_CTX_RESET:
-		if (!ops_exact(c, hdr, len, sizeof(handle)))
-			return;
-		memcpy(&handle, body, sizeof(handle));
-		break;
-	case DJINN_OP_CTX_RESUME:
-		if (!ops_exact(c, hdr, len, sizeof(struct djinn_ctx_resume)))
-			return;
-		break;
-	}
-	s = ops_req_session(c, hdr);
-	if (!s)
-		return;
-	if (!s->dev->models) {
-		conn_error(c, hdr, -EOPNOTSUPP, "this djinnd serves no models");
-		session_put(s);
-		return;
-	}
-	switch (hdr->opcode) {
-	case DJINN_OP_MODEL_OPEN:
-		op_model_open(c, hdr, body, len, s);
-		break;
-	case DJINN_OP_MODEL_OPEN_UPLOADED:
-		op_model_upload(c, hdr, body, len, s);
-		break;
-	case DJINN_OP_MODEL_CLOSE:
-		op_model_close(c, hdr, handle, s);
-		break;
-	case DJINN_OP_CTX_NEW:
-		op_ctx_new(c, hdr, body, s);
-		break;
-	case DJINN_OP_CTX_FREE:
-		op_ctx_free(c, hdr, handle, s);
-		break;
-	case DJINN_OP_CTX_FORK:
-	case DJINN_OP_CTX_RESET:
-		op_ctx_job(c, hdr, handle, 0, s);
-		break;
-	case DJINN_OP_CTX_PREFILL:
-	case DJINN_OP_CTX_DECODE:
-		op_ctx_step(c, hdr, body, len, s);
-		break;
-	case DJINN_OP_CTX_RESUME: {
-		const struct djinn_ctx_resume *r = (const void *)body;
-
-		op_ctx_job(c, hdr, r->ctx, r->hidden, s);
-		break;
-	}
-	}
+	ctx_step(c, hdr, s, req, len, true);
 }
 
-/* ---------------------------------------------------------------------- */
-/* Admin */
-
-/* ADMIN_MODELS' entries sort by name, then device. */
-static int admin_model_cmp(const void *a, const void *b)
+void op_ctx_decode(struct conn *c, const struct djinn_hdr *hdr,
+		   struct session *s, void *req, uint64_t len)
 {
-	const struct djinn_admin_model *x = a, *y = b;
-	int d = strcmp(x->name, y->name);
-
-	if (d)
-		return d;
-	return x->device < y->device ? -1 : x->device > y->device;
-}
-
-void op_admin_models(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
-		     uint64_t len)
-{
-	struct server *srv = c->srv;
-	struct djinn_admin_model *e = NULL;
-	size_t n = 0, rlen;
-	uint32_t *r;
-	int ret = 0;
-
-	/* Each device's store: a model opened on two is loaded on both. */
-	for (unsigned int d = 0; d < srv->nr_dev && !ret; d++) {
-		struct model_info *list = NULL;
-		struct djinn_admin_model *ne;
-		size_t k = 0;
-
-		if (!srv->dev[d].models)
-			continue;
-		ret = model_store_list(srv->dev[d].models, &list, &k);
-		if (ret || !k) {
-			free(list);
-			continue;
-		}
-		ne = realloc(e, (n + k) * sizeof(*e));
-		if (!ne) {
-			free(list);
-			ret = -ENOMEM;
-			break;
-		}
-		e = ne;
-		for (size_t i = 0; i < k; i++) {
-			struct djinn_admin_model *m = &e[n + i];
-
-			memset(m, 0, sizeof(*m));
-			memcpy(m->name, list[i].name, sizeof(m->name));
-			m->arch = list[i].arch; /* enum djinn_arch */
-			m->dtype = list[i].dtype;
-			m->bytes = list[i].bytes;
-			m->holders = list[i].holders;
-			m->device = d;
-			memcpy(m->fp, list[i].fp, sizeof(m->fp));
-		}
-		n += k;
-		free(list);
-	}
-	if (ret) {
-		free(e);
-		conn_error(c, hdr, ret, "cannot list models");
-		return;
-	}
-	if (n)
-		qsort(e, n, sizeof(*e), admin_model_cmp);
-	rlen = 8 + n * sizeof(*e);
-	r = calloc(1, rlen);
-	if (!r) {
-		free(e);
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		return;
-	}
-	r[0] = (uint32_t)n;
-	if (n)
-		memcpy(r + 2, e, n * sizeof(*e));
-	conn_reply(c, hdr, r, rlen, NULL, 0, NULL, NULL);
-	free(r);
-	free(e);
-}
-
-void op_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
-			  uint8_t *body, uint64_t len)
-{
-	const struct djinn_admin_model_evict *r = (const void *)body;
-	char msg[DJINN_MAX_ERROR_MSG];
-	unsigned int evicted = 0;
-	size_t n;
-	int ret;
-
-	if (!ops_exact(c, hdr, len, sizeof(*r)))
-		return;
-	n = strnlen(r->name, sizeof(r->name));
-	if (n == sizeof(r->name) ||
-	    !ops_all_zero(r->name + n, sizeof(r->name) - n)) {
-		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
-		return;
-	}
-	if (!c->srv->dev[0].models) {
-		conn_error(c, hdr, -ENOENT, "this djinnd serves no models");
-		return;
-	}
-	/* From every device that has it unheld. -ENOENT where none has
-	 * it; the first refusal (-EBUSY: held) where none let it go. */
-	ret = -ENOENT;
-	msg[0] = 0;
-	for (unsigned int d = 0; d < c->srv->nr_dev; d++) {
-		char why[DJINN_MAX_ERROR_MSG - 32];
-		int r1 = model_store_evict(c->srv->dev[d].models, r->name, why,
-					   sizeof(why));
-
-		if (!r1)
-			evicted++;
-		else if (r1 == -ENOENT && !msg[0])
-			snprintf(msg, sizeof(msg), "%s", why);
-		else if (r1 != -ENOENT && ret == -ENOENT) {
-			ret = r1;
-			if (c->srv->nr_dev > 1)
-				snprintf(msg, sizeof(msg), "%s (device %u)",
-					 why, d);
-			else
-				snprintf(msg, sizeof(msg), "%s", why);
-		}
-	}
-	if (evicted)
-		ret = 0;
-	if (ret)
-		conn_error(c, hdr, ret, "%s", msg);
-	else
-		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+	ctx_step(c, hdr, s, req, len, false);
 }

@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: MIT
 /*
- * The opcodes: what djinnd does with each request. Runs on the I/O
- * thread; device work goes to the scheduler (sched/sched.h) and comes
- * back through the job's callback: graph_done(), mem_done().
+ * The opcodes: the dispatch table (at the end), and what djinnd does with
+ * the session, tensor and graph requests; the model opcodes are in
+ * model_ops.c, the admin opcodes in admin_ops.c. Runs on the I/O thread;
+ * device work goes to the scheduler (sched/sched.h) and comes back
+ * through the job's callback: graph_done(), mem_done().
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph.h"
 #include "log.h"
+#include "opnames.h"
 #include "server.h"
 #include "exec/executor.h"
 #include "net/conn.h"
@@ -21,6 +25,66 @@
 	 DJINN_MAX_GRAPH_INPUTS * sizeof(struct djinn_ref) + \
 	 DJINN_MAX_NODES * sizeof(struct djinn_node) +       \
 	 DJINN_MAX_GRAPH_OUTPUTS * sizeof(uint32_t))
+#define STEP_MAX                         \
+	(sizeof(struct djinn_ctx_step) + \
+	 (uint64_t)DJINN_MAX_STEP_TOKENS * sizeof(int32_t))
+#define UPLOAD_MAX                           \
+	(sizeof(struct djinn_model_upload) + \
+	 DJINN_MODEL_MAX_FILES * sizeof(struct djinn_model_file))
+
+/*
+ * The longest payload of a fixed-size request: a newer client's struct,
+ * grown by fields this djinnd does not know, which it takes when they
+ * are zero. Longer is -EMSGSIZE, before anything is allocated.
+ */
+#define OPS_STRUCT_MAX 4096
+
+/*
+ * struct op_desc - an opcode's row of the dispatch table (op_table, at
+ * the end), after kmod/main.c's ioctl table
+ * @handle:   its handler; NULL for a streaming opcode (OP_STREAM), whose
+ *            struct goes to ops_stream_begin() and its data to the device
+ * @size:     the request struct's size. A fixed-size request (neither
+ *            OP_VAR nor OP_STREAM) is taken by copy_struct_from_user()'s
+ *            rules: a payload of @min_size to @size bytes is zero-filled
+ *            to @size; a longer one (to OPS_STRUCT_MAX) is cut to @size
+ *            when every byte past @size is zero, and refused -E2BIG
+ *            otherwise. Either way the handler sees @size bytes.
+ *            OP_STREAM: @size bytes of struct exactly, then the data
+ * @min_size: the shortest payload taken (-EINVAL below): the struct's
+ *            first version, so that the fields added to its end since
+ *            are zero when an older client sends it
+ * @max:      OP_VAR and OP_STREAM: the longest payload (-EMSGSIZE over)
+ * @flags:    OP_*
+ */
+struct op_desc {
+	op_fn *handle;
+	uint32_t size, min_size;
+	uint64_t max;
+	unsigned int flags;
+};
+
+/* op_desc.flags */
+enum {
+	OP_CLIENT = 1u << 0, /* served on the client sockets */
+	OP_ADMIN = 1u << 1, /* served on the admin socket */
+	/* hdr.session_id names a session attached to the connection, not
+	 * lost in a device fault (session_lost()): its lease is renewed and
+	 * the handler gets it */
+	OP_SESSION = 1u << 2,
+	OP_LOST_OK = 1u << 3, /* OP_SESSION, even one a fault has lost */
+	OP_MODELS = 1u << 4, /* OP_SESSION, on a device that serves models */
+	/* variable length: @min_size to @max bytes, as they came; the
+	 * handler checks the rest (counts and what follows the struct) */
+	OP_VAR = 1u << 5,
+	OP_KEEPS_BODY = 1u << 6, /* OP_VAR: the handler keeps the payload */
+	OP_STREAM = 1u << 7, /* @size bytes of struct, then data */
+
+	OP_IN_SESSION = OP_CLIENT | OP_SESSION,
+	OP_IN_MODELS = OP_IN_SESSION | OP_MODELS,
+};
+
+static const struct op_desc *op_desc(uint16_t op);
 
 /* ---------------------------------------------------------------------- */
 /* Helpers */
@@ -66,22 +130,19 @@ static struct session *req_session(struct conn *c, const struct djinn_hdr *hdr,
 	return s;
 }
 
-struct session *ops_req_session(struct conn *c, const struct djinn_hdr *hdr)
+/* The session a request's row asks for (OP_SESSION, with OP_LOST_OK
+ * and OP_MODELS as it says), a reference; or NULL with the error sent. */
+static struct session *op_session(struct conn *c, const struct djinn_hdr *hdr,
+				  unsigned int flags)
 {
-	return req_session(c, hdr, false);
-}
+	struct session *s = req_session(c, hdr, flags & OP_LOST_OK);
 
-/* Check a payload has exactly the struct's size. */
-bool ops_exact(struct conn *c, const struct djinn_hdr *hdr, uint64_t len,
-	       uint64_t want)
-{
-	if (len == want)
-		return true;
-	conn_error(c, hdr, -EINVAL,
-		   "payload of %llu bytes, opcode %u takes %llu",
-		   (unsigned long long)len, hdr->opcode,
-		   (unsigned long long)want);
-	return false;
+	if (s && (flags & OP_MODELS) && !s->dev->models) {
+		conn_error(c, hdr, -EOPNOTSUPP, "this djinnd serves no models");
+		session_put(s);
+		return NULL;
+	}
+	return s;
 }
 
 void ops_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
@@ -91,6 +152,18 @@ void ops_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 	r->handle = handle;
 	r->desc = *desc;
 	r->flags = flags;
+}
+
+bool ops_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
+		       struct session *s)
+{
+	if (s->se.inflight < SCHED_INFLIGHT_MAX)
+		return false;
+	conn_error(c, hdr, -EAGAIN,
+		   "%u graphs and model steps in flight: wait for their "
+		   "answers",
+		   s->se.inflight);
+	return true;
 }
 
 /* Check a desc from the wire: 0 and its byte count, or the error sent. */
@@ -135,8 +208,8 @@ static void session_quota_error(struct conn *c, const struct djinn_hdr *hdr)
 			   c->tcp ? "TCP peers as uid" : "uid", (int)uid);
 }
 
-static void op_hello(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
-		     uint64_t len)
+static void op_hello(struct conn *c, const struct djinn_hdr *hdr,
+		     struct session *unused, void *req, uint64_t len)
 {
 	/* The first device's figures: with several, each session's are its
 	 * device's (ADMIN_VMU). */
@@ -187,16 +260,14 @@ static int session_start(struct conn *c, struct session *s, uint64_t kid)
 }
 
 static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
-			    uint8_t *body, uint64_t len)
+			    struct session *unused, void *req, uint64_t len)
 {
-	const struct djinn_session_open *o = (const void *)body;
+	const struct djinn_session_open *o = req;
 	struct device *d;
 	struct session *s;
 	char msg[128];
 	int ret;
 
-	if (!ops_exact(c, hdr, len, sizeof(*o)))
-		return;
 	if (!memchr(o->tenant, 0, sizeof(o->tenant))) {
 		conn_error(c, hdr, -EINVAL, "tenant not NUL-terminated");
 		return;
@@ -230,14 +301,12 @@ static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 static void op_session_attach(struct conn *c, const struct djinn_hdr *hdr,
-			      uint8_t *body, uint64_t len)
+			      struct session *unused, void *req, uint64_t len)
 {
-	const struct djinn_session_attach *a = (const void *)body;
+	const struct djinn_session_attach *a = req;
 	struct session *s;
 	uint8_t diff = 0;
 
-	if (!ops_exact(c, hdr, len, sizeof(*a)))
-		return;
 	s = session_get(c->srv, hdr->session_id);
 	if (!s) {
 		conn_error(c, hdr, -ENOENT, "no session %llu",
@@ -261,16 +330,14 @@ static void op_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 /* A local client's session on /dev/djinn becomes a djinnd session bound
  * to it (DOC: sessions in proto.h); the lease provider checks it. */
 static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
-			    uint8_t *body, uint64_t len)
+			    struct session *unused, void *req, uint64_t len)
 {
-	const struct djinn_session_bind *b = (const void *)body;
+	const struct djinn_session_bind *b = req;
 	struct lease_provider *lp = c->srv->leases;
 	struct lease_kinfo ki;
 	struct session *s;
 	int ret;
 
-	if (!ops_exact(c, hdr, len, sizeof(*b)))
-		return;
 	if (!lp->ops->verify) {
 		conn_error(c, hdr, -EOPNOTSUPP,
 			   "leases are %s: no /dev/djinn sessions",
@@ -313,21 +380,16 @@ static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 static void op_session_close(struct conn *c, const struct djinn_hdr *hdr,
-			     uint8_t *body, uint64_t len)
+			     struct session *s, void *req, uint64_t len)
 {
-	struct session *s = req_session(c, hdr, true);
-
-	if (!s)
-		return;
 	conn_detach(c, s->id);
 	session_end(c->srv, s, SESSION_CLOSED);
-	session_put(s);
 	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
 
 /* HEARTBEAT renews a lease; with session 0 it is a plain round trip. */
 static void op_heartbeat(struct conn *c, const struct djinn_hdr *hdr,
-			 uint8_t *body, uint64_t len)
+			 struct session *unused, void *req, uint64_t len)
 {
 	struct session *s;
 
@@ -343,38 +405,30 @@ static void op_heartbeat(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 static void op_signal(struct conn *c, const struct djinn_hdr *hdr,
-		      uint8_t *body, uint64_t len)
+		      struct session *s, void *req, uint64_t len)
 {
-	const struct djinn_signal *sg = (const void *)body;
+	const struct djinn_signal *sg = req;
 	char msg[DJINN_MAX_ERROR_MSG];
 	uint64_t expected;
-	struct session *s;
 	int ret;
 
-	if (!ops_exact(c, hdr, len, sizeof(*sg)))
-		return;
 	if (sg->phase > DJINN_PHASE_IDLE || sg->__reserved) {
 		conn_error(c, hdr, -EINVAL, "%s",
 			   sg->__reserved ? "reserved field set" :
 					    "unknown phase");
 		return;
 	}
-	s = ops_req_session(c, hdr);
-	if (!s)
-		return;
 	expected = sg->expected_ns;
 	ret = sched_signal_check(s->dev->sched, sg->phase, &expected, msg,
 				 sizeof(msg));
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", msg);
-		session_put(s);
 		return;
 	}
 	log_debug("session %llu: phase %u for %llu ns (received %llu)",
 		  (unsigned long long)s->id, sg->phase,
 		  (unsigned long long)expected, (unsigned long long)loop_now());
 	sched_signal(s->dev->sched, s, sg->phase, expected);
-	session_put(s);
 	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
 
@@ -681,7 +735,7 @@ int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return -ENOMEM;
 	}
-	st->s = ops_req_session(c, hdr);
+	st->s = op_session(c, hdr, op_desc(hdr->opcode)->flags);
 	if (!st->s) {
 		free(st);
 		return -ENOENT;
@@ -850,9 +904,9 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 }
 
 static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
-			   uint8_t *body, uint64_t len)
+			   struct session *s, void *req, uint64_t len)
 {
-	const struct djinn_tensor_io *io = (const void *)body;
+	const struct djinn_tensor_io *io = req;
 	struct vmu_region_info info = { 0 };
 	struct vmu_provider *p;
 	struct read_ctx *rc;
@@ -860,26 +914,20 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 	uint64_t addr;
 	int ret;
 
-	if (!ops_exact(c, hdr, len, sizeof(*io)))
-		return;
 	rc = calloc(1, sizeof(*rc));
 	if (!rc) {
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return;
 	}
-	rc->s = ops_req_session(c, hdr);
-	if (!rc->s) {
-		free(rc);
-		return;
-	}
-	ret = session_tensor_hold(rc->s, io->handle, &t, &rc->slot);
+	ret = session_tensor_hold(s, io->handle, &t, &rc->slot);
 	if (ret) {
 		conn_error(c, hdr, -ENOENT, "no tensor with handle %#llx",
 			   (unsigned long long)io->handle);
-		session_put(rc->s);
 		free(rc);
 		return;
 	}
+	rc->s = s; /* read_done() lets go of it */
+	session_ref(s);
 	if (io->offset > t.bytes || io->len > t.bytes - io->offset) {
 		conn_error(c, hdr, -EINVAL,
 			   "range [%llu, +%llu) outside a tensor of %llu bytes",
@@ -947,40 +995,26 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 static void op_tensor_release(struct conn *c, const struct djinn_hdr *hdr,
-			      uint8_t *body, uint64_t len)
+			      struct session *s, void *req, uint64_t len)
 {
-	uint64_t handle;
-	struct session *s;
+	const struct djinn_tensor_release *r = req;
 
-	if (!ops_exact(c, hdr, len, sizeof(handle)))
-		return;
-	memcpy(&handle, body, sizeof(handle));
-	s = ops_req_session(c, hdr);
-	if (!s)
-		return;
-	if (session_tensor_release(s, handle))
+	if (session_tensor_release(s, r->handle))
 		conn_error(c, hdr, -ENOENT, "no tensor with handle %#llx",
-			   (unsigned long long)handle);
+			   (unsigned long long)r->handle);
 	else
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
-	session_put(s);
 }
 
 static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
-			   uint8_t *body, uint64_t len)
+			   struct session *s, void *req, uint64_t len)
 {
-	const struct djinn_text_lookup *l = (const void *)body;
+	const struct djinn_text_lookup *l = req;
 	struct djinn_tensor_resp r;
 	struct tensor t = { 0 };
-	struct session *s;
 	uint64_t handle;
 
-	if (!ops_exact(c, hdr, len, sizeof(*l)))
-		return;
 	if (check_desc(c, hdr, &l->desc, &t.bytes))
-		return;
-	s = ops_req_session(c, hdr);
-	if (!s)
 		return;
 	t.desc = l->desc;
 	if (vmu_text_lookup(s->vs, l->fp, &t.text)) {
@@ -998,7 +1032,6 @@ static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
 		ops_tensor_resp(&r, handle, &t.desc, DJINN_TENSOR_DEDUP);
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 	}
-	session_put(s);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1007,7 +1040,7 @@ static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
 static void graph_done(struct exec_job *job, void *arg);
 
 static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
-			    uint8_t *body, uint64_t len)
+			    struct session *s, void *req, uint64_t len)
 {
 	struct exec_job *job = calloc(1, sizeof(*job));
 	char msg[DJINN_MAX_ERROR_MSG];
@@ -1018,20 +1051,19 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 
 	if (!job) {
 		conn_error(c, hdr, -ENOMEM, "out of memory");
-		free(body);
+		free(req);
 		return;
 	}
-	job->payload = body;
+	job->payload = req; /* the row says: the handler keeps it */
 	job->request_id = hdr->request_id;
-	ret = djinn_graph_parse(body, len, &job->view, msg, sizeof(msg));
+	job->s = s;
+	session_ref(s);
+	ret = djinn_graph_parse(req, len, &job->view, msg, sizeof(msg));
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", msg);
 		goto out_free;
 	}
-	job->s = ops_req_session(c, hdr);
-	if (!job->s)
-		goto out_free;
-	if (ops_inflight_full(c, hdr, job->s))
+	if (ops_inflight_full(c, hdr, s))
 		goto out_free;
 	nin = job->view.g->nr_inputs;
 	nout = job->view.g->nr_outputs;
@@ -1169,340 +1201,112 @@ static void mem_done(struct exec_job *job, void *arg)
 }
 
 /* ---------------------------------------------------------------------- */
-/* Admin */
+/* Dispatch */
 
-static void op_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
-			      uint8_t *body, uint64_t len)
-{
-	struct server *srv = c->srv;
-	uint64_t n = srv->nr_sessions, i = 0;
-	size_t rlen = 8 + n * sizeof(struct djinn_admin_session);
-	uint8_t *buf = calloc(1, rlen);
-	struct djinn_admin_session *e = (void *)(buf + 8);
-	struct session *s;
-
-	if (!buf) {
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		return;
-	}
-	list_for_each_entry(s, &srv->sessions, node) {
-		struct vmu_usage u;
-
-		vmu_session_usage(s->vs, &u);
-		e[i] = (struct djinn_admin_session){
-			.id = s->id,
-			.priority = s->priority,
-			.phase = s->phase,
-			.lease_ns = s->lease_ns,
-			.deadline_ns = s->deadline_ns,
-			.data_bytes = u.data_bytes,
-			.resident = u.resident,
-			.swapped = u.swapped,
-			.text_refs = u.text_refs,
-			.tensors = s->nr_tensors,
-			.requests = s->requests,
-			.uid = (uint32_t)s->uid,
-			.pid = (int32_t)s->pid,
-			.device = s->dev->index,
-		};
-		memcpy(e[i].tenant, s->tenant, sizeof(e[i].tenant));
-		i++;
-	}
-	memcpy(buf, &(uint32_t){ (uint32_t)i }, sizeof(uint32_t));
-	conn_reply(c, hdr, buf, 8 + i * sizeof(*e), NULL, 0, NULL, NULL);
-	free(buf);
-}
-
-static void op_admin_kill(struct conn *c, const struct djinn_hdr *hdr,
-			  uint8_t *body, uint64_t len)
-{
-	struct djinn_admin_kill k;
-	struct session *s;
-
-	if (!ops_exact(c, hdr, len, sizeof(k)))
-		return;
-	memcpy(&k, body, sizeof(k));
-	s = session_get(c->srv, k.session_id);
-	if (!s) {
-		conn_error(c, hdr, -ENOENT, "no session %llu",
-			   (unsigned long long)k.session_id);
-		return;
-	}
-	session_end(c->srv, s, SESSION_KILLED);
-	session_put(s);
-	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
-}
-
-/* One device's entry of ADMIN_VMU's answer. */
-static void admin_vmu_fill(struct device *d, struct djinn_admin_vmu *out)
-{
-	struct djinn_admin_vmu r = { 0 };
-	struct vmu_stats st;
-
-	vmu_get_stats(d->vmu, &st);
-	snprintf(r.device, sizeof(r.device), "%s", d->name);
-	r.capacity = st.capacity;
-	r.granularity = st.granularity;
-	r.committed = st.committed;
-	r.reserved = st.reserved;
-	r.free = st.free;
-	r.pressure = st.pressure;
-	for (int i = 0; i < VMU_NR_SEGS; i++)
-		r.seg[i] = (struct djinn_admin_seg){ st.seg[i].used,
-						     st.seg[i].peak,
-						     st.seg[i].entries };
-	r.text_cached = st.text_cached;
-	r.text_evictions = st.text_evictions;
-	r.swap_outs = st.swap_outs;
-	r.swap_ins = st.swap_ins;
-	r.swapped_out_bytes = st.swapped_out_bytes;
-	r.swapped_in_bytes = st.swapped_in_bytes;
-	r.swapped_now = st.swapped_now;
-	r.admits = st.admits;
-	r.admit_refusals = st.admit_refusals;
-	r.quota_refusals = st.quota_refusals;
-	*out = r;
-}
-
-/* ADMIN_SCHED: every device's scheduler, then every session. */
-static void op_admin_sched(struct conn *c, const struct djinn_hdr *hdr,
-			   uint8_t *body, uint64_t len)
-{
-	struct server *srv = c->srv;
-	unsigned int nd = srv->nr_dev;
-	uint64_t ns = srv->nr_sessions, i = 0;
-	size_t rlen = 8 + nd * sizeof(struct djinn_admin_sched_dev) +
-		      ns * sizeof(struct djinn_admin_sched_session);
-	uint8_t *buf = calloc(1, rlen);
-	struct djinn_admin_sched_dev *d = (void *)(buf + 8);
-	struct djinn_admin_sched_session *e = (void *)(d + nd);
-	struct session *s;
-
-	if (!buf) {
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		return;
-	}
-	for (unsigned int k = 0; k < nd; k++) {
-		struct device *dv = &srv->dev[k];
-		struct sched_stats st;
-		struct vmu_stats vs;
-
-		sched_get_stats(dv->sched, &st);
-		vmu_get_stats(dv->vmu, &vs);
-		snprintf(d[k].device, sizeof(d[k].device), "%s", dv->name);
-		d[k].policy = sched_policy(dv->sched);
-		d[k].busy = sched_busy(dv->sched);
-		for (unsigned int l = 0; l < SCHED_LANES; l++)
-			sched_depth(dv->sched, l, &d[k].queued[l],
-				    &d[k].running[l]);
-		d[k].admit_waiting = (uint32_t)vs.admit_waiting;
-		d[k].swap_out_bps = st.swap_out_bps;
-		d[k].swap_in_bps = st.swap_in_bps;
-		d[k].swaps_signal = st.swaps_signal;
-		d[k].swaps_pressure = vs.swap_outs > st.swaps_signal ?
-					      vs.swap_outs - st.swaps_signal :
-					      0;
-		d[k].swap_bytes_out = vs.swapped_out_bytes;
-		d[k].swap_bytes_in = vs.swapped_in_bytes;
-		d[k].prefetches = st.prefetches;
-		d[k].prefetch_hits = st.prefetch_hits;
-		d[k].prefetch_misses = st.prefetch_misses;
-		d[k].admit_waits = vs.admit_waits;
-		d[k].admit_timeouts = vs.admit_timeouts;
-	}
-	list_for_each_entry(s, &srv->sessions, node) {
-		if (i == ns)
-			break;
-		sched_session_info(s->dev->sched, s, &e[i++]);
-	}
-	memcpy(buf, &(uint32_t){ nd }, sizeof(uint32_t));
-	memcpy(buf + 4, &(uint32_t){ (uint32_t)i }, sizeof(uint32_t));
-	conn_reply(c, hdr, buf,
-		   8 + nd * sizeof(*d) +
-			   i * sizeof(struct djinn_admin_sched_session),
-		   NULL, 0, NULL, NULL);
-	free(buf);
-}
-
-bool ops_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
-		       struct session *s)
-{
-	if (s->se.inflight < SCHED_INFLIGHT_MAX)
-		return false;
-	conn_error(c, hdr, -EAGAIN,
-		   "%u graphs and model steps in flight: wait for their "
-		   "answers",
-		   s->se.inflight);
-	return true;
-}
-
-static void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr,
-			 uint8_t *body, uint64_t len)
-{
-	unsigned int n = c->srv->nr_dev;
-	struct djinn_admin_vmu *rs = calloc(n, sizeof(*rs));
-
-	if (!rs) {
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		return;
-	}
-	for (unsigned int i = 0; i < n; i++)
-		admin_vmu_fill(&c->srv->dev[i], &rs[i]);
-	conn_reply(c, hdr, rs, n * sizeof(*rs), NULL, 0, NULL, NULL);
-	free(rs);
-}
-
-static void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
-			   uint8_t *body, uint64_t len)
-{
-	const struct server_stats *st = &c->srv->st;
-	struct djinn_admin_stats r = {
-		.uptime_ns = loop_now() - server_started_ns,
-		.conns = c->srv->nr_conns,
-		.conns_accepted = st->conns_accepted,
-		.sessions = c->srv->nr_sessions,
-		.sessions_opened = st->sessions_opened,
-		.sessions_closed = st->sessions_ended[SESSION_CLOSED],
-		.sessions_expired = st->sessions_ended[SESSION_EXPIRED],
-		.sessions_killed = st->sessions_ended[SESSION_KILLED],
-		.requests = st->requests,
-		.errors = st->errors,
-		.bytes_in = st->bytes_in,
-		.bytes_out = st->bytes_out,
-		.graphs_run = st->graphs_run,
-		.graphs_failed = st->graphs_failed,
-	};
-
-	for (unsigned int i = 0; i < c->srv->nr_dev; i++) {
-		unsigned int q, run;
-
-		sched_depth(c->srv->dev[i].sched, SCHED_COMPUTE, &q, &run);
-		r.queue_depth += q + run;
-	}
-	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
-}
-
-/* For tests (djinnd --fault-injection): fault the device; with
- * DJINN_FAULT_DEAD it dies, and djinnd exits once the answer is out. */
-static void op_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
-				  uint8_t *body, uint64_t len)
-{
-	struct djinn_admin_fault r = { 0 };
-	struct djinn_admin_fault_req q = { 0 };
-	struct device *d;
-	int ret;
-
-	if (len && !ops_exact(c, hdr, len, sizeof(q)))
-		return;
-	if (len)
-		memcpy(&q, body, sizeof(q));
-	if (q.flags & ~DJINN_FAULT_DEAD) {
-		conn_error(c, hdr, -EINVAL, "unknown flags %#x",
-			   q.flags & ~DJINN_FAULT_DEAD);
-		return;
-	}
-	if (q.device >= c->srv->nr_dev) {
-		conn_error(c, hdr, -ENODEV,
-			   "no device %u: this djinnd has %u device%s",
-			   q.device, c->srv->nr_dev,
-			   c->srv->nr_dev == 1 ? "" : "s");
-		return;
-	}
-	if (!c->srv->cfg.fault_injection) {
-		conn_error(c, hdr, -EPERM,
-			   "fault injection is off: start djinnd with "
-			   "--fault-injection (for tests only)");
-		return;
-	}
-	d = &c->srv->dev[q.device];
-	ret = server_fault_inject(c->srv, d, q.flags, r.what, sizeof(r.what));
-	if (ret) {
-		conn_error(c, hdr, ret, "%s", r.what);
-		return;
-	}
-	r.faults = __atomic_load_n(&d->backend->faults, __ATOMIC_ACQUIRE);
-	snprintf(r.device, sizeof(r.device), "%s", d->name);
-	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
-}
-
-/* ---------------------------------------------------------------------- */
-
-/*
- * Every opcode, once: its name (logs, metrics), its handler, the payload
- * it takes (@max; for a streaming request, the @fixed struct before its
- * data, which goes to ops_stream_begin() instead of a handler), and
- * whether the handler keeps the payload buffer.
- */
-struct op_desc {
-	const char *name;
-	op_fn *handle;
-	uint64_t fixed, max;
-	bool keeps_body;
+/* Room for every fixed-size request, as kmod/main.c's union
+ * djinn_ucmd_buffer: a row names its struct as a member of it. */
+union op_req {
+	struct djinn_session_open session_open;
+	struct djinn_session_attach session_attach;
+	struct djinn_session_bind session_bind;
+	struct djinn_signal signal;
+	struct djinn_tensor_io tensor_io;
+	struct djinn_tensor_release tensor_release;
+	struct djinn_text_lookup text_lookup;
+	struct djinn_model_open model_open;
+	struct djinn_handle_req handle;
+	struct djinn_ctx_new ctx_new;
+	struct djinn_ctx_step ctx_step;
+	struct djinn_ctx_resume ctx_resume;
+	struct djinn_admin_kill admin_kill;
+	struct djinn_admin_model_evict admin_model_evict;
+	struct djinn_admin_fault_req admin_fault;
 };
 
-#define OP(op, n, fn, m) [DJINN_OP_##op] = { .name = n, .handle = fn, .max = m }
-#define STEP_MAX                         \
-	(sizeof(struct djinn_ctx_step) + \
-	 (uint64_t)DJINN_MAX_STEP_TOKENS * sizeof(int32_t))
-#define UPLOAD_MAX                           \
-	(sizeof(struct djinn_model_upload) + \
-	 DJINN_MODEL_MAX_FILES * sizeof(struct djinn_model_file))
+#define REQ_SIZE(m) sizeof(((union op_req *)0)->m)
+#define REQ_END(m, last) (offsetof(union op_req, m.last) + REQ_SIZE(m.last))
 
+/* No payload; a later version may give it a struct, which this djinnd
+ * then takes when it is all zero. */
+#define OP_NONE(op, fn, fl) [DJINN_OP_##op] = { .handle = fn, .flags = (fl) }
+/* A fixed-size request: union op_req's member @m, whose first version
+ * ended with its field @last. */
+#define OP_FIXED(op, fn, m, last, fl)                     \
+	[DJINN_OP_##op] = { .handle = fn,                 \
+			    .size = REQ_SIZE(m),          \
+			    .min_size = REQ_END(m, last), \
+			    .flags = (fl) }
+/* A fixed-size request that had no payload before its struct: 0 bytes
+ * is the struct zeroed. */
+#define OP_GREW(op, fn, m, fl) \
+	[DJINN_OP_##op] = { .handle = fn, .size = REQ_SIZE(m), .flags = (fl) }
+/* Variable length: a struct @type, then what it counts, @mx bytes at
+ * most in all. */
+#define OP_VARLEN(op, fn, type, mx, fl)               \
+	[DJINN_OP_##op] = { .handle = fn,             \
+			    .size = sizeof(type),     \
+			    .min_size = sizeof(type), \
+			    .max = (mx),              \
+			    .flags = OP_VAR | (fl) }
+/* Streamed: a struct @type, then data to the device. */
+#define OP_STREAMED(op, type, fl)                     \
+	[DJINN_OP_##op] = { .size = sizeof(type),     \
+			    .min_size = sizeof(type), \
+			    .max = DJINN_MAX_PAYLOAD, \
+			    .flags = OP_STREAM | (fl) }
+
+/* Every opcode djinnd serves, once. Its name is lib/opnames.c's. */
 static const struct op_desc op_table[] = {
-	OP(HELLO, "hello", op_hello, 0),
-	OP(SESSION_OPEN, "session_open", op_session_open,
-	   sizeof(struct djinn_session_open)),
-	OP(SESSION_ATTACH, "session_attach", op_session_attach,
-	   sizeof(struct djinn_session_attach)),
-	OP(SESSION_BIND, "session_bind", op_session_bind,
-	   sizeof(struct djinn_session_bind)),
-	OP(SESSION_CLOSE, "session_close", op_session_close, 0),
-	OP(HEARTBEAT, "heartbeat", op_heartbeat, 0),
-	OP(SIGNAL, "signal", op_signal, sizeof(struct djinn_signal)),
-	[DJINN_OP_TENSOR_CREATE] = { .name = "tensor_create",
-				     .fixed =
-					     sizeof(struct djinn_tensor_create),
-				     .max = DJINN_MAX_PAYLOAD },
-	[DJINN_OP_TENSOR_WRITE] = { .name = "tensor_write",
-				    .fixed = sizeof(struct djinn_tensor_io),
-				    .max = DJINN_MAX_PAYLOAD },
-	OP(TENSOR_READ, "tensor_read", op_tensor_read,
-	   sizeof(struct djinn_tensor_io)),
-	OP(TENSOR_RELEASE, "tensor_release", op_tensor_release,
-	   sizeof(struct djinn_tensor_release)),
-	OP(TEXT_LOOKUP, "text_lookup", op_text_lookup,
-	   sizeof(struct djinn_text_lookup)),
-	[DJINN_OP_GRAPH_SUBMIT] = { .name = "graph_submit",
-				    .handle = op_graph_submit,
-				    .max = GRAPH_MAX_PAYLOAD,
-				    .keeps_body = true },
-	OP(MODEL_OPEN, "model_open", model_op, sizeof(struct djinn_model_open)),
-	OP(MODEL_CLOSE, "model_close", model_op,
-	   sizeof(struct djinn_handle_req)),
-	OP(CTX_NEW, "ctx_new", model_op, sizeof(struct djinn_ctx_new)),
-	OP(CTX_FREE, "ctx_free", model_op, sizeof(struct djinn_handle_req)),
-	OP(CTX_FORK, "ctx_fork", model_op, sizeof(struct djinn_handle_req)),
-	OP(CTX_RESET, "ctx_reset", model_op, sizeof(struct djinn_handle_req)),
-	OP(CTX_PREFILL, "ctx_prefill", model_op, STEP_MAX),
-	OP(CTX_DECODE, "ctx_decode", model_op, STEP_MAX),
-	OP(CTX_RESUME, "ctx_resume", model_op, sizeof(struct djinn_ctx_resume)),
-	OP(MODEL_OPEN_UPLOADED, "model_open_uploaded", model_op, UPLOAD_MAX),
-	OP(ADMIN_SESSIONS, "admin_sessions", op_admin_sessions, 0),
-	OP(ADMIN_KILL, "admin_kill", op_admin_kill,
-	   sizeof(struct djinn_admin_kill)),
-	OP(ADMIN_VMU, "admin_vmu", op_admin_vmu, 0),
-	OP(ADMIN_SCHED, "admin_sched", op_admin_sched, 0),
-	OP(ADMIN_STATS, "admin_stats", op_admin_stats, 0),
-	OP(ADMIN_MODELS, "admin_models", op_admin_models, 0),
-	OP(ADMIN_MODEL_EVICT, "admin_model_evict", op_admin_model_evict,
-	   sizeof(struct djinn_admin_model_evict)),
-	OP(ADMIN_FAULT_INJECT, "admin_fault_inject", op_admin_fault_inject,
-	   sizeof(struct djinn_admin_fault_req)),
+	OP_NONE(HELLO, op_hello, OP_CLIENT | OP_ADMIN),
+	OP_FIXED(SESSION_OPEN, op_session_open, session_open, lease_ns,
+		 OP_CLIENT),
+	OP_FIXED(SESSION_ATTACH, op_session_attach, session_attach, token,
+		 OP_CLIENT),
+	OP_FIXED(SESSION_BIND, op_session_bind, session_bind, token, OP_CLIENT),
+	OP_NONE(SESSION_CLOSE, op_session_close, OP_IN_SESSION | OP_LOST_OK),
+	/* session 0 is a round trip: it looks its session up itself */
+	OP_NONE(HEARTBEAT, op_heartbeat, OP_CLIENT),
+	OP_FIXED(SIGNAL, op_signal, signal, expected_ns, OP_IN_SESSION),
+
+	OP_STREAMED(TENSOR_CREATE, struct djinn_tensor_create, OP_IN_SESSION),
+	OP_STREAMED(TENSOR_WRITE, struct djinn_tensor_io, OP_IN_SESSION),
+	OP_FIXED(TENSOR_READ, op_tensor_read, tensor_io, len, OP_IN_SESSION),
+	OP_FIXED(TENSOR_RELEASE, op_tensor_release, tensor_release, handle,
+		 OP_IN_SESSION),
+	OP_FIXED(TEXT_LOOKUP, op_text_lookup, text_lookup, desc, OP_IN_SESSION),
+	OP_VARLEN(GRAPH_SUBMIT, op_graph_submit, struct djinn_graph,
+		  GRAPH_MAX_PAYLOAD, OP_IN_SESSION | OP_KEEPS_BODY),
+
+	OP_FIXED(MODEL_OPEN, op_model_open, model_open, name, OP_IN_MODELS),
+	OP_VARLEN(MODEL_OPEN_UPLOADED, op_model_open_uploaded,
+		  struct djinn_model_upload, UPLOAD_MAX, OP_IN_MODELS),
+	OP_FIXED(MODEL_CLOSE, op_model_close, handle, handle, OP_IN_MODELS),
+	OP_FIXED(CTX_NEW, op_ctx_new, ctx_new, __reserved, OP_IN_MODELS),
+	OP_FIXED(CTX_FREE, op_ctx_free, handle, handle, OP_IN_MODELS),
+	OP_FIXED(CTX_FORK, op_ctx_fork, handle, handle, OP_IN_MODELS),
+	OP_FIXED(CTX_RESET, op_ctx_reset, handle, handle, OP_IN_MODELS),
+	OP_VARLEN(CTX_PREFILL, op_ctx_prefill, struct djinn_ctx_step, STEP_MAX,
+		  OP_IN_MODELS),
+	OP_FIXED(CTX_DECODE, op_ctx_decode, ctx_step, sampling, OP_IN_MODELS),
+	OP_FIXED(CTX_RESUME, op_ctx_resume, ctx_resume, hidden, OP_IN_MODELS),
+
+	OP_NONE(ADMIN_SESSIONS, op_admin_sessions, OP_ADMIN),
+	OP_FIXED(ADMIN_KILL, op_admin_kill, admin_kill, session_id, OP_ADMIN),
+	OP_NONE(ADMIN_VMU, op_admin_vmu, OP_ADMIN),
+	OP_NONE(ADMIN_STATS, op_admin_stats, OP_ADMIN),
+	OP_NONE(ADMIN_MODELS, op_admin_models, OP_ADMIN),
+	OP_FIXED(ADMIN_MODEL_EVICT, op_admin_model_evict, admin_model_evict,
+		 name, OP_ADMIN),
+	OP_GREW(ADMIN_FAULT_INJECT, op_admin_fault_inject, admin_fault,
+		OP_ADMIN),
+	OP_NONE(ADMIN_SCHED, op_admin_sched, OP_ADMIN),
 };
 
+/* A row is there when a socket serves it. */
 static const struct op_desc *op_desc(uint16_t op)
 {
-	if (op >= sizeof(op_table) / sizeof(op_table[0]) || !op_table[op].name)
+	if (op >= sizeof(op_table) / sizeof(op_table[0]) ||
+	    !(op_table[op].flags & (OP_CLIENT | OP_ADMIN)))
 		return NULL;
 	return &op_table[op];
 }
@@ -1514,33 +1318,86 @@ bool ops_known(uint16_t op)
 
 const char *ops_name(uint16_t op)
 {
-	const struct op_desc *d = op_desc(op);
+	const char *label = djinn_wire_op_label(op);
 
-	return d ? d->name : "unknown";
+	return label ? label : "unknown";
 }
 
 int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
 		 uint64_t *fixed, uint64_t *max)
 {
 	const struct op_desc *d = op_desc(hdr->opcode);
-	bool admin_op = hdr->opcode >= DJINN_OP_ADMIN_SESSIONS;
 
 	if (!d)
 		return -EOPNOTSUPP;
-	*fixed = d->fixed;
-	*max = d->max;
 	/* The admin socket serves HELLO and the admin opcodes only. */
-	if (admin_op != c->admin && hdr->opcode != DJINN_OP_HELLO)
+	if (!(d->flags & (c->admin ? OP_ADMIN : OP_CLIENT)))
 		return -EPERM;
+	*fixed = d->flags & OP_STREAM ? d->size : 0;
+	*max = d->flags & (OP_VAR | OP_STREAM) ? d->max : OPS_STRUCT_MAX;
+	return 0;
+}
+
+/*
+ * A fixed-size request's @len bytes into @req, by copy_struct_from_user()'s
+ * rules: a short one (down to the row's minimum, checked already) is
+ * zero-filled, a long one cut to the struct when the bytes past it are
+ * zero: the fields a newer client has and left unset. A byte set there
+ * asks for what this djinnd does not know: -E2BIG, and nothing done.
+ */
+static int req_copy(struct conn *c, const struct djinn_hdr *hdr,
+		    const struct op_desc *d, union op_req *req,
+		    const uint8_t *body, uint64_t len)
+{
+	for (uint64_t i = d->size; i < len; i++) {
+		if (!body[i])
+			continue;
+		conn_error(c, hdr, -E2BIG,
+			   "%s takes %u bytes; byte %llu of the %llu sent is "
+			   "not zero: a field this djinnd does not know",
+			   djinn_wire_op_name(hdr->opcode), d->size,
+			   (unsigned long long)i, (unsigned long long)len);
+		return -E2BIG;
+	}
+	memset(req, 0, sizeof(*req));
+	memcpy(req, body, len < d->size ? len : d->size);
 	return 0;
 }
 
 void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		uint64_t len)
 {
-	const struct op_desc *d = op_desc(hdr->opcode);
+	const struct op_desc *d = op_desc(hdr->opcode); /* ops_body_len() */
+	struct session *s = NULL;
+	union op_req req;
+	void *p = body;
 
-	d->handle(c, hdr, body, len); /* ops_body_len() found it */
-	if (!d->keeps_body)
+	if (len < d->min_size) {
+		conn_error(c, hdr, -EINVAL,
+			   "%s takes at least %u bytes, not %llu",
+			   djinn_wire_op_name(hdr->opcode), d->min_size,
+			   (unsigned long long)len);
+		goto out_free;
+	}
+	if (!(d->flags & OP_VAR)) {
+		if (req_copy(c, hdr, d, &req, body, len))
+			goto out_free;
 		free(body);
+		body = NULL;
+		p = &req;
+		len = d->size;
+	}
+	if (d->flags & OP_SESSION) {
+		s = op_session(c, hdr, d->flags);
+		if (!s)
+			goto out_free;
+	}
+	d->handle(c, hdr, s, p, len);
+	if (s)
+		session_put(s);
+	if (d->flags & OP_KEEPS_BODY)
+		return;
+
+out_free:
+	free(body);
 }

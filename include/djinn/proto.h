@@ -39,10 +39,14 @@
  *   -EOPNOTSUPP    unknown opcode; also a DJINN_TENSOR_MODULE upload or a
  *                  KERNEL node on a backend without client kernels
  *   -EINVAL        reserved field or unknown flag set, bad enum value,
- *                  malformed payload (the message names the field)
+ *                  malformed payload (the message names the field), a
+ *                  payload shorter than its struct's first version
  *   -EMSGSIZE      payload_len over DJINN_MAX_PAYLOAD, or over what the
  *                  opcode allows; checked before anything is allocated
- *   -E2BIG         a limit below exceeded (dims, nodes, tensor bytes)
+ *   -E2BIG         a limit below exceeded (dims, nodes, tensor bytes); a
+ *                  non-zero byte past the request's struct (a field this
+ *                  server does not know: Documentation/protocol.rst,
+ *                  "Request sizes")
  *   -ENOENT        no such session, tensor or text entry; also stale,
  *                  foreign and forged handles
  *   -EPERM         the session is not attached to this connection, or the
@@ -141,7 +145,7 @@ enum djinn_op {
 	DJINN_OP_CTX_PREFILL = 19,
 	DJINN_OP_CTX_DECODE = 20,
 	DJINN_OP_CTX_RESUME = 21,
-	/* 22 stays unassigned: test_daemon's unknown-opcode test uses it */
+	/* 22 stays unassigned: test_framing's unknown-opcode test uses it */
 	DJINN_OP_MODEL_OPEN_UPLOADED = 23,
 	/* A session on /dev/djinn (DJINN_FEAT_KMOD): see DOC: sessions. */
 	DJINN_OP_SESSION_BIND = 32,

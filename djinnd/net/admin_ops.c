@@ -1,0 +1,385 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The admin socket's opcodes (root or the djinn group): the sessions,
+ * memory, schedulers, counters and models of every device, killing a
+ * session, evicting a model, and for tests a device fault. Their rows
+ * are in ops.c's table, which serves them on the admin socket only.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+#include "model/runtime.h"
+#include "net/conn.h"
+#include "net/ops.h"
+
+/* ---------------------------------------------------------------------- */
+/* Sessions */
+
+void op_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
+		       struct session *unused, void *req, uint64_t len)
+{
+	struct server *srv = c->srv;
+	uint64_t n = srv->nr_sessions, i = 0;
+	size_t rlen = 8 + n * sizeof(struct djinn_admin_session);
+	uint8_t *buf = calloc(1, rlen);
+	struct djinn_admin_session *e = (void *)(buf + 8);
+	struct session *s;
+
+	if (!buf) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	list_for_each_entry(s, &srv->sessions, node) {
+		struct vmu_usage u;
+
+		vmu_session_usage(s->vs, &u);
+		e[i] = (struct djinn_admin_session){
+			.id = s->id,
+			.priority = s->priority,
+			.phase = s->phase,
+			.lease_ns = s->lease_ns,
+			.deadline_ns = s->deadline_ns,
+			.data_bytes = u.data_bytes,
+			.resident = u.resident,
+			.swapped = u.swapped,
+			.text_refs = u.text_refs,
+			.tensors = s->nr_tensors,
+			.requests = s->requests,
+			.uid = (uint32_t)s->uid,
+			.pid = (int32_t)s->pid,
+			.device = s->dev->index,
+		};
+		memcpy(e[i].tenant, s->tenant, sizeof(e[i].tenant));
+		i++;
+	}
+	memcpy(buf, &(uint32_t){ (uint32_t)i }, sizeof(uint32_t));
+	conn_reply(c, hdr, buf, 8 + i * sizeof(*e), NULL, 0, NULL, NULL);
+	free(buf);
+}
+
+void op_admin_kill(struct conn *c, const struct djinn_hdr *hdr,
+		   struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_admin_kill *k = req;
+	struct session *s = session_get(c->srv, k->session_id);
+
+	if (!s) {
+		conn_error(c, hdr, -ENOENT, "no session %llu",
+			   (unsigned long long)k->session_id);
+		return;
+	}
+	session_end(c->srv, s, SESSION_KILLED);
+	session_put(s);
+	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Devices */
+
+/* One device's entry of ADMIN_VMU's answer. */
+static void admin_vmu_fill(struct device *d, struct djinn_admin_vmu *out)
+{
+	struct djinn_admin_vmu r = { 0 };
+	struct vmu_stats st;
+
+	vmu_get_stats(d->vmu, &st);
+	snprintf(r.device, sizeof(r.device), "%s", d->name);
+	r.capacity = st.capacity;
+	r.granularity = st.granularity;
+	r.committed = st.committed;
+	r.reserved = st.reserved;
+	r.free = st.free;
+	r.pressure = st.pressure;
+	for (int i = 0; i < VMU_NR_SEGS; i++)
+		r.seg[i] = (struct djinn_admin_seg){ st.seg[i].used,
+						     st.seg[i].peak,
+						     st.seg[i].entries };
+	r.text_cached = st.text_cached;
+	r.text_evictions = st.text_evictions;
+	r.swap_outs = st.swap_outs;
+	r.swap_ins = st.swap_ins;
+	r.swapped_out_bytes = st.swapped_out_bytes;
+	r.swapped_in_bytes = st.swapped_in_bytes;
+	r.swapped_now = st.swapped_now;
+	r.admits = st.admits;
+	r.admit_refusals = st.admit_refusals;
+	r.quota_refusals = st.quota_refusals;
+	*out = r;
+}
+
+void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr,
+		  struct session *unused, void *req, uint64_t len)
+{
+	unsigned int n = c->srv->nr_dev;
+	struct djinn_admin_vmu *rs = calloc(n, sizeof(*rs));
+
+	if (!rs) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	for (unsigned int i = 0; i < n; i++)
+		admin_vmu_fill(&c->srv->dev[i], &rs[i]);
+	conn_reply(c, hdr, rs, n * sizeof(*rs), NULL, 0, NULL, NULL);
+	free(rs);
+}
+
+/* ADMIN_SCHED: every device's scheduler, then every session. */
+void op_admin_sched(struct conn *c, const struct djinn_hdr *hdr,
+		    struct session *unused, void *req, uint64_t len)
+{
+	struct server *srv = c->srv;
+	unsigned int nd = srv->nr_dev;
+	uint64_t ns = srv->nr_sessions, i = 0;
+	size_t rlen = 8 + nd * sizeof(struct djinn_admin_sched_dev) +
+		      ns * sizeof(struct djinn_admin_sched_session);
+	uint8_t *buf = calloc(1, rlen);
+	struct djinn_admin_sched_dev *d = (void *)(buf + 8);
+	struct djinn_admin_sched_session *e = (void *)(d + nd);
+	struct session *s;
+
+	if (!buf) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	for (unsigned int k = 0; k < nd; k++) {
+		struct device *dv = &srv->dev[k];
+		struct sched_stats st;
+		struct vmu_stats vs;
+
+		sched_get_stats(dv->sched, &st);
+		vmu_get_stats(dv->vmu, &vs);
+		snprintf(d[k].device, sizeof(d[k].device), "%s", dv->name);
+		d[k].policy = sched_policy(dv->sched);
+		d[k].busy = sched_busy(dv->sched);
+		for (unsigned int l = 0; l < SCHED_LANES; l++)
+			sched_depth(dv->sched, l, &d[k].queued[l],
+				    &d[k].running[l]);
+		d[k].admit_waiting = (uint32_t)vs.admit_waiting;
+		d[k].swap_out_bps = st.swap_out_bps;
+		d[k].swap_in_bps = st.swap_in_bps;
+		d[k].swaps_signal = st.swaps_signal;
+		d[k].swaps_pressure = vs.swap_outs > st.swaps_signal ?
+					      vs.swap_outs - st.swaps_signal :
+					      0;
+		d[k].swap_bytes_out = vs.swapped_out_bytes;
+		d[k].swap_bytes_in = vs.swapped_in_bytes;
+		d[k].prefetches = st.prefetches;
+		d[k].prefetch_hits = st.prefetch_hits;
+		d[k].prefetch_misses = st.prefetch_misses;
+		d[k].admit_waits = vs.admit_waits;
+		d[k].admit_timeouts = vs.admit_timeouts;
+	}
+	list_for_each_entry(s, &srv->sessions, node) {
+		if (i == ns)
+			break;
+		sched_session_info(s->dev->sched, s, &e[i++]);
+	}
+	memcpy(buf, &(uint32_t){ nd }, sizeof(uint32_t));
+	memcpy(buf + 4, &(uint32_t){ (uint32_t)i }, sizeof(uint32_t));
+	conn_reply(c, hdr, buf,
+		   8 + nd * sizeof(*d) +
+			   i * sizeof(struct djinn_admin_sched_session),
+		   NULL, 0, NULL, NULL);
+	free(buf);
+}
+
+void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
+		    struct session *unused, void *req, uint64_t len)
+{
+	const struct server_stats *st = &c->srv->st;
+	struct djinn_admin_stats r = {
+		.uptime_ns = loop_now() - server_started_ns,
+		.conns = c->srv->nr_conns,
+		.conns_accepted = st->conns_accepted,
+		.sessions = c->srv->nr_sessions,
+		.sessions_opened = st->sessions_opened,
+		.sessions_closed = st->sessions_ended[SESSION_CLOSED],
+		.sessions_expired = st->sessions_ended[SESSION_EXPIRED],
+		.sessions_killed = st->sessions_ended[SESSION_KILLED],
+		.requests = st->requests,
+		.errors = st->errors,
+		.bytes_in = st->bytes_in,
+		.bytes_out = st->bytes_out,
+		.graphs_run = st->graphs_run,
+		.graphs_failed = st->graphs_failed,
+	};
+
+	for (unsigned int i = 0; i < c->srv->nr_dev; i++) {
+		unsigned int q, run;
+
+		sched_depth(c->srv->dev[i].sched, SCHED_COMPUTE, &q, &run);
+		r.queue_depth += q + run;
+	}
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+/* For tests (djinnd --fault-injection): fault the device; with
+ * DJINN_FAULT_DEAD it dies, and djinnd exits once the answer is out. */
+void op_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
+			   struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_admin_fault_req *q = req;
+	struct djinn_admin_fault r = { 0 };
+	struct device *d;
+	int ret;
+
+	if (q->flags & ~DJINN_FAULT_DEAD) {
+		conn_error(c, hdr, -EINVAL, "unknown flags %#x",
+			   q->flags & ~DJINN_FAULT_DEAD);
+		return;
+	}
+	if (q->device >= c->srv->nr_dev) {
+		conn_error(c, hdr, -ENODEV,
+			   "no device %u: this djinnd has %u device%s",
+			   q->device, c->srv->nr_dev,
+			   c->srv->nr_dev == 1 ? "" : "s");
+		return;
+	}
+	if (!c->srv->cfg.fault_injection) {
+		conn_error(c, hdr, -EPERM,
+			   "fault injection is off: start djinnd with "
+			   "--fault-injection (for tests only)");
+		return;
+	}
+	d = &c->srv->dev[q->device];
+	ret = server_fault_inject(c->srv, d, q->flags, r.what, sizeof(r.what));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", r.what);
+		return;
+	}
+	r.faults = __atomic_load_n(&d->backend->faults, __ATOMIC_ACQUIRE);
+	snprintf(r.device, sizeof(r.device), "%s", d->name);
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Models */
+
+/* ADMIN_MODELS' entries sort by name, then device. */
+static int admin_model_cmp(const void *a, const void *b)
+{
+	const struct djinn_admin_model *x = a, *y = b;
+	int d = strcmp(x->name, y->name);
+
+	if (d)
+		return d;
+	return x->device < y->device ? -1 : x->device > y->device;
+}
+
+void op_admin_models(struct conn *c, const struct djinn_hdr *hdr,
+		     struct session *unused, void *req, uint64_t len)
+{
+	struct server *srv = c->srv;
+	struct djinn_admin_model *e = NULL;
+	size_t n = 0, rlen;
+	uint32_t *r;
+	int ret = 0;
+
+	/* Each device's store: a model opened on two is loaded on both. */
+	for (unsigned int d = 0; d < srv->nr_dev && !ret; d++) {
+		struct model_info *list = NULL;
+		struct djinn_admin_model *ne;
+		size_t k = 0;
+
+		if (!srv->dev[d].models)
+			continue;
+		ret = model_store_list(srv->dev[d].models, &list, &k);
+		if (ret || !k) {
+			free(list);
+			continue;
+		}
+		ne = realloc(e, (n + k) * sizeof(*e));
+		if (!ne) {
+			free(list);
+			ret = -ENOMEM;
+			break;
+		}
+		e = ne;
+		for (size_t i = 0; i < k; i++) {
+			struct djinn_admin_model *m = &e[n + i];
+
+			memset(m, 0, sizeof(*m));
+			memcpy(m->name, list[i].name, sizeof(m->name));
+			m->arch = list[i].arch; /* enum djinn_arch */
+			m->dtype = list[i].dtype;
+			m->bytes = list[i].bytes;
+			m->holders = list[i].holders;
+			m->device = d;
+			memcpy(m->fp, list[i].fp, sizeof(m->fp));
+		}
+		n += k;
+		free(list);
+	}
+	if (ret) {
+		free(e);
+		conn_error(c, hdr, ret, "cannot list models");
+		return;
+	}
+	if (n)
+		qsort(e, n, sizeof(*e), admin_model_cmp);
+	rlen = 8 + n * sizeof(*e);
+	r = calloc(1, rlen);
+	if (!r) {
+		free(e);
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	r[0] = (uint32_t)n;
+	if (n)
+		memcpy(r + 2, e, n * sizeof(*e));
+	conn_reply(c, hdr, r, rlen, NULL, 0, NULL, NULL);
+	free(r);
+	free(e);
+}
+
+void op_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
+			  struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_admin_model_evict *r = req;
+	char msg[DJINN_MAX_ERROR_MSG];
+	unsigned int evicted = 0;
+	size_t n;
+	int ret;
+
+	n = strnlen(r->name, sizeof(r->name));
+	if (n == sizeof(r->name) ||
+	    !ops_all_zero(r->name + n, sizeof(r->name) - n)) {
+		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
+		return;
+	}
+	if (!c->srv->dev[0].models) {
+		conn_error(c, hdr, -ENOENT, "this djinnd serves no models");
+		return;
+	}
+	/* From every device that has it unheld. -ENOENT where none has
+	 * it; the first refusal (-EBUSY: held) where none let it go. */
+	ret = -ENOENT;
+	msg[0] = 0;
+	for (unsigned int d = 0; d < c->srv->nr_dev; d++) {
+		char why[DJINN_MAX_ERROR_MSG - 32];
+		int r1 = model_store_evict(c->srv->dev[d].models, r->name, why,
+					   sizeof(why));
+
+		if (!r1)
+			evicted++;
+		else if (r1 == -ENOENT && !msg[0])
+			snprintf(msg, sizeof(msg), "%s", why);
+		else if (r1 != -ENOENT && ret == -ENOENT) {
+			ret = r1;
+			if (c->srv->nr_dev > 1)
+				snprintf(msg, sizeof(msg), "%s (device %u)",
+					 why, d);
+			else
+				snprintf(msg, sizeof(msg), "%s", why);
+		}
+	}
+	if (evicted)
+		ret = 0;
+	if (ret)
+		conn_error(c, hdr, ret, "%s", msg);
+	else
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+}

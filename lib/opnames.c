@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Every wire opcode's name, once. The two lookups are switches over enum
+ * djinn_op without a default, so an opcode added to proto.h without a
+ * row here is a build error (-Wswitch, in -Wall; -Werror), with gcc and
+ * clang alike.
+ */
+#include <stddef.h>
+
+#include <djinn/proto.h>
+
+#include "opnames.h"
+
+/* X(OP, label): DJINN_OP_##OP and its metric label, OP in lower case. */
+#define WIRE_OPS(X)                                 \
+	X(HELLO, hello)                             \
+	X(SESSION_OPEN, session_open)               \
+	X(SESSION_ATTACH, session_attach)           \
+	X(SESSION_CLOSE, session_close)             \
+	X(HEARTBEAT, heartbeat)                     \
+	X(SIGNAL, signal)                           \
+	X(TENSOR_CREATE, tensor_create)             \
+	X(TENSOR_WRITE, tensor_write)               \
+	X(TENSOR_READ, tensor_read)                 \
+	X(TENSOR_RELEASE, tensor_release)           \
+	X(TEXT_LOOKUP, text_lookup)                 \
+	X(GRAPH_SUBMIT, graph_submit)               \
+	X(MODEL_OPEN, model_open)                   \
+	X(MODEL_CLOSE, model_close)                 \
+	X(CTX_NEW, ctx_new)                         \
+	X(CTX_FREE, ctx_free)                       \
+	X(CTX_FORK, ctx_fork)                       \
+	X(CTX_RESET, ctx_reset)                     \
+	X(CTX_PREFILL, ctx_prefill)                 \
+	X(CTX_DECODE, ctx_decode)                   \
+	X(CTX_RESUME, ctx_resume)                   \
+	X(MODEL_OPEN_UPLOADED, model_open_uploaded) \
+	X(SESSION_BIND, session_bind)               \
+	X(ADMIN_SESSIONS, admin_sessions)           \
+	X(ADMIN_KILL, admin_kill)                   \
+	X(ADMIN_VMU, admin_vmu)                     \
+	X(ADMIN_STATS, admin_stats)                 \
+	X(ADMIN_MODELS, admin_models)               \
+	X(ADMIN_MODEL_EVICT, admin_model_evict)     \
+	X(ADMIN_FAULT_INJECT, admin_fault_inject)   \
+	X(ADMIN_SCHED, admin_sched)
+
+#define NAME_CASE(op, label) \
+	case DJINN_OP_##op:  \
+		return #op;
+#define LABEL_CASE(op, label) \
+	case DJINN_OP_##op:   \
+		return #label;
+
+const char *djinn_wire_op_name(unsigned int op)
+{
+	switch ((enum djinn_op)op) {
+		WIRE_OPS(NAME_CASE)
+	}
+	return NULL;
+}
+
+const char *djinn_wire_op_label(unsigned int op)
+{
+	switch ((enum djinn_op)op) {
+		WIRE_OPS(LABEL_CASE)
+	}
+	return NULL;
+}
