@@ -118,8 +118,11 @@ INTEG_BINS := $(INTEG_AREAS:%=$(BUILD)/tests/integration/test_%)
 
 # --- benchmarks ----------------------------------------------------------------
 BENCH_BINS := $(BUILD)/bench/vmu-bench
-# The network benchmarks: a libdjinn program, linked as the examples are.
+# The network benchmarks: a libdjinn program, linked as the examples are;
+# its main in tools/djinn-bench.c, a benchmark a file in tools/bench/.
 DJINN_BENCH := $(BUILD)/tools/djinn-bench
+DJINN_BENCH_SRCS := tools/djinn-bench.c $(wildcard tools/bench/*.c)
+DJINN_BENCH_OBJS := $(DJINN_BENCH_SRCS:%.c=$(BUILD)/%.o)
 
 # --- examples: libdjinn programs, linked as a user links them -------------------
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
@@ -131,7 +134,7 @@ OBJS = $(SRCS:%.c=$(BUILD)/%.o) $(LIBDJINN_OBJS)
 
 SRCS += $(DJINNCTL_SRCS) tests/integration/open_session.c
 SRCS += $(INTEG_SRCS)
-SRCS += tools/djinn-bench.c
+SRCS += $(DJINN_BENCH_SRCS)
 
 .PHONY: all deps test check asan bench run fuzz format-check clean
 .SECONDARY:
@@ -212,9 +215,9 @@ $(DJINNCTL): $(DJINNCTL_SRCS:%.c=$(BUILD)/%.o)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-$(DJINN_BENCH): $(BUILD)/tools/djinn-bench.o $(BUILD)/libdjinn.so
+$(DJINN_BENCH): $(DJINN_BENCH_OBJS) $(BUILD)/libdjinn.so
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< -L$(BUILD) -ldjinn \
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(DJINN_BENCH_OBJS) -L$(BUILD) -ldjinn \
 		-Wl,-rpath,'$$ORIGIN/..' -lm
 
 $(BUILD)/tests/integration/open_session: $(BUILD)/tests/integration/open_session.o

@@ -71,12 +71,13 @@ INST := $(BUILD)/install
 # tools/djinn (mk/client.mk) when the tree has it.
 INST_DJINN := $(if $(wildcard tools/djinn.c),$(INST)/djinn)
 # The libdjinn programs linked again for installing: no run path into the
-# build tree.
+# build tree. djinn-bench is more than its tools/djinn-bench.o.
 $(INST)/djinn-bench $(INST_DJINN): $(INST)/%: $(BUILD)/tools/%.o \
 		$(BUILD)/libdjinn.so
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< -L$(BUILD) -ldjinn -lm
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD) -ldjinn -lm
+$(INST)/djinn-bench: $(DJINN_BENCH_OBJS)
 # pkg-config and the unit name the installed paths, whatever was built:
 # remade when a path changes.
 INST_PATHS := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(SBINDIR) $(SYSCONFDIR)

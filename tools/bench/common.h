@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What djinn-bench's benchmarks share (tools/bench/common.c): the options,
+ * the transports, the daemon and the other children, the run's deadline,
+ * the JSON lines, latency histograms and raw sockets. Each benchmark is a
+ * file of its own beside this one, run from tools/djinn-bench.c.
+ */
+#ifndef DJINN_TOOLS_BENCH_COMMON_H
+#define DJINN_TOOLS_BENCH_COMMON_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "../../bench/bench.h"
+
+#define KiB ((uint64_t)1 << 10)
+#define MiB ((uint64_t)1 << 20)
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define __printf(a, b) __attribute__((format(printf, a, b)))
+
+#define MAX_XPORTS 2
+
+/*
+ * struct bench_opt - the command line's settings
+ * @seconds: measured time of each rtt loop
+ * @warmup:  time before it
+ * @verbose: progress on stderr
+ * @djinnd:  the djinnd to start, or NULL
+ */
+struct bench_opt {
+	double seconds;
+	double warmup;
+	bool verbose;
+	const char *djinnd;
+};
+
+extern struct bench_opt opt;
+
+/*
+ * struct xport - one transport to benchmark
+ * @name:    "unix" or "tcp"
+ * @addr:    the daemon's address in libdjinn's form
+ * @is_unix: which kind
+ */
+struct xport {
+	const char *name;
+	char addr[PATH_MAX + 8];
+	bool is_unix;
+};
+
+extern struct xport xports[MAX_XPORTS];
+extern unsigned int nr_xports;
+extern char tmpdir[64];
+
+/* Children to stop whatever happens: the daemon and redis-server. */
+extern volatile pid_t daemon_pid, redis_pid, child_pid;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers: time, errors, memory, the run's deadline */
+
+void sleep_ns(uint64_t ns);
+void make_tmpdir(void);
+int stop_child(pid_t pid, int wait_ms);
+void cleanup(void);
+__printf(1, 2) void info(const char *fmt, ...);
+void check(int ret, const char *what);
+void *xmalloc(size_t size);
+void *xcalloc(size_t n, size_t size);
+void *xmalloc_huge(size_t size);
+void on_signal(int sig);
+
+/* ------------------------------------------------------------------------ */
+/* Output */
+
+enum target_kind { T_NONE, T_GE, T_LE };
+
+/*
+ * struct fig - one figure
+ * @metric:        what was measured
+ * @value:         the figure
+ * @unit:          its unit
+ * @baseline:      the reference measured beside it; NAN for none (null)
+ * @baseline_name: what the reference is
+ * @kind, @thr:    the target from TARGETS.md on the ratio, if any
+ * @samples:       how many measurements it is over (0: leave out)
+ * @note:          why there is no baseline, or NULL
+ */
+struct fig {
+	const char *metric;
+	double value;
+	const char *unit;
+	double baseline;
+	const char *baseline_name;
+	enum target_kind kind;
+	double thr;
+	uint64_t samples;
+	const char *note;
+};
+
+void emit(const char *bench, const struct fig *f);
+
+/* ------------------------------------------------------------------------ */
+/* Latency histograms: log-linear, 128 steps per power of two (< 0.8%) */
+
+#define HIST_SUB_BITS 7
+#define HIST_SUB (1u << HIST_SUB_BITS)
+#define HIST_BUCKETS ((64 - HIST_SUB_BITS) * HIST_SUB + HIST_SUB)
+
+unsigned int hist_index(uint64_t v);
+double hist_quantile(const uint64_t *h, uint64_t n, double p);
+
+/* ------------------------------------------------------------------------ */
+/* Raw sockets */
+
+int send_all(int fd, const void *buf, size_t len);
+int recv_all(int fd, void *buf, size_t len, size_t chunk);
+void set_nodelay(int fd);
+
+/*
+ * struct raw_ep - a listening socket of this process
+ * @lfd:     the listener
+ * @sa:      where to connect to it
+ * @is_unix: a unix socket (else TCP on 127.0.0.1)
+ */
+struct raw_ep {
+	int lfd;
+	struct sockaddr_storage sa;
+	socklen_t salen;
+	bool is_unix;
+};
+
+void raw_listen(struct raw_ep *ep, bool is_unix, const char *name);
+void raw_close(struct raw_ep *ep);
+int raw_dial(const struct raw_ep *ep);
+int dial_djinnd(const char *addr);
+unsigned int free_tcp_port(void);
+
+/* ------------------------------------------------------------------------ */
+/* Children: the daemon, and what runs others */
+
+bool in_path(const char *prog);
+bool djinn_answers(const char *addr);
+void daemon_start(void);
+void daemon_stop(void);
+int run_capture(char *const argv[], int timeout_ms, char *out, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* The benchmarks, one file each */
+
+/* tools/bench/rtt.c; the run's deadline allows for its rounds */
+#define RTT_ROUNDS 3
+void bench_rtt(void);
+/* tools/bench/bulk.c */
+void bench_bulk(void);
+/* tools/bench/lazy.c */
+void bench_lazy(void);
+/* tools/bench/stall.c */
+void bench_stall(void);
+
+#endif /* DJINN_TOOLS_BENCH_COMMON_H */
