@@ -80,6 +80,8 @@ static const struct key keys[] = {
 	KEY("device", "threads", T_UINT, SRV(threads), .max = 1024),
 	KEY("memory", "budget", T_SIZE, SRV(cpu_mem), .min = 1ull << 20,
 	    .max = 1ull << 50),
+	KEY("memory", "gpu_budget", T_SIZE, SRV(gpu_mem), .min = 0,
+	    .max = 1ull << 50),
 	KEY("memory", "swap", T_SIZE, SRV(swap), .min = 0, .max = 1ull << 50),
 	KEY("memory", "pressure_warning", T_PCT, SRV(warn_pct), .min = 1,
 	    .max = 100, .reload = CONFIG_RELOAD_PRESSURE),

@@ -46,6 +46,8 @@ static void usage(FILE *f)
 		"                           with the cpu backend, a CPU device\n"
 		"                           each (default: every GPU, or one CPU)\n"
 		"  -m, --cpu-mem SIZE       each CPU device's memory (default 2G)\n"
+		"      --gpu-mem SIZE       each GPU's memory for sessions at most\n"
+		"                           (default: what it has free)\n"
 		"  -t, --threads N          kernel threads (default: one per CPU)\n"
 		"      --lease-ms MS        default lease period (default 10000)\n"
 		"      --leases PROVIDER    auto (default: djinn.ko when /dev/djinn\n"
@@ -78,6 +80,7 @@ enum {
 	OPT_FAULT_INJECTION,
 	OPT_CPU_DEVICE_ONLY,
 	OPT_SCHED_POLICY,
+	OPT_GPU_MEM,
 };
 
 static const struct option opts[] = {
@@ -89,6 +92,7 @@ static const struct option opts[] = {
 	{ "backend", required_argument, NULL, 'b' },
 	{ "device", required_argument, NULL, 'd' },
 	{ "cpu-mem", required_argument, NULL, 'm' },
+	{ "gpu-mem", required_argument, NULL, OPT_GPU_MEM },
 	{ "threads", required_argument, NULL, 't' },
 	{ "lease-ms", required_argument, NULL, OPT_LEASE_MS },
 	{ "leases", required_argument, NULL, OPT_LEASES },
@@ -133,6 +137,8 @@ static const char *flag_key(int c)
 		return "device.devices";
 	case 'm':
 		return "memory.budget";
+	case OPT_GPU_MEM:
+		return "memory.gpu_budget";
 	case 't':
 		return "device.threads";
 	case OPT_LEASE_MS:

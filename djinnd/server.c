@@ -274,7 +274,8 @@ static int backends_open(const struct server_config *cfg, struct backend **out,
 				 "no CUDA device %u: the driver sees %u", i, n);
 			goto undo;
 		}
-		ret = cuda_backend_create(i, 0, &out[k], msg, sizeof(msg));
+		ret = cuda_backend_create(i, cfg->gpu_mem, &out[k], msg,
+					  sizeof(msg));
 		if (ret) {
 			snprintf(why, sizeof(why), "cuda:%u: %s", i, msg);
 			goto undo;

@@ -40,6 +40,8 @@ struct server_config {
 	const char *admin_socket;
 	const char *backend; /* "cpu" */
 	uint64_t cpu_mem;
+	uint64_t gpu_mem; /* each GPU's bytes for sessions at most; 0: what
+			   * it has free, less a headroom */
 	uint64_t swap; /* host bytes swapped data may hold, per device; 0:
 			* as much as the device has */
 	unsigned int threads; /* kernel threads, 0: one per CPU */

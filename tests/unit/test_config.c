@@ -59,6 +59,7 @@ static void test_defaults(void **state)
 	config_init(&c);
 	assert_string_equal(c.srv.backend, "cpu");
 	assert_int_equal(c.srv.cpu_mem, 2ull << 30);
+	assert_int_equal(c.srv.gpu_mem, 0);
 	assert_int_equal(c.srv.lease_default_ns, 10000000000ull);
 	assert_int_equal(c.srv.warn_pct, 80);
 	assert_int_equal(c.srv.crit_pct, 95);
@@ -91,6 +92,7 @@ static void test_good_file(void **state)
 				  "threads = 3\n"
 				  "[memory]\n"
 				  "budget = 512M\n"
+				  "gpu_budget = 40G\n"
 				  "pressure_warning = 60\n"
 				  "pressure_critical = 90\n"
 				  "[lease]\n"
@@ -114,6 +116,7 @@ static void test_good_file(void **state)
 	assert_int_equal(c.srv.devices, 1);
 	assert_int_equal(c.srv.threads, 3);
 	assert_int_equal(c.srv.cpu_mem, 512ull << 20);
+	assert_int_equal(c.srv.gpu_mem, 40ull << 30);
 	assert_int_equal(c.srv.warn_pct, 60);
 	assert_int_equal(c.srv.crit_pct, 90);
 	assert_int_equal(c.srv.lease_default_ns, 30000000000ull);
@@ -181,6 +184,8 @@ static void test_bad_files(void **state)
 		{ "[memory]\nbudget = 99999999999999999999\n", 2,
 		  "memory.budget" },
 		{ "[memory]\nbudget = 20000000T\n", 2, "memory.budget" },
+		{ "[memory]\ngpu_budget = 4Q\n", 2,
+		  "memory.gpu_budget: '4Q': want a size" },
 		{ "[memory]\npressure_warning = 101\n", 2,
 		  "memory.pressure_warning: '101': want a number from 1 to 100 "
 		  "(percent)" },
