@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * agent-bench: agent density under djinnd's memory policies. N agents,
- * each its own connection, session and context on one shared model (a
- * small GPT-2-shaped model with seeded random f32 weights, written once
- * by scripts/mkmodel.py), arrive as a Poisson process and each runs:
+ * agent-bench: agent density under djinnd's memory policies. N agents
+ * live at once, each its own connection, session and context on one
+ * shared model (a small GPT-2-shaped model with seeded random f32
+ * weights, written once by scripts/mkmodel.py). Each agent runs:
  *
  *	prefill --prompt P tokens
  *	turn 0: decode --decode M greedy tokens
@@ -25,11 +25,27 @@
  * djinn_tool_call_end(). Every token, duration and arrival comes from
  * --seed and the agent's number, so agent i does the same in every run.
  *
+ * N is the number of agents live together, not the number run: a run
+ * has N slots, whose first agents arrive as a Poisson process
+ * (--arrival-rate); when a slot's agent has run its K turns, the next
+ * agent takes its place at once (a closed loop, as load generators hold
+ * N users). The turns measured are those ready in the window from the
+ * last slot's arrival, when N agents are live, to --measure seconds
+ * later; at the window's end no agent starts and those waiting on tools
+ * stop. (Counting every turn of N agents that each arrive and leave
+ * would measure fewer than N together: at 2 arrivals a second and
+ * lifetimes of about ten seconds, about 20 agents live at once whatever
+ * N is past 20, and the ramp's first turns would weigh as much as the
+ * rest.) A slot's agents share its number, so its prompt and tool
+ * outputs (and thus the reference tokens), with tool durations drawn
+ * anew for each.
+ *
  * Per-turn latency: from the agent being ready (its arrival, for turn 0,
  * which thus includes connecting, opening the session and the model and
  * the prompt's prefill; the tool's end for later turns) to the turn's
- * last decoded token. Job completion time (JCT): arrival to the last
- * turn's end.
+ * last decoded token; also given apart for first and later turns. Job
+ * completion time (JCT): arrival to the last turn's end, of the agents
+ * that completed.
  *
  * For each --policies policy and each N, a fresh djinnd (the built
  * binary) runs with --backend cpu --cpu-mem BUDGET --sched-policy POLICY
@@ -44,7 +60,8 @@
  *  - tokens: each agent alone, one after the other, on a djinnd with a
  *    generous budget (--ref-mem) and no tool sleeps. Greedy decoding is
  *    deterministic given the tokens fed, so every agent of every run
- *    must decode exactly these tokens ("tokens_equal").
+ *    must decode exactly these tokens, as many turns as it ran
+ *    ("tokens_equal").
  *  - the SLO: 2 x the p99 turn latency of one agent alone: agents 0 ..
  *    --slo-agents - 1, each alone in turn, with real tool sleeps, on a
  *    budgeted djinnd under the semantic policy; their turns are pooled.
@@ -68,14 +85,17 @@
  * its "limit"; the last lines are each policy's "agent_density" and the
  * ratios. bench/agent_plot.py draws them.
  *
- * --backend cuda runs djinnd with --backend cuda and a bigger model, and
- * exits 77 saying why on a host without an NVIDIA GPU or a djinnd without
- * the CUDA backend. (djinnd's --cpu-mem does not bound a GPU's memory.)
+ * --backend cuda runs djinnd with --backend cuda, --gpu-mem BUDGET
+ * (default 1536 MiB: the 12x768 model below, its stack and about 8
+ * agents' caches) and a bigger model, and exits 77 saying why on a host
+ * without an NVIDIA GPU or a djinnd without the CUDA backend. It has not
+ * run on a GPU yet.
  *
  * Usage: agent-bench [--agents N,N,...] [--bisect LO:HI] [--turns K]
  *                    [--prompt P] [--decode M] [--tool-tokens T]
  *                    [--tool-median-ms MS] [--tool-sigma S]
  *                    [--estimate-error E] [--arrival-rate PER_S]
+ *                    [--measure S]
  *                    [--cpu-mem SIZE] [--ref-mem SIZE] [--swap SIZE]
  *                    [--max-tokens N]
  *                    [--seed N] [--policies semantic,lru,static]
@@ -91,7 +111,7 @@
  *   make bench-agent [AGENT_BENCH_ARGS='--agents 4,16 --policies lru']
  *   agent-bench --bisect 4:64 --estimate-error 0.5 --out /tmp/a.jsonl
  *
- * Defaults (a full run takes about eight minutes on two CPU cores): a
+ * Defaults (a full run takes about ten minutes on two CPU cores): a
  * model of 8 layers, 128 wide, 2 heads, a vocabulary of 4096 and contexts
  * of 1024 tokens (8 KiB of KV cache a token, as GPT-2 124M's tenth, for
  * a quarter of the compute of 4 layers of 256; 9 MB of weights); agents
@@ -99,8 +119,9 @@
  * outputs (contexts reach 928 tokens, 7.3 MiB) in contexts of
  * --max-tokens 1024 (8 MiB, what static reserves), prefill chunks of 64,
  * tools of median 1 s and sigma 1 (an agent waits on tools about 95% of
- * its time), 2 arrivals a second (faster, the agents' 512-token prompts
- * queue behind each other and turn 0 measures the arrival burst), a
+ * its time), slots arriving 2 a second (faster, the first agents'
+ * 512-token prompts queue behind each other), a window of --measure 20
+ * seconds (about 12 turns an agent live), a
  * budget of 64 MiB (weights 10, stack 10, about 40 left for KV caches:
  * 5 reserved contexts, or 5 agents' caches at full length) with 1 GiB of
  * host memory for swapped data (--swap: memory.swap; with djinnd's
@@ -108,7 +129,8 @@
  * policy alike), djinnd --threads 1 (its kernels on one core, leaving the
  * other to the memory executor, as a GPU's copy engines are beside its
  * SMs; with both cores in the kernels, every copy slows the compute
- * that waits for it), and N from 2 to 32.
+ * that waits for it), and N from 4 to 32. A policy's sweep stops at
+ * its first refusal (refusals only grow with N).
  *
  * Exit status: 0 the run completed (whether or not the targets were
  * met), 1 a failure, 2 usage, 77 --backend cuda without a GPU.
@@ -143,6 +165,9 @@
 #define MAX_POLICIES 3
 #define MAX_POINTS 64 /* (policy, N) runs kept per policy */
 #define MAX_LIST 32
+/* --backend cuda's default budget: the 12x768 model's 0.5 GB of weights,
+ * its stack, and about 8 agents' caches at 67 MB */
+#define CUDA_BUDGET (1536 * MiB)
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -171,6 +196,7 @@ static struct {
 	unsigned int bisect_lo, bisect_hi;
 	unsigned int turns, prompt, decode, tool_tokens, chunk;
 	double tool_median_ms, tool_sigma, estimate_error, arrival_rate;
+	double measure_s;
 	uint64_t cpu_mem, ref_mem, swap;
 	unsigned int max_tokens;
 	uint64_t seed;
@@ -180,8 +206,8 @@ static struct {
 	const char *mkmodel, *model_args;
 	unsigned int lease_ms, threads, slo_agents, run_timeout_s;
 } opt = {
-	.agents = { 2, 4, 6, 8, 12, 16, 20, 24, 32 },
-	.nr_agents = 9,
+	.agents = { 4, 8, 12, 16, 24, 32 },
+	.nr_agents = 6,
 	.threads = 1,
 	.turns = 6,
 	.prompt = 512,
@@ -191,6 +217,7 @@ static struct {
 	.tool_median_ms = 1000,
 	.tool_sigma = 1.0,
 	.arrival_rate = 2,
+	.measure_s = 20,
 	.cpu_mem = 64 * MiB,
 	.ref_mem = 1024 * MiB,
 	.swap = 1024 * MiB,
@@ -207,6 +234,7 @@ static struct {
 };
 
 static struct model_spec model; /* of the backend, or --model-args */
+static bool cpu_mem_set; /* --cpu-mem given */
 static char model_dir[1024], model_name_buf[32];
 static FILE *out_file;
 static uint32_t vocab;
@@ -539,7 +567,9 @@ static void daemon_start(const char *policy, uint64_t mem)
 	argv[a++] = "--foreground";
 	argv[a++] = "--backend";
 	argv[a++] = opt.backend;
-	argv[a++] = "--cpu-mem";
+	/* the budget bounds the device: a CPU's whole memory, a GPU's
+	 * memory for sessions */
+	argv[a++] = strcmp(opt.backend, "cuda") ? "--cpu-mem" : "--gpu-mem";
 	argv[a++] = memarg;
 	argv[a++] = "--listen";
 	argv[a++] = sock_addr;
@@ -682,18 +712,21 @@ enum mode {
  * struct agent - one agent of one run
  * @arrive:  ns after the run's start
  * @tokens:  its decoded tokens, turns x decode
+ * @round:   the how-manieth agent of its slot (M_LOAD), from 0
  * @turn_ns: per turn, ready to last token (0: not reached)
+ * @ready:   per turn, when it was ready, ns after the run's start
+ * @cut:     stopped by the end of the run's window, not failed
  * @ret:     0, or the first failure's -errno (@where, @msg say more)
  */
 struct agent {
-	unsigned int id;
+	unsigned int id, round;
 	uint64_t arrive;
 	int32_t *tokens;
-	uint64_t *turn_ns;
+	uint64_t *turn_ns, *ready;
 	unsigned int turns_done;
 	uint64_t jct_ns;
 	int ret;
-	bool refused;
+	bool refused, cut;
 	const char *where;
 	char msg[256];
 	pthread_t thread;
@@ -715,10 +748,12 @@ static void agent_tokens(unsigned int id, uint64_t what, unsigned int k,
 		t[i] = (int32_t)(splitmix64(&s) % vocab);
 }
 
-/* Agent @id's tool calls: durations and estimates, ns, turns - 1 each. */
-static void agent_tools(unsigned int id, uint64_t *dur, uint64_t *est)
+/* Agent @id's tool calls in its slot's round @round: durations and
+ * estimates, ns, turns - 1 each. */
+static void agent_tools(unsigned int id, unsigned int round, uint64_t *dur,
+			uint64_t *est)
 {
-	uint64_t s = stream(id, S_TOOL_TIME);
+	uint64_t s = stream(id, S_TOOL_TIME) + round * 0x9e3779b97f4a7c15ull;
 	bool up = splitmix64(&s) & 1;
 
 	for (unsigned int k = 0; k + 1 < opt.turns; k++) {
@@ -738,12 +773,34 @@ static void agent_tools(unsigned int id, uint64_t *dur, uint64_t *est)
 	}
 }
 
+static int32_t *ref_tokens; /* [agent][turns x decode] */
+static unsigned int nr_ref;
+
+/*
+ * run - the run going on
+ * @start:  its start (ns, CLOCK_MONOTONIC); agents arrive after it
+ * @from:   turns ready from here on are measured (M_LOAD: the last
+ *          slot's first arrival, from which N agents are live)
+ * @stop:   the window's end: turns ready from here on are not measured,
+ *          no agent starts, and agents waiting on tools stop (UINT64_MAX:
+ *          no window, the agents run to their end)
+ * @done:   slots ended
+ * @lat:    the measured turns' latencies, ms (@nr_lat of @cap_lat);
+ *          @first, @resume: the same of turns 0 and of the later ones
+ * @jct:    completed agents' job completion times, ms
+ * the rest: counts of agents
+ */
 static struct {
 	enum mode mode;
-	uint64_t start;
+	uint64_t start, from, stop;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	unsigned int done;
+	double *lat, *first, *resume, *jct;
+	size_t nr_lat, nr_first, nr_resume, nr_jct;
+	size_t cap_lat, cap_first, cap_resume, cap_jct;
+	unsigned int agents, completed, refusals, errors, checked, equal;
+	char first_err[320];
 } run;
 
 /* Append @t[@n] to @c in prefills of --prefill-chunk tokens at most. */
@@ -790,7 +847,7 @@ static void *agent_main(void *arg)
 		agent_failed(a, -ENOMEM, "calloc");
 		goto out;
 	}
-	agent_tools(a->id, dur, est);
+	agent_tools(a->id, a->round, dur, est);
 	sleep_until(t_arr);
 	ready = now_ns();
 	ret = djinn_connect(sock_addr, &conn);
@@ -828,6 +885,12 @@ static void *agent_main(void *arg)
 				agent_failed(a, ret, "tool_call_begin");
 				goto out;
 			}
+			if (now_ns() + dur[k - 1] >= run.stop) {
+				/* the window ends before the tool does */
+				sleep_until(run.stop);
+				a->cut = true;
+				goto out;
+			}
 			sleep_ns(dur[k - 1]);
 			ready = now_ns();
 			ret = djinn_tool_call_end(s);
@@ -854,6 +917,7 @@ static void *agent_main(void *arg)
 			goto out;
 		}
 		a->turn_ns[k] = now_ns() - ready;
+		a->ready[k] = ready - run.start;
 		a->turns_done = k + 1;
 	}
 	a->jct_ns = now_ns() - t_arr;
@@ -865,10 +929,6 @@ out:
 		djinn_session_close(s);
 	djinn_disconnect(conn);
 	free(buf);
-	pthread_mutex_lock(&run.lock);
-	run.done++;
-	pthread_cond_signal(&run.cond);
-	pthread_mutex_unlock(&run.lock);
 	return NULL;
 }
 
@@ -876,12 +936,14 @@ static void agent_init(struct agent *a, unsigned int id, uint64_t arrive)
 {
 	free(a->tokens);
 	free(a->turn_ns);
+	free(a->ready);
 	memset(a, 0, sizeof(*a));
 	a->id = id;
 	a->arrive = arrive;
 	a->tokens = calloc((size_t)opt.turns * opt.decode, sizeof(int32_t));
 	a->turn_ns = calloc(opt.turns, sizeof(uint64_t));
-	if (!a->tokens || !a->turn_ns)
+	a->ready = calloc(opt.turns, sizeof(uint64_t));
+	if (!a->tokens || !a->turn_ns || !a->ready)
 		fail("no memory");
 }
 
@@ -939,19 +1001,124 @@ static void warm_close(struct warm *w)
 	memset(w, 0, sizeof(*w));
 }
 
+static void push(double **v, size_t *nr, size_t *cap, double x)
+{
+	if (*nr == *cap) {
+		size_t c = *cap ? 2 * *cap : 256;
+		double *n = realloc(*v, c * sizeof(**v));
+
+		if (!n)
+			fail("no memory");
+		*v = n;
+		*cap = c;
+	}
+	(*v)[(*nr)++] = x;
+}
+
+/* Count agent @a, ended, into the run: its measured turns, its failure
+ * or its JCT, and whether it decoded its reference tokens. */
+static void bank(const struct agent *a)
+{
+	size_t per = (size_t)opt.turns * opt.decode;
+
+	pthread_mutex_lock(&run.lock);
+	run.agents++;
+	for (unsigned int k = 0; k < a->turns_done; k++) {
+		uint64_t at = run.start + a->ready[k];
+		double ms = (double)a->turn_ns[k] / 1e6;
+
+		if (at < run.from || at >= run.stop)
+			continue;
+		push(&run.lat, &run.nr_lat, &run.cap_lat, ms);
+		if (k)
+			push(&run.resume, &run.nr_resume, &run.cap_resume, ms);
+		else
+			push(&run.first, &run.nr_first, &run.cap_first, ms);
+	}
+	if (a->ret) {
+		if (a->refused)
+			run.refusals++;
+		else
+			run.errors++;
+		if (!run.first_err[0])
+			snprintf(run.first_err, sizeof(run.first_err),
+				 "agent %u: %s: %s%s%s", a->id, a->where,
+				 strerror(-a->ret), a->msg[0] ? ": " : "",
+				 a->msg);
+	} else if (!a->cut) {
+		run.completed++;
+		push(&run.jct, &run.nr_jct, &run.cap_jct,
+		     (double)a->jct_ns / 1e6);
+	}
+	/* what it decoded, failed or cut or not, is the reference's start */
+	if (a->turns_done && a->id < nr_ref) {
+		size_t n = (size_t)a->turns_done * opt.decode;
+
+		run.checked++;
+		if (!memcmp(a->tokens, ref_tokens + a->id * per,
+			    n * sizeof(int32_t)))
+			run.equal++;
+	}
+	pthread_mutex_unlock(&run.lock);
+}
+
+/* A slot of a load run: its agent, then another in its place as soon as
+ * it ends, until the window closes, so that N agents are live
+ * throughout. A slot whose agent failed ends (a refused agent's
+ * successor would be refused in a tight loop). */
+static void *slot_main(void *arg)
+{
+	struct agent *a = arg;
+
+	for (;;) {
+		unsigned int round = a->round;
+
+		agent_main(a);
+		bank(a);
+		if (a->ret || now_ns() >= run.stop)
+			break;
+		agent_init(a, a->id, now_ns() - run.start);
+		a->round = round + 1;
+	}
+	pthread_mutex_lock(&run.lock);
+	run.done++;
+	pthread_cond_signal(&run.cond);
+	pthread_mutex_unlock(&run.lock);
+	return NULL;
+}
+
+static void run_reset(enum mode mode)
+{
+	free(run.lat);
+	free(run.first);
+	free(run.resume);
+	free(run.jct);
+	run.lat = run.first = run.resume = run.jct = NULL;
+	run.nr_lat = run.nr_first = run.nr_resume = run.nr_jct = 0;
+	run.cap_lat = run.cap_first = run.cap_resume = run.cap_jct = 0;
+	run.agents = run.completed = run.refusals = run.errors = 0;
+	run.checked = run.equal = 0;
+	run.first_err[0] = 0;
+	run.mode = mode;
+	run.done = 0;
+	run.from = 0;
+	run.stop = UINT64_MAX;
+}
+
 /*
- * Run @n agents @ids on the daemon running now: all at once from their
- * arrival times (M_LOAD), or one after the other. Returns false when the
- * run passed --run-timeout (djinnd is then killed, which fails the
- * agents' calls, and the agents are joined).
+ * Run agents on the daemon running now. M_LOAD: @n slots together, each
+ * starting at its Poisson arrival and keeping an agent live until the
+ * window (--measure seconds from the last slot's arrival) ends. Else: @n
+ * agents one after the other, each arriving at once, run to their end.
+ * Returns false when the run passed --run-timeout (djinnd is then
+ * killed, which fails the agents' calls, and the agents are joined).
  */
 static bool run_agents(enum mode mode, struct agent *ag, unsigned int n)
 {
 	uint64_t deadline;
 	bool ok = true;
 
-	run.mode = mode;
-	run.done = 0;
+	run_reset(mode);
 	if (mode != M_LOAD) { /* one at a time, each arriving at once */
 		deadline =
 			now_ns() + (uint64_t)opt.run_timeout_s * 1000000000ull;
@@ -959,14 +1126,18 @@ static bool run_agents(enum mode mode, struct agent *ag, unsigned int n)
 			ag[i].arrive = 0;
 			run.start = now_ns();
 			agent_main(&ag[i]);
+			if (mode != M_REF)
+				bank(&ag[i]);
 			ok = now_ns() < deadline;
 		}
 		return ok;
 	}
 	run.start = now_ns() + 20000000; /* the threads start first */
-	deadline = run.start + (uint64_t)opt.run_timeout_s * 1000000000ull;
+	run.from = run.start + ag[n - 1].arrive;
+	run.stop = run.from + (uint64_t)(opt.measure_s * 1e9);
+	deadline = run.stop + (uint64_t)opt.run_timeout_s * 1000000000ull;
 	for (unsigned int i = 0; i < n; i++)
-		if (pthread_create(&ag[i].thread, NULL, agent_main, &ag[i]))
+		if (pthread_create(&ag[i].thread, NULL, slot_main, &ag[i]))
 			fail("pthread_create: %s", strerror(errno));
 	pthread_mutex_lock(&run.lock);
 	while (run.done < n) {
@@ -1006,7 +1177,9 @@ struct result {
 	const char *policy;
 	unsigned int n;
 	double turn_p50, turn_p99, jct_p50, jct_p99;
-	unsigned int turn_samples, completed, refusals, errors, equal;
+	double first_p50, first_p99, resume_p50, resume_p99;
+	unsigned int turn_samples, agents, completed, refusals, errors;
+	unsigned int checked, equal;
 	bool timed_out, pass;
 	double swap_outs, swap_ins, swap_bytes_out, swap_bytes_in;
 	double admit_refusals;
@@ -1017,53 +1190,31 @@ struct result {
 	char first_err[320];
 };
 
-static int32_t *ref_tokens; /* [agent][turns x decode] */
-static unsigned int nr_ref;
 static struct agent agents[MAX_AGENTS];
 static double slo_ms = NAN, alone_p50 = NAN, alone_p99 = NAN;
+static double alone_first_p99 = NAN, alone_resume_p99 = NAN;
 static double alone_jct_p50 = NAN, alone_jct_p99 = NAN;
 static unsigned int alone_samples;
 
-/* Fill @r's figures from agents[0 .. n - 1]. */
-static void collect(struct result *r, unsigned int n)
+/* Fill @r's figures from the run that ended. */
+static void collect(struct result *r)
 {
-	size_t per = (size_t)opt.turns * opt.decode, nt = 0, nj = 0;
-	double *turns = calloc((size_t)n * opt.turns + 1, sizeof(double));
-	double *jcts = calloc(n + 1, sizeof(double));
-
-	if (!turns || !jcts)
-		fail("no memory");
-	for (unsigned int i = 0; i < n; i++) {
-		struct agent *a = &agents[i];
-
-		for (unsigned int k = 0; k < a->turns_done; k++)
-			turns[nt++] = (double)a->turn_ns[k] / 1e6;
-		if (a->ret) {
-			if (a->refused)
-				r->refusals++;
-			else
-				r->errors++;
-			if (!r->first_err[0])
-				snprintf(r->first_err, sizeof(r->first_err),
-					 "agent %u: %s: %s%s%s", a->id,
-					 a->where, strerror(-a->ret),
-					 a->msg[0] ? ": " : "", a->msg);
-			continue;
-		}
-		r->completed++;
-		jcts[nj++] = (double)a->jct_ns / 1e6;
-		if (a->id < nr_ref &&
-		    !memcmp(a->tokens, ref_tokens + a->id * per,
-			    per * sizeof(int32_t)))
-			r->equal++;
-	}
-	r->turn_samples = (unsigned int)nt;
-	r->turn_p50 = percentile(turns, nt, 0.5);
-	r->turn_p99 = percentile(turns, nt, 0.99);
-	r->jct_p50 = percentile(jcts, nj, 0.5);
-	r->jct_p99 = percentile(jcts, nj, 0.99);
-	free(turns);
-	free(jcts);
+	r->turn_samples = (unsigned int)run.nr_lat;
+	r->turn_p50 = percentile(run.lat, run.nr_lat, 0.5);
+	r->turn_p99 = percentile(run.lat, run.nr_lat, 0.99);
+	r->first_p50 = percentile(run.first, run.nr_first, 0.5);
+	r->first_p99 = percentile(run.first, run.nr_first, 0.99);
+	r->resume_p50 = percentile(run.resume, run.nr_resume, 0.5);
+	r->resume_p99 = percentile(run.resume, run.nr_resume, 0.99);
+	r->jct_p50 = percentile(run.jct, run.nr_jct, 0.5);
+	r->jct_p99 = percentile(run.jct, run.nr_jct, 0.99);
+	r->agents = run.agents;
+	r->completed = run.completed;
+	r->refusals = run.refusals;
+	r->errors = run.errors;
+	r->checked = run.checked;
+	r->equal = run.equal;
+	memcpy(r->first_err, run.first_err, sizeof(r->first_err));
 }
 
 /* The daemon's counters, before it stops. */
@@ -1183,17 +1334,22 @@ static void slo_pass(void)
 		agent_init(&agents[i], i, 0);
 	if (!run_agents(M_ALONE, agents, n))
 		fail("the SLO pass passed --run-timeout");
-	collect(&r, n);
+	collect(&r);
 	warm_close(&w);
 	daemon_stop();
 	if (r.errors || r.refusals)
 		fail("an agent alone failed: %s", r.first_err);
-	if (r.equal != n)
+	if (r.equal != n || r.checked != n)
 		fail("%u of %u agents alone decoded other tokens than their "
 		     "reference: nondeterministic decoding",
 		     n - r.equal, n);
 	alone_p50 = r.turn_p50;
 	alone_p99 = r.turn_p99;
+	alone_first_p99 = r.first_p99;
+	alone_resume_p99 = r.resume_p99;
+	info("SLO: alone turn 0 p50 %.1f p99 %.1f ms; later turns p50 %.1f "
+	     "p99 %.1f ms",
+	     r.first_p50, r.first_p99, r.resume_p50, r.resume_p99);
 	alone_jct_p50 = r.jct_p50;
 	alone_jct_p99 = r.jct_p99;
 	alone_samples = r.turn_samples;
@@ -1212,9 +1368,10 @@ static void emit_result(const struct result *r)
 		hit = r->prefetch_hits /
 		      (r->prefetch_hits + r->prefetch_misses);
 	snprintf(note, sizeof(note),
-		 "ready (arrival, or the tool's end) to the turn's last token; "
-		 "%u of %u agents completed",
-		 r->completed, r->n);
+		 "ready (arrival, or the tool's end) to the turn's last token, "
+		 "turns ready while %u agents were live; %u agents ran in "
+		 "%u slots, %u completed",
+		 r->n, r->agents, r->n, r->completed);
 	emit(&(struct fig){ .policy = r->policy,
 			    .agents = r->n,
 			    .metric = "turn_latency_p50",
@@ -1235,6 +1392,25 @@ static void emit_result(const struct result *r)
 			    .want = 1,
 			    .samples = r->turn_samples,
 			    .note = note });
+	/* the two kinds of turn apart: a first turn prefills the prompt
+	 * (and admits the context), a later one comes back from a tool */
+	emit(&(struct fig){ .policy = r->policy,
+			    .agents = r->n,
+			    .metric = "first_turn_latency_p99",
+			    .value = r->first_p99,
+			    .unit = "ms",
+			    .baseline = alone_first_p99,
+			    .baseline_name = "one agent alone",
+			    .note = "turn 0: arrival to its last token" });
+	emit(&(struct fig){ .policy = r->policy,
+			    .agents = r->n,
+			    .metric = "later_turn_latency_p99",
+			    .value = r->resume_p99,
+			    .unit = "ms",
+			    .baseline = alone_resume_p99,
+			    .baseline_name = "one agent alone",
+			    .note = "turns 1..K-1: the tool's end to the "
+				    "turn's last token" });
 	emit(&(struct fig){ .policy = r->policy,
 			    .agents = r->n,
 			    .metric = "jct_p50",
@@ -1323,13 +1499,13 @@ static void emit_result(const struct result *r)
 			    .metric = "tokens_equal",
 			    .value = r->equal,
 			    .unit = "agents",
-			    .limit = r->completed,
-			    .limit_name = "agents completed",
+			    .limit = r->checked,
+			    .limit_name = "agents that decoded",
 			    .target = ">=",
 			    .want = 1,
-			    .note = "completed agents whose greedy tokens "
-				    "equal those of the same agent run "
-				    "alone" });
+			    .note = "agents whose greedy tokens, as many "
+				    "turns as they ran, equal those of the "
+				    "same agent run alone" });
 }
 
 static struct result results[MAX_POLICIES][MAX_POINTS];
@@ -1358,7 +1534,7 @@ static const struct result *run_point(unsigned int p, unsigned int n)
 	for (unsigned int i = 0; i < n; i++)
 		agent_init(&agents[i], i, arrival(i));
 	in_time = run_agents(M_LOAD, agents, n);
-	collect(r, n);
+	collect(r);
 	r->timed_out = !in_time;
 	if (in_time) {
 		daemon_counters(r);
@@ -1378,15 +1554,19 @@ static const struct result *run_point(unsigned int p, unsigned int n)
 				 "passed --run-timeout");
 	}
 	r->wall_s = (double)(now_ns() - t0) / 1e9;
-	r->pass = in_time && !r->refusals && !r->errors && r->completed == n &&
-		  r->equal == n && r->turn_p99 <= slo_ms;
-	info("%s, %u agents: p50 %.1f ms, p99 %.1f ms (SLO %.1f), %u refused, "
-	     "%u failed, %u/%u tokens equal, swaps %.0f out %.0f in: %s "
-	     "(%.1f s)%s%s",
-	     policy, n, r->turn_p50, r->turn_p99, slo_ms, r->refusals,
-	     r->errors, r->equal, n, r->swap_outs, r->swap_ins,
-	     r->pass ? "pass" : "FAIL", r->wall_s, r->first_err[0] ? "; " : "",
-	     r->first_err);
+	r->pass = in_time && !r->refusals && !r->errors && r->turn_samples &&
+		  r->checked && r->equal == r->checked && r->turn_p99 <= slo_ms;
+	info("%s, %u agents: p50 %.1f ms, p99 %.1f ms (SLO %.1f, %u turns), "
+	     "%u refused, %u failed, %u/%u tokens equal, swaps %.0f out %.0f "
+	     "in: %s (%.1f s)%s%s",
+	     policy, n, r->turn_p50, r->turn_p99, slo_ms, r->turn_samples,
+	     r->refusals, r->errors, r->equal, r->checked, r->swap_outs,
+	     r->swap_ins, r->pass ? "pass" : "FAIL", r->wall_s,
+	     r->first_err[0] ? "; " : "", r->first_err);
+	info("%s, %u agents: turn 0 p50 %.1f p99 %.1f ms; later turns p50 "
+	     "%.1f p99 %.1f ms",
+	     policy, n, r->first_p50, r->first_p99, r->resume_p50,
+	     r->resume_p99);
 	emit_result(r);
 	return r;
 }
@@ -1426,6 +1606,11 @@ static void sweep(unsigned int p, struct density *d)
 				      i ? "," : "", r->n, r->pass ? "" : "x");
 		if (o >= sizeof(d->how))
 			o = sizeof(d->how) - 1;
+		if (r->refusals) {
+			info("%s refused agents at %u: the sweep stops there",
+			     r->policy, r->n);
+			break;
+		}
 	}
 	d->lower_bound = d->n == opt.agents[opt.nr_agents - 1];
 }
@@ -1563,8 +1748,9 @@ static void usage(void)
 		"[--tool-tokens T]\n"
 		"         [--tool-median-ms MS] [--tool-sigma S] "
 		"[--estimate-error E]\n"
-		"         [--arrival-rate PER_S] [--cpu-mem SIZE] "
-		"[--ref-mem SIZE]\n"
+		"         [--arrival-rate PER_S] [--measure S] "
+		"[--cpu-mem SIZE]\n"
+		"         [--ref-mem SIZE] [--swap SIZE]\n"
 		"         [--max-tokens N] [--seed N] "
 		"[--policies semantic,lru,static]\n"
 		"         [--backend cpu|cuda] [--out FILE] [--djinnd PATH]\n"
@@ -1700,6 +1886,7 @@ int main(int argc, char **argv)
 		{ "tool-sigma", required_argument, NULL, 'S' },
 		{ "estimate-error", required_argument, NULL, 'e' },
 		{ "arrival-rate", required_argument, NULL, 'r' },
+		{ "measure", required_argument, NULL, 1002 },
 		{ "cpu-mem", required_argument, NULL, 'B' },
 		{ "ref-mem", required_argument, NULL, 'R' },
 		{ "swap", required_argument, NULL, 1001 },
@@ -1771,8 +1958,12 @@ int main(int argc, char **argv)
 		case 'r':
 			opt.arrival_rate = real(optarg, 1e-3, 1e6);
 			break;
+		case 1002:
+			opt.measure_s = real(optarg, 1, 3600);
+			break;
 		case 'B':
 			opt.cpu_mem = size_arg(optarg);
+			cpu_mem_set = true;
 			break;
 		case 'R':
 			opt.ref_mem = size_arg(optarg);
@@ -1902,9 +2093,8 @@ int main(int argc, char **argv)
 	pthread_condattr_destroy(&ca);
 
 	ensure_model();
-	if (!strcmp(opt.backend, "cuda"))
-		info("--backend cuda: djinnd's --cpu-mem does not bound the "
-		     "GPU's memory: the budget is the GPU's");
+	if (!strcmp(opt.backend, "cuda") && !cpu_mem_set)
+		opt.cpu_mem = CUDA_BUDGET;
 	max_n = opt.bisect_hi ? opt.bisect_hi : opt.agents[opt.nr_agents - 1];
 	if (max_n < opt.slo_agents)
 		max_n = opt.slo_agents;
@@ -1945,6 +2135,7 @@ int main(int argc, char **argv)
 	for (unsigned int i = 0; i < MAX_AGENTS; i++) {
 		free(agents[i].tokens);
 		free(agents[i].turn_ns);
+		free(agents[i].ready);
 	}
 	free(ref_tokens);
 	if (out_file && fclose(out_file))

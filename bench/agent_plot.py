@@ -71,10 +71,11 @@ def main():
             if p99 is None:
                 continue
             refused = r.get('refusals', {}).get('value') or 0
-            eq = r.get('tokens_equal', {}).get('value')
+            eq = r.get('tokens_equal', {})
             xs.append(n)
             ys.append(p99)
-            ok.append(not refused and eq == n)
+            ok.append(not refused and eq.get('value') is not None and
+                      eq.get('value') == eq.get('limit'))
         label = pol
         d = density.get(pol)
         if d is not None:
@@ -93,7 +94,7 @@ def main():
                    label='SLO %.0f ms (2 x p99 alone)' % slo)
     ax.set_xscale('log', base=2)
     ax.set_yscale('log')
-    ax.set_xlabel('agents N')
+    ax.set_xlabel("agents live at once (N)")
     ax.set_ylabel('p99 turn latency (ms)')
     ax.set_title('%s: p99 turn latency by memory policy\n'
                  '(hollow: refusals, failures or tokens unlike alone)'

@@ -1,4 +1,5 @@
-# The agent-density benchmark (bench/agent-bench.c): N agents, each a
+# The agent-density benchmark (bench/agent-bench.c): N agents live at
+# once (a closed loop: an agent that ends is replaced), each a
 # connection, a session and a context on one shared model, alternating
 # decode turns with tool calls announced to the scheduler
 # (djinn_tool_call_begin/end), under each of djinnd's memory policies
@@ -19,7 +20,7 @@
 # $(BENCH_CACHE)/models.
 #
 # The defaults make KV memory the bottleneck and a whole run take about
-# eight minutes on two cores: a model of 8 layers 128 wide (8 KiB of f32
+# ten minutes on two cores: a model of 8 layers 128 wide (8 KiB of f32
 # KV cache a token for little compute); agents whose contexts reach 928
 # tokens (7.3 MiB) in contexts of 1024 (8 MiB, what the static policy
 # reserves), prefilled in chunks of 64 tokens (djinnd's stack keeps the

@@ -21,6 +21,12 @@
 #                                       --backend cuda, each one's output
 #                                       in OUT (default KIT/out) and on
 #                                       stdout
+#   scripts/gpu-kit.sh agent [KIT] [OUT]
+#                                       there: agent-bench --backend cuda
+#                                       (Documentation/sched.rst), a
+#                                       short sweep (AGENTS, default
+#                                       8,16,32; MEASURE seconds, default
+#                                       10): about 5 minutes
 #   scripts/gpu-kit.sh info [KIT]       the versions alone: the driver
 #                                       (nvidia-smi and cuDriverGetVersion),
 #                                       the toolkit the kit was built
@@ -51,6 +57,7 @@ pack() {
 	rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/lib" || exit 1
 	for f in "$build"/djinnd/djinnd "$build"/tools/djinnctl \
 		"$build"/bench/gpu-bench "$build"/bench/model-bench \
+		"$build"/bench/agent-bench \
 		"$build"/tests/gpu/test_*; do
 		case $f in *.o | *.d) continue ;; esac
 		[ -x "$f" ] || { echo "gpu-kit: no $f: run make first" >&2; exit 1; }
@@ -229,12 +236,32 @@ run() {
 	return $rc
 }
 
+# agent-bench on the GPU, apart from `run` for the device's time limit
+agent() {
+	out=${3:-$kit/out}
+	unpack
+	mkdir -p "$out" || exit 1
+	extra=$(blas_dirs | cut -f1 | tr '\n' ':')
+	LD_LIBRARY_PATH="$(cd "$kit/lib" && pwd):$extra${LD_LIBRARY_PATH:-}"
+	LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
+	export LD_LIBRARY_PATH
+	"$kit/bin/agent-bench" --backend cuda --djinnd "$kit/bin/djinnd" \
+		--djinnctl "$kit/bin/djinnctl" \
+		--cache "${BENCH_CACHE:-/tmp/djinn-bench-cache}" \
+		--agents "${AGENTS:-8,16,32}" --measure "${MEASURE:-10}" \
+		--out "$out/agent-bench.jsonl" >/dev/null 2>"$out/agent-bench.err"
+	s=$?
+	cat "$out/agent-bench.err"
+	[ $s = 0 ] || [ $s = 77 ]
+}
+
 case ${1:-} in
 pack) pack ;;
 run) run "$@" ;;
+agent) agent "$@" ;;
 info) unpack && info ;;
 *)
-	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | info [KIT]" >&2
+	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | agent [KIT] [OUT] | info [KIT]" >&2
 	exit 2
 	;;
 esac
