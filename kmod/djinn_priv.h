@@ -19,8 +19,12 @@
  *
  * Locks, outermost first: djinn_file.lock (a mutex: a file's session and
  * proxy list), djinn_daemon_lock (a mutex: which file is the daemon's),
- * the xarray's lock, s->lock (a spinlock: state, lease, counters, ring).
- * Nothing sleeps under s->lock; the hrtimer callback takes no lock.
+ * djinn_limits_lock (a mutex in session.c: the session counts against
+ * the module's limits, taken when a session is created and freed), the
+ * xarray's lock, s->lock (a spinlock: state, lease, counters, ring).
+ * Nothing sleeps under s->lock; the hrtimer callback takes no lock. The
+ * last djinn_session_put() sleeps (vfree(), djinn_limits_lock): nobody
+ * drops a reference under a spinlock.
  */
 #ifndef DJINN_PRIV_H
 #define DJINN_PRIV_H

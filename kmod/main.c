@@ -16,6 +16,7 @@
 #include <linux/poll.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include <linux/vmalloc.h>
 #include <crypto/algapi.h>
 
 #include "djinn_priv.h"
@@ -423,7 +424,7 @@ struct djinn_ioctl_op {
  * there, and that its minimum size takes both in.
  */
 #define DJINN_IOCTL_OP(_ioctl, _fn, _struct, _last, _flags, _perm)          \
-	[_IOC_NR(_ioctl) - DJINN_CMD_BASE] = {                              \
+	[_IOC_NR(_ioctl) - DJINN_IOC_BASE] = {                              \
 		.size = sizeof(_struct) +                                   \
 			BUILD_BUG_ON_ZERO(sizeof(union djinn_ucmd_buffer) < \
 					  sizeof(_struct)) +                \
@@ -481,10 +482,10 @@ static long djinn_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	u32 flags;
 	int ret;
 
-	if (nr < DJINN_CMD_BASE ||
-	    nr - DJINN_CMD_BASE >= ARRAY_SIZE(djinn_ioctl_ops))
+	if (nr < DJINN_IOC_BASE ||
+	    nr - DJINN_IOC_BASE >= ARRAY_SIZE(djinn_ioctl_ops))
 		return -ENOTTY;
-	op = &djinn_ioctl_ops[nr - DJINN_CMD_BASE];
+	op = &djinn_ioctl_ops[nr - DJINN_IOC_BASE];
 	if (op->ioctl_num != cmd)
 		return -ENOTTY;
 
@@ -518,7 +519,7 @@ static int djinn_fops_open(struct inode *inode, struct file *filp)
 {
 	struct djinn_file *df;
 
-	df = kzalloc(sizeof(*df), GFP_KERNEL);
+	df = kzalloc(sizeof(*df), GFP_KERNEL_ACCOUNT);
 	if (!df)
 		return -ENOMEM;
 	mutex_init(&df->lock);
@@ -565,10 +566,19 @@ static __poll_t djinn_fops_poll(struct file *filp, poll_table *wait)
 	return mask;
 }
 
-/* The ring, read-only, at DJINN_MMAP_RING with its exact length. */
+/*
+ * The ring, read-only, at DJINN_MMAP_RING with its exact length. The ring
+ * comes from __vmalloc() (charged to a memory cgroup, session.c), whose
+ * area lacks the VM_USERMAP that remap_vmalloc_range() asks for: this is
+ * what remap_vmalloc_range() does past that check, each page inserted
+ * with vm_insert_page() (as kernel/kcov.c maps its buffer) and the same
+ * flags. A failure part-way is undone by mmap(), which unmaps the vma.
+ */
 static int djinn_fops_mmap(struct file *filp, struct vm_area_struct *vma)
 {
 	struct djinn_session *s = djinn_file_session(filp->private_data);
+	unsigned long off;
+	int ret;
 
 	if (!s)
 		return -ENODEV;
@@ -578,7 +588,14 @@ static int djinn_fops_mmap(struct file *filp, struct vm_area_struct *vma)
 	if (vma->vm_flags & (VM_WRITE | VM_EXEC))
 		return -EPERM;
 	djinn_vm_flags_clear(vma, VM_MAYWRITE | VM_MAYEXEC);
-	return remap_vmalloc_range(vma, s->ring, 0);
+	djinn_vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
+	for (off = 0; off < s->ring_bytes; off += PAGE_SIZE) {
+		ret = vm_insert_page(vma, vma->vm_start + off,
+				     vmalloc_to_page(s->ring + off));
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 static const struct file_operations djinn_fops = {

@@ -4,7 +4,7 @@
  * ring and the one way a session ends. See djinn_priv.h for the
  * lifetimes and the lock order.
  */
-#include <linux/atomic.h>
+#include <linux/capability.h>
 #include <linux/cred.h>
 #include <linux/ktime.h>
 #include <linux/log2.h>
@@ -19,15 +19,132 @@
 
 static DEFINE_XARRAY_ALLOC1(djinn_sessions);
 static u32 djinn_next_id;
-static atomic_t djinn_nr_sessions = ATOMIC_INIT(0);
+
+/*
+ * The limits. Every session counts from djinn_session_create() until it is
+ * freed (an ended session still counts while its file, or the daemon's
+ * proxy list, holds it). Under djinn_limits_lock: the counts and the
+ * per-uid table (kuid -> xa_mk_value(local sessions), no entry for 0).
+ * Both ends run in process context: creation in an ioctl, the free from
+ * the last djinn_session_put(), which vfree()s and so already may sleep.
+ */
+static DEFINE_MUTEX(djinn_limits_lock);
+static unsigned int djinn_nr_sessions; /* local and proxy */
+static unsigned int djinn_nr_local;
+static DEFINE_XARRAY(djinn_uid_sessions);
 
 static unsigned int max_sessions = 65536;
 module_param(max_sessions, uint, 0644);
 MODULE_PARM_DESC(max_sessions, "sessions (local and proxy) at most");
 
+static unsigned int reserved_proxy_sessions = 1024;
+module_param(reserved_proxy_sessions, uint, 0644);
+MODULE_PARM_DESC(reserved_proxy_sessions,
+		 "slots of max_sessions only the daemon's proxies may take");
+
+static unsigned int max_sessions_per_uid = 64;
+module_param(max_sessions_per_uid, uint, 0644);
+MODULE_PARM_DESC(max_sessions_per_uid,
+		 "local sessions of one uid at most (0: no limit)");
+
 static unsigned int lease_ms = 10000;
 module_param(lease_ms, uint, 0644);
 MODULE_PARM_DESC(lease_ms, "default lease period in milliseconds");
+
+/*
+ * A ring is charged to the memory cgroup of the task that opens the
+ * session (__GFP_ACCOUNT), as the session itself is. A ring that does not
+ * fit under the cgroup's limit fails with -ENOMEM, quietly
+ * (__GFP_NOWARN), instead of waking the cgroup's OOM killer
+ * (__GFP_RETRY_MAYFAIL): the caller chose its size. vmalloc_user() does
+ * not charge; __vmalloc() does, but leaves VM_USERMAP off the area, so
+ * remap_vmalloc_range() would refuse it: djinn_fops_mmap() inserts the
+ * pages one by one, as kernel/kcov.c does.
+ */
+#define DJINN_RING_GFP \
+	(GFP_KERNEL_ACCOUNT | __GFP_ZERO | __GFP_NOWARN | __GFP_RETRY_MAYFAIL)
+
+/* Local sessions of @uid, under djinn_limits_lock. */
+static unsigned long djinn_uid_count(kuid_t uid)
+{
+	void *e = xa_load(&djinn_uid_sessions, __kuid_val(uid));
+
+	return e ? xa_to_value(e) : 0;
+}
+
+/* Exempt from max_sessions_per_uid, as from RLIMIT_NPROC and the pipe
+ * limits. Asked only of a caller at its limit, so that nobody else leaves
+ * an audit record. */
+static bool djinn_uid_exempt(void)
+{
+	return capable(CAP_SYS_RESOURCE) || capable(CAP_SYS_ADMIN);
+}
+
+/*
+ * Count one more session, or refuse it and count nothing: -EUSERS for a
+ * local one whose uid holds max_sessions_per_uid local sessions already;
+ * -EDQUOT when the table is full for it. A proxy may take any of the
+ * max_sessions slots; local sessions together may take all but
+ * reserved_proxy_sessions of them, so local users can never make the
+ * daemon's PROXY_OPEN fail.
+ */
+static int djinn_limits_charge(bool local, kuid_t uid)
+{
+	unsigned int max = READ_ONCE(max_sessions);
+	unsigned int reserved = READ_ONCE(reserved_proxy_sessions);
+	unsigned int per_uid = READ_ONCE(max_sessions_per_uid);
+	unsigned long n = 0;
+	int ret = 0;
+
+	mutex_lock(&djinn_limits_lock);
+	if (local) {
+		n = djinn_uid_count(uid);
+		if (per_uid && n >= per_uid && !djinn_uid_exempt()) {
+			ret = -EUSERS;
+			goto out_unlock;
+		}
+		if (djinn_nr_local >= max - min(max, reserved)) {
+			ret = -EDQUOT;
+			goto out_unlock;
+		}
+	}
+	if (djinn_nr_sessions >= max) {
+		ret = -EDQUOT;
+		goto out_unlock;
+	}
+	if (local) {
+		ret = xa_err(xa_store(&djinn_uid_sessions, __kuid_val(uid),
+				      xa_mk_value(n + 1), GFP_KERNEL));
+		if (ret)
+			goto out_unlock;
+		djinn_nr_local++;
+	}
+	djinn_nr_sessions++;
+out_unlock:
+	mutex_unlock(&djinn_limits_lock);
+	return ret;
+}
+
+static void djinn_limits_uncharge(bool local, kuid_t uid)
+{
+	unsigned long n;
+
+	mutex_lock(&djinn_limits_lock);
+	if (local) {
+		n = djinn_uid_count(uid);
+		djinn_debug_check(!n || !djinn_nr_local);
+		/* Replacing a present entry allocates nothing. */
+		if (n > 1)
+			xa_store(&djinn_uid_sessions, __kuid_val(uid),
+				 xa_mk_value(n - 1), GFP_KERNEL);
+		else
+			xa_erase(&djinn_uid_sessions, __kuid_val(uid));
+		djinn_nr_local--;
+	}
+	djinn_debug_check(!djinn_nr_sessions);
+	djinn_nr_sessions--;
+	mutex_unlock(&djinn_limits_lock);
+}
 
 static u32 *ring_u32(struct djinn_session *s, unsigned int off)
 {
@@ -99,21 +216,23 @@ static void djinn_expire_work(struct work_struct *w)
 struct djinn_session *djinn_session_create(struct djinn_file *owner,
 					   const struct djinn_open_args *a)
 {
+	bool local = !(a->kind & DJINN_SESSION_PROXY);
+	kuid_t uid = current_uid();
 	struct djinn_session *s;
 	u32 entries;
+	int ret;
 
-	if (atomic_inc_return(&djinn_nr_sessions) > max_sessions) {
-		atomic_dec(&djinn_nr_sessions);
-		return ERR_PTR(-EDQUOT);
-	}
-	s = kzalloc(sizeof(*s), GFP_KERNEL);
+	ret = djinn_limits_charge(local, uid);
+	if (ret)
+		return ERR_PTR(ret);
+	s = kzalloc(sizeof(*s), GFP_KERNEL_ACCOUNT);
 	if (!s)
-		goto out_dec;
+		goto out_uncharge;
 
 	strscpy(s->tenant, a->tenant, sizeof(s->tenant));
 	s->priority = a->priority;
 	s->kind = a->kind;
-	s->uid = current_uid();
+	s->uid = uid;
 	s->pid = get_pid(task_tgid(current));
 	s->owner = owner;
 	kref_init(&s->ref);
@@ -129,14 +248,14 @@ struct djinn_session *djinn_session_create(struct djinn_file *owner,
 	init_waitqueue_head(&s->wait);
 	INIT_LIST_HEAD(&s->proxy_node);
 
-	if (!(a->kind & DJINN_SESSION_PROXY)) {
+	if (local) {
 		entries = a->ring_entries ? a->ring_entries :
 					    DJINN_RING_ENTRIES_DEFAULT;
 		entries = roundup_pow_of_two(entries);
 		s->ring_entries = entries;
 		s->ring_bytes = PAGE_ALIGN(DJINN_RING_CQES +
 					   entries * sizeof(struct djinn_cqe));
-		s->ring = vmalloc_user(s->ring_bytes);
+		s->ring = __vmalloc(s->ring_bytes, DJINN_RING_GFP);
 		if (!s->ring)
 			goto out_free;
 		*ring_u32(s, DJINN_RING_MASK) = entries - 1;
@@ -147,8 +266,8 @@ struct djinn_session *djinn_session_create(struct djinn_file *owner,
 out_free:
 	put_pid(s->pid);
 	kfree(s);
-out_dec:
-	atomic_dec(&djinn_nr_sessions);
+out_uncharge:
+	djinn_limits_uncharge(local, uid);
 	return ERR_PTR(-ENOMEM);
 }
 
@@ -215,8 +334,8 @@ static void djinn_session_free(struct kref *ref)
 	djinn_debug_check(work_pending(&s->expire_work));
 	vfree(s->ring);
 	put_pid(s->pid);
+	djinn_limits_uncharge(!(s->kind & DJINN_SESSION_PROXY), s->uid);
 	kfree(s);
-	atomic_dec(&djinn_nr_sessions);
 }
 
 void djinn_session_put(struct djinn_session *s)
@@ -383,8 +502,10 @@ void djinn_sessions_exit(void)
 	/* Every session ends with its file, and the module cannot go while
 	 * a file is open: anything left here is a leak. */
 	WARN_ON(!xa_empty(&djinn_sessions));
-	WARN_ON(atomic_read(&djinn_nr_sessions));
+	WARN_ON(djinn_nr_sessions || djinn_nr_local);
+	WARN_ON(!xa_empty(&djinn_uid_sessions));
 	xa_destroy(&djinn_sessions);
+	xa_destroy(&djinn_uid_sessions);
 }
 
 /* For netlink: call @fn on each live session from index *pos on, under

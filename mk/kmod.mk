@@ -23,7 +23,7 @@ KMOD_SRCS    := $(wildcard kmod/*.c kmod/*.h) kmod/Kbuild kmod/Makefile \
 
 KT_DIR     := $(BUILD)/tests/kmod
 KT_PROGS   := test_ioctl test_lease test_ring test_netlink test_stress \
-	      djinn_holder djinn_kbench
+	      test_limits djinn_holder djinn_kbench
 KT_BINS    := $(KT_PROGS:%=$(KT_DIR)/%)
 KT_CFLAGS  := -Iinclude/uapi $(shell pkg-config --cflags libnl-genl-3.0 2>/dev/null)
 KT_LIBS    := $(shell pkg-config --libs libnl-genl-3.0 2>/dev/null || echo -lnl-genl-3 -lnl-3)

@@ -1,4 +1,4 @@
-# djinnd's /dev/djinn lease provider (djinnd/session/klease.c) and
+# djinnd's /dev/djinn lease provider (djinnd/session/lease_kmod.c) and
 # djinnctl's netlink side (session list/kill, monitor): both follow the
 # "djinn" generic netlink family through libnl-genl-3.
 
@@ -7,10 +7,10 @@ DEB_PKGS += libnl-3-dev libnl-genl-3-dev
 NL_CFLAGS := $(shell pkg-config --cflags libnl-genl-3.0 2>/dev/null || echo -I/usr/include/libnl3)
 NL_LIBS   := $(shell pkg-config --libs libnl-genl-3.0 2>/dev/null || echo -lnl-genl-3 -lnl-3)
 
-%/djinnd/session/klease.o: ALL_CFLAGS += $(NL_CFLAGS)
+%/djinnd/session/lease_kmod.o: ALL_CFLAGS += $(NL_CFLAGS)
 %/tools/djinnctl_nl.o: ALL_CFLAGS += $(NL_CFLAGS)
 
-# Everything that links libdjinnd.a may pull klease.o in.
+# Everything that links libdjinnd.a may pull lease_kmod.o in.
 LIBS_DJINND      += $(NL_LIBS)
 test_exec_LIBS   += $(NL_LIBS)
 test_sched_LIBS  += $(NL_LIBS)

@@ -3,9 +3,9 @@
  * Lease providers. A session's lease is renewed by heartbeats (and any
  * request); when one runs out, the provider reports it and the server
  * ends the session. The user-space provider keeps deadlines itself and is
- * polled from the I/O thread's timer; the kernel module's provider
- * (klease.c) learns of expiry and process death from /dev/djinn's events
- * instead, behind the same operations.
+ * polled from the I/O thread's timer (lease.c); the kernel module's
+ * provider (lease_kmod.c) learns of expiry and process death from
+ * /dev/djinn's events instead, behind the same operations.
  */
 #ifndef DJINN_LEASE_H
 #define DJINN_LEASE_H

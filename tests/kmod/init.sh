@@ -88,7 +88,7 @@ if [ "$mode" = bench ]; then
 fi
 
 for t in test_ioctl test_lease test_ring test_netlink test_stress \
-	test_djinnd test_kdev; do
+	test_djinnd test_kdev test_limits; do
 	[ -z "$only" ] || [ "$only" = $t ] || continue
 	echo "== $t"
 	$t

@@ -5,7 +5,9 @@
  *
  * DOC: General ioctl format
  *
- * Every ioctl on /dev/djinn is _IO(DJINN_TYPE, nr): the size is not in the
+ * Every ioctl on /dev/djinn is DJINN_IOC_<NAME>, _IO(DJINN_TYPE, nr) with
+ * nr from DJINN_IOC_BASE (DJINN_CMD_* name the generic netlink commands,
+ * as the kernel's ynl-gen-c names them): the size is not in the
  * command number but in the struct, which always starts with
  *
  *	__u32 size;	the caller's sizeof(struct), set by the caller
@@ -40,21 +42,35 @@
  *   -EACCES	SESSION_INFO with DJINN_INFO_F_VERIFY and a wrong token
  *   -EOVERFLOW	POST to a full ring: the record is dropped and counted
  *   -EOPNOTSUPP	POST to a proxy session (proxy sessions have no ring)
- *   -EDQUOT	the module's session limit (parameter max_sessions)
+ *   -EDQUOT	the session table is full for the caller (module parameters):
+ *		SESSION_OPEN when local sessions hold all but the
+ *		reserved_proxy_sessions slots of max_sessions, which only
+ *		the daemon's proxies take; either open when sessions of both
+ *		kinds hold all max_sessions
+ *   -EUSERS	SESSION_OPEN by a uid that holds max_sessions_per_uid local
+ *		sessions already (without CAP_SYS_RESOURCE or
+ *		CAP_SYS_ADMIN); other uids are not affected
+ *   -ENOMEM	SESSION_OPEN: the ring (charged to the caller's memory
+ *		cgroup) does not fit under that cgroup's limit, or memory
+ *		ran out
  *
- * A failed command changes nothing.
+ * A session counts against these limits from SESSION_OPEN (or PROXY_OPEN)
+ * until its file closes (for a proxy: until PROXY_CLOSE or the daemon's
+ * file closes), ended or not. A failed command changes nothing.
  *
  * DOC: Sessions
  *
  * Any user may open /dev/djinn and open one session on that file with
- * DJINN_IOC_SESSION_OPEN. The session belongs to the open file: when its
- * last reference goes (close(), exit, a crash, SIGKILL; a mapping of the
- * ring holds the file too) the session ends at once with the event
- * "closed". It also ends when its lease runs out without a HEARTBEAT
- * ("expired") or when an administrator or the daemon kills it ("killed").
- * An ended session leaves the table (its id is -ENOENT to everyone else);
- * its own file still answers SESSION_INFO and still maps the ring, whose
- * flags say why it ended, and poll() reports EPOLLHUP.
+ * DJINN_IOC_SESSION_OPEN, up to max_sessions_per_uid sessions per uid, and
+ * never in the last reserved_proxy_sessions slots of the table, which
+ * only the daemon's proxy sessions take. The session belongs to the open
+ * file: when its last reference goes (close(), exit, a crash, SIGKILL; a
+ * mapping of the ring holds the file too) the session ends at once with
+ * the event "closed". It also ends when its lease runs out without a
+ * HEARTBEAT ("expired") or when an administrator or the daemon kills it
+ * ("killed"). An ended session leaves the table (its id is -ENOENT to
+ * everyone else); its own file still answers SESSION_INFO and still maps
+ * the ring, whose flags say why it ended, and poll() reports EPOLLHUP.
  *
  * One process at a time (djinnd) attaches as the daemon with
  * DJINN_IOC_DAEMON_ATTACH. Its file then opens proxy sessions for remote
@@ -99,9 +115,10 @@
 
 #define DJINN_DEVICE "/dev/djinn"
 /* ioctl type 0xDB, numbers from 0x80: the one registered user of 0xDB
- * (drivers/char/mwave, numbers 0x00-0x0F) stays clear. */
+ * (drivers/char/mwave, numbers 0x00-0x0F) stays clear. The ioctls are
+ * DJINN_IOC_*; DJINN_CMD_* are the generic netlink commands below. */
 #define DJINN_TYPE 0xDB
-#define DJINN_CMD_BASE 0x80
+#define DJINN_IOC_BASE 0x80
 
 #define DJINN_TENANT_LEN 64 /* with its NUL: 1 to 63 printable bytes */
 #define DJINN_TOKEN_LEN 16
@@ -116,16 +133,17 @@
 #define DJINN_FEAT_RING (1U << 0) /* the session has a completion ring */
 #define DJINN_FEAT_RING_HEAD (1U << 1) /* HEARTBEAT gives back ring slots */
 
+/* ioctl numbers (_IOC_NR of each DJINN_IOC_*) */
 enum {
-	__DJINN_CMD_SESSION_OPEN = DJINN_CMD_BASE,
-	__DJINN_CMD_HEARTBEAT,
-	__DJINN_CMD_SIGNAL,
-	__DJINN_CMD_SESSION_INFO,
-	__DJINN_CMD_DAEMON_ATTACH,
-	__DJINN_CMD_PROXY_OPEN,
-	__DJINN_CMD_PROXY_CLOSE,
-	__DJINN_CMD_POST,
-	__DJINN_CMD_KILL,
+	__DJINN_IOC_SESSION_OPEN = DJINN_IOC_BASE,
+	__DJINN_IOC_HEARTBEAT,
+	__DJINN_IOC_SIGNAL,
+	__DJINN_IOC_SESSION_INFO,
+	__DJINN_IOC_DAEMON_ATTACH,
+	__DJINN_IOC_PROXY_OPEN,
+	__DJINN_IOC_PROXY_CLOSE,
+	__DJINN_IOC_POST,
+	__DJINN_IOC_KILL,
 };
 
 /**
@@ -189,6 +207,12 @@ struct djinn_cqe {
  * @ring_bytes:   out: length to mmap at DJINN_MMAP_RING
  * @features:     out: DJINN_FEAT_* bits
  * @ring:         out: offsets of the ring's fields in the mapping
+ *
+ * The ring (@ring_bytes, up to 1 MiB and a page) and the session are
+ * kernel memory charged to the caller's memory cgroup until the file
+ * closes. Refused with -EUSERS when the caller's uid is at
+ * max_sessions_per_uid, -EDQUOT when the table is full for local
+ * sessions, -ENOMEM when the ring does not fit in the memory cgroup.
  */
 struct djinn_ioc_session_open {
 	__u32 size;
@@ -204,7 +228,7 @@ struct djinn_ioc_session_open {
 	__u32 features;
 	struct djinn_ring_offsets ring;
 };
-#define DJINN_IOC_SESSION_OPEN _IO(DJINN_TYPE, __DJINN_CMD_SESSION_OPEN)
+#define DJINN_IOC_SESSION_OPEN _IO(DJINN_TYPE, __DJINN_IOC_SESSION_OPEN)
 
 /**
  * struct djinn_ioc_heartbeat - DJINN_IOC_HEARTBEAT: renew a lease
@@ -225,7 +249,7 @@ struct djinn_ioc_heartbeat {
 	__aligned_u64 deadline_ns;
 };
 #define DJINN_HEARTBEAT_F_HEAD (1U << 0)
-#define DJINN_IOC_HEARTBEAT _IO(DJINN_TYPE, __DJINN_CMD_HEARTBEAT)
+#define DJINN_IOC_HEARTBEAT _IO(DJINN_TYPE, __DJINN_IOC_HEARTBEAT)
 
 /* Phases of DJINN_IOC_SIGNAL: the values of enum djinn_phase in
  * include/djinn/proto.h (DJINN_PHASE_IO_WAIT, _COMPUTE, _IDLE). */
@@ -255,7 +279,7 @@ struct djinn_ioc_signal {
 	__u32 __reserved;
 	__aligned_u64 expected_ns;
 };
-#define DJINN_IOC_SIGNAL _IO(DJINN_TYPE, __DJINN_CMD_SIGNAL)
+#define DJINN_IOC_SIGNAL _IO(DJINN_TYPE, __DJINN_IOC_SIGNAL)
 
 /* Session states (SESSION_INFO, netlink DJINN_A_SESSION_STATE). */
 enum djinn_state {
@@ -317,7 +341,7 @@ struct djinn_ioc_session_info {
 	__u32 __reserved;
 };
 #define DJINN_INFO_F_VERIFY (1U << 0)
-#define DJINN_IOC_SESSION_INFO _IO(DJINN_TYPE, __DJINN_CMD_SESSION_INFO)
+#define DJINN_IOC_SESSION_INFO _IO(DJINN_TYPE, __DJINN_IOC_SESSION_INFO)
 
 /**
  * struct djinn_ioc_daemon_attach - DJINN_IOC_DAEMON_ATTACH
@@ -332,7 +356,7 @@ struct djinn_ioc_daemon_attach {
 	__u32 size;
 	__u32 flags;
 };
-#define DJINN_IOC_DAEMON_ATTACH _IO(DJINN_TYPE, __DJINN_CMD_DAEMON_ATTACH)
+#define DJINN_IOC_DAEMON_ATTACH _IO(DJINN_TYPE, __DJINN_IOC_DAEMON_ATTACH)
 
 /**
  * struct djinn_ioc_proxy_open - DJINN_IOC_PROXY_OPEN (daemon only)
@@ -357,7 +381,7 @@ struct djinn_ioc_proxy_open {
 	__u8 token[DJINN_TOKEN_LEN];
 	__aligned_u64 deadline_ns;
 };
-#define DJINN_IOC_PROXY_OPEN _IO(DJINN_TYPE, __DJINN_CMD_PROXY_OPEN)
+#define DJINN_IOC_PROXY_OPEN _IO(DJINN_TYPE, __DJINN_IOC_PROXY_OPEN)
 
 /**
  * struct djinn_ioc_proxy_close - DJINN_IOC_PROXY_CLOSE (daemon only)
@@ -371,7 +395,7 @@ struct djinn_ioc_proxy_close {
 	__u32 flags;
 	__aligned_u64 session_id;
 };
-#define DJINN_IOC_PROXY_CLOSE _IO(DJINN_TYPE, __DJINN_CMD_PROXY_CLOSE)
+#define DJINN_IOC_PROXY_CLOSE _IO(DJINN_TYPE, __DJINN_IOC_PROXY_CLOSE)
 
 /**
  * struct djinn_ioc_post - DJINN_IOC_POST (daemon only)
@@ -390,7 +414,7 @@ struct djinn_ioc_post {
 	__u32 tail;
 	__u32 __reserved;
 };
-#define DJINN_IOC_POST _IO(DJINN_TYPE, __DJINN_CMD_POST)
+#define DJINN_IOC_POST _IO(DJINN_TYPE, __DJINN_IOC_POST)
 
 /**
  * struct djinn_ioc_kill - DJINN_IOC_KILL (CAP_SYS_ADMIN)
@@ -403,7 +427,7 @@ struct djinn_ioc_kill {
 	__u32 flags;
 	__aligned_u64 session_id;
 };
-#define DJINN_IOC_KILL _IO(DJINN_TYPE, __DJINN_CMD_KILL)
+#define DJINN_IOC_KILL _IO(DJINN_TYPE, __DJINN_IOC_KILL)
 
 /* ---------------------------------------------------------------------- */
 /* Generic netlink: Documentation/netlink/specs/djinn.yaml */

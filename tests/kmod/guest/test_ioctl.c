@@ -258,15 +258,15 @@ static void test_unknown_commands(void **state)
 	int fd = kt_open_dev();
 	uint32_t buf[64] = { sizeof(buf) };
 
-	assert_int_equal(kt_ioctl(fd, _IO(DJINN_TYPE, DJINN_CMD_BASE + 9), buf),
+	assert_int_equal(kt_ioctl(fd, _IO(DJINN_TYPE, DJINN_IOC_BASE + 9), buf),
 			 -ENOTTY);
-	assert_int_equal(kt_ioctl(fd, _IO(DJINN_TYPE, DJINN_CMD_BASE - 1), buf),
+	assert_int_equal(kt_ioctl(fd, _IO(DJINN_TYPE, DJINN_IOC_BASE - 1), buf),
 			 -ENOTTY);
-	assert_int_equal(kt_ioctl(fd, _IO(DJINN_TYPE + 1, DJINN_CMD_BASE), buf),
+	assert_int_equal(kt_ioctl(fd, _IO(DJINN_TYPE + 1, DJINN_IOC_BASE), buf),
 			 -ENOTTY);
 	/* the right number with a size encoded is another command */
 	assert_int_equal(
-		kt_ioctl(fd, _IOW(DJINN_TYPE, DJINN_CMD_BASE, uint32_t), buf),
+		kt_ioctl(fd, _IOW(DJINN_TYPE, DJINN_IOC_BASE, uint32_t), buf),
 		-ENOTTY);
 	close(fd);
 }

@@ -49,7 +49,8 @@ _Static_assert((int)DJINN_SIGNAL_IO_WAIT == (int)DJINN_PHASE_IO_WAIT &&
 		       (int)DJINN_SIGNAL_COMPUTE == (int)DJINN_PHASE_COMPUTE &&
 		       (int)DJINN_SIGNAL_IDLE == (int)DJINN_PHASE_IDLE,
 	       "the module's phases are the protocol's");
-_Static_assert(DJINN_TENANT_LEN == DJINN_TENANT_MAX, "tenant lengths");
+/* DJINN_TENANT_LEN and DJINN_TOKEN_LEN: <linux/djinn.h> and proto.h
+ * define each alike, so that a difference is a macro redefinition here. */
 
 struct kentry {
 	uint64_t kid;
@@ -298,6 +299,10 @@ static void nl_arm(struct kmod_lease *k)
 {
 	struct io_uring_sqe *sqe = loop_sqe(&k->srv->loop, &k->src, 0);
 
+	if (!sqe) { /* loop_sqe() said why: look every second instead */
+		k->broken = true;
+		return;
+	}
 	io_uring_prep_poll_add(sqe, nl_socket_get_fd(k->nl), POLLIN);
 }
 
@@ -345,7 +350,7 @@ static uint64_t kmod_poll(struct lease_provider *lp, uint64_t now,
 
 	if (k->resync || k->broken)
 		resync(k);
-	return 1000000000ull; /* the module tells: nothing to look at */
+	return NSEC_PER_SEC; /* the module tells: nothing to look at */
 }
 
 /*
