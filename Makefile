@@ -54,10 +54,10 @@ DJINND_LIB   := $(BUILD)/libdjinnd.a
 
 # libdjinn, the client library: shared (soname, version script exporting
 # djinn_* only) and static, both from -fPIC objects in $(BUILD)/pic/. It
-# builds lib/graph.c, lib/errmsg.c and lib/opnames.c in with hidden
+# builds lib/graph.c, lib/errmsg.c and lib/msgnames.c in with hidden
 # visibility.
 LIBDJINN_SRCS    := $(wildcard libdjinn/*.c) lib/graph.c lib/errmsg.c \
-		    lib/opnames.c
+		    lib/msgnames.c
 LIBDJINN_OBJS    := $(LIBDJINN_SRCS:%.c=$(BUILD)/pic/%.o)
 LIBDJINN_VERSION := 0.1.0
 LIBDJINN_SONAME  := libdjinn.so.0
@@ -87,6 +87,10 @@ test_libdjinn_LIBS       := $(LIBS_LIBDJINN)
 test_libdjinn_graph_LIBS := $(LIBS_LIBDJINN)
 test_libdjinn_rx_LIBS    := $(LIBS_LIBDJINN)
 test_libdjinn_abi_LIBS   := -ldl
+# the I/O loop and a connection, with a ring that refuses submissions
+# (linked as test_exec is: mk/leases.mk adds to it)
+test_loop_LIBS = $(test_exec_LIBS) \
+		 -Wl,--wrap=io_uring_submit,--wrap=usleep
 
 # Fuzz harnesses tests/fuzz/fuzz_NAME.c: libFuzzer binaries with
 # `make fuzz` (clang), and in `make test` a replay of tests/fuzz/corpus/NAME/

@@ -169,8 +169,6 @@
  * its stack, and about 8 agents' caches at 67 MB */
 #define CUDA_BUDGET (1536 * MiB)
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
 /*
  * struct model_spec - the model a backend runs
  * @name:    its directory under the model directory
@@ -450,19 +448,9 @@ static void ensure_model(void)
 	strcpy(model_dir, path);
 }
 
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / 1000000000ull),
-			       (long)(ns % 1000000000ull) };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
 static void sleep_until(uint64_t t)
 {
-	struct timespec ts = { (time_t)(t / 1000000000ull),
-			       (long)(t % 1000000000ull) };
+	struct timespec ts = ns_to_timespec(t);
 
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
 	       EINTR)
@@ -474,7 +462,7 @@ static void sleep_until(uint64_t t)
 static int run_capture(char *const argv[], int timeout_ms, char *out,
 		       size_t len)
 {
-	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * NSEC_PER_MSEC;
 	size_t have = 0;
 	bool killed = false;
 	int fd, status;
@@ -493,12 +481,12 @@ static int run_capture(char *const argv[], int timeout_ms, char *out,
 		}
 		if (!r || (errno != EAGAIN && errno != EINTR))
 			break;
-		if (now_ns() >= deadline) {
+		if (mono_ns() >= deadline) {
 			kill(pid, SIGKILL);
 			killed = true;
 			break;
 		}
-		sleep_ns(2000000);
+		sleep_ns(2 * NSEC_PER_MSEC);
 	}
 	out[have] = 0;
 	close(fd);
@@ -556,7 +544,7 @@ static void daemon_start(const char *policy, uint64_t mem)
 {
 	char memarg[32], lease[16], threads[16], swap[48];
 	const char *argv[32];
-	uint64_t deadline = now_ns() + 60000000000ull;
+	uint64_t deadline = mono_ns() + 60 * NSEC_PER_SEC;
 	unsigned int a = 0;
 	int status;
 
@@ -595,7 +583,7 @@ static void daemon_start(const char *policy, uint64_t mem)
 	argv[a] = NULL;
 	unlink(log_path);
 	daemon_pid = spawn((char *const *)argv, log_path, NULL);
-	while (now_ns() < deadline) {
+	while (mono_ns() < deadline) {
 		if (waitpid(daemon_pid, &status, WNOHANG) == daemon_pid) {
 			daemon_pid = -1;
 			if (!strcmp(opt.backend, "cuda")) {
@@ -610,7 +598,7 @@ static void daemon_start(const char *policy, uint64_t mem)
 		}
 		if (djinnd_answers())
 			return;
-		sleep_ns(5000000);
+		sleep_ns(5 * NSEC_PER_MSEC);
 	}
 	show_tail(log_path);
 	fail("djinnd does not answer after 60 s");
@@ -619,20 +607,20 @@ static void daemon_start(const char *policy, uint64_t mem)
 /* Stop djinnd: SIGTERM, 20 s, then SIGKILL. Whether it stopped cleanly. */
 static bool daemon_stop(void)
 {
-	uint64_t deadline = now_ns() + 20000000000ull;
+	uint64_t deadline = mono_ns() + 20 * NSEC_PER_SEC;
 	pid_t pid = daemon_pid;
 	int status;
 
 	if (pid <= 0)
 		return true;
 	kill(pid, SIGTERM);
-	while (now_ns() < deadline) {
+	while (mono_ns() < deadline) {
 		if (waitpid(pid, &status, WNOHANG) == pid) {
 			daemon_pid = -1;
 			unlink(log_path);
 			return WIFEXITED(status) && !WEXITSTATUS(status);
 		}
-		sleep_ns(5000000);
+		sleep_ns(5 * NSEC_PER_MSEC);
 	}
 	kill(pid, SIGKILL);
 	waitpid(pid, &status, 0);
@@ -849,7 +837,7 @@ static void *agent_main(void *arg)
 	}
 	agent_tools(a->id, a->round, dur, est);
 	sleep_until(t_arr);
-	ready = now_ns();
+	ready = mono_ns();
 	ret = djinn_connect(sock_addr, &conn);
 	if (ret) {
 		agent_failed(a, ret, "connect");
@@ -885,21 +873,21 @@ static void *agent_main(void *arg)
 				agent_failed(a, ret, "tool_call_begin");
 				goto out;
 			}
-			if (now_ns() + dur[k - 1] >= run.stop) {
+			if (mono_ns() + dur[k - 1] >= run.stop) {
 				/* the window ends before the tool does */
 				sleep_until(run.stop);
 				a->cut = true;
 				goto out;
 			}
 			sleep_ns(dur[k - 1]);
-			ready = now_ns();
+			ready = mono_ns();
 			ret = djinn_tool_call_end(s);
 			if (ret) {
 				agent_failed(a, ret, "tool_call_end");
 				goto out;
 			}
 		} else if (k) {
-			ready = now_ns();
+			ready = mono_ns();
 		}
 		if (k) {
 			agent_tokens(a->id, S_TOOL_TOKENS, k, buf,
@@ -916,11 +904,11 @@ static void *agent_main(void *arg)
 			agent_failed(a, ret < 0 ? ret : -EIO, "decode");
 			goto out;
 		}
-		a->turn_ns[k] = now_ns() - ready;
+		a->turn_ns[k] = mono_ns() - ready;
 		a->ready[k] = ready - run.start;
 		a->turns_done = k + 1;
 	}
-	a->jct_ns = now_ns() - t_arr;
+	a->jct_ns = mono_ns() - t_arr;
 out:
 	djinn_ctx_free(c);
 	if (m)
@@ -1075,9 +1063,9 @@ static void *slot_main(void *arg)
 
 		agent_main(a);
 		bank(a);
-		if (a->ret || now_ns() >= run.stop)
+		if (a->ret || mono_ns() >= run.stop)
 			break;
-		agent_init(a, a->id, now_ns() - run.start);
+		agent_init(a, a->id, mono_ns() - run.start);
 		a->round = round + 1;
 	}
 	pthread_mutex_lock(&run.lock);
@@ -1121,28 +1109,27 @@ static bool run_agents(enum mode mode, struct agent *ag, unsigned int n)
 	run_reset(mode);
 	if (mode != M_LOAD) { /* one at a time, each arriving at once */
 		deadline =
-			now_ns() + (uint64_t)opt.run_timeout_s * 1000000000ull;
+			mono_ns() + (uint64_t)opt.run_timeout_s * NSEC_PER_SEC;
 		for (unsigned int i = 0; i < n && ok; i++) {
 			ag[i].arrive = 0;
-			run.start = now_ns();
+			run.start = mono_ns();
 			agent_main(&ag[i]);
 			if (mode != M_REF)
 				bank(&ag[i]);
-			ok = now_ns() < deadline;
+			ok = mono_ns() < deadline;
 		}
 		return ok;
 	}
-	run.start = now_ns() + 20000000; /* the threads start first */
+	run.start = mono_ns() + 20 * NSEC_PER_MSEC; /* the threads first */
 	run.from = run.start + ag[n - 1].arrive;
 	run.stop = run.from + (uint64_t)(opt.measure_s * 1e9);
-	deadline = run.stop + (uint64_t)opt.run_timeout_s * 1000000000ull;
+	deadline = run.stop + (uint64_t)opt.run_timeout_s * NSEC_PER_SEC;
 	for (unsigned int i = 0; i < n; i++)
 		if (pthread_create(&ag[i].thread, NULL, slot_main, &ag[i]))
 			fail("pthread_create: %s", strerror(errno));
 	pthread_mutex_lock(&run.lock);
 	while (run.done < n) {
-		struct timespec ts = { (time_t)(deadline / 1000000000ull),
-				       (long)(deadline % 1000000000ull) };
+		struct timespec ts = ns_to_timespec(deadline);
 
 		if (pthread_cond_timedwait(&run.cond, &run.lock, &ts) ==
 		    ETIMEDOUT) {
@@ -1287,7 +1274,7 @@ static void ref_pass(unsigned int n)
 {
 	size_t per = (size_t)opt.turns * opt.decode;
 	struct warm w = { 0 };
-	uint64_t t0 = now_ns();
+	uint64_t t0 = mono_ns();
 
 	info("reference: %u agents alone, one at a time (--ref-mem %" PRIu64
 	     " MiB, no tool sleeps)",
@@ -1313,7 +1300,7 @@ static void ref_pass(unsigned int n)
 	warm_close(&w);
 	if (!daemon_stop())
 		fail("djinnd did not stop cleanly on SIGTERM");
-	info("reference: done in %.1f s", (double)(now_ns() - t0) / 1e9);
+	info("reference: done in %.1f s", (double)(mono_ns() - t0) / 1e9);
 }
 
 /* The SLO: agents 0 .. --slo-agents - 1 alone in turn, real tool sleeps,
@@ -1517,7 +1504,7 @@ static const struct result *run_point(unsigned int p, unsigned int n)
 	const char *policy = opt.policies[p];
 	struct result *r;
 	struct warm w = { 0 };
-	uint64_t t0 = now_ns();
+	uint64_t t0 = mono_ns();
 	bool in_time;
 
 	for (unsigned int i = 0; i < nr_results[p]; i++)
@@ -1553,7 +1540,7 @@ static const struct result *run_point(unsigned int p, unsigned int n)
 			snprintf(r->first_err, sizeof(r->first_err),
 				 "passed --run-timeout");
 	}
-	r->wall_s = (double)(now_ns() - t0) / 1e9;
+	r->wall_s = (double)(mono_ns() - t0) / 1e9;
 	r->pass = in_time && !r->refusals && !r->errors && r->turn_samples &&
 		  r->checked && r->equal == r->checked && r->turn_p99 <= slo_ms;
 	info("%s, %u agents: p50 %.1f ms, p99 %.1f ms (SLO %.1f, %u turns), "
@@ -1909,7 +1896,7 @@ int main(int argc, char **argv)
 	};
 	struct density d[MAX_POLICIES] = { 0 };
 	unsigned int need, max_n;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = mono_ns();
 	pthread_condattr_t ca;
 	char *colon;
 	int c;
@@ -2086,7 +2073,7 @@ int main(int argc, char **argv)
 	signal(SIGTERM, on_signal);
 	signal(SIGPIPE, SIG_IGN);
 	pthread_mutex_init(&run.lock, NULL);
-	/* run_agents()' deadline is on CLOCK_MONOTONIC, as now_ns() */
+	/* run_agents()' deadline is on CLOCK_MONOTONIC, as mono_ns() */
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&run.cond, &ca);
@@ -2131,7 +2118,7 @@ int main(int argc, char **argv)
 			sweep(p, &d[p]);
 	}
 	summary(d);
-	info("done in %.0f s", (double)(now_ns() - t0) / 1e9);
+	info("done in %.0f s", (double)(mono_ns() - t0) / 1e9);
 	for (unsigned int i = 0; i < MAX_AGENTS; i++) {
 		free(agents[i].tokens);
 		free(agents[i].turn_ns);

@@ -21,6 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "array_size.h"
+#include "clock.h"
+
 /* Say why on stderr after the program's name, and exit 1 (atexit()
  * handlers run). */
 __attribute__((noreturn, format(printf, 1, 2))) static inline void
@@ -37,12 +40,12 @@ fail(const char *fmt, ...)
 	exit(1);
 }
 
-static inline uint64_t now_ns(void)
+static inline void sleep_ns(uint64_t ns)
 {
-	struct timespec ts;
+	struct timespec ts = ns_to_timespec(ns);
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
 }
 
 /* @s as a JSON string body into @buf (truncated, never mid-escape). */
@@ -87,7 +90,7 @@ static inline double median(const double *v, unsigned int n)
 {
 	double s[64];
 
-	if (!n || n > sizeof(s) / sizeof(s[0]))
+	if (!n || n > ARRAY_SIZE(s))
 		return NAN;
 	memcpy(s, v, n * sizeof(*v));
 	qsort(s, n, sizeof(*s), cmp_double);

@@ -71,15 +71,15 @@ static void ck(CUresult r, const char *what)
 /* ---------------------------------------------------------------------- */
 
 /* Median GB/s of @fn moving @bytes, ROUNDS times. */
-#define RATE(bytes, stmt)                                                   \
-	({                                                                  \
-		double _v[ROUNDS];                                          \
-		for (int _i = 0; _i < ROUNDS; _i++) {                       \
-			uint64_t _t = now_ns();                             \
-			stmt;                                               \
-			_v[_i] = (double)(bytes) / (double)(now_ns() - _t); \
-		}                                                           \
-		median(_v, ROUNDS);                                         \
+#define RATE(bytes, stmt)                                                    \
+	({                                                                   \
+		double _v[ROUNDS];                                           \
+		for (int _i = 0; _i < ROUNDS; _i++) {                        \
+			uint64_t _t = mono_ns();                             \
+			stmt;                                                \
+			_v[_i] = (double)(bytes) / (double)(mono_ns() - _t); \
+		}                                                            \
+		median(_v, ROUNDS);                                          \
 	})
 
 static double pinned_peak;
@@ -158,13 +158,13 @@ static void bench_swap(void)
 	if (ret)
 		fail("a 1 GiB region: %s", strerror(-ret));
 	for (int i = 0; i < ROUNDS; i++) {
-		uint64_t t = now_ns();
+		uint64_t t = mono_ns();
 
 		ret = vmu_region_swap_out(s, h);
-		out[i] = (double)n / (double)(now_ns() - t);
-		t = now_ns();
+		out[i] = (double)n / (double)(mono_ns() - t);
+		t = mono_ns();
 		ret |= vmu_region_swap_in(s, h, NULL);
-		in[i] = (double)n / (double)(now_ns() - t);
+		in[i] = (double)n / (double)(mono_ns() - t);
 		if (ret)
 			fail("swap: %s", strerror(-ret));
 	}
@@ -244,7 +244,7 @@ static struct djinn_conn *daemon_start(char *addr, size_t len)
 		execv(argv[0], argv);
 		_exit(127);
 	}
-	for (deadline = now_ns() + 30000000000ull; now_ns() < deadline;) {
+	for (deadline = mono_ns() + 30 * NSEC_PER_SEC; mono_ns() < deadline;) {
 		if (waitpid(daemon_pid, &status, WNOHANG) == daemon_pid) {
 			daemon_pid = -1;
 			fail("%s exited at start: see %s", djinnd_path, log);
@@ -286,7 +286,7 @@ static void bench_rtt(void)
 	for (int i = -100; i < RTT_N; i++) {
 		struct djinn_graph_builder *g;
 		struct djinn_request *req;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		int x;
 
 		ret = djinn_graph_new(s, &g);
@@ -301,7 +301,7 @@ static void bench_rtt(void)
 			fail("graph: %s: %s", strerror(-ret),
 			     djinn_graph_error(g));
 		if (i >= 0)
-			remote[i] = (double)(now_ns() - t0);
+			remote[i] = (double)(mono_ns() - t0);
 		djinn_request_free(req);
 		djinn_graph_free(g);
 	}
@@ -310,13 +310,13 @@ static void bench_rtt(void)
 	daemon_stop();
 
 	for (int i = -100; i < RTT_N; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 
 		ret = cuda_noop_sync(G.b);
 		if (ret)
 			fail("no-op kernel: %s", strerror(-ret));
 		if (i >= 0)
-			local[i] = (double)(now_ns() - t0);
+			local[i] = (double)(mono_ns() - t0);
 	}
 	emit("gpu_rtt", "noop_graph_p50_us", p50_us(remote, RTT_N), "us",
 	     "cuLaunchKernel_sync_p50", p50_us(local, RTT_N), NULL);
@@ -364,7 +364,7 @@ static void bench_gemm_one(unsigned int dtype, uint64_t n)
 	if (bl->Create(&h))
 		fail("cublasCreate failed");
 	for (int i = -1; i < ROUNDS; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 
 		for (int k = 0; k < 10; k++) {
 			ret = G.b->ops->run_node(G.b, &node, in, &out, msg,
@@ -375,8 +375,8 @@ static void bench_gemm_one(unsigned int dtype, uint64_t n)
 		if (G.b->ops->sync(G.b))
 			fail("sync");
 		if (i >= 0)
-			ours[i] = 10 * flop / (double)(now_ns() - t0) / 1e3;
-		t0 = now_ns();
+			ours[i] = 10 * flop / (double)(mono_ns() - t0) / 1e3;
+		t0 = mono_ns();
 		for (int k = 0; k < 10; k++)
 			if (bl->GemmStridedBatchedEx(
 				    h, CUBLAS_OP_N_, CUBLAS_OP_N_, (int)n,
@@ -388,7 +388,7 @@ static void bench_gemm_one(unsigned int dtype, uint64_t n)
 				fail("cublas gemm failed");
 		ck(cu->CtxSynchronize(), "cuCtxSynchronize");
 		if (i >= 0)
-			theirs[i] = 10 * flop / (double)(now_ns() - t0) / 1e3;
+			theirs[i] = 10 * flop / (double)(mono_ns() - t0) / 1e3;
 	}
 	bl->Destroy(h);
 	emit("gpu_gemm",

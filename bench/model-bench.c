@@ -306,11 +306,11 @@ static void round_djinn(struct model_hold *h, const struct model_env *env,
 	check(model_ctx_new(h, opt.prefill + opt.decode + 1, &c, msg,
 			    sizeof(msg)),
 	      "context", msg);
-	t0 = now_ns();
+	t0 = mono_ns();
 	check(model_ctx_prefill(c, env, prompt, opt.prefill, NULL, msg,
 				sizeof(msg)),
 	      "prefill", msg);
-	t1 = now_ns();
+	t1 = mono_ns();
 	if (logits) {
 		memcpy(logits, model_ctx_logits(c),
 		       h->m->cfg.vocab * sizeof(float));
@@ -327,7 +327,7 @@ static void round_djinn(struct model_hold *h, const struct model_env *env,
 				       sizeof(msg)),
 		      "decode", msg);
 	}
-	t2 = now_ns();
+	t2 = mono_ns();
 	model_ctx_free(c);
 	*pre = opt.prefill / secs(t0, t1);
 	*dec = opt.decode ? opt.decode / secs(t1, t2) : NAN;
@@ -384,11 +384,11 @@ static void djinn_open(const char *models, struct djinn_run *R,
 	      NULL);
 	check(vmu_session_create(R->env.v, "bench0", &R->s[0]), "session",
 	      NULL);
-	t0 = now_ns();
+	t0 = mono_ns();
 	check(model_open(R->ms, R->s[0], opt.arch->model, &R->h[0], msg,
 			 sizeof(msg)),
 	      "model_open", msg);
-	d->load_s = secs(t0, now_ns());
+	d->load_s = secs(t0, mono_ns());
 	if (R->h[0]->m->cfg.vocab != opt.arch->vocab)
 		fail("%s: a vocabulary of %u, not %u", opt.arch->model,
 		     R->h[0]->m->cfg.vocab, opt.arch->vocab);
@@ -699,8 +699,7 @@ int main(int argc, char **argv)
 			break;
 		case 'a':
 			opt.arch = NULL;
-			for (size_t i = 0; i < sizeof(archs) / sizeof(*archs);
-			     i++)
+			for (size_t i = 0; i < ARRAY_SIZE(archs); i++)
 				if (!strcmp(optarg, archs[i].name))
 					opt.arch = &archs[i];
 			if (!opt.arch)

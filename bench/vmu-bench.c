@@ -41,7 +41,6 @@
 #define MiB ((uint64_t)1 << 20)
 #define GiB ((uint64_t)1 << 30)
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define ALIGN_UP(x, a) (((x) + (a)-1) & ~((uint64_t)(a)-1))
 
 static struct {
@@ -456,7 +455,7 @@ static uint64_t ff_top(const struct ff_arena *a)
 #define AB_BATCH 64
 #define AB_SEQ 16
 #define AB_REPS 7
-#define AB_REP_NS 40000000ull
+#define AB_REP_NS (40 * NSEC_PER_MSEC)
 #define AB_TEXT_SIZE (4 * KiB)
 #define AB_STACK_MAX (AB_BATCH * MiB)
 #define AB_OPS_PER_PASS (2 * AB_BATCH * AB_SEQ)
@@ -649,11 +648,11 @@ struct ab_run {
 
 static uint64_t ab_time(struct ab_ctx *c, ab_pass_fn fn, unsigned int passes)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = mono_ns();
 
 	while (passes--)
 		fn(c);
-	return now_ns() - t0;
+	return mono_ns() - t0;
 }
 
 static void ab_measure(struct ab_ctx *c, struct ab_run *runs, unsigned int n)
@@ -1161,10 +1160,10 @@ static void bench_trace(void)
 	      "vmu_stack_create");
 	ff_init(&tr->ff, TR_CAPACITY, false, 4096);
 
-	t0 = now_ns();
+	t0 = mono_ns();
 	for (i = 0; i < TR_STEPS; i++)
 		tr_step(tr);
-	t1 = now_ns();
+	t1 = mono_ns();
 
 	if (opt.report) {
 		printf("vmu_trace: seed %" PRIu64
@@ -1329,22 +1328,22 @@ static void bench_swap(void)
 	memset(dst, 0xa5, SW_SIZE);
 
 	for (r = 0; r < SW_ROUNDS; r++) {
-		t0 = now_ns();
+		t0 = mono_ns();
 		memcpy(dst, src, SW_SIZE);
 		sink(dst);
-		t_cpy[r] = gbps(SW_SIZE, now_ns() - t0);
+		t_cpy[r] = gbps(SW_SIZE, mono_ns() - t0);
 
-		t0 = now_ns();
+		t0 = mono_ns();
 		check(vmu_region_swap_out(s, h), "vmu_region_swap_out");
-		t1 = now_ns();
+		t1 = mono_ns();
 		check(vmu_region_info(s, h, &info), "vmu_region_info");
 		if (info.state != VMU_REGION_SWAPPED)
 			fail("swap round %u: state %d after swap-out", r + 1,
 			     (int)info.state);
-		t2 = now_ns();
+		t2 = mono_ns();
 		check(vmu_region_swap_in(s, h, NULL), "vmu_region_swap_in");
 		t_out[r] = gbps(SW_SIZE, t1 - t0);
-		t_in[r] = gbps(SW_SIZE, now_ns() - t2);
+		t_in[r] = gbps(SW_SIZE, mono_ns() - t2);
 
 		check(vmu_region_info(s, h, &info), "vmu_region_info");
 		if (info.state != VMU_REGION_RESIDENT || info.addr != addr ||

@@ -23,6 +23,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "array_size.h"
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 
@@ -54,8 +56,6 @@ struct key {
 
 #define SRV(f) offsetof(struct djinnd_config, srv.f)
 #define TOP(f) offsetof(struct djinnd_config, f)
-#define MS 1000000ull
-#define SEC 1000000000ull
 
 /* A key of the file; @...: .min, .max, .reload */
 #define KEY(sec, nm, ty, offset, ...)                                  \
@@ -87,29 +87,32 @@ static const struct key keys[] = {
 	    .max = 100, .reload = CONFIG_RELOAD_PRESSURE),
 	KEY("memory", "pressure_critical", T_PCT, SRV(crit_pct), .min = 1,
 	    .max = 100, .reload = CONFIG_RELOAD_PRESSURE),
-	KEY("lease", "default", T_DURATION, SRV(lease_default_ns), .min = MS,
-	    .max = 24 * 3600 * SEC, .reload = CONFIG_RELOAD_LEASE),
-	KEY("lease", "min", T_DURATION, SRV(lease_min_ns), .min = MS,
-	    .max = 24 * 3600 * SEC, .reload = CONFIG_RELOAD_LEASE),
-	KEY("lease", "max", T_DURATION, SRV(lease_max_ns), .min = MS,
-	    .max = 24 * 3600 * SEC, .reload = CONFIG_RELOAD_LEASE),
+	KEY("lease", "default", T_DURATION, SRV(lease_default_ns),
+	    .min = NSEC_PER_MSEC, .max = 24 * 3600 * NSEC_PER_SEC,
+	    .reload = CONFIG_RELOAD_LEASE),
+	KEY("lease", "min", T_DURATION, SRV(lease_min_ns), .min = NSEC_PER_MSEC,
+	    .max = 24 * 3600 * NSEC_PER_SEC, .reload = CONFIG_RELOAD_LEASE),
+	KEY("lease", "max", T_DURATION, SRV(lease_max_ns), .min = NSEC_PER_MSEC,
+	    .max = 24 * 3600 * NSEC_PER_SEC, .reload = CONFIG_RELOAD_LEASE),
 	KEY("lease", "provider", T_LEASES, SRV(leases)),
 	KEY("log", "level", T_LEVEL, TOP(log_level),
 	    .reload = CONFIG_RELOAD_LOG),
 	KEY("log", "file", T_FILE, TOP(log_file)),
 	KEY("metrics", "listen", T_TCP, SRV(metrics)),
 	KEY("sched", "policy", T_POLICY, SRV(sched.policy)),
-	KEY("sched", "quantum", T_DURATION, SRV(sched.quantum_ns), .min = MS,
-	    .max = SEC, .reload = CONFIG_RELOAD_SCHED),
+	KEY("sched", "quantum", T_DURATION, SRV(sched.quantum_ns),
+	    .min = NSEC_PER_MSEC, .max = NSEC_PER_SEC,
+	    .reload = CONFIG_RELOAD_SCHED),
 	KEY("sched", "admit_wait", T_DURATION, SRV(sched.admit_wait_ns),
-	    .min = 0, .max = 60 * SEC, .reload = CONFIG_RELOAD_SCHED),
+	    .min = 0, .max = 60 * NSEC_PER_SEC, .reload = CONFIG_RELOAD_SCHED),
 	KEY("sched", "max_io_wait", T_DURATION, SRV(sched.max_io_wait_ns),
-	    .min = MS, .max = 24 * 3600 * SEC, .reload = CONFIG_RELOAD_SCHED),
+	    .min = NSEC_PER_MSEC, .max = 24 * 3600 * NSEC_PER_SEC,
+	    .reload = CONFIG_RELOAD_SCHED),
 	KEY("sched", "swap_margin", T_UINT, SRV(sched.swap_margin_pct),
 	    .min = 100, .max = 10000, .reload = CONFIG_RELOAD_SCHED),
 };
 
-#define NR_KEYS (sizeof(keys) / sizeof(keys[0]))
+#define NR_KEYS (ARRAY_SIZE(keys))
 _Static_assert(NR_KEYS <= CONFIG_MAX_KEYS, "CONFIG_MAX_KEYS too small");
 
 static const char cmdline[] = "command line";
@@ -222,10 +225,10 @@ int config_parse_duration(const char *s, uint64_t *out)
 	static const struct {
 		const char *unit;
 		uint64_t ns;
-	} units[] = { { "ms", MS },
-		      { "s", SEC },
-		      { "m", 60 * SEC },
-		      { "h", 3600 * SEC } };
+	} units[] = { { "ms", NSEC_PER_MSEC },
+		      { "s", NSEC_PER_SEC },
+		      { "m", 60 * NSEC_PER_SEC },
+		      { "h", 3600 * NSEC_PER_SEC } };
 	unsigned long long v;
 	char *end;
 
@@ -235,7 +238,7 @@ int config_parse_duration(const char *s, uint64_t *out)
 	v = strtoull(s, &end, 10);
 	if (errno)
 		return -EINVAL;
-	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
 		if (strcmp(end, units[i].unit))
 			continue;
 		if (v > UINT64_MAX / units[i].ns)
@@ -507,9 +510,9 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 	unsigned int i;
 	uint64_t v;
 
-	if (!n || n >= DJINN_TENANT_MAX)
+	if (!n || n >= DJINN_TENANT_LEN)
 		return fail(c, "[tenant.%s]: a tenant name has 1 to %d bytes",
-			    tenant, DJINN_TENANT_MAX - 1);
+			    tenant, DJINN_TENANT_LEN - 1);
 	for (size_t j = 0; j < n; j++)
 		if (tenant[j] <= ' ' || tenant[j] > '~')
 			return fail(c,
@@ -588,9 +591,9 @@ void config_init(struct djinnd_config *c)
 	c->srv = (struct server_config){
 		.backend = "cpu",
 		.cpu_mem = 2ull << 30,
-		.lease_default_ns = 10 * SEC,
-		.lease_min_ns = 10 * MS,
-		.lease_max_ns = 3600 * SEC,
+		.lease_default_ns = 10 * NSEC_PER_SEC,
+		.lease_min_ns = 10 * NSEC_PER_MSEC,
+		.lease_max_ns = 3600 * NSEC_PER_SEC,
 		.max_sessions = 65536,
 		.max_sessions_per_uid = 4096,
 		.max_conns = 4096,
@@ -733,7 +736,7 @@ int config_set(struct djinnd_config *c, const char *key, const char *value)
 	/* tenant.NAME.share: NAME may not hold a dot, the key none */
 	if (!strncmp(key, "tenant.", 7) && strrchr(key, '.') > key + 7) {
 		const char *last = strrchr(key, '.');
-		char tenant[DJINN_TENANT_MAX + 1];
+		char tenant[DJINN_TENANT_LEN + 1];
 		size_t n = (size_t)(last - key - 7);
 
 		if (n >= sizeof(tenant))
@@ -803,13 +806,15 @@ int config_validate(struct djinnd_config *c)
 				key_find("lease", "default")),
 			  key_find("lease", "max"));
 		fail_at(c, k);
-		return fail(c,
-			    "%s.%s: want min <= default <= max "
-			    "(%llu ms, %llu ms, %llu ms)",
-			    k->section, k->name,
-			    (unsigned long long)(s->lease_min_ns / MS),
-			    (unsigned long long)(s->lease_default_ns / MS),
-			    (unsigned long long)(s->lease_max_ns / MS));
+		return fail(
+			c,
+			"%s.%s: want min <= default <= max "
+			"(%llu ms, %llu ms, %llu ms)",
+			k->section, k->name,
+			(unsigned long long)(s->lease_min_ns / NSEC_PER_MSEC),
+			(unsigned long long)(s->lease_default_ns /
+					     NSEC_PER_MSEC),
+			(unsigned long long)(s->lease_max_ns / NSEC_PER_MSEC));
 	}
 	for (unsigned int i = 0; i < s->nr_listen; i++) {
 		if (strncmp(s->listen[i], "unix:", 5) ||
@@ -834,16 +839,18 @@ static void fmt_duration(uint64_t ns, char *buf, size_t len)
 {
 	if (!ns)
 		snprintf(buf, len, "0s");
-	else if (ns % (3600 * SEC) == 0)
+	else if (ns % (3600 * NSEC_PER_SEC) == 0)
 		snprintf(buf, len, "%lluh",
-			 (unsigned long long)(ns / 3600 / SEC));
-	else if (ns % (60 * SEC) == 0)
+			 (unsigned long long)(ns / 3600 / NSEC_PER_SEC));
+	else if (ns % (60 * NSEC_PER_SEC) == 0)
 		snprintf(buf, len, "%llum",
-			 (unsigned long long)(ns / 60 / SEC));
-	else if (ns % SEC == 0)
-		snprintf(buf, len, "%llus", (unsigned long long)(ns / SEC));
+			 (unsigned long long)(ns / 60 / NSEC_PER_SEC));
+	else if (ns % NSEC_PER_SEC == 0)
+		snprintf(buf, len, "%llus",
+			 (unsigned long long)(ns / NSEC_PER_SEC));
 	else
-		snprintf(buf, len, "%llums", (unsigned long long)(ns / MS));
+		snprintf(buf, len, "%llums",
+			 (unsigned long long)(ns / NSEC_PER_MSEC));
 }
 
 static void fmt_size(uint64_t b, char *buf, size_t len)

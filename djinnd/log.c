@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 static const char *const names[] = {
@@ -117,7 +118,8 @@ void dj_log(int level, const char *fmt, ...)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		localtime_r(&ts.tv_sec, &tm);
 		fprintf(out, "%02d:%02d:%02d.%03ld djinnd %s: %s\n", tm.tm_hour,
-			tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+			tm.tm_min, tm.tm_sec,
+			(long)(ts.tv_nsec / NSEC_PER_MSEC),
 			log_level_name(level), line);
 	}
 	pthread_mutex_unlock(&lg.lock);

@@ -40,6 +40,7 @@ struct sigsrc {
 	int rfd, wfd;
 	uint8_t signo;
 	struct loop_timer drain;
+	struct loop_timer rearm; /* the read, when loop_sqe() failed */
 };
 
 static struct sigsrc sigs = { .rfd = -1, .wfd = -1 };
@@ -74,10 +75,10 @@ static uint64_t lease_tick(struct loop_timer *t, uint64_t now)
 	uint64_t next =
 		srv->leases->ops->poll(srv->leases, now, lease_expired, srv);
 
-	return next ? next : 1000000;
+	return next ? next : NSEC_PER_MSEC;
 }
 
-#define DRAIN_MAX_NS 10000000000ull /* then stop all the same */
+#define DRAIN_MAX_NS (10 * NSEC_PER_SEC) /* then stop all the same */
 
 static uint64_t drain_deadline;
 
@@ -91,11 +92,11 @@ static uint64_t drain_tick(struct loop_timer *t, uint64_t now)
 	unsigned int busy = server_depth(srv);
 
 	if (busy && now < drain_deadline)
-		return 5000000;
+		return 5 * NSEC_PER_MSEC;
 	if (busy)
 		log_warn("drain: %u jobs still queued after %llu s: stopping",
 			 busy,
-			 (unsigned long long)(DRAIN_MAX_NS / 1000000000ull));
+			 (unsigned long long)(DRAIN_MAX_NS / NSEC_PER_SEC));
 	while (!list_empty(&srv->sessions))
 		session_end(srv,
 			    list_first_entry(&srv->sessions, struct session,
@@ -154,7 +155,10 @@ static void devices_watch(struct server *srv)
 
 static void before_sleep(struct loop *l)
 {
-	devices_watch(container_of(l, struct server, loop));
+	struct server *srv = container_of(l, struct server, loop);
+
+	conns_close_failed(srv);
+	devices_watch(srv);
 }
 
 static uint64_t dead_watch_tick(struct loop_timer *t, uint64_t now)
@@ -162,15 +166,24 @@ static uint64_t dead_watch_tick(struct loop_timer *t, uint64_t now)
 	struct server *srv = container_of(t, struct server, dead_watch);
 
 	devices_watch(srv);
-	return srv->exit_status ? 0 : 1000000000ull;
+	return srv->exit_status ? 0 : NSEC_PER_SEC;
 }
 
 static void sig_arm(void)
 {
 	struct io_uring_sqe *sqe = loop_sqe(&sigs.srv->loop, &sigs.src, 0);
 
-	if (sqe)
-		io_uring_prep_read(sqe, sigs.rfd, &sigs.signo, 1, 0);
+	if (!sqe) {
+		loop_retry(&sigs.srv->loop, &sigs.rearm);
+		return;
+	}
+	io_uring_prep_read(sqe, sigs.rfd, &sigs.signo, 1, 0);
+}
+
+static uint64_t sig_rearm(struct loop_timer *t, uint64_t now)
+{
+	sig_arm();
+	return 0;
 }
 
 static void sig_complete(struct io_src *src, struct io_uring_cqe *cqe,
@@ -225,6 +238,8 @@ static int signals_init(struct server *srv)
 	sigs.src.complete = sig_complete;
 	sigs.drain.fn = drain_tick;
 	INIT_LIST_HEAD(&sigs.drain.node);
+	sigs.rearm.fn = sig_rearm;
+	INIT_LIST_HEAD(&sigs.rearm.node);
 	sig_arm();
 	return 0;
 }
@@ -452,11 +467,11 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	if (ret)
 		return ret;
 	srv->lease_timer.fn = lease_tick;
-	loop_timer_add(&srv->loop, &srv->lease_timer, loop_now() + 1000000);
+	loop_timer_add(&srv->loop, &srv->lease_timer,
+		       loop_now() + NSEC_PER_MSEC);
 	srv->loop.before_sleep = before_sleep;
 	srv->dead_watch.fn = dead_watch_tick;
-	loop_timer_add(&srv->loop, &srv->dead_watch,
-		       loop_now() + 1000000000ull);
+	loop_timer_add(&srv->loop, &srv->dead_watch, loop_now() + NSEC_PER_SEC);
 	return 0;
 }
 
@@ -596,9 +611,9 @@ void server_exit(struct server *srv)
 	conns_close_all(srv, true);
 	/* Let the sockets' last completions come back (each frees what it
 	 * held), for at most a second; then tear down. */
-	for (uint64_t end = loop_now() + 1000000000ull;
+	for (uint64_t end = loop_now() + NSEC_PER_SEC;
 	     (srv->nr_conns || srv->nr_http) && loop_now() < end;)
-		loop_once(&srv->loop, 10000000);
+		loop_once(&srv->loop, 10 * NSEC_PER_MSEC);
 	if (srv->leases)
 		srv->leases->ops->destroy(srv->leases);
 	listeners_close(srv);

@@ -16,7 +16,7 @@
 #include "backend/backend.h"
 #include "net/loop.h"
 #include "net/metrics.h"
-#include "net/ops.h"
+#include "net/msg.h"
 #include "sched/sched.h"
 #include "session/lease.h"
 #include "session/session.h"
@@ -119,7 +119,7 @@ struct server_stats {
 	uint64_t graphs_run, graphs_failed;
 	uint64_t conns_stalled; /* closed: took no reply bytes */
 	uint64_t metrics_scrapes, metrics_bad;
-	struct op_stats ops[METRICS_OPS];
+	struct msg_stats msgs[METRICS_MSGS];
 };
 
 struct server {
@@ -141,6 +141,7 @@ struct server {
 	struct list_head listeners;
 	struct list_head conns;
 	struct list_head closing; /* closed, still owed completions */
+	bool conns_failed; /* some have conn->failed: conns_close_failed() */
 	unsigned int nr_conns; /* metrics connections too */
 	struct list_head http; /* metrics connections (net/metrics.c) */
 	unsigned int nr_http;
@@ -172,6 +173,9 @@ int listeners_open(struct server *srv);
 void listeners_close(struct server *srv);
 void listeners_free(struct server *srv);
 void conns_close_all(struct server *srv, bool force);
+/* Close the connections loop_sqe() failed (conn_fail()); called before
+ * the loop sleeps, where closing frees nothing under anyone. */
+void conns_close_failed(struct server *srv);
 
 /*
  * server.c: placement. The device for a new session: @want 0 lets the

@@ -20,10 +20,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "array_size.h"
 #include "errmsg.h"
 #include "graph.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* A node's result may be at most this big. */
 #define GRAPH_MAX_RESULT_BYTES (UINT64_C(1) << 40)

@@ -48,13 +48,13 @@
 
 #include <djinn/djinn.h>
 
+#include "array_size.h"
 #include "graph.h"
 #include "list.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 	      "the wire is little-endian: add byte swapping first");
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define __printf(a, b) __attribute__((format(printf, a, b)))
 #define min_t(t, a, b) ((t)(a) < (t)(b) ? (t)(a) : (t)(b))
 
@@ -72,7 +72,7 @@ void __djinn_log(int level, const char *fmt, ...) __printf(2, 3);
 #define dj_dbg(...) __djinn_log(DJINN_LOG_DEBUG, __VA_ARGS__)
 
 /* "HELLO", "GRAPH_SUBMIT", ...: a static string, "unknown" for others. */
-const char *__djinn_op_str(unsigned int op);
+const char *__djinn_msg_str(unsigned int type);
 
 uint64_t __djinn_now_ns(void);
 
@@ -116,7 +116,7 @@ typedef int (*dj_complete_fn)(struct djinn_conn *conn, struct dj_call *c);
  * @node:       in conn->calls[], while pending
  * @id:         its request_id
  * @session_id: hdr.session_id it was sent with
- * @op:         its opcode, which the response must echo
+ * @type:       its message type, which the response must echo
  * @wnode:      in conn->rx_followers while a thread waits for it, ready
  *              to read when handed the reader token
  * @done:       the response came, or the connection died
@@ -138,7 +138,7 @@ struct dj_call {
 	struct list_head node;
 	uint64_t id;
 	uint64_t session_id;
-	uint16_t op;
+	uint16_t type;
 	struct list_head wnode;
 	bool done;
 	bool detached;
@@ -155,7 +155,7 @@ struct dj_call {
 	char msg[DJINN_MAX_ERROR_MSG + 1];
 };
 
-void __djinn_call_init(struct dj_call *c, uint16_t op, uint64_t session_id,
+void __djinn_call_init(struct dj_call *c, uint16_t type, uint64_t session_id,
 		       void *resp, uint64_t resp_len);
 void __djinn_call_destroy(struct dj_call *c);
 
@@ -180,15 +180,15 @@ int __djinn_call_wait(struct djinn_conn *conn, struct dj_call *c,
  * header, the answer's payload into @resp[@resp_len]. Returns the
  * request's error, which it logs with the daemon's message.
  */
-int __djinn_call_sync(struct djinn_conn *conn, uint16_t op, uint64_t session_id,
-		      const struct iovec *iov, int iovcnt, void *resp,
-		      uint64_t resp_len);
+int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
+		      uint64_t session_id, const struct iovec *iov, int iovcnt,
+		      void *resp, uint64_t resp_len);
 
 /* Keep @fmt's message for djinn_last_error() in this thread. */
 void __djinn_set_last_error(const char *fmt, ...) __printf(1, 2);
 
 /* Fire and forget: the answer, if it is an error, is logged. */
-int __djinn_call_detached(struct djinn_conn *conn, uint16_t op,
+int __djinn_call_detached(struct djinn_conn *conn, uint16_t type,
 			  uint64_t session_id, const void *payload,
 			  uint64_t len, uint64_t resp_len,
 			  dj_complete_fn complete);
@@ -274,10 +274,10 @@ struct djinn_session {
 	struct djinn_conn *conn;
 	struct list_head node;
 	uint64_t id;
-	uint8_t token[DJINN_SESSION_TOKEN_LEN];
+	uint8_t token[DJINN_TOKEN_LEN];
 	uint64_t lease_ns;
 	uint64_t deadline_ns;
-	char tenant[DJINN_TENANT_MAX];
+	char tenant[DJINN_TENANT_LEN];
 	uint64_t last_ns;
 	bool hb_inflight;
 	bool expired;

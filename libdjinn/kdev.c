@@ -123,7 +123,7 @@ int __djinn_kdev_open(struct djinn_conn *conn, const char *tenant,
 	}
 	b.kernel_id = o.session_id;
 	memcpy(b.token, o.token, sizeof(b.token));
-	ret = __djinn_call_sync(conn, DJINN_OP_SESSION_BIND, 0, &iov, 1, r,
+	ret = __djinn_call_sync(conn, DJINN_MSG_SESSION_BIND, 0, &iov, 1, r,
 				sizeof(*r));
 	if (ret)
 		goto fail;

@@ -52,7 +52,7 @@ struct djinn_model {
  * @busy:     a step of it is in flight
  * @paused:   its last step paused at a breakpoint; the fields below say
  *            what that step was
- * @op:       CTX_PREFILL or CTX_DECODE
+ * @type:       CTX_PREFILL or CTX_DECODE
  * @want:     a decode's tokens; 0 for a prefill
  * @tokens_out: where a decode's tokens go
  * @step_tokens: T of the hidden state (a prefill's tokens, 1 for decode)
@@ -68,7 +68,7 @@ struct djinn_ctx {
 	uint32_t len, max_tokens;
 	bool busy;
 	bool paused;
-	uint16_t op;
+	uint16_t type;
 	uint32_t want;
 	int32_t *tokens_out;
 	uint32_t step_tokens;
@@ -183,7 +183,7 @@ int djinn_model_open(struct djinn_session *s, const char *name,
 	if (ret)
 		return ret;
 	memcpy(req.name, name, strlen(name));
-	ret = __djinn_call_sync(s->conn, DJINN_OP_MODEL_OPEN, s->id, &iov, 1,
+	ret = __djinn_call_sync(s->conn, DJINN_MSG_MODEL_OPEN, s->id, &iov, 1,
 				&r, sizeof(r));
 	if (ret)
 		return ret;
@@ -476,7 +476,7 @@ int djinn_model_upload(struct djinn_session *s, const char *dir,
 	{
 		struct iovec iov = { req, len };
 
-		ret = __djinn_call_sync(s->conn, DJINN_OP_MODEL_OPEN_UPLOADED,
+		ret = __djinn_call_sync(s->conn, DJINN_MSG_MODEL_OPEN_UPLOADED,
 					s->id, &iov, 1, &r, sizeof(r));
 	}
 	if (ret == -ENOENT) {
@@ -501,7 +501,7 @@ int djinn_model_upload(struct djinn_session *s, const char *dir,
 			struct iovec iov = { req, len };
 
 			ret = __djinn_call_sync(s->conn,
-						DJINN_OP_MODEL_OPEN_UPLOADED,
+						DJINN_MSG_MODEL_OPEN_UPLOADED,
 						s->id, &iov, 1, &r, sizeof(r));
 		}
 	}
@@ -548,7 +548,7 @@ int djinn_model_close(struct djinn_model *m)
 	list_del_init(&m->node);
 	pthread_mutex_unlock(&conn->lock);
 	iov = (struct iovec){ &m->handle, sizeof(m->handle) };
-	ret = __djinn_call_sync(conn, DJINN_OP_MODEL_CLOSE, m->s->id, &iov, 1,
+	ret = __djinn_call_sync(conn, DJINN_MSG_MODEL_CLOSE, m->s->id, &iov, 1,
 				NULL, 0);
 	if (ret == -EBUSY) {
 		/* contexts made on it another way: it stays */
@@ -645,8 +645,8 @@ int djinn_ctx_new(struct djinn_model *m, uint32_t max_tokens,
 	 * says why (the positions, or a sliding window) */
 	req.model = m->handle;
 	req.max_tokens = max_tokens;
-	ret = __djinn_call_sync(m->s->conn, DJINN_OP_CTX_NEW, m->s->id, &iov, 1,
-				&r, sizeof(r));
+	ret = __djinn_call_sync(m->s->conn, DJINN_MSG_CTX_NEW, m->s->id, &iov,
+				1, &r, sizeof(r));
 	if (ret)
 		return ret;
 	return ctx_make(m, &r, 0, out);
@@ -703,7 +703,7 @@ int djinn_ctx_fork(struct djinn_ctx *c, struct djinn_ctx **out)
 	if (ret)
 		return ret;
 	iov = (struct iovec){ &c->handle, sizeof(c->handle) };
-	ret = __djinn_call_sync(conn, DJINN_OP_CTX_FORK, c->m->s->id, &iov, 1,
+	ret = __djinn_call_sync(conn, DJINN_MSG_CTX_FORK, c->m->s->id, &iov, 1,
 				&r, sizeof(r));
 	if (!ret)
 		ret = ctx_make(c->m, &r, len, out);
@@ -733,7 +733,7 @@ int djinn_ctx_reset(struct djinn_ctx *c)
 	c->busy = true;
 	pthread_mutex_unlock(&conn->lock);
 	iov = (struct iovec){ &c->handle, sizeof(c->handle) };
-	ret = __djinn_call_sync(conn, DJINN_OP_CTX_RESET, c->m->s->id, &iov, 1,
+	ret = __djinn_call_sync(conn, DJINN_MSG_CTX_RESET, c->m->s->id, &iov, 1,
 				NULL, 0);
 	pthread_mutex_lock(&conn->lock);
 	c->busy = false;
@@ -759,7 +759,7 @@ int djinn_ctx_free(struct djinn_ctx *c)
 		return 0;
 	conn = conn_of(c);
 	iov = (struct iovec){ &c->handle, sizeof(c->handle) };
-	ret = __djinn_call_sync(conn, DJINN_OP_CTX_FREE, c->m->s->id, &iov, 1,
+	ret = __djinn_call_sync(conn, DJINN_MSG_CTX_FREE, c->m->s->id, &iov, 1,
 				NULL, 0);
 	pthread_mutex_lock(&conn->lock);
 	stubs = take_stubs(c, &nr);
@@ -794,15 +794,15 @@ static uint64_t answer_len(uint32_t nr_tokens)
 	       (((uint64_t)nr_tokens * sizeof(int32_t) + 7) & ~7ull);
 }
 
-/* Send @op and wait for an answer of up to @max bytes into @buf. */
-static int step_call(struct djinn_conn *conn, uint16_t op, uint64_t sid,
+/* Send @type and wait for an answer of up to @max bytes into @buf. */
+static int step_call(struct djinn_conn *conn, uint16_t type, uint64_t sid,
 		     const struct iovec *iov, int iovcnt, void *buf,
 		     uint64_t max, uint64_t *got)
 {
 	struct dj_call call;
 	int ret;
 
-	__djinn_call_init(&call, op, sid, buf, max);
+	__djinn_call_init(&call, type, sid, buf, max);
 	call.sync = true;
 	call.resp_upto = true;
 	ret = __djinn_call_send(conn, &call, iov, iovcnt);
@@ -811,7 +811,7 @@ static int step_call(struct djinn_conn *conn, uint16_t op, uint64_t sid,
 		ret = call.err;
 	}
 	if (ret) {
-		dj_dbg("%s (session %llu): %s: %s", __djinn_op_str(op),
+		dj_dbg("%s (session %llu): %s: %s", __djinn_msg_str(type),
 		       (unsigned long long)sid, strerror(-ret),
 		       call.msg[0] ? call.msg : "no message");
 		__djinn_set_last_error("%s",
@@ -858,7 +858,7 @@ static void release_now(struct djinn_session *s, uint64_t handle)
 	struct djinn_tensor_release p = { handle };
 	struct iovec iov = { &p, sizeof(p) };
 
-	__djinn_call_sync(s->conn, DJINN_OP_TENSOR_RELEASE, s->id, &iov, 1,
+	__djinn_call_sync(s->conn, DJINN_MSG_TENSOR_RELEASE, s->id, &iov, 1,
 			  NULL, 0);
 }
 
@@ -875,12 +875,12 @@ static int step_failed(struct djinn_ctx *c, bool paused, int err)
 }
 
 /*
- * Run a step of @c (claimed, with its c->op, want, tokens_out, ...) whose
+ * Run a step of @c (claimed, with its c->type, want, tokens_out, ...) whose
  * frame is @iov[@iovcnt] and take in its answer: @c's state, its stubs,
  * the tokens, *@out. Returns a decode's tokens so far, 0 for a prefill,
  * or the error; unclaims @c.
  */
-static int step_run(struct djinn_ctx *c, uint16_t op, const struct iovec *iov,
+static int step_run(struct djinn_ctx *c, uint16_t type, const struct iovec *iov,
 		    int iovcnt, struct djinn_step *out)
 {
 	struct djinn_conn *conn = conn_of(c);
@@ -888,7 +888,7 @@ static int step_run(struct djinn_ctx *c, uint16_t op, const struct iovec *iov,
 	struct djinn_request *nl = NULL, *nh = NULL;
 	struct djinn_request *nl_lost = NULL, *nh_lost = NULL;
 	const struct djinn_ctx_step_resp *r;
-	bool resume = op == DJINN_OP_CTX_RESUME;
+	bool resume = type == DJINN_MSG_CTX_RESUME;
 	uint64_t got = 0, max = answer_len(c->want);
 	const char *bad;
 	void *buf;
@@ -897,7 +897,7 @@ static int step_run(struct djinn_ctx *c, uint16_t op, const struct iovec *iov,
 	buf = calloc(1, max);
 	if (!buf)
 		return step_failed(c, resume, -ENOMEM);
-	ret = step_call(conn, op, s->id, iov, iovcnt, buf, max, &got);
+	ret = step_call(conn, type, s->id, iov, iovcnt, buf, max, &got);
 	if (ret) {
 		free(buf);
 		/* A bad replacement leaves it paused; anything else ends the
@@ -911,7 +911,7 @@ static int step_run(struct djinn_ctx *c, uint16_t op, const struct iovec *iov,
 		__djinn_conn_fail(conn, -EPROTO,
 				  "%s answer (%s): state %u, %u tokens in "
 				  "%llu bytes, len %u, layer %u",
-				  __djinn_op_str(op), bad, r->state,
+				  __djinn_msg_str(type), bad, r->state,
 				  got >= sizeof(*r) ? r->nr_tokens : 0,
 				  (unsigned long long)got, r->len, r->layer);
 		free(buf);
@@ -1024,7 +1024,7 @@ int djinn_ctx_prefill(struct djinn_ctx *c, const int32_t *tokens, uint32_t n,
 	pthread_mutex_lock(&conn->lock);
 	ret = ctx_claim_room(c, false, n, "prefill");
 	if (!ret) {
-		c->op = DJINN_OP_CTX_PREFILL;
+		c->type = DJINN_MSG_CTX_PREFILL;
 		c->want = 0;
 		c->tokens_out = NULL;
 		c->step_tokens = n;
@@ -1040,7 +1040,7 @@ int djinn_ctx_prefill(struct djinn_ctx *c, const int32_t *tokens, uint32_t n,
 	st.break_layer = opts ? opts->break_layer : 0;
 	iov[0] = (struct iovec){ &st, sizeof(st) };
 	iov[1] = (struct iovec){ (void *)tokens, n * sizeof(int32_t) };
-	return step_run(c, DJINN_OP_CTX_PREFILL, iov, 2, out);
+	return step_run(c, DJINN_MSG_CTX_PREFILL, iov, 2, out);
 }
 
 int djinn_ctx_decode(struct djinn_ctx *c, uint32_t n,
@@ -1072,7 +1072,7 @@ int djinn_ctx_decode(struct djinn_ctx *c, uint32_t n,
 	pthread_mutex_lock(&conn->lock);
 	ret = ctx_claim_room(c, false, n, "decode");
 	if (!ret) {
-		c->op = DJINN_OP_CTX_DECODE;
+		c->type = DJINN_MSG_CTX_DECODE;
 		c->want = n;
 		c->tokens_out = tokens_out;
 		c->step_tokens = 1;
@@ -1093,7 +1093,7 @@ int djinn_ctx_decode(struct djinn_ctx *c, uint32_t n,
 		st.sampling.seed = sp->seed;
 	}
 	iov = (struct iovec){ &st, sizeof(st) };
-	return step_run(c, DJINN_OP_CTX_DECODE, &iov, 1, out);
+	return step_run(c, DJINN_MSG_CTX_DECODE, &iov, 1, out);
 }
 
 int djinn_ctx_resume(struct djinn_ctx *c, struct djinn_tensor *replacement,
@@ -1117,7 +1117,7 @@ int djinn_ctx_resume(struct djinn_ctx *c, struct djinn_tensor *replacement,
 		return ret;
 	req.ctx = c->handle;
 	req.hidden = replacement ? replacement->info.handle : 0;
-	return step_run(c, DJINN_OP_CTX_RESUME, &iov, 1, out);
+	return step_run(c, DJINN_MSG_CTX_RESUME, &iov, 1, out);
 }
 
 /* ---------------------------------------------------------------------- */

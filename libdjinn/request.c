@@ -117,7 +117,7 @@ int __djinn_request_prepare(struct djinn_graph_builder *g,
 			   no * sizeof(struct djinn_tensor_resp));
 	if (!req->resp)
 		goto out_free;
-	__djinn_call_init(&req->call, DJINN_OP_GRAPH_SUBMIT, s->id, req->resp,
+	__djinn_call_init(&req->call, DJINN_MSG_GRAPH_SUBMIT, s->id, req->resp,
 			  sizeof(struct djinn_graph_resp) +
 				  no * sizeof(struct djinn_tensor_resp));
 	req->call.id = atomic_fetch_add(&conn->next_id, 1);
@@ -161,7 +161,7 @@ int __djinn_request_stub(struct djinn_session *s,
 	if (!req)
 		return -ENOMEM;
 	/* never sent: done, with no error, from the start */
-	__djinn_call_init(&req->call, DJINN_OP_GRAPH_SUBMIT, s->id, NULL, 0);
+	__djinn_call_init(&req->call, DJINN_MSG_GRAPH_SUBMIT, s->id, NULL, 0);
 	req->call.done = true;
 	req->sent = true;
 	req->conn = conn;
@@ -367,6 +367,6 @@ int djinn_result_release(struct djinn_result *r)
 	pthread_mutex_unlock(&req->conn->lock);
 	if (!now)
 		return 0;
-	return __djinn_call_sync(req->conn, DJINN_OP_TENSOR_RELEASE,
+	return __djinn_call_sync(req->conn, DJINN_MSG_TENSOR_RELEASE,
 				 req->session_id, &iov, 1, NULL, 0);
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * Sessions: open, attach, close, heartbeats on request, phase signals.
- * The keeper (conn.c) renews every session's lease on its own.
+ * The keeper (wire.c) renews every session's lease on its own.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,7 +14,7 @@ static const char *default_tenant(void)
 {
 	const char *user = getenv("USER");
 
-	if (user && *user && strlen(user) < DJINN_TENANT_MAX)
+	if (user && *user && strlen(user) < DJINN_TENANT_LEN)
 		return user;
 	return "default";
 }
@@ -117,7 +117,7 @@ int djinn_session_open_on(struct djinn_conn *conn,
 		req.lease_ns = opts->lease_ns;
 	}
 	n = strlen(tenant);
-	if (!n || n >= DJINN_TENANT_MAX || req.priority > 7)
+	if (!n || n >= DJINN_TENANT_LEN || req.priority > 7)
 		return -EINVAL;
 	memcpy(req.tenant, tenant, n);
 
@@ -136,7 +136,7 @@ int djinn_session_open_on(struct djinn_conn *conn,
 		return 0;
 	}
 
-	ret = __djinn_call_sync(conn, DJINN_OP_SESSION_OPEN, 0, &iov, 1, &r,
+	ret = __djinn_call_sync(conn, DJINN_MSG_SESSION_OPEN, 0, &iov, 1, &r,
 				sizeof(r));
 	if (ret)
 		return ret;
@@ -154,7 +154,7 @@ int djinn_session_attach(struct djinn_conn *conn, uint64_t id,
 	if (!conn || !id || !token || !out)
 		return -EINVAL;
 	memcpy(req.token, token, sizeof(req.token));
-	ret = __djinn_call_sync(conn, DJINN_OP_SESSION_ATTACH, id, &iov, 1, &r,
+	ret = __djinn_call_sync(conn, DJINN_MSG_SESSION_ATTACH, id, &iov, 1, &r,
 				sizeof(r));
 	if (ret)
 		return ret;
@@ -220,7 +220,7 @@ int djinn_session_close(struct djinn_session *s)
 	list_del_init(&s->node);
 	pthread_mutex_unlock(&conn->lock);
 
-	ret = __djinn_call_sync(conn, DJINN_OP_SESSION_CLOSE, s->id, NULL, 0,
+	ret = __djinn_call_sync(conn, DJINN_MSG_SESSION_CLOSE, s->id, NULL, 0,
 				NULL, 0);
 	__djinn_session_teardown(s);
 	free(s);
@@ -260,8 +260,8 @@ int djinn_session_heartbeat(struct djinn_session *s)
 		pthread_mutex_unlock(&s->conn->lock);
 		return 0;
 	}
-	ret = __djinn_call_sync(s->conn, DJINN_OP_HEARTBEAT, s->id, NULL, 0, &r,
-				sizeof(r));
+	ret = __djinn_call_sync(s->conn, DJINN_MSG_HEARTBEAT, s->id, NULL, 0,
+				&r, sizeof(r));
 	if (ret)
 		return ret;
 	if (r.session_id != s->id || !r.lease_ns) {
@@ -288,8 +288,8 @@ int djinn_signal(struct djinn_session *s, unsigned int phase,
 
 	if (!s || phase > DJINN_PHASE_IDLE)
 		return -EINVAL;
-	return __djinn_call_sync(s->conn, DJINN_OP_SIGNAL, s->id, &iov, 1, NULL,
-				 0);
+	return __djinn_call_sync(s->conn, DJINN_MSG_SIGNAL, s->id, &iov, 1,
+				 NULL, 0);
 }
 
 int djinn_tool_call_begin(struct djinn_session *s, uint64_t expected_ns)

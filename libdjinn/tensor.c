@@ -69,7 +69,7 @@ static bool range_bad(uint64_t offset, uint64_t len, uint64_t bytes)
 }
 
 /* The answer @r to a create or lookup of @desc: well-formed or -EPROTO. */
-static int tensor_resp(struct djinn_conn *conn, uint16_t op,
+static int tensor_resp(struct djinn_conn *conn, uint16_t type,
 		       const struct djinn_tensor_resp *r,
 		       const struct djinn_tensor_desc *desc)
 {
@@ -78,7 +78,7 @@ static int tensor_resp(struct djinn_conn *conn, uint16_t op,
 	__djinn_conn_fail(conn, -EPROTO,
 			  "%s answer: flags %#x, reserved %#x, or a desc "
 			  "other than the one asked for",
-			  __djinn_op_str(op), r->flags, r->__reserved);
+			  __djinn_msg_str(type), r->flags, r->__reserved);
 	return -EPROTO;
 }
 
@@ -88,7 +88,7 @@ static int send_release(struct djinn_conn *conn, uint64_t session_id,
 	struct djinn_tensor_release p = { .handle = handle };
 	struct iovec iov = { &p, sizeof(p) };
 
-	return __djinn_call_sync(conn, DJINN_OP_TENSOR_RELEASE, session_id,
+	return __djinn_call_sync(conn, DJINN_MSG_TENSOR_RELEASE, session_id,
 				 &iov, 1, NULL, 0);
 }
 
@@ -105,7 +105,7 @@ static int write_range(struct djinn_conn *conn, uint64_t session_id,
 			{ &io, sizeof(io) },
 			{ (uint8_t *)buf + done, n },
 		};
-		int ret = __djinn_call_sync(conn, DJINN_OP_TENSOR_WRITE,
+		int ret = __djinn_call_sync(conn, DJINN_MSG_TENSOR_WRITE,
 					    session_id, iov, 2, NULL, 0);
 
 		if (ret)
@@ -124,7 +124,7 @@ int __djinn_read(struct djinn_conn *conn, uint64_t session_id, uint64_t handle,
 		uint64_t n = min_t(uint64_t, len - done, room);
 		struct djinn_tensor_io io = { handle, offset + done, n };
 		struct iovec iov = { &io, sizeof(io) };
-		int ret = __djinn_call_sync(conn, DJINN_OP_TENSOR_READ,
+		int ret = __djinn_call_sync(conn, DJINN_MSG_TENSOR_READ,
 					    session_id, &iov, 1,
 					    (uint8_t *)buf + done, n);
 
@@ -145,7 +145,7 @@ static int upload_text(struct djinn_session *s,
 					  .segment = DJINN_SEG_TEXT };
 	struct djinn_tensor_resp r;
 	struct iovec iov[2];
-	uint16_t op = DJINN_OP_TEXT_LOOKUP;
+	uint16_t type = DJINN_MSG_TEXT_LOOKUP;
 	int ret;
 
 	ret = __djinn_sha256(data, bytes, info->fp);
@@ -153,19 +153,19 @@ static int upload_text(struct djinn_session *s,
 		return ret;
 	memcpy(lk.fp, info->fp, sizeof(lk.fp));
 	iov[0] = (struct iovec){ &lk, sizeof(lk) };
-	ret = __djinn_call_sync(s->conn, op, s->id, iov, 1, &r, sizeof(r));
+	ret = __djinn_call_sync(s->conn, type, s->id, iov, 1, &r, sizeof(r));
 	if (ret == -ENOENT) {
 		if (bytes > frame_room(s->conn, sizeof(cr)))
 			return -EMSGSIZE;
-		op = DJINN_OP_TENSOR_CREATE;
+		type = DJINN_MSG_TENSOR_CREATE;
 		memcpy(cr.fp, info->fp, sizeof(cr.fp));
 		iov[0] = (struct iovec){ &cr, sizeof(cr) };
 		iov[1] = (struct iovec){ (void *)data, bytes };
-		ret = __djinn_call_sync(s->conn, op, s->id, iov, 2, &r,
+		ret = __djinn_call_sync(s->conn, type, s->id, iov, 2, &r,
 					sizeof(r));
 	}
 	if (!ret)
-		ret = tensor_resp(s->conn, op, &r, desc);
+		ret = tensor_resp(s->conn, type, &r, desc);
 	if (ret)
 		return ret;
 	info->handle = r.handle;
@@ -189,10 +189,10 @@ static int upload_data(struct djinn_session *s,
 		first = min_t(uint64_t, bytes, frame_room(s->conn, sizeof(cr)));
 	iov[0] = (struct iovec){ &cr, sizeof(cr) };
 	iov[1] = (struct iovec){ (void *)data, first };
-	ret = __djinn_call_sync(s->conn, DJINN_OP_TENSOR_CREATE, s->id, iov, 2,
+	ret = __djinn_call_sync(s->conn, DJINN_MSG_TENSOR_CREATE, s->id, iov, 2,
 				&r, sizeof(r));
 	if (!ret)
-		ret = tensor_resp(s->conn, DJINN_OP_TENSOR_CREATE, &r, desc);
+		ret = tensor_resp(s->conn, DJINN_MSG_TENSOR_CREATE, &r, desc);
 	if (ret)
 		return ret;
 	info->handle = r.handle;
@@ -302,10 +302,10 @@ int djinn_module_upload(struct djinn_session *s, const void *image, size_t len,
 	memcpy(cr.fp, info.fp, sizeof(cr.fp));
 	iov[0] = (struct iovec){ &cr, sizeof(cr) };
 	iov[1] = (struct iovec){ (void *)image, len };
-	ret = __djinn_call_sync(s->conn, DJINN_OP_TENSOR_CREATE, s->id, iov, 2,
+	ret = __djinn_call_sync(s->conn, DJINN_MSG_TENSOR_CREATE, s->id, iov, 2,
 				&r, sizeof(r));
 	if (!ret)
-		ret = tensor_resp(s->conn, DJINN_OP_TENSOR_CREATE, &r,
+		ret = tensor_resp(s->conn, DJINN_MSG_TENSOR_CREATE, &r,
 				  &cr.desc);
 	if (ret)
 		return ret;

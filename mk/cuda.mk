@@ -51,10 +51,12 @@ SRCS += $(CUDA_SRCS) $(GPU_TESTS_SRCS) tests/gpu/gpu.c
 $(CUDA_SRCS:%.c=$(BUILD)/%.o) $(GPU_TESTS_SRCS:%.c=$(BUILD)/%.o) \
 $(BUILD)/tests/gpu/gpu.o $(BUILD)/bench/gpu-bench.o: ALL_CFLAGS += -I$(CUDA_INC)
 
-$(CUDA_FATBIN): $(CUDA_DIR)/kernels.cu $(CUDA_DIR)/kernels.h
+# kernels.cu switches on enum djinn_opcode itself (include/djinn/proto.h).
+$(CUDA_FATBIN): $(CUDA_DIR)/kernels.cu $(CUDA_DIR)/kernels.h include/djinn/proto.h
 	@mkdir -p $(@D)
 	@echo "  NVCC    $<"
-	$(Q)$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH) -I$(CUDA_DIR) --fatbin -o $@ $<
+	$(Q)$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH) -Iinclude -I$(CUDA_DIR) \
+		--fatbin -o $@ $<
 
 # The fatbin as read-only data: djinn_cuda_fatbin .. djinn_cuda_fatbin_end.
 $(BUILD)/$(CUDA_DIR)/fatbin.S: $(CUDA_FATBIN)

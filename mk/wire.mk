@@ -2,7 +2,7 @@
 # a fixed-size request grown by zero bytes is taken, one with a byte set
 # past the struct is -E2BIG, a short one is zero-filled down to its first
 # version and -EINVAL below; and the one table of opcode names
-# (lib/opnames.c) against what djinnd serves and its metric labels. In
+# (lib/msgnames.c) against what djinnd serves and its metric labels. In
 # make test and make asan.
 WIRE_TEST := $(BUILD)/tests/integration/test_wire_sizes
 

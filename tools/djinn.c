@@ -39,6 +39,8 @@
 
 #include <djinn/djinn.h>
 
+#include "array_size.h"
+
 #define DJINN_TOOL_VERSION "0.1"
 #define MAX_PROMPT 4096
 
@@ -74,8 +76,7 @@ static const char *errno_name(int err)
 
 	if (err < 0)
 		err = -err;
-	if ((size_t)err < sizeof(errno_names) / sizeof(errno_names[0]) &&
-	    errno_names[err])
+	if ((size_t)err < ARRAY_SIZE(errno_names) && errno_names[err])
 		return errno_names[err];
 	snprintf(buf, sizeof(buf), "errno %d", err);
 	return buf;
@@ -198,7 +199,7 @@ static const char *dtype_name(uint32_t d)
 	static const char *const names[] = { "?",   "f32", "f16", "bf16",
 					     "i32", "i64", "u8" };
 
-	return d < sizeof(names) / sizeof(names[0]) ? names[d] : "?";
+	return d < ARRAY_SIZE(names) ? names[d] : "?";
 }
 
 static int open_all(const struct args *a, struct djinn_conn **conn,
@@ -414,9 +415,8 @@ static int do_model_info(const struct args *a)
 	djinn_model_info(m, &mi);
 	printf("name:        %s\n", mi.name);
 	printf("arch:        %s\n",
-	       mi.arch < sizeof(archs) / sizeof(archs[0]) && archs[mi.arch] ?
-		       archs[mi.arch] :
-		       "?");
+	       mi.arch < ARRAY_SIZE(archs) && archs[mi.arch] ? archs[mi.arch] :
+							       "?");
 	printf("dtype:       %s\n", dtype_name(mi.dtype));
 	printf("vocab:       %u\n", mi.vocab);
 	printf("layers:      %u\n", mi.n_layer);

@@ -32,6 +32,7 @@
 
 #include <djinn/proto.h>
 
+#include "array_size.h"
 #include "clock.h"
 #include "djinnctl_nl.h"
 #include "json_print.h"
@@ -82,8 +83,7 @@ static const char *errno_name(int err)
 
 	if (err < 0)
 		err = -err;
-	if ((size_t)err < sizeof(errno_names) / sizeof(errno_names[0]) &&
-	    errno_names[err])
+	if ((size_t)err < ARRAY_SIZE(errno_names) && errno_names[err])
 		return errno_names[err];
 	snprintf(buf, sizeof(buf), "errno %d", err);
 	return buf;
@@ -148,7 +148,7 @@ static int ctl_connect(struct ctl *ctl)
 			    "cannot connect to %s: path longer than %zu bytes",
 			    ctl->socket, sizeof(sa.sun_path) - 1);
 	strcpy(sa.sun_path, ctl->socket);
-	ctl->deadline = mono_ns() + IO_TIMEOUT_MS * 1000000ull;
+	ctl->deadline = mono_ns() + IO_TIMEOUT_MS * NSEC_PER_MSEC;
 	ctl->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (ctl->fd < 0)
 		goto out_err;
@@ -198,7 +198,8 @@ static int xfer(struct ctl *ctl, void *buf, size_t len, bool out)
 		if (now >= ctl->deadline)
 			return -ETIMEDOUT;
 		n = poll(&pfd, 1,
-			 (int)((ctl->deadline - now + 999999) / 1000000));
+			 (int)((ctl->deadline - now + NSEC_PER_MSEC - 1) /
+			       NSEC_PER_MSEC));
 		if (n < 0 && errno != EINTR)
 			return -errno;
 	}
@@ -231,12 +232,12 @@ static int check_hdr(struct ctl *ctl, const struct djinn_hdr *h,
 	    h->__reserved)
 		return fail(ctl, EPROTO, "bad answer header: flags %#x%s",
 			    h->flags, h->__reserved ? ", reserved set" : "");
-	if (h->opcode != req->opcode || h->request_id != req->request_id ||
+	if (h->type != req->type || h->request_id != req->request_id ||
 	    h->session_id != req->session_id)
 		return fail(ctl, EPROTO,
 			    "answer for opcode %u request %" PRIu64
 			    ", asked opcode %u request %" PRIu64,
-			    h->opcode, (uint64_t)h->request_id, req->opcode,
+			    h->type, (uint64_t)h->request_id, req->type,
 			    (uint64_t)req->request_id);
 	return 0;
 }
@@ -278,7 +279,7 @@ static int admin_call(struct ctl *ctl, uint16_t op, const void *req,
 	struct djinn_hdr q = {
 		.magic = DJINN_MAGIC,
 		.version = DJINN_PROTO_VERSION,
-		.opcode = op,
+		.type = op,
 		.request_id = 1,
 		.payload_len = req_len,
 	};
@@ -428,7 +429,7 @@ static const struct field session_fields[] = {
 	{ "device", "DEV", "device", 3, FK_U32, SF(device) },
 };
 #undef SF
-#define NR_FIELDS (sizeof(session_fields) / sizeof(session_fields[0]))
+#define NR_FIELDS (ARRAY_SIZE(session_fields))
 
 /*
  * The text format of a field: "%-6s" in a table (after a space but for
@@ -457,7 +458,7 @@ static const char *field_fmt(char *buf, size_t size, const struct field *f,
 static void print_session(const struct djinn_admin_session *e, uint64_t now,
 			  const int *widths, bool table)
 {
-	char fmt[64], str[DJINN_TENANT_MAX];
+	char fmt[64], str[DJINN_TENANT_LEN];
 
 	open_json_object(NULL);
 	for (size_t i = 0; i < NR_FIELDS; i++) {
@@ -484,13 +485,11 @@ static void print_session(const struct djinn_admin_session *e, uint64_t now,
 			break;
 		case FK_PHASE:
 			s = enum_name(str, sizeof(str), phase_names,
-				      sizeof(phase_names) /
-					      sizeof(phase_names[0]),
-				      e->phase);
+				      ARRAY_SIZE(phase_names), e->phase);
 			break;
 		case FK_LEASE_LEFT:
 			if (e->deadline_ns > now)
-				v = (e->deadline_ns - now) / 1000000;
+				v = (e->deadline_ns - now) / NSEC_PER_MSEC;
 			break;
 		case FK_UID:
 			null = e->uid == UINT32_MAX;
@@ -572,8 +571,8 @@ static int admin_list(struct ctl *ctl, uint16_t op, size_t esz,
 static int get_sessions(struct ctl *ctl, struct djinn_admin_session **es,
 			uint32_t *nr)
 {
-	return admin_list(ctl, DJINN_OP_ADMIN_SESSIONS, sizeof(**es), "session",
-			  (void **)es, nr);
+	return admin_list(ctl, DJINN_MSG_ADMIN_SESSIONS, sizeof(**es),
+			  "session", (void **)es, nr);
 }
 
 static int parse_id(const char *s, uint64_t *id)
@@ -609,7 +608,7 @@ static int do_session_list(struct ctl *ctl, char **args)
 	for (size_t i = 0; i < NR_FIELDS; i++)
 		widths[i] = session_fields[i].width;
 	for (uint32_t i = 0; i < nr; i++) {
-		char id[24], str[DJINN_TENANT_MAX];
+		char id[24], str[DJINN_TENANT_LEN];
 		int n = snprintf(id, sizeof(id), "%" PRIu64,
 				 (uint64_t)es[i].id);
 
@@ -676,7 +675,7 @@ static int do_session_kill(struct ctl *ctl, char **args)
 			return ret;
 	}
 	k.session_id = id;
-	return admin_call(ctl, DJINN_OP_ADMIN_KILL, &k, sizeof(k), 0, 0, &buf,
+	return admin_call(ctl, DJINN_MSG_ADMIN_KILL, &k, sizeof(k), 0, 0, &buf,
 			  &len);
 }
 
@@ -692,8 +691,8 @@ static int get_vmu(struct ctl *ctl, struct djinn_admin_vmu **vs, uint32_t *nr)
 	void *buf;
 	int ret;
 
-	ret = admin_call(ctl, DJINN_OP_ADMIN_VMU, NULL, 0, sz, sz * MAX_DEVICES,
-			 &buf, &len);
+	ret = admin_call(ctl, DJINN_MSG_ADMIN_VMU, NULL, 0, sz,
+			 sz * MAX_DEVICES, &buf, &len);
 	if (ret)
 		return ret;
 	if (len % sz) {
@@ -732,11 +731,9 @@ static void print_vmu(const struct djinn_admin_vmu *v, uint32_t index,
 	print_size(PRINT_ANY, "committed", "committed:   %s\n", v->committed);
 	print_size(PRINT_ANY, "reserved", "reserved:    %s\n", v->reserved);
 	print_size(PRINT_ANY, "free", "free:        %s\n", v->free);
-	print_string(
-		PRINT_ANY, "pressure", "pressure:    %s\n",
-		enum_name(str, sizeof(str), pressure_names,
-			  sizeof(pressure_names) / sizeof(pressure_names[0]),
-			  v->pressure));
+	print_string(PRINT_ANY, "pressure", "pressure:    %s\n",
+		     enum_name(str, sizeof(str), pressure_names,
+			       ARRAY_SIZE(pressure_names), v->pressure));
 
 	print_text("%-12s %8s %8s %8s\n", "segment", "used", "peak", "entries");
 	open_json_object("segments");
@@ -811,7 +808,7 @@ static int do_stats(struct ctl *ctl, char **args)
 	struct djinn_admin_vmu *vs;
 	uint32_t nr;
 
-	ret = admin_call(ctl, DJINN_OP_ADMIN_STATS, NULL, 0, sizeof(s),
+	ret = admin_call(ctl, DJINN_MSG_ADMIN_STATS, NULL, 0, sizeof(s),
 			 sizeof(s), &buf, &len);
 	if (ret)
 		return ret;
@@ -896,7 +893,7 @@ static const char *const sched_flag_names[] = {
 	"overran", /* DJINN_SCHED_OVERRAN */
 	"prefetching", /* DJINN_SCHED_PREFETCHING */
 };
-#define NR_SCHED_FLAGS (sizeof(sched_flag_names) / sizeof(sched_flag_names[0]))
+#define NR_SCHED_FLAGS (ARRAY_SIZE(sched_flag_names))
 static_assert(DJINN_SCHED_SWAPPED_BY_SIGNAL == 1u << 0 &&
 		      DJINN_SCHED_OVERRAN == 1u << 1 &&
 		      DJINN_SCHED_PREFETCHING == 1u << 2,
@@ -923,7 +920,7 @@ static int get_sched(struct ctl *ctl, struct sched_answer *a)
 	void *buf;
 	int ret;
 
-	ret = admin_call(ctl, DJINN_OP_ADMIN_SCHED, NULL, 0, sizeof(head),
+	ret = admin_call(ctl, DJINN_MSG_ADMIN_SCHED, NULL, 0, sizeof(head),
 			 MAX_ANSWER, &buf, &len);
 	if (ret)
 		return ret;
@@ -981,7 +978,7 @@ static const char *short_ns(char *buf, uint64_t ns)
 
 	if (!ns)
 		return "-";
-	if (ns >= 60000000000ull)
+	if (ns >= 60 * NSEC_PER_SEC)
 		return human_duration(buf, ns);
 	while (v >= 999.5 && u < 3) { /* 999.7us is 1.00ms */
 		v /= 1000;
@@ -1015,8 +1012,7 @@ static void print_sched_dev(const struct djinn_admin_sched_dev *d,
 		     wire_str(str, sizeof(str), d->device, sizeof(d->device)));
 	print_string(PRINT_ANY, "policy", "policy:        %s\n",
 		     enum_name(str, sizeof(str), policy_names,
-			       sizeof(policy_names) / sizeof(policy_names[0]),
-			       d->policy));
+			       ARRAY_SIZE(policy_names), d->policy));
 	print_u64(PRINT_ANY, "busy", "busy:          %" PRIu64 " sessions\n",
 		  d->busy);
 	open_json_object("queued");
@@ -1086,7 +1082,7 @@ static void print_sched_session(const struct djinn_admin_sched_session *e,
 				int id_width, int tenant_width)
 {
 	const size_t nr = NR_SCHED_FLAGS;
-	char fmt[32], str[DJINN_TENANT_MAX], buf[HUMAN_LEN];
+	char fmt[32], str[DJINN_TENANT_LEN], buf[HUMAN_LEN];
 	char flags[128];
 
 	open_json_object(NULL);
@@ -1099,8 +1095,7 @@ static void print_sched_session(const struct djinn_admin_sched_session *e,
 	print_u64(PRINT_ANY, "priority", " %4" PRIu64, e->priority);
 	print_string(PRINT_ANY, "phase", " %-8s",
 		     enum_name(str, sizeof(str), phase_names,
-			       sizeof(phase_names) / sizeof(phase_names[0]),
-			       e->phase));
+			       ARRAY_SIZE(phase_names), e->phase));
 	/* The flags are the table's last column, a list in JSON. */
 	open_json_array("flags");
 	for (size_t i = 0; i < nr; i++)
@@ -1143,7 +1138,7 @@ static int do_sched(struct ctl *ctl, char **args)
 		return ret;
 	/* ID and TENANT are as wide as their widest value. */
 	for (uint32_t i = 0; i < a.nr_sess; i++) {
-		char str[DJINN_TENANT_MAX];
+		char str[DJINN_TENANT_LEN];
 		int n = snprintf(str, sizeof(str), "%" PRIu64,
 				 (uint64_t)a.sess[i].id);
 
@@ -1214,7 +1209,7 @@ static int do_model_list(struct ctl *ctl, char **args)
 	uint32_t nr;
 	int ret;
 
-	ret = admin_list(ctl, DJINN_OP_ADMIN_MODELS, sizeof(*es), "model",
+	ret = admin_list(ctl, DJINN_MSG_ADMIN_MODELS, sizeof(*es), "model",
 			 (void **)&es, &nr);
 	if (ret)
 		return ret;
@@ -1240,16 +1235,12 @@ static int do_model_list(struct ctl *ctl, char **args)
 		print_string(PRINT_ANY, "name", fmt,
 			     wire_str(name, sizeof(name), es[i].name,
 				      sizeof(es[i].name)));
-		print_string(
-			PRINT_ANY, "arch", " %-5s",
-			enum_name(str, sizeof(str), arch_names,
-				  sizeof(arch_names) / sizeof(arch_names[0]),
-				  es[i].arch));
-		print_string(
-			PRINT_ANY, "dtype", " %-5s",
-			enum_name(str, sizeof(str), dtype_names,
-				  sizeof(dtype_names) / sizeof(dtype_names[0]),
-				  es[i].dtype));
+		print_string(PRINT_ANY, "arch", " %-5s",
+			     enum_name(str, sizeof(str), arch_names,
+				       ARRAY_SIZE(arch_names), es[i].arch));
+		print_string(PRINT_ANY, "dtype", " %-5s",
+			     enum_name(str, sizeof(str), dtype_names,
+				       ARRAY_SIZE(dtype_names), es[i].dtype));
 		print_size(PRINT_ANY, "bytes", " %8s", es[i].bytes);
 		print_u64(PRINT_ANY, "holders", " %7" PRIu64, es[i].holders);
 		print_u64(PRINT_ANY, "device", " %3" PRIu64, es[i].device);
@@ -1272,7 +1263,7 @@ static int do_model_evict(struct ctl *ctl, char **args)
 
 	/* checked by main() */
 	memcpy(e.name, args[0], strlen(args[0]));
-	return admin_call(ctl, DJINN_OP_ADMIN_MODEL_EVICT, &e, sizeof(e), 0, 0,
+	return admin_call(ctl, DJINN_MSG_ADMIN_MODEL_EVICT, &e, sizeof(e), 0, 0,
 			  &buf, &len);
 }
 
@@ -1287,7 +1278,7 @@ static int do_debug_fault(struct ctl *ctl, char **args)
 	void *buf;
 	int ret;
 
-	ret = admin_call(ctl, DJINN_OP_ADMIN_FAULT_INJECT, NULL, 0, sizeof(f),
+	ret = admin_call(ctl, DJINN_MSG_ADMIN_FAULT_INJECT, NULL, 0, sizeof(f),
 			 sizeof(f), &buf, &len);
 	if (ret)
 		return ret;
@@ -1374,7 +1365,7 @@ static const struct cmd monitor_cmds[] = {
 	  "djinn.ko's session events, one JSON object a line" },
 };
 
-#define CMDS(c) c, (int)(sizeof(c) / sizeof(c[0]))
+#define CMDS(c) c, (int)(ARRAY_SIZE(c))
 static const struct object objects[] = {
 	{ "session", CMDS(session_cmds) }, { "vmu", CMDS(vmu_cmds) },
 	{ "stats", CMDS(stats_cmds) },	   { "sched", CMDS(sched_cmds) },
@@ -1382,7 +1373,7 @@ static const struct object objects[] = {
 	{ "debug", CMDS(debug_cmds) },
 };
 #undef CMDS
-#define NR_OBJECTS ((int)(sizeof(objects) / sizeof(objects[0])))
+#define NR_OBJECTS ((int)(ARRAY_SIZE(objects)))
 
 static void usage(FILE *f)
 {

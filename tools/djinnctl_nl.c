@@ -16,6 +16,7 @@
 #include <netlink/genl/genl.h>
 #include <netlink/netlink.h>
 
+#include "array_size.h"
 #include "clock.h"
 #include "uapi/linux/djinn.h"
 
@@ -200,7 +201,7 @@ static const char *state_name(uint32_t s)
 	static const char *const n[] = { "?", "live", "closed", "expired",
 					 "killed" };
 
-	return s < sizeof(n) / sizeof(n[0]) ? n[s] : "?";
+	return s < ARRAY_SIZE(n) ? n[s] : "?";
 }
 
 static const char *phase_name(uint32_t p)
@@ -283,7 +284,7 @@ int knl_session_list(char *msg, size_t len)
 		print_duration(PRINT_ANY, "lease_ns", " %-7s", m->lease_ns);
 		print_u64(PRINT_ANY, "lease_left_ms", " %6" PRIu64 "ms",
 			  m->deadline_ns > now ?
-				  (m->deadline_ns - now) / 1000000 :
+				  (m->deadline_ns - now) / NSEC_PER_MSEC :
 				  0);
 		print_u64(PRINT_ANY, "heartbeats", " %10" PRIu64,
 			  m->heartbeats);

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "clock.h"
 #include "json_print.h"
 
 #define JSON_MAX_DEPTH 16
@@ -256,11 +257,11 @@ const char *human_size(char *buf, uint64_t bytes)
 
 const char *human_duration(char *buf, uint64_t ns)
 {
-	uint64_t s = ns / 1000000000ull;
+	uint64_t s = ns / NSEC_PER_SEC;
 
 	if (s < 60)
 		snprintf(buf, HUMAN_LEN, "%" PRIu64 ".%03" PRIu64 "s", s,
-			 ns / 1000000 % 1000);
+			 ns / NSEC_PER_MSEC % 1000);
 	else if (s < 3600)
 		snprintf(buf, HUMAN_LEN, "%" PRIu64 "m%02" PRIu64 "s", s / 60,
 			 s % 60);

@@ -16,6 +16,7 @@ struct executor {
 	struct device *dev; /* whose device it runs on */
 	enum exec_kind kind;
 	struct io_src src; /* the eventfd read, on the I/O thread */
+	struct loop_timer rearm; /* the read, when loop_sqe() failed */
 	int efd;
 	uint64_t efd_val;
 	pthread_t threads[EXEC_MEM_THREADS];
@@ -290,13 +291,23 @@ static void *executor_main(void *arg)
 /* ---------------------------------------------------------------------- */
 /* The I/O thread's side */
 
+/* Finished jobs wait on @done until the read is armed: a failed
+ * loop_sqe() delays their answers, it loses none. */
 static void arm(struct executor *e)
 {
 	struct io_uring_sqe *sqe = loop_sqe(&e->srv->loop, &e->src, 0);
 
-	if (sqe)
-		io_uring_prep_read(sqe, e->efd, &e->efd_val, sizeof(e->efd_val),
-				   0);
+	if (!sqe) {
+		loop_retry(&e->srv->loop, &e->rearm);
+		return;
+	}
+	io_uring_prep_read(sqe, e->efd, &e->efd_val, sizeof(e->efd_val), 0);
+}
+
+static uint64_t executor_rearm(struct loop_timer *t, uint64_t now)
+{
+	arm(container_of(t, struct executor, rearm));
+	return 0;
 }
 
 /* Finished jobs back on the I/O thread: answer, free. */
@@ -341,6 +352,8 @@ int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 	e->lane = kind == EXEC_MEM ? SCHED_MEM : SCHED_COMPUTE;
 	e->sched = dev->sched;
 	e->src.complete = executor_complete;
+	e->rearm.fn = executor_rearm;
+	INIT_LIST_HEAD(&e->rearm.node);
 	INIT_LIST_HEAD(&e->done);
 	pthread_mutex_init(&e->lock, NULL);
 	stage_pool_init(&e->stage, dev->backend->provider);
@@ -410,6 +423,7 @@ void executor_cancel(struct executor *e, struct session *s)
 
 void executor_stop(struct executor *e)
 {
+	loop_timer_del(&e->rearm);
 	sched_stop(e->sched, e->lane);
 	for (unsigned int i = 0; i < e->nr_threads; i++)
 		pthread_join(e->threads[i], NULL);

@@ -11,7 +11,8 @@
  */
 #include <math.h>
 
-#include "model/config.h"
+#include "array_size.h"
+#include "model/model_config.h"
 
 const char *model_rope_name(enum model_rope_type t)
 {
@@ -21,8 +22,7 @@ const char *model_rope_name(enum model_rope_type t)
 		[ROPE_YARN] = "yarn",
 	};
 
-	return (unsigned int)t < sizeof(names) / sizeof(names[0]) ? names[t] :
-								    "unknown";
+	return (unsigned int)t < ARRAY_SIZE(names) ? names[t] : "unknown";
 }
 
 /* inv[i] = 1 / base^(2i / D), i < D / 2: torch's

@@ -9,11 +9,11 @@
  * no path ever leaves DIR.
  *
  * Loading reads config.json, maps the safetensors, checks every weight
- * the architecture needs (config.h), and puts them into the text segment
- * as one entry, laid out as model_layout says. The entry is named by its
- * SHA-256, so two names whose weights are the same share one copy: the
- * blob is hashed from the mapping first and, when the text segment has
- * it already, nothing is copied. Otherwise it is streamed in (copied and
+ * the architecture needs (model_config.h), and puts them into the text
+ * segment as one entry, laid out as model_layout says. The entry is named
+ * by its SHA-256, so two names whose weights are the same share one copy:
+ * the blob is hashed from the mapping first and, when the text segment
+ * has it already, nothing is copied. Otherwise it is streamed in (copied and
  * hashed once more against that fingerprint). The mappings are closed
  * once the weights are in; the store keeps the config, the layout's
  * offsets and the fingerprint.
@@ -44,7 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/config.h"
+#include "model/model_config.h"
 #include "vmu/vmu.h"
 
 #define MODEL_NAME_MAX 64

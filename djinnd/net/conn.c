@@ -150,13 +150,49 @@ void conn_close(struct conn *c, bool force)
 		return;
 	c->closing = true;
 	if (c->stream)
-		ops_stream_abort(c);
+		msg_stream_abort(c);
 	/* Kept on a list until its last completion: shutdown can still
 	 * reach it. */
 	list_move_tail(&c->node, &c->srv->closing);
 	/* Wakes the pending receive, which then drops its reference. */
 	shutdown(c->fd, SHUT_RD);
 	conn_put(c); /* the list's reference */
+}
+
+/*
+ * loop_sqe() gave this connection no SQE (it logged why): what it was
+ * doing, a send, a receive or pausing one, cannot happen, and its
+ * requests cannot be answered. It is closed, as a peer that went away
+ * is, but not here: a reply is queued from anywhere, and closing may
+ * free the connection under its caller (a use-after-free once). The
+ * I/O loop closes it before it next sleeps (conns_close_failed()).
+ */
+static void conn_fail(struct conn *c, const char *what)
+{
+	if (c->failed)
+		return;
+	log_err("conn %d: no submission queue entry to %s: closing", c->fd,
+		what);
+	c->failed = true;
+	c->close_after = true; /* the parser stops */
+	c->srv->conns_failed = true;
+}
+
+void conns_close_failed(struct server *srv)
+{
+	struct list_head *lists[] = { &srv->conns, &srv->closing };
+
+	if (!srv->conns_failed)
+		return;
+	srv->conns_failed = false;
+	/* A closing one may still owe replies: they are dropped too. */
+	for (unsigned int i = 0; i < 2; i++) {
+		struct conn *c, *n;
+
+		list_for_each_entry_safe(c, n, lists[i], node)
+			if (c->failed)
+				conn_close(c, true);
+	}
 }
 
 void conns_close_all(struct server *srv, bool force)
@@ -237,7 +273,7 @@ static int conn_queue(struct conn *c, const struct djinn_hdr *req,
 	m->hdr = (struct djinn_hdr){
 		.magic = DJINN_MAGIC,
 		.version = DJINN_PROTO_VERSION,
-		.opcode = req->opcode,
+		.type = req->type,
 		.flags = DJINN_F_RESPONSE | flags,
 		.request_id = req->request_id,
 		.session_id = req->session_id,
@@ -251,14 +287,13 @@ static int conn_queue(struct conn *c, const struct djinn_hdr *req,
 	list_add_tail(&m->node, &c->outq);
 	c->outq_msgs++;
 	if (flags & DJINN_F_ERROR)
-		metrics_op(&c->srv->st, req->opcode)->errors++;
+		metrics_msg(&c->srv->st, req->type)->errors++;
 	/* The answer to the request being parsed (later answers are timed
 	 * where they come from). */
 	if (c->req_open && req->request_id == c->hdr.request_id &&
-	    req->opcode == c->hdr.opcode) {
+	    req->type == c->hdr.type) {
 		c->req_open = false;
-		metrics_observe(&c->srv->st, req->opcode,
-				loop_now() - c->req_t0);
+		metrics_observe(&c->srv->st, req->type, loop_now() - c->req_t0);
 	}
 	c->outq_bytes += body_len;
 	if (!c->overflow &&
@@ -305,8 +340,8 @@ void conn_error(struct conn *c, const struct djinn_hdr *req, int err,
 	e.len = (uint32_t)n;
 	memcpy(buf, &e, sizeof(e));
 	c->srv->st.errors++;
-	log_debug("conn %d: request %llu op %u: error %d: %s", c->fd,
-		  (unsigned long long)req->request_id, req->opcode, err, msg);
+	log_debug("conn %d: request %llu type %u: error %d: %s", c->fd,
+		  (unsigned long long)req->request_id, req->type, err, msg);
 	conn_queue(c, req, DJINN_F_ERROR, buf, sizeof(e) + (uint64_t)n, NULL, 0,
 		   NULL, NULL);
 }
@@ -369,7 +404,7 @@ static uint64_t conns_tick(struct loop_timer *t, uint64_t now)
 				   "(%u replies, %llu bytes queued): closing",
 				   c->fd,
 				   (unsigned long long)((now - c->tx_since) /
-							1000000),
+							NSEC_PER_MSEC),
 				   c->outq_msgs,
 				   (unsigned long long)c->outq_bytes);
 			srv->st.conns_stalled++;
@@ -384,13 +419,17 @@ static void conn_send_next(struct conn *c)
 	struct io_uring_sqe *sqe;
 	struct out_msg *m;
 
-	if (list_empty(&c->outq) || c->sending)
+	if (list_empty(&c->outq) || c->sending || c->failed)
 		return;
+	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_SEND);
+	if (!sqe) {
+		conn_fail(c, "send");
+		return;
+	}
 	m = list_first_entry(&c->outq, struct out_msg, node);
 	memset(&c->mh, 0, sizeof(c->mh));
 	c->mh.msg_iov = c->iov;
 	c->mh.msg_iovlen = msg_iov(c, m);
-	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_SEND);
 	/* Zero-copy needs a socket that supports it (TCP; not AF_UNIX). */
 	m->zc = c->srv->loop.feat.send_zc && !c->no_zc && m->data_len >= ZC_MIN;
 	if (m->zc) {
@@ -494,7 +533,7 @@ static void header_done(struct conn *c)
 	int ret;
 
 	c->srv->st.requests++;
-	metrics_op(&c->srv->st, h->opcode)->requests++;
+	metrics_msg(&c->srv->st, h->type)->requests++;
 	c->req_t0 = loop_now();
 	c->req_open = true;
 	if (h->magic != DJINN_MAGIC) {
@@ -522,19 +561,19 @@ static void header_done(struct conn *c)
 		refuse_payload(c, h->payload_len);
 		return;
 	}
-	ret = ops_body_len(c, h, &fixed, &max);
+	ret = msg_body_len(c, h, &fixed, &max);
 	if (ret) {
 		conn_error(c, h, ret,
 			   ret == -EPERM ? "opcode %u is not served here" :
 					   "unknown opcode %u",
-			   h->opcode);
+			   h->type);
 		refuse_payload(c, h->payload_len);
 		return;
 	}
 	if (h->payload_len > max) {
 		conn_error(c, h, -EMSGSIZE,
 			   "payload of %llu bytes for opcode %u, limit %llu",
-			   (unsigned long long)h->payload_len, h->opcode,
+			   (unsigned long long)h->payload_len, h->type,
 			   (unsigned long long)max);
 		refuse_payload(c, h->payload_len);
 		return;
@@ -543,7 +582,7 @@ static void header_done(struct conn *c)
 	if (c->body_len > h->payload_len) {
 		conn_error(c, h, -EINVAL,
 			   "payload of %llu bytes, opcode %u needs %llu",
-			   (unsigned long long)h->payload_len, h->opcode,
+			   (unsigned long long)h->payload_len, h->type,
 			   (unsigned long long)c->body_len);
 		refuse_payload(c, h->payload_len);
 		return;
@@ -563,18 +602,18 @@ static void body_done(struct conn *c)
 	uint64_t fixed, max;
 	int ret;
 
-	ops_body_len(c, &h, &fixed, &max);
+	msg_body_len(c, &h, &fixed, &max);
 	if (!fixed) {
 		uint8_t *body = c->body;
 
-		c->body = NULL; /* ops_handle owns it now */
+		c->body = NULL; /* msg_handle owns it now */
 		parse_reset(c);
-		ops_handle(c, &h, body, h.payload_len);
+		msg_handle(c, &h, body, h.payload_len);
 		return;
 	}
 	c->left = h.payload_len - fixed;
 	memset(&c->sink, 0, sizeof(c->sink));
-	ret = ops_stream_begin(c, &h, c->body);
+	ret = msg_stream_begin(c, &h, c->body);
 	if (ret > 0) {
 		c->ps = P_WAIT;
 		conn_pause(c);
@@ -590,7 +629,7 @@ static void body_done(struct conn *c)
 		c->ps = P_DATA;
 	}
 	if (c->ps == P_DATA && !c->left) {
-		ops_stream_end(c, &h);
+		msg_stream_end(c, &h);
 		parse_reset(c);
 	}
 }
@@ -653,11 +692,11 @@ static void parse(struct conn *c, const uint8_t *p, uint64_t len)
 					c->sink.prov, c->sink.addr, p, n);
 			c->sink.addr += n;
 			c->left -= n;
-			ops_stream_progress(c);
+			msg_stream_progress(c);
 			if (!c->left) {
 				struct djinn_hdr h = c->hdr;
 
-				ops_stream_end(c, &h);
+				msg_stream_end(c, &h);
 				parse_reset(c);
 			}
 			break;
@@ -694,6 +733,10 @@ static void conn_pause(struct conn *c)
 	if (!c->recv_armed || !c->srv->br)
 		return;
 	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_CANCEL);
+	if (!sqe) {
+		conn_fail(c, "pause receiving");
+		return;
+	}
 	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&c->src | TAG_RECV, 0);
 	conn_get(c);
 }
@@ -728,7 +771,7 @@ void conn_stream_ready(struct conn *c, int err)
 		if (!c->left) {
 			struct djinn_hdr h = c->hdr;
 
-			ops_stream_end(c, &h);
+			msg_stream_end(c, &h);
 			parse_reset(c);
 		}
 	}
@@ -739,9 +782,13 @@ static void conn_recv_arm(struct conn *c)
 {
 	struct io_uring_sqe *sqe;
 
-	if (c->closing || c->recv_armed)
+	if (c->closing || c->recv_armed || c->failed)
 		return;
 	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_RECV);
+	if (!sqe) {
+		conn_fail(c, "receive");
+		return;
+	}
 	if (c->srv->br) {
 		io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
 		sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -890,8 +937,10 @@ static void listener_arm(struct listener *ls)
 	struct io_uring_sqe *sqe =
 		loop_sqe(&ls->srv->loop, &ls->src, TAG_ACCEPT);
 
-	if (!sqe)
+	if (!sqe) {
+		loop_retry(&ls->srv->loop, &ls->retry);
 		return;
+	}
 	if (ls->multishot)
 		io_uring_prep_multishot_accept(sqe, ls->fd, NULL, NULL,
 					       SOCK_CLOEXEC);
@@ -918,7 +967,7 @@ static void listener_complete(struct io_src *src, struct io_uring_cqe *cqe,
 	if (cqe->res >= 0) {
 		conn_new(ls, cqe->res);
 	} else if (cqe->res != -ECANCELED &&
-		   now - ls->last_warn > 1000000000ull) {
+		   now - ls->last_warn > NSEC_PER_SEC) {
 		ls->last_warn = now; /* at most a line a second */
 		log_warn("accept: %s", strerror(-cqe->res));
 	}
@@ -928,7 +977,7 @@ static void listener_complete(struct io_src *src, struct io_uring_cqe *cqe,
 		/* Accepting again at once would spin: wait for fds. */
 		if (list_empty(&ls->retry.node))
 			loop_timer_add(&ls->srv->loop, &ls->retry,
-				       now + 100000000ull);
+				       now + 100 * NSEC_PER_MSEC);
 		return;
 	}
 	if (!(cqe->flags & IORING_CQE_F_MORE))

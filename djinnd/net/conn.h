@@ -8,17 +8,17 @@
  * connection's buffer, re-armed. Bytes go through a parser:
  *
  *   HDR      the 40-byte header, checked (magic, version, flags, length)
- *   BODY     the payload, or for the streaming opcodes (TENSOR_CREATE,
+ *   BODY     the payload, or for the streaming messages (TENSOR_CREATE,
  *            TENSOR_WRITE) just their fixed struct, into a buffer
- *   DATA     a streaming opcode's bytes, straight into device memory
+ *   DATA     a streaming message's bytes, straight into device memory
  *   DISCARD  the rest of a payload that was refused
  *
  * Sending: a queue per connection, one send in flight; a response is a
  * header, a body and optionally data that stays in device memory until
  * sent (zero-copy for large data where the kernel can).
  *
- * What a request does, and what payload it takes, is net/ops.h's
- * (ops_body_len(), ops_handle(), ops_stream_*()).
+ * What a request does, and what payload it takes, is net/msg.h's
+ * (msg_body_len(), msg_handle(), msg_stream_*()).
  */
 #ifndef DJINN_CONN_H
 #define DJINN_CONN_H
@@ -73,6 +73,7 @@ struct conn {
 	bool closing, recv_armed;
 	bool tx_dead; /* the socket cannot send any more */
 	bool overflow; /* the client does not read its replies */
+	bool failed; /* no SQE for it: closed before the loop sleeps */
 	unsigned int outq_msgs;
 	uint64_t outq_bytes; /* of bodies queued */
 
@@ -92,7 +93,7 @@ struct conn {
 	uint8_t *backlog;
 	uint64_t backlog_len, backlog_cap;
 	struct sink sink;
-	void *stream; /* the streaming request's state (ops.c) */
+	void *stream; /* the streaming request's state (msg.c) */
 
 	uint64_t *sessions; /* attached here */
 	unsigned int nr_sessions, cap_sessions;
@@ -121,7 +122,7 @@ void conn_put(struct conn *c);
 /* Stop receiving; replies already queued still go unless @force. */
 void conn_close(struct conn *c, bool force);
 
-/* Queue a response to @req (opcode and request id echoed). @body is
+/* Queue a response to @req (type and request id echoed). @body is
  * copied; @data is sent from where it is and @done(@arg) is called once
  * the kernel is finished with it. */
 int conn_reply(struct conn *c, const struct djinn_hdr *req, const void *body,

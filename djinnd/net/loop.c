@@ -4,7 +4,6 @@
 #include <string.h>
 #include <sys/utsname.h>
 #include <time.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -87,11 +86,14 @@ void loop_exit(struct loop *l)
 }
 
 /*
- * Never fails: callers rely on it (closing an object because an SQE could
- * not be had, in the middle of using it, was a use-after-free). A full
- * SQ is submitted to make room; if the kernel cannot take it just now
- * (-EAGAIN, -EBUSY while the CQ overflows), wait a little and retry. A
- * ring that stays unusable for seconds is a daemon that cannot work.
+ * A full SQ is submitted to make room; if the kernel cannot take it just
+ * now (-EAGAIN, -EBUSY while the CQ overflows), wait a little and retry.
+ * After 5 s of that the ring is stuck: say so once and return NULL, and
+ * return NULL at once to every caller until the loop has reaped its
+ * completions (loop_once()), so that one stuck ring costs one wait, not
+ * one per caller. Callers fail what they were doing (a connection is
+ * closed before the loop sleeps again, a standing read is armed again
+ * from a timer: loop_retry()); none may free what it is using.
  */
 struct io_uring_sqe *loop_sqe(struct loop *l, struct io_src *src,
 			      unsigned int tag)
@@ -103,15 +105,25 @@ struct io_uring_sqe *loop_sqe(struct loop *l, struct io_src *src,
 
 		if (ret >= 0)
 			continue;
+		if (l->sq_stuck)
+			return NULL;
 		if (tries > 5000) {
-			log_err("io_uring: cannot submit (%s) for 5 s",
+			log_err("io_uring: cannot submit (%s) for 5 s: "
+				"failing what needs the ring",
 				strerror(-ret));
-			abort();
+			l->sq_stuck = true;
+			return NULL;
 		}
 		usleep(1000);
 	}
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)src | tag);
 	return sqe;
+}
+
+void loop_retry(struct loop *l, struct loop_timer *t)
+{
+	if (list_empty(&t->node))
+		loop_timer_add(l, t, loop_now() + LOOP_RETRY_NS);
 }
 
 void loop_timer_add(struct loop *l, struct loop_timer *t, uint64_t when)
@@ -169,8 +181,8 @@ int loop_once(struct loop *l, uint64_t max_wait_ns)
 		else if (when - now < wait)
 			wait = when - now;
 	}
-	ts.tv_sec = (long long)(wait / 1000000000ull);
-	ts.tv_nsec = (long long)(wait % 1000000000ull);
+	ts.tv_sec = (long long)(wait / NSEC_PER_SEC);
+	ts.tv_nsec = (long long)(wait % NSEC_PER_SEC);
 	ret = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
 	if (ret < 0 && ret != -ETIME && ret != -EINTR)
 		return ret;
@@ -184,6 +196,7 @@ int loop_once(struct loop *l, uint64_t max_wait_ns)
 			src->complete(src, cqe, ud & 7);
 	}
 	io_uring_cq_advance(&l->ring, n);
+	l->sq_stuck = false; /* the CQ has room again: worth another try */
 	run_timers(l);
 	return 0;
 }
@@ -191,7 +204,7 @@ int loop_once(struct loop *l, uint64_t max_wait_ns)
 int loop_run(struct loop *l)
 {
 	while (!l->stop) {
-		int ret = loop_once(l, 3600ull * 1000000000ull);
+		int ret = loop_once(l, 3600 * NSEC_PER_SEC);
 
 		if (ret)
 			return ret;

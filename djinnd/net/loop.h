@@ -21,6 +21,7 @@
 
 #include <liburing.h>
 
+#include "clock.h"
 #include "list.h"
 
 struct io_src {
@@ -54,6 +55,7 @@ struct loop {
 	struct list_head timers; /* by @when */
 	void (*before_sleep)(struct loop *l);
 	bool stop;
+	bool sq_stuck; /* loop_sqe() gave up: fail fast until the next reap */
 };
 
 uint64_t loop_now(void);
@@ -62,9 +64,16 @@ int loop_init(struct loop *l, unsigned int entries);
 void loop_exit(struct loop *l);
 
 /* A fresh SQE tagged for @src; submits to make room if the SQ is full.
- * Never NULL. */
+ * NULL (logged) when the ring takes no more for seconds: the caller fails
+ * what it was doing, without freeing what it is using. */
 struct io_uring_sqe *loop_sqe(struct loop *l, struct io_src *src,
 			      unsigned int tag);
+
+#define LOOP_RETRY_NS (10 * NSEC_PER_MSEC)
+/* For what must stay armed (a read of an eventfd or a pipe, an accept)
+ * when loop_sqe() failed: @t, whose fn arms it again, runs in
+ * LOOP_RETRY_NS unless it is already due. */
+void loop_retry(struct loop *l, struct loop_timer *t);
 
 void loop_timer_add(struct loop *l, struct loop_timer *t, uint64_t when);
 void loop_timer_del(struct loop_timer *t);

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "array_size.h"
 #include "log.h"
 #include "server.h"
 #include "exec/executor.h"
@@ -53,17 +54,18 @@ static const uint64_t lat_le_ns[METRICS_LAT_BUCKETS] = {
 	100000000, 500000000, 1000000000, 10000000000ull,
 };
 
-struct op_stats *metrics_op(struct server_stats *st, uint16_t op)
+struct msg_stats *metrics_msg(struct server_stats *st, uint16_t type)
 {
-	/* Every opcode without a name counts as op="unknown", once. */
-	if (op >= METRICS_OPS || !ops_known(op))
-		op = 0;
-	return &st->ops[op];
+	/* Every message type without a name counts as op="unknown",
+	 * once. */
+	if (type >= METRICS_MSGS || !msg_known(type))
+		type = 0;
+	return &st->msgs[type];
 }
 
-void metrics_observe(struct server_stats *st, uint16_t op, uint64_t ns)
+void metrics_observe(struct server_stats *st, uint16_t type, uint64_t ns)
 {
-	struct op_stats *o = metrics_op(st, op);
+	struct msg_stats *o = metrics_msg(st, type);
 	unsigned int b = 0;
 
 	while (b < METRICS_LAT_BUCKETS && ns > lat_le_ns[b])
@@ -138,9 +140,8 @@ static const char *phase_name(uint32_t phase)
 		[DJINN_PHASE_IDLE] = "idle",
 	};
 
-	return phase < sizeof(names) / sizeof(names[0]) && names[phase] ?
-		       names[phase] :
-		       "unknown";
+	return phase < ARRAY_SIZE(names) && names[phase] ? names[phase] :
+							   "unknown";
 }
 
 #define NR_PHASES (DJINN_PHASE_IDLE + 1)
@@ -189,25 +190,25 @@ static void render_requests(struct sbuf *b, struct server *srv)
 
 	family(b, "djinn_requests_total", "counter",
 	       "Requests received, by opcode.");
-	for (uint16_t op = 0; op < METRICS_OPS; op++)
-		if (st->ops[op].requests)
+	for (uint16_t type = 0; type < METRICS_MSGS; type++)
+		if (st->msgs[type].requests)
 			sb_printf(b, "djinn_requests_total{op=\"%s\"} %llu\n",
-				  ops_name(op),
-				  (unsigned long long)st->ops[op].requests);
+				  msg_label(type),
+				  (unsigned long long)st->msgs[type].requests);
 	family(b, "djinn_request_errors_total", "counter",
 	       "Requests answered with an error, by opcode.");
-	for (uint16_t op = 0; op < METRICS_OPS; op++)
-		if (st->ops[op].requests || st->ops[op].errors)
+	for (uint16_t type = 0; type < METRICS_MSGS; type++)
+		if (st->msgs[type].requests || st->msgs[type].errors)
 			sb_printf(
 				b,
 				"djinn_request_errors_total{op=\"%s\"} %llu\n",
-				ops_name(op),
-				(unsigned long long)st->ops[op].errors);
+				msg_label(type),
+				(unsigned long long)st->msgs[type].errors);
 	family(b, "djinn_request_duration_seconds", "histogram",
 	       "From a request's header to its answer being queued, by "
 	       "opcode.");
-	for (uint16_t op = 0; op < METRICS_OPS; op++) {
-		const struct op_stats *o = &st->ops[op];
+	for (uint16_t type = 0; type < METRICS_MSGS; type++) {
+		const struct msg_stats *o = &st->msgs[type];
 		uint64_t cum = 0;
 
 		if (!o->lat_count)
@@ -218,21 +219,21 @@ static void render_requests(struct sbuf *b, struct server *srv)
 				b,
 				"djinn_request_duration_seconds_bucket{op=\"%s\","
 				"le=\"%g\"} %llu\n",
-				ops_name(op), (double)lat_le_ns[i] / 1e9,
+				msg_label(type), (double)lat_le_ns[i] / 1e9,
 				(unsigned long long)cum);
 		}
 		sb_printf(b,
 			  "djinn_request_duration_seconds_bucket{op=\"%s\","
 			  "le=\"+Inf\"} %llu\n",
-			  ops_name(op), (unsigned long long)o->lat_count);
+			  msg_label(type), (unsigned long long)o->lat_count);
 		sb_printf(
 			b,
 			"djinn_request_duration_seconds_sum{op=\"%s\"} %.9f\n",
-			ops_name(op), (double)o->lat_sum_ns / 1e9);
+			msg_label(type), (double)o->lat_sum_ns / 1e9);
 		sb_printf(b,
 			  "djinn_request_duration_seconds_count{op=\"%s\"} "
 			  "%llu\n",
-			  ops_name(op), (unsigned long long)o->lat_count);
+			  msg_label(type), (unsigned long long)o->lat_count);
 	}
 	one(b, "djinn_received_bytes_total", "counter",
 	    "Bytes received from clients.", st->bytes_in);
@@ -296,7 +297,7 @@ static void render_vmu(struct sbuf *b, struct server *srv)
 	}
 	for (unsigned int d = 0; d < nd; d++)
 		vmu_get_stats(srv->dev[d].vmu, &vs[d]);
-	for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(families); i++) {
 		family(b, families[i][0], families[i][1], families[i][2]);
 		for (unsigned int d = 0; d < nd; d++) {
 			const struct vmu_stats *v = &vs[d];
@@ -454,7 +455,7 @@ long metrics_render(struct server *srv, char **out)
 		return -ENOMEM;
 	one(&b, "djinn_uptime_seconds", "gauge",
 	    "Seconds since djinnd started.",
-	    (loop_now() - server_started_ns) / 1000000000ull);
+	    (loop_now() - server_started_ns) / NSEC_PER_SEC);
 	render_sessions(&b, srv);
 	render_requests(&b, srv);
 	render_vmu(&b, srv);
@@ -490,10 +491,17 @@ static void http_close(struct http_conn *h)
 	http_put(h); /* the connection's own reference */
 }
 
+/* Without an SQE (loop_sqe() logged why) the scrape fails: closed, as on
+ * running out of memory. Every caller holds a reference or returns at
+ * once, so closing frees nothing under it. */
 static void http_send(struct http_conn *h)
 {
 	struct io_uring_sqe *sqe = loop_sqe(&h->srv->loop, &h->src, TAG_SEND);
 
+	if (!sqe) {
+		http_close(h);
+		return;
+	}
 	io_uring_prep_send(sqe, h->fd, h->out + h->out_sent,
 			   h->out_len - h->out_sent, MSG_NOSIGNAL);
 	h->pending++;
@@ -604,16 +612,32 @@ static void http_request(struct http_conn *h)
 
 static void http_recv(struct http_conn *h)
 {
-	struct io_uring_sqe *sqe = loop_sqe(&h->srv->loop, &h->src, TAG_RECV);
+	struct io_uring_sqe *recv, *timeout;
 
+	/* The pair goes in one submission, or the link breaks between. */
+	if (io_uring_sq_space_left(&h->srv->loop.ring) < 2)
+		io_uring_submit(&h->srv->loop.ring);
+	recv = loop_sqe(&h->srv->loop, &h->src, TAG_RECV);
+	if (!recv)
+		goto fail;
 	/* Leave room for the NUL the parser puts after the head. */
-	io_uring_prep_recv(sqe, h->fd, h->head + h->got,
+	io_uring_prep_recv(recv, h->fd, h->head + h->got,
 			   sizeof(h->head) - 1 - h->got, 0);
-	sqe->flags |= IOSQE_IO_LINK;
-	h->pending++;
-	sqe = loop_sqe(&h->srv->loop, &h->src, TAG_TIMEOUT);
-	io_uring_prep_link_timeout(sqe, &h->ts, IORING_TIMEOUT_ABS);
-	h->pending++;
+	recv->flags |= IOSQE_IO_LINK;
+	timeout = loop_sqe(&h->srv->loop, &h->src, TAG_TIMEOUT);
+	if (!timeout) {
+		/* Still unsubmitted: a no-op for nobody, linked to nothing
+		 * (prep clears the link flag). */
+		io_uring_prep_nop(recv);
+		io_uring_sqe_set_data64(recv, 0);
+		goto fail;
+	}
+	io_uring_prep_link_timeout(timeout, &h->ts, IORING_TIMEOUT_ABS);
+	h->pending += 2;
+	return;
+
+fail:
+	http_close(h); /* as http_send() */
 }
 
 static void http_received(struct http_conn *h, int res)
@@ -680,9 +704,9 @@ void metrics_accept(struct server *srv, int fd)
 	h->fd = fd;
 	h->pending = 1; /* the connection's own */
 	/* One deadline for the whole head, not one per receive. */
-	end = loop_now() + HTTP_TIMEOUT_S * 1000000000ull;
-	h->ts.tv_sec = (long long)(end / 1000000000ull);
-	h->ts.tv_nsec = (long long)(end % 1000000000ull);
+	end = loop_now() + HTTP_TIMEOUT_S * NSEC_PER_SEC;
+	h->ts.tv_sec = (long long)(end / NSEC_PER_SEC);
+	h->ts.tv_nsec = (long long)(end % NSEC_PER_SEC);
 	list_add_tail(&h->node, &srv->http);
 	srv->nr_http++;
 	http_recv(h);

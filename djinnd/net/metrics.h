@@ -16,24 +16,25 @@ struct server_stats;
 #define METRICS_LAT_BUCKETS 14
 
 /*
- * struct op_stats - one opcode's counters
+ * struct msg_stats - one message type's counters
  * @requests: headers received
  * @errors:   error answers
  * @lat:      answers by latency bucket (not cumulative); the last is +Inf
  * @lat_sum_ns, @lat_count: the histogram's sum and count
  */
-struct op_stats {
+struct msg_stats {
 	uint64_t requests, errors;
 	uint64_t lat[METRICS_LAT_BUCKETS + 1];
 	uint64_t lat_sum_ns, lat_count;
 };
 
-/* Opcodes with counters of their own; the rest count as "unknown". */
-#define METRICS_OPS 128
+/* Message types with counters of their own; the rest count as
+ * "unknown". */
+#define METRICS_MSGS 128
 
-/* A request of opcode @op was answered @ns after its header arrived. */
-void metrics_observe(struct server_stats *st, uint16_t op, uint64_t ns);
-struct op_stats *metrics_op(struct server_stats *st, uint16_t op);
+/* A request of type @type was answered @ns after its header arrived. */
+void metrics_observe(struct server_stats *st, uint16_t type, uint64_t ns);
+struct msg_stats *metrics_msg(struct server_stats *st, uint16_t type);
 
 /* An accepted connection of the metrics listener. */
 void metrics_accept(struct server *srv, int fd);

@@ -39,7 +39,7 @@
 #include "model/runtime.h"
 #include "sched/policy.h"
 
-#define TICK_NS 2000000ull /* 2 ms while sessions wait */
+#define TICK_NS (2 * NSEC_PER_MSEC) /* while sessions wait */
 #define MAX_SWAP_JOBS 2 /* the policy's swap-outs at once, per device */
 #define MB (1ull << 20)
 
@@ -329,7 +329,7 @@ static bool end_wait(struct sched *sc, struct session *s, uint64_t now,
 		return false;
 	/* Late by more than a tenth of the estimate (and a millisecond):
 	 * next time it is the first to go. */
-	se->overran = now > se->wait_until + est / 10 + 1000000;
+	se->overran = now > se->wait_until + est / 10 + NSEC_PER_MSEC;
 	if (swapped_of(s) || se->restore_jobs)
 		se->swapped_in_wait = true;
 	if (!se->swapped_in_wait)

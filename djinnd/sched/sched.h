@@ -39,6 +39,7 @@
 
 #include <djinn/proto.h>
 
+#include "clock.h"
 #include "list.h"
 #include "net/loop.h"
 
@@ -65,7 +66,7 @@ enum sched_lane {
 #define SCHED_SHARE_MAX 1000
 
 struct sched_share {
-	char tenant[DJINN_TENANT_MAX];
+	char tenant[DJINN_TENANT_LEN];
 	unsigned int share; /* 1 .. SCHED_SHARE_MAX */
 };
 
@@ -91,9 +92,9 @@ struct sched_config {
 	unsigned int nr_shares;
 };
 
-#define SCHED_QUANTUM_DEFAULT 1000000ull /* 1 ms */
-#define SCHED_ADMIT_WAIT_DEFAULT 2000000000ull /* 2 s */
-#define SCHED_MAX_IO_WAIT_DEFAULT 3600000000000ull /* 1 h */
+#define SCHED_QUANTUM_DEFAULT NSEC_PER_MSEC
+#define SCHED_ADMIT_WAIT_DEFAULT (2 * NSEC_PER_SEC)
+#define SCHED_MAX_IO_WAIT_DEFAULT (3600 * NSEC_PER_SEC)
 #define SCHED_SWAP_MARGIN_DEFAULT 200 /* % */
 
 /*
@@ -239,7 +240,7 @@ uint64_t sched_hist_p99(const uint32_t *hist);
  */
 #define SCHED_BPS_GUESS 1000000000ull /* 1 GB/s until measured */
 #define SCHED_SWAP_FIXED_NS 200000ull /* 0.2 ms per swap */
-#define SCHED_PREFETCH_SLACK_NS 2000000ull /* 2 ms */
+#define SCHED_PREFETCH_SLACK_NS (2 * NSEC_PER_MSEC)
 
 struct sched_plan {
 	uint64_t out_ns, in_ns;

@@ -42,7 +42,7 @@ static uint64_t user_poll(struct lease_provider *lp, uint64_t now,
 			  void (*expired)(struct session *s, void *arg),
 			  void *arg)
 {
-	uint64_t next = 1000000000ull; /* look again in a second at most */
+	uint64_t next = NSEC_PER_SEC; /* look again in a second at most */
 	struct session *s, *n;
 
 	list_for_each_entry_safe(s, n, &to_user(lp)->sessions, lease_node) {

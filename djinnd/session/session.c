@@ -39,9 +39,9 @@ const char *session_reason_name(enum session_end_reason why)
 
 static bool tenant_ok(const char *t)
 {
-	size_t n = strnlen(t, DJINN_TENANT_MAX);
+	size_t n = strnlen(t, DJINN_TENANT_LEN);
 
-	if (!n || n == DJINN_TENANT_MAX)
+	if (!n || n == DJINN_TENANT_LEN)
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if (t[i] <= ' ' || t[i] > '~')
@@ -271,7 +271,7 @@ void session_end(struct server *srv, struct session *s,
 	sched_session_end(s->dev->sched, s);
 	executor_cancel(s->dev->exec, s);
 	executor_cancel(s->dev->mem, s);
-	ops_session_ended(srv, s);
+	msg_session_ended(srv, s);
 	srv->st.sessions_ended[why]++;
 	log_info("session %llu (tenant %s) ended: %s",
 		 (unsigned long long)s->id, s->tenant,

@@ -78,7 +78,7 @@ struct result_rec {
 #define SESSION_MAX_TENSORS (1u << 20) /* handles per session */
 #define SESSION_MAX_OBJS 4096 /* model and context handles per session */
 
-/* A model or context the session holds (net/model_ops.c's). */
+/* A model or context the session holds (net/msg_model.c's). */
 enum sobj_kind {
 	SOBJ_MODEL = 1,
 	SOBJ_CTX = 2,
@@ -93,7 +93,7 @@ struct sobj_slot {
 struct session {
 	uint64_t id;
 	uint8_t token[16];
-	char tenant[DJINN_TENANT_MAX];
+	char tenant[DJINN_TENANT_LEN];
 	uint32_t priority;
 	uint64_t lease_ns;
 	uint64_t deadline_ns; /* kept by the lease provider */

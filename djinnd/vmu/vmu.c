@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "vmu/vmu_private.h"
 
 #define NO_SLOT UINT32_MAX
@@ -507,10 +508,7 @@ static bool coming_free(struct vmu *v, const struct vmu_stack *own)
 
 static void deadline_after(struct timespec *ts, uint64_t ns)
 {
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ns += (uint64_t)ts->tv_nsec;
-	ts->tv_sec += (time_t)(ns / 1000000000ull);
-	ts->tv_nsec = (long)(ns % 1000000000ull);
+	*ts = ns_to_timespec(mono_ns() + ns);
 }
 
 /*

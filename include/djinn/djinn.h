@@ -189,11 +189,10 @@ int djinn_session_open_on(struct djinn_conn *conn,
 /*
  * Use on @conn the session @id opened elsewhere (another connection, or
  * this program before it reconnected), proving it with its @token
- * (DJINN_SESSION_TOKEN_LEN bytes, read during the call). -EPERM for a
+ * (DJINN_TOKEN_LEN bytes, read during the call). -EPERM for a
  * wrong token, -ENOENT for no such session. *@out belongs to @conn and is
  * renewed like an opened one.
  */
-#define DJINN_SESSION_TOKEN_LEN 16
 int djinn_session_attach(struct djinn_conn *conn, uint64_t id,
 			 const uint8_t *token, struct djinn_session **out);
 
@@ -215,10 +214,10 @@ int djinn_session_close(struct djinn_session *s);
  */
 struct djinn_session_info {
 	uint64_t id;
-	uint8_t token[DJINN_SESSION_TOKEN_LEN];
+	uint8_t token[DJINN_TOKEN_LEN];
 	uint64_t lease_ns;
 	uint64_t deadline_ns;
-	char tenant[DJINN_TENANT_MAX];
+	char tenant[DJINN_TENANT_LEN];
 };
 
 /* Copy what is known of @s into the caller's @info. */

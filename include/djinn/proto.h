@@ -14,7 +14,7 @@
  * A client numbers its requests (hdr.request_id, any value, unique among
  * its requests in flight on the connection, and unique within a session
  * for GRAPH_SUBMIT, whose request_id names its results). Each request
- * gets exactly one response frame with the same request_id, opcode and
+ * gets exactly one response frame with the same request_id, type and
  * session_id and DJINN_F_RESPONSE set; its version is the server's, so a
  * client that gets another version in an error response to HELLO has
  * met a server of another protocol. Responses may come in any order:
@@ -23,26 +23,26 @@
  * Payloads: HELLO, SESSION_CLOSE and a HEARTBEAT request carry none;
  * the responses to SESSION_CLOSE, SIGNAL, TENSOR_WRITE and
  * TENSOR_RELEASE carry none either. Every other payload is the struct
- * its opcode names below.
+ * its message type names below.
  *
  * DOC: errors
  *
  * A failed request's response has DJINN_F_ERROR set and a struct
  * djinn_error payload: a negative errno and a short message naming what
  * was wrong ("node 3 (matmul): inner dims 64 and 32 differ"). The errno
- * contract, for every opcode:
+ * contract, for every message:
  *
  *   -EPROTO        bad magic, or a frame that cannot be parsed: the
  *                  server answers once and closes the connection
  *   -EPROTONOSUPPORT  hdr.version is not the server's; the message names
  *                  both versions; the connection stays open
- *   -EOPNOTSUPP    unknown opcode; also a DJINN_TENSOR_MODULE upload or a
- *                  KERNEL node on a backend without client kernels
+ *   -EOPNOTSUPP    unknown message type; also a DJINN_TENSOR_MODULE upload
+ *                  or a KERNEL node on a backend without client kernels
  *   -EINVAL        reserved field or unknown flag set, bad enum value,
  *                  malformed payload (the message names the field), a
  *                  payload shorter than its struct's first version
  *   -EMSGSIZE      payload_len over DJINN_MAX_PAYLOAD, or over what the
- *                  opcode allows; checked before anything is allocated
+ *                  message allows; checked before anything is allocated
  *   -E2BIG         a limit below exceeded (dims, nodes, tensor bytes); a
  *                  non-zero byte past the request's struct (a field this
  *                  server does not know: Documentation/protocol.rst,
@@ -119,46 +119,49 @@
 #define DJINN_MAX_GRAPH_OUTPUTS 256
 #define DJINN_MAX_NODE_INPUTS 4
 #define DJINN_MAX_ERROR_MSG 256
-#define DJINN_TENANT_MAX 64 /* with its NUL */
+/* <linux/djinn.h> (the kernel module's ABI) defines these two alike: a
+ * program that includes both gets one value or a redefinition error. */
+#define DJINN_TENANT_LEN 64 /* with its NUL */
+#define DJINN_TOKEN_LEN 16 /* a session's 128-bit secret */
 #define DJINN_FP_LEN 32 /* SHA-256 */
 
-enum djinn_op {
-	DJINN_OP_HELLO = 1,
-	DJINN_OP_SESSION_OPEN = 2,
-	DJINN_OP_SESSION_ATTACH = 3,
-	DJINN_OP_SESSION_CLOSE = 4,
-	DJINN_OP_HEARTBEAT = 5,
-	DJINN_OP_SIGNAL = 6,
-	DJINN_OP_TENSOR_CREATE = 7,
-	DJINN_OP_TENSOR_WRITE = 8,
-	DJINN_OP_TENSOR_READ = 9,
-	DJINN_OP_TENSOR_RELEASE = 10,
-	DJINN_OP_TEXT_LOOKUP = 11,
-	DJINN_OP_GRAPH_SUBMIT = 12,
+enum djinn_msg {
+	DJINN_MSG_HELLO = 1,
+	DJINN_MSG_SESSION_OPEN = 2,
+	DJINN_MSG_SESSION_ATTACH = 3,
+	DJINN_MSG_SESSION_CLOSE = 4,
+	DJINN_MSG_HEARTBEAT = 5,
+	DJINN_MSG_SIGNAL = 6,
+	DJINN_MSG_TENSOR_CREATE = 7,
+	DJINN_MSG_TENSOR_WRITE = 8,
+	DJINN_MSG_TENSOR_READ = 9,
+	DJINN_MSG_TENSOR_RELEASE = 10,
+	DJINN_MSG_TEXT_LOOKUP = 11,
+	DJINN_MSG_GRAPH_SUBMIT = 12,
 	/* Models (DJINN_FEAT_MODELS): see DOC: models. */
-	DJINN_OP_MODEL_OPEN = 13,
-	DJINN_OP_MODEL_CLOSE = 14,
-	DJINN_OP_CTX_NEW = 15,
-	DJINN_OP_CTX_FREE = 16,
-	DJINN_OP_CTX_FORK = 17,
-	DJINN_OP_CTX_RESET = 18,
-	DJINN_OP_CTX_PREFILL = 19,
-	DJINN_OP_CTX_DECODE = 20,
-	DJINN_OP_CTX_RESUME = 21,
-	/* 22 stays unassigned: test_framing's unknown-opcode test uses it */
-	DJINN_OP_MODEL_OPEN_UPLOADED = 23,
+	DJINN_MSG_MODEL_OPEN = 13,
+	DJINN_MSG_MODEL_CLOSE = 14,
+	DJINN_MSG_CTX_NEW = 15,
+	DJINN_MSG_CTX_FREE = 16,
+	DJINN_MSG_CTX_FORK = 17,
+	DJINN_MSG_CTX_RESET = 18,
+	DJINN_MSG_CTX_PREFILL = 19,
+	DJINN_MSG_CTX_DECODE = 20,
+	DJINN_MSG_CTX_RESUME = 21,
+	/* 22 stays unassigned: test_framing's unknown-type test uses it */
+	DJINN_MSG_MODEL_OPEN_UPLOADED = 23,
 	/* A session on /dev/djinn (DJINN_FEAT_KMOD): see DOC: sessions. */
-	DJINN_OP_SESSION_BIND = 32,
+	DJINN_MSG_SESSION_BIND = 32,
 
 	/* Admin socket only. */
-	DJINN_OP_ADMIN_SESSIONS = 64,
-	DJINN_OP_ADMIN_KILL = 65,
-	DJINN_OP_ADMIN_VMU = 66,
-	DJINN_OP_ADMIN_STATS = 67,
-	DJINN_OP_ADMIN_MODELS = 68,
-	DJINN_OP_ADMIN_MODEL_EVICT = 69,
-	DJINN_OP_ADMIN_FAULT_INJECT = 70, /* djinnd --fault-injection only */
-	DJINN_OP_ADMIN_SCHED = 71,
+	DJINN_MSG_ADMIN_SESSIONS = 64,
+	DJINN_MSG_ADMIN_KILL = 65,
+	DJINN_MSG_ADMIN_VMU = 66,
+	DJINN_MSG_ADMIN_STATS = 67,
+	DJINN_MSG_ADMIN_MODELS = 68,
+	DJINN_MSG_ADMIN_MODEL_EVICT = 69,
+	DJINN_MSG_ADMIN_FAULT_INJECT = 70, /* djinnd --fault-injection only */
+	DJINN_MSG_ADMIN_SCHED = 71,
 };
 
 /* hdr.flags */
@@ -170,7 +173,7 @@ enum djinn_op {
  * struct djinn_hdr - every frame starts with one
  * @magic:       DJINN_MAGIC
  * @version:     DJINN_PROTO_VERSION of the sender
- * @opcode:      enum djinn_op
+ * @type:        enum djinn_msg: what the frame asks or answers
  * @flags:       DJINN_F_*; requests carry none
  * @__reserved:  zero
  * @request_id:  chosen by the client, echoed in the response
@@ -180,7 +183,7 @@ enum djinn_op {
 struct djinn_hdr {
 	__u32 magic;
 	__u16 version;
-	__u16 opcode;
+	__u16 type;
 	__u32 flags;
 	__u32 __reserved;
 	__u64 request_id;
@@ -255,7 +258,7 @@ struct djinn_hello_resp {
 static_assert(sizeof(struct djinn_hello_resp) == 48, "hello layout");
 
 /* djinn_hello_resp.features */
-#define DJINN_FEAT_MODELS (1u << 0) /* the model opcodes */
+#define DJINN_FEAT_MODELS (1u << 0) /* the model messages */
 /* djinn.ko keeps the leases: SESSION_BIND, completion rings */
 #define DJINN_FEAT_KMOD (1u << 8)
 
@@ -275,7 +278,7 @@ static_assert(sizeof(struct djinn_hello_resp) == 48, "hello layout");
  *             clamps it to its limits and says what it chose
  */
 struct djinn_session_open {
-	char tenant[DJINN_TENANT_MAX];
+	char tenant[DJINN_TENANT_LEN];
 	__u32 priority;
 	__u32 device;
 	__u64 lease_ns;
@@ -291,7 +294,7 @@ static_assert(sizeof(struct djinn_session_open) == 80, "open layout");
  */
 struct djinn_session_resp {
 	__u64 session_id;
-	__u8 token[16];
+	__u8 token[DJINN_TOKEN_LEN];
 	__u64 lease_ns;
 	__u64 deadline_ns;
 };
@@ -299,7 +302,7 @@ static_assert(sizeof(struct djinn_session_resp) == 40, "session layout");
 
 /* SESSION_ATTACH request: the token; hdr.session_id names the session. */
 struct djinn_session_attach {
-	__u8 token[16];
+	__u8 token[DJINN_TOKEN_LEN];
 };
 static_assert(sizeof(struct djinn_session_attach) == 16, "attach layout");
 
@@ -313,12 +316,12 @@ static_assert(sizeof(struct djinn_session_attach) == 16, "attach layout");
  * to the kernel session's ring: one struct djinn_cqe per GRAPH_SUBMIT and
  * per model step (CTX_PREFILL, CTX_DECODE, CTX_RESUME) answered, after
  * the answer was queued on the connection: @user_data the request_id,
- * @res 0 or the negative errno it failed with, @flags the opcode,
+ * @res 0 or the negative errno it failed with, @flags the message type,
  * @aux[0] the djinnd session id, @aux[1] zero.
  */
 struct djinn_session_bind {
 	__u64 kernel_id;
-	__u8 token[16];
+	__u8 token[DJINN_TOKEN_LEN];
 };
 static_assert(sizeof(struct djinn_session_bind) == 24, "bind layout");
 
@@ -880,7 +883,7 @@ static_assert(sizeof(struct djinn_ctx_step_resp) == 40, "step resp layout");
  */
 struct djinn_admin_session {
 	__u64 id;
-	char tenant[DJINN_TENANT_MAX];
+	char tenant[DJINN_TENANT_LEN];
 	__u32 priority;
 	__u32 phase; /* last SIGNAL */
 	__u64 lease_ns;
@@ -1020,7 +1023,7 @@ static_assert(sizeof(struct djinn_admin_sched_dev) == 136, "admin sched dev");
  */
 struct djinn_admin_sched_session {
 	__u64 id;
-	char tenant[DJINN_TENANT_MAX];
+	char tenant[DJINN_TENANT_LEN];
 	__u32 device;
 	__u32 priority;
 	__u32 phase;

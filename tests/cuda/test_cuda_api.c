@@ -28,10 +28,9 @@
 #include <cmocka.h>
 #include <dlfcn.h>
 
+#include "array_size.h"
 #include "backend/cuda/cuda_api.h"
 #include "logcap.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ------------------------------------------------------------------
  * Stand-ins, copied into a temporary directory

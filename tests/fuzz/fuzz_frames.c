@@ -27,7 +27,7 @@ static void drain(int peer, bool (*done)(void))
 	char buf[65536];
 
 	for (int i = 0; i < 2000 && !done(); i++) {
-		loop_once(&srv.loop, 1000000);
+		loop_once(&srv.loop, NSEC_PER_MSEC);
 		while (peer >= 0 && read(peer, buf, sizeof(buf)) > 0)
 			;
 	}
@@ -55,9 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			.backend = "cpu",
 			.cpu_mem = 64ull << 20,
 			.threads = 1,
-			.lease_default_ns = 10000000000ull,
-			.lease_min_ns = 10000000ull,
-			.lease_max_ns = 60000000000ull,
+			.lease_default_ns = 10 * NSEC_PER_SEC,
+			.lease_min_ns = 10 * NSEC_PER_MSEC,
+			.lease_max_ns = 60 * NSEC_PER_SEC,
 			.max_sessions = 1024,
 			.max_conns = 16,
 		};

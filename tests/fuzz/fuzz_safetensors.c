@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/config.h"
+#include "model/model_config.h"
 #include "model/safetensors.h"
 
 const char fuzz_name[] = "safetensors";

@@ -279,11 +279,3 @@ const char gpu_test_ptx[] =
 	"\tst.global.u64 [%rd1], %rd5;\n"
 	"\tret;\n"
 	"}\n";
-
-uint64_t gpu_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}

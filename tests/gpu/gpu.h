@@ -69,7 +69,4 @@ extern const char gpu_test_ptx[];
  * ptxas refuses it, naming the line (the JIT's error log). */
 extern const char gpu_bad_op_ptx[];
 
-/* Monotonic nanoseconds. */
-uint64_t gpu_now_ns(void);
-
 #endif /* DJINN_TESTS_GPU_H */

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "gpu.h"
 #include "graph.h"
 
@@ -319,8 +320,7 @@ static void test_matmul(void **state)
 	};
 
 	for (unsigned int f = 0; f < 3; f++) {
-		for (unsigned int c = 0; c < sizeof(cases) / sizeof(cases[0]);
-		     c++) {
+		for (unsigned int c = 0; c < ARRAY_SIZE(cases); c++) {
 			struct djinn_tensor_desc d[2];
 			struct djinn_node n = op(DJINN_GOP_MATMUL);
 			void *in[2];
@@ -486,8 +486,7 @@ static void test_attention(void **state)
 	};
 
 	for (unsigned int f = 0; f < 3; f++) {
-		for (unsigned int c = 0; c < sizeof(cases) / sizeof(cases[0]);
-		     c++) {
+		for (unsigned int c = 0; c < ARRAY_SIZE(cases); c++) {
 			unsigned int dt = floats[f];
 			struct djinn_tensor_desc d[3] = {
 				D(dt, cases[c].B, cases[c].H, cases[c].T,
@@ -523,8 +522,7 @@ static void test_attention_tokens(void **state)
 	};
 
 	for (unsigned int f = 0; f < 3; f++) {
-		for (unsigned int c = 0; c < sizeof(cases) / sizeof(cases[0]);
-		     c++) {
+		for (unsigned int c = 0; c < ARRAY_SIZE(cases); c++) {
 			unsigned int dt = floats[f], nr = cases[c].P ? 4 : 3;
 			uint64_t H = cases[c].H, Hk = cases[c].Hk;
 			uint64_t T = cases[c].T, D = cases[c].D;

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "clock.h"
 #include "gpu.h"
 
 #define COPY (256ull << 20)
@@ -61,7 +62,7 @@ static void test_overlap(void **state)
 	       (double)copy_ms);
 
 	/* the kernel, then the copy beside it */
-	spin_ns = (uint64_t)(copy_ms * 4e6) + 20000000;
+	spin_ns = (uint64_t)(copy_ms * 4e6) + 20 * NSEC_PER_MSEC;
 	memset(&t, 0, sizeof(t));
 	t.addr = tick;
 	t.desc.dtype = DJINN_DTYPE_I64;

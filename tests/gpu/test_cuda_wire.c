@@ -51,7 +51,7 @@ static struct djinn_admin_vmu vmu_now(void)
 	struct djinn_admin_vmu v;
 	struct dj_resp r;
 
-	if (dj_call(F.adm, DJINN_OP_ADMIN_VMU, 0, NULL, 0, &r) != 1 ||
+	if (dj_call(F.adm, DJINN_MSG_ADMIN_VMU, 0, NULL, 0, &r) != 1 ||
 	    r.error || r.len != sizeof(v))
 		fail_msg("ADMIN_VMU failed");
 	memcpy(&v, r.data, sizeof(v));
@@ -91,7 +91,7 @@ static int run(struct djinn_tensor *mod, struct djinn_tensor *x,
 		djinn_graph_free(g);
 		return ret;
 	}
-	ret = djinn_wait(req, 30000000000ull);
+	ret = djinn_wait(req, 30 * NSEC_PER_SEC);
 	if (ret)
 		snprintf(why, whylen, "%s", djinn_request_error(req));
 	else

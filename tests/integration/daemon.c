@@ -20,21 +20,20 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "array_size.h"
 #include "daemon.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 int64_t dj_now_ms(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)(mono_ns() / NSEC_PER_MSEC);
 }
 
 static void sleep_ms(int ms)
 {
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+	struct timespec ts = ns_to_timespec((uint64_t)ms * NSEC_PER_MSEC);
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
@@ -636,7 +635,7 @@ struct djinn_hdr dj_hdr(uint16_t op, uint64_t request_id, uint64_t session_id,
 	return (struct djinn_hdr){
 		.magic = DJINN_MAGIC,
 		.version = DJINN_PROTO_VERSION,
-		.opcode = op,
+		.type = op,
 		.request_id = request_id,
 		.session_id = session_id,
 		.payload_len = payload_len,
@@ -735,12 +734,12 @@ int dj_call(int fd, uint16_t op, uint64_t session_id, const void *payload,
 	ret = dj_recv(fd, r, DJ_TIMEOUT_MS);
 	if (ret <= 0)
 		return ret;
-	if (r->hdr.request_id != id || r->hdr.opcode != op) {
+	if (r->hdr.request_id != id || r->hdr.type != op) {
 		fprintf(stderr,
 			"response to request %llu op %u came as request %llu "
 			"op %u\n",
 			(unsigned long long)id, op,
-			(unsigned long long)r->hdr.request_id, r->hdr.opcode);
+			(unsigned long long)r->hdr.request_id, r->hdr.type);
 		dj_resp_free(r);
 		return -EBADMSG;
 	}

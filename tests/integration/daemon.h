@@ -20,6 +20,8 @@
 
 #include <djinn/proto.h>
 
+#include "clock.h"
+
 /* Default bound on one response; generous for the ASan build. */
 #define DJ_TIMEOUT_MS 10000
 

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 #include <openssl/evp.h>
 
+#include "array_size.h"
 #include "daemon.h"
 #include "fixture.h"
 #include "../unit/testutil.h"
@@ -62,17 +63,17 @@ void expect_error_at(int line, const struct dj_resp *r, int err,
 {
 	if (!(r->hdr.flags & DJINN_F_ERROR))
 		fail_msg("line %d: op %u succeeded, want error %d (%s)", line,
-			 r->hdr.opcode, err, strerror(-err));
+			 r->hdr.type, err, strerror(-err));
 	if (r->error != err)
 		fail_msg("line %d: op %u: error %d (%s) \"%s\", want %d (%s)",
-			 line, r->hdr.opcode, r->error, strerror(-r->error),
+			 line, r->hdr.type, r->error, strerror(-r->error),
 			 r->msg, err, strerror(-err));
 	if (phrase && !strstr(r->msg, phrase))
 		fail_msg("line %d: op %u: error %d message \"%s\" lacks \"%s\"",
-			 line, r->hdr.opcode, err, r->msg, phrase);
+			 line, r->hdr.type, err, r->msg, phrase);
 	if (!r->msg[0])
 		fail_msg("line %d: op %u: error %d without a message", line,
-			 r->hdr.opcode, err);
+			 r->hdr.type, err);
 }
 
 void call_err_at(int line, int fd, uint16_t op, uint64_t sid, const void *p,
@@ -102,15 +103,15 @@ void raw_err_at(int line, int fd, const struct djinn_hdr *h, const void *p,
 		fail_msg("line %d: send: %s", line, strerror(-ret));
 	ret = dj_recv(fd, &r, DJ_TIMEOUT_MS);
 	if (ret != 1)
-		fail_msg("line %d: op %u: no response (%d, %s)", line,
-			 h->opcode, ret, ret_str(ret));
-	if (r.hdr.request_id != h->request_id || r.hdr.opcode != h->opcode ||
+		fail_msg("line %d: op %u: no response (%d, %s)", line, h->type,
+			 ret, ret_str(ret));
+	if (r.hdr.request_id != h->request_id || r.hdr.type != h->type ||
 	    r.hdr.session_id != h->session_id)
 		fail_msg("line %d: response is request %llu op %u session "
 			 "%llu, want %llu op %u session %llu",
-			 line, (unsigned long long)r.hdr.request_id,
-			 r.hdr.opcode, (unsigned long long)r.hdr.session_id,
-			 (unsigned long long)h->request_id, h->opcode,
+			 line, (unsigned long long)r.hdr.request_id, r.hdr.type,
+			 (unsigned long long)r.hdr.session_id,
+			 (unsigned long long)h->request_id, h->type,
 			 (unsigned long long)h->session_id);
 	expect_error_at(line, &r, err, phrase);
 	dj_resp_free(&r);
@@ -130,7 +131,7 @@ void hello_at(int line, int fd)
 	struct djinn_hello_resp h;
 	struct dj_resp r;
 
-	call_ok_at(line, fd, DJINN_OP_HELLO, 0, NULL, 0, &r, sizeof(h));
+	call_ok_at(line, fd, DJINN_MSG_HELLO, 0, NULL, 0, &r, sizeof(h));
 	memcpy(&h, r.data, sizeof(h));
 	dj_resp_free(&r);
 	if (h.version != DJINN_PROTO_VERSION)
@@ -212,7 +213,7 @@ static int health(struct fx *fx, long nr_sessions,
 		snprintf(why, len, "connect: %s", strerror(-fd));
 		return -1;
 	}
-	if (quiet_call(fd, DJINN_OP_HELLO, &h, sizeof(h), why, len)) {
+	if (quiet_call(fd, DJINN_MSG_HELLO, &h, sizeof(h), why, len)) {
 		close(fd);
 		return -1;
 	}
@@ -226,8 +227,8 @@ static int health(struct fx *fx, long nr_sessions,
 		snprintf(why, len, "connect admin: %s", strerror(-afd));
 		return -1;
 	}
-	if (quiet_call(afd, DJINN_OP_ADMIN_SESSIONS, n, sizeof(n), why, len) ||
-	    quiet_call(afd, DJINN_OP_ADMIN_VMU, &v, sizeof(v), why, len))
+	if (quiet_call(afd, DJINN_MSG_ADMIN_SESSIONS, n, sizeof(n), why, len) ||
+	    quiet_call(afd, DJINN_MSG_ADMIN_VMU, &v, sizeof(v), why, len))
 		goto out;
 	if (nr_sessions >= 0 && n[0] != nr_sessions) {
 		snprintf(why, len, "%u sessions, want %ld", n[0], nr_sessions);
@@ -267,10 +268,10 @@ int fx_start_set(void **state, const char *mem, unsigned int lease_ms,
 	fd = dj_connect(fx->d.sock);
 	fx->adm = dj_connect(fx->d.admin);
 	if (fd < 0 || fx->adm < 0 ||
-	    quiet_call(fd, DJINN_OP_HELLO, &fx->hello, sizeof(fx->hello), why,
+	    quiet_call(fd, DJINN_MSG_HELLO, &fx->hello, sizeof(fx->hello), why,
 		       sizeof(why)) ||
-	    quiet_call(fx->adm, DJINN_OP_ADMIN_VMU, &fx->base, sizeof(fx->base),
-		       why, sizeof(why))) {
+	    quiet_call(fx->adm, DJINN_MSG_ADMIN_VMU, &fx->base,
+		       sizeof(fx->base), why, sizeof(why))) {
 		fprintf(stderr, "setup: %s\n", why);
 		if (fd >= 0)
 			close(fd);
@@ -334,7 +335,7 @@ struct djinn_admin_vmu vmu_now(struct fx *fx)
 	struct djinn_admin_vmu v;
 	struct dj_resp r;
 
-	call_ok(fx->adm, DJINN_OP_ADMIN_VMU, 0, NULL, 0, &r, sizeof(v));
+	call_ok(fx->adm, DJINN_MSG_ADMIN_VMU, 0, NULL, 0, &r, sizeof(v));
 	memcpy(&v, r.data, sizeof(v));
 	dj_resp_free(&r);
 	return v;
@@ -345,7 +346,7 @@ struct djinn_admin_stats stats_now(struct fx *fx)
 	struct djinn_admin_stats st;
 	struct dj_resp r;
 
-	call_ok(fx->adm, DJINN_OP_ADMIN_STATS, 0, NULL, 0, &r, sizeof(st));
+	call_ok(fx->adm, DJINN_MSG_ADMIN_STATS, 0, NULL, 0, &r, sizeof(st));
 	memcpy(&st, r.data, sizeof(st));
 	dj_resp_free(&r);
 	return st;
@@ -356,7 +357,7 @@ uint32_t sessions_now(struct fx *fx, struct djinn_admin_session **list)
 	struct dj_resp r;
 	uint32_t n[2];
 
-	call_ok(fx->adm, DJINN_OP_ADMIN_SESSIONS, 0, NULL, 0, &r, -1);
+	call_ok(fx->adm, DJINN_MSG_ADMIN_SESSIONS, 0, NULL, 0, &r, -1);
 	assert_true(r.len >= 8);
 	memcpy(n, r.data, sizeof(n));
 	assert_int_equal(n[1], 0);
@@ -447,7 +448,7 @@ uint64_t open_at(int line, int fd, const char *tenant, uint32_t prio,
 	struct dj_resp r;
 
 	snprintf(o.tenant, sizeof(o.tenant), "%s", tenant);
-	call_ok_at(line, fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &r,
+	call_ok_at(line, fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r,
 		   sizeof(s));
 	memcpy(&s, r.data, sizeof(s));
 	dj_resp_free(&r);
@@ -471,7 +472,7 @@ struct djinn_tensor_desc desc_make(uint8_t dtype, unsigned int ndim,
 uint64_t desc_bytes(const struct djinn_tensor_desc *d)
 {
 	static const uint64_t size[] = { 0, 4, 2, 2, 4, 8, 1 };
-	uint64_t n = d->dtype < ARRAY_LEN(size) ? size[d->dtype] : 0;
+	uint64_t n = d->dtype < ARRAY_SIZE(size) ? size[d->dtype] : 0;
 
 	for (unsigned int i = 0; i < d->ndim; i++)
 		n *= d->dims[i];
@@ -501,7 +502,7 @@ void create_try_at(int line, int fd, uint64_t sid,
 {
 	size_t plen;
 	uint8_t *p = create_payload(d, seg, fp, data, len, &plen);
-	int ret = dj_call(fd, DJINN_OP_TENSOR_CREATE, sid, p, plen, r);
+	int ret = dj_call(fd, DJINN_MSG_TENSOR_CREATE, sid, p, plen, r);
 
 	free(p);
 	if (ret != 1)
@@ -541,7 +542,7 @@ void read_at(int line, int fd, uint64_t sid, uint64_t h, uint64_t off,
 	struct djinn_tensor_io io = { .handle = h, .offset = off, .len = len };
 	struct dj_resp r;
 
-	call_ok_at(line, fd, DJINN_OP_TENSOR_READ, sid, &io, sizeof(io), &r,
+	call_ok_at(line, fd, DJINN_MSG_TENSOR_READ, sid, &io, sizeof(io), &r,
 		   (long)len);
 	if (len)
 		memcpy(buf, r.data, len);
@@ -569,10 +570,10 @@ void write_at(int line, int fd, uint64_t sid, uint64_t h, uint64_t off,
 	struct dj_resp r;
 
 	if (err) {
-		call_err_at(line, fd, DJINN_OP_TENSOR_WRITE, sid, p, plen, err,
+		call_err_at(line, fd, DJINN_MSG_TENSOR_WRITE, sid, p, plen, err,
 			    phrase);
 	} else {
-		call_ok_at(line, fd, DJINN_OP_TENSOR_WRITE, sid, p, plen, &r,
+		call_ok_at(line, fd, DJINN_MSG_TENSOR_WRITE, sid, p, plen, &r,
 			   0);
 		dj_resp_free(&r);
 	}
@@ -662,7 +663,7 @@ void graph_send_at(int line, int fd, uint64_t sid, uint64_t id,
 {
 	size_t len;
 	uint8_t *p = gb_payload(g, &len);
-	int ret = dj_send(fd, DJINN_OP_GRAPH_SUBMIT, id, sid, p, len);
+	int ret = dj_send(fd, DJINN_MSG_GRAPH_SUBMIT, id, sid, p, len);
 
 	free(p);
 	if (ret)

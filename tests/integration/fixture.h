@@ -27,13 +27,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "array_size.h"
+#include "clock.h"
 #include "daemon.h"
 
 #define DEV_MEM "64M"
 #define DEV_BYTES (64 * MiB)
-#define MS (UINT64_C(1000000))
-
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /*
  * For main(): SIGPIPE ignored, $DJINN_TEST_FILTER applied, then whether
@@ -173,16 +172,16 @@ uint64_t open_at(int line, int fd, const char *tenant, uint32_t prio,
 		 uint64_t lease_ns, struct djinn_session_resp *out);
 #define open_session(fd, tenant) open_at(__LINE__, fd, tenant, 4, 0, NULL)
 
-#define attach(fd, sid, token)                                            \
-	do {                                                              \
-		struct dj_resp r_;                                        \
-		call_ok(fd, DJINN_OP_SESSION_ATTACH, sid, token, 16, &r_, \
-			sizeof(struct djinn_session_resp));               \
-		dj_resp_free(&r_);                                        \
+#define attach(fd, sid, token)                                             \
+	do {                                                               \
+		struct dj_resp r_;                                         \
+		call_ok(fd, DJINN_MSG_SESSION_ATTACH, sid, token, 16, &r_, \
+			sizeof(struct djinn_session_resp));                \
+		dj_resp_free(&r_);                                         \
 	} while (0)
 
 #define close_session(fd, sid) \
-	call_void(fd, DJINN_OP_SESSION_CLOSE, sid, NULL, 0)
+	call_void(fd, DJINN_MSG_SESSION_CLOSE, sid, NULL, 0)
 
 /* A desc of @dtype and @ndim @dims; DESC(dtype, dims...), F32(dims...). */
 struct djinn_tensor_desc desc_make(uint8_t dtype, unsigned int ndim,
@@ -234,7 +233,7 @@ void write_at(int line, int fd, uint64_t sid, uint64_t h, uint64_t off,
 	write_at(__LINE__, fd, sid, h, off, data, len, 0, NULL)
 
 #define tensor_release(fd, sid, h) \
-	call_void(fd, DJINN_OP_TENSOR_RELEASE, sid, &(uint64_t){ h }, 8)
+	call_void(fd, DJINN_MSG_TENSOR_RELEASE, sid, &(uint64_t){ h }, 8)
 
 /* The SHA-256 of @len bytes of @data: a text fingerprint. */
 void sha256(const void *data, size_t len, uint8_t fp[DJINN_FP_LEN]);

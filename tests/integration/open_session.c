@@ -25,6 +25,8 @@
 
 #include <djinn/proto.h>
 
+#include "clock.h"
+
 #define MAX_SESSIONS 64
 
 static int fd = -1;
@@ -58,7 +60,7 @@ static int call(uint16_t op, uint64_t session, const void *req,
 	struct djinn_hdr h = {
 		.magic = DJINN_MAGIC,
 		.version = DJINN_PROTO_VERSION,
-		.opcode = op,
+		.type = op,
 		.request_id = next_id++,
 		.session_id = session,
 		.payload_len = req_len,
@@ -111,17 +113,17 @@ static int open_one(char *spec, uint64_t *id)
 			*bytes++ = 0;
 	}
 	snprintf(o.tenant, sizeof(o.tenant), "%s", spec);
-	ret = call(DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &r, sizeof(r));
+	ret = call(DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r, sizeof(r));
 	if (ret)
 		goto out_err;
 	*id = r.session_id;
 	if (phase && *phase) {
 		struct djinn_signal sg = {
 			.phase = (uint32_t)strtoul(phase, NULL, 10),
-			.expected_ns = 1000000000ull,
+			.expected_ns = NSEC_PER_SEC,
 		};
 
-		ret = call(DJINN_OP_SIGNAL, *id, &sg, sizeof(sg), NULL, 0);
+		ret = call(DJINN_MSG_SIGNAL, *id, &sg, sizeof(sg), NULL, 0);
 		if (ret)
 			goto out_err;
 	}
@@ -133,7 +135,7 @@ static int open_one(char *spec, uint64_t *id)
 		struct djinn_tensor_resp tr;
 
 		tc.desc.dims[0] = strtoull(bytes, NULL, 10);
-		ret = call(DJINN_OP_TENSOR_CREATE, *id, &tc, sizeof(tc), &tr,
+		ret = call(DJINN_MSG_TENSOR_CREATE, *id, &tc, sizeof(tc), &tr,
 			   sizeof(tr));
 		if (ret)
 			goto out_err;
@@ -188,7 +190,7 @@ int main(int argc, char **argv)
 		first = 0;
 		for (int i = 0; i < nr; i++) {
 			struct djinn_session_resp r;
-			int ret = call(DJINN_OP_HEARTBEAT, ids[i], NULL, 0, &r,
+			int ret = call(DJINN_MSG_HEARTBEAT, ids[i], NULL, 0, &r,
 				       sizeof(r));
 
 			if (ret == -ENOENT) {

@@ -36,7 +36,7 @@ static void test_admin(void **state)
 
 	close(fd);
 	fd = xconnect(fx->d.sock);
-	alice = open_at(__LINE__, fd, "alice", 6, 5000 * MS, &sa);
+	alice = open_at(__LINE__, fd, "alice", 6, 5000 * NSEC_PER_MSEC, &sa);
 	bob = open_at(__LINE__, fd, "bob", 1, 0, &sb);
 	t = create_data(fd, alice, &d, NULL, 0);
 	(void)t;
@@ -48,8 +48,8 @@ static void test_admin(void **state)
 	assert_string_equal(eb.tenant, "bob");
 	assert_int_equal(ea.priority, 6);
 	assert_int_equal(eb.priority, 1);
-	assert_int_equal(ea.lease_ns, 5000 * MS);
-	assert_int_equal(eb.lease_ns, 10000 * MS);
+	assert_int_equal(ea.lease_ns, 5000 * NSEC_PER_MSEC);
+	assert_int_equal(eb.lease_ns, 10000 * NSEC_PER_MSEC);
 	assert_true(ea.deadline_ns >= sa.deadline_ns);
 	assert_int_equal(ea.tensors, 1);
 	assert_int_equal(eb.tensors, 0);
@@ -71,15 +71,15 @@ static void test_admin(void **state)
 	assert_int_equal(v.__reserved, 0);
 
 	/* kill bob: his next request finds no session */
-	call_void(fx->adm, DJINN_OP_ADMIN_KILL, 0,
+	call_void(fx->adm, DJINN_MSG_ADMIN_KILL, 0,
 		  &(struct djinn_admin_kill){ bob },
 		  sizeof(struct djinn_admin_kill));
-	call_err(fd, DJINN_OP_HEARTBEAT, bob, NULL, 0, -ENOENT, NULL);
+	call_err(fd, DJINN_MSG_HEARTBEAT, bob, NULL, 0, -ENOENT, NULL);
 	assert_int_equal(sessions_now(fx, NULL), 1);
-	call_err(fx->adm, DJINN_OP_ADMIN_KILL, 0,
+	call_err(fx->adm, DJINN_MSG_ADMIN_KILL, 0,
 		 &(struct djinn_admin_kill){ bob },
 		 sizeof(struct djinn_admin_kill), -ENOENT, NULL);
-	call_err(fx->adm, DJINN_OP_ADMIN_KILL, 0,
+	call_err(fx->adm, DJINN_MSG_ADMIN_KILL, 0,
 		 &(struct djinn_admin_kill){ 0 },
 		 sizeof(struct djinn_admin_kill), -ENOENT, NULL);
 
@@ -97,10 +97,10 @@ static void test_admin(void **state)
 	assert_int_equal(st.queue_depth, 0);
 
 	/* kill alice with her tensor: the memory comes back */
-	call_void(fx->adm, DJINN_OP_ADMIN_KILL, 0,
+	call_void(fx->adm, DJINN_MSG_ADMIN_KILL, 0,
 		  &(struct djinn_admin_kill){ alice },
 		  sizeof(struct djinn_admin_kill));
-	call_err(fd, DJINN_OP_TENSOR_RELEASE, alice, &t, 8, -ENOENT, NULL);
+	call_err(fd, DJINN_MSG_TENSOR_RELEASE, alice, &t, 8, -ENOENT, NULL);
 	assert_int_equal(stats_now(fx).sessions_killed - st0.sessions_killed,
 			 2);
 	close(fd);
@@ -122,13 +122,13 @@ static void test_kill_mid_upload(void **state)
 	size_t plen;
 	uint8_t *p = create_payload(&d, DJINN_SEG_DATA, NULL, NULL, 0, &plen);
 
-	h = dj_hdr(DJINN_OP_TENSOR_CREATE, 1, sid, plen + desc_bytes(&d));
+	h = dj_hdr(DJINN_MSG_TENSOR_CREATE, 1, sid, plen + desc_bytes(&d));
 	assert_int_equal(dj_send_raw(up, &h, p, plen), 0);
 	assert_int_equal(dj_write(up, data, MiB, 5000), 0);
 	free(p);
 	wait_charged(fx, sid, 8 * MiB, 5000);
 
-	call_void(fx->adm, DJINN_OP_ADMIN_KILL, 0,
+	call_void(fx->adm, DJINN_MSG_ADMIN_KILL, 0,
 		  &(struct djinn_admin_kill){ sid },
 		  sizeof(struct djinn_admin_kill));
 	assert_int_equal(sessions_now(fx, NULL), 0);
@@ -143,7 +143,7 @@ static void test_kill_mid_upload(void **state)
 	/* the rest of its bytes are skipped: the connection serves on */
 	assert_int_equal(dj_write(up, data + MiB, 7 * MiB, 5000), 0);
 	hello(up);
-	call_err(up, DJINN_OP_HEARTBEAT, sid, NULL, 0, -ENOENT, NULL);
+	call_err(up, DJINN_MSG_HEARTBEAT, sid, NULL, 0, -ENOENT, NULL);
 
 	/* The same for a TENSOR_WRITE in progress, and a lease that runs
 	 * out under it (the write renewed it once, at its start). */
@@ -151,12 +151,13 @@ static void test_kill_mid_upload(void **state)
 		struct djinn_session_resp s;
 		uint64_t t;
 
-		sid = open_at(__LINE__, up, "slow-writer", 4, 300 * MS, &s);
+		sid = open_at(__LINE__, up, "slow-writer", 4,
+			      300 * NSEC_PER_MSEC, &s);
 		t = create_data(up, sid, &d, NULL, 0);
 		p = write_payload(t, 0, NULL, 0, &plen);
 		memcpy(p + offsetof(struct djinn_tensor_io, len),
 		       &(uint64_t){ 8 * MiB }, 8);
-		h = dj_hdr(DJINN_OP_TENSOR_WRITE, 2, sid, plen + 8 * MiB);
+		h = dj_hdr(DJINN_MSG_TENSOR_WRITE, 2, sid, plen + 8 * MiB);
 		assert_int_equal(dj_send_raw(up, &h, p, plen), 0);
 		assert_int_equal(dj_write(up, data, MiB, 5000), 0);
 		free(p);
@@ -181,28 +182,29 @@ static void test_admin_perm(void **state)
 	struct djinn_session_open o = { .tenant = "x", .priority = 4 };
 	int fd = xconnect(fx->d.sock), afd = xconnect(fx->d.admin);
 	uint64_t sid = open_session(fd, "victim");
-	const uint16_t admin_ops[] = { DJINN_OP_ADMIN_SESSIONS,
-				       DJINN_OP_ADMIN_VMU,
-				       DJINN_OP_ADMIN_STATS };
+	const uint16_t admin_msgs[] = { DJINN_MSG_ADMIN_SESSIONS,
+					DJINN_MSG_ADMIN_VMU,
+					DJINN_MSG_ADMIN_STATS };
 
-	for (size_t i = 0; i < ARRAY_LEN(admin_ops); i++) {
-		call_err(fd, admin_ops[i], 0, NULL, 0, -EPERM, NULL);
+	for (size_t i = 0; i < ARRAY_SIZE(admin_msgs); i++) {
+		call_err(fd, admin_msgs[i], 0, NULL, 0, -EPERM, NULL);
 		hello(fd);
 	}
-	call_err(fd, DJINN_OP_ADMIN_KILL, 0, &(struct djinn_admin_kill){ sid },
+	call_err(fd, DJINN_MSG_ADMIN_KILL, 0, &(struct djinn_admin_kill){ sid },
 		 sizeof(struct djinn_admin_kill), -EPERM, NULL);
 	hello(fd);
 	assert_int_equal(session_entry(fx, sid).id, sid); /* not killed */
 
-	call_err(afd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), -EPERM, NULL);
-	call_err(afd, DJINN_OP_HEARTBEAT, 0, NULL, 0, -EPERM, NULL);
-	call_err(afd, DJINN_OP_SESSION_ATTACH, sid, o.tenant, 16, -EPERM, NULL);
+	call_err(afd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EPERM, NULL);
+	call_err(afd, DJINN_MSG_HEARTBEAT, 0, NULL, 0, -EPERM, NULL);
+	call_err(afd, DJINN_MSG_SESSION_ATTACH, sid, o.tenant, 16, -EPERM,
+		 NULL);
 	{
 		struct djinn_tensor_desc d = F32(16);
 		size_t plen;
 		uint8_t *p = create_payload(&d, 0, NULL, o.tenant, 64, &plen);
 
-		call_err(afd, DJINN_OP_TENSOR_CREATE, sid, p, plen, -EPERM,
+		call_err(afd, DJINN_MSG_TENSOR_CREATE, sid, p, plen, -EPERM,
 			 NULL);
 		free(p);
 	}

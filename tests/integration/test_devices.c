@@ -114,7 +114,7 @@ static struct djinn_admin_vmu vmu(struct fx *fx, unsigned int i)
 	struct djinn_admin_vmu v[2];
 	struct dj_resp r;
 
-	admin(fx, DJINN_OP_ADMIN_VMU, NULL, 0, &r);
+	admin(fx, DJINN_MSG_ADMIN_VMU, NULL, 0, &r);
 	assert_int_equal(r.error, 0);
 	assert_int_equal(r.len, sizeof(v));
 	memcpy(v, r.data, sizeof(v));
@@ -139,7 +139,7 @@ static unsigned int device_of(struct fx *fx, struct djinn_session *s)
 	uint32_t count;
 	int dev = -1;
 
-	admin(fx, DJINN_OP_ADMIN_SESSIONS, NULL, 0, &r);
+	admin(fx, DJINN_MSG_ADMIN_SESSIONS, NULL, 0, &r);
 	assert_int_equal(r.error, 0);
 	memcpy(&count, r.data, sizeof(count));
 	assert_int_equal(r.len, 8 + count * sizeof(*e));
@@ -320,18 +320,18 @@ static void test_request(void **state)
 	assert_true(fd >= 0);
 	o.device = 3;
 	assert_int_equal(
-		dj_call(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &r), 1);
+		dj_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r), 1);
 	assert_int_equal(r.error, -ENODEV);
 	assert_string_equal(r.msg,
 			    "no device 2: this djinnd has 2 devices (0 to 1)");
 	dj_resp_free(&r);
 	o.device = 0xffffffffu;
 	assert_int_equal(
-		dj_call(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &r), 1);
+		dj_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r), 1);
 	assert_int_equal(r.error, -ENODEV);
 	dj_resp_free(&r);
 	close(fd);
-	admin(fx, DJINN_OP_ADMIN_STATS, NULL, 0, &r);
+	admin(fx, DJINN_MSG_ADMIN_STATS, NULL, 0, &r);
 	assert_int_equal(r.error, 0);
 	assert_int_equal(((struct djinn_admin_stats *)r.data)->sessions, 2);
 	dj_resp_free(&r);
@@ -507,7 +507,7 @@ static int model_holders(struct fx *fx, const char *name, unsigned int dev,
 	uint32_t count;
 	int n = -1;
 
-	admin(fx, DJINN_OP_ADMIN_MODELS, NULL, 0, &r);
+	admin(fx, DJINN_MSG_ADMIN_MODELS, NULL, 0, &r);
 	assert_int_equal(r.error, 0);
 	memcpy(&count, r.data, sizeof(count));
 	e = (const void *)(r.data + 8);
@@ -571,12 +571,12 @@ static void test_models(void **state)
 		struct djinn_admin_model_evict e = { "tiny-gpt2" };
 		struct dj_resp r;
 
-		admin(fx, DJINN_OP_ADMIN_MODEL_EVICT, &e, sizeof(e), &r);
+		admin(fx, DJINN_MSG_ADMIN_MODEL_EVICT, &e, sizeof(e), &r);
 		assert_int_equal(r.error, 0); /* from device 1 */
 		dj_resp_free(&r);
 		assert_int_equal(model_holders(fx, "tiny-gpt2", 1, &n), -1);
 		assert_int_equal(model_holders(fx, "tiny-gpt2", 0, &n), 2);
-		admin(fx, DJINN_OP_ADMIN_MODEL_EVICT, &e, sizeof(e), &r);
+		admin(fx, DJINN_MSG_ADMIN_MODEL_EVICT, &e, sizeof(e), &r);
 		assert_int_equal(r.error, -EBUSY); /* held on device 0 */
 		assert_non_null(strstr(r.msg, "(device 0)"));
 		dj_resp_free(&r);
@@ -602,11 +602,11 @@ static void test_fault_one_device(void **state)
 	t0 = upload(s0, 4096, 5.0f, DJINN_SEG_DATA, NULL);
 	t1 = upload(s1, 4096, 6.0f, DJINN_SEG_DATA, NULL);
 	q.device = 2;
-	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	admin(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, -ENODEV);
 	dj_resp_free(&r);
 	q.device = 1;
-	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	admin(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, 0);
 	assert_int_equal(r.len, sizeof(f));
 	memcpy(&f, r.data, sizeof(f));

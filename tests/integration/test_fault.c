@@ -160,7 +160,7 @@ static struct djinn_admin_vmu vmu_stats(struct fx *fx)
 	struct djinn_admin_vmu v;
 	struct dj_resp r;
 
-	admin(fx, DJINN_OP_ADMIN_VMU, &r);
+	admin(fx, DJINN_MSG_ADMIN_VMU, &r);
 	assert_int_equal(r.error, 0);
 	assert_int_equal(r.len, sizeof(v));
 	memcpy(&v, r.data, sizeof(v));
@@ -177,7 +177,7 @@ static int holders(struct fx *fx, const char *name, int *entries)
 	uint32_t count;
 	int n = -1;
 
-	admin(fx, DJINN_OP_ADMIN_MODELS, &r);
+	admin(fx, DJINN_MSG_ADMIN_MODELS, &r);
 	assert_int_equal(r.error, 0);
 	memcpy(&count, r.data, sizeof(count));
 	e = (const void *)(r.data + 8);
@@ -286,7 +286,7 @@ static void test_fault(void **state)
 	assert_int_equal(v0.seg[0].entries, 2);
 
 	/* The fault. */
-	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &r);
+	admin(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &r);
 	if (r.error)
 		fail_msg("fault injection: %s (%d)", r.msg, r.error);
 	assert_int_equal(r.len, sizeof(f));
@@ -367,13 +367,13 @@ static void test_fault_twice(void **state)
 	struct djinn_admin_fault f;
 	struct dj_resp r;
 
-	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &r);
+	admin(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &r);
 	assert_int_equal(r.error, 0);
 	dj_resp_free(&r);
 	s = open_session(fx);
 	t = upload(s, x, DJINN_SEG_DATA, NULL);
 	assert_int_equal(djinn_tensor_download(t, 0, 16, got), 0);
-	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &r);
+	admin(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &r);
 	assert_int_equal(r.error, 0);
 	memcpy(&f, r.data, sizeof(f));
 	dj_resp_free(&r);
@@ -393,12 +393,12 @@ static void test_fault_injection_off(void **state)
 	struct djinn_admin_fault_req q = { .flags = DJINN_FAULT_DEAD };
 	struct dj_resp r;
 
-	admin(fx, DJINN_OP_ADMIN_FAULT_INJECT, &r);
+	admin(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &r);
 	assert_int_equal(r.error, -EPERM);
 	assert_non_null(strstr(r.msg, "--fault-injection"));
 	dj_resp_free(&r);
 	/* nor can it kill the device */
-	admin_req(fx, DJINN_OP_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	admin_req(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, -EPERM);
 	dj_resp_free(&r);
 	assert_int_equal(djinn_tensor_download(t, 0, sizeof(got), got), 0);
@@ -427,11 +427,11 @@ static void test_fault_dead(void **state)
 
 	/* Unknown flag bits are refused and change nothing. */
 	q.flags = 1u << 1;
-	admin_req(fx, DJINN_OP_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	admin_req(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, -EINVAL);
 	dj_resp_free(&r);
 	q.flags = DJINN_FAULT_DEAD | (1u << 31);
-	admin_req(fx, DJINN_OP_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	admin_req(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, -EINVAL);
 	dj_resp_free(&r);
 	assert_int_equal(djinn_tensor_download(t, 0, sizeof(got), got), 0);
@@ -442,7 +442,7 @@ static void test_fault_dead(void **state)
 	assert_true(raw >= 0);
 
 	q.flags = DJINN_FAULT_DEAD;
-	admin_req(fx, DJINN_OP_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	admin_req(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	if (r.error)
 		fail_msg("fatal fault: %s (%d)", r.msg, r.error);
 	assert_int_equal(r.len, sizeof(f));

@@ -30,7 +30,7 @@ static void test_hello(void **state)
 	int fd = xconnect(fx->d.sock);
 	struct dj_resp r;
 
-	call_ok(fd, DJINN_OP_HELLO, 0, NULL, 0, &r, sizeof(h));
+	call_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0, &r, sizeof(h));
 	memcpy(&h, r.data, sizeof(h));
 	dj_resp_free(&r);
 	assert_int_equal(h.version, DJINN_PROTO_VERSION);
@@ -45,11 +45,11 @@ static void test_hello(void **state)
 	/* Many HELLOs on one connection, each answered with its own id. */
 	for (uint64_t id = 1; id <= 8; id++)
 		assert_int_equal(
-			dj_send(fd, DJINN_OP_HELLO, id << 40, 0, NULL, 0), 0);
+			dj_send(fd, DJINN_MSG_HELLO, id << 40, 0, NULL, 0), 0);
 	for (uint64_t id = 1; id <= 8; id++) {
 		assert_int_equal(dj_recv(fd, &r, DJ_TIMEOUT_MS), 1);
 		assert_int_equal(r.hdr.request_id, id << 40);
-		assert_int_equal(r.hdr.opcode, DJINN_OP_HELLO);
+		assert_int_equal(r.hdr.type, DJINN_MSG_HELLO);
 		assert_int_equal(r.hdr.flags, DJINN_F_RESPONSE);
 		assert_int_equal(r.len, sizeof(h));
 		dj_resp_free(&r);
@@ -67,7 +67,7 @@ static void test_version_mismatch(void **state)
 	struct djinn_hdr h;
 	char want[32];
 
-	h = dj_hdr(DJINN_OP_HELLO, 7, 0, 0);
+	h = dj_hdr(DJINN_MSG_HELLO, 7, 0, 0);
 	h.version = 4660;
 	raw_err(fd, &h, NULL, 0, -EPROTONOSUPPORT, "4660");
 	/* ... and the server's own version, as a number in the message */
@@ -76,7 +76,7 @@ static void test_version_mismatch(void **state)
 	hello(fd);
 
 	/* With a payload, which must be skipped, not parsed as a frame. */
-	h = dj_hdr(DJINN_OP_SESSION_OPEN, 8, 0, sizeof(o));
+	h = dj_hdr(DJINN_MSG_SESSION_OPEN, 8, 0, sizeof(o));
 	h.version = DJINN_PROTO_VERSION + 1;
 	snprintf(want, sizeof(want), "%u", DJINN_PROTO_VERSION + 1);
 	raw_err(fd, &h, &o, sizeof(o), -EPROTONOSUPPORT, want);
@@ -87,7 +87,7 @@ static void test_version_mismatch(void **state)
 	{
 		struct dj_resp r;
 
-		h = dj_hdr(DJINN_OP_HELLO, 9, 0, 0);
+		h = dj_hdr(DJINN_MSG_HELLO, 9, 0, 0);
 		h.version = 4660;
 		assert_int_equal(dj_send_raw(fd, &h, NULL, 0), 0);
 		assert_int_equal(dj_recv(fd, &r, DJ_TIMEOUT_MS), 1);
@@ -105,7 +105,7 @@ static void test_bad_magic(void **state)
 {
 	struct fx *fx = *state;
 	int other = xconnect(fx->d.sock), fd = xconnect(fx->d.sock);
-	struct djinn_hdr h = dj_hdr(DJINN_OP_HELLO, 42, 0, 0);
+	struct djinn_hdr h = dj_hdr(DJINN_MSG_HELLO, 42, 0, 0);
 
 	hello(other);
 	hello(fd);
@@ -144,9 +144,9 @@ static void test_oversize(void **state)
 	struct djinn_hdr h;
 	int fd;
 
-	for (size_t i = 0; i < ARRAY_LEN(lens); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(lens); i++) {
 		fd = xconnect(fx->d.sock);
-		h = dj_hdr(DJINN_OP_TENSOR_CREATE, 100 + i, 0, lens[i]);
+		h = dj_hdr(DJINN_MSG_TENSOR_CREATE, 100 + i, 0, lens[i]);
 		raw_err(fd, &h, NULL, 0, -EMSGSIZE, NULL);
 		expect_eof(fd);
 		close(fd);
@@ -156,13 +156,13 @@ static void test_oversize(void **state)
 	 * the connection stays usable. (A struct's own size plus trailing
 	 * zeros is a grown request, accepted: test_wire_sizes.) */
 	fd = xconnect(fx->d.sock);
-	h = dj_hdr(DJINN_OP_HELLO, 200, 0, sizeof(pad));
+	h = dj_hdr(DJINN_MSG_HELLO, 200, 0, sizeof(pad));
 	raw_err(fd, &h, pad, sizeof(pad), -EMSGSIZE, NULL);
 	hello(fd);
-	h = dj_hdr(DJINN_OP_SESSION_OPEN, 201, 0, sizeof(pad));
+	h = dj_hdr(DJINN_MSG_SESSION_OPEN, 201, 0, sizeof(pad));
 	raw_err(fd, &h, pad, sizeof(pad), -EMSGSIZE, NULL);
 	hello(fd);
-	h = dj_hdr(DJINN_OP_TENSOR_READ, 202, 0, sizeof(pad));
+	h = dj_hdr(DJINN_MSG_TENSOR_READ, 202, 0, sizeof(pad));
 	raw_err(fd, &h, pad, sizeof(pad), -EMSGSIZE, NULL);
 	hello(fd);
 	close(fd);
@@ -170,7 +170,7 @@ static void test_oversize(void **state)
 	/* A huge payload for a small opcode: refused (the bytes need not
 	 * be read). */
 	fd = xconnect(fx->d.sock);
-	h = dj_hdr(DJINN_OP_HEARTBEAT, 203, 0, 1ull << 33);
+	h = dj_hdr(DJINN_MSG_HEARTBEAT, 203, 0, 1ull << 33);
 	raw_err(fd, &h, NULL, 0, -EMSGSIZE, NULL);
 	close(fd);
 	check_health(fx, 0);
@@ -184,7 +184,7 @@ static void test_unknown_opcode(void **state)
 	int fd = xconnect(fx->d.sock);
 	uint8_t pad[32] = { 1, 2, 3 };
 
-	for (size_t i = 0; i < ARRAY_LEN(ops); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(ops); i++) {
 		struct djinn_hdr h = dj_hdr(ops[i], 300 + i, 0, 0);
 		char num[8];
 
@@ -207,7 +207,7 @@ static void test_reserved_header(void **state)
 	int fd = xconnect(fx->d.sock);
 	struct djinn_hdr h;
 
-	h = dj_hdr(DJINN_OP_HELLO, 1, 0, 0);
+	h = dj_hdr(DJINN_MSG_HELLO, 1, 0, 0);
 	h.flags = DJINN_F_RESPONSE;
 	raw_err(fd, &h, NULL, 0, -EINVAL, "flags");
 	h.flags = DJINN_F_ERROR;
@@ -220,10 +220,10 @@ static void test_reserved_header(void **state)
 	hello(fd);
 
 	/* With a payload: skipped, and nothing was opened. */
-	h = dj_hdr(DJINN_OP_SESSION_OPEN, 2, 0, sizeof(o));
+	h = dj_hdr(DJINN_MSG_SESSION_OPEN, 2, 0, sizeof(o));
 	h.__reserved = 0x80000000u;
 	raw_err(fd, &h, &o, sizeof(o), -EINVAL, "reserved");
-	h = dj_hdr(DJINN_OP_SESSION_OPEN, 3, 0, sizeof(o));
+	h = dj_hdr(DJINN_MSG_SESSION_OPEN, 3, 0, sizeof(o));
 	h.flags = 4;
 	raw_err(fd, &h, &o, sizeof(o), -EINVAL, "flags");
 	hello(fd);
@@ -231,7 +231,7 @@ static void test_reserved_header(void **state)
 
 	/* A device this djinnd does not have (it has one) */
 	o.device = 2;
-	call_err(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), -ENODEV,
+	call_err(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -ENODEV,
 		 "no device 1: this djinnd has 1 device (0 to 0)");
 	close(fd);
 	check_health(fx, 0);
@@ -254,13 +254,13 @@ static void test_truncated(void **state)
 
 	/* Half a header, then close. */
 	fd = xconnect(fx->d.sock);
-	h = dj_hdr(DJINN_OP_HELLO, 1, 0, 0);
+	h = dj_hdr(DJINN_MSG_HELLO, 1, 0, 0);
 	assert_int_equal(dj_write(fd, &h, sizeof(h) / 2, 5000), 0);
 	close(fd);
 
 	/* A header promising more than is sent, then close. */
 	fd = xconnect(fx->d.sock);
-	h = dj_hdr(DJINN_OP_SESSION_OPEN, 2, 0, sizeof(o));
+	h = dj_hdr(DJINN_MSG_SESSION_OPEN, 2, 0, sizeof(o));
 	assert_int_equal(dj_send_raw(fd, &h, &o, sizeof(o) / 2), 0);
 	close(fd);
 
@@ -268,7 +268,7 @@ static void test_truncated(void **state)
 	fd = xconnect(fx->d.sock);
 	open_at(__LINE__, fd, "trunc", 4, 0, &s);
 	p = create_payload(&d, DJINN_SEG_DATA, NULL, NULL, 0, &plen);
-	h = dj_hdr(DJINN_OP_TENSOR_CREATE, 3, s.session_id,
+	h = dj_hdr(DJINN_MSG_TENSOR_CREATE, 3, s.session_id,
 		   plen + desc_bytes(&d));
 	assert_int_equal(dj_send_raw(fd, &h, p, plen), 0);
 	free(p);
@@ -291,7 +291,7 @@ static void test_truncated(void **state)
 
 		attach(fd2, s.session_id, s.token);
 		p = write_payload(t, 0, data, 4096, &plen);
-		h = dj_hdr(DJINN_OP_TENSOR_WRITE, 4, s.session_id,
+		h = dj_hdr(DJINN_MSG_TENSOR_WRITE, 4, s.session_id,
 			   sizeof(struct djinn_tensor_io) + 8192);
 		assert_int_equal(dj_send_raw(fd2, &h, p, plen), 0);
 		free(p);
@@ -321,29 +321,29 @@ static void test_wrong_size(void **state)
 		uint16_t op;
 		size_t len;
 	} cases[] = {
-		{ DJINN_OP_SESSION_OPEN,
+		{ DJINN_MSG_SESSION_OPEN,
 		  sizeof(struct djinn_session_open) - 1 },
-		{ DJINN_OP_SESSION_OPEN, 0 },
-		{ DJINN_OP_SESSION_ATTACH, 8 },
-		{ DJINN_OP_SIGNAL, 8 },
-		{ DJINN_OP_TENSOR_READ, 16 },
-		{ DJINN_OP_TENSOR_RELEASE, 4 },
-		{ DJINN_OP_TEXT_LOOKUP, 100 },
-		{ DJINN_OP_TENSOR_CREATE,
+		{ DJINN_MSG_SESSION_OPEN, 0 },
+		{ DJINN_MSG_SESSION_ATTACH, 8 },
+		{ DJINN_MSG_SIGNAL, 8 },
+		{ DJINN_MSG_TENSOR_READ, 16 },
+		{ DJINN_MSG_TENSOR_RELEASE, 4 },
+		{ DJINN_MSG_TEXT_LOOKUP, 100 },
+		{ DJINN_MSG_TENSOR_CREATE,
 		  sizeof(struct djinn_tensor_create) - 1 },
-		{ DJINN_OP_TENSOR_WRITE, sizeof(struct djinn_tensor_io) - 1 },
-		{ DJINN_OP_GRAPH_SUBMIT, 20 },
+		{ DJINN_MSG_TENSOR_WRITE, sizeof(struct djinn_tensor_io) - 1 },
+		{ DJINN_MSG_GRAPH_SUBMIT, 20 },
 	};
 	uint8_t pad[128] = { 0 };
 	int fd = xconnect(fx->d.sock), afd = xconnect(fx->d.admin);
 	uint64_t sid = open_session(fd, "sizes");
 
-	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
 		call_err(fd, cases[i].op, sid, pad, cases[i].len, -EINVAL,
 			 NULL);
 		hello(fd);
 	}
-	call_err(afd, DJINN_OP_ADMIN_KILL, 0, pad, 4, -EINVAL, NULL);
+	call_err(afd, DJINN_MSG_ADMIN_KILL, 0, pad, 4, -EINVAL, NULL);
 	hello(afd);
 	assert_int_equal(session_entry(fx, sid).id, sid);
 	close_session(fd, sid);

@@ -52,7 +52,7 @@ static void graph_run_at(int line, int fd, uint64_t sid, const struct gb *g,
 	size_t len;
 	uint8_t *p = gb_payload(g, &len);
 	struct dj_resp r;
-	int ret = dj_call(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, &r);
+	int ret = dj_call(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, &r);
 
 	free(p);
 	if (ret != 1)
@@ -70,7 +70,7 @@ static void graph_err_at(int line, int fd, uint64_t sid, const struct gb *g,
 	size_t len;
 	uint8_t *p = gb_payload(g, &len);
 
-	call_err_at(line, fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, err, phrase);
+	call_err_at(line, fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, err, phrase);
 	free(p);
 }
 
@@ -229,7 +229,7 @@ static void test_graph_mlp(void **state)
 	/* the outputs are the session's: released like any tensor */
 	assert_int_equal(session_entry(fx, sid).tensors, 7);
 	tensor_release(fd, sid, res[0].handle);
-	call_err(fd, DJINN_OP_TENSOR_RELEASE, sid, &res[0].handle, 8, -ENOENT,
+	call_err(fd, DJINN_MSG_TENSOR_RELEASE, sid, &res[0].handle, 8, -ENOENT,
 		 NULL);
 	assert_true(stats_now(fx).graphs_run >= 1);
 	assert_true(vmu_now(fx).admits > fx->base.admits);
@@ -423,7 +423,7 @@ static void test_graph_pipelined(void **state)
 		int i;
 
 		assert_int_equal(dj_recv(fd, &r, DJ_TIMEOUT_MS), 1);
-		assert_int_equal(r.hdr.opcode, DJINN_OP_GRAPH_SUBMIT);
+		assert_int_equal(r.hdr.type, DJINN_MSG_GRAPH_SUBMIT);
 		for (i = 0; i < 3 && r.hdr.request_id != ids[i]; i++)
 			;
 		assert_true(i < 3 && !seen[i]);
@@ -469,7 +469,7 @@ static void test_graph_pipelined(void **state)
 			size_t len;
 			uint8_t *p = gb_payload(&gs, &len);
 
-			assert_int_equal(dj_send(fd, DJINN_OP_GRAPH_SUBMIT,
+			assert_int_equal(dj_send(fd, DJINN_MSG_GRAPH_SUBMIT,
 						 0x6400 + id, sid, p, len),
 					 0);
 			free(p);
@@ -629,34 +629,39 @@ static void test_graph_bad(void **state)
 		uint8_t *p = gb_payload(&g, &len);
 		struct djinn_graph *gh = (struct djinn_graph *)p;
 
-		call_err(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len - 8, -EINVAL,
+		call_err(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len - 8, -EINVAL,
 			 NULL);
 		gh->__reserved = 1;
-		call_err(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, -EINVAL, NULL);
+		call_err(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, -EINVAL,
+			 NULL);
 		gh->__reserved = 0;
 		gh->flags = 1;
-		call_err(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, -EINVAL, NULL);
+		call_err(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, -EINVAL,
+			 NULL);
 		gh->flags = 0;
 		p[len - 1] = 1; /* the outputs' padding */
-		call_err(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, -EINVAL, NULL);
+		call_err(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, -EINVAL,
+			 NULL);
 		p[len - 1] = 0;
 		gh->nr_nodes = 0;
-		call_err(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, -EINVAL, NULL);
+		call_err(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, -EINVAL,
+			 NULL);
 		gh->nr_nodes = 1;
 		gh->nr_outputs = 0;
-		call_err(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, -EINVAL, NULL);
+		call_err(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, -EINVAL,
+			 NULL);
 		gh->nr_outputs = 1;
 		gh->nr_nodes = DJINN_MAX_NODES + 1;
-		call_err(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, -E2BIG, NULL);
+		call_err(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, -E2BIG, NULL);
 		gh->nr_nodes = 1;
 		gh->nr_outputs = DJINN_MAX_GRAPH_OUTPUTS + 1;
-		call_err(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, -E2BIG, NULL);
+		call_err(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, -E2BIG, NULL);
 		gh->nr_outputs = 1;
 		/* and the good one still runs */
 		{
 			struct dj_resp r;
 
-			call_ok(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, &r,
+			call_ok(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, &r,
 				sizeof(struct djinn_graph_resp) +
 					sizeof(struct djinn_tensor_resp));
 			memcpy(&v, r.data, 4);
@@ -701,7 +706,7 @@ static void test_graph_cancel(void **state)
 	graph_send_at(__LINE__, fd, sid, 1, &g);
 	graph_send_at(__LINE__, fd, sid, 2, &g);
 	graph_send_at(__LINE__, fd, sid, 3, &g);
-	assert_int_equal(dj_send(fd, DJINN_OP_SESSION_CLOSE, 4, sid, NULL, 0),
+	assert_int_equal(dj_send(fd, DJINN_MSG_SESSION_CLOSE, 4, sid, NULL, 0),
 			 0);
 	for (got = 0; got < 4; got++) {
 		struct dj_resp r;
@@ -711,7 +716,7 @@ static void test_graph_cancel(void **state)
 		assert_false(answered[r.hdr.request_id - 1]);
 		answered[r.hdr.request_id - 1] = true;
 		if (r.hdr.request_id == 4) {
-			assert_int_equal(r.hdr.opcode, DJINN_OP_SESSION_CLOSE);
+			assert_int_equal(r.hdr.type, DJINN_MSG_SESSION_CLOSE);
 			assert_int_equal(r.error, 0);
 		} else if (r.hdr.request_id == 3) {
 			/* certainly still queued at the close */
@@ -721,7 +726,7 @@ static void test_graph_cancel(void **state)
 		}
 		dj_resp_free(&r);
 	}
-	call_err(fd, DJINN_OP_HEARTBEAT, sid, NULL, 0, -ENOENT, NULL);
+	call_err(fd, DJINN_MSG_HEARTBEAT, sid, NULL, 0, -ENOENT, NULL);
 	check_health_at(__LINE__, fx, 0, &fx->base);
 
 	/* A connection closed with graphs in flight: they run, their
@@ -772,7 +777,7 @@ static void test_graph_too_big(void **state)
 	v = gb_op(&g, DJINN_GOP_MATMUL, 2, c, gb_input(&g, tr));
 	gb_output(&g, v);
 	p = gb_payload(&g, &len);
-	assert_int_equal(dj_call(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, &r),
+	assert_int_equal(dj_call(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, &r),
 			 1);
 	free(p);
 	expect_error(&r, -ENOMEM, "need");
@@ -799,7 +804,7 @@ static void test_graph_too_big(void **state)
 	gb_node(&g, v)->params.axis.end = 1;
 	gb_output(&g, v);
 	p = gb_payload(&g, &len);
-	assert_int_equal(dj_call(fd, DJINN_OP_GRAPH_SUBMIT, sid, p, len, &r),
+	assert_int_equal(dj_call(fd, DJINN_MSG_GRAPH_SUBMIT, sid, p, len, &r),
 			 1);
 	free(p);
 	expect_error(&r, -ENOMEM, "need");
@@ -862,7 +867,7 @@ static void test_in_flight(void **state)
 			gb_output(&gr, v);
 			req[n] = (typeof(req[0])){ .id = 0x9e3779b97f4a7c15ull *
 							 (uint64_t)(n + 1),
-						   .op = DJINN_OP_GRAPH_SUBMIT,
+						   .op = DJINN_MSG_GRAPH_SUBMIT,
 						   .k = g++ };
 			graph_send_at(__LINE__, fd, sid, req[n].id, &gr);
 			n++;
@@ -873,7 +878,7 @@ static void test_in_flight(void **state)
 
 			req[n] = (typeof(req[0])){ .id = 0x9e3779b97f4a7c15ull *
 							 (uint64_t)(n + 1),
-						   .op = DJINN_OP_TENSOR_READ,
+						   .op = DJINN_MSG_TENSOR_READ,
 						   .k = rd++ };
 			assert_int_equal(dj_send(fd, req[n].op, req[n].id, sid,
 						 &io, sizeof(io)),
@@ -882,7 +887,7 @@ static void test_in_flight(void **state)
 		} else if (kind == 2 && hb < NH) {
 			req[n] = (typeof(req[0])){ .id = 0x9e3779b97f4a7c15ull *
 							 (uint64_t)(n + 1),
-						   .op = DJINN_OP_HEARTBEAT,
+						   .op = DJINN_MSG_HEARTBEAT,
 						   .k = hb++ };
 			assert_int_equal(dj_send(fd, req[n].op, req[n].id, sid,
 						 NULL, 0),
@@ -902,16 +907,16 @@ static void test_in_flight(void **state)
 				 "answered twice",
 				 got, (unsigned long long)r.hdr.request_id);
 		req[i].seen = true;
-		assert_int_equal(r.hdr.opcode, req[i].op);
+		assert_int_equal(r.hdr.type, req[i].op);
 		assert_int_equal(r.hdr.session_id, sid);
 		if (r.error)
 			fail_msg("request %d (op %u): error %d \"%s\"", i,
 				 req[i].op, r.error, r.msg);
 		switch (req[i].op) {
-		case DJINN_OP_GRAPH_SUBMIT:
+		case DJINN_MSG_GRAPH_SUBMIT:
 			graph_resp_at(__LINE__, &r, 1, &req[i].out);
 			break;
-		case DJINN_OP_TENSOR_READ:
+		case DJINN_MSG_TENSOR_READ:
 			assert_int_equal(r.len, 4);
 			memcpy(&val, r.data, 4);
 			assert_true(val == x[req[i].k]);
@@ -926,7 +931,7 @@ static void test_in_flight(void **state)
 		float *got;
 		double want[64];
 
-		if (req[i].op != DJINN_OP_GRAPH_SUBMIT)
+		if (req[i].op != DJINN_MSG_GRAPH_SUBMIT)
 			continue;
 		for (int e = 0; e < 64; e++)
 			want[e] = (double)x[e] * (req[i].k + 1);

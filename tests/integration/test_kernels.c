@@ -119,7 +119,7 @@ static uint64_t create_ok(struct fx *fx, const struct djinn_tensor_create *cr,
 	size_t plen;
 	void *p = create_payload(cr, data, len, &plen);
 
-	call_ok(fx->fd, DJINN_OP_TENSOR_CREATE, fx->sid, p, plen, &r,
+	call_ok(fx->fd, DJINN_MSG_TENSOR_CREATE, fx->sid, p, plen, &r,
 		sizeof(tr));
 	memcpy(&tr, r.data, sizeof(tr));
 	dj_resp_free(&r);
@@ -134,7 +134,8 @@ static void create_err(struct fx *fx, const struct djinn_tensor_create *cr,
 	size_t plen;
 	void *p = create_payload(cr, data, len, &plen);
 
-	call_err(fx->fd, DJINN_OP_TENSOR_CREATE, fx->sid, p, plen, err, phrase);
+	call_err(fx->fd, DJINN_MSG_TENSOR_CREATE, fx->sid, p, plen, err,
+		 phrase);
 	free(p);
 }
 
@@ -143,7 +144,7 @@ static struct djinn_admin_vmu vmu_now(struct fx *fx)
 	struct djinn_admin_vmu v;
 	struct dj_resp r;
 
-	call_ok(fx->adm, DJINN_OP_ADMIN_VMU, 0, NULL, 0, &r, sizeof(v));
+	call_ok(fx->adm, DJINN_MSG_ADMIN_VMU, 0, NULL, 0, &r, sizeof(v));
 	memcpy(&v, r.data, sizeof(v));
 	dj_resp_free(&r);
 	return v;
@@ -157,7 +158,7 @@ static uint64_t tensors_now(struct fx *fx)
 	struct dj_resp r;
 	uint32_t count;
 
-	call_ok(fx->adm, DJINN_OP_ADMIN_SESSIONS, 0, NULL, 0, &r, 0);
+	call_ok(fx->adm, DJINN_MSG_ADMIN_SESSIONS, 0, NULL, 0, &r, 0);
 	memcpy(&count, r.data, sizeof(count));
 	for (uint32_t i = 0; i < count; i++) {
 		memcpy(&e, r.data + 8 + i * sizeof(e), sizeof(e));
@@ -184,7 +185,7 @@ static int fx_setup(void **state)
 	fx->adm = dj_connect(fx->d.admin);
 	if (fx->fd < 0 || fx->adm < 0)
 		return -1;
-	if (dj_call(fx->fd, DJINN_OP_SESSION_OPEN, 0, &so, sizeof(so), &r) !=
+	if (dj_call(fx->fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so), &r) !=
 		    1 ||
 	    r.error || r.len != sizeof(sr))
 		return -1;
@@ -248,7 +249,7 @@ static void test_module_refused(void **state)
 	{
 		struct dj_resp r;
 
-		call_ok(fx->fd, DJINN_OP_TENSOR_READ, fx->sid, &io, sizeof(io),
+		call_ok(fx->fd, DJINN_MSG_TENSOR_READ, fx->sid, &io, sizeof(io),
 			&r, sizeof(got));
 		assert_memory_equal(r.data, m, sizeof(got));
 		dj_resp_free(&r);
@@ -318,8 +319,8 @@ static void kernel_graph_err(struct fx *fx, const uint64_t h[2],
 		.out_like = 1,
 		.name_hash = 0x1234,
 	};
-	call_err(fx->fd, DJINN_OP_GRAPH_SUBMIT, fx->sid, &p, sizeof(p), -EINVAL,
-		 phrase);
+	call_err(fx->fd, DJINN_MSG_GRAPH_SUBMIT, fx->sid, &p, sizeof(p),
+		 -EINVAL, phrase);
 }
 
 static void test_kernel_not_module(void **state)
@@ -360,7 +361,7 @@ static void test_kernel_not_module(void **state)
 		struct djinn_graph_resp gr;
 		struct dj_resp r;
 
-		call_ok(fx->fd, DJINN_OP_GRAPH_SUBMIT, fx->sid, &p, sizeof(p),
+		call_ok(fx->fd, DJINN_MSG_GRAPH_SUBMIT, fx->sid, &p, sizeof(p),
 			&r, sizeof(gr) + sizeof(struct djinn_tensor_resp));
 		memcpy(&gr, r.data, sizeof(gr));
 		assert_int_equal(gr.nr_outputs, 1);

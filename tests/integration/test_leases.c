@@ -44,10 +44,10 @@ static void test_lease_expiry(void **state)
 	int64_t touched, gone = -1;
 	uint64_t sid, keep;
 
-	keep = open_at(__LINE__, fd, "keep", 4, 150 * MS, &k);
-	assert_int_equal(k.lease_ns, 150 * MS);
-	sid = open_at(__LINE__, fd, "short", 4, 100 * MS, &s);
-	assert_int_equal(s.lease_ns, 100 * MS);
+	keep = open_at(__LINE__, fd, "keep", 4, 150 * NSEC_PER_MSEC, &k);
+	assert_int_equal(k.lease_ns, 150 * NSEC_PER_MSEC);
+	sid = open_at(__LINE__, fd, "short", 4, 100 * NSEC_PER_MSEC, &s);
+	assert_int_equal(s.lease_ns, 100 * NSEC_PER_MSEC);
 	touched = dj_now_ms();
 	create_data(fd, sid, &d, data, 4096);
 	/* not expired early: still there well within its lease */
@@ -61,7 +61,7 @@ static void test_lease_expiry(void **state)
 		uint32_t n;
 		bool there = false;
 
-		call_void(fd, DJINN_OP_SIGNAL, keep,
+		call_void(fd, DJINN_MSG_SIGNAL, keep,
 			  &(struct djinn_signal){ .phase = DJINN_PHASE_DECODE },
 			  sizeof(struct djinn_signal));
 		n = sessions_now(fx, &l);
@@ -80,8 +80,8 @@ static void test_lease_expiry(void **state)
 		fail_msg("a session with a 100 ms lease gone after %lld ms",
 			 (long long)gone);
 	/* its handles and memory with it */
-	call_err(fd, DJINN_OP_HEARTBEAT, sid, NULL, 0, -ENOENT, NULL);
-	call_err(fd, DJINN_OP_TENSOR_READ, sid,
+	call_err(fd, DJINN_MSG_HEARTBEAT, sid, NULL, 0, -ENOENT, NULL);
+	call_err(fd, DJINN_MSG_TENSOR_READ, sid,
 		 &(struct djinn_tensor_io){ .len = 4 },
 		 sizeof(struct djinn_tensor_io), -ENOENT, NULL);
 	check_health_at(__LINE__, fx, 1, &fx->base);
@@ -89,7 +89,7 @@ static void test_lease_expiry(void **state)
 			 st0.sessions_expired + 1);
 
 	/* "keep" was renewed all along, by SIGNAL */
-	call_void(fd, DJINN_OP_SIGNAL, keep,
+	call_void(fd, DJINN_MSG_SIGNAL, keep,
 		  &(struct djinn_signal){ .phase = DJINN_PHASE_IDLE },
 		  sizeof(struct djinn_signal));
 	close_session(fd, keep);
@@ -105,7 +105,7 @@ static int killed_client(const char *sock, int out)
 {
 	struct djinn_session_open o = { .tenant = "doomed",
 					.priority = 4,
-					.lease_ns = 1500 * MS };
+					.lease_ns = 1500 * NSEC_PER_MSEC };
 	struct djinn_tensor_desc d = F32(256 * 1024), big = F32(4 * MiB);
 	struct djinn_session_resp s;
 	struct dj_resp r;
@@ -117,13 +117,13 @@ static int killed_client(const char *sock, int out)
 	if (fd < 0 || !data)
 		return 10;
 	memset(data, 0x5a, 16 * MiB);
-	if (dj_call(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &r) != 1 ||
+	if (dj_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r) != 1 ||
 	    r.error || r.len != sizeof(s))
 		return 11;
 	memcpy(&s, r.data, sizeof(s));
 	dj_resp_free(&r);
 	p = create_payload(&d, DJINN_SEG_DATA, NULL, data, MiB, &plen);
-	if (dj_call(fd, DJINN_OP_TENSOR_CREATE, s.session_id, p, plen, &r) !=
+	if (dj_call(fd, DJINN_MSG_TENSOR_CREATE, s.session_id, p, plen, &r) !=
 		    1 ||
 	    r.error)
 		return 12;
@@ -132,7 +132,7 @@ static int killed_client(const char *sock, int out)
 	if (write(out, &s.session_id, 8) != 8)
 		return 13;
 	p = create_payload(&big, DJINN_SEG_DATA, NULL, NULL, 0, &plen);
-	h = dj_hdr(DJINN_OP_TENSOR_CREATE, 99, s.session_id,
+	h = dj_hdr(DJINN_MSG_TENSOR_CREATE, 99, s.session_id,
 		   plen + desc_bytes(&big));
 	if (dj_send_raw(fd, &h, p, plen) ||
 	    dj_write(fd, data, 4 * MiB, DJ_TIMEOUT_MS))
@@ -227,7 +227,7 @@ static void test_unread_replies(void **state)
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
 	t = create_data(fd, sid, &d, NULL, 0);
 	io.handle = t;
-	h = dj_hdr(DJINN_OP_TENSOR_READ, 7, sid, sizeof(io));
+	h = dj_hdr(DJINN_MSG_TENSOR_READ, 7, sid, sizeof(io));
 	assert_int_equal(dj_send_raw(fd, &h, &io, sizeof(io)), 0);
 	/* The session expires (300 ms); the read's reply still holds the
 	 * tensor until the connection is given up (300 ms more without

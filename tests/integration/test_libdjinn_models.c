@@ -22,6 +22,7 @@
 
 #include <djinn/djinn.h>
 
+#include "array_size.h"
 #include "daemon.h"
 
 #define TINY_GPT2                                                 \
@@ -129,16 +130,16 @@ static void raw_greedy(struct fx *fx, const int32_t *p, uint32_t np, uint32_t n,
 	size_t len = sizeof(*st) + np * sizeof(int32_t);
 
 	assert_true(fd >= 0);
-	r = raw_ok(fd, DJINN_OP_HELLO, 0, NULL, 0);
+	r = raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
 	dj_resp_free(&r);
-	r = raw_ok(fd, DJINN_OP_SESSION_OPEN, 0, &so, sizeof(so));
+	r = raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
 	memcpy(&sr, r.data, sizeof(sr));
 	dj_resp_free(&r);
-	r = raw_ok(fd, DJINN_OP_MODEL_OPEN, sr.session_id, &mo, sizeof(mo));
+	r = raw_ok(fd, DJINN_MSG_MODEL_OPEN, sr.session_id, &mo, sizeof(mo));
 	memcpy(&mr, r.data, sizeof(mr));
 	dj_resp_free(&r);
 	cn.model = mr.model;
-	r = raw_ok(fd, DJINN_OP_CTX_NEW, sr.session_id, &cn, sizeof(cn));
+	r = raw_ok(fd, DJINN_MSG_CTX_NEW, sr.session_id, &cn, sizeof(cn));
 	memcpy(&cr, r.data, sizeof(cr));
 	dj_resp_free(&r);
 
@@ -147,18 +148,18 @@ static void raw_greedy(struct fx *fx, const int32_t *p, uint32_t np, uint32_t n,
 	st->ctx = cr.ctx;
 	st->nr_tokens = np;
 	memcpy(st + 1, p, np * sizeof(int32_t));
-	r = raw_ok(fd, DJINN_OP_CTX_PREFILL, sr.session_id, st, len);
+	r = raw_ok(fd, DJINN_MSG_CTX_PREFILL, sr.session_id, st, len);
 	dj_resp_free(&r);
 	memset(st, 0, sizeof(*st));
 	st->ctx = cr.ctx;
 	st->nr_tokens = n;
-	r = raw_ok(fd, DJINN_OP_CTX_DECODE, sr.session_id, st, sizeof(*st));
+	r = raw_ok(fd, DJINN_MSG_CTX_DECODE, sr.session_id, st, sizeof(*st));
 	memcpy(&rr, r.data, sizeof(rr));
 	assert_int_equal(rr.nr_tokens, n);
 	memcpy(out, r.data + sizeof(rr), n * sizeof(int32_t));
 	dj_resp_free(&r);
 	free(st);
-	r = raw_ok(fd, DJINN_OP_SESSION_CLOSE, sr.session_id, NULL, 0);
+	r = raw_ok(fd, DJINN_MSG_SESSION_CLOSE, sr.session_id, NULL, 0);
 	dj_resp_free(&r);
 	close(fd);
 }
@@ -172,7 +173,7 @@ static int holders(struct fx *fx, const char *name)
 	uint32_t count;
 
 	assert_true(fd >= 0);
-	r = raw_ok(fd, DJINN_OP_ADMIN_MODELS, 0, NULL, 0);
+	r = raw_ok(fd, DJINN_MSG_ADMIN_MODELS, 0, NULL, 0);
 	memcpy(&count, r.data, sizeof(count));
 	e = (const void *)(r.data + 8);
 	for (uint32_t i = 0; i < count; i++)
@@ -426,7 +427,7 @@ static uint64_t text_used(struct fx *fx)
 	struct dj_resp r;
 
 	assert_true(fd >= 0);
-	r = raw_ok(fd, DJINN_OP_ADMIN_VMU, 0, NULL, 0);
+	r = raw_ok(fd, DJINN_MSG_ADMIN_VMU, 0, NULL, 0);
 	assert_true(r.len >= sizeof(v));
 	memcpy(&v, r.data, sizeof(v));
 	dj_resp_free(&r);
@@ -488,7 +489,7 @@ static void test_bad_models(void **state)
 	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
 	assert_int_equal(djinn_ctx_decode(c, 3, NULL, want, NULL, NULL), 3);
 	text = text_used(fx);
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		snprintf(name, sizeof(name), "bad-%zu", i);
 		assert_int_equal(
 			djd_make_model(&fx->d, name,
@@ -755,7 +756,7 @@ static uint32_t nr_models(struct fx *fx)
 	uint32_t count;
 
 	assert_true(fd >= 0);
-	r = raw_ok(fd, DJINN_OP_ADMIN_MODELS, 0, NULL, 0);
+	r = raw_ok(fd, DJINN_MSG_ADMIN_MODELS, 0, NULL, 0);
 	memcpy(&count, r.data, sizeof(count));
 	dj_resp_free(&r);
 	close(fd);
@@ -980,13 +981,13 @@ static void test_upload_sharded(void **state)
 		struct dj_resp r;
 
 		assert_true(fd >= 0);
-		r = raw_ok(fd, DJINN_OP_HELLO, 0, NULL, 0);
+		r = raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
 		dj_resp_free(&r);
-		r = raw_ok(fd, DJINN_OP_SESSION_OPEN, 0, &so, sizeof(so));
+		r = raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
 		memcpy(&sr, r.data, sizeof(sr));
 		dj_resp_free(&r);
 		memcpy(rq, &u, sizeof(u));
-		assert_int_equal(dj_call(fd, DJINN_OP_MODEL_OPEN_UPLOADED,
+		assert_int_equal(dj_call(fd, DJINN_MSG_MODEL_OPEN_UPLOADED,
 					 sr.session_id, rq, sizeof(rq), &r),
 				 1);
 		assert_int_equal(r.error, -EINVAL);
@@ -994,7 +995,7 @@ static void test_upload_sharded(void **state)
 		dj_resp_free(&r);
 		u.flags = DJINN_MODEL_UPLOAD_INDEX;
 		memcpy(rq, &u, sizeof(u));
-		assert_int_equal(dj_call(fd, DJINN_OP_MODEL_OPEN_UPLOADED,
+		assert_int_equal(dj_call(fd, DJINN_MSG_MODEL_OPEN_UPLOADED,
 					 sr.session_id, rq, sizeof(rq), &r),
 				 1);
 		assert_int_equal(r.error, -EINVAL);

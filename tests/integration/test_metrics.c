@@ -335,7 +335,7 @@ static void test_metrics(void **state)
 		hello(fd);
 	sid = open_session(fd, "metered");
 	t = create_data(fd, sid, &d, NULL, 0);
-	call_err(fd, DJINN_OP_TENSOR_RELEASE, sid, &(uint64_t){ t ^ 1 }, 8,
+	call_err(fd, DJINN_MSG_TENSOR_RELEASE, sid, &(uint64_t){ t ^ 1 }, 8,
 		 -ENOENT, NULL);
 	/* Opcodes without names count once, as op="unknown". */
 	for (int i = 0; i < 3; i++) {

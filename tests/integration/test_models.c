@@ -36,7 +36,7 @@ static struct djinn_model_resp model_open_at(int line, int fd, uint64_t sid,
 	struct dj_resp r;
 
 	strncpy(o.name, name, sizeof(o.name) - 1);
-	call_ok_at(line, fd, DJINN_OP_MODEL_OPEN, sid, &o, sizeof(o), &r,
+	call_ok_at(line, fd, DJINN_MSG_MODEL_OPEN, sid, &o, sizeof(o), &r,
 		   sizeof(m));
 	memcpy(&m, r.data, sizeof(m));
 	dj_resp_free(&r);
@@ -52,7 +52,7 @@ static uint64_t ctx_new_at(int line, int fd, uint64_t sid, uint64_t model,
 	struct djinn_ctx_resp c;
 	struct dj_resp r;
 
-	call_ok_at(line, fd, DJINN_OP_CTX_NEW, sid, &n, sizeof(n), &r,
+	call_ok_at(line, fd, DJINN_MSG_CTX_NEW, sid, &n, sizeof(n), &r,
 		   sizeof(c));
 	memcpy(&c, r.data, sizeof(c));
 	dj_resp_free(&r);
@@ -71,7 +71,7 @@ static struct djinn_ctx_step_resp step_at(int line, int fd, uint64_t sid,
 					  uint32_t flags, int32_t *out)
 {
 	size_t len = sizeof(struct djinn_ctx_step) +
-		     (op == DJINN_OP_CTX_PREFILL ? n * 4 : 0);
+		     (op == DJINN_MSG_CTX_PREFILL ? n * 4 : 0);
 	struct djinn_ctx_step *st = xmalloc(len);
 	struct djinn_ctx_step_resp resp;
 	struct dj_resp r;
@@ -82,7 +82,7 @@ static struct djinn_ctx_step_resp step_at(int line, int fd, uint64_t sid,
 	st->flags = flags;
 	if (sp)
 		st->sampling = *sp;
-	if (op == DJINN_OP_CTX_PREFILL)
+	if (op == DJINN_MSG_CTX_PREFILL)
 		memcpy(st + 1, in, n * 4);
 	call_ok_at(line, fd, op, sid, st, len, &r, -1);
 	free(st);
@@ -102,12 +102,12 @@ static struct djinn_ctx_step_resp step_at(int line, int fd, uint64_t sid,
 	return resp;
 }
 
-#define prefill(fd, sid, ctx, in, n, flags)                                \
-	step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, ctx, in, n, NULL, \
+#define prefill(fd, sid, ctx, in, n, flags)                                 \
+	step_at(__LINE__, fd, sid, DJINN_MSG_CTX_PREFILL, ctx, in, n, NULL, \
 		flags, NULL)
 
-#define decode(fd, sid, ctx, n, sp, out)                                     \
-	step_at(__LINE__, fd, sid, DJINN_OP_CTX_DECODE, ctx, NULL, n, sp, 0, \
+#define decode(fd, sid, ctx, n, sp, out)                                      \
+	step_at(__LINE__, fd, sid, DJINN_MSG_CTX_DECODE, ctx, NULL, n, sp, 0, \
 		out)
 
 static uint32_t models_listed(struct fx *fx, const char *name,
@@ -117,7 +117,7 @@ static uint32_t models_listed(struct fx *fx, const char *name,
 	struct dj_resp r;
 	uint32_t n, found = 0;
 
-	call_ok(fx->adm, DJINN_OP_ADMIN_MODELS, 0, NULL, 0, &r, -1);
+	call_ok(fx->adm, DJINN_MSG_ADMIN_MODELS, 0, NULL, 0, &r, -1);
 	memcpy(&n, r.data, 4);
 	assert_int_equal(r.len, 8 + n * sizeof(*e));
 	e = (void *)(r.data + 8);
@@ -201,7 +201,7 @@ static void test_models(void **state)
 	{
 		struct djinn_ctx_step st2 = { .ctx = c2, .nr_tokens = 7 };
 
-		call_err(fd2, DJINN_OP_CTX_DECODE, sid2, &st2, sizeof(st2),
+		call_err(fd2, DJINN_MSG_CTX_DECODE, sid2, &st2, sizeof(st2),
 			 -ENOSPC, NULL);
 		assert_int_equal(decode(fd2, sid2, c2, 1, NULL, u).len, 11);
 	}
@@ -212,7 +212,7 @@ static void test_models(void **state)
 		struct djinn_ctx_resp fr;
 		struct dj_resp r;
 
-		call_ok(fd, DJINN_OP_CTX_FORK, sid, &c1, 8, &r, sizeof(fr));
+		call_ok(fd, DJINN_MSG_CTX_FORK, sid, &c1, 8, &r, sizeof(fr));
 		memcpy(&fr, r.data, sizeof(fr));
 		dj_resp_free(&r);
 		assert_int_equal(fr.len, 10);
@@ -222,7 +222,7 @@ static void test_models(void **state)
 	decode(fd, sid, c3, 3, &sp, b);
 	assert_memory_equal(a, b, sizeof(a));
 	/* Reset: empty again, and the same prompt gives the same token. */
-	call_void(fd, DJINN_OP_CTX_RESET, sid, &c3, 8);
+	call_void(fd, DJINN_MSG_CTX_RESET, sid, &c3, 8);
 	prefill(fd, sid, c3, prompt, 4, 0);
 	decode(fd, sid, c3, 1, NULL, u);
 	assert_int_equal(u[0], t[0]);
@@ -234,42 +234,42 @@ static void test_models(void **state)
 		size_t len = sizeof(struct djinn_ctx_step) + sizeof(bad);
 		struct djinn_ctx_step *s = calloc(1, len);
 
-		call_err(fd, DJINN_OP_MODEL_OPEN, sid, &o, sizeof(o), -EINVAL,
+		call_err(fd, DJINN_MSG_MODEL_OPEN, sid, &o, sizeof(o), -EINVAL,
 			 NULL);
 		strcpy(o.name, "no-such-model");
-		call_err(fd, DJINN_OP_MODEL_OPEN, sid, &o, sizeof(o), -ENOENT,
+		call_err(fd, DJINN_MSG_MODEL_OPEN, sid, &o, sizeof(o), -ENOENT,
 			 NULL);
 		s->ctx = c1;
 		s->nr_tokens = 2;
 		memcpy(s + 1, bad, sizeof(bad));
-		call_err(fd, DJINN_OP_CTX_PREFILL, sid, s, len, -EINVAL, NULL);
+		call_err(fd, DJINN_MSG_CTX_PREFILL, sid, s, len, -EINVAL, NULL);
 		s->ctx = m.model; /* a model handle is not a context */
-		call_err(fd, DJINN_OP_CTX_PREFILL, sid, s, len, -ENOENT, NULL);
+		call_err(fd, DJINN_MSG_CTX_PREFILL, sid, s, len, -ENOENT, NULL);
 		s->ctx = c2; /* another session's */
-		call_err(fd, DJINN_OP_CTX_PREFILL, sid, s, len, -ENOENT, NULL);
+		call_err(fd, DJINN_MSG_CTX_PREFILL, sid, s, len, -ENOENT, NULL);
 		s->ctx = c1;
 		s->nr_tokens = 3; /* the payload holds 2 */
-		call_err(fd, DJINN_OP_CTX_PREFILL, sid, s, len, -EINVAL, NULL);
+		call_err(fd, DJINN_MSG_CTX_PREFILL, sid, s, len, -EINVAL, NULL);
 		free(s);
-		call_err(fd, DJINN_OP_MODEL_CLOSE, sid, &m.model, 8, -EBUSY,
+		call_err(fd, DJINN_MSG_MODEL_CLOSE, sid, &m.model, 8, -EBUSY,
 			 NULL);
 		st = decode(fd, sid, c1, 1, NULL, u);
 		assert_int_equal(st.len, 14);
 	}
 
-	call_void(fd, DJINN_OP_CTX_FREE, sid, &c1, 8);
-	call_void(fd, DJINN_OP_CTX_FREE, sid, &c3, 8);
-	call_err(fd, DJINN_OP_CTX_FREE, sid, &c1, 8, -ENOENT, NULL);
-	call_void(fd, DJINN_OP_MODEL_CLOSE, sid, &m.model, 8);
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &c1, 8);
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &c3, 8);
+	call_err(fd, DJINN_MSG_CTX_FREE, sid, &c1, 8, -ENOENT, NULL);
+	call_void(fd, DJINN_MSG_MODEL_CLOSE, sid, &m.model, 8);
 	close_session(fd, sid);
 	/* Held by the other session: not evicted. */
-	call_err(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0,
+	call_err(fx->adm, DJINN_MSG_ADMIN_MODEL_EVICT, 0,
 		 &(struct djinn_admin_model_evict){ "tiny-gpt2" },
 		 sizeof(struct djinn_admin_model_evict), -EBUSY, NULL);
 	close_session(fd2, sid2); /* its context and model go with it */
 	assert_int_equal(models_listed(fx, "tiny-gpt2", &holders), 1);
 	assert_int_equal(holders, 0);
-	call_void(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0,
+	call_void(fx->adm, DJINN_MSG_ADMIN_MODEL_EVICT, 0,
 		  &(struct djinn_admin_model_evict){ "tiny-gpt2" },
 		  sizeof(struct djinn_admin_model_evict));
 	assert_int_equal(models_listed(fx, "tiny-gpt2", &holders), 0);
@@ -289,7 +289,7 @@ brk_step_at(int line, int fd, uint64_t sid, uint16_t op, uint64_t ctx,
 	    const struct djinn_sampling *sp, int32_t *out)
 {
 	size_t len = sizeof(struct djinn_ctx_step) +
-		     (op == DJINN_OP_CTX_PREFILL ? n * 4 : 0);
+		     (op == DJINN_MSG_CTX_PREFILL ? n * 4 : 0);
 	struct djinn_ctx_step *st = xmalloc(len);
 	struct djinn_ctx_step_resp resp;
 	struct dj_resp r;
@@ -301,7 +301,7 @@ brk_step_at(int line, int fd, uint64_t sid, uint16_t op, uint64_t ctx,
 	st->break_layer = brk;
 	if (sp)
 		st->sampling = *sp;
-	if (op == DJINN_OP_CTX_PREFILL)
+	if (op == DJINN_MSG_CTX_PREFILL)
 		memcpy(st + 1, in, n * 4);
 	call_ok_at(line, fd, op, sid, st, len, &r, -1);
 	free(st);
@@ -323,7 +323,8 @@ static struct djinn_ctx_step_resp resume_at(int line, int fd, uint64_t sid,
 	struct djinn_ctx_step_resp resp;
 	struct dj_resp r;
 
-	call_ok_at(line, fd, DJINN_OP_CTX_RESUME, sid, &rq, sizeof(rq), &r, -1);
+	call_ok_at(line, fd, DJINN_MSG_CTX_RESUME, sid, &rq, sizeof(rq), &r,
+		   -1);
 	memcpy(&resp, r.data, sizeof(resp));
 	if (r.len != sizeof(resp) + ((resp.nr_tokens * 4 + 7) & ~7u))
 		fail_msg("line %d: %u tokens in %llu bytes", line,
@@ -386,21 +387,21 @@ static void test_model_breakpoints(void **state)
 	tensor_read(fd, sid, st.logits, 0, sizeof(want), want);
 	tensor_release(fd, sid, st.logits);
 	decode(fd, sid, c1, 6, NULL, t);
-	call_void(fd, DJINN_OP_CTX_RESET, sid, &c1, 8);
+	call_void(fd, DJINN_MSG_CTX_RESET, sid, &c1, 8);
 	prefill(fd, sid, c1, prompt, 4, 0);
 	decode(fd, sid, c1, 6, &sp, ts);
 
 	/* a prefill that pauses after layer 0 */
 	c2 = ctx_new(fd, sid, m.model, 32);
-	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c2, prompt, 4,
-			 1, DJINN_STEP_LOGITS, NULL, NULL);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_MSG_CTX_PREFILL, c2, prompt,
+			 4, 1, DJINN_STEP_LOGITS, NULL, NULL);
 	paused(&st, 0, 0);
 	assert_int_equal(st.nr_tokens, 0);
 	tensor_read(fd, sid, st.hidden, 0, sizeof(hid), hid);
 	tensor_release(fd, sid, st.hidden);
 	/* meanwhile: the context refuses steps, forks and breaks past the
 	 * last layer; other contexts and sessions run */
-	brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c1, prompt, 1, 0,
+	brk_step_at(__LINE__, fd, sid, DJINN_MSG_CTX_PREFILL, c1, prompt, 1, 0,
 		    0, NULL, NULL);
 	{
 		struct djinn_ctx_step s = { .ctx = c2, .nr_tokens = 1 };
@@ -408,16 +409,16 @@ static void test_model_breakpoints(void **state)
 
 		memcpy(buf, &s, sizeof(s));
 		memcpy(buf + sizeof(s), prompt, 4);
-		call_err(fd, DJINN_OP_CTX_PREFILL, sid, buf, sizeof(s) + 4,
+		call_err(fd, DJINN_MSG_CTX_PREFILL, sid, buf, sizeof(s) + 4,
 			 -EBUSY, "paused after layer 0");
-		call_err(fd, DJINN_OP_CTX_DECODE, sid, &s, sizeof(s), -EBUSY,
+		call_err(fd, DJINN_MSG_CTX_DECODE, sid, &s, sizeof(s), -EBUSY,
 			 "paused after layer 0");
 		s.ctx = c1;
 		s.break_layer = 3;
-		call_err(fd, DJINN_OP_CTX_DECODE, sid, &s, sizeof(s), -EINVAL,
+		call_err(fd, DJINN_MSG_CTX_DECODE, sid, &s, sizeof(s), -EINVAL,
 			 "has layers 0 to 1");
 	}
-	call_err(fd, DJINN_OP_CTX_FORK, sid, &c2, 8, -EBUSY, "paused");
+	call_err(fd, DJINN_MSG_CTX_FORK, sid, &c2, 8, -EBUSY, "paused");
 	cb = ctx_new(fd2, sid2, m2.model, 32);
 	prefill(fd2, sid2, cb, prompt, 4, 0);
 	decode(fd2, sid2, cb, 6, NULL, u);
@@ -431,14 +432,14 @@ static void test_model_breakpoints(void **state)
 	tensor_read(fd, sid, st.logits, 0, sizeof(got), got);
 	tensor_release(fd, sid, st.logits);
 	assert_memory_equal(got, want, sizeof(want));
-	call_err(fd, DJINN_OP_CTX_RESUME, sid,
+	call_err(fd, DJINN_MSG_CTX_RESUME, sid,
 		 (&(struct djinn_ctx_resume){ .ctx = c2 }),
 		 sizeof(struct djinn_ctx_resume), -EBUSY, "not paused");
 
 	/* a greedy decode pausing after layer 1 at every token: the
 	 * tokens so far at each pause, the same six at the end */
-	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_DECODE, c2, NULL, 6, 2,
-			 0, NULL, u);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_MSG_CTX_DECODE, c2, NULL, 6,
+			 2, 0, NULL, u);
 	while (st.state == DJINN_CTX_PAUSED) {
 		paused(&st, 1, 4 + pauses);
 		assert_int_equal(st.nr_tokens, ++pauses);
@@ -451,10 +452,10 @@ static void test_model_breakpoints(void **state)
 	assert_int_equal(st.len, 10);
 	assert_memory_equal(u, t, sizeof(t));
 	/* seeded, pausing after layer 0: the same tokens too */
-	call_void(fd, DJINN_OP_CTX_RESET, sid, &c2, 8);
+	call_void(fd, DJINN_MSG_CTX_RESET, sid, &c2, 8);
 	prefill(fd, sid, c2, prompt, 4, 0);
-	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_DECODE, c2, NULL, 6, 1,
-			 0, &sp, us);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_MSG_CTX_DECODE, c2, NULL, 6,
+			 1, 0, &sp, us);
 	for (pauses = 0; st.state == DJINN_CTX_PAUSED; pauses++) {
 		tensor_release(fd, sid, st.hidden);
 		st = resume(fd, sid, c2, 0, us);
@@ -466,8 +467,8 @@ static void test_model_breakpoints(void **state)
 	 * same logits; a wrong shape is refused and it stays paused;
 	 * other values give other logits */
 	c3 = ctx_new(fd, sid, m.model, 32);
-	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c3, prompt, 4,
-			 1, DJINN_STEP_LOGITS, NULL, NULL);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_MSG_CTX_PREFILL, c3, prompt,
+			 4, 1, DJINN_STEP_LOGITS, NULL, NULL);
 	paused(&st, 0, 0);
 	tensor_read(fd, sid, st.hidden, 0, sizeof(x), x);
 	assert_memory_equal(x, hid, sizeof(x)); /* as the first time */
@@ -475,11 +476,11 @@ static void test_model_breakpoints(void **state)
 	xt = create_data(fd, sid, &d, hid, sizeof(hid));
 	hd = F32(4, 32);
 	bad = create_data(fd, sid, &hd, hid, 4 * 32 * 4);
-	call_err(fd, DJINN_OP_CTX_RESUME, sid,
+	call_err(fd, DJINN_MSG_CTX_RESUME, sid,
 		 (&(struct djinn_ctx_resume){ .ctx = c3, .hidden = bad }),
 		 sizeof(struct djinn_ctx_resume), -EINVAL,
 		 "the hidden state is (4, 64)");
-	call_err(fd, DJINN_OP_CTX_RESUME, sid,
+	call_err(fd, DJINN_MSG_CTX_RESUME, sid,
 		 (&(struct djinn_ctx_resume){ .ctx = c3, .hidden = 12345 }),
 		 sizeof(struct djinn_ctx_resume), -ENOENT, "no tensor");
 	st = resume(fd, sid, c3, xt, NULL);
@@ -490,9 +491,9 @@ static void test_model_breakpoints(void **state)
 	for (int i = 0; i < 4 * 64; i++)
 		x[i] = hid[i] + (float)sin(i);
 	tensor_write(fd, sid, xt, 0, x, sizeof(x));
-	call_void(fd, DJINN_OP_CTX_RESET, sid, &c3, 8);
-	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c3, prompt, 4,
-			 1, DJINN_STEP_LOGITS, NULL, NULL);
+	call_void(fd, DJINN_MSG_CTX_RESET, sid, &c3, 8);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_MSG_CTX_PREFILL, c3, prompt,
+			 4, 1, DJINN_STEP_LOGITS, NULL, NULL);
 	tensor_release(fd, sid, st.hidden);
 	st = resume(fd, sid, c3, xt, NULL);
 	tensor_read(fd, sid, st.logits, 0, sizeof(got), got);
@@ -516,13 +517,13 @@ static void test_model_breakpoints(void **state)
 
 		memcpy(a.tok, prompt, sizeof(prompt));
 		memcpy(b.tok, prompt, sizeof(prompt));
-		assert_int_equal(dj_send(fd, DJINN_OP_CTX_PREFILL, id[0], sid,
+		assert_int_equal(dj_send(fd, DJINN_MSG_CTX_PREFILL, id[0], sid,
 					 &a, sizeof(a)),
 				 0);
-		assert_int_equal(dj_send(fd, DJINN_OP_CTX_PREFILL, id[1], sid,
+		assert_int_equal(dj_send(fd, DJINN_MSG_CTX_PREFILL, id[1], sid,
 					 &b, sizeof(b)),
 				 0);
-		assert_int_equal(dj_send(fd, DJINN_OP_CTX_RESUME, id[2], sid,
+		assert_int_equal(dj_send(fd, DJINN_MSG_CTX_RESUME, id[2], sid,
 					 &rs, sizeof(rs)),
 				 0);
 		for (int k = 0; k < 3; k++) {
@@ -548,32 +549,32 @@ static void test_model_breakpoints(void **state)
 		tensor_release(fd, sid, ra.hidden);
 		assert_int_equal(rc.state, DJINN_CTX_DONE);
 		assert_int_equal(rc.len, 8);
-		call_void(fd, DJINN_OP_CTX_RESET, sid, &c3, 8);
+		call_void(fd, DJINN_MSG_CTX_RESET, sid, &c3, 8);
 		prefill(fd, sid, c3, prompt, 4, 0);
 	}
 
 	/* reset abandons a paused step; free a paused context */
-	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_PREFILL, c3, prompt, 4,
-			 2, 0, NULL, NULL);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_MSG_CTX_PREFILL, c3, prompt,
+			 4, 2, 0, NULL, NULL);
 	paused(&st, 1, 4);
 	tensor_release(fd, sid, st.hidden);
-	call_void(fd, DJINN_OP_CTX_RESET, sid, &c3, 8);
+	call_void(fd, DJINN_MSG_CTX_RESET, sid, &c3, 8);
 	st = prefill(fd, sid, c3, prompt, 4, 0);
 	assert_int_equal(st.len, 4);
 	decode(fd, sid, c3, 2, NULL, v);
 	assert_memory_equal(v, t, sizeof(v));
-	st = brk_step_at(__LINE__, fd, sid, DJINN_OP_CTX_DECODE, c3, NULL, 2, 1,
-			 0, NULL, v);
+	st = brk_step_at(__LINE__, fd, sid, DJINN_MSG_CTX_DECODE, c3, NULL, 2,
+			 1, 0, NULL, v);
 	paused(&st, 0, 6);
 	tensor_release(fd, sid, st.hidden);
-	call_void(fd, DJINN_OP_CTX_FREE, sid, &c3, 8);
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &c3, 8);
 
-	call_void(fd, DJINN_OP_CTX_FREE, sid, &c1, 8);
-	call_void(fd, DJINN_OP_CTX_FREE, sid, &c2, 8);
-	call_void(fd, DJINN_OP_MODEL_CLOSE, sid, &m.model, 8);
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &c1, 8);
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &c2, 8);
+	call_void(fd, DJINN_MSG_MODEL_CLOSE, sid, &m.model, 8);
 	close_session(fd, sid);
 	close_session(fd2, sid2);
-	call_void(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0,
+	call_void(fx->adm, DJINN_MSG_ADMIN_MODEL_EVICT, 0,
 		  &(struct djinn_admin_model_evict){ "brk" },
 		  sizeof(struct djinn_admin_model_evict));
 	close(fd);
@@ -644,7 +645,7 @@ static void test_model_corrupt(void **state)
 	c = ctx_new(fd2, sid2, m.model, 16);
 	prefill(fd2, sid2, c, prompt, 3, 0);
 	decode(fd2, sid2, c, 2, NULL, t);
-	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		struct djinn_model_open o = { { 0 } };
 		uint32_t holders;
 
@@ -653,22 +654,22 @@ static void test_model_corrupt(void **state)
 				 0);
 		corrupt_model(fx, bad[i].name, bad[i].script);
 		strcpy(o.name, bad[i].name);
-		call_err(fd, DJINN_OP_MODEL_OPEN, sid, &o, sizeof(o),
+		call_err(fd, DJINN_MSG_MODEL_OPEN, sid, &o, sizeof(o),
 			 bad[i].err, bad[i].words);
 		/* twice: nothing was left behind by the first */
-		call_err(fd, DJINN_OP_MODEL_OPEN, sid, &o, sizeof(o),
+		call_err(fd, DJINN_MSG_MODEL_OPEN, sid, &o, sizeof(o),
 			 bad[i].err, bad[i].words);
 		assert_int_equal(models_listed(fx, bad[i].name, &holders), 0);
 		/* the other session still runs, the same as before */
-		call_void(fd2, DJINN_OP_CTX_RESET, sid2, &c, 8);
+		call_void(fd2, DJINN_MSG_CTX_RESET, sid2, &c, 8);
 		prefill(fd2, sid2, c, prompt, 3, 0);
 		decode(fd2, sid2, c, 2, NULL, u);
 		assert_memory_equal(u, t, sizeof(t));
 	}
-	call_void(fd2, DJINN_OP_CTX_FREE, sid2, &c, 8);
+	call_void(fd2, DJINN_MSG_CTX_FREE, sid2, &c, 8);
 	close_session(fd, sid);
 	close_session(fd2, sid2);
-	call_void(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0,
+	call_void(fx->adm, DJINN_MSG_ADMIN_MODEL_EVICT, 0,
 		  &(struct djinn_admin_model_evict){ "good" },
 		  sizeof(struct djinn_admin_model_evict));
 	close(fd);
@@ -709,7 +710,7 @@ static uint64_t text_file_at(int line, int fd, uint64_t sid,
 
 	sha256(data, len, fp);
 	memcpy(lk.fp, fp, DJINN_FP_LEN);
-	call_err_at(line, fd, DJINN_OP_TEXT_LOOKUP, sid, &lk, sizeof(lk),
+	call_err_at(line, fd, DJINN_MSG_TEXT_LOOKUP, sid, &lk, sizeof(lk),
 		    -ENOENT, NULL);
 	return create_at(line, fd, sid, &lk.desc, DJINN_SEG_TEXT, fp, data, len,
 			 &flags);
@@ -735,12 +736,12 @@ static int upload_open_at(int line, int fd, uint64_t sid,
 	memcpy(rq + sizeof(u), w, sizeof(*w));
 
 	if (err) {
-		call_err_at(line, fd, DJINN_OP_MODEL_OPEN_UPLOADED, sid, &rq,
+		call_err_at(line, fd, DJINN_MSG_MODEL_OPEN_UPLOADED, sid, &rq,
 			    sizeof(rq), err, phrase);
 		return err;
 	}
-	call_ok_at(line, fd, DJINN_OP_MODEL_OPEN_UPLOADED, sid, &rq, sizeof(rq),
-		   &r, sizeof(*m));
+	call_ok_at(line, fd, DJINN_MSG_MODEL_OPEN_UPLOADED, sid, &rq,
+		   sizeof(rq), &r, sizeof(*m));
 	memcpy(m, r.data, sizeof(*m));
 	dj_resp_free(&r);
 	return 0;
@@ -810,11 +811,11 @@ static void test_model_upload(void **state)
 	ctx = ctx_new(fd, sid, m.model, 16);
 	prefill(fd, sid, ctx, prompt, 4, 0);
 	decode(fd, sid, ctx, 6, NULL, tu);
-	call_void(fd, DJINN_OP_CTX_FREE, sid, &ctx, 8);
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &ctx, 8);
 	ctx = ctx_new(fd2, sid2, md.model, 16);
 	prefill(fd2, sid2, ctx, prompt, 4, 0);
 	decode(fd2, sid2, ctx, 6, NULL, td);
-	call_void(fd2, DJINN_OP_CTX_FREE, sid2, &ctx, 8);
+	call_void(fd2, DJINN_MSG_CTX_FREE, sid2, &ctx, 8);
 	assert_memory_equal(tu, td, sizeof(tu));
 	/* another session: fingerprints only */
 	upload_open(fd2, sid2, &fpcfg, &fpw, &m2, 0, NULL);
@@ -827,7 +828,7 @@ static void test_model_upload(void **state)
 		struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, clen);
 		struct djinn_model_upload u = { .nr_files = 0 };
 
-		call_err(fd, DJINN_OP_MODEL_OPEN_UPLOADED, sid, &u, sizeof(u),
+		call_err(fd, DJINN_MSG_MODEL_OPEN_UPLOADED, sid, &u, sizeof(u),
 			 -EINVAL, "1 to 64 files");
 		data = create_data(fd, sid, &d, cb, clen);
 		x = (struct djinn_model_file){ .handle = data };
@@ -855,18 +856,18 @@ static void test_model_upload(void **state)
 		tensor_release(fd, sid, t2);
 	}
 
-	call_void(fd, DJINN_OP_MODEL_CLOSE, sid, &m.model, 8);
+	call_void(fd, DJINN_MSG_MODEL_CLOSE, sid, &m.model, 8);
 	close_session(fd, sid);
 	close_session(fd2, sid2);
 	{
 		struct djinn_admin_model_evict e = { { 0 } };
 
 		strcpy(e.name, name);
-		call_void(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0, &e,
+		call_void(fx->adm, DJINN_MSG_ADMIN_MODEL_EVICT, 0, &e,
 			  sizeof(e));
 		memset(&e, 0, sizeof(e));
 		strcpy(e.name, "src");
-		call_void(fx->adm, DJINN_OP_ADMIN_MODEL_EVICT, 0, &e,
+		call_void(fx->adm, DJINN_MSG_ADMIN_MODEL_EVICT, 0, &e,
 			  sizeof(e));
 	}
 	free(cb);

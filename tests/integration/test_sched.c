@@ -43,8 +43,6 @@
 #include "daemon.h"
 
 #define MiB (1ull << 20)
-#define MS 1000000ull
-#define SEC 1000000000ull
 
 /*
  * An agent's model: 32 layers of 64 wide, so that its KV cache (16 KiB a
@@ -195,7 +193,7 @@ static bool sched_info(struct fx *fx, uint64_t sid,
 	uint32_t ndev, nsess;
 	bool found = false;
 
-	admin(fx, DJINN_OP_ADMIN_SCHED, &r);
+	admin(fx, DJINN_MSG_ADMIN_SCHED, &r);
 	assert_true(r.len >= 8);
 	memcpy(&ndev, r.data, 4);
 	memcpy(&nsess, r.data + 4, 4);
@@ -238,7 +236,7 @@ static struct djinn_admin_vmu vmu(struct fx *fx)
 	struct djinn_admin_vmu v;
 	struct dj_resp r;
 
-	admin(fx, DJINN_OP_ADMIN_VMU, &r);
+	admin(fx, DJINN_MSG_ADMIN_VMU, &r);
 	assert_int_equal(r.len, sizeof(v));
 	memcpy(&v, r.data, sizeof(v));
 	dj_resp_free(&r);
@@ -255,7 +253,7 @@ static uint64_t sid_of(struct djinn_session *s)
 
 static void sleep_ms(int ms)
 {
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+	struct timespec ts = ns_to_timespec((uint64_t)ms * NSEC_PER_MSEC);
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
@@ -397,7 +395,7 @@ static void print_state(struct fx *fx, const char *when, uint64_t sid)
 
 /* The wait agent A announces: long enough that B's prefill is over
  * before the prefetch, even under ASan on a loaded machine. */
-#define A_WAIT_NS (3 * SEC)
+#define A_WAIT_NS (3 * NSEC_PER_SEC)
 
 /*
  * Two agents in a device that holds one's KV cache and the other's
@@ -450,7 +448,7 @@ static void test_prefetch(void **state)
 
 	/* A sends nothing: the prefetch brings it back, by its estimate's
 	 * end (polled up to 10 s past it). */
-	deadline = t0 + (int64_t)(A_WAIT_NS / MS) + 10000;
+	deadline = t0 + (int64_t)(A_WAIT_NS / NSEC_PER_MSEC) + 10000;
 	for (;;) {
 		e = sched_of(fx, a.sid);
 		if (!e.swapped && !(e.flags & DJINN_SCHED_PREFETCHING))
@@ -506,7 +504,7 @@ static void test_early_return(void **state)
 	reference(fx, 3, want, want_l);
 	agent_open(fx, &a, "agent-a");
 	agent_prefill(&a, 3);
-	assert_int_equal(djinn_tool_call_begin(a.s, 10 * SEC), 0);
+	assert_int_equal(djinn_tool_call_begin(a.s, 10 * NSEC_PER_SEC), 0);
 	agent_open(fx, &b, "agent-b");
 	agent_prefill(&b, 4);
 	print_state(fx, "B prefilled", a.sid);
@@ -954,7 +952,7 @@ static void raw_wait(int fd, uint64_t sid, uint64_t ns, struct dj_resp *r)
 	struct djinn_signal sg = { .phase = DJINN_PHASE_IO_WAIT,
 				   .expected_ns = ns };
 
-	assert_int_equal(dj_call(fd, DJINN_OP_SIGNAL, sid, &sg, sizeof(sg), r),
+	assert_int_equal(dj_call(fd, DJINN_MSG_SIGNAL, sid, &sg, sizeof(sg), r),
 			 1);
 }
 
@@ -970,7 +968,7 @@ static void test_signals(void **state)
 	struct fx *fx = *state;
 	struct djinn_session *s;
 	struct djinn_admin_sched_session e;
-	const uint64_t hour = 3600 * SEC;
+	const uint64_t hour = 3600 * NSEC_PER_SEC;
 	struct dj_resp r;
 	uint64_t sid;
 	int fd, fd2;
@@ -993,7 +991,7 @@ static void test_signals(void **state)
 	/* raw frames */
 	fd = dj_connect(fx->d.sock);
 	assert_true(fd >= 0);
-	assert_int_equal(dj_call(fd, DJINN_OP_HELLO, 0, NULL, 0, &r), 1);
+	assert_int_equal(dj_call(fd, DJINN_MSG_HELLO, 0, NULL, 0, &r), 1);
 	assert_int_equal(r.error, 0);
 	dj_resp_free(&r);
 	{
@@ -1001,7 +999,7 @@ static void test_signals(void **state)
 						.priority = 4 };
 		struct djinn_session_resp sr;
 
-		assert_int_equal(dj_call(fd, DJINN_OP_SESSION_OPEN, 0, &o,
+		assert_int_equal(dj_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o,
 					 sizeof(o), &r),
 				 1);
 		assert_int_equal(r.error, 0);
@@ -1029,7 +1027,7 @@ static void test_signals(void **state)
 	e = sched_of(fx, sid);
 	assert_int_equal(e.phase, DJINN_PHASE_IO_WAIT);
 	assert_true(e.phase_left_ns <= hour);
-	assert_true(e.phase_left_ns > hour - 600 * SEC);
+	assert_true(e.phase_left_ns > hour - 600 * NSEC_PER_SEC);
 	/* INT64_MAX itself is a duration: clamped too */
 	raw_wait(fd, sid, INT64_MAX, &r);
 	assert_int_equal(r.error, 0);
@@ -1042,29 +1040,30 @@ static void test_signals(void **state)
 	dj_resp_free(&r);
 	e = sched_of(fx, sid);
 	assert_int_equal(e.phase, DJINN_PHASE_IO_WAIT);
-	assert_true(e.phase_left_ns > hour - 600 * SEC);
+	assert_true(e.phase_left_ns > hour - 600 * NSEC_PER_SEC);
 
 	/* Another connection: not its session */
 	fd2 = dj_connect(fx->d.sock);
 	assert_true(fd2 >= 0);
-	assert_int_equal(dj_call(fd2, DJINN_OP_HELLO, 0, NULL, 0, &r), 1);
+	assert_int_equal(dj_call(fd2, DJINN_MSG_HELLO, 0, NULL, 0, &r), 1);
 	dj_resp_free(&r);
-	raw_wait(fd2, sid, 2 * SEC, &r);
+	raw_wait(fd2, sid, 2 * NSEC_PER_SEC, &r);
 	assert_int_equal(r.error, -EPERM);
 	dj_resp_free(&r);
-	raw_wait(fd2, sid_of(s), 2 * SEC, &r);
+	raw_wait(fd2, sid_of(s), 2 * NSEC_PER_SEC, &r);
 	assert_int_equal(r.error, -EPERM);
 	dj_resp_free(&r);
 	assert_int_not_equal(sched_of(fx, sid_of(s)).phase,
 			     DJINN_PHASE_IO_WAIT);
-	assert_true(sched_of(fx, sid).phase_left_ns > hour - 600 * SEC);
+	assert_true(sched_of(fx, sid).phase_left_ns >
+		    hour - 600 * NSEC_PER_SEC);
 	close(fd2);
 
 	/* COMPUTE ends the wait */
 	{
 		struct djinn_signal sg = { .phase = DJINN_PHASE_COMPUTE };
 
-		assert_int_equal(dj_call(fd, DJINN_OP_SIGNAL, sid, &sg,
+		assert_int_equal(dj_call(fd, DJINN_MSG_SIGNAL, sid, &sg,
 					 sizeof(sg), &r),
 				 1);
 		assert_int_equal(r.error, 0);
@@ -1073,7 +1072,7 @@ static void test_signals(void **state)
 	e = sched_of(fx, sid);
 	assert_int_equal(e.phase, DJINN_PHASE_COMPUTE);
 	assert_int_equal(e.phase_left_ns, 0);
-	assert_int_equal(dj_call(fd, DJINN_OP_SESSION_CLOSE, sid, NULL, 0, &r),
+	assert_int_equal(dj_call(fd, DJINN_MSG_SESSION_CLOSE, sid, NULL, 0, &r),
 			 1);
 	assert_int_equal(r.error, 0);
 	dj_resp_free(&r);

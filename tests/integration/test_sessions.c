@@ -42,14 +42,6 @@ static int fx_setup_1g(void **state)
 /* ---------------------------------------------------------------------- */
 /* Sessions */
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* 9. Open, heartbeat, attach, close; unknown sessions, foreign
  * connections, wrong tokens and bad open requests. */
 static void test_sessions(void **state)
@@ -65,7 +57,7 @@ static void test_sessions(void **state)
 	/* Open: a non-zero token, the default lease (--lease-ms 10000). */
 	sid = open_at(__LINE__, fd, "alice", 4, 0, &s);
 	assert_memory_not_equal(s.token, zero, sizeof(zero));
-	assert_int_equal(s.lease_ns, 10000 * MS);
+	assert_int_equal(s.lease_ns, 10000 * NSEC_PER_MSEC);
 	assert_true(s.deadline_ns > 0);
 
 	/* A second session has its own id and token. */
@@ -79,7 +71,7 @@ static void test_sessions(void **state)
 	{
 		uint64_t before = mono_ns(), after;
 
-		call_ok(fd, DJINN_OP_HEARTBEAT, sid, NULL, 0, &r, sizeof(hb));
+		call_ok(fd, DJINN_MSG_HEARTBEAT, sid, NULL, 0, &r, sizeof(hb));
 		after = mono_ns();
 		memcpy(&hb, r.data, sizeof(hb));
 		dj_resp_free(&r);
@@ -92,76 +84,80 @@ static void test_sessions(void **state)
 	assert_true(hb.deadline_ns > s.deadline_ns);
 
 	/* An unknown session */
-	call_err(fd, DJINN_OP_HEARTBEAT, sid + 1000, NULL, 0, -ENOENT, NULL);
-	call_err(fd, DJINN_OP_SESSION_CLOSE, UINT64_MAX, NULL, 0, -ENOENT,
+	call_err(fd, DJINN_MSG_HEARTBEAT, sid + 1000, NULL, 0, -ENOENT, NULL);
+	call_err(fd, DJINN_MSG_SESSION_CLOSE, UINT64_MAX, NULL, 0, -ENOENT,
 		 NULL);
-	call_err(fd, DJINN_OP_TENSOR_READ, 77777,
+	call_err(fd, DJINN_MSG_TENSOR_READ, 77777,
 		 &(struct djinn_tensor_io){ .handle = 1, .len = 1 },
 		 sizeof(struct djinn_tensor_io), -ENOENT, NULL);
 
 	/* Another connection, not attached: -EPERM */
-	call_err(fd2, DJINN_OP_HEARTBEAT, sid, NULL, 0, -EPERM, NULL);
-	call_err(fd2, DJINN_OP_SESSION_CLOSE, sid, NULL, 0, -EPERM, NULL);
-	call_err(fd2, DJINN_OP_TENSOR_RELEASE, sid, &(uint64_t){ 1 }, 8, -EPERM,
-		 NULL);
+	call_err(fd2, DJINN_MSG_HEARTBEAT, sid, NULL, 0, -EPERM, NULL);
+	call_err(fd2, DJINN_MSG_SESSION_CLOSE, sid, NULL, 0, -EPERM, NULL);
+	call_err(fd2, DJINN_MSG_TENSOR_RELEASE, sid, &(uint64_t){ 1 }, 8,
+		 -EPERM, NULL);
 	/* a wrong token, zero or one bit off */
-	call_err(fd2, DJINN_OP_SESSION_ATTACH, sid, zero, 16, -EPERM, NULL);
+	call_err(fd2, DJINN_MSG_SESSION_ATTACH, sid, zero, 16, -EPERM, NULL);
 	memcpy(bad, s.token, 16);
 	bad[15] ^= 1;
-	call_err(fd2, DJINN_OP_SESSION_ATTACH, sid, bad, 16, -EPERM, NULL);
+	call_err(fd2, DJINN_MSG_SESSION_ATTACH, sid, bad, 16, -EPERM, NULL);
 	/* the other session's token */
-	call_err(fd2, DJINN_OP_SESSION_ATTACH, sid, s2.token, 16, -EPERM, NULL);
-	call_err(fd2, DJINN_OP_HEARTBEAT, sid, NULL, 0, -EPERM, NULL);
-	/* attaching to an unknown session */
-	call_err(fd2, DJINN_OP_SESSION_ATTACH, sid + 1000, s.token, 16, -ENOENT,
+	call_err(fd2, DJINN_MSG_SESSION_ATTACH, sid, s2.token, 16, -EPERM,
 		 NULL);
+	call_err(fd2, DJINN_MSG_HEARTBEAT, sid, NULL, 0, -EPERM, NULL);
+	/* attaching to an unknown session */
+	call_err(fd2, DJINN_MSG_SESSION_ATTACH, sid + 1000, s.token, 16,
+		 -ENOENT, NULL);
 	/* the right token: attached */
-	call_ok(fd2, DJINN_OP_SESSION_ATTACH, sid, s.token, 16, &r, sizeof(hb));
+	call_ok(fd2, DJINN_MSG_SESSION_ATTACH, sid, s.token, 16, &r,
+		sizeof(hb));
 	memcpy(&hb, r.data, sizeof(hb));
 	dj_resp_free(&r);
 	assert_int_equal(hb.session_id, sid);
 	assert_memory_equal(hb.token, zero, sizeof(zero));
-	call_ok(fd2, DJINN_OP_HEARTBEAT, sid, NULL, 0, &r, sizeof(hb));
+	call_ok(fd2, DJINN_MSG_HEARTBEAT, sid, NULL, 0, &r, sizeof(hb));
 	dj_resp_free(&r);
 	/* and still from the first connection */
-	call_ok(fd, DJINN_OP_HEARTBEAT, sid, NULL, 0, &r, sizeof(hb));
+	call_ok(fd, DJINN_MSG_HEARTBEAT, sid, NULL, 0, &r, sizeof(hb));
 	dj_resp_free(&r);
 
 	/* A closed connection does not end its sessions: s2 survives its
 	 * connection and is attached from a new one. */
 	close(fd);
 	fd = xconnect(fx->d.sock);
-	call_ok(fd, DJINN_OP_SESSION_ATTACH, s2.session_id, s2.token, 16, &r,
+	call_ok(fd, DJINN_MSG_SESSION_ATTACH, s2.session_id, s2.token, 16, &r,
 		sizeof(hb));
 	dj_resp_free(&r);
 	assert_int_equal(sessions_now(fx, NULL), 2);
 	close_session(fd, s2.session_id);
-	call_err(fd, DJINN_OP_HEARTBEAT, s2.session_id, NULL, 0, -ENOENT, NULL);
+	call_err(fd, DJINN_MSG_HEARTBEAT, s2.session_id, NULL, 0, -ENOENT,
+		 NULL);
 
 	/* Close from the attached connection: gone for everyone. */
 	close_session(fd2, sid);
-	call_err(fd2, DJINN_OP_HEARTBEAT, sid, NULL, 0, -ENOENT, NULL);
-	call_err(fd2, DJINN_OP_SESSION_ATTACH, sid, s.token, 16, -ENOENT, NULL);
-	call_err(fd2, DJINN_OP_SESSION_CLOSE, sid, NULL, 0, -ENOENT, NULL);
+	call_err(fd2, DJINN_MSG_HEARTBEAT, sid, NULL, 0, -ENOENT, NULL);
+	call_err(fd2, DJINN_MSG_SESSION_ATTACH, sid, s.token, 16, -ENOENT,
+		 NULL);
+	call_err(fd2, DJINN_MSG_SESSION_CLOSE, sid, NULL, 0, -ENOENT, NULL);
 
 	/* Bad opens: -EINVAL, nothing opened. */
 	memset(&o, 0, sizeof(o));
 	memset(o.tenant, 'a', sizeof(o.tenant)); /* no NUL */
 	o.priority = 4;
-	call_err(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), -EINVAL,
+	call_err(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EINVAL,
 		 "tenant");
 	memset(o.tenant, 0, sizeof(o.tenant)); /* empty */
-	call_err(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), -EINVAL, NULL);
+	call_err(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EINVAL, NULL);
 	strcpy(o.tenant, "bob");
 	o.priority = 8;
-	call_err(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), -EINVAL, NULL);
+	call_err(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EINVAL, NULL);
 	o.priority = UINT32_MAX;
-	call_err(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), -EINVAL, NULL);
+	call_err(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EINVAL, NULL);
 	/* 63 bytes and a NUL, priority 7: fine */
 	memset(o.tenant, 'b', sizeof(o.tenant) - 1);
 	o.tenant[sizeof(o.tenant) - 1] = 0;
 	o.priority = 7;
-	call_ok(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &r, sizeof(s));
+	call_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r, sizeof(s));
 	memcpy(&s, r.data, sizeof(s));
 	dj_resp_free(&r);
 	assert_int_equal(session_entry(fx, s.session_id).priority, 7);
@@ -189,18 +185,18 @@ static void test_signal(void **state)
 	int fd = xconnect(fx->d.sock);
 	uint64_t sid = open_session(fd, "sig");
 	struct djinn_signal sg = { .phase = DJINN_PHASE_IO_WAIT,
-				   .expected_ns = 2000 * MS };
+				   .expected_ns = 2000 * NSEC_PER_MSEC };
 
-	call_void(fd, DJINN_OP_SIGNAL, sid, &sg, sizeof(sg));
+	call_void(fd, DJINN_MSG_SIGNAL, sid, &sg, sizeof(sg));
 	assert_int_equal(session_entry(fx, sid).phase, DJINN_PHASE_IO_WAIT);
 	sg.phase = DJINN_PHASE_IDLE + 1;
-	call_err(fd, DJINN_OP_SIGNAL, sid, &sg, sizeof(sg), -EINVAL, "phase");
+	call_err(fd, DJINN_MSG_SIGNAL, sid, &sg, sizeof(sg), -EINVAL, "phase");
 	sg.phase = DJINN_PHASE_DECODE;
 	sg.__reserved = 1;
-	call_err(fd, DJINN_OP_SIGNAL, sid, &sg, sizeof(sg), -EINVAL,
+	call_err(fd, DJINN_MSG_SIGNAL, sid, &sg, sizeof(sg), -EINVAL,
 		 "reserved");
 	sg.__reserved = 0;
-	call_err(fd, DJINN_OP_SIGNAL, 0, &sg, sizeof(sg), -ENOENT, NULL);
+	call_err(fd, DJINN_MSG_SIGNAL, 0, &sg, sizeof(sg), -ENOENT, NULL);
 	assert_int_equal(session_entry(fx, sid).phase, DJINN_PHASE_IO_WAIT);
 	close_session(fd, sid);
 	close(fd);
@@ -247,24 +243,24 @@ static void *client_main(void *arg)
 	/* Everyone connected before anyone starts. */
 	pthread_barrier_wait(cl->bar);
 	CHECK(fd >= 0, "connect", fd);
-	ret = dj_call(fd, DJINN_OP_HELLO, 0, NULL, 0, &r);
+	ret = dj_call(fd, DJINN_MSG_HELLO, 0, NULL, 0, &r);
 	CHECK(ret == 1 && !r.error, "hello", ret);
 	dj_resp_free(&r);
 
 	snprintf(o.tenant, sizeof(o.tenant), "client-%u", cl->err.id);
-	ret = dj_call(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &r);
+	ret = dj_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r);
 	CHECK(ret == 1 && !r.error && r.len == sizeof(s), "open", r.error);
 	memcpy(&s, r.data, sizeof(s));
 	dj_resp_free(&r);
 
 	p = create_payload(&d, DJINN_SEG_DATA, NULL, data, 1024, &plen);
-	ret = dj_call(fd, DJINN_OP_TENSOR_CREATE, s.session_id, p, plen, &r);
+	ret = dj_call(fd, DJINN_MSG_TENSOR_CREATE, s.session_id, p, plen, &r);
 	CHECK(ret == 1 && !r.error && r.len == sizeof(t), "create", r.error);
 	memcpy(&t, r.data, sizeof(t));
 	dj_resp_free(&r);
 
 	io.handle = t.handle;
-	ret = dj_call(fd, DJINN_OP_TENSOR_READ, s.session_id, &io, sizeof(io),
+	ret = dj_call(fd, DJINN_MSG_TENSOR_READ, s.session_id, &io, sizeof(io),
 		      &r);
 	CHECK(ret == 1 && !r.error && r.len == 1024, "read", r.error);
 	CHECK(!memcmp(r.data, data, 1024), "read back", 0);
@@ -276,14 +272,14 @@ static void *client_main(void *arg)
 	gb_output(&g, v);
 	free(p);
 	p = gb_payload(&g, &plen);
-	ret = dj_call(fd, DJINN_OP_GRAPH_SUBMIT, s.session_id, p, plen, &r);
+	ret = dj_call(fd, DJINN_MSG_GRAPH_SUBMIT, s.session_id, p, plen, &r);
 	CHECK(ret == 1 && !r.error &&
 		      r.len == sizeof(struct djinn_graph_resp) + sizeof(out),
 	      "graph", r.error);
 	memcpy(&out, r.data + sizeof(struct djinn_graph_resp), sizeof(out));
 	dj_resp_free(&r);
 	io.handle = out.handle;
-	ret = dj_call(fd, DJINN_OP_TENSOR_READ, s.session_id, &io, sizeof(io),
+	ret = dj_call(fd, DJINN_MSG_TENSOR_READ, s.session_id, &io, sizeof(io),
 		      &r);
 	CHECK(ret == 1 && !r.error && r.len == 1024, "read result", r.error);
 	memcpy(f, r.data, 1024);
@@ -293,11 +289,11 @@ static void *client_main(void *arg)
 		CHECK(f[i] == want[i] * 2 || (isnan(f[i]) && isnan(want[i])),
 		      "result", i);
 
-	ret = dj_call(fd, DJINN_OP_TENSOR_RELEASE, s.session_id, &t.handle, 8,
+	ret = dj_call(fd, DJINN_MSG_TENSOR_RELEASE, s.session_id, &t.handle, 8,
 		      &r);
 	CHECK(ret == 1 && !r.error, "release", r.error);
 	dj_resp_free(&r);
-	ret = dj_call(fd, DJINN_OP_SESSION_CLOSE, s.session_id, NULL, 0, &r);
+	ret = dj_call(fd, DJINN_MSG_SESSION_CLOSE, s.session_id, NULL, 0, &r);
 	CHECK(ret == 1 && !r.error, "close", r.error);
 out:
 	dj_resp_free(&r);
@@ -362,7 +358,7 @@ static void test_sessions_per_uid(void **state)
 		struct djinn_session_open o = { .tenant = "capped",
 						.priority = 4 };
 
-		call_err(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), -EDQUOT,
+		call_err(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EDQUOT,
 			 "server.max_sessions_per_uid");
 	}
 	close_session(fd, sid[0]);
@@ -397,7 +393,7 @@ static void test_daemon_stop(void **state)
 	/* a client in the middle of an 8 MiB upload */
 	sid2 = open_session(up, "uploader");
 	p = create_payload(&big, 0, NULL, NULL, 0, &plen);
-	h = dj_hdr(DJINN_OP_TENSOR_CREATE, 1, sid2, plen + desc_bytes(&big));
+	h = dj_hdr(DJINN_MSG_TENSOR_CREATE, 1, sid2, plen + desc_bytes(&big));
 	assert_int_equal(dj_send_raw(up, &h, p, plen), 0);
 	free(p);
 	p = pattern_buf(6, MiB);

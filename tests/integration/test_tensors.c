@@ -75,13 +75,13 @@ static void test_tensors(void **state)
 			{ 8, UINT64_MAX }, { UINT64_MAX, 2 }, { bytes - 4, 8 },
 		};
 
-		for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+		for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 			struct djinn_tensor_io io = { .handle = t,
 						      .offset = bad[i][0],
 						      .len = bad[i][1] };
 
-			call_err(fd, DJINN_OP_TENSOR_READ, sid, &io, sizeof(io),
-				 -EINVAL, "range");
+			call_err(fd, DJINN_MSG_TENSOR_READ, sid, &io,
+				 sizeof(io), -EINVAL, "range");
 		}
 		write_at(__LINE__, fd, sid, t, bytes - 10, upd, 20, -EINVAL,
 			 "range");
@@ -95,7 +95,7 @@ static void test_tensors(void **state)
 		struct djinn_tensor_io io = { .handle = t, .len = 99 };
 
 		memcpy(p, &io, sizeof(io));
-		call_err(fd, DJINN_OP_TENSOR_WRITE, sid, p, plen, -EINVAL,
+		call_err(fd, DJINN_MSG_TENSOR_WRITE, sid, p, plen, -EINVAL,
 			 NULL);
 		free(p);
 	}
@@ -108,13 +108,13 @@ static void test_tensors(void **state)
 	{
 		struct djinn_tensor_io io = { .handle = other, .len = 4 };
 
-		call_err(fd, DJINN_OP_TENSOR_READ, sid, &io, sizeof(io),
+		call_err(fd, DJINN_MSG_TENSOR_READ, sid, &io, sizeof(io),
 			 -ENOENT, NULL);
 		io.handle = t;
-		call_err(fd2, DJINN_OP_TENSOR_READ, sid2, &io, sizeof(io),
+		call_err(fd2, DJINN_MSG_TENSOR_READ, sid2, &io, sizeof(io),
 			 -ENOENT, NULL);
 		write_at(__LINE__, fd2, sid2, t, 0, upd, 4, -ENOENT, NULL);
-		call_err(fd2, DJINN_OP_TENSOR_RELEASE, sid2, &t, 8, -ENOENT,
+		call_err(fd2, DJINN_MSG_TENSOR_RELEASE, sid2, &t, 8, -ENOENT,
 			 NULL);
 	}
 	/* forged handles */
@@ -130,10 +130,10 @@ static void test_tensors(void **state)
 					    x;
 			if (io.handle == t || io.handle == part)
 				continue;
-			call_err(fd, DJINN_OP_TENSOR_READ, sid, &io, sizeof(io),
-				 -ENOENT, NULL);
+			call_err(fd, DJINN_MSG_TENSOR_READ, sid, &io,
+				 sizeof(io), -ENOENT, NULL);
 		}
-		call_err(fd, DJINN_OP_TENSOR_RELEASE, sid, &x, 8, -ENOENT,
+		call_err(fd, DJINN_MSG_TENSOR_RELEASE, sid, &x, 8, -ENOENT,
 			 NULL);
 	}
 
@@ -142,10 +142,10 @@ static void test_tensors(void **state)
 	{
 		struct djinn_tensor_io io = { .handle = t, .len = 4 };
 
-		call_err(fd, DJINN_OP_TENSOR_READ, sid, &io, sizeof(io),
+		call_err(fd, DJINN_MSG_TENSOR_READ, sid, &io, sizeof(io),
 			 -ENOENT, NULL);
 		write_at(__LINE__, fd, sid, t, 0, upd, 4, -ENOENT, NULL);
-		call_err(fd, DJINN_OP_TENSOR_RELEASE, sid, &t, 8, -ENOENT,
+		call_err(fd, DJINN_MSG_TENSOR_RELEASE, sid, &t, 8, -ENOENT,
 			 NULL);
 	}
 	/* a new tensor (maybe in the same slot) does not answer to it */
@@ -154,7 +154,7 @@ static void test_tensors(void **state)
 	{
 		struct djinn_tensor_io io = { .handle = t, .len = 4 };
 
-		call_err(fd, DJINN_OP_TENSOR_READ, sid, &io, sizeof(io),
+		call_err(fd, DJINN_MSG_TENSOR_READ, sid, &io, sizeof(io),
 			 -ENOENT, NULL);
 	}
 	tensor_read(fd, sid, t2, 0, 40, got);
@@ -186,10 +186,10 @@ static void test_large_read(void **state)
 	uint8_t *data = pattern_buf(9, 4 * MiB);
 	uint64_t t = create_data(fd, sid, &d, data, 4 * MiB);
 
-	for (size_t i = 0; i < ARRAY_LEN(lens); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(lens); i++) {
 		struct djinn_tensor_io io = { .handle = t, .len = lens[i] };
 		struct dj_resp r;
-		int ret = dj_call(fd, DJINN_OP_TENSOR_READ, sid, &io,
+		int ret = dj_call(fd, DJINN_MSG_TENSOR_READ, sid, &io,
 				  sizeof(io), &r);
 
 		assert_int_equal(ret, 1);
@@ -255,12 +255,12 @@ static void test_many_reads(void **state)
 		for (int i = 0; i < READS; i++) {
 			struct djinn_tensor_io io = { .handle = t[c] };
 
-			len[c][i] = lens[(i + c) % ARRAY_LEN(lens)];
+			len[c][i] = lens[(i + c) % ARRAY_SIZE(lens)];
 			off[c][i] = ((uint64_t)i * 1234577 + (uint64_t)c * 77) %
 				    (bytes - len[c][i] + 1);
 			io.offset = off[c][i];
 			io.len = len[c][i];
-			h_put(frames, &n, DJINN_OP_TENSOR_READ,
+			h_put(frames, &n, DJINN_MSG_TENSOR_READ,
 			      1000 + (uint64_t)i, sid[c], &io, sizeof(io));
 		}
 		assert_int_equal(dj_write(fd[c], frames, n, 5000), 0);
@@ -326,11 +326,11 @@ static void test_mem_prepared(void **state)
 	 * write. */
 	p = create_payload(&big, DJINN_SEG_DATA, NULL, data, 24 * MiB, &plen);
 	frames = xmalloc(plen + 4096);
-	h_put(frames, &n, DJINN_OP_TENSOR_CREATE, 1, sa, p, plen);
+	h_put(frames, &n, DJINN_MSG_TENSOR_CREATE, 1, sa, p, plen);
 	free(p);
-	h_put(frames, &n, DJINN_OP_HELLO, 2, 0, NULL, 0);
+	h_put(frames, &n, DJINN_MSG_HELLO, 2, 0, NULL, 0);
 	p = create_payload(&small, DJINN_SEG_DATA, NULL, NULL, 0, &plen);
-	h_put(frames, &n, DJINN_OP_TENSOR_CREATE, 3, sa, p, plen);
+	h_put(frames, &n, DJINN_MSG_TENSOR_CREATE, 3, sa, p, plen);
 	free(p);
 	assert_int_equal(dj_write(a, frames, n, 5000), 0);
 	free(frames);
@@ -359,7 +359,7 @@ static void test_mem_prepared(void **state)
 	/* Back through the memory executor: the bytes are the same. */
 	io.handle = ta;
 	io.offset = 24 * MiB - 16;
-	call_ok(a, DJINN_OP_TENSOR_READ, sa, &io, sizeof(io), &r, 16);
+	call_ok(a, DJINN_MSG_TENSOR_READ, sa, &io, sizeof(io), &r, 16);
 	expect_pattern(r.data, 11, 24 * MiB - 16, 16, "read after swap");
 	dj_resp_free(&r);
 	assert_true(vmu_now(fx).swap_ins > v.swap_ins);
@@ -401,8 +401,8 @@ static void test_half_close(void **state)
 
 	p = create_payload(&d, DJINN_SEG_DATA, NULL, data, 4 * MiB, &plen);
 	frames = xmalloc(plen + 256);
-	h_put(frames, &n, DJINN_OP_TENSOR_CREATE, 10, sid, p, plen);
-	h_put(frames, &n, DJINN_OP_HELLO, 11, 0, NULL, 0);
+	h_put(frames, &n, DJINN_MSG_TENSOR_CREATE, 10, sid, p, plen);
+	h_put(frames, &n, DJINN_MSG_HELLO, 11, 0, NULL, 0);
 	free(p);
 	assert_int_equal(dj_write(fd, frames, n, 5000), 0);
 	shutdown(fd, SHUT_WR);
@@ -478,7 +478,7 @@ static void test_tensor_bad(void **state)
 	{
 		struct djinn_tensor_create c = { .desc = d, .flags = 1 };
 
-		call_err(fd, DJINN_OP_TENSOR_CREATE, sid, &c, sizeof(c),
+		call_err(fd, DJINN_MSG_TENSOR_CREATE, sid, &c, sizeof(c),
 			 -EINVAL, "flags");
 	}
 	/* more data than the tensor holds */
@@ -534,7 +534,7 @@ static void test_tensor_too_big(void **state)
 		uint8_t *p = create_payload(&a, DJINN_SEG_DATA, NULL, NULL, 0,
 					    &plen);
 
-		h = dj_hdr(DJINN_OP_TENSOR_CREATE, 1, sid2,
+		h = dj_hdr(DJINN_MSG_TENSOR_CREATE, 1, sid2,
 			   plen + desc_bytes(&a));
 		assert_int_equal(dj_send_raw(up, &h, p, plen), 0);
 		free(p);
@@ -558,8 +558,8 @@ static void test_tensor_too_big(void **state)
 		size_t plen;
 		uint8_t *p =
 			create_payload(&t, DJINN_SEG_TEXT, fp, NULL, 0, &plen);
-		struct djinn_hdr h =
-			dj_hdr(DJINN_OP_TENSOR_CREATE, 5, sid, plen + 65 * MiB);
+		struct djinn_hdr h = dj_hdr(DJINN_MSG_TENSOR_CREATE, 5, sid,
+					    plen + 65 * MiB);
 
 		assert_int_equal(dj_send_raw(fd, &h, p, plen), 0);
 		free(p);
@@ -575,13 +575,13 @@ static void test_tensor_too_big(void **state)
 	assert_int_equal(session_entry(fx, sid).tensors, 0);
 	attach(fd, fd2_sid, fd2_token);
 	close_session(fd, fd2_sid);
-	assert_int_equal(dj_call(fd, DJINN_OP_HEARTBEAT, sid, NULL, 0, &r), 1);
+	assert_int_equal(dj_call(fd, DJINN_MSG_HEARTBEAT, sid, NULL, 0, &r), 1);
 	expect_error(&r, -EPERM, NULL);
 	dj_resp_free(&r);
 	{
 		struct djinn_admin_kill k = { sid };
 
-		call_void(fx->adm, DJINN_OP_ADMIN_KILL, 0, &k, sizeof(k));
+		call_void(fx->adm, DJINN_MSG_ADMIN_KILL, 0, &k, sizeof(k));
 	}
 	close(fd);
 	check_health(fx, 0);

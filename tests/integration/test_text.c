@@ -43,7 +43,7 @@ static void test_text(void **state)
 	memcpy(l.fp, fp, sizeof(fp));
 
 	/* Not there yet */
-	call_err(fd, DJINN_OP_TEXT_LOOKUP, sid, &l, sizeof(l), -ENOENT, NULL);
+	call_err(fd, DJINN_MSG_TEXT_LOOKUP, sid, &l, sizeof(l), -ENOENT, NULL);
 
 	/* Wrong fingerprint: -EBADMSG, nothing kept */
 	memcpy(wrong, fp, sizeof(fp));
@@ -59,8 +59,8 @@ static void test_text(void **state)
 	expect_error(&r, -EBADMSG, NULL);
 	dj_resp_free(&r);
 	data[bytes / 2] ^= 1;
-	call_err(fd, DJINN_OP_TEXT_LOOKUP, sid, &l, sizeof(l), -ENOENT, NULL);
-	call_err(fd, DJINN_OP_TEXT_LOOKUP, sid,
+	call_err(fd, DJINN_MSG_TEXT_LOOKUP, sid, &l, sizeof(l), -ENOENT, NULL);
+	call_err(fd, DJINN_MSG_TEXT_LOOKUP, sid,
 		 &(struct djinn_text_lookup){ .desc = d, .fp = { 0xba } },
 		 sizeof(l), -ENOENT, NULL);
 	assert_int_equal(vmu_now(fx).seg[0].used, fx->base.seg[0].used);
@@ -81,7 +81,8 @@ static void test_text(void **state)
 	/* A second session finds it, viewed as another shape of the same
 	 * size, and reads the same bytes. */
 	l.desc = DESC(DJINN_DTYPE_U8, bytes);
-	call_ok(fd2, DJINN_OP_TEXT_LOOKUP, sid2, &l, sizeof(l), &r, sizeof(tr));
+	call_ok(fd2, DJINN_MSG_TEXT_LOOKUP, sid2, &l, sizeof(l), &r,
+		sizeof(tr));
 	memcpy(&tr, r.data, sizeof(tr));
 	dj_resp_free(&r);
 	assert_true(tr.flags & DJINN_TENSOR_DEDUP);
@@ -92,7 +93,8 @@ static void test_text(void **state)
 	expect_pattern(got, 11, 100, bytes - 100, "text from session 2");
 	/* viewed as a different size: refused */
 	l.desc = F32(bytes);
-	call_err(fd2, DJINN_OP_TEXT_LOOKUP, sid2, &l, sizeof(l), -EINVAL, NULL);
+	call_err(fd2, DJINN_MSG_TEXT_LOOKUP, sid2, &l, sizeof(l), -EINVAL,
+		 NULL);
 	/* uploading it again: a dedup, no new bytes committed */
 	{
 		uint64_t used = vmu_now(fx).seg[0].used;
@@ -110,7 +112,7 @@ static void test_text(void **state)
 	{
 		struct djinn_tensor_io io = { .handle = t, .len = 4 };
 
-		call_err(fd2, DJINN_OP_TENSOR_READ, sid2, &io, sizeof(io),
+		call_err(fd2, DJINN_MSG_TENSOR_READ, sid2, &io, sizeof(io),
 			 -ENOENT, NULL);
 	}
 	tensor_read(fd, sid, t, 0, bytes, got);
@@ -132,7 +134,7 @@ static void test_text(void **state)
 		sha256(b, desc_bytes(&d2), fp2);
 		p = create_payload(&d2, DJINN_SEG_TEXT, fp2, NULL, 0, &plen);
 		for (int i = 0; i < 2; i++) {
-			struct djinn_hdr hh = dj_hdr(DJINN_OP_TENSOR_CREATE,
+			struct djinn_hdr hh = dj_hdr(DJINN_MSG_TENSOR_CREATE,
 						     50 + i, sids[i],
 						     plen + desc_bytes(&d2));
 
@@ -173,7 +175,7 @@ static void test_text(void **state)
 	/* a lookup with a bad desc */
 	l.desc = F32(4);
 	l.desc.ndim = 9;
-	call_err(fd, DJINN_OP_TEXT_LOOKUP, sid, &l, sizeof(l), -EINVAL, NULL);
+	call_err(fd, DJINN_MSG_TEXT_LOOKUP, sid, &l, sizeof(l), -EINVAL, NULL);
 
 	/* The first session lets go: the second still reads it. */
 	tensor_release(fd, sid, t);

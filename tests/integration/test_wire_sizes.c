@@ -16,7 +16,7 @@
  *   opcodes alike;
  *
  * and the connection stays usable after each refusal. Also: every opcode
- * lib/opnames.c names is one djinnd serves and no other, and its metric
+ * lib/msgnames.c names is one djinnd serves and no other, and its metric
  * label is its name in lower case.
  */
 #include <ctype.h>
@@ -33,10 +33,11 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "daemon.h"
-#include "opnames.h"
+#include "msgnames.h"
 
-/* What djinnd takes of a fixed-size request (net/ops.c). */
+/* What djinnd takes of a fixed-size request (net/msg.c). */
 #define STRUCT_MAX 4096
 
 struct fx {
@@ -149,7 +150,7 @@ static struct djinn_admin_stats stats(struct fx *fx)
 {
 	struct djinn_admin_stats st;
 
-	call_ok(fx->afd, DJINN_OP_ADMIN_STATS, 0, NULL, 0, &st, sizeof(st));
+	call_ok(fx->afd, DJINN_MSG_ADMIN_STATS, 0, NULL, 0, &st, sizeof(st));
 	return st;
 }
 
@@ -160,7 +161,7 @@ static struct djinn_admin_session session_entry(struct fx *fx, uint64_t sid)
 	struct dj_resp r;
 	uint32_t n;
 
-	call_at(__LINE__, fx->afd, DJINN_OP_ADMIN_SESSIONS, 0, NULL, 0, &r);
+	call_at(__LINE__, fx->afd, DJINN_MSG_ADMIN_SESSIONS, 0, NULL, 0, &r);
 	assert_int_equal(r.error, 0);
 	assert_true(r.len >= 8);
 	memcpy(&n, r.data, sizeof(n));
@@ -180,7 +181,7 @@ static void hello(int fd)
 {
 	struct djinn_hello_resp h;
 
-	call_ok(fd, DJINN_OP_HELLO, 0, NULL, 0, &h, sizeof(h));
+	call_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0, &h, sizeof(h));
 	assert_int_equal(h.version, DJINN_PROTO_VERSION);
 }
 
@@ -194,50 +195,52 @@ static void test_grown_zero(void **state)
 	struct fx *fx = *state;
 	struct djinn_session_open o = open_req("grown");
 	struct djinn_signal sg = { .phase = DJINN_PHASE_IO_WAIT,
-				   .expected_ns = 2000000000ull };
+				   .expected_ns = 2 * NSEC_PER_SEC };
 	const size_t lens[] = { sizeof(o) + 8, sizeof(o) + 1, STRUCT_MAX };
 	struct djinn_admin_stats st;
 	struct djinn_session_resp s;
 	struct djinn_hello_resp h;
 	uint8_t *p;
 
-	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(lens); i++) {
 		p = padded(&o, sizeof(o), lens[i]);
-		call_ok(fx->fd, DJINN_OP_SESSION_OPEN, 0, p, lens[i], &s,
+		call_ok(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, lens[i], &s,
 			sizeof(s));
 		free(p);
 		assert_true(s.session_id != 0);
-		assert_int_equal(s.lease_ns, 10000 * 1000000ull);
+		assert_int_equal(s.lease_ns, 10 * NSEC_PER_SEC);
 		assert_string_equal(session_entry(fx, s.session_id).tenant,
 				    "grown");
-		call_ok(fx->fd, DJINN_OP_SESSION_CLOSE, s.session_id, NULL, 0,
+		call_ok(fx->fd, DJINN_MSG_SESSION_CLOSE, s.session_id, NULL, 0,
 			NULL, 0);
 	}
 
 	/* a request with no payload yet, and one in a session */
 	p = padded(NULL, 0, 64);
-	call_ok(fx->fd, DJINN_OP_HELLO, 0, p, 64, &h, sizeof(h));
-	call_ok(fx->afd, DJINN_OP_ADMIN_STATS, 0, p, 16, &st, sizeof(st));
+	call_ok(fx->fd, DJINN_MSG_HELLO, 0, p, 64, &h, sizeof(h));
+	call_ok(fx->afd, DJINN_MSG_ADMIN_STATS, 0, p, 16, &st, sizeof(st));
 	free(p);
-	call_ok(fx->fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &s, sizeof(s));
+	call_ok(fx->fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &s,
+		sizeof(s));
 	p = padded(&sg, sizeof(sg), sizeof(sg) + 24);
-	call_ok(fx->fd, DJINN_OP_SIGNAL, s.session_id, p, sizeof(sg) + 24, NULL,
-		0);
+	call_ok(fx->fd, DJINN_MSG_SIGNAL, s.session_id, p, sizeof(sg) + 24,
+		NULL, 0);
 	free(p);
 	assert_int_equal(session_entry(fx, s.session_id).phase,
 			 DJINN_PHASE_IO_WAIT);
 	/* the handler ran: it looked for the tensor */
 	p = padded(&(uint64_t){ 0x1234 }, 8, 8 + 8);
-	call_err(fx->fd, DJINN_OP_TENSOR_RELEASE, s.session_id, p, 16, -ENOENT,
+	call_err(fx->fd, DJINN_MSG_TENSOR_RELEASE, s.session_id, p, 16, -ENOENT,
 		 "no tensor with handle 0x1234");
 	free(p);
 
 	/* past what djinnd takes of any struct: refused before reading */
 	p = padded(&o, sizeof(o), STRUCT_MAX + 1);
-	call_err(fx->fd, DJINN_OP_SESSION_OPEN, 0, p, STRUCT_MAX + 1, -EMSGSIZE,
-		 "limit 4096");
+	call_err(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, STRUCT_MAX + 1,
+		 -EMSGSIZE, "limit 4096");
 	free(p);
-	call_ok(fx->fd, DJINN_OP_SESSION_CLOSE, s.session_id, NULL, 0, NULL, 0);
+	call_ok(fx->fd, DJINN_MSG_SESSION_CLOSE, s.session_id, NULL, 0, NULL,
+		0);
 	assert_int_equal(stats(fx).sessions, 0);
 	hello(fx->fd);
 }
@@ -248,7 +251,7 @@ static void test_grown_nonzero(void **state)
 	struct fx *fx = *state;
 	struct djinn_session_open o = open_req("refused");
 	struct djinn_signal sg = { .phase = DJINN_PHASE_IO_WAIT,
-				   .expected_ns = 2000000000ull };
+				   .expected_ns = 2 * NSEC_PER_SEC };
 	struct djinn_admin_stats before, after;
 	struct djinn_session_resp s;
 	uint8_t *p;
@@ -256,13 +259,13 @@ static void test_grown_nonzero(void **state)
 	before = stats(fx);
 	p = padded(&o, sizeof(o), sizeof(o) + 8);
 	p[sizeof(o) + 5] = 0x80;
-	call_err(fx->fd, DJINN_OP_SESSION_OPEN, 0, p, sizeof(o) + 8, -E2BIG,
+	call_err(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, sizeof(o) + 8, -E2BIG,
 		 "SESSION_OPEN takes 80 bytes; byte 85 of the 88 sent is not "
 		 "zero");
 	/* the last byte too: every one is looked at */
 	p[sizeof(o) + 5] = 0;
 	p[sizeof(o) + 7] = 1;
-	call_err(fx->fd, DJINN_OP_SESSION_OPEN, 0, p, sizeof(o) + 8, -E2BIG,
+	call_err(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, sizeof(o) + 8, -E2BIG,
 		 "byte 87 of the 88");
 	free(p);
 	after = stats(fx);
@@ -271,10 +274,11 @@ static void test_grown_nonzero(void **state)
 	hello(fx->fd);
 
 	/* in a session: the signal is not taken */
-	call_ok(fx->fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &s, sizeof(s));
+	call_ok(fx->fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &s,
+		sizeof(s));
 	p = padded(&sg, sizeof(sg), STRUCT_MAX);
 	p[STRUCT_MAX - 1] = 0xff;
-	call_err(fx->fd, DJINN_OP_SIGNAL, s.session_id, p, STRUCT_MAX, -E2BIG,
+	call_err(fx->fd, DJINN_MSG_SIGNAL, s.session_id, p, STRUCT_MAX, -E2BIG,
 		 "byte 4095 of the 4096");
 	free(p);
 	assert_int_equal(session_entry(fx, s.session_id).phase,
@@ -283,7 +287,7 @@ static void test_grown_nonzero(void **state)
 	/* on the admin socket: the session is not killed */
 	p = padded(&s.session_id, 8, 12);
 	p[8] = 1;
-	call_err(fx->afd, DJINN_OP_ADMIN_KILL, 0, p, 12, -E2BIG,
+	call_err(fx->afd, DJINN_MSG_ADMIN_KILL, 0, p, 12, -E2BIG,
 		 "ADMIN_KILL takes 8 bytes; byte 8 of the 12");
 	free(p);
 	assert_int_equal(session_entry(fx, s.session_id).id, s.session_id);
@@ -291,13 +295,14 @@ static void test_grown_nonzero(void **state)
 	/* a request that has no payload yet */
 	p = padded(NULL, 0, 8);
 	p[3] = 7;
-	call_err(fx->fd, DJINN_OP_HELLO, 0, p, 8, -E2BIG,
+	call_err(fx->fd, DJINN_MSG_HELLO, 0, p, 8, -E2BIG,
 		 "HELLO takes 0 bytes; byte 3 of the 8");
-	call_err(fx->afd, DJINN_OP_ADMIN_VMU, 0, p, 8, -E2BIG, "byte 3");
+	call_err(fx->afd, DJINN_MSG_ADMIN_VMU, 0, p, 8, -E2BIG, "byte 3");
 	free(p);
 	hello(fx->fd);
 	hello(fx->afd);
-	call_ok(fx->fd, DJINN_OP_SESSION_CLOSE, s.session_id, NULL, 0, NULL, 0);
+	call_ok(fx->fd, DJINN_MSG_SESSION_CLOSE, s.session_id, NULL, 0, NULL,
+		0);
 }
 
 /* 3. Shorter than the struct, not than its first version: the rest is
@@ -311,24 +316,24 @@ static void test_short_zero_filled(void **state)
 	uint8_t p[sizeof(q)] = { 0 };
 
 	/* the whole struct: flags read, the unknown bit refused */
-	call_err(fx->afd, DJINN_OP_ADMIN_FAULT_INJECT, 0, &q, sizeof(q),
+	call_err(fx->afd, DJINN_MSG_ADMIN_FAULT_INJECT, 0, &q, sizeof(q),
 		 -EINVAL, "unknown flags 0x20");
 	/* device alone: flags zero, device 9 looked for */
 	q.device = 9;
-	call_err(fx->afd, DJINN_OP_ADMIN_FAULT_INJECT, 0, &q, 4, -ENODEV,
+	call_err(fx->afd, DJINN_MSG_ADMIN_FAULT_INJECT, 0, &q, 4, -ENODEV,
 		 "no device 9");
 	/* part of a field: its bytes sent, the rest zero */
 	p[0] = 3;
-	call_err(fx->afd, DJINN_OP_ADMIN_FAULT_INJECT, 0, p, 1, -ENODEV,
+	call_err(fx->afd, DJINN_MSG_ADMIN_FAULT_INJECT, 0, p, 1, -ENODEV,
 		 "no device 3");
 	p[0] = 0;
 	p[4] = 0x40;
-	call_err(fx->afd, DJINN_OP_ADMIN_FAULT_INJECT, 0, p, 5, -EINVAL,
+	call_err(fx->afd, DJINN_MSG_ADMIN_FAULT_INJECT, 0, p, 5, -EINVAL,
 		 "unknown flags 0x40");
 	/* device 0, flags 0, whatever was sent of them: past the checks */
 	p[4] = 0;
 	for (size_t len = 0; len <= sizeof(q); len++)
-		call_err(fx->afd, DJINN_OP_ADMIN_FAULT_INJECT, 0, p, len,
+		call_err(fx->afd, DJINN_MSG_ADMIN_FAULT_INJECT, 0, p, len,
 			 -EPERM, "fault injection is off");
 	hello(fx->afd);
 }
@@ -343,38 +348,40 @@ static void test_below_min(void **state)
 	struct djinn_session_resp s;
 	uint8_t *p = padded(&o, sizeof(o), sizeof(o));
 
-	call_err(fx->fd, DJINN_OP_SESSION_OPEN, 0, p, sizeof(o) - 1, -EINVAL,
+	call_err(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, sizeof(o) - 1, -EINVAL,
 		 "SESSION_OPEN takes at least 80 bytes, not 79");
-	call_err(fx->fd, DJINN_OP_SESSION_OPEN, 0, p, 0, -EINVAL,
+	call_err(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, 0, -EINVAL,
 		 "at least 80 bytes, not 0");
 	after = stats(fx);
 	assert_int_equal(after.sessions_opened, before.sessions_opened);
 	hello(fx->fd);
 
-	call_ok(fx->fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &s, sizeof(s));
-	call_err(fx->fd, DJINN_OP_SIGNAL, s.session_id, p,
+	call_ok(fx->fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &s,
+		sizeof(s));
+	call_err(fx->fd, DJINN_MSG_SIGNAL, s.session_id, p,
 		 sizeof(struct djinn_signal) - 1, -EINVAL,
 		 "SIGNAL takes at least 16 bytes, not 15");
-	call_err(fx->fd, DJINN_OP_TENSOR_RELEASE, s.session_id, p, 4, -EINVAL,
+	call_err(fx->fd, DJINN_MSG_TENSOR_RELEASE, s.session_id, p, 4, -EINVAL,
 		 "not 4");
 	/* variable length: the struct before what it counts */
-	call_err(fx->fd, DJINN_OP_CTX_PREFILL, s.session_id, p,
+	call_err(fx->fd, DJINN_MSG_CTX_PREFILL, s.session_id, p,
 		 sizeof(struct djinn_ctx_step) - 1, -EINVAL,
 		 "CTX_PREFILL takes at least 48 bytes, not 47");
-	call_err(fx->fd, DJINN_OP_MODEL_OPEN_UPLOADED, s.session_id, p, 8,
+	call_err(fx->fd, DJINN_MSG_MODEL_OPEN_UPLOADED, s.session_id, p, 8,
 		 -EINVAL, "at least 48 bytes, not 8");
-	call_err(fx->fd, DJINN_OP_GRAPH_SUBMIT, s.session_id, p, 20, -EINVAL,
+	call_err(fx->fd, DJINN_MSG_GRAPH_SUBMIT, s.session_id, p, 20, -EINVAL,
 		 "GRAPH_SUBMIT takes at least 24 bytes, not 20");
 	/* the sizes are checked before the session */
-	call_err(fx->fd, DJINN_OP_SIGNAL, 0, p, 3, -EINVAL, "not 3");
+	call_err(fx->fd, DJINN_MSG_SIGNAL, 0, p, 3, -EINVAL, "not 3");
 	free(p);
 
-	call_err(fx->afd, DJINN_OP_ADMIN_KILL, 0, &s.session_id, 7, -EINVAL,
+	call_err(fx->afd, DJINN_MSG_ADMIN_KILL, 0, &s.session_id, 7, -EINVAL,
 		 "ADMIN_KILL takes at least 8 bytes, not 7");
 	assert_int_equal(session_entry(fx, s.session_id).id, s.session_id);
 	hello(fx->fd);
 	hello(fx->afd);
-	call_ok(fx->fd, DJINN_OP_SESSION_CLOSE, s.session_id, NULL, 0, NULL, 0);
+	call_ok(fx->fd, DJINN_MSG_SESSION_CLOSE, s.session_id, NULL, 0, NULL,
+		0);
 }
 
 /* Fetch djinnd's metrics; the caller frees them. */
@@ -414,8 +421,8 @@ static void test_names(void **state)
 	unsigned int named = 0;
 
 	for (unsigned int op = 0; op < 256; op++) {
-		const char *name = djinn_wire_op_name(op);
-		const char *label = djinn_wire_op_label(op);
+		const char *name = djinn_msg_name(op);
+		const char *label = djinn_msg_label(op);
 		bool served = false;
 
 		assert_true(!name == !label);
@@ -450,7 +457,7 @@ static void test_names(void **state)
 
 	m = scrape(fx);
 	for (unsigned int op = 0; op < 256; op++) {
-		const char *label = djinn_wire_op_label(op);
+		const char *label = djinn_msg_label(op);
 
 		if (!label)
 			continue;

@@ -34,9 +34,16 @@ AT(djinn_ioc_session_open, ring, 128);
 AT(djinn_ioc_session_info, token, 16);
 AT(djinn_ioc_post, cqe, 16);
 
-/* the kernel's names for what proto.h names */
-static_assert(DJINN_TENANT_LEN == DJINN_TENANT_MAX, "tenant length");
-static_assert(DJINN_TOKEN_LEN == DJINN_SESSION_TOKEN_LEN, "token length");
+/* DJINN_TENANT_LEN and DJINN_TOKEN_LEN: one name in both headers,
+ * defined alike (a difference is a redefinition error here); the
+ * fields they size agree */
+#define FIELD_SIZE(s, f) sizeof(((struct s *)0)->f)
+static_assert(FIELD_SIZE(djinn_ioc_session_info, tenant) ==
+		      FIELD_SIZE(djinn_session_open, tenant),
+	      "tenant length");
+static_assert(FIELD_SIZE(djinn_ioc_session_info, token) ==
+		      FIELD_SIZE(djinn_session_resp, token),
+	      "token length");
 static_assert((int)DJINN_SIGNAL_IO_WAIT == (int)DJINN_PHASE_IO_WAIT, "IO_WAIT");
 static_assert((int)DJINN_SIGNAL_COMPUTE == (int)DJINN_PHASE_COMPUTE, "COMPUTE");
 static_assert((int)DJINN_SIGNAL_IDLE == (int)DJINN_PHASE_IDLE, "IDLE");

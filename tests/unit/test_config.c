@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "array_size.h"
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 
@@ -60,7 +62,7 @@ static void test_defaults(void **state)
 	assert_string_equal(c.srv.backend, "cpu");
 	assert_int_equal(c.srv.cpu_mem, 2ull << 30);
 	assert_int_equal(c.srv.gpu_mem, 0);
-	assert_int_equal(c.srv.lease_default_ns, 10000000000ull);
+	assert_int_equal(c.srv.lease_default_ns, 10 * NSEC_PER_SEC);
 	assert_int_equal(c.srv.warn_pct, 80);
 	assert_int_equal(c.srv.crit_pct, 95);
 	assert_int_equal(c.srv.nr_listen, 1);
@@ -119,9 +121,9 @@ static void test_good_file(void **state)
 	assert_int_equal(c.srv.gpu_mem, 40ull << 30);
 	assert_int_equal(c.srv.warn_pct, 60);
 	assert_int_equal(c.srv.crit_pct, 90);
-	assert_int_equal(c.srv.lease_default_ns, 30000000000ull);
-	assert_int_equal(c.srv.lease_min_ns, 500000000ull);
-	assert_int_equal(c.srv.lease_max_ns, 7200000000000ull);
+	assert_int_equal(c.srv.lease_default_ns, 30 * NSEC_PER_SEC);
+	assert_int_equal(c.srv.lease_min_ns, 500 * NSEC_PER_MSEC);
+	assert_int_equal(c.srv.lease_max_ns, 7200 * NSEC_PER_SEC);
 	assert_int_equal(c.log_level, LOG_DEBUG);
 	assert_string_equal(c.log_file, "/var/log/djinnd.log");
 	assert_string_equal(c.srv.metrics, "tcp:127.0.0.1:9464");
@@ -222,7 +224,7 @@ static void test_bad_files(void **state)
 		  "tenant.alice.share: already set on line 2" },
 	};
 
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		struct djinnd_config c;
 
 		assert_int_equal(load(&c, bad[i].text), -EINVAL);
@@ -377,9 +379,9 @@ static void test_sizes_durations(void **state)
 	assert_int_equal(config_parse_size("-1", &v), -EINVAL);
 	assert_int_equal(config_parse_size("16777216T", &v), -EINVAL);
 	assert_int_equal(config_parse_duration("250ms", &v), 0);
-	assert_int_equal(v, 250000000ull);
+	assert_int_equal(v, 250 * NSEC_PER_MSEC);
 	assert_int_equal(config_parse_duration("5m", &v), 0);
-	assert_int_equal(v, 300000000000ull);
+	assert_int_equal(v, 300 * NSEC_PER_SEC);
 	assert_int_equal(config_parse_duration("5", &v), -EINVAL);
 	assert_int_equal(config_parse_duration("5sec", &v), -EINVAL);
 	assert_int_equal(config_parse_duration("99999999999999999h", &v),
@@ -450,9 +452,9 @@ static void test_sched(void **state)
 				  "[tenant.bob]\nshare = 1\n"),
 			 0);
 	assert_int_equal(c.srv.sched.policy, DJINN_SCHED_STATIC);
-	assert_int_equal(c.srv.sched.quantum_ns, 5000000ull);
+	assert_int_equal(c.srv.sched.quantum_ns, 5 * NSEC_PER_MSEC);
 	assert_int_equal(c.srv.sched.admit_wait_ns, 0);
-	assert_int_equal(c.srv.sched.max_io_wait_ns, 600000000000ull);
+	assert_int_equal(c.srv.sched.max_io_wait_ns, 600 * NSEC_PER_SEC);
 	assert_int_equal(c.srv.sched.swap_margin_pct, 150);
 	assert_int_equal(c.srv.nr_shares, 2);
 	assert_string_equal(c.srv.shares[0].tenant, "alice");
@@ -484,7 +486,7 @@ static void test_sched(void **state)
 	assert_int_equal(restart, 1);
 	config_apply(&c, &next, mask);
 	config_free(&next);
-	assert_int_equal(c.srv.sched.quantum_ns, 2000000ull);
+	assert_int_equal(c.srv.sched.quantum_ns, 2 * NSEC_PER_MSEC);
 	assert_int_equal(c.srv.sched.policy, DJINN_SCHED_LRU);
 	assert_int_equal(c.srv.nr_shares, 1);
 	assert_int_equal(c.srv.shares[0].share, 9);
@@ -519,7 +521,7 @@ static void test_diff_apply(void **state)
 	assert_int_equal(now.log_level, LOG_DEBUG);
 	assert_int_equal(now.srv.warn_pct, 50);
 	assert_int_equal(now.srv.crit_pct, 95);
-	assert_int_equal(now.srv.lease_default_ns, 3000000000ull);
+	assert_int_equal(now.srv.lease_default_ns, 3 * NSEC_PER_SEC);
 	assert_int_equal(now.srv.cpu_mem, 2ull << 30); /* needs a restart */
 	/* Applied: the same file again changes nothing. */
 	assert_int_equal(load(&next, "[server]\nlisten = unix:/tmp/d1\n"

@@ -32,10 +32,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "testutil.h"
 #include "backend/backend.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #define F32 DJINN_DTYPE_F32
 #define F16 DJINN_DTYPE_F16

@@ -15,11 +15,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "testutil.h"
 #include "list.h"
 #include "exec/exec.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 struct fix {
 	struct backend *b;

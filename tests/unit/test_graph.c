@@ -19,10 +19,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "testutil.h"
 #include "graph.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #define F32 DJINN_DTYPE_F32
 #define F16 DJINN_DTYPE_F16
@@ -43,9 +42,12 @@ static struct djinn_tensor_desc desc(unsigned int dtype, unsigned int ndim,
 	return d;
 }
 
-/* D(F32, 2, 8, 64) is a (2, 8, 64) f32 desc; D(F32) a scalar */
-#define D(dt, ...)                                                   \
-	desc(dt, ARRAY_SIZE(((uint64_t[]){ 0, ##__VA_ARGS__ })) - 1, \
+/* D(F32, 2, 8, 64) is a (2, 8, 64) f32 desc; D(F32) a scalar. The
+ * dims are counted by sizeof alone: ARRAY_SIZE()'s array check needs a
+ * constant, and clang refuses a compound literal of variables there. */
+#define D(dt, ...)                                                            \
+	desc(dt,                                                              \
+	     sizeof((uint64_t[]){ 0, ##__VA_ARGS__ }) / sizeof(uint64_t) - 1, \
 	     ((uint64_t[]){ 0, ##__VA_ARGS__ }) + 1)
 
 static void check_desc(const struct djinn_tensor_desc *got,

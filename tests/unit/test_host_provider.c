@@ -20,6 +20,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "testutil.h"
 #include "vmu/provider.h"
 
@@ -141,7 +142,7 @@ static void test_bad_granularity(void **state)
 		page + 1,
 	};
 
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		struct vmu_provider *p = NULL;
 		int rc = vmu_host_provider_create(CAP, bad[i], &p);
 
@@ -158,7 +159,7 @@ static void test_reserve_aligned(void **state)
 {
 	struct vmu_provider *p = *state;
 	const uint64_t aligns[] = { GRAN, 2 * GRAN, 16 * GRAN, 4 * MiB };
-	const size_t n = sizeof(aligns) / sizeof(aligns[0]);
+	const size_t n = ARRAY_SIZE(aligns);
 	uint64_t va[2 * 4], size[2 * 4];
 
 	for (size_t i = 0; i < 2 * n; i++) {
@@ -444,7 +445,7 @@ static void test_host_alloc(void **state)
 	uint64_t c = chunk_create(p, 8 * MiB);
 
 	assert_int_equal(p->ops->map(p, va, 8 * MiB, c), 0);
-	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
 		void *h1 = NULL, *h2 = NULL;
 		uint64_t len = sizes[i];
 

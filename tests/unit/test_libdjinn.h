@@ -19,14 +19,7 @@
 #include <unistd.h>
 
 #include "../../libdjinn/internal.h"
-
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "clock.h"
 
 /* A connection whose daemon end is *@peer. */
 static inline struct djinn_conn *pair_conn(int *peer)

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#include "array_size.h"
 
 /* Every function of include/djinn/djinn.h. */
 static const char *const public[] = {

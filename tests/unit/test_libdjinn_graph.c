@@ -37,7 +37,7 @@ static int setup(void **state)
 	struct fixture *f = calloc(1, sizeof(*f));
 
 	f->conn = pair_conn(&f->peer);
-	f->s = fake_session(f->conn, 9, 3600000000000ull);
+	f->s = fake_session(f->conn, 9, 3600 * NSEC_PER_SEC);
 	assert_int_equal(djinn_graph_new(f->s, &f->g), 0);
 	*state = f;
 	return 0;
@@ -546,7 +546,8 @@ static void test_limits(void **state)
 static void test_foreign(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_session *s2 = fake_session(f->conn, 10, 3600000000000ull);
+	struct djinn_session *s2 =
+		fake_session(f->conn, 10, 3600 * NSEC_PER_SEC);
 	struct djinn_tensor *t = fake_tensor(s2, 1, D(F32, 4));
 
 	assert_int_equal(djinn_graph_input(f->g, t), -EINVAL);

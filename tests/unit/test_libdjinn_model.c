@@ -59,8 +59,9 @@ static void *serve(void *arg)
 	while (read_full(p->fd, &h, sizeof(h))) {
 		struct djinn_hdr a = h;
 		const void *payload = NULL;
-		struct djinn_session_resp sr = { .session_id = SID,
-						 .lease_ns = 1000000000000ull };
+		struct djinn_session_resp sr = {
+			.session_id = SID, .lease_ns = 1000 * NSEC_PER_SEC
+		};
 
 		if (h.payload_len > sizeof(buf) ||
 		    !read_full(p->fd, buf, h.payload_len))
@@ -68,20 +69,20 @@ static void *serve(void *arg)
 		a.flags = DJINN_F_RESPONSE;
 		a.payload_len = 0;
 		pthread_mutex_lock(&p->lock);
-		if (h.opcode == DJINN_OP_TENSOR_RELEASE) {
+		if (h.type == DJINN_MSG_TENSOR_RELEASE) {
 			if (p->nr_released < 8)
 				memcpy(&p->released[p->nr_released++], buf, 8);
-		} else if (h.opcode == DJINN_OP_HEARTBEAT) {
+		} else if (h.type == DJINN_MSG_HEARTBEAT) {
 			payload = &sr;
 			a.payload_len = sizeof(sr);
 		} else if (p->next < p->nr &&
-			   p->answers[p->next].op == h.opcode) {
+			   p->answers[p->next].op == h.type) {
 			payload = p->answers[p->next].payload;
 			a.payload_len = p->answers[p->next].len;
 			p->next++;
 		} else {
 			snprintf(p->bad, sizeof(p->bad),
-				 "request %u, script at %u", h.opcode, p->next);
+				 "request %u, script at %u", h.type, p->next);
 		}
 		pthread_mutex_unlock(&p->lock);
 		write_full(p->fd, &a, sizeof(a));
@@ -101,7 +102,7 @@ static struct djinn_conn *start(struct peer *p, const struct answer *answers,
 	p->answers = answers;
 	p->nr = nr;
 	conn = pair_conn(&p->fd);
-	*s = fake_session(conn, SID, 1000000000000ull);
+	*s = fake_session(conn, SID, 1000 * NSEC_PER_SEC);
 	assert_int_equal(pthread_create(&p->thread, NULL, serve, p), 0);
 	return conn;
 }
@@ -131,10 +132,10 @@ static void open_answers(struct answer *a)
 				      .bytes = 4096 };
 	struct djinn_ctx_resp c = { .ctx = 0x22, .len = 0, .max_tokens = 32 };
 
-	a[0].op = DJINN_OP_MODEL_OPEN;
+	a[0].op = DJINN_MSG_MODEL_OPEN;
 	memcpy(a[0].payload, &m, sizeof(m));
 	a[0].len = sizeof(m);
-	a[1].op = DJINN_OP_CTX_NEW;
+	a[1].op = DJINN_MSG_CTX_NEW;
 	memcpy(a[1].payload, &c, sizeof(c));
 	a[1].len = sizeof(c);
 }
@@ -178,19 +179,19 @@ static void test_paused_decode(void **state)
 	int32_t out[4] = { -1, -1, -1, -1 };
 
 	open_answers(a);
-	step_answer(&a[2], DJINN_OP_CTX_DECODE,
+	step_answer(&a[2], DJINN_MSG_CTX_DECODE,
 		    (struct djinn_ctx_step_resp){ .state = DJINN_CTX_PAUSED,
 						  .len = 1,
 						  .layer = 1,
 						  .hidden = 0x33 },
 		    tok, 1);
-	step_answer(&a[3], DJINN_OP_CTX_RESUME,
+	step_answer(&a[3], DJINN_MSG_CTX_RESUME,
 		    (struct djinn_ctx_step_resp){ .state = DJINN_CTX_PAUSED,
 						  .len = 3,
 						  .layer = 1,
 						  .hidden = 0x34 },
 		    tok, 3);
-	step_answer(&a[4], DJINN_OP_CTX_RESUME,
+	step_answer(&a[4], DJINN_MSG_CTX_RESUME,
 		    (struct djinn_ctx_step_resp){ .state = DJINN_CTX_DONE,
 						  .len = 4 },
 		    tok, 4);
@@ -235,7 +236,7 @@ static void bad_answer(struct djinn_ctx_step_resp r, const int32_t *tok,
 	int32_t out[4];
 
 	open_answers(a);
-	step_answer(&a[2], DJINN_OP_CTX_DECODE, r, tok, n);
+	step_answer(&a[2], DJINN_MSG_CTX_DECODE, r, tok, n);
 	a[2].len -= len_delta;
 	conn = start(&p, a, 3, &s);
 	open_ctx(s, &m, &c);
@@ -288,11 +289,11 @@ static void test_stub_released(void **state)
 	bool seen = false;
 
 	open_answers(a);
-	step_answer(&a[2], DJINN_OP_CTX_PREFILL,
+	step_answer(&a[2], DJINN_MSG_CTX_PREFILL,
 		    (struct djinn_ctx_step_resp){
 			    .state = DJINN_CTX_DONE, .len = 2, .logits = 0x66 },
 		    NULL, 0);
-	a[3].op = DJINN_OP_CTX_FREE;
+	a[3].op = DJINN_MSG_CTX_FREE;
 	a[3].len = 0;
 	conn = start(&p, a, 4, &s);
 	open_ctx(s, &m, &c);

@@ -9,7 +9,7 @@
  * One more: a peer of another protocol version refusing HELLO, which
  * libdjinn must report as -EPROTONOSUPPORT naming both versions.
  *
- * Then who reads (leader/follower, conn.c): a caller waiting for its
+ * Then who reads (leader/follower, wire.c): a caller waiting for its
  * answer reads the socket and wakes other waiters with theirs, hands the
  * reading to the next waiter or back to the receiver when it is done; the
  * receiver reads the answers nobody waits for and notices a hang-up with
@@ -34,11 +34,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "testutil.h"
 #include "test_libdjinn.h"
 
 /* A waiter may take this long to hear of a broken connection. */
-#define PROMPT_NS 1000000000ull
+#define PROMPT_NS NSEC_PER_SEC
 
 struct waiter {
 	pthread_t thread;
@@ -52,7 +53,7 @@ static void *ping(void *arg)
 	struct waiter *w = arg;
 
 	w->ret = djinn_conn_ping(w->conn);
-	w->done_ns = now_ns();
+	w->done_ns = mono_ns();
 	return NULL;
 }
 
@@ -78,9 +79,9 @@ static void expect_failed(struct waiter *w, unsigned int n,
 			fail_msg("waiter %u: %d, want %d", i, w[i].ret, err);
 		assert_true(w[i].done_ns - t0 < PROMPT_NS);
 	}
-	t1 = now_ns();
+	t1 = mono_ns();
 	assert_int_equal(djinn_conn_ping(conn), err);
-	assert_true(now_ns() - t1 < PROMPT_NS);
+	assert_true(mono_ns() - t1 < PROMPT_NS);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -98,7 +99,7 @@ static void test_peer_closes(void **state)
 	start_pings(w, 8, conn);
 	for (int i = 0; i < 8; i++) /* all eight are waiting */
 		peer_frame(peer, &h);
-	t0 = now_ns();
+	t0 = mono_ns();
 	close(peer);
 	expect_failed(w, 8, conn, -ECONNRESET, t0);
 	djinn_conn_stats(conn, &st);
@@ -122,7 +123,7 @@ static void test_peer_truncates(void **state)
 	peer_frame(peer, &h);
 	h.flags = DJINN_F_RESPONSE;
 	write_full(peer, &h, 20);
-	t0 = now_ns();
+	t0 = mono_ns();
 	close(peer);
 	expect_failed(&w, 1, conn, -ECONNRESET, t0);
 	djinn_disconnect(conn);
@@ -146,7 +147,7 @@ static void test_peer_truncates_payload(void **state)
 	write_full(peer, &h, sizeof(h));
 	write_full(peer, &e, sizeof(e));
 	write_full(peer, "no s", 4);
-	t0 = now_ns();
+	t0 = mono_ns();
 	close(peer);
 	expect_failed(&w, 1, conn, -ECONNRESET, t0);
 	djinn_disconnect(conn);
@@ -167,7 +168,7 @@ static void test_peer_garbage(void **state)
 	for (int i = 0; i < 3; i++)
 		peer_frame(peer, &h);
 	memset(junk, 0xa5, sizeof(junk));
-	t0 = now_ns();
+	t0 = mono_ns();
 	write_full(peer, junk, sizeof(junk));
 	expect_failed(w, 3, conn, -EPROTO, t0);
 	close(peer);
@@ -205,7 +206,7 @@ static void unknown_id(struct djinn_hdr *h, uint8_t *p, size_t *len)
 }
 static void other_opcode(struct djinn_hdr *h, uint8_t *p, size_t *len)
 {
-	h->opcode = DJINN_OP_SIGNAL;
+	h->type = DJINN_MSG_SIGNAL;
 }
 static void other_version(struct djinn_hdr *h, uint8_t *p, size_t *len)
 {
@@ -290,7 +291,7 @@ static void test_bad_frames(void **state)
 		h.flags = DJINN_F_RESPONSE;
 		bad_frames[i].mangle(&h, payload, &len);
 		memcpy(frame, &h, sizeof(h));
-		t0 = now_ns();
+		t0 = mono_ns();
 		/* one write: the library may hang up after the header */
 		assert_int_equal(send(peer, frame, sizeof(h) + len,
 				      MSG_NOSIGNAL),
@@ -320,16 +321,16 @@ static void test_pending_request(void **state)
 	int peer;
 
 	conn = pair_conn(&peer);
-	s = fake_session(conn, 5, 3600000000000ull);
+	s = fake_session(conn, 5, 3600 * NSEC_PER_SEC);
 	t = fake_tensor(s, 0x99, D(DJINN_DTYPE_F32, 4));
 	assert_int_equal(djinn_graph_new(s, &g), 0);
 	djinn_graph_output(g, djinn_op_gelu(g, djinn_graph_input(g, t)));
 	assert_int_equal(djinn_submit(g, &req), 0);
 	peer_frame(peer, &h);
-	assert_int_equal(h.opcode, DJINN_OP_GRAPH_SUBMIT);
+	assert_int_equal(h.type, DJINN_MSG_GRAPH_SUBMIT);
 	assert_int_equal(h.session_id, 5);
 	assert_int_equal(djinn_poll(req), -EAGAIN);
-	assert_int_equal(djinn_wait(req, 1000000), -ETIMEDOUT);
+	assert_int_equal(djinn_wait(req, NSEC_PER_MSEC), -ETIMEDOUT);
 	assert_string_equal(djinn_request_error(req), "");
 
 	close(peer);
@@ -429,20 +430,20 @@ static void test_hello(void **state)
 
 /* Poll @expr, about @conn's state, under conn->lock for up to PROMPT_NS:
  * true once it holds. */
-#define WAIT_UNTIL(conn, expr)                                   \
-	({                                                       \
-		uint64_t __t0 = now_ns();                        \
-		bool __ok;                                       \
-                                                                 \
-		for (;;) {                                       \
-			pthread_mutex_lock(&(conn)->lock);       \
-			__ok = (expr);                           \
-			pthread_mutex_unlock(&(conn)->lock);     \
-			if (__ok || now_ns() - __t0 > PROMPT_NS) \
-				break;                           \
-			usleep(1000);                            \
-		}                                                \
-		__ok;                                            \
+#define WAIT_UNTIL(conn, expr)                                    \
+	({                                                        \
+		uint64_t __t0 = mono_ns();                        \
+		bool __ok;                                        \
+                                                                  \
+		for (;;) {                                        \
+			pthread_mutex_lock(&(conn)->lock);        \
+			__ok = (expr);                            \
+			pthread_mutex_unlock(&(conn)->lock);      \
+			if (__ok || mono_ns() - __t0 > PROMPT_NS) \
+				break;                            \
+			usleep(1000);                             \
+		}                                                 \
+		__ok;                                             \
 	})
 
 /* A synchronous HEARTBEAT of session @session_id, in a thread of its own. */
@@ -459,7 +460,7 @@ static void *heartbeat_call(void *arg)
 {
 	struct caller *c = arg;
 
-	c->ret = __djinn_call_sync(c->conn, DJINN_OP_HEARTBEAT, c->session_id,
+	c->ret = __djinn_call_sync(c->conn, DJINN_MSG_HEARTBEAT, c->session_id,
 				   NULL, 0, &c->resp, sizeof(c->resp));
 	atomic_store(&c->done, true);
 	return NULL;
@@ -478,9 +479,9 @@ static void start_call(struct caller *c, struct djinn_conn *conn,
 /* @c returned within PROMPT_NS, with the answer for its session. */
 static void expect_answered(struct caller *c, uint64_t lease_ns)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = mono_ns();
 
-	while (!atomic_load(&c->done) && now_ns() - t0 < PROMPT_NS)
+	while (!atomic_load(&c->done) && mono_ns() - t0 < PROMPT_NS)
 		usleep(1000);
 	assert_true(atomic_load(&c->done));
 	pthread_join(c->thread, NULL);
@@ -518,8 +519,9 @@ static uint64_t cpu_ns(void)
 
 	getrusage(RUSAGE_SELF, &ru);
 	return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) *
-		       1000000000ull +
-	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
+		       NSEC_PER_SEC +
+	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) *
+		       NSEC_PER_USEC;
 }
 
 /*
@@ -550,9 +552,9 @@ static void test_reader_wakes_other(void **state)
 	/* a sleeps in recv(), b on its cond, the receiver in poll() */
 	cpu = cpu_ns();
 	usleep(200000);
-	if (cpu_ns() - cpu > 50000000ull)
+	if (cpu_ns() - cpu > 50 * NSEC_PER_MSEC)
 		fail_msg("%llu ms of CPU in 200 ms of waiting",
-			 (unsigned long long)(cpu_ns() - cpu) / 1000000);
+			 (unsigned long long)(cpu_ns() - cpu) / NSEC_PER_MSEC);
 
 	answer_session(peer, &hb, 222);
 	expect_answered(&b, 222);
@@ -651,7 +653,7 @@ static void test_receiver_takes_over(void **state)
 	int peer, ret;
 
 	conn = pair_conn(&peer);
-	s = fake_session(conn, 5, 3600000000000ull);
+	s = fake_session(conn, 5, 3600 * NSEC_PER_SEC);
 	t = fake_tensor(s, 0x99, D(DJINN_DTYPE_F32, 4));
 	g = gelu_graph(s, t);
 	start_call(&a, conn, 5);
@@ -660,7 +662,7 @@ static void test_receiver_takes_over(void **state)
 
 	assert_int_equal(djinn_submit(g, &req), 0);
 	peer_frame(peer, &hg);
-	assert_int_equal(hg.opcode, DJINN_OP_GRAPH_SUBMIT);
+	assert_int_equal(hg.type, DJINN_MSG_GRAPH_SUBMIT);
 	/* a holds the token, the receiver is left alone until a is done */
 	pthread_mutex_lock(&conn->lock);
 	assert_true(conn->rx_busy);
@@ -674,8 +676,8 @@ static void test_receiver_takes_over(void **state)
 	usleep(10000);
 	assert_int_equal(djinn_poll(req), -EAGAIN);
 	answer(peer, &hg, &ga, sizeof(ga));
-	t0 = now_ns();
-	while ((ret = djinn_poll(req)) == -EAGAIN && now_ns() - t0 < PROMPT_NS)
+	t0 = mono_ns();
+	while ((ret = djinn_poll(req)) == -EAGAIN && mono_ns() - t0 < PROMPT_NS)
 		usleep(1000);
 	assert_int_equal(ret, 0);
 	assert_int_equal(djinn_request_results(req, 0)->handle, 0x77);
@@ -695,14 +697,14 @@ static bool serve_next(int peer, struct djinn_hdr *h, unsigned int *heartbeats)
 {
 	struct pollfd pfd = { .fd = peer, .events = POLLIN };
 
-	assert_int_equal(poll(&pfd, 1, PROMPT_NS / 1000000), 1);
+	assert_int_equal(poll(&pfd, 1, PROMPT_NS / NSEC_PER_MSEC), 1);
 	peer_frame(peer, h);
-	if (h->opcode == DJINN_OP_HEARTBEAT) {
-		answer_session(peer, h, 30000000ull);
+	if (h->type == DJINN_MSG_HEARTBEAT) {
+		answer_session(peer, h, 30 * NSEC_PER_MSEC);
 		++*heartbeats;
 		return true;
 	}
-	if (h->opcode == DJINN_OP_TENSOR_RELEASE) {
+	if (h->type == DJINN_MSG_TENSOR_RELEASE) {
 		answer(peer, h, NULL, 0);
 		return true;
 	}
@@ -729,24 +731,25 @@ static void test_async_alone(void **state)
 	int peer, ret;
 
 	conn = pair_conn(&peer);
-	s = fake_session(conn, 5, 30000000ull); /* heartbeats every 10 ms */
+	s = fake_session(conn, 5,
+			 30 * NSEC_PER_MSEC); /* heartbeats every 10 ms */
 	t = fake_tensor(s, 0x99, D(DJINN_DTYPE_F32, 4));
 	g = gelu_graph(s, t);
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(djinn_submit(g, &req), 0);
 		while (serve_next(peer, &h, &heartbeats))
 			;
-		assert_int_equal(h.opcode, DJINN_OP_GRAPH_SUBMIT);
+		assert_int_equal(h.type, DJINN_MSG_GRAPH_SUBMIT);
 		ga = graph_answer(0x70 + i);
 		answer(peer, &h, &ga, sizeof(ga));
-		t0 = now_ns();
+		t0 = mono_ns();
 		do {
 			if (i)
-				ret = djinn_wait(req, 1000000);
+				ret = djinn_wait(req, NSEC_PER_MSEC);
 			else if ((ret = djinn_poll(req)) == -EAGAIN)
 				usleep(1000);
 		} while ((ret == -EAGAIN || ret == -ETIMEDOUT) &&
-			 now_ns() - t0 < PROMPT_NS);
+			 mono_ns() - t0 < PROMPT_NS);
 		assert_int_equal(ret, 0);
 		assert_int_equal(djinn_request_results(req, 0)->handle,
 				 0x70 + i);
@@ -774,10 +777,10 @@ static void test_idle_hangup(void **state)
 	expect_answered(&a, 333);
 	assert_true(WAIT_UNTIL(conn, !conn->rx_busy));
 
-	t0 = now_ns();
+	t0 = mono_ns();
 	close(peer);
 	assert_true(WAIT_UNTIL(conn, conn->rx_failed));
-	assert_true(now_ns() - t0 < PROMPT_NS);
+	assert_true(mono_ns() - t0 < PROMPT_NS);
 	assert_int_equal(atomic_load(&conn->dead), -ECONNRESET);
 	assert_int_equal(djinn_conn_ping(conn), -ECONNRESET);
 	djinn_disconnect(conn);
@@ -840,7 +843,7 @@ static void test_fault_while_reading(void **state)
 		skip();
 	}
 	conn = pair_conn(&peer);
-	s = fake_session(conn, 5, 3600000000000ull);
+	s = fake_session(conn, 5, 3600 * NSEC_PER_SEC);
 	t = fake_tensor(s, 0x99, D(DJINN_DTYPE_F32, 4));
 	g = gelu_graph(s, t);
 	assert_int_equal(djinn_submit(g, &req), 0);
@@ -858,7 +861,7 @@ static void test_fault_while_reading(void **state)
 	to.p = addr;
 	assert_int_equal(pthread_create(&to.thread, NULL, touch, &to), 0);
 	assert_true(read_full(peer, &h, sizeof(h)));
-	assert_int_equal(h.opcode, DJINN_OP_TENSOR_READ);
+	assert_int_equal(h.type, DJINN_MSG_TENSOR_READ);
 	assert_int_equal(h.payload_len, sizeof(io));
 	assert_true(read_full(peer, &io, sizeof(io)));
 	assert_int_equal(io.handle, 0x77);
@@ -867,8 +870,8 @@ static void test_fault_while_reading(void **state)
 	/* the fault handler waits behind a */
 	assert_true(WAIT_UNTIL(conn, !list_empty(&conn->rx_followers)));
 	answer(peer, &h, data, sizeof(data));
-	t0 = now_ns();
-	while (!atomic_load(&to.done) && now_ns() - t0 < PROMPT_NS)
+	t0 = mono_ns();
+	while (!atomic_load(&to.done) && mono_ns() - t0 < PROMPT_NS)
 		usleep(1000);
 	assert_true(atomic_load(&to.done));
 	pthread_join(to.thread, NULL);
@@ -926,12 +929,12 @@ static void *auto_peer(void *arg)
 		}
 		if (!ok)
 			break;
-		if (h.opcode == DJINN_OP_HEARTBEAT && h.session_id) {
+		if (h.type == DJINN_MSG_HEARTBEAT && h.session_id) {
 			sr.session_id = h.session_id;
-			sr.lease_ns = 30000000ull;
+			sr.lease_ns = 30 * NSEC_PER_MSEC;
 			payload = &sr;
 			len = sizeof(sr);
-		} else if (h.opcode == DJINN_OP_GRAPH_SUBMIT) {
+		} else if (h.type == DJINN_MSG_GRAPH_SUBMIT) {
 			ga = graph_answer(handle++);
 			payload = &ga;
 			len = sizeof(ga);
@@ -949,7 +952,7 @@ static void *auto_peer(void *arg)
 			break;
 		p->answered++;
 	}
-	p->closed_ns = now_ns();
+	p->closed_ns = mono_ns();
 	close(p->fd);
 	return NULL;
 }
@@ -987,7 +990,7 @@ static int graph_call(struct worker *w)
 			usleep(100);
 		break;
 	default:
-		while ((ret = djinn_wait(req, 1000000)) == -ETIMEDOUT)
+		while ((ret = djinn_wait(req, NSEC_PER_MSEC)) == -ETIMEDOUT)
 			;
 		break;
 	}
@@ -1012,7 +1015,7 @@ static void *work(void *arg)
 			break;
 		w->ok++;
 	}
-	w->done_ns = now_ns();
+	w->done_ns = mono_ns();
 	return NULL;
 }
 
@@ -1045,7 +1048,8 @@ static void test_many_threads_peer_closes(void **state)
 	struct djinn_conn *conn;
 
 	conn = pair_conn(&p.fd);
-	s = fake_session(conn, 5, 30000000ull); /* heartbeats every 10 ms */
+	s = fake_session(conn, 5,
+			 30 * NSEC_PER_MSEC); /* heartbeats every 10 ms */
 	t = fake_tensor(s, 0x99, D(DJINN_DTYPE_F32, 4));
 	assert_int_equal(pthread_create(&p.thread, NULL, auto_peer, &p), 0);
 	for (size_t i = 0; i < ARRAY_SIZE(w); i++) {

@@ -57,6 +57,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "array_size.h"
 #include "model/runtime.h"
 #include "testutil.h"
 
@@ -953,7 +954,7 @@ static const struct acase cases[] = {
 	  MODEL_QWEN2 },
 };
 
-#define NR_CASES (sizeof(cases) / sizeof(cases[0]))
+#define NR_CASES (ARRAY_SIZE(cases))
 
 /*
  * Context limits: the longest context is made, one more token is refused

@@ -18,7 +18,8 @@
 
 #include <cmocka.h>
 
-#include "model/config.h"
+#include "array_size.h"
+#include "model/model_config.h"
 #include "testutil.h"
 
 static char dir[64];
@@ -713,7 +714,7 @@ static void test_config_forms(void **state)
 	};
 	char path[256], msg[ST_MSG_LEN], args[256];
 
-	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(m); i++) {
 		struct model_config c[3];
 
 		for (int k = 0; k < 3; k++) {

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "model/safetensors.h"
 #include "testutil.h"
 
@@ -478,7 +479,7 @@ struct shards {
 
 static void shards_free(struct shards *sh)
 {
-	for (size_t i = 0; i < sizeof(sh->buf) / sizeof(sh->buf[0]); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(sh->buf); i++)
 		free(sh->buf[i]);
 }
 

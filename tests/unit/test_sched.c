@@ -24,9 +24,6 @@
 #include "session/session.h"
 #include "vmu/vmu.h"
 
-#define MS 1000000ull
-#define SEC 1000000000ull
-
 /* ---------------------------------------------------------------------- */
 /* Queues */
 
@@ -35,7 +32,7 @@ static struct sched *new_sched(const struct sched_share *shares,
 {
 	struct sched_config cfg = {
 		.policy = DJINN_SCHED_LRU,
-		.quantum_ns = 1 * MS,
+		.quantum_ns = 1 * NSEC_PER_MSEC,
 		.shares = shares,
 		.nr_shares = nr,
 	};
@@ -110,10 +107,10 @@ static void test_jobs_ahead(void **state)
 	queue(sc, flood, 64);
 	queue(sc, other, 64);
 	/* one of the flood's is running when the victim's arrives */
-	assert_ptr_equal(run(sc, 10 * MS), flood);
+	assert_ptr_equal(run(sc, 10 * NSEC_PER_MSEC), flood);
 	queue(sc, victim, 1);
 	for (;;) {
-		struct session *s = run(sc, 10 * MS);
+		struct session *s = run(sc, 10 * NSEC_PER_MSEC);
 
 		if (s == victim)
 			break;
@@ -126,7 +123,7 @@ static void test_jobs_ahead(void **state)
 	assert_true(victim->se.ahead_max == before);
 	while (flood->se.queued[SCHED_COMPUTE] ||
 	       other->se.queued[SCHED_COMPUTE])
-		run(sc, 10 * MS);
+		run(sc, 10 * NSEC_PER_MSEC);
 	assert_int_equal(victim->se.jobs_run, 1);
 	assert_int_equal(flood->se.jobs_run, 64);
 	sched_destroy(sc);
@@ -176,7 +173,7 @@ static void test_weights(void **state)
 	queue(sc, c, 2000);
 	/* every job costs 4 quanta of weight 1 */
 	for (unsigned int i = 0; i < 1200; i++)
-		n[run(sc, 4 * MS)->id]++;
+		n[run(sc, 4 * NSEC_PER_MSEC)->id]++;
 	/* jobs of equal cost: counts in the ratio of the weights */
 	assert_true(n[2] > 19 * n[1] / 10 && n[2] < 21 * n[1] / 10);
 	assert_true(n[3] > 29 * n[1] / 10 && n[3] < 31 * n[1] / 10);
@@ -201,7 +198,7 @@ static void test_debt(void **state)
 	(void)state;
 	queue(sc, big, 2);
 	queue(sc, small, 100);
-	assert_ptr_equal(run(sc, 20 * MS), big); /* 20 quanta */
+	assert_ptr_equal(run(sc, 20 * NSEC_PER_MSEC), big); /* 20 quanta */
 	while (run(sc, 10000) == small)
 		smalls++;
 	/* about 20 rounds of small jobs, not one */
@@ -269,50 +266,59 @@ static void test_hist_p99(void **state)
 static void test_plan(void **state)
 {
 	const struct sched_config cfg = { .swap_margin_pct = 200 };
-	const uint64_t now = 1000 * SEC, bw = 1000000000ull; /* 1 GB/s */
+	const uint64_t now = 1000 * NSEC_PER_SEC,
+		       bw = 1000000000ull; /* 1 GB/s */
 	struct sched_plan p;
 
 	(void)state;
 	/* 100 MB: 0.1 s each way (plus the fixed cost) */
-	sched_plan_wait(&cfg, now, 10 * SEC, 100000000, bw, bw, true, &p);
+	sched_plan_wait(&cfg, now, 10 * NSEC_PER_SEC, 100000000, bw, bw, true,
+			&p);
 	assert_true(p.worth && p.swap);
-	assert_int_equal(p.out_ns, SCHED_SWAP_FIXED_NS + 100 * MS);
-	assert_int_equal(p.in_ns, SCHED_SWAP_FIXED_NS + 100 * MS);
+	assert_int_equal(p.out_ns, SCHED_SWAP_FIXED_NS + 100 * NSEC_PER_MSEC);
+	assert_int_equal(p.in_ns, SCHED_SWAP_FIXED_NS + 100 * NSEC_PER_MSEC);
 	/* the restore starts 1.5 x its time and the slack before the end */
-	assert_int_equal(p.prefetch_at, now + 10 * SEC - p.in_ns - p.in_ns / 2 -
+	assert_int_equal(p.prefetch_at, now + 10 * NSEC_PER_SEC - p.in_ns -
+						p.in_ns / 2 -
 						SCHED_PREFETCH_SLACK_NS);
 	/* worth it, but memory is not needed: no swap now */
-	sched_plan_wait(&cfg, now, 10 * SEC, 100000000, bw, bw, false, &p);
+	sched_plan_wait(&cfg, now, 10 * NSEC_PER_SEC, 100000000, bw, bw, false,
+			&p);
 	assert_true(p.worth && !p.swap);
 	/* a wait shorter than twice out + in: never */
-	sched_plan_wait(&cfg, now, 300 * MS, 100000000, bw, bw, true, &p);
+	sched_plan_wait(&cfg, now, 300 * NSEC_PER_MSEC, 100000000, bw, bw, true,
+			&p);
 	assert_false(p.worth || p.swap);
 	/* a wait shorter than the restore's lead: restore at once */
-	sched_plan_wait(&cfg, now, 100 * MS, 100000000, bw, bw, true, &p);
+	sched_plan_wait(&cfg, now, 100 * NSEC_PER_MSEC, 100000000, bw, bw, true,
+			&p);
 	assert_int_equal(p.prefetch_at, now);
-	sched_plan_wait(&cfg, now, 500 * MS, 100000000, bw, bw, true, &p);
+	sched_plan_wait(&cfg, now, 500 * NSEC_PER_MSEC, 100000000, bw, bw, true,
+			&p);
 	assert_true(p.swap); /* 500 > 2 x 200.4 ms */
 	/* a slower device changes the answer */
-	sched_plan_wait(&cfg, now, 500 * MS, 100000000, bw / 4, bw / 4, true,
-			&p);
+	sched_plan_wait(&cfg, now, 500 * NSEC_PER_MSEC, 100000000, bw / 4,
+			bw / 4, true, &p);
 	assert_false(p.swap);
 	/* nothing resident: nothing to swap */
-	sched_plan_wait(&cfg, now, 10 * SEC, 0, bw, bw, true, &p);
+	sched_plan_wait(&cfg, now, 10 * NSEC_PER_SEC, 0, bw, bw, true, &p);
 	assert_false(p.worth);
 	/* unmeasured bandwidth is the guess */
-	sched_plan_wait(&cfg, now, 10 * SEC, 100000000, 0, 0, true, &p);
-	assert_int_equal(p.out_ns, SCHED_SWAP_FIXED_NS +
-					   100000000 * SEC / SCHED_BPS_GUESS);
+	sched_plan_wait(&cfg, now, 10 * NSEC_PER_SEC, 100000000, 0, 0, true,
+			&p);
+	assert_int_equal(p.out_ns,
+			 SCHED_SWAP_FIXED_NS +
+				 100000000 * NSEC_PER_SEC / SCHED_BPS_GUESS);
 }
 
 static void test_victim_key(void **state)
 {
 	(void)state;
 	/* an overrunner before anyone; later returns before earlier */
-	assert_true(sched_victim_key(true, 5 * SEC) >
-		    sched_victim_key(false, 100 * SEC));
-	assert_true(sched_victim_key(false, 100 * SEC) >
-		    sched_victim_key(false, 5 * SEC));
+	assert_true(sched_victim_key(true, 5 * NSEC_PER_SEC) >
+		    sched_victim_key(false, 100 * NSEC_PER_SEC));
+	assert_true(sched_victim_key(false, 100 * NSEC_PER_SEC) >
+		    sched_victim_key(false, 5 * NSEC_PER_SEC));
 	assert_true(sched_victim_key(false, 0) > 0); /* 0: not waiting */
 }
 
@@ -384,8 +390,10 @@ static void test_victim_order(void **state)
 	assert_int_equal(swapped(f.s[1]) + swapped(f.s[2]), 0);
 	vmu_resv_release(&r);
 	/* session 2 waits longest, session 1 less: 2 goes first */
-	vmu_session_set_victim(f.s[1], sched_victim_key(false, 10 * SEC));
-	vmu_session_set_victim(f.s[2], sched_victim_key(false, 20 * SEC));
+	vmu_session_set_victim(f.s[1],
+			       sched_victim_key(false, 10 * NSEC_PER_SEC));
+	vmu_session_set_victim(f.s[2],
+			       sched_victim_key(false, 20 * NSEC_PER_SEC));
 	assert_int_equal(vmu_session_swap_in(f.s[0]), 1);
 	assert_int_equal(vmu_admit(f.v, 2 * MiB, &r, msg, sizeof(msg)), 0);
 	assert_int_equal(swapped(f.s[2]), 1 * MiB);
@@ -479,7 +487,7 @@ static void test_admit_wait(void **state)
 
 	(void)state;
 	vfix_open(&f, 4 * MiB);
-	vmu_set_admit_wait(f.v, 30 * SEC); /* far more than it takes */
+	vmu_set_admit_wait(f.v, 30 * NSEC_PER_SEC); /* far more than it takes */
 	assert_int_equal(vmu_admit(f.v, 3 * MiB, &held, msg, sizeof(msg)), 0);
 	assert_int_equal(pthread_create(&t, NULL, release_later, &rl), 0);
 	assert_int_equal(vmu_admit(f.v, 2 * MiB, &r, msg, sizeof(msg)), 0);
@@ -501,7 +509,7 @@ static void test_admit_wait(void **state)
 	vmu_get_stats(f.v, &st);
 	assert_int_equal(st.admit_waits, 1);
 	/* something held that is never given back in time: a timeout */
-	vmu_set_admit_wait(f.v, 20 * MS);
+	vmu_set_admit_wait(f.v, 20 * NSEC_PER_MSEC);
 	assert_int_equal(vmu_admit(f.v, 2 * MiB, &held, msg, sizeof(msg)), 0);
 	assert_int_equal(vmu_admit(f.v, 3 * MiB, &r, msg, sizeof(msg)),
 			 -ENOMEM);

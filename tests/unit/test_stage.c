@@ -19,6 +19,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "testutil.h"
 #include "exec/stage.h"
 
@@ -129,7 +130,7 @@ static void test_sizes(void **state)
 		{ 100 * MiB + 5, 100 * MiB + 4096 },
 	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
 		if (stage_size(cases[i][0]) != cases[i][1])
 			fail_msg("stage_size(%llu) = %llu, want %llu",
 				 (unsigned long long)cases[i][0],

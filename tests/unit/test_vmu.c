@@ -21,6 +21,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "test_vmu.h"
 
 /* ---------------------------------------------------------------------- */
@@ -222,7 +223,7 @@ static void test_region_grows_in_place(void **state)
 	assert_int_equal(info.mapped, 0);
 	assert_int_equal(info.max_size, 8 * g);
 
-	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(steps); i++) {
 		uint64_t size = steps[i];
 
 		assert_int_equal(vmu_region_resize(s, h, size, NULL), 0);
@@ -1149,7 +1150,7 @@ static void test_bad_thresholds(void **state)
 
 	assert_int_equal(vmu_host_provider_create(4 * MiB, GRAN, &f->prov), 0);
 	/* errno not documented */
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
 		assert_true(vmu_create(f->prov, &bad[i], &v) < 0);
 
 	assert_int_equal(vmu_create(f->prov, NULL, &f->v), 0);

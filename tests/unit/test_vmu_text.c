@@ -16,6 +16,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "array_size.h"
 #include "test_vmu.h"
 
 /* ---------------------------------------------------------------------- */
@@ -45,7 +46,7 @@ static void test_fingerprint_vectors(void **state)
 		  "a33ce45964ff2167f6ecedd419db06c1" },
 	};
 
-	for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(vec); i++) {
 		uint8_t want[VMU_FP_LEN], got[VMU_FP_LEN];
 
 		unhex(vec[i].hex, want);
@@ -196,7 +197,7 @@ static void test_text_stream(void **state)
 	st1 = get_stats(f->v);
 	assert_in_range(st1.committed - st0.committed, size,
 			vmu_round(f->v, size));
-	for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(pieces); i++) {
 		assert_int_equal(vmu_text_write(u, buf + off, pieces[i]), 0);
 		off += pieces[i];
 	}

@@ -60,7 +60,7 @@ static double raw_blast(const struct xport *xp, const void *src, void *dst,
 	for (int rep = -1; rep < BULK_REPS; rep++) {
 		struct blast b = { .fd = cfd, .buf = src, .len = len };
 		pthread_t t;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		int ret = pthread_create(&t, NULL, blast_thread, &b);
 
 		if (ret)
@@ -71,7 +71,7 @@ static double raw_blast(const struct xport *xp, const void *src, void *dst,
 			fail("raw blast over %s: %s", xp->name,
 			     strerror(-(ret ? ret : b.err)));
 		if (rep >= 0)
-			gbps[rep] = (double)len / (double)(now_ns() - t0);
+			gbps[rep] = (double)len / (double)(mono_ns() - t0);
 	}
 	close(cfd);
 	close(afd);
@@ -115,25 +115,26 @@ void bench_bulk(void)
 		check(djinn_connect(xp->addr, &conn), "djinn_connect");
 		check(djinn_session_open(conn, NULL, &s), "djinn_session_open");
 		for (int rep = -1; rep < BULK_REPS; rep++) {
-			uint64_t t0 = now_ns();
+			uint64_t t0 = mono_ns();
 
 			check(djinn_tensor_upload(s, &desc, src, DJINN_SEG_DATA,
 						  &t),
 			      "djinn_tensor_upload");
 			if (rep >= 0)
-				up[rep] = (double)len / (double)(now_ns() - t0);
+				up[rep] =
+					(double)len / (double)(mono_ns() - t0);
 			if (rep < BULK_REPS - 1)
 				check(djinn_tensor_release(t),
 				      "djinn_tensor_release");
 		}
 		for (int rep = -1; rep < BULK_REPS; rep++) {
-			uint64_t t0 = now_ns();
+			uint64_t t0 = mono_ns();
 
 			check(djinn_tensor_download(t, 0, len, dst),
 			      "djinn_tensor_download");
 			if (rep >= 0)
 				down[rep] =
-					(double)len / (double)(now_ns() - t0);
+					(double)len / (double)(mono_ns() - t0);
 			if (rep == -1 && memcmp(src, dst, len))
 				fail("bulk over %s: the tensor came back wrong",
 				     xp->name);

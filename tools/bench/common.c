@@ -39,15 +39,6 @@ volatile pid_t daemon_pid = -1, redis_pid = -1, child_pid = -1;
 /* ------------------------------------------------------------------------ */
 /* Helpers: time, errors, memory, the run's deadline */
 
-void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / 1000000000ull),
-			       (long)(ns % 1000000000ull) };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
 /* What may be left in tmpdir, named before anything runs, so that a
  * signal handler can remove them. */
 static const char *const tmp_names[] = { "djinnd.sock", "admin.sock",
@@ -84,18 +75,18 @@ static void cleanup_tmpdir(void)
  * its wait status, or -1. */
 int stop_child(pid_t pid, int wait_ms)
 {
-	uint64_t deadline = now_ns() + (uint64_t)wait_ms * 1000000ull;
+	uint64_t deadline = mono_ns() + (uint64_t)wait_ms * NSEC_PER_MSEC;
 	int status;
 
 	if (pid <= 0)
 		return -1;
 	kill(pid, SIGTERM);
-	while (now_ns() < deadline) {
+	while (mono_ns() < deadline) {
 		pid_t r = waitpid(pid, &status, WNOHANG);
 
 		if (r == pid || (r < 0 && errno != EINTR))
 			return r == pid ? status : -1;
-		sleep_ns(2000000);
+		sleep_ns(2 * NSEC_PER_MSEC);
 	}
 	kill(pid, SIGKILL);
 	return waitpid(pid, &status, 0) == pid ? status : -1;
@@ -518,14 +509,14 @@ void daemon_start(void)
 	/* The port may be taken between looking and binding: try again. */
 	for (unsigned int attempt = 0; attempt < 3; attempt++) {
 		unsigned int port = free_tcp_port();
-		uint64_t deadline = now_ns() + 20000000000ull;
+		uint64_t deadline = mono_ns() + 20 * NSEC_PER_SEC;
 		int status;
 
 		snprintf(listen_tcp, sizeof(listen_tcp), "tcp:127.0.0.1:%u",
 			 port);
 		info("starting %s on %s and %s", bin, listen_unix, listen_tcp);
 		daemon_pid = spawn(argv, log, NULL);
-		while (now_ns() < deadline) {
+		while (mono_ns() < deadline) {
 			if (waitpid(daemon_pid, &status, WNOHANG) ==
 			    daemon_pid) {
 				daemon_pid = -1;
@@ -543,7 +534,7 @@ void daemon_start(void)
 				nr_xports = 2;
 				return;
 			}
-			sleep_ns(5000000);
+			sleep_ns(5 * NSEC_PER_MSEC);
 		}
 		if (daemon_pid > 0) {
 			show_tail(log);
@@ -580,7 +571,7 @@ void daemon_stop(void)
  */
 int run_capture(char *const argv[], int timeout_ms, char *out, size_t len)
 {
-	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	uint64_t deadline = mono_ns() + (uint64_t)timeout_ms * NSEC_PER_MSEC;
 	size_t have = 0;
 	int fd, status;
 	bool killed = false;
@@ -588,7 +579,7 @@ int run_capture(char *const argv[], int timeout_ms, char *out, size_t len)
 	child_pid = spawn(argv, NULL, &fd);
 	for (;;) {
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		uint64_t now = now_ns();
+		uint64_t now = mono_ns();
 		ssize_t r;
 
 		if (now >= deadline) {
@@ -596,7 +587,8 @@ int run_capture(char *const argv[], int timeout_ms, char *out, size_t len)
 			killed = true;
 			break;
 		}
-		if (poll(&pfd, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
+		if (poll(&pfd, 1,
+			 (int)((deadline - now) / NSEC_PER_MSEC + 1)) <= 0)
 			continue;
 		if (have + 1 >= len) {
 			/* keep the last half: the summary comes last */

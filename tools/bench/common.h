@@ -16,11 +16,11 @@
 #include <sys/types.h>
 
 #include "../../bench/bench.h"
+#include "array_size.h"
 
 #define KiB ((uint64_t)1 << 10)
 #define MiB ((uint64_t)1 << 20)
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define __printf(a, b) __attribute__((format(printf, a, b)))
 
 #define MAX_XPORTS 2
@@ -63,7 +63,6 @@ extern volatile pid_t daemon_pid, redis_pid, child_pid;
 /* ------------------------------------------------------------------------ */
 /* Helpers: time, errors, memory, the run's deadline */
 
-void sleep_ns(uint64_t ns);
 void make_tmpdir(void);
 int stop_child(pid_t pid, int wait_ms);
 void cleanup(void);

@@ -49,14 +49,14 @@ static bool lazy_check(const uint8_t *p, uint64_t off, uint64_t len)
  */
 static uint64_t rx_bytes(struct djinn_conn *conn)
 {
-	uint64_t deadline = now_ns() + 1000000000ull;
+	uint64_t deadline = mono_ns() + NSEC_PER_SEC;
 	struct djinn_conn_stats st;
 
 	for (;;) {
 		check(djinn_conn_stats(conn, &st), "djinn_conn_stats");
 		if (st.responses >= st.requests)
 			return st.bytes_received;
-		if (now_ns() > deadline)
+		if (mono_ns() > deadline)
 			fail("lazy: %" PRIu64 " requests, %" PRIu64
 			     " answers counted after 1 s",
 			     st.requests, st.responses);

@@ -234,20 +234,20 @@ static int redis_start(struct redis *r)
 	snprintf(log, sizeof(log), "%s/redis.log", tmpdir);
 	snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", tmpdir);
 	for (unsigned int attempt = 0; attempt < 3; attempt++) {
-		uint64_t deadline = now_ns() + 5000000000ull;
+		uint64_t deadline = mono_ns() + 5 * NSEC_PER_SEC;
 		int status;
 
 		r->port = free_tcp_port();
 		snprintf(port, sizeof(port), "%u", r->port);
 		redis_pid = spawn(argv, log, NULL);
-		while (now_ns() < deadline) {
+		while (mono_ns() < deadline) {
 			if (waitpid(redis_pid, &status, WNOHANG) == redis_pid) {
 				redis_pid = -1;
 				break;
 			}
 			if (redis_answers(r))
 				return 0;
-			sleep_ns(10000000);
+			sleep_ns(10 * NSEC_PER_MSEC);
 		}
 		if (redis_pid > 0)
 			break;
@@ -387,14 +387,14 @@ static int frame_ping(struct worker *w)
 {
 	struct djinn_hdr h = { .magic = DJINN_MAGIC,
 			       .version = DJINN_PROTO_VERSION,
-			       .opcode = DJINN_OP_HEARTBEAT,
+			       .type = DJINN_MSG_HEARTBEAT,
 			       .request_id = ++w->ops_sent };
 	int ret = send_all(w->fd, &h, sizeof(h));
 
 	if (!ret)
 		ret = recv_all(w->fd, &h, sizeof(h), 0);
 	if (!ret && (h.magic != DJINN_MAGIC || h.flags != DJINN_F_RESPONSE ||
-		     h.opcode != DJINN_OP_HEARTBEAT || h.payload_len ||
+		     h.type != DJINN_MSG_HEARTBEAT || h.payload_len ||
 		     h.request_id != w->ops_sent))
 		ret = -EPROTO;
 	return ret;
@@ -409,7 +409,7 @@ static void *worker_thread(void *arg)
 	pthread_barrier_wait(&run->start);
 	while ((ph = atomic_load_explicit(&run->phase, memory_order_relaxed)) !=
 	       PH_STOP) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		int ret = run->kind == L_DJINN ? djinn_conn_ping(w->conn) :
 			  run->kind == L_RAW   ? raw_ping(w) :
 						 frame_ping(w);
@@ -419,7 +419,7 @@ static void *worker_thread(void *arg)
 			break;
 		}
 		if (ph == PH_MEASURE) {
-			w->hist[hist_index(now_ns() - t0)]++;
+			w->hist[hist_index(mono_ns() - t0)]++;
 			w->ops++;
 		}
 	}
@@ -464,11 +464,11 @@ static void rtt_loop(const struct xport *xp, unsigned int conns,
 	}
 	pthread_barrier_wait(&run.start);
 	sleep_ns((uint64_t)(opt.warmup * 1e9));
-	t0 = now_ns();
+	t0 = mono_ns();
 	atomic_store(&run.phase, PH_MEASURE);
 	sleep_ns((uint64_t)(opt.seconds * 1e9));
 	atomic_store(&run.phase, PH_STOP);
-	t1 = now_ns();
+	t1 = mono_ns();
 
 	memset(res, 0, sizeof(*res));
 	for (unsigned int i = 0; i < conns; i++) {

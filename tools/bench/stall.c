@@ -52,10 +52,10 @@ static uint64_t stall_pings(struct djinn_conn *conn, uint64_t *hist,
 	uint64_t ops = 0;
 
 	while (stop ? !atomic_load(stop) : ops < n) {
-		uint64_t t0 = now_ns(), d;
+		uint64_t t0 = mono_ns(), d;
 
 		check(djinn_conn_ping(conn), "djinn_conn_ping");
-		d = now_ns() - t0;
+		d = mono_ns() - t0;
 		hist[hist_index(d)]++;
 		if (d > *worst)
 			*worst = d;

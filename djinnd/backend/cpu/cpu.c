@@ -24,6 +24,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "array_size.h"
 #include "cpu.h"
 #include "graph.h"
 
@@ -570,8 +571,7 @@ static int cpu_run_node(struct backend *b, const struct djinn_node *node,
 {
 	int ret;
 
-	if (node->op >= sizeof(cpu_ops_table) / sizeof(cpu_ops_table[0]) ||
-	    !cpu_ops_table[node->op])
+	if (node->op >= ARRAY_SIZE(cpu_ops_table) || !cpu_ops_table[node->op])
 		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
 			      node->op);
 	ret = dj_node_check(node, in, out, msg, msglen);
@@ -643,7 +643,7 @@ static void blas_pick_core(void)
 	if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || !now ||
 	    getenv("OPENBLAS_CORETYPE"))
 		return;
-	for (size_t i = 0; i < sizeof(generic) / sizeof(generic[0]); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(generic); i++)
 		old |= !strcasecmp(now, generic[i]);
 	want = blas_core_for_cpu();
 	if (!old || !want)

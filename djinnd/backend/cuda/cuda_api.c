@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "array_size.h"
 #include "cuda_api.h"
 #include "log.h"
 
@@ -40,7 +41,7 @@ static void *cu_sym(void *lib, const char *sym)
 	};
 	void *p = dlsym(lib, sym);
 
-	for (size_t i = 0; !p && i < sizeof(older) / sizeof(older[0]); i++)
+	for (size_t i = 0; !p && i < ARRAY_SIZE(older); i++)
 		if (!strcmp(sym, older[i][0]))
 			p = dlsym(lib, older[i][1]);
 	return p;
@@ -262,7 +263,7 @@ static int cublas_try(const char *file, struct cublas_api *b, char *why,
 				return -EALREADY;
 			}
 	}
-	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(syms); i++) {
 		*fn[i] = dlsym(b->lib, syms[i]);
 		if (!*fn[i]) {
 			snprintf(why, whylen, "it lacks %s", syms[i]);
@@ -418,7 +419,7 @@ const char *cu_errname(const struct cu_api *api, CUresult r)
 	if (api && api->GetErrorString &&
 	    api->GetErrorString(r, &str) != CUDA_SUCCESS)
 		str = NULL;
-	for (size_t i = 0; i < sizeof(cu_known) / sizeof(cu_known[0]); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(cu_known); i++)
 		if (cu_known[i].r == r) {
 			name = name ? name : cu_known[i].name;
 			str = str ? str : cu_known[i].str;

@@ -217,7 +217,7 @@ int cuda_wire_run_kernel(struct backend *b, const struct djinn_node *node,
 			 const struct dj_tensor *out, char *msg, size_t msglen);
 void cuda_wire_fini(struct cuda_dev *d);
 
-/* The ops (ops.c) */
+/* The graph ops (graph_ops.c) */
 int cuda_run_node(struct backend *b, const struct djinn_node *node,
 		  const struct dj_tensor *in, const struct dj_tensor *out,
 		  char *msg, size_t msglen);

@@ -16,17 +16,9 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include "kernels.h"
+#include <djinn/proto.h> /* enum djinn_opcode: the ops kernels switch on */
 
-/* enum djinn_opcode (include/djinn/proto.h): the ops kernels switch on */
-#define GOP_ADD 2
-#define GOP_SUB 3
-#define GOP_MUL 4
-#define GOP_DIV 5
-#define GOP_SCALE 6
-#define GOP_GELU 7
-#define GOP_RELU 8
-#define GOP_SILU 9
+#include "kernels.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -78,11 +70,11 @@ __device__ __forceinline__ void bc_off(const djk_bcast &bc, uint64_t i,
 __device__ __forceinline__ float fop(uint32_t op, float x, float y)
 {
 	switch (op) {
-	case GOP_ADD:
+	case DJINN_GOP_ADD:
 		return x + y;
-	case GOP_SUB:
+	case DJINN_GOP_SUB:
 		return x - y;
-	case GOP_MUL:
+	case DJINN_GOP_MUL:
 		return x * y;
 	default:
 		return x / y;
@@ -95,11 +87,11 @@ template <typename T, typename U>
 __device__ __forceinline__ T iop(uint32_t op, T x, T y)
 {
 	switch (op) {
-	case GOP_ADD:
+	case DJINN_GOP_ADD:
 		return (T)((U)x + (U)y);
-	case GOP_SUB:
+	case DJINN_GOP_SUB:
 		return (T)((U)x - (U)y);
-	case GOP_MUL:
+	case DJINN_GOP_MUL:
 		return (T)((U)x * (U)y);
 	default:
 		if ((T)-1 < (T)0 && y == (T)-1)
@@ -183,17 +175,17 @@ __device__ void unary(uint32_t op, T *out, const T *x, uint64_t n, float alpha)
 		float v = ld(x[i]), r;
 
 		switch (op) {
-		case GOP_SCALE:
+		case DJINN_GOP_SCALE:
 			r = v * alpha;
 			break;
-		case GOP_GELU:
+		case DJINN_GOP_GELU:
 			/* x sigmoid(2u): 0.5 x (1 + tanh(u)) without the
 			 * cancellation of 1 + tanh(u) for x < 0 */
 			r = v / (1.0f +
 				 expf(-2.0f * GELU_K *
 				      (v + 0.044715f * v * v * v)));
 			break;
-		case GOP_RELU: /* NaN stays NaN */
+		case DJINN_GOP_RELU: /* NaN stays NaN */
 			r = v < 0.0f ? 0.0f : v;
 			break;
 		default: /* SILU */

@@ -139,7 +139,7 @@ int djd_call_send(int fd, uint16_t op, uint64_t session, const void *req,
 	struct djinn_hdr h = {
 		.magic = DJINN_MAGIC,
 		.version = DJINN_PROTO_VERSION,
-		.opcode = op,
+		.type = op,
 		.request_id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED),
 		.session_id = session,
 		.payload_len = req_len,
@@ -213,7 +213,7 @@ int djd_sessions(struct djinn_admin_session *out, int max)
 
 	if (fd < 0)
 		return fd;
-	ret = djd_call(fd, DJINN_OP_ADMIN_SESSIONS, 0, NULL, 0, buf,
+	ret = djd_call(fd, DJINN_MSG_ADMIN_SESSIONS, 0, NULL, 0, buf,
 		       sizeof(buf), &got);
 	close(fd);
 	if (ret)
@@ -248,7 +248,7 @@ int djd_stats(struct djinn_admin_stats *st)
 
 	if (fd < 0)
 		return fd;
-	ret = djd_call(fd, DJINN_OP_ADMIN_STATS, 0, NULL, 0, st, sizeof(*st),
+	ret = djd_call(fd, DJINN_MSG_ADMIN_STATS, 0, NULL, 0, st, sizeof(*st),
 		       NULL);
 	close(fd);
 	return ret;
@@ -260,7 +260,8 @@ int djd_vmu(struct djinn_admin_vmu *v)
 
 	if (fd < 0)
 		return fd;
-	ret = djd_call(fd, DJINN_OP_ADMIN_VMU, 0, NULL, 0, v, sizeof(*v), NULL);
+	ret = djd_call(fd, DJINN_MSG_ADMIN_VMU, 0, NULL, 0, v, sizeof(*v),
+		       NULL);
 	close(fd);
 	return ret;
 }
@@ -302,7 +303,7 @@ int djd_client_bind(struct djd_client *c, const char *tenant, uint64_t lease_ns)
 	}
 	b.kernel_id = c->kid;
 	memcpy(b.token, c->token, sizeof(b.token));
-	ret = djd_call(c->sock, DJINN_OP_SESSION_BIND, 0, &b, sizeof(b), &r,
+	ret = djd_call(c->sock, DJINN_MSG_SESSION_BIND, 0, &b, sizeof(b), &r,
 		       sizeof(r), NULL);
 	if (ret)
 		goto fail;
@@ -335,6 +336,6 @@ int djd_tensor(int fd, uint64_t id, uint64_t bytes)
 	struct djinn_tensor_resp tr;
 
 	tc.desc.dims[0] = bytes;
-	return djd_call(fd, DJINN_OP_TENSOR_CREATE, id, &tc, sizeof(tc), &tr,
+	return djd_call(fd, DJINN_MSG_TENSOR_CREATE, id, &tc, sizeof(tc), &tr,
 			sizeof(tr), NULL);
 }

@@ -122,12 +122,12 @@ static int signal_user(void)
 	if (fd < 0)
 		return fd;
 	snprintf(o.tenant, sizeof(o.tenant), "bench");
-	ret = djd_call(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o), &r,
+	ret = djd_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r,
 		       sizeof(r), NULL);
 	for (int i = 1; !ret && i <= NSIG_SAMPLES; i++) {
 		sg.expected_ns = (uint64_t)i;
 		t0[i] = djd_now_ns();
-		ret = djd_call(fd, DJINN_OP_SIGNAL, r.session_id, &sg,
+		ret = djd_call(fd, DJINN_MSG_SIGNAL, r.session_id, &sg,
 			       sizeof(sg), NULL, 0, NULL);
 		usleep(2000);
 	}
@@ -163,7 +163,7 @@ static int64_t death(bool kmod)
 
 			snprintf(o.tenant, sizeof(o.tenant), "dying");
 			if (fd < 0 ||
-			    djd_call(fd, DJINN_OP_SESSION_OPEN, 0, &o,
+			    djd_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o,
 				     sizeof(o), &r, sizeof(r), NULL) ||
 			    djd_tensor(fd, r.session_id, 16 * MiB))
 				_exit(1);

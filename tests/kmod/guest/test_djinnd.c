@@ -70,8 +70,8 @@ static void test_hello_says_kmod(void **state)
 	int fd = djd_connect(DJD_SOCK);
 
 	assert_true(fd >= 0);
-	assert_int_equal(djd_call(fd, DJINN_OP_HELLO, 0, NULL, 0, &h, sizeof(h),
-				  NULL),
+	assert_int_equal(djd_call(fd, DJINN_MSG_HELLO, 0, NULL, 0, &h,
+				  sizeof(h), NULL),
 			 0);
 	assert_true(h.features & DJINN_FEAT_KMOD);
 	close(fd);
@@ -96,20 +96,20 @@ static void test_bind(void **state)
 	/* the same kernel session twice */
 	b.kernel_id = c.kid;
 	memcpy(b.token, c.token, sizeof(b.token));
-	assert_int_equal(djd_call(fd, DJINN_OP_SESSION_BIND, 0, &b, sizeof(b),
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_BIND, 0, &b, sizeof(b),
 				  &r, sizeof(r), NULL),
 			 -EBUSY);
 	/* a wrong token */
 	b.token[3] ^= 1;
-	assert_int_equal(djd_call(fd, DJINN_OP_SESSION_BIND, 0, &b, sizeof(b),
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_BIND, 0, &b, sizeof(b),
 				  &r, sizeof(r), NULL),
 			 -EPERM);
 	/* no such session, and a short payload */
 	b.kernel_id = 0xfffffff0ull;
-	assert_int_equal(djd_call(fd, DJINN_OP_SESSION_BIND, 0, &b, sizeof(b),
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_BIND, 0, &b, sizeof(b),
 				  &r, sizeof(r), NULL),
 			 -ENOENT);
-	assert_int_equal(djd_call(fd, DJINN_OP_SESSION_BIND, 0, &b,
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_BIND, 0, &b,
 				  sizeof(b) - 1, &r, sizeof(r), NULL),
 			 -EINVAL);
 	close(fd);
@@ -232,7 +232,7 @@ static void test_ring_completion(void **state)
 	uint64_t rid;
 
 	assert_int_equal(djd_client_bind(&c, "ringed", 0), 0);
-	assert_int_equal(djd_call(c.sock, DJINN_OP_TENSOR_CREATE, c.id, &tc,
+	assert_int_equal(djd_call(c.sock, DJINN_MSG_TENSOR_CREATE, c.id, &tc,
 				  sizeof(tc), &tr, sizeof(tr), NULL),
 			 0);
 	req.g.nr_inputs = 1;
@@ -241,7 +241,7 @@ static void test_ring_completion(void **state)
 	req.in.id = tr.handle;
 	req.n.op = DJINN_GOP_RELU;
 	req.n.nr_inputs = 1;
-	assert_int_equal(djd_call_send(c.sock, DJINN_OP_GRAPH_SUBMIT, c.id,
+	assert_int_equal(djd_call_send(c.sock, DJINN_MSG_GRAPH_SUBMIT, c.id,
 				       &req, sizeof(req)),
 			 0);
 	rid = djd_last_request;
@@ -259,7 +259,7 @@ static void test_ring_completion(void **state)
 	      (head & *(const uint32_t *)((const char *)c.ring + c.off.mask));
 	assert_int_equal(cqe->user_data, rid);
 	assert_int_equal(cqe->res, 0);
-	assert_int_equal(cqe->flags, DJINN_OP_GRAPH_SUBMIT);
+	assert_int_equal(cqe->flags, DJINN_MSG_GRAPH_SUBMIT);
 	assert_int_equal(cqe->aux[0], c.id);
 	/* the answer itself still comes on the socket */
 	assert_int_equal(djd_call_recv(c.sock, &gr, sizeof(gr), NULL), 0);
@@ -273,7 +273,7 @@ static void test_ring_completion(void **state)
 
 	/* a failing graph posts its errno: an input that is no tensor */
 	req.in.id ^= 0x5a5a;
-	assert_int_equal(djd_call(c.sock, DJINN_OP_GRAPH_SUBMIT, c.id, &req,
+	assert_int_equal(djd_call(c.sock, DJINN_MSG_GRAPH_SUBMIT, c.id, &req,
 				  sizeof(req), &gr, sizeof(gr), NULL),
 			 -ENOENT);
 	/* refused before it ran: answered on the socket only */
@@ -300,7 +300,7 @@ static void test_proxy_expiry(void **state)
 	assert_true(fd >= 0);
 	snprintf(o.tenant, sizeof(o.tenant), "remote");
 	assert_int_equal(djd_stats(&st0), 0);
-	assert_int_equal(djd_call(fd, DJINN_OP_SESSION_OPEN, 0, &o, sizeof(o),
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o),
 				  &r, sizeof(r), NULL),
 			 0);
 	n = kt_nl_dump(nl, all, 64);
@@ -313,7 +313,7 @@ static void test_proxy_expiry(void **state)
 	/* heartbeats keep it: 1.2 s, three leases */
 	for (int i = 0; i < 12; i++) {
 		usleep(100000);
-		assert_int_equal(djd_call(fd, DJINN_OP_HEARTBEAT, r.session_id,
+		assert_int_equal(djd_call(fd, DJINN_MSG_HEARTBEAT, r.session_id,
 					  NULL, 0, NULL, 0, NULL),
 				 0);
 	}
@@ -353,7 +353,7 @@ static void test_kill(void **state)
 	fd = djd_connect(DJD_ADMIN);
 	assert_true(fd >= 0);
 	k.session_id = b.id;
-	assert_int_equal(djd_call(fd, DJINN_OP_ADMIN_KILL, 0, &k, sizeof(k),
+	assert_int_equal(djd_call(fd, DJINN_MSG_ADMIN_KILL, 0, &k, sizeof(k),
 				  NULL, 0, NULL),
 			 0);
 	close(fd);

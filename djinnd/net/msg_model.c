@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The model opcodes (DOC: models in include/djinn/proto.h): a session's
+ * The model messages (DOC: models in include/djinn/proto.h): a session's
  * models and contexts, and the steps that run them.
  *
  * Objects. A model or context is a struct mobj, named by a handle in the
@@ -41,7 +41,7 @@
 #include "exec/executor.h"
 #include "model/runtime.h"
 #include "net/conn.h"
-#include "net/ops.h"
+#include "net/msg.h"
 
 struct mobj {
 	enum sobj_kind kind;
@@ -85,7 +85,7 @@ static void drain_one(enum sobj_kind kind, void *p, void *arg)
 	mobj_put(p);
 }
 
-void model_ops_session_ended(struct session *s)
+void msg_model_session_ended(struct session *s)
 {
 	session_obj_drain(s, drain_one, NULL);
 }
@@ -431,7 +431,7 @@ static void run_step(struct exec_job *job, const struct exec_env *env)
 	uint64_t t0 = loop_now();
 	int ret;
 
-	if (mj->hdr.opcode == DJINN_OP_CTX_PREFILL) {
+	if (mj->hdr.type == DJINN_MSG_CTX_PREFILL) {
 		r.out = NULL;
 		ret = model_ctx_run_prefill(mc, &me, mj->tokens,
 					    mj->step.nr_tokens, &r, job->msg,
@@ -536,7 +536,7 @@ static void submit(struct conn *c, const struct djinn_hdr *hdr,
 {
 	struct exec_job *job = NULL;
 
-	if (lane != SCHED_COMPUTE || !ops_inflight_full(c, hdr, s)) {
+	if (lane != SCHED_COMPUTE || !msg_inflight_full(c, hdr, s)) {
 		job = calloc(1, sizeof(*job));
 		if (!job)
 			conn_error(c, hdr, -ENOMEM, "out of memory");
@@ -557,7 +557,7 @@ static void submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->request_id = hdr->request_id;
 	job->conn = c;
 	conn_get(c);
-	job->t0 = ops_defer(c);
+	job->t0 = msg_defer(c);
 	job->done = call_done;
 	job->done_arg = c->srv;
 	if (lane == SCHED_COMPUTE)
@@ -577,7 +577,7 @@ static void call_done(struct exec_job *job, void *arg)
 	uint64_t handle;
 	int ret = job->error;
 
-	metrics_observe(&srv->st, hdr->opcode, loop_now() - job->t0);
+	metrics_observe(&srv->st, hdr->type, loop_now() - job->t0);
 	if (!ret && s->dead)
 		ret = -ECANCELED;
 	/* a device fault while it ran: what it made is lost */
@@ -598,9 +598,9 @@ static void call_done(struct exec_job *job, void *arg)
 					       strerror(-ret));
 		goto out;
 	}
-	switch (hdr->opcode) {
-	case DJINN_OP_MODEL_OPEN:
-	case DJINN_OP_MODEL_OPEN_UPLOADED: {
+	switch (hdr->type) {
+	case DJINN_MSG_MODEL_OPEN:
+	case DJINN_MSG_MODEL_OPEN_UPLOADED: {
 		const struct model *m = mj->hold->m;
 		struct djinn_model_resp r = {
 			.arch = m->cfg.arch, /* enum djinn_arch */
@@ -625,7 +625,7 @@ static void call_done(struct exec_job *job, void *arg)
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 		break;
 	}
-	case DJINN_OP_CTX_FORK: {
+	case DJINN_MSG_CTX_FORK: {
 		struct djinn_ctx_resp r = { .len = model_ctx_len(mj->fork),
 					    .max_tokens = mj->o->max_tokens };
 
@@ -639,7 +639,7 @@ static void call_done(struct exec_job *job, void *arg)
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 		break;
 	}
-	case DJINN_OP_CTX_RESET:
+	case DJINN_MSG_CTX_RESET:
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 		break;
 	default: { /* PREFILL, DECODE, RESUME */
@@ -664,12 +664,11 @@ static void call_done(struct exec_job *job, void *arg)
 	}
 	}
 out:
-	if (srv->leases->ops->complete &&
-	    (hdr->opcode == DJINN_OP_CTX_PREFILL ||
-	     hdr->opcode == DJINN_OP_CTX_DECODE ||
-	     hdr->opcode == DJINN_OP_CTX_RESUME))
+	if (srv->leases->ops->complete && (hdr->type == DJINN_MSG_CTX_PREFILL ||
+					   hdr->type == DJINN_MSG_CTX_DECODE ||
+					   hdr->type == DJINN_MSG_CTX_RESUME))
 		srv->leases->ops->complete(srv->leases, s, hdr->request_id,
-					   hdr->opcode, ret);
+					   hdr->type, ret);
 	if (mj->o)
 		mobj_put(mj->o);
 	mjob_free(mj);
@@ -684,8 +683,8 @@ out:
 /* Requests */
 
 /*
- * One handler per opcode; ops.c's table has checked the request's size
- * and found the session, on a device that serves models (else
+ * One handler per message type; msg.c's table has checked the request's
+ * size and found the session, on a device that serves models (else
  * -EOPNOTSUPP).
  */
 
@@ -702,8 +701,8 @@ static struct mobj *obj_get(struct conn *c, const struct djinn_hdr *hdr,
 	return o;
 }
 
-void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
-		   struct session *s, void *req, uint64_t len)
+void handle_model_open(struct conn *c, const struct djinn_hdr *hdr,
+		       struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_model_open *r = req;
 	char msg[DJINN_MAX_ERROR_MSG];
@@ -712,7 +711,7 @@ void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
 
 	n = strnlen(r->name, sizeof(r->name));
 	if (n == sizeof(r->name) ||
-	    !ops_all_zero(r->name + n, sizeof(r->name) - n)) {
+	    !msg_all_zero(r->name + n, sizeof(r->name) - n)) {
 		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
 		return;
 	}
@@ -729,8 +728,8 @@ void op_model_open(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 /* Variable length: the struct (the table's minimum), then its files. */
-void op_model_open_uploaded(struct conn *c, const struct djinn_hdr *hdr,
-			    struct session *s, void *req, uint64_t len)
+void handle_model_open_uploaded(struct conn *c, const struct djinn_hdr *hdr,
+				struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_model_upload *r = req;
 	struct mjob *mj;
@@ -780,8 +779,8 @@ void op_model_open_uploaded(struct conn *c, const struct djinn_hdr *hdr,
 	submit(c, hdr, s, mj, SCHED_MEM, run_open_upload);
 }
 
-void op_model_close(struct conn *c, const struct djinn_hdr *hdr,
-		    struct session *s, void *req, uint64_t len)
+void handle_model_close(struct conn *c, const struct djinn_hdr *hdr,
+			struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_handle_req *r = req;
 	struct mobj *o = obj_get(c, hdr, s, r->handle, SOBJ_MODEL);
@@ -795,8 +794,8 @@ void op_model_close(struct conn *c, const struct djinn_hdr *hdr,
 	}
 }
 
-void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr, struct session *s,
-		void *req, uint64_t len)
+void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
+		    struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_ctx_new *r = req;
 	char msg[DJINN_MAX_ERROR_MSG] = "";
@@ -837,8 +836,8 @@ void op_ctx_new(struct conn *c, const struct djinn_hdr *hdr, struct session *s,
 	conn_reply(c, hdr, &resp, sizeof(resp), NULL, 0, NULL, NULL);
 }
 
-void op_ctx_free(struct conn *c, const struct djinn_hdr *hdr, struct session *s,
-		 void *req, uint64_t len)
+void handle_ctx_free(struct conn *c, const struct djinn_hdr *hdr,
+		     struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_handle_req *r = req;
 	struct mobj *o = session_obj_del(s, r->handle, SOBJ_CTX);
@@ -873,24 +872,24 @@ static void ctx_job(struct conn *c, const struct djinn_hdr *hdr,
 	submit(c, hdr, s, mj, SCHED_COMPUTE, call);
 }
 
-void op_ctx_fork(struct conn *c, const struct djinn_hdr *hdr, struct session *s,
-		 void *req, uint64_t len)
+void handle_ctx_fork(struct conn *c, const struct djinn_hdr *hdr,
+		     struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_handle_req *r = req;
 
 	ctx_job(c, hdr, s, r->handle, 0, run_fork);
 }
 
-void op_ctx_reset(struct conn *c, const struct djinn_hdr *hdr,
-		  struct session *s, void *req, uint64_t len)
+void handle_ctx_reset(struct conn *c, const struct djinn_hdr *hdr,
+		      struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_handle_req *r = req;
 
 	ctx_job(c, hdr, s, r->handle, 0, run_reset);
 }
 
-void op_ctx_resume(struct conn *c, const struct djinn_hdr *hdr,
-		   struct session *s, void *req, uint64_t len)
+void handle_ctx_resume(struct conn *c, const struct djinn_hdr *hdr,
+		       struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_ctx_resume *r = req;
 
@@ -910,7 +909,7 @@ static void ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 	want = sizeof(*r) +
 	       (prefill ? (uint64_t)r->nr_tokens * sizeof(int32_t) : 0);
 	if (r->__reserved || r->sampling.__reserved ||
-	    (prefill && !ops_all_zero(&r->sampling, sizeof(r->sampling)))) {
+	    (prefill && !msg_all_zero(&r->sampling, sizeof(r->sampling)))) {
 		conn_error(c, hdr, -EINVAL, "%s",
 			   prefill && !r->__reserved &&
 					   !r->sampling.__reserved ?
@@ -966,14 +965,14 @@ static void ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 /* Variable length: the struct (the table's minimum), then the tokens. */
-void op_ctx_prefill(struct conn *c, const struct djinn_hdr *hdr,
-		    struct session *s, void *req, uint64_t len)
+void handle_ctx_prefill(struct conn *c, const struct djinn_hdr *hdr,
+			struct session *s, void *req, uint64_t len)
 {
 	ctx_step(c, hdr, s, req, len, true);
 }
 
-void op_ctx_decode(struct conn *c, const struct djinn_hdr *hdr,
-		   struct session *s, void *req, uint64_t len)
+void handle_ctx_decode(struct conn *c, const struct djinn_hdr *hdr,
+		       struct session *s, void *req, uint64_t len)
 {
 	ctx_step(c, hdr, s, req, len, false);
 }

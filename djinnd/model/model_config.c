@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * config.json and the weight layout of GPT-2 and Llama. See config.h.
+ * config.json and the weight layout of GPT-2 and Llama. See
+ * model_config.h.
  */
 #include <assert.h>
 #include <errno.h>
@@ -14,9 +15,10 @@
 
 #include <jansson.h>
 
+#include "array_size.h"
 #include "errmsg.h"
 #include "graph.h"
-#include "model/config.h"
+#include "model/model_config.h"
 
 /* ---------------------------------------------------------------------- */
 /* config.json */
@@ -670,7 +672,7 @@ static_assert((int)MODEL_GPT2 == DJINN_ARCH_GPT2 &&
 
 const char *model_arch_name(enum model_arch a)
 {
-	for (size_t i = 0; i < sizeof(arch_names) / sizeof(arch_names[0]); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(arch_names); i++)
 		if (arch_names[i].arch == a)
 			return arch_names[i].type;
 	return "unknown";
@@ -710,7 +712,7 @@ int model_config_parse_json(const char *text, size_t len, const char *path,
 			     path);
 		goto out;
 	}
-	for (size_t i = 0; i < sizeof(arch_names) / sizeof(arch_names[0]); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(arch_names); i++)
 		if (!strcmp(type, arch_names[i].type))
 			n->arch = arch_names[i].arch;
 	if (!n->arch) {

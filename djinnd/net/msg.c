@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * The opcodes: the dispatch table (at the end), and what djinnd does with
- * the session, tensor and graph requests; the model opcodes are in
- * model_ops.c, the admin opcodes in admin_ops.c. Runs on the I/O thread;
+ * The messages: the dispatch table (at the end), and what djinnd does with
+ * the session, tensor and graph requests; the model messages are in
+ * msg_model.c, the admin messages in msg_admin.c. Runs on the I/O thread;
  * device work goes to the scheduler (sched/sched.h) and comes back
  * through the job's callback: graph_done(), mem_done().
  */
@@ -12,13 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array_size.h"
 #include "graph.h"
 #include "log.h"
-#include "opnames.h"
+#include "msgnames.h"
 #include "server.h"
 #include "exec/executor.h"
 #include "net/conn.h"
-#include "net/ops.h"
+#include "net/msg.h"
 
 #define GRAPH_MAX_PAYLOAD                                    \
 	(sizeof(struct djinn_graph) +                        \
@@ -37,59 +38,59 @@
  * grown by fields this djinnd does not know, which it takes when they
  * are zero. Longer is -EMSGSIZE, before anything is allocated.
  */
-#define OPS_STRUCT_MAX 4096
+#define MSG_STRUCT_MAX 4096
 
 /*
- * struct op_desc - an opcode's row of the dispatch table (op_table, at
- * the end), after kmod/main.c's ioctl table
- * @handle:   its handler; NULL for a streaming opcode (OP_STREAM), whose
- *            struct goes to ops_stream_begin() and its data to the device
+ * struct msg_desc - a message type's row of the dispatch table
+ * (msg_table, at the end), after kmod/main.c's ioctl table
+ * @handle:   its handler; NULL for a streaming message (ROW_STREAM), whose
+ *            struct goes to msg_stream_begin() and its data to the device
  * @size:     the request struct's size. A fixed-size request (neither
- *            OP_VAR nor OP_STREAM) is taken by copy_struct_from_user()'s
+ *            ROW_VAR nor ROW_STREAM) is taken by copy_struct_from_user()'s
  *            rules: a payload of @min_size to @size bytes is zero-filled
- *            to @size; a longer one (to OPS_STRUCT_MAX) is cut to @size
+ *            to @size; a longer one (to MSG_STRUCT_MAX) is cut to @size
  *            when every byte past @size is zero, and refused -E2BIG
  *            otherwise. Either way the handler sees @size bytes.
- *            OP_STREAM: @size bytes of struct exactly, then the data
+ *            ROW_STREAM: @size bytes of struct exactly, then the data
  * @min_size: the shortest payload taken (-EINVAL below): the struct's
  *            first version, so that the fields added to its end since
  *            are zero when an older client sends it
- * @max:      OP_VAR and OP_STREAM: the longest payload (-EMSGSIZE over)
+ * @max:      ROW_VAR and ROW_STREAM: the longest payload (-EMSGSIZE over)
  * @flags:    OP_*
  */
-struct op_desc {
-	op_fn *handle;
+struct msg_desc {
+	msg_fn *handle;
 	uint32_t size, min_size;
 	uint64_t max;
 	unsigned int flags;
 };
 
-/* op_desc.flags */
+/* msg_desc.flags */
 enum {
-	OP_CLIENT = 1u << 0, /* served on the client sockets */
-	OP_ADMIN = 1u << 1, /* served on the admin socket */
+	ROW_CLIENT = 1u << 0, /* served on the client sockets */
+	ROW_ADMIN = 1u << 1, /* served on the admin socket */
 	/* hdr.session_id names a session attached to the connection, not
 	 * lost in a device fault (session_lost()): its lease is renewed and
 	 * the handler gets it */
-	OP_SESSION = 1u << 2,
-	OP_LOST_OK = 1u << 3, /* OP_SESSION, even one a fault has lost */
-	OP_MODELS = 1u << 4, /* OP_SESSION, on a device that serves models */
+	ROW_SESSION = 1u << 2,
+	ROW_LOST_OK = 1u << 3, /* ROW_SESSION, even one a fault has lost */
+	ROW_MODELS = 1u << 4, /* ROW_SESSION, on a device that serves models */
 	/* variable length: @min_size to @max bytes, as they came; the
 	 * handler checks the rest (counts and what follows the struct) */
-	OP_VAR = 1u << 5,
-	OP_KEEPS_BODY = 1u << 6, /* OP_VAR: the handler keeps the payload */
-	OP_STREAM = 1u << 7, /* @size bytes of struct, then data */
+	ROW_VAR = 1u << 5,
+	ROW_KEEPS_BODY = 1u << 6, /* ROW_VAR: the handler keeps the payload */
+	ROW_STREAM = 1u << 7, /* @size bytes of struct, then data */
 
-	OP_IN_SESSION = OP_CLIENT | OP_SESSION,
-	OP_IN_MODELS = OP_IN_SESSION | OP_MODELS,
+	ROW_IN_SESSION = ROW_CLIENT | ROW_SESSION,
+	ROW_IN_MODELS = ROW_IN_SESSION | ROW_MODELS,
 };
 
-static const struct op_desc *op_desc(uint16_t op);
+static const struct msg_desc *msg_desc(uint16_t type);
 
 /* ---------------------------------------------------------------------- */
 /* Helpers */
 
-bool ops_all_zero(const void *p, size_t n)
+bool msg_all_zero(const void *p, size_t n)
 {
 	const uint8_t *b = p;
 
@@ -130,14 +131,14 @@ static struct session *req_session(struct conn *c, const struct djinn_hdr *hdr,
 	return s;
 }
 
-/* The session a request's row asks for (OP_SESSION, with OP_LOST_OK
- * and OP_MODELS as it says), a reference; or NULL with the error sent. */
-static struct session *op_session(struct conn *c, const struct djinn_hdr *hdr,
-				  unsigned int flags)
+/* The session a request's row asks for (ROW_SESSION, with ROW_LOST_OK
+ * and ROW_MODELS as it says), a reference; or NULL with the error sent. */
+static struct session *msg_session(struct conn *c, const struct djinn_hdr *hdr,
+				   unsigned int flags)
 {
-	struct session *s = req_session(c, hdr, flags & OP_LOST_OK);
+	struct session *s = req_session(c, hdr, flags & ROW_LOST_OK);
 
-	if (s && (flags & OP_MODELS) && !s->dev->models) {
+	if (s && (flags & ROW_MODELS) && !s->dev->models) {
 		conn_error(c, hdr, -EOPNOTSUPP, "this djinnd serves no models");
 		session_put(s);
 		return NULL;
@@ -145,7 +146,7 @@ static struct session *op_session(struct conn *c, const struct djinn_hdr *hdr,
 	return s;
 }
 
-void ops_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
+void msg_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 		     const struct djinn_tensor_desc *desc, uint32_t flags)
 {
 	memset(r, 0, sizeof(*r));
@@ -154,7 +155,7 @@ void ops_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 	r->flags = flags;
 }
 
-bool ops_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
+bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
 		       struct session *s)
 {
 	if (s->se.inflight < SCHED_INFLIGHT_MAX)
@@ -208,8 +209,8 @@ static void session_quota_error(struct conn *c, const struct djinn_hdr *hdr)
 			   c->tcp ? "TCP peers as uid" : "uid", (int)uid);
 }
 
-static void op_hello(struct conn *c, const struct djinn_hdr *hdr,
-		     struct session *unused, void *req, uint64_t len)
+static void handle_hello(struct conn *c, const struct djinn_hdr *hdr,
+			 struct session *unused, void *req, uint64_t len)
 {
 	/* The first device's figures: with several, each session's are its
 	 * device's (ADMIN_VMU). */
@@ -259,8 +260,8 @@ static int session_start(struct conn *c, struct session *s, uint64_t kid)
 	return ret;
 }
 
-static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
-			    struct session *unused, void *req, uint64_t len)
+static void handle_session_open(struct conn *c, const struct djinn_hdr *hdr,
+				struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_session_open *o = req;
 	struct device *d;
@@ -295,13 +296,14 @@ static void op_session_open(struct conn *c, const struct djinn_hdr *hdr,
 	log_info("session %llu opened: tenant %s, priority %u, lease %llu ms, "
 		 "device %u (%s)",
 		 (unsigned long long)s->id, s->tenant, s->priority,
-		 (unsigned long long)(s->lease_ns / 1000000), d->index,
+		 (unsigned long long)(s->lease_ns / NSEC_PER_MSEC), d->index,
 		 d->name);
 	session_reply(c, hdr, s, true);
 }
 
-static void op_session_attach(struct conn *c, const struct djinn_hdr *hdr,
-			      struct session *unused, void *req, uint64_t len)
+static void handle_session_attach(struct conn *c, const struct djinn_hdr *hdr,
+				  struct session *unused, void *req,
+				  uint64_t len)
 {
 	const struct djinn_session_attach *a = req;
 	struct session *s;
@@ -329,8 +331,8 @@ static void op_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 
 /* A local client's session on /dev/djinn becomes a djinnd session bound
  * to it (DOC: sessions in proto.h); the lease provider checks it. */
-static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
-			    struct session *unused, void *req, uint64_t len)
+static void handle_session_bind(struct conn *c, const struct djinn_hdr *hdr,
+				struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_session_bind *b = req;
 	struct lease_provider *lp = c->srv->leases;
@@ -375,12 +377,12 @@ static void op_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 		 "priority %u, lease %llu ms",
 		 (unsigned long long)s->id, (unsigned long long)b->kernel_id,
 		 s->tenant, s->priority,
-		 (unsigned long long)(s->lease_ns / 1000000));
+		 (unsigned long long)(s->lease_ns / NSEC_PER_MSEC));
 	session_reply(c, hdr, s, true);
 }
 
-static void op_session_close(struct conn *c, const struct djinn_hdr *hdr,
-			     struct session *s, void *req, uint64_t len)
+static void handle_session_close(struct conn *c, const struct djinn_hdr *hdr,
+				 struct session *s, void *req, uint64_t len)
 {
 	conn_detach(c, s->id);
 	session_end(c->srv, s, SESSION_CLOSED);
@@ -388,8 +390,8 @@ static void op_session_close(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 /* HEARTBEAT renews a lease; with session 0 it is a plain round trip. */
-static void op_heartbeat(struct conn *c, const struct djinn_hdr *hdr,
-			 struct session *unused, void *req, uint64_t len)
+static void handle_heartbeat(struct conn *c, const struct djinn_hdr *hdr,
+			     struct session *unused, void *req, uint64_t len)
 {
 	struct session *s;
 
@@ -404,8 +406,8 @@ static void op_heartbeat(struct conn *c, const struct djinn_hdr *hdr,
 	session_put(s);
 }
 
-static void op_signal(struct conn *c, const struct djinn_hdr *hdr,
-		      struct session *s, void *req, uint64_t len)
+static void handle_signal(struct conn *c, const struct djinn_hdr *hdr,
+			  struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_signal *sg = req;
 	char msg[DJINN_MAX_ERROR_MSG];
@@ -478,7 +480,7 @@ static void stream_free(struct conn *c, struct stream *st, bool failed)
 
 /* The answer comes later, from a job: it is timed there. Returns when
  * the request arrived. */
-uint64_t ops_defer(struct conn *c)
+uint64_t msg_defer(struct conn *c)
 {
 	c->req_open = false;
 	return c->req_t0;
@@ -627,7 +629,7 @@ static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 	if (r->segment == DJINN_SEG_TEXT) {
 		memcpy(st->fp, r->fp, sizeof(st->fp));
 		ret = vmu_text_begin(st->s->vs, bytes, &c->sink.upload);
-	} else if (!ops_all_zero(r->fp, sizeof(r->fp))) {
+	} else if (!msg_all_zero(r->fp, sizeof(r->fp))) {
 		conn_error(c, hdr, -EINVAL, "fingerprint set for data");
 		return -EINVAL;
 	} else {
@@ -725,7 +727,7 @@ static void stream_mem_done(struct conn *c, struct exec_job *job,
 	conn_stream_ready(c, 0);
 }
 
-int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
+int msg_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
 		     const uint8_t *body)
 {
 	struct stream *st = calloc(1, sizeof(*st));
@@ -735,14 +737,14 @@ int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return -ENOMEM;
 	}
-	st->s = op_session(c, hdr, op_desc(hdr->opcode)->flags);
+	st->s = msg_session(c, hdr, msg_desc(hdr->type)->flags);
 	if (!st->s) {
 		free(st);
 		return -ENOENT;
 	}
 	c->stream = st;
 	st->w.done = stream_mem_done;
-	if (hdr->opcode == DJINN_OP_TENSOR_CREATE)
+	if (hdr->type == DJINN_MSG_TENSOR_CREATE)
 		ret = stream_create(c, hdr, (const void *)body, st);
 	else
 		ret = stream_write(c, hdr, (const void *)body, st);
@@ -751,7 +753,7 @@ int ops_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
 	return ret;
 }
 
-void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr)
+void msg_stream_end(struct conn *c, const struct djinn_hdr *hdr)
 {
 	struct stream *st = c->stream;
 	struct djinn_tensor_resp r;
@@ -807,7 +809,7 @@ void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr)
 			vmu_region_destroy(st->s->vs, st->t.region);
 		conn_error(c, hdr, ret, "out of memory for handles");
 	} else {
-		ops_tensor_resp(&r, handle, &st->t.desc,
+		msg_tensor_resp(&r, handle, &st->t.desc,
 				created ? 0 : DJINN_TENSOR_DEDUP);
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 	}
@@ -816,7 +818,7 @@ void ops_stream_end(struct conn *c, const struct djinn_hdr *hdr)
 
 /* Bytes of a streaming request arrive: the client is alive, so its
  * lease is renewed (it cannot send a HEARTBEAT mid-frame). */
-void ops_stream_progress(struct conn *c)
+void msg_stream_progress(struct conn *c)
 {
 	struct stream *st = c->stream;
 
@@ -824,7 +826,7 @@ void ops_stream_progress(struct conn *c)
 		c->srv->leases->ops->renew(c->srv->leases, st->s, loop_now());
 }
 
-void ops_stream_abort(struct conn *c)
+void msg_stream_abort(struct conn *c)
 {
 	stream_free(c, c->stream, true);
 }
@@ -832,11 +834,11 @@ void ops_stream_abort(struct conn *c)
 /* A session ended: its uploads in progress stop now (their memory goes
  * with the session), the rest of their bytes are skipped, and they are
  * answered -ECANCELED. */
-void ops_session_ended(struct server *srv, struct session *s)
+void msg_session_ended(struct server *srv, struct session *s)
 {
 	struct conn *c;
 
-	model_ops_session_ended(s);
+	msg_model_session_ended(s);
 	list_for_each_entry(c, &srv->conns, node) {
 		struct stream *st = c->stream;
 
@@ -887,7 +889,8 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 	struct read_ctx *rc = container_of(w, struct read_ctx, w);
 	const void *src;
 
-	metrics_observe(&c->srv->st, DJINN_OP_TENSOR_READ, loop_now() - rc->t0);
+	metrics_observe(&c->srv->st, DJINN_MSG_TENSOR_READ,
+			loop_now() - rc->t0);
 	if (job->error) {
 		conn_error(c, &rc->hdr, job->error, "%s the tensor",
 			   job->mem.stage_len ? "cannot copy from the device" :
@@ -903,8 +906,8 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 	conn_reply(c, &rc->hdr, NULL, 0, src, rc->len, read_done, rc);
 }
 
-static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
-			   struct session *s, void *req, uint64_t len)
+static void handle_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
+			       struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_tensor_io *io = req;
 	struct vmu_region_info info = { 0 };
@@ -968,7 +971,7 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 		}
 		rc->w.done = read_mem_done;
 		rc->hdr = *hdr;
-		rc->t0 = ops_defer(c);
+		rc->t0 = msg_defer(c);
 		rc->offset = io->offset;
 		if (mem_submit(c, hdr, rc->s, &m, &rc->w, &job))
 			read_done(rc);
@@ -994,8 +997,8 @@ static void op_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 		   io->len, read_done, rc);
 }
 
-static void op_tensor_release(struct conn *c, const struct djinn_hdr *hdr,
-			      struct session *s, void *req, uint64_t len)
+static void handle_tensor_release(struct conn *c, const struct djinn_hdr *hdr,
+				  struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_tensor_release *r = req;
 
@@ -1006,8 +1009,8 @@ static void op_tensor_release(struct conn *c, const struct djinn_hdr *hdr,
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
 
-static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
-			   struct session *s, void *req, uint64_t len)
+static void handle_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
+			       struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_text_lookup *l = req;
 	struct djinn_tensor_resp r;
@@ -1029,7 +1032,7 @@ static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -ENOMEM, "out of memory for handles");
 		vmu_text_put(s->vs, t.text);
 	} else {
-		ops_tensor_resp(&r, handle, &t.desc, DJINN_TENSOR_DEDUP);
+		msg_tensor_resp(&r, handle, &t.desc, DJINN_TENSOR_DEDUP);
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 	}
 }
@@ -1039,8 +1042,8 @@ static void op_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
 
 static void graph_done(struct exec_job *job, void *arg);
 
-static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
-			    struct session *s, void *req, uint64_t len)
+static void handle_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
+				struct session *s, void *req, uint64_t len)
 {
 	struct exec_job *job = calloc(1, sizeof(*job));
 	char msg[DJINN_MAX_ERROR_MSG];
@@ -1063,7 +1066,7 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, ret, "%s", msg);
 		goto out_free;
 	}
-	if (ops_inflight_full(c, hdr, s))
+	if (msg_inflight_full(c, hdr, s))
 		goto out_free;
 	nin = job->view.g->nr_inputs;
 	nout = job->view.g->nr_outputs;
@@ -1113,7 +1116,7 @@ static void op_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	free(in_module);
 	job->conn = c;
 	conn_get(c);
-	job->t0 = ops_defer(c);
+	job->t0 = msg_defer(c);
 	job->done = graph_done;
 	job->done_arg = c->srv;
 	job->s->se.inflight++;
@@ -1132,12 +1135,12 @@ static void graph_done(struct exec_job *job, void *arg)
 	struct conn *c = job->conn;
 	uint32_t nout = job->view.g->nr_outputs;
 	struct djinn_hdr hdr = {
-		.opcode = DJINN_OP_GRAPH_SUBMIT,
+		.type = DJINN_MSG_GRAPH_SUBMIT,
 		.request_id = job->request_id,
 		.session_id = job->s->id,
 	};
 
-	metrics_observe(&srv->st, DJINN_OP_GRAPH_SUBMIT, loop_now() - job->t0);
+	metrics_observe(&srv->st, DJINN_MSG_GRAPH_SUBMIT, loop_now() - job->t0);
 	/* a fault while it was queued or ran: its results are lost */
 	if (!job->error)
 		job->error =
@@ -1159,7 +1162,7 @@ static void graph_done(struct exec_job *job, void *arg)
 			r->peak_bytes = job->res.peak_bytes;
 			r->run_ns = job->res.run_ns;
 			for (uint32_t k = 0; k < nout; k++)
-				ops_tensor_resp(
+				msg_tensor_resp(
 					&t[k], job->handles[k],
 					&job->descs[job->view.outputs[k]], 0);
 			conn_reply(c, &hdr, r, len, NULL, 0, NULL, NULL);
@@ -1169,7 +1172,7 @@ static void graph_done(struct exec_job *job, void *arg)
 	job->s->se.inflight--;
 	if (srv->leases->ops->complete)
 		srv->leases->ops->complete(srv->leases, job->s, job->request_id,
-					   DJINN_OP_GRAPH_SUBMIT, job->error);
+					   DJINN_MSG_GRAPH_SUBMIT, job->error);
 	conn_put(c);
 	exec_job_free(job);
 }
@@ -1205,7 +1208,7 @@ static void mem_done(struct exec_job *job, void *arg)
 
 /* Room for every fixed-size request, as kmod/main.c's union
  * djinn_ucmd_buffer: a row names its struct as a member of it. */
-union op_req {
+union msg_req {
 	struct djinn_session_open session_open;
 	struct djinn_session_attach session_attach;
 	struct djinn_session_bind session_bind;
@@ -1223,118 +1226,128 @@ union op_req {
 	struct djinn_admin_fault_req admin_fault;
 };
 
-#define REQ_SIZE(m) sizeof(((union op_req *)0)->m)
-#define REQ_END(m, last) (offsetof(union op_req, m.last) + REQ_SIZE(m.last))
+#define REQ_SIZE(m) sizeof(((union msg_req *)0)->m)
+#define REQ_END(m, last) (offsetof(union msg_req, m.last) + REQ_SIZE(m.last))
 
 /* No payload; a later version may give it a struct, which this djinnd
  * then takes when it is all zero. */
-#define OP_NONE(op, fn, fl) [DJINN_OP_##op] = { .handle = fn, .flags = (fl) }
-/* A fixed-size request: union op_req's member @m, whose first version
+#define ROW_NONE(msg, fn, fl) \
+	[DJINN_MSG_##msg] = { .handle = fn, .flags = (fl) }
+/* A fixed-size request: union msg_req's member @m, whose first version
  * ended with its field @last. */
-#define OP_FIXED(op, fn, m, last, fl)                     \
-	[DJINN_OP_##op] = { .handle = fn,                 \
-			    .size = REQ_SIZE(m),          \
-			    .min_size = REQ_END(m, last), \
-			    .flags = (fl) }
+#define ROW_FIXED(msg, fn, m, last, fl)                     \
+	[DJINN_MSG_##msg] = { .handle = fn,                 \
+			      .size = REQ_SIZE(m),          \
+			      .min_size = REQ_END(m, last), \
+			      .flags = (fl) }
 /* A fixed-size request that had no payload before its struct: 0 bytes
  * is the struct zeroed. */
-#define OP_GREW(op, fn, m, fl) \
-	[DJINN_OP_##op] = { .handle = fn, .size = REQ_SIZE(m), .flags = (fl) }
+#define ROW_GREW(msg, fn, m, fl) \
+	[DJINN_MSG_##msg] = { .handle = fn, .size = REQ_SIZE(m), .flags = (fl) }
 /* Variable length: a struct @type, then what it counts, @mx bytes at
  * most in all. */
-#define OP_VARLEN(op, fn, type, mx, fl)               \
-	[DJINN_OP_##op] = { .handle = fn,             \
-			    .size = sizeof(type),     \
-			    .min_size = sizeof(type), \
-			    .max = (mx),              \
-			    .flags = OP_VAR | (fl) }
+#define ROW_VARLEN(msg, fn, type, mx, fl)               \
+	[DJINN_MSG_##msg] = { .handle = fn,             \
+			      .size = sizeof(type),     \
+			      .min_size = sizeof(type), \
+			      .max = (mx),              \
+			      .flags = ROW_VAR | (fl) }
 /* Streamed: a struct @type, then data to the device. */
-#define OP_STREAMED(op, type, fl)                     \
-	[DJINN_OP_##op] = { .size = sizeof(type),     \
-			    .min_size = sizeof(type), \
-			    .max = DJINN_MAX_PAYLOAD, \
-			    .flags = OP_STREAM | (fl) }
+#define ROW_STREAMED(msg, type, fl)                     \
+	[DJINN_MSG_##msg] = { .size = sizeof(type),     \
+			      .min_size = sizeof(type), \
+			      .max = DJINN_MAX_PAYLOAD, \
+			      .flags = ROW_STREAM | (fl) }
 
-/* Every opcode djinnd serves, once. Its name is lib/opnames.c's. */
-static const struct op_desc op_table[] = {
-	OP_NONE(HELLO, op_hello, OP_CLIENT | OP_ADMIN),
-	OP_FIXED(SESSION_OPEN, op_session_open, session_open, lease_ns,
-		 OP_CLIENT),
-	OP_FIXED(SESSION_ATTACH, op_session_attach, session_attach, token,
-		 OP_CLIENT),
-	OP_FIXED(SESSION_BIND, op_session_bind, session_bind, token, OP_CLIENT),
-	OP_NONE(SESSION_CLOSE, op_session_close, OP_IN_SESSION | OP_LOST_OK),
+/* Every message type djinnd serves, once. Its name is lib/msgnames.c's. */
+static const struct msg_desc msg_table[] = {
+	ROW_NONE(HELLO, handle_hello, ROW_CLIENT | ROW_ADMIN),
+	ROW_FIXED(SESSION_OPEN, handle_session_open, session_open, lease_ns,
+		  ROW_CLIENT),
+	ROW_FIXED(SESSION_ATTACH, handle_session_attach, session_attach, token,
+		  ROW_CLIENT),
+	ROW_FIXED(SESSION_BIND, handle_session_bind, session_bind, token,
+		  ROW_CLIENT),
+	ROW_NONE(SESSION_CLOSE, handle_session_close,
+		 ROW_IN_SESSION | ROW_LOST_OK),
 	/* session 0 is a round trip: it looks its session up itself */
-	OP_NONE(HEARTBEAT, op_heartbeat, OP_CLIENT),
-	OP_FIXED(SIGNAL, op_signal, signal, expected_ns, OP_IN_SESSION),
+	ROW_NONE(HEARTBEAT, handle_heartbeat, ROW_CLIENT),
+	ROW_FIXED(SIGNAL, handle_signal, signal, expected_ns, ROW_IN_SESSION),
 
-	OP_STREAMED(TENSOR_CREATE, struct djinn_tensor_create, OP_IN_SESSION),
-	OP_STREAMED(TENSOR_WRITE, struct djinn_tensor_io, OP_IN_SESSION),
-	OP_FIXED(TENSOR_READ, op_tensor_read, tensor_io, len, OP_IN_SESSION),
-	OP_FIXED(TENSOR_RELEASE, op_tensor_release, tensor_release, handle,
-		 OP_IN_SESSION),
-	OP_FIXED(TEXT_LOOKUP, op_text_lookup, text_lookup, desc, OP_IN_SESSION),
-	OP_VARLEN(GRAPH_SUBMIT, op_graph_submit, struct djinn_graph,
-		  GRAPH_MAX_PAYLOAD, OP_IN_SESSION | OP_KEEPS_BODY),
+	ROW_STREAMED(TENSOR_CREATE, struct djinn_tensor_create, ROW_IN_SESSION),
+	ROW_STREAMED(TENSOR_WRITE, struct djinn_tensor_io, ROW_IN_SESSION),
+	ROW_FIXED(TENSOR_READ, handle_tensor_read, tensor_io, len,
+		  ROW_IN_SESSION),
+	ROW_FIXED(TENSOR_RELEASE, handle_tensor_release, tensor_release, handle,
+		  ROW_IN_SESSION),
+	ROW_FIXED(TEXT_LOOKUP, handle_text_lookup, text_lookup, desc,
+		  ROW_IN_SESSION),
+	ROW_VARLEN(GRAPH_SUBMIT, handle_graph_submit, struct djinn_graph,
+		   GRAPH_MAX_PAYLOAD, ROW_IN_SESSION | ROW_KEEPS_BODY),
 
-	OP_FIXED(MODEL_OPEN, op_model_open, model_open, name, OP_IN_MODELS),
-	OP_VARLEN(MODEL_OPEN_UPLOADED, op_model_open_uploaded,
-		  struct djinn_model_upload, UPLOAD_MAX, OP_IN_MODELS),
-	OP_FIXED(MODEL_CLOSE, op_model_close, handle, handle, OP_IN_MODELS),
-	OP_FIXED(CTX_NEW, op_ctx_new, ctx_new, __reserved, OP_IN_MODELS),
-	OP_FIXED(CTX_FREE, op_ctx_free, handle, handle, OP_IN_MODELS),
-	OP_FIXED(CTX_FORK, op_ctx_fork, handle, handle, OP_IN_MODELS),
-	OP_FIXED(CTX_RESET, op_ctx_reset, handle, handle, OP_IN_MODELS),
-	OP_VARLEN(CTX_PREFILL, op_ctx_prefill, struct djinn_ctx_step, STEP_MAX,
-		  OP_IN_MODELS),
-	OP_FIXED(CTX_DECODE, op_ctx_decode, ctx_step, sampling, OP_IN_MODELS),
-	OP_FIXED(CTX_RESUME, op_ctx_resume, ctx_resume, hidden, OP_IN_MODELS),
+	ROW_FIXED(MODEL_OPEN, handle_model_open, model_open, name,
+		  ROW_IN_MODELS),
+	ROW_VARLEN(MODEL_OPEN_UPLOADED, handle_model_open_uploaded,
+		   struct djinn_model_upload, UPLOAD_MAX, ROW_IN_MODELS),
+	ROW_FIXED(MODEL_CLOSE, handle_model_close, handle, handle,
+		  ROW_IN_MODELS),
+	ROW_FIXED(CTX_NEW, handle_ctx_new, ctx_new, __reserved, ROW_IN_MODELS),
+	ROW_FIXED(CTX_FREE, handle_ctx_free, handle, handle, ROW_IN_MODELS),
+	ROW_FIXED(CTX_FORK, handle_ctx_fork, handle, handle, ROW_IN_MODELS),
+	ROW_FIXED(CTX_RESET, handle_ctx_reset, handle, handle, ROW_IN_MODELS),
+	ROW_VARLEN(CTX_PREFILL, handle_ctx_prefill, struct djinn_ctx_step,
+		   STEP_MAX, ROW_IN_MODELS),
+	ROW_FIXED(CTX_DECODE, handle_ctx_decode, ctx_step, sampling,
+		  ROW_IN_MODELS),
+	ROW_FIXED(CTX_RESUME, handle_ctx_resume, ctx_resume, hidden,
+		  ROW_IN_MODELS),
 
-	OP_NONE(ADMIN_SESSIONS, op_admin_sessions, OP_ADMIN),
-	OP_FIXED(ADMIN_KILL, op_admin_kill, admin_kill, session_id, OP_ADMIN),
-	OP_NONE(ADMIN_VMU, op_admin_vmu, OP_ADMIN),
-	OP_NONE(ADMIN_STATS, op_admin_stats, OP_ADMIN),
-	OP_NONE(ADMIN_MODELS, op_admin_models, OP_ADMIN),
-	OP_FIXED(ADMIN_MODEL_EVICT, op_admin_model_evict, admin_model_evict,
-		 name, OP_ADMIN),
-	OP_GREW(ADMIN_FAULT_INJECT, op_admin_fault_inject, admin_fault,
-		OP_ADMIN),
-	OP_NONE(ADMIN_SCHED, op_admin_sched, OP_ADMIN),
+	ROW_NONE(ADMIN_SESSIONS, handle_admin_sessions, ROW_ADMIN),
+	ROW_FIXED(ADMIN_KILL, handle_admin_kill, admin_kill, session_id,
+		  ROW_ADMIN),
+	ROW_NONE(ADMIN_VMU, handle_admin_vmu, ROW_ADMIN),
+	ROW_NONE(ADMIN_STATS, handle_admin_stats, ROW_ADMIN),
+	ROW_NONE(ADMIN_MODELS, handle_admin_models, ROW_ADMIN),
+	ROW_FIXED(ADMIN_MODEL_EVICT, handle_admin_model_evict,
+		  admin_model_evict, name, ROW_ADMIN),
+	ROW_GREW(ADMIN_FAULT_INJECT, handle_admin_fault_inject, admin_fault,
+		 ROW_ADMIN),
+	ROW_NONE(ADMIN_SCHED, handle_admin_sched, ROW_ADMIN),
 };
 
 /* A row is there when a socket serves it. */
-static const struct op_desc *op_desc(uint16_t op)
+static const struct msg_desc *msg_desc(uint16_t type)
 {
-	if (op >= sizeof(op_table) / sizeof(op_table[0]) ||
-	    !(op_table[op].flags & (OP_CLIENT | OP_ADMIN)))
+	if (type >= ARRAY_SIZE(msg_table) ||
+	    !(msg_table[type].flags & (ROW_CLIENT | ROW_ADMIN)))
 		return NULL;
-	return &op_table[op];
+	return &msg_table[type];
 }
 
-bool ops_known(uint16_t op)
+bool msg_known(uint16_t type)
 {
-	return op_desc(op) != NULL;
+	return msg_desc(type) != NULL;
 }
 
-const char *ops_name(uint16_t op)
+const char *msg_label(uint16_t type)
 {
-	const char *label = djinn_wire_op_label(op);
+	const char *label = djinn_msg_label(type);
 
 	return label ? label : "unknown";
 }
 
-int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
+int msg_body_len(const struct conn *c, const struct djinn_hdr *hdr,
 		 uint64_t *fixed, uint64_t *max)
 {
-	const struct op_desc *d = op_desc(hdr->opcode);
+	const struct msg_desc *d = msg_desc(hdr->type);
 
 	if (!d)
 		return -EOPNOTSUPP;
-	/* The admin socket serves HELLO and the admin opcodes only. */
-	if (!(d->flags & (c->admin ? OP_ADMIN : OP_CLIENT)))
+	/* The admin socket serves HELLO and the admin messages only. */
+	if (!(d->flags & (c->admin ? ROW_ADMIN : ROW_CLIENT)))
 		return -EPERM;
-	*fixed = d->flags & OP_STREAM ? d->size : 0;
-	*max = d->flags & (OP_VAR | OP_STREAM) ? d->max : OPS_STRUCT_MAX;
+	*fixed = d->flags & ROW_STREAM ? d->size : 0;
+	*max = d->flags & (ROW_VAR | ROW_STREAM) ? d->max : MSG_STRUCT_MAX;
 	return 0;
 }
 
@@ -1346,7 +1359,7 @@ int ops_body_len(const struct conn *c, const struct djinn_hdr *hdr,
  * asks for what this djinnd does not know: -E2BIG, and nothing done.
  */
 static int req_copy(struct conn *c, const struct djinn_hdr *hdr,
-		    const struct op_desc *d, union op_req *req,
+		    const struct msg_desc *d, union msg_req *req,
 		    const uint8_t *body, uint64_t len)
 {
 	for (uint64_t i = d->size; i < len; i++) {
@@ -1355,7 +1368,7 @@ static int req_copy(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -E2BIG,
 			   "%s takes %u bytes; byte %llu of the %llu sent is "
 			   "not zero: a field this djinnd does not know",
-			   djinn_wire_op_name(hdr->opcode), d->size,
+			   djinn_msg_name(hdr->type), d->size,
 			   (unsigned long long)i, (unsigned long long)len);
 		return -E2BIG;
 	}
@@ -1364,22 +1377,22 @@ static int req_copy(struct conn *c, const struct djinn_hdr *hdr,
 	return 0;
 }
 
-void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
+void msg_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		uint64_t len)
 {
-	const struct op_desc *d = op_desc(hdr->opcode); /* ops_body_len() */
+	const struct msg_desc *d = msg_desc(hdr->type); /* msg_body_len() */
 	struct session *s = NULL;
-	union op_req req;
+	union msg_req req;
 	void *p = body;
 
 	if (len < d->min_size) {
 		conn_error(c, hdr, -EINVAL,
 			   "%s takes at least %u bytes, not %llu",
-			   djinn_wire_op_name(hdr->opcode), d->min_size,
+			   djinn_msg_name(hdr->type), d->min_size,
 			   (unsigned long long)len);
 		goto out_free;
 	}
-	if (!(d->flags & OP_VAR)) {
+	if (!(d->flags & ROW_VAR)) {
 		if (req_copy(c, hdr, d, &req, body, len))
 			goto out_free;
 		free(body);
@@ -1387,15 +1400,15 @@ void ops_handle(struct conn *c, const struct djinn_hdr *hdr, uint8_t *body,
 		p = &req;
 		len = d->size;
 	}
-	if (d->flags & OP_SESSION) {
-		s = op_session(c, hdr, d->flags);
+	if (d->flags & ROW_SESSION) {
+		s = msg_session(c, hdr, d->flags);
 		if (!s)
 			goto out_free;
 	}
 	d->handle(c, hdr, s, p, len);
 	if (s)
 		session_put(s);
-	if (d->flags & OP_KEEPS_BODY)
+	if (d->flags & ROW_KEEPS_BODY)
 		return;
 
 out_free:

@@ -5,10 +5,10 @@
  * A node is checked as the CPU backend checks it (dims, dtypes and
  * parameters, with the same messages; the shape helpers are the CPU
  * backend's own, cpu_bcast_init(), cpu_mm_init() and cpu_attn_init()),
- * then enqueued on the calling thread's compute stream; sync() waits. The data checks the
- * CPU backend makes, integer divisors and embedding ids, run as kernels
- * too, and the host reads their verdict before the op is enqueued: those
- * two ops wait for the stream.
+ * then enqueued on the calling thread's compute stream; sync() waits. The
+ * data checks the CPU backend makes, integer divisors and embedding ids,
+ * run as kernels too, and the host reads their verdict before the op is
+ * enqueued: those two ops wait for the stream.
  *
  * MATMUL goes to cuBLAS (cublasGemmStridedBatchedEx, f32 accumulation;
  * no TF32 for f32) when it is installed and the dims fit its ints, else
@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "array_size.h"
 #include "backend/cpu/cpu.h"
 #include "cuda_internal.h"
 #include "graph.h"
@@ -772,8 +773,7 @@ int cuda_run_node(struct backend *b, const struct djinn_node *node,
 			  .msglen = msglen };
 	int ret;
 
-	if (node->op >= sizeof(cuda_ops_table) / sizeof(cuda_ops_table[0]) ||
-	    !cuda_ops_table[node->op])
+	if (node->op >= ARRAY_SIZE(cuda_ops_table) || !cuda_ops_table[node->op])
 		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
 			      node->op);
 	ret = dj_node_check(node, in, out, msg, msglen);

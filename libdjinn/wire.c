@@ -45,7 +45,7 @@
 
 #include "clock.h"
 #include "internal.h"
-#include "opnames.h"
+#include "msgnames.h"
 
 /* ---------------------------------------------------------------------- */
 /* Logging */
@@ -103,10 +103,10 @@ const char *djinn_last_error(void)
 	return last_error;
 }
 
-/* The one table of opcode names (lib/opnames.c). */
-const char *__djinn_op_str(unsigned int op)
+/* The one table of message names (lib/msgnames.c). */
+const char *__djinn_msg_str(unsigned int type)
 {
-	const char *name = djinn_wire_op_name(op);
+	const char *name = djinn_msg_name(type);
 
 	return name ? name : "unknown";
 }
@@ -114,12 +114,6 @@ const char *__djinn_op_str(unsigned int op)
 uint64_t __djinn_now_ns(void)
 {
 	return mono_ns();
-}
-
-static struct timespec to_timespec(uint64_t ns)
-{
-	return (struct timespec){ .tv_sec = ns / 1000000000ull,
-				  .tv_nsec = ns % 1000000000ull };
 }
 
 static void cond_init_monotonic(pthread_cond_t *cond)
@@ -265,14 +259,14 @@ static int dial_tcp(const struct dj_addr *a)
 /* ---------------------------------------------------------------------- */
 /* Calls */
 
-void __djinn_call_init(struct dj_call *c, uint16_t op, uint64_t session_id,
+void __djinn_call_init(struct dj_call *c, uint16_t type, uint64_t session_id,
 		       void *resp, uint64_t resp_len)
 {
 	memset(c, 0, offsetof(struct dj_call, msg));
 	c->msg[0] = '\0';
 	INIT_LIST_HEAD(&c->node);
 	INIT_LIST_HEAD(&c->wnode);
-	c->op = op;
+	c->type = type;
 	c->session_id = session_id;
 	c->resp = resp;
 	c->resp_len = resp_len;
@@ -428,7 +422,7 @@ static int send_frame(struct djinn_conn *conn, const struct djinn_hdr *hdr,
 	if (ret) {
 		/* a partial frame: nothing more can go on this stream */
 		__djinn_conn_fail(conn, ret == -EPIPE ? -ECONNRESET : ret,
-				  "sending %s: %s", __djinn_op_str(hdr->opcode),
+				  "sending %s: %s", __djinn_msg_str(hdr->type),
 				  strerror(-ret));
 		return atomic_load(&conn->dead);
 	}
@@ -443,7 +437,7 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 	struct djinn_hdr hdr = {
 		.magic = DJINN_MAGIC,
 		.version = DJINN_PROTO_VERSION,
-		.opcode = c->op,
+		.type = c->type,
 		.session_id = c->session_id,
 	};
 	uint64_t len = 0, max = conn->server.max_payload;
@@ -510,7 +504,7 @@ static _Atomic int dj_waiting;
 int __djinn_call_wait(struct djinn_conn *conn, struct dj_call *c,
 		      uint64_t deadline_ns)
 {
-	struct timespec ts = to_timespec(deadline_ns);
+	struct timespec ts = ns_to_timespec(deadline_ns);
 	bool forever = deadline_ns == UINT64_MAX;
 	int ret = 0;
 
@@ -534,14 +528,14 @@ int __djinn_call_wait(struct djinn_conn *conn, struct dj_call *c,
 	return ret;
 }
 
-int __djinn_call_sync(struct djinn_conn *conn, uint16_t op, uint64_t session_id,
-		      const struct iovec *iov, int iovcnt, void *resp,
-		      uint64_t resp_len)
+int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
+		      uint64_t session_id, const struct iovec *iov, int iovcnt,
+		      void *resp, uint64_t resp_len)
 {
 	struct dj_call c;
 	int ret;
 
-	__djinn_call_init(&c, op, session_id, resp, resp_len);
+	__djinn_call_init(&c, type, session_id, resp, resp_len);
 	c.sync = true;
 	ret = __djinn_call_send(conn, &c, iov, iovcnt);
 	if (!ret) {
@@ -549,7 +543,7 @@ int __djinn_call_sync(struct djinn_conn *conn, uint16_t op, uint64_t session_id,
 		ret = c.err;
 	}
 	if (ret) {
-		dj_dbg("%s (session %llu): %s: %s", __djinn_op_str(op),
+		dj_dbg("%s (session %llu): %s: %s", __djinn_msg_str(type),
 		       (unsigned long long)session_id, strerror(-ret),
 		       c.msg[0] ? c.msg : "no message");
 		__djinn_set_last_error("%s", c.msg[0] ? c.msg : strerror(-ret));
@@ -564,7 +558,7 @@ struct dj_detached {
 	uint64_t buf[];
 };
 
-int __djinn_call_detached(struct djinn_conn *conn, uint16_t op,
+int __djinn_call_detached(struct djinn_conn *conn, uint16_t type,
 			  uint64_t session_id, const void *payload,
 			  uint64_t len, uint64_t resp_len,
 			  dj_complete_fn complete)
@@ -575,7 +569,7 @@ int __djinn_call_detached(struct djinn_conn *conn, uint16_t op,
 	d = malloc(sizeof(*d) + resp_len);
 	if (!d)
 		return -ENOMEM;
-	__djinn_call_init(&d->call, op, session_id, d->buf, resp_len);
+	__djinn_call_init(&d->call, type, session_id, d->buf, resp_len);
 	d->call.detached = true;
 	d->call.complete = complete;
 	return __djinn_call_send(conn, &d->call, &iov, len ? 1 : 0);
@@ -700,23 +694,23 @@ static int rx_payload(struct djinn_conn *conn, const struct djinn_hdr *h,
 	struct djinn_error e;
 	int ret;
 
-	if (h->opcode != c->op)
+	if (h->type != c->type)
 		return rx_proto(conn, "request %llu (%s) answered as opcode %u",
 				(unsigned long long)c->id,
-				__djinn_op_str(c->op), h->opcode);
+				__djinn_msg_str(c->type), h->type);
 	c->peer_version = h->version;
 	/* a HELLO refused for its version comes in the daemon's version */
 	if (h->version != DJINN_PROTO_VERSION &&
-	    !(c->op == DJINN_OP_HELLO && (h->flags & DJINN_F_ERROR)))
+	    !(c->type == DJINN_MSG_HELLO && (h->flags & DJINN_F_ERROR)))
 		return rx_proto(conn,
 				"%s answer in protocol version %u, not %u",
-				__djinn_op_str(c->op), h->version,
+				__djinn_msg_str(c->type), h->version,
 				DJINN_PROTO_VERSION);
 	if (!(h->flags & DJINN_F_ERROR)) {
 		if (len != c->resp_len && !(c->resp_upto && len < c->resp_len))
 			return rx_proto(conn,
 					"%s answer of %llu bytes, not %s%llu",
-					__djinn_op_str(c->op),
+					__djinn_msg_str(c->type),
 					(unsigned long long)len,
 					c->resp_upto ? "over " : "",
 					(unsigned long long)c->resp_len);
@@ -726,13 +720,14 @@ static int rx_payload(struct djinn_conn *conn, const struct djinn_hdr *h,
 
 	if (len < sizeof(e) || len > sizeof(e) + DJINN_MAX_ERROR_MSG)
 		return rx_proto(conn, "%s error of %llu bytes",
-				__djinn_op_str(c->op), (unsigned long long)len);
+				__djinn_msg_str(c->type),
+				(unsigned long long)len);
 	ret = rx_read(conn, &e, sizeof(e));
 	if (ret)
 		return ret;
 	if (e.len != len - sizeof(e) || e.error >= 0 || e.error < -4095)
 		return rx_proto(conn, "%s error %d with %u of %llu bytes",
-				__djinn_op_str(c->op), e.error, e.len,
+				__djinn_msg_str(c->type), e.error, e.len,
 				(unsigned long long)(len - sizeof(e)));
 	ret = rx_read(conn, c->msg, e.len);
 	if (ret)
@@ -1013,7 +1008,7 @@ static bool keeper_step(struct djinn_conn *conn, uint64_t *next)
 		list_del_init(&rel->node);
 		free(rel);
 		pthread_mutex_unlock(&conn->lock);
-		__djinn_call_detached(conn, DJINN_OP_TENSOR_RELEASE, sid, &p,
+		__djinn_call_detached(conn, DJINN_MSG_TENSOR_RELEASE, sid, &p,
 				      sizeof(p), 0, release_done);
 		pthread_mutex_lock(&conn->lock);
 		return true;
@@ -1039,7 +1034,7 @@ static bool keeper_step(struct djinn_conn *conn, uint64_t *next)
 		s->hb_inflight = true;
 		s->last_ns = now;
 		pthread_mutex_unlock(&conn->lock);
-		__djinn_call_detached(conn, DJINN_OP_HEARTBEAT, sid, NULL, 0,
+		__djinn_call_detached(conn, DJINN_MSG_HEARTBEAT, sid, NULL, 0,
 				      sizeof(struct djinn_session_resp),
 				      heartbeat_done);
 		pthread_mutex_lock(&conn->lock);
@@ -1067,7 +1062,7 @@ static void *keeper(void *arg)
 			pthread_cond_wait(&conn->keeper_cond, &conn->lock);
 			continue;
 		}
-		ts = to_timespec(next);
+		ts = ns_to_timespec(next);
 		pthread_cond_timedwait(&conn->keeper_cond, &conn->lock, &ts);
 	}
 	pthread_mutex_unlock(&conn->lock);
@@ -1167,7 +1162,7 @@ int __djinn_hello(struct djinn_conn *conn)
 	struct dj_call c;
 	int ret;
 
-	__djinn_call_init(&c, DJINN_OP_HELLO, 0, &h, sizeof(h));
+	__djinn_call_init(&c, DJINN_MSG_HELLO, 0, &h, sizeof(h));
 	c.sync = true;
 	ret = __djinn_call_send(conn, &c, NULL, 0);
 	if (!ret) {
@@ -1301,7 +1296,8 @@ int djinn_conn_ping(struct djinn_conn *conn)
 {
 	if (!conn)
 		return -EINVAL;
-	return __djinn_call_sync(conn, DJINN_OP_HEARTBEAT, 0, NULL, 0, NULL, 0);
+	return __djinn_call_sync(conn, DJINN_MSG_HEARTBEAT, 0, NULL, 0, NULL,
+				 0);
 }
 
 int djinn_conn_stats(struct djinn_conn *conn, struct djinn_conn_stats *stats)

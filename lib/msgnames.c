@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * Every wire opcode's name, once. The two lookups are switches over enum
- * djinn_op without a default, so an opcode added to proto.h without a
- * row here is a build error (-Wswitch, in -Wall; -Werror), with gcc and
- * clang alike.
+ * Every wire message's name, once. The two lookups are switches over
+ * enum djinn_msg without a default, so a message added to proto.h
+ * without a row here is a build error (-Wswitch, in -Wall; -Werror),
+ * with gcc and clang alike.
  */
 #include <stddef.h>
 
 #include <djinn/proto.h>
 
-#include "opnames.h"
+#include "msgnames.h"
 
-/* X(OP, label): DJINN_OP_##OP and its metric label, OP in lower case. */
-#define WIRE_OPS(X)                                 \
+/* X(MSG, label): DJINN_MSG_##MSG and its metric label, MSG in lower case */
+#define WIRE_MSGS(X)                                \
 	X(HELLO, hello)                             \
 	X(SESSION_OPEN, session_open)               \
 	X(SESSION_ATTACH, session_attach)           \
@@ -45,25 +45,25 @@
 	X(ADMIN_FAULT_INJECT, admin_fault_inject)   \
 	X(ADMIN_SCHED, admin_sched)
 
-#define NAME_CASE(op, label) \
-	case DJINN_OP_##op:  \
-		return #op;
-#define LABEL_CASE(op, label) \
-	case DJINN_OP_##op:   \
+#define NAME_CASE(msg, label) \
+	case DJINN_MSG_##msg: \
+		return #msg;
+#define LABEL_CASE(msg, label) \
+	case DJINN_MSG_##msg:  \
 		return #label;
 
-const char *djinn_wire_op_name(unsigned int op)
+const char *djinn_msg_name(unsigned int type)
 {
-	switch ((enum djinn_op)op) {
-		WIRE_OPS(NAME_CASE)
+	switch ((enum djinn_msg)type) {
+		WIRE_MSGS(NAME_CASE)
 	}
 	return NULL;
 }
 
-const char *djinn_wire_op_label(unsigned int op)
+const char *djinn_msg_label(unsigned int type)
 {
-	switch ((enum djinn_op)op) {
-		WIRE_OPS(LABEL_CASE)
+	switch ((enum djinn_msg)type) {
+		WIRE_MSGS(LABEL_CASE)
 	}
 	return NULL;
 }

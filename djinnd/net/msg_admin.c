@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * The admin socket's opcodes (root or the djinn group): the sessions,
+ * The admin socket's messages (root or the djinn group): the sessions,
  * memory, schedulers, counters and models of every device, killing a
  * session, evicting a model, and for tests a device fault. Their rows
- * are in ops.c's table, which serves them on the admin socket only.
+ * are in msg.c's table, which serves them on the admin socket only.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,13 +13,13 @@
 #include "server.h"
 #include "model/runtime.h"
 #include "net/conn.h"
-#include "net/ops.h"
+#include "net/msg.h"
 
 /* ---------------------------------------------------------------------- */
 /* Sessions */
 
-void op_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
-		       struct session *unused, void *req, uint64_t len)
+void handle_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
+			   struct session *unused, void *req, uint64_t len)
 {
 	struct server *srv = c->srv;
 	uint64_t n = srv->nr_sessions, i = 0;
@@ -60,8 +60,8 @@ void op_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
 	free(buf);
 }
 
-void op_admin_kill(struct conn *c, const struct djinn_hdr *hdr,
-		   struct session *unused, void *req, uint64_t len)
+void handle_admin_kill(struct conn *c, const struct djinn_hdr *hdr,
+		       struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_admin_kill *k = req;
 	struct session *s = session_get(c->srv, k->session_id);
@@ -110,8 +110,8 @@ static void admin_vmu_fill(struct device *d, struct djinn_admin_vmu *out)
 	*out = r;
 }
 
-void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr,
-		  struct session *unused, void *req, uint64_t len)
+void handle_admin_vmu(struct conn *c, const struct djinn_hdr *hdr,
+		      struct session *unused, void *req, uint64_t len)
 {
 	unsigned int n = c->srv->nr_dev;
 	struct djinn_admin_vmu *rs = calloc(n, sizeof(*rs));
@@ -127,8 +127,8 @@ void op_admin_vmu(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 /* ADMIN_SCHED: every device's scheduler, then every session. */
-void op_admin_sched(struct conn *c, const struct djinn_hdr *hdr,
-		    struct session *unused, void *req, uint64_t len)
+void handle_admin_sched(struct conn *c, const struct djinn_hdr *hdr,
+			struct session *unused, void *req, uint64_t len)
 {
 	struct server *srv = c->srv;
 	unsigned int nd = srv->nr_dev;
@@ -186,8 +186,8 @@ void op_admin_sched(struct conn *c, const struct djinn_hdr *hdr,
 	free(buf);
 }
 
-void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
-		    struct session *unused, void *req, uint64_t len)
+void handle_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
+			struct session *unused, void *req, uint64_t len)
 {
 	const struct server_stats *st = &c->srv->st;
 	struct djinn_admin_stats r = {
@@ -218,8 +218,8 @@ void op_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
 
 /* For tests (djinnd --fault-injection): fault the device; with
  * DJINN_FAULT_DEAD it dies, and djinnd exits once the answer is out. */
-void op_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
-			   struct session *unused, void *req, uint64_t len)
+void handle_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
+			       struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_admin_fault_req *q = req;
 	struct djinn_admin_fault r = { 0 };
@@ -269,8 +269,8 @@ static int admin_model_cmp(const void *a, const void *b)
 	return x->device < y->device ? -1 : x->device > y->device;
 }
 
-void op_admin_models(struct conn *c, const struct djinn_hdr *hdr,
-		     struct session *unused, void *req, uint64_t len)
+void handle_admin_models(struct conn *c, const struct djinn_hdr *hdr,
+			 struct session *unused, void *req, uint64_t len)
 {
 	struct server *srv = c->srv;
 	struct djinn_admin_model *e = NULL;
@@ -335,8 +335,8 @@ void op_admin_models(struct conn *c, const struct djinn_hdr *hdr,
 	free(e);
 }
 
-void op_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
-			  struct session *unused, void *req, uint64_t len)
+void handle_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
+			      struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_admin_model_evict *r = req;
 	char msg[DJINN_MAX_ERROR_MSG];
@@ -346,7 +346,7 @@ void op_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
 
 	n = strnlen(r->name, sizeof(r->name));
 	if (n == sizeof(r->name) ||
-	    !ops_all_zero(r->name + n, sizeof(r->name) - n)) {
+	    !msg_all_zero(r->name + n, sizeof(r->name) - n)) {
 		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
 		return;
 	}
