@@ -703,6 +703,8 @@ enum mode {
  * @round:   the how-manieth agent of its slot (M_LOAD), from 0
  * @turn_ns: per turn, ready to last token (0: not reached)
  * @ready:   per turn, when it was ready, ns after the run's start
+ * @setup_ns: turn 0's part before the prompt: connecting, opening the
+ *           session and the model, making the context
  * @cut:     stopped by the end of the run's window, not failed
  * @ret:     0, or the first failure's -errno (@where, @msg say more)
  */
@@ -712,7 +714,7 @@ struct agent {
 	int32_t *tokens;
 	uint64_t *turn_ns, *ready;
 	unsigned int turns_done;
-	uint64_t jct_ns;
+	uint64_t jct_ns, setup_ns;
 	int ret;
 	bool refused, cut;
 	const char *where;
@@ -774,7 +776,8 @@ static unsigned int nr_ref;
  *          no window, the agents run to their end)
  * @done:   slots ended
  * @lat:    the measured turns' latencies, ms (@nr_lat of @cap_lat);
- *          @first, @resume: the same of turns 0 and of the later ones
+ *          @first, @resume: the same of turns 0 and of the later ones;
+ *          @setup: turns 0's set-up (struct agent)
  * @jct:    completed agents' job completion times, ms
  * the rest: counts of agents
  */
@@ -784,9 +787,9 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	unsigned int done;
-	double *lat, *first, *resume, *jct;
-	size_t nr_lat, nr_first, nr_resume, nr_jct;
-	size_t cap_lat, cap_first, cap_resume, cap_jct;
+	double *lat, *first, *resume, *setup, *jct;
+	size_t nr_lat, nr_first, nr_resume, nr_setup, nr_jct;
+	size_t cap_lat, cap_first, cap_resume, cap_setup, cap_jct;
 	unsigned int agents, completed, refusals, errors, checked, equal;
 	char first_err[320];
 } run;
@@ -860,6 +863,7 @@ static void *agent_main(void *arg)
 		agent_failed(a, ret, "ctx_new");
 		goto out;
 	}
+	a->setup_ns = mono_ns() - ready;
 	agent_tokens(a->id, S_PROMPT, 0, buf, opt.prompt);
 	ret = prefill(c, buf, opt.prompt);
 	if (ret) {
@@ -1018,10 +1022,13 @@ static void bank(const struct agent *a)
 		if (at < run.from || at >= run.stop)
 			continue;
 		push(&run.lat, &run.nr_lat, &run.cap_lat, ms);
-		if (k)
+		if (k) {
 			push(&run.resume, &run.nr_resume, &run.cap_resume, ms);
-		else
+		} else {
 			push(&run.first, &run.nr_first, &run.cap_first, ms);
+			push(&run.setup, &run.nr_setup, &run.cap_setup,
+			     (double)a->setup_ns / 1e6);
+		}
 	}
 	if (a->ret) {
 		if (a->refused)
@@ -1080,10 +1087,13 @@ static void run_reset(enum mode mode)
 	free(run.lat);
 	free(run.first);
 	free(run.resume);
+	free(run.setup);
 	free(run.jct);
-	run.lat = run.first = run.resume = run.jct = NULL;
-	run.nr_lat = run.nr_first = run.nr_resume = run.nr_jct = 0;
-	run.cap_lat = run.cap_first = run.cap_resume = run.cap_jct = 0;
+	run.lat = run.first = run.resume = run.setup = run.jct = NULL;
+	run.nr_lat = run.nr_first = run.nr_resume = run.nr_setup = 0;
+	run.nr_jct = 0;
+	run.cap_lat = run.cap_first = run.cap_resume = run.cap_setup = 0;
+	run.cap_jct = 0;
 	run.agents = run.completed = run.refusals = run.errors = 0;
 	run.checked = run.equal = 0;
 	run.first_err[0] = 0;
@@ -1165,6 +1175,7 @@ struct result {
 	unsigned int n;
 	double turn_p50, turn_p99, jct_p50, jct_p99;
 	double first_p50, first_p99, resume_p50, resume_p99;
+	double setup_p50, setup_p99;
 	unsigned int turn_samples, agents, completed, refusals, errors;
 	unsigned int checked, equal;
 	bool timed_out, pass;
@@ -1193,6 +1204,8 @@ static void collect(struct result *r)
 	r->first_p99 = percentile(run.first, run.nr_first, 0.99);
 	r->resume_p50 = percentile(run.resume, run.nr_resume, 0.5);
 	r->resume_p99 = percentile(run.resume, run.nr_resume, 0.99);
+	r->setup_p50 = percentile(run.setup, run.nr_setup, 0.5);
+	r->setup_p99 = percentile(run.setup, run.nr_setup, 0.99);
 	r->jct_p50 = percentile(run.jct, run.nr_jct, 0.5);
 	r->jct_p99 = percentile(run.jct, run.nr_jct, 0.99);
 	r->agents = run.agents;
@@ -1550,10 +1563,10 @@ static const struct result *run_point(unsigned int p, unsigned int n)
 	     r->refusals, r->errors, r->equal, r->checked, r->swap_outs,
 	     r->swap_ins, r->pass ? "pass" : "FAIL", r->wall_s,
 	     r->first_err[0] ? "; " : "", r->first_err);
-	info("%s, %u agents: turn 0 p50 %.1f p99 %.1f ms; later turns p50 "
-	     "%.1f p99 %.1f ms",
-	     policy, n, r->first_p50, r->first_p99, r->resume_p50,
-	     r->resume_p99);
+	info("%s, %u agents: turn 0 p50 %.1f p99 %.1f ms (its set-up p50 %.1f "
+	     "p99 %.1f); later turns p50 %.1f p99 %.1f ms",
+	     policy, n, r->first_p50, r->first_p99, r->setup_p50, r->setup_p99,
+	     r->resume_p50, r->resume_p99);
 	emit_result(r);
 	return r;
 }
