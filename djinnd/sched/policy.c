@@ -138,18 +138,32 @@ static void measured(struct sched *sc, bool out, uint64_t bytes, uint64_t ns)
 
 enum { POLICY_SWAP_OUT = 1, POLICY_RESTORE, POLICY_PREFETCH };
 
+/*
+ * A session's regions out or back, on a memory thread. The copy holds
+ * one of the device's copy engines for its length: several at once
+ * would share the engine's bandwidth, so that each arrives later than
+ * planned (the rule's bandwidth is a copy's alone), and on a CPU device
+ * each would take a core from its kernels. Its time, measured once the
+ * engine is had, is the copy's own.
+ */
 static void run_swap(struct exec_job *job, const struct exec_env *env)
 {
+	struct sched *sc = job->done_arg;
 	struct vmu_session *vs = job->s->vs;
+	pthread_mutex_t *engine =
+		&sc->copy_engine[sc->nr_copy_engines > 1 && job->swap.out];
 	struct vmu_usage before, after;
-	uint64_t t0 = loop_now();
+	uint64_t t0;
 	int ret;
 
+	pthread_mutex_lock(engine);
+	t0 = loop_now();
 	vmu_session_usage(vs, &before);
 	ret = job->swap.out ? vmu_session_swap_out(vs) :
 			      vmu_session_swap_in(vs);
 	vmu_session_usage(vs, &after);
 	job->res.run_ns = loop_now() - t0;
+	pthread_mutex_unlock(engine);
 	job->swap.bytes = job->swap.out ?
 				  (after.swapped > before.swapped ?
 					   after.swapped - before.swapped :
@@ -468,6 +482,11 @@ void policy_init(struct sched *sc)
 		return;
 	/* static partitioning: nothing leaves the device */
 	vmu_set_swap(sc->dev->vmu, sc->policy != DJINN_SCHED_STATIC);
+	/* a GPU copies each way on an engine of its own; a CPU device's
+	 * copies are its spare core's */
+	sc->nr_copy_engines =
+		sc->dev->backend && strcmp(sc->dev->backend->name, "cpu") ? 2 :
+									    1;
 	policy_configure(sc);
 }
 

@@ -35,6 +35,12 @@ struct sched {
 	struct loop_timer tick;
 	bool tick_armed;
 	unsigned int swap_jobs; /* the policy's swap-outs in flight */
+	/* The policy's copies take a device's copy engine, one copy an
+	 * engine at a time: a GPU's copy engines move each direction
+	 * beside the other, a CPU device's copies share the one core its
+	 * kernels leave (policy.c, run_swap()). */
+	pthread_mutex_t copy_engine[2];
+	unsigned int nr_copy_engines; /* 1 or 2 */
 };
 
 void policy_init(struct sched *sc);

@@ -102,6 +102,8 @@ int sched_create(struct server *srv, struct device *dev,
 		INIT_LIST_HEAD(&sc->lane[l].round);
 	}
 	pthread_mutex_init(&sc->stat_lock, NULL);
+	for (unsigned int i = 0; i < 2; i++)
+		pthread_mutex_init(&sc->copy_engine[i], NULL);
 	INIT_LIST_HEAD(&sc->waiting);
 	policy_init(sc);
 	*out = sc;
@@ -118,6 +120,8 @@ void sched_destroy(struct sched *sc)
 		pthread_cond_destroy(&sc->lane[l].cond);
 	}
 	pthread_mutex_destroy(&sc->stat_lock);
+	for (unsigned int i = 0; i < 2; i++)
+		pthread_mutex_destroy(&sc->copy_engine[i]);
 	free(sc);
 }
 
