@@ -44,11 +44,21 @@ struct server_config {
 			   * it has free, less a headroom */
 	uint64_t swap; /* host bytes swapped data may hold, per device; 0:
 			* as much as the device has */
+	uint64_t upload_max; /* MODEL_OPEN_UPLOADED's files in all, bytes; 0:
+			      * the device's capacity */
 	unsigned int threads; /* kernel threads, 0: one per CPU */
 	uint64_t lease_default_ns, lease_min_ns, lease_max_ns;
 	unsigned int max_sessions;
 	unsigned int max_sessions_per_uid; /* TCP peers count as one uid */
 	unsigned int max_conns;
+	/* live connections per peer uid (unix sockets, SO_PEERCRED) and per
+	 * peer address (TCP); the admin socket is not counted */
+	unsigned int max_conns_per_uid, max_conns_per_addr;
+	/* a frame's header and fixed body must arrive within
+	 * @frame_timeout_ns of its first byte, and its streamed data may not
+	 * stall longer; a client connection with no session attached and
+	 * nothing in flight is closed after @idle_timeout_ns */
+	uint64_t frame_timeout_ns, idle_timeout_ns;
 	unsigned int warn_pct, crit_pct; /* VMU pressure thresholds, % */
 	const char *admin_group; /* the admin socket's; NULL: "djinn" if any */
 	const char *model_dir; /* where models are read from */
@@ -118,7 +128,14 @@ struct server_stats {
 	uint64_t sessions_opened, sessions_ended[SESSION_SHUTDOWN + 1];
 	uint64_t graphs_run, graphs_failed;
 	uint64_t conns_stalled; /* closed: took no reply bytes */
+	uint64_t conns_refused; /* over a per-uid or per-address cap */
+	uint64_t conns_timed_out; /* a frame not finished in time */
+	uint64_t conns_idle; /* closed for idling without a session */
+	uint64_t conns_throttled; /* stopped receiving: reads in flight */
 	uint64_t metrics_scrapes, metrics_bad;
+	/* TEXT_LOOKUPs, and those that found nothing (answered -ENOENT, not
+	 * counted in @errors: the normal first step of an upload) */
+	uint64_t text_lookups, text_misses;
 	struct msg_stats msgs[METRICS_MSGS];
 };
 
@@ -130,6 +147,7 @@ struct server {
 	struct lease_provider *leases;
 	struct loop_timer lease_timer;
 	struct loop_timer send_timer; /* closes peers that take no replies */
+	struct loop_timer conn_timer; /* frame and idle deadlines */
 
 	/* sessions, by id */
 	struct list_head sessions;

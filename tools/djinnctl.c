@@ -836,6 +836,10 @@ static int do_stats(struct ctl *ctl, char **args)
 		  s.sessions_killed);
 	print_u64(PRINT_ANY, "requests", "requests:    %" PRIu64, s.requests);
 	print_u64(PRINT_ANY, "errors", ", %" PRIu64 " errors\n", s.errors);
+	print_u64(PRINT_ANY, "text_lookups", "text:        %" PRIu64 " lookups",
+		  s.text_lookups);
+	print_u64(PRINT_ANY, "text_misses", ", %" PRIu64 " misses\n",
+		  s.text_misses);
 	print_size(PRINT_ANY, "bytes_in", "bytes:       %s in", s.bytes_in);
 	print_size(PRINT_ANY, "bytes_out", ", %s out\n", s.bytes_out);
 	print_u64(PRINT_ANY, "graphs_run", "graphs:      %" PRIu64 " run",

@@ -33,6 +33,11 @@ enum { TAG_RECV = 1, TAG_SEND = 2, TAG_ACCEPT = 3, TAG_CANCEL = 4 };
  * as Redis does with its output buffer limits. */
 #define OUTQ_MAX_MSGS 65536
 #define OUTQ_MAX_BYTES (64u << 20)
+/* TCP keepalive on accepted sockets: probes after 60 s of silence, every
+ * 10 s, 6 unanswered ones drop the peer (about 2 minutes). */
+#define KEEPALIVE_IDLE 60
+#define KEEPALIVE_INTVL 10
+#define KEEPALIVE_CNT 6
 
 struct bufring {
 	struct io_uring_buf_ring *ring;
@@ -52,6 +57,7 @@ struct listener {
 
 static void conn_recv_arm(struct conn *c);
 static void conn_pause(struct conn *c);
+static void conn_throttle(struct conn *c);
 static void conn_send_next(struct conn *c);
 
 /* ---------------------------------------------------------------------- */
@@ -286,8 +292,6 @@ static int conn_queue(struct conn *c, const struct djinn_hdr *req,
 	m->arg = arg;
 	list_add_tail(&m->node, &c->outq);
 	c->outq_msgs++;
-	if (flags & DJINN_F_ERROR)
-		metrics_msg(&c->srv->st, req->type)->errors++;
 	/* The answer to the request being parsed (later answers are timed
 	 * where they come from). */
 	if (c->req_open && req->request_id == c->hdr.request_id &&
@@ -321,29 +325,50 @@ int conn_reply(struct conn *c, const struct djinn_hdr *req, const void *body,
 	return conn_queue(c, req, 0, body, body_len, data, data_len, done, arg);
 }
 
-void conn_error(struct conn *c, const struct djinn_hdr *req, int err,
-		const char *fmt, ...)
+/* An error frame for @req; @counted: it counts in the error statistics. */
+static void conn_verror(struct conn *c, const struct djinn_hdr *req, int err,
+			bool counted, const char *fmt, va_list ap)
 {
 	uint8_t buf[sizeof(struct djinn_error) + DJINN_MAX_ERROR_MSG + 1];
 	struct djinn_error e = { .error = err };
 	char *msg = (char *)buf + sizeof(e);
-	va_list ap;
 	int n;
 
-	va_start(ap, fmt);
 	n = vsnprintf(msg, DJINN_MAX_ERROR_MSG + 1, fmt, ap);
-	va_end(ap);
 	if (n < 0)
 		n = 0;
 	if (n > DJINN_MAX_ERROR_MSG)
 		n = DJINN_MAX_ERROR_MSG;
 	e.len = (uint32_t)n;
 	memcpy(buf, &e, sizeof(e));
-	c->srv->st.errors++;
+	if (counted) {
+		c->srv->st.errors++;
+		metrics_msg(&c->srv->st, req->type)->errors++;
+	}
 	log_debug("conn %d: request %llu type %u: error %d: %s", c->fd,
 		  (unsigned long long)req->request_id, req->type, err, msg);
 	conn_queue(c, req, DJINN_F_ERROR, buf, sizeof(e) + (uint64_t)n, NULL, 0,
 		   NULL, NULL);
+}
+
+void conn_error(struct conn *c, const struct djinn_hdr *req, int err,
+		const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	conn_verror(c, req, err, true, fmt, ap);
+	va_end(ap);
+}
+
+void conn_miss(struct conn *c, const struct djinn_hdr *req, int err,
+	       const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	conn_verror(c, req, err, false, fmt, ap);
+	va_end(ap);
 }
 
 /* Point c->iov at what is left of @m. */
@@ -414,6 +439,89 @@ static uint64_t conns_tick(struct loop_timer *t, uint64_t now)
 	return limit / 4 ? limit / 4 : 1;
 }
 
+/* A connection-level error (no request of the peer's to answer: a frame
+ * not finished, a connection over its cap): an error frame for @req, or
+ * for request id 0 and opcode 0, then the connection closes once it is
+ * sent. */
+static void conn_refuse(struct conn *c, const struct djinn_hdr *req, int err,
+			const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void conn_refuse(struct conn *c, const struct djinn_hdr *req, int err,
+			const char *fmt, ...)
+{
+	struct djinn_hdr none = { 0 };
+	va_list ap;
+
+	va_start(ap, fmt);
+	conn_verror(c, req ? req : &none, err, true, fmt, ap);
+	va_end(ap);
+	c->close_after = true;
+	conn_close(c, false);
+}
+
+static unsigned long long ms(uint64_t ns)
+{
+	return (unsigned long long)(ns / NSEC_PER_MSEC);
+}
+
+/*
+ * The deadlines of server.frame_timeout and server.idle_timeout. A frame
+ * whose header has started must have its header and fixed body in within
+ * frame_timeout; its streamed data (or a refused payload being skipped)
+ * may not stall longer than that. A client connection with no session
+ * attached, no frame started, no request unanswered and no reply queued
+ * is closed after idle_timeout. Paused connections (djinnd is the one
+ * waiting) are not timed.
+ */
+static uint64_t conns_deadlines(struct loop_timer *t, uint64_t now)
+{
+	struct server *srv = container_of(t, struct server, conn_timer);
+	uint64_t frame = srv->cfg.frame_timeout_ns,
+		 idle = srv->cfg.idle_timeout_ns;
+	uint64_t period = (frame < idle ? frame : idle) / 4;
+	struct conn *c, *n;
+
+	list_for_each_entry_safe(c, n, &srv->conns, node) {
+		if (c->closing || c->paused || c->close_after)
+			continue;
+		if ((c->ps == P_HDR && c->hdr_got) || c->ps == P_BODY) {
+			if (now - c->frame_t0 <= frame)
+				continue;
+			log_notice("conn %d: frame not finished in %llu ms: "
+				   "closing",
+				   c->fd, ms(now - c->frame_t0));
+			srv->st.conns_timed_out++;
+			conn_refuse(c, c->ps == P_BODY ? &c->hdr : NULL,
+				    -ETIMEDOUT,
+				    "frame %s not finished within %llu ms",
+				    c->ps == P_BODY ? "body" : "header",
+				    ms(frame));
+		} else if (c->ps == P_DATA || c->ps == P_DISCARD) {
+			if (now - c->active <= frame)
+				continue;
+			log_notice(
+				"conn %d: no frame data for %llu ms: closing",
+				c->fd, ms(now - c->active));
+			srv->st.conns_timed_out++;
+			conn_refuse(c, &c->hdr, -ETIMEDOUT,
+				    "no data of the frame for %llu ms, %llu "
+				    "bytes still to come",
+				    ms(frame), (unsigned long long)c->left);
+		} else if (c->ps == P_HDR && !c->admin && !c->nr_sessions &&
+			   !c->req_open && !c->sending &&
+			   list_empty(&c->outq) && now - c->active > idle) {
+			log_info("conn %d: idle for %llu ms without a session: "
+				 "closing",
+				 c->fd, ms(now - c->active));
+			srv->st.conns_idle++;
+			conn_refuse(c, NULL, -ETIMEDOUT,
+				    "idle for %llu ms without a session",
+				    ms(idle));
+		}
+	}
+	return period ? period : 1;
+}
+
 static void conn_send_next(struct conn *c)
 {
 	struct io_uring_sqe *sqe;
@@ -466,6 +574,7 @@ static void conn_sent(struct conn *c, struct io_uring_cqe *cqe)
 		    NULL :
 		    list_first_entry(&c->outq, struct out_msg, node);
 	c->sending = false;
+	c->active = loop_now();
 	if (m && m->zc) {
 		if (cqe->flags & IORING_CQE_F_MORE)
 			conn_get(c); /* the notification's */
@@ -658,6 +767,8 @@ static void parse(struct conn *c, const uint8_t *p, uint64_t len)
 	while (len && !c->close_after) {
 		uint64_t n = 0;
 
+		if (!c->paused && c->ps == P_HDR && !c->hdr_got)
+			conn_throttle(c);
 		if (c->paused) {
 			/* What is already in waits; no more is received. */
 			backlog_add(c, p, len);
@@ -665,6 +776,8 @@ static void parse(struct conn *c, const uint8_t *p, uint64_t len)
 		}
 		switch (c->ps) {
 		case P_HDR:
+			if (!c->hdr_got)
+				c->frame_t0 = loop_now();
 			n = sizeof(c->hdr) - c->hdr_got;
 			n = n < len ? n : len;
 			memcpy((uint8_t *)&c->hdr + c->hdr_got, p, n);
@@ -718,6 +831,7 @@ static void parse(struct conn *c, const uint8_t *p, uint64_t len)
 void conn_feed(struct conn *c, const uint8_t *p, uint64_t len)
 {
 	c->srv->st.bytes_in += len;
+	c->active = loop_now();
 	parse(c, p, len);
 }
 
@@ -746,9 +860,11 @@ void conn_resume(struct conn *c)
 	uint8_t *b = c->backlog;
 	uint64_t n = c->backlog_len;
 
-	if (!c->paused)
+	if (!c->paused || c->throttled)
 		return;
 	c->paused = false;
+	/* djinnd was the one waiting: the frame's time starts again */
+	c->frame_t0 = c->active = loop_now();
 	c->backlog = NULL;
 	c->backlog_len = c->backlog_cap = 0;
 	if (!c->closing)
@@ -760,6 +876,40 @@ void conn_resume(struct conn *c)
 		conn_close(c, false);
 	else if (!c->paused)
 		conn_recv_arm(c);
+}
+
+void conn_read_begin(struct conn *c, uint64_t len)
+{
+	c->reads++;
+	c->read_bytes += len;
+}
+
+/* Between frames (a handler's reads all counted, so none of them ends
+ * inside the parser): at the limit on reads in flight, stop taking
+ * requests until conn_read_end() resumes. */
+static void conn_throttle(struct conn *c)
+{
+	if (c->reads < CONN_READS_MAX && c->read_bytes < CONN_READ_BYTES_MAX)
+		return;
+	log_debug("conn %d: %u reads (%llu bytes) in flight: not receiving",
+		  c->fd, c->reads, (unsigned long long)c->read_bytes);
+	c->srv->st.conns_throttled++;
+	conn_pause(c);
+	c->throttled = true;
+}
+
+void conn_read_end(struct conn *c, uint64_t len)
+{
+	c->reads--;
+	c->read_bytes -= len;
+	if (!c->throttled || c->reads >= CONN_READS_MAX ||
+	    c->read_bytes >= CONN_READ_BYTES_MAX)
+		return;
+	c->throttled = false;
+	/* Not while the connection is being freed (its queue's callbacks
+	 * end the reads) or closed. */
+	if (c->refs && !c->closing)
+		conn_resume(c);
 }
 
 void conn_stream_ready(struct conn *c, int err)
@@ -875,6 +1025,107 @@ static bool peer_is_loopback(int fd)
 	return false;
 }
 
+/* Dead TCP peers (a host that went away) are found and dropped. */
+static void keepalive(int fd)
+{
+	int on = 1, idle = KEEPALIVE_IDLE, intvl = KEEPALIVE_INTVL,
+	    cnt = KEEPALIVE_CNT;
+
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
+/* The peer addresses of two TCP connections are the same host (ports
+ * aside; an IPv4-mapped IPv6 address is its IPv4 one). */
+static bool same_addr(const struct sockaddr_storage *a,
+		      const struct sockaddr_storage *b)
+{
+	uint8_t x[16], y[16];
+	const struct sockaddr_storage *ss[2] = { a, b };
+	uint8_t *out[2] = { x, y };
+
+	for (int i = 0; i < 2; i++) {
+		if (ss[i]->ss_family == AF_INET) {
+			const struct sockaddr_in *in =
+				(const struct sockaddr_in *)ss[i];
+
+			memset(out[i], 0, 10);
+			memset(out[i] + 10, 0xff, 2);
+			memcpy(out[i] + 12, &in->sin_addr, 4);
+		} else if (ss[i]->ss_family == AF_INET6) {
+			memcpy(out[i],
+			       &((const struct sockaddr_in6 *)ss[i])->sin6_addr,
+			       16);
+		} else {
+			return false;
+		}
+	}
+	return !memcmp(x, y, sizeof(x));
+}
+
+/* The peer's address in words, for messages. */
+static const char *addr_str(const struct sockaddr_storage *ss, char *buf,
+			    size_t len)
+{
+	const void *a = ss->ss_family == AF_INET ?
+				(const void *)&((const struct sockaddr_in *)ss)
+					->sin_addr :
+				(const void *)&((const struct sockaddr_in6 *)ss)
+					->sin6_addr;
+
+	if (ss->ss_family != AF_INET && ss->ss_family != AF_INET6)
+		return "?";
+	if (!inet_ntop(ss->ss_family, a, buf, (socklen_t)len))
+		return "?";
+	return buf;
+}
+
+/*
+ * A new client connection over server.max_connections_per_uid (unix
+ * sockets: its SO_PEERCRED uid) or server.max_connections_per_addr (TCP:
+ * its peer address) is refused with -EUSERS and closed; live connections
+ * count, closing ones and the admin socket's do not. True if refused.
+ */
+static bool conn_over_cap(struct conn *c)
+{
+	struct server *srv = c->srv;
+	unsigned int n = 0, cap;
+	struct conn *o;
+	char buf[INET6_ADDRSTRLEN];
+
+	if (c->admin)
+		return false;
+	cap = c->tcp ? srv->cfg.max_conns_per_addr : srv->cfg.max_conns_per_uid;
+	list_for_each_entry(o, &srv->conns, node) {
+		if (o == c || o->admin || o->closing || o->tcp != c->tcp)
+			continue;
+		if (c->tcp ? same_addr(&o->peer, &c->peer) :
+			     o->cred.uid == c->cred.uid)
+			n++;
+	}
+	if (n < cap)
+		return false;
+	srv->st.conns_refused++;
+	if (c->tcp) {
+		log_notice("conn %d: %u connections from %s already: refused",
+			   c->fd, n, addr_str(&c->peer, buf, sizeof(buf)));
+		conn_refuse(c, NULL, -EUSERS,
+			    "%u connections from %s already, the limit "
+			    "(server.max_connections_per_addr)",
+			    n, addr_str(&c->peer, buf, sizeof(buf)));
+	} else {
+		log_notice("conn %d: %u connections of uid %d already: refused",
+			   c->fd, n, (int)c->cred.uid);
+		conn_refuse(c, NULL, -EUSERS,
+			    "%u connections of uid %d already, the limit "
+			    "(server.max_connections_per_uid)",
+			    n, (int)c->cred.uid);
+	}
+	return true;
+}
+
 struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 {
 	socklen_t len = sizeof(struct ucred);
@@ -895,8 +1146,14 @@ struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 	c->refs = 1; /* the list's */
 	INIT_LIST_HEAD(&c->outq);
 	INIT_LIST_HEAD(&c->zcwait);
+	c->active = loop_now();
 	if (tcp) {
+		socklen_t plen = sizeof(c->peer);
+
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		keepalive(fd);
+		if (getpeername(fd, (struct sockaddr *)&c->peer, &plen))
+			c->peer.ss_family = AF_UNSPEC;
 		/* On loopback the kernel copies zero-copy pages again when it
 		 * delivers them (skb_copy_ubufs): plain sends are faster. */
 		c->no_zc = peer_is_loopback(fd);
@@ -929,6 +1186,8 @@ static void conn_new(struct listener *ls, int fd)
 		close(fd);
 		return;
 	}
+	if (conn_over_cap(c))
+		return;
 	conn_recv_arm(c);
 }
 
@@ -1113,6 +1372,8 @@ int listeners_open(struct server *srv)
 	srv->send_timer.fn = conns_tick;
 	loop_timer_add(&srv->loop, &srv->send_timer,
 		       loop_now() + srv->cfg.lease_default_ns / 4);
+	srv->conn_timer.fn = conns_deadlines;
+	loop_timer_add(&srv->loop, &srv->conn_timer, loop_now());
 	if (srv->loop.feat.buf_ring && srv->loop.feat.multishot_recv) {
 		srv->br = bufring_create(&srv->loop);
 		if (!srv->br)

@@ -69,6 +69,7 @@ struct conn {
 	bool admin, tcp;
 	bool no_zc; /* the socket cannot send zero-copy (AF_UNIX) */
 	struct ucred cred;
+	struct sockaddr_storage peer; /* TCP: the peer's address */
 	int refs;
 	bool closing, recv_armed;
 	bool tx_dead; /* the socket cannot send any more */
@@ -84,11 +85,16 @@ struct conn {
 	uint64_t req_t0; /* when hdr arrived */
 	bool req_open; /* hdr's answer is to be timed when queued */
 	uint32_t hdr_got;
+	uint64_t frame_t0; /* the frame's first byte (P_HDR, P_BODY) */
+	uint64_t active; /* the last byte received or reply sent */
 	uint8_t *body;
 	uint64_t body_len, body_got;
 	uint64_t left; /* DATA / DISCARD bytes still to come */
 	bool close_after; /* close once the reply is sent */
 	bool paused; /* not receiving: bytes already in go to the backlog */
+	bool throttled; /* paused for reads in flight (conn_read_begin) */
+	unsigned int reads; /* TENSOR_READs admitted, reply not yet sent */
+	uint64_t read_bytes; /* their data bytes */
 	bool peer_eof; /* the peer shut down its side while paused */
 	uint8_t *backlog;
 	uint64_t backlog_len, backlog_cap;
@@ -115,8 +121,22 @@ void conn_feed(struct conn *c, const uint8_t *p, uint64_t len);
 /* A P_WAIT stream's memory is ready (@err 0: take the data) or not (the
  * error is answered: skip the data); parsing and receiving go on. */
 void conn_stream_ready(struct conn *c, int err);
-/* Parse what came in while paused and receive again. */
+/* Parse what came in while paused and receive again (not while
+ * throttled: conn_read_end() resumes that). */
 void conn_resume(struct conn *c);
+
+/* Reads in flight on one connection, admitted and not yet sent, at most
+ * before djinnd stops taking its requests (backpressure, nothing lost):
+ * their number, and their data bytes (staged host memory on a GPU). */
+#define CONN_READS_MAX 64
+#define CONN_READ_BYTES_MAX (64u << 20)
+
+/* A TENSOR_READ of @len bytes is admitted: at CONN_READS_MAX reads or
+ * CONN_READ_BYTES_MAX bytes in flight, the connection stops receiving
+ * until conn_read_end() brings it under both again. */
+void conn_read_begin(struct conn *c, uint64_t len);
+/* Its reply is sent, or it failed; resumes a throttled connection. */
+void conn_read_end(struct conn *c, uint64_t len);
 void conn_get(struct conn *c);
 void conn_put(struct conn *c);
 /* Stop receiving; replies already queued still go unless @force. */
@@ -131,6 +151,10 @@ int conn_reply(struct conn *c, const struct djinn_hdr *req, const void *body,
 /* Queue an error response: a negative errno and a message. */
 void conn_error(struct conn *c, const struct djinn_hdr *req, int err,
 		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The same answer for an expected negative outcome (a TEXT_LOOKUP that
+ * finds nothing): not counted as an error in the statistics. */
+void conn_miss(struct conn *c, const struct djinn_hdr *req, int err,
+	       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 bool conn_attached(struct conn *c, uint64_t session_id);
 int conn_attach(struct conn *c, uint64_t session_id);

@@ -247,6 +247,30 @@ static void render_requests(struct sbuf *b, struct server *srv)
 	    "Connections closed because their peer took no replies for a "
 	    "lease period.",
 	    st->conns_stalled);
+	one(b, "djinn_connections_refused_total", "counter",
+	    "Connections refused for being over server.max_connections_per_uid "
+	    "or server.max_connections_per_addr.",
+	    st->conns_refused);
+	one(b, "djinn_connections_timed_out_total", "counter",
+	    "Connections closed for a frame not finished within "
+	    "server.frame_timeout.",
+	    st->conns_timed_out);
+	one(b, "djinn_connections_idle_total", "counter",
+	    "Connections closed for idling without a session for "
+	    "server.idle_timeout.",
+	    st->conns_idle);
+	one(b, "djinn_connections_throttled_total", "counter",
+	    "Times a connection stopped being read because its TENSOR_READs "
+	    "in flight reached 64 or 64 MiB.",
+	    st->conns_throttled);
+	one(b, "djinn_text_lookups_total", "counter",
+	    "TEXT_LOOKUP requests (uploads and model opens asking for text by "
+	    "fingerprint).",
+	    st->text_lookups);
+	one(b, "djinn_text_lookup_misses_total", "counter",
+	    "TEXT_LOOKUPs that found no such text (-ENOENT; not counted in "
+	    "djinn_request_errors_total).",
+	    st->text_misses);
 	one(b, "djinn_graphs_run_total", "counter", "Graphs run to the end.",
 	    st->graphs_run);
 	one(b, "djinn_graphs_failed_total", "counter",

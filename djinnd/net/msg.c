@@ -860,6 +860,7 @@ void msg_session_ended(struct server *srv, struct session *s)
 /* A read in flight: its tensor stays held, and resident, until sent. */
 struct read_ctx {
 	struct mem_waiter w; /* swapping in, or staging, first */
+	struct conn *c; /* counts it in flight (conn_read_begin) */
 	struct djinn_hdr hdr;
 	uint64_t t0;
 	uint64_t offset, len;
@@ -877,6 +878,8 @@ static void read_done(void *arg)
 		vmu_region_unpin(rc->s->vs, rc->region);
 	/* The reply is sent: another read may have the buffer now. */
 	executor_unstage(rc->s->dev->mem, &rc->staged);
+	/* The connection outlives its replies and the jobs that hold it. */
+	conn_read_end(rc->c, rc->len);
 	session_tensor_unhold(rc->s, rc->slot);
 	session_put(rc->s);
 	free(rc);
@@ -931,6 +934,9 @@ static void handle_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	rc->s = s; /* read_done() lets go of it */
 	session_ref(s);
+	rc->c = c;
+	rc->len = io->len;
+	conn_read_begin(c, rc->len);
 	if (io->offset > t.bytes || io->len > t.bytes - io->offset) {
 		conn_error(c, hdr, -EINVAL,
 			   "range [%llu, +%llu) outside a tensor of %llu bytes",
@@ -941,7 +947,6 @@ static void handle_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	p = rc->s->dev->backend->provider;
-	rc->len = io->len;
 	if (!t.text) {
 		ret = vmu_region_info(rc->s->vs, t.region, &info);
 		if (ret) {
@@ -1020,8 +1025,10 @@ static void handle_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
 	if (check_desc(c, hdr, &l->desc, &t.bytes))
 		return;
 	t.desc = l->desc;
+	c->srv->st.text_lookups++;
 	if (vmu_text_lookup(s->vs, l->fp, &t.text)) {
-		conn_error(c, hdr, -ENOENT, "no text with that fingerprint");
+		c->srv->st.text_misses++;
+		conn_miss(c, hdr, -ENOENT, "no text with that fingerprint");
 	} else if (vmu_text_size(t.text) != t.bytes) {
 		conn_error(c, hdr, -EINVAL,
 			   "text of %llu bytes viewed as %llu bytes",

@@ -205,6 +205,8 @@ void handle_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
 		.bytes_out = st->bytes_out,
 		.graphs_run = st->graphs_run,
 		.graphs_failed = st->graphs_failed,
+		.text_lookups = st->text_lookups,
+		.text_misses = st->text_misses,
 	};
 
 	for (unsigned int i = 0; i < c->srv->nr_dev; i++) {

@@ -137,6 +137,7 @@ static void ctx_bind(struct mobj *o, struct mobj *m, struct model_ctx *mc,
  * @step:   PREFILL/DECODE's request; @tokens its tokens (in or out)
  * @steer:  RESUME's tensor handle (0: none)
  * @upload: MODEL_OPEN_UPLOADED's request (a copy)
+ * @upload_max: the most bytes its files may hold in all
  * @resp:   PREFILL/DECODE/RESUME's answer
  */
 struct mjob {
@@ -149,6 +150,7 @@ struct mjob {
 	int32_t *tokens;
 	uint64_t steer;
 	struct djinn_model_upload *upload;
+	uint64_t upload_max;
 	struct djinn_ctx_step_resp resp;
 };
 
@@ -255,6 +257,27 @@ static int upload_src(const struct djinn_model_upload *r,
 	return ok ? 0 : -EIO;
 }
 
+/* The bytes the upload's tensors hold in all; a handle that holds no
+ * tensor counts 0 (fetch() says so). */
+static uint64_t upload_bytes(struct exec_job *job,
+			     const struct djinn_model_upload *r)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i <= r->nr_files; i++) {
+		const struct djinn_model_file *mf =
+			i < r->nr_files ? &r->files[i] : &r->config;
+		struct tensor t;
+		uint32_t slot;
+
+		if (session_tensor_hold(job->s, mf->handle, &t, &slot))
+			continue;
+		sum += t.bytes;
+		session_tensor_unhold(job->s, slot);
+	}
+	return sum;
+}
+
 static void run_open_upload(struct exec_job *job, const struct exec_env *env)
 {
 	struct mjob *mj = job->ctx;
@@ -272,7 +295,18 @@ static void run_open_upload(struct exec_job *job, const struct exec_env *env)
 		goto out;
 	if (r->config.handle) {
 		bool index = r->flags & DJINN_MODEL_UPLOAD_INDEX;
+		uint64_t total = upload_bytes(job, r);
 
+		/* Every file is copied to the host: bounded before any is. */
+		if (total > mj->upload_max) {
+			snprintf(job->msg, sizeof(job->msg),
+				 "%u files and config.json hold %llu bytes, "
+				 "over the limit of %llu (memory.upload_max)",
+				 n, (unsigned long long)total,
+				 (unsigned long long)mj->upload_max);
+			ret = -E2BIG;
+			goto out;
+		}
 		ret = fetch(job, env, "config.json", &r->config,
 			    MODEL_MAX_CONFIG, &bufs[n], &lens[n]);
 		for (uint32_t i = 0; i < n && !ret; i++) {
@@ -727,6 +761,40 @@ void handle_model_open(struct conn *c, const struct djinn_hdr *hdr,
 	submit(c, hdr, s, mj, SCHED_MEM, run_open);
 }
 
+/* A file named twice (by handle, or by fingerprint when the handles are
+ * 0), config.json included, is refused: each would be copied again. */
+static int upload_dups(struct conn *c, const struct djinn_hdr *hdr,
+		       const struct djinn_model_upload *r, bool by_fp)
+{
+	for (uint32_t i = 0; i < r->nr_files; i++) {
+		for (uint32_t j = 0; j <= i; j++) {
+			const struct djinn_model_file *a = &r->files[i],
+						      *b = j < i ? &r->files[j] :
+								   &r->config;
+			char other[16] = "config.json";
+
+			if (by_fp ? memcmp(a->fp, b->fp, DJINN_FP_LEN) :
+				    a->handle != b->handle)
+				continue;
+			if (j < i)
+				snprintf(other, sizeof(other), "file %u", j);
+			if (by_fp)
+				conn_error(c, hdr, -EINVAL,
+					   "%s and file %u: the same "
+					   "fingerprint",
+					   other, i);
+			else
+				conn_error(c, hdr, -EINVAL,
+					   "%s and file %u: the same handle "
+					   "%#llx",
+					   other, i,
+					   (unsigned long long)a->handle);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 /* Variable length: the struct (the table's minimum), then its files. */
 void handle_model_open_uploaded(struct conn *c, const struct djinn_hdr *hdr,
 				struct session *s, void *req, uint64_t len)
@@ -766,6 +834,8 @@ void handle_model_open_uploaded(struct conn *c, const struct djinn_hdr *hdr,
 				   i);
 			return;
 		}
+	if (upload_dups(c, hdr, r, by_fp))
+		return;
 	mj = calloc(1, sizeof(*mj));
 	if (mj)
 		mj->upload = malloc(len);
@@ -775,6 +845,13 @@ void handle_model_open_uploaded(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	memcpy(mj->upload, r, len);
+	mj->upload_max = c->srv->cfg.upload_max;
+	if (!mj->upload_max) {
+		struct vmu_stats vs;
+
+		vmu_get_stats(s->dev->vmu, &vs);
+		mj->upload_max = vs.capacity;
+	}
 	/* Parsing and laying out the weights: the memory executor's. */
 	submit(c, hdr, s, mj, SCHED_MEM, run_open_upload);
 }

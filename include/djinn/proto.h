@@ -758,7 +758,10 @@ static_assert(sizeof(struct djinn_model_file) == 40, "model file layout");
  *            weight_map
  *
  * Every handle is 0, or every handle is set. The payload is the struct
- * and the @files, exactly.
+ * and the @files, exactly. A file named twice (the same handle, or the
+ * same fingerprint when handles are 0; @config included) is -EINVAL; the
+ * files and @config holding more than the server's memory.upload_max
+ * bytes in all is -E2BIG.
  */
 struct djinn_model_upload {
 	__u32 nr_files;
@@ -1045,6 +1048,11 @@ static_assert(sizeof(struct djinn_admin_sched_session) == 160,
 
 /**
  * struct djinn_admin_stats - ADMIN_STATS response: the daemon's counters
+ * @errors:       requests answered with an error, TEXT_LOOKUP misses not
+ *                included
+ * @text_lookups: TEXT_LOOKUP requests
+ * @text_misses:  TEXT_LOOKUPs answered -ENOENT (no such text: the normal
+ *                first step of an upload, so not counted in @errors)
  */
 struct djinn_admin_stats {
 	__u64 uptime_ns;
@@ -1062,8 +1070,10 @@ struct djinn_admin_stats {
 	__u64 graphs_run;
 	__u64 graphs_failed;
 	__u64 queue_depth;
+	__u64 text_lookups;
+	__u64 text_misses;
 };
-static_assert(sizeof(struct djinn_admin_stats) == 120, "admin stats");
+static_assert(sizeof(struct djinn_admin_stats) == 136, "admin stats");
 
 /**
  * struct djinn_admin_model - one entry of ADMIN_MODELS' response
