@@ -20,7 +20,7 @@
 /* Read when --config is not given and the file exists. */
 #define DJINND_CONFIG_PATH DJINND_SYSCONFDIR "/djinn/djinnd.conf"
 
-#define CONFIG_MAX_KEYS 32
+#define CONFIG_MAX_KEYS 64
 #define CONFIG_ERR_LEN 512
 
 /* Where a setting came from: line 0 with a NULL file is the default,
