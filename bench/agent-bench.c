@@ -391,58 +391,13 @@ static void emit(const struct fig *f)
 static char tmpdir[64];
 static volatile pid_t daemon_pid = -1;
 
-/* No character a shell would read specially (but spaces, with
- * @spaces: words). */
-static bool shell_safe_words(const char *s, bool spaces)
-{
-	for (; *s; s++)
-		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-			    "0123456789/._-+,=:",
-			    *s) &&
-		    !(spaces && *s == ' '))
-			return false;
-	return true;
-}
-
-static bool shell_safe(const char *s)
-{
-	return shell_safe_words(s, false);
-}
-
-static bool file_has(const char *path, const char *text)
-{
-	char buf[512] = { 0 };
-	FILE *f = fopen(path, "r");
-	size_t n;
-
-	if (!f)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	return !strcmp(buf, text);
-}
-
-/* MODEL_DIR/<the model> with the weights its mkmodel.py arguments give;
- * the stamp is written last, so a half-written model is never reused.
- * MODEL_DIR becomes absolute, as djinnd wants it. */
+/* MODEL_DIR/<the model> (ensure_mkmodel()); MODEL_DIR becomes absolute,
+ * as djinnd wants it. */
 static void ensure_model(void)
 {
-	char dir[1200], stamp[1300], want[512], cmd[8192], path[PATH_MAX];
-	const char *args = model.mkmodel;
+	char path[PATH_MAX];
 
-	snprintf(dir, sizeof(dir), "%s/%s", model_dir, model.name);
-	snprintf(stamp, sizeof(stamp), "%s/mkmodel.args", dir);
-	snprintf(want, sizeof(want), "%s\n", args);
-	if (!file_has(stamp, want)) {
-		info("writing %s (%s)", dir, args);
-		snprintf(cmd, sizeof(cmd),
-			 "rm -rf %s && mkdir -p %s && python3 %s %s %s && "
-			 "echo '%s' > %s",
-			 dir, model_dir, opt.mkmodel, args, dir, args, stamp);
-		if (system(cmd))
-			fail("failed: %s", cmd);
-	}
+	ensure_mkmodel(model_dir, model.name, opt.mkmodel, model.mkmodel);
 	if (!realpath(model_dir, path) || strlen(path) >= sizeof(model_dir))
 		fail("%s: %s", model_dir, strerror(errno));
 	strcpy(model_dir, path);
@@ -1759,21 +1714,6 @@ static void usage(void)
 		"[--lease-ms MS]\n"
 		"         [--threads N] [--slo-agents N] [--run-timeout S]\n");
 	exit(2);
-}
-
-static unsigned long num(const char *s, unsigned long lo, unsigned long hi)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *end || !*s || v < lo || v > hi) {
-		fprintf(stderr, "agent-bench: %s: not a number in %lu..%lu\n",
-			s, lo, hi);
-		exit(2);
-	}
-	return v;
 }
 
 static double real(const char *s, double lo, double hi)

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +169,83 @@ static inline void show_tail(const char *path)
 	buf[n] = 0;
 	fclose(f);
 	fprintf(stderr, "%s:\n%s", path, buf);
+}
+
+/* The whole number @s in @lo..@hi; else say so and exit 2 (usage). */
+static inline unsigned long num(const char *s, unsigned long lo,
+				unsigned long hi)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || !*s || v < lo || v > hi) {
+		fprintf(stderr, "%s: %s: not a number in %lu..%lu\n",
+			program_invocation_short_name, s, lo, hi);
+		exit(2);
+	}
+	return v;
+}
+
+/* No character a shell would read specially (but spaces, with @spaces:
+ * words). */
+static inline bool shell_safe_words(const char *s, bool spaces)
+{
+	for (; *s; s++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			    "0123456789/._-+,=:",
+			    *s) &&
+		    !(spaces && *s == ' '))
+			return false;
+	return true;
+}
+
+static inline bool shell_safe(const char *s)
+{
+	return shell_safe_words(s, false);
+}
+
+/* Whether @path holds @text and nothing more (up to 511 bytes). */
+static inline bool file_has(const char *path, const char *text)
+{
+	char buf[512] = { 0 };
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	return !strcmp(buf, text);
+}
+
+/*
+ * @models/@name written by "python3 @mkmodel @args DIR" unless its stamp
+ * (DIR/mkmodel.args) says it was written with @args already; the stamp
+ * is written last, so a half-written model is never reused. The words
+ * must be shell_safe(), @args shell_safe_words(); fail()s when the
+ * writer does.
+ */
+static inline void ensure_mkmodel(const char *models, const char *name,
+				  const char *mkmodel, const char *args)
+{
+	char dir[1200], stamp[1300], want[512], cmd[8192];
+
+	snprintf(dir, sizeof(dir), "%s/%s", models, name);
+	snprintf(stamp, sizeof(stamp), "%s/mkmodel.args", dir);
+	snprintf(want, sizeof(want), "%s\n", args);
+	if (file_has(stamp, want))
+		return;
+	fprintf(stderr, "%s: writing %s (%s)\n", program_invocation_short_name,
+		dir, args);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s && mkdir -p %s && python3 %s %s %s && "
+		 "echo '%s' > %s",
+		 dir, models, mkmodel, args, dir, args, stamp);
+	if (system(cmd))
+		fail("failed: %s", cmd);
 }
 
 #endif /* DJINN_BENCH_H */

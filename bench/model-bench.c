@@ -212,53 +212,12 @@ static void emit(const struct fig *f)
 /* ------------------------------------------------------------------------ */
 /* The model, written once */
 
-/* No character a shell would read specially. */
-static bool shell_safe(const char *s)
-{
-	for (; *s; s++)
-		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-			    "0123456789/._-+,=:",
-			    *s))
-			return false;
-	return true;
-}
-
-static bool file_has(const char *path, const char *text)
-{
-	char buf[256] = { 0 };
-	FILE *f = fopen(path, "r");
-	size_t n;
-
-	if (!f)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	return !strcmp(buf, text);
-}
-
-/* CACHE/models/<the arch's model> with the weights its mkmodel.py
- * arguments give; the stamp file is written last, so a half-written model
- * is never reused. */
+/* CACHE/models/<the arch's model> (ensure_mkmodel()): its directory in
+ * @models. */
 static void ensure_model(char *models, size_t len)
 {
-	const char *args = opt.arch->mkmodel;
-	char dir[1200], stamp[1300], want[512], cmd[8192];
-	struct stat sb;
-
 	snprintf(models, len, "%s/models", opt.cache);
-	snprintf(dir, sizeof(dir), "%s/%s", models, opt.arch->model);
-	snprintf(stamp, sizeof(stamp), "%s/mkmodel.args", dir);
-	snprintf(want, sizeof(want), "%s\n", args);
-	if (file_has(stamp, want) && !stat(dir, &sb)) /* reuse */
-		return;
-	fprintf(stderr, "model-bench: writing %s (%s), about a minute\n", dir,
-		args);
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s && mkdir -p %s && %s %s %s %s && echo '%s' > %s",
-		 dir, models, "python3", opt.mkmodel, args, dir, args, stamp);
-	if (system(cmd))
-		fail("failed: %s", cmd);
+	ensure_mkmodel(models, opt.arch->model, opt.mkmodel, opt.arch->mkmodel);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -615,21 +574,6 @@ static void usage(void)
 		"PATH]\n"
 		"                   [--backend cpu|cuda] [--arch gpt2|qwen2]\n");
 	exit(2);
-}
-
-static unsigned int num(const char *s, unsigned int lo, unsigned int hi)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *end || !*s || v < lo || v > hi) {
-		fprintf(stderr, "model-bench: %s: not a number in %u..%u\n", s,
-			lo, hi);
-		exit(2);
-	}
-	return (unsigned int)v;
 }
 
 int main(int argc, char **argv)

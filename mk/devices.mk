@@ -9,12 +9,9 @@ SRCS += tests/integration/test_devices.c
 all: $(DEVICES_TEST)
 TESTS += $(DEVICES_TEST)
 
-$(DEVICES_TEST): $(BUILD)/tests/integration/test_devices.o \
-		$(BUILD)/tests/integration/daemon.o $(LIBDJINN_A) \
+$(DEVICES_TEST): $(BUILD)/tests/integration/test_devices.o $(LIBDJINN_FX) \
 		| $(DJINND) $(DJINNCTL)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS_LIBDJINN) \
-		-lcmocka -lm
+	$(link_libdjinn_test)
 
 # djinnd's data paths for a GPU (staged reads through the memory
 # executor), on the CPU: the raw-protocol tests ($(INTEG_BINS)) and

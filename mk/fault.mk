@@ -8,20 +8,16 @@ SRCS += tests/integration/test_fault.c
 all: $(FAULT_TEST)
 TESTS += $(FAULT_TEST)
 
-$(FAULT_TEST): $(BUILD)/tests/integration/test_fault.o \
-		$(BUILD)/tests/integration/daemon.o $(LIBDJINN_A) | $(DJINND)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS_LIBDJINN) \
-		-lcmocka -lm
+$(FAULT_TEST): $(BUILD)/tests/integration/test_fault.o $(LIBDJINN_FX) \
+		| $(DJINND)
+	$(link_libdjinn_test)
 
 # The same test against djinnd --backend cuda: a real fault (make test-gpu,
 # which finds tests/gpu/test_*.c; linked here like the test above).
 ifeq ($(HAVE_CUDA),1)
 $(BUILD)/tests/gpu/test_cuda_fault: $(BUILD)/tests/gpu/test_cuda_fault.o \
-		$(BUILD)/tests/integration/daemon.o $(LIBDJINN_A) | $(DJINND)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS_LIBDJINN) \
-		-lcmocka -lm
+		$(LIBDJINN_FX) | $(DJINND)
+	$(link_libdjinn_test)
 endif
 
 # Recovery without a GPU (make test, make asan, where nvcc is): the CUDA

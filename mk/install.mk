@@ -33,10 +33,18 @@ $(NOTIFY_TEST): $(BUILD)/tests/integration/test_notify.o | $(DJINND)
 all: $(NOTIFY_TEST)
 TESTS += $(NOTIFY_TEST)
 
+# What the shell tests share (tests/integration/testlib.sh), installed
+# beside them, where they source it from.
+TESTLIB_SH := $(BUILD)/tests/integration/testlib.sh
+$(TESTLIB_SH): tests/integration/testlib.sh
+	@mkdir -p $(@D)
+	@echo "  INSTALL $@"
+	$(Q)install -m 644 $< $@
+
 # tests/integration/test_service.sh: the unit (systemd-analyze verify), the
 # shipped configuration and the man pages, from the source tree.
 SERVICE_TEST := $(BUILD)/tests/integration/test_service
-$(SERVICE_TEST): tests/integration/test_service.sh $(DJINND)
+$(SERVICE_TEST): tests/integration/test_service.sh $(DJINND) $(TESTLIB_SH)
 	@mkdir -p $(@D)
 	@echo "  INSTALL $@"
 	$(Q)install -m 755 $< $@
@@ -233,7 +241,7 @@ uninstall:
 # example built from it, ldd, and uninstall. Only in make test.
 INSTALL_TEST := $(BUILD)/tests/integration/test_install
 $(INSTALL_TEST): tests/integration/test_install.sh $(DJINND) $(DJINNCTL) \
-		$(LIBDJINN)
+		$(LIBDJINN) $(TESTLIB_SH)
 	@mkdir -p $(@D)
 	@echo "  INSTALL $@"
 	$(Q)install -m 755 $< $@
@@ -244,7 +252,7 @@ TESTS_ONCE += $(INSTALL_TEST)
 # thresholds, leases, what needs a restart, a broken file refused).
 RELOAD_TEST := $(BUILD)/tests/integration/test_reload
 $(RELOAD_TEST): tests/integration/test_reload.sh $(DJINND) $(DJINNCTL) \
-		$(BUILD)/tests/integration/open_session
+		$(BUILD)/tests/integration/open_session $(TESTLIB_SH)
 	@mkdir -p $(@D)
 	@echo "  INSTALL $@"
 	$(Q)install -m 755 $< $@

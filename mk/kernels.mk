@@ -12,9 +12,7 @@ TESTS += $(KERNELS_TEST)
 
 $(KERNELS_TEST): $(BUILD)/tests/integration/test_kernels.o \
 		$(BUILD)/tests/integration/daemon.o $(LIBDJINN_A) | $(DJINND)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS_LIBDJINN) \
-		-lcmocka -lm
+	$(link_libdjinn_test)
 
 # The executor's KERNEL dispatch on the CPU backend (tests/unit/, found by
 # the Makefile's wildcard), linked as test_exec is.

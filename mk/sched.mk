@@ -9,8 +9,6 @@ SRCS += tests/integration/test_sched.c
 all: $(SCHED_TEST)
 TESTS += $(SCHED_TEST)
 
-$(SCHED_TEST): $(BUILD)/tests/integration/test_sched.o \
-		$(BUILD)/tests/integration/daemon.o $(LIBDJINN_A) | $(DJINND)
-	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS_LIBDJINN) \
-		-lcmocka -lm
+$(SCHED_TEST): $(BUILD)/tests/integration/test_sched.o $(LIBDJINN_FX) \
+		| $(DJINND)
+	$(link_libdjinn_test)

@@ -254,10 +254,7 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd);
+	return rm_tree(dir);
 }
 
 int main(void)
@@ -277,7 +274,7 @@ int main(void)
 	};
 	int ret;
 
-	if (system("python3 -c 'pass'") || access("scripts/mkmodel.py", R_OK)) {
+	if (!can_mkmodel()) {
 		printf("SKIP: needs python3 and scripts/mkmodel.py (run from "
 		       "the repository root)\n");
 		return GPU_SKIP;

@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -624,6 +625,33 @@ int dj_wait_eof(int fd, int timeout_ms)
 		if (ret)
 			return ret;
 	}
+}
+
+char *dj_read_all(int fd, int timeout_ms)
+{
+	struct timeval tv = { .tv_sec = timeout_ms / 1000,
+			      .tv_usec = (timeout_ms % 1000) * 1000 };
+	size_t cap = 1 << 16, got = 0;
+	char *buf = malloc(cap + 1), *more;
+	ssize_t n;
+
+	if (!buf)
+		return NULL;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	while ((n = recv(fd, buf + got, cap - got, 0)) > 0) {
+		got += (size_t)n;
+		if (got == cap) {
+			cap *= 2;
+			more = realloc(buf, cap + 1);
+			if (!more) {
+				free(buf);
+				return NULL;
+			}
+			buf = more;
+		}
+	}
+	buf[got] = 0;
+	return buf;
 }
 
 /* ---------------------------------------------------------------------- */

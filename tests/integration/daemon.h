@@ -127,6 +127,11 @@ long dj_read(int fd, void *buf, size_t len, int timeout_ms);
  * open at the deadline, negative errno on error. */
 int dj_wait_eof(int fd, int timeout_ms);
 
+/* Everything @fd receives until the peer closes it, each read waiting
+ * at most @timeout_ms: malloc'd and NUL-terminated (the caller frees
+ * it), or NULL when out of memory. */
+char *dj_read_all(int fd, int timeout_ms);
+
 /* A request header: magic, our version, no flags. */
 struct djinn_hdr dj_hdr(uint16_t op, uint64_t request_id, uint64_t session_id,
 			uint64_t payload_len);

@@ -251,6 +251,22 @@ void check_health_at(int line, struct fx *fx, long nr_sessions,
 		fail_msg("line %d: after the test step: %s", line, why);
 }
 
+void check_text_cached_at(int line, struct fx *fx)
+{
+	struct djinn_admin_vmu v = vmu_now(fx);
+	char why[256];
+
+	if (v.seg[1].used != fx->base.seg[1].used)
+		fail_msg("line %d: data segment %llu bytes, was %llu", line,
+			 (unsigned long long)v.seg[1].used,
+			 (unsigned long long)fx->base.seg[1].used);
+	v.committed -= v.seg[0].used;
+	v.seg[0].used = fx->base.seg[0].used;
+	if (vmu_diff(&fx->base, &v, why, sizeof(why)))
+		fail_msg("line %d: after text: %s", line, why);
+	fx->base = vmu_now(fx);
+}
+
 int fx_start_set(void **state, const char *mem, unsigned int lease_ms,
 		 const char *set)
 {

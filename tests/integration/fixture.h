@@ -122,6 +122,12 @@ void check_health_at(int line, struct fx *fx, long nr_sessions,
 /* The daemon serves, holds @n sessions and the VMU is at its baseline. */
 #define check_health(fx, n) check_health_at(__LINE__, fx, n, &(fx)->base)
 
+/* The VMU is at its baseline but for the text segment: unreferenced text
+ * may stay cached, reclaimable, which is no leak. Else fail; then the
+ * baseline takes the text. */
+void check_text_cached_at(int line, struct fx *fx);
+#define check_text_cached(fx) check_text_cached_at(__LINE__, fx)
+
 /*
  * cmocka set-up: a daemon with @mem of device memory, a default lease of
  * @lease_ms and the setting @set (NULL: none), its HELLO and VMU

@@ -37,11 +37,8 @@
 
 #include <djinn/djinn.h>
 
-#include "daemon.h"
+#include "libdjinn_fx.h"
 
-#define TINY_GPT2                                                 \
-	"--arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 " \
-	"--ctx 64 --seed 3"
 #define MiB (1ull << 20)
 #define DEV_BYTES (64 * MiB)
 #define NTOK 8
@@ -58,38 +55,24 @@ static int fx_setup(void **state)
 	const char *args[] = { "--device",	    "0", "--device", "1",
 			       "--fault-injection", NULL };
 	struct fx *fx = calloc(1, sizeof(*fx));
-	char addr[sizeof(fx->d.sock) + 8];
 
 	if (!fx)
 		return -1;
 	unsetenv("DJINN_DEVICE");
-	if (djd_start_args(&fx->d, "64M", 10000, args)) {
-		fprintf(stderr, "djinnd did not start: %s\n",
-			djd_start_error());
+	if (djd_start_conn(&fx->d, "64M", 10000, args, "tiny-gpt2", TINY_GPT2,
+			   &fx->conn)) {
 		free(fx);
 		return -1;
 	}
-	if (djd_make_model(&fx->d, "tiny-gpt2", TINY_GPT2))
-		goto fail;
-	snprintf(addr, sizeof(addr), "unix:%s", fx->d.sock);
-	if (djinn_connect(addr, &fx->conn))
-		goto fail;
 	*state = fx;
 	return 0;
-
-fail:
-	djd_kill(&fx->d);
-	free(fx);
-	return -1;
 }
 
 static int fx_teardown(void **state)
 {
 	struct fx *fx = *state;
-	int ret;
+	int ret = djd_stop_conn(&fx->d, fx->conn, 10000);
 
-	djinn_disconnect(fx->conn);
-	ret = djd_stop(&fx->d, 10000);
 	free(fx);
 	return ret;
 }
@@ -97,24 +80,13 @@ static int fx_teardown(void **state)
 /* ---------------------------------------------------------------------- */
 /* Helpers */
 
-/* One admin request; its response in @r (the caller frees it). */
-static void admin(struct fx *fx, uint16_t op, const void *payload, size_t len,
-		  struct dj_resp *r)
-{
-	int fd = dj_connect(fx->d.admin);
-
-	assert_true(fd >= 0);
-	assert_int_equal(dj_call(fd, op, 0, payload, len, r), 1);
-	close(fd);
-}
-
 /* Device @i's ADMIN_VMU entry; the answer must hold two. */
 static struct djinn_admin_vmu vmu(struct fx *fx, unsigned int i)
 {
 	struct djinn_admin_vmu v[2];
 	struct dj_resp r;
 
-	admin(fx, DJINN_MSG_ADMIN_VMU, NULL, 0, &r);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_VMU, NULL, 0, &r);
 	assert_int_equal(r.error, 0);
 	assert_int_equal(r.len, sizeof(v));
 	memcpy(v, r.data, sizeof(v));
@@ -139,7 +111,7 @@ static unsigned int device_of(struct fx *fx, struct djinn_session *s)
 	uint32_t count;
 	int dev = -1;
 
-	admin(fx, DJINN_MSG_ADMIN_SESSIONS, NULL, 0, &r);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_SESSIONS, NULL, 0, &r);
 	assert_int_equal(r.error, 0);
 	memcpy(&count, r.data, sizeof(count));
 	assert_int_equal(r.len, 8 + count * sizeof(*e));
@@ -221,18 +193,6 @@ static void check(struct djinn_tensor *t, uint32_t n, float seed)
 			fail_msg("element %u: %g, want %g", i, (double)v[i],
 				 (double)(seed + (float)i));
 	free(v);
-}
-
-/* Greedy tokens after the prompt, from a fresh context of @m. */
-static void generate(struct djinn_model *m, int32_t *out)
-{
-	struct djinn_ctx *c;
-
-	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
-	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
-	assert_int_equal(djinn_ctx_decode(c, NTOK, NULL, out, NULL, NULL),
-			 NTOK);
-	assert_int_equal(djinn_ctx_free(c), 0);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -331,7 +291,7 @@ static void test_request(void **state)
 	assert_int_equal(r.error, -ENODEV);
 	dj_resp_free(&r);
 	close(fd);
-	admin(fx, DJINN_MSG_ADMIN_STATS, NULL, 0, &r);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_STATS, NULL, 0, &r);
 	assert_int_equal(r.error, 0);
 	assert_int_equal(((struct djinn_admin_stats *)r.data)->sessions, 2);
 	dj_resp_free(&r);
@@ -507,7 +467,7 @@ static int model_holders(struct fx *fx, const char *name, unsigned int dev,
 	uint32_t count;
 	int n = -1;
 
-	admin(fx, DJINN_MSG_ADMIN_MODELS, NULL, 0, &r);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_MODELS, NULL, 0, &r);
 	assert_int_equal(r.error, 0);
 	memcpy(&count, r.data, sizeof(count));
 	e = (const void *)(r.data + 8);
@@ -559,10 +519,10 @@ static void test_models(void **state)
 	assert_int_equal(w1, w0);
 	assert_int_equal(vmu(fx, 0).seg[0].used, w0);
 
-	generate(ma0, t0);
-	generate(ma1, t1);
+	greedy_tokens(ma0, prompt, 4, NTOK, t0);
+	greedy_tokens(ma1, prompt, 4, NTOK, t1);
 	assert_memory_equal(t0, t1, sizeof(t0));
-	generate(mb0, t1);
+	greedy_tokens(mb0, prompt, 4, NTOK, t1);
 	assert_memory_equal(t0, t1, sizeof(t0));
 
 	/* evicting needs no holders anywhere it is evicted */
@@ -571,12 +531,14 @@ static void test_models(void **state)
 		struct djinn_admin_model_evict e = { "tiny-gpt2" };
 		struct dj_resp r;
 
-		admin(fx, DJINN_MSG_ADMIN_MODEL_EVICT, &e, sizeof(e), &r);
+		djd_admin(&fx->d, DJINN_MSG_ADMIN_MODEL_EVICT, &e, sizeof(e),
+			  &r);
 		assert_int_equal(r.error, 0); /* from device 1 */
 		dj_resp_free(&r);
 		assert_int_equal(model_holders(fx, "tiny-gpt2", 1, &n), -1);
 		assert_int_equal(model_holders(fx, "tiny-gpt2", 0, &n), 2);
-		admin(fx, DJINN_MSG_ADMIN_MODEL_EVICT, &e, sizeof(e), &r);
+		djd_admin(&fx->d, DJINN_MSG_ADMIN_MODEL_EVICT, &e, sizeof(e),
+			  &r);
 		assert_int_equal(r.error, -EBUSY); /* held on device 0 */
 		assert_non_null(strstr(r.msg, "(device 0)"));
 		dj_resp_free(&r);
@@ -602,11 +564,11 @@ static void test_fault_one_device(void **state)
 	t0 = upload(s0, 4096, 5.0f, DJINN_SEG_DATA, NULL);
 	t1 = upload(s1, 4096, 6.0f, DJINN_SEG_DATA, NULL);
 	q.device = 2;
-	admin(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, -ENODEV);
 	dj_resp_free(&r);
 	q.device = 1;
-	admin(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, 0);
 	assert_int_equal(r.len, sizeof(f));
 	memcpy(&f, r.data, sizeof(f));

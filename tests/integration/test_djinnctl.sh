@@ -17,7 +17,8 @@
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
-build=$(cd "$here/../.." && pwd)
+# shellcheck source=tests/integration/testlib.sh
+. "$here/testlib.sh"
 DJINND=${DJINND:-$build/djinnd/djinnd}
 DJINNCTL=${DJINNCTL:-$build/tools/djinnctl}
 DJINN=${DJINN:-$build/tools/djinn}
@@ -34,11 +35,6 @@ for m in "${MANPAGE:-}" "$build/../man/man8/djinnctl.8" man/man8/djinnctl.8; do
 done
 MANPAGE=$m
 
-skip() {
-	echo "test_djinnctl: skipped: $*"
-	exit 77
-}
-
 for b in "$DJINND" "$DJINNCTL" "$OPEN_SESSION" "$DJINN"; do
 	[ -x "$b" ] || skip "$b is not built"
 done
@@ -46,8 +42,7 @@ command -v python3 >/dev/null 2>&1 ||
 	skip "python3 is not installed (it parses the JSON)"
 [ -f "$MKMODEL" ] || skip "scripts/mkmodel.py not found (set MKMODEL)"
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/djinnctl.XXXXXX") ||
-	skip "cannot make a temporary directory"
+make_dir
 dpid='' hpid='' fpid='' mpid='' spid=''
 # shellcheck disable=SC2317 # called by the trap
 cleanup() {
@@ -61,14 +56,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
-ok() {
-	echo "ok: $*"
-}
 # Show what the last command printed, indented.
 show_out() {
 	sed 's/^/    | /' "$dir/out" "$dir/err"
@@ -132,24 +119,7 @@ python3 "$MKMODEL" --arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 \
 "$DJINND" -f -l "unix:$dir/d.sock" -a "$dir/admin.sock" -m 64M \
 	--model-dir "$dir/models" >"$dir/djinnd.log" 2>&1 &
 dpid=$!
-i=0
-until [ -S "$dir/d.sock" ] && [ -S "$dir/admin.sock" ]; do
-	if ! kill -0 "$dpid" 2>/dev/null; then
-		wait "$dpid"
-		if grep -q "io_uring" "$dir/djinnd.log"; then
-			skip "djinnd cannot run here: $(tail -n 1 "$dir/djinnd.log")"
-		fi
-		echo "FAIL: djinnd exited at start:"
-		sed 's/^/    | /' "$dir/djinnd.log"
-		exit 1
-	fi
-	i=$((i + 1))
-	if [ "$i" -gt 200 ]; then
-		echo "FAIL: djinnd made no sockets in 20 s"
-		exit 1
-	fi
-	sleep 0.1
-done
+djinnd_wait
 ok "djinnd is up"
 
 # alice: priority 5, a DECODE signal, a 4 MiB data tensor.
@@ -687,7 +657,7 @@ took=$(($(date +%s) - start))
 fake "bad magic" 'bad magic 0xdeadbeef.*\(EPROTO\)$' stats
 fake "another version" 'protocol version 2, djinnctl 1 \(EPROTONOSUPPORT\)$' stats
 fake "unknown flags" 'flags 0x9 \(EPROTO\)$' stats
-fake "a short answer" 'answer of 8 bytes, expected 120 \(EPROTO\)$' stats
+fake "a short answer" 'answer of 8 bytes, expected 136 \(EPROTO\)$' stats
 fake "a bad error frame" 'malformed error answer.*\(EPROTO\)$' stats
 fake "a sched answer short of its counts" \
 	'sched answer of 12 bytes for 1 devices and 0 sessions, expected [0-9]+ \(EPROTO\)$' \
@@ -743,9 +713,4 @@ if grep -Eq 'ERROR: (Address|Leak|Thread)Sanitizer|runtime error:' \
 	sed 's/^/    | /' "$dir/djinnd.log"
 fi
 
-if [ "$failures" -ne 0 ]; then
-	echo "test_djinnctl: $failures failed"
-	exit 1
-fi
-echo "test_djinnctl: passed"
-exit 0
+finish

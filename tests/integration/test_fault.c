@@ -40,15 +40,12 @@
 
 #include <djinn/djinn.h>
 
-#include "daemon.h"
+#include "libdjinn_fx.h"
 
 #ifndef FAULT_BACKEND
 #define FAULT_BACKEND "cpu"
 #endif
 
-#define TINY_GPT2                                                 \
-	"--arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 " \
-	"--ctx 64 --seed 3"
 #define NTOK 8
 #define NFLOAT 4096
 /* djinnd(8), EXIT STATUS: a device died (DJINND_EXIT_DEVICE_DEAD) */
@@ -70,31 +67,22 @@ static int start(void **state, bool injection)
 			     NULL };
 	const char *off[] = { "--backend", FAULT_BACKEND, NULL };
 	struct fx *fx = calloc(1, sizeof(*fx));
-	char addr[sizeof(fx->d.sock) + 8];
 	int ret;
 
 	if (!fx)
 		return -1;
-	ret = djd_start_args(&fx->d, "256M", 10000, injection ? on : off);
-	if (ret) {
+	ret = djd_start_conn(&fx->d, "256M", 10000, injection ? on : off,
+			     "tiny-gpt2", TINY_GPT2, &fx->conn);
+	if (ret == -ECHILD)
 		snprintf(skip_why, sizeof(skip_why), "%s",
 			 djd_start_error()[0] ? djd_start_error() :
 						"it did not start");
+	if (ret) {
 		free(fx);
 		return -1;
 	}
-	if (djd_make_model(&fx->d, "tiny-gpt2", TINY_GPT2))
-		goto fail;
-	snprintf(addr, sizeof(addr), "unix:%s", fx->d.sock);
-	if (djinn_connect(addr, &fx->conn))
-		goto fail;
 	*state = fx;
 	return 0;
-
-fail:
-	djd_kill(&fx->d);
-	free(fx);
-	return -1;
 }
 
 static int fx_setup(void **state)
@@ -110,10 +98,8 @@ static int fx_setup_off(void **state)
 static int fx_teardown(void **state)
 {
 	struct fx *fx = *state;
-	int ret;
+	int ret = djd_stop_conn(&fx->d, fx->conn, 10000);
 
-	djinn_disconnect(fx->conn);
-	ret = djd_stop(&fx->d, 10000);
 	free(fx);
 	return ret;
 }
@@ -121,21 +107,9 @@ static int fx_teardown(void **state)
 /* ---------------------------------------------------------------------- */
 /* Helpers */
 
-/* One admin request with @len bytes of @payload; its response in @r
- * (the caller frees it). */
-static void admin_req(struct fx *fx, uint16_t op, const void *payload,
-		      size_t len, struct dj_resp *r)
-{
-	int fd = dj_connect(fx->d.admin);
-
-	assert_true(fd >= 0);
-	assert_int_equal(dj_call(fd, op, 0, payload, len, r), 1);
-	close(fd);
-}
-
 static void admin(struct fx *fx, uint16_t op, struct dj_resp *r)
 {
-	admin_req(fx, op, NULL, 0, r);
+	djd_admin(&fx->d, op, NULL, 0, r);
 }
 
 /* Whether a line of the daemon's log holds @a and, after it, @b. */
@@ -216,18 +190,6 @@ static struct djinn_tensor *upload(struct djinn_session *s, const float *v,
 	return t;
 }
 
-/* Greedy tokens after the prompt, from a fresh context of @m. */
-static void generate(struct djinn_model *m, int32_t *out)
-{
-	struct djinn_ctx *c;
-
-	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
-	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
-	assert_int_equal(djinn_ctx_decode(c, NTOK, NULL, out, NULL, NULL),
-			 NTOK);
-	assert_int_equal(djinn_ctx_free(c), 0);
-}
-
 /* @ret is -EIO, and libdjinn's message says the fault lost the state. */
 static void assert_lost(int ret, const char *what)
 {
@@ -276,7 +238,7 @@ static void test_fault(void **state)
 	assert_int_equal(flags & DJINN_TENSOR_DEDUP, 0);
 	b = upload(s2, y, DJINN_SEG_DATA, NULL);
 	assert_int_equal(djinn_model_open(s1, "tiny-gpt2", &m1), 0);
-	generate(m1, before);
+	greedy_tokens(m1, prompt, 4, NTOK, before);
 	assert_int_equal(djinn_ctx_new(m1, 0, &c1), 0);
 	assert_int_equal(djinn_ctx_prefill(c1, prompt, 4, NULL, NULL), 0);
 	assert_int_equal(djinn_tensor_download(a, 0, NFLOAT * 4, got), 0);
@@ -331,7 +293,7 @@ static void test_fault(void **state)
 	assert_memory_equal(got, y, NFLOAT * 4);
 	/* The model loads again and says what it said before. */
 	assert_int_equal(djinn_model_open(s3, "tiny-gpt2", &m3), 0);
-	generate(m3, after);
+	greedy_tokens(m3, prompt, 4, NTOK, after);
 	assert_memory_equal(before, after, sizeof(before));
 	/* listed once: the fresh entry, held by s3 alone */
 	assert_int_equal(holders(fx, "tiny-gpt2", &n), 1);
@@ -348,7 +310,7 @@ static void test_fault(void **state)
 	assert_true(v2.seg[0].used < v1.seg[0].used);
 
 	/* s3 goes on. */
-	generate(m3, tok);
+	greedy_tokens(m3, prompt, 4, NTOK, tok);
 	assert_memory_equal(before, tok, sizeof(before));
 	assert_int_equal(djinn_model_close(m3), 0);
 	assert_int_equal(djinn_session_close(s3), 0);
@@ -398,7 +360,7 @@ static void test_fault_injection_off(void **state)
 	assert_non_null(strstr(r.msg, "--fault-injection"));
 	dj_resp_free(&r);
 	/* nor can it kill the device */
-	admin_req(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, -EPERM);
 	dj_resp_free(&r);
 	assert_int_equal(djinn_tensor_download(t, 0, sizeof(got), got), 0);
@@ -427,11 +389,11 @@ static void test_fault_dead(void **state)
 
 	/* Unknown flag bits are refused and change nothing. */
 	q.flags = 1u << 1;
-	admin_req(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, -EINVAL);
 	dj_resp_free(&r);
 	q.flags = DJINN_FAULT_DEAD | (1u << 31);
-	admin_req(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, -EINVAL);
 	dj_resp_free(&r);
 	assert_int_equal(djinn_tensor_download(t, 0, sizeof(got), got), 0);
@@ -442,7 +404,7 @@ static void test_fault_dead(void **state)
 	assert_true(raw >= 0);
 
 	q.flags = DJINN_FAULT_DEAD;
-	admin_req(fx, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	if (r.error)
 		fail_msg("fatal fault: %s (%d)", r.msg, r.error);
 	assert_int_equal(r.len, sizeof(f));
@@ -494,8 +456,7 @@ static int fx_teardown_dead(void **state)
 {
 	struct fx *fx = *state;
 
-	djinn_disconnect(fx->conn);
-	djd_kill(&fx->d);
+	djd_kill_conn(&fx->d, fx->conn);
 	free(fx);
 	return 0;
 }

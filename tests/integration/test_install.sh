@@ -24,14 +24,10 @@
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
-build=$(cd "$here/../.." && pwd)
+# shellcheck source=tests/integration/testlib.sh
+. "$here/testlib.sh"
 src=$(pwd)
 [ -f "$src/mk/install.mk" ] || src=$(cd "$build/.." && pwd)
-
-skip() {
-	echo "test_install: skipped: $*"
-	exit 77
-}
 
 [ -f "$src/mk/install.mk" ] || skip "no source tree here or above $build"
 for t in make cc pkg-config ldd readelf sha256sum; do
@@ -43,8 +39,7 @@ case $build in
 *) BUILD=$build ;;
 esac
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/test_install.XXXXXX") ||
-	skip "cannot make a temporary directory"
+make_dir
 dest=$dir/stage
 dpid=
 # shellcheck disable=SC2317 # called by the trap
@@ -54,15 +49,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
-ok() {
-	echo "ok: $*"
-}
 
 # make, as a user would run it, not as the make that runs this test.
 mk() {
@@ -258,8 +244,4 @@ else
 	fail "after install twice, an edit and uninstall: $(left) $(cat "$dir/make.out")"
 fi
 
-if [ "$failures" -ne 0 ]; then
-	echo "test_install: $failures failed"
-	exit 1
-fi
-echo "test_install: passed"
+finish

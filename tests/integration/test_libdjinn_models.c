@@ -23,11 +23,8 @@
 #include <djinn/djinn.h>
 
 #include "array_size.h"
-#include "daemon.h"
+#include "libdjinn_fx.h"
 
-#define TINY_GPT2                                                 \
-	"--arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 " \
-	"--ctx 64 --seed 3"
 /* logits of 16 KiB: a range of them is much less */
 #define WIDE_GPT2                                                  \
 	"--arch gpt2 --layers 1 --embd 32 --heads 2 --vocab 4096 " \
@@ -44,24 +41,22 @@ static const int32_t prompt[4] = { 1, 2, 3, 4 };
 static int fx_setup(void **state)
 {
 	struct fx *fx = calloc(1, sizeof(*fx));
-	char addr[sizeof(fx->d.sock) + 8];
 
-	if (!fx || djd_start(&fx->d, "256M", 10000))
-		goto fail;
-	if (djd_make_model(&fx->d, "tiny-gpt2", TINY_GPT2) ||
-	    djd_make_model(&fx->d, "wide-gpt2", WIDE_GPT2))
-		goto fail_kill;
-	snprintf(addr, sizeof(addr), "unix:%s", fx->d.sock);
-	if (djinn_connect(addr, &fx->conn) ||
+	if (!fx)
+		return -1;
+	if (djd_start_conn(&fx->d, "256M", 10000, NULL, "tiny-gpt2", TINY_GPT2,
+			   &fx->conn))
+		goto out_free;
+	if (djd_make_model(&fx->d, "wide-gpt2", WIDE_GPT2) ||
 	    djinn_session_open(fx->conn, NULL, &fx->s))
-		goto fail_kill;
+		goto out_kill;
 	*state = fx;
 	return 0;
 
-fail_kill:
+out_kill:
 	djinn_disconnect(fx->conn);
 	djd_kill(&fx->d);
-fail:
+out_free:
 	free(fx);
 	return -1;
 }
@@ -69,10 +64,8 @@ fail:
 static int fx_teardown(void **state)
 {
 	struct fx *fx = *state;
-	int ret;
+	int ret = djd_stop_conn(&fx->d, fx->conn, 10000);
 
-	djinn_disconnect(fx->conn);
-	ret = djd_stop(&fx->d, 10000);
 	free(fx);
 	return ret;
 }
@@ -82,8 +75,7 @@ static int fx_teardown_killed(void **state)
 {
 	struct fx *fx = *state;
 
-	djinn_disconnect(fx->conn);
-	djd_kill(&fx->d);
+	djd_kill_conn(&fx->d, fx->conn);
 	free(fx);
 	return 0;
 }

@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 
 #include <cmocka.h>
 
@@ -31,27 +29,16 @@ static int http_at(int line, struct fx *fx, const char *req, size_t len,
 		   char **body)
 {
 	int fd = dj_connect_tcp(fx->d.metrics_port), code = 0;
-	size_t cap = 1 << 16, got = 0;
-	char *buf = xmalloc(cap + 1), *end;
-	long n;
+	char *buf, *end;
 
 	if (fd < 0)
 		fail_msg("line %d: connect to metrics: %s", line,
 			 strerror(-fd));
 	if (len && dj_write(fd, req, len, 5000))
 		fail_msg("line %d: metrics: cannot send", line);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO,
-		   &(struct timeval){ .tv_sec = 5 }, sizeof(struct timeval));
-	while ((n = recv(fd, buf + got, cap - got, 0)) > 0) {
-		got += (size_t)n;
-		if (got == cap) {
-			cap *= 2;
-			buf = realloc(buf, cap + 1);
-			assert_non_null(buf);
-		}
-	}
+	buf = dj_read_all(fd, 5000);
 	close(fd);
-	buf[got] = 0;
+	assert_non_null(buf);
 	if (sscanf(buf, "HTTP/1.1 %d ", &code) != 1)
 		fail_msg("line %d: metrics: no status line in \"%.80s\"", line,
 			 buf);

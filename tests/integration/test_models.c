@@ -682,22 +682,9 @@ static uint8_t *model_file_read(struct fx *fx, const char *name,
 				const char *file, size_t *len)
 {
 	char path[PATH_MAX];
-	uint8_t *buf;
-	FILE *f;
-	long n;
 
 	snprintf(path, sizeof(path), "%s/models/%s/%s", fx->d.dir, name, file);
-	f = fopen(path, "rb");
-	assert_non_null(f);
-	assert_int_equal(fseek(f, 0, SEEK_END), 0);
-	n = ftell(f);
-	assert_true(n > 0);
-	rewind(f);
-	buf = xmalloc((size_t)n);
-	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
+	return read_file(path, len);
 }
 
 /* A text tensor (U8, one dim) of @len bytes at @data, by SHA-256: looked
@@ -874,19 +861,8 @@ static void test_model_upload(void **state)
 	free(wb);
 	close(fd);
 	close(fd2);
-	/* The file tensors' text may stay cached, unreferenced and
-	 * reclaimable (as in test_text): not a leak. */
-	{
-		struct djinn_admin_vmu v = vmu_now(fx);
-		char why[256];
-
-		assert_int_equal(v.seg[1].used, fx->base.seg[1].used);
-		v.committed -= v.seg[0].used;
-		v.seg[0].used = fx->base.seg[0].used;
-		if (vmu_diff(&fx->base, &v, why, sizeof(why)))
-			fail_msg("after the upload: %s", why);
-		fx->base = vmu_now(fx);
-	}
+	/* the file tensors' text may stay cached (as in test_text) */
+	check_text_cached(fx);
 	check_health(fx, 0);
 }
 

@@ -40,7 +40,7 @@
 
 #include <djinn/djinn.h>
 
-#include "daemon.h"
+#include "libdjinn_fx.h"
 
 #define MiB (1ull << 20)
 
@@ -60,10 +60,6 @@
 #define CHUNK 16
 #define NTOK 8
 #define VOCAB 256
-
-#define TINY_GPT2                                                 \
-	"--arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 " \
-	"--ctx 64 --seed 3"
 
 /* A matrix of the fairness test: N x N f32. */
 #define N 512
@@ -94,28 +90,15 @@ static int fx_start(void **state, const char *mem, const char *const *extra,
 		    const char *name, const char *model)
 {
 	struct fx *fx = calloc(1, sizeof(*fx));
-	char addr[sizeof(fx->d.sock) + 8];
 
 	if (!fx)
 		return -1;
-	if (djd_start_args(&fx->d, mem, 30000, extra)) {
-		fprintf(stderr, "djinnd did not start: %s\n",
-			djd_start_error());
+	if (djd_start_conn(&fx->d, mem, 30000, extra, name, model, &fx->conn)) {
 		free(fx);
 		return -1;
 	}
-	if (name && djd_make_model(&fx->d, name, model))
-		goto fail;
-	snprintf(addr, sizeof(addr), "unix:%s", fx->d.sock);
-	if (djinn_connect(addr, &fx->conn))
-		goto fail;
 	*state = fx;
 	return 0;
-
-fail:
-	djd_kill(&fx->d);
-	free(fx);
-	return -1;
 }
 
 static int setup_agents(void **state)
@@ -171,11 +154,7 @@ static int fx_teardown(void **state)
 
 static void admin(struct fx *fx, uint16_t op, struct dj_resp *r)
 {
-	int fd = dj_connect(fx->d.admin);
-
-	assert_true(fd >= 0);
-	assert_int_equal(dj_call(fd, op, 0, NULL, 0, r), 1);
-	close(fd);
+	djd_admin(&fx->d, op, NULL, 0, r);
 	if (r->error)
 		fail_msg("admin opcode %u: %d: %s", op, r->error, r->msg);
 }

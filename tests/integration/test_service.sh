@@ -19,15 +19,11 @@
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
-build=$(cd "$here/../.." && pwd)
+# shellcheck source=tests/integration/testlib.sh
+. "$here/testlib.sh"
 DJINND=${DJINND:-$build/djinnd/djinnd}
 src=.
 [ -f "$src/systemd/djinnd.service.in" ] || src="$build/.."
-
-skip() {
-	echo "test_service: skipped: $*"
-	exit 77
-}
 
 [ -x "$DJINND" ] || skip "$DJINND is not built"
 [ -f "$src/systemd/djinnd.service.in" ] ||
@@ -37,19 +33,10 @@ case $DJINND in
 *) DJINND=$(pwd)/$DJINND ;;
 esac
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/test_service.XXXXXX") ||
-	skip "cannot make a temporary directory"
+make_dir
 trap 'rm -rf "$dir"' EXIT
 trap 'exit 1' INT TERM
 
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
-ok() {
-	echo "ok: $*"
-}
 
 # --- the unit ----------------------------------------------------------------
 # Filled in as mk/install.mk does, with ExecStart= at the built djinnd.
@@ -155,8 +142,4 @@ else
 	done
 fi
 
-if [ "$failures" -ne 0 ]; then
-	echo "test_service: $failures failed"
-	exit 1
-fi
-echo "test_service: passed"
+finish

@@ -28,8 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -389,25 +387,13 @@ static char *scrape(struct fx *fx)
 {
 	static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
 	int fd = dj_connect_tcp(fx->d.metrics_port);
-	size_t cap = 1 << 16, got = 0;
-	char *buf = malloc(cap + 1);
-	long n;
+	char *buf;
 
 	assert_true(fd >= 0);
-	assert_non_null(buf);
 	assert_int_equal(dj_write(fd, req, sizeof(req) - 1, 5000), 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO,
-		   &(struct timeval){ .tv_sec = 5 }, sizeof(struct timeval));
-	while ((n = recv(fd, buf + got, cap - got, 0)) > 0) {
-		got += (size_t)n;
-		if (got == cap) {
-			cap *= 2;
-			buf = realloc(buf, cap + 1);
-			assert_non_null(buf);
-		}
-	}
+	buf = dj_read_all(fd, 5000);
 	close(fd);
-	buf[got] = 0;
+	assert_non_null(buf);
 	return buf;
 }
 

@@ -19,47 +19,16 @@
 #include "testutil.h"
 #include "list.h"
 #include "exec/exec.h"
-
-struct fix {
-	struct backend *b;
-	struct vmu *v;
-	struct vmu_stack *st;
-	struct vmu_session *s;
-};
-
-static int setup_cap(void **state, uint64_t capacity)
-{
-	struct fix *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	assert_int_equal(cpu_backend_create(capacity, 2, &f->b), 0);
-	assert_int_equal(vmu_create(f->b->provider, NULL, &f->v), 0);
-	assert_int_equal(vmu_stack_create(f->v, capacity, &f->st), 0);
-	assert_int_equal(vmu_session_create(f->v, "test", &f->s), 0);
-	*state = f;
-	return 0;
-}
+#include "exec_fix.h"
 
 static int setup(void **state)
 {
-	return setup_cap(state, 256 * MiB);
+	return exec_fix_setup(state, 256 * MiB);
 }
 
 static int setup_small(void **state)
 {
-	return setup_cap(state, 16 * MiB);
-}
-
-static int teardown(void **state)
-{
-	struct fix *f = *state;
-
-	vmu_session_destroy(f->s);
-	vmu_stack_destroy(f->st);
-	vmu_destroy(f->v);
-	f->b->ops->destroy(f->b);
-	free(f);
-	return 0;
+	return exec_fix_setup(state, 16 * MiB);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -145,7 +114,7 @@ struct tensor {
 	struct dj_tensor t;
 };
 
-static struct tensor put_f32(struct fix *f, struct djinn_tensor_desc d,
+static struct tensor put_f32(struct exec_fix *f, struct djinn_tensor_desc d,
 			     const float *data)
 {
 	uint64_t elems, bytes;
@@ -161,7 +130,7 @@ static struct tensor put_f32(struct fix *f, struct djinn_tensor_desc d,
 	return t;
 }
 
-static void drop(struct fix *f, struct tensor *t)
+static void drop(struct exec_fix *f, struct tensor *t)
 {
 	assert_int_equal(vmu_region_unpin(f->s, t->region), 0);
 	assert_int_equal(vmu_region_destroy(f->s, t->region), 0);
@@ -186,7 +155,7 @@ static void expect_close(const float *got, const double *want, size_t n,
 				 want[i]);
 }
 
-static struct vmu_usage usage(struct fix *f)
+static struct vmu_usage usage(struct exec_fix *f)
 {
 	struct vmu_usage u;
 
@@ -200,7 +169,7 @@ static struct vmu_usage usage(struct fix *f)
 /* y = gelu(x w + b), with the matmul kept as a second output. */
 static void test_mlp_two_outputs(void **state)
 {
-	struct fix *f = *state;
+	struct exec_fix *f = *state;
 	enum { M = 5, K = 8, N = 16 };
 	float *x = rand_f32(1, M * K), *w = rand_f32(2, K * N),
 	      *b = rand_f32(3, N);
@@ -281,7 +250,7 @@ static void test_mlp_two_outputs(void **state)
 /* A graph whose output cannot fit is refused whole, touching nothing. */
 static void test_refused_by_admission(void **state)
 {
-	struct fix *f = *state;
+	struct exec_fix *f = *state;
 	struct djinn_tensor_desc big =
 		desc(DJINN_DTYPE_F32, 2, 1024ull, 8192ull); /* 32 MiB */
 	struct vmu_stats before, after;
@@ -313,7 +282,7 @@ static void test_refused_by_admission(void **state)
 /* A node that fails (an embedding id out of range) undoes the graph. */
 static void test_failed_node_leaves_nothing(void **state)
 {
-	struct fix *f = *state;
+	struct exec_fix *f = *state;
 	float table[4 * 3] = { 0 };
 	int32_t ids[2] = { 1, 9 };
 	struct exec_result res;
@@ -350,7 +319,7 @@ static void test_failed_node_leaves_nothing(void **state)
 /* Every node an output: no stack is used at all. */
 static void test_no_intermediates(void **state)
 {
-	struct fix *f = *state;
+	struct exec_fix *f = *state;
 	float x[6] = { -1, 2, -3, 4, -5, 6 };
 	float got[6];
 	struct exec_result res;
@@ -403,7 +372,7 @@ static uint32_t gb_slice(struct gb *gb, uint32_t x, int axis, int64_t start,
  */
 static void test_views(void **state)
 {
-	struct fix *f = *state;
+	struct exec_fix *f = *state;
 	float x[24], got[12];
 	struct exec_result res;
 	struct vmu_stats st;
@@ -480,7 +449,7 @@ static void test_views(void **state)
 struct lazy {
 	struct backend base;
 	struct backend *cpu;
-	struct fix *f;
+	struct exec_fix *f;
 	struct {
 		struct djinn_node node;
 		struct dj_tensor in[DJINN_MAX_NODE_INPUTS], out;
@@ -565,7 +534,7 @@ static const struct backend_ops lazy_ops = {
 	.destroy = lazy_destroy,
 };
 
-static void lazy_init(struct lazy *lz, struct fix *f)
+static void lazy_init(struct lazy *lz, struct exec_fix *f)
 {
 	memset(lz, 0, sizeof(*lz));
 	lz->base = *f->b;
@@ -622,7 +591,7 @@ static struct gb *lazy_graph(bool kernel)
  */
 static void test_failed_node_syncs_first(void **state)
 {
-	struct fix *f = *state;
+	struct exec_fix *f = *state;
 	const float x[6] = { -1, 2, -3, 4, -5, 6 };
 	uint8_t image[64] = { 0 }, fp[DJINN_FP_LEN] = { 0x5a };
 	const uint8_t *fps[2] = { fp, NULL };
@@ -706,16 +675,17 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_mlp_two_outputs, setup,
-						teardown),
+						exec_fix_teardown),
 		cmocka_unit_test_setup_teardown(test_refused_by_admission,
-						setup_small, teardown),
+						setup_small, exec_fix_teardown),
 		cmocka_unit_test_setup_teardown(test_failed_node_leaves_nothing,
-						setup, teardown),
+						setup, exec_fix_teardown),
 		cmocka_unit_test_setup_teardown(test_failed_node_syncs_first,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_views, setup, teardown),
+						setup, exec_fix_teardown),
+		cmocka_unit_test_setup_teardown(test_views, setup,
+						exec_fix_teardown),
 		cmocka_unit_test_setup_teardown(test_no_intermediates, setup,
-						teardown),
+						exec_fix_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

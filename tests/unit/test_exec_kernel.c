@@ -20,43 +20,17 @@
 
 #include "testutil.h"
 #include "exec/exec.h"
+#include "exec_fix.h"
 
 #define NO_KERNELS "client kernels need a CUDA device; this djinnd runs on cpu"
 
-struct fix {
-	struct backend *b;
-	struct vmu *v;
-	struct vmu_stack *st;
-	struct vmu_session *s;
-};
-
 static int setup(void **state)
 {
-	struct fix *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	assert_int_equal(cpu_backend_create(64 * MiB, 2, &f->b), 0);
-	assert_int_equal(vmu_create(f->b->provider, NULL, &f->v), 0);
-	assert_int_equal(vmu_stack_create(f->v, 64 * MiB, &f->st), 0);
-	assert_int_equal(vmu_session_create(f->v, "test", &f->s), 0);
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fix *f = *state;
-
-	vmu_session_destroy(f->s);
-	vmu_stack_destroy(f->st);
-	vmu_destroy(f->v);
-	f->b->ops->destroy(f->b);
-	free(f);
-	return 0;
+	return exec_fix_setup(state, 64 * MiB);
 }
 
 /* A pinned region of @bytes holding @data. */
-static struct dj_tensor put(struct fix *f, struct djinn_tensor_desc d,
+static struct dj_tensor put(struct exec_fix *f, struct djinn_tensor_desc d,
 			    const void *data, uint64_t *region)
 {
 	struct vmu_region_info info;
@@ -74,7 +48,7 @@ static struct dj_tensor put(struct fix *f, struct djinn_tensor_desc d,
 
 static void test_kernel_on_cpu(void **state)
 {
-	struct fix *f = *state;
+	struct exec_fix *f = *state;
 	struct {
 		struct djinn_graph g;
 		struct djinn_ref in[2];
@@ -172,7 +146,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_kernel_on_cpu, setup,
-						teardown),
+						exec_fix_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -22,13 +22,7 @@
 #include "array_size.h"
 #include "testutil.h"
 #include "graph.h"
-
-#define F32 DJINN_DTYPE_F32
-#define F16 DJINN_DTYPE_F16
-#define BF16 DJINN_DTYPE_BF16
-#define I32 DJINN_DTYPE_I32
-#define I64 DJINN_DTYPE_I64
-#define U8 DJINN_DTYPE_U8
+#include "dtypes.h"
 
 /* ---------------------------------------------------------------------- */
 /* Descs */

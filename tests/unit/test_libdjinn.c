@@ -214,44 +214,25 @@ static void test_sha256(void **state)
 /* ---------------------------------------------------------------------- */
 /* Arguments */
 
-struct fixture {
-	struct djinn_conn *conn;
-	struct djinn_session *s;
-	int peer;
-};
-
 static int setup(void **state)
 {
-	struct fixture *f = calloc(1, sizeof(*f));
+	struct peer_fx *f = calloc(1, sizeof(*f));
 
-	f->conn = pair_conn(&f->peer);
-	f->s = fake_session(f->conn, 7, 3600 * NSEC_PER_SEC);
+	peer_fx_open(f, 7);
 	*state = f;
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	struct fixture *f = *state;
-
-	djinn_disconnect(f->conn);
-	close(f->peer);
-	free(f);
+	peer_fx_close(*state);
+	free(*state);
 	return 0;
-}
-
-/* Nothing went over the wire. */
-static void expect_silence(int peer)
-{
-	char c;
-
-	assert_int_equal(recv(peer, &c, 1, MSG_DONTWAIT), -1);
-	assert_int_equal(errno, EAGAIN);
 }
 
 static void test_args_null(void **state)
 {
-	struct fixture *f = *state;
+	struct peer_fx *f = *state;
 	struct djinn_tensor_desc d = D(DJINN_DTYPE_F32, 4);
 	struct djinn_graph_builder *g;
 	struct djinn_session_info si;
@@ -327,7 +308,7 @@ static void test_args_null(void **state)
 
 static void test_args_session(void **state)
 {
-	struct fixture *f = *state;
+	struct peer_fx *f = *state;
 	struct djinn_session_opts o = DJINN_SESSION_OPTS_INIT;
 	char tenant[DJINN_TENANT_LEN + 1];
 	struct djinn_session *s = NULL;
@@ -348,7 +329,7 @@ static void test_args_session(void **state)
 
 static void test_args_tensor(void **state)
 {
-	struct fixture *f = *state;
+	struct peer_fx *f = *state;
 	struct djinn_tensor *t = NULL, *x;
 	struct djinn_tensor_desc d;
 	uint8_t buf[64] = { 0 };

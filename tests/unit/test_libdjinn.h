@@ -93,6 +93,41 @@ static inline void write_full(int fd, const void *buf, size_t len)
 	assert_int_equal(write(fd, buf, len), (ssize_t)len);
 }
 
+/* Nothing went over the wire: the daemon's end @peer has nothing to read. */
+static inline void expect_silence(int peer)
+{
+	char c;
+
+	assert_int_equal(recv(peer, &c, 1, MSG_DONTWAIT), -1);
+	assert_int_equal(errno, EAGAIN);
+}
+
+/*
+ * struct peer_fx - the fixture of a test that plays the daemon
+ * @conn: a connection (pair_conn())
+ * @s:    a session of it, as if the daemon had opened it (fake_session())
+ * @peer: the daemon's end of @conn
+ */
+struct peer_fx {
+	struct djinn_conn *conn;
+	struct djinn_session *s;
+	int peer;
+};
+
+/* Fill in @f with a session of id @sid and a lease of an hour. */
+static inline void peer_fx_open(struct peer_fx *f, uint64_t sid)
+{
+	f->conn = pair_conn(&f->peer);
+	f->s = fake_session(f->conn, sid, 3600 * NSEC_PER_SEC);
+}
+
+/* Disconnect @f's connection (its session goes with it), close @peer. */
+static inline void peer_fx_close(struct peer_fx *f)
+{
+	djinn_disconnect(f->conn);
+	close(f->peer);
+}
+
 /* A desc from a dtype and dims: D(DJINN_DTYPE_F32, 2, 64) */
 #define D(dt, ...)                                               \
 	((struct djinn_tensor_desc){                             \

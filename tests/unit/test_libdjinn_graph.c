@@ -26,19 +26,16 @@
 #define I32 DJINN_DTYPE_I32
 
 struct fixture {
-	struct djinn_conn *conn;
-	struct djinn_session *s;
+	struct peer_fx p;
 	struct djinn_graph_builder *g;
-	int peer;
 };
 
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 
-	f->conn = pair_conn(&f->peer);
-	f->s = fake_session(f->conn, 9, 3600 * NSEC_PER_SEC);
-	assert_int_equal(djinn_graph_new(f->s, &f->g), 0);
+	peer_fx_open(&f->p, 9);
+	assert_int_equal(djinn_graph_new(f->p.s, &f->g), 0);
 	*state = f;
 	return 0;
 }
@@ -48,18 +45,9 @@ static int teardown(void **state)
 	struct fixture *f = *state;
 
 	djinn_graph_free(f->g);
-	djinn_disconnect(f->conn);
-	close(f->peer);
+	peer_fx_close(&f->p);
 	free(f);
 	return 0;
-}
-
-static void expect_silence(int peer)
-{
-	char c;
-
-	assert_int_equal(recv(peer, &c, 1, MSG_DONTWAIT), -1);
-	assert_int_equal(errno, EAGAIN);
 }
 
 /* Encode @g, which must succeed; the caller frees the payload. */
@@ -90,8 +78,8 @@ static void expect_desc(const struct djinn_tensor_desc *got,
 static void test_payload_layout(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *x = fake_tensor(f->s, 0x1111, D(F32, 2, 64));
-	struct djinn_tensor *w = fake_tensor(f->s, 0x2222, D(F32, 32, 64));
+	struct djinn_tensor *x = fake_tensor(f->p.s, 0x1111, D(F32, 2, 64));
+	struct djinn_tensor *w = fake_tensor(f->p.s, 0x2222, D(F32, 32, 64));
 	struct djinn_node_opts ann = { .phase = DJINN_PHASE_DECODE,
 				       .residency = DJINN_RES_OUTPUT };
 	struct {
@@ -148,15 +136,15 @@ static void test_payload_layout(void **state)
 	assert_int_equal(view.nodes[1].inputs[0], 2);
 	assert_int_equal(view.outputs[0], 1);
 	free(p);
-	expect_silence(f->peer);
+	expect_silence(f->p.peer);
 }
 
 /* Inputs added after nodes still come first on the wire. */
 static void test_payload_interleaved(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *a = fake_tensor(f->s, 0xa, D(F32, 4, 8));
-	struct djinn_tensor *b = fake_tensor(f->s, 0xb, D(F32, 8));
+	struct djinn_tensor *a = fake_tensor(f->p.s, 0xa, D(F32, 4, 8));
+	struct djinn_tensor *b = fake_tensor(f->p.s, 0xb, D(F32, 8));
 	struct djinn_tensor_desc outs[DJINN_MAX_GRAPH_OUTPUTS];
 	struct djinn_graph_view view;
 	int va, n0, vb, n1, o0, o1;
@@ -195,10 +183,10 @@ static void test_payload_interleaved(void **state)
 static void test_payload_params(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *x = fake_tensor(f->s, 1, D(F32, 2, 6, 8));
-	struct djinn_tensor *gm = fake_tensor(f->s, 2, D(F32, 8));
-	struct djinn_tensor *ids = fake_tensor(f->s, 3, D(I32, 5));
-	struct djinn_tensor *tab = fake_tensor(f->s, 4, D(F32, 10, 8));
+	struct djinn_tensor *x = fake_tensor(f->p.s, 1, D(F32, 2, 6, 8));
+	struct djinn_tensor *gm = fake_tensor(f->p.s, 2, D(F32, 8));
+	struct djinn_tensor *ids = fake_tensor(f->p.s, 3, D(I32, 5));
+	struct djinn_tensor *tab = fake_tensor(f->p.s, 4, D(F32, 10, 8));
 	struct djinn_tensor_desc outs[DJINN_MAX_GRAPH_OUTPUTS];
 	const int32_t shape[] = { 2, 3, -1 }, perm[] = { 2, 0, 1 };
 	struct djinn_graph_view view;
@@ -259,9 +247,9 @@ static void test_payload_params(void **state)
 static void test_payload_attention_cache(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *q = fake_tensor(f->s, 1, D(F32, 1, 4, 8));
-	struct djinn_tensor *kv = fake_tensor(f->s, 2, D(F32, 1, 2, 8));
-	struct djinn_tensor *c = fake_tensor(f->s, 3, D(F32, 9, 6, 16));
+	struct djinn_tensor *q = fake_tensor(f->p.s, 1, D(F32, 1, 4, 8));
+	struct djinn_tensor *kv = fake_tensor(f->p.s, 2, D(F32, 1, 2, 8));
+	struct djinn_tensor *c = fake_tensor(f->p.s, 3, D(F32, 9, 6, 16));
 	struct djinn_tensor_desc outs[DJINN_MAX_GRAPH_OUTPUTS];
 	struct djinn_graph_view view;
 	const struct djinn_node *n;
@@ -299,7 +287,7 @@ static void test_payload_attention_cache(void **state)
 static void test_result_refs(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *x = fake_tensor(f->s, 0x77, D(F32, 3, 4));
+	struct djinn_tensor *x = fake_tensor(f->p.s, 0x77, D(F32, 3, 4));
 	struct djinn_tensor_desc outs[DJINN_MAX_GRAPH_OUTPUTS];
 	struct djinn_graph_builder *g2;
 	struct djinn_graph_view view;
@@ -319,7 +307,7 @@ static void test_result_refs(void **state)
 	r = djinn_request_results(req, 0);
 	expect_desc(djinn_result_desc(r), D(F32, 3, 4));
 
-	assert_int_equal(djinn_graph_new(f->s, &g2), 0);
+	assert_int_equal(djinn_graph_new(f->p.s, &g2), 0);
 	v = djinn_graph_input_result(g2, r);
 	assert_int_equal(v, 0);
 	assert_int_equal(djinn_graph_input_result(g2, r), 0); /* once */
@@ -334,11 +322,11 @@ static void test_result_refs(void **state)
 	free(p);
 
 	/* once it ran, by handle */
-	pthread_mutex_lock(&f->conn->lock);
+	pthread_mutex_lock(&f->p.conn->lock);
 	req->sent = true;
 	req->call.done = true;
 	r->handle = 0xfeed;
-	pthread_mutex_unlock(&f->conn->lock);
+	pthread_mutex_unlock(&f->p.conn->lock);
 	p = encode(g2, &len, outs);
 	assert_int_equal(djinn_graph_parse(p, len, &view, NULL, 0), 0);
 	assert_int_equal(view.inputs[0].kind, DJINN_REF_HANDLE);
@@ -347,16 +335,16 @@ static void test_result_refs(void **state)
 	free(p);
 
 	/* failed: the request's error; released: -ENOENT */
-	pthread_mutex_lock(&f->conn->lock);
+	pthread_mutex_lock(&f->p.conn->lock);
 	req->call.err = -ENOMEM;
 	snprintf(req->call.msg, sizeof(req->call.msg), "need 9, have 1");
-	pthread_mutex_unlock(&f->conn->lock);
+	pthread_mutex_unlock(&f->p.conn->lock);
 	assert_int_equal(__djinn_graph_encode(g2, &p, &len, outs), -ENOMEM);
 	assert_non_null(strstr(djinn_graph_error(g2), "need 9, have 1"));
-	pthread_mutex_lock(&f->conn->lock);
+	pthread_mutex_lock(&f->p.conn->lock);
 	req->call.err = 0;
 	r->released = true;
-	pthread_mutex_unlock(&f->conn->lock);
+	pthread_mutex_unlock(&f->p.conn->lock);
 	assert_int_equal(__djinn_graph_encode(g2, &p, &len, outs), -ENOENT);
 	assert_int_equal(djinn_graph_input_result(f->g, r), -ENOENT);
 
@@ -364,7 +352,7 @@ static void test_result_refs(void **state)
 	djinn_request_free(req);
 	assert_int_equal(req->refs, 1);
 	djinn_graph_free(g2); /* the last reference */
-	expect_silence(f->peer);
+	expect_silence(f->p.peer);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -384,14 +372,14 @@ static void expect_refused(struct fixture *f, int err, const char *msg)
 		fail_msg("message \"%s\" lacks \"%s\"", djinn_graph_error(f->g),
 			 msg);
 	assert_ptr_equal(req, (void *)0x1);
-	expect_silence(f->peer);
+	expect_silence(f->p.peer);
 }
 
 static void test_refused_shapes(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *a = fake_tensor(f->s, 1, D(F32, 8, 64));
-	struct djinn_tensor *b = fake_tensor(f->s, 2, D(F32, 32, 16));
+	struct djinn_tensor *a = fake_tensor(f->p.s, 1, D(F32, 8, 64));
+	struct djinn_tensor *b = fake_tensor(f->p.s, 2, D(F32, 32, 16));
 	int va = djinn_graph_input(f->g, a), vb = djinn_graph_input(f->g, b);
 
 	djinn_graph_output(f->g, djinn_op_matmul(f->g, va, vb, false, false));
@@ -403,8 +391,8 @@ static void test_refused_shapes(void **state)
 static void test_refused_dtype(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *a = fake_tensor(f->s, 1, D(F32, 4));
-	struct djinn_tensor *b = fake_tensor(f->s, 2, D(I32, 4));
+	struct djinn_tensor *a = fake_tensor(f->p.s, 1, D(F32, 4));
+	struct djinn_tensor *b = fake_tensor(f->p.s, 2, D(I32, 4));
 	int va = djinn_graph_input(f->g, a), vb = djinn_graph_input(f->g, b);
 
 	djinn_op_relu(f->g, va);
@@ -417,7 +405,7 @@ static void test_refused_dtype(void **state)
 static void test_refused_op(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *a = fake_tensor(f->s, 1, D(F32, 4));
+	struct djinn_tensor *a = fake_tensor(f->p.s, 1, D(F32, 4));
 	uint32_t in = (uint32_t)djinn_graph_input(f->g, a);
 	struct djinn_p_scalar bad = { .alpha = INFINITY };
 
@@ -426,7 +414,7 @@ static void test_refused_op(void **state)
 	expect_refused(f, -EINVAL, "node 0 (op 99): unknown op");
 
 	djinn_graph_free(f->g);
-	djinn_graph_new(f->s, &f->g);
+	djinn_graph_new(f->p.s, &f->g);
 	in = (uint32_t)djinn_graph_input(f->g, a);
 	djinn_graph_output(f->g, djinn_graph_node(f->g, DJINN_GOP_SCALE, &in, 1,
 						  &bad, sizeof(bad), NULL));
@@ -434,7 +422,7 @@ static void test_refused_op(void **state)
 
 	/* a wrong input count goes as far as the daemon's check too */
 	djinn_graph_free(f->g);
-	djinn_graph_new(f->s, &f->g);
+	djinn_graph_new(f->p.s, &f->g);
 	in = (uint32_t)djinn_graph_input(f->g, a);
 	djinn_graph_output(f->g, djinn_graph_node(f->g, DJINN_GOP_ADD, &in, 1,
 						  NULL, 0, NULL));
@@ -444,7 +432,7 @@ static void test_refused_op(void **state)
 static void test_refused_empty(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *a = fake_tensor(f->s, 1, D(F32, 4));
+	struct djinn_tensor *a = fake_tensor(f->p.s, 1, D(F32, 4));
 
 	expect_refused(f, -EINVAL, "graph: nr_nodes is 0");
 	djinn_op_gelu(f->g, djinn_graph_input(f->g, a));
@@ -455,7 +443,7 @@ static void test_refused_empty(void **state)
 static void test_builder_refusals(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *a = fake_tensor(f->s, 1, D(F32, 4));
+	struct djinn_tensor *a = fake_tensor(f->p.s, 1, D(F32, 4));
 	struct djinn_node_opts bad = { .phase = DJINN_PHASE_IO_WAIT };
 	uint8_t params[41] = { 0 };
 	uint32_t in[5] = { 0 };
@@ -503,7 +491,7 @@ static void test_builder_refusals(void **state)
 static void test_annotations(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *a = fake_tensor(f->s, 1, D(F32, 4));
+	struct djinn_tensor *a = fake_tensor(f->p.s, 1, D(F32, 4));
 	struct djinn_node_opts pre = { .phase = DJINN_PHASE_PREFILL,
 				       .residency = DJINN_RES_KV_CACHE };
 	struct djinn_tensor_desc outs[DJINN_MAX_GRAPH_OUTPUTS];
@@ -528,7 +516,7 @@ static void test_annotations(void **state)
 static void test_limits(void **state)
 {
 	struct fixture *f = *state;
-	struct djinn_tensor *a = fake_tensor(f->s, 1, D(F32, 4));
+	struct djinn_tensor *a = fake_tensor(f->p.s, 1, D(F32, 4));
 	int v = djinn_graph_input(f->g, a), last = v;
 
 	for (int i = 0; i < DJINN_MAX_NODES; i++) {
@@ -547,7 +535,7 @@ static void test_foreign(void **state)
 {
 	struct fixture *f = *state;
 	struct djinn_session *s2 =
-		fake_session(f->conn, 10, 3600 * NSEC_PER_SEC);
+		fake_session(f->p.conn, 10, 3600 * NSEC_PER_SEC);
 	struct djinn_tensor *t = fake_tensor(s2, 1, D(F32, 4));
 
 	assert_int_equal(djinn_graph_input(f->g, t), -EINVAL);

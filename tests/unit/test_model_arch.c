@@ -60,6 +60,7 @@
 #include "array_size.h"
 #include "model/runtime.h"
 #include "testutil.h"
+#include "model_test.h"
 
 static char dir[64];
 
@@ -372,59 +373,21 @@ struct rkv {
 	double *k[RMAX_LAYERS], *v[RMAX_LAYERS];
 };
 
-static double bf16_val(const uint8_t *p)
-{
-	uint32_t x = (uint32_t)(p[0] | p[1] << 8) << 16;
-	float f;
-
-	memcpy(&f, &x, 4);
-	return f;
-}
-
-static double f16_val(const uint8_t *p)
-{
-	unsigned int h = p[0] | p[1] << 8;
-	int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-	double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
-
-	return h & 0x8000 ? -v : v;
-}
-
-/* The tensor @name, which must have the shape (@d0) or (@d0, @d1). */
+/* The tensor @fmt, which must have the shape (@d0) or (@d0, @d1). */
 static double *rweight(struct rmodel *m, const struct st_set *set, int d0,
 		       int d1, const char *fmt, ...)
 {
 	const struct st_tensor *t;
-	char name[128];
 	va_list ap;
-	double *w;
 
 	va_start(ap, fmt);
-	vsnprintf(name, sizeof(name), fmt, ap);
+	t = ref_tensor_v(set, fmt, ap);
 	va_end(ap);
-	t = st_set_find(set, name);
-	if (!t)
-		fail_msg("reference: no tensor %s", name);
 	if (t->ndim != (d1 ? 2u : 1u) || t->shape[0] != (uint64_t)d0 ||
 	    (d1 && t->shape[1] != (uint64_t)d1))
-		fail_msg("reference: %s has the wrong shape", name);
-	if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
-		fail_msg("reference: %s: dtype %d", name, t->dtype);
+		fail_msg("reference: %s has the wrong shape", t->name);
 	m->dtype = t->dtype;
-	w = xmalloc(t->nelem * sizeof(double));
-	for (uint64_t i = 0; i < t->nelem; i++) {
-		float f;
-
-		if (t->dtype == ST_F32) {
-			memcpy(&f, t->data + 4 * i, 4);
-			w[i] = f;
-		} else if (t->dtype == ST_BF16) {
-			w[i] = bf16_val(t->data + 2 * i);
-		} else {
-			w[i] = f16_val(t->data + 2 * i);
-		}
-	}
-	return w;
+	return ref_values(t);
 }
 
 static struct rmodel *rmodel_load(const char *name)
@@ -698,64 +661,11 @@ static double *ref_once(const struct rmodel *m, const int32_t *ids, int T,
 }
 
 /* ---------------------------------------------------------------------- */
-/* Fixture: the CPU backend, a VMU, a stack, a session and a store */
-
-struct acase;
-
-struct fix {
-	const struct acase *k;
-	struct backend *b;
-	struct model_env env;
-	struct vmu_session *s;
-	struct model_store *ms;
-};
+/* Fixture (model_test.h), its case in ->arg */
 
 static int setup(void **state)
 {
-	struct fix *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	f->k = *state; /* the case, from initial_state */
-	assert_int_equal(cpu_backend_create(256 * MiB, 2, &f->b), 0);
-	assert_int_equal(vmu_create(f->b->provider, NULL, &f->env.v), 0);
-	assert_int_equal(vmu_stack_create(f->env.v, 64 * MiB, &f->env.st), 0);
-	assert_int_equal(vmu_session_create(f->env.v, "test", &f->s), 0);
-	assert_int_equal(model_store_create(f->env.v, dir, &f->ms), 0);
-	f->env.b = f->b;
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fix *f = *state;
-
-	model_store_destroy(f->ms);
-	vmu_session_destroy(f->s);
-	vmu_stack_destroy(f->env.st);
-	vmu_destroy(f->env.v);
-	f->b->ops->destroy(f->b);
-	free(f);
-	return 0;
-}
-
-static struct model_ctx *ctx(struct model_hold *h, uint32_t max)
-{
-	struct model_ctx *c;
-	char msg[ST_MSG_LEN];
-
-	if (model_ctx_new(h, max, &c, msg, sizeof(msg)))
-		fail_msg("model_ctx_new(%u): %s", max, msg);
-	return c;
-}
-
-static void prefill(struct fix *f, struct model_ctx *c, const int32_t *ids,
-		    uint32_t n, float *logits)
-{
-	char msg[ST_MSG_LEN];
-
-	if (model_ctx_prefill(c, &f->env, ids, n, logits, msg, sizeof(msg)))
-		fail_msg("prefill: %s", msg);
+	return model_fix_setup(state, dir);
 }
 
 static double rel_diff(const double *a, const double *b, size_t n)
@@ -788,8 +698,8 @@ static int argmax(const double *x, int n)
 }
 
 /* The hidden state (T, C) of a paused context, read through a copy. */
-static void read_hidden(struct fix *f, struct model_ctx *c, unsigned int dt,
-			double *x, size_t n)
+static void read_hidden(struct model_fix *f, struct model_ctx *c,
+			unsigned int dt, double *x, size_t n)
 {
 	size_t es = dt == DJINN_DTYPE_F32 ? 4 : 2;
 	uint8_t *buf = xmalloc(n * es);
@@ -838,7 +748,7 @@ static void to_dtype(unsigned int dt, double *x, size_t n, uint8_t *buf)
 }
 
 /* Replace the paused context's hidden state with @x. */
-static void steer(struct fix *f, struct model_ctx *c, unsigned int dt,
+static void steer(struct model_fix *f, struct model_ctx *c, unsigned int dt,
 		  double *x, size_t n)
 {
 	size_t es = dt == DJINN_DTYPE_F32 ? 4 : 2;
@@ -980,8 +890,8 @@ static void check_limits(struct model_hold *h, const struct rmodel *m,
 }
 
 /* Resume a paused decode until it is done. */
-static void resume_all(struct fix *f, struct model_ctx *c, struct model_run *r,
-		       uint32_t layer)
+static void resume_all(struct model_fix *f, struct model_ctx *c,
+		       struct model_run *r, uint32_t layer)
 {
 	char msg[ST_MSG_LEN];
 
@@ -999,7 +909,7 @@ static void resume_all(struct fix *f, struct model_ctx *c, struct model_run *r,
  * @want_tok (an unbroken run) are, bit for bit; the state steered to the
  * reference's plus a vector gives the reference's logits from that state.
  */
-static void check_breaks(struct fix *f, struct model_hold *h,
+static void check_breaks(struct model_fix *f, struct model_hold *h,
 			 const struct rmodel *m, const char *name,
 			 const float *want_lg, const int32_t *want_tok, int nd)
 {
@@ -1111,7 +1021,7 @@ static void check_sensitive(const struct rmodel *m, const char *name,
 	free(a), free(b);
 }
 
-static void check_case(struct fix *f, const struct acase *k)
+static void check_case(struct model_fix *f, const struct acase *k)
 {
 	const struct model_sampling greedy = { .temperature = 0, .top_p = 1 };
 	struct rmodel *m = rmodel_load(k->name);
@@ -1246,20 +1156,15 @@ static void check_case(struct fix *f, const struct acase *k)
 
 static void test_case(void **state)
 {
-	struct fix *f = *state;
+	struct model_fix *f = *state;
 
-	check_case(f, f->k);
+	check_case(f, f->arg);
 }
 
 static int group_setup(void **state)
 {
-	if (system("python3 -c 'pass'") || access("scripts/mkmodel.py", R_OK)) {
-		printf("test_model_arch: skipped: needs python3 and "
-		       "scripts/mkmodel.py (run from the repository root)\n");
-		exit(77);
-	}
 	snprintf(dir, sizeof(dir), "/tmp/djinn-ma-XXXXXX");
-	if (!mkdtemp(dir))
+	if (model_tmpdir(dir))
 		return -1;
 	for (size_t i = 0; i < NR_CASES; i++)
 		run_cmd("python3 scripts/mkmodel.py %s %s/%s", cases[i].args,
@@ -1269,10 +1174,7 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd);
+	return rm_tree(dir);
 }
 
 int main(void)
@@ -1284,7 +1186,7 @@ int main(void)
 			.name = cases[i].name,
 			.test_func = test_case,
 			.setup_func = setup,
-			.teardown_func = teardown,
+			.teardown_func = model_fix_teardown,
 			.initial_state = (void *)&cases[i],
 		};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -29,18 +29,6 @@ static void mkmodel(const char *name, const char *args)
 	run_cmd("python3 scripts/mkmodel.py %s %s/%s", args, dir, name);
 }
 
-static void write_text(const char *name, const char *text)
-{
-	char path[256];
-	FILE *fp;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	fp = fopen(path, "w");
-	assert_non_null(fp);
-	fputs(text, fp);
-	fclose(fp);
-}
-
 /* ---------------------------------------------------------------------- */
 /* config.json */
 
@@ -330,21 +318,23 @@ static void test_layout_refused(void **state)
 {
 	/* a config with more layers than the checkpoint */
 	mkmodel("b1", "--layers 1");
-	write_text("b1/config.json",
-		   "{\"model_type\":\"gpt2\",\"n_embd\":64,\"n_head\":4,"
-		   "\"n_layer\":2,\"n_positions\":128,\"vocab_size\":256}");
+	write_text_file(
+		dir, "b1/config.json",
+		"{\"model_type\":\"gpt2\",\"n_embd\":64,\"n_head\":4,"
+		"\"n_layer\":2,\"n_positions\":128,\"vocab_size\":256}");
 	refused("b1", "tensor 'h.1.ln_1.weight' is missing");
 	/* a config with another vocabulary */
-	write_text("b1/config.json",
-		   "{\"model_type\":\"gpt2\",\"n_embd\":64,\"n_head\":4,"
-		   "\"n_layer\":1,\"n_positions\":128,\"vocab_size\":300}");
+	write_text_file(
+		dir, "b1/config.json",
+		"{\"model_type\":\"gpt2\",\"n_embd\":64,\"n_head\":4,"
+		"\"n_layer\":1,\"n_positions\":128,\"vocab_size\":300}");
 	refused("b1", "tensor 'wte.weight' has shape (256, 64), the config "
 		      "says (300, 64)");
 	/* an untied config without a head */
-	write_text("b1/config.json",
-		   "{\"model_type\":\"gpt2\",\"n_embd\":64,\"n_head\":4,"
-		   "\"n_layer\":1,\"n_positions\":128,\"vocab_size\":256,"
-		   "\"tie_word_embeddings\":false}");
+	write_text_file(dir, "b1/config.json",
+			"{\"model_type\":\"gpt2\",\"n_embd\":64,\"n_head\":4,"
+			"\"n_layer\":1,\"n_positions\":128,\"vocab_size\":256,"
+			"\"tie_word_embeddings\":false}");
 	refused("b1", "tensor 'lm_head.weight' is missing");
 	mkmodel("b3", "--arch llama --layers 1");
 	mkmodel("b3/x", "--arch llama --layers 1 --dtype bf16 --embd 32");
@@ -760,26 +750,13 @@ static void test_layout_dtype(void **state)
 
 static int setup(void **state)
 {
-	if (system("python3 -c 'pass'")) {
-		printf("test_model_config: skipped: no python3 for "
-		       "scripts/mkmodel.py\n");
-		exit(77);
-	}
-	if (access("scripts/mkmodel.py", R_OK)) {
-		printf("test_model_config: skipped: run from the repository "
-		       "root\n");
-		exit(77);
-	}
 	snprintf(dir, sizeof(dir), "/tmp/djinn-mc-XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return model_tmpdir(dir);
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd);
+	return rm_tree(dir);
 }
 
 int main(void)

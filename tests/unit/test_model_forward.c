@@ -30,6 +30,7 @@
 
 #include "model/runtime.h"
 #include "testutil.h"
+#include "model_test.h"
 
 static char dir[64];
 
@@ -58,45 +59,12 @@ struct refpart {
 static double *weight(const struct ref *r, const char *fmt, ...)
 {
 	const struct st_tensor *t;
-	char name[128];
 	va_list ap;
-	double *w;
 
 	va_start(ap, fmt);
-	vsnprintf(name, sizeof(name), fmt, ap);
+	t = ref_tensor_v(r->set, fmt, ap);
 	va_end(ap);
-	t = st_set_find(r->set, name);
-	if (!t)
-		fail_msg("reference: no %s", name);
-	w = xmalloc(t->nelem * sizeof(double));
-	for (uint64_t i = 0; i < t->nelem; i++) {
-		const uint8_t *p = t->data;
-		uint32_t x;
-		float f;
-
-		switch (t->dtype) {
-		case ST_F32:
-			memcpy(&f, p + 4 * i, 4);
-			w[i] = f;
-			break;
-		case ST_BF16:
-			x = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16;
-			memcpy(&f, &x, 4);
-			w[i] = f;
-			break;
-		case ST_F16: {
-			unsigned int h = p[2 * i] | p[2 * i + 1] << 8;
-			int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-			double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
-
-			w[i] = h & 0x8000 ? -v : v;
-			break;
-		}
-		default:
-			fail_msg("reference: dtype %d", t->dtype);
-		}
-	}
-	return w;
+	return ref_values(t);
 }
 
 /* y (T, N) = x (T, K) @ W, W (K, N), or W^T for W (N, K) */
@@ -391,42 +359,12 @@ static double *ref_logits(const char *name, const int32_t *ids, int T,
 /* ---------------------------------------------------------------------- */
 /* Fixture: the CPU backend, a VMU, a stack, a session and a store */
 
-struct fix {
-	struct backend *b;
-	struct model_env env;
-	struct vmu_session *s;
-	struct model_store *ms;
-};
-
 static int setup(void **state)
 {
-	struct fix *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	assert_int_equal(cpu_backend_create(256 * MiB, 2, &f->b), 0);
-	assert_int_equal(vmu_create(f->b->provider, NULL, &f->env.v), 0);
-	assert_int_equal(vmu_stack_create(f->env.v, 64 * MiB, &f->env.st), 0);
-	assert_int_equal(vmu_session_create(f->env.v, "test", &f->s), 0);
-	assert_int_equal(model_store_create(f->env.v, dir, &f->ms), 0);
-	f->env.b = f->b;
-	*state = f;
-	return 0;
+	return model_fix_setup(state, dir);
 }
 
-static int teardown(void **state)
-{
-	struct fix *f = *state;
-
-	model_store_destroy(f->ms);
-	vmu_session_destroy(f->s);
-	vmu_stack_destroy(f->env.st);
-	vmu_destroy(f->env.v);
-	f->b->ops->destroy(f->b);
-	free(f);
-	return 0;
-}
-
-static struct model_hold *hold(struct fix *f, const char *name)
+static struct model_hold *hold(struct model_fix *f, const char *name)
 {
 	struct model_hold *h;
 	char msg[ST_MSG_LEN];
@@ -434,25 +372,6 @@ static struct model_hold *hold(struct fix *f, const char *name)
 	if (model_open(f->ms, f->s, name, &h, msg, sizeof(msg)))
 		fail_msg("%s", msg);
 	return h;
-}
-
-static struct model_ctx *ctx(struct model_hold *h, uint32_t max)
-{
-	struct model_ctx *c;
-	char msg[ST_MSG_LEN];
-
-	if (model_ctx_new(h, max, &c, msg, sizeof(msg)))
-		fail_msg("%s", msg);
-	return c;
-}
-
-static void prefill(struct fix *f, struct model_ctx *c, const int32_t *ids,
-		    uint32_t n, float *logits)
-{
-	char msg[ST_MSG_LEN];
-
-	if (model_ctx_prefill(c, &f->env, ids, n, logits, msg, sizeof(msg)))
-		fail_msg("prefill: %s", msg);
 }
 
 static double tol(unsigned int dtype)
@@ -469,7 +388,7 @@ static const int32_t prompt[NT] = { 3, 141, 59, 26, 5, 35, 89, 79, 32 };
  * both against the reference, every position. */
 static void check_model(void **state, const char *name)
 {
-	struct fix *f = *state;
+	struct model_fix *f = *state;
 	struct model_config cfg;
 	struct vmu_region_info i0, i1;
 	double *want = ref_logits(name, prompt, NT, &cfg), e;
@@ -546,7 +465,7 @@ static void test_llama_bf16(void **state)
 static void check_greedy(void **state, const char *name)
 {
 	struct model_sampling greedy = { .temperature = 0, .top_p = 1 };
-	struct fix *f = *state;
+	struct model_fix *f = *state;
 	struct model_hold *h = hold(f, name);
 	struct model_ctx *c = ctx(h, 64);
 	int32_t seq[64], out[16];
@@ -601,7 +520,7 @@ static void test_greedy_llama(void **state)
 static void test_refused_steps(void **state)
 {
 	struct model_sampling sp = { .top_p = 1 };
-	struct fix *f = *state;
+	struct model_fix *f = *state;
 	struct model_hold *h = hold(f, "gpt2-f32");
 	int32_t bad[2] = { 1, 256 }, neg = -1, out[8];
 	struct vmu_usage u0, u1;
@@ -670,7 +589,7 @@ static void test_fork_and_seed(void **state)
 	struct model_sampling sp = {
 		.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 42
 	};
-	struct fix *f = *state;
+	struct model_fix *f = *state;
 	struct model_hold *h = hold(f, "llama-f32");
 	int32_t a[12], b[12], d[12];
 	struct model_ctx *c, *k;
@@ -709,7 +628,7 @@ static void test_fork_and_seed(void **state)
  * the same values as the host copy; without keep, no region is left. */
 static void test_keep_logits(void **state)
 {
-	struct fix *f = *state;
+	struct model_fix *f = *state;
 	struct model_hold *h = hold(f, "gpt2-bf16");
 	struct model_ctx *c = ctx(h, 32);
 	struct model_step st = { .all = true, .keep = true };
@@ -851,7 +770,7 @@ static void test_sample(void **state)
 /* ---------------------------------------------------------------------- */
 /* Breakpoints and steering */
 
-static void regions_now(struct fix *f, uint64_t *regions, uint64_t *bytes)
+static void regions_now(struct model_fix *f, uint64_t *regions, uint64_t *bytes)
 {
 	struct vmu_usage u;
 
@@ -861,7 +780,7 @@ static void regions_now(struct fix *f, uint64_t *regions, uint64_t *bytes)
 }
 
 /* Resume @c until its decode is done; the pauses it made. */
-static uint32_t resume_all(struct fix *f, struct model_ctx *c,
+static uint32_t resume_all(struct model_fix *f, struct model_ctx *c,
 			   struct model_run *r, uint32_t layer)
 {
 	char msg[ST_MSG_LEN];
@@ -890,7 +809,7 @@ static uint32_t resume_all(struct fix *f, struct model_ctx *c,
  * prefill's logits bit for bit, then the greedy and the seeded tokens of
  * a decode that pauses at every token, equal a run without breaks.
  */
-static void check_break_same(struct fix *f, const char *name)
+static void check_break_same(struct model_fix *f, const char *name)
 {
 	const struct model_sampling sps[2] = {
 		{ .temperature = 0, .top_p = 1 },
@@ -968,7 +887,7 @@ static void test_break_same(void **state)
  * by a known tensor, the logits that follow are what the reference
  * computes from that tensor through the remaining layers.
  */
-static void check_steer(struct fix *f, const char *name, uint32_t layer)
+static void check_steer(struct model_fix *f, const char *name, uint32_t layer)
 {
 	struct model_hold *h = hold(f, name);
 	struct model_config cfg = h->m->cfg;
@@ -1062,7 +981,7 @@ static void test_steer(void **state)
 static void test_break_refused(void **state)
 {
 	struct model_sampling sp = { .top_p = 1 };
-	struct fix *f = *state;
+	struct model_fix *f = *state;
 	struct model_hold *h = hold(f, "gpt2-f32");
 	struct model_run r = { .brk = 2 };
 	uint64_t reg0, bytes0, reg1, bytes1;
@@ -1141,7 +1060,7 @@ static void test_break_refused(void **state)
 static void test_gqa_attention(void **state)
 {
 	enum { H = 4, Hk = 2, T = 3, S = 5, D = 8 };
-	struct fix *f = *state;
+	struct model_fix *f = *state;
 	float q[H * T * D], k[Hk * S * D], v[Hk * S * D], out[H * T * D];
 	uint64_t hq, hk, hv, aq, ak, av, dq[4] = { 1, H, T, D };
 	uint64_t dk[4] = { 1, Hk, S, D };
@@ -1238,13 +1157,8 @@ static void test_gqa_attention(void **state)
 
 static int group_setup(void **state)
 {
-	if (system("python3 -c 'pass'") || access("scripts/mkmodel.py", R_OK)) {
-		printf("test_model_forward: skipped: needs python3 and "
-		       "scripts/mkmodel.py (run from the repository root)\n");
-		exit(77);
-	}
 	snprintf(dir, sizeof(dir), "/tmp/djinn-mf-XXXXXX");
-	if (!mkdtemp(dir))
+	if (model_tmpdir(dir))
 		return -1;
 	run_cmd("python3 scripts/mkmodel.py --seed 11 --layers 2 %s/gpt2-f32",
 		dir);
@@ -1270,13 +1184,10 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd);
+	return rm_tree(dir);
 }
 
-#define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, model_fix_teardown)
 
 int main(void)
 {

@@ -253,22 +253,9 @@ static void test_refused(void **state)
 static void *slurp(const char *name, const char *file, size_t *len)
 {
 	char path[256];
-	FILE *f;
-	void *buf;
-	long n;
 
 	snprintf(path, sizeof(path), "%s/%s/%s", dir, name, file);
-	f = fopen(path, "rb");
-	assert_non_null(f);
-	assert_int_equal(fseek(f, 0, SEEK_END), 0);
-	n = ftell(f);
-	assert_true(n > 0);
-	rewind(f);
-	buf = xmalloc((size_t)n);
-	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
+	return read_file(path, len);
 }
 
 /*
@@ -536,13 +523,8 @@ static void test_load_unlocked(void **state)
 
 static int setup(void **state)
 {
-	if (system("python3 -c 'pass'") || access("scripts/mkmodel.py", R_OK)) {
-		printf("test_model_store: skipped: needs python3 and "
-		       "scripts/mkmodel.py (run from the repository root)\n");
-		exit(77);
-	}
 	snprintf(dir, sizeof(dir), "/tmp/djinn-ms-XXXXXX");
-	if (!mkdtemp(dir))
+	if (model_tmpdir(dir))
 		return -1;
 	run_cmd("python3 scripts/mkmodel.py --seed 5 %s/a", dir);
 	run_cmd("cp -r %s/a %s/b", dir, dir);
@@ -561,10 +543,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd);
+	return rm_tree(dir);
 }
 
 int main(void)

@@ -289,18 +289,6 @@ static void write_file(const char *name, const char *json, size_t data_len)
 	fclose(fp);
 }
 
-static void write_text(const char *name, const char *text)
-{
-	char path[256];
-	FILE *fp;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	fp = fopen(path, "w");
-	assert_non_null(fp);
-	fputs(text, fp);
-	fclose(fp);
-}
-
 static int setup_dir(void **state)
 {
 	snprintf(dir, sizeof(dir), "/tmp/djinn-st-XXXXXX");
@@ -309,10 +297,7 @@ static int setup_dir(void **state)
 
 static int teardown_dir(void **state)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd);
+	return rm_tree(dir);
 }
 
 static void clear_dir(void)
@@ -391,11 +376,11 @@ static void test_set_sharded(void **state)
 	write_file("model-00002-of-00002.safetensors",
 		   "{" T("c", "BF16", "[3]", 0, 6) "}", 6);
 	write_file("stray.safetensors", "{" T("a", "F32", "[2]", 0, 8) "}", 8);
-	write_text("model.safetensors.index.json",
-		   "{\"metadata\":{\"total_size\":18},\"weight_map\":{"
-		   "\"a\":\"model-00001-of-00002.safetensors\","
-		   "\"b\":\"model-00001-of-00002.safetensors\","
-		   "\"c\":\"model-00002-of-00002.safetensors\"}}");
+	write_text_file(dir, "model.safetensors.index.json",
+			"{\"metadata\":{\"total_size\":18},\"weight_map\":{"
+			"\"a\":\"model-00001-of-00002.safetensors\","
+			"\"b\":\"model-00001-of-00002.safetensors\","
+			"\"c\":\"model-00002-of-00002.safetensors\"}}");
 	/* the index decides: the stray file is not read */
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), 0);
 	assert_int_equal(set->nr_files, 2);
@@ -405,51 +390,54 @@ static void test_set_sharded(void **state)
 	st_set_close(set);
 
 	/* a tensor the map puts in the wrong shard */
-	write_text("model.safetensors.index.json",
-		   "{\"weight_map\":{"
-		   "\"a\":\"model-00001-of-00002.safetensors\","
-		   "\"b\":\"model-00002-of-00002.safetensors\","
-		   "\"c\":\"model-00002-of-00002.safetensors\"}}");
+	write_text_file(dir, "model.safetensors.index.json",
+			"{\"weight_map\":{"
+			"\"a\":\"model-00001-of-00002.safetensors\","
+			"\"b\":\"model-00002-of-00002.safetensors\","
+			"\"c\":\"model-00002-of-00002.safetensors\"}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "model.safetensors.index.json: tensor 'b': "
 				    "not in shard "
 				    "model-00002-of-00002.safetensors"));
 	/* a tensor the map does not list */
-	write_text("model.safetensors.index.json",
-		   "{\"weight_map\":{"
-		   "\"a\":\"model-00001-of-00002.safetensors\","
-		   "\"c\":\"model-00002-of-00002.safetensors\"}}");
+	write_text_file(dir, "model.safetensors.index.json",
+			"{\"weight_map\":{"
+			"\"a\":\"model-00001-of-00002.safetensors\","
+			"\"c\":\"model-00002-of-00002.safetensors\"}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "tensor 'b': in shard "
 				    "model-00001-of-00002.safetensors, not in "
 				    "the weight_map"));
 	/* path traversal and other bad shard names */
-	write_text("model.safetensors.index.json",
-		   "{\"weight_map\":{\"a\":\"../x.safetensors\"}}");
+	write_text_file(dir, "model.safetensors.index.json",
+			"{\"weight_map\":{\"a\":\"../x.safetensors\"}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "tensor 'a': shard '../x.safetensors' is "
 				    "not a plain *.safetensors file name"));
-	write_text("model.safetensors.index.json",
-		   "{\"weight_map\":{\"a\":\"model.bin\"}}");
+	write_text_file(dir, "model.safetensors.index.json",
+			"{\"weight_map\":{\"a\":\"model.bin\"}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
-	write_text("model.safetensors.index.json",
-		   "{\"weight_map\":{\"a\":\"gone.safetensors\"}}");
+	write_text_file(dir, "model.safetensors.index.json",
+			"{\"weight_map\":{\"a\":\"gone.safetensors\"}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -ENOENT);
 	assert_non_null(strstr(msg, "gone.safetensors"));
 	/* a bad index */
-	write_text("model.safetensors.index.json", "{\"weight_map\":{}");
+	write_text_file(dir, "model.safetensors.index.json",
+			"{\"weight_map\":{}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "index.json"));
-	write_text("model.safetensors.index.json", "{\"metadata\":{}}");
+	write_text_file(dir, "model.safetensors.index.json",
+			"{\"metadata\":{}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "weight_map"));
-	write_text("model.safetensors.index.json",
-		   "{\"weight_map\":{},\"other\":1}");
+	write_text_file(dir, "model.safetensors.index.json",
+			"{\"weight_map\":{},\"other\":1}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "unknown field 'other'"));
-	write_text("model.safetensors.index.json",
-		   "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors"
-		   "\",\"a\":\"model-00001-of-00002.safetensors\"}}");
+	write_text_file(
+		dir, "model.safetensors.index.json",
+		"{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors"
+		"\",\"a\":\"model-00001-of-00002.safetensors\"}}");
 	assert_int_equal(st_set_open(dir, &set, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "duplicate"));
 }

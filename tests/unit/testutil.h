@@ -5,12 +5,15 @@
 #ifndef DJINN_TESTUTIL_H
 #define DJINN_TESTUTIL_H
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define KiB (UINT64_C(1) << 10)
 #define MiB (UINT64_C(1) << 20)
@@ -36,6 +39,51 @@ static inline void run_cmd(const char *fmt, ...)
 		fail_msg("failed: %s", cmd);
 }
 
+/* Whether python3 and scripts/mkmodel.py are here: the tests that write
+ * models run from the repository root. */
+static inline bool can_mkmodel(void)
+{
+	return !system("python3 -c 'pass'") &&
+	       !access("scripts/mkmodel.py", R_OK);
+}
+
+/* For a set-up that writes models: exit 77 (a skip, said why) unless
+ * can_mkmodel(), then make the temporary directory @tmpl ("...XXXXXX",
+ * filled in). 0, or -1. */
+static inline int model_tmpdir(char *tmpl)
+{
+	if (!can_mkmodel()) {
+		printf("%s: skipped: needs python3 and scripts/mkmodel.py (run "
+		       "from the repository root)\n",
+		       program_invocation_short_name);
+		exit(77);
+	}
+	return mkdtemp(tmpl) ? 0 : -1;
+}
+
+/* Remove the directory tree @dir: what system() returned (0: done). */
+static inline int rm_tree(const char *dir)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	return system(cmd);
+}
+
+/* Write @text into the file @dir/@name, or fail. */
+static inline void write_text_file(const char *dir, const char *name,
+				   const char *text)
+{
+	char path[256];
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs(text, fp);
+	fclose(fp);
+}
+
 /* The largest error of @got, relative to the largest |value| of @want. */
 static inline double rel_err(const float *got, const double *want, size_t n)
 {
@@ -54,6 +102,26 @@ static inline void *xmalloc(size_t len)
 
 	assert_non_null(p);
 	return p;
+}
+
+/* The bytes of the file @path (xmalloc'd; it must not be empty), their
+ * number in *@len; or fail. */
+static inline void *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	void *buf;
+	long n;
+
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	assert_true(n > 0);
+	rewind(f);
+	buf = xmalloc((size_t)n);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
 }
 
 /* A byte pattern that differs per seed and per offset. */

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+/*
+ * A real djinnd and a libdjinn connection to it; see libdjinn_fx.h.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "libdjinn_fx.h"
+
+int djd_start_conn(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
+		   const char *const *extra, const char *name,
+		   const char *model, struct djinn_conn **conn)
+{
+	char addr[sizeof(d->sock) + 8];
+
+	if (djd_start_args(d, cpu_mem, lease_ms, extra)) {
+		fprintf(stderr, "djinnd did not start: %s\n",
+			djd_start_error());
+		return -ECHILD;
+	}
+	if (name && djd_make_model(d, name, model))
+		goto out_kill;
+	snprintf(addr, sizeof(addr), "unix:%s", d->sock);
+	if (djinn_connect(addr, conn))
+		goto out_kill;
+	return 0;
+
+out_kill:
+	djd_kill(d);
+	return -EIO;
+}
+
+int djd_stop_conn(struct djd *d, struct djinn_conn *conn, int timeout_ms)
+{
+	djinn_disconnect(conn);
+	return djd_stop(d, timeout_ms);
+}
+
+void djd_kill_conn(struct djd *d, struct djinn_conn *conn)
+{
+	djinn_disconnect(conn);
+	djd_kill(d);
+}
+
+void djd_admin(const struct djd *d, uint16_t op, const void *payload,
+	       size_t len, struct dj_resp *r)
+{
+	int fd = dj_connect(d->admin);
+
+	assert_true(fd >= 0);
+	assert_int_equal(dj_call(fd, op, 0, payload, len, r), 1);
+	close(fd);
+}
+
+void greedy_tokens(struct djinn_model *m, const int32_t *prompt, uint32_t np,
+		   uint32_t n, int32_t *out)
+{
+	struct djinn_ctx *c;
+
+	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, np, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, n, NULL, out, NULL, NULL), n);
+	assert_int_equal(djinn_ctx_free(c), 0);
+}

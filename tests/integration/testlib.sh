@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: MIT
+# shellcheck shell=sh
+# shellcheck disable=SC2034,SC2154 # names set for, or by, the test
+#
+# What the shell tests (test_djinnctl, test_install, test_reload,
+# test_service) share, sourced from beside them: make installs it as
+# BUILD/tests/integration/testlib.sh with them. A test sets `here` to its
+# own directory, sources this file and gets
+#
+#   me          its name (test_reload), which its messages start with;
+#   build       the build tree it was installed in (BUILD, above here);
+#   skip WHY    "ME: skipped: WHY" and exit 77 (it cannot run here);
+#   fail WHAT   "FAIL: WHAT", counted in $failures;
+#   ok WHAT     "ok: WHAT";
+#   make_dir    $dir, a new temporary directory (or skip);
+#   djinnd_wait wait (at most 20 s) until the djinnd of $dpid, logging to
+#               $dir/djinnd.log, has made $dir/d.sock and
+#               $dir/admin.sock: skip where it cannot run (no io_uring),
+#               else exit 1 with its log if it exited;
+#   finish      "ME: N failed" and exit 1, or "ME: passed" and exit 0.
+
+me=${0##*/}
+me=${me%.sh}
+build=$(cd "$here/../.." && pwd)
+failures=0
+
+skip() {
+	echo "$me: skipped: $*"
+	exit 77
+}
+
+fail() {
+	echo "FAIL: $*"
+	failures=$((failures + 1))
+}
+
+ok() {
+	echo "ok: $*"
+}
+
+make_dir() {
+	dir=$(mktemp -d "${TMPDIR:-/tmp}/$me.XXXXXX") ||
+		skip "cannot make a temporary directory"
+}
+
+djinnd_wait() {
+	i=0
+	until [ -S "$dir/d.sock" ] && [ -S "$dir/admin.sock" ]; do
+		if ! kill -0 "$dpid" 2>/dev/null; then
+			wait "$dpid"
+			if grep -q "io_uring" "$dir/djinnd.log"; then
+				skip "djinnd cannot run here: $(tail -n 1 "$dir/djinnd.log")"
+			fi
+			echo "FAIL: djinnd exited at start:"
+			sed 's/^/    | /' "$dir/djinnd.log"
+			exit 1
+		fi
+		i=$((i + 1))
+		if [ "$i" -gt 200 ]; then
+			echo "FAIL: djinnd made no sockets in 20 s"
+			exit 1
+		fi
+		sleep 0.1
+	done
+}
+
+finish() {
+	if [ "$failures" -ne 0 ]; then
+		echo "$me: $failures failed"
+		exit 1
+	fi
+	echo "$me: passed"
+	exit 0
+}
