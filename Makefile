@@ -103,7 +103,7 @@ fuzz_frames_LIBS := $(LIBS_DJINND)
 # --- tools -------------------------------------------------------------------
 # djinnctl speaks the admin protocol itself: it links nothing of the daemon.
 DJINNCTL      := $(BUILD)/tools/djinnctl
-DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c
+DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c tools/cli.c
 
 # Integration tests in shell, installed beside the binaries they run
 # (tests/integration/test_NAME.sh -> BUILD/tests/integration/test_NAME).

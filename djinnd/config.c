@@ -202,19 +202,26 @@ static bool section_known(const char *section)
 /* ---------------------------------------------------------------------- */
 /* Values */
 
-int config_parse_size(const char *s, uint64_t *out)
+/* The decimal that starts @s (a digit, not a sign or a space), *@end
+ * past it: 0 or -EINVAL. */
+static int parse_lead(const char *s, uint64_t *v, char **end)
 {
-	static const char units[] = "kmgt";
-	unsigned long long v;
-	const char *u;
-	int shift = 0;
-	char *end;
-
 	if (!isdigit((unsigned char)*s))
 		return -EINVAL;
 	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
+	*v = strtoull(s, end, 10);
+	return errno ? -EINVAL : 0;
+}
+
+int config_parse_size(const char *s, uint64_t *out)
+{
+	static const char units[] = "kmgt";
+	const char *u;
+	int shift = 0;
+	uint64_t v;
+	char *end;
+
+	if (parse_lead(s, &v, &end))
 		return -EINVAL;
 	if (*end && (u = strchr(units, tolower((unsigned char)*end)))) {
 		shift = 10 * (int)(u - units + 1);
@@ -226,7 +233,7 @@ int config_parse_size(const char *s, uint64_t *out)
 		end++;
 	if (*end || (v << shift) >> shift != v)
 		return -EINVAL;
-	*out = (uint64_t)v << shift;
+	*out = v << shift;
 	return 0;
 }
 
@@ -239,14 +246,10 @@ int config_parse_duration(const char *s, uint64_t *out)
 		      { "s", NSEC_PER_SEC },
 		      { "m", 60 * NSEC_PER_SEC },
 		      { "h", 3600 * NSEC_PER_SEC } };
-	unsigned long long v;
+	uint64_t v;
 	char *end;
 
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
+	if (parse_lead(s, &v, &end))
 		return -EINVAL;
 	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
 		if (strcmp(end, units[i].unit))
@@ -263,11 +266,7 @@ static int parse_uint(const char *s, uint64_t *out)
 {
 	char *end;
 
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return errno || *end ? -EINVAL : 0;
+	return parse_lead(s, out, &end) || *end ? -EINVAL : 0;
 }
 
 static int check_unix_path(struct djinnd_config *c, const struct key *k,
@@ -428,53 +427,42 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 				    k->type == T_PCT ? " (percent)" : "");
 		*(unsigned int *)p = (unsigned int)n;
 		return 0;
-	case T_SIZE: {
-		char lo[32], hi[32];
-
-		if (!config_parse_size(v, &n) && n >= k->min && n <= k->max) {
-			*(uint64_t *)p = n;
-			return 0;
-		}
-		fmt_size(k->min, lo, sizeof(lo));
-		fmt_size(k->max, hi, sizeof(hi));
-		return fail(c,
-			    "%s.%s: '%s': want a size from %s to %s, such as "
-			    "512M or 16G",
-			    k->section, k->name, v, lo, hi);
-	}
+	case T_SIZE:
 	case T_DURATION: {
+		bool size = k->type == T_SIZE;
 		char lo[32], hi[32];
 
-		if (!config_parse_duration(v, &n) && n >= k->min &&
-		    n <= k->max) {
+		ret = size ? config_parse_size(v, &n) :
+			     config_parse_duration(v, &n);
+		if (!ret && n >= k->min && n <= k->max) {
 			*(uint64_t *)p = n;
 			return 0;
 		}
-		fmt_duration(k->min, lo, sizeof(lo));
-		fmt_duration(k->max, hi, sizeof(hi));
-		return fail(c,
-			    "%s.%s: '%s': want a time from %s to %s with its "
-			    "unit: ms, s, m or h",
-			    k->section, k->name, v, lo, hi);
+		(size ? fmt_size : fmt_duration)(k->min, lo, sizeof(lo));
+		(size ? fmt_size : fmt_duration)(k->max, hi, sizeof(hi));
+		return fail(c, "%s.%s: '%s': want a %s from %s to %s%s",
+			    k->section, k->name, v, size ? "size" : "time", lo,
+			    hi,
+			    size ? ", such as 512M or 16G" :
+				   " with its unit: ms, s, m or h");
 	}
 	case T_POLICY:
-		ret = sched_policy_parse(v);
+	case T_LEVEL: {
+		bool policy = k->type == T_POLICY;
+
+		ret = policy ? sched_policy_parse(v) : log_parse_level(v);
 		if (ret < 0)
-			return fail(c,
-				    "%s.%s: '%s': want semantic, lru or "
-				    "static",
-				    k->section, k->name, v);
-		*(unsigned int *)p = (unsigned int)ret;
+			return fail(c, "%s.%s: '%s': want %s", k->section,
+				    k->name, v,
+				    policy ? "semantic, lru or static" :
+					     "err, warning, notice, info or "
+					     "debug");
+		if (policy)
+			*(unsigned int *)p = (unsigned int)ret;
+		else
+			*(int *)p = ret;
 		return 0;
-	case T_LEVEL:
-		ret = log_parse_level(v);
-		if (ret < 0)
-			return fail(c,
-				    "%s.%s: '%s': want err, warning, notice, "
-				    "info or debug",
-				    k->section, k->name, v);
-		*(int *)p = ret;
-		return 0;
+	}
 	case T_FILE:
 		ret = 0;
 		break;

@@ -995,13 +995,52 @@ static int opts_check(const struct djinn_ctx *c,
 	return 0;
 }
 
+/*
+ * What a prefill and a decode of @n tokens do alike once their arguments
+ * are checked: @opts checked, room claimed, @c set up for the step of
+ * @type (a decode's tokens go to @tokens_out, one a step; a prefill takes
+ * all @n in one) and @st's common fields filled. 0 or -errno.
+ */
+static int ctx_step_begin(struct djinn_ctx *c, uint16_t type, uint32_t n,
+			  int32_t *tokens_out,
+			  const struct djinn_step_opts *opts,
+			  struct djinn_step *out, struct djinn_ctx_step *st)
+{
+	bool decode = type == DJINN_MSG_CTX_DECODE;
+	const char *what = decode ? "decode" : "prefill";
+	struct djinn_conn *conn;
+	int ret;
+
+	ret = opts_check(c, opts, out, what);
+	if (ret)
+		return ret;
+	conn = conn_of(c);
+	pthread_mutex_lock(&conn->lock);
+	ret = ctx_claim_room(c, false, n, what);
+	if (!ret) {
+		c->type = type;
+		c->want = decode ? n : 0;
+		c->tokens_out = tokens_out;
+		c->step_tokens = decode ? 1 : n;
+		c->break_layer = opts ? opts->break_layer : 0;
+		c->logits_wanted = opts && opts->logits;
+	}
+	pthread_mutex_unlock(&conn->lock);
+	if (ret)
+		return ret;
+	st->ctx = c->handle;
+	st->nr_tokens = n;
+	st->flags = opts && opts->logits ? DJINN_STEP_LOGITS : 0;
+	st->break_layer = opts ? opts->break_layer : 0;
+	return 0;
+}
+
 int djinn_ctx_prefill(struct djinn_ctx *c, const int32_t *tokens, uint32_t n,
 		      const struct djinn_step_opts *opts,
 		      struct djinn_step *out)
 {
 	struct djinn_ctx_step st = { 0 };
 	struct iovec iov[2];
-	struct djinn_conn *conn;
 	int ret;
 
 	if (!c || (!tokens && n))
@@ -1017,27 +1056,9 @@ int djinn_ctx_prefill(struct djinn_ctx *c, const int32_t *tokens, uint32_t n,
 				      "token %d at %u is outside the "
 				      "vocabulary of %u",
 				      tokens[i], i, c->m->info.vocab);
-	ret = opts_check(c, opts, out, "prefill");
+	ret = ctx_step_begin(c, DJINN_MSG_CTX_PREFILL, n, NULL, opts, out, &st);
 	if (ret)
 		return ret;
-	conn = conn_of(c);
-	pthread_mutex_lock(&conn->lock);
-	ret = ctx_claim_room(c, false, n, "prefill");
-	if (!ret) {
-		c->type = DJINN_MSG_CTX_PREFILL;
-		c->want = 0;
-		c->tokens_out = NULL;
-		c->step_tokens = n;
-		c->break_layer = opts ? opts->break_layer : 0;
-		c->logits_wanted = opts && opts->logits;
-	}
-	pthread_mutex_unlock(&conn->lock);
-	if (ret)
-		return ret;
-	st.ctx = c->handle;
-	st.nr_tokens = n;
-	st.flags = opts && opts->logits ? DJINN_STEP_LOGITS : 0;
-	st.break_layer = opts ? opts->break_layer : 0;
 	iov[0] = (struct iovec){ &st, sizeof(st) };
 	iov[1] = (struct iovec){ (void *)tokens, n * sizeof(int32_t) };
 	return step_run(c, DJINN_MSG_CTX_PREFILL, iov, 2, out);
@@ -1049,7 +1070,6 @@ int djinn_ctx_decode(struct djinn_ctx *c, uint32_t n,
 {
 	struct djinn_ctx_step st = { 0 };
 	struct iovec iov;
-	struct djinn_conn *conn;
 	int ret;
 
 	if (!c || !tokens_out)
@@ -1065,27 +1085,10 @@ int djinn_ctx_decode(struct djinn_ctx *c, uint32_t n,
 			      "decode: sampling with temperature %g and top_p "
 			      "%g: want a temperature >= 0 and top_p in [0, 1]",
 			      (double)sp->temperature, (double)sp->top_p);
-	ret = opts_check(c, opts, out, "decode");
+	ret = ctx_step_begin(c, DJINN_MSG_CTX_DECODE, n, tokens_out, opts, out,
+			     &st);
 	if (ret)
 		return ret;
-	conn = conn_of(c);
-	pthread_mutex_lock(&conn->lock);
-	ret = ctx_claim_room(c, false, n, "decode");
-	if (!ret) {
-		c->type = DJINN_MSG_CTX_DECODE;
-		c->want = n;
-		c->tokens_out = tokens_out;
-		c->step_tokens = 1;
-		c->break_layer = opts ? opts->break_layer : 0;
-		c->logits_wanted = opts && opts->logits;
-	}
-	pthread_mutex_unlock(&conn->lock);
-	if (ret)
-		return ret;
-	st.ctx = c->handle;
-	st.nr_tokens = n;
-	st.flags = opts && opts->logits ? DJINN_STEP_LOGITS : 0;
-	st.break_layer = opts ? opts->break_layer : 0;
 	if (sp) {
 		st.sampling.temperature = sp->temperature;
 		st.sampling.top_k = sp->top_k;

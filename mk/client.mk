@@ -1,5 +1,6 @@
 # The client side of the model runtime: tools/djinn, the scriptable
-# client (a libdjinn program, linked as the examples are), and the
+# client (a libdjinn program, linked as the examples are, with what it
+# shares with djinnctl: tools/cli.c), and the
 # libdjinn model test against a real djinnd. Installing is mk/install.mk's.
 DJINN_TOOL := $(BUILD)/tools/djinn
 LIBDJINN_MODELS_TEST := $(BUILD)/tests/integration/test_libdjinn_models
@@ -9,15 +10,15 @@ SRCS += tools/djinn.c tests/integration/test_libdjinn_models.c \
 all: $(DJINN_TOOL) $(LIBDJINN_MODELS_TEST)
 TESTS += $(LIBDJINN_MODELS_TEST)
 
-$(DJINN_TOOL): $(BUILD)/tools/djinn.o $(BUILD)/libdjinn.so
+$(DJINN_TOOL): $(BUILD)/tools/djinn.o $(BUILD)/tools/cli.o $(BUILD)/libdjinn.so
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< -L$(BUILD) -ldjinn \
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD) -ldjinn \
 		-Wl,-rpath,'$$ORIGIN/..' -lm
 
 # The integration tests that speak to a real djinnd through libdjinn
 # (static), set up by tests/integration/libdjinn_fx.c: what they link
 # besides their own object (mk/devices.mk, fault.mk and sched.mk), and
-# how (test_kernels too, which links no libdjinn_fx.o).
+# how (test_kernels too, which links fixture.o instead of libdjinn_fx.o).
 LIBDJINN_FX := $(BUILD)/tests/integration/daemon.o \
 	       $(BUILD)/tests/integration/libdjinn_fx.o $(LIBDJINN_A)
 define link_libdjinn_test

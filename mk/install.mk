@@ -86,6 +86,7 @@ $(INST)/djinn-bench $(INST_DJINN): $(INST)/%: $(BUILD)/tools/%.o \
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD) -ldjinn -lm
 $(INST)/djinn-bench: $(DJINN_BENCH_OBJS)
+$(INST_DJINN): $(BUILD)/tools/cli.o
 # pkg-config and the unit name the installed paths, whatever was built:
 # remade when a path changes.
 INST_PATHS := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(SBINDIR) $(SYSCONFDIR)

@@ -30,7 +30,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +39,7 @@
 #include <djinn/djinn.h>
 
 #include "array_size.h"
+#include "cli.h"
 
 #define DJINN_TOOL_VERSION "0.1"
 #define MAX_PROMPT 4096
@@ -58,30 +58,6 @@ struct args {
 
 static const char *cmd_name = "djinn";
 
-#define E(x) [x] = #x
-static const char *const errno_names[] = {
-	E(EPERM),     E(ENOENT),	  E(EINTR),	   E(EIO),
-	E(E2BIG),     E(EAGAIN),	  E(ENOMEM),	   E(EACCES),
-	E(EBUSY),     E(EINVAL),	  E(ENOSPC),	   E(EPIPE),
-	E(ERANGE),    E(ENAMETOOLONG),	  E(EPROTO),	   E(EBADMSG),
-	E(EMSGSIZE),  E(EPROTONOSUPPORT), E(EOPNOTSUPP),   E(ECONNRESET),
-	E(ESHUTDOWN), E(ETIMEDOUT),	  E(ECONNREFUSED), E(EDQUOT),
-	E(ECANCELED),
-};
-#undef E
-
-static const char *errno_name(int err)
-{
-	static char buf[24];
-
-	if (err < 0)
-		err = -err;
-	if ((size_t)err < ARRAY_SIZE(errno_names) && errno_names[err])
-		return errno_names[err];
-	snprintf(buf, sizeof(buf), "errno %d", err);
-	return buf;
-}
-
 /* One line naming what failed (@what: NULL when libdjinn's message says
  * it) and why; returns the exit status 1. */
 static int fail(int err, const char *what)
@@ -95,7 +71,9 @@ static int fail(int err, const char *what)
 	return 1;
 }
 
-static void usage(FILE *f)
+const char tool_name[] = "djinn";
+
+void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: djinn [-a ADDR] generate (-m NAME | --upload DIR) "
@@ -132,33 +110,6 @@ static void usage(FILE *f)
 		"  -h, --help           print this and exit\n"
 		"  -V, --version        print the version and exit\n\n"
 		"Exit status: 0 success, 1 failure, 2 usage.\n");
-}
-
-static int usage_error(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("djinn: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	usage(stderr);
-	return 2;
-}
-
-/* A decimal in [0, @max]: 0 or -EINVAL. */
-static int parse_u64(const char *s, uint64_t max, uint64_t *v)
-{
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	*v = strtoull(s, &end, 10);
-	return errno || *end || *v > max ? -EINVAL : 0;
 }
 
 static int parse_float(const char *s, float *v)

@@ -33,6 +33,7 @@
 #include <djinn/proto.h>
 
 #include "array_size.h"
+#include "cli.h"
 #include "clock.h"
 #include "djinnctl_nl.h"
 #include "json_print.h"
@@ -58,36 +59,6 @@ static int knl_result(const struct ctl *ctl, int ret, const char *msg);
 
 /* ---------------------------------------------------------------------- */
 /* Messages */
-
-#define E(x) [x] = #x
-static const char *const errno_names[] = {
-	E(EPERM),	 E(ENOENT),	     E(ESRCH),	    E(EINTR),
-	E(EIO),		 E(ENXIO),	     E(E2BIG),	    E(EBADF),
-	E(EAGAIN),	 E(ENOMEM),	     E(EACCES),	    E(EFAULT),
-	E(EBUSY),	 E(EEXIST),	     E(ENODEV),	    E(ENOTDIR),
-	E(EISDIR),	 E(EINVAL),	     E(ENFILE),	    E(EMFILE),
-	E(ENOTTY),	 E(ENOSPC),	     E(EPIPE),	    E(ERANGE),
-	E(ENAMETOOLONG), E(ENOSYS),	     E(ELOOP),	    E(EPROTO),
-	E(EBADMSG),	 E(EOVERFLOW),	     E(ENOTSOCK),   E(EMSGSIZE),
-	E(EPROTOTYPE),	 E(EPROTONOSUPPORT), E(EOPNOTSUPP), E(EADDRINUSE),
-	E(ENETDOWN),	 E(ECONNABORTED),    E(ECONNRESET), E(ENOBUFS),
-	E(ENOTCONN),	 E(ESHUTDOWN),	     E(ETIMEDOUT),  E(ECONNREFUSED),
-	E(EDQUOT),	 E(ECANCELED),
-};
-#undef E
-
-/* "ENOENT" for 2 or -2; "errno 200" for what the table lacks. */
-static const char *errno_name(int err)
-{
-	static char buf[24];
-
-	if (err < 0)
-		err = -err;
-	if ((size_t)err < ARRAY_SIZE(errno_names) && errno_names[err])
-		return errno_names[err];
-	snprintf(buf, sizeof(buf), "errno %d", err);
-	return buf;
-}
 
 /* One line naming what failed; returns the exit status 1. */
 static int __attribute__((format(printf, 3, 4)))
@@ -575,17 +546,6 @@ static int get_sessions(struct ctl *ctl, struct djinn_admin_session **es,
 			  "session", (void **)es, nr);
 }
 
-static int parse_id(const char *s, uint64_t *id)
-{
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	*id = strtoull(s, &end, 10);
-	return errno || *end ? -EINVAL : 0;
-}
-
 static int do_session_list(struct ctl *ctl, char **args)
 {
 	int widths[NR_FIELDS];
@@ -641,7 +601,7 @@ static int do_session_show(struct ctl *ctl, char **args)
 	uint32_t nr;
 	int ret;
 
-	parse_id(args[0], &id); /* checked by main() */
+	parse_u64(args[0], UINT64_MAX, &id); /* checked by main() */
 	ret = get_sessions(ctl, &es, &nr);
 	if (ret)
 		return ret;
@@ -667,7 +627,7 @@ static int do_session_kill(struct ctl *ctl, char **args)
 	char msg[256];
 	int ret;
 
-	parse_id(args[0], &id); /* checked by main() */
+	parse_u64(args[0], UINT64_MAX, &id); /* checked by main() */
 	if (!ctl->admin) {
 		ret = knl_result(ctl, knl_session_kill(id, msg, sizeof(msg)),
 				 msg);
@@ -1379,7 +1339,9 @@ static const struct object objects[] = {
 #undef CMDS
 #define NR_OBJECTS ((int)(ARRAY_SIZE(objects)))
 
-static void usage(FILE *f)
+const char tool_name[] = "djinnctl";
+
+void usage(FILE *f)
 {
 	fprintf(f, "usage: djinnctl [OPTIONS] OBJECT [COMMAND [ARGS]]\n\n");
 	for (int i = 0; i < NR_OBJECTS; i++) {
@@ -1412,21 +1374,6 @@ static void usage(FILE *f)
 		"Exit status: 0 success, 1 failure, 2 usage.\n");
 }
 
-static int usage_error(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("djinnctl: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	usage(stderr);
-	return 2;
-}
-
 /* 2 when @word is @name, 1 when a prefix of it, else 0. */
 static int match(const char *word, const char *name)
 {
@@ -1437,23 +1384,32 @@ static int match(const char *word, const char *name)
 	return name[n] ? 1 : 2;
 }
 
-/* Index of the object @word names; -1 none, -2 ambiguous. */
-static int find_object(const char *word)
+/*
+ * Index of the entry of @table (@nr entries of @size bytes, each starting
+ * with its name: a struct object or a struct cmd) that @word names, in
+ * full or by a unique prefix; -1 none, -2 ambiguous.
+ */
+static int find_name(const char *word, const void *table, size_t size, int nr)
 {
-	int found = -1, nr = 0;
+	int found = -1, nr_found = 0;
 
-	for (int i = 0; i < NR_OBJECTS; i++) {
-		int m = match(word, objects[i].name);
+	for (int i = 0; i < nr; i++) {
+		const void *e = (const char *)table + (size_t)i * size;
+		int m = match(word, *(const char *const *)e);
 
 		if (m == 2)
 			return i;
 		if (m == 1) {
 			found = i;
-			nr++;
+			nr_found++;
 		}
 	}
-	return nr > 1 ? -2 : found;
+	return nr_found > 1 ? -2 : found;
 }
+
+static_assert(offsetof(struct object, name) == 0 &&
+		      offsetof(struct cmd, name) == 0,
+	      "find_name() reads an entry's name at its start");
 
 /* "session, stats": the objects @word is a prefix of. */
 static const char *candidates(const char *word)
@@ -1467,23 +1423,6 @@ static const char *candidates(const char *word)
 			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s",
 					      n ? ", " : "", objects[i].name);
 	return buf;
-}
-
-static int find_cmd(const struct object *o, const char *word)
-{
-	int found = -1, nr = 0;
-
-	for (int i = 0; i < o->nr_cmds; i++) {
-		int m = match(word, o->cmds[i].name);
-
-		if (m == 2)
-			return i;
-		if (m == 1) {
-			found = i;
-			nr++;
-		}
-	}
-	return nr > 1 ? -2 : found;
 }
 
 int main(int argc, char **argv)
@@ -1536,7 +1475,7 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
-	i = find_object(argv[optind]);
+	i = find_name(argv[optind], objects, sizeof(objects[0]), NR_OBJECTS);
 	if (i == -2)
 		return usage_error("ambiguous object '%s': %s", argv[optind],
 				   candidates(argv[optind]));
@@ -1551,7 +1490,8 @@ int main(int argc, char **argv)
 	if (optind == argc) {
 		cmd = &o->cmds[0];
 	} else {
-		i = find_cmd(o, argv[optind]);
+		i = find_name(argv[optind], o->cmds, sizeof(o->cmds[0]),
+			      o->nr_cmds);
 		if (i < 0)
 			return usage_error("%s command '%s' for %s",
 					   i == -2 ? "ambiguous" : "unknown",
@@ -1570,7 +1510,8 @@ int main(int argc, char **argv)
 	for (i = 0; i < nr_args; i++) {
 		uint64_t id;
 
-		if (!strcmp(cmd->args, "ID") && parse_id(args[i], &id))
+		if (!strcmp(cmd->args, "ID") &&
+		    parse_u64(args[i], UINT64_MAX, &id))
 			return usage_error("%s %s: bad session id '%s'",
 					   o->name, cmd->name, args[i]);
 		if (!strcmp(cmd->args, "NAME") && !model_name_ok(args[i]))

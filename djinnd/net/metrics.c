@@ -12,6 +12,7 @@
  * more are closed as accepted.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +185,45 @@ static void render_sessions(struct sbuf *b, struct server *srv)
 	    st->sessions_ended[SESSION_KILLED]);
 }
 
+/* The server's counters that are a family of one sample each, in the
+ * order they are printed after the connections open now. */
+#define STAT(f) offsetof(struct server_stats, f)
+static const struct counter {
+	const char *name;
+	size_t off; /* of a uint64_t in struct server_stats */
+	const char *help;
+} counters[] = {
+	{ "djinn_connections_accepted_total", STAT(conns_accepted),
+	  "Client connections accepted." },
+	{ "djinn_connections_stalled_total", STAT(conns_stalled),
+	  "Connections closed because their peer took no replies for a "
+	  "lease period." },
+	{ "djinn_connections_refused_total", STAT(conns_refused),
+	  "Connections refused for being over "
+	  "server.max_connections_per_uid or "
+	  "server.max_connections_per_addr." },
+	{ "djinn_connections_timed_out_total", STAT(conns_timed_out),
+	  "Connections closed for a frame not finished within "
+	  "server.frame_timeout." },
+	{ "djinn_connections_idle_total", STAT(conns_idle),
+	  "Connections closed for idling without a session for "
+	  "server.idle_timeout." },
+	{ "djinn_connections_throttled_total", STAT(conns_throttled),
+	  "Times a connection stopped being read because its "
+	  "TENSOR_READs in flight reached 64 or 64 MiB." },
+	{ "djinn_text_lookups_total", STAT(text_lookups),
+	  "TEXT_LOOKUP requests (uploads and model opens asking for "
+	  "text by fingerprint)." },
+	{ "djinn_text_lookup_misses_total", STAT(text_misses),
+	  "TEXT_LOOKUPs that found no such text (-ENOENT; not counted "
+	  "in djinn_request_errors_total)." },
+	{ "djinn_graphs_run_total", STAT(graphs_run),
+	  "Graphs run to the end." },
+	{ "djinn_graphs_failed_total", STAT(graphs_failed),
+	  "Graphs that failed or were cancelled." },
+};
+#undef STAT
+
 static void render_requests(struct sbuf *b, struct server *srv)
 {
 	const struct server_stats *st = &srv->st;
@@ -241,40 +281,9 @@ static void render_requests(struct sbuf *b, struct server *srv)
 	    "Bytes queued to clients, frame headers included.", st->bytes_out);
 	one(b, "djinn_connections", "gauge", "Client connections open now.",
 	    srv->nr_conns);
-	one(b, "djinn_connections_accepted_total", "counter",
-	    "Client connections accepted.", st->conns_accepted);
-	one(b, "djinn_connections_stalled_total", "counter",
-	    "Connections closed because their peer took no replies for a "
-	    "lease period.",
-	    st->conns_stalled);
-	one(b, "djinn_connections_refused_total", "counter",
-	    "Connections refused for being over server.max_connections_per_uid "
-	    "or server.max_connections_per_addr.",
-	    st->conns_refused);
-	one(b, "djinn_connections_timed_out_total", "counter",
-	    "Connections closed for a frame not finished within "
-	    "server.frame_timeout.",
-	    st->conns_timed_out);
-	one(b, "djinn_connections_idle_total", "counter",
-	    "Connections closed for idling without a session for "
-	    "server.idle_timeout.",
-	    st->conns_idle);
-	one(b, "djinn_connections_throttled_total", "counter",
-	    "Times a connection stopped being read because its TENSOR_READs "
-	    "in flight reached 64 or 64 MiB.",
-	    st->conns_throttled);
-	one(b, "djinn_text_lookups_total", "counter",
-	    "TEXT_LOOKUP requests (uploads and model opens asking for text by "
-	    "fingerprint).",
-	    st->text_lookups);
-	one(b, "djinn_text_lookup_misses_total", "counter",
-	    "TEXT_LOOKUPs that found no such text (-ENOENT; not counted in "
-	    "djinn_request_errors_total).",
-	    st->text_misses);
-	one(b, "djinn_graphs_run_total", "counter", "Graphs run to the end.",
-	    st->graphs_run);
-	one(b, "djinn_graphs_failed_total", "counter",
-	    "Graphs that failed or were cancelled.", st->graphs_failed);
+	for (size_t i = 0; i < ARRAY_SIZE(counters); i++)
+		one(b, counters[i].name, "counter", counters[i].help,
+		    *(const uint64_t *)((const char *)st + counters[i].off));
 }
 
 /* One sample of a device's family: its name, the device, and one more

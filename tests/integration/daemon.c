@@ -189,8 +189,7 @@ int dj_connect_tcp(unsigned int port)
 	return fd;
 }
 
-/* A TCP port of 127.0.0.1 that nothing listens on now, or 0. */
-static unsigned int free_port(void)
+unsigned int dj_free_port(void)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -258,7 +257,7 @@ int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 	snprintf(listen, sizeof(listen), "unix:%s", d->sock);
 	snprintf(lease, sizeof(lease), "%u", lease_ms);
 	snprintf(models, sizeof(models), "%s/models", d->dir);
-	d->metrics_port = free_port();
+	d->metrics_port = dj_free_port();
 	if (!d->metrics_port) {
 		rm_dir(d);
 		return -EADDRNOTAVAIL;

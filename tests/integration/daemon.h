@@ -103,6 +103,9 @@ int djd_wait_exit(struct djd *d, int timeout_ms, int *status);
 /* Connect to TCP @port of 127.0.0.1: the fd, or -errno. */
 int dj_connect_tcp(unsigned int port);
 
+/* A TCP port of 127.0.0.1 that nothing listens on now, or 0. */
+unsigned int dj_free_port(void);
+
 /* Whether the daemon's log holds a sanitizer report or a crash. */
 bool djd_log_has_report(const struct djd *d);
 

@@ -267,24 +267,6 @@ static void test_per_uid(void **state)
 	check_health(fx, 0);
 }
 
-/* A TCP port of 127.0.0.1 nothing listens on now. */
-static unsigned int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET,
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	unsigned int port = 0;
-
-	if (fd < 0)
-		return 0;
-	if (!bind(fd, (struct sockaddr *)&sa, sizeof(sa)) &&
-	    !getsockname(fd, (struct sockaddr *)&sa, &len))
-		port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
-
 static unsigned int tcp_port;
 
 /* fx_start_set() with arguments @extra. */
@@ -323,7 +305,7 @@ static int setup_addr(void **state)
 	const char *extra[] = { "--set", "server.max_connections_per_addr=2",
 				"--listen", listen, NULL };
 
-	tcp_port = free_port();
+	tcp_port = dj_free_port();
 	if (!tcp_port)
 		return -1;
 	snprintf(listen, sizeof(listen), "tcp:127.0.0.1:%u", tcp_port);
@@ -476,25 +458,6 @@ static void test_pipelined_reads(void **state)
 	check_health(fx, 0);
 }
 
-/* Unreferenced text may stay cached, reclaimable: not a leak; the rest
- * must be back at the baseline, which then takes the text. */
-static void text_cached_at(int line, struct fx *fx)
-{
-	struct djinn_admin_vmu v = vmu_now(fx);
-	char why[256];
-
-	if (v.seg[1].used != fx->base.seg[1].used)
-		fail_msg("line %d: data segment %llu bytes, was %llu", line,
-			 (unsigned long long)v.seg[1].used,
-			 (unsigned long long)fx->base.seg[1].used);
-	v.committed -= v.seg[0].used;
-	v.seg[0].used = fx->base.seg[0].used;
-	if (vmu_diff(&fx->base, &v, why, sizeof(why)))
-		fail_msg("line %d: after text: %s", line, why);
-	fx->base = vmu_now(fx);
-}
-#define text_cached(fx) text_cached_at(__LINE__, fx)
-
 /* A text tensor (U8, one dim) of @len bytes of @seed's pattern. */
 static uint64_t text_at(int line, int fd, uint64_t sid, size_t len,
 			unsigned int seed, struct djinn_model_file *mf)
@@ -563,7 +526,7 @@ static void test_upload_dups(void **state)
 	close_session(fd, sid);
 	close(fd);
 	close(v);
-	text_cached(fx);
+	check_text_cached(fx);
 	check_health(fx, 0);
 }
 
@@ -594,7 +557,7 @@ static void test_upload_max(void **state)
 	close_session(fd, sid);
 	close(fd);
 	close(v);
-	text_cached(fx);
+	check_text_cached(fx);
 	check_health(fx, 0);
 }
 

@@ -22,17 +22,18 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <openssl/evp.h>
-
 #include <djinn/djinn.h>
 
 #include "daemon.h"
+#include "fixture.h"
 
 #define NO_KERNELS "client kernels need a CUDA device; this djinnd runs on cpu"
 
-struct fx {
-	struct djd d;
-	int fd, adm;
+/* The fixture's daemon and admin socket, and a session on its own
+ * connection. */
+struct kfx {
+	struct fx fx;
+	int fd;
 	uint64_t sid;
 };
 
@@ -45,49 +46,9 @@ static void *xmalloc(size_t n)
 	return p;
 }
 
-static void sha256(const void *p, size_t len, uint8_t fp[DJINN_FP_LEN])
-{
-	unsigned int n = 0;
-
-	if (!EVP_Digest(p, len, fp, &n, EVP_sha256(), NULL) ||
-	    n != DJINN_FP_LEN)
-		fail_msg("sha256");
-}
-
-/* A request that must succeed with a payload of @want bytes (any if 0);
- * @r is the caller's to free. */
-static void call_ok(int fd, uint16_t op, uint64_t sid, const void *p,
-		    size_t len, struct dj_resp *r, size_t want)
-{
-	int ret = dj_call(fd, op, sid, p, len, r);
-
-	if (ret != 1)
-		fail_msg("op %u: no response (%d)", op, ret);
-	if (r->error)
-		fail_msg("op %u: error %d: %s", op, r->error, r->msg);
-	if (want && r->len != want)
-		fail_msg("op %u: %llu bytes of answer, want %zu", op,
-			 (unsigned long long)r->len, want);
-}
-
-/* A request that must fail with @err and a message containing @phrase. */
-static void call_err(int fd, uint16_t op, uint64_t sid, const void *p,
-		     size_t len, int err, const char *phrase)
-{
-	struct dj_resp r;
-	int ret = dj_call(fd, op, sid, p, len, &r);
-
-	if (ret != 1)
-		fail_msg("op %u: no response (%d)", op, ret);
-	if (r.error != err || !strstr(r.msg, phrase))
-		fail_msg("op %u: error %d \"%s\", want %d \"%s\"", op, r.error,
-			 r.msg, err, phrase);
-	dj_resp_free(&r);
-}
-
 /* TENSOR_CREATE's payload: the struct, then @len bytes of @data. */
-static void *create_payload(const struct djinn_tensor_create *cr,
-			    const void *data, size_t len, size_t *plen)
+static void *create_req(const struct djinn_tensor_create *cr, const void *data,
+			size_t len, size_t *plen)
 {
 	uint8_t *p = xmalloc(sizeof(*cr) + len);
 
@@ -111,13 +72,13 @@ static struct djinn_tensor_create text_create(const void *data, size_t len,
 	return cr;
 }
 
-static uint64_t create_ok(struct fx *fx, const struct djinn_tensor_create *cr,
+static uint64_t create_ok(struct kfx *fx, const struct djinn_tensor_create *cr,
 			  const void *data, size_t len)
 {
 	struct djinn_tensor_resp tr;
 	struct dj_resp r;
 	size_t plen;
-	void *p = create_payload(cr, data, len, &plen);
+	void *p = create_req(cr, data, len, &plen);
 
 	call_ok(fx->fd, DJINN_MSG_TENSOR_CREATE, fx->sid, p, plen, &r,
 		sizeof(tr));
@@ -127,63 +88,36 @@ static uint64_t create_ok(struct fx *fx, const struct djinn_tensor_create *cr,
 	return tr.handle;
 }
 
-static void create_err(struct fx *fx, const struct djinn_tensor_create *cr,
+static void create_err(struct kfx *fx, const struct djinn_tensor_create *cr,
 		       const void *data, size_t len, int err,
 		       const char *phrase)
 {
 	size_t plen;
-	void *p = create_payload(cr, data, len, &plen);
+	void *p = create_req(cr, data, len, &plen);
 
 	call_err(fx->fd, DJINN_MSG_TENSOR_CREATE, fx->sid, p, plen, err,
 		 phrase);
 	free(p);
 }
 
-static struct djinn_admin_vmu vmu_now(struct fx *fx)
-{
-	struct djinn_admin_vmu v;
-	struct dj_resp r;
-
-	call_ok(fx->adm, DJINN_MSG_ADMIN_VMU, 0, NULL, 0, &r, sizeof(v));
-	memcpy(&v, r.data, sizeof(v));
-	dj_resp_free(&r);
-	return v;
-}
-
 /* The session's tensor count, from the admin socket. */
-static uint64_t tensors_now(struct fx *fx)
+static uint64_t tensors_now(struct kfx *fx)
 {
-	struct djinn_admin_session e;
-	uint64_t n = UINT64_MAX;
-	struct dj_resp r;
-	uint32_t count;
-
-	call_ok(fx->adm, DJINN_MSG_ADMIN_SESSIONS, 0, NULL, 0, &r, 0);
-	memcpy(&count, r.data, sizeof(count));
-	for (uint32_t i = 0; i < count; i++) {
-		memcpy(&e, r.data + 8 + i * sizeof(e), sizeof(e));
-		if (e.id == fx->sid)
-			n = e.tensors;
-	}
-	dj_resp_free(&r);
-	if (n == UINT64_MAX)
-		fail_msg("session %llu not listed",
-			 (unsigned long long)fx->sid);
-	return n;
+	return session_entry(&fx->fx, fx->sid).tensors;
 }
 
-static int fx_setup(void **state)
+static int kfx_setup(void **state)
 {
 	struct djinn_session_open so = { .tenant = "kernels", .priority = 4 };
 	struct djinn_session_resp sr;
-	struct fx *fx = calloc(1, sizeof(*fx));
+	struct kfx *fx = calloc(1, sizeof(*fx));
 	struct dj_resp r;
 
-	if (!fx || djd_start(&fx->d, "64M", 10000))
+	if (!fx || djd_start(&fx->fx.d, "64M", 10000))
 		return -1;
-	fx->fd = dj_connect(fx->d.sock);
-	fx->adm = dj_connect(fx->d.admin);
-	if (fx->fd < 0 || fx->adm < 0)
+	fx->fd = dj_connect(fx->fx.d.sock);
+	fx->fx.adm = dj_connect(fx->fx.d.admin);
+	if (fx->fd < 0 || fx->fx.adm < 0)
 		return -1;
 	if (dj_call(fx->fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so), &r) !=
 		    1 ||
@@ -196,14 +130,14 @@ static int fx_setup(void **state)
 	return 0;
 }
 
-static int fx_teardown(void **state)
+static int kfx_teardown(void **state)
 {
-	struct fx *fx = *state;
+	struct kfx *fx = *state;
 	int ret;
 
 	close(fx->fd);
-	close(fx->adm);
-	ret = djd_stop(&fx->d, 10000);
+	close(fx->fx.adm);
+	ret = djd_stop(&fx->fx.d, 10000);
 	free(fx);
 	return ret;
 }
@@ -220,7 +154,7 @@ static uint8_t *module_bytes(size_t len)
 
 static void test_module_refused(void **state)
 {
-	struct fx *fx = *state;
+	struct kfx *fx = *state;
 	/* the daemon skips up to 1 MiB of a refused frame's payload */
 	const size_t big = 900 << 10, small = 4000;
 	uint8_t *m = module_bytes(big), got[64];
@@ -229,14 +163,14 @@ static void test_module_refused(void **state)
 	struct djinn_tensor_io io = { .len = sizeof(got) };
 	uint64_t t0 = tensors_now(fx);
 
-	before = vmu_now(fx);
+	before = vmu_now(&fx->fx);
 	/* a module, small and larger: refused before a byte is stored, and
 	 * the rest of the frame is skipped: the connection stays in step */
 	cr = text_create(m, small, DJINN_TENSOR_MODULE);
 	create_err(fx, &cr, m, small, -EOPNOTSUPP, NO_KERNELS);
 	cr = text_create(m, big, DJINN_TENSOR_MODULE);
 	create_err(fx, &cr, m, big, -EOPNOTSUPP, NO_KERNELS);
-	after = vmu_now(fx);
+	after = vmu_now(&fx->fx);
 	assert_int_equal(after.seg[0].used, before.seg[0].used);
 	assert_int_equal(after.seg[0].entries, before.seg[0].entries);
 	assert_int_equal(after.text_cached, before.text_cached);
@@ -255,14 +189,14 @@ static void test_module_refused(void **state)
 		dj_resp_free(&r);
 	}
 	assert_int_equal(tensors_now(fx), t0 + 1);
-	after = vmu_now(fx);
+	after = vmu_now(&fx->fx);
 	assert_int_equal(after.seg[0].entries, before.seg[0].entries + 1);
 	free(m);
 }
 
 static void test_module_malformed(void **state)
 {
-	struct fx *fx = *state;
+	struct kfx *fx = *state;
 	uint8_t *m = module_bytes(256);
 	struct djinn_tensor_create cr;
 	uint64_t t0 = tensors_now(fx);
@@ -297,7 +231,7 @@ static void test_module_malformed(void **state)
 }
 
 /* GRAPH_SUBMIT of one KERNEL node on inputs @h[2] (module, argument). */
-static void kernel_graph_err(struct fx *fx, const uint64_t h[2],
+static void kernel_graph_err(struct kfx *fx, const uint64_t h[2],
 			     const char *phrase)
 {
 	struct {
@@ -325,7 +259,7 @@ static void kernel_graph_err(struct fx *fx, const uint64_t h[2],
 
 static void test_kernel_not_module(void **state)
 {
-	struct fx *fx = *state;
+	struct kfx *fx = *state;
 	uint8_t *m = module_bytes(512);
 	float x[16] = { 1, 2, 3 };
 	struct djinn_tensor_create cr, dc = {
@@ -374,7 +308,7 @@ static void test_kernel_not_module(void **state)
  * node on a tensor that is no module refused before it is sent. */
 static void test_libdjinn(void **state)
 {
-	struct fx *fx = *state;
+	struct kfx *fx = *state;
 	static const struct djinn_kernel_launch launch = {
 		.grid = { 1, 1, 1 },
 		.block = { 32, 1, 1 },
@@ -382,7 +316,7 @@ static void test_libdjinn(void **state)
 	struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_F32,
 				       .ndim = 1,
 				       .dims = { 8 } };
-	char addr[sizeof(fx->d.sock) + 8];
+	char addr[sizeof(fx->fx.d.sock) + 8];
 	struct djinn_graph_builder *g;
 	struct djinn_session *s;
 	struct djinn_conn *conn;
@@ -392,7 +326,7 @@ static void test_libdjinn(void **state)
 	float v[8] = { 0 };
 	int xv, tv, args[1];
 
-	snprintf(addr, sizeof(addr), "unix:%s", fx->d.sock);
+	snprintf(addr, sizeof(addr), "unix:%s", fx->fx.d.sock);
 	assert_int_equal(djinn_connect(addr, &conn), 0);
 	assert_int_equal(djinn_session_open(conn, NULL, &s), 0);
 
@@ -457,14 +391,14 @@ static void test_libdjinn(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_module_refused, fx_setup,
-						fx_teardown),
-		cmocka_unit_test_setup_teardown(test_module_malformed, fx_setup,
-						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_module_refused, kfx_setup,
+						kfx_teardown),
+		cmocka_unit_test_setup_teardown(test_module_malformed,
+						kfx_setup, kfx_teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_not_module,
-						fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_libdjinn, fx_setup,
-						fx_teardown),
+						kfx_setup, kfx_teardown),
+		cmocka_unit_test_setup_teardown(test_libdjinn, kfx_setup,
+						kfx_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

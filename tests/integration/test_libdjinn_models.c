@@ -663,6 +663,30 @@ static void test_breakpoints(void **state)
 	assert_int_equal(djinn_model_close(m), 0);
 }
 
+/*
+ * @dir uploaded again, from a new session *@s2: the daemon has every
+ * file, so only fingerprints go (under 4 KiB), and the model is @mi's,
+ * held twice now. Returns the model, *@mi2 its info.
+ */
+static struct djinn_model *upload_again(struct fx *fx, const char *dir,
+					const struct djinn_model_info *mi,
+					struct djinn_session **s2,
+					struct djinn_model_info *mi2)
+{
+	struct djinn_conn_stats a, b;
+	struct djinn_model *m2;
+
+	assert_int_equal(djinn_session_open(fx->conn, NULL, s2), 0);
+	assert_int_equal(djinn_conn_stats(fx->conn, &a), 0);
+	assert_int_equal(djinn_model_upload(*s2, dir, &m2), 0);
+	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
+	assert_true(b.bytes_sent - a.bytes_sent < 4096);
+	assert_int_equal(djinn_model_info(m2, mi2), 0);
+	assert_string_equal(mi2->name, mi->name);
+	assert_int_equal(holders(fx, mi->name), 2);
+	return m2;
+}
+
 /* Uploaded models: the files cross the wire once; a second client with
  * the same files sends only their fingerprints, and generates what the
  * directory model does. */
@@ -691,15 +715,8 @@ static void test_upload(void **state)
 	assert_int_equal(holders(fx, mi.name), 1);
 
 	/* The same files from another session: fingerprints only. */
-	assert_int_equal(djinn_session_open(fx->conn, NULL, &s2), 0);
-	assert_int_equal(djinn_conn_stats(fx->conn, &a), 0);
-	assert_int_equal(djinn_model_upload(s2, dir, &m2), 0);
-	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
-	assert_true(b.bytes_sent - a.bytes_sent < 4096);
-	assert_int_equal(djinn_model_info(m2, &mi2), 0);
-	assert_string_equal(mi2.name, mi.name);
+	m2 = upload_again(fx, dir, &mi, &s2, &mi2);
 	assert_memory_equal(mi2.fp, mi.fp, sizeof(mi.fp));
-	assert_int_equal(holders(fx, mi.name), 2);
 
 	/* It is the directory model's weights: the same tokens. */
 	assert_int_equal(djinn_model_open(fx->s, "tiny-gpt2", &md), 0);
@@ -875,14 +892,7 @@ static void test_upload_sharded(void **state)
 	assert_memory_equal(t, want, sizeof(t));
 
 	/* The same upload from another session: fingerprints only. */
-	assert_int_equal(djinn_session_open(fx->conn, NULL, &s2), 0);
-	assert_int_equal(djinn_conn_stats(fx->conn, &a), 0);
-	assert_int_equal(djinn_model_upload(s2, dir, &m2), 0);
-	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
-	assert_true(b.bytes_sent - a.bytes_sent < 4096);
-	assert_int_equal(djinn_model_info(m2, &mi2), 0);
-	assert_string_equal(mi2.name, mi.name);
-	assert_int_equal(holders(fx, mi.name), 2);
+	m2 = upload_again(fx, dir, &mi, &s2, &mi2);
 	assert_int_equal(djinn_model_close(m2), 0);
 
 	/* Another config.json over the same index and shards: a model of

@@ -225,6 +225,18 @@ static int op_unary(struct cpu_backend *cb, const struct djinn_node *node,
 	return f32_end(cb, out, &f, ret);
 }
 
+/* @x is floats in rows (at least one dimension): 0, or why not. */
+static int want_float_rows(const struct djinn_node *node,
+			   const struct djinn_tensor_desc *x, char *msg,
+			   size_t msglen)
+{
+	if (!djinn_dtype_is_float(x->dtype))
+		return no_kernel(node, x->dtype, msg, msglen);
+	if (x->ndim < 1)
+		return errmsg(msg, msglen, -EINVAL, "a scalar has no rows");
+	return 0;
+}
+
 /* SOFTMAX: x (..., C) over C */
 static int op_softmax(struct cpu_backend *cb, const struct djinn_node *node,
 		      const struct dj_tensor *in, const struct dj_tensor *out,
@@ -235,11 +247,9 @@ static int op_softmax(struct cpu_backend *cb, const struct djinn_node *node,
 	size_t C;
 	int ret;
 
-	if (!djinn_dtype_is_float(x->dtype))
-		return no_kernel(node, x->dtype, msg, msglen);
-	if (x->ndim < 1)
-		return errmsg(msg, msglen, -EINVAL, "a scalar has no rows");
-	ret = want_like(out, &in[0], msg, msglen);
+	ret = want_float_rows(node, x, msg, msglen);
+	if (!ret)
+		ret = want_like(out, &in[0], msg, msglen);
 	if (!ret)
 		ret = f32_begin(cb, in, 1, out, &f, msg, msglen);
 	if (ret)
@@ -262,10 +272,9 @@ static int op_norm(struct cpu_backend *cb, const struct djinn_node *node,
 	size_t C;
 	int ret;
 
-	if (!djinn_dtype_is_float(x->dtype))
-		return no_kernel(node, x->dtype, msg, msglen);
-	if (x->ndim < 1)
-		return errmsg(msg, msglen, -EINVAL, "a scalar has no rows");
+	ret = want_float_rows(node, x, msg, msglen);
+	if (ret)
+		return ret;
 	C = x->dims[x->ndim - 1];
 	for (unsigned int i = 1; i < nr; i++)
 		if (!djinn_dtype_is_float(in[i].desc.dtype) ||
