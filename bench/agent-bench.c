@@ -25,6 +25,12 @@
  * djinn_tool_call_end(). Every token, duration and arrival comes from
  * --seed and the agent's number, so agent i does the same in every run.
  *
+ * --repeat R runs each (policy, N), and the SLO pass, R times, each on a
+ * fresh djinnd with the agents' tools drawn anew, and pools their turns
+ * (a p99 of R times the samples; the daemon's counters are summed): on
+ * a noisy host one run's p99 at the SLO's edge moves by more than the
+ * policies differ.
+ *
  * N is the number of agents live together, not the number run: a run
  * has N slots, whose first agents arrive as a Poisson process
  * (--arrival-rate); when a slot's agent has run its K turns, the next
@@ -95,7 +101,7 @@
  *                    [--prompt P] [--decode M] [--tool-tokens T]
  *                    [--tool-median-ms MS] [--tool-sigma S]
  *                    [--estimate-error E] [--arrival-rate PER_S]
- *                    [--measure S]
+ *                    [--measure S] [--repeat R]
  *                    [--cpu-mem SIZE] [--ref-mem SIZE] [--swap SIZE]
  *                    [--max-tokens N]
  *                    [--seed N] [--policies semantic,lru,static]
@@ -165,6 +171,9 @@
 #define MAX_POLICIES 3
 #define MAX_POINTS 64 /* (policy, N) runs kept per policy */
 #define MAX_LIST 32
+/* a repeat's agents start their rounds here, so that their tools are
+ * drawn anew */
+#define REPEAT_ROUNDS 1000u
 /* --backend cuda's default budget: the 12x768 model's 0.5 GB of weights,
  * its stack, and about 8 agents' caches at 67 MB */
 #define CUDA_BUDGET (1536 * MiB)
@@ -195,6 +204,7 @@ static struct {
 	unsigned int turns, prompt, decode, tool_tokens, chunk;
 	double tool_median_ms, tool_sigma, estimate_error, arrival_rate;
 	double measure_s;
+	unsigned int repeat;
 	uint64_t cpu_mem, ref_mem, swap;
 	unsigned int max_tokens;
 	uint64_t seed;
@@ -216,6 +226,7 @@ static struct {
 	.tool_sigma = 1.0,
 	.arrival_rate = 2,
 	.measure_s = 20,
+	.repeat = 1,
 	.cpu_mem = 64 * MiB,
 	.ref_mem = 1024 * MiB,
 	.swap = 1024 * MiB,
@@ -1037,7 +1048,8 @@ static void *slot_main(void *arg)
 	return NULL;
 }
 
-static void run_reset(enum mode mode)
+/* Forget the samples and counts: a point's repeats pool theirs. */
+static void run_clear(void)
 {
 	free(run.lat);
 	free(run.first);
@@ -1052,6 +1064,10 @@ static void run_reset(enum mode mode)
 	run.agents = run.completed = run.refusals = run.errors = 0;
 	run.checked = run.equal = 0;
 	run.first_err[0] = 0;
+}
+
+static void run_reset(enum mode mode)
+{
 	run.mode = mode;
 	run.done = 0;
 	run.from = 0;
@@ -1213,6 +1229,29 @@ static void daemon_counters(struct result *r)
 	json_decref(s);
 }
 
+/* Add @c's daemon counters to @r's (@first: set them); NAN when a
+ * repeat ran out of time. */
+static void add_counters(struct result *r, const struct result *c, bool first,
+			 bool ok)
+{
+	double *to[] = { &r->swap_outs,	     &r->swap_ins,
+			 &r->swap_bytes_out, &r->swap_bytes_in,
+			 &r->admit_refusals, &r->swaps_signal,
+			 &r->swaps_pressure, &r->prefetches,
+			 &r->prefetch_hits,  &r->prefetch_misses,
+			 &r->admit_waits,    &r->admit_timeouts };
+	const double *from[] = { &c->swap_outs,	     &c->swap_ins,
+				 &c->swap_bytes_out, &c->swap_bytes_in,
+				 &c->admit_refusals, &c->swaps_signal,
+				 &c->swaps_pressure, &c->prefetches,
+				 &c->prefetch_hits,  &c->prefetch_misses,
+				 &c->admit_waits,    &c->admit_timeouts };
+
+	for (size_t i = 0; i < ARRAY_SIZE(to); i++)
+		*to[i] = !ok ? NAN : first ? *from[i] : *to[i] + *from[i];
+	r->sched = first ? c->sched : r->sched && c->sched;
+}
+
 /* Poisson arrivals: agent i's, ns after the start, the same in every run
  * (the i-th sum of seeded exponential gaps). */
 static uint64_t arrival(unsigned int i)
@@ -1285,19 +1324,24 @@ static void slo_pass(void)
 	     n, pol, opt.cpu_mem / MiB);
 	daemon_start(pol, opt.cpu_mem);
 	warm_open(&w);
-	for (unsigned int i = 0; i < n; i++)
-		agent_init(&agents[i], i, 0);
-	if (!run_agents(M_ALONE, agents, n))
-		fail("the SLO pass passed --run-timeout");
+	run_clear();
+	for (unsigned int k = 0; k < opt.repeat; k++) {
+		for (unsigned int i = 0; i < n; i++) {
+			agent_init(&agents[i], i, 0);
+			agents[i].round = k * REPEAT_ROUNDS;
+		}
+		if (!run_agents(M_ALONE, agents, n))
+			fail("the SLO pass passed --run-timeout");
+	}
 	collect(&r);
 	warm_close(&w);
 	daemon_stop();
 	if (r.errors || r.refusals)
 		fail("an agent alone failed: %s", r.first_err);
-	if (r.equal != n || r.checked != n)
+	if (r.equal != r.checked || r.checked != n * opt.repeat)
 		fail("%u of %u agents alone decoded other tokens than their "
 		     "reference: nondeterministic decoding",
-		     n - r.equal, n);
+		     r.checked - r.equal, r.checked);
 	alone_p50 = r.turn_p50;
 	alone_p99 = r.turn_p99;
 	alone_first_p99 = r.first_p99;
@@ -1484,30 +1528,32 @@ static const struct result *run_point(unsigned int p, unsigned int n)
 	r->policy = policy;
 	r->n = n;
 	info("%s, %u agents: starting", policy, n);
-	daemon_start(policy, opt.cpu_mem);
-	warm_open(&w);
-	for (unsigned int i = 0; i < n; i++)
-		agent_init(&agents[i], i, arrival(i));
-	in_time = run_agents(M_LOAD, agents, n);
+	run_clear();
+	in_time = true;
+	/* each repeat a fresh djinnd, its agents' tools drawn anew; the
+	 * turns pooled, the daemon's counters summed */
+	for (unsigned int k = 0; k < opt.repeat && in_time; k++) {
+		struct result c = { 0 };
+
+		daemon_start(policy, opt.cpu_mem);
+		warm_open(&w);
+		for (unsigned int i = 0; i < n; i++) {
+			agent_init(&agents[i], i, arrival(i));
+			agents[i].round = k * REPEAT_ROUNDS;
+		}
+		in_time = run_agents(M_LOAD, agents, n);
+		if (in_time)
+			daemon_counters(&c);
+		warm_close(&w);
+		if (!daemon_stop() && in_time)
+			info("djinnd did not stop cleanly on SIGTERM");
+		add_counters(r, &c, !k, in_time);
+	}
 	collect(r);
 	r->timed_out = !in_time;
-	if (in_time) {
-		daemon_counters(r);
-		warm_close(&w);
-		if (!daemon_stop())
-			info("djinnd did not stop cleanly on SIGTERM");
-	} else {
-		warm_close(&w);
-		daemon_stop();
-		r->swap_outs = r->swap_ins = r->swap_bytes_out = NAN;
-		r->swap_bytes_in = r->admit_refusals = NAN;
-		r->swaps_signal = r->swaps_pressure = r->prefetches = NAN;
-		r->prefetch_hits = r->prefetch_misses = NAN;
-		r->admit_waits = r->admit_timeouts = NAN;
-		if (!r->first_err[0])
-			snprintf(r->first_err, sizeof(r->first_err),
-				 "passed --run-timeout");
-	}
+	if (!in_time && !r->first_err[0])
+		snprintf(r->first_err, sizeof(r->first_err),
+			 "passed --run-timeout");
 	r->wall_s = (double)(mono_ns() - t0) / 1e9;
 	r->pass = in_time && !r->refusals && !r->errors && r->turn_samples &&
 		  r->checked && r->equal == r->checked && r->turn_p99 <= slo_ms;
@@ -1703,8 +1749,8 @@ static void usage(void)
 		"[--tool-tokens T]\n"
 		"         [--tool-median-ms MS] [--tool-sigma S] "
 		"[--estimate-error E]\n"
-		"         [--arrival-rate PER_S] [--measure S] "
-		"[--cpu-mem SIZE]\n"
+		"         [--arrival-rate PER_S] [--measure S] [--repeat R]\n"
+		"         [--cpu-mem SIZE]\n"
 		"         [--ref-mem SIZE] [--swap SIZE]\n"
 		"         [--max-tokens N] [--seed N] "
 		"[--policies semantic,lru,static]\n"
@@ -1827,6 +1873,7 @@ int main(int argc, char **argv)
 		{ "estimate-error", required_argument, NULL, 'e' },
 		{ "arrival-rate", required_argument, NULL, 'r' },
 		{ "measure", required_argument, NULL, 1002 },
+		{ "repeat", required_argument, NULL, 1003 },
 		{ "cpu-mem", required_argument, NULL, 'B' },
 		{ "ref-mem", required_argument, NULL, 'R' },
 		{ "swap", required_argument, NULL, 1001 },
@@ -1900,6 +1947,9 @@ int main(int argc, char **argv)
 			break;
 		case 1002:
 			opt.measure_s = real(optarg, 1, 3600);
+			break;
+		case 1003:
+			opt.repeat = (unsigned int)num(optarg, 1, 100);
 			break;
 		case 'B':
 			opt.cpu_mem = size_arg(optarg);
