@@ -290,17 +290,23 @@ enum { S_PROMPT = 1, S_TOOL_TOKENS, S_TOOL_TIME, S_ARRIVAL };
 /* ------------------------------------------------------------------------ */
 /* Statistics, JSON lines */
 
-/* Nearest-rank percentile @p (0 < p <= 1) of @n samples; NAN for none.
- * Sorts @v. */
-static double percentile(double *v, size_t n, double p)
+/* A growing list of samples, ms. */
+struct samples {
+	double *v;
+	size_t nr, cap;
+};
+
+/* Nearest-rank percentile @p (0 < p <= 1) of @s; NAN for none. Sorts
+ * them. */
+static double percentile(struct samples *s, double p)
 {
 	size_t k;
 
-	if (!n)
+	if (!s->nr)
 		return NAN;
-	qsort(v, n, sizeof(*v), cmp_double);
-	k = (size_t)ceil(p * (double)n);
-	return v[k ? k - 1 : 0];
+	qsort(s->v, s->nr, sizeof(*s->v), cmp_double);
+	k = (size_t)ceil(p * (double)s->nr);
+	return s->v[k ? k - 1 : 0];
 }
 
 /*
@@ -741,7 +747,7 @@ static unsigned int nr_ref;
  *          no agent starts, and agents waiting on tools stop (UINT64_MAX:
  *          no window, the agents run to their end)
  * @done:   slots ended
- * @lat:    the measured turns' latencies, ms (@nr_lat of @cap_lat);
+ * @lat:    the measured turns' latencies, ms;
  *          @first, @resume: the same of turns 0 and of the later ones;
  *          @setup: turns 0's set-up (struct agent)
  * @jct:    completed agents' job completion times, ms
@@ -753,9 +759,7 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	unsigned int done;
-	double *lat, *first, *resume, *setup, *jct;
-	size_t nr_lat, nr_first, nr_resume, nr_setup, nr_jct;
-	size_t cap_lat, cap_first, cap_resume, cap_setup, cap_jct;
+	struct samples lat, first, resume, setup, jct;
 	unsigned int agents, completed, refusals, errors, checked, equal;
 	char first_err[320];
 } run;
@@ -959,18 +963,24 @@ static void warm_close(struct warm *w)
 	memset(w, 0, sizeof(*w));
 }
 
-static void push(double **v, size_t *nr, size_t *cap, double x)
+static void push(struct samples *s, double x)
 {
-	if (*nr == *cap) {
-		size_t c = *cap ? 2 * *cap : 256;
-		double *n = realloc(*v, c * sizeof(**v));
+	if (s->nr == s->cap) {
+		size_t c = s->cap ? 2 * s->cap : 256;
+		double *n = realloc(s->v, c * sizeof(*n));
 
 		if (!n)
 			fail("no memory");
-		*v = n;
-		*cap = c;
+		s->v = n;
+		s->cap = c;
 	}
-	(*v)[(*nr)++] = x;
+	s->v[s->nr++] = x;
+}
+
+static void samples_clear(struct samples *s)
+{
+	free(s->v);
+	*s = (struct samples){ 0 };
 }
 
 /* Count agent @a, ended, into the run: its measured turns, its failure
@@ -987,13 +997,12 @@ static void bank(const struct agent *a)
 
 		if (at < run.from || at >= run.stop)
 			continue;
-		push(&run.lat, &run.nr_lat, &run.cap_lat, ms);
+		push(&run.lat, ms);
 		if (k) {
-			push(&run.resume, &run.nr_resume, &run.cap_resume, ms);
+			push(&run.resume, ms);
 		} else {
-			push(&run.first, &run.nr_first, &run.cap_first, ms);
-			push(&run.setup, &run.nr_setup, &run.cap_setup,
-			     (double)a->setup_ns / 1e6);
+			push(&run.first, ms);
+			push(&run.setup, (double)a->setup_ns / 1e6);
 		}
 	}
 	if (a->ret) {
@@ -1008,8 +1017,7 @@ static void bank(const struct agent *a)
 				 a->msg);
 	} else if (!a->cut) {
 		run.completed++;
-		push(&run.jct, &run.nr_jct, &run.cap_jct,
-		     (double)a->jct_ns / 1e6);
+		push(&run.jct, (double)a->jct_ns / 1e6);
 	}
 	/* what it decoded, failed or cut or not, is the reference's start */
 	if (a->turns_done && a->id < nr_ref) {
@@ -1051,16 +1059,11 @@ static void *slot_main(void *arg)
 /* Forget the samples and counts: a point's repeats pool theirs. */
 static void run_clear(void)
 {
-	free(run.lat);
-	free(run.first);
-	free(run.resume);
-	free(run.setup);
-	free(run.jct);
-	run.lat = run.first = run.resume = run.setup = run.jct = NULL;
-	run.nr_lat = run.nr_first = run.nr_resume = run.nr_setup = 0;
-	run.nr_jct = 0;
-	run.cap_lat = run.cap_first = run.cap_resume = run.cap_setup = 0;
-	run.cap_jct = 0;
+	samples_clear(&run.lat);
+	samples_clear(&run.first);
+	samples_clear(&run.resume);
+	samples_clear(&run.setup);
+	samples_clear(&run.jct);
 	run.agents = run.completed = run.refusals = run.errors = 0;
 	run.checked = run.equal = 0;
 	run.first_err[0] = 0;
@@ -1168,17 +1171,17 @@ static unsigned int alone_samples;
 /* Fill @r's figures from the run that ended. */
 static void collect(struct result *r)
 {
-	r->turn_samples = (unsigned int)run.nr_lat;
-	r->turn_p50 = percentile(run.lat, run.nr_lat, 0.5);
-	r->turn_p99 = percentile(run.lat, run.nr_lat, 0.99);
-	r->first_p50 = percentile(run.first, run.nr_first, 0.5);
-	r->first_p99 = percentile(run.first, run.nr_first, 0.99);
-	r->resume_p50 = percentile(run.resume, run.nr_resume, 0.5);
-	r->resume_p99 = percentile(run.resume, run.nr_resume, 0.99);
-	r->setup_p50 = percentile(run.setup, run.nr_setup, 0.5);
-	r->setup_p99 = percentile(run.setup, run.nr_setup, 0.99);
-	r->jct_p50 = percentile(run.jct, run.nr_jct, 0.5);
-	r->jct_p99 = percentile(run.jct, run.nr_jct, 0.99);
+	r->turn_samples = (unsigned int)run.lat.nr;
+	r->turn_p50 = percentile(&run.lat, 0.5);
+	r->turn_p99 = percentile(&run.lat, 0.99);
+	r->first_p50 = percentile(&run.first, 0.5);
+	r->first_p99 = percentile(&run.first, 0.99);
+	r->resume_p50 = percentile(&run.resume, 0.5);
+	r->resume_p99 = percentile(&run.resume, 0.99);
+	r->setup_p50 = percentile(&run.setup, 0.5);
+	r->setup_p99 = percentile(&run.setup, 0.99);
+	r->jct_p50 = percentile(&run.jct, 0.5);
+	r->jct_p99 = percentile(&run.jct, 0.99);
 	r->agents = run.agents;
 	r->completed = run.completed;
 	r->refusals = run.refusals;
@@ -1234,21 +1237,21 @@ static void daemon_counters(struct result *r)
 static void add_counters(struct result *r, const struct result *c, bool first,
 			 bool ok)
 {
-	double *to[] = { &r->swap_outs,	     &r->swap_ins,
-			 &r->swap_bytes_out, &r->swap_bytes_in,
-			 &r->admit_refusals, &r->swaps_signal,
-			 &r->swaps_pressure, &r->prefetches,
-			 &r->prefetch_hits,  &r->prefetch_misses,
-			 &r->admit_waits,    &r->admit_timeouts };
-	const double *from[] = { &c->swap_outs,	     &c->swap_ins,
-				 &c->swap_bytes_out, &c->swap_bytes_in,
-				 &c->admit_refusals, &c->swaps_signal,
-				 &c->swaps_pressure, &c->prefetches,
-				 &c->prefetch_hits,  &c->prefetch_misses,
-				 &c->admit_waits,    &c->admit_timeouts };
+#define C(f) offsetof(struct result, f)
+	static const size_t off[] = {
+		C(swap_outs),	    C(swap_ins),       C(swap_bytes_out),
+		C(swap_bytes_in),   C(admit_refusals), C(swaps_signal),
+		C(swaps_pressure),  C(prefetches),     C(prefetch_hits),
+		C(prefetch_misses), C(admit_waits),    C(admit_timeouts),
+	};
+#undef C
 
-	for (size_t i = 0; i < ARRAY_SIZE(to); i++)
-		*to[i] = !ok ? NAN : first ? *from[i] : *to[i] + *from[i];
+	for (size_t i = 0; i < ARRAY_SIZE(off); i++) {
+		double *to = (double *)((char *)r + off[i]);
+		double from = *(const double *)((const char *)c + off[i]);
+
+		*to = !ok ? NAN : first ? from : *to + from;
+	}
 	r->sched = first ? c->sched : r->sched && c->sched;
 }
 
