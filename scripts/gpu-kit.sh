@@ -68,7 +68,9 @@ pack() {
 	# driver's, which the GPU host has (and must match its kernel).
 	for f in "$kit"/bin/*; do
 		head -c 4 "$f" | grep -q ELF || continue
-		ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
+		# the build's RUNPATH ($ORIGIN/..) does not hold in KIT/bin
+		LD_LIBRARY_PATH="$(cd "$build" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+			ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 	done | sort -u | while read -r soname path; do
 		case $soname in
 		libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | \
