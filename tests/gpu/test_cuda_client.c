@@ -234,7 +234,8 @@ static void test_fault_recovery(void **state)
 	/* the thread that saw it recovered on its way out */
 	ret = cuda_backend_recover(G.b, msg, sizeof(msg));
 	if (ret && strstr(msg, "still sticky after the context reset")) {
-		const char *dead = __atomic_load_n(&G.b->dead, __ATOMIC_ACQUIRE);
+		const char *dead =
+			__atomic_load_n(&G.b->dead, __ATOMIC_ACQUIRE);
 
 		/* The driver keeps the error after the reset (CUDA: the
 		 * process must be restarted): the device says it is dead,
