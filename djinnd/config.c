@@ -86,6 +86,8 @@ static const struct key keys[] = {
 	KEY("device", "backend", T_BACKEND, SRV(backend)),
 	KEY("device", "devices", T_DEVICES, SRV(devices)),
 	KEY("device", "threads", T_UINT, SRV(threads), .max = 1024),
+	KEY("device", "compute_threads", T_UINT, SRV(compute_threads),
+	    .max = SERVER_COMPUTE_THREADS_MAX),
 	KEY("memory", "budget", T_SIZE, SRV(cpu_mem), .min = 1ull << 20,
 	    .max = 1ull << 50),
 	KEY("memory", "gpu_budget", T_SIZE, SRV(gpu_mem), .min = 0,
@@ -817,6 +819,16 @@ int config_validate(struct djinnd_config *c)
 			(unsigned long long)(s->lease_default_ns /
 					     NSEC_PER_MSEC),
 			(unsigned long long)(s->lease_max_ns / NSEC_PER_MSEC));
+	}
+	if (s->compute_threads > 1 && s->backend &&
+	    !strcmp(s->backend, "cpu")) {
+		k = key_find("device", "compute_threads");
+		fail_at(c, k);
+		return fail(c,
+			    "device.compute_threads: '%u': the cpu backend "
+			    "runs one graph at a time (device.threads is its "
+			    "parallelism)",
+			    s->compute_threads);
 	}
 	for (unsigned int i = 0; i < s->nr_listen; i++) {
 		if (strncmp(s->listen[i], "unix:", 5) ||

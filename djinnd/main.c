@@ -49,6 +49,9 @@ static void usage(FILE *f)
 		"      --gpu-mem SIZE       each GPU's memory for sessions at most\n"
 		"                           (default: what it has free)\n"
 		"  -t, --threads N          kernel threads (default: one per CPU)\n"
+		"      --compute-threads N  graphs a device runs at once, a stream\n"
+		"                           each (default: 8 on a GPU, 1 on the\n"
+		"                           cpu, which runs one at a time)\n"
 		"      --lease-ms MS        default lease period (default 10000)\n"
 		"      --leases PROVIDER    auto (default: djinn.ko when /dev/djinn\n"
 		"                           is there), kmod or user\n"
@@ -81,6 +84,7 @@ enum {
 	OPT_CPU_DEVICE_ONLY,
 	OPT_SCHED_POLICY,
 	OPT_GPU_MEM,
+	OPT_COMPUTE_THREADS,
 };
 
 static const struct option opts[] = {
@@ -94,6 +98,7 @@ static const struct option opts[] = {
 	{ "cpu-mem", required_argument, NULL, 'm' },
 	{ "gpu-mem", required_argument, NULL, OPT_GPU_MEM },
 	{ "threads", required_argument, NULL, 't' },
+	{ "compute-threads", required_argument, NULL, OPT_COMPUTE_THREADS },
 	{ "lease-ms", required_argument, NULL, OPT_LEASE_MS },
 	{ "leases", required_argument, NULL, OPT_LEASES },
 	{ "metrics", required_argument, NULL, OPT_METRICS },
@@ -141,6 +146,8 @@ static const char *flag_key(int c)
 		return "memory.gpu_budget";
 	case 't':
 		return "device.threads";
+	case OPT_COMPUTE_THREADS:
+		return "device.compute_threads";
 	case OPT_LEASE_MS:
 		return "lease.default";
 	case OPT_LEASES:

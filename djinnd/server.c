@@ -375,6 +375,15 @@ static int device_init(struct server *srv, struct device *d)
 		if (ret)
 			return ret;
 	}
+	d->compute_threads = cfg->compute_threads ? cfg->compute_threads :
+						    d->backend->def_compute;
+	if (d->compute_threads > d->backend->max_compute) {
+		log_err("device.compute_threads %u: device %s runs at most %u "
+			"graph%s at once",
+			d->compute_threads, d->name, d->backend->max_compute,
+			d->backend->max_compute == 1 ? "" : "s");
+		return -EINVAL;
+	}
 	ret = executor_start(srv, d, EXEC_GRAPH, &d->exec);
 	if (ret)
 		return ret;

@@ -24,6 +24,9 @@
 
 #define SERVER_MAX_LISTEN 8
 
+/* device.compute_threads at most */
+#define SERVER_COMPUTE_THREADS_MAX 16
+
 /*
  * djinnd's exit status when a device died (backend.dead: an error no
  * context reset clears, or a recovery that failed): EX_IOERR of
@@ -47,6 +50,9 @@ struct server_config {
 	uint64_t upload_max; /* MODEL_OPEN_UPLOADED's files in all, bytes; 0:
 			      * the device's capacity */
 	unsigned int threads; /* kernel threads, 0: one per CPU */
+	/* graphs a device runs at once, 0: its backend's default; at
+	 * most SERVER_COMPUTE_THREADS_MAX */
+	unsigned int compute_threads;
 	uint64_t lease_default_ns, lease_min_ns, lease_max_ns;
 	unsigned int max_sessions;
 	unsigned int max_sessions_per_uid; /* TCP peers count as one uid */
@@ -99,6 +105,7 @@ struct model_store;
  * @fault_why: the last simulated fault (a CPU device's)
  * @dead_why: backend.dead's string when server_fault_inject() killed
  *            the device (DJINN_FAULT_DEAD)
+ * @compute_threads: the graph executor's threads (device.compute_threads)
  */
 struct device {
 	unsigned int index, ordinal;
@@ -110,6 +117,7 @@ struct device {
 	struct executor *mem;
 	struct model_store *models;
 	unsigned int nr_sessions;
+	unsigned int compute_threads;
 	char fault_why[256];
 	char dead_why[96];
 };

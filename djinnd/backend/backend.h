@@ -143,6 +143,12 @@ struct backend_ops {
  *            by the backend (or by server_fault_inject()'s simulation);
  *            read with __atomic_load_n(__ATOMIC_ACQUIRE). djinnd's I/O
  *            loop then exits so that systemd restarts it (server.c).
+ * @max_compute, @def_compute: how many graphs it can run at once, each
+ *            from its own thread, and how many by default
+ *            (device.compute_threads): 1 and 1 on the CPU, whose kernel
+ *            threads are one pool; on a GPU each thread has its own
+ *            streams and cuBLAS handle (cuda.c, lanes), so sessions'
+ *            small kernels overlap on the device's SMs.
  */
 struct backend {
 	const struct backend_ops *ops;
@@ -150,6 +156,7 @@ struct backend {
 	struct vmu_provider *provider;
 	uint64_t faults;
 	const char *dead;
+	unsigned int max_compute, def_compute;
 };
 
 /*

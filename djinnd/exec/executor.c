@@ -11,6 +11,18 @@
 #include "server.h"
 #include "exec/executor.h"
 
+_Static_assert(SERVER_COMPUTE_THREADS_MAX <= EXEC_THREADS_MAX &&
+		       EXEC_MEM_THREADS <= EXEC_THREADS_MAX,
+	       "an executor's threads fit its array");
+
+/* One executor thread; a graph thread has its own stack: the jobs of
+ * different threads run at once. */
+struct exec_thread {
+	struct executor *e;
+	pthread_t t;
+	struct vmu_stack *stack;
+};
+
 struct executor {
 	struct server *srv;
 	struct device *dev; /* whose device it runs on */
@@ -19,13 +31,12 @@ struct executor {
 	struct loop_timer rearm; /* the read, when loop_sqe() failed */
 	int efd;
 	uint64_t efd_val;
-	pthread_t threads[EXEC_MEM_THREADS];
+	struct exec_thread threads[EXEC_THREADS_MAX];
 	unsigned int nr_threads;
 	enum sched_lane lane;
 	struct sched *sched; /* the device's */
 	pthread_mutex_t lock; /* @done */
 	struct list_head done;
-	struct vmu_stack *stack; /* a graph executor's */
 	struct stage_pool stage; /* a memory executor's: reads' staging */
 };
 
@@ -97,7 +108,7 @@ static int resolve(struct session *s, const struct djinn_ref *ref,
 	return 0;
 }
 
-static void run_job(struct executor *e, struct exec_job *job)
+static void run_job(struct exec_thread *th, struct exec_job *job)
 {
 	const struct djinn_graph_view *view = &job->view;
 	uint32_t nin = view->g->nr_inputs, nout = view->g->nr_outputs, i;
@@ -122,9 +133,10 @@ static void run_job(struct executor *e, struct exec_job *job)
 				 why);
 	}
 	if (!ret)
-		ret = exec_graph_kernels(e->dev->vmu, e->stack, e->dev->backend,
-					 s->vs, view, in, fps, job->descs,
-					 &job->res, job->msg, sizeof(job->msg));
+		ret = exec_graph_kernels(th->e->dev->vmu, th->stack,
+					 th->e->dev->backend, s->vs, view, in,
+					 fps, job->descs, &job->res, job->msg,
+					 sizeof(job->msg));
 	for (uint32_t k = 0; k < i; k++) {
 		if (pinned[k])
 			vmu_region_unpin(s->vs, pinned[k]);
@@ -258,7 +270,8 @@ static void finish(struct executor *e, struct exec_job *job)
 
 static void *executor_main(void *arg)
 {
-	struct executor *e = arg;
+	struct exec_thread *th = arg;
+	struct executor *e = th->e;
 	struct exec_job *job;
 
 	while ((job = sched_next(e->sched, e->lane))) {
@@ -271,11 +284,11 @@ static void *executor_main(void *arg)
 				session_result_finish(job->s, job->request_id,
 						      NULL, -ECANCELED);
 		} else if (job->kind == EXEC_GRAPH) {
-			run_job(e, job);
+			run_job(th, job);
 		} else if (job->kind == EXEC_MEM) {
 			run_mem(e, job);
 		} else {
-			const struct exec_env env = { e->dev->vmu, e->stack,
+			const struct exec_env env = { e->dev->vmu, th->stack,
 						      e->dev->backend };
 
 			job->call(job, &env);
@@ -342,6 +355,8 @@ int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 		   struct executor **out)
 {
 	struct executor *e = calloc(1, sizeof(*e));
+	unsigned int n = kind == EXEC_MEM ? EXEC_MEM_THREADS :
+					    dev->compute_threads;
 	int ret = 0;
 
 	if (!e)
@@ -362,21 +377,37 @@ int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 		ret = -errno;
 		goto out_free;
 	}
-	/* Address space only: backing is mapped per request, as admitted. */
-	if (kind == EXEC_GRAPH)
-		ret = vmu_stack_create(
-			dev->vmu, dev->backend->provider->capacity, &e->stack);
-	if (ret)
+	if (!n || n > EXEC_THREADS_MAX) {
+		ret = -EINVAL;
 		goto out_close;
-	/* One graph thread: a session's graphs run in order, and the
-	 * kernels use the device's parallelism. Memory jobs are independent
-	 * (a connection waits for one at a time): a few threads, so that a
-	 * small upload is not queued behind another session's large one. */
-	for (unsigned int i = 0; i < (kind == EXEC_MEM ? EXEC_MEM_THREADS : 1);
-	     i++) {
-		ret = -pthread_create(&e->threads[i], NULL, executor_main, e);
-		if (ret)
+	}
+	/* Graph threads: device.compute_threads (one on the CPU, whose
+	 * kernels use its cores; several on a GPU, a stream each, so that
+	 * sessions' small kernels overlap); the scheduler runs a session's
+	 * graphs one at a time, in order, on any of them. Memory jobs are
+	 * independent (a connection waits for one at a time): a few
+	 * threads, so that a small upload is not queued behind another
+	 * session's large one. */
+	for (unsigned int i = 0; i < n; i++) {
+		struct exec_thread *th = &e->threads[i];
+
+		th->e = e;
+		/* Address space only: backing is mapped per request, as
+		 * admitted. */
+		if (kind == EXEC_GRAPH) {
+			ret = vmu_stack_create(dev->vmu,
+					       dev->backend->provider->capacity,
+					       &th->stack);
+			if (ret)
+				goto out_threads;
+		}
+		ret = -pthread_create(&th->t, NULL, executor_main, th);
+		if (ret) {
+			if (th->stack)
+				vmu_stack_destroy(th->stack);
+			th->stack = NULL;
 			goto out_threads;
+		}
 		e->nr_threads++;
 	}
 	arm(e);
@@ -385,10 +416,11 @@ int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 
 out_threads:
 	sched_stop(e->sched, e->lane);
-	for (unsigned int i = 0; i < e->nr_threads; i++)
-		pthread_join(e->threads[i], NULL);
-	if (e->stack)
-		vmu_stack_destroy(e->stack);
+	for (unsigned int i = 0; i < e->nr_threads; i++) {
+		pthread_join(e->threads[i].t, NULL);
+		if (e->threads[i].stack)
+			vmu_stack_destroy(e->threads[i].stack);
+	}
 out_close:
 	close(e->efd);
 out_free:
@@ -426,7 +458,7 @@ void executor_stop(struct executor *e)
 	loop_timer_del(&e->rearm);
 	sched_stop(e->sched, e->lane);
 	for (unsigned int i = 0; i < e->nr_threads; i++)
-		pthread_join(e->threads[i], NULL);
+		pthread_join(e->threads[i].t, NULL);
 	reap(e);
 }
 
@@ -434,8 +466,9 @@ void executor_stop(struct executor *e)
  * until then, naming @e. */
 void executor_free(struct executor *e)
 {
-	if (e->stack)
-		vmu_stack_destroy(e->stack);
+	for (unsigned int i = 0; i < e->nr_threads; i++)
+		if (e->threads[i].stack)
+			vmu_stack_destroy(e->threads[i].stack);
 	/* Every read's reply is done with its buffer by now. */
 	stage_pool_fini(&e->stage);
 	close(e->efd);

@@ -7,9 +7,11 @@
  * of its lane, runs it, and hands it back through a completion list and
  * an eventfd the I/O loop reads, which calls the job's @done. A
  * session's jobs of a lane start in the order they were queued (so a
- * later graph may name an earlier one's outputs). Two executors per
- * device: one thread runs graphs and model steps (the compute lane: its
- * kernels use the device's own parallelism), and a few threads run
+ * later graph may name an earlier one's outputs; on the compute lane it
+ * also finishes first). Two executors per device: device.compute_threads
+ * threads run graphs and model steps (the compute lane: one on the CPU,
+ * whose kernels use its cores; several on a GPU, a stream and a stack
+ * each, so that sessions' small kernels overlap), and a few threads run
  * memory jobs (the mem lane: mapping and zeroing a large tensor, swapping
  * one back in, loading a model, the scheduler's swaps), so that neither
  * a long graph delays an upload nor a large allocation stalls the I/O
@@ -32,8 +34,10 @@ struct server;
 struct device;
 struct executor;
 
-/* Threads of a memory executor (a graph executor has one). */
+/* Threads of a memory executor (a graph executor has
+ * device.compute_threads), and of any executor at most. */
 #define EXEC_MEM_THREADS 4
+#define EXEC_THREADS_MAX 16
 
 enum exec_kind {
 	EXEC_GRAPH, /* run a graph */

@@ -10,6 +10,13 @@
  * the fewest quanta that make one eligible at once, so a walk is never
  * repeated. The deficit never exceeds one quantum (credit comes only to
  * a session at or below zero), so an idle session saves nothing up.
+ *
+ * On the compute lane a session runs one job at a time, however many
+ * threads the lane has: a session whose job runs leaves the round and
+ * comes back at its tail when the job is charged, if more are queued. So
+ * its jobs run in order, each seeing what the one before it wrote (a
+ * graph naming an earlier one's outputs, a context's decode steps), and
+ * one session's backlog cannot take several threads from the others.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -33,6 +40,12 @@ static enum sched_lane lane_of(const struct exec_job *job)
 	if (job->kind == EXEC_MEM)
 		return SCHED_MEM;
 	return job->lane;
+}
+
+/* Whether a session runs one job of lane @l at a time. */
+static bool serial(enum sched_lane l)
+{
+	return l == SCHED_COMPUTE;
 }
 
 static int64_t quantum(const struct sched *sc, const struct sched_entity *se)
@@ -193,7 +206,7 @@ void sched_submit(struct sched *sc, struct exec_job *job)
 	pthread_mutex_lock(&q->lock);
 	job->seq = q->dispatched;
 	job->own_seq = se->dispatched[l];
-	if (list_empty(&se->jobs[l])) {
+	if (list_empty(&se->node[l]) && !(serial(l) && se->running[l])) {
 		list_add_tail(&se->node[l], &q->round);
 		q->nr_round++;
 	}
@@ -257,8 +270,9 @@ struct exec_job *sched_next(struct sched *sc, enum sched_lane l)
 	se = pick(sc, q, l);
 	job = list_first_entry(&se->jobs[l], struct exec_job, node);
 	list_del_init(&job->node);
-	/* Its turn is used: to the tail, or out of the round. */
-	if (list_empty(&se->jobs[l])) {
+	/* Its turn is used: to the tail, or out of the round (on a serial
+	 * lane until the job is charged). */
+	if (list_empty(&se->jobs[l]) || serial(l)) {
 		list_del_init(&se->node[l]);
 		q->nr_round--;
 	} else
@@ -299,6 +313,14 @@ void sched_charge(struct sched *sc, struct exec_job *job, uint64_t ns)
 	se->running[job->lane]--;
 	q->running--;
 	se->deficit[job->lane] -= cost;
+	/* Its next job may start now, on any of the lane's threads. */
+	if (serial(job->lane) && !se->running[job->lane] &&
+	    !list_empty(&se->jobs[job->lane]) &&
+	    list_empty(&se->node[job->lane])) {
+		list_add_tail(&se->node[job->lane], &q->round);
+		q->nr_round++;
+		pthread_cond_signal(&q->cond);
+	}
 	/* A debt is bounded, so a weight raised later counts soon. */
 	if (se->deficit[job->lane] < -INT64_MAX / 4)
 		se->deficit[job->lane] = -INT64_MAX / 4;
@@ -318,8 +340,10 @@ void sched_take(struct sched *sc, enum sched_lane l, struct session *s,
 		q->queued -= se->queued[l];
 		se->queued[l] = 0;
 		list_splice_tail(&se->jobs[l], out);
-		list_del_init(&se->node[l]);
-		q->nr_round--;
+		if (!list_empty(&se->node[l])) {
+			list_del_init(&se->node[l]);
+			q->nr_round--;
+		}
 	}
 	pthread_mutex_unlock(&q->lock);
 }

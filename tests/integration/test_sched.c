@@ -879,6 +879,21 @@ static void test_config(void **state)
 		start_fails(fx, bad, "sched.policy: 'fifo'");
 		start_fails(fx, bad_set, "sched.policy: 'LRU'");
 	}
+	{
+		/* the CPU runs one graph at a time; 17 is past the key's
+		 * range on any device */
+		const char *two[] = { "--compute-threads", "2", NULL };
+		const char *one[] = { "--set", "device.compute_threads=1",
+				      NULL };
+		const char *many[] = { "--compute-threads", "17", NULL };
+
+		start_fails(fx, two,
+			    "device.compute_threads: '2': the cpu backend "
+			    "runs one graph at a time");
+		start_fails(fx, many, "device.compute_threads: '17'");
+		assert_int_equal(policy_with(fx, one, false),
+				 DJINN_SCHED_SEMANTIC);
+	}
 
 	conf_write(fx, "[sched]\npolicy = lru\n");
 	snprintf(path, sizeof(path), "%s", fx->conf);

@@ -92,6 +92,7 @@ static void test_good_file(void **state)
 				  "backend = cpu\n"
 				  "devices = 0\n"
 				  "threads = 3\n"
+				  "compute_threads = 4\n"
 				  "[memory]\n"
 				  "budget = 512M\n"
 				  "gpu_budget = 40G\n"
@@ -117,6 +118,7 @@ static void test_good_file(void **state)
 	assert_string_equal(c.srv.model_dir, "/srv/models");
 	assert_int_equal(c.srv.devices, 1);
 	assert_int_equal(c.srv.threads, 3);
+	assert_int_equal(c.srv.compute_threads, 4);
 	assert_int_equal(c.srv.cpu_mem, 512ull << 20);
 	assert_int_equal(c.srv.gpu_mem, 40ull << 30);
 	assert_int_equal(c.srv.warn_pct, 60);
@@ -180,6 +182,8 @@ static void test_bad_files(void **state)
 		{ "[device]\ndevices = 0,0\n", 2, "device.devices: '0,0'" },
 		{ "[device]\ndevices = 64\n", 2, "device.devices: '64'" },
 		{ "[device]\ndevices = 1,\n", 2, "device.devices: '1,'" },
+		{ "[device]\ncompute_threads = 17\n", 2,
+		  "device.compute_threads: '17'" },
 		{ "[memory]\nbudget = 2X\n", 2,
 		  "memory.budget: '2X': want a size" },
 		{ "[memory]\nbudget = 1K\n", 2, "memory.budget: '1K'" },

@@ -247,6 +247,79 @@ static void test_order_take_stop(void **state)
 	free(s);
 }
 
+/* On the compute lane a session runs one job at a time, whatever the
+ * number of threads: while its job runs its next one goes to no other
+ * thread, and it comes back, in order, once the job is charged. Here
+ * two threads' calls without charging stand for two busy threads. */
+static void test_compute_serial(void **state)
+{
+	struct sched *sc = new_sched(NULL, 0);
+	struct session *a = new_session(sc, "a", 4, 1);
+	struct session *b = new_session(sc, "b", 4, 2);
+	struct exec_job *ja, *jb, *job;
+	unsigned int q, r;
+
+	(void)state;
+	queue(sc, a, 3);
+	queue(sc, b, 1);
+	ja = sched_next(sc, SCHED_COMPUTE);
+	assert_int_equal(ja->request_id, 1000);
+	/* the second thread gets b's job, not a's next */
+	jb = sched_next(sc, SCHED_COMPUTE);
+	assert_int_equal(jb->request_id, 2000);
+	sched_depth(sc, SCHED_COMPUTE, &q, &r);
+	assert_int_equal(q, 2);
+	assert_int_equal(r, 2);
+	/* nothing may start while a's job runs: a stopped lane says so at
+	 * once instead of waiting */
+	sched_stop(sc, SCHED_COMPUTE);
+	assert_null(sched_next(sc, SCHED_COMPUTE));
+	sched_charge(sc, jb, 1);
+	free(jb);
+	assert_null(sched_next(sc, SCHED_COMPUTE));
+	/* a's job ends: its next one may start, and the one after it */
+	sched_charge(sc, ja, 1);
+	free(ja);
+	for (unsigned int i = 1; i < 3; i++) {
+		job = sched_next(sc, SCHED_COMPUTE);
+		assert_non_null(job);
+		assert_int_equal(job->request_id, 1000 + i);
+		sched_charge(sc, job, 1);
+		free(job);
+	}
+	assert_null(sched_next(sc, SCHED_COMPUTE));
+	sched_depth(sc, SCHED_COMPUTE, &q, &r);
+	assert_int_equal(q + r, 0);
+	sched_destroy(sc);
+	free(a);
+	free(b);
+}
+
+/* A session whose job runs may have its queued ones taken (it ended):
+ * the running one is charged after, and nothing comes back. */
+static void test_take_while_running(void **state)
+{
+	struct sched *sc = new_sched(NULL, 0);
+	struct session *a = new_session(sc, "a", 4, 1);
+	struct session *b = new_session(sc, "b", 4, 2);
+	struct exec_job *ja;
+
+	(void)state;
+	queue(sc, a, 3);
+	queue(sc, b, 1);
+	ja = sched_next(sc, SCHED_COMPUTE);
+	assert_int_equal(ja->request_id, 1000);
+	drain(sc, a);
+	sched_charge(sc, ja, 1);
+	free(ja);
+	assert_ptr_equal(run(sc, 1), b);
+	sched_stop(sc, SCHED_COMPUTE);
+	assert_null(sched_next(sc, SCHED_COMPUTE));
+	sched_destroy(sc);
+	free(a);
+	free(b);
+}
+
 static void test_hist_p99(void **state)
 {
 	uint32_t h[SCHED_HIST] = { 0 };
@@ -529,6 +602,8 @@ int main(void)
 		cmocka_unit_test(test_weights),
 		cmocka_unit_test(test_debt),
 		cmocka_unit_test(test_order_take_stop),
+		cmocka_unit_test(test_compute_serial),
+		cmocka_unit_test(test_take_while_running),
 		cmocka_unit_test(test_hist_p99),
 		cmocka_unit_test(test_plan),
 		cmocka_unit_test(test_victim_key),

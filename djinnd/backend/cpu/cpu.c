@@ -698,6 +698,9 @@ int cpu_backend_create(uint64_t capacity, unsigned int threads,
 
 	cb->base.ops = &cpu_backend_ops;
 	cb->base.name = "cpu";
+	/* one graph at a time: its kernels share one pool of threads */
+	cb->base.max_compute = 1;
+	cb->base.def_compute = 1;
 	*out = &cb->base;
 	return 0;
 

@@ -781,6 +781,10 @@ int cuda_backend_create(unsigned int ordinal, uint64_t mem_limit,
 
 	d->base.ops = &cuda_backend_ops;
 	d->base.name = d->name;
+	/* each compute thread gets its own lane (streams, cuBLAS): eight
+	 * sessions' kernels at once by default, sixteen at most */
+	d->base.max_compute = 16;
+	d->base.def_compute = 8;
 	d->base.provider = &d->vmm.base;
 	errmsg(msg, msglen, 0,
 	       "%s, sm_%d%d, %d SMs, %.1f GiB (%.1f free, %.1f for "
