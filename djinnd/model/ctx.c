@@ -56,7 +56,7 @@ struct model_ctx {
 
 /* A pinned region holding @bytes from @src. */
 static int upload(struct vmu_session *s, const void *src, uint64_t bytes,
-		  uint64_t *handle, uint64_t *addr)
+		  struct vmu_resv *resv, uint64_t *handle, uint64_t *addr)
 {
 	struct vmu_region_info info;
 	int ret;
@@ -64,7 +64,7 @@ static int upload(struct vmu_session *s, const void *src, uint64_t bytes,
 	ret = vmu_region_create(s, bytes, handle);
 	if (ret)
 		return ret;
-	ret = vmu_region_resize(s, *handle, bytes, NULL);
+	ret = vmu_region_resize(s, *handle, bytes, resv);
 	if (!ret)
 		ret = vmu_region_write(s, *handle, 0, src, bytes);
 	if (!ret)
@@ -267,7 +267,7 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 /* The step's position inputs: gpt2 positions, the llama family's cos
  * and sin. */
 static int positions(struct model_ctx *c, uint32_t n, struct fwd_args *a,
-		     uint64_t *reg)
+		     struct vmu_resv *resv, uint64_t *reg)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
 	unsigned int dt = c->h->m->layout.dtype;
@@ -284,7 +284,8 @@ static int positions(struct model_ctx *c, uint32_t n, struct fwd_args *a,
 			return -ENOMEM;
 		for (uint32_t t = 0; t < n; t++)
 			pos[t] = (int32_t)(c->len + t);
-		ret = upload(c->h->s, pos, n * sizeof(*pos), &reg[0], &a->pos);
+		ret = upload(c->h->s, pos, n * sizeof(*pos), resv, &reg[0],
+			     &a->pos);
 		free(pos);
 		return ret;
 	}
@@ -314,14 +315,51 @@ static int positions(struct model_ctx *c, uint32_t n, struct fwd_args *a,
 			cs[(n + t) * D + i] = cs[(n + t) * D + i + D / 2] = si;
 		}
 	djinn_half_from_f32(dt, cs, buf, n * D);
-	ret = upload(c->h->s, buf, n * D * es, &reg[0], &a->cos);
+	ret = upload(c->h->s, buf, n * D * es, resv, &reg[0], &a->cos);
 	if (ret)
 		goto out;
 	djinn_half_from_f32(dt, cs + n * D, buf, n * D);
-	ret = upload(c->h->s, buf, n * D * es, &reg[1], &a->sin);
+	ret = upload(c->h->s, buf, n * D * es, resv, &reg[1], &a->sin);
 out:
 	free(cs);
 	free(buf);
+	return ret;
+}
+
+/* The memory the inputs of a step of @n tokens from layer @l0 take in
+ * data regions: the ids, and the positions (GPT-2) or RoPE's cos and sin
+ * tables. */
+static uint64_t step_input_bytes(struct model_ctx *c, struct vmu *v, uint32_t n,
+				 uint32_t l0, uint32_t l1)
+{
+	const struct model_config *cfg = &c->h->m->cfg;
+	uint64_t table = (uint64_t)n * cfg->head_dim *
+			 djinn_dtype_size(c->h->m->layout.dtype);
+	uint64_t need = 0;
+
+	if (!l0)
+		need += vmu_round(v, (uint64_t)n * sizeof(int32_t));
+	if (l0 && (cfg->arch == MODEL_GPT2 || l0 >= l1))
+		return need;
+	if (cfg->arch == MODEL_GPT2)
+		return need + vmu_round(v, (uint64_t)n * sizeof(int32_t));
+	return need + 2 * vmu_round(v, table);
+}
+
+/* The step's ids (from layer 0) and positions (from layer 0, and on
+ * RoPE models for any part with layers) in data regions @reg, drawing on
+ * @resv (may be NULL). */
+static int step_inputs(struct model_ctx *c, const int32_t *tokens,
+		       struct fwd_args *a, struct vmu_resv *resv, uint64_t *reg)
+{
+	int ret = 0;
+
+	if (!a->l0)
+		ret = upload(c->h->s, tokens, a->T * sizeof(int32_t), resv,
+			     &reg[2], &a->ids);
+	if (!ret &&
+	    (!a->l0 || (c->h->m->cfg.arch != MODEL_GPT2 && a->l0 < a->l1)))
+		ret = positions(c, a->T, a, resv, reg);
 	return ret;
 }
 
@@ -363,11 +401,12 @@ static int run_part(struct model_ctx *c, const struct model_env *env,
 		    bool pause, bool all, struct exec_result *res,
 		    struct djinn_tensor_desc *descs, char *msg, size_t msglen)
 {
-	const struct model_config *cfg = &c->h->m->cfg;
 	struct vmu_session *s = c->h->s;
 	bool pc = false, ph = false, pk = false;
 	uint64_t reg[3] = { 0 };
 	struct fwd_args a = { 0 };
+	struct vmu_resv resv = { 0 };
+	char why[VMU_MSG_LEN] = "";
 	struct gbuild *g;
 	int ret = 0;
 
@@ -383,10 +422,26 @@ static int run_part(struct model_ctx *c, const struct model_env *env,
 	a.l1 = l1;
 	a.pause = pause;
 	a.all = all;
-	if (!l0)
-		ret = upload(s, tokens, n * sizeof(int32_t), &reg[2], &a.ids);
-	if (!ret && (!l0 || (cfg->arch != MODEL_GPT2 && l0 < l1)))
-		ret = positions(c, n, &a, reg);
+	ret = step_inputs(c, tokens, &a, NULL, reg);
+	if (ret == -ENOMEM) {
+		/* The device is full (the session's cached regions did not
+		 * cover them): admitted like a graph's outputs, the inputs
+		 * wait for memory coming free (another request's stack, a
+		 * swap-out) instead of failing at once. */
+		for (int i = 0; i < 3; i++) {
+			drop(s, reg[i], true);
+			reg[i] = 0;
+		}
+		ret = vmu_admit(env->v, step_input_bytes(c, env->v, n, l0, l1),
+				&resv, why, sizeof(why));
+		if (!ret)
+			ret = step_inputs(c, tokens, &a, &resv, reg);
+		if (ret) {
+			errmsg(msg, msglen, ret, "step inputs: %s",
+			       why[0] ? why : strerror(-ret));
+			goto out;
+		}
+	}
 	if (!ret && a.P) {
 		a.cache = pin_addr(s, c->cache, &ret);
 		pc = !ret;
@@ -418,6 +473,7 @@ out:
 		vmu_region_unpin(s, c->pz.kv);
 	for (int i = 0; i < 3; i++)
 		drop(s, reg[i], true);
+	vmu_resv_release(&resv);
 	free(g);
 	return ret;
 }
