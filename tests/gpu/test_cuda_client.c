@@ -233,7 +233,7 @@ static void test_fault_recovery(void **state)
 			 faults + 1);
 	/* the thread that saw it recovered on its way out */
 	ret = cuda_backend_recover(G.b, msg, sizeof(msg));
-	if (ret && strstr(msg, "still sticky after the context reset")) {
+	if (ret && __atomic_load_n(&G.b->dead, __ATOMIC_ACQUIRE)) {
 		const char *dead =
 			__atomic_load_n(&G.b->dead, __ATOMIC_ACQUIRE);
 
