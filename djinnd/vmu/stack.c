@@ -82,6 +82,7 @@ static int stack_claim(struct vmu_stack *st, uint64_t peak)
 	vmu_lock(v);
 	st->active = true;
 	v->stack_idle -= st->m.mapped;
+	vmu_pressure_update(v);
 	vmu_unlock(v);
 	st->top = 0;
 	st->limit = peak;
@@ -96,6 +97,7 @@ static void stack_unclaim(struct vmu_stack *st)
 	vmu_lock(v);
 	st->active = false;
 	v->stack_idle += st->m.mapped;
+	vmu_pressure_update(v);
 	pthread_cond_broadcast(&v->freed);
 	vmu_unlock(v);
 }
@@ -209,6 +211,7 @@ uint64_t vmu_stack_end(struct vmu_stack *st)
 	vmu_lock(v);
 	st->active = false;
 	v->stack_idle += st->m.mapped;
+	vmu_pressure_update(v);
 	pthread_cond_broadcast(&v->freed);
 	v->st.seg[VMU_SEG_STACK].allocs += st->nr_allocs;
 	v->st.seg[VMU_SEG_STACK].frees++;

@@ -79,9 +79,13 @@ const char *vmu_seg_name(enum vmu_seg seg)
 /* ---------------------------------------------------------------------- */
 /* Locking and pressure */
 
-static void pressure_update(struct vmu *v)
+/* Lock held. Idle stack backing does not count: admission trims it for
+ * nothing, and with a stack per compute thread it would read as pressure
+ * on a device that is not short of memory. */
+void vmu_pressure_update(struct vmu *v)
 {
-	uint64_t used = v->committed + v->reserved + v->region_resv;
+	uint64_t used =
+		v->committed - v->stack_idle + v->reserved + v->region_resv;
 	uint64_t cap = v->prov->capacity;
 	enum vmu_pressure now = VMU_PRESSURE_NORMAL;
 
@@ -152,13 +156,13 @@ void vmu_unlock(struct vmu *v)
 static void charge_commit(struct vmu *v, uint64_t bytes)
 {
 	v->committed += bytes;
-	pressure_update(v);
+	vmu_pressure_update(v);
 }
 
 void vmu_uncharge(struct vmu *v, uint64_t bytes)
 {
 	v->committed -= bytes;
-	pressure_update(v);
+	vmu_pressure_update(v);
 	if (bytes)
 		pthread_cond_broadcast(&v->freed);
 }
@@ -174,7 +178,7 @@ static void resv_refill(struct vmu *v, struct vmu_region *r)
 	want = r->resv_to > r->m.mapped ? r->resv_to - r->m.mapped : 0;
 	v->region_resv = v->region_resv - r->resv + want;
 	r->resv = want;
-	pressure_update(v);
+	vmu_pressure_update(v);
 }
 
 static void resv_drop(struct vmu *v, struct vmu_region *r)
@@ -182,7 +186,7 @@ static void resv_drop(struct vmu *v, struct vmu_region *r)
 	v->region_resv -= r->resv;
 	r->resv = 0;
 	r->resv_to = 0;
-	pressure_update(v);
+	vmu_pressure_update(v);
 	pthread_cond_broadcast(&v->freed);
 }
 
@@ -454,7 +458,7 @@ void vmu_uncharge_resv(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
 	if (from_resv) {
 		resv->bytes += from_resv;
 		v->reserved += from_resv;
-		pressure_update(v);
+		vmu_pressure_update(v);
 	}
 }
 
@@ -570,7 +574,7 @@ int vmu_admit_locked(struct vmu *v, uint64_t need, struct vmu_resv *r,
 	v->reserved += need;
 	r->bytes = need;
 	v->st.admits++;
-	pressure_update(v);
+	vmu_pressure_update(v);
 out:
 	return ret;
 }
@@ -596,7 +600,7 @@ void vmu_resv_release(struct vmu_resv *r)
 	vmu_lock(v);
 	v->reserved -= r->bytes;
 	r->bytes = 0;
-	pressure_update(v);
+	vmu_pressure_update(v);
 	pthread_cond_broadcast(&v->freed);
 	vmu_unlock(v);
 }
@@ -678,7 +682,7 @@ int vmu_set_thresholds(struct vmu *v, unsigned int warn_pct,
 	if (!ret) {
 		v->cfg.warn_pct = warn_pct;
 		v->cfg.crit_pct = crit_pct;
-		pressure_update(v);
+		vmu_pressure_update(v);
 	}
 	vmu_unlock(v);
 	return ret;
@@ -1295,7 +1299,7 @@ int vmu_region_reserve(struct vmu_session *s, uint64_t handle, char *msg,
 	r->resv += need;
 	r->resv_to = to;
 	v->region_resv += need;
-	pressure_update(v);
+	vmu_pressure_update(v);
 out:
 	vmu_unlock(v);
 	return ret;

@@ -217,6 +217,9 @@ void vmu_seg_add(struct vmu *v, enum vmu_seg seg, int64_t bytes);
 int vmu_charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
 	       uint64_t *from_resv);
 void vmu_uncharge(struct vmu *v, uint64_t bytes);
+/* The pressure level again, after the committed, reserved or idle stack
+ * bytes changed (lock held; vmu_unlock() tells the callback). */
+void vmu_pressure_update(struct vmu *v);
 void vmu_uncharge_resv(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
 		       uint64_t from_resv);
 

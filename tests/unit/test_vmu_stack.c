@@ -158,6 +158,33 @@ static void test_stack_resv(void **state)
 	check_invariants(f->v);
 }
 
+/* Pressure counts a stack's backing while a request runs on it, not
+ * while it waits idle for the next one (admission trims it for nothing):
+ * a stack per compute thread does not read as a full device. */
+static void test_stack_pressure(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g;
+	struct vmu_stats st;
+
+	assert_int_equal(vmu_stack_create(f->v, 64 * g, &f->stack), 0);
+	assert_int_equal(get_stats(f->v).pressure, VMU_PRESSURE_NORMAL);
+	/* 56 of 64 granules: 87.5 %, past the warning's 80 % */
+	assert_int_equal(vmu_stack_begin(f->stack, 56 * g, NULL), 0);
+	assert_int_equal(get_stats(f->v).pressure, VMU_PRESSURE_WARNING);
+	assert_int_equal(vmu_stack_end(f->stack), 0);
+	st = get_stats(f->v);
+	assert_int_equal(st.seg[VMU_SEG_STACK].used, 56 * g);
+	assert_int_equal(st.committed, 56 * g);
+	assert_int_equal(st.pressure, VMU_PRESSURE_NORMAL);
+	/* claimed again: it counts again */
+	assert_int_equal(vmu_stack_begin(f->stack, 62 * g, NULL), 0);
+	assert_int_equal(get_stats(f->v).pressure, VMU_PRESSURE_CRITICAL);
+	vmu_stack_end(f->stack);
+	assert_int_equal(get_stats(f->v).pressure, VMU_PRESSURE_NORMAL);
+	check_invariants(f->v);
+}
+
 /* ---------------------------------------------------------------------- */
 
 int main(void)
@@ -168,6 +195,7 @@ int main(void)
 		T(test_stack_align, setup_64m),
 		T(test_stack_misuse, setup_64m),
 		T(test_stack_resv, setup_4m),
+		T(test_stack_pressure, setup_4m),
 	};
 
 	/* a deadlock fails the run instead of hanging it */
