@@ -6,7 +6,8 @@
  * Every unit of device work (a graph, a model step, a memory job) goes
  * from net/ to sched_submit(), which queues it on its session's queue of
  * one of the device's two lanes: SCHED_COMPUTE (graphs and model steps,
- * run by the graph executor's thread) and SCHED_MEM (memory jobs: a
+ * run by the graph executor's threads, one job of a session at a time)
+ * and SCHED_MEM (memory jobs: a
  * transfer's memory, model loads, the policy's own swaps, run by the
  * memory executor's threads). An executor thread asks sched_next() for
  * its lane's next job and tells sched_charge() how long it took; the
