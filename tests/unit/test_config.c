@@ -92,7 +92,7 @@ static void test_good_file(void **state)
 				  "backend = cpu\n"
 				  "devices = 0\n"
 				  "threads = 3\n"
-				  "compute_threads = 4\n"
+				  "compute_threads = 1\n"
 				  "[memory]\n"
 				  "budget = 512M\n"
 				  "gpu_budget = 40G\n"
@@ -118,7 +118,7 @@ static void test_good_file(void **state)
 	assert_string_equal(c.srv.model_dir, "/srv/models");
 	assert_int_equal(c.srv.devices, 1);
 	assert_int_equal(c.srv.threads, 3);
-	assert_int_equal(c.srv.compute_threads, 4);
+	assert_int_equal(c.srv.compute_threads, 1);
 	assert_int_equal(c.srv.cpu_mem, 512ull << 20);
 	assert_int_equal(c.srv.gpu_mem, 40ull << 30);
 	assert_int_equal(c.srv.warn_pct, 60);
@@ -363,6 +363,20 @@ static void test_validate(void **state)
 			 0);
 	assert_int_equal(config_validate(&c), -EINVAL);
 	assert_err(&c, 3, "server.admin_socket: /tmp/s is also a listen");
+	config_free(&c);
+
+	/* The cpu runs one graph at a time; a GPU (or auto) may run more. */
+	assert_int_equal(load(&c, "[device]\ncompute_threads = 2\n"), 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_err(&c, 2,
+		   "device.compute_threads: '2': the cpu backend runs one "
+		   "graph at a time");
+	config_free(&c);
+	assert_int_equal(load(&c, "[device]\nbackend = auto\n"
+				  "compute_threads = 16\n"),
+			 0);
+	assert_int_equal(config_validate(&c), 0);
+	assert_int_equal(c.srv.compute_threads, 16);
 	config_free(&c);
 }
 
