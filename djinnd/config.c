@@ -13,6 +13,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
+#include <limits.h>
+#include <pwd.h>
 #include <ini.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -500,8 +502,103 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 	return 0;
 }
 
-/* A [tenant.NAME] section's key: share = 1 .. SCHED_SHARE_MAX, the
- * tenant's weight in the scheduler's fair queueing. */
+/* One id of a uids or gids list: a number, or a user's or group's name
+ * (looked up now). */
+static int parse_id(const char *s, bool group, uint32_t *out)
+{
+	char buf[4096];
+	uint64_t v;
+
+	if (!parse_uint(s, &v))
+		return v < UINT32_MAX ? (*out = (uint32_t)v, 0) : -ERANGE;
+	if (group) {
+		struct group g, *gp = NULL;
+
+		if (getgrnam_r(s, &g, buf, sizeof(buf), &gp) || !gp)
+			return -ENOENT;
+		*out = gp->gr_gid;
+	} else {
+		struct passwd p, *pp = NULL;
+
+		if (getpwnam_r(s, &p, buf, sizeof(buf), &pp) || !pp)
+			return -ENOENT;
+		*out = pp->pw_uid;
+	}
+	return 0;
+}
+
+/* tenant.NAME.uids or .gids = LIST: numbers or names, by commas. */
+static int tenant_ids_set(struct djinnd_config *c, const char *tenant,
+			  bool group, const char *value)
+{
+	struct server_config *s = &c->srv;
+	const char *what = group ? "gids" : "uids";
+	struct tenant_map *m = NULL;
+	unsigned int nr = 0;
+	uint32_t ids[SERVER_TENANT_IDS_MAX];
+	char list[1024], *rest = list, *tok;
+
+	if (strlen(value) >= sizeof(list))
+		return fail(c, "tenant.%s.%s: a list of at most %zu bytes",
+			    tenant, what, sizeof(list) - 1);
+	snprintf(list, sizeof(list), "%s", value);
+	while ((tok = strsep(&rest, ","))) {
+		char *e;
+
+		while (*tok == ' ' || *tok == '\t')
+			tok++;
+		e = tok + strlen(tok);
+		while (e > tok && (e[-1] == ' ' || e[-1] == '\t'))
+			*--e = 0;
+		if (nr == SERVER_TENANT_IDS_MAX)
+			return fail(c, "tenant.%s.%s: at most %d ids", tenant,
+				    what, SERVER_TENANT_IDS_MAX);
+		if (!*tok || parse_id(tok, group, &ids[nr]))
+			return fail(c,
+				    "tenant.%s.%s: '%s': want %s numbers or "
+				    "names, by commas",
+				    tenant, what, *tok ? tok : value,
+				    group ? "group" : "user");
+		nr++;
+	}
+	if (!nr)
+		return fail(c, "tenant.%s.%s: an empty list", tenant, what);
+	for (unsigned int i = 0; i < s->nr_tmaps; i++)
+		if (!strcmp(s->tmaps[i].tenant, tenant))
+			m = &s->tmaps[i];
+	if (!m) {
+		if (s->nr_tmaps == SERVER_TENANT_MAPS_MAX)
+			return fail(c,
+				    "tenant.%s.%s: at most %d tenants list "
+				    "uids or gids",
+				    tenant, what, SERVER_TENANT_MAPS_MAX);
+		m = &s->tmaps[s->nr_tmaps++];
+		memset(m, 0, sizeof(*m));
+		snprintf(m->tenant, sizeof(m->tenant), "%s", tenant);
+	}
+	if (group ? (m->gids_file == c->cur_file && m->gids_line &&
+		     c->cur_line) :
+		    (m->uids_file == c->cur_file && m->uids_line &&
+		     c->cur_line))
+		return fail(c, "tenant.%s.%s: already set on line %u", tenant,
+			    what, group ? m->gids_line : m->uids_line);
+	if (group) {
+		memcpy(m->gids, ids, nr * sizeof(ids[0]));
+		m->nr_gids = nr;
+		m->gids_file = c->cur_file;
+		m->gids_line = c->cur_line;
+	} else {
+		memcpy(m->uids, ids, nr * sizeof(ids[0]));
+		m->nr_uids = nr;
+		m->uids_file = c->cur_file;
+		m->uids_line = c->cur_line;
+	}
+	return 0;
+}
+
+/* A [tenant.NAME] section's keys: share = 1 .. SCHED_SHARE_MAX, the
+ * tenant's weight in the scheduler's fair queueing; uids and gids, who
+ * the tenant is (struct tenant_map). */
 static int tenant_set(struct djinnd_config *c, const char *tenant,
 		      const char *name, const char *value)
 {
@@ -519,8 +616,12 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 				    "[tenant.%s]: a tenant name is printable "
 				    "bytes without spaces",
 				    tenant);
+	if (!strcmp(name, "uids") || !strcmp(name, "gids"))
+		return tenant_ids_set(c, tenant, name[0] == 'g', value);
 	if (strcmp(name, "share"))
-		return fail(c, "unknown key '%s' in [tenant.%s] (want share)",
+		return fail(c,
+			    "unknown key '%s' in [tenant.%s] (want share, "
+			    "uids or gids)",
 			    name, tenant);
 	if (parse_uint(value, &v) || v < 1 || v > SCHED_SHARE_MAX)
 		return fail(c,
@@ -788,6 +889,18 @@ static const struct key *later(const struct djinnd_config *c,
 	return oa->line > ob->line ? a : b;
 }
 
+/* An error about @m's uids (@group: gids) is reported where they were
+ * set. True, for the condition it stands in. */
+static bool tmap_at(struct djinnd_config *c, const struct tenant_map *m,
+		    bool group)
+{
+	c->cur_file = group ? m->gids_file : m->uids_file;
+	c->cur_line = group ? m->gids_line : m->uids_line;
+	if (!c->cur_file)
+		c->cur_file = cmdline;
+	return true;
+}
+
 int config_validate(struct djinnd_config *c)
 {
 	struct server_config *s = &c->srv;
@@ -820,6 +933,36 @@ int config_validate(struct djinnd_config *c)
 					     NSEC_PER_MSEC),
 			(unsigned long long)(s->lease_max_ns / NSEC_PER_MSEC));
 	}
+	/* One tenant a uid (a gid): who a client is must not depend on the
+	 * order of the sections. */
+	for (unsigned int i = 0; i < s->nr_tmaps; i++)
+		for (unsigned int j = 0; j < i; j++) {
+			const struct tenant_map *a = &s->tmaps[j];
+			const struct tenant_map *b = &s->tmaps[i];
+
+			for (unsigned int x = 0; x < b->nr_uids; x++)
+				for (unsigned int y = 0; y < a->nr_uids; y++)
+					if (b->uids[x] == a->uids[y] &&
+					    tmap_at(c, b, false))
+						return fail(c,
+							    "tenant.%s.uids: "
+							    "uid %u is tenant "
+							    "%s's already",
+							    b->tenant,
+							    b->uids[x],
+							    a->tenant);
+			for (unsigned int x = 0; x < b->nr_gids; x++)
+				for (unsigned int y = 0; y < a->nr_gids; y++)
+					if (b->gids[x] == a->gids[y] &&
+					    tmap_at(c, b, true))
+						return fail(c,
+							    "tenant.%s.gids: "
+							    "gid %u is tenant "
+							    "%s's already",
+							    b->tenant,
+							    b->gids[x],
+							    a->tenant);
+		}
 	if (s->compute_threads > 1 && s->backend &&
 	    !strcmp(s->backend, "cpu")) {
 		k = key_find("device", "compute_threads");
@@ -985,6 +1128,41 @@ void config_print(const struct djinnd_config *c, FILE *f)
 			"\n[tenant.%s]\nshare = %u\t; %s, SIGHUP reloads it\n",
 			c->srv.shares[i].tenant, c->srv.shares[i].share, from);
 	}
+	for (unsigned int i = 0; i < c->srv.nr_tmaps; i++) {
+		const struct tenant_map *m = &c->srv.tmaps[i];
+
+		fprintf(f, "\n[tenant.%s]\n", m->tenant);
+		for (unsigned int g = 0; g < 2; g++) {
+			unsigned int n = g ? m->nr_gids : m->nr_uids;
+
+			if (!n)
+				continue;
+			fprintf(f, "%s = ", g ? "gids" : "uids");
+			for (unsigned int k = 0; k < n; k++)
+				fprintf(f, "%s%u", k ? "," : "",
+					g ? (unsigned int)m->gids[k] :
+					    (unsigned int)m->uids[k]);
+			fprintf(f, "\t; SIGHUP reloads it\n");
+		}
+	}
+}
+
+/* Whether two configurations map the same ids to the same tenants. */
+static bool tmaps_equal(const struct server_config *a,
+			const struct server_config *b)
+{
+	if (a->nr_tmaps != b->nr_tmaps)
+		return false;
+	for (unsigned int i = 0; i < a->nr_tmaps; i++) {
+		const struct tenant_map *x = &a->tmaps[i], *y = &b->tmaps[i];
+
+		if (strcmp(x->tenant, y->tenant) || x->nr_uids != y->nr_uids ||
+		    x->nr_gids != y->nr_gids ||
+		    memcmp(x->uids, y->uids, x->nr_uids * sizeof(x->uids[0])) ||
+		    memcmp(x->gids, y->gids, x->nr_gids * sizeof(x->gids[0])))
+			return false;
+	}
+	return true;
 }
 
 /* Whether two configurations give the tenants the same shares. */
@@ -1038,12 +1216,30 @@ unsigned int config_diff(const struct djinnd_config *now,
 			   next->srv.nr_shares == 1 ? "" : "s");
 		mask |= CONFIG_RELOAD_SCHED;
 	}
+	if (!tmaps_equal(&now->srv, &next->srv)) {
+		log_notice("reload: tenants' uids and gids: %u tenant%s "
+			   "list them; connections from now on",
+			   next->srv.nr_tmaps,
+			   next->srv.nr_tmaps == 1 ? "" : "s");
+		mask |= CONFIG_RELOAD_TENANTS;
+	}
 	return mask;
 }
 
 void config_apply(struct djinnd_config *now, const struct djinnd_config *next,
 		  unsigned int mask)
 {
+	if (mask & CONFIG_RELOAD_TENANTS) {
+		memcpy(now->srv.tmaps, next->srv.tmaps,
+		       next->srv.nr_tmaps * sizeof(next->srv.tmaps[0]));
+		now->srv.nr_tmaps = next->srv.nr_tmaps;
+		/* where they were set: only parsing needs it, and @next's
+		 * strings go */
+		for (unsigned int i = 0; i < now->srv.nr_tmaps; i++) {
+			now->srv.tmaps[i].uids_file = NULL;
+			now->srv.tmaps[i].gids_file = NULL;
+		}
+	}
 	if (mask & CONFIG_RELOAD_SCHED) {
 		memcpy(now->srv.shares, next->srv.shares,
 		       sizeof(now->srv.shares));

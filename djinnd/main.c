@@ -378,6 +378,13 @@ static void on_reload(struct server *srv)
 			sched_configure(srv->dev[i].sched, &sc);
 		}
 	}
+	if (mask & CONFIG_RELOAD_TENANTS) {
+		/* Connections accepted from now on: open ones keep who
+		 * they are. */
+		memcpy(srv->cfg.tmaps, running.srv.tmaps,
+		       running.srv.nr_tmaps * sizeof(running.srv.tmaps[0]));
+		srv->cfg.nr_tmaps = running.srv.nr_tmaps;
+	}
 	if (mask & CONFIG_RELOAD_LEASE) {
 		/* Sessions opened from now on; open ones keep theirs. */
 		srv->cfg.lease_default_ns = running.srv.lease_default_ns;

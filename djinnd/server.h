@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "list.h"
 #include "backend/backend.h"
@@ -26,6 +27,27 @@
 
 /* device.compute_threads at most */
 #define SERVER_COMPUTE_THREADS_MAX 16
+
+/*
+ * struct tenant_map - [tenant.NAME] uids and gids
+ *
+ * A unix-socket client whose peer uid is listed is tenant NAME; one
+ * whose uid no tenant lists but whose primary or supplementary gid one
+ * does, that one's. Anyone else is tenant "uid:N" (server_identify()).
+ * A uid or gid is listed by one tenant at most (config_validate()).
+ */
+#define SERVER_TENANT_MAPS_MAX 64
+#define SERVER_TENANT_IDS_MAX 32
+struct tenant_map {
+	char tenant[DJINN_TENANT_LEN];
+	unsigned int nr_uids, nr_gids;
+	uid_t uids[SERVER_TENANT_IDS_MAX];
+	gid_t gids[SERVER_TENANT_IDS_MAX];
+	/* where each list was set (config.c: a list set twice in one file
+	 * is an error) */
+	const char *uids_file, *gids_file;
+	unsigned int uids_line, gids_line;
+};
 
 /*
  * djinnd's exit status when a device died (backend.dead: an error no
@@ -81,6 +103,9 @@ struct server_config {
 	struct sched_config sched;
 	struct sched_share shares[SCHED_TENANTS_MAX];
 	unsigned int nr_shares;
+	/* [tenant.NAME] uids and gids: who each tenant is */
+	struct tenant_map tmaps[SERVER_TENANT_MAPS_MAX];
+	unsigned int nr_tmaps;
 };
 
 struct executor;

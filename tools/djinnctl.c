@@ -383,7 +383,8 @@ struct field {
 #define SF(m) offsetof(struct djinn_admin_session, m)
 static const struct field session_fields[] = {
 	{ "id", "ID", "id", -2, FK_U64, SF(id) },
-	{ "tenant", "TENANT", "tenant", -6, FK_TENANT, 0 },
+	{ "tenant", "TENANT", "tenant", -6, FK_TENANT, SF(tenant) },
+	{ "label", "LABEL", "label", -6, FK_TENANT, SF(label) },
 	{ "priority", "PRIO", "priority", 4, FK_U32, SF(priority) },
 	{ "phase", "PHASE", "phase", -8, FK_PHASE, 0 },
 	{ "lease_ns", NULL, "lease", 0, FK_NS, SF(lease_ns) },
@@ -451,8 +452,8 @@ static void print_session(const struct djinn_admin_session *e, uint64_t now,
 			v = v32;
 			break;
 		case FK_TENANT:
-			s = wire_str(str, sizeof(str), e->tenant,
-				     sizeof(e->tenant));
+			s = wire_str(str, sizeof(str), (const char *)p,
+				     DJINN_TENANT_LEN);
 			break;
 		case FK_PHASE:
 			s = enum_name(str, sizeof(str), phase_names,
@@ -564,7 +565,7 @@ static int do_session_list(struct ctl *ctl, char **args)
 	if (ret)
 		return ret;
 	now = mono_ns();
-	/* ID and TENANT are as wide as their widest value. */
+	/* ID, TENANT and LABEL are as wide as their widest value. */
 	for (size_t i = 0; i < NR_FIELDS; i++)
 		widths[i] = session_fields[i].width;
 	for (uint32_t i = 0; i < nr; i++) {
@@ -578,6 +579,10 @@ static int do_session_list(struct ctl *ctl, char **args)
 					 sizeof(es[i].tenant)));
 		if (n > -widths[1])
 			widths[1] = -n;
+		n = (int)strlen(wire_str(str, sizeof(str), es[i].label,
+					 sizeof(es[i].label)));
+		if (n > -widths[2])
+			widths[2] = -n;
 	}
 	for (size_t i = 0; i < NR_FIELDS; i++)
 		if (field_fmt(fmt, sizeof(fmt), &session_fields[i], widths[i],
@@ -1100,7 +1105,7 @@ static int do_sched(struct ctl *ctl, char **args)
 	ret = get_sched(ctl, &a);
 	if (ret)
 		return ret;
-	/* ID and TENANT are as wide as their widest value. */
+	/* ID, TENANT and LABEL are as wide as their widest value. */
 	for (uint32_t i = 0; i < a.nr_sess; i++) {
 		char str[DJINN_TENANT_LEN];
 		int n = snprintf(str, sizeof(str), "%" PRIu64,

@@ -18,9 +18,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "array_size.h"
 #include "log.h"
 #include "server.h"
 #include "net/conn.h"
+#include "session/tenant.h"
 
 enum { TAG_RECV = 1, TAG_SEND = 2, TAG_ACCEPT = 3, TAG_CANCEL = 4 };
 
@@ -1128,6 +1130,7 @@ static bool conn_over_cap(struct conn *c)
 
 struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 {
+	char abuf[INET6_ADDRSTRLEN];
 	socklen_t len = sizeof(struct ucred);
 	struct conn *c;
 	int one = 1;
@@ -1157,14 +1160,25 @@ struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 		/* On loopback the kernel copies zero-copy pages again when it
 		 * delivers them (skb_copy_ubufs): plain sends are faster. */
 		c->no_zc = peer_is_loopback(fd);
+		/* not yet from the kernel: the peer's address */
+		snprintf(c->tenant, sizeof(c->tenant), "tcp:%s",
+			 addr_str(&c->peer, abuf, sizeof(abuf)));
 	} else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len)) {
 		c->cred.uid = (uid_t)-1;
+		snprintf(c->tenant, sizeof(c->tenant), "unknown");
+	} else {
+		gid_t gids[64];
+		unsigned int n = tenant_peer_groups(fd, c->cred.gid, gids,
+						    ARRAY_SIZE(gids));
+
+		tenant_of(&srv->cfg, c->cred.uid, gids, n, c->tenant);
 	}
 	list_add_tail(&c->node, &srv->conns);
 	srv->nr_conns++;
 	srv->st.conns_accepted++;
-	log_debug("conn %d: %s%s, pid %d uid %d", fd, tcp ? "tcp" : "unix",
-		  admin ? " (admin)" : "", (int)c->cred.pid, (int)c->cred.uid);
+	log_debug("conn %d: %s%s, pid %d uid %d, tenant %s", fd,
+		  tcp ? "tcp" : "unix", admin ? " (admin)" : "",
+		  (int)c->cred.pid, (int)c->cred.uid, c->tenant);
 	return c;
 }
 

@@ -70,6 +70,7 @@ struct conn {
 	bool no_zc; /* the socket cannot send zero-copy (AF_UNIX) */
 	struct ucred cred;
 	struct sockaddr_storage peer; /* TCP: the peer's address */
+	char tenant[DJINN_TENANT_LEN]; /* who it is (session/tenant.h) */
 	int refs;
 	bool closing, recv_armed;
 	bool tx_dead; /* the socket cannot send any more */

@@ -278,8 +278,8 @@ static void handle_session_open(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -ENODEV, "%s", msg);
 		return;
 	}
-	ret = session_create(c->srv, d, o->tenant, o->priority, o->lease_ns,
-			     c->tcp ? (uid_t)-1 : c->cred.uid,
+	ret = session_create(c->srv, d, c->tenant, o->tenant, o->priority,
+			     o->lease_ns, c->tcp ? (uid_t)-1 : c->cred.uid,
 			     c->tcp ? 0 : c->cred.pid, &s);
 	if (!ret)
 		ret = session_start(c, s, 0);
@@ -293,9 +293,9 @@ static void handle_session_open(struct conn *c, const struct djinn_hdr *hdr,
 					    "cannot open a session");
 		return;
 	}
-	log_info("session %llu opened: tenant %s, priority %u, lease %llu ms, "
-		 "device %u (%s)",
-		 (unsigned long long)s->id, s->tenant, s->priority,
+	log_info("session %llu opened: tenant %s, label %s, priority %u, "
+		 "lease %llu ms, device %u (%s)",
+		 (unsigned long long)s->id, s->tenant, s->label, s->priority,
 		 (unsigned long long)(s->lease_ns / NSEC_PER_MSEC), d->index,
 		 d->name);
 	session_reply(c, hdr, s, true);
@@ -361,8 +361,8 @@ static void handle_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	ret = session_create(c->srv, server_place(c->srv, 0, NULL, 0),
-			     ki.tenant, ki.priority, ki.lease_ns, c->cred.uid,
-			     c->cred.pid, &s);
+			     c->tenant, ki.tenant, ki.priority, ki.lease_ns,
+			     c->cred.uid, c->cred.pid, &s);
 	if (!ret)
 		ret = session_start(c, s, b->kernel_id);
 	if (ret == -EDQUOT) {

@@ -53,6 +53,7 @@ void handle_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
 			.device = s->dev->index,
 		};
 		memcpy(e[i].tenant, s->tenant, sizeof(e[i].tenant));
+		memcpy(e[i].label, s->label, sizeof(e[i].label));
 		i++;
 	}
 	memcpy(buf, &(uint32_t){ (uint32_t)i }, sizeof(uint32_t));

@@ -156,13 +156,13 @@ struct session *session_get(struct server *srv, uint64_t id)
 static void rec_clear(struct result_rec *r);
 
 int session_create(struct server *srv, struct device *dev, const char *tenant,
-		   uint32_t priority, uint64_t lease_ns, uid_t uid, pid_t pid,
-		   struct session **out)
+		   const char *label, uint32_t priority, uint64_t lease_ns,
+		   uid_t uid, pid_t pid, struct session **out)
 {
 	struct session *s;
 	int ret;
 
-	if (!tenant_ok(tenant) || priority > 7)
+	if (!tenant_ok(tenant) || !tenant_ok(label) || priority > 7)
 		return -EINVAL;
 	if (srv->nr_sessions >= srv->cfg.max_sessions ||
 	    session_uid_sessions(srv, uid) >= srv->cfg.max_sessions_per_uid)
@@ -185,6 +185,7 @@ int session_create(struct server *srv, struct device *dev, const char *tenant,
 		return ret;
 	}
 	strcpy(s->tenant, tenant);
+	strcpy(s->label, label);
 	s->priority = priority;
 	if (!lease_ns)
 		lease_ns = srv->cfg.lease_default_ns;

@@ -93,7 +93,8 @@ struct sobj_slot {
 struct session {
 	uint64_t id;
 	uint8_t token[16];
-	char tenant[DJINN_TENANT_LEN];
+	char tenant[DJINN_TENANT_LEN]; /* who: its connection's (tenant.h) */
+	char label[DJINN_TENANT_LEN]; /* what the client named it */
 	uint32_t priority;
 	uint64_t lease_ns;
 	uint64_t deadline_ns; /* kept by the lease provider */
@@ -138,11 +139,12 @@ struct session {
  * can name the tensors they made. Never set in djinnd. */
 extern bool session_predictable_handles;
 
-/* Make a session for @tenant (validated: 1 to 63 printable bytes) on
- * device @dev (server_place()), not yet in the table. */
+/* Make a session of @tenant (its connection's, session/tenant.h) with
+ * the client's @label (both 1 to 63 printable bytes) on device @dev
+ * (server_place()), not yet in the table. */
 int session_create(struct server *srv, struct device *dev, const char *tenant,
-		   uint32_t priority, uint64_t lease_ns, uid_t uid, pid_t pid,
-		   struct session **out);
+		   const char *label, uint32_t priority, uint64_t lease_ns,
+		   uid_t uid, pid_t pid, struct session **out);
 /* Sessions open now whose peer is @uid (TCP peers: (uid_t)-1). */
 unsigned int session_uid_sessions(struct server *srv, uid_t uid);
 /* Put it in the table and start its lease. */

@@ -143,7 +143,9 @@ int djinn_conn_stats(struct djinn_conn *conn, struct djinn_conn_stats *stats);
 
 /*
  * struct djinn_session_opts - how to open a session
- * @tenant:   a name of 1 to 63 bytes; NULL: $USER, else "default"
+ * @tenant:   the session's label, 1 to 63 bytes; NULL: $USER, else
+ *            "default". djinnd decides the tenant itself, from who the
+ *            kernel says the client is (Documentation/security.rst).
  * @priority: 0 (lowest) to 7
  * @lease_ns: the lease period to ask for; 0: the daemon's default
  *
@@ -210,7 +212,7 @@ int djinn_session_close(struct djinn_session *s);
  * @token:       its secret, for djinn_session_attach()
  * @lease_ns:    the lease period the daemon chose
  * @deadline_ns: CLOCK_MONOTONIC time on the daemon's host the lease ends
- * @tenant:      its tenant (empty if attached)
+ * @tenant:      the label it was opened with (empty if attached)
  */
 struct djinn_session_info {
 	uint64_t id;

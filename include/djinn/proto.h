@@ -901,8 +901,10 @@ struct djinn_admin_session {
 	__s32 pid; /* 0 over TCP */
 	__u32 device; /* the device it is on: an index of ADMIN_VMU's */
 	__u32 __reserved;
+	/* what the client asked for at SESSION_OPEN; @tenant is who it is */
+	char label[DJINN_TENANT_LEN];
 };
-static_assert(sizeof(struct djinn_admin_session) == 160, "admin session");
+static_assert(sizeof(struct djinn_admin_session) == 224, "admin session");
 
 /* ADMIN_KILL request: end a session (reason "killed"). */
 struct djinn_admin_kill {

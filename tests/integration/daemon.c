@@ -4,8 +4,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <ftw.h>
 #include <libgen.h>
+#include <limits.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -494,6 +496,68 @@ void djd_kill(struct djd *d)
 
 /* ---------------------------------------------------------------------- */
 /* Sockets */
+
+int dj_connect_as(const char *path, uid_t uid, gid_t gid, const gid_t *groups,
+		  size_t n)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+	char one = 0;
+	struct iovec iov = { &one, 1 };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	int sv[2], fd = -1, status;
+	pid_t pid;
+
+	if (geteuid())
+		return -EPERM;
+	{
+		char dir[PATH_MAX];
+
+		snprintf(dir, sizeof(dir), "%s", path);
+		if (chmod(dirname(dir), 0711))
+			return -errno;
+	}
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(sv[0]);
+		close(sv[1]);
+		return -errno;
+	}
+	if (!pid) {
+		close(sv[0]);
+		if (setgroups(n, groups) || setresgid(gid, gid, gid) ||
+		    setresuid(uid, uid, uid))
+			_exit(1);
+		fd = dj_connect(path);
+		if (fd < 0)
+			_exit(-fd > 255 ? 255 : -fd);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+		_exit(sendmsg(sv[1], &mh, 0) == 1 ? 0 : 3);
+	}
+	close(sv[1]);
+	if (recvmsg(sv[0], &mh, MSG_CMSG_CLOEXEC) == 1 &&
+	    (cm = CMSG_FIRSTHDR(&mh)) && cm->cmsg_type == SCM_RIGHTS)
+		memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	close(sv[0]);
+	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+	    WEXITSTATUS(status)) {
+		if (fd >= 0)
+			close(fd);
+		return WIFEXITED(status) && WEXITSTATUS(status) > 3 ?
+			       -WEXITSTATUS(status) :
+			       -EPERM;
+	}
+	return fd >= 0 ? fd : -EIO;
+}
 
 int dj_connect(const char *path)
 {

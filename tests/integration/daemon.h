@@ -118,6 +118,14 @@ void djd_log_tail(const struct djd *d, long bytes);
 /* A connected unix socket to @path, or a negative errno. */
 int dj_connect(const char *path);
 
+/* The same, connected by a child process running as @uid, @gid with
+ * supplementary groups @groups[0 .. @n), so that djinnd's SO_PEERCRED
+ * (and SO_PEERGROUPS) say so; -EPERM when this process cannot change
+ * its ids (not root). The socket's directory is made searchable by
+ * everyone (0711) for it. */
+int dj_connect_as(const char *path, uid_t uid, gid_t gid, const gid_t *groups,
+		  size_t n);
+
 /* Write all of @buf within @timeout_ms: 0, -ETIMEDOUT, or -errno. */
 int dj_write(int fd, const void *buf, size_t len, int timeout_ms);
 

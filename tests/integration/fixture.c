@@ -270,6 +270,14 @@ void check_text_cached_at(int line, struct fx *fx)
 int fx_start_set(void **state, const char *mem, unsigned int lease_ms,
 		 const char *set)
 {
+	const char *extra[] = { "--set", set, NULL };
+
+	return fx_start_args(state, mem, lease_ms, set ? extra : NULL);
+}
+
+int fx_start_args(void **state, const char *mem, unsigned int lease_ms,
+		  const char *const *extra)
+{
 	struct fx *fx = calloc(1, sizeof(*fx));
 	char why[256];
 	int fd;
@@ -277,7 +285,7 @@ int fx_start_set(void **state, const char *mem, unsigned int lease_ms,
 	if (!fx)
 		return -1;
 	fx->adm = -1;
-	if (djd_start_set(&fx->d, mem, lease_ms, set)) {
+	if (djd_start_args(&fx->d, mem, lease_ms, extra)) {
 		free(fx);
 		return -1;
 	}

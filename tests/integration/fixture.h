@@ -136,6 +136,9 @@ void check_text_cached_at(int line, struct fx *fx);
 int fx_start_set(void **state, const char *mem, unsigned int lease_ms,
 		 const char *set);
 int fx_start(void **state, const char *mem, unsigned int lease_ms);
+/* The same with more arguments @extra (NULL-terminated). */
+int fx_start_args(void **state, const char *mem, unsigned int lease_ms,
+		  const char *const *extra);
 /* The usual set-up: DEV_MEM, a lease of 10 s. */
 int fx_setup(void **state);
 /* The teardown described at the top. */

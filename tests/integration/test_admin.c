@@ -44,8 +44,16 @@ static void test_admin(void **state)
 	assert_int_equal(sessions_now(fx, NULL), 2);
 	ea = session_entry(fx, alice);
 	eb = session_entry(fx, bob);
-	assert_string_equal(ea.tenant, "alice");
-	assert_string_equal(eb.tenant, "bob");
+	/* the tenant is who connected; what the client sent, a label */
+	{
+		char me[DJINN_TENANT_LEN];
+
+		snprintf(me, sizeof(me), "uid:%u", (unsigned int)getuid());
+		assert_string_equal(ea.tenant, me);
+		assert_string_equal(eb.tenant, me);
+	}
+	assert_string_equal(ea.label, "alice");
+	assert_string_equal(eb.label, "bob");
 	assert_int_equal(ea.priority, 6);
 	assert_int_equal(eb.priority, 1);
 	assert_int_equal(ea.lease_ns, 5000 * NSEC_PER_MSEC);

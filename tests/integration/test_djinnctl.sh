@@ -81,7 +81,7 @@ run() {
 py() {
 	what=$1 script=$2
 	shift 2
-	if python3 -c "import json, sys
+	if python3 -c "import json, os, sys
 j = json.load(open(sys.argv[1]))
 args = sys.argv[2:]
 $script" "$dir/out" "$@" 2>"$dir/pyerr"; then
@@ -146,20 +146,22 @@ ok "sessions $alice, $bob and $carol open"
 
 if run 0 "session list" session list; then
 	expect "list: header" \
-		'^ID +TENANT +PRIO +PHASE +LEASE +DATA +RESIDENT +SWAPPED +TEXT +TENSORS +REQS +UID +PID +DEV$' \
+		'^ID +TENANT +LABEL +PRIO +PHASE +LEASE +DATA +RESIDENT +SWAPPED +TEXT +TENSORS +REQS +UID +PID +DEV$' \
 		"$dir/out"
 	n=$(wc -l <"$dir/out")
 	[ "$n" -eq 4 ] || fail "list: $n lines, expected a header and 3 sessions"
-	# ID TENANT PRIO PHASE LEASE DATA RESIDENT SWAPPED TEXT TENSORS REQS UID PID DEV
+	# ID TENANT LABEL PRIO PHASE LEASE DATA RESIDENT SWAPPED TEXT TENSORS REQS UID PID DEV
+	# (the tenant is who connected: uid:N; the label what it sent)
 	if awk -v id="$alice" -v uid="$uid" -v pid="$hpid" '
 		$1 == id {
 			found = 1
-			lease = $5; sub(/ms$/, "", lease)
-			if ($2 != "alice" || $3 != 5 || $4 != "decode" ||
-			    $5 !~ /^[0-9]+ms$/ || lease + 0 <= 0 ||
-			    lease + 0 > 10000 || $6 != "4Mi" || $7 != "4Mi" ||
-			    $8 != "0B" || $10 != 1 || $12 != uid || $13 != pid ||
-			    $14 != 0)
+			lease = $6; sub(/ms$/, "", lease)
+			if ($2 != "uid:" uid || $3 != "alice" || $4 != 5 ||
+			    $5 != "decode" ||
+			    $6 !~ /^[0-9]+ms$/ || lease + 0 <= 0 ||
+			    lease + 0 > 10000 || $7 != "4Mi" || $8 != "4Mi" ||
+			    $9 != "0B" || $11 != 1 || $13 != uid || $14 != pid ||
+			    $15 != 0)
 				exit 1
 		}
 		END { exit !found }' "$dir/out"; then
@@ -168,13 +170,14 @@ if run 0 "session list" session list; then
 		fail "list: alice's row is wrong"
 		show_out
 	fi
-	expect "list: bob" "^$bob +bob +1 +unknown " "$dir/out"
-	expect "list: carol" "^$carol +carol +4 +unknown " "$dir/out"
+	expect "list: bob" "^$bob +uid:$uid +bob +1 +unknown " "$dir/out"
+	expect "list: carol" "^$carol +uid:$uid +carol +4 +unknown " "$dir/out"
 fi
 
 if run 0 "session list -j" -j session list; then
 	py "list -j: JSON with the three sessions" '
-by = {s["tenant"]: s for s in j}
+by = {s["label"]: s for s in j}
+assert all(s["tenant"] == "uid:" + args[1] for s in j)
 assert isinstance(j, list) and len(j) == 3, len(j)
 a = by["alice"]
 assert a["id"] == int(args[0]) and a["priority"] == 5
@@ -200,7 +203,8 @@ fi
 
 if run 0 "session show" session show "$alice"; then
 	expect "show: id" "^id: +$alice\$" "$dir/out"
-	expect "show: tenant" '^tenant: +alice$' "$dir/out"
+	expect "show: tenant" "^tenant: +uid:$uid\$" "$dir/out"
+	expect "show: label" '^label: +alice$' "$dir/out"
 	expect "show: phase" '^phase: +decode$' "$dir/out"
 	expect "show: data" '^data: +4Mi$' "$dir/out"
 	expect "show: lease" '^lease: +10\.000s$' "$dir/out"
@@ -210,12 +214,12 @@ fi
 if run 0 "session show -j" -j session show "$carol"; then
 	py "show -j: one object" '
 assert isinstance(j, dict) and j["id"] == int(args[0])
-assert j["tenant"] == "carol" and j["priority"] == 4
+assert j["label"] == "carol" and j["priority"] == 4
 ' "$carol"
 fi
 # Prefixes.
 if run 0 "se sh (prefixes)" se sh "$bob"; then
-	expect "se sh: bob" '^tenant: +bob$' "$dir/out"
+	expect "se sh: bob" '^label: +bob$' "$dir/out"
 fi
 if run 0 "session (default: list)" session; then
 	[ "$(wc -l <"$dir/out")" -eq 4 ] || fail "session: not the list"
@@ -226,7 +230,7 @@ fi
 if run 0 "session kill" session kill "$bob"; then
 	[ -s "$dir/out" ] && fail "kill printed something"
 	run 0 "list after kill" session list &&
-		if grep -Eq "^$bob +bob " "$dir/out" ||
+		if grep -Eq "^$bob +uid:$uid +bob " "$dir/out" ||
 			[ "$(wc -l <"$dir/out")" -ne 3 ]; then
 			fail "list after kill still shows bob"
 			show_out
@@ -235,7 +239,7 @@ if run 0 "session kill" session kill "$bob"; then
 		fi
 	run 0 "list -j after kill" -j session list &&
 		py "kill: bob is gone from the JSON" '
-assert sorted(s["tenant"] for s in j) == ["alice", "carol"]'
+assert sorted(s["label"] for s in j) == ["alice", "carol"]'
 fi
 if run 1 "show of a killed session" session show "$bob"; then
 	expect "show killed: message" \
@@ -354,13 +358,13 @@ if run 0 "sched" sched; then
 		"$dir/out"
 	# ID TENANT DEV PRIO PHASE LEFT RESIDENT SWAPPED QUEUED INFLIGHT WEIGHT AHEAD P99 WAIT FLAGS
 	expect "sched: dave waits on a tool" \
-		"^$dave +dave +0 +3 +io_wait +$dur +0B +0B +0 +0 +[1-9][0-9]* +0 +$dur +[a-z_,0-9x-]+\$" \
+		"^$dave +uid:$uid +0 +3 +io_wait +$dur +0B +0B +0 +0 +[1-9][0-9]* +0 +$dur +[a-z_,0-9x-]+\$" \
 		"$dir/out"
 	expect "sched: alice decodes, 4 MiB resident" \
-		"^$alice +alice +0 +5 +decode +- +4Mi +0B +0 +0 +[1-9][0-9]* +[0-9]+ +$dur +[a-z_,0-9x-]+\$" \
+		"^$alice +uid:$uid +0 +5 +decode +- +4Mi +0B +0 +0 +[1-9][0-9]* +[0-9]+ +$dur +[a-z_,0-9x-]+\$" \
 		"$dir/out"
-	expect "sched: carol" "^$carol +carol +0 +4 +unknown +- " "$dir/out"
-	grep -Eq "^$bob +bob " "$dir/out" && fail "sched: bob was killed"
+	expect "sched: carol" "^$carol +uid:$uid +0 +4 +unknown +- " "$dir/out"
+	grep -Eq "^$bob " "$dir/out" && fail "sched: bob was killed"
 fi
 if run 0 "sched -j" -j sched show; then
 	py "sched -j: the device, the sessions" '
@@ -391,18 +395,18 @@ for s in j["sessions"]:
                                "prefetching"}, s
     assert s["weight"] > 0 and s["ahead_max"] == 0, s
 s = by[dave]
-assert s["tenant"] == "dave" and s["priority"] == 3, s
+assert s["tenant"] == "uid:" + str(os.getuid()) and s["priority"] == 3, s
 assert s["phase"] == "io_wait" and 0 <= s["phase_left_ns"] <= 10**9, s
 assert s["resident"] == 0 and s["swapped"] == 0 and s["jobs"] == 0, s
 a = by[alice]
-assert a["tenant"] == "alice" and a["priority"] == 5, a
+assert a["tenant"] == "uid:" + str(os.getuid()) and a["priority"] == 5, a
 assert a["phase"] == "decode" and a["phase_left_ns"] == 0, a
 assert a["resident"] == 4 << 20 and a["swapped"] == 0, a
 assert "swapped_by_signal" not in a["flags"], a
 # weight: the tenant share (the same default for both) x (priority + 1)
 assert a["weight"] * 4 == s["weight"] * 6, (a["weight"], s["weight"])
 c = by[carol]
-assert c["tenant"] == "carol" and c["phase"] == "unknown", c
+assert c["tenant"] == "uid:" + str(os.getuid()) and c["phase"] == "unknown", c
 assert c["priority"] == 4 and c["resident"] == 0, c
 ' "$policy" "$alice" "$carol" "$dave"
 	[ "$(wc -l <"$dir/out")" -eq 1 ] || fail "sched -j: not one line"

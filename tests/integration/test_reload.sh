@@ -83,11 +83,11 @@ pressure() {
 capacity() {
 	"$DJINNCTL" -s "$dir/admin.sock" vmu | sed -n 's/^capacity: *\([^ ]*\).*/\1/p'
 }
-# The lease_ns of the session of @tenant.
+# The lease_ns of the session labelled @label.
 lease_ns() {
 	"$DJINNCTL" -s "$dir/admin.sock" -j session list |
 		python3 -c 'import json, sys
-print(*[s["lease_ns"] for s in json.load(sys.stdin) if s["tenant"] == sys.argv[1]])' "$1"
+print(*[s["lease_ns"] for s in json.load(sys.stdin) if s["label"] == sys.argv[1]])' "$1"
 }
 
 # Open a session for @tenant holding @bytes of data, in the background.

@@ -853,10 +853,32 @@ static struct djinn_session *tenant_session(struct fx *fx, const char *tenant)
  * the key; SIGHUP applies new shares to open sessions, and refuses a bad
  * one whole, keeping the running shares; the policy needs a restart.
  */
+/* HELLO and SESSION_OPEN with @label in raw frames on @fd: the id. */
+static uint64_t raw_open(int fd, const char *label)
+{
+	struct djinn_session_open o = { .priority = 4 };
+	struct djinn_session_resp sr;
+	struct dj_resp r;
+
+	snprintf(o.tenant, sizeof(o.tenant), "%s", label);
+	assert_int_equal(dj_call(fd, DJINN_MSG_HELLO, 0, NULL, 0, &r), 1);
+	assert_int_equal(r.error, 0);
+	dj_resp_free(&r);
+	assert_int_equal(
+		dj_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r), 1);
+	assert_int_equal(r.error, 0);
+	memcpy(&sr, r.data, sizeof(sr));
+	dj_resp_free(&r);
+	return sr.session_id;
+}
+
 static void test_config(void **state)
 {
 	struct fx *fx = *state;
-	struct djinn_session *s, *s2;
+	struct djinn_session *s;
+	char ids[128], text[512];
+	uint64_t sid2;
+	int nfd;
 	char path[128];
 	const char *conf[] = { "--config", path, NULL };
 	const char *conf_flag[] = { "--config", path, "--sched-policy",
@@ -908,16 +930,31 @@ static void test_config(void **state)
 	conf_write(fx, "[tenant.x]\nshare = 1000\n");
 	assert_int_equal(policy_with(fx, conf, false), DJINN_SCHED_SEMANTIC);
 
-	/* Reloads */
-	conf_write(fx, "[sched]\npolicy = lru\n\n[tenant.x]\nshare = 3\n");
+	/* Reloads. Tenants are who connects: x is this process's uid, y
+	 * nobody's (65534), whatever label each session asks for. */
+	snprintf(ids, sizeof(ids),
+		 "[tenant.x]\nuids = %u\n\n[tenant.y]\nuids = 65534\n",
+		 (unsigned int)getuid());
+	snprintf(text, sizeof(text),
+		 "[sched]\npolicy = lru\n\n%s\n[tenant.x]\nshare = 3\n", ids);
+	conf_write(fx, text);
 	assert_int_equal(policy_with(fx, conf, true), DJINN_SCHED_LRU);
 	fx->conn = conn_open(fx);
-	s = tenant_session(fx, "x");
+	s = tenant_session(fx, "y"); /* a label: x all the same */
 	assert_int_equal(sched_of(fx, sid_of(s)).weight, 3 * 5);
-	s2 = tenant_session(fx, "y");
-	assert_int_equal(sched_of(fx, sid_of(s2)).weight, 1 * 5);
+	assert_string_equal(sched_of(fx, sid_of(s)).tenant, "x");
+	nfd = dj_connect_as(fx->d.sock, 65534, 65534, NULL, 0);
+	if (nfd == -EPERM)
+		skip(); /* not root: no other uid to be */
+	assert_true(nfd >= 0);
+	sid2 = raw_open(nfd, "x");
+	assert_int_equal(sched_of(fx, sid2).weight, 1 * 5);
+	assert_string_equal(sched_of(fx, sid2).tenant, "y");
 
-	conf_write(fx, "[sched]\npolicy = lru\n\n[tenant.x]\nshare = 1001\n");
+	snprintf(text, sizeof(text),
+		 "[sched]\npolicy = lru\n\n%s\n[tenant.x]\nshare = 1001\n",
+		 ids);
+	conf_write(fx, text);
 	assert_true(reload(fx));
 	assert_int_equal(log_count(fx, "tenant.x.share: '1001'"), 1);
 	assert_int_equal(sched_of(fx, sid_of(s)).weight, 3 * 5);
@@ -926,15 +963,18 @@ static void test_config(void **state)
 	assert_int_equal(sched_of(fx, sid_of(s)).weight, 3 * 5);
 
 	/* a good one: open sessions get the new weight; the policy stays */
-	conf_write(fx, "[sched]\npolicy = static\n\n[tenant.x]\nshare = 7\n"
-		       "[tenant.y]\nshare = 2\n");
+	snprintf(text, sizeof(text),
+		 "[sched]\npolicy = static\n\n%s\n[tenant.x]\nshare = 7\n"
+		 "[tenant.y]\nshare = 2\n",
+		 ids);
+	conf_write(fx, text);
 	assert_false(reload(fx));
 	assert_int_equal(sched_of(fx, sid_of(s)).weight, 7 * 5);
-	assert_int_equal(sched_of(fx, sid_of(s2)).weight, 2 * 5);
+	assert_int_equal(sched_of(fx, sid2).weight, 2 * 5);
 	assert_int_equal(sched_dev(fx).policy, DJINN_SCHED_LRU);
 
 	assert_int_equal(djinn_session_close(s), 0);
-	assert_int_equal(djinn_session_close(s2), 0);
+	close(nfd);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -161,7 +161,7 @@ static void test_sessions(void **state)
 	memcpy(&s, r.data, sizeof(s));
 	dj_resp_free(&r);
 	assert_int_equal(session_entry(fx, s.session_id).priority, 7);
-	assert_string_equal(session_entry(fx, s.session_id).tenant, o.tenant);
+	assert_string_equal(session_entry(fx, s.session_id).label, o.tenant);
 	close_session(fd, s.session_id);
 
 	/* The lease is clamped to the server's limits, and said. */

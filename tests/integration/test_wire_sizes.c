@@ -207,7 +207,7 @@ static void test_grown_zero(void **state)
 		free(p);
 		assert_true(s.session_id != 0);
 		assert_int_equal(s.lease_ns, 10 * NSEC_PER_SEC);
-		assert_string_equal(session_entry(fx, s.session_id).tenant,
+		assert_string_equal(session_entry(fx, s.session_id).label,
 				    "grown");
 		call_ok(fx->fd, DJINN_MSG_SESSION_CLOSE, s.session_id, NULL, 0,
 			NULL, 0);

@@ -221,7 +221,7 @@ static void test_bad_files(void **state)
 		  "tenant.alice.share: '1001'" },
 		{ "[tenant.alice]\nshare = -3\n", 2, "tenant.alice.share" },
 		{ "[tenant.alice]\nweight = 2\n", 2,
-		  "unknown key 'weight' in [tenant.alice] (want share)" },
+		  "unknown key 'weight' in [tenant.alice] (want share, uids or gids)" },
 		{ "[tenant.]\nshare = 2\n", 2,
 		  "[tenant.]: a tenant name has 1 to 63 bytes" },
 		{ "[tenant.alice]\nshare = 2\nshare = 3\n", 3,
@@ -553,6 +553,61 @@ static void test_diff_apply(void **state)
 	config_free(&now);
 }
 
+/* [tenant.NAME] uids and gids: read (numbers and names), printed so that
+ * they read back, set twice in one file refused, diffed and applied. */
+static void test_tenant_ids(void **state)
+{
+	struct djinnd_config a, b;
+	unsigned int mask, restart;
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	assert_int_equal(load(&a, "[tenant.t]\nuids = 7, root,9\n"
+				  "gids = 0\nshare = 2\n"
+				  "[tenant.u]\ngids = 12\n"),
+			 0);
+	assert_int_equal(config_validate(&a), 0);
+	assert_int_equal(a.srv.nr_tmaps, 2);
+	assert_string_equal(a.srv.tmaps[0].tenant, "t");
+	assert_int_equal(a.srv.tmaps[0].nr_uids, 3);
+	assert_int_equal(a.srv.tmaps[0].uids[1], 0); /* root */
+	assert_int_equal(a.srv.tmaps[0].uids[2], 9);
+	assert_int_equal(a.srv.tmaps[0].nr_gids, 1);
+	assert_int_equal(a.srv.tmaps[1].nr_uids, 0);
+	assert_int_equal(a.srv.tmaps[1].gids[0], 12);
+	f = open_memstream(&out, &len);
+	config_print(&a, f);
+	fclose(f);
+	assert_non_null(strstr(out, "[tenant.t]\nuids = 7,0,9\t; "));
+	assert_non_null(strstr(out, "gids = 0\t; "));
+	assert_int_equal(load(&b, out), 0);
+	assert_int_equal(config_diff(&a, &b, &restart), 0);
+	free(out);
+	config_free(&b);
+
+	/* another mapping reloads, for connections from then on */
+	assert_int_equal(load(&b, "[tenant.t]\nuids = 7\n"), 0);
+	mask = config_diff(&a, &b, &restart);
+	assert_true(mask & CONFIG_RELOAD_TENANTS);
+	config_apply(&a, &b, mask);
+	config_free(&b);
+	assert_int_equal(a.srv.nr_tmaps, 1);
+	assert_int_equal(a.srv.tmaps[0].nr_uids, 1);
+	assert_null(a.srv.tmaps[0].uids_file);
+	config_free(&a);
+
+	assert_int_equal(load(&a, "[tenant.t]\nuids = 1\nuids = 2\n"), -EINVAL);
+	assert_err(&a, 3, "tenant.t.uids: already set on line 2");
+	config_free(&a);
+	assert_int_equal(load(&a, "[tenant.t]\nuids = 1\n"
+				  "[tenant.v]\nuids = 3,1\n"),
+			 0);
+	assert_int_equal(config_validate(&a), -EINVAL);
+	assert_err(&a, 4, "tenant.v.uids: uid 1 is tenant t's already");
+	config_free(&a);
+}
+
 static int setup(void **state)
 {
 	if (!mkdtemp(dir))
@@ -583,6 +638,7 @@ int main(void)
 		cmocka_unit_test(test_print_reads_back),
 		cmocka_unit_test(test_diff_apply),
 		cmocka_unit_test(test_sched),
+		cmocka_unit_test(test_tenant_ids),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Who a client is, against a real djinnd (Documentation/security.rst,
+ * "Identity"): a unix-socket client's tenant comes from SO_PEERCRED and
+ * SO_PEERGROUPS through [tenant.NAME] uids and gids, else "uid:N"; the
+ * string it sends at SESSION_OPEN is a label and changes nothing of who
+ * it is. Clients of other uids are connected by a child that changes its
+ * ids first (dj_connect_as()), so the test needs root; without it, it
+ * skips (77).
+ *
+ * - without a mapping: root is "uid:0", nobody "uid:65534", and nobody
+ *   sending "uid:0" (or a tenant name from the configuration) as its
+ *   label is still "uid:65534";
+ * - with one: by uid first, then the primary gid, then the first tenant
+ *   in the file's order listing a supplementary group, else "uid:N";
+ *   names of users and groups are accepted;
+ * - SIGHUP applies a new mapping to connections made after it; one
+ *   already open keeps its tenant;
+ * - a uid (a gid) listed by two tenants, an unknown user, an empty list
+ *   stop djinnd from starting, naming the key.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "fixture.h"
+
+#define NOBODY 65534
+
+/* A connection as @uid, @gid (and @groups), past HELLO. */
+static int connect_as(struct fx *fx, uid_t uid, gid_t gid, const gid_t *groups,
+		      size_t n)
+{
+	int fd = dj_connect_as(fx->d.sock, uid, gid, groups, n);
+
+	if (fd < 0)
+		fail_msg("connect as uid %u gid %u: %s", (unsigned int)uid,
+			 (unsigned int)gid, strerror(-fd));
+	hello_at(__LINE__, fd);
+	return fd;
+}
+
+/* Session @sid's tenant, and that its label is @label. */
+static const char *tenant_of(struct fx *fx, uint64_t sid, const char *label)
+{
+	static char t[DJINN_TENANT_LEN];
+	struct djinn_admin_session e = session_entry(fx, sid);
+
+	assert_string_equal(e.label, label);
+	memcpy(t, e.tenant, sizeof(t));
+	t[sizeof(t) - 1] = 0;
+	return t;
+}
+
+/* A session of a client as @uid/@gid/@groups labelled @label: its
+ * tenant. The connection goes with the session. */
+static const char *tenant_as(struct fx *fx, uid_t uid, gid_t gid,
+			     const gid_t *groups, size_t n, const char *label)
+{
+	int fd = connect_as(fx, uid, gid, groups, n);
+	uint64_t sid = open_session(fd, label);
+	const char *t = tenant_of(fx, sid, label);
+
+	close_session(fd, sid);
+	close(fd);
+	return t;
+}
+
+static int setup_plain(void **state)
+{
+	return fx_setup(state);
+}
+
+static void test_default(void **state)
+{
+	struct fx *fx = *state;
+	int fd = xconnect(fx->d.sock);
+	char me[DJINN_TENANT_LEN];
+	uint64_t sid;
+
+	snprintf(me, sizeof(me), "uid:%u", (unsigned int)getuid());
+	sid = open_session(fd, "anything");
+	assert_string_equal(tenant_of(fx, sid, "anything"), me);
+	close_session(fd, sid);
+	close(fd);
+
+	assert_string_equal(tenant_as(fx, NOBODY, NOBODY, NULL, 0, "mine"),
+			    "uid:65534");
+	/* spoofing through the label: still who it is */
+	assert_string_equal(tenant_as(fx, NOBODY, NOBODY, NULL, 0, "uid:0"),
+			    "uid:65534");
+	assert_string_equal(tenant_as(fx, NOBODY, NOBODY, NULL, 0, me),
+			    "uid:65534");
+}
+
+static int setup_mapped(void **state)
+{
+	static const char *const extra[] = {
+		"--set", "tenant.team.uids=65533,nobody",
+		"--set", "tenant.team.gids=4242",
+		"--set", "tenant.ops.gids=4343, 4344",
+		NULL
+	};
+
+	return fx_start_args(state, DEV_MEM, 10000, extra);
+}
+
+static void test_mapped(void **state)
+{
+	struct fx *fx = *state;
+	const gid_t ops[] = { 4343 }, both[] = { 4344, 4242 };
+
+	/* by uid, by number and by name */
+	assert_string_equal(tenant_as(fx, 65533, 65533, NULL, 0, "a"), "team");
+	assert_string_equal(tenant_as(fx, NOBODY, NOBODY, NULL, 0, "ops"),
+			    "team");
+	/* by the primary gid */
+	assert_string_equal(tenant_as(fx, 65532, 4242, NULL, 0, "b"), "team");
+	/* by a supplementary group */
+	assert_string_equal(tenant_as(fx, 65531, 65531, ops, 1, "c"), "ops");
+	/* the primary group first, then the first tenant in the file's
+	 * order listing a supplementary one (team is set before ops) */
+	assert_string_equal(tenant_as(fx, 65530, 4242, ops, 1, "d"), "team");
+	assert_string_equal(tenant_as(fx, 65529, 65529, both, 2, "e"), "team");
+	assert_string_equal(tenant_as(fx, 65529, 4343, both, 2, "g"), "ops");
+	/* the uid before any group */
+	assert_string_equal(tenant_as(fx, 65533, 4343, NULL, 0, "f"), "team");
+	/* nobody's: "uid:N", whatever the label says */
+	assert_string_equal(tenant_as(fx, 65528, 65528, NULL, 0, "team"),
+			    "uid:65528");
+}
+
+/* The mapping from a file; SIGHUP changes it for new connections only. */
+static void test_reload(void **state)
+{
+	struct fx *fx;
+	char dir[] = "/tmp/djinn-tenants.XXXXXX", path[64];
+	const char *extra[] = { "--config", path, NULL };
+	uint64_t old_sid;
+	int old_fd;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/djinnd.conf", dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("[tenant.red]\nuids = 65531\n", f);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(fx_start_args((void **)&fx, DEV_MEM, 10000, extra), 0);
+	old_fd = connect_as(fx, 65531, 65531, NULL, 0);
+	old_sid = open_session(old_fd, "kept");
+	assert_string_equal(tenant_of(fx, old_sid, "kept"), "red");
+
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("[tenant.blue]\nuids = 65531\n", f);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(kill(fx->d.pid, SIGHUP), 0);
+	for (int i = 0; i < 200; i++) {
+		if (!strcmp(tenant_as(fx, 65531, 65531, NULL, 0, "new"),
+			    "blue"))
+			break;
+		usleep(20 * 1000);
+	}
+	assert_string_equal(tenant_as(fx, 65531, 65531, NULL, 0, "new"),
+			    "blue");
+	/* the open connection is who it was */
+	{
+		uint64_t sid = open_session(old_fd, "again");
+
+		assert_string_equal(tenant_of(fx, sid, "again"), "red");
+		close_session(old_fd, sid);
+	}
+	close_session(old_fd, old_sid);
+	close(old_fd);
+	fx_teardown((void **)&fx);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* Refused at start, naming the key. */
+static void test_bad(void **state)
+{
+	static const struct {
+		const char *a, *b, *want;
+	} cases[] = {
+		{ "tenant.a.uids=65533", "tenant.b.uids=1,65533",
+		  "tenant.b.uids: uid 65533 is tenant a's already" },
+		{ "tenant.a.gids=7", "tenant.b.gids=7",
+		  "tenant.b.gids: gid 7 is tenant a's already" },
+		{ "tenant.a.uids=no-such-user-djinn", NULL,
+		  "tenant.a.uids: 'no-such-user-djinn': want user numbers or "
+		  "names" },
+		{ "tenant.a.gids=1,,2", NULL,
+		  "tenant.a.gids: '1,,2': want group numbers or names" },
+		{ "tenant.a.uids=", NULL, "tenant.a.uids: " },
+		{ "tenant.a.colour=red", NULL,
+		  "unknown key 'colour' in [tenant.a] (want share, uids or "
+		  "gids)" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *extra[] = { "--set", cases[i].a, "--set",
+					cases[i].b, NULL };
+		struct djd d;
+
+		if (!cases[i].b)
+			extra[2] = NULL;
+		if (!djd_start_args(&d, DEV_MEM, 10000, extra)) {
+			djd_kill(&d);
+			fail_msg("djinnd started with %s %s", cases[i].a,
+				 cases[i].b ? cases[i].b : "");
+		}
+		if (!strstr(djd_start_error(), cases[i].want))
+			fail_msg("%s: djinnd said \"%s\"; want \"%s\"",
+				 cases[i].a, djd_start_error(), cases[i].want);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_default, setup_plain,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_mapped, setup_mapped,
+						fx_teardown),
+		cmocka_unit_test(test_reload),
+		cmocka_unit_test(test_bad),
+	};
+	int ret = fx_can_run();
+
+	if (ret)
+		return ret;
+	if (geteuid()) {
+		printf("SKIP: test_tenants connects as other uids: run it as "
+		       "root\n");
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
