@@ -615,7 +615,7 @@ static void ab_insert_vmu(struct ab_ctx *c)
 		}
 		for (i = 0; i < AB_BATCH; i++) {
 			check(vmu_text_put(c->s, c->texts[i]), "vmu_text_put");
-			check(vmu_text_evict(c->v, c->fps[i]),
+			check(vmu_text_evict(c->v, c->fps[i], "bench"),
 			      "vmu_text_evict");
 		}
 	}

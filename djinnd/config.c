@@ -527,11 +527,34 @@ static int parse_id(const char *s, bool group, uint32_t *out)
 	return 0;
 }
 
+/* @tenant's entry of tenants' maps, made if there is none: NULL when
+ * there is no room (said in c->err). */
+static struct tenant_map *tmap_get(struct djinnd_config *c, const char *tenant,
+				   const char *key)
+{
+	struct server_config *s = &c->srv;
+	struct tenant_map *m;
+
+	for (unsigned int i = 0; i < s->nr_tmaps; i++)
+		if (!strcmp(s->tmaps[i].tenant, tenant))
+			return &s->tmaps[i];
+	if (s->nr_tmaps == SERVER_TENANT_MAPS_MAX) {
+		fail(c,
+		     "tenant.%s.%s: at most %d tenants with uids, gids or "
+		     "client_kernels",
+		     tenant, key, SERVER_TENANT_MAPS_MAX);
+		return NULL;
+	}
+	m = &s->tmaps[s->nr_tmaps++];
+	memset(m, 0, sizeof(*m));
+	snprintf(m->tenant, sizeof(m->tenant), "%s", tenant);
+	return m;
+}
+
 /* tenant.NAME.uids or .gids = LIST: numbers or names, by commas. */
 static int tenant_ids_set(struct djinnd_config *c, const char *tenant,
 			  bool group, const char *value)
 {
-	struct server_config *s = &c->srv;
 	const char *what = group ? "gids" : "uids";
 	struct tenant_map *m = NULL;
 	unsigned int nr = 0;
@@ -563,19 +586,9 @@ static int tenant_ids_set(struct djinnd_config *c, const char *tenant,
 	}
 	if (!nr)
 		return fail(c, "tenant.%s.%s: an empty list", tenant, what);
-	for (unsigned int i = 0; i < s->nr_tmaps; i++)
-		if (!strcmp(s->tmaps[i].tenant, tenant))
-			m = &s->tmaps[i];
-	if (!m) {
-		if (s->nr_tmaps == SERVER_TENANT_MAPS_MAX)
-			return fail(c,
-				    "tenant.%s.%s: at most %d tenants list "
-				    "uids or gids",
-				    tenant, what, SERVER_TENANT_MAPS_MAX);
-		m = &s->tmaps[s->nr_tmaps++];
-		memset(m, 0, sizeof(*m));
-		snprintf(m->tenant, sizeof(m->tenant), "%s", tenant);
-	}
+	m = tmap_get(c, tenant, what);
+	if (!m)
+		return -EINVAL;
 	if (group ? (m->gids_file == c->cur_file && m->gids_line &&
 		     c->cur_line) :
 		    (m->uids_file == c->cur_file && m->uids_line &&
@@ -618,10 +631,25 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 				    tenant);
 	if (!strcmp(name, "uids") || !strcmp(name, "gids"))
 		return tenant_ids_set(c, tenant, name[0] == 'g', value);
+	if (!strcmp(name, "client_kernels")) {
+		struct tenant_map *m;
+		bool on = !strcmp(value, "yes");
+
+		if (!on && strcmp(value, "no"))
+			return fail(c,
+				    "tenant.%s.client_kernels: '%s': want yes "
+				    "or no",
+				    tenant, value);
+		m = tmap_get(c, tenant, name);
+		if (!m)
+			return -EINVAL;
+		m->client_kernels = on;
+		return 0;
+	}
 	if (strcmp(name, "share"))
 		return fail(c,
 			    "unknown key '%s' in [tenant.%s] (want share, "
-			    "uids or gids)",
+			    "uids, gids or client_kernels)",
 			    name, tenant);
 	if (parse_uint(value, &v) || v < 1 || v > SCHED_SHARE_MAX)
 		return fail(c,
@@ -1144,6 +1172,9 @@ void config_print(const struct djinnd_config *c, FILE *f)
 					    (unsigned int)m->uids[k]);
 			fprintf(f, "\t; SIGHUP reloads it\n");
 		}
+		if (m->client_kernels)
+			fprintf(f,
+				"client_kernels = yes\t; SIGHUP reloads it\n");
 	}
 }
 
@@ -1158,6 +1189,7 @@ static bool tmaps_equal(const struct server_config *a,
 
 		if (strcmp(x->tenant, y->tenant) || x->nr_uids != y->nr_uids ||
 		    x->nr_gids != y->nr_gids ||
+		    x->client_kernels != y->client_kernels ||
 		    memcmp(x->uids, y->uids, x->nr_uids * sizeof(x->uids[0])) ||
 		    memcmp(x->gids, y->gids, x->nr_gids * sizeof(x->gids[0])))
 			return false;

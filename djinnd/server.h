@@ -29,12 +29,15 @@
 #define SERVER_COMPUTE_THREADS_MAX 16
 
 /*
- * struct tenant_map - [tenant.NAME] uids and gids
+ * struct tenant_map - [tenant.NAME] uids, gids and client_kernels
  *
  * A unix-socket client whose peer uid is listed is tenant NAME; one
  * whose uid no tenant lists but whose primary or supplementary gid one
- * does, that one's. Anyone else is tenant "uid:N" (server_identify()).
+ * does, that one's. Anyone else is tenant "uid:N" (session/tenant.h).
  * A uid or gid is listed by one tenant at most (config_validate()).
+ * @client_kernels: its sessions may upload and run client kernels
+ * (KERNEL nodes), which reach all of the device's memory: off unless
+ * the administrator says so.
  */
 #define SERVER_TENANT_MAPS_MAX 64
 #define SERVER_TENANT_IDS_MAX 32
@@ -43,6 +46,7 @@ struct tenant_map {
 	unsigned int nr_uids, nr_gids;
 	uid_t uids[SERVER_TENANT_IDS_MAX];
 	gid_t gids[SERVER_TENANT_IDS_MAX];
+	bool client_kernels;
 	/* where each list was set (config.c: a list set twice in one file
 	 * is an error) */
 	const char *uids_file, *gids_file;

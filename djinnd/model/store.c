@@ -38,6 +38,9 @@ struct store_model {
 	uint64_t epoch;
 	bool uploaded; /* named upload-HEX, by @src */
 	uint8_t src[VMU_FP_LEN];
+	/* an upload's tenant: its weights are that tenant's text, so
+	 * another tenant sending the same files gets an entry of its own */
+	char owner[DJINN_TENANT_LEN];
 };
 
 struct model_store {
@@ -137,23 +140,32 @@ static void expire_locked(struct model_store *ms)
 
 /* A directory model, or an uploaded one: two namespaces, so an upload
  * can never stand in for a directory model of the same name. */
+/* The served model @name (@owner NULL), or the upload @name of tenant
+ * @owner. */
 static struct store_model *find(struct model_store *ms, const char *name,
-				bool uploaded)
+				const char *owner)
 {
 	struct store_model *sm;
 
 	list_for_each_entry(sm, &ms->models, node)
-		if (sm->uploaded == uploaded && !strcmp(sm->m.name, name))
+		if (sm->uploaded == !!owner && !strcmp(sm->m.name, name) &&
+		    (!owner || !strcmp(sm->owner, owner)))
 			return sm;
 	return NULL;
 }
 
-/* Any model of that name, for evict. */
+/* Any model of that name, for evict: the served one, else an upload. */
 static struct store_model *find_any(struct model_store *ms, const char *name)
 {
-	struct store_model *sm = find(ms, name, false);
+	struct store_model *sm;
 
-	return sm ? sm : find(ms, name, true);
+	list_for_each_entry(sm, &ms->models, node)
+		if (!sm->uploaded && !strcmp(sm->m.name, name))
+			return sm;
+	list_for_each_entry(sm, &ms->models, node)
+		if (!strcmp(sm->m.name, name))
+			return sm;
+	return NULL;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -192,8 +204,9 @@ static int fingerprint(const struct model_layout *L, uint8_t fp[VMU_FP_LEN])
  * text segment for @s (or find them there). On failure @m's layout is
  * freed. The set stays the caller's.
  */
-static int place(struct vmu_session *s, const char *name, struct model *m,
-		 struct vmu_text **text, char *msg, size_t msglen)
+static int place(struct vmu_session *s, const char *name, bool shared,
+		 struct model *m, struct vmu_text **text, char *msg,
+		 size_t msglen)
 {
 	struct vmu_text_upload *up;
 	bool created;
@@ -205,10 +218,13 @@ static int place(struct vmu_session *s, const char *name, struct model *m,
 		       name);
 		goto out_layout;
 	}
-	/* the same weights under another name, or uploaded: share them */
-	ret = vmu_text_lookup(s, m->fp, text);
+	/* the same weights under another name: share them. A served
+	 * model's are in the shared scope, an upload's its tenant's. */
+	ret = shared ? vmu_text_lookup_shared(s, m->fp, text) :
+		       vmu_text_lookup(s, m->fp, text);
 	if (ret == -ENOENT) {
-		ret = vmu_text_begin(s, m->layout.bytes, &up);
+		ret = shared ? vmu_text_begin_shared(s, m->layout.bytes, &up) :
+			       vmu_text_begin(s, m->layout.bytes, &up);
 		if (ret) {
 			errmsg(msg, msglen, ret,
 			       "model %s: no room for %llu bytes of weights: %s",
@@ -276,7 +292,7 @@ static int load(struct model_store *ms, struct vmu_session *s, const char *name,
 		return ret;
 	ret = model_layout_build(&m->cfg, set, &m->layout, msg, msglen);
 	if (!ret)
-		ret = place(s, name, m, text, msg, msglen);
+		ret = place(s, name, true, m, text, msg, msglen);
 	st_set_close(set);
 	return ret;
 }
@@ -304,7 +320,7 @@ static int load_upload(struct model_store *ms, struct vmu_session *s,
 		return ret;
 	ret = model_layout_build(&m->cfg, set, &m->layout, msg, msglen);
 	if (!ret)
-		ret = place(s, name, m, text, msg, msglen);
+		ret = place(s, name, false, m, text, msg, msglen);
 	st_set_close(set);
 	return ret;
 }
@@ -329,7 +345,7 @@ static int open_entry(struct model_store *ms, struct vmu_session *s,
 	pthread_mutex_lock(&ms->lock);
 again:
 	expire_locked(ms);
-	sm = find(ms, name, up != NULL);
+	sm = find(ms, name, up ? vmu_session_tenant(s) : NULL);
 	if (sm && sm->loading) {
 		sm->waiters++;
 		if (ms->hook)
@@ -352,7 +368,8 @@ again:
 		}
 	}
 	if (sm) {
-		ret = vmu_text_lookup(s, sm->m.fp, &text);
+		ret = sm->uploaded ? vmu_text_lookup(s, sm->m.fp, &text) :
+				     vmu_text_lookup_shared(s, sm->m.fp, &text);
 		if (!ret)
 			goto hold;
 		if (ret != -ENOENT || sm->holders) {
@@ -385,6 +402,8 @@ again:
 		if (up) {
 			sm->uploaded = true;
 			memcpy(sm->src, up->src, VMU_FP_LEN);
+			snprintf(sm->owner, sizeof(sm->owner), "%s",
+				 vmu_session_tenant(s));
 		}
 		list_add_tail(&sm->node, &ms->models);
 	}
@@ -530,8 +549,9 @@ int model_store_evict(struct model_store *ms, const char *name, char *msg,
 		      size_t msglen)
 {
 	struct store_model *sm, *o;
+	char owner[DJINN_TENANT_LEN];
 	uint8_t fp[VMU_FP_LEN];
-	bool shared = false;
+	bool shared = false, uploaded;
 	int ret;
 
 	ret = model_name_check(name, msg, msglen);
@@ -556,13 +576,19 @@ int model_store_evict(struct model_store *ms, const char *name, char *msg,
 		goto out;
 	}
 	memcpy(fp, sm->m.fp, VMU_FP_LEN);
+	uploaded = sm->uploaded;
+	snprintf(owner, sizeof(owner), "%s", sm->owner);
 	model_free(sm);
+	/* in the same scope: served models share theirs, a tenant's
+	 * uploads theirs */
 	list_for_each_entry(o, &ms->models, node)
-		shared |= !o->loading && !memcmp(o->m.fp, fp, VMU_FP_LEN);
+		shared |= !o->loading && !memcmp(o->m.fp, fp, VMU_FP_LEN) &&
+			  o->uploaded == uploaded &&
+			  (!uploaded || !strcmp(o->owner, owner));
 	/* another name keeps them cached; a session's own reference
 	 * (-EBUSY) or an earlier reclaim (-ENOENT) leaves them to the VMU */
 	if (!shared)
-		vmu_text_evict(ms->v, fp);
+		vmu_text_evict(ms->v, fp, uploaded ? owner : NULL);
 out:
 	pthread_mutex_unlock(&ms->lock);
 	return ret;

@@ -20,6 +20,7 @@
 #include "exec/executor.h"
 #include "net/conn.h"
 #include "net/msg.h"
+#include "session/tenant.h"
 
 #define GRAPH_MAX_PAYLOAD                                    \
 	(sizeof(struct djinn_graph) +                        \
@@ -533,8 +534,22 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 	return 0;
 }
 
+/* Client kernels reach all of the device's memory: only tenants the
+ * administrator allows run them (Documentation/security.rst). */
+static int kernels_allowed(struct conn *c, const struct djinn_hdr *hdr,
+			   struct session *s)
+{
+	if (tenant_client_kernels(&c->srv->cfg, s->tenant))
+		return 0;
+	conn_error(c, hdr, -EPERM,
+		   "client kernels are off for tenant %s "
+		   "([tenant.%s] client_kernels = yes in djinnd.conf)",
+		   s->tenant, s->tenant);
+	return -EPERM;
+}
+
 /* A client module's upload (DJINN_TENSOR_MODULE): a u8 vector of text,
- * to a backend that runs client kernels. */
+ * to a backend that runs client kernels, for a tenant allowed them. */
 static int module_check(struct conn *c, const struct djinn_hdr *hdr,
 			struct session *s, const struct djinn_tensor_create *r)
 {
@@ -549,6 +564,8 @@ static int module_check(struct conn *c, const struct djinn_hdr *hdr,
 			   djinn_dtype_name(r->desc.dtype), r->desc.ndim);
 		return -EINVAL;
 	}
+	if (kernels_allowed(c, hdr, s))
+		return -EPERM;
 	if (!b->ops->module_load || !b->ops->run_kernel) {
 		conn_error(c, hdr, -EOPNOTSUPP, BACKEND_NO_KERNELS, b->name);
 		return -EOPNOTSUPP;
@@ -588,7 +605,8 @@ static int module_load(struct conn *c, const struct djinn_hdr *hdr,
 	conn_error(c, hdr, ret, "%s", msg);
 	vmu_text_put(st->s->vs, st->t.text);
 	if (created)
-		vmu_text_evict(st->s->dev->vmu, st->fp);
+		vmu_text_evict(st->s->dev->vmu, st->fp,
+			       vmu_session_tenant(st->s->vs));
 	return ret;
 }
 
@@ -1073,6 +1091,11 @@ static void handle_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, ret, "%s", msg);
 		goto out_free;
 	}
+	/* a tenant's modules stay after a reload turns its kernels off */
+	for (uint32_t i = 0; i < job->view.g->nr_nodes; i++)
+		if (job->view.nodes[i].op == DJINN_GOP_KERNEL &&
+		    kernels_allowed(c, hdr, s))
+			goto out_free;
 	if (msg_inflight_full(c, hdr, s))
 		goto out_free;
 	nin = job->view.g->nr_inputs;

@@ -39,6 +39,14 @@ void tenant_of(const struct server_config *cfg, uid_t uid, const gid_t *gids,
 	snprintf(out, DJINN_TENANT_LEN, "uid:%u", (unsigned int)uid);
 }
 
+bool tenant_client_kernels(const struct server_config *cfg, const char *tenant)
+{
+	for (unsigned int i = 0; i < cfg->nr_tmaps; i++)
+		if (!strcmp(cfg->tmaps[i].tenant, tenant))
+			return cfg->tmaps[i].client_kernels;
+	return false;
+}
+
 unsigned int tenant_peer_groups(int fd, gid_t gid, gid_t *gids,
 				unsigned int max)
 {

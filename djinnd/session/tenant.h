@@ -11,6 +11,7 @@
 #ifndef DJINN_TENANT_H
 #define DJINN_TENANT_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include <djinn/proto.h>
@@ -21,6 +22,10 @@ struct server_config;
  * first), into @out. */
 void tenant_of(const struct server_config *cfg, uid_t uid, const gid_t *gids,
 	       unsigned int n, char out[DJINN_TENANT_LEN]);
+
+/* Whether sessions of @tenant may upload and run client kernels
+ * ([tenant.NAME] client_kernels; off by default). */
+bool tenant_client_kernels(const struct server_config *cfg, const char *tenant);
 
 /* The groups of the peer of unix socket @fd: its primary gid @gid first,
  * then what SO_PEERGROUPS gives, at most @max; how many. */

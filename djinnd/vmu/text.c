@@ -64,16 +64,29 @@ void vmu_text_expire_locked(struct vmu *v)
 	v->st.text_lost += n;
 }
 
-static struct vmu_text *text_find(struct vmu *v, const uint8_t *fp)
+/* The entry of scope @owner ("" : shared) with fingerprint @fp. */
+static struct vmu_text *text_find(struct vmu *v, const uint8_t *fp,
+				  const char *owner)
 {
 	struct vmu_text *t;
 
 	vmu_text_expire_locked(v);
 	t = v->hash[fp_hash(v, fp)];
 
-	while (t && memcmp(t->fp, fp, VMU_FP_LEN))
+	while (t && (memcmp(t->fp, fp, VMU_FP_LEN) || strcmp(t->owner, owner)))
 		t = t->hnext;
 	return t;
+}
+
+const char *vmu_session_tenant(const struct vmu_session *s)
+{
+	return s->tenant->name;
+}
+
+/* The scope @s looks in and inserts into. */
+static const char *scope(const struct vmu_session *s, bool shared)
+{
+	return shared ? "" : s->tenant->name;
 }
 
 static void text_hash_add(struct vmu *v, struct vmu_text *t)
@@ -248,15 +261,15 @@ void vmu_text_unhold(struct vmu_session *s, struct vmu_text_ref *ref,
 	}
 }
 
-int vmu_text_lookup(struct vmu_session *s, const uint8_t fp[VMU_FP_LEN],
-		    struct vmu_text **out)
+static int lookup(struct vmu_session *s, const uint8_t fp[VMU_FP_LEN],
+		  bool shared, struct vmu_text **out)
 {
 	struct vmu *v = s->vmu;
 	struct vmu_text *t;
 	int ret = -ENOENT;
 
 	vmu_lock(v);
-	t = text_find(v, fp);
+	t = text_find(v, fp, scope(s, shared));
 	if (t) {
 		ret = text_hold(s, t);
 		if (!ret) {
@@ -268,6 +281,18 @@ int vmu_text_lookup(struct vmu_session *s, const uint8_t fp[VMU_FP_LEN],
 	}
 	vmu_unlock(v);
 	return ret;
+}
+
+int vmu_text_lookup(struct vmu_session *s, const uint8_t fp[VMU_FP_LEN],
+		    struct vmu_text **out)
+{
+	return lookup(s, fp, false, out);
+}
+
+int vmu_text_lookup_shared(struct vmu_session *s, const uint8_t fp[VMU_FP_LEN],
+			   struct vmu_text **out)
+{
+	return lookup(s, fp, true, out);
 }
 
 int vmu_text_put(struct vmu_session *s, struct vmu_text *t)
@@ -285,13 +310,14 @@ int vmu_text_put(struct vmu_session *s, struct vmu_text *t)
 	return ret;
 }
 
-int vmu_text_evict(struct vmu *v, const uint8_t fp[VMU_FP_LEN])
+int vmu_text_evict(struct vmu *v, const uint8_t fp[VMU_FP_LEN],
+		   const char *owner)
 {
 	struct vmu_text *t;
 	int ret = -ENOENT;
 
 	vmu_lock(v);
-	t = text_find(v, fp);
+	t = text_find(v, fp, owner ? owner : "");
 	if (t && t->holders) {
 		ret = -EBUSY;
 	} else if (t) {
@@ -393,6 +419,16 @@ int vmu_text_begin(struct vmu_session *s, uint64_t size,
 	return upload_start(s, size, true, out);
 }
 
+int vmu_text_begin_shared(struct vmu_session *s, uint64_t size,
+			  struct vmu_text_upload **out)
+{
+	int ret = upload_start(s, size, true, out);
+
+	if (!ret)
+		(*out)->shared = true;
+	return ret;
+}
+
 int vmu_text_write(struct vmu_text_upload *u, const void *src, uint64_t len)
 {
 	struct vmu_provider *p = u->s->vmu->prov;
@@ -455,7 +491,7 @@ int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
 		return -EIO;
 	}
 	list_del_init(&u->node);
-	t = text_find(v, fp);
+	t = text_find(v, fp, scope(s, u->shared));
 	if (t) {
 		/* Someone inserted the same bytes meanwhile: use theirs. */
 		vmu_upload_free_locked(v, u);
@@ -468,6 +504,7 @@ int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
 			return -ENOMEM;
 		}
 		memcpy(t->fp, fp, VMU_FP_LEN);
+		snprintf(t->owner, sizeof(t->owner), "%s", scope(s, u->shared));
 		t->m = u->m;
 		t->size = u->size;
 		t->epoch = u->epoch;

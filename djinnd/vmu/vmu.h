@@ -223,9 +223,24 @@ uint64_t vmu_reclaim(struct vmu *v, uint64_t bytes);
 /* SHA-256 of @len bytes at @buf. */
 void vmu_fingerprint(const void *buf, size_t len, uint8_t fp[VMU_FP_LEN]);
 
-/* Take a reference for @s on the entry named @fp: 0, or -ENOENT. */
+/* The name of @s's tenant (vmu_session_create()'s @tenant). */
+const char *vmu_session_tenant(const struct vmu_session *s);
+
+/*
+ * Scopes: an entry belongs to one tenant (a client's upload), found and
+ * deduplicated only by sessions of that tenant, or to the shared scope
+ * (the weights of models the administrator serves), found only through
+ * the *_shared calls, which the model store alone makes. A lookup of
+ * another tenant's bytes misses exactly as for bytes nobody uploaded
+ * (Documentation/security.rst, "Text").
+ *
+ * Take a reference for @s on the entry named @fp of its tenant (of the
+ * shared scope): 0, or -ENOENT.
+ */
 int vmu_text_lookup(struct vmu_session *s, const uint8_t fp[VMU_FP_LEN],
 		    struct vmu_text **out);
+int vmu_text_lookup_shared(struct vmu_session *s, const uint8_t fp[VMU_FP_LEN],
+			   struct vmu_text **out);
 /* Insert @size bytes from host memory, which must not change during the
  * call (they are hashed once, then copied). If an entry with the same
  * content exists, that one is referenced and returned and *@created is
@@ -234,8 +249,10 @@ int vmu_text_insert(struct vmu_session *s, const void *src, uint64_t size,
 		    struct vmu_text **out, bool *created);
 /* Drop one reference of @s: 0, or -ENOENT if @s holds none on @t. */
 int vmu_text_put(struct vmu_session *s, struct vmu_text *t);
-/* Drop an unheld entry now: 0, -ENOENT, or -EBUSY while held. */
-int vmu_text_evict(struct vmu *v, const uint8_t fp[VMU_FP_LEN]);
+/* Drop the unheld entry @fp of tenant @owner (NULL: the shared scope)
+ * now: 0, -ENOENT, or -EBUSY while held. */
+int vmu_text_evict(struct vmu *v, const uint8_t fp[VMU_FP_LEN],
+		   const char *owner);
 
 /* The entry's bytes are at [addr, addr + size). The rest of its last
  * granule is not zeroed and may hold earlier bytes of any tenant: every
@@ -255,6 +272,9 @@ const uint8_t *vmu_text_fp(const struct vmu_text *t);
  */
 int vmu_text_begin(struct vmu_session *s, uint64_t size,
 		   struct vmu_text_upload **out);
+/* The same into the shared scope. */
+int vmu_text_begin_shared(struct vmu_session *s, uint64_t size,
+			  struct vmu_text_upload **out);
 int vmu_text_write(struct vmu_text_upload *u, const void *src, uint64_t len);
 int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
 		    struct vmu_text **out, bool *created);

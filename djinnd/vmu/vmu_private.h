@@ -122,6 +122,8 @@ struct vmu_slot {
 
 struct vmu_text {
 	uint8_t fp[VMU_FP_LEN];
+	/* whose: a tenant's name, or "" for the shared scope (vmu.h) */
+	char owner[VMU_NAME_MAX];
 	struct vmu_text *hnext;
 	struct list_head lru; /* v->text_lru while unheld */
 	struct vmu_mapping m;
@@ -140,6 +142,7 @@ struct vmu_text_ref {
 
 struct vmu_text_upload {
 	struct vmu_session *s;
+	bool shared; /* for the shared scope, else the session's tenant's */
 	struct list_head node; /* s->uploads */
 	struct vmu_mapping m;
 	uint64_t size;

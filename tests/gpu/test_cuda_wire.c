@@ -255,7 +255,9 @@ int main(void)
 		cmocka_unit_test(test_upload_run_dedup),
 		cmocka_unit_test(test_refusals),
 	};
-	char addr[sizeof(F.d.sock) + 8], msg[256] = "";
+	char addr[sizeof(F.d.sock) + 8], msg[256] = "", allow[64];
+	const char *extra[] = { "--set", "device.backend=cuda", "--set", allow,
+				NULL };
 	unsigned int n = 0;
 	int ret;
 
@@ -267,7 +269,11 @@ int main(void)
 		printf("SKIP: no CUDA device: %s\n", msg[0] ? msg : "none");
 		return 77;
 	}
-	if (djd_start_set(&F.d, "64M", 30000, "device.backend=cuda")) {
+	/* client kernels for this process's tenant (they are off unless
+	 * allowed: Documentation/security.rst) */
+	snprintf(allow, sizeof(allow), "tenant.uid:%u.client_kernels=yes",
+		 (unsigned int)getuid());
+	if (djd_start_args(&F.d, "64M", 30000, extra)) {
 		fprintf(stderr, "djinnd --backend cuda did not start: %s\n",
 			djd_start_error());
 		return 1;

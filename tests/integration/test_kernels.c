@@ -10,6 +10,12 @@
  * is not one (a plain text or data tensor) is refused -EINVAL, in raw
  * frames and through libdjinn, which refuses it locally with the
  * daemon's words. tests/gpu/test_cuda_wire runs modules on a GPU.
+ *
+ * Client kernels are off unless the tenant is allowed them ([tenant.NAME]
+ * client_kernels): this test's own tenant is; another's (uid 65534,
+ * connected by a child as that uid) is refused -EPERM, naming the key,
+ * for an upload and for a graph with a KERNEL node, before anything else
+ * is looked at. Without root that one skips.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -113,7 +119,12 @@ static int kfx_setup(void **state)
 	struct kfx *fx = calloc(1, sizeof(*fx));
 	struct dj_resp r;
 
-	if (!fx || djd_start(&fx->fx.d, "64M", 10000))
+	char allow[64];
+
+	/* this process's tenant may run client kernels; no one else */
+	snprintf(allow, sizeof(allow), "tenant.uid:%u.client_kernels=yes",
+		 (unsigned int)getuid());
+	if (!fx || djd_start_set(&fx->fx.d, "64M", 10000, allow))
 		return -1;
 	fx->fd = dj_connect(fx->fx.d.sock);
 	fx->fx.adm = dj_connect(fx->fx.d.admin);
@@ -231,8 +242,8 @@ static void test_module_malformed(void **state)
 }
 
 /* GRAPH_SUBMIT of one KERNEL node on inputs @h[2] (module, argument). */
-static void kernel_graph_err(struct kfx *fx, const uint64_t h[2],
-			     const char *phrase)
+static void kernel_graph_err_is(struct kfx *fx, const uint64_t h[2], int err,
+				const char *phrase)
 {
 	struct {
 		struct djinn_graph g;
@@ -253,8 +264,14 @@ static void kernel_graph_err(struct kfx *fx, const uint64_t h[2],
 		.out_like = 1,
 		.name_hash = 0x1234,
 	};
-	call_err(fx->fd, DJINN_MSG_GRAPH_SUBMIT, fx->sid, &p, sizeof(p),
-		 -EINVAL, phrase);
+	call_err(fx->fd, DJINN_MSG_GRAPH_SUBMIT, fx->sid, &p, sizeof(p), err,
+		 phrase);
+}
+
+static void kernel_graph_err(struct kfx *fx, const uint64_t h[2],
+			     const char *phrase)
+{
+	kernel_graph_err_is(fx, h, -EINVAL, phrase);
 }
 
 static void test_kernel_not_module(void **state)
@@ -388,6 +405,41 @@ static void test_libdjinn(void **state)
 	free(m);
 }
 
+/* Another tenant: refused before the backend or the bytes are looked
+ * at, and the session serves on. */
+static void test_kernels_not_allowed(void **state)
+{
+	struct kfx *fx = *state, other = *fx;
+	uint8_t *m = module_bytes(512);
+	const char *why = "client kernels are off for tenant uid:65534 "
+			  "([tenant.uid:65534] client_kernels = yes in "
+			  "djinnd.conf)";
+	struct djinn_tensor_create cr = text_create(m, 512, 0);
+	struct djinn_admin_vmu before = vmu_now(&fx->fx);
+	uint64_t h[2];
+
+	other.fd = dj_connect_as(fx->fx.d.sock, 65534, 65534, NULL, 0);
+	if (other.fd == -EPERM)
+		skip();
+	assert_true(other.fd >= 0);
+	hello_at(__LINE__, other.fd);
+	other.sid = open_session(other.fd, "kernels");
+	cr.flags = DJINN_TENSOR_MODULE;
+	create_err(&other, &cr, m, 512, -EPERM, why);
+	assert_int_equal(vmu_now(&fx->fx).seg[0].used, before.seg[0].used);
+	/* a KERNEL node, whatever its inputs are */
+	cr.flags = 0;
+	h[0] = h[1] = create_ok(&other, &cr, m, 512);
+	kernel_graph_err_is(&other, h, -EPERM, why);
+	tensor_release(other.fd, other.sid, h[0]);
+	close_session(other.fd, other.sid);
+	close(other.fd);
+	/* this tenant's: the backend's answer, as before */
+	cr.flags = DJINN_TENSOR_MODULE;
+	create_err(fx, &cr, m, 512, -EOPNOTSUPP, NO_KERNELS);
+	free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -399,6 +451,8 @@ int main(void)
 						kfx_setup, kfx_teardown),
 		cmocka_unit_test_setup_teardown(test_libdjinn, kfx_setup,
 						kfx_teardown),
+		cmocka_unit_test_setup_teardown(test_kernels_not_allowed,
+						kfx_setup, kfx_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -739,9 +739,10 @@ static int upload_open_at(int line, int fd, uint64_t sid,
 
 /* 18d. Uploaded models: a client sends config.json and the safetensors
  * as text tensors, found by fingerprint first; the model is listed as
- * upload-HEX, its weights the same text entry as the directory model
- * with those files, and it generates the same tokens; a second session
- * opens it by fingerprints alone; bad uploads are refused precisely. */
+ * upload-HEX, its weights its tenant's own text (the directory model
+ * with those files is served, in the shared scope: another entry), and
+ * it generates the same tokens; a second session of the tenant opens it
+ * by fingerprints alone; bad uploads are refused precisely. */
 static void test_model_upload(void **state)
 {
 	struct fx *fx = *state;
@@ -787,13 +788,15 @@ static void test_model_upload(void **state)
 	assert_int_equal(models_listed(fx, name, &holders), 1);
 	assert_int_equal(holders, 1);
 	/* the file tensors may go; the directory's model with the same
-	 * files is the same text entry: nothing more is loaded */
+	 * files is served: an entry of the shared scope beside the
+	 * tenant's, never the tenant's own (Documentation/security.rst) */
 	tensor_release(fd, sid, t1);
 	tensor_release(fd, sid, t2);
 	used = vmu_now(fx).seg[0].used;
 	md = model_open(fd2, sid2, "src");
 	assert_memory_equal(md.fp, m.fp, sizeof(m.fp));
-	assert_int_equal(vmu_now(fx).seg[0].used, used);
+	assert_int_equal(vmu_now(fx).seg[0].used,
+			 used + granules(fx, md.bytes));
 	/* and they generate the same tokens */
 	ctx = ctx_new(fd, sid, m.model, 16);
 	prefill(fd, sid, ctx, prompt, 4, 0);

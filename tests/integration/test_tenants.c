@@ -17,7 +17,13 @@
  * - SIGHUP applies a new mapping to connections made after it; one
  *   already open keeps its tenant;
  * - a uid (a gid) listed by two tenants, an unknown user, an empty list
- *   stop djinnd from starting, naming the key.
+ *   stop djinnd from starting, naming the key;
+ * - text is the uploader's tenant's: another tenant's TEXT_LOOKUP of it
+ *   answers exactly as for bytes nobody uploaded (code and message), its
+ *   upload of the same bytes is not deduplicated (so not confirmed) and
+ *   reads back its own bytes; the same tenant's next session finds it;
+ * - a served model's weights are shared, and no tenant finds them by the
+ *   fingerprint MODEL_OPEN gives it, so none can read them.
  */
 #include <errno.h>
 #include <signal.h>
@@ -32,6 +38,7 @@
 #include <cmocka.h>
 
 #include "fixture.h"
+#include "../unit/testutil.h"
 
 #define NOBODY 65534
 
@@ -138,6 +145,106 @@ static void test_mapped(void **state)
 			    "uid:65528");
 }
 
+/* TEXT_LOOKUP of @fp viewed as @d by @sid on @fd: the error and its
+ * message, into @msg. */
+static int lookup(int fd, uint64_t sid, const struct djinn_tensor_desc *d,
+		  const uint8_t *fp, char *msg, size_t msglen)
+{
+	struct djinn_text_lookup l = { .desc = *d };
+	struct dj_resp r;
+	int err;
+
+	memcpy(l.fp, fp, sizeof(l.fp));
+	assert_int_equal(
+		dj_call(fd, DJINN_MSG_TEXT_LOOKUP, sid, &l, sizeof(l), &r), 1);
+	err = r.error;
+	snprintf(msg, msglen, "%.*s", (int)msglen - 1, err ? r.msg : "");
+	dj_resp_free(&r);
+	return err;
+}
+
+static void test_text(void **state)
+{
+	struct fx *fx = *state;
+	const struct djinn_tensor_desc d = F32(4096);
+	const uint64_t bytes = desc_bytes(&d);
+	uint8_t *data = pattern_buf(23, bytes), *got = xmalloc(bytes);
+	uint8_t fp[DJINN_FP_LEN], none[DJINN_FP_LEN];
+	char theirs[256], nobodys[256];
+	int fa = xconnect(fx->d.sock), fb, fa2;
+	uint64_t sa = open_session(fa, "owner"), sb, sa2, t, tb;
+	uint32_t flags;
+
+	sha256(data, bytes, fp);
+	sha256("never uploaded", 14, none);
+	t = create_at(__LINE__, fa, sa, &d, DJINN_SEG_TEXT, fp, data, bytes,
+		      &flags);
+	assert_int_equal(flags & DJINN_TENSOR_DEDUP, 0);
+
+	/* nobody (another tenant) cannot find it, and cannot tell it from
+	 * bytes nobody uploaded */
+	fb = connect_as(fx, NOBODY, NOBODY, NULL, 0);
+	sb = open_session(fb, "owner"); /* the same label: no matter */
+	assert_int_equal(lookup(fb, sb, &d, fp, theirs, sizeof(theirs)),
+			 -ENOENT);
+	assert_int_equal(lookup(fb, sb, &d, none, nobodys, sizeof(nobodys)),
+			 -ENOENT);
+	assert_string_equal(theirs, nobodys);
+	/* its own upload of the same bytes: its own entry, no dedup */
+	tb = create_at(__LINE__, fb, sb, &d, DJINN_SEG_TEXT, fp, data, bytes,
+		       &flags);
+	assert_int_equal(flags & DJINN_TENSOR_DEDUP, 0);
+	tensor_read(fb, sb, tb, 0, bytes, got);
+	assert_memory_equal(got, data, bytes);
+
+	/* the owner's next session finds its own */
+	fa2 = xconnect(fx->d.sock);
+	sa2 = open_session(fa2, "again");
+	assert_int_equal(lookup(fa2, sa2, &d, fp, theirs, sizeof(theirs)), 0);
+	tensor_read(fa, sa, t, 0, bytes, got);
+	assert_memory_equal(got, data, bytes);
+
+	/* a served model's weights: opened by both, found by neither */
+	{
+		struct djinn_model_open o = { .name = "tiny" };
+		struct djinn_model_resp m;
+		struct djinn_tensor_desc w;
+		struct dj_resp r;
+
+		assert_int_equal(djd_make_model(&fx->d, "tiny",
+						"--arch gpt2 --layers 1 "
+						"--embd 32 --heads 2 "
+						"--vocab 64 --ctx 32 "
+						"--seed 5"),
+				 0);
+		call_ok(fb, DJINN_MSG_MODEL_OPEN, sb, &o, sizeof(o), &r,
+			sizeof(m));
+		memcpy(&m, r.data, sizeof(m));
+		dj_resp_free(&r);
+		w = DESC(DJINN_DTYPE_U8, m.bytes);
+		assert_int_equal(lookup(fb, sb, &w, m.fp, theirs,
+					sizeof(theirs)),
+				 -ENOENT);
+		assert_string_equal(theirs, nobodys);
+		call_ok(fa, DJINN_MSG_MODEL_OPEN, sa, &o, sizeof(o), &r,
+			sizeof(m));
+		dj_resp_free(&r);
+		assert_int_equal(lookup(fa, sa, &w, m.fp, theirs,
+					sizeof(theirs)),
+				 -ENOENT);
+	}
+
+	close_session(fa2, sa2);
+	close_session(fb, sb);
+	close_session(fa, sa);
+	close(fa2);
+	close(fb);
+	close(fa);
+	free(data);
+	free(got);
+	check_text_cached(fx);
+}
+
 /* The mapping from a file; SIGHUP changes it for new connections only. */
 static void test_reload(void **state)
 {
@@ -204,8 +311,10 @@ static void test_bad(void **state)
 		  "tenant.a.gids: '1,,2': want group numbers or names" },
 		{ "tenant.a.uids=", NULL, "tenant.a.uids: " },
 		{ "tenant.a.colour=red", NULL,
-		  "unknown key 'colour' in [tenant.a] (want share, uids or "
-		  "gids)" },
+		  "unknown key 'colour' in [tenant.a] (want share, uids, gids "
+		  "or client_kernels)" },
+		{ "tenant.a.client_kernels=maybe", NULL,
+		  "tenant.a.client_kernels: 'maybe': want yes or no" },
 	};
 
 	(void)state;
@@ -233,6 +342,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_default, setup_plain,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_mapped, setup_mapped,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_text, setup_plain,
 						fx_teardown),
 		cmocka_unit_test(test_reload),
 		cmocka_unit_test(test_bad),

@@ -221,7 +221,7 @@ static void test_bad_files(void **state)
 		  "tenant.alice.share: '1001'" },
 		{ "[tenant.alice]\nshare = -3\n", 2, "tenant.alice.share" },
 		{ "[tenant.alice]\nweight = 2\n", 2,
-		  "unknown key 'weight' in [tenant.alice] (want share, uids or gids)" },
+		  "unknown key 'weight' in [tenant.alice] (want share, uids, gids or client_kernels)" },
 		{ "[tenant.]\nshare = 2\n", 2,
 		  "[tenant.]: a tenant name has 1 to 63 bytes" },
 		{ "[tenant.alice]\nshare = 2\nshare = 3\n", 3,
@@ -564,7 +564,7 @@ static void test_tenant_ids(void **state)
 	FILE *f;
 
 	assert_int_equal(load(&a, "[tenant.t]\nuids = 7, root,9\n"
-				  "gids = 0\nshare = 2\n"
+				  "gids = 0\nshare = 2\nclient_kernels = yes\n"
 				  "[tenant.u]\ngids = 12\n"),
 			 0);
 	assert_int_equal(config_validate(&a), 0);
@@ -581,6 +581,9 @@ static void test_tenant_ids(void **state)
 	fclose(f);
 	assert_non_null(strstr(out, "[tenant.t]\nuids = 7,0,9\t; "));
 	assert_non_null(strstr(out, "gids = 0\t; "));
+	assert_non_null(strstr(out, "client_kernels = yes\t; "));
+	assert_true(a.srv.tmaps[0].client_kernels);
+	assert_false(a.srv.tmaps[1].client_kernels);
 	assert_int_equal(load(&b, out), 0);
 	assert_int_equal(config_diff(&a, &b, &restart), 0);
 	free(out);

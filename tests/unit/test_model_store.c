@@ -259,16 +259,18 @@ static void *slurp(const char *name, const char *file, size_t *len)
 }
 
 /*
- * A model sent as bytes: listed as upload-HEX, its weights the same text
- * entry as the directory model with the same files; opened again by its
- * sources' fingerprint alone; its name never reaches the directory's
- * namespace nor the other way round; corrupt bytes refused as strictly
- * as a file, leaving nothing.
+ * A model sent as bytes: listed as upload-HEX, its weights its tenant's
+ * own text (not the served model's with the same files: tenants share
+ * only what the administrator serves); opened again by its sources'
+ * fingerprint alone by its tenant, and by no other; its name never
+ * reaches the directory's namespace nor the other way round; corrupt
+ * bytes refused as strictly as a file, leaving nothing.
  */
 static void test_upload(void **state)
 {
 	struct model_upload up = { .nr_files = 1 };
 	struct model_hold *a, *u, *u2, *h = (void *)0x1;
+	struct vmu_session *s3;
 	size_t clen, wlen, blen;
 	void *cfg = slurp("a", "config.json", &clen);
 	void *w = slurp("a", "model.safetensors", &wlen), *bad;
@@ -294,14 +296,21 @@ static void test_upload(void **state)
 	model_upload_name(up.src, name);
 	assert_string_equal(name, "upload-015a5a5a5a5a5a5a");
 	assert_string_equal(u->m->name, name);
-	/* the same weights as a: nothing more in the text segment */
-	assert_int_equal(text_used(f.v), used);
-	assert_int_equal(vmu_text_addr(u->text), vmu_text_addr(a->text));
+	/* the same weights as a, in an entry of t2's own */
+	assert_int_equal(text_used(f.v),
+			 used + vmu_round(f.v, vmu_text_size(a->text)));
+	assert_true(vmu_text_addr(u->text) != vmu_text_addr(a->text));
 	assert_memory_equal(u->m->fp, a->m->fp, VMU_FP_LEN);
-	/* by fingerprint alone, from another session */
+	/* by fingerprint alone: not from another tenant's session... */
 	up.config = NULL;
 	up.files = NULL;
-	if (model_open_uploaded(f.ms, f.s1, &up, &u2, msg, sizeof(msg)))
+	assert_int_equal(model_open_uploaded(f.ms, f.s1, &up, &h, msg,
+					     sizeof(msg)),
+			 -ENOENT);
+	assert_non_null(strstr(msg, "not uploaded: send its files"));
+	/* ...but from another session of t2's */
+	assert_int_equal(vmu_session_create(f.v, "t2", &s3), 0);
+	if (model_open_uploaded(f.ms, s3, &up, &u2, msg, sizeof(msg)))
 		fail_msg("%s", msg);
 	assert_ptr_equal(u2->m, u->m);
 	assert_int_equal(model_store_list(f.ms, &info, &nr), 0);
@@ -342,6 +351,7 @@ static void test_upload(void **state)
 	/* evict by its name once unheld */
 	model_close(u);
 	model_close(u2);
+	vmu_session_destroy(s3);
 	assert_int_equal(model_store_evict(f.ms, name, msg, sizeof(msg)), 0);
 	model_close(a);
 	fix_fini(&f);

@@ -969,10 +969,10 @@ static void test_session_teardown(void **state)
 				 -ENOENT);
 	}
 	/* its text references are gone: t1 is unheld, t2 held by s[1] only */
-	assert_int_equal(vmu_text_evict(f->v, fp2), -EBUSY);
-	assert_int_equal(vmu_text_evict(f->v, fp1), 0);
+	assert_int_equal(vmu_text_evict(f->v, fp2, "alpha"), -EBUSY);
+	assert_int_equal(vmu_text_evict(f->v, fp1, "alpha"), 0);
 	assert_int_equal(vmu_text_put(f->s[1], t2b), 0);
-	assert_int_equal(vmu_text_evict(f->v, fp2), 0);
+	assert_int_equal(vmu_text_evict(f->v, fp2, "alpha"), 0);
 	assert_int_equal(get_stats(f->v).committed, 0);
 	free(buf);
 }
@@ -1257,7 +1257,7 @@ static void test_pressure_levels(void **state)
 	assert_int_equal(log.now[n], VMU_PRESSURE_WARNING);
 	memcpy(fp, vmu_text_fp(t), VMU_FP_LEN);
 	assert_int_equal(vmu_text_put(f->s[1], t), 0);
-	assert_int_equal(vmu_text_evict(f->v, fp), 0);
+	assert_int_equal(vmu_text_evict(f->v, fp, "alpha"), 0);
 	assert_int_equal(get_stats(f->v).pressure, VMU_PRESSURE_NORMAL);
 	assert_int_equal(log.n, n + 2);
 	assert_int_equal(log.old[n + 1], VMU_PRESSURE_WARNING);

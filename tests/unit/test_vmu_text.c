@@ -103,17 +103,22 @@ static void test_text_insert_dedup(void **state)
 	/* lookup hits and takes a reference */
 	st1 = get_stats(f->v);
 	t3 = NULL;
-	assert_int_equal(vmu_text_lookup(f->s[2], fp, &t3), 0);
+	assert_int_equal(vmu_text_lookup(f->s[1], fp, &t3), 0);
 	assert_ptr_equal(t3, t);
-	assert_int_equal(get_usage(f->s[2]).text_refs, 1);
+	assert_int_equal(get_usage(f->s[1]).text_refs, 2);
 	assert_int_equal(get_stats(f->v).text_hits, st1.text_hits + 1);
+	assert_int_equal(vmu_text_put(f->s[1], t), 0);
 
+	/* another tenant's session (s[2] is beta's) misses it exactly as
+	 * bytes nobody uploaded */
 	vmu_fingerprint("nope", 4, nope);
 	t3 = NULL;
+	assert_int_equal(vmu_text_lookup(f->s[2], fp, &t3), -ENOENT);
+	assert_null(t3);
 	assert_int_equal(vmu_text_lookup(f->s[2], nope, &t3), -ENOENT);
-	assert_int_equal(get_usage(f->s[2]).text_refs, 1);
+	assert_int_equal(get_usage(f->s[2]).text_refs, 0);
 
-	assert_int_equal(vmu_text_put(f->s[2], t), 0);
+	assert_int_equal(vmu_text_put(f->s[2], t), -ENOENT);
 	assert_int_equal(vmu_text_put(f->s[1], t), 0);
 	assert_int_equal(vmu_text_put(f->s[1], t), -ENOENT);
 	assert_int_equal(vmu_text_put(f->s[0], t), 0);
@@ -141,13 +146,16 @@ static void test_text_refs_and_evict(void **state)
 
 	/* a session that holds nothing cannot put */
 	assert_int_equal(vmu_text_put(f->s[1], t), -ENOENT);
-	assert_int_equal(vmu_text_evict(f->v, fp), -EBUSY);
+	assert_int_equal(vmu_text_evict(f->v, fp, "alpha"), -EBUSY);
+	/* another scope's: nothing there */
+	assert_int_equal(vmu_text_evict(f->v, fp, "beta"), -ENOENT);
+	assert_int_equal(vmu_text_evict(f->v, fp, NULL), -ENOENT);
 
 	/* two references from one session need two puts */
 	assert_int_equal(vmu_text_lookup(f->s[0], fp, &t2), 0);
 	assert_ptr_equal(t2, t);
 	assert_int_equal(vmu_text_put(f->s[0], t), 0);
-	assert_int_equal(vmu_text_evict(f->v, fp), -EBUSY);
+	assert_int_equal(vmu_text_evict(f->v, fp, "alpha"), -EBUSY);
 	assert_int_equal(vmu_text_put(f->s[0], t), 0);
 	assert_int_equal(vmu_text_put(f->s[0], t), -ENOENT);
 
@@ -159,11 +167,11 @@ static void test_text_refs_and_evict(void **state)
 	assert_true(text_present(f->s[1], fp));
 	assert_true(text_present(f->s[0], fp));
 
-	assert_int_equal(vmu_text_lookup(f->s[2], fp, &t2), 0);
-	assert_int_equal(vmu_text_evict(f->v, fp), -EBUSY);
-	assert_int_equal(vmu_text_put(f->s[2], t2), 0);
+	assert_int_equal(vmu_text_lookup(f->s[1], fp, &t2), 0);
+	assert_int_equal(vmu_text_evict(f->v, fp, "alpha"), -EBUSY);
+	assert_int_equal(vmu_text_put(f->s[1], t2), 0);
 
-	assert_int_equal(vmu_text_evict(f->v, fp), 0);
+	assert_int_equal(vmu_text_evict(f->v, fp, "alpha"), 0);
 	st = get_stats(f->v);
 	assert_int_equal(st.seg[VMU_SEG_TEXT].used, st0.seg[VMU_SEG_TEXT].used);
 	assert_int_equal(st.seg[VMU_SEG_TEXT].entries,
@@ -171,10 +179,65 @@ static void test_text_refs_and_evict(void **state)
 	assert_int_equal(st.committed, st0.committed);
 	assert_int_equal(st.text_cached, 0);
 	assert_false(text_present(f->s[0], fp));
-	assert_int_equal(vmu_text_evict(f->v, fp), -ENOENT);
+	assert_int_equal(vmu_text_evict(f->v, fp, "alpha"), -ENOENT);
 	fp[0] ^= 1;
-	assert_int_equal(vmu_text_evict(f->v, fp), -ENOENT);
+	assert_int_equal(vmu_text_evict(f->v, fp, "alpha"), -ENOENT);
 	check_invariants(f->v);
+}
+
+/* Scopes: the same bytes from two tenants are two entries, each found by
+ * its own tenant only; the shared scope (served models) is found only
+ * through the shared calls, and its entry is none of the tenants'. */
+static void test_text_scopes(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t size = 2 * f->g + 3;
+	uint8_t *buf = pattern_buf(70, size);
+	struct vmu_text *a, *b, *sh, *t;
+	struct vmu_text_upload *up;
+	struct vmu_stats st0 = get_stats(f->v);
+	bool created;
+
+	a = text_new(f->s[0], 70, size, true); /* alpha's */
+	assert_int_equal(vmu_text_insert(f->s[2], buf, size, &b, &created), 0);
+	assert_true(created); /* beta's own: not deduplicated */
+	assert_ptr_not_equal(a, b);
+	assert_memory_equal(vmu_text_fp(a), vmu_text_fp(b), VMU_FP_LEN);
+	assert_int_equal(get_stats(f->v).seg[VMU_SEG_TEXT].entries,
+			 st0.seg[VMU_SEG_TEXT].entries + 2);
+	assert_int_equal(vmu_text_lookup(f->s[1], vmu_text_fp(a), &t), 0);
+	assert_ptr_equal(t, a);
+	assert_int_equal(vmu_text_put(f->s[1], t), 0);
+	assert_int_equal(vmu_text_lookup(f->s[2], vmu_text_fp(a), &t), 0);
+	assert_ptr_equal(t, b);
+	assert_int_equal(vmu_text_put(f->s[2], t), 0);
+	/* the shared scope has none of them */
+	assert_int_equal(vmu_text_lookup_shared(f->s[0], vmu_text_fp(a), &t),
+			 -ENOENT);
+
+	/* a served model's bytes: shared, found by any tenant's session
+	 * through the shared lookup, by none through its own */
+	assert_int_equal(vmu_text_begin_shared(f->s[2], size, &up), 0);
+	assert_int_equal(vmu_text_write(up, buf, size), 0);
+	assert_int_equal(vmu_text_commit(up, vmu_text_fp(a), &sh, &created), 0);
+	assert_true(created);
+	assert_ptr_not_equal(sh, a);
+	assert_ptr_not_equal(sh, b);
+	assert_int_equal(vmu_text_lookup_shared(f->s[0], vmu_text_fp(a), &t),
+			 0);
+	assert_ptr_equal(t, sh);
+	assert_int_equal(vmu_text_put(f->s[0], t), 0);
+	assert_int_equal(vmu_text_put(f->s[2], sh), 0);
+
+	assert_int_equal(vmu_text_put(f->s[0], a), 0);
+	assert_int_equal(vmu_text_put(f->s[2], b), 0);
+	assert_int_equal(vmu_text_evict(f->v, vmu_text_fp(a), "beta"), 0);
+	assert_int_equal(vmu_text_evict(f->v, vmu_text_fp(sh), NULL), 0);
+	assert_int_equal(vmu_text_evict(f->v, vmu_text_fp(a), "alpha"), 0);
+	assert_int_equal(get_stats(f->v).seg[VMU_SEG_TEXT].entries,
+			 st0.seg[VMU_SEG_TEXT].entries);
+	check_invariants(f->v);
+	free(buf);
 }
 
 static void test_text_stream(void **state)
@@ -384,6 +447,7 @@ int main(void)
 		cmocka_unit_test(test_fingerprint_vectors),
 		T(test_text_insert_dedup, setup_64m),
 		T(test_text_refs_and_evict, setup_64m),
+		T(test_text_scopes, setup_64m),
 		T(test_text_stream, setup_64m),
 		T(test_text_stream_bad_fp, setup_64m),
 		T(test_text_stream_overflow_and_abort, setup_64m),
