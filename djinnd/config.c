@@ -14,6 +14,9 @@
 #include <errno.h>
 #include <grp.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <pwd.h>
 #include <ini.h>
 #include <stdarg.h>
@@ -46,6 +49,7 @@ enum key_type {
 	T_TCP, /* "tcp:HOST:PORT", or empty for off */
 	T_LEASES, /* "auto", "kmod" or "user" */
 	T_POLICY, /* "semantic", "lru" or "static" */
+	T_PLAIN_TCP, /* "loopback" or "any" */
 };
 
 struct key {
@@ -109,6 +113,7 @@ static const struct key keys[] = {
 	KEY("lease", "max", T_DURATION, SRV(lease_max_ns), .min = NSEC_PER_MSEC,
 	    .max = 24 * 3600 * NSEC_PER_SEC, .reload = CONFIG_RELOAD_LEASE),
 	KEY("lease", "provider", T_LEASES, SRV(leases)),
+	KEY("server", "plain_tcp", T_PLAIN_TCP, SRV(plain_tcp)),
 	KEY("log", "level", T_LEVEL, TOP(log_level),
 	    .reload = CONFIG_RELOAD_LOG),
 	KEY("log", "file", T_FILE, TOP(log_file)),
@@ -476,6 +481,12 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 				    k->section, k->name, v);
 		ret = 0;
 		break;
+	case T_PLAIN_TCP:
+		if (strcmp(v, "loopback") && strcmp(v, "any"))
+			return fail(c, "%s.%s: '%s': want loopback or any",
+				    k->section, k->name, v);
+		ret = 0;
+		break;
 	case T_TCP:
 		if (!*v) {
 			ret = 0;
@@ -631,6 +642,43 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 				    tenant);
 	if (!strcmp(name, "uids") || !strcmp(name, "gids"))
 		return tenant_ids_set(c, tenant, name[0] == 'g', value);
+	if (!strcmp(name, "memory") || !strcmp(name, "lease_max")) {
+		bool mem = name[0] == 'm';
+		struct tenant_map *m;
+		int ret = mem ? config_parse_size(value, &v) :
+				config_parse_duration(value, &v);
+
+		if (ret || !v ||
+		    v > (mem ? 1ull << 50 : 24 * 3600 * NSEC_PER_SEC))
+			return fail(
+				c, "tenant.%s.%s: '%s': want %s", tenant, name,
+				value,
+				mem ? "a size from 1 byte to 1024T, such as "
+				      "8G" :
+				      "a time from 1ms to 24h with its unit");
+		m = tmap_get(c, tenant, name);
+		if (!m)
+			return -EINVAL;
+		*(mem ? &m->memory : &m->lease_max_ns) = v;
+		return 0;
+	}
+	if (!strcmp(name, "sessions") || !strcmp(name, "connections") ||
+	    !strcmp(name, "inflight")) {
+		struct tenant_map *m;
+
+		if (parse_uint(value, &v) || !v || v > 1u << 20)
+			return fail(c,
+				    "tenant.%s.%s: '%s': want a number from 1 "
+				    "to 1048576",
+				    tenant, name, value);
+		m = tmap_get(c, tenant, name);
+		if (!m)
+			return -EINVAL;
+		*(name[0] == 's' ? &m->sessions :
+		  name[0] == 'c' ? &m->conns :
+				   &m->inflight) = (unsigned int)v;
+		return 0;
+	}
 	if (!strcmp(name, "client_kernels")) {
 		struct tenant_map *m;
 		bool on = !strcmp(value, "yes");
@@ -649,7 +697,8 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 	if (strcmp(name, "share"))
 		return fail(c,
 			    "unknown key '%s' in [tenant.%s] (want share, "
-			    "uids, gids or client_kernels)",
+			    "uids, gids, client_kernels, memory, sessions, "
+			    "connections, inflight or lease_max)",
 			    name, tenant);
 	if (parse_uint(value, &v) || v < 1 || v > SCHED_SHARE_MAX)
 		return fail(c,
@@ -734,6 +783,7 @@ void config_init(struct djinnd_config *c)
 		.crit_pct = 95,
 		.model_dir = "/var/lib/djinn/models",
 		.leases = "auto",
+		.plain_tcp = "loopback",
 		.sched = {
 			.policy = DJINN_SCHED_SEMANTIC,
 			.quantum_ns = SCHED_QUANTUM_DEFAULT,
@@ -917,6 +967,43 @@ static const struct key *later(const struct djinnd_config *c,
 	return oa->line > ob->line ? a : b;
 }
 
+/* Whether "tcp:HOST:PORT" binds only loopback addresses (an empty HOST
+ * is 127.0.0.1). */
+static bool tcp_loopback(const char *spec)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai, *a;
+	char host[256];
+	const char *colon = strrchr(spec + 4, ':');
+	size_t n = colon ? (size_t)(colon - spec - 4) : 0;
+	bool lo = true;
+
+	if (n >= sizeof(host))
+		return false;
+	memcpy(host, spec + 4, n);
+	host[n] = 0;
+	if (!*host)
+		return true;
+	if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
+		memmove(host, host + 1, n - 2);
+		host[n - 2] = 0;
+	}
+	if (getaddrinfo(host, NULL, &hints, &ai))
+		return false;
+	for (a = ai; a; a = a->ai_next) {
+		if (a->ai_family == AF_INET)
+			lo &= (ntohl(((struct sockaddr_in *)a->ai_addr)
+					     ->sin_addr.s_addr) >>
+			       24) == 127;
+		else if (a->ai_family == AF_INET6)
+			lo &= IN6_IS_ADDR_LOOPBACK(
+				&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr);
+		else
+			lo = false;
+	}
+	freeaddrinfo(ai);
+	return lo;
+}
+
 /* An error about @m's uids (@group: gids) is reported where they were
  * set. True, for the condition it stands in. */
 static bool tmap_at(struct djinnd_config *c, const struct tenant_map *m,
@@ -960,6 +1047,23 @@ int config_validate(struct djinnd_config *c)
 			(unsigned long long)(s->lease_default_ns /
 					     NSEC_PER_MSEC),
 			(unsigned long long)(s->lease_max_ns / NSEC_PER_MSEC));
+	}
+	/* Plain TCP authenticates nobody: anyone who reaches the address
+	 * opens sessions. Loopback only, unless the administrator says. */
+	for (unsigned int i = 0;
+	     s->plain_tcp && strcmp(s->plain_tcp, "any") && i < s->nr_listen;
+	     i++) {
+		if (strncmp(s->listen[i], "tcp:", 4) ||
+		    tcp_loopback(s->listen[i]))
+			continue;
+		k = key_find("server", "listen");
+		fail_at(c, k);
+		return fail(c,
+			    "server.listen: %s is not loopback, and plain TCP "
+			    "authenticates no one: listen on 127.0.0.1 or "
+			    "[::1], or set server.plain_tcp = any to let "
+			    "anyone who reaches it open sessions",
+			    s->listen[i]);
 	}
 	/* One tenant a uid (a gid): who a client is must not depend on the
 	 * order of the sections. */
@@ -1175,6 +1279,27 @@ void config_print(const struct djinnd_config *c, FILE *f)
 		if (m->client_kernels)
 			fprintf(f,
 				"client_kernels = yes\t; SIGHUP reloads it\n");
+		if (m->memory) {
+			char v[32];
+
+			fmt_size(m->memory, v, sizeof(v));
+			fprintf(f, "memory = %s\t; SIGHUP reloads it\n", v);
+		}
+		if (m->lease_max_ns) {
+			char v[32];
+
+			fmt_duration(m->lease_max_ns, v, sizeof(v));
+			fprintf(f, "lease_max = %s\t; SIGHUP reloads it\n", v);
+		}
+		if (m->sessions)
+			fprintf(f, "sessions = %u\t; SIGHUP reloads it\n",
+				m->sessions);
+		if (m->conns)
+			fprintf(f, "connections = %u\t; SIGHUP reloads it\n",
+				m->conns);
+		if (m->inflight)
+			fprintf(f, "inflight = %u\t; SIGHUP reloads it\n",
+				m->inflight);
 	}
 }
 
@@ -1190,6 +1315,9 @@ static bool tmaps_equal(const struct server_config *a,
 		if (strcmp(x->tenant, y->tenant) || x->nr_uids != y->nr_uids ||
 		    x->nr_gids != y->nr_gids ||
 		    x->client_kernels != y->client_kernels ||
+		    x->memory != y->memory || x->sessions != y->sessions ||
+		    x->conns != y->conns || x->inflight != y->inflight ||
+		    x->lease_max_ns != y->lease_max_ns ||
 		    memcmp(x->uids, y->uids, x->nr_uids * sizeof(x->uids[0])) ||
 		    memcmp(x->gids, y->gids, x->nr_gids * sizeof(x->gids[0])))
 			return false;

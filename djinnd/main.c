@@ -380,10 +380,14 @@ static void on_reload(struct server *srv)
 	}
 	if (mask & CONFIG_RELOAD_TENANTS) {
 		/* Connections accepted from now on: open ones keep who
-		 * they are. */
+		 * they are. Quotas apply at once: the memory ones to the
+		 * next growth (what a tenant holds over a lowered quota
+		 * stays until it lets go). */
+		server_tenant_quotas(srv, false);
 		memcpy(srv->cfg.tmaps, running.srv.tmaps,
 		       running.srv.nr_tmaps * sizeof(running.srv.tmaps[0]));
 		srv->cfg.nr_tmaps = running.srv.nr_tmaps;
+		server_tenant_quotas(srv, true);
 	}
 	if (mask & CONFIG_RELOAD_LEASE) {
 		/* Sessions opened from now on; open ones keep theirs. */

@@ -343,6 +343,28 @@ cpu:
 	return 0;
 }
 
+void server_tenant_quotas(struct server *srv, bool on)
+{
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		struct device *d = &srv->dev[i];
+
+		if (!d->vmu)
+			continue;
+		for (unsigned int k = 0; k < srv->cfg.nr_tmaps; k++) {
+			const struct tenant_map *m = &srv->cfg.tmaps[k];
+			int ret;
+
+			if (!m->memory)
+				continue;
+			ret = vmu_tenant_set_quota(d->vmu, m->tenant,
+						   on ? m->memory : 0);
+			if (ret)
+				log_err("%s: tenant %s's memory quota: %s",
+					d->name, m->tenant, strerror(-ret));
+		}
+	}
+}
+
 /* A device's VMU, executors and model store, over its backend. */
 static int device_init(struct server *srv, struct device *d)
 {
@@ -438,6 +460,7 @@ static int devices_open(struct server *srv)
 		if (ret)
 			return ret;
 	}
+	server_tenant_quotas(srv, true);
 	if (srv->cfg.model_dir)
 		log_info("models: from %s", srv->cfg.model_dir);
 	return 0;
@@ -452,6 +475,7 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	INIT_LIST_HEAD(&srv->sessions);
 	INIT_LIST_HEAD(&srv->listeners);
 	INIT_LIST_HEAD(&srv->conns);
+	INIT_LIST_HEAD(&srv->tenants);
 	INIT_LIST_HEAD(&srv->closing);
 	INIT_LIST_HEAD(&srv->http);
 	server_started_ns = loop_now();

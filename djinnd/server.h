@@ -38,6 +38,9 @@
  * @client_kernels: its sessions may upload and run client kernels
  * (KERNEL nodes), which reach all of the device's memory: off unless
  * the administrator says so.
+ * @memory, @sessions, @conns, @inflight, @lease_max_ns: its quotas (0:
+ * none): data bytes on each device, sessions and connections open at
+ * once, graphs and model steps queued or running, the longest lease.
  */
 #define SERVER_TENANT_MAPS_MAX 64
 #define SERVER_TENANT_IDS_MAX 32
@@ -47,6 +50,8 @@ struct tenant_map {
 	uid_t uids[SERVER_TENANT_IDS_MAX];
 	gid_t gids[SERVER_TENANT_IDS_MAX];
 	bool client_kernels;
+	uint64_t memory, lease_max_ns;
+	unsigned int sessions, conns, inflight;
 	/* where each list was set (config.c: a list set twice in one file
 	 * is an error) */
 	const char *uids_file, *gids_file;
@@ -98,6 +103,8 @@ struct server_config {
 	uint64_t devices; /* bit per device index; 0: all GPUs, or one
 			   * CPU device */
 	const char *leases; /* lease.provider: auto, kmod or user */
+	/* server.plain_tcp: "loopback" (TCP listeners must be) or "any" */
+	const char *plain_tcp;
 	bool fault_injection; /* --fault-injection: ADMIN_FAULT_INJECT, for
 			       * tests */
 	bool cpu_device_only; /* --cpu-device-only: a CPU device's memory is
@@ -195,6 +202,7 @@ struct server {
 
 	struct list_head listeners;
 	struct list_head conns;
+	struct list_head tenants; /* struct tenant_state, session/tenant.h */
 	struct list_head closing; /* closed, still owed completions */
 	bool conns_failed; /* some have conn->failed: conns_close_failed() */
 	unsigned int nr_conns; /* metrics connections too */
@@ -242,6 +250,10 @@ struct device *server_place(struct server *srv, uint32_t want, char *msg,
 			    size_t msglen);
 /* Jobs queued or running on every device's executors. */
 unsigned int server_depth(struct server *srv);
+/* Set (@on) or lift each [tenant.NAME] memory quota of srv->cfg on
+ * every device's VMU. */
+void server_tenant_quotas(struct server *srv, bool on);
+
 /* The scheduler's settings of @cfg (its shares in place). */
 struct sched_config server_sched_config(const struct server_config *cfg);
 

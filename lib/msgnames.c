@@ -43,7 +43,8 @@
 	X(ADMIN_MODELS, admin_models)               \
 	X(ADMIN_MODEL_EVICT, admin_model_evict)     \
 	X(ADMIN_FAULT_INJECT, admin_fault_inject)   \
-	X(ADMIN_SCHED, admin_sched)
+	X(ADMIN_SCHED, admin_sched)                 \
+	X(ADMIN_TENANTS, admin_tenants)
 
 #define NAME_CASE(msg, label) \
 	case DJINN_MSG_##msg: \

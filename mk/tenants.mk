@@ -1,3 +1,7 @@
+# Who a client is (djinnd/session/tenant.c): a loopback TCP peer's uid
+# comes from sock_diag, through libnl-3 (mk/leases.mk links it).
+%/djinnd/session/tenant.o: ALL_CFLAGS += $(NL_CFLAGS)
+
 # Who a client is, against a real djinnd (tests/integration/test_tenants.c):
 # tenants from SO_PEERCRED and SO_PEERGROUPS through [tenant.NAME] uids and
 # gids, labels that change nothing, reloads, refusals. Needs root (it

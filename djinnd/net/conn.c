@@ -135,6 +135,10 @@ void conn_put(struct conn *c)
 	}
 	if (c->fd >= 0)
 		close(c->fd);
+	if (c->ts) {
+		c->ts->conns--;
+		tenant_state_drop(c->ts);
+	}
 	free(c->rbuf);
 	free(c->backlog);
 	free(c->body);
@@ -1128,6 +1132,68 @@ static bool conn_over_cap(struct conn *c)
 	return true;
 }
 
+/*
+ * A new client connection of a tenant at its tenant.NAME.connections
+ * quota is refused with -EDQUOT and closed; else it counts against the
+ * quota until it is freed. True if refused.
+ */
+static bool conn_over_tenant_quota(struct conn *c)
+{
+	struct server *srv = c->srv;
+	const struct tenant_map *m;
+	struct tenant_state *t;
+
+	if (c->admin)
+		return false;
+	t = tenant_state_get(srv, c->tenant);
+	if (!t) {
+		conn_refuse(c, NULL, -ENOMEM, "out of memory");
+		return true;
+	}
+	m = tenant_map_find(&srv->cfg, c->tenant);
+	if (m && m->conns && t->conns >= m->conns) {
+		srv->st.conns_refused++;
+		log_notice("conn %d: %u connections of tenant %s already: "
+			   "refused",
+			   c->fd, t->conns, c->tenant);
+		conn_refuse(c, NULL, -EDQUOT,
+			    "%u connections of tenant %s open, its quota "
+			    "(tenant.%s.connections)",
+			    t->conns, c->tenant, c->tenant);
+		tenant_state_drop(t);
+		return true;
+	}
+	c->ts = t;
+	t->conns++;
+	return false;
+}
+
+/*
+ * A TCP peer's tenant. On loopback the kernel knows who owns the peer's
+ * socket (sock_diag): that uid's tenant, as for a unix client (its
+ * groups are not known). Else, or when the kernel cannot say, the
+ * peer's address: "tcp:ADDRESS".
+ */
+static void tcp_identify(struct server *srv, struct conn *c, char *abuf,
+			 size_t len)
+{
+	uid_t uid;
+	int ret;
+
+	if (c->no_zc) {
+		ret = tenant_tcp_peer_uid(c->fd, &uid);
+		if (!ret) {
+			tenant_of(&srv->cfg, uid, NULL, 0, c->tenant);
+			return;
+		}
+		log_warn("conn %d: loopback peer %s: no owner from "
+			 "sock_diag (%s): tenant by address",
+			 c->fd, addr_str(&c->peer, abuf, len), strerror(-ret));
+	}
+	snprintf(c->tenant, sizeof(c->tenant), "tcp:%s",
+		 addr_str(&c->peer, abuf, len));
+}
+
 struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 {
 	char abuf[INET6_ADDRSTRLEN];
@@ -1160,9 +1226,7 @@ struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 		/* On loopback the kernel copies zero-copy pages again when it
 		 * delivers them (skb_copy_ubufs): plain sends are faster. */
 		c->no_zc = peer_is_loopback(fd);
-		/* not yet from the kernel: the peer's address */
-		snprintf(c->tenant, sizeof(c->tenant), "tcp:%s",
-			 addr_str(&c->peer, abuf, sizeof(abuf)));
+		tcp_identify(srv, c, abuf, sizeof(abuf));
 	} else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len)) {
 		c->cred.uid = (uid_t)-1;
 		snprintf(c->tenant, sizeof(c->tenant), "unknown");
@@ -1200,7 +1264,7 @@ static void conn_new(struct listener *ls, int fd)
 		close(fd);
 		return;
 	}
-	if (conn_over_cap(c))
+	if (conn_over_cap(c) || conn_over_tenant_quota(c))
 		return;
 	conn_recv_arm(c);
 }

@@ -71,6 +71,7 @@ struct conn {
 	struct ucred cred;
 	struct sockaddr_storage peer; /* TCP: the peer's address */
 	char tenant[DJINN_TENANT_LEN]; /* who it is (session/tenant.h) */
+	struct tenant_state *ts; /* its tenant's counts, once accepted */
 	int refs;
 	bool closing, recv_armed;
 	bool tx_dead; /* the socket cannot send any more */

@@ -159,6 +159,16 @@ void msg_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
 		       struct session *s)
 {
+	const struct tenant_map *m = tenant_map_find(&c->srv->cfg, s->tenant);
+
+	if (m && m->inflight && s->ts->inflight >= m->inflight) {
+		conn_error(c, hdr, -EDQUOT,
+			   "%u graphs and model steps in flight for tenant "
+			   "%s, its quota (tenant.%s.inflight): wait for "
+			   "their answers",
+			   s->ts->inflight, s->tenant, s->tenant);
+		return true;
+	}
 	if (s->se.inflight < SCHED_INFLIGHT_MAX)
 		return false;
 	conn_error(c, hdr, -EAGAIN,
@@ -166,6 +176,19 @@ bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
 		   "answers",
 		   s->se.inflight);
 	return true;
+}
+
+void msg_inflight_add(struct session *s)
+{
+	s->se.inflight++;
+	s->ts->inflight++;
+}
+
+void msg_inflight_sub(struct session *s)
+{
+	s->se.inflight--;
+	s->ts->inflight--;
+	tenant_state_drop(s->ts);
 }
 
 /* Check a desc from the wire: 0 and its byte count, or the error sent. */
@@ -202,6 +225,12 @@ static void session_quota_error(struct conn *c, const struct djinn_hdr *hdr)
 			   "%llu sessions open, the server's limit "
 			   "(server.max_sessions)",
 			   (unsigned long long)c->srv->nr_sessions);
+	else if (session_tenant_full(c->srv, c->tenant))
+		conn_error(c, hdr, -EDQUOT,
+			   "%u sessions open for tenant %s, its quota "
+			   "(tenant.%s.sessions)",
+			   session_tenant_sessions(c->srv, c->tenant),
+			   c->tenant, c->tenant);
 	else
 		conn_error(c, hdr, -EDQUOT,
 			   "%u sessions open for %s %d, the limit "
@@ -487,12 +516,26 @@ uint64_t msg_defer(struct conn *c)
 	return c->req_t0;
 }
 
-/* Refuse an allocation, saying what the device has. */
+/* Refuse an allocation of @s, saying what the device has, or what its
+ * tenant holds of its quota. */
 static void alloc_error(struct conn *c, const struct djinn_hdr *hdr,
-			struct vmu *vmu, int err, uint64_t bytes)
+			struct session *s, int err, uint64_t bytes)
 {
+	struct vmu *vmu = s->dev->vmu;
 	char why[VMU_MSG_LEN];
+	struct vmu_usage u;
 
+	if (err == -EDQUOT && !vmu_tenant_usage(vmu, s->tenant, &u) &&
+	    u.quota) {
+		conn_error(c, hdr, err,
+			   "cannot allocate %llu bytes: tenant %s holds %llu "
+			   "bytes of data on %s, its quota %llu "
+			   "(tenant.%s.memory)",
+			   (unsigned long long)bytes, s->tenant,
+			   (unsigned long long)u.data_bytes, s->dev->name,
+			   (unsigned long long)u.quota, s->tenant);
+		return;
+	}
 	/* Bigger than the device (the VMU's -E2BIG) is refused like any
 	 * allocation that cannot fit. */
 	if (err == -E2BIG)
@@ -661,7 +704,7 @@ static int stream_create(struct conn *c, const struct djinn_hdr *hdr,
 		return ret ? ret : 1;
 	}
 	if (ret)
-		alloc_error(c, hdr, st->s->dev->vmu, ret, bytes);
+		alloc_error(c, hdr, st->s, ret, bytes);
 	return ret;
 }
 
@@ -729,7 +772,7 @@ static void stream_mem_done(struct conn *c, struct exec_job *job,
 	st->job = NULL;
 	if (job->error) {
 		if (st->create)
-			alloc_error(c, &c->hdr, job->s->dev->vmu, job->error,
+			alloc_error(c, &c->hdr, job->s, job->error,
 				    job->mem.bytes);
 		else
 			conn_error(c, &c->hdr, job->error,
@@ -1149,7 +1192,7 @@ static void handle_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->t0 = msg_defer(c);
 	job->done = graph_done;
 	job->done_arg = c->srv;
-	job->s->se.inflight++;
+	msg_inflight_add(job->s);
 	sched_submit(job->s->dev->sched, job);
 	return;
 
@@ -1199,7 +1242,7 @@ static void graph_done(struct exec_job *job, void *arg)
 			free(r);
 		}
 	}
-	job->s->se.inflight--;
+	msg_inflight_sub(job->s);
 	if (srv->leases->ops->complete)
 		srv->leases->ops->complete(srv->leases, job->s, job->request_id,
 					   DJINN_MSG_GRAPH_SUBMIT, job->error);
@@ -1343,6 +1386,7 @@ static const struct msg_desc msg_table[] = {
 	ROW_GREW(ADMIN_FAULT_INJECT, handle_admin_fault_inject, admin_fault,
 		 ROW_ADMIN),
 	ROW_NONE(ADMIN_SCHED, handle_admin_sched, ROW_ADMIN),
+	ROW_NONE(ADMIN_TENANTS, handle_admin_tenants, ROW_ADMIN),
 };
 
 /* A row is there when a socket serves it. */

@@ -77,10 +77,15 @@ void msg_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 /* The answer comes later, from a job, and is timed there: when the
  * request arrived. */
 uint64_t msg_defer(struct conn *c);
-/* Whether @s has SCHED_INFLIGHT_MAX graphs and model steps queued or
- * running (then -EAGAIN is answered). */
+/* Whether @s's tenant is at its tenant.NAME.inflight quota (then
+ * -EDQUOT is answered), or @s has SCHED_INFLIGHT_MAX graphs and model
+ * steps queued or running (-EAGAIN). */
 bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
 		       struct session *s);
+/* A graph or model step of @s is queued; its answer went (I/O thread):
+ * the session's and its tenant's counts. */
+void msg_inflight_add(struct session *s);
+void msg_inflight_sub(struct session *s);
 
 /* ---------------------------------------------------------------------- */
 /* net/msg_model.c: the model messages (DOC: models in proto.h) */
@@ -109,5 +114,6 @@ msg_fn handle_admin_models;
 msg_fn handle_admin_model_evict;
 msg_fn handle_admin_fault_inject;
 msg_fn handle_admin_sched;
+msg_fn handle_admin_tenants;
 
 #endif /* DJINN_MSG_H */

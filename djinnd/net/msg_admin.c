@@ -14,6 +14,7 @@
 #include "model/runtime.h"
 #include "net/conn.h"
 #include "net/msg.h"
+#include "session/tenant.h"
 
 /* ---------------------------------------------------------------------- */
 /* Sessions */
@@ -58,6 +59,82 @@ void handle_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	memcpy(buf, &(uint32_t){ (uint32_t)i }, sizeof(uint32_t));
 	conn_reply(c, hdr, buf, 8 + i * sizeof(*e), NULL, 0, NULL, NULL);
+	free(buf);
+}
+
+/* ADMIN_TENANTS' entries by name. */
+static int admin_tenant_cmp(const void *a, const void *b)
+{
+	const struct djinn_admin_tenant *x = a, *y = b;
+
+	return strcmp(x->name, y->name);
+}
+
+/* @name's entry of @e[0 .. *@n), added if it is not there. */
+static struct djinn_admin_tenant *
+tenant_entry(struct djinn_admin_tenant *e, unsigned int *n, const char *name)
+{
+	for (unsigned int i = 0; i < *n; i++)
+		if (!strcmp(e[i].name, name))
+			return &e[i];
+	memset(&e[*n], 0, sizeof(e[*n]));
+	snprintf(e[*n].name, sizeof(e[*n].name), "%s", name);
+	return &e[(*n)++];
+}
+
+/* ADMIN_TENANTS: who holds what, against its quotas. */
+void handle_admin_tenants(struct conn *c, const struct djinn_hdr *hdr,
+			  struct session *unused, void *req, uint64_t len)
+{
+	struct server *srv = c->srv;
+	const struct server_config *cfg = &srv->cfg;
+	struct djinn_admin_tenant *e;
+	struct tenant_state *t;
+	unsigned int n = 0, cap = cfg->nr_tmaps;
+	uint8_t *buf;
+
+	list_for_each_entry(t, &srv->tenants, node)
+		cap++;
+	buf = calloc(1, 8 + (cap ? cap : 1) * sizeof(*e));
+	if (!buf) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	e = (struct djinn_admin_tenant *)(buf + 8);
+	list_for_each_entry(t, &srv->tenants, node) {
+		struct djinn_admin_tenant *x = tenant_entry(e, &n, t->name);
+
+		x->conns = t->conns;
+		x->sessions = t->sessions;
+		x->inflight = t->inflight;
+	}
+	for (unsigned int i = 0; i < cfg->nr_tmaps; i++) {
+		const struct tenant_map *m = &cfg->tmaps[i];
+		struct djinn_admin_tenant *x = tenant_entry(e, &n, m->tenant);
+
+		x->flags |=
+			DJINN_TENANT_CONFIGURED |
+			(m->client_kernels ? DJINN_TENANT_CLIENT_KERNELS : 0);
+		x->q_memory = m->memory;
+		x->q_lease_max_ns = m->lease_max_ns;
+		x->q_sessions = m->sessions;
+		x->q_conns = m->conns;
+		x->q_inflight = m->inflight;
+	}
+	for (unsigned int i = 0; i < n; i++)
+		for (unsigned int d = 0; d < srv->nr_dev; d++) {
+			struct vmu_usage u;
+
+			if (vmu_tenant_usage(srv->dev[d].vmu, e[i].name, &u))
+				continue;
+			e[i].data_bytes += u.data_bytes;
+			e[i].swapped += u.swapped;
+			e[i].text_refs += u.text_refs;
+		}
+	if (n)
+		qsort(e, n, sizeof(*e), admin_tenant_cmp);
+	memcpy(buf, &(uint32_t){ n }, sizeof(uint32_t));
+	conn_reply(c, hdr, buf, 8 + n * sizeof(*e), NULL, 0, NULL, NULL);
 	free(buf);
 }
 

@@ -42,6 +42,7 @@
 #include "model/runtime.h"
 #include "net/conn.h"
 #include "net/msg.h"
+#include "session/tenant.h"
 
 struct mobj {
 	enum sobj_kind kind;
@@ -595,7 +596,7 @@ static void submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->done = call_done;
 	job->done_arg = c->srv;
 	if (lane == SCHED_COMPUTE)
-		s->se.inflight++;
+		msg_inflight_add(s);
 	sched_submit(s->dev->sched, job);
 }
 
@@ -708,7 +709,7 @@ out:
 	mjob_free(mj);
 	job->ctx = NULL;
 	if (job->lane == SCHED_COMPUTE)
-		s->se.inflight--;
+		msg_inflight_sub(s);
 	conn_put(c);
 	exec_job_free(job);
 }

@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "server.h"
+#include "session/tenant.h"
 #include "exec/executor.h"
 
 struct tensor_slot {
@@ -109,6 +110,13 @@ static int stab_add(struct server *srv, struct session *s)
 	u = uid_count(srv, s->uid, true);
 	if (!u)
 		return -ENOMEM;
+	s->ts = tenant_state_get(srv, s->tenant);
+	if (!s->ts) {
+		if (!u->n)
+			*u = srv->uids[--srv->nr_uids];
+		return -ENOMEM;
+	}
+	s->ts->sessions++;
 	u->n++;
 	s->hnext = srv->stab[bucket(srv, s->id)];
 	srv->stab[bucket(srv, s->id)] = s;
@@ -131,6 +139,8 @@ static void stab_del(struct server *srv, struct session *s)
 	list_del_init(&s->node);
 	srv->nr_sessions--;
 	s->dev->nr_sessions--;
+	s->ts->sessions--;
+	tenant_state_drop(s->ts);
 	if (u && !--u->n)
 		*u = srv->uids[--srv->nr_uids]; /* the last takes its place */
 }
@@ -155,17 +165,37 @@ struct session *session_get(struct server *srv, uint64_t id)
 
 static void rec_clear(struct result_rec *r);
 
+unsigned int session_tenant_sessions(struct server *srv, const char *tenant)
+{
+	struct tenant_state *t;
+
+	list_for_each_entry(t, &srv->tenants, node)
+		if (!strcmp(t->name, tenant))
+			return t->sessions;
+	return 0;
+}
+
+bool session_tenant_full(struct server *srv, const char *tenant)
+{
+	const struct tenant_map *m = tenant_map_find(&srv->cfg, tenant);
+
+	return m && m->sessions &&
+	       session_tenant_sessions(srv, tenant) >= m->sessions;
+}
+
 int session_create(struct server *srv, struct device *dev, const char *tenant,
 		   const char *label, uint32_t priority, uint64_t lease_ns,
 		   uid_t uid, pid_t pid, struct session **out)
 {
+	const struct tenant_map *tm;
 	struct session *s;
 	int ret;
 
 	if (!tenant_ok(tenant) || !tenant_ok(label) || priority > 7)
 		return -EINVAL;
 	if (srv->nr_sessions >= srv->cfg.max_sessions ||
-	    session_uid_sessions(srv, uid) >= srv->cfg.max_sessions_per_uid)
+	    session_uid_sessions(srv, uid) >= srv->cfg.max_sessions_per_uid ||
+	    session_tenant_full(srv, tenant))
 		return -EDQUOT;
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -193,6 +223,9 @@ int session_create(struct server *srv, struct device *dev, const char *tenant,
 		lease_ns = srv->cfg.lease_min_ns;
 	if (lease_ns > srv->cfg.lease_max_ns)
 		lease_ns = srv->cfg.lease_max_ns;
+	tm = tenant_map_find(&srv->cfg, tenant);
+	if (tm && tm->lease_max_ns && lease_ns > tm->lease_max_ns)
+		lease_ns = tm->lease_max_ns; /* tenant.NAME.lease_max */
 	s->lease_ns = lease_ns;
 	s->uid = uid;
 	s->pid = pid;

@@ -95,6 +95,8 @@ struct session {
 	uint8_t token[16];
 	char tenant[DJINN_TENANT_LEN]; /* who: its connection's (tenant.h) */
 	char label[DJINN_TENANT_LEN]; /* what the client named it */
+	/* its tenant's counts, while it is in the table (I/O thread) */
+	struct tenant_state *ts;
 	uint32_t priority;
 	uint64_t lease_ns;
 	uint64_t deadline_ns; /* kept by the lease provider */
@@ -145,6 +147,10 @@ extern bool session_predictable_handles;
 int session_create(struct server *srv, struct device *dev, const char *tenant,
 		   const char *label, uint32_t priority, uint64_t lease_ns,
 		   uid_t uid, pid_t pid, struct session **out);
+/* Sessions of @tenant open now; whether they are at its quota
+ * (tenant.NAME.sessions). */
+unsigned int session_tenant_sessions(struct server *srv, const char *tenant);
+bool session_tenant_full(struct server *srv, const char *tenant);
 /* Sessions open now whose peer is @uid (TCP peers: (uid_t)-1). */
 unsigned int session_uid_sessions(struct server *srv, uid_t uid);
 /* Put it in the table and start its lease. */

@@ -2,8 +2,16 @@
 /*
  * Who a client is: tenant.h.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <linux/inet_diag.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <netlink/msg.h>
+#include <netlink/netlink.h>
 #include <sys/socket.h>
 
 #include "server.h"
@@ -39,12 +47,43 @@ void tenant_of(const struct server_config *cfg, uid_t uid, const gid_t *gids,
 	snprintf(out, DJINN_TENANT_LEN, "uid:%u", (unsigned int)uid);
 }
 
-bool tenant_client_kernels(const struct server_config *cfg, const char *tenant)
+const struct tenant_map *tenant_map_find(const struct server_config *cfg,
+					 const char *name)
 {
 	for (unsigned int i = 0; i < cfg->nr_tmaps; i++)
-		if (!strcmp(cfg->tmaps[i].tenant, tenant))
-			return cfg->tmaps[i].client_kernels;
-	return false;
+		if (!strcmp(cfg->tmaps[i].tenant, name))
+			return &cfg->tmaps[i];
+	return NULL;
+}
+
+bool tenant_client_kernels(const struct server_config *cfg, const char *tenant)
+{
+	const struct tenant_map *m = tenant_map_find(cfg, tenant);
+
+	return m && m->client_kernels;
+}
+
+struct tenant_state *tenant_state_get(struct server *srv, const char *name)
+{
+	struct tenant_state *t;
+
+	list_for_each_entry(t, &srv->tenants, node)
+		if (!strcmp(t->name, name))
+			return t;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	list_add_tail(&t->node, &srv->tenants);
+	return t;
+}
+
+void tenant_state_drop(struct tenant_state *t)
+{
+	if (!t || t->conns || t->sessions || t->inflight)
+		return;
+	list_del_init(&t->node);
+	free(t);
 }
 
 unsigned int tenant_peer_groups(int fd, gid_t gid, gid_t *gids,
@@ -62,4 +101,110 @@ unsigned int tenant_peer_groups(int fd, gid_t gid, gid_t *gids,
 		if (more[i] != gid)
 			gids[n++] = more[i];
 	return n;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Loopback TCP: the peer socket's owner, from sock_diag */
+
+struct diag_answer {
+	bool found;
+	uid_t uid;
+};
+
+static int diag_valid(struct nl_msg *msg, void *arg)
+{
+	struct nlmsghdr *nh = nlmsg_hdr(msg);
+	struct diag_answer *a = arg;
+	const struct inet_diag_msg *m;
+
+	if (nh->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+	    nlmsg_datalen(nh) < (int)sizeof(*m))
+		return NL_SKIP;
+	m = nlmsg_data(nh);
+	a->found = true;
+	a->uid = m->idiag_uid;
+	return NL_OK;
+}
+
+/* @ss's address as sock_diag wants it: family, port, 16 bytes. A v4
+ * address mapped into IPv6 is the IPv4 one (the peer's socket is). */
+static void diag_addr(const struct sockaddr_storage *ss, uint8_t *family,
+		      __be16 *port, __be32 addr[4])
+{
+	memset(addr, 0, 16);
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)ss;
+
+		*family = AF_INET;
+		*port = in->sin_port;
+		addr[0] = in->sin_addr.s_addr;
+		return;
+	}
+	{
+		const struct sockaddr_in6 *in6 = (const void *)ss;
+
+		*port = in6->sin6_port;
+		if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+			*family = AF_INET;
+			memcpy(addr, &in6->sin6_addr.s6_addr[12], 4);
+		} else {
+			*family = AF_INET6;
+			memcpy(addr, &in6->sin6_addr, 16);
+		}
+	}
+}
+
+int tenant_tcp_peer_uid(int fd, uid_t *uid)
+{
+	struct inet_diag_req_v2 req = { .sdiag_protocol = IPPROTO_TCP,
+					.idiag_states = ~0u };
+	struct sockaddr_storage local, peer;
+	socklen_t ll = sizeof(local), pl = sizeof(peer);
+	struct diag_answer a = { 0 };
+	uint8_t fam_local, fam_peer;
+	struct nl_sock *sk;
+	struct nl_msg *msg;
+	int ret;
+
+	if (getsockname(fd, (struct sockaddr *)&local, &ll) ||
+	    getpeername(fd, (struct sockaddr *)&peer, &pl))
+		return -errno;
+	if (local.ss_family != AF_INET && local.ss_family != AF_INET6)
+		return -EAFNOSUPPORT;
+	/* the peer's socket: its source is our peer, its destination us */
+	diag_addr(&peer, &fam_peer, &req.id.idiag_sport, req.id.idiag_src);
+	diag_addr(&local, &fam_local, &req.id.idiag_dport, req.id.idiag_dst);
+	if (fam_peer != fam_local)
+		return -EAFNOSUPPORT;
+	req.sdiag_family = fam_peer;
+	req.id.idiag_cookie[0] = req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	sk = nl_socket_alloc();
+	if (!sk)
+		return -ENOMEM;
+	ret = nl_connect(sk, NETLINK_SOCK_DIAG);
+	if (ret)
+		goto out;
+	msg = nlmsg_alloc_simple(SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST);
+	if (!msg) {
+		ret = -NLE_NOMEM;
+		goto out;
+	}
+	ret = nlmsg_append(msg, &req, sizeof(req), NLMSG_ALIGNTO);
+	if (!ret)
+		ret = nl_send_auto(sk, msg);
+	nlmsg_free(msg);
+	if (ret < 0)
+		goto out;
+	ret = nl_socket_modify_cb(sk, NL_CB_VALID, NL_CB_CUSTOM, diag_valid,
+				  &a);
+	if (!ret)
+		ret = nl_recvmsgs_default(sk);
+out:
+	nl_socket_free(sk);
+	if (ret < 0)
+		return ret == -NLE_OBJ_NOTFOUND ? -ENOENT : -EIO;
+	if (!a.found)
+		return -ENOENT;
+	*uid = a.uid;
+	return 0;
 }

@@ -162,6 +162,7 @@ enum djinn_msg {
 	DJINN_MSG_ADMIN_MODEL_EVICT = 69,
 	DJINN_MSG_ADMIN_FAULT_INJECT = 70, /* djinnd --fault-injection only */
 	DJINN_MSG_ADMIN_SCHED = 71,
+	DJINN_MSG_ADMIN_TENANTS = 72,
 };
 
 /* hdr.flags */
@@ -905,6 +906,37 @@ struct djinn_admin_session {
 	char label[DJINN_TENANT_LEN];
 };
 static_assert(sizeof(struct djinn_admin_session) == 224, "admin session");
+
+/*
+ * struct djinn_admin_tenant - one entry of ADMIN_TENANTS' response: a
+ * __u32 count, a zero __u32, then the entries, sorted by name. A tenant
+ * is listed while it holds a connection, a session or a job, or when
+ * djinnd.conf names it with uids, gids, client_kernels or a quota.
+ * @conns, @sessions, @inflight: held now (server-wide)
+ * @data_bytes, @swapped, @text_refs: its sessions' data, over every
+ *     device, and of it in host memory; text references held
+ * @q_*: its quotas, 0 for none: @q_memory data bytes on each device,
+ *     @q_lease_max_ns the longest lease (djinnd.conf(5), [tenant.NAME])
+ */
+#define DJINN_TENANT_CONFIGURED (1u << 0) /* named in djinnd.conf */
+#define DJINN_TENANT_CLIENT_KERNELS (1u << 1)
+struct djinn_admin_tenant {
+	char name[DJINN_TENANT_LEN];
+	__u32 conns;
+	__u32 sessions;
+	__u32 inflight;
+	__u32 flags; /* DJINN_TENANT_* */
+	__u64 data_bytes;
+	__u64 swapped;
+	__u64 text_refs;
+	__u64 q_memory;
+	__u64 q_lease_max_ns;
+	__u32 q_sessions;
+	__u32 q_conns;
+	__u32 q_inflight;
+	__u32 __reserved;
+};
+static_assert(sizeof(struct djinn_admin_tenant) == 136, "admin tenant");
 
 /* ADMIN_KILL request: end a session (reason "killed"). */
 struct djinn_admin_kill {

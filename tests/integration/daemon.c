@@ -497,6 +497,23 @@ void djd_kill(struct djd *d)
 /* ---------------------------------------------------------------------- */
 /* Sockets */
 
+const char *djd_djinnctl(void)
+{
+	static char path[PATH_MAX];
+	const char *env = getenv("DJINNCTL");
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (env && *env)
+		return env;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return "build/tools/djinnctl";
+	self[n] = 0;
+	snprintf(path, sizeof(path), "%s/../../tools/djinnctl", dirname(self));
+	return path;
+}
+
 int dj_connect_as(const char *path, uid_t uid, gid_t gid, const gid_t *groups,
 		  size_t n)
 {
@@ -513,7 +530,7 @@ int dj_connect_as(const char *path, uid_t uid, gid_t gid, const gid_t *groups,
 
 	if (geteuid())
 		return -EPERM;
-	{
+	if (strncmp(path, "tcp:", 4)) {
 		char dir[PATH_MAX];
 
 		snprintf(dir, sizeof(dir), "%s", path);
@@ -533,7 +550,9 @@ int dj_connect_as(const char *path, uid_t uid, gid_t gid, const gid_t *groups,
 		if (setgroups(n, groups) || setresgid(gid, gid, gid) ||
 		    setresuid(uid, uid, uid))
 			_exit(1);
-		fd = dj_connect(path);
+		fd = strncmp(path, "tcp:", 4) ?
+			     dj_connect(path) :
+			     dj_connect_tcp((unsigned int)atoi(path + 4));
 		if (fd < 0)
 			_exit(-fd > 255 ? 255 : -fd);
 		cm = CMSG_FIRSTHDR(&mh);

@@ -115,6 +115,10 @@ void djd_log_tail(const struct djd *d, long bytes);
 /* ---------------------------------------------------------------------- */
 /* Raw frames */
 
+/* djinnctl: $DJINNCTL, else the build's beside this test
+ * (BUILD/tests/integration/X -> BUILD/tools/djinnctl). */
+const char *djd_djinnctl(void);
+
 /* A connected unix socket to @path, or a negative errno. */
 int dj_connect(const char *path);
 
@@ -122,7 +126,8 @@ int dj_connect(const char *path);
  * supplementary groups @groups[0 .. @n), so that djinnd's SO_PEERCRED
  * (and SO_PEERGROUPS) say so; -EPERM when this process cannot change
  * its ids (not root). The socket's directory is made searchable by
- * everyone (0711) for it. */
+ * everyone (0711) for it. @path "tcp:PORT" connects to 127.0.0.1:PORT
+ * instead, from a socket @uid owns. */
 int dj_connect_as(const char *path, uid_t uid, gid_t gid, const gid_t *groups,
 		  size_t n);
 

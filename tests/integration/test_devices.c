@@ -591,24 +591,6 @@ static void test_fault_one_device(void **state)
 /* ---------------------------------------------------------------------- */
 /* djinnctl */
 
-static const char *djinnctl_binary(void)
-{
-	static char path[PATH_MAX];
-	const char *env = getenv("DJINNCTL");
-	char self[PATH_MAX];
-	ssize_t n;
-
-	if (env && *env)
-		return env;
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return "build/tools/djinnctl";
-	self[n] = 0;
-	/* BUILD/tests/integration/test_devices -> BUILD/tools/djinnctl */
-	snprintf(path, sizeof(path), "%s/../../tools/djinnctl", dirname(self));
-	return path;
-}
-
 /* Run djinnctl @args on the daemon's admin socket: its stdout, which
  * the caller frees; it must exit 0. */
 static char *ctl(struct fx *fx, const char *args)
@@ -619,7 +601,7 @@ static char *ctl(struct fx *fx, const char *args)
 	FILE *p;
 
 	assert_non_null(out);
-	snprintf(cmd, sizeof(cmd), "'%s' -s '%s' %s", djinnctl_binary(),
+	snprintf(cmd, sizeof(cmd), "'%s' -s '%s' %s", djd_djinnctl(),
 		 fx->d.admin, args);
 	p = popen(cmd, "r");
 	assert_non_null(p);

@@ -180,7 +180,7 @@ static void test_oversize(void **state)
 static void test_unknown_opcode(void **state)
 {
 	struct fx *fx = *state;
-	const uint16_t ops[] = { 0, 22, 63, 72, 1000, 0xffff };
+	const uint16_t ops[] = { 0, 22, 63, 73, 1000, 0xffff };
 	int fd = xconnect(fx->d.sock);
 	uint8_t pad[32] = { 1, 2, 3 };
 

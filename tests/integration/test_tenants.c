@@ -23,7 +23,14 @@
  *   upload of the same bytes is not deduplicated (so not confirmed) and
  *   reads back its own bytes; the same tenant's next session finds it;
  * - a served model's weights are shared, and no tenant finds them by the
- *   fingerprint MODEL_OPEN gives it, so none can read them.
+ *   fingerprint MODEL_OPEN gives it, so none can read them;
+ * - over loopback TCP the tenant is the peer socket's owner (sock_diag),
+ *   mapped as a unix client's uid; a TCP listener beyond loopback is
+ *   refused at start unless server.plain_tcp = any;
+ * - a tenant at a quota ([tenant.NAME] sessions, connections, memory,
+ *   inflight, lease_max) gets -EDQUOT naming the numbers and the key, or
+ *   its lease clamped; a victim tenant alongside is served as before,
+ *   and djinnctl tenant list shows both against their quotas.
  */
 #include <errno.h>
 #include <signal.h>
@@ -245,6 +252,182 @@ static void test_text(void **state)
 	check_text_cached(fx);
 }
 
+static unsigned int tcp_port;
+
+static int setup_tcp(void **state)
+{
+	static char listen[40];
+	static const char *const extra[] = { "--set", "tenant.team.uids=65533",
+					     "--listen", listen, NULL };
+
+	tcp_port = dj_free_port();
+	if (!tcp_port)
+		return -1;
+	snprintf(listen, sizeof(listen), "tcp:127.0.0.1:%u", tcp_port);
+	return fx_start_args(state, DEV_MEM, 10000, extra);
+}
+
+static void test_tcp(void **state)
+{
+	struct fx *fx = *state;
+	char port[24], me[DJINN_TENANT_LEN];
+	int fd = dj_connect_tcp(tcp_port);
+	uint64_t sid;
+
+	snprintf(port, sizeof(port), "tcp:%u", tcp_port);
+	snprintf(me, sizeof(me), "uid:%u", (unsigned int)getuid());
+	assert_true(fd >= 0);
+	hello_at(__LINE__, fd);
+	sid = open_session(fd, "over-tcp");
+	assert_string_equal(tenant_of(fx, sid, "over-tcp"), me);
+	close_session(fd, sid);
+	close(fd);
+	/* sockets of other uids: theirs, mapped like a unix client's */
+	fd = dj_connect_as(port, NOBODY, NOBODY, NULL, 0);
+	assert_true(fd >= 0);
+	hello_at(__LINE__, fd);
+	sid = open_session(fd, "uid:0");
+	assert_string_equal(tenant_of(fx, sid, "uid:0"), "uid:65534");
+	close_session(fd, sid);
+	close(fd);
+	fd = dj_connect_as(port, 65533, 65533, NULL, 0);
+	assert_true(fd >= 0);
+	hello_at(__LINE__, fd);
+	sid = open_session(fd, "t");
+	assert_string_equal(tenant_of(fx, sid, "t"), "team");
+	close_session(fd, sid);
+	close(fd);
+}
+
+/* Plain TCP beyond loopback: refused at start unless server.plain_tcp
+ * says any. */
+static void test_tcp_listen(void **state)
+{
+	char listen[40];
+	const char *plain[] = { "--listen", listen, NULL };
+	const char *any[] = { "--listen", listen, "--set",
+			      "server.plain_tcp=any", NULL };
+	struct djd d;
+
+	(void)state;
+	snprintf(listen, sizeof(listen), "tcp:0.0.0.0:%u", dj_free_port());
+	if (!djd_start_args(&d, DEV_MEM, 10000, plain)) {
+		djd_kill(&d);
+		fail_msg("djinnd listened on %s with plain_tcp = loopback",
+			 listen);
+	}
+	if (!strstr(djd_start_error(),
+		    "is not loopback, and plain TCP authenticates no one") ||
+	    !strstr(djd_start_error(), "server.plain_tcp = any"))
+		fail_msg("djinnd said \"%s\"", djd_start_error());
+	assert_int_equal(djd_start_args(&d, DEV_MEM, 10000, any), 0);
+	assert_int_equal(djd_stop(&d, 10000), 0);
+}
+
+static int setup_quotas(void **state)
+{
+	static const char *const extra[] = {
+		"--set", "tenant.uid:65534.sessions=2",
+		"--set", "tenant.uid:65534.connections=3",
+		"--set", "tenant.uid:65534.memory=4M",
+		"--set", "tenant.uid:65534.lease_max=2s",
+		NULL
+	};
+
+	return fx_start_args(state, DEV_MEM, 10000, extra);
+}
+
+/* djinnctl -j tenant list: its output (the caller frees). */
+static char *tenant_list_json(struct fx *fx)
+{
+	char cmd[512], *out = xmalloc(65536);
+	size_t n;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "'%s' -s '%s' -j tenant list",
+		 djd_djinnctl(), fx->d.admin);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(out, 1, 65535, p);
+	out[n] = 0;
+	assert_int_equal(pclose(p), 0);
+	return out;
+}
+
+static void test_quotas(void **state)
+{
+	struct fx *fx = *state;
+	const struct djinn_tensor_desc mib3 = F32(3 << 18), mib2 = F32(1 << 19),
+				       mib8 = F32(1 << 21);
+	struct djinn_session_resp sr;
+	struct dj_resp r;
+	int fa = connect_as(fx, NOBODY, NOBODY, NULL, 0), fb, fc, fd, fv;
+	uint64_t s1, s2, v[3];
+	char *json;
+
+	/* sessions: two, then -EDQUOT with the numbers; its lease clamped */
+	s1 = open_at(__LINE__, fa, "one", 4, 60 * NSEC_PER_SEC, &sr);
+	assert_int_equal(sr.lease_ns, 2 * NSEC_PER_SEC);
+	s2 = open_session(fa, "two");
+	{
+		struct djinn_session_open o = { .tenant = "three",
+						.priority = 4 };
+
+		call_err(fa, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EDQUOT,
+			 "2 sessions open for tenant uid:65534, its quota "
+			 "(tenant.uid:65534.sessions)");
+	}
+	/* the victim (root, no quotas) opens three and more memory */
+	fv = xconnect(fx->d.sock);
+	for (int i = 0; i < 3; i++)
+		v[i] = open_session(fv, "victim");
+	create_data(fv, v[0], &mib8, NULL, 0);
+
+	/* memory: 3 MiB fit in 4 (taking 4: two granules of 2), 2 more do
+	 * not */
+	create_data(fa, s1, &mib3, NULL, 0);
+	create_try_at(__LINE__, fa, s2, &mib2, DJINN_SEG_DATA, NULL, NULL, 0,
+		      &r);
+	expect_error(&r, -EDQUOT,
+		     "cannot allocate 2097152 bytes: tenant uid:65534 holds "
+		     "4194304 bytes of data on cpu, its quota 4194304 "
+		     "(tenant.uid:65534.memory)");
+	dj_resp_free(&r);
+
+	/* connections: three (fa is one), then refused -EDQUOT */
+	fb = connect_as(fx, NOBODY, NOBODY, NULL, 0);
+	fc = connect_as(fx, NOBODY, NOBODY, NULL, 0);
+	fd = dj_connect_as(fx->d.sock, NOBODY, NOBODY, NULL, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(dj_recv(fd, &r, 5000), 1);
+	expect_error(&r, -EDQUOT,
+		     "3 connections of tenant uid:65534 open, its quota "
+		     "(tenant.uid:65534.connections)");
+	dj_resp_free(&r);
+	close(fd);
+
+	/* the victim is served as before */
+	create_data(fv, v[1], &mib3, NULL, 0);
+	json = tenant_list_json(fx);
+	if (!strstr(json, "{\"name\":\"uid:65534\",\"connections\":3,"
+			  "\"sessions\":2,") ||
+	    !strstr(json, "\"quota\":{\"memory\":4194304,"
+			  "\"connections\":3,\"sessions\":2,\"inflight\":null,"
+			  "\"lease_max_ns\":2000000000}") ||
+	    !strstr(json, "{\"name\":\"uid:0\",\"connections\":"))
+		fail_msg("tenant list: %s", json);
+	free(json);
+
+	close(fb);
+	close(fc);
+	close_session(fa, s1);
+	close_session(fa, s2);
+	close(fa);
+	for (int i = 0; i < 3; i++)
+		close_session(fv, v[i]);
+	close(fv);
+}
+
 /* The mapping from a file; SIGHUP changes it for new connections only. */
 static void test_reload(void **state)
 {
@@ -311,8 +494,13 @@ static void test_bad(void **state)
 		  "tenant.a.gids: '1,,2': want group numbers or names" },
 		{ "tenant.a.uids=", NULL, "tenant.a.uids: " },
 		{ "tenant.a.colour=red", NULL,
-		  "unknown key 'colour' in [tenant.a] (want share, uids, gids "
-		  "or client_kernels)" },
+		  "unknown key 'colour' in [tenant.a] (want share, uids, gids, "
+		  "client_kernels, memory, sessions, connections, inflight or "
+		  "lease_max)" },
+		{ "tenant.a.sessions=0", NULL,
+		  "tenant.a.sessions: '0': want a number from 1 to 1048576" },
+		{ "tenant.a.memory=lots", NULL,
+		  "tenant.a.memory: 'lots': want a size" },
 		{ "tenant.a.client_kernels=maybe", NULL,
 		  "tenant.a.client_kernels: 'maybe': want yes or no" },
 	};
@@ -344,6 +532,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_mapped, setup_mapped,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_text, setup_plain,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_tcp, setup_tcp,
+						fx_teardown),
+		cmocka_unit_test(test_tcp_listen),
+		cmocka_unit_test_setup_teardown(test_quotas, setup_quotas,
 						fx_teardown),
 		cmocka_unit_test(test_reload),
 		cmocka_unit_test(test_bad),

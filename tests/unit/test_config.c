@@ -83,6 +83,7 @@ static void test_good_file(void **state)
 				  "[server]\n"
 				  "listen = unix:/tmp/a.sock\n"
 				  "listen = tcp:0.0.0.0:7411 ; inline comment\n"
+				  "plain_tcp = any\n"
 				  "listen = tcp:[::1]:7412\n"
 				  "admin_socket = /tmp/admin.sock\n"
 				  "admin_group = root\n"
@@ -221,7 +222,7 @@ static void test_bad_files(void **state)
 		  "tenant.alice.share: '1001'" },
 		{ "[tenant.alice]\nshare = -3\n", 2, "tenant.alice.share" },
 		{ "[tenant.alice]\nweight = 2\n", 2,
-		  "unknown key 'weight' in [tenant.alice] (want share, uids, gids or client_kernels)" },
+		  "unknown key 'weight' in [tenant.alice] (want share, uids, gids, client_kernels, memory, sessions, connections, inflight or lease_max)" },
 		{ "[tenant.]\nshare = 2\n", 2,
 		  "[tenant.]: a tenant name has 1 to 63 bytes" },
 		{ "[tenant.alice]\nshare = 2\nshare = 3\n", 3,
@@ -363,6 +364,24 @@ static void test_validate(void **state)
 			 0);
 	assert_int_equal(config_validate(&c), -EINVAL);
 	assert_err(&c, 3, "server.admin_socket: /tmp/s is also a listen");
+	config_free(&c);
+
+	/* Plain TCP beyond loopback only when plain_tcp says any. */
+	assert_int_equal(load(&c, "[server]\nlisten = tcp:0.0.0.0:7411\n"), 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_err(&c, 2,
+		   "server.listen: tcp:0.0.0.0:7411 is not loopback, and plain "
+		   "TCP authenticates no one");
+	config_free(&c);
+	assert_int_equal(load(&c, "[server]\nlisten = tcp:[::1]:7411\n"
+				  "listen = tcp::7412\n"
+				  "listen = tcp:127.0.0.2:7413\n"
+				  "listen = tcp:localhost:7414\n"),
+			 0);
+	assert_int_equal(config_validate(&c), 0);
+	config_free(&c);
+	assert_int_equal(load(&c, "[server]\nplain_tcp = everyone\n"), -EINVAL);
+	assert_err(&c, 2, "server.plain_tcp: 'everyone': want loopback or any");
 	config_free(&c);
 
 	/* The cpu runs one graph at a time; a GPU (or auto) may run more. */
