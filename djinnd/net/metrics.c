@@ -22,6 +22,7 @@
 #include "array_size.h"
 #include "log.h"
 #include "server.h"
+#include "session/tenant.h"
 #include "exec/executor.h"
 #include "net/metrics.h"
 
@@ -479,6 +480,66 @@ out:
 	free(vs);
 }
 
+/* A label value as the exposition format wants it: \ and " escaped
+ * (tenant names are printable, without newlines). */
+static const char *label_value(char *buf, size_t len, const char *v)
+{
+	size_t n = 0;
+
+	for (; *v && n + 2 < len; v++) {
+		if (*v == '\\' || *v == '"')
+			buf[n++] = '\\';
+		buf[n++] = *v;
+	}
+	buf[n] = 0;
+	return buf;
+}
+
+/* Per tenant holding anything now: what it holds (its quotas are in
+ * djinnctl tenant). */
+static void render_tenants(struct sbuf *b, struct server *srv)
+{
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} counts[] = {
+		{ "djinn_tenant_connections", "Client connections open now.",
+		  offsetof(struct tenant_state, conns) },
+		{ "djinn_tenant_sessions", "Sessions open now.",
+		  offsetof(struct tenant_state, sessions) },
+		{ "djinn_tenant_inflight",
+		  "Graphs and model steps queued or running now.",
+		  offsetof(struct tenant_state, inflight) },
+	};
+	struct tenant_state *t;
+	char lv[2 * DJINN_TENANT_LEN];
+
+	for (size_t i = 0; i < ARRAY_SIZE(counts); i++) {
+		family(b, counts[i].name, "gauge", counts[i].help);
+		list_for_each_entry(t, &srv->tenants, node)
+			sb_printf(b, "%s{tenant=\"%s\"} %u\n", counts[i].name,
+				  label_value(lv, sizeof(lv), t->name),
+				  *(const unsigned int *)((const char *)t +
+							  counts[i].off));
+	}
+	family(b, "djinn_tenant_data_bytes", "gauge",
+	       "Data its sessions hold on the device, resident or swapped "
+	       "(granule-rounded), against [tenant.NAME] memory.");
+	list_for_each_entry(t, &srv->tenants, node)
+		for (unsigned int d = 0; d < srv->nr_dev; d++) {
+			struct vmu_usage u;
+
+			if (vmu_tenant_usage(srv->dev[d].vmu, t->name, &u))
+				continue;
+			sb_printf(b,
+				  "djinn_tenant_data_bytes{device=\"%s\","
+				  "tenant=\"%s\"} %llu\n",
+				  srv->dev[d].name,
+				  label_value(lv, sizeof(lv), t->name),
+				  (unsigned long long)u.data_bytes);
+		}
+}
+
 long metrics_render(struct server *srv, char **out)
 {
 	struct sbuf b = { .cap = 16384 };
@@ -493,6 +554,7 @@ long metrics_render(struct server *srv, char **out)
 	render_requests(&b, srv);
 	render_vmu(&b, srv);
 	render_sched(&b, srv);
+	render_tenants(&b, srv);
 	if (b.oom) {
 		free(b.p);
 		return -ENOMEM;

@@ -343,6 +343,20 @@ static void test_metrics(void **state)
 			    3);
 	assert_true(metric(b, "djinn_sessions_opened_total") ==
 		    metric(a, "djinn_sessions_opened_total") + 1);
+	/* per tenant: this process's uid holds the session and its 4 MiB */
+	{
+		char series[96];
+
+		snprintf(series, sizeof(series),
+			 "djinn_tenant_sessions{tenant=\"uid:%u\"}",
+			 (unsigned int)getuid());
+		assert_true(metric(b, series) == 1);
+		snprintf(series, sizeof(series),
+			 "djinn_tenant_data_bytes{device=\"cpu\","
+			 "tenant=\"uid:%u\"}",
+			 (unsigned int)getuid());
+		assert_true(metric(b, series) == 4 * MiB);
+	}
 	assert_true(metric(b, "djinn_sessions{phase=\"unknown\"}") ==
 		    metric(a, "djinn_sessions{phase=\"unknown\"}") + 1);
 	assert_true(metric(b, "djinn_request_errors_total{op="

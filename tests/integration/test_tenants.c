@@ -30,7 +30,9 @@
  * - a tenant at a quota ([tenant.NAME] sessions, connections, memory,
  *   inflight, lease_max) gets -EDQUOT naming the numbers and the key, or
  *   its lease clamped; a victim tenant alongside is served as before,
- *   and djinnctl tenant list shows both against their quotas.
+ *   and djinnctl tenant list shows both against their quotas. The
+ *   inflight quota counts the tenant's graphs over all its sessions:
+ *   a graph sent while another session's long matmul runs is refused.
  */
 #include <errno.h>
 #include <signal.h>
@@ -428,6 +430,78 @@ static void test_quotas(void **state)
 	close(fv);
 }
 
+static int setup_inflight(void **state)
+{
+	static const char *const extra[] = { "--set",
+					     "tenant.uid:65534.inflight=1",
+					     NULL };
+
+	return fx_start_args(state, DEV_MEM, 10000, extra);
+}
+
+/* A 1024-square matmul of @a and @b (long enough to be in flight while
+ * the next frame is read), sent as request @id of @sid. */
+static void send_matmul(int fd, uint64_t sid, uint64_t id, uint64_t a,
+			uint64_t b)
+{
+	struct gb g = { 0 };
+	uint32_t x = gb_input(&g, a), w = gb_input(&g, b);
+
+	gb_output(&g, gb_op(&g, DJINN_GOP_MATMUL, 2, x, w));
+	graph_send_at(__LINE__, fd, sid, id, &g);
+}
+
+static void test_inflight(void **state)
+{
+	struct fx *fx = *state;
+	const struct djinn_tensor_desc sq = F32(1024, 1024);
+	int fa = connect_as(fx, NOBODY, NOBODY, NULL, 0);
+	int fv = xconnect(fx->d.sock);
+	uint64_t s1 = open_session(fa, "one"), s2 = open_session(fa, "two");
+	uint64_t v = open_session(fv, "victim"), a, a2, b, va, vb;
+	struct dj_resp r;
+	bool err_seen = false, ok_seen = false;
+
+	a = upload_rand(fa, s1, &sq, 1, 1.0f, NULL);
+	b = upload_rand(fa, s1, &sq, 2, 1.0f, NULL);
+	va = upload_rand(fv, v, &sq, 3, 1.0f, NULL);
+	vb = upload_rand(fv, v, &sq, 4, 1.0f, NULL);
+
+	a2 = upload_rand(fa, s2, &sq, 5, 1.0f, NULL);
+	/* s1's matmul runs; s2's, sent behind it, is the tenant's second */
+	send_matmul(fa, s1, 1, a, b);
+	send_matmul(fa, s2, 2, a2, a2);
+	/* the victim's are not counted with them */
+	send_matmul(fv, v, 3, va, vb);
+	send_matmul(fv, v, 4, vb, va);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(dj_recv(fa, &r, 30000), 1);
+		if (r.hdr.request_id == 2) {
+			expect_error(&r, -EDQUOT,
+				     "1 graphs and model steps in flight for "
+				     "tenant uid:65534, its quota "
+				     "(tenant.uid:65534.inflight)");
+			err_seen = true;
+		} else {
+			assert_int_equal(r.hdr.request_id, 1);
+			assert_int_equal(r.error, 0);
+			ok_seen = true;
+		}
+		dj_resp_free(&r);
+	}
+	assert_true(err_seen && ok_seen);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(dj_recv(fv, &r, 30000), 1);
+		assert_int_equal(r.error, 0);
+		dj_resp_free(&r);
+	}
+	close_session(fa, s1);
+	close_session(fa, s2);
+	close_session(fv, v);
+	close(fa);
+	close(fv);
+}
+
 /* The mapping from a file; SIGHUP changes it for new connections only. */
 static void test_reload(void **state)
 {
@@ -537,6 +611,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test(test_tcp_listen),
 		cmocka_unit_test_setup_teardown(test_quotas, setup_quotas,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_inflight, setup_inflight,
 						fx_teardown),
 		cmocka_unit_test(test_reload),
 		cmocka_unit_test(test_bad),
