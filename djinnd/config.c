@@ -642,8 +642,9 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 				    tenant);
 	if (!strcmp(name, "uids") || !strcmp(name, "gids"))
 		return tenant_ids_set(c, tenant, name[0] == 'g', value);
-	if (!strcmp(name, "memory") || !strcmp(name, "lease_max")) {
-		bool mem = name[0] == 'm';
+	if (!strcmp(name, "memory") || !strcmp(name, "swap") ||
+	    !strcmp(name, "lease_max")) {
+		bool mem = name[0] != 'l';
 		struct tenant_map *m;
 		int ret = mem ? config_parse_size(value, &v) :
 				config_parse_duration(value, &v);
@@ -659,7 +660,9 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 		m = tmap_get(c, tenant, name);
 		if (!m)
 			return -EINVAL;
-		*(mem ? &m->memory : &m->lease_max_ns) = v;
+		*(name[0] == 'm' ? &m->memory :
+		  name[0] == 's' ? &m->swap :
+				   &m->lease_max_ns) = v;
 		return 0;
 	}
 	if (!strcmp(name, "sessions") || !strcmp(name, "connections") ||
@@ -697,8 +700,8 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 	if (strcmp(name, "share"))
 		return fail(c,
 			    "unknown key '%s' in [tenant.%s] (want share, "
-			    "uids, gids, client_kernels, memory, sessions, "
-			    "connections, inflight or lease_max)",
+			    "uids, gids, client_kernels, memory, swap, "
+			    "sessions, connections, inflight or lease_max)",
 			    name, tenant);
 	if (parse_uint(value, &v) || v < 1 || v > SCHED_SHARE_MAX)
 		return fail(c,
@@ -1285,6 +1288,12 @@ void config_print(const struct djinnd_config *c, FILE *f)
 			fmt_size(m->memory, v, sizeof(v));
 			fprintf(f, "memory = %s\t; SIGHUP reloads it\n", v);
 		}
+		if (m->swap) {
+			char v[32];
+
+			fmt_size(m->swap, v, sizeof(v));
+			fprintf(f, "swap = %s\t; SIGHUP reloads it\n", v);
+		}
 		if (m->lease_max_ns) {
 			char v[32];
 
@@ -1315,8 +1324,9 @@ static bool tmaps_equal(const struct server_config *a,
 		if (strcmp(x->tenant, y->tenant) || x->nr_uids != y->nr_uids ||
 		    x->nr_gids != y->nr_gids ||
 		    x->client_kernels != y->client_kernels ||
-		    x->memory != y->memory || x->sessions != y->sessions ||
-		    x->conns != y->conns || x->inflight != y->inflight ||
+		    x->memory != y->memory || x->swap != y->swap ||
+		    x->sessions != y->sessions || x->conns != y->conns ||
+		    x->inflight != y->inflight ||
 		    x->lease_max_ns != y->lease_max_ns ||
 		    memcmp(x->uids, y->uids, x->nr_uids * sizeof(x->uids[0])) ||
 		    memcmp(x->gids, y->gids, x->nr_gids * sizeof(x->gids[0])))

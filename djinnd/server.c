@@ -354,13 +354,16 @@ void server_tenant_quotas(struct server *srv, bool on)
 			const struct tenant_map *m = &srv->cfg.tmaps[k];
 			int ret;
 
-			if (!m->memory)
-				continue;
-			ret = vmu_tenant_set_quota(d->vmu, m->tenant,
-						   on ? m->memory : 0);
+			ret = !m->memory ?
+				      0 :
+				      vmu_tenant_set_quota(d->vmu, m->tenant,
+							   on ? m->memory : 0);
+			if (!ret && m->swap)
+				ret = vmu_tenant_set_swap_quota(
+					d->vmu, m->tenant, on ? m->swap : 0);
 			if (ret)
-				log_err("%s: tenant %s's memory quota: %s",
-					d->name, m->tenant, strerror(-ret));
+				log_err("%s: tenant %s's quotas: %s", d->name,
+					m->tenant, strerror(-ret));
 		}
 	}
 }

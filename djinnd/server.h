@@ -38,9 +38,10 @@
  * @client_kernels: its sessions may upload and run client kernels
  * (KERNEL nodes), which reach all of the device's memory: off unless
  * the administrator says so.
- * @memory, @sessions, @conns, @inflight, @lease_max_ns: its quotas (0:
- * none): data bytes on each device, sessions and connections open at
- * once, graphs and model steps queued or running, the longest lease.
+ * @memory, @swap, @sessions, @conns, @inflight, @lease_max_ns: its
+ * quotas (0: none): data bytes on each device, of them in host memory
+ * (swapped out), sessions and connections open at once, graphs and
+ * model steps queued or running, the longest lease.
  */
 #define SERVER_TENANT_MAPS_MAX 64
 #define SERVER_TENANT_IDS_MAX 32
@@ -50,7 +51,7 @@ struct tenant_map {
 	uid_t uids[SERVER_TENANT_IDS_MAX];
 	gid_t gids[SERVER_TENANT_IDS_MAX];
 	bool client_kernels;
-	uint64_t memory, lease_max_ns;
+	uint64_t memory, swap, lease_max_ns;
 	unsigned int sessions, conns, inflight;
 	/* where each list was set (config.c: a list set twice in one file
 	 * is an error) */
@@ -250,7 +251,7 @@ struct device *server_place(struct server *srv, uint32_t want, char *msg,
 			    size_t msglen);
 /* Jobs queued or running on every device's executors. */
 unsigned int server_depth(struct server *srv);
-/* Set (@on) or lift each [tenant.NAME] memory quota of srv->cfg on
+/* Set (@on) or lift each [tenant.NAME] memory and swap quota of srv->cfg on
  * every device's VMU. */
 void server_tenant_quotas(struct server *srv, bool on);
 

@@ -1290,7 +1290,9 @@ static void print_tenant(const struct djinn_admin_tenant *e, int wname,
 		print_string(PRINT_FP, NULL, " %15s",
 			     used_of(cell, sizeof(cell), e->data_bytes,
 				     e->q_memory, true));
-		print_size(PRINT_FP, NULL, " %8s", e->swapped);
+		print_string(PRINT_FP, NULL, " %15s",
+			     used_of(cell, sizeof(cell), e->swapped, e->q_swap,
+				     true));
 		print_string(PRINT_FP, NULL, " %7s\n", kernels);
 	} else {
 		print_string(PRINT_ANY, "name", "name:           %s\n", name);
@@ -1307,7 +1309,10 @@ static void print_tenant(const struct djinn_admin_tenant *e, int wname,
 			     used_of(cell, sizeof(cell), e->data_bytes,
 				     e->q_memory, true));
 		print_text("%s\n", e->q_memory ? " (quota a device)" : "");
-		print_size(PRINT_FP, NULL, "swapped:        %s\n", e->swapped);
+		print_string(PRINT_FP, NULL, "swapped:        %s",
+			     used_of(cell, sizeof(cell), e->swapped, e->q_swap,
+				     true));
+		print_text("%s\n", e->q_swap ? " (quota a device)" : "");
 		print_u64(PRINT_FP, NULL, "text refs:      %" PRIu64 "\n",
 			  e->text_refs);
 		if (e->q_lease_max_ns)
@@ -1328,6 +1333,7 @@ static void print_tenant(const struct djinn_admin_tenant *e, int wname,
 		     e->flags & DJINN_TENANT_CONFIGURED ? "yes" : "no");
 	open_json_object("quota");
 	print_quota("memory", e->q_memory);
+	print_quota("swap", e->q_swap);
 	print_quota("connections", e->q_conns);
 	print_quota("sessions", e->q_sessions);
 	print_quota("inflight", e->q_inflight);
@@ -1360,7 +1366,7 @@ static int do_tenant_list(struct ctl *ctl, char **args)
 		if (n > wname)
 			wname = n;
 	}
-	print_text("%-*s %11s %11s %11s %15s %8s %7s\n", wname, "TENANT",
+	print_text("%-*s %11s %11s %11s %15s %15s %7s\n", wname, "TENANT",
 		   "CONNS", "SESSIONS", "INFLIGHT", "DATA", "SWAPPED",
 		   "KERNELS");
 	open_json_array(NULL);

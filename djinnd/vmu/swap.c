@@ -95,6 +95,9 @@ int vmu_swap_out_locked(struct vmu *v, struct vmu_region *r)
 	if (v->cfg.swap_limit &&
 	    v->st.swapped_now + bufsize > v->cfg.swap_limit)
 		return -ENOSPC;
+	/* its tenant's host memory is bounded too (tenant.NAME.swap) */
+	if (vmu_over_swap_quota(r->s->tenant, bufsize))
+		return -EDQUOT;
 	/* The host bytes count against the limit from here on. */
 	r->host_size = bufsize;
 	vmu_region_set_state(v, r, VMU_REGION_MOVING);

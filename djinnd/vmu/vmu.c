@@ -321,15 +321,17 @@ static uint64_t swappable(struct vmu *v)
 
 	if (v->no_swap)
 		return 0;
-	if (!v->cfg.swap_limit)
+	if (!v->cfg.swap_limit && !v->nr_swap_quotas)
 		return v->data_idle;
-	room = v->cfg.swap_limit > v->st.swapped_now ?
-		       v->cfg.swap_limit - v->st.swapped_now :
-		       0;
+	room = !v->cfg.swap_limit ? UINT64_MAX :
+	       v->cfg.swap_limit > v->st.swapped_now ?
+				    v->cfg.swap_limit - v->st.swapped_now :
+				    0;
 	list_for_each_entry(r, &v->data_lru, lru) {
 		uint64_t host = vmu_round(v, r->size);
 
-		if (r->pins || !r->m.mapped || host > room)
+		if (r->pins || !r->m.mapped || host > room ||
+		    vmu_over_swap_quota(r->s->tenant, host))
 			continue;
 		room -= host;
 		idle += r->m.mapped;
@@ -722,7 +724,7 @@ static int tenant_get(struct vmu *v, const char *name, struct vmu_tenant **out)
 /* Free a tenant nobody uses and that carries no quota. */
 static void tenant_put(struct vmu_tenant *t)
 {
-	if (t->sessions || t->use.quota)
+	if (t->sessions || t->use.quota || t->use.swap_quota)
 		return;
 	list_del_init(&t->node);
 	free(t);
@@ -762,6 +764,22 @@ int vmu_session_set_quota(struct vmu_session *s, uint64_t bytes)
 	s->use.quota = bytes;
 	vmu_unlock(s->vmu);
 	return 0;
+}
+
+int vmu_tenant_set_swap_quota(struct vmu *v, const char *tenant, uint64_t bytes)
+{
+	struct vmu_tenant *t;
+	int ret;
+
+	vmu_lock(v);
+	ret = tenant_get(v, tenant, &t);
+	if (!ret) {
+		v->nr_swap_quotas += (bytes != 0) - (t->use.swap_quota != 0);
+		t->use.swap_quota = bytes;
+		tenant_put(t);
+	}
+	vmu_unlock(v);
+	return ret;
 }
 
 int vmu_tenant_set_quota(struct vmu *v, const char *tenant, uint64_t bytes)

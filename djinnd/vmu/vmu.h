@@ -123,6 +123,12 @@ void vmu_session_destroy(struct vmu_session *s);
  * first session is kept for it. */
 int vmu_session_set_quota(struct vmu_session *s, uint64_t bytes);
 int vmu_tenant_set_quota(struct vmu *v, const char *tenant, uint64_t bytes);
+/* A tenant's quota on its data in host memory (swapped out), 0 for none:
+ * reclaim and the scheduler's swaps pass over its regions that would
+ * exceed it (-EDQUOT from a swap-out), so it keeps them on the device or
+ * its allocation waits or fails like any that cannot fit. */
+int vmu_tenant_set_swap_quota(struct vmu *v, const char *tenant,
+			      uint64_t bytes);
 
 /*
  * struct vmu_usage - what a session or tenant is charged for
@@ -133,6 +139,7 @@ int vmu_tenant_set_quota(struct vmu *v, const char *tenant, uint64_t bytes);
  * @regions:       live data regions
  * @text_refs:     text references held
  * @quota:         the quota, 0 if none
+ * @swap_quota:    a tenant's: the most of @swapped it may have, 0 if none
  */
 struct vmu_usage {
 	uint64_t data_bytes;
@@ -142,6 +149,7 @@ struct vmu_usage {
 	uint64_t regions;
 	uint64_t text_refs;
 	uint64_t quota;
+	uint64_t swap_quota;
 };
 void vmu_session_usage(struct vmu_session *s, struct vmu_usage *u);
 int vmu_tenant_usage(struct vmu *v, const char *tenant, struct vmu_usage *u);

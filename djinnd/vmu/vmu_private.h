@@ -67,6 +67,14 @@ struct vmu_tenant {
 	struct vmu_usage use;
 };
 
+/* Whether @bytes more of @t's data in host memory would pass its swap
+ * quota. Lock held. */
+static inline bool vmu_over_swap_quota(const struct vmu_tenant *t,
+				       uint64_t bytes)
+{
+	return t->use.swap_quota && t->use.swapped + bytes > t->use.swap_quota;
+}
+
 struct vmu_session {
 	struct vmu *vmu;
 	struct vmu_tenant *tenant;
@@ -180,6 +188,7 @@ struct vmu {
 	uint64_t region_resv; /* set aside by vmu_region_reserve() */
 	unsigned int nr_moving; /* regions MOVING */
 	unsigned int nr_victims; /* sessions with a victim key */
+	unsigned int nr_swap_quotas; /* tenants with one */
 	bool no_swap; /* vmu_set_swap(v, false) */
 	uint64_t admit_wait_ns;
 	enum vmu_pressure level;

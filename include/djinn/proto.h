@@ -916,7 +916,8 @@ static_assert(sizeof(struct djinn_admin_session) == 224, "admin session");
  * @data_bytes, @swapped, @text_refs: its sessions' data, over every
  *     device, and of it in host memory; text references held
  * @q_*: its quotas, 0 for none: @q_memory data bytes on each device,
- *     @q_lease_max_ns the longest lease (djinnd.conf(5), [tenant.NAME])
+ *     @q_swap of them in host memory, @q_lease_max_ns the longest lease
+ *     (djinnd.conf(5), [tenant.NAME])
  */
 #define DJINN_TENANT_CONFIGURED (1u << 0) /* named in djinnd.conf */
 #define DJINN_TENANT_CLIENT_KERNELS (1u << 1)
@@ -930,13 +931,14 @@ struct djinn_admin_tenant {
 	__u64 swapped;
 	__u64 text_refs;
 	__u64 q_memory;
+	__u64 q_swap;
 	__u64 q_lease_max_ns;
 	__u32 q_sessions;
 	__u32 q_conns;
 	__u32 q_inflight;
 	__u32 __reserved;
 };
-static_assert(sizeof(struct djinn_admin_tenant) == 136, "admin tenant");
+static_assert(sizeof(struct djinn_admin_tenant) == 144, "admin tenant");
 
 /* ADMIN_KILL request: end a session (reason "killed"). */
 struct djinn_admin_kill {

@@ -331,6 +331,57 @@ static void test_swap_in_without_room(void **state)
 	check_invariants(f->v);
 }
 
+/*
+ * A tenant's swap quota (vmu_tenant_set_swap_quota()): its regions swap
+ * out up to it (-EDQUOT past it, the region resident and intact), and
+ * reclaim passes over them for another tenant's region, which it swaps
+ * instead, though alpha's are older in the LRU. Lifted, they swap again.
+ * The fixture's tenants: s[0] and s[1] alpha's, s[2] beta's.
+ */
+static void test_swap_tenant_quota(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g;
+	struct vmu_session *a = f->s[0], *b = f->s[2];
+	uint64_t a1, a2, b1, big;
+	struct vmu_usage u;
+
+	assert_int_equal(vmu_tenant_set_swap_quota(f->v, "alpha", 12 * g), 0);
+	a1 = region_new(a, 10 * g, 10 * g);
+	a2 = region_new(a, 10 * g, 10 * g);
+	b1 = region_new(b, 10 * g, 10 * g);
+	region_fill(a, a1, 50, 0, 10 * g);
+	region_fill(a, a2, 51, 0, 10 * g);
+	region_fill(b, b1, 52, 0, 10 * g);
+	/* both of alpha's are idle and older than beta's */
+	assert_int_equal(vmu_region_swap_out(a, a1), 0);
+	assert_int_equal(vmu_region_swap_out(a, a2), -EDQUOT);
+	assert_int_equal(region_info(a, a2).state, VMU_REGION_RESIDENT);
+	region_expect(a, a2, 51, 0, 10 * g);
+	assert_int_equal(vmu_tenant_usage(f->v, "alpha", &u), 0);
+	assert_int_equal(u.swapped, 10 * g);
+	assert_int_equal(u.swap_quota, 12 * g);
+
+	/* 64 granules: a2 and b1 hold 20; 50 more need 6 freed: reclaim
+	 * swaps beta's b1, not alpha's a2 */
+	big = region_new(f->s[1], 50 * g, 0);
+	assert_int_equal(vmu_region_resize(f->s[1], big, 50 * g, NULL), 0);
+	assert_int_equal(region_info(a, a2).state, VMU_REGION_RESIDENT);
+	assert_int_equal(region_info(b, b1).state, VMU_REGION_SWAPPED);
+	assert_int_equal(vmu_region_destroy(f->s[1], big), 0);
+
+	/* lifted: alpha's swap again */
+	assert_int_equal(vmu_tenant_set_swap_quota(f->v, "alpha", 0), 0);
+	assert_int_equal(vmu_region_swap_out(a, a2), 0);
+	assert_int_equal(vmu_region_swap_in(a, a1, NULL), 0);
+	assert_int_equal(vmu_region_swap_in(a, a2, NULL), 0);
+	assert_int_equal(vmu_region_swap_in(b, b1, NULL), 0);
+	region_expect(a, a1, 50, 0, 10 * g);
+	region_expect(a, a2, 51, 0, 10 * g);
+	region_expect(b, b1, 52, 0, 10 * g);
+	check_invariants(f->v);
+}
+
 /* ---------------------------------------------------------------------- */
 
 int main(void)
@@ -345,6 +396,7 @@ int main(void)
 		T(test_session_swap_out, setup_64m),
 		T(test_swap_limit, setup_bare),
 		T(test_swap_in_without_room, setup_4m),
+		T(test_swap_tenant_quota, setup_4m),
 	};
 
 	/* a deadlock fails the run instead of hanging it */
