@@ -1684,7 +1684,11 @@ static void summary(const struct density *d)
 	if (sem < 0)
 		return;
 	if (sta >= 0) {
-		double r = d[sta].n ? (double)d[sem].n / d[sta].n : NAN;
+		/* a policy that met the SLO nowhere has density 0: any
+		 * density beside it is infinitely more */
+		double r = d[sta].n ? (double)d[sem].n / d[sta].n :
+			   d[sem].n ? INFINITY :
+				      NAN;
 
 		emit(&(struct fig){ .metric = "density_semantic_over_static",
 				    .value = d[sem].n,
@@ -1694,12 +1698,15 @@ static void summary(const struct density *d)
 				    .target = ">=",
 				    .want = 2 });
 		info("semantic/static density: %.2fx (target >= 2x): %s", r,
-		     isfinite(r) && r >= 2 ? "met" : "NOT met");
+		     !isnan(r) && r >= 2 ? "met" : "NOT met");
 	}
 	if (lru >= 0) {
 		double want = exact ? 1.25 : 1;
-		double r = d[lru].n ? (double)d[sem].n / d[lru].n : NAN;
-		bool met = isfinite(r) && r >= want;
+		double r = d[lru].n ? (double)d[sem].n / d[lru].n :
+			   d[sem].n ? INFINITY :
+				      NAN;
+		/* both 0: no worse, but not 1.25x */
+		bool met = isnan(r) ? !exact : r >= want;
 
 		snprintf(note, sizeof(note), "--estimate-error %g%s",
 			 opt.estimate_error,
