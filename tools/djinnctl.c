@@ -1288,8 +1288,9 @@ static void print_tenant(const struct djinn_admin_tenant *e, int wname,
 			     used_of(cell, sizeof(cell), e->inflight,
 				     e->q_inflight, false));
 		print_string(PRINT_FP, NULL, " %15s",
-			     used_of(cell, sizeof(cell), e->data_bytes,
-				     e->q_memory, true));
+			     used_of(cell, sizeof(cell),
+				     e->data_bytes + e->text_bytes, e->q_memory,
+				     true));
 		print_string(PRINT_FP, NULL, " %15s",
 			     used_of(cell, sizeof(cell), e->swapped, e->q_swap,
 				     true));
@@ -1305,9 +1306,12 @@ static void print_tenant(const struct djinn_admin_tenant *e, int wname,
 		print_string(PRINT_FP, NULL, "inflight:       %s\n",
 			     used_of(cell, sizeof(cell), e->inflight,
 				     e->q_inflight, false));
-		print_string(PRINT_FP, NULL, "data:           %s",
-			     used_of(cell, sizeof(cell), e->data_bytes,
-				     e->q_memory, true));
+		print_string(PRINT_FP, NULL, "memory:         %s",
+			     used_of(cell, sizeof(cell),
+				     e->data_bytes + e->text_bytes, e->q_memory,
+				     true));
+		print_text(" (data %s", human_size(cell, e->data_bytes));
+		print_text(", text %s)", human_size(cell, e->text_bytes));
 		print_text("%s\n", e->q_memory ? " (quota a device)" : "");
 		print_string(PRINT_FP, NULL, "swapped:        %s",
 			     used_of(cell, sizeof(cell), e->swapped, e->q_swap,
@@ -1328,6 +1332,7 @@ static void print_tenant(const struct djinn_admin_tenant *e, int wname,
 	print_u64(PRINT_JSON, "data_bytes", NULL, e->data_bytes);
 	print_u64(PRINT_JSON, "swapped", NULL, e->swapped);
 	print_u64(PRINT_JSON, "text_refs", NULL, e->text_refs);
+	print_u64(PRINT_JSON, "text_bytes", NULL, e->text_bytes);
 	print_string(PRINT_JSON, "client_kernels", NULL, kernels);
 	print_string(PRINT_JSON, "configured", NULL,
 		     e->flags & DJINN_TENANT_CONFIGURED ? "yes" : "no");
@@ -1367,7 +1372,7 @@ static int do_tenant_list(struct ctl *ctl, char **args)
 			wname = n;
 	}
 	print_text("%-*s %11s %11s %11s %15s %15s %7s\n", wname, "TENANT",
-		   "CONNS", "SESSIONS", "INFLIGHT", "DATA", "SWAPPED",
+		   "CONNS", "SESSIONS", "INFLIGHT", "MEMORY", "SWAPPED",
 		   "KERNELS");
 	open_json_array(NULL);
 	for (uint32_t i = 0; i < nr; i++)

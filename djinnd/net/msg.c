@@ -529,10 +529,11 @@ static void alloc_error(struct conn *c, const struct djinn_hdr *hdr,
 	    u.quota) {
 		conn_error(c, hdr, err,
 			   "cannot allocate %llu bytes: tenant %s holds %llu "
-			   "bytes of data on %s, its quota %llu "
-			   "(tenant.%s.memory)",
+			   "bytes of data and %llu of text on %s, its quota "
+			   "%llu (tenant.%s.memory)",
 			   (unsigned long long)bytes, s->tenant,
-			   (unsigned long long)u.data_bytes, s->dev->name,
+			   (unsigned long long)u.data_bytes,
+			   (unsigned long long)u.text_bytes, s->dev->name,
 			   (unsigned long long)u.quota, s->tenant);
 		return;
 	}

@@ -131,6 +131,7 @@ void handle_admin_tenants(struct conn *c, const struct djinn_hdr *hdr,
 			e[i].data_bytes += u.data_bytes;
 			e[i].swapped += u.swapped;
 			e[i].text_refs += u.text_refs;
+			e[i].text_bytes += u.text_bytes;
 		}
 	if (n)
 		qsort(e, n, sizeof(*e), admin_tenant_cmp);

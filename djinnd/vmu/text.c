@@ -78,6 +78,23 @@ static struct vmu_text *text_find(struct vmu *v, const uint8_t *fp,
 	return t;
 }
 
+bool vmu_text_trim_tenant_locked(struct vmu *v, struct vmu_tenant *t,
+				 uint64_t bytes)
+{
+	struct vmu_text *e, *n;
+
+	list_for_each_entry_safe(e, n, &v->text_lru, lru) {
+		if (!vmu_over_tenant_quota(t, bytes))
+			break;
+		if (e->owner_t != t)
+			continue;
+		/* the caller's session keeps @t */
+		vmu_text_free_locked(v, e);
+		v->st.text_evictions++;
+	}
+	return !vmu_over_tenant_quota(t, bytes);
+}
+
 const char *vmu_session_tenant(const struct vmu_session *s)
 {
 	return s->tenant->name;
@@ -145,6 +162,11 @@ void vmu_text_free_locked(struct vmu *v, struct vmu_text *t)
 		text_hash_del(v, t);
 	list_del_init(&t->lru);
 	v->st.text_cached -= bytes;
+	if (t->owner_t) {
+		t->owner_t->use.text_bytes -= bytes;
+		t->owner_t->texts--;
+		vmu_tenant_put_locked(t->owner_t);
+	}
 	vmu_mapping_release(v, &t->m);
 	vmu_seg_add(v, VMU_SEG_TEXT, -(int64_t)bytes);
 	v->st.seg[VMU_SEG_TEXT].frees++;
@@ -357,7 +379,7 @@ void vmu_upload_free_locked(struct vmu *v, struct vmu_text_upload *u)
 }
 
 static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
-			struct vmu_text_upload **out)
+			bool shared, struct vmu_text_upload **out)
 {
 	struct vmu *v = s->vmu;
 	uint64_t bytes = vmu_round(v, size), from_resv;
@@ -368,9 +390,23 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 		return -EINVAL;
 	if (bytes > v->prov->capacity)
 		return -E2BIG;
+	/* A tenant's text counts against its quota with its data (served
+	 * weights, in the shared scope, against no one's). */
+	if (!shared) {
+		bool over;
+
+		vmu_lock(v);
+		over = !vmu_text_trim_tenant_locked(v, s->tenant, bytes);
+		if (over)
+			v->st.quota_refusals++;
+		vmu_unlock(v);
+		if (over)
+			return -EDQUOT;
+	}
 	u = calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
+	u->shared = shared;
 	if (hash) {
 		u->md = EVP_MD_CTX_new();
 		if (!u->md || !EVP_DigestInit_ex(u->md, EVP_sha256(), NULL)) {
@@ -416,17 +452,13 @@ out_free:
 int vmu_text_begin(struct vmu_session *s, uint64_t size,
 		   struct vmu_text_upload **out)
 {
-	return upload_start(s, size, true, out);
+	return upload_start(s, size, true, false, out);
 }
 
 int vmu_text_begin_shared(struct vmu_session *s, uint64_t size,
 			  struct vmu_text_upload **out)
 {
-	int ret = upload_start(s, size, true, out);
-
-	if (!ret)
-		(*out)->shared = true;
-	return ret;
+	return upload_start(s, size, true, true, out);
 }
 
 int vmu_text_write(struct vmu_text_upload *u, const void *src, uint64_t len)
@@ -505,6 +537,12 @@ int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
 		}
 		memcpy(t->fp, fp, VMU_FP_LEN);
 		snprintf(t->owner, sizeof(t->owner), "%s", scope(s, u->shared));
+		if (!u->shared) {
+			/* its tenant's, counted against its quota */
+			t->owner_t = s->tenant;
+			s->tenant->texts++;
+			s->tenant->use.text_bytes += u->m.mapped;
+		}
 		t->m = u->m;
 		t->size = u->size;
 		t->epoch = u->epoch;
@@ -544,7 +582,7 @@ int vmu_text_insert(struct vmu_session *s, const void *src, uint64_t size,
 			*created = false;
 		return ret;
 	}
-	ret = upload_start(s, size, false, &u);
+	ret = upload_start(s, size, false, false, &u);
 	if (ret)
 		return ret;
 	ret = vmu_text_write(u, src, size);

@@ -722,9 +722,9 @@ static int tenant_get(struct vmu *v, const char *name, struct vmu_tenant **out)
 }
 
 /* Free a tenant nobody uses and that carries no quota. */
-static void tenant_put(struct vmu_tenant *t)
+void vmu_tenant_put_locked(struct vmu_tenant *t)
 {
-	if (t->sessions || t->use.quota || t->use.swap_quota)
+	if (t->sessions || t->texts || t->use.quota || t->use.swap_quota)
 		return;
 	list_del_init(&t->node);
 	free(t);
@@ -776,7 +776,7 @@ int vmu_tenant_set_swap_quota(struct vmu *v, const char *tenant, uint64_t bytes)
 	if (!ret) {
 		v->nr_swap_quotas += (bytes != 0) - (t->use.swap_quota != 0);
 		t->use.swap_quota = bytes;
-		tenant_put(t);
+		vmu_tenant_put_locked(t);
 	}
 	vmu_unlock(v);
 	return ret;
@@ -791,7 +791,7 @@ int vmu_tenant_set_quota(struct vmu *v, const char *tenant, uint64_t bytes)
 	ret = tenant_get(v, tenant, &t);
 	if (!ret) {
 		t->use.quota = bytes;
-		tenant_put(t);
+		vmu_tenant_put_locked(t);
 	}
 	vmu_unlock(v);
 	return ret;
@@ -818,16 +818,18 @@ int vmu_tenant_usage(struct vmu *v, const char *tenant, struct vmu_usage *u)
 
 static bool over_quota(const struct vmu_session *s, uint64_t bytes)
 {
-	const struct vmu_usage *su = &s->use, *tu = &s->tenant->use;
+	const struct vmu_usage *su = &s->use;
 
 	return (su->quota && su->data_bytes + bytes > su->quota) ||
-	       (tu->quota && tu->data_bytes + bytes > tu->quota);
+	       vmu_over_tenant_quota(s->tenant, bytes);
 }
 
 /* -EDQUOT if adding @bytes to the session's data would pass a quota. */
 static int quota_check(struct vmu *v, struct vmu_session *s, uint64_t bytes)
 {
-	if (over_quota(s, bytes)) {
+	if (over_quota(s, bytes) &&
+	    (!vmu_text_trim_tenant_locked(v, s->tenant, bytes) ||
+	     over_quota(s, bytes))) {
 		v->st.quota_refusals++;
 		return -EDQUOT;
 	}
@@ -1405,7 +1407,7 @@ void vmu_session_destroy(struct vmu_session *s)
 	list_del_init(&s->node);
 	v->nr_victims -= s->victim != 0;
 	s->tenant->sessions--;
-	tenant_put(s->tenant);
+	vmu_tenant_put_locked(s->tenant);
 	vmu_unlock(v);
 	free(s->ref_hash);
 	free(s);

@@ -138,7 +138,10 @@ int vmu_tenant_set_swap_quota(struct vmu *v, const char *tenant,
  * @cached:        bytes of destroyed regions kept for reuse (not charged)
  * @regions:       live data regions
  * @text_refs:     text references held
- * @quota:         the quota, 0 if none
+ * @quota:         the quota, 0 if none; a tenant's counts @text_bytes
+ *                 with @data_bytes
+ * @text_bytes:    a tenant's: bytes of the text entries of its scope
+ *                 (its uploads), held or cached
  * @swap_quota:    a tenant's: the most of @swapped it may have, 0 if none
  */
 struct vmu_usage {
@@ -149,6 +152,7 @@ struct vmu_usage {
 	uint64_t regions;
 	uint64_t text_refs;
 	uint64_t quota;
+	uint64_t text_bytes;
 	uint64_t swap_quota;
 };
 void vmu_session_usage(struct vmu_session *s, struct vmu_usage *u);

@@ -64,11 +64,27 @@ struct vmu_tenant {
 	struct list_head node; /* v->tenants */
 	char name[VMU_NAME_MAX];
 	unsigned int sessions;
+	unsigned int texts; /* text entries of its scope: it stays for them */
 	struct vmu_usage use;
 };
 
+/* Free @t if nothing keeps it: sessions, entries, quotas. Lock held. */
+void vmu_tenant_put_locked(struct vmu_tenant *t);
+/* Evict @t's unheld text, oldest first, until @bytes more fit its quota
+ * (its own cache must not lock it out); whether they fit. Lock held. */
+bool vmu_text_trim_tenant_locked(struct vmu *v, struct vmu_tenant *t,
+				 uint64_t bytes);
+
 /* Whether @bytes more of @t's data in host memory would pass its swap
  * quota. Lock held. */
+/* Whether @bytes more of data or text of @t would pass its quota. */
+static inline bool vmu_over_tenant_quota(const struct vmu_tenant *t,
+					 uint64_t bytes)
+{
+	return t->use.quota &&
+	       t->use.data_bytes + t->use.text_bytes + bytes > t->use.quota;
+}
+
 static inline bool vmu_over_swap_quota(const struct vmu_tenant *t,
 				       uint64_t bytes)
 {
@@ -130,8 +146,10 @@ struct vmu_slot {
 
 struct vmu_text {
 	uint8_t fp[VMU_FP_LEN];
-	/* whose: a tenant's name, or "" for the shared scope (vmu.h) */
+	/* whose: a tenant's name, or "" for the shared scope (vmu.h); the
+	 * tenant, charged with its bytes (NULL when shared) */
 	char owner[VMU_NAME_MAX];
+	struct vmu_tenant *owner_t;
 	struct vmu_text *hnext;
 	struct list_head lru; /* v->text_lru while unheld */
 	struct vmu_mapping m;

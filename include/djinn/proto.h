@@ -915,6 +915,8 @@ static_assert(sizeof(struct djinn_admin_session) == 224, "admin session");
  * @conns, @sessions, @inflight: held now (server-wide)
  * @data_bytes, @swapped, @text_refs: its sessions' data, over every
  *     device, and of it in host memory; text references held
+ * @text_bytes: the text entries of its scope (its uploads), over every
+ *     device: @q_memory counts them with its data
  * @q_*: its quotas, 0 for none: @q_memory data bytes on each device,
  *     @q_swap of them in host memory, @q_lease_max_ns the longest lease
  *     (djinnd.conf(5), [tenant.NAME])
@@ -930,6 +932,7 @@ struct djinn_admin_tenant {
 	__u64 data_bytes;
 	__u64 swapped;
 	__u64 text_refs;
+	__u64 text_bytes;
 	__u64 q_memory;
 	__u64 q_swap;
 	__u64 q_lease_max_ns;
@@ -938,7 +941,7 @@ struct djinn_admin_tenant {
 	__u32 q_inflight;
 	__u32 __reserved;
 };
-static_assert(sizeof(struct djinn_admin_tenant) == 144, "admin tenant");
+static_assert(sizeof(struct djinn_admin_tenant) == 152, "admin tenant");
 
 /* ADMIN_KILL request: end a session (reason "killed"). */
 struct djinn_admin_kill {

@@ -392,7 +392,8 @@ static void test_quotas(void **state)
 		      &r);
 	expect_error(&r, -EDQUOT,
 		     "cannot allocate 2097152 bytes: tenant uid:65534 holds "
-		     "4194304 bytes of data on cpu, its quota 4194304 "
+		     "4194304 bytes of data and 0 of text on cpu, its quota "
+		     "4194304 "
 		     "(tenant.uid:65534.memory)");
 	dj_resp_free(&r);
 

@@ -185,6 +185,61 @@ static void test_text_refs_and_evict(void **state)
 	check_invariants(f->v);
 }
 
+/* A tenant's text counts against its quota with its data; at the quota,
+ * its own unheld (cached) text is evicted first, so its cache never locks
+ * it out, and held text is not; served weights (the shared scope) count
+ * against no one. */
+static void test_text_quota(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g;
+	struct vmu_session *b = f->s[2]; /* beta's */
+	uint8_t *buf = pattern_buf(80, 2 * g), *one = pattern_buf(82, g);
+	uint8_t fp2[VMU_FP_LEN];
+	struct vmu_text_upload *up;
+	struct vmu_text *t, *sh, *t2;
+	struct vmu_usage u;
+	uint64_t h;
+	bool created;
+
+	assert_int_equal(vmu_tenant_set_quota(f->v, "beta", 5 * g), 0);
+	t = text_new(b, 81, 3 * g, true);
+	assert_int_equal(vmu_tenant_usage(f->v, "beta", &u), 0);
+	assert_int_equal(u.text_bytes, 3 * g);
+	assert_int_equal(u.data_bytes, 0);
+	/* 3 of 5 held: 3 more of data do not fit */
+	assert_int_equal(vmu_region_create(b, 3 * g, &h), 0);
+	assert_int_equal(vmu_region_resize(b, h, 3 * g, NULL), -EDQUOT);
+	/* 2 more of text do, and stay cached once put */
+	assert_int_equal(vmu_text_insert(b, buf, 2 * g, &t2, &created), 0);
+	memcpy(fp2, vmu_text_fp(t2), VMU_FP_LEN);
+	assert_int_equal(vmu_text_put(b, t2), 0);
+	assert_int_equal(vmu_tenant_usage(f->v, "beta", &u), 0);
+	assert_int_equal(u.text_bytes, 5 * g);
+	/* full: data evicts the tenant's cached text to fit */
+	assert_int_equal(vmu_region_resize(b, h, 2 * g, NULL), 0);
+	assert_false(text_present(b, fp2));
+	assert_int_equal(vmu_tenant_usage(f->v, "beta", &u), 0);
+	assert_int_equal(u.text_bytes, 3 * g);
+	assert_int_equal(u.data_bytes, 2 * g);
+	/* full of held text and data: nothing more of either */
+	assert_int_equal(vmu_text_insert(b, one, g, &t2, &created), -EDQUOT);
+	assert_int_equal(vmu_region_resize(b, h, 3 * g, NULL), -EDQUOT);
+	/* served weights do not count */
+	assert_int_equal(vmu_text_begin_shared(b, 2 * g, &up), 0);
+	assert_int_equal(vmu_text_write(up, buf, 2 * g), 0);
+	assert_int_equal(vmu_text_commit(up, fp2, &sh, &created), 0);
+	assert_int_equal(vmu_tenant_usage(f->v, "beta", &u), 0);
+	assert_int_equal(u.text_bytes, 3 * g);
+	assert_int_equal(vmu_text_put(b, sh), 0);
+	assert_int_equal(vmu_region_destroy(b, h), 0);
+	assert_int_equal(vmu_text_put(b, t), 0);
+	assert_int_equal(vmu_tenant_set_quota(f->v, "beta", 0), 0);
+	check_invariants(f->v);
+	free(buf);
+	free(one);
+}
+
 /* Scopes: the same bytes from two tenants are two entries, each found by
  * its own tenant only; the shared scope (served models) is found only
  * through the shared calls, and its entry is none of the tenants'. */
@@ -448,6 +503,7 @@ int main(void)
 		T(test_text_insert_dedup, setup_64m),
 		T(test_text_refs_and_evict, setup_64m),
 		T(test_text_scopes, setup_64m),
+		T(test_text_quota, setup_64m),
 		T(test_text_stream, setup_64m),
 		T(test_text_stream_bad_fp, setup_64m),
 		T(test_text_stream_overflow_and_abort, setup_64m),
