@@ -643,7 +643,7 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 	if (!strcmp(name, "uids") || !strcmp(name, "gids"))
 		return tenant_ids_set(c, tenant, name[0] == 'g', value);
 	if (!strcmp(name, "memory") || !strcmp(name, "swap") ||
-	    !strcmp(name, "lease_max")) {
+	    !strcmp(name, "guaranteed") || !strcmp(name, "lease_max")) {
 		bool mem = name[0] != 'l';
 		struct tenant_map *m;
 		int ret = mem ? config_parse_size(value, &v) :
@@ -662,6 +662,7 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 			return -EINVAL;
 		*(name[0] == 'm' ? &m->memory :
 		  name[0] == 's' ? &m->swap :
+		  name[0] == 'g' ? &m->guaranteed :
 				   &m->lease_max_ns) = v;
 		return 0;
 	}
@@ -701,7 +702,8 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 		return fail(c,
 			    "unknown key '%s' in [tenant.%s] (want share, "
 			    "uids, gids, client_kernels, memory, swap, "
-			    "sessions, connections, inflight or lease_max)",
+			    "guaranteed, sessions, connections, inflight or "
+			    "lease_max)",
 			    name, tenant);
 	if (parse_uint(value, &v) || v < 1 || v > SCHED_SHARE_MAX)
 		return fail(c,
@@ -1294,6 +1296,12 @@ void config_print(const struct djinnd_config *c, FILE *f)
 			fmt_size(m->swap, v, sizeof(v));
 			fprintf(f, "swap = %s\t; SIGHUP reloads it\n", v);
 		}
+		if (m->guaranteed) {
+			char v[32];
+
+			fmt_size(m->guaranteed, v, sizeof(v));
+			fprintf(f, "guaranteed = %s\t; SIGHUP reloads it\n", v);
+		}
 		if (m->lease_max_ns) {
 			char v[32];
 
@@ -1325,6 +1333,7 @@ static bool tmaps_equal(const struct server_config *a,
 		    x->nr_gids != y->nr_gids ||
 		    x->client_kernels != y->client_kernels ||
 		    x->memory != y->memory || x->swap != y->swap ||
+		    x->guaranteed != y->guaranteed ||
 		    x->sessions != y->sessions || x->conns != y->conns ||
 		    x->inflight != y->inflight ||
 		    x->lease_max_ns != y->lease_max_ns ||

@@ -347,9 +347,19 @@ void server_tenant_quotas(struct server *srv, bool on)
 {
 	for (unsigned int i = 0; i < srv->nr_dev; i++) {
 		struct device *d = &srv->dev[i];
+		uint64_t sum = 0;
 
 		if (!d->vmu)
 			continue;
+		for (unsigned int k = 0; on && k < srv->cfg.nr_tmaps; k++)
+			sum += srv->cfg.tmaps[k].guaranteed;
+		if (sum > d->backend->provider->capacity)
+			log_warn("%s: the tenants' guaranteed shares (%llu "
+				 "bytes) pass the device's %llu: not all can "
+				 "hold",
+				 d->name, (unsigned long long)sum,
+				 (unsigned long long)
+					 d->backend->provider->capacity);
 		for (unsigned int k = 0; k < srv->cfg.nr_tmaps; k++) {
 			const struct tenant_map *m = &srv->cfg.tmaps[k];
 			int ret;
@@ -361,6 +371,10 @@ void server_tenant_quotas(struct server *srv, bool on)
 			if (!ret && m->swap)
 				ret = vmu_tenant_set_swap_quota(
 					d->vmu, m->tenant, on ? m->swap : 0);
+			if (!ret && m->guaranteed)
+				ret = vmu_tenant_set_guarantee(
+					d->vmu, m->tenant,
+					on ? m->guaranteed : 0);
 			if (ret)
 				log_err("%s: tenant %s's quotas: %s", d->name,
 					m->tenant, strerror(-ret));

@@ -42,6 +42,8 @@
  * quotas (0: none): data bytes on each device, of them in host memory
  * (swapped out), sessions and connections open at once, graphs and
  * model steps queued or running, the longest lease.
+ * @guaranteed: its resident data on each device that reclaim and the
+ * scheduler's swaps leave it (0: none).
  */
 #define SERVER_TENANT_MAPS_MAX 64
 #define SERVER_TENANT_IDS_MAX 32
@@ -51,7 +53,7 @@ struct tenant_map {
 	uid_t uids[SERVER_TENANT_IDS_MAX];
 	gid_t gids[SERVER_TENANT_IDS_MAX];
 	bool client_kernels;
-	uint64_t memory, swap, lease_max_ns;
+	uint64_t memory, swap, guaranteed, lease_max_ns;
 	unsigned int sessions, conns, inflight;
 	/* where each list was set (config.c: a list set twice in one file
 	 * is an error) */

@@ -1319,6 +1319,10 @@ static void print_tenant(const struct djinn_admin_tenant *e, int wname,
 		print_text("%s\n", e->q_swap ? " (quota a device)" : "");
 		print_u64(PRINT_FP, NULL, "text refs:      %" PRIu64 "\n",
 			  e->text_refs);
+		if (e->q_guaranteed)
+			print_size(PRINT_FP, NULL,
+				   "guaranteed:     %s a device\n",
+				   e->q_guaranteed);
 		if (e->q_lease_max_ns)
 			print_duration(PRINT_FP, NULL, "lease max:      %s\n",
 				       e->q_lease_max_ns);
@@ -1339,6 +1343,7 @@ static void print_tenant(const struct djinn_admin_tenant *e, int wname,
 	open_json_object("quota");
 	print_quota("memory", e->q_memory);
 	print_quota("swap", e->q_swap);
+	print_quota("guaranteed", e->q_guaranteed);
 	print_quota("connections", e->q_conns);
 	print_quota("sessions", e->q_sessions);
 	print_quota("inflight", e->q_inflight);

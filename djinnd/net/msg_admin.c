@@ -117,6 +117,7 @@ void handle_admin_tenants(struct conn *c, const struct djinn_hdr *hdr,
 			(m->client_kernels ? DJINN_TENANT_CLIENT_KERNELS : 0);
 		x->q_memory = m->memory;
 		x->q_swap = m->swap;
+		x->q_guaranteed = m->guaranteed;
 		x->q_lease_max_ns = m->lease_max_ns;
 		x->q_sessions = m->sessions;
 		x->q_conns = m->conns;

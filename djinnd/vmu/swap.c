@@ -217,8 +217,11 @@ static int session_swap(struct vmu_session *s, bool out)
 	while (again) {
 		again = false;
 		list_for_each_entry(r, &s->regions, snode) {
+			/* the scheduler's swaps leave a tenant its
+			 * guaranteed share too */
 			if (out && (r->state != VMU_REGION_RESIDENT ||
-				    r->pins || !r->m.mapped))
+				    r->pins || !r->m.mapped ||
+				    vmu_guarded(s->tenant, r->m.mapped)))
 				continue;
 			if (!out && r->state != VMU_REGION_SWAPPED)
 				continue;

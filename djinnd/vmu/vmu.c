@@ -321,7 +321,7 @@ static uint64_t swappable(struct vmu *v)
 
 	if (v->no_swap)
 		return 0;
-	if (!v->cfg.swap_limit && !v->nr_swap_quotas)
+	if (!v->cfg.swap_limit && !v->nr_swap_quotas && !v->nr_guarantees)
 		return v->data_idle;
 	room = !v->cfg.swap_limit ? UINT64_MAX :
 	       v->cfg.swap_limit > v->st.swapped_now ?
@@ -331,7 +331,8 @@ static uint64_t swappable(struct vmu *v)
 		uint64_t host = vmu_round(v, r->size);
 
 		if (r->pins || !r->m.mapped || host > room ||
-		    vmu_over_swap_quota(r->s->tenant, host))
+		    vmu_over_swap_quota(r->s->tenant, host) ||
+		    vmu_guarded(r->s->tenant, r->m.mapped))
 			continue;
 		room -= host;
 		idle += r->m.mapped;
@@ -395,8 +396,10 @@ static bool reclaim_locked(struct vmu *v, uint64_t want)
 		list_for_each_entry(r, &v->data_lru, lru) {
 			if (v->no_swap)
 				break;
+			/* a tenant within its guaranteed share keeps it */
 			if (r->pins || !r->m.mapped || r->fail_gen == gen ||
-			    r->resv_to)
+			    r->resv_to ||
+			    vmu_guarded(r->s->tenant, r->m.mapped))
 				continue;
 			if (!victim || r->s->victim > victim->s->victim)
 				victim = r;
@@ -724,7 +727,8 @@ static int tenant_get(struct vmu *v, const char *name, struct vmu_tenant **out)
 /* Free a tenant nobody uses and that carries no quota. */
 void vmu_tenant_put_locked(struct vmu_tenant *t)
 {
-	if (t->sessions || t->texts || t->use.quota || t->use.swap_quota)
+	if (t->sessions || t->texts || t->use.quota || t->use.swap_quota ||
+	    t->use.guaranteed)
 		return;
 	list_del_init(&t->node);
 	free(t);
@@ -764,6 +768,22 @@ int vmu_session_set_quota(struct vmu_session *s, uint64_t bytes)
 	s->use.quota = bytes;
 	vmu_unlock(s->vmu);
 	return 0;
+}
+
+int vmu_tenant_set_guarantee(struct vmu *v, const char *tenant, uint64_t bytes)
+{
+	struct vmu_tenant *t;
+	int ret;
+
+	vmu_lock(v);
+	ret = tenant_get(v, tenant, &t);
+	if (!ret) {
+		v->nr_guarantees += (bytes != 0) - (t->use.guaranteed != 0);
+		t->use.guaranteed = bytes;
+		vmu_tenant_put_locked(t);
+	}
+	vmu_unlock(v);
+	return ret;
 }
 
 int vmu_tenant_set_swap_quota(struct vmu *v, const char *tenant, uint64_t bytes)

@@ -129,6 +129,11 @@ int vmu_tenant_set_quota(struct vmu *v, const char *tenant, uint64_t bytes);
  * its allocation waits or fails like any that cannot fit. */
 int vmu_tenant_set_swap_quota(struct vmu *v, const char *tenant,
 			      uint64_t bytes);
+/* A tenant's guaranteed share of the device, 0 for none: reclaim (for
+ * anyone's admission or growth) and vmu_session_swap_out() never swap
+ * its idle data out below it, so what other tenants borrowed above
+ * their own shares goes first. */
+int vmu_tenant_set_guarantee(struct vmu *v, const char *tenant, uint64_t bytes);
 
 /*
  * struct vmu_usage - what a session or tenant is charged for
@@ -143,6 +148,7 @@ int vmu_tenant_set_swap_quota(struct vmu *v, const char *tenant,
  * @text_bytes:    a tenant's: bytes of the text entries of its scope
  *                 (its uploads), held or cached
  * @swap_quota:    a tenant's: the most of @swapped it may have, 0 if none
+ * @guaranteed:    a tenant's: @resident that reclaim leaves it, 0 if none
  */
 struct vmu_usage {
 	uint64_t data_bytes;
@@ -154,6 +160,7 @@ struct vmu_usage {
 	uint64_t quota;
 	uint64_t text_bytes;
 	uint64_t swap_quota;
+	uint64_t guaranteed;
 };
 void vmu_session_usage(struct vmu_session *s, struct vmu_usage *u);
 int vmu_tenant_usage(struct vmu *v, const char *tenant, struct vmu_usage *u);

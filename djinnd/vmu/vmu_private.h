@@ -85,6 +85,13 @@ static inline bool vmu_over_tenant_quota(const struct vmu_tenant *t,
 	       t->use.data_bytes + t->use.text_bytes + bytes > t->use.quota;
 }
 
+/* Whether reclaim must leave @r: swapping it would take its tenant's
+ * resident data below its guaranteed share. Lock held. */
+static inline bool vmu_guarded(const struct vmu_tenant *t, uint64_t bytes)
+{
+	return t->use.guaranteed && t->use.resident < t->use.guaranteed + bytes;
+}
+
 static inline bool vmu_over_swap_quota(const struct vmu_tenant *t,
 				       uint64_t bytes)
 {
@@ -207,6 +214,7 @@ struct vmu {
 	unsigned int nr_moving; /* regions MOVING */
 	unsigned int nr_victims; /* sessions with a victim key */
 	unsigned int nr_swap_quotas; /* tenants with one */
+	unsigned int nr_guarantees; /* tenants with one */
 	bool no_swap; /* vmu_set_swap(v, false) */
 	uint64_t admit_wait_ns;
 	enum vmu_pressure level;

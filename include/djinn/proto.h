@@ -918,7 +918,9 @@ static_assert(sizeof(struct djinn_admin_session) == 224, "admin session");
  * @text_bytes: the text entries of its scope (its uploads), over every
  *     device: @q_memory counts them with its data
  * @q_*: its quotas, 0 for none: @q_memory data bytes on each device,
- *     @q_swap of them in host memory, @q_lease_max_ns the longest lease
+ *     @q_swap of them in host memory, @q_guaranteed its guaranteed
+ *     share of resident data on each device, @q_lease_max_ns the longest
+ *     lease
  *     (djinnd.conf(5), [tenant.NAME])
  */
 #define DJINN_TENANT_CONFIGURED (1u << 0) /* named in djinnd.conf */
@@ -935,13 +937,14 @@ struct djinn_admin_tenant {
 	__u64 text_bytes;
 	__u64 q_memory;
 	__u64 q_swap;
+	__u64 q_guaranteed;
 	__u64 q_lease_max_ns;
 	__u32 q_sessions;
 	__u32 q_conns;
 	__u32 q_inflight;
 	__u32 __reserved;
 };
-static_assert(sizeof(struct djinn_admin_tenant) == 152, "admin tenant");
+static_assert(sizeof(struct djinn_admin_tenant) == 160, "admin tenant");
 
 /* ADMIN_KILL request: end a session (reason "killed"). */
 struct djinn_admin_kill {

@@ -414,9 +414,10 @@ static void test_quotas(void **state)
 	json = tenant_list_json(fx);
 	if (!strstr(json, "{\"name\":\"uid:65534\",\"connections\":3,"
 			  "\"sessions\":2,") ||
-	    !strstr(json, "\"quota\":{\"memory\":4194304,\"swap\":null,"
-			  "\"connections\":3,\"sessions\":2,\"inflight\":null,"
-			  "\"lease_max_ns\":2000000000}") ||
+	    !strstr(json,
+		    "\"quota\":{\"memory\":4194304,\"swap\":null,\"guaranteed\":null,"
+		    "\"connections\":3,\"sessions\":2,\"inflight\":null,"
+		    "\"lease_max_ns\":2000000000}") ||
 	    !strstr(json, "{\"name\":\"uid:0\",\"connections\":"))
 		fail_msg("tenant list: %s", json);
 	free(json);
@@ -570,8 +571,8 @@ static void test_bad(void **state)
 		{ "tenant.a.uids=", NULL, "tenant.a.uids: " },
 		{ "tenant.a.colour=red", NULL,
 		  "unknown key 'colour' in [tenant.a] (want share, uids, gids, "
-		  "client_kernels, memory, swap, sessions, connections, "
-		  "inflight or lease_max)" },
+		  "client_kernels, memory, swap, guaranteed, sessions, "
+		  "connections, inflight or lease_max)" },
 		{ "tenant.a.sessions=0", NULL,
 		  "tenant.a.sessions: '0': want a number from 1 to 1048576" },
 		{ "tenant.a.memory=lots", NULL,

@@ -222,7 +222,7 @@ static void test_bad_files(void **state)
 		  "tenant.alice.share: '1001'" },
 		{ "[tenant.alice]\nshare = -3\n", 2, "tenant.alice.share" },
 		{ "[tenant.alice]\nweight = 2\n", 2,
-		  "unknown key 'weight' in [tenant.alice] (want share, uids, gids, client_kernels, memory, swap, sessions, connections, inflight or lease_max)" },
+		  "unknown key 'weight' in [tenant.alice] (want share, uids, gids, client_kernels, memory, swap, guaranteed, sessions, connections, inflight or lease_max)" },
 		{ "[tenant.]\nshare = 2\n", 2,
 		  "[tenant.]: a tenant name has 1 to 63 bytes" },
 		{ "[tenant.alice]\nshare = 2\nshare = 3\n", 3,

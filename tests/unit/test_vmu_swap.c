@@ -382,6 +382,60 @@ static void test_swap_tenant_quota(void **state)
 	check_invariants(f->v);
 }
 
+/*
+ * A tenant's guaranteed share (vmu_tenant_set_guarantee()): reclaim
+ * passes over its idle regions while swapping one would take its
+ * resident data below the share, and takes another tenant's borrowed
+ * memory instead, though alpha's are older in the LRU; the scheduler's
+ * session swap-out leaves them too. Above the share, the excess goes.
+ * The fixture's tenants: s[0] and s[1] alpha's, s[2] beta's.
+ */
+static void test_swap_guarantee(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g;
+	struct vmu_session *a = f->s[0], *b = f->s[2], *c;
+	uint64_t a1, a2, b1, big;
+
+	assert_int_equal(vmu_session_create(f->v, "gamma", &c), 0);
+	assert_int_equal(vmu_tenant_set_guarantee(f->v, "alpha", 15 * g), 0);
+	a1 = region_new(a, 10 * g, 10 * g);
+	a2 = region_new(a, 10 * g, 10 * g);
+	b1 = region_new(b, 10 * g, 10 * g);
+	region_fill(a, a1, 60, 0, 10 * g);
+	region_fill(a, a2, 61, 0, 10 * g);
+	region_fill(b, b1, 62, 0, 10 * g);
+
+	/* 64 granules, 30 held: gamma's 40 more need 6 freed. alpha holds
+	 * 20 of its 15 guaranteed: swapping a 10 would leave 10, so beta's
+	 * goes (a tenant's own growth may swap its own: not tested here) */
+	big = region_new(c, 40 * g, 0);
+	assert_int_equal(vmu_region_resize(c, big, 40 * g, NULL), 0);
+	assert_int_equal(region_info(a, a1).state, VMU_REGION_RESIDENT);
+	assert_int_equal(region_info(a, a2).state, VMU_REGION_RESIDENT);
+	assert_int_equal(region_info(b, b1).state, VMU_REGION_SWAPPED);
+	/* another 10 would need alpha's: refused, alpha stays */
+	assert_true(vmu_region_resize(c, big, 50 * g, NULL) < 0);
+	assert_int_equal(region_info(a, a1).state, VMU_REGION_RESIDENT);
+	assert_int_equal(region_info(a, a2).state, VMU_REGION_RESIDENT);
+	/* the scheduler's swap-out of a waiting session leaves them too */
+	assert_int_equal(vmu_session_swap_out(a), 0);
+	assert_int_equal(region_info(a, a1).state, VMU_REGION_RESIDENT);
+	/* a smaller share: the excess may go */
+	assert_int_equal(vmu_tenant_set_guarantee(f->v, "alpha", 10 * g), 0);
+	assert_int_equal(vmu_session_swap_out(a), 1);
+	assert_int_equal(vmu_tenant_set_guarantee(f->v, "alpha", 0), 0);
+
+	assert_int_equal(vmu_region_destroy(c, big), 0);
+	vmu_session_destroy(c);
+	assert_int_equal(vmu_session_swap_in(a), 1);
+	assert_int_equal(vmu_region_swap_in(b, b1, NULL), 0);
+	region_expect(a, a1, 60, 0, 10 * g);
+	region_expect(a, a2, 61, 0, 10 * g);
+	region_expect(b, b1, 62, 0, 10 * g);
+	check_invariants(f->v);
+}
+
 /* ---------------------------------------------------------------------- */
 
 int main(void)
@@ -397,6 +451,7 @@ int main(void)
 		T(test_swap_limit, setup_bare),
 		T(test_swap_in_without_room, setup_4m),
 		T(test_swap_tenant_quota, setup_4m),
+		T(test_swap_guarantee, setup_4m),
 	};
 
 	/* a deadlock fails the run instead of hanging it */
