@@ -538,6 +538,48 @@ static int parse_id(const char *s, bool group, uint32_t *out)
 	return 0;
 }
 
+/* A [model.NAME] section's key: readable = yes|no, whether the weights
+ * of served model NAME are open to every client (Documentation/
+ * security.rst, "Text"). */
+static int model_set(struct djinnd_config *c, const char *model,
+		     const char *name, const char *value)
+{
+	struct server_config *s = &c->srv;
+	size_t n = strlen(model);
+	unsigned int i;
+	bool on;
+
+	if (!n || n >= DJINN_MODEL_NAME_MAX ||
+	    strspn(model, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+			  "0123456789._-") != n)
+		return fail(c,
+			    "[model.%s]: a model name is 1 to 63 of "
+			    "[A-Za-z0-9._-]",
+			    model);
+	if (strcmp(name, "readable"))
+		return fail(c, "unknown key '%s' in [model.%s] (want readable)",
+			    name, model);
+	on = !strcmp(value, "yes");
+	if (!on && strcmp(value, "no"))
+		return fail(c, "model.%s.readable: '%s': want yes or no", model,
+			    value);
+	for (i = 0; i < s->nr_readable; i++)
+		if (!strcmp(s->readable[i], model))
+			break;
+	if (on && i == s->nr_readable) {
+		if (i == SERVER_TENANT_MAPS_MAX)
+			return fail(c, "model.%s.readable: at most %d models",
+				    model, SERVER_TENANT_MAPS_MAX);
+		snprintf(s->readable[s->nr_readable++], DJINN_MODEL_NAME_MAX,
+			 "%s", model);
+	} else if (!on && i < s->nr_readable) {
+		memcpy(s->readable[i], s->readable[--s->nr_readable],
+		       DJINN_MODEL_NAME_MAX);
+		memset(s->readable[s->nr_readable], 0, DJINN_MODEL_NAME_MAX);
+	}
+	return 0;
+}
+
 /* @tenant's entry of tenants' maps, made if there is none: NULL when
  * there is no room (said in c->err). */
 static struct tenant_map *tmap_get(struct djinnd_config *c, const char *tenant,
@@ -855,6 +897,8 @@ static int on_line(void *user, const char *section, const char *name,
 	}
 	if (!strncmp(section, "tenant.", 7))
 		return tenant_set(c, section + 7, name, value) ? 0 : 1;
+	if (!strncmp(section, "model.", 6))
+		return model_set(c, section + 6, name, value) ? 0 : 1;
 	k = key_find(section, name);
 	if (!k) {
 		if (section_known(section))
@@ -932,6 +976,18 @@ int config_set(struct djinnd_config *c, const char *key, const char *value)
 		memcpy(tenant, key + 7, n);
 		tenant[n] = 0;
 		return tenant_set(c, tenant, last + 1, value);
+	}
+	/* model.NAME.readable: NAME may hold dots, the key none */
+	if (!strncmp(key, "model.", 6) && strrchr(key, '.') > key + 6) {
+		const char *last = strrchr(key, '.');
+		char model[DJINN_MODEL_NAME_MAX + 1];
+		size_t n = (size_t)(last - key - 6);
+
+		if (n >= sizeof(model))
+			n = sizeof(model) - 1;
+		memcpy(model, key + 6, n);
+		model[n] = 0;
+		return model_set(c, model, last + 1, value);
 	}
 	if (dot && (size_t)(dot - key) < sizeof(section)) {
 		memcpy(section, key, (size_t)(dot - key));
@@ -1224,6 +1280,15 @@ static void origin_fmt(const struct djinnd_config *c, size_t i, char *buf,
 		snprintf(buf, len, "%s:%u", o->file, o->line);
 }
 
+/* [model.NAME] sections, for config_print(). */
+static void print_models(const struct djinnd_config *c, FILE *f)
+{
+	for (unsigned int i = 0; i < c->srv.nr_readable; i++)
+		fprintf(f,
+			"\n[model.%s]\nreadable = yes\t; SIGHUP reloads it\n",
+			c->srv.readable[i]);
+}
+
 void config_print(const struct djinnd_config *c, FILE *f)
 {
 	const char *section = NULL;
@@ -1265,6 +1330,7 @@ void config_print(const struct djinnd_config *c, FILE *f)
 			"\n[tenant.%s]\nshare = %u\t; %s, SIGHUP reloads it\n",
 			c->srv.shares[i].tenant, c->srv.shares[i].share, from);
 	}
+	print_models(c, f);
 	for (unsigned int i = 0; i < c->srv.nr_tmaps; i++) {
 		const struct tenant_map *m = &c->srv.tmaps[i];
 
@@ -1395,6 +1461,14 @@ unsigned int config_diff(const struct djinnd_config *now,
 			   next->srv.nr_shares == 1 ? "" : "s");
 		mask |= CONFIG_RELOAD_SCHED;
 	}
+	if (now->srv.nr_readable != next->srv.nr_readable ||
+	    memcmp(now->srv.readable, next->srv.readable,
+		   next->srv.nr_readable * sizeof(next->srv.readable[0]))) {
+		log_notice("reload: %u served model%s with readable weights",
+			   next->srv.nr_readable,
+			   next->srv.nr_readable == 1 ? "" : "s");
+		mask |= CONFIG_RELOAD_MODELS;
+	}
 	if (!tmaps_equal(&now->srv, &next->srv)) {
 		log_notice("reload: tenants' uids and gids: %u tenant%s "
 			   "list them; connections from now on",
@@ -1408,6 +1482,11 @@ unsigned int config_diff(const struct djinnd_config *now,
 void config_apply(struct djinnd_config *now, const struct djinnd_config *next,
 		  unsigned int mask)
 {
+	if (mask & CONFIG_RELOAD_MODELS) {
+		memcpy(now->srv.readable, next->srv.readable,
+		       sizeof(now->srv.readable));
+		now->srv.nr_readable = next->srv.nr_readable;
+	}
 	if (mask & CONFIG_RELOAD_TENANTS) {
 		memcpy(now->srv.tmaps, next->srv.tmaps,
 		       next->srv.nr_tmaps * sizeof(next->srv.tmaps[0]));

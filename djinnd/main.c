@@ -378,6 +378,11 @@ static void on_reload(struct server *srv)
 			sched_configure(srv->dev[i].sched, &sc);
 		}
 	}
+	if (mask & CONFIG_RELOAD_MODELS) {
+		memcpy(srv->cfg.readable, running.srv.readable,
+		       sizeof(srv->cfg.readable));
+		srv->cfg.nr_readable = running.srv.nr_readable;
+	}
 	if (mask & CONFIG_RELOAD_TENANTS) {
 		/* Connections accepted from now on: open ones keep who
 		 * they are. Quotas apply at once: the memory ones to the

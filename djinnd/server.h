@@ -120,6 +120,10 @@ struct server_config {
 	/* [tenant.NAME] uids and gids: who each tenant is */
 	struct tenant_map tmaps[SERVER_TENANT_MAPS_MAX];
 	unsigned int nr_tmaps;
+	/* [model.NAME] readable = yes: served models whose weights any
+	 * client may find by fingerprint and read (open weights) */
+	char readable[SERVER_TENANT_MAPS_MAX][DJINN_MODEL_NAME_MAX];
+	unsigned int nr_readable;
 };
 
 struct executor;

@@ -545,6 +545,23 @@ int model_store_list(struct model_store *ms, struct model_info **out,
 	return 0;
 }
 
+bool model_store_served_fp(struct model_store *ms, const uint8_t *fp,
+			   bool (*ok)(void *arg, const char *name), void *arg)
+{
+	struct store_model *sm;
+	bool yes = false;
+
+	pthread_mutex_lock(&ms->lock);
+	list_for_each_entry(sm, &ms->models, node)
+		if (!sm->loading && !sm->uploaded && !sm->gone &&
+		    !memcmp(sm->m.fp, fp, VMU_FP_LEN) && ok(arg, sm->m.name)) {
+			yes = true;
+			break;
+		}
+	pthread_mutex_unlock(&ms->lock);
+	return yes;
+}
+
 int model_store_evict(struct model_store *ms, const char *name, char *msg,
 		      size_t msglen)
 {

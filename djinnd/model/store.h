@@ -178,6 +178,11 @@ struct model_info {
 int model_store_list(struct model_store *ms, struct model_info **out,
 		     size_t *nr);
 
+/* Whether a loaded served model (not an upload) whose weights have the
+ * fingerprint @fp is one @ok says yes to, by name. */
+bool model_store_served_fp(struct model_store *ms, const uint8_t *fp,
+			   bool (*ok)(void *arg, const char *name), void *arg);
+
 /* Forget model @name and drop its weights from the text segment unless
  * another name or session still uses them: -ENOENT, or -EBUSY while it
  * has holders or is being loaded. */

@@ -19,6 +19,7 @@
 #include "server.h"
 #include "exec/executor.h"
 #include "net/conn.h"
+#include "model/store.h"
 #include "net/msg.h"
 #include "session/tenant.h"
 
@@ -1076,6 +1077,17 @@ static void handle_tensor_release(struct conn *c, const struct djinn_hdr *hdr,
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
 
+/* model.NAME.readable: an open-weight served model. */
+static bool readable_model(void *arg, const char *name)
+{
+	const struct server_config *cfg = arg;
+
+	for (unsigned int i = 0; i < cfg->nr_readable; i++)
+		if (!strcmp(cfg->readable[i], name))
+			return true;
+	return false;
+}
+
 static void handle_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
 			       struct session *s, void *req, uint64_t len)
 {
@@ -1088,7 +1100,10 @@ static void handle_text_lookup(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	t.desc = l->desc;
 	c->srv->st.text_lookups++;
-	if (vmu_text_lookup(s->vs, l->fp, &t.text)) {
+	if (vmu_text_lookup(s->vs, l->fp, &t.text) &&
+	    (!model_store_served_fp(s->dev->models, l->fp, readable_model,
+				    &c->srv->cfg) ||
+	     vmu_text_lookup_shared(s->vs, l->fp, &t.text))) {
 		c->srv->st.text_misses++;
 		conn_miss(c, hdr, -ENOENT, "no text with that fingerprint");
 	} else if (vmu_text_size(t.text) != t.bytes) {

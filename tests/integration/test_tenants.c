@@ -23,7 +23,8 @@
  *   upload of the same bytes is not deduplicated (so not confirmed) and
  *   reads back its own bytes; the same tenant's next session finds it;
  * - a served model's weights are shared, and no tenant finds them by the
- *   fingerprint MODEL_OPEN gives it, so none can read them;
+ *   fingerprint MODEL_OPEN gives it, so none can read them, unless the
+ *   configuration says the model's weights are open (model.NAME.readable);
  * - over loopback TCP the tenant is the peer socket's owner (sock_diag),
  *   mapped as a unix client's uid; a TCP listener beyond loopback is
  *   refused at start unless server.plain_tcp = any;
@@ -504,6 +505,77 @@ static void test_inflight(void **state)
 	close(fv);
 }
 
+static int setup_readable(void **state)
+{
+	static const char *const extra[] = { "--set",
+					     "model.open-weights.readable=yes",
+					     NULL };
+
+	return fx_start_args(state, DEV_MEM, 10000, extra);
+}
+
+/* MODEL_OPEN @name on @fd, @sid: the answer. */
+static struct djinn_model_resp model_open_raw(int fd, uint64_t sid,
+					      const char *name)
+{
+	struct djinn_model_open o = { { 0 } };
+	struct djinn_model_resp m;
+	struct dj_resp r;
+
+	snprintf(o.name, sizeof(o.name), "%s", name);
+	call_ok(fd, DJINN_MSG_MODEL_OPEN, sid, &o, sizeof(o), &r, sizeof(m));
+	memcpy(&m, r.data, sizeof(m));
+	dj_resp_free(&r);
+	return m;
+}
+
+/* An open-weight served model's weights are found by any tenant's
+ * lookup of their fingerprint, and read; another served model's are
+ * not, answering as for bytes nobody uploaded. */
+static void test_readable(void **state)
+{
+	struct fx *fx = *state;
+	int fa = connect_as(fx, NOBODY, NOBODY, NULL, 0);
+	uint64_t sa = open_session(fa, "reader");
+	struct djinn_model_resp mo, mc;
+	struct djinn_tensor_desc d;
+	struct djinn_text_lookup l;
+	struct djinn_tensor_resp tr;
+	char theirs[256], none[256];
+	uint8_t fp_none[DJINN_FP_LEN], got[64];
+	struct dj_resp r;
+
+	assert_int_equal(
+		djd_make_model(&fx->d, "open-weights",
+			       "--arch gpt2 --layers 1 --embd 32 "
+			       "--heads 2 --vocab 64 --ctx 32 --seed 6"),
+		0);
+	assert_int_equal(
+		djd_make_model(&fx->d, "closed",
+			       "--arch gpt2 --layers 1 --embd 32 "
+			       "--heads 2 --vocab 64 --ctx 32 --seed 7"),
+		0);
+	mo = model_open_raw(fa, sa, "open-weights");
+	mc = model_open_raw(fa, sa, "closed");
+	sha256("none", 4, fp_none);
+	d = DESC(DJINN_DTYPE_U8, mc.bytes);
+	assert_int_equal(lookup(fa, sa, &d, mc.fp, theirs, sizeof(theirs)),
+			 -ENOENT);
+	assert_int_equal(lookup(fa, sa, &d, fp_none, none, sizeof(none)),
+			 -ENOENT);
+	assert_string_equal(theirs, none);
+	/* the open one: found and read */
+	l.desc = DESC(DJINN_DTYPE_U8, mo.bytes);
+	memcpy(l.fp, mo.fp, sizeof(l.fp));
+	call_ok(fa, DJINN_MSG_TEXT_LOOKUP, sa, &l, sizeof(l), &r, sizeof(tr));
+	memcpy(&tr, r.data, sizeof(tr));
+	dj_resp_free(&r);
+	tensor_read(fa, sa, tr.handle, 0, sizeof(got), got);
+	close_session(fa, sa);
+	close(fa);
+	check_text_cached(fx);
+}
+
 /* The mapping from a file; SIGHUP changes it for new connections only. */
 static void test_reload(void **state)
 {
@@ -573,6 +645,10 @@ static void test_bad(void **state)
 		  "unknown key 'colour' in [tenant.a] (want share, uids, gids, "
 		  "client_kernels, memory, swap, guaranteed, sessions, "
 		  "connections, inflight or lease_max)" },
+		{ "model.x.readable=maybe", NULL,
+		  "model.x.readable: 'maybe': want yes or no" },
+		{ "model.x.open=yes", NULL,
+		  "unknown key 'open' in [model.x] (want readable)" },
 		{ "tenant.a.sessions=0", NULL,
 		  "tenant.a.sessions: '0': want a number from 1 to 1048576" },
 		{ "tenant.a.memory=lots", NULL,
@@ -615,6 +691,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_quotas, setup_quotas,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_inflight, setup_inflight,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_readable, setup_readable,
 						fx_teardown),
 		cmocka_unit_test(test_reload),
 		cmocka_unit_test(test_bad),
