@@ -101,9 +101,10 @@ fuzz_graph_LIBS := $(COMMON_LIB)
 fuzz_frames_LIBS := $(LIBS_DJINND)
 
 # --- tools -------------------------------------------------------------------
-# djinnctl speaks the admin protocol itself: it links nothing of the daemon.
+# djinnctl speaks the admin protocol itself: it links nothing of the daemon
+# (lib/names.c: the names djinnd takes, checked the same way).
 DJINNCTL      := $(BUILD)/tools/djinnctl
-DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c tools/cli.c
+DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c tools/cli.c lib/names.c
 
 # Integration tests in shell, installed beside the binaries they run
 # (tests/integration/test_NAME.sh -> BUILD/tests/integration/test_NAME).

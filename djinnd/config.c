@@ -32,6 +32,7 @@
 #include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "names.h"
 
 enum key_type {
 	T_LISTEN, /* repeatable "unix:PATH" | "tcp:HOST:PORT" */
@@ -545,16 +546,13 @@ static int model_set(struct djinnd_config *c, const char *model,
 		     const char *name, const char *value)
 {
 	struct server_config *s = &c->srv;
-	size_t n = strlen(model);
 	unsigned int i;
 	bool on;
 
-	if (!n || n >= DJINN_MODEL_NAME_MAX ||
-	    strspn(model, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-			  "0123456789._-") != n)
+	if (!model_name_ok(model))
 		return fail(c,
 			    "[model.%s]: a model name is 1 to 63 of "
-			    "[A-Za-z0-9._-]",
+			    "[A-Za-z0-9._-], not starting with '.'",
 			    model);
 	if (strcmp(name, "readable"))
 		return fail(c, "unknown key '%s' in [model.%s] (want readable)",
@@ -578,6 +576,32 @@ static int model_set(struct djinnd_config *c, const char *model,
 		memset(s->readable[s->nr_readable], 0, DJINN_MODEL_NAME_MAX);
 	}
 	return 0;
+}
+
+/* [tenant.NAME]'s quotas, one row each: parsed, printed and compared by
+ * this table. 0 is none, so a set quota is at least 1. */
+static const struct tenant_quota_key {
+	const char *name;
+	enum key_type type; /* T_SIZE, T_DURATION or T_UINT */
+	size_t off; /* in struct tenant_map: uint64_t, or unsigned int */
+} tenant_quota_keys[] = {
+	{ "memory", T_SIZE, offsetof(struct tenant_map, memory) },
+	{ "swap", T_SIZE, offsetof(struct tenant_map, swap) },
+	{ "guaranteed", T_SIZE, offsetof(struct tenant_map, guaranteed) },
+	{ "lease_max", T_DURATION, offsetof(struct tenant_map, lease_max_ns) },
+	{ "sessions", T_UINT, offsetof(struct tenant_map, sessions) },
+	{ "connections", T_UINT, offsetof(struct tenant_map, conns) },
+	{ "inflight", T_UINT, offsetof(struct tenant_map, inflight) },
+};
+
+/* Quota @q of @m, widened. */
+static uint64_t tquota_get(const struct tenant_map *m,
+			   const struct tenant_quota_key *q)
+{
+	const char *p = (const char *)m + q->off;
+
+	return q->type == T_UINT ? *(const unsigned int *)p :
+				   *(const uint64_t *)p;
 }
 
 /* @tenant's entry of tenants' maps, made if there is none: NULL when
@@ -676,53 +700,45 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 	if (!n || n >= DJINN_TENANT_LEN)
 		return fail(c, "[tenant.%s]: a tenant name has 1 to %d bytes",
 			    tenant, DJINN_TENANT_LEN - 1);
-	for (size_t j = 0; j < n; j++)
-		if (tenant[j] <= ' ' || tenant[j] > '~')
-			return fail(c,
-				    "[tenant.%s]: a tenant name is printable "
-				    "bytes without spaces",
-				    tenant);
+	if (!tenant_name_ok(tenant))
+		return fail(c,
+			    "[tenant.%s]: a tenant name is printable bytes "
+			    "without spaces",
+			    tenant);
 	if (!strcmp(name, "uids") || !strcmp(name, "gids"))
 		return tenant_ids_set(c, tenant, name[0] == 'g', value);
-	if (!strcmp(name, "memory") || !strcmp(name, "swap") ||
-	    !strcmp(name, "guaranteed") || !strcmp(name, "lease_max")) {
-		bool mem = name[0] != 'l';
+	for (i = 0; i < ARRAY_SIZE(tenant_quota_keys); i++) {
+		const struct tenant_quota_key *q = &tenant_quota_keys[i];
 		struct tenant_map *m;
-		int ret = mem ? config_parse_size(value, &v) :
-				config_parse_duration(value, &v);
+		char *p;
+		int ret;
 
+		if (strcmp(name, q->name))
+			continue;
+		ret = q->type == T_SIZE	    ? config_parse_size(value, &v) :
+		      q->type == T_DURATION ? config_parse_duration(value, &v) :
+					      parse_uint(value, &v);
 		if (ret || !v ||
-		    v > (mem ? 1ull << 50 : 24 * 3600 * NSEC_PER_SEC))
-			return fail(
-				c, "tenant.%s.%s: '%s': want %s", tenant, name,
-				value,
-				mem ? "a size from 1 byte to 1024T, such as "
-				      "8G" :
-				      "a time from 1ms to 24h with its unit");
+		    v > (q->type == T_SIZE     ? 1ull << 50 :
+			 q->type == T_DURATION ? 24 * 3600 * NSEC_PER_SEC :
+						 1u << 20))
+			return fail(c, "tenant.%s.%s: '%s': want %s", tenant,
+				    name, value,
+				    q->type == T_SIZE ?
+					    "a size from 1 byte to 1024T, "
+					    "such as 8G" :
+				    q->type == T_DURATION ?
+					    "a time from 1ms to 24h with its "
+					    "unit" :
+					    "a number from 1 to 1048576");
 		m = tmap_get(c, tenant, name);
 		if (!m)
 			return -EINVAL;
-		*(name[0] == 'm' ? &m->memory :
-		  name[0] == 's' ? &m->swap :
-		  name[0] == 'g' ? &m->guaranteed :
-				   &m->lease_max_ns) = v;
-		return 0;
-	}
-	if (!strcmp(name, "sessions") || !strcmp(name, "connections") ||
-	    !strcmp(name, "inflight")) {
-		struct tenant_map *m;
-
-		if (parse_uint(value, &v) || !v || v > 1u << 20)
-			return fail(c,
-				    "tenant.%s.%s: '%s': want a number from 1 "
-				    "to 1048576",
-				    tenant, name, value);
-		m = tmap_get(c, tenant, name);
-		if (!m)
-			return -EINVAL;
-		*(name[0] == 's' ? &m->sessions :
-		  name[0] == 'c' ? &m->conns :
-				   &m->inflight) = (unsigned int)v;
+		p = (char *)m + q->off;
+		if (q->type == T_UINT)
+			*(unsigned int *)p = (unsigned int)v;
+		else
+			*(uint64_t *)p = v;
 		return 0;
 	}
 	if (!strcmp(name, "client_kernels")) {
@@ -1350,39 +1366,24 @@ void config_print(const struct djinnd_config *c, FILE *f)
 		if (m->client_kernels)
 			fprintf(f,
 				"client_kernels = yes\t; SIGHUP reloads it\n");
-		if (m->memory) {
-			char v[32];
+		for (size_t k = 0; k < ARRAY_SIZE(tenant_quota_keys); k++) {
+			const struct tenant_quota_key *q =
+				&tenant_quota_keys[k];
+			uint64_t v = tquota_get(m, q);
+			char qv[32];
 
-			fmt_size(m->memory, v, sizeof(v));
-			fprintf(f, "memory = %s\t; SIGHUP reloads it\n", v);
+			if (!v)
+				continue;
+			if (q->type == T_SIZE)
+				fmt_size(v, qv, sizeof(qv));
+			else if (q->type == T_DURATION)
+				fmt_duration(v, qv, sizeof(qv));
+			else
+				snprintf(qv, sizeof(qv), "%llu",
+					 (unsigned long long)v);
+			fprintf(f, "%s = %s\t; SIGHUP reloads it\n", q->name,
+				qv);
 		}
-		if (m->swap) {
-			char v[32];
-
-			fmt_size(m->swap, v, sizeof(v));
-			fprintf(f, "swap = %s\t; SIGHUP reloads it\n", v);
-		}
-		if (m->guaranteed) {
-			char v[32];
-
-			fmt_size(m->guaranteed, v, sizeof(v));
-			fprintf(f, "guaranteed = %s\t; SIGHUP reloads it\n", v);
-		}
-		if (m->lease_max_ns) {
-			char v[32];
-
-			fmt_duration(m->lease_max_ns, v, sizeof(v));
-			fprintf(f, "lease_max = %s\t; SIGHUP reloads it\n", v);
-		}
-		if (m->sessions)
-			fprintf(f, "sessions = %u\t; SIGHUP reloads it\n",
-				m->sessions);
-		if (m->conns)
-			fprintf(f, "connections = %u\t; SIGHUP reloads it\n",
-				m->conns);
-		if (m->inflight)
-			fprintf(f, "inflight = %u\t; SIGHUP reloads it\n",
-				m->inflight);
 	}
 }
 
@@ -1398,14 +1399,13 @@ static bool tmaps_equal(const struct server_config *a,
 		if (strcmp(x->tenant, y->tenant) || x->nr_uids != y->nr_uids ||
 		    x->nr_gids != y->nr_gids ||
 		    x->client_kernels != y->client_kernels ||
-		    x->memory != y->memory || x->swap != y->swap ||
-		    x->guaranteed != y->guaranteed ||
-		    x->sessions != y->sessions || x->conns != y->conns ||
-		    x->inflight != y->inflight ||
-		    x->lease_max_ns != y->lease_max_ns ||
 		    memcmp(x->uids, y->uids, x->nr_uids * sizeof(x->uids[0])) ||
 		    memcmp(x->gids, y->gids, x->nr_gids * sizeof(x->gids[0])))
 			return false;
+		for (size_t k = 0; k < ARRAY_SIZE(tenant_quota_keys); k++)
+			if (tquota_get(x, &tenant_quota_keys[k]) !=
+			    tquota_get(y, &tenant_quota_keys[k]))
+				return false;
 	}
 	return true;
 }

@@ -20,7 +20,7 @@ $(BUILD)/djinnd/main.o $(DJINND_CONFIG_OBJ): \
 	ALL_CFLAGS += -DDJINND_SYSCONFDIR='"$(SYSCONFDIR)"'
 
 # tests/unit/test_config.c: the parser, over files it writes
-test_config_LIBS := $(DJINND_CONFIG_OBJ) $(DJINND_LIB) -linih
+test_config_LIBS := $(DJINND_CONFIG_OBJ) $(DJINND_LIB) $(COMMON_LIB) -linih
 $(BUILD)/tests/unit/test_config: $(DJINND_CONFIG_OBJ)
 
 # tests/integration/test_notify.c plays systemd on a NOTIFY_SOCKET of its

@@ -37,6 +37,7 @@
 #include "clock.h"
 #include "djinnctl_nl.h"
 #include "json_print.h"
+#include "names.h"
 
 #define DJINNCTL_VERSION "0.1"
 #define IO_TIMEOUT_MS 5000 /* for the whole exchange */
@@ -1156,20 +1157,6 @@ static const char *const dtype_names[] = {
 };
 
 /* [A-Za-z0-9._-], 1 to 63 bytes, as djinnd names models. */
-static bool model_name_ok(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (!n || n >= DJINN_MODEL_NAME_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') ||
-		      (s[i] >= 'A' && s[i] <= 'Z') ||
-		      (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
-		      s[i] == '_' || s[i] == '-'))
-			return false;
-	return true;
-}
 
 static int do_model_list(struct ctl *ctl, char **args)
 {
@@ -1226,19 +1213,6 @@ static int do_model_list(struct ctl *ctl, char **args)
 
 /* ---------------------------------------------------------------------- */
 /* Tenants */
-
-/* What djinnd accepts as a tenant's name. */
-static bool tenant_name_ok(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (!n || n >= DJINN_TENANT_LEN)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (s[i] <= ' ' || s[i] > '~')
-			return false;
-	return true;
-}
 
 /* "n" or "n/quota" in a table cell (@size: bytes, as print_size does). */
 static const char *used_of(char *buf, size_t len, uint64_t used, uint64_t quota,

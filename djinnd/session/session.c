@@ -6,6 +6,7 @@
 #include <sys/random.h>
 
 #include "log.h"
+#include "names.h"
 #include "server.h"
 #include "session/tenant.h"
 #include "exec/executor.h"
@@ -36,18 +37,6 @@ const char *session_reason_name(enum session_end_reason why)
 		return "daemon shutdown";
 	}
 	return "?";
-}
-
-static bool tenant_ok(const char *t)
-{
-	size_t n = strnlen(t, DJINN_TENANT_LEN);
-
-	if (!n || n == DJINN_TENANT_LEN)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (t[i] <= ' ' || t[i] > '~')
-			return false;
-	return true;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -167,12 +156,9 @@ static void rec_clear(struct result_rec *r);
 
 unsigned int session_tenant_sessions(struct server *srv, const char *tenant)
 {
-	struct tenant_state *t;
+	struct tenant_state *t = tenant_state_find(srv, tenant);
 
-	list_for_each_entry(t, &srv->tenants, node)
-		if (!strcmp(t->name, tenant))
-			return t->sessions;
-	return 0;
+	return t ? t->sessions : 0;
 }
 
 bool session_tenant_full(struct server *srv, const char *tenant)
@@ -191,7 +177,7 @@ int session_create(struct server *srv, struct device *dev, const char *tenant,
 	struct session *s;
 	int ret;
 
-	if (!tenant_ok(tenant) || !tenant_ok(label) || priority > 7)
+	if (!tenant_name_ok(tenant) || !tenant_name_ok(label) || priority > 7)
 		return -EINVAL;
 	if (srv->nr_sessions >= srv->cfg.max_sessions ||
 	    session_uid_sessions(srv, uid) >= srv->cfg.max_sessions_per_uid ||

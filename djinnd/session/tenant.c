@@ -63,13 +63,22 @@ bool tenant_client_kernels(const struct server_config *cfg, const char *tenant)
 	return m && m->client_kernels;
 }
 
-struct tenant_state *tenant_state_get(struct server *srv, const char *name)
+struct tenant_state *tenant_state_find(struct server *srv, const char *name)
 {
 	struct tenant_state *t;
 
 	list_for_each_entry(t, &srv->tenants, node)
 		if (!strcmp(t->name, name))
 			return t;
+	return NULL;
+}
+
+struct tenant_state *tenant_state_get(struct server *srv, const char *name)
+{
+	struct tenant_state *t = tenant_state_find(srv, name);
+
+	if (t)
+		return t;
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return NULL;

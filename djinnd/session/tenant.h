@@ -35,6 +35,8 @@ struct tenant_state {
 	unsigned int conns, sessions, inflight;
 };
 
+/* @name's state, or NULL while it holds nothing. */
+struct tenant_state *tenant_state_find(struct server *srv, const char *name);
 /* @name's state, made if it holds nothing yet: NULL when out of memory. */
 struct tenant_state *tenant_state_get(struct server *srv, const char *name);
 /* Free @t if it holds nothing any more. */

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Names djinnd takes from clients and its configuration, checked one way
+ * by djinnd, its configuration and djinnctl.
+ */
+#ifndef DJINN_NAMES_H
+#define DJINN_NAMES_H
+
+#include <stdbool.h>
+
+/* A tenant's name or a session's label: 1 to DJINN_TENANT_LEN - 1
+ * printable bytes without spaces, NUL-terminated within
+ * DJINN_TENANT_LEN. */
+bool tenant_name_ok(const char *s);
+
+/* A served model's name: 1 to DJINN_MODEL_NAME_MAX - 1 of [A-Za-z0-9._-],
+ * not starting with '.' (djinnd's model_name_check() says which rule a
+ * name breaks). */
+bool model_name_ok(const char *s);
+
+#endif /* DJINN_NAMES_H */
