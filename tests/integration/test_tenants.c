@@ -53,16 +53,23 @@
 #define NOBODY 65534
 
 /* A connection as @uid, @gid (and @groups), past HELLO. */
-static int connect_as(struct fx *fx, uid_t uid, gid_t gid, const gid_t *groups,
-		      size_t n)
+static int connect_at(const char *path, uid_t uid, gid_t gid,
+		      const gid_t *groups, size_t n)
 {
-	int fd = dj_connect_as(fx->d.sock, uid, gid, groups, n);
+	int fd = dj_connect_as(path, uid, gid, groups, n);
 
 	if (fd < 0)
 		fail_msg("connect as uid %u gid %u: %s", (unsigned int)uid,
 			 (unsigned int)gid, strerror(-fd));
 	hello_at(__LINE__, fd);
 	return fd;
+}
+
+/* The same on the daemon's unix socket. */
+static int connect_as(struct fx *fx, uid_t uid, gid_t gid, const gid_t *groups,
+		      size_t n)
+{
+	return connect_at(fx->d.sock, uid, gid, groups, n);
 }
 
 /* Session @sid's tenant, and that its label is @label. */
@@ -79,16 +86,23 @@ static const char *tenant_of(struct fx *fx, uint64_t sid, const char *label)
 
 /* A session of a client as @uid/@gid/@groups labelled @label: its
  * tenant. The connection goes with the session. */
-static const char *tenant_as(struct fx *fx, uid_t uid, gid_t gid,
-			     const gid_t *groups, size_t n, const char *label)
+static const char *tenant_at(struct fx *fx, const char *path, uid_t uid,
+			     gid_t gid, const gid_t *groups, size_t n,
+			     const char *label)
 {
-	int fd = connect_as(fx, uid, gid, groups, n);
+	int fd = connect_at(path, uid, gid, groups, n);
 	uint64_t sid = open_session(fd, label);
 	const char *t = tenant_of(fx, sid, label);
 
 	close_session(fd, sid);
 	close(fd);
 	return t;
+}
+
+static const char *tenant_as(struct fx *fx, uid_t uid, gid_t gid,
+			     const gid_t *groups, size_t n, const char *label)
+{
+	return tenant_at(fx, fx->d.sock, uid, gid, groups, n, label);
 }
 
 static int setup_plain(void **state)
@@ -273,33 +287,18 @@ static int setup_tcp(void **state)
 static void test_tcp(void **state)
 {
 	struct fx *fx = *state;
-	char port[24], me[DJINN_TENANT_LEN];
-	int fd = dj_connect_tcp(tcp_port);
-	uint64_t sid;
+	char port[24];
 
 	snprintf(port, sizeof(port), "tcp:%u", tcp_port);
-	snprintf(me, sizeof(me), "uid:%u", (unsigned int)getuid());
-	assert_true(fd >= 0);
-	hello_at(__LINE__, fd);
-	sid = open_session(fd, "over-tcp");
-	assert_string_equal(tenant_of(fx, sid, "over-tcp"), me);
-	close_session(fd, sid);
-	close(fd);
+	/* root's socket: root's tenant */
+	assert_string_equal(tenant_at(fx, port, 0, 0, NULL, 0, "over-tcp"),
+			    "uid:0");
 	/* sockets of other uids: theirs, mapped like a unix client's */
-	fd = dj_connect_as(port, NOBODY, NOBODY, NULL, 0);
-	assert_true(fd >= 0);
-	hello_at(__LINE__, fd);
-	sid = open_session(fd, "uid:0");
-	assert_string_equal(tenant_of(fx, sid, "uid:0"), "uid:65534");
-	close_session(fd, sid);
-	close(fd);
-	fd = dj_connect_as(port, 65533, 65533, NULL, 0);
-	assert_true(fd >= 0);
-	hello_at(__LINE__, fd);
-	sid = open_session(fd, "t");
-	assert_string_equal(tenant_of(fx, sid, "t"), "team");
-	close_session(fd, sid);
-	close(fd);
+	assert_string_equal(tenant_at(fx, port, NOBODY, NOBODY, NULL, 0,
+				      "uid:0"),
+			    "uid:65534");
+	assert_string_equal(tenant_at(fx, port, 65533, 65533, NULL, 0, "t"),
+			    "team");
 }
 
 /* Plain TCP beyond loopback: refused at start unless server.plain_tcp
