@@ -56,7 +56,7 @@ DJINND_LIB   := $(BUILD)/libdjinnd.a
 # djinn_* only) and static, both from -fPIC objects in $(BUILD)/pic/. It
 # builds lib/graph.c, lib/errmsg.c and lib/msgnames.c in with hidden
 # visibility.
-LIBDJINN_SRCS    := $(wildcard libdjinn/*.c) lib/graph.c lib/errmsg.c \
+LIBDJINN_SRCS    := $(wildcard libdjinn/*.c) lib/graph.c lib/errmsg.c lib/ktls.c \
 		    lib/msgnames.c
 LIBDJINN_OBJS    := $(LIBDJINN_SRCS:%.c=$(BUILD)/pic/%.o)
 LIBDJINN_VERSION := 0.1.0
@@ -70,8 +70,8 @@ PREFIX           ?= /usr/local
 
 LIBS_VMU     := $(VMU_LIB) -lcrypto
 LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(COMMON_LIB) $(BLAS_LIBS) -lm
-LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring -ljansson
-LIBS_LIBDJINN := $(LIBDJINN_A) -lcrypto -ljansson
+LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring -ljansson -lssl -lcrypto
+LIBS_LIBDJINN := $(LIBDJINN_A) -lssl -lcrypto -ljansson
 DJINND      := $(BUILD)/djinnd/djinnd
 
 # --- tests -------------------------------------------------------------------
@@ -181,7 +181,7 @@ $(LIBDJINN_SO): $(LIBDJINN_OBJS) libdjinn/libdjinn.map
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(LIBDJINN_SONAME) \
 		-Wl,-z,defs -Wl,--version-script=libdjinn/libdjinn.map \
-		-o $@ $(LIBDJINN_OBJS) -lcrypto -ljansson
+		-o $@ $(LIBDJINN_OBJS) -lssl -lcrypto -ljansson
 $(BUILD)/$(LIBDJINN_SONAME): $(LIBDJINN_SO)
 	$(Q)ln -sf $(notdir $<) $@
 $(BUILD)/libdjinn.so: $(BUILD)/$(LIBDJINN_SONAME)

@@ -35,7 +35,7 @@
 #include "names.h"
 
 enum key_type {
-	T_LISTEN, /* repeatable "unix:PATH" | "tcp:HOST:PORT" */
+	T_LISTEN, /* repeatable "unix:PATH" | "tcp:HOST:PORT" | "tls:HOST:PORT" */
 	T_SOCKET, /* a unix socket's path */
 	T_GROUP, /* a group name that must exist when set */
 	T_UINT,
@@ -51,6 +51,8 @@ enum key_type {
 	T_LEASES, /* "auto", "kmod" or "user" */
 	T_POLICY, /* "semantic", "lru" or "static" */
 	T_PLAIN_TCP, /* "loopback" or "any" */
+	T_TLS_ID, /* "cn", "san-dns", "san-email" or "san-uri" */
+	T_KTLS, /* "auto" or "off" */
 };
 
 struct key {
@@ -115,6 +117,12 @@ static const struct key keys[] = {
 	    .max = 24 * 3600 * NSEC_PER_SEC, .reload = CONFIG_RELOAD_LEASE),
 	KEY("lease", "provider", T_LEASES, SRV(leases)),
 	KEY("server", "plain_tcp", T_PLAIN_TCP, SRV(plain_tcp)),
+	KEY("tls", "certificate", T_FILE, SRV(tls_cert)),
+	KEY("tls", "key", T_FILE, SRV(tls_key)),
+	KEY("tls", "client_ca", T_FILE, SRV(tls_client_ca)),
+	KEY("tls", "tokens", T_FILE, SRV(tls_tokens)),
+	KEY("tls", "tenant_from", T_TLS_ID, SRV(tls_tenant_from)),
+	KEY("tls", "ktls", T_KTLS, SRV(tls_ktls)),
 	KEY("log", "level", T_LEVEL, TOP(log_level),
 	    .reload = CONFIG_RELOAD_LOG),
 	KEY("log", "file", T_FILE, TOP(log_file)),
@@ -292,7 +300,8 @@ static int check_unix_path(struct djinnd_config *c, const struct key *k,
 	return 0;
 }
 
-/* "tcp:HOST:PORT", HOST possibly empty or "[v6]", PORT 1..65535. */
+/* "tcp:HOST:PORT" (or "tls:"), HOST possibly empty or "[v6]", PORT
+ * 1..65535. */
 static int check_tcp(struct djinnd_config *c, const struct key *k,
 		     const char *v)
 {
@@ -300,8 +309,8 @@ static int check_tcp(struct djinnd_config *c, const struct key *k,
 	uint64_t p;
 
 	if (!port || parse_uint(port + 1, &p) || p < 1 || p > 65535)
-		return fail(c, "%s.%s: '%s': want tcp:HOST:PORT, PORT 1-65535",
-			    k->section, k->name, v);
+		return fail(c, "%s.%s: '%s': want %.3s:HOST:PORT, PORT 1-65535",
+			    k->section, k->name, v, v);
 	if (*spec == '[' && (port == spec || port[-1] != ']'))
 		return fail(c, "%s.%s: '%s': unclosed '[' in the host",
 			    k->section, k->name, v);
@@ -316,9 +325,11 @@ static int check_listen(struct djinnd_config *c, const struct key *k,
 {
 	if (!strncmp(v, "unix:", 5))
 		return check_unix_path(c, k, v + 5);
-	if (!strncmp(v, "tcp:", 4))
+	if (!strncmp(v, "tcp:", 4) || !strncmp(v, "tls:", 4))
 		return check_tcp(c, k, v);
-	return fail(c, "%s.%s: '%s': want unix:PATH or tcp:HOST:PORT",
+	return fail(c,
+		    "%s.%s: '%s': want unix:PATH, tcp:HOST:PORT or "
+		    "tls:HOST:PORT",
 		    k->section, k->name, v);
 }
 
@@ -485,6 +496,21 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 	case T_PLAIN_TCP:
 		if (strcmp(v, "loopback") && strcmp(v, "any"))
 			return fail(c, "%s.%s: '%s': want loopback or any",
+				    k->section, k->name, v);
+		ret = 0;
+		break;
+	case T_TLS_ID:
+		if (strcmp(v, "cn") && strcmp(v, "san-dns") &&
+		    strcmp(v, "san-email") && strcmp(v, "san-uri"))
+			return fail(c,
+				    "%s.%s: '%s': want cn, san-dns, san-email "
+				    "or san-uri",
+				    k->section, k->name, v);
+		ret = 0;
+		break;
+	case T_KTLS:
+		if (strcmp(v, "auto") && strcmp(v, "off"))
+			return fail(c, "%s.%s: '%s': want auto or off",
 				    k->section, k->name, v);
 		ret = 0;
 		break;
@@ -847,6 +873,8 @@ void config_init(struct djinnd_config *c)
 		.model_dir = "/var/lib/djinn/models",
 		.leases = "auto",
 		.plain_tcp = "loopback",
+		.tls_tenant_from = "cn",
+		.tls_ktls = "auto",
 		.sched = {
 			.policy = DJINN_SCHED_SEMANTIC,
 			.quantum_ns = SCHED_QUANTUM_DEFAULT,
@@ -1137,10 +1165,34 @@ int config_validate(struct djinnd_config *c)
 		fail_at(c, k);
 		return fail(c,
 			    "server.listen: %s is not loopback, and plain TCP "
-			    "authenticates no one: listen on 127.0.0.1 or "
+			    "authenticates no one: listen with TLS "
+			    "(tls:HOST:PORT and [tls]), or on 127.0.0.1 or "
 			    "[::1], or set server.plain_tcp = any to let "
 			    "anyone who reaches it open sessions",
 			    s->listen[i]);
+	}
+	/* A TLS listener needs the server's certificate and key, and a way
+	 * to know its clients. */
+	for (unsigned int i = 0; i < s->nr_listen; i++) {
+		const char *miss = NULL;
+
+		if (strncmp(s->listen[i], "tls:", 4))
+			continue;
+		if (!s->tls_cert || !*s->tls_cert)
+			miss = "tls.certificate (the server's certificate "
+			       "chain, PEM)";
+		else if (!s->tls_key || !*s->tls_key)
+			miss = "tls.key (its private key, PEM)";
+		else if ((!s->tls_client_ca || !*s->tls_client_ca) &&
+			 (!s->tls_tokens || !*s->tls_tokens))
+			miss = "tls.client_ca (the CA of client certificates) "
+			       "or tls.tokens (bearer tokens)";
+		if (!miss)
+			break;
+		k = key_find("server", "listen");
+		fail_at(c, k);
+		return fail(c, "server.listen: %s needs %s", s->listen[i],
+			    miss);
 	}
 	/* One tenant a uid (a gid): who a client is must not depend on the
 	 * order of the sections. */

@@ -24,6 +24,7 @@
 #include "config.h"
 #include "log.h"
 #include "server.h"
+#include "net/tls.h"
 
 #define DJINND_VERSION "0.1"
 
@@ -400,6 +401,9 @@ static void on_reload(struct server *srv)
 		srv->cfg.lease_min_ns = running.srv.lease_min_ns;
 		srv->cfg.lease_max_ns = running.srv.lease_max_ns;
 	}
+	/* The tokens' file is read again on every reload: a token taken
+	 * out is refused from now on (connections it opened stay). */
+	tls_tokens_reload(srv, srv->cfg.tls_tokens);
 	log_notice("reload: %s%s; %u setting%s need%s a restart",
 		   mask ? "applied" : "nothing to apply",
 		   running.path ? "" : " (no file)", nr_restart,

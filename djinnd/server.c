@@ -27,6 +27,7 @@
 #include "exec/executor.h"
 #include "model/store.h"
 #include "net/conn.h"
+#include "net/tls.h"
 
 uint64_t server_started_ns;
 
@@ -513,6 +514,15 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	ret = signals_init(srv);
 	if (ret)
 		return ret;
+	{
+		char why[512];
+
+		ret = tls_server_init(srv, why, sizeof(why));
+		if (ret) {
+			log_err("%s", why);
+			return ret;
+		}
+	}
 	ret = listeners_open(srv);
 	if (ret)
 		return ret;
@@ -683,6 +693,7 @@ void server_exit(struct server *srv)
 	loop_exit(&srv->loop);
 	/* Only now can nothing on the ring name them any more. */
 	listeners_free(srv);
+	tls_server_free(srv);
 	for (unsigned int i = 0; i < srv->nr_dev; i++) {
 		struct device *d = &srv->dev[i];
 

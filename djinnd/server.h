@@ -108,6 +108,13 @@ struct server_config {
 	const char *leases; /* lease.provider: auto, kmod or user */
 	/* server.plain_tcp: "loopback" (TCP listeners must be) or "any" */
 	const char *plain_tcp;
+	/* [tls] (net/tls.h): the server's certificate chain and key, the CA
+	 * that client certificates are verified against, the bearer
+	 * tokens' file, where a certificate names its tenant ("cn",
+	 * "san-dns", "san-email", "san-uri") and whether the kernel may
+	 * take the records ("auto", "off"); NULL or "" when unset */
+	const char *tls_cert, *tls_key, *tls_client_ca, *tls_tokens;
+	const char *tls_tenant_from, *tls_ktls;
 	bool fault_injection; /* --fault-injection: ADMIN_FAULT_INJECT, for
 			       * tests */
 	bool cpu_device_only; /* --cpu-device-only: a CPU device's memory is
@@ -171,6 +178,7 @@ struct uid_sessions {
 };
 struct listener;
 struct bufring;
+struct tls_server;
 
 struct server_stats {
 	uint64_t conns_accepted, conns_closed;
@@ -187,6 +195,9 @@ struct server_stats {
 	/* TEXT_LOOKUPs, and those that found nothing (answered -ENOENT, not
 	 * counted in @errors: the normal first step of an upload) */
 	uint64_t text_lookups, text_misses;
+	/* TLS handshakes done (of them, the kernel took @tls_kernel) and
+	 * failed; AUTHs refused */
+	uint64_t tls_handshakes, tls_kernel, tls_failed, auth_refused;
 	struct msg_stats msgs[METRICS_MSGS];
 };
 
@@ -216,6 +227,7 @@ struct server {
 	struct list_head http; /* metrics connections (net/metrics.c) */
 	unsigned int nr_http;
 	struct bufring *br; /* provided receive buffers, or NULL */
+	struct tls_server *tls; /* with a tls: listener (net/tls.h) */
 
 	bool draining; /* SIGTERM: finish in-flight work, then stop */
 	/* 0, or DJINND_EXIT_DEVICE_DEAD once a device died (then

@@ -35,6 +35,7 @@
 	X(CTX_DECODE, ctx_decode)                   \
 	X(CTX_RESUME, ctx_resume)                   \
 	X(MODEL_OPEN_UPLOADED, model_open_uploaded) \
+	X(AUTH, auth)                               \
 	X(SESSION_BIND, session_bind)               \
 	X(ADMIN_SESSIONS, admin_sessions)           \
 	X(ADMIN_KILL, admin_kill)                   \

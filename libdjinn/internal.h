@@ -88,6 +88,7 @@ uint64_t __djinn_now_ns(void);
  */
 struct dj_addr {
 	bool is_unix;
+	bool tls; /* tls:HOST:PORT */
 	char unix_path[108];
 	size_t path_len;
 	char host[256];
@@ -216,8 +217,12 @@ struct dj_release {
 	uint64_t handle;
 };
 
+struct dj_tls;
+
 struct djinn_conn {
 	int fd;
+	struct dj_tls *tls; /* tls:HOST:PORT (libdjinn/tls.c), or NULL */
+	const char *transport; /* djinn_conn_transport() */
 	/* 0 while usable, else the error every call gets, and why */
 	atomic_int dead;
 	char dead_msg[DJINN_MAX_ERROR_MSG];
@@ -499,5 +504,33 @@ void __djinn_unmap_locked(struct djinn_conn *conn, struct djinn_result *r);
 int __djinn_conn_start(int fd, struct djinn_conn **out);
 /* Send HELLO on @conn and check the answer. */
 int __djinn_hello(struct djinn_conn *conn);
+
+/* @o's field @f, or NULL when @o is NULL or too old to have it. */
+#define DJ_OPT(o, f)                                                  \
+	((o) && (o)->size >= offsetof(struct djinn_connect_opts, f) + \
+					 sizeof((o)->f) ?             \
+		 (o)->f :                                             \
+		 NULL)
+
+/* libdjinn/tls.c: the handshake on connected socket @fd (its server's
+ * certificate must name @host), then the kernel's TLS or OpenSSL's:
+ * 0 and *@out, or -EACCES (a certificate refused), -EPROTO, -EINVAL (a
+ * file of @o's or the environment's), -ENOMEM, with @why. */
+int __djinn_tls_connect(int fd, const char *host,
+			const struct djinn_connect_opts *o, struct dj_tls **out,
+			char *why, size_t len);
+void __djinn_tls_free(struct dj_tls *t);
+const char *__djinn_tls_mode(const struct dj_tls *t);
+/* OpenSSL seals and opens the records (no kernel TLS). */
+bool __djinn_tls_user(const struct dj_tls *t);
+/* Userspace records: seal and send all of @v, under conn->send_lock. */
+int __djinn_tls_sendv(struct dj_tls *t, int fd, const struct iovec *v, int n);
+/* recv(2) through TLS: what it returns, with errno; a TLS failure sets
+ * *@err and @why too. */
+ssize_t __djinn_tls_recv(struct dj_tls *t, int fd, void *buf, size_t len,
+			 int flags, int *err, char *why, size_t why_len);
+/* After a failure: an alert djinnd sent before it closed (it refused
+ * the certificate), read without waiting: its -errno and @why, or 0. */
+int __djinn_tls_alert(struct dj_tls *t, int fd, char *why, size_t len);
 
 #endif /* LIBDJINN_INTERNAL_H */

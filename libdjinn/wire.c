@@ -171,8 +171,9 @@ int __djinn_addr_parse(const char *addr, struct dj_addr *a)
 		a->path_len = n;
 		return 0;
 	}
-	if (strncmp(addr, "tcp:", 4))
+	if (strncmp(addr, "tcp:", 4) && strncmp(addr, "tls:", 4))
 		return -EINVAL;
+	a->tls = addr[2] == 's';
 	rest = addr + 4;
 	if (*rest == '[') {
 		end = strchr(rest, ']');
@@ -397,6 +398,10 @@ static int send_frame(struct djinn_conn *conn, const struct djinn_hdr *hdr,
 			v[n++] = iov[k];
 
 	pthread_mutex_lock(&conn->send_lock);
+	if (__djinn_tls_user(conn->tls)) {
+		ret = __djinn_tls_sendv(conn->tls, conn->fd, v, n);
+		i = n;
+	}
 	while (i < n) {
 		mh.msg_iov = &v[i];
 		mh.msg_iovlen = (size_t)(n - i);
@@ -604,6 +609,28 @@ static uint64_t spin_ns(void)
 	return (uint64_t)atomic_load(&ns);
 }
 
+/* recv(2) on the connection, through TLS where it has it. A TLS failure
+ * (an alert, a bad record) marks the connection dead with its reason. */
+static ssize_t conn_recv(struct djinn_conn *conn, void *buf, size_t len,
+			 int flags)
+{
+	char why[DJINN_MAX_ERROR_MSG];
+	ssize_t r;
+	int err;
+
+	if (!conn->tls)
+		return recv(conn->fd, buf, len, flags);
+	r = __djinn_tls_recv(conn->tls, conn->fd, buf, len, flags, &err, why,
+			     sizeof(why));
+	if (r < 0 && err) {
+		pthread_mutex_lock(&conn->lock);
+		__djinn_set_dead(conn, err, why);
+		pthread_mutex_unlock(&conn->lock);
+		errno = -err;
+	}
+	return r;
+}
+
 /* recv() without sleeping, for a while: -1 with EAGAIN when nothing
  * came (or spinning is off), else what recv() gave. */
 static ssize_t rx_spin(struct djinn_conn *conn)
@@ -616,7 +643,7 @@ static ssize_t rx_spin(struct djinn_conn *conn)
 		return -1;
 	}
 	for (;;) {
-		r = recv(conn->fd, conn->rx_buf, DJ_RX_BUF, MSG_DONTWAIT);
+		r = conn_recv(conn, conn->rx_buf, DJ_RX_BUF, MSG_DONTWAIT);
 		if (r >= 0 || errno != EAGAIN)
 			return r;
 		if (!end)
@@ -648,11 +675,12 @@ static int rx_read(struct djinn_conn *conn, void *dst, size_t len)
 		 * on TCP loopback one huge recv() runs at two thirds of the
 		 * speed of 64 KiB ones. */
 		if (len >= DJ_RX_BUF) {
-			r = recv(conn->fd, p, min_t(size_t, len, 64u << 10), 0);
+			r = conn_recv(conn, p, min_t(size_t, len, 64u << 10),
+				      0);
 		} else {
 			r = rx_spin(conn);
 			if (r < 0 && errno == EAGAIN)
-				r = recv(conn->fd, conn->rx_buf, DJ_RX_BUF, 0);
+				r = conn_recv(conn, conn->rx_buf, DJ_RX_BUF, 0);
 		}
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -1092,6 +1120,7 @@ static void conn_free(struct djinn_conn *conn)
 	pthread_cond_destroy(&conn->keeper_cond);
 	pthread_mutex_destroy(&conn->send_lock);
 	pthread_mutex_destroy(&conn->lock);
+	__djinn_tls_free(conn->tls);
 	free(conn->rx_buf);
 	free(conn);
 }
@@ -1111,14 +1140,21 @@ static uint64_t first_request_id(void)
 	return id ? id : 1;
 }
 
-int __djinn_conn_start(int fd, struct djinn_conn **out)
+/* A connection on @fd, with @tls (NULL: none), which it owns from now,
+ * failed or not. */
+static int conn_start(int fd, struct dj_tls *tls, const char *transport,
+		      struct djinn_conn **out)
 {
 	struct djinn_conn *conn;
 	int ret = -ENOMEM;
 
 	conn = calloc(1, sizeof(*conn));
-	if (!conn)
+	if (!conn) {
+		__djinn_tls_free(tls);
 		goto out_close;
+	}
+	conn->tls = tls;
+	conn->transport = transport;
 	conn->rx_kick = -1;
 	conn->rx_buf = malloc(DJ_RX_BUF);
 	if (!conn->rx_buf)
@@ -1153,6 +1189,43 @@ out_free:
 	conn_free(conn);
 out_close:
 	close(fd);
+	return ret;
+}
+
+int __djinn_conn_start(int fd, struct djinn_conn **out)
+{
+	return conn_start(fd, NULL, "unix", out);
+}
+
+/* AUTH with @token: 0, or the daemon's error. */
+static int auth(struct djinn_conn *conn, const char *token)
+{
+	struct djinn_auth a = { .len = (uint32_t)strlen(token) };
+	struct iovec iov[2] = { { &a, sizeof(a) }, { (void *)token, a.len } };
+	struct djinn_auth_resp r;
+	struct dj_call c;
+	int ret;
+
+	if (!a.len || a.len > DJINN_AUTH_TOKEN_MAX) {
+		__djinn_set_last_error("a token of 1 to %d bytes, not %u",
+				       DJINN_AUTH_TOKEN_MAX, a.len);
+		return -EINVAL;
+	}
+	__djinn_call_init(&c, DJINN_MSG_AUTH, 0, &r, sizeof(r));
+	c.sync = true;
+	ret = __djinn_call_send(conn, &c, iov, 2);
+	if (!ret) {
+		__djinn_call_wait(conn, &c, UINT64_MAX);
+		ret = c.err;
+	}
+	if (ret) {
+		__djinn_set_last_error("AUTH: %s", c.msg);
+		dj_err("AUTH: %s: %s", strerror(-ret), c.msg);
+	} else {
+		r.tenant[sizeof(r.tenant) - 1] = 0;
+		dj_dbg("AUTH: tenant %s", r.tenant);
+	}
+	__djinn_call_destroy(&c);
 	return ret;
 }
 
@@ -1204,7 +1277,21 @@ int __djinn_hello(struct djinn_conn *conn)
 
 int djinn_connect(const char *addr, struct djinn_conn **out)
 {
+	return djinn_connect_opts(addr, NULL, out);
+}
+
+const char *djinn_conn_transport(const struct djinn_conn *conn)
+{
+	return conn ? conn->transport : NULL;
+}
+
+int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
+		       struct djinn_conn **out)
+{
+	char why[DJINN_MAX_ERROR_MSG];
 	struct djinn_conn *conn;
+	struct dj_tls *tls = NULL;
+	const char *token;
 	struct dj_addr a;
 	int fd, ret;
 
@@ -1212,7 +1299,8 @@ int djinn_connect(const char *addr, struct djinn_conn **out)
 		return -EINVAL;
 	ret = __djinn_addr_parse(addr, &a);
 	if (ret) {
-		dj_dbg("address \"%s\": not unix:PATH or tcp:HOST:PORT",
+		dj_dbg("address \"%s\": not unix:PATH, tcp:HOST:PORT or "
+		       "tls:HOST:PORT",
 		       addr ? addr : "(NULL)");
 		return ret;
 	}
@@ -1222,10 +1310,45 @@ int djinn_connect(const char *addr, struct djinn_conn **out)
 		       strerror(-fd));
 		return fd;
 	}
-	ret = __djinn_conn_start(fd, &conn);
+	if (a.tls) {
+		ret = __djinn_tls_connect(fd, a.host, o, &tls, why,
+					  sizeof(why));
+		if (ret) {
+			__djinn_set_last_error("tls:%s:%s: %s", a.host, a.port,
+					       why);
+			dj_err("tls:%s:%s: %s", a.host, a.port, why);
+			close(fd);
+			return ret;
+		}
+	}
+	ret = conn_start(fd, tls,
+			 tls	   ? __djinn_tls_mode(tls) :
+			 a.is_unix ? "unix" :
+				     "tcp",
+			 &conn);
 	if (ret)
 		return ret;
 	ret = __djinn_hello(conn);
+	/* Why the connection died, for the caller: in TLS 1.3 a server
+	 * refuses the client's certificate after the client's handshake is
+	 * done, with an alert that may be behind the failure seen first. */
+	if (ret && tls) {
+		int err = __djinn_tls_alert(tls, fd, why, sizeof(why));
+
+		if (err) {
+			ret = err;
+			__djinn_set_last_error("tls:%s:%s: %s", a.host, a.port,
+					       why);
+			dj_err("tls:%s:%s: %s", a.host, a.port, why);
+		}
+	} else if (ret && atomic_load(&conn->dead) && conn->dead_msg[0]) {
+		__djinn_set_last_error("%s", conn->dead_msg);
+	}
+	token = DJ_OPT(o, token);
+	if (!token || !*token)
+		token = getenv("DJINN_TOKEN");
+	if (!ret && tls && token && *token)
+		ret = auth(conn, token);
 	if (ret) {
 		djinn_disconnect(conn);
 		return ret;

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +23,16 @@
 #include "log.h"
 #include "server.h"
 #include "net/conn.h"
+#include "net/tls.h"
 #include "session/tenant.h"
 
-enum { TAG_RECV = 1, TAG_SEND = 2, TAG_ACCEPT = 3, TAG_CANCEL = 4 };
+enum {
+	TAG_RECV = 1,
+	TAG_SEND = 2,
+	TAG_ACCEPT = 3,
+	TAG_CANCEL = 4,
+	TAG_POLL = 5, /* a TLS handshake waits for the socket */
+};
 
 #define RBUF_SIZE (64u << 10)
 #define BR_BGID 1
@@ -53,7 +61,7 @@ struct listener {
 	struct loop_timer retry; /* accept again after running out of fds */
 	uint64_t last_warn;
 	int fd;
-	bool admin, metrics, tcp, multishot;
+	bool admin, metrics, tcp, tls, multishot;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
@@ -133,6 +141,7 @@ void conn_put(struct conn *c)
 		free(m->body);
 		free(m);
 	}
+	tls_conn_free(c->tls);
 	if (c->fd >= 0)
 		close(c->fd);
 	if (c->ts) {
@@ -490,7 +499,16 @@ static uint64_t conns_deadlines(struct loop_timer *t, uint64_t now)
 	list_for_each_entry_safe(c, n, &srv->conns, node) {
 		if (c->closing || c->paused || c->close_after)
 			continue;
-		if ((c->ps == P_HDR && c->hdr_got) || c->ps == P_BODY) {
+		if (c->tls && tls_conn_mode(c->tls) == TLS_HANDSHAKE) {
+			if (now - c->frame_t0 <= frame)
+				continue;
+			log_notice("conn %d: TLS handshake not finished in "
+				   "%llu ms: closing",
+				   c->fd, ms(now - c->frame_t0));
+			srv->st.conns_timed_out++;
+			srv->st.tls_failed++;
+			conn_close(c, true);
+		} else if ((c->ps == P_HDR && c->hdr_got) || c->ps == P_BODY) {
 			if (now - c->frame_t0 <= frame)
 				continue;
 			log_notice("conn %d: frame not finished in %llu ms: "
@@ -528,25 +546,50 @@ static uint64_t conns_deadlines(struct loop_timer *t, uint64_t now)
 	return period ? period : 1;
 }
 
+/* TLS_USER: the records to send next, sealing more of @m's bytes when
+ * the last ones are all sent. False when out of memory. */
+static bool conn_seal(struct conn *c, struct out_msg *m, const uint8_t **p,
+		      uint64_t *len)
+{
+	tls_sealed(c->tls, p, len);
+	if (*len)
+		return true;
+	if (!tls_seal(c->tls, c->iov, msg_iov(c, m)))
+		return false;
+	tls_sealed(c->tls, p, len);
+	return *len != 0;
+}
+
 static void conn_send_next(struct conn *c)
 {
+	bool user_tls = c->tls && tls_conn_mode(c->tls) == TLS_USER;
 	struct io_uring_sqe *sqe;
+	const uint8_t *rec = NULL;
+	uint64_t rec_len = 0;
 	struct out_msg *m;
 
 	if (list_empty(&c->outq) || c->sending || c->failed)
 		return;
+	m = list_first_entry(&c->outq, struct out_msg, node);
+	if (user_tls && !conn_seal(c, m, &rec, &rec_len)) {
+		log_err("conn %d: out of memory for TLS records: closing",
+			c->fd);
+		conn_close(c, true);
+		return;
+	}
 	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_SEND);
 	if (!sqe) {
 		conn_fail(c, "send");
 		return;
 	}
-	m = list_first_entry(&c->outq, struct out_msg, node);
 	memset(&c->mh, 0, sizeof(c->mh));
 	c->mh.msg_iov = c->iov;
 	c->mh.msg_iovlen = msg_iov(c, m);
 	/* Zero-copy needs a socket that supports it (TCP; not AF_UNIX). */
 	m->zc = c->srv->loop.feat.send_zc && !c->no_zc && m->data_len >= ZC_MIN;
-	if (m->zc) {
+	if (user_tls) {
+		io_uring_prep_send(sqe, c->fd, rec, rec_len, MSG_NOSIGNAL);
+	} else if (m->zc) {
 		io_uring_prep_sendmsg_zc(sqe, c->fd, &c->mh, MSG_NOSIGNAL);
 		m->notifs++;
 	} else {
@@ -604,7 +647,14 @@ static void conn_sent(struct conn *c, struct io_uring_cqe *cqe)
 		conn_put(c);
 		return;
 	}
-	m->sent += (uint64_t)cqe->res;
+	if (c->tls && tls_conn_mode(c->tls) == TLS_USER) {
+		/* Records carry the plaintext: it is sent once they all are. */
+		uint64_t plain = tls_sent(c->tls, (uint64_t)cqe->res);
+
+		m->sent += plain;
+	} else {
+		m->sent += (uint64_t)cqe->res;
+	}
 	if (m->sent == msg_len(m)) {
 		if (m->notifs)
 			list_move_tail(&m->node, &c->zcwait);
@@ -679,8 +729,12 @@ static void header_done(struct conn *c)
 	ret = msg_body_len(c, h, &fixed, &max);
 	if (ret) {
 		conn_error(c, h, ret,
-			   ret == -EPERM ? "opcode %u is not served here" :
-					   "unknown opcode %u",
+			   ret == -EPERM  ? "opcode %u is not served here" :
+			   ret == -EACCES ? "opcode %u before AUTH: this TLS "
+					    "connection has no tenant yet (a "
+					    "client certificate or a bearer "
+					    "token names it)" :
+					    "unknown opcode %u",
 			   h->type);
 		refuse_payload(c, h->payload_len);
 		return;
@@ -956,6 +1010,35 @@ static void conn_recv_arm(struct conn *c)
 	conn_get(c);
 }
 
+static void tls_feed(void *arg, const uint8_t *p, size_t len)
+{
+	conn_feed(arg, p, len);
+}
+
+static bool tls_stop(void *arg)
+{
+	struct conn *c = arg;
+
+	return c->closing || c->close_after || c->overflow;
+}
+
+/* TLS_USER: records in, plaintext through the parser. */
+static void conn_open_records(struct conn *c, const uint8_t *p, uint64_t len)
+{
+	char why[256];
+	int ret;
+
+	ret = tls_open(c->tls, p, len, tls_feed, tls_stop, c, why, sizeof(why));
+	if (ret == 1) {
+		c->peer_eof = true; /* close_notify: as a shutdown */
+		if (!c->paused)
+			c->close_after = true;
+	} else if (ret) {
+		log_notice("conn %d: %s: closing", c->fd, why);
+		c->overflow = true; /* nothing more can be read or sent */
+	}
+}
+
 static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
 {
 	bool more = cqe->flags & IORING_CQE_F_MORE;
@@ -967,7 +1050,11 @@ static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
 
 		if (br && (cqe->flags & IORING_CQE_F_BUFFER))
 			p = br->bufs + (size_t)bid * RBUF_SIZE;
-		if (!c->closing)
+		if (c->closing)
+			;
+		else if (c->tls && tls_conn_mode(c->tls) == TLS_USER)
+			conn_open_records(c, p, (uint64_t)cqe->res);
+		else
 			conn_feed(c, p, (uint64_t)cqe->res);
 		if (br && (cqe->flags & IORING_CQE_F_BUFFER))
 			bufring_recycle(br, bid);
@@ -995,6 +1082,56 @@ static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
 	conn_put(c);
 }
 
+static bool conn_over_tenant_quota(struct conn *c);
+
+/* The TLS handshake, a step per poll completion (net/tls.h). Done, the
+ * connection receives as any other; failed, it closes (OpenSSL has sent
+ * the peer its alert). */
+static void conn_handshake(struct conn *c)
+{
+	struct server *srv = c->srv;
+	struct io_uring_sqe *sqe;
+	char why[256], desc[128];
+	short events = 0;
+	int ret;
+
+	if (c->closing)
+		return;
+	ret = tls_handshake(c->tls, &events, c->tenant, why, sizeof(why));
+	if (ret == -EAGAIN) {
+		sqe = loop_sqe(&srv->loop, &c->src, TAG_POLL);
+		if (!sqe) {
+			conn_fail(c, "wait for the TLS handshake");
+			return;
+		}
+		io_uring_prep_poll_add(sqe, c->fd, (unsigned int)events);
+		conn_get(c);
+		return;
+	}
+	if (ret) {
+		log_notice("conn %d: TLS: %s: closing", c->fd, why);
+		srv->st.tls_failed++;
+		conn_close(c, true);
+		return;
+	}
+	srv->st.tls_handshakes++;
+	if (tls_conn_mode(c->tls) == TLS_KERNEL)
+		srv->st.tls_kernel++;
+	c->no_zc = true; /* records are built by the kernel or OpenSSL */
+	c->active = loop_now();
+	log_info("conn %d: %s, tenant %s", c->fd,
+		 tls_conn_desc(c->tls, desc, sizeof(desc)),
+		 c->tenant[0] ? c->tenant : "none yet (AUTH)");
+	if (c->tenant[0] && !conn_identified(c))
+		return;
+	conn_recv_arm(c);
+}
+
+bool conn_identified(struct conn *c)
+{
+	return !conn_over_tenant_quota(c);
+}
+
 static void conn_complete(struct io_src *src, struct io_uring_cqe *cqe,
 			  unsigned int tag)
 {
@@ -1004,7 +1141,10 @@ static void conn_complete(struct io_src *src, struct io_uring_cqe *cqe,
 		conn_received(c, cqe);
 	else if (tag == TAG_SEND)
 		conn_sent(c, cqe);
-	else
+	else if (tag == TAG_POLL) {
+		conn_handshake(c);
+		conn_put(c);
+	} else
 		conn_put(c); /* TAG_CANCEL: the receive says how it ended */
 }
 
@@ -1114,7 +1254,13 @@ static bool conn_over_cap(struct conn *c)
 	if (n < cap)
 		return false;
 	srv->st.conns_refused++;
-	if (c->tcp) {
+	if (c->tls && tls_conn_mode(c->tls) == TLS_HANDSHAKE) {
+		/* An error frame would be plaintext in a TLS stream. */
+		log_notice("conn %d: %u connections from %s already: closed "
+			   "before its TLS handshake",
+			   c->fd, n, addr_str(&c->peer, buf, sizeof(buf)));
+		conn_close(c, true);
+	} else if (c->tcp) {
 		log_notice("conn %d: %u connections from %s already: refused",
 			   c->fd, n, addr_str(&c->peer, buf, sizeof(buf)));
 		conn_refuse(c, NULL, -EUSERS,
@@ -1194,7 +1340,33 @@ static void tcp_identify(struct server *srv, struct conn *c, char *abuf,
 		 addr_str(&c->peer, abuf, len));
 }
 
+/* A connection of a tls: listener: its tenant comes with the handshake
+ * (a certificate) or after it (AUTH). */
+static struct conn *conn_alloc(struct server *srv, int fd, bool admin, bool tcp,
+			       bool tls);
+
+static struct conn *conn_create_tls(struct server *srv, int fd)
+{
+	struct conn *c = conn_alloc(srv, fd, false, true, true);
+
+	if (!c)
+		return NULL;
+	c->tls = tls_conn_new(srv, fd);
+	if (!c->tls) {
+		c->fd = -1; /* the caller's, as on the other failures */
+		conn_close(c, true);
+		return NULL;
+	}
+	return c;
+}
+
 struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
+{
+	return conn_alloc(srv, fd, admin, tcp, false);
+}
+
+static struct conn *conn_alloc(struct server *srv, int fd, bool admin, bool tcp,
+			       bool tls)
 {
 	char abuf[INET6_ADDRSTRLEN];
 	socklen_t len = sizeof(struct ucred);
@@ -1226,7 +1398,8 @@ struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 		/* On loopback the kernel copies zero-copy pages again when it
 		 * delivers them (skb_copy_ubufs): plain sends are faster. */
 		c->no_zc = peer_is_loopback(fd);
-		tcp_identify(srv, c, abuf, sizeof(abuf));
+		if (!tls)
+			tcp_identify(srv, c, abuf, sizeof(abuf));
 	} else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len)) {
 		c->cred.uid = (uid_t)-1;
 		snprintf(c->tenant, sizeof(c->tenant), "unknown");
@@ -1241,8 +1414,11 @@ struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
 	srv->nr_conns++;
 	srv->st.conns_accepted++;
 	log_debug("conn %d: %s%s, pid %d uid %d, tenant %s", fd,
-		  tcp ? "tcp" : "unix", admin ? " (admin)" : "",
-		  (int)c->cred.pid, (int)c->cred.uid, c->tenant);
+		  tls ? "tls" :
+		  tcp ? "tcp" :
+			"unix",
+		  admin ? " (admin)" : "", (int)c->cred.pid, (int)c->cred.uid,
+		  c->tenant);
 	return c;
 }
 
@@ -1259,9 +1435,21 @@ static void conn_new(struct listener *ls, int fd)
 		close(fd);
 		return;
 	}
-	c = conn_create(srv, fd, ls->admin, ls->tcp);
+	if (ls->tls)
+		c = conn_create_tls(srv, fd);
+	else
+		c = conn_create(srv, fd, ls->admin, ls->tcp);
 	if (!c) {
 		close(fd);
+		return;
+	}
+	if (c->tls) {
+		/* Its refusals would be plaintext in a TLS stream: over
+		 * the address's cap it is closed before any handshake. */
+		if (conn_over_cap(c))
+			return;
+		c->frame_t0 = loop_now(); /* the handshake's deadline */
+		conn_handshake(c);
 		return;
 	}
 	if (conn_over_cap(c) || conn_over_tenant_quota(c))
@@ -1430,6 +1618,8 @@ static int listener_add(struct server *srv, const char *spec,
 		ret = listen_unix(ls, spec + 5);
 	else if (!strncmp(spec, "tcp:", 4))
 		ret = listen_tcp(ls, spec + 4);
+	else if (!strncmp(spec, "tls:", 4) && kind == LS_CLIENT && srv->tls)
+		ret = listen_tcp(ls, spec + 4);
 	else
 		ret = -EINVAL;
 	if (ret) {
@@ -1437,6 +1627,7 @@ static int listener_add(struct server *srv, const char *spec,
 		free(ls);
 		return ret;
 	}
+	ls->tls = !strncmp(spec, "tls:", 4);
 	list_add_tail(&ls->node, &srv->listeners);
 	listener_arm(ls);
 	log_info("listening on %s%s", spec, what[kind]);

@@ -68,6 +68,7 @@ struct conn {
 	int fd;
 	bool admin, tcp;
 	bool no_zc; /* the socket cannot send zero-copy (AF_UNIX) */
+	struct tls_conn *tls; /* a tls: listener's (net/tls.h), or NULL */
 	struct ucred cred;
 	struct sockaddr_storage peer; /* TCP: the peer's address */
 	char tenant[DJINN_TENANT_LEN]; /* who it is (session/tenant.h) */
@@ -118,6 +119,11 @@ struct conn {
  * fuzzer), in the server's list; the caller arms receiving, or feeds it
  * bytes itself. NULL when out of memory (@fd stays the caller's). */
 struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp);
+/* A TLS connection's tenant is known now (net/tls.h: its certificate,
+ * or AUTH's token): it counts against the tenant's connections quota.
+ * False when that refused it (the error is queued, the connection
+ * closes). */
+bool conn_identified(struct conn *c);
 /* Run @len bytes through the frame parser, as if received. */
 void conn_feed(struct conn *c, const uint8_t *p, uint64_t len);
 /* A P_WAIT stream's memory is ready (@err 0: take the data) or not (the

@@ -212,6 +212,15 @@ static const struct counter {
 	{ "djinn_connections_throttled_total", STAT(conns_throttled),
 	  "Times a connection stopped being read because its "
 	  "TENSOR_READs in flight reached 64 or 64 MiB." },
+	{ "djinn_tls_handshakes_total", STAT(tls_handshakes),
+	  "TLS handshakes completed on tls: listeners." },
+	{ "djinn_tls_kernel_total", STAT(tls_kernel),
+	  "TLS connections whose records the kernel took (kernel TLS)." },
+	{ "djinn_tls_failed_total", STAT(tls_failed),
+	  "TLS handshakes that failed or timed out (a certificate refused, "
+	  "a peer that is not TLS)." },
+	{ "djinn_auth_refused_total", STAT(auth_refused),
+	  "AUTH requests refused (a bearer token that names no tenant)." },
 	{ "djinn_text_lookups_total", STAT(text_lookups),
 	  "TEXT_LOOKUP requests (uploads and model opens asking for "
 	  "text by fingerprint)." },

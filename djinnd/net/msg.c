@@ -21,6 +21,7 @@
 #include "net/conn.h"
 #include "model/store.h"
 #include "net/msg.h"
+#include "net/tls.h"
 #include "session/tenant.h"
 
 #define GRAPH_MAX_PAYLOAD                                    \
@@ -256,6 +257,55 @@ static void handle_hello(struct conn *c, const struct djinn_hdr *hdr,
 	};
 
 	snprintf(r.backend, sizeof(r.backend), "%s", d->backend->name);
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+/* A TLS connection without a certificate names its tenant with a bearer
+ * token (struct djinn_auth). A wrong one closes the connection. */
+static void handle_auth(struct conn *c, const struct djinn_hdr *hdr,
+			struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_auth *a = req;
+	struct djinn_auth_resp r = { 0 };
+
+	if (!c->tls) {
+		conn_error(c, hdr, -EOPNOTSUPP,
+			   "AUTH is for TLS connections: this one is tenant "
+			   "%s by what the kernel says of its peer",
+			   c->tenant);
+		return;
+	}
+	if (c->tenant[0]) {
+		conn_error(c, hdr, -EISCONN,
+			   "this connection is tenant %s already (its "
+			   "certificate or an earlier AUTH)",
+			   c->tenant);
+		return;
+	}
+	if (a->__reserved || !a->len || a->len > DJINN_AUTH_TOKEN_MAX ||
+	    len != sizeof(*a) + a->len) {
+		conn_error(c, hdr, -EINVAL,
+			   "AUTH: a token of 1 to %d bytes after the struct, "
+			   "exactly (len %u, payload %llu bytes)",
+			   DJINN_AUTH_TOKEN_MAX, a->len,
+			   (unsigned long long)len);
+		return;
+	}
+	if (tls_token_tenant(c->srv, (const uint8_t *)(a + 1), a->len,
+			     r.tenant)) {
+		c->srv->st.auth_refused++;
+		log_notice("conn %d: AUTH with a token that names no tenant: "
+			   "closing",
+			   c->fd);
+		conn_error(c, hdr, -EACCES,
+			   "the token names no tenant (tls.tokens): closing");
+		c->close_after = true;
+		return;
+	}
+	memcpy(c->tenant, r.tenant, sizeof(c->tenant));
+	if (!conn_identified(c))
+		return; /* over its connections quota: refused, closing */
+	log_info("conn %d: AUTH: tenant %s", c->fd, c->tenant);
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
@@ -1351,6 +1401,9 @@ union msg_req {
 /* Every message type djinnd serves, once. Its name is lib/msgnames.c's. */
 static const struct msg_desc msg_table[] = {
 	ROW_NONE(HELLO, handle_hello, ROW_CLIENT | ROW_ADMIN),
+	ROW_VARLEN(AUTH, handle_auth, struct djinn_auth,
+		   sizeof(struct djinn_auth) + DJINN_AUTH_TOKEN_MAX,
+		   ROW_CLIENT),
 	ROW_FIXED(SESSION_OPEN, handle_session_open, session_open, lease_ns,
 		  ROW_CLIENT),
 	ROW_FIXED(SESSION_ATTACH, handle_session_attach, session_attach, token,
@@ -1436,6 +1489,10 @@ int msg_body_len(const struct conn *c, const struct djinn_hdr *hdr,
 	/* The admin socket serves HELLO and the admin messages only. */
 	if (!(d->flags & (c->admin ? ROW_ADMIN : ROW_CLIENT)))
 		return -EPERM;
+	/* A TLS connection without a tenant yet: HELLO and AUTH. */
+	if (!c->tenant[0] && hdr->type != DJINN_MSG_HELLO &&
+	    hdr->type != DJINN_MSG_AUTH)
+		return -EACCES;
 	*fixed = d->flags & ROW_STREAM ? d->size : 0;
 	*max = d->flags & (ROW_VAR | ROW_STREAM) ? d->max : MSG_STRUCT_MAX;
 	return 0;

@@ -84,6 +84,41 @@ void djinn_set_log(djinn_log_fn fn, void *arg);
 int djinn_connect(const char *addr, struct djinn_conn **out);
 
 /*
+ * struct djinn_connect_opts - how to reach a djinnd over TLS
+ * @size:     sizeof(struct djinn_connect_opts): fields past it are unset
+ * @tls_ca:   the CA certificates (PEM) djinnd's certificate is verified
+ *            against; NULL: $DJINN_TLS_CA, else the system's
+ * @tls_cert: this client's certificate chain (PEM), whose subject CN (or
+ *            SAN: the server's tls.tenant_from) names its tenant; NULL:
+ *            $DJINN_TLS_CERT, else none
+ * @tls_key:  its private key (PEM); NULL: $DJINN_TLS_KEY
+ * @token:    a bearer token, sent in AUTH after HELLO when there is no
+ *            certificate; NULL: $DJINN_TOKEN, else none
+ */
+struct djinn_connect_opts {
+	size_t size;
+	const char *tls_ca, *tls_cert, *tls_key;
+	const char *token;
+};
+
+/*
+ * djinn_connect() with @o (NULL: the environment alone). For
+ * "tls:host:port" (TLS 1.3; "tls:[::1]:port"): djinnd's certificate must
+ * be valid for host. Kernel TLS carries the records where the kernel
+ * has the tls module, OpenSSL otherwise (djinn_conn_transport() says
+ * which). Beyond djinn_connect()'s errors: -EACCES when a certificate
+ * was refused, by either side, or djinnd took no token (the reason in
+ * djinn_last_error()); -EPROTO for a peer that does not speak TLS 1.3;
+ * -EINVAL for an unreadable certificate, key or CA file.
+ */
+int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
+		       struct djinn_conn **out);
+
+/* How @conn reaches djinnd: "unix", "tcp", "tls, kernel" (the kernel
+ * seals the records) or "tls, user" (OpenSSL does). */
+const char *djinn_conn_transport(const struct djinn_conn *conn);
+
+/*
  * Close @conn and free it with every object of it: sessions, tensors,
  * graph builders, requests and result mappings. Sessions are not closed
  * on the daemon: they live until their leases run out, so a program may

@@ -150,6 +150,8 @@ enum djinn_msg {
 	DJINN_MSG_CTX_RESUME = 21,
 	/* 22 stays unassigned: test_framing's unknown-type test uses it */
 	DJINN_MSG_MODEL_OPEN_UPLOADED = 23,
+	/* Who a TLS client is, by bearer token: see struct djinn_auth. */
+	DJINN_MSG_AUTH = 24,
 	/* A session on /dev/djinn (DJINN_FEAT_KMOD): see DOC: sessions. */
 	DJINN_MSG_SESSION_BIND = 32,
 
@@ -238,6 +240,33 @@ static_assert(sizeof(struct djinn_tensor_desc) == 72, "desc layout");
 
 /* ---------------------------------------------------------------------- */
 /* Requests and responses */
+
+/**
+ * struct djinn_auth - AUTH request: a bearer token names the tenant of a
+ * TLS connection that came without a client certificate
+ * @len:        the token's bytes, 1 to DJINN_AUTH_TOKEN_MAX, after the
+ *              struct; the payload is the struct and the token exactly
+ * @__reserved: 0
+ *
+ * Until a certificate or a token names its tenant, a connection of a
+ * tls: listener may send HELLO and AUTH only (-EACCES). A token that
+ * names no tenant is -EACCES and the connection closes after the
+ * answer: one guess per TLS handshake. AUTH on a connection whose tenant
+ * is known already is -EISCONN; on a unix or plain TCP one, whose tenant
+ * the kernel says, -EOPNOTSUPP.
+ */
+struct djinn_auth {
+	__u32 len;
+	__u32 __reserved;
+};
+static_assert(sizeof(struct djinn_auth) == 8, "auth layout");
+#define DJINN_AUTH_TOKEN_MAX 512
+
+/* AUTH response: the tenant the token names. */
+struct djinn_auth_resp {
+	char tenant[DJINN_TENANT_LEN];
+};
+static_assert(sizeof(struct djinn_auth_resp) == 64, "auth resp layout");
 
 /**
  * struct djinn_hello_resp - HELLO: what the server is and allows

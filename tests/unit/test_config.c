@@ -150,7 +150,7 @@ static void test_bad_files(void **state)
 		{ "[server]\nlisten\n", 2, "syntax error" },
 		{ "[server\n", 1, "syntax error" },
 		{ "[server]\nlisten = ftp:x\n", 2,
-		  "server.listen: 'ftp:x': want unix:PATH or tcp:HOST:PORT" },
+		  "server.listen: 'ftp:x': want unix:PATH, tcp:HOST:PORT or tls:HOST:PORT" },
 		{ "[server]\nlisten = tcp:h:0\n", 2,
 		  "server.listen: 'tcp:h:0'" },
 		{ "[server]\nlisten = tcp:h:65536\n", 2, "server.listen" },

@@ -1,0 +1,584 @@
+// SPDX-License-Identifier: MIT
+/*
+ * TLS listeners: the context, the handshake, identity from certificates
+ * and tokens, and userspace records where the kernel cannot. See tls.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "ktls.h"
+#include "log.h"
+#include "names.h"
+#include "server.h"
+#include "net/tls.h"
+
+struct token {
+	char tenant[DJINN_TENANT_LEN];
+	uint8_t hash[32];
+};
+
+struct tls_server {
+	SSL_CTX *ctx;
+	enum { ID_CN, ID_SAN_DNS, ID_SAN_EMAIL, ID_SAN_URI } id_from;
+	bool ktls;
+	struct token *tokens;
+	unsigned int nr_tokens;
+};
+
+struct tls_conn {
+	struct tls_server *ts;
+	SSL *ssl;
+	int fd;
+	enum tls_mode mode;
+	struct ktls_secrets secrets;
+	const char *how; /* "kernel", or why userspace */
+	BIO *rbio, *wbio; /* TLS_USER */
+	uint8_t *tx; /* sealed records being sent */
+	uint64_t tx_len, tx_off, tx_cap, tx_plain;
+};
+
+/* ---------------------------------------------------------------------- */
+/* Tokens: "TENANT SHA256-HEX" lines */
+
+static int hex32(const char *s, uint8_t out[32])
+{
+	for (int i = 0; i < 32; i++) {
+		unsigned int v;
+
+		if (sscanf(s + 2 * i, "%2x", &v) != 1 || !s[2 * i] ||
+		    !s[2 * i + 1])
+			return -EINVAL;
+		out[i] = (uint8_t)v;
+	}
+	return s[64] && s[64] != '\n' && s[64] != ' ' && s[64] != '\t' ?
+		       -EINVAL :
+		       0;
+}
+
+static int tokens_read(const char *path, struct token **out, unsigned int *nr,
+		       char *why, size_t len)
+{
+	struct token *t = NULL;
+	unsigned int n = 0, cap = 0, line = 0;
+	char buf[512];
+	FILE *f = fopen(path, "re");
+
+	if (!f) {
+		int ret = -errno;
+
+		snprintf(why, len, "tls.tokens: %s: %s", path, strerror(-ret));
+		return ret;
+	}
+	while (fgets(buf, sizeof(buf), f)) {
+		char name[DJINN_TENANT_LEN + 1], hex[80];
+		int k;
+
+		line++;
+		if (sscanf(buf, " %n", &k) >= 0 &&
+		    (buf[k] == '#' || buf[k] == '\n' || !buf[k]))
+			continue;
+		if (sscanf(buf, "%64s %79s", name, hex) != 2 ||
+		    strlen(name) >= DJINN_TENANT_LEN || !tenant_name_ok(name) ||
+		    strlen(hex) != 64) {
+			snprintf(why, len,
+				 "tls.tokens: %s:%u: want TENANT SHA256 (a "
+				 "tenant name and 64 hex digits)",
+				 path, line);
+			goto fail;
+		}
+		if (n == cap) {
+			struct token *m;
+
+			cap = cap ? cap * 2 : 16;
+			m = realloc(t, cap * sizeof(*t));
+			if (!m) {
+				snprintf(why, len, "tls.tokens: out of memory");
+				goto fail;
+			}
+			t = m;
+		}
+		if (hex32(hex, t[n].hash)) {
+			snprintf(why, len,
+				 "tls.tokens: %s:%u: '%s' is not 64 hex digits",
+				 path, line, hex);
+			goto fail;
+		}
+		for (unsigned int i = 0; i < n; i++) {
+			if (memcmp(t[i].hash, t[n].hash, 32))
+				continue;
+			snprintf(why, len,
+				 "tls.tokens: %s:%u: the same hash as line "
+				 "of tenant %s",
+				 path, line, t[i].tenant);
+			goto fail;
+		}
+		snprintf(t[n].tenant, sizeof(t[n].tenant), "%s", name);
+		n++;
+	}
+	fclose(f);
+	*out = t;
+	*nr = n;
+	return 0;
+fail:
+	fclose(f);
+	if (t)
+		OPENSSL_cleanse(t, cap * sizeof(*t));
+	free(t);
+	return -EINVAL;
+}
+
+static void tokens_free(struct tls_server *ts)
+{
+	if (ts->tokens)
+		OPENSSL_cleanse(ts->tokens,
+				ts->nr_tokens * sizeof(*ts->tokens));
+	free(ts->tokens);
+	ts->tokens = NULL;
+	ts->nr_tokens = 0;
+}
+
+int tls_tokens_reload(struct server *srv, const char *path)
+{
+	struct tls_server *ts = srv->tls;
+	struct token *t;
+	unsigned int n;
+	char why[256];
+	int ret;
+
+	if (!ts || !path || !*path)
+		return 0;
+	ret = tokens_read(path, &t, &n, why, sizeof(why));
+	if (ret) {
+		log_err("%s: the tokens read before stay", why);
+		return ret;
+	}
+	tokens_free(ts);
+	ts->tokens = t;
+	ts->nr_tokens = n;
+	log_info("tls.tokens: %u tokens from %s", n, path);
+	return 0;
+}
+
+int tls_token_tenant(struct server *srv, const uint8_t *token, size_t len,
+		     char tenant[DJINN_TENANT_LEN])
+{
+	struct tls_server *ts = srv->tls;
+	uint8_t h[32];
+	int found = -1;
+
+	if (!ts || !ts->nr_tokens)
+		return -EACCES;
+	if (!EVP_Digest(token, len, h, NULL, EVP_sha256(), NULL))
+		return -EACCES;
+	/* Every entry is compared, in constant time each. */
+	for (unsigned int i = 0; i < ts->nr_tokens; i++)
+		if (!CRYPTO_memcmp(h, ts->tokens[i].hash, sizeof(h)))
+			found = (int)i;
+	OPENSSL_cleanse(h, sizeof(h));
+	if (found < 0)
+		return -EACCES;
+	memcpy(tenant, ts->tokens[found].tenant, DJINN_TENANT_LEN);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The context */
+
+int tls_server_init(struct server *srv, char *why, size_t len)
+{
+	const struct server_config *cfg = &srv->cfg;
+	struct tls_server *ts;
+	bool any = false;
+	char e[256];
+	int mode;
+
+	for (unsigned int i = 0; i < cfg->nr_listen; i++)
+		any |= !strncmp(cfg->listen[i], "tls:", 4);
+	if (!any)
+		return 0;
+	ts = calloc(1, sizeof(*ts));
+	if (!ts) {
+		snprintf(why, len, "out of memory");
+		return -ENOMEM;
+	}
+	srv->tls = ts;
+	ts->ktls = !cfg->tls_ktls || strcmp(cfg->tls_ktls, "off");
+	ts->id_from =
+		!cfg->tls_tenant_from || !strcmp(cfg->tls_tenant_from, "cn") ?
+			ID_CN :
+		!strcmp(cfg->tls_tenant_from, "san-dns")   ? ID_SAN_DNS :
+		!strcmp(cfg->tls_tenant_from, "san-email") ? ID_SAN_EMAIL :
+							     ID_SAN_URI;
+	ts->ctx = SSL_CTX_new(TLS_server_method());
+	if (!ts->ctx ||
+	    !SSL_CTX_set_min_proto_version(ts->ctx, TLS1_3_VERSION) ||
+	    !SSL_CTX_set_ciphersuites(ts->ctx, KTLS_CIPHERSUITES)) {
+		snprintf(why, len, "TLS context: %s",
+			 ktls_ssl_error(e, sizeof(e), "out of memory"));
+		goto fail;
+	}
+	/* No session tickets: no record under the traffic keys before
+	 * the kernel takes over (lib/ktls.h), and nothing to resume. */
+	SSL_CTX_set_num_tickets(ts->ctx, 0);
+	SSL_CTX_set_session_cache_mode(ts->ctx, SSL_SESS_CACHE_OFF);
+	SSL_CTX_set_options(ts->ctx, SSL_OP_NO_RENEGOTIATION);
+	ktls_ctx_init(ts->ctx);
+	if (SSL_CTX_use_certificate_chain_file(ts->ctx, cfg->tls_cert) != 1) {
+		snprintf(why, len, "tls.certificate: %s: %s", cfg->tls_cert,
+			 ktls_ssl_error(e, sizeof(e), "unreadable"));
+		goto fail;
+	}
+	if (SSL_CTX_use_PrivateKey_file(ts->ctx, cfg->tls_key,
+					SSL_FILETYPE_PEM) != 1) {
+		snprintf(why, len, "tls.key: %s: %s", cfg->tls_key,
+			 ktls_ssl_error(e, sizeof(e), "unreadable"));
+		goto fail;
+	}
+	if (SSL_CTX_check_private_key(ts->ctx) != 1) {
+		snprintf(why, len, "tls.key: %s is not the key of %s: %s",
+			 cfg->tls_key, cfg->tls_cert,
+			 ktls_ssl_error(e, sizeof(e), "mismatch"));
+		goto fail;
+	}
+	if (cfg->tls_client_ca && *cfg->tls_client_ca) {
+		STACK_OF(X509_NAME) *names =
+			SSL_load_client_CA_file(cfg->tls_client_ca);
+
+		if (!names || SSL_CTX_load_verify_locations(
+				      ts->ctx, cfg->tls_client_ca, NULL) != 1) {
+			sk_X509_NAME_pop_free(names, X509_NAME_free);
+			snprintf(why, len, "tls.client_ca: %s: %s",
+				 cfg->tls_client_ca,
+				 ktls_ssl_error(e, sizeof(e),
+						"no certificate in it"));
+			goto fail;
+		}
+		SSL_CTX_set_client_CA_list(ts->ctx, names);
+		/* With tokens a client may come without a certificate and
+		 * send AUTH; without, it must have one. */
+		mode = SSL_VERIFY_PEER;
+		if (!cfg->tls_tokens || !*cfg->tls_tokens)
+			mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+		SSL_CTX_set_verify(ts->ctx, mode, NULL);
+	}
+	if (cfg->tls_tokens && *cfg->tls_tokens &&
+	    tokens_read(cfg->tls_tokens, &ts->tokens, &ts->nr_tokens, why, len))
+		goto fail;
+	log_info("tls: %s%s%s, tenants from %s, kernel TLS %s",
+		 cfg->tls_client_ca && *cfg->tls_client_ca ?
+			 "client certificates" :
+			 "",
+		 cfg->tls_client_ca && *cfg->tls_client_ca && ts->nr_tokens ?
+			 " and " :
+			 "",
+		 ts->nr_tokens ? "bearer tokens" : "",
+		 cfg->tls_tenant_from ? cfg->tls_tenant_from : "cn",
+		 ts->ktls ? "when the kernel has it" : "off (tls.ktls)");
+	return 0;
+fail:
+	tls_server_free(srv);
+	return -EINVAL;
+}
+
+void tls_server_free(struct server *srv)
+{
+	struct tls_server *ts = srv->tls;
+
+	if (!ts)
+		return;
+	SSL_CTX_free(ts->ctx);
+	tokens_free(ts);
+	free(ts);
+	srv->tls = NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Connections */
+
+struct tls_conn *tls_conn_new(struct server *srv, int fd)
+{
+	struct tls_conn *t = calloc(1, sizeof(*t));
+	int fl;
+
+	if (!t)
+		return NULL;
+	t->ts = srv->tls;
+	t->fd = fd;
+	t->ssl = SSL_new(t->ts->ctx);
+	if (!t->ssl || ktls_attach(t->ssl, &t->secrets) ||
+	    !SSL_set_fd(t->ssl, fd)) {
+		SSL_free(t->ssl);
+		free(t);
+		return NULL;
+	}
+	SSL_set_accept_state(t->ssl);
+	/* OpenSSL reads and writes the socket itself until the handshake
+	 * is done; io_uring's polls say when to go on. */
+	fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	return t;
+}
+
+void tls_conn_free(struct tls_conn *t)
+{
+	if (!t)
+		return;
+	SSL_free(t->ssl); /* and the BIOs; the socket is the conn's */
+	OPENSSL_cleanse(&t->secrets, sizeof(t->secrets));
+	free(t->tx);
+	free(t);
+}
+
+enum tls_mode tls_conn_mode(const struct tls_conn *t)
+{
+	return t->mode;
+}
+
+const char *tls_conn_desc(const struct tls_conn *t, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s %s, %s", SSL_get_version(t->ssl),
+		 SSL_get_cipher_name(t->ssl),
+		 t->mode == TLS_KERNEL ? "kernel" :
+		 t->how		       ? t->how :
+					 "user");
+	return buf;
+}
+
+/* The tenant the peer's verified certificate names: 0 and @out, or
+ * -ENOENT (no certificate), or -EACCES with @why. */
+static int cert_tenant(struct tls_conn *t, char out[DJINN_TENANT_LEN],
+		       char *why, size_t len)
+{
+	static const int gen_type[] = { [ID_SAN_DNS] = GEN_DNS,
+					[ID_SAN_EMAIL] = GEN_EMAIL,
+					[ID_SAN_URI] = GEN_URI };
+	static const char *const what[] = { "subject CN", "DNS SAN",
+					    "email SAN", "URI SAN" };
+	X509 *x = SSL_get0_peer_certificate(t->ssl);
+	char name[256] = "";
+	int found = 0;
+
+	if (!x)
+		return -ENOENT;
+	if (t->ts->id_from == ID_CN) {
+		found = X509_NAME_get_text_by_NID(X509_get_subject_name(x),
+						  NID_commonName, name,
+						  sizeof(name)) > 0;
+	} else {
+		GENERAL_NAMES *gens =
+			X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+
+		for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
+			GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+			const ASN1_STRING *s;
+			int n;
+
+			if (g->type != gen_type[t->ts->id_from])
+				continue;
+			s = g->d.ia5;
+			n = ASN1_STRING_length(s);
+			if (n <= 0 || (size_t)n >= sizeof(name))
+				continue;
+			memcpy(name, ASN1_STRING_get0_data(s), (size_t)n);
+			name[n] = 0;
+			if (strlen(name) != (size_t)n)
+				continue; /* an embedded NUL */
+			found = 1;
+			break;
+		}
+		GENERAL_NAMES_free(gens);
+	}
+	if (!found) {
+		snprintf(why, len, "the client certificate has no %s",
+			 what[t->ts->id_from]);
+		return -EACCES;
+	}
+	if (strlen(name) >= DJINN_TENANT_LEN || !tenant_name_ok(name)) {
+		snprintf(why, len,
+			 "the client certificate's %s '%.64s' is not a tenant "
+			 "name (1 to %d printable bytes, no spaces)",
+			 what[t->ts->id_from], name, DJINN_TENANT_LEN - 1);
+		return -EACCES;
+	}
+	memcpy(out, name, strlen(name) + 1);
+	return 0;
+}
+
+/* The handshake is done: the kernel takes the records, else OpenSSL
+ * does on memory BIOs. 0, or -EPROTO. */
+static int tls_settle(struct tls_conn *t, char *why, size_t len)
+{
+	int fl = fcntl(t->fd, F_GETFL), ret = -EOPNOTSUPP;
+	BIO *r, *w;
+
+	if (fl >= 0)
+		fcntl(t->fd, F_SETFL, fl & ~O_NONBLOCK); /* io_uring's now */
+	if (t->ts->ktls) {
+		ret = ktls_install(t->fd, t->ssl, &t->secrets, true);
+		if (!ret) {
+			t->mode = TLS_KERNEL;
+			return 0;
+		}
+		if (ret == -EPROTO) {
+			snprintf(why, len,
+				 "the kernel took the sending keys and refused "
+				 "the receiving ones");
+			return -EPROTO;
+		}
+	}
+	OPENSSL_cleanse(&t->secrets, sizeof(t->secrets));
+	t->how = ret == -EOPNOTSUPP && !t->ts->ktls ? "user (tls.ktls = off)" :
+		 ret == -ENOENT			    ? "user (no tls module)" :
+		 ret == -EOPNOTSUPP ? "user (cipher not in the kernel)" :
+				      "user";
+	r = BIO_new(BIO_s_mem());
+	w = BIO_new(BIO_s_mem());
+	if (!r || !w) {
+		BIO_free(r);
+		BIO_free(w);
+		snprintf(why, len, "out of memory");
+		return -EPROTO;
+	}
+	BIO_set_mem_eof_return(r, -1); /* empty: wait for more */
+	SSL_set_bio(t->ssl, r, w); /* frees the socket BIO, not the fd */
+	t->rbio = r;
+	t->wbio = w;
+	t->mode = TLS_USER;
+	return 0;
+}
+
+int tls_handshake(struct tls_conn *t, short *events,
+		  char tenant[DJINN_TENANT_LEN], char *why, size_t len)
+{
+	char e[200];
+	long v;
+	int r, ret;
+
+	ERR_clear_error();
+	r = SSL_do_handshake(t->ssl);
+	if (r == 1) {
+		tenant[0] = 0;
+		ret = cert_tenant(t, tenant, why, len);
+		if (ret && ret != -ENOENT)
+			return ret;
+		tenant[0] = ret ? 0 : tenant[0];
+		return tls_settle(t, why, len);
+	}
+	switch (SSL_get_error(t->ssl, r)) {
+	case SSL_ERROR_WANT_READ:
+		*events = POLLIN;
+		return -EAGAIN;
+	case SSL_ERROR_WANT_WRITE:
+		*events = POLLOUT;
+		return -EAGAIN;
+	case SSL_ERROR_SYSCALL:
+		snprintf(why, len, "the peer went away in the handshake%s%s",
+			 errno ? ": " : "", errno ? strerror(errno) : "");
+		return -ECONNRESET;
+	default:
+		v = SSL_get_verify_result(t->ssl);
+		if (v != X509_V_OK) {
+			snprintf(why, len, "client certificate: %s",
+				 X509_verify_cert_error_string(v));
+			ERR_clear_error();
+			return -EACCES;
+		}
+		snprintf(why, len, "handshake: %s",
+			 ktls_ssl_error(e, sizeof(e), "failed"));
+		return -EPROTO;
+	}
+}
+
+/* ---------------------------------------------------------------------- */
+/* Userspace records */
+
+int tls_open(struct tls_conn *t, const uint8_t *p, size_t len,
+	     void (*feed)(void *arg, const uint8_t *p, size_t len),
+	     bool (*stop)(void *arg), void *arg, char *why, size_t why_len)
+{
+	uint8_t buf[16384];
+	char e[200];
+
+	if (len && BIO_write(t->rbio, p, (int)len) != (int)len) {
+		snprintf(why, why_len, "out of memory");
+		return -EPROTO;
+	}
+	while (!stop(arg)) {
+		int n;
+
+		ERR_clear_error();
+		n = SSL_read(t->ssl, buf, sizeof(buf));
+		if (n > 0) {
+			feed(arg, buf, (size_t)n);
+			continue;
+		}
+		switch (SSL_get_error(t->ssl, n)) {
+		case SSL_ERROR_WANT_READ:
+			return 0;
+		case SSL_ERROR_ZERO_RETURN:
+			return 1;
+		default:
+			snprintf(why, why_len, "TLS record: %s",
+				 ktls_ssl_error(e, sizeof(e), "malformed"));
+			return -EPROTO;
+		}
+	}
+	return 0;
+}
+
+uint64_t tls_seal(struct tls_conn *t, const struct iovec *iov, unsigned int n)
+{
+	uint64_t plain = 0;
+	size_t pending;
+
+	for (unsigned int i = 0; i < n && plain < TLS_SEAL_MAX; i++) {
+		size_t l = iov[i].iov_len;
+
+		if (l > TLS_SEAL_MAX - plain)
+			l = TLS_SEAL_MAX - plain;
+		/* A memory BIO takes everything: no partial writes. */
+		if (l && SSL_write(t->ssl, iov[i].iov_base, (int)l) != (int)l)
+			break;
+		plain += l;
+	}
+	pending = BIO_ctrl_pending(t->wbio);
+	if (pending > t->tx_cap) {
+		uint8_t *b = realloc(t->tx, pending);
+
+		if (!b)
+			return 0;
+		t->tx = b;
+		t->tx_cap = pending;
+	}
+	t->tx_len = (uint64_t)BIO_read(t->wbio, t->tx, (int)pending);
+	t->tx_off = 0;
+	t->tx_plain = plain;
+	return plain;
+}
+
+void tls_sealed(struct tls_conn *t, const uint8_t **p, uint64_t *len)
+{
+	*p = t->tx + t->tx_off;
+	*len = t->tx_len - t->tx_off;
+}
+
+uint64_t tls_sent(struct tls_conn *t, uint64_t n)
+{
+	t->tx_off += n;
+	if (t->tx_off < t->tx_len)
+		return 0;
+	t->tx_off = t->tx_len = 0;
+	return t->tx_plain;
+}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * TLS listeners (server.listen = tls:HOST:PORT; Documentation/security.rst,
+ * "TLS"): TLS 1.3 through OpenSSL, the handshake driven on the I/O thread
+ * by poll completions, then the kernel's TLS (lib/ktls.h) where it can,
+ * else OpenSSL on memory BIOs around the same io_uring receives and
+ * sends.
+ *
+ * Who the peer is comes from its certificate, verified against
+ * tls.client_ca (its subject CN or a SAN, tls.tenant_from), or from a
+ * bearer token it sends in AUTH, looked up by SHA-256 in tls.tokens.
+ * Until one of them names a tenant the connection may send HELLO and
+ * AUTH only.
+ */
+#ifndef DJINN_TLS_H
+#define DJINN_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include <djinn/proto.h>
+
+struct server;
+struct server_config;
+struct tls_server;
+
+enum tls_mode {
+	TLS_HANDSHAKE, /* OpenSSL on the socket, waiting on polls */
+	TLS_KERNEL, /* the kernel encrypts: the socket carries plaintext */
+	TLS_USER, /* OpenSSL on memory BIOs: conn.c seals and opens */
+};
+
+struct tls_conn;
+
+/* The TLS context of srv->cfg (certificate, key, CA, tokens), when a
+ * listener is tls:; 0, or -errno with *@why saying what is wrong (a
+ * file, a key that does not match, a bad token line). */
+int tls_server_init(struct server *srv, char *why, size_t len);
+void tls_server_free(struct server *srv);
+/* Read tls.tokens again (SIGHUP): 0, or -errno and the old ones kept. */
+int tls_tokens_reload(struct server *srv, const char *path);
+
+/* A connection's TLS on accepted socket @fd: NULL when out of memory. */
+struct tls_conn *tls_conn_new(struct server *srv, int fd);
+void tls_conn_free(struct tls_conn *t);
+enum tls_mode tls_conn_mode(const struct tls_conn *t);
+
+/*
+ * One step of the handshake: 0 when it is done (the connection is in
+ * TLS_KERNEL or TLS_USER mode, and @tenant holds the certificate's
+ * tenant, or is empty: AUTH must name one); -EAGAIN with *@events the
+ * poll(2) events to wait for; another -errno when it failed, with @why
+ * saying how (the peer has been sent an alert where TLS allows).
+ */
+int tls_handshake(struct tls_conn *t, short *events,
+		  char tenant[DJINN_TENANT_LEN], char *why, size_t len);
+/* What the handshake agreed, for logs: "TLSv1.3 TLS_AES_128_GCM_SHA256,
+ * kernel". */
+const char *tls_conn_desc(const struct tls_conn *t, char *buf, size_t len);
+
+/*
+ * TLS_USER: open @len bytes received, passing the plaintext to
+ * @feed(@arg, ...) until it is all fed or @stop(@arg) says to stop:
+ * 0, 1 when the peer closed (close_notify), or -EPROTO with @why.
+ */
+int tls_open(struct tls_conn *t, const uint8_t *p, size_t len,
+	     void (*feed)(void *arg, const uint8_t *p, size_t len),
+	     bool (*stop)(void *arg), void *arg, char *why, size_t why_len);
+/*
+ * TLS_USER: seal the plaintext of @iov (up to TLS_SEAL_MAX bytes of it):
+ * how many plaintext bytes went in; the records are then at
+ * tls_sealed() until tls_sent() says they are all sent.
+ */
+#define TLS_SEAL_MAX (256u << 10)
+uint64_t tls_seal(struct tls_conn *t, const struct iovec *iov, unsigned int n);
+/* The sealed bytes still to send. */
+void tls_sealed(struct tls_conn *t, const uint8_t **p, uint64_t *len);
+/* @n of them went: the plaintext bytes they finish, once all are sent
+ * (else 0: send the rest). */
+uint64_t tls_sent(struct tls_conn *t, uint64_t n);
+
+/* The tenant a bearer token names (tls.tokens), into @tenant: 0, or
+ * -EACCES. Compared by SHA-256 in constant time. */
+int tls_token_tenant(struct server *srv, const uint8_t *token, size_t len,
+		     char tenant[DJINN_TENANT_LEN]);
+
+#endif /* DJINN_TLS_H */
