@@ -14,6 +14,7 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 ulimit -n 4096
+ifconfig lo 127.0.0.1 up # TCP loopback (test_ktls)
 
 KLOG_BAD='BUG|WARNING|Oops|general protection|Call Trace|lockdep|circular locking|KASAN|UBSAN|KFENCE|refcount_t|list_(add|del) corruption|Poison overwritten|Redzone|Object padding|soft lockup|hung_task|blocked for more than'
 
@@ -87,8 +88,22 @@ if [ "$mode" = bench ]; then
 	finish
 fi
 
+# Kernel TLS needs the tls module and the kernel's AES-GCM (ctr, ghash,
+# gcm; aesni-intel where the virtual CPU has AES-NI, which TCG's may
+# not): /modules in order. Without tls.ko its test is skipped.
+ktls=
+for m in $(cat /modules/order 2>/dev/null); do
+	insmod /modules/$m 2>/dev/null || echo "($m did not load)"
+done
+if grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp; then
+	ktls=test_ktls
+else
+	echo "== test_ktls: skipped: no tls module for this kernel"
+fi
+scan modules >/dev/null
+
 for t in test_ioctl test_lease test_ring test_netlink test_stress \
-	test_djinnd test_kdev test_limits; do
+	test_djinnd test_kdev test_limits $ktls; do
 	[ -z "$only" ] || [ "$only" = $t ] || continue
 	echo "== $t"
 	$t

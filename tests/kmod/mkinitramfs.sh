@@ -1,6 +1,9 @@
 #!/bin/sh
 # mkinitramfs.sh OUT INIT MODULE BINARY...
 #
+# $KT_MODULES: more kernel modules (paths, each after what it needs) for
+# the guest's /init to load.
+#
 # The test guest's initramfs (gzip'd newc cpio): static busybox, INIT as
 # /init, MODULE as /djinn.ko and each BINARY in /tests. The binaries are
 # dynamically linked (Debian ships libcmocka as a shared library only), so
@@ -28,6 +31,13 @@ done
 cp "$init" "$root/init"
 chmod 755 "$root/init"
 cp "$ko" "$root/djinn.ko"
+# other modules the tests load ($KT_MODULES, dependencies first), in
+# /modules with their order in /modules/order
+mkdir -p "$root/modules"
+for m in ${KT_MODULES:-}; do
+	cp "$m" "$root/modules/"
+	basename "$m" >>"$root/modules/order"
+done
 
 for b in "$@"; do
 	cp "$b" "$root/tests/"

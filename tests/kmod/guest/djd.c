@@ -48,7 +48,15 @@ int djd_connect(const char *path)
 pid_t djd_start(const char *leases, unsigned int lease_ms,
 		const char *log_level)
 {
+	return djd_start_with(leases, lease_ms, log_level, NULL);
+}
+
+pid_t djd_start_with(const char *leases, unsigned int lease_ms,
+		     const char *log_level, const char *const *extra)
+{
+	const char *argv[64];
 	char lease[32];
+	unsigned int n = 0;
 	pid_t pid;
 
 	mkdir("/tmp/djd", 0755);
@@ -66,12 +74,23 @@ pid_t djd_start(const char *leases, unsigned int lease_ms,
 
 		dup2(nul, 0);
 		dup2(nul, 1);
-		execlp("djinnd", "djinnd", "--foreground", "--config",
-		       "/dev/null", "--listen", "unix:" DJD_SOCK,
-		       "--admin-socket", DJD_ADMIN, "--cpu-mem", "256M",
-		       "--threads", "1", "--lease-ms", lease, "--leases",
-		       leases, "--model-dir", "/tmp/djd/models", "--log-level",
-		       log_level, "--log-file", DJD_LOG, (char *)NULL);
+		const char *const base[] = {
+			"djinnd",	  "--foreground", "--config",
+			"/dev/null",	  "--listen",	  "unix:" DJD_SOCK,
+			"--admin-socket", DJD_ADMIN,	  "--cpu-mem",
+			"256M",		  "--threads",	  "1",
+			"--lease-ms",	  lease,	  "--leases",
+			leases,		  "--model-dir",  "/tmp/djd/models",
+			"--log-level",	  log_level,	  "--log-file",
+			DJD_LOG,
+		};
+
+		for (unsigned int i = 0; i < sizeof(base) / sizeof(*base); i++)
+			argv[n++] = base[i];
+		for (; extra && *extra && n < 63; extra++)
+			argv[n++] = *extra;
+		argv[n] = NULL;
+		execvp("djinnd", (char *const *)argv);
 		fprintf(stderr, "exec djinnd: %s\n", strerror(errno));
 		_exit(127);
 	}

@@ -23,6 +23,9 @@
  * accept. Its pid, or -errno. */
 pid_t djd_start(const char *leases, unsigned int lease_ms,
 		const char *log_level);
+/* The same with more of djinnd's options, NULL-terminated. */
+pid_t djd_start_with(const char *leases, unsigned int lease_ms,
+		     const char *log_level, const char *const *extra);
 /* SIGTERM, wait; 0 if it exited 0. */
 int djd_stop(pid_t pid);
 
