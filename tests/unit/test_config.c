@@ -384,6 +384,48 @@ static void test_validate(void **state)
 	assert_err(&c, 2, "server.plain_tcp: 'everyone': want loopback or any");
 	config_free(&c);
 
+	/* A TLS listener may bind any address, with a certificate, its key
+	 * and a way to know clients. */
+	assert_int_equal(load(&c, "[server]\nlisten = tls:0.0.0.0:7443\n"), 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_err(&c, 2,
+		   "server.listen: tls:0.0.0.0:7443 needs tls.certificate");
+	config_free(&c);
+	assert_int_equal(load(&c, "[server]\nlisten = tls:0.0.0.0:7443\n"
+				  "[tls]\ncertificate = /c.pem\n"),
+			 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_err(&c, 2, "server.listen: tls:0.0.0.0:7443 needs tls.key");
+	config_free(&c);
+	assert_int_equal(load(&c,
+			      "[server]\nlisten = tls:0.0.0.0:7443\n"
+			      "[tls]\ncertificate = /c.pem\nkey = /k.pem\n"),
+			 0);
+	assert_int_equal(config_validate(&c), -EINVAL);
+	assert_err(&c, 2,
+		   "server.listen: tls:0.0.0.0:7443 needs tls.client_ca (the "
+		   "CA of client certificates) or tls.tokens");
+	config_free(&c);
+	assert_int_equal(load(&c, "[server]\nlisten = tls:0.0.0.0:7443\n"
+				  "[tls]\ncertificate = /c.pem\nkey = /k.pem\n"
+				  "tokens = /t\n"),
+			 0);
+	assert_int_equal(config_validate(&c), 0);
+	config_free(&c);
+	assert_int_equal(load(&c, "[server]\nlisten = tls:host\n"), -EINVAL);
+	assert_err(
+		&c, 2,
+		"server.listen: 'tls:host': want tls:HOST:PORT, PORT 1-65535");
+	config_free(&c);
+	assert_int_equal(load(&c, "[tls]\ntenant_from = ou\n"), -EINVAL);
+	assert_err(&c, 2,
+		   "tls.tenant_from: 'ou': want cn, san-dns, san-email or "
+		   "san-uri");
+	config_free(&c);
+	assert_int_equal(load(&c, "[tls]\nktls = on\n"), -EINVAL);
+	assert_err(&c, 2, "tls.ktls: 'on': want auto or off");
+	config_free(&c);
+
 	/* The cpu runs one graph at a time; a GPU (or auto) may run more. */
 	assert_int_equal(load(&c, "[device]\ncompute_threads = 2\n"), 0);
 	assert_int_equal(config_validate(&c), -EINVAL);
