@@ -512,13 +512,16 @@ int __djinn_hello(struct djinn_conn *conn);
 		 (o)->f :                                             \
 		 NULL)
 
-/* libdjinn/tls.c: the handshake on connected socket @fd (its server's
- * certificate must name @host), then the kernel's TLS or OpenSSL's:
- * 0 and *@out, or -EACCES (a certificate refused), -EPROTO, -EINVAL (a
- * file of @o's or the environment's), -ENOMEM, with @why. */
-int __djinn_tls_connect(int fd, const char *host,
-			const struct djinn_connect_opts *o, struct dj_tls **out,
-			char *why, size_t len);
+/* libdjinn/tls.c: a TLS client of @o's files (or the environment's),
+ * read before anything is dialled: 0 and *@out, or -EINVAL (a file),
+ * -ENOMEM, with @why. */
+int __djinn_tls_new(const struct djinn_connect_opts *o, struct dj_tls **out,
+		    char *why, size_t len);
+/* The handshake on connected socket @fd (djinnd's certificate must name
+ * @host), then the kernel's TLS or OpenSSL's: 0, or -EACCES (a
+ * certificate refused), -EPROTO, -ENOMEM, with @why. */
+int __djinn_tls_handshake(struct dj_tls *t, int fd, const char *host, char *why,
+			  size_t len);
 void __djinn_tls_free(struct dj_tls *t);
 const char *__djinn_tls_mode(const struct dj_tls *t);
 /* OpenSSL seals and opens the records (no kernel TLS). */

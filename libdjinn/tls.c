@@ -160,11 +160,9 @@ static int handshake(SSL *ssl)
 	return r;
 }
 
-int __djinn_tls_connect(int fd, const char *host,
-			const struct djinn_connect_opts *o, struct dj_tls **out,
-			char *why, size_t len)
+int __djinn_tls_new(const struct djinn_connect_opts *o, struct dj_tls **out,
+		    char *why, size_t len)
 {
-	struct in6_addr a6;
 	struct dj_tls *t = calloc(1, sizeof(*t));
 	int ret;
 
@@ -172,9 +170,20 @@ int __djinn_tls_connect(int fd, const char *host,
 		return -ENOMEM;
 	pthread_mutex_init(&t->lock, NULL);
 	ret = tls_ctx(t, o, why, len);
-	if (ret)
-		goto fail;
-	ret = -ENOMEM;
+	if (ret) {
+		__djinn_tls_free(t);
+		return ret;
+	}
+	*out = t;
+	return 0;
+}
+
+int __djinn_tls_handshake(struct dj_tls *t, int fd, const char *host, char *why,
+			  size_t len)
+{
+	struct in6_addr a6;
+	int ret = -ENOMEM;
+
 	t->ssl = SSL_new(t->ctx);
 	if (!t->ssl || ktls_attach(t->ssl, &t->secrets) ||
 	    !SSL_set_fd(t->ssl, fd))
@@ -229,10 +238,8 @@ int __djinn_tls_connect(int fd, const char *host,
 		dj_dbg("TLS: userspace records (kernel TLS: %s)",
 		       strerror(-ret));
 	}
-	*out = t;
 	return 0;
 fail:
-	__djinn_tls_free(t);
 	return ret;
 }
 

@@ -1293,7 +1293,7 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 	struct dj_tls *tls = NULL;
 	const char *token;
 	struct dj_addr a;
-	int fd, ret;
+	int fd, ret, err;
 
 	if (!out)
 		return -EINVAL;
@@ -1304,19 +1304,33 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 		       addr ? addr : "(NULL)");
 		return ret;
 	}
-	fd = a.is_unix ? dial_unix(&a) : dial_tcp(&a);
-	if (fd < 0) {
-		dj_dbg("connecting to %s: %s", addr ? addr : "the default",
-		       strerror(-fd));
-		return fd;
-	}
+	/* TLS: its files are read before anything is dialled */
 	if (a.tls) {
-		ret = __djinn_tls_connect(fd, a.host, o, &tls, why,
-					  sizeof(why));
+		ret = __djinn_tls_new(o, &tls, why, sizeof(why));
 		if (ret) {
 			__djinn_set_last_error("tls:%s:%s: %s", a.host, a.port,
 					       why);
 			dj_err("tls:%s:%s: %s", a.host, a.port, why);
+			return ret;
+		}
+	}
+	fd = a.is_unix ? dial_unix(&a) : dial_tcp(&a);
+	if (fd < 0) {
+		__djinn_tls_free(tls);
+		__djinn_set_last_error("connecting to %s: %s",
+				       addr ? addr : "the default",
+				       strerror(-fd));
+		dj_dbg("connecting to %s: %s", addr ? addr : "the default",
+		       strerror(-fd));
+		return fd;
+	}
+	if (tls) {
+		ret = __djinn_tls_handshake(tls, fd, a.host, why, sizeof(why));
+		if (ret) {
+			__djinn_set_last_error("tls:%s:%s: %s", a.host, a.port,
+					       why);
+			dj_err("tls:%s:%s: %s", a.host, a.port, why);
+			__djinn_tls_free(tls);
 			close(fd);
 			return ret;
 		}
@@ -1332,17 +1346,16 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 	/* Why the connection died, for the caller: in TLS 1.3 a server
 	 * refuses the client's certificate after the client's handshake is
 	 * done, with an alert that may be behind the failure seen first. */
-	if (ret && tls) {
-		int err = __djinn_tls_alert(tls, fd, why, sizeof(why));
-
-		if (err) {
-			ret = err;
-			__djinn_set_last_error("tls:%s:%s: %s", a.host, a.port,
-					       why);
-			dj_err("tls:%s:%s: %s", a.host, a.port, why);
-		}
-	} else if (ret && atomic_load(&conn->dead) && conn->dead_msg[0]) {
-		__djinn_set_last_error("%s", conn->dead_msg);
+	if (ret && tls &&
+	    (err = __djinn_tls_alert(tls, fd, why, sizeof(why)))) {
+		ret = err;
+		__djinn_set_last_error("tls:%s:%s: %s", a.host, a.port, why);
+		dj_err("tls:%s:%s: %s", a.host, a.port, why);
+	} else if (ret) {
+		__djinn_set_last_error("%s", atomic_load(&conn->dead) &&
+							     conn->dead_msg[0] ?
+						     conn->dead_msg :
+						     strerror(-ret));
 	}
 	token = DJ_OPT(o, token);
 	if (!token || !*token)

@@ -398,8 +398,13 @@ static void handle_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	for (size_t i = 0; i < sizeof(a->token); i++) /* constant time */
 		diff |= a->token[i] ^ s->token[i];
+	/* A token is a session's secret within its tenant: one that leaked
+	 * to another tenant opens nothing. The same answer as a wrong one. */
+	if (strcmp(s->tenant, c->tenant))
+		diff = 1;
 	if (diff) {
-		conn_error(c, hdr, -EPERM, "wrong token for session %llu",
+		conn_error(c, hdr, -EPERM,
+			   "wrong token for session %llu, or another tenant's",
 			   (unsigned long long)s->id);
 	} else if (conn_attach(c, s->id)) {
 		conn_error(c, hdr, -ENOMEM, "out of memory");

@@ -43,6 +43,7 @@ struct tls_conn {
 	enum tls_mode mode;
 	struct ktls_secrets secrets;
 	const char *how; /* "kernel", or why userspace */
+	char why[192]; /* why the verify callback refused the certificate */
 	BIO *rbio, *wbio; /* TLS_USER */
 	uint8_t *tx; /* sealed records being sent */
 	uint64_t tx_len, tx_off, tx_cap, tx_plain;
@@ -123,7 +124,7 @@ static int tokens_read(const char *path, struct token **out, unsigned int *nr,
 				 path, line, t[i].tenant);
 			goto fail;
 		}
-		snprintf(t[n].tenant, sizeof(t[n].tenant), "%s", name);
+		memcpy(t[n].tenant, name, strlen(name) + 1); /* fits: above */
 		n++;
 	}
 	fclose(f);
@@ -190,6 +191,85 @@ int tls_token_tenant(struct server *srv, const uint8_t *token, size_t len,
 		return -EACCES;
 	memcpy(tenant, ts->tokens[found].tenant, DJINN_TENANT_LEN);
 	return 0;
+}
+
+/* The tenant certificate @x names: 0 and @out, or -ENOENT (no
+ * certificate), or -EACCES with @why. */
+static int cert_tenant(const struct tls_server *ts, X509 *x,
+		       char out[DJINN_TENANT_LEN], char *why, size_t len)
+{
+	static const int gen_type[] = { [ID_SAN_DNS] = GEN_DNS,
+					[ID_SAN_EMAIL] = GEN_EMAIL,
+					[ID_SAN_URI] = GEN_URI };
+	static const char *const what[] = { "subject CN", "DNS SAN",
+					    "email SAN", "URI SAN" };
+	char name[256] = "";
+	int found = 0;
+
+	if (!x)
+		return -ENOENT;
+	if (ts->id_from == ID_CN) {
+		found = X509_NAME_get_text_by_NID(X509_get_subject_name(x),
+						  NID_commonName, name,
+						  sizeof(name)) > 0;
+	} else {
+		GENERAL_NAMES *gens =
+			X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+
+		for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
+			GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+			const ASN1_STRING *s;
+			int n;
+
+			if (g->type != gen_type[ts->id_from])
+				continue;
+			s = g->d.ia5;
+			n = ASN1_STRING_length(s);
+			if (n <= 0 || (size_t)n >= sizeof(name))
+				continue;
+			memcpy(name, ASN1_STRING_get0_data(s), (size_t)n);
+			name[n] = 0;
+			if (strlen(name) != (size_t)n)
+				continue; /* an embedded NUL */
+			found = 1;
+			break;
+		}
+		GENERAL_NAMES_free(gens);
+	}
+	if (!found) {
+		snprintf(why, len, "the client certificate has no %s",
+			 what[ts->id_from]);
+		return -EACCES;
+	}
+	if (strlen(name) >= DJINN_TENANT_LEN || !tenant_name_ok(name)) {
+		snprintf(why, len,
+			 "the client certificate's %s '%.64s' is not a tenant "
+			 "name (1 to %d printable bytes, no spaces)",
+			 what[ts->id_from], name, DJINN_TENANT_LEN - 1);
+		return -EACCES;
+	}
+	memcpy(out, name, strlen(name) + 1);
+	return 0;
+}
+
+/* A client certificate that verifies but names no tenant is refused in
+ * the handshake, so that the client hears why (a bad_certificate
+ * alert), not a closed socket after it. */
+static int verify_cb(int ok, X509_STORE_CTX *x)
+{
+	SSL *ssl = X509_STORE_CTX_get_ex_data(
+		x, SSL_get_ex_data_X509_STORE_CTX_idx());
+	struct tls_conn *t = ssl ? SSL_get_app_data(ssl) : NULL;
+	char tenant[DJINN_TENANT_LEN];
+
+	if (!ok || !t || X509_STORE_CTX_get_error_depth(x))
+		return ok;
+	if (cert_tenant(t->ts, X509_STORE_CTX_get_current_cert(x), tenant,
+			t->why, sizeof(t->why)) == -EACCES) {
+		X509_STORE_CTX_set_error(x, X509_V_ERR_CERT_REJECTED);
+		return 0;
+	}
+	return 1;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -270,7 +350,7 @@ int tls_server_init(struct server *srv, char *why, size_t len)
 		mode = SSL_VERIFY_PEER;
 		if (!cfg->tls_tokens || !*cfg->tls_tokens)
 			mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
-		SSL_CTX_set_verify(ts->ctx, mode, NULL);
+		SSL_CTX_set_verify(ts->ctx, mode, verify_cb);
 	}
 	if (cfg->tls_tokens && *cfg->tls_tokens &&
 	    tokens_read(cfg->tls_tokens, &ts->tokens, &ts->nr_tokens, why, len))
@@ -323,6 +403,7 @@ struct tls_conn *tls_conn_new(struct server *srv, int fd)
 		return NULL;
 	}
 	SSL_set_accept_state(t->ssl);
+	SSL_set_app_data(t->ssl, t);
 	/* OpenSSL reads and writes the socket itself until the handshake
 	 * is done; io_uring's polls say when to go on. */
 	fl = fcntl(fd, F_GETFL);
@@ -354,66 +435,6 @@ const char *tls_conn_desc(const struct tls_conn *t, char *buf, size_t len)
 		 t->how		       ? t->how :
 					 "user");
 	return buf;
-}
-
-/* The tenant the peer's verified certificate names: 0 and @out, or
- * -ENOENT (no certificate), or -EACCES with @why. */
-static int cert_tenant(struct tls_conn *t, char out[DJINN_TENANT_LEN],
-		       char *why, size_t len)
-{
-	static const int gen_type[] = { [ID_SAN_DNS] = GEN_DNS,
-					[ID_SAN_EMAIL] = GEN_EMAIL,
-					[ID_SAN_URI] = GEN_URI };
-	static const char *const what[] = { "subject CN", "DNS SAN",
-					    "email SAN", "URI SAN" };
-	X509 *x = SSL_get0_peer_certificate(t->ssl);
-	char name[256] = "";
-	int found = 0;
-
-	if (!x)
-		return -ENOENT;
-	if (t->ts->id_from == ID_CN) {
-		found = X509_NAME_get_text_by_NID(X509_get_subject_name(x),
-						  NID_commonName, name,
-						  sizeof(name)) > 0;
-	} else {
-		GENERAL_NAMES *gens =
-			X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
-
-		for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
-			GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
-			const ASN1_STRING *s;
-			int n;
-
-			if (g->type != gen_type[t->ts->id_from])
-				continue;
-			s = g->d.ia5;
-			n = ASN1_STRING_length(s);
-			if (n <= 0 || (size_t)n >= sizeof(name))
-				continue;
-			memcpy(name, ASN1_STRING_get0_data(s), (size_t)n);
-			name[n] = 0;
-			if (strlen(name) != (size_t)n)
-				continue; /* an embedded NUL */
-			found = 1;
-			break;
-		}
-		GENERAL_NAMES_free(gens);
-	}
-	if (!found) {
-		snprintf(why, len, "the client certificate has no %s",
-			 what[t->ts->id_from]);
-		return -EACCES;
-	}
-	if (strlen(name) >= DJINN_TENANT_LEN || !tenant_name_ok(name)) {
-		snprintf(why, len,
-			 "the client certificate's %s '%.64s' is not a tenant "
-			 "name (1 to %d printable bytes, no spaces)",
-			 what[t->ts->id_from], name, DJINN_TENANT_LEN - 1);
-		return -EACCES;
-	}
-	memcpy(out, name, strlen(name) + 1);
-	return 0;
 }
 
 /* The handshake is done: the kernel takes the records, else OpenSSL
@@ -470,7 +491,8 @@ int tls_handshake(struct tls_conn *t, short *events,
 	r = SSL_do_handshake(t->ssl);
 	if (r == 1) {
 		tenant[0] = 0;
-		ret = cert_tenant(t, tenant, why, len);
+		ret = cert_tenant(t->ts, SSL_get0_peer_certificate(t->ssl),
+				  tenant, why, len);
 		if (ret && ret != -ENOENT)
 			return ret;
 		tenant[0] = ret ? 0 : tenant[0];
@@ -491,7 +513,8 @@ int tls_handshake(struct tls_conn *t, short *events,
 		v = SSL_get_verify_result(t->ssl);
 		if (v != X509_V_OK) {
 			snprintf(why, len, "client certificate: %s",
-				 X509_verify_cert_error_string(v));
+				 t->why[0] ? t->why :
+					     X509_verify_cert_error_string(v));
 			ERR_clear_error();
 			return -EACCES;
 		}
