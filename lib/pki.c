@@ -2,8 +2,10 @@
 /*
  * A throwaway PKI for tests and benchmarks (pki.h).
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -70,7 +72,8 @@ static X509 *make(const struct pki_cert *c, EVP_PKEY *key, X509 *ca,
 	     !add_ext(x, ca, NID_authority_key_identifier, "keyid:always")) ||
 	    (is_ca &&
 	     !add_ext(x, ca, NID_key_usage, "critical,keyCertSign,cRLSign")) ||
-	    (c->san && !add_ext(x, ca, NID_subject_alt_name, c->san)))
+	    (c->san && !add_ext(x, ca, NID_subject_alt_name, c->san)) ||
+	    (c->eku && !add_ext(x, ca, NID_ext_key_usage, c->eku)))
 		goto fail;
 	if (!X509_sign(x, ca_key ? ca_key : key, EVP_sha256()))
 		goto fail;
@@ -108,13 +111,19 @@ void pki_ca_free(struct pki_ca *ca)
 	free(ca);
 }
 
+/* @x, or else @key (mode 0600), as PEM into @path. */
 static int write_pem(const char *path, X509 *x, EVP_PKEY *key)
 {
-	FILE *f = fopen(path, "w");
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+		      x ? 0644 : 0600);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
 	int ok;
 
-	if (!f)
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
 		return -1;
+	}
 	ok = x ? PEM_write_X509(f, x) :
 		 PEM_write_PrivateKey(f, key, NULL, NULL, 0, NULL, NULL);
 	return fclose(f) || !ok ? -1 : 0;

@@ -19,11 +19,13 @@ struct pki_ca;
  *             ("IP:127.0.0.1,DNS:localhost"), or NULL
  * @not_before: seconds from now the certificate starts (may be negative)
  * @not_after:  seconds from now it ends (negative: expired)
+ * @eku:        extendedKeyUsage ("serverAuth", "clientAuth"), or NULL
  */
 struct pki_cert {
 	const char *cn;
 	const char *san;
 	long not_before, not_after;
+	const char *eku;
 };
 
 /* A self-signed CA named @cn: NULL when OpenSSL fails. */

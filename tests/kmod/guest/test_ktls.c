@@ -40,9 +40,12 @@ static int setup(void **state)
 		"--set",    "tls.client_ca=" DIR "/ca.pem",
 		NULL,
 	};
-	const struct pki_cert srv = { "localhost", "IP:127.0.0.1", -60, 86400 },
-			      alice = { "alice", NULL, -60, 86400 },
-			      old = { "alice", NULL, -7200, -3600 };
+	const struct pki_cert srv = { "localhost", "IP:127.0.0.1", -60, 86400,
+				      "serverAuth" },
+			      alice = { "alice", NULL, -60, 86400,
+					"clientAuth" },
+			      old = { "alice", NULL, -7200, -3600,
+				      "clientAuth" };
 	struct pki_ca *ca = pki_ca_new("ktls test CA");
 
 	(void)state;
