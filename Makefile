@@ -220,10 +220,11 @@ $(DJINNCTL): $(DJINNCTL_SRCS:%.c=$(BUILD)/%.o)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-$(DJINN_BENCH): $(DJINN_BENCH_OBJS) $(BUILD)/libdjinn.so
+# (tls: lib/pki.c's certificates, OpenSSL's reference pipe)
+$(DJINN_BENCH): $(DJINN_BENCH_OBJS) $(BUILD)/libdjinn.so $(COMMON_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(DJINN_BENCH_OBJS) -L$(BUILD) -ldjinn \
-		-Wl,-rpath,'$$ORIGIN/..' -lm
+		-Wl,-rpath,'$$ORIGIN/..' $(COMMON_LIB) -lssl -lcrypto -lm
 
 $(BUILD)/tests/integration/open_session: $(BUILD)/tests/integration/open_session.o
 	@echo "  LD      $@"

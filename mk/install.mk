@@ -84,7 +84,9 @@ $(INST)/djinn-bench $(INST_DJINN): $(INST)/%: $(BUILD)/tools/%.o \
 		$(BUILD)/libdjinn.so
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD) -ldjinn -lm
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD) -ldjinn \
+		$(COMMON_LIB) -lssl -lcrypto -lm
+$(INST)/djinn-bench $(INST_DJINN): $(COMMON_LIB)
 $(INST)/djinn-bench: $(DJINN_BENCH_OBJS)
 $(INST_DJINN): $(BUILD)/tools/cli.o
 # pkg-config and the unit name the installed paths, whatever was built:

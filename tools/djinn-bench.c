@@ -14,6 +14,15 @@
  *         range and through a mapping, beside the result's size.
  *   stall (stall.c) no-op round-trip latency on one connection while
  *         another uploads a 1 GiB tensor, beside the same latency idle.
+ *   tls   (tls.c) over a tls: listener, beside the same over TCP
+ *         loopback: connects/s (TLS 1.3 handshake and HELLO), one
+ *         connection's round trips/s and p50/p99, upload and download
+ *         GB/s of a 256 MiB tensor (target: 0.8 of TCP, for kernel
+ *         TLS); and a plain OpenSSL client and server moving the same
+ *         bytes, beside a raw TCP blast. Each line says which TLS it
+ *         measured ("transport": "tls, kernel" or "tls, user"). It makes
+ *         its own certificates and restarts the daemon with a tls:
+ *         listener, so it is skipped with --addr.
  *
  * What they share (the daemon, the run's deadline, the JSON lines, the
  * histograms, raw sockets) is in tools/bench/common.c; this file parses
@@ -31,7 +40,8 @@
  * ends the whole run.
  *
  * Usage: djinn-bench [--json] [--seconds S] [--addr ADDR]... [--only NAME]
- *                    [--djinnd PATH] [--verbose] [rtt|bulk|lazy|stall|all]
+ *                    [--djinnd PATH] [--verbose]
+ *                    [rtt|bulk|lazy|stall|tls|all]
  * Exit status: 0 success, 1 a call failed, a daemon did not start or bytes
  * came back wrong, 2 usage.
  */
@@ -50,11 +60,13 @@ static const struct {
 	const char *name;
 	void (*run)(void);
 	unsigned int budget_s; /* on top of what --seconds asks for */
+	unsigned int loops; /* timed loops of --seconds and its warm-up */
 } benches[] = {
-	{ "rtt", bench_rtt, 60 },
-	{ "bulk", bench_bulk, 60 },
-	{ "lazy", bench_lazy, 30 },
-	{ "stall", bench_stall, 60 },
+	{ "rtt", bench_rtt, 60, 30 * RTT_ROUNDS },
+	{ "bulk", bench_bulk, 60, 0 },
+	{ "lazy", bench_lazy, 30, 0 },
+	{ "stall", bench_stall, 60, 0 },
+	{ "tls", bench_tls, 90, 2 * TLS_LOOPS },
 };
 
 static void usage(FILE *f)
@@ -63,7 +75,7 @@ static void usage(FILE *f)
 		"usage: djinn-bench [--json] [--seconds S] [--addr ADDR]... "
 		"[--only NAME]\n"
 		"                   [--djinnd PATH] [--verbose] "
-		"[rtt|bulk|lazy|stall|all]\n"
+		"[rtt|bulk|lazy|stall|tls|all]\n"
 		"  rtt    round trips/s and p50/p99 of a no-op request, 1 and "
 		"50 connections,\n"
 		"         beside a raw ping-pong and redis-benchmark -t ping\n"
@@ -71,11 +83,15 @@ static void usage(FILE *f)
 		"socket blast\n"
 		"  lazy   bytes received to read 1%% of a 196 MiB result\n"
 		"  stall  ping latency while another client uploads 1 GiB\n"
-		"  all    all four (the default)\n"
+		"  tls    connects/s, ping and bulk over TLS beside TCP, and "
+		"plain OpenSSL\n"
+		"         beside a raw blast (its own djinnd: not with "
+		"--addr)\n"
+		"  all    all five (the default)\n"
 		"  -j, --json         JSON lines on stdout (the only output; "
 		"the default)\n"
-		"  -s, --seconds S    measured time of each rtt loop (default "
-		"2, at most 60)\n"
+		"  -s, --seconds S    measured time of each rtt and tls loop "
+		"(default 2, at most 60)\n"
 		"  -a, --addr ADDR    use the djinnd at ADDR (unix:PATH or "
 		"tcp:HOST:PORT;\n"
 		"                     once for each transport) instead of "
@@ -204,11 +220,10 @@ int main(int argc, char **argv)
 	/* The deadline of the whole run: generous, but there is one. */
 	for (i = 0; i < ARRAY_SIZE(benches); i++)
 		if (run_one[i])
-			budget += benches[i].budget_s;
-	if (run_one[0])
-		budget += (unsigned int)(30 * RTT_ROUNDS *
-					 (opt.seconds + opt.warmup)) +
-			  1;
+			budget += benches[i].budget_s +
+				  (unsigned int)(benches[i].loops *
+						 (opt.seconds + opt.warmup)) +
+				  1;
 	make_tmpdir();
 	atexit(cleanup);
 	signal(SIGALRM, on_signal);

@@ -41,10 +41,11 @@ volatile pid_t daemon_pid = -1, redis_pid = -1, child_pid = -1;
 
 /* What may be left in tmpdir, named before anything runs, so that a
  * signal handler can remove them. */
-static const char *const tmp_names[] = { "djinnd.sock", "admin.sock",
-					 "djinnd.log",	"echo.sock",
-					 "blast.sock",	"redis.sock",
-					 "redis.log" };
+static const char *const tmp_names[] = {
+	"djinnd.sock", "admin.sock",  "djinnd.log",  "echo.sock",
+	"blast.sock",  "redis.sock",  "redis.log",   "tls-ca.pem",
+	"tls-srv.pem", "tls-srv.key", "tls-cli.pem", "tls-cli.key"
+};
 static char tmp_paths[ARRAY_SIZE(tmp_names)][sizeof(tmpdir) + 16];
 
 void make_tmpdir(void)
@@ -212,6 +213,8 @@ void emit(const char *bench, const struct fig *f)
 		printf(", \"samples\": %" PRIu64, f->samples);
 	if (f->note)
 		printf(", \"note\": \"%s\"", f->note);
+	if (f->transport)
+		printf(", \"transport\": \"%s\"", f->transport);
 	printf("}\n");
 	fflush(stdout);
 }
@@ -488,15 +491,34 @@ bool djinn_answers(const char *addr)
 /* Start djinnd on a unix socket in tmpdir and TCP at a free port. */
 void daemon_start(void)
 {
+	daemon_start_tls(NULL);
+}
+
+/* A free port for TLS that is not @other. */
+static unsigned int other_tcp_port(unsigned int other)
+{
+	unsigned int port;
+
+	do
+		port = free_tcp_port();
+	while (port == other);
+	return port;
+}
+
+/* ... and, given @tls, on tls: at another free port with its files. */
+void daemon_start_tls(struct daemon_tls *tls)
+{
 	const char *bin = djinnd_binary();
-	char listen_unix[sizeof(tmpdir) + 32], listen_tcp[64];
+	char listen_unix[sizeof(tmpdir) + 32], listen_tcp[64], listen_tls[64];
 	char admin[sizeof(tmpdir) + 32], log[sizeof(tmpdir) + 32];
-	char *argv[] = {
+	char set_cert[PATH_MAX + 32], set_key[PATH_MAX + 32];
+	char set_ca[PATH_MAX + 32];
+	char *argv[24] = {
 		(char *)bin, "--foreground", "--listen",       listen_unix,
 		"--listen",  listen_tcp,     "--admin-socket", admin,
 		"--cpu-mem", "2G",	     "--log-level",    "notice",
-		NULL
 	};
+	unsigned int argc = 12;
 
 	if (access(bin, X_OK))
 		fail("djinnd binary %s: %s (use --djinnd or $DJINND)", bin,
@@ -505,6 +527,21 @@ void daemon_start(void)
 		 tmpdir);
 	snprintf(admin, sizeof(admin), "%s/admin.sock", tmpdir);
 	snprintf(log, sizeof(log), "%s/djinnd.log", tmpdir);
+	if (tls) {
+		snprintf(set_cert, sizeof(set_cert), "tls.certificate=%s",
+			 tls->cert);
+		snprintf(set_key, sizeof(set_key), "tls.key=%s", tls->key);
+		snprintf(set_ca, sizeof(set_ca), "tls.client_ca=%s",
+			 tls->client_ca);
+		argv[argc++] = "--listen";
+		argv[argc++] = listen_tls;
+		argv[argc++] = "--set";
+		argv[argc++] = set_cert;
+		argv[argc++] = "--set";
+		argv[argc++] = set_key;
+		argv[argc++] = "--set";
+		argv[argc++] = set_ca;
+	}
 
 	/* The port may be taken between looking and binding: try again. */
 	for (unsigned int attempt = 0; attempt < 3; attempt++) {
@@ -514,7 +551,15 @@ void daemon_start(void)
 
 		snprintf(listen_tcp, sizeof(listen_tcp), "tcp:127.0.0.1:%u",
 			 port);
-		info("starting %s on %s and %s", bin, listen_unix, listen_tcp);
+		if (tls) {
+			snprintf(listen_tls, sizeof(listen_tls),
+				 "tls:127.0.0.1:%u", other_tcp_port(port));
+			info("starting %s on %s, %s and %s", bin, listen_unix,
+			     listen_tcp, listen_tls);
+		} else {
+			info("starting %s on %s and %s", bin, listen_unix,
+			     listen_tcp);
+		}
 		daemon_pid = spawn(argv, log, NULL);
 		while (mono_ns() < deadline) {
 			if (waitpid(daemon_pid, &status, WNOHANG) ==
@@ -522,6 +567,8 @@ void daemon_start(void)
 				daemon_pid = -1;
 				break;
 			}
+			/* djinnd opens all its listeners before it serves
+			 * any, and exits when one will not open */
 			if (djinn_answers(listen_unix) &&
 			    djinn_answers(listen_tcp)) {
 				xports[0].name = "unix";
@@ -532,6 +579,9 @@ void daemon_start(void)
 				snprintf(xports[1].addr, sizeof(xports[1].addr),
 					 "%s", listen_tcp);
 				nr_xports = 2;
+				if (tls)
+					snprintf(tls->addr, sizeof(tls->addr),
+						 "%s", listen_tls);
 				return;
 			}
 			sleep_ns(5 * NSEC_PER_MSEC);

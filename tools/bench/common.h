@@ -88,6 +88,8 @@ enum target_kind { T_NONE, T_GE, T_LE };
  * @kind, @thr:    the target from TARGETS.md on the ratio, if any
  * @samples:       how many measurements it is over (0: leave out)
  * @note:          why there is no baseline, or NULL
+ * @transport:     the transport it measured, where the line must say
+ *                 ("tls, kernel" or "tls, user"), or NULL
  */
 struct fig {
 	const char *metric;
@@ -99,6 +101,7 @@ struct fig {
 	double thr;
 	uint64_t samples;
 	const char *note;
+	const char *transport;
 };
 
 void emit(const char *bench, const struct fig *f);
@@ -146,6 +149,20 @@ bool in_path(const char *prog);
 bool djinn_answers(const char *addr);
 void daemon_start(void);
 void daemon_stop(void);
+
+/*
+ * struct daemon_tls - a tls: listener for daemon_start_tls()
+ * @cert, @key:  the server's certificate chain and its key (PEM)
+ * @client_ca:   the CA of client certificates (PEM)
+ * @addr:        set by daemon_start_tls(): tls:127.0.0.1:PORT
+ */
+struct daemon_tls {
+	const char *cert, *key, *client_ca;
+	char addr[64];
+};
+
+/* daemon_start(), with a tls: listener on a free port as well. */
+void daemon_start_tls(struct daemon_tls *tls);
 int run_capture(char *const argv[], int timeout_ms, char *out, size_t len);
 
 /* ------------------------------------------------------------------------ */
@@ -160,5 +177,11 @@ void bench_bulk(void);
 void bench_lazy(void);
 /* tools/bench/stall.c */
 void bench_stall(void);
+/* tools/bench/tls.c; the run's deadline allows for its timed loops, each
+ * --seconds after the warm-up: TLS_ROUNDS rounds of connects (TCP, TLS
+ * and OpenSSL's) and of round trips (TCP and TLS) */
+#define TLS_ROUNDS 3
+#define TLS_LOOPS (5 * TLS_ROUNDS)
+void bench_tls(void);
 
 #endif /* DJINN_TOOLS_BENCH_COMMON_H */
