@@ -24,6 +24,8 @@
 #include "server.h"
 #include "net/conn.h"
 #include "net/tls.h"
+#include "session/lease.h"
+#include "session/session.h"
 #include "session/tenant.h"
 
 enum {
@@ -600,6 +602,16 @@ static void conn_send_next(struct conn *c)
 	conn_get(c);
 }
 
+static void conn_renew(struct conn *c, uint64_t session_id)
+{
+	struct session *s = session_get(c->srv, session_id);
+
+	if (!s)
+		return;
+	c->srv->leases->ops->renew(c->srv->leases, s, loop_now());
+	session_put(s);
+}
+
 static void conn_sent(struct conn *c, struct io_uring_cqe *cqe)
 {
 	struct out_msg *m;
@@ -655,6 +667,11 @@ static void conn_sent(struct conn *c, struct io_uring_cqe *cqe)
 	} else {
 		m->sent += (uint64_t)cqe->res;
 	}
+	/* A reply with data for a session (a TENSOR_READ) may take longer
+	 * than a lease on a slow link, while the client's heartbeats wait
+	 * behind it: the peer taking its bytes keeps the session alive. */
+	if (m->data_len && m->hdr.session_id)
+		conn_renew(c, m->hdr.session_id);
 	if (m->sent == msg_len(m)) {
 		if (m->notifs)
 			list_move_tail(&m->node, &c->zcwait);

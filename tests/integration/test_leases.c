@@ -242,6 +242,56 @@ static void test_unread_replies(void **state)
 	check_health(fx, 0);
 }
 
+/* 13c. A client that reads a large reply slowly, for many lease periods
+ * and sending nothing meanwhile (its heartbeats would wait behind the
+ * read on a slow link): taking the reply's bytes keeps its session. */
+static void test_slow_reader(void **state)
+{
+	struct fx *fx = *state;
+	const size_t len = 8 * MiB, chunk = 64 * KiB;
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 8 * MiB);
+	struct djinn_session_open o = { .tenant = "slow",
+					.priority = 4,
+					.lease_ns = 100 * NSEC_PER_MSEC };
+	struct djinn_tensor_io io = { .len = len };
+	uint8_t *data = pattern_buf(9, len), *got = malloc(len);
+	int fd = xconnect(fx->d.sock), small = 64 * 1024;
+	struct djinn_session_resp s;
+	struct djinn_hdr h;
+	int64_t t0;
+	size_t n = 0;
+
+	assert_non_null(got);
+	open_at(__LINE__, fd, "slow", 4, o.lease_ns, &s);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	io.handle = create_data(fd, s.session_id, &d, data, len);
+	h = dj_hdr(DJINN_MSG_TENSOR_READ, 9, s.session_id, sizeof(io));
+	assert_int_equal(dj_send_raw(fd, &h, &io, sizeof(io)), 0);
+	assert_int_equal(dj_read(fd, &h, sizeof(h), DJ_TIMEOUT_MS),
+			 (long)sizeof(h));
+	assert_int_equal(h.flags & DJINN_F_ERROR, 0);
+	assert_int_equal(h.payload_len, len);
+	/* 128 pieces 10 ms apart: more than ten leases */
+	t0 = dj_now_ms();
+	while (n < len) {
+		long r = dj_read(fd, got + n, chunk < len - n ? chunk : len - n,
+				 DJ_TIMEOUT_MS);
+
+		assert_true(r > 0);
+		n += (size_t)r;
+		usleep(10000);
+	}
+	assert_true(dj_now_ms() - t0 > 10 * 100);
+	assert_memory_equal(got, data, len);
+	/* still there: the bytes taken renewed it */
+	assert_int_equal(session_entry(fx, s.session_id).id, s.session_id);
+	close_session(fd, s.session_id);
+	free(data);
+	free(got);
+	close(fd);
+	check_health(fx, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -251,6 +301,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(
 			test_unread_replies, fx_setup_short_lease, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_slow_reader, fx_setup,
+						fx_teardown),
 	};
 	int ret = fx_can_run();
 
