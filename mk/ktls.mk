@@ -19,3 +19,8 @@ $(KT_KTLS): $(KT_DIR)/guest/test_ktls.o $(KT_DIR)/guest/kt.o \
 KT_BINS += $(KT_KTLS)
 $(KT_INITRD): $(KT_KTLS)
 $(KT_INITRD): export KT_MODULES = $(KT_TLS_KO)
+
+# djinn-bench tls in the guest's bench mode (make bench-kmod): kernel TLS
+# figures where the build machine's kernel has no tls module.
+KT_BINS += $(DJINN_BENCH)
+$(KT_INITRD): $(DJINN_BENCH)

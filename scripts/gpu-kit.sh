@@ -27,6 +27,11 @@
 #                                       short sweep (AGENTS, default
 #                                       8,16,32; MEASURE seconds, default
 #                                       10): about 5 minutes
+#   scripts/gpu-kit.sh tls [KIT] [OUT]
+#                                       there: djinn-bench tls on the
+#                                       host's kernel (kernel TLS when it
+#                                       has the tls module), after what
+#                                       the kernel and CPU offer
 #   scripts/gpu-kit.sh info [KIT]       the versions alone: the driver
 #                                       (nvidia-smi and cuDriverGetVersion),
 #                                       the toolkit the kit was built
@@ -57,7 +62,7 @@ pack() {
 	rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/lib" || exit 1
 	for f in "$build"/djinnd/djinnd "$build"/tools/djinnctl \
 		"$build"/bench/gpu-bench "$build"/bench/model-bench \
-		"$build"/bench/agent-bench \
+		"$build"/bench/agent-bench "$build"/tools/djinn-bench \
 		"$build"/tests/gpu/test_*; do
 		case $f in *.o | *.d) continue ;; esac
 		[ -x "$f" ] || { echo "gpu-kit: no $f: run make first" >&2; exit 1; }
@@ -257,13 +262,37 @@ agent() {
 	[ $s = 0 ] || [ $s = 77 ]
 }
 
+# djinn-bench tls on the host's kernel, which may have the tls module
+# that the build machine's lacks: kernel TLS figures on real cores
+tls() {
+	out=${3:-$kit/out}
+	unpack
+	mkdir -p "$out" || exit 1
+	{
+		echo "kernel $(uname -r)"
+		echo "ULPs before: $(cat /proc/sys/net/ipv4/tcp_available_ulp)"
+		modprobe tls 2>&1 && echo "modprobe tls: ok"
+		echo "ULPs after: $(cat /proc/sys/net/ipv4/tcp_available_ulp)"
+		grep -m1 -o -w aes /proc/cpuinfo | sed 's/^/cpu: /'
+	} >"$out/tls-env.txt" 2>&1
+	cat "$out/tls-env.txt"
+	LD_LIBRARY_PATH="$(cd "$kit/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+		"$kit/bin/djinn-bench" --djinnd "$kit/bin/djinnd" \
+		--seconds "${SECONDS_EACH:-2}" tls >"$out/tls-bench.jsonl" \
+		2>"$out/tls-bench.err"
+	s=$?
+	cat "$out/tls-bench.jsonl" "$out/tls-bench.err"
+	return $s
+}
+
 case ${1:-} in
 pack) pack ;;
 run) run "$@" ;;
 agent) agent "$@" ;;
+tls) tls "$@" ;;
 info) unpack && info ;;
 *)
-	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | agent [KIT] [OUT] | info [KIT]" >&2
+	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | agent [KIT] [OUT] | tls [KIT] [OUT] | info [KIT]" >&2
 	exit 2
 	;;
 esac

@@ -75,19 +75,6 @@ fi
 scan insmod
 result insmod $?
 
-if [ "$mode" = bench ]; then
-	djinn_kbench
-	rc=$?
-	scan bench || rc=1
-	result bench $rc
-	# djinnd's lease providers side by side (djinn_lbench)
-	djinn_lbench
-	rc=$?
-	scan lbench || rc=1
-	result lbench $rc
-	finish
-fi
-
 # Kernel TLS needs the tls module and the kernel's AES-GCM (ctr, ghash,
 # gcm; aesni-intel where the virtual CPU has AES-NI, which TCG's may
 # not): /modules in order. Without tls.ko its test is skipped.
@@ -101,6 +88,30 @@ else
 	echo "== test_ktls: skipped: no tls module for this kernel"
 fi
 scan modules >/dev/null
+
+if [ "$mode" = bench ]; then
+	djinn_kbench
+	rc=$?
+	scan bench || rc=1
+	result bench $rc
+	# djinnd's lease providers side by side (djinn_lbench)
+	djinn_lbench
+	rc=$?
+	scan lbench || rc=1
+	result lbench $rc
+	# TLS through the kernel beside TCP and OpenSSL (djinn-bench tls),
+	# its libdjinn.so where the initramfs keeps the build's
+	if [ -n "$ktls" ]; then
+		lib=$(find / -xdev -name libdjinn.so.0 | head -1)
+		LD_LIBRARY_PATH=${lib%/*} djinn-bench --djinnd /tests/djinnd \
+			--seconds 2 tls
+		rc=$?
+		scan tls_bench || rc=1
+		result tls_bench $rc
+	fi
+	finish
+fi
+
 
 for t in test_ioctl test_lease test_ring test_netlink test_stress \
 	test_djinnd test_kdev test_limits $ktls; do

@@ -32,7 +32,7 @@ trap 'rm -f "$log"' EXIT
 qemu() {
 	secs=$1
 	shift
-	timeout "$secs" qemu-system-x86_64 -m 1024 -smp 2 -display none \
+	timeout "$secs" qemu-system-x86_64 -m "$mem" -smp 2 -display none \
 		-monitor none -serial stdio -no-reboot -kernel "$kernel" \
 		-initrd "$initrd" "$@" </dev/null 2>&1
 }
@@ -40,6 +40,9 @@ qemu() {
 # The tests run with SLUB's red zones and poisoning; the benchmark
 # without, since they would time the allocator's checks.
 cmdline="console=ttyS0 quiet loglevel=4 panic=-1"
+# the benchmark moves 256 MiB tensors (djinn-bench tls)
+mem=1024
+[ "$mode" = bench ] && mem=3072
 [ "$mode" = bench ] || cmdline="$cmdline slub_debug=FZPU"
 # DJINN_ONLY=NAME: only that in-guest test (while working on it)
 [ -z "${DJINN_ONLY:-}" ] || cmdline="$cmdline djinn.only=$DJINN_ONLY"
