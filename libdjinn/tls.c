@@ -55,13 +55,12 @@ static const char *opt_or_env(const char *v, const char *env)
 	return v && *v ? v : NULL;
 }
 
-/* An alert about certificates, sent by djinnd when it refused ours (or
- * by us when we refused its): -EACCES; other failures -EPROTO. */
-static int alert_err(unsigned long e)
+/* What TLS alert @desc means to the caller: about certificates (djinnd
+ * refused ours, or we refused its), -EACCES; close_notify, -ECONNRESET;
+ * the rest -EPROTO. */
+static int alert_errno(int desc)
 {
-	int r = ERR_GET_REASON(e) - SSL_AD_REASON_OFFSET;
-
-	switch (r) {
+	switch (desc) {
 	case SSL_AD_BAD_CERTIFICATE:
 	case SSL_AD_UNSUPPORTED_CERTIFICATE:
 	case SSL_AD_CERTIFICATE_REVOKED:
@@ -71,9 +70,18 @@ static int alert_err(unsigned long e)
 	case SSL_AD_ACCESS_DENIED:
 	case SSL_AD_CERTIFICATE_REQUIRED:
 		return -EACCES;
+	case SSL_AD_CLOSE_NOTIFY:
+		return -ECONNRESET;
 	}
-	return ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED ? -EACCES :
-								      -EPROTO;
+	return -EPROTO;
+}
+
+/* OpenSSL's error @e (an alert it received, a verification): errno. */
+static int alert_err(unsigned long e)
+{
+	if (ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED)
+		return -EACCES;
+	return alert_errno(ERR_GET_REASON(e) - SSL_AD_REASON_OFFSET);
 }
 
 /* OpenSSL's first error as one line: its errno. */
@@ -337,20 +345,7 @@ static int kernel_record(int fd, char *why, size_t len)
 	    *CMSG_DATA(cm) == 21 /* alert */ && r >= 2) {
 		snprintf(why, len, "djinnd sent a TLS alert: %s",
 			 SSL_alert_desc_string_long(rec[1]));
-		switch (rec[1]) {
-		case SSL_AD_BAD_CERTIFICATE:
-		case SSL_AD_UNSUPPORTED_CERTIFICATE:
-		case SSL_AD_CERTIFICATE_REVOKED:
-		case SSL_AD_CERTIFICATE_EXPIRED:
-		case SSL_AD_CERTIFICATE_UNKNOWN:
-		case SSL_AD_UNKNOWN_CA:
-		case SSL_AD_ACCESS_DENIED:
-		case SSL_AD_CERTIFICATE_REQUIRED:
-			return -EACCES;
-		case SSL_AD_CLOSE_NOTIFY:
-			return -ECONNRESET;
-		}
-		return -EPROTO;
+		return alert_errno(rec[1]);
 	}
 	snprintf(why, len, "a TLS record the kernel does not pass on%s",
 		 cm ? "" : " (unreadable)");

@@ -74,7 +74,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: djinn-bench [--json] [--seconds S] [--addr ADDR]... "
 		"[--only NAME]\n"
-		"                   [--djinnd PATH] [--verbose] "
+		"                   [--djinnd PATH] [--bulk-mib N] [--verbose] "
 		"[rtt|bulk|lazy|stall|tls|all]\n"
 		"  rtt    round trips/s and p50/p99 of a no-op request, 1 and "
 		"50 connections,\n"
@@ -97,6 +97,8 @@ static void usage(FILE *f)
 		"                     once for each transport) instead of "
 		"starting one\n"
 		"  -o, --only NAME    run only benchmark NAME\n"
+		"  -b, --bulk-mib N   the tensor of bulk and tls, MiB "
+		"(default 256)\n"
 		"  -d, --djinnd PATH  the djinnd to start (default $DJINND, "
 		"else beside this tool)\n"
 		"  -v, --verbose      progress on stderr\n");
@@ -140,6 +142,7 @@ int main(int argc, char **argv)
 		{ "only", required_argument, NULL, 'o' },
 		{ "djinnd", required_argument, NULL, 'd' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "bulk-mib", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -149,7 +152,7 @@ int main(int argc, char **argv)
 	char *end;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "js:a:o:d:vh", longopts, NULL)) !=
+	while ((c = getopt_long(argc, argv, "js:a:o:d:vb:h", longopts, NULL)) !=
 	       -1) {
 		switch (c) {
 		case 'j':
@@ -180,6 +183,19 @@ int main(int argc, char **argv)
 		case 'v':
 			opt.verbose = true;
 			break;
+		case 'b': {
+			unsigned long mib = strtoul(optarg, &end, 10);
+
+			if (!*optarg || *end || mib < 1 || mib > 4096) {
+				fprintf(stderr,
+					"djinn-bench: bad --bulk-mib '%s' (1 "
+					"to 4096)\n",
+					optarg);
+				return 2;
+			}
+			opt.bulk_bytes = (size_t)mib * MiB;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -104,7 +104,7 @@ if [ "$mode" = bench ]; then
 	if [ -n "$ktls" ]; then
 		lib=$(find / -xdev -name libdjinn.so.0 | head -1)
 		LD_LIBRARY_PATH=${lib%/*} djinn-bench --djinnd /tests/djinnd \
-			--seconds 2 tls
+			--seconds 2 --bulk-mib 32 tls
 		rc=$?
 		scan tls_bench || rc=1
 		result tls_bench $rc

@@ -40,7 +40,7 @@ qemu() {
 # The tests run with SLUB's red zones and poisoning; the benchmark
 # without, since they would time the allocator's checks.
 cmdline="console=ttyS0 quiet loglevel=4 panic=-1"
-# the benchmark moves 256 MiB tensors (djinn-bench tls)
+# the benchmark moves tensors (djinn-bench tls)
 mem=1024
 [ "$mode" = bench ] && mem=3072
 [ "$mode" = bench ] || cmdline="$cmdline slub_debug=FZPU"

@@ -16,8 +16,6 @@
 
 #include "common.h"
 
-#define BULK_BYTES (256 * MiB)
-#define BULK_REPS 5
 #define BLAST_RECV (64 * KiB)
 
 struct blast {
@@ -33,6 +31,45 @@ static void *blast_thread(void *arg)
 
 	b->err = send_all(b->fd, b->buf, b->len);
 	return NULL;
+}
+
+/* Upload and download @len bytes of @src through @conn, once to warm up,
+ * then BULK_REPS times each, GB/s into @up and @down; what comes back
+ * (into @dst) must be @src, or the run fails naming @name. */
+void bulk_through(struct djinn_conn *conn, const char *name, const void *src,
+		  void *dst, size_t len, double *up, double *down)
+{
+	const struct djinn_tensor_desc desc = {
+		.dtype = DJINN_DTYPE_U8,
+		.ndim = 1,
+		.dims = { len },
+	};
+	struct djinn_tensor *t = NULL;
+	struct djinn_session *s;
+
+	check(djinn_session_open(conn, NULL, &s), "djinn_session_open");
+	for (int rep = -1; rep < BULK_REPS; rep++) {
+		uint64_t t0 = mono_ns();
+
+		check(djinn_tensor_upload(s, &desc, src, DJINN_SEG_DATA, &t),
+		      "djinn_tensor_upload");
+		if (rep >= 0)
+			up[rep] = (double)len / (double)(mono_ns() - t0);
+		if (rep < BULK_REPS - 1)
+			check(djinn_tensor_release(t), "djinn_tensor_release");
+	}
+	for (int rep = -1; rep < BULK_REPS; rep++) {
+		uint64_t t0 = mono_ns();
+
+		check(djinn_tensor_download(t, 0, len, dst),
+		      "djinn_tensor_download");
+		if (rep >= 0)
+			down[rep] = (double)len / (double)(mono_ns() - t0);
+		if (rep == -1 && memcmp(src, dst, len))
+			fail("bulk over %s: the tensor came back wrong", name);
+	}
+	check(djinn_tensor_release(t), "djinn_tensor_release");
+	check(djinn_session_close(s), "djinn_session_close");
 }
 
 /*
@@ -83,12 +120,7 @@ static double raw_blast(const struct xport *xp, const void *src, void *dst,
 
 void bench_bulk(void)
 {
-	const struct djinn_tensor_desc desc = {
-		.dtype = DJINN_DTYPE_F32,
-		.ndim = 2,
-		.dims = { 8192, 8192 },
-	};
-	const size_t len = BULK_BYTES;
+	const size_t len = opt.bulk_bytes;
 	uint8_t *src = xmalloc_huge(len), *dst = xmalloc_huge(len);
 	uint64_t x = 0x9e3779b97f4a7c15ull;
 
@@ -104,8 +136,6 @@ void bench_bulk(void)
 	for (unsigned int k = 0; k < nr_xports; k++) {
 		const struct xport *xp = &xports[k];
 		double up[BULK_REPS], down[BULK_REPS], raw;
-		struct djinn_session *s;
-		struct djinn_tensor *t = NULL;
 		struct djinn_conn *conn;
 		char m[48];
 
@@ -113,34 +143,7 @@ void bench_bulk(void)
 		memset(dst, 0, len);
 
 		check(djinn_connect(xp->addr, &conn), "djinn_connect");
-		check(djinn_session_open(conn, NULL, &s), "djinn_session_open");
-		for (int rep = -1; rep < BULK_REPS; rep++) {
-			uint64_t t0 = mono_ns();
-
-			check(djinn_tensor_upload(s, &desc, src, DJINN_SEG_DATA,
-						  &t),
-			      "djinn_tensor_upload");
-			if (rep >= 0)
-				up[rep] =
-					(double)len / (double)(mono_ns() - t0);
-			if (rep < BULK_REPS - 1)
-				check(djinn_tensor_release(t),
-				      "djinn_tensor_release");
-		}
-		for (int rep = -1; rep < BULK_REPS; rep++) {
-			uint64_t t0 = mono_ns();
-
-			check(djinn_tensor_download(t, 0, len, dst),
-			      "djinn_tensor_download");
-			if (rep >= 0)
-				down[rep] =
-					(double)len / (double)(mono_ns() - t0);
-			if (rep == -1 && memcmp(src, dst, len))
-				fail("bulk over %s: the tensor came back wrong",
-				     xp->name);
-		}
-		check(djinn_tensor_release(t), "djinn_tensor_release");
-		check(djinn_session_close(s), "djinn_session_close");
+		bulk_through(conn, xp->name, src, dst, len, up, down);
 		djinn_disconnect(conn);
 		info("bulk %s: raw %.2f GB/s, upload %.2f, download %.2f",
 		     xp->name, raw, median(up, BULK_REPS),

@@ -28,7 +28,9 @@
 
 #include "common.h"
 
-struct bench_opt opt = { .seconds = 2.0, .warmup = 0.5 };
+struct bench_opt opt = { .seconds = 2.0,
+			 .warmup = 0.5,
+			 .bulk_bytes = 256 * MiB };
 
 struct xport xports[MAX_XPORTS];
 unsigned int nr_xports;

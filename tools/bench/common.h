@@ -31,12 +31,14 @@
  * @warmup:  time before it
  * @verbose: progress on stderr
  * @djinnd:  the djinnd to start, or NULL
+ * @bulk_bytes: the tensor of bulk and tls (--bulk-mib; 256 MiB)
  */
 struct bench_opt {
 	double seconds;
 	double warmup;
 	bool verbose;
 	const char *djinnd;
+	size_t bulk_bytes;
 };
 
 extern struct bench_opt opt;
@@ -172,7 +174,15 @@ int run_capture(char *const argv[], int timeout_ms, char *out, size_t len);
 #define RTT_ROUNDS 3
 void bench_rtt(void);
 /* tools/bench/bulk.c */
+struct djinn_conn;
 void bench_bulk(void);
+/* Runs of each direction of bulk_through(), after one to warm up. */
+#define BULK_REPS 5
+/* Upload and download @len bytes of @src through @conn, in a session of
+ * its own, BULK_REPS times each: GB/s into @up[] and @down[]. What comes
+ * back into @dst must be @src, or the run fails naming @name. */
+void bulk_through(struct djinn_conn *conn, const char *name, const void *src,
+		  void *dst, size_t len, double *up, double *down);
 /* tools/bench/lazy.c */
 void bench_lazy(void);
 /* tools/bench/stall.c */

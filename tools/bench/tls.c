@@ -61,8 +61,6 @@
 
 #include "common.h"
 
-#define TLS_BULK_BYTES (256 * MiB)
-#define TLS_BULK_REPS 5
 #define TLS_RECV_CHUNK (64 * KiB)
 /* Connections one timed loop opens at most: each leaves a TIME_WAIT
  * socket, and loopback has some 28 k ephemeral ports. */
@@ -193,13 +191,13 @@ static int pipe_recv(struct pipe_end *e)
 }
 
 /* GB/s of @tx's bytes to @rx (another thread sends), median of
- * TLS_BULK_REPS after a warm-up; @what names it in errors. */
+ * BULK_REPS after a warm-up; @what names it in errors. */
 static double pipe_gbps(struct pipe_end *tx, struct pipe_end *rx,
 			const char *what)
 {
-	double gbps[TLS_BULK_REPS];
+	double gbps[BULK_REPS];
 
-	for (int rep = -1; rep < TLS_BULK_REPS; rep++) {
+	for (int rep = -1; rep < BULK_REPS; rep++) {
 		uint64_t t0 = mono_ns();
 		pthread_t t;
 		int ret = pthread_create(&t, NULL, pipe_send, tx);
@@ -215,7 +213,7 @@ static double pipe_gbps(struct pipe_end *tx, struct pipe_end *rx,
 		if (rep == -1 && memcmp(tx->buf, rx->buf, tx->len))
 			fail("%s: bytes came back wrong", what);
 	}
-	return median(gbps, TLS_BULK_REPS);
+	return median(gbps, BULK_REPS);
 }
 
 /* A loopback TCP connection of this process: *@cfd dialled, *@afd
@@ -585,50 +583,18 @@ static void loop_rounds(void (*loop)(struct target *, struct loop_res *),
 /* Bulk through djinnd: as bulk.c does it */
 
 /* Upload and download GB/s of @len bytes at @src through @t, medians of
- * TLS_BULK_REPS after a warm-up; @dst receives them. */
+ * BULK_REPS after a warm-up; @dst receives them. */
 static void djinn_bulk(struct target *t, const void *src, void *dst, size_t len,
 		       double *up_gbps, double *down_gbps)
 {
-	const struct djinn_tensor_desc desc = {
-		.dtype = DJINN_DTYPE_F32,
-		.ndim = 2,
-		.dims = { 8192, len / 4 / 8192 },
-	};
-	double up[TLS_BULK_REPS], down[TLS_BULK_REPS];
+	double up[BULK_REPS], down[BULK_REPS];
 	struct djinn_conn *conn = target_connect(t);
-	struct djinn_tensor *tensor = NULL;
-	struct djinn_session *s;
 
 	memset(dst, 0, len);
-	check(djinn_session_open(conn, NULL, &s), "djinn_session_open");
-	for (int rep = -1; rep < TLS_BULK_REPS; rep++) {
-		uint64_t t0 = mono_ns();
-
-		check(djinn_tensor_upload(s, &desc, src, DJINN_SEG_DATA,
-					  &tensor),
-		      "djinn_tensor_upload");
-		if (rep >= 0)
-			up[rep] = (double)len / (double)(mono_ns() - t0);
-		if (rep < TLS_BULK_REPS - 1)
-			check(djinn_tensor_release(tensor),
-			      "djinn_tensor_release");
-	}
-	for (int rep = -1; rep < TLS_BULK_REPS; rep++) {
-		uint64_t t0 = mono_ns();
-
-		check(djinn_tensor_download(tensor, 0, len, dst),
-		      "djinn_tensor_download");
-		if (rep >= 0)
-			down[rep] = (double)len / (double)(mono_ns() - t0);
-		if (rep == -1 && memcmp(src, dst, len))
-			fail("tls bulk over %s: the tensor came back wrong",
-			     t->addr);
-	}
-	check(djinn_tensor_release(tensor), "djinn_tensor_release");
-	check(djinn_session_close(s), "djinn_session_close");
+	bulk_through(conn, t->addr, src, dst, len, up, down);
 	djinn_disconnect(conn);
-	*up_gbps = median(up, TLS_BULK_REPS);
-	*down_gbps = median(down, TLS_BULK_REPS);
+	*up_gbps = median(up, BULK_REPS);
+	*down_gbps = median(down, BULK_REPS);
 	info("tls bulk %s: upload %.2f GB/s, download %.2f", t->addr, *up_gbps,
 	     *down_gbps);
 }
@@ -708,7 +674,7 @@ static void tls_bulk(const struct pki *p, struct target *tcp,
 		"the target is for kernel TLS; in this run OpenSSL sealed the "
 		"records in userspace (no tls module)";
 	const char *note = strcmp(xp, "tls, kernel") ? user_note : NULL;
-	const size_t len = TLS_BULK_BYTES;
+	const size_t len = opt.bulk_bytes;
 	uint8_t *src = xmalloc_huge(len), *dst = xmalloc_huge(len);
 	double up_tcp, down_tcp, up_tls, down_tls, raw, ref;
 	uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -727,15 +693,15 @@ static void tls_bulk(const struct pki *p, struct target *tcp,
 	free(src);
 	free(dst);
 	emit_tls(xp, "upload_gbps", up_tls, "GB/s", up_tcp, "tcp_upload", T_GE,
-		 0.8, TLS_BULK_REPS, note);
+		 0.8, BULK_REPS, note);
 	emit_tls(xp, "download_gbps", down_tls, "GB/s", down_tcp,
-		 "tcp_download", T_GE, 0.8, TLS_BULK_REPS, note);
+		 "tcp_download", T_GE, 0.8, BULK_REPS, note);
 	emit_tls(xp, "upload_vs_openssl_gbps", up_tls, "GB/s", ref,
-		 "openssl_blast", T_NONE, 0, TLS_BULK_REPS, ref_note);
+		 "openssl_blast", T_NONE, 0, BULK_REPS, ref_note);
 	emit_tls(xp, "download_vs_openssl_gbps", down_tls, "GB/s", ref,
-		 "openssl_blast", T_NONE, 0, TLS_BULK_REPS, ref_note);
+		 "openssl_blast", T_NONE, 0, BULK_REPS, ref_note);
 	emit_tls(xp, "openssl_gbps", ref, "GB/s", raw, "raw_blast", T_NONE, 0,
-		 TLS_BULK_REPS, ref_note);
+		 BULK_REPS, ref_note);
 }
 
 void bench_tls(void)
