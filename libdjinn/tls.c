@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -109,13 +110,10 @@ void __djinn_tls_free(struct dj_tls *t)
 	free(t);
 }
 
-static int tls_ctx(struct dj_tls *t, const struct djinn_connect_opts *o,
-		   char *why, size_t len)
+/* A context of these files (each may be NULL), into t->ctx. */
+static int tls_ctx_make(struct dj_tls *t, const char *ca, const char *cert,
+			const char *key, char *why, size_t len)
 {
-	const char *ca = opt_or_env(DJ_OPT(o, tls_ca), "DJINN_TLS_CA");
-	const char *cert = opt_or_env(DJ_OPT(o, tls_cert), "DJINN_TLS_CERT");
-	const char *key = opt_or_env(DJ_OPT(o, tls_key), "DJINN_TLS_KEY");
-
 	t->ctx = SSL_CTX_new(TLS_client_method());
 	if (!t->ctx || !SSL_CTX_set_min_proto_version(t->ctx, TLS1_3_VERSION) ||
 	    !SSL_CTX_set_ciphersuites(t->ctx, KTLS_CIPHERSUITES))
@@ -141,6 +139,118 @@ static int tls_ctx(struct dj_tls *t, const struct djinn_connect_opts *o,
 		return -EINVAL;
 	}
 	return 0;
+}
+
+/*
+ * Contexts already made, by their files: OpenSSL 3 takes most of a
+ * millisecond to make one and read a CA, a certificate and a key, more
+ * than the handshake's own work. A file that changed (its inode, size or
+ * time) makes a new one: a rotated certificate is read at the next
+ * connect.
+ */
+#define CTX_CACHE 4
+
+struct ctx_file {
+	char *path; /* NULL: none */
+	struct stat st;
+};
+
+static struct ctx_cache {
+	SSL_CTX *ctx;
+	struct ctx_file f[3]; /* ca, cert, key */
+	uint64_t used;
+} ctx_cache[CTX_CACHE];
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t ctx_clock;
+
+static bool file_same(const struct ctx_file *f, const char *path,
+		      const struct stat *st)
+{
+	if (!path || !f->path)
+		return !path && !f->path;
+	return !strcmp(path, f->path) && st->st_dev == f->st.st_dev &&
+	       st->st_ino == f->st.st_ino && st->st_size == f->st.st_size &&
+	       st->st_mtim.tv_sec == f->st.st_mtim.tv_sec &&
+	       st->st_mtim.tv_nsec == f->st.st_mtim.tv_nsec;
+}
+
+/* A cached context of these files, with a reference for the caller, or
+ * NULL. */
+static SSL_CTX *ctx_lookup(const char *const paths[3], const struct stat st[3])
+{
+	SSL_CTX *ctx = NULL;
+
+	pthread_mutex_lock(&ctx_lock);
+	for (unsigned int i = 0; i < CTX_CACHE && !ctx; i++) {
+		struct ctx_cache *e = &ctx_cache[i];
+		bool same = e->ctx != NULL;
+
+		for (unsigned int k = 0; k < 3 && same; k++)
+			same = file_same(&e->f[k], paths[k], &st[k]);
+		if (same && SSL_CTX_up_ref(e->ctx)) {
+			ctx = e->ctx;
+			e->used = ++ctx_clock;
+		}
+	}
+	pthread_mutex_unlock(&ctx_lock);
+	return ctx;
+}
+
+/* Keep @ctx for these files, in the place used longest ago. */
+static void ctx_keep(SSL_CTX *ctx, const char *const paths[3],
+		     const struct stat st[3])
+{
+	struct ctx_cache *e = &ctx_cache[0];
+	struct ctx_file f[3] = { { 0 } };
+
+	for (unsigned int k = 0; k < 3; k++) {
+		if (paths[k] && !(f[k].path = strdup(paths[k])))
+			goto out;
+		f[k].st = st[k];
+	}
+	if (!SSL_CTX_up_ref(ctx))
+		goto out;
+	pthread_mutex_lock(&ctx_lock);
+	for (unsigned int i = 1; i < CTX_CACHE; i++)
+		if (ctx_cache[i].used < e->used)
+			e = &ctx_cache[i];
+	SSL_CTX_free(e->ctx);
+	for (unsigned int k = 0; k < 3; k++) {
+		free(e->f[k].path);
+		e->f[k] = f[k];
+		f[k].path = NULL;
+	}
+	e->ctx = ctx;
+	e->used = ++ctx_clock;
+	pthread_mutex_unlock(&ctx_lock);
+out:
+	for (unsigned int k = 0; k < 3; k++)
+		free(f[k].path);
+}
+
+static int tls_ctx(struct dj_tls *t, const struct djinn_connect_opts *o,
+		   char *why, size_t len)
+{
+	const char *ca = opt_or_env(DJ_OPT(o, tls_ca), "DJINN_TLS_CA");
+	const char *cert = opt_or_env(DJ_OPT(o, tls_cert), "DJINN_TLS_CERT");
+	const char *key = opt_or_env(DJ_OPT(o, tls_key), "DJINN_TLS_KEY");
+	const char *const paths[3] = { ca, cert, key };
+	struct stat st[3] = { { 0 } };
+	bool cacheable = true;
+	int ret;
+
+	for (unsigned int k = 0; k < 3; k++)
+		if (paths[k] && stat(paths[k], &st[k]))
+			cacheable = false; /* the load says why */
+	if (cacheable) {
+		t->ctx = ctx_lookup(paths, st);
+		if (t->ctx)
+			return 0;
+	}
+	ret = tls_ctx_make(t, ca, cert, key, why, len);
+	if (!ret && cacheable)
+		ctx_keep(t->ctx, paths, st);
+	return ret;
 }
 
 /*

@@ -1084,6 +1084,55 @@ static void test_cn_not_tenant(void **state)
 	victims_close(&v);
 }
 
+/* Copy certificate and key @from to @to (a new file each: a new inode,
+ * as a rotation that renames files into place gives). */
+static void cert_copy(const char *from, const char *to)
+{
+	static const char *const ext[] = { "pem", "key" };
+
+	for (int i = 0; i < 2; i++) {
+		char a[PATH_MAX], b[PATH_MAX], tmp[PATH_MAX + 4], buf[8192];
+		FILE *in, *out;
+		size_t n;
+
+		pki_path(a, sizeof(a), from, ext[i]);
+		pki_path(b, sizeof(b), to, ext[i]);
+		snprintf(tmp, sizeof(tmp), "%s.new", b);
+		in = fopen(a, "r");
+		out = fopen(tmp, "w");
+		assert_non_null(in);
+		assert_non_null(out);
+		while ((n = fread(buf, 1, sizeof(buf), in)))
+			assert_int_equal(fwrite(buf, 1, n, out), n);
+		fclose(in);
+		assert_int_equal(fclose(out), 0);
+		assert_int_equal(rename(tmp, b), 0);
+	}
+}
+
+/* libdjinn keeps contexts by their files: a certificate rotated in place
+ * (the same path) is the one the next connect presents. */
+static void test_rotated_certificate(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_conn *c;
+	struct djinn_session *s;
+
+	cert_copy("alice", "rotating");
+	c = xtls(NULL, "rotating", NULL);
+	s = xopen(c, "before");
+	assert_string_equal(tenant_of(fx, s, "before"), "alice");
+	assert_int_equal(djinn_session_close(s), 0);
+	disconnect(c);
+
+	cert_copy("bob", "rotating");
+	c = xtls(NULL, "rotating", NULL);
+	s = xopen(c, "after");
+	assert_string_equal(tenant_of(fx, s, "after"), "bob");
+	assert_int_equal(djinn_session_close(s), 0);
+	disconnect(c);
+}
+
 /* 10. The client trusts another CA than djinnd's: it refuses djinnd. A
  * certificate without its key is no certificate. */
 static void test_wrong_server_ca(void **state)
@@ -1118,6 +1167,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_cert_tenant, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_rotated_certificate, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_other_ca, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_expired, setup, teardown),
