@@ -9,7 +9,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +32,6 @@ enum {
 	TAG_SEND = 2,
 	TAG_ACCEPT = 3,
 	TAG_CANCEL = 4,
-	TAG_POLL = 5, /* a TLS handshake waits for the socket */
 };
 
 #define RBUF_SIZE (64u << 10)
@@ -501,15 +499,8 @@ static uint64_t conns_deadlines(struct loop_timer *t, uint64_t now)
 	list_for_each_entry_safe(c, n, &srv->conns, node) {
 		if (c->closing || c->paused || c->close_after)
 			continue;
-		if (c->tls && tls_conn_mode(c->tls) == TLS_HANDSHAKE) {
-			if (now - c->frame_t0 <= frame)
-				continue;
-			log_notice("conn %d: TLS handshake not finished in "
-				   "%llu ms: closing",
-				   c->fd, ms(now - c->frame_t0));
-			srv->st.conns_timed_out++;
-			srv->st.tls_failed++;
-			conn_close(c, true);
+		if (c->handshaking) {
+			continue; /* the handshake thread times it */
 		} else if ((c->ps == P_HDR && c->hdr_got) || c->ps == P_BODY) {
 			if (now - c->frame_t0 <= frame)
 				continue;
@@ -1101,36 +1092,30 @@ static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
 
 static bool conn_over_tenant_quota(struct conn *c);
 
-/* The TLS handshake, a step per poll completion (net/tls.h). Done, the
- * connection receives as any other; failed, it closes (OpenSSL has sent
- * the peer its alert). */
-static void conn_handshake(struct conn *c)
+/* The handshake thread is done with @c (net/tls.h): it receives as any
+ * other connection, or it closes (OpenSSL has sent the peer its alert).
+ * Drops the reference tls_handshake_start() was given. */
+void conn_handshake_done(struct conn *c, int ret, const char *tenant,
+			 const char *why)
 {
 	struct server *srv = c->srv;
-	struct io_uring_sqe *sqe;
-	char why[256], desc[128];
-	short events = 0;
-	int ret;
+	char desc[128];
 
-	if (c->closing)
-		return;
-	ret = tls_handshake(c->tls, &events, c->tenant, why, sizeof(why));
-	if (ret == -EAGAIN) {
-		sqe = loop_sqe(&srv->loop, &c->src, TAG_POLL);
-		if (!sqe) {
-			conn_fail(c, "wait for the TLS handshake");
-			return;
-		}
-		io_uring_prep_poll_add(sqe, c->fd, (unsigned int)events);
-		conn_get(c);
+	c->handshaking = false;
+	if (c->closing) {
+		conn_put(c);
 		return;
 	}
 	if (ret) {
 		log_notice("conn %d: TLS: %s: closing", c->fd, why);
 		srv->st.tls_failed++;
+		if (ret == -ETIMEDOUT)
+			srv->st.conns_timed_out++;
 		conn_close(c, true);
+		conn_put(c);
 		return;
 	}
+	memcpy(c->tenant, tenant, sizeof(c->tenant));
 	srv->st.tls_handshakes++;
 	if (tls_conn_mode(c->tls) == TLS_KERNEL)
 		srv->st.tls_kernel++;
@@ -1139,9 +1124,9 @@ static void conn_handshake(struct conn *c)
 	log_info("conn %d: %s, tenant %s", c->fd,
 		 tls_conn_desc(c->tls, desc, sizeof(desc)),
 		 c->tenant[0] ? c->tenant : "none yet (AUTH)");
-	if (c->tenant[0] && !conn_identified(c))
-		return;
-	conn_recv_arm(c);
+	if (!c->tenant[0] || conn_identified(c))
+		conn_recv_arm(c);
+	conn_put(c);
 }
 
 bool conn_identified(struct conn *c)
@@ -1158,10 +1143,7 @@ static void conn_complete(struct io_src *src, struct io_uring_cqe *cqe,
 		conn_received(c, cqe);
 	else if (tag == TAG_SEND)
 		conn_sent(c, cqe);
-	else if (tag == TAG_POLL) {
-		conn_handshake(c);
-		conn_put(c);
-	} else
+	else
 		conn_put(c); /* TAG_CANCEL: the receive says how it ended */
 }
 
@@ -1271,7 +1253,7 @@ static bool conn_over_cap(struct conn *c)
 	if (n < cap)
 		return false;
 	srv->st.conns_refused++;
-	if (c->tls && tls_conn_mode(c->tls) == TLS_HANDSHAKE) {
+	if (c->handshaking) {
 		/* An error frame would be plaintext in a TLS stream. */
 		log_notice("conn %d: %u connections from %s already: closed "
 			   "before its TLS handshake",
@@ -1463,10 +1445,11 @@ static void conn_new(struct listener *ls, int fd)
 	if (c->tls) {
 		/* Its refusals would be plaintext in a TLS stream: over
 		 * the address's cap it is closed before any handshake. */
+		c->handshaking = true;
 		if (conn_over_cap(c))
 			return;
-		c->frame_t0 = loop_now(); /* the handshake's deadline */
-		conn_handshake(c);
+		conn_get(c); /* the handshake thread's */
+		tls_handshake_start(c->tls, c);
 		return;
 	}
 	if (conn_over_cap(c) || conn_over_tenant_quota(c))

@@ -69,6 +69,7 @@ struct conn {
 	bool admin, tcp;
 	bool no_zc; /* the socket cannot send zero-copy (AF_UNIX) */
 	struct tls_conn *tls; /* a tls: listener's (net/tls.h), or NULL */
+	bool handshaking; /* the handshake thread has it */
 	struct ucred cred;
 	struct sockaddr_storage peer; /* TCP: the peer's address */
 	char tenant[DJINN_TENANT_LEN]; /* who it is (session/tenant.h) */
@@ -124,6 +125,10 @@ struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp);
  * False when that refused it (the error is queued, the connection
  * closes). */
 bool conn_identified(struct conn *c);
+/* The handshake thread finished @c's TLS handshake: @ret 0 with @tenant
+ * (empty: AUTH must name it), or a negative errno and @why. I/O thread. */
+void conn_handshake_done(struct conn *c, int ret, const char *tenant,
+			 const char *why);
 /* Run @len bytes through the frame parser, as if received. */
 void conn_feed(struct conn *c, const uint8_t *p, uint64_t len);
 /* A P_WAIT stream's memory is ready (@err 0: take the data) or not (the

@@ -6,9 +6,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -21,6 +24,7 @@
 #include "log.h"
 #include "names.h"
 #include "server.h"
+#include "net/conn.h"
 #include "net/tls.h"
 
 struct token {
@@ -28,8 +32,34 @@ struct token {
 	uint8_t hash[32];
 };
 
+/*
+ * The handshake thread: every TLS handshake runs there, nonblocking, on
+ * an epoll of their sockets, so that a flood of them (a public listener,
+ * no credentials needed) costs the I/O thread nothing but the accepts.
+ * Finished ones go back to the I/O thread through an eventfd its ring
+ * reads (conn_handshake_done()).
+ */
+struct tls_worker {
+	pthread_t thread;
+	bool started;
+	int ep; /* the sockets in handshake, and @wake */
+	int wake; /* eventfd: new handshakes, or stop */
+	pthread_mutex_t lock; /* @in, @done, @stop */
+	struct list_head in; /* submitted, not taken yet */
+	struct list_head done; /* finished, for the I/O thread */
+	bool stop;
+	uint64_t timeout_ns;
+	/* the I/O thread's side */
+	struct server *srv;
+	struct io_src src;
+	struct loop_timer rearm;
+	int efd;
+	uint64_t efd_val;
+};
+
 struct tls_server {
 	SSL_CTX *ctx;
+	struct tls_worker w;
 	enum { ID_CN, ID_SAN_DNS, ID_SAN_EMAIL, ID_SAN_URI } id_from;
 	bool ktls;
 	struct token *tokens;
@@ -38,6 +68,14 @@ struct tls_server {
 
 struct tls_conn {
 	struct tls_server *ts;
+	/* the handshake thread's (tls_handshake_start()) */
+	struct list_head node;
+	struct conn *owner;
+	uint64_t t0;
+	bool in_epoll;
+	int hs_ret;
+	char hs_why[256];
+	char hs_tenant[DJINN_TENANT_LEN];
 	SSL *ssl;
 	int fd;
 	enum tls_mode mode;
@@ -272,6 +310,9 @@ static int verify_cb(int ok, X509_STORE_CTX *x)
 	return 1;
 }
 
+static int hs_start(struct server *srv, struct tls_worker *w);
+static void hs_stop(struct tls_worker *w);
+
 /* ---------------------------------------------------------------------- */
 /* The context */
 
@@ -281,7 +322,7 @@ int tls_server_init(struct server *srv, char *why, size_t len)
 	struct tls_server *ts;
 	bool any = false;
 	char e[256];
-	int mode;
+	int mode, ret;
 
 	for (unsigned int i = 0; i < cfg->nr_listen; i++)
 		any |= !strncmp(cfg->listen[i], "tls:", 4);
@@ -293,6 +334,7 @@ int tls_server_init(struct server *srv, char *why, size_t len)
 		return -ENOMEM;
 	}
 	srv->tls = ts;
+	ts->w.ep = ts->w.wake = ts->w.efd = -1;
 	ts->ktls = !cfg->tls_ktls || strcmp(cfg->tls_ktls, "off");
 	ts->id_from =
 		!cfg->tls_tenant_from || !strcmp(cfg->tls_tenant_from, "cn") ?
@@ -355,6 +397,12 @@ int tls_server_init(struct server *srv, char *why, size_t len)
 	if (cfg->tls_tokens && *cfg->tls_tokens &&
 	    tokens_read(cfg->tls_tokens, &ts->tokens, &ts->nr_tokens, why, len))
 		goto fail;
+	ret = hs_start(srv, &ts->w);
+	if (ret) {
+		snprintf(why, len, "tls: the handshake thread: %s",
+			 strerror(-ret));
+		goto fail;
+	}
 	log_info("tls: %s%s%s, tenants from %s, kernel TLS %s",
 		 cfg->tls_client_ca && *cfg->tls_client_ca ?
 			 "client certificates" :
@@ -377,6 +425,7 @@ void tls_server_free(struct server *srv)
 
 	if (!ts)
 		return;
+	hs_stop(&ts->w);
 	SSL_CTX_free(ts->ctx);
 	tokens_free(ts);
 	free(ts);
@@ -395,6 +444,7 @@ struct tls_conn *tls_conn_new(struct server *srv, int fd)
 		return NULL;
 	t->ts = srv->tls;
 	t->fd = fd;
+	INIT_LIST_HEAD(&t->node);
 	t->ssl = SSL_new(t->ts->ctx);
 	if (!t->ssl || ktls_attach(t->ssl, &t->secrets) ||
 	    !SSL_set_fd(t->ssl, fd)) {
@@ -604,4 +654,233 @@ uint64_t tls_sent(struct tls_conn *t, uint64_t n)
 		return 0;
 	t->tx_off = t->tx_len = 0;
 	return t->tx_plain;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The handshake thread */
+
+#define HS_EVENTS 64
+
+/* @t is finished: to the I/O thread. */
+static void hs_finish(struct tls_worker *w, struct tls_conn *t)
+{
+	uint64_t one = 1;
+
+	if (t->in_epoll)
+		epoll_ctl(w->ep, EPOLL_CTL_DEL, t->fd, NULL);
+	t->in_epoll = false;
+	list_del_init(&t->node);
+	pthread_mutex_lock(&w->lock);
+	list_add_tail(&t->node, &w->done);
+	pthread_mutex_unlock(&w->lock);
+	if (write(w->efd, &one, sizeof(one)) < 0)
+		log_err("tls: eventfd: %s", strerror(errno));
+}
+
+/* One step of @t's handshake: waiting again, or finished. */
+static void hs_step(struct tls_worker *w, struct tls_conn *t)
+{
+	struct epoll_event ev = { .data.ptr = t };
+	short events = 0;
+
+	t->hs_ret = tls_handshake(t, &events, t->hs_tenant, t->hs_why,
+				  sizeof(t->hs_why));
+	if (t->hs_ret != -EAGAIN) {
+		hs_finish(w, t);
+		return;
+	}
+	ev.events = EPOLLONESHOT | EPOLLRDHUP |
+		    (events & POLLOUT ? EPOLLOUT : EPOLLIN);
+	if (epoll_ctl(w->ep, t->in_epoll ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, t->fd,
+		      &ev)) {
+		t->hs_ret = -errno;
+		snprintf(t->hs_why, sizeof(t->hs_why), "epoll: %s",
+			 strerror(errno));
+		hs_finish(w, t);
+		return;
+	}
+	t->in_epoll = true;
+}
+
+static void *hs_main(void *arg)
+{
+	struct tls_worker *w = arg;
+	struct epoll_event evs[HS_EVENTS];
+	struct list_head active; /* in handshake here, oldest first */
+	bool stop = false;
+
+	INIT_LIST_HEAD(&active);
+	while (!stop) {
+		struct tls_conn *t, *n;
+		uint64_t now = loop_now(), next = now + NSEC_PER_SEC;
+		int nev, ms;
+
+		/* The oldest decides when to look at deadlines again. */
+		list_for_each_entry_safe(t, n, &active, node) {
+			if (now - t->t0 < w->timeout_ns) {
+				if (t->t0 + w->timeout_ns < next)
+					next = t->t0 + w->timeout_ns;
+				break;
+			}
+			t->hs_ret = -ETIMEDOUT;
+			snprintf(t->hs_why, sizeof(t->hs_why),
+				 "handshake not finished in %llu ms",
+				 (unsigned long long)(w->timeout_ns /
+						      NSEC_PER_MSEC));
+			hs_finish(w, t);
+		}
+		ms = (int)((next - now + NSEC_PER_MSEC - 1) / NSEC_PER_MSEC);
+		nev = epoll_wait(w->ep, evs, HS_EVENTS, ms);
+		for (int i = 0; i < nev; i++) {
+			uint64_t v;
+
+			if (evs[i].data.ptr) {
+				hs_step(w, evs[i].data.ptr);
+				continue;
+			}
+			struct list_head fresh;
+
+			INIT_LIST_HEAD(&fresh);
+			if (read(w->wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				log_err("tls: eventfd: %s", strerror(errno));
+			pthread_mutex_lock(&w->lock);
+			stop = w->stop;
+			list_splice_tail(&w->in, &fresh);
+			INIT_LIST_HEAD(&w->in);
+			pthread_mutex_unlock(&w->lock);
+			/* Each takes its first step (the peer's ClientHello
+			 * may be there already). */
+			list_for_each_entry_safe(t, n, &fresh, node) {
+				list_move_tail(&t->node, &active);
+				hs_step(w, t);
+			}
+		}
+	}
+	/* Stopping: what is in handshake goes back, failed. */
+	while (!list_empty(&active)) {
+		struct tls_conn *t =
+			list_first_entry(&active, struct tls_conn, node);
+
+		t->hs_ret = -ECANCELED;
+		snprintf(t->hs_why, sizeof(t->hs_why), "djinnd is stopping");
+		hs_finish(w, t);
+	}
+	return NULL;
+}
+
+static void hs_arm(struct tls_worker *w);
+
+/* Finished handshakes on the I/O thread. */
+static void hs_reap(struct tls_worker *w)
+{
+	struct list_head done;
+	struct tls_conn *t, *n;
+
+	INIT_LIST_HEAD(&done);
+	pthread_mutex_lock(&w->lock);
+	list_splice_tail(&w->done, &done);
+	INIT_LIST_HEAD(&w->done);
+	pthread_mutex_unlock(&w->lock);
+	list_for_each_entry_safe(t, n, &done, node) {
+		list_del_init(&t->node);
+		conn_handshake_done(t->owner, t->hs_ret, t->hs_tenant,
+				    t->hs_why);
+	}
+}
+
+static void hs_complete(struct io_src *src, struct io_uring_cqe *cqe,
+			unsigned int tag)
+{
+	struct tls_worker *w = container_of(src, struct tls_worker, src);
+
+	hs_reap(w);
+	if (cqe->res < 0 && cqe->res != -EINTR && cqe->res != -ECANCELED)
+		log_err("tls: eventfd read: %s", strerror(-cqe->res));
+	if (cqe->res != -ECANCELED)
+		hs_arm(w);
+}
+
+static void hs_arm(struct tls_worker *w)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&w->srv->loop, &w->src, 0);
+
+	if (!sqe) {
+		loop_retry(&w->srv->loop, &w->rearm);
+		return;
+	}
+	io_uring_prep_read(sqe, w->efd, &w->efd_val, sizeof(w->efd_val), 0);
+}
+
+static uint64_t hs_rearm(struct loop_timer *t, uint64_t now)
+{
+	hs_arm(container_of(t, struct tls_worker, rearm));
+	return 0;
+}
+
+static int hs_start(struct server *srv, struct tls_worker *w)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	int ret;
+
+	w->srv = srv;
+	w->timeout_ns = srv->cfg.frame_timeout_ns;
+	w->src.complete = hs_complete;
+	w->rearm.fn = hs_rearm;
+	INIT_LIST_HEAD(&w->rearm.node);
+	INIT_LIST_HEAD(&w->in);
+	INIT_LIST_HEAD(&w->done);
+	pthread_mutex_init(&w->lock, NULL);
+	w->ep = epoll_create1(EPOLL_CLOEXEC);
+	w->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	w->efd = eventfd(0, EFD_CLOEXEC);
+	if (w->ep < 0 || w->wake < 0 || w->efd < 0 ||
+	    epoll_ctl(w->ep, EPOLL_CTL_ADD, w->wake, &ev))
+		return -errno;
+	ret = -pthread_create(&w->thread, NULL, hs_main, w);
+	if (ret)
+		return ret;
+	w->started = true;
+	hs_arm(w);
+	return 0;
+}
+
+static void hs_stop(struct tls_worker *w)
+{
+	uint64_t one = 1;
+
+	if (w->started) {
+		pthread_mutex_lock(&w->lock);
+		w->stop = true;
+		pthread_mutex_unlock(&w->lock);
+		if (write(w->wake, &one, sizeof(one)) < 0)
+			log_err("tls: eventfd: %s", strerror(errno));
+		pthread_join(w->thread, NULL);
+		w->started = false;
+		hs_reap(w); /* each goes back to its connection */
+	}
+	if (!w->srv)
+		return; /* never started */
+	loop_timer_del(&w->rearm);
+	if (w->ep >= 0)
+		close(w->ep);
+	if (w->wake >= 0)
+		close(w->wake);
+	if (w->efd >= 0)
+		close(w->efd);
+	pthread_mutex_destroy(&w->lock);
+}
+
+void tls_handshake_start(struct tls_conn *t, struct conn *owner)
+{
+	struct tls_worker *w = &t->ts->w;
+	uint64_t one = 1;
+
+	t->owner = owner;
+	t->t0 = loop_now();
+	t->hs_ret = 1; /* not stepped yet */
+	pthread_mutex_lock(&w->lock);
+	list_add_tail(&t->node, &w->in);
+	pthread_mutex_unlock(&w->lock);
+	if (write(w->wake, &one, sizeof(one)) < 0)
+		log_err("tls: eventfd: %s", strerror(errno));
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * TLS listeners (server.listen = tls:HOST:PORT; Documentation/security.rst,
- * "TLS"): TLS 1.3 through OpenSSL, the handshake driven on the I/O thread
- * by poll completions, then the kernel's TLS (lib/ktls.h) where it can,
+ * "TLS"): TLS 1.3 through OpenSSL, the handshake on a thread of its own
+ * (tls_handshake_start()), then the kernel's TLS (lib/ktls.h) where it can,
  * else OpenSSL on memory BIOs around the same io_uring receives and
  * sends.
  *
@@ -47,8 +47,15 @@ struct tls_conn *tls_conn_new(struct server *srv, int fd);
 void tls_conn_free(struct tls_conn *t);
 enum tls_mode tls_conn_mode(const struct tls_conn *t);
 
+struct conn;
+
+/* Run @t's handshake on the handshake thread; conn_handshake_done()
+ * (net/conn.h) says how it ended, on the I/O thread. @owner must stay
+ * until then (the caller holds a reference). */
+void tls_handshake_start(struct tls_conn *t, struct conn *owner);
+
 /*
- * One step of the handshake: 0 when it is done (the connection is in
+ * One step of the handshake (the handshake thread's): 0 when it is done (the connection is in
  * TLS_KERNEL or TLS_USER mode, and @tenant holds the certificate's
  * tenant, or is empty: AUTH must name one); -EAGAIN with *@events the
  * poll(2) events to wait for; another -errno when it failed, with @why
