@@ -861,6 +861,28 @@ static void test_anonymous(void **state)
 
 /* 5. Plain TCP to the TLS listener: no connection, and djinnd goes on
  * serving; TLS to a peer that does not speak it: -EPROTO. */
+static bool log_has(const struct fx *fx, const char *s);
+
+/* A peer that connects to the TLS port and says nothing: the handshake
+ * thread gives it up after server.frame_timeout (5 s), and everyone else
+ * is served meanwhile. */
+static void test_stalled_handshake(void **state)
+{
+	struct fx *fx = *state;
+	struct victims v;
+	int fd;
+
+	victims_open(fx, &v);
+	fd = dj_connect_tcp(tls_port);
+	assert_true(fd >= 0);
+	victims_check(&v);
+	assert_int_equal(dj_wait_eof(fd, 15000), 1);
+	close(fd);
+	assert_true(log_has(fx, "handshake not finished in 5000 ms"));
+	victims_check(&v);
+	victims_close(&v);
+}
+
 static void test_plain_tcp(void **state)
 {
 	struct fx *fx = *state;
@@ -1169,6 +1191,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cert_tenant, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_rotated_certificate, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_stalled_handshake, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_other_ca, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_expired, setup, teardown),
