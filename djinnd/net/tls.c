@@ -530,8 +530,16 @@ static int tls_settle(struct tls_conn *t, char *why, size_t len)
 	return 0;
 }
 
-int tls_handshake(struct tls_conn *t, short *events,
-		  char tenant[DJINN_TENANT_LEN], char *why, size_t len)
+/*
+ * One step of @t's handshake, on the handshake thread: 0 when it is done
+ * (the connection is in TLS_KERNEL or TLS_USER mode, and @tenant holds
+ * the certificate's tenant, or is empty: AUTH must name one); -EAGAIN
+ * with *@events the poll(2) events to wait for; another -errno when it
+ * failed, with @why saying how (the peer has been sent an alert where TLS
+ * allows).
+ */
+static int tls_handshake(struct tls_conn *t, short *events,
+			 char tenant[DJINN_TENANT_LEN], char *why, size_t len)
 {
 	char e[200];
 	long v;

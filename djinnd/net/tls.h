@@ -27,7 +27,7 @@ struct server_config;
 struct tls_server;
 
 enum tls_mode {
-	TLS_HANDSHAKE, /* OpenSSL on the socket, waiting on polls */
+	TLS_HANDSHAKE, /* OpenSSL on the socket, on the handshake thread */
 	TLS_KERNEL, /* the kernel encrypts: the socket carries plaintext */
 	TLS_USER, /* OpenSSL on memory BIOs: conn.c seals and opens */
 };
@@ -54,15 +54,6 @@ struct conn;
  * until then (the caller holds a reference). */
 void tls_handshake_start(struct tls_conn *t, struct conn *owner);
 
-/*
- * One step of the handshake (the handshake thread's): 0 when it is done (the connection is in
- * TLS_KERNEL or TLS_USER mode, and @tenant holds the certificate's
- * tenant, or is empty: AUTH must name one); -EAGAIN with *@events the
- * poll(2) events to wait for; another -errno when it failed, with @why
- * saying how (the peer has been sent an alert where TLS allows).
- */
-int tls_handshake(struct tls_conn *t, short *events,
-		  char tenant[DJINN_TENANT_LEN], char *why, size_t len);
 /* What the handshake agreed, for logs: "TLSv1.3 TLS_AES_128_GCM_SHA256,
  * kernel". */
 const char *tls_conn_desc(const struct tls_conn *t, char *buf, size_t len);
