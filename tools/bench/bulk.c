@@ -118,19 +118,24 @@ static double raw_blast(const struct xport *xp, const void *src, void *dst,
 	return median(gbps, BULK_REPS);
 }
 
-void bench_bulk(void)
+void bulk_fill(uint8_t *src, size_t len)
 {
-	const size_t len = opt.bulk_bytes;
-	uint8_t *src = xmalloc_huge(len), *dst = xmalloc_huge(len);
 	uint64_t x = 0x9e3779b97f4a7c15ull;
 
-	/* Bytes that are not all alike, every page touched before timing. */
 	for (size_t i = 0; i < len; i += sizeof(x)) {
 		x ^= x << 13;
 		x ^= x >> 7;
 		x ^= x << 17;
 		memcpy(src + i, &x, sizeof(x));
 	}
+}
+
+void bench_bulk(void)
+{
+	const size_t len = opt.bulk_bytes;
+	uint8_t *src = xmalloc_huge(len), *dst = xmalloc_huge(len);
+
+	bulk_fill(src, len);
 	memset(dst, 0, len);
 
 	for (unsigned int k = 0; k < nr_xports; k++) {

@@ -263,6 +263,33 @@ double hist_quantile(const uint64_t *h, uint64_t n, double p)
 	return NAN;
 }
 
+void loop_res_set(struct loop_res *r, const uint64_t *hist, uint64_t n,
+		  uint64_t t0, uint64_t t1)
+{
+	r->n = n;
+	r->rate = (double)n / ((double)(t1 - t0) / 1e9);
+	r->p50 = hist_quantile(hist, n, 0.50) / 1000;
+	r->p99 = hist_quantile(hist, n, 0.99) / 1000;
+}
+
+void loop_res_median(struct loop_res *out, const struct loop_res *v,
+		     unsigned int nr)
+{
+	double rate[16], p50[16], p99[16];
+
+	out->n = 0;
+	for (unsigned int i = 0; i < nr && i < 16; i++) {
+		rate[i] = v[i].rate;
+		p50[i] = v[i].p50;
+		p99[i] = v[i].p99;
+		out->n += v[i].n;
+	}
+	nr = nr < 16 ? nr : 16;
+	out->rate = median(rate, nr);
+	out->p50 = median(p50, nr);
+	out->p99 = median(p99, nr);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Raw sockets */
 

@@ -118,6 +118,24 @@ void emit(const char *bench, const struct fig *f);
 unsigned int hist_index(uint64_t v);
 double hist_quantile(const uint64_t *h, uint64_t n, double p);
 
+/*
+ * struct loop_res - what one closed loop measured
+ * @rate:     operations per second, all its connections together
+ * @p50, @p99: latency, microseconds
+ * @n:        operations measured
+ */
+struct loop_res {
+	double rate, p50, p99;
+	uint64_t n;
+};
+/* @r of @n operations between @t0 and @t1 (ns) whose latencies are in
+ * @hist. */
+void loop_res_set(struct loop_res *r, const uint64_t *hist, uint64_t n,
+		  uint64_t t0, uint64_t t1);
+/* Each figure's median over @nr rounds @v (at most 16); @n their sum. */
+void loop_res_median(struct loop_res *out, const struct loop_res *v,
+		     unsigned int nr);
+
 /* ------------------------------------------------------------------------ */
 /* Raw sockets */
 
@@ -176,6 +194,9 @@ void bench_rtt(void);
 /* tools/bench/bulk.c */
 struct djinn_conn;
 void bench_bulk(void);
+/* @len (a multiple of 8) bytes that are not all alike into @src, every
+ * page touched before timing. */
+void bulk_fill(uint8_t *src, size_t len);
 /* Runs of each direction of bulk_through(), after one to warm up. */
 #define BULK_REPS 5
 /* Upload and download @len bytes of @src through @conn, in a session of

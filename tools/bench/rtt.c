@@ -363,17 +363,6 @@ struct rtt_run {
 	unsigned int nr;
 };
 
-/*
- * struct rtt_result - what one closed loop measured
- * @rps:      round trips per second, all connections together
- * @p50, @p99: latency, microseconds
- * @ops:      round trips measured
- */
-struct rtt_result {
-	double rps, p50, p99;
-	uint64_t ops;
-};
-
 static int raw_ping(struct worker *w)
 {
 	uint8_t buf[PING_LEN] = { 'D', 'J', 'N', '1' };
@@ -429,12 +418,12 @@ static void *worker_thread(void *arg)
 /* A closed loop of @kind over @conns connections: to @xp's daemon, or
  * raw to an echo server of the same transport. */
 static void rtt_loop(const struct xport *xp, unsigned int conns,
-		     enum loop_kind kind, struct rtt_result *res)
+		     enum loop_kind kind, struct loop_res *res)
 {
 	bool raw = kind == L_RAW;
 	struct rtt_run run = { .kind = kind, .nr = conns };
 	uint64_t *hist = xcalloc(HIST_BUCKETS, sizeof(*hist));
-	uint64_t t0, t1;
+	uint64_t t0, t1, ops = 0;
 	struct echo e;
 	int ret;
 
@@ -480,7 +469,7 @@ static void rtt_loop(const struct xport *xp, unsigned int conns,
 			     loop_name[kind], xp->name, i, strerror(-w->err));
 		for (unsigned int b = 0; b < HIST_BUCKETS; b++)
 			hist[b] += w->hist[b];
-		res->ops += w->ops;
+		ops += w->ops;
 		if (kind == L_DJINN)
 			djinn_disconnect(w->conn);
 		else
@@ -492,12 +481,10 @@ static void rtt_loop(const struct xport *xp, unsigned int conns,
 	if (raw)
 		echo_stop(&e);
 
-	res->rps = (double)res->ops / ((double)(t1 - t0) / 1e9);
-	res->p50 = hist_quantile(hist, res->ops, 0.50) / 1000;
-	res->p99 = hist_quantile(hist, res->ops, 0.99) / 1000;
+	loop_res_set(res, hist, ops, t0, t1);
 	free(hist);
 	info("rtt %s %s c=%u: %.0f req/s, p50 %.1f us, p99 %.1f us",
-	     loop_name[kind], xp->name, conns, res->rps, res->p50, res->p99);
+	     loop_name[kind], xp->name, conns, res->rate, res->p50, res->p99);
 }
 
 /* One figure of the rtt benchmark: @what of @xp at @conns connections. */
@@ -520,30 +507,13 @@ static void emit_rtt(const struct xport *xp, unsigned int conns,
 					 .note = note });
 }
 
-static void rtt_median(struct rtt_result *out, const struct rtt_result *v)
-{
-	double rps[RTT_ROUNDS], p50[RTT_ROUNDS], p99[RTT_ROUNDS];
-
-	out->ops = 0;
-	for (unsigned int i = 0; i < RTT_ROUNDS; i++) {
-		rps[i] = v[i].rps;
-		p50[i] = v[i].p50;
-		p99[i] = v[i].p99;
-		out->ops += v[i].ops;
-	}
-	out->rps = median(rps, RTT_ROUNDS);
-	out->p50 = median(p50, RTT_ROUNDS);
-	out->p99 = median(p99, RTT_ROUNDS);
-}
-
 /* RTT_ROUNDS rounds of raw, djinn, frames and redis (when @r), in turn;
  * the medians of each. */
 static void rtt_rounds(const struct xport *xp, unsigned int c,
-		       const struct redis *r, struct rtt_result *raw,
-		       struct rtt_result *dj, struct rtt_result *fr,
-		       double *redis)
+		       const struct redis *r, struct loop_res *raw,
+		       struct loop_res *dj, struct loop_res *fr, double *redis)
 {
-	struct rtt_result vraw[RTT_ROUNDS], vdj[RTT_ROUNDS], vfr[RTT_ROUNDS];
+	struct loop_res vraw[RTT_ROUNDS], vdj[RTT_ROUNDS], vfr[RTT_ROUNDS];
 	double vredis[RTT_ROUNDS];
 
 	for (unsigned int i = 0; i < RTT_ROUNDS; i++) {
@@ -553,7 +523,7 @@ static void rtt_rounds(const struct xport *xp, unsigned int c,
 		vredis[i] = NAN;
 		if (r) {
 			/* as many PINGs as djinn did: about as long */
-			uint64_t n = (uint64_t)(vdj[i].rps * opt.seconds);
+			uint64_t n = (uint64_t)(vdj[i].rate * opt.seconds);
 
 			n = n < 2000 ? 2000 : n > 5000000 ? 5000000 : n;
 			vredis[i] = redis_bench(r, xp, c, n);
@@ -561,9 +531,9 @@ static void rtt_rounds(const struct xport *xp, unsigned int c,
 			     vredis[i]);
 		}
 	}
-	rtt_median(raw, vraw);
-	rtt_median(dj, vdj);
-	rtt_median(fr, vfr);
+	loop_res_median(raw, vraw, RTT_ROUNDS);
+	loop_res_median(dj, vdj, RTT_ROUNDS);
+	loop_res_median(fr, vfr, RTT_ROUNDS);
 	*redis = median(vredis, RTT_ROUNDS);
 }
 
@@ -590,7 +560,7 @@ void bench_rtt(void)
 
 		for (unsigned int k = 0; k < ARRAY_SIZE(conns); k++) {
 			unsigned int c = conns[k];
-			struct rtt_result dj, raw, fr;
+			struct loop_res dj, raw, fr;
 			double redis = NAN;
 			const char *note = redis_note;
 
@@ -603,18 +573,19 @@ void bench_rtt(void)
 				   &fr, &redis);
 			if (have_redis && !isfinite(redis))
 				note = "redis-benchmark failed";
-			emit_rtt(xp, c, "rps", dj.rps, "req/s", raw.rps,
-				 raw_name, T_NONE, 0, dj.ops, NULL);
+			emit_rtt(xp, c, "rps", dj.rate, "req/s", raw.rate,
+				 raw_name, T_NONE, 0, dj.n, NULL);
 			emit_rtt(xp, c, "p50_us", dj.p50, "us", raw.p50,
-				 raw_name, T_NONE, 0, dj.ops, NULL);
+				 raw_name, T_NONE, 0, dj.n, NULL);
 			emit_rtt(xp, c, "p99_us", dj.p99, "us", raw.p99,
-				 raw_name, T_LE, 1.5, dj.ops, NULL);
-			emit_rtt(xp, c, "rps_vs_redis", dj.rps, "req/s", redis,
-				 redis_name, T_GE, 1, dj.ops, note);
-			emit_rtt(xp, c, "frames_rps", fr.rps, "req/s", raw.rps,
-				 raw_name, T_NONE, 0, fr.ops, frames_note);
+				 raw_name, T_LE, 1.5, dj.n, NULL);
+			emit_rtt(xp, c, "rps_vs_redis", dj.rate, "req/s", redis,
+				 redis_name, T_GE, 1, dj.n, note);
+			emit_rtt(xp, c, "frames_rps", fr.rate, "req/s",
+				 raw.rate, raw_name, T_NONE, 0, fr.n,
+				 frames_note);
 			emit_rtt(xp, c, "frames_p99_us", fr.p99, "us", raw.p99,
-				 raw_name, T_NONE, 0, fr.ops, frames_note);
+				 raw_name, T_NONE, 0, fr.n, frames_note);
 		}
 	}
 	if (redis_pid > 0)

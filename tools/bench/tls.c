@@ -426,10 +426,6 @@ static uint64_t hs_once(struct hs_ref *h)
  * @p50, @p99: the latency of one, microseconds
  * @n:         how many were measured
  */
-struct loop_res {
-	double rate, p50, p99;
-	uint64_t n;
-};
 
 /*
  * struct target - what a loop connects to
@@ -457,14 +453,6 @@ static struct djinn_conn *target_connect(struct target *t)
 		snprintf(t->transport, sizeof(t->transport), "%s",
 			 djinn_conn_transport(conn));
 	return conn;
-}
-
-static void loop_done(struct loop_res *r, const uint64_t *hist, uint64_t t0,
-		      uint64_t t1)
-{
-	r->rate = (double)r->n / ((double)(t1 - t0) / 1e9);
-	r->p50 = hist_quantile(hist, r->n, 0.50) / 1000;
-	r->p99 = hist_quantile(hist, r->n, 0.99) / 1000;
 }
 
 /* Connect to @t and disconnect: how long the connect took, ns. */
@@ -507,7 +495,7 @@ static void connect_loop(struct target *t, struct loop_res *r)
 				break;
 		}
 	}
-	loop_done(r, hist, t0, t1);
+	loop_res_set(r, hist, r->n, t0, t1);
 	free(hist);
 	info("tls connects %s: %.0f/s, p50 %.1f us, p99 %.1f us", t->addr,
 	     r->rate, r->p50, r->p99);
@@ -541,26 +529,10 @@ static void ping_loop(struct target *t, struct loop_res *r)
 		}
 	}
 	djinn_disconnect(conn);
-	loop_done(r, hist, t0, t1);
+	loop_res_set(r, hist, r->n, t0, t1);
 	free(hist);
 	info("tls ping %s: %.0f req/s, p50 %.1f us, p99 %.1f us", t->addr,
 	     r->rate, r->p50, r->p99);
-}
-
-static void loop_median(struct loop_res *out, const struct loop_res *v)
-{
-	double rate[TLS_ROUNDS], p50[TLS_ROUNDS], p99[TLS_ROUNDS];
-
-	out->n = 0;
-	for (unsigned int i = 0; i < TLS_ROUNDS; i++) {
-		rate[i] = v[i].rate;
-		p50[i] = v[i].p50;
-		p99[i] = v[i].p99;
-		out->n += v[i].n;
-	}
-	out->rate = median(rate, TLS_ROUNDS);
-	out->p50 = median(p50, TLS_ROUNDS);
-	out->p99 = median(p99, TLS_ROUNDS);
 }
 
 /* TLS_ROUNDS rounds of @loop over each of the @n @ts in turn: the
@@ -577,7 +549,7 @@ static void loop_rounds(void (*loop)(struct target *, struct loop_res *),
 		for (unsigned int k = 0; k < n; k++)
 			loop(ts[k], &v[k][i]);
 	for (unsigned int k = 0; k < n; k++)
-		loop_median(&res[k], v[k]);
+		loop_res_median(&res[k], v[k], TLS_ROUNDS);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -739,15 +711,8 @@ static void tls_bulk(const struct pki *p, struct target *tcp,
 	const size_t len = opt.bulk_bytes;
 	uint8_t *src = xmalloc_huge(len), *dst = xmalloc_huge(len);
 	double up_tcp, down_tcp, up_tls, down_tls, raw, ref;
-	uint64_t x = 0x9e3779b97f4a7c15ull;
 
-	/* Bytes that are not all alike, every page touched before timing. */
-	for (size_t i = 0; i < len; i += sizeof(x)) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		memcpy(src + i, &x, sizeof(x));
-	}
+	bulk_fill(src, len);
 	raw = raw_blast(src, dst, len);
 	ref = openssl_blast(p, src, dst, len);
 	djinn_bulk(tcp, src, dst, len, &up_tcp, &down_tcp);
