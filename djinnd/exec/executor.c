@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -27,10 +26,7 @@ struct executor {
 	struct server *srv;
 	struct device *dev; /* whose device it runs on */
 	enum exec_kind kind;
-	struct io_src src; /* the eventfd read, on the I/O thread */
-	struct loop_timer rearm; /* the read, when loop_sqe() failed */
-	int efd;
-	uint64_t efd_val;
+	struct loop_notify notify; /* finished jobs: reap() */
 	struct exec_thread threads[EXEC_THREADS_MAX];
 	unsigned int nr_threads;
 	enum sched_lane lane;
@@ -259,13 +255,10 @@ out:
 /* Back to the I/O thread. */
 static void finish(struct executor *e, struct exec_job *job)
 {
-	uint64_t one = 1;
-
 	pthread_mutex_lock(&e->lock);
 	list_add_tail(&job->node, &e->done);
 	pthread_mutex_unlock(&e->lock);
-	if (write(e->efd, &one, sizeof(one)) < 0)
-		log_err("executor: eventfd: %s", strerror(errno));
+	loop_notify_post(&e->notify);
 }
 
 static void *executor_main(void *arg)
@@ -304,25 +297,6 @@ static void *executor_main(void *arg)
 /* ---------------------------------------------------------------------- */
 /* The I/O thread's side */
 
-/* Finished jobs wait on @done until the read is armed: a failed
- * loop_sqe() delays their answers, it loses none. */
-static void arm(struct executor *e)
-{
-	struct io_uring_sqe *sqe = loop_sqe(&e->srv->loop, &e->src, 0);
-
-	if (!sqe) {
-		loop_retry(&e->srv->loop, &e->rearm);
-		return;
-	}
-	io_uring_prep_read(sqe, e->efd, &e->efd_val, sizeof(e->efd_val), 0);
-}
-
-static uint64_t executor_rearm(struct loop_timer *t, uint64_t now)
-{
-	arm(container_of(t, struct executor, rearm));
-	return 0;
-}
-
 /* Finished jobs back on the I/O thread: answer, free. */
 static void reap(struct executor *e)
 {
@@ -339,16 +313,9 @@ static void reap(struct executor *e)
 	}
 }
 
-static void executor_complete(struct io_src *src, struct io_uring_cqe *cqe,
-			      unsigned int tag)
+static void executor_notified(struct loop_notify *n)
 {
-	struct executor *e = container_of(src, struct executor, src);
-
-	reap(e);
-	if (cqe->res < 0 && cqe->res != -EINTR && cqe->res != -ECANCELED)
-		log_err("executor: eventfd read: %s", strerror(-cqe->res));
-	if (cqe->res != -ECANCELED)
-		arm(e);
+	reap(container_of(n, struct executor, notify));
 }
 
 int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
@@ -366,17 +333,13 @@ int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 	e->kind = kind;
 	e->lane = kind == EXEC_MEM ? SCHED_MEM : SCHED_COMPUTE;
 	e->sched = dev->sched;
-	e->src.complete = executor_complete;
-	e->rearm.fn = executor_rearm;
-	INIT_LIST_HEAD(&e->rearm.node);
 	INIT_LIST_HEAD(&e->done);
 	pthread_mutex_init(&e->lock, NULL);
 	stage_pool_init(&e->stage, dev->backend->provider);
-	e->efd = eventfd(0, EFD_CLOEXEC);
-	if (e->efd < 0) {
-		ret = -errno;
+	ret = loop_notify_init(&srv->loop, &e->notify, "executor",
+			       executor_notified);
+	if (ret)
 		goto out_free;
-	}
 	if (!n || n > EXEC_THREADS_MAX) {
 		ret = -EINVAL;
 		goto out_close;
@@ -410,7 +373,7 @@ int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
 		}
 		e->nr_threads++;
 	}
-	arm(e);
+	loop_notify_start(&e->notify);
 	*out = e;
 	return 0;
 
@@ -422,7 +385,7 @@ out_threads:
 			vmu_stack_destroy(e->threads[i].stack);
 	}
 out_close:
-	close(e->efd);
+	loop_notify_fini(&e->notify);
 out_free:
 	stage_pool_fini(&e->stage);
 	free(e);
@@ -433,7 +396,6 @@ void executor_cancel(struct executor *e, struct session *s)
 {
 	struct exec_job *job, *n;
 	struct list_head taken;
-	uint64_t one = 1;
 
 	INIT_LIST_HEAD(&taken);
 	sched_take(e->sched, e->lane, s, &taken);
@@ -449,13 +411,11 @@ void executor_cancel(struct executor *e, struct session *s)
 	pthread_mutex_lock(&e->lock);
 	list_splice_tail(&taken, &e->done);
 	pthread_mutex_unlock(&e->lock);
-	if (write(e->efd, &one, sizeof(one)) < 0)
-		log_err("executor: eventfd: %s", strerror(errno));
+	loop_notify_post(&e->notify);
 }
 
 void executor_stop(struct executor *e)
 {
-	loop_timer_del(&e->rearm);
 	sched_stop(e->sched, e->lane);
 	for (unsigned int i = 0; i < e->nr_threads; i++)
 		pthread_join(e->threads[i].t, NULL);
@@ -471,6 +431,6 @@ void executor_free(struct executor *e)
 			vmu_stack_destroy(e->threads[i].stack);
 	/* Every read's reply is done with its buffer by now. */
 	stage_pool_fini(&e->stage);
-	close(e->efd);
+	loop_notify_fini(&e->notify);
 	free(e);
 }

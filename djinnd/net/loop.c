@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -124,6 +125,77 @@ void loop_retry(struct loop *l, struct loop_timer *t)
 {
 	if (list_empty(&t->node))
 		loop_timer_add(l, t, loop_now() + LOOP_RETRY_NS);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Notifications from other threads */
+
+/* What was posted waits in the eventfd until the read is armed: a failed
+ * loop_sqe() delays it, it loses none. */
+static void notify_arm(struct loop_notify *n)
+{
+	struct io_uring_sqe *sqe = loop_sqe(n->l, &n->src, 0);
+
+	if (!sqe) {
+		loop_retry(n->l, &n->rearm);
+		return;
+	}
+	io_uring_prep_read(sqe, n->fd, &n->val, sizeof(n->val), 0);
+}
+
+static uint64_t notify_rearm(struct loop_timer *t, uint64_t now)
+{
+	notify_arm(container_of(t, struct loop_notify, rearm));
+	return 0;
+}
+
+static void notify_complete(struct io_src *src, struct io_uring_cqe *cqe,
+			    unsigned int tag)
+{
+	struct loop_notify *n = container_of(src, struct loop_notify, src);
+
+	n->fn(n);
+	if (cqe->res < 0 && cqe->res != -EINTR && cqe->res != -ECANCELED)
+		log_err("%s: eventfd read: %s", n->name, strerror(-cqe->res));
+	if (cqe->res != -ECANCELED)
+		notify_arm(n);
+}
+
+int loop_notify_init(struct loop *l, struct loop_notify *n, const char *name,
+		     void (*fn)(struct loop_notify *n))
+{
+	n->l = l;
+	n->name = name;
+	n->fn = fn;
+	n->src.complete = notify_complete;
+	n->rearm.fn = notify_rearm;
+	INIT_LIST_HEAD(&n->rearm.node);
+	n->fd = eventfd(0, EFD_CLOEXEC);
+	if (n->fd < 0)
+		return -errno;
+	return 0;
+}
+
+void loop_notify_start(struct loop_notify *n)
+{
+	notify_arm(n);
+}
+
+void loop_notify_post(struct loop_notify *n)
+{
+	uint64_t one = 1;
+
+	/* only fails when the count would overflow: then it is readable */
+	if (write(n->fd, &one, sizeof(one)) < 0)
+		log_err("%s: eventfd: %s", n->name, strerror(errno));
+}
+
+void loop_notify_fini(struct loop_notify *n)
+{
+	loop_timer_del(&n->rearm);
+	if (n->fd >= 0)
+		close(n->fd);
+	n->fd = -1;
 }
 
 void loop_timer_add(struct loop *l, struct loop_timer *t, uint64_t when)

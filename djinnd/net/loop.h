@@ -75,6 +75,34 @@ struct io_uring_sqe *loop_sqe(struct loop *l, struct io_src *src,
  * LOOP_RETRY_NS unless it is already due. */
 void loop_retry(struct loop *l, struct loop_timer *t);
 
+/*
+ * struct loop_notify - another thread wakes the I/O thread: @fn(@n) runs
+ * there after loop_notify_post() from any thread (posts before it ran
+ * coalesce). An eventfd whose read stays armed on the ring; @name says
+ * whose in logs. The executors hand their finished jobs back this way,
+ * the TLS handshake thread its finished handshakes.
+ */
+struct loop_notify {
+	struct io_src src;
+	struct loop_timer rearm; /* the read, when loop_sqe() failed */
+	struct loop *l;
+	const char *name;
+	void (*fn)(struct loop_notify *n);
+	int fd;
+	uint64_t val;
+};
+
+/* 0, or -errno (no eventfd). */
+int loop_notify_init(struct loop *l, struct loop_notify *n, const char *name,
+		     void (*fn)(struct loop_notify *n));
+/* Arm the read: @fn runs from the next post on. Once what @fn uses is
+ * all there (its owner is not freed while the read is armed). */
+void loop_notify_start(struct loop_notify *n);
+void loop_notify_post(struct loop_notify *n);
+/* Once nothing posts any more, and once the ring is gone or its read
+ * cancelled: the read may have been pending until then. */
+void loop_notify_fini(struct loop_notify *n);
+
 void loop_timer_add(struct loop *l, struct loop_timer *t, uint64_t when);
 void loop_timer_del(struct loop_timer *t);
 

@@ -51,10 +51,7 @@ struct tls_worker {
 	uint64_t timeout_ns;
 	/* the I/O thread's side */
 	struct server *srv;
-	struct io_src src;
-	struct loop_timer rearm;
-	int efd;
-	uint64_t efd_val;
+	struct loop_notify notify; /* finished handshakes: hs_reap() */
 };
 
 struct tls_server {
@@ -334,7 +331,7 @@ int tls_server_init(struct server *srv, char *why, size_t len)
 		return -ENOMEM;
 	}
 	srv->tls = ts;
-	ts->w.ep = ts->w.wake = ts->w.efd = -1;
+	ts->w.ep = ts->w.wake = ts->w.notify.fd = -1;
 	ts->ktls = !cfg->tls_ktls || strcmp(cfg->tls_ktls, "off");
 	ts->id_from =
 		!cfg->tls_tenant_from || !strcmp(cfg->tls_tenant_from, "cn") ?
@@ -672,8 +669,6 @@ uint64_t tls_sent(struct tls_conn *t, uint64_t n)
 /* @t is finished: to the I/O thread. */
 static void hs_finish(struct tls_worker *w, struct tls_conn *t)
 {
-	uint64_t one = 1;
-
 	if (t->in_epoll)
 		epoll_ctl(w->ep, EPOLL_CTL_DEL, t->fd, NULL);
 	t->in_epoll = false;
@@ -681,8 +676,7 @@ static void hs_finish(struct tls_worker *w, struct tls_conn *t)
 	pthread_mutex_lock(&w->lock);
 	list_add_tail(&t->node, &w->done);
 	pthread_mutex_unlock(&w->lock);
-	if (write(w->efd, &one, sizeof(one)) < 0)
-		log_err("tls: eventfd: %s", strerror(errno));
+	loop_notify_post(&w->notify);
 }
 
 /* One step of @t's handshake: waiting again, or finished. */
@@ -776,8 +770,6 @@ static void *hs_main(void *arg)
 	return NULL;
 }
 
-static void hs_arm(struct tls_worker *w);
-
 /* Finished handshakes on the I/O thread. */
 static void hs_reap(struct tls_worker *w)
 {
@@ -796,33 +788,9 @@ static void hs_reap(struct tls_worker *w)
 	}
 }
 
-static void hs_complete(struct io_src *src, struct io_uring_cqe *cqe,
-			unsigned int tag)
+static void hs_notified(struct loop_notify *n)
 {
-	struct tls_worker *w = container_of(src, struct tls_worker, src);
-
-	hs_reap(w);
-	if (cqe->res < 0 && cqe->res != -EINTR && cqe->res != -ECANCELED)
-		log_err("tls: eventfd read: %s", strerror(-cqe->res));
-	if (cqe->res != -ECANCELED)
-		hs_arm(w);
-}
-
-static void hs_arm(struct tls_worker *w)
-{
-	struct io_uring_sqe *sqe = loop_sqe(&w->srv->loop, &w->src, 0);
-
-	if (!sqe) {
-		loop_retry(&w->srv->loop, &w->rearm);
-		return;
-	}
-	io_uring_prep_read(sqe, w->efd, &w->efd_val, sizeof(w->efd_val), 0);
-}
-
-static uint64_t hs_rearm(struct loop_timer *t, uint64_t now)
-{
-	hs_arm(container_of(t, struct tls_worker, rearm));
-	return 0;
+	hs_reap(container_of(n, struct tls_worker, notify));
 }
 
 static int hs_start(struct server *srv, struct tls_worker *w)
@@ -832,23 +800,22 @@ static int hs_start(struct server *srv, struct tls_worker *w)
 
 	w->srv = srv;
 	w->timeout_ns = srv->cfg.frame_timeout_ns;
-	w->src.complete = hs_complete;
-	w->rearm.fn = hs_rearm;
-	INIT_LIST_HEAD(&w->rearm.node);
 	INIT_LIST_HEAD(&w->in);
 	INIT_LIST_HEAD(&w->done);
 	pthread_mutex_init(&w->lock, NULL);
 	w->ep = epoll_create1(EPOLL_CLOEXEC);
 	w->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	w->efd = eventfd(0, EFD_CLOEXEC);
-	if (w->ep < 0 || w->wake < 0 || w->efd < 0 ||
+	if (w->ep < 0 || w->wake < 0 ||
 	    epoll_ctl(w->ep, EPOLL_CTL_ADD, w->wake, &ev))
 		return -errno;
+	ret = loop_notify_init(&srv->loop, &w->notify, "tls", hs_notified);
+	if (ret)
+		return ret;
 	ret = -pthread_create(&w->thread, NULL, hs_main, w);
 	if (ret)
 		return ret;
 	w->started = true;
-	hs_arm(w);
+	loop_notify_start(&w->notify);
 	return 0;
 }
 
@@ -868,13 +835,11 @@ static void hs_stop(struct tls_worker *w)
 	}
 	if (!w->srv)
 		return; /* never started */
-	loop_timer_del(&w->rearm);
+	loop_notify_fini(&w->notify);
 	if (w->ep >= 0)
 		close(w->ep);
 	if (w->wake >= 0)
 		close(w->wake);
-	if (w->efd >= 0)
-		close(w->efd);
 	pthread_mutex_destroy(&w->lock);
 }
 
