@@ -861,8 +861,6 @@ static void test_anonymous(void **state)
 
 /* 5. Plain TCP to the TLS listener: no connection, and djinnd goes on
  * serving; TLS to a peer that does not speak it: -EPROTO. */
-static bool log_has(const struct fx *fx, const char *s);
-
 /* A peer that connects to the TLS port and says nothing: the handshake
  * thread gives it up after server.frame_timeout (5 s), and everyone else
  * is served meanwhile. */
@@ -878,7 +876,7 @@ static void test_stalled_handshake(void **state)
 	victims_check(&v);
 	assert_int_equal(dj_wait_eof(fd, 15000), 1);
 	close(fd);
-	assert_true(log_has(fx, "handshake not finished in 5000 ms"));
+	assert_true(file_has(fx->d.log, "handshake not finished in 5000 ms"));
 	victims_check(&v);
 	victims_close(&v);
 }
@@ -1076,21 +1074,6 @@ static void test_label_spoof(void **state)
 	disconnect(cm);
 }
 
-/* Whether djinnd's log has a line with @s. */
-static bool log_has(const struct fx *fx, const char *s)
-{
-	char line[1024];
-	bool found = false;
-	FILE *f = fopen(fx->d.log, "r");
-
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, s) != NULL;
-	fclose(f);
-	return found;
-}
-
 /* 9. A certificate of our CA whose CN is no tenant name: refused. */
 static void test_cn_not_tenant(void **state)
 {
@@ -1100,7 +1083,7 @@ static void test_cn_not_tenant(void **state)
 	victims_open(fx, &v);
 	/* the client hears the alert; djinnd's log says which rule */
 	connect_refused(NULL, "spaced", NULL, -EACCES, "bad certificate");
-	assert_true(log_has(fx, "'alice smith' is not a tenant name"));
+	assert_true(file_has(fx->d.log, "'alice smith' is not a tenant name"));
 	victims_check(&v);
 	tls_counters(fx, 1, 1, 0, is_kernel(v.tls.c));
 	victims_close(&v);

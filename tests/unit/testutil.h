@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define KiB (UINT64_C(1) << 10)
@@ -102,6 +103,21 @@ static inline void *xmalloc(size_t len)
 
 	assert_non_null(p);
 	return p;
+}
+
+/* Whether a line of the file @path (a daemon's log) holds @s. */
+static inline bool file_has(const char *path, const char *s)
+{
+	char line[1024];
+	bool found = false;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, s) != NULL;
+	fclose(f);
+	return found;
 }
 
 /* The bytes of the file @path (xmalloc'd; it must not be empty), their

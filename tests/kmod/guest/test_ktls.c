@@ -25,6 +25,7 @@
 #include "djd.h"
 #include "kt.h"
 #include "pki.h"
+#include "../../unit/testutil.h"
 
 #define DIR "/tmp/ktls"
 #define ADDR "tls:127.0.0.1:7443"
@@ -73,21 +74,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* Whether djinnd's log has a line with @s. */
-static bool log_has(const char *s)
-{
-	char line[512];
-	bool found = false;
-	FILE *f = fopen(DJD_LOG, "r");
-
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, s) != NULL;
-	fclose(f);
-	return found;
-}
-
 static void test_kernel_records(void **state)
 {
 	struct djinn_connect_opts o = { .size = sizeof(o),
@@ -117,7 +103,7 @@ static void test_kernel_records(void **state)
 	/* the client's side */
 	assert_string_equal(djinn_conn_transport(conn), "tls, kernel");
 	/* djinnd's side */
-	assert_true(log_has(", kernel, tenant alice"));
+	assert_true(file_has(DJD_LOG, ", kernel, tenant alice"));
 
 	assert_int_equal(djinn_session_open(conn, &so, &s), 0);
 	assert_int_equal(djinn_session_info(s, &si), 0);
@@ -154,7 +140,7 @@ static void test_kernel_alert(void **state)
 	assert_int_equal(djinn_connect_opts(ADDR, &o, &conn), -EACCES);
 	assert_null(conn);
 	assert_non_null(strstr(djinn_last_error(), "expired"));
-	assert_true(log_has("certificate has expired"));
+	assert_true(file_has(DJD_LOG, "certificate has expired"));
 }
 
 /* libdjinn's messages (why the kernel did not take a connection) */
