@@ -6,6 +6,7 @@
  * accounting rules they all keep.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -770,51 +771,44 @@ int vmu_session_set_quota(struct vmu_session *s, uint64_t bytes)
 	return 0;
 }
 
-int vmu_tenant_set_guarantee(struct vmu *v, const char *tenant, uint64_t bytes)
+/* Set @tenant's limit @field (of its struct vmu_usage) to @bytes; @nr,
+ * when not NULL, counts the tenants with that limit set. */
+static int tenant_set(struct vmu *v, const char *tenant, size_t field,
+		      unsigned int *nr, uint64_t bytes)
 {
 	struct vmu_tenant *t;
+	uint64_t *limit;
 	int ret;
 
 	vmu_lock(v);
 	ret = tenant_get(v, tenant, &t);
 	if (!ret) {
-		v->nr_guarantees += (bytes != 0) - (t->use.guaranteed != 0);
-		t->use.guaranteed = bytes;
+		limit = (uint64_t *)((char *)&t->use + field);
+		if (nr)
+			*nr += (bytes != 0) - (*limit != 0);
+		*limit = bytes;
 		vmu_tenant_put_locked(t);
 	}
 	vmu_unlock(v);
 	return ret;
+}
+
+int vmu_tenant_set_guarantee(struct vmu *v, const char *tenant, uint64_t bytes)
+{
+	return tenant_set(v, tenant, offsetof(struct vmu_usage, guaranteed),
+			  &v->nr_guarantees, bytes);
 }
 
 int vmu_tenant_set_swap_quota(struct vmu *v, const char *tenant, uint64_t bytes)
 {
-	struct vmu_tenant *t;
-	int ret;
-
-	vmu_lock(v);
-	ret = tenant_get(v, tenant, &t);
-	if (!ret) {
-		v->nr_swap_quotas += (bytes != 0) - (t->use.swap_quota != 0);
-		t->use.swap_quota = bytes;
-		vmu_tenant_put_locked(t);
-	}
-	vmu_unlock(v);
-	return ret;
+	return tenant_set(v, tenant, offsetof(struct vmu_usage, swap_quota),
+			  &v->nr_swap_quotas, bytes);
 }
 
 int vmu_tenant_set_quota(struct vmu *v, const char *tenant, uint64_t bytes)
 {
-	struct vmu_tenant *t;
-	int ret;
-
-	vmu_lock(v);
-	ret = tenant_get(v, tenant, &t);
-	if (!ret) {
-		t->use.quota = bytes;
-		vmu_tenant_put_locked(t);
-	}
-	vmu_unlock(v);
-	return ret;
+	return tenant_set(v, tenant, offsetof(struct vmu_usage, quota), NULL,
+			  bytes);
 }
 
 void vmu_session_usage(struct vmu_session *s, struct vmu_usage *u)
