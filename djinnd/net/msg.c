@@ -83,6 +83,9 @@ enum {
 	ROW_VAR = 1u << 5,
 	ROW_KEEPS_BODY = 1u << 6, /* ROW_VAR: the handler keeps the payload */
 	ROW_STREAM = 1u << 7, /* @size bytes of struct, then data */
+	/* served to a TLS connection whose tenant is not known yet (no
+	 * certificate, no AUTH so far) */
+	ROW_ANON = 1u << 8,
 
 	ROW_IN_SESSION = ROW_CLIENT | ROW_SESSION,
 	ROW_IN_MODELS = ROW_IN_SESSION | ROW_MODELS,
@@ -1405,10 +1408,10 @@ union msg_req {
 
 /* Every message type djinnd serves, once. Its name is lib/msgnames.c's. */
 static const struct msg_desc msg_table[] = {
-	ROW_NONE(HELLO, handle_hello, ROW_CLIENT | ROW_ADMIN),
+	ROW_NONE(HELLO, handle_hello, ROW_CLIENT | ROW_ADMIN | ROW_ANON),
 	ROW_VARLEN(AUTH, handle_auth, struct djinn_auth,
 		   sizeof(struct djinn_auth) + DJINN_AUTH_TOKEN_MAX,
-		   ROW_CLIENT),
+		   ROW_CLIENT | ROW_ANON),
 	ROW_FIXED(SESSION_OPEN, handle_session_open, session_open, lease_ns,
 		  ROW_CLIENT),
 	ROW_FIXED(SESSION_ATTACH, handle_session_attach, session_attach, token,
@@ -1495,8 +1498,7 @@ int msg_body_len(const struct conn *c, const struct djinn_hdr *hdr,
 	if (!(d->flags & (c->admin ? ROW_ADMIN : ROW_CLIENT)))
 		return -EPERM;
 	/* A TLS connection without a tenant yet: HELLO and AUTH. */
-	if (!c->tenant[0] && hdr->type != DJINN_MSG_HELLO &&
-	    hdr->type != DJINN_MSG_AUTH)
+	if (!c->tenant[0] && !(d->flags & ROW_ANON))
 		return -EACCES;
 	*fixed = d->flags & ROW_STREAM ? d->size : 0;
 	*max = d->flags & (ROW_VAR | ROW_STREAM) ? d->max : MSG_STRUCT_MAX;
