@@ -112,17 +112,17 @@ int exec_plan(const struct djinn_graph_view *view,
 }
 
 /* Destroy the first @n output regions made for a graph that failed. */
-static void drop_regions(struct vmu_session *s, struct exec_result *res,
+static void drop_regions(struct vmu_session *const *s, struct exec_result *res,
 			 uint32_t n)
 {
 	for (uint32_t k = 0; k < n; k++) {
-		vmu_region_unpin(s, res->regions[k]);
-		vmu_region_destroy(s, res->regions[k]);
+		vmu_region_unpin(s[k], res->regions[k]);
+		vmu_region_destroy(s[k], res->regions[k]);
 	}
 }
 
 /* Make and pin the output regions; fills @addr[nr_outputs]. */
-static int make_outputs(struct vmu_session *s,
+static int make_outputs(struct vmu_session *const *s,
 			const struct djinn_graph_view *view,
 			const struct djinn_tensor_desc *descs,
 			struct vmu_resv *resv, struct exec_result *res,
@@ -135,14 +135,15 @@ static int make_outputs(struct vmu_session *s,
 		uint64_t bytes = desc_bytes(&descs[view->outputs[k]]);
 		struct vmu_region_info info;
 
-		ret = vmu_region_create(s, bytes, &res->regions[k]);
+		ret = vmu_region_create(s[k], bytes, &res->regions[k]);
 		if (ret)
 			break;
-		ret = vmu_region_resize(s, res->regions[k], bytes, resv);
+		ret = vmu_region_resize(s[k], res->regions[k], bytes, resv);
 		if (!ret)
-			ret = vmu_region_pin(s, res->regions[k], resv, &info);
+			ret = vmu_region_pin(s[k], res->regions[k], resv,
+					     &info);
 		if (ret) {
-			vmu_region_destroy(s, res->regions[k]);
+			vmu_region_destroy(s[k], res->regions[k]);
 			break;
 		}
 		addr[k] = info.addr;
@@ -266,6 +267,24 @@ int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 				  msg, msglen);
 }
 
+/* Every output of a graph of one session is that session's. */
+static struct vmu_session **owners_of(struct vmu_session *s, uint32_t nout)
+{
+	struct vmu_session **o = calloc(nout ? nout : 1, sizeof(*o));
+
+	for (uint32_t k = 0; o && k < nout; k++)
+		o[k] = s;
+	return o;
+}
+
+static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
+		     struct vmu_session *const *s,
+		     const struct djinn_graph_view *view,
+		     const struct dj_tensor *inputs,
+		     const uint8_t *const *in_fp,
+		     const struct djinn_tensor_desc *descs,
+		     struct exec_result *res, char *msg, size_t msglen);
+
 int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		       struct vmu_session *s,
 		       const struct djinn_graph_view *view,
@@ -273,6 +292,36 @@ int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		       const uint8_t *const *in_fp,
 		       const struct djinn_tensor_desc *descs,
 		       struct exec_result *res, char *msg, size_t msglen)
+{
+	struct vmu_session **o = owners_of(s, view->g->nr_outputs);
+	int ret;
+
+	if (!o)
+		return -ENOMEM;
+	ret = run_graph(v, st, b, o, view, inputs, in_fp, descs, res, msg,
+			msglen);
+	free(o);
+	return ret;
+}
+
+int exec_graph_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
+		     struct vmu_session *const *owners,
+		     const struct djinn_graph_view *view,
+		     const struct dj_tensor *inputs,
+		     const struct djinn_tensor_desc *descs,
+		     struct exec_result *res, char *msg, size_t msglen)
+{
+	return run_graph(v, st, b, owners, view, inputs, NULL, descs, res, msg,
+			 msglen);
+}
+
+static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
+		     struct vmu_session *const *s,
+		     const struct djinn_graph_view *view,
+		     const struct dj_tensor *inputs,
+		     const uint8_t *const *in_fp,
+		     const struct djinn_tensor_desc *descs,
+		     struct exec_result *res, char *msg, size_t msglen)
 {
 	uint32_t n = view->g->nr_nodes, nout = view->g->nr_outputs;
 	uint64_t out_addr[DJINN_MAX_GRAPH_OUTPUTS], base, t0;
@@ -322,7 +371,7 @@ int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		drop_regions(s, res, nout);
 	else
 		for (uint32_t k = 0; k < nout; k++)
-			vmu_region_unpin(s, res->regions[k]);
+			vmu_region_unpin(s[k], res->regions[k]);
 out_stack:
 	if (plan.stack_peak)
 		vmu_stack_end(st);

@@ -104,4 +104,17 @@ int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		       const struct djinn_tensor_desc *descs,
 		       struct exec_result *res, char *msg, size_t msglen);
 
+/*
+ * As exec_graph(), for a graph that runs the steps of several sessions
+ * at once (a streamed model's batch, model/stream.h): output k becomes a
+ * region of @owners[k] instead of @s. The graph's memory is admitted as
+ * one, and on failure every output is destroyed as exec_graph() does.
+ */
+int exec_graph_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
+		     struct vmu_session *const *owners,
+		     const struct djinn_graph_view *view,
+		     const struct dj_tensor *inputs,
+		     const struct djinn_tensor_desc *descs,
+		     struct exec_result *res, char *msg, size_t msglen);
+
 #endif /* DJINN_EXEC_H */

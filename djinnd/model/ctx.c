@@ -13,6 +13,7 @@
 #include "graph.h"
 #include "errmsg.h"
 #include "half.h"
+#include "list.h"
 #include "model/runtime.h"
 
 /*
@@ -264,9 +265,49 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 	return 0;
 }
 
+/*
+ * struct part - one context's step going through layers [l0, l1)
+ * @tokens, @n: its new tokens (the input of layer 0)
+ * @head:   the step ends at l1 == n_layer (logits); else it pauses
+ * @all:    with @head: every token's logits, else the last one's
+ * @out:    data regions: entering the first layer, the hidden state and
+ *          the keys and values of the layers before (0 at layer 0);
+ *          after the last, the logits (@head) or the hidden state, and
+ *          the keys and values of layers 0 .. l1 - 1; @desc their shapes
+ * @own:    @out are the step's (else the paused context's): a step that
+ *          fails destroys its own only
+ * @ret, @msg: how it went
+ * @env:    where it runs when alone
+ * @job:    its job in a streamed model's pass
+ */
+struct part {
+	struct model_ctx *c;
+	const int32_t *tokens;
+	uint32_t n;
+	bool head, all;
+	uint32_t l0, l1;
+	uint64_t out[2];
+	struct djinn_tensor_desc desc[2];
+	bool own;
+	char *msg;
+	size_t msglen;
+	const struct model_env *env;
+	struct stream_job job;
+};
+
+static void part_drop(struct part *p)
+{
+	if (p->own) {
+		drop(p->c->h->s, p->out[0], false);
+		drop(p->c->h->s, p->out[1], false);
+	}
+	p->out[0] = p->out[1] = 0;
+	p->own = false;
+}
+
 /* The step's position inputs: gpt2 positions, the llama family's cos
  * and sin. */
-static int positions(struct model_ctx *c, uint32_t n, struct fwd_args *a,
+static int positions(struct model_ctx *c, uint32_t n, struct fwd_seq *a,
 		     struct vmu_resv *resv, uint64_t *reg)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
@@ -347,18 +388,18 @@ static uint64_t step_input_bytes(struct model_ctx *c, struct vmu *v, uint32_t n,
 }
 
 /* The step's ids (from layer 0) and positions (from layer 0, and on
- * RoPE models for any part with layers) in data regions @reg, drawing on
- * @resv (may be NULL). */
+ * RoPE models for any part with layers [@l0, @l1)) in data regions
+ * @reg, drawing on @resv (may be NULL). */
 static int step_inputs(struct model_ctx *c, const int32_t *tokens,
-		       struct fwd_args *a, struct vmu_resv *resv, uint64_t *reg)
+		       struct fwd_seq *a, uint32_t l0, uint32_t l1,
+		       struct vmu_resv *resv, uint64_t *reg)
 {
 	int ret = 0;
 
-	if (!a->l0)
+	if (!l0)
 		ret = upload(c->h->s, tokens, a->T * sizeof(int32_t), resv,
 			     &reg[2], &a->ids);
-	if (!ret &&
-	    (!a->l0 || (c->h->m->cfg.arch != MODEL_GPT2 && a->l0 < a->l1)))
+	if (!ret && (!l0 || (c->h->m->cfg.arch != MODEL_GPT2 && l0 < l1)))
 		ret = positions(c, a->T, a, resv, reg);
 	return ret;
 }
@@ -392,102 +433,187 @@ static int check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
 }
 
 /*
- * Run layers [@l0, @l1) of a step of @n tokens: from @tokens when @l0 is
- * 0, else from the paused state. Nothing of the context changes; the
- * outputs are in @res, their shapes in @descs.
+ * One graph: layers [@l0, @l1) of the steps of the @np parts @ps
+ * (lbase: fwd_args'). Each part's inputs are its @out, and become the
+ * graph's outputs for it. On failure nothing of any part changes, and
+ * @msg says why.
  */
-static int run_part(struct model_ctx *c, const struct model_env *env,
-		    const int32_t *tokens, uint32_t n, uint32_t l0, uint32_t l1,
-		    bool pause, bool all, struct exec_result *res,
-		    struct djinn_tensor_desc *descs, char *msg, size_t msglen)
+static int run_graph(struct part **ps, unsigned int np,
+		     const struct model_env *env, uint32_t l0, uint32_t l1,
+		     uint64_t lbase, char *msg, size_t msglen)
 {
-	struct vmu_session *s = c->h->s;
-	bool pc = false, ph = false, pk = false;
-	uint64_t reg[3] = { 0 };
-	struct fwd_args a = { 0 };
+	struct fwd_seq seq[FWD_MAX_SEQ];
+	struct djinn_tensor_desc descs[2 * FWD_MAX_SEQ];
+	uint64_t reg[FWD_MAX_SEQ][3];
+	bool pinned[FWD_MAX_SEQ][3];
+	struct fwd_args a = {
+		.l0 = l0, .l1 = l1, .lbase = lbase, .nr_seq = np, .seq = seq
+	};
 	struct vmu_resv resv = { 0 };
 	char why[VMU_MSG_LEN] = "";
+	struct exec_result res;
 	struct gbuild *g;
+	unsigned int i;
 	int ret = 0;
 
+	memset(seq, 0, np * sizeof(seq[0]));
+	memset(reg, 0, sizeof(reg));
+	memset(pinned, 0, sizeof(pinned));
 	g = malloc(sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	g->nr_in = g->nr_nodes = g->nr_out = 0;
 	g->phase = 0;
 	g->err = 0;
-	a.T = n;
-	a.P = c->len;
-	a.l0 = l0;
-	a.l1 = l1;
-	a.pause = pause;
-	a.all = all;
-	ret = step_inputs(c, tokens, &a, NULL, reg);
-	if (ret == -ENOMEM) {
-		/* The device is full (the session's cached regions did not
-		 * cover them): admitted like a graph's outputs, the inputs
-		 * wait for memory coming free (another request's stack, a
-		 * swap-out) instead of failing at once. */
-		for (int i = 0; i < 3; i++) {
-			drop(s, reg[i], true);
-			reg[i] = 0;
+	for (i = 0; i < np && !ret; i++) {
+		struct part *p = ps[i];
+		struct model_ctx *c = p->c;
+		struct vmu_session *s = c->h->s;
+		struct fwd_seq *sq = &seq[i];
+
+		sq->s = s;
+		sq->T = p->n;
+		sq->P = c->len;
+		sq->head = p->head && l1 == c->h->m->cfg.n_layer;
+		sq->all = p->all;
+		ret = step_inputs(c, p->tokens, sq, l0, l1, NULL, reg[i]);
+		if (ret == -ENOMEM) {
+			/* The device is full (the session's cached regions
+			 * did not cover them): admitted like a graph's
+			 * outputs, the inputs wait for memory coming free
+			 * (another request's stack, a swap-out) instead of
+			 * failing at once. */
+			for (int k = 0; k < 3; k++) {
+				drop(s, reg[i][k], true);
+				reg[i][k] = 0;
+			}
+			vmu_resv_release(&resv);
+			ret = vmu_admit(env->v,
+					step_input_bytes(c, env->v, p->n, l0,
+							 l1),
+					&resv, why, sizeof(why));
+			if (!ret)
+				ret = step_inputs(c, p->tokens, sq, l0, l1,
+						  &resv, reg[i]);
+			if (ret) {
+				errmsg(msg, msglen, ret, "step inputs: %s",
+				       why[0] ? why : strerror(-ret));
+				break;
+			}
 		}
-		ret = vmu_admit(env->v, step_input_bytes(c, env->v, n, l0, l1),
-				&resv, why, sizeof(why));
-		if (!ret)
-			ret = step_inputs(c, tokens, &a, &resv, reg);
-		if (ret) {
+		if (!ret && sq->P) {
+			sq->cache = pin_addr(s, c->cache, &ret);
+			pinned[i][0] = !ret;
+		}
+		if (!ret && l0) {
+			sq->hidden = pin_addr(s, p->out[0], &ret);
+			pinned[i][1] = !ret;
+		}
+		if (!ret && l0) {
+			sq->kv_in = pin_addr(s, p->out[1], &ret);
+			pinned[i][2] = !ret;
+		}
+		if (ret && !msg[0])
 			errmsg(msg, msglen, ret, "step inputs: %s",
-			       why[0] ? why : strerror(-ret));
-			goto out;
-		}
+			       strerror(-ret));
 	}
-	if (!ret && a.P) {
-		a.cache = pin_addr(s, c->cache, &ret);
-		pc = !ret;
+	if (!ret) {
+		ret = model_build_forward(g, ps[0]->c->h, &a);
+		if (ret)
+			errmsg(msg, msglen, ret, "building the graph: %s",
+			       strerror(-ret));
+		else
+			ret = gb_run(g, env, ps[0]->c->h->s, &res, descs, msg,
+				     msglen);
 	}
-	if (!ret && l0) {
-		a.hidden = pin_addr(s, c->pz.hidden, &ret);
-		ph = !ret;
+	for (i = 0; i < np; i++) {
+		struct part *p = ps[i];
+		struct vmu_session *s = p->c->h->s;
+
+		if (pinned[i][0])
+			vmu_region_unpin(s, p->c->cache);
+		if (pinned[i][1])
+			vmu_region_unpin(s, p->out[0]);
+		if (pinned[i][2])
+			vmu_region_unpin(s, p->out[1]);
+		for (int k = 0; k < 3; k++)
+			drop(s, reg[i][k], true);
+		if (ret)
+			continue;
+		part_drop(p);
+		p->out[0] = res.regions[2 * i];
+		p->out[1] = res.regions[2 * i + 1];
+		p->desc[0] = descs[2 * i];
+		p->desc[1] = descs[2 * i + 1];
+		p->own = true;
 	}
-	if (!ret && l0 && !pause) {
-		a.kv_in = pin_addr(s, c->pz.kv, &ret);
-		pk = !ret;
-	}
-	if (ret) {
-		errmsg(msg, msglen, ret, "step inputs: %s", strerror(-ret));
-		goto out;
-	}
-	ret = model_build_forward(g, c->h, &a);
-	if (ret)
-		errmsg(msg, msglen, ret, "building the graph: %s",
-		       strerror(-ret));
-	else
-		ret = gb_run(g, env, s, res, descs, msg, msglen);
-out:
-	if (pc)
-		vmu_region_unpin(s, c->cache);
-	if (ph)
-		vmu_region_unpin(s, c->pz.hidden);
-	if (pk)
-		vmu_region_unpin(s, c->pz.kv);
-	for (int i = 0; i < 3; i++)
-		drop(s, reg[i], true);
 	vmu_resv_release(&resv);
 	free(g);
 	return ret;
 }
 
+/* A streamed model's pass runs layers [l0, l1) of @n parts: as one
+ * graph, or, when that fails, each part alone, so that one context's
+ * fault (its quota, a bad steering) fails its own step only. */
+static void stream_layer(struct stream_job **jobs, unsigned int n, uint32_t l0,
+			 uint32_t l1, uint64_t lbase)
+{
+	struct part *ps[FWD_MAX_SEQ];
+	int ret;
+
+	if (!n || n > FWD_MAX_SEQ)
+		return;
+	for (unsigned int i = 0; i < n; i++)
+		ps[i] = container_of(jobs[i], struct part, job);
+	ret = run_graph(ps, n, ps[0]->env, l0, l1, lbase, ps[0]->msg,
+			ps[0]->msglen);
+	if (!ret || n == 1) {
+		jobs[0]->ret = ret;
+		return;
+	}
+	ps[0]->msg[0] = 0;
+	for (unsigned int i = 0; i < n; i++)
+		jobs[i]->ret = run_graph(&ps[i], 1, ps[i]->env, l0, l1, lbase,
+					 ps[i]->msg, ps[i]->msglen);
+}
+
 /*
- * A step of @n tokens has run through every layer (@res, @descs): append
- * its keys and values to the cache, take its logits. On failure the
- * context is as it was. @res's regions are gone either way (but a kept
- * one, which is @st's).
+ * Run @p's layers: as one graph on a model wholly on the device (or
+ * when none of them is streamed), else as a job of a pass over the
+ * streamed model. On failure the part's own regions are gone.
+ */
+static int run_step(struct part *p)
+{
+	const struct model *m = p->c->h->m;
+	int ret;
+
+	p->msg[0] = 0;
+	if (!m->stream || p->l1 <= m->resident || p->l0 == p->l1) {
+		ret = run_graph(&p, 1, p->env, p->l0, p->l1, 0, p->msg,
+				p->msglen);
+	} else {
+		p->job.l0 = p->l0;
+		p->job.l1 = p->l1;
+		p->job.fn = stream_layer;
+		ret = model_stream_run(m->stream, &p->job);
+		if (ret && !p->msg[0])
+			errmsg(p->msg, p->msglen, ret, "streaming model %s: %s",
+			       m->name, strerror(-ret));
+	}
+	if (ret)
+		part_drop(p);
+	return ret;
+}
+
+/*
+ * A step of @n tokens has run through every layer (@p's outputs):
+ * append its keys and values to the cache, take its logits. On failure
+ * the context is as it was. @p's regions are gone either way (but a
+ * kept one, which is @st's).
  */
 static int commit_step(struct model_ctx *c, const struct model_env *env,
-		       uint32_t n, struct exec_result *res,
-		       const struct djinn_tensor_desc *descs,
-		       struct model_step *st, char *msg, size_t msglen)
+		       uint32_t n, struct part *p, struct model_step *st,
+		       char *msg, size_t msglen)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
 	struct vmu_session *s = c->h->s;
@@ -500,7 +626,7 @@ static int commit_step(struct model_ctx *c, const struct model_env *env,
 	ret = vmu_region_resize(s, c->cache, (P + n) * c->tok_bytes, NULL);
 	if (!ret)
 		ret = copy_regions(env, s, c->cache, P * c->tok_bytes,
-				   res->regions[1], n * c->tok_bytes);
+				   p->out[1], n * c->tok_bytes);
 	if (ret) {
 		errmsg(msg, msglen, ret, "KV cache growth to %llu tokens: %s",
 		       (unsigned long long)(P + n), strerror(-ret));
@@ -510,7 +636,7 @@ static int commit_step(struct model_ctx *c, const struct model_env *env,
 
 	/* the logits, (rows, V) in the weights' dtype: every row for the
 	 * caller's copy, else the last, which the context keeps */
-	rows = descs[0].dims[0];
+	rows = p->desc[0].dims[0];
 	row_bytes = cfg->vocab * djinn_dtype_size(dt);
 	host = malloc(st->logits ? rows * row_bytes : row_bytes);
 	if (!host) {
@@ -519,11 +645,10 @@ static int commit_step(struct model_ctx *c, const struct model_env *env,
 		goto out;
 	}
 	if (st->logits)
-		ret = vmu_region_read(s, res->regions[0], 0, host,
-				      rows * row_bytes);
+		ret = vmu_region_read(s, p->out[0], 0, host, rows * row_bytes);
 	else
-		ret = vmu_region_read(s, res->regions[0],
-				      (rows - 1) * row_bytes, host, row_bytes);
+		ret = vmu_region_read(s, p->out[0], (rows - 1) * row_bytes,
+				      host, row_bytes);
 	if (!ret) {
 		if (st->logits)
 			djinn_half_to_f32(dt, host, st->logits,
@@ -536,9 +661,9 @@ static int commit_step(struct model_ctx *c, const struct model_env *env,
 		c->have_logits = true;
 		c->len += n;
 		if (st->keep) { /* the caller's now */
-			st->region = res->regions[0];
-			st->desc = descs[0];
-			res->regions[0] = 0;
+			st->region = p->out[0];
+			st->desc = p->desc[0];
+			p->out[0] = 0;
 		}
 	} else {
 		errmsg(msg, msglen, ret, "reading the logits: %s",
@@ -547,8 +672,7 @@ static int commit_step(struct model_ctx *c, const struct model_env *env,
 	}
 	free(host);
 out:
-	drop(s, res->regions[0], false);
-	drop(s, res->regions[1], false);
+	part_drop(p);
 	return ret;
 }
 
@@ -556,19 +680,24 @@ int model_ctx_step(struct model_ctx *c, const struct model_env *env,
 		   const int32_t *tokens, uint32_t n, struct model_step *st,
 		   char *msg, size_t msglen)
 {
-	struct djinn_tensor_desc descs[2];
-	struct exec_result res;
+	struct part p = { .c = c,
+			  .tokens = tokens,
+			  .n = n,
+			  .head = true,
+			  .all = st->all,
+			  .l1 = c->h->m->cfg.n_layer,
+			  .msg = msg,
+			  .msglen = msglen,
+			  .env = env };
 	int ret;
 
 	st->region = 0;
 	ret = check_step(c, tokens, n, msg, msglen);
+	if (!ret)
+		ret = run_step(&p);
 	if (ret)
 		return ret;
-	ret = run_part(c, env, tokens, n, 0, c->h->m->cfg.n_layer, false,
-		       st->all, &res, descs, msg, msglen);
-	if (ret)
-		return ret;
-	return commit_step(c, env, n, &res, descs, st, msg, msglen);
+	return commit_step(c, env, n, &p, st, msg, msglen);
 }
 
 int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
@@ -668,21 +797,26 @@ static int pause_at(struct model_ctx *c, const struct model_env *env,
 		    const int32_t *tokens, uint32_t n, uint32_t brk, bool all,
 		    char *msg, size_t msglen)
 {
-	struct djinn_tensor_desc descs[2];
-	struct exec_result res;
+	struct part p = { .c = c,
+			  .tokens = tokens,
+			  .n = n,
+			  .all = all,
+			  .l1 = brk,
+			  .msg = msg,
+			  .msglen = msglen,
+			  .env = env };
 	int ret;
 
-	ret = run_part(c, env, tokens, n, 0, brk, true, all, &res, descs, msg,
-		       msglen);
+	ret = run_step(&p);
 	if (ret)
 		return ret;
 	c->pz.on = true;
 	c->pz.layer = brk - 1;
 	c->pz.T = n;
 	c->pz.all = all;
-	c->pz.hidden = res.regions[0];
-	c->pz.kv = res.regions[1];
-	c->pz.desc = descs[0];
+	c->pz.hidden = p.out[0];
+	c->pz.kv = p.out[1];
+	c->pz.desc = p.desc[0];
 	return 0;
 }
 
@@ -787,18 +921,25 @@ int model_ctx_resume(struct model_ctx *c, const struct model_env *env,
 {
 	struct model_pause *pz = &c->pz;
 	struct model_step st = { .all = pz->all };
-	struct djinn_tensor_desc descs[2];
-	struct exec_result res;
+	struct part p = { .c = c,
+			  .n = pz->T,
+			  .head = true,
+			  .all = pz->all,
+			  .l0 = pz->layer + 1,
+			  .l1 = c->h->m->cfg.n_layer,
+			  .out = { pz->hidden, pz->kv },
+			  .msg = msg,
+			  .msglen = msglen,
+			  .env = env };
 	int ret;
 
 	if (!pz->on)
 		return errmsg(msg, msglen, -EBUSY, "the context is not paused");
 	if (!pz->decode)
 		st.logits = r->logits;
-	ret = run_part(c, env, NULL, pz->T, pz->layer + 1, c->h->m->cfg.n_layer,
-		       false, pz->all, &res, descs, msg, msglen);
+	ret = run_step(&p);
 	if (!ret)
-		ret = commit_step(c, env, pz->T, &res, descs, &st, msg, msglen);
+		ret = commit_step(c, env, pz->T, &p, &st, msg, msglen);
 	if (ret) { /* still paused: it may be resumed again */
 		run_out(c, r, pz->decode ? pz->done + 1 : 0);
 		return ret;

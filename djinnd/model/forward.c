@@ -85,6 +85,7 @@ void gb_output(struct gbuild *g, uint32_t v, unsigned int residency)
 		return;
 	}
 	g->nodes[v & ~GB_NODE].residency = (uint8_t)residency;
+	g->out_s[g->nr_out] = g->owner;
 	g->out[g->nr_out++] = v & ~GB_NODE;
 }
 
@@ -142,9 +143,12 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 	ret = djinn_graph_parse(buf, len, &view, msg, msglen);
 	if (!ret)
 		ret = djinn_graph_infer(&view, in, nd, msg, msglen);
+	for (uint32_t k = 0; k < g->nr_out; k++)
+		if (!g->out_s[k])
+			g->out_s[k] = s;
 	if (!ret)
-		ret = exec_graph(env->v, env->st, env->b, s, &view, g->in, nd,
-				 res, msg, msglen);
+		ret = exec_graph_owned(env->v, env->st, env->b, g->out_s, &view,
+				       g->in, nd, res, msg, msglen);
 	if (!ret)
 		for (uint32_t k = 0; k < g->nr_out; k++)
 			descs[k] = nd[g->out[k]];
@@ -240,174 +244,262 @@ static uint32_t concat_all(struct gbuild *g, uint32_t *x, unsigned int n,
 	return x[0];
 }
 
-/* Weight slot @k of layer @l (-1: global) as a graph input. */
-static uint32_t weight(struct gbuild *g, const struct model_hold *h, int l,
-		       unsigned int k)
-{
-	const struct model_weight *w = model_slot(&h->m->layout, l, k);
+/*
+ * The builder's state: the step's contexts, their rows stacked in one
+ * value (context i's are rows row0[i] .. row0[i] + T - 1), and per
+ * context the keys and values to concatenate into its output.
+ */
+struct fb {
+	struct gbuild *g;
+	const struct model_hold *h;
+	const struct model_config *c;
+	const struct fwd_args *a;
+	uint32_t rows;
+	uint32_t row0[FWD_MAX_SEQ];
+	uint32_t cache[FWD_MAX_SEQ];
+	uint32_t *kv; /* context i's at kv + i kv_room */
+	unsigned int kv_room, nr_kv[FWD_MAX_SEQ];
+};
 
-	return gb_input(g, model_weight_addr(h, l, k), h->m->layout.dtype,
-			w->ndim, w->shape);
+/* Weight slot @k of layer @l (-1: global) as a graph input: in the text
+ * entry, or in the ring slot of a streamed layer. */
+static uint32_t weight(struct fb *f, int l, unsigned int k)
+{
+	const struct model_layout *L = &f->h->m->layout;
+	const struct model_weight *w = model_slot(L, l, k);
+	uint64_t addr;
+
+	if (f->a->lbase && l == (int)f->a->l0)
+		addr = f->a->lbase + w->off -
+		       model_layer_start(L, f->c->n_layer, (uint32_t)l);
+	else
+		addr = model_weight_addr(f->h, l, k);
+	return gb_input(f->g, addr, L->dtype, w->ndim, w->shape);
+}
+
+/* Context @i's rows of @x: all of them when it is alone (a view). */
+static uint32_t rows_of(struct fb *f, uint32_t x, uint32_t i)
+{
+	if (f->a->nr_seq == 1)
+		return x;
+	return slice(f->g, x, 0, f->row0[i], f->row0[i] + f->a->seq[i].T);
+}
+
+/* Queue @x (T, k, Hk D) for context @i's keys and values. */
+static void kv_add(struct fb *f, uint32_t i, uint32_t x)
+{
+	f->kv[i * f->kv_room + f->nr_kv[i]++] = x;
 }
 
 /*
- * Attention of one layer. q (T, H D), k and v (T, Hk D), new this step;
- * the cache's keys and values of layer @l are slots 2l and 2l + 1 of
- * @cache (P, 2L, Hk D), which the op reads in place (token-major, as
- * the projections leave q, k and v). Returns (T, H D).
+ * Attention of one layer for context @i. q (T, H D), k and v (T, Hk D),
+ * new this step; the cache's keys and values of layer @l are slots 2l
+ * and 2l + 1 of its cache (P, 2L, Hk D), which the op reads in place
+ * (token-major, as the projections leave q, k and v). Returns (T, H D).
  */
-static uint32_t attend(struct gbuild *g, const struct model_config *c,
-		       const struct fwd_args *a, uint32_t cache, int l,
-		       uint32_t q, uint32_t k, uint32_t v)
+static uint32_t attend(struct fb *f, uint32_t i, int l, uint32_t q, uint32_t k,
+		       uint32_t v)
 {
-	int32_t T = (int32_t)a->T, H = (int32_t)c->n_head;
-	int32_t Hk = (int32_t)c->n_kv_head, D = (int32_t)c->head_dim;
+	const struct fwd_seq *sq = &f->a->seq[i];
+	int32_t T = (int32_t)sq->T, H = (int32_t)f->c->n_head;
+	int32_t Hk = (int32_t)f->c->n_kv_head, D = (int32_t)f->c->head_dim;
 	struct djinn_p_attention pa = { .causal = 1,
 					.layout = DJINN_ATTN_TOKENS };
+	struct gbuild *g = f->g;
 	uint32_t ins[4];
 
 	/* reshapes are views: nothing is copied */
 	ins[0] = reshape(g, q, 3, T, H, D);
 	ins[1] = reshape(g, k, 3, T, Hk, D);
 	ins[2] = reshape(g, v, 3, T, Hk, D);
-	ins[3] = cache;
-	if (a->P) {
+	ins[3] = f->cache[i];
+	if (sq->P) {
 		pa.cache_k = 2 * (uint32_t)l;
 		pa.cache_v = 2 * (uint32_t)l + 1;
 	}
-	q = gb_op(g, DJINN_GOP_ATTENTION, a->P ? 4 : 3, ins, &pa, sizeof(pa));
+	q = gb_op(g, DJINN_GOP_ATTENTION, sq->P ? 4 : 3, ins, &pa, sizeof(pa));
 	return reshape(g, q, 2, T, H * D);
 }
 
 /*
- * The outputs. With every layer run: the logits of the last (or every)
- * row of @x (T, C) after the final norm @nw (@nb: its bias, or GB_BAD
- * for RMSNorm), and the keys and values. Else the hidden state @x and
- * the keys and values of the layers run. @kv holds @nr_kv values (T, k,
- * Hk D) to concatenate along axis 1.
+ * The new keys and values of layer @l, k and v (rows, Hk D), go to each
+ * context's list, and every context attends with its own rows of q, k
+ * and v: (rows, H D).
  */
-static void finish(struct gbuild *g, const struct model_hold *h,
-		   const struct fwd_args *a, uint32_t x, uint32_t nw,
-		   uint32_t nb, uint32_t head, uint32_t *kv, unsigned int nr_kv)
+static uint32_t attend_all(struct fb *f, int l, uint32_t q, uint32_t k,
+			   uint32_t v)
 {
-	const struct model_config *c = &h->m->cfg;
-	uint32_t all_kv;
+	int32_t HkD = (int32_t)(f->c->n_kv_head * f->c->head_dim);
+	uint32_t out[FWD_MAX_SEQ];
 
-	all_kv = concat_all(g, kv, nr_kv, 1);
-	if (!(all_kv & GB_NODE)) /* just the first part's: a copy */
-		all_kv = reshape(g, all_kv, 3, (int32_t)a->T,
-				 (int32_t)(2 * c->n_layer),
-				 (int32_t)(c->n_kv_head * c->head_dim));
-	if (a->pause) {
-		gb_output(g, x, DJINN_RES_ACTIVATION);
-		gb_output(g, all_kv, DJINN_RES_KV_CACHE);
-		return;
+	for (uint32_t i = 0; i < f->a->nr_seq; i++) {
+		int32_t T = (int32_t)f->a->seq[i].T;
+		uint32_t ki = rows_of(f, k, i), vi = rows_of(f, v, i);
+
+		kv_add(f, i, reshape(f->g, ki, 3, T, 1, HkD));
+		kv_add(f, i, reshape(f->g, vi, 3, T, 1, HkD));
+		out[i] = attend(f, i, l, rows_of(f, q, i), ki, vi);
 	}
-	x = norm(g, x, nw, nb, c->eps);
-	if (!a->all && a->T > 1)
-		x = slice(g, x, 0, a->T - 1, a->T);
-	gb_output(g, matmul(g, x, head, true), DJINN_RES_OUTPUT);
-	/* (T, 1, Hk D) each -> (T, 2L, Hk D) */
-	gb_output(g, all_kv, DJINN_RES_KV_CACHE);
+	return concat_all(f->g, out, f->a->nr_seq, 0);
 }
 
-/* The inputs every part shares: the hidden state entering layer l0, the
- * cache, and the first part's keys and values. @kv gets those. */
-static uint32_t part_inputs(struct gbuild *g, const struct model_hold *h,
-			    const struct fwd_args *a, uint32_t *cache,
-			    uint32_t *kv, unsigned int *nr_kv)
+/*
+ * The outputs, two per context. Contexts whose step ends here get the
+ * logits of their last (or every) row of @x (rows, C) after the final
+ * norm @nw (@nb: its bias, or GB_BAD for RMSNorm), all of them through
+ * one product with @head; the others the hidden state @x. Then each one's
+ * keys and values, concatenated along axis 1.
+ */
+static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
+		   unsigned int khead)
 {
-	const struct model_config *c = &h->m->cfg;
-	unsigned int dt = h->m->layout.dtype;
-	uint64_t dims[3] = { a->P, 2 * c->n_layer,
-			     (uint64_t)c->n_kv_head * c->head_dim };
-	uint32_t x = GB_BAD;
+	const struct model_config *c = f->c;
+	const struct fwd_args *a = f->a;
+	struct gbuild *g = f->g;
+	uint32_t sel[FWD_MAX_SEQ], xn = GB_BAD, logits = GB_BAD, at = 0;
+	unsigned int nh = 0;
 
-	*cache = GB_BAD;
-	*nr_kv = 0;
-	if (a->P)
-		*cache = gb_input(g, a->cache, dt, 3, dims);
-	if (!a->l0)
-		return x;
-	dims[0] = a->T;
-	dims[1] = c->n_embd;
-	x = gb_input(g, a->hidden, dt, 2, dims);
-	if (!a->pause) {
-		dims[1] = 2 * a->l0;
-		dims[2] = (uint64_t)c->n_kv_head * c->head_dim;
-		kv[(*nr_kv)++] = gb_input(g, a->kv_in, dt, 3, dims);
+	for (uint32_t i = 0; i < a->nr_seq; i++) {
+		const struct fwd_seq *sq = &a->seq[i];
+		uint32_t r;
+
+		if (!sq->head)
+			continue;
+		if (xn == GB_BAD)
+			xn = norm(g, x, weight(f, -1, kw),
+				  kb < 0 ? GB_BAD : weight(f, -1, (unsigned)kb),
+				  c->eps);
+		r = rows_of(f, xn, i);
+		if (!sq->all && sq->T > 1)
+			r = slice(g, r, 0, sq->T - 1, sq->T);
+		sel[nh++] = r;
 	}
-	return x;
+	if (nh)
+		logits = matmul(g, concat_all(g, sel, nh, 0),
+				weight(f, -1, khead), true);
+	for (uint32_t i = 0; i < a->nr_seq; i++) {
+		const struct fwd_seq *sq = &a->seq[i];
+		uint32_t *kv = f->kv + i * f->kv_room, all_kv;
+
+		g->owner = sq->s;
+		if (sq->head) {
+			uint32_t n = sq->all ? sq->T : 1;
+
+			gb_output(g,
+				  nh == 1 ? logits :
+					    slice(g, logits, 0, at, at + n),
+				  DJINN_RES_OUTPUT);
+			at += n;
+		} else {
+			gb_output(g, rows_of(f, x, i), DJINN_RES_ACTIVATION);
+		}
+		/* (T, k, Hk D) each -> (T, 2 l1, Hk D) */
+		all_kv = concat_all(g, kv, f->nr_kv[i], 1);
+		if (!(all_kv & GB_NODE)) /* just the parts' before: a copy */
+			all_kv = reshape(g, all_kv, 3, (int32_t)sq->T,
+					 (int32_t)(2 * a->l1),
+					 (int32_t)(c->n_kv_head * c->head_dim));
+		gb_output(g, all_kv, DJINN_RES_KV_CACHE);
+	}
+	g->owner = NULL;
+}
+
+/*
+ * Every context's inputs: its cache, and from layer l0 > 0 the hidden
+ * state entering it and the parts' keys and values before it. Returns
+ * the hidden states stacked, or GB_BAD from layer 0 (@embed makes them).
+ */
+static uint32_t inputs(struct fb *f,
+		       uint32_t (*embed)(struct fb *f, uint32_t i))
+{
+	const struct model_config *c = f->c;
+	const struct fwd_args *a = f->a;
+	unsigned int dt = f->h->m->layout.dtype;
+	uint64_t HkD = (uint64_t)c->n_kv_head * c->head_dim;
+	uint32_t x[FWD_MAX_SEQ];
+
+	f->rows = 0;
+	for (uint32_t i = 0; i < a->nr_seq; i++) {
+		const struct fwd_seq *sq = &a->seq[i];
+		uint64_t dims[3] = { sq->P, 2 * c->n_layer, HkD };
+
+		f->row0[i] = f->rows;
+		f->rows += sq->T;
+		f->nr_kv[i] = 0;
+		f->cache[i] = sq->P ? gb_input(f->g, sq->cache, dt, 3, dims) :
+				      GB_BAD;
+		if (!a->l0) {
+			x[i] = embed(f, i);
+			continue;
+		}
+		dims[0] = sq->T;
+		dims[1] = c->n_embd;
+		x[i] = gb_input(f->g, sq->hidden, dt, 2, dims);
+		dims[1] = 2 * a->l0;
+		dims[2] = HkD;
+		kv_add(f, i, gb_input(f->g, sq->kv_in, dt, 3, dims));
+	}
+	return concat_all(f->g, x, a->nr_seq, 0);
 }
 
 /* ---------------------------------------------------------------------- */
 /* GPT-2 */
 
-static int build_gpt2(struct gbuild *g, const struct model_hold *h,
-		      const struct fwd_args *a)
+/* x (T, C) = wte[ids] + wpe[pos] */
+static uint32_t embed_gpt2(struct fb *f, uint32_t i)
 {
-	const struct model_config *c = &h->m->cfg;
-	int32_t T = (int32_t)a->T, C = (int32_t)c->n_embd;
-	uint64_t dims[1] = { a->T };
-	uint32_t x, ids, pos, cache, *kv;
-	unsigned int nr_kv;
+	const struct fwd_seq *sq = &f->a->seq[i];
+	uint64_t dims[1] = { sq->T };
+	uint32_t ids, pos;
 
-	kv = calloc(2 * c->n_layer + 1, sizeof(*kv));
-	if (!kv)
-		return -ENOMEM;
-	x = part_inputs(g, h, a, &cache, kv, &nr_kv);
-	if (!a->l0) {
-		/* x (T, C) = wte[ids] + wpe[pos] */
-		ids = gb_input(g, a->ids, DJINN_DTYPE_I32, 1, dims);
-		pos = gb_input(g, a->pos, DJINN_DTYPE_I32, 1, dims);
-		x = op2(g, DJINN_GOP_ADD,
-			op2(g, DJINN_GOP_EMBEDDING, weight(g, h, -1, GPT2_WTE),
-			    ids),
-			op2(g, DJINN_GOP_EMBEDDING, weight(g, h, -1, GPT2_WPE),
-			    pos));
-	}
+	ids = gb_input(f->g, sq->ids, DJINN_DTYPE_I32, 1, dims);
+	pos = gb_input(f->g, sq->pos, DJINN_DTYPE_I32, 1, dims);
+	return op2(f->g, DJINN_GOP_ADD,
+		   op2(f->g, DJINN_GOP_EMBEDDING, weight(f, -1, GPT2_WTE), ids),
+		   op2(f->g, DJINN_GOP_EMBEDDING, weight(f, -1, GPT2_WPE),
+		       pos));
+}
 
-	for (int l = (int)a->l0; l < (int)a->l1; l++) {
+static void build_gpt2(struct fb *f)
+{
+	const struct model_config *c = f->c;
+	int32_t C = (int32_t)c->n_embd;
+	struct gbuild *g = f->g;
+	uint32_t x;
+
+	x = inputs(f, embed_gpt2);
+	for (int l = (int)f->a->l0; l < (int)f->a->l1; l++) {
 		uint32_t y, qkv, q, k, v;
 
 		/* qkv (T, 3C) = ln_1(x) @ c_attn (C, 3C) + b */
-		y = norm(g, x, weight(g, h, l, GPT2_LN1_W),
-			 weight(g, h, l, GPT2_LN1_B), c->eps);
+		y = norm(g, x, weight(f, l, GPT2_LN1_W),
+			 weight(f, l, GPT2_LN1_B), c->eps);
 		qkv = op2(g, DJINN_GOP_ADD,
-			  matmul(g, y, weight(g, h, l, GPT2_ATTN_W), false),
-			  weight(g, h, l, GPT2_ATTN_B));
+			  matmul(g, y, weight(f, l, GPT2_ATTN_W), false),
+			  weight(f, l, GPT2_ATTN_B));
 		q = slice(g, qkv, 1, 0, C);
 		k = slice(g, qkv, 1, C, 2 * C);
 		v = slice(g, qkv, 1, 2 * C, 3 * C);
-		kv[nr_kv++] = reshape(g, k, 3, T, 1, C);
-		kv[nr_kv++] = reshape(g, v, 3, T, 1, C);
-		y = attend(g, c, a, cache, l, q, k, v);
+		y = attend_all(f, l, q, k, v);
 		/* x += y @ c_proj (C, C) + b */
 		y = op2(g, DJINN_GOP_ADD,
-			matmul(g, y, weight(g, h, l, GPT2_APROJ_W), false),
-			weight(g, h, l, GPT2_APROJ_B));
+			matmul(g, y, weight(f, l, GPT2_APROJ_W), false),
+			weight(f, l, GPT2_APROJ_B));
 		x = op2(g, DJINN_GOP_ADD, x, y);
 		/* x += gelu(ln_2(x) @ c_fc (C, F) + b) @ c_proj (F, C) + b */
-		y = norm(g, x, weight(g, h, l, GPT2_LN2_W),
-			 weight(g, h, l, GPT2_LN2_B), c->eps);
+		y = norm(g, x, weight(f, l, GPT2_LN2_W),
+			 weight(f, l, GPT2_LN2_B), c->eps);
 		y = op2(g, DJINN_GOP_ADD,
-			matmul(g, y, weight(g, h, l, GPT2_FC_W), false),
-			weight(g, h, l, GPT2_FC_B));
+			matmul(g, y, weight(f, l, GPT2_FC_W), false),
+			weight(f, l, GPT2_FC_B));
 		y = unary(g, DJINN_GOP_GELU, y);
 		y = op2(g, DJINN_GOP_ADD,
-			matmul(g, y, weight(g, h, l, GPT2_MPROJ_W), false),
-			weight(g, h, l, GPT2_MPROJ_B));
+			matmul(g, y, weight(f, l, GPT2_MPROJ_W), false),
+			weight(f, l, GPT2_MPROJ_B));
 		x = op2(g, DJINN_GOP_ADD, x, y);
 	}
 	/* logits = ln_f(x) @ wte^T (tied) or lm_head^T */
-	if (!a->pause)
-		finish(g, h, a, x, weight(g, h, -1, GPT2_LNF_W),
-		       weight(g, h, -1, GPT2_LNF_B),
-		       weight(g, h, -1, GPT2_LM_HEAD), kv, nr_kv);
-	else
-		finish(g, h, a, x, GB_BAD, GB_BAD, GB_BAD, kv, nr_kv);
-	free(kv);
-	return g->err;
+	finish(f, x, GPT2_LNF_W, GPT2_LNF_B, GPT2_LM_HEAD);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -428,107 +520,121 @@ static uint32_t rope(struct gbuild *g, uint32_t x, uint32_t cos, uint32_t sin,
 
 /* y (T, N) = x (T, K) @ W^T, W (N, K) a Linear weight, + its bias slot
  * @kb unless the configuration has none */
-static uint32_t linear(struct gbuild *g, const struct model_hold *h, int l,
-		       uint32_t x, unsigned int kw, unsigned int kb)
+static uint32_t linear(struct fb *f, int l, uint32_t x, unsigned int kw,
+		       unsigned int kb)
 {
-	uint32_t y = matmul(g, x, weight(g, h, l, kw), true);
+	uint32_t y = matmul(f->g, x, weight(f, l, kw), true);
 
-	if (model_slot(&h->m->layout, l, kb)->unused)
+	if (model_slot(&f->h->m->layout, l, kb)->unused)
 		return y;
-	return op2(g, DJINN_GOP_ADD, y, weight(g, h, l, kb));
+	return op2(f->g, DJINN_GOP_ADD, y, weight(f, l, kb));
 }
 
 /*
- * q or k (T, n D) of layer @l: (qwen3) a per-head RMSNorm with slot
- * @kn, then RoPE; back to (T, n D).
+ * q or k (rows, n D) of layer @l: (qwen3) a per-head RMSNorm with slot
+ * @kn, then RoPE; back to (rows, n D).
  */
-static uint32_t position(struct gbuild *g, const struct model_hold *h, int l,
-			 uint32_t x, int32_t T, int32_t n, unsigned int kn,
-			 uint32_t cos, uint32_t sin)
+static uint32_t position(struct fb *f, int l, uint32_t x, int32_t n,
+			 unsigned int kn, uint32_t cos, uint32_t sin)
 {
-	const struct model_config *c = &h->m->cfg;
-	int32_t D = (int32_t)c->head_dim;
+	int32_t D = (int32_t)f->c->head_dim, R = (int32_t)f->rows;
 
-	x = reshape(g, x, 3, T, n, D);
-	if (c->qk_norm)
-		x = norm(g, x, weight(g, h, l, kn), GB_BAD, c->eps);
-	return reshape(g, rope(g, x, cos, sin, D), 2, T, n * D);
+	x = reshape(f->g, x, 3, R, n, D);
+	if (f->c->qk_norm)
+		x = norm(f->g, x, weight(f, l, kn), GB_BAD, f->c->eps);
+	return reshape(f->g, rope(f->g, x, cos, sin, D), 2, R, n * D);
+}
+
+/* x (T, C) = embed[ids] */
+static uint32_t embed_llama(struct fb *f, uint32_t i)
+{
+	uint64_t dims[1] = { f->a->seq[i].T };
+	uint32_t ids =
+		gb_input(f->g, f->a->seq[i].ids, DJINN_DTYPE_I32, 1, dims);
+
+	return op2(f->g, DJINN_GOP_EMBEDDING, weight(f, -1, LLAMA_EMBED), ids);
 }
 
 /*
  * The llama family: llama, qwen2 (q/k/v biases), qwen3 (q/k norms),
  * mistral (a sliding window no context is longer than).
  */
-static int build_llama(struct gbuild *g, const struct model_hold *h,
-		       const struct fwd_args *a)
+static void build_llama(struct fb *f)
 {
-	const struct model_config *c = &h->m->cfg;
+	const struct model_config *c = f->c;
 	int32_t H = (int32_t)c->n_head, Hk = (int32_t)c->n_kv_head;
-	uint64_t dims[3] = { a->T, 1, c->head_dim };
-	uint32_t x, ids, cos = GB_BAD, sin = GB_BAD, cache, *kv;
-	unsigned int dt = h->m->layout.dtype, nr_kv;
-	int32_t T = (int32_t)a->T;
+	uint32_t x, cos = GB_BAD, sin = GB_BAD, cs[FWD_MAX_SEQ],
+		    sn[FWD_MAX_SEQ];
+	unsigned int dt = f->h->m->layout.dtype;
+	const struct fwd_args *a = f->a;
+	struct gbuild *g = f->g;
 
-	kv = calloc(2 * c->n_layer + 1, sizeof(*kv));
-	if (!kv)
-		return -ENOMEM;
 	if (a->l0 < a->l1) {
-		cos = gb_input(g, a->cos, dt, 3, dims);
-		sin = gb_input(g, a->sin, dt, 3, dims);
-	}
-	x = part_inputs(g, h, a, &cache, kv, &nr_kv);
-	if (!a->l0) {
-		/* x (T, C) = embed[ids] */
-		ids = gb_input(g, a->ids, DJINN_DTYPE_I32, 1, dims);
-		x = op2(g, DJINN_GOP_EMBEDDING, weight(g, h, -1, LLAMA_EMBED),
-			ids);
-	}
+		for (uint32_t i = 0; i < a->nr_seq; i++) {
+			uint64_t dims[3] = { a->seq[i].T, 1, c->head_dim };
 
+			cs[i] = gb_input(g, a->seq[i].cos, dt, 3, dims);
+			sn[i] = gb_input(g, a->seq[i].sin, dt, 3, dims);
+		}
+		cos = concat_all(g, cs, a->nr_seq, 0);
+		sin = concat_all(g, sn, a->nr_seq, 0);
+	}
+	x = inputs(f, embed_llama);
 	for (int l = (int)a->l0; l < (int)a->l1; l++) {
 		uint32_t y, q, k, v, gate;
 
 		/* q (T, H D), k, v (T, Hk D) from rmsnorm(x); Linear: W^T */
-		y = norm(g, x, weight(g, h, l, LLAMA_IN_NORM), GB_BAD, c->eps);
-		q = linear(g, h, l, y, LLAMA_Q, LLAMA_Q_B);
-		k = linear(g, h, l, y, LLAMA_K, LLAMA_K_B);
-		v = linear(g, h, l, y, LLAMA_V, LLAMA_V_B);
-		q = position(g, h, l, q, T, H, LLAMA_Q_NORM, cos, sin);
-		k = position(g, h, l, k, T, Hk, LLAMA_K_NORM, cos, sin);
-		kv[nr_kv++] = reshape(g, k, 3, T, 1, Hk * (int32_t)c->head_dim);
-		kv[nr_kv++] = reshape(g, v, 3, T, 1, Hk * (int32_t)c->head_dim);
-		y = attend(g, c, a, cache, l, q, k, v);
+		y = norm(g, x, weight(f, l, LLAMA_IN_NORM), GB_BAD, c->eps);
+		q = linear(f, l, y, LLAMA_Q, LLAMA_Q_B);
+		k = linear(f, l, y, LLAMA_K, LLAMA_K_B);
+		v = linear(f, l, y, LLAMA_V, LLAMA_V_B);
+		q = position(f, l, q, H, LLAMA_Q_NORM, cos, sin);
+		k = position(f, l, k, Hk, LLAMA_K_NORM, cos, sin);
+		y = attend_all(f, l, q, k, v);
 		x = op2(g, DJINN_GOP_ADD, x,
-			linear(g, h, l, y, LLAMA_O, LLAMA_O_B));
+			linear(f, l, y, LLAMA_O, LLAMA_O_B));
 		/* x += down(silu(gate(y)) * up(y)), y = rmsnorm(x) */
-		y = norm(g, x, weight(g, h, l, LLAMA_POST_NORM), GB_BAD,
-			 c->eps);
+		y = norm(g, x, weight(f, l, LLAMA_POST_NORM), GB_BAD, c->eps);
 		gate = unary(g, DJINN_GOP_SILU,
-			     linear(g, h, l, y, LLAMA_GATE, LLAMA_GATE_B));
+			     linear(f, l, y, LLAMA_GATE, LLAMA_GATE_B));
 		y = op2(g, DJINN_GOP_MUL, gate,
-			linear(g, h, l, y, LLAMA_UP, LLAMA_UP_B));
+			linear(f, l, y, LLAMA_UP, LLAMA_UP_B));
 		x = op2(g, DJINN_GOP_ADD, x,
-			linear(g, h, l, y, LLAMA_DOWN, LLAMA_DOWN_B));
+			linear(f, l, y, LLAMA_DOWN, LLAMA_DOWN_B));
 	}
-	if (!a->pause)
-		finish(g, h, a, x, weight(g, h, -1, LLAMA_NORM), GB_BAD,
-		       weight(g, h, -1, LLAMA_LM_HEAD), kv, nr_kv);
-	else
-		finish(g, h, a, x, GB_BAD, GB_BAD, GB_BAD, kv, nr_kv);
-	free(kv);
-	return g->err;
+	finish(f, x, LLAMA_NORM, -1, LLAMA_LM_HEAD);
 }
 
 int model_build_forward(struct gbuild *g, const struct model_hold *h,
 			const struct fwd_args *a)
 {
+	const struct model_config *c = &h->m->cfg;
 	struct fwd_args b = *a;
+	struct fb f = { .g = g, .h = h, .c = c, .a = &b };
+	bool decode = true;
 
 	if (!b.l1)
-		b.l1 = h->m->cfg.n_layer;
-	if (b.l0 > b.l1 || b.l1 > h->m->cfg.n_layer ||
-	    (b.pause ? b.l0 == b.l1 : b.l1 < h->m->cfg.n_layer))
+		b.l1 = c->n_layer;
+	if (b.l0 > b.l1 || b.l1 > c->n_layer || !b.nr_seq ||
+	    b.nr_seq > FWD_MAX_SEQ || (b.lbase && b.l1 != b.l0 + 1))
 		return -EINVAL;
-	g->phase = b.P && b.T == 1 ? DJINN_PHASE_DECODE : DJINN_PHASE_PREFILL;
-	return h->m->cfg.arch == MODEL_GPT2 ? build_gpt2(g, h, &b) :
-					      build_llama(g, h, &b);
+	for (uint32_t i = 0; i < b.nr_seq; i++) {
+		const struct fwd_seq *sq = &b.seq[i];
+
+		if (!sq->T || (sq->head ? b.l1 < c->n_layer : b.l0 == b.l1))
+			return -EINVAL;
+		decode &= sq->P && sq->T == 1;
+	}
+	f.kv_room = 2 * (b.l1 - b.l0) + 1;
+	f.kv = calloc((size_t)b.nr_seq * f.kv_room, sizeof(*f.kv));
+	if (!f.kv)
+		return -ENOMEM;
+	g->phase = decode ? DJINN_PHASE_DECODE : DJINN_PHASE_PREFILL;
+	g->owner = NULL;
+	if (c->arch == MODEL_GPT2)
+		build_gpt2(&f);
+	else
+		build_llama(&f);
+	free(f.kv);
+	return g->err;
 }

@@ -35,13 +35,18 @@ struct gbuild {
 	uint32_t out[DJINN_MAX_GRAPH_OUTPUTS];
 	uint8_t phase; /* enum djinn_phase of every node */
 	int err;
+	/* whose region each output becomes (NULL: gb_run()'s session);
+	 * gb_output() takes @owner */
+	struct vmu_session *owner;
+	struct vmu_session *out_s[DJINN_MAX_GRAPH_OUTPUTS];
 };
 
 uint32_t gb_input(struct gbuild *g, uint64_t addr, unsigned int dtype,
 		  unsigned int ndim, const uint64_t *dims);
 uint32_t gb_op(struct gbuild *g, unsigned int op, unsigned int nr,
 	       const uint32_t *ins, const void *params, size_t plen);
-/* Mark @v an output (its result kept in a new data region). */
+/* Mark @v an output (its result kept in a new data region of
+ * @g->owner, or of gb_run()'s session). */
 void gb_output(struct gbuild *g, uint32_t v, unsigned int residency);
 
 /*
@@ -54,42 +59,62 @@ struct model_env {
 	struct backend *b;
 };
 
-/* Parse, infer and execute for session @s; @res gets the output regions
- * and @descs[nr_out] their shapes. */
+/* Parse, infer and execute for session @s (each output for its owner);
+ * @res gets the output regions and @descs[nr_out] their shapes. */
 int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 	   struct exec_result *res, struct djinn_tensor_desc *descs, char *msg,
 	   size_t msglen);
 
 /*
- * struct fwd_args - one step of a context, or a part of one
- * @T:     new tokens
- * @P:     tokens already in the cache
- * @l0, @l1: the layers to run, [l0, l1); l1 0 means n_layer
- * @pause: the first part of a step that pauses: no head
- * @ids:   l0 == 0: (T) i32 token ids
- * @pos:   gpt2, l0 == 0: (T) i32 positions P .. P + T - 1
- * @cos, @sin: llama: (T, head_dim) in the weights' dtype
- * @cache: (P, 2 n_layer, n_kv_head head_dim), when P > 0
+ * struct fwd_seq - one context's tokens in a step, or in a part of one
+ * @s:      the session whose regions its outputs become
+ * @T:      new tokens
+ * @P:      tokens already in the cache
+ * @head:   this part ends the step (l1 == n_layer): the logits, not the
+ *          hidden state
+ * @all:    with @head: logits for every new token, else the last one's
+ * @ids:    l0 == 0: (T) i32 token ids
+ * @pos:    gpt2, l0 == 0: (T) i32 positions P .. P + T - 1
+ * @cos, @sin: llama: (T, 1, head_dim) in the weights' dtype
+ * @cache:  (P, 2 n_layer, n_kv_head head_dim), when P > 0
  * @hidden: l0 > 0: (T, n_embd) the hidden state entering layer l0
- * @kv_in: l0 > 0 and !pause: (T, 2 l0, n_kv_head head_dim), the
- *         new keys and values of layers 0 .. l0 - 1 (from the first part)
- * @all:   logits for every new token, else for the last one only
- *
- * The graph's outputs, without @pause (l1 == n_layer): 0 the logits (T or 1, vocab),
- * 1 the new keys and values of every layer (T, 2 n_layer, n_kv_head
- * head_dim) to append to the cache. With @pause: 0 the hidden state after layer l1 - 1 (T,
- * n_embd), 1 the new keys and values of layers l0 .. l1 - 1 (T, 2 (l1 -
- * l0), n_kv_head head_dim). Splitting a step this way computes the same
- * bits as running it whole: every value is stored in the weights' dtype
- * either way.
+ * @kv_in:  l0 > 0: (T, 2 l0, n_kv_head head_dim), the new keys and
+ *          values of layers 0 .. l0 - 1 (from the parts before)
  */
-struct fwd_args {
+struct fwd_seq {
+	struct vmu_session *s;
 	uint32_t T, P;
-	uint32_t l0, l1;
-	bool pause;
+	bool head, all;
 	uint64_t ids, pos, cos, sin, cache;
 	uint64_t hidden, kv_in;
-	bool all;
+};
+
+/*
+ * struct fwd_args - layers [l0, l1) of @nr_seq contexts' steps, as one
+ * graph
+ * @l0, @l1: the layers to run; l1 0 means n_layer
+ * @lbase:   0, or (a streamed model, l1 == l0 + 1) the device address
+ *           where layer l0's weights are, laid out as in the text
+ *           entry from model_layer_start(l0): a slot of the ring
+ * @seq:     the contexts, at most FWD_MAX_SEQ
+ *
+ * Every context's rows go through the layers' matrix products together
+ * (each weight read once for all of them); attention is each context's
+ * own, over its own cache. The graph's outputs are two per context, in
+ * order: the logits (@head: (T or 1, vocab)) or the hidden state after
+ * layer l1 - 1 (T, n_embd), then the new keys and values of layers 0 ..
+ * l1 - 1 (T, 2 l1, n_kv_head head_dim), @head's to append to the cache.
+ * Splitting a step into parts computes the same bits as running it
+ * whole: every value is stored in the weights' dtype either way. With
+ * one context the graph is the one a context alone runs.
+ */
+#define FWD_MAX_SEQ 64
+
+struct fwd_args {
+	uint32_t l0, l1;
+	uint64_t lbase;
+	uint32_t nr_seq;
+	const struct fwd_seq *seq;
 };
 
 int model_build_forward(struct gbuild *g, const struct model_hold *h,

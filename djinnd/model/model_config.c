@@ -1018,24 +1018,50 @@ out:
 	return ret;
 }
 
-int model_layout_emit(const struct model_layout *L, model_emit_fn fn, void *arg)
+uint64_t model_layer_start(const struct model_layout *L, uint32_t n_layer,
+			   uint32_t l)
+{
+	for (; l < n_layer; l++)
+		for (unsigned int k = 0; k < L->per_layer; k++) {
+			const struct model_weight *w = model_slot(L, (int)l, k);
+
+			if (!w->alias && !w->unused)
+				return w->off;
+		}
+	return L->bytes;
+}
+
+int model_layout_emit_range(const struct model_layout *L, uint64_t from,
+			    uint64_t to, model_emit_fn fn, void *arg)
 {
 	static const uint8_t zero[MODEL_ALIGN];
-	uint64_t at = 0;
+	uint64_t at = from;
 	int ret = 0;
 
-	for (size_t i = 0; i < L->nr && !ret; i++) {
+	if (from > to || to > L->bytes)
+		return -EINVAL;
+	for (size_t i = 0; i < L->nr && !ret && at < to; i++) {
 		const struct model_weight *w = &L->w[i];
+		uint64_t b, e;
 
-		if (w->alias || w->unused)
+		if (w->alias || w->unused || w->off + w->t->size <= at)
 			continue;
-		if (w->off > at)
-			ret = fn(arg, zero, w->off - at);
-		if (!ret && w->t->size)
-			ret = fn(arg, w->t->data, w->t->size);
-		at = w->off + w->t->size;
+		b = w->off > at ? w->off : at;
+		e = w->off + w->t->size < to ? w->off + w->t->size : to;
+		if (b >= to)
+			break;
+		if (b > at) /* padding: less than MODEL_ALIGN */
+			ret = fn(arg, zero, b - at);
+		if (!ret && e > b)
+			ret = fn(arg, w->t->data + (b - w->off), e - b);
+		at = e;
 	}
-	if (!ret && L->bytes > at)
-		ret = fn(arg, zero, L->bytes - at);
+	if (!ret && to > at)
+		ret = fn(arg, zero, to - at);
 	return ret;
+}
+
+int model_layout_emit(const struct model_layout *L, model_emit_fn fn, void *arg)
+{
+	return model_layout_emit_range(L, 0, L->bytes, fn, arg);
 }

@@ -266,10 +266,20 @@ model_slot(const struct model_layout *L, int layer, unsigned int k)
 			     L->nr_global + (size_t)layer * L->per_layer + k];
 }
 
+/* Where layer @l's weights start in the blob: layers follow the global
+ * weights in order, each one contiguous, so layer @l is [start(l),
+ * start(l + 1)); start(n_layer) is the blob's end. */
+uint64_t model_layer_start(const struct model_layout *L, uint32_t n_layer,
+			   uint32_t l);
+
 /* Write the blob into @dst (@L->bytes; padding zeroed). For tests and
  * hashing; the store streams it instead (model_layout_emit()). */
 typedef int (*model_emit_fn)(void *arg, const void *buf, uint64_t len);
 int model_layout_emit(const struct model_layout *L, model_emit_fn fn,
 		      void *arg);
+/* The blob's bytes [@from, @to) only, where each is 0, the blob's size or
+ * a weight's offset (model_layer_start()): -EINVAL otherwise. */
+int model_layout_emit_range(const struct model_layout *L, uint64_t from,
+			    uint64_t to, model_emit_fn fn, void *arg);
 
 #endif /* DJINN_MODEL_CONFIG_H */

@@ -43,9 +43,18 @@ struct store_model {
 	char owner[DJINN_TENANT_LEN];
 };
 
+/* A budget set for a name (model_store_set_budget()). */
+struct budget {
+	struct list_head node;
+	char name[MODEL_NAME_MAX];
+	uint64_t bytes;
+	unsigned int slots;
+};
+
 struct model_store {
 	struct vmu *v;
 	char *dir;
+	struct list_head budgets;
 	pthread_mutex_t lock; /* never held across a load */
 	pthread_cond_t loaded; /* a load ended, well or not */
 	struct list_head models;
@@ -68,6 +77,7 @@ int model_store_create(struct vmu *v, const char *dir, struct model_store **out)
 	pthread_mutex_init(&ms->lock, NULL);
 	pthread_cond_init(&ms->loaded, NULL);
 	INIT_LIST_HEAD(&ms->models);
+	INIT_LIST_HEAD(&ms->budgets);
 	*out = ms;
 	return 0;
 }
@@ -75,6 +85,7 @@ int model_store_create(struct vmu *v, const char *dir, struct model_store **out)
 static void model_free(struct store_model *sm)
 {
 	list_del_init(&sm->node);
+	model_stream_destroy(sm->m.stream);
 	model_layout_free(&sm->m.layout);
 	free(sm);
 }
@@ -82,11 +93,16 @@ static void model_free(struct store_model *sm)
 void model_store_destroy(struct model_store *ms)
 {
 	struct store_model *sm, *n;
+	struct budget *b, *nb;
 
 	if (!ms)
 		return;
 	list_for_each_entry_safe(sm, n, &ms->models, node)
 		model_free(sm);
+	list_for_each_entry_safe(b, nb, &ms->budgets, node) {
+		list_del_init(&b->node);
+		free(b);
+	}
 	pthread_cond_destroy(&ms->loaded);
 	pthread_mutex_destroy(&ms->lock);
 	free(ms->dir);
@@ -181,8 +197,9 @@ static int upload_fn(void *arg, const void *buf, uint64_t len)
 	return vmu_text_write(arg, buf, len);
 }
 
-/* The blob's SHA-256, read from the mappings. */
-static int fingerprint(const struct model_layout *L, uint8_t fp[VMU_FP_LEN])
+/* The SHA-256 of the blob's first @bytes, read from the mappings. */
+static int fingerprint(const struct model_layout *L, uint64_t bytes,
+		       uint8_t fp[VMU_FP_LEN])
 {
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
 	int ret = -ENOMEM;
@@ -191,7 +208,7 @@ static int fingerprint(const struct model_layout *L, uint8_t fp[VMU_FP_LEN])
 		return ret;
 	ret = -EIO;
 	if (EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
-		ret = model_layout_emit(L, hash_fn, md);
+		ret = model_layout_emit_range(L, 0, bytes, hash_fn, md);
 		if (!ret && !EVP_DigestFinal_ex(md, fp, NULL))
 			ret = -EIO;
 	}
@@ -200,19 +217,94 @@ static int fingerprint(const struct model_layout *L, uint8_t fp[VMU_FP_LEN])
 }
 
 /*
- * Hash the weights @set holds as @m's layout says, and put them into the
- * text segment for @s (or find them there). On failure @m's layout is
- * freed. The set stays the caller's.
+ * How much of @m stays on the device: every layer when its weights fit
+ * @budget bytes (0: the device's room), else the embeddings, the head and
+ * as many layers as fit beside a ring of @slots of its largest layer
+ * (model_store_set_budget()). Sets @m's resident, ring and budget.
  */
-static int place(struct vmu_session *s, const char *name, bool shared,
-		 struct model *m, struct vmu_text **text, char *msg,
-		 size_t msglen)
+static int plan(struct model_store *ms, struct model *m, uint64_t budget,
+		unsigned int slots, char *msg, size_t msglen)
+{
+	const struct model_layout *L = &m->layout;
+	uint32_t n = m->cfg.n_layer, R;
+	struct vmu *v = ms->v;
+	uint64_t big = 0, ring = 0, head, least;
+	const char *whose = "its budget";
+
+	m->resident = n;
+	m->ring = m->budget = 0;
+	if (!budget) {
+		struct vmu_stats st;
+		uint64_t room;
+
+		vmu_get_stats(v, &st);
+		room = st.free + st.text_cached;
+		if (vmu_round(v, L->bytes) <= room)
+			return 0;
+		/* the rest for KV caches and activations */
+		budget = room / 4 * 3;
+		whose = "three quarters of the device's room";
+	} else if (vmu_round(v, L->bytes) <= budget) {
+		m->budget = budget;
+		return 0;
+	}
+	for (uint32_t l = 0; l < n; l++) {
+		uint64_t b = model_layer_start(L, n, l + 1) -
+			     model_layer_start(L, n, l);
+
+		big = b > big ? b : big;
+	}
+	head = vmu_round(v, model_layer_start(L, n, 0));
+	least = head + vmu_round(v, big);
+	if (!slots)
+		slots = 2;
+	for (; slots; slots--) {
+		ring = vmu_round(v, slots * big);
+		if (head + ring <= budget)
+			break;
+	}
+	if (!slots)
+		return errmsg(
+			msg, msglen,
+			least > vmu_provider(v)->capacity ? -E2BIG : -ENOMEM,
+			"model %s: no room for %llu bytes of weights: "
+			"streamed, it needs %llu at least (embeddings and "
+			"head %llu, its largest layer %llu), and %s is "
+			"%llu",
+			m->name, (unsigned long long)L->bytes,
+			(unsigned long long)least, (unsigned long long)head,
+			(unsigned long long)big, whose,
+			(unsigned long long)budget);
+	for (R = n - 1; R > 0; R--)
+		if (vmu_round(v, model_layer_start(L, n, R)) + ring <= budget)
+			break;
+	m->resident = R;
+	m->ring = ring;
+	m->budget = budget;
+	return 0;
+}
+
+/*
+ * Hash the weights @set holds as @m's layout says, and put them into the
+ * text segment for @s (or find them there): all of them, or for a
+ * streamed model the resident part, the rest copied out for streaming.
+ * On failure @m's layout is freed. The set stays the caller's.
+ */
+static int place(struct model_store *ms, struct vmu_session *s,
+		 const char *name, bool shared, uint64_t budget,
+		 unsigned int slots, struct model *m, struct vmu_text **text,
+		 char *msg, size_t msglen)
 {
 	struct vmu_text_upload *up;
+	uint64_t bytes;
 	bool created;
 	int ret;
 
-	ret = fingerprint(&m->layout, m->fp);
+	ret = plan(ms, m, budget, slots, msg, msglen);
+	if (ret)
+		goto out_layout;
+	bytes = model_layer_start(&m->layout, m->cfg.n_layer, m->resident);
+	ret = fingerprint(&m->layout, bytes, m->fp);
 	if (ret) {
 		errmsg(msg, msglen, ret, "model %s: cannot hash its weights",
 		       name);
@@ -223,16 +315,16 @@ static int place(struct vmu_session *s, const char *name, bool shared,
 	ret = shared ? vmu_text_lookup_shared(s, m->fp, text) :
 		       vmu_text_lookup(s, m->fp, text);
 	if (ret == -ENOENT) {
-		ret = shared ? vmu_text_begin_shared(s, m->layout.bytes, &up) :
-			       vmu_text_begin(s, m->layout.bytes, &up);
+		ret = shared ? vmu_text_begin_shared(s, bytes, &up) :
+			       vmu_text_begin(s, bytes, &up);
 		if (ret) {
 			errmsg(msg, msglen, ret,
 			       "model %s: no room for %llu bytes of weights: %s",
-			       name, (unsigned long long)m->layout.bytes,
-			       strerror(-ret));
+			       name, (unsigned long long)bytes, strerror(-ret));
 			goto out_layout;
 		}
-		ret = model_layout_emit(&m->layout, upload_fn, up);
+		ret = model_layout_emit_range(&m->layout, 0, bytes, upload_fn,
+					      up);
 		if (ret) {
 			vmu_text_abort(up);
 			errmsg(msg, msglen, ret, "model %s: upload: %s", name,
@@ -252,6 +344,19 @@ static int place(struct vmu_session *s, const char *name, bool shared,
 		errmsg(msg, msglen, ret, "model %s: %s", name, strerror(-ret));
 		goto out_layout;
 	}
+	if (m->resident < m->cfg.n_layer) {
+		char why[ST_MSG_LEN];
+
+		ret = model_stream_create(ms->v, &m->layout, &m->cfg,
+					  m->resident, m->ring, &m->stream, why,
+					  sizeof(why));
+		if (ret) {
+			errmsg(msg, msglen, ret, "model %s: streamed: %s", name,
+			       why);
+			vmu_text_put(s, *text);
+			goto out_layout;
+		}
+	}
 	for (size_t i = 0; i < m->layout.nr; i++)
 		m->layout.w[i].t = NULL; /* the files go now */
 	return 0;
@@ -264,8 +369,8 @@ out_layout:
 /* Load @name into @m (its name set) for @s, its weights referenced by
  * @s. Runs without the store's lock. On failure @m's layout is freed. */
 static int load(struct model_store *ms, struct vmu_session *s, const char *name,
-		struct model *m, struct vmu_text **text, char *msg,
-		size_t msglen)
+		const struct budget *b, struct model *m, struct vmu_text **text,
+		char *msg, size_t msglen)
 {
 	char path[4096], sub[MODEL_NAME_MAX + 16];
 	struct st_set *set;
@@ -292,7 +397,8 @@ static int load(struct model_store *ms, struct vmu_session *s, const char *name,
 		return ret;
 	ret = model_layout_build(&m->cfg, set, &m->layout, msg, msglen);
 	if (!ret)
-		ret = place(s, name, true, m, text, msg, msglen);
+		ret = place(ms, s, name, true, b->bytes, b->slots, m, text, msg,
+			    msglen);
 	st_set_close(set);
 	return ret;
 }
@@ -300,8 +406,8 @@ static int load(struct model_store *ms, struct vmu_session *s, const char *name,
 /* The same from the bytes of an upload. */
 static int load_upload(struct model_store *ms, struct vmu_session *s,
 		       const char *name, const struct model_upload *up,
-		       struct model *m, struct vmu_text **text, char *msg,
-		       size_t msglen)
+		       const struct budget *b, struct model *m,
+		       struct vmu_text **text, char *msg, size_t msglen)
 {
 	char path[MODEL_NAME_MAX + 16];
 	struct st_set *set;
@@ -320,8 +426,52 @@ static int load_upload(struct model_store *ms, struct vmu_session *s,
 		return ret;
 	ret = model_layout_build(&m->cfg, set, &m->layout, msg, msglen);
 	if (!ret)
-		ret = place(s, name, false, m, text, msg, msglen);
+		ret = place(ms, s, name, false, b->bytes, b->slots, m, text,
+			    msg, msglen);
 	st_set_close(set);
+	return ret;
+}
+
+/* The budget of served model @name (NULL: an upload's, none). Lock
+ * held. */
+static struct budget budget_of(struct model_store *ms, const char *name)
+{
+	struct budget none = { .bytes = 0 }, *b;
+
+	if (name)
+		list_for_each_entry(b, &ms->budgets, node)
+			if (!strcmp(b->name, name))
+				return *b;
+	return none;
+}
+
+int model_store_set_budget(struct model_store *ms, const char *name,
+			   uint64_t bytes, unsigned int slots, char *msg,
+			   size_t msglen)
+{
+	struct budget *b, *n;
+	int ret = model_name_check(name, msg, msglen);
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&ms->lock);
+	list_for_each_entry_safe(b, n, &ms->budgets, node)
+		if (!strcmp(b->name, name)) {
+			list_del_init(&b->node);
+			free(b);
+		}
+	if (bytes) {
+		b = calloc(1, sizeof(*b));
+		if (!b) {
+			ret = -ENOMEM;
+		} else {
+			snprintf(b->name, sizeof(b->name), "%s", name);
+			b->bytes = bytes;
+			b->slots = slots;
+			list_add_tail(&b->node, &ms->budgets);
+		}
+	}
+	pthread_mutex_unlock(&ms->lock);
 	return ret;
 }
 
@@ -336,6 +486,7 @@ static int open_entry(struct model_store *ms, struct vmu_session *s,
 {
 	struct model_hold *h;
 	struct store_model *sm;
+	struct budget budget;
 	struct vmu_text *text;
 	int ret;
 
@@ -385,6 +536,8 @@ again:
 			goto out_unlock;
 		}
 		/* reclaimed meanwhile: load it afresh in the same entry */
+		model_stream_destroy(sm->m.stream);
+		sm->m.stream = NULL;
 		model_layout_free(&sm->m.layout);
 		memset(&sm->m.cfg, 0, sizeof(sm->m.cfg));
 		memset(sm->m.fp, 0, sizeof(sm->m.fp));
@@ -409,9 +562,11 @@ again:
 	}
 	sm->loading = true;
 	sm->epoch = vmu_faults(ms->v);
+	budget = budget_of(ms, up ? NULL : name);
 	pthread_mutex_unlock(&ms->lock);
-	ret = up ? load_upload(ms, s, name, up, &sm->m, &text, msg, msglen) :
-		   load(ms, s, name, &sm->m, &text, msg, msglen);
+	ret = up ? load_upload(ms, s, name, up, &budget, &sm->m, &text, msg,
+			       msglen) :
+		   load(ms, s, name, &budget, &sm->m, &text, msg, msglen);
 	pthread_mutex_lock(&ms->lock);
 	sm->loading = false;
 	pthread_cond_broadcast(&ms->loaded);
@@ -533,7 +688,20 @@ int model_store_list(struct model_store *ms, struct model_info **out,
 		memcpy(x->name, sm->m.name, sizeof(x->name));
 		x->arch = sm->m.cfg.arch;
 		x->dtype = sm->m.layout.dtype;
-		x->bytes = sm->m.layout.bytes;
+		x->weights = sm->m.layout.bytes;
+		x->layers = sm->m.cfg.n_layer;
+		x->resident = sm->m.resident;
+		x->bytes = model_layer_start(&sm->m.layout, x->layers,
+					     x->resident);
+		x->ring = sm->m.ring;
+		x->budget = sm->m.budget;
+		if (sm->m.stream) {
+			struct model_stream_stats ss;
+
+			model_stream_stats(sm->m.stream, &ss);
+			x->passes = ss.passes;
+			x->jobs = ss.jobs;
+		}
 		x->holders = sm->holders;
 		memcpy(x->fp, sm->m.fp, VMU_FP_LEN);
 	}

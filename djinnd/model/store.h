@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 #include "model/model_config.h"
+#include "model/stream.h"
 #include "vmu/vmu.h"
 
 #define MODEL_NAME_MAX 64
@@ -58,12 +59,21 @@ struct model_store;
  * @layout: its weights' offsets and shapes in the text entry (the
  *          tensors' ->t pointers are NULL once loaded)
  * @fp:     the text entry's fingerprint
+ * @resident: layers 0 .. resident - 1 are in the text entry with the
+ *          embeddings and the head; n_layer for a model wholly on the
+ *          device. The others are streamed (@stream).
+ * @ring:   a streamed model's ring bytes (granule-rounded), else 0
+ * @budget: the device bytes it was placed under (0: it fit)
+ * @stream: a streamed model's streamed part (stream.h), else NULL
  */
 struct model {
 	char name[MODEL_NAME_MAX];
 	struct model_config cfg;
 	struct model_layout layout;
 	uint8_t fp[VMU_FP_LEN];
+	uint32_t resident;
+	uint64_t ring, budget;
+	struct model_stream *stream;
 };
 
 /*
@@ -156,18 +166,47 @@ void model_store_set_hook(struct model_store *ms,
 				     const char *name),
 			  void *arg);
 
-/* The device address of weight slot @k of layer @layer (-1: global). */
+/*
+ * Budgets (issue 15): the device bytes model @name may take, its text
+ * entry and a ring together, from its next load on (one loaded already
+ * keeps its placement until it is evicted or reclaimed). 0: none, the
+ * default: a model that fits the device's room (free memory and unheld
+ * text) goes there whole, and one that does not is streamed under a
+ * budget of three quarters of that room, the rest left for KV caches.
+ *
+ * A model over its budget keeps its embeddings and head and as many
+ * layers as fit beside a ring of @slots of its largest layer (0: 2, a
+ * layer computing while the next one copies; 1: no overlap, each layer
+ * copied, then computed on); the rest are streamed. A budget below the
+ * embeddings and head and one layer refuses the load with -ENOMEM (or
+ * -E2BIG past the device) naming both. -EINVAL for a bad name, -ENOMEM.
+ */
+int model_store_set_budget(struct model_store *ms, const char *name,
+			   uint64_t bytes, unsigned int slots, char *msg,
+			   size_t msglen);
+
+/* The device address of weight slot @k of layer @layer (-1: global); a
+ * resident layer's. */
 uint64_t model_weight_addr(const struct model_hold *h, int layer,
 			   unsigned int k);
 
 /*
  * struct model_info - one line of model_store_list()
+ * @bytes:   of the text entry (the resident part)
+ * @weights: of every weight, streamed ones too
+ * @layers, @resident: layers in all, and on the device
+ * @ring, @budget: as struct model's
+ * @passes, @jobs: a streamed model's passes and the steps they ran
  */
 struct model_info {
 	char name[MODEL_NAME_MAX];
 	enum model_arch arch;
 	unsigned int dtype; /* enum djinn_dtype of the weights */
-	uint64_t bytes; /* of the text entry */
+	uint64_t bytes;
+	uint64_t weights;
+	uint32_t layers, resident;
+	uint64_t ring, budget;
+	uint64_t passes, jobs;
 	unsigned int holders;
 	uint8_t fp[VMU_FP_LEN];
 };

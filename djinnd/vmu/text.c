@@ -5,6 +5,7 @@
  * and uploads in progress.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -591,4 +592,94 @@ int vmu_text_insert(struct vmu_session *s, const void *src, uint64_t size,
 		return ret;
 	}
 	return vmu_text_commit(u, fp, out, created);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Areas */
+
+struct vmu_text_area {
+	struct vmu_mapping m;
+	uint64_t size;
+};
+
+int vmu_text_area_alloc(struct vmu *v, uint64_t size,
+			struct vmu_text_area **out, char *msg, size_t msglen)
+{
+	uint64_t bytes = vmu_round(v, size), from_resv;
+	struct vmu_text_area *a;
+	int ret;
+
+	if (!size || size > UINT64_MAX - v->gran)
+		return -EINVAL;
+	if (bytes > v->prov->capacity) {
+		snprintf(msg, msglen,
+			 "need %llu bytes, the device has %llu in all",
+			 (unsigned long long)bytes,
+			 (unsigned long long)v->prov->capacity);
+		return -E2BIG;
+	}
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	ret = vmu_mapping_reserve(v, &a->m, bytes);
+	if (ret)
+		goto out_free;
+	vmu_lock(v);
+	ret = vmu_charge(v, bytes, NULL, &from_resv);
+	if (ret) {
+		struct vmu_stats st;
+
+		vmu_unlock(v);
+		vmu_get_stats(v, &st);
+		snprintf(msg, msglen, "need %llu bytes, %llu free",
+			 (unsigned long long)bytes,
+			 (unsigned long long)st.free);
+		goto out_release;
+	}
+	vmu_unlock(v);
+	ret = vmu_mapping_grow(v, &a->m, bytes);
+	vmu_lock(v);
+	if (ret) {
+		vmu_uncharge(v, bytes);
+		vmu_unlock(v);
+		snprintf(msg, msglen, "mapping %llu bytes: %s",
+			 (unsigned long long)bytes, strerror(-ret));
+		goto out_release;
+	}
+	vmu_seg_add(v, VMU_SEG_TEXT, (int64_t)bytes);
+	vmu_unlock(v);
+	a->size = size;
+	*out = a;
+	return 0;
+
+out_release:
+	vmu_mapping_release(v, &a->m);
+out_free:
+	free(a);
+	return ret;
+}
+
+void vmu_text_area_free(struct vmu *v, struct vmu_text_area *a)
+{
+	uint64_t bytes;
+
+	if (!a)
+		return;
+	bytes = a->m.mapped;
+	vmu_mapping_release(v, &a->m);
+	vmu_lock(v);
+	vmu_seg_add(v, VMU_SEG_TEXT, -(int64_t)bytes);
+	vmu_uncharge(v, bytes);
+	vmu_unlock(v);
+	free(a);
+}
+
+uint64_t vmu_text_area_addr(const struct vmu_text_area *a)
+{
+	return a->m.addr;
+}
+
+uint64_t vmu_text_area_size(const struct vmu_text_area *a)
+{
+	return a->size;
 }

@@ -31,6 +31,11 @@ uint64_t vmu_granularity(const struct vmu *v)
 	return v->gran;
 }
 
+struct vmu_provider *vmu_provider(const struct vmu *v)
+{
+	return v->prov;
+}
+
 uint64_t vmu_round(const struct vmu *v, uint64_t size)
 {
 	return round_up(size, v->gran);

@@ -104,6 +104,8 @@ int vmu_set_thresholds(struct vmu *v, unsigned int warn_pct,
 uint64_t vmu_granularity(const struct vmu *v);
 /* @size rounded up to the mapping granule: what it costs in memory. */
 uint64_t vmu_round(const struct vmu *v, uint64_t size);
+/* The provider of @v's memory. */
+struct vmu_provider *vmu_provider(const struct vmu *v);
 
 /* ---------------------------------------------------------------------- */
 /* Sessions and tenants */
@@ -298,6 +300,21 @@ int vmu_text_write(struct vmu_text_upload *u, const void *src, uint64_t len);
 int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
 		    struct vmu_text **out, bool *created);
 void vmu_text_abort(struct vmu_text_upload *u);
+
+/*
+ * Areas: writable device memory counted in the text segment, outside the
+ * index (the layer ring of a streamed model, model/ring.h). An area has
+ * no session and no fingerprint: its creator holds it until
+ * vmu_text_area_free(), and the VMU never evicts it. Its bytes are
+ * written through the provider's copies. 0, -EINVAL (@size 0), -E2BIG
+ * (more than the device), -ENOMEM with need and availability in @msg.
+ */
+struct vmu_text_area;
+int vmu_text_area_alloc(struct vmu *v, uint64_t size,
+			struct vmu_text_area **out, char *msg, size_t msglen);
+void vmu_text_area_free(struct vmu *v, struct vmu_text_area *a);
+uint64_t vmu_text_area_addr(const struct vmu_text_area *a);
+uint64_t vmu_text_area_size(const struct vmu_text_area *a);
 
 /* ---------------------------------------------------------------------- */
 /* Data segment

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Streamed models (issue 15: models larger than the device): the part of
+ * a model that does not stay on the device, and the passes that run
+ * steps over it.
+ *
+ * A streamed model keeps layers 0 .. resident - 1 in its text entry with
+ * the embeddings and the head; layers resident .. n_layer - 1 live in
+ * host memory (the provider's host_alloc(): pinned on a GPU, so copies
+ * run at the link's speed), laid out as in the text entry, and go
+ * through a layer ring (ring.h) in a text area of the device at every
+ * step that needs them.
+ *
+ * Passes: every step on a streamed model runs as a job of a pass, and
+ * the jobs that are waiting when a pass starts run together, one graph
+ * per layer for all of them, so each layer copied in serves every
+ * context of the pass. The first job to arrive while no pass runs leads
+ * the next one on its own thread; the others wait for it. A leader that
+ * finds fewer jobs waiting than the last pass had waits for the rest a
+ * moment (a sixteenth of the last pass, at most 2 ms) before it starts,
+ * so that contexts decoding together stay together. A pass takes at most
+ * FWD_MAX_SEQ jobs.
+ */
+#ifndef DJINN_MODEL_STREAM_H
+#define DJINN_MODEL_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "list.h"
+#include "model/model_config.h"
+#include "vmu/vmu.h"
+
+struct model_stream;
+struct stream_job;
+
+/*
+ * Run layers [@l0, @l1) for the @n jobs @jobs, as one graph, the
+ * weights of layer @l0 at device address @lbase when it is streamed (then
+ * @l1 is @l0 + 1), else (0) in the text entry. Sets each job's @ret.
+ */
+typedef void (*stream_layer_fn)(struct stream_job **jobs, unsigned int n,
+				uint32_t l0, uint32_t l1, uint64_t lbase);
+
+/*
+ * struct stream_job - one context's step (or part of one) in a pass
+ * @l0, @l1: the layers it runs, [l0, l1)
+ * @fn:      runs them (the same function for every job of a model)
+ * @arg:     the caller's
+ * @ret:     out: 0 or the first error of its layers
+ */
+struct stream_job {
+	uint32_t l0, l1;
+	stream_layer_fn fn;
+	void *arg;
+	int ret;
+	/* private */
+	struct list_head node;
+	bool done;
+};
+
+/*
+ * The streamed part of a model of layout @L and configuration @c whose
+ * first @resident layers are in its text entry: the other layers' bytes
+ * copied out of @L's tensors (the files may go after this), and a ring
+ * of @ring_bytes (at least the largest streamed layer) in a text area of
+ * @v. 0, or -ENOMEM / -E2BIG with need and availability in @msg.
+ */
+int model_stream_create(struct vmu *v, const struct model_layout *L,
+			const struct model_config *c, uint32_t resident,
+			uint64_t ring_bytes, struct model_stream **out,
+			char *msg, size_t msglen);
+/* No pass may be running. */
+void model_stream_destroy(struct model_stream *st);
+
+/* Run @j in a pass, leading one if none runs: when it returns @j is
+ * done and @j->ret says how. */
+int model_stream_run(struct model_stream *st, struct stream_job *j);
+
+/* For tests: while the gate is closed no pass starts and jobs wait in
+ * the queue; model_stream_waiting() counts them. */
+void model_stream_gate(struct model_stream *st, bool closed);
+unsigned int model_stream_waiting(struct model_stream *st);
+
+/*
+ * struct model_stream_stats - what a streamed model has done
+ * @passes, @jobs: passes run and the jobs they ran (jobs / passes: the
+ *         mean batch); @max_batch the largest
+ * @pass_ns: time in passes
+ * @ring:  the copy lane's figures (ring.h)
+ */
+struct model_stream_stats {
+	uint64_t passes, jobs, max_batch, pass_ns;
+	uint64_t copies, bytes, copy_ns, stall_ns, full_ns, skips;
+};
+void model_stream_stats(struct model_stream *st,
+			struct model_stream_stats *out);
+
+/* The device bytes a streamed model needs beside its text entry (the
+ * ring's area, granule-rounded). */
+uint64_t model_stream_device_bytes(const struct model_stream *st);
+/* The host bytes holding its streamed layers. */
+uint64_t model_stream_host_bytes(const struct model_stream *st);
+
+#endif /* DJINN_MODEL_STREAM_H */
