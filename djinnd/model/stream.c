@@ -16,7 +16,7 @@
 #include "model/ring.h"
 #include "model/stream.h"
 
-#define GATHER_MAX_NS 2000000ull
+#define GATHER_MAX_NS 50000000ull
 
 struct model_stream {
 	struct vmu *v;
@@ -32,7 +32,7 @@ struct model_stream {
 	pthread_cond_t cond; /* a pass ended, or a job came */
 	struct list_head queue;
 	bool leading, closed;
-	unsigned int last_batch;
+	unsigned int last_batch; /* jobs the next pass expects */
 	uint64_t last_pass_ns;
 	struct model_stream_stats st;
 };
@@ -245,11 +245,11 @@ static void pass(struct model_stream *st, struct stream_job **b, unsigned int n)
 		ring_reset(st->ring);
 }
 
-/* Wait for more jobs when fewer than the last pass's have come. Lock
- * held. */
+/* Wait for more jobs when fewer than the next pass expects have come.
+ * Lock held. */
 static void gather(struct model_stream *st)
 {
-	uint64_t wait = st->last_pass_ns / 16;
+	uint64_t wait = st->last_pass_ns / 4;
 	struct timespec until;
 	unsigned int n = 0;
 	struct stream_job *j;
@@ -305,7 +305,11 @@ int model_stream_run(struct model_stream *st, struct stream_job *j)
 		pthread_mutex_lock(&st->lock);
 		for (unsigned int i = 0; i < n; i++)
 			b[i]->done = true;
+		/* the next pass expects these back and those that came
+		 * meanwhile: two groups never take turns */
 		st->last_batch = n;
+		list_for_each_entry(x, &st->queue, node)
+			st->last_batch++;
 		st->last_pass_ns = t0;
 		st->st.passes++;
 		st->st.jobs += n;

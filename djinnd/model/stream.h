@@ -16,10 +16,12 @@
  * per layer for all of them, so each layer copied in serves every
  * context of the pass. The first job to arrive while no pass runs leads
  * the next one on its own thread; the others wait for it. A leader that
- * finds fewer jobs waiting than the last pass had waits for the rest a
- * moment (a sixteenth of the last pass, at most 2 ms) before it starts,
- * so that contexts decoding together stay together. A pass takes at most
- * FWD_MAX_SEQ jobs.
+ * finds fewer jobs waiting than the last pass ran and left waiting (the
+ * contexts decoding now) waits for the rest
+ * before it starts, until they are there or for a quarter of the last
+ * pass's time at most (50 ms at most), so that contexts decoding
+ * together stay together: a context that stops decoding costs the others
+ * that wait once. A pass takes at most FWD_MAX_SEQ jobs.
  */
 #ifndef DJINN_MODEL_STREAM_H
 #define DJINN_MODEL_STREAM_H

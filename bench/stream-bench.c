@@ -1,0 +1,511 @@
+// SPDX-License-Identifier: MIT
+/*
+ * stream-bench: models larger than the device (issue 15) on the CPU
+ * backend. A Llama-shaped f32 model (12 layers of 50 MB, 640 MB in all,
+ * seeded random weights from scripts/mkmodel.py, kept in CACHE/models/)
+ * runs through the real runtime: the model store places it, wholly on the
+ * device and under budgets of a half and a quarter of its weights
+ * (streamed through the layer ring), and contexts prefill and decode as
+ * djinnd's executors run them.
+ *
+ * Figures, one JSON object per line (STYLE.md, Benchmarks), the medians
+ * of --rounds rounds:
+ *   prefill_tok_s, decode_tok_s   at each budget, beside the model wholly
+ *                                 on the device;
+ *   stream_gbps                   the ring's bytes over the decode's time,
+ *                                 beside the memcpy peak measured in the
+ *                                 same run (the CPU's copy: the link a
+ *                                 GPU would have); target 0.8 of it when
+ *                                 copy bound;
+ *   overlap_speedup               decode tokens/s with a ring of two
+ *                                 slots (the next layer copies while one
+ *                                 computes) over one slot (copy, compute,
+ *                                 next: Accelerate's CPU offload), the
+ *                                 same layers resident; target 1.7;
+ *   batch_speedup                 tokens/s of --sessions sessions
+ *                                 decoding together (one pass per token
+ *                                 for all of them) over one session's;
+ *                                 target 5 with 8.
+ * The copy lane's own figures (time copying, compute waiting for it,
+ * the lane waiting for room) are in each line's note, so a reader can
+ * see whether a run was copy or compute bound. Every streamed run's
+ * greedy tokens must equal the resident model's, or the run fails.
+ *
+ * Usage: stream-bench [--cache DIR] [--threads N] [--prefill N]
+ *                     [--decode N] [--rounds N] [--sessions N]
+ *
+ *   make bench-stream BENCH_STREAM_ARGS='--rounds 5'
+ *
+ * Exit status: 0, 1 on a failure or a token that differs, 2 usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "model/runtime.h"
+#include "model/stream.h"
+
+#define MiB ((uint64_t)1 << 20)
+#define GiB ((uint64_t)1 << 30)
+#define MAX_ROUNDS 16
+#define MAX_SESSIONS 32
+
+static const char *model_args =
+	"--arch llama --layers 12 --embd 1024 --heads 16 --inner 2816 "
+	"--vocab 4096 --ctx 1024 --untied --seed 3";
+
+static struct {
+	const char *cache, *mkmodel;
+	unsigned int threads, prefill, decode, rounds, sessions;
+} opt = {
+	.cache = "build/bench-cache",
+	.mkmodel = "scripts/mkmodel.py",
+	.prefill = 64,
+	.decode = 16,
+	.rounds = 3,
+	.sessions = 8,
+};
+
+static void check(int ret, const char *what, const char *msg)
+{
+	if (ret)
+		fail("%s: %s%s%s", what, strerror(-ret),
+		     msg && *msg ? ": " : "", msg ? msg : "");
+}
+
+static double secs(uint64_t t0, uint64_t t1)
+{
+	return (double)(t1 - t0) / 1e9;
+}
+
+/* One line: @value against @base (named), @target on the ratio. */
+static void emit(const char *metric, double value, const char *unit,
+		 double base, const char *base_name, double target,
+		 const char *note)
+{
+	char v[32], b[32], r[32], nb[256], nn[512];
+	double ratio = base > 0 ? value / base : NAN;
+
+	fmt_num(v, sizeof(v), value);
+	fmt_num(b, sizeof(b), base);
+	fmt_num(r, sizeof(r), ratio);
+	json_str(nb, sizeof(nb), base_name);
+	printf("{\"bench\": \"stream_cpu\", \"metric\": \"%s\", \"value\": %s, "
+	       "\"unit\": \"%s\", \"baseline\": %s, \"baseline_name\": \"%s\", "
+	       "\"ratio\": %s",
+	       metric, v, unit, b, nb, r);
+	if (target > 0)
+		printf(", \"target\": \"ratio >= %g\", \"met\": %s", target,
+		       isfinite(ratio) ? (ratio >= target ? "true" : "false") :
+					 "null");
+	printf(", \"samples\": %u", opt.rounds);
+	if (note) {
+		json_str(nn, sizeof(nn), note);
+		printf(", \"note\": \"%s\"", nn);
+	}
+	printf("}\n");
+	fflush(stdout);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The runtime */
+
+struct rt {
+	struct backend *b;
+	struct model_env env;
+	struct model_store *ms;
+	struct vmu_session *s;
+	const struct model *m; /* the resident one's, for its layout */
+};
+
+/* The memcpy peak: GB/s copying 256 MiB between two host buffers, the
+ * best of five. */
+static double memcpy_peak(void)
+{
+	size_t n = 256 * MiB;
+	char *a = malloc(n), *b = malloc(n);
+	double best = 0;
+
+	if (!a || !b)
+		fail("no memory for the copy peak");
+	memset(a, 1, n);
+	memset(b, 2, n);
+	for (int i = 0; i < 5; i++) {
+		uint64_t t0 = mono_ns();
+		double g;
+
+		memcpy(i % 2 ? a : b, i % 2 ? b : a, n);
+		g = (double)n / (double)(mono_ns() - t0);
+		best = g > best ? g : best;
+	}
+	free(a);
+	free(b);
+	return best;
+}
+
+static struct model_hold *open_model(struct rt *R, struct vmu_session *s,
+				     const char *name, uint64_t budget,
+				     unsigned int slots)
+{
+	struct model_hold *h;
+	char msg[256] = "";
+
+	check(model_store_set_budget(R->ms, name, budget, slots, msg,
+				     sizeof(msg)),
+	      "budget", msg);
+	check(model_open(R->ms, s, name, &h, msg, sizeof(msg)), name, msg);
+	return h;
+}
+
+static void close_model(struct rt *R, struct model_hold *h, const char *name)
+{
+	char msg[256] = "";
+
+	model_close(h);
+	check(model_store_evict(R->ms, name, msg, sizeof(msg)), "evict", msg);
+}
+
+/*
+ * struct side - one placement's medians
+ * @pre, @dec: tokens/s
+ * @gbps:      ring bytes per second of decode
+ * @copy_ms, @stall_ms, @full_ms: per decoded token, the copy lane's time
+ *             copying, compute waiting for it, and it waiting for room
+ */
+struct side {
+	double pre, dec, gbps;
+	double copy_ms, stall_ms, full_ms;
+	int32_t *toks;
+};
+
+static void stats(const struct model *m, struct model_stream_stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	if (m->stream)
+		model_stream_stats(m->stream, s);
+}
+
+static void run_side(struct rt *R, struct model_hold *h, const int32_t *prompt,
+		     struct side *out)
+{
+	const struct model_sampling greedy = { .top_p = 1 };
+	double pre[MAX_ROUNDS], dec[MAX_ROUNDS], gb[MAX_ROUNDS];
+	double cp[MAX_ROUNDS], st[MAX_ROUNDS], fu[MAX_ROUNDS];
+	char msg[256] = "";
+
+	out->toks = calloc(opt.decode, sizeof(int32_t));
+	for (unsigned int r = 0; r <= opt.rounds; r++) {
+		struct model_stream_stats a, b;
+		struct model_ctx *c;
+		uint64_t t0, t1, t2;
+
+		check(model_ctx_new(h, opt.prefill + opt.decode + 1, &c, msg,
+				    sizeof(msg)),
+		      "context", msg);
+		t0 = mono_ns();
+		check(model_ctx_prefill(c, &R->env, prompt, opt.prefill, NULL,
+					msg, sizeof(msg)),
+		      "prefill", msg);
+		t1 = mono_ns();
+		stats(h->m, &a);
+		check(model_ctx_decode(c, &R->env, opt.decode, &greedy,
+				       out->toks, msg, sizeof(msg)),
+		      "decode", msg);
+		t2 = mono_ns();
+		stats(h->m, &b);
+		model_ctx_free(c);
+		if (!r)
+			continue; /* the warm-up */
+		pre[r - 1] = opt.prefill / secs(t0, t1);
+		dec[r - 1] = opt.decode / secs(t1, t2);
+		gb[r - 1] = (double)(b.bytes - a.bytes) / (double)(t2 - t1);
+		cp[r - 1] = (double)(b.copy_ns - a.copy_ns) / 1e6 / opt.decode;
+		st[r - 1] =
+			(double)(b.stall_ns - a.stall_ns) / 1e6 / opt.decode;
+		fu[r - 1] = (double)(b.full_ns - a.full_ns) / 1e6 / opt.decode;
+	}
+	out->pre = median(pre, opt.rounds);
+	out->dec = median(dec, opt.rounds);
+	out->gbps = median(gb, opt.rounds);
+	out->copy_ms = median(cp, opt.rounds);
+	out->stall_ms = median(st, opt.rounds);
+	out->full_ms = median(fu, opt.rounds);
+}
+
+/* Sessions decoding together */
+
+struct dec {
+	struct rt *R;
+	struct model_env env;
+	struct model_ctx *c;
+	int32_t *toks;
+	int ret;
+	char msg[256];
+};
+
+static void *dec_main(void *arg)
+{
+	const struct model_sampling greedy = { .top_p = 1 };
+	struct dec *d = arg;
+
+	d->ret = model_ctx_decode(d->c, &d->env, opt.decode, &greedy, d->toks,
+				  d->msg, sizeof(d->msg));
+	return NULL;
+}
+
+/* Tokens/s of @n sessions each decoding opt.decode tokens at once, after
+ * a prefill each; the mean batch of their passes in *@batch. */
+static double run_together(struct rt *R, const char *name, uint64_t budget,
+			   const int32_t *prompt, const int32_t *want,
+			   unsigned int n, double *batch)
+{
+	struct vmu_session *s[MAX_SESSIONS];
+	struct model_hold *h[MAX_SESSIONS];
+	struct dec d[MAX_SESSIONS];
+	pthread_t th[MAX_SESSIONS];
+	double tps[MAX_ROUNDS], bt[MAX_ROUNDS];
+	char msg[256] = "";
+
+	for (unsigned int i = 0; i < n; i++) {
+		check(vmu_session_create(R->env.v, "bench", &s[i]), "session",
+		      NULL);
+		h[i] = i ? open_model(R, s[i], name, budget, 0) :
+			   open_model(R, s[i], name, budget, 0);
+		d[i].R = R;
+		d[i].env = R->env;
+		check(vmu_stack_create(R->env.v, 1 * GiB, &d[i].env.st),
+		      "stack", NULL);
+		d[i].toks = calloc(opt.decode, sizeof(int32_t));
+	}
+	for (unsigned int r = 0; r <= opt.rounds; r++) {
+		struct model_stream_stats a, b;
+		uint64_t t0;
+
+		for (unsigned int i = 0; i < n; i++) {
+			check(model_ctx_new(h[i], opt.prefill + opt.decode + 1,
+					    &d[i].c, msg, sizeof(msg)),
+			      "context", msg);
+			check(model_ctx_prefill(d[i].c, &d[i].env, prompt,
+						opt.prefill, NULL, msg,
+						sizeof(msg)),
+			      "prefill", msg);
+		}
+		stats(h[0]->m, &a);
+		t0 = mono_ns();
+		for (unsigned int i = 0; i < n; i++)
+			if (pthread_create(&th[i], NULL, dec_main, &d[i]))
+				fail("pthread_create");
+		for (unsigned int i = 0; i < n; i++) {
+			pthread_join(th[i], NULL);
+			check(d[i].ret, "decode together", d[i].msg);
+			if (memcmp(d[i].toks, want,
+				   opt.decode * sizeof(int32_t)))
+				fail("session %u of %u decoding together: "
+				     "other tokens than alone",
+				     i, n);
+		}
+		if (r) {
+			tps[r - 1] =
+				(double)n * opt.decode / secs(t0, mono_ns());
+			stats(h[0]->m, &b);
+			bt[r - 1] = (double)(b.jobs - a.jobs) /
+				    (double)(b.passes - a.passes);
+		}
+		for (unsigned int i = 0; i < n; i++)
+			model_ctx_free(d[i].c);
+	}
+	for (unsigned int i = n; i-- > 0;) {
+		if (i)
+			model_close(h[i]);
+		else
+			close_model(R, h[i], name);
+		vmu_stack_destroy(d[i].env.st);
+		vmu_session_destroy(s[i]);
+		free(d[i].toks);
+	}
+	*batch = median(bt, opt.rounds);
+	return median(tps, opt.rounds);
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: stream-bench [--cache DIR] [--threads N] "
+		"[--prefill N] [--decode N] [--rounds N] [--sessions N]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "cache", required_argument, NULL, 'c' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "prefill", required_argument, NULL, 'p' },
+		{ "decode", required_argument, NULL, 'd' },
+		{ "rounds", required_argument, NULL, 'r' },
+		{ "sessions", required_argument, NULL, 'n' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char models[1024], note[512], msg[256] = "";
+	struct side res, half, quarter, sync;
+	struct model_hold *h;
+	struct rt R = { 0 };
+	int32_t *prompt;
+	uint64_t weights, big, half_b, quarter_b;
+	double peak, one, many, batch;
+	uint32_t R2;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			opt.cache = optarg;
+			break;
+		case 't':
+			opt.threads = (unsigned int)num(optarg, 0, 256);
+			break;
+		case 'p':
+			opt.prefill = (unsigned int)num(optarg, 1, 512);
+			break;
+		case 'd':
+			opt.decode = (unsigned int)num(optarg, 1, 256);
+			break;
+		case 'r':
+			opt.rounds = (unsigned int)num(optarg, 1, MAX_ROUNDS);
+			break;
+		case 'n':
+			opt.sessions =
+				(unsigned int)num(optarg, 2, MAX_SESSIONS);
+			break;
+		default:
+			usage();
+		}
+	}
+	snprintf(models, sizeof(models), "%s/models", opt.cache);
+	ensure_mkmodel(models, "llama-640m", opt.mkmodel, model_args);
+	/* the same weights under a second name, placed under budgets */
+	{
+		char cmd[4096];
+
+		snprintf(
+			cmd, sizeof(cmd),
+			"cd %s && rm -rf llama-640m-s && mkdir llama-640m-s && "
+			"ln -s ../llama-640m/config.json "
+			"../llama-640m/model.safetensors llama-640m-s/",
+			models);
+		if (system(cmd))
+			fail("failed: %s", cmd);
+	}
+	check(cpu_backend_create(4 * GiB, opt.threads, &R.b), "backend", NULL);
+	check(vmu_create(R.b->provider, NULL, &R.env.v), "vmu", NULL);
+	check(vmu_stack_create(R.env.v, 1 * GiB, &R.env.st), "stack", NULL);
+	check(vmu_session_create(R.env.v, "bench", &R.s), "session", NULL);
+	check(model_store_create(R.env.v, models, &R.ms), "store", NULL);
+	R.env.b = R.b;
+	peak = memcpy_peak();
+
+	prompt = calloc(opt.prefill, sizeof(int32_t));
+	for (unsigned int i = 0; i < opt.prefill; i++)
+		prompt[i] = (int32_t)((i * 2654435761u) % 4096);
+
+	/* wholly on the device */
+	check(model_open(R.ms, R.s, "llama-640m", &h, msg, sizeof(msg)),
+	      "llama-640m", msg);
+	weights = h->m->layout.bytes;
+	big = 0;
+	for (uint32_t l = 0; l < h->m->cfg.n_layer; l++) {
+		uint64_t b =
+			model_layer_start(&h->m->layout, h->m->cfg.n_layer,
+					  l + 1) -
+			model_layer_start(&h->m->layout, h->m->cfg.n_layer, l);
+
+		big = b > big ? b : big;
+	}
+	run_side(&R, h, prompt, &res);
+	close_model(&R, h, "llama-640m");
+
+	/* half and a quarter of the weights */
+	half_b = weights / 2;
+	quarter_b = weights / 4;
+	h = open_model(&R, R.s, "llama-640m-s", half_b, 0);
+	R2 = h->m->resident;
+	fprintf(stderr, "stream-bench: budget %llu: %u of %u layers resident\n",
+		(unsigned long long)half_b, R2, h->m->cfg.n_layer);
+	run_side(&R, h, prompt, &half);
+	close_model(&R, h, "llama-640m-s");
+	h = open_model(&R, R.s, "llama-640m-s", quarter_b, 0);
+	fprintf(stderr, "stream-bench: budget %llu: %u of %u layers resident\n",
+		(unsigned long long)quarter_b, h->m->resident,
+		h->m->cfg.n_layer);
+	run_side(&R, h, prompt, &quarter);
+	close_model(&R, h, "llama-640m-s");
+	/* a ring of one slot, the same layers resident: no overlap */
+	h = open_model(&R, R.s, "llama-640m-s",
+		       half_b - vmu_round(R.env.v, 2 * big) +
+			       vmu_round(R.env.v, big),
+		       1);
+	if (h->m->resident != R2)
+		fail("one slot: %u layers resident, two slots %u",
+		     h->m->resident, R2);
+	run_side(&R, h, prompt, &sync);
+	close_model(&R, h, "llama-640m-s");
+	if (memcmp(half.toks, res.toks, opt.decode * 4) ||
+	    memcmp(quarter.toks, res.toks, opt.decode * 4) ||
+	    memcmp(sync.toks, res.toks, opt.decode * 4))
+		fail("a streamed model decoded other tokens than the resident "
+		     "one");
+
+	emit("prefill_tok_s_2x", half.pre, "tok/s", res.pre,
+	     "the model wholly on the device", 0, NULL);
+	emit("prefill_tok_s_4x", quarter.pre, "tok/s", res.pre,
+	     "the model wholly on the device", 0, NULL);
+	snprintf(note, sizeof(note),
+		 "per token: copying %.1f ms, compute waiting %.1f ms, the "
+		 "lane waiting for room %.1f ms",
+		 half.copy_ms, half.stall_ms, half.full_ms);
+	emit("decode_tok_s_2x", half.dec, "tok/s", res.dec,
+	     "the model wholly on the device", 0, note);
+	emit("stream_gbps_2x", half.gbps, "GB/s", peak, "memcpy peak", 0.8,
+	     note);
+	snprintf(note, sizeof(note),
+		 "per token: copying %.1f ms, compute waiting %.1f ms, the "
+		 "lane waiting for room %.1f ms",
+		 quarter.copy_ms, quarter.stall_ms, quarter.full_ms);
+	emit("decode_tok_s_4x", quarter.dec, "tok/s", res.dec,
+	     "the model wholly on the device", 0, note);
+	emit("stream_gbps_4x", quarter.gbps, "GB/s", peak, "memcpy peak", 0.8,
+	     note);
+	snprintf(note, sizeof(note),
+		 "one slot, per token: copying %.1f ms, compute waiting %.1f "
+		 "ms",
+		 sync.copy_ms, sync.stall_ms);
+	emit("overlap_decode_tok_s_2x", half.dec, "tok/s", sync.dec,
+	     "synchronous layer-by-layer offload (a ring of one slot)", 1.7,
+	     note);
+
+	/* sessions decoding together on the half budget */
+	one = run_together(&R, "llama-640m-s", half_b, prompt, res.toks, 1,
+			   &batch);
+	many = run_together(&R, "llama-640m-s", half_b, prompt, res.toks,
+			    opt.sessions, &batch);
+	snprintf(note, sizeof(note), "%u sessions, mean pass of %.1f",
+		 opt.sessions, batch);
+	emit("batch_decode_tok_s_2x", many, "tok/s", one, "one session", 5,
+	     note);
+
+	model_store_destroy(R.ms);
+	vmu_session_destroy(R.s);
+	vmu_stack_destroy(R.env.st);
+	vmu_destroy(R.env.v);
+	R.b->ops->destroy(R.b);
+	free(prompt);
+	free(res.toks), free(half.toks), free(quarter.toks), free(sync.toks);
+	return 0;
+}
