@@ -267,54 +267,6 @@ int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 				  msg, msglen);
 }
 
-/* Every output of a graph of one session is that session's. */
-static struct vmu_session **owners_of(struct vmu_session *s, uint32_t nout)
-{
-	struct vmu_session **o = calloc(nout ? nout : 1, sizeof(*o));
-
-	for (uint32_t k = 0; o && k < nout; k++)
-		o[k] = s;
-	return o;
-}
-
-static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
-		     struct vmu_session *const *s,
-		     const struct djinn_graph_view *view,
-		     const struct dj_tensor *inputs,
-		     const uint8_t *const *in_fp,
-		     const struct djinn_tensor_desc *descs,
-		     struct exec_result *res, char *msg, size_t msglen);
-
-int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
-		       struct vmu_session *s,
-		       const struct djinn_graph_view *view,
-		       const struct dj_tensor *inputs,
-		       const uint8_t *const *in_fp,
-		       const struct djinn_tensor_desc *descs,
-		       struct exec_result *res, char *msg, size_t msglen)
-{
-	struct vmu_session **o = owners_of(s, view->g->nr_outputs);
-	int ret;
-
-	if (!o)
-		return -ENOMEM;
-	ret = run_graph(v, st, b, o, view, inputs, in_fp, descs, res, msg,
-			msglen);
-	free(o);
-	return ret;
-}
-
-int exec_graph_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
-		     struct vmu_session *const *owners,
-		     const struct djinn_graph_view *view,
-		     const struct dj_tensor *inputs,
-		     const struct djinn_tensor_desc *descs,
-		     struct exec_result *res, char *msg, size_t msglen)
-{
-	return run_graph(v, st, b, owners, view, inputs, NULL, descs, res, msg,
-			 msglen);
-}
-
 static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		     struct vmu_session *const *s,
 		     const struct djinn_graph_view *view,
@@ -381,4 +333,44 @@ out_vals:
 out_plan:
 	exec_plan_free(&plan);
 	return ret;
+}
+
+/* Every output of a graph of one session is that session's. */
+static struct vmu_session **owners_of(struct vmu_session *s, uint32_t nout)
+{
+	struct vmu_session **o = calloc(nout ? nout : 1, sizeof(*o));
+
+	for (uint32_t k = 0; o && k < nout; k++)
+		o[k] = s;
+	return o;
+}
+
+int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
+		       struct vmu_session *s,
+		       const struct djinn_graph_view *view,
+		       const struct dj_tensor *inputs,
+		       const uint8_t *const *in_fp,
+		       const struct djinn_tensor_desc *descs,
+		       struct exec_result *res, char *msg, size_t msglen)
+{
+	struct vmu_session **o = owners_of(s, view->g->nr_outputs);
+	int ret;
+
+	if (!o)
+		return -ENOMEM;
+	ret = run_graph(v, st, b, o, view, inputs, in_fp, descs, res, msg,
+			msglen);
+	free(o);
+	return ret;
+}
+
+int exec_graph_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
+		     struct vmu_session *const *owners,
+		     const struct djinn_graph_view *view,
+		     const struct dj_tensor *inputs,
+		     const struct djinn_tensor_desc *descs,
+		     struct exec_result *res, char *msg, size_t msglen)
+{
+	return run_graph(v, st, b, owners, view, inputs, NULL, descs, res, msg,
+			 msglen);
 }
