@@ -565,9 +565,79 @@ static int parse_id(const char *s, bool group, uint32_t *out)
 	return 0;
 }
 
-/* A [model.NAME] section's key: readable = yes|no, whether the weights
+/* The index of @model's entry of @s's budgets, or -1. */
+static int budget_index(const struct server_config *s, const char *model)
+{
+	for (unsigned int i = 0; i < s->nr_budgets; i++)
+		if (!strcmp(s->budgets[i].model, model))
+			return (int)i;
+	return -1;
+}
+
+/* [model.NAME] budget = SIZE (0: none) or ring_slots = 1 .. 8
+ * (struct model_budget). An entry left with neither goes. */
+static int model_budget_set(struct djinnd_config *c, const char *model,
+			    const char *name, const char *value)
+{
+	struct server_config *s = &c->srv;
+	bool ring = !strcmp(name, "ring_slots");
+	struct model_budget *b;
+	uint64_t v;
+	int i;
+
+	if (ring &&
+	    (parse_uint(value, &v) || v < 1 || v > SERVER_RING_SLOTS_MAX))
+		return fail(c,
+			    "model.%s.ring_slots: '%s': want a number from 1 "
+			    "to %d (the layers its ring holds, 2 unless set)",
+			    model, value, SERVER_RING_SLOTS_MAX);
+	if (!ring && (config_parse_size(value, &v) || (v && v < 1ull << 20) ||
+		      v > 1ull << 50))
+		return fail(c,
+			    "model.%s.budget: '%s': want 0 (none) or a size "
+			    "from 1M to 1024T, such as 6G",
+			    model, value);
+	i = budget_index(s, model);
+	if (i < 0) {
+		if (!v)
+			return 0;
+		if (s->nr_budgets == SERVER_TENANT_MAPS_MAX)
+			return fail(c,
+				    "model.%s.%s: at most %d models with a "
+				    "budget or ring_slots",
+				    model, name, SERVER_TENANT_MAPS_MAX);
+		i = (int)s->nr_budgets++;
+		memset(&s->budgets[i], 0, sizeof(s->budgets[i]));
+		snprintf(s->budgets[i].model, sizeof(s->budgets[i].model), "%s",
+			 model);
+	}
+	b = &s->budgets[i];
+	if (ring ? (b->slots_file == c->cur_file && b->slots_line &&
+		    c->cur_line) :
+		   (b->bytes_file == c->cur_file && b->bytes_line &&
+		    c->cur_line))
+		return fail(c, "model.%s.%s: already set on line %u", model,
+			    name, ring ? b->slots_line : b->bytes_line);
+	if (ring) {
+		b->slots = (unsigned int)v;
+		b->slots_file = c->cur_file;
+		b->slots_line = c->cur_line;
+	} else {
+		b->bytes = v;
+		b->bytes_file = c->cur_file;
+		b->bytes_line = c->cur_line;
+	}
+	if (!b->bytes && !b->slots)
+		*b = s->budgets[--s->nr_budgets];
+	return 0;
+}
+
+/*
+ * A [model.NAME] section's keys: readable = yes|no, whether the weights
  * of served model NAME are open to every client (Documentation/
- * security.rst, "Text"). */
+ * security.rst, "Text"); budget and ring_slots, the device bytes it may
+ * take and its ring's layers when over them (model_budget_set()).
+ */
 static int model_set(struct djinnd_config *c, const char *model,
 		     const char *name, const char *value)
 {
@@ -580,8 +650,12 @@ static int model_set(struct djinnd_config *c, const char *model,
 			    "[model.%s]: a model name is 1 to 63 of "
 			    "[A-Za-z0-9._-], not starting with '.'",
 			    model);
+	if (!strcmp(name, "budget") || !strcmp(name, "ring_slots"))
+		return model_budget_set(c, model, name, value);
 	if (strcmp(name, "readable"))
-		return fail(c, "unknown key '%s' in [model.%s] (want readable)",
+		return fail(c,
+			    "unknown key '%s' in [model.%s] (want readable, "
+			    "budget or ring_slots)",
 			    name, model);
 	on = !strcmp(value, "yes");
 	if (!on && strcmp(value, "no"))
@@ -1245,6 +1319,21 @@ int config_validate(struct djinnd_config *c)
 			    "address",
 			    s->admin_socket);
 	}
+	/* The ring is a model's over its budget: without one, ring_slots
+	 * would say nothing. */
+	for (unsigned int i = 0; i < s->nr_budgets; i++) {
+		const struct model_budget *b = &s->budgets[i];
+
+		if (b->bytes)
+			continue;
+		c->cur_file = b->slots_file ? b->slots_file : cmdline;
+		c->cur_line = b->slots_line;
+		return fail(c,
+			    "model.%s.ring_slots: %u without a budget: set "
+			    "model.%s.budget too (the ring streams the layers "
+			    "past it)",
+			    b->model, b->slots, b->model);
+	}
 	c->cur_file = cmdline;
 	c->cur_line = 0;
 	return 0;
@@ -1348,13 +1437,49 @@ static void origin_fmt(const struct djinnd_config *c, size_t i, char *buf,
 		snprintf(buf, len, "%s:%u", o->file, o->line);
 }
 
-/* [model.NAME] sections, for config_print(). */
+/* @b's keys, for config_print(). */
+static void print_budget(const struct model_budget *b, FILE *f)
+{
+	char v[32];
+
+	fmt_size(b->bytes, v, sizeof(v));
+	fprintf(f,
+		"budget = %s\t; SIGHUP reloads it, for the model's next "
+		"load\n",
+		v);
+	if (b->slots)
+		fprintf(f,
+			"ring_slots = %u\t; SIGHUP reloads it, for the "
+			"model's next load\n",
+			b->slots);
+}
+
+/* [model.NAME] sections, for config_print(): the readable models with
+ * their budgets, then the others with a budget. */
 static void print_models(const struct djinnd_config *c, FILE *f)
 {
-	for (unsigned int i = 0; i < c->srv.nr_readable; i++)
+	const struct server_config *s = &c->srv;
+	int k;
+
+	for (unsigned int i = 0; i < s->nr_readable; i++) {
 		fprintf(f,
 			"\n[model.%s]\nreadable = yes\t; SIGHUP reloads it\n",
-			c->srv.readable[i]);
+			s->readable[i]);
+		k = budget_index(s, s->readable[i]);
+		if (k >= 0)
+			print_budget(&s->budgets[k], f);
+	}
+	for (unsigned int i = 0; i < s->nr_budgets; i++) {
+		unsigned int j;
+
+		for (j = 0; j < s->nr_readable; j++)
+			if (!strcmp(s->readable[j], s->budgets[i].model))
+				break;
+		if (j < s->nr_readable)
+			continue;
+		fprintf(f, "\n[model.%s]\n", s->budgets[i].model);
+		print_budget(&s->budgets[i], f);
+	}
 }
 
 void config_print(const struct djinnd_config *c, FILE *f)
@@ -1481,6 +1606,57 @@ static bool shares_equal(const struct server_config *a,
 	return true;
 }
 
+/* Budget @i of @s (-1: none) as a reload's log line says it: "none",
+ * "6M", or "6M, ring_slots 1". */
+static void budget_fmt(const struct server_config *s, int i, char *buf,
+		       size_t len)
+{
+	const struct model_budget *b;
+	char v[32];
+
+	if (i < 0 || !s->budgets[i].bytes) {
+		snprintf(buf, len, "none");
+		return;
+	}
+	b = &s->budgets[i];
+	fmt_size(b->bytes, v, sizeof(v));
+	if (b->slots)
+		snprintf(buf, len, "%s, ring_slots %u", v, b->slots);
+	else
+		snprintf(buf, len, "%s", v);
+}
+
+/* Whether @model's budget differs between @now and @next: logged. */
+static bool budget_differs(const struct server_config *now,
+			   const struct server_config *next, const char *model)
+{
+	char a[64], b[64];
+
+	budget_fmt(now, budget_index(now, model), a, sizeof(a));
+	budget_fmt(next, budget_index(next, model), b, sizeof(b));
+	if (!strcmp(a, b))
+		return false;
+	log_notice("reload: model.%s: budget %s -> %s, from its next load",
+		   model, a, b);
+	return true;
+}
+
+/* Whether any [model.NAME] budget differs between @now and @next; each
+ * one that does is logged. */
+static bool budgets_differ(const struct server_config *now,
+			   const struct server_config *next)
+{
+	bool differ = false;
+
+	for (unsigned int i = 0; i < now->nr_budgets; i++)
+		differ |= budget_differs(now, next, now->budgets[i].model);
+	for (unsigned int i = 0; i < next->nr_budgets; i++)
+		if (budget_index(now, next->budgets[i].model) < 0)
+			differ |= budget_differs(now, next,
+						 next->budgets[i].model);
+	return differ;
+}
+
 unsigned int config_diff(const struct djinnd_config *now,
 			 const struct djinnd_config *next,
 			 unsigned int *nr_restart)
@@ -1521,6 +1697,8 @@ unsigned int config_diff(const struct djinnd_config *now,
 			   next->srv.nr_readable == 1 ? "" : "s");
 		mask |= CONFIG_RELOAD_MODELS;
 	}
+	if (budgets_differ(&now->srv, &next->srv))
+		mask |= CONFIG_RELOAD_MODELS;
 	if (!tmaps_equal(&now->srv, &next->srv)) {
 		log_notice("reload: tenants' uids and gids: %u tenant%s "
 			   "list them; connections from now on",
@@ -1538,6 +1716,15 @@ void config_apply(struct djinnd_config *now, const struct djinnd_config *next,
 		memcpy(now->srv.readable, next->srv.readable,
 		       sizeof(now->srv.readable));
 		now->srv.nr_readable = next->srv.nr_readable;
+		memcpy(now->srv.budgets, next->srv.budgets,
+		       next->srv.nr_budgets * sizeof(next->srv.budgets[0]));
+		now->srv.nr_budgets = next->srv.nr_budgets;
+		/* where they were set: only parsing needs it, and @next's
+		 * strings go */
+		for (unsigned int i = 0; i < now->srv.nr_budgets; i++) {
+			now->srv.budgets[i].bytes_file = NULL;
+			now->srv.budgets[i].slots_file = NULL;
+		}
 	}
 	if (mask & CONFIG_RELOAD_TENANTS) {
 		memcpy(now->srv.tmaps, next->srv.tmaps,

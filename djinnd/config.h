@@ -89,7 +89,7 @@ enum {
 	CONFIG_RELOAD_LEASE = 1 << 2, /* lease.* */
 	CONFIG_RELOAD_SCHED = 1 << 3, /* sched.* but policy, tenant.*.share */
 	CONFIG_RELOAD_TENANTS = 1 << 4, /* tenant.*.uids, tenant.*.gids */
-	CONFIG_RELOAD_MODELS = 1 << 5, /* model.*.readable */
+	CONFIG_RELOAD_MODELS = 1 << 5, /* every key of [model.*] */
 };
 unsigned int config_diff(const struct djinnd_config *now,
 			 const struct djinnd_config *next,

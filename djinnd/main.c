@@ -381,9 +381,19 @@ static void on_reload(struct server *srv)
 		}
 	}
 	if (mask & CONFIG_RELOAD_MODELS) {
+		/* Budgets from each model's next load: a loaded one keeps
+		 * its placement until it is evicted or reclaimed. */
+		struct model_budget old[SERVER_TENANT_MAPS_MAX];
+		unsigned int nr_old = srv->cfg.nr_budgets;
+
 		memcpy(srv->cfg.readable, running.srv.readable,
 		       sizeof(srv->cfg.readable));
 		srv->cfg.nr_readable = running.srv.nr_readable;
+		memcpy(old, srv->cfg.budgets, nr_old * sizeof(old[0]));
+		memcpy(srv->cfg.budgets, running.srv.budgets,
+		       sizeof(srv->cfg.budgets));
+		srv->cfg.nr_budgets = running.srv.nr_budgets;
+		server_model_budgets(srv, old, nr_old);
 	}
 	if (mask & CONFIG_RELOAD_TENANTS) {
 		/* Connections accepted from now on: open ones keep who

@@ -383,6 +383,51 @@ void server_tenant_quotas(struct server *srv, bool on)
 	}
 }
 
+/* @model's of the @n budgets @b, or NULL. */
+static const struct model_budget *budget_find(const struct model_budget *b,
+					      unsigned int n, const char *model)
+{
+	for (unsigned int i = 0; i < n; i++)
+		if (!strcmp(b[i].model, model))
+			return &b[i];
+	return NULL;
+}
+
+/* @model's budget on @d's model store (@bytes 0: none). It only fails
+ * for a name the configuration refuses, or out of memory. */
+static void budget_set(struct device *d, const char *model, uint64_t bytes,
+		       unsigned int slots)
+{
+	char msg[256] = "";
+	int ret = model_store_set_budget(d->models, model, bytes, slots, msg,
+					 sizeof(msg));
+
+	if (ret)
+		log_err("%s: model %s's budget: %s", d->name, model,
+			*msg ? msg : strerror(-ret));
+}
+
+void server_model_budgets(struct server *srv, const struct model_budget *old,
+			  unsigned int nr_old)
+{
+	const struct server_config *cfg = &srv->cfg;
+
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		struct device *d = &srv->dev[i];
+
+		if (!d->models)
+			continue;
+		for (unsigned int k = 0; k < cfg->nr_budgets; k++)
+			budget_set(d, cfg->budgets[k].model,
+				   cfg->budgets[k].bytes,
+				   cfg->budgets[k].slots);
+		for (unsigned int k = 0; k < nr_old; k++)
+			if (!budget_find(cfg->budgets, cfg->nr_budgets,
+					 old[k].model))
+				budget_set(d, old[k].model, 0, 0);
+	}
+}
+
 /* A device's VMU, executors and model store, over its backend. */
 static int device_init(struct server *srv, struct device *d)
 {
@@ -479,8 +524,18 @@ static int devices_open(struct server *srv)
 			return ret;
 	}
 	server_tenant_quotas(srv, true);
-	if (srv->cfg.model_dir)
-		log_info("models: from %s", srv->cfg.model_dir);
+	server_model_budgets(srv, NULL, 0);
+	if (!srv->cfg.model_dir)
+		return 0;
+	log_info("models: from %s", srv->cfg.model_dir);
+	for (unsigned int i = 0; i < srv->cfg.nr_budgets; i++) {
+		const struct model_budget *bg = &srv->cfg.budgets[i];
+
+		log_info("model %s: at most %llu bytes on each device, a "
+			 "ring of %u layers when over it",
+			 bg->model, (unsigned long long)bg->bytes,
+			 bg->slots ? bg->slots : 2);
+	}
 	return 0;
 }
 

@@ -62,6 +62,29 @@ struct tenant_map {
 };
 
 /*
+ * struct model_budget - [model.NAME] budget and ring_slots
+ * @model: the served model's name
+ * @bytes: the device bytes it may take on each device, its text entry
+ *         and its layer ring together (0: none; config_validate()
+ *         leaves no entry without one)
+ * @slots: its ring's layers when it is over @bytes (0: 2)
+ *
+ * Each device's model store has them (model_store_set_budget()), for
+ * the model's next load: one loaded keeps its placement until it is
+ * evicted or reclaimed.
+ */
+#define SERVER_RING_SLOTS_MAX 8
+struct model_budget {
+	char model[DJINN_MODEL_NAME_MAX];
+	uint64_t bytes;
+	unsigned int slots;
+	/* where each was set (config.c: set twice in one file is an
+	 * error, and a ring without a budget is blamed on its line) */
+	const char *bytes_file, *slots_file;
+	unsigned int bytes_line, slots_line;
+};
+
+/*
  * djinnd's exit status when a device died (backend.dead: an error no
  * context reset clears, or a recovery that failed): EX_IOERR of
  * <sysexits.h> (systemctl status shows "status=74/IOERR"). Not 2, which
@@ -131,6 +154,9 @@ struct server_config {
 	 * client may find by fingerprint and read (open weights) */
 	char readable[SERVER_TENANT_MAPS_MAX][DJINN_MODEL_NAME_MAX];
 	unsigned int nr_readable;
+	/* [model.NAME] budget and ring_slots */
+	struct model_budget budgets[SERVER_TENANT_MAPS_MAX];
+	unsigned int nr_budgets;
 };
 
 struct executor;
@@ -272,6 +298,11 @@ unsigned int server_depth(struct server *srv);
 /* Set (@on) or lift each [tenant.NAME] memory and swap quota of srv->cfg on
  * every device's VMU. */
 void server_tenant_quotas(struct server *srv, bool on);
+/* Give every device's model store the [model.NAME] budgets of srv->cfg,
+ * and lift those of @old (@nr_old of them) that it no longer names: each
+ * from the model's next load. */
+void server_model_budgets(struct server *srv, const struct model_budget *old,
+			  unsigned int nr_old);
 
 /* The scheduler's settings of @cfg (its shares in place). */
 struct sched_config server_sched_config(const struct server_config *cfg);

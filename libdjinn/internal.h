@@ -42,6 +42,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -471,6 +472,15 @@ void __djinn_session_teardown(struct djinn_session *s);
 /* Free @s's models and contexts on this side; under conn->lock, after
  * its requests are gone (model.c). */
 void __djinn_models_teardown(struct djinn_session *s);
+
+/*
+ * struct djinn_model_info as DJINN_0.1 had it: up to @fp, 136 bytes.
+ * __djinn_model_info_v0_1() is djinn_model_info@DJINN_0.1, for programs
+ * built against it: it copies that much into @info.
+ */
+#define DJINN_MODEL_INFO_V0_1 \
+	(offsetof(struct djinn_model_info, fp) + DJINN_FP_LEN)
+int __djinn_model_info_v0_1(const struct djinn_model *m, void *info);
 
 /* ---------------------------------------------------------------------- */
 /* Payloads */

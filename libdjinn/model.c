@@ -97,6 +97,35 @@ static struct djinn_conn *conn_of(const struct djinn_ctx *c)
 	return c->m->s->conn;
 }
 
+/* Send @type and wait for an answer of up to @max bytes into @buf (a
+ * variable answer, or one that grew: a step's, MODEL_OPEN's). */
+static int call_upto(struct djinn_conn *conn, uint16_t type, uint64_t sid,
+		     const struct iovec *iov, int iovcnt, void *buf,
+		     uint64_t max, uint64_t *got)
+{
+	struct dj_call call;
+	int ret;
+
+	__djinn_call_init(&call, type, sid, buf, max);
+	call.sync = true;
+	call.resp_upto = true;
+	ret = __djinn_call_send(conn, &call, iov, iovcnt);
+	if (!ret) {
+		__djinn_call_wait(conn, &call, UINT64_MAX);
+		ret = call.err;
+	}
+	if (ret) {
+		dj_dbg("%s (session %llu): %s: %s", __djinn_msg_str(type),
+		       (unsigned long long)sid, strerror(-ret),
+		       call.msg[0] ? call.msg : "no message");
+		__djinn_set_last_error("%s",
+				       call.msg[0] ? call.msg : strerror(-ret));
+	}
+	*got = call.resp_got;
+	__djinn_call_destroy(&call);
+	return ret;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Models */
 
@@ -124,22 +153,38 @@ static int name_check(const char *name)
 	return 0;
 }
 
+/* MODEL_OPEN's answer before streamed models: up to its fingerprint. */
+#define MODEL_RESP_V0 (offsetof(struct djinn_model_resp, fp) + DJINN_FP_LEN)
+
 /* The session's model from MODEL_OPEN's (or MODEL_OPEN_UPLOADED's)
- * answer @r, named @name. */
+ * answer @r, @got bytes of it (an older daemon's ends at the fingerprint:
+ * every layer on the device), named @name. */
 static int model_new(struct djinn_session *s, const char *name,
-		     const struct djinn_model_resp *r, struct djinn_model **out)
+		     struct djinn_model_resp *r, uint64_t got,
+		     struct djinn_model **out)
 {
 	struct djinn_model *m;
 
-	if (!r->model || r->arch < DJINN_ARCH_GPT2 ||
-	    r->arch > DJINN_ARCH_MISTRAL || !djinn_dtype_size(r->dtype) ||
-	    !r->vocab || !r->n_layer || !r->hidden || !r->n_head ||
-	    !r->n_kv_head || !r->max_tokens) {
+	if (got == MODEL_RESP_V0) {
+		r->weights = r->bytes;
+		r->ring = 0;
+		r->resident = r->n_layer;
+	}
+	if ((got != MODEL_RESP_V0 && got != sizeof(*r)) || !r->model ||
+	    r->arch < DJINN_ARCH_GPT2 || r->arch > DJINN_ARCH_MISTRAL ||
+	    !djinn_dtype_size(r->dtype) || !r->vocab || !r->n_layer ||
+	    !r->hidden || !r->n_head || !r->n_kv_head || !r->max_tokens ||
+	    r->resident > r->n_layer ||
+	    (r->resident < r->n_layer) != (r->ring != 0) ||
+	    r->weights < r->bytes || r->__reserved) {
 		__djinn_conn_fail(s->conn, -EPROTO,
-				  "MODEL_OPEN answer: handle %#llx, arch %u, "
-				  "dtype %u, vocab %u, %u layers",
+				  "MODEL_OPEN answer of %llu bytes: handle "
+				  "%#llx, arch %u, dtype %u, vocab %u, %u of "
+				  "%u layers resident, ring %llu",
+				  (unsigned long long)got,
 				  (unsigned long long)r->model, r->arch,
-				  r->dtype, r->vocab, r->n_layer);
+				  r->dtype, r->vocab, r->resident, r->n_layer,
+				  (unsigned long long)r->ring);
 		return -EPROTO;
 	}
 	m = calloc(1, sizeof(*m));
@@ -160,11 +205,14 @@ static int model_new(struct djinn_session *s, const char *name,
 	m->info.max_tokens = r->max_tokens;
 	m->info.bytes = r->bytes;
 	memcpy(m->info.fp, r->fp, sizeof(m->info.fp));
+	m->info.weights = r->weights;
+	m->info.ring = r->ring;
+	m->info.resident = r->resident;
 	pthread_mutex_lock(&s->conn->lock);
 	list_add_tail(&m->node, &s->models);
 	pthread_mutex_unlock(&s->conn->lock);
-	dj_dbg("model %s: %u layers, vocab %u, %llu bytes", name, r->n_layer,
-	       r->vocab, (unsigned long long)r->bytes);
+	dj_dbg("model %s: %u layers (%u resident), vocab %u, %llu bytes", name,
+	       r->n_layer, r->resident, r->vocab, (unsigned long long)r->bytes);
 	*out = m;
 	return 0;
 }
@@ -173,8 +221,9 @@ int djinn_model_open(struct djinn_session *s, const char *name,
 		     struct djinn_model **out)
 {
 	struct djinn_model_open req = { { 0 } };
-	struct djinn_model_resp r;
+	struct djinn_model_resp r = { 0 };
 	struct iovec iov = { &req, sizeof(req) };
+	uint64_t got = 0;
 	int ret;
 
 	if (!s || !out)
@@ -183,11 +232,11 @@ int djinn_model_open(struct djinn_session *s, const char *name,
 	if (ret)
 		return ret;
 	memcpy(req.name, name, strlen(name));
-	ret = __djinn_call_sync(s->conn, DJINN_MSG_MODEL_OPEN, s->id, &iov, 1,
-				&r, sizeof(r));
+	ret = call_upto(s->conn, DJINN_MSG_MODEL_OPEN, s->id, &iov, 1, &r,
+			sizeof(r), &got);
 	if (ret)
 		return ret;
-	return model_new(s, name, &r, out);
+	return model_new(s, name, &r, got, out);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -411,7 +460,8 @@ int djinn_model_upload(struct djinn_session *s, const char *dir,
 	struct up_file *f = calloc(DJINN_MODEL_MAX_FILES + 1, sizeof(*f));
 	struct djinn_model_upload *req = NULL;
 	struct djinn_model_file *mf;
-	struct djinn_model_resp r;
+	struct djinn_model_resp r = { 0 };
+	uint64_t got = 0;
 	uint8_t all[(DJINN_MODEL_MAX_FILES + 1) * DJINN_FP_LEN + 4], fp[32];
 	char name[DJINN_MODEL_NAME_MAX];
 	unsigned int nr = 0;
@@ -476,8 +526,8 @@ int djinn_model_upload(struct djinn_session *s, const char *dir,
 	{
 		struct iovec iov = { req, len };
 
-		ret = __djinn_call_sync(s->conn, DJINN_MSG_MODEL_OPEN_UPLOADED,
-					s->id, &iov, 1, &r, sizeof(r));
+		ret = call_upto(s->conn, DJINN_MSG_MODEL_OPEN_UPLOADED, s->id,
+				&iov, 1, &r, sizeof(r), &got);
 	}
 	if (ret == -ENOENT) {
 		/* Upload what the daemon lacks (text: each by fingerprint
@@ -500,13 +550,12 @@ int djinn_model_upload(struct djinn_session *s, const char *dir,
 		if (!ret) {
 			struct iovec iov = { req, len };
 
-			ret = __djinn_call_sync(s->conn,
-						DJINN_MSG_MODEL_OPEN_UPLOADED,
-						s->id, &iov, 1, &r, sizeof(r));
+			ret = call_upto(s->conn, DJINN_MSG_MODEL_OPEN_UPLOADED,
+					s->id, &iov, 1, &r, sizeof(r), &got);
 		}
 	}
 	if (!ret)
-		ret = model_new(s, name, &r, out);
+		ret = model_new(s, name, &r, got, out);
 out:
 	/* every entry: a failed index or listing may have mapped some */
 	for (unsigned int i = 0; i <= DJINN_MODEL_MAX_FILES; i++) {
@@ -527,6 +576,21 @@ int djinn_model_info(const struct djinn_model *m, struct djinn_model_info *info)
 	*info = m->info; /* fixed once open */
 	return 0;
 }
+
+/*
+ * djinn_model_info@DJINN_0.1, for programs built before struct
+ * djinn_model_info grew (streamed models): theirs ends at @fp, and
+ * nothing past it is theirs to write.
+ */
+int __djinn_model_info_v0_1(const struct djinn_model *m, void *info)
+{
+	if (!m || !info)
+		return -EINVAL;
+	memcpy(info, &m->info, DJINN_MODEL_INFO_V0_1);
+	return 0;
+}
+__asm__(".symver __djinn_model_info_v0_1, djinn_model_info@DJINN_0.1");
+static_assert(DJINN_MODEL_INFO_V0_1 == 136, "djinn_model_info of DJINN_0.1");
 
 int djinn_model_close(struct djinn_model *m)
 {
@@ -794,34 +858,6 @@ static uint64_t answer_len(uint32_t nr_tokens)
 	       (((uint64_t)nr_tokens * sizeof(int32_t) + 7) & ~7ull);
 }
 
-/* Send @type and wait for an answer of up to @max bytes into @buf. */
-static int step_call(struct djinn_conn *conn, uint16_t type, uint64_t sid,
-		     const struct iovec *iov, int iovcnt, void *buf,
-		     uint64_t max, uint64_t *got)
-{
-	struct dj_call call;
-	int ret;
-
-	__djinn_call_init(&call, type, sid, buf, max);
-	call.sync = true;
-	call.resp_upto = true;
-	ret = __djinn_call_send(conn, &call, iov, iovcnt);
-	if (!ret) {
-		__djinn_call_wait(conn, &call, UINT64_MAX);
-		ret = call.err;
-	}
-	if (ret) {
-		dj_dbg("%s (session %llu): %s: %s", __djinn_msg_str(type),
-		       (unsigned long long)sid, strerror(-ret),
-		       call.msg[0] ? call.msg : "no message");
-		__djinn_set_last_error("%s",
-				       call.msg[0] ? call.msg : strerror(-ret));
-	}
-	*got = call.resp_got;
-	__djinn_call_destroy(&call);
-	return ret;
-}
-
 /* The answer @r (@got bytes) breaks the protocol? Why, or NULL. */
 static const char *answer_bad(const struct djinn_ctx *c,
 			      const struct djinn_ctx_step_resp *r, uint64_t got,
@@ -897,7 +933,7 @@ static int step_run(struct djinn_ctx *c, uint16_t type, const struct iovec *iov,
 	buf = calloc(1, max);
 	if (!buf)
 		return step_failed(c, resume, -ENOMEM);
-	ret = step_call(conn, type, s->id, iov, iovcnt, buf, max, &got);
+	ret = call_upto(conn, type, s->id, iov, iovcnt, buf, max, &got);
 	if (ret) {
 		free(buf);
 		/* A bad replacement leaves it paused; anything else ends the

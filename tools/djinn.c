@@ -371,10 +371,13 @@ static int do_model_info(const struct args *a)
 	printf("dtype:       %s\n", dtype_name(mi.dtype));
 	printf("vocab:       %u\n", mi.vocab);
 	printf("layers:      %u\n", mi.n_layer);
+	printf("resident:    %u\n", mi.resident);
 	printf("hidden:      %u\n", mi.hidden);
 	printf("heads:       %u (%u key/value)\n", mi.n_head, mi.n_kv_head);
 	printf("max tokens:  %u\n", mi.max_tokens);
 	printf("bytes:       %" PRIu64 "\n", mi.bytes);
+	printf("weights:     %" PRIu64 "\n", mi.weights);
+	printf("ring:        %" PRIu64 "\n", mi.ring);
 	printf("fingerprint: ");
 	for (int i = 0; i < DJINN_FP_LEN; i++)
 		printf("%02x", mi.fp[i]);

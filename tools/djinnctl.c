@@ -1177,11 +1177,12 @@ static int do_model_list(struct ctl *ctl, char **args)
 		if (n > wname)
 			wname = n;
 	}
-	print_text("%-*s %-5s %-5s %8s %7s %3s  %s\n", wname, "NAME", "ARCH",
-		   "DTYPE", "SIZE", "HOLDERS", "DEV", "FINGERPRINT");
+	print_text("%-*s %-5s %-5s %8s %7s %8s %7s %3s  %s\n", wname, "NAME",
+		   "ARCH", "DTYPE", "SIZE", "LAYERS", "RING", "HOLDERS", "DEV",
+		   "FINGERPRINT");
 	open_json_array(NULL);
 	for (uint32_t i = 0; i < nr; i++) {
-		char name[DJINN_MODEL_NAME_MAX], fmt[32], str[16];
+		char name[DJINN_MODEL_NAME_MAX], fmt[32], str[24];
 		char fp[2 * DJINN_FP_LEN + 1];
 
 		for (int k = 0; k < DJINN_FP_LEN; k++)
@@ -1198,12 +1199,31 @@ static int do_model_list(struct ctl *ctl, char **args)
 			     enum_name(str, sizeof(str), dtype_names,
 				       ARRAY_SIZE(dtype_names), es[i].dtype));
 		print_size(PRINT_ANY, "bytes", " %8s", es[i].bytes);
+		/* resident layers of all, and a streamed model's ring
+		 * ("-": none, every layer is on the device) */
+		snprintf(str, sizeof(str), "%u/%u", es[i].resident,
+			 es[i].layers);
+		print_string(PRINT_FP, NULL, " %7s", str);
+		if (es[i].ring)
+			print_size(PRINT_FP, NULL, " %8s", es[i].ring);
+		else
+			print_string(PRINT_FP, NULL, " %8s", "-");
 		print_u64(PRINT_ANY, "holders", " %7" PRIu64, es[i].holders);
 		print_u64(PRINT_ANY, "device", " %3" PRIu64, es[i].device);
 		/* the table shows the first 12 digits, as git does */
 		print_string(PRINT_JSON, "fingerprint", NULL, fp);
 		fp[12] = 0;
 		print_string(PRINT_FP, NULL, "  %s\n", fp);
+		print_u64(PRINT_JSON, "weights", NULL, es[i].weights);
+		print_u64(PRINT_JSON, "layers", NULL, es[i].layers);
+		print_u64(PRINT_JSON, "resident", NULL, es[i].resident);
+		print_u64(PRINT_JSON, "ring", NULL, es[i].ring);
+		if (es[i].budget) /* null: placed under none */
+			print_u64(PRINT_JSON, "budget", NULL, es[i].budget);
+		else
+			print_null(PRINT_JSON, "budget", NULL, NULL);
+		print_u64(PRINT_JSON, "passes", NULL, es[i].passes);
+		print_u64(PRINT_JSON, "jobs", NULL, es[i].jobs);
 		close_json_object();
 	}
 	close_json_array();

@@ -392,6 +392,13 @@ void handle_admin_models(struct conn *c, const struct djinn_hdr *hdr,
 			m->holders = list[i].holders;
 			m->device = d;
 			memcpy(m->fp, list[i].fp, sizeof(m->fp));
+			m->weights = list[i].weights;
+			m->layers = list[i].layers;
+			m->resident = list[i].resident;
+			m->ring = list[i].ring;
+			m->budget = list[i].budget;
+			m->passes = list[i].passes;
+			m->jobs = list[i].jobs;
 		}
 		n += k;
 		free(list);

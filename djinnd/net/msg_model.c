@@ -647,6 +647,9 @@ static void call_done(struct exec_job *job, void *arg)
 			.n_kv_head = m->cfg.n_kv_head,
 			.max_tokens = m->cfg.n_ctx,
 			.bytes = vmu_text_size(mj->hold->text),
+			.weights = m->layout.bytes,
+			.ring = m->ring,
+			.resident = m->resident,
 		};
 
 		memcpy(r.fp, m->fp, sizeof(r.fp));

@@ -680,8 +680,20 @@ int djinn_model_upload(struct djinn_session *s, const char *dir,
  * @n_head:     attention heads
  * @n_kv_head:  key/value heads
  * @max_tokens: the longest context
- * @bytes:      its weights in the text segment
+ * @bytes:      its weights in the text segment: all of them, or a
+ *              streamed model's resident part
  * @fp:         their fingerprint (SHA-256)
+ * @weights:    every weight's bytes, streamed ones too (@bytes for a
+ *              model wholly on the device)
+ * @ring:       a streamed model's ring on the device, bytes; else 0
+ * @resident:   layers 0 .. resident - 1 are on the device; @n_layer for a
+ *              model wholly there. The daemon streams the others in from
+ *              host memory, through the ring, for every step of a model
+ *              whose weights exceed its device budget.
+ *
+ * @weights, @ring and @resident came with version DJINN_0.2 of
+ * djinn_model_info(): a program built against an older djinn.h gets the
+ * struct up to @fp, as it was.
  */
 struct djinn_model_info {
 	char name[DJINN_MODEL_NAME_MAX];
@@ -695,6 +707,9 @@ struct djinn_model_info {
 	uint32_t max_tokens;
 	uint64_t bytes;
 	uint8_t fp[DJINN_FP_LEN];
+	uint64_t weights;
+	uint64_t ring;
+	uint32_t resident;
 };
 
 /* Copy what is known of @m into the caller's @info. */

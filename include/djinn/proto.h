@@ -709,8 +709,22 @@ static_assert(sizeof(struct djinn_model_open) == 64, "model open layout");
  * @hidden:    the hidden size
  * @n_head, @n_kv_head: attention heads
  * @max_tokens: the longest context (positions)
- * @bytes:     the weights' size in the text segment
+ * @bytes:     the weights' size in the text segment: all of them, or a
+ *             streamed model's resident part
  * @fp:        their fingerprint (SHA-256)
+ * @weights:   every weight's bytes, streamed ones too (@bytes for a
+ *             model wholly on the device)
+ * @ring:      a streamed model's ring on the device, bytes; else 0
+ * @resident:  layers 0 .. resident - 1 are on the device with the
+ *             embeddings and the head, the others streamed through the
+ *             ring each step; n_layer for a model wholly on the device
+ * @__reserved: zero
+ *
+ * A model whose weights exceed its device budget is streamed: it keeps
+ * its embeddings, head and first layers on the device and copies the
+ * others in from host memory, through a ring, for each step. The fields
+ * from @weights on came with streaming: an older server's answer ends at
+ * @fp (80 bytes), and libdjinn takes it as a model wholly on the device.
  */
 struct djinn_model_resp {
 	__u64 model;
@@ -724,8 +738,12 @@ struct djinn_model_resp {
 	__u32 max_tokens;
 	__u64 bytes;
 	__u8 fp[DJINN_FP_LEN];
+	__u64 weights;
+	__u64 ring;
+	__u32 resident;
+	__u32 __reserved;
 };
-static_assert(sizeof(struct djinn_model_resp) == 80, "model resp layout");
+static_assert(sizeof(struct djinn_model_resp) == 104, "model resp layout");
 
 /*
  * Uploaded models: MODEL_OPEN_UPLOADED opens a model the client sends
@@ -1148,6 +1166,23 @@ static_assert(sizeof(struct djinn_admin_stats) == 136, "admin stats");
 
 /**
  * struct djinn_admin_model - one entry of ADMIN_MODELS' response
+ * @name:     the model's name, NUL-padded
+ * @arch:     enum djinn_arch
+ * @dtype:    enum djinn_dtype of the weights
+ * @bytes:    its text entry: every weight, or a streamed model's
+ *            resident part (embeddings, head, layers 0 .. resident - 1)
+ * @holders:  sessions holding it
+ * @device:   the device that holds this copy
+ * @fp:       the weights' fingerprint (SHA-256)
+ * @weights:  every weight's bytes, streamed ones too
+ * @layers:   its layers
+ * @resident: layers on the device; @layers for a model wholly there
+ * @ring:     a streamed model's ring on the device, bytes; else 0
+ * @budget:   the device bytes it was placed under (text entry and ring);
+ *            0 when it had none and fit
+ * @passes:   a streamed model's passes (one stream of its layers through
+ *            the ring, for every context waiting); else 0
+ * @jobs:     the steps those passes ran
  *
  * The response payload is a __u32 count, __u32 zero, then the entries,
  * sorted by name, then device: every model loaded, held or not, once per
@@ -1158,11 +1193,18 @@ struct djinn_admin_model {
 	__u32 arch;
 	__u32 dtype;
 	__u64 bytes;
-	__u32 holders; /* sessions holding it */
-	__u32 device; /* the device that holds it */
+	__u32 holders;
+	__u32 device;
 	__u8 fp[DJINN_FP_LEN];
+	__u64 weights;
+	__u32 layers;
+	__u32 resident;
+	__u64 ring;
+	__u64 budget;
+	__u64 passes;
+	__u64 jobs;
 };
-static_assert(sizeof(struct djinn_admin_model) == 120, "admin model");
+static_assert(sizeof(struct djinn_admin_model) == 168, "admin model");
 
 /* ADMIN_MODEL_EVICT request: drop an unheld model from every device that
  * has it loaded (-EBUSY if held on every one that has it). */

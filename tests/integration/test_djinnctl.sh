@@ -425,7 +425,8 @@ spid=
 
 if run 0 "model list, none loaded" model list; then
 	expect "model list: the header" \
-		'^NAME +ARCH +DTYPE +SIZE +HOLDERS +DEV +FINGERPRINT$' "$dir/out"
+		'^NAME +ARCH +DTYPE +SIZE +LAYERS +RING +HOLDERS +DEV +FINGERPRINT$' \
+		"$dir/out"
 	n=$(wc -l <"$dir/out")
 	[ "$n" -eq 1 ] || fail "model list: $n lines with no model loaded"
 fi
@@ -445,18 +446,25 @@ until grep -qs '^fingerprint:' "$dir/info"; do
 done
 fp=$(awk '$1 == "fingerprint:" { print $2 }' "$dir/info")
 bytes=$(awk '$1 == "bytes:" { print $2 }' "$dir/info")
+# The client's view of the placement: wholly on the device.
+expect "djinn model info: every layer resident" '^resident: +2$' "$dir/info"
+expect "djinn model info: no ring" '^ring: +0$' "$dir/info"
+expect "djinn model info: weights" "^weights: +$bytes\$" "$dir/info"
 if run 0 "model list" model list; then
-	expect "model list: tiny-gpt2, held once" \
-		"^tiny-gpt2 +gpt2 +f32 +[0-9.]+[KM]i +1 +0  $(echo "$fp" | cut -c1-12)\$" \
+	expect "model list: tiny-gpt2, held once, 2 of 2 layers, no ring" \
+		"^tiny-gpt2 +gpt2 +f32 +[0-9.]+[KM]i +2/2 +- +1 +0  $(echo "$fp" | cut -c1-12)\$" \
 		"$dir/out"
 fi
 if run 0 "model list -j" -j model; then
-	py "model list -j: bytes, holders, fingerprint" '
+	py "model list -j: bytes, placement, holders, fingerprint" '
 assert len(j) == 1, j
 m = j[0]
 assert m["name"] == "tiny-gpt2" and m["arch"] == "gpt2", m
 assert m["dtype"] == "f32" and m["holders"] == 1 and m["device"] == 0, m
 assert m["bytes"] == int(args[0]) and m["fingerprint"] == args[1], m
+assert m["weights"] == m["bytes"], m
+assert m["layers"] == 2 and m["resident"] == 2 and m["ring"] == 0, m
+assert m["budget"] is None and m["passes"] == 0 and m["jobs"] == 0, m
 ' "$bytes" "$fp"
 fi
 if run 1 "model evict, held" model evict tiny-gpt2; then

@@ -202,6 +202,10 @@ static void test_generate(void **state)
 	assert_int_equal(mi.hidden, 64);
 	assert_int_equal(mi.max_tokens, 64);
 	assert_true(mi.bytes > 0);
+	/* wholly on the device: every layer resident, no ring */
+	assert_int_equal(mi.resident, 2);
+	assert_int_equal(mi.ring, 0);
+	assert_int_equal(mi.weights, mi.bytes);
 	assert_int_equal(holders(fx, "tiny-gpt2"), 1);
 
 	assert_int_equal(djinn_ctx_new(m, 0, &c), 0);
@@ -710,6 +714,8 @@ static void test_upload(void **state)
 	assert_int_equal(djinn_conn_stats(fx->conn, &b), 0);
 	assert_int_equal(djinn_model_info(m, &mi), 0);
 	assert_true(!strncmp(mi.name, "upload-", 7) && strlen(mi.name) == 23);
+	assert_int_equal(mi.resident, mi.n_layer);
+	assert_int_equal(mi.ring, 0);
 	/* The weights went up once (config.json and the file). */
 	assert_true(b.bytes_sent - a.bytes_sent > 200000);
 	assert_int_equal(holders(fx, mi.name), 1);

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
  * Models: open by name, contexts, sampling, forks and logits;
- * breakpoints and steering; corrupt model files; uploaded models.
+ * breakpoints and steering; corrupt model files; uploaded models; a
+ * model's budget from the configuration, streamed.
  *
  * A real djinnd per test (tests/integration/fixture.h), spoken to in
  * raw frames.
  */
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -131,6 +133,64 @@ static uint32_t models_listed(struct fx *fx, const char *name,
 	return found;
 }
 
+/* The one entry of model @name in the admin list. */
+static struct djinn_admin_model model_entry_at(int line, struct fx *fx,
+					       const char *name)
+{
+	struct djinn_admin_model *e, found;
+	struct dj_resp r;
+	uint32_t n, k = 0;
+
+	memset(&found, 0, sizeof(found));
+	call_ok_at(line, fx->adm, DJINN_MSG_ADMIN_MODELS, 0, NULL, 0, &r, -1);
+	memcpy(&n, r.data, 4);
+	if (r.len != 8 + n * sizeof(*e))
+		fail_msg("line %d: %u models in %llu bytes", line, n,
+			 (unsigned long long)r.len);
+	e = (void *)(r.data + 8);
+	for (uint32_t i = 0; i < n; i++)
+		if (!strcmp(e[i].name, name) && k++ == 0)
+			found = e[i];
+	dj_resp_free(&r);
+	if (k != 1)
+		fail_msg("line %d: model %s listed %u times", line, name, k);
+	return found;
+}
+
+#define model_entry(fx, name) model_entry_at(__LINE__, fx, name)
+
+/* A model wholly on the device, as MODEL_OPEN's answer @m and its admin
+ * entry say: every layer resident, no ring, no budget, no passes. */
+static void check_resident_at(int line, struct fx *fx, const char *name,
+			      const struct djinn_model_resp *m)
+{
+	struct djinn_admin_model e = model_entry_at(line, fx, name);
+
+	if (m->resident != m->n_layer || m->ring || m->weights != m->bytes ||
+	    m->__reserved)
+		fail_msg("line %d: %s: %u of %u layers resident, ring %llu, "
+			 "%llu of %llu bytes, reserved %u",
+			 line, name, m->resident, m->n_layer,
+			 (unsigned long long)m->ring,
+			 (unsigned long long)m->bytes,
+			 (unsigned long long)m->weights, m->__reserved);
+	if (e.layers != m->n_layer || e.resident != e.layers || e.ring ||
+	    e.budget || e.passes || e.jobs || e.bytes != m->bytes ||
+	    e.weights != m->weights)
+		fail_msg("line %d: %s listed with %u of %u layers resident, "
+			 "ring %llu, budget %llu, %llu passes of %llu jobs, "
+			 "%llu of %llu bytes",
+			 line, name, e.resident, e.layers,
+			 (unsigned long long)e.ring,
+			 (unsigned long long)e.budget,
+			 (unsigned long long)e.passes,
+			 (unsigned long long)e.jobs,
+			 (unsigned long long)e.bytes,
+			 (unsigned long long)e.weights);
+}
+
+#define check_resident(fx, name, m) check_resident_at(__LINE__, fx, name, m)
+
 /* 18. Models: open by name (weights once in the text segment, however
  * many sessions), contexts whose KV cache survives between requests,
  * greedy and seeded sampling that repeat, forks, the logits as a tensor;
@@ -171,6 +231,10 @@ static void test_models(void **state)
 	assert_int_equal(vmu_now(fx).seg[0].used, v1.seg[0].used);
 	assert_int_equal(models_listed(fx, "tiny-gpt2", &holders), 1);
 	assert_int_equal(holders, 2);
+	/* It fits: every layer on the device, no ring. */
+	assert_int_equal(m.resident, 2);
+	assert_int_equal(m.ring, 0);
+	check_resident(fx, "tiny-gpt2", &m);
 
 	/* Prefill with the logits; greedy decoding starts at their argmax
 	 * and the cache holds every token. */
@@ -260,6 +324,8 @@ static void test_models(void **state)
 	call_void(fd, DJINN_MSG_CTX_FREE, sid, &c1, 8);
 	call_void(fd, DJINN_MSG_CTX_FREE, sid, &c3, 8);
 	call_err(fd, DJINN_MSG_CTX_FREE, sid, &c1, 8, -ENOENT, NULL);
+	/* Its steps ran on the device: no passes, no jobs of streaming. */
+	check_resident(fx, "tiny-gpt2", &m);
 	call_void(fd, DJINN_MSG_MODEL_CLOSE, sid, &m.model, 8);
 	close_session(fd, sid);
 	/* Held by the other session: not evicted. */
@@ -787,6 +853,7 @@ static void test_model_upload(void **state)
 		snprintf(name + 7 + 2 * i, 3, "%02x", src[i]);
 	assert_int_equal(models_listed(fx, name, &holders), 1);
 	assert_int_equal(holders, 1);
+	check_resident(fx, name, &m);
 	/* the file tensors may go; the directory's model with the same
 	 * files is served: an entry of the shared scope beside the
 	 * tenant's, never the tenant's own (Documentation/security.rst) */
@@ -869,6 +936,143 @@ static void test_model_upload(void **state)
 	check_health(fx, 0);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Budgets */
+
+/* 4 layers of about 3.9 MB, embeddings and head about 1 MB: with a 2 MiB
+ * granule, 6M streams every layer through a ring of one, 14M with a ring
+ * of one keeps two. */
+#define BUDGET_LLAMA                                                \
+	"--seed 21 --arch llama --embd 256 --heads 4 --kv-heads 2 " \
+	"--inner 1024 --layers 4 --vocab 512 --untied"
+#define BUDGET_ND 8
+
+/* Model @name in a session of its own: the prompt, then BUDGET_ND
+ * tokens decoded greedily into @out. Its MODEL_OPEN answer; how much the
+ * text segment grew when it was opened in *@grew. */
+static struct djinn_model_resp budget_run_at(int line, struct fx *fx,
+					     const char *name, int32_t *out,
+					     uint64_t *grew)
+{
+	static const int32_t prompt[7] = { 3, 141, 59, 26, 5, 358, 97 };
+	int fd = xconnect_at(line, fx->d.sock);
+	uint64_t sid = open_at(line, fd, "budget", 4, 0, NULL);
+	uint64_t text = vmu_now(fx).seg[0].used, ctx;
+	struct djinn_model_resp m = model_open_at(line, fd, sid, name);
+
+	*grew = vmu_now(fx).seg[0].used - text;
+	ctx = ctx_new_at(line, fd, sid, m.model, 64);
+	step_at(line, fd, sid, DJINN_MSG_CTX_PREFILL, ctx, prompt, 7, NULL, 0,
+		NULL);
+	step_at(line, fd, sid, DJINN_MSG_CTX_DECODE, ctx, NULL, BUDGET_ND, NULL,
+		0, out);
+	close_session(fd, sid); /* its context and model go with it */
+	close(fd);
+	return m;
+}
+
+#define budget_run(fx, name, out, grew) \
+	budget_run_at(__LINE__, fx, name, out, grew)
+
+/* Write @text to the configuration @path, SIGHUP the daemon and wait for
+ * @line in its log: the reload is applied then (the I/O thread does the
+ * rest of it before it reads another request). */
+static void budget_reload(struct fx *fx, const char *path, const char *text,
+			  const char *line)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	assert_true(fputs(text, f) >= 0);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(kill(fx->d.pid, SIGHUP), 0);
+	for (int i = 0; i < 500 && !file_has(fx->d.log, line); i++)
+		usleep(10 * 1000);
+	if (!file_has(fx->d.log, line))
+		fail_msg("no \"%s\" in the log after a SIGHUP", line);
+}
+
+static void budget_evict(struct fx *fx, const char *name)
+{
+	struct djinn_admin_model_evict e = { { 0 } };
+
+	snprintf(e.name, sizeof(e.name), "%s", name);
+	call_void(fx->adm, DJINN_MSG_ADMIN_MODEL_EVICT, 0, &e, sizeof(e));
+}
+
+/* 18e. [model.NAME] budget and ring_slots: a model over the budget its
+ * configuration gives it is streamed (the text segment holds no more
+ * than the budget, the resident part's fingerprint is not the whole
+ * weights') and decodes the same tokens as the same weights under
+ * another name without one; SIGHUP changes the budget for the next load
+ * and, taken out of the file, lifts it. */
+static void test_model_budget(void **state)
+{
+	char dir[] = "/tmp/djinn-budget.XXXXXX", path[64];
+	const char *extra[] = { "--config", path, NULL };
+	int32_t ta[BUDGET_ND], tb[BUDGET_ND];
+	struct djinn_model_resp ma, mb, m6;
+	uint64_t grew_a, grew_b;
+	struct fx *fx;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/djinnd.conf", dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("[model.llama-b]\nbudget = 6M\n", f);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(fx_start_args((void **)&fx, DEV_MEM, 10000, extra), 0);
+	/* the same seed: the same weights under two names */
+	assert_int_equal(djd_make_model(&fx->d, "llama-a", BUDGET_LLAMA), 0);
+	assert_int_equal(djd_make_model(&fx->d, "llama-b", BUDGET_LLAMA), 0);
+
+	/* streamed: its text entry and ring within the budget, a part of
+	 * the weights' bytes */
+	mb = budget_run(fx, "llama-b", tb, &grew_b);
+	ma = budget_run(fx, "llama-a", ta, &grew_a);
+	print_message("llama-a: %llu bytes of text; llama-b under 6M: %llu\n",
+		      (unsigned long long)grew_a, (unsigned long long)grew_b);
+	assert_int_equal(mb.n_layer, 4);
+	assert_true(grew_b > 0 && grew_b <= 6 * MiB);
+	assert_true(grew_a >= 16 * MiB);
+	assert_memory_not_equal(mb.fp, ma.fp, sizeof(ma.fp));
+	assert_memory_equal(tb, ta, sizeof(ta));
+	m6 = mb;
+
+	/* another budget and ring from the next load: more of it on the
+	 * device, the same tokens */
+	budget_evict(fx, "llama-b");
+	budget_reload(fx, path,
+		      "[model.llama-b]\nbudget = 14M\nring_slots = 1\n",
+		      "reload: model.llama-b: budget 6M -> 14M, ring_slots 1");
+	mb = budget_run(fx, "llama-b", tb, &grew_b);
+	print_message("llama-b under 14M, a ring of one: %llu\n",
+		      (unsigned long long)grew_b);
+	assert_true(grew_b > 6 * MiB && grew_b <= 14 * MiB);
+	assert_memory_not_equal(mb.fp, ma.fp, sizeof(ma.fp));
+	assert_memory_not_equal(mb.fp, m6.fp, sizeof(m6.fp));
+	assert_memory_equal(tb, ta, sizeof(ta));
+
+	/* out of the file: wholly on the device again, sharing llama-a's
+	 * weights */
+	budget_evict(fx, "llama-b");
+	budget_reload(
+		fx, path, "",
+		"reload: model.llama-b: budget 14M, ring_slots 1 -> none");
+	mb = budget_run(fx, "llama-b", tb, &grew_b);
+	assert_memory_equal(mb.fp, ma.fp, sizeof(ma.fp));
+	assert_memory_equal(tb, ta, sizeof(ta));
+
+	budget_evict(fx, "llama-a");
+	budget_evict(fx, "llama-b");
+	check_text_cached(fx);
+	fx_teardown((void **)&fx);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -880,6 +1084,7 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_model_upload, fx_setup,
 						fx_teardown),
+		cmocka_unit_test(test_model_budget),
 	};
 	int ret = fx_can_run();
 

@@ -227,6 +227,27 @@ static void test_bad_files(void **state)
 		  "[tenant.]: a tenant name has 1 to 63 bytes" },
 		{ "[tenant.alice]\nshare = 2\nshare = 3\n", 3,
 		  "tenant.alice.share: already set on line 2" },
+		{ "[model.m]\nbudget = lots\n", 2,
+		  "model.m.budget: 'lots': want 0 (none) or a size from 1M to "
+		  "1024T, such as 6G" },
+		{ "[model.m]\nbudget = 6X\n", 2, "model.m.budget: '6X'" },
+		{ "[model.m]\nbudget = -6M\n", 2, "model.m.budget: '-6M'" },
+		{ "[model.m]\nbudget = 512K\n", 2, "model.m.budget: '512K'" },
+		{ "[model.m]\nbudget = 2048T\n", 2, "model.m.budget: '2048T'" },
+		{ "[model.m]\nbudget = 6M\nbudget = 8M\n", 3,
+		  "model.m.budget: already set on line 2" },
+		{ "[model.m]\nring_slots = 0\n", 2,
+		  "model.m.ring_slots: '0': want a number from 1 to 8 (the "
+		  "layers its ring holds, 2 unless set)" },
+		{ "[model.m]\nring_slots = 9\n", 2, "model.m.ring_slots: '9'" },
+		{ "[model.m]\nring_slots = two\n", 2,
+		  "model.m.ring_slots: 'two'" },
+		{ "[model.m]\nbudget = 6M\nring_slots = 1\nring_slots = 2\n", 4,
+		  "model.m.ring_slots: already set on line 3" },
+		{ "[model.m]\nslots = 2\n", 2,
+		  "unknown key 'slots' in [model.m] (want readable, budget or "
+		  "ring_slots)" },
+		{ "[model..m]\nbudget = 6M\n", 2, "[model..m]: a model name" },
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
@@ -672,6 +693,143 @@ static void test_tenant_ids(void **state)
 	config_free(&a);
 }
 
+/* The budget of model @name in @c: its bytes, its slots in *@slots;
+ * -1 when it has none. */
+static long long budget_of(const struct djinnd_config *c, const char *name,
+			   unsigned int *slots)
+{
+	for (unsigned int i = 0; i < c->srv.nr_budgets; i++)
+		if (!strcmp(c->srv.budgets[i].model, name)) {
+			*slots = c->srv.budgets[i].slots;
+			return (long long)c->srv.budgets[i].bytes;
+		}
+	return -1;
+}
+
+/* [model.NAME] budget and ring_slots: read beside readable, overridden
+ * (0: none), a ring without a budget refused where it was set, printed
+ * so that they read back, diffed and applied. */
+static void test_model_budgets(void **state)
+{
+	struct djinnd_config a, b;
+	unsigned int mask, restart, slots = 0;
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	assert_int_equal(load(&a, "[model.llama-7b]\nbudget = 6G\n"
+				  "ring_slots = 1\n"
+				  "[model.open]\nreadable = yes\n"
+				  "budget = 14MiB\n"
+				  "[model.tiny]\nbudget = 0\n"),
+			 0);
+	assert_int_equal(config_validate(&a), 0);
+	assert_int_equal(a.srv.nr_budgets, 2);
+	assert_int_equal(budget_of(&a, "llama-7b", &slots), 6ll << 30);
+	assert_int_equal(slots, 1);
+	assert_int_equal(budget_of(&a, "open", &slots), 14ll << 20);
+	assert_int_equal(slots, 0);
+	assert_int_equal(budget_of(&a, "tiny", &slots), -1);
+	assert_int_equal(a.srv.nr_readable, 1);
+	assert_string_equal(a.srv.readable[0], "open");
+
+	/* the command line over the file: 0 takes a budget away */
+	assert_int_equal(config_set(&a, "model.llama-7b.ring_slots", "8"), 0);
+	assert_int_equal(config_set(&a, "model.x.y.budget", "1M"), 0);
+	assert_int_equal(budget_of(&a, "x.y", &slots), 1ll << 20);
+	assert_int_equal(config_set(&a, "model.x.y.budget", "0"), 0);
+	assert_int_equal(budget_of(&a, "x.y", &slots), -1);
+	assert_int_equal(config_set(&a, "model.x.budget", "1"), -EINVAL);
+	assert_string_equal(a.err, "command line: model.x.budget: '1': want 0 "
+				   "(none) or a size from 1M to 1024T, such "
+				   "as 6G");
+	assert_int_equal(config_set(&a, "model.x.ring_slots", "99"), -EINVAL);
+	assert_non_null(strstr(a.err, "model.x.ring_slots: '99': want a "
+				      "number from 1 to 8"));
+	assert_int_equal(budget_of(&a, "x", &slots), -1);
+	assert_int_equal(config_validate(&a), 0);
+	assert_int_equal(budget_of(&a, "llama-7b", &slots), 6ll << 30);
+	assert_int_equal(slots, 8);
+
+	/* printed as a file that reads back */
+	f = open_memstream(&out, &len);
+	config_print(&a, f);
+	fclose(f);
+	assert_non_null(strstr(out, "[model.open]\nreadable = yes\t; SIGHUP "
+				    "reloads it\nbudget = 14M\t; SIGHUP "
+				    "reloads it, for the model's next load\n"));
+	assert_non_null(strstr(out, "[model.llama-7b]\nbudget = 6G\t; "));
+	assert_non_null(strstr(out, "\nring_slots = 8\t; SIGHUP reloads it"));
+	assert_null(strstr(out, "[model.tiny]"));
+	assert_int_equal(load(&b, out), 0);
+	assert_int_equal(config_validate(&b), 0);
+	assert_int_equal(config_diff(&a, &b, &restart), 0);
+	assert_int_equal(restart, 0);
+	free(out);
+	config_free(&b);
+
+	/* a reload: another budget, one taken away, one new */
+	assert_int_equal(load(&b, "[model.llama-7b]\nbudget = 4G\n"
+				  "[model.open]\nreadable = yes\n"
+				  "[model.new]\nbudget = 1G\nring_slots = 3\n"),
+			 0);
+	assert_int_equal(config_validate(&b), 0);
+	mask = config_diff(&a, &b, &restart);
+	assert_int_equal(mask, CONFIG_RELOAD_MODELS);
+	assert_int_equal(restart, 0);
+	config_apply(&a, &b, mask);
+	config_free(&b);
+	assert_int_equal(a.srv.nr_budgets, 2);
+	assert_int_equal(budget_of(&a, "llama-7b", &slots), 4ll << 30);
+	assert_int_equal(slots, 0);
+	assert_int_equal(budget_of(&a, "open", &slots), -1);
+	assert_int_equal(budget_of(&a, "new", &slots), 1ll << 30);
+	assert_int_equal(slots, 3);
+	assert_null(a.srv.budgets[0].bytes_file);
+	assert_int_equal(a.srv.nr_readable, 1);
+	/* only the readable ones: nothing else changes */
+	assert_int_equal(load(&b, "[model.llama-7b]\nbudget = 4G\n"
+				  "[model.new]\nring_slots = 3\nbudget = 1G\n"),
+			 0);
+	assert_int_equal(config_diff(&a, &b, &restart), CONFIG_RELOAD_MODELS);
+	config_apply(&a, &b, CONFIG_RELOAD_MODELS);
+	config_free(&b);
+	assert_int_equal(a.srv.nr_readable, 0);
+	assert_int_equal(a.srv.nr_budgets, 2);
+	config_free(&a);
+
+	/* a ring without a budget says nothing: refused on its line */
+	assert_int_equal(load(&a, "[model.m]\nreadable = yes\n"
+				  "ring_slots = 2\n"),
+			 0);
+	assert_int_equal(config_validate(&a), -EINVAL);
+	assert_err(&a, 3,
+		   "model.m.ring_slots: 2 without a budget: set "
+		   "model.m.budget too");
+	config_free(&a);
+	assert_int_equal(load(&a, "[model.m]\nbudget = 6M\nring_slots = 2\n"),
+			 0);
+	assert_int_equal(config_set(&a, "model.m.budget", "0"), 0);
+	assert_int_equal(config_validate(&a), -EINVAL);
+	assert_err(&a, 3, "model.m.ring_slots: 2 without a budget");
+	config_free(&a);
+
+	/* at most SERVER_TENANT_MAPS_MAX models with one */
+	config_init(&a);
+	for (int i = 0; i <= SERVER_TENANT_MAPS_MAX; i++) {
+		char key[64];
+
+		snprintf(key, sizeof(key), "model.m%d.budget", i);
+		assert_int_equal(config_set(&a, key, "6M"),
+				 i < SERVER_TENANT_MAPS_MAX ? 0 : -EINVAL);
+	}
+	assert_string_equal(a.err, "command line: model.m64.budget: at most 64 "
+				   "models with a budget or ring_slots");
+	/* another budget for one of them is no new model */
+	assert_int_equal(config_set(&a, "model.m3.budget", "8M"), 0);
+	config_free(&a);
+}
+
 static int setup(void **state)
 {
 	if (!mkdtemp(dir))
@@ -703,6 +861,7 @@ int main(void)
 		cmocka_unit_test(test_diff_apply),
 		cmocka_unit_test(test_sched),
 		cmocka_unit_test(test_tenant_ids),
+		cmocka_unit_test(test_model_budgets),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -3,8 +3,10 @@
  * libdjinn.so's ABI: every public function is exported at version
  * DJINN_0.1, and nothing else is, in particular not the lib/ code it
  * builds in (djinn_graph_parse() and friends share the prefix) nor its
- * internal __djinn_* functions. Loads the library that sits two levels
- * above this binary ($(BUILD)/libdjinn.so.0) with dlopen().
+ * internal __djinn_* functions; a function whose struct grew has its
+ * newer version as the default and keeps the older one. Loads the
+ * library that sits two levels above this binary ($(BUILD)/libdjinn.so.0)
+ * with dlopen().
  */
 #include <dlfcn.h>
 #include <limits.h>
@@ -84,10 +86,30 @@ static const char *const public[] = {
 
 /* lib/graph.h and libdjinn/internal.h: built in, not exported. */
 static const char *const hidden[] = {
-	"djinn_graph_parse",	"djinn_graph_infer",  "djinn_desc_check",
-	"djinn_dtype_size",	"djinn_dtype_name",   "djinn_op_name",
-	"__djinn_log",		"__djinn_call_send",  "__djinn_addr_parse",
-	"__djinn_graph_encode", "__djinn_conn_start", "__djinn_sha256",
+	"djinn_graph_parse",
+	"djinn_graph_infer",
+	"djinn_desc_check",
+	"djinn_dtype_size",
+	"djinn_dtype_name",
+	"djinn_op_name",
+	"__djinn_log",
+	"__djinn_call_send",
+	"__djinn_addr_parse",
+	"__djinn_graph_encode",
+	"__djinn_conn_start",
+	"__djinn_sha256",
+	"__djinn_model_info_v0_1",
+};
+
+/*
+ * Functions with a newer version: the default, and the older one kept
+ * for programs built before (libdjinn.map).
+ */
+static const struct {
+	const char *name, *version, *older;
+} grown[] = {
+	/* struct djinn_model_info grew: streamed models */
+	{ "djinn_model_info", "DJINN_0.2", "DJINN_0.1" },
 };
 
 static void *lib;
@@ -132,11 +154,30 @@ static void test_hidden(void **state)
 			fail_msg("%s: exported", hidden[i]);
 }
 
+static void test_grown(void **state)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(grown); i++) {
+		void *now = dlvsym(lib, grown[i].name, grown[i].version);
+		void *old = dlvsym(lib, grown[i].name, grown[i].older);
+
+		if (!now)
+			fail_msg("%s: not at version %s", grown[i].name,
+				 grown[i].version);
+		if (!old || old == now)
+			fail_msg("%s: no version %s of its own", grown[i].name,
+				 grown[i].older);
+		if (dlsym(lib, grown[i].name) != now)
+			fail_msg("%s: %s is not the default", grown[i].name,
+				 grown[i].version);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_exported),
 		cmocka_unit_test(test_hidden),
+		cmocka_unit_test(test_grown),
 	};
 
 	return cmocka_run_group_tests(tests, load, unload);

@@ -6,7 +6,8 @@
  * the wrong length or with a token outside the vocabulary, logits nobody
  * asked for. Each must break the connection (-EPROTO), not be believed.
  * Also the variable-length answers of a decode paused at a breakpoint,
- * with its tokens landing in the caller's buffer across resumes.
+ * with its tokens landing in the caller's buffer across resumes, and a
+ * model's placement (resident layers, ring) as MODEL_OPEN answers it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -129,7 +130,9 @@ static void open_answers(struct answer *a)
 				      .n_head = 2,
 				      .n_kv_head = 2,
 				      .max_tokens = 32,
-				      .bytes = 4096 };
+				      .bytes = 4096,
+				      .weights = 4096,
+				      .resident = 2 };
 	struct djinn_ctx_resp c = { .ctx = 0x22, .len = 0, .max_tokens = 32 };
 
 	a[0].op = DJINN_MSG_MODEL_OPEN;
@@ -274,6 +277,123 @@ static void test_bad_answers(void **state)
 	bad_answer(r, tok, 4, 0, false);
 }
 
+/* Open a model on an answer of @len bytes of @r: what djinn_model_open()
+ * returns; *@mi what djinn_model_info() says when it is 0. */
+static int open_on(const struct djinn_model_resp *r, size_t len,
+		   struct djinn_model_info *mi)
+{
+	struct answer a[1] = { { .op = DJINN_MSG_MODEL_OPEN, .len = len } };
+	struct djinn_session *s;
+	struct djinn_model *m;
+	struct djinn_conn *conn;
+	struct peer p;
+	int ret;
+
+	memcpy(a[0].payload, r, len);
+	conn = start(&p, a, 1, &s);
+	ret = djinn_model_open(s, "tiny", &m);
+	if (!ret)
+		assert_int_equal(djinn_model_info(m, mi), 0);
+	else
+		assert_int_equal(djinn_conn_ping(conn), -EPROTO);
+	stop(&p, conn);
+	return ret;
+}
+
+/* A model's placement: a streamed model's resident layers and ring as
+ * the daemon says them; an older daemon's answer (80 bytes, up to the
+ * fingerprint) as a model wholly on the device; placements that cannot
+ * be refused. */
+static void test_placement(void **state)
+{
+	const struct djinn_model_resp streamed = { .model = 0x11,
+						   .arch = DJINN_ARCH_GPT2,
+						   .dtype = DJINN_DTYPE_F32,
+						   .vocab = VOCAB,
+						   .n_layer = 4,
+						   .hidden = HIDDEN,
+						   .n_head = 2,
+						   .n_kv_head = 2,
+						   .max_tokens = 32,
+						   .bytes = 4096,
+						   .fp = { 0xab },
+						   .weights = 12288,
+						   .ring = 8192,
+						   .resident = 1 };
+	const size_t v0 = offsetof(struct djinn_model_resp, weights);
+	struct djinn_model_resp r;
+	struct djinn_model_info mi;
+
+	memset(&mi, 0xff, sizeof(mi));
+	assert_int_equal(open_on(&streamed, sizeof(streamed), &mi), 0);
+	assert_int_equal(mi.n_layer, 4);
+	assert_int_equal(mi.resident, 1);
+	assert_int_equal(mi.ring, 8192);
+	assert_int_equal(mi.bytes, 4096);
+	assert_int_equal(mi.weights, 12288);
+	assert_int_equal(mi.fp[0], 0xab);
+
+	/* an older daemon's answer: every layer on the device */
+	assert_int_equal(v0, 80);
+	memset(&mi, 0xff, sizeof(mi));
+	assert_int_equal(open_on(&streamed, v0, &mi), 0);
+	assert_int_equal(mi.n_layer, 4);
+	assert_int_equal(mi.resident, 4);
+	assert_int_equal(mi.ring, 0);
+	assert_int_equal(mi.weights, 4096);
+
+	/* more resident layers than layers */
+	r = streamed;
+	r.resident = 5;
+	assert_int_equal(open_on(&r, sizeof(r), &mi), -EPROTO);
+	/* streamed layers and no ring */
+	r = streamed;
+	r.ring = 0;
+	assert_int_equal(open_on(&r, sizeof(r), &mi), -EPROTO);
+	/* a ring for a model wholly on the device */
+	r = streamed;
+	r.resident = 4;
+	assert_int_equal(open_on(&r, sizeof(r), &mi), -EPROTO);
+	/* fewer weights than the text entry holds */
+	r = streamed;
+	r.weights = 2048;
+	assert_int_equal(open_on(&r, sizeof(r), &mi), -EPROTO);
+	/* reserved set */
+	r = streamed;
+	r.__reserved = 1;
+	assert_int_equal(open_on(&r, sizeof(r), &mi), -EPROTO);
+	/* an answer of neither size */
+	assert_int_equal(open_on(&streamed, v0 + 8, &mi), -EPROTO);
+}
+
+/* djinn_model_info@DJINN_0.1 fills the struct as it was then (up to the
+ * fingerprint), and not a byte past it: a program built against it has
+ * no room for more. */
+static void test_info_v0_1(void **state)
+{
+	struct answer a[2];
+	struct djinn_session *s;
+	struct djinn_model *m;
+	struct djinn_conn *conn;
+	struct djinn_model_info mi;
+	struct peer p;
+	uint8_t buf[sizeof(mi)];
+
+	open_answers(a);
+	conn = start(&p, a, 1, &s);
+	assert_int_equal(djinn_model_open(s, "tiny", &m), 0);
+	assert_int_equal(djinn_model_info(m, &mi), 0);
+	memset(buf, 0x5a, sizeof(buf));
+	assert_int_equal(__djinn_model_info_v0_1(m, buf), 0);
+	assert_int_equal(DJINN_MODEL_INFO_V0_1, 136);
+	assert_memory_equal(buf, &mi, DJINN_MODEL_INFO_V0_1);
+	for (size_t i = DJINN_MODEL_INFO_V0_1; i < sizeof(buf); i++)
+		if (buf[i] != 0x5a)
+			fail_msg("byte %zu written", i);
+	assert_int_equal(__djinn_model_info_v0_1(NULL, buf), -EINVAL);
+	stop(&p, conn);
+}
+
 /* The logits answered are a stub; the context releases it when freed. */
 static void test_stub_released(void **state)
 {
@@ -320,6 +440,8 @@ int main(void)
 		cmocka_unit_test(test_paused_decode),
 		cmocka_unit_test(test_bad_answers),
 		cmocka_unit_test(test_stub_released),
+		cmocka_unit_test(test_placement),
+		cmocka_unit_test(test_info_v0_1),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
