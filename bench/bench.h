@@ -41,6 +41,21 @@ fail(const char *fmt, ...)
 	exit(1);
 }
 
+/* Give up on a runtime call's error @ret (negative errno), saying @what
+ * and the runtime's message @msg (may be NULL). */
+static inline void check_msg(int ret, const char *what, const char *msg)
+{
+	if (ret)
+		fail("%s: %s%s%s", what, strerror(-ret),
+		     msg && *msg ? ": " : "", msg ? msg : "");
+}
+
+/* Seconds from @t0 to @t1 (mono_ns()). */
+static inline double secs(uint64_t t0, uint64_t t1)
+{
+	return (double)(t1 - t0) / 1e9;
+}
+
 static inline void sleep_ns(uint64_t ns)
 {
 	struct timespec ts = ns_to_timespec(ns);

@@ -122,18 +122,6 @@ static struct {
 	.seed = 42,
 };
 
-static void check(int ret, const char *what, const char *msg)
-{
-	if (ret)
-		fail("%s: %s%s%s", what, strerror(-ret),
-		     msg && *msg ? ": " : "", msg ? msg : "");
-}
-
-static double secs(uint64_t t0, uint64_t t1)
-{
-	return (double)(t1 - t0) / 1e9;
-}
-
 /* ------------------------------------------------------------------------ */
 /* JSON lines */
 
@@ -262,13 +250,13 @@ static void round_djinn(struct model_hold *h, const struct model_env *env,
 	char msg[256] = "";
 	uint64_t t0, t1, t2;
 
-	check(model_ctx_new(h, opt.prefill + opt.decode + 1, &c, msg,
-			    sizeof(msg)),
-	      "context", msg);
-	t0 = mono_ns();
-	check(model_ctx_prefill(c, env, prompt, opt.prefill, NULL, msg,
+	check_msg(model_ctx_new(h, opt.prefill + opt.decode + 1, &c, msg,
 				sizeof(msg)),
-	      "prefill", msg);
+		  "context", msg);
+	t0 = mono_ns();
+	check_msg(model_ctx_prefill(c, env, prompt, opt.prefill, NULL, msg,
+				    sizeof(msg)),
+		  "prefill", msg);
 	t1 = mono_ns();
 	if (logits) {
 		memcpy(logits, model_ctx_logits(c),
@@ -277,14 +265,14 @@ static void round_djinn(struct model_hold *h, const struct model_env *env,
 			if (i < CHECK_TOKENS)
 				gaps[i] = top2_gap(model_ctx_logits(c),
 						   h->m->cfg.vocab);
-			check(model_ctx_decode(c, env, 1, &greedy, &toks[i],
-					       msg, sizeof(msg)),
-			      "decode", msg);
+			check_msg(model_ctx_decode(c, env, 1, &greedy, &toks[i],
+						   msg, sizeof(msg)),
+				  "decode", msg);
 		}
 	} else {
-		check(model_ctx_decode(c, env, opt.decode, &greedy, toks, msg,
-				       sizeof(msg)),
-		      "decode", msg);
+		check_msg(model_ctx_decode(c, env, opt.decode, &greedy, toks,
+					   msg, sizeof(msg)),
+			  "decode", msg);
 	}
 	t2 = mono_ns();
 	model_ctx_free(c);
@@ -333,20 +321,21 @@ static void djinn_open(const char *models, struct djinn_run *R,
 			fail("cuda:0: %s", msg);
 		fprintf(stderr, "model-bench: cuda:0: %s\n", msg);
 	} else {
-		check(cpu_backend_create(6 * GiB, opt.threads, &R->b),
-		      "cpu backend", NULL);
+		check_msg(cpu_backend_create(6 * GiB, opt.threads, &R->b),
+			  "cpu backend", NULL);
 	}
-	check(vmu_create(R->b->provider, NULL, &R->env.v), "vmu", NULL);
-	check(vmu_stack_create(R->env.v, 2 * GiB, &R->env.st), "stack", NULL);
+	check_msg(vmu_create(R->b->provider, NULL, &R->env.v), "vmu", NULL);
+	check_msg(vmu_stack_create(R->env.v, 2 * GiB, &R->env.st), "stack",
+		  NULL);
 	R->env.b = R->b;
-	check(model_store_create(R->env.v, models, &R->ms), "model store",
-	      NULL);
-	check(vmu_session_create(R->env.v, "bench0", &R->s[0]), "session",
-	      NULL);
+	check_msg(model_store_create(R->env.v, models, &R->ms), "model store",
+		  NULL);
+	check_msg(vmu_session_create(R->env.v, "bench0", &R->s[0]), "session",
+		  NULL);
 	t0 = mono_ns();
-	check(model_open(R->ms, R->s[0], opt.arch->model, &R->h[0], msg,
-			 sizeof(msg)),
-	      "model_open", msg);
+	check_msg(model_open(R->ms, R->s[0], opt.arch->model, &R->h[0], msg,
+			     sizeof(msg)),
+		  "model_open", msg);
 	d->load_s = secs(t0, mono_ns());
 	if (R->h[0]->m->cfg.vocab != opt.arch->vocab)
 		fail("%s: a vocabulary of %u, not %u", opt.arch->model,
@@ -374,16 +363,16 @@ static void djinn_sessions(struct djinn_run *R, const int32_t *prompt,
 		char name[16];
 
 		snprintf(name, sizeof(name), "bench%u", i);
-		check(vmu_session_create(R->env.v, name, &R->s[i]), "session",
-		      NULL);
-		check(model_open(R->ms, R->s[i], opt.arch->model, &R->h[i], msg,
-				 sizeof(msg)),
-		      "model_open", msg);
-		check(model_ctx_new(R->h[i], 8, &c, msg, sizeof(msg)),
-		      "context", msg);
-		check(model_ctx_prefill(c, &R->env, prompt, 8, NULL, msg,
-					sizeof(msg)),
-		      "prefill", msg);
+		check_msg(vmu_session_create(R->env.v, name, &R->s[i]),
+			  "session", NULL);
+		check_msg(model_open(R->ms, R->s[i], opt.arch->model, &R->h[i],
+				     msg, sizeof(msg)),
+			  "model_open", msg);
+		check_msg(model_ctx_new(R->h[i], 8, &c, msg, sizeof(msg)),
+			  "context", msg);
+		check_msg(model_ctx_prefill(c, &R->env, prompt, 8, NULL, msg,
+					    sizeof(msg)),
+			  "prefill", msg);
 		model_ctx_free(c);
 	}
 	vmu_get_stats(R->env.v, &vs);

@@ -73,18 +73,6 @@ static struct {
 	.sessions = 8,
 };
 
-static void check(int ret, const char *what, const char *msg)
-{
-	if (ret)
-		fail("%s: %s%s%s", what, strerror(-ret),
-		     msg && *msg ? ": " : "", msg ? msg : "");
-}
-
-static double secs(uint64_t t0, uint64_t t1)
-{
-	return (double)(t1 - t0) / 1e9;
-}
-
 /* One line: @value against @base (named), @target on the ratio. */
 static void emit(const char *metric, double value, const char *unit,
 		 double base, const char *base_name, double target,
@@ -157,10 +145,10 @@ static struct model_hold *open_model(struct rt *R, struct vmu_session *s,
 	struct model_hold *h;
 	char msg[256] = "";
 
-	check(model_store_set_budget(R->ms, name, budget, slots, msg,
-				     sizeof(msg)),
-	      "budget", msg);
-	check(model_open(R->ms, s, name, &h, msg, sizeof(msg)), name, msg);
+	check_msg(model_store_set_budget(R->ms, name, budget, slots, msg,
+					 sizeof(msg)),
+		  "budget", msg);
+	check_msg(model_open(R->ms, s, name, &h, msg, sizeof(msg)), name, msg);
 	return h;
 }
 
@@ -169,7 +157,8 @@ static void close_model(struct rt *R, struct model_hold *h, const char *name)
 	char msg[256] = "";
 
 	model_close(h);
-	check(model_store_evict(R->ms, name, msg, sizeof(msg)), "evict", msg);
+	check_msg(model_store_evict(R->ms, name, msg, sizeof(msg)), "evict",
+		  msg);
 }
 
 /*
@@ -206,18 +195,18 @@ static void run_side(struct rt *R, struct model_hold *h, const int32_t *prompt,
 		struct model_ctx *c;
 		uint64_t t0, t1, t2;
 
-		check(model_ctx_new(h, opt.prefill + opt.decode + 1, &c, msg,
-				    sizeof(msg)),
-		      "context", msg);
-		t0 = mono_ns();
-		check(model_ctx_prefill(c, &R->env, prompt, opt.prefill, NULL,
+		check_msg(model_ctx_new(h, opt.prefill + opt.decode + 1, &c,
 					msg, sizeof(msg)),
-		      "prefill", msg);
+			  "context", msg);
+		t0 = mono_ns();
+		check_msg(model_ctx_prefill(c, &R->env, prompt, opt.prefill,
+					    NULL, msg, sizeof(msg)),
+			  "prefill", msg);
 		t1 = mono_ns();
 		stats(h->m, &a);
-		check(model_ctx_decode(c, &R->env, opt.decode, &greedy,
-				       out->toks, msg, sizeof(msg)),
-		      "decode", msg);
+		check_msg(model_ctx_decode(c, &R->env, opt.decode, &greedy,
+					   out->toks, msg, sizeof(msg)),
+			  "decode", msg);
 		t2 = mono_ns();
 		stats(h->m, &b);
 		model_ctx_free(c);
@@ -274,14 +263,14 @@ static double run_together(struct rt *R, const char *name, uint64_t budget,
 	char msg[256] = "";
 
 	for (unsigned int i = 0; i < n; i++) {
-		check(vmu_session_create(R->env.v, "bench", &s[i]), "session",
-		      NULL);
+		check_msg(vmu_session_create(R->env.v, "bench", &s[i]),
+			  "session", NULL);
 		h[i] = i ? open_model(R, s[i], name, budget, 0) :
 			   open_model(R, s[i], name, budget, 0);
 		d[i].R = R;
 		d[i].env = R->env;
-		check(vmu_stack_create(R->env.v, 1 * GiB, &d[i].env.st),
-		      "stack", NULL);
+		check_msg(vmu_stack_create(R->env.v, 1 * GiB, &d[i].env.st),
+			  "stack", NULL);
 		d[i].toks = calloc(opt.decode, sizeof(int32_t));
 	}
 	for (unsigned int r = 0; r <= opt.rounds; r++) {
@@ -289,13 +278,14 @@ static double run_together(struct rt *R, const char *name, uint64_t budget,
 		uint64_t t0;
 
 		for (unsigned int i = 0; i < n; i++) {
-			check(model_ctx_new(h[i], opt.prefill + opt.decode + 1,
-					    &d[i].c, msg, sizeof(msg)),
-			      "context", msg);
-			check(model_ctx_prefill(d[i].c, &d[i].env, prompt,
-						opt.prefill, NULL, msg,
-						sizeof(msg)),
-			      "prefill", msg);
+			check_msg(model_ctx_new(h[i],
+						opt.prefill + opt.decode + 1,
+						&d[i].c, msg, sizeof(msg)),
+				  "context", msg);
+			check_msg(model_ctx_prefill(d[i].c, &d[i].env, prompt,
+						    opt.prefill, NULL, msg,
+						    sizeof(msg)),
+				  "prefill", msg);
 		}
 		stats(h[0]->m, &a);
 		t0 = mono_ns();
@@ -304,7 +294,7 @@ static double run_together(struct rt *R, const char *name, uint64_t budget,
 				fail("pthread_create");
 		for (unsigned int i = 0; i < n; i++) {
 			pthread_join(th[i], NULL);
-			check(d[i].ret, "decode together", d[i].msg);
+			check_msg(d[i].ret, "decode together", d[i].msg);
 			if (memcmp(d[i].toks, want,
 				   opt.decode * sizeof(int32_t)))
 				fail("session %u of %u decoding together: "
@@ -403,11 +393,12 @@ int main(int argc, char **argv)
 		if (system(cmd))
 			fail("failed: %s", cmd);
 	}
-	check(cpu_backend_create(4 * GiB, opt.threads, &R.b), "backend", NULL);
-	check(vmu_create(R.b->provider, NULL, &R.env.v), "vmu", NULL);
-	check(vmu_stack_create(R.env.v, 1 * GiB, &R.env.st), "stack", NULL);
-	check(vmu_session_create(R.env.v, "bench", &R.s), "session", NULL);
-	check(model_store_create(R.env.v, models, &R.ms), "store", NULL);
+	check_msg(cpu_backend_create(4 * GiB, opt.threads, &R.b), "backend",
+		  NULL);
+	check_msg(vmu_create(R.b->provider, NULL, &R.env.v), "vmu", NULL);
+	check_msg(vmu_stack_create(R.env.v, 1 * GiB, &R.env.st), "stack", NULL);
+	check_msg(vmu_session_create(R.env.v, "bench", &R.s), "session", NULL);
+	check_msg(model_store_create(R.env.v, models, &R.ms), "store", NULL);
 	R.env.b = R.b;
 	peak = memcpy_peak();
 
@@ -416,8 +407,8 @@ int main(int argc, char **argv)
 		prompt[i] = (int32_t)((i * 2654435761u) % 4096);
 
 	/* wholly on the device */
-	check(model_open(R.ms, R.s, "llama-640m", &h, msg, sizeof(msg)),
-	      "llama-640m", msg);
+	check_msg(model_open(R.ms, R.s, "llama-640m", &h, msg, sizeof(msg)),
+		  "llama-640m", msg);
 	weights = h->m->layout.bytes;
 	big = 0;
 	for (uint32_t l = 0; l < h->m->cfg.n_layer; l++) {
