@@ -367,14 +367,52 @@ const uint8_t *vmu_text_fp(const struct vmu_text *t)
 	return t->fp;
 }
 
+/*
+ * Back @m with @bytes (granule-rounded) of the text segment: reserved,
+ * charged (vmu_charge() may reclaim), mapped and counted. 0, or an errno
+ * with nothing held. The granule's tail past an entry's size is not
+ * zeroed: every read of an entry is bounded by its size, and zeroing
+ * would cost a whole granule for a small entry.
+ */
+static int text_map(struct vmu *v, struct vmu_mapping *m, uint64_t bytes)
+{
+	uint64_t from_resv;
+	int ret;
+
+	ret = vmu_mapping_reserve(v, m, bytes);
+	if (ret)
+		return ret;
+	vmu_lock(v);
+	ret = vmu_charge(v, bytes, NULL, &from_resv);
+	vmu_unlock(v);
+	if (!ret) {
+		ret = vmu_mapping_grow(v, m, bytes);
+		vmu_lock(v);
+		if (ret)
+			vmu_uncharge(v, bytes);
+		else
+			vmu_seg_add(v, VMU_SEG_TEXT, (int64_t)bytes);
+		vmu_unlock(v);
+	}
+	if (ret)
+		vmu_mapping_release(v, m);
+	return ret;
+}
+
+/* Give text_map()'s memory back. Lock held. */
+static void text_unmap_locked(struct vmu *v, struct vmu_mapping *m)
+{
+	uint64_t bytes = m->mapped;
+
+	vmu_mapping_release(v, m);
+	vmu_seg_add(v, VMU_SEG_TEXT, -(int64_t)bytes);
+	vmu_uncharge(v, bytes);
+}
+
 /* Free an upload's memory. Lock held; the upload is off every list. */
 void vmu_upload_free_locked(struct vmu *v, struct vmu_text_upload *u)
 {
-	uint64_t bytes = u->m.mapped;
-
-	vmu_mapping_release(v, &u->m);
-	vmu_seg_add(v, VMU_SEG_TEXT, -(int64_t)bytes);
-	vmu_uncharge(v, bytes);
+	text_unmap_locked(v, &u->m);
 	EVP_MD_CTX_free(u->md);
 	free(u);
 }
@@ -383,7 +421,7 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 			bool shared, struct vmu_text_upload **out)
 {
 	struct vmu *v = s->vmu;
-	uint64_t bytes = vmu_round(v, size), from_resv;
+	uint64_t bytes = vmu_round(v, size);
 	struct vmu_text_upload *u;
 	int ret;
 
@@ -415,25 +453,10 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 			goto out_free;
 		}
 	}
-	ret = vmu_mapping_reserve(v, &u->m, bytes);
+	ret = text_map(v, &u->m, bytes);
 	if (ret)
 		goto out_free;
 	vmu_lock(v);
-	ret = vmu_charge(v, bytes, NULL, &from_resv);
-	vmu_unlock(v);
-	if (ret)
-		goto out_release;
-	/* The granule's tail past @size is not zeroed: every read of an
-	 * entry is bounded by its size, and zeroing would cost a whole
-	 * granule for a small entry. */
-	ret = vmu_mapping_grow(v, &u->m, bytes);
-	vmu_lock(v);
-	if (ret) {
-		vmu_uncharge(v, bytes);
-		vmu_unlock(v);
-		goto out_release;
-	}
-	vmu_seg_add(v, VMU_SEG_TEXT, bytes);
 	u->s = s;
 	u->size = size;
 	u->epoch = vmu_faults(v);
@@ -442,8 +465,6 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 	*out = u;
 	return 0;
 
-out_release:
-	vmu_mapping_release(v, &u->m);
 out_free:
 	EVP_MD_CTX_free(u->md);
 	free(u);
@@ -605,8 +626,9 @@ struct vmu_text_area {
 int vmu_text_area_alloc(struct vmu *v, uint64_t size,
 			struct vmu_text_area **out, char *msg, size_t msglen)
 {
-	uint64_t bytes = vmu_round(v, size), from_resv;
+	uint64_t bytes = vmu_round(v, size);
 	struct vmu_text_area *a;
+	struct vmu_stats st;
 	int ret;
 
 	if (!size || size > UINT64_MAX - v->gran)
@@ -621,55 +643,26 @@ int vmu_text_area_alloc(struct vmu *v, uint64_t size,
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return -ENOMEM;
-	ret = vmu_mapping_reserve(v, &a->m, bytes);
-	if (ret)
-		goto out_free;
-	vmu_lock(v);
-	ret = vmu_charge(v, bytes, NULL, &from_resv);
+	ret = text_map(v, &a->m, bytes);
 	if (ret) {
-		struct vmu_stats st;
-
-		vmu_unlock(v);
 		vmu_get_stats(v, &st);
-		snprintf(msg, msglen, "need %llu bytes, %llu free",
-			 (unsigned long long)bytes,
-			 (unsigned long long)st.free);
-		goto out_release;
+		snprintf(msg, msglen, "need %llu bytes, %llu free: %s",
+			 (unsigned long long)bytes, (unsigned long long)st.free,
+			 strerror(-ret));
+		free(a);
+		return ret;
 	}
-	vmu_unlock(v);
-	ret = vmu_mapping_grow(v, &a->m, bytes);
-	vmu_lock(v);
-	if (ret) {
-		vmu_uncharge(v, bytes);
-		vmu_unlock(v);
-		snprintf(msg, msglen, "mapping %llu bytes: %s",
-			 (unsigned long long)bytes, strerror(-ret));
-		goto out_release;
-	}
-	vmu_seg_add(v, VMU_SEG_TEXT, (int64_t)bytes);
-	vmu_unlock(v);
 	a->size = size;
 	*out = a;
 	return 0;
-
-out_release:
-	vmu_mapping_release(v, &a->m);
-out_free:
-	free(a);
-	return ret;
 }
 
 void vmu_text_area_free(struct vmu *v, struct vmu_text_area *a)
 {
-	uint64_t bytes;
-
 	if (!a)
 		return;
-	bytes = a->m.mapped;
-	vmu_mapping_release(v, &a->m);
 	vmu_lock(v);
-	vmu_seg_add(v, VMU_SEG_TEXT, -(int64_t)bytes);
-	vmu_uncharge(v, bytes);
+	text_unmap_locked(v, &a->m);
 	vmu_unlock(v);
 	free(a);
 }
