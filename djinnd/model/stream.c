@@ -21,7 +21,7 @@
 struct model_stream {
 	struct vmu *v;
 	struct vmu_provider *prov;
-	uint32_t resident, n_layer;
+	uint32_t resident;
 	uint64_t *start; /* n_layer + 1: layer l is [start[l], start[l + 1]) */
 	void *host; /* the streamed layers: blob bytes from start[resident] */
 	uint64_t host_bytes;
@@ -29,13 +29,36 @@ struct model_stream {
 	struct ring *ring;
 
 	pthread_mutex_t lock;
-	pthread_cond_t cond; /* a pass ended, or a job came */
+	pthread_cond_t cond; /* a pass ended, or a job came; CLOCK_MONOTONIC */
 	struct list_head queue;
 	bool leading, closed;
 	unsigned int last_batch; /* jobs the next pass expects */
 	uint64_t last_pass_ns;
 	struct model_stream_stats st;
 };
+
+/* @c waits with deadlines of mono_ns(): a wall clock that jumps does not
+ * cut a wait short or stretch it. */
+static void cond_init_mono(pthread_cond_t *c)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+/* Jobs waiting for a pass. Lock held. */
+static unsigned int queued(const struct model_stream *st)
+{
+	const struct stream_job *j;
+	unsigned int n = 0;
+
+	list_for_each_entry(j, &st->queue, node)
+		n++;
+	return n;
+}
 
 static int emit_host(void *arg, const void *buf, uint64_t len)
 {
@@ -75,9 +98,8 @@ int model_stream_create(struct vmu *v, const struct model_layout *L,
 	st->v = v;
 	st->prov = p;
 	st->resident = resident;
-	st->n_layer = c->n_layer;
 	pthread_mutex_init(&st->lock, NULL);
-	pthread_cond_init(&st->cond, NULL);
+	cond_init_mono(&st->cond);
 	INIT_LIST_HEAD(&st->queue);
 	st->start = calloc(c->n_layer + 1, sizeof(*st->start));
 	if (!st->start) {
@@ -148,16 +170,6 @@ void model_stream_destroy(struct model_stream *st)
 	free(st);
 }
 
-uint64_t model_stream_device_bytes(const struct model_stream *st)
-{
-	return vmu_round(st->v, vmu_text_area_size(st->area));
-}
-
-uint64_t model_stream_host_bytes(const struct model_stream *st)
-{
-	return st->host_bytes;
-}
-
 /* Whether some job of @b runs layer @l. */
 static bool covered(struct stream_job **b, unsigned int n, uint32_t l)
 {
@@ -186,7 +198,6 @@ static void pass(struct model_stream *st, struct stream_job **b, unsigned int n)
 {
 	struct stream_job *act[FWD_MAX_SEQ];
 	uint32_t lo = UINT32_MAX, hi = 0, R = st->resident, l;
-	bool pushed_all = true;
 	int ret = 0;
 
 	for (unsigned int i = 0; i < n; i++) {
@@ -199,11 +210,9 @@ static void pass(struct model_stream *st, struct stream_job **b, unsigned int n)
 					(uint8_t *)st->host + st->start[l] -
 						st->start[R],
 					st->start[l + 1] - st->start[l]);
-	if (ret) {
+	if (ret)
 		fail_from(b, n, 0, ret);
-		pushed_all = false;
-	}
-	for (l = lo; l < hi && pushed_all;) {
+	for (l = lo; l < hi && !ret;) {
 		uint32_t e = l + 1;
 		unsigned int na = 0;
 		uint64_t off = 0, base = 0;
@@ -251,24 +260,13 @@ static void gather(struct model_stream *st)
 {
 	uint64_t wait = st->last_pass_ns / 4;
 	struct timespec until;
-	unsigned int n = 0;
-	struct stream_job *j;
 
 	if (wait > GATHER_MAX_NS)
 		wait = GATHER_MAX_NS;
-	clock_gettime(CLOCK_REALTIME, &until);
-	wait += (uint64_t)until.tv_nsec;
-	until.tv_sec += (time_t)(wait / 1000000000ull);
-	until.tv_nsec = (long)(wait % 1000000000ull);
-	for (;;) {
-		n = 0;
-		list_for_each_entry(j, &st->queue, node)
-			n++;
-		if (n >= st->last_batch || n >= FWD_MAX_SEQ)
-			return;
+	until = ns_to_timespec(mono_ns() + wait);
+	while (queued(st) < st->last_batch && queued(st) < FWD_MAX_SEQ)
 		if (pthread_cond_timedwait(&st->cond, &st->lock, &until))
 			return;
-	}
 }
 
 int model_stream_run(struct model_stream *st, struct stream_job *j)
@@ -307,9 +305,7 @@ int model_stream_run(struct model_stream *st, struct stream_job *j)
 			b[i]->done = true;
 		/* the next pass expects these back and those that came
 		 * meanwhile: two groups never take turns */
-		st->last_batch = n;
-		list_for_each_entry(x, &st->queue, node)
-			st->last_batch++;
+		st->last_batch = n + queued(st);
 		st->last_pass_ns = t0;
 		st->st.passes++;
 		st->st.jobs += n;
@@ -333,28 +329,18 @@ void model_stream_gate(struct model_stream *st, bool closed)
 
 unsigned int model_stream_waiting(struct model_stream *st)
 {
-	struct stream_job *j;
-	unsigned int n = 0;
+	unsigned int n;
 
 	pthread_mutex_lock(&st->lock);
-	list_for_each_entry(j, &st->queue, node)
-		n++;
+	n = queued(st);
 	pthread_mutex_unlock(&st->lock);
 	return n;
 }
 
 void model_stream_stats(struct model_stream *st, struct model_stream_stats *out)
 {
-	struct ring_stats rs;
-
 	pthread_mutex_lock(&st->lock);
 	*out = st->st;
 	pthread_mutex_unlock(&st->lock);
-	ring_stats(st->ring, &rs);
-	out->copies = rs.copies;
-	out->bytes = rs.bytes;
-	out->copy_ns = rs.copy_ns;
-	out->stall_ns = rs.stall_ns;
-	out->full_ns = rs.full_ns;
-	out->skips = rs.skips;
+	ring_stats(st->ring, &out->ring);
 }

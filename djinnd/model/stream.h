@@ -32,6 +32,7 @@
 
 #include "list.h"
 #include "model/model_config.h"
+#include "model/ring.h"
 #include "vmu/vmu.h"
 
 struct model_stream;
@@ -94,15 +95,9 @@ unsigned int model_stream_waiting(struct model_stream *st);
  */
 struct model_stream_stats {
 	uint64_t passes, jobs, max_batch, pass_ns;
-	uint64_t copies, bytes, copy_ns, stall_ns, full_ns, skips;
+	struct ring_stats ring;
 };
 void model_stream_stats(struct model_stream *st,
 			struct model_stream_stats *out);
-
-/* The device bytes a streamed model needs beside its text entry (the
- * ring's area, granule-rounded). */
-uint64_t model_stream_device_bytes(const struct model_stream *st);
-/* The host bytes holding its streamed layers. */
-uint64_t model_stream_host_bytes(const struct model_stream *st);
 
 #endif /* DJINN_MODEL_STREAM_H */
