@@ -276,6 +276,8 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
  *          the keys and values of layers 0 .. l1 - 1; @desc their shapes
  * @own:    @out are the step's (else the paused context's): a step that
  *          fails destroys its own only
+ * @in, @reg: the step's ids and positions (cos and sin), in the pinned
+ *          data regions @reg, made once for all its graphs (@have_in)
  * @ret, @msg: how it went
  * @env:    where it runs when alone
  * @job:    its job in a streamed model's pass
@@ -289,6 +291,9 @@ struct part {
 	uint64_t out[2];
 	struct djinn_tensor_desc desc[2];
 	bool own;
+	struct fwd_seq in;
+	uint64_t reg[3];
+	bool have_in;
 	char *msg;
 	size_t msglen;
 	const struct model_env *env;
@@ -432,6 +437,53 @@ static int check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
 	return 0;
 }
 
+static void part_inputs_drop(struct part *p)
+{
+	for (int k = 0; k < 3; k++) {
+		drop(p->c->h->s, p->reg[k], true);
+		p->reg[k] = 0;
+	}
+	p->have_in = false;
+}
+
+/*
+ * The inputs @p's graphs take besides the weights and the state, for
+ * all its layers [l0, l1) at once: the ids (from layer 0) and positions
+ * (from layer 0, and on RoPE models for every graph).
+ */
+static int part_inputs(struct part *p, const struct model_env *env, char *msg,
+		       size_t msglen)
+{
+	struct model_ctx *c = p->c;
+	struct vmu_resv resv = { 0 };
+	char why[VMU_MSG_LEN] = "";
+	int ret;
+
+	p->in.T = p->n;
+	ret = step_inputs(c, p->tokens, &p->in, p->l0, p->l1, NULL, p->reg);
+	if (ret == -ENOMEM) {
+		/* The device is full (the session's cached regions did not
+		 * cover them): admitted like a graph's outputs, the inputs
+		 * wait for memory coming free (another request's stack, a
+		 * swap-out) instead of failing at once. */
+		part_inputs_drop(p);
+		ret = vmu_admit(env->v,
+				step_input_bytes(c, env->v, p->n, p->l0, p->l1),
+				&resv, why, sizeof(why));
+		if (!ret)
+			ret = step_inputs(c, p->tokens, &p->in, p->l0, p->l1,
+					  &resv, p->reg);
+		vmu_resv_release(&resv);
+	}
+	if (ret) {
+		part_inputs_drop(p);
+		return errmsg(msg, msglen, ret, "step inputs: %s",
+			      why[0] ? why : strerror(-ret));
+	}
+	p->have_in = true;
+	return 0;
+}
+
 /*
  * One graph: layers [@l0, @l1) of the steps of the @np parts @ps
  * (lbase: fwd_args'). Each part's inputs are its @out, and become the
@@ -444,20 +496,15 @@ static int run_graph(struct part **ps, unsigned int np,
 {
 	struct fwd_seq seq[FWD_MAX_SEQ];
 	struct djinn_tensor_desc descs[2 * FWD_MAX_SEQ];
-	uint64_t reg[FWD_MAX_SEQ][3];
 	bool pinned[FWD_MAX_SEQ][3];
 	struct fwd_args a = {
 		.l0 = l0, .l1 = l1, .lbase = lbase, .nr_seq = np, .seq = seq
 	};
-	struct vmu_resv resv = { 0 };
-	char why[VMU_MSG_LEN] = "";
 	struct exec_result res;
 	struct gbuild *g;
 	unsigned int i;
 	int ret = 0;
 
-	memset(seq, 0, np * sizeof(seq[0]));
-	memset(reg, 0, sizeof(reg));
 	memset(pinned, 0, sizeof(pinned));
 	g = malloc(sizeof(*g));
 	if (!g)
@@ -471,37 +518,17 @@ static int run_graph(struct part **ps, unsigned int np,
 		struct vmu_session *s = c->h->s;
 		struct fwd_seq *sq = &seq[i];
 
+		if (!p->have_in) {
+			ret = part_inputs(p, env, msg, msglen);
+			if (ret)
+				break;
+		}
+		*sq = p->in;
 		sq->s = s;
-		sq->T = p->n;
 		sq->P = c->len;
 		sq->head = p->head && l1 == c->h->m->cfg.n_layer;
 		sq->all = p->all;
-		ret = step_inputs(c, p->tokens, sq, l0, l1, NULL, reg[i]);
-		if (ret == -ENOMEM) {
-			/* The device is full (the session's cached regions
-			 * did not cover them): admitted like a graph's
-			 * outputs, the inputs wait for memory coming free
-			 * (another request's stack, a swap-out) instead of
-			 * failing at once. */
-			for (int k = 0; k < 3; k++) {
-				drop(s, reg[i][k], true);
-				reg[i][k] = 0;
-			}
-			vmu_resv_release(&resv);
-			ret = vmu_admit(env->v,
-					step_input_bytes(c, env->v, p->n, l0,
-							 l1),
-					&resv, why, sizeof(why));
-			if (!ret)
-				ret = step_inputs(c, p->tokens, sq, l0, l1,
-						  &resv, reg[i]);
-			if (ret) {
-				errmsg(msg, msglen, ret, "step inputs: %s",
-				       why[0] ? why : strerror(-ret));
-				break;
-			}
-		}
-		if (!ret && sq->P) {
+		if (sq->P) {
 			sq->cache = pin_addr(s, c->cache, &ret);
 			pinned[i][0] = !ret;
 		}
@@ -536,8 +563,6 @@ static int run_graph(struct part **ps, unsigned int np,
 			vmu_region_unpin(s, p->out[0]);
 		if (pinned[i][2])
 			vmu_region_unpin(s, p->out[1]);
-		for (int k = 0; k < 3; k++)
-			drop(s, reg[i][k], true);
 		if (ret)
 			continue;
 		part_drop(p);
@@ -547,7 +572,6 @@ static int run_graph(struct part **ps, unsigned int np,
 		p->desc[1] = descs[2 * i + 1];
 		p->own = true;
 	}
-	vmu_resv_release(&resv);
 	free(g);
 	return ret;
 }
@@ -600,6 +624,7 @@ static int run_step(struct part *p)
 			errmsg(p->msg, p->msglen, ret, "streaming model %s: %s",
 			       m->name, strerror(-ret));
 	}
+	part_inputs_drop(p);
 	if (ret)
 		part_drop(p);
 	return ret;
