@@ -110,7 +110,6 @@ struct rt {
 	struct model_env env;
 	struct model_store *ms;
 	struct vmu_session *s;
-	const struct model *m; /* the resident one's, for its layout */
 };
 
 /* The memcpy peak: GB/s copying 256 MiB between two host buffers, the
@@ -174,6 +173,24 @@ struct side {
 	int32_t *toks;
 };
 
+/* A streamed placement's decode tokens/s and ring GB/s, beside the
+ * resident model's and the copy peak, with the copy lane's times. */
+static void emit_decode(const char *x, const struct side *s,
+			const struct side *res, double peak)
+{
+	char metric[64], note[256];
+
+	snprintf(note, sizeof(note),
+		 "per token: copying %.1f ms, compute waiting %.1f ms, the "
+		 "lane waiting for room %.1f ms",
+		 s->copy_ms, s->stall_ms, s->full_ms);
+	snprintf(metric, sizeof(metric), "decode_tok_s_%s", x);
+	emit(metric, s->dec, "tok/s", res->dec,
+	     "the model wholly on the device", 0, note);
+	snprintf(metric, sizeof(metric), "stream_gbps_%s", x);
+	emit(metric, s->gbps, "GB/s", peak, "memcpy peak", 0.8, note);
+}
+
 static void stats(const struct model *m, struct model_stream_stats *s)
 {
 	memset(s, 0, sizeof(*s));
@@ -214,11 +231,14 @@ static void run_side(struct rt *R, struct model_hold *h, const int32_t *prompt,
 			continue; /* the warm-up */
 		pre[r - 1] = opt.prefill / secs(t0, t1);
 		dec[r - 1] = opt.decode / secs(t1, t2);
-		gb[r - 1] = (double)(b.bytes - a.bytes) / (double)(t2 - t1);
-		cp[r - 1] = (double)(b.copy_ns - a.copy_ns) / 1e6 / opt.decode;
-		st[r - 1] =
-			(double)(b.stall_ns - a.stall_ns) / 1e6 / opt.decode;
-		fu[r - 1] = (double)(b.full_ns - a.full_ns) / 1e6 / opt.decode;
+		gb[r - 1] = (double)(b.ring.bytes - a.ring.bytes) /
+			    (double)(t2 - t1);
+		cp[r - 1] = (double)(b.ring.copy_ns - a.ring.copy_ns) / 1e6 /
+			    opt.decode;
+		st[r - 1] = (double)(b.ring.stall_ns - a.ring.stall_ns) / 1e6 /
+			    opt.decode;
+		fu[r - 1] = (double)(b.ring.full_ns - a.ring.full_ns) / 1e6 /
+			    opt.decode;
 	}
 	out->pre = median(pre, opt.rounds);
 	out->dec = median(dec, opt.rounds);
@@ -231,7 +251,6 @@ static void run_side(struct rt *R, struct model_hold *h, const int32_t *prompt,
 /* Sessions decoding together */
 
 struct dec {
-	struct rt *R;
 	struct model_env env;
 	struct model_ctx *c;
 	int32_t *toks;
@@ -265,9 +284,7 @@ static double run_together(struct rt *R, const char *name, uint64_t budget,
 	for (unsigned int i = 0; i < n; i++) {
 		check_msg(vmu_session_create(R->env.v, "bench", &s[i]),
 			  "session", NULL);
-		h[i] = i ? open_model(R, s[i], name, budget, 0) :
-			   open_model(R, s[i], name, budget, 0);
-		d[i].R = R;
+		h[i] = open_model(R, s[i], name, budget, 0);
 		d[i].env = R->env;
 		check_msg(vmu_stack_create(R->env.v, 1 * GiB, &d[i].env.st),
 			  "stack", NULL);
@@ -457,22 +474,8 @@ int main(int argc, char **argv)
 	     "the model wholly on the device", 0, NULL);
 	emit("prefill_tok_s_4x", quarter.pre, "tok/s", res.pre,
 	     "the model wholly on the device", 0, NULL);
-	snprintf(note, sizeof(note),
-		 "per token: copying %.1f ms, compute waiting %.1f ms, the "
-		 "lane waiting for room %.1f ms",
-		 half.copy_ms, half.stall_ms, half.full_ms);
-	emit("decode_tok_s_2x", half.dec, "tok/s", res.dec,
-	     "the model wholly on the device", 0, note);
-	emit("stream_gbps_2x", half.gbps, "GB/s", peak, "memcpy peak", 0.8,
-	     note);
-	snprintf(note, sizeof(note),
-		 "per token: copying %.1f ms, compute waiting %.1f ms, the "
-		 "lane waiting for room %.1f ms",
-		 quarter.copy_ms, quarter.stall_ms, quarter.full_ms);
-	emit("decode_tok_s_4x", quarter.dec, "tok/s", res.dec,
-	     "the model wholly on the device", 0, note);
-	emit("stream_gbps_4x", quarter.gbps, "GB/s", peak, "memcpy peak", 0.8,
-	     note);
+	emit_decode("2x", &half, &res, peak);
+	emit_decode("4x", &quarter, &res, peak);
 	snprintf(note, sizeof(note),
 		 "one slot, per token: copying %.1f ms, compute waiting %.1f "
 		 "ms",
