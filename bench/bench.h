@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "array_size.h"
+#include "backend/backend.h"
 #include "clock.h"
 
 /* Say why on stderr after the program's name, and exit 1 (atexit()
@@ -261,6 +262,28 @@ static inline void ensure_mkmodel(const char *models, const char *name,
 		 dir, models, mkmodel, args, dir, args, stamp);
 	if (system(cmd))
 		fail("failed: %s", cmd);
+}
+
+/* --backend cuda: exit 77 saying why when there is no GPU to run on. */
+static inline void need_gpu(void)
+{
+	unsigned int n = 0;
+	char msg[256] = "";
+
+	if (!cuda_devices || !cuda_backend_create) {
+		printf("SKIP: %s was built without the CUDA backend (no "
+		       "nvcc)\n",
+		       program_invocation_short_name);
+		exit(77);
+	}
+	if (cuda_devices(&n, msg, sizeof(msg))) {
+		printf("SKIP: %s\n", msg);
+		exit(77);
+	}
+	if (!n) {
+		printf("SKIP: the CUDA driver is here but sees no GPU\n");
+		exit(77);
+	}
 }
 
 #endif /* DJINN_BENCH_H */

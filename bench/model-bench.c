@@ -288,27 +288,6 @@ struct djinn_run {
 	struct model_hold *h[SESSIONS];
 };
 
-/* --backend cuda: exit 77 saying why when there is no GPU to run on. */
-static void need_gpu(void)
-{
-	unsigned int n = 0;
-	char msg[256] = "";
-
-	if (!cuda_devices || !cuda_backend_create) {
-		printf("SKIP: model-bench was built without the CUDA backend "
-		       "(no nvcc)\n");
-		exit(77);
-	}
-	if (cuda_devices(&n, msg, sizeof(msg))) {
-		printf("SKIP: %s\n", msg);
-		exit(77);
-	}
-	if (!n) {
-		printf("SKIP: the CUDA driver is here but sees no GPU\n");
-		exit(77);
-	}
-}
-
 /* The backend, a VMU, a stack and the model held by one session. */
 static void djinn_open(const char *models, struct djinn_run *R,
 		       struct djinn_side *d)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * stream-bench: models larger than the device (issue 15) on the CPU
- * backend. A Llama-shaped f32 model (12 layers of 50 MB, 640 MB in all,
+ * backend, or on GPU 0 with --backend cuda. A Llama-shaped f32 model (12 layers of 50 MB, 640 MB in all,
  * seeded random weights from scripts/mkmodel.py, kept in CACHE/models/)
  * runs through the real runtime: the model store places it, wholly on the
  * device and under budgets of a half and a quarter of its weights
@@ -13,10 +13,12 @@
  *   prefill_tok_s, decode_tok_s   at each budget, beside the model wholly
  *                                 on the device;
  *   stream_gbps                   the ring's bytes over the decode's time,
- *                                 beside the memcpy peak measured in the
- *                                 same run (the CPU's copy: the link a
- *                                 GPU would have); target 0.8 of it when
- *                                 copy bound;
+ *                                 beside the copy peak measured in the
+ *                                 same run: the provider's copy_htod()
+ *                                 from host_alloc() memory to device
+ *                                 memory, which is memcpy on the CPU and
+ *                                 a pinned cuMemcpyHtoDAsync on a GPU;
+ *                                 target 0.8 of it when copy bound;
  *   overlap_speedup               decode tokens/s with a ring of two
  *                                 slots (the next layer copies while one
  *                                 computes) over one slot (copy, compute,
@@ -31,12 +33,16 @@
  * see whether a run was copy or compute bound. Every streamed run's
  * greedy tokens must equal the resident model's, or the run fails.
  *
- * Usage: stream-bench [--cache DIR] [--threads N] [--prefill N]
- *                     [--decode N] [--rounds N] [--sessions N]
+ * Usage: stream-bench [--backend cpu|cuda] [--cache DIR] [--threads N]
+ *                     [--prefill N] [--decode N] [--rounds N]
+ *                     [--sessions N]
  *
  *   make bench-stream BENCH_STREAM_ARGS='--rounds 5'
  *
- * Exit status: 0, 1 on a failure or a token that differs, 2 usage.
+ * The lines' "bench" is "stream_cpu" or "stream_cuda".
+ *
+ * Exit status: 0, 1 on a failure or a token that differs, 2 usage, 77
+ * --backend cuda without a GPU.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -62,9 +68,10 @@ static const char *model_args =
 	"--vocab 4096 --ctx 1024 --untied --seed 3";
 
 static struct {
-	const char *cache, *mkmodel;
+	const char *backend, *cache, *mkmodel;
 	unsigned int threads, prefill, decode, rounds, sessions;
 } opt = {
+	.backend = "cpu",
 	.cache = "build/bench-cache",
 	.mkmodel = "scripts/mkmodel.py",
 	.prefill = 64,
@@ -85,10 +92,10 @@ static void emit(const char *metric, double value, const char *unit,
 	fmt_num(b, sizeof(b), base);
 	fmt_num(r, sizeof(r), ratio);
 	json_str(nb, sizeof(nb), base_name);
-	printf("{\"bench\": \"stream_cpu\", \"metric\": \"%s\", \"value\": %s, "
-	       "\"unit\": \"%s\", \"baseline\": %s, \"baseline_name\": \"%s\", "
-	       "\"ratio\": %s",
-	       metric, v, unit, b, nb, r);
+	printf("{\"bench\": \"stream_%s\", \"metric\": \"%s\", "
+	       "\"value\": %s, \"unit\": \"%s\", \"baseline\": %s, "
+	       "\"baseline_name\": \"%s\", \"ratio\": %s",
+	       opt.backend, metric, v, unit, b, nb, r);
 	if (target > 0)
 		printf(", \"target\": \"ratio >= %g\", \"met\": %s", target,
 		       isfinite(ratio) ? (ratio >= target ? "true" : "false") :
@@ -112,28 +119,32 @@ struct rt {
 	struct vmu_session *s;
 };
 
-/* The memcpy peak: GB/s copying 256 MiB between two host buffers, the
- * best of five. */
-static double memcpy_peak(void)
+/* The copy peak: GB/s of the provider's copy_htod() of 256 MiB from
+ * host_alloc() memory into a text area, the best of five. */
+static double copy_peak(struct rt *R)
 {
-	size_t n = 256 * MiB;
-	char *a = malloc(n), *b = malloc(n);
+	struct vmu_provider *p = R->b->provider;
+	uint64_t n = 256 * MiB;
+	struct vmu_text_area *a;
+	char msg[256] = "";
 	double best = 0;
+	void *h;
 
-	if (!a || !b)
-		fail("no memory for the copy peak");
-	memset(a, 1, n);
-	memset(b, 2, n);
+	check_msg(p->ops->host_alloc(p, n, &h), "host memory", NULL);
+	check_msg(vmu_text_area_alloc(R->env.v, n, &a, msg, sizeof(msg)),
+		  "device memory", msg);
+	memset(h, 1, n);
 	for (int i = 0; i < 5; i++) {
 		uint64_t t0 = mono_ns();
 		double g;
 
-		memcpy(i % 2 ? a : b, i % 2 ? b : a, n);
+		check_msg(p->ops->copy_htod(p, vmu_text_area_addr(a), h, n),
+			  "copy_htod", NULL);
 		g = (double)n / (double)(mono_ns() - t0);
 		best = g > best ? g : best;
 	}
-	free(a);
-	free(b);
+	vmu_text_area_free(R->env.v, a);
+	p->ops->host_free(p, h, n);
 	return best;
 }
 
@@ -176,7 +187,8 @@ struct side {
 /* A streamed placement's decode tokens/s and ring GB/s, beside the
  * resident model's and the copy peak, with the copy lane's times. */
 static void emit_decode(const char *x, const struct side *s,
-			const struct side *res, double peak)
+			const struct side *res, double peak,
+			const char *peak_name)
 {
 	char metric[64], note[256];
 
@@ -188,7 +200,7 @@ static void emit_decode(const char *x, const struct side *s,
 	emit(metric, s->dec, "tok/s", res->dec,
 	     "the model wholly on the device", 0, note);
 	snprintf(metric, sizeof(metric), "stream_gbps_%s", x);
-	emit(metric, s->gbps, "GB/s", peak, "memcpy peak", 0.8, note);
+	emit(metric, s->gbps, "GB/s", peak, peak_name, 0.8, note);
 }
 
 static void stats(const struct model *m, struct model_stream_stats *s)
@@ -344,14 +356,16 @@ static double run_together(struct rt *R, const char *name, uint64_t budget,
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: stream-bench [--cache DIR] [--threads N] "
-		"[--prefill N] [--decode N] [--rounds N] [--sessions N]\n");
+		"usage: stream-bench [--backend cpu|cuda] [--cache DIR] "
+		"[--threads N] [--prefill N] [--decode N] [--rounds N] "
+		"[--sessions N]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
+		{ "backend", required_argument, NULL, 'b' },
 		{ "cache", required_argument, NULL, 'c' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "prefill", required_argument, NULL, 'p' },
@@ -366,12 +380,18 @@ int main(int argc, char **argv)
 	struct rt R = { 0 };
 	int32_t *prompt;
 	uint64_t weights, big, half_b, quarter_b;
+	const char *peak_name = "memcpy peak";
 	double peak, one, many, batch;
 	uint32_t R2;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {
+		case 'b':
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+				usage();
+			opt.backend = optarg;
+			break;
 		case 'c':
 			opt.cache = optarg;
 			break;
@@ -395,6 +415,8 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
+	if (!strcmp(opt.backend, "cuda"))
+		need_gpu(); /* before writing the model */
 	snprintf(models, sizeof(models), "%s/models", opt.cache);
 	ensure_mkmodel(models, "llama-640m", opt.mkmodel, model_args);
 	/* the same weights under a second name, placed under budgets */
@@ -410,14 +432,21 @@ int main(int argc, char **argv)
 		if (system(cmd))
 			fail("failed: %s", cmd);
 	}
-	check_msg(cpu_backend_create(4 * GiB, opt.threads, &R.b), "backend",
-		  NULL);
+	if (!strcmp(opt.backend, "cuda")) {
+		if (cuda_backend_create(0, 0, &R.b, msg, sizeof(msg)))
+			fail("cuda:0: %s", msg);
+		fprintf(stderr, "stream-bench: cuda:0: %s\n", msg);
+		peak_name = "pinned cuMemcpyHtoDAsync peak";
+	} else {
+		check_msg(cpu_backend_create(4 * GiB, opt.threads, &R.b),
+			  "backend", NULL);
+	}
 	check_msg(vmu_create(R.b->provider, NULL, &R.env.v), "vmu", NULL);
 	check_msg(vmu_stack_create(R.env.v, 1 * GiB, &R.env.st), "stack", NULL);
 	check_msg(vmu_session_create(R.env.v, "bench", &R.s), "session", NULL);
 	check_msg(model_store_create(R.env.v, models, &R.ms), "store", NULL);
 	R.env.b = R.b;
-	peak = memcpy_peak();
+	peak = copy_peak(&R);
 
 	prompt = calloc(opt.prefill, sizeof(int32_t));
 	for (unsigned int i = 0; i < opt.prefill; i++)
@@ -474,8 +503,8 @@ int main(int argc, char **argv)
 	     "the model wholly on the device", 0, NULL);
 	emit("prefill_tok_s_4x", quarter.pre, "tok/s", res.pre,
 	     "the model wholly on the device", 0, NULL);
-	emit_decode("2x", &half, &res, peak);
-	emit_decode("4x", &quarter, &res, peak);
+	emit_decode("2x", &half, &res, peak, peak_name);
+	emit_decode("4x", &quarter, &res, peak, peak_name);
 	snprintf(note, sizeof(note),
 		 "one slot, per token: copying %.1f ms, compute waiting %.1f "
 		 "ms",

@@ -12,7 +12,8 @@ $(STREAM_BENCH): $(BUILD)/bench/stream-bench.o $(BUILD)/libmodel.a \
 		 $(BUILD)/djinnd/exec/exec.o $(BACKEND_LIB) $(VMU_LIB) \
 		 $(COMMON_LIB)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIBS_MODEL) -lm -lpthread
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(STREAM_BENCH_CUDA) $(LIBS_MODEL) \
+		-lm -lpthread
 all: $(STREAM_BENCH)
 
 .PHONY: bench-stream

@@ -99,9 +99,21 @@ $(BUILD)/tests/gpu/test_cuda_model: $(BUILD)/tests/gpu/test_cuda_model.o \
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/gpu/gpu.o \
 		$(CUDA_OBJS) $(LIBS_MODEL) -ldl -lcmocka -lm
 
+# tests/unit/test_model_stream.c on the CUDA backend
+$(BUILD)/tests/gpu/test_cuda_stream: $(BUILD)/tests/gpu/test_cuda_stream.o \
+		$(BUILD)/libmodel.a $(BUILD)/djinnd/exec/exec.o $(CUDA_OBJS) \
+		$(filter %.a,$(LIBS_BACKEND))
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUDA_OBJS) $(LIBS_MODEL) -ldl \
+		-lcmocka -lm -lpthread
+
 # model-bench --backend cuda (mk/bench-model.mk)
 $(MODEL_BENCH): $(CUDA_OBJS)
 $(MODEL_BENCH): MODEL_BENCH_CUDA := $(CUDA_OBJS) -ldl
+
+# stream-bench --backend cuda (mk/bench-stream.mk)
+$(STREAM_BENCH): $(CUDA_OBJS)
+$(STREAM_BENCH): STREAM_BENCH_CUDA := $(CUDA_OBJS) -ldl
 
 $(GPU_BENCH): $(BUILD)/bench/gpu-bench.o $(BUILD)/tests/gpu/gpu.o $(CUDA_OBJS) $(filter %.a,$(LIBS_BACKEND)) $(LIBDJINN_A)
 	@echo "  LD      $@"
@@ -149,7 +161,7 @@ TESTS += $(CUDA_API_TEST)
 # make test only: it packs what make built, not the ASan build.
 GPU_KIT_TEST := $(BUILD)/tests/cuda/test_gpu_kit
 $(GPU_KIT_TEST): tests/cuda/test_gpu_kit.sh scripts/gpu-kit.sh $(DJINND) \
-		$(DJINNCTL) $(GPU_BENCH) $(MODEL_BENCH) $(GPU_TESTS) \
+		$(DJINNCTL) $(GPU_BENCH) $(MODEL_BENCH) $(STREAM_BENCH) $(GPU_TESTS) \
 		$(BACKEND_SELECT_TEST) $(BUILD)/tests/cuda/cublas-ok.so
 	@mkdir -p $(@D)
 	@echo "  INSTALL $@"

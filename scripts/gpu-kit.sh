@@ -17,8 +17,10 @@
 #                                       (KIT.tar.xz is unpacked if KIT is
 #                                       not there): first the versions
 #                                       (as `info`), then make test-gpu's
-#                                       tests, gpu-bench and model-bench
-#                                       --backend cuda, each one's output
+#                                       tests, gpu-bench, model-bench and
+#                                       stream-bench --backend cuda (with
+#                                       --rounds $ROUNDS, default 5, for
+#                                       both), each one's output
 #                                       in OUT (default KIT/out) and on
 #                                       stdout
 #   scripts/gpu-kit.sh agent [KIT] [OUT]
@@ -49,8 +51,8 @@
 # carry [".gpu-kit.tar.xz"] and the command `scripts/gpu-kit.sh run
 # .gpu-kit $OUT`.
 #
-# `run` exits 0 when every test passed or was skipped (77) and both
-# benchmarks ran or skipped; 1 otherwise. Without a GPU everything skips.
+# `run` exits 0 when every test passed or was skipped (77) and each
+# benchmark ran or skipped; 1 otherwise. Without a GPU everything skips.
 set -u
 
 kit=${2:-.gpu-kit}
@@ -62,7 +64,8 @@ pack() {
 	rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/lib" || exit 1
 	for f in "$build"/djinnd/djinnd "$build"/tools/djinnctl \
 		"$build"/bench/gpu-bench "$build"/bench/model-bench \
-		"$build"/bench/agent-bench "$build"/tools/djinn-bench \
+		"$build"/bench/agent-bench "$build"/bench/stream-bench \
+		"$build"/tools/djinn-bench \
 		"$build"/tests/gpu/test_*; do
 		case $f in *.o | *.d) continue ;; esac
 		[ -x "$f" ] || { echo "gpu-kit: no $f: run make first" >&2; exit 1; }
@@ -238,6 +241,13 @@ run() {
 		>"$out/model-bench.jsonl" 2>"$out/model-bench.err"
 	s=$?
 	cat "$out/model-bench.jsonl" "$out/model-bench.err"
+	[ $s = 0 ] || [ $s = 77 ] || rc=1
+	"$kit/bin/stream-bench" --backend cuda \
+		--cache "${BENCH_CACHE:-/tmp/djinn-bench-cache}" \
+		--rounds "${ROUNDS:-5}" \
+		>"$out/stream-bench.jsonl" 2>"$out/stream-bench.err"
+	s=$?
+	cat "$out/stream-bench.jsonl" "$out/stream-bench.err"
 	[ $s = 0 ] || [ $s = 77 ] || rc=1
 	echo "gpu-kit: results in $out (exit $rc)"
 	return $rc

@@ -48,7 +48,8 @@ XZ_OPT=${XZ_OPT:--T0 -0} BUILD=$build scripts/gpu-kit.sh pack "$tmp/kit" >"$tmp/
 	fail "pack exited $?"
 [ -f "$tmp/kit.tar.xz" ] || fail "pack made no $tmp/kit.tar.xz"
 for f in bin/djinnd bin/djinnctl bin/gpu-bench bin/model-bench \
-	bin/test_cuda_ops bin/test_backend_select VERSIONS; do
+	bin/stream-bench bin/test_cuda_ops bin/test_cuda_stream \
+	bin/test_backend_select VERSIONS; do
 	tar -tJf "$tmp/kit.tar.xz" | grep -qx "$f" || fail "no $f in the kit"
 done
 tar -tJf "$tmp/kit.tar.xz" | grep -q '^lib/libcuda\.' &&

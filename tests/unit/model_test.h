@@ -89,16 +89,17 @@ struct model_fix {
 	struct model_store *ms;
 };
 
-/* cmocka set-up: 256 MiB of CPU device memory (two threads), a 64 MiB
- * stack, a session and a store on @dir; the struct model_fix in *@state
- * (its @arg what *@state held). */
-static inline int model_fix_setup(void **state, const char *dir)
+/* cmocka set-up on backend @b (the fixture's from here on): a VMU, a
+ * 64 MiB stack, a session and a store on @dir; the struct model_fix in
+ * *@state (its @arg what *@state held). */
+static inline int model_fix_setup_on(void **state, const char *dir,
+				     struct backend *b)
 {
 	struct model_fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
 	f->arg = *state;
-	assert_int_equal(cpu_backend_create(256 * MiB, 2, &f->b), 0);
+	f->b = b;
 	assert_int_equal(vmu_create(f->b->provider, NULL, &f->env.v), 0);
 	assert_int_equal(vmu_stack_create(f->env.v, 64 * MiB, &f->env.st), 0);
 	assert_int_equal(vmu_session_create(f->env.v, "test", &f->s), 0);
@@ -106,6 +107,15 @@ static inline int model_fix_setup(void **state, const char *dir)
 	f->env.b = f->b;
 	*state = f;
 	return 0;
+}
+
+/* The same on 256 MiB of CPU device memory (two threads). */
+static inline int model_fix_setup(void **state, const char *dir)
+{
+	struct backend *b;
+
+	assert_int_equal(cpu_backend_create(256 * MiB, 2, &b), 0);
+	return model_fix_setup_on(state, dir, b);
 }
 
 static inline int model_fix_teardown(void **state)

@@ -10,6 +10,10 @@
  * waits for its next load; contexts of four sessions decoding in one pass
  * get their tokens alone. Models are written by scripts/mkmodel.py; runs
  * from the repository root.
+ *
+ * tests/gpu/test_cuda_stream builds this file with STREAM_BACKEND, a
+ * function that opens the CUDA backend (or exits 77 saying why): the
+ * same checks, the ring's copies on the GPU's copy engine.
  */
 #include <errno.h>
 #include <math.h>
@@ -488,10 +492,17 @@ static int group_teardown(void **state)
 	return rm_tree(dir);
 }
 
+#ifdef STREAM_BACKEND
+static int setup(void **state)
+{
+	return model_fix_setup_on(state, dir, STREAM_BACKEND());
+}
+#else
 static int setup(void **state)
 {
 	return model_fix_setup(state, dir);
 }
+#endif
 
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, model_fix_teardown)
 
