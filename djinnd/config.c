@@ -231,30 +231,6 @@ static int parse_lead(const char *s, uint64_t *v, char **end)
 	return errno ? -EINVAL : 0;
 }
 
-int config_parse_size(const char *s, uint64_t *out)
-{
-	static const char units[] = "kmgt";
-	const char *u;
-	int shift = 0;
-	uint64_t v;
-	char *end;
-
-	if (parse_lead(s, &v, &end))
-		return -EINVAL;
-	if (*end && (u = strchr(units, tolower((unsigned char)*end)))) {
-		shift = 10 * (int)(u - units + 1);
-		end++;
-		if (*end == 'i' && end[1] == 'B')
-			end += 2;
-	}
-	if (*end == 'B')
-		end++;
-	if (*end || (v << shift) >> shift != v)
-		return -EINVAL;
-	*out = v << shift;
-	return 0;
-}
-
 int config_parse_duration(const char *s, uint64_t *out)
 {
 	static const struct {
@@ -453,8 +429,7 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 		bool size = k->type == T_SIZE;
 		char lo[32], hi[32];
 
-		ret = size ? config_parse_size(v, &n) :
-			     config_parse_duration(v, &n);
+		ret = size ? parse_size(v, &n) : config_parse_duration(v, &n);
 		if (!ret && n >= k->min && n <= k->max) {
 			*(uint64_t *)p = n;
 			return 0;
@@ -591,8 +566,8 @@ static int model_budget_set(struct djinnd_config *c, const char *model,
 			    "model.%s.ring_slots: '%s': want a number from 1 "
 			    "to %d (the layers its ring holds, 2 unless set)",
 			    model, value, SERVER_RING_SLOTS_MAX);
-	if (!ring && (config_parse_size(value, &v) || (v && v < 1ull << 20) ||
-		      v > 1ull << 50))
+	if (!ring &&
+	    (parse_size(value, &v) || (v && v < 1ull << 20) || v > 1ull << 50))
 		return fail(c,
 			    "model.%s.budget: '%s': want 0 (none) or a size "
 			    "from 1M to 1024T, such as 6G",
@@ -815,7 +790,7 @@ static int tenant_set(struct djinnd_config *c, const char *tenant,
 
 		if (strcmp(name, q->name))
 			continue;
-		ret = q->type == T_SIZE	    ? config_parse_size(value, &v) :
+		ret = q->type == T_SIZE	    ? parse_size(value, &v) :
 		      q->type == T_DURATION ? config_parse_duration(value, &v) :
 					      parse_uint(value, &v);
 		if (ret || !v ||

@@ -99,8 +99,6 @@ unsigned int config_diff(const struct djinnd_config *now,
 void config_apply(struct djinnd_config *now, const struct djinnd_config *next,
 		  unsigned int mask);
 
-/* "512M", "2G", "65536" (bytes): 0 and the size, or -EINVAL. */
-int config_parse_size(const char *s, uint64_t *out);
 /* "500ms", "10s", "5m", "1h": 0 and nanoseconds, or -EINVAL. */
 int config_parse_duration(const char *s, uint64_t *out);
 

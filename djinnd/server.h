@@ -73,7 +73,7 @@ struct tenant_map {
  * the model's next load: one loaded keeps its placement until it is
  * evicted or reclaimed.
  */
-#define SERVER_RING_SLOTS_MAX 8
+#define SERVER_RING_SLOTS_MAX DJINN_RING_SLOTS_MAX
 struct model_budget {
 	char model[DJINN_MODEL_NAME_MAX];
 	uint64_t bytes;

@@ -45,7 +45,8 @@
 	X(ADMIN_MODEL_EVICT, admin_model_evict)     \
 	X(ADMIN_FAULT_INJECT, admin_fault_inject)   \
 	X(ADMIN_SCHED, admin_sched)                 \
-	X(ADMIN_TENANTS, admin_tenants)
+	X(ADMIN_TENANTS, admin_tenants)             \
+	X(ADMIN_MODEL_LOAD, admin_model_load)
 
 #define NAME_CASE(msg, label) \
 	case DJINN_MSG_##msg: \

@@ -1,4 +1,7 @@
 // SPDX-License-Identifier: MIT
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <djinn/proto.h>
@@ -25,4 +28,32 @@ bool tenant_name_ok(const char *s)
 		if (s[i] <= ' ' || s[i] > '~')
 			return false;
 	return true;
+}
+
+int parse_size(const char *s, uint64_t *out)
+{
+	static const char units[] = "kmgt";
+	const char *u;
+	int shift = 0;
+	uint64_t v;
+	char *end;
+
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	if (*end && (u = strchr(units, tolower((unsigned char)*end)))) {
+		shift = 10 * (int)(u - units + 1);
+		end++;
+		if (*end == 'i' && end[1] == 'B')
+			end += 2;
+	}
+	if (*end == 'B')
+		end++;
+	if (*end || (v << shift) >> shift != v)
+		return -EINVAL;
+	*out = v << shift;
+	return 0;
 }

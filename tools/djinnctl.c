@@ -41,6 +41,7 @@
 
 #define DJINNCTL_VERSION "0.1"
 #define IO_TIMEOUT_MS 5000 /* for the whole exchange */
+#define LOAD_TIMEOUT_MS 600000 /* model load: reading the weights */
 #define MAX_ANSWER (64ull << 20) /* over 400000 sessions */
 #define MAX_DEVICES 64 /* in an ADMIN_VMU answer */
 
@@ -50,7 +51,12 @@ struct ctl {
 	const char *command;
 	int fd;
 	uint64_t deadline; /* CLOCK_MONOTONIC ns */
+	uint64_t timeout_ms; /* for the whole exchange */
 	bool admin; /* -A: the admin socket even when djinn.ko is loaded */
+	/* model load --budget SIZE --ring-slots N */
+	bool budget_set;
+	uint64_t budget;
+	unsigned int slots;
 };
 
 /* With djinn.ko loaded, sessions are listed and killed through its
@@ -113,6 +119,7 @@ static int ctl_connect(struct ctl *ctl)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct timeval tv = { .tv_sec = IO_TIMEOUT_MS / 1000 };
+	uint64_t timeout = ctl->timeout_ms ? ctl->timeout_ms : IO_TIMEOUT_MS;
 	int err;
 
 	if (strlen(ctl->socket) >= sizeof(sa.sun_path))
@@ -120,7 +127,7 @@ static int ctl_connect(struct ctl *ctl)
 			    "cannot connect to %s: path longer than %zu bytes",
 			    ctl->socket, sizeof(sa.sun_path) - 1);
 	strcpy(sa.sun_path, ctl->socket);
-	ctl->deadline = mono_ns() + IO_TIMEOUT_MS * NSEC_PER_MSEC;
+	ctl->deadline = mono_ns() + timeout * NSEC_PER_MSEC;
 	ctl->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (ctl->fd < 0)
 		goto out_err;
@@ -247,7 +254,9 @@ static int admin_call(struct ctl *ctl, uint16_t op, const void *req,
 		      uint32_t req_len, uint64_t min, uint64_t max, void **ans,
 		      uint64_t *len)
 {
-	uint8_t out[sizeof(struct djinn_hdr) + 64];
+	/* the largest request: ADMIN_MODEL_LOAD's */
+	uint8_t out[sizeof(struct djinn_hdr) +
+		    sizeof(struct djinn_admin_model_load)];
 	struct djinn_hdr q = {
 		.magic = DJINN_MAGIC,
 		.version = DJINN_PROTO_VERSION,
@@ -514,15 +523,16 @@ static void print_session(const struct djinn_admin_session *e, uint64_t now,
  * count, a zero __u32, then the entries of @esz bytes. *@es gets the
  * entries (malloc()ed, the caller frees), *@nr their number.
  */
-static int admin_list(struct ctl *ctl, uint16_t op, size_t esz,
-		      const char *what, void **es, uint32_t *nr)
+static int admin_list_req(struct ctl *ctl, uint16_t op, const void *req,
+			  uint32_t req_len, size_t esz, const char *what,
+			  void **es, uint32_t *nr)
 {
 	uint32_t head[2];
 	uint64_t len;
 	void *buf;
 	int ret;
 
-	ret = admin_call(ctl, op, NULL, 0, sizeof(head), MAX_ANSWER, &buf,
+	ret = admin_call(ctl, op, req, req_len, sizeof(head), MAX_ANSWER, &buf,
 			 &len);
 	if (ret)
 		return ret;
@@ -539,6 +549,12 @@ static int admin_list(struct ctl *ctl, uint16_t op, size_t esz,
 	*es = buf;
 	*nr = head[0];
 	return 0;
+}
+
+static int admin_list(struct ctl *ctl, uint16_t op, size_t esz,
+		      const char *what, void **es, uint32_t *nr)
+{
+	return admin_list_req(ctl, op, NULL, 0, esz, what, es, nr);
 }
 
 static int get_sessions(struct ctl *ctl, struct djinn_admin_session **es,
@@ -1158,17 +1174,11 @@ static const char *const dtype_names[] = {
 
 /* [A-Za-z0-9._-], 1 to 63 bytes, as djinnd names models. */
 
-static int do_model_list(struct ctl *ctl, char **args)
+/* ADMIN_MODELS' entries, as a table or JSON; frees @es. */
+static void print_models(struct djinn_admin_model *es, uint32_t nr)
 {
-	struct djinn_admin_model *es;
 	int wname = 4; /* "NAME" */
-	uint32_t nr;
-	int ret;
 
-	ret = admin_list(ctl, DJINN_MSG_ADMIN_MODELS, sizeof(*es), "model",
-			 (void **)&es, &nr);
-	if (ret)
-		return ret;
 	for (uint32_t i = 0; i < nr; i++) {
 		char name[DJINN_MODEL_NAME_MAX];
 		int n = (int)strlen(wire_str(name, sizeof(name), es[i].name,
@@ -1228,7 +1238,40 @@ static int do_model_list(struct ctl *ctl, char **args)
 	}
 	close_json_array();
 	free(es);
-	return 0;
+}
+
+static int do_model_list(struct ctl *ctl, char **args)
+{
+	struct djinn_admin_model *es;
+	uint32_t nr;
+	int ret;
+
+	ret = admin_list(ctl, DJINN_MSG_ADMIN_MODELS, sizeof(*es), "model",
+			 (void **)&es, &nr);
+	if (!ret)
+		print_models(es, nr);
+	return ret;
+}
+
+/* load: on every device, under --budget if given; then its lines of
+ * model list */
+static int do_model_load(struct ctl *ctl, char **args)
+{
+	struct djinn_admin_model_load r = { .budget = ctl->budget,
+					    .slots = ctl->slots };
+	struct djinn_admin_model *es;
+	uint32_t nr;
+	int ret;
+
+	memcpy(r.name, args[0], strlen(args[0])); /* checked by main() */
+	if (ctl->budget_set)
+		r.flags = DJINN_LOAD_BUDGET;
+	ctl->timeout_ms = LOAD_TIMEOUT_MS;
+	ret = admin_list_req(ctl, DJINN_MSG_ADMIN_MODEL_LOAD, &r, sizeof(r),
+			     sizeof(*es), "model", (void **)&es, &nr);
+	if (!ret)
+		print_models(es, nr);
+	return ret;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1506,6 +1549,9 @@ static const struct cmd sched_cmds[] = {
 static const struct cmd model_cmds[] = {
 	{ "list", "", 0, do_model_list,
 	  "the loaded models, their size and holders" },
+	{ "load", "NAME", 1, do_model_load,
+	  "load a model now (--budget SIZE [--ring-slots N]: under that "
+	  "budget)" },
 	{ "evict", "NAME", 1, do_model_evict, "drop a model no session holds" },
 };
 
@@ -1565,9 +1611,14 @@ void usage(FILE *f)
 		"                     family names kernel session ids)\n"
 		"  -j, --json         print JSON\n"
 		"  -p, --pretty       print indented JSON (implies -j)\n"
+		"  --budget SIZE      model load: the device bytes its weights\n"
+		"                     may take (\"40G\"; 0: none)\n"
+		"  --ring-slots N     model load: layers its ring holds, 1 to %d\n"
+		"                     (default 2), with --budget\n"
 		"  -h, --help         print this and exit\n"
 		"  -V, --version      print the version and exit\n\n"
-		"Exit status: 0 success, 1 failure, 2 usage.\n");
+		"Exit status: 0 success, 1 failure, 2 usage.\n",
+		DJINN_RING_SLOTS_MAX);
 }
 
 /* 2 when @word is @name, 1 when a prefix of it, else 0. */
@@ -1630,6 +1681,8 @@ int main(int argc, char **argv)
 		{ "pretty", no_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "budget", required_argument, NULL, 'B' },
+		{ "ring-slots", required_argument, NULL, 'R' },
 		{ 0 },
 	};
 	struct ctl ctl = { .fd = -1 };
@@ -1647,6 +1700,24 @@ int main(int argc, char **argv)
 		case 'A':
 			ctl.admin = true;
 			break;
+		case 'B':
+			if (parse_size(optarg, &ctl.budget))
+				return usage_error("--budget: bad size '%s' "
+						   "(\"512M\", \"40G\")",
+						   optarg);
+			ctl.budget_set = true;
+			break;
+		case 'R': {
+			uint64_t v;
+
+			if (parse_u64(optarg, DJINN_RING_SLOTS_MAX, &v) || !v)
+				return usage_error("--ring-slots: '%s': want 1 "
+						   "to %d",
+						   optarg,
+						   DJINN_RING_SLOTS_MAX);
+			ctl.slots = (unsigned int)v;
+			break;
+		}
 		case 'p':
 			pretty = true;
 			/* fall through */
@@ -1721,6 +1792,12 @@ int main(int argc, char **argv)
 					   DJINN_MODEL_NAME_MAX - 1);
 	}
 
+	if ((ctl.budget_set || ctl.slots) && cmd->fn != do_model_load)
+		return usage_error(
+			"--budget and --ring-slots are model load's");
+	if (ctl.slots && !ctl.budget)
+		return usage_error("--ring-slots without a --budget: the ring "
+				   "is a model's over its budget");
 	ctl.object = o->name;
 	ctl.command = cmd->name;
 	if (!ctl.socket)

@@ -41,6 +41,9 @@ struct store_model {
 	/* an upload's tenant: its weights are that tenant's text, so
 	 * another tenant sending the same files gets an entry of its own */
 	char owner[DJINN_TENANT_LEN];
+	/* the budget it was loaded under (placed_bytes 0: none) */
+	uint64_t placed_bytes;
+	unsigned int placed_slots;
 };
 
 /* A budget set for a name (model_store_set_budget()). */
@@ -454,6 +457,10 @@ int model_store_set_budget(struct model_store *ms, const char *name,
 
 	if (ret)
 		return ret;
+	if (slots > DJINN_RING_SLOTS_MAX)
+		return errmsg(msg, msglen, -EINVAL,
+			      "model %s: a ring of %u slots: at most %u", name,
+			      slots, DJINN_RING_SLOTS_MAX);
 	pthread_mutex_lock(&ms->lock);
 	list_for_each_entry_safe(b, n, &ms->budgets, node)
 		if (!strcmp(b->name, name)) {
@@ -473,6 +480,79 @@ int model_store_set_budget(struct model_store *ms, const char *name,
 	}
 	pthread_mutex_unlock(&ms->lock);
 	return ret;
+}
+
+void model_store_get_budget(struct model_store *ms, const char *name,
+			    uint64_t *bytes, unsigned int *slots)
+{
+	struct budget b;
+
+	pthread_mutex_lock(&ms->lock);
+	b = budget_of(ms, name);
+	pthread_mutex_unlock(&ms->lock);
+	*bytes = b.bytes;
+	*slots = b.slots;
+}
+
+/* Whether @sm was placed under another budget than @bytes and @slots
+ * (a ring of 0 slots is one of 2). */
+static bool placed_otherwise(const struct store_model *sm, uint64_t bytes,
+			     unsigned int slots)
+{
+	unsigned int a = sm->placed_slots ? sm->placed_slots : 2;
+	unsigned int b = slots ? slots : 2;
+
+	return sm->placed_bytes != bytes || (bytes && a != b);
+}
+
+int model_store_budget_check(struct model_store *ms, const char *name,
+			     uint64_t bytes, unsigned int slots, char *msg,
+			     size_t msglen)
+{
+	struct store_model *sm;
+	int ret = 0;
+
+	pthread_mutex_lock(&ms->lock);
+	sm = find(ms, name, NULL);
+	if (sm && sm->loading && placed_otherwise(sm, bytes, slots))
+		ret = errmsg(msg, msglen, -EBUSY,
+			     "model %s is being loaded: try again once it is",
+			     name);
+	else if (sm && sm->holders && placed_otherwise(sm, bytes, slots)) {
+		char how[96] = "no budget";
+
+		if (sm->placed_bytes)
+			snprintf(how, sizeof(how),
+				 "a budget of %llu bytes and a ring of %u "
+				 "slots",
+				 (unsigned long long)sm->placed_bytes,
+				 sm->placed_slots ? sm->placed_slots : 2);
+		ret = errmsg(msg, msglen, -EBUSY,
+			     "model %s is held by %u session%s, placed under "
+			     "%s (%u of %u layers on the device): a new "
+			     "placement would move layers in use; close its "
+			     "sessions and evict it, or set the budget in "
+			     "djinnd.conf for its next load",
+			     name, sm->holders, sm->holders == 1 ? "" : "s",
+			     how, sm->m.resident, sm->m.cfg.n_layer);
+	}
+	pthread_mutex_unlock(&ms->lock);
+	return ret;
+}
+
+bool model_store_drop_stale(struct model_store *ms, const char *name)
+{
+	struct store_model *sm;
+	struct budget b;
+	bool stale;
+
+	pthread_mutex_lock(&ms->lock);
+	sm = find(ms, name, NULL);
+	b = budget_of(ms, name);
+	stale = sm && !sm->loading && !sm->waiters && !sm->holders &&
+		placed_otherwise(sm, b.bytes, b.slots);
+	pthread_mutex_unlock(&ms->lock);
+	return stale && !model_store_evict(ms, name, NULL, 0);
 }
 
 /*
@@ -577,6 +657,8 @@ again:
 			free(sm);
 		goto out_unlock;
 	}
+	sm->placed_bytes = budget.bytes;
+	sm->placed_slots = budget.slots;
 hold:
 	sm->holders++;
 	h->m = &sm->m;

@@ -179,11 +179,31 @@ void model_store_set_hook(struct model_store *ms,
  * layer computing while the next one copies; 1: no overlap, each layer
  * copied, then computed on); the rest are streamed. A budget below the
  * embeddings and head and one layer refuses the load with -ENOMEM (or
- * -E2BIG past the device) naming both. -EINVAL for a bad name, -ENOMEM.
+ * -E2BIG past the device) naming both. -EINVAL for a bad name or more
+ * than DJINN_RING_SLOTS_MAX slots, -ENOMEM.
  */
 int model_store_set_budget(struct model_store *ms, const char *name,
 			   uint64_t bytes, unsigned int slots, char *msg,
 			   size_t msglen);
+
+/* The budget set for @name: *@bytes 0 for none. */
+void model_store_get_budget(struct model_store *ms, const char *name,
+			    uint64_t *bytes, unsigned int *slots);
+
+/*
+ * Whether @name may be placed under budget @bytes and @slots now: 0 when
+ * it is not loaded, is loaded under them, or no session holds it; -EBUSY
+ * saying how it is placed when sessions hold it (or it is being loaded)
+ * under another, which a new placement would move under them.
+ */
+int model_store_budget_check(struct model_store *ms, const char *name,
+			     uint64_t bytes, unsigned int slots, char *msg,
+			     size_t msglen);
+
+/* Evict @name if no session holds it and it was placed under another
+ * budget than the one now set for it, so that its next open places it
+ * anew; whether it did. */
+bool model_store_drop_stale(struct model_store *ms, const char *name);
 
 /* The device address of weight slot @k of layer @layer (-1: global); a
  * resident layer's. */

@@ -1370,6 +1370,7 @@ union msg_req {
 	struct djinn_ctx_resume ctx_resume;
 	struct djinn_admin_kill admin_kill;
 	struct djinn_admin_model_evict admin_model_evict;
+	struct djinn_admin_model_load admin_model_load;
 	struct djinn_admin_fault_req admin_fault;
 };
 
@@ -1464,6 +1465,8 @@ static const struct msg_desc msg_table[] = {
 		 ROW_ADMIN),
 	ROW_NONE(ADMIN_SCHED, handle_admin_sched, ROW_ADMIN),
 	ROW_NONE(ADMIN_TENANTS, handle_admin_tenants, ROW_ADMIN),
+	ROW_FIXED(ADMIN_MODEL_LOAD, handle_admin_model_load, admin_model_load,
+		  flags, ROW_ADMIN),
 };
 
 /* A row is there when a socket serves it. */

@@ -86,6 +86,9 @@ bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
  * the session's and its tenant's counts. */
 void msg_inflight_add(struct session *s);
 void msg_inflight_sub(struct session *s);
+/* ADMIN_MODELS' answer, of model @name alone unless it is NULL. */
+void msg_admin_models_reply(struct conn *c, const struct djinn_hdr *hdr,
+			    const char *name);
 
 /* ---------------------------------------------------------------------- */
 /* net/msg_model.c: the model messages (DOC: models in proto.h) */
@@ -112,6 +115,7 @@ msg_fn handle_admin_vmu;
 msg_fn handle_admin_stats;
 msg_fn handle_admin_models;
 msg_fn handle_admin_model_evict;
+msg_fn handle_admin_model_load;
 msg_fn handle_admin_fault_inject;
 msg_fn handle_admin_sched;
 msg_fn handle_admin_tenants;

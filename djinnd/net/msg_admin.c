@@ -352,8 +352,8 @@ static int admin_model_cmp(const void *a, const void *b)
 	return x->device < y->device ? -1 : x->device > y->device;
 }
 
-void handle_admin_models(struct conn *c, const struct djinn_hdr *hdr,
-			 struct session *unused, void *req, uint64_t len)
+void msg_admin_models_reply(struct conn *c, const struct djinn_hdr *hdr,
+			    const char *name)
 {
 	struct server *srv = c->srv;
 	struct djinn_admin_model *e = NULL;
@@ -382,8 +382,10 @@ void handle_admin_models(struct conn *c, const struct djinn_hdr *hdr,
 		}
 		e = ne;
 		for (size_t i = 0; i < k; i++) {
-			struct djinn_admin_model *m = &e[n + i];
+			struct djinn_admin_model *m = &e[n];
 
+			if (name && strcmp(list[i].name, name))
+				continue;
 			memset(m, 0, sizeof(*m));
 			memcpy(m->name, list[i].name, sizeof(m->name));
 			m->arch = list[i].arch; /* enum djinn_arch */
@@ -399,8 +401,8 @@ void handle_admin_models(struct conn *c, const struct djinn_hdr *hdr,
 			m->budget = list[i].budget;
 			m->passes = list[i].passes;
 			m->jobs = list[i].jobs;
+			n++;
 		}
-		n += k;
 		free(list);
 	}
 	if (ret) {
@@ -423,6 +425,12 @@ void handle_admin_models(struct conn *c, const struct djinn_hdr *hdr,
 	conn_reply(c, hdr, r, rlen, NULL, 0, NULL, NULL);
 	free(r);
 	free(e);
+}
+
+void handle_admin_models(struct conn *c, const struct djinn_hdr *hdr,
+			 struct session *unused, void *req, uint64_t len)
+{
+	msg_admin_models_reply(c, hdr, NULL);
 }
 
 void handle_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,

@@ -141,8 +141,11 @@ static void ctx_bind(struct mobj *o, struct mobj *m, struct model_ctx *mc,
  * @upload_max: the most bytes its files may hold in all
  * @resp:   PREFILL/DECODE/RESUME's answer
  */
+struct admin_load;
+
 struct mjob {
 	struct djinn_hdr hdr;
+	struct admin_load *load; /* ADMIN_MODEL_LOAD's, on one device */
 	struct mobj *o;
 	char name[DJINN_MODEL_NAME_MAX];
 	struct model_hold *hold;
@@ -565,9 +568,12 @@ static void call_done(struct exec_job *job, void *arg);
  * (compute: in order with its graphs, and counted with them against
  * SCHED_INFLIGHT_MAX); answered by call_done(). The job takes its own
  * reference on @s and owns @mj, which is freed here if it cannot go. */
-static void submit(struct conn *c, const struct djinn_hdr *hdr,
-		   struct session *s, struct mjob *mj, enum sched_lane lane,
-		   void (*call)(struct exec_job *, const struct exec_env *))
+/* Queue @call on @s's @lane, @done to answer; false (answered, @mj
+ * freed) when it could not be. */
+static bool submit_to(struct conn *c, const struct djinn_hdr *hdr,
+		      struct session *s, struct mjob *mj, enum sched_lane lane,
+		      void (*call)(struct exec_job *, const struct exec_env *),
+		      void (*done)(struct exec_job *, void *))
 {
 	struct exec_job *job = NULL;
 
@@ -580,7 +586,7 @@ static void submit(struct conn *c, const struct djinn_hdr *hdr,
 		if (mj->o)
 			mobj_put(mj->o);
 		mjob_free(mj);
-		return;
+		return false;
 	}
 	mj->hdr = *hdr;
 	job->kind = EXEC_CALL;
@@ -593,11 +599,21 @@ static void submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->conn = c;
 	conn_get(c);
 	job->t0 = msg_defer(c);
-	job->done = call_done;
+	job->done = done;
 	job->done_arg = c->srv;
 	if (lane == SCHED_COMPUTE)
 		msg_inflight_add(s);
 	sched_submit(s->dev->sched, job);
+	return true;
+}
+
+static void call_done(struct exec_job *job, void *arg);
+
+static void submit(struct conn *c, const struct djinn_hdr *hdr,
+		   struct session *s, struct mjob *mj, enum sched_lane lane,
+		   void (*call)(struct exec_job *, const struct exec_env *))
+{
+	submit_to(c, hdr, s, mj, lane, call, call_done);
 }
 
 /* A model job is back on the I/O thread: make its objects, answer. */
@@ -1056,4 +1072,203 @@ void handle_ctx_decode(struct conn *c, const struct djinn_hdr *hdr,
 		       struct session *s, void *req, uint64_t len)
 {
 	ctx_step(c, hdr, s, req, len, false);
+}
+
+/* ---------------------------------------------------------------------- */
+/* ADMIN_MODEL_LOAD (djinnctl model load) */
+
+/*
+ * struct admin_load - one request's loads, a job per device
+ * @c, @hdr:      the admin connection (a reference) and the request
+ * @pending:      jobs not back yet
+ * @error, @msg:  the first failure
+ * @answered:     that failure was answered already
+ * @set:          it set a budget; @was the budget each device had
+ */
+struct admin_load {
+	struct conn *c;
+	struct djinn_hdr hdr;
+	unsigned int pending;
+	int error;
+	char msg[DJINN_MAX_ERROR_MSG];
+	bool answered, set;
+	char name[DJINN_MODEL_NAME_MAX];
+	struct {
+		uint64_t bytes;
+		unsigned int slots;
+	} was[]; /* one per device */
+};
+
+/* The last job back answers: the model's entries, or the first error
+ * with the budget as it was. */
+static void load_finish(struct server *srv, struct admin_load *al)
+{
+	if (al->error) {
+		for (unsigned int d = 0; al->set && d < srv->nr_dev; d++)
+			if (srv->dev[d].models)
+				model_store_set_budget(srv->dev[d].models,
+						       al->name,
+						       al->was[d].bytes,
+						       al->was[d].slots, NULL,
+						       0);
+		if (!al->answered)
+			conn_error(al->c, &al->hdr, al->error, "%s", al->msg);
+	} else {
+		msg_admin_models_reply(al->c, &al->hdr, al->name);
+	}
+	conn_put(al->c);
+	free(al);
+}
+
+static void load_done(struct exec_job *job, void *arg)
+{
+	struct server *srv = arg;
+	struct mjob *mj = job->ctx;
+	struct admin_load *al = mj->load;
+	struct session *s = job->s;
+	int ret = job->error;
+
+	if (!ret && s->dead)
+		ret = -ECANCELED;
+	if (mj->hold)
+		model_close(mj->hold); /* loaded: it stays, unheld */
+	if (ret && !al->error) {
+		char why[DJINN_MAX_ERROR_MSG - 32];
+
+		snprintf(why, sizeof(why), "%.*s", (int)sizeof(why) - 1,
+			 job->msg[0] ? job->msg : strerror(-ret));
+		al->error = ret;
+		if (srv->nr_dev > 1)
+			snprintf(al->msg, sizeof(al->msg), "%s: %s",
+				 s->dev->name, why);
+		else
+			snprintf(al->msg, sizeof(al->msg), "%s", why);
+	}
+	metrics_observe(&srv->st, al->hdr.type, loop_now() - job->t0);
+	session_end(srv, s, SESSION_CLOSED);
+	mjob_free(mj);
+	job->ctx = NULL;
+	conn_put(job->conn);
+	exec_job_free(job);
+	if (!--al->pending)
+		load_finish(srv, al);
+}
+
+void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
+			     struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_admin_model_load *r = req;
+	struct server *srv = c->srv;
+	char msg[DJINN_MAX_ERROR_MSG];
+	bool set = r->flags & DJINN_LOAD_BUDGET;
+	struct admin_load *al;
+	size_t n;
+
+	n = strnlen(r->name, sizeof(r->name));
+	if (n == sizeof(r->name) ||
+	    !msg_all_zero(r->name + n, sizeof(r->name) - n)) {
+		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
+		return;
+	}
+	if (model_name_check(r->name, msg, sizeof(msg))) {
+		conn_error(c, hdr, -EINVAL, "%s", msg);
+		return;
+	}
+	if (r->flags & ~DJINN_LOAD_BUDGET) {
+		conn_error(c, hdr, -EINVAL, "flags %#x: unknown bits %#x",
+			   r->flags, r->flags & ~DJINN_LOAD_BUDGET);
+		return;
+	}
+	if (!set && (r->budget || r->slots)) {
+		conn_error(c, hdr, -EINVAL,
+			   "a budget or ring slots without DJINN_LOAD_BUDGET");
+		return;
+	}
+	if (r->slots > DJINN_RING_SLOTS_MAX || (r->slots && !r->budget)) {
+		conn_error(c, hdr, -EINVAL,
+			   r->slots > DJINN_RING_SLOTS_MAX ?
+				   "a ring of %u slots: at most %u" :
+				   "a ring of %u slots without a budget: the "
+				   "ring is a model's over its budget%.0u",
+			   r->slots, DJINN_RING_SLOTS_MAX);
+		return;
+	}
+	if (!srv->dev[0].models) {
+		conn_error(c, hdr, -ENOENT, "this djinnd serves no models");
+		return;
+	}
+	/* A new placement must not move layers that sessions use: check
+	 * every device before any changes. */
+	for (unsigned int d = 0; set && d < srv->nr_dev; d++)
+		if (srv->dev[d].models &&
+		    model_store_budget_check(srv->dev[d].models, r->name,
+					     r->budget, r->slots, msg,
+					     sizeof(msg))) {
+			conn_error(c, hdr, -EBUSY, "%s", msg);
+			return;
+		}
+	al = calloc(1, sizeof(*al) + srv->nr_dev * sizeof(al->was[0]));
+	if (!al) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	al->c = c;
+	al->hdr = *hdr;
+	al->set = set;
+	memcpy(al->name, r->name, n + 1);
+	conn_get(c);
+	msg_defer(c);
+	al->pending = 1; /* ours, until every job is queued */
+	for (unsigned int d = 0; d < srv->nr_dev; d++) {
+		struct device *dev = &srv->dev[d];
+		struct session *s;
+		struct mjob *mj;
+		int ret;
+
+		if (!dev->models)
+			continue;
+		if (set) {
+			model_store_get_budget(dev->models, r->name,
+					       &al->was[d].bytes,
+					       &al->was[d].slots);
+			model_store_set_budget(dev->models, r->name, r->budget,
+					       r->slots, NULL, 0);
+			model_store_drop_stale(dev->models, r->name);
+		}
+		/* a session of its own on the device, for the memory
+		 * executor's queue and the text's charge while it loads */
+		ret = session_create(srv, dev, "admin", "model-load", 0,
+				     srv->cfg.lease_max_ns, 0, getpid(), &s);
+		if (!ret) {
+			ret = session_publish(srv, s);
+			if (ret)
+				session_put(s);
+		}
+		mj = ret ? NULL : calloc(1, sizeof(*mj));
+		if (!ret && !mj) {
+			session_end(srv, s, SESSION_CLOSED);
+			ret = -ENOMEM;
+		}
+		if (ret) {
+			if (!al->error) {
+				al->error = ret;
+				snprintf(al->msg, sizeof(al->msg),
+					 "%s: no session to load through: %s",
+					 dev->name, strerror(-ret));
+			}
+			continue;
+		}
+		memcpy(mj->name, r->name, n + 1);
+		mj->load = al;
+		if (submit_to(c, hdr, s, mj, SCHED_MEM, run_open, load_done)) {
+			al->pending++;
+		} else {
+			/* -ENOMEM, answered */
+			al->error = al->error ? al->error : -ENOMEM;
+			al->answered = true;
+			session_end(srv, s, SESSION_CLOSED);
+		}
+	}
+	if (!--al->pending)
+		load_finish(srv, al);
 }

@@ -165,6 +165,7 @@ enum djinn_msg {
 	DJINN_MSG_ADMIN_FAULT_INJECT = 70, /* djinnd --fault-injection only */
 	DJINN_MSG_ADMIN_SCHED = 71,
 	DJINN_MSG_ADMIN_TENANTS = 72,
+	DJINN_MSG_ADMIN_MODEL_LOAD = 73,
 };
 
 /* hdr.flags */
@@ -1212,6 +1213,43 @@ struct djinn_admin_model_evict {
 	char name[DJINN_MODEL_NAME_MAX];
 };
 static_assert(sizeof(struct djinn_admin_model_evict) == 64, "model evict");
+
+/* A streamed model's ring holds at most this many layers. */
+#define DJINN_RING_SLOTS_MAX 8
+
+/* struct djinn_admin_model_load's @flags */
+#define DJINN_LOAD_BUDGET (1u << 0)
+
+/**
+ * struct djinn_admin_model_load - ADMIN_MODEL_LOAD request
+ * @name:   a served model (a directory under djinnd's model directory)
+ * @budget: with DJINN_LOAD_BUDGET, the device bytes its weights may take
+ *          on each device, text entry and ring (0: none), as
+ *          [model.NAME] budget in djinnd.conf, which sets it again on
+ *          the next reload (SIGHUP) if it names the model
+ * @slots:  with DJINN_LOAD_BUDGET and a budget, its ring's layers, 1 ..
+ *          DJINN_RING_SLOTS_MAX (0: 2)
+ * @flags:  DJINN_LOAD_BUDGET, or 0: load under the budget it has
+ *
+ * Loads the model on every device that serves models, through a session
+ * of tenant "admin" that closes when the load is done: the weights stay
+ * in the text segment, held by no one (listed with 0 holders), until
+ * they are evicted or reclaimed, and the next MODEL_OPEN finds them
+ * there. A new budget first applies to every device: a copy loaded
+ * under another budget and held by no session is evicted and loaded
+ * again; one that sessions hold refuses the request with -EBUSY, and
+ * nothing changes. A load that fails (-ENOMEM: the budget is below the
+ * model's least, or there is no room) puts the budget back as it was.
+ * The response is ADMIN_MODELS' for this model alone: a __u32 count, a
+ * __u32 zero, an entry per device.
+ */
+struct djinn_admin_model_load {
+	char name[DJINN_MODEL_NAME_MAX];
+	__u64 budget;
+	__u32 slots;
+	__u32 flags;
+};
+static_assert(sizeof(struct djinn_admin_model_load) == 80, "model load");
 
 /**
  * struct djinn_admin_fault - ADMIN_FAULT_INJECT response

@@ -111,7 +111,11 @@ one_line() {
 # --- the daemon and its sessions ----------------------------------------
 
 python3 "$MKMODEL" --arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 \
-	--ctx 64 --seed 3 "$dir/models/tiny-gpt2" >"$dir/mkmodel.log" 2>&1 || {
+	--ctx 64 --seed 3 "$dir/models/tiny-gpt2" >"$dir/mkmodel.log" 2>&1 &&
+	# layers of 3 MB, past the 2 MiB granule: it can be streamed
+	python3 "$MKMODEL" --arch gpt2 --layers 4 --embd 256 --heads 4 \
+		--vocab 512 --ctx 64 --seed 4 "$dir/models/small-gpt2" \
+		>>"$dir/mkmodel.log" 2>&1 || {
 	echo "FAIL: mkmodel.py:"
 	sed 's/^/    | /' "$dir/mkmodel.log"
 	exit 1
@@ -493,6 +497,90 @@ if run 1 "model evict, not loaded" model evict tiny-gpt2; then
 	one_line "evict unknown"
 fi
 
+# --- model load --------------------------------------------------------------------
+
+if run 0 "model load" -j model load small-gpt2; then
+	py "model load: loaded whole, held by none" '
+assert len(j) == 1, j
+m = j[0]
+assert m["name"] == "small-gpt2" and m["holders"] == 0, m
+assert m["layers"] == 4 and m["resident"] == 4 and m["ring"] == 0, m
+assert m["budget"] is None and m["bytes"] == m["weights"], m
+'
+	whole=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["weights"])' "$dir/out")
+fi
+# Below its least: refused with the numbers; the budget stays none.
+if run 1 "model load --budget 1" model load small-gpt2 --budget 1; then
+	expect "load under 1 byte: need and budget" \
+		'^djinnctl: model load: model small-gpt2: no room for [0-9]+ bytes of weights: streamed, it needs [0-9]+ at least .*its budget is 1 \(ENOMEM\)$' \
+		"$dir/err"
+	one_line "load under 1 byte"
+fi
+least=$(sed -n 's/.* it needs \([0-9]*\) at least.*/\1/p' "$dir/err")
+[ -n "$least" ] || least=6291456
+if run 0 "model load, after a refused budget" -j model load small-gpt2; then
+	py "refused budget: none again" '
+m = j[0]
+assert m["resident"] == 4 and m["budget"] is None, m
+'
+fi
+# Exactly the least: nothing resident, a ring of one layer.
+if run 0 "model load --budget least" -j model load small-gpt2 \
+	--budget "$least"; then
+	py "least budget: streamed, held by none" '
+m = j[0]
+assert m["holders"] == 0 and m["budget"] == int(args[0]), m
+assert m["resident"] == 0 and m["ring"] > 0, m
+G = 2 << 20  # the CPU device granule text is mapped in
+assert -(-m["bytes"] // G) * G + m["ring"] == int(args[0]), m
+assert m["weights"] == int(args[1]), m
+' "$least" "$whole"
+fi
+# A session holds it: another budget is refused, the same one is fine.
+"$DJINN" -a "unix:$dir/d.sock" model info small-gpt2 --hold 2 \
+	>"$dir/info" 2>"$dir/info.err" &
+mpid=$!
+i=0
+until grep -qs '^fingerprint:' "$dir/info"; do
+	if ! kill -0 "$mpid" 2>/dev/null || [ "$i" -gt 100 ]; then
+		echo "FAIL: djinn model info did not open small-gpt2:"
+		sed 's/^/    | /' "$dir/info" "$dir/info.err"
+		exit 1
+	fi
+	i=$((i + 1))
+	sleep 0.1
+done
+expect "djinn model info: streamed, nothing resident" '^resident: +0$' \
+	"$dir/info"
+if run 1 "model load --budget 0, held" model load small-gpt2 --budget 0; then
+	expect "held: refused with its placement" \
+		"^djinnctl: model load: model small-gpt2 is held by 1 session, placed under a budget of $least bytes and a ring of 2 slots \\(0 of 4 layers on the device\\): .* \\(EBUSY\\)\$" \
+		"$dir/err"
+fi
+if run 0 "model load, held, its own budget" -j model load small-gpt2 \
+	--budget "$least"; then
+	py "held, same budget: unchanged" '
+m = j[0]
+assert m["holders"] == 1 and m["resident"] == 0, m
+assert m["budget"] == int(args[0]), m
+' "$least"
+fi
+wait "$mpid"
+rc=$?
+mpid=
+[ "$rc" -eq 0 ] || fail "djinn model info --hold small-gpt2 exited $rc"
+if run 0 "model load --budget 0, unheld" -j model load small-gpt2 --budget 0; then
+	py "no budget: whole again" '
+m = j[0]
+assert m["holders"] == 0 and m["resident"] == 4 and m["ring"] == 0, m
+assert m["budget"] is None, m
+'
+fi
+run 1 "model load, no such model" model load nosuch &&
+	expect "load unknown: ENOENT" '^djinnctl: model load: .*\(ENOENT\)$' \
+		"$dir/err"
+run 0 "model evict small-gpt2" model evict small-gpt2
+
 # --- tools/djinn generate --------------------------------------------------------
 
 # gen WANT_RC WHAT ARGS...: djinn generate on our daemon, like run().
@@ -586,7 +674,9 @@ fi
 for args in "" "bogus" "s" "session frob" "session show" "session show x1" \
 	"session show -- -1" "session kill 1 2" "session list extra" "vmu 1" \
 	"--bogus stats" "model evict" "model evict ../etc" "model list x" \
-	"model frob" "sched show extra" "sched frob"; do
+	"model frob" "sched show extra" "sched frob" "model load" \
+	"model load x --ring-slots 9" "model load x --ring-slots 2" \
+	"model load x --budget 12Q" "model list --budget 1M"; do
 	# shellcheck disable=SC2086
 	if run 2 "usage: djinnctl $args" $args; then
 		if grep -q '^usage: djinnctl' "$dir/err"; then

@@ -180,7 +180,10 @@ static void test_oversize(void **state)
 static void test_unknown_opcode(void **state)
 {
 	struct fx *fx = *state;
-	const uint16_t ops[] = { 0, 22, 63, 73, 1000, 0xffff };
+	/* gaps, the first past the last assigned, far past */
+	const uint16_t ops[] = { 0,    22,
+				 63,   DJINN_MSG_ADMIN_MODEL_LOAD + 1,
+				 1000, 0xffff };
 	int fd = xconnect(fx->d.sock);
 	uint8_t pad[32] = { 1, 2, 3 };
 

@@ -1073,6 +1073,112 @@ static void test_model_budget(void **state)
 	rmdir(dir);
 }
 
+/* One ADMIN_MODEL_LOAD that must succeed: the model's one entry. */
+static struct djinn_admin_model load_at(int line, struct fx *fx,
+					const struct djinn_admin_model_load *r)
+{
+	struct djinn_admin_model e;
+	struct dj_resp resp;
+	uint32_t n;
+
+	call_ok_at(line, fx->adm, DJINN_MSG_ADMIN_MODEL_LOAD, 0, r, sizeof(*r),
+		   &resp, 8 + sizeof(e));
+	memcpy(&n, resp.data, 4);
+	if (n != 1)
+		fail_msg("line %d: %u entries", line, n);
+	memcpy(&e, resp.data + 8, sizeof(e));
+	dj_resp_free(&resp);
+	if (strcmp(e.name, r->name))
+		fail_msg("line %d: the entry of %s", line, e.name);
+	return e;
+}
+
+#define load(fx, ...) \
+	load_at(__LINE__, fx, &(struct djinn_admin_model_load){ __VA_ARGS__ })
+
+#define load_err(fx, err, phrase, ...)                            \
+	call_err(fx->adm, DJINN_MSG_ADMIN_MODEL_LOAD, 0,          \
+		 &(struct djinn_admin_model_load){ __VA_ARGS__ }, \
+		 sizeof(struct djinn_admin_model_load), err, phrase)
+
+/* 18f. ADMIN_MODEL_LOAD (djinnctl model load): bad requests are refused
+ * and change nothing; a load leaves the model loaded, held by none, its
+ * session gone; a budget below the least is refused and put back; a
+ * held model refuses another budget and keeps its own. */
+static void test_model_load(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_admin_model e;
+	struct djinn_model_resp m;
+	struct dj_resp r;
+	uint32_t holders, n;
+	uint64_t sid;
+	int fd;
+
+	assert_int_equal(djd_make_model(&fx->d, "llama-l", BUDGET_LLAMA), 0);
+	load_err(fx, -EINVAL, "unknown bits", .name = "llama-l", .flags = 2);
+	load_err(fx, -EINVAL, "without DJINN_LOAD_BUDGET", .name = "llama-l",
+		 .budget = 6 * MiB);
+	load_err(fx, -EINVAL, "at most 8", .name = "llama-l", .budget = 6 * MiB,
+		 .slots = 9, .flags = DJINN_LOAD_BUDGET);
+	load_err(fx, -EINVAL, "without a budget", .name = "llama-l", .slots = 2,
+		 .flags = DJINN_LOAD_BUDGET);
+	load_err(fx, -EINVAL, NULL, .name = "../llama-l");
+	load_err(fx, -EINVAL, "not NUL-padded", .name = { 'l', 'l', 0, 'x' });
+	load_err(fx, -ENOENT, NULL, .name = "nosuch");
+	load_err(fx, -ENOMEM, "it needs 6291456 at least", .name = "llama-l",
+		 .budget = 1, .flags = DJINN_LOAD_BUDGET);
+	assert_int_equal(models_listed(fx, "llama-l", &holders), 0);
+	/* not on the client socket */
+	fd = xconnect(fx->d.sock);
+	call_err(fd, DJINN_MSG_ADMIN_MODEL_LOAD, 0,
+		 &(struct djinn_admin_model_load){ .name = "llama-l" },
+		 sizeof(struct djinn_admin_model_load), -EPERM, NULL);
+
+	/* the refused budget was put back: none, the model whole */
+	e = load(fx, .name = "llama-l");
+	assert_int_equal(e.holders, 0);
+	assert_int_equal(e.resident, 4);
+	assert_int_equal(e.ring, 0);
+	assert_int_equal(e.budget, 0);
+	assert_int_equal(e.bytes, e.weights);
+	/* its session is gone */
+	call_ok(fx->adm, DJINN_MSG_ADMIN_SESSIONS, 0, NULL, 0, &r, -1);
+	memcpy(&n, r.data, 4);
+	assert_int_equal(n, 0);
+	dj_resp_free(&r);
+
+	/* under 6M: evicted (held by none) and loaded streamed */
+	e = load(fx, .name = "llama-l", .budget = 6 * MiB,
+		 .flags = DJINN_LOAD_BUDGET);
+	assert_int_equal(e.holders, 0);
+	assert_int_equal(e.resident, 0);
+	assert_true(e.ring > 0);
+	assert_int_equal(e.budget, 6 * MiB);
+
+	/* a client opens it as it is; another budget is refused while it
+	 * holds it, and nothing changes */
+	sid = open_session(fd, "load");
+	m = model_open(fd, sid, "llama-l");
+	assert_int_equal(m.resident, 0);
+	load_err(fx, -EBUSY,
+		 "held by 1 session, placed under a budget of "
+		 "6291456 bytes",
+		 .name = "llama-l", .flags = DJINN_LOAD_BUDGET);
+	e = load(fx, .name = "llama-l", .budget = 6 * MiB,
+		 .flags = DJINN_LOAD_BUDGET);
+	assert_int_equal(e.holders, 1);
+	assert_int_equal(e.resident, 0);
+	close_session(fd, sid);
+	close(fd);
+	/* let go: whole again */
+	e = load(fx, .name = "llama-l", .flags = DJINN_LOAD_BUDGET);
+	assert_int_equal(e.resident, 4);
+	assert_int_equal(e.budget, 0);
+	budget_evict(fx, "llama-l");
+	check_health(fx, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1085,6 +1191,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_model_upload, fx_setup,
 						fx_teardown),
 		cmocka_unit_test(test_model_budget),
+		cmocka_unit_test_setup_teardown(test_model_load, fx_setup,
+						fx_teardown),
 	};
 	int ret = fx_can_run();
 

@@ -19,6 +19,7 @@
 #include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "names.h"
 
 static char dir[] = "/tmp/test_config.XXXXXX";
 static char path[256];
@@ -466,18 +467,18 @@ static void test_sizes_durations(void **state)
 {
 	uint64_t v;
 
-	assert_int_equal(config_parse_size("65536", &v), 0);
+	assert_int_equal(parse_size("65536", &v), 0);
 	assert_int_equal(v, 65536);
-	assert_int_equal(config_parse_size("2G", &v), 0);
+	assert_int_equal(parse_size("2G", &v), 0);
 	assert_int_equal(v, 2ull << 30);
-	assert_int_equal(config_parse_size("3MiB", &v), 0);
+	assert_int_equal(parse_size("3MiB", &v), 0);
 	assert_int_equal(v, 3ull << 20);
-	assert_int_equal(config_parse_size("1X", &v), -EINVAL);
-	assert_int_equal(config_parse_size("1TB", &v), 0);
+	assert_int_equal(parse_size("1X", &v), -EINVAL);
+	assert_int_equal(parse_size("1TB", &v), 0);
 	assert_int_equal(v, 1ull << 40);
-	assert_int_equal(config_parse_size("", &v), -EINVAL);
-	assert_int_equal(config_parse_size("-1", &v), -EINVAL);
-	assert_int_equal(config_parse_size("16777216T", &v), -EINVAL);
+	assert_int_equal(parse_size("", &v), -EINVAL);
+	assert_int_equal(parse_size("-1", &v), -EINVAL);
+	assert_int_equal(parse_size("16777216T", &v), -EINVAL);
 	assert_int_equal(config_parse_duration("250ms", &v), 0);
 	assert_int_equal(v, 250 * NSEC_PER_MSEC);
 	assert_int_equal(config_parse_duration("5m", &v), 0);
