@@ -514,7 +514,7 @@ static bool djinnd_answers(void)
  * --backend cuda finds no GPU there. */
 static void daemon_start(const char *policy, uint64_t mem)
 {
-	char memarg[32], lease[16], threads[16], swap[48];
+	char memarg[32], lease[16], threads[16], swap[48], pin[128];
 	const char *argv[32];
 	uint64_t deadline = mono_ns() + 60 * NSEC_PER_SEC;
 	unsigned int a = 0;
@@ -544,6 +544,12 @@ static void daemon_start(const char *policy, uint64_t mem)
 	snprintf(swap, sizeof(swap), "memory.swap=%" PRIu64, opt.swap);
 	argv[a++] = "--set";
 	argv[a++] = swap;
+	/* the weights stay where they are: a budget of the whole device
+	 * keeps static partitioning from streaming layers to make room
+	 * (Documentation/streaming.rst, "Under memory pressure") */
+	snprintf(pin, sizeof(pin), "model.%s.budget=%" PRIu64, model.name, mem);
+	argv[a++] = "--set";
+	argv[a++] = pin;
 	if (opt.threads) {
 		argv[a++] = "--threads";
 		argv[a++] = threads;

@@ -153,18 +153,27 @@ void model_ctx_abandon(struct model_ctx *c)
 	memset(&c->pz, 0, sizeof(c->pz));
 }
 
-int model_ctx_reserve(struct model_ctx *c, char *msg, size_t msglen)
+int model_ctx_reserve(struct model_ctx *c, bool relieve, char *msg,
+		      size_t msglen)
 {
-	char why[VMU_MSG_LEN] = "";
+	char why[VMU_MSG_LEN] = "", moved[ST_MSG_LEN] = "";
 	int ret;
 
 	ret = vmu_region_reserve(c->h->s, c->cache, why, sizeof(why));
+	/* under memory pressure its model streams more of its layers
+	 * rather than refuse the context (store.h, model_relieve()) */
+	if (ret == -ENOMEM && relieve &&
+	    !model_relieve(c->h, c->tok_bytes * c->max, moved, sizeof(moved))) {
+		why[0] = 0;
+		ret = vmu_region_reserve(c->h->s, c->cache, why, sizeof(why));
+	}
 	if (ret)
 		errmsg(msg, msglen, ret,
 		       "context of %u tokens reserves its KV cache of %llu "
-		       "bytes (sched.policy static): %s",
+		       "bytes (sched.policy static): %s%s%s",
 		       c->max, (unsigned long long)(c->tok_bytes * c->max),
-		       why[0] ? why : strerror(-ret));
+		       why[0] ? why : strerror(-ret), moved[0] ? "; " : "",
+		       moved);
 	return ret;
 }
 
@@ -612,6 +621,13 @@ static int run_step(struct part *p)
 	int ret;
 
 	p->msg[0] = 0;
+	/* the weights stay where they are until it leaves (store.h) */
+	ret = model_step_enter(p->c->h, p->msg, p->msglen);
+	if (ret) {
+		part_inputs_drop(p);
+		part_drop(p);
+		return ret;
+	}
 	if (!m->stream || p->l1 <= m->resident || p->l0 == p->l1) {
 		ret = run_graph(&p, 1, p->env, p->l0, p->l1, 0, p->msg,
 				p->msglen);
@@ -624,6 +640,7 @@ static int run_step(struct part *p)
 			errmsg(p->msg, p->msglen, ret, "streaming model %s: %s",
 			       m->name, strerror(-ret));
 	}
+	model_step_leave(p->c->h);
 	part_inputs_drop(p);
 	if (ret)
 		part_drop(p);

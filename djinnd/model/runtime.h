@@ -53,8 +53,11 @@ int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
 void model_ctx_free(struct model_ctx *c);
 /* Set the device memory of the whole cache (max_tokens) aside now, as
  * static partitioning does (vmu_region_reserve()): -ENOMEM with need and
- * availability in @msg when it does not fit. */
-int model_ctx_reserve(struct model_ctx *c, char *msg, size_t msglen);
+ * availability in @msg when it does not fit, after, with @relieve, its
+ * model streamed more of its layers to make room if it could
+ * (model_relieve(): slow, and never on the I/O thread). */
+int model_ctx_reserve(struct model_ctx *c, bool relieve, char *msg,
+		      size_t msglen);
 /* A copy of @c: its own cache region with the same bytes, the same last
  * logits. */
 int model_ctx_fork(struct model_ctx *c, const struct model_env *env,

@@ -44,6 +44,13 @@ struct store_model {
 	/* the budget it was loaded under (placed_bytes 0: none) */
 	uint64_t placed_bytes;
 	unsigned int placed_slots;
+	struct list_head holds; /* struct model_hold, the store's lock */
+	/* steps (model_step_enter()) and moves (model_relieve()) */
+	pthread_mutex_t gate;
+	pthread_cond_t gate_cv;
+	unsigned int steps;
+	bool moving, lost;
+	uint64_t relieved; /* moves under pressure */
 };
 
 /* A budget set for a name (model_store_set_budget()). */
@@ -351,8 +358,8 @@ static int place(struct model_store *ms, struct vmu_session *s,
 		char why[ST_MSG_LEN];
 
 		ret = model_stream_create(ms->v, &m->layout, &m->cfg,
-					  m->resident, m->ring, &m->stream, why,
-					  sizeof(why));
+					  m->resident, m->ring, NULL,
+					  &m->stream, why, sizeof(why));
 		if (ret) {
 			errmsg(msg, msglen, ret, "model %s: streamed: %s", name,
 			       why);
@@ -631,6 +638,9 @@ again:
 			ret = -ENOMEM;
 			goto out_unlock;
 		}
+		INIT_LIST_HEAD(&sm->holds);
+		pthread_mutex_init(&sm->gate, NULL);
+		pthread_cond_init(&sm->gate_cv, NULL);
 		snprintf(sm->m.name, sizeof(sm->m.name), "%s", name);
 		if (up) {
 			sm->uploaded = true;
@@ -661,6 +671,7 @@ again:
 	sm->placed_slots = budget.slots;
 hold:
 	sm->holders++;
+	list_add_tail(&h->node, &sm->holds);
 	h->m = &sm->m;
 	h->s = s;
 	h->text = text;
@@ -711,7 +722,8 @@ void model_close(struct model_hold *h)
 		return;
 	sm = container_of(h->m, struct store_model, m);
 	pthread_mutex_lock(&h->ms->lock);
-	vmu_text_put(h->s, h->text);
+	vmu_text_put(h->s, h->text); /* none after a failed move */
+	list_del_init(&h->node);
 	sm->holders--;
 	if (sm->gone && !sm->holders && !sm->waiters)
 		model_free(sm); /* lost in a fault, unlisted already */
@@ -728,6 +740,289 @@ void model_store_set_hook(struct model_store *ms,
 	ms->hook = fn;
 	ms->hook_arg = arg;
 	pthread_mutex_unlock(&ms->lock);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Memory pressure: moving a held model's weights */
+
+static struct store_model *sm_of(const struct model_hold *h)
+{
+	return container_of(h->m, struct store_model, m);
+}
+
+int model_step_enter(const struct model_hold *h, char *msg, size_t msglen)
+{
+	struct store_model *sm = sm_of(h);
+	int ret = 0;
+
+	pthread_mutex_lock(&sm->gate);
+	while (sm->moving)
+		pthread_cond_wait(&sm->gate_cv, &sm->gate);
+	if (sm->lost)
+		ret = errmsg(msg, msglen, -EIO,
+			     "model %s lost its weights while they moved "
+			     "under memory pressure: close it and open it "
+			     "again",
+			     sm->m.name);
+	else
+		sm->steps++;
+	pthread_mutex_unlock(&sm->gate);
+	return ret;
+}
+
+void model_step_leave(const struct model_hold *h)
+{
+	struct store_model *sm = sm_of(h);
+
+	pthread_mutex_lock(&sm->gate);
+	if (!--sm->steps)
+		pthread_cond_broadcast(&sm->gate_cv);
+	pthread_mutex_unlock(&sm->gate);
+}
+
+/* Hold new steps back and wait for the running ones, 2 s at most:
+ * 0, or -EBUSY (then nothing is held back). */
+static int gate_close(struct store_model *sm)
+{
+	struct timespec dl;
+	int ret = 0;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 2;
+	pthread_mutex_lock(&sm->gate);
+	if (sm->moving) {
+		ret = -EBUSY; /* another move */
+	} else {
+		sm->moving = true;
+		while (sm->steps && !ret)
+			if (pthread_cond_timedwait(&sm->gate_cv, &sm->gate,
+						   &dl) == ETIMEDOUT &&
+			    sm->steps)
+				ret = -EBUSY;
+		if (ret) {
+			sm->moving = false;
+			pthread_cond_broadcast(&sm->gate_cv);
+		}
+	}
+	pthread_mutex_unlock(&sm->gate);
+	return ret;
+}
+
+static void gate_open(struct store_model *sm, bool lost)
+{
+	pthread_mutex_lock(&sm->gate);
+	sm->moving = false;
+	sm->lost |= lost;
+	pthread_cond_broadcast(&sm->gate_cv);
+	pthread_mutex_unlock(&sm->gate);
+}
+
+/*
+ * The plan of a move: the most layers @m may keep (*@R, fewer than now)
+ * with a ring of *@ring bytes such that its text bytes and ring free
+ * @need. Store lock held. 0 or -ENOMEM.
+ */
+static int relieve_plan(struct model_store *ms, const struct model *m,
+			uint64_t need, uint32_t *R, uint64_t *ring, char *msg,
+			size_t msglen)
+{
+	const struct model_layout *L = &m->layout;
+	uint32_t n = m->cfg.n_layer;
+	struct vmu *v = ms->v;
+	uint64_t big = 0, now, then = 0;
+
+	for (uint32_t l = 0; l < n; l++) {
+		uint64_t b = model_layer_start(L, n, l + 1) -
+			     model_layer_start(L, n, l);
+
+		big = b > big ? b : big;
+	}
+	*ring = m->ring ? m->ring : vmu_round(v, 2 * big);
+	need = vmu_round(v, need);
+	now = vmu_round(v, model_layer_start(L, n, m->resident)) + m->ring;
+	for (uint32_t r = m->resident; r-- > 0;) {
+		then = vmu_round(v, model_layer_start(L, n, r)) + *ring;
+		if (then + need <= now) {
+			*R = r;
+			return 0;
+		}
+	}
+	return errmsg(msg, msglen, -ENOMEM,
+		      "model %s: streaming %s its layers would free %llu "
+		      "bytes of the %llu needed",
+		      m->name, m->resident ? "all" : "more of",
+		      (unsigned long long)(now > then ? now - then : 0),
+		      (unsigned long long)need);
+}
+
+/*
+ * Put @m's first @R layers (of the blob @all, host memory) in a text
+ * entry for @h's session and stream the rest through a ring of @ring
+ * bytes: 0, else -errno with nothing placed.
+ */
+static int place_host(struct model_store *ms, struct model *m,
+		      const struct model_hold *h, const uint8_t *all,
+		      uint32_t R, uint64_t ring, struct vmu_text **text,
+		      struct model_stream **st, char *why, size_t whylen)
+{
+	const struct model_layout *L = &m->layout;
+	uint64_t pre = model_layer_start(L, m->cfg.n_layer, R);
+	struct vmu_text_upload *up;
+	bool created;
+	int ret;
+
+	*st = NULL;
+	ret = vmu_text_begin_shared(h->s, pre, &up);
+	if (!ret) {
+		ret = vmu_text_write(up, all, pre);
+		if (ret)
+			vmu_text_abort(up);
+		else
+			ret = vmu_text_commit(up, NULL, text, &created);
+	}
+	if (ret)
+		return errmsg(why, whylen, ret, "no room for %llu bytes: %s",
+			      (unsigned long long)pre, strerror(-ret));
+	if (R < m->cfg.n_layer) {
+		ret = model_stream_create(ms->v, L, &m->cfg, R, ring, all + pre,
+					  st, why, whylen);
+		if (ret)
+			vmu_text_put(h->s, *text);
+	}
+	return ret;
+}
+
+int model_relieve(struct model_hold *h, uint64_t need, char *msg, size_t msglen)
+{
+	struct model_store *ms = h->ms;
+	struct store_model *sm = sm_of(h), *o;
+	struct model *m = &sm->m;
+	struct vmu_provider *p = vmu_provider(ms->v);
+	const struct model_layout *L = &m->layout;
+	uint32_t n = m->cfg.n_layer, R0 = m->resident, R = 0;
+	uint64_t ring = 0, ring0 = m->ring, old_b, addr;
+	struct model_stream *st = NULL;
+	struct vmu_text *text = NULL;
+	struct model_hold *x;
+	uint8_t *all = NULL;
+	char why[ST_MSG_LEN] = "";
+	bool lost = false;
+	int ret;
+
+	pthread_mutex_lock(&ms->lock);
+	if (sm->uploaded || sm->placed_bytes) {
+		pthread_mutex_unlock(&ms->lock);
+		return errmsg(msg, msglen, -EPERM,
+			      "model %s keeps its placement: %s", m->name,
+			      sm->uploaded ? "an upload" :
+					     "it has a budget of its own");
+	}
+	list_for_each_entry(o, &ms->models, node)
+		if (o != sm && !memcmp(o->m.fp, m->fp, VMU_FP_LEN)) {
+			pthread_mutex_unlock(&ms->lock);
+			return errmsg(msg, msglen, -EPERM,
+				      "model %s shares its weights with %s: "
+				      "moving them would free nothing",
+				      m->name, o->m.name);
+		}
+	pthread_mutex_unlock(&ms->lock);
+	if (gate_close(sm))
+		return errmsg(msg, msglen, -EBUSY,
+			      "model %s: its steps did not finish within 2 s, "
+			      "or it is moving already",
+			      m->name);
+	/* No step runs: the placement is ours to change. */
+	pthread_mutex_lock(&ms->lock);
+	R0 = m->resident;
+	ring0 = m->ring;
+	ret = sm->loading ? -EBUSY :
+			    relieve_plan(ms, m, need, &R, &ring, msg, msglen);
+	if (ret == -EBUSY)
+		errmsg(msg, msglen, ret, "model %s is being loaded", m->name);
+	if (!ret)
+		sm->loading = true; /* opens wait, evict and list pass */
+	pthread_mutex_unlock(&ms->lock);
+	if (ret) {
+		gate_open(sm, false);
+		return ret;
+	}
+	old_b = model_layer_start(L, n, R0);
+	addr = vmu_text_addr(h->text);
+
+	/* 1. every weight to host memory: the resident part from the
+	 * device, the streamed layers from the old stream */
+	all = malloc(L->bytes);
+	ret = all ? p->ops->copy_dtoh(p, all, addr, old_b) : -ENOMEM;
+	if (ret) {
+		errmsg(msg, msglen, ret, "model %s: copying %llu bytes out: %s",
+		       m->name, (unsigned long long)old_b, strerror(-ret));
+		pthread_mutex_lock(&ms->lock);
+		goto out;
+	}
+	if (m->stream)
+		memcpy(all + old_b, model_stream_host(m->stream),
+		       L->bytes - old_b);
+
+	/* 2. the old placement goes: every holder's reference, the entry,
+	 * the ring */
+	pthread_mutex_lock(&ms->lock);
+	list_for_each_entry(x, &sm->holds, node) {
+		vmu_text_put(x->s, x->text);
+		x->text = NULL;
+	}
+	vmu_text_evict(ms->v, m->fp, NULL);
+	pthread_mutex_unlock(&ms->lock);
+	model_stream_destroy(m->stream);
+	m->stream = NULL;
+
+	/* 3. the new one, for @h's session (the caller keeps it alive);
+	 * failing that (another took the room meanwhile), the old one */
+	ret = place_host(ms, m, h, all, R, ring, &text, &st, why, sizeof(why));
+	if (ret) {
+		errmsg(msg, msglen, ret,
+		       "model %s: placing it again with %u of %u layers "
+		       "resident: %s",
+		       m->name, R, n, why);
+		R = R0;
+		ring = ring0;
+		lost = place_host(ms, m, h, all, R, ring, &text, &st, why,
+				  sizeof(why));
+	}
+	pthread_mutex_lock(&ms->lock);
+	if (!lost) {
+		memcpy(m->fp, vmu_text_fp(text), VMU_FP_LEN);
+		if (R != R0) {
+			m->budget =
+				vmu_round(ms->v, model_layer_start(L, n, R)) +
+				ring;
+			sm->relieved++;
+		}
+		m->resident = R;
+		m->ring = R < n ? ring : 0;
+		m->stream = st;
+		/* every holder's reference: @h's is made */
+		list_for_each_entry(x, &sm->holds, node)
+			if (x == h)
+				x->text = text;
+			else if (vmu_text_lookup_shared(x->s, m->fp, &x->text))
+				lost = true;
+	}
+	if (lost) {
+		/* unlisted; freed once its holders have closed it, and the
+		 * next open loads it again */
+		sm->gone = true;
+		list_del_init(&sm->node);
+		ret = errmsg(msg, msglen, -EIO,
+			     "model %s: lost its weights moving them: %s",
+			     m->name, why);
+	}
+out:
+	sm->loading = false;
+	pthread_cond_broadcast(&ms->loaded);
+	pthread_mutex_unlock(&ms->lock);
+	gate_open(sm, lost);
+	free(all);
+	return ret;
 }
 
 uint64_t model_weight_addr(const struct model_hold *h, int layer,

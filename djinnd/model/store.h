@@ -88,6 +88,7 @@ struct model_hold {
 	struct vmu_text *text;
 	/* private */
 	struct model_store *ms;
+	struct list_head node; /* in its model's holds */
 };
 
 /* A store over VMU @v for models under @dir (copied). */
@@ -185,6 +186,34 @@ void model_store_set_hook(struct model_store *ms,
 int model_store_set_budget(struct model_store *ms, const char *name,
 			   uint64_t bytes, unsigned int slots, char *msg,
 			   size_t msglen);
+
+/*
+ * Steps: every step that reads a model's weights runs between
+ * model_step_enter() and model_step_leave(), so that model_relieve() moves
+ * them only while no step runs. enter waits while they move; -EIO, why
+ * in @msg, when a move failed and the model lost its weights (its holders
+ * close it; the next open loads it again).
+ */
+int model_step_enter(const struct model_hold *h, char *msg, size_t msglen);
+void model_step_leave(const struct model_hold *h);
+
+/*
+ * Memory pressure (Documentation/streaming.rst, "Under memory pressure"):
+ * make room for @need bytes of device memory by streaming more layers of
+ * @h's model, when it was placed under no budget of its own (a budget is
+ * an administrator's placement, kept) and no other model shares its
+ * weights: the fewest more layers whose text bytes, less a ring of two
+ * of its largest layers for a model that had none, free @need. It waits
+ * (2 s at most) for the model's steps to finish and holds new ones back
+ * while the weights move: the resident part is copied to host memory,
+ * dropped, and put back smaller, the layers it gave up joining the
+ * streamed ones. 0, or -ENOMEM (it cannot free that much), -EPERM (a
+ * budget of its own, or an upload), -EBUSY (its steps did not finish, or
+ * it is being loaded), -EIO (the move failed: see model_step_enter()),
+ * with the reason in @msg.
+ */
+int model_relieve(struct model_hold *h, uint64_t need, char *msg,
+		  size_t msglen);
 
 /* The budget set for @name: *@bytes 0 for none. */
 void model_store_get_budget(struct model_store *ms, const char *name,

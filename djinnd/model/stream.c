@@ -79,8 +79,8 @@ static int ring_copy(void *arg, uint64_t off, const void *src, uint64_t len)
 
 int model_stream_create(struct vmu *v, const struct model_layout *L,
 			const struct model_config *c, uint32_t resident,
-			uint64_t ring_bytes, struct model_stream **out,
-			char *msg, size_t msglen)
+			uint64_t ring_bytes, const void *host,
+			struct model_stream **out, char *msg, size_t msglen)
 {
 	struct vmu_provider *p = vmu_provider(v);
 	struct model_stream *st;
@@ -130,8 +130,11 @@ int model_stream_create(struct vmu *v, const struct model_layout *L,
 		goto out;
 	}
 	at = st->host;
-	ret = model_layout_emit_range(L, st->start[resident], L->bytes,
-				      emit_host, &at);
+	if (host)
+		memcpy(at, host, st->host_bytes);
+	else
+		ret = model_layout_emit_range(L, st->start[resident], L->bytes,
+					      emit_host, &at);
 	if (ret) {
 		errmsg(msg, msglen, ret, "copying the streamed layers: %s",
 		       strerror(-ret));
@@ -154,6 +157,11 @@ int model_stream_create(struct vmu *v, const struct model_layout *L,
 out:
 	model_stream_destroy(st);
 	return ret;
+}
+
+const void *model_stream_host(const struct model_stream *st)
+{
+	return st->host;
 }
 
 void model_stream_destroy(struct model_stream *st)

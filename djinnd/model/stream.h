@@ -66,14 +66,19 @@ struct stream_job {
 /*
  * The streamed part of a model of layout @L and configuration @c whose
  * first @resident layers are in its text entry: the other layers' bytes
- * copied out of @L's tensors (the files may go after this), and a ring
- * of @ring_bytes (at least the largest streamed layer) in a text area of
- * @v. 0, or -ENOMEM / -E2BIG with need and availability in @msg.
+ * copied, from @host when it is not NULL (blob bytes from layer
+ * @resident's start on) else out of @L's tensors (the files may go after
+ * this), and a ring of @ring_bytes (at least the largest streamed layer)
+ * in a text area of @v. 0, or -ENOMEM / -E2BIG with need and
+ * availability in @msg.
  */
 int model_stream_create(struct vmu *v, const struct model_layout *L,
 			const struct model_config *c, uint32_t resident,
-			uint64_t ring_bytes, struct model_stream **out,
-			char *msg, size_t msglen);
+			uint64_t ring_bytes, const void *host,
+			struct model_stream **out, char *msg, size_t msglen);
+/* The streamed layers' bytes in host memory (blob bytes from the first
+ * streamed layer's start on); no pass may be running. */
+const void *model_stream_host(const struct model_stream *st);
 /* No pass may be running. */
 void model_stream_destroy(struct model_stream *st);
 

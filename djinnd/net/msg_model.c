@@ -134,7 +134,8 @@ static void ctx_bind(struct mobj *o, struct mobj *m, struct model_ctx *mc,
  * @o:      the model or context it is about (a reference), or NULL
  * @name:   MODEL_OPEN's model
  * @hold:   MODEL_OPEN's result
- * @fork:   CTX_FORK's result
+ * @mc:     CTX_FORK's result, or CTX_NEW's context waiting for room
+ * @max:    CTX_NEW's max tokens
  * @step:   PREFILL/DECODE's request; @tokens its tokens (in or out)
  * @steer:  RESUME's tensor handle (0: none)
  * @upload: MODEL_OPEN_UPLOADED's request (a copy)
@@ -149,7 +150,8 @@ struct mjob {
 	struct mobj *o;
 	char name[DJINN_MODEL_NAME_MAX];
 	struct model_hold *hold;
-	struct model_ctx *fork;
+	struct model_ctx *mc;
+	uint32_t max;
 	struct djinn_ctx_step step;
 	int32_t *tokens;
 	uint64_t steer;
@@ -349,19 +351,28 @@ out:
 	job->error = ret;
 }
 
+/* CTX_NEW's cache did not fit: the model may stream more of its layers */
+static void run_ctx_room(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+
+	job->error = sched_ctx_made(job->s->dev->sched, mj->mc, true, job->msg,
+				    sizeof(job->msg));
+}
+
 static void run_fork(struct exec_job *job, const struct exec_env *env)
 {
 	struct mjob *mj = job->ctx;
 	struct model_env me = env_of(env);
 
-	job->error = model_ctx_fork(mj->o->mc, &me, &mj->fork, job->msg,
+	job->error = model_ctx_fork(mj->o->mc, &me, &mj->mc, job->msg,
 				    sizeof(job->msg));
 	if (!job->error) {
-		job->error = sched_ctx_made(job->s->dev->sched, mj->fork,
+		job->error = sched_ctx_made(job->s->dev->sched, mj->mc, true,
 					    job->msg, sizeof(job->msg));
 		if (job->error) {
-			model_ctx_free(mj->fork);
-			mj->fork = NULL;
+			model_ctx_free(mj->mc);
+			mj->mc = NULL;
 		}
 	}
 }
@@ -638,7 +649,7 @@ static void call_done(struct exec_job *job, void *arg)
 		/* What the job made goes with it. */
 		if (mj->hold)
 			model_close(mj->hold);
-		model_ctx_free(mj->fork);
+		model_ctx_free(mj->mc);
 		if (mj->resp.logits)
 			session_tensor_release(s, mj->resp.logits);
 		if (mj->resp.hidden)
@@ -662,7 +673,10 @@ static void call_done(struct exec_job *job, void *arg)
 			.n_head = m->cfg.n_head,
 			.n_kv_head = m->cfg.n_kv_head,
 			.max_tokens = m->cfg.n_ctx,
-			.bytes = vmu_text_size(mj->hold->text),
+			/* not the hold's text: a move under memory
+			 * pressure may be changing it (store.h) */
+			.bytes = model_layer_start(&m->layout, m->cfg.n_layer,
+						   m->resident),
 			.weights = m->layout.bytes,
 			.ring = m->ring,
 			.resident = m->resident,
@@ -680,16 +694,30 @@ static void call_done(struct exec_job *job, void *arg)
 		break;
 	}
 	case DJINN_MSG_CTX_FORK: {
-		struct djinn_ctx_resp r = { .len = model_ctx_len(mj->fork),
+		struct djinn_ctx_resp r = { .len = model_ctx_len(mj->mc),
 					    .max_tokens = mj->o->max_tokens };
 
 		o = mobj_add(c, hdr, s, SOBJ_CTX, &handle);
 		if (!o) {
-			model_ctx_free(mj->fork);
+			model_ctx_free(mj->mc);
 			break;
 		}
-		ctx_bind(o, mj->o->model, mj->fork, mj->o->max_tokens);
+		ctx_bind(o, mj->o->model, mj->mc, mj->o->max_tokens);
 		r.ctx = handle;
+		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+		break;
+	}
+	case DJINN_MSG_CTX_NEW: {
+		struct djinn_ctx_resp r = { 0 };
+
+		o = mobj_add(c, hdr, s, SOBJ_CTX, &handle);
+		if (!o) {
+			model_ctx_free(mj->mc);
+			break;
+		}
+		ctx_bind(o, mj->o, mj->mc, mj->max);
+		r.ctx = handle;
+		r.max_tokens = o->max_tokens;
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 		break;
 	}
@@ -914,7 +942,24 @@ void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 	max = r->max_tokens ? r->max_tokens : m->h->m->cfg.n_ctx;
 	ret = model_ctx_new(m->h, max, &mc, msg, sizeof(msg));
 	if (!ret) {
-		ret = sched_ctx_made(s->dev->sched, mc, msg, sizeof(msg));
+		ret = sched_ctx_made(s->dev->sched, mc, false, msg,
+				     sizeof(msg));
+		if (ret == -ENOMEM) {
+			/* no room for its cache: moving the model's weights
+			 * may make some, the memory executor's work */
+			struct mjob *mj = mjob_new(c, hdr);
+
+			if (!mj) {
+				model_ctx_free(mc);
+				return;
+			}
+			mj->o = m;
+			m->refs++;
+			mj->mc = mc;
+			mj->max = max;
+			submit(c, hdr, s, mj, SCHED_MEM, run_ctx_room);
+			return;
+		}
 		if (ret)
 			model_ctx_free(mc);
 	}

@@ -21,7 +21,9 @@
  *             back when it is used.
  *   static    Nothing swaps; a context reserves its whole KV cache when
  *             it is made (model_ctx_reserve()), so admission refuses the
- *             context that does not fit.
+ *             context that does not fit, after its model, held whole or
+ *             in part, streamed more of its layers to make room if it
+ *             could (model_relieve(), on the memory lane).
  *
  * Swaps and restores are jobs of the memory lane, charged to the session
  * they move; the bandwidth they reach is measured here, per device, and
@@ -465,12 +467,12 @@ static void tick_arm(struct sched *sc)
 	sc->tick_armed = true;
 }
 
-int sched_ctx_made(struct sched *sc, struct model_ctx *c, char *msg,
-		   size_t msglen)
+int sched_ctx_made(struct sched *sc, struct model_ctx *c, bool relieve,
+		   char *msg, size_t msglen)
 {
 	if (sc->policy != DJINN_SCHED_STATIC)
 		return 0;
-	return model_ctx_reserve(c, msg, msglen);
+	return model_ctx_reserve(c, relieve, msg, msglen);
 }
 
 /* ---------------------------------------------------------------------- */

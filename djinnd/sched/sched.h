@@ -172,10 +172,12 @@ static inline int sched_policy_parse(const char *name)
 
 /* A model context was made (new or forked) for a session of the device:
  * under static partitioning it reserves its whole KV cache now, or the
- * context is refused (-ENOMEM, why in @msg; the caller frees it). */
+ * context is refused (-ENOMEM, why in @msg; the caller frees it). With
+ * @relieve (an executor's thread, not the I/O thread's) its model may
+ * first stream more of its layers to make room (model_relieve()). */
 struct model_ctx;
-int sched_ctx_made(struct sched *sc, struct model_ctx *c, char *msg,
-		   size_t msglen);
+int sched_ctx_made(struct sched *sc, struct model_ctx *c, bool relieve,
+		   char *msg, size_t msglen);
 
 /* A new session of the device: its weight from its tenant and
  * priority. sched_session_end(): it ended (cancels its timers). */

@@ -54,6 +54,11 @@
 	"--arch gpt2 --layers 32 --embd 64 --heads 2 --vocab 256 " \
 	"--ctx 1024 --seed 11"
 #define AGENT_MEM "32M"
+/* 4 layers of about 3.9 MB, embeddings and head about 1 MB: 18 MiB of
+ * text whole, 14 MiB with one layer left and a ring of two */
+#define BIG_LLAMA                                                   \
+	"--seed 21 --arch llama --embd 256 --heads 4 --kv-heads 2 " \
+	"--inner 1024 --layers 4 --vocab 512 --untied"
 #define AGENT_CTX 1024
 #define AGENT_TOK_BYTES (2ull * 32 * 64 * 4)
 #define PROMPT 512
@@ -111,6 +116,13 @@ static int setup_static(void **state)
 	const char *args[] = { "--sched-policy", "static", NULL };
 
 	return fx_start(state, AGENT_MEM, args, "agent", AGENT_GPT2);
+}
+
+static int setup_static_big(void **state)
+{
+	const char *args[] = { "--sched-policy", "static", NULL };
+
+	return fx_start(state, "40M", args, "big", BIG_LLAMA);
 }
 
 static int setup_graphs(void **state)
@@ -746,6 +758,80 @@ static void test_static(void **state)
 	assert_int_equal(djinn_session_close(s2), 0);
 }
 
+/* Model @name's layers on the device (ADMIN_MODELS). */
+static uint32_t resident_of(struct fx *fx, const char *name)
+{
+	const struct djinn_admin_model *e;
+	struct dj_resp r;
+	uint32_t n, res = UINT32_MAX;
+
+	admin(fx, DJINN_MSG_ADMIN_MODELS, &r);
+	memcpy(&n, r.data, 4);
+	assert_int_equal(r.len, 8 + n * sizeof(*e));
+	e = (const void *)(r.data + 8);
+	for (uint32_t i = 0; i < n; i++)
+		if (!strcmp(e[i].name, name))
+			res = e[i].resident;
+	dj_resp_free(&r);
+	if (res == UINT32_MAX)
+		fail_msg("model %s is not listed", name);
+	return res;
+}
+
+/*
+ * Under static partitioning a context that does not fit is not refused
+ * while its model, held whole, can stream layers instead: CTX_NEW moves
+ * the weights (on the memory lane) and the context is made; the model
+ * lists fewer resident layers, and a context made after the move gives
+ * the tokens one made before it gave.
+ */
+static void test_static_relieve(void **state)
+{
+	static const int32_t prompt[7] = { 3, 141, 59, 26, 5, 358, 97 };
+	struct fx *fx = *state;
+	struct djinn_session *s;
+	struct djinn_model *m;
+	struct djinn_ctx *c[24];
+	int32_t t0[8], t1[8];
+	int n = 0;
+
+	assert_int_equal(sched_dev(fx).policy, DJINN_SCHED_STATIC);
+	assert_int_equal(djinn_session_open(fx->conn, NULL, &s), 0);
+	assert_int_equal(djinn_model_open(s, "big", &m), 0);
+	assert_int_equal(resident_of(fx, "big"), 4);
+	assert_int_equal(djinn_ctx_new(m, 128, &c[0]), 0);
+	assert_int_equal(djinn_ctx_prefill(c[0], prompt, 7, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c[0], 8, NULL, t0, NULL, NULL), 8);
+
+	/* contexts until the free memory runs out and one more */
+	while (resident_of(fx, "big") == 4) {
+		int ret;
+
+		assert_true(++n < 24);
+		ret = djinn_ctx_new(m, 128, &c[n]);
+		if (ret)
+			fail_msg("context %d: %s", n, djinn_last_error());
+	}
+	printf("# context %d made by streaming: %u of 4 layers resident\n", n,
+	       resident_of(fx, "big"));
+	assert_true(n > 1);
+	assert_int_equal(vmu(fx).swap_outs, 0);
+
+	/* the last one computes what the first did; the first goes on */
+	for (int i = 1; i < n; i++)
+		assert_int_equal(djinn_ctx_free(c[i]), 0);
+	if (djinn_ctx_prefill(c[n], prompt, 7, NULL, NULL))
+		fail_msg("prefill after the move: %s", djinn_last_error());
+	assert_int_equal(djinn_ctx_decode(c[n], 8, NULL, t1, NULL, NULL), 8);
+	assert_memory_equal(t0, t1, sizeof(t0));
+	assert_int_equal(djinn_ctx_decode(c[0], 4, NULL, t1, NULL, NULL), 4);
+
+	assert_int_equal(djinn_ctx_free(c[n]), 0);
+	assert_int_equal(djinn_ctx_free(c[0]), 0);
+	assert_int_equal(djinn_model_close(m), 0);
+	assert_int_equal(djinn_session_close(s), 0);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Configuration */
 
@@ -1131,6 +1217,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fair, setup_graphs,
 						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_static_relieve,
+						setup_static_big, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_static, setup_static,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_config, setup_none,

@@ -467,6 +467,108 @@ static void test_batch(void **state)
 	}
 }
 
+/* ---------------------------------------------------------------------- */
+/* Memory pressure */
+
+/*
+ * A context whose KV reservation does not fit: the model, held whole,
+ * streams layers instead (model_relieve()), while another context of it
+ * is mid-decode; both go on to the tokens and logits they give alone. A
+ * model with a budget of its own keeps its placement; a need no
+ * placement can free is refused and changes nothing.
+ */
+static void test_relieve(void **state)
+{
+	struct model_fix *f = *state;
+	struct model_hold *h = hold(f, "llama"), *hs;
+	uint32_t V = h->m->cfg.vocab, L = h->m->cfg.n_layer;
+	struct vmu_session *s2;
+	struct model_ctx *a, *b;
+	struct vmu_stats st0, st;
+	struct model_info x;
+	struct out ref, o;
+	char msg[ST_MSG_LEN];
+
+	assert_null(h->m->stream);
+	out_init(&ref, V);
+	out_init(&o, V);
+	run(f, h, &ref);
+	a = ctx(h, 64);
+	if (model_ctx_reserve(a, false, msg, sizeof(msg)))
+		fail_msg("reserve: %s", msg);
+	prefill(f, a, prompt, NT, NULL);
+	if (model_ctx_decode(a, &f->env, 3, &greedy, o.tok, msg, sizeof(msg)))
+		fail_msg("decode: %s", msg);
+
+	/* the device full of another session's reserved data, a granule
+	 * at a time until nothing reclaim could free is left */
+	vmu_get_stats(f->env.v, &st0);
+	assert_int_equal(vmu_session_create(f->env.v, "filler", &s2), 0);
+	for (;;) {
+		uint64_t r;
+		int ret;
+
+		assert_int_equal(vmu_region_create(s2, st0.granularity, &r), 0);
+		ret = vmu_region_reserve(s2, r, msg, sizeof(msg));
+		if (ret == -ENOMEM)
+			break;
+		assert_int_equal(ret, 0);
+	}
+	vmu_get_stats(f->env.v, &st0);
+	assert_int_equal(st0.free, 0);
+	b = ctx(h, h->m->cfg.n_ctx);
+	assert_int_equal(model_ctx_reserve(b, false, msg, sizeof(msg)),
+			 -ENOMEM);
+	assert_int_equal(info_of(f, "llama").resident, L);
+	if (model_ctx_reserve(b, true, msg, sizeof(msg)))
+		fail_msg("reserve under pressure: %s", msg);
+	x = info_of(f, "llama");
+	printf("  under pressure: llama %u of %u layers resident, ring %llu, "
+	       "text %llu of %llu bytes\n",
+	       x.resident, x.layers, (unsigned long long)x.ring,
+	       (unsigned long long)x.bytes, (unsigned long long)x.weights);
+	assert_true(x.resident < L);
+	assert_int_equal(x.resident, h->m->resident);
+	assert_true(x.ring > 0);
+	assert_non_null(h->m->stream);
+	assert_int_equal(x.holders, 1);
+	vmu_get_stats(f->env.v, &st);
+	assert_true(st.seg[VMU_SEG_TEXT].used < st0.seg[VMU_SEG_TEXT].used);
+	/* the other session lets go: room for the steps' activations */
+	vmu_session_destroy(s2);
+
+	/* the context that was decoding goes on as if alone */
+	if (model_ctx_decode(a, &f->env, ND - 3, &greedy, o.tok + 3, msg,
+			     sizeof(msg)))
+		fail_msg("decode after the move: %s", msg);
+	assert_memory_equal(o.tok, ref.tok, sizeof(ref.tok));
+	assert_memory_equal(model_ctx_logits(a), ref.last, V * sizeof(float));
+	/* the new one computes what a context alone does */
+	if (model_ctx_prefill(b, &f->env, prompt, NT, o.all, msg, sizeof(msg)))
+		fail_msg("prefill after the move: %s", msg);
+	assert_memory_equal(o.all, ref.all, NT * V * sizeof(float));
+
+	/* nothing frees 1 TiB: refused, the placement kept */
+	assert_int_equal(model_relieve(h, 1ull << 40, msg, sizeof(msg)),
+			 -ENOMEM);
+	printf("  refused: %s\n", msg);
+	assert_int_equal(info_of(f, "llama").resident, x.resident);
+	/* a budget of its own: kept */
+	hs = hold_budget(f, "llama-s",
+			 head_bytes(f, h->m) +
+				 vmu_round(f->env.v, layer_max(h->m)),
+			 0, 0, vmu_round(f->env.v, layer_max(h->m)));
+	assert_int_equal(model_relieve(hs, 1, msg, sizeof(msg)), -EPERM);
+	printf("  refused: %s\n", msg);
+	model_close(hs);
+
+	model_ctx_free(a);
+	model_ctx_free(b);
+	model_close(h);
+	out_free(&ref);
+	out_free(&o);
+}
+
 static int group_setup(void **state)
 {
 	static const char *llama = "--seed 21 --arch llama --embd 256 "
@@ -509,10 +611,8 @@ static int setup(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TEST(test_same_llama),
-		TEST(test_same_gpt2),
-		TEST(test_budgets),
-		TEST(test_batch),
+		TEST(test_same_llama), TEST(test_same_gpt2), TEST(test_budgets),
+		TEST(test_batch),      TEST(test_relieve),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
