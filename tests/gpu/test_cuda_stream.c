@@ -5,8 +5,9 @@
  * in pinned host memory, and the copy lane's uploads run on its own
  * non-blocking stream while the executor's graphs run on theirs; the
  * logits must still equal those of the model wholly on the device, bit
- * for bit, through every break and steering, and four sessions decoding
- * in one pass get their tokens alone. Exits 77, saying why, where there
+ * for bit, through every break and steering, four sessions decoding in
+ * one pass get their tokens alone, and a model moved under memory
+ * pressure goes on computing the same bits. Exits 77, saying why, where there
  * is no GPU. Runs from the repository root.
  */
 #include <stdio.h>
@@ -28,7 +29,8 @@ __attribute__((constructor)) static void need_gpu(void)
 	}
 }
 
-/* Each test's backend: device $DJINN_GPU (default 0), or fail. */
+/* Each test's backend: device $DJINN_GPU (default 0), 256 MiB of it as
+ * the CPU fixture has (test_relieve fills the device), or fail. */
 static struct backend *stream_cuda(void)
 {
 	const char *env = getenv("DJINN_GPU");
@@ -37,7 +39,7 @@ static struct backend *stream_cuda(void)
 	struct backend *b;
 	char msg[512];
 
-	if (cuda_backend_create(dev, 0, &b, msg, sizeof(msg))) {
+	if (cuda_backend_create(dev, 256ull << 20, &b, msg, sizeof(msg))) {
 		fprintf(stderr, "cuda:%u: %s\n", dev, msg);
 		exit(1);
 	}
