@@ -272,6 +272,25 @@ static void run_side(struct rt *R, struct model_hold *h, const int32_t *prompt,
 	out->pre_copy_ms = median(pc, opt.rounds);
 }
 
+/* llama-640m-s under @budget and @slots: its figures into @out; the layers
+ * it kept resident. */
+static uint32_t placed(struct rt *R, uint64_t budget, unsigned int slots,
+		       const int32_t *prompt, struct side *out)
+{
+	struct model_hold *h =
+		open_model(R, R->s, "llama-640m-s", budget, slots);
+	uint32_t res = h->m->resident;
+
+	fprintf(stderr,
+		"stream-bench: budget %llu, %u slots: %u of %u layers "
+		"resident\n",
+		(unsigned long long)budget, slots ? slots : 2, res,
+		h->m->cfg.n_layer);
+	run_side(R, h, prompt, out);
+	close_model(R, h, "llama-640m-s");
+	return res;
+}
+
 /* Sessions decoding together */
 
 struct dec {
@@ -392,7 +411,7 @@ int main(int argc, char **argv)
 	struct model_hold *h;
 	struct rt R = { 0 };
 	int32_t *prompt;
-	uint64_t weights, big, half_b, quarter_b;
+	uint64_t weights, big, half_b, quarter_b, sync_b;
 	const char *peak_name = "memcpy peak";
 	double peak, one, many, batch;
 	uint32_t R2;
@@ -486,31 +505,15 @@ int main(int argc, char **argv)
 	run_side(&R, h, prompt, &res);
 	close_model(&R, h, "llama-640m");
 
-	/* half and a quarter of the weights */
+	/* half and a quarter of the weights; a ring of one slot, the same
+	 * layers resident: no overlap */
 	half_b = weights / 2;
 	quarter_b = weights / 4;
-	h = open_model(&R, R.s, "llama-640m-s", half_b, 0);
-	R2 = h->m->resident;
-	fprintf(stderr, "stream-bench: budget %llu: %u of %u layers resident\n",
-		(unsigned long long)half_b, R2, h->m->cfg.n_layer);
-	run_side(&R, h, prompt, &half);
-	close_model(&R, h, "llama-640m-s");
-	h = open_model(&R, R.s, "llama-640m-s", quarter_b, 0);
-	fprintf(stderr, "stream-bench: budget %llu: %u of %u layers resident\n",
-		(unsigned long long)quarter_b, h->m->resident,
-		h->m->cfg.n_layer);
-	run_side(&R, h, prompt, &quarter);
-	close_model(&R, h, "llama-640m-s");
-	/* a ring of one slot, the same layers resident: no overlap */
-	h = open_model(&R, R.s, "llama-640m-s",
-		       half_b - vmu_round(R.env.v, 2 * big) +
-			       vmu_round(R.env.v, big),
-		       1);
-	if (h->m->resident != R2)
-		fail("one slot: %u layers resident, two slots %u",
-		     h->m->resident, R2);
-	run_side(&R, h, prompt, &sync);
-	close_model(&R, h, "llama-640m-s");
+	sync_b = half_b - vmu_round(R.env.v, 2 * big) + vmu_round(R.env.v, big);
+	R2 = placed(&R, half_b, 0, prompt, &half);
+	placed(&R, quarter_b, 0, prompt, &quarter);
+	if (placed(&R, sync_b, 1, prompt, &sync) != R2)
+		fail("one slot: other layers resident than with two");
 	/* a short prefill, compute about as long as the copy: two slots,
 	 * then one */
 	{
@@ -518,15 +521,8 @@ int main(int argc, char **argv)
 
 		opt.prefill = opt.balance;
 		opt.decode = 1;
-		h = open_model(&R, R.s, "llama-640m-s", half_b, 0);
-		run_side(&R, h, prompt, &bal2);
-		close_model(&R, h, "llama-640m-s");
-		h = open_model(&R, R.s, "llama-640m-s",
-			       half_b - vmu_round(R.env.v, 2 * big) +
-				       vmu_round(R.env.v, big),
-			       1);
-		run_side(&R, h, prompt, &bal1);
-		close_model(&R, h, "llama-640m-s");
+		placed(&R, half_b, 0, prompt, &bal2);
+		placed(&R, sync_b, 1, prompt, &bal1);
 		opt.prefill = pf;
 		opt.decode = dc;
 	}

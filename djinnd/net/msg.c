@@ -106,6 +106,24 @@ bool msg_all_zero(const void *p, size_t n)
 	return true;
 }
 
+bool msg_model_name_ok(struct conn *c, const struct djinn_hdr *hdr,
+		       const char name[DJINN_MODEL_NAME_MAX])
+{
+	char msg[DJINN_MAX_ERROR_MSG];
+	size_t n = strnlen(name, DJINN_MODEL_NAME_MAX);
+
+	if (n == DJINN_MODEL_NAME_MAX ||
+	    !msg_all_zero(name + n, DJINN_MODEL_NAME_MAX - n)) {
+		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
+		return false;
+	}
+	if (model_name_check(name, msg, sizeof(msg))) {
+		conn_error(c, hdr, -EINVAL, "%s", msg);
+		return false;
+	}
+	return true;
+}
+
 /* The live session @hdr names, attached to @c, lease renewed; or NULL
  * with the error sent. Unless @lost_ok, a session whose device state a
  * fault has lost since it was made is refused -EIO (session_lost()). */

@@ -72,6 +72,10 @@ typedef void msg_fn(struct conn *c, const struct djinn_hdr *hdr,
 		    struct session *s, void *req, uint64_t len);
 
 bool msg_all_zero(const void *p, size_t n);
+/* Whether a request's model name is NUL-padded and valid; if not, the
+ * error is answered (-EINVAL, saying which). */
+bool msg_model_name_ok(struct conn *c, const struct djinn_hdr *hdr,
+		       const char name[DJINN_MODEL_NAME_MAX]);
 void msg_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 		     const struct djinn_tensor_desc *desc, uint32_t flags);
 /* The answer comes later, from a job, and is timed there: when the

@@ -439,15 +439,10 @@ void handle_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
 	const struct djinn_admin_model_evict *r = req;
 	char msg[DJINN_MAX_ERROR_MSG];
 	unsigned int evicted = 0;
-	size_t n;
 	int ret;
 
-	n = strnlen(r->name, sizeof(r->name));
-	if (n == sizeof(r->name) ||
-	    !msg_all_zero(r->name + n, sizeof(r->name) - n)) {
-		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
+	if (!msg_model_name_ok(c, hdr, r->name))
 		return;
-	}
 	if (!c->srv->dev[0].models) {
 		conn_error(c, hdr, -ENOENT, "this djinnd serves no models");
 		return;

@@ -787,24 +787,14 @@ void handle_model_open(struct conn *c, const struct djinn_hdr *hdr,
 		       struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_model_open *r = req;
-	char msg[DJINN_MAX_ERROR_MSG];
 	struct mjob *mj;
-	size_t n;
 
-	n = strnlen(r->name, sizeof(r->name));
-	if (n == sizeof(r->name) ||
-	    !msg_all_zero(r->name + n, sizeof(r->name) - n)) {
-		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
+	if (!msg_model_name_ok(c, hdr, r->name))
 		return;
-	}
-	if (model_name_check(r->name, msg, sizeof(msg))) {
-		conn_error(c, hdr, -EINVAL, "%s", msg);
-		return;
-	}
 	mj = mjob_new(c, hdr);
 	if (!mj)
 		return;
-	memcpy(mj->name, r->name, n + 1);
+	memcpy(mj->name, r->name, sizeof(mj->name));
 	/* Loading reads files: the memory executor's work. */
 	submit(c, hdr, s, mj, SCHED_MEM, run_open);
 }
@@ -1207,18 +1197,9 @@ void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
 	char msg[DJINN_MAX_ERROR_MSG];
 	bool set = r->flags & DJINN_LOAD_BUDGET;
 	struct admin_load *al;
-	size_t n;
 
-	n = strnlen(r->name, sizeof(r->name));
-	if (n == sizeof(r->name) ||
-	    !msg_all_zero(r->name + n, sizeof(r->name) - n)) {
-		conn_error(c, hdr, -EINVAL, "model name: not NUL-padded");
+	if (!msg_model_name_ok(c, hdr, r->name))
 		return;
-	}
-	if (model_name_check(r->name, msg, sizeof(msg))) {
-		conn_error(c, hdr, -EINVAL, "%s", msg);
-		return;
-	}
 	if (r->flags & ~DJINN_LOAD_BUDGET) {
 		conn_error(c, hdr, -EINVAL, "flags %#x: unknown bits %#x",
 			   r->flags, r->flags & ~DJINN_LOAD_BUDGET);
@@ -1260,7 +1241,7 @@ void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
 	al->c = c;
 	al->hdr = *hdr;
 	al->set = set;
-	memcpy(al->name, r->name, n + 1);
+	memcpy(al->name, r->name, sizeof(al->name));
 	conn_get(c);
 	msg_defer(c);
 	al->pending = 1; /* ours, until every job is queued */
@@ -1303,7 +1284,7 @@ void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
 			}
 			continue;
 		}
-		memcpy(mj->name, r->name, n + 1);
+		memcpy(mj->name, r->name, sizeof(mj->name));
 		mj->load = al;
 		if (submit_to(c, hdr, s, mj, SCHED_MEM, run_open, load_done)) {
 			al->pending++;

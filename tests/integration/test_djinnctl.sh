@@ -102,6 +102,25 @@ expect() {
 	fi
 }
 
+# hold_model NAME SECONDS: a session (tools/djinn over libdjinn) holds
+# model NAME for SECONDS, in the background ($mpid); returns once it has
+# opened it, its `djinn model info` in $dir/info.
+hold_model() {
+	"$DJINN" -a "unix:$dir/d.sock" model info "$1" --hold "$2" \
+		>"$dir/info" 2>"$dir/info.err" &
+	mpid=$!
+	i=0
+	until grep -qs '^fingerprint:' "$dir/info"; do
+		if ! kill -0 "$mpid" 2>/dev/null || [ "$i" -gt 100 ]; then
+			echo "FAIL: djinn model info did not open $1:"
+			sed 's/^/    | /' "$dir/info" "$dir/info.err"
+			exit 1
+		fi
+		i=$((i + 1))
+		sleep 0.1
+	done
+}
+
 # one_line WHAT: stderr holds exactly one line.
 one_line() {
 	n=$(wc -l <"$dir/err")
@@ -435,19 +454,7 @@ if run 0 "model list, none loaded" model list; then
 	[ "$n" -eq 1 ] || fail "model list: $n lines with no model loaded"
 fi
 # One session holds tiny-gpt2 for a few seconds (tools/djinn over libdjinn).
-"$DJINN" -a "unix:$dir/d.sock" model info tiny-gpt2 --hold 3 \
-	>"$dir/info" 2>"$dir/info.err" &
-mpid=$!
-i=0
-until grep -qs '^fingerprint:' "$dir/info"; do
-	if ! kill -0 "$mpid" 2>/dev/null || [ "$i" -gt 100 ]; then
-		echo "FAIL: djinn model info did not open the model:"
-		sed 's/^/    | /' "$dir/info" "$dir/info.err"
-		exit 1
-	fi
-	i=$((i + 1))
-	sleep 0.1
-done
+hold_model tiny-gpt2 3
 fp=$(awk '$1 == "fingerprint:" { print $2 }' "$dir/info")
 bytes=$(awk '$1 == "bytes:" { print $2 }' "$dir/info")
 # The client's view of the placement: wholly on the device.
@@ -537,19 +544,7 @@ assert m["weights"] == int(args[1]), m
 ' "$least" "$whole"
 fi
 # A session holds it: another budget is refused, the same one is fine.
-"$DJINN" -a "unix:$dir/d.sock" model info small-gpt2 --hold 2 \
-	>"$dir/info" 2>"$dir/info.err" &
-mpid=$!
-i=0
-until grep -qs '^fingerprint:' "$dir/info"; do
-	if ! kill -0 "$mpid" 2>/dev/null || [ "$i" -gt 100 ]; then
-		echo "FAIL: djinn model info did not open small-gpt2:"
-		sed 's/^/    | /' "$dir/info" "$dir/info.err"
-		exit 1
-	fi
-	i=$((i + 1))
-	sleep 0.1
-done
+hold_model small-gpt2 2
 expect "djinn model info: streamed, nothing resident" '^resident: +0$' \
 	"$dir/info"
 if run 1 "model load --budget 0, held" model load small-gpt2 --budget 0; then
