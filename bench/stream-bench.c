@@ -282,7 +282,7 @@ static uint32_t placed(struct rt *R, uint64_t budget, unsigned int slots,
 	uint32_t res = h->m->resident;
 
 	fprintf(stderr,
-		"stream-bench: budget %llu, %u slots: %u of %u layers "
+		"stream-bench: budget %llu, a ring of %u: %u of %u layers "
 		"resident\n",
 		(unsigned long long)budget, slots ? slots : 2, res,
 		h->m->cfg.n_layer);
