@@ -72,6 +72,15 @@ lib=$P/lib
 version=$(sed -n 's/^LIBDJINN_VERSION *:= *//p' "$src/Makefile")
 soname=libdjinn.so.$(echo "$version" | cut -d. -f1)
 
+# The Python package goes where the interpreter make uses looks
+# (mk/python.mk).
+py=${PYTHON:-/usr/bin/python3}
+[ -x "$py" ] || py=python3
+pyver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+pysite=$P/lib/python$pyver/dist-packages
+pyfiles=
+[ -n "$pyver" ] && pyfiles=$(ls "$src"/python/djinn/*.py "$src"/python/djinn/py.typed)
+
 # What must be there: a line per path, "TYPE MODE PATH" (TYPE f or l).
 {
 	echo "f 755 $P/sbin/djinnd"
@@ -94,6 +103,9 @@ soname=libdjinn.so.$(echo "$version" | cut -d. -f1)
 	echo "f 644 $P/lib/systemd/system/djinnd.service"
 	echo "f 644 /etc/djinn/djinnd.conf"
 	echo "f 644 $P/share/djinn/install-manifest"
+	for f in $pyfiles; do
+		echo "f 644 $pysite/djinn/$(basename "$f")"
+	done
 	if [ -f "$src/kmod/dkms.conf" ]; then
 		kv=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' "$src/kmod/dkms.conf")
 		for k in "$src"/kmod/*.c "$src"/kmod/*.h "$src"/kmod/Kbuild \
@@ -138,6 +150,16 @@ if ! grep -q "^libdir=$lib\$" "$dest$lib/pkgconfig/libdjinn.pc" ||
 fi
 cmp -s "$src/etc/djinnd.conf" "$dest/etc/djinn/djinnd.conf" ||
 	fail "/etc/djinn/djinnd.conf is not etc/djinnd.conf"
+
+# The installed Python package imports and finds the installed library.
+if [ -n "$pyver" ]; then
+	if out=$(PYTHONPATH="$dest$pysite" DJINN_LIBRARY="$dest$lib/$soname" \
+		"$py" -c 'import djinn, djinn._lib as L; print(djinn.__version__, L.path())' 2>&1); then
+		ok "the Python package imports from the stage and loads its libdjinn: $out"
+	else
+		fail "the installed Python package: $out"
+	fi
+fi
 
 # --- an example client against the installed files --------------------------------
 export PKG_CONFIG_PATH="$dest$lib/pkgconfig"

@@ -1,0 +1,43 @@
+# The Python package (python/, Documentation/python.rst): the `djinn`
+# package on libdjinn through ctypes.
+#
+#   make test          runs its pytest suite against this build's djinnd
+#                      (BUILD/tests/python/test_python; Debian's
+#                      python3-numpy and python3-pytest)
+#   make python        a wheel in $(BUILD)/python/ (pip, setuptools)
+#   make install       the package too, into $(PYTHON_SITE)
+#   make bench-python  its cost beside the C client's (bench/python-bench.py)
+#
+# Debian's interpreter, where apt installs numpy and pytest, unless PYTHON
+# says another.
+PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
+DEB_PKGS += python3-numpy python3-pytest
+
+PY_SRCS := $(wildcard python/djinn/*.py) python/djinn/py.typed
+PY_TESTS := $(wildcard python/tests/*.py)
+
+PYTHON_TEST := $(BUILD)/tests/python/test_python
+$(PYTHON_TEST): tests/python/test_python.sh $(PY_SRCS) $(PY_TESTS) \
+		$(DJINND) $(DJINNCTL) $(DJINN_TOOL) $(LIBDJINN_SO)
+	@mkdir -p $(@D)
+	@echo "  INSTALL $@"
+	$(Q)sed -e 's|@SRCDIR@|$(CURDIR)|' -e 's|@PYTHON@|$(PYTHON)|' $< \
+		>$@.tmp && chmod 755 $@.tmp && mv $@.tmp $@
+all: $(PYTHON_TEST)
+# libdjinn loaded into python: not the ASan build's
+TESTS_ONCE += $(PYTHON_TEST)
+
+# make python: the wheel, built from the checkout without the network
+.PHONY: python
+python: $(LIBDJINN_SO)
+	$(Q)scripts/deps.sh python3-pip python3-setuptools python3-wheel
+	$(Q)rm -rf $(BUILD)/python && mkdir -p $(BUILD)/python
+	$(Q)$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation \
+		-w $(BUILD)/python ./python
+	$(Q)rm -rf python/build python/djinn.egg-info
+	@ls $(BUILD)/python/*.whl
+
+# make install: the package's files, where the interpreter looks
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHON_SITE ?= $(PREFIX)/lib/python$(PYTHON_VERSION)/dist-packages
+INSTALL_LIST += $(if $(PYTHON_VERSION),$(foreach f,$(PY_SRCS),f 644 $(f) $(PYTHON_SITE)/djinn/$(notdir $(f))))

@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: MIT
+"""The package against a real djinnd (the checkout's build), started once
+for the run with two small models written by scripts/mkmodel.py.
+
+$DJINN_BUILD names the build tree (default: build/ of the checkout);
+$DJINND, $DJINNCTL and $DJINN_TOOL override the programs in it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Iterator, List
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("DJINN_BUILD", ROOT / "build"))
+DJINND = os.environ.get("DJINND", str(BUILD / "djinnd" / "djinnd"))
+DJINNCTL = os.environ.get("DJINNCTL", str(BUILD / "tools" / "djinnctl"))
+DJINN_TOOL = os.environ.get("DJINN_TOOL", str(BUILD / "tools" / "djinn"))
+MKMODEL = ROOT / "scripts" / "mkmodel.py"
+
+sys.path.insert(0, str(ROOT / "python"))
+os.environ.setdefault("DJINN_LIBRARY", str(BUILD / "libdjinn.so"))
+
+MODELS = {
+    "tiny-gpt2": "--arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 "
+    "--ctx 64 --seed 3",
+    "tiny-llama": "--arch llama --layers 3 --embd 64 --heads 4 "
+    "--kv-heads 2 --inner 128 --vocab 256 --ctx 64 --seed 5",
+}
+
+
+class Daemon:
+    """A djinnd of the test run."""
+
+    def __init__(self, tmp: pathlib.Path) -> None:
+        self.dir = tmp
+        self.models = tmp / "models"
+        self.sock = tmp / "d.sock"
+        self.admin = tmp / "a.sock"
+        self.addr = f"unix:{self.sock}"
+        self.log = tmp / "djinnd.log"
+        self.models.mkdir()
+        for name, args in MODELS.items():
+            subprocess.run([sys.executable, str(MKMODEL), *args.split(),
+                            str(self.models / name)], check=True,
+                           stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [DJINND, "-f", "-l", self.addr, "-a", str(self.admin), "-m",
+             "256M", "--model-dir", str(self.models)],
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("djinnd exited:\n" + self.log.read_text())
+            try:
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(str(self.sock))
+                s.close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("djinnd did not listen:\n" + self.log.read_text())
+
+    def ctl(self, *args: str) -> Any:
+        """djinnctl -j on the daemon's admin socket, parsed."""
+        out = subprocess.run([DJINNCTL, "-s", str(self.admin), "-j",
+                              *args], check=True, capture_output=True,
+                             text=True).stdout
+        return json.loads(out)
+
+    def tool(self, *args: str) -> str:
+        """The C client (tools/djinn) on the daemon: its stdout."""
+        return subprocess.run([DJINN_TOOL, "-a", self.addr, *args],
+                              check=True, capture_output=True,
+                              text=True).stdout
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _have(path: str) -> bool:
+    return os.access(path, os.X_OK)
+
+
+@pytest.fixture(scope="session")
+def daemon() -> Iterator[Daemon]:
+    for p in (DJINND, DJINNCTL, DJINN_TOOL):
+        if not _have(p):
+            pytest.skip(f"{p} is not built (run make)")
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="djinn-py-"))
+    d = Daemon(tmp)
+    yield d
+    d.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def conn(daemon: Daemon) -> Iterator[Any]:
+    import djinn
+
+    with djinn.connect(daemon.addr) as c:
+        yield c
+
+
+@pytest.fixture
+def session(conn: Any) -> Iterator[Any]:
+    with conn.session("pytest") as s:
+        yield s
+
+
+def ints(text: str) -> List[int]:
+    """The C client's comma-separated tokens."""
+    return [int(t) for t in text.strip().split(",") if t]

@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: MIT
+"""Connections and sessions: what djinnd says, what moves, errors with
+the daemon's messages, closed objects, agents' tool calls seen by the
+daemon."""
+
+import errno
+import time
+
+import numpy as np
+import pytest
+
+import djinn
+
+
+def test_connect_refused(tmp_path):
+    with pytest.raises(djinn.Error) as e:
+        djinn.connect(f"unix:{tmp_path}/nobody.sock")
+    assert e.value.errno in (errno.ENOENT, errno.ECONNREFUSED)
+    with pytest.raises(djinn.InvalidArgument):
+        djinn.connect("carrier-pigeon:home")
+
+
+def test_server_info_ping_stats(conn):
+    info = conn.server_info()
+    assert info.backend == "cpu" and info.capacity == 256 << 20
+    assert info.granularity > 0 and info.version >= 1
+    assert conn.transport == "unix"
+    before = conn.stats()
+    conn.ping()
+    after = conn.stats()
+    assert after.requests == before.requests + 1
+    assert after.responses == before.responses + 1
+    assert after.bytes_sent > before.bytes_sent
+
+
+def test_session_id_and_attach(daemon, conn):
+    s = conn.session("alice", priority=6)
+    sid, token = s.id, s.token
+    listed = {e["id"]: e for e in daemon.ctl("session", "list")}
+    assert listed[sid]["label"] == "alice" and listed[sid]["priority"] == 6
+    with djinn.connect(daemon.addr) as other:
+        t = other.attach(sid, token)
+        assert t.id == sid
+        with pytest.raises(djinn.PermissionDenied):
+            other.attach(sid, bytes(32))
+        with pytest.raises(djinn.InvalidArgument):
+            other.attach(sid, b"short")
+    s.close()
+    assert sid not in {e["id"] for e in daemon.ctl("session", "list")}
+
+
+def test_bad_arguments(conn):
+    with pytest.raises(djinn.InvalidArgument) as e:
+        conn.session(priority=9)
+    assert "0 to 7" in str(e.value)
+    with conn.session() as s:
+        with pytest.raises(djinn.InvalidArgument):
+            s.signal("thinking")
+        with pytest.raises(djinn.InvalidArgument):
+            with s.tool_call(expected=0):
+                pass
+
+
+def test_closed_objects(daemon):
+    c = djinn.connect(daemon.addr)
+    s = c.session()
+    m = s.model("tiny-gpt2")
+    ctx = m.context()
+    t = s.tensor(np.zeros(4, np.float32), text=False)
+    s.close()
+    for call in (lambda: s.id, lambda: ctx.generate(1), lambda: len(ctx),
+                 lambda: t.numpy(), lambda: m.context(),
+                 lambda: s.signal("idle")):
+        with pytest.raises(djinn.Closed) as e:
+            call()
+        assert "closed" in str(e.value)
+    s.close()  # twice: nothing
+    c.close()
+    with pytest.raises(djinn.Closed):
+        c.ping()
+    with pytest.raises(djinn.Closed):
+        c.session()
+
+
+def _phase(daemon, sid):
+    return {e["id"]: e for e in daemon.ctl("session", "list")}[sid]["phase"]
+
+
+def test_tool_call_seen_by_the_daemon(daemon, session):
+    sid = session.id
+    with session.tool_call(expected=30):
+        assert _phase(daemon, sid) == "io_wait"
+    assert _phase(daemon, sid) == "compute"
+    # the block's exception goes on; COMPUTE is sent all the same
+    with pytest.raises(KeyError):
+        with session.tool_call(expected=5):
+            raise KeyError("tool failed")
+    assert _phase(daemon, sid) == "compute"
+    session.signal("decode", expected=0.5)
+    assert _phase(daemon, sid) == "decode"
+    session.signal("idle")
+    assert _phase(daemon, sid) == "idle"
+    session.heartbeat()

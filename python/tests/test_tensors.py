@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: MIT
+"""Tensors, graphs of ops and lazy results: bytes moved only when read,
+and only those asked; DLPack through numpy; the daemon's messages for a
+bad graph; arrays djinn cannot take refused with the reason."""
+
+import numpy as np
+import pytest
+
+import djinn
+from djinn import ops
+
+
+def test_upload_download_write(session):
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = session.tensor(a, text=False)
+    assert t.shape == (2, 3, 4) and t.dtype == "float32" and t.nbytes == 96
+    assert np.array_equal(t.numpy(), a)
+    t.write(np.full(4, -1, np.float32), offset=4)
+    b = a.copy().reshape(-1)
+    b[4:8] = -1
+    assert np.array_equal(t.numpy().reshape(-1), b)
+    z = session.zeros((5, 2), "int32")
+    assert np.array_equal(z.numpy(), np.zeros((5, 2), np.int32))
+    for dt in ("float16", "int64", "uint8"):
+        x = np.arange(6).astype(dt)
+        assert np.array_equal(session.tensor(x, text=False).numpy(), x)
+    t.release()
+    with pytest.raises(djinn.Closed):
+        t.numpy()
+
+
+def test_text_dedup(daemon, session, conn):
+    w = np.random.default_rng(7).standard_normal((256, 256)).astype(
+        np.float32)
+    session.tensor(w)
+    with djinn.connect(daemon.addr) as c2, c2.session() as s2:
+        before = c2.stats()
+        again = s2.tensor(w)
+        moved = c2.stats().bytes_sent - before.bytes_sent
+        assert again.deduplicated
+        assert np.array_equal(again.numpy(), w)
+    # the fingerprint crossed, not the 256 KiB
+    assert moved < 1024, moved
+
+
+def test_refusals(session):
+    with pytest.raises(djinn.InvalidArgument) as e:
+        session.tensor(np.zeros((4, 4), np.float32)[:, ::2])
+    assert "C-contiguous" in str(e.value)
+    with pytest.raises(djinn.InvalidArgument) as e:
+        session.tensor(np.zeros(3, np.float64))
+    assert "float64" in str(e.value)
+    with pytest.raises(djinn.InvalidArgument):
+        session.tensor(np.zeros((1,) * 9, np.float32))
+    with pytest.raises(djinn.InvalidArgument):
+        session.zeros((2,), "complex64")
+    t = session.tensor(np.zeros(4, np.float32), text=False)
+    with pytest.raises(djinn.InvalidArgument):
+        t.write(np.zeros(4, np.int32))
+
+
+def test_graph_ops(session):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    w = rng.standard_normal((8, 3)).astype(np.float32)
+    b = rng.standard_normal((4, 3)).astype(np.float32)
+    with session.graph() as g:
+        xv = g.input(x, text=False)
+        y = xv @ w + b
+        r1, r2, r3, r4 = g.run(y, ops.relu(y) * 2.0, ops.softmax(y),
+                               ops.argmax(y))
+        ref = x @ w + b
+        np.testing.assert_allclose(r1.numpy(), ref, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(r2.numpy(), np.maximum(ref, 0) * 2,
+                                   rtol=1e-5, atol=1e-5)
+        e = np.exp(ref - ref.max(-1, keepdims=True))
+        np.testing.assert_allclose(r3.numpy(), e / e.sum(-1, keepdims=True),
+                                   rtol=1e-5, atol=1e-6)
+        assert r4.dtype == "int64"
+        assert np.array_equal(r4.numpy().reshape(-1), ref.argmax(-1))
+    with session.graph() as g:
+        a = g.input(np.arange(12, dtype=np.float32).reshape(3, 4),
+                    text=False)
+        t = ops.permute(ops.reshape(a, (4, 3)), (1, 0))
+        s = ops.slice(a, 1, 1, 3)
+        c = ops.concat([a, a], axis=0)
+        gam = np.ones(4, np.float32)
+        ln = ops.layernorm(a, gam, np.zeros(4, np.float32))
+        rt, rs, rc, rl = g.run(t, s, c, ln)
+        base = np.arange(12, dtype=np.float32).reshape(3, 4)
+        assert np.array_equal(rt.numpy(), base.reshape(4, 3).T)
+        assert np.array_equal(rs.numpy(), base[:, 1:3])
+        assert np.array_equal(rc.numpy(), np.concatenate([base, base]))
+        m = base.mean(-1, keepdims=True)
+        v = base.var(-1, keepdims=True)
+        np.testing.assert_allclose(rl.numpy(), (base - m) / np.sqrt(v + 1e-5),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_graph_errors(session):
+    with session.graph() as g:
+        a = g.input(np.zeros((2, 3), np.float32), text=False)
+        b = g.input(np.zeros((4, 5), np.float32), text=False)
+        y = a @ b
+        with pytest.raises(djinn.InvalidArgument) as e:
+            g.run(y)
+        assert "matmul" in e.value.message, e.value.message
+    with session.graph() as g, session.graph() as h:
+        a = g.input(np.zeros(2, np.float32), text=False)
+        b = h.input(np.zeros(2, np.float32), text=False)
+        with pytest.raises(djinn.InvalidArgument):
+            a + b
+
+
+def test_lazy_reads_move_only_what_is_asked(conn, session):
+    n = 1 << 20  # 4 MiB of f32
+    with session.graph() as g:
+        x = g.input(np.arange(n, dtype=np.float32), text=False)
+        r, = g.run(x * 1.0)
+        r._owner.wait() if hasattr(r._owner, "wait") else None
+        assert r.shape == (n,) and r.nbytes == 4 * n
+        before = conn.stats().bytes_received
+        part = r.read(1000, 256)
+        moved = conn.stats().bytes_received - before
+        assert np.array_equal(part, np.arange(1000, 1256, dtype=np.float32))
+        assert 1024 <= moved < 1024 + 512, moved
+        before = conn.stats().bytes_received
+        assert r[5] == 5.0
+        assert np.array_equal(r[10:14], [10, 11, 12, 13])
+        moved = conn.stats().bytes_received - before
+        assert moved < 1024, moved
+        with pytest.raises(djinn.InvalidArgument):
+            r.read(n - 1, 2)
+        with pytest.raises(IndexError):
+            r[n]
+
+
+def test_lazy_rows_and_dlpack(conn, session):
+    a = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    with session.graph() as g:
+        r, = g.run(g.input(a, text=False) * 1.0)
+        before = conn.stats().bytes_received
+        rows = r[8:10, 4]
+        moved = conn.stats().bytes_received - before
+        assert np.array_equal(rows, a[8:10, 4])
+        assert moved < 2 * 32 * 4 + 512, moved
+        d = np.from_dlpack(r)
+        assert np.array_equal(d, a)
+        assert r.__dlpack_device__() == (1, 0)
+        assert np.array_equal(np.asarray(r), a)
+        # read once: after numpy() nothing more crosses
+        before = conn.stats().bytes_received
+        assert np.array_equal(r[3], a[3])
+        assert conn.stats().bytes_received == before
+
+
+def test_result_as_input_and_release(session):
+    with session.graph() as g:
+        r, = g.run(g.input(np.ones(8, np.float32), text=False) * 3.0)
+    with session.graph() as h:
+        r2, = h.run(h.input(r) + h.input(np.ones(8, np.float32),
+                                         text=False))
+        assert np.array_equal(r2.numpy(), np.full(8, 4, np.float32))
+    r.release()
+    with pytest.raises(djinn.NotFound):
+        r.read()

@@ -1,0 +1,24 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# The Python package (python/djinn) against a real djinnd of this build:
+# pytest over python/tests (Documentation/python.rst, "Tests").
+#
+# Installed by mk/python.mk as BUILD/tests/python/test_python, with the
+# source tree's path in place of @SRCDIR@ ($DJINN_SRC overrides it) and
+# the interpreter in place of @PYTHON@ ($PYTHON overrides it).
+# Exit status: 0 pass, 1 fail, 77 skipped (no numpy or pytest).
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "$here/../.." && pwd)
+src=${DJINN_SRC:-@SRCDIR@}
+py=${PYTHON:-@PYTHON@}
+
+"$py" -c 'import numpy, pytest' 2>/dev/null || {
+	echo "SKIP: $py has no numpy or pytest (Debian: python3-numpy python3-pytest)"
+	exit 77
+}
+cd "$src/python" || exit 1
+DJINN_BUILD=$build DJINN_LIBRARY=$build/libdjinn.so \
+	exec "$py" -m pytest -q -p no:cacheprovider tests
