@@ -41,3 +41,22 @@ python: $(LIBDJINN_SO)
 PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 PYTHON_SITE ?= $(PREFIX)/lib/python$(PYTHON_VERSION)/dist-packages
 INSTALL_LIST += $(if $(PYTHON_VERSION),$(foreach f,$(PY_SRCS),f 644 $(f) $(PYTHON_SITE)/djinn/$(notdir $(f))))
+
+# make bench-python: bench/python-bench.py beside the C client's same
+# calls (bench/py-baseline.c, loaded into the same process)
+PY_BASELINE := $(BUILD)/bench/libpy-baseline.so
+$(BUILD)/bench/py-baseline.pic.o: bench/py-baseline.c
+	@mkdir -p $(@D)
+	@echo "  CC      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -fPIC -c -o $@ $<
+$(PY_BASELINE): $(BUILD)/bench/py-baseline.pic.o $(BUILD)/libdjinn.so
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -o $@ $< -L$(BUILD) -ldjinn \
+		-Wl,-rpath,'$$ORIGIN/..'
+all: $(PY_BASELINE)
+
+.PHONY: bench-python
+bench-python: deps
+	$(Q)$(MAKE) --no-print-directory $(PY_BASELINE) $(DJINND)
+	$(Q)$(PYTHON) bench/python-bench.py --build $(BUILD) \
+		--cache $(BENCH_CACHE) $(BENCH_PYTHON_ARGS)

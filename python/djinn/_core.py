@@ -619,6 +619,12 @@ class Result:
         self.shape: Tuple[int, ...] = shape_of(desc)
         self._code = int(desc.dtype)
         self._full: Optional[np.ndarray] = None
+        self._npdt = _np_dtype(self._code)
+        self._item = _SIZES[self._code]
+        #: elements
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        #: bytes
+        self.nbytes = self.size * self._item
 
     def _p(self) -> int:
         if self._ptr is None:
@@ -632,14 +638,6 @@ class Result:
     @property
     def dtype(self) -> str:
         return DTYPES[self._code]
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * _SIZES[self._code]
 
     @property
     def ndim(self) -> int:
@@ -658,20 +656,37 @@ class Result:
             call("djinn_result_read", self._p(), offset, n, buf)
         return buf.raw[:n]
 
-    def read(self, offset: int = 0, count: Optional[int] = None) -> np.ndarray:
+    def read(self, offset: int = 0, count: Optional[int] = None,
+             out: Optional[np.ndarray] = None) -> np.ndarray:
         """@count elements from element @offset of the flattened result
-        (None: to its end), as a 1-D array; only they cross."""
+        (None: to its end), as a 1-D array; only they cross. @out, a
+        C-contiguous array of the result's dtype (uint16 for bfloat16)
+        and of at least @count elements, receives them instead of a new
+        array (its first @count elements are returned)."""
         if count is None:
             count = self.size - offset
         if offset < 0 or count < 0 or offset + count > self.size:
             raise InvalidArgument(
                 22, f"elements [{offset}, {offset + count}) of a result "
                 f"of {self.size}")
-        a = np.empty(count, _np_dtype(self._code))
+        if out is None:
+            a = np.empty(count, self._npdt)
+        else:
+            if (not isinstance(out, np.ndarray) or out.dtype != self._npdt
+                    or not out.flags.c_contiguous or not out.flags.writeable
+                    or out.size < count or self._code == 3):
+                raise InvalidArgument(
+                    22, f"out= wants a writable C-contiguous {self._npdt} "
+                    f"array of {count} elements at least (not for a "
+                    "bfloat16 result: read_bytes())")
+            a = out if out.size == count and out.ndim == 1 \
+                else out.reshape(-1)[:count]
         if count:
-            sz = _SIZES[self._code]
-            call("djinn_result_read", self._p(), offset * sz, count * sz,
-                 a.ctypes.data_as(ctypes.c_void_p))
+            sz = self._item
+            ret = _lib.lib().djinn_result_read(self._p(), offset * sz,
+                                               count * sz, a.ctypes.data)
+            if ret < 0:
+                raise error(ret, _last_error(), "djinn_result_read")
         return _bf16_to_f32(a) if self._code == 3 else a
 
     def __getitem__(self, key: Any) -> np.ndarray:

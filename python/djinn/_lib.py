@@ -255,7 +255,7 @@ _CALLS = {
     "djinn_ctx_prefill": (_I, [_P, _R(ctypes.c_int32), _U32, _R(StepOpts), _R(Step)]),
     "djinn_ctx_decode": (
         _I,
-        [_P, _U32, _R(Sampling), _R(ctypes.c_int32), _R(StepOpts), _R(Step)],
+        [_P, _U32, _R(Sampling), _P, _R(StepOpts), _R(Step)],
     ),
     "djinn_ctx_resume": (_I, [_P, _P, _R(Step)]),
 }

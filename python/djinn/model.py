@@ -184,6 +184,8 @@ class Context:
                         "")
 
     def _opts(self, logits: bool, break_at: Optional[int]) -> _lib.StepOpts:
+        if not logits and break_at is None:
+            return _PLAIN
         o = _lib.StepOpts()
         o.logits = logits
         if break_at is not None:
@@ -258,15 +260,20 @@ class Context:
                 22, f"temperature={temperature}, top_k={top_k}, "
                 f"top_p={top_p}: want temperature >= 0, top_k >= 0, "
                 "0 < top_p <= 1")
-        sp = _lib.Sampling(temperature, top_k, top_p, 0, seed)
-        buf = (ctypes.c_int32 * n)()
+        sp = _GREEDY if not temperature and not seed and not top_k \
+            and top_p == 1.0 else \
+            _lib.Sampling(temperature, top_k, top_p, 0, seed)
+        buf = np.empty(n, np.int32)
         st = _lib.Step()
         o = self._opts(logits, break_at)
-        got = call("djinn_ctx_decode", self._p(), n, ctypes.byref(sp), buf,
-                   ctypes.byref(o), ctypes.byref(st))
+        got = call("djinn_ctx_decode", self._p(), n, ctypes.byref(sp),
+                   buf.ctypes.data, ctypes.byref(o), ctypes.byref(st))
         if break_at is None:
-            self._stubs(st)
-            return np.frombuffer(buf, np.int32, got).copy()
+            if st.logits:
+                self._stubs(st)
+            else:
+                self.logits = None
+            return buf if got == n else buf[:got]
         self._steps = Steps(self, st, buf)
         return self._steps
 
@@ -341,8 +348,8 @@ class Steps:
             raise error(-16, "the step is paused: iterate it to the end "
                         "(or run()) first", "")
         n = self._st.nr_tokens
-        return (np.frombuffer(self._buf, np.int32, n).copy()
-                if self._buf is not None else np.empty(0, np.int32))
+        return (self._buf[:n].copy() if self._buf is not None
+                else np.empty(0, np.int32))
 
     @property
     def logits(self) -> Optional[Result]:
@@ -377,6 +384,11 @@ class Steps:
                 t.release()
         p.resumed = True
         self._update(st)
+
+
+# greedy decoding, and a step that keeps nothing: read-only for libdjinn
+_GREEDY = _lib.Sampling(0.0, 0, 1.0, 0, 0)
+_PLAIN = _lib.StepOpts()
 
 
 def _convert(a: np.ndarray, code: int) -> np.ndarray:
