@@ -14,7 +14,7 @@ PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
 DEB_PKGS += python3-numpy python3-pytest
 
 PY_SRCS := $(wildcard python/djinn/*.py) python/djinn/py.typed
-PY_TESTS := $(wildcard python/tests/*.py)
+PY_TESTS := $(wildcard python/tests/*.py examples/python/*.py)
 
 PYTHON_TEST := $(BUILD)/tests/python/test_python
 $(PYTHON_TEST): tests/python/test_python.sh $(PY_SRCS) $(PY_TESTS) \

@@ -164,3 +164,19 @@ def test_result_as_input_and_release(session):
     r.release()
     with pytest.raises(djinn.NotFound):
         r.read()
+
+
+def test_read_into(conn, session):
+    a = np.arange(1000, dtype=np.float32)
+    with session.graph() as g:
+        r, = g.run(g.input(a, text=False) * 2.0)
+        buf = np.zeros(300, np.float32)
+        got = r.read(100, 300, out=buf)
+        assert got is buf and np.array_equal(buf, a[100:400] * 2)
+        big = np.zeros(1000, np.float32)
+        assert np.array_equal(r.read(0, 10, out=big), a[:10] * 2)
+        assert np.array_equal(big[10:], np.zeros(990, np.float32))
+        for bad in (np.zeros(300, np.float64), np.zeros(10, np.float32),
+                    np.zeros((300, 2), np.float32)[:, 0]):
+            with pytest.raises(djinn.InvalidArgument):
+                r.read(100, 300, out=bad)
