@@ -7,6 +7,9 @@
 #   make python        a wheel in $(BUILD)/python/ (pip, setuptools)
 #   make install       the package too, into $(PYTHON_SITE)
 #   make bench-python  its cost beside the C client's (bench/python-bench.py)
+#   make test-python-hf  the suite again with torch and transformers (the
+#                      Hugging Face parts: python/tests/test_hf.py), in
+#                      check-hf's cached environment (mk/check-hf.mk)
 #
 # Debian's interpreter, where apt installs numpy and pytest, unless PYTHON
 # says another.
@@ -60,3 +63,24 @@ bench-python: deps
 	$(Q)$(MAKE) --no-print-directory $(PY_BASELINE) $(DJINND)
 	$(Q)$(PYTHON) bench/python-bench.py --build $(BUILD) \
 		--cache $(BENCH_CACHE) $(BENCH_PYTHON_ARGS)
+
+# make test-python-hf: the whole suite in check-hf's environment, with
+# torch and transformers (from PyPI, built once outside the sources),
+# where test_hf.py runs instead of skipping. Too heavy for make test.
+PYTHON_HF_STAMP := $(CHECK_HF_VENV)/.python-hf
+$(PYTHON_HF_STAMP): $(CHECK_HF_VENV)/.check-hf
+	$(Q)$(CHECK_HF_PY) -c 'import pytest' 2>/dev/null || \
+		$(CHECK_HF_PY) -m pip install -q pytest
+	$(Q)touch $@
+
+.PHONY: test-python-hf
+test-python-hf:
+	$(Q)scripts/deps.sh $(DEB_PKGS) python3-venv
+	$(Q)$(MAKE) --no-print-directory $(DJINND) $(DJINNCTL) $(DJINN_TOOL) \
+		$(LIBDJINN_SO) $(CHECK_HF_CACHE)/tf5/.check-hf-$(CHECK_HF_TF5) \
+		$(PYTHON_HF_STAMP)
+	$(Q)cd python && DJINN_BUILD=$(abspath $(BUILD)) \
+		DJINN_LIBRARY=$(abspath $(BUILD))/libdjinn.so \
+		PYTHONPATH=$(abspath $(CHECK_HF_CACHE))/tf5 \
+		$(abspath $(CHECK_HF_PY)) -m pytest -q -p no:cacheprovider tests
+

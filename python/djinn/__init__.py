@@ -44,10 +44,19 @@ from .errors import (
 from ._lib import LibraryError
 from .graph import Graph, Value
 from .model import Context, Model, ModelInfo, Pause, Steps
+from . import hf
+from .hf import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    intercept_huggingface,
+    restore_huggingface,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutoModelForCausalLM",
+    "AutoTokenizer",
     "Busy",
     "Closed",
     "ConnStats",
@@ -77,5 +86,8 @@ __all__ = [
     "Timeout",
     "Value",
     "connect",
+    "hf",
+    "intercept_huggingface",
     "ops",
+    "restore_huggingface",
 ]

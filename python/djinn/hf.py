@@ -1,0 +1,354 @@
+# SPDX-License-Identifier: MIT
+"""Hugging Face-style ghost models: the weights stay on the daemon.
+
+    tok = djinn.AutoTokenizer.from_pretrained("/models/llama")
+    model = djinn.AutoModelForCausalLM.from_pretrained("/models/llama")
+    ids = tok("Once upon a time", return_tensors="pt")["input_ids"]
+    out = model.generate(ids, max_new_tokens=20)
+    print(tok.batch_decode(out))
+
+``from_pretrained(name_or_path)`` opens a *ghost* model: a local
+directory is sent to djinnd by fingerprint (only the files it lacks
+cross, djinn_model_upload()); anything else names a model of djinnd's
+model directory ("org/name" is looked up as "org--name"). Its
+``generate()`` takes and returns what transformers' does for
+input_ids, attention_mask, max_new_tokens, max_length, do_sample,
+temperature, top_k, top_p, eos_token_id and pad_token_id: torch tensors
+for torch tensors, numpy arrays otherwise, each row of a batch its own
+context on the daemon. A ghost model has no forward pass here: its
+layers run on the daemon, a step at a time.
+
+``intercept_huggingface()`` makes transformers' own
+``AutoModelForCausalLM.from_pretrained`` return ghost models, as the
+original system's interception did, until ``restore_huggingface()``.
+
+The models open in a session of a connection made on first use
+(``$DJINN_ADDR``), unless ``session=`` names one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+from types import SimpleNamespace
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from ._core import Connection, Session, connect
+from .errors import InvalidArgument
+from .model import Model
+
+_lock = threading.Lock()
+_default: Optional[Session] = None
+_conn: Optional[Connection] = None
+
+
+def default_session() -> Session:
+    """The session ghost models open in when none is given: on a
+    connection to $DJINN_ADDR made on first use."""
+    global _default, _conn
+    with _lock:
+        if _default is None or _default.closed:
+            _conn = connect()
+            _default = _conn.session("huggingface")
+        return _default
+
+
+def _read_json(path: str) -> Dict[str, Any]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+# ---------------------------------------------------------------------------
+# Tokenizers
+
+
+class Tokenizer:
+    """A model directory's tokenizer.json through the `tokenizers`
+    package, with the special tokens its tokenizer_config.json and
+    config.json name."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            from tokenizers import Tokenizer as _T
+        except ImportError as e:
+            raise ImportError(
+                "djinn.AutoTokenizer needs the tokenizers package "
+                "(pip install tokenizers)") from e
+        file = path if os.path.isfile(path) else \
+            os.path.join(path, "tokenizer.json")
+        if not os.path.isfile(file):
+            raise InvalidArgument(
+                22, f"{path}: no tokenizer.json (djinn reads the fast "
+                "tokenizer's file only)")
+        self._t = _T.from_file(file)
+        d = os.path.dirname(file)
+        tc = _read_json(os.path.join(d, "tokenizer_config.json"))
+        cfg = _read_json(os.path.join(d, "config.json"))
+
+        def tid(name: str) -> Optional[int]:
+            tok = tc.get(name)
+            if isinstance(tok, dict):
+                tok = tok.get("content")
+            if isinstance(tok, str):
+                return self._t.token_to_id(tok)
+            v = cfg.get(name + "_id")
+            return v if isinstance(v, int) else None
+
+        self.eos_token_id = tid("eos_token")
+        self.bos_token_id = tid("bos_token")
+        self.pad_token_id = tid("pad_token")
+        self.vocab_size = self._t.get_vocab_size()
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
+        return list(self._t.encode(
+            text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
+        return self._t.decode([int(i) for i in np.asarray(ids).reshape(-1)],
+                              skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, seqs: Any,
+                     skip_special_tokens: bool = False) -> List[str]:
+        return [self.decode(s, skip_special_tokens) for s in np.asarray(
+            _numpy(seqs))]
+
+    def __call__(self, text: Union[str, Sequence[str]],
+                 return_tensors: Optional[str] = None,
+                 padding: Union[bool, str] = False,
+                 add_special_tokens: bool = True) -> Dict[str, Any]:
+        """input_ids and attention_mask, as transformers' tokenizers give
+        them: lists, or with return_tensors "np" or "pt" arrays (a batch
+        padded on the left, as decoder-only generation wants)."""
+        single = isinstance(text, str)
+        rows = [self.encode(t, add_special_tokens)
+                for t in ([text] if single else text)]
+        if return_tensors is None and not padding:
+            ids = rows[0] if single else rows
+            mask = [[1] * len(r) for r in rows]
+            return {"input_ids": ids,
+                    "attention_mask": mask[0] if single else mask}
+        n = max(len(r) for r in rows)
+        pad = self.pad_token_id if self.pad_token_id is not None else \
+            (self.eos_token_id or 0)
+        ids = np.full((len(rows), n), pad, np.int64)
+        mask = np.zeros((len(rows), n), np.int64)
+        for i, r in enumerate(rows):
+            if r:
+                ids[i, n - len(r):] = r
+                mask[i, n - len(r):] = 1
+        if return_tensors == "pt":
+            import torch
+
+            return {"input_ids": torch.from_numpy(ids),
+                    "attention_mask": torch.from_numpy(mask)}
+        if return_tensors not in (None, "np"):
+            raise InvalidArgument(
+                22, f"return_tensors={return_tensors!r}: 'np' or 'pt'")
+        return {"input_ids": ids, "attention_mask": mask}
+
+
+class AutoTokenizer:
+    """``AutoTokenizer.from_pretrained(path)``: a model directory's
+    tokenizer.json (no torch needed)."""
+
+    @staticmethod
+    def from_pretrained(path: Union[str, os.PathLike], *args: Any,
+                        **kwargs: Any) -> Tokenizer:
+        return Tokenizer(os.fspath(path))
+
+
+# ---------------------------------------------------------------------------
+# Ghost models
+
+
+def _numpy(x: Any) -> np.ndarray:
+    if type(x).__module__.startswith("torch"):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+class GhostModelForCausalLM:
+    """A causal LM whose weights are on djinnd: ``generate()`` as
+    transformers' for the arguments it takes, one context per row."""
+
+    def __init__(self, model: Model, name_or_path: str,
+                 config: Dict[str, Any], generation: Dict[str, Any]) -> None:
+        self.djinn_model = model
+        self.name_or_path = name_or_path
+        i = model.info
+        cfg = dict(config)
+        cfg.setdefault("vocab_size", i.vocab)
+        cfg.setdefault("num_hidden_layers", i.n_layer)
+        cfg.setdefault("hidden_size", i.hidden)
+        cfg.setdefault("max_position_embeddings", i.max_tokens)
+        self.config = SimpleNamespace(**cfg)
+        self.generation_config = SimpleNamespace(**generation)
+        self.device = "djinn"
+
+    def eval(self) -> "GhostModelForCausalLM":
+        return self
+
+    def to(self, *args: Any, **kwargs: Any) -> "GhostModelForCausalLM":
+        """Nothing moves: the weights are on djinnd."""
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "a ghost model's layers run on djinnd a step at a time: use "
+            "generate(), or djinn contexts (model.djinn_model.context()) "
+            "for logits and breakpoints")
+
+    def _gen(self, name: str, given: Any, default: Any) -> Any:
+        if given is not None:
+            return given
+        return getattr(self.generation_config, name, default)
+
+    def generate(self, input_ids: Any = None, *,
+                 attention_mask: Any = None,
+                 max_new_tokens: Optional[int] = None,
+                 max_length: Optional[int] = None,
+                 do_sample: Optional[bool] = None,
+                 temperature: Optional[float] = None,
+                 top_k: Optional[int] = None,
+                 top_p: Optional[float] = None,
+                 eos_token_id: Any = None,
+                 pad_token_id: Optional[int] = None,
+                 seed: Optional[int] = None,
+                 **kwargs: Any) -> Any:
+        """The input rows followed by their new tokens, (batch, length):
+        a torch tensor for a torch input, else a numpy array. Greedy
+        unless do_sample (transformers' default and the checkpoint's
+        generation_config.json apply); a row stops at an eos token and
+        is padded with pad_token_id while the others go on, and the
+        batch stops when every row has. Sampling draws from djinnd's own
+        stream (seed=, random when not given), not torch's."""
+        if input_ids is None:
+            raise InvalidArgument(22, "generate() needs input_ids")
+        if kwargs.get("num_beams", 1) not in (1, None) or \
+                kwargs.get("num_return_sequences", 1) not in (1, None):
+            raise InvalidArgument(
+                22, "ghost models decode one sequence a row (no beams)")
+        torch_in = type(input_ids).__module__.startswith("torch")
+        ids = _numpy(input_ids)
+        if ids.ndim == 1:
+            ids = ids[None, :]
+        if ids.ndim != 2:
+            raise InvalidArgument(22, f"input_ids of {ids.ndim} dims")
+        mask = None if attention_mask is None else _numpy(attention_mask)
+        if mask is not None and mask.shape != ids.shape:
+            raise InvalidArgument(22, "attention_mask's shape is not "
+                                  "input_ids'")
+        T = ids.shape[1]
+        if max_new_tokens is None:
+            ml = self._gen("max_length", max_length, 20)
+            max_new_tokens = ml - T
+        if max_new_tokens < 1:
+            raise InvalidArgument(
+                22, f"{max_new_tokens} new tokens to generate "
+                f"(max_length {max_length}, prompt {T})")
+        sample = bool(self._gen("do_sample", do_sample, False))
+        eos = self._gen("eos_token_id", eos_token_id, None)
+        eos_set = set(eos if isinstance(eos, (list, tuple)) else
+                      ([] if eos is None else [eos]))
+        pad = self._gen("pad_token_id", pad_token_id, None)
+        if pad is None:
+            pad = min(eos_set) if eos_set else 0
+        if sample:
+            kw = dict(temperature=float(self._gen("temperature", temperature,
+                                                  1.0)),
+                      top_k=int(self._gen("top_k", top_k, 50) or 0),
+                      top_p=float(self._gen("top_p", top_p, 1.0)),
+                      seed=int(seed if seed is not None else
+                               random.getrandbits(63)))
+        else:
+            kw = {}
+        rows = []
+        for r in range(ids.shape[0]):
+            prompt = ids[r] if mask is None else ids[r][mask[r] != 0]
+            with self.djinn_model.context(
+                    min(self.djinn_model.info.max_tokens,
+                        len(prompt) + max_new_tokens)) as ctx:
+                ctx.prefill(prompt)
+                new = ctx.generate(max_new_tokens, **kw).tolist()
+            for k, t in enumerate(new):
+                if t in eos_set:
+                    new = new[:k + 1]
+                    break
+            rows.append(new)
+        width = max(len(r) for r in rows)
+        out = np.full((ids.shape[0], T + width), pad, ids.dtype
+                      if ids.dtype.kind in "iu" else np.int64)
+        out[:, :T] = ids
+        for r, new in enumerate(rows):
+            out[r, T:T + len(new)] = new
+        if torch_in:
+            import torch
+
+            return torch.from_numpy(out).to(input_ids.device)
+        return out
+
+
+def _model_name(name: str) -> str:
+    return name.replace("/", "--")
+
+
+class AutoModelForCausalLM:
+    """``AutoModelForCausalLM.from_pretrained(name_or_path)``: a ghost
+    model (see the module's doc)."""
+
+    @staticmethod
+    def from_pretrained(name_or_path: Union[str, os.PathLike], *args: Any,
+                        session: Optional[Session] = None,
+                        **kwargs: Any) -> GhostModelForCausalLM:
+        s = session or default_session()
+        p = os.fspath(name_or_path)
+        if os.path.isdir(p):
+            m = s.upload_model(p)
+            cfg = _read_json(os.path.join(p, "config.json"))
+            gen = _read_json(os.path.join(p, "generation_config.json"))
+        else:
+            m = s.model(_model_name(p))
+            cfg, gen = {}, {}
+        for k in ("eos_token_id", "pad_token_id", "bos_token_id"):
+            if k not in gen and cfg.get(k) is not None:
+                gen[k] = cfg[k]
+        return GhostModelForCausalLM(m, p, cfg, gen)
+
+
+_saved: Optional[Any] = None
+
+
+def intercept_huggingface(session: Optional[Session] = None) -> None:
+    """Make transformers.AutoModelForCausalLM.from_pretrained return
+    ghost models (in @session, else the default one) until
+    restore_huggingface()."""
+    global _saved
+    import transformers
+
+    cls = transformers.AutoModelForCausalLM
+    if _saved is None:
+        _saved = cls.__dict__["from_pretrained"]
+
+    def from_pretrained(klass: Any, name_or_path: Any, *args: Any,
+                        **kwargs: Any) -> GhostModelForCausalLM:
+        return AutoModelForCausalLM.from_pretrained(
+            name_or_path, session=session, **kwargs)
+
+    cls.from_pretrained = classmethod(from_pretrained)
+
+
+def restore_huggingface() -> None:
+    """Undo intercept_huggingface()."""
+    global _saved
+    if _saved is not None:
+        import transformers
+
+        transformers.AutoModelForCausalLM.from_pretrained = _saved
+        _saved = None
