@@ -64,13 +64,14 @@ bench-python: deps
 	$(Q)$(PYTHON) bench/python-bench.py --build $(BUILD) \
 		--cache $(BENCH_CACHE) $(BENCH_PYTHON_ARGS)
 
-# make test-python-hf: the whole suite in check-hf's environment, with
-# torch and transformers (from PyPI, built once outside the sources),
-# where test_hf.py runs instead of skipping. Too heavy for make test.
+# make test-python-hf: mypy over the package, then the whole suite in
+# check-hf's environment, with torch and transformers (from PyPI, built
+# once outside the sources), where test_hf.py runs instead of skipping.
+# Too heavy for make test.
 PYTHON_HF_STAMP := $(CHECK_HF_VENV)/.python-hf
 $(PYTHON_HF_STAMP): $(CHECK_HF_VENV)/.check-hf
-	$(Q)$(CHECK_HF_PY) -c 'import pytest' 2>/dev/null || \
-		$(CHECK_HF_PY) -m pip install -q pytest
+	$(Q)$(CHECK_HF_PY) -c 'import pytest, mypy' 2>/dev/null || \
+		$(CHECK_HF_PY) -m pip install -q pytest mypy
 	$(Q)touch $@
 
 .PHONY: test-python-hf
@@ -79,6 +80,8 @@ test-python-hf:
 	$(Q)$(MAKE) --no-print-directory $(DJINND) $(DJINNCTL) $(DJINN_TOOL) \
 		$(LIBDJINN_SO) $(CHECK_HF_CACHE)/tf5/.check-hf-$(CHECK_HF_TF5) \
 		$(PYTHON_HF_STAMP)
+	$(Q)cd python && $(abspath $(CHECK_HF_PY)) -m mypy \
+		--ignore-missing-imports djinn
 	$(Q)cd python && DJINN_BUILD=$(abspath $(BUILD)) \
 		DJINN_LIBRARY=$(abspath $(BUILD))/libdjinn.so \
 		PYTHONPATH=$(abspath $(CHECK_HF_CACHE))/tf5 \

@@ -58,6 +58,13 @@ def _out() -> ctypes.c_void_p:
     return ctypes.c_void_p()
 
 
+def got(out: ctypes.c_void_p) -> int:
+    """The object a libdjinn call made, from its out parameter."""
+    if not out.value:
+        raise Error(5, "libdjinn returned no object", "")  # EIO
+    return int(out.value)
+
+
 # ---------------------------------------------------------------------------
 # Dtypes
 
@@ -204,7 +211,7 @@ class Connection:
                              _b(tls_cert), _b(tls_key), _b(token))
         call("djinn_connect_opts", _b(addr), ctypes.byref(o),
              ctypes.byref(out))
-        self._ptr = out.value
+        self._ptr = got(out)
         self.addr = addr
 
     def _p(self) -> int:
@@ -281,7 +288,7 @@ class Connection:
         out = _out()
         call("djinn_session_attach", self._p(), session_id, t,
              ctypes.byref(out))
-        return Session(self, out.value)
+        return Session(self, got(out))
 
 
 # ---------------------------------------------------------------------------
@@ -321,7 +328,7 @@ class Session:
         else:
             call("djinn_session_open_on", conn._p(), ctypes.byref(o),
                  device, ctypes.byref(out))
-        return cls(conn, out.value)
+        return cls(conn, got(out))
 
     def _p(self) -> int:
         if self._ptr is None:
@@ -410,7 +417,7 @@ class Session:
         out = _out()
         call("djinn_tensor_upload", self._p(), ctypes.byref(d), None, 0,
              ctypes.byref(out))
-        return Tensor(self, out.value)
+        return Tensor(self, got(out))
 
     def graph(self) -> "Graph":
         """A graph builder of this session (djinn.graph.Graph)."""
@@ -477,7 +484,7 @@ class Tensor:
         call("djinn_tensor_upload", session._p(), ctypes.byref(d),
              a.ctypes.data_as(ctypes.c_void_p), 1 if text else 0,
              ctypes.byref(out))
-        return cls(session, out.value)
+        return cls(session, got(out))
 
     def _p(self) -> int:
         if self._ptr is None:

@@ -22,7 +22,7 @@ import ctypes
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
-from ._core import Request, Result, Session, Tensor, call
+from ._core import Request, Result, Session, Tensor, call, got
 from .errors import InvalidArgument, closed, error
 
 
@@ -34,7 +34,7 @@ class Graph:
         out = ctypes.c_void_p()
         call("djinn_graph_new", session._p(), ctypes.byref(out))
         self.session = session
-        self._ptr: Optional[int] = out.value
+        self._ptr: Optional[int] = got(out)
         self._outputs: Dict[int, int] = {}  # value -> result index
         self._keep: List[Any] = []  # tensors it uploaded, results it uses
 
@@ -104,7 +104,7 @@ class Graph:
         if ret < 0:
             msg = _lib.lib().djinn_graph_error(self._ptr)
             raise error(ret, msg.decode() if msg else "", "djinn_submit")
-        return Request(self.session, out.value)
+        return Request(self.session, got(out))
 
     def run(self, *values: "Value") -> Tuple[Result, ...]:
         """Make @values outputs, submit, and return their lazy results

@@ -126,14 +126,13 @@ class Tokenizer:
         """input_ids and attention_mask, as transformers' tokenizers give
         them: lists, or with return_tensors "np" or "pt" arrays (a batch
         padded on the left, as decoder-only generation wants)."""
+        texts: List[str] = [text] if isinstance(text, str) else list(text)
         single = isinstance(text, str)
-        rows = [self.encode(t, add_special_tokens)
-                for t in ([text] if single else text)]
+        rows = [self.encode(t, add_special_tokens) for t in texts]
         if return_tensors is None and not padding:
-            ids = rows[0] if single else rows
-            mask = [[1] * len(r) for r in rows]
-            return {"input_ids": ids,
-                    "attention_mask": mask[0] if single else mask}
+            masks = [[1] * len(r) for r in rows]
+            return {"input_ids": rows[0] if single else rows,
+                    "attention_mask": masks[0] if single else masks}
         n = max(len(r) for r in rows)
         pad = self.pad_token_id if self.pad_token_id is not None else \
             (self.eos_token_id or 0)
@@ -260,6 +259,7 @@ class GhostModelForCausalLM:
         pad = self._gen("pad_token_id", pad_token_id, None)
         if pad is None:
             pad = min(eos_set) if eos_set else 0
+        kw: Dict[str, Any]
         if sample:
             kw = dict(temperature=float(self._gen("temperature", temperature,
                                                   1.0)),

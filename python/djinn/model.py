@@ -26,7 +26,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Union, overload
 import numpy as np
 
 from . import _lib
-from ._core import DTYPES, Result, Session, as_array, call, desc_of
+from ._core import DTYPES, Result, Session, as_array, call, desc_of, got
 from .errors import InvalidArgument, closed, error
 
 ARCHS = {1: "gpt2", 2: "llama", 3: "qwen2", 4: "qwen3", 5: "mistral"}
@@ -71,7 +71,7 @@ class Model:
         out = ctypes.c_void_p()
         call("djinn_model_open", session._p(), name.encode(),
              ctypes.byref(out))
-        return cls(session, out.value)
+        return cls(session, got(out))
 
     @classmethod
     def _upload(cls, session: Session, path: Union[str, os.PathLike]) -> "Model":
@@ -83,7 +83,7 @@ class Model:
         out = ctypes.c_void_p()
         call("djinn_model_upload", session._p(), p.encode(),
              ctypes.byref(out))
-        return cls(session, out.value)
+        return cls(session, got(out))
 
     def _p(self) -> int:
         if self._ptr is None:
@@ -100,7 +100,7 @@ class Model:
         model's longest)."""
         out = ctypes.c_void_p()
         call("djinn_ctx_new", self._p(), max_tokens or 0, ctypes.byref(out))
-        return Context(self, out.value)
+        return Context(self, got(out))
 
     def close(self) -> None:
         """Close it (Busy while it has contexts)."""
@@ -175,7 +175,7 @@ class Context:
         device)."""
         out = ctypes.c_void_p()
         call("djinn_ctx_fork", self._p(), ctypes.byref(out))
-        return Context(self.model, out.value)
+        return Context(self.model, got(out))
 
     def _busy(self) -> None:
         if self._steps is not None and not self._steps.done:
@@ -408,4 +408,4 @@ def _upload_raw(session: Session, a: np.ndarray, code: int) -> Any:
     out = ctypes.c_void_p()
     call("djinn_tensor_upload", session._p(), ctypes.byref(d),
          a.ctypes.data_as(ctypes.c_void_p), 0, ctypes.byref(out))
-    return Tensor(session, out.value)
+    return Tensor(session, got(out))
