@@ -308,7 +308,10 @@ PHASES = {
 
 class Session:
     """A leased session: its tensors, graphs, models and contexts live
-    on the daemon until it closes. libdjinn renews its lease."""
+    on the daemon until it closes, or until the Python objects are
+    released, freed or collected. libdjinn renews its lease. A session
+    that is collected unclosed lives on until its lease runs out (as a
+    C program's would; see Connection.attach()): close it."""
 
     def __init__(self, conn: Connection, ptr: int) -> None:
         self.conn = conn
@@ -532,6 +535,10 @@ class Tensor:
             call("djinn_tensor_release", p)
         self._ptr = None
 
+    def __del__(self) -> None:  # collected: dropped on the daemon too
+        with contextlib.suppress(Exception):
+            self.release()
+
     def __repr__(self) -> str:
         return f"<djinn.Tensor {self.dtype}{list(self.shape)}>"
 
@@ -605,6 +612,10 @@ class Request:
             p, self._ptr = self._ptr, None
             _lib.lib().djinn_request_free(p)
         self._ptr = None
+
+    def __del__(self) -> None:  # its results hold it while they live
+        with contextlib.suppress(Exception):
+            self.free()
 
 
 class Result:

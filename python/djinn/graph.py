@@ -18,6 +18,7 @@ differ").
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -49,6 +50,10 @@ class Graph:
             p, self._ptr = self._ptr, None
             _lib.lib().djinn_graph_free(p)
         self._ptr = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.free()
 
     def __enter__(self) -> "Graph":
         return self

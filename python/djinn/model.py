@@ -18,6 +18,7 @@ token ids go in and come out (djinn.AutoTokenizer turns text into them).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from dataclasses import dataclass
@@ -108,6 +109,10 @@ class Model:
             call("djinn_model_close", self._ptr)
         self._ptr = None
 
+    def __del__(self) -> None:  # its contexts hold it while they live
+        with contextlib.suppress(Exception):
+            self.close()
+
     def __enter__(self) -> "Model":
         return self
 
@@ -156,6 +161,10 @@ class Context:
             self._epoch += 1
             call("djinn_ctx_free", p)
         self._ptr = None
+
+    def __del__(self) -> None:  # collected: its cache goes
+        with contextlib.suppress(Exception):
+            self.free()
 
     def __enter__(self) -> "Context":
         return self

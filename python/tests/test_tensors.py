@@ -182,3 +182,35 @@ def test_read_into(conn, session):
                     np.zeros((300, 2), np.float32)[:, 0]):
             with pytest.raises(djinn.InvalidArgument):
                 r.read(100, 300, out=bad)
+
+
+def _tensors(daemon, sid):
+    return {e["id"]: e for e in daemon.ctl("session", "list")}[sid][
+        "tensors"]
+
+
+def test_collected_objects_go_on_the_daemon(daemon, session):
+    """Results, tensors and contexts a program drops are freed on the
+    daemon when Python collects them, so a loop does not fill the
+    session."""
+    import gc
+
+    sid = session.id
+    base = _tensors(daemon, sid)
+    w = session.tensor(np.ones((64, 64), np.float32))
+    for i in range(50):
+        with session.graph() as g:
+            r, = g.run(g.input(np.full((8, 64), i, np.float32),
+                               text=False) @ w)
+            assert r[0, 0] == 64 * i
+        del r, g
+    gc.collect()
+    assert _tensors(daemon, sid) <= base + 2
+    m = session.model("tiny-gpt2")
+    for _ in range(20):
+        ctx = m.context()
+        ctx.prefill([1, 2, 3], logits=True)
+        ctx.logits.read(0, 4)
+    del ctx
+    gc.collect()
+    assert _tensors(daemon, sid) <= base + 2
