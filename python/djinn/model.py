@@ -211,20 +211,22 @@ class Context:
 
     @overload
     def prefill(self, ids: Any, *, logits: bool = ...,
-                break_at: None = ...) -> None: ...
+                break_at: None = ...) -> Optional[Result]: ...
 
     @overload
     def prefill(self, ids: Any, *, logits: bool = ...,
                 break_at: int) -> "Steps": ...
 
     def prefill(self, ids: Any, *, logits: bool = False,
-                break_at: Optional[int] = None) -> Optional["Steps"]:
+                break_at: Optional[int] = None
+                ) -> Union[Optional[Result], "Steps"]:
         """Append token @ids and run them (one forward pass).
 
         logits=True keeps the logits after the last token as a lazy
-        result, ``ctx.logits`` (vocab floats, read when asked). With
-        break_at=L it pauses after layer L and returns the step's pauses
-        (Steps) to iterate."""
+        result, (1, vocab) floats read when asked, and returns it (it is
+        ``ctx.logits`` too); else returns None. With break_at=L it pauses
+        after layer L and returns the step's pauses (Steps) to iterate
+        (``steps.logits`` once done)."""
         self._busy()
         t = _tokens(ids, self.model.info.vocab)
         if not t.size:
@@ -236,7 +238,7 @@ class Context:
              ctypes.byref(o), ctypes.byref(st))
         if break_at is None:
             self._stubs(st)
-            return None
+            return self.logits
         self._steps = Steps(self, st, None)
         return self._steps
 

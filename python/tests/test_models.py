@@ -41,6 +41,10 @@ def test_tokens_equal_the_c_client(daemon, session, tmp_path, name,
     rows = np.fromfile(tmp_path / "logits", np.float32).reshape(
         13, m.info.vocab)
     ctx = m.context()
+    first = ctx.prefill(PROMPT, logits=True)
+    assert first is ctx.logits and first.shape == (1, m.info.vocab)
+    assert ctx.prefill([PROMPT[0]]) is None and ctx.logits is None
+    ctx.reset()
     ctx.prefill(PROMPT, logits=True)
     got, logits = [], [ctx.logits.numpy().reshape(-1)]
     for _ in range(12):
