@@ -34,6 +34,13 @@
 #                                       host's kernel (kernel TLS when it
 #                                       has the tls module), after what
 #                                       the kernel and CPU offer
+#   scripts/gpu-kit.sh python [KIT] [OUT]
+#                                       there: the Python package's tests
+#                                       (python/tests, with pytest and
+#                                       numpy of python3 or $PYTHON)
+#                                       against the kit's djinnd on the
+#                                       GPU (--backend cuda), its C client
+#                                       and libdjinn
 #   scripts/gpu-kit.sh info [KIT]       the versions alone: the driver
 #                                       (nvidia-smi and cuDriverGetVersion),
 #                                       the toolkit the kit was built
@@ -65,7 +72,7 @@ pack() {
 	for f in "$build"/djinnd/djinnd "$build"/tools/djinnctl \
 		"$build"/bench/gpu-bench "$build"/bench/model-bench \
 		"$build"/bench/agent-bench "$build"/bench/stream-bench \
-		"$build"/tools/djinn-bench \
+		"$build"/tools/djinn-bench "$build"/tools/djinn \
 		"$build"/tests/gpu/test_*; do
 		case $f in *.o | *.d) continue ;; esac
 		[ -x "$f" ] || { echo "gpu-kit: no $f: run make first" >&2; exit 1; }
@@ -295,14 +302,39 @@ tls() {
 	return $s
 }
 
+# the Python package's tests against the kit's programs, on the GPU
+python_tests() {
+	out=${3:-$kit/out}
+	unpack
+	mkdir -p "$out" || exit 1
+	extra=$(blas_dirs | cut -f1 | tr '\n' ':')
+	LD_LIBRARY_PATH="$(cd "$kit/lib" && pwd):$extra${LD_LIBRARY_PATH:-}"
+	LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
+	bin=$(cd "$kit/bin" && pwd)
+	export LD_LIBRARY_PATH
+	if ! "$py" -c 'import numpy, pytest' 2>/dev/null; then
+		echo "gpu-kit: $py has no numpy or pytest: the Python tests skipped"
+		return 0
+	fi
+	(cd python && DJINN_TEST_BACKEND=cuda \
+		DJINND=$bin/djinnd DJINNCTL=$bin/djinnctl \
+		DJINN_TOOL=$bin/djinn \
+		DJINN_LIBRARY=$(cd "../$kit/lib" && pwd)/libdjinn.so.0 \
+		"$py" -m pytest -q -p no:cacheprovider tests) 2>&1 |
+		tee "$out/python.txt"
+	tail -1 "$out/python.txt" | grep -q ' passed' &&
+		! tail -1 "$out/python.txt" | grep -q 'failed'
+}
+
 case ${1:-} in
 pack) pack ;;
 run) run "$@" ;;
 agent) agent "$@" ;;
 tls) tls "$@" ;;
+python) python_tests "$@" ;;
 info) unpack && info ;;
 *)
-	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | agent [KIT] [OUT] | tls [KIT] [OUT] | info [KIT]" >&2
+	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | agent [KIT] [OUT] | tls [KIT] [OUT] | python [KIT] [OUT] | info [KIT]" >&2
 	exit 2
 	;;
 esac

@@ -3,7 +3,9 @@
 for the run with two small models written by scripts/mkmodel.py.
 
 $DJINN_BUILD names the build tree (default: build/ of the checkout);
-$DJINND, $DJINNCTL and $DJINN_TOOL override the programs in it.
+$DJINND, $DJINNCTL and $DJINN_TOOL override the programs in it, and
+$DJINN_TEST_BACKEND ("cuda": scripts/gpu-kit.sh python) djinnd's backend
+(default cpu, 256 MiB).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ DJINND = os.environ.get("DJINND", str(BUILD / "djinnd" / "djinnd"))
 DJINNCTL = os.environ.get("DJINNCTL", str(BUILD / "tools" / "djinnctl"))
 DJINN_TOOL = os.environ.get("DJINN_TOOL", str(BUILD / "tools" / "djinn"))
 MKMODEL = ROOT / "scripts" / "mkmodel.py"
+BACKEND = os.environ.get("DJINN_TEST_BACKEND", "cpu")
 
 sys.path.insert(0, str(ROOT / "python"))
 os.environ.setdefault("DJINN_LIBRARY", str(BUILD / "libdjinn.so"))
@@ -56,8 +59,9 @@ class Daemon:
                             str(self.models / name)], check=True,
                            stdout=subprocess.DEVNULL)
         self.proc = subprocess.Popen(
-            [DJINND, "-f", "-l", self.addr, "-a", str(self.admin), "-m",
-             "256M", "--model-dir", str(self.models)],
+            [DJINND, "-f", "-l", self.addr, "-a", str(self.admin),
+             "--backend", BACKEND, "-m", "256M", "--model-dir",
+             str(self.models)],
             stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

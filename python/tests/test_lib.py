@@ -58,4 +58,4 @@ def test_too_old_library(tmp_path):
 def test_found_library():
     import djinn._lib as L
 
-    assert L.path().endswith("libdjinn.so")
+    assert os.path.basename(L.path()).startswith("libdjinn.so")
