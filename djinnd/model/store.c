@@ -931,14 +931,24 @@ int model_relieve(struct model_hold *h, uint64_t need, char *msg, size_t msglen)
 			      "model %s: its steps did not finish within 2 s, "
 			      "or it is moving already",
 			      m->name);
-	/* No step runs: the placement is ours to change. */
+	/* No step runs: the placement is ours to change, unless another
+	 * tenant holds the model too (streaming it would slow their steps
+	 * for this tenant's cache). Opens wait from here on. */
 	pthread_mutex_lock(&ms->lock);
 	R0 = m->resident;
 	ring0 = m->ring;
-	ret = sm->loading ? -EBUSY :
-			    relieve_plan(ms, m, need, &R, &ring, msg, msglen);
-	if (ret == -EBUSY)
+	ret = sm->loading ? -EBUSY : 0;
+	if (ret)
 		errmsg(msg, msglen, ret, "model %s is being loaded", m->name);
+	list_for_each_entry(x, &sm->holds, node)
+		if (!ret &&
+		    strcmp(vmu_session_tenant(x->s), vmu_session_tenant(h->s)))
+			ret = errmsg(msg, msglen, -EPERM,
+				     "model %s is held by other tenants too: "
+				     "streaming it would slow their steps",
+				     m->name);
+	if (!ret)
+		ret = relieve_plan(ms, m, need, &R, &ring, msg, msglen);
 	if (!ret)
 		sm->loading = true; /* opens wait, evict and list pass */
 	pthread_mutex_unlock(&ms->lock);

@@ -201,14 +201,14 @@ void model_step_leave(const struct model_hold *h);
  * Memory pressure (Documentation/streaming.rst, "Under memory pressure"):
  * make room for @need bytes of device memory by streaming more layers of
  * @h's model, when it was placed under no budget of its own (a budget is
- * an administrator's placement, kept) and no other model shares its
- * weights: the fewest more layers whose text bytes, less a ring of two
+ * an administrator's placement, kept), no other model shares its weights
+ * and no other tenant's session holds it (it would slow their steps): the fewest more layers whose text bytes, less a ring of two
  * of its largest layers for a model that had none, free @need. It waits
  * (2 s at most) for the model's steps to finish and holds new ones back
  * while the weights move: the resident part is copied to host memory,
  * dropped, and put back smaller, the layers it gave up joining the
  * streamed ones. 0, or -ENOMEM (it cannot free that much), -EPERM (a
- * budget of its own, or an upload), -EBUSY (its steps did not finish, or
+ * budget of its own, an upload, another tenant's holder), -EBUSY (its steps did not finish, or
  * it is being loaded), -EIO (the move failed: see model_step_enter()),
  * with the reason in @msg.
  */

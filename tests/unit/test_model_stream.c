@@ -569,6 +569,40 @@ static void test_relieve(void **state)
 	out_free(&o);
 }
 
+/* Another tenant holding the model keeps it where it is: streaming it
+ * would slow their steps for this tenant's cache. The same tenant's
+ * other sessions do not. */
+static void test_relieve_tenants(void **state)
+{
+	struct model_fix *f = *state;
+	struct vmu_session *mine, *theirs;
+	struct model_hold *h, *hm, *ht;
+	char msg[ST_MSG_LEN];
+	uint32_t L;
+
+	assert_int_equal(vmu_session_create(f->env.v, "test", &mine), 0);
+	assert_int_equal(vmu_session_create(f->env.v, "zeta", &theirs), 0);
+	h = hold(f, "gpt2");
+	L = h->m->cfg.n_layer;
+	if (model_open(f->ms, mine, "gpt2", &hm, msg, sizeof(msg)) ||
+	    model_open(f->ms, theirs, "gpt2", &ht, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	assert_int_equal(model_relieve(h, 1, msg, sizeof(msg)), -EPERM);
+	printf("  refused: %s\n", msg);
+	assert_non_null(strstr(msg, "other tenants"));
+	assert_null(strstr(msg, "zeta")); /* not named to this tenant */
+	assert_int_equal(info_of(f, "gpt2").resident, L);
+	model_close(ht);
+	if (model_relieve(h, 1, msg, sizeof(msg)))
+		fail_msg("relieve, one tenant: %s", msg);
+	assert_true(info_of(f, "gpt2").resident < L);
+	assert_int_equal(info_of(f, "gpt2").holders, 2);
+	model_close(hm);
+	model_close(h);
+	vmu_session_destroy(theirs);
+	vmu_session_destroy(mine);
+}
+
 static int group_setup(void **state)
 {
 	static const char *llama = "--seed 21 --arch llama --embd 256 "
@@ -611,8 +645,9 @@ static int setup(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TEST(test_same_llama), TEST(test_same_gpt2), TEST(test_budgets),
-		TEST(test_batch),      TEST(test_relieve),
+		TEST(test_same_llama), TEST(test_same_gpt2),
+		TEST(test_budgets),    TEST(test_batch),
+		TEST(test_relieve),    TEST(test_relieve_tenants),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
