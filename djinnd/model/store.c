@@ -12,8 +12,9 @@
 
 #include <openssl/evp.h>
 
-#include "list.h"
+#include "clock.h"
 #include "errmsg.h"
+#include "list.h"
 #include "model/store.h"
 
 /*
@@ -521,7 +522,7 @@ int model_store_budget_check(struct model_store *ms, const char *name,
 
 	pthread_mutex_lock(&ms->lock);
 	sm = find(ms, name, NULL);
-	if (sm && sm->loading && placed_otherwise(sm, bytes, slots))
+	if (sm && sm->loading) /* its placement is not known yet */
 		ret = errmsg(msg, msglen, -EBUSY,
 			     "model %s is being loaded: try again once it is",
 			     name);
@@ -640,7 +641,15 @@ again:
 		}
 		INIT_LIST_HEAD(&sm->holds);
 		pthread_mutex_init(&sm->gate, NULL);
-		pthread_cond_init(&sm->gate_cv, NULL);
+		{
+			pthread_condattr_t ca;
+
+			/* gate_close()'s deadline is mono_ns()'s */
+			pthread_condattr_init(&ca);
+			pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+			pthread_cond_init(&sm->gate_cv, &ca);
+			pthread_condattr_destroy(&ca);
+		}
 		snprintf(sm->m.name, sizeof(sm->m.name), "%s", name);
 		if (up) {
 			sm->uploaded = true;
@@ -787,8 +796,7 @@ static int gate_close(struct store_model *sm)
 	struct timespec dl;
 	int ret = 0;
 
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += 2;
+	dl = ns_to_timespec(mono_ns() + 2 * NSEC_PER_SEC);
 	pthread_mutex_lock(&sm->gate);
 	if (sm->moving) {
 		ret = -EBUSY; /* another move */
@@ -855,6 +863,31 @@ static int relieve_plan(struct model_store *ms, const struct model *m,
 		      (unsigned long long)need);
 }
 
+/* Store lock held: why @sm may not move for @h's tenant, or 0. */
+static int relieve_refused(const struct store_model *sm,
+			   const struct model_hold *h, char *msg, size_t msglen)
+{
+	const struct model_hold *x;
+
+	if (sm->gone || sm->lost)
+		return errmsg(msg, msglen, -EIO,
+			      "model %s lost its weights: close it and open "
+			      "it again",
+			      sm->m.name);
+	if (sm->uploaded || sm->placed_bytes)
+		return errmsg(msg, msglen, -EPERM,
+			      "model %s keeps its placement: %s", sm->m.name,
+			      sm->uploaded ? "an upload" :
+					     "it has a budget of its own");
+	list_for_each_entry(x, &sm->holds, node)
+		if (strcmp(vmu_session_tenant(x->s), vmu_session_tenant(h->s)))
+			return errmsg(msg, msglen, -EPERM,
+				      "model %s is held by other tenants too: "
+				      "streaming it would slow their steps",
+				      sm->m.name);
+	return 0;
+}
+
 /*
  * Put @m's first @R layers (of the blob @all, host memory) in a text
  * entry for @h's session and stream the rest through a ring of @ring
@@ -910,43 +943,34 @@ int model_relieve(struct model_hold *h, uint64_t need, char *msg, size_t msglen)
 	int ret;
 
 	pthread_mutex_lock(&ms->lock);
-	if (sm->uploaded || sm->placed_bytes) {
-		pthread_mutex_unlock(&ms->lock);
-		return errmsg(msg, msglen, -EPERM,
-			      "model %s keeps its placement: %s", m->name,
-			      sm->uploaded ? "an upload" :
-					     "it has a budget of its own");
-	}
-	list_for_each_entry(o, &ms->models, node)
-		if (o != sm && !memcmp(o->m.fp, m->fp, VMU_FP_LEN)) {
-			pthread_mutex_unlock(&ms->lock);
-			return errmsg(msg, msglen, -EPERM,
-				      "model %s shares its weights with %s: "
-				      "moving them would free nothing",
-				      m->name, o->m.name);
-		}
+	ret = relieve_refused(sm, h, msg, msglen);
 	pthread_mutex_unlock(&ms->lock);
+	if (ret)
+		return ret;
 	if (gate_close(sm))
 		return errmsg(msg, msglen, -EBUSY,
 			      "model %s: its steps did not finish within 2 s, "
 			      "or it is moving already",
 			      m->name);
-	/* No step runs: the placement is ours to change, unless another
-	 * tenant holds the model too (streaming it would slow their steps
-	 * for this tenant's cache). Opens wait from here on. */
+	/* No step runs: the placement is ours to change, if it still may
+	 * be (checked again: holders and names came meanwhile). Opens wait
+	 * from here on. */
 	pthread_mutex_lock(&ms->lock);
 	R0 = m->resident;
 	ring0 = m->ring;
-	ret = sm->loading ? -EBUSY : 0;
-	if (ret)
-		errmsg(msg, msglen, ret, "model %s is being loaded", m->name);
-	list_for_each_entry(x, &sm->holds, node)
-		if (!ret &&
-		    strcmp(vmu_session_tenant(x->s), vmu_session_tenant(h->s)))
-			ret = errmsg(msg, msglen, -EPERM,
-				     "model %s is held by other tenants too: "
-				     "streaming it would slow their steps",
-				     m->name);
+	ret = sm->loading ? errmsg(msg, msglen, -EBUSY,
+				   "model %s is being loaded", m->name) :
+			    relieve_refused(sm, h, msg, msglen);
+	list_for_each_entry(o, &ms->models, node)
+		if (!ret && o != sm &&
+		    (o->loading || !memcmp(o->m.fp, m->fp, VMU_FP_LEN)))
+			ret = errmsg(msg, msglen, o->loading ? -EBUSY : -EPERM,
+				     "model %s: %s %s: moving its weights "
+				     "now could free nothing",
+				     m->name,
+				     o->loading ? "another model is loading," :
+						  "shares its weights with",
+				     o->m.name);
 	if (!ret)
 		ret = relieve_plan(ms, m, need, &R, &ring, msg, msglen);
 	if (!ret)
@@ -974,13 +998,28 @@ int model_relieve(struct model_hold *h, uint64_t need, char *msg, size_t msglen)
 		       L->bytes - old_b);
 
 	/* 2. the old placement goes: every holder's reference, the entry,
-	 * the ring */
+	 * the ring. A reference that is not a holder's (a session that
+	 * looked the bytes up itself) keeps the entry: then nothing would
+	 * be freed, and the holders take theirs back. */
 	pthread_mutex_lock(&ms->lock);
 	list_for_each_entry(x, &sm->holds, node) {
 		vmu_text_put(x->s, x->text);
 		x->text = NULL;
 	}
-	vmu_text_evict(ms->v, m->fp, NULL);
+	if (vmu_text_evict(ms->v, m->fp, NULL) == -EBUSY) {
+		list_for_each_entry(x, &sm->holds, node)
+			lost |= vmu_text_lookup_shared(x->s, m->fp, &x->text) !=
+				0;
+		ret = errmsg(msg, msglen, lost ? -EIO : -EBUSY,
+			     "model %s: its weights are held outside its "
+			     "holders: moving them would free nothing",
+			     m->name);
+		if (lost) {
+			sm->gone = true;
+			list_del_init(&sm->node);
+		}
+		goto out;
+	}
 	pthread_mutex_unlock(&ms->lock);
 	model_stream_destroy(m->stream);
 	m->stream = NULL;

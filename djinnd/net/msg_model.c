@@ -640,6 +640,8 @@ static void call_done(struct exec_job *job, void *arg)
 	int ret = job->error;
 
 	metrics_observe(&srv->st, hdr->type, loop_now() - job->t0);
+	if (hdr->type == DJINN_MSG_CTX_NEW)
+		mj->o->ctxs--; /* its wait's count; ctx_bind() counts it */
 	if (!ret && s->dead)
 		ret = -ECANCELED;
 	/* a device fault while it ran: what it made is lost */
@@ -943,11 +945,18 @@ void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 				model_ctx_free(mc);
 				return;
 			}
+			/* counted as the model's while it waits, so that
+			 * MODEL_CLOSE is -EBUSY meanwhile (call_done()) */
 			mj->o = m;
 			m->refs++;
+			m->ctxs++;
 			mj->mc = mc;
 			mj->max = max;
-			submit(c, hdr, s, mj, SCHED_MEM, run_ctx_room);
+			if (!submit_to(c, hdr, s, mj, SCHED_MEM, run_ctx_room,
+				       call_done)) {
+				m->ctxs--;
+				model_ctx_free(mc);
+			}
 			return;
 		}
 		if (ret)
@@ -1139,13 +1148,18 @@ struct admin_load {
 static void load_finish(struct server *srv, struct admin_load *al)
 {
 	if (al->error) {
+		/* the budget as it was, and no copy placed under the new one
+		 * (a device that loaded it while another failed) left */
 		for (unsigned int d = 0; al->set && d < srv->nr_dev; d++)
-			if (srv->dev[d].models)
+			if (srv->dev[d].models) {
 				model_store_set_budget(srv->dev[d].models,
 						       al->name,
 						       al->was[d].bytes,
 						       al->was[d].slots, NULL,
 						       0);
+				model_store_drop_stale(srv->dev[d].models,
+						       al->name);
+			}
 		if (!al->answered)
 			conn_error(al->c, &al->hdr, al->error, "%s", al->msg);
 	} else {

@@ -603,6 +603,40 @@ static void test_relieve_tenants(void **state)
 	vmu_session_destroy(mine);
 }
 
+/* A reference to the weights that is not a holder's keeps them: the
+ * move frees nothing, is given up, and the holders go on as before. */
+static void test_relieve_held_outside(void **state)
+{
+	struct model_fix *f = *state;
+	struct model_hold *h = hold(f, "gpt2");
+	uint32_t V = h->m->cfg.vocab, L = h->m->cfg.n_layer;
+	struct vmu_session *s2;
+	struct vmu_text *t;
+	struct out ref, o;
+	char msg[ST_MSG_LEN];
+
+	out_init(&ref, V);
+	out_init(&o, V);
+	run(f, h, &ref);
+	assert_int_equal(vmu_session_create(f->env.v, "test", &s2), 0);
+	assert_int_equal(vmu_text_lookup_shared(s2, h->m->fp, &t), 0);
+	assert_int_equal(model_relieve(h, 1, msg, sizeof(msg)), -EBUSY);
+	printf("  given up: %s\n", msg);
+	assert_int_equal(info_of(f, "gpt2").resident, L);
+	run(f, h, &o);
+	same(&ref, &o, V);
+	assert_int_equal(vmu_text_put(s2, t), 0);
+	if (model_relieve(h, 1, msg, sizeof(msg)))
+		fail_msg("relieve: %s", msg);
+	assert_true(info_of(f, "gpt2").resident < L);
+	run(f, h, &o);
+	same(&ref, &o, V);
+	model_close(h);
+	vmu_session_destroy(s2);
+	out_free(&ref);
+	out_free(&o);
+}
+
 static int group_setup(void **state)
 {
 	static const char *llama = "--seed 21 --arch llama --embd 256 "
@@ -645,9 +679,13 @@ static int setup(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TEST(test_same_llama), TEST(test_same_gpt2),
-		TEST(test_budgets),    TEST(test_batch),
-		TEST(test_relieve),    TEST(test_relieve_tenants),
+		TEST(test_same_llama),
+		TEST(test_same_gpt2),
+		TEST(test_budgets),
+		TEST(test_batch),
+		TEST(test_relieve),
+		TEST(test_relieve_tenants),
+		TEST(test_relieve_held_outside),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
