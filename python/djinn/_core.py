@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
@@ -129,6 +130,8 @@ def as_array(x: Any) -> Tuple[np.ndarray, int]:
             x = np.from_dlpack(x)
         else:
             x = np.asarray(x)
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))  # djinn's are native
     if not x.flags.c_contiguous:
         raise InvalidArgument(
             22, "the array is not C-contiguous (a view with strides?): "
@@ -322,8 +325,7 @@ class Session:
               lease: Optional[float], device: Optional[int]) -> "Session":
         if not 0 <= priority <= 7:
             raise InvalidArgument(22, f"priority {priority}: 0 to 7")
-        o = _lib.SessionOpts(_b(tenant), priority,
-                             int((lease or 0) * 1e9))
+        o = _lib.SessionOpts(_b(tenant), priority, _ns(lease))
         out = _out()
         if device is None:
             call("djinn_session_open_on", conn._p(), ctypes.byref(o),
@@ -525,6 +527,10 @@ class Tensor:
             raise InvalidArgument(
                 22, f"a {DTYPES[code]} array into a {self.dtype} tensor")
         sz = _SIZES[code]
+        if offset < 0 or offset * sz + a.nbytes > self.nbytes:
+            raise InvalidArgument(
+                22, f"elements [{offset}, {offset + a.size}) of a tensor "
+                f"of {self.nbytes // sz}")
         call("djinn_tensor_write", self._p(), offset * sz, a.nbytes,
              a.ctypes.data_as(ctypes.c_void_p))
 
@@ -556,10 +562,12 @@ class Request:
         self._ptr: Optional[int] = ptr
         i = _lib.RequestInfo()
         call("djinn_request_info", ptr, ctypes.byref(i))
-        get = _lib.lib().djinn_request_results
-        self.results: List[Result] = [
-            Result(self, get(ptr, k)) for k in range(i.nr_results)
-        ]
+        self._n = int(i.nr_results)
+        # the stubs, made on first use and kept while in use: a result
+        # holds its request, not the other way round (so that a dropped
+        # result and request go at once, without the cycle collector)
+        self._stubs: "weakref.WeakValueDictionary[int, Result]" = \
+            weakref.WeakValueDictionary()
 
     def _p(self) -> int:
         if self._ptr is None:
@@ -568,10 +576,22 @@ class Request:
         return self._ptr
 
     def __getitem__(self, k: int) -> "Result":
-        return self.results[k]
+        if not -self._n <= k < self._n:
+            raise IndexError(f"result {k} of a request of {self._n}")
+        k %= self._n
+        r = self._stubs.get(k)
+        if r is None:
+            r = Result(self, _lib.lib().djinn_request_results(self._p(), k))
+            self._stubs[k] = r
+        return r
+
+    @property
+    def results(self) -> List["Result"]:
+        """Its results, in the order of Graph.output()."""
+        return [self[k] for k in range(self._n)]
 
     def __len__(self) -> int:
-        return len(self.results)
+        return self._n
 
     def __iter__(self) -> Iterator["Result"]:
         return iter(self.results)
@@ -629,8 +649,13 @@ class Result:
     bfloat16); ``read_bytes()`` gives the raw bytes.
     """
 
-    def __init__(self, owner: Any, ptr: int, epoch: int = 0) -> None:
-        self._owner = owner
+    def __init__(self, owner: Any, ptr: int, epoch: int = 0,
+                 step: bool = False) -> None:
+        # a request's result holds its request; a context's step result
+        # (logits, a pause's hidden state) only refers to its context,
+        # which holds its latest ones, and is released when collected
+        self._step = step
+        self._owner: Any = weakref.ref(owner) if step else owner
         self._epoch = epoch
         self._ptr: Optional[int] = ptr
         desc = _lib.lib().djinn_result_desc(ptr).contents
@@ -644,13 +669,18 @@ class Result:
         #: bytes
         self.nbytes = self.size * self._item
 
+    def _owner_obj(self) -> Any:
+        return self._owner() if self._step else self._owner
+
     def _p(self) -> int:
         if self._ptr is None:
             raise closed("the result")
-        if getattr(self._owner, "_epoch", 0) != self._epoch:
-            raise closed("the result (its context was reset or stepped "
-                         "again)")
-        self._owner._p()
+        owner = self._owner_obj()
+        if owner is None:
+            raise closed("the result (its context was freed)")
+        if getattr(owner, "_epoch", 0) != self._epoch:
+            raise closed("the result (its context was reset or freed)")
+        owner._p()
         return self._ptr
 
     @property
@@ -748,6 +778,18 @@ class Result:
         NotFound."""
         if self._ptr is not None:
             call("djinn_result_release", self._p())
+            self._released = True
+
+    _released = False
+
+    def __del__(self) -> None:
+        # a step result nobody holds any more: its bytes go now, not at
+        # the context's reset (a decode loop keeping logits would pile
+        # them up); a request's go with the request
+        if self._step and self._ptr is not None and not self._released:
+            with contextlib.suppress(Exception):
+                self.release()
+            self._ptr = None
 
     def __repr__(self) -> str:
         return f"<djinn.Result {self.dtype}{list(self.shape)}>"

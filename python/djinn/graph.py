@@ -46,10 +46,13 @@ class Graph:
         return self._ptr
 
     def free(self) -> None:
+        """Free the builder and let go of the inputs it put on the
+        daemon (its submitted requests live on)."""
         if self._ptr is not None and not self.session.closed:
             p, self._ptr = self._ptr, None
             _lib.lib().djinn_graph_free(p)
         self._ptr = None
+        self._keep = []
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

@@ -230,10 +230,7 @@ class GhostModelForCausalLM:
         stream (seed=, random when not given), not torch's."""
         if input_ids is None:
             raise InvalidArgument(22, "generate() needs input_ids")
-        if kwargs.get("num_beams", 1) not in (1, None) or \
-                kwargs.get("num_return_sequences", 1) not in (1, None):
-            raise InvalidArgument(
-                22, "ghost models decode one sequence a row (no beams)")
+        _unsupported(kwargs, vars(self.generation_config))
         torch_in = type(input_ids).__module__.startswith("torch")
         ids = _numpy(input_ids)
         if ids.ndim == 1:
@@ -245,6 +242,9 @@ class GhostModelForCausalLM:
             raise InvalidArgument(22, "attention_mask's shape is not "
                                   "input_ids'")
         T = ids.shape[1]
+        if max_new_tokens is None and max_length is None:
+            max_new_tokens = getattr(self.generation_config,
+                                     "max_new_tokens", None)
         if max_new_tokens is None:
             ml = self._gen("max_length", max_length, 20)
             max_new_tokens = ml - T
@@ -254,11 +254,12 @@ class GhostModelForCausalLM:
                 f"(max_length {max_length}, prompt {T})")
         sample = bool(self._gen("do_sample", do_sample, False))
         eos = self._gen("eos_token_id", eos_token_id, None)
-        eos_set = set(eos if isinstance(eos, (list, tuple)) else
-                      ([] if eos is None else [eos]))
+        eos_list = list(eos) if isinstance(eos, (list, tuple)) else \
+            ([] if eos is None else [eos])
+        eos_set = set(eos_list)
         pad = self._gen("pad_token_id", pad_token_id, None)
-        if pad is None:
-            pad = min(eos_set) if eos_set else 0
+        if pad is None:  # as transformers: the (first) eos token
+            pad = eos_list[0] if eos_list else 0
         kw: Dict[str, Any]
         if sample:
             kw = dict(temperature=float(self._gen("temperature", temperature,
@@ -270,7 +271,10 @@ class GhostModelForCausalLM:
         else:
             kw = {}
         rows = []
+        seed0 = kw.get("seed", 0)
         for r in range(ids.shape[0]):
+            if sample:  # a stream of its own for each row
+                kw["seed"] = (seed0 + r) % (1 << 63)
             prompt = ids[r] if mask is None else ids[r][mask[r] != 0]
             with self.djinn_model.context(
                     min(self.djinn_model.info.max_tokens,
@@ -293,6 +297,52 @@ class GhostModelForCausalLM:
 
             return torch.from_numpy(out).to(input_ids.device)
         return out
+
+
+# generate() settings ghost models do not apply, with the value that
+# means "off" (transformers' default): any other value is refused rather
+# than ignored, from the call or the checkpoint's generation_config.json
+_OFF = {
+    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "min_new_tokens": None,
+    "min_length": 0, "num_beams": 1, "num_return_sequences": 1,
+    "num_beam_groups": 1, "penalty_alpha": None, "typical_p": 1.0,
+    "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None,
+    "diversity_penalty": 0.0, "bad_words_ids": None,
+    "force_words_ids": None, "forced_bos_token_id": None,
+    "forced_eos_token_id": None, "suppress_tokens": None,
+    "begin_suppress_tokens": None, "sequence_bias": None,
+    "renormalize_logits": False, "return_dict_in_generate": False,
+    "output_scores": False, "output_logits": False,
+    "output_attentions": False, "output_hidden_states": False,
+    "stop_strings": None, "exponential_decay_length_penalty": None,
+    "guidance_scale": None, "assistant_model": None,
+    "prompt_lookup_num_tokens": None, "streamer": None,
+    "logits_processor": None, "stopping_criteria": None,
+    "prefix_allowed_tokens_fn": None,
+}
+# arguments transformers takes that change nothing here
+_HARMLESS = {"use_cache", "bos_token_id", "decoder_start_token_id",
+             "synced_gpus", "cache_implementation", "low_memory"}
+
+
+def _unsupported(kwargs: Dict[str, Any], gen: Dict[str, Any]) -> None:
+    bad = []
+    for k, v in kwargs.items():
+        if k in _OFF:
+            if v not in (_OFF[k], None) and not (k == "min_new_tokens"
+                                                  and v == 0):
+                bad.append(f"{k}={v!r}")
+        elif k not in _HARMLESS:
+            bad.append(f"{k} (not an argument ghost models take)")
+    for k, v in gen.items():
+        if k in _OFF and k not in kwargs and v not in (_OFF[k], None) \
+                and not (k == "min_new_tokens" and v == 0):
+            bad.append(f"{k}={v!r} (generation_config.json)")
+    if bad:
+        raise InvalidArgument(
+            22, "ghost models generate greedily or by temperature, top_k "
+            "and top_p only; not applied: " + ", ".join(bad))
 
 
 def _model_name(name: str) -> str:

@@ -20,14 +20,25 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Union, overload
 
 import numpy as np
 
 from . import _lib
-from ._core import DTYPES, Result, Session, as_array, call, desc_of, got
+from ._core import (
+    DTYPES,
+    Result,
+    Session,
+    _last_error,
+    as_array,
+    call,
+    desc_of,
+    got,
+)
 from .errors import InvalidArgument, closed, error
 
 ARCHS = {1: "gpt2", 2: "llama", 3: "qwen2", 4: "qwen3", 5: "mistral"}
@@ -106,7 +117,12 @@ class Model:
     def close(self) -> None:
         """Close it (Busy while it has contexts)."""
         if self._ptr is not None and not self.session.closed:
-            call("djinn_model_close", self._ptr)
+            ret = _lib.lib().djinn_model_close(self._ptr)
+            if ret == -errno.EBUSY:  # it stays open
+                raise error(ret, _last_error(), "djinn_model_close")
+            self._ptr = None  # freed whatever the daemon answered
+            if ret < 0:
+                raise error(ret, _last_error(), "djinn_model_close")
         self._ptr = None
 
     def __del__(self) -> None:  # its contexts hold it while they live
@@ -132,6 +148,10 @@ def _tokens(ids: Any, vocab: int) -> Any:
             "context per row)")
     if a.size and a.dtype.kind not in "iu":
         raise InvalidArgument(22, f"token ids are integers, not {a.dtype}")
+    if a.size and (a.min() < 0 or a.max() >= vocab):
+        raise InvalidArgument(
+            22, f"token ids from 0 to {vocab - 1}, not "
+            f"{a.min() if a.min() < 0 else a.max()}")
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
@@ -143,7 +163,8 @@ class Context:
         self._ptr: Optional[int] = ptr
         self._epoch = 0  # bumped when its step stubs go
         self.logits: Optional[Result] = None
-        self._steps: Optional["Steps"] = None
+        # weak: a Steps holds its context, not the other way round
+        self._steps_ref: Optional["weakref.ref[Steps]"] = None
 
     def _p(self) -> int:
         if self._ptr is None:
@@ -186,6 +207,14 @@ class Context:
         call("djinn_ctx_fork", self._p(), ctypes.byref(out))
         return Context(self.model, got(out))
 
+    @property
+    def _steps(self) -> Optional["Steps"]:
+        return self._steps_ref() if self._steps_ref else None
+
+    @_steps.setter
+    def _steps(self, steps: Optional["Steps"]) -> None:
+        self._steps_ref = weakref.ref(steps) if steps is not None else None
+
     def _busy(self) -> None:
         if self._steps is not None and not self._steps.done:
             raise error(-16, "the context is paused at a breakpoint: "
@@ -206,7 +235,7 @@ class Context:
         return o
 
     def _stubs(self, st: _lib.Step) -> None:
-        self.logits = Result(self, st.logits, self._epoch) \
+        self.logits = Result(self, st.logits, self._epoch, step=True) \
             if st.logits else None
 
     @overload
@@ -239,8 +268,9 @@ class Context:
         if break_at is None:
             self._stubs(st)
             return self.logits
-        self._steps = Steps(self, st, None)
-        return self._steps
+        steps = Steps(self, st, None)
+        self._steps = steps
+        return steps
 
     @overload
     def generate(self, n: int, *, temperature: float = ..., top_k: int = ...,
@@ -264,8 +294,9 @@ class Context:
         pauses (Steps), one after layer L for every token, whose
         ``tokens`` are there once it is done."""
         self._busy()
-        if n < 1:
-            raise InvalidArgument(22, f"{n} tokens to generate: 1 or more")
+        if not 1 <= n <= _MAX_STEP_TOKENS:
+            raise InvalidArgument(
+                22, f"{n} tokens to generate: 1 to {_MAX_STEP_TOKENS}")
         if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
             raise InvalidArgument(
                 22, f"temperature={temperature}, top_k={top_k}, "
@@ -285,8 +316,9 @@ class Context:
             else:
                 self.logits = None
             return buf if got == n else buf[:got]
-        self._steps = Steps(self, st, buf)
-        return self._steps
+        steps = Steps(self, st, buf)
+        self._steps = steps
+        return steps
 
 
 class Pause:
@@ -294,8 +326,10 @@ class Pause:
     state there, (T, hidden) in the weights' dtype, a lazy result.
     resume() goes on, with it as it was or replaced (steering)."""
 
-    def __init__(self, steps: "Steps", layer: int, hidden: Result) -> None:
+    def __init__(self, steps: "Steps", seq: int, layer: int,
+                 hidden: Result) -> None:
         self._steps = steps
+        self._seq = seq
         self.layer = layer
         self.hidden = hidden
         self.resumed = False
@@ -305,46 +339,58 @@ class Pause:
         @replacement, an array of its shape (and its dtype; float32 is
         converted for a float16 or bfloat16 model)."""
         if self.resumed:
-            raise error(-22, "this pause was resumed already", "")
+            raise error(-errno.EINVAL, "this pause was resumed already", "")
         self._steps._resume(self, replacement)
 
 
 class Steps:
     """A step with breakpoints: iterate its pauses; each that the loop
     does not resume is resumed unchanged on the next turn. ``tokens``
-    (a decode's) and ``logits`` are there once ``done``."""
+    (a decode's) and ``logits`` are there once ``done``. A reset or free
+    of the context abandons it: its pauses are Closed then."""
 
     def __init__(self, ctx: Context, st: _lib.Step, buf: Any) -> None:
         self._ctx = ctx
-        self._buf = buf
+        self._epoch = ctx._epoch
+        self._buf = buf  # libdjinn writes a decode's tokens here
         self._st = st
-        self._pause: Optional[Pause] = None
+        self._seq = 0  # the pause now, counted
+        self._cur: Optional[Any] = None  # its (layer, hidden)
+        self._given: Optional["weakref.ref[Pause]"] = None
+        self._given_seq = -1
         self.done = False
         self._update(st)
 
     def _update(self, st: _lib.Step) -> None:
         self._st = st
+        self._seq += 1
         if st.state == 1:  # paused
-            self._pause = Pause(self, int(st.layer),
-                                Result(self._ctx, st.hidden,
-                                       self._ctx._epoch))
+            self._cur = (int(st.layer),
+                         Result(self._ctx, st.hidden, self._ctx._epoch,
+                                step=True))
         else:
-            self._pause = None
+            self._cur = None
             self.done = True
             self._ctx._stubs(st)
+
+    def _check(self) -> None:
+        ctx = self._ctx
+        if ctx._epoch != self._epoch or ctx._steps is not self:
+            raise closed("the step (its context was reset or freed)")
 
     def __iter__(self) -> Iterator[Pause]:
         return self
 
     def __next__(self) -> Pause:
-        p = self._pause
-        if p is not None and p.resumed is False and getattr(p, "_given",
-                                                             False):
-            p.resume()
-        p = self._pause
-        if p is None:
+        if self._given_seq == self._seq and not self.done:
+            given = self._given() if self._given else None
+            if given is None or not given.resumed:
+                self._resume_seq(self._seq, None)
+        if self._cur is None:
             raise StopIteration
-        p._given = True  # type: ignore[attr-defined]
+        p = Pause(self, self._seq, *self._cur)
+        self._given = weakref.ref(p)
+        self._given_seq = self._seq
         return p
 
     def run(self) -> "Steps":
@@ -356,8 +402,8 @@ class Steps:
     @property
     def tokens(self) -> np.ndarray:
         if not self.done:
-            raise error(-16, "the step is paused: iterate it to the end "
-                        "(or run()) first", "")
+            raise error(-errno.EBUSY, "the step is paused: iterate it to "
+                        "the end (or run()) first", "")
         n = self._st.nr_tokens
         return (self._buf[:n].copy() if self._buf is not None
                 else np.empty(0, np.int32))
@@ -367,17 +413,24 @@ class Steps:
         return self._ctx.logits if self.done else None
 
     def _resume(self, p: Pause, replacement: Any) -> None:
-        if p is not self._pause:
-            raise error(-22, "not the step's current pause", "")
+        if p._steps is not self or p._seq != self._seq or self.done:
+            raise error(-errno.EINVAL, "not the step's current pause", "")
+        self._resume_seq(p._seq, replacement, p.hidden)
+        p.resumed = True
+
+    def _resume_seq(self, seq: int, replacement: Any,
+                    hidden: Optional[Result] = None) -> None:
+        self._check()
         ctx = self._ctx
         t = None
         if replacement is not None:
+            assert hidden is not None
             a, code = as_array(replacement)
-            if tuple(a.shape) != p.hidden.shape:
+            if tuple(a.shape) != hidden.shape:
                 raise InvalidArgument(
                     22, f"a replacement of shape {tuple(a.shape)} for a "
-                    f"hidden state of {p.hidden.shape}")
-            want = p.hidden._code
+                    f"hidden state of {hidden.shape}")
+            want = hidden._code
             if code != want:
                 if code != 1 or want not in (2, 3):
                     raise InvalidArgument(
@@ -393,9 +446,11 @@ class Steps:
         finally:
             if t is not None:
                 t.release()
-        p.resumed = True
         self._update(st)
 
+
+# include/djinn/proto.h: DJINN_MAX_STEP_TOKENS
+_MAX_STEP_TOKENS = 1 << 20
 
 # greedy decoding, and a step that keeps nothing: read-only for libdjinn
 _GREEDY = _lib.Sampling(0.0, 0, 1.0, 0, 0)

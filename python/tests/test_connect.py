@@ -39,15 +39,19 @@ def test_server_info_ping_stats(conn):
 def test_session_id_and_attach(daemon, conn):
     s = conn.session("alice", priority=6)
     sid, token = s.id, s.token
+    assert len(token) == 16
+    s.heartbeat()
+    assert s.token == token  # the secret alone, not the lease after it
     listed = {e["id"]: e for e in daemon.ctl("session", "list")}
     assert listed[sid]["label"] == "alice" and listed[sid]["priority"] == 6
     with djinn.connect(daemon.addr) as other:
         t = other.attach(sid, token)
         assert t.id == sid
         with pytest.raises(djinn.PermissionDenied):
-            other.attach(sid, bytes(32))
-        with pytest.raises(djinn.InvalidArgument):
-            other.attach(sid, b"short")
+            other.attach(sid, bytes(16))
+        for bad in (b"short", token + bytes(16)):
+            with pytest.raises(djinn.InvalidArgument):
+                other.attach(sid, bad)
     s.close()
     assert sid not in {e["id"] for e in daemon.ctl("session", "list")}
 

@@ -22,7 +22,8 @@ def _gpt2(path, eos=None, pad=None):
     torch.manual_seed(4)
     cfg = transformers.GPT2Config(
         vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=4,
-        bos_token_id=eos, eos_token_id=eos, pad_token_id=pad)
+        bos_token_id=eos if isinstance(eos, int) else None,
+        eos_token_id=eos, pad_token_id=pad)
     m = transformers.GPT2LMHeadModel(cfg).eval()
     m.save_pretrained(path)
     return m
@@ -75,6 +76,16 @@ def test_eos_and_pad_as_transformers(session, ckpts, tmp_path):
         free = ref.generate(PROMPTS[1:], max_new_tokens=10, do_sample=False,
                             pad_token_id=0)
     eos = int(free[0, 6 + 3])  # a token the second row makes 4th
+    # several eos tokens, no pad: transformers pads with the first
+    ref3 = _gpt2(tmp_path / "eos3", eos=[eos, 250 if eos != 250 else 251])
+    ghost3 = djinn.AutoModelForCausalLM.from_pretrained(tmp_path / "eos3",
+                                                        session=session)
+    with torch.no_grad():
+        want = ref3.generate(PROMPTS, attention_mask=MASK, max_new_tokens=10,
+                             do_sample=False)
+    assert torch.equal(ghost3.generate(PROMPTS, attention_mask=MASK,
+                                       max_new_tokens=10, do_sample=False),
+                       want), want
     ref2 = _gpt2(tmp_path / "eos", eos=eos, pad=1)
     ghost = djinn.AutoModelForCausalLM.from_pretrained(tmp_path / "eos",
                                                        session=session)
@@ -98,6 +109,42 @@ def test_sampling_is_the_daemons(session, ckpts):
         ghost.generate(PROMPTS, num_beams=4)
     with pytest.raises(NotImplementedError):
         ghost(PROMPTS)
+
+
+def test_generation_settings(session, ckpts, tmp_path):
+    """What transformers would do differently is refused, not ignored;
+    what the checkpoint says is followed."""
+    _, path = ckpts["gpt2"]
+    ghost = djinn.AutoModelForCausalLM.from_pretrained(path, session=session)
+    for bad in ({"repetition_penalty": 3.0}, {"min_new_tokens": 5},
+                {"return_dict_in_generate": True}, {"frobnicate": 1}):
+        with pytest.raises(djinn.InvalidArgument) as e:
+            ghost.generate(PROMPTS, max_new_tokens=4, **bad)
+        assert list(bad)[0] in str(e.value)
+    ref = _gpt2(tmp_path / "cfg")
+    gc = json.loads((tmp_path / "cfg/generation_config.json").read_text())
+    gc["max_new_tokens"] = 4
+    (tmp_path / "cfg/generation_config.json").write_text(json.dumps(gc))
+    g2 = djinn.AutoModelForCausalLM.from_pretrained(tmp_path / "cfg",
+                                                    session=session)
+    ref.generation_config = transformers.GenerationConfig.from_pretrained(
+        tmp_path / "cfg")
+    with torch.no_grad():
+        want = ref.generate(PROMPTS[1:])
+    assert torch.equal(g2.generate(PROMPTS[1:]), want)
+    assert want.shape[1] == 6 + 4
+    gc["repetition_penalty"] = 2.0
+    (tmp_path / "cfg/generation_config.json").write_text(json.dumps(gc))
+    g3 = djinn.AutoModelForCausalLM.from_pretrained(tmp_path / "cfg",
+                                                    session=session)
+    with pytest.raises(djinn.InvalidArgument) as e:
+        g3.generate(PROMPTS[1:])
+    assert "generation_config.json" in str(e.value)
+    # identical rows sample apart; pad is the first eos, as transformers
+    same = PROMPTS[1:].repeat(3, 1)
+    out = ghost.generate(same, max_new_tokens=8, do_sample=True,
+                         temperature=1.5, seed=9)
+    assert not (torch.equal(out[0], out[1]) and torch.equal(out[1], out[2]))
 
 
 def test_intercept(session, ckpts):

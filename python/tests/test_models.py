@@ -180,3 +180,43 @@ def test_errors_carry_the_daemons_messages(session):
     m.close()
     with pytest.raises(djinn.Closed):
         m.context()
+
+
+def test_stale_pause_after_reset(session):
+    m = session.model("tiny-gpt2")
+    ctx = m.context()
+    old = next(ctx.generate(2, break_at=0)) if ctx.prefill(PROMPT) is None \
+        else None
+    ctx.reset()
+    ctx.prefill(PROMPT)
+    new = ctx.generate(2, break_at=0)
+    with pytest.raises(djinn.Closed):
+        old.resume()
+    with pytest.raises(djinn.Closed):
+        old.hidden.numpy()
+    assert new.run().done and len(new.tokens) == 2
+    assert len(ctx.generate(1)) == 1
+
+
+def test_model_close_after_the_daemon_went(tmp_path):
+    """A close that fails (the daemon died) still frees the model once:
+    closing again, or collecting it, touches nothing freed."""
+    import subprocess
+
+    from conftest import Daemon
+
+    d = Daemon(tmp_path)
+    try:
+        conn = djinn.connect(d.addr)
+        s = conn.session()
+        m = s.model("tiny-gpt2")
+        d.stop()
+        with pytest.raises(djinn.Error):
+            m.close()
+        m.close()  # nothing: it was freed
+        del m
+        conn.close()
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+

@@ -57,6 +57,13 @@ def test_refusals(session):
     t = session.tensor(np.zeros(4, np.float32), text=False)
     with pytest.raises(djinn.InvalidArgument):
         t.write(np.zeros(4, np.int32))
+    for off in (2 ** 62, -1, 3):  # past the end, however it would wrap
+        with pytest.raises(djinn.InvalidArgument):
+            t.write(np.ones(2, np.float32), offset=off)
+    assert np.array_equal(t.numpy(), np.zeros(4, np.float32))
+    # another byte order: converted, not sent swapped
+    be = np.arange(3, dtype=">f4")
+    assert np.array_equal(session.tensor(be, text=False).numpy(), [0, 1, 2])
 
 
 def test_graph_ops(session):
@@ -191,10 +198,8 @@ def _tensors(daemon, sid):
 
 def test_collected_objects_go_on_the_daemon(daemon, session):
     """Results, tensors and contexts a program drops are freed on the
-    daemon when Python collects them, so a loop does not fill the
-    session."""
-    import gc
-
+    daemon as soon as the last reference goes (no cycle waits for the
+    collector), so a loop does not fill the session."""
     sid = session.id
     base = _tensors(daemon, sid)
     w = session.tensor(np.ones((64, 64), np.float32))
@@ -204,7 +209,6 @@ def test_collected_objects_go_on_the_daemon(daemon, session):
                                text=False) @ w)
             assert r[0, 0] == 64 * i
         del r, g
-    gc.collect()
     assert _tensors(daemon, sid) <= base + 2
     m = session.model("tiny-gpt2")
     for _ in range(20):
@@ -212,5 +216,17 @@ def test_collected_objects_go_on_the_daemon(daemon, session):
         ctx.prefill([1, 2, 3], logits=True)
         ctx.logits.read(0, 4)
     del ctx
-    gc.collect()
     assert _tensors(daemon, sid) <= base + 2
+    # 4 MiB results, 300 of them, on a 256 MiB device: only if each goes
+    for i in range(300):
+        with session.graph() as g:
+            r, = g.run(g.input(np.zeros(1 << 20, np.float32), text=False)
+                       * 1.0)
+            assert r[i] == 0.0
+    # a long decode keeping its logits at every step
+    ctx = m.context()
+    ctx.prefill([1, 2, 3])
+    for _ in range(40):
+        ctx.generate(1, logits=True)
+        ctx.logits.read(0, 2)
+    assert _tensors(daemon, sid) <= base + 3
