@@ -563,6 +563,7 @@ class Request:
         i = _lib.RequestInfo()
         call("djinn_request_info", ptr, ctypes.byref(i))
         self._n = int(i.nr_results)
+        self._inputs: List[Any] = []  # Graph.submit()'s
         # the stubs, made on first use and kept while in use: a result
         # holds its request, not the other way round (so that a dropped
         # result and request go at once, without the cycle collector)

@@ -112,7 +112,12 @@ class Graph:
         if ret < 0:
             msg = _lib.lib().djinn_graph_error(self._ptr)
             raise error(ret, msg.decode() if msg else "", "djinn_submit")
-        return Request(self.session, got(out))
+        req = Request(self.session, got(out))
+        # the inputs it uploaded and the results it reads stay on the
+        # daemon while the request (and so any result of it) lives:
+        # freeing the graph must not drop what a pending request needs
+        req._inputs = list(self._keep)
+        return req
 
     def run(self, *values: "Value") -> Tuple[Result, ...]:
         """Make @values outputs, submit, and return their lazy results

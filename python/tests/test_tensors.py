@@ -163,6 +163,19 @@ def test_lazy_rows_and_dlpack(conn, session):
         assert conn.stats().bytes_received == before
 
 
+def test_pending_request_keeps_its_inputs(session):
+    """A graph freed (its uploaded inputs let go) before its request ran:
+    the request still has them."""
+    big = np.ones((512, 512), np.float32)
+    rs = []
+    for _ in range(8):  # queued behind each other: some still pending
+        with session.graph() as g:
+            r, = g.run(ops.softmax(g.input(big, text=False) @ big))
+        rs.append(r)
+    for r in rs:
+        np.testing.assert_allclose(r[0, :4], 1 / 512, rtol=1e-5)
+
+
 def test_result_as_input_and_release(session):
     with session.graph() as g:
         r, = g.run(g.input(np.ones(8, np.float32), text=False) * 3.0)
@@ -223,6 +236,7 @@ def test_collected_objects_go_on_the_daemon(daemon, session):
             r, = g.run(g.input(np.zeros(1 << 20, np.float32), text=False)
                        * 1.0)
             assert r[i] == 0.0
+    del r, g  # the last result holds its request, and that its input
     # a long decode keeping its logits at every step
     ctx = m.context()
     ctx.prefill([1, 2, 3])
