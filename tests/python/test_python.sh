@@ -20,5 +20,9 @@ py=${PYTHON:-@PYTHON@}
 	exit 77
 }
 cd "$src/python" || exit 1
+# this build's programs, by absolute path ($DJINND from make test is
+# relative to the checkout, and pytest runs in python/)
 DJINN_BUILD=$build DJINN_LIBRARY=$build/libdjinn.so \
+	DJINND=$build/djinnd/djinnd DJINNCTL=$build/tools/djinnctl \
+	DJINN_TOOL=$build/tools/djinn \
 	exec "$py" -m pytest -q -p no:cacheprovider tests
