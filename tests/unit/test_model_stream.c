@@ -576,7 +576,7 @@ static void test_relieve_tenants(void **state)
 {
 	struct model_fix *f = *state;
 	struct vmu_session *mine, *theirs;
-	struct model_hold *h, *hm, *ht;
+	struct model_hold *h, *hm = NULL, *ht = NULL;
 	char msg[ST_MSG_LEN];
 	uint32_t L;
 
