@@ -493,15 +493,7 @@ int main(int argc, char **argv)
 	check_msg(model_open(R.ms, R.s, "llama-640m", &h, msg, sizeof(msg)),
 		  "llama-640m", msg);
 	weights = h->m->layout.bytes;
-	big = 0;
-	for (uint32_t l = 0; l < h->m->cfg.n_layer; l++) {
-		uint64_t b =
-			model_layer_start(&h->m->layout, h->m->cfg.n_layer,
-					  l + 1) -
-			model_layer_start(&h->m->layout, h->m->cfg.n_layer, l);
-
-		big = b > big ? b : big;
-	}
+	big = model_layer_max(&h->m->layout, h->m->cfg.n_layer);
 	run_side(&R, h, prompt, &res);
 	close_model(&R, h, "llama-640m");
 

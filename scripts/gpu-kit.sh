@@ -220,18 +220,25 @@ unpack() {
 	[ -d "$kit/bin" ] || { echo "gpu-kit: no $kit/bin: pack first" >&2; exit 1; }
 }
 
-run() {
-	out=${3:-$kit/out}
+# Unpack the kit, make $out, and put the kit's libraries and the
+# directories holding cuBLAS on LD_LIBRARY_PATH, exported.
+kit_env() {
 	unpack
 	mkdir -p "$out" || exit 1
-	info | tee "$out/versions.txt"
 	extra=$(blas_dirs | cut -f1 | tr '\n' ':')
 	LD_LIBRARY_PATH="$(cd "$kit/lib" && pwd):$extra${LD_LIBRARY_PATH:-}"
 	LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
+	export LD_LIBRARY_PATH
+}
+
+run() {
+	out=${3:-$kit/out}
+	kit_env
+	info | tee "$out/versions.txt"
 	DJINND=$(cd "$kit/bin" && pwd)/djinnd
 	# the tests write models with the checkout's script, run from here
 	DJINN_MKMODEL=$(pwd)/scripts/mkmodel.py
-	export LD_LIBRARY_PATH DJINND DJINN_MKMODEL
+	export DJINND DJINN_MKMODEL
 	nvidia-smi -L >"$out/nvidia-smi.txt" 2>&1
 	rc=0
 	tests=$(ls "$kit"/bin/test_* 2>/dev/null)
@@ -263,12 +270,7 @@ run() {
 # agent-bench on the GPU, apart from `run` for the device's time limit
 agent() {
 	out=${3:-$kit/out}
-	unpack
-	mkdir -p "$out" || exit 1
-	extra=$(blas_dirs | cut -f1 | tr '\n' ':')
-	LD_LIBRARY_PATH="$(cd "$kit/lib" && pwd):$extra${LD_LIBRARY_PATH:-}"
-	LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
-	export LD_LIBRARY_PATH
+	kit_env
 	"$kit/bin/agent-bench" --backend cuda --djinnd "$kit/bin/djinnd" \
 		--djinnctl "$kit/bin/djinnctl" \
 		--cache "${BENCH_CACHE:-/tmp/djinn-bench-cache}" \
@@ -305,13 +307,8 @@ tls() {
 # the Python package's tests against the kit's programs, on the GPU
 python_tests() {
 	out=${3:-$kit/out}
-	unpack
-	mkdir -p "$out" || exit 1
-	extra=$(blas_dirs | cut -f1 | tr '\n' ':')
-	LD_LIBRARY_PATH="$(cd "$kit/lib" && pwd):$extra${LD_LIBRARY_PATH:-}"
-	LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
+	kit_env
 	bin=$(cd "$kit/bin" && pwd)
-	export LD_LIBRARY_PATH
 	if ! "$py" -c 'import numpy, pytest' 2>/dev/null; then
 		echo "gpu-kit: $py has no numpy or pytest: the Python tests skipped"
 		return 0

@@ -1031,6 +1031,19 @@ uint64_t model_layer_start(const struct model_layout *L, uint32_t n_layer,
 	return L->bytes;
 }
 
+uint64_t model_layer_max(const struct model_layout *L, uint32_t n_layer)
+{
+	uint64_t big = 0, at = model_layer_start(L, n_layer, 0);
+
+	for (uint32_t l = 0; l < n_layer; l++) {
+		uint64_t next = model_layer_start(L, n_layer, l + 1);
+
+		big = next - at > big ? next - at : big;
+		at = next;
+	}
+	return big;
+}
+
 int model_layout_emit_range(const struct model_layout *L, uint64_t from,
 			    uint64_t to, model_emit_fn fn, void *arg)
 {

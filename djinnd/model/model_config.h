@@ -271,6 +271,9 @@ model_slot(const struct model_layout *L, int layer, unsigned int k)
  * start(l + 1)); start(n_layer) is the blob's end. */
 uint64_t model_layer_start(const struct model_layout *L, uint32_t n_layer,
 			   uint32_t l);
+/* The bytes of the largest of the @n_layer layers: what a ring slot of a
+ * streamed model holds. */
+uint64_t model_layer_max(const struct model_layout *L, uint32_t n_layer);
 
 /* Write the blob into @dst (@L->bytes; padding zeroed). For tests and
  * hashing; the store streams it instead (model_layout_emit()). */

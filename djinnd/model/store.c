@@ -239,7 +239,7 @@ static int plan(struct model_store *ms, struct model *m, uint64_t budget,
 	const struct model_layout *L = &m->layout;
 	uint32_t n = m->cfg.n_layer, R;
 	struct vmu *v = ms->v;
-	uint64_t big = 0, ring = 0, head, least;
+	uint64_t big, ring = 0, head, least;
 	const char *whose = "its budget";
 
 	m->resident = n;
@@ -259,12 +259,7 @@ static int plan(struct model_store *ms, struct model *m, uint64_t budget,
 		m->budget = budget;
 		return 0;
 	}
-	for (uint32_t l = 0; l < n; l++) {
-		uint64_t b = model_layer_start(L, n, l + 1) -
-			     model_layer_start(L, n, l);
-
-		big = b > big ? b : big;
-	}
+	big = model_layer_max(L, n);
 	head = vmu_round(v, model_layer_start(L, n, 0));
 	least = head + vmu_round(v, big);
 	if (!slots)
@@ -837,15 +832,9 @@ static int relieve_plan(struct model_store *ms, const struct model *m,
 	const struct model_layout *L = &m->layout;
 	uint32_t n = m->cfg.n_layer;
 	struct vmu *v = ms->v;
-	uint64_t big = 0, now, then = 0;
+	uint64_t now, then = 0;
 
-	for (uint32_t l = 0; l < n; l++) {
-		uint64_t b = model_layer_start(L, n, l + 1) -
-			     model_layer_start(L, n, l);
-
-		big = b > big ? b : big;
-	}
-	*ring = m->ring ? m->ring : vmu_round(v, 2 * big);
+	*ring = m->ring ? m->ring : vmu_round(v, 2 * model_layer_max(L, n));
 	need = vmu_round(v, need);
 	now = vmu_round(v, model_layer_start(L, n, m->resident)) + m->ring;
 	for (uint32_t r = m->resident; r-- > 0;) {

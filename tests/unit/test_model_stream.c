@@ -169,16 +169,7 @@ static uint64_t head_bytes(struct model_fix *f, const struct model *m)
 
 static uint64_t layer_max(const struct model *m)
 {
-	uint64_t big = 0;
-
-	for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-		uint64_t b =
-			model_layer_start(&m->layout, m->cfg.n_layer, l + 1) -
-			model_layer_start(&m->layout, m->cfg.n_layer, l);
-
-		big = b > big ? b : big;
-	}
-	return big;
+	return model_layer_max(&m->layout, m->cfg.n_layer);
 }
 
 /* Load @name under @budget (@slots), check its placement, return it. */
