@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import threading
-import time
 import weakref
 from dataclasses import dataclass
 from typing import (
@@ -418,11 +416,7 @@ class Session:
         """A data tensor of zeros (nothing but its shape crosses)."""
         if dtype not in _CODES:
             raise InvalidArgument(22, f"dtype {dtype!r} is not djinn's")
-        d = desc_of(shape, _CODES[dtype])
-        out = _out()
-        call("djinn_tensor_upload", self._p(), ctypes.byref(d), None, 0,
-             ctypes.byref(out))
-        return Tensor(self, got(out))
+        return Tensor._put(self, shape, _CODES[dtype], None, False)
 
     def graph(self) -> "Graph":
         """A graph builder of this session (djinn.graph.Graph)."""
@@ -484,10 +478,17 @@ class Tensor:
     @classmethod
     def _upload(cls, session: Session, x: Any, text: bool) -> "Tensor":
         a, code = as_array(x)
-        d = desc_of(a.shape, code)
+        return cls._put(session, a.shape, code, a, text)
+
+    @classmethod
+    def _put(cls, session: Session, shape: Sequence[int], code: int,
+             a: Optional[np.ndarray], text: bool) -> "Tensor":
+        """The one upload: @shape of djinn dtype @code, the bytes of the
+        C-contiguous array @a (None: zeros, data only)."""
+        d = desc_of(shape, code)
         out = _out()
         call("djinn_tensor_upload", session._p(), ctypes.byref(d),
-             a.ctypes.data_as(ctypes.c_void_p), 1 if text else 0,
+             None if a is None else a.ctypes.data, 1 if text else 0,
              ctypes.byref(out))
         return cls(session, got(out))
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _lib
 from ._core import Request, Result, Session, Tensor, call, got
@@ -185,5 +185,3 @@ class Value:
     def __repr__(self) -> str:
         return f"<djinn.graph.Value {self.index}>"
 
-
-Operand = Union[Value, Any]

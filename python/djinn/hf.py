@@ -304,7 +304,7 @@ class GhostModelForCausalLM:
 # than ignored, from the call or the checkpoint's generation_config.json
 _OFF = {
     "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0, "min_new_tokens": None,
+    "encoder_no_repeat_ngram_size": 0, "min_new_tokens": 0,
     "min_length": 0, "num_beams": 1, "num_return_sequences": 1,
     "num_beam_groups": 1, "penalty_alpha": None, "typical_p": 1.0,
     "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None,
@@ -327,17 +327,18 @@ _HARMLESS = {"use_cache", "bos_token_id", "decoder_start_token_id",
 
 
 def _unsupported(kwargs: Dict[str, Any], gen: Dict[str, Any]) -> None:
+    def on(k: str, v: Any) -> bool:  # None is off, as transformers takes it
+        return v is not None and v != _OFF[k]
+
     bad = []
     for k, v in kwargs.items():
         if k in _OFF:
-            if v not in (_OFF[k], None) and not (k == "min_new_tokens"
-                                                  and v == 0):
+            if on(k, v):
                 bad.append(f"{k}={v!r}")
         elif k not in _HARMLESS:
             bad.append(f"{k} (not an argument ghost models take)")
     for k, v in gen.items():
-        if k in _OFF and k not in kwargs and v not in (_OFF[k], None) \
-                and not (k == "min_new_tokens" and v == 0):
+        if k in _OFF and k not in kwargs and on(k, v):
             bad.append(f"{k}={v!r} (generation_config.json)")
     if bad:
         raise InvalidArgument(

@@ -24,7 +24,7 @@ import errno
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Sequence, Union, overload
+from typing import Any, Iterator, Optional, Union, overload
 
 import numpy as np
 
@@ -33,10 +33,10 @@ from ._core import (
     DTYPES,
     Result,
     Session,
+    Tensor,
     _last_error,
     as_array,
     call,
-    desc_of,
     got,
 )
 from .errors import InvalidArgument, closed, error
@@ -308,14 +308,14 @@ class Context:
         buf = np.empty(n, np.int32)
         st = _lib.Step()
         o = self._opts(logits, break_at)
-        got = call("djinn_ctx_decode", self._p(), n, ctypes.byref(sp),
+        made = call("djinn_ctx_decode", self._p(), n, ctypes.byref(sp),
                    buf.ctypes.data, ctypes.byref(o), ctypes.byref(st))
         if break_at is None:
             if st.logits:
                 self._stubs(st)
             else:
                 self.logits = None
-            return buf if got == n else buf[:got]
+            return buf if made == n else buf[:made]
         steps = Steps(self, st, buf)
         self._steps = steps
         return steps
@@ -437,8 +437,7 @@ class Steps:
                         22, f"a {DTYPES[code]} replacement for a "
                         f"{DTYPES[want]} hidden state")
                 a = _convert(a, want)
-            t = ctx.model.session.tensor(a, text=False) if code == want \
-                else _upload_raw(ctx.model.session, a, want)
+            t = Tensor._put(ctx.model.session, a.shape, want, a, False)
         st = _lib.Step()
         try:
             call("djinn_ctx_resume", ctx._p(), t._p() if t else None,
@@ -467,11 +466,3 @@ def _convert(a: np.ndarray, code: int) -> np.ndarray:
     return r
 
 
-def _upload_raw(session: Session, a: np.ndarray, code: int) -> Any:
-    from ._core import Tensor
-
-    d = desc_of(a.shape, code)
-    out = ctypes.c_void_p()
-    call("djinn_tensor_upload", session._p(), ctypes.byref(d),
-         a.ctypes.data_as(ctypes.c_void_p), 0, ctypes.byref(out))
-    return Tensor(session, got(out))

@@ -10,6 +10,7 @@ argument names the graph.
 from __future__ import annotations
 
 import ctypes
+import operator
 from typing import Any, Optional, Sequence
 
 from . import _lib
@@ -33,20 +34,25 @@ def matmul(a: Any, b: Any, trans_a: bool = False,
         "djinn_op_matmul")
 
 
+def _arith(op: Any, a: Any, b: Any) -> Value:
+    """@op (operator.add, ...) of two operands, one of them a value."""
+    return op(_graph(a, b)._value(a), b)
+
+
 def add(a: Any, b: Any) -> Value:
-    return a + b if isinstance(a, Value) else _graph(b)._value(a) + b
+    return _arith(operator.add, a, b)
 
 
 def sub(a: Any, b: Any) -> Value:
-    return a - b if isinstance(a, Value) else _graph(b)._value(a) - b
+    return _arith(operator.sub, a, b)
 
 
 def mul(a: Any, b: Any) -> Value:
-    return a * b if isinstance(a, Value) else _graph(b)._value(a) * b
+    return _arith(operator.mul, a, b)
 
 
 def div(a: Any, b: Any) -> Value:
-    return a / b if isinstance(a, Value) else _graph(b)._value(a) / b
+    return _arith(operator.truediv, a, b)
 
 
 def scale(x: Value, alpha: float) -> Value:

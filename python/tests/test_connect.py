@@ -4,7 +4,6 @@ the daemon's messages, closed objects, agents' tool calls seen by the
 daemon."""
 
 import errno
-import time
 
 import numpy as np
 import pytest

@@ -201,8 +201,6 @@ def test_stale_pause_after_reset(session):
 def test_model_close_after_the_daemon_went(tmp_path):
     """A close that fails (the daemon died) still frees the model once:
     closing again, or collecting it, touches nothing freed."""
-    import subprocess
-
     from conftest import Daemon
 
     d = Daemon(tmp_path)

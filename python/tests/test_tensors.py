@@ -91,6 +91,11 @@ def test_graph_ops(session):
         t = ops.permute(ops.reshape(a, (4, 3)), (1, 0))
         s = ops.slice(a, 1, 1, 3)
         c = ops.concat([a, a], axis=0)
+        # ops' arithmetic, an array on either side
+        ones = np.ones((3, 4), np.float32)
+        ra, rs2 = g.run(ops.add(ones, a), ops.sub(a, ones))
+        assert np.array_equal(ra.numpy(), 1 + np.arange(12).reshape(3, 4))
+        assert np.array_equal(rs2.numpy(), np.arange(12).reshape(3, 4) - 1)
         gam = np.ones(4, np.float32)
         ln = ops.layernorm(a, gam, np.zeros(4, np.float32))
         rt, rs, rc, rl = g.run(t, s, c, ln)
