@@ -15,7 +15,7 @@
 
 #include "list.h"
 #include "backend/backend.h"
-#include "net/loop.h"
+#include "loop.h"
 #include "net/metrics.h"
 #include "net/msg.h"
 #include "sched/sched.h"

@@ -20,7 +20,7 @@ BENCH_MODEL_ARGS ?=
 # The pattern rule in Makefile links the VMU only: this one the runtime.
 # (mk/model.mk comes later: its variables are spelled out here.)
 $(MODEL_BENCH): $(BUILD)/bench/model-bench.o $(BUILD)/libmodel.a \
-		$(BUILD)/djinnd/exec/exec.o $(BACKEND_LIB) $(VMU_LIB) \
+		$(BUILD)/djinnd/graph/run.o $(BACKEND_LIB) $(VMU_LIB) \
 		$(COMMON_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(MODEL_BENCH_CUDA) $(LIBS_MODEL) -lm

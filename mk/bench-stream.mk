@@ -9,7 +9,7 @@ STREAM_BENCH := $(BUILD)/bench/stream-bench
 BENCH_STREAM_ARGS ?=
 
 $(STREAM_BENCH): $(BUILD)/bench/stream-bench.o $(BUILD)/libmodel.a \
-		 $(BUILD)/djinnd/exec/exec.o $(BACKEND_LIB) $(VMU_LIB) \
+		 $(BUILD)/djinnd/graph/run.o $(BACKEND_LIB) $(VMU_LIB) \
 		 $(COMMON_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(STREAM_BENCH_CUDA) $(LIBS_MODEL) \

@@ -93,7 +93,7 @@ $(BUILD)/tests/gpu/test_cuda_wire: $(BUILD)/tests/gpu/test_cuda_wire.o \
 # variables are spelled out here).
 $(BUILD)/tests/gpu/test_cuda_model: $(BUILD)/tests/gpu/test_cuda_model.o \
 		$(BUILD)/tests/gpu/gpu.o $(BUILD)/libmodel.a \
-		$(BUILD)/djinnd/exec/exec.o $(CUDA_OBJS) \
+		$(BUILD)/djinnd/graph/run.o $(CUDA_OBJS) \
 		$(filter %.a,$(LIBS_BACKEND))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/gpu/gpu.o \
@@ -101,7 +101,7 @@ $(BUILD)/tests/gpu/test_cuda_model: $(BUILD)/tests/gpu/test_cuda_model.o \
 
 # tests/unit/test_model_stream.c on the CUDA backend
 $(BUILD)/tests/gpu/test_cuda_stream: $(BUILD)/tests/gpu/test_cuda_stream.o \
-		$(BUILD)/libmodel.a $(BUILD)/djinnd/exec/exec.o $(CUDA_OBJS) \
+		$(BUILD)/libmodel.a $(BUILD)/djinnd/graph/run.o $(CUDA_OBJS) \
 		$(filter %.a,$(LIBS_BACKEND))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CUDA_OBJS) $(LIBS_MODEL) -ldl \

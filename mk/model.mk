@@ -5,10 +5,11 @@ DEB_PKGS    += libjansson-dev
 
 MODEL_SRCS  := $(wildcard djinnd/model/*.c)
 MODEL_LIB   := $(BUILD)/libmodel.a
-# The forward pass runs graphs through exec.c: its object alone, so the
-# model tests do not wait on the rest of the daemon's library.
-MODEL_EXEC_OBJ := $(BUILD)/djinnd/exec/exec.o
-LIBS_MODEL  := $(MODEL_LIB) $(MODEL_EXEC_OBJ) $(LIBS_BACKEND) -ljansson
+# The forward pass runs graphs through the graph runner (djinnd/graph/,
+# the floor below model/): its object alone, so the model tests do not
+# wait on the rest of the daemon's library.
+GRAPH_RUN_OBJ := $(BUILD)/djinnd/graph/run.o
+LIBS_MODEL  := $(MODEL_LIB) $(GRAPH_RUN_OBJ) $(LIBS_BACKEND) -ljansson
 
 $(MODEL_LIB): $(MODEL_SRCS:%.c=$(BUILD)/%.o)
 all: $(MODEL_LIB)
@@ -19,8 +20,8 @@ fuzz_safetensors_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson -lm
 test_model_config_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson -lm
 test_model_store_LIBS := $(MODEL_LIB) $(LIBS_VMU) $(COMMON_LIB) -ljansson -lm
 test_model_forward_LIBS := $(LIBS_MODEL)
-$(BUILD)/tests/unit/test_model_forward: $(MODEL_EXEC_OBJ)
+$(BUILD)/tests/unit/test_model_forward: $(GRAPH_RUN_OBJ)
 test_model_arch_LIBS := $(LIBS_MODEL)
-$(BUILD)/tests/unit/test_model_arch: $(MODEL_EXEC_OBJ)
+$(BUILD)/tests/unit/test_model_arch: $(GRAPH_RUN_OBJ)
 test_model_stream_LIBS := $(LIBS_MODEL)
-$(BUILD)/tests/unit/test_model_stream: $(MODEL_EXEC_OBJ)
+$(BUILD)/tests/unit/test_model_stream: $(GRAPH_RUN_OBJ)

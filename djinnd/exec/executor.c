@@ -129,7 +129,7 @@ static void run_job(struct exec_thread *th, struct exec_job *job)
 				 why);
 	}
 	if (!ret)
-		ret = exec_graph_kernels(th->e->dev->vmu, th->stack,
+		ret = graph_run_kernels(th->e->dev->vmu, th->stack,
 					 th->e->dev->backend, s->vs, view, in,
 					 fps, job->descs, &job->res, job->msg,
 					 sizeof(job->msg));

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "list.h"
-#include "exec/exec.h"
+#include "graph/run.h"
 #include "exec/stage.h"
 #include "sched/sched.h"
 #include "session/session.h"
@@ -112,7 +112,7 @@ struct exec_job {
 	int error;
 	char msg[DJINN_MAX_ERROR_MSG];
 	uint64_t handles[DJINN_MAX_GRAPH_OUTPUTS];
-	struct exec_result res;
+	struct graph_result res;
 	struct exec_mem mem;
 	void (*call)(struct exec_job *job, const struct exec_env *env);
 	enum sched_lane lane;

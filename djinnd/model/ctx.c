@@ -509,7 +509,7 @@ static int run_graph(struct part **ps, unsigned int np,
 	struct fwd_args a = {
 		.l0 = l0, .l1 = l1, .lbase = lbase, .nr_seq = np, .seq = seq
 	};
-	struct exec_result res;
+	struct graph_result res;
 	struct gbuild *g;
 	unsigned int i;
 	int ret = 0;

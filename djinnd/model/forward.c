@@ -90,7 +90,7 @@ void gb_output(struct gbuild *g, uint32_t v, unsigned int residency)
 }
 
 int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
-	   struct exec_result *res, struct djinn_tensor_desc *descs, char *msg,
+	   struct graph_result *res, struct djinn_tensor_desc *descs, char *msg,
 	   size_t msglen)
 {
 	size_t out_len = ((size_t)g->nr_out * 4 + 7) & ~(size_t)7;
@@ -147,7 +147,7 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 		if (!g->out_s[k])
 			g->out_s[k] = s;
 	if (!ret)
-		ret = exec_graph_owned(env->v, env->st, env->b, g->out_s, &view,
+		ret = graph_run_owned(env->v, env->st, env->b, g->out_s, &view,
 				       g->in, nd, res, msg, msglen);
 	if (!ret)
 		for (uint32_t k = 0; k < g->nr_out; k++)

@@ -5,7 +5,7 @@
  * A struct gbuild collects graph inputs (device tensors: weights in the
  * text segment, token ids, positions, the KV cache) and nodes, then runs
  * them the way a client's GRAPH_SUBMIT runs: djinn_graph_parse(),
- * djinn_graph_infer(), exec_graph() on the session's stack, outputs in
+ * djinn_graph_infer(), graph_run() on the session's stack, outputs in
  * new data regions of the session.
  *
  * Values are uint32_t: an input's index, or GB_NODE | a node's index.
@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "exec/exec.h"
+#include "graph/run.h"
 #include "model/store.h"
 
 #define GB_NODE 0x80000000u
@@ -62,7 +62,7 @@ struct model_env {
 /* Parse, infer and execute for session @s (each output for its owner);
  * @res gets the output regions and @descs[nr_out] their shapes. */
 int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
-	   struct exec_result *res, struct djinn_tensor_desc *descs, char *msg,
+	   struct graph_result *res, struct djinn_tensor_desc *descs, char *msg,
 	   size_t msglen);
 
 /*

@@ -31,7 +31,7 @@
 #include <djinn/proto.h>
 
 #include "list.h"
-#include "net/loop.h"
+#include "loop.h"
 
 struct server;
 

@@ -42,7 +42,7 @@
 
 #include "clock.h"
 #include "list.h"
-#include "net/loop.h"
+#include "loop.h"
 
 struct server;
 struct device;

@@ -2,7 +2,7 @@
 /*
  * The executor tests' fixture (test_exec, test_exec_kernel): the CPU
  * backend with a VMU, a stack and a session. Include after <cmocka.h>,
- * "testutil.h" and "exec/exec.h".
+ * "testutil.h" and "graph/run.h".
  */
 #ifndef DJINN_TEST_EXEC_FIX_H
 #define DJINN_TEST_EXEC_FIX_H

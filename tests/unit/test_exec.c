@@ -18,7 +18,7 @@
 #include "array_size.h"
 #include "testutil.h"
 #include "list.h"
-#include "exec/exec.h"
+#include "graph/run.h"
 #include "exec_fix.h"
 
 static int setup(void **state)
@@ -175,7 +175,7 @@ static void test_mlp_two_outputs(void **state)
 	      *b = rand_f32(3, N);
 	double mm[M * N], y[M * N];
 	float got[M * N];
-	struct exec_result res;
+	struct graph_result res;
 	struct tensor tx, tw, tb;
 	struct gb *gb = calloc(1, sizeof(*gb));
 	struct dj_tensor in[3];
@@ -198,7 +198,7 @@ static void test_mlp_two_outputs(void **state)
 	in[0] = tx.t;
 	in[1] = tw.t;
 	in[2] = tb.t;
-	if (exec_graph(f->v, f->st, f->b, f->s, &gb->view, in, gb->out, &res,
+	if (graph_run(f->v, f->st, f->b, f->s, &gb->view, in, gb->out, &res,
 		       msg, sizeof(msg)))
 		fail_msg("exec: %s", msg);
 
@@ -228,8 +228,8 @@ static void test_mlp_two_outputs(void **state)
 
 		vmu_get_stats(f->v, &st);
 		assert_int_equal(st.stack_last_peak,
-				 (M * N * 4 + EXEC_ALIGN - 1) &
-					 ~(uint64_t)(EXEC_ALIGN - 1));
+				 (M * N * 4 + GRAPH_ALIGN - 1) &
+					 ~(uint64_t)(GRAPH_ALIGN - 1));
 		assert_int_equal(res.peak_bytes,
 				 st.stack_last_peak +
 					 2 * vmu_round(f->v, M * N * 4));
@@ -254,7 +254,7 @@ static void test_refused_by_admission(void **state)
 	struct djinn_tensor_desc big =
 		desc(DJINN_DTYPE_F32, 2, 1024ull, 8192ull); /* 32 MiB */
 	struct vmu_stats before, after;
-	struct exec_result res;
+	struct graph_result res;
 	struct gb *gb = calloc(1, sizeof(*gb));
 	struct dj_tensor in[1] = { { .desc = big } };
 	char msg[256] = "";
@@ -267,7 +267,7 @@ static void test_refused_by_admission(void **state)
 
 	vmu_get_stats(f->v, &before);
 	/* The input is never read: admission refuses before any node. */
-	assert_int_equal(exec_graph(f->v, f->st, f->b, f->s, &gb->view, in,
+	assert_int_equal(graph_run(f->v, f->st, f->b, f->s, &gb->view, in,
 				    gb->out, &res, msg, sizeof(msg)),
 			 -ENOMEM);
 	assert_non_null(strstr(msg, "need 33554432 bytes"));
@@ -285,7 +285,7 @@ static void test_failed_node_leaves_nothing(void **state)
 	struct exec_fix *f = *state;
 	float table[4 * 3] = { 0 };
 	int32_t ids[2] = { 1, 9 };
-	struct exec_result res;
+	struct graph_result res;
 	struct tensor tt, ti;
 	struct gb *gb = calloc(1, sizeof(*gb));
 	struct dj_tensor in[2];
@@ -306,7 +306,7 @@ static void test_failed_node_leaves_nothing(void **state)
 	in[0] = tt.t;
 	in[1] = ti.t;
 	u0 = usage(f);
-	assert_true(exec_graph(f->v, f->st, f->b, f->s, &gb->view, in, gb->out,
+	assert_true(graph_run(f->v, f->st, f->b, f->s, &gb->view, in, gb->out,
 			       &res, msg, sizeof(msg)) < 0);
 	assert_non_null(strstr(msg, "node 0 (embedding)"));
 	assert_int_equal(usage(f).regions, u0.regions);
@@ -322,7 +322,7 @@ static void test_no_intermediates(void **state)
 	struct exec_fix *f = *state;
 	float x[6] = { -1, 2, -3, 4, -5, 6 };
 	float got[6];
-	struct exec_result res;
+	struct graph_result res;
 	struct vmu_stats st;
 	struct tensor tx;
 	struct gb *gb = calloc(1, sizeof(*gb));
@@ -334,7 +334,7 @@ static void test_no_intermediates(void **state)
 	gb_output(gb, v);
 	gb_finish(gb);
 	tx = put_f32(f, gb->in[0], x);
-	if (exec_graph(f->v, f->st, f->b, f->s, &gb->view, &tx.t, gb->out, &res,
+	if (graph_run(f->v, f->st, f->b, f->s, &gb->view, &tx.t, gb->out, &res,
 		       msg, sizeof(msg)))
 		fail_msg("exec: %s", msg);
 	assert_int_equal(
@@ -374,7 +374,7 @@ static void test_views(void **state)
 {
 	struct exec_fix *f = *state;
 	float x[24], got[12];
-	struct exec_result res;
+	struct graph_result res;
 	struct vmu_stats st;
 	struct tensor tx;
 	struct gb *gb = calloc(1, sizeof(*gb));
@@ -395,7 +395,7 @@ static void test_views(void **state)
 	gb_output(gb, s1);
 	gb_finish(gb);
 	tx = put_f32(f, gb->in[0], x);
-	if (exec_graph(f->v, f->st, f->b, f->s, &gb->view, &tx.t, gb->out, &res,
+	if (graph_run(f->v, f->st, f->b, f->s, &gb->view, &tx.t, gb->out, &res,
 		       msg, sizeof(msg)))
 		fail_msg("exec: %s", msg);
 
@@ -424,8 +424,8 @@ static void test_views(void **state)
 
 	/* Only the strided slice took stack. */
 	vmu_get_stats(f->v, &st);
-	assert_int_equal(st.stack_last_peak, (12 * 4 + EXEC_ALIGN -
-					      1) & ~(uint64_t)(EXEC_ALIGN - 1));
+	assert_int_equal(st.stack_last_peak, (12 * 4 + GRAPH_ALIGN -
+					      1) & ~(uint64_t)(GRAPH_ALIGN - 1));
 	for (int k = 0; k < 4; k++)
 		assert_int_equal(vmu_region_destroy(f->s, res.regions[k]), 0);
 	drop(f, &tx);
@@ -615,7 +615,7 @@ static void test_failed_node_syncs_first(void **state)
 		struct tensor tm = put_f32(f, gb->in[0], (const float *)image);
 		struct tensor tx = put_f32(f, gb->in[1], x);
 		struct dj_tensor in[2] = { tm.t, tx.t };
-		struct exec_result res;
+		struct graph_result res;
 		struct vmu_usage u0;
 		struct lazy lz;
 		char msg[256] = "";
@@ -627,8 +627,8 @@ static void test_failed_node_syncs_first(void **state)
 		u0 = usage(f);
 		/* while it runs: the inputs, two outputs, the relu's slot */
 		lz.want_regions = u0.regions + 2;
-		lz.want_stack = EXEC_ALIGN;
-		ret = exec_graph_kernels(f->v, f->st, &lz.base, f->s, &gb->view,
+		lz.want_stack = GRAPH_ALIGN;
+		ret = graph_run_kernels(f->v, f->st, &lz.base, f->s, &gb->view,
 					 in, fps, gb->out, &res, msg,
 					 sizeof(msg));
 		assert_int_equal(ret, cases[c].want);
@@ -645,7 +645,7 @@ static void test_failed_node_syncs_first(void **state)
 					 3);
 		assert_false(lz.freed_early);
 		assert_int_equal(lz.seen_regions, u0.regions + 2);
-		assert_int_equal(lz.seen_stack, EXEC_ALIGN);
+		assert_int_equal(lz.seen_stack, GRAPH_ALIGN);
 		/* and after: nothing left, or the right results */
 		assert_int_equal(vmu_stack_used(f->st), 0);
 		if (ret) {

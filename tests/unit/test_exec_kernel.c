@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
-#include "exec/exec.h"
+#include "graph/run.h"
 #include "exec_fix.h"
 
 #define NO_KERNELS "client kernels need a CUDA device; this djinnd runs on cpu"
@@ -74,7 +74,7 @@ static void test_kernel_on_cpu(void **state)
 	struct djinn_graph_view view;
 	struct dj_tensor t[2];
 	struct vmu_usage u0, u1;
-	struct exec_result res;
+	struct graph_result res;
 	uint64_t region[2];
 	char msg[256] = "";
 
@@ -93,7 +93,7 @@ static void test_kernel_on_cpu(void **state)
 	vmu_session_usage(f->s, &u0);
 
 	/* with the module's fingerprint, and without: the backend decides */
-	assert_int_equal(exec_graph_kernels(f->v, f->st, f->b, f->s, &view, t,
+	assert_int_equal(graph_run_kernels(f->v, f->st, f->b, f->s, &view, t,
 					    fps, out, &res, msg, sizeof(msg)),
 			 -EOPNOTSUPP);
 	assert_string_equal(msg, "node 1 (kernel): " NO_KERNELS);
@@ -103,7 +103,7 @@ static void test_kernel_on_cpu(void **state)
 	assert_int_equal(vmu_stack_used(f->st), 0);
 
 	msg[0] = 0;
-	assert_int_equal(exec_graph(f->v, f->st, f->b, f->s, &view, t, out,
+	assert_int_equal(graph_run(f->v, f->st, f->b, f->s, &view, t, out,
 				    &res, msg, sizeof(msg)),
 			 -EOPNOTSUPP);
 	assert_string_equal(msg, "node 1 (kernel): " NO_KERNELS);
@@ -127,7 +127,7 @@ static void test_kernel_on_cpu(void **state)
 				 0);
 		assert_int_equal(
 			djinn_graph_infer(&view, in, out, msg, sizeof(msg)), 0);
-		if (exec_graph(f->v, f->st, f->b, f->s, &view, t, out, &res,
+		if (graph_run(f->v, f->st, f->b, f->s, &view, t, out, &res,
 			       msg, sizeof(msg)))
 			fail_msg("relu: %s", msg);
 		assert_int_equal(vmu_region_read(f->s, res.regions[0], 0, y,

@@ -21,7 +21,7 @@
 
 #include "server.h"
 #include "net/conn.h"
-#include "net/loop.h"
+#include "loop.h"
 
 #define ENTRIES 4
 

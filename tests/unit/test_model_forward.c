@@ -1067,7 +1067,7 @@ static void test_gqa_attention(void **state)
 	struct djinn_p_attention pa = { .causal = 1 };
 	struct djinn_tensor_desc od;
 	struct vmu_region_info info;
-	struct exec_result res;
+	struct graph_result res;
 	struct gbuild *g = calloc(1, sizeof(*g));
 	char msg[ST_MSG_LEN];
 	uint32_t ins[3];

@@ -9,7 +9,7 @@
 
 #include "clock.h"
 #include "log.h"
-#include "net/loop.h"
+#include "loop.h"
 
 uint64_t loop_now(void)
 {

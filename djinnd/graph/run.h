@@ -2,8 +2,8 @@
 /*
  * Running one graph on one device: planning, admission, execution.
  *
- * The caller (the session layer) has parsed and inferred the graph
- * (lib/graph.h) and resolved its inputs to pinned device tensors. Here:
+ * The caller (a service, or the model runtime) has parsed and inferred
+ * the graph (lib/graph.h) and resolved its inputs to pinned device tensors. Here:
  *
  *   plan   every node's result goes either to the executor's stack (an
  *          intermediate, gone when the graph ends) or to a new data
@@ -22,8 +22,8 @@
  * anything made for it is released, so no kernel of an earlier node can
  * still be using memory that is unmapped (backend.h, run_node()).
  */
-#ifndef DJINN_EXEC_H
-#define DJINN_EXEC_H
+#ifndef DJINN_GRAPH_RUN_H
+#define DJINN_GRAPH_RUN_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -33,21 +33,21 @@
 #include "vmu/vmu.h"
 
 /* Alignment of every intermediate on the stack. */
-#define EXEC_ALIGN 256
+#define GRAPH_ALIGN 256
 
 /*
- * struct exec_plan - where each node's result goes
+ * struct graph_plan - where each node's result goes
  * @stack_peak: stack bytes the intermediates take, aligned
  * @out_bytes:  device bytes of the outputs, granule-rounded
  * @need:       what admission must grant (outputs + stack growth)
  * @output_of:  per node, its index among the graph's outputs, or -1
  * @stack_off:  per node, its offset on the stack (intermediates only),
- *              or EXEC_VIEW: the node's result is its input's bytes,
+ *              or GRAPH_VIEW: the node's result is its input's bytes,
  *              seen through its own desc, and nothing runs
  */
-#define EXEC_VIEW UINT64_MAX
+#define GRAPH_VIEW UINT64_MAX
 
-struct exec_plan {
+struct graph_plan {
 	uint64_t stack_peak;
 	uint64_t out_bytes;
 	uint64_t need;
@@ -56,19 +56,19 @@ struct exec_plan {
 };
 
 /* Plan @view whose node results have the shapes @descs[nr_nodes]. The
- * plan's arrays are malloc'd; exec_plan_free() frees them. */
-int exec_plan(const struct djinn_graph_view *view,
+ * plan's arrays are malloc'd; graph_plan_free() frees them. */
+int graph_plan(const struct djinn_graph_view *view,
 	      const struct djinn_tensor_desc *descs, struct vmu *v,
-	      struct vmu_stack *st, struct exec_plan *plan);
-void exec_plan_free(struct exec_plan *plan);
+	      struct vmu_stack *st, struct graph_plan *plan);
+void graph_plan_free(struct graph_plan *plan);
 
 /*
- * struct exec_result - what a graph left behind
+ * struct graph_result - what a graph left behind
  * @regions:    per graph output, the data region of @s holding it
  * @peak_bytes: planned peak (stack + outputs)
  * @run_ns:     time spent in the backend
  */
-struct exec_result {
+struct graph_result {
 	uint64_t regions[DJINN_MAX_GRAPH_OUTPUTS];
 	uint64_t peak_bytes;
 	uint64_t run_ns;
@@ -82,39 +82,39 @@ struct exec_result {
  * negative errno with a reason in @msg, and either way only once the
  * device is done with the graph: the caller may unpin @inputs then.
  */
-int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
+int graph_run(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	       struct vmu_session *s, const struct djinn_graph_view *view,
 	       const struct dj_tensor *inputs,
-	       const struct djinn_tensor_desc *descs, struct exec_result *res,
+	       const struct djinn_tensor_desc *descs, struct graph_result *res,
 	       char *msg, size_t msglen);
 
 /*
- * As exec_graph(), for graphs with client kernels: @in_fp[nr_inputs] has
+ * As graph_run(), for graphs with client kernels: @in_fp[nr_inputs] has
  * the fingerprint of each input that is a client module (a text tensor
  * uploaded with DJINN_TENSOR_MODULE) and NULL for the others. A KERNEL
  * node goes to the backend's run_kernel(): -EOPNOTSUPP on a backend
  * without client kernels, -EINVAL if its input 0 is not a module.
- * exec_graph() is this with no modules.
+ * graph_run() is this with no modules.
  */
-int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
+int graph_run_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		       struct vmu_session *s,
 		       const struct djinn_graph_view *view,
 		       const struct dj_tensor *inputs,
 		       const uint8_t *const *in_fp,
 		       const struct djinn_tensor_desc *descs,
-		       struct exec_result *res, char *msg, size_t msglen);
+		       struct graph_result *res, char *msg, size_t msglen);
 
 /*
- * As exec_graph(), for a graph that runs the steps of several sessions
+ * As graph_run(), for a graph that runs the steps of several sessions
  * at once (a streamed model's batch, model/stream.h): output k becomes a
  * region of @owners[k] instead of @s. The graph's memory is admitted as
- * one, and on failure every output is destroyed as exec_graph() does.
+ * one, and on failure every output is destroyed as graph_run() does.
  */
-int exec_graph_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
+int graph_run_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		     struct vmu_session *const *owners,
 		     const struct djinn_graph_view *view,
 		     const struct dj_tensor *inputs,
 		     const struct djinn_tensor_desc *descs,
-		     struct exec_result *res, char *msg, size_t msglen);
+		     struct graph_result *res, char *msg, size_t msglen);
 
-#endif /* DJINN_EXEC_H */
+#endif /* DJINN_GRAPH_RUN_H */

@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "clock.h"
-#include "exec/exec.h"
+#include "graph/run.h"
 
 static uint64_t desc_bytes(const struct djinn_tensor_desc *d)
 {
@@ -67,7 +67,7 @@ static uint64_t view_offset(const struct djinn_node *node,
 	       djinn_dtype_size(x->dtype);
 }
 
-void exec_plan_free(struct exec_plan *plan)
+void graph_plan_free(struct graph_plan *plan)
 {
 	free(plan->output_of);
 	free(plan->stack_off);
@@ -75,9 +75,9 @@ void exec_plan_free(struct exec_plan *plan)
 	plan->stack_off = NULL;
 }
 
-int exec_plan(const struct djinn_graph_view *view,
+int graph_plan(const struct djinn_graph_view *view,
 	      const struct djinn_tensor_desc *descs, struct vmu *v,
-	      struct vmu_stack *st, struct exec_plan *plan)
+	      struct vmu_stack *st, struct graph_plan *plan)
 {
 	uint32_t n = view->g->nr_nodes;
 
@@ -85,7 +85,7 @@ int exec_plan(const struct djinn_graph_view *view,
 	plan->output_of = malloc(n * sizeof(*plan->output_of));
 	plan->stack_off = calloc(n, sizeof(*plan->stack_off));
 	if (!plan->output_of || !plan->stack_off) {
-		exec_plan_free(plan);
+		graph_plan_free(plan);
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < n; i++)
@@ -100,19 +100,19 @@ int exec_plan(const struct djinn_graph_view *view,
 		if (plan->output_of[i] >= 0)
 			continue;
 		if (is_view(&view->nodes[i], &descs[i])) {
-			plan->stack_off[i] = EXEC_VIEW;
+			plan->stack_off[i] = GRAPH_VIEW;
 			continue;
 		}
 		plan->stack_off[i] = plan->stack_peak;
-		plan->stack_peak += (desc_bytes(&descs[i]) + EXEC_ALIGN - 1) &
-				    ~(uint64_t)(EXEC_ALIGN - 1);
+		plan->stack_peak += (desc_bytes(&descs[i]) + GRAPH_ALIGN - 1) &
+				    ~(uint64_t)(GRAPH_ALIGN - 1);
 	}
 	plan->need = plan->out_bytes + vmu_stack_need(st, plan->stack_peak);
 	return 0;
 }
 
 /* Destroy the first @n output regions made for a graph that failed. */
-static void drop_regions(struct vmu_session *const *s, struct exec_result *res,
+static void drop_regions(struct vmu_session *const *s, struct graph_result *res,
 			 uint32_t n)
 {
 	for (uint32_t k = 0; k < n; k++) {
@@ -125,7 +125,7 @@ static void drop_regions(struct vmu_session *const *s, struct exec_result *res,
 static int make_outputs(struct vmu_session *const *s,
 			const struct djinn_graph_view *view,
 			const struct djinn_tensor_desc *descs,
-			struct vmu_resv *resv, struct exec_result *res,
+			struct vmu_resv *resv, struct graph_result *res,
 			uint64_t *addr, char *msg, size_t msglen)
 {
 	uint32_t k;
@@ -206,7 +206,7 @@ static int run_nodes(struct backend *b, const struct djinn_graph_view *view,
 		     const struct dj_tensor *inputs,
 		     const uint8_t *const *in_fp,
 		     const struct djinn_tensor_desc *descs,
-		     const struct exec_plan *plan, uint64_t base,
+		     const struct graph_plan *plan, uint64_t base,
 		     const uint64_t *out_addr, struct dj_tensor *vals,
 		     char *msg, size_t msglen)
 {
@@ -219,7 +219,7 @@ static int run_nodes(struct backend *b, const struct djinn_graph_view *view,
 		for (uint32_t j = 0; j < node->nr_inputs; j++)
 			value(view, inputs, vals, node->inputs[j], &in[j]);
 		vals[i].desc = descs[i];
-		if (plan->stack_off[i] == EXEC_VIEW) {
+		if (plan->stack_off[i] == GRAPH_VIEW) {
 			vals[i].addr =
 				in[0].addr + view_offset(node, &in[0].desc);
 			continue;
@@ -257,13 +257,13 @@ static int run_nodes(struct backend *b, const struct djinn_graph_view *view,
 	return err;
 }
 
-int exec_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
+int graph_run(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	       struct vmu_session *s, const struct djinn_graph_view *view,
 	       const struct dj_tensor *inputs,
-	       const struct djinn_tensor_desc *descs, struct exec_result *res,
+	       const struct djinn_tensor_desc *descs, struct graph_result *res,
 	       char *msg, size_t msglen)
 {
-	return exec_graph_kernels(v, st, b, s, view, inputs, NULL, descs, res,
+	return graph_run_kernels(v, st, b, s, view, inputs, NULL, descs, res,
 				  msg, msglen);
 }
 
@@ -273,17 +273,17 @@ static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		     const struct dj_tensor *inputs,
 		     const uint8_t *const *in_fp,
 		     const struct djinn_tensor_desc *descs,
-		     struct exec_result *res, char *msg, size_t msglen)
+		     struct graph_result *res, char *msg, size_t msglen)
 {
 	uint32_t n = view->g->nr_nodes, nout = view->g->nr_outputs;
 	uint64_t out_addr[DJINN_MAX_GRAPH_OUTPUTS], base, t0;
 	struct dj_tensor *vals;
-	struct exec_plan plan;
+	struct graph_plan plan;
 	struct vmu_resv resv;
 	int ret;
 
 	memset(res, 0, sizeof(*res));
-	ret = exec_plan(view, descs, v, st, &plan);
+	ret = graph_plan(view, descs, v, st, &plan);
 	if (ret)
 		return ret;
 	vals = calloc(n, sizeof(*vals));
@@ -300,7 +300,7 @@ static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		if (ret)
 			goto out_vals;
 		/* One bump for all the intermediates: offsets are planned. */
-		ret = vmu_stack_alloc(st, plan.stack_peak, EXEC_ALIGN, &base);
+		ret = vmu_stack_alloc(st, plan.stack_peak, GRAPH_ALIGN, &base);
 		if (ret)
 			goto out_stack;
 	} else {
@@ -331,7 +331,7 @@ out_stack:
 out_vals:
 	free(vals);
 out_plan:
-	exec_plan_free(&plan);
+	graph_plan_free(&plan);
 	return ret;
 }
 
@@ -345,13 +345,13 @@ static struct vmu_session **owners_of(struct vmu_session *s, uint32_t nout)
 	return o;
 }
 
-int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
+int graph_run_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		       struct vmu_session *s,
 		       const struct djinn_graph_view *view,
 		       const struct dj_tensor *inputs,
 		       const uint8_t *const *in_fp,
 		       const struct djinn_tensor_desc *descs,
-		       struct exec_result *res, char *msg, size_t msglen)
+		       struct graph_result *res, char *msg, size_t msglen)
 {
 	struct vmu_session **o = owners_of(s, view->g->nr_outputs);
 	int ret;
@@ -364,12 +364,12 @@ int exec_graph_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	return ret;
 }
 
-int exec_graph_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
+int graph_run_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		     struct vmu_session *const *owners,
 		     const struct djinn_graph_view *view,
 		     const struct dj_tensor *inputs,
 		     const struct djinn_tensor_desc *descs,
-		     struct exec_result *res, char *msg, size_t msglen)
+		     struct graph_result *res, char *msg, size_t msglen)
 {
 	return run_graph(v, st, b, owners, view, inputs, NULL, descs, res, msg,
 			 msglen);
