@@ -130,9 +130,9 @@ static void run_job(struct exec_thread *th, struct exec_job *job)
 	}
 	if (!ret)
 		ret = graph_run_kernels(th->e->dev->vmu, th->stack,
-					 th->e->dev->backend, s->vs, view, in,
-					 fps, job->descs, &job->res, job->msg,
-					 sizeof(job->msg));
+					th->e->dev->backend, s->vs, view, in,
+					fps, job->descs, &job->res, job->msg,
+					sizeof(job->msg));
 	for (uint32_t k = 0; k < i; k++) {
 		if (pinned[k])
 			vmu_region_unpin(s->vs, pinned[k]);

@@ -76,8 +76,8 @@ void graph_plan_free(struct graph_plan *plan)
 }
 
 int graph_plan(const struct djinn_graph_view *view,
-	      const struct djinn_tensor_desc *descs, struct vmu *v,
-	      struct vmu_stack *st, struct graph_plan *plan)
+	       const struct djinn_tensor_desc *descs, struct vmu *v,
+	       struct vmu_stack *st, struct graph_plan *plan)
 {
 	uint32_t n = view->g->nr_nodes;
 
@@ -258,13 +258,13 @@ static int run_nodes(struct backend *b, const struct djinn_graph_view *view,
 }
 
 int graph_run(struct vmu *v, struct vmu_stack *st, struct backend *b,
-	       struct vmu_session *s, const struct djinn_graph_view *view,
-	       const struct dj_tensor *inputs,
-	       const struct djinn_tensor_desc *descs, struct graph_result *res,
-	       char *msg, size_t msglen)
+	      struct vmu_session *s, const struct djinn_graph_view *view,
+	      const struct dj_tensor *inputs,
+	      const struct djinn_tensor_desc *descs, struct graph_result *res,
+	      char *msg, size_t msglen)
 {
 	return graph_run_kernels(v, st, b, s, view, inputs, NULL, descs, res,
-				  msg, msglen);
+				 msg, msglen);
 }
 
 static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
@@ -346,12 +346,12 @@ static struct vmu_session **owners_of(struct vmu_session *s, uint32_t nout)
 }
 
 int graph_run_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
-		       struct vmu_session *s,
-		       const struct djinn_graph_view *view,
-		       const struct dj_tensor *inputs,
-		       const uint8_t *const *in_fp,
-		       const struct djinn_tensor_desc *descs,
-		       struct graph_result *res, char *msg, size_t msglen)
+		      struct vmu_session *s,
+		      const struct djinn_graph_view *view,
+		      const struct dj_tensor *inputs,
+		      const uint8_t *const *in_fp,
+		      const struct djinn_tensor_desc *descs,
+		      struct graph_result *res, char *msg, size_t msglen)
 {
 	struct vmu_session **o = owners_of(s, view->g->nr_outputs);
 	int ret;
@@ -365,11 +365,11 @@ int graph_run_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 }
 
 int graph_run_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
-		     struct vmu_session *const *owners,
-		     const struct djinn_graph_view *view,
-		     const struct dj_tensor *inputs,
-		     const struct djinn_tensor_desc *descs,
-		     struct graph_result *res, char *msg, size_t msglen)
+		    struct vmu_session *const *owners,
+		    const struct djinn_graph_view *view,
+		    const struct dj_tensor *inputs,
+		    const struct djinn_tensor_desc *descs,
+		    struct graph_result *res, char *msg, size_t msglen)
 {
 	return run_graph(v, st, b, owners, view, inputs, NULL, descs, res, msg,
 			 msglen);

@@ -58,8 +58,8 @@ struct graph_plan {
 /* Plan @view whose node results have the shapes @descs[nr_nodes]. The
  * plan's arrays are malloc'd; graph_plan_free() frees them. */
 int graph_plan(const struct djinn_graph_view *view,
-	      const struct djinn_tensor_desc *descs, struct vmu *v,
-	      struct vmu_stack *st, struct graph_plan *plan);
+	       const struct djinn_tensor_desc *descs, struct vmu *v,
+	       struct vmu_stack *st, struct graph_plan *plan);
 void graph_plan_free(struct graph_plan *plan);
 
 /*
@@ -83,10 +83,10 @@ struct graph_result {
  * device is done with the graph: the caller may unpin @inputs then.
  */
 int graph_run(struct vmu *v, struct vmu_stack *st, struct backend *b,
-	       struct vmu_session *s, const struct djinn_graph_view *view,
-	       const struct dj_tensor *inputs,
-	       const struct djinn_tensor_desc *descs, struct graph_result *res,
-	       char *msg, size_t msglen);
+	      struct vmu_session *s, const struct djinn_graph_view *view,
+	      const struct dj_tensor *inputs,
+	      const struct djinn_tensor_desc *descs, struct graph_result *res,
+	      char *msg, size_t msglen);
 
 /*
  * As graph_run(), for graphs with client kernels: @in_fp[nr_inputs] has
@@ -97,12 +97,12 @@ int graph_run(struct vmu *v, struct vmu_stack *st, struct backend *b,
  * graph_run() is this with no modules.
  */
 int graph_run_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
-		       struct vmu_session *s,
-		       const struct djinn_graph_view *view,
-		       const struct dj_tensor *inputs,
-		       const uint8_t *const *in_fp,
-		       const struct djinn_tensor_desc *descs,
-		       struct graph_result *res, char *msg, size_t msglen);
+		      struct vmu_session *s,
+		      const struct djinn_graph_view *view,
+		      const struct dj_tensor *inputs,
+		      const uint8_t *const *in_fp,
+		      const struct djinn_tensor_desc *descs,
+		      struct graph_result *res, char *msg, size_t msglen);
 
 /*
  * As graph_run(), for a graph that runs the steps of several sessions
@@ -111,10 +111,10 @@ int graph_run_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
  * one, and on failure every output is destroyed as graph_run() does.
  */
 int graph_run_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
-		     struct vmu_session *const *owners,
-		     const struct djinn_graph_view *view,
-		     const struct dj_tensor *inputs,
-		     const struct djinn_tensor_desc *descs,
-		     struct graph_result *res, char *msg, size_t msglen);
+		    struct vmu_session *const *owners,
+		    const struct djinn_graph_view *view,
+		    const struct dj_tensor *inputs,
+		    const struct djinn_tensor_desc *descs,
+		    struct graph_result *res, char *msg, size_t msglen);
 
 #endif /* DJINN_GRAPH_RUN_H */

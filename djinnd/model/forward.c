@@ -148,7 +148,7 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 			g->out_s[k] = s;
 	if (!ret)
 		ret = graph_run_owned(env->v, env->st, env->b, g->out_s, &view,
-				       g->in, nd, res, msg, msglen);
+				      g->in, nd, res, msg, msglen);
 	if (!ret)
 		for (uint32_t k = 0; k < g->nr_out; k++)
 			descs[k] = nd[g->out[k]];

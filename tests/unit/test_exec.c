@@ -199,7 +199,7 @@ static void test_mlp_two_outputs(void **state)
 	in[1] = tw.t;
 	in[2] = tb.t;
 	if (graph_run(f->v, f->st, f->b, f->s, &gb->view, in, gb->out, &res,
-		       msg, sizeof(msg)))
+		      msg, sizeof(msg)))
 		fail_msg("exec: %s", msg);
 
 	for (int i = 0; i < M; i++) {
@@ -268,7 +268,7 @@ static void test_refused_by_admission(void **state)
 	vmu_get_stats(f->v, &before);
 	/* The input is never read: admission refuses before any node. */
 	assert_int_equal(graph_run(f->v, f->st, f->b, f->s, &gb->view, in,
-				    gb->out, &res, msg, sizeof(msg)),
+				   gb->out, &res, msg, sizeof(msg)),
 			 -ENOMEM);
 	assert_non_null(strstr(msg, "need 33554432 bytes"));
 	vmu_get_stats(f->v, &after);
@@ -307,7 +307,7 @@ static void test_failed_node_leaves_nothing(void **state)
 	in[1] = ti.t;
 	u0 = usage(f);
 	assert_true(graph_run(f->v, f->st, f->b, f->s, &gb->view, in, gb->out,
-			       &res, msg, sizeof(msg)) < 0);
+			      &res, msg, sizeof(msg)) < 0);
 	assert_non_null(strstr(msg, "node 0 (embedding)"));
 	assert_int_equal(usage(f).regions, u0.regions);
 	assert_int_equal(usage(f).data_bytes, u0.data_bytes);
@@ -335,7 +335,7 @@ static void test_no_intermediates(void **state)
 	gb_finish(gb);
 	tx = put_f32(f, gb->in[0], x);
 	if (graph_run(f->v, f->st, f->b, f->s, &gb->view, &tx.t, gb->out, &res,
-		       msg, sizeof(msg)))
+		      msg, sizeof(msg)))
 		fail_msg("exec: %s", msg);
 	assert_int_equal(
 		vmu_region_read(f->s, res.regions[0], 0, got, sizeof(got)), 0);
@@ -396,7 +396,7 @@ static void test_views(void **state)
 	gb_finish(gb);
 	tx = put_f32(f, gb->in[0], x);
 	if (graph_run(f->v, f->st, f->b, f->s, &gb->view, &tx.t, gb->out, &res,
-		       msg, sizeof(msg)))
+		      msg, sizeof(msg)))
 		fail_msg("exec: %s", msg);
 
 	assert_int_equal(vmu_region_read(f->s, res.regions[0], 0, got,
@@ -424,8 +424,9 @@ static void test_views(void **state)
 
 	/* Only the strided slice took stack. */
 	vmu_get_stats(f->v, &st);
-	assert_int_equal(st.stack_last_peak, (12 * 4 + GRAPH_ALIGN -
-					      1) & ~(uint64_t)(GRAPH_ALIGN - 1));
+	assert_int_equal(st.stack_last_peak,
+			 (12 * 4 + GRAPH_ALIGN - 1) &
+				 ~(uint64_t)(GRAPH_ALIGN - 1));
 	for (int k = 0; k < 4; k++)
 		assert_int_equal(vmu_region_destroy(f->s, res.regions[k]), 0);
 	drop(f, &tx);
@@ -629,8 +630,8 @@ static void test_failed_node_syncs_first(void **state)
 		lz.want_regions = u0.regions + 2;
 		lz.want_stack = GRAPH_ALIGN;
 		ret = graph_run_kernels(f->v, f->st, &lz.base, f->s, &gb->view,
-					 in, fps, gb->out, &res, msg,
-					 sizeof(msg));
+					in, fps, gb->out, &res, msg,
+					sizeof(msg));
 		assert_int_equal(ret, cases[c].want);
 		if (ret)
 			assert_string_equal(msg, cases[c].msg);

@@ -94,7 +94,7 @@ static void test_kernel_on_cpu(void **state)
 
 	/* with the module's fingerprint, and without: the backend decides */
 	assert_int_equal(graph_run_kernels(f->v, f->st, f->b, f->s, &view, t,
-					    fps, out, &res, msg, sizeof(msg)),
+					   fps, out, &res, msg, sizeof(msg)),
 			 -EOPNOTSUPP);
 	assert_string_equal(msg, "node 1 (kernel): " NO_KERNELS);
 	vmu_session_usage(f->s, &u1);
@@ -103,8 +103,8 @@ static void test_kernel_on_cpu(void **state)
 	assert_int_equal(vmu_stack_used(f->st), 0);
 
 	msg[0] = 0;
-	assert_int_equal(graph_run(f->v, f->st, f->b, f->s, &view, t, out,
-				    &res, msg, sizeof(msg)),
+	assert_int_equal(graph_run(f->v, f->st, f->b, f->s, &view, t, out, &res,
+				   msg, sizeof(msg)),
 			 -EOPNOTSUPP);
 	assert_string_equal(msg, "node 1 (kernel): " NO_KERNELS);
 	vmu_session_usage(f->s, &u1);
@@ -127,8 +127,8 @@ static void test_kernel_on_cpu(void **state)
 				 0);
 		assert_int_equal(
 			djinn_graph_infer(&view, in, out, msg, sizeof(msg)), 0);
-		if (graph_run(f->v, f->st, f->b, f->s, &view, t, out, &res,
-			       msg, sizeof(msg)))
+		if (graph_run(f->v, f->st, f->b, f->s, &view, t, out, &res, msg,
+			      sizeof(msg)))
 			fail_msg("relu: %s", msg);
 		assert_int_equal(vmu_region_read(f->s, res.regions[0], 0, y,
 						 sizeof(y)),
