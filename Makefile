@@ -47,7 +47,8 @@ BACKEND_SRCS := $(wildcard djinnd/backend/cpu/*.c)
 BACKEND_LIB  := $(BUILD)/libbackend.a
 
 # the daemon's own pieces, as a library its tests link
-DJINND_SRCS  := $(wildcard djinnd/exec/*.c djinnd/graph/*.c djinnd/session/*.c djinnd/net/*.c) \
+DJINND_SRCS  := $(wildcard djinnd/exec/*.c djinnd/graph/*.c djinnd/session/*.c djinnd/net/*.c \
+			  djinnd/svc/*.c) \
 		$(wildcard djinnd/sched/*.c) \
 		$(wildcard djinnd/model/*.c) djinnd/log.c djinnd/loop.c djinnd/server.c
 DJINND_LIB   := $(BUILD)/libdjinnd.a

@@ -96,7 +96,7 @@ static const struct key keys[] = {
 	KEY("device", "devices", T_DEVICES, SRV(devices)),
 	KEY("device", "threads", T_UINT, SRV(threads), .max = 1024),
 	KEY("device", "compute_threads", T_UINT, SRV(compute_threads),
-	    .max = SERVER_COMPUTE_THREADS_MAX),
+	    .max = DEVICE_COMPUTE_THREADS_MAX),
 	KEY("memory", "budget", T_SIZE, SRV(cpu_mem), .min = 1ull << 20,
 	    .max = 1ull << 50),
 	KEY("memory", "gpu_budget", T_SIZE, SRV(gpu_mem), .min = 0,

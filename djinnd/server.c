@@ -437,6 +437,7 @@ static int device_init(struct server *srv, struct device *d)
 	struct vmu_config vcfg = { .swap_limit = cfg->cpu_mem,
 				   .warn_pct = cfg->warn_pct,
 				   .crit_pct = cfg->crit_pct };
+	struct exec_source src;
 	int ret;
 
 	/* on a GPU: as much as the device has for sessions */
@@ -456,7 +457,8 @@ static int device_init(struct server *srv, struct device *d)
 	{
 		struct sched_config sc = server_sched_config(cfg);
 
-		ret = sched_create(srv, d, &sc, &d->sched);
+		ret = sched_create(&srv->loop, d, &sc, &session_sched_ops,
+				   &d->sched);
 		if (ret)
 			return ret;
 	}
@@ -469,10 +471,13 @@ static int device_init(struct server *srv, struct device *d)
 			d->backend->max_compute == 1 ? "" : "s");
 		return -EINVAL;
 	}
-	ret = executor_start(srv, d, EXEC_GRAPH, &d->exec);
+	src = sched_source(d->sched, SCHED_COMPUTE);
+	ret = executor_start(&srv->loop, d, EXEC_GRAPH, d->compute_threads,
+			     &src, &d->exec);
 	if (ret)
 		return ret;
-	ret = executor_start(srv, d, EXEC_MEM, &d->mem);
+	src = sched_source(d->sched, SCHED_MEM);
+	ret = executor_start(&srv->loop, d, EXEC_MEM, 0, &src, &d->mem);
 	if (ret)
 		return ret;
 	if (cfg->model_dir) {
@@ -485,8 +490,8 @@ static int device_init(struct server *srv, struct device *d)
 
 static int devices_open(struct server *srv)
 {
-	struct backend *b[SERVER_MAX_DEVICES];
-	unsigned int ord[SERVER_MAX_DEVICES], n;
+	struct backend *b[DEVICE_MAX];
+	unsigned int ord[DEVICE_MAX], n;
 	bool cpu;
 	int ret;
 
@@ -704,16 +709,6 @@ int server_fault_inject(struct server *srv, struct device *d, uint32_t flags,
 			 d->name, cause);
 	}
 	return ret;
-}
-
-void server_fault_info(struct device *d, char *msg, size_t msglen)
-{
-	struct backend *b = d->backend;
-
-	if (b->ops->fault_info)
-		b->ops->fault_info(b, msg, msglen);
-	else
-		snprintf(msg, msglen, "%s", d->fault_why);
 }
 
 int server_run(struct server *srv)

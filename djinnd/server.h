@@ -22,11 +22,9 @@
 #include "session/lease.h"
 #include "session/session.h"
 #include "vmu/vmu.h"
+#include "device.h"
 
 #define SERVER_MAX_LISTEN 8
-
-/* device.compute_threads at most */
-#define SERVER_COMPUTE_THREADS_MAX 16
 
 /*
  * struct tenant_map - [tenant.NAME] uids, gids and client_kernels
@@ -108,7 +106,7 @@ struct server_config {
 			      * the device's capacity */
 	unsigned int threads; /* kernel threads, 0: one per CPU */
 	/* graphs a device runs at once, 0: its backend's default; at
-	 * most SERVER_COMPUTE_THREADS_MAX */
+	 * most DEVICE_COMPUTE_THREADS_MAX */
 	unsigned int compute_threads;
 	uint64_t lease_default_ns, lease_min_ns, lease_max_ns;
 	unsigned int max_sessions;
@@ -157,45 +155,6 @@ struct server_config {
 	/* [model.NAME] budget and ring_slots */
 	struct model_budget budgets[SERVER_TENANT_MAPS_MAX];
 	unsigned int nr_budgets;
-};
-
-struct executor;
-struct model_store;
-
-#define SERVER_MAX_DEVICES 64
-
-/*
- * struct device - one device djinnd drives, and what is its alone
- * @index:    its place in server.dev[]: what a client names (plus one)
- *            in djinn_session_open.device, and what the admin answers
- *            show
- * @ordinal:  the --device N it was made for (the GPU's ordinal, or the
- *            number of a CPU device)
- * @name:     "cpu" (the one CPU device), "cpu:1", "cuda:0"
- * @backend, @vmu, @sched, @exec, @mem, @models: its backend, memory
- *            manager, scheduler, graph and memory executors, and model
- *            store (NULL: no model directory). Sessions are placed on one
- *            device
- *            (server_place()) and use only its parts.
- * @nr_sessions: sessions open on it
- * @fault_why: the last simulated fault (a CPU device's)
- * @dead_why: backend.dead's string when server_fault_inject() killed
- *            the device (DJINN_FAULT_DEAD)
- * @compute_threads: the graph executor's threads (device.compute_threads)
- */
-struct device {
-	unsigned int index, ordinal;
-	char name[16];
-	struct backend *backend;
-	struct vmu *vmu;
-	struct sched *sched;
-	struct executor *exec;
-	struct executor *mem;
-	struct model_store *models;
-	unsigned int nr_sessions;
-	unsigned int compute_threads;
-	char fault_why[256];
-	char dead_why[96];
 };
 
 struct uid_sessions {
@@ -320,7 +279,6 @@ struct sched_config server_sched_config(const struct server_config *cfg);
  * answer is out. 0 with the fault in @msg, or a negative errno with the
  * reason. Runs on the I/O thread, which waits for a GPU's recovery (a
  * context reset).
- * server_fault_info(): the last fault in words, "" if none.
  *
  * A dead device, whoever found it, is seen by the I/O loop before its
  * next wait (and within a second in any case): it logs "device cuda:0
@@ -332,7 +290,6 @@ struct sched_config server_sched_config(const struct server_config *cfg);
  */
 int server_fault_inject(struct server *srv, struct device *d, uint32_t flags,
 			char *msg, size_t msglen);
-void server_fault_info(struct device *d, char *msg, size_t msglen);
 
 /* server.c: loop_now() at start */
 extern uint64_t server_started_ns;

@@ -2,22 +2,21 @@
 /*
  * Executor threads: device work off the I/O thread.
  *
- * The I/O thread gives jobs to the scheduler (sched/sched.h), which
- * queues them per session; an executor thread asks it for the next job
- * of its lane, runs it, and hands it back through a completion list and
- * an eventfd the I/O loop reads, which calls the job's @done. A
- * session's jobs of a lane start in the order they were queued (so a
- * later graph may name an earlier one's outputs; on the compute lane it
- * also finishes first). Two executors per device: device.compute_threads
+ * An executor is a pool of threads on one device. Each thread asks its
+ * source (the scheduler's lane, sched/sched.h: sched_source()) for the
+ * next job, calls the job's @run with the device and its own stack,
+ * tells the source how long the job took, and hands the job back through
+ * a completion list and an eventfd the I/O loop reads, which calls the
+ * job's @done. What a job does, and for whom, the executor does not
+ * know: a service (svc/) or the scheduler's memory policy sets @run and
+ * @done. Two executors per device (struct device): device.compute_threads
  * threads run graphs and model steps (the compute lane: one on the CPU,
  * whose kernels use its cores; several on a GPU, a stream and a stack
  * each, so that sessions' small kernels overlap), and a few threads run
  * memory jobs (the mem lane: mapping and zeroing a large tensor, swapping
- * one back in, loading a model, the scheduler's swaps), so that neither
- * a long graph delays an upload nor a large allocation stalls the I/O
- * thread or another session's upload. Each device has its own pair and
- * scheduler (server.h, struct device): a session's jobs go to its
- * device's. Nothing here knows who asked: the job's callback does.
+ * one back in, loading a model, the scheduler's swaps), so that neither a
+ * long graph delays an upload nor a large allocation stalls the I/O
+ * thread or another session's upload.
  */
 #ifndef DJINN_EXECUTOR_H
 #define DJINN_EXECUTOR_H
@@ -25,31 +24,35 @@
 #include <stdint.h>
 
 #include "list.h"
+#include "loop.h"
 #include "graph/run.h"
 #include "exec/stage.h"
-#include "sched/sched.h"
-#include "session/session.h"
 
-struct server;
 struct device;
 struct executor;
+struct session;
+struct sched_entity;
 
 /* Threads of a memory executor (a graph executor has
  * device.compute_threads), and of any executor at most. */
 #define EXEC_MEM_THREADS 4
 #define EXEC_THREADS_MAX 16
 
+/* The kind of executor: its threads have a stack each (graphs and model
+ * steps), or none (memory jobs). */
 enum exec_kind {
-	EXEC_GRAPH, /* run a graph */
-	EXEC_MEM, /* make a region resident for a transfer */
-	EXEC_CALL, /* call @call (on the graph executor: model steps) */
+	EXEC_GRAPH,
+	EXEC_MEM,
 };
 
-/* Where an EXEC_CALL runs: the device and the executor's stack. */
+/* Where a job runs: the device, the thread's stack (a graph
+ * executor's; NULL on a memory executor), and the memory executor's
+ * staging buffers (exec/stage.h). */
 struct exec_env {
 	struct vmu *v;
 	struct vmu_stack *st;
 	struct backend *b;
+	struct stage_pool *stage;
 };
 
 /*
@@ -83,25 +86,37 @@ struct exec_swap {
 };
 
 /*
- * struct exec_job - one GRAPH_SUBMIT, or one EXEC_MEM preparation
- * @conn, @ctx: who asked, and why (the I/O thread's business only)
- * @payload, @view: the graph, parsed (the payload is the job's)
- * @in_descs: the inputs' shapes inference used (checked again at run)
- * @descs:   every node's inferred shape
- * @error, @msg: how it went
- * @handles: the outputs' handles in the session, on success
- * @mem:     what an EXEC_MEM job prepares
- * @call:    what an EXEC_CALL job runs; it sets @error and @msg
- * @lane:    an EXEC_CALL's lane (the scheduler sets the others')
- * @swap:    what a scheduler's swap job (an EXEC_CALL) moves
+ * struct exec_job - one unit of device work
+ * @se, @lane, @client: whose it is, on which of the scheduler's lanes
+ *           (enum sched_lane), and whether a client asked for it now
+ *           (sched_submit(): the session is back from any wait)
+ * @run:     called on an executor thread; it sets @error and @msg, and
+ *           finds out itself whether its owner has gone meanwhile
+ * @cancel:  called instead of @run for a job taken off its queue before
+ *           it ran (executor_cancel()), with @error -ECANCELED; may be
+ *           NULL
  * @done:    called on the I/O thread when the job is back (run, failed
  *           or cancelled), with @done_arg; it frees the job
  * @t_queued, @seq, @own_seq: the scheduler's
+ *
+ * The rest is its owner's: @s holds a reference to the session that
+ * asked; a GRAPH_SUBMIT's graph (@payload, @view, @in_descs, @descs) and
+ * outputs (@handles, @res); a transfer's memory (@mem); a swap (@swap).
  */
 struct exec_job {
 	struct list_head node;
-	enum exec_kind kind;
-	struct session *s; /* a reference */
+	struct sched_entity *se;
+	unsigned int lane;
+	bool client;
+	void (*run)(struct exec_job *job, const struct exec_env *env);
+	void (*cancel)(struct exec_job *job);
+	void (*done)(struct exec_job *job, void *arg);
+	void *done_arg;
+	int error;
+	char msg[DJINN_MAX_ERROR_MSG];
+	uint64_t t_queued, seq, own_seq;
+
+	struct session *s;
 	void *conn, *ctx;
 	uint64_t request_id;
 	uint64_t t0; /* when the request arrived */
@@ -109,22 +124,32 @@ struct exec_job {
 	struct djinn_graph_view view;
 	struct djinn_tensor_desc *in_descs;
 	struct djinn_tensor_desc *descs;
-	int error;
-	char msg[DJINN_MAX_ERROR_MSG];
 	uint64_t handles[DJINN_MAX_GRAPH_OUTPUTS];
 	struct graph_result res;
 	struct exec_mem mem;
-	void (*call)(struct exec_job *job, const struct exec_env *env);
-	enum sched_lane lane;
 	struct exec_swap swap;
-	void (*done)(struct exec_job *job, void *arg);
-	void *done_arg;
-	uint64_t t_queued, seq, own_seq;
 };
 
-/* An executor for jobs of @kind on device @dev (a graph executor has a
- * stack in its VMU). */
-int executor_start(struct server *srv, struct device *dev, enum exec_kind kind,
+/*
+ * struct exec_source - where an executor's threads get their jobs
+ * @next:   the next job (blocks), or NULL once the source is stopped and
+ *          empty: the thread ends
+ * @charge: the job @next gave took @ns of device time
+ * @stop:   wake the threads to end once the source is empty
+ */
+struct exec_source {
+	struct exec_job *(*next)(void *arg);
+	void (*charge)(void *arg, struct exec_job *job, uint64_t ns);
+	void (*stop)(void *arg);
+	void *arg;
+};
+
+/* An executor for jobs of @kind on device @dev (a graph executor's
+ * threads have a stack each in its VMU, @threads of them; a memory
+ * executor has EXEC_MEM_THREADS), fed by @src; finished jobs come back
+ * on @loop. */
+int executor_start(struct loop *loop, struct device *dev, enum exec_kind kind,
+		   unsigned int threads, const struct exec_source *src,
 		   struct executor **out);
 /* Stop after the queued jobs have run; finished jobs still go back. */
 void executor_stop(struct executor *e);
@@ -133,9 +158,9 @@ void executor_free(struct executor *e);
 /* Give @m's staging buffer back to memory executor @e's pool (from the
  * I/O thread, once nothing reads it); @m->staged is NULL after. */
 void executor_unstage(struct executor *e, struct exec_mem *m);
-/* Fail the session's queued jobs with -ECANCELED (the running one, if
- * any, finishes and is then discarded by its completion). */
-void executor_cancel(struct executor *e, struct session *s);
-void exec_job_free(struct exec_job *job);
+/* Fail the jobs on @jobs, taken off their queue before they ran, with
+ * -ECANCELED ("session ended"; each job's @cancel is called), and hand
+ * them back through @e's completions as if they had run. */
+void executor_cancel(struct executor *e, struct list_head *jobs);
 
 #endif /* DJINN_EXECUTOR_H */

@@ -18,6 +18,7 @@
 #include "msgnames.h"
 #include "server.h"
 #include "exec/executor.h"
+#include "svc/svc.h"
 #include "net/conn.h"
 #include "model/store.h"
 #include "net/msg.h"
@@ -537,7 +538,7 @@ static void handle_signal(struct conn *c, const struct djinn_hdr *hdr,
 	log_debug("session %llu: phase %u for %llu ns (received %llu)",
 		  (unsigned long long)s->id, sg->phase,
 		  (unsigned long long)expected, (unsigned long long)loop_now());
-	sched_signal(s->dev->sched, s, sg->phase, expected);
+	sched_signal(s->dev->sched, &s->se, sg->phase, expected);
 	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
 
@@ -639,12 +640,15 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return -ENOMEM;
 	}
-	job->kind = EXEC_MEM;
+	job->lane = SCHED_MEM;
+	job->run = svc_mem_run;
 	job->mem = *m;
 	job->request_id = hdr->request_id;
 	job->s = s;
+	job->se = &s->se;
 	session_ref(s);
 	job->conn = c;
+	job->client = true;
 	conn_get(c);
 	job->ctx = ctx;
 	job->done = mem_done;
@@ -1279,7 +1283,12 @@ static void handle_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	free(outs);
 	free(in_module);
+	job->lane = SCHED_COMPUTE;
+	job->run = svc_graph_run;
+	job->cancel = svc_graph_cancel;
+	job->se = &job->s->se;
 	job->conn = c;
+	job->client = true;
 	conn_get(c);
 	job->t0 = msg_defer(c);
 	job->done = graph_done;
@@ -1291,7 +1300,7 @@ static void handle_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 out_free:
 	free(outs);
 	free(in_module);
-	exec_job_free(job);
+	svc_job_free(job);
 }
 
 static void graph_done(struct exec_job *job, void *arg)
@@ -1339,7 +1348,7 @@ static void graph_done(struct exec_job *job, void *arg)
 		srv->leases->ops->complete(srv->leases, job->s, job->request_id,
 					   DJINN_MSG_GRAPH_SUBMIT, job->error);
 	conn_put(c);
-	exec_job_free(job);
+	svc_job_free(job);
 }
 
 static void mem_done(struct exec_job *job, void *arg)
@@ -1365,7 +1374,7 @@ static void mem_done(struct exec_job *job, void *arg)
 		conn_resume(c);
 	}
 	conn_put(c);
-	exec_job_free(job);
+	svc_job_free(job);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -40,7 +40,7 @@ void handle_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
 		e[i] = (struct djinn_admin_session){
 			.id = s->id,
 			.priority = s->priority,
-			.phase = s->phase,
+			.phase = s->se.phase,
 			.lease_ns = s->lease_ns,
 			.deadline_ns = s->deadline_ns,
 			.data_bytes = u.data_bytes,
@@ -254,9 +254,20 @@ void handle_admin_sched(struct conn *c, const struct djinn_hdr *hdr,
 		d[k].admit_timeouts = vs.admit_timeouts;
 	}
 	list_for_each_entry(s, &srv->sessions, node) {
+		struct vmu_usage u;
+
 		if (i == ns)
 			break;
-		sched_session_info(s->dev->sched, s, &e[i++]);
+		vmu_session_usage(s->vs, &u);
+		e[i] = (struct djinn_admin_sched_session){
+			.id = s->id,
+			.device = s->dev->index,
+			.priority = s->priority,
+			.resident = u.resident,
+			.swapped = u.swapped,
+		};
+		memcpy(e[i].tenant, s->tenant, sizeof(e[i].tenant));
+		sched_entity_info(s->dev->sched, &s->se, &e[i++]);
 	}
 	memcpy(buf, &(uint32_t){ nd }, sizeof(uint32_t));
 	memcpy(buf + 4, &(uint32_t){ (uint32_t)i }, sizeof(uint32_t));

@@ -39,6 +39,7 @@
 #include "log.h"
 #include "server.h"
 #include "exec/executor.h"
+#include "svc/svc.h"
 #include "model/runtime.h"
 #include "net/conn.h"
 #include "net/msg.h"
@@ -158,6 +159,8 @@ struct mjob {
 	struct djinn_model_upload *upload;
 	uint64_t upload_max;
 	struct djinn_ctx_step_resp resp;
+	/* its body, called by run_call() */
+	void (*call)(struct exec_job *job, const struct exec_env *env);
 };
 
 static void mjob_free(struct mjob *mj)
@@ -175,6 +178,19 @@ static struct mjob *mjob_new(struct conn *c, const struct djinn_hdr *hdr)
 	if (!mj)
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 	return mj;
+}
+
+/* A context was made (new or forked) for @s: under static partitioning
+ * it reserves its whole KV cache now, or is refused (-ENOMEM, why in
+ * @msg; the caller frees it). With @relieve (an executor's thread, not
+ * the I/O thread's) its model may first stream more of its layers to
+ * make room (model_relieve()). */
+static int ctx_made(struct session *s, struct model_ctx *c, bool relieve,
+		    char *msg, size_t msglen)
+{
+	if (!sched_reserves(s->dev->sched))
+		return 0;
+	return model_ctx_reserve(c, relieve, msg, msglen);
 }
 
 static struct model_env env_of(const struct exec_env *e)
@@ -356,8 +372,7 @@ static void run_ctx_room(struct exec_job *job, const struct exec_env *env)
 {
 	struct mjob *mj = job->ctx;
 
-	job->error = sched_ctx_made(job->s->dev->sched, mj->mc, true, job->msg,
-				    sizeof(job->msg));
+	job->error = ctx_made(job->s, mj->mc, true, job->msg, sizeof(job->msg));
 }
 
 static void run_fork(struct exec_job *job, const struct exec_env *env)
@@ -368,8 +383,8 @@ static void run_fork(struct exec_job *job, const struct exec_env *env)
 	job->error = model_ctx_fork(mj->o->mc, &me, &mj->mc, job->msg,
 				    sizeof(job->msg));
 	if (!job->error) {
-		job->error = sched_ctx_made(job->s->dev->sched, mj->mc, true,
-					    job->msg, sizeof(job->msg));
+		job->error = ctx_made(job->s, mj->mc, true, job->msg,
+				      sizeof(job->msg));
 		if (job->error) {
 			model_ctx_free(mj->mc);
 			mj->mc = NULL;
@@ -581,6 +596,15 @@ static void call_done(struct exec_job *job, void *arg);
  * reference on @s and owns @mj, which is freed here if it cannot go. */
 /* Queue @call on @s's @lane, @done to answer; false (answered, @mj
  * freed) when it could not be. */
+/* A model job's body, unless its session has ended meanwhile. */
+static void run_call(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+
+	if (!svc_job_gone(job))
+		mj->call(job, env);
+}
+
 static bool submit_to(struct conn *c, const struct djinn_hdr *hdr,
 		      struct session *s, struct mjob *mj, enum sched_lane lane,
 		      void (*call)(struct exec_job *, const struct exec_env *),
@@ -600,14 +624,16 @@ static bool submit_to(struct conn *c, const struct djinn_hdr *hdr,
 		return false;
 	}
 	mj->hdr = *hdr;
-	job->kind = EXEC_CALL;
+	mj->call = call;
 	job->lane = lane;
-	job->call = call;
+	job->run = run_call;
 	job->ctx = mj;
 	job->s = s;
+	job->se = &s->se;
 	session_ref(s);
 	job->request_id = hdr->request_id;
 	job->conn = c;
+	job->client = true;
 	conn_get(c);
 	job->t0 = msg_defer(c);
 	job->done = done;
@@ -760,7 +786,7 @@ out:
 	if (job->lane == SCHED_COMPUTE)
 		msg_inflight_sub(s);
 	conn_put(c);
-	exec_job_free(job);
+	svc_job_free(job);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -934,8 +960,7 @@ void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 	max = r->max_tokens ? r->max_tokens : m->h->m->cfg.n_ctx;
 	ret = model_ctx_new(m->h, max, &mc, msg, sizeof(msg));
 	if (!ret) {
-		ret = sched_ctx_made(s->dev->sched, mc, false, msg,
-				     sizeof(msg));
+		ret = ctx_made(s, mc, false, msg, sizeof(msg));
 		if (ret == -ENOMEM) {
 			/* no room for its cache: moving the model's weights
 			 * may make some, the memory executor's work */
@@ -1198,7 +1223,7 @@ static void load_done(struct exec_job *job, void *arg)
 	mjob_free(mj);
 	job->ctx = NULL;
 	conn_put(job->conn);
-	exec_job_free(job);
+	svc_job_free(job);
 	if (!--al->pending)
 		load_finish(srv, al);
 }

@@ -35,11 +35,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "log.h"
-#include "server.h"
-#include "exec/executor.h"
-#include "model/runtime.h"
+#include "backend/backend.h"
 #include "sched/policy.h"
+#include "vmu/vmu.h"
 
 #define TICK_NS (2 * NSEC_PER_MSEC) /* while sessions wait */
 #define MAX_SWAP_JOBS 2 /* the policy's swap-outs at once, per device */
@@ -104,19 +104,19 @@ static bool memory_needed(struct sched *sc)
 	return queued > 0;
 }
 
-static uint64_t resident_of(struct session *s)
+static uint64_t resident_of(struct sched_entity *se)
 {
 	struct vmu_usage u;
 
-	vmu_session_usage(s->vs, &u);
+	vmu_session_usage(se->vs, &u);
 	return u.resident;
 }
 
-static uint64_t swapped_of(struct session *s)
+static uint64_t swapped_of(struct sched_entity *se)
 {
 	struct vmu_usage u;
 
-	vmu_session_usage(s->vs, &u);
+	vmu_session_usage(se->vs, &u);
 	return u.swapped;
 }
 
@@ -151,13 +151,18 @@ enum { POLICY_SWAP_OUT = 1, POLICY_RESTORE, POLICY_PREFETCH };
 static void run_swap(struct exec_job *job, const struct exec_env *env)
 {
 	struct sched *sc = job->done_arg;
-	struct vmu_session *vs = job->s->vs;
+	struct vmu_session *vs = job->se->vs;
 	pthread_mutex_t *engine =
 		&sc->copy_engine[sc->nr_copy_engines > 1 && job->swap.out];
 	struct vmu_usage before, after;
 	uint64_t t0;
 	int ret;
 
+	/* Its session ended while it was queued: nothing to move. */
+	if (__atomic_load_n(&job->se->ended, __ATOMIC_ACQUIRE)) {
+		job->error = -ECANCELED;
+		return;
+	}
 	pthread_mutex_lock(engine);
 	t0 = loop_now();
 	vmu_session_usage(vs, &before);
@@ -180,7 +185,7 @@ static void run_swap(struct exec_job *job, const struct exec_env *env)
 static void policy_job_done(struct exec_job *job, void *arg)
 {
 	struct sched *sc = arg;
-	struct sched_entity *se = &job->s->se;
+	struct sched_entity *se = job->se;
 	bool out = job->swap.out;
 
 	if (out) {
@@ -190,7 +195,7 @@ static void policy_job_done(struct exec_job *job, void *arg)
 		se->restore_jobs--;
 	}
 	if (job->error && job->error != -ECANCELED)
-		log_info("session %llu: %s: %s", (unsigned long long)job->s->id,
+		log_info("session %llu: %s: %s", (unsigned long long)se->id,
 			 out ? "swapping out" : "restoring",
 			 strerror(-job->error));
 	if (!job->error && job->swap.bytes) {
@@ -203,15 +208,16 @@ static void policy_job_done(struct exec_job *job, void *arg)
 				se->swapped_in_wait = true;
 		}
 		log_debug("session %llu: %s %llu bytes in %llu us",
-			  (unsigned long long)job->s->id,
+			  (unsigned long long)se->id,
 			  out ? "swapped out" : "restored",
 			  (unsigned long long)job->swap.bytes,
 			  (unsigned long long)(job->res.run_ns / 1000));
 	}
-	exec_job_free(job);
+	sc->ops.put(se);
+	free(job);
 }
 
-static void start(struct sched *sc, struct session *s, int what)
+static void start(struct sched *sc, struct sched_entity *se, int what)
 {
 	struct exec_job *job;
 	bool stopped;
@@ -225,22 +231,21 @@ static void start(struct sched *sc, struct session *s, int what)
 	job = calloc(1, sizeof(*job));
 	if (!job) {
 		log_err("session %llu: no memory for a swap job",
-			(unsigned long long)s->id);
+			(unsigned long long)se->id);
 		return;
 	}
-	job->kind = EXEC_CALL;
 	job->lane = SCHED_MEM;
-	job->call = run_swap;
+	job->run = run_swap;
 	job->swap.out = what == POLICY_SWAP_OUT;
 	job->done = policy_job_done;
 	job->done_arg = sc;
-	job->s = s;
-	session_ref(s);
+	job->se = se;
+	sc->ops.get(se);
 	if (what == POLICY_SWAP_OUT) {
-		s->se.swap_jobs++;
+		se->swap_jobs++;
 		sc->swap_jobs++;
 	} else {
-		s->se.restore_jobs++;
+		se->restore_jobs++;
 	}
 	if (what == POLICY_PREFETCH) {
 		pthread_mutex_lock(&sc->stat_lock);
@@ -255,10 +260,9 @@ static void start(struct sched *sc, struct session *s, int what)
 
 static void tick_arm(struct sched *sc);
 
-static void plan_for(struct sched *sc, struct session *s, uint64_t now,
+static void plan_for(struct sched *sc, struct sched_entity *se, uint64_t now,
 		     bool needed, struct sched_plan *p)
 {
-	struct sched_entity *se = &s->se;
 	uint64_t left = se->wait_until > now ? se->wait_until - now : 0;
 	struct sched_stats st;
 
@@ -266,7 +270,7 @@ static void plan_for(struct sched *sc, struct session *s, uint64_t now,
 	st.swap_out_bps = sc->st.swap_out_bps;
 	st.swap_in_bps = sc->st.swap_in_bps;
 	pthread_mutex_unlock(&sc->stat_lock);
-	sched_plan_wait(&sc->cfg, now, left, resident_of(s), st.swap_out_bps,
+	sched_plan_wait(&sc->cfg, now, left, resident_of(se), st.swap_out_bps,
 			st.swap_in_bps, needed, p);
 }
 
@@ -274,27 +278,25 @@ static uint64_t prefetch_fire(struct loop_timer *t, uint64_t now)
 {
 	struct sched_entity *se =
 		container_of(t, struct sched_entity, prefetch);
-	struct session *s = container_of(se, struct session, se);
-	struct sched *sc = s->dev->sched;
+	struct sched *sc = se->sc;
 
 	se->prefetch_armed = false;
-	if (!se->waiting || s->dead)
+	if (!se->waiting || se->ended)
 		return 0;
 	/* About to be back: no longer a victim before the others. */
-	vmu_session_set_victim(s->vs, 0);
-	if (swapped_of(s)) {
+	vmu_session_set_victim(se->vs, 0);
+	if (swapped_of(se)) {
 		se->swapped_in_wait = true;
 		se->prefetched = true;
 		if (!se->restore_jobs)
-			start(sc, s, POLICY_PREFETCH);
+			start(sc, se, POLICY_PREFETCH);
 	}
 	return 0;
 }
 
-static void begin_wait(struct sched *sc, struct session *s, uint64_t now,
+static void begin_wait(struct sched *sc, struct sched_entity *se, uint64_t now,
 		       uint64_t expected)
 {
-	struct sched_entity *se = &s->se;
 	struct sched_plan p;
 
 	if (se->prefetch_armed) {
@@ -310,24 +312,23 @@ static void begin_wait(struct sched *sc, struct session *s, uint64_t now,
 	se->wait_until = now + expected;
 	if (sc->policy != DJINN_SCHED_SEMANTIC)
 		return;
-	vmu_session_set_victim(s->vs,
+	vmu_session_set_victim(se->vs,
 			       sched_victim_key(se->overran, se->wait_until));
-	plan_for(sc, s, now, memory_needed(sc), &p);
+	plan_for(sc, se, now, memory_needed(sc), &p);
 	if (p.swap && !se->swap_jobs)
-		start(sc, s, POLICY_SWAP_OUT);
+		start(sc, se, POLICY_SWAP_OUT);
 	/* Back by the estimate's end, whoever swapped it meanwhile. */
 	se->prefetch.fn = prefetch_fire;
-	loop_timer_add(&sc->srv->loop, &se->prefetch, p.prefetch_at);
+	loop_timer_add(sc->loop, &se->prefetch, p.prefetch_at);
 	se->prefetch_armed = true;
 	tick_arm(sc);
 }
 
 /* The wait is over (a request, a signal, the end of the session).
  * Whether the session's data left the device during it (semantic). */
-static bool end_wait(struct sched *sc, struct session *s, uint64_t now,
+static bool end_wait(struct sched *sc, struct sched_entity *se, uint64_t now,
 		     bool count)
 {
-	struct sched_entity *se = &s->se;
 	uint64_t est = se->wait_until - se->wait_start;
 
 	if (!se->waiting)
@@ -340,18 +341,18 @@ static bool end_wait(struct sched *sc, struct session *s, uint64_t now,
 	}
 	if (sc->policy != DJINN_SCHED_SEMANTIC)
 		return false;
-	vmu_session_set_victim(s->vs, 0);
+	vmu_session_set_victim(se->vs, 0);
 	if (!count)
 		return false;
 	/* Late by more than a tenth of the estimate (and a millisecond):
 	 * next time it is the first to go. */
 	se->overran = now > se->wait_until + est / 10 + NSEC_PER_MSEC;
-	if (swapped_of(s) || se->restore_jobs)
+	if (swapped_of(se) || se->restore_jobs)
 		se->swapped_in_wait = true;
 	if (!se->swapped_in_wait)
 		return false;
 	pthread_mutex_lock(&sc->stat_lock);
-	if (swapped_of(s) || se->restore_jobs)
+	if (swapped_of(se) || se->restore_jobs)
 		sc->st.prefetch_misses++;
 	else
 		sc->st.prefetch_hits++;
@@ -363,18 +364,18 @@ static bool end_wait(struct sched *sc, struct session *s, uint64_t now,
  * back at once, whole (the regions it uses next would come back one by
  * one, each on its request's path). A session swapped by reclaim
  * outside a wait gets each region back when it is used, as under lru. */
-static void restore_now(struct sched *sc, struct session *s)
+static void restore_now(struct sched *sc, struct sched_entity *se)
 {
-	if (!s->se.restore_jobs && swapped_of(s))
-		start(sc, s, POLICY_RESTORE);
+	if (!se->restore_jobs && swapped_of(se))
+		start(sc, se, POLICY_RESTORE);
 }
 
-void policy_request(struct sched *sc, struct session *s)
+void policy_request(struct sched *sc, struct sched_entity *se)
 {
-	if (!sc->srv)
+	if (!sc->loop)
 		return;
-	if (end_wait(sc, s, loop_now(), true))
-		restore_now(sc, s);
+	if (end_wait(sc, se, loop_now(), true))
+		restore_now(sc, se);
 }
 
 int sched_signal_check(const struct sched *sc, uint32_t phase,
@@ -400,19 +401,19 @@ int sched_signal_check(const struct sched *sc, uint32_t phase,
 	return 0;
 }
 
-void sched_signal(struct sched *sc, struct session *s, uint32_t phase,
+void sched_signal(struct sched *sc, struct sched_entity *se, uint32_t phase,
 		  uint64_t expected_ns)
 {
 	uint64_t now = loop_now();
 
-	s->phase = phase;
-	s->phase_until = now + expected_ns;
+	se->phase = phase;
+	se->phase_until = now + expected_ns;
 	if (phase == DJINN_PHASE_IO_WAIT) {
-		begin_wait(sc, s, now, expected_ns);
+		begin_wait(sc, se, now, expected_ns);
 		return;
 	}
-	if (end_wait(sc, s, now, true) && phase == DJINN_PHASE_COMPUTE)
-		restore_now(sc, s);
+	if (end_wait(sc, se, now, true) && phase == DJINN_PHASE_COMPUTE)
+		restore_now(sc, se);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -431,24 +432,22 @@ static uint64_t tick_fire(struct loop_timer *t, uint64_t now)
 		return TICK_NS;
 	/* The best victim first: an overrunner, then the one back last. */
 	for (unsigned int n = sc->swap_jobs; n < MAX_SWAP_JOBS; n++) {
-		struct session *best = NULL;
+		struct sched_entity *best = NULL;
 		uint64_t best_key = 0;
 
 		list_for_each_entry(se, &sc->waiting, wnode) {
-			struct session *s =
-				container_of(se, struct session, se);
 			struct sched_plan p;
 			uint64_t key;
 
-			if (se->swap_jobs || se->prefetched || s->dead)
+			if (se->swap_jobs || se->prefetched || se->ended)
 				continue;
-			plan_for(sc, s, now, true, &p);
+			plan_for(sc, se, now, true, &p);
 			if (!p.swap || p.prefetch_at <= now)
 				continue;
 			key = sched_victim_key(se->overran, se->wait_until);
 			if (key > best_key) {
 				best_key = key;
-				best = s;
+				best = se;
 			}
 		}
 		if (!best)
@@ -460,19 +459,16 @@ static uint64_t tick_fire(struct loop_timer *t, uint64_t now)
 
 static void tick_arm(struct sched *sc)
 {
-	if (sc->tick_armed || !sc->srv)
+	if (sc->tick_armed || !sc->loop)
 		return;
 	sc->tick.fn = tick_fire;
-	loop_timer_add(&sc->srv->loop, &sc->tick, loop_now() + TICK_NS);
+	loop_timer_add(sc->loop, &sc->tick, loop_now() + TICK_NS);
 	sc->tick_armed = true;
 }
 
-int sched_ctx_made(struct sched *sc, struct model_ctx *c, bool relieve,
-		   char *msg, size_t msglen)
+bool sched_reserves(const struct sched *sc)
 {
-	if (sc->policy != DJINN_SCHED_STATIC)
-		return 0;
-	return model_ctx_reserve(c, relieve, msg, msglen);
+	return sc->policy == DJINN_SCHED_STATIC;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -505,15 +501,14 @@ void policy_fini(struct sched *sc)
 	sc->tick_armed = false;
 }
 
-void policy_session_end(struct sched *sc, struct session *s)
+void policy_entity_end(struct sched *sc, struct sched_entity *se)
 {
-	end_wait(sc, s, loop_now(), false);
+	end_wait(sc, se, loop_now(), false);
 }
 
-void policy_session_info(struct sched *sc, struct session *s,
-			 struct djinn_admin_sched_session *e)
+void policy_entity_info(struct sched *sc, struct sched_entity *se,
+			struct djinn_admin_sched_session *e)
 {
-	const struct sched_entity *se = &s->se;
 	uint64_t now = loop_now();
 
 	if (se->waiting && se->wait_until > now)

@@ -9,6 +9,7 @@
 #include "sched/sched.h"
 
 struct sched_lane_q {
+	struct sched *sc; /* whose */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct list_head round; /* sessions with queued jobs */
@@ -19,8 +20,10 @@ struct sched_lane_q {
 };
 
 struct sched {
-	struct server *srv; /* NULL in the unit tests */
+	struct loop *loop; /* NULL in the unit tests: no memory policy */
 	struct device *dev;
+	struct sched_ops ops;
+	struct list_head entities; /* sched_entity.all (I/O thread) */
 	struct sched_config cfg;
 	unsigned int policy;
 	struct sched_share shares[SCHED_TENANTS_MAX];
@@ -46,10 +49,10 @@ struct sched {
 void policy_init(struct sched *sc);
 void policy_fini(struct sched *sc);
 void policy_configure(struct sched *sc);
-/* A client's request of @s is being queued. */
-void policy_request(struct sched *sc, struct session *s);
-void policy_session_end(struct sched *sc, struct session *s);
-void policy_session_info(struct sched *sc, struct session *s,
-			 struct djinn_admin_sched_session *e);
+/* A client's request of @se is being queued. */
+void policy_request(struct sched *sc, struct sched_entity *se);
+void policy_entity_end(struct sched *sc, struct sched_entity *se);
+void policy_entity_info(struct sched *sc, struct sched_entity *se,
+			struct djinn_admin_sched_session *e);
 
 #endif /* DJINN_SCHED_POLICY_H */

@@ -23,23 +23,12 @@
 #include <string.h>
 
 #include "log.h"
-#include "server.h"
-#include "exec/executor.h"
 #include "sched/policy.h"
 #include "sched/sched.h"
 
 static uint64_t now_ns(void)
 {
 	return loop_now();
-}
-
-static enum sched_lane lane_of(const struct exec_job *job)
-{
-	if (job->kind == EXEC_GRAPH)
-		return SCHED_COMPUTE;
-	if (job->kind == EXEC_MEM)
-		return SCHED_MEM;
-	return job->lane;
 }
 
 /* Whether a session runs one job of lane @l at a time. */
@@ -76,9 +65,9 @@ static unsigned int share_of(const struct sched *sc, const char *tenant)
 	return 1;
 }
 
-static uint32_t weight_of(const struct sched *sc, const struct session *s)
+static uint32_t weight_of(const struct sched *sc, const struct sched_entity *se)
 {
-	return share_of(sc, s->tenant) * (s->priority + 1);
+	return share_of(sc, se->tenant) * (se->priority + 1);
 }
 
 static void set_config(struct sched *sc, const struct sched_config *cfg)
@@ -98,18 +87,23 @@ static void set_config(struct sched *sc, const struct sched_config *cfg)
 	sc->cfg.nr_shares = 0;
 }
 
-int sched_create(struct server *srv, struct device *dev,
-		 const struct sched_config *cfg, struct sched **out)
+int sched_create(struct loop *loop, struct device *dev,
+		 const struct sched_config *cfg, const struct sched_ops *ops,
+		 struct sched **out)
 {
 	struct sched *sc = calloc(1, sizeof(*sc));
 
 	if (!sc)
 		return -ENOMEM;
-	sc->srv = srv;
+	sc->loop = loop;
 	sc->dev = dev;
+	if (ops)
+		sc->ops = *ops;
+	INIT_LIST_HEAD(&sc->entities);
 	set_config(sc, cfg);
 	sc->policy = cfg->policy;
 	for (unsigned int l = 0; l < SCHED_LANES; l++) {
+		sc->lane[l].sc = sc;
 		pthread_mutex_init(&sc->lane[l].lock, NULL);
 		pthread_cond_init(&sc->lane[l].cond, NULL);
 		INIT_LIST_HEAD(&sc->lane[l].round);
@@ -140,17 +134,14 @@ void sched_destroy(struct sched *sc)
 
 void sched_configure(struct sched *sc, const struct sched_config *cfg)
 {
-	struct session *s;
+	struct sched_entity *se;
 
 	for (unsigned int l = 0; l < SCHED_LANES; l++)
 		pthread_mutex_lock(&sc->lane[l].lock);
 	set_config(sc, cfg);
 	sc->cfg.policy = sc->policy; /* fixed at start */
-	if (sc->srv) {
-		list_for_each_entry(s, &sc->srv->sessions, node)
-			if (s->dev == sc->dev)
-				s->se.weight = weight_of(sc, s);
-	}
+	list_for_each_entry(se, &sc->entities, all)
+		se->weight = weight_of(sc, se);
 	for (unsigned int l = SCHED_LANES; l-- > 0;)
 		pthread_mutex_unlock(&sc->lane[l].lock);
 	policy_configure(sc);
@@ -164,29 +155,37 @@ unsigned int sched_policy(const struct sched *sc)
 /* ---------------------------------------------------------------------- */
 /* Sessions */
 
-void sched_entity_init(struct sched_entity *se)
+void sched_entity_init(struct sched *sc, struct sched_entity *se, uint64_t id,
+		       const char *tenant, uint32_t priority,
+		       struct vmu_session *vs)
 {
 	memset(se, 0, sizeof(*se));
+	se->id = id;
+	se->tenant = tenant;
+	se->priority = priority;
+	se->vs = vs;
+	se->sc = sc;
 	for (unsigned int l = 0; l < SCHED_LANES; l++) {
 		INIT_LIST_HEAD(&se->jobs[l]);
 		INIT_LIST_HEAD(&se->node[l]);
 	}
 	INIT_LIST_HEAD(&se->wnode);
-}
-
-void sched_session_init(struct sched *sc, struct session *s)
-{
-	struct sched_entity *se = &s->se;
-
-	sched_entity_init(se);
-	se->weight = weight_of(sc, s);
+	se->weight = weight_of(sc, se);
 	for (unsigned int l = 0; l < SCHED_LANES; l++)
 		se->deficit[l] = quantum(sc, se);
+	list_add_tail(&se->all, &sc->entities);
 }
 
-void sched_session_end(struct sched *sc, struct session *s)
+void sched_entity_end(struct sched *sc, struct sched_entity *se)
 {
-	policy_session_end(sc, s);
+	/* run_swap() reads it on a memory thread */
+	__atomic_store_n(&se->ended, true, __ATOMIC_RELEASE);
+	policy_entity_end(sc, se);
+}
+
+void sched_entity_fini(struct sched *sc, struct sched_entity *se)
+{
+	list_del_init(&se->all);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -194,14 +193,13 @@ void sched_session_end(struct sched *sc, struct session *s)
 
 void sched_submit(struct sched *sc, struct exec_job *job)
 {
-	enum sched_lane l = lane_of(job);
+	enum sched_lane l = job->lane;
 	struct sched_lane_q *q = &sc->lane[l];
-	struct sched_entity *se = &job->s->se;
+	struct sched_entity *se = job->se;
 
 	/* A client's request: the session is back from any wait. */
-	if (job->conn)
-		policy_request(sc, job->s);
-	job->lane = l;
+	if (job->client)
+		policy_request(sc, se);
 	job->t_queued = now_ns();
 	pthread_mutex_lock(&q->lock);
 	job->seq = q->dispatched;
@@ -292,7 +290,7 @@ struct exec_job *sched_next(struct sched *sc, enum sched_lane l)
 	pthread_mutex_unlock(&q->lock);
 
 	if (l == SCHED_COMPUTE) {
-		unsigned int p = job->s->priority < 8 ? job->s->priority : 7;
+		unsigned int p = se->priority < 8 ? se->priority : 7;
 
 		pthread_mutex_lock(&sc->stat_lock);
 		sc->st.wait_hist[p][hist_bucket(wait)]++;
@@ -306,7 +304,7 @@ struct exec_job *sched_next(struct sched *sc, enum sched_lane l)
 void sched_charge(struct sched *sc, struct exec_job *job, uint64_t ns)
 {
 	struct sched_lane_q *q = &sc->lane[job->lane];
-	struct sched_entity *se = &job->s->se;
+	struct sched_entity *se = job->se;
 	int64_t cost = ns > INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)ns;
 
 	pthread_mutex_lock(&q->lock);
@@ -329,11 +327,10 @@ void sched_charge(struct sched *sc, struct exec_job *job, uint64_t ns)
 	pthread_mutex_unlock(&q->lock);
 }
 
-void sched_take(struct sched *sc, enum sched_lane l, struct session *s,
+void sched_take(struct sched *sc, enum sched_lane l, struct sched_entity *se,
 		struct list_head *out)
 {
 	struct sched_lane_q *q = &sc->lane[l];
-	struct sched_entity *se = &s->se;
 
 	pthread_mutex_lock(&q->lock);
 	if (!list_empty(&se->jobs[l])) {
@@ -346,6 +343,35 @@ void sched_take(struct sched *sc, enum sched_lane l, struct session *s,
 		}
 	}
 	pthread_mutex_unlock(&q->lock);
+}
+
+/* The executors' view of a lane (struct exec_source): its queue, which
+ * knows its scheduler. */
+static struct exec_job *src_next(void *arg)
+{
+	struct sched_lane_q *q = arg;
+
+	return sched_next(q->sc, (enum sched_lane)(q - q->sc->lane));
+}
+
+static void src_charge(void *arg, struct exec_job *job, uint64_t ns)
+{
+	struct sched_lane_q *q = arg;
+
+	sched_charge(q->sc, job, ns);
+}
+
+static void src_stop(void *arg)
+{
+	struct sched_lane_q *q = arg;
+
+	sched_stop(q->sc, (enum sched_lane)(q - q->sc->lane));
+}
+
+struct exec_source sched_source(struct sched *sc, enum sched_lane l)
+{
+	return (struct exec_source){ src_next, src_charge, src_stop,
+				     &sc->lane[l] };
 }
 
 void sched_stop(struct sched *sc, enum sched_lane l)
@@ -371,18 +397,12 @@ void sched_depth(struct sched *sc, enum sched_lane l, unsigned int *queued,
 
 unsigned int sched_busy(struct sched *sc)
 {
+	const struct sched_entity *se;
 	unsigned int n = 0;
-	struct session *s;
 
-	if (!sc->srv)
-		return 0;
 	for (unsigned int l = 0; l < SCHED_LANES; l++)
 		pthread_mutex_lock(&sc->lane[l].lock);
-	list_for_each_entry(s, &sc->srv->sessions, node) {
-		const struct sched_entity *se = &s->se;
-
-		if (s->dev != sc->dev)
-			continue;
+	list_for_each_entry(se, &sc->entities, all) {
 		for (unsigned int l = 0; l < SCHED_LANES; l++) {
 			if (se->queued[l] || se->running[l]) {
 				n++;
@@ -418,23 +438,11 @@ uint64_t sched_hist_p99(const uint32_t *hist)
 	return (1ull << (SCHED_HIST - 1)) * 1000;
 }
 
-void sched_session_info(struct sched *sc, struct session *s,
-			struct djinn_admin_sched_session *e)
+void sched_entity_info(struct sched *sc, struct sched_entity *se,
+		       struct djinn_admin_sched_session *e)
 {
-	struct sched_entity *se = &s->se;
-	struct vmu_usage u;
-
-	vmu_session_usage(s->vs, &u);
-	*e = (struct djinn_admin_sched_session){
-		.id = s->id,
-		.device = s->dev->index,
-		.priority = s->priority,
-		.phase = s->phase,
-		.resident = u.resident,
-		.swapped = u.swapped,
-	};
-	memcpy(e->tenant, s->tenant, sizeof(e->tenant));
-	policy_session_info(sc, s, e);
+	e->phase = se->phase;
+	policy_entity_info(sc, se, e);
 	for (unsigned int l = 0; l < SCHED_LANES; l++)
 		pthread_mutex_lock(&sc->lane[l].lock);
 	for (unsigned int l = 0; l < SCHED_LANES; l++) {

@@ -3,8 +3,13 @@
  * The scheduler: the one place djinnd's policy lives (Documentation/
  * sched.rst).
  *
+ * The scheduler knows sessions only as their struct sched_entity (as
+ * the kernel's CFS knows tasks), which the session layer embeds and
+ * gives it with sched_entity_init(): who the session is, its data in
+ * the VMU, and its queues. It sits below session/ and above exec/.
+ *
  * Every unit of device work (a graph, a model step, a memory job) goes
- * from net/ to sched_submit(), which queues it on its session's queue of
+ * from a service to sched_submit(), which queues it on its session's queue of
  * one of the device's two lanes: SCHED_COMPUTE (graphs and model steps,
  * run by the graph executor's threads, one job of a session at a time)
  * and SCHED_MEM (memory jobs: a
@@ -12,7 +17,8 @@
  * memory executor's threads). An executor thread asks sched_next() for
  * its lane's next job and tells sched_charge() how long it took; the
  * job goes back to the I/O thread through the executor's completion list
- * and its @done callback (exec/executor.h). exec/ never calls net/.
+ * and its @done callback (exec/executor.h). The executors ask for jobs
+ * through the struct exec_source sched_source() gives.
  *
  * Fairness: deficit round robin over the sessions with queued jobs, one
  * job per turn. A session's turn comes in the order sessions became
@@ -43,11 +49,10 @@
 #include "clock.h"
 #include "list.h"
 #include "loop.h"
+#include "exec/executor.h"
 
-struct server;
 struct device;
-struct session;
-struct exec_job;
+struct vmu_session;
 
 enum sched_lane {
 	SCHED_COMPUTE, /* graphs and model steps: the graph executor */
@@ -101,10 +106,22 @@ struct sched_config {
 /*
  * struct sched_entity - a session, to the scheduler (in struct session)
  *
+ * Who it is (sched_entity_init()'s, fixed): @id, for the log; @tenant
+ * and @priority, its weight's; @vs, the data the memory policy may move.
  * The lane fields are under their lane's lock; the policy's are the I/O
  * thread's.
  */
 struct sched_entity {
+	uint64_t id;
+	const char *tenant;
+	uint32_t priority;
+	struct vmu_session *vs;
+	struct sched *sc; /* whose */
+	struct list_head all; /* the scheduler's entities (I/O thread) */
+	bool ended; /* sched_entity_end() */
+	uint32_t phase; /* the last SIGNAL, and until when it holds */
+	uint64_t phase_until;
+
 	/* per lane, under its lock */
 	struct list_head jobs[SCHED_LANES]; /* queued, in order */
 	struct list_head node[SCHED_LANES]; /* in the lane's round */
@@ -129,8 +146,6 @@ struct sched_entity {
 	struct list_head wnode; /* the scheduler's waiting sessions */
 };
 
-void sched_entity_init(struct sched_entity *se);
-
 /*
  * struct sched_stats - a device's, for ADMIN_SCHED and the metrics
  */
@@ -144,8 +159,21 @@ struct sched_stats {
 
 struct sched;
 
-int sched_create(struct server *srv, struct device *dev,
-		 const struct sched_config *cfg, struct sched **out);
+/*
+ * struct sched_ops - what the session layer lends the scheduler: a
+ * reference to the session of @se while one of the policy's own jobs
+ * (a swap) is in flight, and its release.
+ */
+struct sched_ops {
+	void (*get)(struct sched_entity *se);
+	void (*put)(struct sched_entity *se);
+};
+
+/* The scheduler of device @dev; its timers run on @loop (NULL in unit
+ * tests: no memory policy then). */
+int sched_create(struct loop *loop, struct device *dev,
+		 const struct sched_config *cfg, const struct sched_ops *ops,
+		 struct sched **out);
 void sched_destroy(struct sched *sc);
 /* A reload: shares, quantum and waits (the policy stays). */
 void sched_configure(struct sched *sc, const struct sched_config *cfg);
@@ -170,24 +198,26 @@ static inline int sched_policy_parse(const char *name)
 	return -EINVAL;
 }
 
-/* A model context was made (new or forked) for a session of the device:
- * under static partitioning it reserves its whole KV cache now, or the
- * context is refused (-ENOMEM, why in @msg; the caller frees it). With
- * @relieve (an executor's thread, not the I/O thread's) its model may
- * first stream more of its layers to make room (model_relieve()). */
-struct model_ctx;
-int sched_ctx_made(struct sched *sc, struct model_ctx *c, bool relieve,
-		   char *msg, size_t msglen);
-
-/* A new session of the device: its weight from its tenant and
- * priority. sched_session_end(): it ended (cancels its timers). */
-void sched_session_init(struct sched *sc, struct session *s);
-void sched_session_end(struct sched *sc, struct session *s);
+/* Whether a context made (new or forked) reserves its whole KV cache
+ * at once, or is refused: static partitioning (model_ctx_reserve()). */
+bool sched_reserves(const struct sched *sc);
 
 /*
- * Queue @job (its kind names the lane: EXEC_GRAPH compute, EXEC_MEM mem,
- * EXEC_CALL the lane in job->lane) for its session. A client's job (one
- * with a connection) also tells the memory policy the session is back.
+ * A new session of the device: its weight from @tenant and @priority
+ * (@tenant must outlive @se). sched_entity_end(): it ended (its waits
+ * and timers are cancelled; its jobs are taken with sched_take()).
+ * sched_entity_fini(): it is freed.
+ */
+void sched_entity_init(struct sched *sc, struct sched_entity *se, uint64_t id,
+		       const char *tenant, uint32_t priority,
+		       struct vmu_session *vs);
+void sched_entity_end(struct sched *sc, struct sched_entity *se);
+void sched_entity_fini(struct sched *sc, struct sched_entity *se);
+
+/*
+ * Queue @job on the lane in job->lane for its session (job->se). A
+ * client's job (job->client) also tells the memory policy the session
+ * is back.
  */
 void sched_submit(struct sched *sc, struct exec_job *job);
 
@@ -196,8 +226,10 @@ void sched_submit(struct sched *sc, struct exec_job *job);
 struct exec_job *sched_next(struct sched *sc, enum sched_lane lane);
 /* The job that sched_next() gave took @ns of device time. */
 void sched_charge(struct sched *sc, struct exec_job *job, uint64_t ns);
-/* Take @s's queued jobs of @lane off the queue onto @out. */
-void sched_take(struct sched *sc, enum sched_lane lane, struct session *s,
+/* The lane's jobs for its executor (executor_start()). */
+struct exec_source sched_source(struct sched *sc, enum sched_lane lane);
+/* Take @se's queued jobs of @lane off the queue onto @out. */
+void sched_take(struct sched *sc, enum sched_lane lane, struct sched_entity *se,
 		struct list_head *out);
 /* Wake the lane's threads to stop once it is empty. */
 void sched_stop(struct sched *sc, enum sched_lane lane);
@@ -207,9 +239,10 @@ void sched_depth(struct sched *sc, enum sched_lane lane, unsigned int *queued,
 /* Sessions with jobs queued or running. */
 unsigned int sched_busy(struct sched *sc);
 void sched_get_stats(struct sched *sc, struct sched_stats *st);
-/* ADMIN_SCHED's entry of @s. */
-void sched_session_info(struct sched *sc, struct session *s,
-			struct djinn_admin_sched_session *e);
+/* The scheduler's part of ADMIN_SCHED's entry of @se: its queues,
+ * weight, costs and waits (the session layer fills in who it is). */
+void sched_entity_info(struct sched *sc, struct sched_entity *se,
+		       struct djinn_admin_sched_session *e);
 
 /*
  * Signals (socket SIGNAL and the module's, I/O thread). Checks
@@ -219,7 +252,7 @@ void sched_session_info(struct sched *sc, struct session *s,
  */
 int sched_signal_check(const struct sched *sc, uint32_t phase,
 		       uint64_t *expected_ns, char *msg, size_t msglen);
-void sched_signal(struct sched *sc, struct session *s, uint32_t phase,
+void sched_signal(struct sched *sc, struct sched_entity *se, uint32_t phase,
 		  uint64_t expected_ns);
 
 /* The 99th percentile of a SCHED_HIST histogram: its bucket's upper

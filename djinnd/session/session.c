@@ -216,7 +216,7 @@ int session_create(struct server *srv, struct device *dev, const char *tenant,
 	s->uid = uid;
 	s->pid = pid;
 	s->dev = dev;
-	sched_session_init(dev->sched, s);
+	sched_entity_init(dev->sched, &s->se, 0, s->tenant, priority, s->vs);
 	s->epoch = __atomic_load_n(&dev->backend->faults, __ATOMIC_ACQUIRE);
 	s->refs = 1; /* the table's */
 	s->free_slot = NO_SLOT;
@@ -232,6 +232,7 @@ int session_publish(struct server *srv, struct session *s)
 	int ret;
 
 	s->id = ++srv->next_id;
+	s->se.id = s->id;
 	ret = stab_add(srv, s);
 	if (ret)
 		return ret;
@@ -269,6 +270,7 @@ void session_put(struct session *s)
 		return;
 	/* The last reference: nothing else can reach the session. The VMU
 	 * teardown frees every region and text reference at once. */
+	sched_entity_fini(s->dev->sched, &s->se);
 	vmu_session_destroy(s->vs);
 	for (uint32_t i = 0; i <= SESSION_RESULTS; i++)
 		rec_clear(&s->results[i]);
@@ -277,6 +279,32 @@ void session_put(struct session *s)
 	free(s->objs);
 	free(s);
 }
+
+/* Its queued jobs fail with -ECANCELED and go back to their callers;
+ * a running one finishes, and finds the session gone. */
+static void cancel_jobs(struct session *s)
+{
+	struct device *d = s->dev;
+	struct list_head taken;
+
+	INIT_LIST_HEAD(&taken);
+	sched_take(d->sched, SCHED_COMPUTE, &s->se, &taken);
+	executor_cancel(d->exec, &taken);
+	sched_take(d->sched, SCHED_MEM, &s->se, &taken);
+	executor_cancel(d->mem, &taken);
+}
+
+static void se_get(struct sched_entity *se)
+{
+	session_ref(container_of(se, struct session, se));
+}
+
+static void se_put(struct sched_entity *se)
+{
+	session_put(container_of(se, struct session, se));
+}
+
+const struct sched_ops session_sched_ops = { se_get, se_put };
 
 void session_end(struct server *srv, struct session *s,
 		 enum session_end_reason why)
@@ -288,15 +316,26 @@ void session_end(struct server *srv, struct session *s,
 	s->reason = why;
 	stab_del(srv, s);
 	srv->leases->ops->close(srv->leases, s);
-	sched_session_end(s->dev->sched, s);
-	executor_cancel(s->dev->exec, s);
-	executor_cancel(s->dev->mem, s);
+	sched_entity_end(s->dev->sched, &s->se);
+	cancel_jobs(s);
 	msg_session_ended(srv, s);
 	srv->st.sessions_ended[why]++;
 	log_info("session %llu (tenant %s) ended: %s",
 		 (unsigned long long)s->id, s->tenant,
 		 session_reason_name(why));
 	session_put(s);
+}
+
+/* The last fault of @d in words: its backend's, or the VMU's simulated
+ * one (a CPU device's). */
+static void fault_info(struct device *d, char *msg, size_t msglen)
+{
+	struct backend *b = d->backend;
+
+	if (b->ops->fault_info)
+		b->ops->fault_info(b, msg, msglen);
+	else
+		snprintf(msg, msglen, "%s", d->fault_why);
 }
 
 int session_lost(struct server *srv, const struct session *s, char *msg,
@@ -308,7 +347,7 @@ int session_lost(struct server *srv, const struct session *s, char *msg,
 
 	if (now == s->epoch)
 		return 0;
-	server_fault_info(s->dev, why, sizeof(why));
+	fault_info(s->dev, why, sizeof(why));
 	snprintf(msg, msglen,
 		 "session %llu: device state lost in a fault: %s fault %llu "
 		 "(%s); close the session and open a new one",

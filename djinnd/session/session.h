@@ -102,8 +102,6 @@ struct session {
 	uint64_t deadline_ns; /* kept by the lease provider */
 	uid_t uid; /* of the connection that opened it */
 	pid_t pid; /* 0 for TCP */
-	uint32_t phase; /* last SIGNAL */
-	uint64_t phase_until;
 	uint64_t requests;
 	struct sched_entity se; /* its queues and the memory policy's state */
 	uint32_t mem_waits; /* EXEC_MEM jobs in flight (I/O thread) */
@@ -159,6 +157,8 @@ int session_publish(struct server *srv, struct session *s);
 struct session *session_get(struct server *srv, uint64_t id);
 void session_ref(struct session *s);
 void session_put(struct session *s);
+/* What the scheduler holds a session by: its sched_entity (sched.h). */
+extern const struct sched_ops session_sched_ops;
 /* The one teardown: see above. Idempotent. */
 void session_end(struct server *srv, struct session *s,
 		 enum session_end_reason why);

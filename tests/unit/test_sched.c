@@ -21,8 +21,14 @@
 #include "testutil.h"
 #include "exec/executor.h"
 #include "sched/sched.h"
-#include "session/session.h"
 #include "vmu/vmu.h"
+
+/* A session, to the scheduler: its entity, and who it is. */
+struct session {
+	struct sched_entity se;
+	uint64_t id;
+	char tenant[DJINN_TENANT_LEN];
+};
 
 /* ---------------------------------------------------------------------- */
 /* Queues */
@@ -38,7 +44,7 @@ static struct sched *new_sched(const struct sched_share *shares,
 	};
 	struct sched *sc;
 
-	assert_int_equal(sched_create(NULL, NULL, &cfg, &sc), 0);
+	assert_int_equal(sched_create(NULL, NULL, &cfg, NULL, &sc), 0);
 	return sc;
 }
 
@@ -49,9 +55,8 @@ static struct session *new_session(struct sched *sc, const char *tenant,
 
 	assert_non_null(s);
 	s->id = id;
-	s->priority = prio;
 	snprintf(s->tenant, sizeof(s->tenant), "%s", tenant);
-	sched_session_init(sc, s);
+	sched_entity_init(sc, &s->se, id, s->tenant, prio, NULL);
 	return s;
 }
 
@@ -61,8 +66,8 @@ static void queue(struct sched *sc, struct session *s, unsigned int n)
 		struct exec_job *job = calloc(1, sizeof(*job));
 
 		assert_non_null(job);
-		job->kind = EXEC_GRAPH;
-		job->s = s; /* not a reference: freed by run() */
+		job->lane = SCHED_COMPUTE;
+		job->se = &s->se; /* freed by run() */
 		job->request_id = s->id * 1000 + i;
 		sched_submit(sc, job);
 	}
@@ -75,7 +80,7 @@ static void drain(struct sched *sc, struct session *s)
 	struct list_head taken;
 
 	INIT_LIST_HEAD(&taken);
-	sched_take(sc, SCHED_COMPUTE, s, &taken);
+	sched_take(sc, SCHED_COMPUTE, &s->se, &taken);
 	list_for_each_entry_safe(job, n, &taken, node)
 		free(job);
 }
@@ -87,7 +92,7 @@ static struct session *run(struct sched *sc, uint64_t ns)
 	struct session *s;
 
 	assert_non_null(job);
-	s = job->s;
+	s = container_of(job->se, struct session, se);
 	sched_charge(sc, job, ns);
 	free(job);
 	return s;
@@ -233,7 +238,7 @@ static void test_order_take_stop(void **state)
 	sched_depth(sc, SCHED_COMPUTE, &q, &r);
 	assert_int_equal(q, 2);
 	INIT_LIST_HEAD(&taken);
-	sched_take(sc, SCHED_COMPUTE, s, &taken);
+	sched_take(sc, SCHED_COMPUTE, &s->se, &taken);
 	list_for_each_entry_safe(job, n, &taken, node) {
 		count++;
 		free(job);

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The services: the work a message names, between the protocol (net/)
+ * and the scheduler (sched/). A handler of net/ decodes and validates a
+ * frame, calls one service operation and encodes its answer; the
+ * service does the work, queueing device work on the scheduler as jobs
+ * whose bodies are here, and is called back on the I/O thread through
+ * the job's @done when the job is back. No executor thread runs code of
+ * net/ (Documentation/architecture.rst, "Floors").
+ */
+#ifndef DJINN_SVC_H
+#define DJINN_SVC_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "exec/executor.h"
+#include "session/session.h"
+
+/*
+ * The job bodies, on an executor's thread. Each first asks
+ * svc_job_gone(): a job whose session ended while it was queued fails
+ * with -ECANCELED ("session ended") and does nothing.
+ *
+ * svc_graph_run():  a GRAPH_SUBMIT (svc/graph.c): inputs resolved and
+ *                   held, the graph run, outputs made the session's
+ *                   tensors, its result record finished
+ * svc_graph_cancel(): its @cancel: the result record fails -ECANCELED
+ * svc_mem_run():    a transfer's memory (svc/mem.c): job->mem
+ */
+void svc_graph_run(struct exec_job *job, const struct exec_env *env);
+void svc_graph_cancel(struct exec_job *job);
+void svc_mem_run(struct exec_job *job, const struct exec_env *env);
+
+/* Whether the job's session has ended: then the job is failed with
+ * -ECANCELED. Executor threads read the flag the I/O thread sets. */
+static inline bool svc_job_gone(struct exec_job *job)
+{
+	if (!__atomic_load_n(&job->s->dead, __ATOMIC_ACQUIRE))
+		return false;
+	job->error = -ECANCELED;
+	snprintf(job->msg, sizeof(job->msg), "session ended");
+	return true;
+}
+
+/* Free a service's job: its session reference and what it owns. */
+void svc_job_free(struct exec_job *job);
+
+#endif /* DJINN_SVC_H */
