@@ -710,7 +710,7 @@ static int tenant_ids_set(struct djinnd_config *c, const char *tenant,
 	const char *what = group ? "gids" : "uids";
 	struct tenant_map *m = NULL;
 	unsigned int nr = 0;
-	uint32_t ids[SERVER_TENANT_IDS_MAX];
+	uint32_t ids[TENANT_IDS_MAX];
 	char list[1024], *rest = list, *tok;
 
 	if (strlen(value) >= sizeof(list))
@@ -725,9 +725,9 @@ static int tenant_ids_set(struct djinnd_config *c, const char *tenant,
 		e = tok + strlen(tok);
 		while (e > tok && (e[-1] == ' ' || e[-1] == '\t'))
 			*--e = 0;
-		if (nr == SERVER_TENANT_IDS_MAX)
+		if (nr == TENANT_IDS_MAX)
 			return fail(c, "tenant.%s.%s: at most %d ids", tenant,
-				    what, SERVER_TENANT_IDS_MAX);
+				    what, TENANT_IDS_MAX);
 		if (!*tok || parse_id(tok, group, &ids[nr]))
 			return fail(c,
 				    "tenant.%s.%s: '%s': want %s numbers or "

@@ -412,6 +412,7 @@ static void on_reload(struct server *srv)
 		srv->cfg.lease_min_ns = running.srv.lease_min_ns;
 		srv->cfg.lease_max_ns = running.srv.lease_max_ns;
 	}
+	server_session_limits(srv);
 	/* The tokens' file is read again on every reload: a token taken
 	 * out is refused from now on (connections it opened stay). */
 	tls_tokens_reload(srv, srv->cfg.tls_tokens);

@@ -57,28 +57,6 @@ static void on_signal(int signo)
 	errno = saved;
 }
 
-static void lease_expired(struct session *s, void *arg)
-{
-	struct server *srv = arg;
-
-	/* Waiting on the memory executor, its connection is paused: the
-	 * HEARTBEATs the client sends meanwhile cannot be read yet. */
-	if (s->mem_waits) {
-		srv->leases->ops->renew(srv->leases, s, loop_now());
-		return;
-	}
-	session_end(arg, s, SESSION_EXPIRED);
-}
-
-static uint64_t lease_tick(struct loop_timer *t, uint64_t now)
-{
-	struct server *srv = container_of(t, struct server, lease_timer);
-	uint64_t next =
-		srv->leases->ops->poll(srv->leases, now, lease_expired, srv);
-
-	return next ? next : NSEC_PER_MSEC;
-}
-
 #define DRAIN_MAX_NS (10 * NSEC_PER_SEC) /* then stop all the same */
 
 static uint64_t drain_deadline;
@@ -98,10 +76,10 @@ static uint64_t drain_tick(struct loop_timer *t, uint64_t now)
 		log_warn("drain: %u jobs still queued after %llu s: stopping",
 			 busy,
 			 (unsigned long long)(DRAIN_MAX_NS / NSEC_PER_SEC));
-	while (!list_empty(&srv->sessions))
-		session_end(srv,
-			    list_first_entry(&srv->sessions, struct session,
-					     node),
+	while (!list_empty(&srv->sessions.list))
+		session_end(&srv->sessions,
+			    list_first_entry(&srv->sessions.list,
+					     struct session, node),
 			    SESSION_SHUTDOWN);
 	conns_close_all(srv, false);
 	srv->loop.stop = true;
@@ -344,6 +322,21 @@ cpu:
 	return 0;
 }
 
+void server_session_limits(struct server *srv)
+{
+	const struct server_config *cfg = &srv->cfg;
+
+	srv->sessions.lim = (struct session_limits){
+		.max_sessions = cfg->max_sessions,
+		.max_sessions_per_uid = cfg->max_sessions_per_uid,
+		.lease_default_ns = cfg->lease_default_ns,
+		.lease_min_ns = cfg->lease_min_ns,
+		.lease_max_ns = cfg->lease_max_ns,
+		.maps = cfg->tmaps,
+		.nr_maps = cfg->nr_tmaps,
+	};
+}
+
 void server_tenant_quotas(struct server *srv, bool on)
 {
 	for (unsigned int i = 0; i < srv->nr_dev; i++) {
@@ -550,10 +543,8 @@ int server_init(struct server *srv, const struct server_config *cfg)
 
 	memset(srv, 0, sizeof(*srv));
 	srv->cfg = *cfg;
-	INIT_LIST_HEAD(&srv->sessions);
 	INIT_LIST_HEAD(&srv->listeners);
 	INIT_LIST_HEAD(&srv->conns);
-	INIT_LIST_HEAD(&srv->tenants);
 	INIT_LIST_HEAD(&srv->closing);
 	INIT_LIST_HEAD(&srv->http);
 	server_started_ns = loop_now();
@@ -562,7 +553,10 @@ int server_init(struct server *srv, const struct server_config *cfg)
 		log_err("io_uring: %s", strerror(-ret));
 		return ret;
 	}
-	ret = lease_provider_open(srv, cfg->leases, &srv->leases);
+	session_table_init(&srv->sessions, &srv->loop);
+	server_session_limits(srv);
+	ret = lease_provider_open(&srv->sessions, cfg->leases,
+				  &srv->sessions.leases);
 	if (ret)
 		return ret;
 	ret = devices_open(srv);
@@ -586,9 +580,7 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	ret = listeners_open(srv);
 	if (ret)
 		return ret;
-	srv->lease_timer.fn = lease_tick;
-	loop_timer_add(&srv->loop, &srv->lease_timer,
-		       loop_now() + NSEC_PER_MSEC);
+	session_table_start(&srv->sessions);
 	srv->loop.before_sleep = before_sleep;
 	srv->dead_watch.fn = dead_watch_tick;
 	loop_timer_add(&srv->loop, &srv->dead_watch, loop_now() + NSEC_PER_SEC);
@@ -719,9 +711,9 @@ int server_run(struct server *srv)
 void server_exit(struct server *srv)
 {
 	if (srv->nr_dev && srv->dev[0].exec)
-		while (!list_empty(&srv->sessions))
-			session_end(srv,
-				    list_first_entry(&srv->sessions,
+		while (!list_empty(&srv->sessions.list))
+			session_end(&srv->sessions,
+				    list_first_entry(&srv->sessions.list,
 						     struct session, node),
 				    SESSION_SHUTDOWN);
 	/* Each answers its last jobs. */
@@ -737,8 +729,8 @@ void server_exit(struct server *srv)
 	for (uint64_t end = loop_now() + NSEC_PER_SEC;
 	     (srv->nr_conns || srv->nr_http) && loop_now() < end;)
 		loop_once(&srv->loop, 10 * NSEC_PER_MSEC);
-	if (srv->leases)
-		srv->leases->ops->destroy(srv->leases);
+	if (srv->sessions.leases)
+		srv->sessions.leases->ops->destroy(srv->sessions.leases);
 	listeners_close(srv);
 	loop_exit(&srv->loop);
 	/* Only now can nothing on the ring name them any more. */
@@ -761,8 +753,7 @@ void server_exit(struct server *srv)
 			d->backend->ops->destroy(d->backend);
 	}
 	free(srv->dev);
-	free(srv->stab);
-	free(srv->uids);
+	session_table_fini(&srv->sessions);
 	if (sigs.rfd >= 0) {
 		close(sigs.rfd);
 		close(sigs.wfd);

@@ -27,39 +27,6 @@
 #define SERVER_MAX_LISTEN 8
 
 /*
- * struct tenant_map - [tenant.NAME] uids, gids and client_kernels
- *
- * A unix-socket client whose peer uid is listed is tenant NAME; one
- * whose uid no tenant lists but whose primary or supplementary gid one
- * does, that one's. Anyone else is tenant "uid:N" (session/tenant.h).
- * A uid or gid is listed by one tenant at most (config_validate()).
- * @client_kernels: its sessions may upload and run client kernels
- * (KERNEL nodes), which reach all of the device's memory: off unless
- * the administrator says so.
- * @memory, @swap, @sessions, @conns, @inflight, @lease_max_ns: its
- * quotas (0: none): data bytes on each device, of them in host memory
- * (swapped out), sessions and connections open at once, graphs and
- * model steps queued or running, the longest lease.
- * @guaranteed: its resident data on each device that reclaim and the
- * scheduler's swaps leave it (0: none).
- */
-#define SERVER_TENANT_MAPS_MAX 64
-#define SERVER_TENANT_IDS_MAX 32
-struct tenant_map {
-	char tenant[DJINN_TENANT_LEN];
-	unsigned int nr_uids, nr_gids;
-	uid_t uids[SERVER_TENANT_IDS_MAX];
-	gid_t gids[SERVER_TENANT_IDS_MAX];
-	bool client_kernels;
-	uint64_t memory, swap, guaranteed, lease_max_ns;
-	unsigned int sessions, conns, inflight;
-	/* where each list was set (config.c: a list set twice in one file
-	 * is an error) */
-	const char *uids_file, *gids_file;
-	unsigned int uids_line, gids_line;
-};
-
-/*
  * struct model_budget - [model.NAME] budget and ring_slots
  * @model: the served model's name
  * @bytes: the device bytes it may take on each device, its text entry
@@ -71,6 +38,9 @@ struct tenant_map {
  * the model's next load: one loaded keeps its placement until it is
  * evicted or reclaimed.
  */
+/* [tenant.NAME] and [model.NAME] sections at most */
+#define SERVER_TENANT_MAPS_MAX 64
+
 #define SERVER_RING_SLOTS_MAX DJINN_RING_SLOTS_MAX
 struct model_budget {
 	char model[DJINN_MODEL_NAME_MAX];
@@ -157,10 +127,6 @@ struct server_config {
 	unsigned int nr_budgets;
 };
 
-struct uid_sessions {
-	uid_t uid;
-	unsigned int n;
-};
 struct listener;
 struct bufring;
 struct tls_server;
@@ -169,7 +135,6 @@ struct server_stats {
 	uint64_t conns_accepted, conns_closed;
 	uint64_t requests, errors;
 	uint64_t bytes_in, bytes_out;
-	uint64_t sessions_opened, sessions_ended[SESSION_SHUTDOWN + 1];
 	uint64_t graphs_run, graphs_failed;
 	uint64_t conns_stalled; /* closed: took no reply bytes */
 	uint64_t conns_refused; /* over a per-uid or per-address cap */
@@ -191,21 +156,13 @@ struct server {
 	struct loop loop;
 	struct device *dev; /* the devices, nr_dev of them (at least 1) */
 	unsigned int nr_dev;
-	struct lease_provider *leases;
-	struct loop_timer lease_timer;
 	struct loop_timer send_timer; /* closes peers that take no replies */
 	struct loop_timer conn_timer; /* frame and idle deadlines */
 
-	/* sessions, by id */
-	struct list_head sessions;
-	struct session **stab;
-	uint64_t stab_size, nr_sessions, next_id;
-	struct uid_sessions *uids; /* sessions per peer uid */
-	unsigned int nr_uids, cap_uids;
+	struct session_table sessions; /* session/session.h */
 
 	struct list_head listeners;
 	struct list_head conns;
-	struct list_head tenants; /* struct tenant_state, session/tenant.h */
 	struct list_head closing; /* closed, still owed completions */
 	bool conns_failed; /* some have conn->failed: conns_close_failed() */
 	unsigned int nr_conns; /* metrics connections too */
@@ -254,6 +211,9 @@ struct device *server_place(struct server *srv, uint32_t want, char *msg,
 			    size_t msglen);
 /* Jobs queued or running on every device's executors. */
 unsigned int server_depth(struct server *srv);
+/* The session table's limits (struct session_limits) from srv->cfg: at
+ * start, and after a reload has changed it. */
+void server_session_limits(struct server *srv);
 /* Set (@on) or lift each [tenant.NAME] memory and swap quota of srv->cfg on
  * every device's VMU. */
 void server_tenant_quotas(struct server *srv, bool on);

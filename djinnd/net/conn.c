@@ -595,11 +595,12 @@ static void conn_send_next(struct conn *c)
 
 static void conn_renew(struct conn *c, uint64_t session_id)
 {
-	struct session *s = session_get(c->srv, session_id);
+	struct session *s = session_get(&c->srv->sessions, session_id);
 
 	if (!s)
 		return;
-	c->srv->leases->ops->renew(c->srv->leases, s, loop_now());
+	c->srv->sessions.leases->ops->renew(c->srv->sessions.leases, s,
+					    loop_now());
 	session_put(s);
 }
 
@@ -1290,12 +1291,12 @@ static bool conn_over_tenant_quota(struct conn *c)
 
 	if (c->admin)
 		return false;
-	t = tenant_state_get(srv, c->tenant);
+	t = tenant_state_get(&srv->sessions, c->tenant);
 	if (!t) {
 		conn_refuse(c, NULL, -ENOMEM, "out of memory");
 		return true;
 	}
-	m = tenant_map_find(&srv->cfg, c->tenant);
+	m = tenant_map_find(&srv->sessions.lim, c->tenant);
 	if (m && m->conns && t->conns >= m->conns) {
 		srv->st.conns_refused++;
 		log_notice("conn %d: %u connections of tenant %s already: "
@@ -1328,7 +1329,7 @@ static void tcp_identify(struct server *srv, struct conn *c, char *abuf,
 	if (c->no_zc) {
 		ret = tenant_tcp_peer_uid(c->fd, &uid);
 		if (!ret) {
-			tenant_of(&srv->cfg, uid, NULL, 0, c->tenant);
+			tenant_of(&srv->sessions.lim, uid, NULL, 0, c->tenant);
 			return;
 		}
 		log_warn("conn %d: loopback peer %s: no owner from "
@@ -1407,7 +1408,7 @@ static struct conn *conn_alloc(struct server *srv, int fd, bool admin, bool tcp,
 		unsigned int n = tenant_peer_groups(fd, c->cred.gid, gids,
 						    ARRAY_SIZE(gids));
 
-		tenant_of(&srv->cfg, c->cred.uid, gids, n, c->tenant);
+		tenant_of(&srv->sessions.lim, c->cred.uid, gids, n, c->tenant);
 	}
 	list_add_tail(&c->node, &srv->conns);
 	srv->nr_conns++;
@@ -1638,6 +1639,7 @@ int listeners_open(struct server *srv)
 {
 	int ret;
 
+	msg_init(srv);
 	srv->send_timer.fn = conns_tick;
 	loop_timer_add(&srv->loop, &srv->send_timer,
 		       loop_now() + srv->cfg.lease_default_ns / 4);

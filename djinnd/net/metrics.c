@@ -156,11 +156,11 @@ static void render_sessions(struct sbuf *b, struct server *srv)
 		[SESSION_KILLED] = "killed",
 		[SESSION_SHUTDOWN] = "shutdown",
 	};
-	const struct server_stats *st = &srv->st;
+	const struct session_table *st = &srv->sessions;
 	uint64_t by_phase[NR_PHASES] = { 0 };
 	struct session *s;
 
-	list_for_each_entry(s, &srv->sessions, node)
+	list_for_each_entry(s, &srv->sessions.list, node)
 		by_phase[s->se.phase < NR_PHASES ? s->se.phase : 0]++;
 	family(b, "djinn_sessions", "gauge",
 	       "Sessions open now, by the phase they last signalled.");
@@ -171,19 +171,17 @@ static void render_sessions(struct sbuf *b, struct server *srv)
 				  phase_name(p),
 				  (unsigned long long)by_phase[p]);
 	one(b, "djinn_sessions_opened_total", "counter", "Sessions opened.",
-	    st->sessions_opened);
+	    st->opened);
 	family(b, "djinn_sessions_ended_total", "counter",
 	       "Sessions ended, by how they ended.");
 	for (int why = SESSION_CLOSED; why <= SESSION_SHUTDOWN; why++)
 		sb_printf(b, "djinn_sessions_ended_total{reason=\"%s\"} %llu\n",
-			  reasons[why],
-			  (unsigned long long)st->sessions_ended[why]);
+			  reasons[why], (unsigned long long)st->ended[why]);
 	one(b, "djinn_lease_expiries_total", "counter",
 	    "Sessions ended because their lease ran out.",
-	    st->sessions_ended[SESSION_EXPIRED]);
+	    st->ended[SESSION_EXPIRED]);
 	one(b, "djinn_session_kills_total", "counter",
-	    "Sessions ended by an administrator.",
-	    st->sessions_ended[SESSION_KILLED]);
+	    "Sessions ended by an administrator.", st->ended[SESSION_KILLED]);
 }
 
 /* The server's counters that are a family of one sample each, in the
@@ -525,7 +523,7 @@ static void render_tenants(struct sbuf *b, struct server *srv)
 
 	for (size_t i = 0; i < ARRAY_SIZE(counts); i++) {
 		family(b, counts[i].name, "gauge", counts[i].help);
-		list_for_each_entry(t, &srv->tenants, node)
+		list_for_each_entry(t, &srv->sessions.tenants, node)
 			sb_printf(b, "%s{tenant=\"%s\"} %u\n", counts[i].name,
 				  label_value(lv, sizeof(lv), t->name),
 				  *(const unsigned int *)((const char *)t +
@@ -534,7 +532,7 @@ static void render_tenants(struct sbuf *b, struct server *srv)
 	family(b, "djinn_tenant_data_bytes", "gauge",
 	       "Data its sessions hold on the device, resident or swapped "
 	       "(granule-rounded), against [tenant.NAME] memory.");
-	list_for_each_entry(t, &srv->tenants, node)
+	list_for_each_entry(t, &srv->sessions.tenants, node)
 		for (unsigned int d = 0; d < srv->nr_dev; d++) {
 			struct vmu_usage u;
 

@@ -18,6 +18,7 @@
 #include "msgnames.h"
 #include "server.h"
 #include "exec/executor.h"
+#include "svc/model.h"
 #include "svc/svc.h"
 #include "net/conn.h"
 #include "model/store.h"
@@ -131,7 +132,7 @@ bool msg_model_name_ok(struct conn *c, const struct djinn_hdr *hdr,
 static struct session *req_session(struct conn *c, const struct djinn_hdr *hdr,
 				   bool lost_ok)
 {
-	struct session *s = session_get(c->srv, hdr->session_id);
+	struct session *s = session_get(&c->srv->sessions, hdr->session_id);
 	char msg[DJINN_MAX_ERROR_MSG];
 	int ret;
 
@@ -147,8 +148,8 @@ static struct session *req_session(struct conn *c, const struct djinn_hdr *hdr,
 		session_put(s);
 		return NULL;
 	}
-	session_touch(c->srv, s);
-	if (!lost_ok && (ret = session_lost(c->srv, s, msg, sizeof(msg)))) {
+	session_touch(&c->srv->sessions, s);
+	if (!lost_ok && (ret = session_lost(s, msg, sizeof(msg)))) {
 		conn_error(c, hdr, ret, "%s", msg);
 		session_put(s);
 		return NULL;
@@ -183,7 +184,8 @@ void msg_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
 		       struct session *s)
 {
-	const struct tenant_map *m = tenant_map_find(&c->srv->cfg, s->tenant);
+	const struct tenant_map *m =
+		tenant_map_find(&c->srv->sessions.lim, s->tenant);
 
 	if (m && m->inflight && s->ts->inflight >= m->inflight) {
 		conn_error(c, hdr, -EDQUOT,
@@ -244,22 +246,23 @@ static void session_quota_error(struct conn *c, const struct djinn_hdr *hdr)
 	const struct server_config *cfg = &c->srv->cfg;
 	uid_t uid = c->tcp ? (uid_t)-1 : c->cred.uid;
 
-	if (c->srv->nr_sessions >= cfg->max_sessions)
+	if (c->srv->sessions.nr >= cfg->max_sessions)
 		conn_error(c, hdr, -EDQUOT,
 			   "%llu sessions open, the server's limit "
 			   "(server.max_sessions)",
-			   (unsigned long long)c->srv->nr_sessions);
-	else if (session_tenant_full(c->srv, c->tenant))
+			   (unsigned long long)c->srv->sessions.nr);
+	else if (session_tenant_full(&c->srv->sessions, c->tenant))
 		conn_error(c, hdr, -EDQUOT,
 			   "%u sessions open for tenant %s, its quota "
 			   "(tenant.%s.sessions)",
-			   session_tenant_sessions(c->srv, c->tenant),
+			   session_tenant_sessions(&c->srv->sessions,
+						   c->tenant),
 			   c->tenant, c->tenant);
 	else
 		conn_error(c, hdr, -EDQUOT,
 			   "%u sessions open for %s %d, the limit "
 			   "(server.max_sessions_per_uid)",
-			   session_uid_sessions(c->srv, uid),
+			   session_uid_sessions(&c->srv->sessions, uid),
 			   c->tcp ? "TCP peers as uid" : "uid", (int)uid);
 }
 
@@ -275,7 +278,9 @@ static void handle_hello(struct conn *c, const struct djinn_hdr *hdr,
 		.capacity = d->backend->provider->capacity,
 		.granularity = d->backend->provider->granularity,
 		.features = (d->models ? DJINN_FEAT_MODELS : 0) |
-			    (c->srv->leases->ops->verify ? DJINN_FEAT_KMOD : 0),
+			    (c->srv->sessions.leases->ops->verify ?
+				     DJINN_FEAT_KMOD :
+				     0),
 	};
 
 	snprintf(r.backend, sizeof(r.backend), "%s", d->backend->name);
@@ -352,14 +357,14 @@ static int session_start(struct conn *c, struct session *s, uint64_t kid)
 	int ret;
 
 	s->lease_kid = kid;
-	ret = session_publish(c->srv, s);
+	ret = session_publish(&c->srv->sessions, s);
 	if (ret) {
 		session_put(s);
 		return ret;
 	}
 	ret = conn_attach(c, s->id);
 	if (ret)
-		session_end(c->srv, s, SESSION_CLOSED);
+		session_end(&c->srv->sessions, s, SESSION_CLOSED);
 	return ret;
 }
 
@@ -381,8 +386,9 @@ static void handle_session_open(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -ENODEV, "%s", msg);
 		return;
 	}
-	ret = session_create(c->srv, d, c->tenant, o->tenant, o->priority,
-			     o->lease_ns, c->tcp ? (uid_t)-1 : c->cred.uid,
+	ret = session_create(&c->srv->sessions, d, c->tenant, o->tenant,
+			     o->priority, o->lease_ns,
+			     c->tcp ? (uid_t)-1 : c->cred.uid,
 			     c->tcp ? 0 : c->cred.pid, &s);
 	if (!ret)
 		ret = session_start(c, s, 0);
@@ -412,7 +418,7 @@ static void handle_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 	struct session *s;
 	uint8_t diff = 0;
 
-	s = session_get(c->srv, hdr->session_id);
+	s = session_get(&c->srv->sessions, hdr->session_id);
 	if (!s) {
 		conn_error(c, hdr, -ENOENT, "no session %llu",
 			   (unsigned long long)hdr->session_id);
@@ -431,7 +437,7 @@ static void handle_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 	} else if (conn_attach(c, s->id)) {
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 	} else {
-		session_touch(c->srv, s);
+		session_touch(&c->srv->sessions, s);
 		session_reply(c, hdr, s, false);
 	}
 	session_put(s);
@@ -443,7 +449,7 @@ static void handle_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 				struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_session_bind *b = req;
-	struct lease_provider *lp = c->srv->leases;
+	struct lease_provider *lp = c->srv->sessions.leases;
 	struct lease_kinfo ki;
 	struct session *s;
 	int ret;
@@ -468,9 +474,10 @@ static void handle_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 					    strerror(-ret));
 		return;
 	}
-	ret = session_create(c->srv, server_place(c->srv, 0, NULL, 0),
-			     c->tenant, ki.tenant, ki.priority, ki.lease_ns,
-			     c->cred.uid, c->cred.pid, &s);
+	ret = session_create(&c->srv->sessions,
+			     server_place(c->srv, 0, NULL, 0), c->tenant,
+			     ki.tenant, ki.priority, ki.lease_ns, c->cred.uid,
+			     c->cred.pid, &s);
 	if (!ret)
 		ret = session_start(c, s, b->kernel_id);
 	if (ret == -EDQUOT) {
@@ -493,7 +500,7 @@ static void handle_session_close(struct conn *c, const struct djinn_hdr *hdr,
 				 struct session *s, void *req, uint64_t len)
 {
 	conn_detach(c, s->id);
-	session_end(c->srv, s, SESSION_CLOSED);
+	session_end(&c->srv->sessions, s, SESSION_CLOSED);
 	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
 
@@ -664,7 +671,7 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 static int kernels_allowed(struct conn *c, const struct djinn_hdr *hdr,
 			   struct session *s)
 {
-	if (tenant_client_kernels(&c->srv->cfg, s->tenant))
+	if (tenant_client_kernels(&c->srv->sessions.lim, s->tenant))
 		return 0;
 	conn_error(c, hdr, -EPERM,
 		   "client kernels are off for tenant %s "
@@ -911,7 +918,7 @@ void msg_stream_end(struct conn *c, const struct djinn_hdr *hdr)
 		return;
 	}
 	/* a fault while the bytes came: they went to lost memory */
-	ret = session_lost(c->srv, st->s, msg, sizeof(msg));
+	ret = session_lost(st->s, msg, sizeof(msg));
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", msg);
 		stream_free(c, st, true);
@@ -966,7 +973,8 @@ void msg_stream_progress(struct conn *c)
 	struct stream *st = c->stream;
 
 	if (st)
-		c->srv->leases->ops->renew(c->srv->leases, st->s, loop_now());
+		c->srv->sessions.leases->ops->renew(c->srv->sessions.leases,
+						    st->s, loop_now());
 }
 
 void msg_stream_abort(struct conn *c)
@@ -974,14 +982,15 @@ void msg_stream_abort(struct conn *c)
 	stream_free(c, c->stream, true);
 }
 
-/* A session ended: its uploads in progress stop now (their memory goes
- * with the session), the rest of their bytes are skipped, and they are
- * answered -ECANCELED. */
-void msg_session_ended(struct server *srv, struct session *s)
+/* A session ended (the session table's @ended_hook): its uploads in
+ * progress stop now (their memory goes with the session), the rest of
+ * their bytes are skipped, and they are answered -ECANCELED. */
+static void session_ended(struct session *s, void *arg)
 {
+	struct server *srv = arg;
 	struct conn *c;
 
-	msg_model_session_ended(s);
+	svc_model_session_ended(s);
 	list_for_each_entry(c, &srv->conns, node) {
 		struct stream *st = c->stream;
 
@@ -998,6 +1007,12 @@ void msg_session_ended(struct server *srv, struct session *s)
 		c->ps = c->left ? P_DISCARD : P_HDR;
 		c->hdr_got = 0;
 	}
+}
+
+void msg_init(struct server *srv)
+{
+	srv->sessions.ended_hook = session_ended;
+	srv->sessions.hook_arg = srv;
 }
 
 /* A read in flight: its tensor stays held, and resident, until sent. */
@@ -1317,8 +1332,7 @@ static void graph_done(struct exec_job *job, void *arg)
 	metrics_observe(&srv->st, DJINN_MSG_GRAPH_SUBMIT, loop_now() - job->t0);
 	/* a fault while it was queued or ran: its results are lost */
 	if (!job->error)
-		job->error =
-			session_lost(srv, job->s, job->msg, sizeof(job->msg));
+		job->error = session_lost(job->s, job->msg, sizeof(job->msg));
 	if (job->error) {
 		srv->st.graphs_failed++;
 		conn_error(c, &hdr, job->error, "%s", job->msg);
@@ -1344,9 +1358,11 @@ static void graph_done(struct exec_job *job, void *arg)
 		}
 	}
 	msg_inflight_sub(job->s);
-	if (srv->leases->ops->complete)
-		srv->leases->ops->complete(srv->leases, job->s, job->request_id,
-					   DJINN_MSG_GRAPH_SUBMIT, job->error);
+	if (srv->sessions.leases->ops->complete)
+		srv->sessions.leases->ops->complete(srv->sessions.leases,
+						    job->s, job->request_id,
+						    DJINN_MSG_GRAPH_SUBMIT,
+						    job->error);
 	conn_put(c);
 	svc_job_free(job);
 }
@@ -1360,7 +1376,8 @@ static void mem_done(struct exec_job *job, void *arg)
 	job->s->mem_waits--;
 	/* The client waited on the daemon: it was not idle. */
 	if (!job->s->dead)
-		srv->leases->ops->renew(srv->leases, job->s, loop_now());
+		srv->sessions.leases->ops->renew(srv->sessions.leases, job->s,
+						 loop_now());
 	if (w) {
 		w->done(c, job, w);
 	} else {

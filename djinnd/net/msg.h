@@ -51,9 +51,10 @@ void msg_stream_progress(struct conn *c);
 const char *msg_label(uint16_t type);
 /* Whether djinnd serves message type @type (a row of msg.c's table). */
 bool msg_known(uint16_t type);
-/* A session ended: its uploads in progress stop (answered -ECANCELED),
- * its models and contexts go. */
-void msg_session_ended(struct server *srv, struct session *s);
+/* The protocol's hooks in the floors below: when a session ends (the
+ * session table's @ended_hook), its uploads in progress stop (answered
+ * -ECANCELED) and its models and contexts go. */
+void msg_init(struct server *srv);
 
 /* ---------------------------------------------------------------------- */
 /* net/msg.c: what the handlers share */
@@ -107,8 +108,6 @@ msg_fn handle_ctx_reset;
 msg_fn handle_ctx_prefill;
 msg_fn handle_ctx_decode;
 msg_fn handle_ctx_resume;
-/* A session ended: let go of its models and contexts. */
-void msg_model_session_ended(struct session *s);
 
 /* ---------------------------------------------------------------------- */
 /* net/msg_admin.c: the admin socket's messages */

@@ -23,7 +23,7 @@ void handle_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
 			   struct session *unused, void *req, uint64_t len)
 {
 	struct server *srv = c->srv;
-	uint64_t n = srv->nr_sessions, i = 0;
+	uint64_t n = srv->sessions.nr, i = 0;
 	size_t rlen = 8 + n * sizeof(struct djinn_admin_session);
 	uint8_t *buf = calloc(1, rlen);
 	struct djinn_admin_session *e = (void *)(buf + 8);
@@ -33,7 +33,7 @@ void handle_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return;
 	}
-	list_for_each_entry(s, &srv->sessions, node) {
+	list_for_each_entry(s, &srv->sessions.list, node) {
 		struct vmu_usage u;
 
 		vmu_session_usage(s->vs, &u);
@@ -93,7 +93,7 @@ void handle_admin_tenants(struct conn *c, const struct djinn_hdr *hdr,
 	unsigned int n = 0, cap = cfg->nr_tmaps;
 	uint8_t *buf;
 
-	list_for_each_entry(t, &srv->tenants, node)
+	list_for_each_entry(t, &srv->sessions.tenants, node)
 		cap++;
 	buf = calloc(1, 8 + (cap ? cap : 1) * sizeof(*e));
 	if (!buf) {
@@ -101,7 +101,7 @@ void handle_admin_tenants(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	e = (struct djinn_admin_tenant *)(buf + 8);
-	list_for_each_entry(t, &srv->tenants, node) {
+	list_for_each_entry(t, &srv->sessions.tenants, node) {
 		struct djinn_admin_tenant *x = tenant_entry(e, &n, t->name);
 
 		x->conns = t->conns;
@@ -145,14 +145,14 @@ void handle_admin_kill(struct conn *c, const struct djinn_hdr *hdr,
 		       struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_admin_kill *k = req;
-	struct session *s = session_get(c->srv, k->session_id);
+	struct session *s = session_get(&c->srv->sessions, k->session_id);
 
 	if (!s) {
 		conn_error(c, hdr, -ENOENT, "no session %llu",
 			   (unsigned long long)k->session_id);
 		return;
 	}
-	session_end(c->srv, s, SESSION_KILLED);
+	session_end(&c->srv->sessions, s, SESSION_KILLED);
 	session_put(s);
 	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
@@ -213,7 +213,7 @@ void handle_admin_sched(struct conn *c, const struct djinn_hdr *hdr,
 {
 	struct server *srv = c->srv;
 	unsigned int nd = srv->nr_dev;
-	uint64_t ns = srv->nr_sessions, i = 0;
+	uint64_t ns = srv->sessions.nr, i = 0;
 	size_t rlen = 8 + nd * sizeof(struct djinn_admin_sched_dev) +
 		      ns * sizeof(struct djinn_admin_sched_session);
 	uint8_t *buf = calloc(1, rlen);
@@ -253,7 +253,7 @@ void handle_admin_sched(struct conn *c, const struct djinn_hdr *hdr,
 		d[k].admit_waits = vs.admit_waits;
 		d[k].admit_timeouts = vs.admit_timeouts;
 	}
-	list_for_each_entry(s, &srv->sessions, node) {
+	list_for_each_entry(s, &srv->sessions.list, node) {
 		struct vmu_usage u;
 
 		if (i == ns)
@@ -286,11 +286,11 @@ void handle_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
 		.uptime_ns = loop_now() - server_started_ns,
 		.conns = c->srv->nr_conns,
 		.conns_accepted = st->conns_accepted,
-		.sessions = c->srv->nr_sessions,
-		.sessions_opened = st->sessions_opened,
-		.sessions_closed = st->sessions_ended[SESSION_CLOSED],
-		.sessions_expired = st->sessions_ended[SESSION_EXPIRED],
-		.sessions_killed = st->sessions_ended[SESSION_KILLED],
+		.sessions = c->srv->sessions.nr,
+		.sessions_opened = c->srv->sessions.opened,
+		.sessions_closed = c->srv->sessions.ended[SESSION_CLOSED],
+		.sessions_expired = c->srv->sessions.ended[SESSION_EXPIRED],
+		.sessions_killed = c->srv->sessions.ended[SESSION_KILLED],
 		.requests = st->requests,
 		.errors = st->errors,
 		.bytes_in = st->bytes_in,

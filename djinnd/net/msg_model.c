@@ -3,30 +3,9 @@
  * The model messages (DOC: models in include/djinn/proto.h): a session's
  * models and contexts, and the steps that run them.
  *
- * Objects. A model or context is a struct mobj, named by a handle in the
- * session's object table and reference-counted on the I/O thread: the
- * table holds one reference, every job in flight another. A context
- * holds its model. Objects go before their session: the table's
- * references when the session ends, a job's when it comes back (and the
- * job holds the session).
- *
- * Jobs. Loading a model runs on the memory executor (it reads files and
- * fills the text segment); steps, forks and resets run on the graph
- * executor with its stack, in order with the session's graphs. A job
- * copies what it needs from the request, so the frame's buffer is not
- * kept; results are made into the session's objects and tensors on the
- * executor (the tensor table is locked) or, for objects, back on the
- * I/O thread.
- *
- * Breakpoints. A step with break_layer pauses in the library
- * (model_ctx_run_prefill/decode): its job ends, answering PAUSED with a
- * copy of the hidden state as a new tensor of the session, and the
- * paused state waits in the context's regions while the executor runs
- * other work. CTX_RESUME is a job on the same (graph) executor: it
- * writes a steering tensor over the hidden state if one is named, and
- * runs the rest of the step. Whether a context is paused is only ever
- * looked at on that executor, in order with the session's other steps,
- * so a request pipelined behind a pausing step sees the pause (-EBUSY).
+ * The objects and the jobs' bodies are the model service's
+ * (svc/model.h); here each request is decoded and checked, its job
+ * submitted, and the answer made when the job is back.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,58 +18,12 @@
 #include "log.h"
 #include "server.h"
 #include "exec/executor.h"
+#include "svc/model.h"
 #include "svc/svc.h"
 #include "model/runtime.h"
 #include "net/conn.h"
 #include "net/msg.h"
 #include "session/tenant.h"
-
-struct mobj {
-	enum sobj_kind kind;
-	int refs; /* the I/O thread's */
-	struct session *s; /* not a reference: objects go first */
-	/* SOBJ_MODEL */
-	struct model_hold *h;
-	unsigned int ctxs;
-	/* SOBJ_CTX */
-	struct model_ctx *mc;
-	struct mobj *model;
-	uint32_t max_tokens;
-	/* the graph executor's: the paused step's flags, for RESUME */
-	uint32_t pause_flags;
-};
-
-static void mobj_put(struct mobj *o)
-{
-	if (--o->refs)
-		return;
-	if (o->kind == SOBJ_CTX) {
-		model_ctx_free(o->mc);
-		mobj_put(o->model);
-	} else {
-		model_close(o->h);
-	}
-	free(o);
-}
-
-/* A context leaves its session's table: its model may be closed now
- * (steps still in flight keep the model's memory until they end). */
-static void ctx_unlist(struct mobj *o)
-{
-	if (o->kind == SOBJ_CTX)
-		o->model->ctxs--;
-}
-
-static void drain_one(enum sobj_kind kind, void *p, void *arg)
-{
-	ctx_unlist(p);
-	mobj_put(p);
-}
-
-void msg_model_session_ended(struct session *s)
-{
-	session_obj_drain(s, drain_one, NULL);
-}
 
 /* A new object of @kind in @s's table, its handle in *@handle; or NULL
  * with the error answered. */
@@ -115,60 +48,8 @@ static struct mobj *mobj_add(struct conn *c, const struct djinn_hdr *hdr,
 	return o;
 }
 
-/* Context object @o holds @mc, of model @m. */
-static void ctx_bind(struct mobj *o, struct mobj *m, struct model_ctx *mc,
-		     uint32_t max_tokens)
-{
-	o->mc = mc;
-	o->max_tokens = max_tokens;
-	o->model = m;
-	m->refs++;
-	m->ctxs++;
-}
-
 /* ---------------------------------------------------------------------- */
 /* Jobs */
-
-/*
- * struct mjob - one model request in flight (an exec_job's ctx)
- * @hdr:    the request's header, for the answer
- * @o:      the model or context it is about (a reference), or NULL
- * @name:   MODEL_OPEN's model
- * @hold:   MODEL_OPEN's result
- * @mc:     CTX_FORK's result, or CTX_NEW's context waiting for room
- * @max:    CTX_NEW's max tokens
- * @step:   PREFILL/DECODE's request; @tokens its tokens (in or out)
- * @steer:  RESUME's tensor handle (0: none)
- * @upload: MODEL_OPEN_UPLOADED's request (a copy)
- * @upload_max: the most bytes its files may hold in all
- * @resp:   PREFILL/DECODE/RESUME's answer
- */
-struct admin_load;
-
-struct mjob {
-	struct djinn_hdr hdr;
-	struct admin_load *load; /* ADMIN_MODEL_LOAD's, on one device */
-	struct mobj *o;
-	char name[DJINN_MODEL_NAME_MAX];
-	struct model_hold *hold;
-	struct model_ctx *mc;
-	uint32_t max;
-	struct djinn_ctx_step step;
-	int32_t *tokens;
-	uint64_t steer;
-	struct djinn_model_upload *upload;
-	uint64_t upload_max;
-	struct djinn_ctx_step_resp resp;
-	/* its body, called by run_call() */
-	void (*call)(struct exec_job *job, const struct exec_env *env);
-};
-
-static void mjob_free(struct mjob *mj)
-{
-	free(mj->upload);
-	free(mj->tokens);
-	free(mj);
-}
 
 /* A job for a request, or NULL with -ENOMEM answered. */
 static struct mjob *mjob_new(struct conn *c, const struct djinn_hdr *hdr)
@@ -180,431 +61,10 @@ static struct mjob *mjob_new(struct conn *c, const struct djinn_hdr *hdr)
 	return mj;
 }
 
-/* A context was made (new or forked) for @s: under static partitioning
- * it reserves its whole KV cache now, or is refused (-ENOMEM, why in
- * @msg; the caller frees it). With @relieve (an executor's thread, not
- * the I/O thread's) its model may first stream more of its layers to
- * make room (model_relieve()). */
-static int ctx_made(struct session *s, struct model_ctx *c, bool relieve,
-		    char *msg, size_t msglen)
-{
-	if (!sched_reserves(s->dev->sched))
-		return 0;
-	return model_ctx_reserve(c, relieve, msg, msglen);
-}
-
-static struct model_env env_of(const struct exec_env *e)
-{
-	return (struct model_env){ .v = e->v, .st = e->st, .b = e->b };
-}
-
-static void run_open(struct exec_job *job, const struct exec_env *env)
-{
-	struct mjob *mj = job->ctx;
-
-	job->error = model_open(job->s->dev->models, job->s->vs, mj->name,
-				&mj->hold, job->msg, sizeof(job->msg));
-}
-
-/* Copy the text tensor @handle, which must be a U8 vector of SHA-256
- * @fp of at most @max bytes, into a new host buffer. */
-static int fetch(struct exec_job *job, const struct exec_env *env,
-		 const char *what, const struct djinn_model_file *mf,
-		 uint64_t max, void **buf, size_t *len)
-{
-	struct vmu_provider *p = env->b->provider;
-	unsigned long long h = (unsigned long long)mf->handle;
-	struct tensor t;
-	uint32_t slot;
-	int ret;
-
-	ret = session_tensor_hold(job->s, mf->handle, &t, &slot);
-	if (ret) {
-		snprintf(job->msg, sizeof(job->msg),
-			 "%s: no tensor with handle %#llx", what, h);
-		return ret;
-	}
-	if (!t.text || t.desc.dtype != DJINN_DTYPE_U8 || t.desc.ndim != 1) {
-		snprintf(job->msg, sizeof(job->msg),
-			 "%s: tensor %#llx is not a text tensor of U8 in one "
-			 "dim",
-			 what, h);
-		ret = -EINVAL;
-	} else if (memcmp(vmu_text_fp(t.text), mf->fp, DJINN_FP_LEN)) {
-		snprintf(job->msg, sizeof(job->msg),
-			 "%s: tensor %#llx has another fingerprint than the "
-			 "request's",
-			 what, h);
-		ret = -EINVAL;
-	} else if (t.bytes > max) {
-		snprintf(job->msg, sizeof(job->msg),
-			 "%s: %llu bytes, the limit is %llu", what,
-			 (unsigned long long)t.bytes, (unsigned long long)max);
-		ret = -E2BIG;
-	} else if (!(*buf = malloc(t.bytes ? t.bytes : 1))) {
-		ret = -ENOMEM;
-	} else {
-		*len = t.bytes;
-		ret = p->ops->copy_dtoh(p, *buf, vmu_text_addr(t.text),
-					t.bytes);
-		if (ret)
-			snprintf(job->msg, sizeof(job->msg),
-				 "%s: reading tensor %#llx: %s", what, h,
-				 strerror(-ret));
-	}
-	session_tensor_unhold(job->s, slot);
-	return ret;
-}
-
-/* The sources' fingerprint: SHA-256 over the files' SHA-256s (the
- * index's among them), then the flags when they are not 0. */
-static int upload_src(const struct djinn_model_upload *r,
-		      uint8_t src[DJINN_FP_LEN])
-{
-	const uint8_t flags[4] = { r->flags, r->flags >> 8, r->flags >> 16,
-				   r->flags >> 24 };
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	int ok;
-
-	if (!md)
-		return -ENOMEM;
-	ok = EVP_DigestInit_ex(md, EVP_sha256(), NULL) &&
-	     EVP_DigestUpdate(md, r->config.fp, DJINN_FP_LEN);
-	for (uint32_t i = 0; ok && i < r->nr_files; i++)
-		ok = EVP_DigestUpdate(md, r->files[i].fp, DJINN_FP_LEN);
-	if (r->flags)
-		ok = ok && EVP_DigestUpdate(md, flags, sizeof(flags));
-	ok = ok && EVP_DigestFinal_ex(md, src, NULL);
-	EVP_MD_CTX_free(md);
-	return ok ? 0 : -EIO;
-}
-
-/* The bytes the upload's tensors hold in all; a handle that holds no
- * tensor counts 0 (fetch() says so). */
-static uint64_t upload_bytes(struct exec_job *job,
-			     const struct djinn_model_upload *r)
-{
-	uint64_t sum = 0;
-
-	for (uint32_t i = 0; i <= r->nr_files; i++) {
-		const struct djinn_model_file *mf =
-			i < r->nr_files ? &r->files[i] : &r->config;
-		struct tensor t;
-		uint32_t slot;
-
-		if (session_tensor_hold(job->s, mf->handle, &t, &slot))
-			continue;
-		sum += t.bytes;
-		session_tensor_unhold(job->s, slot);
-	}
-	return sum;
-}
-
-static void run_open_upload(struct exec_job *job, const struct exec_env *env)
-{
-	struct mjob *mj = job->ctx;
-	const struct djinn_model_upload *r = mj->upload;
-	uint32_t n = r->nr_files;
-	struct model_upload up = { .nr_files = n };
-	void **bufs = calloc(n + 1, sizeof(*bufs));
-	size_t *lens = calloc(n + 1, sizeof(*lens));
-	int ret = -ENOMEM;
-
-	if (!bufs || !lens)
-		goto out;
-	ret = upload_src(r, up.src);
-	if (ret)
-		goto out;
-	if (r->config.handle) {
-		bool index = r->flags & DJINN_MODEL_UPLOAD_INDEX;
-		uint64_t total = upload_bytes(job, r);
-
-		/* Every file is copied to the host: bounded before any is. */
-		if (total > mj->upload_max) {
-			snprintf(job->msg, sizeof(job->msg),
-				 "%u files and config.json hold %llu bytes, "
-				 "over the limit of %llu (memory.upload_max)",
-				 n, (unsigned long long)total,
-				 (unsigned long long)mj->upload_max);
-			ret = -E2BIG;
-			goto out;
-		}
-		ret = fetch(job, env, "config.json", &r->config,
-			    MODEL_MAX_CONFIG, &bufs[n], &lens[n]);
-		for (uint32_t i = 0; i < n && !ret; i++) {
-			char what[32] = "model.safetensors.index.json";
-			uint64_t max = DJINN_MODEL_CONFIG_MAX;
-
-			if (!index || i) {
-				snprintf(what, sizeof(what), "file %u", i);
-				max = SIZE_MAX;
-			}
-			ret = fetch(job, env, what, &r->files[i], max, &bufs[i],
-				    &lens[i]);
-		}
-		if (ret)
-			goto out;
-		up.config = bufs[n];
-		up.config_len = lens[n];
-		up.files = (const void *const *)bufs;
-		up.lens = lens;
-		if (index) {
-			/* files[0] is the index, the shards follow */
-			up.index = bufs[0];
-			up.index_len = lens[0];
-			up.files++;
-			up.lens++;
-			up.nr_files--;
-		}
-	}
-	ret = model_open_uploaded(job->s->dev->models, job->s->vs, &up,
-				  &mj->hold, job->msg, sizeof(job->msg));
-out:
-	for (uint32_t i = 0; bufs && i <= n; i++)
-		free(bufs[i]);
-	free(bufs);
-	free(lens);
-	job->error = ret;
-}
-
-/* CTX_NEW's cache did not fit: the model may stream more of its layers */
-static void run_ctx_room(struct exec_job *job, const struct exec_env *env)
-{
-	struct mjob *mj = job->ctx;
-
-	job->error = ctx_made(job->s, mj->mc, true, job->msg, sizeof(job->msg));
-}
-
-static void run_fork(struct exec_job *job, const struct exec_env *env)
-{
-	struct mjob *mj = job->ctx;
-	struct model_env me = env_of(env);
-
-	job->error = model_ctx_fork(mj->o->mc, &me, &mj->mc, job->msg,
-				    sizeof(job->msg));
-	if (!job->error) {
-		job->error = ctx_made(job->s, mj->mc, true, job->msg,
-				      sizeof(job->msg));
-		if (job->error) {
-			model_ctx_free(mj->mc);
-			mj->mc = NULL;
-		}
-	}
-}
-
-static void run_reset(struct exec_job *job, const struct exec_env *env)
-{
-	struct mjob *mj = job->ctx;
-
-	job->error = model_ctx_reset(mj->o->mc);
-	if (job->error)
-		snprintf(job->msg, sizeof(job->msg), "reset: %s",
-			 strerror(-job->error));
-}
-
-/* The last logits as a tensor (1, vocab) f32 of the session. */
-static int logits_tensor(struct exec_job *job, struct mobj *o, uint64_t *handle)
-{
-	struct model_ctx *mc = o->mc;
-	uint32_t vocab = o->model->h->m->cfg.vocab;
-	const float *l = model_ctx_logits(mc);
-	struct vmu_session *vs = job->s->vs;
-	struct tensor t = {
-		.desc = { .dtype = DJINN_DTYPE_F32,
-			  .ndim = 2,
-			  .dims = { 1, vocab } },
-		.bytes = (uint64_t)vocab * sizeof(float),
-	};
-	int ret;
-
-	if (!l)
-		return -EINVAL;
-	ret = vmu_region_create(vs, t.bytes, &t.region);
-	if (ret)
-		return ret;
-	ret = vmu_region_resize(vs, t.region, t.bytes, NULL);
-	if (!ret)
-		ret = vmu_region_write(vs, t.region, 0, l, t.bytes);
-	if (!ret)
-		ret = session_tensor_add(job->s, &t, handle);
-	if (ret)
-		vmu_region_destroy(vs, t.region);
-	return ret;
-}
-
-/* A new tensor of the session: a copy of the paused hidden state. */
-static int hidden_tensor(struct exec_job *job, const struct model_env *me,
-			 struct model_ctx *mc, uint64_t *handle)
-{
-	struct model_pause_info pi;
-	struct tensor t = { 0 };
-	int ret;
-
-	model_ctx_paused(mc, &pi);
-	t.desc = pi.desc;
-	t.bytes = pi.desc.dims[0] * pi.desc.dims[1] *
-		  djinn_dtype_size(pi.desc.dtype);
-	ret = model_ctx_hidden_copy(mc, me, &t.region, job->msg,
-				    sizeof(job->msg));
-	if (ret)
-		return ret;
-	ret = session_tensor_add(job->s, &t, handle);
-	if (ret) {
-		vmu_region_destroy(job->s->vs, t.region);
-		snprintf(job->msg, sizeof(job->msg),
-			 "no handle for the hidden state: %s", strerror(-ret));
-	}
-	return ret;
-}
-
-/* A step, or a resumed one, has returned @ret with @r: the answer. */
-static int step_answer(struct exec_job *job, const struct model_env *me,
-		       struct mobj *o, const struct model_run *r, int ret,
-		       uint64_t t0)
-{
-	struct mjob *mj = job->ctx;
-	uint64_t h = 0;
-
-	mj->resp.nr_tokens = r->nr_out;
-	if (!ret && r->paused) {
-		/* the context stays paused even if the copy fails */
-		ret = hidden_tensor(job, me, o->mc, &h);
-		mj->resp.hidden = h;
-		mj->resp.state = DJINN_CTX_PAUSED;
-		mj->resp.layer = r->layer;
-	} else if (!ret && (o->pause_flags & DJINN_STEP_LOGITS)) {
-		ret = logits_tensor(job, o, &h);
-		mj->resp.logits = h;
-		if (ret)
-			snprintf(job->msg, sizeof(job->msg),
-				 "no memory for the logits: %s",
-				 strerror(-ret));
-	}
-	mj->resp.len = model_ctx_len(o->mc);
-	mj->resp.run_ns = loop_now() - t0;
-	return ret;
-}
-
-static void run_step(struct exec_job *job, const struct exec_env *env)
-{
-	struct mjob *mj = job->ctx;
-	struct model_ctx *mc = mj->o->mc;
-	struct model_env me = env_of(env);
-	const struct djinn_sampling *sp = &mj->step.sampling;
-	struct model_run r = { .brk = mj->step.break_layer, .out = mj->tokens };
-	uint64_t t0 = loop_now();
-	int ret;
-
-	if (mj->hdr.type == DJINN_MSG_CTX_PREFILL) {
-		r.out = NULL;
-		ret = model_ctx_run_prefill(mc, &me, mj->tokens,
-					    mj->step.nr_tokens, &r, job->msg,
-					    sizeof(job->msg));
-	} else {
-		struct model_sampling ms = {
-			.temperature = sp->temperature,
-			.top_k = sp->top_k,
-			.top_p = sp->top_p == 0 ? 1.0f : sp->top_p,
-			.seed = sp->seed,
-		};
-
-		ret = model_ctx_run_decode(mc, &me, mj->step.nr_tokens, &ms, &r,
-					   job->msg, sizeof(job->msg));
-	}
-	if (!ret)
-		mj->o->pause_flags = mj->step.flags;
-	job->error = step_answer(job, &me, mj->o, &r, ret, t0);
-}
-
-/* Write the tensor @handle over the paused hidden state of @mc. */
-static int steer(struct exec_job *job, const struct model_env *me,
-		 struct model_ctx *mc, uint64_t handle)
-{
-	struct vmu_session *vs = job->s->vs;
-	struct vmu_region_info info;
-	struct tensor t;
-	uint64_t addr;
-	uint32_t slot;
-	int ret;
-
-	ret = session_tensor_hold(job->s, handle, &t, &slot);
-	if (ret) {
-		snprintf(job->msg, sizeof(job->msg),
-			 "no tensor with handle %#llx",
-			 (unsigned long long)handle);
-		return ret;
-	}
-	if (t.text) {
-		addr = vmu_text_addr(t.text);
-	} else {
-		ret = vmu_region_pin(vs, t.region, NULL, &info);
-		if (ret) {
-			snprintf(job->msg, sizeof(job->msg),
-				 "tensor %#llx: cannot make resident",
-				 (unsigned long long)handle);
-			goto out;
-		}
-		addr = info.addr;
-	}
-	ret = model_ctx_steer(mc, me, addr, &t.desc, job->msg,
-			      sizeof(job->msg));
-	if (!t.text)
-		vmu_region_unpin(vs, t.region);
-out:
-	session_tensor_unhold(job->s, slot);
-	return ret;
-}
-
-static void run_resume(struct exec_job *job, const struct exec_env *env)
-{
-	struct mjob *mj = job->ctx;
-	struct model_ctx *mc = mj->o->mc;
-	struct model_env me = env_of(env);
-	struct model_pause_info pi;
-	struct model_run r = { 0 };
-	uint64_t t0 = loop_now();
-	int ret;
-
-	if (!model_ctx_paused(mc, &pi)) {
-		snprintf(job->msg, sizeof(job->msg),
-			 "the context is not paused");
-		job->error = -EBUSY;
-		return;
-	}
-	if (pi.decode) {
-		mj->tokens = malloc(pi.want * sizeof(int32_t));
-		if (!mj->tokens) {
-			job->error = -ENOMEM;
-			return;
-		}
-		r.out = mj->tokens;
-	}
-	ret = mj->steer ? steer(job, &me, mc, mj->steer) : 0;
-	if (ret) { /* still paused, as it was */
-		job->error = ret;
-		return;
-	}
-	ret = model_ctx_resume(mc, &me, &r, job->msg, sizeof(job->msg));
-	job->error = step_answer(job, &me, mj->o, &r, ret, t0);
-}
-
-static void call_done(struct exec_job *job, void *arg);
-
 /* Queue @call for @c's request @hdr with @mj on @lane of @s's device
  * (compute: in order with its graphs, and counted with them against
- * SCHED_INFLIGHT_MAX); answered by call_done(). The job takes its own
- * reference on @s and owns @mj, which is freed here if it cannot go. */
-/* Queue @call on @s's @lane, @done to answer; false (answered, @mj
- * freed) when it could not be. */
-/* A model job's body, unless its session has ended meanwhile. */
-static void run_call(struct exec_job *job, const struct exec_env *env)
-{
-	struct mjob *mj = job->ctx;
-
-	if (!svc_job_gone(job))
-		mj->call(job, env);
-}
-
+ * SCHED_INFLIGHT_MAX), @done to answer. The job takes its own reference
+ * on @s and owns @mj. False (answered, @mj freed) when it could not go. */
 static bool submit_to(struct conn *c, const struct djinn_hdr *hdr,
 		      struct session *s, struct mjob *mj, enum sched_lane lane,
 		      void (*call)(struct exec_job *, const struct exec_env *),
@@ -626,7 +86,7 @@ static bool submit_to(struct conn *c, const struct djinn_hdr *hdr,
 	mj->hdr = *hdr;
 	mj->call = call;
 	job->lane = lane;
-	job->run = run_call;
+	job->run = mjob_run;
 	job->ctx = mj;
 	job->s = s;
 	job->se = &s->se;
@@ -667,12 +127,12 @@ static void call_done(struct exec_job *job, void *arg)
 
 	metrics_observe(&srv->st, hdr->type, loop_now() - job->t0);
 	if (hdr->type == DJINN_MSG_CTX_NEW)
-		mj->o->ctxs--; /* its wait's count; ctx_bind() counts it */
+		mj->o->ctxs--; /* its wait's count; mobj_ctx_bind() counts it */
 	if (!ret && s->dead)
 		ret = -ECANCELED;
 	/* a device fault while it ran: what it made is lost */
 	if (!ret)
-		ret = session_lost(srv, s, job->msg, sizeof(job->msg));
+		ret = session_lost(s, job->msg, sizeof(job->msg));
 	if (ret) {
 		/* What the job made goes with it. */
 		if (mj->hold)
@@ -730,7 +190,7 @@ static void call_done(struct exec_job *job, void *arg)
 			model_ctx_free(mj->mc);
 			break;
 		}
-		ctx_bind(o, mj->o->model, mj->mc, mj->o->max_tokens);
+		mobj_ctx_bind(o, mj->o->model, mj->mc, mj->o->max_tokens);
 		r.ctx = handle;
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 		break;
@@ -743,7 +203,7 @@ static void call_done(struct exec_job *job, void *arg)
 			model_ctx_free(mj->mc);
 			break;
 		}
-		ctx_bind(o, mj->o, mj->mc, mj->max);
+		mobj_ctx_bind(o, mj->o, mj->mc, mj->max);
 		r.ctx = handle;
 		r.max_tokens = o->max_tokens;
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
@@ -774,11 +234,13 @@ static void call_done(struct exec_job *job, void *arg)
 	}
 	}
 out:
-	if (srv->leases->ops->complete && (hdr->type == DJINN_MSG_CTX_PREFILL ||
-					   hdr->type == DJINN_MSG_CTX_DECODE ||
-					   hdr->type == DJINN_MSG_CTX_RESUME))
-		srv->leases->ops->complete(srv->leases, s, hdr->request_id,
-					   hdr->type, ret);
+	if (srv->sessions.leases->ops->complete &&
+	    (hdr->type == DJINN_MSG_CTX_PREFILL ||
+	     hdr->type == DJINN_MSG_CTX_DECODE ||
+	     hdr->type == DJINN_MSG_CTX_RESUME))
+		srv->sessions.leases->ops->complete(srv->sessions.leases, s,
+						    hdr->request_id, hdr->type,
+						    ret);
 	if (mj->o)
 		mobj_put(mj->o);
 	mjob_free(mj);
@@ -824,7 +286,7 @@ void handle_model_open(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	memcpy(mj->name, r->name, sizeof(mj->name));
 	/* Loading reads files: the memory executor's work. */
-	submit(c, hdr, s, mj, SCHED_MEM, run_open);
+	submit(c, hdr, s, mj, SCHED_MEM, mjob_open);
 }
 
 /* A file named twice (by handle, or by fingerprint when the handles are
@@ -919,7 +381,7 @@ void handle_model_open_uploaded(struct conn *c, const struct djinn_hdr *hdr,
 		mj->upload_max = vs.capacity;
 	}
 	/* Parsing and laying out the weights: the memory executor's. */
-	submit(c, hdr, s, mj, SCHED_MEM, run_open_upload);
+	submit(c, hdr, s, mj, SCHED_MEM, mjob_open_upload);
 }
 
 void handle_model_close(struct conn *c, const struct djinn_hdr *hdr,
@@ -960,7 +422,7 @@ void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 	max = r->max_tokens ? r->max_tokens : m->h->m->cfg.n_ctx;
 	ret = model_ctx_new(m->h, max, &mc, msg, sizeof(msg));
 	if (!ret) {
-		ret = ctx_made(s, mc, false, msg, sizeof(msg));
+		ret = svc_ctx_made(s, mc, false, msg, sizeof(msg));
 		if (ret == -ENOMEM) {
 			/* no room for its cache: moving the model's weights
 			 * may make some, the memory executor's work */
@@ -977,7 +439,7 @@ void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 			m->ctxs++;
 			mj->mc = mc;
 			mj->max = max;
-			if (!submit_to(c, hdr, s, mj, SCHED_MEM, run_ctx_room,
+			if (!submit_to(c, hdr, s, mj, SCHED_MEM, mjob_ctx_room,
 				       call_done)) {
 				m->ctxs--;
 				model_ctx_free(mc);
@@ -996,7 +458,7 @@ void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 		model_ctx_free(mc);
 		return;
 	}
-	ctx_bind(o, m, mc, max);
+	mobj_ctx_bind(o, m, mc, max);
 	resp.ctx = handle;
 	resp.max_tokens = o->max_tokens;
 	conn_reply(c, hdr, &resp, sizeof(resp), NULL, 0, NULL, NULL);
@@ -1013,7 +475,7 @@ void handle_ctx_free(struct conn *c, const struct djinn_hdr *hdr,
 			   (unsigned long long)r->handle);
 		return;
 	}
-	ctx_unlist(o);
+	mobj_ctx_unlist(o);
 	mobj_put(o); /* steps in flight keep it until they end */
 	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
@@ -1043,7 +505,7 @@ void handle_ctx_fork(struct conn *c, const struct djinn_hdr *hdr,
 {
 	const struct djinn_handle_req *r = req;
 
-	ctx_job(c, hdr, s, r->handle, 0, run_fork);
+	ctx_job(c, hdr, s, r->handle, 0, mjob_fork);
 }
 
 void handle_ctx_reset(struct conn *c, const struct djinn_hdr *hdr,
@@ -1051,7 +513,7 @@ void handle_ctx_reset(struct conn *c, const struct djinn_hdr *hdr,
 {
 	const struct djinn_handle_req *r = req;
 
-	ctx_job(c, hdr, s, r->handle, 0, run_reset);
+	ctx_job(c, hdr, s, r->handle, 0, mjob_reset);
 }
 
 void handle_ctx_resume(struct conn *c, const struct djinn_hdr *hdr,
@@ -1059,7 +521,7 @@ void handle_ctx_resume(struct conn *c, const struct djinn_hdr *hdr,
 {
 	const struct djinn_ctx_resume *r = req;
 
-	ctx_job(c, hdr, s, r->ctx, r->hidden, run_resume);
+	ctx_job(c, hdr, s, r->ctx, r->hidden, mjob_resume);
 }
 
 /* PREFILL and DECODE: @r, and after it a prefill's tokens, @len bytes in
@@ -1127,7 +589,7 @@ static void ctx_step(struct conn *c, const struct djinn_hdr *hdr,
 		memcpy(mj->tokens, r + 1, r->nr_tokens * sizeof(int32_t));
 	mj->o = o;
 	o->refs++;
-	submit(c, hdr, s, mj, SCHED_COMPUTE, run_step);
+	submit(c, hdr, s, mj, SCHED_COMPUTE, mjob_step);
 }
 
 /* Variable length: the struct (the table's minimum), then the tokens. */
@@ -1219,7 +681,7 @@ static void load_done(struct exec_job *job, void *arg)
 			snprintf(al->msg, sizeof(al->msg), "%s", why);
 	}
 	metrics_observe(&srv->st, al->hdr.type, loop_now() - job->t0);
-	session_end(srv, s, SESSION_CLOSED);
+	session_end(&srv->sessions, s, SESSION_CLOSED);
 	mjob_free(mj);
 	job->ctx = NULL;
 	conn_put(job->conn);
@@ -1302,16 +764,16 @@ void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
 		}
 		/* a session of its own on the device, for the memory
 		 * executor's queue and the text's charge while it loads */
-		ret = session_create(srv, dev, "admin", "model-load", 0,
-				     srv->cfg.lease_max_ns, 0, getpid(), &s);
+		ret = session_create(&srv->sessions, dev, "admin", "model-load",
+				     0, srv->cfg.lease_max_ns, 0, getpid(), &s);
 		if (!ret) {
-			ret = session_publish(srv, s);
+			ret = session_publish(&srv->sessions, s);
 			if (ret)
 				session_put(s);
 		}
 		mj = ret ? NULL : calloc(1, sizeof(*mj));
 		if (!ret && !mj) {
-			session_end(srv, s, SESSION_CLOSED);
+			session_end(&srv->sessions, s, SESSION_CLOSED);
 			ret = -ENOMEM;
 		}
 		if (ret) {
@@ -1325,13 +787,13 @@ void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
 		}
 		memcpy(mj->name, r->name, sizeof(mj->name));
 		mj->load = al;
-		if (submit_to(c, hdr, s, mj, SCHED_MEM, run_open, load_done)) {
+		if (submit_to(c, hdr, s, mj, SCHED_MEM, mjob_open, load_done)) {
 			al->pending++;
 		} else {
 			/* -ENOMEM, answered */
 			al->error = al->error ? al->error : -ENOMEM;
 			al->answered = true;
-			session_end(srv, s, SESSION_CLOSED);
+			session_end(&srv->sessions, s, SESSION_CLOSED);
 		}
 	}
 	if (!--al->pending)

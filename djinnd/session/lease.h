@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Lease providers. A session's lease is renewed by heartbeats (and any
- * request); when one runs out, the provider reports it and the server
- * ends the session. The user-space provider keeps deadlines itself and is
+ * request); when one runs out, the provider reports it and the session
+ * ends (session_end()). The user-space provider keeps deadlines itself and is
  * polled from the I/O thread's timer (lease.c); the kernel module's
  * provider (lease_kmod.c) learns of expiry and process death from
  * /dev/djinn's events instead, behind the same operations.
@@ -13,8 +13,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct server;
 struct session;
+struct session_table;
 
 struct lease_provider;
 
@@ -66,10 +66,10 @@ int user_lease_create(struct lease_provider **out);
  * server.c's choice by lease.provider: "user", "kmod" (/dev/djinn, or
  * fail), or "auto" (kmod when /dev/djinn exists and DAEMON_ATTACH and the
  * "djinn" netlink family's events group work, else user); the log says
- * which and why. The kmod provider follows events on @srv's I/O loop and
- * ends sessions there through session_end().
+ * which and why. The kmod provider follows events on @tab's I/O loop
+ * and ends sessions there through session_end().
  */
-int lease_provider_open(struct server *srv, const char *which,
+int lease_provider_open(struct session_table *tab, const char *which,
 			struct lease_provider **out);
 
 #endif /* DJINN_LEASE_H */

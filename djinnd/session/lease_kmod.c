@@ -42,8 +42,11 @@
 
 #include "uapi/linux/djinn.h"
 
+#include "device.h"
 #include "log.h"
-#include "server.h"
+#include "sched/sched.h"
+#include "session/lease.h"
+#include "session/session.h"
 
 _Static_assert((int)DJINN_SIGNAL_IO_WAIT == (int)DJINN_PHASE_IO_WAIT &&
 		       (int)DJINN_SIGNAL_COMPUTE == (int)DJINN_PHASE_COMPUTE &&
@@ -62,7 +65,7 @@ struct kentry {
 struct kmod_lease {
 	struct lease_provider base;
 	struct io_src src; /* the netlink socket's poll */
-	struct server *srv;
+	struct session_table *tab; /* whose sessions */
 	int fd; /* /dev/djinn, attached as the daemon */
 	struct nl_sock *nl;
 	int family;
@@ -207,7 +210,7 @@ static void kend(struct kmod_lease *k, struct session *s,
 	log_info("session %llu: kernel session %llu %s",
 		 (unsigned long long)s->id, (unsigned long long)e->kid,
 		 session_reason_name(why));
-	session_end(k->srv, s, why);
+	session_end(k->tab, s, why);
 }
 
 static int on_event(struct nl_msg *msg, void *arg)
@@ -297,7 +300,7 @@ static void resync(struct kmod_lease *k)
 
 static void nl_arm(struct kmod_lease *k)
 {
-	struct io_uring_sqe *sqe = loop_sqe(&k->srv->loop, &k->src, 0);
+	struct io_uring_sqe *sqe = loop_sqe(k->tab->loop, &k->src, 0);
 
 	if (!sqe) { /* loop_sqe() said why: look every second instead */
 		k->broken = true;
@@ -442,7 +445,7 @@ static const struct lease_ops kmod_ops = {
 };
 
 /* 0, or -errno and why in @why. */
-static int kmod_lease_create(struct server *srv, struct kmod_lease **out,
+static int kmod_lease_create(struct session_table *tab, struct kmod_lease **out,
 			     char *why, size_t len)
 {
 	struct djinn_ioc_daemon_attach da = { .size = sizeof(da) };
@@ -453,7 +456,7 @@ static int kmod_lease_create(struct server *srv, struct kmod_lease **out,
 		return -ENOMEM;
 	k->base.ops = &kmod_ops;
 	k->src.complete = nl_complete;
-	k->srv = srv;
+	k->tab = tab;
 	INIT_LIST_HEAD(&k->sessions);
 	k->fd = open(DJINN_DEVICE, O_RDWR | O_CLOEXEC);
 	if (k->fd < 0) {
@@ -518,7 +521,7 @@ fail:
 	return ret;
 }
 
-int lease_provider_open(struct server *srv, const char *which,
+int lease_provider_open(struct session_table *tab, const char *which,
 			struct lease_provider **out)
 {
 	struct kmod_lease *k = NULL;
@@ -539,7 +542,7 @@ int lease_provider_open(struct server *srv, const char *which,
 				 DJINN_DEVICE);
 		return ret;
 	}
-	ret = kmod_lease_create(srv, &k, why, sizeof(why));
+	ret = kmod_lease_create(tab, &k, why, sizeof(why));
 	if (ret && !strcmp(which, "kmod")) {
 		log_err("leases: kmod: %s", why);
 		return ret;

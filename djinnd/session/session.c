@@ -7,9 +7,11 @@
 
 #include "log.h"
 #include "names.h"
-#include "server.h"
-#include "session/tenant.h"
+#include "device.h"
+#include "backend/backend.h"
 #include "exec/executor.h"
+#include "session/lease.h"
+#include "session/session.h"
 
 struct tensor_slot {
 	struct tensor t;
@@ -42,105 +44,106 @@ const char *session_reason_name(enum session_end_reason why)
 /* ---------------------------------------------------------------------- */
 /* The table of live sessions, by id */
 
-static uint64_t bucket(const struct server *srv, uint64_t id)
+static uint64_t bucket(const struct session_table *t, uint64_t id)
 {
-	return (id * 0x9e3779b97f4a7c15ull >> 17) & (srv->stab_size - 1);
+	return (id * 0x9e3779b97f4a7c15ull >> 17) & (t->stab_size - 1);
 }
 
 /* The count of @uid's sessions, made when @add and missing; NULL when
  * missing (or out of memory). */
-static struct uid_sessions *uid_count(struct server *srv, uid_t uid, bool add)
+static struct uid_sessions *uid_count(struct session_table *t, uid_t uid,
+				      bool add)
 {
-	for (unsigned int i = 0; i < srv->nr_uids; i++)
-		if (srv->uids[i].uid == uid)
-			return &srv->uids[i];
+	for (unsigned int i = 0; i < t->nr_uids; i++)
+		if (t->uids[i].uid == uid)
+			return &t->uids[i];
 	if (!add)
 		return NULL;
-	if (srv->nr_uids == srv->cap_uids) {
-		unsigned int cap = srv->cap_uids ? srv->cap_uids * 2 : 8;
-		struct uid_sessions *u = realloc(srv->uids, cap * sizeof(*u));
+	if (t->nr_uids == t->cap_uids) {
+		unsigned int cap = t->cap_uids ? t->cap_uids * 2 : 8;
+		struct uid_sessions *u = realloc(t->uids, cap * sizeof(*u));
 
 		if (!u)
 			return NULL;
-		srv->uids = u;
-		srv->cap_uids = cap;
+		t->uids = u;
+		t->cap_uids = cap;
 	}
-	srv->uids[srv->nr_uids] = (struct uid_sessions){ .uid = uid };
-	return &srv->uids[srv->nr_uids++];
+	t->uids[t->nr_uids] = (struct uid_sessions){ .uid = uid };
+	return &t->uids[t->nr_uids++];
 }
 
-unsigned int session_uid_sessions(struct server *srv, uid_t uid)
+unsigned int session_uid_sessions(struct session_table *t, uid_t uid)
 {
-	struct uid_sessions *u = uid_count(srv, uid, false);
+	struct uid_sessions *u = uid_count(t, uid, false);
 
 	return u ? u->n : 0;
 }
 
-static int stab_add(struct server *srv, struct session *s)
+static int stab_add(struct session_table *t, struct session *s)
 {
 	struct uid_sessions *u;
 
-	if (srv->nr_sessions >= srv->stab_size) {
-		uint64_t n = srv->stab_size ? srv->stab_size * 2 : 64;
-		struct session **t = calloc(n, sizeof(*t)), *e;
+	if (t->nr >= t->stab_size) {
+		uint64_t n = t->stab_size ? t->stab_size * 2 : 64;
+		struct session **h = calloc(n, sizeof(*h)), *e;
 
-		if (!t)
+		if (!h)
 			return -ENOMEM;
-		free(srv->stab);
-		srv->stab = t;
-		srv->stab_size = n;
-		list_for_each_entry(e, &srv->sessions, node) {
-			uint64_t b = bucket(srv, e->id);
+		free(t->stab);
+		t->stab = h;
+		t->stab_size = n;
+		list_for_each_entry(e, &t->list, node) {
+			uint64_t b = bucket(t, e->id);
 
-			e->hnext = t[b];
-			t[b] = e;
+			e->hnext = h[b];
+			h[b] = e;
 		}
 	}
-	u = uid_count(srv, s->uid, true);
+	u = uid_count(t, s->uid, true);
 	if (!u)
 		return -ENOMEM;
-	s->ts = tenant_state_get(srv, s->tenant);
+	s->ts = tenant_state_get(t, s->tenant);
 	if (!s->ts) {
 		if (!u->n)
-			*u = srv->uids[--srv->nr_uids];
+			*u = t->uids[--t->nr_uids];
 		return -ENOMEM;
 	}
 	s->ts->sessions++;
 	u->n++;
-	s->hnext = srv->stab[bucket(srv, s->id)];
-	srv->stab[bucket(srv, s->id)] = s;
-	list_add_tail(&s->node, &srv->sessions);
-	srv->nr_sessions++;
+	s->hnext = t->stab[bucket(t, s->id)];
+	t->stab[bucket(t, s->id)] = s;
+	list_add_tail(&s->node, &t->list);
+	t->nr++;
 	s->dev->nr_sessions++;
 	return 0;
 }
 
-static void stab_del(struct server *srv, struct session *s)
+static void stab_del(struct session_table *t, struct session *s)
 {
-	struct uid_sessions *u = uid_count(srv, s->uid, false);
+	struct uid_sessions *u = uid_count(t, s->uid, false);
 
-	struct session **p = &srv->stab[bucket(srv, s->id)];
+	struct session **p = &t->stab[bucket(t, s->id)];
 
 	while (*p && *p != s)
 		p = &(*p)->hnext;
 	if (*p)
 		*p = s->hnext;
 	list_del_init(&s->node);
-	srv->nr_sessions--;
+	t->nr--;
 	s->dev->nr_sessions--;
 	s->ts->sessions--;
 	tenant_state_drop(s->ts);
 	if (u && !--u->n)
-		*u = srv->uids[--srv->nr_uids]; /* the last takes its place */
+		*u = t->uids[--t->nr_uids]; /* the last takes its place */
 }
 
-struct session *session_get(struct server *srv, uint64_t id)
+struct session *session_get(struct session_table *t, uint64_t id)
 {
 	struct session *s;
 
-	if (!srv->stab_size)
+	if (!t->stab_size)
 		return NULL;
-	for (s = srv->stab[bucket(srv, id)]; s; s = s->hnext) {
+	for (s = t->stab[bucket(t, id)]; s; s = s->hnext) {
 		if (s->id == id && !s->dead) {
 			session_ref(s);
 			return s;
@@ -149,29 +152,76 @@ struct session *session_get(struct server *srv, uint64_t id)
 	return NULL;
 }
 
+void session_table_init(struct session_table *t, struct loop *loop)
+{
+	memset(t, 0, sizeof(*t));
+	INIT_LIST_HEAD(&t->list);
+	INIT_LIST_HEAD(&t->tenants);
+	t->loop = loop;
+}
+
+static void lease_expired(struct session *s, void *arg)
+{
+	struct session_table *t = arg;
+
+	/* Waiting on the memory executor, its connection is paused: the
+	 * HEARTBEATs the client sends meanwhile cannot be read yet. */
+	if (s->mem_waits) {
+		t->leases->ops->renew(t->leases, s, loop_now());
+		return;
+	}
+	session_end(t, s, SESSION_EXPIRED);
+}
+
+static uint64_t lease_tick(struct loop_timer *lt, uint64_t now)
+{
+	struct session_table *t =
+		container_of(lt, struct session_table, lease_timer);
+	uint64_t next = t->leases->ops->poll(t->leases, now, lease_expired, t);
+
+	return next ? next : NSEC_PER_MSEC;
+}
+
+void session_table_start(struct session_table *t)
+{
+	t->lease_timer.fn = lease_tick;
+	loop_timer_add(t->loop, &t->lease_timer, loop_now() + NSEC_PER_MSEC);
+}
+
+void session_table_fini(struct session_table *t)
+{
+	free(t->stab);
+	free(t->uids);
+	t->stab = NULL;
+	t->uids = NULL;
+	t->stab_size = t->nr_uids = t->cap_uids = 0;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Lifetime */
 
 static void rec_clear(struct result_rec *r);
 
-unsigned int session_tenant_sessions(struct server *srv, const char *tenant)
+unsigned int session_tenant_sessions(struct session_table *t,
+				     const char *tenant)
 {
-	struct tenant_state *t = tenant_state_find(srv, tenant);
+	struct tenant_state *ts = tenant_state_find(t, tenant);
 
-	return t ? t->sessions : 0;
+	return ts ? ts->sessions : 0;
 }
 
-bool session_tenant_full(struct server *srv, const char *tenant)
+bool session_tenant_full(struct session_table *t, const char *tenant)
 {
-	const struct tenant_map *m = tenant_map_find(&srv->cfg, tenant);
+	const struct tenant_map *m = tenant_map_find(&t->lim, tenant);
 
 	return m && m->sessions &&
-	       session_tenant_sessions(srv, tenant) >= m->sessions;
+	       session_tenant_sessions(t, tenant) >= m->sessions;
 }
 
-int session_create(struct server *srv, struct device *dev, const char *tenant,
-		   const char *label, uint32_t priority, uint64_t lease_ns,
-		   uid_t uid, pid_t pid, struct session **out)
+int session_create(struct session_table *t, struct device *dev,
+		   const char *tenant, const char *label, uint32_t priority,
+		   uint64_t lease_ns, uid_t uid, pid_t pid,
+		   struct session **out)
 {
 	const struct tenant_map *tm;
 	struct session *s;
@@ -179,9 +229,9 @@ int session_create(struct server *srv, struct device *dev, const char *tenant,
 
 	if (!tenant_name_ok(tenant) || !tenant_name_ok(label) || priority > 7)
 		return -EINVAL;
-	if (srv->nr_sessions >= srv->cfg.max_sessions ||
-	    session_uid_sessions(srv, uid) >= srv->cfg.max_sessions_per_uid ||
-	    session_tenant_full(srv, tenant))
+	if (t->nr >= t->lim.max_sessions ||
+	    session_uid_sessions(t, uid) >= t->lim.max_sessions_per_uid ||
+	    session_tenant_full(t, tenant))
 		return -EDQUOT;
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -204,12 +254,12 @@ int session_create(struct server *srv, struct device *dev, const char *tenant,
 	strcpy(s->label, label);
 	s->priority = priority;
 	if (!lease_ns)
-		lease_ns = srv->cfg.lease_default_ns;
-	if (lease_ns < srv->cfg.lease_min_ns)
-		lease_ns = srv->cfg.lease_min_ns;
-	if (lease_ns > srv->cfg.lease_max_ns)
-		lease_ns = srv->cfg.lease_max_ns;
-	tm = tenant_map_find(&srv->cfg, tenant);
+		lease_ns = t->lim.lease_default_ns;
+	if (lease_ns < t->lim.lease_min_ns)
+		lease_ns = t->lim.lease_min_ns;
+	if (lease_ns > t->lim.lease_max_ns)
+		lease_ns = t->lim.lease_max_ns;
+	tm = tenant_map_find(&t->lim, tenant);
 	if (tm && tm->lease_max_ns && lease_ns > tm->lease_max_ns)
 		lease_ns = tm->lease_max_ns; /* tenant.NAME.lease_max */
 	s->lease_ns = lease_ns;
@@ -227,27 +277,27 @@ int session_create(struct server *srv, struct device *dev, const char *tenant,
 	return 0;
 }
 
-int session_publish(struct server *srv, struct session *s)
+int session_publish(struct session_table *t, struct session *s)
 {
 	int ret;
 
-	s->id = ++srv->next_id;
+	s->id = ++t->next_id;
 	s->se.id = s->id;
-	ret = stab_add(srv, s);
+	ret = stab_add(t, s);
 	if (ret)
 		return ret;
-	ret = srv->leases->ops->open(srv->leases, s, loop_now());
+	ret = t->leases->ops->open(t->leases, s, loop_now());
 	if (ret) {
-		stab_del(srv, s);
+		stab_del(t, s);
 		return ret;
 	}
 	/* The lease timer waits for the earliest deadline it knew of: bring
 	 * it forward if this lease runs out sooner. */
-	if (s->deadline_ns && s->deadline_ns < srv->lease_timer.when) {
-		loop_timer_del(&srv->lease_timer);
-		loop_timer_add(&srv->loop, &srv->lease_timer, s->deadline_ns);
+	if (s->deadline_ns && s->deadline_ns < t->lease_timer.when) {
+		loop_timer_del(&t->lease_timer);
+		loop_timer_add(t->loop, &t->lease_timer, s->deadline_ns);
 	}
-	srv->st.sessions_opened++;
+	t->opened++;
 	return 0;
 }
 
@@ -306,7 +356,7 @@ static void se_put(struct sched_entity *se)
 
 const struct sched_ops session_sched_ops = { se_get, se_put };
 
-void session_end(struct server *srv, struct session *s,
+void session_end(struct session_table *t, struct session *s,
 		 enum session_end_reason why)
 {
 	if (s->dead)
@@ -314,12 +364,13 @@ void session_end(struct server *srv, struct session *s,
 	/* Executor threads look at it without the I/O thread's table. */
 	__atomic_store_n(&s->dead, true, __ATOMIC_RELEASE);
 	s->reason = why;
-	stab_del(srv, s);
-	srv->leases->ops->close(srv->leases, s);
+	stab_del(t, s);
+	t->leases->ops->close(t->leases, s);
 	sched_entity_end(s->dev->sched, &s->se);
 	cancel_jobs(s);
-	msg_session_ended(srv, s);
-	srv->st.sessions_ended[why]++;
+	if (t->ended_hook)
+		t->ended_hook(s, t->hook_arg);
+	t->ended[why]++;
 	log_info("session %llu (tenant %s) ended: %s",
 		 (unsigned long long)s->id, s->tenant,
 		 session_reason_name(why));
@@ -338,8 +389,7 @@ static void fault_info(struct device *d, char *msg, size_t msglen)
 		snprintf(msg, msglen, "%s", d->fault_why);
 }
 
-int session_lost(struct server *srv, const struct session *s, char *msg,
-		 size_t msglen)
+int session_lost(const struct session *s, char *msg, size_t msglen)
 {
 	uint64_t now =
 		__atomic_load_n(&s->dev->backend->faults, __ATOMIC_ACQUIRE);
@@ -356,10 +406,10 @@ int session_lost(struct server *srv, const struct session *s, char *msg,
 	return -EIO;
 }
 
-void session_touch(struct server *srv, struct session *s)
+void session_touch(struct session_table *t, struct session *s)
 {
 	s->requests++;
-	srv->leases->ops->renew(srv->leases, s, loop_now());
+	t->leases->ops->renew(t->leases, s, loop_now());
 }
 
 /* ---------------------------------------------------------------------- */

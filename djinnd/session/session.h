@@ -8,18 +8,19 @@
  * slot index and generation, XORed with a per-session random key, so a
  * stale, foreign or forged handle is -ENOENT and never reaches memory.
  *
- * Lifetime. The server's table holds one reference; every request in
+ * Lifetime. The session table holds one reference; every request in
  * flight holds another. session_end() is the one teardown, whatever the
  * reason (close, lease expiry, admin kill, daemon shutdown): it takes the
- * session out of the table, ends its lease and cancels its queued work;
- * the last reference frees its tensors and its VMU session, after which
- * the session's VMU bytes and handles are zero.
+ * session out of the table, ends its lease, cancels its queued work and
+ * calls the table's @ended hook (the protocol layer's: it lets go of the
+ * session's connections); the last reference frees its tensors and its
+ * VMU session, after which the session's VMU bytes and handles are zero.
  *
  * Threads. The I/O thread creates, finds and ends sessions; executor
  * threads resolve and register tensors. s->lock guards the tensor table
  * and the result record; references are atomic.
  *
- * Devices. A session lives on one device (struct device, server.h): its
+ * Devices. A session lives on one device (struct device, device.h): its
  * VMU session, its jobs (that device's executors), its models. It is
  * placed when it is made and never moves.
  *
@@ -41,10 +42,11 @@
 #include <djinn/proto.h>
 
 #include "list.h"
+#include "loop.h"
 #include "sched/sched.h"
+#include "session/tenant.h"
 #include "vmu/vmu.h"
 
-struct server;
 struct device;
 struct lease_provider;
 
@@ -135,6 +137,46 @@ struct session {
 	struct session *hnext;
 };
 
+/* Sessions open now per peer uid (struct session_table). */
+struct uid_sessions {
+	uid_t uid;
+	unsigned int n;
+};
+
+/*
+ * struct session_table - the live sessions, by id (I/O thread only)
+ * @lim:     what the configuration allows (server.c sets it)
+ * @list:    every session in the table, oldest first
+ * @tenants: struct tenant_state, a tenant's counts (tenant.h)
+ * @leases:  the lease provider (lease.h); @loop, @lease_timer: its poll
+ * @opened, @ended: sessions opened, and ended by each reason
+ * @ended_hook: called by session_end() with @hook_arg once the session
+ *           is out of the table (the protocol layer's: it lets go of the
+ *           session's connections); NULL: none
+ */
+struct session_table {
+	struct session_limits lim;
+	struct list_head list;
+	struct session **stab;
+	uint64_t stab_size, nr, next_id;
+	struct uid_sessions *uids;
+	unsigned int nr_uids, cap_uids;
+	struct list_head tenants;
+	struct lease_provider *leases;
+	struct loop *loop;
+	struct loop_timer lease_timer;
+	uint64_t opened, ended[SESSION_SHUTDOWN + 1];
+	void (*ended_hook)(struct session *s, void *arg);
+	void *hook_arg;
+};
+
+/* An empty table whose timers run on @loop; start: its lease provider
+ * (@leases, set meanwhile) is polled from now on; fini: the table is
+ * empty and is freed. */
+void session_table_init(struct session_table *t, struct loop *loop);
+void session_table_start(struct session_table *t);
+void session_table_fini(struct session_table *t);
+
 /* For the frame fuzzer only: handles without the random key, so inputs
  * can name the tensors they made. Never set in djinnd. */
 extern bool session_predictable_handles;
@@ -142,36 +184,37 @@ extern bool session_predictable_handles;
 /* Make a session of @tenant (its connection's, session/tenant.h) with
  * the client's @label (both 1 to 63 printable bytes) on device @dev
  * (server_place()), not yet in the table. */
-int session_create(struct server *srv, struct device *dev, const char *tenant,
-		   const char *label, uint32_t priority, uint64_t lease_ns,
-		   uid_t uid, pid_t pid, struct session **out);
+int session_create(struct session_table *t, struct device *dev,
+		   const char *tenant, const char *label, uint32_t priority,
+		   uint64_t lease_ns, uid_t uid, pid_t pid,
+		   struct session **out);
 /* Sessions of @tenant open now; whether they are at its quota
  * (tenant.NAME.sessions). */
-unsigned int session_tenant_sessions(struct server *srv, const char *tenant);
-bool session_tenant_full(struct server *srv, const char *tenant);
+unsigned int session_tenant_sessions(struct session_table *t,
+				     const char *tenant);
+bool session_tenant_full(struct session_table *t, const char *tenant);
 /* Sessions open now whose peer is @uid (TCP peers: (uid_t)-1). */
-unsigned int session_uid_sessions(struct server *srv, uid_t uid);
+unsigned int session_uid_sessions(struct session_table *t, uid_t uid);
 /* Put it in the table and start its lease. */
-int session_publish(struct server *srv, struct session *s);
+int session_publish(struct session_table *t, struct session *s);
 /* A reference to the live session @id, or NULL. */
-struct session *session_get(struct server *srv, uint64_t id);
+struct session *session_get(struct session_table *t, uint64_t id);
 void session_ref(struct session *s);
 void session_put(struct session *s);
 /* What the scheduler holds a session by: its sched_entity (sched.h). */
 extern const struct sched_ops session_sched_ops;
 /* The one teardown: see above. Idempotent. */
-void session_end(struct server *srv, struct session *s,
+void session_end(struct session_table *t, struct session *s,
 		 enum session_end_reason why);
 const char *session_reason_name(enum session_end_reason why);
 
 /* Whether a fault of its device has lost @s's state since it was made:
  * 0, or -EIO with "session ID: device state lost in a fault: ..." naming
  * the device and the fault in @msg. */
-int session_lost(struct server *srv, const struct session *s, char *msg,
-		 size_t msglen);
+int session_lost(const struct session *s, char *msg, size_t msglen);
 
 /* Renew the lease: any request does. */
-void session_touch(struct server *srv, struct session *s);
+void session_touch(struct session_table *t, struct session *s);
 
 /* Tensor handles. add takes over the tensor's VMU resources. */
 int session_tensor_add(struct session *s, const struct tensor *t,

@@ -14,14 +14,14 @@
 #include <netlink/netlink.h>
 #include <sys/socket.h>
 
-#include "server.h"
+#include "session/session.h"
 #include "session/tenant.h"
 
-void tenant_of(const struct server_config *cfg, uid_t uid, const gid_t *gids,
+void tenant_of(const struct session_limits *lim, uid_t uid, const gid_t *gids,
 	       unsigned int n, char out[DJINN_TENANT_LEN])
 {
-	for (unsigned int i = 0; i < cfg->nr_tmaps; i++) {
-		const struct tenant_map *m = &cfg->tmaps[i];
+	for (unsigned int i = 0; i < lim->nr_maps; i++) {
+		const struct tenant_map *m = &lim->maps[i];
 
 		for (unsigned int k = 0; k < m->nr_uids; k++)
 			if (m->uids[k] == uid) {
@@ -32,8 +32,8 @@ void tenant_of(const struct server_config *cfg, uid_t uid, const gid_t *gids,
 	/* by the primary group, then by the first tenant in the file's
 	 * order that lists a supplementary one (the kernel sorts those) */
 	for (unsigned int pass = 0; pass < 2 && n; pass++)
-		for (unsigned int i = 0; i < cfg->nr_tmaps; i++) {
-			const struct tenant_map *m = &cfg->tmaps[i];
+		for (unsigned int i = 0; i < lim->nr_maps; i++) {
+			const struct tenant_map *m = &lim->maps[i];
 
 			for (unsigned int k = 0; k < m->nr_gids; k++)
 				for (unsigned int g = pass; g < (pass ? n : 1);
@@ -47,35 +47,37 @@ void tenant_of(const struct server_config *cfg, uid_t uid, const gid_t *gids,
 	snprintf(out, DJINN_TENANT_LEN, "uid:%u", (unsigned int)uid);
 }
 
-const struct tenant_map *tenant_map_find(const struct server_config *cfg,
+const struct tenant_map *tenant_map_find(const struct session_limits *lim,
 					 const char *name)
 {
-	for (unsigned int i = 0; i < cfg->nr_tmaps; i++)
-		if (!strcmp(cfg->tmaps[i].tenant, name))
-			return &cfg->tmaps[i];
+	for (unsigned int i = 0; i < lim->nr_maps; i++)
+		if (!strcmp(lim->maps[i].tenant, name))
+			return &lim->maps[i];
 	return NULL;
 }
 
-bool tenant_client_kernels(const struct server_config *cfg, const char *tenant)
+bool tenant_client_kernels(const struct session_limits *lim, const char *tenant)
 {
-	const struct tenant_map *m = tenant_map_find(cfg, tenant);
+	const struct tenant_map *m = tenant_map_find(lim, tenant);
 
 	return m && m->client_kernels;
 }
 
-struct tenant_state *tenant_state_find(struct server *srv, const char *name)
+struct tenant_state *tenant_state_find(struct session_table *tab,
+				       const char *name)
 {
 	struct tenant_state *t;
 
-	list_for_each_entry(t, &srv->tenants, node)
+	list_for_each_entry(t, &tab->tenants, node)
 		if (!strcmp(t->name, name))
 			return t;
 	return NULL;
 }
 
-struct tenant_state *tenant_state_get(struct server *srv, const char *name)
+struct tenant_state *tenant_state_get(struct session_table *tab,
+				      const char *name)
 {
-	struct tenant_state *t = tenant_state_find(srv, name);
+	struct tenant_state *t = tenant_state_find(tab, name);
 
 	if (t)
 		return t;
@@ -83,7 +85,7 @@ struct tenant_state *tenant_state_get(struct server *srv, const char *name)
 	if (!t)
 		return NULL;
 	snprintf(t->name, sizeof(t->name), "%s", name);
-	list_add_tail(&t->node, &srv->tenants);
+	list_add_tail(&t->node, &tab->tenants);
 	return t;
 }
 

@@ -12,21 +12,66 @@
 #define DJINN_TENANT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include <djinn/proto.h>
 
 #include "list.h"
 
-struct server;
-struct server_config;
-struct tenant_map;
+struct session_table;
+
+/*
+ * struct tenant_map - [tenant.NAME] uids, gids and client_kernels
+ *
+ * A unix-socket client whose peer uid is listed is tenant NAME; one
+ * whose uid no tenant lists but whose primary or supplementary gid one
+ * does, that one's. Anyone else is tenant "uid:N" (tenant_of()).
+ * A uid or gid is listed by one tenant at most (config_validate()).
+ * @client_kernels: its sessions may upload and run client kernels
+ * (KERNEL nodes), which reach all of the device's memory: off unless
+ * the administrator says so.
+ * @memory, @swap, @sessions, @conns, @inflight, @lease_max_ns: its
+ * quotas (0: none): data bytes on each device, of them in host memory
+ * (swapped out), sessions and connections open at once, graphs and
+ * model steps queued or running, the longest lease.
+ * @guaranteed: its resident data on each device that reclaim and the
+ * scheduler's swaps leave it (0: none).
+ */
+#define TENANT_IDS_MAX 32
+struct tenant_map {
+	char tenant[DJINN_TENANT_LEN];
+	unsigned int nr_uids, nr_gids;
+	uid_t uids[TENANT_IDS_MAX];
+	gid_t gids[TENANT_IDS_MAX];
+	bool client_kernels;
+	uint64_t memory, swap, guaranteed, lease_max_ns;
+	unsigned int sessions, conns, inflight;
+	/* where each list was set (config.c: a list set twice in one file
+	 * is an error) */
+	const char *uids_file, *gids_file;
+	unsigned int uids_line, gids_line;
+};
+
+/*
+ * struct session_limits - what the configuration says of sessions and
+ * tenants: server.max_sessions and max_sessions_per_uid, the lease's
+ * default and bounds, and the [tenant.NAME] sections (@maps, @nr_maps:
+ * the server's configuration's, in the file's order). server.c sets it
+ * at start and after a reload.
+ */
+struct session_limits {
+	unsigned int max_sessions, max_sessions_per_uid;
+	uint64_t lease_default_ns, lease_min_ns, lease_max_ns;
+	const struct tenant_map *maps;
+	unsigned int nr_maps;
+};
 
 /*
  * struct tenant_state - what a tenant holds now, against its quotas
  * (struct tenant_map): its connections, its sessions (in the table) and
  * their graphs and model steps queued or running. One per tenant that
- * holds anything, on srv->tenants; I/O thread only. Freed when it holds
+ * holds anything, on its session table's @tenants; I/O thread only. Freed when it holds
  * nothing (tenant_state_drop()).
  */
 struct tenant_state {
@@ -36,23 +81,26 @@ struct tenant_state {
 };
 
 /* @name's state, or NULL while it holds nothing. */
-struct tenant_state *tenant_state_find(struct server *srv, const char *name);
+struct tenant_state *tenant_state_find(struct session_table *t,
+				       const char *name);
 /* @name's state, made if it holds nothing yet: NULL when out of memory. */
-struct tenant_state *tenant_state_get(struct server *srv, const char *name);
+struct tenant_state *tenant_state_get(struct session_table *t,
+				      const char *name);
 /* Free @t if it holds nothing any more. */
 void tenant_state_drop(struct tenant_state *t);
 /* @name's [tenant.NAME] entry, or NULL (no quotas). */
-const struct tenant_map *tenant_map_find(const struct server_config *cfg,
+const struct tenant_map *tenant_map_find(const struct session_limits *lim,
 					 const char *name);
 
 /* The tenant of uid @uid with groups @gids[0 .. @n) (the primary one
  * first), into @out. */
-void tenant_of(const struct server_config *cfg, uid_t uid, const gid_t *gids,
+void tenant_of(const struct session_limits *lim, uid_t uid, const gid_t *gids,
 	       unsigned int n, char out[DJINN_TENANT_LEN]);
 
 /* Whether sessions of @tenant may upload and run client kernels
  * ([tenant.NAME] client_kernels; off by default). */
-bool tenant_client_kernels(const struct server_config *cfg, const char *tenant);
+bool tenant_client_kernels(const struct session_limits *lim,
+			   const char *tenant);
 
 /* The uid that owns the peer's socket of TCP socket @fd, when the peer
  * is on this host (loopback), from the kernel's sock_diag: 0, or -ENOENT

@@ -76,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (!size)
 		return 0;
-	srv.next_id = 0; /* session ids 1, 2, ... in every input */
+	srv.sessions.next_id = 0; /* session ids 1, 2, ... in every input */
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0,
 		       sv))
 		abort();
@@ -85,9 +85,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	conn_feed(c, data + 1, size - 1);
 	drain(sv[1], idle);
-	while (!list_empty(&srv.sessions))
-		session_end(&srv,
-			    list_first_entry(&srv.sessions, struct session,
+	while (!list_empty(&srv.sessions.list))
+		session_end(&srv.sessions,
+			    list_first_entry(&srv.sessions.list, struct session,
 					     node),
 			    SESSION_SHUTDOWN);
 	conn_close(c, true);

@@ -1,0 +1,485 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The model service (svc/model.h): a session's models and contexts, and
+ * the bodies of the jobs that load models and run their steps.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "device.h"
+#include "graph.h"
+#include "log.h"
+#include "svc/model.h"
+#include "svc/svc.h"
+
+void mobj_put(struct mobj *o)
+{
+	if (--o->refs)
+		return;
+	if (o->kind == SOBJ_CTX) {
+		model_ctx_free(o->mc);
+		mobj_put(o->model);
+	} else {
+		model_close(o->h);
+	}
+	free(o);
+}
+
+/* A context leaves its session's table: its model may be closed now
+ * (steps still in flight keep the model's memory until they end). */
+void mobj_ctx_unlist(struct mobj *o)
+{
+	if (o->kind == SOBJ_CTX)
+		o->model->ctxs--;
+}
+
+static void drain_one(enum sobj_kind kind, void *p, void *arg)
+{
+	mobj_ctx_unlist(p);
+	mobj_put(p);
+}
+
+void svc_model_session_ended(struct session *s)
+{
+	session_obj_drain(s, drain_one, NULL);
+}
+
+/* Context object @o holds @mc, of model @m. */
+void mobj_ctx_bind(struct mobj *o, struct mobj *m, struct model_ctx *mc,
+		   uint32_t max_tokens)
+{
+	o->mc = mc;
+	o->max_tokens = max_tokens;
+	o->model = m;
+	m->refs++;
+	m->ctxs++;
+}
+
+void mjob_free(struct mjob *mj)
+{
+	free(mj->upload);
+	free(mj->tokens);
+	free(mj);
+}
+
+/* A context was made (new or forked) for @s: under static partitioning
+ * it reserves its whole KV cache now, or is refused (-ENOMEM, why in
+ * @msg; the caller frees it). With @relieve (an executor's thread, not
+ * the I/O thread's) its model may first stream more of its layers to
+ * make room (model_relieve()). */
+int svc_ctx_made(struct session *s, struct model_ctx *c, bool relieve,
+		 char *msg, size_t msglen)
+{
+	if (!sched_reserves(s->dev->sched))
+		return 0;
+	return model_ctx_reserve(c, relieve, msg, msglen);
+}
+
+static struct model_env env_of(const struct exec_env *e)
+{
+	return (struct model_env){ .v = e->v, .st = e->st, .b = e->b };
+}
+
+void mjob_open(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+
+	job->error = model_open(job->s->dev->models, job->s->vs, mj->name,
+				&mj->hold, job->msg, sizeof(job->msg));
+}
+
+/* Copy the text tensor @handle, which must be a U8 vector of SHA-256
+ * @fp of at most @max bytes, into a new host buffer. */
+static int fetch(struct exec_job *job, const struct exec_env *env,
+		 const char *what, const struct djinn_model_file *mf,
+		 uint64_t max, void **buf, size_t *len)
+{
+	struct vmu_provider *p = env->b->provider;
+	unsigned long long h = (unsigned long long)mf->handle;
+	struct tensor t;
+	uint32_t slot;
+	int ret;
+
+	ret = session_tensor_hold(job->s, mf->handle, &t, &slot);
+	if (ret) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "%s: no tensor with handle %#llx", what, h);
+		return ret;
+	}
+	if (!t.text || t.desc.dtype != DJINN_DTYPE_U8 || t.desc.ndim != 1) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "%s: tensor %#llx is not a text tensor of U8 in one "
+			 "dim",
+			 what, h);
+		ret = -EINVAL;
+	} else if (memcmp(vmu_text_fp(t.text), mf->fp, DJINN_FP_LEN)) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "%s: tensor %#llx has another fingerprint than the "
+			 "request's",
+			 what, h);
+		ret = -EINVAL;
+	} else if (t.bytes > max) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "%s: %llu bytes, the limit is %llu", what,
+			 (unsigned long long)t.bytes, (unsigned long long)max);
+		ret = -E2BIG;
+	} else if (!(*buf = malloc(t.bytes ? t.bytes : 1))) {
+		ret = -ENOMEM;
+	} else {
+		*len = t.bytes;
+		ret = p->ops->copy_dtoh(p, *buf, vmu_text_addr(t.text),
+					t.bytes);
+		if (ret)
+			snprintf(job->msg, sizeof(job->msg),
+				 "%s: reading tensor %#llx: %s", what, h,
+				 strerror(-ret));
+	}
+	session_tensor_unhold(job->s, slot);
+	return ret;
+}
+
+/* The sources' fingerprint: SHA-256 over the files' SHA-256s (the
+ * index's among them), then the flags when they are not 0. */
+static int upload_src(const struct djinn_model_upload *r,
+		      uint8_t src[DJINN_FP_LEN])
+{
+	const uint8_t flags[4] = { r->flags, r->flags >> 8, r->flags >> 16,
+				   r->flags >> 24 };
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	int ok;
+
+	if (!md)
+		return -ENOMEM;
+	ok = EVP_DigestInit_ex(md, EVP_sha256(), NULL) &&
+	     EVP_DigestUpdate(md, r->config.fp, DJINN_FP_LEN);
+	for (uint32_t i = 0; ok && i < r->nr_files; i++)
+		ok = EVP_DigestUpdate(md, r->files[i].fp, DJINN_FP_LEN);
+	if (r->flags)
+		ok = ok && EVP_DigestUpdate(md, flags, sizeof(flags));
+	ok = ok && EVP_DigestFinal_ex(md, src, NULL);
+	EVP_MD_CTX_free(md);
+	return ok ? 0 : -EIO;
+}
+
+/* The bytes the upload's tensors hold in all; a handle that holds no
+ * tensor counts 0 (fetch() says so). */
+static uint64_t upload_bytes(struct exec_job *job,
+			     const struct djinn_model_upload *r)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i <= r->nr_files; i++) {
+		const struct djinn_model_file *mf =
+			i < r->nr_files ? &r->files[i] : &r->config;
+		struct tensor t;
+		uint32_t slot;
+
+		if (session_tensor_hold(job->s, mf->handle, &t, &slot))
+			continue;
+		sum += t.bytes;
+		session_tensor_unhold(job->s, slot);
+	}
+	return sum;
+}
+
+void mjob_open_upload(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+	const struct djinn_model_upload *r = mj->upload;
+	uint32_t n = r->nr_files;
+	struct model_upload up = { .nr_files = n };
+	void **bufs = calloc(n + 1, sizeof(*bufs));
+	size_t *lens = calloc(n + 1, sizeof(*lens));
+	int ret = -ENOMEM;
+
+	if (!bufs || !lens)
+		goto out;
+	ret = upload_src(r, up.src);
+	if (ret)
+		goto out;
+	if (r->config.handle) {
+		bool index = r->flags & DJINN_MODEL_UPLOAD_INDEX;
+		uint64_t total = upload_bytes(job, r);
+
+		/* Every file is copied to the host: bounded before any is. */
+		if (total > mj->upload_max) {
+			snprintf(job->msg, sizeof(job->msg),
+				 "%u files and config.json hold %llu bytes, "
+				 "over the limit of %llu (memory.upload_max)",
+				 n, (unsigned long long)total,
+				 (unsigned long long)mj->upload_max);
+			ret = -E2BIG;
+			goto out;
+		}
+		ret = fetch(job, env, "config.json", &r->config,
+			    MODEL_MAX_CONFIG, &bufs[n], &lens[n]);
+		for (uint32_t i = 0; i < n && !ret; i++) {
+			char what[32] = "model.safetensors.index.json";
+			uint64_t max = DJINN_MODEL_CONFIG_MAX;
+
+			if (!index || i) {
+				snprintf(what, sizeof(what), "file %u", i);
+				max = SIZE_MAX;
+			}
+			ret = fetch(job, env, what, &r->files[i], max, &bufs[i],
+				    &lens[i]);
+		}
+		if (ret)
+			goto out;
+		up.config = bufs[n];
+		up.config_len = lens[n];
+		up.files = (const void *const *)bufs;
+		up.lens = lens;
+		if (index) {
+			/* files[0] is the index, the shards follow */
+			up.index = bufs[0];
+			up.index_len = lens[0];
+			up.files++;
+			up.lens++;
+			up.nr_files--;
+		}
+	}
+	ret = model_open_uploaded(job->s->dev->models, job->s->vs, &up,
+				  &mj->hold, job->msg, sizeof(job->msg));
+out:
+	for (uint32_t i = 0; bufs && i <= n; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(lens);
+	job->error = ret;
+}
+
+/* CTX_NEW's cache did not fit: the model may stream more of its layers */
+void mjob_ctx_room(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+
+	job->error =
+		svc_ctx_made(job->s, mj->mc, true, job->msg, sizeof(job->msg));
+}
+
+void mjob_fork(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+	struct model_env me = env_of(env);
+
+	job->error = model_ctx_fork(mj->o->mc, &me, &mj->mc, job->msg,
+				    sizeof(job->msg));
+	if (!job->error) {
+		job->error = svc_ctx_made(job->s, mj->mc, true, job->msg,
+					  sizeof(job->msg));
+		if (job->error) {
+			model_ctx_free(mj->mc);
+			mj->mc = NULL;
+		}
+	}
+}
+
+void mjob_reset(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+
+	job->error = model_ctx_reset(mj->o->mc);
+	if (job->error)
+		snprintf(job->msg, sizeof(job->msg), "reset: %s",
+			 strerror(-job->error));
+}
+
+/* The last logits as a tensor (1, vocab) f32 of the session. */
+static int logits_tensor(struct exec_job *job, struct mobj *o, uint64_t *handle)
+{
+	struct model_ctx *mc = o->mc;
+	uint32_t vocab = o->model->h->m->cfg.vocab;
+	const float *l = model_ctx_logits(mc);
+	struct vmu_session *vs = job->s->vs;
+	struct tensor t = {
+		.desc = { .dtype = DJINN_DTYPE_F32,
+			  .ndim = 2,
+			  .dims = { 1, vocab } },
+		.bytes = (uint64_t)vocab * sizeof(float),
+	};
+	int ret;
+
+	if (!l)
+		return -EINVAL;
+	ret = vmu_region_create(vs, t.bytes, &t.region);
+	if (ret)
+		return ret;
+	ret = vmu_region_resize(vs, t.region, t.bytes, NULL);
+	if (!ret)
+		ret = vmu_region_write(vs, t.region, 0, l, t.bytes);
+	if (!ret)
+		ret = session_tensor_add(job->s, &t, handle);
+	if (ret)
+		vmu_region_destroy(vs, t.region);
+	return ret;
+}
+
+/* A new tensor of the session: a copy of the paused hidden state. */
+static int hidden_tensor(struct exec_job *job, const struct model_env *me,
+			 struct model_ctx *mc, uint64_t *handle)
+{
+	struct model_pause_info pi;
+	struct tensor t = { 0 };
+	int ret;
+
+	model_ctx_paused(mc, &pi);
+	t.desc = pi.desc;
+	t.bytes = pi.desc.dims[0] * pi.desc.dims[1] *
+		  djinn_dtype_size(pi.desc.dtype);
+	ret = model_ctx_hidden_copy(mc, me, &t.region, job->msg,
+				    sizeof(job->msg));
+	if (ret)
+		return ret;
+	ret = session_tensor_add(job->s, &t, handle);
+	if (ret) {
+		vmu_region_destroy(job->s->vs, t.region);
+		snprintf(job->msg, sizeof(job->msg),
+			 "no handle for the hidden state: %s", strerror(-ret));
+	}
+	return ret;
+}
+
+/* A step, or a resumed one, has returned @ret with @r: the answer. */
+static int step_answer(struct exec_job *job, const struct model_env *me,
+		       struct mobj *o, const struct model_run *r, int ret,
+		       uint64_t t0)
+{
+	struct mjob *mj = job->ctx;
+	uint64_t h = 0;
+
+	mj->resp.nr_tokens = r->nr_out;
+	if (!ret && r->paused) {
+		/* the context stays paused even if the copy fails */
+		ret = hidden_tensor(job, me, o->mc, &h);
+		mj->resp.hidden = h;
+		mj->resp.state = DJINN_CTX_PAUSED;
+		mj->resp.layer = r->layer;
+	} else if (!ret && (o->pause_flags & DJINN_STEP_LOGITS)) {
+		ret = logits_tensor(job, o, &h);
+		mj->resp.logits = h;
+		if (ret)
+			snprintf(job->msg, sizeof(job->msg),
+				 "no memory for the logits: %s",
+				 strerror(-ret));
+	}
+	mj->resp.len = model_ctx_len(o->mc);
+	mj->resp.run_ns = loop_now() - t0;
+	return ret;
+}
+
+void mjob_step(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+	struct model_ctx *mc = mj->o->mc;
+	struct model_env me = env_of(env);
+	const struct djinn_sampling *sp = &mj->step.sampling;
+	struct model_run r = { .brk = mj->step.break_layer, .out = mj->tokens };
+	uint64_t t0 = loop_now();
+	int ret;
+
+	if (mj->hdr.type == DJINN_MSG_CTX_PREFILL) {
+		r.out = NULL;
+		ret = model_ctx_run_prefill(mc, &me, mj->tokens,
+					    mj->step.nr_tokens, &r, job->msg,
+					    sizeof(job->msg));
+	} else {
+		struct model_sampling ms = {
+			.temperature = sp->temperature,
+			.top_k = sp->top_k,
+			.top_p = sp->top_p == 0 ? 1.0f : sp->top_p,
+			.seed = sp->seed,
+		};
+
+		ret = model_ctx_run_decode(mc, &me, mj->step.nr_tokens, &ms, &r,
+					   job->msg, sizeof(job->msg));
+	}
+	if (!ret)
+		mj->o->pause_flags = mj->step.flags;
+	job->error = step_answer(job, &me, mj->o, &r, ret, t0);
+}
+
+/* Write the tensor @handle over the paused hidden state of @mc. */
+static int steer(struct exec_job *job, const struct model_env *me,
+		 struct model_ctx *mc, uint64_t handle)
+{
+	struct vmu_session *vs = job->s->vs;
+	struct vmu_region_info info;
+	struct tensor t;
+	uint64_t addr;
+	uint32_t slot;
+	int ret;
+
+	ret = session_tensor_hold(job->s, handle, &t, &slot);
+	if (ret) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "no tensor with handle %#llx",
+			 (unsigned long long)handle);
+		return ret;
+	}
+	if (t.text) {
+		addr = vmu_text_addr(t.text);
+	} else {
+		ret = vmu_region_pin(vs, t.region, NULL, &info);
+		if (ret) {
+			snprintf(job->msg, sizeof(job->msg),
+				 "tensor %#llx: cannot make resident",
+				 (unsigned long long)handle);
+			goto out;
+		}
+		addr = info.addr;
+	}
+	ret = model_ctx_steer(mc, me, addr, &t.desc, job->msg,
+			      sizeof(job->msg));
+	if (!t.text)
+		vmu_region_unpin(vs, t.region);
+out:
+	session_tensor_unhold(job->s, slot);
+	return ret;
+}
+
+void mjob_resume(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+	struct model_ctx *mc = mj->o->mc;
+	struct model_env me = env_of(env);
+	struct model_pause_info pi;
+	struct model_run r = { 0 };
+	uint64_t t0 = loop_now();
+	int ret;
+
+	if (!model_ctx_paused(mc, &pi)) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "the context is not paused");
+		job->error = -EBUSY;
+		return;
+	}
+	if (pi.decode) {
+		mj->tokens = malloc(pi.want * sizeof(int32_t));
+		if (!mj->tokens) {
+			job->error = -ENOMEM;
+			return;
+		}
+		r.out = mj->tokens;
+	}
+	ret = mj->steer ? steer(job, &me, mc, mj->steer) : 0;
+	if (ret) { /* still paused, as it was */
+		job->error = ret;
+		return;
+	}
+	ret = model_ctx_resume(mc, &me, &r, job->msg, sizeof(job->msg));
+	job->error = step_answer(job, &me, mj->o, &r, ret, t0);
+}
+
+/* A model job's body, unless its session has ended meanwhile. */
+void mjob_run(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+
+	if (!svc_job_gone(job))
+		mj->call(job, env);
+}

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The model service: a session's models and contexts, and the jobs that
+ * load models and run their steps (the protocol's side is
+ * net/msg_model.c, which decodes the requests, submits these jobs and
+ * answers when they are back).
+ *
+ * Jobs. Loading a model runs on the memory executor (it reads files and
+ * fills the text segment); steps, forks and resets run on the graph
+ * executor with its stack, in order with the session's graphs. A job
+ * copies what it needs from the request, so the frame's buffer is not
+ * kept; results are made into the session's objects and tensors on the
+ * executor (the tensor table is locked) or, for objects, back on the
+ * I/O thread.
+ *
+ * Breakpoints. A step with break_layer pauses in the library
+ * (model_ctx_run_prefill/decode): its job ends, answering PAUSED with a
+ * copy of the hidden state as a new tensor of the session, and the
+ * paused state waits in the context's regions while the executor runs
+ * other work. CTX_RESUME is a job on the same (graph) executor: it
+ * writes a steering tensor over the hidden state if one is named, and
+ * runs the rest of the step. Whether a context is paused is only ever
+ * looked at on that executor, in order with the session's other steps,
+ * so a request pipelined behind a pausing step sees the pause (-EBUSY).
+ */
+#ifndef DJINN_SVC_MODEL_H
+#define DJINN_SVC_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <djinn/proto.h>
+
+#include "exec/executor.h"
+#include "model/runtime.h"
+#include "session/session.h"
+
+/*
+ * struct mobj - a model (SOBJ_MODEL) or context (SOBJ_CTX) of a session,
+ * named by a handle in its object table and reference-counted on the
+ * I/O thread: the table holds one reference, every job in flight
+ * another. A context holds its model. Objects go before their session:
+ * the table's references when the session ends, a job's when it comes
+ * back (and the job holds the session).
+ */
+struct mobj {
+	enum sobj_kind kind;
+	int refs; /* the I/O thread's */
+	struct session *s; /* not a reference: objects go first */
+	/* SOBJ_MODEL */
+	struct model_hold *h;
+	unsigned int ctxs;
+	/* SOBJ_CTX */
+	struct model_ctx *mc;
+	struct mobj *model;
+	uint32_t max_tokens;
+	/* the graph executor's: the paused step's flags, for RESUME */
+	uint32_t pause_flags;
+};
+
+/* Drop a reference; the last frees the object (a context's its model's). */
+void mobj_put(struct mobj *o);
+/* A context leaves its session's table: its model may be closed now
+ * (steps still in flight keep the model's memory until they end). */
+void mobj_ctx_unlist(struct mobj *o);
+/* Context object @o holds @mc, of model @m. */
+void mobj_ctx_bind(struct mobj *o, struct mobj *m, struct model_ctx *mc,
+		   uint32_t max_tokens);
+/* Session @s ended: its table's models and contexts go. */
+void svc_model_session_ended(struct session *s);
+
+/*
+ * struct mjob - one model request in flight (an exec_job's ctx)
+ * @hdr:    the request's header, for the answer
+ * @o:      the model or context it is about (a reference), or NULL
+ * @name:   MODEL_OPEN's model
+ * @hold:   MODEL_OPEN's result
+ * @mc:     CTX_FORK's result, or CTX_NEW's context waiting for room
+ * @max:    CTX_NEW's max tokens
+ * @step:   PREFILL/DECODE's request; @tokens its tokens (in or out)
+ * @steer:  RESUME's tensor handle (0: none)
+ * @upload: MODEL_OPEN_UPLOADED's request (a copy)
+ * @upload_max: the most bytes its files may hold in all
+ * @resp:   PREFILL/DECODE/RESUME's answer
+ */
+struct admin_load;
+
+struct mjob {
+	struct djinn_hdr hdr;
+	struct admin_load *load; /* ADMIN_MODEL_LOAD's, on one device */
+	struct mobj *o;
+	char name[DJINN_MODEL_NAME_MAX];
+	struct model_hold *hold;
+	struct model_ctx *mc;
+	uint32_t max;
+	struct djinn_ctx_step step;
+	int32_t *tokens;
+	uint64_t steer;
+	struct djinn_model_upload *upload;
+	uint64_t upload_max;
+	struct djinn_ctx_step_resp resp;
+	/* its body, called by mjob_run() */
+	void (*call)(struct exec_job *job, const struct exec_env *env);
+};
+
+void mjob_free(struct mjob *mj);
+
+/*
+ * A context was made (new or forked) for @s: under static partitioning
+ * it reserves its whole KV cache now, or is refused (-ENOMEM, why in
+ * @msg; the caller frees it). With @relieve (an executor's thread, not
+ * the I/O thread's) its model may first stream more of its layers to
+ * make room (model_relieve()).
+ */
+int svc_ctx_made(struct session *s, struct model_ctx *c, bool relieve,
+		 char *msg, size_t msglen);
+
+/*
+ * The jobs' bodies (an mjob's @call), on an executor's thread; each
+ * sets job->error and job->msg:
+ *   mjob_open        MODEL_OPEN: the model held (@hold), loaded if need be
+ *   mjob_open_upload MODEL_OPEN_UPLOADED: the client's files, read from
+ *                    its tensors, checked and loaded
+ *   mjob_ctx_room    CTX_NEW's reservation, after streaming more of the
+ *                    model's layers if that makes room
+ *   mjob_fork        CTX_FORK: a copy of the context (@mc)
+ *   mjob_reset       CTX_RESET
+ *   mjob_step        CTX_PREFILL / CTX_DECODE: the step, its answer in
+ *                    @resp and @tokens
+ *   mjob_resume      CTX_RESUME: the paused step, steered, run to its end
+ * mjob_run() is an exec_job's @run: the mjob's @call, unless its session
+ * has ended meanwhile.
+ */
+void mjob_open(struct exec_job *job, const struct exec_env *env);
+void mjob_open_upload(struct exec_job *job, const struct exec_env *env);
+void mjob_ctx_room(struct exec_job *job, const struct exec_env *env);
+void mjob_fork(struct exec_job *job, const struct exec_env *env);
+void mjob_reset(struct exec_job *job, const struct exec_env *env);
+void mjob_step(struct exec_job *job, const struct exec_env *env);
+void mjob_resume(struct exec_job *job, const struct exec_env *env);
+void mjob_run(struct exec_job *job, const struct exec_env *env);
+
+#endif /* DJINN_SVC_MODEL_H */
