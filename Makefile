@@ -105,7 +105,10 @@ fuzz_frames_LIBS := $(LIBS_DJINND)
 # djinnctl speaks the admin protocol itself: it links nothing of the daemon
 # (lib/names.c: the names djinnd takes, checked the same way).
 DJINNCTL      := $(BUILD)/tools/djinnctl
-DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c tools/cli.c lib/names.c
+DJINNCTL_SRCS := tools/djinnctl.c tools/djinnctl_call.c tools/djinnctl_session.c \
+		 tools/djinnctl_device.c tools/djinnctl_sched.c \
+		 tools/djinnctl_model.c tools/djinnctl_tenant.c tools/json_print.c \
+		 tools/cli.c lib/names.c
 
 # Integration tests in shell, installed beside the binaries they run
 # (tests/integration/test_NAME.sh -> BUILD/tests/integration/test_NAME).
