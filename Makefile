@@ -127,6 +127,8 @@ INTEG_BINS := $(INTEG_AREAS:%=$(BUILD)/tests/integration/test_%)
 
 # --- benchmarks ----------------------------------------------------------------
 BENCH_BINS := $(BUILD)/bench/vmu-bench
+# (their JSON lines: lib/figure.c, in libcommon.a)
+$(BENCH_BINS): $(COMMON_LIB)
 # The network benchmarks: a libdjinn program, linked as the examples are;
 # its main in tools/djinn-bench.c, a benchmark a file in tools/bench/.
 DJINN_BENCH := $(BUILD)/tools/djinn-bench

@@ -202,9 +202,9 @@ struct agent_opt opt = {
 
 struct model_spec model;
 char model_dir[1024];
-FILE *out_file;
 static bool cpu_mem_set; /* --cpu-mem given */
 static char model_name_buf[32];
+static FILE *out_file; /* --out, beside stdout */
 
 void info(const char *fmt, ...)
 {
@@ -537,6 +537,7 @@ int main(int argc, char **argv)
 		out_file = fopen(opt.out, "w");
 		if (!out_file)
 			fail("%s: %s", opt.out, strerror(errno));
+		fig_copy(out_file);
 	}
 
 	make_tmpdir();

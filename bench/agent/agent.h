@@ -5,7 +5,7 @@
  * djinnd and djinnctl, run as children (bench/agent/daemon.c); the agents
  * and the runs they make together (bench/agent/agents.c); and the passes,
  * the (policy, N) points and the density they add up to, with the JSON
- * lines that report them (bench/agent/runs.c).
+ * lines that report them (bench/agent/runs.c, through lib/figure.h).
  */
 #ifndef DJINN_AGENT_BENCH_H
 #define DJINN_AGENT_BENCH_H
@@ -13,7 +13,6 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <sys/types.h>
 
 #define MiB ((uint64_t)1 << 20)
@@ -55,7 +54,6 @@ struct agent_opt {
 extern struct agent_opt opt;
 extern struct model_spec model; /* of the backend, or --model-args */
 extern char model_dir[1024];
-extern FILE *out_file; /* --out, or NULL */
 
 /* "agent-bench: " and a line on stderr: progress. */
 void info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

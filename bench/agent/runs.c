@@ -6,7 +6,6 @@
  */
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,97 +18,16 @@
 /* ------------------------------------------------------------------------ */
 /* JSON lines */
 
-/*
- * struct fig - one figure, one line
- * @policy, @agents: the run it is of (NULL, 0: none)
- * @baseline: the reference measured in this run; NAN: null
- * @limit:    a constant or a threshold the value is held to instead (the
- *            SLO, zero refusals): the line has it in place of @baseline
- *            when @limit_name is set
- * @target:   "<=" or ">=": ratio against @want (value against @want
- *            when @on_value), or NULL for none
- */
-struct fig {
-	const char *policy;
-	unsigned int agents;
-	const char *metric;
-	double value;
-	const char *unit;
-	double baseline;
-	const char *baseline_name;
-	double limit;
-	const char *limit_name;
-	const char *target;
-	double want;
-	bool on_value;
-	unsigned int samples;
-	const char *note;
-};
-
-static void put(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void put(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	if (out_file) {
-		va_start(ap, fmt);
-		vfprintf(out_file, fmt, ap);
-		va_end(ap);
-	}
-}
-
+/* @f as a line of "agent_" and the backend (lib/figure.h). */
 static void emit(const struct fig *f)
 {
-	char val[32], base[32], ratio[32], want[32], note[1024];
-	bool is_limit = f->limit_name;
-	double ref = is_limit ? f->limit : f->baseline;
-	const char *ref_key = is_limit ? "limit" : "baseline";
-	const char *ref_name = is_limit ? f->limit_name : f->baseline_name;
-	double r = NAN;
+	static char bench[32];
+	struct fig g = *f;
 
-	if (isfinite(ref) && ref != 0 && isfinite(f->value))
-		r = f->value / ref;
-	fmt_num(val, sizeof(val), f->value);
-	fmt_num(base, sizeof(base), ref);
-	fmt_num(ratio, sizeof(ratio), r);
-	put("{\"bench\": \"agent_%s\", \"metric\": \"%s\", \"value\": %s, "
-	    "\"unit\": \"%s\", \"%s\": %s, \"ratio\": %s",
-	    opt.backend, f->metric, val, f->unit, ref_key, base, ratio);
-	if (ref_name) {
-		json_str(note, sizeof(note), ref_name);
-		put(", \"%s_name\": \"%s\"", ref_key, note);
-	}
-	if (f->policy)
-		put(", \"policy\": \"%s\"", f->policy);
-	if (f->agents)
-		put(", \"agents\": %u", f->agents);
-	if (f->target) {
-		bool ge = !strcmp(f->target, ">=");
-		double x = f->on_value ? f->value : r;
-
-		fmt_num(want, sizeof(want), f->want);
-		put(", \"target\": \"%s %s %s\"",
-		    f->on_value ? "value" : "ratio", f->target, want);
-		if (isfinite(x))
-			put(", \"met\": %s",
-			    (ge ? x >= f->want : x <= f->want) ? "true" :
-								 "false");
-		else
-			put(", \"met\": null");
-	}
-	if (f->samples)
-		put(", \"samples\": %u", f->samples);
-	if (f->note) {
-		json_str(note, sizeof(note), f->note);
-		put(", \"note\": \"%s\"", note);
-	}
-	put("}\n");
-	fflush(stdout);
-	if (out_file)
-		fflush(out_file);
+	if (!bench[0])
+		snprintf(bench, sizeof(bench), "agent_%s", opt.backend);
+	g.bench = bench;
+	fig_emit(&g);
 }
 
 /* ------------------------------------------------------------------------ */
