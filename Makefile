@@ -106,7 +106,10 @@ fuzz_frames_LIBS := $(LIBS_DJINND)
 # djinnctl speaks the admin protocol itself: it links nothing of the daemon
 # (lib/names.c: the names djinnd takes, checked the same way).
 DJINNCTL      := $(BUILD)/tools/djinnctl
-DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c tools/cli.c lib/names.c
+DJINNCTL_SRCS := tools/djinnctl.c tools/djinnctl_call.c tools/djinnctl_session.c \
+		 tools/djinnctl_device.c tools/djinnctl_sched.c \
+		 tools/djinnctl_model.c tools/djinnctl_tenant.c tools/json_print.c \
+		 tools/cli.c lib/names.c
 
 # Integration tests in shell, installed beside the binaries they run
 # (tests/integration/test_NAME.sh -> BUILD/tests/integration/test_NAME).
@@ -125,6 +128,8 @@ INTEG_BINS := $(INTEG_AREAS:%=$(BUILD)/tests/integration/test_%)
 
 # --- benchmarks ----------------------------------------------------------------
 BENCH_BINS := $(BUILD)/bench/vmu-bench
+# (their JSON lines: lib/figure.c, in libcommon.a)
+$(BENCH_BINS): $(COMMON_LIB)
 # The network benchmarks: a libdjinn program, linked as the examples are;
 # its main in tools/djinn-bench.c, a benchmark a file in tools/bench/.
 DJINN_BENCH := $(BUILD)/tools/djinn-bench

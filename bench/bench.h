@@ -2,7 +2,7 @@
 /*
  * Helpers shared by the benchmark programs (bench/, and
  * tools/djinn-bench.c): the clock, the statistics their JSON lines
- * report, and how they give up.
+ * report (written by lib/figure.c), and how they give up.
  */
 #ifndef DJINN_BENCH_H
 #define DJINN_BENCH_H
@@ -25,6 +25,7 @@
 #include "array_size.h"
 #include "backend/backend.h"
 #include "clock.h"
+#include "figure.h"
 
 /* Say why on stderr after the program's name, and exit 1 (atexit()
  * handlers run). */
@@ -63,36 +64,6 @@ static inline void sleep_ns(uint64_t ns)
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
-}
-
-/* @s as a JSON string body into @buf (truncated, never mid-escape). */
-static inline void json_str(char *buf, size_t len, const char *s)
-{
-	size_t o = 0;
-
-	for (; *s && o + 8 < len; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			o += (size_t)snprintf(buf + o, len - o, "\\%c", c);
-		else if (c < 0x20)
-			o += (size_t)snprintf(buf + o, len - o, "\\u%04x", c);
-		else
-			buf[o++] = (char)c;
-	}
-	buf[o] = 0;
-}
-
-/* A number as a JSON value: null when not finite, integers without a
- * fraction. */
-static inline void fmt_num(char *buf, size_t len, double x)
-{
-	if (!isfinite(x))
-		snprintf(buf, len, "null");
-	else if (x == floor(x) && fabs(x) < 1e15)
-		snprintf(buf, len, "%.0f", x);
-	else
-		snprintf(buf, len, "%.6g", x);
 }
 
 static inline int cmp_double(const void *a, const void *b)

@@ -47,19 +47,23 @@ static struct gpu G;
 static const struct cu_api *cu;
 static CUcontext ctx;
 
+/* One line, its keys in an order of their own and its numbers in four
+ * digits (lib/figure.h). */
 static void emit(const char *bench, const char *metric, double value,
 		 const char *unit, const char *base_name, double base,
 		 const char *target)
 {
-	printf("{\"bench\": \"%s\", \"metric\": \"%s\", \"value\": %.4g, "
-	       "\"unit\": \"%s\", \"baseline_name\": \"%s\", "
-	       "\"baseline\": %.4g, \"ratio\": %.4g",
-	       bench, metric, value, unit, base_name, base,
-	       base ? value / base : 0.0);
+	fig_begin(bench, metric);
+	fig_printf("value", "%.4g", value);
+	fig_str("unit", unit);
+	fig_str("baseline_name", base_name);
+	fig_printf("baseline", "%.4g", base);
+	fig_printf("ratio", "%.4g", base ? value / base : 0.0);
 	if (target)
-		printf(", \"target\": \"%s\"", target);
-	printf(", \"device\": \"%s\", \"samples\": %d}\n", G.b->name, ROUNDS);
-	fflush(stdout);
+		fig_str("target", target);
+	fig_str("device", G.b->name);
+	fig_u64("samples", ROUNDS);
+	fig_end();
 }
 
 static void ck(CUresult r, const char *what)

@@ -126,75 +126,24 @@ static struct {
 /* JSON lines */
 
 /*
- * struct fig - one figure
- * @baseline: the reference measured beside it in this run; NAN for none
- *            (null)
- * @limit:    a constant the value is held to instead (a tolerance, a
- *            size the input fixes); the line has it in place of
- *            @baseline when @limit_name is set
- * @target:   ">=" or "<=" against 1 on the ratio, or NULL
+ * @f as a line of the architecture's and the backend's bench ("gpt2_cpu";
+ * lib/figure.h). A target is against 1 on the ratio; a tok/s target on
+ * the GPU is 1.1 (TARGETS.md).
  */
-struct fig {
-	const char *metric;
-	double value;
-	const char *unit;
-	double baseline;
-	const char *baseline_name;
-	double limit;
-	const char *limit_name;
-	const char *target;
-	unsigned int samples;
-	const char *note;
-};
-
 static void emit(const struct fig *f)
 {
-	char val[32], base[32], ratio[32], note[512];
-	/* a constant is no baseline: the line names it a limit */
-	bool is_limit = f->limit_name;
-	double ref = is_limit ? f->limit : f->baseline;
-	const char *ref_key = is_limit ? "limit" : "baseline";
-	const char *ref_name = is_limit ? f->limit_name : f->baseline_name;
-	double r = NAN;
+	char bench[64];
+	struct fig g = *f;
 
-	if (isfinite(ref) && ref != 0)
-		r = f->value / ref;
-	fmt_num(val, sizeof(val), f->value);
-	fmt_num(base, sizeof(base), ref);
-	fmt_num(ratio, sizeof(ratio), r);
-	printf("{\"bench\": \"%s_%s\", \"metric\": \"%s\", "
-	       "\"value\": %s, \"unit\": \"%s\", \"%s\": %s, "
-	       "\"ratio\": %s",
-	       opt.arch->bench, opt.backend, f->metric, val, f->unit, ref_key,
-	       base, ratio);
-	if (ref_name) {
-		json_str(note, sizeof(note), ref_name);
-		printf(", \"%s_name\": \"%s\"", ref_key, note);
-	}
-	if (f->target) {
-		bool ge = !strcmp(f->target, ">=");
+	snprintf(bench, sizeof(bench), "%s_%s", opt.arch->bench, opt.backend);
+	g.bench = bench;
+	if (g.target) {
+		bool gpu_rate = g.unit && !strcmp(g.unit, "tok/s") &&
+				!strcmp(opt.backend, "cuda");
 
-		/* a tok/s target on the GPU is 1.1 (TARGETS.md) */
-		double want = ge && f->unit && !strcmp(f->unit, "tok/s") &&
-					      !strcmp(opt.backend, "cuda") ?
-				      1.1 :
-				      1;
-
-		printf(", \"target\": \"ratio %s %g\"", f->target, want);
-		if (isfinite(r))
-			printf(", \"met\": %s",
-			       (ge ? r >= want : r <= want) ? "true" : "false");
-		else
-			printf(", \"met\": null");
+		g.want = !strcmp(g.target, ">=") && gpu_rate ? 1.1 : 1;
 	}
-	if (f->samples)
-		printf(", \"samples\": %u", f->samples);
-	if (f->note) {
-		json_str(note, sizeof(note), f->note);
-		printf(", \"note\": \"%s\"", note);
-	}
-	printf("}\n");
-	fflush(stdout);
+	fig_emit(&g);
 }
 
 /* ------------------------------------------------------------------------ */

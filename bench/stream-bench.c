@@ -88,33 +88,29 @@ static struct {
 	.sessions = 8,
 };
 
-/* One line: @value against @base (named), @target on the ratio. */
+/* One line: @value against @base (named), @target on the ratio; its keys
+ * in an order of their own, the baseline's name before the ratio
+ * (lib/figure.h). */
 static void emit(const char *metric, double value, const char *unit,
 		 double base, const char *base_name, double target,
 		 const char *note)
 {
-	char v[32], b[32], r[32], nb[256], nn[512];
+	char bench[32];
 	double ratio = base > 0 ? value / base : NAN;
 
-	fmt_num(v, sizeof(v), value);
-	fmt_num(b, sizeof(b), base);
-	fmt_num(r, sizeof(r), ratio);
-	json_str(nb, sizeof(nb), base_name);
-	printf("{\"bench\": \"stream_%s\", \"metric\": \"%s\", "
-	       "\"value\": %s, \"unit\": \"%s\", \"baseline\": %s, "
-	       "\"baseline_name\": \"%s\", \"ratio\": %s",
-	       opt.backend, metric, v, unit, b, nb, r);
+	snprintf(bench, sizeof(bench), "stream_%s", opt.backend);
+	fig_begin(bench, metric);
+	fig_num("value", value);
+	fig_str("unit", unit);
+	fig_num("baseline", base);
+	fig_str("baseline_name", base_name);
+	fig_num("ratio", ratio);
 	if (target > 0)
-		printf(", \"target\": \"ratio >= %g\", \"met\": %s", target,
-		       isfinite(ratio) ? (ratio >= target ? "true" : "false") :
-					 "null");
-	printf(", \"samples\": %u", opt.rounds);
-	if (note) {
-		json_str(nn, sizeof(nn), note);
-		printf(", \"note\": \"%s\"", nn);
-	}
-	printf("}\n");
-	fflush(stdout);
+		fig_target("ratio", ">=", target, ratio);
+	fig_u64("samples", opt.rounds);
+	if (note)
+		fig_str("note", note);
+	fig_end();
 }
 
 /* ---------------------------------------------------------------------- */

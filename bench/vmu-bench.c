@@ -130,68 +130,42 @@ static const char *fmt_bytes(char *buf, size_t len, double x)
 /* ------------------------------------------------------------------------ */
 /* Output: one printing path for JSON lines and for --report text */
 
-/*
- * struct result - one figure
- * @metric:        what was measured
- * @value:         the figure
- * @unit:          its unit
- * @baseline:      the reference measured beside it; NAN when there is none
- * @baseline_name: what the reference is
- * @target:        the target from TARGETS.md, or NULL
- * @samples:       how many measurements the median is over (0: not a median)
- */
-struct result {
-	const char *metric;
-	double value;
-	const char *unit;
-	double baseline;
-	const char *baseline_name;
-	const char *target;
-	unsigned int samples;
-};
-
-static void emit(const char *bench, const struct result *r)
+/* --report: @f as a line of text. */
+static void report(const struct fig *f)
 {
 	char val[32], base[32], ratio[32];
-	bool has_base = isfinite(r->baseline);
+	bool has_base = isfinite(f->baseline);
 
-	fmt_num(val, sizeof(val), r->value);
-	fmt_num(base, sizeof(base), r->baseline);
-	if (has_base && r->baseline != 0)
-		fmt_num(ratio, sizeof(ratio), r->value / r->baseline);
-	else
-		snprintf(ratio, sizeof(ratio), "null");
+	fig_fmt_num(val, sizeof(val), f->value);
+	fig_fmt_num(base, sizeof(base), f->baseline);
+	snprintf(ratio, sizeof(ratio), "null");
+	/* Bytes read better in binary units, ratios in 3 digits. */
+	if (!strcmp(f->unit, "bytes")) {
+		fmt_bytes(val, sizeof(val), f->value);
+		fmt_bytes(base, sizeof(base), f->baseline);
+	}
+	if (has_base && f->baseline != 0)
+		snprintf(ratio, sizeof(ratio), "%.3g", f->value / f->baseline);
+	printf("  %-36s %14s %-8s", f->metric, val,
+	       strcmp(f->unit, "bytes") ? f->unit : "");
+	if (has_base)
+		printf(" %s %s, ratio %s", f->baseline_name, base, ratio);
+	if (f->target_text)
+		printf("  [target %s]", f->target_text);
+	putchar('\n');
+}
 
+/* @f as a JSON line (lib/figure.h) with the run's seed, or as text. Its
+ * target, from TARGETS.md, is said, not checked. */
+static void emit(const struct fig *f)
+{
 	if (opt.report) {
-		/* Bytes read better in binary units, ratios in 3 digits. */
-		if (!strcmp(r->unit, "bytes")) {
-			fmt_bytes(val, sizeof(val), r->value);
-			fmt_bytes(base, sizeof(base), r->baseline);
-		}
-		if (has_base && r->baseline != 0)
-			snprintf(ratio, sizeof(ratio), "%.3g",
-				 r->value / r->baseline);
-		printf("  %-36s %14s %-8s", r->metric, val,
-		       strcmp(r->unit, "bytes") ? r->unit : "");
-		if (has_base)
-			printf(" %s %s, ratio %s", r->baseline_name, base,
-			       ratio);
-		if (r->target)
-			printf("  [target %s]", r->target);
-		putchar('\n');
+		report(f);
 		return;
 	}
-	printf("{\"bench\": \"%s\", \"metric\": \"%s\", \"value\": %s, "
-	       "\"unit\": \"%s\", \"baseline\": %s, \"ratio\": %s",
-	       bench, r->metric, val, r->unit, base, ratio);
-	if (r->baseline_name)
-		printf(", \"baseline_name\": \"%s\"", r->baseline_name);
-	if (r->target)
-		printf(", \"target\": \"%s\"", r->target);
-	if (r->samples)
-		printf(", \"samples\": %u", r->samples);
-	printf(", \"seed\": %" PRIu64 "}\n", opt.seed);
-	fflush(stdout);
+	fig_put(f);
+	fig_u64("seed", opt.seed);
+	fig_end();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -682,17 +656,18 @@ static void ab_measure(struct ab_ctx *c, struct ab_run *runs, unsigned int n)
 static void ab_emit(const char *metric, double value, double base,
 		    const char *base_name, const char *target)
 {
-	struct result r = {
+	struct fig f = {
+		.bench = "vmu_alloc",
 		.metric = metric,
 		.value = value,
 		.unit = "ops/s",
 		.baseline = base,
 		.baseline_name = base_name,
-		.target = target,
+		.target_text = target,
 		.samples = AB_REPS,
 	};
 
-	emit("vmu_alloc", &r);
+	emit(&f);
 }
 
 /* Measure @vmu beside malloc and first fit and print both lines. */
@@ -1087,30 +1062,32 @@ static void tr_step(struct trace *tr)
 static void tr_emit(const char *metric, double value, double base,
 		    const char *target)
 {
-	struct result r = {
+	struct fig f = {
+		.bench = "vmu_trace",
 		.metric = metric,
 		.value = value,
 		.unit = "bytes",
 		.baseline = base,
 		.baseline_name = "firstfit",
-		.target = target,
+		.target_text = target,
 	};
 
-	emit("vmu_trace", &r);
+	emit(&f);
 }
 
 static void tr_emit_count(const char *metric, double value, const char *unit,
 			  const char *target)
 {
-	struct result r = {
+	struct fig f = {
+		.bench = "vmu_trace",
 		.metric = metric,
 		.value = value,
 		.unit = unit,
 		.baseline = NAN,
-		.target = target,
+		.target_text = target,
 	};
 
-	emit("vmu_trace", &r);
+	emit(&f);
 }
 
 static void tr_report_stats(const struct vmu_stats *s)
@@ -1278,17 +1255,18 @@ static double gbps(uint64_t bytes, uint64_t ns)
 static void sw_emit(const char *metric, double value, double base,
 		    const char *target, unsigned int samples)
 {
-	struct result r = {
+	struct fig f = {
+		.bench = "vmu_swap",
 		.metric = metric,
 		.value = value,
 		.unit = "GB/s",
 		.baseline = base,
 		.baseline_name = "memcpy",
-		.target = target,
+		.target_text = target,
 		.samples = samples,
 	};
 
-	emit("vmu_swap", &r);
+	emit(&f);
 }
 
 static void bench_swap(void)

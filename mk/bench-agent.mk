@@ -42,11 +42,16 @@ BENCH_CACHE      ?= $(BUILD)/bench-cache
 AGENT_PLOT_VENV   = $(BENCH_CACHE)/venv-plot
 
 # A libdjinn program, linked as the examples are; it parses djinnctl's
-# JSON with jansson itself.
-$(AGENT_BENCH): $(BUILD)/bench/agent-bench.o $(BUILD)/libdjinn.so
+# JSON with jansson itself, and writes its own with lib/figure.c
+# (libcommon.a). Its main in bench/agent-bench.c, the rest in
+# bench/agent/ (bench/agent/agent.h).
+AGENT_BENCH_SRCS := bench/agent-bench.c $(wildcard bench/agent/*.c)
+AGENT_BENCH_OBJS := $(AGENT_BENCH_SRCS:%.c=$(BUILD)/%.o)
+SRCS += $(wildcard bench/agent/*.c)
+$(AGENT_BENCH): $(AGENT_BENCH_OBJS) $(BUILD)/libdjinn.so $(COMMON_LIB)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< -L$(BUILD) -ldjinn -ljansson \
-		-Wl,-rpath,'$$ORIGIN/..' -lm
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(AGENT_BENCH_OBJS) -L$(BUILD) -ldjinn \
+		-ljansson -Wl,-rpath,'$$ORIGIN/..' $(COMMON_LIB) -lm
 all: $(AGENT_BENCH)
 
 # matplotlib from PyPI; a failed install leaves no venv behind.

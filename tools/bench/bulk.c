@@ -157,16 +157,16 @@ void bench_bulk(void)
 		for (int d = 0; d < 2; d++) {
 			snprintf(m, sizeof(m), "%s_%s_gbps",
 				 d ? "download" : "upload", xp->name);
-			emit("djinn_bulk",
-			     &(struct fig){
-				     .metric = m,
-				     .value = median(d ? down : up, BULK_REPS),
-				     .unit = "GB/s",
-				     .baseline = raw,
-				     .baseline_name = "raw_blast",
-				     .kind = T_GE,
-				     .thr = 0.9,
-				     .samples = BULK_REPS });
+			fig_emit(&(struct fig){
+				.bench = "djinn_bulk",
+				.metric = m,
+				.value = median(d ? down : up, BULK_REPS),
+				.unit = "GB/s",
+				.baseline = raw,
+				.baseline_name = "raw_blast",
+				.target = ">=",
+				.want = 0.9,
+				.samples = BULK_REPS });
 		}
 	}
 	free(src);

@@ -183,45 +183,6 @@ void on_signal(int sig)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Output */
-
-void emit(const char *bench, const struct fig *f)
-{
-	char val[32], base[32], ratio[32];
-	double r = NAN;
-
-	if (isfinite(f->baseline) && f->baseline != 0)
-		r = f->value / f->baseline;
-	fmt_num(val, sizeof(val), f->value);
-	fmt_num(base, sizeof(base), f->baseline);
-	fmt_num(ratio, sizeof(ratio), r);
-	printf("{\"bench\": \"%s\", \"metric\": \"%s\", \"value\": %s, "
-	       "\"unit\": \"%s\", \"baseline\": %s, \"ratio\": %s",
-	       bench, f->metric, val, f->unit, base, ratio);
-	if (f->baseline_name)
-		printf(", \"baseline_name\": \"%s\"", f->baseline_name);
-	if (f->kind != T_NONE) {
-		printf(", \"target\": \"ratio %s %g\"",
-		       f->kind == T_GE ? ">=" : "<=", f->thr);
-		if (isfinite(r))
-			printf(", \"met\": %s",
-			       (f->kind == T_GE ? r >= f->thr : r <= f->thr) ?
-				       "true" :
-				       "false");
-		else
-			printf(", \"met\": null");
-	}
-	if (f->samples)
-		printf(", \"samples\": %" PRIu64, f->samples);
-	if (f->note)
-		printf(", \"note\": \"%s\"", f->note);
-	if (f->transport)
-		printf(", \"transport\": \"%s\"", f->transport);
-	printf("}\n");
-	fflush(stdout);
-}
-
-/* ------------------------------------------------------------------------ */
 /* Latency histograms: log-linear, 128 steps per power of two (< 0.8%) */
 
 unsigned int hist_index(uint64_t v)

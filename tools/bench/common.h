@@ -2,7 +2,7 @@
 /*
  * What djinn-bench's benchmarks share (tools/bench/common.c): the options,
  * the transports, the daemon and the other children, the run's deadline,
- * the JSON lines, latency histograms and raw sockets. Each benchmark is a
+ * latency histograms and raw sockets; their JSON lines are lib/figure.h's. Each benchmark is a
  * file of its own beside this one, run from tools/djinn-bench.c.
  */
 #ifndef DJINN_TOOLS_BENCH_COMMON_H
@@ -74,39 +74,6 @@ void *xmalloc(size_t size);
 void *xcalloc(size_t n, size_t size);
 void *xmalloc_huge(size_t size);
 void on_signal(int sig);
-
-/* ------------------------------------------------------------------------ */
-/* Output */
-
-enum target_kind { T_NONE, T_GE, T_LE };
-
-/*
- * struct fig - one figure
- * @metric:        what was measured
- * @value:         the figure
- * @unit:          its unit
- * @baseline:      the reference measured beside it; NAN for none (null)
- * @baseline_name: what the reference is
- * @kind, @thr:    the target from TARGETS.md on the ratio, if any
- * @samples:       how many measurements it is over (0: leave out)
- * @note:          why there is no baseline, or NULL
- * @transport:     the transport it measured, where the line must say
- *                 ("tls, kernel" or "tls, user"), or NULL
- */
-struct fig {
-	const char *metric;
-	double value;
-	const char *unit;
-	double baseline;
-	const char *baseline_name;
-	enum target_kind kind;
-	double thr;
-	uint64_t samples;
-	const char *note;
-	const char *transport;
-};
-
-void emit(const char *bench, const struct fig *f);
 
 /* ------------------------------------------------------------------------ */
 /* Latency histograms: log-linear, 128 steps per power of two (< 0.8%) */

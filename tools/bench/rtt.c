@@ -487,24 +487,26 @@ static void rtt_loop(const struct xport *xp, unsigned int conns,
 	     loop_name[kind], xp->name, conns, res->rate, res->p50, res->p99);
 }
 
-/* One figure of the rtt benchmark: @what of @xp at @conns connections. */
+/* One figure of the rtt benchmark: @what of @xp at @conns connections;
+ * @target (">=", "<=" or NULL) on the ratio against @want. */
 static void emit_rtt(const struct xport *xp, unsigned int conns,
 		     const char *what, double value, const char *unit,
-		     double base, const char *base_name, enum target_kind kind,
-		     double thr, uint64_t samples, const char *note)
+		     double base, const char *base_name, const char *target,
+		     double want, uint64_t samples, const char *note)
 {
 	char m[64];
 
 	snprintf(m, sizeof(m), "%s_c%u_%s", xp->name, conns, what);
-	emit("djinn_rtt", &(struct fig){ .metric = m,
-					 .value = value,
-					 .unit = unit,
-					 .baseline = base,
-					 .baseline_name = base_name,
-					 .kind = kind,
-					 .thr = thr,
-					 .samples = samples,
-					 .note = note });
+	fig_emit(&(struct fig){ .bench = "djinn_rtt",
+				.metric = m,
+				.value = value,
+				.unit = unit,
+				.baseline = base,
+				.baseline_name = base_name,
+				.target = target,
+				.want = want,
+				.samples = samples,
+				.note = note });
 }
 
 /* RTT_ROUNDS rounds of raw, djinn, frames and redis (when @r), in turn;
@@ -574,18 +576,18 @@ void bench_rtt(void)
 			if (have_redis && !isfinite(redis))
 				note = "redis-benchmark failed";
 			emit_rtt(xp, c, "rps", dj.rate, "req/s", raw.rate,
-				 raw_name, T_NONE, 0, dj.n, NULL);
+				 raw_name, NULL, 0, dj.n, NULL);
 			emit_rtt(xp, c, "p50_us", dj.p50, "us", raw.p50,
-				 raw_name, T_NONE, 0, dj.n, NULL);
+				 raw_name, NULL, 0, dj.n, NULL);
 			emit_rtt(xp, c, "p99_us", dj.p99, "us", raw.p99,
-				 raw_name, T_LE, 1.5, dj.n, NULL);
+				 raw_name, "<=", 1.5, dj.n, NULL);
 			emit_rtt(xp, c, "rps_vs_redis", dj.rate, "req/s", redis,
-				 redis_name, T_GE, 1, dj.n, note);
+				 redis_name, ">=", 1, dj.n, note);
 			emit_rtt(xp, c, "frames_rps", fr.rate, "req/s",
-				 raw.rate, raw_name, T_NONE, 0, fr.n,
+				 raw.rate, raw_name, NULL, 0, fr.n,
 				 frames_note);
 			emit_rtt(xp, c, "frames_p99_us", fr.p99, "us", raw.p99,
-				 raw_name, T_NONE, 0, fr.n, frames_note);
+				 raw_name, NULL, 0, fr.n, frames_note);
 		}
 	}
 	if (redis_pid > 0)

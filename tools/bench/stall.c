@@ -97,20 +97,20 @@ void bench_stall(void)
 	     "upload p99 %.1f us worst %.1f us (%" PRIu64 " pings)",
 	     xp->name, ip99, (double)idle_worst / 1000, bp99,
 	     (double)busy_worst / 1000, busy_n);
-	emit("djinn_stall",
-	     &(struct fig){ .metric = "ping_p99_during_upload_us",
-			    .value = bp99,
-			    .unit = "us",
-			    .baseline = ip99,
-			    .baseline_name = "ping_p99_idle",
-			    .samples = busy_n });
-	emit("djinn_stall",
-	     &(struct fig){ .metric = "ping_worst_during_upload_us",
-			    .value = (double)busy_worst / 1000,
-			    .unit = "us",
-			    .baseline = (double)idle_worst / 1000,
-			    .baseline_name = "ping_worst_idle",
-			    .samples = busy_n });
+	fig_emit(&(struct fig){ .bench = "djinn_stall",
+				.metric = "ping_p99_during_upload_us",
+				.value = bp99,
+				.unit = "us",
+				.baseline = ip99,
+				.baseline_name = "ping_p99_idle",
+				.samples = busy_n });
+	fig_emit(&(struct fig){ .bench = "djinn_stall",
+				.metric = "ping_worst_during_upload_us",
+				.value = (double)busy_worst / 1000,
+				.unit = "us",
+				.baseline = (double)idle_worst / 1000,
+				.baseline_name = "ping_worst_idle",
+				.samples = busy_n });
 	free(idle);
 	free(busy);
 	free(src);

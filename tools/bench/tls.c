@@ -575,21 +575,27 @@ static void djinn_bulk(struct target *t, const void *src, void *dst, size_t len,
 /* ------------------------------------------------------------------------ */
 /* tls */
 
+/* One figure of the tls benchmark, of @transport ("tls, kernel", "tls,
+ * user" or NULL); @target (">=", "<=" or NULL) on the ratio against
+ * @want. */
 static void emit_tls(const char *transport, const char *metric, double value,
 		     const char *unit, double base, const char *base_name,
-		     enum target_kind kind, double thr, uint64_t samples,
+		     const char *target, double want, uint64_t samples,
 		     const char *note)
 {
-	emit(bench_name, &(struct fig){ .metric = metric,
-					.value = value,
-					.unit = unit,
-					.baseline = base,
-					.baseline_name = base_name,
-					.kind = kind,
-					.thr = thr,
-					.samples = samples,
-					.note = note,
-					.transport = transport });
+	fig_put(&(struct fig){ .bench = bench_name,
+			       .metric = metric,
+			       .value = value,
+			       .unit = unit,
+			       .baseline = base,
+			       .baseline_name = base_name,
+			       .target = target,
+			       .want = want,
+			       .samples = samples,
+			       .note = note });
+	if (transport)
+		fig_str("transport", transport);
+	fig_end();
 }
 
 static const char ref_note[] =
@@ -613,15 +619,15 @@ static void tls_connects(const struct pki *p, struct target *tcp,
 	loop_rounds(connect_loop, ts, ARRAY_SIZE(ts), c);
 	hs_stop(&h);
 	emit_tls(xp, "connects_per_s", c[1].rate, "connects/s", c[0].rate,
-		 "tcp_djinn_connect", T_NONE, 0, c[1].n, NULL);
+		 "tcp_djinn_connect", NULL, 0, c[1].n, NULL);
 	emit_tls(xp, "connect_p50_us", c[1].p50, "us", c[0].p50,
-		 "tcp_djinn_connect", T_NONE, 0, c[1].n, NULL);
+		 "tcp_djinn_connect", NULL, 0, c[1].n, NULL);
 	emit_tls(xp, "connect_p99_us", c[1].p99, "us", c[0].p99,
-		 "tcp_djinn_connect", T_NONE, 0, c[1].n, NULL);
+		 "tcp_djinn_connect", NULL, 0, c[1].n, NULL);
 	emit_tls(xp, "connects_vs_openssl_per_s", c[1].rate, "connects/s",
-		 c[2].rate, "openssl_handshake", T_NONE, 0, c[1].n, hs_note);
+		 c[2].rate, "openssl_handshake", NULL, 0, c[1].n, hs_note);
 	emit_tls(xp, "connect_vs_openssl_p50_us", c[1].p50, "us", c[2].p50,
-		 "openssl_handshake", T_NONE, 0, c[1].n, hs_note);
+		 "openssl_handshake", NULL, 0, c[1].n, hs_note);
 }
 
 /* Round trips on one connection: TCP and TLS in turn. */
@@ -632,11 +638,11 @@ static void tls_pings(struct target *tcp, struct target *tls, const char *xp)
 
 	loop_rounds(ping_loop, ts, ARRAY_SIZE(ts), r);
 	emit_tls(xp, "c1_rps", r[1].rate, "req/s", r[0].rate, "tcp_c1_ping",
-		 T_NONE, 0, r[1].n, NULL);
-	emit_tls(xp, "c1_p50_us", r[1].p50, "us", r[0].p50, "tcp_c1_ping",
-		 T_NONE, 0, r[1].n, NULL);
-	emit_tls(xp, "c1_p99_us", r[1].p99, "us", r[0].p99, "tcp_c1_ping",
-		 T_NONE, 0, r[1].n, NULL);
+		 NULL, 0, r[1].n, NULL);
+	emit_tls(xp, "c1_p50_us", r[1].p50, "us", r[0].p50, "tcp_c1_ping", NULL,
+		 0, r[1].n, NULL);
+	emit_tls(xp, "c1_p99_us", r[1].p99, "us", r[0].p99, "tcp_c1_ping", NULL,
+		 0, r[1].n, NULL);
 }
 
 /*
@@ -692,12 +698,12 @@ static void tls_flood(struct target *tcp, struct target *tls, const char *xp)
 		n += f[i].n;
 	}
 	emit_tls(xp, "flood_c1_p50_us", busy.p50, "us", idle.p50,
-		 "tcp_c1_ping_idle", T_NONE, 0, busy.n, note);
+		 "tcp_c1_ping_idle", NULL, 0, busy.n, note);
 	emit_tls(xp, "flood_c1_p99_us", busy.p99, "us", idle.p99,
-		 "tcp_c1_ping_idle", T_NONE, 0, busy.n, note);
+		 "tcp_c1_ping_idle", NULL, 0, busy.n, note);
 	emit_tls(xp, "flood_handshakes_per_s",
 		 (double)n / ((double)(mono_ns() - t0) / 1e9), "connects/s", 0,
-		 NULL, T_NONE, 0, n, note);
+		 NULL, NULL, 0, n, note);
 }
 
 /* Bulk: the raw and OpenSSL references, then djinnd over TCP and TLS. */
@@ -719,15 +725,15 @@ static void tls_bulk(const struct pki *p, struct target *tcp,
 	djinn_bulk(tls, src, dst, len, &up_tls, &down_tls);
 	free(src);
 	free(dst);
-	emit_tls(xp, "upload_gbps", up_tls, "GB/s", up_tcp, "tcp_upload", T_GE,
-		 0.8, BULK_REPS, note);
+	emit_tls(xp, "upload_gbps", up_tls, "GB/s", up_tcp, "tcp_upload",
+		 ">=", 0.8, BULK_REPS, note);
 	emit_tls(xp, "download_gbps", down_tls, "GB/s", down_tcp,
-		 "tcp_download", T_GE, 0.8, BULK_REPS, note);
+		 "tcp_download", ">=", 0.8, BULK_REPS, note);
 	emit_tls(xp, "upload_vs_openssl_gbps", up_tls, "GB/s", ref,
-		 "openssl_blast", T_NONE, 0, BULK_REPS, ref_note);
+		 "openssl_blast", NULL, 0, BULK_REPS, ref_note);
 	emit_tls(xp, "download_vs_openssl_gbps", down_tls, "GB/s", ref,
-		 "openssl_blast", T_NONE, 0, BULK_REPS, ref_note);
-	emit_tls(xp, "openssl_gbps", ref, "GB/s", raw, "raw_blast", T_NONE, 0,
+		 "openssl_blast", NULL, 0, BULK_REPS, ref_note);
+	emit_tls(xp, "openssl_gbps", ref, "GB/s", raw, "raw_blast", NULL, 0,
 		 BULK_REPS, ref_note);
 }
 
