@@ -68,8 +68,8 @@ LIBDJINN         := $(LIBDJINN_SO) $(BUILD)/$(LIBDJINN_SONAME) \
 		    $(BUILD)/libdjinn.so $(LIBDJINN_A) $(LIBDJINN_PC)
 PREFIX           ?= /usr/local
 
-LIBS_VMU     := $(VMU_LIB) -lcrypto
-LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(COMMON_LIB) $(BLAS_LIBS) -lm
+LIBS_VMU     := $(VMU_LIB) $(COMMON_LIB) -lcrypto
+LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(BLAS_LIBS) -lm
 LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring -ljansson -lssl -lcrypto
 LIBS_LIBDJINN := $(LIBDJINN_A) -lssl -lcrypto -ljansson
 DJINND      := $(BUILD)/djinnd/djinnd
@@ -249,7 +249,7 @@ $(INTEG_BINS): %: %.o $(BUILD)/tests/integration/daemon.o \
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka -lcrypto -lm
 
-$(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB)
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB) $(COMMON_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_VMU) -lm
 
