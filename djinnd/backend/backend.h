@@ -66,6 +66,42 @@ static inline int dj_node_check(const struct djinn_node *node,
 	return 0;
 }
 
+/*
+ * The graph ops every backend's run_node() runs, each with the name of its
+ * kernel: one list, so that no backend can miss an op. A backend defines
+ * those kernels (static, in its own terms) and makes its table of them
+ * with BACKEND_OPS(BACKEND_OP_ENTRY): a kernel it lacks does not build.
+ * The count below does not build when proto.h gains an op this list
+ * lacks. DJINN_GOP_KERNEL is not here: exec.c runs it with run_kernel().
+ */
+#define BACKEND_OPS(X)             \
+	X(MATMUL, op_matmul)       \
+	X(ADD, op_binary)          \
+	X(SUB, op_binary)          \
+	X(MUL, op_binary)          \
+	X(DIV, op_binary)          \
+	X(SCALE, op_unary)         \
+	X(GELU, op_unary)          \
+	X(RELU, op_unary)          \
+	X(SILU, op_unary)          \
+	X(SOFTMAX, op_softmax)     \
+	X(LAYERNORM, op_norm)      \
+	X(RMSNORM, op_norm)        \
+	X(EMBEDDING, op_embedding) \
+	X(RESHAPE, op_reshape)     \
+	X(PERMUTE, op_permute)     \
+	X(SLICE, op_slice)         \
+	X(CONCAT, op_concat)       \
+	X(ATTENTION, op_attention) \
+	X(ARGMAX, op_argmax)
+
+/* An entry of a backend's table, indexed by op */
+#define BACKEND_OP_ENTRY(op, kernel) [DJINN_GOP_##op] = kernel,
+
+#define BACKEND_OP_COUNT(op, kernel) +1
+_Static_assert(0 BACKEND_OPS(BACKEND_OP_COUNT) == DJINN_GOP_KERNEL - 1,
+	       "BACKEND_OPS lists every op but DJINN_GOP_KERNEL");
+
 struct backend;
 
 /* The refusal where backend_ops has no client kernels; %s: its name. */

@@ -741,28 +741,9 @@ static int op_concat(struct nctx *c, const struct djinn_node *node,
 typedef int (*op_fn)(struct nctx *c, const struct djinn_node *node,
 		     const struct dj_tensor *in, const struct dj_tensor *out);
 
-/* The kernel of each op; lib/graph.c says how many inputs it takes. */
-static const op_fn cuda_ops_table[] = {
-	[DJINN_GOP_MATMUL] = op_matmul,
-	[DJINN_GOP_ADD] = op_binary,
-	[DJINN_GOP_SUB] = op_binary,
-	[DJINN_GOP_MUL] = op_binary,
-	[DJINN_GOP_DIV] = op_binary,
-	[DJINN_GOP_SCALE] = op_unary,
-	[DJINN_GOP_GELU] = op_unary,
-	[DJINN_GOP_RELU] = op_unary,
-	[DJINN_GOP_SILU] = op_unary,
-	[DJINN_GOP_SOFTMAX] = op_softmax,
-	[DJINN_GOP_LAYERNORM] = op_norm,
-	[DJINN_GOP_RMSNORM] = op_norm,
-	[DJINN_GOP_EMBEDDING] = op_embedding,
-	[DJINN_GOP_RESHAPE] = op_reshape,
-	[DJINN_GOP_PERMUTE] = op_permute,
-	[DJINN_GOP_SLICE] = op_slice,
-	[DJINN_GOP_CONCAT] = op_concat,
-	[DJINN_GOP_ATTENTION] = op_attention,
-	[DJINN_GOP_ARGMAX] = op_argmax,
-};
+/* The kernel of each op (backend.h); lib/graph.c says how many inputs
+ * it takes. */
+static const op_fn cuda_ops_table[] = { BACKEND_OPS(BACKEND_OP_ENTRY) };
 
 int cuda_run_node(struct backend *b, const struct djinn_node *node,
 		  const struct dj_tensor *in, const struct dj_tensor *out,
