@@ -66,8 +66,6 @@ enum model_arch {
 	MODEL_MISTRAL = 5,
 };
 
-const char *model_arch_name(enum model_arch a);
-
 enum model_rope_type {
 	ROPE_DEFAULT,
 	ROPE_LINEAR,
@@ -75,8 +73,6 @@ enum model_rope_type {
 	ROPE_LLAMA3,
 	ROPE_YARN,
 };
-
-const char *model_rope_name(enum model_rope_type t);
 
 /*
  * struct model_rope - rotary position embeddings (the llama family)

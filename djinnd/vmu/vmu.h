@@ -314,7 +314,6 @@ int vmu_text_area_alloc(struct vmu *v, uint64_t size,
 			struct vmu_text_area **out, char *msg, size_t msglen);
 void vmu_text_area_free(struct vmu *v, struct vmu_text_area *a);
 uint64_t vmu_text_area_addr(const struct vmu_text_area *a);
-uint64_t vmu_text_area_size(const struct vmu_text_area *a);
 
 /* ---------------------------------------------------------------------- */
 /* Data segment
