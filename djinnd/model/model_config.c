@@ -1065,8 +1065,3 @@ int model_layout_emit_range(const struct model_layout *L, uint64_t from,
 		ret = fn(arg, zero, to - at);
 	return ret;
 }
-
-int model_layout_emit(const struct model_layout *L, model_emit_fn fn, void *arg)
-{
-	return model_layout_emit_range(L, 0, L->bytes, fn, arg);
-}
