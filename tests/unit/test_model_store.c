@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "model/store.h"
+#include "model/store_test.h"
 #include "testutil.h"
 
 static char dir[64];
