@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "vmu/vmu_private.h"
+#include "vmu/vmu_test.h"
 
 /* ---------------------------------------------------------------------- */
 /* Small helpers */

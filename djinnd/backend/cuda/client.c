@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * Client kernels, event stamps, asynchronous copies: cuda_backend.h.
+ * Client kernels (cuda_backend.h); event stamps and asynchronous copies,
+ * which only tests use (cuda_test.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_internal.h"
+#include "cuda_test.h"
 #include "graph.h"
 
 /*

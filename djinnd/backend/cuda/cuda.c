@@ -31,6 +31,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_internal.h"
+#include "cuda_test.h"
 #include "graph.h"
 
 /* Memory left to the context, cuBLAS and the kernels' scratch: the larger
