@@ -550,7 +550,7 @@ typedef int (*op_fn)(struct cpu_backend *cb, const struct djinn_node *node,
 
 /* The kernel of each op (backend.h); lib/graph.c says how many inputs
  * it takes. */
-static const op_fn cpu_ops_table[] = { BACKEND_OPS(BACKEND_OP_ENTRY) };
+static BACKEND_OP_TABLE(op_fn, cpu_ops_table);
 
 /* ---------------------------------------------------------------------- */
 /* The backend */
@@ -561,9 +561,6 @@ static int cpu_run_node(struct backend *b, const struct djinn_node *node,
 {
 	int ret;
 
-	if (node->op >= ARRAY_SIZE(cpu_ops_table) || !cpu_ops_table[node->op])
-		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
-			      node->op);
 	ret = dj_node_check(node, in, out, msg, msglen);
 	if (ret)
 		return ret;

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "array_size.h"
 #include "backend/cpu/cpu.h"
 #include "cuda_internal.h"
 #include "graph.h"
@@ -743,7 +742,7 @@ typedef int (*op_fn)(struct nctx *c, const struct djinn_node *node,
 
 /* The kernel of each op (backend.h); lib/graph.c says how many inputs
  * it takes. */
-static const op_fn cuda_ops_table[] = { BACKEND_OPS(BACKEND_OP_ENTRY) };
+static BACKEND_OP_TABLE(op_fn, cuda_ops_table);
 
 int cuda_run_node(struct backend *b, const struct djinn_node *node,
 		  const struct dj_tensor *in, const struct dj_tensor *out,
@@ -754,9 +753,6 @@ int cuda_run_node(struct backend *b, const struct djinn_node *node,
 			  .msglen = msglen };
 	int ret;
 
-	if (node->op >= ARRAY_SIZE(cuda_ops_table) || !cuda_ops_table[node->op])
-		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
-			      node->op);
 	ret = dj_node_check(node, in, out, msg, msglen);
 	if (ret)
 		return ret;
