@@ -359,19 +359,23 @@ int session_tensor_get(struct session *s, uint64_t handle, struct tensor *t)
 	return sl ? 0 : -ENOENT;
 }
 
-/* Put a slot whose handle is gone and that nobody holds back on the free
- * list; returns its tensor to free. Lock held. */
-static struct tensor slot_put(struct session *s, struct tensor_slot *sl)
+/* Drop the lock; if @sl's handle is gone and nobody holds it, put the
+ * slot back on the free list and free its tensor. */
+static void slot_unlock(struct session *s, struct tensor_slot *sl)
 {
-	slots_put(&s->tensors, sl);
-	return sl->t;
+	struct tensor t = sl->t;
+	bool free_now = !sl->holders && !sl->slot.live;
+
+	if (free_now)
+		slots_put(&s->tensors, sl);
+	pthread_mutex_unlock(&s->lock);
+	if (free_now)
+		tensor_free(s, &t);
 }
 
 int session_tensor_release(struct session *s, uint64_t handle)
 {
 	struct tensor_slot *sl;
-	struct tensor t;
-	bool free_now;
 
 	pthread_mutex_lock(&s->lock);
 	sl = slots_lookup(&s->tensors, handle);
@@ -381,12 +385,7 @@ int session_tensor_release(struct session *s, uint64_t handle)
 	}
 	slots_retire(&s->tensors, sl);
 	s->nr_tensors--;
-	free_now = !sl->holders;
-	if (free_now)
-		t = slot_put(s, sl);
-	pthread_mutex_unlock(&s->lock);
-	if (free_now)
-		tensor_free(s, &t);
+	slot_unlock(s, sl);
 	return 0;
 }
 
@@ -409,17 +408,11 @@ int session_tensor_hold(struct session *s, uint64_t handle, struct tensor *t,
 void session_tensor_unhold(struct session *s, uint32_t slot)
 {
 	struct tensor_slot *sl;
-	struct tensor t;
-	bool free_now;
 
 	pthread_mutex_lock(&s->lock);
 	sl = slots_at(&s->tensors, slot);
-	free_now = !--sl->holders && !sl->slot.live;
-	if (free_now)
-		t = slot_put(s, sl);
-	pthread_mutex_unlock(&s->lock);
-	if (free_now)
-		tensor_free(s, &t);
+	sl->holders--;
+	slot_unlock(s, sl);
 }
 
 /* ---------------------------------------------------------------------- */
