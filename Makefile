@@ -69,8 +69,8 @@ LIBDJINN         := $(LIBDJINN_SO) $(BUILD)/$(LIBDJINN_SONAME) \
 		    $(BUILD)/libdjinn.so $(LIBDJINN_A) $(LIBDJINN_PC)
 PREFIX           ?= /usr/local
 
-LIBS_VMU     := $(VMU_LIB) -lcrypto
-LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(COMMON_LIB) $(BLAS_LIBS) -lm
+LIBS_VMU     := $(VMU_LIB) $(COMMON_LIB) -lcrypto
+LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(BLAS_LIBS) -lm
 LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring -ljansson -lssl -lcrypto
 LIBS_LIBDJINN := $(LIBDJINN_A) -lssl -lcrypto -ljansson
 DJINND      := $(BUILD)/djinnd/djinnd
@@ -81,6 +81,7 @@ UNIT_TESTS := $(patsubst tests/unit/test_%.c,%,$(wildcard tests/unit/test_*.c))
 UNIT_BINS  := $(UNIT_TESTS:%=$(BUILD)/tests/unit/test_%)
 test_host_provider_LIBS := $(LIBS_VMU)
 test_graph_LIBS         := $(COMMON_LIB)
+test_slots_LIBS         := $(COMMON_LIB)
 test_cpu_backend_LIBS   := $(LIBS_BACKEND)
 test_exec_LIBS          := $(LIBS_DJINND)
 test_sched_LIBS         := $(LIBS_DJINND)
@@ -254,7 +255,7 @@ $(INTEG_BINS): %: %.o $(BUILD)/tests/integration/daemon.o \
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka -lcrypto -lm
 
-$(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB)
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB) $(COMMON_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_VMU) -lm
 

@@ -46,13 +46,18 @@ static inline bool dj_tensor_bad(const struct dj_tensor *t)
 	return !es || t->desc.ndim > DJINN_MAX_DIMS || t->addr % es;
 }
 
-/* What every run_node() checks before its kernel: that the op takes as
- * many inputs (lib/graph.c's table) and that the tensors are usable. */
+/* What every run_node() checks before its kernel: that the op is one of
+ * BACKEND_OPS (below), so that its table has a kernel for it, that it
+ * takes as many inputs (lib/graph.c's table) and that the tensors are
+ * usable. */
 static inline int dj_node_check(const struct djinn_node *node,
 				const struct dj_tensor *in,
 				const struct dj_tensor *out, char *msg,
 				size_t msglen)
 {
+	if (!node->op || node->op >= DJINN_GOP_KERNEL)
+		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
+			      node->op);
 	if (!djinn_op_takes(node->op, node->nr_inputs))
 		return errmsg(msg, msglen, -EINVAL, "%u inputs",
 			      node->nr_inputs);
@@ -65,6 +70,47 @@ static inline int dj_node_check(const struct djinn_node *node,
 			      "result: bad desc or address");
 	return 0;
 }
+
+/*
+ * The graph ops every backend's run_node() runs, each with the name of its
+ * kernel: one list, so that no backend can miss an op. A backend defines
+ * those kernels (static, in its own terms) and makes its table of them
+ * with BACKEND_OP_TABLE(): a kernel it lacks does not build. The count
+ * below does not build when proto.h gains an op this list lacks; with it,
+ * the table's size and no entry twice (-Woverride-init), every op from 1
+ * to DJINN_GOP_KERNEL - 1 has its kernel, as dj_node_check() lets
+ * through. DJINN_GOP_KERNEL is not here: exec.c runs it with
+ * run_kernel().
+ */
+#define BACKEND_OPS(X)             \
+	X(MATMUL, op_matmul)       \
+	X(ADD, op_binary)          \
+	X(SUB, op_binary)          \
+	X(MUL, op_binary)          \
+	X(DIV, op_binary)          \
+	X(SCALE, op_unary)         \
+	X(GELU, op_unary)          \
+	X(RELU, op_unary)          \
+	X(SILU, op_unary)          \
+	X(SOFTMAX, op_softmax)     \
+	X(LAYERNORM, op_norm)      \
+	X(RMSNORM, op_norm)        \
+	X(EMBEDDING, op_embedding) \
+	X(RESHAPE, op_reshape)     \
+	X(PERMUTE, op_permute)     \
+	X(SLICE, op_slice)         \
+	X(CONCAT, op_concat)       \
+	X(ATTENTION, op_attention) \
+	X(ARGMAX, op_argmax)
+
+/* A backend's table @name of its kernels (of type @fn_type), by op */
+#define BACKEND_OP_ENTRY(op, kernel) [DJINN_GOP_##op] = kernel,
+#define BACKEND_OP_TABLE(fn_type, name) \
+	const fn_type name[DJINN_GOP_KERNEL] = { BACKEND_OPS(BACKEND_OP_ENTRY) }
+
+#define BACKEND_OP_COUNT(op, kernel) +1
+_Static_assert(0 BACKEND_OPS(BACKEND_OP_COUNT) == DJINN_GOP_KERNEL - 1,
+	       "BACKEND_OPS lists every op but DJINN_GOP_KERNEL");
 
 struct backend;
 

@@ -15,6 +15,7 @@
 #include "half.h"
 #include "list.h"
 #include "model/runtime.h"
+#include "model/runtime_test.h"
 
 /*
  * struct model_pause - a step stopped after layer @layer

@@ -670,14 +670,6 @@ static_assert((int)MODEL_GPT2 == DJINN_ARCH_GPT2 &&
 		      (int)MODEL_MISTRAL == DJINN_ARCH_MISTRAL,
 	      "enum model_arch is enum djinn_arch");
 
-const char *model_arch_name(enum model_arch a)
-{
-	for (size_t i = 0; i < ARRAY_SIZE(arch_names); i++)
-		if (arch_names[i].arch == a)
-			return arch_names[i].type;
-	return "unknown";
-}
-
 int model_config_parse_json(const char *text, size_t len, const char *path,
 			    struct model_config *c, char *msg, size_t msglen)
 {
@@ -1072,9 +1064,4 @@ int model_layout_emit_range(const struct model_layout *L, uint64_t from,
 	if (!ret && to > at)
 		ret = fn(arg, zero, to - at);
 	return ret;
-}
-
-int model_layout_emit(const struct model_layout *L, model_emit_fn fn, void *arg)
-{
-	return model_layout_emit_range(L, 0, L->bytes, fn, arg);
 }

@@ -66,8 +66,6 @@ enum model_arch {
 	MODEL_MISTRAL = 5,
 };
 
-const char *model_arch_name(enum model_arch a);
-
 enum model_rope_type {
 	ROPE_DEFAULT,
 	ROPE_LINEAR,
@@ -75,8 +73,6 @@ enum model_rope_type {
 	ROPE_LLAMA3,
 	ROPE_YARN,
 };
-
-const char *model_rope_name(enum model_rope_type t);
 
 /*
  * struct model_rope - rotary position embeddings (the llama family)
@@ -275,13 +271,10 @@ uint64_t model_layer_start(const struct model_layout *L, uint32_t n_layer,
  * streamed model holds. */
 uint64_t model_layer_max(const struct model_layout *L, uint32_t n_layer);
 
-/* Write the blob into @dst (@L->bytes; padding zeroed). For tests and
- * hashing; the store streams it instead (model_layout_emit()). */
+/* Hand the blob's bytes [@from, @to) to @fn in order, padding as zeros
+ * (all of it: 0, @L->bytes), where each of @from and @to is 0, the blob's
+ * size or a weight's offset (model_layer_start()): -EINVAL otherwise. */
 typedef int (*model_emit_fn)(void *arg, const void *buf, uint64_t len);
-int model_layout_emit(const struct model_layout *L, model_emit_fn fn,
-		      void *arg);
-/* The blob's bytes [@from, @to) only, where each is 0, the blob's size or
- * a weight's offset (model_layer_start()): -EINVAL otherwise. */
 int model_layout_emit_range(const struct model_layout *L, uint64_t from,
 			    uint64_t to, model_emit_fn fn, void *arg);
 

@@ -11,19 +11,7 @@
  */
 #include <math.h>
 
-#include "array_size.h"
 #include "model/model_config.h"
-
-const char *model_rope_name(enum model_rope_type t)
-{
-	static const char *const names[] = {
-		[ROPE_DEFAULT] = "default", [ROPE_LINEAR] = "linear",
-		[ROPE_DYNAMIC] = "dynamic", [ROPE_LLAMA3] = "llama3",
-		[ROPE_YARN] = "yarn",
-	};
-
-	return (unsigned int)t < ARRAY_SIZE(names) ? names[t] : "unknown";
-}
 
 /* inv[i] = 1 / base^(2i / D), i < D / 2: torch's
  * 1.0 / (base ** (arange(0, D, 2).float() / D)) */

@@ -67,10 +67,6 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 int model_ctx_reset(struct model_ctx *c);
 
 uint32_t model_ctx_len(const struct model_ctx *c);
-/* The cache's data region (for the session layer and the tests). */
-uint64_t model_ctx_cache(const struct model_ctx *c);
-/* Bytes of cache per token: 2 n_layer n_kv_head head_dim dtype-size. */
-uint64_t model_ctx_token_bytes(const struct model_ctx *c);
 /* The last token's logits (vocab floats), or NULL before any step. */
 const float *model_ctx_logits(const struct model_ctx *c);
 

@@ -22,6 +22,7 @@
 
 #include "errmsg.h"
 #include "model/safetensors.h"
+#include "model/safetensors_test.h"
 
 static const struct {
 	const char *name;

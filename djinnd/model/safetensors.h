@@ -58,7 +58,6 @@ enum st_dtype {
 
 /* "F32", ...; "?" out of range */
 const char *st_dtype_name(enum st_dtype t);
-size_t st_dtype_size(enum st_dtype t);
 /* enum djinn_dtype, or 0 when Djinn has no such dtype */
 unsigned int st_dtype_djinn(enum st_dtype t);
 
@@ -117,8 +116,6 @@ int st_parse(const void *buf, size_t len, const char *path,
 void st_close(struct st_file *f);
 /* The tensor named @name, or NULL. */
 const struct st_tensor *st_find(const struct st_file *f, const char *name);
-/* The metadata value for @key, or NULL. */
-const char *st_meta(const struct st_file *f, const char *key);
 
 /*
  * struct st_set - the safetensors of one model directory

@@ -16,6 +16,7 @@
 #include "errmsg.h"
 #include "list.h"
 #include "model/store.h"
+#include "model/store_test.h"
 
 /*
  * A listed model. While @loading, only @m.name is set: the loader fills

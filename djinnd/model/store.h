@@ -152,22 +152,6 @@ void model_upload_name(const uint8_t src[VMU_FP_LEN],
 		       char name[MODEL_NAME_MAX]);
 
 /*
- * For tests: @fn(@arg, event, name) is called when a load starts
- * (MODEL_HOOK_LOADING, on the loading thread without the store's lock)
- * and when an open starts waiting for another's load of the same name
- * (MODEL_HOOK_WAITING, with the store's lock held: @fn must not call
- * the store). NULL removes it.
- */
-enum model_hook {
-	MODEL_HOOK_LOADING = 1,
-	MODEL_HOOK_WAITING = 2,
-};
-void model_store_set_hook(struct model_store *ms,
-			  void (*fn)(void *arg, enum model_hook ev,
-				     const char *name),
-			  void *arg);
-
-/*
  * Budgets (issue 15): the device bytes model @name may take, its text
  * entry and a ring together, from its next load on (one loaded already
  * keeps its placement until it is evicted or reclaimed). 0: none, the

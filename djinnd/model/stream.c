@@ -15,6 +15,7 @@
 #include "model/forward.h"
 #include "model/ring.h"
 #include "model/stream.h"
+#include "model/stream_test.h"
 
 #define GATHER_MAX_NS 50000000ull
 

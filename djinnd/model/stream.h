@@ -86,11 +86,6 @@ void model_stream_destroy(struct model_stream *st);
  * done and @j->ret says how. */
 int model_stream_run(struct model_stream *st, struct stream_job *j);
 
-/* For tests: while the gate is closed no pass starts and jobs wait in
- * the queue; model_stream_waiting() counts them. */
-void model_stream_gate(struct model_stream *st, bool closed);
-unsigned int model_stream_waiting(struct model_stream *st);
-
 /*
  * struct model_stream_stats - what a streamed model has done
  * @passes, @jobs: passes run and the jobs they ran (jobs / passes: the

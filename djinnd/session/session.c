@@ -13,16 +13,13 @@
 #include "session/lease.h"
 #include "session/session.h"
 
+/* A tensor handle's slot in s->tensors: live while the handle is valid,
+ * kept off the free list while held (holders) after it is gone. */
 struct tensor_slot {
+	struct slot slot;
 	struct tensor t;
-	uint32_t gen;
-	uint32_t next_free;
 	uint32_t holders;
-	bool used; /* the handle is valid */
-	bool busy; /* held, or valid: the slot cannot be reused */
 };
-
-#define NO_SLOT UINT32_MAX
 
 bool session_predictable_handles;
 
@@ -225,6 +222,7 @@ int session_create(struct session_table *t, struct device *dev,
 {
 	const struct tenant_map *tm;
 	struct session *s;
+	uint64_t key, obj_key;
 	int ret;
 
 	if (!tenant_name_ok(tenant) || !tenant_name_ok(label) || priority > 7)
@@ -237,14 +235,16 @@ int session_create(struct session_table *t, struct device *dev,
 	if (!s)
 		return -ENOMEM;
 	if (getrandom(s->token, sizeof(s->token), 0) != sizeof(s->token) ||
-	    getrandom(&s->key, sizeof(s->key), 0) != sizeof(s->key) ||
-	    getrandom(&s->obj_key, sizeof(s->obj_key), 0) !=
-		    sizeof(s->obj_key)) {
+	    getrandom(&key, sizeof(key), 0) != sizeof(key) ||
+	    getrandom(&obj_key, sizeof(obj_key), 0) != sizeof(obj_key)) {
 		free(s);
 		return -EIO;
 	}
 	if (session_predictable_handles)
-		s->key = s->obj_key = 0;
+		key = obj_key = 0;
+	slots_init(&s->tensors, sizeof(struct tensor_slot), 16, 0, key);
+	slots_init(&s->objs, sizeof(struct sobj_slot), 8, SESSION_MAX_OBJS,
+		   obj_key);
 	ret = vmu_session_create(dev->vmu, tenant, &s->vs);
 	if (ret) {
 		free(s);
@@ -269,7 +269,6 @@ int session_create(struct session_table *t, struct device *dev,
 	sched_entity_init(dev->sched, &s->se, 0, s->tenant, priority, s->vs);
 	s->epoch = __atomic_load_n(&dev->backend->faults, __ATOMIC_ACQUIRE);
 	s->refs = 1; /* the table's */
-	s->free_slot = NO_SLOT;
 	pthread_mutex_init(&s->lock, NULL);
 	INIT_LIST_HEAD(&s->node);
 	INIT_LIST_HEAD(&s->lease_node);
@@ -325,8 +324,8 @@ void session_put(struct session *s)
 	for (uint32_t i = 0; i <= SESSION_RESULTS; i++)
 		rec_clear(&s->results[i]);
 	pthread_mutex_destroy(&s->lock);
-	free(s->slots);
-	free(s->objs);
+	slots_fini(&s->tensors);
+	slots_fini(&s->objs);
 	free(s);
 }
 
@@ -415,26 +414,10 @@ void session_touch(struct session_table *t, struct session *s)
 /* ---------------------------------------------------------------------- */
 /* Tensor handles */
 
-static uint64_t handle_of(const struct session *s, uint32_t i)
-{
-	return ((uint64_t)s->slots[i].gen << 32 | i) ^ s->key;
-}
-
-/* The slot a handle names, or NULL. Lock held. */
-static struct tensor_slot *slot_of(struct session *s, uint64_t handle)
-{
-	uint64_t h = handle ^ s->key;
-	uint32_t i = (uint32_t)h, gen = (uint32_t)(h >> 32);
-
-	if (i >= s->nr_slots || !s->slots[i].used || s->slots[i].gen != gen)
-		return NULL;
-	return &s->slots[i];
-}
-
 int session_tensor_add(struct session *s, const struct tensor *t,
 		       uint64_t *handle)
 {
-	uint32_t i;
+	struct tensor_slot *sl;
 	int ret = 0;
 
 	pthread_mutex_lock(&s->lock);
@@ -442,32 +425,12 @@ int session_tensor_add(struct session *s, const struct tensor *t,
 		ret = -EDQUOT;
 		goto out;
 	}
-	i = s->free_slot;
-	if (i == NO_SLOT) {
-		uint32_t n = s->nr_slots ? s->nr_slots * 2 : 16;
-		struct tensor_slot *sl;
-
-		sl = n > s->nr_slots ? realloc(s->slots, n * sizeof(*sl)) :
-				       NULL;
-		if (!sl) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		for (uint32_t k = s->nr_slots; k < n; k++)
-			sl[k] = (struct tensor_slot){
-				.gen = 1,
-				.next_free = k + 1 < n ? k + 1 : NO_SLOT,
-			};
-		s->slots = sl;
-		i = s->nr_slots;
-		s->nr_slots = n;
-	}
-	s->free_slot = s->slots[i].next_free;
-	s->slots[i].t = *t;
-	s->slots[i].used = true;
-	s->slots[i].busy = true;
+	sl = slots_alloc(&s->tensors, &ret);
+	if (!sl)
+		goto out;
+	sl->t = *t;
 	s->nr_tensors++;
-	*handle = handle_of(s, i);
+	*handle = slots_handle(&s->tensors, sl);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return ret;
@@ -478,46 +441,40 @@ int session_tensor_get(struct session *s, uint64_t handle, struct tensor *t)
 	struct tensor_slot *sl;
 
 	pthread_mutex_lock(&s->lock);
-	sl = slot_of(s, handle);
+	sl = slots_lookup(&s->tensors, handle);
 	if (sl)
 		*t = sl->t;
 	pthread_mutex_unlock(&s->lock);
 	return sl ? 0 : -ENOENT;
 }
 
-/* Put a slot whose handle is gone and that nobody holds back on the free
- * list; returns its tensor to free. Lock held. */
-static struct tensor slot_retire(struct session *s, struct tensor_slot *sl)
+/* Drop the lock; if @sl's handle is gone and nobody holds it, put the
+ * slot back on the free list and free its tensor. */
+static void slot_unlock(struct session *s, struct tensor_slot *sl)
 {
 	struct tensor t = sl->t;
+	bool free_now = !sl->holders && !sl->slot.live;
 
-	sl->busy = false;
-	sl->next_free = s->free_slot;
-	s->free_slot = (uint32_t)(sl - s->slots);
-	return t;
+	if (free_now)
+		slots_put(&s->tensors, sl);
+	pthread_mutex_unlock(&s->lock);
+	if (free_now)
+		tensor_free(s, &t);
 }
 
 int session_tensor_release(struct session *s, uint64_t handle)
 {
 	struct tensor_slot *sl;
-	struct tensor t;
-	bool free_now;
 
 	pthread_mutex_lock(&s->lock);
-	sl = slot_of(s, handle);
+	sl = slots_lookup(&s->tensors, handle);
 	if (!sl) {
 		pthread_mutex_unlock(&s->lock);
 		return -ENOENT;
 	}
-	sl->used = false;
-	sl->gen = sl->gen == UINT32_MAX ? 1 : sl->gen + 1;
+	slots_retire(&s->tensors, sl);
 	s->nr_tensors--;
-	free_now = !sl->holders;
-	if (free_now)
-		t = slot_retire(s, sl);
-	pthread_mutex_unlock(&s->lock);
-	if (free_now)
-		tensor_free(s, &t);
+	slot_unlock(s, sl);
 	return 0;
 }
 
@@ -527,11 +484,11 @@ int session_tensor_hold(struct session *s, uint64_t handle, struct tensor *t,
 	struct tensor_slot *sl;
 
 	pthread_mutex_lock(&s->lock);
-	sl = slot_of(s, handle);
+	sl = slots_lookup(&s->tensors, handle);
 	if (sl) {
 		sl->holders++;
 		*t = sl->t;
-		*slot = (uint32_t)(sl - s->slots);
+		*slot = slots_index(&s->tensors, sl);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return sl ? 0 : -ENOENT;
@@ -540,17 +497,11 @@ int session_tensor_hold(struct session *s, uint64_t handle, struct tensor *t,
 void session_tensor_unhold(struct session *s, uint32_t slot)
 {
 	struct tensor_slot *sl;
-	struct tensor t;
-	bool free_now;
 
 	pthread_mutex_lock(&s->lock);
-	sl = &s->slots[slot];
-	free_now = !--sl->holders && !sl->used;
-	if (free_now)
-		t = slot_retire(s, sl);
-	pthread_mutex_unlock(&s->lock);
-	if (free_now)
-		tensor_free(s, &t);
+	sl = slots_at(&s->tensors, slot);
+	sl->holders--;
+	slot_unlock(s, sl);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -655,41 +606,24 @@ int session_result_handle(struct session *s, uint64_t request_id,
 int session_obj_add(struct session *s, enum sobj_kind kind, void *p,
 		    uint64_t *handle)
 {
-	uint32_t i;
+	struct sobj_slot *o;
+	int ret;
 
-	for (i = 0; i < s->nr_objs && s->objs[i].kind; i++)
-		;
-	if (i == s->nr_objs) {
-		if (s->nr_objs == SESSION_MAX_OBJS)
-			return -EDQUOT;
-		if (s->nr_objs == s->cap_objs) {
-			uint32_t cap = s->cap_objs ? s->cap_objs * 2 : 8;
-			struct sobj_slot *o =
-				realloc(s->objs, cap * sizeof(*o));
-
-			if (!o)
-				return -ENOMEM;
-			s->objs = o;
-			s->cap_objs = cap;
-		}
-		s->objs[s->nr_objs++] = (struct sobj_slot){ .gen = 0 };
-	}
-	s->objs[i].gen++;
-	s->objs[i].kind = (uint8_t)kind;
-	s->objs[i].p = p;
-	*handle = ((uint64_t)s->objs[i].gen << 32 | i) ^ s->obj_key;
+	o = slots_alloc(&s->objs, &ret);
+	if (!o)
+		return ret == -ENOSPC ? -EDQUOT : ret;
+	o->kind = (uint8_t)kind;
+	o->p = p;
+	*handle = slots_handle(&s->objs, o);
 	return 0;
 }
 
 static struct sobj_slot *obj_slot(struct session *s, uint64_t handle,
 				  enum sobj_kind kind)
 {
-	uint64_t h = handle ^ s->obj_key;
-	uint32_t i = (uint32_t)h, gen = (uint32_t)(h >> 32);
+	struct sobj_slot *o = slots_lookup(&s->objs, handle);
 
-	if (i >= s->nr_objs || s->objs[i].kind != kind || s->objs[i].gen != gen)
-		return NULL;
-	return &s->objs[i];
+	return o && o->kind == kind ? o : NULL;
 }
 
 void *session_obj_get(struct session *s, uint64_t handle, enum sobj_kind kind)
@@ -707,8 +641,7 @@ void *session_obj_del(struct session *s, uint64_t handle, enum sobj_kind kind)
 	if (!o)
 		return NULL;
 	p = o->p;
-	o->kind = 0;
-	o->p = NULL;
+	slots_free(&s->objs, o);
 	return p;
 }
 
@@ -716,16 +649,16 @@ void session_obj_drain(struct session *s,
 		       void (*fn)(enum sobj_kind kind, void *p, void *arg),
 		       void *arg)
 {
+	struct sobj_slot *o;
+
 	/* Contexts first: each holds its model. */
 	for (int pass = SOBJ_CTX; pass >= SOBJ_MODEL; pass--) {
-		for (uint32_t i = 0; i < s->nr_objs; i++) {
-			struct sobj_slot *o = &s->objs[i];
+		slots_for_each(&s->objs, o) {
 			void *p = o->p;
 
 			if (o->kind != pass)
 				continue;
-			o->kind = 0;
-			o->p = NULL;
+			slots_free(&s->objs, o);
 			fn((enum sobj_kind)pass, p, arg);
 		}
 	}

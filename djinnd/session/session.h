@@ -43,6 +43,7 @@
 
 #include "list.h"
 #include "loop.h"
+#include "slots.h"
 #include "sched/sched.h"
 #include "session/tenant.h"
 #include "vmu/vmu.h"
@@ -87,8 +88,8 @@ enum sobj_kind {
 };
 
 struct sobj_slot {
-	uint32_t gen;
-	uint8_t kind; /* 0: free */
+	struct slot slot; /* in s->objs */
+	uint8_t kind;
 	void *p;
 };
 
@@ -116,9 +117,8 @@ struct session {
 	enum session_end_reason reason;
 
 	pthread_mutex_t lock;
-	struct tensor_slot *slots;
-	uint32_t nr_slots, free_slot, nr_tensors;
-	uint64_t key;
+	struct slots tensors; /* of struct tensor_slot (session.c) */
+	uint32_t nr_tensors;
 	/* A ring, one longer than the graphs remembered: a new graph's
 	 * record must not push out one it names. */
 	struct result_rec results[SESSION_RESULTS + 1];
@@ -126,9 +126,7 @@ struct session {
 
 	/* Models and contexts: the I/O thread's, no lock. Their handles
 	 * use a key of their own, so a tensor handle never names one. */
-	struct sobj_slot *objs;
-	uint32_t nr_objs, cap_objs;
-	uint64_t obj_key;
+	struct slots objs; /* of struct sobj_slot */
 
 	struct list_head node; /* server's sessions */
 	struct list_head lease_node; /* the lease provider's */

@@ -620,7 +620,6 @@ int vmu_text_insert(struct vmu_session *s, const void *src, uint64_t size,
 
 struct vmu_text_area {
 	struct vmu_mapping m;
-	uint64_t size;
 };
 
 int vmu_text_area_alloc(struct vmu *v, uint64_t size,
@@ -652,7 +651,6 @@ int vmu_text_area_alloc(struct vmu *v, uint64_t size,
 		free(a);
 		return ret;
 	}
-	a->size = size;
 	*out = a;
 	return 0;
 }
@@ -670,9 +668,4 @@ void vmu_text_area_free(struct vmu *v, struct vmu_text_area *a)
 uint64_t vmu_text_area_addr(const struct vmu_text_area *a)
 {
 	return a->m.addr;
-}
-
-uint64_t vmu_text_area_size(const struct vmu_text_area *a)
-{
-	return a->size;
 }

@@ -15,8 +15,7 @@
 
 #include "clock.h"
 #include "vmu/vmu_private.h"
-
-#define NO_SLOT UINT32_MAX
+#include "vmu/vmu_test.h"
 
 /* ---------------------------------------------------------------------- */
 /* Small helpers */
@@ -675,7 +674,7 @@ int vmu_create(struct vmu_provider *prov, const struct vmu_config *cfg,
 	INIT_LIST_HEAD(&v->data_lru);
 	INIT_LIST_HEAD(&v->region_cache);
 	INIT_LIST_HEAD(&v->swapbufs);
-	v->free_slot = NO_SLOT;
+	slots_init(&v->slots, sizeof(struct vmu_slot), 64, 0, 0);
 	v->text_epoch = faults_now(v);
 	*out = v;
 	return 0;
@@ -860,57 +859,34 @@ static int quota_check(struct vmu *v, struct vmu_session *s, uint64_t bytes)
 
 static int slot_alloc(struct vmu *v, struct vmu_region *r)
 {
-	uint32_t i = v->free_slot;
+	struct vmu_slot *sl;
+	int ret;
 
-	if (i == NO_SLOT) {
-		uint32_t n = v->nr_slots ? v->nr_slots * 2 : 64;
-		struct vmu_slot *s;
-
-		if (n <= v->nr_slots)
-			return -ENOSPC;
-		s = realloc(v->slots, n * sizeof(*s));
-		if (!s)
-			return -ENOMEM;
-		for (uint32_t k = v->nr_slots; k < n; k++)
-			s[k] = (struct vmu_slot){
-				.gen = 1,
-				.next_free = k + 1 < n ? k + 1 : NO_SLOT,
-			};
-		v->slots = s;
-		i = v->nr_slots;
-		v->nr_slots = n;
-	}
-	v->free_slot = v->slots[i].next_free;
-	v->slots[i].r = r;
-	r->slot = i;
+	sl = slots_alloc(&v->slots, &ret);
+	if (!sl)
+		return ret;
+	sl->r = r;
+	r->slot = slots_index(&v->slots, sl);
 	return 0;
 }
 
 static void slot_free(struct vmu *v, uint32_t i)
 {
-	v->slots[i].r = NULL;
-	v->slots[i].gen = v->slots[i].gen == UINT32_MAX ? 1 :
-							  v->slots[i].gen + 1;
-	v->slots[i].next_free = v->free_slot;
-	v->free_slot = i;
+	slots_free(&v->slots, slots_at(&v->slots, i));
 }
 
 static uint64_t handle_of(const struct vmu *v, const struct vmu_region *r)
 {
-	return (uint64_t)v->slots[r->slot].gen << 32 | r->slot;
+	return slots_handle(&v->slots, slots_at(&v->slots, r->slot));
 }
 
 /* The session's region named by @h, or NULL: stale, foreign or forged
  * handles all look the same from outside. */
 static struct vmu_region *region_get(struct vmu_session *s, uint64_t h)
 {
-	struct vmu *v = s->vmu;
-	uint32_t i = (uint32_t)h, gen = (uint32_t)(h >> 32);
+	struct vmu_slot *sl = slots_lookup(&s->vmu->slots, h);
 
-	if (i >= v->nr_slots || v->slots[i].gen != gen || !v->slots[i].r ||
-	    v->slots[i].r->s != s)
-		return NULL;
-	return v->slots[i].r;
+	return sl && sl->r->s == s ? sl->r : NULL;
 }
 
 /* As region_get(), once no swap or remap is in progress on it. Waiting
@@ -1473,7 +1449,7 @@ void vmu_destroy(struct vmu *v)
 	pthread_cond_destroy(&v->freed);
 	pthread_mutex_destroy(&v->cb_lock);
 	pthread_mutex_destroy(&v->lock);
-	free(v->slots);
+	slots_fini(&v->slots);
 	free(v->hash);
 	free(v);
 }

@@ -122,8 +122,7 @@ void vmu_session_destroy(struct vmu_session *s);
 
 /* Quotas on data bytes (mapped or swapped, granule-rounded); 0 lifts the
  * quota. Exceeding one is -EDQUOT. A tenant quota set before the tenant's
- * first session is kept for it. */
-int vmu_session_set_quota(struct vmu_session *s, uint64_t bytes);
+ * first session is kept for it. (A session's own: vmu_test.h.) */
 int vmu_tenant_set_quota(struct vmu *v, const char *tenant, uint64_t bytes);
 /* A tenant's quota on its data in host memory (swapped out), 0 for none:
  * reclaim and the scheduler's swaps pass over its regions that would
@@ -233,11 +232,6 @@ int vmu_admit_stack(struct vmu *v, uint64_t need, struct vmu_stack *st,
 		    size_t msglen);
 void vmu_resv_release(struct vmu_resv *r);
 
-/* Reclaim, by the same means as admission, until @bytes are free (nothing
- * if they already are); returns the bytes free now. For the pressure
- * callback and the scheduler. */
-uint64_t vmu_reclaim(struct vmu *v, uint64_t bytes);
-
 /* ---------------------------------------------------------------------- */
 /* Text segment */
 
@@ -314,7 +308,6 @@ int vmu_text_area_alloc(struct vmu *v, uint64_t size,
 			struct vmu_text_area **out, char *msg, size_t msglen);
 void vmu_text_area_free(struct vmu *v, struct vmu_text_area *a);
 uint64_t vmu_text_area_addr(const struct vmu_text_area *a);
-uint64_t vmu_text_area_size(const struct vmu_text_area *a);
 
 /* ---------------------------------------------------------------------- */
 /* Data segment

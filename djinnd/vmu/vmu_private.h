@@ -38,6 +38,7 @@
 #include <openssl/evp.h>
 
 #include "list.h"
+#include "slots.h"
 #include "vmu/vmu.h"
 
 #define VMU_NAME_MAX 64
@@ -145,10 +146,10 @@ struct vmu_region {
 	struct region_share share;
 };
 
+/* A region handle's slot in v->slots (lib/slots.h) */
 struct vmu_slot {
+	struct slot slot;
 	struct vmu_region *r;
-	uint32_t gen;
-	uint32_t next_free;
 };
 
 struct vmu_text {
@@ -224,8 +225,7 @@ struct vmu {
 
 	struct list_head tenants, sessions, stacks;
 
-	struct vmu_slot *slots;
-	uint32_t nr_slots, free_slot; /* free list head, UINT32_MAX: none */
+	struct slots slots; /* of struct vmu_slot: the region handles */
 
 	struct vmu_text **hash;
 	uint64_t hash_size, nr_text;

@@ -27,6 +27,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_test.h"
 #include "logcap.h"
 
 /* CUDA 12.0's cuda.h lacks it; the driver never renumbers */

@@ -17,6 +17,7 @@
 
 #include "model/model_config.h"
 #include "model/safetensors.h"
+#include "model/safetensors_test.h"
 
 const char fuzz_name[] = "safetensors";
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "clock.h"
+#include "backend/cuda/cuda_test.h"
 #include "gpu.h"
 
 static struct gpu G;

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "clock.h"
+#include "backend/cuda/cuda_test.h"
 #include "gpu.h"
 
 #define COPY (256ull << 20)

@@ -216,7 +216,8 @@ static void check_blob(const struct model_layout *L)
 {
 	struct blob b = { xmalloc(L->bytes), 0, L->bytes };
 
-	assert_int_equal(model_layout_emit(L, to_blob, &b), 0);
+	assert_int_equal(model_layout_emit_range(L, 0, L->bytes, to_blob, &b),
+			 0);
 	assert_int_equal(b.len, L->bytes);
 	for (size_t i = 0; i < L->nr; i++) {
 		const struct model_weight *w = &L->w[i];

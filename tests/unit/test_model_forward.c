@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "model/runtime.h"
+#include "model/runtime_test.h"
 #include "testutil.h"
 #include "model_test.h"
 

@@ -24,6 +24,8 @@
 #include <cmocka.h>
 
 #include "model/store.h"
+#include "model/store_test.h"
+#include "vmu/vmu_test.h"
 #include "testutil.h"
 
 static char dir[64];

@@ -31,6 +31,7 @@
 
 #include "model/runtime.h"
 #include "model/stream.h"
+#include "model/stream_test.h"
 #include "testutil.h"
 #include "model_test.h"
 

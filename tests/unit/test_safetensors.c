@@ -20,6 +20,7 @@
 
 #include "array_size.h"
 #include "model/safetensors.h"
+#include "model/safetensors_test.h"
 #include "testutil.h"
 
 /* A file image: length, @json, then @data_len pattern bytes. */

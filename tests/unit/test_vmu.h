@@ -23,6 +23,7 @@
 
 #include "testutil.h"
 #include "vmu/vmu.h"
+#include "vmu/vmu_test.h"
 
 #define GRAN (64 * KiB)
 #define NSESS 3

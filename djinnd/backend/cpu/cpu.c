@@ -548,28 +548,9 @@ typedef int (*op_fn)(struct cpu_backend *cb, const struct djinn_node *node,
 		     const struct dj_tensor *in, const struct dj_tensor *out,
 		     char *msg, size_t msglen);
 
-/* The kernel of each op; lib/graph.c says how many inputs it takes. */
-static const op_fn cpu_ops_table[] = {
-	[DJINN_GOP_MATMUL] = op_matmul,
-	[DJINN_GOP_ADD] = op_binary,
-	[DJINN_GOP_SUB] = op_binary,
-	[DJINN_GOP_MUL] = op_binary,
-	[DJINN_GOP_DIV] = op_binary,
-	[DJINN_GOP_SCALE] = op_unary,
-	[DJINN_GOP_GELU] = op_unary,
-	[DJINN_GOP_RELU] = op_unary,
-	[DJINN_GOP_SILU] = op_unary,
-	[DJINN_GOP_SOFTMAX] = op_softmax,
-	[DJINN_GOP_LAYERNORM] = op_norm,
-	[DJINN_GOP_RMSNORM] = op_norm,
-	[DJINN_GOP_EMBEDDING] = op_embedding,
-	[DJINN_GOP_RESHAPE] = op_reshape,
-	[DJINN_GOP_PERMUTE] = op_permute,
-	[DJINN_GOP_SLICE] = op_slice,
-	[DJINN_GOP_CONCAT] = op_concat,
-	[DJINN_GOP_ATTENTION] = op_attention,
-	[DJINN_GOP_ARGMAX] = op_argmax,
-};
+/* The kernel of each op (backend.h); lib/graph.c says how many inputs
+ * it takes. */
+static BACKEND_OP_TABLE(op_fn, cpu_ops_table);
 
 /* ---------------------------------------------------------------------- */
 /* The backend */
@@ -580,9 +561,6 @@ static int cpu_run_node(struct backend *b, const struct djinn_node *node,
 {
 	int ret;
 
-	if (node->op >= ARRAY_SIZE(cpu_ops_table) || !cpu_ops_table[node->op])
-		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
-			      node->op);
 	ret = dj_node_check(node, in, out, msg, msglen);
 	if (ret)
 		return ret;

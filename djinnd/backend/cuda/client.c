@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * Client kernels, event stamps, asynchronous copies: cuda_backend.h.
+ * Client kernels (cuda_backend.h); event stamps and asynchronous copies,
+ * which only tests use (cuda_test.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_internal.h"
+#include "cuda_test.h"
 #include "graph.h"
 
 /*
@@ -340,7 +342,11 @@ void cuda_stamp_free(struct backend *b, struct cuda_stamp *st)
  *   cuda_copy_wait().
  */
 
-CUresult cuda_copy_after_compute(struct cuda_lane *l)
+/* Make @l's copy stream wait for every kernel enqueued so far on its
+ * compute stream (l->computed recorded there, then waited on): a copy
+ * queued next on the copy stream reads what those kernels wrote. Later
+ * kernels are not held back. */
+static CUresult cuda_copy_after_compute(struct cuda_lane *l)
 {
 	const struct cu_api *cu = l->d->cu;
 	CUresult r;

@@ -31,6 +31,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_internal.h"
+#include "cuda_test.h"
 #include "graph.h"
 
 /* Memory left to the context, cuBLAS and the kernels' scratch: the larger
@@ -39,8 +40,9 @@
 
 static atomic_uint next_serial = 1;
 
-const char *cuda_errcode(const struct cuda_dev *d, CUresult r, char *buf,
-			 size_t len)
+/* "CUDA_ERROR_CONTAINED (226)": @r's name and number, in @buf. */
+static const char *cuda_errcode(const struct cuda_dev *d, CUresult r, char *buf,
+				size_t len)
 {
 	const char *name = NULL;
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * CUDA-only entry points beside the backend interface: client-supplied
- * kernels, and what the GPU tests and benchmarks need to look inside.
+ * kernels, and the benchmarks' no-op (what only tests call: cuda_test.h).
  *
  * Client kernels: a PTX or cubin image (the bytes a client uploaded to
  * the text segment) is loaded once per context with cuModuleLoadData;
@@ -20,7 +20,6 @@
 #ifndef DJINN_CUDA_BACKEND_H
 #define DJINN_CUDA_BACKEND_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,37 +44,6 @@ int cuda_kernel_run(struct backend *b, struct cuda_module *mod,
 		    const uint32_t block[3], uint32_t shmem,
 		    const struct dj_tensor *args, unsigned int nargs, char *msg,
 		    size_t msglen);
-
-/*
- * Recover a lost device now (normally the next call after the fault
- * does): 0 if the device is usable (it was not lost, or recovery
- * worked), else -EIO with the reason.
- */
-int cuda_backend_recover(struct backend *b, char *msg, size_t msglen);
-
-/* Event timestamps of the calling thread's streams, for the overlap test
- * and the benchmarks: record an event on the compute (@copy false) or
- * copy stream; the time between two in ms once both completed. */
-struct cuda_stamp;
-int cuda_stamp_record(struct backend *b, bool copy, struct cuda_stamp **st);
-int cuda_stamp_elapsed(struct backend *b, struct cuda_stamp *a,
-		       struct cuda_stamp *z, float *ms);
-void cuda_stamp_free(struct backend *b, struct cuda_stamp *st);
-
-/*
- * Asynchronous copies on the calling thread's copy stream; @host must be
- * pinned (the provider's host_alloc) for the copy to overlap compute.
- * An upload is ordered before the compute stream's later kernels by an
- * event (earlier ones overlap it and must not touch @dst); a download
- * after its earlier kernels (later ones overlap it and must not write
- * @src until cuda_copy_wait()). cuda_copy_wait() waits for the copy
- * stream.
- */
-int cuda_copy_htod_async(struct backend *b, uint64_t dst, const void *host,
-			 uint64_t len);
-int cuda_copy_dtoh_async(struct backend *b, void *host, uint64_t src,
-			 uint64_t len);
-int cuda_copy_wait(struct backend *b);
 
 /* Launch the empty kernel and wait: the local half of the round-trip
  * benchmark. */

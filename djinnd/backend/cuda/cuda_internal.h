@@ -164,10 +164,6 @@ struct cuda_dev {
 int cuda_err(struct cuda_dev *d, CUresult r, const char *what, char *msg,
 	     size_t msglen);
 
-/* "CUDA_ERROR_CONTAINED (226)": @r's name and number, in @buf. */
-const char *cuda_errcode(const struct cuda_dev *d, CUresult r, char *buf,
-			 size_t len);
-
 /*
  * Enter the device on this thread: take ctx_lock for reading, make the
  * context current, find (or make) the thread's lane. -EIO while the
@@ -183,14 +179,6 @@ void cuda_leave(struct cuda_dev *d);
 int cuda_launch(struct cuda_lane *lane, enum cuda_kernel k, uint64_t work,
 		unsigned int threads, unsigned int shmem, void **args,
 		char *msg, size_t msglen);
-
-/*
- * Make @lane's copy stream wait for every kernel enqueued so far on its
- * compute stream (@computed recorded there, then waited on): a copy
- * queued next on the copy stream reads what those kernels wrote. Later
- * kernels are not held back. (client.c)
- */
-CUresult cuda_copy_after_compute(struct cuda_lane *lane);
 
 /* The provider (vmm.c) */
 int cuda_vmm_init(struct cuda_dev *d, char *msg, size_t msglen);

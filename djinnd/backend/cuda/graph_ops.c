@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "array_size.h"
 #include "backend/cpu/cpu.h"
 #include "cuda_internal.h"
 #include "graph.h"
@@ -741,28 +740,9 @@ static int op_concat(struct nctx *c, const struct djinn_node *node,
 typedef int (*op_fn)(struct nctx *c, const struct djinn_node *node,
 		     const struct dj_tensor *in, const struct dj_tensor *out);
 
-/* The kernel of each op; lib/graph.c says how many inputs it takes. */
-static const op_fn cuda_ops_table[] = {
-	[DJINN_GOP_MATMUL] = op_matmul,
-	[DJINN_GOP_ADD] = op_binary,
-	[DJINN_GOP_SUB] = op_binary,
-	[DJINN_GOP_MUL] = op_binary,
-	[DJINN_GOP_DIV] = op_binary,
-	[DJINN_GOP_SCALE] = op_unary,
-	[DJINN_GOP_GELU] = op_unary,
-	[DJINN_GOP_RELU] = op_unary,
-	[DJINN_GOP_SILU] = op_unary,
-	[DJINN_GOP_SOFTMAX] = op_softmax,
-	[DJINN_GOP_LAYERNORM] = op_norm,
-	[DJINN_GOP_RMSNORM] = op_norm,
-	[DJINN_GOP_EMBEDDING] = op_embedding,
-	[DJINN_GOP_RESHAPE] = op_reshape,
-	[DJINN_GOP_PERMUTE] = op_permute,
-	[DJINN_GOP_SLICE] = op_slice,
-	[DJINN_GOP_CONCAT] = op_concat,
-	[DJINN_GOP_ATTENTION] = op_attention,
-	[DJINN_GOP_ARGMAX] = op_argmax,
-};
+/* The kernel of each op (backend.h); lib/graph.c says how many inputs
+ * it takes. */
+static BACKEND_OP_TABLE(op_fn, cuda_ops_table);
 
 int cuda_run_node(struct backend *b, const struct djinn_node *node,
 		  const struct dj_tensor *in, const struct dj_tensor *out,
@@ -773,9 +753,6 @@ int cuda_run_node(struct backend *b, const struct djinn_node *node,
 			  .msglen = msglen };
 	int ret;
 
-	if (node->op >= ARRAY_SIZE(cuda_ops_table) || !cuda_ops_table[node->op])
-		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
-			      node->op);
 	ret = dj_node_check(node, in, out, msg, msglen);
 	if (ret)
 		return ret;

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the tests look at inside a context (runtime.h is the runtime):
+ * included by ctx.c, which defines it, and by the tests.
+ */
+#ifndef DJINN_MODEL_RUNTIME_TEST_H
+#define DJINN_MODEL_RUNTIME_TEST_H
+
+#include <stdint.h>
+
+#include "model/runtime.h"
+
+/* The cache's data region. */
+uint64_t model_ctx_cache(const struct model_ctx *c);
+/* Bytes of cache per token: 2 n_layer n_kv_head head_dim dtype-size. */
+uint64_t model_ctx_token_bytes(const struct model_ctx *c);
+
+#endif /* DJINN_MODEL_RUNTIME_TEST_H */
