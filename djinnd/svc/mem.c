@@ -65,12 +65,15 @@ void svc_mem_run(struct exec_job *job, const struct exec_env *env)
 		m->region = 0;
 		goto out;
 	}
-	ret = vmu_region_resize(vs, m->region, m->bytes, NULL);
-	if (ret)
-		goto out_destroy;
+	/* Pinned before it grows: a region grown but not yet pinned would
+	 * be resident, idle and on the LRU, and another session's
+	 * allocation could swap it out before its first byte arrived. */
 	ret = vmu_region_pin(vs, m->region, NULL, &info);
 	if (ret)
 		goto out_destroy;
+	ret = vmu_region_resize(vs, m->region, m->bytes, NULL);
+	if (ret)
+		goto out_unpin;
 	/* What the client does not send reads as zero: a region taken back
 	 * from the session's cache still holds its earlier bytes. */
 	if (m->zero_from < m->bytes) {
