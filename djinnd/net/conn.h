@@ -173,4 +173,27 @@ bool conn_attached(struct conn *c, uint64_t session_id);
 int conn_attach(struct conn *c, uint64_t session_id);
 void conn_detach(struct conn *c, uint64_t session_id);
 
+/* ---------------------------------------------------------------------- */
+/* Between conn.c and listen.c */
+
+/* A connection's receive buffer (without provided buffers). */
+#define RBUF_SIZE (64u << 10)
+
+/* The connections' timers and provided buffers, when the listeners open;
+ * stop: the buffers go, once the loop has ended (listeners_free()). */
+int conns_start(struct server *srv);
+void conns_stop(struct server *srv);
+/* A connection's io_uring completions (its struct io_src). */
+void conn_complete(struct io_src *src, struct io_uring_cqe *cqe,
+		   unsigned int tag);
+/* Start receiving. */
+void conn_recv_arm(struct conn *c);
+/* Answer @err with a message, then close: a connection that may not stay. */
+void conn_refuse(struct conn *c, const struct djinn_hdr *req, int err,
+		 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* A new client connection of a tenant at its tenant.NAME.connections
+ * quota is refused with -EDQUOT and closed; else it counts against the
+ * quota until it is freed. True if refused. */
+bool conn_over_tenant_quota(struct conn *c);
+
 #endif /* DJINN_CONN_H */

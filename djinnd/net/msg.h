@@ -46,6 +46,8 @@ void msg_stream_end(struct conn *c, const struct djinn_hdr *hdr);
 void msg_stream_abort(struct conn *c);
 /* Data of the streaming request arrived. */
 void msg_stream_progress(struct conn *c);
+/* Session @s ended: @c's upload for it, if any, stops (-ECANCELED). */
+void msg_stream_session_ended(struct conn *c, struct session *s);
 
 /* A message type's metric label, "session_open" ("unknown" if none). */
 const char *msg_label(uint16_t type);
@@ -73,6 +75,21 @@ typedef void msg_fn(struct conn *c, const struct djinn_hdr *hdr,
 		    struct session *s, void *req, uint64_t len);
 
 bool msg_all_zero(const void *p, size_t n);
+/* The live session @hdr names, attached to @c, lease renewed; or NULL
+ * with the error answered. With @lost_ok, one a device fault has lost
+ * too. */
+struct session *msg_req_session(struct conn *c, const struct djinn_hdr *hdr,
+				bool lost_ok);
+/* The session a request's row asks for (ROW_SESSION and its flags
+ * @flags), or NULL with the error answered; msg_row_session(): by
+ * @hdr's type's row. */
+struct session *msg_session(struct conn *c, const struct djinn_hdr *hdr,
+			    unsigned int flags);
+struct session *msg_row_session(struct conn *c, const struct djinn_hdr *hdr);
+/* Whether @s's tenant may run client kernels; if not, -EPERM is
+ * answered. */
+int msg_kernels_allowed(struct conn *c, const struct djinn_hdr *hdr,
+			struct session *s);
 /* Whether a request's model name is NUL-padded and valid; if not, the
  * error is answered (-EINVAL, saying which). */
 bool msg_model_name_ok(struct conn *c, const struct djinn_hdr *hdr,
@@ -94,6 +111,22 @@ void msg_inflight_sub(struct session *s);
 /* ADMIN_MODELS' answer, of model @name alone unless it is NULL. */
 void msg_admin_models_reply(struct conn *c, const struct djinn_hdr *hdr,
 			    const char *name);
+
+/* ---------------------------------------------------------------------- */
+/* net/msg_session.c, msg_tensor.c, msg_graph.c */
+
+msg_fn handle_hello;
+msg_fn handle_auth;
+msg_fn handle_session_open;
+msg_fn handle_session_attach;
+msg_fn handle_session_bind;
+msg_fn handle_session_close;
+msg_fn handle_heartbeat;
+msg_fn handle_signal;
+msg_fn handle_tensor_read;
+msg_fn handle_tensor_release;
+msg_fn handle_text_lookup;
+msg_fn handle_graph_submit;
 
 /* ---------------------------------------------------------------------- */
 /* net/msg_model.c: the model messages (DOC: models in proto.h) */

@@ -1,0 +1,597 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Listeners and new connections: the sockets djinnd listens on (unix,
+ * TCP, TLS, the admin socket, /metrics), accepting, who a new peer is
+ * (tenant.h) and whether it may stay (per-uid, per-address and tenant
+ * caps). See conn.h for the shape of it.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <grp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "array_size.h"
+#include "log.h"
+#include "server.h"
+#include "net/conn.h"
+#include "net/tls.h"
+#include "session/lease.h"
+#include "session/session.h"
+#include "session/tenant.h"
+
+enum {
+	TAG_ACCEPT = 1, /* a listener's one operation */
+};
+
+/* TCP keepalive on accepted sockets: probes after 60 s of silence, every
+ * 10 s, 6 unanswered ones drop the peer (about 2 minutes). */
+#define KEEPALIVE_IDLE 60
+#define KEEPALIVE_INTVL 10
+#define KEEPALIVE_CNT 6
+
+struct listener {
+	struct io_src src;
+	struct server *srv;
+	struct list_head node;
+	struct loop_timer retry; /* accept again after running out of fds */
+	uint64_t last_warn;
+	int fd;
+	bool admin, metrics, tcp, tls, multishot;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+static bool peer_is_loopback(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getpeername(fd, (struct sockaddr *)&ss, &len))
+		return false;
+	if (ss.ss_family == AF_INET)
+		return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >>
+			24) == 127;
+	if (ss.ss_family == AF_INET6) {
+		const struct in6_addr *a =
+			&((struct sockaddr_in6 *)&ss)->sin6_addr;
+
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
+}
+
+/* Dead TCP peers (a host that went away) are found and dropped. */
+static void keepalive(int fd)
+{
+	int on = 1, idle = KEEPALIVE_IDLE, intvl = KEEPALIVE_INTVL,
+	    cnt = KEEPALIVE_CNT;
+
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
+/* The peer addresses of two TCP connections are the same host (ports
+ * aside; an IPv4-mapped IPv6 address is its IPv4 one). */
+static bool same_addr(const struct sockaddr_storage *a,
+		      const struct sockaddr_storage *b)
+{
+	uint8_t x[16], y[16];
+	const struct sockaddr_storage *ss[2] = { a, b };
+	uint8_t *out[2] = { x, y };
+
+	for (int i = 0; i < 2; i++) {
+		if (ss[i]->ss_family == AF_INET) {
+			const struct sockaddr_in *in =
+				(const struct sockaddr_in *)ss[i];
+
+			memset(out[i], 0, 10);
+			memset(out[i] + 10, 0xff, 2);
+			memcpy(out[i] + 12, &in->sin_addr, 4);
+		} else if (ss[i]->ss_family == AF_INET6) {
+			memcpy(out[i],
+			       &((const struct sockaddr_in6 *)ss[i])->sin6_addr,
+			       16);
+		} else {
+			return false;
+		}
+	}
+	return !memcmp(x, y, sizeof(x));
+}
+
+/* The peer's address in words, for messages. */
+static const char *addr_str(const struct sockaddr_storage *ss, char *buf,
+			    size_t len)
+{
+	const void *a = ss->ss_family == AF_INET ?
+				(const void *)&((const struct sockaddr_in *)ss)
+					->sin_addr :
+				(const void *)&((const struct sockaddr_in6 *)ss)
+					->sin6_addr;
+
+	if (ss->ss_family != AF_INET && ss->ss_family != AF_INET6)
+		return "?";
+	if (!inet_ntop(ss->ss_family, a, buf, (socklen_t)len))
+		return "?";
+	return buf;
+}
+
+/*
+ * A new client connection over server.max_connections_per_uid (unix
+ * sockets: its SO_PEERCRED uid) or server.max_connections_per_addr (TCP:
+ * its peer address) is refused with -EUSERS and closed; live connections
+ * count, closing ones and the admin socket's do not. True if refused.
+ */
+static bool conn_over_cap(struct conn *c)
+{
+	struct server *srv = c->srv;
+	unsigned int n = 0, cap;
+	struct conn *o;
+	char buf[INET6_ADDRSTRLEN];
+
+	if (c->admin)
+		return false;
+	cap = c->tcp ? srv->cfg.max_conns_per_addr : srv->cfg.max_conns_per_uid;
+	list_for_each_entry(o, &srv->conns, node) {
+		if (o == c || o->admin || o->closing || o->tcp != c->tcp)
+			continue;
+		if (c->tcp ? same_addr(&o->peer, &c->peer) :
+			     o->cred.uid == c->cred.uid)
+			n++;
+	}
+	if (n < cap)
+		return false;
+	srv->st.conns_refused++;
+	if (c->handshaking) {
+		/* An error frame would be plaintext in a TLS stream. */
+		log_notice("conn %d: %u connections from %s already: closed "
+			   "before its TLS handshake",
+			   c->fd, n, addr_str(&c->peer, buf, sizeof(buf)));
+		conn_close(c, true);
+	} else if (c->tcp) {
+		log_notice("conn %d: %u connections from %s already: refused",
+			   c->fd, n, addr_str(&c->peer, buf, sizeof(buf)));
+		conn_refuse(c, NULL, -EUSERS,
+			    "%u connections from %s already, the limit "
+			    "(server.max_connections_per_addr)",
+			    n, addr_str(&c->peer, buf, sizeof(buf)));
+	} else {
+		log_notice("conn %d: %u connections of uid %d already: refused",
+			   c->fd, n, (int)c->cred.uid);
+		conn_refuse(c, NULL, -EUSERS,
+			    "%u connections of uid %d already, the limit "
+			    "(server.max_connections_per_uid)",
+			    n, (int)c->cred.uid);
+	}
+	return true;
+}
+
+/*
+ * A new client connection of a tenant at its tenant.NAME.connections
+ * quota is refused with -EDQUOT and closed; else it counts against the
+ * quota until it is freed. True if refused.
+ */
+bool conn_over_tenant_quota(struct conn *c)
+{
+	struct server *srv = c->srv;
+	const struct tenant_map *m;
+	struct tenant_state *t;
+
+	if (c->admin)
+		return false;
+	t = tenant_state_get(&srv->sessions, c->tenant);
+	if (!t) {
+		conn_refuse(c, NULL, -ENOMEM, "out of memory");
+		return true;
+	}
+	m = tenant_map_find(&srv->sessions.lim, c->tenant);
+	if (m && m->conns && t->conns >= m->conns) {
+		srv->st.conns_refused++;
+		log_notice("conn %d: %u connections of tenant %s already: "
+			   "refused",
+			   c->fd, t->conns, c->tenant);
+		conn_refuse(c, NULL, -EDQUOT,
+			    "%u connections of tenant %s open, its quota "
+			    "(tenant.%s.connections)",
+			    t->conns, c->tenant, c->tenant);
+		tenant_state_drop(t);
+		return true;
+	}
+	c->ts = t;
+	t->conns++;
+	return false;
+}
+
+/*
+ * A TCP peer's tenant. On loopback the kernel knows who owns the peer's
+ * socket (sock_diag): that uid's tenant, as for a unix client (its
+ * groups are not known). Else, or when the kernel cannot say, the
+ * peer's address: "tcp:ADDRESS".
+ */
+static void tcp_identify(struct server *srv, struct conn *c, char *abuf,
+			 size_t len)
+{
+	uid_t uid;
+	int ret;
+
+	if (c->no_zc) {
+		ret = tenant_tcp_peer_uid(c->fd, &uid);
+		if (!ret) {
+			tenant_of(&srv->sessions.lim, uid, NULL, 0, c->tenant);
+			return;
+		}
+		log_warn("conn %d: loopback peer %s: no owner from "
+			 "sock_diag (%s): tenant by address",
+			 c->fd, addr_str(&c->peer, abuf, len), strerror(-ret));
+	}
+	snprintf(c->tenant, sizeof(c->tenant), "tcp:%s",
+		 addr_str(&c->peer, abuf, len));
+}
+
+/* A connection of a tls: listener: its tenant comes with the handshake
+ * (a certificate) or after it (AUTH). */
+static struct conn *conn_alloc(struct server *srv, int fd, bool admin, bool tcp,
+			       bool tls);
+
+static struct conn *conn_create_tls(struct server *srv, int fd)
+{
+	struct conn *c = conn_alloc(srv, fd, false, true, true);
+
+	if (!c)
+		return NULL;
+	c->tls = tls_conn_new(srv, fd);
+	if (!c->tls) {
+		c->fd = -1; /* the caller's, as on the other failures */
+		conn_close(c, true);
+		return NULL;
+	}
+	return c;
+}
+
+struct conn *conn_create(struct server *srv, int fd, bool admin, bool tcp)
+{
+	return conn_alloc(srv, fd, admin, tcp, false);
+}
+
+static struct conn *conn_alloc(struct server *srv, int fd, bool admin, bool tcp,
+			       bool tls)
+{
+	char abuf[INET6_ADDRSTRLEN];
+	socklen_t len = sizeof(struct ucred);
+	struct conn *c;
+	int one = 1;
+
+	c = calloc(1, sizeof(*c));
+	if (!c || (!srv->br && !(c->rbuf = malloc(RBUF_SIZE)))) {
+		free(c);
+		return NULL;
+	}
+	c->src.complete = conn_complete;
+	c->srv = srv;
+	c->fd = fd;
+	c->admin = admin;
+	c->tcp = tcp;
+	c->no_zc = !tcp;
+	c->refs = 1; /* the list's */
+	INIT_LIST_HEAD(&c->outq);
+	INIT_LIST_HEAD(&c->zcwait);
+	c->active = loop_now();
+	if (tcp) {
+		socklen_t plen = sizeof(c->peer);
+
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		keepalive(fd);
+		if (getpeername(fd, (struct sockaddr *)&c->peer, &plen))
+			c->peer.ss_family = AF_UNSPEC;
+		/* On loopback the kernel copies zero-copy pages again when it
+		 * delivers them (skb_copy_ubufs): plain sends are faster. */
+		c->no_zc = peer_is_loopback(fd);
+		if (!tls)
+			tcp_identify(srv, c, abuf, sizeof(abuf));
+	} else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len)) {
+		c->cred.uid = (uid_t)-1;
+		snprintf(c->tenant, sizeof(c->tenant), "unknown");
+	} else {
+		gid_t gids[64];
+		unsigned int n = tenant_peer_groups(fd, c->cred.gid, gids,
+						    ARRAY_SIZE(gids));
+
+		tenant_of(&srv->sessions.lim, c->cred.uid, gids, n, c->tenant);
+	}
+	list_add_tail(&c->node, &srv->conns);
+	srv->nr_conns++;
+	srv->st.conns_accepted++;
+	log_debug("conn %d: %s%s, pid %d uid %d, tenant %s", fd,
+		  tls ? "tls" :
+		  tcp ? "tcp" :
+			"unix",
+		  admin ? " (admin)" : "", (int)c->cred.pid, (int)c->cred.uid,
+		  c->tenant);
+	return c;
+}
+
+static void conn_new(struct listener *ls, int fd)
+{
+	struct server *srv = ls->srv;
+	struct conn *c;
+
+	if (ls->metrics) {
+		metrics_accept(srv, fd);
+		return;
+	}
+	if (srv->nr_conns >= srv->cfg.max_conns || srv->draining) {
+		close(fd);
+		return;
+	}
+	if (ls->tls)
+		c = conn_create_tls(srv, fd);
+	else
+		c = conn_create(srv, fd, ls->admin, ls->tcp);
+	if (!c) {
+		close(fd);
+		return;
+	}
+	if (c->tls) {
+		/* Its refusals would be plaintext in a TLS stream: over
+		 * the address's cap it is closed before any handshake. */
+		c->handshaking = true;
+		if (conn_over_cap(c))
+			return;
+		conn_get(c); /* the handshake thread's */
+		tls_handshake_start(c->tls, c);
+		return;
+	}
+	if (conn_over_cap(c) || conn_over_tenant_quota(c))
+		return;
+	conn_recv_arm(c);
+}
+
+static void listener_arm(struct listener *ls)
+{
+	struct io_uring_sqe *sqe =
+		loop_sqe(&ls->srv->loop, &ls->src, TAG_ACCEPT);
+
+	if (!sqe) {
+		loop_retry(&ls->srv->loop, &ls->retry);
+		return;
+	}
+	if (ls->multishot)
+		io_uring_prep_multishot_accept(sqe, ls->fd, NULL, NULL,
+					       SOCK_CLOEXEC);
+	else
+		io_uring_prep_accept(sqe, ls->fd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+static uint64_t listener_retry(struct loop_timer *t, uint64_t now)
+{
+	struct listener *ls = container_of(t, struct listener, retry);
+
+	if (ls->fd >= 0)
+		listener_arm(ls);
+	return 0;
+}
+
+static void listener_complete(struct io_src *src, struct io_uring_cqe *cqe,
+			      unsigned int tag)
+{
+	struct listener *ls = container_of(src, struct listener, src);
+	bool out_of_fds = cqe->res == -EMFILE || cqe->res == -ENFILE;
+	uint64_t now = loop_now();
+
+	if (cqe->res >= 0) {
+		conn_new(ls, cqe->res);
+	} else if (cqe->res != -ECANCELED &&
+		   now - ls->last_warn > NSEC_PER_SEC) {
+		ls->last_warn = now; /* at most a line a second */
+		log_warn("accept: %s", strerror(-cqe->res));
+	}
+	if (cqe->res == -ECANCELED || ls->fd < 0)
+		return;
+	if (out_of_fds) {
+		/* Accepting again at once would spin: wait for fds. */
+		if (list_empty(&ls->retry.node))
+			loop_timer_add(&ls->srv->loop, &ls->retry,
+				       now + 100 * NSEC_PER_MSEC);
+		return;
+	}
+	if (!(cqe->flags & IORING_CQE_F_MORE))
+		listener_arm(ls);
+}
+
+static int listen_unix(struct listener *ls, const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[sizeof(sa.sun_path)];
+	char *slash;
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	strcpy(ls->path, path);
+	/* Make the socket's directory (./run/, /run/djinn/) if missing. */
+	strcpy(dir, path);
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = 0;
+		mkdir(dir, 0755);
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	unlink(path); /* a stale socket from an earlier run */
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    listen(fd, SOMAXCONN)) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	if (ls->admin) {
+		/* root, or the admin group (server.admin_group). */
+		struct group *g = getgrnam(ls->srv->cfg.admin_group ?
+						   ls->srv->cfg.admin_group :
+						   "djinn");
+
+		if (g && chown(path, 0, g->gr_gid) == 0)
+			chmod(path, 0660);
+		else
+			chmod(path, 0600);
+	} else {
+		chmod(path, 0666); /* any user may open sessions */
+	}
+	ls->fd = fd;
+	return 0;
+}
+
+static int listen_tcp(struct listener *ls, const char *spec)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV },
+			*ai;
+	char host[256], *port;
+	int fd, one = 1, ret;
+
+	if (strlen(spec) >= sizeof(host))
+		return -ENAMETOOLONG;
+	strcpy(host, spec);
+	port = strrchr(host, ':');
+	if (!port)
+		return -EINVAL;
+	*port++ = 0;
+	if (host[0] == '[' && port[-2] == ']') { /* [::1]:port */
+		port[-2] = 0;
+		memmove(host, host + 1, strlen(host));
+	}
+	ret = getaddrinfo(*host ? host : "127.0.0.1", port, &hints, &ai);
+	if (ret)
+		return -EINVAL;
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		freeaddrinfo(ai);
+		return -errno;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, SOMAXCONN)) {
+		ret = -errno;
+		close(fd);
+		freeaddrinfo(ai);
+		return ret;
+	}
+	freeaddrinfo(ai);
+	ls->fd = fd;
+	ls->tcp = true;
+	return 0;
+}
+
+enum listener_kind { LS_CLIENT, LS_ADMIN, LS_METRICS };
+
+static int listener_add(struct server *srv, const char *spec,
+			enum listener_kind kind)
+{
+	static const char *const what[] = { "", " (admin)", " (metrics)" };
+	struct listener *ls = calloc(1, sizeof(*ls));
+	int ret;
+
+	if (!ls)
+		return -ENOMEM;
+	ls->src.complete = listener_complete;
+	ls->retry.fn = listener_retry;
+	INIT_LIST_HEAD(&ls->retry.node);
+	ls->srv = srv;
+	ls->admin = kind == LS_ADMIN;
+	ls->metrics = kind == LS_METRICS;
+	ls->fd = -1;
+	ls->multishot = srv->loop.feat.multishot_accept;
+	if (!strncmp(spec, "unix:", 5) && kind != LS_METRICS)
+		ret = listen_unix(ls, spec + 5);
+	else if (!strncmp(spec, "tcp:", 4))
+		ret = listen_tcp(ls, spec + 4);
+	else if (!strncmp(spec, "tls:", 4) && kind == LS_CLIENT && srv->tls)
+		ret = listen_tcp(ls, spec + 4);
+	else
+		ret = -EINVAL;
+	if (ret) {
+		log_err("listen %s: %s", spec, strerror(-ret));
+		free(ls);
+		return ret;
+	}
+	ls->tls = !strncmp(spec, "tls:", 4);
+	list_add_tail(&ls->node, &srv->listeners);
+	listener_arm(ls);
+	log_info("listening on %s%s", spec, what[kind]);
+	return 0;
+}
+
+int listeners_open(struct server *srv)
+{
+	int ret;
+
+	msg_init(srv);
+	conns_start(srv);
+	for (unsigned int i = 0; i < srv->cfg.nr_listen; i++) {
+		ret = listener_add(srv, srv->cfg.listen[i], LS_CLIENT);
+		if (ret)
+			return ret;
+	}
+	if (srv->cfg.admin_socket) {
+		char spec[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
+
+		snprintf(spec, sizeof(spec), "unix:%s", srv->cfg.admin_socket);
+		ret = listener_add(srv, spec, LS_ADMIN);
+		if (ret)
+			return ret;
+	}
+	if (srv->cfg.metrics) {
+		ret = listener_add(srv, srv->cfg.metrics, LS_METRICS);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+void listeners_close(struct server *srv)
+{
+	struct listener *ls;
+
+	list_for_each_entry(ls, &srv->listeners, node) {
+		struct io_uring_sqe *sqe;
+
+		if (ls->fd < 0)
+			continue;
+		sqe = loop_sqe(&srv->loop, NULL, 0);
+		if (sqe)
+			io_uring_prep_cancel64(
+				sqe, (uint64_t)(uintptr_t)&ls->src | TAG_ACCEPT,
+				0);
+		io_uring_submit(&srv->loop.ring);
+		close(ls->fd);
+		ls->fd = -1;
+		if (!ls->tcp && ls->path[0])
+			unlink(ls->path);
+	}
+}
+
+void listeners_free(struct server *srv)
+{
+	while (!list_empty(&srv->listeners)) {
+		struct listener *ls = list_first_entry(&srv->listeners,
+						       struct listener, node);
+
+		list_del_init(&ls->node);
+		loop_timer_del(&ls->retry);
+		free(ls);
+	}
+	conns_stop(srv);
+}

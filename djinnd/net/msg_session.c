@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The session messages: HELLO and AUTH, SESSION_OPEN, _ATTACH, _BIND and
+ * _CLOSE, HEARTBEAT and SIGNAL (DOC: sessions in include/djinn/proto.h).
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+#include "log.h"
+#include "server.h"
+#include "exec/executor.h"
+#include "svc/svc.h"
+#include "net/conn.h"
+#include "model/store.h"
+#include "net/msg.h"
+#include "net/tls.h"
+#include "session/tenant.h"
+
+/* A session refused by a limit: which one. */
+static void session_quota_error(struct conn *c, const struct djinn_hdr *hdr)
+{
+	const struct server_config *cfg = &c->srv->cfg;
+	uid_t uid = c->tcp ? (uid_t)-1 : c->cred.uid;
+
+	if (c->srv->sessions.nr >= cfg->max_sessions)
+		conn_error(c, hdr, -EDQUOT,
+			   "%llu sessions open, the server's limit "
+			   "(server.max_sessions)",
+			   (unsigned long long)c->srv->sessions.nr);
+	else if (session_tenant_full(&c->srv->sessions, c->tenant))
+		conn_error(c, hdr, -EDQUOT,
+			   "%u sessions open for tenant %s, its quota "
+			   "(tenant.%s.sessions)",
+			   session_tenant_sessions(&c->srv->sessions,
+						   c->tenant),
+			   c->tenant, c->tenant);
+	else
+		conn_error(c, hdr, -EDQUOT,
+			   "%u sessions open for %s %d, the limit "
+			   "(server.max_sessions_per_uid)",
+			   session_uid_sessions(&c->srv->sessions, uid),
+			   c->tcp ? "TCP peers as uid" : "uid", (int)uid);
+}
+
+void handle_hello(struct conn *c, const struct djinn_hdr *hdr,
+		  struct session *unused, void *req, uint64_t len)
+{
+	/* The first device's figures: with several, each session's are its
+	 * device's (ADMIN_VMU). */
+	const struct device *d = &c->srv->dev[0];
+	struct djinn_hello_resp r = {
+		.version = DJINN_PROTO_VERSION,
+		.max_payload = DJINN_MAX_PAYLOAD,
+		.capacity = d->backend->provider->capacity,
+		.granularity = d->backend->provider->granularity,
+		.features = (d->models ? DJINN_FEAT_MODELS : 0) |
+			    (c->srv->sessions.leases->ops->verify ?
+				     DJINN_FEAT_KMOD :
+				     0),
+	};
+
+	snprintf(r.backend, sizeof(r.backend), "%s", d->backend->name);
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+/* A TLS connection without a certificate names its tenant with a bearer
+ * token (struct djinn_auth). A wrong one closes the connection. */
+void handle_auth(struct conn *c, const struct djinn_hdr *hdr,
+		 struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_auth *a = req;
+	struct djinn_auth_resp r = { 0 };
+
+	if (!c->tls) {
+		conn_error(c, hdr, -EOPNOTSUPP,
+			   "AUTH is for TLS connections: this one is tenant "
+			   "%s by what the kernel says of its peer",
+			   c->tenant);
+		return;
+	}
+	if (c->tenant[0]) {
+		conn_error(c, hdr, -EISCONN,
+			   "this connection is tenant %s already (its "
+			   "certificate or an earlier AUTH)",
+			   c->tenant);
+		return;
+	}
+	if (a->__reserved || !a->len || a->len > DJINN_AUTH_TOKEN_MAX ||
+	    len != sizeof(*a) + a->len) {
+		conn_error(c, hdr, -EINVAL,
+			   "AUTH: a token of 1 to %d bytes after the struct, "
+			   "exactly (len %u, payload %llu bytes)",
+			   DJINN_AUTH_TOKEN_MAX, a->len,
+			   (unsigned long long)len);
+		return;
+	}
+	if (tls_token_tenant(c->srv, (const uint8_t *)(a + 1), a->len,
+			     r.tenant)) {
+		c->srv->st.auth_refused++;
+		log_notice("conn %d: AUTH with a token that names no tenant: "
+			   "closing",
+			   c->fd);
+		conn_error(c, hdr, -EACCES,
+			   "the token names no tenant (tls.tokens): closing");
+		c->close_after = true;
+		return;
+	}
+	memcpy(c->tenant, r.tenant, sizeof(c->tenant));
+	if (!conn_identified(c))
+		return; /* over its connections quota: refused, closing */
+	log_info("conn %d: AUTH: tenant %s", c->fd, c->tenant);
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+static void session_reply(struct conn *c, const struct djinn_hdr *hdr,
+			  const struct session *s, bool token)
+{
+	struct djinn_session_resp r = {
+		.session_id = s->id,
+		.lease_ns = s->lease_ns,
+		.deadline_ns = s->deadline_ns,
+	};
+
+	if (token)
+		memcpy(r.token, s->token, sizeof(r.token));
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+/* A session just made: bound to kernel session @kid if any, in the
+ * server's table, attached to @c. On failure it is gone again. */
+static int session_start(struct conn *c, struct session *s, uint64_t kid)
+{
+	int ret;
+
+	s->lease_kid = kid;
+	ret = session_publish(&c->srv->sessions, s);
+	if (ret) {
+		session_put(s);
+		return ret;
+	}
+	ret = conn_attach(c, s->id);
+	if (ret)
+		session_end(&c->srv->sessions, s, SESSION_CLOSED);
+	return ret;
+}
+
+void handle_session_open(struct conn *c, const struct djinn_hdr *hdr,
+			 struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_session_open *o = req;
+	struct device *d;
+	struct session *s;
+	char msg[128];
+	int ret;
+
+	if (!memchr(o->tenant, 0, sizeof(o->tenant))) {
+		conn_error(c, hdr, -EINVAL, "tenant not NUL-terminated");
+		return;
+	}
+	d = server_place(c->srv, o->device, msg, sizeof(msg));
+	if (!d) {
+		conn_error(c, hdr, -ENODEV, "%s", msg);
+		return;
+	}
+	ret = session_create(&c->srv->sessions, d, c->tenant, o->tenant,
+			     o->priority, o->lease_ns,
+			     c->tcp ? (uid_t)-1 : c->cred.uid,
+			     c->tcp ? 0 : c->cred.pid, &s);
+	if (!ret)
+		ret = session_start(c, s, 0);
+	if (ret == -EDQUOT) {
+		session_quota_error(c, hdr);
+		return;
+	}
+	if (ret) {
+		conn_error(c, hdr, ret, "%s",
+			   ret == -EINVAL ? "bad tenant name or priority" :
+					    "cannot open a session");
+		return;
+	}
+	log_info("session %llu opened: tenant %s, label %s, priority %u, "
+		 "lease %llu ms, device %u (%s)",
+		 (unsigned long long)s->id, s->tenant, s->label, s->priority,
+		 (unsigned long long)(s->lease_ns / NSEC_PER_MSEC), d->index,
+		 d->name);
+	session_reply(c, hdr, s, true);
+}
+
+void handle_session_attach(struct conn *c, const struct djinn_hdr *hdr,
+			   struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_session_attach *a = req;
+	struct session *s;
+	uint8_t diff = 0;
+
+	s = session_get(&c->srv->sessions, hdr->session_id);
+	if (!s) {
+		conn_error(c, hdr, -ENOENT, "no session %llu",
+			   (unsigned long long)hdr->session_id);
+		return;
+	}
+	for (size_t i = 0; i < sizeof(a->token); i++) /* constant time */
+		diff |= a->token[i] ^ s->token[i];
+	/* A token is a session's secret within its tenant: one that leaked
+	 * to another tenant opens nothing. The same answer as a wrong one. */
+	if (strcmp(s->tenant, c->tenant))
+		diff = 1;
+	if (diff) {
+		conn_error(c, hdr, -EPERM,
+			   "wrong token for session %llu, or another tenant's",
+			   (unsigned long long)s->id);
+	} else if (conn_attach(c, s->id)) {
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+	} else {
+		session_touch(&c->srv->sessions, s);
+		session_reply(c, hdr, s, false);
+	}
+	session_put(s);
+}
+
+/* A local client's session on /dev/djinn becomes a djinnd session bound
+ * to it (DOC: sessions in proto.h); the lease provider checks it. */
+void handle_session_bind(struct conn *c, const struct djinn_hdr *hdr,
+			 struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_session_bind *b = req;
+	struct lease_provider *lp = c->srv->sessions.leases;
+	struct lease_kinfo ki;
+	struct session *s;
+	int ret;
+
+	if (!lp->ops->verify) {
+		conn_error(c, hdr, -EOPNOTSUPP,
+			   "leases are %s: no /dev/djinn sessions",
+			   lp->ops->name);
+		return;
+	}
+	if (c->tcp) {
+		conn_error(c, hdr, -EPERM, "SESSION_BIND is for local clients");
+		return;
+	}
+	ret = lp->ops->verify(lp, b->kernel_id, b->token, c->cred.uid, &ki);
+	if (ret) {
+		conn_error(c, hdr, ret, "kernel session %llu: %s",
+			   (unsigned long long)b->kernel_id,
+			   ret == -EPERM  ? "wrong token or another user's" :
+			   ret == -EBUSY  ? "bound already" :
+			   ret == -ENOENT ? "no such live session" :
+					    strerror(-ret));
+		return;
+	}
+	ret = session_create(&c->srv->sessions,
+			     server_place(c->srv, 0, NULL, 0), c->tenant,
+			     ki.tenant, ki.priority, ki.lease_ns, c->cred.uid,
+			     c->cred.pid, &s);
+	if (!ret)
+		ret = session_start(c, s, b->kernel_id);
+	if (ret == -EDQUOT) {
+		session_quota_error(c, hdr);
+		return;
+	}
+	if (ret) {
+		conn_error(c, hdr, ret, "cannot bind the session");
+		return;
+	}
+	log_info("session %llu bound to kernel session %llu: tenant %s, "
+		 "priority %u, lease %llu ms",
+		 (unsigned long long)s->id, (unsigned long long)b->kernel_id,
+		 s->tenant, s->priority,
+		 (unsigned long long)(s->lease_ns / NSEC_PER_MSEC));
+	session_reply(c, hdr, s, true);
+}
+
+void handle_session_close(struct conn *c, const struct djinn_hdr *hdr,
+			  struct session *s, void *req, uint64_t len)
+{
+	conn_detach(c, s->id);
+	session_end(&c->srv->sessions, s, SESSION_CLOSED);
+	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+}
+
+/* HEARTBEAT renews a lease; with session 0 it is a plain round trip. */
+void handle_heartbeat(struct conn *c, const struct djinn_hdr *hdr,
+		      struct session *unused, void *req, uint64_t len)
+{
+	struct session *s;
+
+	if (!hdr->session_id) {
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+		return;
+	}
+	s = msg_req_session(c, hdr, true); /* a lost session stays alive */
+	if (!s)
+		return;
+	session_reply(c, hdr, s, false);
+	session_put(s);
+}
+
+void handle_signal(struct conn *c, const struct djinn_hdr *hdr,
+		   struct session *s, void *req, uint64_t len)
+{
+	const struct djinn_signal *sg = req;
+	char msg[DJINN_MAX_ERROR_MSG];
+	uint64_t expected;
+	int ret;
+
+	if (sg->phase > DJINN_PHASE_IDLE || sg->__reserved) {
+		conn_error(c, hdr, -EINVAL, "%s",
+			   sg->__reserved ? "reserved field set" :
+					    "unknown phase");
+		return;
+	}
+	expected = sg->expected_ns;
+	ret = sched_signal_check(s->dev->sched, sg->phase, &expected, msg,
+				 sizeof(msg));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
+		return;
+	}
+	log_debug("session %llu: phase %u for %llu ns (received %llu)",
+		  (unsigned long long)s->id, sg->phase,
+		  (unsigned long long)expected, (unsigned long long)loop_now());
+	sched_signal(s->dev->sched, &s->se, sg->phase, expected);
+	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+}
