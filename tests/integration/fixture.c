@@ -374,7 +374,7 @@ int fx_can_run(void)
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("DJINN_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("DJINN_TEST_FILTER"));
-	/* A daemon that cannot run here (no io_uring: an old kernel, a
+	/* A daemon that cannot run here (io_uring off: an old kernel, a
 	 * seccomp filter) is a skip, said so; any other failure fails. */
 	return djd_can_run(DEV_MEM);
 }
