@@ -9,7 +9,9 @@
 #              --.incbin--> fatbin.o, linked into djinnd only
 #
 #   make test-gpu    the GPU tests (tests/gpu/); each exits 77 and says
-#                    why on a host without an NVIDIA GPU and driver
+#                    why on a host without an NVIDIA GPU and driver, and
+#                    when all did, make test-gpu says "skipped: no GPU"
+#                    and fails (status 77 from tests/run.sh): no pass
 #   make bench-gpu   the GPU benchmarks (bench/gpu-bench), JSON lines
 
 NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
@@ -171,7 +173,8 @@ TESTS_ONCE += $(GPU_KIT_TEST)
 
 .PHONY: test-gpu bench-gpu
 test-gpu: all
-	$(Q)DJINND=$(DJINND) tests/run.sh $(GPU_TESTS)
+	$(Q)DJINND=$(DJINND) tests/run.sh $(GPU_TESTS); rc=$$?; \
+		[ $$rc != 77 ] || echo "test-gpu: skipped: no GPU"; exit $$rc
 
 # 77: no GPU here (gpu-bench says so); not a failure of the build
 bench-gpu: all
@@ -179,6 +182,10 @@ bench-gpu: all
 else
 $(info cuda: no nvcc (NVCC=$(NVCC)) or no $(CUDA_INC)/cuda.h: djinnd is built without the CUDA backend)
 .PHONY: test-gpu bench-gpu
-test-gpu bench-gpu:
+# nothing tested is no pass (as above): test-gpu fails, with 77
+test-gpu:
+	@echo "$@: skipped: djinnd was built without the CUDA backend (no nvcc)"; \
+		exit 77
+bench-gpu:
 	@echo "$@: skipped: djinnd was built without the CUDA backend (no nvcc)"
 endif

@@ -18,10 +18,12 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/io_uring.h>
 
 #include "array_size.h"
 #include "daemon.h"
@@ -97,44 +99,87 @@ int djd_make_model(const struct djd *d, const char *name, const char *args)
 }
 
 static char start_error[256];
+/* After djd_start() failed because the daemon exited: its err line about
+ * io_uring ("io_uring: Function not implemented"), else "". */
+static char start_uring[128];
 
 const char *djd_start_error(void)
 {
 	return start_error;
 }
 
+/*
+ * Whether this kernel lets this process have no io_uring at all: not
+ * built in, or turned off (kernel.io_uring_disabled), or refused by a
+ * seccomp filter. io_uring_setup(2) then fails with ENOSYS or EPERM,
+ * which is returned; 0 when it works or fails otherwise.
+ */
+static int io_uring_off(void)
+{
+	struct io_uring_params p;
+	long fd;
+
+	memset(&p, 0, sizeof(p));
+	fd = syscall(__NR_io_uring_setup, 1, &p);
+	if (fd >= 0) {
+		close((int)fd);
+		return 0;
+	}
+	return errno == ENOSYS || errno == EPERM ? errno : 0;
+}
+
 int djd_can_run(const char *cpu_mem)
 {
+	char want[64];
 	struct djd d;
+	int off, ret;
 
 	if (access(djd_binary(), X_OK)) {
 		printf("djinnd not found at %s (set DJINND): skipped\n",
 		       djd_binary());
 		return 77;
 	}
-	if (djd_start(&d, cpu_mem, 10000)) {
-		if (strstr(djd_start_error(), "io_uring")) {
-			printf("djinnd cannot run here: %s: skipped\n",
-			       djd_start_error());
-			return 77;
-		}
-		printf("djinnd does not start\n");
-		return 1;
+	ret = djd_start(&d, cpu_mem, 10000);
+	if (!ret)
+		return djd_stop(&d, 10000) ? 1 : 0;
+	/* A skip only where io_uring is off here and djinnd stopped for
+	 * that (server_init()'s "io_uring: <errno>" line, the very errno):
+	 * any other failure at start, one about io_uring too, fails. */
+	off = ret == -ECHILD ? io_uring_off() : 0;
+	snprintf(want, sizeof(want), "io_uring: %s", off ? strerror(off) : "");
+	if (off && !strcmp(start_uring, want)) {
+		printf("djinnd cannot run here: io_uring_setup() fails with "
+		       "%s (%s): skipped\n",
+		       off == ENOSYS ? "ENOSYS" : "EPERM", strerror(off));
+		return 77;
 	}
-	return djd_stop(&d, 10000) ? 1 : 0;
+	printf("djinnd does not start: %s\n",
+	       start_error[0] ? start_error : strerror(-ret));
+	return 1;
 }
 
-/* The last line of the log into start_error. */
+/* The last line of the log into start_error, its err line about io_uring
+ * into start_uring. */
 static void keep_last_line(const struct djd *d)
 {
+	static const char uring[] = " err: io_uring: ";
 	char line[sizeof(start_error)];
 	FILE *f = fopen(d->log, "r");
 
+	start_uring[0] = 0;
 	if (!f)
 		return;
-	while (fgets(line, sizeof(line), f))
+	while (fgets(line, sizeof(line), f)) {
+		const char *u = strstr(line, uring);
+
 		if (line[0] && line[0] != '\n')
 			memcpy(start_error, line, sizeof(line));
+		if (u && !start_uring[0]) {
+			snprintf(start_uring, sizeof(start_uring), "%s",
+				 u + strlen(" err: "));
+			start_uring[strcspn(start_uring, "\n")] = 0;
+		}
+	}
 	fclose(f);
 	start_error[strcspn(start_error, "\n")] = 0;
 }
@@ -243,6 +288,7 @@ int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 	memset(d, 0, sizeof(*d));
 	d->pid = -1;
 	start_error[0] = 0;
+	start_uring[0] = 0;
 	if (access(bin, X_OK)) {
 		fprintf(stderr, "djinnd binary %s: %s (set DJINND)\n", bin,
 			strerror(errno));

@@ -72,8 +72,10 @@ int djd_make_model(const struct djd *d, const char *name, const char *args);
 /*
  * Whether djinnd can run here, for a test's main(): 0 when a daemon with
  * @cpu_mem of memory starts and stops cleanly; 77 (skip), said on
- * stdout, when there is no binary or it cannot run on this machine (no
- * io_uring: an old kernel, a seccomp filter); 1 for any other failure.
+ * stdout, when there is no binary, or when this process's own
+ * io_uring_setup(2) fails with ENOSYS or EPERM (a kernel without it or
+ * with it turned off, a seccomp filter) and djinnd stopped with that
+ * very error; 1 for any other failure, one naming io_uring included.
  */
 int djd_can_run(const char *cpu_mem);
 /* After djd_start() failed because the daemon exited: its last log line

@@ -242,28 +242,56 @@ out:
 	return ret;
 }
 
+/*
+ * health() until it holds, WAIT_MS at most: what a test let go of may be
+ * freed after the answer it saw. The daemon reads a closed connection's
+ * end when it comes to it, and a session's memory goes with its last
+ * reference, which a job or a reply still being sent may hold. 0, or -1
+ * with the last reason in @why.
+ */
+static int health_wait(struct fx *fx, long nr_sessions,
+		       const struct djinn_admin_vmu *want, char *why,
+		       size_t len)
+{
+	return wait_until(!health(fx, nr_sessions, want, why, len), WAIT_MS) ?
+		       0 :
+		       -1;
+}
+
 void check_health_at(int line, struct fx *fx, long nr_sessions,
 		     const struct djinn_admin_vmu *want)
 {
 	char why[256];
 
-	if (health(fx, nr_sessions, want, why, sizeof(why)))
-		fail_msg("line %d: after the test step: %s", line, why);
+	if (health_wait(fx, nr_sessions, want, why, sizeof(why)))
+		fail_msg("line %d: after the test step, for %d ms: %s", line,
+			 WAIT_MS, why);
+}
+
+/* The VMU at the baseline but for the text segment: 0, or -1 with why. */
+static int text_cached(struct fx *fx, char *why, size_t len)
+{
+	struct djinn_admin_vmu v = vmu_now(fx);
+
+	if (v.seg[1].used != fx->base.seg[1].used) {
+		snprintf(why, len, "data segment %llu bytes, was %llu",
+			 (unsigned long long)v.seg[1].used,
+			 (unsigned long long)fx->base.seg[1].used);
+		return -1;
+	}
+	v.committed -= v.seg[0].used;
+	v.seg[0].used = fx->base.seg[0].used;
+	return vmu_diff(&fx->base, &v, why, len) ? -1 : 0;
 }
 
 void check_text_cached_at(int line, struct fx *fx)
 {
-	struct djinn_admin_vmu v = vmu_now(fx);
 	char why[256];
 
-	if (v.seg[1].used != fx->base.seg[1].used)
-		fail_msg("line %d: data segment %llu bytes, was %llu", line,
-			 (unsigned long long)v.seg[1].used,
-			 (unsigned long long)fx->base.seg[1].used);
-	v.committed -= v.seg[0].used;
-	v.seg[0].used = fx->base.seg[0].used;
-	if (vmu_diff(&fx->base, &v, why, sizeof(why)))
-		fail_msg("line %d: after text: %s", line, why);
+	/* (as check_health_at() waits) */
+	if (!wait_until(!text_cached(fx, why, sizeof(why)), WAIT_MS))
+		fail_msg("line %d: after text, for %d ms: %s", line, WAIT_MS,
+			 why);
 	fx->base = vmu_now(fx);
 }
 
@@ -327,7 +355,7 @@ int fx_teardown(void **state)
 	int bad = 0, ret = 0;
 
 	if (!fx->stopped) {
-		bad = health(fx, 0, &fx->base, why, sizeof(why));
+		bad = health_wait(fx, 0, &fx->base, why, sizeof(why));
 		ret = djd_stop(&fx->d, 10000);
 	}
 	if (fx->adm >= 0)
@@ -346,7 +374,7 @@ int fx_can_run(void)
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("DJINN_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("DJINN_TEST_FILTER"));
-	/* A daemon that cannot run here (no io_uring: an old kernel, a
+	/* A daemon that cannot run here (io_uring off: an old kernel, a
 	 * seccomp filter) is a skip, said so; any other failure fails. */
 	return djd_can_run(DEV_MEM);
 }

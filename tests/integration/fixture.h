@@ -9,8 +9,10 @@
  * Every test starts its own djinnd (a 64 MiB CPU device unless it says
  * otherwise) and records the VMU's state; its teardown checks that the
  * daemon still serves a fresh HELLO, that no session is left and that
- * the VMU is back where it started, then stops it with SIGTERM and
- * checks that it exits 0 with no sanitizer report in its log.
+ * the VMU is back where it started (waiting for it, WAIT_MS at most:
+ * memory may come back after the answer a test saw), then stops it with
+ * SIGTERM and checks that it exits 0 with no sanitizer report in its
+ * log.
  *
  * The daemon binary is $DJINND, else BUILD/djinnd/djinnd beside the test
  * binary's build tree. DJINN_TEST_FILTER=test_text runs the tests
@@ -116,15 +118,17 @@ const char *vmu_diff(const struct djinn_admin_vmu *a,
 
 /* The daemon serves (a fresh HELLO on a new connection), holds
  * @nr_sessions sessions (unless negative), and its VMU matches @want
- * (unless NULL); else fail. */
+ * (unless NULL), within WAIT_MS: a connection's end is read, and a
+ * session's memory freed with its last reference, after the answers the
+ * test saw. Else fail, with the last reason. */
 void check_health_at(int line, struct fx *fx, long nr_sessions,
 		     const struct djinn_admin_vmu *want);
 /* The daemon serves, holds @n sessions and the VMU is at its baseline. */
 #define check_health(fx, n) check_health_at(__LINE__, fx, n, &(fx)->base)
 
-/* The VMU is at its baseline but for the text segment: unreferenced text
- * may stay cached, reclaimable, which is no leak. Else fail; then the
- * baseline takes the text. */
+/* The VMU is at its baseline but for the text segment (unreferenced text
+ * may stay cached, reclaimable, which is no leak), within WAIT_MS as
+ * check_health() waits. Else fail; then the baseline takes the text. */
 void check_text_cached_at(int line, struct fx *fx);
 #define check_text_cached(fx) check_text_cached_at(__LINE__, fx)
 

@@ -106,6 +106,9 @@ expect() {
 # model NAME for SECONDS, in the background ($mpid); returns once it has
 # opened it, its `djinn model info` in $dir/info.
 hold_model() {
+	# the last call's info must not pass for this one's: the redirect
+	# below empties the file only once the child runs
+	: >"$dir/info"
 	"$DJINN" -a "unix:$dir/d.sock" model info "$1" --hold "$2" \
 		>"$dir/info" 2>"$dir/info.err" &
 	mpid=$!

@@ -220,11 +220,7 @@ done
 "$dest$P/sbin/djinnd" --config /dev/null -f -l "unix:$dir/d.sock" \
 	-a "$dir/admin.sock" -m 64M -t 1 >"$dir/djinnd.log" 2>&1 &
 dpid=$!
-i=0
-while [ ! -S "$dir/d.sock" ] && [ $i -lt 200 ]; do
-	sleep 0.05
-	i=$((i + 1))
-done
+djinnd_wait
 if "$dir/hello" "unix:$dir/d.sock" >"$dir/hello.out" 2>&1; then
 	ok "installed djinnd serves hello built from the stage"
 else

@@ -986,10 +986,7 @@ static void budget_reload(struct fx *fx, const char *path, const char *text,
 	assert_true(fputs(text, f) >= 0);
 	assert_int_equal(fclose(f), 0);
 	assert_int_equal(kill(fx->d.pid, SIGHUP), 0);
-	for (int i = 0; i < 500 && !file_has(fx->d.log, line); i++)
-		usleep(10 * 1000);
-	if (!file_has(fx->d.log, line))
-		fail_msg("no \"%s\" in the log after a SIGHUP", line);
+	wait_log(fx->d.log, line);
 }
 
 static void budget_evict(struct fx *fx, const char *name)

@@ -506,6 +506,32 @@ static void test_tensor_bad(void **state)
 	check_health(fx, 0);
 }
 
+/* Session @sid's jobs queued or running, memory jobs included
+ * (ADMIN_SCHED), or fail. */
+static uint32_t inflight(struct fx *fx, uint64_t sid)
+{
+	const struct djinn_admin_sched_session *e;
+	struct dj_resp r;
+	uint32_t n[2], got = UINT32_MAX;
+
+	call_ok(fx->adm, DJINN_MSG_ADMIN_SCHED, 0, NULL, 0, &r, -1);
+	assert_true(r.len >= sizeof(n));
+	memcpy(n, r.data, sizeof(n));
+	assert_int_equal(
+		r.len, sizeof(n) + n[0] * sizeof(struct djinn_admin_sched_dev) +
+			       n[1] * sizeof(*e));
+	e = (const void *)(r.data + sizeof(n) +
+			   n[0] * sizeof(struct djinn_admin_sched_dev));
+	for (uint32_t i = 0; i < n[1]; i++)
+		if (e[i].id == sid)
+			got = e[i].inflight;
+	dj_resp_free(&r);
+	if (got == UINT32_MAX)
+		fail_msg("session %llu is not in ADMIN_SCHED",
+			 (unsigned long long)sid);
+	return got;
+}
+
 /* 10d. A tensor bigger than the device: -ENOMEM, the message giving the
  * need; nothing committed. Also with its bytes following (skipped). */
 static void test_tensor_too_big(void **state)
@@ -539,6 +565,16 @@ static void test_tensor_too_big(void **state)
 		assert_int_equal(dj_send_raw(up, &h, p, plen), 0);
 		free(p);
 		wait_charged(fx, sid2, desc_bytes(&a), 5000);
+		/* Charged is not pinned yet: the memory job charges the
+		 * region as it maps it, and pins it for the bytes after
+		 * that; meanwhile the region is idle, and an admission may
+		 * swap it out to make room. Pinned once the job is done. */
+		if (!wait_until(!inflight(fx, sid2), WAIT_MS))
+			fail_msg("the upload's memory job still runs after "
+				 "%d ms",
+				 WAIT_MS);
+		assert_int_equal(session_entry(fx, sid2).data_bytes,
+				 desc_bytes(&a));
 		create_try_at(__LINE__, fd, sid, &b, DJINN_SEG_DATA, NULL, NULL,
 			      0, &r);
 		expect_error(&r, -ENOMEM, "need");

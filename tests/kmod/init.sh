@@ -89,6 +89,7 @@ else
 fi
 scan modules >/dev/null
 
+# (run-qemu.sh expects bench and lbench from this mode)
 if [ "$mode" = bench ]; then
 	djinn_kbench
 	rc=$?
@@ -113,6 +114,8 @@ if [ "$mode" = bench ]; then
 fi
 
 
+# (run-qemu.sh expects a result from each of these but test_ktls, and
+# from klog_scan, insmod and load_unload: keep its list in step)
 for t in test_ioctl test_lease test_ring test_netlink test_stress \
 	test_djinnd test_kdev test_limits $ktls; do
 	[ -z "$only" ] || [ "$only" = $t ] || continue

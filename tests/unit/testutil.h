@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KiB (UINT64_C(1) << 10)
@@ -119,6 +120,48 @@ static inline bool file_has(const char *path, const char *s)
 	fclose(f);
 	return found;
 }
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+static inline int64_t tu_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* How long a test waits for what a daemon does after the answer the test
+ * has seen; a wait ends as soon as the effect is there. */
+#define WAIT_MS 10000
+
+/*
+ * wait_until(cond, ms): whether @cond holds within @ms milliseconds,
+ * evaluated at once and then every 2 ms. For an effect a daemon makes
+ * after its answer, or on another thread, or when it reads a closed
+ * connection's end: a log line, a counter, a freed session's memory. A
+ * test that checks such an effect once races the daemon, and loses now
+ * and then on a loaded machine.
+ */
+#define wait_until(cond, ms)                                        \
+	({                                                          \
+		int64_t wu_end_ = tu_now_ms() + (ms);               \
+		bool wu_ok_;                                        \
+                                                                    \
+		while (!(wu_ok_ = (cond)) && tu_now_ms() < wu_end_) \
+			usleep(2000);                               \
+		wu_ok_;                                             \
+	})
+
+/* A line of the file @path, a daemon's log, must hold @s within @ms;
+ * else fail, naming @line. */
+static inline void wait_file_has_at(int line, const char *path, const char *s,
+				    int ms)
+{
+	if (!wait_until(file_has(path, s), ms))
+		fail_msg("line %d: no line of %s holds \"%s\" after %d ms",
+			 line, path, s, ms);
+}
+#define wait_log(path, s) wait_file_has_at(__LINE__, path, s, WAIT_MS)
 
 /* The bytes of the file @path (xmalloc'd; it must not be empty), their
  * number in *@len; or fail. */
