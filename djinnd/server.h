@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The daemon's state, shared by its parts: the I/O loop and connections
- * (net/), sessions and leases (session/), and the devices (struct device:
- * each a backend/, a vmu/, its executors, exec/, and its model store).
+ * The server: its configuration, its I/O loop, its listeners and
+ * connections, its session table (session/session.h), its devices
+ * (device.h) and its counters. server.c makes it (server_init()); the
+ * protocol layer (net/) serves with it, so this header is of net/'s
+ * floor and no floor below includes it (Documentation/architecture.rst).
  * Only the I/O thread touches connections and the session table;
  * executor threads meet it through the executor's queues and eventfd.
  */
