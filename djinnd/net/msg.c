@@ -188,37 +188,13 @@ void msg_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
 		       struct session *s)
 {
-	const struct tenant_map *m =
-		tenant_map_find(&c->srv->sessions.lim, s->tenant);
+	char msg[DJINN_MAX_ERROR_MSG];
+	int ret =
+		session_inflight_check(&c->srv->sessions, s, msg, sizeof(msg));
 
-	if (m && m->inflight && s->ts->inflight >= m->inflight) {
-		conn_error(c, hdr, -EDQUOT,
-			   "%u graphs and model steps in flight for tenant "
-			   "%s, its quota (tenant.%s.inflight): wait for "
-			   "their answers",
-			   s->ts->inflight, s->tenant, s->tenant);
-		return true;
-	}
-	if (s->se.inflight < SCHED_INFLIGHT_MAX)
-		return false;
-	conn_error(c, hdr, -EAGAIN,
-		   "%u graphs and model steps in flight: wait for their "
-		   "answers",
-		   s->se.inflight);
-	return true;
-}
-
-void msg_inflight_add(struct session *s)
-{
-	s->se.inflight++;
-	s->ts->inflight++;
-}
-
-void msg_inflight_sub(struct session *s)
-{
-	s->se.inflight--;
-	s->ts->inflight--;
-	tenant_state_drop(s->ts);
+	if (ret)
+		conn_error(c, hdr, ret, "%s", msg);
+	return ret != 0;
 }
 
 /* ---------------------------------------------------------------------- */

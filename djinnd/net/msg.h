@@ -104,10 +104,6 @@ uint64_t msg_defer(struct conn *c);
  * steps queued or running (-EAGAIN). */
 bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
 		       struct session *s);
-/* A graph or model step of @s is queued; its answer went (I/O thread):
- * the session's and its tenant's counts. */
-void msg_inflight_add(struct session *s);
-void msg_inflight_sub(struct session *s);
 /* ADMIN_MODELS' answer, of model @name alone unless it is NULL. */
 void msg_admin_models_reply(struct conn *c, const struct djinn_hdr *hdr,
 			    const char *name);

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * GRAPH_SUBMIT: the graph is parsed, its inputs' shapes found and every
- * node's inferred (lib/graph.h), its outputs recorded for later graphs
- * to name, and its job queued; the graph service runs it (svc/graph.c)
- * and graph_done() answers.
+ * GRAPH_SUBMIT: the graph service checks the graph and makes its job
+ * (svc_graph_new(), svc/graph.c), which is queued here and answered by
+ * graph_done() when it is back.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -27,98 +26,24 @@ static void graph_done(struct exec_job *job, void *arg);
 void handle_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 			 struct session *s, void *req, uint64_t len)
 {
-	struct exec_job *job = calloc(1, sizeof(*job));
 	char msg[DJINN_MAX_ERROR_MSG];
-	struct djinn_tensor_desc *outs = NULL;
-	bool *in_module = NULL;
-	uint32_t nin, nout;
+	struct exec_job *job;
 	int ret;
 
-	if (!job) {
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		free(req);
+	/* the row says: the handler keeps the payload (the job does) */
+	ret = svc_graph_new(&c->srv->sessions, s, hdr->request_id, req, len,
+			    &job, msg, sizeof(msg));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
 		return;
 	}
-	job->payload = req; /* the row says: the handler keeps it */
-	job->request_id = hdr->request_id;
-	job->s = s;
-	session_ref(s);
-	ret = djinn_graph_parse(req, len, &job->view, msg, sizeof(msg));
-	if (ret) {
-		conn_error(c, hdr, ret, "%s", msg);
-		goto out_free;
-	}
-	/* a tenant's modules stay after a reload turns its kernels off */
-	for (uint32_t i = 0; i < job->view.g->nr_nodes; i++)
-		if (job->view.nodes[i].op == DJINN_GOP_KERNEL &&
-		    msg_kernels_allowed(c, hdr, s))
-			goto out_free;
-	if (msg_inflight_full(c, hdr, s))
-		goto out_free;
-	nin = job->view.g->nr_inputs;
-	nout = job->view.g->nr_outputs;
-	job->in_descs = calloc(nin ? nin : 1, sizeof(*job->in_descs));
-	job->descs = calloc(job->view.g->nr_nodes, sizeof(*job->descs));
-	outs = calloc(nout, sizeof(*outs));
-	in_module = calloc(nin ? nin : 1, sizeof(*in_module));
-	if (!job->in_descs || !job->descs || !outs || !in_module) {
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		goto out_free;
-	}
-	/* The inputs' shapes: tensors now, or results of earlier graphs,
-	 * which are known from their submission. */
-	for (uint32_t i = 0; i < nin; i++) {
-		const struct djinn_ref *ref = &job->view.inputs[i];
-		struct tensor t;
-
-		ret = ref->kind == DJINN_REF_RESULT ?
-			      session_result_desc(job->s, ref->id, ref->index,
-						  &job->in_descs[i]) :
-			      session_tensor_get(job->s, ref->id, &t);
-		if (!ret && ref->kind == DJINN_REF_HANDLE) {
-			job->in_descs[i] = t.desc;
-			in_module[i] = t.module;
-		}
-		if (ret) {
-			conn_error(c, hdr, -ENOENT, "input %u: no such %s", i,
-				   ref->kind == DJINN_REF_RESULT ? "result" :
-								   "tensor");
-			goto out_free;
-		}
-	}
-	ret = djinn_graph_infer_modules(&job->view, job->in_descs, in_module,
-					job->descs, msg, sizeof(msg));
-	if (ret) {
-		conn_error(c, hdr, ret, "%s", msg);
-		goto out_free;
-	}
-	for (uint32_t k = 0; k < nout; k++)
-		outs[k] = job->descs[job->view.outputs[k]];
-	ret = session_result_begin(job->s, hdr->request_id, nout, outs);
-	if (ret) {
-		conn_error(c, hdr, ret, "out of memory");
-		goto out_free;
-	}
-	free(outs);
-	free(in_module);
-	job->lane = SCHED_COMPUTE;
-	job->run = svc_graph_run;
-	job->cancel = svc_graph_cancel;
-	job->se = &job->s->se;
 	job->conn = c;
 	job->client = true;
 	conn_get(c);
 	job->t0 = msg_defer(c);
 	job->done = graph_done;
 	job->done_arg = c->srv;
-	msg_inflight_add(job->s);
-	sched_submit(job->s->dev->sched, job);
-	return;
-
-out_free:
-	free(outs);
-	free(in_module);
-	svc_job_free(job);
+	svc_submit(job);
 }
 
 static void graph_done(struct exec_job *job, void *arg)
@@ -160,7 +85,7 @@ static void graph_done(struct exec_job *job, void *arg)
 			free(r);
 		}
 	}
-	msg_inflight_sub(job->s);
+	session_inflight_sub(job->s);
 	if (srv->sessions.leases->ops->complete)
 		srv->sessions.leases->ops->complete(srv->sessions.leases,
 						    job->s, job->request_id,

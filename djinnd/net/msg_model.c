@@ -98,9 +98,7 @@ static bool submit_to(struct conn *c, const struct djinn_hdr *hdr,
 	job->t0 = msg_defer(c);
 	job->done = done;
 	job->done_arg = c->srv;
-	if (lane == SCHED_COMPUTE)
-		msg_inflight_add(s);
-	sched_submit(s->dev->sched, job);
+	svc_submit(job);
 	return true;
 }
 
@@ -246,7 +244,7 @@ out:
 	mjob_free(mj);
 	job->ctx = NULL;
 	if (job->lane == SCHED_COMPUTE)
-		msg_inflight_sub(s);
+		session_inflight_sub(s);
 	conn_put(c);
 	svc_job_free(job);
 }

@@ -152,7 +152,7 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->done_arg = c->srv;
 	*out = job;
 	s->mem_waits++;
-	sched_submit(s->dev->sched, job);
+	svc_submit(job);
 	return 0;
 }
 
@@ -161,13 +161,12 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 int msg_kernels_allowed(struct conn *c, const struct djinn_hdr *hdr,
 			struct session *s)
 {
-	if (tenant_client_kernels(&c->srv->sessions.lim, s->tenant))
-		return 0;
-	conn_error(c, hdr, -EPERM,
-		   "client kernels are off for tenant %s "
-		   "([tenant.%s] client_kernels = yes in djinnd.conf)",
-		   s->tenant, s->tenant);
-	return -EPERM;
+	char msg[DJINN_MAX_ERROR_MSG];
+	int ret = session_kernels_check(&c->srv->sessions, s, msg, sizeof(msg));
+
+	if (ret)
+		conn_error(c, hdr, ret, "%s", msg);
+	return ret;
 }
 
 /* A client module's upload (DJINN_TENSOR_MODULE): a u8 vector of text,

@@ -663,3 +663,52 @@ void session_obj_drain(struct session *s,
 		}
 	}
 }
+
+/* ---------------------------------------------------------------------- */
+/* What a session may have in flight, and run */
+
+int session_inflight_check(struct session_table *t, const struct session *s,
+			   char *msg, size_t msglen)
+{
+	const struct tenant_map *m = tenant_map_find(&t->lim, s->tenant);
+
+	if (m && m->inflight && s->ts->inflight >= m->inflight) {
+		snprintf(msg, msglen,
+			 "%u graphs and model steps in flight for tenant %s, "
+			 "its quota (tenant.%s.inflight): wait for their "
+			 "answers",
+			 s->ts->inflight, s->tenant, s->tenant);
+		return -EDQUOT;
+	}
+	if (s->se.inflight < SCHED_INFLIGHT_MAX)
+		return 0;
+	snprintf(msg, msglen,
+		 "%u graphs and model steps in flight: wait for their answers",
+		 s->se.inflight);
+	return -EAGAIN;
+}
+
+void session_inflight_add(struct session *s)
+{
+	s->se.inflight++;
+	s->ts->inflight++;
+}
+
+void session_inflight_sub(struct session *s)
+{
+	s->se.inflight--;
+	s->ts->inflight--;
+	tenant_state_drop(s->ts);
+}
+
+int session_kernels_check(struct session_table *t, const struct session *s,
+			  char *msg, size_t msglen)
+{
+	if (tenant_client_kernels(&t->lim, s->tenant))
+		return 0;
+	snprintf(msg, msglen,
+		 "client kernels are off for tenant %s ([tenant.%s] "
+		 "client_kernels = yes in djinnd.conf)",
+		 s->tenant, s->tenant);
+	return -EPERM;
+}

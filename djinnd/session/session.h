@@ -214,6 +214,22 @@ int session_lost(const struct session *s, char *msg, size_t msglen);
 /* Renew the lease: any request does. */
 void session_touch(struct session_table *t, struct session *s);
 
+/*
+ * Graphs and model steps in flight (I/O thread). check: 0, or -EDQUOT
+ * when @s's tenant is at its tenant.NAME.inflight quota, or -EAGAIN when
+ * @s has SCHED_INFLIGHT_MAX queued or running, saying so in @msg. add
+ * and sub: one is queued, or its answer went (the session's count and
+ * its tenant's).
+ */
+int session_inflight_check(struct session_table *t, const struct session *s,
+			   char *msg, size_t msglen);
+void session_inflight_add(struct session *s);
+void session_inflight_sub(struct session *s);
+/* Whether @s's tenant may upload and run client kernels: 0, or -EPERM
+ * saying how the administrator allows them. */
+int session_kernels_check(struct session_table *t, const struct session *s,
+			  char *msg, size_t msglen);
+
 /* Tensor handles. add takes over the tensor's VMU resources. */
 int session_tensor_add(struct session *s, const struct tensor *t,
 		       uint64_t *handle);

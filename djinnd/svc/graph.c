@@ -10,7 +10,102 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
+#include "graph.h"
 #include "svc/svc.h"
+
+int svc_graph_new(struct session_table *t, struct session *s,
+		  uint64_t request_id, void *payload, uint64_t len,
+		  struct exec_job **out, char *msg, size_t msglen)
+{
+	struct exec_job *job = calloc(1, sizeof(*job));
+	struct djinn_tensor_desc *outs = NULL;
+	bool *in_module = NULL;
+	uint32_t nin, nout;
+	int ret;
+
+	if (!job) {
+		free(payload);
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	job->payload = payload;
+	job->request_id = request_id;
+	job->s = s;
+	job->se = &s->se;
+	session_ref(s);
+	ret = djinn_graph_parse(payload, len, &job->view, msg, msglen);
+	if (ret)
+		goto out_free;
+	/* a tenant's modules stay after a reload turns its kernels off */
+	for (uint32_t i = 0; i < job->view.g->nr_nodes; i++) {
+		if (job->view.nodes[i].op != DJINN_GOP_KERNEL)
+			continue;
+		ret = session_kernels_check(t, s, msg, msglen);
+		if (ret)
+			goto out_free;
+	}
+	ret = session_inflight_check(t, s, msg, msglen);
+	if (ret)
+		goto out_free;
+	nin = job->view.g->nr_inputs;
+	nout = job->view.g->nr_outputs;
+	job->in_descs = calloc(nin ? nin : 1, sizeof(*job->in_descs));
+	job->descs = calloc(job->view.g->nr_nodes, sizeof(*job->descs));
+	outs = calloc(nout, sizeof(*outs));
+	in_module = calloc(nin ? nin : 1, sizeof(*in_module));
+	if (!job->in_descs || !job->descs || !outs || !in_module) {
+		ret = -ENOMEM;
+		snprintf(msg, msglen, "out of memory");
+		goto out_free;
+	}
+	/* The inputs' shapes: tensors now, or results of earlier graphs,
+	 * which are known from their submission. */
+	for (uint32_t i = 0; i < nin; i++) {
+		const struct djinn_ref *ref = &job->view.inputs[i];
+		struct tensor tn;
+
+		ret = ref->kind == DJINN_REF_RESULT ?
+			      session_result_desc(s, ref->id, ref->index,
+						  &job->in_descs[i]) :
+			      session_tensor_get(s, ref->id, &tn);
+		if (!ret && ref->kind == DJINN_REF_HANDLE) {
+			job->in_descs[i] = tn.desc;
+			in_module[i] = tn.module;
+		}
+		if (ret) {
+			ret = -ENOENT;
+			snprintf(msg, msglen, "input %u: no such %s", i,
+				 ref->kind == DJINN_REF_RESULT ? "result" :
+								 "tensor");
+			goto out_free;
+		}
+	}
+	ret = djinn_graph_infer_modules(&job->view, job->in_descs, in_module,
+					job->descs, msg, msglen);
+	if (ret)
+		goto out_free;
+	for (uint32_t k = 0; k < nout; k++)
+		outs[k] = job->descs[job->view.outputs[k]];
+	ret = session_result_begin(s, request_id, nout, outs);
+	if (ret) {
+		snprintf(msg, msglen, "out of memory");
+		goto out_free;
+	}
+	free(outs);
+	free(in_module);
+	job->lane = SCHED_COMPUTE;
+	job->run = svc_graph_run;
+	job->cancel = svc_graph_cancel;
+	*out = job;
+	return 0;
+
+out_free:
+	free(outs);
+	free(in_module);
+	svc_job_free(job);
+	return ret;
+}
 
 void svc_graph_cancel(struct exec_job *job)
 {

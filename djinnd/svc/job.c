@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <stdlib.h>
 
+#include "device.h"
 #include "svc/svc.h"
 
 void svc_job_free(struct exec_job *job)
@@ -11,4 +12,11 @@ void svc_job_free(struct exec_job *job)
 	free(job->in_descs);
 	free(job->descs);
 	free(job);
+}
+
+void svc_submit(struct exec_job *job)
+{
+	if (job->lane == SCHED_COMPUTE)
+		session_inflight_add(job->s);
+	sched_submit(job->s->dev->sched, job);
 }

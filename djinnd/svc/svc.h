@@ -43,6 +43,23 @@ static inline bool svc_job_gone(struct exec_job *job)
 	return true;
 }
 
+/*
+ * GRAPH_SUBMIT's service: @payload (@len bytes, taken over) of session
+ * @s as request @request_id is parsed, its client kernels and the
+ * session's graphs in flight allowed, its inputs' and nodes' shapes
+ * inferred and its outputs recorded for later graphs to name
+ * (session_result_begin()). 0 and the job in *@out, to queue with
+ * svc_submit() once the caller has set its @done; else a negative errno
+ * with why in @msg, and nothing of the session changed.
+ */
+int svc_graph_new(struct session_table *t, struct session *s,
+		  uint64_t request_id, void *payload, uint64_t len,
+		  struct exec_job **out, char *msg, size_t msglen);
+
+/* Queue a service's job on its session's scheduler; one of the compute
+ * lane counts in flight (session_inflight_add()) until its answer. */
+void svc_submit(struct exec_job *job);
+
 /* Free a service's job: its session reference and what it owns. */
 void svc_job_free(struct exec_job *job);
 
