@@ -68,9 +68,13 @@ class Daemon:
             if self.proc.poll() is not None:
                 raise RuntimeError("djinnd exited:\n" + self.log.read_text())
             try:
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(str(self.sock))
-                s.close()
+                # the admin socket is made after the client one
+                for path in (self.sock, self.admin):
+                    s = socket.socket(socket.AF_UNIX)
+                    try:
+                        s.connect(str(path))
+                    finally:
+                        s.close()
                 return
             except OSError:
                 time.sleep(0.02)
