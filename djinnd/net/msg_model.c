@@ -25,29 +25,6 @@
 #include "net/msg.h"
 #include "session/tenant.h"
 
-/* A new object of @kind in @s's table, its handle in *@handle; or NULL
- * with the error answered. */
-static struct mobj *mobj_add(struct conn *c, const struct djinn_hdr *hdr,
-			     struct session *s, enum sobj_kind kind,
-			     uint64_t *handle)
-{
-	struct mobj *o = calloc(1, sizeof(*o));
-	int ret = o ? session_obj_add(s, kind, o, handle) : -ENOMEM;
-
-	if (ret) {
-		free(o);
-		conn_error(c, hdr, ret, "%s",
-			   ret == -EDQUOT ? "too many models and contexts in "
-					    "the session" :
-					    "out of memory");
-		return NULL;
-	}
-	o->kind = kind;
-	o->refs = 1;
-	o->s = s;
-	return o;
-}
-
 /* ---------------------------------------------------------------------- */
 /* Jobs */
 
@@ -61,6 +38,19 @@ static struct mjob *mjob_new(struct conn *c, const struct djinn_hdr *hdr)
 	return mj;
 }
 
+/* Queue a job of @c's, answered by @done. */
+static void queue(struct conn *c, struct exec_job *job,
+		  void (*done)(struct exec_job *, void *))
+{
+	job->conn = c;
+	job->client = true;
+	conn_get(c);
+	job->t0 = msg_defer(c);
+	job->done = done;
+	job->done_arg = c->srv;
+	svc_submit(job);
+}
+
 /* Queue @call for @c's request @hdr with @mj on @lane of @s's device
  * (compute: in order with its graphs, and counted with them against
  * SCHED_INFLIGHT_MAX), @done to answer. The job takes its own reference
@@ -70,35 +60,17 @@ static bool submit_to(struct conn *c, const struct djinn_hdr *hdr,
 		      void (*call)(struct exec_job *, const struct exec_env *),
 		      void (*done)(struct exec_job *, void *))
 {
-	struct exec_job *job = NULL;
+	char msg[DJINN_MAX_ERROR_MSG];
+	struct exec_job *job;
+	int ret;
 
-	if (lane != SCHED_COMPUTE || !msg_inflight_full(c, hdr, s)) {
-		job = calloc(1, sizeof(*job));
-		if (!job)
-			conn_error(c, hdr, -ENOMEM, "out of memory");
-	}
-	if (!job) {
-		if (mj->o)
-			mobj_put(mj->o);
-		mjob_free(mj);
+	ret = svc_model_job(&c->srv->sessions, s, hdr, mj, lane, call, &job,
+			    msg, sizeof(msg));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
 		return false;
 	}
-	mj->hdr = *hdr;
-	mj->call = call;
-	job->lane = lane;
-	job->run = mjob_run;
-	job->ctx = mj;
-	job->s = s;
-	job->se = &s->se;
-	session_ref(s);
-	job->request_id = hdr->request_id;
-	job->conn = c;
-	job->client = true;
-	conn_get(c);
-	job->t0 = msg_defer(c);
-	job->done = done;
-	job->done_arg = c->srv;
-	svc_submit(job);
+	queue(c, job, done);
 	return true;
 }
 
@@ -111,7 +83,8 @@ static void submit(struct conn *c, const struct djinn_hdr *hdr,
 	submit_to(c, hdr, s, mj, lane, call, call_done);
 }
 
-/* A model job is back on the I/O thread: make its objects, answer. */
+/* A model job is back on the I/O thread: its objects made (the model
+ * service's), the answer. */
 static void call_done(struct exec_job *job, void *arg)
 {
 	struct server *srv = arg;
@@ -119,31 +92,14 @@ static void call_done(struct exec_job *job, void *arg)
 	struct conn *c = job->conn;
 	struct session *s = job->s;
 	const struct djinn_hdr *hdr = &mj->hdr;
-	struct mobj *o = NULL;
-	uint64_t handle;
-	int ret = job->error;
+	char msg[DJINN_MAX_ERROR_MSG];
+	uint64_t handle = 0;
+	int ret;
 
 	metrics_observe(&srv->st, hdr->type, loop_now() - job->t0);
-	if (hdr->type == DJINN_MSG_CTX_NEW)
-		mj->o->ctxs--; /* its wait's count; mobj_ctx_bind() counts it */
-	if (!ret && s->dead)
-		ret = -ECANCELED;
-	/* a device fault while it ran: what it made is lost */
-	if (!ret)
-		ret = session_lost(s, job->msg, sizeof(job->msg));
+	ret = svc_mjob_finish(job, &handle, msg, sizeof(msg));
 	if (ret) {
-		/* What the job made goes with it. */
-		if (mj->hold)
-			model_close(mj->hold);
-		model_ctx_free(mj->mc);
-		if (mj->resp.logits)
-			session_tensor_release(s, mj->resp.logits);
-		if (mj->resp.hidden)
-			session_tensor_release(s, mj->resp.hidden);
-		conn_error(c, hdr, ret, "%s",
-			   job->msg[0]	     ? job->msg :
-			   ret == -ECANCELED ? "session ended" :
-					       strerror(-ret));
+		conn_error(c, hdr, ret, "%s", msg);
 		goto out;
 	}
 	switch (hdr->type) {
@@ -151,6 +107,7 @@ static void call_done(struct exec_job *job, void *arg)
 	case DJINN_MSG_MODEL_OPEN_UPLOADED: {
 		const struct model *m = mj->hold->m;
 		struct djinn_model_resp r = {
+			.model = handle,
 			.arch = m->cfg.arch, /* enum djinn_arch */
 			.dtype = m->layout.dtype,
 			.vocab = m->cfg.vocab,
@@ -169,41 +126,17 @@ static void call_done(struct exec_job *job, void *arg)
 		};
 
 		memcpy(r.fp, m->fp, sizeof(r.fp));
-		o = mobj_add(c, hdr, s, SOBJ_MODEL, &handle);
-		if (!o) {
-			model_close(mj->hold);
-			break;
-		}
-		o->h = mj->hold;
-		r.model = handle;
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 		break;
 	}
-	case DJINN_MSG_CTX_FORK: {
-		struct djinn_ctx_resp r = { .len = model_ctx_len(mj->mc),
-					    .max_tokens = mj->o->max_tokens };
-
-		o = mobj_add(c, hdr, s, SOBJ_CTX, &handle);
-		if (!o) {
-			model_ctx_free(mj->mc);
-			break;
-		}
-		mobj_ctx_bind(o, mj->o->model, mj->mc, mj->o->max_tokens);
-		r.ctx = handle;
-		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
-		break;
-	}
+	case DJINN_MSG_CTX_FORK:
 	case DJINN_MSG_CTX_NEW: {
-		struct djinn_ctx_resp r = { 0 };
+		const struct mobj *o = session_obj_get(s, handle, SOBJ_CTX);
+		struct djinn_ctx_resp r = { .ctx = handle,
+					    .max_tokens = o->max_tokens };
 
-		o = mobj_add(c, hdr, s, SOBJ_CTX, &handle);
-		if (!o) {
-			model_ctx_free(mj->mc);
-			break;
-		}
-		mobj_ctx_bind(o, mj->o, mj->mc, mj->max);
-		r.ctx = handle;
-		r.max_tokens = o->max_tokens;
+		if (hdr->type == DJINN_MSG_CTX_FORK)
+			r.len = model_ctx_len(o->mc);
 		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 		break;
 	}
@@ -216,10 +149,7 @@ static void call_done(struct exec_job *job, void *arg)
 		uint8_t *r = calloc(1, len);
 
 		if (!r) {
-			if (mj->resp.logits)
-				session_tensor_release(s, mj->resp.logits);
-			if (mj->resp.hidden)
-				session_tensor_release(s, mj->resp.hidden);
+			mjob_undo(job);
 			conn_error(c, hdr, -ENOMEM, "out of memory");
 			break;
 		}
@@ -239,14 +169,8 @@ out:
 		srv->sessions.leases->ops->complete(srv->sessions.leases, s,
 						    hdr->request_id, hdr->type,
 						    ret);
-	if (mj->o)
-		mobj_put(mj->o);
-	mjob_free(mj);
-	job->ctx = NULL;
-	if (job->lane == SCHED_COMPUTE)
-		session_inflight_sub(s);
 	conn_put(c);
-	svc_job_free(job);
+	svc_mjob_release(job);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -262,12 +186,11 @@ static struct mobj *obj_get(struct conn *c, const struct djinn_hdr *hdr,
 			    struct session *s, uint64_t handle,
 			    enum sobj_kind kind)
 {
-	struct mobj *o = session_obj_get(s, handle, kind);
+	char msg[DJINN_MAX_ERROR_MSG];
+	struct mobj *o = mobj_get(s, handle, kind, msg, sizeof(msg));
 
 	if (!o)
-		conn_error(c, hdr, -ENOENT, "no %s with handle %#llx",
-			   kind == SOBJ_MODEL ? "model" : "context",
-			   (unsigned long long)handle);
+		conn_error(c, hdr, -ENOENT, "%s", msg);
 	return o;
 }
 
@@ -386,15 +309,13 @@ void handle_model_close(struct conn *c, const struct djinn_hdr *hdr,
 			struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_handle_req *r = req;
-	struct mobj *o = obj_get(c, hdr, s, r->handle, SOBJ_MODEL);
+	char msg[DJINN_MAX_ERROR_MSG];
+	int ret = svc_model_close(s, r->handle, msg, sizeof(msg));
 
-	if (o && o->ctxs) {
-		conn_error(c, hdr, -EBUSY, "model has %u contexts", o->ctxs);
-	} else if (o) {
-		session_obj_del(s, r->handle, SOBJ_MODEL);
-		mobj_put(o);
+	if (ret)
+		conn_error(c, hdr, ret, "%s", msg);
+	else
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
-	}
 }
 
 void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
@@ -403,8 +324,7 @@ void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 	const struct djinn_ctx_new *r = req;
 	char msg[DJINN_MAX_ERROR_MSG] = "";
 	struct djinn_ctx_resp resp = { 0 };
-	struct model_ctx *mc;
-	struct mobj *m, *o;
+	struct exec_job *wait;
 	uint64_t handle;
 	uint32_t max;
 	int ret;
@@ -413,52 +333,18 @@ void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -EINVAL, "reserved field set");
 		return;
 	}
-	m = obj_get(c, hdr, s, r->model, SOBJ_MODEL);
-	if (!m)
-		return;
-	/* Only reserves the cache's address space: cheap, here. */
-	max = r->max_tokens ? r->max_tokens : m->h->m->cfg.n_ctx;
-	ret = model_ctx_new(m->h, max, &mc, msg, sizeof(msg));
-	if (!ret) {
-		ret = svc_ctx_made(s, mc, false, msg, sizeof(msg));
-		if (ret == -ENOMEM) {
-			/* no room for its cache: moving the model's weights
-			 * may make some, the memory executor's work */
-			struct mjob *mj = mjob_new(c, hdr);
-
-			if (!mj) {
-				model_ctx_free(mc);
-				return;
-			}
-			/* counted as the model's while it waits, so that
-			 * MODEL_CLOSE is -EBUSY meanwhile (call_done()) */
-			mj->o = m;
-			m->refs++;
-			m->ctxs++;
-			mj->mc = mc;
-			mj->max = max;
-			if (!submit_to(c, hdr, s, mj, SCHED_MEM, mjob_ctx_room,
-				       call_done)) {
-				m->ctxs--;
-				model_ctx_free(mc);
-			}
-			return;
-		}
-		if (ret)
-			model_ctx_free(mc);
-	}
+	ret = svc_ctx_new(&c->srv->sessions, s, hdr, r->model, r->max_tokens,
+			  &handle, &max, &wait, msg, sizeof(msg));
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", msg[0] ? msg : strerror(-ret));
 		return;
 	}
-	o = mobj_add(c, hdr, s, SOBJ_CTX, &handle);
-	if (!o) {
-		model_ctx_free(mc);
+	if (wait) {
+		queue(c, wait, call_done);
 		return;
 	}
-	mobj_ctx_bind(o, m, mc, max);
 	resp.ctx = handle;
-	resp.max_tokens = o->max_tokens;
+	resp.max_tokens = max;
 	conn_reply(c, hdr, &resp, sizeof(resp), NULL, 0, NULL, NULL);
 }
 
@@ -466,16 +352,13 @@ void handle_ctx_free(struct conn *c, const struct djinn_hdr *hdr,
 		     struct session *s, void *req, uint64_t len)
 {
 	const struct djinn_handle_req *r = req;
-	struct mobj *o = session_obj_del(s, r->handle, SOBJ_CTX);
+	char msg[DJINN_MAX_ERROR_MSG];
+	int ret = svc_ctx_free(s, r->handle, msg, sizeof(msg));
 
-	if (!o) {
-		conn_error(c, hdr, -ENOENT, "no context with handle %#llx",
-			   (unsigned long long)r->handle);
-		return;
-	}
-	mobj_ctx_unlist(o);
-	mobj_put(o); /* steps in flight keep it until they end */
-	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+	if (ret)
+		conn_error(c, hdr, ret, "%s", msg);
+	else
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
 
 /* FORK, RESET, RESUME (with @steer): @call, a job on the graph

@@ -483,3 +483,243 @@ void mjob_run(struct exec_job *job, const struct exec_env *env)
 	if (!svc_job_gone(job))
 		mj->call(job, env);
 }
+
+/* ---------------------------------------------------------------------- */
+/* The service's operations, on the I/O thread */
+
+int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
+	     uint64_t *handle, char *msg, size_t msglen)
+{
+	struct mobj *o = calloc(1, sizeof(*o));
+	int ret = o ? session_obj_add(s, kind, o, handle) : -ENOMEM;
+
+	if (ret) {
+		free(o);
+		snprintf(msg, msglen, "%s",
+			 ret == -EDQUOT ? "too many models and contexts in the "
+					  "session" :
+					  "out of memory");
+		return ret;
+	}
+	o->kind = kind;
+	o->refs = 1;
+	o->s = s;
+	*out = o;
+	return 0;
+}
+
+struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
+		      char *msg, size_t msglen)
+{
+	struct mobj *o = session_obj_get(s, handle, kind);
+
+	if (!o)
+		snprintf(msg, msglen, "no %s with handle %#llx",
+			 kind == SOBJ_MODEL ? "model" : "context",
+			 (unsigned long long)handle);
+	return o;
+}
+
+int svc_model_close(struct session *s, uint64_t handle, char *msg,
+		    size_t msglen)
+{
+	struct mobj *o = mobj_get(s, handle, SOBJ_MODEL, msg, msglen);
+
+	if (!o)
+		return -ENOENT;
+	if (o->ctxs) {
+		snprintf(msg, msglen, "model has %u contexts", o->ctxs);
+		return -EBUSY;
+	}
+	session_obj_del(s, handle, SOBJ_MODEL);
+	mobj_put(o);
+	return 0;
+}
+
+int svc_ctx_free(struct session *s, uint64_t handle, char *msg, size_t msglen)
+{
+	struct mobj *o = session_obj_del(s, handle, SOBJ_CTX);
+
+	if (!o) {
+		snprintf(msg, msglen, "no context with handle %#llx",
+			 (unsigned long long)handle);
+		return -ENOENT;
+	}
+	mobj_ctx_unlist(o);
+	mobj_put(o); /* steps in flight keep it until they end */
+	return 0;
+}
+
+int svc_model_job(struct session_table *t, struct session *s,
+		  const struct djinn_hdr *hdr, struct mjob *mj,
+		  enum sched_lane lane,
+		  void (*call)(struct exec_job *, const struct exec_env *),
+		  struct exec_job **out, char *msg, size_t msglen)
+{
+	struct exec_job *job = NULL;
+	int ret = 0;
+
+	if (lane == SCHED_COMPUTE)
+		ret = session_inflight_check(t, s, msg, msglen);
+	if (!ret) {
+		job = calloc(1, sizeof(*job));
+		if (!job) {
+			ret = -ENOMEM;
+			snprintf(msg, msglen, "out of memory");
+		}
+	}
+	if (ret) {
+		if (mj->o)
+			mobj_put(mj->o);
+		mjob_free(mj);
+		return ret;
+	}
+	mj->hdr = *hdr;
+	mj->call = call;
+	job->lane = lane;
+	job->run = mjob_run;
+	job->ctx = mj;
+	job->s = s;
+	job->se = &s->se;
+	session_ref(s);
+	job->request_id = hdr->request_id;
+	*out = job;
+	return 0;
+}
+
+int svc_ctx_new(struct session_table *t, struct session *s,
+		const struct djinn_hdr *hdr, uint64_t model,
+		uint32_t max_tokens, uint64_t *handle, uint32_t *max,
+		struct exec_job **wait, char *msg, size_t msglen)
+{
+	struct model_ctx *mc;
+	struct mobj *m, *o;
+	struct mjob *mj;
+	int ret;
+
+	*wait = NULL;
+	m = mobj_get(s, model, SOBJ_MODEL, msg, msglen);
+	if (!m)
+		return -ENOENT;
+	/* Only reserves the cache's address space: cheap, here. */
+	*max = max_tokens ? max_tokens : m->h->m->cfg.n_ctx;
+	ret = model_ctx_new(m->h, *max, &mc, msg, msglen);
+	if (ret)
+		return ret;
+	ret = svc_ctx_made(s, mc, false, msg, msglen);
+	if (ret && ret != -ENOMEM)
+		goto out_free;
+	if (ret) {
+		/* no room for its cache: moving the model's weights may make
+		 * some, the memory executor's work */
+		mj = calloc(1, sizeof(*mj));
+		if (!mj) {
+			snprintf(msg, msglen, "out of memory");
+			goto out_free;
+		}
+		/* counted as the model's while it waits, so that MODEL_CLOSE
+		 * is -EBUSY meanwhile (svc_mjob_finish()) */
+		mj->o = m;
+		m->refs++;
+		m->ctxs++;
+		mj->mc = mc;
+		mj->max = *max;
+		ret = svc_model_job(t, s, hdr, mj, SCHED_MEM, mjob_ctx_room,
+				    wait, msg, msglen);
+		if (ret) {
+			m->ctxs--;
+			goto out_free;
+		}
+		return 0;
+	}
+	ret = mobj_add(s, SOBJ_CTX, &o, handle, msg, msglen);
+	if (ret)
+		goto out_free;
+	mobj_ctx_bind(o, m, mc, *max);
+	return 0;
+
+out_free:
+	model_ctx_free(mc);
+	return ret;
+}
+
+void mjob_undo(struct exec_job *job)
+{
+	struct mjob *mj = job->ctx;
+
+	if (mj->hold)
+		model_close(mj->hold);
+	mj->hold = NULL;
+	model_ctx_free(mj->mc);
+	mj->mc = NULL;
+	if (mj->resp.logits)
+		session_tensor_release(job->s, mj->resp.logits);
+	if (mj->resp.hidden)
+		session_tensor_release(job->s, mj->resp.hidden);
+	mj->resp.logits = mj->resp.hidden = 0;
+}
+
+int svc_mjob_finish(struct exec_job *job, uint64_t *handle, char *msg,
+		    size_t msglen)
+{
+	struct mjob *mj = job->ctx;
+	struct session *s = job->s;
+	struct mobj *o;
+	int ret = job->error;
+
+	if (mj->hdr.type == DJINN_MSG_CTX_NEW)
+		mj->o->ctxs--; /* its wait's count; mobj_ctx_bind() counts it */
+	if (!ret && s->dead)
+		ret = -ECANCELED;
+	/* a device fault while it ran: what it made is lost */
+	if (!ret)
+		ret = session_lost(s, job->msg, sizeof(job->msg));
+	if (ret) {
+		/* What the job made goes with it. */
+		mjob_undo(job);
+		snprintf(msg, msglen, "%s",
+			 job->msg[0]	   ? job->msg :
+			 ret == -ECANCELED ? "session ended" :
+					     strerror(-ret));
+		return ret;
+	}
+	switch (mj->hdr.type) {
+	case DJINN_MSG_MODEL_OPEN:
+	case DJINN_MSG_MODEL_OPEN_UPLOADED:
+		ret = mobj_add(s, SOBJ_MODEL, &o, handle, msg, msglen);
+		if (ret) {
+			mjob_undo(job);
+			return ret;
+		}
+		o->h = mj->hold; /* the answer still reads it */
+		return 0;
+	case DJINN_MSG_CTX_FORK:
+	case DJINN_MSG_CTX_NEW:
+		ret = mobj_add(s, SOBJ_CTX, &o, handle, msg, msglen);
+		if (ret) {
+			mjob_undo(job);
+			return ret;
+		}
+		if (mj->hdr.type == DJINN_MSG_CTX_FORK)
+			mobj_ctx_bind(o, mj->o->model, mj->mc,
+				      mj->o->max_tokens);
+		else
+			mobj_ctx_bind(o, mj->o, mj->mc, mj->max);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+void svc_mjob_release(struct exec_job *job)
+{
+	struct mjob *mj = job->ctx;
+
+	if (mj->o)
+		mobj_put(mj->o);
+	mjob_free(mj);
+	job->ctx = NULL;
+	if (job->lane == SCHED_COMPUTE)
+		session_inflight_sub(job->s);
+	svc_job_free(job);
+}

@@ -140,4 +140,53 @@ void mjob_step(struct exec_job *job, const struct exec_env *env);
 void mjob_resume(struct exec_job *job, const struct exec_env *env);
 void mjob_run(struct exec_job *job, const struct exec_env *env);
 
+/*
+ * The service's operations, on the I/O thread. Each answers 0, or a
+ * negative errno with why in @msg and nothing changed.
+ *
+ * mobj_add():        a new object of @kind in @s's table (-EDQUOT past
+ *                    SESSION_MAX_OBJS, -ENOMEM)
+ * mobj_get():        the object @handle of @kind, or NULL (-ENOENT's
+ *                    message in @msg)
+ * svc_model_close(): MODEL_CLOSE (-ENOENT; -EBUSY while it has contexts)
+ * svc_ctx_free():    CTX_FREE (-ENOENT); steps in flight keep it
+ * svc_model_job():   a job of request @hdr running @call with @mj on
+ *                    @lane of @s's device, in *@out to queue with
+ *                    svc_submit() once its @done is set; on the compute
+ *                    lane counted against the session's jobs in flight
+ *                    (session_inflight_check()). On failure @mj is freed
+ *                    (its object put).
+ * svc_ctx_new():     CTX_NEW of @model: the context made (*@handle, and
+ *                    *@max its tokens), or, when its cache does not fit
+ *                    under static partitioning, a job in *@wait that
+ *                    makes room on the memory executor and is answered
+ *                    as any model job
+ * svc_mjob_finish(): a model job back: 0, with the handle of the object
+ *                    MODEL_OPEN, CTX_FORK or CTX_NEW made in *@handle;
+ *                    or the job's error, what it made undone
+ * mjob_undo():       what a job made goes (a failed answer)
+ * svc_mjob_release(): the job and its mjob freed, its object put, its
+ *                    in-flight count taken back
+ */
+int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
+	     uint64_t *handle, char *msg, size_t msglen);
+struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
+		      char *msg, size_t msglen);
+int svc_model_close(struct session *s, uint64_t handle, char *msg,
+		    size_t msglen);
+int svc_ctx_free(struct session *s, uint64_t handle, char *msg, size_t msglen);
+int svc_model_job(struct session_table *t, struct session *s,
+		  const struct djinn_hdr *hdr, struct mjob *mj,
+		  enum sched_lane lane,
+		  void (*call)(struct exec_job *, const struct exec_env *),
+		  struct exec_job **out, char *msg, size_t msglen);
+int svc_ctx_new(struct session_table *t, struct session *s,
+		const struct djinn_hdr *hdr, uint64_t model,
+		uint32_t max_tokens, uint64_t *handle, uint32_t *max,
+		struct exec_job **wait, char *msg, size_t msglen);
+int svc_mjob_finish(struct exec_job *job, uint64_t *handle, char *msg,
+		    size_t msglen);
+void mjob_undo(struct exec_job *job);
+void svc_mjob_release(struct exec_job *job);
+
 #endif /* DJINN_SVC_MODEL_H */
