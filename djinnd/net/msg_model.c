@@ -18,6 +18,7 @@
 #include "log.h"
 #include "server.h"
 #include "exec/executor.h"
+#include "svc/admin.h"
 #include "svc/model.h"
 #include "svc/svc.h"
 #include "model/runtime.h"
@@ -487,88 +488,27 @@ void handle_ctx_decode(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 /* ---------------------------------------------------------------------- */
-/* ADMIN_MODEL_LOAD (djinnctl model load) */
+/* ADMIN_MODEL_LOAD (djinnctl model load): the admin service's loads
+ * (svc/admin.h), answered when the last is back */
 
-/*
- * struct admin_load - one request's loads, a job per device
- * @c, @hdr:      the admin connection (a reference) and the request
- * @pending:      jobs not back yet
- * @error, @msg:  the first failure
- * @answered:     that failure was answered already
- * @set:          it set a budget; @was the budget each device had
- */
-struct admin_load {
-	struct conn *c;
+struct load_req {
+	struct conn *c; /* a reference */
 	struct djinn_hdr hdr;
-	unsigned int pending;
-	int error;
-	char msg[DJINN_MAX_ERROR_MSG];
-	bool answered, set;
-	char name[DJINN_MODEL_NAME_MAX];
-	struct {
-		uint64_t bytes;
-		unsigned int slots;
-	} was[]; /* one per device */
+	uint64_t t0;
 };
 
-/* The last job back answers: the model's entries, or the first error
- * with the budget as it was. */
-static void load_finish(struct server *srv, struct admin_load *al)
+static void load_finish(struct svc_load *l)
 {
-	if (al->error) {
-		/* the budget as it was, and no copy placed under the new one
-		 * (a device that loaded it while another failed) left */
-		for (unsigned int d = 0; al->set && d < srv->nr_dev; d++)
-			if (srv->dev[d].models) {
-				model_store_set_budget(srv->dev[d].models,
-						       al->name,
-						       al->was[d].bytes,
-						       al->was[d].slots, NULL,
-						       0);
-				model_store_drop_stale(srv->dev[d].models,
-						       al->name);
-			}
-		if (!al->answered)
-			conn_error(al->c, &al->hdr, al->error, "%s", al->msg);
-	} else {
-		msg_admin_models_reply(al->c, &al->hdr, al->name);
-	}
-	conn_put(al->c);
-	free(al);
-}
+	struct load_req *lr = l->arg;
+	struct conn *c = lr->c;
 
-static void load_done(struct exec_job *job, void *arg)
-{
-	struct server *srv = arg;
-	struct mjob *mj = job->ctx;
-	struct admin_load *al = mj->load;
-	struct session *s = job->s;
-	int ret = job->error;
-
-	if (!ret && s->dead)
-		ret = -ECANCELED;
-	if (mj->hold)
-		model_close(mj->hold); /* loaded: it stays, unheld */
-	if (ret && !al->error) {
-		char why[DJINN_MAX_ERROR_MSG - 32];
-
-		snprintf(why, sizeof(why), "%.*s", (int)sizeof(why) - 1,
-			 job->msg[0] ? job->msg : strerror(-ret));
-		al->error = ret;
-		if (srv->nr_dev > 1)
-			snprintf(al->msg, sizeof(al->msg), "%s: %s",
-				 s->dev->name, why);
-		else
-			snprintf(al->msg, sizeof(al->msg), "%s", why);
-	}
-	metrics_observe(&srv->st, al->hdr.type, loop_now() - job->t0);
-	session_end(&srv->sessions, s, SESSION_CLOSED);
-	mjob_free(mj);
-	job->ctx = NULL;
-	conn_put(job->conn);
-	svc_job_free(job);
-	if (!--al->pending)
-		load_finish(srv, al);
+	metrics_observe(&c->srv->st, lr->hdr.type, loop_now() - lr->t0);
+	if (l->error)
+		conn_error(c, &lr->hdr, l->error, "%s", l->msg);
+	else
+		msg_admin_models_reply(c, &lr->hdr, l->name);
+	conn_put(c);
+	free(lr);
 }
 
 void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
@@ -578,7 +518,8 @@ void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
 	struct server *srv = c->srv;
 	char msg[DJINN_MAX_ERROR_MSG];
 	bool set = r->flags & DJINN_LOAD_BUDGET;
-	struct admin_load *al;
+	struct load_req *lr;
+	int ret;
 
 	if (!msg_model_name_ok(c, hdr, r->name))
 		return;
@@ -601,82 +542,21 @@ void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
 			   r->slots, DJINN_RING_SLOTS_MAX);
 		return;
 	}
-	if (!srv->dev[0].models) {
-		conn_error(c, hdr, -ENOENT, "this djinnd serves no models");
-		return;
-	}
-	/* A new placement must not move layers that sessions use: check
-	 * every device before any changes. */
-	for (unsigned int d = 0; set && d < srv->nr_dev; d++)
-		if (srv->dev[d].models &&
-		    model_store_budget_check(srv->dev[d].models, r->name,
-					     r->budget, r->slots, msg,
-					     sizeof(msg))) {
-			conn_error(c, hdr, -EBUSY, "%s", msg);
-			return;
-		}
-	al = calloc(1, sizeof(*al) + srv->nr_dev * sizeof(al->was[0]));
-	if (!al) {
+	lr = calloc(1, sizeof(*lr));
+	if (!lr) {
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return;
 	}
-	al->c = c;
-	al->hdr = *hdr;
-	al->set = set;
-	memcpy(al->name, r->name, sizeof(al->name));
+	lr->c = c;
+	lr->hdr = *hdr;
 	conn_get(c);
-	msg_defer(c);
-	al->pending = 1; /* ours, until every job is queued */
-	for (unsigned int d = 0; d < srv->nr_dev; d++) {
-		struct device *dev = &srv->dev[d];
-		struct session *s;
-		struct mjob *mj;
-		int ret;
-
-		if (!dev->models)
-			continue;
-		if (set) {
-			model_store_get_budget(dev->models, r->name,
-					       &al->was[d].bytes,
-					       &al->was[d].slots);
-			model_store_set_budget(dev->models, r->name, r->budget,
-					       r->slots, NULL, 0);
-			model_store_drop_stale(dev->models, r->name);
-		}
-		/* a session of its own on the device, for the memory
-		 * executor's queue and the text's charge while it loads */
-		ret = session_create(&srv->sessions, dev, "admin", "model-load",
-				     0, srv->cfg.lease_max_ns, 0, getpid(), &s);
-		if (!ret) {
-			ret = session_publish(&srv->sessions, s);
-			if (ret)
-				session_put(s);
-		}
-		mj = ret ? NULL : calloc(1, sizeof(*mj));
-		if (!ret && !mj) {
-			session_end(&srv->sessions, s, SESSION_CLOSED);
-			ret = -ENOMEM;
-		}
-		if (ret) {
-			if (!al->error) {
-				al->error = ret;
-				snprintf(al->msg, sizeof(al->msg),
-					 "%s: no session to load through: %s",
-					 dev->name, strerror(-ret));
-			}
-			continue;
-		}
-		memcpy(mj->name, r->name, sizeof(mj->name));
-		mj->load = al;
-		if (submit_to(c, hdr, s, mj, SCHED_MEM, mjob_open, load_done)) {
-			al->pending++;
-		} else {
-			/* -ENOMEM, answered */
-			al->error = al->error ? al->error : -ENOMEM;
-			al->answered = true;
-			session_end(&srv->sessions, s, SESSION_CLOSED);
-		}
+	lr->t0 = msg_defer(c);
+	ret = svc_model_load(&srv->sessions, srv->dev, srv->nr_dev, hdr,
+			     r->name, set, r->budget, r->slots, load_finish, lr,
+			     msg, sizeof(msg));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
+		conn_put(c);
+		free(lr);
 	}
-	if (!--al->pending)
-		load_finish(srv, al);
 }

@@ -83,11 +83,8 @@ void svc_model_session_ended(struct session *s);
  * @upload_max: the most bytes its files may hold in all
  * @resp:   PREFILL/DECODE/RESUME's answer
  */
-struct admin_load;
-
 struct mjob {
 	struct djinn_hdr hdr;
-	struct admin_load *load; /* ADMIN_MODEL_LOAD's, on one device */
 	struct mobj *o;
 	char name[DJINN_MODEL_NAME_MAX];
 	struct model_hold *hold;
