@@ -96,29 +96,10 @@ uint64_t msg_defer(struct conn *c)
 static void alloc_error(struct conn *c, const struct djinn_hdr *hdr,
 			struct session *s, int err, uint64_t bytes)
 {
-	struct vmu *vmu = s->dev->vmu;
-	char why[VMU_MSG_LEN];
-	struct vmu_usage u;
+	char msg[DJINN_MAX_ERROR_MSG];
 
-	if (err == -EDQUOT && !vmu_tenant_usage(vmu, s->tenant, &u) &&
-	    u.quota) {
-		conn_error(c, hdr, err,
-			   "cannot allocate %llu bytes: tenant %s holds %llu "
-			   "bytes of data and %llu of text on %s, its quota "
-			   "%llu (tenant.%s.memory)",
-			   (unsigned long long)bytes, s->tenant,
-			   (unsigned long long)u.data_bytes,
-			   (unsigned long long)u.text_bytes, s->dev->name,
-			   (unsigned long long)u.quota, s->tenant);
-		return;
-	}
-	/* Bigger than the device (the VMU's -E2BIG) is refused like any
-	 * allocation that cannot fit. */
-	if (err == -E2BIG)
-		err = -ENOMEM;
-	vmu_admit_check(vmu, vmu_round(vmu, bytes), why, sizeof(why));
-	conn_error(c, hdr, err, "cannot allocate %llu bytes: %s",
-		   (unsigned long long)bytes, why);
+	err = svc_alloc_error(s, err, bytes, msg, sizeof(msg));
+	conn_error(c, hdr, err, "%s", msg);
 }
 
 static void mem_done(struct exec_job *job, void *arg);
@@ -131,19 +112,12 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 		      struct session *s, const struct exec_mem *m, void *ctx,
 		      struct exec_job **out)
 {
-	struct exec_job *job = calloc(1, sizeof(*job));
+	struct exec_job *job = svc_mem_job(s, hdr->request_id, m);
 
 	if (!job) {
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return -ENOMEM;
 	}
-	job->lane = SCHED_MEM;
-	job->run = svc_mem_run;
-	job->mem = *m;
-	job->request_id = hdr->request_id;
-	job->s = s;
-	job->se = &s->se;
-	session_ref(s);
 	job->conn = c;
 	job->client = true;
 	conn_get(c);
@@ -151,7 +125,6 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 	job->done = mem_done;
 	job->done_arg = c->srv;
 	*out = job;
-	s->mem_waits++;
 	svc_submit(job);
 	return 0;
 }
@@ -174,24 +147,12 @@ int msg_kernels_allowed(struct conn *c, const struct djinn_hdr *hdr,
 static int module_check(struct conn *c, const struct djinn_hdr *hdr,
 			struct session *s, const struct djinn_tensor_create *r)
 {
-	struct backend *b = s->dev->backend;
+	char msg[DJINN_MAX_ERROR_MSG];
+	int ret = svc_module_check(&c->srv->sessions, s, r, msg, sizeof(msg));
 
-	if (r->segment != DJINN_SEG_TEXT || r->desc.dtype != DJINN_DTYPE_U8 ||
-	    r->desc.ndim != 1) {
-		conn_error(c, hdr, -EINVAL,
-			   "flags: a module (DJINN_TENSOR_MODULE) is text, u8, "
-			   "one dim: not %s, %s, %u dims",
-			   r->segment == DJINN_SEG_TEXT ? "text" : "data",
-			   djinn_dtype_name(r->desc.dtype), r->desc.ndim);
-		return -EINVAL;
-	}
-	if (msg_kernels_allowed(c, hdr, s))
-		return -EPERM;
-	if (!b->ops->module_load || !b->ops->run_kernel) {
-		conn_error(c, hdr, -EOPNOTSUPP, BACKEND_NO_KERNELS, b->name);
-		return -EOPNOTSUPP;
-	}
-	return 0;
+	if (ret)
+		conn_error(c, hdr, ret, "%s", msg);
+	return ret;
 }
 
 /* The module's bytes have arrived: the backend loads them once, here, so
@@ -200,34 +161,12 @@ static int module_check(struct conn *c, const struct djinn_hdr *hdr,
 static int module_load(struct conn *c, const struct djinn_hdr *hdr,
 		       struct stream *st, bool created)
 {
-	struct backend *b = st->s->dev->backend;
-	struct vmu_provider *p = b->provider;
-	uint64_t len = vmu_text_size(st->t.text);
 	char msg[DJINN_MAX_ERROR_MSG];
-	void *image = malloc(len);
-	int ret;
+	int ret = svc_module_load(st->s, st->t.text, st->fp, created, msg,
+				  sizeof(msg));
 
-	if (!image) {
-		ret = -ENOMEM;
-		snprintf(msg, sizeof(msg), "out of memory");
-	} else {
-		ret = p->ops->copy_dtoh(p, image, vmu_text_addr(st->t.text),
-					len);
-		if (ret)
-			snprintf(msg, sizeof(msg),
-				 "cannot read the module back: error %d", ret);
-	}
-	if (!ret)
-		ret = b->ops->module_load(b, st->fp, image, len, msg,
-					  sizeof(msg));
-	free(image);
-	if (!ret)
-		return 0;
-	conn_error(c, hdr, ret, "%s", msg);
-	vmu_text_put(st->s->vs, st->t.text);
-	if (created)
-		vmu_text_evict(st->s->dev->vmu, st->fp,
-			       vmu_session_tenant(st->s->vs));
+	if (ret)
+		conn_error(c, hdr, ret, "%s", msg);
 	return ret;
 }
 

@@ -56,6 +56,37 @@ int svc_graph_new(struct session_table *t, struct session *s,
 		  uint64_t request_id, void *payload, uint64_t len,
 		  struct exec_job **out, char *msg, size_t msglen);
 
+/*
+ * The tensor service (svc/tensor.c). Each answers 0 or a negative errno
+ * with why in @msg.
+ *
+ * svc_alloc_error(): the refusal of an allocation of @bytes for @s that
+ *              failed with @err: the errno to answer (-ENOMEM for one
+ *              bigger than the device), saying what the device has, or
+ *              what the tenant holds of its quota
+ * svc_mem_job(): a job preparing the memory of a transfer (@m, run by
+ *              svc_mem_run() on the memory executor), counted in the
+ *              session's mem_waits; NULL when out of memory
+ * svc_module_check(): a client module's TENSOR_CREATE @r: text, u8, one
+ *              dim, a tenant allowed client kernels, a backend that
+ *              runs them
+ * svc_module_load(): its bytes arrived as @text (@created: a new text
+ *              entry): the backend loads it now, so that one that does
+ *              not load is refused now and not at its first run; on
+ *              failure the reference to @text is dropped and a new
+ *              entry evicted
+ */
+int svc_alloc_error(struct session *s, int err, uint64_t bytes, char *msg,
+		    size_t msglen);
+struct exec_job *svc_mem_job(struct session *s, uint64_t request_id,
+			     const struct exec_mem *m);
+int svc_module_check(struct session_table *t, struct session *s,
+		     const struct djinn_tensor_create *r, char *msg,
+		     size_t msglen);
+int svc_module_load(struct session *s, struct vmu_text *text,
+		    const uint8_t fp[DJINN_FP_LEN], bool created, char *msg,
+		    size_t msglen);
+
 /* Queue a service's job on its session's scheduler; one of the compute
  * lane counts in flight (session_inflight_add()) until its answer. */
 void svc_submit(struct exec_job *job);
