@@ -2,7 +2,7 @@
 /*
  * djinnd's configuration: defaults, then /etc/djinn/djinnd.conf (INI,
  * parsed by inih), then the command line. All three fill one struct
- * through one table of keys (config.c), so a flag and a file key are
+ * through one table of keys (config/keys.c), so a flag and a file key are
  * checked by the same code and --check-config prints where each
  * setting came from. See djinnd.conf(5).
  */
@@ -36,7 +36,7 @@ struct config_origin {
  * @log_level:  LOG_ERR .. LOG_DEBUG
  * @log_file:   append the log there; NULL: stderr
  * @path:       the file read, or NULL
- * @origin:     per key of the table in config.c
+ * @origin:     per key of the table in config/keys.c
  * @err:        the first error: "FILE:LINE: key: what is wrong"
  */
 struct djinnd_config {

@@ -7,7 +7,7 @@
  * The configuration is built in three layers, each over the last: the
  * defaults, the file (--config PATH, else /etc/djinn/djinnd.conf when it
  * exists) and the command line. Every flag names a key of the file, so
- * both fill one struct through config_set() (config.c). SIGHUP builds it
+ * both fill one struct through config_set() (config/). SIGHUP builds it
  * again the same way and applies what may change at run time.
  */
 #include <errno.h>
