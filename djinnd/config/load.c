@@ -11,33 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "clock.h"
 #include "internal.h"
 #include "log.h"
+#include "rundir.h"
 
 /* ---------------------------------------------------------------------- */
 /* Defaults */
 
-/* Sockets: /run/djinn/ for root (the system service), else
- * $XDG_RUNTIME_DIR/djinn/, else ./run/ (a checkout). */
-static const char *run_dir(char *buf, size_t len)
-{
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-
-	if (geteuid() == 0)
-		return "/run/djinn";
-	if (xdg && *xdg) {
-		snprintf(buf, len, "%s/djinn", xdg);
-		return buf;
-	}
-	return "run";
-}
-
 void config_init(struct djinnd_config *c)
 {
-	char dir[4096], path[4200];
+	char sock[4200], path[4210];
 
 	memset(c, 0, sizeof(*c));
 	c->srv = (struct server_config){
@@ -69,12 +54,15 @@ void config_init(struct djinnd_config *c)
 		},
 	};
 	c->log_level = LOG_INFO;
-	run_dir(dir, sizeof(dir));
-	snprintf(path, sizeof(path), "unix:%s/djinnd.sock", run_dir(dir, 4096));
+	/* Sockets: lib/rundir.h (/run/djinn/ for root, the system service;
+	 * else $XDG_RUNTIME_DIR/djinn/, else ./run/, a checkout), where
+	 * libdjinn and djinnctl look for them. */
+	djinnd_socket_default("djinnd.sock", sock, sizeof(sock));
+	snprintf(path, sizeof(path), "unix:%s", sock);
 	c->srv.listen[0] = cfg_keep(c, path);
 	c->srv.nr_listen = c->srv.listen[0] ? 1 : 0;
-	snprintf(path, sizeof(path), "%s/admin.sock", run_dir(dir, 4096));
-	c->srv.admin_socket = cfg_keep(c, path);
+	djinnd_socket_default("admin.sock", sock, sizeof(sock));
+	c->srv.admin_socket = cfg_keep(c, sock);
 }
 
 void config_free(struct djinnd_config *c)
