@@ -54,10 +54,10 @@ DJINND_LIB   := $(BUILD)/libdjinnd.a
 
 # libdjinn, the client library: shared (soname, version script exporting
 # djinn_* only) and static, both from -fPIC objects in $(BUILD)/pic/. It
-# builds lib/graph.c, lib/errmsg.c and lib/msgnames.c in with hidden
-# visibility.
+# builds lib/graph.c, lib/errmsg.c, lib/msgnames.c and lib/rundir.c (the
+# default address) in with hidden visibility.
 LIBDJINN_SRCS    := $(wildcard libdjinn/*.c) lib/graph.c lib/errmsg.c lib/ktls.c \
-		    lib/msgnames.c
+		    lib/msgnames.c lib/rundir.c
 LIBDJINN_OBJS    := $(LIBDJINN_SRCS:%.c=$(BUILD)/pic/%.o)
 LIBDJINN_VERSION := 0.1.0
 LIBDJINN_SONAME  := libdjinn.so.0
