@@ -103,9 +103,11 @@ fuzz_frames_LIBS := $(LIBS_DJINND)
 
 # --- tools -------------------------------------------------------------------
 # djinnctl speaks the admin protocol itself: it links nothing of the daemon
-# (lib/names.c: the names djinnd takes, checked the same way).
+# (lib/names.c: the names djinnd takes, checked the same way; lib/rundir.c:
+# where its sockets are by default).
 DJINNCTL      := $(BUILD)/tools/djinnctl
-DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c tools/cli.c lib/names.c
+DJINNCTL_SRCS := tools/djinnctl.c tools/json_print.c tools/cli.c lib/names.c \
+		 lib/rundir.c
 
 # Integration tests in shell, installed beside the binaries they run
 # (tests/integration/test_NAME.sh -> BUILD/tests/integration/test_NAME).

@@ -38,6 +38,7 @@
 #include "djinnctl_nl.h"
 #include "json_print.h"
 #include "names.h"
+#include "rundir.h"
 
 #define DJINNCTL_VERSION "0.1"
 #define IO_TIMEOUT_MS 5000 /* for the whole exchange */
@@ -97,22 +98,17 @@ static char *wire_str(char *dst, size_t size, const char *src, size_t len)
 /* ---------------------------------------------------------------------- */
 /* The admin socket */
 
-/* -s, else $DJINN_ADMIN_SOCKET, else where djinnd puts it by default. */
+/* -s, else $DJINN_ADMIN_SOCKET, else where djinnd puts it by default
+ * (lib/rundir.h, as libdjinn finds djinnd.sock). */
 static const char *default_socket(void)
 {
 	static char path[4200];
 	const char *env = getenv("DJINN_ADMIN_SOCKET");
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
 
 	if (env && *env)
 		return env;
-	if (geteuid() == 0)
-		return "/run/djinn/admin.sock";
-	if (xdg && *xdg) {
-		snprintf(path, sizeof(path), "%s/djinn/admin.sock", xdg);
-		return path;
-	}
-	return "run/admin.sock";
+	djinnd_socket_find("admin.sock", path, sizeof(path));
+	return path;
 }
 
 static int ctl_connect(struct ctl *ctl)
@@ -1605,7 +1601,8 @@ void usage(FILE *f)
 		"  -s, --socket PATH  djinnd's admin socket (default:\n"
 		"                     $DJINN_ADMIN_SOCKET, else /run/djinn/admin.sock\n"
 		"                     for root, $XDG_RUNTIME_DIR/djinn/admin.sock,\n"
-		"                     else ./run/admin.sock)\n"
+		"                     else ./run/admin.sock; when that one is\n"
+		"                     missing, /run/djinn/admin.sock)\n"
 		"  -A, --admin        session list|kill through the admin socket\n"
 		"                     even when djinn.ko is loaded (its netlink\n"
 		"                     family names kernel session ids)\n"
