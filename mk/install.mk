@@ -25,6 +25,9 @@ $(BUILD)/djinnd/main.o $(DJINND_CONFIG_OBJS): \
 # tests/unit/test_config.c: the parser, over files it writes
 test_config_LIBS := $(DJINND_CONFIG_OBJS) $(DJINND_LIB) $(COMMON_LIB) -linih
 $(BUILD)/tests/unit/test_config: $(DJINND_CONFIG_OBJS)
+# tests/unit/test_config_paths.c: the command line's relative paths
+test_config_paths_LIBS := $(test_config_LIBS)
+$(BUILD)/tests/unit/test_config_paths: $(DJINND_CONFIG_OBJS)
 
 # tests/integration/test_notify.c plays systemd on a NOTIFY_SOCKET of its
 # own: READY, WATCHDOG, RELOADING, STOPPING, journal prefixes.

@@ -482,16 +482,66 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 	return 0;
 }
 
+/*
+ * A flag's relative path @v taken against c->flag_dir (the directory
+ * djinnd started in), into @buf: "models" is DIR/models, "unix:run/d.sock"
+ * unix:DIR/run/d.sock. @v itself when it is not a path, is empty or
+ * absolute, names an abstract socket, or there is no c->flag_dir; and for
+ * a socket whose absolute path would not fit in sun_path (djinnd never
+ * changes its directory, so the relative path names the same file).
+ */
+static const char *flag_path(const struct djinnd_config *c, const struct key *k,
+			     const char *v, char *buf, size_t len)
+{
+	const char *pfx = "", *rel = v, *dir = c->flag_dir;
+	size_t dlen = dir ? strlen(dir) : 0;
+	int n;
+
+	if (!dir || !*dir)
+		return v;
+	if (k->type == T_LISTEN) {
+		if (strncmp(v, "unix:", 5))
+			return v;
+		pfx = "unix:";
+		rel = v + 5;
+	} else if (k->type != T_SOCKET && k->type != T_DIR &&
+		   k->type != T_FILE) {
+		return v;
+	}
+	if (!*rel || *rel == '/' || *rel == '@')
+		return v;
+	/* "./x", ".//x", "././x": x */
+	while (rel[0] == '.' && rel[1] == '/') {
+		rel++;
+		while (*rel == '/')
+			rel++;
+	}
+	if (!strcmp(rel, "."))
+		rel = "";
+	n = snprintf(buf, len, "%s%s%s%s", pfx, dir,
+		     *rel && dir[dlen - 1] != '/' ? "/" : "", rel);
+	if (n < 0 || (size_t)n >= len)
+		return v;
+	if ((k->type == T_LISTEN || k->type == T_SOCKET) &&
+	    strlen(buf + strlen(pfx)) >=
+		    sizeof(((struct sockaddr_un *)0)->sun_path))
+		return v;
+	return buf;
+}
+
 int cfg_set_from(struct djinnd_config *c, const struct key *k,
 		 const char *value, int from)
 {
 	struct config_origin *o = &c->origin[k - cfg_keys];
+	char path[8192];
 	int ret;
 
 	if (from == FROM_FILE && k->type != T_LISTEN && o->line &&
 	    o->file == c->cur_file)
 		return cfg_fail(c, "%s.%s: already set on line %u", k->section,
 				k->name, o->line);
+	if (from == FROM_FLAG)
+		value = flag_path(c, k, value, path, sizeof(path));
 	ret = key_set(c, k, value, from);
 	if (ret)
 		return ret;
