@@ -4,7 +4,9 @@
 #   make test          install missing packages, build, run every test
 #   make asan          the same tests under AddressSanitizer + UBSan (build-asan/)
 #   make bench         run the benchmarks (JSON lines)
-#   make run           the main job (see README.md)
+#   make run           the main job (see README.md); on a terminal djinnd
+#                      keeps serving after it, until Ctrl-C
+#   make serve         djinnd alone, as make run starts it, until Ctrl-C
 #   make format-check  clang-format --dry-run over the tree
 #   make CC=clang      build with clang instead of gcc
 
@@ -144,7 +146,7 @@ SRCS += $(DJINNCTL_SRCS) tests/integration/open_session.c
 SRCS += $(INTEG_SRCS)
 SRCS += $(DJINN_BENCH_SRCS)
 
-.PHONY: all deps test check asan bench run fuzz format-check clean
+.PHONY: all deps test check asan bench run serve fuzz format-check clean
 .SECONDARY:
 .DEFAULT_GOAL := all
 
@@ -286,10 +288,16 @@ bench: deps
 	$(Q)$(DJINN_BENCH) --djinnd $(DJINND)
 	$(Q)$(MAKE) --no-print-directory bench-model
 
-# The main job: djinnd on the CPU backend and a client (scripts/run.sh).
+# The main job: djinnd on the CPU backend and its clients (scripts/run.sh);
+# on a terminal djinnd keeps serving after them, until Ctrl-C.
 run: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)BUILD=$(BUILD) scripts/run.sh
+
+# djinnd as make run starts it, serving until Ctrl-C (or SIGTERM).
+serve: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)BUILD=$(BUILD) scripts/run.sh --serve
 
 # libFuzzer binaries (clang); run one with build-fuzz/fuzz_NAME tests/fuzz/corpus/NAME
 fuzz: deps
