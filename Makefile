@@ -209,11 +209,11 @@ $(BUILD)/tests/unit/test_libdjinn_abi: $(BUILD)/$(LIBDJINN_SONAME)
 # In a pattern rule a literal % in filter would be the stem: spell it pct.
 pct := %
 .SECONDEXPANSION:
-$(BUILD)/tests/unit/test_%: $(BUILD)/tests/unit/test_%.o $$(filter $$(pct).a,$$(test_$$*_LIBS))
+$(BUILD)/tests/unit/test_%: $(BUILD)/tests/unit/test_%.o $$(filter $$(pct).a $$(pct).o,$$(test_$$*_LIBS))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(test_$*_LIBS) -lcmocka
 
-$(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.o $$(filter $$(pct).a,$$(fuzz_$$*_LIBS))
+$(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.o $$(filter $$(pct).a $$(pct).o,$$(fuzz_$$*_LIBS))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/fuzz/replay.o $(fuzz_$*_LIBS)
 
@@ -306,7 +306,7 @@ fuzz: deps
 		$(FUZZERS:%=build-fuzz/fuzz_%)
 
 # One libFuzzer binary: the harness and only the libraries it links.
-build-fuzz/fuzz_%: build-fuzz/tests/fuzz/fuzz_%.o $$(filter $$(pct).a,$$(fuzz_$$*_LIBS))
+build-fuzz/fuzz_%: build-fuzz/tests/fuzz/fuzz_%.o $$(filter $$(pct).a $$(pct).o,$$(fuzz_$$*_LIBS))
 	@echo "  FUZZ    $@"
 	$(Q)clang -fsanitize=fuzzer,address,undefined -o $@ $< $(fuzz_$*_LIBS)
 
