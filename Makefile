@@ -4,7 +4,9 @@
 #   make test          install missing packages, build, run every test
 #   make asan          the same tests under AddressSanitizer + UBSan (build-asan/)
 #   make bench         run the benchmarks (JSON lines)
-#   make run           the main job (see README.md)
+#   make run           the main job (see README.md); on a terminal djinnd
+#                      keeps serving after it, until Ctrl-C
+#   make serve         djinnd alone, as make run starts it, until Ctrl-C
 #   make format-check  clang-format --dry-run over the tree
 #   make CC=clang      build with clang instead of gcc
 
@@ -55,10 +57,10 @@ DJINND_LIB   := $(BUILD)/libdjinnd.a
 
 # libdjinn, the client library: shared (soname, version script exporting
 # djinn_* only) and static, both from -fPIC objects in $(BUILD)/pic/. It
-# builds lib/graph.c, lib/errmsg.c and lib/msgnames.c in with hidden
-# visibility.
+# builds lib/graph.c, lib/errmsg.c, lib/msgnames.c and lib/rundir.c (the
+# default address) in with hidden visibility.
 LIBDJINN_SRCS    := $(wildcard libdjinn/*.c) lib/graph.c lib/errmsg.c lib/ktls.c \
-		    lib/msgnames.c
+		    lib/msgnames.c lib/rundir.c
 LIBDJINN_OBJS    := $(LIBDJINN_SRCS:%.c=$(BUILD)/pic/%.o)
 LIBDJINN_VERSION := 0.1.0
 LIBDJINN_SONAME  := libdjinn.so.0
@@ -105,12 +107,13 @@ fuzz_frames_LIBS := $(LIBS_DJINND)
 
 # --- tools -------------------------------------------------------------------
 # djinnctl speaks the admin protocol itself: it links nothing of the daemon
-# (lib/names.c: the names djinnd takes, checked the same way).
+# (lib/names.c: the names djinnd takes, checked the same way; lib/rundir.c:
+# where its sockets are by default).
 DJINNCTL      := $(BUILD)/tools/djinnctl
 DJINNCTL_SRCS := tools/djinnctl.c tools/djinnctl_call.c tools/djinnctl_session.c \
 		 tools/djinnctl_device.c tools/djinnctl_sched.c \
 		 tools/djinnctl_model.c tools/djinnctl_tenant.c tools/json_print.c \
-		 tools/cli.c lib/names.c
+		 tools/cli.c lib/names.c lib/rundir.c
 
 # Integration tests in shell, installed beside the binaries they run
 # (tests/integration/test_NAME.sh -> BUILD/tests/integration/test_NAME).
@@ -149,7 +152,7 @@ SRCS += $(DJINNCTL_SRCS) tests/integration/open_session.c
 SRCS += $(INTEG_SRCS)
 SRCS += $(DJINN_BENCH_SRCS)
 
-.PHONY: all deps test check asan bench run fuzz format-check clean
+.PHONY: all deps test check asan bench run serve fuzz format-check clean
 .SECONDARY:
 .DEFAULT_GOAL := all
 
@@ -212,11 +215,11 @@ $(BUILD)/tests/unit/test_libdjinn_abi: $(BUILD)/$(LIBDJINN_SONAME)
 # In a pattern rule a literal % in filter would be the stem: spell it pct.
 pct := %
 .SECONDEXPANSION:
-$(BUILD)/tests/unit/test_%: $(BUILD)/tests/unit/test_%.o $$(filter $$(pct).a,$$(test_$$*_LIBS))
+$(BUILD)/tests/unit/test_%: $(BUILD)/tests/unit/test_%.o $$(filter $$(pct).a $$(pct).o,$$(test_$$*_LIBS))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(test_$*_LIBS) -lcmocka
 
-$(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.o $$(filter $$(pct).a,$$(fuzz_$$*_LIBS))
+$(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.o $$(filter $$(pct).a $$(pct).o,$$(fuzz_$$*_LIBS))
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/tests/fuzz/replay.o $(fuzz_$*_LIBS)
 
@@ -291,10 +294,16 @@ bench: deps
 	$(Q)$(DJINN_BENCH) --djinnd $(DJINND)
 	$(Q)$(MAKE) --no-print-directory bench-model
 
-# The main job: djinnd on the CPU backend and a client (scripts/run.sh).
+# The main job: djinnd on the CPU backend and its clients (scripts/run.sh);
+# on a terminal djinnd keeps serving after them, until Ctrl-C.
 run: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)BUILD=$(BUILD) scripts/run.sh
+
+# djinnd as make run starts it, serving until Ctrl-C (or SIGTERM).
+serve: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)BUILD=$(BUILD) scripts/run.sh --serve
 
 # libFuzzer binaries (clang); run one with build-fuzz/fuzz_NAME tests/fuzz/corpus/NAME
 fuzz: deps
@@ -303,7 +312,7 @@ fuzz: deps
 		$(FUZZERS:%=build-fuzz/fuzz_%)
 
 # One libFuzzer binary: the harness and only the libraries it links.
-build-fuzz/fuzz_%: build-fuzz/tests/fuzz/fuzz_%.o $$(filter $$(pct).a,$$(fuzz_$$*_LIBS))
+build-fuzz/fuzz_%: build-fuzz/tests/fuzz/fuzz_%.o $$(filter $$(pct).a $$(pct).o,$$(fuzz_$$*_LIBS))
 	@echo "  FUZZ    $@"
 	$(Q)clang -fsanitize=fuzzer,address,undefined -o $@ $< $(fuzz_$*_LIBS)
 

@@ -2,7 +2,7 @@
 /*
  * djinnd's configuration: defaults, then /etc/djinn/djinnd.conf (INI,
  * parsed by inih), then the command line. All three fill one struct
- * through one table of keys (config.c), so a flag and a file key are
+ * through one table of keys (config/keys.c), so a flag and a file key are
  * checked by the same code and --check-config prints where each
  * setting came from. See djinnd.conf(5).
  */
@@ -36,7 +36,9 @@ struct config_origin {
  * @log_level:  LOG_ERR .. LOG_DEBUG
  * @log_file:   append the log there; NULL: stderr
  * @path:       the file read, or NULL
- * @origin:     per key of the table in config.c
+ * @flag_dir:   the directory a flag's relative path is taken against
+ *              (main.c: the one djinnd started in); NULL: as given
+ * @origin:     per key of the table in config/keys.c
  * @err:        the first error: "FILE:LINE: key: what is wrong"
  */
 struct djinnd_config {
@@ -44,6 +46,7 @@ struct djinnd_config {
 	int log_level;
 	const char *log_file;
 	const char *path;
+	const char *flag_dir;
 	struct config_origin origin[CONFIG_MAX_KEYS];
 	struct config_origin share_origin[SCHED_TENANTS_MAX];
 	char err[CONFIG_ERR_LEN];
@@ -66,7 +69,8 @@ void config_free(struct djinnd_config *c);
 int config_load(struct djinnd_config *c, const char *path);
 
 /* Set "section.key" to @value as the command line does (a later
- * "server.listen" from the command line replaces the file's list):
+ * "server.listen" from the command line replaces the file's list; a
+ * relative path is taken against c->flag_dir when it is set):
  * 0 or -EINVAL with c->err set. */
 int config_set(struct djinnd_config *c, const char *key, const char *value);
 

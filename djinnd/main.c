@@ -7,11 +7,16 @@
  * The configuration is built in three layers, each over the last: the
  * defaults, the file (--config PATH, else /etc/djinn/djinnd.conf when it
  * exists) and the command line. Every flag names a key of the file, so
- * both fill one struct through config_set() (config.c). SIGHUP builds it
+ * both fill one struct through config_set() (config/). SIGHUP builds it
  * again the same way and applies what may change at run time.
+ *
+ * A relative path on the command line (--config, --model-dir,
+ * --listen unix:PATH, ...) is taken against the directory djinnd started
+ * in; the file's paths keep the file's rules (djinnd.conf(5)).
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +76,8 @@ static void usage(FILE *f)
 		"      --cpu-device-only    reach CPU devices' memory only through\n"
 		"                           copies, as a GPU's: for tests only\n"
 		"  -h, --help, -V, --version\n"
-		"Flags override the file. Defaults: sockets in /run/djinn/ for root,\n"
+		"Flags override the file; their relative paths are taken against\n"
+		"the current directory. Defaults: sockets in /run/djinn/ for root,\n"
 		"in $XDG_RUNTIME_DIR/djinn/ for a user who has one, else in ./run/.\n");
 }
 
@@ -122,6 +128,8 @@ struct args {
 	int argc;
 	char **argv;
 	const char *config; /* --config, or NULL */
+	char cwd[PATH_MAX]; /* where djinnd started; "" if unknown */
+	char config_abs[PATH_MAX + 64]; /* --config against @cwd */
 	bool check, foreground;
 	/* --fault-injection: a flag, never a file key, so that no
 	 * configuration left behind turns it on in production */
@@ -172,7 +180,7 @@ static const char *flag_key(int c)
  * version), or 2 on a usage error. */
 static int parse_args(struct args *a)
 {
-	int c;
+	int c, n;
 
 	optind = 0;
 	while ((c = getopt_long(a->argc, a->argv, shortopts, opts, NULL)) !=
@@ -180,6 +188,12 @@ static int parse_args(struct args *a)
 		switch (c) {
 		case 'c':
 			a->config = optarg;
+			if (optarg[0] == '/' || !a->cwd[0])
+				break;
+			n = snprintf(a->config_abs, sizeof(a->config_abs),
+				     "%s/%s", a->cwd, optarg);
+			if (n > 0 && (size_t)n < sizeof(a->config_abs))
+				a->config = a->config_abs;
 			break;
 		case OPT_CHECK:
 			a->check = true;
@@ -223,6 +237,7 @@ static int config_build(struct djinnd_config *c, const struct args *a)
 	int opt, ret;
 
 	config_init(c);
+	c->flag_dir = a->cwd[0] ? a->cwd : NULL;
 	if (!path && access(DJINND_CONFIG_PATH, F_OK) == 0)
 		path = DJINND_CONFIG_PATH;
 	if (path) {
@@ -440,6 +455,8 @@ int main(int argc, char **argv)
 
 	args.argc = argc;
 	args.argv = argv;
+	if (!getcwd(args.cwd, sizeof(args.cwd)))
+		args.cwd[0] = 0;
 	ret = parse_args(&args);
 	if (ret)
 		return ret == 1 ? 0 : 2;

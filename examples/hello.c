@@ -4,7 +4,7 @@
  * phase, and close.
  *
  *   hello [ADDR]     ADDR: unix:PATH or tcp:HOST:PORT (default $DJINN_ADDR,
- *                    else unix:run/djinnd.sock)
+ *                    else where djinnd listens by default: djinn_connect(3))
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -96,9 +96,18 @@ struct dj_addr {
 	char port[8];
 };
 
+/*
+ * The address djinn_connect(@addr) dials: @addr, else $DJINN_ADDR, else
+ * the default, "unix:" and where djinnd puts its socket
+ * (djinnd_socket_find(), lib/rundir.h), made in @buf. *@from says which
+ * for messages: NULL (@addr), "$DJINN_ADDR", or the default's words.
+ */
+#define DJINN_ADDR_NAME_MAX 4200
+const char *__djinn_addr_name(const char *addr, char *buf, size_t len,
+			      const char **from);
+
 /* Parse @addr (NULL: $DJINN_ADDR, else the default): 0 or -EINVAL. */
 int __djinn_addr_parse(const char *addr, struct dj_addr *out);
-#define DJINN_DEFAULT_ADDR "unix:run/djinnd.sock"
 
 /* ---------------------------------------------------------------------- */
 /* Calls: one request in flight */

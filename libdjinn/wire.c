@@ -46,6 +46,7 @@
 #include "clock.h"
 #include "internal.h"
 #include "msgnames.h"
+#include "rundir.h"
 
 /* ---------------------------------------------------------------------- */
 /* Logging */
@@ -147,16 +148,31 @@ static int parse_port(const char *p, char *out, size_t outlen)
 	return 0;
 }
 
+const char *__djinn_addr_name(const char *addr, char *buf, size_t len,
+			      const char **from)
+{
+	*from = NULL;
+	if (addr)
+		return addr;
+	addr = getenv("DJINN_ADDR");
+	if (addr && *addr) {
+		*from = "$DJINN_ADDR";
+		return addr;
+	}
+	/* where djinnd listens when nothing says otherwise */
+	*from = "the default; set DJINN_ADDR to djinnd's address";
+	snprintf(buf, len, "unix:");
+	djinnd_socket_find("djinnd.sock", buf + 5, len - 5);
+	return buf;
+}
+
 int __djinn_addr_parse(const char *addr, struct dj_addr *a)
 {
-	const char *rest, *host, *port, *end;
+	char def[DJINN_ADDR_NAME_MAX];
+	const char *rest, *host, *port, *end, *from;
 	size_t n;
 
-	if (!addr) {
-		addr = getenv("DJINN_ADDR");
-		if (!addr || !*addr)
-			addr = DJINN_DEFAULT_ADDR;
-	}
+	addr = __djinn_addr_name(addr, def, sizeof(def), &from);
 	memset(a, 0, sizeof(*a));
 	if (!strncmp(addr, "unix:", 5)) {
 		rest = addr + 5;
@@ -1288,20 +1304,23 @@ const char *djinn_conn_transport(const struct djinn_conn *conn)
 int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 		       struct djinn_conn **out)
 {
-	char why[DJINN_MAX_ERROR_MSG];
+	char why[DJINN_MAX_ERROR_MSG], name[DJINN_ADDR_NAME_MAX], note[64] = "";
 	struct djinn_conn *conn;
 	struct dj_tls *tls = NULL;
-	const char *token;
+	const char *token, *dial, *from;
 	struct dj_addr a;
 	int fd, ret, err;
 
 	if (!out)
 		return -EINVAL;
-	ret = __djinn_addr_parse(addr, &a);
+	dial = __djinn_addr_name(addr, name, sizeof(name), &from);
+	if (from)
+		snprintf(note, sizeof(note), " (%s)", from);
+	ret = __djinn_addr_parse(dial, &a);
 	if (ret) {
-		dj_dbg("address \"%s\": not unix:PATH, tcp:HOST:PORT or "
+		dj_dbg("address \"%s\"%s: not unix:PATH, tcp:HOST:PORT or "
 		       "tls:HOST:PORT",
-		       addr ? addr : "(NULL)");
+		       dial, note);
 		return ret;
 	}
 	/* TLS: its files are read before anything is dialled */
@@ -1317,11 +1336,9 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 	fd = a.is_unix ? dial_unix(&a) : dial_tcp(&a);
 	if (fd < 0) {
 		__djinn_tls_free(tls);
-		__djinn_set_last_error("connecting to %s: %s",
-				       addr ? addr : "the default",
+		__djinn_set_last_error("connecting to %s%s: %s", dial, note,
 				       strerror(-fd));
-		dj_dbg("connecting to %s: %s", addr ? addr : "the default",
-		       strerror(-fd));
+		dj_dbg("connecting to %s%s: %s", dial, note, strerror(-fd));
 		return fd;
 	}
 	if (tls) {

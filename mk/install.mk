@@ -12,16 +12,22 @@ DEB_PKGS += libinih-dev libsystemd-dev systemd
 # look, and where the unit's --config points.
 SYSCONFDIR ?= /etc
 
-DJINND_CONFIG_OBJ := $(BUILD)/djinnd/config.o
-SRCS += djinnd/config.c
-LIBS_DJINND := $(DJINND_CONFIG_OBJ) $(LIBS_DJINND) -linih -lsystemd
-$(DJINND): $(DJINND_CONFIG_OBJ)
-$(BUILD)/djinnd/main.o $(DJINND_CONFIG_OBJ): \
+# djinnd/config/: the configuration (djinnd/config.h), linked as objects
+# by djinnd and by the tests that link the daemon.
+DJINND_CONFIG_SRCS := $(wildcard djinnd/config/*.c)
+DJINND_CONFIG_OBJS := $(DJINND_CONFIG_SRCS:%.c=$(BUILD)/%.o)
+SRCS += $(DJINND_CONFIG_SRCS)
+LIBS_DJINND := $(DJINND_CONFIG_OBJS) $(LIBS_DJINND) -linih -lsystemd
+$(DJINND): $(DJINND_CONFIG_OBJS)
+$(BUILD)/djinnd/main.o $(DJINND_CONFIG_OBJS): \
 	ALL_CFLAGS += -DDJINND_SYSCONFDIR='"$(SYSCONFDIR)"'
 
 # tests/unit/test_config.c: the parser, over files it writes
-test_config_LIBS := $(DJINND_CONFIG_OBJ) $(DJINND_LIB) $(COMMON_LIB) -linih
-$(BUILD)/tests/unit/test_config: $(DJINND_CONFIG_OBJ)
+test_config_LIBS := $(DJINND_CONFIG_OBJS) $(DJINND_LIB) $(COMMON_LIB) -linih
+$(BUILD)/tests/unit/test_config: $(DJINND_CONFIG_OBJS)
+# tests/unit/test_config_paths.c: the command line's relative paths
+test_config_paths_LIBS := $(test_config_LIBS)
+$(BUILD)/tests/unit/test_config_paths: $(DJINND_CONFIG_OBJS)
 
 # tests/integration/test_notify.c plays systemd on a NOTIFY_SOCKET of its
 # own: READY, WATCHDOG, RELOADING, STOPPING, journal prefixes.

@@ -24,6 +24,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "djinnctl.h"
+#include "rundir.h"
 
 /* ---------------------------------------------------------------------- */
 /* Messages */
@@ -57,22 +58,17 @@ char *wire_str(char *dst, size_t size, const char *src, size_t len)
 /* ---------------------------------------------------------------------- */
 /* The admin socket */
 
-/* -s, else $DJINN_ADMIN_SOCKET, else where djinnd puts it by default. */
+/* -s, else $DJINN_ADMIN_SOCKET, else where djinnd puts it by default
+ * (lib/rundir.h, as libdjinn finds djinnd.sock). */
 const char *default_socket(void)
 {
 	static char path[4200];
 	const char *env = getenv("DJINN_ADMIN_SOCKET");
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
 
 	if (env && *env)
 		return env;
-	if (geteuid() == 0)
-		return "/run/djinn/admin.sock";
-	if (xdg && *xdg) {
-		snprintf(path, sizeof(path), "%s/djinn/admin.sock", xdg);
-		return path;
-	}
-	return "run/admin.sock";
+	djinnd_socket_find("admin.sock", path, sizeof(path));
+	return path;
 }
 
 static int ctl_connect(struct ctl *ctl)

@@ -74,7 +74,11 @@ void djinn_set_log(djinn_log_fn fn, void *arg);
 /*
  * Connect to djinnd at @addr, "unix:/path/to/socket" ("unix:@name" for
  * the abstract namespace) or "tcp:host:port" ("tcp:[::1]:port"); NULL
- * means $DJINN_ADDR, else "unix:run/djinnd.sock". Sends HELLO and checks
+ * means $DJINN_ADDR, else where djinnd listens by default: the socket
+ * djinnd.sock in /run/djinn for root, in $XDG_RUNTIME_DIR/djinn for a
+ * user who has one, else in ./run; a user other than root with no socket
+ * there takes the system service's, /run/djinn/djinnd.sock, when it
+ * exists. djinn_last_error() names the address tried. Sends HELLO and checks
  * the daemon's protocol version: -EPROTONOSUPPORT if it differs (both
  * versions go to the log). -EINVAL for a malformed address, the errno of
  * connect(2) (-ENOENT, -ECONNREFUSED, ...) when nobody listens there.

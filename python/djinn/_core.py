@@ -187,7 +187,9 @@ def connect(
 
     Args:
         addr: "unix:/path", "tcp:host:port" or "tls:host:port"; None:
-            $DJINN_ADDR, else "unix:run/djinnd.sock".
+            $DJINN_ADDR, else libdjinn's default, where djinnd listens
+            by default (djinn_connect(3): /run/djinn/djinnd.sock for
+            root, $XDG_RUNTIME_DIR/djinn/djinnd.sock for other users).
         tls_ca, tls_cert, tls_key, token: for "tls:" addresses (None:
             $DJINN_TLS_CA, $DJINN_TLS_CERT, $DJINN_TLS_KEY, $DJINN_TOKEN).
 

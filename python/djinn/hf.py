@@ -23,7 +23,8 @@ layers run on the daemon, a step at a time.
 original system's interception did, until ``restore_huggingface()``.
 
 The models open in a session of a connection made on first use
-(``$DJINN_ADDR``), unless ``session=`` names one.
+(``$DJINN_ADDR``, else libdjinn's default: ``djinn.connect()``), unless
+``session=`` names one.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ _conn: Optional[Connection] = None
 
 def default_session() -> Session:
     """The session ghost models open in when none is given: on a
-    connection to $DJINN_ADDR made on first use."""
+    connection made on first use: to $DJINN_ADDR, else to where djinnd
+    listens by default (libdjinn's default, djinn.connect())."""
     global _default, _conn
     with _lock:
         if _default is None or _default.closed:

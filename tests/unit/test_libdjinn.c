@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "array_size.h"
+#include "rundir.h"
 #include "testutil.h"
 #include "test_libdjinn.h"
 
@@ -103,6 +104,15 @@ static void test_addr_bad(void **state)
 	assert_int_equal(__djinn_addr_parse(longpath, &a), -EINVAL);
 }
 
+/* Where djinnd puts its socket by default, for this user. */
+static const char *default_socket(void)
+{
+	static char path[4200];
+
+	djinnd_socket_find("djinnd.sock", path, sizeof(path));
+	return path;
+}
+
 static void test_addr_default(void **state)
 {
 	struct dj_addr a;
@@ -113,11 +123,64 @@ static void test_addr_default(void **state)
 	assert_string_equal(a.port, "99");
 	setenv("DJINN_ADDR", "", 1);
 	assert_int_equal(__djinn_addr_parse(NULL, &a), 0);
-	assert_string_equal(a.unix_path, "run/djinnd.sock");
+	assert_string_equal(a.unix_path, default_socket());
 	unsetenv("DJINN_ADDR");
 	assert_int_equal(__djinn_addr_parse(NULL, &a), 0);
 	assert_true(a.is_unix);
-	assert_string_equal(a.unix_path, "run/djinnd.sock");
+	assert_string_equal(a.unix_path, default_socket());
+}
+
+/* Without $DJINN_ADDR, where djinnd itself listens by default: /run/djinn
+ * for root, else $XDG_RUNTIME_DIR/djinn, else ./run; and a user's client
+ * with no djinnd of its own finds the system service's. The error names
+ * the address and $DJINN_ADDR. */
+static void test_addr_default_user(void **state)
+{
+	char dir[] = "/tmp/djinn-xdg-XXXXXX", want[200], sock[200];
+	struct djinn_conn *conn;
+	const char *from;
+	char buf[300];
+
+	unsetenv("DJINN_ADDR");
+	assert_non_null(mkdtemp(dir));
+	setenv("XDG_RUNTIME_DIR", dir, 1);
+	if (geteuid())
+		snprintf(want, sizeof(want), "unix:%s/djinn/djinnd.sock", dir);
+	else
+		snprintf(want, sizeof(want), "unix:/run/djinn/djinnd.sock");
+	assert_string_equal(__djinn_addr_name(NULL, buf, sizeof(buf), &from),
+			    want);
+	assert_non_null(strstr(from, "DJINN_ADDR"));
+	if (access(want + 5, F_OK)) { /* no djinnd there (root: a service) */
+		assert_int_equal(djinn_connect(NULL, &conn), -ENOENT);
+		assert_non_null(strstr(djinn_last_error(), want));
+		assert_non_null(strstr(djinn_last_error(), "DJINN_ADDR"));
+	}
+	if (!geteuid()) {
+		/* root: the system service's, whatever the environment */
+		unsetenv("XDG_RUNTIME_DIR");
+		assert_string_equal(__djinn_addr_name(NULL, buf, sizeof(buf),
+						      &from),
+				    "unix:/run/djinn/djinnd.sock");
+	} else {
+		unsetenv("XDG_RUNTIME_DIR");
+		djinnd_socket_find("djinnd.sock", sock, sizeof(sock));
+		assert_true(!strcmp(sock, "run/djinnd.sock") ||
+			    !strcmp(sock, "/run/djinn/djinnd.sock"));
+	}
+	assert_string_equal(__djinn_addr_name("tcp:h:1", buf, sizeof(buf),
+					      &from),
+			    "tcp:h:1");
+	assert_null(from);
+	setenv("DJINN_ADDR", "unix:/nonexistent/d.sock", 1);
+	assert_string_equal(__djinn_addr_name(NULL, buf, sizeof(buf), &from),
+			    "unix:/nonexistent/d.sock");
+	assert_string_equal(from, "$DJINN_ADDR");
+	assert_int_equal(djinn_connect(NULL, &conn), -ENOENT);
+	assert_non_null(strstr(djinn_last_error(),
+			       "unix:/nonexistent/d.sock ($DJINN_ADDR)"));
+	unsetenv("DJINN_ADDR");
+	rmdir(dir);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -440,6 +503,7 @@ int main(void)
 		cmocka_unit_test(test_addr_tcp),
 		cmocka_unit_test(test_addr_bad),
 		cmocka_unit_test(test_addr_default),
+		cmocka_unit_test(test_addr_default_user),
 		cmocka_unit_test(test_connect_nobody),
 		cmocka_unit_test(test_sha256),
 		cmocka_unit_test_setup_teardown(test_args_null, setup,

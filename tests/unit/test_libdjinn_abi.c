@@ -84,7 +84,8 @@ static const char *const public[] = {
 	"djinn_result_release",
 };
 
-/* lib/graph.h and libdjinn/internal.h: built in, not exported. */
+/* lib/graph.h, lib/rundir.h and libdjinn/internal.h: built in, not
+ * exported. */
 static const char *const hidden[] = {
 	"djinn_graph_parse",
 	"djinn_graph_infer",
@@ -95,6 +96,10 @@ static const char *const hidden[] = {
 	"__djinn_log",
 	"__djinn_call_send",
 	"__djinn_addr_parse",
+	"__djinn_addr_name",
+	"djinnd_run_dir",
+	"djinnd_socket_default",
+	"djinnd_socket_find",
 	"__djinn_graph_encode",
 	"__djinn_conn_start",
 	"__djinn_sha256",
