@@ -58,8 +58,9 @@
 # carry [".gpu-kit.tar.xz"] and the command `scripts/gpu-kit.sh run
 # .gpu-kit $OUT`.
 #
-# `run` exits 0 when every test passed or was skipped (77) and each
-# benchmark ran or skipped; 1 otherwise. Without a GPU everything skips.
+# `run` exits 0 when every GPU test passed and each benchmark ran or
+# skipped; 77 when none failed but some skipped (no GPU or no driver: it
+# says "gpu-kit: skipped: no GPU"), which is no pass; 1 otherwise.
 set -u
 
 kit=${2:-.gpu-kit}
@@ -245,6 +246,13 @@ run() {
 	# shellcheck disable=SC2086
 	sh tests/run.sh $tests 2>&1 | tee "$out/test-gpu.txt"
 	tail -1 "$out/test-gpu.txt" | grep -q ' 0 failed' || rc=1
+	# On a GPU host no GPU test skips: one that did found no GPU (or no
+	# driver), and a kit run with skips is no pass.
+	skips=$(tail -1 "$out/test-gpu.txt" | sed -n 's/.* \([0-9]*\) skipped$/\1/p')
+	if [ $rc = 0 ] && [ "${skips:-0}" != 0 ]; then
+		echo "gpu-kit: skipped: no GPU: $skips GPU tests did not run"
+		rc=77
+	fi
 	"$kit/bin/gpu-bench" --djinnd "$DJINND" >"$out/gpu-bench.jsonl" \
 		2>"$out/gpu-bench.err"
 	s=$?
