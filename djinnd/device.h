@@ -6,7 +6,7 @@
  * part through that part's own header, which the layering check
  * (scripts/check-layers.py) lets it include only if the part is below.
  * server.c makes the devices (server_init()) and places sessions on
- * them (server_place()).
+ * them (svc_place()).
  */
 #ifndef DJINN_DEVICE_H
 #define DJINN_DEVICE_H
@@ -32,10 +32,10 @@ struct model_store;
  * @backend, @vmu, @sched, @exec, @mem, @models: its backend, memory
  *            manager, scheduler, graph and memory executors, and model
  *            store (NULL: no model directory). Sessions are placed on
- *            one device (server_place()) and use only its parts.
+ *            one device (svc_place()) and use only its parts.
  * @nr_sessions: sessions open on it
  * @fault_why: the last simulated fault (a CPU device's)
- * @dead_why: backend.dead's string when server_fault_inject() killed
+ * @dead_why: backend.dead's string when svc_fault_inject() killed
  *            the device (DJINN_FAULT_DEAD)
  * @compute_threads: the graph executor's threads (device.compute_threads)
  */

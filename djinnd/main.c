@@ -28,6 +28,7 @@
 #include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "daemon.h"
 #include "server.h"
 #include "net/tls.h"
 

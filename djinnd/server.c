@@ -23,13 +23,13 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "daemon.h"
 #include "server.h"
+#include "svc/devices.h"
 #include "exec/executor.h"
 #include "model/store.h"
 #include "net/conn.h"
 #include "net/tls.h"
-
-uint64_t server_started_ns;
 
 /* Signals arrive through a pipe: the handler writes the signal number,
  * the I/O loop reads it. A handler works whichever thread the kernel
@@ -55,6 +55,23 @@ static void on_signal(int signo)
 		/* The pipe is full: signals are already pending. */
 	}
 	errno = saved;
+}
+
+unsigned int server_depth(struct server *srv)
+{
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		if (!srv->dev[i].sched)
+			continue;
+		for (unsigned int l = 0; l < SCHED_LANES; l++) {
+			unsigned int q, r;
+
+			sched_depth(srv->dev[i].sched, l, &q, &r);
+			n += q + r;
+		}
+	}
+	return n;
 }
 
 #define DRAIN_MAX_NS (10 * NSEC_PER_SEC) /* then stop all the same */
@@ -547,7 +564,7 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	INIT_LIST_HEAD(&srv->conns);
 	INIT_LIST_HEAD(&srv->closing);
 	INIT_LIST_HEAD(&srv->http);
-	server_started_ns = loop_now();
+	srv->started_ns = loop_now();
 	ret = loop_init(&srv->loop, 4096);
 	if (ret) {
 		log_err("io_uring: %s", strerror(-ret));
@@ -587,53 +604,6 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	return 0;
 }
 
-struct device *server_place(struct server *srv, uint32_t want, char *msg,
-			    size_t msglen)
-{
-	struct device *best = NULL;
-	uint64_t best_free = 0;
-
-	if (want) {
-		if (want <= srv->nr_dev)
-			return &srv->dev[want - 1];
-		snprintf(msg, msglen,
-			 "no device %u: this djinnd has %u device%s (0 to %u)",
-			 want - 1, srv->nr_dev, srv->nr_dev == 1 ? "" : "s",
-			 srv->nr_dev - 1);
-		return NULL;
-	}
-	for (unsigned int i = 0; i < srv->nr_dev; i++) {
-		struct device *d = &srv->dev[i];
-		struct vmu_stats st;
-
-		vmu_get_stats(d->vmu, &st);
-		if (!best || st.free > best_free ||
-		    (st.free == best_free &&
-		     d->nr_sessions < best->nr_sessions)) {
-			best = d;
-			best_free = st.free;
-		}
-	}
-	return best;
-}
-
-unsigned int server_depth(struct server *srv)
-{
-	unsigned int n = 0;
-
-	for (unsigned int i = 0; i < srv->nr_dev; i++) {
-		if (!srv->dev[i].sched)
-			continue;
-		for (unsigned int l = 0; l < SCHED_LANES; l++) {
-			unsigned int q, r;
-
-			sched_depth(srv->dev[i].sched, l, &q, &r);
-			n += q + r;
-		}
-	}
-	return n;
-}
-
 struct sched_config server_sched_config(const struct server_config *cfg)
 {
 	struct sched_config sc = cfg->sched;
@@ -641,66 +611,6 @@ struct sched_config server_sched_config(const struct server_config *cfg)
 	sc.shares = cfg->shares;
 	sc.nr_shares = cfg->nr_shares;
 	return sc;
-}
-
-int server_fault_inject(struct server *srv, struct device *d, uint32_t flags,
-			char *msg, size_t msglen)
-{
-	struct backend *b = d->backend;
-	uint64_t before = __atomic_load_n(&b->faults, __ATOMIC_ACQUIRE);
-	int ret;
-
-	if (b->ops->inject_fault) {
-		ret = b->ops->inject_fault(b, msg, msglen);
-	} else {
-		snprintf(d->fault_why, sizeof(d->fault_why),
-			 "%s: injected fault, simulated: device memory "
-			 "zeroed",
-			 d->name);
-		ret = vmu_fault_simulate(d->vmu);
-		snprintf(msg, msglen, "%s", d->fault_why);
-		if (ret)
-			snprintf(msg, msglen, "%s: zeroing the memory: %s",
-				 d->name, strerror(-ret));
-	}
-	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) == before && !ret) {
-		snprintf(msg, msglen, "%s: the fault was not counted", d->name);
-		ret = -EIO;
-	}
-	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) != before)
-		log_warn("%s: fault %llu injected (ADMIN_FAULT_INJECT): %s",
-			 d->name,
-			 (unsigned long long)__atomic_load_n(&b->faults,
-							     __ATOMIC_ACQUIRE),
-			 msg);
-	/* The fault happened and the device did not survive it (a sticky
-	 * error that the context reset does not clear: CUDA's documented
-	 * case for an illegal address). What was asked for was done; the
-	 * answer says the device is dead, as for DJINN_FAULT_DEAD. */
-	if (ret && __atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) != before &&
-	    __atomic_load_n(&b->dead, __ATOMIC_ACQUIRE))
-		ret = 0;
-	if (!ret && (flags & DJINN_FAULT_DEAD)) {
-		const char *none = NULL;
-
-		/* as after CUDA_ERROR_CONTAINED: devices_watch() exits */
-		snprintf(d->dead_why, sizeof(d->dead_why),
-			 "an injected fatal fault (ADMIN_FAULT_INJECT, "
-			 "DJINN_FAULT_DEAD)");
-		__atomic_compare_exchange_n(&b->dead, &none, d->dead_why, false,
-					    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-	}
-	if (!ret && __atomic_load_n(&b->dead, __ATOMIC_ACQUIRE)) {
-		char cause[256];
-
-		/* first, so that a long cause cannot cut it off */
-		snprintf(cause, sizeof(cause), "%s", msg);
-		snprintf(msg, msglen,
-			 "%s: the device is dead: djinnd exits so that systemd "
-			 "restarts it; %s",
-			 d->name, cause);
-	}
-	return ret;
 }
 
 int server_run(struct server *srv)

@@ -186,14 +186,10 @@ struct server {
 		void (*stopping)(struct server *srv); /* draining begins */
 	} hooks;
 	struct server_stats st;
+	uint64_t started_ns; /* loop_now() at server_init() */
 };
 
-int server_block_signals(void);
-int server_init(struct server *srv, const struct server_config *cfg);
-int server_run(struct server *srv);
-void server_exit(struct server *srv);
-
-/* net/conn.c */
+/* net/listen.c and net/conn.c */
 int listeners_open(struct server *srv);
 /* Stop accepting (shutdown); listeners_free() once the loop has ended. */
 void listeners_close(struct server *srv);
@@ -202,58 +198,5 @@ void conns_close_all(struct server *srv, bool force);
 /* Close the connections loop_sqe() failed (conn_fail()); called before
  * the loop sleeps, where closing frees nothing under anyone. */
 void conns_close_failed(struct server *srv);
-
-/*
- * server.c: placement. The device for a new session: @want 0 lets the
- * server choose (the one with the most free memory; ties: the fewest
- * sessions, then the lowest index), else device @want - 1. NULL for a
- * @want past the devices, with the reason in @msg (-ENODEV).
- */
-struct device *server_place(struct server *srv, uint32_t want, char *msg,
-			    size_t msglen);
-/* Jobs queued or running on every device's executors. */
-unsigned int server_depth(struct server *srv);
-/* The session table's limits (struct session_limits) from srv->cfg: at
- * start, and after a reload has changed it. */
-void server_session_limits(struct server *srv);
-/* Set (@on) or lift each [tenant.NAME] memory and swap quota of srv->cfg on
- * every device's VMU. */
-void server_tenant_quotas(struct server *srv, bool on);
-/* Give every device's model store the [model.NAME] budgets of srv->cfg,
- * and lift those of @old (@nr_old of them) that it no longer names: each
- * from the model's next load. */
-void server_model_budgets(struct server *srv, const struct model_budget *old,
-			  unsigned int nr_old);
-
-/* The scheduler's settings of @cfg (its shares in place). */
-struct sched_config server_sched_config(const struct server_config *cfg);
-
-/*
- * server.c: device faults. server_fault_inject() (ADMIN_FAULT_INJECT,
- * with --fault-injection only) faults device @d: for real where the
- * backend can (CUDA: a kernel that stores to address 0, recovered as any
- * fault is), else simulated by the VMU (vmu_fault_simulate(): the
- * memory zeroed and the fault counted). Either way backend.faults moves
- * on, and every session and text entry of @d made before it is lost;
- * the other devices are not touched. With DJINN_FAULT_DEAD in @flags,
- * the device is then dead (backend.dead), as after an error no context
- * reset clears, and djinnd exits with DJINND_EXIT_DEVICE_DEAD once the
- * answer is out. 0 with the fault in @msg, or a negative errno with the
- * reason. Runs on the I/O thread, which waits for a GPU's recovery (a
- * context reset).
- *
- * A dead device, whoever found it, is seen by the I/O loop before its
- * next wait (and within a second in any case): it logs "device cuda:0
- * is dead after CUDA_ERROR_...: exiting so that systemd restarts
- * djinnd" at err, stops reading requests, lets the answers of work
- * under way go out (on the dead device it fails -EIO), ends every
- * session, closes every connection, and server_run() returns with
- * @exit_status set.
- */
-int server_fault_inject(struct server *srv, struct device *d, uint32_t flags,
-			char *msg, size_t msglen);
-
-/* server.c: loop_now() at start */
-extern uint64_t server_started_ns;
 
 #endif /* DJINN_SERVER_H */

@@ -5,7 +5,7 @@
 djinnd/ is built in floors (Documentation/architecture.rst, "Floors"),
 top to bottom:
 
-  top      main.c, config/, server.c             start-up, the devices
+  top      main.c, config/, server.c, daemon.h   start-up, the devices
   net      net/, server.h                        the protocol, the server
   svc      svc/                                  the services
   session  session/                              sessions, tenants, leases
@@ -40,7 +40,8 @@ import tempfile
 
 # (floor, paths under djinnd/: a folder ends in /), top to bottom
 FLOORS = [
-    ("top", ["main.c", "config/", "config.c", "config.h", "server.c"]),
+    ("top", ["main.c", "config/", "config.c", "config.h", "server.c",
+             "daemon.h"]),
     ("net", ["net/", "server.h"]),
     ("svc", ["svc/"]),
     ("session", ["session/"]),

@@ -162,7 +162,7 @@ struct backend_ops {
 	 * device for real (a kernel that stores to address 0), so that it
 	 * is counted in @faults and recovered as any fault is; 0 once it
 	 * has, with the fault in @msg. NULL: the server simulates one
-	 * (server_fault_inject()). */
+	 * (svc_fault_inject()). */
 	int (*inject_fault)(struct backend *b, char *msg, size_t msglen);
 	/* Optional: the last fault in words ("cuda:0: device context
 	 * lost: CUDA_ERROR_ILLEGAL_ADDRESS (700) ... in cuStreamSynchronize"),
@@ -180,13 +180,13 @@ struct backend_ops {
  *            see Documentation/cuda.rst. The session layer and the VMU
  *            compare it with the count at a session's or text entry's
  *            making (the fault epoch). On the CPU only injected faults
- *            count (server_fault_inject()).
+ *            count (svc_fault_inject()).
  * @dead:     NULL while the device serves or may recover; once it is
  *            dead for good (an error no context reset clears, or a
  *            recovery that failed), why: "CUDA_ERROR_CONTAINED (226) in
  *            cuStreamSynchronize", a string that lives as long as the
  *            backend. Set once, with __atomic_store_n(__ATOMIC_RELEASE),
- *            by the backend (or by server_fault_inject()'s simulation);
+ *            by the backend (or by svc_fault_inject()'s simulation);
  *            read with __atomic_load_n(__ATOMIC_ACQUIRE). djinnd's I/O
  *            loop then exits so that systemd restarts it (server.c).
  * @max_compute, @def_compute: how many graphs it can run at once, each

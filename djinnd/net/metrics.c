@@ -556,7 +556,7 @@ long metrics_render(struct server *srv, char **out)
 		return -ENOMEM;
 	one(&b, "djinn_uptime_seconds", "gauge",
 	    "Seconds since djinnd started.",
-	    (loop_now() - server_started_ns) / NSEC_PER_SEC);
+	    (loop_now() - srv->started_ns) / NSEC_PER_SEC);
 	render_sessions(&b, srv);
 	render_requests(&b, srv);
 	render_vmu(&b, srv);

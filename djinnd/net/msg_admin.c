@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "server.h"
+#include "svc/devices.h"
 #include "model/runtime.h"
 #include "net/conn.h"
 #include "net/msg.h"
@@ -283,7 +284,7 @@ void handle_admin_stats(struct conn *c, const struct djinn_hdr *hdr,
 {
 	const struct server_stats *st = &c->srv->st;
 	struct djinn_admin_stats r = {
-		.uptime_ns = loop_now() - server_started_ns,
+		.uptime_ns = loop_now() - c->srv->started_ns,
 		.conns = c->srv->nr_conns,
 		.conns_accepted = st->conns_accepted,
 		.sessions = c->srv->sessions.nr,
@@ -339,7 +340,7 @@ void handle_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	d = &c->srv->dev[q->device];
-	ret = server_fault_inject(c->srv, d, q->flags, r.what, sizeof(r.what));
+	ret = svc_fault_inject(d, q->flags, r.what, sizeof(r.what));
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", r.what);
 		return;

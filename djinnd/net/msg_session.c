@@ -13,6 +13,7 @@
 #include "log.h"
 #include "server.h"
 #include "exec/executor.h"
+#include "svc/devices.h"
 #include "svc/svc.h"
 #include "net/conn.h"
 #include "model/store.h"
@@ -161,7 +162,7 @@ void handle_session_open(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -EINVAL, "tenant not NUL-terminated");
 		return;
 	}
-	d = server_place(c->srv, o->device, msg, sizeof(msg));
+	d = svc_place(c->srv->dev, c->srv->nr_dev, o->device, msg, sizeof(msg));
 	if (!d) {
 		conn_error(c, hdr, -ENODEV, "%s", msg);
 		return;
@@ -254,9 +255,9 @@ void handle_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	ret = session_create(&c->srv->sessions,
-			     server_place(c->srv, 0, NULL, 0), c->tenant,
-			     ki.tenant, ki.priority, ki.lease_ns, c->cred.uid,
-			     c->cred.pid, &s);
+			     svc_place(c->srv->dev, c->srv->nr_dev, 0, NULL, 0),
+			     c->tenant, ki.tenant, ki.priority, ki.lease_ns,
+			     c->cred.uid, c->cred.pid, &s);
 	if (!ret)
 		ret = session_start(c, s, b->kernel_id);
 	if (ret == -EDQUOT) {

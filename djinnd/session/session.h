@@ -181,7 +181,7 @@ extern bool session_predictable_handles;
 
 /* Make a session of @tenant (its connection's, session/tenant.h) with
  * the client's @label (both 1 to 63 printable bytes) on device @dev
- * (server_place()), not yet in the table. */
+ * (svc_place()), not yet in the table. */
 int session_create(struct session_table *t, struct device *dev,
 		   const char *tenant, const char *label, uint32_t priority,
 		   uint64_t lease_ns, uid_t uid, pid_t pid,

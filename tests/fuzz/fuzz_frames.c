@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "daemon.h"
 #include "server.h"
 #include "exec/executor.h"
 #include "net/conn.h"

@@ -19,6 +19,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "daemon.h"
 #include "server.h"
 #include "net/conn.h"
 #include "loop.h"

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The devices' services (svc/devices.h): where a new session goes, and a
+ * fault injected for tests.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "device.h"
+#include "log.h"
+#include "backend/backend.h"
+#include "svc/devices.h"
+#include "vmu/vmu.h"
+
+struct device *svc_place(struct device *devs, unsigned int nr_dev,
+			 uint32_t want, char *msg, size_t msglen)
+{
+	struct device *best = NULL;
+	uint64_t best_free = 0;
+
+	if (want) {
+		if (want <= nr_dev)
+			return &devs[want - 1];
+		snprintf(msg, msglen,
+			 "no device %u: this djinnd has %u device%s (0 to %u)",
+			 want - 1, nr_dev, nr_dev == 1 ? "" : "s", nr_dev - 1);
+		return NULL;
+	}
+	for (unsigned int i = 0; i < nr_dev; i++) {
+		struct device *d = &devs[i];
+		struct vmu_stats st;
+
+		vmu_get_stats(d->vmu, &st);
+		if (!best || st.free > best_free ||
+		    (st.free == best_free &&
+		     d->nr_sessions < best->nr_sessions)) {
+			best = d;
+			best_free = st.free;
+		}
+	}
+	return best;
+}
+
+int svc_fault_inject(struct device *d, uint32_t flags, char *msg, size_t msglen)
+{
+	struct backend *b = d->backend;
+	uint64_t before = __atomic_load_n(&b->faults, __ATOMIC_ACQUIRE);
+	int ret;
+
+	if (b->ops->inject_fault) {
+		ret = b->ops->inject_fault(b, msg, msglen);
+	} else {
+		snprintf(d->fault_why, sizeof(d->fault_why),
+			 "%s: injected fault, simulated: device memory "
+			 "zeroed",
+			 d->name);
+		ret = vmu_fault_simulate(d->vmu);
+		snprintf(msg, msglen, "%s", d->fault_why);
+		if (ret)
+			snprintf(msg, msglen, "%s: zeroing the memory: %s",
+				 d->name, strerror(-ret));
+	}
+	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) == before && !ret) {
+		snprintf(msg, msglen, "%s: the fault was not counted", d->name);
+		ret = -EIO;
+	}
+	if (__atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) != before)
+		log_warn("%s: fault %llu injected (ADMIN_FAULT_INJECT): %s",
+			 d->name,
+			 (unsigned long long)__atomic_load_n(&b->faults,
+							     __ATOMIC_ACQUIRE),
+			 msg);
+	/* The fault happened and the device did not survive it (a sticky
+	 * error that the context reset does not clear: CUDA's documented
+	 * case for an illegal address). What was asked for was done; the
+	 * answer says the device is dead, as for DJINN_FAULT_DEAD. */
+	if (ret && __atomic_load_n(&b->faults, __ATOMIC_ACQUIRE) != before &&
+	    __atomic_load_n(&b->dead, __ATOMIC_ACQUIRE))
+		ret = 0;
+	if (!ret && (flags & DJINN_FAULT_DEAD)) {
+		const char *none = NULL;
+
+		/* as after CUDA_ERROR_CONTAINED: devices_watch() exits */
+		snprintf(d->dead_why, sizeof(d->dead_why),
+			 "an injected fatal fault (ADMIN_FAULT_INJECT, "
+			 "DJINN_FAULT_DEAD)");
+		__atomic_compare_exchange_n(&b->dead, &none, d->dead_why, false,
+					    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+	}
+	if (!ret && __atomic_load_n(&b->dead, __ATOMIC_ACQUIRE)) {
+		char cause[256];
+
+		/* first, so that a long cause cannot cut it off */
+		snprintf(cause, sizeof(cause), "%s", msg);
+		snprintf(msg, msglen,
+			 "%s: the device is dead: djinnd exits so that systemd "
+			 "restarts it; %s",
+			 d->name, cause);
+	}
+	return ret;
+}
