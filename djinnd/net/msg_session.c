@@ -21,32 +21,6 @@
 #include "net/tls.h"
 #include "session/tenant.h"
 
-/* A session refused by a limit: which one. */
-static void session_quota_error(struct conn *c, const struct djinn_hdr *hdr)
-{
-	const struct server_config *cfg = &c->srv->cfg;
-	uid_t uid = c->tcp ? (uid_t)-1 : c->cred.uid;
-
-	if (c->srv->sessions.nr >= cfg->max_sessions)
-		conn_error(c, hdr, -EDQUOT,
-			   "%llu sessions open, the server's limit "
-			   "(server.max_sessions)",
-			   (unsigned long long)c->srv->sessions.nr);
-	else if (session_tenant_full(&c->srv->sessions, c->tenant))
-		conn_error(c, hdr, -EDQUOT,
-			   "%u sessions open for tenant %s, its quota "
-			   "(tenant.%s.sessions)",
-			   session_tenant_sessions(&c->srv->sessions,
-						   c->tenant),
-			   c->tenant, c->tenant);
-	else
-		conn_error(c, hdr, -EDQUOT,
-			   "%u sessions open for %s %d, the limit "
-			   "(server.max_sessions_per_uid)",
-			   session_uid_sessions(&c->srv->sessions, uid),
-			   c->tcp ? "TCP peers as uid" : "uid", (int)uid);
-}
-
 void handle_hello(struct conn *c, const struct djinn_hdr *hdr,
 		  struct session *unused, void *req, uint64_t len)
 {
@@ -131,63 +105,63 @@ static void session_reply(struct conn *c, const struct djinn_hdr *hdr,
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
-/* A session just made: bound to kernel session @kid if any, in the
- * server's table, attached to @c. On failure it is gone again. */
-static int session_start(struct conn *c, struct session *s, uint64_t kid)
+/* A session of @c's peer, placed on @device, published and attached to
+ * @c (bound to kernel session @kid: SESSION_BIND); or the error
+ * answered. */
+static struct session *session_start(struct conn *c,
+				     const struct djinn_hdr *hdr,
+				     uint32_t device, const char *label,
+				     uint32_t priority, uint64_t lease_ns,
+				     uint64_t kid)
 {
+	const struct svc_peer peer = { .tenant = c->tenant,
+				       .uid = c->cred.uid,
+				       .pid = c->cred.pid,
+				       .tcp = c->tcp };
+	char msg[DJINN_MAX_ERROR_MSG];
+	struct session *s;
 	int ret;
 
-	s->lease_kid = kid;
-	ret = session_publish(&c->srv->sessions, s);
-	if (ret) {
-		session_put(s);
-		return ret;
+	ret = svc_session_open(&c->srv->sessions, c->srv->dev, c->srv->nr_dev,
+			       &peer, device, label, priority, lease_ns, kid,
+			       &s, msg, sizeof(msg));
+	if (!ret) {
+		ret = conn_attach(c, s->id);
+		if (ret) {
+			session_end(&c->srv->sessions, s, SESSION_CLOSED);
+			msg[0] = 0;
+		}
 	}
-	ret = conn_attach(c, s->id);
-	if (ret)
-		session_end(&c->srv->sessions, s, SESSION_CLOSED);
-	return ret;
+	if (!ret)
+		return s;
+	if (!msg[0])
+		snprintf(msg, sizeof(msg), "%s",
+			 kid		? "cannot bind the session" :
+			 ret == -EINVAL ? "bad tenant name or priority" :
+					  "cannot open a session");
+	conn_error(c, hdr, ret, "%s", msg);
+	return NULL;
 }
 
 void handle_session_open(struct conn *c, const struct djinn_hdr *hdr,
 			 struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_session_open *o = req;
-	struct device *d;
 	struct session *s;
-	char msg[128];
-	int ret;
 
 	if (!memchr(o->tenant, 0, sizeof(o->tenant))) {
 		conn_error(c, hdr, -EINVAL, "tenant not NUL-terminated");
 		return;
 	}
-	d = svc_place(c->srv->dev, c->srv->nr_dev, o->device, msg, sizeof(msg));
-	if (!d) {
-		conn_error(c, hdr, -ENODEV, "%s", msg);
+	s = session_start(c, hdr, o->device, o->tenant, o->priority,
+			  o->lease_ns, 0);
+	if (!s)
 		return;
-	}
-	ret = session_create(&c->srv->sessions, d, c->tenant, o->tenant,
-			     o->priority, o->lease_ns,
-			     c->tcp ? (uid_t)-1 : c->cred.uid,
-			     c->tcp ? 0 : c->cred.pid, &s);
-	if (!ret)
-		ret = session_start(c, s, 0);
-	if (ret == -EDQUOT) {
-		session_quota_error(c, hdr);
-		return;
-	}
-	if (ret) {
-		conn_error(c, hdr, ret, "%s",
-			   ret == -EINVAL ? "bad tenant name or priority" :
-					    "cannot open a session");
-		return;
-	}
 	log_info("session %llu opened: tenant %s, label %s, priority %u, "
 		 "lease %llu ms, device %u (%s)",
 		 (unsigned long long)s->id, s->tenant, s->label, s->priority,
-		 (unsigned long long)(s->lease_ns / NSEC_PER_MSEC), d->index,
-		 d->name);
+		 (unsigned long long)(s->lease_ns / NSEC_PER_MSEC),
+		 s->dev->index, s->dev->name);
 	session_reply(c, hdr, s, true);
 }
 
@@ -254,20 +228,10 @@ void handle_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 					    strerror(-ret));
 		return;
 	}
-	ret = session_create(&c->srv->sessions,
-			     svc_place(c->srv->dev, c->srv->nr_dev, 0, NULL, 0),
-			     c->tenant, ki.tenant, ki.priority, ki.lease_ns,
-			     c->cred.uid, c->cred.pid, &s);
-	if (!ret)
-		ret = session_start(c, s, b->kernel_id);
-	if (ret == -EDQUOT) {
-		session_quota_error(c, hdr);
+	s = session_start(c, hdr, 0, ki.tenant, ki.priority, ki.lease_ns,
+			  b->kernel_id);
+	if (!s)
 		return;
-	}
-	if (ret) {
-		conn_error(c, hdr, ret, "cannot bind the session");
-		return;
-	}
 	log_info("session %llu bound to kernel session %llu: tenant %s, "
 		 "priority %u, lease %llu ms",
 		 (unsigned long long)s->id, (unsigned long long)b->kernel_id,
@@ -306,25 +270,20 @@ void handle_signal(struct conn *c, const struct djinn_hdr *hdr,
 {
 	const struct djinn_signal *sg = req;
 	char msg[DJINN_MAX_ERROR_MSG];
-	uint64_t expected;
 	int ret;
 
-	if (sg->phase > DJINN_PHASE_IDLE || sg->__reserved) {
-		conn_error(c, hdr, -EINVAL, "%s",
-			   sg->__reserved ? "reserved field set" :
-					    "unknown phase");
-		return;
-	}
-	expected = sg->expected_ns;
-	ret = sched_signal_check(s->dev->sched, sg->phase, &expected, msg,
-				 sizeof(msg));
-	if (ret) {
-		conn_error(c, hdr, ret, "%s", msg);
+	if (sg->__reserved) {
+		conn_error(c, hdr, -EINVAL, "reserved field set");
 		return;
 	}
 	log_debug("session %llu: phase %u for %llu ns (received %llu)",
 		  (unsigned long long)s->id, sg->phase,
-		  (unsigned long long)expected, (unsigned long long)loop_now());
-	sched_signal(s->dev->sched, &s->se, sg->phase, expected);
-	conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+		  (unsigned long long)sg->expected_ns,
+		  (unsigned long long)loop_now());
+	ret = svc_session_signal(s, sg->phase, sg->expected_ns, msg,
+				 sizeof(msg));
+	if (ret)
+		conn_error(c, hdr, ret, "%s", msg);
+	else
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }

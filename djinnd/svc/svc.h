@@ -44,6 +44,37 @@ static inline bool svc_job_gone(struct exec_job *job)
 }
 
 /*
+ * The session service (svc/session.c).
+ *
+ * svc_session_open(): SESSION_OPEN's and SESSION_BIND's session, for
+ *              @peer (its tenant, from the kernel or a certificate, never
+ *              from the request): placed on a device (svc_place(),
+ *              @device 0: djinnd chooses), made with the client's @label,
+ *              @priority and @lease_ns, bound to kernel session @kid (0:
+ *              none) and published in @t. 0 and the session in *@out
+ *              (the table's reference; the caller attaches it); else
+ *              -ENODEV or -EDQUOT saying which limit in @msg, or another
+ *              errno of session_create() with @msg empty.
+ * svc_session_signal(): SIGNAL: @phase (0 to DJINN_PHASE_IDLE) for
+ *              @expected_ns, checked and clamped (sched_signal_check())
+ *              and told to the scheduler.
+ */
+struct svc_peer {
+	const char *tenant;
+	uid_t uid;
+	pid_t pid;
+	bool tcp; /* uid and pid unknown: one uid for every TCP peer */
+};
+
+int svc_session_open(struct session_table *t, struct device *devs,
+		     unsigned int nr_dev, const struct svc_peer *peer,
+		     uint32_t device, const char *label, uint32_t priority,
+		     uint64_t lease_ns, uint64_t kid, struct session **out,
+		     char *msg, size_t msglen);
+int svc_session_signal(struct session *s, uint32_t phase, uint64_t expected_ns,
+		       char *msg, size_t msglen);
+
+/*
  * GRAPH_SUBMIT's service: @payload (@len bytes, taken over) of session
  * @s as request @request_id is parsed, its client kernels and the
  * session's graphs in flight allowed, its inputs' and nodes' shapes
