@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Iterator, List
+from typing import Any, Callable, Iterator, List
 
 import pytest
 
@@ -130,6 +130,21 @@ def conn(daemon: Daemon) -> Iterator[Any]:
 def session(conn: Any) -> Iterator[Any]:
     with conn.session("pytest") as s:
         yield s
+
+
+def settle(fn: Callable[[], Any], ok: Callable[[Any], bool],
+           timeout: float = 10.0) -> Any:
+    """fn() until ok() holds of its value, for at most @timeout seconds:
+    an effect on the daemon that comes after the call that caused it (a
+    release the library sends once a request's answer is in) is waited
+    for, never read once. The last value, whether ok() held or not: the
+    caller asserts on it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if ok(v) or time.monotonic() >= deadline:
+            return v
+        time.sleep(0.01)
 
 
 def ints(text: str) -> List[int]:

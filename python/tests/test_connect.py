@@ -10,7 +10,7 @@ import pytest
 
 import djinn
 
-from conftest import BACKEND
+from conftest import BACKEND, settle
 
 
 def test_connect_refused(tmp_path):
@@ -88,22 +88,25 @@ def test_closed_objects(daemon):
         c.session()
 
 
-def _phase(daemon, sid):
-    return {e["id"]: e for e in daemon.ctl("session", "list")}[sid]["phase"]
+def _phase(daemon, sid, want):
+    """The session's phase on the daemon, once it is @want or after a
+    bound (a signal through /dev/djinn reaches djinnd after the call)."""
+    return settle(lambda: {e["id"]: e for e in daemon.ctl(
+        "session", "list")}[sid]["phase"], lambda p: p == want)
 
 
 def test_tool_call_seen_by_the_daemon(daemon, session):
     sid = session.id
     with session.tool_call(expected=30):
-        assert _phase(daemon, sid) == "io_wait"
-    assert _phase(daemon, sid) == "compute"
+        assert _phase(daemon, sid, "io_wait") == "io_wait"
+    assert _phase(daemon, sid, "compute") == "compute"
     # the block's exception goes on; COMPUTE is sent all the same
     with pytest.raises(KeyError):
         with session.tool_call(expected=5):
             raise KeyError("tool failed")
-    assert _phase(daemon, sid) == "compute"
+    assert _phase(daemon, sid, "compute") == "compute"
     session.signal("decode", expected=0.5)
-    assert _phase(daemon, sid) == "decode"
+    assert _phase(daemon, sid, "decode") == "decode"
     session.signal("idle")
-    assert _phase(daemon, sid) == "idle"
+    assert _phase(daemon, sid, "idle") == "idle"
     session.heartbeat()
