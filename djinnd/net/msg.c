@@ -185,6 +185,15 @@ void msg_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 	r->flags = flags;
 }
 
+void msg_answer(struct conn *c, const struct djinn_hdr *hdr, int ret,
+		const char *msg)
+{
+	if (ret)
+		conn_error(c, hdr, ret, "%s", msg);
+	else
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+}
+
 bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
 		       struct session *s)
 {

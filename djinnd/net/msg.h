@@ -75,6 +75,10 @@ typedef void msg_fn(struct conn *c, const struct djinn_hdr *hdr,
 		    struct session *s, void *req, uint64_t len);
 
 bool msg_all_zero(const void *p, size_t n);
+/* A service's outcome: for 0 the empty answer, else the error @ret with
+ * @msg. */
+void msg_answer(struct conn *c, const struct djinn_hdr *hdr, int ret,
+		const char *msg);
 /* The live session @hdr names, attached to @c, lease renewed; or NULL
  * with the error answered. With @lost_ok, one a device fault has lost
  * too. */

@@ -311,12 +311,9 @@ void handle_model_close(struct conn *c, const struct djinn_hdr *hdr,
 {
 	const struct djinn_handle_req *r = req;
 	char msg[DJINN_MAX_ERROR_MSG];
-	int ret = svc_model_close(s, r->handle, msg, sizeof(msg));
 
-	if (ret)
-		conn_error(c, hdr, ret, "%s", msg);
-	else
-		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+	msg_answer(c, hdr, svc_model_close(s, r->handle, msg, sizeof(msg)),
+		   msg);
 }
 
 void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
@@ -354,12 +351,8 @@ void handle_ctx_free(struct conn *c, const struct djinn_hdr *hdr,
 {
 	const struct djinn_handle_req *r = req;
 	char msg[DJINN_MAX_ERROR_MSG];
-	int ret = svc_ctx_free(s, r->handle, msg, sizeof(msg));
 
-	if (ret)
-		conn_error(c, hdr, ret, "%s", msg);
-	else
-		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+	msg_answer(c, hdr, svc_ctx_free(s, r->handle, msg, sizeof(msg)), msg);
 }
 
 /* FORK, RESET, RESUME (with @steer): @call, a job on the graph

@@ -282,8 +282,5 @@ void handle_signal(struct conn *c, const struct djinn_hdr *hdr,
 		  (unsigned long long)loop_now());
 	ret = svc_session_signal(s, sg->phase, sg->expected_ns, msg,
 				 sizeof(msg));
-	if (ret)
-		conn_error(c, hdr, ret, "%s", msg);
-	else
-		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+	msg_answer(c, hdr, ret, msg);
 }
