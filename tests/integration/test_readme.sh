@@ -128,23 +128,7 @@ sed 's/^/    /' "$daemon"
 } >"$dir/daemon.sh"
 setsid sh -eu "$dir/daemon.sh" >"$dir/djinnd.log" 2>&1 &
 dpid=$!
-i=0
-until [ -S run/djinnd.sock ] && [ -S run/admin.sock ]; do
-	if ! kill -0 "$dpid" 2>/dev/null; then
-		wait "$dpid"
-		echo "FAIL: README's djinnd exited at start:"
-		sed 's/^/    | /' "$dir/djinnd.log"
-		dpid=
-		exit 1
-	fi
-	i=$((i + 1))
-	if [ "$i" -gt 200 ]; then
-		echo "FAIL: README's djinnd made no sockets in 20 s"
-		sed 's/^/    | /' "$dir/djinnd.log"
-		exit 1
-	fi
-	sleep 0.1
-done
+djinnd_wait run/djinnd.sock run/admin.sock
 ok "README's djinnd serves run/djinnd.sock"
 
 # prog.c: the C fragment in a main() of its own.

@@ -13,9 +13,11 @@
 #   fail WHAT   "FAIL: WHAT", counted in $failures;
 #   ok WHAT     "ok: WHAT";
 #   make_dir    $dir, a new temporary directory (or skip);
-#   djinnd_wait wait (at most 20 s) until the djinnd of $dpid, logging to
-#               $dir/djinnd.log, serves on $dir/d.sock and
-#               $dir/admin.sock ($DJINNCTL, else the build's djinnctl,
+#   djinnd_wait [SOCK ADMIN]
+#               wait (at most 20 s) until the djinnd of $dpid, logging to
+#               $dir/djinnd.log, serves on SOCK and ADMIN ($dir/d.sock
+#               and $dir/admin.sock by default: $DJINNCTL, else the
+#               build's djinnctl,
 #               gets an answer on the admin socket, made after the
 #               other): skip where it cannot run (io_uring is off here,
 #               and djinnd said so), else exit 1 with its log if it
@@ -52,10 +54,12 @@ make_dir() {
 uring_off='djinnd err: io_uring: (Function not implemented|Operation not permitted)$'
 
 djinnd_wait() {
+	sock=${1:-$dir/d.sock}
+	asock=${2:-$dir/admin.sock}
 	i=0
 	# a socket file exists from bind(), a moment before listen()
-	until [ -S "$dir/d.sock" ] && [ -S "$dir/admin.sock" ] &&
-		"${DJINNCTL:-$build/tools/djinnctl}" -s "$dir/admin.sock" \
+	until [ -S "$sock" ] && [ -S "$asock" ] &&
+		"${DJINNCTL:-$build/tools/djinnctl}" -s "$asock" \
 			stats >/dev/null 2>&1; do
 		if ! kill -0 "$dpid" 2>/dev/null; then
 			wait "$dpid"
