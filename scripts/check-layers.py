@@ -22,12 +22,18 @@ an include of a floor above is an error naming the file, the line and
 both floors. A lower floor that must tell a higher one something calls
 a hook it was given.
 
+With --objects BUILD/djinnd it checks calls too: every global symbol an
+object file of djinnd/ uses (nm's U) and another defines is a call or
+a use of that file's floor, which must not be above the user's. A call
+can go up without an include when the caller's own floor declares it
+(server.h once declared server.c's functions to net/); this sees it.
+
 Where the tree still breaks the rule, scripts/layers.allow lists each
 such include ("FILE HEADER" a line); the check fails on any upward
 include that is not listed, and on a listed one that is gone, so the
 list only ever shrinks.
 
-  scripts/check-layers.py [--root DIR] [-v]     the check
+  scripts/check-layers.py [--root DIR] [--objects BUILD/djinnd] [-v]
   scripts/check-layers.py --selftest            it fails where it must
 """
 
@@ -35,6 +41,7 @@ import argparse
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -153,6 +160,53 @@ def check(root, allow_file, verbose=False):
     return 1 if errors else 0
 
 
+def object_floor(objdir, path):
+    """The floor of an object file, by the source it was built from."""
+    rel = os.path.relpath(path, objdir)[:-2]
+    for ext in (".c", ".cu", ".S"):
+        f = floor_of(rel + ext)
+        if f:
+            return f, rel + ext
+    return None, rel
+
+
+def read_symbols(objdir):
+    """{symbol: [(floor, source)]} defined, {(floor, source): {symbol}}
+    used, over the object files below @objdir."""
+    defs, uses = {}, {}
+    for dirpath, _, files in sorted(os.walk(objdir)):
+        for name in sorted(files):
+            if not name.endswith(".o"):
+                continue
+            path = os.path.join(dirpath, name)
+            floor, src = object_floor(objdir, path)
+            if floor is None:
+                continue
+            out = subprocess.run(["nm", "-P", path], capture_output=True,
+                                 text=True, check=True).stdout
+            for line in out.splitlines():
+                f = line.split()
+                if len(f) < 2:
+                    continue
+                if f[1] == "U":
+                    uses.setdefault((floor, src), set()).add(f[0])
+                elif f[1] in "TDBRCV":
+                    defs.setdefault(f[0], []).append((floor, src))
+    return defs, uses
+
+
+def upward_calls(defs, uses):
+    """Each use of a symbol defined on a floor above the user's."""
+    bad = []
+    for (floor, src), names in sorted(uses.items()):
+        for n in sorted(names):
+            for dfloor, dsrc in defs.get(n, []):
+                if RANK[dfloor] > RANK[floor]:
+                    bad.append(f"djinnd/{src}: floor {floor} uses {n} of "
+                               f"djinnd/{dsrc}, floor {dfloor}, above it")
+    return bad
+
+
 def selftest(root):
     """Copy the tree's djinnd/ and break it three ways: each must fail."""
     ok = True
@@ -196,6 +250,15 @@ def selftest(root):
         if run() == 0:
             print("selftest: a file in no floor passed")
             ok = False
+    # a call up that no include shows: vmu/ using a symbol of net/
+    defs = {"msg_handle": [("net", "net/msg.c")],
+            "vmu_create": [("vmu", "vmu/vmu.c")]}
+    uses = {("vmu", "vmu/stack.c"): {"msg_handle"},
+            ("net", "net/msg.c"): {"vmu_create"}}
+    if len(upward_calls(defs, uses)) != 1:
+        print("selftest: vmu/ calling net/ was not caught (or net/ "
+              "calling vmu/ was)")
+        ok = False
     print("check-layers selftest:", "passed" if ok else "FAILED")
     return 0 if ok else 1
 
@@ -205,13 +268,26 @@ def main():
     ap.add_argument("--root", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), ".."))
     ap.add_argument("--selftest", action="store_true")
+    ap.add_argument("--objects", metavar="BUILD/djinnd",
+                    help="also check the calls of these object files")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
     root = os.path.abspath(a.root)
     if a.selftest:
         return selftest(root)
-    return check(root, os.path.join(root, "scripts", "layers.allow"),
-                 a.verbose)
+    ret = check(root, os.path.join(root, "scripts", "layers.allow"),
+                a.verbose)
+    if a.objects:
+        defs, uses = read_symbols(a.objects)
+        bad = upward_calls(defs, uses)
+        for b in bad:
+            print(b)
+        print(f"check-layers: {len(uses)} object files, "
+              f"{sum(len(v) for v in uses.values())} symbols used, "
+              f"{len(bad)} upward calls")
+        if bad or not uses:
+            ret = 1
+    return ret
 
 
 if __name__ == "__main__":
