@@ -170,9 +170,10 @@ def object_floor(objdir, path):
     return None, rel
 
 
-def read_symbols(objdir):
+def read_symbols(objdir, root):
     """{symbol: [(floor, source)]} defined, {(floor, source): {symbol}}
-    used, over the object files below @objdir."""
+    used, over the object files below @objdir whose source is still in
+    @root's djinnd/ (a build tree keeps the objects of moved files)."""
     defs, uses = {}, {}
     for dirpath, _, files in sorted(os.walk(objdir)):
         for name in sorted(files):
@@ -180,7 +181,8 @@ def read_symbols(objdir):
                 continue
             path = os.path.join(dirpath, name)
             floor, src = object_floor(objdir, path)
-            if floor is None:
+            if floor is None or not os.path.exists(
+                    os.path.join(root, "djinnd", src)):
                 continue
             out = subprocess.run(["nm", "-P", path], capture_output=True,
                                  text=True, check=True).stdout
@@ -278,7 +280,7 @@ def main():
     ret = check(root, os.path.join(root, "scripts", "layers.allow"),
                 a.verbose)
     if a.objects:
-        defs, uses = read_symbols(a.objects)
+        defs, uses = read_symbols(a.objects, root)
         bad = upward_calls(defs, uses)
         for b in bad:
             print(b)
