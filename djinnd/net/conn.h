@@ -174,7 +174,16 @@ int conn_attach(struct conn *c, uint64_t session_id);
 void conn_detach(struct conn *c, uint64_t session_id);
 
 /* ---------------------------------------------------------------------- */
-/* Between conn.c and listen.c */
+/* Between conn.c, listen.c and send.c */
+
+/* What completed (the tag of a user_data, loop.h): a connection's
+ * receive, send or cancel, a listener's accept. */
+enum {
+	TAG_RECV = 1,
+	TAG_SEND = 2,
+	TAG_ACCEPT = 3,
+	TAG_CANCEL = 4,
+};
 
 /* A connection's receive buffer (without provided buffers). */
 #define RBUF_SIZE (64u << 10)
@@ -188,6 +197,15 @@ void conn_complete(struct io_src *src, struct io_uring_cqe *cqe,
 		   unsigned int tag);
 /* Start receiving. */
 void conn_recv_arm(struct conn *c);
+/* A submission for @c could not be had (loop_sqe()): it is closed before
+ * the loop sleeps (conns_close_failed()), @what in the log. */
+void conn_fail(struct conn *c, const char *what);
+/* Send the next queued reply, if none is in flight; conn_sent(): a send
+ * completed. conns_tick(): the server's send_timer, closing connections
+ * that take no reply bytes for a default lease period. */
+void conn_send_next(struct conn *c);
+void conn_sent(struct conn *c, struct io_uring_cqe *cqe);
+uint64_t conns_tick(struct loop_timer *t, uint64_t now);
 /* Answer @err with a message, then close: a connection that may not stay. */
 void conn_refuse(struct conn *c, const struct djinn_hdr *req, int err,
 		 const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -29,10 +29,6 @@
 #include "session/session.h"
 #include "session/tenant.h"
 
-enum {
-	TAG_ACCEPT = 1, /* a listener's one operation */
-};
-
 /* TCP keepalive on accepted sockets: probes after 60 s of silence, every
  * 10 s, 6 unanswered ones drop the peer (about 2 minutes). */
 #define KEEPALIVE_IDLE 60
