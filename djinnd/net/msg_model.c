@@ -106,7 +106,8 @@ static void call_done(struct exec_job *job, void *arg)
 	switch (hdr->type) {
 	case DJINN_MSG_MODEL_OPEN:
 	case DJINN_MSG_MODEL_OPEN_UPLOADED: {
-		const struct model *m = mj->hold->m;
+		const struct mobj *o = session_obj_get(s, handle, SOBJ_MODEL);
+		const struct model *m = o->h->m;
 		struct djinn_model_resp r = {
 			.model = handle,
 			.arch = m->cfg.arch, /* enum djinn_arch */
@@ -512,6 +513,7 @@ void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
 	char msg[DJINN_MAX_ERROR_MSG];
 	bool set = r->flags & DJINN_LOAD_BUDGET;
 	struct load_req *lr;
+	struct svc_load *l;
 	int ret;
 
 	if (!msg_model_name_ok(c, hdr, r->name))
@@ -535,8 +537,17 @@ void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
 			   r->slots, DJINN_RING_SLOTS_MAX);
 		return;
 	}
+	ret = svc_model_load_check(srv->dev, srv->nr_dev, r->name, set,
+				   r->budget, r->slots, msg, sizeof(msg));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
+		return;
+	}
 	lr = calloc(1, sizeof(*lr));
-	if (!lr) {
+	l = svc_load_new(srv->nr_dev);
+	if (!lr || !l) {
+		free(lr);
+		free(l);
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return;
 	}
@@ -544,12 +555,6 @@ void handle_admin_model_load(struct conn *c, const struct djinn_hdr *hdr,
 	lr->hdr = *hdr;
 	conn_get(c);
 	lr->t0 = msg_defer(c);
-	ret = svc_model_load(&srv->sessions, srv->dev, srv->nr_dev, hdr,
-			     r->name, set, r->budget, r->slots, load_finish, lr,
-			     msg, sizeof(msg));
-	if (ret) {
-		conn_error(c, hdr, ret, "%s", msg);
-		conn_put(c);
-		free(lr);
-	}
+	svc_model_load(l, &srv->sessions, srv->dev, srv->nr_dev, hdr, r->name,
+		       set, r->budget, r->slots, load_finish, lr);
 }

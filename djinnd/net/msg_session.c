@@ -106,13 +106,13 @@ static void session_reply(struct conn *c, const struct djinn_hdr *hdr,
 }
 
 /* A session of @c's peer, placed on @device, published and attached to
- * @c (bound to kernel session @kid: SESSION_BIND); or the error
- * answered. */
+ * @c (with @bind, SESSION_BIND's, bound to kernel session @kid); or
+ * the error answered. */
 static struct session *session_start(struct conn *c,
 				     const struct djinn_hdr *hdr,
 				     uint32_t device, const char *label,
 				     uint32_t priority, uint64_t lease_ns,
-				     uint64_t kid)
+				     bool bind, uint64_t kid)
 {
 	const struct svc_peer peer = { .tenant = c->tenant,
 				       .uid = c->cred.uid,
@@ -136,7 +136,7 @@ static struct session *session_start(struct conn *c,
 		return s;
 	if (!msg[0])
 		snprintf(msg, sizeof(msg), "%s",
-			 kid		? "cannot bind the session" :
+			 bind		? "cannot bind the session" :
 			 ret == -EINVAL ? "bad tenant name or priority" :
 					  "cannot open a session");
 	conn_error(c, hdr, ret, "%s", msg);
@@ -154,7 +154,7 @@ void handle_session_open(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	s = session_start(c, hdr, o->device, o->tenant, o->priority,
-			  o->lease_ns, 0);
+			  o->lease_ns, false, 0);
 	if (!s)
 		return;
 	log_info("session %llu opened: tenant %s, label %s, priority %u, "
@@ -228,7 +228,7 @@ void handle_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 					    strerror(-ret));
 		return;
 	}
-	s = session_start(c, hdr, 0, ki.tenant, ki.priority, ki.lease_ns,
+	s = session_start(c, hdr, 0, ki.tenant, ki.priority, ki.lease_ns, true,
 			  b->kernel_id);
 	if (!s)
 		return;

@@ -403,6 +403,8 @@ unsigned int sched_busy(struct sched *sc)
 	for (unsigned int l = 0; l < SCHED_LANES; l++)
 		pthread_mutex_lock(&sc->lane[l].lock);
 	list_for_each_entry(se, &sc->entities, all) {
+		if (se->ended) /* its running job is discarded when back */
+			continue;
 		for (unsigned int l = 0; l < SCHED_LANES; l++) {
 			if (se->queued[l] || se->running[l]) {
 				n++;

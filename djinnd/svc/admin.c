@@ -115,15 +115,11 @@ out:
 	return ret;
 }
 
-int svc_model_load(struct session_table *t, struct device *devs,
-		   unsigned int nr_dev, const struct djinn_hdr *hdr,
-		   const char name[DJINN_MODEL_NAME_MAX], bool set,
-		   uint64_t budget, unsigned int slots,
-		   void (*finish)(struct svc_load *l), void *arg, char *msg,
-		   size_t msglen)
+int svc_model_load_check(struct device *devs, unsigned int nr_dev,
+			 const char name[DJINN_MODEL_NAME_MAX], bool set,
+			 uint64_t budget, unsigned int slots, char *msg,
+			 size_t msglen)
 {
-	struct svc_load *l;
-
 	if (!devs[0].models) {
 		snprintf(msg, msglen, "this djinnd serves no models");
 		return -ENOENT;
@@ -135,11 +131,23 @@ int svc_model_load(struct session_table *t, struct device *devs,
 		    model_store_budget_check(devs[d].models, name, budget,
 					     slots, msg, msglen))
 			return -EBUSY;
-	l = calloc(1, sizeof(*l) + nr_dev * sizeof(l->was[0]));
-	if (!l) {
-		snprintf(msg, msglen, "out of memory");
-		return -ENOMEM;
-	}
+	return 0;
+}
+
+struct svc_load *svc_load_new(unsigned int nr_dev)
+{
+	struct svc_load *l;
+
+	return calloc(1, sizeof(*l) + nr_dev * sizeof(l->was[0]));
+}
+
+void svc_model_load(struct svc_load *l, struct session_table *t,
+		    struct device *devs, unsigned int nr_dev,
+		    const struct djinn_hdr *hdr,
+		    const char name[DJINN_MODEL_NAME_MAX], bool set,
+		    uint64_t budget, unsigned int slots,
+		    void (*finish)(struct svc_load *l), void *arg)
+{
 	l->t = t;
 	l->devs = devs;
 	l->nr_dev = nr_dev;
@@ -165,5 +173,4 @@ int svc_model_load(struct session_table *t, struct device *devs,
 	}
 	if (!--l->pending)
 		load_finish(l);
-	return 0;
 }

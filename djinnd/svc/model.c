@@ -691,7 +691,8 @@ int svc_mjob_finish(struct exec_job *job, uint64_t *handle, char *msg,
 			mjob_undo(job);
 			return ret;
 		}
-		o->h = mj->hold; /* the answer still reads it */
+		o->h = mj->hold;
+		mj->hold = NULL; /* the object's now */
 		return 0;
 	case DJINN_MSG_CTX_FORK:
 	case DJINN_MSG_CTX_NEW:
@@ -705,6 +706,7 @@ int svc_mjob_finish(struct exec_job *job, uint64_t *handle, char *msg,
 				      mj->o->max_tokens);
 		else
 			mobj_ctx_bind(o, mj->o, mj->mc, mj->max);
+		mj->mc = NULL; /* the object's now */
 		return 0;
 	default:
 		return 0;
