@@ -143,6 +143,8 @@ static int tokens_read(const char *path, struct token **out, unsigned int *nr,
 				goto fail;
 			}
 			t = m;
+			/* a name is answered whole (AUTH): no heap after it */
+			memset(t + n, 0, (cap - n) * sizeof(*t));
 		}
 		if (hex32(hex, t[n].hash)) {
 			snprintf(why, len,
@@ -224,7 +226,10 @@ int tls_token_tenant(struct server *srv, const uint8_t *token, size_t len,
 	OPENSSL_cleanse(h, sizeof(h));
 	if (found < 0)
 		return -EACCES;
-	memcpy(tenant, ts->tokens[found].tenant, DJINN_TENANT_LEN);
+	/* the name and zeros: never what follows it in memory */
+	memset(tenant, 0, DJINN_TENANT_LEN);
+	memcpy(tenant, ts->tokens[found].tenant,
+	       strnlen(ts->tokens[found].tenant, DJINN_TENANT_LEN - 1));
 	return 0;
 }
 
@@ -283,7 +288,8 @@ static int cert_tenant(const struct tls_server *ts, X509 *x,
 			 what[ts->id_from], name, DJINN_TENANT_LEN - 1);
 		return -EACCES;
 	}
-	memcpy(out, name, strlen(name) + 1);
+	memset(out, 0, DJINN_TENANT_LEN);
+	memcpy(out, name, strlen(name));
 	return 0;
 }
 
