@@ -158,8 +158,8 @@ struct session *msg_req_session(struct conn *c, const struct djinn_hdr *hdr,
 
 /* The session a request's row asks for (ROW_SESSION, with ROW_LOST_OK
  * and ROW_MODELS as it says), a reference; or NULL with the error sent. */
-struct session *msg_session(struct conn *c, const struct djinn_hdr *hdr,
-			    unsigned int flags)
+static struct session *msg_session(struct conn *c, const struct djinn_hdr *hdr,
+				   unsigned int flags)
 {
 	struct session *s = msg_req_session(c, hdr, flags & ROW_LOST_OK);
 
@@ -185,6 +185,18 @@ void msg_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 	r->flags = flags;
 }
 
+void msg_queue(struct conn *c, struct exec_job *job,
+	       void (*done)(struct exec_job *, void *))
+{
+	job->conn = c;
+	job->client = true;
+	conn_get(c);
+	job->t0 = msg_defer(c);
+	job->done = done;
+	job->done_arg = c->srv;
+	svc_submit(job);
+}
+
 void msg_answer(struct conn *c, const struct djinn_hdr *hdr, int ret,
 		const char *msg)
 {
@@ -192,18 +204,6 @@ void msg_answer(struct conn *c, const struct djinn_hdr *hdr, int ret,
 		conn_error(c, hdr, ret, "%s", msg);
 	else
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
-}
-
-bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
-		       struct session *s)
-{
-	char msg[DJINN_MAX_ERROR_MSG];
-	int ret =
-		session_inflight_check(&c->srv->sessions, s, msg, sizeof(msg));
-
-	if (ret)
-		conn_error(c, hdr, ret, "%s", msg);
-	return ret != 0;
 }
 
 /* ---------------------------------------------------------------------- */

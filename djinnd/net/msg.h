@@ -84,16 +84,9 @@ void msg_answer(struct conn *c, const struct djinn_hdr *hdr, int ret,
  * too. */
 struct session *msg_req_session(struct conn *c, const struct djinn_hdr *hdr,
 				bool lost_ok);
-/* The session a request's row asks for (ROW_SESSION and its flags
- * @flags), or NULL with the error answered; msg_row_session(): by
- * @hdr's type's row. */
-struct session *msg_session(struct conn *c, const struct djinn_hdr *hdr,
-			    unsigned int flags);
+/* The session the row of @hdr's type asks for (ROW_SESSION and its
+ * flags), or NULL with the error answered. */
 struct session *msg_row_session(struct conn *c, const struct djinn_hdr *hdr);
-/* Whether @s's tenant may run client kernels; if not, -EPERM is
- * answered. */
-int msg_kernels_allowed(struct conn *c, const struct djinn_hdr *hdr,
-			struct session *s);
 /* Whether a request's model name is NUL-padded and valid; if not, the
  * error is answered (-EINVAL, saying which). */
 bool msg_model_name_ok(struct conn *c, const struct djinn_hdr *hdr,
@@ -103,11 +96,11 @@ void msg_tensor_resp(struct djinn_tensor_resp *r, uint64_t handle,
 /* The answer comes later, from a job, and is timed there: when the
  * request arrived. */
 uint64_t msg_defer(struct conn *c);
-/* Whether @s's tenant is at its tenant.NAME.inflight quota (then
- * -EDQUOT is answered), or @s has SCHED_INFLIGHT_MAX graphs and model
- * steps queued or running (-EAGAIN). */
-bool msg_inflight_full(struct conn *c, const struct djinn_hdr *hdr,
-		       struct session *s);
+/* Queue a service's @job for @c's request being handled, answered by
+ * @done when it is back (its answer timed there: msg_defer()). */
+struct exec_job;
+void msg_queue(struct conn *c, struct exec_job *job,
+	       void (*done)(struct exec_job *, void *));
 /* ADMIN_MODELS' answer, of model @name alone unless it is NULL. */
 void msg_admin_models_reply(struct conn *c, const struct djinn_hdr *hdr,
 			    const char *name);

@@ -37,13 +37,7 @@ void handle_graph_submit(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, ret, "%s", msg);
 		return;
 	}
-	job->conn = c;
-	job->client = true;
-	conn_get(c);
-	job->t0 = msg_defer(c);
-	job->done = graph_done;
-	job->done_arg = c->srv;
-	svc_submit(job);
+	msg_queue(c, job, graph_done);
 }
 
 static void graph_done(struct exec_job *job, void *arg)

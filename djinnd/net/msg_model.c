@@ -39,19 +39,6 @@ static struct mjob *mjob_new(struct conn *c, const struct djinn_hdr *hdr)
 	return mj;
 }
 
-/* Queue a job of @c's, answered by @done. */
-static void queue(struct conn *c, struct exec_job *job,
-		  void (*done)(struct exec_job *, void *))
-{
-	job->conn = c;
-	job->client = true;
-	conn_get(c);
-	job->t0 = msg_defer(c);
-	job->done = done;
-	job->done_arg = c->srv;
-	svc_submit(job);
-}
-
 /* Queue @call for @c's request @hdr with @mj on @lane of @s's device
  * (compute: in order with its graphs, and counted with them against
  * SCHED_INFLIGHT_MAX), @done to answer. The job takes its own reference
@@ -71,7 +58,7 @@ static bool submit_to(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, ret, "%s", msg);
 		return false;
 	}
-	queue(c, job, done);
+	msg_queue(c, job, done);
 	return true;
 }
 
@@ -339,7 +326,7 @@ void handle_ctx_new(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	if (wait) {
-		queue(c, wait, call_done);
+		msg_queue(c, wait, call_done);
 		return;
 	}
 	resp.ctx = handle;

@@ -129,19 +129,6 @@ static int mem_submit(struct conn *c, const struct djinn_hdr *hdr,
 	return 0;
 }
 
-/* Client kernels reach all of the device's memory: only tenants the
- * administrator allows run them (Documentation/security.rst). */
-int msg_kernels_allowed(struct conn *c, const struct djinn_hdr *hdr,
-			struct session *s)
-{
-	char msg[DJINN_MAX_ERROR_MSG];
-	int ret = session_kernels_check(&c->srv->sessions, s, msg, sizeof(msg));
-
-	if (ret)
-		conn_error(c, hdr, ret, "%s", msg);
-	return ret;
-}
-
 /* A client module's upload (DJINN_TENSOR_MODULE): a u8 vector of text,
  * to a backend that runs client kernels, for a tenant allowed them. */
 static int module_check(struct conn *c, const struct djinn_hdr *hdr,
