@@ -5,6 +5,7 @@
  * and refuses lines inih would otherwise split. See internal.h.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <ini.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -173,6 +174,21 @@ int config_load(struct djinnd_config *c, const char *path)
 	return c->err[0] ? -EINVAL : 0;
 }
 
+/* "PREFIX.NAME.KEY" (@plen bytes of prefix and its dot): NAME, cut to
+ * @size - 1 bytes, into @name; KEY, after the last dot, returned. */
+static const char *key_split(const char *key, size_t plen, char *name,
+			     size_t size)
+{
+	const char *last = strrchr(key, '.');
+	size_t n = (size_t)(last - key - (ptrdiff_t)plen);
+
+	if (n >= size)
+		n = size - 1;
+	memcpy(name, key + plen, n);
+	name[n] = 0;
+	return last + 1;
+}
+
 int config_set(struct djinnd_config *c, const char *key, const char *value)
 {
 	const char *dot = strchr(key, '.');
@@ -184,27 +200,17 @@ int config_set(struct djinnd_config *c, const char *key, const char *value)
 	c->cur_line = 0;
 	/* tenant.NAME.share: NAME may not hold a dot, the key none */
 	if (!strncmp(key, "tenant.", 7) && strrchr(key, '.') > key + 7) {
-		const char *last = strrchr(key, '.');
 		char tenant[DJINN_TENANT_LEN + 1];
-		size_t n = (size_t)(last - key - 7);
+		const char *what = key_split(key, 7, tenant, sizeof(tenant));
 
-		if (n >= sizeof(tenant))
-			n = sizeof(tenant) - 1;
-		memcpy(tenant, key + 7, n);
-		tenant[n] = 0;
-		return cfg_tenant_set(c, tenant, last + 1, value);
+		return cfg_tenant_set(c, tenant, what, value);
 	}
 	/* model.NAME.readable: NAME may hold dots, the key none */
 	if (!strncmp(key, "model.", 6) && strrchr(key, '.') > key + 6) {
-		const char *last = strrchr(key, '.');
 		char model[DJINN_MODEL_NAME_MAX + 1];
-		size_t n = (size_t)(last - key - 6);
+		const char *what = key_split(key, 6, model, sizeof(model));
 
-		if (n >= sizeof(model))
-			n = sizeof(model) - 1;
-		memcpy(model, key + 6, n);
-		model[n] = 0;
-		return cfg_model_set(c, model, last + 1, value);
+		return cfg_model_set(c, model, what, value);
 	}
 	if (dot && (size_t)(dot - key) < sizeof(section)) {
 		memcpy(section, key, (size_t)(dot - key));
