@@ -54,7 +54,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -293,19 +292,9 @@ struct dec {
 	struct model_env env;
 	struct model_ctx *c;
 	int32_t *toks;
-	int ret;
 	char msg[256];
+	struct model_req q;
 };
-
-static void *dec_main(void *arg)
-{
-	const struct model_sampling greedy = { .top_p = 1 };
-	struct dec *d = arg;
-
-	d->ret = model_ctx_decode(d->c, &d->env, opt.decode, &greedy, d->toks,
-				  d->msg, sizeof(d->msg));
-	return NULL;
-}
 
 /* Tokens/s of @n sessions each decoding opt.decode tokens at once, after
  * a prefill each; the mean batch of their passes in *@batch. */
@@ -315,8 +304,9 @@ static double run_together(struct rt *R, const char *name, uint64_t budget,
 {
 	struct vmu_session *s[MAX_SESSIONS];
 	struct model_hold *h[MAX_SESSIONS];
+	const struct model_sampling greedy = { .top_p = 1 };
+	struct model_req *qs[MAX_SESSIONS];
 	struct dec d[MAX_SESSIONS];
-	pthread_t th[MAX_SESSIONS];
 	double tps[MAX_ROUNDS], bt[MAX_ROUNDS];
 	char msg[256] = "";
 
@@ -345,12 +335,26 @@ static double run_together(struct rt *R, const char *name, uint64_t budget,
 		}
 		stats(h[0]->m, &a);
 		t0 = mono_ns();
-		for (unsigned int i = 0; i < n; i++)
-			if (pthread_create(&th[i], NULL, dec_main, &d[i]))
-				fail("pthread_create");
+		/* as djinnd's scheduler runs them: one pass per token for
+		 * all the sessions (model_pass()) */
 		for (unsigned int i = 0; i < n; i++) {
-			pthread_join(th[i], NULL);
-			check_msg(d[i].ret, "decode together", d[i].msg);
+			d[i].q = (struct model_req){
+				.c = d[i].c,
+				.kind = MODEL_REQ_DECODE,
+				.n = opt.decode,
+				.sp = greedy,
+				.r = { .out = d[i].toks },
+				.msg = d[i].msg,
+				.msglen = sizeof(d[i].msg),
+			};
+			check_msg(model_req_start(&d[i].q), "decode", d[i].msg);
+			qs[i] = &d[i].q;
+		}
+		while (!d[0].q.done)
+			model_pass(qs, n, &d[0].env);
+		for (unsigned int i = 0; i < n; i++) {
+			check_msg(d[i].q.ret, "decode together", d[i].msg);
+			model_req_fini(&d[i].q);
 			if (memcmp(d[i].toks, want,
 				   opt.decode * sizeof(int32_t)))
 				fail("session %u of %u decoding together: "

@@ -14,44 +14,8 @@
 #include "errmsg.h"
 #include "half.h"
 #include "list.h"
-#include "model/runtime.h"
+#include "model/ctx.h"
 #include "model/runtime_test.h"
-
-/*
- * struct model_pause - a step stopped after layer @layer
- * @T:      its new tokens
- * @all:    it wants the logits of every one of them
- * @hidden: data region (T, n_embd) in the weights' dtype: the hidden
- *          state after @layer, what the second part starts from
- * @kv:     data region (T, 2 (layer + 1), Hk D): the first part's new
- *          keys and values, appended to the cache with the second's
- * @desc:   @hidden's shape and dtype
- * @decode: a decode of @want tokens, @done of them through every layer,
- *          the next one (@tokens[@done]) paused; @sp and @rng its
- *          sampling; @brk the breakpoint (layer + 1)
- */
-struct model_pause {
-	bool on;
-	uint32_t layer, T;
-	bool all;
-	uint64_t hidden, kv;
-	struct djinn_tensor_desc desc;
-	bool decode;
-	uint32_t want, done, brk;
-	struct model_sampling sp;
-	uint64_t rng;
-	int32_t *tokens;
-};
-
-struct model_ctx {
-	struct model_hold *h;
-	uint64_t cache; /* region handle */
-	uint32_t len, max;
-	uint64_t tok_bytes;
-	float *logits; /* vocab */
-	bool have_logits;
-	struct model_pause pz;
-};
 
 /* ---------------------------------------------------------------------- */
 /* Regions */
@@ -275,42 +239,7 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 	return 0;
 }
 
-/*
- * struct part - one context's step going through layers [l0, l1)
- * @tokens, @n: its new tokens (the input of layer 0)
- * @head:   the step ends at l1 == n_layer (logits); else it pauses
- * @all:    with @head: every token's logits, else the last one's
- * @out:    data regions: entering the first layer, the hidden state and
- *          the keys and values of the layers before (0 at layer 0);
- *          after the last, the logits (@head) or the hidden state, and
- *          the keys and values of layers 0 .. l1 - 1; @desc their shapes
- * @own:    @out are the step's (else the paused context's): a step that
- *          fails destroys its own only
- * @in, @reg: the step's ids and positions (cos and sin), in the pinned
- *          data regions @reg, made once for all its graphs (@have_in)
- * @ret, @msg: how it went
- * @env:    where it runs when alone
- * @job:    its job in a streamed model's pass
- */
-struct part {
-	struct model_ctx *c;
-	const int32_t *tokens;
-	uint32_t n;
-	bool head, all;
-	uint32_t l0, l1;
-	uint64_t out[2];
-	struct djinn_tensor_desc desc[2];
-	bool own;
-	struct fwd_seq in;
-	uint64_t reg[3];
-	bool have_in;
-	char *msg;
-	size_t msglen;
-	const struct model_env *env;
-	struct stream_job job;
-};
-
-static void part_drop(struct part *p)
+void ctx_part_drop(struct part *p)
 {
 	if (p->own) {
 		drop(p->c->h->s, p->out[0], false);
@@ -419,9 +348,8 @@ static int step_inputs(struct model_ctx *c, const int32_t *tokens,
 	return ret;
 }
 
-/* Whether @n tokens at @tokens may be appended. */
-static int check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
-		      char *msg, size_t msglen)
+int ctx_check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
+		   char *msg, size_t msglen)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
 
@@ -437,7 +365,7 @@ static int check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
 			msg, msglen, -ENOSPC,
 			"context full: %u tokens and %u more, room for %u",
 			c->len, n, c->max);
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; tokens && i < n; i++)
 		if (tokens[i] < 0 || (uint32_t)tokens[i] >= cfg->vocab)
 			return errmsg(
 				msg, msglen, -EINVAL,
@@ -447,7 +375,7 @@ static int check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
 	return 0;
 }
 
-static void part_inputs_drop(struct part *p)
+void ctx_part_inputs_drop(struct part *p)
 {
 	for (int k = 0; k < 3; k++) {
 		drop(p->c->h->s, p->reg[k], true);
@@ -476,7 +404,7 @@ static int part_inputs(struct part *p, const struct model_env *env, char *msg,
 		 * cover them): admitted like a graph's outputs, the inputs
 		 * wait for memory coming free (another request's stack, a
 		 * swap-out) instead of failing at once. */
-		part_inputs_drop(p);
+		ctx_part_inputs_drop(p);
 		ret = vmu_admit(env->v,
 				step_input_bytes(c, env->v, p->n, p->l0, p->l1),
 				&resv, why, sizeof(why));
@@ -486,7 +414,7 @@ static int part_inputs(struct part *p, const struct model_env *env, char *msg,
 		vmu_resv_release(&resv);
 	}
 	if (ret) {
-		part_inputs_drop(p);
+		ctx_part_inputs_drop(p);
 		return errmsg(msg, msglen, ret, "step inputs: %s",
 			      why[0] ? why : strerror(-ret));
 	}
@@ -575,7 +503,7 @@ static int run_graph(struct part **ps, unsigned int np,
 			vmu_region_unpin(s, p->out[1]);
 		if (ret)
 			continue;
-		part_drop(p);
+		ctx_part_drop(p);
 		p->out[0] = res.regions[2 * i];
 		p->out[1] = res.regions[2 * i + 1];
 		p->desc[0] = descs[2 * i];
@@ -586,11 +514,8 @@ static int run_graph(struct part **ps, unsigned int np,
 	return ret;
 }
 
-/* A streamed model's pass runs layers [l0, l1) of @n parts: as one
- * graph, or, when that fails, each part alone, so that one context's
- * fault (its quota, a bad steering) fails its own step only. */
-static void stream_layer(struct stream_job **jobs, unsigned int n, uint32_t l0,
-			 uint32_t l1, uint64_t lbase)
+void ctx_layers(struct pass_job **jobs, unsigned int n, uint32_t l0,
+		uint32_t l1, uint64_t lbase)
 {
 	struct part *ps[FWD_MAX_SEQ];
 	int ret;
@@ -611,52 +536,62 @@ static void stream_layer(struct stream_job **jobs, unsigned int n, uint32_t l0,
 					 ps[i]->msg, ps[i]->msglen);
 }
 
-/*
- * Run @p's layers: as one graph on a model wholly on the device (or
- * when none of them is streamed), else as a job of a pass over the
- * streamed model. On failure the part's own regions are gone.
- */
-static int run_step(struct part *p)
+void ctx_pass(struct part **ps, unsigned int np)
 {
-	const struct model *m = p->c->h->m;
-	int ret;
+	const struct model *m = ps[0]->c->h->m;
+	struct pass_job *jobs[FWD_MAX_SEQ];
+	unsigned int nj = 0;
 
-	p->msg[0] = 0;
-	/* the weights stay where they are until it leaves (store.h) */
-	ret = model_step_enter(p->c->h, p->msg, p->msglen);
-	if (ret) {
-		part_inputs_drop(p);
-		part_drop(p);
-		return ret;
-	}
-	if (!m->stream || p->l1 <= m->resident || p->l0 == p->l1) {
-		ret = run_graph(&p, 1, p->env, p->l0, p->l1, 0, p->msg,
-				p->msglen);
-	} else {
+	for (unsigned int i = 0; i < np; i++) {
+		struct part *p = ps[i];
+
+		p->msg[0] = 0;
 		p->job.l0 = p->l0;
 		p->job.l1 = p->l1;
-		p->job.fn = stream_layer;
-		ret = model_stream_run(m->stream, &p->job);
-		if (ret && !p->msg[0])
-			errmsg(p->msg, p->msglen, ret, "streaming model %s: %s",
-			       m->name, strerror(-ret));
+		p->job.fn = ctx_layers;
+		/* the weights stay where they are until it leaves
+		 * (store.h) */
+		p->job.ret = model_step_enter(p->c->h, p->msg, p->msglen);
+		p->entered = !p->job.ret;
+		if (!p->entered)
+			continue;
+		if (p->l0 == p->l1) /* a paused step's head only */
+			ctx_layers((struct pass_job *[]){ &p->job }, 1, p->l0,
+				   p->l1, 0);
+		else
+			jobs[nj++] = &p->job;
 	}
-	model_step_leave(p->c->h);
-	part_inputs_drop(p);
-	if (ret)
-		part_drop(p);
-	return ret;
+	/* m->stream stays as it is while its steps are entered */
+	if (nj)
+		model_pass_layers(m->stream, jobs, nj);
+	for (unsigned int i = 0; i < np; i++) {
+		struct part *p = ps[i];
+
+		if (p->entered) {
+			if (p->job.ret && !p->msg[0])
+				errmsg(p->msg, p->msglen, p->job.ret,
+				       "%s model %s: %s",
+				       m->stream ? "streaming" : "running",
+				       m->name, strerror(-p->job.ret));
+			model_step_leave(p->c->h);
+		}
+		p->entered = false;
+		ctx_part_inputs_drop(p);
+		if (p->job.ret)
+			ctx_part_drop(p);
+	}
 }
 
-/*
- * A step of @n tokens has run through every layer (@p's outputs):
- * append its keys and values to the cache, take its logits. On failure
- * the context is as it was. @p's regions are gone either way (but a
- * kept one, which is @st's).
- */
-static int commit_step(struct model_ctx *c, const struct model_env *env,
-		       uint32_t n, struct part *p, struct model_step *st,
-		       char *msg, size_t msglen)
+/* Run @p's layers alone. On failure the part's own regions are gone. */
+static int run_step(struct part *p)
+{
+	ctx_pass(&p, 1);
+	return p->job.ret;
+}
+
+int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
+	       struct part *p, struct model_step *st, char *msg,
+	       size_t msglen)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
 	struct vmu_session *s = c->h->s;
@@ -715,7 +650,7 @@ static int commit_step(struct model_ctx *c, const struct model_env *env,
 	}
 	free(host);
 out:
-	part_drop(p);
+	ctx_part_drop(p);
 	return ret;
 }
 
@@ -735,12 +670,12 @@ int model_ctx_step(struct model_ctx *c, const struct model_env *env,
 	int ret;
 
 	st->region = 0;
-	ret = check_step(c, tokens, n, msg, msglen);
+	ret = ctx_check_step(c, tokens, n, msg, msglen);
 	if (!ret)
 		ret = run_step(&p);
 	if (ret)
 		return ret;
-	return commit_step(c, env, n, &p, st, msg, msglen);
+	return ctx_commit(c, env, n, &p, st, msg, msglen);
 }
 
 int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
@@ -750,51 +685,6 @@ int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,
 	struct model_step st = { .all = logits != NULL, .logits = logits };
 
 	return model_ctx_step(c, env, tokens, n, &st, msg, msglen);
-}
-
-int model_ctx_decode(struct model_ctx *c, const struct model_env *env,
-		     uint32_t n, const struct model_sampling *sp, int32_t *out,
-		     char *msg, size_t msglen)
-{
-	uint64_t rng = sp->seed ^ ((uint64_t)c->len * 0xd1b54a32d192ed03ull);
-	size_t lbytes = c->h->m->cfg.vocab * sizeof(float);
-	uint32_t len0 = c->len;
-	float *logits0;
-	int ret;
-
-	if (c->pz.on)
-		return check_step(c, NULL, 0, msg, msglen);
-	if (!c->have_logits)
-		return errmsg(msg, msglen, -EINVAL,
-			      "decode before a prefill: no logits");
-	if (!n || n > c->max - c->len)
-		return errmsg(msg, msglen, n ? -ENOSPC : -EINVAL,
-			      n ? "context full: %u tokens and %u more, room "
-				  "for %u" :
-				  "no tokens",
-			      c->len, n, c->max);
-	/* A step that fails leaves the context as it was: the tokens
-	 * appended before it are taken back. */
-	logits0 = malloc(lbytes);
-	if (!logits0)
-		return -ENOMEM;
-	memcpy(logits0, c->logits, lbytes);
-	for (uint32_t i = 0; i < n; i++) {
-		ret = model_sample(c->logits, c->h->m->cfg.vocab, sp, &rng,
-				   &out[i], msg, msglen);
-		if (!ret)
-			ret = model_ctx_prefill(c, env, &out[i], 1, NULL, msg,
-						msglen);
-		if (ret) {
-			c->len = len0;
-			vmu_region_resize(c->h->s, c->cache,
-					  (uint64_t)len0 * c->tok_bytes, NULL);
-			memcpy(c->logits, logits0, lbytes);
-			break;
-		}
-	}
-	free(logits0);
-	return ret;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -822,8 +712,8 @@ bool model_ctx_paused(const struct model_ctx *c, struct model_pause_info *pi)
 	return true;
 }
 
-static int check_brk(struct model_ctx *c, uint32_t brk, char *msg,
-		     size_t msglen)
+int ctx_check_brk(struct model_ctx *c, uint32_t brk, char *msg,
+		  size_t msglen)
 {
 	uint32_t L = c->h->m->cfg.n_layer;
 
@@ -835,172 +725,27 @@ static int check_brk(struct model_ctx *c, uint32_t brk, char *msg,
 	return 0;
 }
 
-/* Run @n tokens through layers 0 .. @brk - 1 and pause. */
-static int pause_at(struct model_ctx *c, const struct model_env *env,
-		    const int32_t *tokens, uint32_t n, uint32_t brk, bool all,
-		    char *msg, size_t msglen)
+void ctx_pause(struct model_ctx *c, struct part *p, uint32_t brk, uint32_t n,
+	       bool all)
 {
-	struct part p = { .c = c,
-			  .tokens = tokens,
-			  .n = n,
-			  .all = all,
-			  .l1 = brk,
-			  .msg = msg,
-			  .msglen = msglen,
-			  .env = env };
-	int ret;
-
-	ret = run_step(&p);
-	if (ret)
-		return ret;
 	c->pz.on = true;
 	c->pz.layer = brk - 1;
 	c->pz.T = n;
 	c->pz.all = all;
-	c->pz.hidden = p.out[0];
-	c->pz.kv = p.out[1];
-	c->pz.desc = p.desc[0];
-	return 0;
+	c->pz.hidden = p->out[0];
+	c->pz.kv = p->out[1];
+	c->pz.desc = p->desc[0];
+	p->out[0] = p->out[1] = 0;
+	p->own = false;
 }
 
-static void run_out(struct model_ctx *c, struct model_run *r, uint32_t nr)
+void ctx_run_out(struct model_ctx *c, struct model_run *r, uint32_t nr)
 {
 	if (nr && r->out)
 		memcpy(r->out, c->pz.tokens, nr * sizeof(int32_t));
 	r->nr_out = nr;
 	r->paused = c->pz.on;
 	r->layer = c->pz.on ? c->pz.layer : 0;
-}
-
-int model_ctx_run_prefill(struct model_ctx *c, const struct model_env *env,
-			  const int32_t *tokens, uint32_t n,
-			  struct model_run *r, char *msg, size_t msglen)
-{
-	int ret;
-
-	r->paused = false;
-	r->nr_out = 0;
-	r->layer = 0;
-	if (!r->brk)
-		return model_ctx_prefill(c, env, tokens, n, r->logits, msg,
-					 msglen);
-	ret = check_step(c, tokens, n, msg, msglen);
-	if (!ret)
-		ret = check_brk(c, r->brk, msg, msglen);
-	if (!ret)
-		ret = pause_at(c, env, tokens, n, r->brk, r->logits != NULL,
-			       msg, msglen);
-	if (!ret)
-		run_out(c, r, 0);
-	return ret;
-}
-
-/* Sample the decode's next token and run it to the breakpoint. If that
- * fails the decode ends: the tokens done stay in the context. */
-static int decode_next(struct model_ctx *c, const struct model_env *env,
-		       struct model_run *r, char *msg, size_t msglen)
-{
-	struct model_pause *pz = &c->pz;
-	int32_t tok;
-	int ret;
-
-	ret = model_sample(c->logits, c->h->m->cfg.vocab, &pz->sp, &pz->rng,
-			   &tok, msg, msglen);
-	if (!ret)
-		ret = check_step(c, &tok, 1, msg, msglen);
-	if (!ret)
-		ret = pause_at(c, env, &tok, 1, pz->brk, false, msg, msglen);
-	if (ret) {
-		uint32_t done = pz->done;
-
-		run_out(c, r, done); /* pz->tokens still there */
-		model_ctx_abandon(c);
-		return ret;
-	}
-	pz->tokens[pz->done] = tok;
-	run_out(c, r, pz->done + 1);
-	return 0;
-}
-
-int model_ctx_run_decode(struct model_ctx *c, const struct model_env *env,
-			 uint32_t n, const struct model_sampling *sp,
-			 struct model_run *r, char *msg, size_t msglen)
-{
-	uint32_t len0 = c->len;
-	int ret;
-
-	r->paused = false;
-	r->nr_out = 0;
-	r->layer = 0;
-	if (c->pz.on)
-		return check_step(c, NULL, 0, msg, msglen);
-	if (!r->brk) {
-		ret = model_ctx_decode(c, env, n, sp, r->out, msg, msglen);
-		r->nr_out = c->len - len0;
-		return ret;
-	}
-	ret = check_brk(c, r->brk, msg, msglen);
-	if (ret)
-		return ret;
-	if (!c->have_logits)
-		return errmsg(msg, msglen, -EINVAL,
-			      "decode before a prefill: no logits");
-	if (!n)
-		return 0;
-	c->pz.tokens = malloc(n * sizeof(int32_t));
-	if (!c->pz.tokens)
-		return -ENOMEM;
-	c->pz.decode = true;
-	c->pz.want = n;
-	c->pz.brk = r->brk;
-	c->pz.sp = *sp;
-	/* as model_ctx_decode() seeds it: the same tokens */
-	c->pz.rng = sp->seed ^ ((uint64_t)c->len * 0xd1b54a32d192ed03ull);
-	return decode_next(c, env, r, msg, msglen);
-}
-
-int model_ctx_resume(struct model_ctx *c, const struct model_env *env,
-		     struct model_run *r, char *msg, size_t msglen)
-{
-	struct model_pause *pz = &c->pz;
-	struct model_step st = { .all = pz->all };
-	struct part p = { .c = c,
-			  .n = pz->T,
-			  .head = true,
-			  .all = pz->all,
-			  .l0 = pz->layer + 1,
-			  .l1 = c->h->m->cfg.n_layer,
-			  .out = { pz->hidden, pz->kv },
-			  .msg = msg,
-			  .msglen = msglen,
-			  .env = env };
-	int ret;
-
-	if (!pz->on)
-		return errmsg(msg, msglen, -EBUSY, "the context is not paused");
-	if (!pz->decode)
-		st.logits = r->logits;
-	ret = run_step(&p);
-	if (!ret)
-		ret = commit_step(c, env, pz->T, &p, &st, msg, msglen);
-	if (ret) { /* still paused: it may be resumed again */
-		run_out(c, r, pz->decode ? pz->done + 1 : 0);
-		return ret;
-	}
-	vmu_region_destroy(c->h->s, pz->hidden);
-	vmu_region_destroy(c->h->s, pz->kv);
-	pz->hidden = pz->kv = 0;
-	pz->on = false;
-	if (!pz->decode) {
-		run_out(c, r, 0);
-		return 0;
-	}
-	if (++pz->done == pz->want) {
-		run_out(c, r, pz->done);
-		model_ctx_abandon(c);
-		return 0;
-	}
-	return decode_next(c, env, r, msg, msglen);
 }
 
 int model_ctx_hidden_copy(struct model_ctx *c, const struct model_env *env,
@@ -1062,4 +807,9 @@ int model_ctx_steer(struct model_ctx *c, const struct model_env *env,
 		errmsg(msg, msglen, ret, "writing the hidden state: %s",
 		       strerror(-ret));
 	return ret;
+}
+
+const struct model *model_ctx_model(const struct model_ctx *c)
+{
+	return c->h->m;
 }

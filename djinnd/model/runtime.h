@@ -177,6 +177,74 @@ int model_ctx_resume(struct model_ctx *c, const struct model_env *env,
 void model_ctx_abandon(struct model_ctx *c);
 
 /*
+ * Requests and passes. A prefill, decode or resume may run as a request:
+ * a series of steps, each one pass of model_pass(), which runs the next
+ * step of every request given to it (all of one model, no context twice)
+ * as one graph per stretch of layers, so each weight is read once for
+ * all of them (stream.h: model_pass_layers()). A request's steps:
+ *   PREFILL   its prompt in chunks of at most @grant tokens (0: all at
+ *             once), through every layer; with a breakpoint the whole
+ *             prompt to the break, which ends it (paused)
+ *   DECODE    one token per step (sampled from the logits before it);
+ *             with a breakpoint the first token to the break (paused)
+ *   RESUME    the paused step's other layers, then, for a decode, the
+ *             next token to the break
+ * The requests of a pass are independent: one that fails (its quota,
+ * its tokens) ends alone, and the others' steps run as they would
+ * alone. What a request leaves on failure is what the calls below
+ * leave: a prefill or decode without a break is taken back whole, a
+ * decode with one keeps the tokens done, a resume stays paused.
+ *
+ * model_req_start() checks the request (-EINVAL, -ENOSPC, -EBUSY, with
+ * why in @msg): on failure it is done already. model_req_rows() is the
+ * rows its next step wants (0 once done); model_req_stepped() those its
+ * last step carried. model_req_fini() frees what it holds (done or not:
+ * an unfinished prefill or decode keeps the steps it committed).
+ */
+enum model_req_kind {
+	MODEL_REQ_PREFILL,
+	MODEL_REQ_DECODE,
+	MODEL_REQ_RESUME,
+};
+
+/*
+ * struct model_req - a request run in passes
+ * @c, @kind:  the context and what to run
+ * @tokens, @n: PREFILL: the prompt; DECODE: the tokens to make
+ * @sp:        DECODE's sampling
+ * @r:         brk, logits and out as model_ctx_run_*() take them; the
+ *             outputs likewise
+ * @grant:     set before each pass: the most tokens a PREFILL's next
+ *             step may carry (0: all that are left)
+ * @msg:       where an error is said
+ * @ret, @done: out: whether it has ended, and how
+ */
+struct model_req {
+	struct model_ctx *c;
+	enum model_req_kind kind;
+	const int32_t *tokens;
+	uint32_t n;
+	struct model_sampling sp;
+	struct model_run r;
+	uint32_t grant;
+	char *msg;
+	size_t msglen;
+	int ret;
+	bool done;
+	void *priv;
+};
+
+int model_req_start(struct model_req *q);
+uint32_t model_req_rows(const struct model_req *q);
+uint32_t model_req_stepped(const struct model_req *q);
+void model_pass(struct model_req **qs, unsigned int n,
+		const struct model_env *env);
+void model_req_fini(struct model_req *q);
+
+/* The model @c runs (a pass's requests share it). */
+const struct model *model_ctx_model(const struct model_ctx *c);
+
+/*
  * struct model_pause_info - what a paused context is at
  * @layer:  it stopped after this layer
  * @T:      tokens of the paused step

@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "list.h"
 #include "model/model_config.h"
 #include "model/stream.h"
 #include "vmu/vmu.h"

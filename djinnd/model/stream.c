@@ -15,9 +15,6 @@
 #include "model/forward.h"
 #include "model/ring.h"
 #include "model/stream.h"
-#include "model/stream_test.h"
-
-#define GATHER_MAX_NS 50000000ull
 
 struct model_stream {
 	struct vmu *v;
@@ -29,37 +26,10 @@ struct model_stream {
 	struct vmu_text_area *area;
 	struct ring *ring;
 
-	pthread_mutex_t lock;
-	pthread_cond_t cond; /* a pass ended, or a job came; CLOCK_MONOTONIC */
-	struct list_head queue;
-	bool leading, closed;
-	unsigned int last_batch; /* jobs the next pass expects */
-	uint64_t last_pass_ns;
+	pthread_mutex_t pass_lock; /* one pass at a time uses the ring */
+	pthread_mutex_t lock; /* @st */
 	struct model_stream_stats st;
 };
-
-/* @c waits with deadlines of mono_ns(): a wall clock that jumps does not
- * cut a wait short or stretch it. */
-static void cond_init_mono(pthread_cond_t *c)
-{
-	pthread_condattr_t ca;
-
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(c, &ca);
-	pthread_condattr_destroy(&ca);
-}
-
-/* Jobs waiting for a pass. Lock held. */
-static unsigned int queued(const struct model_stream *st)
-{
-	const struct stream_job *j;
-	unsigned int n = 0;
-
-	list_for_each_entry(j, &st->queue, node)
-		n++;
-	return n;
-}
 
 static int emit_host(void *arg, const void *buf, uint64_t len)
 {
@@ -99,9 +69,8 @@ int model_stream_create(struct vmu *v, const struct model_layout *L,
 	st->v = v;
 	st->prov = p;
 	st->resident = resident;
+	pthread_mutex_init(&st->pass_lock, NULL);
 	pthread_mutex_init(&st->lock, NULL);
-	cond_init_mono(&st->cond);
-	INIT_LIST_HEAD(&st->queue);
 	st->start = calloc(c->n_layer + 1, sizeof(*st->start));
 	if (!st->start) {
 		ret = -ENOMEM;
@@ -174,13 +143,13 @@ void model_stream_destroy(struct model_stream *st)
 	if (st->host)
 		st->prov->ops->host_free(st->prov, st->host, st->host_bytes);
 	free(st->start);
-	pthread_cond_destroy(&st->cond);
 	pthread_mutex_destroy(&st->lock);
+	pthread_mutex_destroy(&st->pass_lock);
 	free(st);
 }
 
 /* Whether some job of @b runs layer @l. */
-static bool covered(struct stream_job **b, unsigned int n, uint32_t l)
+static bool covered(struct pass_job **b, unsigned int n, uint32_t l)
 {
 	for (unsigned int i = 0; i < n; i++)
 		if (b[i]->l0 <= l && l < b[i]->l1)
@@ -189,7 +158,7 @@ static bool covered(struct stream_job **b, unsigned int n, uint32_t l)
 }
 
 /* Fail every job of @b still running layers at or after @l. */
-static void fail_from(struct stream_job **b, unsigned int n, uint32_t l,
+static void fail_from(struct pass_job **b, unsigned int n, uint32_t l,
 		      int err)
 {
 	for (unsigned int i = 0; i < n; i++)
@@ -198,15 +167,16 @@ static void fail_from(struct stream_job **b, unsigned int n, uint32_t l,
 }
 
 /*
- * One pass over the layers the jobs of @b need: resident layers as one
- * graph per stretch that no job starts or ends in, each streamed layer
- * as a graph of its own, its copy queued ahead so the copy lane fills
- * the ring while the compute runs.
+ * One pass over the layers the jobs of @b need: resident layers (those
+ * below @R) as one graph per stretch that no job starts or ends in, each
+ * streamed layer of @st as a graph of its own, its copy queued ahead so
+ * the copy lane fills the ring while the compute runs.
  */
-static void pass(struct model_stream *st, struct stream_job **b, unsigned int n)
+static void pass(struct model_stream *st, uint32_t R, struct pass_job **b,
+		 unsigned int n)
 {
-	struct stream_job *act[FWD_MAX_SEQ];
-	uint32_t lo = UINT32_MAX, hi = 0, R = st->resident, l;
+	struct pass_job *act[FWD_MAX_SEQ];
+	uint32_t lo = UINT32_MAX, hi = 0, l;
 	int ret = 0;
 
 	for (unsigned int i = 0; i < n; i++) {
@@ -263,87 +233,29 @@ static void pass(struct model_stream *st, struct stream_job **b, unsigned int n)
 		ring_reset(st->ring);
 }
 
-/* Wait for more jobs when fewer than the next pass expects have come.
- * Lock held. */
-static void gather(struct model_stream *st)
+void model_pass_layers(struct model_stream *st, struct pass_job **b,
+		       unsigned int n)
 {
-	uint64_t wait = st->last_pass_ns / 4;
-	struct timespec until;
+	uint64_t t0;
 
-	if (wait > GATHER_MAX_NS)
-		wait = GATHER_MAX_NS;
-	until = ns_to_timespec(mono_ns() + wait);
-	while (queued(st) < st->last_batch && queued(st) < FWD_MAX_SEQ)
-		if (pthread_cond_timedwait(&st->cond, &st->lock, &until))
-			return;
-}
-
-int model_stream_run(struct model_stream *st, struct stream_job *j)
-{
-	struct stream_job *b[FWD_MAX_SEQ], *x, *nx;
-
-	j->ret = 0;
-	j->done = false;
-	if (j->l0 >= j->l1)
-		return j->ret = -EINVAL;
-	pthread_mutex_lock(&st->lock);
-	list_add_tail(&j->node, &st->queue);
-	pthread_cond_broadcast(&st->cond);
-	while (!j->done) {
-		unsigned int n = 0;
-		uint64_t t0;
-
-		if (st->leading || st->closed) {
-			pthread_cond_wait(&st->cond, &st->lock);
-			continue;
-		}
-		st->leading = true;
-		gather(st);
-		list_for_each_entry_safe(x, nx, &st->queue, node) {
-			if (n == FWD_MAX_SEQ)
-				break;
-			list_del_init(&x->node);
-			b[n++] = x;
-		}
-		pthread_mutex_unlock(&st->lock);
-		t0 = mono_ns();
-		pass(st, b, n);
-		t0 = mono_ns() - t0;
-		pthread_mutex_lock(&st->lock);
-		for (unsigned int i = 0; i < n; i++)
-			b[i]->done = true;
-		/* the next pass expects these back and those that came
-		 * meanwhile: two groups never take turns */
-		st->last_batch = n + queued(st);
-		st->last_pass_ns = t0;
-		st->st.passes++;
-		st->st.jobs += n;
-		st->st.pass_ns += t0;
-		if (n > st->st.max_batch)
-			st->st.max_batch = n;
-		st->leading = false;
-		pthread_cond_broadcast(&st->cond);
+	for (unsigned int i = 0; i < n; i++)
+		b[i]->ret = b[i]->l0 < b[i]->l1 ? 0 : -EINVAL;
+	if (!st) {
+		pass(NULL, UINT32_MAX, b, n);
+		return;
 	}
-	pthread_mutex_unlock(&st->lock);
-	return j->ret;
-}
-
-void model_stream_gate(struct model_stream *st, bool closed)
-{
+	pthread_mutex_lock(&st->pass_lock);
+	t0 = mono_ns();
+	pass(st, st->resident, b, n);
+	t0 = mono_ns() - t0;
 	pthread_mutex_lock(&st->lock);
-	st->closed = closed;
-	pthread_cond_broadcast(&st->cond);
+	st->st.passes++;
+	st->st.jobs += n;
+	st->st.pass_ns += t0;
+	if (n > st->st.max_batch)
+		st->st.max_batch = n;
 	pthread_mutex_unlock(&st->lock);
-}
-
-unsigned int model_stream_waiting(struct model_stream *st)
-{
-	unsigned int n;
-
-	pthread_mutex_lock(&st->lock);
-	n = queued(st);
-	pthread_mutex_unlock(&st->lock);
-	return n;
+	pthread_mutex_unlock(&st->pass_lock);
 }
 
 void model_stream_stats(struct model_stream *st, struct model_stream_stats *out)

@@ -11,17 +11,14 @@
  * through a layer ring (ring.h) in a text area of the device at every
  * step that needs them.
  *
- * Passes: every step on a streamed model runs as a job of a pass, and
- * the jobs that are waiting when a pass starts run together, one graph
- * per layer for all of them, so each layer copied in serves every
- * context of the pass. The first job to arrive while no pass runs leads
- * the next one on its own thread; the others wait for it. A leader that
- * finds fewer jobs waiting than the last pass ran and left waiting (the
- * contexts decoding now) waits for the rest
- * before it starts, until they are there or for a quarter of the last
- * pass's time at most (50 ms at most), so that contexts decoding
- * together stay together: a context that stops decoding costs the others
- * that wait once. A pass takes at most FWD_MAX_SEQ jobs.
+ * Passes (model_pass_layers()): the steps of several contexts of one
+ * model run together, one graph per stretch of layers for all of them,
+ * so each weight is read once for every context of the pass, and on a
+ * streamed model each layer copied in serves every one. Who joins a pass
+ * is the scheduler's choice (Documentation/sched.rst, "Passes"); a pass
+ * runs on the thread that calls it. A model wholly on the device runs
+ * its passes the same way, with no ring. A pass takes at most
+ * FWD_MAX_SEQ jobs.
  */
 #ifndef DJINN_MODEL_STREAM_H
 #define DJINN_MODEL_STREAM_H
@@ -30,37 +27,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "list.h"
 #include "model/model_config.h"
 #include "model/ring.h"
 #include "vmu/vmu.h"
 
 struct model_stream;
-struct stream_job;
+struct pass_job;
 
 /*
  * Run layers [@l0, @l1) for the @n jobs @jobs, as one graph, the
  * weights of layer @l0 at device address @lbase when it is streamed (then
  * @l1 is @l0 + 1), else (0) in the text entry. Sets each job's @ret.
  */
-typedef void (*stream_layer_fn)(struct stream_job **jobs, unsigned int n,
-				uint32_t l0, uint32_t l1, uint64_t lbase);
+typedef void (*pass_layer_fn)(struct pass_job **jobs, unsigned int n,
+			      uint32_t l0, uint32_t l1, uint64_t lbase);
 
 /*
- * struct stream_job - one context's step (or part of one) in a pass
+ * struct pass_job - one context's step (or part of one) in a pass
  * @l0, @l1: the layers it runs, [l0, l1)
  * @fn:      runs them (the same function for every job of a model)
- * @arg:     the caller's
  * @ret:     out: 0 or the first error of its layers
  */
-struct stream_job {
+struct pass_job {
 	uint32_t l0, l1;
-	stream_layer_fn fn;
-	void *arg;
+	pass_layer_fn fn;
 	int ret;
-	/* private */
-	struct list_head node;
-	bool done;
 };
 
 /*
@@ -82,9 +73,14 @@ const void *model_stream_host(const struct model_stream *st);
 /* No pass may be running. */
 void model_stream_destroy(struct model_stream *st);
 
-/* Run @j in a pass, leading one if none runs: when it returns @j is
- * done and @j->ret says how. */
-int model_stream_run(struct model_stream *st, struct stream_job *j);
+/*
+ * Run the @n jobs @b (at most FWD_MAX_SEQ, of one model) as one pass on
+ * this thread: over streamed model @st, one pass at a time per model,
+ * or, @st NULL, a model wholly on the device. Sets each job's @ret (an
+ * empty range of layers: -EINVAL).
+ */
+void model_pass_layers(struct model_stream *st, struct pass_job **b,
+		       unsigned int n);
 
 /*
  * struct model_stream_stats - what a streamed model has done

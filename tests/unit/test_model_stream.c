@@ -17,7 +17,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,7 +30,6 @@
 
 #include "model/runtime.h"
 #include "model/stream.h"
-#include "model/stream_test.h"
 #include "testutil.h"
 #include "model_test.h"
 
@@ -342,31 +340,20 @@ static void test_budgets(void **state)
 /* ---------------------------------------------------------------------- */
 /* Four sessions decoding in one pass */
 
-struct dec {
-	struct model_fix *f;
-	struct model_env env;
-	struct model_ctx *c;
-	int32_t tok;
-	int ret;
-	char msg[ST_MSG_LEN];
-};
-
-static void *dec_main(void *arg)
-{
-	struct dec *d = arg;
-
-	d->ret = model_ctx_decode(d->c, &d->env, 1, &greedy, &d->tok, d->msg,
-				  sizeof(d->msg));
-	return NULL;
-}
-
 static void test_batch(void **state)
 {
 	struct model_fix *f = *state;
 	struct vmu_session *s[NS];
 	struct model_hold *h[NS];
 	struct model_stream_stats s0, s1;
-	struct dec d[NS];
+	struct {
+		struct model_env env;
+		struct model_ctx *c;
+		int32_t toks[ND];
+		char msg[ST_MSG_LEN];
+		struct model_req q;
+	} d[NS];
+	struct model_req *qs[NS];
 	int32_t solo[NS][ND], ids[NS][NT];
 	float *solo_logits[NS];
 	struct model_hold *hr = hold(f, "llama");
@@ -388,7 +375,6 @@ static void test_batch(void **state)
 			fail_msg("%s", msg);
 		for (int t = 0; t < NT; t++)
 			ids[i][t] = (prompt[t] + 37 * i) % (int32_t)V;
-		d[i].f = f;
 		d[i].env = f->env;
 		assert_int_equal(
 			vmu_stack_create(f->env.v, 64 * MiB, &d[i].env.st), 0);
@@ -411,23 +397,29 @@ static void test_batch(void **state)
 
 	/* together: each token of the four in one pass */
 	model_stream_stats(h[0]->m->stream, &s0);
+	for (int i = 0; i < NS; i++) {
+		d[i].q = (struct model_req){ .c = d[i].c,
+					     .kind = MODEL_REQ_DECODE,
+					     .n = ND,
+					     .sp = greedy,
+					     .r = { .out = d[i].toks },
+					     .msg = d[i].msg,
+					     .msglen = sizeof(d[i].msg) };
+		if (model_req_start(&d[i].q))
+			fail_msg("session %d: %s", i, d[i].msg);
+		qs[i] = &d[i].q;
+	}
 	for (int k = 0; k < ND; k++) {
-		pthread_t th[NS];
-
-		model_stream_gate(h[0]->m->stream, true);
-		for (int i = 0; i < NS; i++)
-			assert_int_equal(pthread_create(&th[i], NULL, dec_main,
-							&d[i]),
-					 0);
-		while (model_stream_waiting(h[0]->m->stream) < NS)
-			usleep(1000);
-		model_stream_gate(h[0]->m->stream, false);
-		for (int i = 0; i < NS; i++) {
-			pthread_join(th[i], NULL);
-			if (d[i].ret)
-				fail_msg("session %d: %s", i, d[i].msg);
-			assert_int_equal(d[i].tok, solo[i][k]);
-		}
+		assert_false(d[0].q.done);
+		model_pass(qs, NS, &d[0].env);
+	}
+	for (int i = 0; i < NS; i++) {
+		assert_true(d[i].q.done);
+		if (d[i].q.ret)
+			fail_msg("session %d: %s", i, d[i].msg);
+		assert_int_equal(d[i].q.r.nr_out, ND);
+		assert_memory_equal(d[i].toks, solo[i], sizeof(solo[i]));
+		model_req_fini(&d[i].q);
 	}
 	model_stream_stats(h[0]->m->stream, &s1);
 	assert_int_equal(s1.passes - s0.passes, ND);

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Inside a context (internal to djinnd/model: ctx.c, the context and
+ * its parts; req.c, requests run in passes). runtime.h is the runtime.
+ */
+#ifndef DJINN_MODEL_CTX_H
+#define DJINN_MODEL_CTX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/runtime.h"
+#include "model/stream.h"
+
+/*
+ * struct model_pause - a step stopped after layer @layer
+ * @T:      its new tokens
+ * @all:    it wants the logits of every one of them
+ * @hidden: data region (T, n_embd) in the weights' dtype: the hidden
+ *          state after @layer, what the second part starts from
+ * @kv:     data region (T, 2 (layer + 1), Hk D): the first part's new
+ *          keys and values, appended to the cache with the second's
+ * @desc:   @hidden's shape and dtype
+ * @decode: a decode of @want tokens, @done of them through every layer,
+ *          the next one (@tokens[@done]) paused; @sp and @rng its
+ *          sampling; @brk the breakpoint (layer + 1)
+ */
+struct model_pause {
+	bool on;
+	uint32_t layer, T;
+	bool all;
+	uint64_t hidden, kv;
+	struct djinn_tensor_desc desc;
+	bool decode;
+	uint32_t want, done, brk;
+	struct model_sampling sp;
+	uint64_t rng;
+	int32_t *tokens;
+};
+
+struct model_ctx {
+	struct model_hold *h;
+	uint64_t cache; /* region handle */
+	uint32_t len, max;
+	uint64_t tok_bytes;
+	float *logits; /* vocab */
+	bool have_logits;
+	struct model_pause pz;
+};
+
+/*
+ * struct part - one context's step going through layers [l0, l1)
+ * @tokens, @n: its new tokens (the input of layer 0)
+ * @head:   the step ends at l1 == n_layer (logits); else it pauses
+ * @all:    with @head: every token's logits, else the last one's
+ * @out:    data regions: entering the first layer, the hidden state and
+ *          the keys and values of the layers before (0 at layer 0);
+ *          after the last, the logits (@head) or the hidden state, and
+ *          the keys and values of layers 0 .. l1 - 1; @desc their shapes
+ * @own:    @out are the step's (else the paused context's): a step that
+ *          fails destroys its own only
+ * @in, @reg: the step's ids and positions (cos and sin), in the pinned
+ *          data regions @reg, made once for all its graphs (@have_in)
+ * @ret, @msg: how it went
+ * @env:    where it runs
+ * @job:    its job in a pass (model_pass_layers())
+ */
+struct part {
+	struct model_ctx *c;
+	const int32_t *tokens;
+	uint32_t n;
+	bool head, all;
+	uint32_t l0, l1;
+	uint64_t out[2];
+	struct djinn_tensor_desc desc[2];
+	bool own;
+	struct fwd_seq in;
+	uint64_t reg[3];
+	bool have_in;
+	bool entered;
+	char *msg;
+	size_t msglen;
+	const struct model_env *env;
+	struct pass_job job;
+};
+
+/* The part's regions go, its own ones (@own) destroyed. */
+void ctx_part_drop(struct part *p);
+/* Its step's inputs (ids, positions) go. */
+void ctx_part_inputs_drop(struct part *p);
+/* A pass's layer function (pass_layer_fn) for parts: the @n parts'
+ * layers [l0, l1) as one graph, or, when that fails, each part alone, so
+ * that one context's fault (its quota, a bad steering) fails its own
+ * step only. */
+void ctx_layers(struct pass_job **jobs, unsigned int n, uint32_t l0,
+		uint32_t l1, uint64_t lbase);
+/* Run the layers of the parts @ps, of one model, as one pass on this
+ * thread (each part entered and left its model's step, store.h): each
+ * part's job.ret says how it went; a part that failed has no regions
+ * of its own left. */
+void ctx_pass(struct part **ps, unsigned int np);
+/* Whether @n tokens at @tokens (NULL: not looked at) may be appended. */
+int ctx_check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
+		   char *msg, size_t msglen);
+/* Whether a break after layer @brk - 1 is one. */
+int ctx_check_brk(struct model_ctx *c, uint32_t brk, char *msg,
+		  size_t msglen);
+/* A step of @n tokens has run through every layer (@p's outputs):
+ * append its keys and values to the cache, take its logits (@st's
+ * choices). On failure the context is as it was. @p's regions are gone
+ * either way (but a kept one, which is @st's). */
+int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
+	       struct part *p, struct model_step *st, char *msg,
+	       size_t msglen);
+/* @p ran layers 0 .. brk - 1 of a step of @n tokens: the context pauses
+ * there, holding @p's outputs. */
+void ctx_pause(struct model_ctx *c, struct part *p, uint32_t brk, uint32_t n,
+	       bool all);
+/* @r's outputs: the first @nr of the paused decode's tokens, and
+ * whether the context is paused. */
+void ctx_run_out(struct model_ctx *c, struct model_run *r, uint32_t nr);
+
+#endif /* DJINN_MODEL_CTX_H */
