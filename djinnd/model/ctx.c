@@ -590,8 +590,7 @@ static int run_step(struct part *p)
 }
 
 int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
-	       struct part *p, struct model_step *st, char *msg,
-	       size_t msglen)
+	       struct part *p, struct model_step *st, char *msg, size_t msglen)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
 	struct vmu_session *s = c->h->s;
@@ -712,8 +711,7 @@ bool model_ctx_paused(const struct model_ctx *c, struct model_pause_info *pi)
 	return true;
 }
 
-int ctx_check_brk(struct model_ctx *c, uint32_t brk, char *msg,
-		  size_t msglen)
+int ctx_check_brk(struct model_ctx *c, uint32_t brk, char *msg, size_t msglen)
 {
 	uint32_t L = c->h->m->cfg.n_layer;
 

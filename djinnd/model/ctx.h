@@ -104,15 +104,13 @@ void ctx_pass(struct part **ps, unsigned int np);
 int ctx_check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
 		   char *msg, size_t msglen);
 /* Whether a break after layer @brk - 1 is one. */
-int ctx_check_brk(struct model_ctx *c, uint32_t brk, char *msg,
-		  size_t msglen);
+int ctx_check_brk(struct model_ctx *c, uint32_t brk, char *msg, size_t msglen);
 /* A step of @n tokens has run through every layer (@p's outputs):
  * append its keys and values to the cache, take its logits (@st's
  * choices). On failure the context is as it was. @p's regions are gone
  * either way (but a kept one, which is @st's). */
 int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
-	       struct part *p, struct model_step *st, char *msg,
-	       size_t msglen);
+	       struct part *p, struct model_step *st, char *msg, size_t msglen);
 /* @p ran layers 0 .. brk - 1 of a step of @n tokens: the context pauses
  * there, holding @p's outputs. */
 void ctx_pause(struct model_ctx *c, struct part *p, uint32_t brk, uint32_t n,

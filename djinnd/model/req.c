@@ -120,7 +120,8 @@ int model_req_start(struct model_req *q)
 		}
 		/* the random stream as model_ctx_decode() always seeded
 		 * it: the same tokens */
-		x->rng = q->sp.seed ^ ((uint64_t)c->len * 0xd1b54a32d192ed03ull);
+		x->rng = q->sp.seed ^
+			 ((uint64_t)c->len * 0xd1b54a32d192ed03ull);
 		if (!r->brk) {
 			x->stage = RQ_DECODE;
 			/* a decode that fails is taken back whole */

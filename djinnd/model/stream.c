@@ -158,8 +158,7 @@ static bool covered(struct pass_job **b, unsigned int n, uint32_t l)
 }
 
 /* Fail every job of @b still running layers at or after @l. */
-static void fail_from(struct pass_job **b, unsigned int n, uint32_t l,
-		      int err)
+static void fail_from(struct pass_job **b, unsigned int n, uint32_t l, int err)
 {
 	for (unsigned int i = 0; i < n; i++)
 		if (b[i]->l1 > l && !b[i]->ret)
