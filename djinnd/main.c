@@ -390,6 +390,9 @@ static void on_reload(struct server *srv)
 		memcpy(srv->cfg.shares, running.srv.shares,
 		       sizeof(srv->cfg.shares));
 		srv->cfg.nr_shares = running.srv.nr_shares;
+		memcpy(srv->cfg.batches, running.srv.batches,
+		       sizeof(srv->cfg.batches));
+		srv->cfg.nr_batches = running.srv.nr_batches;
 		for (unsigned int i = 0; i < srv->nr_dev; i++) {
 			struct sched_config sc = server_sched_config(&srv->cfg);
 

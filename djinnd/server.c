@@ -610,6 +610,8 @@ struct sched_config server_sched_config(const struct server_config *cfg)
 
 	sc.shares = cfg->shares;
 	sc.nr_shares = cfg->nr_shares;
+	sc.batches = cfg->batches;
+	sc.nr_batches = cfg->nr_batches;
 	return sc;
 }
 

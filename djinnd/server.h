@@ -124,6 +124,9 @@ struct server_config {
 	 * client may find by fingerprint and read (open weights) */
 	char readable[SERVER_TENANT_MAPS_MAX][DJINN_MODEL_NAME_MAX];
 	unsigned int nr_readable;
+	/* [model.NAME] max_batch: sched.batches points at @batches */
+	struct sched_batch batches[SCHED_BATCHES_MAX];
+	unsigned int nr_batches;
 	/* [model.NAME] budget and ring_slots */
 	struct model_budget budgets[SERVER_TENANT_MAPS_MAX];
 	unsigned int nr_budgets;

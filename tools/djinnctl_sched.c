@@ -192,6 +192,36 @@ static void print_sched_dev(const struct djinn_admin_sched_dev *d,
 		  d->admit_waits);
 	print_u64(PRINT_ANY, "admit_timeouts", ", %" PRIu64 " timed out\n",
 		  d->admit_timeouts);
+	print_u64(PRINT_ANY, "passes", "passes:        %" PRIu64, d->passes);
+	print_u64(PRINT_ANY, "pass_jobs", ", %" PRIu64 " steps", d->pass_jobs);
+	print_u64(PRINT_ANY, "pass_rows", ", %" PRIu64 " rows", d->pass_rows);
+	if (d->passes)
+		print_text(", %.1f steps a pass\n",
+			   (double)d->pass_jobs / (double)d->passes);
+	else
+		print_text(", steps a pass -\n");
+	open_json_array("pass_hist");
+	for (unsigned int i = 0; i < ARRAY_SIZE(d->pass_hist); i++)
+		print_u64(PRINT_JSON, NULL, NULL, d->pass_hist[i]);
+	close_json_array();
+	print_text("pass steps:   ");
+	for (unsigned int i = 0; i < ARRAY_SIZE(d->pass_hist); i++)
+		print_text(" %s%u:%llu",
+			   i + 1 < ARRAY_SIZE(d->pass_hist) ? "<=" : ">",
+			   i + 1 < ARRAY_SIZE(d->pass_hist) ? 1u << i :
+							      1u << (i - 1),
+			   (unsigned long long)d->pass_hist[i]);
+	print_text("\n");
+	print_u64(PRINT_ANY, "joins", "joined:        %" PRIu64 " steps",
+		  d->joins);
+	print_u64(PRINT_JSON, "join_ns", NULL, d->join_ns);
+	print_u64(PRINT_JSON, "join_p99_ns", NULL, d->join_p99_ns);
+	if (d->joins)
+		print_text(", waited %.3f ms mean, p99 under %.3f ms\n",
+			   (double)d->join_ns / (double)d->joins / 1e6,
+			   (double)d->join_p99_ns / 1e6);
+	else
+		print_text("\n");
 	close_json_object();
 }
 

@@ -52,6 +52,8 @@ void config_init(struct djinnd_config *c)
 			.admit_wait_ns = SCHED_ADMIT_WAIT_DEFAULT,
 			.max_io_wait_ns = SCHED_MAX_IO_WAIT_DEFAULT,
 			.swap_margin_pct = SCHED_SWAP_MARGIN_DEFAULT,
+			.max_batch = SCHED_MAX_BATCH_DEFAULT,
+			.pass_tokens = SCHED_PASS_TOKENS_DEFAULT,
 		},
 	};
 	c->log_level = LOG_INFO;

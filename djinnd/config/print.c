@@ -148,6 +148,12 @@ static void print_models(const struct djinnd_config *c, FILE *f)
 		fprintf(f, "\n[model.%s]\n", s->budgets[i].model);
 		print_budget(&s->budgets[i], f);
 	}
+	/* max_batch in sections of their own: a section may be named
+	 * twice */
+	for (unsigned int i = 0; i < s->nr_batches; i++)
+		fprintf(f,
+			"\n[model.%s]\nmax_batch = %u\t; SIGHUP reloads it\n",
+			s->batches[i].model, s->batches[i].max);
 }
 
 void config_print(const struct djinnd_config *c, FILE *f)

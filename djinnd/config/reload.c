@@ -128,6 +128,14 @@ unsigned int config_diff(const struct djinnd_config *now,
 			(*nr_restart)++;
 		}
 	}
+	if (now->srv.nr_batches != next->srv.nr_batches ||
+	    memcmp(now->srv.batches, next->srv.batches,
+		   next->srv.nr_batches * sizeof(next->srv.batches[0]))) {
+		log_notice("reload: %u model%s with a max_batch",
+			   next->srv.nr_batches,
+			   next->srv.nr_batches == 1 ? "" : "s");
+		mask |= CONFIG_RELOAD_SCHED;
+	}
 	if (!shares_equal(&now->srv, &next->srv)) {
 		log_notice("reload: tenant shares: %u tenant%s named",
 			   next->srv.nr_shares,
@@ -183,6 +191,9 @@ void config_apply(struct djinnd_config *now, const struct djinnd_config *next,
 		}
 	}
 	if (mask & CONFIG_RELOAD_SCHED) {
+		memcpy(now->srv.batches, next->srv.batches,
+		       sizeof(now->srv.batches));
+		now->srv.nr_batches = next->srv.nr_batches;
 		memcpy(now->srv.shares, next->srv.shares,
 		       sizeof(now->srv.shares));
 		now->srv.nr_shares = next->srv.nr_shares;

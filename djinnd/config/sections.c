@@ -121,6 +121,37 @@ static int model_budget_set(struct djinnd_config *c, const char *model,
 	return 0;
 }
 
+/* [model.NAME] max_batch = 1 .. EXEC_PASS_MAX: the most contexts of the
+ * model in one pass (sched.h), below [device] max_batch. */
+static int model_batch_set(struct djinnd_config *c, const char *model,
+			   const char *value)
+{
+	struct server_config *s = &c->srv;
+	unsigned int i;
+	uint64_t v;
+
+	if (cfg_parse_uint(value, &v) || v < 1 || v > EXEC_PASS_MAX)
+		return cfg_fail(c,
+				"model.%s.max_batch: '%s': want a number from "
+				"1 to %d (its contexts in one pass)",
+				model, value, EXEC_PASS_MAX);
+	for (i = 0; i < s->nr_batches; i++)
+		if (!strcmp(s->batches[i].model, model))
+			break;
+	if (i == s->nr_batches) {
+		if (i == SCHED_BATCHES_MAX)
+			return cfg_fail(c,
+					"model.%s.max_batch: at most %d models",
+					model, SCHED_BATCHES_MAX);
+		memset(&s->batches[i], 0, sizeof(s->batches[i]));
+		snprintf(s->batches[i].model, sizeof(s->batches[i].model), "%s",
+			 model);
+		s->nr_batches++;
+	}
+	s->batches[i].max = (unsigned int)v;
+	return 0;
+}
+
 /*
  * A [model.NAME] section's keys: readable = yes|no, whether the weights
  * of served model NAME are open to every client (Documentation/
@@ -141,11 +172,13 @@ int cfg_model_set(struct djinnd_config *c, const char *model, const char *name,
 				model);
 	if (!strcmp(name, "budget") || !strcmp(name, "ring_slots"))
 		return model_budget_set(c, model, name, value);
+	if (!strcmp(name, "max_batch"))
+		return model_batch_set(c, model, value);
 	if (strcmp(name, "readable"))
 		return cfg_fail(
 			c,
 			"unknown key '%s' in [model.%s] (want readable, "
-			"budget or ring_slots)",
+			"budget, ring_slots or max_batch)",
 			name, model);
 	on = !strcmp(value, "yes");
 	if (!on && strcmp(value, "no"))

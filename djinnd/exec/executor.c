@@ -62,16 +62,40 @@ static void *executor_main(void *arg)
 	struct executor *e = th->e;
 	const struct exec_env env = { e->dev->vmu, th->stack, e->dev->backend,
 				      &e->stage };
-	struct exec_job *job;
+	struct exec_job *job, *jobs[EXEC_PASS_MAX];
 
 	while ((job = e->src.next(e->src.arg))) {
-		uint64_t t0 = loop_now();
+		uint64_t t0 = loop_now(), ns, rows = 0;
+		bool again[EXEC_PASS_MAX];
+		unsigned int n = 1;
 
-		job->run(job, &env);
-		/* What the job cost is its device time: the backend has
-		 * synchronised by the time a job returns. */
-		e->src.charge(e->src.arg, job, loop_now() - t0);
-		finish(e, job);
+		jobs[0] = job;
+		job->again = false;
+		if (job->run_pass) {
+			n = e->src.join(e->src.arg, job, jobs);
+			for (unsigned int i = 0; i < n; i++)
+				jobs[i]->again = false;
+			job->run_pass(jobs, n, &env);
+		} else {
+			job->run(job, &env);
+		}
+		/* What the jobs cost is their device time (the backend has
+		 * synchronised by the time a job returns), a pass's shared
+		 * by the rows each carried. */
+		ns = loop_now() - t0;
+		for (unsigned int i = 0; i < n; i++)
+			rows += jobs[i]->grant ? jobs[i]->grant : 1;
+		for (unsigned int i = 0; i < n; i++)
+			again[i] = jobs[i]->again;
+		for (unsigned int i = 0; i < n; i++) {
+			uint64_t r = jobs[i]->grant ? jobs[i]->grant : 1;
+
+			/* once charged, a job queued again is the
+			 * scheduler's: another thread may take it */
+			e->src.charge(e->src.arg, jobs[i], ns * r / rows);
+			if (!again[i])
+				finish(e, jobs[i]);
+		}
 	}
 	return NULL;
 }

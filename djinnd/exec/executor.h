@@ -85,6 +85,9 @@ struct exec_swap {
 	uint64_t bytes, regions;
 };
 
+/* Jobs in one pass at most (model/forward.h: FWD_MAX_SEQ). */
+#define EXEC_PASS_MAX 64
+
 /*
  * struct exec_job - one unit of device work
  * @se, @lane, @client: whose it is, on which of the scheduler's lanes
@@ -99,6 +102,17 @@ struct exec_swap {
  *           or cancelled), with @done_arg; it frees the job
  * @t_queued, @seq, @own_seq: the scheduler's
  *
+ * Passes: a job with @run_pass joins passes. The source hands the
+ * executor such a job with the others of the same @pass key that are
+ * ready (exec_source.join: at most @pass_max, its rows within the pass's
+ * token budget), and one call of @run_pass runs them all. @rows: the
+ * rows (tokens) its next step wants, set by its owner; @chunk: it may
+ * take fewer (a prompt split over passes); @grant: the rows the source
+ * gave it for this pass. A job that is not finished after its run sets
+ * @again: the source queues it again, at the head of its session's
+ * queue, and it is not handed back (a decode of many tokens, a step per
+ * pass).
+ *
  * The rest is its owner's: @s holds a reference to the session that
  * asked; a GRAPH_SUBMIT's graph (@payload, @view, @in_descs, @descs) and
  * outputs (@handles, @res); a transfer's memory (@mem); a swap (@swap).
@@ -109,6 +123,11 @@ struct exec_job {
 	unsigned int lane;
 	bool client;
 	void (*run)(struct exec_job *job, const struct exec_env *env);
+	void (*run_pass)(struct exec_job **jobs, unsigned int n,
+			 const struct exec_env *env);
+	const void *pass;
+	uint32_t pass_max, rows, grant;
+	bool chunk, again;
 	void (*cancel)(struct exec_job *job);
 	void (*done)(struct exec_job *job, void *arg);
 	void *done_arg;
@@ -134,11 +153,16 @@ struct exec_job {
  * struct exec_source - where an executor's threads get their jobs
  * @next:   the next job (blocks), or NULL once the source is stopped and
  *          empty: the thread ends
- * @charge: the job @next gave took @ns of device time
+ * @join:   for a job of @next with @run_pass: the pass it leads, itself
+ *          first, in @jobs (EXEC_PASS_MAX), their @grant set; how many
+ * @charge: a job @next or @join gave took @ns of device time (its share
+ *          of its pass's); one with @again is queued again
  * @stop:   wake the threads to end once the source is empty
  */
 struct exec_source {
 	struct exec_job *(*next)(void *arg);
+	unsigned int (*join)(void *arg, struct exec_job *first,
+			     struct exec_job **jobs);
 	void (*charge)(void *arg, struct exec_job *job, uint64_t ns);
 	void (*stop)(void *arg);
 	void *arg;

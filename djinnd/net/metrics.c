@@ -444,6 +444,64 @@ static void render_sched(struct sbuf *b, struct server *srv)
 		dev_sample(b, "djinn_sched_admit_waits_total", srv->dev[d].name,
 			   "result", "timeout", vs[d].admit_timeouts);
 	}
+	family(b, "djinn_sched_passes_total", "counter",
+	       "Model passes run: the ready steps of many contexts of one "
+	       "model as one forward.");
+	for (unsigned int d = 0; d < nd; d++)
+		sb_printf(b, "djinn_sched_passes_total{device=\"%s\"} %llu\n",
+			  srv->dev[d].name, (unsigned long long)ss[d].passes);
+	family(b, "djinn_sched_pass_steps", "histogram",
+	       "Steps (contexts) per model pass.");
+	for (unsigned int d = 0; d < nd; d++) {
+		uint64_t cum = 0;
+
+		for (unsigned int i = 0; i < SCHED_PASS_HIST - 1; i++) {
+			cum += ss[d].pass_hist[i];
+			sb_printf(b,
+				  "djinn_sched_pass_steps_bucket{device=\"%s\","
+				  "le=\"%u\"} %llu\n",
+				  srv->dev[d].name, 1u << i,
+				  (unsigned long long)cum);
+		}
+		sb_printf(b,
+			  "djinn_sched_pass_steps_bucket{device=\"%s\","
+			  "le=\"+Inf\"} %llu\n",
+			  srv->dev[d].name, (unsigned long long)ss[d].passes);
+		sb_printf(b, "djinn_sched_pass_steps_sum{device=\"%s\"} %llu\n",
+			  srv->dev[d].name,
+			  (unsigned long long)ss[d].pass_jobs);
+		sb_printf(b,
+			  "djinn_sched_pass_steps_count{device=\"%s\"} %llu\n",
+			  srv->dev[d].name, (unsigned long long)ss[d].passes);
+	}
+	family(b, "djinn_sched_pass_join_wait_seconds", "histogram",
+	       "From a model step being queued to the pass it joined, for "
+	       "steps that joined a pass another step led.");
+	for (unsigned int d = 0; d < nd; d++) {
+		uint64_t cum = 0;
+
+		for (unsigned int i = 0; i < SCHED_HIST - 1; i++) {
+			cum += ss[d].join_hist[i];
+			sb_printf(b,
+				  "djinn_sched_pass_join_wait_seconds_bucket"
+				  "{device=\"%s\",le=\"%g\"} %llu\n",
+				  srv->dev[d].name, (double)(1ull << i) / 1e6,
+				  (unsigned long long)cum);
+		}
+		sb_printf(b,
+			  "djinn_sched_pass_join_wait_seconds_bucket"
+			  "{device=\"%s\",le=\"+Inf\"} %llu\n",
+			  srv->dev[d].name, (unsigned long long)ss[d].joins);
+		sb_printf(
+			b,
+			"djinn_sched_pass_join_wait_seconds_sum{device=\"%s\"} "
+			"%.9f\n",
+			srv->dev[d].name, (double)ss[d].join_sum_ns / 1e9);
+		sb_printf(b,
+			  "djinn_sched_pass_join_wait_seconds_count"
+			  "{device=\"%s\"} %llu\n",
+			  srv->dev[d].name, (unsigned long long)ss[d].joins);
+	}
 	family(b, "djinn_sched_queue_wait_seconds", "histogram",
 	       "From a graph or model step being queued to its start, by "
 	       "session priority.");

@@ -253,6 +253,14 @@ void handle_admin_sched(struct conn *c, const struct djinn_hdr *hdr,
 		d[k].prefetch_misses = st.prefetch_misses;
 		d[k].admit_waits = vs.admit_waits;
 		d[k].admit_timeouts = vs.admit_timeouts;
+		d[k].passes = st.passes;
+		d[k].pass_jobs = st.pass_jobs;
+		d[k].pass_rows = st.pass_rows;
+		for (unsigned int b = 0; b < SCHED_PASS_HIST; b++)
+			d[k].pass_hist[b] = st.pass_hist[b];
+		d[k].joins = st.joins;
+		d[k].join_ns = st.join_sum_ns;
+		d[k].join_p99_ns = sched_hist_p99_64(st.join_hist);
 	}
 	list_for_each_entry(s, &srv->sessions.list, node) {
 		struct vmu_usage u;

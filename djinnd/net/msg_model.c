@@ -384,7 +384,7 @@ void handle_ctx_resume(struct conn *c, const struct djinn_hdr *hdr,
 {
 	const struct djinn_ctx_resume *r = req;
 
-	ctx_job(c, hdr, s, r->ctx, r->hidden, mjob_resume);
+	ctx_job(c, hdr, s, r->ctx, r->hidden, mjob_step);
 }
 
 /* PREFILL and DECODE: @r, and after it a prefill's tokens, @len bytes in

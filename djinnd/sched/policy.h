@@ -28,6 +28,8 @@ struct sched {
 	unsigned int policy;
 	struct sched_share shares[SCHED_TENANTS_MAX];
 	unsigned int nr_shares;
+	struct sched_batch batches[SCHED_BATCHES_MAX];
+	unsigned int nr_batches;
 	struct sched_lane_q lane[SCHED_LANES];
 
 	pthread_mutex_t stat_lock; /* @st */

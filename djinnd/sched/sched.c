@@ -85,6 +85,16 @@ static void set_config(struct sched *sc, const struct sched_config *cfg)
 		sc->shares[sc->nr_shares++] = cfg->shares[i];
 	sc->cfg.shares = NULL;
 	sc->cfg.nr_shares = 0;
+	if (!sc->cfg.max_batch || sc->cfg.max_batch > EXEC_PASS_MAX)
+		sc->cfg.max_batch = SCHED_MAX_BATCH_DEFAULT;
+	if (!sc->cfg.pass_tokens)
+		sc->cfg.pass_tokens = SCHED_PASS_TOKENS_DEFAULT;
+	sc->nr_batches = 0;
+	for (unsigned int i = 0; i < cfg->nr_batches && i < SCHED_BATCHES_MAX;
+	     i++)
+		sc->batches[sc->nr_batches++] = cfg->batches[i];
+	sc->cfg.batches = NULL;
+	sc->cfg.nr_batches = 0;
 }
 
 int sched_create(struct loop *loop, struct device *dev,
@@ -251,22 +261,13 @@ static struct sched_entity *pick(struct sched *sc, struct sched_lane_q *q,
 	}
 }
 
-struct exec_job *sched_next(struct sched *sc, enum sched_lane l)
+/* Lock held: @se's first job @job starts; its turn is used. Returns
+ * its wait in the queue. */
+static uint64_t dispatch(struct sched_lane_q *q, unsigned int l,
+			 struct sched_entity *se, struct exec_job *job)
 {
-	struct sched_lane_q *q = &sc->lane[l];
-	struct sched_entity *se;
-	struct exec_job *job;
 	uint64_t ahead, wait;
 
-	pthread_mutex_lock(&q->lock);
-	while (!q->stop && list_empty(&q->round))
-		pthread_cond_wait(&q->cond, &q->lock);
-	if (list_empty(&q->round)) {
-		pthread_mutex_unlock(&q->lock);
-		return NULL;
-	}
-	se = pick(sc, q, l);
-	job = list_first_entry(&se->jobs[l], struct exec_job, node);
 	list_del_init(&job->node);
 	/* Its turn is used: to the tail, or out of the round (on a serial
 	 * lane until the job is charged). */
@@ -287,18 +288,136 @@ struct exec_job *sched_next(struct sched *sc, enum sched_lane l)
 	se->dispatched[l]++;
 	wait = now_ns() - job->t_queued;
 	se->hist[hist_bucket(wait)]++;
+	return wait;
+}
+
+static void wait_stat(struct sched *sc, const struct sched_entity *se,
+		      uint64_t wait)
+{
+	unsigned int p = se->priority < 8 ? se->priority : 7;
+
+	pthread_mutex_lock(&sc->stat_lock);
+	sc->st.wait_hist[p][hist_bucket(wait)]++;
+	sc->st.wait_sum_ns[p] += wait;
+	sc->st.waits[p]++;
+	pthread_mutex_unlock(&sc->stat_lock);
+}
+
+struct exec_job *sched_next(struct sched *sc, enum sched_lane l)
+{
+	struct sched_lane_q *q = &sc->lane[l];
+	struct sched_entity *se;
+	struct exec_job *job;
+	uint64_t wait;
+
+	pthread_mutex_lock(&q->lock);
+	while (!q->stop && list_empty(&q->round))
+		pthread_cond_wait(&q->cond, &q->lock);
+	if (list_empty(&q->round)) {
+		pthread_mutex_unlock(&q->lock);
+		return NULL;
+	}
+	se = pick(sc, q, l);
+	job = list_first_entry(&se->jobs[l], struct exec_job, node);
+	wait = dispatch(q, l, se, job);
 	pthread_mutex_unlock(&q->lock);
 
-	if (l == SCHED_COMPUTE) {
-		unsigned int p = se->priority < 8 ? se->priority : 7;
-
-		pthread_mutex_lock(&sc->stat_lock);
-		sc->st.wait_hist[p][hist_bucket(wait)]++;
-		sc->st.wait_sum_ns[p] += wait;
-		sc->st.waits[p]++;
-		pthread_mutex_unlock(&sc->stat_lock);
-	}
+	if (l == SCHED_COMPUTE)
+		wait_stat(sc, se, wait);
 	return job;
+}
+
+/* Rows a pass gives @job when @left of its budget are left: all it
+ * wants, or as many as are left if it may take fewer; 0: it does not
+ * fit. */
+static uint32_t grant_of(const struct exec_job *job, uint32_t left)
+{
+	uint32_t want = job->rows ? job->rows : 1;
+
+	if (want <= left)
+		return want;
+	return job->chunk ? left : 0;
+}
+
+unsigned int sched_join(struct sched *sc, struct exec_job *first,
+			struct exec_job **jobs)
+{
+	struct sched_lane_q *q = &sc->lane[first->lane];
+	unsigned int l = first->lane, n = 1, max, b;
+	uint32_t budget = sc->cfg.pass_tokens, used;
+	uint64_t waits[EXEC_PASS_MAX], rows;
+	struct sched_entity *joined[EXEC_PASS_MAX];
+
+	jobs[0] = first;
+	/* the first goes whatever its rows; a prompt past the budget is
+	 * split */
+	first->grant = grant_of(first, budget);
+	if (!first->grant)
+		first->grant = first->rows ? first->rows : 1;
+	used = first->grant;
+	max = first->pass_max < EXEC_PASS_MAX ? first->pass_max : EXEC_PASS_MAX;
+	pthread_mutex_lock(&q->lock);
+	/* those owed device time first, then the others, each in the
+	 * round's order */
+	for (int owed = 1; owed >= 0; owed--) {
+		struct sched_entity *se, *nx;
+
+		list_for_each_entry_safe(se, nx, &q->round, node[l]) {
+			struct exec_job *j;
+			uint32_t g;
+
+			if (n >= max || used >= budget)
+				break;
+			if ((se->deficit[l] > 0) != owed)
+				continue;
+			j = list_first_entry(&se->jobs[l], struct exec_job,
+					     node);
+			if (!j->run_pass || j->pass != first->pass)
+				continue;
+			g = grant_of(j, budget - used);
+			if (!g)
+				continue;
+			j->grant = g;
+			used += g;
+			waits[n] = dispatch(q, l, se, j);
+			joined[n] = se;
+			jobs[n++] = j;
+		}
+	}
+	pthread_mutex_unlock(&q->lock);
+
+	rows = used;
+	for (b = 0; b < SCHED_PASS_HIST - 1 && (1u << b) < n; b++)
+		;
+	pthread_mutex_lock(&sc->stat_lock);
+	sc->st.passes++;
+	sc->st.pass_jobs += n;
+	sc->st.pass_rows += rows;
+	sc->st.pass_hist[b]++;
+	for (unsigned int i = 1; i < n; i++) {
+		sc->st.join_hist[hist_bucket(waits[i])]++;
+		sc->st.join_sum_ns += waits[i];
+		sc->st.joins++;
+	}
+	pthread_mutex_unlock(&sc->stat_lock);
+	for (unsigned int i = 1; i < n; i++)
+		if (l == SCHED_COMPUTE)
+			wait_stat(sc, joined[i], waits[i]);
+	return n;
+}
+
+unsigned int sched_max_batch(struct sched *sc, const char *model)
+{
+	unsigned int max;
+
+	pthread_mutex_lock(&sc->lane[SCHED_COMPUTE].lock);
+	max = sc->cfg.max_batch;
+	for (unsigned int i = 0; i < sc->nr_batches; i++)
+		if (!strcmp(sc->batches[i].model, model) &&
+		    sc->batches[i].max < max)
+			max = sc->batches[i].max;
+	pthread_mutex_unlock(&sc->lane[SCHED_COMPUTE].lock);
+	return max;
 }
 
 void sched_charge(struct sched *sc, struct exec_job *job, uint64_t ns)
@@ -311,6 +430,19 @@ void sched_charge(struct sched *sc, struct exec_job *job, uint64_t ns)
 	se->running[job->lane]--;
 	q->running--;
 	se->deficit[job->lane] -= cost;
+	if (job->again) { /* its next step: first of its session's */
+		job->t_queued = now_ns();
+		job->seq = q->dispatched;
+		job->own_seq = se->dispatched[job->lane];
+		list_add(&job->node, &se->jobs[job->lane]);
+		se->queued[job->lane]++;
+		q->queued++;
+		if (!serial(job->lane) && list_empty(&se->node[job->lane])) {
+			list_add_tail(&se->node[job->lane], &q->round);
+			q->nr_round++;
+			pthread_cond_signal(&q->cond);
+		}
+	}
 	/* Its next job may start now, on any of the lane's threads. */
 	if (serial(job->lane) && !se->running[job->lane] &&
 	    !list_empty(&se->jobs[job->lane]) &&
@@ -354,6 +486,14 @@ static struct exec_job *src_next(void *arg)
 	return sched_next(q->sc, (enum sched_lane)(q - q->sc->lane));
 }
 
+static unsigned int src_join(void *arg, struct exec_job *first,
+			     struct exec_job **jobs)
+{
+	struct sched_lane_q *q = arg;
+
+	return sched_join(q->sc, first, jobs);
+}
+
 static void src_charge(void *arg, struct exec_job *job, uint64_t ns)
 {
 	struct sched_lane_q *q = arg;
@@ -370,7 +510,7 @@ static void src_stop(void *arg)
 
 struct exec_source sched_source(struct sched *sc, enum sched_lane l)
 {
-	return (struct exec_source){ src_next, src_charge, src_stop,
+	return (struct exec_source){ src_next, src_join, src_charge, src_stop,
 				     &sc->lane[l] };
 }
 
@@ -424,7 +564,7 @@ void sched_get_stats(struct sched *sc, struct sched_stats *st)
 	pthread_mutex_unlock(&sc->stat_lock);
 }
 
-uint64_t sched_hist_p99(const uint32_t *hist)
+uint64_t sched_hist_p99_64(const uint64_t *hist)
 {
 	uint64_t total = 0, seen = 0;
 
@@ -438,6 +578,15 @@ uint64_t sched_hist_p99(const uint32_t *hist)
 			return (1ull << b) * 1000;
 	}
 	return (1ull << (SCHED_HIST - 1)) * 1000;
+}
+
+uint64_t sched_hist_p99(const uint32_t *hist)
+{
+	uint64_t h[SCHED_HIST];
+
+	for (unsigned int b = 0; b < SCHED_HIST; b++)
+		h[b] = hist[b];
+	return sched_hist_p99_64(h);
 }
 
 void sched_entity_info(struct sched *sc, struct sched_entity *se,

@@ -76,6 +76,17 @@ struct sched_share {
 	unsigned int share; /* 1 .. SCHED_SHARE_MAX */
 };
 
+/* [model.NAME] max_batch: the most contexts of model @model in a pass */
+#define SCHED_BATCHES_MAX 64
+struct sched_batch {
+	char model[DJINN_MODEL_NAME_MAX];
+	unsigned int max; /* 1 .. EXEC_PASS_MAX */
+};
+
+/* [device] max_batch's and pass_tokens' defaults */
+#define SCHED_MAX_BATCH_DEFAULT EXEC_PASS_MAX
+#define SCHED_PASS_TOKENS_DEFAULT 256
+
 /*
  * struct sched_config - djinnd.conf's [sched] and [tenant.NAME] sections
  * @policy:       enum djinn_sched_policy (not changed by a reload)
@@ -87,6 +98,11 @@ struct sched_share {
  *                expected wait is over this % of the measured swap-out
  *                plus restore time
  * @shares:       tenant shares (weights); tenants not named have 1
+ * @max_batch:    [device] max_batch: contexts of one model in a pass at
+ *                most (1: every step runs alone; 0: the default)
+ * @pass_tokens:  [device] pass_tokens: the rows (tokens) of a pass at
+ *                most, a long prompt split to fit (0: the default)
+ * @batches:      [model.NAME] max_batch, below @max_batch for that model
  */
 struct sched_config {
 	unsigned int policy;
@@ -96,6 +112,9 @@ struct sched_config {
 	unsigned int swap_margin_pct;
 	const struct sched_share *shares;
 	unsigned int nr_shares;
+	unsigned int max_batch, pass_tokens;
+	const struct sched_batch *batches;
+	unsigned int nr_batches;
 };
 
 #define SCHED_QUANTUM_DEFAULT NSEC_PER_MSEC
@@ -149,7 +168,16 @@ struct sched_entity {
 /*
  * struct sched_stats - a device's, for ADMIN_SCHED and the metrics
  */
+/* Pass-size histogram: bucket i counts passes of 2^(i-1) + 1 .. 2^i
+ * jobs (bucket 0: one job), as ADMIN_SCHED's pass_hist. */
+#define SCHED_PASS_HIST 8
+
 struct sched_stats {
+	uint64_t passes, pass_jobs,
+		pass_rows; /* passes run, their jobs, rows */
+	uint64_t pass_hist[SCHED_PASS_HIST]; /* jobs per pass */
+	uint64_t join_hist[SCHED_HIST]; /* a step's wait to join a pass */
+	uint64_t join_sum_ns, joins;
 	uint64_t swaps_signal; /* regions the policy swapped out on IO_WAIT */
 	uint64_t prefetches, prefetch_hits, prefetch_misses;
 	uint64_t swap_out_bps, swap_in_bps; /* measured; 0: not yet */
@@ -224,8 +252,21 @@ void sched_submit(struct sched *sc, struct exec_job *job);
 /* For an executor thread of @lane: the next job (blocks), or NULL once
  * the lane is stopped and empty. */
 struct exec_job *sched_next(struct sched *sc, enum sched_lane lane);
-/* The job that sched_next() gave took @ns of device time. */
+/*
+ * For an executor thread whose job @first from sched_next() joins
+ * passes: the pass it leads (exec_source.join): itself, then the jobs of
+ * the same pass key that head their sessions' queues, those whose
+ * sessions' deficits are positive first, each in the round's order, up
+ * to the model's max_batch and the device's pass_tokens rows. Returns
+ * how many, in @jobs, their grants set.
+ */
+unsigned int sched_join(struct sched *sc, struct exec_job *first,
+			struct exec_job **jobs);
+/* The job that sched_next() or sched_join() gave took @ns of device
+ * time; with job->again it is queued again, first of its session's. */
 void sched_charge(struct sched *sc, struct exec_job *job, uint64_t ns);
+/* The most contexts of model @model in one pass on this device. */
+unsigned int sched_max_batch(struct sched *sc, const char *model);
 /* The lane's jobs for its executor (executor_start()). */
 struct exec_source sched_source(struct sched *sc, enum sched_lane lane);
 /* Take @se's queued jobs of @lane off the queue onto @out. */
@@ -258,6 +299,7 @@ void sched_signal(struct sched *sc, struct sched_entity *se, uint32_t phase,
 /* The 99th percentile of a SCHED_HIST histogram: its bucket's upper
  * bound, in ns (0 when empty). */
 uint64_t sched_hist_p99(const uint32_t *hist);
+uint64_t sched_hist_p99_64(const uint64_t *hist);
 
 /*
  * The semantic policy's rule for a session that waits, pure (the unit

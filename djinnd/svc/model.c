@@ -61,6 +61,7 @@ void mobj_ctx_bind(struct mobj *o, struct mobj *m, struct model_ctx *mc,
 
 void mjob_free(struct mjob *mj)
 {
+	model_req_fini(&mj->q);
 	free(mj->upload);
 	free(mj->tokens);
 	free(mj);
@@ -372,37 +373,6 @@ static int step_answer(struct exec_job *job, const struct model_env *me,
 	return ret;
 }
 
-void mjob_step(struct exec_job *job, const struct exec_env *env)
-{
-	struct mjob *mj = job->ctx;
-	struct model_ctx *mc = mj->o->mc;
-	struct model_env me = env_of(env);
-	const struct djinn_sampling *sp = &mj->step.sampling;
-	struct model_run r = { .brk = mj->step.break_layer, .out = mj->tokens };
-	uint64_t t0 = loop_now();
-	int ret;
-
-	if (mj->hdr.type == DJINN_MSG_CTX_PREFILL) {
-		r.out = NULL;
-		ret = model_ctx_run_prefill(mc, &me, mj->tokens,
-					    mj->step.nr_tokens, &r, job->msg,
-					    sizeof(job->msg));
-	} else {
-		struct model_sampling ms = {
-			.temperature = sp->temperature,
-			.top_k = sp->top_k,
-			.top_p = sp->top_p == 0 ? 1.0f : sp->top_p,
-			.seed = sp->seed,
-		};
-
-		ret = model_ctx_run_decode(mc, &me, mj->step.nr_tokens, &ms, &r,
-					   job->msg, sizeof(job->msg));
-	}
-	if (!ret)
-		mj->o->pause_flags = mj->step.flags;
-	job->error = step_answer(job, &me, mj->o, &r, ret, t0);
-}
-
 /* Write the tensor @handle over the paused hidden state of @mc. */
 static int steer(struct exec_job *job, const struct model_env *me,
 		 struct model_ctx *mc, uint64_t handle)
@@ -442,37 +412,159 @@ out:
 	return ret;
 }
 
-void mjob_resume(struct exec_job *job, const struct exec_env *env)
+/* A step's request starts: 0, or its error is the job's (the request
+ * is done). */
+static int step_start(struct exec_job *job, const struct model_env *me)
 {
 	struct mjob *mj = job->ctx;
 	struct model_ctx *mc = mj->o->mc;
-	struct model_env me = env_of(env);
+	const struct djinn_sampling *sp = &mj->step.sampling;
+	struct model_req *q = &mj->q;
 	struct model_pause_info pi;
-	struct model_run r = { 0 };
-	uint64_t t0 = loop_now();
 	int ret;
 
-	if (!model_ctx_paused(mc, &pi)) {
-		snprintf(job->msg, sizeof(job->msg),
-			 "the context is not paused");
-		job->error = -EBUSY;
-		return;
-	}
-	if (pi.decode) {
-		mj->tokens = malloc(pi.want * sizeof(int32_t));
-		if (!mj->tokens) {
-			job->error = -ENOMEM;
-			return;
+	mj->started = true;
+	mj->t0 = loop_now();
+	*q = (struct model_req){ .c = mc,
+				 .r = { .brk = mj->step.break_layer,
+					.out = mj->tokens },
+				 .msg = job->msg,
+				 .msglen = sizeof(job->msg) };
+	switch (mj->hdr.type) {
+	case DJINN_MSG_CTX_PREFILL:
+		q->kind = MODEL_REQ_PREFILL;
+		q->tokens = mj->tokens;
+		q->n = mj->step.nr_tokens;
+		q->r.out = NULL;
+		break;
+	case DJINN_MSG_CTX_DECODE:
+		q->kind = MODEL_REQ_DECODE;
+		q->n = mj->step.nr_tokens;
+		q->sp = (struct model_sampling){
+			.temperature = sp->temperature,
+			.top_k = sp->top_k,
+			.top_p = sp->top_p == 0 ? 1.0f : sp->top_p,
+			.seed = sp->seed,
+		};
+		break;
+	default: /* CTX_RESUME */
+		q->kind = MODEL_REQ_RESUME;
+		q->r.brk = 0;
+		if (!model_ctx_paused(mc, &pi)) {
+			snprintf(job->msg, sizeof(job->msg),
+				 "the context is not paused");
+			return job->error = -EBUSY;
 		}
-		r.out = mj->tokens;
+		if (pi.decode) {
+			mj->tokens = malloc(pi.want * sizeof(int32_t));
+			if (!mj->tokens)
+				return job->error = -ENOMEM;
+			q->r.out = mj->tokens;
+		}
+		/* a failed steer leaves it paused, as it was */
+		ret = mj->steer ? steer(job, me, mc, mj->steer) : 0;
+		if (ret)
+			return job->error = ret;
+		break;
 	}
-	ret = mj->steer ? steer(job, &me, mc, mj->steer) : 0;
-	if (ret) { /* still paused, as it was */
-		job->error = ret;
-		return;
+	ret = model_req_start(q);
+	if (ret)
+		job->error = step_answer(job, me, mj->o, &q->r, ret, mj->t0);
+	return ret;
+}
+
+/* The request of @job has ended: the answer. */
+static void step_end(struct exec_job *job, const struct model_env *me)
+{
+	struct mjob *mj = job->ctx;
+	struct model_req *q = &mj->q;
+
+	if (!q->ret && mj->hdr.type != DJINN_MSG_CTX_RESUME)
+		mj->o->pause_flags = mj->step.flags;
+	job->error = step_answer(job, me, mj->o, &q->r, q->ret, mj->t0);
+	model_req_fini(q);
+}
+
+/* Whether @job ends before its next step: its session ended, or its
+ * context was freed. */
+static bool step_gone(struct exec_job *job)
+{
+	struct mjob *mj = job->ctx;
+
+	if (svc_job_gone(job))
+		return true;
+	if (!__atomic_load_n(&mj->o->freed, __ATOMIC_ACQUIRE))
+		return false;
+	job->error = -ECANCELED;
+	snprintf(job->msg, sizeof(job->msg),
+		 "context freed while its step ran");
+	return true;
+}
+
+void svc_model_pass(struct exec_job **jobs, unsigned int n,
+		    const struct exec_env *env)
+{
+	struct model_env me = env_of(env);
+	struct model_req *qs[EXEC_PASS_MAX];
+	struct exec_job *in[EXEC_PASS_MAX];
+	unsigned int nq = 0;
+	uint64_t t0 = loop_now(), ns, rows = 0;
+
+	for (unsigned int i = 0; i < n; i++) {
+		struct exec_job *job = jobs[i];
+		struct mjob *mj = job->ctx;
+
+		job->again = false;
+		if (step_gone(job)) {
+			model_req_fini(&mj->q);
+			continue;
+		}
+		if (!mj->started && step_start(job, &me))
+			continue;
+		mj->q.grant = job->grant;
+		in[nq] = job;
+		qs[nq++] = &mj->q;
 	}
-	ret = model_ctx_resume(mc, &me, &r, job->msg, sizeof(job->msg));
-	job->error = step_answer(job, &me, mj->o, &r, ret, t0);
+	model_pass(qs, nq, &me);
+	ns = loop_now() - t0;
+	for (unsigned int i = 0; i < nq; i++)
+		rows += model_req_stepped(qs[i]);
+	for (unsigned int i = 0; i < nq; i++) {
+		struct exec_job *job = in[i];
+		struct mjob *mj = job->ctx;
+
+		/* its share of the pass, by the rows it carried */
+		mj->resp.run_ns += rows ? ns * model_req_stepped(qs[i]) / rows :
+					  0;
+		if (qs[i]->done) {
+			uint64_t run = mj->resp.run_ns;
+
+			step_end(job, &me);
+			mj->resp.run_ns = run;
+			continue;
+		}
+		job->again = true;
+		job->rows = model_req_rows(qs[i]);
+	}
+}
+
+/* A step job run alone: a pass of its own after another, to its end
+ * (svc_model_pass() is its @run_pass; this is its @call). */
+void mjob_step(struct exec_job *job, const struct exec_env *env)
+{
+	do {
+		job->grant = 0;
+		svc_model_pass(&job, 1, env);
+	} while (job->again);
+}
+
+/* A step job taken off its queue (its session ended): its request's
+ * memory goes. */
+void mjob_cancel(struct exec_job *job)
+{
+	struct mjob *mj = job->ctx;
+
+	model_req_fini(&mj->q);
 }
 
 /* A model job's body, unless its session has ended meanwhile. */
@@ -545,6 +637,7 @@ int svc_ctx_free(struct session *s, uint64_t handle, char *msg, size_t msglen)
 			 (unsigned long long)handle);
 		return -ENOENT;
 	}
+	__atomic_store_n(&o->freed, true, __ATOMIC_RELEASE);
 	mobj_ctx_unlist(o);
 	mobj_put(o); /* steps in flight keep it until they end */
 	return 0;
@@ -578,6 +671,19 @@ int svc_model_job(struct session_table *t, struct session *s,
 	mj->call = call;
 	job->lane = lane;
 	job->run = mjob_run;
+	if (call == mjob_step) {
+		const struct model *m = mj->o->model->h->m;
+
+		job->run_pass = svc_model_pass;
+		job->cancel = mjob_cancel;
+		job->pass = m;
+		job->pass_max = sched_max_batch(s->dev->sched, m->name);
+		job->rows = hdr->type == DJINN_MSG_CTX_PREFILL ?
+				    mj->step.nr_tokens :
+				    1;
+		job->chunk = hdr->type == DJINN_MSG_CTX_PREFILL &&
+			     !mj->step.break_layer;
+	}
 	job->ctx = mj;
 	job->s = s;
 	job->se = &s->se;

@@ -56,6 +56,10 @@ struct mobj {
 	uint32_t max_tokens;
 	/* the graph executor's: the paused step's flags, for RESUME */
 	uint32_t pause_flags;
+	/* CTX_FREE has taken it from the table (the I/O thread sets it,
+	 * the graph executor reads it): a step still running in passes
+	 * ends with -ECANCELED at its next one */
+	bool freed;
 };
 
 /* Drop a reference; the last frees the object (a context's its model's). */
@@ -82,6 +86,8 @@ void svc_model_session_ended(struct session *s);
  * @upload: MODEL_OPEN_UPLOADED's request (a copy)
  * @upload_max: the most bytes its files may hold in all
  * @resp:   PREFILL/DECODE/RESUME's answer
+ * @q:      PREFILL/DECODE/RESUME's request, run in passes
+ *          (svc_model_pass()) once @started; @t0 when it started
  */
 struct mjob {
 	struct djinn_hdr hdr;
@@ -96,6 +102,9 @@ struct mjob {
 	struct djinn_model_upload *upload;
 	uint64_t upload_max;
 	struct djinn_ctx_step_resp resp;
+	struct model_req q;
+	bool started;
+	uint64_t t0;
 	/* its body, called by mjob_run() */
 	void (*call)(struct exec_job *job, const struct exec_env *env);
 };
@@ -122,11 +131,21 @@ int svc_ctx_made(struct session *s, struct model_ctx *c, bool relieve,
  *                    model's layers if that makes room
  *   mjob_fork        CTX_FORK: a copy of the context (@mc)
  *   mjob_reset       CTX_RESET
- *   mjob_step        CTX_PREFILL / CTX_DECODE: the step, its answer in
- *                    @resp and @tokens
- *   mjob_resume      CTX_RESUME: the paused step, steered, run to its end
+ *   mjob_step        CTX_PREFILL / CTX_DECODE / CTX_RESUME (the paused
+ *                    step, steered, run to its end), alone: its answer
+ *                    in @resp and @tokens
  * mjob_run() is an exec_job's @run: the mjob's @call, unless its session
  * has ended meanwhile.
+ *
+ * Steps in passes. PREFILL, DECODE and RESUME jobs join passes (an
+ * exec_job's @run_pass, svc_model_pass()): the scheduler gives one
+ * executor thread the ready steps of every session on the same model,
+ * and one model_pass() runs the next step of each (a chunk of a prompt,
+ * one token of a decode, a resumed step). A job whose request is not
+ * done goes back to the scheduler for its next step (@again) instead of
+ * holding the thread; its answer comes when its request ends. A job
+ * whose session ended, or whose context was freed, ends at its next
+ * pass with -ECANCELED; the others of the pass go on.
  */
 void mjob_open(struct exec_job *job, const struct exec_env *env);
 void mjob_open_upload(struct exec_job *job, const struct exec_env *env);
@@ -134,8 +153,10 @@ void mjob_ctx_room(struct exec_job *job, const struct exec_env *env);
 void mjob_fork(struct exec_job *job, const struct exec_env *env);
 void mjob_reset(struct exec_job *job, const struct exec_env *env);
 void mjob_step(struct exec_job *job, const struct exec_env *env);
-void mjob_resume(struct exec_job *job, const struct exec_env *env);
 void mjob_run(struct exec_job *job, const struct exec_env *env);
+void svc_model_pass(struct exec_job **jobs, unsigned int n,
+		    const struct exec_env *env);
+void mjob_cancel(struct exec_job *job);
 
 /*
  * The service's operations, on the I/O thread. Each answers 0, or a

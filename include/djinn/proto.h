@@ -1065,6 +1065,15 @@ enum djinn_sched_policy {
  * @prefetch_misses: ... that were not (the request waited on a restore)
  * @admit_waits:     admissions that waited for memory
  * @admit_timeouts:  ... and were refused when sched.admit_wait ran out
+ * @passes:          model passes run (steps of many contexts of one model
+ *                   as one forward), @pass_jobs their steps, @pass_rows
+ *                   their rows (tokens)
+ * @pass_hist:       passes by steps: [i] counts 2^(i-1) + 1 .. 2^i ([0]:
+ *                   one, [7]: 65 and more)
+ * @joins:           steps that joined a pass another step led, @join_ns
+ *                   their waits from being queued to the pass, in all,
+ *                   and @join_p99_ns the 99th percentile (a power of two
+ *                   microseconds, its bucket's bound)
  */
 struct djinn_admin_sched_dev {
 	char device[16];
@@ -1085,8 +1094,15 @@ struct djinn_admin_sched_dev {
 	__u64 prefetch_misses;
 	__u64 admit_waits;
 	__u64 admit_timeouts;
+	__u64 passes;
+	__u64 pass_jobs;
+	__u64 pass_rows;
+	__u64 pass_hist[8];
+	__u64 joins;
+	__u64 join_ns;
+	__u64 join_p99_ns;
 };
-static_assert(sizeof(struct djinn_admin_sched_dev) == 136, "admin sched dev");
+static_assert(sizeof(struct djinn_admin_sched_dev) == 248, "admin sched dev");
 
 /* struct djinn_admin_sched_session.flags */
 #define DJINN_SCHED_SWAPPED_BY_SIGNAL (1u << 0) /* in this wait */

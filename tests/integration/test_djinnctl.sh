@@ -402,13 +402,21 @@ assert list(d) == ["device", "policy", "busy", "queued", "running",
                    "admit_waiting", "swap_out_bps", "swap_in_bps",
                    "swaps_signal", "swaps_pressure", "swap_bytes_out",
                    "swap_bytes_in", "prefetches", "prefetch_hits",
-                   "prefetch_misses", "admit_waits", "admit_timeouts"], d
+                   "prefetch_misses", "admit_waits", "admit_timeouts",
+                   "passes", "pass_jobs", "pass_rows", "pass_hist", "joins",
+                   "join_ns", "join_p99_ns"], d
 assert d["device"] == "cpu" and d["policy"] in policy.split("|"), d
 assert d["busy"] == 0 and d["admit_waiting"] == 0, d
 assert d["queued"] == {"compute": 0, "mem": 0}, d
 assert d["running"] == {"compute": 0, "mem": 0}, d
 for k in list(d)[5:]:
+    if k == "pass_hist":
+        assert len(d[k]) == 8 and all(isinstance(x, int) and x >= 0
+                                      for x in d[k]), d[k]
+        assert sum(d[k]) == d["passes"], d
+        continue
     assert isinstance(d[k], int) and d[k] >= 0, k
+assert d["pass_jobs"] >= d["passes"] and d["joins"] <= d["pass_jobs"], d
 by = {s["id"]: s for s in j["sessions"]}
 assert set(by) == {alice, carol, dave}, sorted(by)
 for s in j["sessions"]:

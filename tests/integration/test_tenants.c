@@ -647,8 +647,8 @@ static void test_bad(void **state)
 		{ "model.x.readable=maybe", NULL,
 		  "model.x.readable: 'maybe': want yes or no" },
 		{ "model.x.open=yes", NULL,
-		  "unknown key 'open' in [model.x] (want readable, budget or "
-		  "ring_slots)" },
+		  "unknown key 'open' in [model.x] (want readable, budget, "
+		  "ring_slots or max_batch)" },
 		{ "tenant.a.sessions=0", NULL,
 		  "tenant.a.sessions: '0': want a number from 1 to 1048576" },
 		{ "tenant.a.memory=lots", NULL,

@@ -246,8 +246,11 @@ static void test_bad_files(void **state)
 		{ "[model.m]\nbudget = 6M\nring_slots = 1\nring_slots = 2\n", 4,
 		  "model.m.ring_slots: already set on line 3" },
 		{ "[model.m]\nslots = 2\n", 2,
-		  "unknown key 'slots' in [model.m] (want readable, budget or "
-		  "ring_slots)" },
+		  "unknown key 'slots' in [model.m] (want readable, budget, "
+		  "ring_slots or max_batch)" },
+		{ "[model.m]\nmax_batch = 0\n", 2,
+		  "model.m.max_batch: '0': want a number from 1 to 64" },
+		{ "[device]\nmax_batch = 65\n", 2, "device.max_batch" },
 		{ "[model..m]\nbudget = 6M\n", 2, "[model..m]: a model name" },
 	};
 
