@@ -158,6 +158,44 @@ static inline void show_tail(const char *path)
 	fprintf(stderr, "%s:\n%s", path, buf);
 }
 
+/* @path's bytes, NUL-terminated, their count in *@len; NULL if it
+ * cannot be read. */
+static inline char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 ||
+	    fseek(f, 0, SEEK_SET))
+		goto out;
+	buf = malloc((size_t)n + 1);
+	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		buf = NULL;
+	}
+	if (buf) {
+		buf[n] = 0;
+		*len = (size_t)n;
+	}
+out:
+	fclose(f);
+	return buf;
+}
+
+/* The last non-empty line of @text, for a note. */
+static inline void last_line(char *dst, size_t len, char *text)
+{
+	char *end = text + strlen(text), *p;
+
+	while (end > text && (end[-1] == '\n' || end[-1] == ' '))
+		*--end = 0;
+	p = strrchr(text, '\n');
+	snprintf(dst, len, "%s", p ? p + 1 : text);
+}
+
 /* The whole number @s in @lo..@hi; else say so and exit 2 (usage). */
 static inline unsigned long num(const char *s, unsigned long lo,
 				unsigned long hi)

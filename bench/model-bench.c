@@ -65,8 +65,11 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <limits.h>
 
 #include "bench.h"
+#include "djinnd.h"
+#include "model-bench.h"
 #include "model/runtime.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -109,6 +112,8 @@ static struct {
 	unsigned int threads, prefill, decode, rounds;
 	uint64_t seed;
 	bool no_torch;
+	const char *sessions, *djinnd, *djinnctl;
+	uint64_t mem;
 } opt = {
 	.cache = "build/bench-cache",
 	.python = "python3",
@@ -144,6 +149,70 @@ static void emit(const struct fig *f)
 		g.want = !strcmp(g.target, ">=") && gpu_rate ? 1.1 : 1;
 	}
 	fig_emit(&g);
+}
+
+/* A --sessions line: the same bench, a ratio target of 1 whatever the
+ * backend (the issue's targets are ratios), and its session count. */
+static void emit_sessions(const struct fig *f, unsigned int sessions)
+{
+	char bench[64];
+	struct fig g = *f;
+
+	snprintf(bench, sizeof(bench), "%s_%s", opt.arch->bench, opt.backend);
+	g.bench = bench;
+	g.want = 1;
+	fig_put(&g);
+	fig_u64("sessions", sessions);
+	fig_end();
+}
+
+/* --sessions 1,2,4,8: the counts, at most SESSIONS_MAX_N of 1 to 64 */
+static void parse_sessions(const char *list, struct sessions_opt *so)
+{
+	char buf[256], *tok, *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (so->nr_n == SESSIONS_MAX_N)
+			fail("--sessions: at most %d counts", SESSIONS_MAX_N);
+		so->n[so->nr_n++] = (unsigned int)num(tok, 1, 64);
+	}
+	if (!so->nr_n)
+		fail("--sessions: a list of counts, such as 1,2,4,8");
+}
+
+/* model-bench --sessions LIST (model-sessions.c) */
+static int run_sessions(const char *models)
+{
+	char abs[PATH_MAX];
+	bool gpu = !strcmp(opt.backend, "cuda");
+	struct sessions_opt so = {
+		.models = abs,
+		.model = opt.arch->model,
+		.arch = opt.arch->name,
+		.backend = opt.backend,
+		.mem = opt.mem ? opt.mem : 4 * GiB,
+		.python = opt.python,
+		.script = opt.script,
+		.threads = opt.threads,
+		.no_torch = opt.no_torch,
+		.prefill = opt.prefill,
+		.decode = opt.decode,
+		.seed = opt.seed,
+		.vocab = opt.arch->vocab,
+		/* the issue's targets: 3x at 8 on the CPU, 12x at 32 on a
+		 * GPU */
+		.target_n = gpu ? 32 : 8,
+		.target_x = gpu ? 12 : 3,
+	};
+
+	if (!realpath(models, abs))
+		fail("%s: %s", models, strerror(errno));
+	parse_sessions(opt.sessions, &so);
+	bdj_find(opt.djinnd, opt.djinnctl);
+	sessions_bench(&so, emit_sessions);
+	return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -344,42 +413,6 @@ struct torch_side {
 	float *logits;
 };
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	long n;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 ||
-	    fseek(f, 0, SEEK_SET))
-		goto out;
-	buf = malloc((size_t)n + 1);
-	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		free(buf);
-		buf = NULL;
-	}
-	if (buf) {
-		buf[n] = 0;
-		*len = (size_t)n;
-	}
-out:
-	fclose(f);
-	return buf;
-}
-
-/* The last non-empty line of @text, for a note. */
-static void last_line(char *dst, size_t len, char *text)
-{
-	char *end = text + strlen(text), *p;
-
-	while (end > text && (end[-1] == '\n' || end[-1] == ' '))
-		*--end = 0;
-	p = strrchr(text, '\n');
-	snprintf(dst, len, "%s", p ? p + 1 : text);
-}
-
 /* One run of model_torch.py: a warm-up and one round. */
 static void run_torch(const char *models, const int32_t *prompt, uint32_t vocab,
 		      struct torch_side *t)
@@ -489,7 +522,10 @@ static void usage(void)
 		"                   [--prefill N] [--decode N] [--rounds N]\n"
 		"                   [--seed N] [--no-torch] [--torch-script "
 		"PATH]\n"
-		"                   [--backend cpu|cuda] [--arch gpt2|qwen2]\n");
+		"                   [--backend cpu|cuda] [--arch gpt2|qwen2]\n"
+		"                   [--sessions N,N,... [--mem MiB] [--djinnd "
+		"PATH]\n"
+		"                    [--djinnctl PATH]]\n");
 	exit(2);
 }
 
@@ -507,6 +543,10 @@ int main(int argc, char **argv)
 		{ "torch-script", required_argument, NULL, 'T' },
 		{ "backend", required_argument, NULL, 'B' },
 		{ "arch", required_argument, NULL, 'a' },
+		{ "sessions", required_argument, NULL, 'S' },
+		{ "djinnd", required_argument, NULL, 'D' },
+		{ "djinnctl", required_argument, NULL, 'C' },
+		{ "mem", required_argument, NULL, 'm' },
 		{ NULL, 0, NULL, 0 },
 	};
 	double pre[MAX_ROUNDS], dec[MAX_ROUNDS], tload = NAN, tpre = NAN;
@@ -566,6 +606,18 @@ int main(int argc, char **argv)
 			if (!opt.arch)
 				usage();
 			break;
+		case 'S':
+			opt.sessions = optarg;
+			break;
+		case 'D':
+			opt.djinnd = optarg;
+			break;
+		case 'C':
+			opt.djinnctl = optarg;
+			break;
+		case 'm':
+			opt.mem = (uint64_t)num(optarg, 64, 1 << 20) << 20;
+			break;
 		default:
 			usage();
 		}
@@ -586,6 +638,8 @@ int main(int argc, char **argv)
 	if (!strcmp(opt.backend, "cuda"))
 		need_gpu(); /* before a minute of writing the model */
 	ensure_model(models, sizeof(models));
+	if (opt.sessions)
+		return run_sessions(models);
 	vocab = opt.arch->vocab;
 	prompt = calloc(opt.prefill, sizeof(*prompt));
 	if (!prompt)

@@ -7,6 +7,13 @@ against.
     model_torch.py --model DIR --tokens 1,2,3 [--decode N] [--rounds R]
                    [--threads N] [--device cpu|cuda] [--logits-out FILE]
                    [--arch gpt2|llama|qwen2|qwen3|mistral]
+    model_torch.py --model DIR --tokens-file FILE ...
+
+--tokens-file runs a batch: one sequence per line of FILE (token ids,
+comma-separated, every line as long), prefilled as one (B, T) batch and
+decoded together, a (B, 1) step per token over a batched KV cache; its
+decode tokens/s count every sequence's tokens, and "tokens" is a list
+per sequence (model-bench --sessions' baseline).
 
 Reads config.json and model.safetensors (f32, plain torch; no
 transformers) and builds the model its "model_type" names (--arch, if
@@ -161,7 +168,7 @@ class GPT2(nn.Module):
             x, kv = blk(x, None if past is None else past[l])
             new.append(kv)
         x = self.ln_f(x[:, -1:, :])  # the last row is all that is sampled
-        return F.linear(x, self.head)[0, -1], new
+        return F.linear(x, self.head)[:, -1], new
 
 
 # ---------------------------------------------------------------------------
@@ -297,7 +304,7 @@ class Llama(nn.Module):
             x, kv = blk(x, cos, sin, None if past is None else past[l])
             new.append(kv)
         x = self.norm(x[:, -1:, :])  # the last row is all that is sampled
-        return F.linear(x, self.head)[0, -1], new
+        return F.linear(x, self.head)[:, -1], new
 
 
 ARCHS = {'gpt2': GPT2, 'llama': Llama, 'qwen2': Llama, 'qwen3': Llama,
@@ -310,23 +317,25 @@ def sync(dev):
 
 
 def run(model, tokens, n, dev):
-    """Prefill @tokens, then @n greedy steps: (prefill s, decode s, tokens,
-    gaps, last prefill logits)."""
-    ids = torch.tensor([tokens], dtype=torch.long, device=dev)
+    """Prefill @tokens (B sequences of T), then @n greedy steps of all B:
+    (prefill s, decode s, tokens per sequence, gaps of the first,
+    its last prefill logits)."""
+    ids = torch.tensor(tokens, dtype=torch.long, device=dev)
     sync(dev)
     t0 = time.perf_counter()
-    logits, past = model(ids, None)
+    logits, past = model(ids, None)  # (B, V)
     sync(dev)
     t1 = time.perf_counter()
-    first = logits
-    out, gaps = [], []
+    first = logits[0]
+    out, gaps = [[] for _ in tokens], []
     for _ in range(n):
-        top = torch.topk(logits, 2)
-        tok = int(top.indices[0])  # waits for the step, as sampling does
-        out.append(tok)
-        gaps.append(float(top.values[0] - top.values[1]))
-        logits, past = model(torch.tensor([[tok]], dtype=torch.long,
-                                          device=dev), past)
+        top = torch.topk(logits, 2, dim=-1)
+        toks = top.indices[:, 0].tolist()  # waits for the step, as sampling does
+        for b, t in enumerate(toks):
+            out[b].append(t)
+        gaps.append(float(top.values[0, 0] - top.values[0, 1]))
+        logits, past = model(torch.tensor([[t] for t in toks],
+                                          dtype=torch.long, device=dev), past)
     sync(dev)
     t2 = time.perf_counter()
     return t1 - t0, t2 - t1, out, gaps, first.cpu()
@@ -335,7 +344,8 @@ def run(model, tokens, n, dev):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--model', required=True)
-    ap.add_argument('--tokens', required=True)
+    ap.add_argument('--tokens')
+    ap.add_argument('--tokens-file')
     ap.add_argument('--decode', type=int, default=64)
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--threads', type=int, default=os.cpu_count())
@@ -348,7 +358,18 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.set_grad_enabled(False)
-    tokens = [int(t) for t in a.tokens.split(',')]
+    if bool(a.tokens) == bool(a.tokens_file):
+        sys.exit('model_torch.py: --tokens or --tokens-file, one of them')
+    if a.tokens:
+        tokens = [[int(t) for t in a.tokens.split(',')]]
+    else:
+        with open(a.tokens_file) as f:
+            tokens = [[int(t) for t in line.split(',')]
+                      for line in f if line.strip()]
+        if not tokens or len(set(len(t) for t in tokens)) != 1:
+            sys.exit('model_torch.py: %s: lines of one length' %
+                     a.tokens_file)
+    B = len(tokens)
     t0 = time.perf_counter()
     with open(os.path.join(a.model, 'config.json')) as f:
         cfg = json.load(f)
@@ -379,14 +400,15 @@ def main():
             if out != toks:
                 sys.exit('model_torch.py: greedy tokens changed between '
                          'rounds')
-            pre.append(len(tokens) / p)
+            pre.append(B * len(tokens[0]) / p)
             if a.decode:
-                dec.append(a.decode / d)
+                dec.append(B * a.decode / d)
     json.dump({'torch': torch.__version__, 'threads': torch.get_num_threads(),
                'device': str(dev), 'arch': arch,
                'load_s': load, 'prefill_tok_s': statistics.median(pre),
                'decode_tok_s': statistics.median(dec) if dec else None,
-               'rounds': a.rounds, 'tokens': toks, 'gaps': gaps},
+               'rounds': a.rounds, 'batch': B,
+               'tokens': toks if a.tokens_file else toks[0], 'gaps': gaps},
               sys.stdout)
     sys.stdout.write('\n')
 

@@ -45,9 +45,10 @@ AGENT_PLOT_VENV   = $(BENCH_CACHE)/venv-plot
 # JSON with jansson itself, and writes its own with lib/figure.c
 # (libcommon.a). Its main in bench/agent-bench.c, the rest in
 # bench/agent/ (bench/agent/agent.h).
-AGENT_BENCH_SRCS := bench/agent-bench.c $(wildcard bench/agent/*.c)
+AGENT_BENCH_SRCS := bench/agent-bench.c $(wildcard bench/agent/*.c) \
+		    bench/djinnd.c
 AGENT_BENCH_OBJS := $(AGENT_BENCH_SRCS:%.c=$(BUILD)/%.o)
-SRCS += $(wildcard bench/agent/*.c)
+SRCS += $(wildcard bench/agent/*.c) bench/djinnd.c
 $(AGENT_BENCH): $(AGENT_BENCH_OBJS) $(BUILD)/libdjinn.so $(COMMON_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(AGENT_BENCH_OBJS) -L$(BUILD) -ldjinn \

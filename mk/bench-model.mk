@@ -19,11 +19,17 @@ BENCH_MODEL_ARGS ?=
 
 # The pattern rule in Makefile links the VMU only: this one the runtime.
 # (mk/model.mk comes later: its variables are spelled out here.)
-$(MODEL_BENCH): $(BUILD)/bench/model-bench.o $(BUILD)/libmodel.a \
+# --sessions (bench/model-sessions.c) speaks to a real djinnd through
+# libdjinn (static) and reads its counters with djinnctl.
+MODEL_BENCH_OBJS := $(BUILD)/bench/model-bench.o \
+		    $(BUILD)/bench/model-sessions.o $(BUILD)/bench/djinnd.o
+SRCS += bench/model-sessions.c
+$(MODEL_BENCH): $(MODEL_BENCH_OBJS) $(BUILD)/libmodel.a \
 		$(BUILD)/djinnd/graph/run.o $(BACKEND_LIB) $(VMU_LIB) \
-		$(COMMON_LIB)
+		$(COMMON_LIB) $(LIBDJINN_A)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(MODEL_BENCH_CUDA) $(LIBS_MODEL) -lm
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(MODEL_BENCH_OBJS) $(MODEL_BENCH_CUDA) \
+		$(LIBS_MODEL) $(LIBDJINN_A) -lssl -lcrypto -lm
 all: $(MODEL_BENCH)
 
 # PyTorch's CPU build where its index answers, else PyPI's; a failed
@@ -44,3 +50,21 @@ bench-model: deps
 	$(Q)py=python3; test -f $(BENCH_VENV)/.torch && \
 		py=$(BENCH_VENV)/bin/python; \
 	$(MODEL_BENCH) --cache $(BENCH_CACHE) --python $$py $(BENCH_MODEL_ARGS)
+
+# Many sessions decoding on one model through a real djinnd
+# (model-bench --sessions, bench/model-sessions.c): batching on, off, and
+# PyTorch's batch, for the GPT-2 and the Qwen2-shaped model.
+#
+#   make bench-sessions [BENCH_SESSIONS_ARGS='--sessions 1,2,4,8,16']
+BENCH_SESSIONS_ARGS ?= --sessions 1,2,4,8
+.PHONY: bench-sessions
+bench-sessions: deps
+	$(Q)$(MAKE) --no-print-directory $(MODEL_BENCH) $(DJINND) $(DJINNCTL) \
+		$(BENCH_VENV)/.torch
+	$(Q)py=python3; test -f $(BENCH_VENV)/.torch && \
+		py=$(BENCH_VENV)/bin/python; \
+	for a in gpt2 qwen2; do \
+		$(MODEL_BENCH) --cache $(BENCH_CACHE) --python $$py --arch $$a \
+			--djinnd $(DJINND) --djinnctl $(DJINNCTL) \
+			$(BENCH_SESSIONS_ARGS) || exit $$?; \
+	done

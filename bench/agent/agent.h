@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../djinnd.h"
+
 #define MiB ((uint64_t)1 << 20)
 #define MAX_AGENTS 1024
 #define MAX_POLICIES 3
@@ -65,8 +67,8 @@ int policy_index(const char *name);
 
 struct result;
 
-extern volatile pid_t daemon_pid;
-extern char sock_addr[128]; /* djinnd's, for the agents */
+/* djinnd is bench_djinnd (bench/djinnd.h): its address, for the agents,
+ * and its pid. */
 
 /* djinnd and djinnctl: --djinnd, --djinnctl, $DJINND, $DJINNCTL, else
  * those of this build; fail()s when they cannot run. */

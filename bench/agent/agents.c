@@ -235,7 +235,7 @@ static void *agent_main(void *arg)
 	agent_tools(a->id, a->round, dur, est);
 	sleep_until(t_arr);
 	ready = mono_ns();
-	ret = djinn_connect(sock_addr, &conn);
+	ret = djinn_connect(bench_djinnd.addr, &conn);
 	if (ret) {
 		agent_failed(a, ret, "connect");
 		goto out;
@@ -342,7 +342,7 @@ void warm_open(struct warm *w)
 	int ret;
 
 	so.tenant = "agent-bench-warm";
-	ret = djinn_connect(sock_addr, &w->conn);
+	ret = djinn_connect(bench_djinnd.addr, &w->conn);
 	if (!ret)
 		ret = djinn_session_open(w->conn, &so, &w->s);
 	if (!ret)
@@ -513,7 +513,7 @@ bool run_agents(enum mode mode, struct agent *ag, unsigned int n)
 	if (!ok) {
 		info("the run passed --run-timeout %u s: killing djinnd",
 		     opt.run_timeout_s);
-		kill(daemon_pid, SIGKILL);
+		kill(bench_djinnd.pid, SIGKILL);
 	}
 	for (unsigned int i = 0; i < n; i++)
 		pthread_join(ag[i].thread, NULL);
