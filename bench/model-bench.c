@@ -199,6 +199,7 @@ static int run_sessions(const char *models)
 		.no_torch = opt.no_torch,
 		.prefill = opt.prefill,
 		.decode = opt.decode,
+		.rounds = opt.rounds,
 		.seed = opt.seed,
 		.vocab = opt.arch->vocab,
 		/* the issue's targets: 3x at 8 on the CPU, 12x at 32 on a

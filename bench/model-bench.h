@@ -12,6 +12,7 @@
 #include "figure.h"
 
 #define SESSIONS_MAX_N 16 /* values of --sessions */
+#define SESSIONS_MAX_ROUNDS 32
 
 /*
  * struct sessions_opt - what --sessions runs
@@ -19,6 +20,7 @@
  * @backend, @mem:  djinnd's backend and its device bytes
  * @python, @script, @threads, @no_torch: PyTorch's baseline
  * @prefill, @decode, @seed, @vocab: each session's prompt and tokens
+ * @rounds:         rounds of each count, the median's figures kept
  * @n, @nr_n:       the session counts
  * @target_n, @target_x: from @target_n sessions on, the aggregate should
  *                  be @target_x times one session's
@@ -29,7 +31,7 @@ struct sessions_opt {
 	const char *python, *script;
 	unsigned int threads;
 	bool no_torch;
-	unsigned int prefill, decode;
+	unsigned int prefill, decode, rounds;
 	uint64_t seed;
 	uint32_t vocab;
 	unsigned int n[SESSIONS_MAX_N], nr_n;

@@ -184,8 +184,31 @@ static void run_daemon(const struct sessions_opt *o, const char *max_batch,
 	args[a] = NULL;
 	bdj_start(args, !strcmp(o->backend, "cuda"));
 	round_n(o, 1, wt, &warm); /* loads the model, warms the caches */
-	for (unsigned int k = 0; k < o->nr_n; k++)
-		round_n(o, o->n[k], toks[k], &res[k]);
+	for (unsigned int k = 0; k < o->nr_n; k++) {
+		struct sessions_result r[SESSIONS_MAX_ROUNDS];
+		size_t bytes = (size_t)o->n[k] * o->decode * sizeof(int32_t);
+		int32_t *again = malloc(bytes);
+		double v[SESSIONS_MAX_ROUNDS], mid;
+
+		if (!again)
+			fail("no memory");
+		/* the round of the median tokens/s; every round's tokens
+		 * the same */
+		for (unsigned int i = 0; i < o->rounds; i++) {
+			round_n(o, o->n[k], i ? again : toks[k], &r[i]);
+			if (i && memcmp(again, toks[k], bytes))
+				fail("%u sessions, max_batch %s: other tokens "
+				     "in round %u than in the first",
+				     o->n[k], max_batch, i + 1);
+			v[i] = r[i].tok_s;
+		}
+		mid = median(v, o->rounds);
+		res[k] = r[0];
+		for (unsigned int i = 1; i < o->rounds; i++)
+			if (fabs(r[i].tok_s - mid) < fabs(res[k].tok_s - mid))
+				res[k] = r[i];
+		free(again);
+	}
 	if (!bdj_stop())
 		fail("djinnd did not stop cleanly");
 	free(wt);

@@ -242,6 +242,15 @@ struct cpu_mm {
 int cpu_mm_init(struct cpu_mm *mm, const struct djinn_tensor_desc *a,
 		const struct djinn_tensor_desc *b, bool ta, bool tb,
 		const struct djinn_tensor_desc *out, char *msg, size_t msglen);
+/* Skinny products (skinny.c): out (M, N) = a (M, K) x b (K, N), or b
+ * (N, K) with @tb, for 2 <= M <= CPU_SKINNY_MAX rows, each weight read
+ * once; -EOPNOTSUPP where the CPU has neither AVX-512 nor AVX2 with FMA
+ * (cpu_skinny_ok() says). */
+#define CPU_SKINNY_MAX 32
+bool cpu_skinny_ok(void);
+int cpu_skinny(struct cpu_pool *p, float *out, const float *a, const float *b,
+	       size_t M, size_t K, size_t N, bool tb);
+
 int cpu_matmul(struct cpu_pool *p, float *out, const float *a, const float *b,
 	       const struct cpu_mm *mm, char *msg, size_t msglen);
 

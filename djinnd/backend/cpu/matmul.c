@@ -264,6 +264,11 @@ int cpu_matmul(struct cpu_pool *p, float *out, const float *a, const float *b,
 	    (!mm->batch.nd ||
 	     (mm->batch.nd == 1 && !mm->batch.sb[0] && mm->batch.sa[0] == 1)) &&
 	    nr * mm->M <= INT_MAX) {
+		/* a few rows against a weight: read it once */
+		if (nr * mm->M >= 2 && nr * mm->M <= CPU_SKINNY_MAX &&
+		    cpu_skinny_ok())
+			return cpu_skinny(p, out, a, b, nr * mm->M, mm->K,
+					  mm->N, mm->tb);
 		if (nr * mm->M == 1 || nr * mnk <= BLAS_SMALL) {
 			sgemm(p, mm, nr * mm->M, out, a, b);
 			return 0;

@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Skinny products: out (M, N) = a (M, K) x b, for 2 <= M <= SKINNY_MAX
+ * rows of activations (the steps of a pass: one row per decoding
+ * context) against a weight b, (K, N) or (N, K) with @tb.
+ *
+ * Such a product is bound by reading the weight, as a matrix-vector
+ * product is: M rows should cost little more than one. OpenBLAS's sgemm
+ * packs its operands first, the weight included, and at these M that
+ * makes it about three times slower than its sgemv (a (768, 3072)
+ * weight: 0.41 ms by sgemv, 1.2 ms by sgemm of M = 2, 1.4 ms of M = 8,
+ * on one core of the CI's machine), so a pass of two contexts would cost
+ * more than their two steps alone. These kernels read each weight once
+ * and keep the M rows' partial sums in registers:
+ *
+ * - b (K, N): a stripe of W columns (two vectors) at a time; for each k,
+ *   the stripe's row of b is loaded once and multiplied into up to 8
+ *   rows' accumulators (a broadcast of a[m][k] each).
+ * - b (N, K): two rows of b at a time, against up to 8 rows of a (which
+ *   stay in L1: 8 x K floats); each accumulator is reduced at the end.
+ *
+ * The vectors are GCC's vector extensions, compiled for AVX-512 and for
+ * AVX2 with FMA and chosen at run time (cpu_skinny_ok() says whether
+ * either runs here); rows past 8 go in further groups, which read the
+ * stripe again from cache. Columns are split over the pool as gemv()
+ * splits them. The sums are in another order than sgemv's, so a row's
+ * result may differ from its product alone in the last bits.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "cpu.h"
+
+typedef void (*skinny_fn)(const float *a, const float *b, float *out, size_t M,
+			  size_t K, size_t N, size_t n0, size_t n1);
+
+#if defined(__x86_64__)
+
+#define MR 8 /* rows of a a group, at most */
+#define KB_BYTES (128 << 10) /* a chunk of b's rows, (K, N) */
+
+#define ACC2(X) X(0) X(1)
+#define ACC4(X) ACC2(X) X(2) X(3)
+#define ACC8(X) ACC4(X) X(4) X(5) X(6) X(7)
+
+/* Row r's two accumulators; in a kernel where @zero is a vector 0,
+ * @nv the vectors (or rows of b) a group takes, @vw floats a vector. */
+#define ACC_DECL(r) __typeof__(zero) c##r##0 = zero, c##r##1 = zero;
+#define ROW_PTR(r) const float *a##r = a + (r < mr ? r : mr - 1) * K;
+
+/* (K, N): row r's multiply-add of a[r][k] into the stripe, and the
+ * stripe's store (or addition, for a later chunk of k) */
+#define KN_FMA(r)                          \
+	{                                  \
+		float x = a##r[k];         \
+                                           \
+		c##r##0 += x * b0;         \
+		if (nv > 1)                \
+			c##r##1 += x * b1; \
+	}
+#define KN_PUT1(dst, v)                             \
+	{                                           \
+		__typeof__(zero) o = v;             \
+                                                    \
+		if (add) {                          \
+			__typeof__(zero) t;         \
+                                                    \
+			memcpy(&t, dst, sizeof(t)); \
+			o += t;                     \
+		}                                   \
+		memcpy(dst, &o, sizeof(o));         \
+	}
+#define KN_STORE(r)                                            \
+	if (r < mr) {                                          \
+		KN_PUT1(out + r * N + n, c##r##0)              \
+		if (nv > 1)                                    \
+			KN_PUT1(out + r * N + n + vw, c##r##1) \
+	}
+
+/* (N, K): row r's multiply-add against rows n, n + 1 of b, and the
+ * sums */
+#define NK_FMA(r)                                \
+	{                                        \
+		__typeof__(zero) x;              \
+                                                 \
+		memcpy(&x, a##r + k, sizeof(x)); \
+		c##r##0 += x * b0;               \
+		if (nv > 1)                      \
+			c##r##1 += x * b1;       \
+	}
+#define NK_STORE(r)                                     \
+	if (r < mr) {                                   \
+		float s0 = 0, s1 = 0;                   \
+                                                        \
+		for (unsigned int i = 0; i < vw; i++) { \
+			s0 += c##r##0 [i];              \
+			s1 += c##r##1 [i];              \
+		}                                       \
+		for (size_t t = k; t < K; t++) {        \
+			s0 += a##r[t] * b0p[t];         \
+			s1 += a##r[t] * b1p[t];         \
+		}                                       \
+		out[r * N + n] = s0;                    \
+		if (nv > 1)                             \
+			out[r * N + n + 1] = s1;        \
+	}
+
+/* A group of @R rows (ACC@R): (K, N) over rows [k0, k1) of b */
+#define KN_GROUP(SUF, TGT, V, NV, R)                                       \
+	__attribute__((target(TGT))) static void kn##R##_##SUF(            \
+		const float *a, const float *b, float *out, size_t K,      \
+		size_t N, size_t n, unsigned int mr, size_t k0, size_t k1, \
+		bool add)                                                  \
+	{                                                                  \
+		vf_##SUF zero = { 0 };                                     \
+		const unsigned int nv = NV, vw = V;                        \
+		ACC##R(ROW_PTR) ACC##R(ACC_DECL)                           \
+                                                                           \
+			for (size_t k = k0; k < k1; k++)                   \
+		{                                                          \
+			const float *bk = b + k * N + n;                   \
+			vf_##SUF b0 = ld_##SUF(bk);                        \
+			vf_##SUF b1 = nv > 1 ? ld_##SUF(bk + vw) : zero;   \
+                                                                           \
+			ACC##R(KN_FMA)                                     \
+		}                                                          \
+		ACC##R(KN_STORE)                                           \
+	}
+
+/* ... (N, K) against rows n, n + NV - 1 of b */
+#define NK_GROUP(SUF, TGT, V, NV, R)                                         \
+	__attribute__((target(TGT))) static void nk##R##_##SUF(              \
+		const float *a, const float *b, float *out, size_t K,        \
+		size_t N, size_t n, unsigned int mr)                         \
+	{                                                                    \
+		const float *b0p = b + n * K, *b1p = b0p + (NV > 1 ? K : 0); \
+		vf_##SUF zero = { 0 };                                       \
+		const unsigned int nv = NV, vw = V;                          \
+		size_t k = 0;                                                \
+		ACC##R(ROW_PTR) ACC##R(ACC_DECL)                             \
+                                                                             \
+			for (; k + vw <= K; k += vw)                         \
+		{                                                            \
+			vf_##SUF b0 = ld_##SUF(b0p + k);                     \
+			vf_##SUF b1 = nv > 1 ? ld_##SUF(b1p + k) : zero;     \
+                                                                             \
+			ACC##R(NK_FMA)                                       \
+		}                                                            \
+		ACC##R(NK_STORE)                                             \
+	}
+
+/*
+ * The kernels of one vector width @V under target @TGT. (K, N): a
+ * stripe of @NV vectors of columns; b's rows go in chunks of about
+ * KB_BYTES of the thread's columns, the next chunk prefetched in memory
+ * order while this one is computed (a stripe alone would walk b a row
+ * apart, a page at a time, which the hardware does not prefetch), each
+ * chunk's sums added to the last. (N, K): @NV rows of b at a time.
+ */
+#define SKINNY_KERNELS(SUF, TGT, V, NV)                                        \
+	typedef float vf_##SUF __attribute__((vector_size(V * 4)));            \
+                                                                               \
+	__attribute__((target(TGT))) static inline vf_##SUF ld_##SUF(          \
+		const float *p)                                                \
+	{                                                                      \
+		vf_##SUF v;                                                    \
+                                                                               \
+		memcpy(&v, p, sizeof(v));                                      \
+		return v;                                                      \
+	}                                                                      \
+                                                                               \
+	KN_GROUP(SUF, TGT, V, NV, 2)                                           \
+	KN_GROUP(SUF, TGT, V, NV, 4)                                           \
+	KN_GROUP(SUF, TGT, V, NV, 8)                                           \
+	NK_GROUP(SUF, TGT, V, NV, 2)                                           \
+	NK_GROUP(SUF, TGT, V, NV, 4)                                           \
+	NK_GROUP(SUF, TGT, V, NV, 8)                                           \
+                                                                               \
+	__attribute__((target(TGT))) static void kn_##SUF(                     \
+		const float *a, const float *b, float *out, size_t M,          \
+		size_t K, size_t N, size_t n0, size_t n1)                      \
+	{                                                                      \
+		size_t w = NV * V, ns = n0 + (n1 - n0) / w * w;                \
+		size_t kb = KB_BYTES / ((ns - n0) * 4 + 1);                    \
+                                                                               \
+		kb = kb < 4 ? 4 : kb;                                          \
+		for (size_t k0 = 0; k0 < K && ns > n0; k0 += kb) {             \
+			size_t k1 = k0 + kb < K ? k0 + kb : K;                 \
+			size_t k2 = k1 + kb < K ? k1 + kb : K;                 \
+                                                                               \
+			for (size_t k = k1; k < k2; k++)                       \
+				for (size_t c = n0; c < ns; c += 16)           \
+					__builtin_prefetch(b + k * N + c);     \
+			for (size_t n = n0; n < ns; n += w)                    \
+				for (size_t m = 0; m < M; m += MR) {           \
+					unsigned int mr = M - m < MR ? M - m : \
+								       MR;     \
+					const float *am = a + m * K;           \
+					float *om = out + m * N;               \
+                                                                               \
+					if (mr <= 2)                           \
+						kn2_##SUF(am, b, om, K, N, n,  \
+							  mr, k0, k1, k0 > 0); \
+					else if (mr <= 4)                      \
+						kn4_##SUF(am, b, om, K, N, n,  \
+							  mr, k0, k1, k0 > 0); \
+					else                                   \
+						kn8_##SUF(am, b, om, K, N, n,  \
+							  mr, k0, k1, k0 > 0); \
+				}                                              \
+		}                                                              \
+		skinny_rest_kn(a, b, out, M, K, N, ns, n1);                    \
+	}                                                                      \
+                                                                               \
+	__attribute__((target(TGT))) static void nk_##SUF(                     \
+		const float *a, const float *b, float *out, size_t M,          \
+		size_t K, size_t N, size_t n0, size_t n1)                      \
+	{                                                                      \
+		size_t n = n0;                                                 \
+                                                                               \
+		for (; n + NV <= n1; n += NV)                                  \
+			for (size_t m = 0; m < M; m += MR) {                   \
+				unsigned int mr = M - m < MR ? M - m : MR;     \
+				const float *am = a + m * K;                   \
+				float *om = out + m * N;                       \
+                                                                               \
+				if (mr <= 2)                                   \
+					nk2_##SUF(am, b, om, K, N, n, mr);     \
+				else if (mr <= 4)                              \
+					nk4_##SUF(am, b, om, K, N, n, mr);     \
+				else                                           \
+					nk8_##SUF(am, b, om, K, N, n, mr);     \
+			}                                                      \
+		skinny_rest_nk(a, b, out, M, K, N, n, n1);                     \
+	}
+
+/* Columns [n, n1) of b (K, N) that fill no stripe, one by one */
+static void skinny_rest_kn(const float *a, const float *b, float *out, size_t M,
+			   size_t K, size_t N, size_t n, size_t n1)
+{
+	for (; n < n1; n++)
+		for (size_t m = 0; m < M; m++) {
+			float s = 0;
+
+			for (size_t k = 0; k < K; k++)
+				s += a[m * K + k] * b[k * N + n];
+			out[m * N + n] = s;
+		}
+}
+
+/* Rows [n, n1) of b (N, K) that fill no group */
+static void skinny_rest_nk(const float *a, const float *b, float *out, size_t M,
+			   size_t K, size_t N, size_t n, size_t n1)
+{
+	for (; n < n1; n++)
+		for (size_t m = 0; m < M; m++) {
+			float s = 0;
+
+			for (size_t k = 0; k < K; k++)
+				s += a[m * K + k] * b[n * K + k];
+			out[m * N + n] = s;
+		}
+}
+
+SKINNY_KERNELS(512, "avx512f", 16, 2)
+SKINNY_KERNELS(256, "avx2,fma", 8, 1)
+
+static skinny_fn pick(bool tb)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f"))
+		return tb ? nk_512 : kn_512;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return tb ? nk_256 : kn_256;
+	return NULL;
+}
+#else
+/* elsewhere sgemm does them */
+static skinny_fn pick(bool tb)
+{
+	return NULL;
+}
+#endif
+
+bool cpu_skinny_ok(void)
+{
+	return pick(false);
+}
+
+struct skinny_job {
+	skinny_fn fn;
+	const float *a, *b;
+	float *out;
+	size_t M, K, N;
+};
+
+/* Column blocks [lo, hi) of SKINNY_COLS */
+#define SKINNY_COLS 64
+
+static int skinny_range(void *arg, size_t lo, size_t hi)
+{
+	const struct skinny_job *j = arg;
+	size_t n0 = lo * SKINNY_COLS, n1 = hi * SKINNY_COLS;
+
+	j->fn(j->a, j->b, j->out, j->M, j->K, j->N, n0, n1 < j->N ? n1 : j->N);
+	return 0;
+}
+
+int cpu_skinny(struct cpu_pool *p, float *out, const float *a, const float *b,
+	       size_t M, size_t K, size_t N, bool tb)
+{
+	struct skinny_job j = { pick(tb), a, b, out, M, K, N };
+	size_t blocks = (N + SKINNY_COLS - 1) / SKINNY_COLS;
+	size_t per = SKINNY_COLS * K; /* weights a block reads */
+
+	if (!j.fn)
+		return -EOPNOTSUPP;
+	return cpu_parallel_for(p, blocks,
+				per >= CPU_GRAIN ? 1 : CPU_GRAIN / per,
+				skinny_range, &j);
+}
