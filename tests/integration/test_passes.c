@@ -49,7 +49,7 @@
 #define VOCAB 256
 #define NS 4 /* sessions decoding together */
 #define NTOK 12 /* tokens each */
-#define N 384 /* the long graph's matrices: N x N */
+#define N 512 /* the long graph's matrices: N x N */
 #define ROUNDS 4 /* tries at a round seen queued */
 
 struct fx {

@@ -35,6 +35,7 @@
 #include "array_size.h"
 #include "testutil.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "dtypes.h"
 
 /*
@@ -687,6 +688,15 @@ static const struct mm_case mm_cases[] = {
 	/* matrix-vector products split over the pool */
 	{ 3, 2, 3, { 1, 1, 771 }, { 771, 2309 }, { 1, 1, 2309 }, 0, 0 },
 	{ 3, 2, 3, { 1, 1, 771 }, { 2309, 771 }, { 1, 1, 2309 }, 0, 1 },
+	/* skinny products (skinny.c): 2 to 32 rows, stripes and groups of
+	 * rows with short ends, K past a vector and not a multiple of one,
+	 * (K, N) in chunks of its rows */
+	{ 3, 2, 3, { 1, 2, 771 }, { 771, 2309 }, { 1, 2, 2309 }, 0, 0 },
+	{ 3, 2, 3, { 1, 3, 771 }, { 2309, 771 }, { 1, 3, 2309 }, 0, 1 },
+	{ 2, 2, 2, { 5, 19 }, { 19, 45 }, { 5, 45 }, 0, 0 },
+	{ 2, 2, 2, { 9, 35 }, { 37, 35 }, { 9, 37 }, 0, 1 },
+	{ 3, 2, 3, { 4, 8, 1000 }, { 1000, 100 }, { 4, 8, 100 }, 0, 0 },
+	{ 3, 2, 3, { 2, 13, 64 }, { 67, 64 }, { 2, 13, 67 }, 0, 1 },
 	/* a GEMM split by columns over the pool, with a short last block */
 	{ 2, 2, 2, { 70, 130 }, { 130, 333 }, { 70, 333 }, 0, 0 },
 	{ 3, 2, 3, { 2, 35, 130 }, { 333, 130 }, { 2, 35, 333 }, 0, 1 },
@@ -743,6 +753,8 @@ static void test_matmul_paths(void **state)
 		{ { 2, 2, 2, { 40, 100 }, { 100, 60 }, { 40, 60 }, 0, 0 },
 		  1,
 		  0 },
+		/* 15 rows folded: a skinny product (skinny.c), no BLAS;
+		 * likewise 2 to 32 rows against either layout */
 		{ { 4,
 		    4,
 		    4,
@@ -751,6 +763,16 @@ static void test_matmul_paths(void **state)
 		    { 1, 3, 5, 9 },
 		    0,
 		    0 },
+		  0,
+		  0 },
+		{ { 3, 2, 3, { 1, 2, 771 }, { 771, 2309 }, { 1, 2, 2309 }, 0, 0 },
+		  0,
+		  0 },
+		{ { 3, 2, 3, { 4, 8, 100 }, { 130, 100 }, { 4, 8, 130 }, 0, 1 },
+		  0,
+		  0 },
+		/* 33 rows: sgemm again */
+		{ { 2, 2, 2, { 33, 100 }, { 100, 60 }, { 33, 60 }, 0, 0 },
 		  1,
 		  0 },
 		/* decoding one token: one sgemv */
@@ -789,6 +811,12 @@ static void test_matmul_paths(void **state)
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
 		nr_sgemm = nr_sgemv = 0;
 		check_matmul(&cases[i].c, 100 + i, F32);
+		/* a CPU with neither AVX-512 nor AVX2: sgemm does them */
+		if (!cases[i].sgemm && !cases[i].sgemv && !cpu_skinny_ok()) {
+			printf("  case %zu: no skinny kernels on this CPU\n",
+			       i);
+			continue;
+		}
 		if (nr_sgemm != cases[i].sgemm || nr_sgemv != cases[i].sgemv)
 			fail_msg("case %zu: %u sgemm and %u sgemv, want %u and "
 				 "%u",
