@@ -80,7 +80,11 @@
  * the --agents list passing too (a pass past a failure is counted as
  * noise, not density), or
  * by bisection over --bisect LO:HI (which assumes that passing is
- * monotonic in N). The targets (issue: semantic >= 2 x static's density
+ * monotonic in N), or, with --grow START[:MAX], from START doubling while
+ * N passes (halving while it fails) and then bisecting between the last
+ * pass and the first failure: a density wherever it lies, in a few
+ * points (the GPU's time is short: with a short --measure window a sweep
+ * to 256 agents takes minutes). The targets (issue: semantic >= 2 x static's density
  * and >= 1.25 x lru's, or at lru's density a p99 <= 0.7 x lru's; with
  * --estimate-error > 0, semantic no worse than lru) are printed met or
  * not met as measured.
@@ -97,7 +101,8 @@
  * without an NVIDIA GPU or a djinnd without the CUDA backend. It has not
  * run on a GPU yet.
  *
- * Usage: agent-bench [--agents N,N,...] [--bisect LO:HI] [--turns K]
+ * Usage: agent-bench [--agents N,N,...] [--bisect LO:HI]
+ *                    [--grow START[:MAX]] [--turns K]
  *                    [--prompt P] [--decode M] [--tool-tokens T]
  *                    [--tool-median-ms MS] [--tool-sigma S]
  *                    [--estimate-error E] [--arrival-rate PER_S]
@@ -231,6 +236,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: agent-bench [--agents N,N,...] [--bisect LO:HI]\n"
+		"         [--grow START[:MAX]]\n"
 		"         [--turns K] [--prompt P] [--decode M] "
 		"[--tool-tokens T]\n"
 		"         [--tool-median-ms MS] [--tool-sigma S] "
@@ -349,6 +355,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "agents", required_argument, NULL, 'n' },
 		{ "bisect", required_argument, NULL, 'b' },
+		{ "grow", required_argument, NULL, 'g' },
 		{ "turns", required_argument, NULL, 'K' },
 		{ "prompt", required_argument, NULL, 'P' },
 		{ "decode", required_argument, NULL, 'M' },
@@ -400,6 +407,18 @@ int main(int argc, char **argv)
 			opt.bisect_hi =
 				(unsigned int)num(colon + 1, 1, MAX_AGENTS);
 			if (opt.bisect_lo >= opt.bisect_hi)
+				usage();
+			break;
+		case 'g':
+			colon = strchr(optarg, ':');
+			if (colon)
+				*colon = 0;
+			opt.grow_start =
+				(unsigned int)num(optarg, 1, MAX_AGENTS);
+			opt.grow_max = colon ? (unsigned int)num(colon + 1, 1,
+								 MAX_AGENTS) :
+					       MAX_AGENTS;
+			if (opt.grow_start > opt.grow_max)
 				usage();
 			break;
 		case 'K':
@@ -547,7 +566,9 @@ int main(int argc, char **argv)
 	ensure_model();
 	if (!strcmp(opt.backend, "cuda") && !cpu_mem_set)
 		opt.cpu_mem = CUDA_BUDGET;
-	max_n = opt.bisect_hi ? opt.bisect_hi : opt.agents[opt.nr_agents - 1];
+	max_n = opt.grow_start ? opt.grow_max :
+		opt.bisect_hi  ? opt.bisect_hi :
+				 opt.agents[opt.nr_agents - 1];
 	if (max_n < opt.slo_agents)
 		max_n = opt.slo_agents;
 	info("%s backend, model %s, budget %" PRIu64 " MiB, agents of %u "

@@ -29,6 +29,14 @@
 #                                       short sweep (AGENTS, default
 #                                       8,16,32; MEASURE seconds, default
 #                                       10): about 5 minutes
+#   scripts/gpu-kit.sh sessions [KIT] [OUT]
+#                                       there: model-bench --backend cuda
+#                                       --sessions (Documentation/
+#                                       sched.rst, "Passes"): SESSIONS
+#                                       (default 1,8,32) decoding
+#                                       together through djinnd, batching
+#                                       on and off, beside PyTorch's
+#                                       batch; ROUNDS (default 1)
 #   scripts/gpu-kit.sh tls [KIT] [OUT]
 #                                       there: djinn-bench tls on the
 #                                       host's kernel (kernel TLS when it
@@ -289,6 +297,21 @@ agent() {
 	[ $s = 0 ] || [ $s = 77 ]
 }
 
+# model-bench --sessions on the GPU, apart from `run` for the device's
+# time limit
+sessions() {
+	out=${3:-$kit/out}
+	kit_env
+	"$kit/bin/model-bench" --backend cuda --sessions "${SESSIONS:-1,8,32}" \
+		--djinnd "$kit/bin/djinnd" --djinnctl "$kit/bin/djinnctl" \
+		--cache "${BENCH_CACHE:-/tmp/djinn-bench-cache}" \
+		--python "$py" --rounds "${ROUNDS:-1}" \
+		>"$out/sessions-bench.jsonl" 2>"$out/sessions-bench.err"
+	s=$?
+	cat "$out/sessions-bench.jsonl" "$out/sessions-bench.err"
+	[ $s = 0 ] || [ $s = 77 ]
+}
+
 # djinn-bench tls on the host's kernel, which may have the tls module
 # that the build machine's lacks: kernel TLS figures on real cores
 tls() {
@@ -335,11 +358,12 @@ case ${1:-} in
 pack) pack ;;
 run) run "$@" ;;
 agent) agent "$@" ;;
+sessions) sessions "$@" ;;
 tls) tls "$@" ;;
 python) python_tests "$@" ;;
 info) unpack && info ;;
 *)
-	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | agent [KIT] [OUT] | tls [KIT] [OUT] | python [KIT] [OUT] | info [KIT]" >&2
+	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | agent [KIT] [OUT] | sessions [KIT] [OUT] | tls [KIT] [OUT] | python [KIT] [OUT] | info [KIT]" >&2
 	exit 2
 	;;
 esac

@@ -39,6 +39,7 @@ struct model_spec {
 struct agent_opt {
 	unsigned int agents[MAX_LIST], nr_agents;
 	unsigned int bisect_lo, bisect_hi;
+	unsigned int grow_start, grow_max; /* --grow START[:MAX] */
 	unsigned int turns, prompt, decode, tool_tokens, chunk;
 	double tool_median_ms, tool_sigma, estimate_error, arrival_rate;
 	double measure_s;

@@ -386,6 +386,15 @@ struct density {
 	char how[256];
 };
 
+/* Append @n (and an x when it failed) to @d->how. */
+static void how_add(struct density *d, size_t *o, unsigned int n, bool pass)
+{
+	*o += (size_t)snprintf(d->how + *o, sizeof(d->how) - *o, "%s%u%s",
+			       *o ? "," : "", n, pass ? "" : "x");
+	if (*o >= sizeof(d->how))
+		*o = sizeof(d->how) - 1;
+}
+
 static void sweep(unsigned int p, struct density *d)
 {
 	size_t o = 0;
@@ -402,10 +411,7 @@ static void sweep(unsigned int p, struct density *d)
 			failed = true;
 		if (r->pass && !failed && r->n > d->n)
 			d->n = r->n;
-		o += (size_t)snprintf(d->how + o, sizeof(d->how) - o, "%s%u%s",
-				      i ? "," : "", r->n, r->pass ? "" : "x");
-		if (o >= sizeof(d->how))
-			o = sizeof(d->how) - 1;
+		how_add(d, &o, r->n, r->pass);
 		if (r->refusals) {
 			info("%s refused agents at %u: the sweep stops there",
 			     r->policy, r->n);
@@ -442,6 +448,48 @@ static void bisect(unsigned int p, struct density *d)
 	d->n = lo;
 	snprintf(d->how, sizeof(d->how), "bisection: %u passes, %u fails", lo,
 		 hi);
+}
+
+/*
+ * --grow START[:MAX]: from START, double while N passes (up to MAX) or
+ * halve while it fails (down to 1), then bisect between the largest N
+ * that passed and the smallest that failed: a density, not a lower
+ * bound, in a few points whatever it is.
+ */
+static void grow(unsigned int p, struct density *d)
+{
+	unsigned int lo = 0, hi = 0, n = opt.grow_start;
+	size_t o = 0;
+
+	d->how[0] = 0;
+	for (;;) {
+		const struct result *r = run_point(p, n);
+
+		how_add(d, &o, n, r->pass);
+		if (r->pass) {
+			lo = n;
+			if (hi || n >= opt.grow_max)
+				break;
+			n = 2 * n < opt.grow_max ? 2 * n : opt.grow_max;
+		} else {
+			hi = n;
+			if (lo || n == 1)
+				break;
+			n /= 2;
+		}
+	}
+	while (lo && hi && hi - lo > 1) {
+		unsigned int mid = lo + (hi - lo) / 2;
+		const struct result *r = run_point(p, mid);
+
+		how_add(d, &o, mid, r->pass);
+		if (r->pass)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	d->n = lo;
+	d->lower_bound = lo && !hi;
 }
 
 static void summary(const struct density *d)
@@ -542,7 +590,9 @@ void densities(void)
 	struct density d[MAX_POLICIES] = { 0 };
 
 	for (unsigned int p = 0; p < opt.nr_policies; p++) {
-		if (opt.bisect_hi)
+		if (opt.grow_start)
+			grow(p, &d[p]);
+		else if (opt.bisect_hi)
 			bisect(p, &d[p]);
 		else
 			sweep(p, &d[p]);

@@ -175,6 +175,13 @@ uint64_t model_ctx_cache(const struct model_ctx *c)
 	return c->cache;
 }
 
+static uint64_t graphs_run; /* model_ctx_graphs() */
+
+uint64_t model_ctx_graphs(void)
+{
+	return __atomic_load_n(&graphs_run, __ATOMIC_RELAXED);
+}
+
 uint64_t model_ctx_token_bytes(const struct model_ctx *c)
 {
 	return c->tok_bytes;
@@ -487,9 +494,11 @@ static int run_graph(struct part **ps, unsigned int np,
 		if (ret)
 			errmsg(msg, msglen, ret, "building the graph: %s",
 			       strerror(-ret));
-		else
+		else {
+			__atomic_add_fetch(&graphs_run, 1, __ATOMIC_RELAXED);
 			ret = gb_run(g, env, ps[0]->c->h->s, &res, descs, msg,
 				     msglen);
+		}
 	}
 	for (i = 0; i < np; i++) {
 		struct part *p = ps[i];
@@ -531,6 +540,14 @@ void ctx_layers(struct pass_job **jobs, unsigned int n, uint32_t l0,
 		return;
 	}
 	ps[0]->msg[0] = 0;
+	if (ret == -E2BIG) {
+		/* more nodes than a graph holds (about ten a context and
+		 * layer), or outputs past the device: two graphs of half
+		 * as many contexts, each weight read once for each */
+		ctx_layers(jobs, n / 2, l0, l1, lbase);
+		ctx_layers(jobs + n / 2, n - n / 2, l0, l1, lbase);
+		return;
+	}
 	for (unsigned int i = 0; i < n; i++)
 		jobs[i]->ret = run_graph(&ps[i], 1, ps[i]->env, l0, l1, lbase,
 					 ps[i]->msg, ps[i]->msglen);

@@ -90,9 +90,10 @@ void ctx_part_drop(struct part *p);
 /* Its step's inputs (ids, positions) go. */
 void ctx_part_inputs_drop(struct part *p);
 /* A pass's layer function (pass_layer_fn) for parts: the @n parts'
- * layers [l0, l1) as one graph, or, when that fails, each part alone, so
- * that one context's fault (its quota, a bad steering) fails its own
- * step only. */
+ * layers [l0, l1) as one graph; a graph too big (-E2BIG: more nodes than
+ * DJINN_MAX_NODES) as two of half the parts each; any other failure as
+ * each part alone, so that one context's fault (its quota, a bad
+ * steering) fails its own step only. */
 void ctx_layers(struct pass_job **jobs, unsigned int n, uint32_t l0,
 		uint32_t l1, uint64_t lbase);
 /* Run the layers of the parts @ps, of one model, as one pass on this

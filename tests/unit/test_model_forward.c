@@ -625,6 +625,107 @@ static void test_fork_and_seed(void **state)
 	model_close(h);
 }
 
+/*
+ * Passes (model_pass()): 24 contexts of a 20-layer model, prompts of
+ * different lengths, decoding together: a graph of all 24 would pass
+ * DJINN_MAX_NODES (about ten nodes a context and layer), so the pass
+ * runs as graphs of half as many, and each context's tokens are those it
+ * decodes alone. And a prompt split over passes (grant: chunked
+ * prefill) beside them leaves the logits of the prompt run whole.
+ */
+#define PASS_CTX 24
+#define PASS_TOK 3
+
+static void test_pass_many(void **state)
+{
+	struct model_fix *f = *state;
+	struct model_hold *h = hold(f, "gpt2-deep");
+	struct model_ctx *c[PASS_CTX + 1];
+	struct model_req q[PASS_CTX + 1], *qs[PASS_CTX + 1];
+	int32_t solo[PASS_CTX][PASS_TOK], tok[PASS_CTX][PASS_TOK];
+	int32_t ids[PASS_CTX][8], longp[40];
+	char msg[PASS_CTX + 1][ST_MSG_LEN];
+	float *whole, *chunked;
+	uint32_t V = h->m->cfg.vocab;
+	unsigned int passes = 0;
+	uint64_t graphs;
+
+	whole = xmalloc(40 * V * sizeof(float));
+	chunked = xmalloc(40 * V * sizeof(float));
+	for (int i = 0; i < 40; i++)
+		longp[i] = (i * 7 + 3) % (int32_t)V;
+	for (int i = 0; i < PASS_CTX; i++) {
+		for (int t = 0; t < 8; t++)
+			ids[i][t] = (i * 13 + t * 5 + 1) % (int32_t)V;
+		c[i] = ctx(h, 32);
+		prefill(f, c[i], ids[i], 1 + i % 8, NULL);
+		if (model_ctx_decode(c[i], &f->env, PASS_TOK,
+				     &(struct model_sampling){ .top_p = 1 },
+				     solo[i], msg[0], sizeof(msg[0])))
+			fail_msg("context %d alone: %s", i, msg[0]);
+		assert_int_equal(model_ctx_reset(c[i]), 0);
+		prefill(f, c[i], ids[i], 1 + i % 8, NULL);
+	}
+	/* the long prompt whole, every row's logits */
+	c[PASS_CTX] = ctx(h, 64);
+	if (model_ctx_prefill(c[PASS_CTX], &f->env, longp, 40, whole, msg[0],
+			      sizeof(msg[0])))
+		fail_msg("the prompt whole: %s", msg[0]);
+	assert_int_equal(model_ctx_reset(c[PASS_CTX]), 0);
+
+	for (int i = 0; i <= PASS_CTX; i++) {
+		q[i] = (struct model_req){
+			.c = c[i],
+			.kind = i < PASS_CTX ? MODEL_REQ_DECODE :
+					       MODEL_REQ_PREFILL,
+			.n = i < PASS_CTX ? PASS_TOK : 40,
+			.tokens = longp,
+			.sp = { .top_p = 1 },
+			.r = { .out = i < PASS_CTX ? tok[i] : NULL,
+			       .logits = i < PASS_CTX ? NULL : chunked },
+			.msg = msg[i],
+			.msglen = sizeof(msg[i])
+		};
+		if (model_req_start(&q[i]))
+			fail_msg("request %d: %s", i, msg[i]);
+		qs[i] = &q[i];
+	}
+	/* the prompt in chunks of 16, 16 and 8 tokens */
+	graphs = model_ctx_graphs();
+	while (!q[PASS_CTX].done || !q[0].done) {
+		q[PASS_CTX].grant = 16;
+		model_pass(qs, PASS_CTX + 1, &f->env);
+		passes++;
+	}
+	assert_int_equal(passes, PASS_TOK);
+	/* each pass two graphs of half the contexts (one is too big) and
+	 * none alone */
+	graphs = model_ctx_graphs() - graphs;
+	assert_int_equal(graphs, PASS_TOK * 2);
+	for (int i = 0; i <= PASS_CTX; i++) {
+		assert_true(q[i].done);
+		if (q[i].ret)
+			fail_msg("request %d: %s", i, msg[i]);
+		model_req_fini(&q[i]);
+		if (i < PASS_CTX)
+			assert_memory_equal(tok[i], solo[i], sizeof(solo[i]));
+	}
+	assert_int_equal(model_ctx_len(c[PASS_CTX]), 40);
+	for (size_t k = 0; k < 40 * (size_t)V; k++)
+		if (fabsf(whole[k] - chunked[k]) > 1e-4f)
+			fail_msg("the prompt in chunks: logit %zu %g, whole %g",
+				 k, (double)chunked[k], (double)whole[k]);
+	printf("  %d contexts of a 20-layer model in %u passes of two graphs "
+	       "each, their tokens alone; a prompt of 40 in chunks of 16: "
+	       "its logits\n",
+	       PASS_CTX, passes);
+	for (int i = 0; i <= PASS_CTX; i++)
+		model_ctx_free(c[i]);
+	free(whole);
+	free(chunked);
+	model_close(h);
+}
+
 /* Logits kept on the device as a region of the session (a lazy result):
  * the same values as the host copy; without keep, no region is left. */
 static void test_keep_logits(void **state)
@@ -1180,6 +1281,9 @@ static int group_setup(void **state)
 	run_cmd("python3 scripts/mkmodel.py --seed 17 --arch llama --dtype bf16 "
 		"--layers 3 --kv-heads 2 %s/llama3-bf16",
 		dir);
+	run_cmd("python3 scripts/mkmodel.py --seed 18 --layers 20 --embd 32 "
+		"--heads 2 --vocab 96 --ctx 64 %s/gpt2-deep",
+		dir);
 	return 0;
 }
 
@@ -1198,9 +1302,10 @@ int main(void)
 		TEST(test_llama_f16),	  TEST(test_llama_bf16),
 		TEST(test_greedy_gpt2),	  TEST(test_greedy_llama),
 		TEST(test_refused_steps), TEST(test_fork_and_seed),
-		TEST(test_keep_logits),	  TEST(test_sample),
-		TEST(test_gqa_attention), TEST(test_break_same),
-		TEST(test_steer),	  TEST(test_break_refused),
+		TEST(test_pass_many),	  TEST(test_keep_logits),
+		TEST(test_sample),	  TEST(test_gqa_attention),
+		TEST(test_break_same),	  TEST(test_steer),
+		TEST(test_break_refused),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

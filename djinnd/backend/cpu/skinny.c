@@ -81,30 +81,31 @@ typedef void (*skinny_fn)(const float *a, const float *b, float *out, size_t M,
 
 /* (N, K): row r's multiply-add against rows n, n + 1 of b, and the
  * sums */
+/* (N, K): row r's four accumulators, against rows n .. n + 3 of b,
+ * and their sums */
+#define NK_DECL(r)                                                       \
+	__typeof__(zero) c##r##0 = zero, c##r##1 = zero, c##r##2 = zero, \
+			 c##r##3 = zero;
 #define NK_FMA(r)                                \
 	{                                        \
 		__typeof__(zero) x;              \
                                                  \
 		memcpy(&x, a##r + k, sizeof(x)); \
 		c##r##0 += x * b0;               \
-		if (nv > 1)                      \
-			c##r##1 += x * b1;       \
+		c##r##1 += x * b1;               \
+		c##r##2 += x * b2;               \
+		c##r##3 += x * b3;               \
 	}
-#define NK_STORE(r)                                     \
-	if (r < mr) {                                   \
-		float s0 = 0, s1 = 0;                   \
-                                                        \
-		for (unsigned int i = 0; i < vw; i++) { \
-			s0 += c##r##0 [i];              \
-			s1 += c##r##1 [i];              \
-		}                                       \
-		for (size_t t = k; t < K; t++) {        \
-			s0 += a##r[t] * b0p[t];         \
-			s1 += a##r[t] * b1p[t];         \
-		}                                       \
-		out[r * N + n] = s0;                    \
-		if (nv > 1)                             \
-			out[r * N + n + 1] = s1;        \
+#define NK_STORE(r)                                                         \
+	if (r < mr) {                                                       \
+		float s[4] = { VRED(c##r##0), VRED(c##r##1), VRED(c##r##2), \
+			       VRED(c##r##3) };                             \
+                                                                            \
+		for (unsigned int j = 0; j < 4; j++) {                      \
+			for (size_t t = k; t < K; t++)                      \
+				s[j] += a##r[t] * bp[j * K + t];            \
+			out[r * N + n + j] = s[j];                          \
+		}                                                           \
 	}
 
 /* A group of @R rows (ACC@R): (K, N) over rows [k0, k1) of b */
@@ -129,26 +130,32 @@ typedef void (*skinny_fn)(const float *a, const float *b, float *out, size_t M,
 		ACC##R(KN_STORE)                                           \
 	}
 
-/* ... (N, K) against rows n, n + NV - 1 of b */
-#define NK_GROUP(SUF, TGT, V, NV, R)                                         \
-	__attribute__((target(TGT))) static void nk##R##_##SUF(              \
-		const float *a, const float *b, float *out, size_t K,        \
-		size_t N, size_t n, unsigned int mr)                         \
-	{                                                                    \
-		const float *b0p = b + n * K, *b1p = b0p + (NV > 1 ? K : 0); \
-		vf_##SUF zero = { 0 };                                       \
-		const unsigned int nv = NV, vw = V;                          \
-		size_t k = 0;                                                \
-		ACC##R(ROW_PTR) ACC##R(ACC_DECL)                             \
-                                                                             \
-			for (; k + vw <= K; k += vw)                         \
-		{                                                            \
-			vf_##SUF b0 = ld_##SUF(b0p + k);                     \
-			vf_##SUF b1 = nv > 1 ? ld_##SUF(b1p + k) : zero;     \
-                                                                             \
-			ACC##R(NK_FMA)                                       \
-		}                                                            \
-		ACC##R(NK_STORE)                                             \
+/* ... (N, K) against rows n .. n + 3 of b */
+#define NK_GROUP(SUF, TGT, V, R)                                      \
+	__attribute__((target(TGT))) static void nk##R##_##SUF(       \
+		const float *a, const float *b, float *out, size_t K, \
+		size_t N, size_t n, unsigned int mr)                  \
+	{                                                             \
+		const float *bp = b + n * K;                          \
+		vf_##SUF zero = { 0 };                                \
+		size_t k = 0;                                         \
+		ACC##R(ROW_PTR) ACC##R(NK_DECL)                       \
+                                                                      \
+			for (; k + V <= K; k += V)                    \
+		{                                                     \
+			vf_##SUF b0 = ld_##SUF(bp + k);               \
+			vf_##SUF b1 = ld_##SUF(bp + K + k);           \
+			vf_##SUF b2 = ld_##SUF(bp + 2 * K + k);       \
+			vf_##SUF b3 = ld_##SUF(bp + 3 * K + k);       \
+                                                                      \
+			/* the next four rows of b, a line each */    \
+			__builtin_prefetch(bp + 4 * K + k);           \
+			__builtin_prefetch(bp + 5 * K + k);           \
+			__builtin_prefetch(bp + 6 * K + k);           \
+			__builtin_prefetch(bp + 7 * K + k);           \
+			ACC##R(NK_FMA)                                \
+		}                                                     \
+		ACC##R(NK_STORE)                                      \
 	}
 
 /*
@@ -160,8 +167,6 @@ typedef void (*skinny_fn)(const float *a, const float *b, float *out, size_t M,
  * chunk's sums added to the last. (N, K): @NV rows of b at a time.
  */
 #define SKINNY_KERNELS(SUF, TGT, V, NV)                                        \
-	typedef float vf_##SUF __attribute__((vector_size(V * 4)));            \
-                                                                               \
 	__attribute__((target(TGT))) static inline vf_##SUF ld_##SUF(          \
 		const float *p)                                                \
 	{                                                                      \
@@ -174,9 +179,8 @@ typedef void (*skinny_fn)(const float *a, const float *b, float *out, size_t M,
 	KN_GROUP(SUF, TGT, V, NV, 2)                                           \
 	KN_GROUP(SUF, TGT, V, NV, 4)                                           \
 	KN_GROUP(SUF, TGT, V, NV, 8)                                           \
-	NK_GROUP(SUF, TGT, V, NV, 2)                                           \
-	NK_GROUP(SUF, TGT, V, NV, 4)                                           \
-	NK_GROUP(SUF, TGT, V, NV, 8)                                           \
+	NK_GROUP(SUF, TGT, V, 2)                                               \
+	NK_GROUP(SUF, TGT, V, 4)                                               \
                                                                                \
 	__attribute__((target(TGT))) static void kn_##SUF(                     \
 		const float *a, const float *b, float *out, size_t M,          \
@@ -220,18 +224,20 @@ typedef void (*skinny_fn)(const float *a, const float *b, float *out, size_t M,
 	{                                                                      \
 		size_t n = n0;                                                 \
                                                                                \
-		for (; n + NV <= n1; n += NV)                                  \
-			for (size_t m = 0; m < M; m += MR) {                   \
-				unsigned int mr = M - m < MR ? M - m : MR;     \
+		/* rows of a four at a time on AVX-512's 32 registers (16  \
+		 * accumulators), two on AVX2's 16 */   \
+		const unsigned int g = V == 16 ? 4 : 2;                        \
+                                                                               \
+		for (; n + 4 <= n1; n += 4)                                    \
+			for (size_t m = 0; m < M; m += g) {                    \
+				unsigned int mr = M - m < g ? M - m : g;       \
 				const float *am = a + m * K;                   \
 				float *om = out + m * N;                       \
                                                                                \
 				if (mr <= 2)                                   \
 					nk2_##SUF(am, b, om, K, N, n, mr);     \
-				else if (mr <= 4)                              \
-					nk4_##SUF(am, b, om, K, N, n, mr);     \
 				else                                           \
-					nk8_##SUF(am, b, om, K, N, n, mr);     \
+					nk4_##SUF(am, b, om, K, N, n, mr);     \
 			}                                                      \
 		skinny_rest_nk(a, b, out, M, K, N, n, n1);                     \
 	}
@@ -263,6 +269,32 @@ static void skinny_rest_nk(const float *a, const float *b, float *out, size_t M,
 			out[m * N + n] = s;
 		}
 }
+
+typedef float vf_512 __attribute__((vector_size(64)));
+typedef float vf_256 __attribute__((vector_size(32)));
+typedef float vf_128 __attribute__((vector_size(16)));
+
+/* The sum of a vector's lanes, halving it (a scalar loop would cost a
+ * lane's extraction each) */
+__attribute__((target("avx2,fma"))) static inline float red_256(vf_256 x)
+{
+	vf_128 h = __builtin_shufflevector(x, x, 0, 1, 2, 3) +
+		   __builtin_shufflevector(x, x, 4, 5, 6, 7);
+
+	return (h[0] + h[2]) + (h[1] + h[3]);
+}
+
+__attribute__((target("avx512f"))) static inline float red_512(vf_512 x)
+{
+	vf_256 h = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
+		   __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+	vf_128 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) +
+		   __builtin_shufflevector(h, h, 4, 5, 6, 7);
+
+	return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+#define VRED(x) _Generic((x), vf_512 : red_512, vf_256 : red_256)(x)
 
 SKINNY_KERNELS(512, "avx512f", 16, 2)
 SKINNY_KERNELS(256, "avx2,fma", 8, 1)
