@@ -286,12 +286,13 @@ static void blocker_close(struct blocker *b)
 
 /*
  * One round: the long graph first, then the agents' decodes, each on a
- * thread of its own. Whether all the decodes were seen queued behind
- * the graph while it ran (so that they start together).
+ * thread of its own. Whether all the decodes were seen queued before
+ * any of them started (behind the graph), so that they start together.
  */
 static bool round_together(struct fx *fx, struct blocker *b, struct agent *a,
 			   unsigned int n)
 {
+	uint64_t p0 = sched_dev(fx).passes;
 	struct djinn_request *req = blocker_submit(b, 64);
 	pthread_t th[NS];
 	bool seen = false;
@@ -300,16 +301,18 @@ static bool round_together(struct fx *fx, struct blocker *b, struct agent *a,
 	for (unsigned int i = 0; i < n; i++)
 		assert_int_equal(
 			pthread_create(&th[i], NULL, decode_main, &a[i]), 0);
-	for (int k = 0; k < 2000 && !seen; k++) {
+	/* all of them queued before any started (no pass yet): the next
+	 * pass takes them all */
+	for (int k = 0; k < 5000; k++) {
 		struct djinn_admin_sched_dev d = sched_dev(fx);
 
-		/* the graph runs, the decodes wait */
-		if (d.queued[0] == n && d.running[0] == 1)
+		if (d.passes != p0)
+			break; /* one started: too late */
+		if (d.queued[0] == n) {
 			seen = true;
-		else if (d.queued[0] + d.running[0] < n)
-			sleep_ms(1);
-		else
-			break; /* the graph is done: too late */
+			break;
+		}
+		sleep_ms(1);
 	}
 	ret = djinn_wait(req, DJINN_WAIT_FOREVER);
 	if (ret)
