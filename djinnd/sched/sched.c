@@ -355,8 +355,12 @@ unsigned int sched_join(struct sched *sc, struct exec_job *first,
 	if (!first->grant)
 		first->grant = first->rows ? first->rows : 1;
 	used = first->grant;
-	max = first->pass_max < EXEC_PASS_MAX ? first->pass_max : EXEC_PASS_MAX;
 	pthread_mutex_lock(&q->lock);
+	/* the model's max_batch (the service's, from sched_max_batch()),
+	 * and the device's as it is now */
+	max = first->pass_max && first->pass_max < sc->cfg.max_batch ?
+		      first->pass_max :
+		      sc->cfg.max_batch;
 	/* those owed device time first, then the others, each in the
 	 * round's order */
 	for (int owed = 1; owed >= 0; owed--) {

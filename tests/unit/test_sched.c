@@ -98,6 +98,145 @@ static struct session *run(struct sched *sc, uint64_t ns)
 	return s;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Passes */
+
+static int model_a, model_b; /* two models' pass keys */
+
+/* A step of @s on model @key wanting @rows (a prompt may be split with
+ * @chunk), at most @max in its pass. */
+static struct exec_job *step(struct sched *sc, struct session *s,
+			     const void *key, uint32_t rows, bool chunk,
+			     uint32_t max)
+{
+	struct exec_job *job = calloc(1, sizeof(*job));
+
+	assert_non_null(job);
+	job->lane = SCHED_COMPUTE;
+	job->se = &s->se;
+	job->run_pass = (void (*)(struct exec_job **, unsigned int,
+				  const struct exec_env *))1; /* never called */
+	job->pass = key;
+	job->rows = rows;
+	job->chunk = chunk;
+	job->pass_max = max;
+	sched_submit(sc, job);
+	return job;
+}
+
+/*
+ * sched_join(): the steps of the same model heading the other sessions'
+ * queues join the one sched_next() gave, owed sessions first, up to
+ * max_batch and pass_tokens rows (a prompt split to fit, one that may
+ * not be split left out); another model's steps and a session's second
+ * step wait. A step charged with @again is queued first of its
+ * session's again, and its session rejoins the round.
+ */
+static void test_join(void **state)
+{
+	struct sched_config cfg = { .policy = DJINN_SCHED_LRU,
+				    .quantum_ns = NSEC_PER_MSEC,
+				    .max_batch = 4,
+				    .pass_tokens = 10 };
+	struct session *s[7];
+	struct exec_job *j[8], *jobs[EXEC_PASS_MAX], *first;
+	struct sched *sc;
+	unsigned int n;
+
+	assert_int_equal(sched_create(NULL, NULL, &cfg, NULL, &sc), 0);
+	for (unsigned int i = 0; i < 7; i++)
+		s[i] = new_session(sc, "t", 4, i + 1);
+	j[0] = step(sc, s[0], &model_a, 1, false, 64);
+	j[1] = step(sc, s[1], &model_b, 1, false, 64); /* another model */
+	j[2] = step(sc, s[2], &model_a, 1, false, 64);
+	j[3] = step(sc, s[3], &model_a, 6, false, 64); /* 6 rows, whole */
+	j[4] = step(sc, s[4], &model_a, 20, true, 64); /* a prompt of 20 */
+	j[5] = step(sc, s[5], &model_a, 1, false, 64);
+	j[6] = step(sc, s[6], &model_a, 1, false, 64);
+	j[7] = step(sc, s[0], &model_a, 1, false, 64); /* s0's second */
+
+	first = sched_next(sc, SCHED_COMPUTE);
+	assert_ptr_equal(first, j[0]);
+	n = sched_join(sc, first, jobs);
+	/* 1 + 1 (s2) + 6 (s3) = 8 rows; s4's prompt gets the 2 left:
+	 * four steps, max_batch */
+	assert_int_equal(n, 4);
+	assert_ptr_equal(jobs[0], j[0]);
+	assert_ptr_equal(jobs[1], j[2]);
+	assert_ptr_equal(jobs[2], j[3]);
+	assert_ptr_equal(jobs[3], j[4]);
+	assert_int_equal(j[3]->grant, 6);
+	assert_int_equal(j[4]->grant, 2);
+
+	/* s0's step is not done: again, at the head of its queue */
+	j[0]->again = true;
+	sched_charge(sc, j[0], 4 * NSEC_PER_MSEC);
+	for (unsigned int i = 1; i < 4; i++) {
+		jobs[i]->again = false;
+		sched_charge(sc, jobs[i], 1000);
+		free(jobs[i]);
+	}
+	/* the round: s1 (model b), s5, s6 waited longer than s0 */
+	first = sched_next(sc, SCHED_COMPUTE);
+	assert_ptr_equal(first, j[1]);
+	assert_int_equal(sched_join(sc, first, jobs), 1);
+	sched_charge(sc, first, 1000);
+	free(first);
+	first = sched_next(sc, SCHED_COMPUTE);
+	assert_ptr_equal(first, j[5]);
+	/* s0 owes time (4 ms against its 1 ms quantum): s6 joins first */
+	n = sched_join(sc, first, jobs);
+	assert_int_equal(n, 3);
+	assert_ptr_equal(jobs[1], j[6]);
+	assert_ptr_equal(jobs[2], j[0]); /* its step again, before j[7] */
+	for (unsigned int i = 0; i < n; i++) {
+		jobs[i]->again = false;
+		sched_charge(sc, jobs[i], 1000);
+		free(jobs[i]);
+	}
+	/* s0's second step, alone */
+	first = sched_next(sc, SCHED_COMPUTE);
+	assert_ptr_equal(first, j[7]);
+	assert_int_equal(sched_join(sc, first, jobs), 1);
+	sched_charge(sc, first, 1000);
+	free(first);
+	{
+		struct sched_stats st;
+
+		sched_get_stats(sc, &st);
+		assert_int_equal(st.passes, 4);
+		assert_int_equal(st.pass_jobs, 9);
+		assert_int_equal(st.joins, 5);
+		assert_int_equal(st.pass_hist[0], 2); /* of one */
+		assert_int_equal(st.pass_hist[2], 2); /* of 3 and 4 */
+	}
+	for (unsigned int i = 0; i < 7; i++) {
+		sched_entity_fini(sc, &s[i]->se);
+		free(s[i]);
+	}
+	sched_destroy(sc);
+}
+
+/* [model.NAME] max_batch lowers [device] max_batch for its model. */
+static void test_max_batch(void **state)
+{
+	struct sched_batch b[] = { { "small", 2 }, { "big", 80 } };
+	struct sched_config cfg = { .policy = DJINN_SCHED_LRU,
+				    .max_batch = 16,
+				    .batches = b,
+				    .nr_batches = 2 };
+	struct sched *sc;
+
+	assert_int_equal(sched_create(NULL, NULL, &cfg, NULL, &sc), 0);
+	assert_int_equal(sched_max_batch(sc, "small"), 2);
+	assert_int_equal(sched_max_batch(sc, "big"), 16);
+	assert_int_equal(sched_max_batch(sc, "other"), 16);
+	cfg.max_batch = 0; /* the default */
+	sched_configure(sc, &cfg);
+	assert_int_equal(sched_max_batch(sc, "other"), EXEC_PASS_MAX);
+	sched_destroy(sc);
+}
+
 /* The bound of sched.h: a job waits behind at most one job of each
  * other busy session, never behind another session's backlog. */
 static void test_jobs_ahead(void **state)
@@ -603,6 +742,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_jobs_ahead),
+		cmocka_unit_test(test_join),
+		cmocka_unit_test(test_max_batch),
 		cmocka_unit_test(test_flood_one_ahead),
 		cmocka_unit_test(test_weights),
 		cmocka_unit_test(test_debt),
