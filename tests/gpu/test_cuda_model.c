@@ -12,6 +12,9 @@
  * two backends' rounding may break either way; the sequences part there
  * and the comparison stops, having compared at least MIN_SAME tokens).
  *
+ * And passes: eight contexts decoding together, a model_pass() a token,
+ * each with the tokens the CPU gives it alone.
+ *
  * Exits 77 and says why without an NVIDIA driver or GPU. Runs from the
  * repository root (it calls scripts/mkmodel.py).
  */
@@ -211,6 +214,110 @@ static void test_mistral_f32(void **state)
 	check_model("mistral-f32");
 }
 
+/*
+ * Passes on the GPU (Documentation/sched.rst, "Passes"): PASS_N contexts
+ * of one model, prompts of different lengths, decode together, each
+ * step of all of them one model_pass() on the CUDA backend; each one's
+ * tokens are those the CPU backend decodes for it alone (but past a
+ * near tie, as above).
+ */
+#define PASS_N 8
+
+static void check_passes(const char *name)
+{
+	struct model_sampling greedy = { .temperature = 0, .top_p = 1 };
+	struct side cpu, gpu;
+	struct model_hold *hc, *hg;
+	struct model_ctx *cc, *cg[PASS_N];
+	struct model_req q[PASS_N], *qs[PASS_N];
+	int32_t ids[PASS_N][12], tok[PASS_N][N_DECODE];
+	char msg[PASS_N][ST_MSG_LEN];
+	int same_min = N_DECODE;
+
+	side_open(&cpu, G.cpu);
+	side_open(&gpu, G.b);
+	if (model_open(cpu.ms, cpu.s, name, &hc, msg[0], sizeof(msg[0])) ||
+	    model_open(gpu.ms, gpu.s, name, &hg, msg[0], sizeof(msg[0])))
+		fail_msg("%s: %s", name, msg[0]);
+	for (int i = 0; i < PASS_N; i++) {
+		uint32_t n = 3 + (uint32_t)i;
+
+		for (uint32_t t = 0; t < n; t++)
+			ids[i][t] = (int32_t)((i * 31 + t * 7 + 1) %
+					      hc->m->cfg.vocab);
+		if (model_ctx_new(hg, 64, &cg[i], msg[i], sizeof(msg[i])) ||
+		    model_ctx_prefill(cg[i], &gpu.env, ids[i], n, NULL, msg[i],
+				      sizeof(msg[i])))
+			fail_msg("%s: context %d: %s", name, i, msg[i]);
+		q[i] = (struct model_req){ .c = cg[i],
+					   .kind = MODEL_REQ_DECODE,
+					   .n = N_DECODE,
+					   .sp = greedy,
+					   .r = { .out = tok[i] },
+					   .msg = msg[i],
+					   .msglen = sizeof(msg[i]) };
+		if (model_req_start(&q[i]))
+			fail_msg("%s: request %d: %s", name, i, msg[i]);
+		qs[i] = &q[i];
+	}
+	for (int k = 0; k < N_DECODE; k++)
+		model_pass(qs, PASS_N, &gpu.env);
+	for (int i = 0; i < PASS_N; i++) {
+		uint32_t n = 3 + (uint32_t)i, V = hc->m->cfg.vocab;
+		double scale = 0;
+		int same = 0;
+
+		assert_true(q[i].done);
+		if (q[i].ret)
+			fail_msg("%s: context %d: %s", name, i, msg[i]);
+		model_req_fini(&q[i]);
+		/* the CPU alone, a token at a time */
+		if (model_ctx_new(hc, 64, &cc, msg[0], sizeof(msg[0])) ||
+		    model_ctx_prefill(cc, &cpu.env, ids[i], n, NULL, msg[0],
+				      sizeof(msg[0])))
+			fail_msg("%s: cpu: %s", name, msg[0]);
+		for (uint32_t v = 0; v < V; v++)
+			scale = fmax(scale, fabs(model_ctx_logits(cc)[v]));
+		for (; same < N_DECODE; same++) {
+			int32_t tc;
+			float gap;
+
+			argmax(model_ctx_logits(cc), V, &gap);
+			if (model_ctx_decode(cc, &cpu.env, 1, &greedy, &tc,
+					     msg[0], sizeof(msg[0])))
+				fail_msg("%s: cpu: %s", name, msg[0]);
+			if (tc == tok[i][same])
+				continue;
+			if (gap > tol(name) * scale)
+				fail_msg("%s: context %d, token %d: in a pass "
+					 "on cuda %d, alone on the cpu %d",
+					 name, i, same, tok[i][same], tc);
+			break; /* a near tie */
+		}
+		assert_true(same >= MIN_SAME);
+		same_min = same < same_min ? same : same_min;
+		model_ctx_free(cc);
+		model_ctx_free(cg[i]);
+	}
+	printf("  %s: %d contexts decoding in passes on cuda: at least %d of "
+	       "%d tokens each as the cpu alone\n",
+	       name, PASS_N, same_min, N_DECODE);
+	model_close(hc);
+	model_close(hg);
+	side_close(&cpu);
+	side_close(&gpu);
+}
+
+static void test_passes_gpt2(void **state)
+{
+	check_passes("gpt2-f32");
+}
+
+static void test_passes_qwen2(void **state)
+{
+	check_passes("qwen2-f32");
+}
+
 static int group_setup(void **state)
 {
 	snprintf(dir, sizeof(dir), "/tmp/djinn-gm-XXXXXX");
@@ -271,6 +378,8 @@ int main(void)
 		cmocka_unit_test(test_qwen2_f32),
 		cmocka_unit_test(test_qwen3_bf16),
 		cmocka_unit_test(test_mistral_f32),
+		cmocka_unit_test(test_passes_gpt2),
+		cmocka_unit_test(test_passes_qwen2),
 	};
 	int ret;
 
