@@ -423,7 +423,10 @@ static int part_inputs(struct part *p, const struct model_env *env, char *msg,
 	if (ret) {
 		ctx_part_inputs_drop(p);
 		return errmsg(msg, msglen, ret, "step inputs: %s",
-			      why[0] ? why : strerror(-ret));
+			      why[0]	     ? why :
+			      ret == -EDQUOT ? "over the tenant's quota of "
+					       "device memory" :
+					       strerror(-ret));
 	}
 	p->have_in = true;
 	return 0;

@@ -726,6 +726,85 @@ static void test_pass_many(void **state)
 	model_close(h);
 }
 
+/*
+ * One context of a pass whose step cannot have its memory (its tenant's
+ * quota is full) beside three that decode: the pass's graph fails, each
+ * step runs again alone, and only that context's request fails
+ * (-EDQUOT), its context as it was; the others get their tokens alone.
+ */
+static void test_pass_fault(void **state)
+{
+	struct model_fix *f = *state;
+	struct model_hold *h = hold(f, "gpt2-f32"), *ht;
+	struct vmu_session *st;
+	struct model_ctx *c[4];
+	struct model_req q[4], *qs[4];
+	int32_t solo[3][4], tok[4][4];
+	char msg[4][ST_MSG_LEN];
+	struct vmu_usage u;
+
+	assert_int_equal(vmu_session_create(f->env.v, "tight", &st), 0);
+	if (model_open(f->ms, st, "gpt2-f32", &ht, msg[0], sizeof(msg[0])))
+		fail_msg("%s", msg[0]);
+	for (int i = 0; i < 4; i++) {
+		c[i] = ctx(i < 3 ? h : ht, 32);
+		prefill(f, c[i], prompt + i, 3 + i, NULL);
+	}
+	for (int i = 0; i < 3; i++) {
+		if (model_ctx_decode(c[i], &f->env, 4,
+				     &(struct model_sampling){ .top_p = 1 },
+				     solo[i], msg[0], sizeof(msg[0])))
+			fail_msg("alone: %s", msg[0]);
+		assert_int_equal(model_ctx_reset(c[i]), 0);
+		prefill(f, c[i], prompt + i, 3 + i, NULL);
+	}
+	/* "tight" may hold what it holds now, no more */
+	assert_int_equal(vmu_tenant_usage(f->env.v, "tight", &u), 0);
+	assert_int_equal(vmu_tenant_set_quota(f->env.v, "tight",
+					      u.data_bytes + u.text_bytes),
+			 0);
+	for (int i = 0; i < 4; i++) {
+		q[i] = (struct model_req){ .c = c[i],
+					   .kind = MODEL_REQ_DECODE,
+					   .n = 4,
+					   .sp = { .top_p = 1 },
+					   .r = { .out = tok[i] },
+					   .msg = msg[i],
+					   .msglen = sizeof(msg[i]) };
+		assert_int_equal(model_req_start(&q[i]), 0);
+		qs[i] = &q[i];
+	}
+	for (int k = 0; k < 4; k++)
+		model_pass(qs, 4, &f->env);
+	for (int i = 0; i < 4; i++) {
+		assert_true(q[i].done);
+		model_req_fini(&q[i]);
+	}
+	for (int i = 0; i < 3; i++) {
+		if (q[i].ret)
+			fail_msg("context %d beside the faulty one: %s", i,
+				 msg[i]);
+		assert_memory_equal(tok[i], solo[i], sizeof(solo[i]));
+	}
+	assert_int_equal(q[3].ret, -EDQUOT);
+	assert_int_equal(q[3].r.nr_out, 0);
+	assert_int_equal(model_ctx_len(c[3]), 6); /* as it was */
+	printf("  three contexts beside one over its quota: their tokens "
+	       "alone; it: %s\n",
+	       msg[3]);
+	/* room again: it decodes */
+	assert_int_equal(vmu_tenant_set_quota(f->env.v, "tight", 0), 0);
+	if (model_ctx_decode(c[3], &f->env, 4,
+			     &(struct model_sampling){ .top_p = 1 }, tok[3],
+			     msg[3], sizeof(msg[3])))
+		fail_msg("after the quota: %s", msg[3]);
+	for (int i = 0; i < 4; i++)
+		model_ctx_free(c[i]);
+	model_close(ht);
+	model_close(h);
+	vmu_session_destroy(st);
+}
+
 /* Logits kept on the device as a region of the session (a lazy result):
  * the same values as the host copy; without keep, no region is left. */
 static void test_keep_logits(void **state)
@@ -1302,10 +1381,10 @@ int main(void)
 		TEST(test_llama_f16),	  TEST(test_llama_bf16),
 		TEST(test_greedy_gpt2),	  TEST(test_greedy_llama),
 		TEST(test_refused_steps), TEST(test_fork_and_seed),
-		TEST(test_pass_many),	  TEST(test_keep_logits),
-		TEST(test_sample),	  TEST(test_gqa_attention),
-		TEST(test_break_same),	  TEST(test_steer),
-		TEST(test_break_refused),
+		TEST(test_pass_many),	  TEST(test_pass_fault),
+		TEST(test_keep_logits),	  TEST(test_sample),
+		TEST(test_gqa_attention), TEST(test_break_same),
+		TEST(test_steer),	  TEST(test_break_refused),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
