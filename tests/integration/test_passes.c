@@ -5,7 +5,8 @@
  *
  * - Four sessions whose contexts hold prompts of different lengths
  *   decode together: each gets the tokens it gets alone, its logits
- *   within 1e-4, on a GPT-2 and on a llama; while another session's long
+ *   within 1e-4, on a GPT-2, a llama and a llama streamed through a
+ *   layer ring (over its budget); while another session's long
  *   graph holds the device, all four steps queue, and then every token
  *   of the four runs in one pass (ADMIN_SCHED's pass counts).
  * - A prefill that comes while they decode joins their passes, and its
@@ -46,6 +47,11 @@
 #define LLAMA                                                       \
 	"--arch llama --layers 3 --embd 64 --heads 4 --kv-heads 2 " \
 	"--inner 128 --vocab 256 --ctx 256 --seed 43"
+/* 4 layers of about 3.9 MB: under a budget of 14M two of them are
+ * streamed through a ring (Documentation/streaming.rst) */
+#define BIG                                                         \
+	"--seed 21 --arch llama --embd 256 --heads 4 --kv-heads 2 " \
+	"--inner 1024 --layers 4 --vocab 256 --untied"
 #define VOCAB 256
 #define NS 4 /* sessions decoding together */
 #define NTOK 12 /* tokens each */
@@ -79,7 +85,8 @@ static int start(void **state, const char *const *extra)
 		return -1;
 	if (djd_start_conn(&fx->d, "512M", 60000, extra, "gpt2", GPT2,
 			   &fx->conn) ||
-	    djd_make_model(&fx->d, "llama", LLAMA)) {
+	    djd_make_model(&fx->d, "llama", LLAMA) ||
+	    djd_make_model(&fx->d, "big", BIG)) {
 		free(fx);
 		return -1;
 	}
@@ -89,7 +96,9 @@ static int start(void **state, const char *const *extra)
 
 static int setup(void **state)
 {
-	return start(state, NULL);
+	const char *args[] = { "--set", "model.big.budget=14M", NULL };
+
+	return start(state, args);
 }
 
 static int setup_off(void **state)
@@ -387,6 +396,27 @@ static void test_together_llama(void **state)
 	together(*state, "llama", true);
 }
 
+/* A streamed model: each streamed layer copied in once a pass serves
+ * all four. */
+static void test_together_streamed(void **state)
+{
+	struct fx *fx = *state;
+	struct dj_resp r;
+	const struct djinn_admin_model *e;
+	uint32_t count;
+	bool streamed = false;
+
+	together(fx, "big", true);
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_MODELS, NULL, 0, &r);
+	memcpy(&count, r.data, sizeof(count));
+	e = (const void *)(r.data + 8);
+	for (uint32_t i = 0; i < count; i++)
+		if (!strcmp(e[i].name, "big"))
+			streamed = e[i].resident < e[i].layers;
+	dj_resp_free(&r);
+	assert_true(streamed);
+}
+
 /* [device] max_batch = 1: a pass per step, the same tokens. */
 static void test_batching_off(void **state)
 {
@@ -651,6 +681,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_together_gpt2, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_together_llama, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_together_streamed, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_prefill_joins, setup,
 						teardown),
