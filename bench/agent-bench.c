@@ -102,7 +102,7 @@
  * run on a GPU yet.
  *
  * Usage: agent-bench [--agents N,N,...] [--bisect LO:HI]
- *                    [--grow START[:MAX]] [--turns K]
+ *                    [--grow START[:MAX]] [--set KEY=VALUE] [--turns K]
  *                    [--prompt P] [--decode M] [--tool-tokens T]
  *                    [--tool-median-ms MS] [--tool-sigma S]
  *                    [--estimate-error E] [--arrival-rate PER_S]
@@ -115,6 +115,10 @@
  *                    [--model-args ARGS] [--prefill-chunk N]
  *                    [--lease-ms MS] [--threads N] [--slo-agents N]
  *                    [--run-timeout S]
+ *
+ * --set KEY=VALUE (up to 8) passes djinnd a setting of its own, as its
+ * --set does: device.max_batch=1 runs every model step alone, to compare
+ * with passes (Documentation/sched.rst, "Passes").
  *
  * --model-args gives scripts/mkmodel.py's arguments for another model
  * (kept beside the default one, named after a hash of them).
@@ -236,7 +240,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: agent-bench [--agents N,N,...] [--bisect LO:HI]\n"
-		"         [--grow START[:MAX]]\n"
+		"         [--grow START[:MAX]] [--set KEY=VALUE]\n"
 		"         [--turns K] [--prompt P] [--decode M] "
 		"[--tool-tokens T]\n"
 		"         [--tool-median-ms MS] [--tool-sigma S] "
@@ -356,6 +360,7 @@ int main(int argc, char **argv)
 		{ "agents", required_argument, NULL, 'n' },
 		{ "bisect", required_argument, NULL, 'b' },
 		{ "grow", required_argument, NULL, 'g' },
+		{ "set", required_argument, NULL, 'X' },
 		{ "turns", required_argument, NULL, 'K' },
 		{ "prompt", required_argument, NULL, 'P' },
 		{ "decode", required_argument, NULL, 'M' },
@@ -408,6 +413,12 @@ int main(int argc, char **argv)
 				(unsigned int)num(colon + 1, 1, MAX_AGENTS);
 			if (opt.bisect_lo >= opt.bisect_hi)
 				usage();
+			break;
+		case 'X':
+			if (opt.nr_sets == ARRAY_SIZE(opt.sets) ||
+			    !strchr(optarg, '='))
+				usage();
+			opt.sets[opt.nr_sets++] = optarg;
 			break;
 		case 'g':
 			colon = strchr(optarg, ':');

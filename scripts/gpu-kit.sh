@@ -25,10 +25,14 @@
 #                                       stdout
 #   scripts/gpu-kit.sh agent [KIT] [OUT]
 #                                       there: agent-bench --backend cuda
-#                                       (Documentation/sched.rst), a
-#                                       short sweep (AGENTS, default
-#                                       8,16,32; MEASURE seconds, default
-#                                       10): about 5 minutes
+#                                       (Documentation/sched.rst): each
+#                                       policy's density by --grow GROW
+#                                       (default 32:256: from 32, doubling
+#                                       while N meets the SLO, halving
+#                                       while it misses, then bisecting),
+#                                       or the list AGENTS when set;
+#                                       MEASURE seconds a point (default
+#                                       5)
 #   scripts/gpu-kit.sh sessions [KIT] [OUT]
 #                                       there: model-bench --backend cuda
 #                                       --sessions (Documentation/
@@ -287,10 +291,16 @@ run() {
 agent() {
 	out=${3:-$kit/out}
 	kit_env
+	if [ -n "${AGENTS:-}" ]; then
+		sweep="--agents $AGENTS"
+	else
+		sweep="--grow ${GROW:-32:256}"
+	fi
+	# shellcheck disable=SC2086 # $sweep is two words
 	"$kit/bin/agent-bench" --backend cuda --djinnd "$kit/bin/djinnd" \
 		--djinnctl "$kit/bin/djinnctl" \
 		--cache "${BENCH_CACHE:-/tmp/djinn-bench-cache}" \
-		--agents "${AGENTS:-8,16,32}" --measure "${MEASURE:-10}" \
+		$sweep --measure "${MEASURE:-5}" \
 		--out "$out/agent-bench.jsonl" >/dev/null 2>"$out/agent-bench.err"
 	s=$?
 	cat "$out/agent-bench.err"

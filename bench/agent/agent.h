@@ -40,6 +40,8 @@ struct agent_opt {
 	unsigned int agents[MAX_LIST], nr_agents;
 	unsigned int bisect_lo, bisect_hi;
 	unsigned int grow_start, grow_max; /* --grow START[:MAX] */
+	const char *sets[8]; /* --set KEY=VALUE for djinnd */
+	unsigned int nr_sets;
 	unsigned int turns, prompt, decode, tool_tokens, chunk;
 	double tool_median_ms, tool_sigma, estimate_error, arrival_rate;
 	double measure_s;

@@ -41,7 +41,7 @@ void ensure_model(void)
 void daemon_start(const char *policy, uint64_t mem)
 {
 	char memarg[32], lease[16], threads[16], swap[48], pin[128];
-	const char *argv[32];
+	const char *argv[48];
 	unsigned int a = 0;
 
 	snprintf(memarg, sizeof(memarg), "%" PRIu64, mem);
@@ -75,6 +75,10 @@ void daemon_start(const char *policy, uint64_t mem)
 	if (policy) {
 		argv[a++] = "--sched-policy";
 		argv[a++] = policy;
+	}
+	for (unsigned int i = 0; i < opt.nr_sets; i++) {
+		argv[a++] = "--set";
+		argv[a++] = opt.sets[i];
 	}
 	argv[a] = NULL;
 	bdj_start(argv, !strcmp(opt.backend, "cuda"));
