@@ -32,6 +32,12 @@
  * the tenant's share ([tenant.NAME] share, 1 by default) times the
  * session's priority plus one.
  *
+ * Passes: a model step (a job with run_pass) that the round gives a
+ * thread takes with it the steps of the same model heading the other
+ * sessions' queues (sched_join()), and one call runs them all; a step
+ * whose request goes on is queued again first of its session's
+ * (sched_charge() with job->again). Documentation/sched.rst, "Passes".
+ *
  * Memory policy (sched.policy; the functions below that take a session
  * run on the I/O thread): semantic, lru or static, see sched/policy.c.
  */
