@@ -172,29 +172,32 @@ void handle_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 	struct session *s;
 	uint8_t diff = 0;
 
+	/* Session ids are sequential: a missing session, another
+	 * tenant's and a wrong token get one answer, so that ATTACH tells a
+	 * prober nothing but that it may not attach. */
 	s = session_get(&c->srv->sessions, hdr->session_id);
-	if (!s) {
-		conn_error(c, hdr, -ENOENT, "no session %llu",
-			   (unsigned long long)hdr->session_id);
-		return;
+	if (s) {
+		for (size_t i = 0; i < sizeof(a->token);
+		     i++) /* constant time */
+			diff |= a->token[i] ^ s->token[i];
+		/* a token is a session's secret within its tenant: one
+		 * that leaked to another tenant opens nothing */
+		if (strcmp(s->tenant, c->tenant))
+			diff = 1;
 	}
-	for (size_t i = 0; i < sizeof(a->token); i++) /* constant time */
-		diff |= a->token[i] ^ s->token[i];
-	/* A token is a session's secret within its tenant: one that leaked
-	 * to another tenant opens nothing. The same answer as a wrong one. */
-	if (strcmp(s->tenant, c->tenant))
-		diff = 1;
-	if (diff) {
+	if (!s || diff) {
 		conn_error(c, hdr, -EPERM,
-			   "wrong token for session %llu, or another tenant's",
-			   (unsigned long long)s->id);
+			   "no session %llu of this tenant with that token "
+			   "(a wrong token, another tenant's, or ended)",
+			   (unsigned long long)hdr->session_id);
 	} else if (conn_attach(c, s->id)) {
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 	} else {
 		session_touch(&c->srv->sessions, s);
 		session_reply(c, hdr, s, false);
 	}
-	session_put(s);
+	if (s)
+		session_put(s);
 }
 
 /* A local client's session on /dev/djinn becomes a djinnd session bound

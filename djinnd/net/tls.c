@@ -87,15 +87,29 @@ struct tls_conn {
 /* ---------------------------------------------------------------------- */
 /* Tokens: "TENANT SHA256-HEX" lines */
 
+/* One hex digit's value, or -1: digits and letters only (sscanf's %x
+ * took "+f", "-1" and "0x"). */
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Exactly 64 hex digits, then the end of the word. */
 static int hex32(const char *s, uint8_t out[32])
 {
 	for (int i = 0; i < 32; i++) {
-		unsigned int v;
+		int hi = hexval(s[2 * i]),
+		    lo = hi < 0 ? -1 : hexval(s[2 * i + 1]);
 
-		if (sscanf(s + 2 * i, "%2x", &v) != 1 || !s[2 * i] ||
-		    !s[2 * i + 1])
+		if (hi < 0 || lo < 0)
 			return -EINVAL;
-		out[i] = (uint8_t)v;
+		out[i] = (uint8_t)(hi << 4 | lo);
 	}
 	return s[64] && s[64] != '\n' && s[64] != ' ' && s[64] != '\t' ?
 		       -EINVAL :
@@ -118,9 +132,17 @@ static int tokens_read(const char *path, struct token **out, unsigned int *nr,
 	}
 	while (fgets(buf, sizeof(buf), f)) {
 		char name[DJINN_TENANT_LEN + 1], hex[80];
+		size_t bl = strlen(buf);
 		int k;
 
 		line++;
+		/* a line longer than the buffer would be read as two */
+		if (bl == sizeof(buf) - 1 && buf[bl - 1] != '\n' && !feof(f)) {
+			snprintf(why, len,
+				 "tls.tokens: %s:%u: a line over %zu bytes",
+				 path, line, sizeof(buf) - 2);
+			goto fail;
+		}
 		if (sscanf(buf, " %n", &k) >= 0 &&
 		    (buf[k] == '#' || buf[k] == '\n' || !buf[k]))
 			continue;
@@ -198,7 +220,12 @@ int tls_tokens_reload(struct server *srv, const char *path)
 		return 0;
 	ret = tokens_read(path, &t, &n, why, sizeof(why));
 	if (ret) {
-		log_err("%s: the tokens read before stay", why);
+		/* fail closed: a file removed or broken to revoke a token
+		 * revokes them all, until it reads again */
+		tokens_free(ts);
+		log_err("%s: every bearer token is revoked until the file "
+			"reads",
+			why);
 		return ret;
 	}
 	tokens_free(ts);

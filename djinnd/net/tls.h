@@ -39,7 +39,8 @@ struct tls_conn;
  * file, a key that does not match, a bad token line). */
 int tls_server_init(struct server *srv, char *why, size_t len);
 void tls_server_free(struct server *srv);
-/* Read tls.tokens again (SIGHUP): 0, or -errno and the old ones kept. */
+/* Read tls.tokens again (SIGHUP): 0, or -errno with every token revoked
+ * (an err line says why) until a reload reads the file. */
 int tls_tokens_reload(struct server *srv, const char *path);
 
 /* A connection's TLS on accepted socket @fd: NULL when out of memory. */

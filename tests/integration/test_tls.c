@@ -36,6 +36,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -1004,6 +1005,103 @@ static void test_tokens(void **state)
 	victims_close(&v);
 }
 
+/* Whether bob's token names bob now: a connection with it, or -EACCES.
+ * Polls until it is @want (SIGHUP's reload is asynchronous), 20 s at
+ * most. */
+static void bob_until(struct fx *fx, bool want)
+{
+	for (int i = 0; i < 2000; i++) {
+		struct djinn_conn *c;
+		int ret = tls_connect(NULL, NULL, tok_bob, &c);
+
+		if (!ret)
+			djinn_disconnect(c);
+		else if (ret != -EACCES)
+			fail_msg("bob's token: %s: %s", strerror(-ret),
+				 djinn_last_error());
+		if (!ret == want)
+			return;
+		usleep(10000);
+	}
+	fail_msg("bob's token still %s after 20 s",
+		 want ? "refused" : "accepted");
+}
+
+/* Write @text as tls.tokens (NULL: remove it), then SIGHUP. */
+static void tokens_file(struct fx *fx, const char *text)
+{
+	char path[PATH_MAX];
+	FILE *f;
+
+	pki_path(path, sizeof(path), "tokens", "txt");
+	if (!text) {
+		assert_int_equal(unlink(path), 0);
+	} else {
+		f = fopen(path, "w");
+		assert_non_null(f);
+		fputs(text, f);
+		assert_int_equal(fclose(f), 0);
+	}
+	assert_int_equal(kill(fx->d.pid, SIGHUP), 0);
+}
+
+/* 6b. Revocation fails closed: a tokens file removed, or one that does
+ * not read (a hash with a sign, one with 0x, a line over 510 bytes),
+ * revokes every token at SIGHUP, until a reload reads a good file. */
+static void test_tokens_revoked(void **state)
+{
+	struct fx *fx = *state;
+	char good[1024], bad[1024], *line;
+	FILE *f = fmemopen(good, sizeof(good), "w");
+	size_t n;
+
+	assert_non_null(f);
+	token_line(f, "bob", tok_bob);
+	token_line(f, "carol", tok_carol);
+	fputc(0, f);
+	assert_int_equal(fclose(f), 0);
+	bob_until(fx, true);
+
+	tokens_file(fx, NULL);
+	bob_until(fx, false);
+	tokens_file(fx, good);
+	bob_until(fx, true);
+
+	/* carol's hash with its first two digits as "+f", and as "0x":
+	 * the file does not read, so bob's good line goes too */
+	n = strlen(good);
+	memcpy(bad, good, n + 1);
+	line = strchr(strchr(bad, '\n') + 1, ' ') + 1;
+	line[0] = '+';
+	line[1] = 'f';
+	tokens_file(fx, bad);
+	bob_until(fx, false);
+	tokens_file(fx, good);
+	bob_until(fx, true);
+	line[0] = '0';
+	line[1] = 'x';
+	tokens_file(fx, bad);
+	bob_until(fx, false);
+	tokens_file(fx, good);
+	bob_until(fx, true);
+
+	/* a comment line of 600 bytes before them */
+	memset(bad, 'x', 600);
+	bad[0] = '#';
+	bad[600] = '\n';
+	memcpy(bad + 601, good, n + 1);
+	tokens_file(fx, bad);
+	bob_until(fx, false);
+	tokens_file(fx, good);
+	bob_until(fx, true);
+	/* carol's line alone is what the file says: bob's token is gone */
+	tokens_file(fx, strchr(good, '\n') + 1);
+	bob_until(fx, false);
+	tokens_file(fx, good);
+	bob_until(fx, true);
+	wait_log(fx->d.log, "every bearer token is revoked");
+}
+
 /* 7. Another tenant's session: bob, holding alice's session id and its
  * token, does not get in (as SESSION_BIND refuses another user's kernel
  * session with -EPERM), and alice's session is as it was. */
@@ -1193,6 +1291,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_plain_tcp, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_tokens, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tokens_revoked, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_attach_other_tenant, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_label_spoof, setup,
