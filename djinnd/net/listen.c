@@ -43,6 +43,9 @@ struct listener {
 	uint64_t last_warn;
 	int fd;
 	bool admin, metrics, tcp, tls, multishot;
+	/* the admin socket's group (server.admin_group), when it has one */
+	bool has_gid;
+	gid_t gid;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
@@ -317,6 +320,38 @@ static struct conn *conn_alloc(struct server *srv, int fd, bool admin, bool tcp,
 	return c;
 }
 
+/*
+ * The admin socket's peer, by its credentials rather than the socket
+ * file's mode alone: root, djinnd's own uid, or a member of the admin
+ * group. Anyone else is closed at once with a log line (whatever the
+ * file's mode became, by a mistake or a chmod).
+ */
+static bool admin_peer_ok(struct listener *ls, int fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	gid_t gids[64];
+	unsigned int n;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len)) {
+		log_warn("admin socket: no peer credentials: %s: closed",
+			 strerror(errno));
+		close(fd);
+		return false;
+	}
+	if (cr.uid == 0 || cr.uid == geteuid())
+		return true;
+	n = tenant_peer_groups(fd, cr.gid, gids, ARRAY_SIZE(gids));
+	for (unsigned int i = 0; ls->has_gid && i < n; i++)
+		if (gids[i] == ls->gid)
+			return true;
+	log_warn("admin socket: pid %d uid %d is neither root nor in the "
+		 "admin group: closed",
+		 (int)cr.pid, (int)cr.uid);
+	close(fd);
+	return false;
+}
+
 static void conn_new(struct listener *ls, int fd)
 {
 	struct server *srv = ls->srv;
@@ -330,6 +365,8 @@ static void conn_new(struct listener *ls, int fd)
 		close(fd);
 		return;
 	}
+	if (ls->admin && !admin_peer_ok(ls, fd))
+		return;
 	if (ls->tls)
 		c = conn_create_tls(srv, fd);
 	else
@@ -410,7 +447,8 @@ static int listen_unix(struct listener *ls, const char *path)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char dir[sizeof(sa.sun_path)];
 	char *slash;
-	int fd;
+	mode_t old;
+	int fd, ret;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
@@ -427,25 +465,29 @@ static int listen_unix(struct listener *ls, const char *path)
 	if (fd < 0)
 		return -errno;
 	unlink(path); /* a stale socket from an earlier run */
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    listen(fd, SOMAXCONN)) {
-		int ret = -errno;
-
+	/* Made with its mode: the admin socket its owner's alone (0600)
+	 * until its group is set below, so that no one else can connect in
+	 * between; the clients' open to every user (0666). */
+	old = umask(ls->admin ? 0177 : 0111);
+	ret = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ? -errno : 0;
+	umask(old);
+	if (!ret && listen(fd, SOMAXCONN))
+		ret = -errno;
+	if (ret) {
 		close(fd);
 		return ret;
 	}
 	if (ls->admin) {
-		/* root, or the admin group (server.admin_group). */
+		/* root, or the admin group (server.admin_group) */
 		struct group *g = getgrnam(ls->srv->cfg.admin_group ?
 						   ls->srv->cfg.admin_group :
 						   "djinn");
 
-		if (g && chown(path, 0, g->gr_gid) == 0)
-			chmod(path, 0660);
-		else
-			chmod(path, 0600);
-	} else {
-		chmod(path, 0666); /* any user may open sessions */
+		if (g && !lchown(path, (uid_t)-1, g->gr_gid) &&
+		    !chmod(path, 0660)) {
+			ls->has_gid = true;
+			ls->gid = g->gr_gid;
+		}
 	}
 	ls->fd = fd;
 	return 0;

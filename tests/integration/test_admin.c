@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -225,6 +226,40 @@ static void test_admin_perm(void **state)
 	check_health(fx, 0);
 }
 
+/*
+ * 15d. The admin socket is its owner's (and the admin group's) from its
+ * creation, and its peer's credentials are checked at accept besides:
+ * with the file opened to everyone (a mistaken chmod), uid 65534 is
+ * still closed without an answer, and the log says who; djinnd's own
+ * uid gets in.
+ */
+static void test_admin_peer(void **state)
+{
+	struct fx *fx = *state;
+	struct stat st;
+	int fd, ret;
+
+	assert_int_equal(stat(fx->d.admin, &st), 0);
+	assert_int_equal(st.st_mode & 0007, 0); /* nothing for others */
+	if (getuid()) {
+		printf("  not root: no other uid to connect as\n");
+		return;
+	}
+	assert_int_equal(chmod(fx->d.admin, 0666), 0);
+	fd = dj_connect_as(fx->d.admin, 65534, 65534, NULL, 0);
+	assert_true(fd >= 0);
+	/* closed at accept: the HELLO may find it closed already */
+	ret = dj_send(fd, DJINN_MSG_HELLO, 1, 0, NULL, 0);
+	assert_true(ret == 0 || ret == -EPIPE || ret == -ECONNRESET);
+	assert_int_equal(dj_wait_eof(fd, 10000), 1);
+	close(fd);
+	wait_log(fx->d.log, "uid 65534 is neither root nor in the admin group");
+	fd = xconnect(fx->d.admin);
+	hello(fd);
+	close(fd);
+	check_health(fx, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -233,6 +268,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kill_mid_upload, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_admin_perm, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_admin_peer, fx_setup,
 						fx_teardown),
 	};
 	int ret = fx_can_run();
