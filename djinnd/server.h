@@ -27,6 +27,9 @@
 #include "device.h"
 
 #define SERVER_MAX_LISTEN 8
+/* Admin socket connections at once, beside server.max_connections: a
+ * table full of clients' does not lock the administrator out. */
+#define SERVER_ADMIN_CONNS 16
 
 /*
  * struct model_budget - [model.NAME] budget and ring_slots
@@ -171,6 +174,9 @@ struct server {
 	struct list_head closing; /* closed, still owed completions */
 	bool conns_failed; /* some have conn->failed: conns_close_failed() */
 	unsigned int nr_conns; /* metrics connections too */
+	/* of them, the admin socket's: they have SERVER_ADMIN_CONNS slots
+	 * of their own, outside server.max_connections */
+	unsigned int nr_admin;
 	struct list_head http; /* metrics connections (net/metrics.c) */
 	unsigned int nr_http;
 	struct bufring *br; /* provided receive buffers, or NULL */

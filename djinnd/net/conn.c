@@ -123,6 +123,7 @@ void conn_put(struct conn *c)
 	free(c->body);
 	free(c->sessions);
 	srv->nr_conns--;
+	srv->nr_admin -= c->admin;
 	srv->st.conns_closed++;
 	free(c);
 }

@@ -310,6 +310,7 @@ static struct conn *conn_alloc(struct server *srv, int fd, bool admin, bool tcp,
 	}
 	list_add_tail(&c->node, &srv->conns);
 	srv->nr_conns++;
+	srv->nr_admin += admin;
 	srv->st.conns_accepted++;
 	log_debug("conn %d: %s%s, pid %d uid %d, tenant %s", fd,
 		  tls ? "tls" :
@@ -361,12 +362,25 @@ static void conn_new(struct listener *ls, int fd)
 		metrics_accept(srv, fd);
 		return;
 	}
-	if (srv->nr_conns >= srv->cfg.max_conns || srv->draining) {
+	if (srv->draining) {
 		close(fd);
 		return;
 	}
-	if (ls->admin && !admin_peer_ok(ls, fd))
+	if (ls->admin) {
+		/* slots of its own: clients filling max_connections do not
+		 * lock djinnctl out; its peers are checked first */
+		if (srv->nr_admin >= SERVER_ADMIN_CONNS) {
+			log_warn("admin socket: %u connections already: closed",
+				 srv->nr_admin);
+			close(fd);
+			return;
+		}
+		if (!admin_peer_ok(ls, fd))
+			return;
+	} else if (srv->nr_conns - srv->nr_admin >= srv->cfg.max_conns) {
+		close(fd);
 		return;
+	}
 	if (ls->tls)
 		c = conn_create_tls(srv, fd);
 	else

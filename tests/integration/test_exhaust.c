@@ -267,6 +267,50 @@ static void test_per_uid(void **state)
 	check_health(fx, 0);
 }
 
+static int setup_conns(void **state)
+{
+	return fx_start_set(state, DEV_MEM, 10000, "server.max_connections=16");
+}
+
+/* Clients filling server.max_connections: one more is closed
+ * unanswered, while the admin socket, whose slots are its own, still
+ * answers a new connection (it counted against the clients' before). */
+static void test_admin_slots(void **state)
+{
+	struct fx *fx = *state;
+	int a[16], over, adm;
+	struct dj_resp r;
+
+	/* sixteen answered (the set-up's own connection may still be
+	 * going: a refused one is tried again) */
+	for (int i = 0, tries = 0; i < 16;) {
+		a[i] = xconnect(fx->d.sock);
+		if (dj_call(a[i], DJINN_MSG_HELLO, 0, NULL, 0, &r) == 1 &&
+		    !r.error) {
+			dj_resp_free(&r);
+			i++;
+			continue;
+		}
+		close(a[i]);
+		if (++tries == 100)
+			fail_msg("only %d client connections of 16", i);
+		sleep_ms(20);
+	}
+	over = xconnect(fx->d.sock);
+	assert_int_equal(dj_wait_eof(over, 10000), 1);
+	close(over);
+	adm = xconnect(fx->d.admin);
+	assert_int_equal(dj_call(adm, DJINN_MSG_ADMIN_STATS, 0, NULL, 0, &r),
+			 1);
+	assert_int_equal(r.error, 0);
+	dj_resp_free(&r);
+	close(adm);
+	victim(a[15]);
+	for (int i = 0; i < 16; i++)
+		close(a[i]);
+	check_health(fx, 0);
+}
+
 static unsigned int tcp_port;
 
 /* fx_start_set() with arguments @extra. */
@@ -571,6 +615,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_idle, setup_idle,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_per_uid, setup_uid,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_admin_slots, setup_conns,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_per_addr, setup_addr,
 						fx_teardown),
