@@ -249,7 +249,8 @@ static unsigned long long ms(uint64_t ns)
  * The deadlines of server.frame_timeout and server.idle_timeout. A frame
  * whose header has started must have its header and fixed body in within
  * frame_timeout; its streamed data (or a refused payload being skipped)
- * may not stall longer than that. A client connection with no session
+ * may not stall longer than that, and its data may not take longer in
+ * all than data_begin() allows. A client connection with no session
  * attached, no frame started, no request unanswered and no reply queued
  * is closed after idle_timeout. Paused connections (djinnd is the one
  * waiting) are not timed.
@@ -279,6 +280,18 @@ static uint64_t conns_deadlines(struct loop_timer *t, uint64_t now)
 				    "frame %s not finished within %llu ms",
 				    c->ps == P_BODY ? "body" : "header",
 				    ms(frame));
+		} else if (c->ps == P_DATA && now - c->data_t0 > c->data_ns) {
+			log_notice(
+				"conn %d: frame data not finished in %llu ms: "
+				"closing",
+				c->fd, ms(now - c->data_t0));
+			srv->st.conns_timed_out++;
+			conn_refuse(c, &c->hdr, -ETIMEDOUT,
+				    "the frame's data not finished within %llu "
+				    "ms (1 MiB/s at least), %llu bytes still "
+				    "to come",
+				    ms(c->data_ns),
+				    (unsigned long long)c->left);
 		} else if (c->ps == P_DATA || c->ps == P_DISCARD) {
 			if (now - c->active <= frame)
 				continue;
@@ -307,6 +320,25 @@ static uint64_t conns_deadlines(struct loop_timer *t, uint64_t now)
 
 /* ---------------------------------------------------------------------- */
 /* Receiving and parsing */
+
+/*
+ * A streaming request's data begins: its bytes may stall no longer than
+ * frame_timeout at a time, and may take no longer in all than
+ * frame_timeout plus their length at CONN_DATA_MIN_BPS (1 MiB/s): a
+ * client that trickles a byte a timeout holds what its request reserved
+ * (device memory, a tenant's quota) for a bounded time only.
+ */
+#define CONN_DATA_MIN_BPS (UINT64_C(1) << 20)
+
+static void data_begin(struct conn *c)
+{
+	c->ps = P_DATA;
+	c->data_t0 = loop_now();
+	c->data_ns = c->srv->cfg.frame_timeout_ns +
+		     c->left / CONN_DATA_MIN_BPS * NSEC_PER_SEC +
+		     (c->left % CONN_DATA_MIN_BPS) * NSEC_PER_SEC /
+			     CONN_DATA_MIN_BPS;
+}
 
 static void parse_reset(struct conn *c)
 {
@@ -435,7 +467,7 @@ static void body_done(struct conn *c)
 		if (c->ps == P_DISCARD)
 			return;
 	} else {
-		c->ps = P_DATA;
+		data_begin(c);
 	}
 	if (c->ps == P_DATA && !c->left) {
 		msg_stream_end(c, &h);
@@ -617,7 +649,7 @@ void conn_stream_ready(struct conn *c, int err)
 	if (err) {
 		refuse_payload(c, c->left);
 	} else {
-		c->ps = P_DATA;
+		data_begin(c);
 		if (!c->left) {
 			struct djinn_hdr h = c->hdr;
 

@@ -94,6 +94,9 @@ struct conn {
 	uint8_t *body;
 	uint64_t body_len, body_got;
 	uint64_t left; /* DATA / DISCARD bytes still to come */
+	/* DATA: when its bytes began to come, and the time they may take in
+	 * all (conn_data_begin()) */
+	uint64_t data_t0, data_ns;
 	bool close_after; /* close once the reply is sent */
 	bool paused; /* not receiving: bytes already in go to the backlog */
 	bool throttled; /* paused for reads in flight (conn_read_begin) */

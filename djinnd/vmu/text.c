@@ -409,9 +409,17 @@ static void text_unmap_locked(struct vmu *v, struct vmu_mapping *m)
 	vmu_uncharge(v, bytes);
 }
 
+/* Give back what an upload holds of its tenant's quota. Lock held. */
+static void upload_unhold(struct vmu_text_upload *u)
+{
+	u->s->tenant->uploading -= u->held;
+	u->held = 0;
+}
+
 /* Free an upload's memory. Lock held; the upload is off every list. */
 void vmu_upload_free_locked(struct vmu *v, struct vmu_text_upload *u)
 {
+	upload_unhold(u);
 	text_unmap_locked(v, &u->m);
 	EVP_MD_CTX_free(u->md);
 	free(u);
@@ -429,23 +437,31 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 		return -EINVAL;
 	if (bytes > v->prov->capacity)
 		return -E2BIG;
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	u->shared = shared;
+	u->s = s;
 	/* A tenant's text counts against its quota with its data (served
-	 * weights, in the shared scope, against no one's). */
+	 * weights, in the shared scope, against no one's), from the
+	 * upload's start: held until it is committed or dropped. */
 	if (!shared) {
 		bool over;
 
 		vmu_lock(v);
 		over = !vmu_text_trim_tenant_locked(v, s->tenant, bytes);
-		if (over)
+		if (over) {
 			v->st.quota_refusals++;
+		} else {
+			u->held = bytes;
+			s->tenant->uploading += bytes;
+		}
 		vmu_unlock(v);
-		if (over)
+		if (over) {
+			free(u);
 			return -EDQUOT;
+		}
 	}
-	u = calloc(1, sizeof(*u));
-	if (!u)
-		return -ENOMEM;
-	u->shared = shared;
 	if (hash) {
 		u->md = EVP_MD_CTX_new();
 		if (!u->md || !EVP_DigestInit_ex(u->md, EVP_sha256(), NULL)) {
@@ -457,7 +473,6 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 	if (ret)
 		goto out_free;
 	vmu_lock(v);
-	u->s = s;
 	u->size = size;
 	u->epoch = vmu_faults(v);
 	list_add_tail(&u->node, &s->uploads);
@@ -466,6 +481,9 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 	return 0;
 
 out_free:
+	vmu_lock(v);
+	upload_unhold(u);
+	vmu_unlock(v);
 	EVP_MD_CTX_free(u->md);
 	free(u);
 	return ret;
@@ -546,6 +564,15 @@ int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
 	}
 	list_del_init(&u->node);
 	t = text_find(v, fp, scope(s, u->shared));
+	/* the reservation becomes the entry's bytes, unless the quota was
+	 * lowered meanwhile (a reload): checked again */
+	upload_unhold(u);
+	if (!t && !u->shared && vmu_over_tenant_quota(s->tenant, u->m.mapped)) {
+		v->st.quota_refusals++;
+		vmu_upload_free_locked(v, u);
+		vmu_unlock(v);
+		return -EDQUOT;
+	}
 	if (t) {
 		/* Someone inserted the same bytes meanwhile: use theirs. */
 		vmu_upload_free_locked(v, u);

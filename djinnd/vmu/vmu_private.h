@@ -67,6 +67,10 @@ struct vmu_tenant {
 	unsigned int sessions;
 	unsigned int texts; /* text entries of its scope: it stays for them */
 	struct vmu_usage use;
+	/* bytes of its uploads in progress (vmu_text_begin()): they count
+	 * against its quota from the start, so that uploads side by side
+	 * cannot pass it together */
+	uint64_t uploading;
 };
 
 /* Free @t if nothing keeps it: sessions, entries, quotas. Lock held. */
@@ -83,7 +87,8 @@ static inline bool vmu_over_tenant_quota(const struct vmu_tenant *t,
 					 uint64_t bytes)
 {
 	return t->use.quota &&
-	       t->use.data_bytes + t->use.text_bytes + bytes > t->use.quota;
+	       t->use.data_bytes + t->use.text_bytes + t->uploading + bytes >
+		       t->use.quota;
 }
 
 /* Whether reclaim must leave @r: swapping it would take its tenant's
@@ -183,6 +188,7 @@ struct vmu_text_upload {
 	uint64_t written;
 	uint64_t epoch; /* the fault count when it began */
 	EVP_MD_CTX *md; /* NULL when the caller has hashed already */
+	uint64_t held; /* of its tenant's uploading (0: shared) */
 };
 
 struct vmu_stack {

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -174,6 +175,47 @@ static void test_half_header(void **state)
 	}
 	victim(fd);
 	close(fd);
+	check_health(fx, 0);
+}
+
+/*
+ * A tensor's data trickled a byte at a time, each within frame_timeout
+ * of the last: it may take frame_timeout plus 1 s a MiB in all (here 300
+ * ms + 1 s for 1 MiB), then the request is refused with -ETIMEDOUT and
+ * its memory given back; the victim is served meanwhile.
+ */
+static void test_trickle(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_tensor_desc d = F32(1 << 18); /* 1 MiB */
+	int fd = xconnect(fx->d.sock), v = xconnect(fx->d.sock);
+	uint64_t sid = open_session(fd, "trickle");
+	struct djinn_tensor_create c = { .desc = d, .segment = DJINN_SEG_DATA };
+	struct djinn_hdr h =
+		dj_hdr(DJINN_MSG_TENSOR_CREATE, 9, sid, sizeof(c) + (1 << 20));
+	int64_t t0 = dj_now_ms();
+	bool refused = false;
+	uint8_t byte = 0;
+
+	assert_int_equal(dj_send_raw(fd, &h, &c, sizeof(c)), 0);
+	/* a byte every 150 ms: never a stall of 300 */
+	while (dj_now_ms() - t0 < 5000) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (poll(&p, 1, 150) > 0) {
+			refused = true;
+			break;
+		}
+		if (dj_write(fd, &byte, 1, 1000))
+			break;
+	}
+	assert_true(refused);
+	expect_refused(fd, 9, -ETIMEDOUT,
+		       "the frame's data not finished within 1300 ms");
+	assert_true(dj_now_ms() - t0 >= 1300);
+	close(fd);
+	victim(v);
+	close(v);
 	check_health(fx, 0);
 }
 
@@ -611,6 +653,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lookup_miss, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_half_header, setup_frame,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_trickle, setup_frame,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_idle, setup_idle,
 						fx_teardown),

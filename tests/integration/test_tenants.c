@@ -40,7 +40,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
+#include <linux/sockios.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -432,6 +434,72 @@ static void test_quotas(void **state)
 	close(fv);
 }
 
+/*
+ * Two uploads of text side by side, 3 MiB each for a tenant whose quota
+ * is 4 MiB (a granule of 2 MiB: 4 MiB each): while the first is still
+ * sending its bytes, the second is refused -EDQUOT at once (uploads in
+ * progress count against the quota), and the first completes; before,
+ * both completed and the tenant held twice its quota.
+ */
+static void test_text_race(void **state)
+{
+	struct fx *fx = *state;
+	const struct djinn_tensor_desc d = F32(3 << 18);
+	const uint64_t bytes = desc_bytes(&d);
+	uint8_t *a = pattern_buf(31, bytes), *b = pattern_buf(32, bytes);
+	uint8_t fpa[DJINN_FP_LEN];
+	struct djinn_tensor_create c = { .desc = d, .segment = DJINN_SEG_TEXT };
+	int fa = connect_as(fx, NOBODY, NOBODY, NULL, 0);
+	int fb = connect_as(fx, NOBODY, NOBODY, NULL, 0);
+	uint64_t sa = open_session(fa, "a"), sb = open_session(fb, "b");
+	struct djinn_hdr h =
+		dj_hdr(DJINN_MSG_TENSOR_CREATE, 5, sa, sizeof(c) + bytes);
+	struct dj_resp r;
+	int queued = 1;
+
+	sha256(a, bytes, fpa);
+	memcpy(c.fp, fpa, sizeof(c.fp));
+	/* a's request and its first MiB, then a wait until djinnd has read
+	 * them: its upload has begun */
+	assert_int_equal(dj_send_raw(fa, &h, &c, sizeof(c)), 0);
+	assert_int_equal(dj_write(fa, a, 1 << 20, 5000), 0);
+	for (int i = 0; i < 500 && queued; i++) {
+		assert_int_equal(ioctl(fa, SIOCOUTQ, &queued), 0);
+		if (queued)
+			usleep(10000);
+	}
+	assert_int_equal(queued, 0);
+	/* b's upload: refused at its start while a's is under way (its
+	 * bytes, past what djinnd skips, are not read: the connection
+	 * closes after the answer) */
+	{
+		struct djinn_tensor_create cb = c;
+		struct djinn_hdr hb = dj_hdr(DJINN_MSG_TENSOR_CREATE, 6, sb,
+					     sizeof(cb) + bytes);
+
+		sha256(b, bytes, cb.fp);
+		assert_int_equal(dj_send_raw(fb, &hb, &cb, sizeof(cb)), 0);
+		assert_int_equal(dj_recv(fb, &r, 10000), 1);
+		assert_int_equal(r.hdr.request_id, 6);
+		expect_error(&r, -EDQUOT, NULL);
+		dj_resp_free(&r);
+	}
+	/* a's rest: it completes */
+	assert_int_equal(dj_write(fa, a + (1 << 20), bytes - (1 << 20), 5000),
+			 0);
+	assert_int_equal(dj_recv(fa, &r, 10000), 1);
+	assert_int_equal(r.hdr.request_id, 5);
+	if (r.error)
+		fail_msg("a's upload: %d: %s", r.error, r.msg);
+	dj_resp_free(&r);
+	close_session(fa, sa);
+	close(fa);
+	close(fb);
+	free(a);
+	free(b);
+	check_text_cached(fx); /* a's entry, cached unheld */
+}
+
 static int setup_inflight(void **state)
 {
 	static const char *const extra[] = { "--set",
@@ -689,6 +757,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test(test_tcp_listen),
 		cmocka_unit_test_setup_teardown(test_quotas, setup_quotas,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_text_race, setup_quotas,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_inflight, setup_inflight,
 						fx_teardown),
