@@ -260,6 +260,111 @@ static void test_admin_peer(void **state)
 	check_health(fx, 0);
 }
 
+/* @what's @len bytes: a name, its NUL, then zeros only. */
+static void name_clean(const char *what, const char *field, size_t len)
+{
+	const char *nul = memchr(field, 0, len);
+
+	if (!nul)
+		fail_msg("%s: no terminator in its %zu bytes", what, len);
+	for (const char *p = nul; p < field + len; p++)
+		if (*p)
+			fail_msg("%s: byte %zu after the name '%s' is %#x",
+				 what, (size_t)(p - field), field,
+				 (unsigned int)(uint8_t)*p);
+}
+
+/* An answer of @op on the admin socket: a count (and a zero, or the
+ * second count of ADMIN_SCHED) then its entries. */
+static struct dj_resp admin_answer(struct fx *fx, uint16_t op)
+{
+	struct dj_resp r;
+
+	call_ok(fx->adm, op, 0, NULL, 0, &r, -1);
+	return r;
+}
+
+/*
+ * 15e. Every answer that carries a fixed-size name carries the name,
+ * its NUL and zeros, and its reserved fields are zero, with djinnd's heap
+ * filled with non-zero bytes (MALLOC_PERTURB_, set in main()): HELLO's
+ * backend, ADMIN_SESSIONS' tenants and labels, ADMIN_TENANTS' names,
+ * ADMIN_VMU's and ADMIN_SCHED's devices and ADMIN_SCHED's sessions'
+ * tenants. (AUTH's is test_tls's.)
+ */
+static void test_reply_bytes(void **state)
+{
+	struct fx *fx = *state;
+	int fd = xconnect(fx->d.sock);
+	uint64_t sid = open_session(fd, "a");
+	struct djinn_hello_resp hr;
+	struct dj_resp r;
+	uint32_t n[2];
+
+	{
+		struct dj_resp h;
+
+		call_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0, &h, sizeof(hr));
+		memcpy(&hr, h.data, sizeof(hr));
+		dj_resp_free(&h);
+		name_clean("HELLO backend", hr.backend, sizeof(hr.backend));
+	}
+	r = admin_answer(fx, DJINN_MSG_ADMIN_SESSIONS);
+	memcpy(n, r.data, sizeof(n));
+	assert_int_equal(n[1], 0);
+	for (uint32_t i = 0; i < n[0]; i++) {
+		const struct djinn_admin_session *e =
+			(const void *)(r.data + 8) + i;
+
+		name_clean("ADMIN_SESSIONS tenant", e->tenant,
+			   sizeof(e->tenant));
+		name_clean("ADMIN_SESSIONS label", e->label, sizeof(e->label));
+		assert_int_equal(e->__reserved, 0);
+	}
+	dj_resp_free(&r);
+	r = admin_answer(fx, DJINN_MSG_ADMIN_TENANTS);
+	memcpy(n, r.data, sizeof(n));
+	assert_true(n[0] >= 1);
+	for (uint32_t i = 0; i < n[0]; i++) {
+		const struct djinn_admin_tenant *e =
+			(const void *)(r.data + 8) + i;
+
+		name_clean("ADMIN_TENANTS name", e->name, sizeof(e->name));
+		assert_int_equal(e->__reserved, 0);
+	}
+	dj_resp_free(&r);
+	r = admin_answer(fx, DJINN_MSG_ADMIN_VMU);
+	for (size_t off = 0; off + sizeof(struct djinn_admin_vmu) <= r.len;
+	     off += sizeof(struct djinn_admin_vmu)) {
+		const struct djinn_admin_vmu *v = (const void *)(r.data + off);
+
+		name_clean("ADMIN_VMU device", v->device, sizeof(v->device));
+		assert_int_equal(v->__reserved, 0);
+	}
+	dj_resp_free(&r);
+	r = admin_answer(fx, DJINN_MSG_ADMIN_SCHED);
+	memcpy(n, r.data, sizeof(n));
+	{
+		const struct djinn_admin_sched_dev *d =
+			(const void *)(r.data + 8);
+		const struct djinn_admin_sched_session *e =
+			(const void *)(d + n[0]);
+
+		for (uint32_t i = 0; i < n[0]; i++) {
+			name_clean("ADMIN_SCHED device", d[i].device,
+				   sizeof(d[i].device));
+			assert_int_equal(d[i].__reserved, 0);
+		}
+		for (uint32_t i = 0; i < n[1]; i++)
+			name_clean("ADMIN_SCHED tenant", e[i].tenant,
+				   sizeof(e[i].tenant));
+	}
+	dj_resp_free(&r);
+	close_session(fd, sid);
+	close(fd);
+	check_health(fx, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -271,9 +376,15 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_admin_peer, fx_setup,
 						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_reply_bytes, fx_setup,
+						fx_teardown),
 	};
 	int ret = fx_can_run();
 
+	/* The daemons this starts fill what malloc() gives with non-zero
+	 * bytes (glibc's MALLOC_PERTURB_; ASan fills them itself), so an
+	 * answer that carries uninitialised heap shows it. */
+	setenv("MALLOC_PERTURB_", "165", 1);
 	if (ret)
 		return ret;
 	return cmocka_run_group_tests_name("djinnd admin", tests, NULL, NULL);
