@@ -76,6 +76,15 @@ unsigned int session_uid_sessions(struct session_table *t, uid_t uid)
 	return u ? u->n : 0;
 }
 
+unsigned int session_peer_sessions(struct session_table *t, const char *tenant,
+				   uid_t uid)
+{
+	/* TCP and TLS peers have no uid (-1): one network tenant must not
+	 * take the limit from all of them */
+	return uid == (uid_t)-1 ? session_tenant_sessions(t, tenant) :
+				  session_uid_sessions(t, uid);
+}
+
 static int stab_add(struct session_table *t, struct session *s)
 {
 	struct uid_sessions *u;
@@ -228,7 +237,8 @@ int session_create(struct session_table *t, struct device *dev,
 	if (!tenant_name_ok(tenant) || !tenant_name_ok(label) || priority > 7)
 		return -EINVAL;
 	if (t->nr >= t->lim.max_sessions ||
-	    session_uid_sessions(t, uid) >= t->lim.max_sessions_per_uid ||
+	    session_peer_sessions(t, tenant, uid) >=
+		    t->lim.max_sessions_per_uid ||
 	    session_tenant_full(t, tenant))
 		return -EDQUOT;
 	s = calloc(1, sizeof(*s));

@@ -193,6 +193,11 @@ unsigned int session_tenant_sessions(struct session_table *t,
 bool session_tenant_full(struct session_table *t, const char *tenant);
 /* Sessions open now whose peer is @uid (TCP peers: (uid_t)-1). */
 unsigned int session_uid_sessions(struct session_table *t, uid_t uid);
+/* What server.max_sessions_per_uid counts for a peer of @uid and
+ * @tenant: its uid's sessions, or for a TCP or TLS peer (uid -1) its
+ * tenant's. */
+unsigned int session_peer_sessions(struct session_table *t, const char *tenant,
+				   uid_t uid);
 /* Put it in the table and start its lease. */
 int session_publish(struct session_table *t, struct session *s);
 /* A reference to the live session @id, or NULL. */

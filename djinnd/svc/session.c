@@ -25,12 +25,17 @@ static void quota_msg(struct session_table *t, const char *tenant, uid_t uid,
 			 "%u sessions open for tenant %s, its quota "
 			 "(tenant.%s.sessions)",
 			 session_tenant_sessions(t, tenant), tenant, tenant);
+	else if (tcp)
+		snprintf(msg, msglen,
+			 "%u sessions open for tenant %s over TCP, the limit "
+			 "(server.max_sessions_per_uid, per tenant for TCP and "
+			 "TLS peers)",
+			 session_peer_sessions(t, tenant, uid), tenant);
 	else
 		snprintf(msg, msglen,
-			 "%u sessions open for %s %d, the limit "
+			 "%u sessions open for uid %d, the limit "
 			 "(server.max_sessions_per_uid)",
-			 session_uid_sessions(t, uid),
-			 tcp ? "TCP peers as uid" : "uid", (int)uid);
+			 session_uid_sessions(t, uid), (int)uid);
 }
 
 int svc_session_open(struct session_table *t, struct device *devs,

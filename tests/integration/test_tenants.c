@@ -328,6 +328,53 @@ static void test_tcp_listen(void **state)
 	assert_int_equal(djd_stop(&d, 10000), 0);
 }
 
+static int setup_tcp_cap(void **state)
+{
+	static char listen[40];
+	static const char *const extra[] = { "--set",
+					     "server.max_sessions_per_uid=2",
+					     "--listen", listen, NULL };
+
+	tcp_port = dj_free_port();
+	if (!tcp_port)
+		return -1;
+	snprintf(listen, sizeof(listen), "tcp:127.0.0.1:%u", tcp_port);
+	return fx_start_args(state, DEV_MEM, 10000, extra);
+}
+
+/*
+ * server.max_sessions_per_uid over TCP counts per tenant: root's two
+ * sessions over TCP reach it for root's tenant, and uid 65534's tenant,
+ * also over TCP, still opens its own (all TCP peers counted as one uid
+ * before, so one network tenant took the limit from every other).
+ */
+static void test_tcp_cap(void **state)
+{
+	struct fx *fx = *state;
+	char port[24];
+	int fr, fn;
+	uint64_t r1, r2, n1;
+
+	snprintf(port, sizeof(port), "tcp:%u", tcp_port);
+	fr = connect_at(port, 0, 0, NULL, 0);
+	r1 = open_session(fr, "r1");
+	r2 = open_session(fr, "r2");
+	{
+		struct djinn_session_open o = { .tenant = "r3", .priority = 4 };
+
+		call_err(fr, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EDQUOT,
+			 "2 sessions open for tenant uid:0 over TCP");
+	}
+	fn = connect_at(port, NOBODY, NOBODY, NULL, 0);
+	n1 = open_session(fn, "n1");
+	assert_string_equal(tenant_of(fx, n1, "n1"), "uid:65534");
+	close_session(fn, n1);
+	close_session(fr, r1);
+	close_session(fr, r2);
+	close(fn);
+	close(fr);
+}
+
 static int setup_quotas(void **state)
 {
 	static const char *const extra[] = {
@@ -756,6 +803,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_tcp, setup_tcp,
 						fx_teardown),
 		cmocka_unit_test(test_tcp_listen),
+		cmocka_unit_test_setup_teardown(test_tcp_cap, setup_tcp_cap,
+						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_quotas, setup_quotas,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_text_race, setup_quotas,
