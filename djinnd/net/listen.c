@@ -230,9 +230,18 @@ static void tcp_identify(struct server *srv, struct conn *c, char *abuf,
 			tenant_of(&srv->sessions.lim, uid, NULL, 0, c->tenant);
 			return;
 		}
+		/* A local peer is someone of this host: one whose owner is
+		 * not known (it closed its socket already, which the kernel
+		 * would report as root's) is refused, not taken for its
+		 * address, whose tenant any local user could be. */
 		log_warn("conn %d: loopback peer %s: no owner from "
-			 "sock_diag (%s): tenant by address",
-			 c->fd, addr_str(&c->peer, abuf, len), strerror(-ret));
+			 "sock_diag (%s): closed",
+			 c->fd, addr_str(&c->peer, abuf, len),
+			 ret == -ESTALE ? "its socket is closed" :
+					  strerror(-ret));
+		c->no_id = true;
+		snprintf(c->tenant, sizeof(c->tenant), "unknown");
+		return;
 	}
 	snprintf(c->tenant, sizeof(c->tenant), "tcp:%s",
 		 addr_str(&c->peer, abuf, len));
@@ -397,6 +406,10 @@ static void conn_new(struct listener *ls, int fd)
 			return;
 		conn_get(c); /* the handshake thread's */
 		tls_handshake_start(c->tls, c);
+		return;
+	}
+	if (c->no_id) {
+		conn_close(c, true);
 		return;
 	}
 	if (conn_over_cap(c) || conn_over_tenant_quota(c))

@@ -118,7 +118,7 @@ unsigned int tenant_peer_groups(int fd, gid_t gid, gid_t *gids,
 /* Loopback TCP: the peer socket's owner, from sock_diag */
 
 struct diag_answer {
-	bool found;
+	bool found, orphan;
 	uid_t uid;
 };
 
@@ -132,6 +132,12 @@ static int diag_valid(struct nl_msg *msg, void *arg)
 	    nlmsg_datalen(nh) < (int)sizeof(*m))
 		return NL_SKIP;
 	m = nlmsg_data(nh);
+	/* A socket no process holds (closed: FIN_WAIT, TIME_WAIT) has no
+	 * inode, and the kernel reports its uid as 0: it names no one. */
+	if (!m->idiag_inode) {
+		a->orphan = true;
+		return NL_OK;
+	}
 	a->found = true;
 	a->uid = m->idiag_uid;
 	return NL_OK;
@@ -215,7 +221,7 @@ out:
 	if (ret < 0)
 		return ret == -NLE_OBJ_NOTFOUND ? -ENOENT : -EIO;
 	if (!a.found)
-		return -ENOENT;
+		return a.orphan ? -ESTALE : -ENOENT;
 	*uid = a.uid;
 	return 0;
 }

@@ -104,7 +104,8 @@ bool tenant_client_kernels(const struct session_limits *lim,
 
 /* The uid that owns the peer's socket of TCP socket @fd, when the peer
  * is on this host (loopback), from the kernel's sock_diag: 0, or -ENOENT
- * (no such socket here), or another negative errno. */
+ * (no such socket here), -ESTALE (the peer closed it: no process holds
+ * it, and the kernel would say uid 0), or another negative errno. */
 int tenant_tcp_peer_uid(int fd, uid_t *uid);
 
 /* The groups of the peer of unix socket @fd: its primary gid @gid first,

@@ -328,6 +328,55 @@ static void test_tcp_listen(void **state)
 	assert_int_equal(djd_stop(&d, 10000), 0);
 }
 
+/*
+ * A loopback TCP peer that sends its frames and closes its socket before
+ * djinnd identifies it leaves a socket no process holds (no inode),
+ * whose uid sock_diag may report as 0 (TIME_WAIT): its SESSION_OPEN could
+ * run as root's tenant. Such a peer is refused now, whatever uid the
+ * kernel reports for it (the old code opened this one's session). djinnd
+ * is stopped (SIGSTOP) while uid 65534 connects, sends HELLO and
+ * SESSION_OPEN and closes, so that it is always so.
+ */
+static void test_tcp_closed_peer(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_session_open o = { .tenant = "ghost", .priority = 4 };
+	struct djinn_admin_stats st0 = stats_now(fx);
+	struct djinn_admin_session *l;
+	char port[24];
+	uint32_t n;
+	int fd;
+
+	snprintf(port, sizeof(port), "tcp:%u", tcp_port);
+	assert_int_equal(kill(fx->d.pid, SIGSTOP), 0);
+	fd = dj_connect_as(port, NOBODY, NOBODY, NULL, 0);
+	if (fd < 0) {
+		kill(fx->d.pid, SIGCONT);
+		fail_msg("connect as uid 65534: %s", strerror(-fd));
+	}
+	assert_int_equal(dj_send(fd, DJINN_MSG_HELLO, 1, 0, NULL, 0), 0);
+	assert_int_equal(
+		dj_send(fd, DJINN_MSG_SESSION_OPEN, 2, 0, &o, sizeof(o)), 0);
+	close(fd);
+	assert_int_equal(kill(fx->d.pid, SIGCONT), 0);
+	/* djinnd accepts it and closes it */
+	for (int i = 0; i < 500; i++) {
+		struct djinn_admin_stats st = stats_now(fx);
+
+		if (st.conns_accepted > st0.conns_accepted &&
+		    st.conns <= st0.conns)
+			break;
+		usleep(10000);
+	}
+	n = sessions_now(fx, &l);
+	for (uint32_t i = 0; i < n; i++)
+		if (!strcmp(l[i].label, "ghost"))
+			fail_msg("a closed peer's session opened as tenant %s",
+				 l[i].tenant);
+	free(l);
+	wait_log(fx->d.log, "its socket is closed): closed");
+}
+
 static int setup_tcp_cap(void **state)
 {
 	static char listen[40];
@@ -803,6 +852,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_tcp, setup_tcp,
 						fx_teardown),
 		cmocka_unit_test(test_tcp_listen),
+		cmocka_unit_test_setup_teardown(test_tcp_closed_peer, setup_tcp,
+						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_tcp_cap, setup_tcp_cap,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_quotas, setup_quotas,
