@@ -30,6 +30,12 @@ bool tenant_name_ok(const char *s)
 	return true;
 }
 
+bool tenant_name_implicit(const char *s)
+{
+	return !strncmp(s, "uid:", 4) || !strncmp(s, "tcp:", 4) ||
+	       !strcmp(s, "unknown");
+}
+
 int parse_size(const char *s, uint64_t *out)
 {
 	static const char units[] = "kmgt";

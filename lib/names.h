@@ -14,6 +14,10 @@
  * printable bytes without spaces, NUL-terminated within
  * DJINN_TENANT_LEN. */
 bool tenant_name_ok(const char *s);
+/* Whether @s is a name djinnd gives tenants itself: "uid:N" (a local
+ * user), "tcp:ADDR" (a TCP peer by its address), "unknown". A
+ * certificate or a bearer token may not name one. */
+bool tenant_name_implicit(const char *s);
 
 /* A served model's name: 1 to DJINN_MODEL_NAME_MAX - 1 of [A-Za-z0-9._-],
  * not starting with '.' (djinnd's model_name_check() says which rule a

@@ -60,9 +60,12 @@ static X509 *make(const struct pki_cert *c, EVP_PKEY *key, X509 *ca,
 	    !X509_set_pubkey(x, key))
 		goto fail;
 	name = X509_get_subject_name(x);
-	if (!X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-					(const unsigned char *)c->cn, -1, -1,
-					0) ||
+	if (!X509_NAME_add_entry_by_txt(
+		    name, "CN", MBSTRING_UTF8, (const unsigned char *)c->cn,
+		    c->cn_len ? (int)c->cn_len : -1, -1, 0) ||
+	    (c->cn2 && !X509_NAME_add_entry_by_txt(
+			       name, "CN", MBSTRING_UTF8,
+			       (const unsigned char *)c->cn2, -1, -1, 0)) ||
 	    !X509_set_issuer_name(x, ca ? X509_get_subject_name(ca) : name))
 		goto fail;
 	if (!add_ext(x, ca, NID_basic_constraints,

@@ -21,11 +21,15 @@ struct pki_ca;
  * @not_after:  seconds from now it ends (negative: expired)
  * @eku:        extendedKeyUsage ("serverAuth", "clientAuth"), or NULL
  */
+/* @cn_len: @cn's bytes (0: up to its NUL), so that a test may put a NUL
+ * inside it; @cn2: a second CN, or NULL */
 struct pki_cert {
 	const char *cn;
 	const char *san;
 	long not_before, not_after;
 	const char *eku;
+	size_t cn_len;
+	const char *cn2;
 };
 
 /* A self-signed CA named @cn: NULL when OpenSSL fails. */

@@ -146,6 +146,15 @@ static int tokens_read(const char *path, struct token **out, unsigned int *nr,
 		if (sscanf(buf, " %n", &k) >= 0 &&
 		    (buf[k] == '#' || buf[k] == '\n' || !buf[k]))
 			continue;
+		if (sscanf(buf, "%64s %79s", name, hex) == 2 &&
+		    tenant_name_implicit(name)) {
+			snprintf(why, len,
+				 "tls.tokens: %s:%u: '%s' is a name djinnd "
+				 "gives itself (uid:N, tcp:ADDR, unknown), not "
+				 "a token's",
+				 path, line, name);
+			goto fail;
+		}
 		if (sscanf(buf, "%64s %79s", name, hex) != 2 ||
 		    strlen(name) >= DJINN_TENANT_LEN || !tenant_name_ok(name) ||
 		    strlen(hex) != 64) {
@@ -260,6 +269,43 @@ int tls_token_tenant(struct server *srv, const uint8_t *token, size_t len,
 	return 0;
 }
 
+/* @x's one subject CN as UTF-8 into @name[@len]: 1, 0 if it has none,
+ * -EACCES with @why for several, an unreadable one, a NUL inside one, or
+ * one too long. */
+static int cert_cn(X509 *x, char *name, size_t len, char *why, size_t wlen)
+{
+	X509_NAME *n = X509_get_subject_name(x);
+	int i = X509_NAME_get_index_by_NID(n, NID_commonName, -1);
+	unsigned char *u = NULL;
+	int ul;
+
+	if (i < 0)
+		return 0;
+	if (X509_NAME_get_index_by_NID(n, NID_commonName, i) >= 0) {
+		snprintf(why, wlen,
+			 "the client certificate has several subject CNs");
+		return -EACCES;
+	}
+	ul = ASN1_STRING_to_UTF8(
+		&u, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(n, i)));
+	if (ul < 0) {
+		snprintf(why, wlen,
+			 "the client certificate's subject CN is not text");
+		return -EACCES;
+	}
+	if (memchr(u, 0, (size_t)ul) || (size_t)ul >= len) {
+		snprintf(why, wlen, "the client certificate's subject CN %s",
+			 (size_t)ul >= len ? "is too long" :
+					     "has a NUL inside it");
+		OPENSSL_free(u);
+		return -EACCES;
+	}
+	memcpy(name, u, (size_t)ul);
+	name[ul] = 0;
+	OPENSSL_free(u);
+	return 1;
+}
+
 /* The tenant certificate @x names: 0 and @out, or -ENOENT (no
  * certificate), or -EACCES with @why. */
 static int cert_tenant(const struct tls_server *ts, X509 *x,
@@ -276,9 +322,9 @@ static int cert_tenant(const struct tls_server *ts, X509 *x,
 	if (!x)
 		return -ENOENT;
 	if (ts->id_from == ID_CN) {
-		found = X509_NAME_get_text_by_NID(X509_get_subject_name(x),
-						  NID_commonName, name,
-						  sizeof(name)) > 0;
+		found = cert_cn(x, name, sizeof(name), why, len);
+		if (found < 0)
+			return found;
 	} else {
 		GENERAL_NAMES *gens =
 			X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
@@ -313,6 +359,14 @@ static int cert_tenant(const struct tls_server *ts, X509 *x,
 			 "the client certificate's %s '%.64s' is not a tenant "
 			 "name (1 to %d printable bytes, no spaces)",
 			 what[ts->id_from], name, DJINN_TENANT_LEN - 1);
+		return -EACCES;
+	}
+	if (tenant_name_implicit(name)) {
+		snprintf(why, len,
+			 "the client certificate's %s '%s' is a name djinnd "
+			 "gives itself (uid:N, tcp:ADDR, unknown), not a "
+			 "certificate's",
+			 what[ts->id_from], name);
 		return -EACCES;
 	}
 	memset(out, 0, DJINN_TENANT_LEN);

@@ -150,6 +150,28 @@ static int group_setup(void **state)
 	      NULL);
 	issue(other, "mallory", "alice", -DAY, 30 * DAY, "clientAuth", NULL);
 	issue(ca, "spaced", "alice smith", -DAY, 30 * DAY, "clientAuth", NULL);
+	/* names djinnd gives itself, two CNs, a NUL inside one */
+	issue(ca, "uidzero", "uid:0", -DAY, 30 * DAY, "clientAuth", NULL);
+	{
+		const struct pki_cert two = { .cn = "alice",
+					      .cn2 = "bob",
+					      .not_before = -DAY,
+					      .not_after = 30 * DAY,
+					      .eku = "clientAuth" };
+		const struct pki_cert nul = { .cn = "alice\0.x",
+					      .cn_len = 9,
+					      .not_before = -DAY,
+					      .not_after = 30 * DAY,
+					      .eku = "clientAuth" };
+		char cert[PATH_MAX], key[PATH_MAX];
+
+		pki_path(cert, sizeof(cert), "twocn", "pem");
+		pki_path(key, sizeof(key), "twocn", "key");
+		assert_int_equal(pki_issue(ca, &two, cert, key), 0);
+		pki_path(cert, sizeof(cert), "nulcn", "pem");
+		pki_path(key, sizeof(key), "nulcn", "key");
+		assert_int_equal(pki_issue(ca, &nul, cert, key), 0);
+	}
 	pki_ca_free(ca);
 	pki_ca_free(other);
 
@@ -1094,6 +1116,13 @@ static void test_tokens_revoked(void **state)
 	bob_until(fx, false);
 	tokens_file(fx, good);
 	bob_until(fx, true);
+	/* a line naming uid:0: no token may name a tenant djinnd gives
+	 * itself, and the file does not read */
+	snprintf(bad, sizeof(bad), "%suid:0 %064d\n", good, 0);
+	tokens_file(fx, bad);
+	bob_until(fx, false);
+	tokens_file(fx, good);
+	bob_until(fx, true);
 	/* carol's line alone is what the file says: bob's token is gone */
 	tokens_file(fx, strchr(good, '\n') + 1);
 	bob_until(fx, false);
@@ -1191,8 +1220,17 @@ static void test_cn_not_tenant(void **state)
 	 * line it writes after sending the alert) */
 	connect_refused(NULL, "spaced", NULL, -EACCES, "bad certificate");
 	wait_log(fx->d.log, "'alice smith' is not a tenant name");
+	/* a CN of a name djinnd gives local users itself is no one's
+	 * (it was uid 0's tenant); two CNs, or a NUL inside one ("alice\0.x"
+	 * was alice), are refused */
+	connect_refused(NULL, "uidzero", NULL, -EACCES, "bad certificate");
+	wait_log(fx->d.log, "'uid:0' is a name djinnd gives itself");
+	connect_refused(NULL, "twocn", NULL, -EACCES, "bad certificate");
+	wait_log(fx->d.log, "has several subject CNs");
+	connect_refused(NULL, "nulcn", NULL, -EACCES, "bad certificate");
+	wait_log(fx->d.log, "has a NUL inside it");
 	victims_check(&v);
-	tls_counters(fx, 1, 1, 0, is_kernel(v.tls.c));
+	tls_counters(fx, 1, 4, 0, is_kernel(v.tls.c));
 	victims_close(&v);
 }
 

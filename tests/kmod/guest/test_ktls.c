@@ -41,12 +41,19 @@ static int setup(void **state)
 		"--set",    "tls.client_ca=" DIR "/ca.pem",
 		NULL,
 	};
-	const struct pki_cert srv = { "localhost", "IP:127.0.0.1", -60, 86400,
-				      "serverAuth" },
-			      alice = { "alice", NULL, -60, 86400,
-					"clientAuth" },
-			      old = { "alice", NULL, -7200, -3600,
-				      "clientAuth" };
+	const struct pki_cert srv = { .cn = "localhost",
+				      .san = "IP:127.0.0.1",
+				      .not_before = -60,
+				      .not_after = 86400,
+				      .eku = "serverAuth" },
+			      alice = { .cn = "alice",
+					.not_before = -60,
+					.not_after = 86400,
+					.eku = "clientAuth" },
+			      old = { .cn = "alice",
+				      .not_before = -7200,
+				      .not_after = -3600,
+				      .eku = "clientAuth" };
 	struct pki_ca *ca = pki_ca_new("ktls test CA");
 
 	(void)state;
