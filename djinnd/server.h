@@ -90,6 +90,8 @@ struct server_config {
 	/* live connections per peer uid (unix sockets, SO_PEERCRED) and per
 	 * peer address (TCP); the admin socket is not counted */
 	unsigned int max_conns_per_uid, max_conns_per_addr;
+	/* the address block max_conns_per_addr counts a remote peer by */
+	unsigned int addr_prefix_v4, addr_prefix_v6;
 	/* a frame's header and fixed body must arrive within
 	 * @frame_timeout_ns of its first byte, and its streamed data may not
 	 * stall longer; a client connection with no session attached and

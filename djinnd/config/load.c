@@ -37,6 +37,8 @@ void config_init(struct djinnd_config *c)
 		.max_conns = 4096,
 		.max_conns_per_uid = 1024,
 		.max_conns_per_addr = 1024,
+		.addr_prefix_v4 = 32,
+		.addr_prefix_v6 = 64,
 		.frame_timeout_ns = 5 * NSEC_PER_SEC,
 		.idle_timeout_ns = 60 * NSEC_PER_SEC,
 		.warn_pct = 80,

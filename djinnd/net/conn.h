@@ -69,6 +69,7 @@ struct conn {
 	bool admin, tcp;
 	bool no_zc; /* the socket cannot send zero-copy (AF_UNIX) */
 	bool no_id; /* a loopback peer whose owner is not known: refused */
+	bool tcp_uid; /* a loopback TCP peer: cred.uid is its socket's owner */
 	struct tls_conn *tls; /* a tls: listener's (net/tls.h), or NULL */
 	bool handshaking; /* the handshake thread has it */
 	struct ucred cred;

@@ -20,6 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "addrkey.h"
 #include "array_size.h"
 #include "log.h"
 #include "server.h"
@@ -83,30 +84,19 @@ static void keepalive(int fd)
 
 /* The peer addresses of two TCP connections are the same host (ports
  * aside; an IPv4-mapped IPv6 address is its IPv4 one). */
-static bool same_addr(const struct sockaddr_storage *a,
-		      const struct sockaddr_storage *b)
+/* Whether two remote TCP peers are in one address block
+ * (server.addr_prefix_v4 and _v6, lib/addrkey.h). */
+static bool same_block(const struct server *srv,
+		       const struct sockaddr_storage *a,
+		       const struct sockaddr_storage *b)
 {
 	uint8_t x[16], y[16];
-	const struct sockaddr_storage *ss[2] = { a, b };
-	uint8_t *out[2] = { x, y };
 
-	for (int i = 0; i < 2; i++) {
-		if (ss[i]->ss_family == AF_INET) {
-			const struct sockaddr_in *in =
-				(const struct sockaddr_in *)ss[i];
-
-			memset(out[i], 0, 10);
-			memset(out[i] + 10, 0xff, 2);
-			memcpy(out[i] + 12, &in->sin_addr, 4);
-		} else if (ss[i]->ss_family == AF_INET6) {
-			memcpy(out[i],
-			       &((const struct sockaddr_in6 *)ss[i])->sin6_addr,
-			       16);
-		} else {
-			return false;
-		}
-	}
-	return !memcmp(x, y, sizeof(x));
+	return addr_key(a, srv->cfg.addr_prefix_v4, srv->cfg.addr_prefix_v6,
+			x) &&
+	       addr_key(b, srv->cfg.addr_prefix_v4, srv->cfg.addr_prefix_v6,
+			y) &&
+	       !memcmp(x, y, sizeof(x));
 }
 
 /* The peer's address in words, for messages. */
@@ -138,15 +128,22 @@ static bool conn_over_cap(struct conn *c)
 	unsigned int n = 0, cap;
 	struct conn *o;
 	char buf[INET6_ADDRSTRLEN];
+	bool by_uid;
 
 	if (c->admin)
 		return false;
-	cap = c->tcp ? srv->cfg.max_conns_per_addr : srv->cfg.max_conns_per_uid;
+	/* a local peer (unix, or loopback TCP whose owner sock_diag gave)
+	 * by its uid, wherever in 127.0.0.0/8 it binds; a remote one by
+	 * its address block */
+	by_uid = !c->tcp || c->tcp_uid;
+	cap = by_uid ? srv->cfg.max_conns_per_uid : srv->cfg.max_conns_per_addr;
 	list_for_each_entry(o, &srv->conns, node) {
-		if (o == c || o->admin || o->closing || o->tcp != c->tcp)
+		if (o == c || o->admin || o->closing)
 			continue;
-		if (c->tcp ? same_addr(&o->peer, &c->peer) :
-			     o->cred.uid == c->cred.uid)
+		if (by_uid ? (!o->tcp || o->tcp_uid) &&
+				     o->cred.uid == c->cred.uid :
+			     o->tcp && !o->tcp_uid &&
+				     same_block(srv, &o->peer, &c->peer))
 			n++;
 	}
 	if (n < cap)
@@ -158,12 +155,13 @@ static bool conn_over_cap(struct conn *c)
 			   "before its TLS handshake",
 			   c->fd, n, addr_str(&c->peer, buf, sizeof(buf)));
 		conn_close(c, true);
-	} else if (c->tcp) {
-		log_notice("conn %d: %u connections from %s already: refused",
+	} else if (!by_uid) {
+		log_notice("conn %d: %u connections from %s's block already: "
+			   "refused",
 			   c->fd, n, addr_str(&c->peer, buf, sizeof(buf)));
 		conn_refuse(c, NULL, -EUSERS,
-			    "%u connections from %s already, the limit "
-			    "(server.max_connections_per_addr)",
+			    "%u connections from %s's address block already, "
+			    "the limit (server.max_connections_per_addr)",
 			    n, addr_str(&c->peer, buf, sizeof(buf)));
 	} else {
 		log_notice("conn %d: %u connections of uid %d already: refused",
@@ -228,6 +226,9 @@ static void tcp_identify(struct server *srv, struct conn *c, char *abuf,
 		ret = tenant_tcp_peer_uid(c->fd, &uid);
 		if (!ret) {
 			tenant_of(&srv->sessions.lim, uid, NULL, 0, c->tenant);
+			c->cred.uid = uid; /* counted as the uid's (caps) */
+			c->cred.pid = 0;
+			c->tcp_uid = true;
 			return;
 		}
 		/* A local peer is someone of this host: one whose owner is
