@@ -22,6 +22,7 @@
 #include <openssl/err.h>
 #include <openssl/kdf.h>
 
+#include "hex.h"
 #include "ktls.h"
 
 #ifndef SOL_TLS
@@ -35,17 +36,6 @@ static void ex_init(void)
 {
 	ex_index =
 		SSL_get_ex_new_index(0, "djinn ktls secrets", NULL, NULL, NULL);
-}
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
 }
 
 /* "LABEL CLIENT_RANDOM SECRET", the NSS key log format OpenSSL writes. */
@@ -73,7 +63,7 @@ static void keylog(const SSL *ssl, const char *line)
 	if (!hex)
 		return;
 	for (hex++; hex[0] && hex[1] && n < sizeof(s->client); hex += 2) {
-		int hi = hexval(hex[0]), lo = hexval(hex[1]);
+		int hi = hex_digit(hex[0]), lo = hex_digit(hex[1]);
 
 		if (hi < 0 || lo < 0)
 			return;

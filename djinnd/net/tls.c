@@ -20,6 +20,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "hex.h"
 #include "ktls.h"
 #include "log.h"
 #include "names.h"
@@ -87,25 +88,12 @@ struct tls_conn {
 /* ---------------------------------------------------------------------- */
 /* Tokens: "TENANT SHA256-HEX" lines */
 
-/* One hex digit's value, or -1: digits and letters only (sscanf's %x
- * took "+f", "-1" and "0x"). */
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Exactly 64 hex digits, then the end of the word. */
 static int hex32(const char *s, uint8_t out[32])
 {
 	for (int i = 0; i < 32; i++) {
-		int hi = hexval(s[2 * i]),
-		    lo = hi < 0 ? -1 : hexval(s[2 * i + 1]);
+		int hi = hex_digit(s[2 * i]),
+		    lo = hi < 0 ? -1 : hex_digit(s[2 * i + 1]);
 
 		if (hi < 0 || lo < 0)
 			return -EINVAL;

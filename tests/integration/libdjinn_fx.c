@@ -68,3 +68,24 @@ void greedy_tokens(struct djinn_model *m, const int32_t *prompt, uint32_t np,
 	assert_int_equal(djinn_ctx_decode(c, n, NULL, out, NULL, NULL), n);
 	assert_int_equal(djinn_ctx_free(c), 0);
 }
+
+struct djinn_conn *djd_connect_lib(const struct djd *d)
+{
+	char addr[sizeof(d->sock) + 8];
+	struct djinn_conn *c;
+
+	snprintf(addr, sizeof(addr), "unix:%s", d->sock);
+	assert_int_equal(djinn_connect(addr, &c), 0);
+	return c;
+}
+
+struct dj_resp djd_raw_ok(int fd, uint16_t op, uint64_t sid, const void *p,
+			  size_t len)
+{
+	struct dj_resp r;
+
+	assert_int_equal(dj_call(fd, op, sid, p, len, &r), 1);
+	if (r.error)
+		fail_msg("%u: %s (%d)", op, r.msg, r.error);
+	return r;
+}

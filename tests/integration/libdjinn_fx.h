@@ -43,6 +43,15 @@ void djd_kill_conn(struct djd *d, struct djinn_conn *conn);
 void djd_admin(const struct djd *d, uint16_t op, const void *payload,
 	       size_t len, struct dj_resp *r);
 
+/* Another libdjinn connection to @d's socket; it must connect (cmocka). */
+struct djinn_conn *djd_connect_lib(const struct djd *d);
+
+/* Request @op of session @sid with @len bytes of @p in raw frames on
+ * @fd; it must be answered without an error (cmocka). The caller frees
+ * the answer. */
+struct dj_resp djd_raw_ok(int fd, uint16_t op, uint64_t sid, const void *p,
+			  size_t len);
+
 /* Greedy tokens of @m: a fresh context prefilled with @np tokens of
  * @prompt, then @n decoded into @out; every step must succeed (cmocka). */
 void greedy_tokens(struct djinn_model *m, const int32_t *prompt, uint32_t np,

@@ -93,17 +93,6 @@ static int argmax(const float *v, unsigned int n)
 /* ---------------------------------------------------------------------- */
 /* Raw frames: the same requests without libdjinn */
 
-static struct dj_resp raw_ok(int fd, uint16_t op, uint64_t sid, const void *p,
-			     size_t len)
-{
-	struct dj_resp r;
-
-	assert_int_equal(dj_call(fd, op, sid, p, len, &r), 1);
-	if (r.error)
-		fail_msg("%u: %s (%d)", op, r.msg, r.error);
-	return r;
-}
-
 /* Greedy tokens for @prompt[@np] then @n tokens, in raw frames on a
  * session of its own. */
 static void raw_greedy(struct fx *fx, const int32_t *p, uint32_t np, uint32_t n,
@@ -122,16 +111,17 @@ static void raw_greedy(struct fx *fx, const int32_t *p, uint32_t np, uint32_t n,
 	size_t len = sizeof(*st) + np * sizeof(int32_t);
 
 	assert_true(fd >= 0);
-	r = raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
+	r = djd_raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
 	dj_resp_free(&r);
-	r = raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
+	r = djd_raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
 	memcpy(&sr, r.data, sizeof(sr));
 	dj_resp_free(&r);
-	r = raw_ok(fd, DJINN_MSG_MODEL_OPEN, sr.session_id, &mo, sizeof(mo));
+	r = djd_raw_ok(fd, DJINN_MSG_MODEL_OPEN, sr.session_id, &mo,
+		       sizeof(mo));
 	memcpy(&mr, r.data, sizeof(mr));
 	dj_resp_free(&r);
 	cn.model = mr.model;
-	r = raw_ok(fd, DJINN_MSG_CTX_NEW, sr.session_id, &cn, sizeof(cn));
+	r = djd_raw_ok(fd, DJINN_MSG_CTX_NEW, sr.session_id, &cn, sizeof(cn));
 	memcpy(&cr, r.data, sizeof(cr));
 	dj_resp_free(&r);
 
@@ -140,18 +130,19 @@ static void raw_greedy(struct fx *fx, const int32_t *p, uint32_t np, uint32_t n,
 	st->ctx = cr.ctx;
 	st->nr_tokens = np;
 	memcpy(st + 1, p, np * sizeof(int32_t));
-	r = raw_ok(fd, DJINN_MSG_CTX_PREFILL, sr.session_id, st, len);
+	r = djd_raw_ok(fd, DJINN_MSG_CTX_PREFILL, sr.session_id, st, len);
 	dj_resp_free(&r);
 	memset(st, 0, sizeof(*st));
 	st->ctx = cr.ctx;
 	st->nr_tokens = n;
-	r = raw_ok(fd, DJINN_MSG_CTX_DECODE, sr.session_id, st, sizeof(*st));
+	r = djd_raw_ok(fd, DJINN_MSG_CTX_DECODE, sr.session_id, st,
+		       sizeof(*st));
 	memcpy(&rr, r.data, sizeof(rr));
 	assert_int_equal(rr.nr_tokens, n);
 	memcpy(out, r.data + sizeof(rr), n * sizeof(int32_t));
 	dj_resp_free(&r);
 	free(st);
-	r = raw_ok(fd, DJINN_MSG_SESSION_CLOSE, sr.session_id, NULL, 0);
+	r = djd_raw_ok(fd, DJINN_MSG_SESSION_CLOSE, sr.session_id, NULL, 0);
 	dj_resp_free(&r);
 	close(fd);
 }
@@ -165,7 +156,7 @@ static int holders(struct fx *fx, const char *name)
 	uint32_t count;
 
 	assert_true(fd >= 0);
-	r = raw_ok(fd, DJINN_MSG_ADMIN_MODELS, 0, NULL, 0);
+	r = djd_raw_ok(fd, DJINN_MSG_ADMIN_MODELS, 0, NULL, 0);
 	memcpy(&count, r.data, sizeof(count));
 	e = (const void *)(r.data + 8);
 	for (uint32_t i = 0; i < count; i++)
@@ -423,7 +414,7 @@ static uint64_t text_used(struct fx *fx)
 	struct dj_resp r;
 
 	assert_true(fd >= 0);
-	r = raw_ok(fd, DJINN_MSG_ADMIN_VMU, 0, NULL, 0);
+	r = djd_raw_ok(fd, DJINN_MSG_ADMIN_VMU, 0, NULL, 0);
 	assert_true(r.len >= sizeof(v));
 	memcpy(&v, r.data, sizeof(v));
 	dj_resp_free(&r);
@@ -771,7 +762,7 @@ static uint32_t nr_models(struct fx *fx)
 	uint32_t count;
 
 	assert_true(fd >= 0);
-	r = raw_ok(fd, DJINN_MSG_ADMIN_MODELS, 0, NULL, 0);
+	r = djd_raw_ok(fd, DJINN_MSG_ADMIN_MODELS, 0, NULL, 0);
 	memcpy(&count, r.data, sizeof(count));
 	dj_resp_free(&r);
 	close(fd);
@@ -989,9 +980,9 @@ static void test_upload_sharded(void **state)
 		struct dj_resp r;
 
 		assert_true(fd >= 0);
-		r = raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
+		r = djd_raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
 		dj_resp_free(&r);
-		r = raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
+		r = djd_raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
 		memcpy(&sr, r.data, sizeof(sr));
 		dj_resp_free(&r);
 		memcpy(rq, &u, sizeof(u));

@@ -117,16 +117,6 @@ static int teardown(void **state)
 	return ret;
 }
 
-static struct djinn_conn *conn_open(struct fx *fx)
-{
-	char addr[sizeof(fx->d.sock) + 8];
-	struct djinn_conn *c;
-
-	snprintf(addr, sizeof(addr), "unix:%s", fx->d.sock);
-	assert_int_equal(djinn_connect(addr, &c), 0);
-	return c;
-}
-
 static struct djinn_admin_sched_dev sched_dev(struct fx *fx)
 {
 	struct djinn_admin_sched_dev d;
@@ -156,7 +146,7 @@ static void agent_open(struct fx *fx, struct agent *a, const char *model,
 	uint32_t x = i * 2654435761u + 7;
 
 	memset(a, 0, sizeof(*a));
-	a->conn = conn_open(fx);
+	a->conn = djd_connect_lib(&fx->d);
 	assert_int_equal(djinn_session_open(a->conn, NULL, &a->s), 0);
 	assert_int_equal(djinn_model_open(a->s, model, &a->m), 0);
 	assert_int_equal(djinn_ctx_new(a->m, 0, &a->c), 0);
@@ -256,7 +246,7 @@ static void blocker_open(struct fx *fx, struct blocker *b)
 	float *v = calloc(N * N, sizeof(float));
 
 	assert_non_null(v);
-	b->conn = conn_open(fx);
+	b->conn = djd_connect_lib(&fx->d);
 	assert_int_equal(djinn_session_open(b->conn, NULL, &b->s), 0);
 	for (unsigned int i = 0; i < N; i++)
 		v[i * N + i] = 1.0f;
@@ -510,17 +500,6 @@ static void test_prefill_joins(void **state)
 /* ---------------------------------------------------------------------- */
 /* Beside three that decode: paused, waiting, freed */
 
-static struct dj_resp raw_ok(int fd, uint16_t op, uint64_t sid, const void *p,
-			     size_t len)
-{
-	struct dj_resp r;
-
-	assert_int_equal(dj_call(fd, op, sid, p, len, &r), 1);
-	if (r.error)
-		fail_msg("opcode %u: %s (%d)", op, r.msg, r.error);
-	return r;
-}
-
 /* Steps of session @sid charged so far (ADMIN_SCHED's jobs). */
 static uint64_t jobs_of(struct fx *fx, uint64_t sid)
 {
@@ -567,20 +546,22 @@ static bool freed_while_running(struct fx *fx)
 	bool cancelled;
 
 	assert_true(fd >= 0);
-	r = raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
+	r = djd_raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
 	dj_resp_free(&r);
-	r = raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
+	r = djd_raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
 	memcpy(&sr, r.data, sizeof(sr));
 	dj_resp_free(&r);
-	r = raw_ok(fd, DJINN_MSG_MODEL_OPEN, sr.session_id, &mo, sizeof(mo));
+	r = djd_raw_ok(fd, DJINN_MSG_MODEL_OPEN, sr.session_id, &mo,
+		       sizeof(mo));
 	memcpy(&mr, r.data, sizeof(mr));
 	dj_resp_free(&r);
 	cn.model = mr.model;
-	r = raw_ok(fd, DJINN_MSG_CTX_NEW, sr.session_id, &cn, sizeof(cn));
+	r = djd_raw_ok(fd, DJINN_MSG_CTX_NEW, sr.session_id, &cn, sizeof(cn));
 	memcpy(&cr, r.data, sizeof(cr));
 	dj_resp_free(&r);
 	pf.st.ctx = dc.ctx = fr.handle = cr.ctx;
-	r = raw_ok(fd, DJINN_MSG_CTX_PREFILL, sr.session_id, &pf, sizeof(pf));
+	r = djd_raw_ok(fd, DJINN_MSG_CTX_PREFILL, sr.session_id, &pf,
+		       sizeof(pf));
 	dj_resp_free(&r);
 	j0 = jobs_of(fx, sr.session_id);
 	assert_int_equal(dj_send(fd, DJINN_MSG_CTX_DECODE, 71, sr.session_id,
@@ -614,7 +595,7 @@ static bool freed_while_running(struct fx *fx)
 	       cancelled ? r2.msg : "");
 	dj_resp_free(&r);
 	dj_resp_free(&r2);
-	r = raw_ok(fd, DJINN_MSG_SESSION_CLOSE, sr.session_id, NULL, 0);
+	r = djd_raw_ok(fd, DJINN_MSG_SESSION_CLOSE, sr.session_id, NULL, 0);
 	dj_resp_free(&r);
 	close(fd);
 	return cancelled;

@@ -79,16 +79,6 @@ struct fx {
 /* ---------------------------------------------------------------------- */
 /* Set-up */
 
-static struct djinn_conn *conn_open(struct fx *fx)
-{
-	char addr[sizeof(fx->d.sock) + 8];
-	struct djinn_conn *c;
-
-	snprintf(addr, sizeof(addr), "unix:%s", fx->d.sock);
-	assert_int_equal(djinn_connect(addr, &c), 0);
-	return c;
-}
-
 /* djinnd with @mem of device memory, a 30 s lease, @extra arguments,
  * model @name written with @model (or none). */
 static int fx_start(void **state, const char *mem, const char *const *extra,
@@ -271,7 +261,7 @@ static void agent_open(struct fx *fx, struct agent *a, const char *tenant)
 	int ret;
 
 	o.tenant = tenant;
-	a->conn = conn_open(fx);
+	a->conn = djd_connect_lib(&fx->d);
 	assert_int_equal(djinn_session_open(a->conn, &o, &a->s), 0);
 	a->sid = sid_of(a->s);
 	assert_int_equal(djinn_model_open(a->s, "agent", &a->m), 0);
@@ -570,7 +560,7 @@ static struct djinn_request *chain_submit(struct djinn_session *s,
 static void test_fair(void **state)
 {
 	struct fx *fx = *state;
-	struct djinn_conn *vconn = conn_open(fx);
+	struct djinn_conn *vconn = djd_connect_lib(&fx->d);
 	struct djinn_session *f, *v;
 	struct djinn_request *req[NGRAPHS], *extra, *small;
 	struct djinn_tensor *x, *id, *vt;
@@ -1025,7 +1015,7 @@ static void test_config(void **state)
 		 "[sched]\npolicy = lru\n\n%s\n[tenant.x]\nshare = 3\n", ids);
 	conf_write(fx, text);
 	assert_int_equal(policy_with(fx, conf, true), DJINN_SCHED_LRU);
-	fx->conn = conn_open(fx);
+	fx->conn = djd_connect_lib(&fx->d);
 	s = tenant_session(fx, "y"); /* a label: x all the same */
 	assert_int_equal(sched_of(fx, sid_of(s)).weight, 3 * 5);
 	assert_string_equal(sched_of(fx, sid_of(s)).tenant, "x");

@@ -273,17 +273,23 @@ static void test_text(void **state)
 
 static unsigned int tcp_port;
 
-static int setup_tcp(void **state)
+/* djinnd with --set @set and a TCP listener on a free loopback port
+ * (tcp_port). */
+static int start_tcp(void **state, const char *set)
 {
 	static char listen[40];
-	static const char *const extra[] = { "--set", "tenant.team.uids=65533",
-					     "--listen", listen, NULL };
+	const char *extra[] = { "--set", set, "--listen", listen, NULL };
 
 	tcp_port = dj_free_port();
 	if (!tcp_port)
 		return -1;
 	snprintf(listen, sizeof(listen), "tcp:127.0.0.1:%u", tcp_port);
 	return fx_start_args(state, DEV_MEM, 10000, extra);
+}
+
+static int setup_tcp(void **state)
+{
+	return start_tcp(state, "tenant.team.uids=65533");
 }
 
 static void test_tcp(void **state)
@@ -379,16 +385,7 @@ static void test_tcp_closed_peer(void **state)
 
 static int setup_tcp_cap(void **state)
 {
-	static char listen[40];
-	static const char *const extra[] = { "--set",
-					     "server.max_sessions_per_uid=2",
-					     "--listen", listen, NULL };
-
-	tcp_port = dj_free_port();
-	if (!tcp_port)
-		return -1;
-	snprintf(listen, sizeof(listen), "tcp:127.0.0.1:%u", tcp_port);
-	return fx_start_args(state, DEV_MEM, 10000, extra);
+	return start_tcp(state, "server.max_sessions_per_uid=2");
 }
 
 /*
