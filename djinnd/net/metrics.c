@@ -397,6 +397,27 @@ static void render_vmu(struct sbuf *b, struct server *srv)
 	free(vs);
 }
 
+/* A histogram's series for @labels: @n buckets whose i-th (i < n - 1)
+ * holds what is under 2^i @unit (the last, everything above), then
+ * +Inf, the sum and the count. */
+static void histogram(struct sbuf *b, const char *name, const char *labels,
+		      const uint64_t *bk, unsigned int n, double unit,
+		      uint64_t count, double sum)
+{
+	uint64_t cum = 0;
+
+	for (unsigned int i = 0; i + 1 < n; i++) {
+		cum += bk[i];
+		sb_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels,
+			  (double)(1ull << i) * unit, (unsigned long long)cum);
+	}
+	sb_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels,
+		  (unsigned long long)count);
+	sb_printf(b, "%s_sum{%s} %.9g\n", name, labels, sum);
+	sb_printf(b, "%s_count{%s} %llu\n", name, labels,
+		  (unsigned long long)count);
+}
+
 /* The scheduler: swaps by cause, prefetches, queue waits by priority. */
 static void render_sched(struct sbuf *b, struct server *srv)
 {
@@ -453,91 +474,42 @@ static void render_sched(struct sbuf *b, struct server *srv)
 	family(b, "djinn_sched_pass_steps", "histogram",
 	       "Steps (contexts) per model pass.");
 	for (unsigned int d = 0; d < nd; d++) {
-		uint64_t cum = 0;
+		char labels[64];
 
-		for (unsigned int i = 0; i < SCHED_PASS_HIST - 1; i++) {
-			cum += ss[d].pass_hist[i];
-			sb_printf(b,
-				  "djinn_sched_pass_steps_bucket{device=\"%s\","
-				  "le=\"%u\"} %llu\n",
-				  srv->dev[d].name, 1u << i,
-				  (unsigned long long)cum);
-		}
-		sb_printf(b,
-			  "djinn_sched_pass_steps_bucket{device=\"%s\","
-			  "le=\"+Inf\"} %llu\n",
-			  srv->dev[d].name, (unsigned long long)ss[d].passes);
-		sb_printf(b, "djinn_sched_pass_steps_sum{device=\"%s\"} %llu\n",
-			  srv->dev[d].name,
-			  (unsigned long long)ss[d].pass_jobs);
-		sb_printf(b,
-			  "djinn_sched_pass_steps_count{device=\"%s\"} %llu\n",
-			  srv->dev[d].name, (unsigned long long)ss[d].passes);
+		snprintf(labels, sizeof(labels), "device=\"%s\"",
+			 srv->dev[d].name);
+		histogram(b, "djinn_sched_pass_steps", labels, ss[d].pass_hist,
+			  SCHED_PASS_HIST, 1, ss[d].passes,
+			  (double)ss[d].pass_jobs);
 	}
 	family(b, "djinn_sched_pass_join_wait_seconds", "histogram",
 	       "From a model step being queued to the pass it joined, for "
 	       "steps that joined a pass another step led.");
 	for (unsigned int d = 0; d < nd; d++) {
-		uint64_t cum = 0;
+		char labels[64];
 
-		for (unsigned int i = 0; i < SCHED_HIST - 1; i++) {
-			cum += ss[d].join_hist[i];
-			sb_printf(b,
-				  "djinn_sched_pass_join_wait_seconds_bucket"
-				  "{device=\"%s\",le=\"%g\"} %llu\n",
-				  srv->dev[d].name, (double)(1ull << i) / 1e6,
-				  (unsigned long long)cum);
-		}
-		sb_printf(b,
-			  "djinn_sched_pass_join_wait_seconds_bucket"
-			  "{device=\"%s\",le=\"+Inf\"} %llu\n",
-			  srv->dev[d].name, (unsigned long long)ss[d].joins);
-		sb_printf(
-			b,
-			"djinn_sched_pass_join_wait_seconds_sum{device=\"%s\"} "
-			"%.9f\n",
-			srv->dev[d].name, (double)ss[d].join_sum_ns / 1e9);
-		sb_printf(b,
-			  "djinn_sched_pass_join_wait_seconds_count"
-			  "{device=\"%s\"} %llu\n",
-			  srv->dev[d].name, (unsigned long long)ss[d].joins);
+		snprintf(labels, sizeof(labels), "device=\"%s\"",
+			 srv->dev[d].name);
+		histogram(b, "djinn_sched_pass_join_wait_seconds", labels,
+			  ss[d].join_hist, SCHED_HIST, 1e-6, ss[d].joins,
+			  (double)ss[d].join_sum_ns / 1e9);
 	}
 	family(b, "djinn_sched_queue_wait_seconds", "histogram",
 	       "From a graph or model step being queued to its start, by "
 	       "session priority.");
 	for (unsigned int d = 0; d < nd; d++) {
 		for (unsigned int p = 0; p < 8; p++) {
-			uint64_t cum = 0;
+			char labels[96];
 
 			if (!ss[d].waits[p])
 				continue;
-			for (unsigned int i = 0; i < SCHED_HIST - 1; i++) {
-				cum += ss[d].wait_hist[p][i];
-				sb_printf(
-					b,
-					"djinn_sched_queue_wait_seconds_bucket"
-					"{device=\"%s\",priority=\"%u\","
-					"le=\"%g\"} %llu\n",
-					srv->dev[d].name, p,
-					(double)(1ull << i) / 1e6,
-					(unsigned long long)cum);
-			}
-			sb_printf(b,
-				  "djinn_sched_queue_wait_seconds_bucket"
-				  "{device=\"%s\",priority=\"%u\",le=\"+Inf\"} "
-				  "%llu\n",
-				  srv->dev[d].name, p,
-				  (unsigned long long)ss[d].waits[p]);
-			sb_printf(b,
-				  "djinn_sched_queue_wait_seconds_sum"
-				  "{device=\"%s\",priority=\"%u\"} %.9f\n",
-				  srv->dev[d].name, p,
+			snprintf(labels, sizeof(labels),
+				 "device=\"%s\",priority=\"%u\"",
+				 srv->dev[d].name, p);
+			histogram(b, "djinn_sched_queue_wait_seconds", labels,
+				  ss[d].wait_hist[p], SCHED_HIST, 1e-6,
+				  ss[d].waits[p],
 				  (double)ss[d].wait_sum_ns[p] / 1e9);
-			sb_printf(b,
-				  "djinn_sched_queue_wait_seconds_count"
-				  "{device=\"%s\",priority=\"%u\"} %llu\n",
-				  srv->dev[d].name, p,
-				  (unsigned long long)ss[d].waits[p]);
 		}
 	}
 out:
