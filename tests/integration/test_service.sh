@@ -106,7 +106,7 @@ else
 fi
 # Every key is there, commented out with its default: uncommented, the
 # file sets every key, to what djinnd uses with no file at all.
-sed 's/^;\([a-z_]* =\)/\1/' "$conf" >"$dir/uncommented.conf"
+sed 's/^;\([a-z0-9_]* =\)/\1/' "$conf" >"$dir/uncommented.conf"
 "$DJINND" --check-config --config "$dir/uncommented.conf" >"$dir/a" 2>&1 ||
 	fail "etc/djinnd.conf uncommented: $(cat "$dir/a")"
 "$DJINND" --check-config --config /dev/null >"$dir/b" 2>&1 ||
