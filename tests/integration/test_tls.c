@@ -1073,7 +1073,7 @@ static void tokens_file(struct fx *fx, const char *text)
 static void test_tokens_revoked(void **state)
 {
 	struct fx *fx = *state;
-	char good[1024], bad[1024], *line;
+	char good[1024], bad[2048], *line;
 	FILE *f = fmemopen(good, sizeof(good), "w");
 	size_t n;
 
