@@ -113,8 +113,9 @@ struct exec_swap {
  * queue, and it is not handed back (a decode of many tokens, a step per
  * pass).
  *
- * The rest is its owner's: @s holds a reference to the session that
- * asked; a GRAPH_SUBMIT's graph (@payload, @view, @in_descs, @descs) and
+ * The rest is its owner's: @counted, whether it is one of its session's
+ * and tenant's requests in flight (svc/: graphs, model steps, uploaded
+ * models' loads); @s holds a reference to the session that asked; a GRAPH_SUBMIT's graph (@payload, @view, @in_descs, @descs) and
  * outputs (@handles, @res); a transfer's memory (@mem); a swap (@swap).
  */
 struct exec_job {
@@ -135,6 +136,7 @@ struct exec_job {
 	char msg[DJINN_MAX_ERROR_MSG];
 	uint64_t t_queued, seq, own_seq;
 
+	bool counted;
 	struct session *s;
 	void *conn, *ctx;
 	uint64_t request_id;

@@ -79,7 +79,8 @@ static void graph_done(struct exec_job *job, void *arg)
 			free(r);
 		}
 	}
-	session_inflight_sub(job->s);
+	if (job->counted)
+		session_inflight_sub(job->s);
 	if (srv->sessions.leases->ops->complete)
 		srv->sessions.leases->ops->complete(srv->sessions.leases,
 						    job->s, job->request_id,

@@ -684,16 +684,17 @@ int session_inflight_check(struct session_table *t, const struct session *s,
 
 	if (m && m->inflight && s->ts->inflight >= m->inflight) {
 		snprintf(msg, msglen,
-			 "%u graphs and model steps in flight for tenant %s, "
-			 "its quota (tenant.%s.inflight): wait for their "
-			 "answers",
+			 "%u graphs, model steps and model uploads in flight "
+			 "for tenant %s, its quota (tenant.%s.inflight): wait "
+			 "for their answers",
 			 s->ts->inflight, s->tenant, s->tenant);
 		return -EDQUOT;
 	}
 	if (s->se.inflight < SCHED_INFLIGHT_MAX)
 		return 0;
 	snprintf(msg, msglen,
-		 "%u graphs and model steps in flight: wait for their answers",
+		 "%u graphs, model steps and model uploads in flight: wait "
+		 "for their answers",
 		 s->se.inflight);
 	return -EAGAIN;
 }

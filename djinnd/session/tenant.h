@@ -70,7 +70,8 @@ struct session_limits {
 /*
  * struct tenant_state - what a tenant holds now, against its quotas
  * (struct tenant_map): its connections, its sessions (in the table) and
- * their graphs and model steps queued or running. One per tenant that
+ * their graphs, model steps and uploaded models' loads queued or
+ * running. One per tenant that
  * holds anything, on its session table's @tenants; I/O thread only. Freed when it holds
  * nothing (tenant_state_drop()).
  */

@@ -95,6 +95,7 @@ int svc_graph_new(struct session_table *t, struct session *s,
 	free(outs);
 	free(in_module);
 	job->lane = SCHED_COMPUTE;
+	job->counted = true;
 	job->run = svc_graph_run;
 	job->cancel = svc_graph_cancel;
 	*out = job;

@@ -16,7 +16,7 @@ void svc_job_free(struct exec_job *job)
 
 void svc_submit(struct exec_job *job)
 {
-	if (job->lane == SCHED_COMPUTE)
+	if (job->counted)
 		session_inflight_add(job->s);
 	sched_submit(job->s->dev->sched, job);
 }

@@ -650,9 +650,14 @@ int svc_model_job(struct session_table *t, struct session *s,
 		  struct exec_job **out, char *msg, size_t msglen)
 {
 	struct exec_job *job = NULL;
+	/* in flight with the session's graphs: its compute jobs, and an
+	 * uploaded model's load, which copies up to memory.upload_max into
+	 * host memory */
+	bool counted = lane == SCHED_COMPUTE ||
+		       hdr->type == DJINN_MSG_MODEL_OPEN_UPLOADED;
 	int ret = 0;
 
-	if (lane == SCHED_COMPUTE)
+	if (counted)
 		ret = session_inflight_check(t, s, msg, msglen);
 	if (!ret) {
 		job = calloc(1, sizeof(*job));
@@ -670,6 +675,7 @@ int svc_model_job(struct session_table *t, struct session *s,
 	mj->hdr = *hdr;
 	mj->call = call;
 	job->lane = lane;
+	job->counted = counted;
 	job->run = mjob_run;
 	if (call == mjob_step) {
 		const struct model *m = mj->o->model->h->m;
@@ -827,7 +833,7 @@ void svc_mjob_release(struct exec_job *job)
 		mobj_put(mj->o);
 	mjob_free(mj);
 	job->ctx = NULL;
-	if (job->lane == SCHED_COMPUTE)
+	if (job->counted)
 		session_inflight_sub(job->s);
 	svc_job_free(job);
 }

@@ -171,9 +171,10 @@ void mjob_cancel(struct exec_job *job);
  * svc_model_job():   a job of request @hdr running @call with @mj on
  *                    @lane of @s's device, in *@out to queue with
  *                    svc_submit() once its @done is set; on the compute
- *                    lane counted against the session's jobs in flight
- *                    (session_inflight_check()). On failure @mj is freed
- *                    (its object put).
+ *                    lane, and MODEL_OPEN_UPLOADED's load, counted
+ *                    against the session's and tenant's requests in
+ *                    flight (session_inflight_check()). On failure @mj
+ *                    is freed (its object put).
  * svc_ctx_new():     CTX_NEW of @model: the context made (*@handle, and
  *                    *@max its tokens), or, when its cache does not fit
  *                    under static partitioning, a job in *@wait that

@@ -624,7 +624,8 @@ static void test_fair(void **state)
 			 "-EAGAIN",
 			 ret, djinn_last_error());
 	assert_non_null(
-		strstr(djinn_last_error(), "graphs and model steps in flight"));
+		strstr(djinn_last_error(),
+		       "graphs, model steps and model uploads in flight"));
 	fe = sched_of(fx, fsid);
 	assert_true(fe.queued >= 2);
 	ve = sched_of(fx, vsid);

@@ -634,16 +634,34 @@ static void test_inflight(void **state)
 	/* s1's matmul runs; s2's, sent behind it, is the tenant's second */
 	send_matmul(fa, s1, 1, a, b);
 	send_matmul(fa, s2, 2, a2, a2);
+	/* an uploaded model's load counts too: refused at once (it was not
+	 * counted, and each may copy memory.upload_max into host memory) */
+	{
+		struct {
+			struct djinn_model_upload u;
+			struct djinn_model_file f;
+		} up = { .u = { .nr_files = 1, .config = { .handle = 7 } },
+			 .f = { .handle = 8 } };
+
+		assert_int_equal(dj_send(fa, DJINN_MSG_MODEL_OPEN_UPLOADED, 5,
+					 s2, &up, sizeof(up)),
+				 0);
+	}
 	/* the victim's are not counted with them */
 	send_matmul(fv, v, 3, va, vb);
 	send_matmul(fv, v, 4, vb, va);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		assert_int_equal(dj_recv(fa, &r, 30000), 1);
-		if (r.hdr.request_id == 2) {
+		if (r.hdr.request_id == 5) {
 			expect_error(&r, -EDQUOT,
-				     "1 graphs and model steps in flight for "
-				     "tenant uid:65534, its quota "
-				     "(tenant.uid:65534.inflight)");
+				     "1 graphs, model steps and model uploads "
+				     "in flight for tenant uid:65534");
+		} else if (r.hdr.request_id == 2) {
+			expect_error(
+				&r, -EDQUOT,
+				"1 graphs, model steps and model uploads "
+				"in flight for tenant uid:65534, its quota "
+				"(tenant.uid:65534.inflight)");
 			err_seen = true;
 		} else {
 			assert_int_equal(r.hdr.request_id, 1);
