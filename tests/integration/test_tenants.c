@@ -637,12 +637,13 @@ static void test_inflight(void **state)
 	/* an uploaded model's load counts too: refused at once (it was not
 	 * counted, and each may copy memory.upload_max into host memory) */
 	{
-		struct {
-			struct djinn_model_upload u;
-			struct djinn_model_file f;
-		} up = { .u = { .nr_files = 1, .config = { .handle = 7 } },
-			 .f = { .handle = 8 } };
+		struct djinn_model_upload u = { .nr_files = 1,
+						.config = { .handle = 7 } };
+		struct djinn_model_file f = { .handle = 8 };
+		uint8_t up[sizeof(u) + sizeof(f)];
 
+		memcpy(up, &u, sizeof(u));
+		memcpy(up + sizeof(u), &f, sizeof(f));
 		assert_int_equal(dj_send(fa, DJINN_MSG_MODEL_OPEN_UPLOADED, 5,
 					 s2, &up, sizeof(up)),
 				 0);
