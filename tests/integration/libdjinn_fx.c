@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -88,4 +89,35 @@ struct dj_resp djd_raw_ok(int fd, uint16_t op, uint64_t sid, const void *p,
 	if (r.error)
 		fail_msg("%u: %s (%d)", op, r.msg, r.error);
 	return r;
+}
+
+uint64_t djd_raw_ctx(int fd, const char *label, uint32_t priority,
+		     const char *model, uint64_t *sid)
+{
+	struct djinn_session_open so = { .priority = priority };
+	struct djinn_model_open mo = { { 0 } };
+	struct djinn_session_resp sr;
+	struct djinn_model_resp mr;
+	struct djinn_ctx_new cn = { 0 };
+	struct djinn_ctx_resp cr;
+	struct dj_resp r;
+
+	assert_true(fd >= 0);
+	snprintf(so.tenant, sizeof(so.tenant), "%s", label);
+	snprintf(mo.name, sizeof(mo.name), "%s", model);
+	r = djd_raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
+	dj_resp_free(&r);
+	r = djd_raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
+	memcpy(&sr, r.data, sizeof(sr));
+	dj_resp_free(&r);
+	r = djd_raw_ok(fd, DJINN_MSG_MODEL_OPEN, sr.session_id, &mo,
+		       sizeof(mo));
+	memcpy(&mr, r.data, sizeof(mr));
+	dj_resp_free(&r);
+	cn.model = mr.model;
+	r = djd_raw_ok(fd, DJINN_MSG_CTX_NEW, sr.session_id, &cn, sizeof(cn));
+	memcpy(&cr, r.data, sizeof(cr));
+	dj_resp_free(&r);
+	*sid = sr.session_id;
+	return cr.ctx;
 }

@@ -52,6 +52,12 @@ struct djinn_conn *djd_connect_lib(const struct djd *d);
 struct dj_resp djd_raw_ok(int fd, uint16_t op, uint64_t sid, const void *p,
 			  size_t len);
 
+/* In raw frames on @fd: HELLO, a session labelled @label of @priority,
+ * model @model opened and a context of it made; each must succeed
+ * (cmocka). The context's handle, the session's id in *@sid. */
+uint64_t djd_raw_ctx(int fd, const char *label, uint32_t priority,
+		     const char *model, uint64_t *sid);
+
 /* Greedy tokens of @m: a fresh context prefilled with @np tokens of
  * @prompt, then @n decoded into @out; every step must succeed (cmocka). */
 void greedy_tokens(struct djinn_model *m, const int32_t *prompt, uint32_t np,

@@ -99,50 +99,29 @@ static void raw_greedy(struct fx *fx, const int32_t *p, uint32_t np, uint32_t n,
 		       int32_t *out)
 {
 	int fd = dj_connect(fx->d.sock);
-	struct djinn_session_open so = { .tenant = "raw", .priority = 4 };
-	struct djinn_model_open mo = { "tiny-gpt2" };
-	struct djinn_session_resp sr;
-	struct djinn_model_resp mr;
-	struct djinn_ctx_new cn = { 0 };
-	struct djinn_ctx_resp cr;
 	struct djinn_ctx_step *st;
 	struct djinn_ctx_step_resp rr;
 	struct dj_resp r;
 	size_t len = sizeof(*st) + np * sizeof(int32_t);
-
-	assert_true(fd >= 0);
-	r = djd_raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
-	dj_resp_free(&r);
-	r = djd_raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
-	memcpy(&sr, r.data, sizeof(sr));
-	dj_resp_free(&r);
-	r = djd_raw_ok(fd, DJINN_MSG_MODEL_OPEN, sr.session_id, &mo,
-		       sizeof(mo));
-	memcpy(&mr, r.data, sizeof(mr));
-	dj_resp_free(&r);
-	cn.model = mr.model;
-	r = djd_raw_ok(fd, DJINN_MSG_CTX_NEW, sr.session_id, &cn, sizeof(cn));
-	memcpy(&cr, r.data, sizeof(cr));
-	dj_resp_free(&r);
+	uint64_t sid, ctx = djd_raw_ctx(fd, "raw", 4, "tiny-gpt2", &sid);
 
 	st = calloc(1, len);
 	assert_non_null(st);
-	st->ctx = cr.ctx;
+	st->ctx = ctx;
 	st->nr_tokens = np;
 	memcpy(st + 1, p, np * sizeof(int32_t));
-	r = djd_raw_ok(fd, DJINN_MSG_CTX_PREFILL, sr.session_id, st, len);
+	r = djd_raw_ok(fd, DJINN_MSG_CTX_PREFILL, sid, st, len);
 	dj_resp_free(&r);
 	memset(st, 0, sizeof(*st));
-	st->ctx = cr.ctx;
+	st->ctx = ctx;
 	st->nr_tokens = n;
-	r = djd_raw_ok(fd, DJINN_MSG_CTX_DECODE, sr.session_id, st,
-		       sizeof(*st));
+	r = djd_raw_ok(fd, DJINN_MSG_CTX_DECODE, sid, st, sizeof(*st));
 	memcpy(&rr, r.data, sizeof(rr));
 	assert_int_equal(rr.nr_tokens, n);
 	memcpy(out, r.data + sizeof(rr), n * sizeof(int32_t));
 	dj_resp_free(&r);
 	free(st);
-	r = djd_raw_ok(fd, DJINN_MSG_SESSION_CLOSE, sr.session_id, NULL, 0);
+	r = djd_raw_ok(fd, DJINN_MSG_SESSION_CLOSE, sid, NULL, 0);
 	dj_resp_free(&r);
 	close(fd);
 }

@@ -529,12 +529,6 @@ static uint64_t jobs_of(struct fx *fx, uint64_t sid)
 static bool freed_while_running(struct fx *fx)
 {
 	int fd = dj_connect(fx->d.sock);
-	struct djinn_session_open so = { .tenant = "freed" };
-	struct djinn_model_open mo = { "gpt2" };
-	struct djinn_session_resp sr;
-	struct djinn_model_resp mr;
-	struct djinn_ctx_new cn = { 0 };
-	struct djinn_ctx_resp cr;
 	struct djinn_handle_req fr = { 0 };
 	struct {
 		struct djinn_ctx_step st;
@@ -542,36 +536,20 @@ static bool freed_while_running(struct fx *fx)
 	} pf = { .st = { .nr_tokens = 4 }, .tok = { 1, 2, 3, 4 } };
 	struct djinn_ctx_step dc = { .nr_tokens = 200 };
 	struct dj_resp r, r2;
-	uint64_t j0;
+	uint64_t j0, sid, ctx;
 	bool cancelled;
 
-	assert_true(fd >= 0);
-	r = djd_raw_ok(fd, DJINN_MSG_HELLO, 0, NULL, 0);
+	ctx = djd_raw_ctx(fd, "freed", 0, "gpt2", &sid);
+	pf.st.ctx = dc.ctx = fr.handle = ctx;
+	r = djd_raw_ok(fd, DJINN_MSG_CTX_PREFILL, sid, &pf, sizeof(pf));
 	dj_resp_free(&r);
-	r = djd_raw_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &so, sizeof(so));
-	memcpy(&sr, r.data, sizeof(sr));
-	dj_resp_free(&r);
-	r = djd_raw_ok(fd, DJINN_MSG_MODEL_OPEN, sr.session_id, &mo,
-		       sizeof(mo));
-	memcpy(&mr, r.data, sizeof(mr));
-	dj_resp_free(&r);
-	cn.model = mr.model;
-	r = djd_raw_ok(fd, DJINN_MSG_CTX_NEW, sr.session_id, &cn, sizeof(cn));
-	memcpy(&cr, r.data, sizeof(cr));
-	dj_resp_free(&r);
-	pf.st.ctx = dc.ctx = fr.handle = cr.ctx;
-	r = djd_raw_ok(fd, DJINN_MSG_CTX_PREFILL, sr.session_id, &pf,
-		       sizeof(pf));
-	dj_resp_free(&r);
-	j0 = jobs_of(fx, sr.session_id);
-	assert_int_equal(dj_send(fd, DJINN_MSG_CTX_DECODE, 71, sr.session_id,
-				 &dc, sizeof(dc)),
-			 0);
-	for (int k = 0; k < 5000 && jobs_of(fx, sr.session_id) < j0 + 2; k++)
+	j0 = jobs_of(fx, sid);
+	assert_int_equal(
+		dj_send(fd, DJINN_MSG_CTX_DECODE, 71, sid, &dc, sizeof(dc)), 0);
+	for (int k = 0; k < 5000 && jobs_of(fx, sid) < j0 + 2; k++)
 		sleep_ms(1);
-	assert_int_equal(dj_send(fd, DJINN_MSG_CTX_FREE, 72, sr.session_id, &fr,
-				 sizeof(fr)),
-			 0);
+	assert_int_equal(
+		dj_send(fd, DJINN_MSG_CTX_FREE, 72, sid, &fr, sizeof(fr)), 0);
 	assert_int_equal(dj_recv(fd, &r, 60000), 1);
 	assert_int_equal(dj_recv(fd, &r2, 60000), 1);
 	if (r.hdr.request_id == 71) {
@@ -590,12 +568,12 @@ static bool freed_while_running(struct fx *fx)
 		fail_msg("a decode whose context was freed: %d: %s", r2.error,
 			 r2.msg);
 	printf("# a decode of 200 freed after %llu steps: %s%s\n",
-	       (unsigned long long)(jobs_of(fx, sr.session_id) - j0),
+	       (unsigned long long)(jobs_of(fx, sid) - j0),
 	       cancelled ? "-ECANCELED: " : "done before the free",
 	       cancelled ? r2.msg : "");
 	dj_resp_free(&r);
 	dj_resp_free(&r2);
-	r = djd_raw_ok(fd, DJINN_MSG_SESSION_CLOSE, sr.session_id, NULL, 0);
+	r = djd_raw_ok(fd, DJINN_MSG_SESSION_CLOSE, sid, NULL, 0);
 	dj_resp_free(&r);
 	close(fd);
 	return cancelled;

@@ -7,10 +7,8 @@
  * Such a product is bound by reading the weight, as a matrix-vector
  * product is: M rows should cost little more than one. OpenBLAS's sgemm
  * packs its operands first, the weight included, and at these M that
- * makes it about three times slower than its sgemv (a (768, 3072)
- * weight: 0.41 ms by sgemv, 1.2 ms by sgemm of M = 2, 1.4 ms of M = 8,
- * on one core of the CI's machine), so a pass of two contexts would cost
- * more than their two steps alone. These kernels read each weight once
+ * made it several times slower than its sgemv, so a pass of two contexts
+ * cost more than their two steps alone. These kernels read each weight once
  * and keep the M rows' partial sums in registers:
  *
  * - b (K, N): a stripe of W columns (two vectors) at a time; for each k,
@@ -215,7 +213,7 @@ typedef void (*skinny_fn)(const float *a, const float *b, float *out, size_t M,
 							  mr, k0, k1, k0 > 0); \
 				}                                              \
 		}                                                              \
-		skinny_rest_kn(a, b, out, M, K, N, ns, n1);                    \
+		skinny_rest(a, b, out, M, K, N, ns, n1, false);                \
 	}                                                                      \
                                                                                \
 	__attribute__((target(TGT))) static void nk_##SUF(                     \
@@ -239,33 +237,21 @@ typedef void (*skinny_fn)(const float *a, const float *b, float *out, size_t M,
 				else                                           \
 					nk4_##SUF(am, b, om, K, N, n, mr);     \
 			}                                                      \
-		skinny_rest_nk(a, b, out, M, K, N, n, n1);                     \
+		skinny_rest(a, b, out, M, K, N, n, n1, true);                  \
 	}
 
-/* Columns [n, n1) of b (K, N) that fill no stripe, one by one */
-static void skinny_rest_kn(const float *a, const float *b, float *out, size_t M,
-			   size_t K, size_t N, size_t n, size_t n1)
+/* Columns [n, n1) of the result that fill no stripe or group, one by
+ * one: b (K, N), or (N, K) with @tb */
+static void skinny_rest(const float *a, const float *b, float *out, size_t M,
+			size_t K, size_t N, size_t n, size_t n1, bool tb)
 {
 	for (; n < n1; n++)
 		for (size_t m = 0; m < M; m++) {
 			float s = 0;
 
 			for (size_t k = 0; k < K; k++)
-				s += a[m * K + k] * b[k * N + n];
-			out[m * N + n] = s;
-		}
-}
-
-/* Rows [n, n1) of b (N, K) that fill no group */
-static void skinny_rest_nk(const float *a, const float *b, float *out, size_t M,
-			   size_t K, size_t N, size_t n, size_t n1)
-{
-	for (; n < n1; n++)
-		for (size_t m = 0; m < M; m++) {
-			float s = 0;
-
-			for (size_t k = 0; k < K; k++)
-				s += a[m * K + k] * b[n * K + k];
+				s += a[m * K + k] *
+				     b[tb ? n * K + k : k * N + n];
 			out[m * N + n] = s;
 		}
 }
