@@ -266,6 +266,7 @@ struct node_ctx {
 	const struct djinn_node *n;
 	uint32_t nr_graph_inputs;
 	const bool *in_module;
+	bool own; /* djinn_graph_infer_own(): djinnd's own graph */
 	const struct djinn_tensor_desc *x[DJINN_MAX_NODE_INPUTS];
 	struct djinn_tensor_desc *r;
 	char *msg;
@@ -708,6 +709,52 @@ static int infer_attn_cache(struct node_ctx *c, uint64_t Hk, uint64_t D,
 	return 0;
 }
 
+/* DJINN_ATTN_VARLEN (lib/graph.h): the table's contents are djinnd's,
+ * checked where it runs; here its shape and q, k, v's. */
+static int infer_varlen(struct node_ctx *c)
+{
+	const struct djinn_p_attention *p = &c->n->params.attention;
+	const struct djinn_tensor_desc *q = c->x[0], *k = c->x[1], *v = c->x[2];
+	const struct djinn_tensor_desc *t = c->x[3];
+	int ret;
+
+	if (!c->own)
+		return node_fail(c, -EINVAL,
+				 "layout %u is djinnd's own (a pass of many "
+				 "contexts): not for a client's graph",
+				 p->layout);
+	if (c->n->nr_inputs != 4)
+		return node_fail(c, -EINVAL,
+				 "varlen attention without its "
+				 "table");
+	if ((ret = want_float(c, 0)) || (ret = want_same_dtype(c, 0, 1)) ||
+	    (ret = want_same_dtype(c, 0, 2)) || (ret = want_ndim(c, 0, 3, 3)) ||
+	    (ret = want_ndim(c, 1, 3, 3)) || (ret = want_ndim(c, 2, 3, 3)) ||
+	    (ret = want_ndim(c, 3, 2, 2)))
+		return ret;
+	if (!djinn_desc_same_shape(k, v) || k->dims[0] != q->dims[0] ||
+	    k->dims[2] != q->dims[2] || q->dims[1] % k->dims[1])
+		return node_fail(c, -EINVAL,
+				 "q (%llu, %llu, %llu) and k, v (%llu, %llu, "
+				 "%llu) do not agree",
+				 q->dims[0], q->dims[1], q->dims[2], k->dims[0],
+				 k->dims[1], k->dims[2]);
+	if (t->dtype != DJINN_DTYPE_I64 || t->dims[1] != DJINN_VARLEN_COLS ||
+	    t->dims[0] > DJINN_VARLEN_MAX || t->dims[0] > q->dims[0])
+		return node_fail(c, -EINVAL,
+				 "the table is not (N <= %u, %u) i64 for %llu "
+				 "rows",
+				 DJINN_VARLEN_MAX, DJINN_VARLEN_COLS,
+				 q->dims[0]);
+	if (p->causal != 1 || !isfinite(p->scale))
+		return node_fail(c, -EINVAL,
+				 "varlen attention is causal, "
+				 "with a finite scale");
+	c->r->dtype = q->dtype;
+	copy_shape(c, 0);
+	return 0;
+}
+
 static int infer_attention(struct node_ctx *c)
 {
 	const struct djinn_p_attention *p = &c->n->params.attention;
@@ -716,6 +763,8 @@ static int infer_attention(struct node_ctx *c)
 	uint64_t S;
 	int ret;
 
+	if (p->layout == DJINN_ATTN_VARLEN)
+		return infer_varlen(c);
 	if (p->layout >= ARRAY_SIZE(attn_dims))
 		return node_fail(c, -EINVAL, "layout %u", p->layout);
 	a = &attn_dims[p->layout];
@@ -971,11 +1020,24 @@ static int result_check(struct node_ctx *c)
 	return 0;
 }
 
+static int infer_graph(const struct djinn_graph_view *view,
+		       const struct djinn_tensor_desc *in,
+		       const bool *in_module, bool own,
+		       struct djinn_tensor_desc *out, char *msg, size_t msglen);
+
 int djinn_graph_infer(const struct djinn_graph_view *view,
 		      const struct djinn_tensor_desc *in,
 		      struct djinn_tensor_desc *out, char *msg, size_t msglen)
 {
-	return djinn_graph_infer_modules(view, in, NULL, out, msg, msglen);
+	return infer_graph(view, in, NULL, false, out, msg, msglen);
+}
+
+int djinn_graph_infer_own(const struct djinn_graph_view *view,
+			  const struct djinn_tensor_desc *in,
+			  struct djinn_tensor_desc *out, char *msg,
+			  size_t msglen)
+{
+	return infer_graph(view, in, NULL, true, out, msg, msglen);
 }
 
 int djinn_graph_infer_modules(const struct djinn_graph_view *view,
@@ -983,6 +1045,14 @@ int djinn_graph_infer_modules(const struct djinn_graph_view *view,
 			      const bool *in_module,
 			      struct djinn_tensor_desc *out, char *msg,
 			      size_t msglen)
+{
+	return infer_graph(view, in, in_module, false, out, msg, msglen);
+}
+
+static int infer_graph(const struct djinn_graph_view *view,
+		       const struct djinn_tensor_desc *in,
+		       const bool *in_module, bool own,
+		       struct djinn_tensor_desc *out, char *msg, size_t msglen)
 {
 	const struct djinn_graph *g = view->g;
 	uint64_t seen[DJINN_MAX_NODES / 64] = { 0 };
@@ -1009,6 +1079,7 @@ int djinn_graph_infer_modules(const struct djinn_graph_view *view,
 			.r = &out[i],
 			.nr_graph_inputs = g->nr_inputs,
 			.in_module = in_module,
+			.own = own,
 			.msg = msg,
 			.msglen = msglen,
 		};

@@ -89,6 +89,38 @@ int djinn_graph_infer(const struct djinn_graph_view *view,
 		      struct djinn_tensor_desc *out, char *msg, size_t msglen);
 
 /*
+ * DJINN_ATTN_VARLEN, a layout of ATTENTION that only djinnd's own graphs
+ * use (a pass of the model runtime, djinnd/model/forward.c): attention of
+ * N contexts at once, each over its own KV cache. q (R, H, D), k (R, Hk,
+ * D), v (R, Hk, D) -> (R, H, D), the rows of the N contexts stacked in
+ * order; input 3 is the contexts' table, (N, DJINN_VARLEN_COLS) i64 in
+ * host memory (struct dj_tensor's @host), a row per context: its new
+ * rows T (>= 1, summing to R), its cached tokens P, the device address of
+ * its cache (P, slots, Hk D) (0 when P is 0), and that cache's row
+ * stride in elements; cache_k and cache_v are the layer's slots in every
+ * cache. Always causal: a context's row t sees its P cached keys, then
+ * its own new keys up to t. The table names device addresses, so only
+ * djinn_graph_infer_own() takes the layout: a client's graph with it is
+ * refused.
+ */
+#define DJINN_ATTN_VARLEN 2
+enum djinn_varlen_col {
+	DJINN_VARLEN_T,
+	DJINN_VARLEN_P,
+	DJINN_VARLEN_CACHE,
+	DJINN_VARLEN_STRIDE,
+	DJINN_VARLEN_COLS,
+};
+#define DJINN_VARLEN_MAX 64 /* contexts in one table */
+
+/* As djinn_graph_infer(), for a graph djinnd built itself: also takes
+ * DJINN_ATTN_VARLEN. Never for a graph a client sent. */
+int djinn_graph_infer_own(const struct djinn_graph_view *view,
+			  const struct djinn_tensor_desc *in,
+			  struct djinn_tensor_desc *out, char *msg,
+			  size_t msglen);
+
+/*
  * As djinn_graph_infer(), knowing which graph inputs are client modules
  * (tensors uploaded with DJINN_TENSOR_MODULE): @in_module[nr_inputs],
  * or NULL for none. A KERNEL node's inputs[0] must be one of them

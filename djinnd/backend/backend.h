@@ -30,10 +30,18 @@
 #include "graph.h"
 #include "vmu/provider.h"
 
-/* A tensor in device memory: contiguous, row-major, outermost dim first. */
+/*
+ * A tensor in device memory: contiguous, row-major, outermost dim first.
+ * @host: NULL, or (an input of djinnd's own graph) the same bytes in
+ * host memory, where they came from: graph_run() stages such an input on
+ * the stack, and a node may read it on the host instead
+ * (DJINN_ATTN_VARLEN's table, lib/graph.h). Nothing a client sends
+ * becomes one.
+ */
 struct dj_tensor {
 	uint64_t addr;
 	struct djinn_tensor_desc desc;
+	const void *host;
 };
 
 /* Whether @t is no tensor a kernel can use: an unknown dtype, too many

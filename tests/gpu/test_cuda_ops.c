@@ -545,6 +545,153 @@ static void test_attention_tokens(void **state)
 	}
 }
 
+/*
+ * Varlen attention (DJINN_ATTN_VARLEN): four contexts' rows stacked, each
+ * with its own cache in device memory (or none): each context's rows bit
+ * for bit what its own TOKENS attention gives alone on the device (both
+ * kernels share attend_row()), and within the tolerance of the CPU
+ * backend's varlen attention over the same inputs in host memory.
+ */
+static void test_attention_varlen(void **state)
+{
+	static const uint64_t Ts[] = { 1, 20, 1, 3 }, Ps[] = { 300, 5, 0, 2 };
+	enum { N = 4, H = 12, Hk = 4, Dh = 64, W = Hk * Dh };
+
+	for (unsigned int f = 0; f < 3; f++) {
+		unsigned int dt = floats[f];
+		uint64_t R = 0, es = djinn_dtype_size(dt), tol_max = 0;
+		int64_t gtab[N][DJINN_VARLEN_COLS], ctab[N][DJINN_VARLEN_COLS];
+		struct djinn_tensor_desc dq, dk, dc[N], dt4;
+		struct dj_tensor gi[4], ci[4], go, co;
+		struct djinn_node n = op(DJINN_GOP_ATTENTION);
+		void *q, *k, *v, *c[N], *gout, *cout, *alone;
+		char msg[256] = "";
+
+		gpu_reset(&G);
+		for (unsigned int i = 0; i < N; i++)
+			R += Ts[i];
+		dq = D(dt, R, H, Dh);
+		dk = D(dt, R, Hk, Dh);
+		dt4 = D(I64, N, DJINN_VARLEN_COLS);
+		q = fill(&dq, false);
+		k = fill(&dk, false);
+		v = fill(&dk, false);
+		memset(gi, 0, sizeof(gi));
+		memset(ci, 0, sizeof(ci));
+		gi[0].desc = ci[0].desc = dq;
+		gi[1].desc = gi[2].desc = ci[1].desc = ci[2].desc = dk;
+		gi[3].desc = ci[3].desc = dt4;
+		ci[0].addr = (uintptr_t)q;
+		ci[1].addr = (uintptr_t)k;
+		ci[2].addr = (uintptr_t)v;
+		gi[0].addr = gpu_alloc(&G, nbytes(&dq));
+		gi[1].addr = gpu_alloc(&G, nbytes(&dk));
+		gi[2].addr = gpu_alloc(&G, nbytes(&dk));
+		gpu_put(&G, gi[0].addr, q, nbytes(&dq));
+		gpu_put(&G, gi[1].addr, k, nbytes(&dk));
+		gpu_put(&G, gi[2].addr, v, nbytes(&dk));
+		for (unsigned int i = 0, r = 0; i < N; r += Ts[i], i++) {
+			uint64_t ga = 0;
+
+			c[i] = NULL;
+			dc[i] = D(dt, Ps[i] ? Ps[i] : 1, 3, W);
+			if (Ps[i]) {
+				c[i] = fill(&dc[i], false);
+				ga = gpu_alloc(&G, nbytes(&dc[i]));
+				gpu_put(&G, ga, c[i], nbytes(&dc[i]));
+			}
+			gtab[i][DJINN_VARLEN_T] = ctab[i][DJINN_VARLEN_T] =
+				(int64_t)Ts[i];
+			gtab[i][DJINN_VARLEN_P] = ctab[i][DJINN_VARLEN_P] =
+				(int64_t)Ps[i];
+			gtab[i][DJINN_VARLEN_CACHE] = (int64_t)ga;
+			ctab[i][DJINN_VARLEN_CACHE] = (int64_t)(uintptr_t)c[i];
+			gtab[i][DJINN_VARLEN_STRIDE] =
+				ctab[i][DJINN_VARLEN_STRIDE] = 3 * W;
+		}
+		gi[3].host = gtab;
+		ci[3].host = ctab;
+		ci[3].addr = (uintptr_t)ctab;
+		go.desc = co.desc = dq;
+		go.host = co.host = NULL;
+		go.addr = gpu_alloc(&G, nbytes(&dq));
+		cout = aligned_alloc(256, (nbytes(&dq) + 255) & ~255ull);
+		gout = malloc(nbytes(&dq));
+		alone = malloc(nbytes(&dq));
+		assert_non_null(cout);
+		assert_non_null(gout);
+		assert_non_null(alone);
+		co.addr = (uintptr_t)cout;
+		n.params.attention.causal = 1;
+		n.params.attention.layout = DJINN_ATTN_VARLEN;
+		n.params.attention.cache_k = 2;
+		n.params.attention.cache_v = 0;
+		for (unsigned int j = 0; j < 4; j++)
+			n.inputs[j] = j;
+		n.nr_inputs = 4;
+		if (G.cpu->ops->run_node(G.cpu, &n, ci, &co, msg, sizeof(msg)))
+			fail_msg("cpu varlen: %s", msg);
+		if (G.b->ops->run_node(G.b, &n, gi, &go, msg, sizeof(msg)) ||
+		    G.b->ops->sync(G.b))
+			fail_msg("cuda varlen: %s", msg);
+		gpu_get(&G, gout, go.addr, nbytes(&dq));
+
+		/* each context alone, TOKENS, into its rows of @alone */
+		for (unsigned int i = 0, r = 0; i < N; r += Ts[i], i++) {
+			struct djinn_node a = n;
+			struct dj_tensor t[4], o;
+
+			a.params.attention.layout = DJINN_ATTN_TOKENS;
+			a.nr_inputs = Ps[i] ? 4 : 3;
+			a.inputs[3] = Ps[i] ? 3 : 0;
+			if (!Ps[i])
+				a.params.attention.cache_k = 0;
+			for (unsigned int j = 0; j < 3; j++) {
+				uint64_t row = j ? W : H * Dh;
+
+				t[j] = gi[j];
+				t[j].desc.dims[0] = Ts[i];
+				t[j].addr += r * row * es;
+			}
+			t[3].desc = dc[i];
+			t[3].addr = (uint64_t)gtab[i][DJINN_VARLEN_CACHE];
+			t[3].host = NULL;
+			o = go;
+			o.desc.dims[0] = Ts[i];
+			o.addr = gpu_alloc(&G, nbytes(&o.desc));
+			if (G.b->ops->run_node(G.b, &a, t, &o, msg,
+					       sizeof(msg)) ||
+			    G.b->ops->sync(G.b))
+				fail_msg("cuda context %u alone: %s", i, msg);
+			gpu_get(&G, (uint8_t *)alone + r * H * Dh * es, o.addr,
+				nbytes(&o.desc));
+		}
+		if (memcmp(gout, alone, nbytes(&dq)))
+			fail_msg("varlen attention (%s): a context's rows are "
+				 "not its own attention's",
+				 djinn_dtype_name(dt));
+		for (uint64_t i = 0; i < R * H * Dh; i++) {
+			double want = get(cout, dt, i), got = get(gout, dt, i);
+
+			if (fabs(want - got) > tol_of(dt) * (1 + fabs(want)))
+				tol_max++;
+		}
+		if (tol_max)
+			fail_msg("varlen attention (%s): %llu elements past "
+				 "the tolerance against the cpu",
+				 djinn_dtype_name(dt),
+				 (unsigned long long)tol_max);
+		free(q);
+		free(k);
+		free(v);
+		for (unsigned int i = 0; i < N; i++)
+			free(c[i]);
+		free(cout);
+		free(gout);
+		free(alone);
+	}
+}
+
 /* Every element of the last both()'s CUDA result is zero. */
 static void expect_zeros(const char *what)
 {
@@ -775,6 +922,7 @@ int main(void)
 		cmocka_unit_test(test_argmax),
 		cmocka_unit_test(test_attention),
 		cmocka_unit_test(test_attention_tokens),
+		cmocka_unit_test(test_attention_varlen),
 		cmocka_unit_test(test_attention_no_keys),
 		cmocka_unit_test(test_softmax_masked),
 		cmocka_unit_test(test_embedding),

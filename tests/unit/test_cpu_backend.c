@@ -1879,6 +1879,110 @@ static void test_attention_tokens(void **state)
 	assert_non_null(strstr(last_msg, "the cache does not fit k and v"));
 }
 
+/*
+ * Varlen attention (DJINN_ATTN_VARLEN): five contexts' rows stacked, each
+ * with its own cache (or none), decodes beside a prefill long enough for
+ * the sgemm path: each context's rows are bit for bit its own TOKENS
+ * attention run alone. And the table is checked: rows that do not add up,
+ * an empty context, a cache too narrow for the slots, no host table.
+ */
+static void check_attn_varlen(unsigned int dtype)
+{
+	static const size_t Ts[] = { 1, 1, 20, 3, 1 },
+			    Ps[] = { 7, 0, 5, 30, 2 };
+	enum { N = 5, H = 4, Hk = 2, D = 16, W = Hk * D };
+	size_t R = 0, row0[N], es = dsize(dtype);
+	struct dj_tensor in[4], out, cache[N], one[4], got;
+	struct djinn_node n = mknode(DJINN_GOP_ATTENTION);
+	int64_t tab[N][DJINN_VARLEN_COLS];
+
+	for (size_t i = 0; i < N; i++) {
+		row0[i] = R;
+		R += Ts[i];
+		if (Ps[i]) {
+			cache[i] = TENSOR(dtype, Ps[i], 3, W);
+			randomize(&cache[i], -2, 2);
+		}
+		tab[i][DJINN_VARLEN_T] = (int64_t)Ts[i];
+		tab[i][DJINN_VARLEN_P] = (int64_t)Ps[i];
+		tab[i][DJINN_VARLEN_CACHE] = Ps[i] ? (int64_t)cache[i].addr : 0;
+		tab[i][DJINN_VARLEN_STRIDE] = 3 * W;
+	}
+	in[0] = TENSOR(dtype, R, H, D);
+	in[1] = TENSOR(dtype, R, Hk, D);
+	in[2] = TENSOR(dtype, R, Hk, D);
+	memset(&in[3], 0, sizeof(in[3]));
+	in[3].desc.dtype = I64;
+	in[3].desc.ndim = 2;
+	in[3].desc.dims[0] = N;
+	in[3].desc.dims[1] = DJINN_VARLEN_COLS;
+	in[3].host = tab;
+	in[3].addr = (uintptr_t)tab;
+	randomize(&in[0], -2, 2);
+	randomize(&in[1], -2, 2);
+	randomize(&in[2], -1, 1);
+	out = TENSOR(dtype, R, H, D);
+	n.params.attention.causal = 1;
+	n.params.attention.layout = DJINN_ATTN_VARLEN;
+	n.params.attention.cache_k = 2;
+	n.params.attention.cache_v = 0;
+	run_ok(&n, in, 4, &out);
+
+	for (size_t i = 0; i < N; i++) {
+		struct djinn_node a = n;
+		size_t q = row0[i] * H * D * es, k = row0[i] * W * es;
+
+		a.params.attention.layout = DJINN_ATTN_TOKENS;
+		if (!Ps[i])
+			a.params.attention.cache_k =
+				a.params.attention.cache_v = 0;
+		one[0] = in[0];
+		one[0].desc.dims[0] = Ts[i];
+		one[0].addr += q;
+		one[1] = in[1];
+		one[1].desc.dims[0] = Ts[i];
+		one[1].addr += k;
+		one[2] = in[2];
+		one[2].desc.dims[0] = Ts[i];
+		one[2].addr += k;
+		one[3] = cache[i];
+		got = TENSOR(dtype, Ts[i], H, D);
+		run_ok(&a, one, Ps[i] ? 4 : 3, &got);
+		if (memcmp(hptr(&got), (uint8_t *)hptr(&out) + q,
+			   Ts[i] * H * D * es))
+			fail_msg("varlen attention, dtype %u: context %zu's "
+				 "rows are not its own attention's",
+				 dtype, i);
+	}
+
+	tab[1][DJINN_VARLEN_T] = 2; /* 27 rows of 26: the last has none */
+	assert_int_equal(run_on(be, &n, in, 4, &out), -EINVAL);
+	assert_non_null(strstr(last_msg, "context 4 of 5"));
+	tab[1][DJINN_VARLEN_T] = 1;
+	tab[3][DJINN_VARLEN_STRIDE] = 2 * W; /* slot 2 past its rows */
+	assert_int_equal(run_on(be, &n, in, 4, &out), -EINVAL);
+	assert_non_null(strstr(last_msg, "context 3 of 5"));
+	tab[3][DJINN_VARLEN_STRIDE] = 3 * W;
+	tab[0][DJINN_VARLEN_T] = 0; /* an empty context */
+	assert_int_equal(run_on(be, &n, in, 4, &out), -EINVAL);
+	assert_non_null(strstr(last_msg, "context 0 of 5"));
+	tab[0][DJINN_VARLEN_T] = 1;
+	in[3].desc.dims[0] = 4; /* 25 rows of 26 */
+	assert_int_equal(run_on(be, &n, in, 4, &out), -EINVAL);
+	assert_non_null(strstr(last_msg, "the contexts have 25 rows"));
+	in[3].desc.dims[0] = 5;
+	in[3].host = NULL;
+	assert_int_equal(run_on(be, &n, in, 4, &out), -EINVAL);
+	assert_non_null(strstr(last_msg, "no table of contexts"));
+}
+
+static void test_attention_varlen(void **state)
+{
+	rng_seed(16);
+	check_attn_varlen(F32);
+	check_attn_varlen(BF16);
+}
+
 /* Every element of @got is zero (NaN is not). */
 static void expect_zeros(const char *what, const struct dj_tensor *got)
 {
@@ -2510,6 +2614,7 @@ int main(void)
 		TEST(test_concat),
 		TEST(test_attention),
 		TEST(test_attention_tokens),
+		TEST(test_attention_varlen),
 		TEST(test_attention_no_keys),
 		TEST(test_argmax),
 		TEST(test_threads_agree),

@@ -75,6 +75,7 @@ struct gb {
 	struct djinn_ref in[GB_INPUTS];
 	struct djinn_tensor_desc descs[GB_INPUTS];
 	bool module[GB_INPUTS]; /* client modules (DJINN_TENSOR_MODULE) */
+	bool own; /* djinnd's own graph: djinn_graph_infer_own() */
 	struct djinn_node nodes[GB_NODES];
 	uint32_t out[GB_OUTPUTS];
 
@@ -210,6 +211,9 @@ static int gb_run(struct gb *b)
 	if (ret)
 		fail_msg("parse: %d %s", ret, b->msg);
 	memset(b->res, 0xa5, sizeof(b->res));
+	if (b->own)
+		return djinn_graph_infer_own(&b->view, b->descs, b->res, b->msg,
+					     sizeof(b->msg));
 	return djinn_graph_infer_modules(&b->view, b->descs, b->module, b->res,
 					 b->msg, sizeof(b->msg));
 }
@@ -1514,6 +1518,81 @@ static void test_attn_tokens(void **state)
 	free(b);
 }
 
+/*
+ * Varlen attention (DJINN_ATTN_VARLEN, lib/graph.h): djinnd's own graphs
+ * only, since its table names device addresses. A client's graph with it
+ * is refused, by either client entry point; djinnd's own checks q, k, v
+ * and the table's shape.
+ */
+#define P_ATT_VARLEN(c)                                           \
+	((struct djinn_p_attention){ .causal = c,                 \
+				     .layout = DJINN_ATTN_VARLEN, \
+				     .cache_k = 4,                \
+				     .cache_v = 5 })
+
+static struct gb *varlen(struct djinn_tensor_desc q, struct djinn_tensor_desc k,
+			 struct djinn_tensor_desc t, bool own)
+{
+	struct gb *b = three(q, k, k);
+
+	gb_input(b, t);
+	b->own = own;
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_VARLEN(1), 0, 1, 2, 3);
+	return b;
+}
+
+static void test_attn_varlen(void **state)
+{
+	struct gb *b;
+
+	/* 3 contexts, 10 rows in all; GQA */
+	b = varlen(D(BF16, 10, 12, 64), D(BF16, 10, 4, 64), D(I64, 3, 4), true);
+	expect_ok(b, D(BF16, 10, 12, 64));
+	/* a client's graph: refused, with or without modules */
+	b->own = false;
+	expect_refused(b, EINVAL, 0, "layout 2 is djinnd's own");
+	assert_int_equal(djinn_graph_infer(&b->view, b->descs, b->res, b->msg,
+					   sizeof(b->msg)),
+			 -EINVAL);
+	assert_non_null(strstr(b->msg, "not for a client's graph"));
+	free(b);
+
+	b = varlen(D(F32, 10, 12, 64), D(F32, 10, 4, 64), D(I32, 3, 4), true);
+	expect_refused(b, EINVAL, 0, "the table is not (N <= 64, 4) i64");
+	free(b);
+	b = varlen(D(F32, 10, 12, 64), D(F32, 10, 4, 64), D(I64, 3, 3), true);
+	expect_refused(b, EINVAL, 0, "the table is not");
+	free(b);
+	b = varlen(D(F32, 2, 12, 64), D(F32, 2, 4, 64), D(I64, 3, 4), true);
+	expect_refused(b, EINVAL, 0, "the table is not"); /* N > rows */
+	free(b);
+	b = varlen(D(F32, 70, 12, 64), D(F32, 70, 4, 64), D(I64, 65, 4), true);
+	expect_refused(b, EINVAL, 0, "the table is not");
+	free(b);
+	b = varlen(D(F32, 10, 12, 64), D(F32, 9, 4, 64), D(I64, 3, 4), true);
+	expect_refused(b, EINVAL, 0, "do not agree");
+	free(b);
+	b = varlen(D(F32, 10, 12, 64), D(F32, 10, 5, 64), D(I64, 3, 4), true);
+	expect_refused(b, EINVAL, 0, "do not agree"); /* 12 % 5 */
+	free(b);
+	b = varlen(D(F32, 10, 12), D(F32, 10, 4), D(I64, 3, 4), true);
+	expect_refused(b, EINVAL, 0, "input 0 has 2 dims, not 3");
+	free(b);
+	/* not causal */
+	b = three(D(F32, 10, 12, 64), D(F32, 10, 4, 64), D(F32, 10, 4, 64));
+	gb_input(b, D(I64, 3, 4));
+	b->own = true;
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_VARLEN(0), 0, 1, 2, 3);
+	expect_refused(b, EINVAL, 0, "varlen attention is causal");
+	free(b);
+	/* no table */
+	b = three(D(F32, 10, 12, 64), D(F32, 10, 4, 64), D(F32, 10, 4, 64));
+	b->own = true;
+	NODEP(b, DJINN_GOP_ATTENTION, P_ATT_VARLEN(1), 0, 1, 2);
+	expect_refused(b, EINVAL, 0, "varlen attention without its table");
+	free(b);
+}
+
 static void test_attention(void **state)
 {
 	struct gb *b;
@@ -1962,6 +2041,7 @@ int main(void)
 		cmocka_unit_test(test_concat),
 		cmocka_unit_test(test_attention),
 		cmocka_unit_test(test_attn_tokens),
+		cmocka_unit_test(test_attn_varlen),
 		cmocka_unit_test(test_argmax),
 		cmocka_unit_test(test_kernel),
 		cmocka_unit_test(test_result_limit),

@@ -455,6 +455,88 @@ static int op_concat(struct cpu_backend *cb, const struct djinn_node *node,
 	return ret;
 }
 
+/*
+ * Point @a's kc and vc at slots @ck and @cv of the cache at @c (rows of
+ * a->cs elements of @dtype): in place for f32, else widened into @buf
+ * (2 P Hk D floats), whose rows are then Hk D apart.
+ */
+static int cache_slots(struct cpu_backend *cb, unsigned int dtype,
+		       const uint8_t *c, uint32_t ck, uint32_t cv, float *buf,
+		       struct cpu_attn *a)
+{
+	size_t W = a->Hk * a->D, es = djinn_dtype_size(dtype);
+	int ret;
+
+	a->kc = (const float *)(c + ck * W * es);
+	a->vc = (const float *)(c + cv * W * es);
+	if (dtype == DJINN_DTYPE_F32)
+		return 0;
+	ret = cpu_rows_to_f32(cb->pool, dtype, a->kc, a->cs, buf, a->P, W);
+	if (!ret)
+		ret = cpu_rows_to_f32(cb->pool, dtype, a->vc, a->cs,
+				      buf + a->P * W, a->P, W);
+	a->kc = buf;
+	a->vc = buf + a->P * W;
+	a->cs = W;
+	return ret;
+}
+
+/* DJINN_ATTN_VARLEN (lib/graph.h): every context's caches' two slots,
+ * then cpu_attention_varlen() */
+static int op_attention_varlen(struct cpu_backend *cb,
+			       const struct djinn_node *node,
+			       const struct dj_tensor *in,
+			       const struct dj_tensor *out, char *msg,
+			       size_t msglen)
+{
+	const struct djinn_p_attention *p = &node->params.attention;
+	unsigned int dt = in[0].desc.dtype;
+	struct cpu_attn a[DJINN_VARLEN_MAX];
+	size_t row0[DJINN_VARLEN_MAX], n, P = 0;
+	const int64_t *tab = in[3].host;
+	float *cache = NULL, *at;
+	struct f32_view f;
+	int ret;
+
+	ret = cpu_varlen_init(a, row0, node, in, &out->desc, msg, msglen);
+	if (ret)
+		return ret;
+	n = in[3].desc.dims[0];
+	for (size_t i = 0; i < n && dt != DJINN_DTYPE_F32; i++)
+		P += a[i].P;
+	if (P) {
+		cache = malloc(2 * P * a[0].Hk * a[0].D * sizeof(float));
+		if (!cache)
+			return errmsg(msg, msglen, -ENOMEM,
+				      "no memory for the caches' f32");
+	}
+	ret = f32_begin(cb, in, 3, out, &f, msg, msglen);
+	if (ret) {
+		free(cache);
+		return ret;
+	}
+	at = cache;
+	for (size_t i = 0; i < n && !ret; i++) {
+		const int64_t *r = tab + i * DJINN_VARLEN_COLS;
+
+		if (!a[i].P)
+			continue;
+		ret = cache_slots(
+			cb, dt,
+			(const uint8_t *)(uintptr_t)r[DJINN_VARLEN_CACHE],
+			p->cache_k, p->cache_v, at, &a[i]);
+		if (dt != DJINN_DTYPE_F32)
+			at += 2 * a[i].P * a[i].Hk * a[i].D;
+	}
+	if (!ret)
+		ret = cpu_attention_varlen(cb->pool, f.out, f.in[0], f.in[1],
+					   f.in[2], a, row0, n);
+	if (ret == -ENOMEM)
+		errmsg(msg, msglen, ret, "no memory for attention scores");
+	free(cache);
+	return f32_end(cb, out, &f, ret);
+}
+
 /* ATTENTION (enum djinn_attn_layout): see cpu_attn_init() */
 static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 			const struct dj_tensor *in, const struct dj_tensor *out,
@@ -472,37 +554,25 @@ static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 	if (in[1].desc.dtype != q->dtype || in[2].desc.dtype != q->dtype ||
 	    out->desc.dtype != q->dtype)
 		return errmsg(msg, msglen, -EINVAL, "dtypes differ");
+	if (p->layout == DJINN_ATTN_VARLEN)
+		return op_attention_varlen(cb, node, in, out, msg, msglen);
 	ret = cpu_attn_init(&a, node, in, &out->desc, msg, msglen);
 	if (ret)
 		return ret;
-	ret = f32_begin(cb, in, 3, out, &f, msg, msglen);
-	if (ret)
-		return ret;
-	if (a.P) {
-		/* The cache's two slots only: f32 in place, else widened */
-		size_t W = a.Hk * a.D, es = djinn_dtype_size(q->dtype);
-		const uint8_t *c = ptr(&in[3]);
-
-		a.kc = (const float *)(c + p->cache_k * W * es);
-		a.vc = (const float *)(c + p->cache_v * W * es);
-		if (q->dtype != DJINN_DTYPE_F32) {
-			cache = malloc(2 * a.P * W * sizeof(float));
-			if (!cache) {
-				ret = errmsg(msg, msglen, -ENOMEM,
-					     "no memory for the cache's f32");
-				return f32_end(cb, NULL, &f, ret);
-			}
-			ret = cpu_rows_to_f32(cb->pool, q->dtype, a.kc, a.cs,
-					      cache, a.P, W);
-			if (!ret)
-				ret = cpu_rows_to_f32(cb->pool, q->dtype, a.vc,
-						      a.cs, cache + a.P * W,
-						      a.P, W);
-			a.kc = cache;
-			a.vc = cache + a.P * W;
-			a.cs = W;
-		}
+	if (a.P && q->dtype != DJINN_DTYPE_F32) {
+		cache = malloc(2 * a.P * a.Hk * a.D * sizeof(float));
+		if (!cache)
+			return errmsg(msg, msglen, -ENOMEM,
+				      "no memory for the cache's f32");
 	}
+	ret = f32_begin(cb, in, 3, out, &f, msg, msglen);
+	if (ret) {
+		free(cache);
+		return ret;
+	}
+	if (a.P)
+		ret = cache_slots(cb, q->dtype, ptr(&in[3]), p->cache_k,
+				  p->cache_v, cache, &a);
 	if (!ret)
 		ret = cpu_attention(cb->pool, f.out, f.in[0], f.in[1], f.in[2],
 				    &a);

@@ -223,6 +223,25 @@ int cpu_attn_init(struct cpu_attn *a, const struct djinn_node *node,
 int cpu_attention(struct cpu_pool *p, float *out, const float *q,
 		  const float *k, const float *v, const struct cpu_attn *a);
 
+/*
+ * DJINN_ATTN_VARLEN (lib/graph.h): each context's struct cpu_attn @a[N]
+ * (a TOKENS attention of its T rows, B 1; kc and vc left for the caller
+ * to point at its cache's slots) and its first row @row0[N], from the
+ * node's table (in[3].host), N = in[3].desc.dims[0]. -EINVAL with the
+ * reason in @msg for a table or shapes that do not agree. The CUDA
+ * backend's too.
+ */
+int cpu_varlen_init(struct cpu_attn *a, size_t *row0,
+		    const struct djinn_node *node, const struct dj_tensor *in,
+		    const struct djinn_tensor_desc *o, char *msg,
+		    size_t msglen);
+/* Attention of the @n contexts @a[n] whose rows of q, k, v and out begin
+ * at @row0[n]: each context's bits as cpu_attention() of its rows alone. */
+int cpu_attention_varlen(struct cpu_pool *p, float *out, const float *q,
+			 const float *k, const float *v,
+			 const struct cpu_attn *a, const size_t *row0,
+			 size_t n);
+
 /* ---------------------------------------------------------------------- */
 /* Matrix multiply (matmul.c) */
 

@@ -506,3 +506,136 @@ int cpu_attention(struct cpu_pool *p, float *out, const float *q,
 				row_grain(a->S * (a->D + a->Dv)), attn_rows,
 				&j);
 }
+
+/* ---------------------------------------------------------------------- */
+/* Attention of many contexts (DJINN_ATTN_VARLEN, lib/graph.h) */
+
+int cpu_varlen_init(struct cpu_attn *a, size_t *row0,
+		    const struct djinn_node *node, const struct dj_tensor *in,
+		    const struct djinn_tensor_desc *o, char *msg, size_t msglen)
+{
+	const struct djinn_p_attention *p = &node->params.attention;
+	const struct djinn_tensor_desc *q = &in[0].desc, *k = &in[1].desc;
+	const struct djinn_tensor_desc *t = &in[3].desc;
+	size_t es = djinn_dtype_size(q->dtype), R = 0, n;
+	const int64_t *tab = in[3].host;
+	uint64_t slots;
+
+	if (node->nr_inputs != 4 || !tab || t->dtype != DJINN_DTYPE_I64 ||
+	    t->ndim != 2 || t->dims[1] != DJINN_VARLEN_COLS || !t->dims[0] ||
+	    t->dims[0] > DJINN_VARLEN_MAX)
+		return errmsg(msg, msglen, -EINVAL,
+			      "varlen attention: no table of contexts in host "
+			      "memory");
+	if (q->ndim != 3 || k->ndim != 3 || o->ndim != 3 ||
+	    !djinn_desc_same_shape(k, &in[2].desc) ||
+	    !djinn_desc_same_shape(q, o) || k->dims[0] != q->dims[0] ||
+	    k->dims[2] != q->dims[2] || !k->dims[1] || q->dims[1] % k->dims[1])
+		return errmsg(msg, msglen, -EINVAL,
+			      "q, k, v, result shapes do not agree");
+	if (p->causal != 1 || !isfinite(p->scale))
+		return errmsg(msg, msglen, -EINVAL, "causal %u, scale %g",
+			      p->causal, (double)p->scale);
+	n = t->dims[0];
+	slots = (uint64_t)(p->cache_k > p->cache_v ? p->cache_k : p->cache_v) +
+		1;
+	for (size_t i = 0; i < n; i++) {
+		const int64_t *r = tab + i * DJINN_VARLEN_COLS;
+		int64_t T = r[DJINN_VARLEN_T], P = r[DJINN_VARLEN_P];
+		int64_t cs = r[DJINN_VARLEN_STRIDE];
+		uint64_t c = (uint64_t)r[DJINN_VARLEN_CACHE];
+
+		if (T < 1 || (uint64_t)T > q->dims[0] - R || P < 0 ||
+		    P > ((int64_t)1 << 40) || (P && (!c || c % es)) ||
+		    (P && (cs < 0 ||
+			   (uint64_t)cs < slots * k->dims[1] * k->dims[2])))
+			return errmsg(msg, msglen, -EINVAL,
+				      "varlen attention: context %zu of %zu: "
+				      "T %lld, P %lld, stride %lld",
+				      i, n, (long long)T, (long long)P,
+				      (long long)cs);
+		row0[i] = R;
+		R += (size_t)T;
+		a[i] = (struct cpu_attn){
+			.B = 1,
+			.H = q->dims[1],
+			.T = (size_t)T,
+			.S = (size_t)(P + T),
+			.D = q->dims[2],
+			.Dv = q->dims[2],
+			.Hk = k->dims[1],
+			.P = (size_t)P,
+			.cs = (size_t)cs,
+			.qs = { 0, q->dims[2], q->dims[1] * q->dims[2] },
+			.ks = { 0, k->dims[2], k->dims[1] * k->dims[2] },
+			.vs = { 0, k->dims[2], k->dims[1] * k->dims[2] },
+			.os = { 0, q->dims[2], q->dims[1] * q->dims[2] },
+			.scale = p->scale != 0.0f ?
+					 p->scale :
+					 1.0f / sqrtf((float)q->dims[2]),
+			.causal = true,
+		};
+	}
+	if (R != q->dims[0])
+		return errmsg(msg, msglen, -EINVAL,
+			      "varlen attention: the contexts have %zu rows, "
+			      "q %llu",
+			      R, q->dims[0]);
+	return 0;
+}
+
+/* The row loop over every context that runs row by row: rows [lo, hi)
+ * of their H T each, in order. */
+struct varlen_job {
+	const struct attn_job *j;
+	const size_t *end; /* context i's rows end at end[i] */
+	size_t n;
+};
+
+static int varlen_rows(void *arg, size_t lo, size_t hi)
+{
+	const struct varlen_job *v = arg;
+	size_t i = 0, at = 0;
+	int ret = 0;
+
+	while (i < v->n && v->end[i] <= lo)
+		at = v->end[i++];
+	for (; i < v->n && lo < hi && !ret; at = v->end[i++]) {
+		size_t e = v->end[i] < hi ? v->end[i] : hi;
+
+		ret = attn_rows((void *)&v->j[i], lo - at, e - at);
+		lo = e;
+	}
+	return ret;
+}
+
+int cpu_attention_varlen(struct cpu_pool *p, float *out, const float *q,
+			 const float *k, const float *v,
+			 const struct cpu_attn *a, const size_t *row0, size_t n)
+{
+	struct attn_job j[DJINN_VARLEN_MAX];
+	size_t end[DJINN_VARLEN_MAX], nr = 0, rows = 0, work = 0;
+	struct varlen_job vj = { j, end, 0 };
+	int ret = 0;
+
+	for (size_t i = 0; i < n && i < DJINN_VARLEN_MAX && !ret; i++) {
+		size_t qo = row0[i] * a[i].qs[2], ko = row0[i] * a[i].ks[2];
+
+		if (a[i].T >= ATTN_GEMM_T) {
+			/* a prefill: head by head, as alone */
+			ret = cpu_attention(p, out + qo, q + qo, k + ko, v + ko,
+					    &a[i]);
+			continue;
+		}
+		j[nr] = (struct attn_job){ &a[i], out + qo, q + qo, k + ko,
+					   v + ko };
+		rows += a[i].H * a[i].T;
+		work += a[i].H * a[i].T * a[i].S * (a[i].D + a[i].Dv);
+		end[nr++] = rows;
+	}
+	vj.n = nr;
+	if (ret || !rows)
+		return ret;
+	return cpu_parallel_for(p, rows, row_grain(work / rows), varlen_rows,
+				&vj);
+}

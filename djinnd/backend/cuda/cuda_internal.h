@@ -39,6 +39,8 @@ extern const unsigned char djinn_cuda_fatbin_end[];
 	X(permute_4) X(permute_8) X(copy_rows_1) X(copy_rows_2)         \
 	X(copy_rows_4) X(copy_rows_8) X(copy_rows_16)                   \
 	X(attention_f32) X(attention_f16) X(attention_bf16)             \
+	X(attention_varlen_f32) X(attention_varlen_f16)                 \
+	X(attention_varlen_bf16)                                        \
 	X(matmul_f32) X(matmul_f16) X(matmul_bf16) X(noop)
 // clang-format on
 

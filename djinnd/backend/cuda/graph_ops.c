@@ -482,6 +482,83 @@ static int attn_shape(struct nctx *c, const struct djinn_node *node,
 	return 0;
 }
 
+/* The dynamic shared memory of the attention kernels, beside their
+ * static few hundred bytes, within the 48 KiB a launch may take without
+ * opting in. */
+static int attn_shmem(struct nctx *c, uint64_t D, uint64_t Dv,
+		      unsigned int *shmem)
+{
+	uint64_t b = (D + Dv + DJK_ATTN_THREADS) * sizeof(float);
+
+	if (b > 47 * 1024)
+		return errmsg(c->msg, c->msglen, -EOPNOTSUPP,
+			      "head dims %llu and %llu: the attention "
+			      "kernel takes D + Dv <= %u",
+			      (unsigned long long)D, (unsigned long long)Dv,
+			      47 * 1024 / 4 - DJK_ATTN_THREADS);
+	*shmem = (unsigned int)b;
+	return 0;
+}
+
+static_assert(DJK_VARLEN_MAX == DJINN_VARLEN_MAX, "varlen table sizes");
+static_assert(sizeof(struct djk_varlen) <= 4096 - 40,
+	      "varlen attention's parameters fit a launch's");
+
+/* DJINN_ATTN_VARLEN (lib/graph.h): the table, read on the host, passed by
+ * value; every cache's slots as device addresses. */
+static int op_attention_varlen(struct nctx *c, const struct djinn_node *node,
+			       const struct dj_tensor *in,
+			       const struct dj_tensor *out)
+{
+	const struct djinn_p_attention *p = &node->params.attention;
+	uint64_t es = djinn_dtype_size(in[0].desc.dtype), R;
+	uint64_t oa = out->addr, qa = in[0].addr, ka = in[1].addr;
+	uint64_t va = in[2].addr;
+	struct cpu_attn ca[DJINN_VARLEN_MAX];
+	size_t row0[DJINN_VARLEN_MAX];
+	const int64_t *tab = in[3].host;
+	struct djk_varlen a;
+	void *args[] = { &oa, &qa, &ka, &va, &R, &a };
+	unsigned int shmem = 0;
+	int ret;
+
+	ret = cpu_varlen_init(ca, row0, node, in, &out->desc, c->msg,
+			      c->msglen);
+	if (ret)
+		return ret;
+	memset(&a, 0, sizeof(a));
+	a.H = ca[0].H;
+	a.Hk = ca[0].Hk;
+	a.D = ca[0].D;
+	a.scale = ca[0].scale;
+	a.n = (uint32_t)in[3].desc.dims[0];
+	ret = attn_shmem(c, a.D, a.D, &shmem);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < a.n; i++) {
+		uint64_t cache = (uint64_t)
+			tab[i * DJINN_VARLEN_COLS + DJINN_VARLEN_CACHE];
+		uint64_t W = a.Hk * a.D * es;
+
+		a.seq[i] = (struct djk_varlen_seq){
+			.kc = ca[i].P ? cache + p->cache_k * W : 0,
+			.vc = ca[i].P ? cache + p->cache_v * W : 0,
+			.cs = ca[i].cs,
+			.P = ca[i].P,
+			.row0 = (uint32_t)row0[i],
+			.T = (uint32_t)ca[i].T,
+		};
+	}
+	R = in[0].desc.dims[0];
+	if (R > UINT32_MAX)
+		return errmsg(c->msg, c->msglen, -E2BIG,
+			      "varlen attention over %llu rows",
+			      (unsigned long long)R);
+	return launch(c, by_dtype(K_attention_varlen_f32, in[0].desc.dtype),
+		      R * a.H * DJK_ATTN_THREADS, DJK_ATTN_THREADS, shmem,
+		      args);
+}
+
 static int op_attention(struct nctx *c, const struct djinn_node *node,
 			const struct dj_tensor *in, const struct dj_tensor *out)
 {
@@ -491,7 +568,7 @@ static int op_attention(struct nctx *c, const struct djinn_node *node,
 	uint64_t va = in[2].addr, rows;
 	struct djk_attn a;
 	void *args[] = { &oa, &qa, &ka, &va, &a };
-	uint64_t shmem;
+	unsigned int shmem = 0;
 	int ret;
 
 	if (!djinn_dtype_is_float(q->dtype))
@@ -499,24 +576,18 @@ static int op_attention(struct nctx *c, const struct djinn_node *node,
 	if (k->dtype != q->dtype || v->dtype != q->dtype ||
 	    o->dtype != q->dtype)
 		return errmsg(c->msg, c->msglen, -EINVAL, "dtypes differ");
+	if (node->params.attention.layout == DJINN_ATTN_VARLEN)
+		return op_attention_varlen(c, node, in, out);
 	ret = attn_shape(c, node, in, o, &a);
+	if (!ret)
+		ret = attn_shmem(c, a.D, a.Dv, &shmem);
 	if (ret)
 		return ret;
-	/* dynamic shared memory, beside the kernel's static few hundred
-	 * bytes, within the 48 KiB a launch may take without opting in */
-	shmem = (a.D + a.Dv + DJK_ATTN_THREADS) * sizeof(float);
-	if (shmem > 47 * 1024)
-		return errmsg(c->msg, c->msglen, -EOPNOTSUPP,
-			      "head dims %llu and %llu: the attention "
-			      "kernel takes D + Dv <= %u",
-			      (unsigned long long)a.D, (unsigned long long)a.Dv,
-			      47 * 1024 / 4 - DJK_ATTN_THREADS);
 	rows = a.B * a.H * a.T;
 	if (!rows || !a.Dv)
 		return 0;
 	return launch(c, by_dtype(K_attention_f32, q->dtype),
-		      rows * DJK_ATTN_THREADS, DJK_ATTN_THREADS,
-		      (unsigned int)shmem, args);
+		      rows * DJK_ATTN_THREADS, DJK_ATTN_THREADS, shmem, args);
 }
 
 /* ---------------------------------------------------------------------- */

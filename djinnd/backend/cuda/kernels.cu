@@ -538,88 +538,122 @@ COPY_ROWS(8, uint64_t)
 COPY_ROWS(16, uint4)
 
 /* ---------------------------------------------------------------------- */
-/* Attention (struct djk_attn): one block of DJK_ATTN_THREADS per query
- * row (b, h, t), the cache's keys and then the new ones in tiles of one
- * per thread, softmax online (running max and sum,
- * the accumulator rescaled when the max grows). Dynamic shared memory:
- * q (D floats), acc (Dv floats), the tile's probabilities.
+/* Attention: one block of DJK_ATTN_THREADS per query row, the cache's
+ * keys and then the new ones in tiles of one per thread, softmax online
+ * (running max and sum, the accumulator rescaled when the max grows).
+ * Dynamic shared memory: q (D floats), acc (Dv floats), the tile's
+ * probabilities.
  *
- * A row sees L keys: S, or t + S - T + 1 when causal. The host refuses
- * causal with T > S, so only S = 0 (no cached keys and no new ones)
- * leaves a row with none, where sum is 0 and acc / sum would be 0/0:
- * such a row is zeros, as the CPU backend writes it (cpu_attention()). */
+ * attend_row(): one query row @qr against @L keys, the first @P of them
+ * the cache's (key j at kc + j cs, its value at vc + j cs), the rest new
+ * (key j at kb + (j - P) ks, value at vb + (j - P) vs). With no keys the
+ * row is zeros, as the CPU backend writes it (cpu_attention()), not the
+ * 0/0 of acc / sum. */
+template <typename T>
+__device__ void attend_row(T *orow, const T *qr, const T *kc, const T *vc,
+			   uint64_t cs, const T *kb, const T *vb, uint64_t ks,
+			   uint64_t vs, uint64_t P, uint64_t L, uint64_t D,
+			   uint64_t Dv, float scale)
+{
+	extern __shared__ float sh[];
+	float *qs = sh, *acc = sh + D, *p = acc + Dv;
+	__shared__ float corr_s;
+	float m = -INFINITY;
+	double sum = 0;
+
+	__syncthreads(); /* the last row's readers are done */
+	for (uint64_t d = threadIdx.x; d < D; d += blockDim.x)
+		qs[d] = ld(qr[d]);
+	for (uint64_t d = threadIdx.x; d < Dv; d += blockDim.x)
+		acc[d] = 0.0f;
+	__syncthreads();
+	for (uint64_t j0 = 0; j0 < L; j0 += blockDim.x) {
+		uint64_t j = j0 + threadIdx.x;
+		uint64_t nj = L - j0 < blockDim.x ? L - j0 : blockDim.x;
+		float s = -INFINITY, mt, mn, e;
+
+		if (j < L) {
+			const T *kr = j < P ? kc + j * cs : kb + (j - P) * ks;
+			float dot = 0.0f;
+
+			for (uint64_t d = 0; d < D; d++)
+				dot += qs[d] * ld(kr[d]);
+			s = dot * scale;
+		}
+		mt = block_max(s);
+		mn = fmaxf(m, mt);
+		e = j < L ? expf(s - mn) : 0.0f;
+		p[threadIdx.x] = e;
+		sum = sum * (m == -INFINITY ? 0.0 : exp((double)(m - mn))) +
+		      block_sum(e);
+		if (!threadIdx.x)
+			corr_s = m == -INFINITY ? 0.0f : expf(m - mn);
+		__syncthreads();
+		for (uint64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
+			float x = acc[d] * corr_s;
+
+			for (uint64_t i = 0; i < nj; i++) {
+				uint64_t kj = j0 + i;
+				const T *vr = kj < P ? vc + kj * cs :
+						       vb + (kj - P) * vs;
+
+				x += p[i] * ld(vr[d]);
+			}
+			acc[d] = x;
+		}
+		m = mn;
+		__syncthreads();
+	}
+	for (uint64_t d = threadIdx.x; d < Dv; d += blockDim.x)
+		orow[d] = st<T>(L ? (float)(acc[d] / sum) : 0.0f);
+}
+
+/* struct djk_attn: row (b, h, t) of the B H T sees L keys: S, or t + S -
+ * T + 1 when causal (the host refuses causal with T > S). */
 template <typename T>
 __device__ void attention(T *out, const T *q, const T *k, const T *v,
 			  djk_attn a)
 {
-	extern __shared__ float sh[];
-	float *qs = sh, *acc = sh + a.D, *p = acc + a.Dv;
-	__shared__ float corr_s;
 	uint64_t rows = a.B * a.H * a.T, grp = a.H / a.Hk;
 
 	for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
 		uint64_t t = row % a.T, h = row / a.T % a.H, b = row / a.T / a.H;
 		uint64_t g = h / grp;
-		const T *qr = q + b * a.qs[0] + h * a.qs[1] + t * a.qs[2];
-		const T *kb = k + b * a.ks[0] + g * a.ks[1];
-		const T *vb = v + b * a.vs[0] + g * a.vs[1];
-		const T *kc = (const T *)a.kc + g * a.D;
-		const T *vc = (const T *)a.vc + g * a.Dv;
-		T *orow = out + b * a.os[0] + h * a.os[1] + t * a.os[2];
-		uint64_t L = a.causal ? t + a.S - a.T + 1 : a.S;
-		float m = -INFINITY;
-		double sum = 0;
 
-		__syncthreads(); /* the last row's readers are done */
-		for (uint64_t d = threadIdx.x; d < a.D; d += blockDim.x)
-			qs[d] = ld(qr[d]);
-		for (uint64_t d = threadIdx.x; d < a.Dv; d += blockDim.x)
-			acc[d] = 0.0f;
-		__syncthreads();
-		for (uint64_t j0 = 0; j0 < L; j0 += blockDim.x) {
-			uint64_t j = j0 + threadIdx.x;
-			uint64_t nj = L - j0 < blockDim.x ? L - j0 : blockDim.x;
-			float s = -INFINITY, mt, mn, e;
+		attend_row<T>(out + b * a.os[0] + h * a.os[1] + t * a.os[2],
+			      q + b * a.qs[0] + h * a.qs[1] + t * a.qs[2],
+			      (const T *)a.kc + g * a.D,
+			      (const T *)a.vc + g * a.Dv, a.cs,
+			      k + b * a.ks[0] + g * a.ks[1],
+			      v + b * a.vs[0] + g * a.vs[1], a.ks[2], a.vs[2],
+			      a.P, a.causal ? t + a.S - a.T + 1 : a.S, a.D,
+			      a.Dv, a.scale);
+	}
+}
 
-			if (j < L) {
-				const T *kr = j < a.P ?
-						      kc + j * a.cs :
-						      kb + (j - a.P) * a.ks[2];
-				float dot = 0.0f;
+/* struct djk_varlen: row (r, h) of the R H, r in context i's rows, is
+ * its row t = r - row0 alone: attend_row() over its P + t + 1 keys, so
+ * each context's bits are the ones its own attention() gives. */
+template <typename T>
+__device__ void attention_varlen(T *out, const T *q, const T *k, const T *v,
+				 const djk_varlen &a, uint64_t R)
+{
+	uint64_t grp = a.H / a.Hk, qrow = a.H * a.D, krow = a.Hk * a.D;
 
-				for (uint64_t d = 0; d < a.D; d++)
-					dot += qs[d] * ld(kr[d]);
-				s = dot * a.scale;
-			}
-			mt = block_max(s);
-			mn = fmaxf(m, mt);
-			e = j < L ? expf(s - mn) : 0.0f;
-			p[threadIdx.x] = e;
-			sum = sum * (m == -INFINITY ? 0.0 : exp((double)(m - mn))) +
-			      block_sum(e);
-			if (!threadIdx.x)
-				corr_s = m == -INFINITY ? 0.0f : expf(m - mn);
-			__syncthreads();
-			for (uint64_t d = threadIdx.x; d < a.Dv;
-			     d += blockDim.x) {
-				float x = acc[d] * corr_s;
+	for (uint64_t row = blockIdx.x; row < R * a.H; row += gridDim.x) {
+		uint64_t r = row / a.H, h = row % a.H, g = h / grp, t;
+		uint32_t i = 0;
 
-				for (uint64_t i = 0; i < nj; i++) {
-					uint64_t kj = j0 + i;
-					const T *vr =
-						kj < a.P ?
-							vc + kj * a.cs :
-							vb + (kj - a.P) * a.vs[2];
-
-					x += p[i] * ld(vr[d]);
-				}
-				acc[d] = x;
-			}
-			m = mn;
-			__syncthreads();
-		}
-		for (uint64_t d = threadIdx.x; d < a.Dv; d += blockDim.x)
-			orow[d] = st<T>(L ? (float)(acc[d] / sum) : 0.0f);
+		while (i + 1 < a.n && r >= a.seq[i].row0 + a.seq[i].T)
+			i++;
+		t = r - a.seq[i].row0;
+		attend_row<T>(out + r * qrow + h * a.D, q + r * qrow + h * a.D,
+			      (const T *)a.seq[i].kc + g * a.D,
+			      (const T *)a.seq[i].vc + g * a.D, a.seq[i].cs,
+			      k + a.seq[i].row0 * krow + g * a.D,
+			      v + a.seq[i].row0 * krow + g * a.D, krow, krow,
+			      a.seq[i].P, a.seq[i].P + t + 1, a.D, a.D,
+			      a.scale);
 	}
 }
 
@@ -628,6 +662,12 @@ __device__ void attention(T *out, const T *q, const T *k, const T *v,
 		T *out, const T *q, const T *k, const T *v, djk_attn a)    \
 	{                                                                  \
 		attention<T>(out, q, k, v, a);                             \
+	}                                                                  \
+	extern "C" __global__ void dj_attention_varlen_##name(             \
+		T *out, const T *q, const T *k, const T *v, uint64_t R,    \
+		djk_varlen a)                                              \
+	{                                                                  \
+		attention_varlen<T>(out, q, k, v, a, R);                   \
 	}
 ATTENTION(f32, float)
 ATTENTION(f16, __half)

@@ -55,6 +55,25 @@ struct djk_attn {
 	uint32_t causal;
 };
 
+/*
+ * Attention of many contexts (DJINN_ATTN_VARLEN, lib/graph.h): q (R, H,
+ * D), k and v (R, Hk, D) -> (R, H, D), context i's rows row0 .. row0 +
+ * T - 1; its P cached keys at kc + s cs + g D (values: vc), then its new
+ * ones in k and v. Causal: its row t sees P + t + 1 keys. Passed by
+ * value: 16 + 40 n bytes of the 4 KiB a launch's parameters may take.
+ */
+#define DJK_VARLEN_MAX 64
+struct djk_varlen_seq {
+	uint64_t kc, vc, cs, P;
+	uint32_t row0, T;
+};
+struct djk_varlen {
+	uint64_t H, Hk, D;
+	float scale;
+	uint32_t n;
+	struct djk_varlen_seq seq[DJK_VARLEN_MAX];
+};
+
 /* Threads per block of the row kernels and the attention tile. */
 #define DJK_ROW_THREADS 256
 #define DJK_ATTN_THREADS 128
