@@ -149,10 +149,13 @@ static int make_outputs(struct vmu_session *const *s,
 		addr[k] = info.addr;
 	}
 	if (ret) {
-		snprintf(msg, msglen, "output %u: cannot allocate %llu bytes",
-			 k,
+		snprintf(msg, msglen,
+			 "output %u: cannot allocate %llu bytes: %s", k,
 			 (unsigned long long)desc_bytes(
-				 &descs[view->outputs[k]]));
+				 &descs[view->outputs[k]]),
+			 ret == -EDQUOT ? "over the tenant's quota of device "
+					  "memory" :
+					  strerror(-ret));
 		drop_regions(s, res, k);
 	}
 	return ret;
@@ -267,6 +270,65 @@ int graph_run(struct vmu *v, struct vmu_stack *st, struct backend *b,
 				 msg, msglen);
 }
 
+/*
+ * Inputs from host memory (dj_tensor's @host: djinnd's own graphs, the
+ * model runtime's token ids, positions and varlen tables): their bytes,
+ * each GRAPH_ALIGN-aligned, go in one block on the stack after the
+ * intermediates, admitted with them, and reach the device in one copy
+ * before the first node. Each keeps @host for a node that reads it there.
+ */
+static uint64_t staged_bytes(const struct djinn_graph_view *view,
+			     const struct dj_tensor *inputs)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < view->g->nr_inputs; i++)
+		if (inputs[i].host)
+			n += (desc_bytes(&inputs[i].desc) + GRAPH_ALIGN - 1) &
+			     ~(uint64_t)(GRAPH_ALIGN - 1);
+	return n;
+}
+
+/* The inputs with the staged ones' addresses in @at's block of @bytes
+ * (*@out, malloc'd), the block copied to the device. */
+static int stage_inputs(struct vmu *v, const struct djinn_graph_view *view,
+			const struct dj_tensor *inputs, uint64_t at,
+			uint64_t bytes, struct dj_tensor **out, char *msg,
+			size_t msglen)
+{
+	struct vmu_provider *p = vmu_provider(v);
+	uint32_t n = view->g->nr_inputs;
+	struct dj_tensor *in = malloc(n * sizeof(*in));
+	uint8_t *buf = calloc(1, bytes);
+	uint64_t off = 0;
+	int ret;
+
+	if (!in || !buf) {
+		free(in);
+		free(buf);
+		return errmsg(msg, msglen, -ENOMEM, "no memory for the inputs");
+	}
+	memcpy(in, inputs, n * sizeof(*in));
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t len = desc_bytes(&in[i].desc);
+
+		if (!in[i].host)
+			continue;
+		memcpy(buf + off, in[i].host, len);
+		in[i].addr = at + off;
+		off += (len + GRAPH_ALIGN - 1) & ~(uint64_t)(GRAPH_ALIGN - 1);
+	}
+	ret = p->ops->copy_htod(p, at, buf, bytes);
+	free(buf);
+	if (ret) {
+		free(in);
+		return errmsg(msg, msglen, ret, "copying the inputs: %s",
+			      strerror(-ret));
+	}
+	*out = in;
+	return 0;
+}
+
 static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		     struct vmu_session *const *s,
 		     const struct djinn_graph_view *view,
@@ -276,8 +338,8 @@ static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		     struct graph_result *res, char *msg, size_t msglen)
 {
 	uint32_t n = view->g->nr_nodes, nout = view->g->nr_outputs;
-	uint64_t out_addr[DJINN_MAX_GRAPH_OUTPUTS], base, t0;
-	struct dj_tensor *vals;
+	uint64_t out_addr[DJINN_MAX_GRAPH_OUTPUTS], base, t0, staged, at;
+	struct dj_tensor *vals, *in = NULL;
 	struct graph_plan plan;
 	struct vmu_resv resv;
 	int ret;
@@ -286,6 +348,9 @@ static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	ret = graph_plan(view, descs, v, st, &plan);
 	if (ret)
 		return ret;
+	staged = staged_bytes(view, inputs);
+	at = plan.stack_peak;
+	plan.stack_peak += staged;
 	vals = calloc(n, sizeof(*vals));
 	if (!vals) {
 		ret = -ENOMEM;
@@ -311,6 +376,15 @@ static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	ret = make_outputs(s, view, descs, &resv, res, out_addr, msg, msglen);
 	if (ret)
 		goto out_stack;
+	if (staged) {
+		ret = stage_inputs(v, view, inputs, base + at, staged, &in, msg,
+				   msglen);
+		if (ret) {
+			drop_regions(s, res, nout);
+			goto out_stack;
+		}
+		inputs = in;
+	}
 
 	/* Nothing is enqueued before this, and the device is done with
 	 * everything after it: run_nodes() syncs on every path. */
@@ -325,6 +399,7 @@ static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		for (uint32_t k = 0; k < nout; k++)
 			vmu_region_unpin(s[k], res->regions[k]);
 out_stack:
+	free(in);
 	if (plan.stack_peak)
 		vmu_stack_end(st);
 	vmu_resv_release(&resv);

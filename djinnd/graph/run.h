@@ -77,7 +77,10 @@ struct graph_result {
 /*
  * Run the graph @view for session @s on backend @b with stack @st.
  * @inputs[nr_inputs] are the graph's inputs, resident (pinned) on the
- * device; @descs[nr_nodes] the inferred shapes. On success the outputs
+ * device, or (djinnd's own graphs: dj_tensor's @host) in host memory:
+ * those are staged on the stack after the intermediates, admitted with
+ * them, in one copy before the first node; @descs[nr_nodes] the
+ * inferred shapes. On success the outputs
  * are new regions of @s, unpinned, listed in @res. Returns 0 or a
  * negative errno with a reason in @msg, and either way only once the
  * device is done with the graph: the caller may unpin @inputs then.

@@ -20,30 +20,6 @@
 /* ---------------------------------------------------------------------- */
 /* Regions */
 
-/* A pinned region holding @bytes from @src. */
-static int upload(struct vmu_session *s, const void *src, uint64_t bytes,
-		  struct vmu_resv *resv, uint64_t *handle, uint64_t *addr)
-{
-	struct vmu_region_info info;
-	int ret;
-
-	ret = vmu_region_create(s, bytes, handle);
-	if (ret)
-		return ret;
-	ret = vmu_region_resize(s, *handle, bytes, resv);
-	if (!ret)
-		ret = vmu_region_write(s, *handle, 0, src, bytes);
-	if (!ret)
-		ret = vmu_region_pin(s, *handle, NULL, &info);
-	if (ret) {
-		vmu_region_destroy(s, *handle);
-		*handle = 0;
-		return ret;
-	}
-	*addr = info.addr;
-	return 0;
-}
-
 static void drop(struct vmu_session *s, uint64_t handle, bool pinned)
 {
 	if (!handle)
@@ -256,18 +232,17 @@ void ctx_part_drop(struct part *p)
 	p->own = false;
 }
 
-/* The step's position inputs: gpt2 positions, the llama family's cos
- * and sin. */
+/* The step's position inputs in host memory (*@mem, malloc'd): gpt2
+ * positions, the llama family's cos and sin. */
 static int positions(struct model_ctx *c, uint32_t n, struct fwd_seq *a,
-		     struct vmu_resv *resv, uint64_t *reg)
+		     void **mem)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
 	unsigned int dt = c->h->m->layout.dtype;
 	size_t es = djinn_dtype_size(dt), D = cfg->head_dim;
 	float inv[MODEL_MAX_HEAD_DIM / 2];
-	float *cs = NULL;
-	void *buf = NULL;
-	int ret;
+	uint8_t *buf;
+	float *cs;
 
 	if (cfg->arch == MODEL_GPT2) {
 		int32_t *pos = malloc(n * sizeof(*pos));
@@ -276,10 +251,8 @@ static int positions(struct model_ctx *c, uint32_t n, struct fwd_seq *a,
 			return -ENOMEM;
 		for (uint32_t t = 0; t < n; t++)
 			pos[t] = (int32_t)(c->len + t);
-		ret = upload(c->h->s, pos, n * sizeof(*pos), resv, &reg[0],
-			     &a->pos);
-		free(pos);
-		return ret;
+		a->pos = *mem = pos;
+		return 0;
 	}
 	/*
 	 * angle(t, i) = (P + t) inv_freq[i], i < D / 2, twice over, in
@@ -288,10 +261,11 @@ static int positions(struct model_ctx *c, uint32_t n, struct fwd_seq *a,
 	 * of the sequence this call ends at, as transformers' do.
 	 */
 	cs = malloc(2 * n * D * sizeof(float));
-	buf = malloc(n * D * es);
+	buf = malloc(2 * n * D * es);
 	if (!cs || !buf) {
-		ret = -ENOMEM;
-		goto out;
+		free(cs);
+		free(buf);
+		return -ENOMEM;
 	}
 	if (cfg->rope.type == ROPE_DYNAMIC && c->len + n > cfg->n_pos)
 		model_rope_freqs(cfg, c->len + n, inv);
@@ -306,53 +280,12 @@ static int positions(struct model_ctx *c, uint32_t n, struct fwd_seq *a,
 			cs[t * D + i] = cs[t * D + i + D / 2] = co;
 			cs[(n + t) * D + i] = cs[(n + t) * D + i + D / 2] = si;
 		}
-	djinn_half_from_f32(dt, cs, buf, n * D);
-	ret = upload(c->h->s, buf, n * D * es, resv, &reg[0], &a->cos);
-	if (ret)
-		goto out;
-	djinn_half_from_f32(dt, cs + n * D, buf, n * D);
-	ret = upload(c->h->s, buf, n * D * es, resv, &reg[1], &a->sin);
-out:
+	djinn_half_from_f32(dt, cs, buf, 2 * n * D);
 	free(cs);
-	free(buf);
-	return ret;
-}
-
-/* The memory the inputs of a step of @n tokens from layer @l0 take in
- * data regions: the ids, and the positions (GPT-2) or RoPE's cos and sin
- * tables. */
-static uint64_t step_input_bytes(struct model_ctx *c, struct vmu *v, uint32_t n,
-				 uint32_t l0, uint32_t l1)
-{
-	const struct model_config *cfg = &c->h->m->cfg;
-	uint64_t table = (uint64_t)n * cfg->head_dim *
-			 djinn_dtype_size(c->h->m->layout.dtype);
-	uint64_t need = 0;
-
-	if (!l0)
-		need += vmu_round(v, (uint64_t)n * sizeof(int32_t));
-	if (l0 && (cfg->arch == MODEL_GPT2 || l0 >= l1))
-		return need;
-	if (cfg->arch == MODEL_GPT2)
-		return need + vmu_round(v, (uint64_t)n * sizeof(int32_t));
-	return need + 2 * vmu_round(v, table);
-}
-
-/* The step's ids (from layer 0) and positions (from layer 0, and on
- * RoPE models for any part with layers [@l0, @l1)) in data regions
- * @reg, drawing on @resv (may be NULL). */
-static int step_inputs(struct model_ctx *c, const int32_t *tokens,
-		       struct fwd_seq *a, uint32_t l0, uint32_t l1,
-		       struct vmu_resv *resv, uint64_t *reg)
-{
-	int ret = 0;
-
-	if (!l0)
-		ret = upload(c->h->s, tokens, a->T * sizeof(int32_t), resv,
-			     &reg[2], &a->ids);
-	if (!ret && (!l0 || (c->h->m->cfg.arch != MODEL_GPT2 && l0 < l1)))
-		ret = positions(c, a->T, a, resv, reg);
-	return ret;
+	a->cos = buf;
+	a->sin = buf + n * D * es;
+	*mem = buf;
+	return 0;
 }
 
 int ctx_check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
@@ -384,50 +317,31 @@ int ctx_check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
 
 void ctx_part_inputs_drop(struct part *p)
 {
-	for (int k = 0; k < 3; k++) {
-		drop(p->c->h->s, p->reg[k], true);
-		p->reg[k] = 0;
-	}
+	free(p->in_mem);
+	p->in_mem = NULL;
 	p->have_in = false;
 }
 
 /*
  * The inputs @p's graphs take besides the weights and the state, for
- * all its layers [l0, l1) at once: the ids (from layer 0) and positions
- * (from layer 0, and on RoPE models for every graph).
+ * all its layers [l0, l1) at once, in host memory (each graph stages
+ * them on the executor's stack): the ids (from layer 0, the request's
+ * own tokens) and positions (from layer 0, and on RoPE models for every
+ * graph).
  */
-static int part_inputs(struct part *p, const struct model_env *env, char *msg,
-		       size_t msglen)
+static int part_inputs(struct part *p, char *msg, size_t msglen)
 {
 	struct model_ctx *c = p->c;
-	struct vmu_resv resv = { 0 };
-	char why[VMU_MSG_LEN] = "";
-	int ret;
+	int ret = 0;
 
 	p->in.T = p->n;
-	ret = step_inputs(c, p->tokens, &p->in, p->l0, p->l1, NULL, p->reg);
-	if (ret == -ENOMEM) {
-		/* The device is full (the session's cached regions did not
-		 * cover them): admitted like a graph's outputs, the inputs
-		 * wait for memory coming free (another request's stack, a
-		 * swap-out) instead of failing at once. */
-		ctx_part_inputs_drop(p);
-		ret = vmu_admit(env->v,
-				step_input_bytes(c, env->v, p->n, p->l0, p->l1),
-				&resv, why, sizeof(why));
-		if (!ret)
-			ret = step_inputs(c, p->tokens, &p->in, p->l0, p->l1,
-					  &resv, p->reg);
-		vmu_resv_release(&resv);
-	}
-	if (ret) {
-		ctx_part_inputs_drop(p);
+	if (!p->l0)
+		p->in.ids = p->tokens;
+	if (!p->l0 || (c->h->m->cfg.arch != MODEL_GPT2 && p->l0 < p->l1))
+		ret = positions(c, p->n, &p->in, &p->in_mem);
+	if (ret)
 		return errmsg(msg, msglen, ret, "step inputs: %s",
-			      why[0]	     ? why :
-			      ret == -EDQUOT ? "over the tenant's quota of "
-					       "device memory" :
-					       strerror(-ret));
-	}
+			      strerror(-ret));
 	p->have_in = true;
 	return 0;
 }
@@ -454,12 +368,9 @@ static int run_graph(struct part **ps, unsigned int np,
 	int ret = 0;
 
 	memset(pinned, 0, sizeof(pinned));
-	g = malloc(sizeof(*g));
+	g = gb_new();
 	if (!g)
 		return -ENOMEM;
-	g->nr_in = g->nr_nodes = g->nr_out = 0;
-	g->phase = 0;
-	g->err = 0;
 	for (i = 0; i < np && !ret; i++) {
 		struct part *p = ps[i];
 		struct model_ctx *c = p->c;
@@ -467,7 +378,7 @@ static int run_graph(struct part **ps, unsigned int np,
 		struct fwd_seq *sq = &seq[i];
 
 		if (!p->have_in) {
-			ret = part_inputs(p, env, msg, msglen);
+			ret = part_inputs(p, msg, msglen);
 			if (ret)
 				break;
 		}
@@ -522,7 +433,7 @@ static int run_graph(struct part **ps, unsigned int np,
 		p->desc[1] = descs[2 * i + 1];
 		p->own = true;
 	}
-	free(g);
+	gb_free(g);
 	return ret;
 }
 
@@ -543,10 +454,11 @@ void ctx_layers(struct pass_job **jobs, unsigned int n, uint32_t l0,
 		return;
 	}
 	ps[0]->msg[0] = 0;
-	if (ret == -E2BIG) {
-		/* more nodes than a graph holds (about ten a context and
-		 * layer), or outputs past the device: two graphs of half
-		 * as many contexts, each weight read once for each */
+	if (ret == -E2BIG || ret == -ENOMEM) {
+		/* more nodes than a graph holds, or more memory than the
+		 * device has for the outputs and the stack now (each output
+		 * is a region of its own): two graphs of half as many
+		 * contexts, each weight read once for each */
 		ctx_layers(jobs, n / 2, l0, l1, lbase);
 		ctx_layers(jobs + n / 2, n - n / 2, l0, l1, lbase);
 		return;

@@ -60,8 +60,9 @@ struct model_ctx {
  *          the keys and values of layers 0 .. l1 - 1; @desc their shapes
  * @own:    @out are the step's (else the paused context's): a step that
  *          fails destroys its own only
- * @in, @reg: the step's ids and positions (cos and sin), in the pinned
- *          data regions @reg, made once for all its graphs (@have_in)
+ * @in, @in_mem: the step's ids and positions (cos and sin) in host
+ *          memory (the positions in @in_mem, malloc'd), made once for
+ *          all its graphs (@have_in)
  * @ret, @msg: how it went
  * @env:    where it runs
  * @job:    its job in a pass (model_pass_layers())
@@ -76,7 +77,7 @@ struct part {
 	struct djinn_tensor_desc desc[2];
 	bool own;
 	struct fwd_seq in;
-	uint64_t reg[3];
+	void *in_mem;
 	bool have_in;
 	bool entered;
 	char *msg;
@@ -91,9 +92,10 @@ void ctx_part_drop(struct part *p);
 void ctx_part_inputs_drop(struct part *p);
 /* A pass's layer function (pass_layer_fn) for parts: the @n parts'
  * layers [l0, l1) as one graph; a graph too big (-E2BIG: more nodes than
- * DJINN_MAX_NODES) as two of half the parts each; any other failure as
- * each part alone, so that one context's fault (its quota, a bad
- * steering) fails its own step only. */
+ * DJINN_MAX_NODES; -ENOMEM: more than the device's memory has room for)
+ * as two of half the parts each; any other failure as each part alone,
+ * so that one context's fault (its quota, a bad steering) fails its own
+ * step only. */
 void ctx_layers(struct pass_job **jobs, unsigned int n, uint32_t l0,
 		uint32_t l1, uint64_t lbase);
 /* Run the layers of the parts @ps, of one model, as one pass on this

@@ -47,6 +47,37 @@ uint32_t gb_input(struct gbuild *g, uint64_t addr, unsigned int dtype,
 	return g->nr_in++;
 }
 
+struct gbuild *gb_new(void)
+{
+	struct gbuild *g = malloc(sizeof(*g));
+
+	if (g) {
+		g->nr_in = g->nr_nodes = g->nr_out = 0;
+		g->phase = 0;
+		g->err = 0;
+		g->owner = NULL;
+		g->host_mem = NULL;
+	}
+	return g;
+}
+
+void gb_free(struct gbuild *g)
+{
+	if (g)
+		free(g->host_mem);
+	free(g);
+}
+
+uint32_t gb_host_input(struct gbuild *g, const void *host, unsigned int dtype,
+		       unsigned int ndim, const uint64_t *dims)
+{
+	uint32_t t = gb_input(g, 0, dtype, ndim, dims);
+
+	if (t != GB_BAD)
+		g->in[t].host = host;
+	return t;
+}
+
 uint32_t gb_op(struct gbuild *g, unsigned int op, unsigned int nr,
 	       const uint32_t *ins, const void *params, size_t plen)
 {
@@ -142,7 +173,7 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 
 	ret = djinn_graph_parse(buf, len, &view, msg, msglen);
 	if (!ret)
-		ret = djinn_graph_infer(&view, in, nd, msg, msglen);
+		ret = djinn_graph_infer_own(&view, in, nd, msg, msglen);
 	for (uint32_t k = 0; k < g->nr_out; k++)
 		if (!g->out_s[k])
 			g->out_s[k] = s;
@@ -257,8 +288,12 @@ struct fb {
 	uint32_t rows;
 	uint32_t row0[FWD_MAX_SEQ];
 	uint32_t cache[FWD_MAX_SEQ];
-	uint32_t *kv; /* context i's at kv + i kv_room */
-	unsigned int kv_room, nr_kv[FWD_MAX_SEQ];
+	uint32_t table; /* many contexts: their varlen attention's table */
+	/* the new keys and values, every context's rows stacked: values
+	 * (rows, k, Hk D) to concatenate along axis 1 */
+	uint32_t kv[2 * MODEL_MAX_LAYERS + 1];
+	unsigned int nr_kv;
+	uint8_t *host; /* g->host_mem: the stacked host inputs */
 };
 
 /* Weight slot @k of layer @l (-1: global) as a graph input: in the text
@@ -285,10 +320,40 @@ static uint32_t rows_of(struct fb *f, uint32_t x, uint32_t i)
 	return slice(f->g, x, 0, f->row0[i], f->row0[i] + f->a->seq[i].T);
 }
 
-/* Queue @x (T, k, Hk D) for context @i's keys and values. */
-static void kv_add(struct fb *f, uint32_t i, uint32_t x)
+/* Queue @x (rows, k, Hk D) for the keys and values. */
+static void kv_add(struct fb *f, uint32_t x)
 {
-	f->kv[i * f->kv_room + f->nr_kv[i]++] = x;
+	f->kv[f->nr_kv++] = x;
+}
+
+/*
+ * One of the contexts' host inputs (@off: the struct fwd_seq field, its
+ * rows @row bytes each) as one graph input (@ndim, @dims: the shape of
+ * one row, dims[0] set here): every context's rows stacked in g's host
+ * memory, or a context alone's own.
+ */
+static uint32_t host_rows(struct fb *f, size_t off, size_t row,
+			  unsigned int dtype, unsigned int ndim, uint64_t *dims)
+{
+	const struct fwd_args *a = f->a;
+	const void *src =
+		*(const void *const *)((const uint8_t *)&a->seq[0] + off);
+	uint8_t *at = f->host;
+
+	dims[0] = f->rows;
+	if (a->nr_seq > 1) {
+		for (uint32_t i = 0; i < a->nr_seq; i++) {
+			const void *p =
+				*(const void *const
+					  *)((const uint8_t *)&a->seq[i] + off);
+
+			memcpy(at, p, a->seq[i].T * row);
+			at += a->seq[i].T * row;
+		}
+		src = f->host;
+		f->host = at;
+	}
+	return gb_host_input(f->g, src, dtype, ndim, dims);
 }
 
 /*
@@ -324,23 +389,30 @@ static uint32_t attend(struct fb *f, uint32_t i, int l, uint32_t q, uint32_t k,
 /*
  * The new keys and values of layer @l, k and v (rows, Hk D), go to each
  * context's list, and every context attends with its own rows of q, k
- * and v: (rows, H D).
+ * and v: (rows, H D). Many contexts attend in one varlen node, each
+ * context's rows as attend() would give them alone.
  */
 static uint32_t attend_all(struct fb *f, int l, uint32_t q, uint32_t k,
 			   uint32_t v)
 {
-	int32_t HkD = (int32_t)(f->c->n_kv_head * f->c->head_dim);
-	uint32_t out[FWD_MAX_SEQ];
+	int32_t H = (int32_t)f->c->n_head, Hk = (int32_t)f->c->n_kv_head;
+	int32_t D = (int32_t)f->c->head_dim, R = (int32_t)f->rows;
+	struct djinn_p_attention pa = { .causal = 1,
+					.layout = DJINN_ATTN_VARLEN,
+					.cache_k = 2 * (uint32_t)l,
+					.cache_v = 2 * (uint32_t)l + 1 };
+	uint32_t ins[4];
 
-	for (uint32_t i = 0; i < f->a->nr_seq; i++) {
-		int32_t T = (int32_t)f->a->seq[i].T;
-		uint32_t ki = rows_of(f, k, i), vi = rows_of(f, v, i);
-
-		kv_add(f, i, reshape(f->g, ki, 3, T, 1, HkD));
-		kv_add(f, i, reshape(f->g, vi, 3, T, 1, HkD));
-		out[i] = attend(f, i, l, rows_of(f, q, i), ki, vi);
-	}
-	return concat_all(f->g, out, f->a->nr_seq, 0);
+	kv_add(f, reshape(f->g, k, 3, R, 1, Hk * D));
+	kv_add(f, reshape(f->g, v, 3, R, 1, Hk * D));
+	if (f->a->nr_seq == 1)
+		return attend(f, 0, l, q, k, v);
+	ins[0] = reshape(f->g, q, 3, R, H, D);
+	ins[1] = reshape(f->g, k, 3, R, Hk, D);
+	ins[2] = reshape(f->g, v, 3, R, Hk, D);
+	ins[3] = f->table;
+	q = gb_op(f->g, DJINN_GOP_ATTENTION, 4, ins, &pa, sizeof(pa));
+	return reshape(f->g, q, 2, R, H * D);
 }
 
 /*
@@ -348,7 +420,7 @@ static uint32_t attend_all(struct fb *f, int l, uint32_t q, uint32_t k,
  * logits of their last (or every) row of @x (rows, C) after the final
  * norm @nw (@nb: its bias, or GB_BAD for RMSNorm), all of them through
  * one product with @head; the others the hidden state @x. Then each one's
- * keys and values, concatenated along axis 1.
+ * rows of the keys and values, all of them concatenated along axis 1.
  */
 static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 		   unsigned int khead)
@@ -357,6 +429,7 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 	const struct fwd_args *a = f->a;
 	struct gbuild *g = f->g;
 	uint32_t sel[FWD_MAX_SEQ], xn = GB_BAD, logits = GB_BAD, at = 0;
+	uint32_t all_kv;
 	unsigned int nh = 0;
 
 	for (uint32_t i = 0; i < a->nr_seq; i++) {
@@ -377,9 +450,14 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 	if (nh)
 		logits = matmul(g, concat_all(g, sel, nh, 0),
 				weight(f, -1, khead), true);
+	/* (rows, k, Hk D) each -> (rows, 2 l1, Hk D) */
+	all_kv = concat_all(g, f->kv, f->nr_kv, 1);
+	if (!(all_kv & GB_NODE)) /* just the parts' before: a copy */
+		all_kv = reshape(g, all_kv, 3, (int32_t)f->rows,
+				 (int32_t)(2 * a->l1),
+				 (int32_t)(c->n_kv_head * c->head_dim));
 	for (uint32_t i = 0; i < a->nr_seq; i++) {
 		const struct fwd_seq *sq = &a->seq[i];
-		uint32_t *kv = f->kv + i * f->kv_room, all_kv;
 
 		g->owner = sq->s;
 		if (sq->head) {
@@ -393,67 +471,90 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 		} else {
 			gb_output(g, rows_of(f, x, i), DJINN_RES_ACTIVATION);
 		}
-		/* (T, k, Hk D) each -> (T, 2 l1, Hk D) */
-		all_kv = concat_all(g, kv, f->nr_kv[i], 1);
-		if (!(all_kv & GB_NODE)) /* just the parts' before: a copy */
-			all_kv = reshape(g, all_kv, 3, (int32_t)sq->T,
-					 (int32_t)(2 * a->l1),
-					 (int32_t)(c->n_kv_head * c->head_dim));
-		gb_output(g, all_kv, DJINN_RES_KV_CACHE);
+		gb_output(g, rows_of(f, all_kv, i), DJINN_RES_KV_CACHE);
 	}
 	g->owner = NULL;
 }
 
 /*
- * Every context's inputs: its cache, and from layer l0 > 0 the hidden
- * state entering it and the parts' keys and values before it. Returns
- * the hidden states stacked, or GB_BAD from layer 0 (@embed makes them).
+ * Every context's inputs: its cache (or its row of the varlen table),
+ * and from layer l0 > 0 the hidden state entering it and the parts' keys
+ * and values before it. Returns the hidden states stacked: from layer 0,
+ * what @embed makes of the stacked ids.
  */
-static uint32_t inputs(struct fb *f,
-		       uint32_t (*embed)(struct fb *f, uint32_t i))
+static uint32_t inputs(struct fb *f, uint32_t (*embed)(struct fb *f))
 {
 	const struct model_config *c = f->c;
 	const struct fwd_args *a = f->a;
+	struct gbuild *g = f->g;
 	unsigned int dt = f->h->m->layout.dtype;
 	uint64_t HkD = (uint64_t)c->n_kv_head * c->head_dim;
-	uint32_t x[FWD_MAX_SEQ];
+	uint32_t x[FWD_MAX_SEQ], kv[FWD_MAX_SEQ];
+	size_t host = 0;
 
 	f->rows = 0;
+	f->nr_kv = 0;
 	for (uint32_t i = 0; i < a->nr_seq; i++) {
 		const struct fwd_seq *sq = &a->seq[i];
 		uint64_t dims[3] = { sq->P, 2 * c->n_layer, HkD };
 
 		f->row0[i] = f->rows;
 		f->rows += sq->T;
-		f->nr_kv[i] = 0;
-		f->cache[i] = sq->P ? gb_input(f->g, sq->cache, dt, 3, dims) :
+		/* alone, its cache is attend()'s input; with others, the
+		 * table's */
+		f->cache[i] = sq->P && a->nr_seq == 1 ?
+				      gb_input(g, sq->cache, dt, 3, dims) :
 				      GB_BAD;
-		if (!a->l0) {
-			x[i] = embed(f, i);
-			continue;
-		}
-		dims[0] = sq->T;
-		dims[1] = c->n_embd;
-		x[i] = gb_input(f->g, sq->hidden, dt, 2, dims);
+		g->varlen[i][DJINN_VARLEN_T] = sq->T;
+		g->varlen[i][DJINN_VARLEN_P] = sq->P;
+		g->varlen[i][DJINN_VARLEN_CACHE] = sq->P ? (int64_t)sq->cache :
+							   0;
+		g->varlen[i][DJINN_VARLEN_STRIDE] =
+			(int64_t)(dims[1] * dims[2]);
+	}
+	f->table = GB_BAD;
+	if (a->nr_seq > 1) {
+		uint64_t dims[2] = { a->nr_seq, DJINN_VARLEN_COLS };
+
+		f->table =
+			gb_host_input(g, g->varlen, DJINN_DTYPE_I64, 2, dims);
+		/* room for the stacked ids and positions, or cos and sin */
+		host = 2 * (size_t)f->rows *
+		       ((size_t)c->head_dim * djinn_dtype_size(dt) +
+			sizeof(int32_t));
+		free(g->host_mem);
+		f->host = g->host_mem = malloc(host);
+		if (!f->host && !g->err)
+			g->err = -ENOMEM;
+	}
+	if (!a->l0)
+		return embed(f);
+	for (uint32_t i = 0; i < a->nr_seq; i++) {
+		const struct fwd_seq *sq = &a->seq[i];
+		uint64_t dims[3] = { sq->T, c->n_embd, 0 };
+
+		x[i] = gb_input(g, sq->hidden, dt, 2, dims);
 		dims[1] = 2 * a->l0;
 		dims[2] = HkD;
-		kv_add(f, i, gb_input(f->g, sq->kv_in, dt, 3, dims));
+		kv[i] = gb_input(g, sq->kv_in, dt, 3, dims);
 	}
-	return concat_all(f->g, x, a->nr_seq, 0);
+	kv_add(f, concat_all(g, kv, a->nr_seq, 0));
+	return concat_all(g, x, a->nr_seq, 0);
 }
 
 /* ---------------------------------------------------------------------- */
 /* GPT-2 */
 
-/* x (T, C) = wte[ids] + wpe[pos] */
-static uint32_t embed_gpt2(struct fb *f, uint32_t i)
+/* x (rows, C) = wte[ids] + wpe[pos] */
+static uint32_t embed_gpt2(struct fb *f)
 {
-	const struct fwd_seq *sq = &f->a->seq[i];
-	uint64_t dims[1] = { sq->T };
+	uint64_t dims[1];
 	uint32_t ids, pos;
 
-	ids = gb_input(f->g, sq->ids, DJINN_DTYPE_I32, 1, dims);
-	pos = gb_input(f->g, sq->pos, DJINN_DTYPE_I32, 1, dims);
+	ids = host_rows(f, offsetof(struct fwd_seq, ids), sizeof(int32_t),
+			DJINN_DTYPE_I32, 1, dims);
+	pos = host_rows(f, offsetof(struct fwd_seq, pos), sizeof(int32_t),
+			DJINN_DTYPE_I32, 1, dims);
 	return op2(f->g, DJINN_GOP_ADD,
 		   op2(f->g, DJINN_GOP_EMBEDDING, weight(f, -1, GPT2_WTE), ids),
 		   op2(f->g, DJINN_GOP_EMBEDDING, weight(f, -1, GPT2_WPE),
@@ -545,12 +646,12 @@ static uint32_t position(struct fb *f, int l, uint32_t x, int32_t n,
 	return reshape(f->g, rope(f->g, x, cos, sin, D), 2, R, n * D);
 }
 
-/* x (T, C) = embed[ids] */
-static uint32_t embed_llama(struct fb *f, uint32_t i)
+/* x (rows, C) = embed[ids] */
+static uint32_t embed_llama(struct fb *f)
 {
-	uint64_t dims[1] = { f->a->seq[i].T };
-	uint32_t ids =
-		gb_input(f->g, f->a->seq[i].ids, DJINN_DTYPE_I32, 1, dims);
+	uint64_t dims[1];
+	uint32_t ids = host_rows(f, offsetof(struct fwd_seq, ids),
+				 sizeof(int32_t), DJINN_DTYPE_I32, 1, dims);
 
 	return op2(f->g, DJINN_GOP_EMBEDDING, weight(f, -1, LLAMA_EMBED), ids);
 }
@@ -563,23 +664,22 @@ static void build_llama(struct fb *f)
 {
 	const struct model_config *c = f->c;
 	int32_t H = (int32_t)c->n_head, Hk = (int32_t)c->n_kv_head;
-	uint32_t x, cos = GB_BAD, sin = GB_BAD, cs[FWD_MAX_SEQ],
-		    sn[FWD_MAX_SEQ];
+	uint32_t x, cos = GB_BAD, sin = GB_BAD;
 	unsigned int dt = f->h->m->layout.dtype;
+	size_t row = c->head_dim * djinn_dtype_size(dt);
 	const struct fwd_args *a = f->a;
 	struct gbuild *g = f->g;
 
-	if (a->l0 < a->l1) {
-		for (uint32_t i = 0; i < a->nr_seq; i++) {
-			uint64_t dims[3] = { a->seq[i].T, 1, c->head_dim };
-
-			cs[i] = gb_input(g, a->seq[i].cos, dt, 3, dims);
-			sn[i] = gb_input(g, a->seq[i].sin, dt, 3, dims);
-		}
-		cos = concat_all(g, cs, a->nr_seq, 0);
-		sin = concat_all(g, sn, a->nr_seq, 0);
-	}
 	x = inputs(f, embed_llama);
+	if (a->l0 < a->l1) {
+		uint64_t dims[3] = { 0, 1, c->head_dim };
+
+		/* (rows, 1, D) */
+		cos = host_rows(f, offsetof(struct fwd_seq, cos), row, dt, 3,
+				dims);
+		sin = host_rows(f, offsetof(struct fwd_seq, sin), row, dt, 3,
+				dims);
+	}
 	for (int l = (int)a->l0; l < (int)a->l1; l++) {
 		uint32_t y, q, k, v, gate;
 
@@ -625,16 +725,11 @@ int model_build_forward(struct gbuild *g, const struct model_hold *h,
 			return -EINVAL;
 		decode &= sq->P && sq->T == 1;
 	}
-	f.kv_room = 2 * (b.l1 - b.l0) + 1;
-	f.kv = calloc((size_t)b.nr_seq * f.kv_room, sizeof(*f.kv));
-	if (!f.kv)
-		return -ENOMEM;
 	g->phase = decode ? DJINN_PHASE_DECODE : DJINN_PHASE_PREFILL;
 	g->owner = NULL;
 	if (c->arch == MODEL_GPT2)
 		build_gpt2(&f);
 	else
 		build_llama(&f);
-	free(f.kv);
 	return g->err;
 }

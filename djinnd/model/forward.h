@@ -39,10 +39,23 @@ struct gbuild {
 	 * gb_output() takes @owner */
 	struct vmu_session *owner;
 	struct vmu_session *out_s[DJINN_MAX_GRAPH_OUTPUTS];
+	/* the contexts' table of a pass's varlen attention (lib/graph.h),
+	 * a host input of the graph */
+	int64_t varlen[DJINN_VARLEN_MAX][DJINN_VARLEN_COLS];
+	void *host_mem; /* host inputs the builder made (gb_free() frees) */
 };
+
+/* A builder, empty (NULL: no memory); gb_free() frees it and what its
+ * graph kept in host memory. */
+struct gbuild *gb_new(void);
+void gb_free(struct gbuild *g);
 
 uint32_t gb_input(struct gbuild *g, uint64_t addr, unsigned int dtype,
 		  unsigned int ndim, const uint64_t *dims);
+/* A graph input in host memory at @host (graph_run() stages it on the
+ * stack), which must stay there until gb_run() returns. */
+uint32_t gb_host_input(struct gbuild *g, const void *host, unsigned int dtype,
+		       unsigned int ndim, const uint64_t *dims);
 uint32_t gb_op(struct gbuild *g, unsigned int op, unsigned int nr,
 	       const uint32_t *ins, const void *params, size_t plen);
 /* Mark @v an output (its result kept in a new data region of
@@ -59,7 +72,8 @@ struct model_env {
 	struct backend *b;
 };
 
-/* Parse, infer and execute for session @s (each output for its owner);
+/* Parse, infer (djinnd's own graph: djinn_graph_infer_own()) and
+ * execute for session @s (each output for its owner);
  * @res gets the output regions and @descs[nr_out] their shapes. */
 int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 	   struct graph_result *res, struct djinn_tensor_desc *descs, char *msg,
@@ -76,6 +90,7 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
  * @ids:    l0 == 0: (T) i32 token ids
  * @pos:    gpt2, l0 == 0: (T) i32 positions P .. P + T - 1
  * @cos, @sin: llama: (T, 1, head_dim) in the weights' dtype
+ *          (the four in host memory: graph inputs staged on the stack)
  * @cache:  (P, 2 n_layer, n_kv_head head_dim), when P > 0
  * @hidden: l0 > 0: (T, n_embd) the hidden state entering layer l0
  * @kv_in:  l0 > 0: (T, 2 l0, n_kv_head head_dim), the new keys and
@@ -85,8 +100,8 @@ struct fwd_seq {
 	struct vmu_session *s;
 	uint32_t T, P;
 	bool head, all;
-	uint64_t ids, pos, cos, sin, cache;
-	uint64_t hidden, kv_in;
+	const void *ids, *pos, *cos, *sin;
+	uint64_t cache, hidden, kv_in;
 };
 
 /*
@@ -100,7 +115,9 @@ struct fwd_seq {
  *
  * Every context's rows go through the layers' matrix products together
  * (each weight read once for all of them); attention is each context's
- * own, over its own cache. The graph's outputs are two per context, in
+ * own, over its own cache: with many contexts one varlen attention node
+ * a layer over all of them (DJINN_ATTN_VARLEN, its table in
+ * gbuild.varlen). The graph's outputs are two per context, in
  * order: the logits (@head: (T or 1, vocab)) or the hidden state after
  * layer l1 - 1 (T, n_embd), then the new keys and values of layers 0 ..
  * l1 - 1 (T, 2 l1, n_kv_head head_dim), @head's to append to the cache.
@@ -108,7 +125,7 @@ struct fwd_seq {
  * whole: every value is stored in the weights' dtype either way. With
  * one context the graph is the one a context alone runs.
  */
-#define FWD_MAX_SEQ 64
+#define FWD_MAX_SEQ DJINN_VARLEN_MAX
 
 struct fwd_args {
 	uint32_t l0, l1;
