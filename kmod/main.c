@@ -493,6 +493,10 @@ static long djinn_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 		return -EFAULT;
 	if (uc.user_size < op->min_size)
 		return -EINVAL;
+	/* copy_struct_from_user() reads every byte past ours for zeros: a
+	 * page is more than any version of a command will ever take */
+	if (uc.user_size > PAGE_SIZE)
+		return -E2BIG;
 	ret = copy_struct_from_user(&buf, op->size, uc.ubuffer, uc.user_size);
 	if (ret)
 		return ret;

@@ -217,7 +217,9 @@ struct djinn_session *djinn_session_create(struct djinn_file *owner,
 					   const struct djinn_open_args *a)
 {
 	bool local = !(a->kind & DJINN_SESSION_PROXY);
-	kuid_t uid = current_uid();
+	/* the effective uid: what SO_PEERCRED reports of the same process
+	 * on djinnd's socket, where SESSION_BIND compares them */
+	kuid_t uid = current_euid();
 	struct djinn_session *s;
 	u32 entries;
 	int ret;

@@ -11,7 +11,9 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/ioctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -164,12 +166,14 @@ enum variant {
 	V_RESERVED,
 	V_ZERO_SIZE,
 	V_BAD_POINTER,
+	V_PAGE_ZERO,
 	V_MAX,
 };
 
 static const char *const variant_names[] = {
-	"exact size",	"size+8, zeros", "size-1", "size+8, non-zero",
-	"unknown flag", "reserved set",	 "size 0", "bad pointer",
+	"exact size",	    "size+8, zeros", "size-1",
+	"size+8, non-zero", "unknown flag",  "reserved set",
+	"size 0",	    "bad pointer",   "over a page, zeros",
 };
 
 /* The session of the context is untouched by a refused command. */
@@ -188,9 +192,15 @@ static void conf_check_unchanged(struct conf_ctx *c)
 	assert_int_equal(kt_ioctl(c->dev, DJINN_IOC_SESSION_OPEN, &o), 0);
 }
 
+/*
+ * Every command against every size variant. A size past a page is refused
+ * even when every byte past the struct is zero: the module reads no more
+ * than a page of a caller's struct, so a size of 4 GiB over zeros cannot
+ * keep it scanning.
+ */
 static void test_size_conformance(void **state)
 {
-	unsigned char buf[512];
+	static unsigned char buf[8192];
 	size_t i;
 	int v;
 
@@ -232,6 +242,10 @@ static void test_size_conformance(void **state)
 			case V_ZERO_SIZE:
 				size = 0;
 				want = -EINVAL;
+				break;
+			case V_PAGE_ZERO:
+				size = (uint32_t)sysconf(_SC_PAGESIZE) + 8;
+				want = -E2BIG;
 				break;
 			}
 			memcpy(buf, &size, 4);
@@ -637,6 +651,51 @@ static void test_unprivileged(void **state)
 	close(fd);
 }
 
+/*
+ * A session records its opener's effective uid, the one SO_PEERCRED
+ * reports of the same process on djinnd's socket (SESSION_BIND compares
+ * the two): a process whose real uid is nobody's and effective uid
+ * another's (a set-uid program) opens a session of the effective one.
+ */
+#define KT_EUID 23456
+
+static int euid_open(void *arg)
+{
+	struct djinn_ioc_session_open o = { .size = sizeof(o) };
+	struct djinn_ioc_session_info i;
+	int fd;
+
+	(void)arg;
+	if (setresuid(KT_NOBODY, KT_EUID, KT_EUID) || geteuid() != KT_EUID ||
+	    getuid() != KT_NOBODY)
+		return 1;
+	fd = open(DJINN_DEVICE, O_RDWR);
+	if (fd < 0)
+		return 2;
+	strcpy(o.tenant, "setuid");
+	if (kt_ioctl(fd, DJINN_IOC_SESSION_OPEN, &o))
+		return 3;
+	if (kt_info(fd, 0, &i))
+		return 4;
+	return i.uid == KT_EUID ? 0 : 5;
+}
+
+static void test_effective_uid(void **state)
+{
+	pid_t pid = fork();
+	int status;
+
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(setgroups(0, NULL) ? 100 : euid_open(NULL));
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status))
+		fail_msg("real uid %u, effective %u: check %d failed (5: the "
+			 "session's uid is not the effective one)",
+			 KT_NOBODY, KT_EUID, WEXITSTATUS(status));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -651,6 +710,7 @@ int main(void)
 		cmocka_unit_test(test_daemon_only),
 		cmocka_unit_test(test_kill),
 		cmocka_unit_test(test_unprivileged),
+		cmocka_unit_test(test_effective_uid),
 	};
 
 	return cmocka_run_group_tests_name("djinn.ko ioctls", tests, NULL,
