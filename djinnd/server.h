@@ -113,6 +113,9 @@ struct server_config {
 	 * take the records ("auto", "off"); NULL or "" when unset */
 	const char *tls_cert, *tls_key, *tls_client_ca, *tls_tokens;
 	const char *tls_tenant_from, *tls_ktls;
+	/* tls.max_records: records an AES-GCM connection carries from
+	 * djinnd before it closes (djinnd never rekeys) */
+	unsigned int tls_max_records;
 	bool fault_injection; /* --fault-injection: ADMIN_FAULT_INJECT, for
 			       * tests */
 	bool cpu_device_only; /* --cpu-device-only: a CPU device's memory is

@@ -262,3 +262,43 @@ const char *ktls_ssl_error(char *buf, size_t len, const char *dflt)
 	ERR_clear_error();
 	return buf;
 }
+
+long ktls_recv_record(int fd, uint8_t *type, uint8_t *buf, unsigned long len)
+{
+	char cbuf[CMSG_SPACE(sizeof(unsigned char))];
+	struct iovec iov = { buf, len };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT);
+
+	if (r < 0)
+		return -errno;
+	cm = CMSG_FIRSTHDR(&mh);
+	if (!cm || cm->cmsg_level != SOL_TLS ||
+	    cm->cmsg_type != TLS_GET_RECORD_TYPE)
+		return -EPROTO;
+	*type = *CMSG_DATA(cm);
+	return r;
+}
+
+int ktls_send_record(int fd, uint8_t type, const void *buf, unsigned long len)
+{
+	char cbuf[CMSG_SPACE(sizeof(unsigned char))];
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+
+	cm->cmsg_level = SOL_TLS;
+	cm->cmsg_type = TLS_SET_RECORD_TYPE;
+	cm->cmsg_len = CMSG_LEN(sizeof(unsigned char));
+	*CMSG_DATA(cm) = type;
+	return sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)len ?
+		       0 :
+		       -(errno ? errno : EAGAIN);
+}

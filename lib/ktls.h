@@ -17,7 +17,8 @@
  * keys before the switch: djinnd sends no session tickets
  * (SSL_CTX_set_num_tickets(0)) and neither side asks for a key update.
  * A record the kernel does not pass as data (an alert, a key update)
- * fails the receive with EIO, and the connection ends.
+ * fails the receive with EIO; ktls_recv_record() then reads it, and
+ * ktls_send_record() sends one (an alert: close_notify, or a refusal).
  *
  * Where the kernel cannot (no tls module, a cipher it lacks), the
  * program falls back to userspace TLS through OpenSSL on memory BIOs.
@@ -59,6 +60,26 @@ int ktls_attach(SSL *ssl, struct ktls_secrets *s);
  * secrets in @s are wiped either way.
  */
 int ktls_install(int fd, SSL *ssl, struct ktls_secrets *s, bool server);
+
+/* Record content types, alerts and the handshake message this tree names
+ * (RFC 8446 sections 5.1, 6 and 4). */
+#define KTLS_REC_ALERT 21
+#define KTLS_REC_HANDSHAKE 22
+#define KTLS_ALERT_WARNING 1
+#define KTLS_ALERT_FATAL 2
+#define KTLS_ALERT_CLOSE_NOTIFY 0
+#define KTLS_ALERT_UNEXPECTED_MESSAGE 10
+#define KTLS_HS_KEY_UPDATE 24
+
+/*
+ * On a kernel TLS socket whose receive failed with EIO (a record that is
+ * not data is next): read that record, nonblocking, its content type in
+ * *@type and up to @len of its bytes in @buf. The byte count, or -errno.
+ */
+long ktls_recv_record(int fd, uint8_t *type, uint8_t *buf, unsigned long len);
+/* Send a record of content type @type holding @len bytes on kernel TLS
+ * socket @fd, nonblocking: 0 or -errno. */
+int ktls_send_record(int fd, uint8_t type, const void *buf, unsigned long len);
 
 /* OpenSSL's error queue as one line into @buf (emptied), or @dflt when
  * it is empty. */

@@ -439,26 +439,16 @@ int __djinn_tls_sendv(struct dj_tls *t, int fd, const struct iovec *v, int n)
  * Its type and, for an alert, what it says. */
 static int kernel_record(int fd, char *why, size_t len)
 {
-	char cbuf[CMSG_SPACE(sizeof(unsigned char))];
-	uint8_t rec[64];
-	struct iovec iov = { rec, sizeof(rec) };
-	struct msghdr mh = { .msg_iov = &iov,
-			     .msg_iovlen = 1,
-			     .msg_control = cbuf,
-			     .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *cm;
-	ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT);
+	uint8_t rec[64], type = 0;
+	long r = ktls_recv_record(fd, &type, rec, sizeof(rec));
 
-	cm = r >= 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-	if (cm && cm->cmsg_level == SOL_TLS &&
-	    cm->cmsg_type == TLS_GET_RECORD_TYPE &&
-	    *CMSG_DATA(cm) == 21 /* alert */ && r >= 2) {
+	if (r >= 2 && type == KTLS_REC_ALERT) {
 		snprintf(why, len, "djinnd sent a TLS alert: %s",
 			 SSL_alert_desc_string_long(rec[1]));
 		return alert_errno(rec[1]);
 	}
 	snprintf(why, len, "a TLS record the kernel does not pass on%s",
-		 cm ? "" : " (unreadable)");
+		 r < 0 ? " (unreadable)" : "");
 	return -EPROTO;
 }
 

@@ -88,6 +88,8 @@ const struct key cfg_keys[] = {
 	KEY("tls", "tokens", T_FILE, SRV(tls_tokens)),
 	KEY("tls", "tenant_from", T_TLS_ID, SRV(tls_tenant_from)),
 	KEY("tls", "ktls", T_KTLS, SRV(tls_ktls)),
+	KEY("tls", "max_records", T_UINT, SRV(tls_max_records), .min = 1,
+	    .max = 1u << 24),
 	KEY("log", "level", T_LEVEL, TOP(log_level),
 	    .reload = CONFIG_RELOAD_LOG),
 	KEY("log", "file", T_FILE, TOP(log_file)),

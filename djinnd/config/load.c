@@ -48,6 +48,7 @@ void config_init(struct djinnd_config *c)
 		.plain_tcp = "loopback",
 		.tls_tenant_from = "cn",
 		.tls_ktls = "auto",
+		.tls_max_records = 1u << 24,
 		.sched = {
 			.policy = DJINN_SCHED_SEMANTIC,
 			.quantum_ns = SCHED_QUANTUM_DEFAULT,

@@ -99,6 +99,10 @@ void conn_put(struct conn *c)
 
 	if (--c->refs)
 		return;
+	/* Nothing owed and nothing cut: the end of what djinnd sends */
+	if (c->tls && !c->tx_dead && list_empty(&c->outq) &&
+	    list_empty(&c->zcwait))
+		tls_close_notify(c->tls);
 	list_del_init(&c->node); /* off srv->closing */
 	list_splice_tail(&c->zcwait, &c->outq);
 	while (!list_empty(&c->outq)) {
@@ -715,6 +719,7 @@ static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
 {
 	bool more = cqe->flags & IORING_CQE_F_MORE;
 	struct bufring *br = c->srv->br;
+	int res = cqe->res;
 
 	if (cqe->res > 0) {
 		const uint8_t *p = c->rbuf;
@@ -738,15 +743,30 @@ static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
 	if (more)
 		return;
 	c->recv_armed = false;
-	if (cqe->res == 0 && c->paused && !c->closing) {
+	if (res == -EIO && c->tls && tls_conn_mode(c->tls) == TLS_KERNEL &&
+	    !c->closing) {
+		/* a record the kernel does not pass as data: the peer's
+		 * close_notify ends its input as a FIN does; anything else
+		 * (a KeyUpdate: refused) ends the connection */
+		char why[256];
+
+		if (tls_kernel_record(c->tls, why, sizeof(why)) == 1) {
+			res = 0;
+		} else {
+			log_notice("conn %d: %s: closing", c->fd, why);
+			conn_close(c, true);
+			conn_put(c);
+			return;
+		}
+	}
+	if (res == 0 && c->paused && !c->closing) {
 		/* EOF behind a paused request: what came before it is
 		 * parsed and answered first (conn_resume closes). */
 		c->peer_eof = true;
-	} else if (cqe->res == 0 || (cqe->res < 0 && cqe->res != -ENOBUFS &&
-				     cqe->res != -ECANCELED)) {
-		if (cqe->res < 0 && cqe->res != -ECONNRESET)
-			log_info("conn %d: receive: %s", c->fd,
-				 strerror(-cqe->res));
+	} else if (res == 0 ||
+		   (res < 0 && res != -ENOBUFS && res != -ECANCELED)) {
+		if (res < 0 && res != -ECONNRESET)
+			log_info("conn %d: receive: %s", c->fd, strerror(-res));
 		conn_close(c, false);
 	} else if (!c->paused) {
 		conn_recv_arm(c); /* single-shot, or the ring ran dry */

@@ -358,6 +358,15 @@ void conn_sent(struct conn *c, struct io_uring_cqe *cqe)
 		m->sent += plain;
 	} else {
 		m->sent += (uint64_t)cqe->res;
+		if (c->tls)
+			tls_count(c->tls, (uint64_t)cqe->res);
+	}
+	if (c->tls && tls_worn(c->tls) && !c->close_after) {
+		/* no more requests; what is owed still goes, then
+		 * close_notify (Documentation/security.rst, "TLS") */
+		log_info("conn %d: tls.max_records sent: closing", c->fd);
+		c->close_after = true;
+		conn_close(c, false);
 	}
 	/* A reply with data for a session (a TENSOR_READ) may take longer
 	 * than a lease on a slow link, while the client's heartbeats wait

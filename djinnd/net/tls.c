@@ -83,6 +83,8 @@ struct tls_conn {
 	BIO *rbio, *wbio; /* TLS_USER */
 	uint8_t *tx; /* sealed records being sent */
 	uint64_t tx_len, tx_off, tx_cap, tx_plain;
+	bool key_update; /* TLS_USER: the peer sent a KeyUpdate */
+	uint64_t records, max_records; /* sent, and at most (AES-GCM) */
 };
 
 /* ---------------------------------------------------------------------- */
@@ -507,6 +509,20 @@ void tls_server_free(struct server *srv)
 /* ---------------------------------------------------------------------- */
 /* Connections */
 
+/* OpenSSL's message callback: note a KeyUpdate the peer sent, which
+ * OpenSSL would take (tls_open() refuses it, as the kernel does). */
+static void msg_seen(int write_p, int version, int content_type,
+		     const void *buf, size_t len, SSL *ssl, void *arg)
+{
+	struct tls_conn *t = arg;
+
+	(void)version;
+	(void)ssl;
+	if (!write_p && content_type == KTLS_REC_HANDSHAKE && len &&
+	    *(const uint8_t *)buf == KTLS_HS_KEY_UPDATE)
+		t->key_update = true;
+}
+
 struct tls_conn *tls_conn_new(struct server *srv, int fd)
 {
 	struct tls_conn *t = calloc(1, sizeof(*t));
@@ -526,6 +542,9 @@ struct tls_conn *tls_conn_new(struct server *srv, int fd)
 	}
 	SSL_set_accept_state(t->ssl);
 	SSL_set_app_data(t->ssl, t);
+	SSL_set_msg_callback(t->ssl, msg_seen);
+	SSL_set_msg_callback_arg(t->ssl, t);
+	t->max_records = srv->cfg.tls_max_records;
 	/* OpenSSL reads and writes the socket itself until the handshake
 	 * is done; io_uring's polls say when to go on. */
 	fl = fcntl(fd, F_GETFL);
@@ -568,6 +587,11 @@ static int tls_settle(struct tls_conn *t, char *why, size_t len)
 
 	if (fl >= 0)
 		fcntl(t->fd, F_SETFL, fl & ~O_NONBLOCK); /* io_uring's now */
+	/* RFC 8446 5.5: AES-GCM keys seal at most 2^24.5 records; djinnd
+	 * never rekeys, so its connection ends before (tls_sent()).
+	 * ChaCha20-Poly1305's sequence numbers wrap first. */
+	if (!strstr(SSL_get_cipher_name(t->ssl), "GCM"))
+		t->max_records = 0;
 	if (t->ts->ktls) {
 		ret = ktls_install(t->fd, t->ssl, &t->secrets, true);
 		if (!ret) {
@@ -673,6 +697,10 @@ int tls_open(struct tls_conn *t, const uint8_t *p, size_t len,
 
 		ERR_clear_error();
 		n = SSL_read(t->ssl, buf, sizeof(buf));
+		if (t->key_update) {
+			snprintf(why, why_len, TLS_KEY_UPDATE_REFUSED);
+			return -EPROTO;
+		}
 		if (n > 0) {
 			feed(arg, buf, (size_t)n);
 			continue;
@@ -733,7 +761,68 @@ uint64_t tls_sent(struct tls_conn *t, uint64_t n)
 	if (t->tx_off < t->tx_len)
 		return 0;
 	t->tx_off = t->tx_len = 0;
+	tls_count(t, t->tx_plain);
 	return t->tx_plain;
+}
+
+void tls_count(struct tls_conn *t, uint64_t plain)
+{
+	/* at most a record a full 16 KiB and one for the rest: OpenSSL's
+	 * SSL_write and the kernel's sendmsg both cut there */
+	t->records += (plain + 16383) / 16384;
+}
+
+bool tls_worn(const struct tls_conn *t)
+{
+	return t->max_records && t->records >= t->max_records;
+}
+
+int tls_kernel_record(struct tls_conn *t, char *why, size_t len)
+{
+	static const uint8_t refuse[2] = { KTLS_ALERT_FATAL,
+					   KTLS_ALERT_UNEXPECTED_MESSAGE };
+	uint8_t rec[64], type = 0;
+	long r = ktls_recv_record(t->fd, &type, rec, sizeof(rec));
+
+	if (r < 0) {
+		snprintf(why, len, "receive: %s", strerror((int)-r));
+		return -EPROTO;
+	}
+	if (type == KTLS_REC_ALERT && r >= 2) {
+		if (rec[1] == KTLS_ALERT_CLOSE_NOTIFY)
+			return 1;
+		snprintf(why, len, "the peer's TLS alert: %s",
+			 SSL_alert_desc_string_long(rec[1]));
+		return -EPROTO;
+	}
+	if (type == KTLS_REC_HANDSHAKE && r >= 1 &&
+	    rec[0] == KTLS_HS_KEY_UPDATE) {
+		ktls_send_record(t->fd, KTLS_REC_ALERT, refuse, sizeof(refuse));
+		snprintf(why, len, TLS_KEY_UPDATE_REFUSED);
+		return -EPROTO;
+	}
+	snprintf(why, len, "a TLS record of type %u where data belongs", type);
+	return -EPROTO;
+}
+
+void tls_close_notify(struct tls_conn *t)
+{
+	static const uint8_t bye[2] = { KTLS_ALERT_WARNING,
+					KTLS_ALERT_CLOSE_NOTIFY };
+	uint8_t rec[64]; /* a TLS 1.3 alert: 24 bytes */
+	size_t n;
+
+	if (t->mode == TLS_KERNEL) {
+		ktls_send_record(t->fd, KTLS_REC_ALERT, bye, sizeof(bye));
+		return;
+	}
+	if (t->mode != TLS_USER || t->tx_len)
+		return;
+	ERR_clear_error();
+	SSL_shutdown(t->ssl); /* close_notify into the write BIO */
+	n = BIO_ctrl_pending(t->wbio);
+	if (n && n <= sizeof(rec) && BIO_read(t->wbio, rec, (int)n) == (int)n)
+		send(t->fd, rec, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -80,6 +80,32 @@ void tls_sealed(struct tls_conn *t, const uint8_t **p, uint64_t *len);
  * (else 0: send the rest). */
 uint64_t tls_sent(struct tls_conn *t, uint64_t n);
 
+/*
+ * Records, their lifetime and the end of a connection
+ * (Documentation/security.rst, "TLS"). djinnd never rekeys: an AES-GCM
+ * connection carries at most tls.max_records records from djinnd
+ * (RFC 8446 5.5 allows 2^24.5), counted as the plaintext sent would fill
+ * them, then closes; a peer's KeyUpdate is refused in both modes; and a
+ * connection that closes with nothing owed ends with close_notify.
+ */
+#define TLS_KEY_UPDATE_REFUSED                                               \
+	"the peer's KeyUpdate: djinnd does not rekey (a connection carries " \
+	"tls.max_records records, then closes): reconnect instead"
+/* @plain bytes went out in TLS_KERNEL mode (tls_sent() counts TLS_USER's) */
+void tls_count(struct tls_conn *t, uint64_t plain);
+/* Whether @t has sent its tls.max_records. */
+bool tls_worn(const struct tls_conn *t);
+/*
+ * A TLS_KERNEL receive failed with EIO: the record that is next, read
+ * here. 1: the peer's close_notify (an end of input); -EPROTO with @why
+ * for anything else: a KeyUpdate (refused with a fatal
+ * unexpected_message alert), another alert, another record type.
+ */
+int tls_kernel_record(struct tls_conn *t, char *why, size_t len);
+/* The end of what djinnd sends: close_notify, nonblocking, best effort
+ * (nothing while a sealed record is half sent). */
+void tls_close_notify(struct tls_conn *t);
+
 /* The tenant a bearer token names (tls.tokens), into @tenant: 0, or
  * -EACCES. Compared by SHA-256 in constant time. */
 int tls_token_tenant(struct server *srv, const uint8_t *token, size_t len,

@@ -63,10 +63,11 @@
 #define DAY (24 * 3600L)
 #define BIG_BYTES (8 * MiB) /* many records, partial sends */
 #define VICTIM_BYTES (256 * KiB)
+#define WORN_RECORDS 5 /* tls.max_records of setup_worn()'s daemon */
 
 /* The temporary directory of the certificates, keys, tokens and config. */
 static char pki[] = "/tmp/djinn-tls.XXXXXX";
-static char conf[sizeof(pki) + 16];
+static char conf[sizeof(pki) + 16], conf_worn[sizeof(pki) + 24];
 /* Hex tokens: bob's and carol's are in tls.tokens, the last is not. */
 static char tok_bob[65], tok_carol[65], tok_wrong[65];
 /* This test's djinnd: tls:127.0.0.1:PORT, and tcp: on the same port. */
@@ -187,16 +188,21 @@ static int group_setup(void **state)
 	assert_int_equal(fclose(f), 0);
 
 	snprintf(conf, sizeof(conf), "%s/djinnd.conf", pki);
-	f = fopen(conf, "w");
-	assert_non_null(f);
-	fprintf(f,
-		"[tls]\n"
-		"certificate = %s/server.pem\n"
-		"key = %s/server.key\n"
-		"client_ca = %s/ca.pem\n"
-		"tokens = %s/tokens.txt\n",
-		pki, pki, pki, pki);
-	assert_int_equal(fclose(f), 0);
+	snprintf(conf_worn, sizeof(conf_worn), "%s/djinnd-worn.conf", pki);
+	for (int i = 0; i < 2; i++) {
+		f = fopen(i ? conf_worn : conf, "w");
+		assert_non_null(f);
+		fprintf(f,
+			"[tls]\n"
+			"certificate = %s/server.pem\n"
+			"key = %s/server.key\n"
+			"client_ca = %s/ca.pem\n"
+			"tokens = %s/tokens.txt\n",
+			pki, pki, pki, pki);
+		if (i)
+			fprintf(f, "max_records = %d\n", WORN_RECORDS);
+		assert_int_equal(fclose(f), 0);
+	}
 	return 0;
 }
 
@@ -206,11 +212,11 @@ static int group_teardown(void **state)
 }
 
 /* A daemon with a unix socket, the admin socket and a tls: listener on
- * a port free now. */
-static int setup(void **state)
+ * a port free now, configured by @path. */
+static int setup_conf(void **state, const char *path)
 {
 	char listen[48];
-	const char *const extra[] = { "--config", conf, "--listen", listen,
+	const char *const extra[] = { "--config", path, "--listen", listen,
 				      NULL };
 
 	tls_port = dj_free_port();
@@ -220,6 +226,17 @@ static int setup(void **state)
 	snprintf(tls_addr, sizeof(tls_addr), "tls:127.0.0.1:%u", tls_port);
 	snprintf(tcp_addr, sizeof(tcp_addr), "tcp:127.0.0.1:%u", tls_port);
 	return fx_start_args(state, DEV_MEM, 10000, extra);
+}
+
+static int setup(void **state)
+{
+	return setup_conf(state, conf);
+}
+
+/* The same, with tls.max_records = WORN_RECORDS: test_max_records(). */
+static int setup_worn(void **state)
+{
+	return setup_conf(state, conf_worn);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -546,13 +563,20 @@ static bool is_kernel(struct djinn_conn *c)
  * @fd:     the test's end of the socketpair
  * @inner:  the thread's end
  * @sock:   the TCP socket to djinnd
+ * @key_update: set by the test: a KeyUpdate goes before the next record
+ * @notify: set by the test before it shuts its end for writing: the
+ *          thread sends close_notify then, and reads on
+ * @clean, @reason: how djinnd's side ended: with close_notify, or the
+ *          OpenSSL reason of the failure (a received alert's is
+ *          SSL_AD_REASON_OFFSET + its description)
  */
 struct bridge {
 	pthread_t thr;
 	SSL_CTX *ctx;
 	SSL *ssl;
 	int fd, inner, sock;
-	bool running;
+	bool running, key_update, notify, inner_done, clean;
+	int reason;
 };
 
 static int write_all(int fd, const uint8_t *p, size_t len)
@@ -577,12 +601,19 @@ static bool bridge_down(struct bridge *b, uint8_t *buf, int len)
 	for (;;) {
 		int n = SSL_read(b->ssl, buf, len);
 
+		int e;
+
 		if (n > 0) {
 			if (write_all(b->inner, buf, (size_t)n))
 				return false;
 			continue;
 		}
-		return SSL_get_error(b->ssl, n) == SSL_ERROR_WANT_READ;
+		e = SSL_get_error(b->ssl, n);
+		if (e == SSL_ERROR_WANT_READ)
+			return true;
+		b->clean = e == SSL_ERROR_ZERO_RETURN;
+		b->reason = ERR_GET_REASON(ERR_peek_error());
+		return false;
 	}
 }
 
@@ -592,8 +623,16 @@ static bool bridge_up(struct bridge *b, uint8_t *buf, int len)
 	ssize_t n = read(b->inner, buf, (size_t)len);
 	int off = 0;
 
+	if (n == 0 && __atomic_load_n(&b->notify, __ATOMIC_ACQUIRE)) {
+		SSL_shutdown(b->ssl); /* close_notify; djinnd's still to come */
+		b->inner_done = true;
+		return true;
+	}
 	if (n <= 0)
 		return false;
+	/* (the test sees a refusal go missing: no cmocka asserts here) */
+	if (__atomic_exchange_n(&b->key_update, false, __ATOMIC_ACQ_REL))
+		SSL_key_update(b->ssl, SSL_KEY_UPDATE_NOT_REQUESTED);
 	while (off < n) {
 		int w = SSL_write(b->ssl, buf + off, (int)n - off);
 		struct pollfd p = { .fd = b->sock };
@@ -625,7 +664,8 @@ static void *bridge_run(void *arg)
 
 	while (up) {
 		struct pollfd p[2] = { { .fd = b->sock, .events = POLLIN },
-				       { .fd = b->inner, .events = POLLIN } };
+				       { .fd = b->inner_done ? -1 : b->inner,
+					 .events = POLLIN } };
 
 		if (poll(p, 2, -1) < 0) {
 			if (errno == EINTR)
@@ -701,6 +741,15 @@ static struct bridge *bridge_open(const char *who)
 	assert_int_equal(pthread_create(&b->thr, NULL, bridge_run, b), 0);
 	b->running = true;
 	return b;
+}
+
+/* Wait for @b's thread to end (djinnd's side closed): then ->clean and
+ * ->reason say how. */
+static void bridge_join(struct bridge *b)
+{
+	if (b->running)
+		pthread_join(b->thr, NULL);
+	b->running = false;
 }
 
 static void bridge_close(struct bridge *b)
@@ -887,6 +936,90 @@ static void test_anonymous(void **state)
 	victims_check(&v);
 	tls_counters(fx, 3, 0, 0, is_kernel(v.tls.c));
 	victims_close(&v);
+}
+
+/*
+ * Record keys (Documentation/security.rst, "TLS"). djinnd does not rekey,
+ * and refuses a peer's KeyUpdate in both modes: the kernel's (which
+ * fails the receive on it) with a fatal unexpected_message alert, and
+ * OpenSSL's (which would take it) by closing the connection; the request
+ * sent after it is not answered. Nobody else notices.
+ */
+static void test_key_update(void **state)
+{
+	struct fx *fx = *state;
+	struct victims v;
+	struct bridge *b;
+	struct dj_resp r;
+
+	victims_open(fx, &v);
+	b = bridge_open("alice");
+	hello(b->fd);
+	__atomic_store_n(&b->key_update, true, __ATOMIC_RELEASE);
+	assert_int_equal(dj_call(b->fd, DJINN_MSG_HEARTBEAT, 0, NULL, 0, &r),
+			 0);
+	bridge_join(b);
+	assert_false(b->clean);
+	if (is_kernel(v.tls.c))
+		assert_int_equal(b->reason, SSL_AD_REASON_OFFSET +
+						    SSL_AD_UNEXPECTED_MESSAGE);
+	bridge_close(b);
+	victims_check(&v);
+	victims_close(&v);
+}
+
+/* The peer's close_notify ends its input, in either mode, and djinnd ends
+ * its side with its own: the peer sees a clean end, not a truncation. */
+static void test_close_notify(void **state)
+{
+	struct fx *fx = *state;
+	struct victims v;
+	struct bridge *b;
+	struct dj_resp r;
+
+	victims_open(fx, &v);
+	b = bridge_open("alice");
+	hello(b->fd);
+	assert_int_equal(dj_call(b->fd, DJINN_MSG_HEARTBEAT, 0, NULL, 0, &r),
+			 1);
+	assert_int_equal(r.error, 0);
+	dj_resp_free(&r);
+	__atomic_store_n(&b->notify, true, __ATOMIC_RELEASE);
+	assert_int_equal(shutdown(b->fd, SHUT_WR), 0);
+	assert_int_equal(dj_recv(b->fd, &r, DJ_TIMEOUT_MS), 0);
+	bridge_join(b);
+	if (!b->clean)
+		fail_msg("djinnd's side ended without close_notify (reason "
+			 "%d)",
+			 b->reason);
+	bridge_close(b);
+	victims_check(&v);
+	victims_close(&v);
+}
+
+/* tls.max_records (5 in this daemon's configuration): djinnd sends that
+ * many records on an AES-GCM connection, then closes it cleanly after
+ * the replies it owed; a new connection is served. */
+static void test_max_records(void **state)
+{
+	struct bridge *b;
+	struct dj_resp r;
+
+	for (int round = 0; round < 2; round++) {
+		b = bridge_open("alice");
+		hello(b->fd); /* the first record */
+		for (int i = 1; i < WORN_RECORDS; i++) {
+			assert_int_equal(dj_call(b->fd, DJINN_MSG_HEARTBEAT, 0,
+						 NULL, 0, &r),
+					 1);
+			assert_int_equal(r.error, 0);
+			dj_resp_free(&r);
+		}
+		assert_int_equal(dj_recv(b->fd, &r, DJ_TIMEOUT_MS), 0);
+		bridge_join(b);
+		assert_true(b->clean);
+		bridge_close(b);
+	}
 }
 
 /* 5. Plain TCP to the TLS listener: no connection, and djinnd goes on
@@ -1336,6 +1469,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_label_spoof, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_cn_not_tenant, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_key_update, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_close_notify, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_max_records, setup_worn,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_server_ca, setup,
 						teardown),

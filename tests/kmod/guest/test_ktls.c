@@ -5,7 +5,9 @@
  * hand their records to the kernel after OpenSSL's handshake
  * (lib/ktls.c), and bytes cross intact in both directions, many records
  * and partial sends' worth; an alert djinnd sends (a refused
- * certificate) reaches the client through the kernel's record type.
+ * certificate) reaches the client through the kernel's record type; a
+ * peer's KeyUpdate is refused with an alert and its close_notify
+ * answered with djinnd's.
  * The certificates are made here (lib/pki.c).
  */
 #include <errno.h>
@@ -16,10 +18,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <djinn/djinn.h>
 
 #include "djd.h"
@@ -151,6 +158,94 @@ static void test_kernel_alert(void **state)
 	wait_log(DJD_LOG, "certificate has expired");
 }
 
+/*
+ * A raw TLS 1.3 client as alice on djinnd's listener (OpenSSL on the
+ * socket: its records are the ones a test asks for). Or fail.
+ */
+static SSL *raw_connect(SSL_CTX **ctx, int *fd)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons(7443),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	const struct timeval tv = { 10, 0 };
+	SSL *ssl;
+
+	*ctx = SSL_CTX_new(TLS_client_method());
+	assert_non_null(*ctx);
+	assert_int_equal(SSL_CTX_set_min_proto_version(*ctx, TLS1_3_VERSION),
+			 1);
+	assert_int_equal(
+		SSL_CTX_load_verify_locations(*ctx, DIR "/ca.pem", NULL), 1);
+	assert_int_equal(
+		SSL_CTX_use_certificate_chain_file(*ctx, DIR "/alice.pem"), 1);
+	assert_int_equal(SSL_CTX_use_PrivateKey_file(*ctx, DIR "/alice.key",
+						     SSL_FILETYPE_PEM),
+			 1);
+	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(*fd >= 0);
+	assert_int_equal(connect(*fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ssl = SSL_new(*ctx);
+	assert_non_null(ssl);
+	assert_int_equal(SSL_set_fd(ssl, *fd), 1);
+	assert_int_equal(SSL_connect(ssl), 1);
+	return ssl;
+}
+
+/* What the next SSL_read says of the connection's end: 0 for djinnd's
+ * close_notify, else the OpenSSL reason (an alert's: its description
+ * plus SSL_AD_REASON_OFFSET). */
+static int raw_end(SSL *ssl)
+{
+	uint8_t buf[256];
+	int n;
+
+	ERR_clear_error();
+	while ((n = SSL_read(ssl, buf, sizeof(buf))) > 0)
+		;
+	if (SSL_get_error(ssl, n) == SSL_ERROR_ZERO_RETURN)
+		return 0;
+	return ERR_GET_REASON(ERR_peek_error()) ?: -1;
+}
+
+/* djinnd's kernel receive meets the peer's KeyUpdate as a record that is
+ * not data: refused with a fatal unexpected_message alert (djinnd does
+ * not rekey), as in user mode (tests/integration/test_tls.c). */
+static void test_kernel_key_update(void **state)
+{
+	SSL_CTX *ctx;
+	int fd;
+	SSL *ssl = raw_connect(&ctx, &fd);
+
+	(void)state;
+	wait_log(DJD_LOG, ", kernel, tenant alice");
+	assert_int_equal(SSL_key_update(ssl, SSL_KEY_UPDATE_NOT_REQUESTED), 1);
+	assert_int_equal(SSL_do_handshake(ssl), 1); /* sends it */
+	assert_int_equal(raw_end(ssl),
+			 SSL_AD_REASON_OFFSET + SSL_AD_UNEXPECTED_MESSAGE);
+	wait_log(DJD_LOG, "the peer's KeyUpdate: djinnd does not rekey");
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	close(fd);
+}
+
+/* The peer's close_notify, which the kernel fails the receive on, ends
+ * its input as a FIN does, and djinnd ends its side with its own
+ * close_notify: a clean end both ways. */
+static void test_kernel_close_notify(void **state)
+{
+	SSL_CTX *ctx;
+	int fd;
+	SSL *ssl = raw_connect(&ctx, &fd);
+
+	(void)state;
+	assert_int_equal(SSL_shutdown(ssl), 0); /* ours sent, theirs to come */
+	assert_int_equal(raw_end(ssl), 0);
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	close(fd);
+}
+
 /* libdjinn's messages (why the kernel did not take a connection) */
 static void log_fn(void *arg, int level, const char *msg)
 {
@@ -163,6 +258,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kernel_records),
 		cmocka_unit_test(test_kernel_alert),
+		cmocka_unit_test(test_kernel_key_update),
+		cmocka_unit_test(test_kernel_close_notify),
 	};
 	char ulp[256] = "";
 	FILE *f = fopen("/proc/sys/net/ipv4/tcp_available_ulp", "r");
