@@ -93,14 +93,21 @@ void mjob_open(struct exec_job *job, const struct exec_env *env)
 				&mj->hold, job->msg, sizeof(job->msg));
 }
 
-/* Copy the text tensor @handle, which must be a U8 vector of SHA-256
- * @fp of at most @max bytes, into a new host buffer. */
+/*
+ * Copy the text tensor @handle, which must be a U8 vector of SHA-256 @fp
+ * of at most @max bytes, into a new host buffer. Its size is checked
+ * here, once, against what the upload has copied so far (*@staged) and
+ * what memory.upload_max leaves the tenant's uploads in flight; *@staged
+ * grows by what it holds.
+ */
 static int fetch(struct exec_job *job, const struct exec_env *env,
 		 const char *what, const struct djinn_model_file *mf,
-		 uint64_t max, void **buf, size_t *len)
+		 uint64_t max, void **buf, size_t *len, uint64_t *staged)
 {
 	struct vmu_provider *p = env->b->provider;
 	unsigned long long h = (unsigned long long)mf->handle;
+	struct mjob *mj = job->ctx;
+	uint64_t held;
 	struct tensor t;
 	uint32_t slot;
 	int ret;
@@ -128,9 +135,30 @@ static int fetch(struct exec_job *job, const struct exec_env *env,
 			 "%s: %llu bytes, the limit is %llu", what,
 			 (unsigned long long)t.bytes, (unsigned long long)max);
 		ret = -E2BIG;
+	} else if (*staged + t.bytes < *staged ||
+		   *staged + t.bytes > mj->upload_max) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "%s: %llu bytes after %llu: the files hold more than "
+			 "%llu (memory.upload_max)",
+			 what, (unsigned long long)t.bytes,
+			 (unsigned long long)*staged,
+			 (unsigned long long)mj->upload_max);
+		ret = -E2BIG;
+	} else if (vmu_tenant_stage(job->s->vs, t.bytes, mj->upload_max,
+				    &held)) {
+		snprintf(job->msg, sizeof(job->msg),
+			 "%s: %llu bytes: the tenant's model uploads in "
+			 "flight hold %llu of memory.upload_max (%llu) in "
+			 "host memory",
+			 what, (unsigned long long)t.bytes,
+			 (unsigned long long)held,
+			 (unsigned long long)mj->upload_max);
+		ret = -EDQUOT;
 	} else if (!(*buf = malloc(t.bytes ? t.bytes : 1))) {
+		vmu_tenant_unstage(job->s->vs, t.bytes);
 		ret = -ENOMEM;
 	} else {
+		*staged += t.bytes;
 		*len = t.bytes;
 		ret = p->ops->copy_dtoh(p, *buf, vmu_text_addr(t.text),
 					t.bytes);
@@ -166,27 +194,6 @@ static int upload_src(const struct djinn_model_upload *r,
 	return ok ? 0 : -EIO;
 }
 
-/* The bytes the upload's tensors hold in all; a handle that holds no
- * tensor counts 0 (fetch() says so). */
-static uint64_t upload_bytes(struct exec_job *job,
-			     const struct djinn_model_upload *r)
-{
-	uint64_t sum = 0;
-
-	for (uint32_t i = 0; i <= r->nr_files; i++) {
-		const struct djinn_model_file *mf =
-			i < r->nr_files ? &r->files[i] : &r->config;
-		struct tensor t;
-		uint32_t slot;
-
-		if (session_tensor_hold(job->s, mf->handle, &t, &slot))
-			continue;
-		sum += t.bytes;
-		session_tensor_unhold(job->s, slot);
-	}
-	return sum;
-}
-
 void mjob_open_upload(struct exec_job *job, const struct exec_env *env)
 {
 	struct mjob *mj = job->ctx;
@@ -195,6 +202,7 @@ void mjob_open_upload(struct exec_job *job, const struct exec_env *env)
 	struct model_upload up = { .nr_files = n };
 	void **bufs = calloc(n + 1, sizeof(*bufs));
 	size_t *lens = calloc(n + 1, sizeof(*lens));
+	uint64_t staged = 0; /* host bytes held for the tenant */
 	int ret = -ENOMEM;
 
 	if (!bufs || !lens)
@@ -204,20 +212,12 @@ void mjob_open_upload(struct exec_job *job, const struct exec_env *env)
 		goto out;
 	if (r->config.handle) {
 		bool index = r->flags & DJINN_MODEL_UPLOAD_INDEX;
-		uint64_t total = upload_bytes(job, r);
 
-		/* Every file is copied to the host: bounded before any is. */
-		if (total > mj->upload_max) {
-			snprintf(job->msg, sizeof(job->msg),
-				 "%u files and config.json hold %llu bytes, "
-				 "over the limit of %llu (memory.upload_max)",
-				 n, (unsigned long long)total,
-				 (unsigned long long)mj->upload_max);
-			ret = -E2BIG;
-			goto out;
-		}
+		/* Every file is copied to the host, each checked as it is
+		 * against memory.upload_max: the upload's, and its
+		 * tenant's uploads' in flight together. */
 		ret = fetch(job, env, "config.json", &r->config,
-			    MODEL_MAX_CONFIG, &bufs[n], &lens[n]);
+			    MODEL_MAX_CONFIG, &bufs[n], &lens[n], &staged);
 		for (uint32_t i = 0; i < n && !ret; i++) {
 			char what[32] = "model.safetensors.index.json";
 			uint64_t max = DJINN_MODEL_CONFIG_MAX;
@@ -227,7 +227,7 @@ void mjob_open_upload(struct exec_job *job, const struct exec_env *env)
 				max = SIZE_MAX;
 			}
 			ret = fetch(job, env, what, &r->files[i], max, &bufs[i],
-				    &lens[i]);
+				    &lens[i], &staged);
 		}
 		if (ret)
 			goto out;
@@ -249,6 +249,8 @@ void mjob_open_upload(struct exec_job *job, const struct exec_env *env)
 out:
 	for (uint32_t i = 0; bufs && i <= n; i++)
 		free(bufs[i]);
+	if (staged)
+		vmu_tenant_unstage(job->s->vs, staged);
 	free(bufs);
 	free(lens);
 	job->error = ret;

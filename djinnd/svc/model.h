@@ -84,7 +84,8 @@ void svc_model_session_ended(struct session *s);
  * @step:   PREFILL/DECODE's request; @tokens its tokens (in or out)
  * @steer:  RESUME's tensor handle (0: none)
  * @upload: MODEL_OPEN_UPLOADED's request (a copy)
- * @upload_max: the most bytes its files may hold in all
+ * @upload_max: the most bytes its files may hold in all, and all of its
+ *          tenant's uploads being read at once (host memory)
  * @resp:   PREFILL/DECODE/RESUME's answer
  * @q:      PREFILL/DECODE/RESUME's request, run in passes
  *          (svc_model_pass()) once @started; @t0 when it started

@@ -834,6 +834,29 @@ int vmu_tenant_usage(struct vmu *v, const char *tenant, struct vmu_usage *u)
 	return t ? 0 : -ENOENT;
 }
 
+int vmu_tenant_stage(struct vmu_session *s, uint64_t bytes, uint64_t limit,
+		     uint64_t *held)
+{
+	struct vmu_tenant *t = s->tenant;
+	int ret = 0;
+
+	vmu_lock(s->vmu);
+	*held = t->staged;
+	if (bytes > limit || t->staged > limit - bytes)
+		ret = -EDQUOT;
+	else
+		t->staged += bytes;
+	vmu_unlock(s->vmu);
+	return ret;
+}
+
+void vmu_tenant_unstage(struct vmu_session *s, uint64_t bytes)
+{
+	vmu_lock(s->vmu);
+	s->tenant->staged -= bytes;
+	vmu_unlock(s->vmu);
+}
+
 static bool over_quota(const struct vmu_session *s, uint64_t bytes)
 {
 	const struct vmu_usage *su = &s->use;

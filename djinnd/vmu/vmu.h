@@ -164,6 +164,17 @@ struct vmu_usage {
 	uint64_t guaranteed;
 };
 void vmu_session_usage(struct vmu_session *s, struct vmu_usage *u);
+
+/*
+ * Host memory @s's tenant holds for a model upload being read (the files
+ * of MODEL_OPEN_UPLOADED are copied there): @bytes more, at most @limit
+ * for all of the tenant's at once. 0, or -EDQUOT and nothing held, with
+ * what the tenant holds already in *@held either way.
+ * vmu_tenant_unstage() gives them back.
+ */
+int vmu_tenant_stage(struct vmu_session *s, uint64_t bytes, uint64_t limit,
+		     uint64_t *held);
+void vmu_tenant_unstage(struct vmu_session *s, uint64_t bytes);
 int vmu_tenant_usage(struct vmu *v, const char *tenant, struct vmu_usage *u);
 
 /* Swap out every idle region of @s (for the scheduler, on IO_WAIT);

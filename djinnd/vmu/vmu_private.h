@@ -71,6 +71,9 @@ struct vmu_tenant {
 	 * against its quota from the start, so that uploads side by side
 	 * cannot pass it together */
 	uint64_t uploading;
+	/* host bytes its model uploads hold while they are read
+	 * (vmu_tenant_stage()) */
+	uint64_t staged;
 };
 
 /* Free @t if nothing keeps it: sessions, entries, quotas. Lock held. */

@@ -651,8 +651,9 @@ static int setup_upload_max(void **state)
 	return fx_start_set(state, DEV_MEM, 10000, "memory.upload_max=1M");
 }
 
-/* An upload whose files hold more than memory.upload_max is refused
- * before any is copied to the host, naming both numbers. */
+/* An upload whose files hold more than memory.upload_max is refused at
+ * the first file past it, before that one is copied to the host, naming
+ * the numbers. */
 static void test_upload_max(void **state)
 {
 	struct fx *fx = *state;
@@ -664,8 +665,8 @@ static void test_upload_max(void **state)
 	text(fd, sid, 600 * 1024, 5, &w[0]);
 	text(fd, sid, 600 * 1024, 7, &w[1]);
 	upload_err(fd, sid, &cfg, w, 2, -E2BIG,
-		   "2 files and config.json hold 1228900 bytes, over the "
-		   "limit of 1048576 (memory.upload_max)");
+		   "file 1: 614400 bytes after 614500: the files hold more "
+		   "than 1048576 (memory.upload_max)");
 	/* Under the limit the files are read and parsed (and refused for
 	 * what they hold: they are no model). */
 	upload_err(fd, sid, &cfg, w, 1, -EINVAL, NULL);

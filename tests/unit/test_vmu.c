@@ -744,6 +744,38 @@ static void test_tenant_quota(void **state)
 	vmu_session_destroy(b);
 }
 
+/* Host memory a tenant's model uploads hold while they are read: one
+ * limit for all of a tenant's sessions together, none shared with
+ * another tenant; what is given back is usable again. */
+static void test_tenant_stage(void **state)
+{
+	struct fix *f = *state;
+	uint64_t held = 1;
+
+	/* alpha: sessions 0 and 1; beta: session 2 */
+	assert_int_equal(vmu_tenant_stage(f->s[0], 600, 1000, &held), 0);
+	assert_int_equal(held, 0);
+	assert_int_equal(vmu_tenant_stage(f->s[1], 500, 1000, &held), -EDQUOT);
+	assert_int_equal(held, 600);
+	assert_int_equal(vmu_tenant_stage(f->s[1], 400, 1000, &held), 0);
+	assert_int_equal(vmu_tenant_stage(f->s[2], 900, 1000, &held), 0);
+	assert_int_equal(held, 0);
+	assert_int_equal(vmu_tenant_stage(f->s[2], 1001, 1500, &held), -EDQUOT);
+	assert_int_equal(held, 900);
+	assert_int_equal(vmu_tenant_stage(f->s[0], UINT64_MAX, UINT64_MAX,
+					  &held),
+			 -EDQUOT); /* no overflow */
+	vmu_tenant_unstage(f->s[0], 600);
+	assert_int_equal(vmu_tenant_stage(f->s[0], 600, 1000, &held), 0);
+	assert_int_equal(held, 400);
+	vmu_tenant_unstage(f->s[0], 600);
+	vmu_tenant_unstage(f->s[1], 400);
+	vmu_tenant_unstage(f->s[2], 900);
+	assert_int_equal(vmu_tenant_stage(f->s[1], 1000, 1000, &held), 0);
+	assert_int_equal(held, 0);
+	vmu_tenant_unstage(f->s[1], 1000);
+}
+
 static void test_tenant_usage_sums_sessions(void **state)
 {
 	struct fix *f = *state;
@@ -1342,6 +1374,7 @@ int main(void)
 		T(test_session_quota, setup_64m),
 		T(test_tenant_quota, setup_64m),
 		T(test_tenant_usage_sums_sessions, setup_64m),
+		T(test_tenant_stage, setup_64m),
 		/* 9 */
 		T(test_exhaustion_exact, setup_4m),
 		T(test_session_cache, setup_4m),
