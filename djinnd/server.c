@@ -29,6 +29,7 @@
 #include "exec/executor.h"
 #include "model/store.h"
 #include "net/conn.h"
+#include "net/ident.h"
 #include "net/tls.h"
 
 /* Signals arrive through a pipe: the handler writes the signal number,
@@ -594,6 +595,9 @@ int server_init(struct server *srv, const struct server_config *cfg)
 			return ret;
 		}
 	}
+	ret = ident_start(srv);
+	if (ret)
+		return ret;
 	ret = listeners_open(srv);
 	if (ret)
 		return ret;
@@ -648,6 +652,7 @@ void server_exit(struct server *srv)
 	/* Only now can nothing on the ring name them any more. */
 	listeners_free(srv);
 	tls_server_free(srv);
+	ident_stop(srv);
 	for (unsigned int i = 0; i < srv->nr_dev; i++) {
 		struct device *d = &srv->dev[i];
 

@@ -143,6 +143,7 @@ struct server_config {
 struct listener;
 struct bufring;
 struct tls_server;
+struct ident_worker;
 
 struct server_stats {
 	uint64_t conns_accepted, conns_closed;
@@ -186,6 +187,7 @@ struct server {
 	unsigned int nr_http;
 	struct bufring *br; /* provided receive buffers, or NULL */
 	struct tls_server *tls; /* with a tls: listener (net/tls.h) */
+	struct ident_worker *ident; /* loopback TCP owners (net/ident.h) */
 
 	bool draining; /* SIGTERM: finish in-flight work, then stop */
 	/* 0, or DJINND_EXIT_DEVICE_DEAD once a device died (then

@@ -68,7 +68,7 @@ struct conn {
 	int fd;
 	bool admin, tcp;
 	bool no_zc; /* the socket cannot send zero-copy (AF_UNIX) */
-	bool no_id; /* a loopback peer whose owner is not known: refused */
+	bool identifying; /* its owner is being looked up (net/ident.h) */
 	bool tcp_uid; /* a loopback TCP peer: cred.uid is its socket's owner */
 	struct tls_conn *tls; /* a tls: listener's (net/tls.h), or NULL */
 	bool handshaking; /* the handshake thread has it */
@@ -134,6 +134,10 @@ bool conn_identified(struct conn *c);
  * (empty: AUTH must name it), or a negative errno and @why. I/O thread. */
 void conn_handshake_done(struct conn *c, int ret, const char *tenant,
 			 const char *why);
+/* The lookup of loopback TCP peer @c's owner (net/ident.h) ended: @ret
+ * 0 with @uid, or a negative errno (the connection is closed). Drops
+ * the reference ident_lookup() took. I/O thread. */
+void conn_ident_done(struct conn *c, int ret, uid_t uid);
 /* Run @len bytes through the frame parser, as if received. */
 void conn_feed(struct conn *c, const uint8_t *p, uint64_t len);
 /* A P_WAIT stream's memory is ready (@err 0: take the data) or not (the

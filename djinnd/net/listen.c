@@ -25,6 +25,7 @@
 #include "log.h"
 #include "server.h"
 #include "net/conn.h"
+#include "net/ident.h"
 #include "net/tls.h"
 #include "session/lease.h"
 #include "session/session.h"
@@ -213,39 +214,54 @@ bool conn_over_tenant_quota(struct conn *c)
 /*
  * A TCP peer's tenant. On loopback the kernel knows who owns the peer's
  * socket (sock_diag): that uid's tenant, as for a unix client (its
- * groups are not known). Else, or when the kernel cannot say, the
- * peer's address: "tcp:ADDRESS".
+ * groups are not known), found off the I/O thread (net/ident.h): the
+ * connection waits, unread, for conn_ident_done(). Else the peer's
+ * address: "tcp:ADDRESS".
  */
-static void tcp_identify(struct server *srv, struct conn *c, char *abuf,
-			 size_t len)
+static void tcp_identify(struct conn *c, char *abuf, size_t len)
 {
-	uid_t uid;
-	int ret;
-
 	if (c->no_zc) {
-		ret = tenant_tcp_peer_uid(c->fd, &uid);
-		if (!ret) {
-			tenant_of(&srv->sessions.lim, uid, NULL, 0, c->tenant);
-			c->cred.uid = uid; /* counted as the uid's (caps) */
-			c->cred.pid = 0;
-			c->tcp_uid = true;
-			return;
-		}
+		c->identifying = true;
+		snprintf(c->tenant, sizeof(c->tenant), "unknown");
+		return;
+	}
+	snprintf(c->tenant, sizeof(c->tenant), "tcp:%s",
+		 addr_str(&c->peer, abuf, len));
+}
+
+void conn_ident_done(struct conn *c, int ret, uid_t uid)
+{
+	struct server *srv = c->srv;
+	char abuf[INET6_ADDRSTRLEN];
+
+	c->identifying = false;
+	if (c->closing) {
+		conn_put(c);
+		return;
+	}
+	if (ret) {
 		/* A local peer is someone of this host: one whose owner is
 		 * not known (it closed its socket already, which the kernel
 		 * would report as root's) is refused, not taken for its
 		 * address, whose tenant any local user could be. */
 		log_warn("conn %d: loopback peer %s: no owner from "
 			 "sock_diag (%s): closed",
-			 c->fd, addr_str(&c->peer, abuf, len),
+			 c->fd, addr_str(&c->peer, abuf, sizeof(abuf)),
 			 ret == -ESTALE ? "its socket is closed" :
 					  strerror(-ret));
-		c->no_id = true;
-		snprintf(c->tenant, sizeof(c->tenant), "unknown");
+		conn_close(c, true);
+		conn_put(c);
 		return;
 	}
-	snprintf(c->tenant, sizeof(c->tenant), "tcp:%s",
-		 addr_str(&c->peer, abuf, len));
+	tenant_of(&srv->sessions.lim, uid, NULL, 0, c->tenant);
+	c->cred.uid = uid; /* counted as the uid's (caps) */
+	c->cred.pid = 0;
+	c->tcp_uid = true;
+	log_debug("conn %d: loopback peer of uid %d, tenant %s", c->fd,
+		  (int)uid, c->tenant);
+	if (!conn_over_cap(c) && !conn_over_tenant_quota(c))
+		conn_recv_arm(c);
+	conn_put(c);
 }
 
 /* A connection of a tls: listener: its tenant comes with the handshake
@@ -307,7 +323,7 @@ static struct conn *conn_alloc(struct server *srv, int fd, bool admin, bool tcp,
 		 * delivers them (skb_copy_ubufs): plain sends are faster. */
 		c->no_zc = peer_is_loopback(fd);
 		if (!tls)
-			tcp_identify(srv, c, abuf, sizeof(abuf));
+			tcp_identify(c, abuf, sizeof(abuf));
 	} else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len)) {
 		c->cred.uid = (uid_t)-1;
 		snprintf(c->tenant, sizeof(c->tenant), "unknown");
@@ -409,8 +425,8 @@ static void conn_new(struct listener *ls, int fd)
 		tls_handshake_start(c->tls, c);
 		return;
 	}
-	if (c->no_id) {
-		conn_close(c, true);
+	if (c->identifying) {
+		ident_lookup(c); /* conn_ident_done() goes on */
 		return;
 	}
 	if (conn_over_cap(c) || conn_over_tenant_quota(c))

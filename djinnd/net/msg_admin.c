@@ -14,6 +14,7 @@
 #include "svc/devices.h"
 #include "model/runtime.h"
 #include "net/conn.h"
+#include "net/ident.h"
 #include "net/msg.h"
 #include "session/tenant.h"
 
@@ -329,9 +330,20 @@ void handle_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
 	struct device *d;
 	int ret;
 
-	if (q->flags & ~DJINN_FAULT_DEAD) {
+	const uint32_t known = DJINN_FAULT_DEAD | DJINN_FAULT_IDENT_HOLD |
+			       DJINN_FAULT_IDENT_GO;
+	uint32_t ident = q->flags &
+			 (DJINN_FAULT_IDENT_HOLD | DJINN_FAULT_IDENT_GO);
+
+	if (q->flags & ~known) {
 		conn_error(c, hdr, -EINVAL, "unknown flags %#x",
-			   q->flags & ~DJINN_FAULT_DEAD);
+			   q->flags & ~known);
+		return;
+	}
+	if (ident && q->flags != ident) {
+		conn_error(c, hdr, -EINVAL,
+			   "flags %#x: an identity hold or go is alone",
+			   q->flags);
 		return;
 	}
 	if (q->device >= c->srv->nr_dev) {
@@ -348,6 +360,16 @@ void handle_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	d = &c->srv->dev[q->device];
+	if (ident) {
+		ident_hold(c->srv, ident == DJINN_FAULT_IDENT_HOLD);
+		snprintf(r.what, sizeof(r.what), "loopback identities %s",
+			 ident == DJINN_FAULT_IDENT_HOLD ? "held" : "go on");
+		r.faults =
+			__atomic_load_n(&d->backend->faults, __ATOMIC_ACQUIRE);
+		snprintf(r.device, sizeof(r.device), "%s", d->name);
+		conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+		return;
+	}
 	ret = svc_fault_inject(d, q->flags, r.what, sizeof(r.what));
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", r.what);

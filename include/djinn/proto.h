@@ -1287,6 +1287,12 @@ static_assert(sizeof(struct djinn_admin_model_load) == 80, "model load");
  * djinnd stops reading requests, ends its sessions, closes every
  * connection and exits with status 74 so that systemd restarts it
  * (djinnd(8), EXIT STATUS).
+ *
+ * DJINN_FAULT_IDENT_HOLD and DJINN_FAULT_IDENT_GO fault nothing: the
+ * lookups of new loopback TCP connections' owners (sock_diag, on
+ * djinnd's identity thread) wait from the first until the second, so
+ * that a test can see the I/O thread go on meanwhile. @faults and
+ * @device are answered as they are.
  */
 /**
  * struct djinn_admin_fault_req - ADMIN_FAULT_INJECT's optional request
@@ -1303,6 +1309,8 @@ static_assert(sizeof(struct djinn_admin_fault_req) == 8, "fault req");
 
 /* djinn_admin_fault_req.flags */
 #define DJINN_FAULT_DEAD (1u << 0) /* the device dies: djinnd exits */
+#define DJINN_FAULT_IDENT_HOLD (1u << 1) /* no fault: identities wait */
+#define DJINN_FAULT_IDENT_GO (1u << 2) /* no fault: identities go on */
 
 struct djinn_admin_fault {
 	__u64 faults;

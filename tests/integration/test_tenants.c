@@ -383,6 +383,74 @@ static void test_tcp_closed_peer(void **state)
 	wait_log(fx->d.log, "its socket is closed): closed");
 }
 
+/* A TCP listener, and ADMIN_FAULT_INJECT for the identity hold. */
+static int setup_tcp_hold(void **state)
+{
+	static char listen[40];
+	const char *extra[] = { "--fault-injection", "--listen", listen, NULL };
+
+	tcp_port = dj_free_port();
+	if (!tcp_port)
+		return -1;
+	snprintf(listen, sizeof(listen), "tcp:127.0.0.1:%u", tcp_port);
+	return fx_start_args(state, DEV_MEM, 10000, extra);
+}
+
+/* Loopback identity lookups wait (@flags DJINN_FAULT_IDENT_HOLD) or go
+ * on (DJINN_FAULT_IDENT_GO). */
+static void ident_flags(struct fx *fx, uint32_t flags)
+{
+	struct djinn_admin_fault_req q = { .flags = flags };
+	struct dj_resp r;
+
+	call_ok(fx->adm, DJINN_MSG_ADMIN_FAULT_INJECT, 0, &q, sizeof(q), &r,
+		sizeof(struct djinn_admin_fault));
+	dj_resp_free(&r);
+}
+
+/*
+ * A loopback TCP peer's owner is looked up off the I/O thread, and its
+ * frames wait unread until it is known: with the lookups held, a TCP
+ * client of uid 65534 is accepted but its HELLO is not answered, while a
+ * unix client is served meanwhile; once they go on, the HELLO is
+ * answered and its session is its owner's tenant's.
+ */
+static void test_tcp_ident_async(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_admin_stats st0 = stats_now(fx);
+	struct dj_resp r;
+	char port[24];
+	uint64_t sid;
+	int ft, fu;
+
+	ident_flags(fx, DJINN_FAULT_IDENT_HOLD);
+	snprintf(port, sizeof(port), "tcp:%u", tcp_port);
+	ft = dj_connect_as(port, NOBODY, NOBODY, NULL, 0);
+	assert_true(ft >= 0);
+	assert_int_equal(dj_send(ft, DJINN_MSG_HELLO, 1, 0, NULL, 0), 0);
+	for (int i = 0; i < 500; i++) {
+		if (stats_now(fx).conns_accepted > st0.conns_accepted)
+			break;
+		usleep(10000);
+	}
+	assert_true(stats_now(fx).conns_accepted > st0.conns_accepted);
+	/* the I/O thread goes on: a unix client is served */
+	fu = connect_as(fx, 0, 0, NULL, 0);
+	close_session(fu, open_session(fu, "meanwhile"));
+	/* and the TCP peer's HELLO is still unread */
+	assert_int_equal(dj_recv(ft, &r, 0), -ETIMEDOUT);
+	ident_flags(fx, DJINN_FAULT_IDENT_GO);
+	assert_int_equal(dj_recv(ft, &r, DJ_TIMEOUT_MS), 1);
+	assert_int_equal(r.error, 0);
+	dj_resp_free(&r);
+	sid = open_session(ft, "late");
+	assert_string_equal(tenant_of(fx, sid, "late"), "uid:65534");
+	close_session(ft, sid);
+	close(ft);
+	close(fu);
+}
+
 static int setup_tcp_cap(void **state)
 {
 	return start_tcp(state, "server.max_sessions_per_uid=2");
@@ -872,6 +940,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_tcp_cap, setup_tcp_cap,
 						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_tcp_ident_async,
+						setup_tcp_hold, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_quotas, setup_quotas,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_text_race, setup_quotas,
