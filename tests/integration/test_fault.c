@@ -521,10 +521,16 @@ static void test_fault_dead(void **state)
 	struct dj_resp r;
 	int raw;
 
-	/* Unknown flag bits are refused and change nothing. */
-	q.flags = 1u << 1;
+	/* Unknown flag bits are refused and change nothing, and so is an
+	 * identity hold beside a fault. */
+	q.flags = 1u << 3;
 	djd_admin(&fx->d, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
 	assert_int_equal(r.error, -EINVAL);
+	dj_resp_free(&r);
+	q.flags = DJINN_FAULT_DEAD | DJINN_FAULT_IDENT_HOLD;
+	djd_admin(&fx->d, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
+	assert_int_equal(r.error, -EINVAL);
+	assert_non_null(strstr(r.msg, "an identity hold or go is alone"));
 	dj_resp_free(&r);
 	q.flags = DJINN_FAULT_DEAD | (1u << 31);
 	djd_admin(&fx->d, DJINN_MSG_ADMIN_FAULT_INJECT, &q, sizeof(q), &r);
