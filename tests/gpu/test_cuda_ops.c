@@ -590,7 +590,7 @@ static void test_attention_varlen(void **state)
 		gpu_put(&G, gi[0].addr, q, nbytes(&dq));
 		gpu_put(&G, gi[1].addr, k, nbytes(&dk));
 		gpu_put(&G, gi[2].addr, v, nbytes(&dk));
-		for (unsigned int i = 0, r = 0; i < N; r += Ts[i], i++) {
+		for (unsigned int i = 0; i < N; i++) {
 			uint64_t ga = 0;
 
 			c[i] = NULL;
