@@ -76,7 +76,8 @@ void graph_plan_free(struct graph_plan *plan)
 }
 
 int graph_plan(const struct djinn_graph_view *view,
-	       const struct djinn_tensor_desc *descs, struct vmu *v,
+	       const struct djinn_tensor_desc *descs,
+	       const struct graph_place *place, struct vmu *v,
 	       struct vmu_stack *st, struct graph_plan *plan)
 {
 	uint32_t n = view->g->nr_nodes;
@@ -93,8 +94,12 @@ int graph_plan(const struct djinn_graph_view *view,
 	for (uint32_t k = 0; k < view->g->nr_outputs; k++) {
 		uint32_t node = view->outputs[k];
 
+		if (place && place[k].host)
+			continue; /* on the stack, then to the host */
 		plan->output_of[node] = (int32_t)k;
-		plan->out_bytes += vmu_round(v, desc_bytes(&descs[node]));
+		if (!place || !place[k].into)
+			plan->out_bytes +=
+				vmu_round(v, desc_bytes(&descs[node]));
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		if (plan->output_of[i] >= 0)
@@ -111,22 +116,28 @@ int graph_plan(const struct djinn_graph_view *view,
 	return 0;
 }
 
-/* Destroy the first @n output regions made for a graph that failed. */
+/* Destroy the first @n output regions made for a graph that failed
+ * (0: an output placed elsewhere). */
 static void drop_regions(struct vmu_session *const *s, struct graph_result *res,
 			 uint32_t n)
 {
 	for (uint32_t k = 0; k < n; k++) {
+		if (!res->regions[k])
+			continue;
 		vmu_region_unpin(s[k], res->regions[k]);
 		vmu_region_destroy(s[k], res->regions[k]);
+		res->regions[k] = 0;
 	}
 }
 
-/* Make and pin the output regions; fills @addr[nr_outputs]. */
+/* Make and pin the output regions; fills @addr[nr_outputs] (an output
+ * placed elsewhere: its address, or 0 for one copied to the host). */
 static int make_outputs(struct vmu_session *const *s,
 			const struct djinn_graph_view *view,
 			const struct djinn_tensor_desc *descs,
-			struct vmu_resv *resv, struct graph_result *res,
-			uint64_t *addr, char *msg, size_t msglen)
+			const struct graph_place *place, struct vmu_resv *resv,
+			struct graph_result *res, uint64_t *addr, char *msg,
+			size_t msglen)
 {
 	uint32_t k;
 	int ret = 0;
@@ -135,6 +146,11 @@ static int make_outputs(struct vmu_session *const *s,
 		uint64_t bytes = desc_bytes(&descs[view->outputs[k]]);
 		struct vmu_region_info info;
 
+		if (place && (place[k].into || place[k].host)) {
+			res->regions[k] = 0;
+			addr[k] = place[k].into;
+			continue;
+		}
 		ret = vmu_region_create(s[k], bytes, &res->regions[k]);
 		if (ret)
 			break;
@@ -144,6 +160,7 @@ static int make_outputs(struct vmu_session *const *s,
 					     &info);
 		if (ret) {
 			vmu_region_destroy(s[k], res->regions[k]);
+			res->regions[k] = 0;
 			break;
 		}
 		addr[k] = info.addr;
@@ -329,11 +346,36 @@ static int stage_inputs(struct vmu *v, const struct djinn_graph_view *view,
 	return 0;
 }
 
+/* The outputs @place sends to the host, copied there from the values
+ * the graph left (on the stack, or a view of an input). */
+static int copy_to_host(struct vmu *v, const struct djinn_graph_view *view,
+			const struct graph_place *place,
+			const struct djinn_tensor_desc *descs,
+			const struct dj_tensor *vals, char *msg, size_t msglen)
+{
+	struct vmu_provider *p = vmu_provider(v);
+
+	for (uint32_t k = 0; place && k < view->g->nr_outputs; k++) {
+		uint32_t node = view->outputs[k];
+		int ret;
+
+		if (!place[k].host)
+			continue;
+		ret = p->ops->copy_dtoh(p, place[k].host, vals[node].addr,
+					desc_bytes(&descs[node]));
+		if (ret)
+			return errmsg(msg, msglen, ret, "output %u to host: %s",
+				      k, strerror(-ret));
+	}
+	return 0;
+}
+
 static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		     struct vmu_session *const *s,
 		     const struct djinn_graph_view *view,
 		     const struct dj_tensor *inputs,
 		     const uint8_t *const *in_fp,
+		     const struct graph_place *place,
 		     const struct djinn_tensor_desc *descs,
 		     struct graph_result *res, char *msg, size_t msglen)
 {
@@ -345,7 +387,7 @@ static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	int ret;
 
 	memset(res, 0, sizeof(*res));
-	ret = graph_plan(view, descs, v, st, &plan);
+	ret = graph_plan(view, descs, place, v, st, &plan);
 	if (ret)
 		return ret;
 	staged = staged_bytes(view, inputs);
@@ -373,7 +415,8 @@ static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		if (ret)
 			goto out_vals;
 	}
-	ret = make_outputs(s, view, descs, &resv, res, out_addr, msg, msglen);
+	ret = make_outputs(s, view, descs, place, &resv, res, out_addr, msg,
+			   msglen);
 	if (ret)
 		goto out_stack;
 	if (staged) {
@@ -393,11 +436,14 @@ static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 			vals, msg, msglen);
 	res->run_ns = mono_ns() - t0;
 	res->peak_bytes = plan.out_bytes + plan.stack_peak;
+	if (!ret)
+		ret = copy_to_host(v, view, place, descs, vals, msg, msglen);
 	if (ret)
 		drop_regions(s, res, nout);
 	else
 		for (uint32_t k = 0; k < nout; k++)
-			vmu_region_unpin(s[k], res->regions[k]);
+			if (res->regions[k])
+				vmu_region_unpin(s[k], res->regions[k]);
 out_stack:
 	free(in);
 	if (plan.stack_peak)
@@ -433,7 +479,7 @@ int graph_run_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 
 	if (!o)
 		return -ENOMEM;
-	ret = run_graph(v, st, b, o, view, inputs, in_fp, descs, res, msg,
+	ret = run_graph(v, st, b, o, view, inputs, in_fp, NULL, descs, res, msg,
 			msglen);
 	free(o);
 	return ret;
@@ -443,9 +489,10 @@ int graph_run_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		    struct vmu_session *const *owners,
 		    const struct djinn_graph_view *view,
 		    const struct dj_tensor *inputs,
+		    const struct graph_place *place,
 		    const struct djinn_tensor_desc *descs,
 		    struct graph_result *res, char *msg, size_t msglen)
 {
-	return run_graph(v, st, b, owners, view, inputs, NULL, descs, res, msg,
-			 msglen);
+	return run_graph(v, st, b, owners, view, inputs, NULL, place, descs,
+			 res, msg, msglen);
 }

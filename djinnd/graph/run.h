@@ -41,6 +41,8 @@
  * @out_bytes:  device bytes of the outputs, granule-rounded
  * @need:       what admission must grant (outputs + stack growth)
  * @output_of:  per node, its index among the graph's outputs, or -1
+ *              (an output copied to the host is planned as an
+ *              intermediate)
  * @stack_off:  per node, its offset on the stack (intermediates only),
  *              or GRAPH_VIEW: the node's result is its input's bytes,
  *              seen through its own desc, and nothing runs
@@ -55,10 +57,26 @@ struct graph_plan {
 	uint64_t *stack_off;
 };
 
-/* Plan @view whose node results have the shapes @descs[nr_nodes]. The
+/*
+ * struct graph_place - where one output of djinnd's own graph goes
+ * instead of a new data region (graph_run_owned())
+ * @into: nonzero: written at this device address, in a pinned region
+ *        its caller owns (a context's KV cache, past its rows)
+ * @host: non-NULL: the bytes are copied here once the graph has run;
+ *        on the device they are an intermediate, on the stack
+ * Both 0: a new region, as a client's graph's outputs.
+ */
+struct graph_place {
+	uint64_t into;
+	void *host;
+};
+
+/* Plan @view whose node results have the shapes @descs[nr_nodes]; the
+ * outputs go to @place[nr_outputs] (NULL: all to new regions). The
  * plan's arrays are malloc'd; graph_plan_free() frees them. */
 int graph_plan(const struct djinn_graph_view *view,
-	       const struct djinn_tensor_desc *descs, struct vmu *v,
+	       const struct djinn_tensor_desc *descs,
+	       const struct graph_place *place, struct vmu *v,
 	       struct vmu_stack *st, struct graph_plan *plan);
 void graph_plan_free(struct graph_plan *plan);
 
@@ -108,15 +126,19 @@ int graph_run_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		      struct graph_result *res, char *msg, size_t msglen);
 
 /*
- * As graph_run(), for a graph that runs the steps of several sessions
- * at once (a streamed model's batch, model/stream.h): output k becomes a
- * region of @owners[k] instead of @s. The graph's memory is admitted as
- * one, and on failure every output is destroyed as graph_run() does.
+ * As graph_run(), for djinnd's own graphs (the model runtime's, which
+ * run the steps of several sessions at once): output k becomes a region
+ * of @owners[k] instead of @s, or goes where @place[k] says (@place may
+ * be NULL): such an output has no region (res->regions[k] is 0), and on
+ * failure what was written at @into is unspecified. The graph's memory
+ * is admitted as one, and on failure every output region is destroyed
+ * as graph_run() does.
  */
 int graph_run_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		    struct vmu_session *const *owners,
 		    const struct djinn_graph_view *view,
 		    const struct dj_tensor *inputs,
+		    const struct graph_place *place,
 		    const struct djinn_tensor_desc *descs,
 		    struct graph_result *res, char *msg, size_t msglen);
 

@@ -224,10 +224,18 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 
 void ctx_part_drop(struct part *p)
 {
+	struct model_ctx *c = p->c;
+
 	if (p->own) {
-		drop(p->c->h->s, p->out[0], false);
-		drop(p->c->h->s, p->out[1], false);
+		drop(c->h->s, p->out[0], false);
+		drop(c->h->s, p->out[1], false);
 	}
+	if (p->kv_in_cache) /* not counted: the rows go */
+		vmu_region_resize(c->h->s, c->cache, c->len * c->tok_bytes,
+				  NULL);
+	free(p->logits_host);
+	p->logits_host = NULL;
+	p->kv_in_cache = false;
 	p->out[0] = p->out[1] = 0;
 	p->own = false;
 }
@@ -347,6 +355,39 @@ static int part_inputs(struct part *p, char *msg, size_t msglen)
 }
 
 /*
+ * Where the graph that ends @p's step puts its outputs (struct part):
+ * the cache grown by its rows (*@grown), and a host buffer for its
+ * logits unless the caller keeps them (*@logits). On failure, nothing.
+ */
+static int head_places(struct part *p, const struct fwd_seq *sq, bool *grown,
+		       void **logits, char *msg, size_t msglen)
+{
+	struct model_ctx *c = p->c;
+	size_t row = (size_t)c->h->m->cfg.vocab *
+		     djinn_dtype_size(c->h->m->layout.dtype);
+	uint64_t rows = (uint64_t)sq->P + sq->T;
+	int ret;
+
+	ret = vmu_region_resize(c->h->s, c->cache, rows * c->tok_bytes, NULL);
+	if (ret)
+		return errmsg(msg, msglen, ret,
+			      "KV cache growth to %llu tokens: %s",
+			      (unsigned long long)rows,
+			      ret == -EDQUOT ? "over the tenant's quota of "
+					       "device memory" :
+					       strerror(-ret));
+	*grown = true;
+	if (p->keep)
+		return 0;
+	*logits = malloc((sq->all ? sq->T : 1) * row);
+	if (*logits)
+		return 0;
+	vmu_region_resize(c->h->s, c->cache, c->len * c->tok_bytes, NULL);
+	*grown = false;
+	return errmsg(msg, msglen, -ENOMEM, "no memory for the logits");
+}
+
+/*
  * One graph: layers [@l0, @l1) of the steps of the @np parts @ps
  * (lbase: fwd_args'). Each part's inputs are its @out, and become the
  * graph's outputs for it. On failure nothing of any part changes, and
@@ -358,7 +399,8 @@ static int run_graph(struct part **ps, unsigned int np,
 {
 	struct fwd_seq seq[FWD_MAX_SEQ];
 	struct djinn_tensor_desc descs[2 * FWD_MAX_SEQ];
-	bool pinned[FWD_MAX_SEQ][3];
+	bool pinned[FWD_MAX_SEQ][3], grown[FWD_MAX_SEQ] = { false };
+	void *lhost[FWD_MAX_SEQ] = { NULL };
 	struct fwd_args a = {
 		.l0 = l0, .l1 = l1, .lbase = lbase, .nr_seq = np, .seq = seq
 	};
@@ -387,10 +429,16 @@ static int run_graph(struct part **ps, unsigned int np,
 		sq->P = c->len;
 		sq->head = p->head && l1 == c->h->m->cfg.n_layer;
 		sq->all = p->all;
-		if (sq->P) {
+		if (sq->head)
+			ret = head_places(p, sq, &grown[i], &lhost[i], msg,
+					  msglen);
+		if (!ret && (sq->P || sq->head)) {
 			sq->cache = pin_addr(s, c->cache, &ret);
 			pinned[i][0] = !ret;
+			if (!ret && sq->head)
+				sq->kv_into = sq->cache + sq->P * c->tok_bytes;
 		}
+		sq->logits_host = lhost[i];
 		if (!ret && l0) {
 			sq->hidden = pin_addr(s, p->out[0], &ret);
 			pinned[i][1] = !ret;
@@ -424,13 +472,21 @@ static int run_graph(struct part **ps, unsigned int np,
 			vmu_region_unpin(s, p->out[0]);
 		if (pinned[i][2])
 			vmu_region_unpin(s, p->out[1]);
-		if (ret)
+		if (ret) {
+			if (grown[i]) /* as it was */
+				vmu_region_resize(s, p->c->cache,
+						  p->c->len * p->c->tok_bytes,
+						  NULL);
+			free(lhost[i]);
 			continue;
+		}
 		ctx_part_drop(p);
 		p->out[0] = res.regions[2 * i];
 		p->out[1] = res.regions[2 * i + 1];
 		p->desc[0] = descs[2 * i];
 		p->desc[1] = descs[2 * i + 1];
+		p->kv_in_cache = grown[i];
+		p->logits_host = lhost[i];
 		p->own = true;
 	}
 	gb_free(g);
@@ -531,33 +587,38 @@ int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 	void *host;
 	int ret;
 
-	/* append the new keys and values: the region grows in place */
-	ret = vmu_region_resize(s, c->cache, (P + n) * c->tok_bytes, NULL);
-	if (!ret)
-		ret = copy_regions(env, s, c->cache, P * c->tok_bytes,
-				   p->out[1], n * c->tok_bytes);
-	if (ret) {
-		errmsg(msg, msglen, ret, "KV cache growth to %llu tokens: %s",
-		       (unsigned long long)(P + n), strerror(-ret));
-		vmu_region_resize(s, c->cache, P * c->tok_bytes, NULL);
+	/* the step's last graph wrote its keys and values into the cache,
+	 * past its rows (head_places()): they count from here */
+	if (!p->kv_in_cache) {
+		ret = errmsg(msg, msglen, -EINVAL,
+			     "the step's keys and values are not in the cache");
 		goto out;
 	}
+	p->kv_in_cache = false; /* the rows are the cache's to undo here */
 
 	/* the logits, (rows, V) in the weights' dtype: every row for the
-	 * caller's copy, else the last, which the context keeps */
+	 * caller's copy, else the last, which the context keeps (in host
+	 * memory already: logits_host, with the rows the caller wants) */
 	rows = p->desc[0].dims[0];
 	row_bytes = cfg->vocab * djinn_dtype_size(dt);
-	host = malloc(st->logits ? rows * row_bytes : row_bytes);
-	if (!host) {
+	if (p->logits_host) {
+		host = p->logits_host;
+		p->logits_host = NULL;
+		ret = 0;
+		if (!st->logits)
+			memmove(host, (uint8_t *)host + (rows - 1) * row_bytes,
+				row_bytes);
+	} else if (!(host = malloc(st->logits ? rows * row_bytes :
+						row_bytes))) {
 		ret = -ENOMEM;
 		vmu_region_resize(s, c->cache, P * c->tok_bytes, NULL);
 		goto out;
-	}
-	if (st->logits)
+	} else if (st->logits) {
 		ret = vmu_region_read(s, p->out[0], 0, host, rows * row_bytes);
-	else
+	} else {
 		ret = vmu_region_read(s, p->out[0], (rows - 1) * row_bytes,
 				      host, row_bytes);
+	}
 	if (!ret) {
 		if (st->logits)
 			djinn_half_to_f32(dt, host, st->logits,
@@ -594,6 +655,7 @@ int model_ctx_step(struct model_ctx *c, const struct model_env *env,
 			  .n = n,
 			  .head = true,
 			  .all = st->all,
+			  .keep = st->keep,
 			  .l1 = c->h->m->cfg.n_layer,
 			  .msg = msg,
 			  .msglen = msglen,

@@ -63,6 +63,11 @@ struct model_ctx {
  * @in, @in_mem: the step's ids and positions (cos and sin) in host
  *          memory (the positions in @in_mem, malloc'd), made once for
  *          all its graphs (@have_in)
+ * @keep, @kv_in_cache, @logits_host: the graph that ends the step writes
+ *          its keys and values into the cache, past its rows (grown for
+ *          them; ctx_commit() counts them, ctx_part_drop() gives the
+ *          rows back), and, unless @keep, its logits to @logits_host
+ *          (malloc'd): out[1], and then out[0], are 0
  * @ret, @msg: how it went
  * @env:    where it runs
  * @job:    its job in a pass (model_pass_layers())
@@ -79,6 +84,9 @@ struct part {
 	struct fwd_seq in;
 	void *in_mem;
 	bool have_in;
+	bool keep; /* the caller keeps the logits on the device */
+	bool kv_in_cache; /* the keys and values are in the cache already */
+	void *logits_host; /* the logits, when not in out[0] */
 	bool entered;
 	char *msg;
 	size_t msglen;
@@ -108,10 +116,11 @@ int ctx_check_step(struct model_ctx *c, const int32_t *tokens, uint32_t n,
 		   char *msg, size_t msglen);
 /* Whether a break after layer @brk - 1 is one. */
 int ctx_check_brk(struct model_ctx *c, uint32_t brk, char *msg, size_t msglen);
-/* A step of @n tokens has run through every layer (@p's outputs):
- * append its keys and values to the cache, take its logits (@st's
- * choices). On failure the context is as it was. @p's regions are gone
- * either way (but a kept one, which is @st's). */
+/* A step of @n tokens has run through every layer (@p's outputs, its
+ * keys and values in the cache past its rows already): count them, take
+ * its logits (@st's choices). On failure the context is as it was. @p's
+ * regions and buffers are gone either way (but a kept one, which is
+ * @st's). */
 int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 	       struct part *p, struct model_step *st, char *msg, size_t msglen);
 /* @p ran layers 0 .. brk - 1 of a step of @n tokens: the context pauses

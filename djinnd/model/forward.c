@@ -106,7 +106,8 @@ uint32_t gb_op(struct gbuild *g, unsigned int op, unsigned int nr,
 	return GB_NODE | g->nr_nodes++;
 }
 
-void gb_output(struct gbuild *g, uint32_t v, unsigned int residency)
+void gb_output_place(struct gbuild *g, uint32_t v, unsigned int residency,
+		     uint64_t into, void *host)
 {
 	if (g->err)
 		return;
@@ -117,7 +118,14 @@ void gb_output(struct gbuild *g, uint32_t v, unsigned int residency)
 	}
 	g->nodes[v & ~GB_NODE].residency = (uint8_t)residency;
 	g->out_s[g->nr_out] = g->owner;
+	g->place[g->nr_out].into = into;
+	g->place[g->nr_out].host = into ? NULL : host;
 	g->out[g->nr_out++] = v & ~GB_NODE;
+}
+
+void gb_output(struct gbuild *g, uint32_t v, unsigned int residency)
+{
+	gb_output_place(g, v, residency, 0, NULL);
 }
 
 int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
@@ -179,7 +187,7 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 			g->out_s[k] = s;
 	if (!ret)
 		ret = graph_run_owned(env->v, env->st, env->b, g->out_s, &view,
-				      g->in, nd, res, msg, msglen);
+				      g->in, g->place, nd, res, msg, msglen);
 	if (!ret)
 		for (uint32_t k = 0; k < g->nr_out; k++)
 			descs[k] = nd[g->out[k]];
@@ -463,15 +471,17 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 		if (sq->head) {
 			uint32_t n = sq->all ? sq->T : 1;
 
-			gb_output(g,
-				  nh == 1 ? logits :
-					    slice(g, logits, 0, at, at + n),
-				  DJINN_RES_OUTPUT);
+			gb_output_place(g,
+					nh == 1 ?
+						logits :
+						slice(g, logits, 0, at, at + n),
+					DJINN_RES_OUTPUT, 0, sq->logits_host);
 			at += n;
 		} else {
 			gb_output(g, rows_of(f, x, i), DJINN_RES_ACTIVATION);
 		}
-		gb_output(g, rows_of(f, all_kv, i), DJINN_RES_KV_CACHE);
+		gb_output_place(g, rows_of(f, all_kv, i), DJINN_RES_KV_CACHE,
+				sq->head ? sq->kv_into : 0, NULL);
 	}
 	g->owner = NULL;
 }

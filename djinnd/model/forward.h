@@ -39,6 +39,7 @@ struct gbuild {
 	 * gb_output() takes @owner */
 	struct vmu_session *owner;
 	struct vmu_session *out_s[DJINN_MAX_GRAPH_OUTPUTS];
+	struct graph_place place[DJINN_MAX_GRAPH_OUTPUTS];
 	/* the contexts' table of a pass's varlen attention (lib/graph.h),
 	 * a host input of the graph */
 	int64_t varlen[DJINN_VARLEN_MAX][DJINN_VARLEN_COLS];
@@ -61,6 +62,10 @@ uint32_t gb_op(struct gbuild *g, unsigned int op, unsigned int nr,
 /* Mark @v an output (its result kept in a new data region of
  * @g->owner, or of gb_run()'s session). */
 void gb_output(struct gbuild *g, uint32_t v, unsigned int residency);
+/* The same, written at device address @into, or (@into 0) copied to
+ * @host once the graph has run: no region (struct graph_place). */
+void gb_output_place(struct gbuild *g, uint32_t v, unsigned int residency,
+		     uint64_t into, void *host);
 
 /*
  * struct model_env - where a forward pass runs
@@ -95,6 +100,10 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
  * @hidden: l0 > 0: (T, n_embd) the hidden state entering layer l0
  * @kv_in:  l0 > 0: (T, 2 l0, n_kv_head head_dim), the new keys and
  *          values of layers 0 .. l0 - 1 (from the parts before)
+ * @kv_into: with @head, nonzero: its keys and values are written there
+ *          (the cache's rows P .. P + T - 1), not to a region
+ * @logits_host: with @head, non-NULL: its logits are copied there, not
+ *          kept in a region
  */
 struct fwd_seq {
 	struct vmu_session *s;
@@ -102,6 +111,8 @@ struct fwd_seq {
 	bool head, all;
 	const void *ids, *pos, *cos, *sin;
 	uint64_t cache, hidden, kv_in;
+	uint64_t kv_into;
+	void *logits_host;
 };
 
 /*
@@ -120,7 +131,8 @@ struct fwd_seq {
  * gbuild.varlen). The graph's outputs are two per context, in
  * order: the logits (@head: (T or 1, vocab)) or the hidden state after
  * layer l1 - 1 (T, n_embd), then the new keys and values of layers 0 ..
- * l1 - 1 (T, 2 l1, n_kv_head head_dim), @head's to append to the cache.
+ * l1 - 1 (T, 2 l1, n_kv_head head_dim), @head's to append to the cache
+ * (or placed: @kv_into, @logits_host; its region is then 0).
  * Splitting a step into parts computes the same bits as running it
  * whole: every value is stored in the weights' dtype either way. With
  * one context the graph is the one a context alone runs.

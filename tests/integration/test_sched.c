@@ -53,7 +53,7 @@
 #define AGENT_GPT2                                                 \
 	"--arch gpt2 --layers 32 --embd 64 --heads 2 --vocab 256 " \
 	"--ctx 1024 --seed 11"
-#define AGENT_MEM "32M"
+#define AGENT_MEM "28M"
 /* 4 layers of about 3.9 MB, embeddings and head about 1 MB: 18 MiB of
  * text whole, 14 MiB with one layer left and a ring of two */
 #define BIG_LLAMA                                                   \

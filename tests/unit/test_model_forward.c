@@ -627,11 +627,12 @@ static void test_fork_and_seed(void **state)
 
 /*
  * Passes (model_pass()): 60 contexts of a 20-layer model, prompts of
- * different lengths, decoding together: the outputs of all 61 steps (a
- * region each, 2 MiB with the granule) do not fit the fixture's 256 MiB
- * device, so each pass's graph is refused for memory and runs as two of
- * half as many, and each context's tokens are those it decodes alone. And a prompt split over passes (grant: chunked
- * prefill) beside them leaves the logits of the prompt run whole.
+ * different lengths, decoding together, each context's tokens those it
+ * decodes alone: the first pass as one graph; the others on a stack too
+ * small for a whole pass's intermediates, refused for memory and run as
+ * two graphs of half as many. And a prompt split over passes (grant:
+ * chunked prefill) beside them leaves the logits of the prompt run
+ * whole.
  */
 #define PASS_CTX 60
 #define PASS_TOK 3
@@ -648,6 +649,8 @@ static void test_pass_many(void **state)
 	float *whole, *chunked;
 	uint32_t V = h->m->cfg.vocab;
 	unsigned int passes = 0;
+	struct model_env tight = f->env;
+	struct vmu_stats vs;
 	uint64_t graphs;
 
 	whole = xmalloc(40 * V * sizeof(float));
@@ -694,14 +697,23 @@ static void test_pass_many(void **state)
 	graphs = model_ctx_graphs();
 	while (!q[PASS_CTX].done || !q[0].done) {
 		q[PASS_CTX].grant = 16;
-		model_pass(qs, PASS_CTX + 1, &f->env);
-		passes++;
+		model_pass(qs, PASS_CTX + 1, passes ? &tight : &f->env);
+		if (passes++)
+			continue;
+		/* the others on a stack of three quarters of what the
+		 * first took (as many rows but the last chunk's 8) */
+		vmu_get_stats(f->env.v, &vs);
+		assert_int_equal(vmu_stack_create(f->env.v,
+						  vs.stack_last_peak * 3 / 4,
+						  &tight.st),
+				 0);
 	}
 	assert_int_equal(passes, PASS_TOK);
-	/* each pass one graph refused for memory, then two of half the
-	 * contexts, and none alone */
+	/* the first pass one graph, each other one refused for memory,
+	 * then two of half the contexts; none alone */
 	graphs = model_ctx_graphs() - graphs;
-	assert_int_equal(graphs, PASS_TOK * 3);
+	assert_int_equal(graphs, 1 + (PASS_TOK - 1) * 3);
+	vmu_stack_destroy(tight.st);
 	for (int i = 0; i <= PASS_CTX; i++) {
 		assert_true(q[i].done);
 		if (q[i].ret)
@@ -715,10 +727,11 @@ static void test_pass_many(void **state)
 		if (fabsf(whole[k] - chunked[k]) > 1e-4f)
 			fail_msg("the prompt in chunks: logit %zu %g, whole %g",
 				 k, (double)chunked[k], (double)whole[k]);
-	printf("  %d contexts of a 20-layer model in %u passes of two graphs "
-	       "each after one refused for memory, their tokens alone; a "
+	printf("  %d contexts of a 20-layer model in %u passes, the last ones "
+	       "as halves on a stack of %llu bytes, their tokens alone; a "
 	       "prompt of 40 in chunks of 16: its logits\n",
-	       PASS_CTX, passes);
+	       PASS_CTX, passes,
+	       (unsigned long long)(vs.stack_last_peak * 3 / 4));
 	for (int i = 0; i <= PASS_CTX; i++)
 		model_ctx_free(c[i]);
 	free(whole);
@@ -728,9 +741,12 @@ static void test_pass_many(void **state)
 
 /*
  * One context of a pass whose step cannot have its memory (its tenant's
- * quota is full) beside three that decode: the pass's graph fails, each
- * step runs again alone, and only that context's request fails
- * (-EDQUOT), its context as it was; the others get their tokens alone.
+ * quota is full: the prefill of a fresh context needs its cache's first
+ * granule; a step writes nothing else to the tenant's memory, its keys
+ * and values going into the cache and its logits to the host) beside
+ * three that decode: the pass fails, each step runs again alone, and
+ * only that context's request fails (-EDQUOT), its context as it was;
+ * the others get their tokens alone.
  */
 static void test_pass_fault(void **state)
 {
@@ -748,7 +764,8 @@ static void test_pass_fault(void **state)
 		fail_msg("%s", msg[0]);
 	for (int i = 0; i < 4; i++) {
 		c[i] = ctx(i < 3 ? h : ht, 32);
-		prefill(f, c[i], prompt + i, 3 + i, NULL);
+		if (i < 3)
+			prefill(f, c[i], prompt + i, 3 + i, NULL);
 	}
 	for (int i = 0; i < 3; i++) {
 		if (model_ctx_decode(c[i], &f->env, 4,
@@ -758,15 +775,18 @@ static void test_pass_fault(void **state)
 		assert_int_equal(model_ctx_reset(c[i]), 0);
 		prefill(f, c[i], prompt + i, 3 + i, NULL);
 	}
-	/* "tight" may hold what it holds now, no more */
+	/* "tight" may hold what it holds now (nothing), no granule more (a
+	 * quota of 0 would be none) */
 	assert_int_equal(vmu_tenant_usage(f->env.v, "tight", &u), 0);
 	assert_int_equal(vmu_tenant_set_quota(f->env.v, "tight",
-					      u.data_bytes + u.text_bytes),
+					      u.data_bytes + u.text_bytes + 1),
 			 0);
 	for (int i = 0; i < 4; i++) {
 		q[i] = (struct model_req){ .c = c[i],
-					   .kind = MODEL_REQ_DECODE,
-					   .n = 4,
+					   .kind = i < 3 ? MODEL_REQ_DECODE :
+							   MODEL_REQ_PREFILL,
+					   .n = i < 3 ? 4 : 6,
+					   .tokens = prompt + 3,
 					   .sp = { .top_p = 1 },
 					   .r = { .out = tok[i] },
 					   .msg = msg[i],
@@ -789,12 +809,13 @@ static void test_pass_fault(void **state)
 	assert_int_equal(q[3].ret, -EDQUOT);
 	assert_non_null(strstr(msg[3], "over the tenant's quota"));
 	assert_int_equal(q[3].r.nr_out, 0);
-	assert_int_equal(model_ctx_len(c[3]), 6); /* as it was */
+	assert_int_equal(model_ctx_len(c[3]), 0); /* as it was */
 	printf("  three contexts beside one over its quota: their tokens "
 	       "alone; it: %s\n",
 	       msg[3]);
-	/* room again: it decodes */
+	/* room again: it prefills and decodes */
 	assert_int_equal(vmu_tenant_set_quota(f->env.v, "tight", 0), 0);
+	prefill(f, c[3], prompt + 3, 6, NULL);
 	if (model_ctx_decode(c[3], &f->env, 4,
 			     &(struct model_sampling){ .top_p = 1 }, tok[3],
 			     msg[3], sizeof(msg[3])))
@@ -1239,6 +1260,69 @@ static void test_break_refused(void **state)
 /* ---------------------------------------------------------------------- */
 /* Grouped-query attention, as an op */
 
+/*
+ * Where djinnd's own graph puts its outputs (struct graph_place): one
+ * written at an address in a region the caller owns, one copied to the
+ * host, one in a new region as a client's; an input staged from host
+ * memory. Only the last makes a region, and its bytes count in the
+ * admission; the others' are exact.
+ */
+static void test_places(void **state)
+{
+	struct model_fix *f = *state;
+	const float x[4] = { 1, -2, 3.5f, 8 };
+	float host[4] = { 0 }, into[4] = { 0 }, kept[4] = { 0 };
+	uint64_t dims[1] = { 4 }, own, before;
+	struct djinn_tensor_desc od[3];
+	struct djinn_p_scalar p2 = { .alpha = 2 }, p3 = { .alpha = 3 },
+			      p4 = { .alpha = 4 };
+	struct vmu_region_info info;
+	struct graph_result res;
+	struct gbuild *g = gb_new();
+	struct vmu_usage u;
+	char msg[ST_MSG_LEN];
+	uint32_t in;
+
+	assert_non_null(g);
+	assert_int_equal(vmu_region_create(f->s, sizeof(into), &own), 0);
+	assert_int_equal(vmu_region_resize(f->s, own, sizeof(into), NULL), 0);
+	assert_int_equal(vmu_region_pin(f->s, own, NULL, &info), 0);
+	vmu_session_usage(f->s, &u);
+	before = u.regions;
+
+	in = gb_host_input(g, x, DJINN_DTYPE_F32, 1, dims);
+	gb_output_place(g, gb_op(g, DJINN_GOP_SCALE, 1, &in, &p2, sizeof(p2)),
+			DJINN_RES_OUTPUT, 0, host);
+	gb_output_place(g, gb_op(g, DJINN_GOP_SCALE, 1, &in, &p3, sizeof(p3)),
+			DJINN_RES_OUTPUT, info.addr, NULL);
+	gb_output(g, gb_op(g, DJINN_GOP_SCALE, 1, &in, &p4, sizeof(p4)),
+		  DJINN_RES_OUTPUT);
+	if (gb_run(g, &f->env, f->s, &res, od, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	assert_int_equal(res.regions[0], 0);
+	assert_int_equal(res.regions[1], 0);
+	assert_true(res.regions[2] != 0);
+	/* one granule admitted for outputs (the stack's bytes are few) */
+	assert_true(res.peak_bytes >= vmu_round(f->env.v, 1));
+	assert_true(res.peak_bytes < 2 * vmu_round(f->env.v, 1));
+	vmu_session_usage(f->s, &u);
+	assert_int_equal(u.regions, before + 1);
+	assert_int_equal(vmu_region_read(f->s, own, 0, into, sizeof(into)), 0);
+	assert_int_equal(vmu_region_read(f->s, res.regions[2], 0, kept,
+					 sizeof(kept)),
+			 0);
+	for (int i = 0; i < 4; i++) {
+		assert_true(host[i] == 2 * x[i]);
+		assert_true(into[i] == 3 * x[i]);
+		assert_true(kept[i] == 4 * x[i]);
+	}
+	assert_int_equal(od[0].dims[0], 4);
+	vmu_region_destroy(f->s, res.regions[2]);
+	vmu_region_unpin(f->s, own);
+	vmu_region_destroy(f->s, own);
+	gb_free(g);
+}
+
 static void test_gqa_attention(void **state)
 {
 	enum { H = 4, Hk = 2, T = 3, S = 5, D = 8 };
@@ -1385,7 +1469,8 @@ int main(void)
 		TEST(test_pass_many),	  TEST(test_pass_fault),
 		TEST(test_keep_logits),	  TEST(test_sample),
 		TEST(test_gqa_attention), TEST(test_break_same),
-		TEST(test_steer),	  TEST(test_break_refused),
+		TEST(test_places),	  TEST(test_steer),
+		TEST(test_break_refused),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
