@@ -125,6 +125,7 @@ void model_ctx_free(struct model_ctx *c)
 	model_ctx_abandon(c);
 	vmu_region_destroy(c->h->s, c->cache);
 	free(c->logits);
+	free(c->raw);
 	free(c);
 }
 
@@ -233,8 +234,7 @@ void ctx_part_drop(struct part *p)
 	if (p->kv_in_cache) /* not counted: the rows go */
 		vmu_region_resize(c->h->s, c->cache, c->len * c->tok_bytes,
 				  NULL);
-	free(p->logits_host);
-	p->logits_host = NULL;
+	p->logits_host = NULL; /* the context's */
 	p->kv_in_cache = false;
 	p->out[0] = p->out[1] = 0;
 	p->own = false;
@@ -356,8 +356,9 @@ static int part_inputs(struct part *p, char *msg, size_t msglen)
 
 /*
  * Where the graph that ends @p's step puts its outputs (struct part):
- * the cache grown by its rows (*@grown), and a host buffer for its
- * logits unless the caller keeps them (*@logits). On failure, nothing.
+ * the cache grown by its rows (*@grown), and the context's raw buffer
+ * for its logits unless the caller keeps them (*@logits; it grows to the
+ * most rows a step asked for, and stays). On failure, nothing.
  */
 static int head_places(struct part *p, const struct fwd_seq *sq, bool *grown,
 		       void **logits, char *msg, size_t msglen)
@@ -379,12 +380,22 @@ static int head_places(struct part *p, const struct fwd_seq *sq, bool *grown,
 	*grown = true;
 	if (p->keep)
 		return 0;
-	*logits = malloc((sq->all ? sq->T : 1) * row);
-	if (*logits)
-		return 0;
-	vmu_region_resize(c->h->s, c->cache, c->len * c->tok_bytes, NULL);
-	*grown = false;
-	return errmsg(msg, msglen, -ENOMEM, "no memory for the logits");
+	row *= sq->all ? sq->T : 1;
+	if (row > c->raw_cap) {
+		void *b = realloc(c->raw, row);
+
+		if (!b) {
+			vmu_region_resize(c->h->s, c->cache,
+					  c->len * c->tok_bytes, NULL);
+			*grown = false;
+			return errmsg(msg, msglen, -ENOMEM,
+				      "no memory for the logits");
+		}
+		c->raw = b;
+		c->raw_cap = row;
+	}
+	*logits = c->raw;
+	return 0;
 }
 
 /*
@@ -477,7 +488,6 @@ static int run_graph(struct part **ps, unsigned int np,
 				vmu_region_resize(s, p->c->cache,
 						  p->c->len * p->c->tok_bytes,
 						  NULL);
-			free(lhost[i]);
 			continue;
 		}
 		ctx_part_drop(p);
@@ -596,28 +606,38 @@ int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 	}
 	p->kv_in_cache = false; /* the rows are the cache's to undo here */
 
-	/* the logits, (rows, V) in the weights' dtype: every row for the
-	 * caller's copy, else the last, which the context keeps (in host
-	 * memory already: logits_host, with the rows the caller wants) */
+	/* the logits, (rows, V) in the weights' dtype, in the context's
+	 * raw buffer: every row for the caller's copy, else the last, which
+	 * the context keeps (there already, logits_host, unless the caller
+	 * keeps them on the device: read back from that region then) */
 	rows = p->desc[0].dims[0];
 	row_bytes = cfg->vocab * djinn_dtype_size(dt);
+	ret = 0;
 	if (p->logits_host) {
 		host = p->logits_host;
 		p->logits_host = NULL;
-		ret = 0;
 		if (!st->logits)
 			memmove(host, (uint8_t *)host + (rows - 1) * row_bytes,
 				row_bytes);
-	} else if (!(host = malloc(st->logits ? rows * row_bytes :
-						row_bytes))) {
-		ret = -ENOMEM;
-		vmu_region_resize(s, c->cache, P * c->tok_bytes, NULL);
-		goto out;
-	} else if (st->logits) {
-		ret = vmu_region_read(s, p->out[0], 0, host, rows * row_bytes);
 	} else {
-		ret = vmu_region_read(s, p->out[0], (rows - 1) * row_bytes,
-				      host, row_bytes);
+		uint64_t want = st->logits ? rows * row_bytes : row_bytes;
+
+		if (want > c->raw_cap) {
+			void *b = realloc(c->raw, want);
+
+			if (b) {
+				c->raw = b;
+				c->raw_cap = want;
+			} else {
+				ret = -ENOMEM;
+			}
+		}
+		host = c->raw;
+		if (!ret)
+			ret = vmu_region_read(
+				s, p->out[0],
+				st->logits ? 0 : (rows - 1) * row_bytes, host,
+				want);
 	}
 	if (!ret) {
 		if (st->logits)
@@ -640,7 +660,6 @@ int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 		       strerror(-ret));
 		vmu_region_resize(s, c->cache, P * c->tok_bytes, NULL);
 	}
-	free(host);
 out:
 	ctx_part_drop(p);
 	return ret;

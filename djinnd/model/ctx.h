@@ -47,6 +47,10 @@ struct model_ctx {
 	float *logits; /* vocab */
 	bool have_logits;
 	struct model_pause pz;
+	/* the last step's logits as its graph left them (the weights'
+	 * dtype), kept from step to step: no allocation a step */
+	void *raw;
+	size_t raw_cap;
 };
 
 /*
@@ -67,7 +71,7 @@ struct model_ctx {
  *          its keys and values into the cache, past its rows (grown for
  *          them; ctx_commit() counts them, ctx_part_drop() gives the
  *          rows back), and, unless @keep, its logits to @logits_host
- *          (malloc'd): out[1], and then out[0], are 0
+ *          (the context's raw buffer): out[1], and then out[0], are 0
  * @ret, @msg: how it went
  * @env:    where it runs
  * @job:    its job in a pass (model_pass_layers())
