@@ -159,6 +159,11 @@ uint64_t model_ctx_graphs(void)
 	return __atomic_load_n(&graphs_run, __ATOMIC_RELAXED);
 }
 
+uint64_t model_ctx_raw_bytes(const struct model_ctx *c)
+{
+	return c->raw_cap;
+}
+
 uint64_t model_ctx_token_bytes(const struct model_ctx *c)
 {
 	return c->tok_bytes;
@@ -354,6 +359,21 @@ static int part_inputs(struct part *p, char *msg, size_t msglen)
 	return 0;
 }
 
+/* The raw buffer back to one row after a step that wanted every row's
+ * logits (a prompt's can be a gigabyte): only a row stays between
+ * steps. */
+static void ctx_raw_trim(struct model_ctx *c)
+{
+	size_t row = (size_t)c->h->m->cfg.vocab *
+		     djinn_dtype_size(c->h->m->layout.dtype);
+
+	if (c->raw_cap > row) {
+		free(c->raw);
+		c->raw = NULL;
+		c->raw_cap = 0;
+	}
+}
+
 /*
  * Where the graph that ends @p's step puts its outputs (struct part):
  * the cache grown by its rows (*@grown), and the context's raw buffer
@@ -488,6 +508,7 @@ static int run_graph(struct part **ps, unsigned int np,
 				vmu_region_resize(s, p->c->cache,
 						  p->c->len * p->c->tok_bytes,
 						  NULL);
+			ctx_raw_trim(p->c);
 			continue;
 		}
 		ctx_part_drop(p);
@@ -662,6 +683,7 @@ int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 	}
 out:
 	ctx_part_drop(p);
+	ctx_raw_trim(c);
 	return ret;
 }
 

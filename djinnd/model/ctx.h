@@ -48,7 +48,8 @@ struct model_ctx {
 	bool have_logits;
 	struct model_pause pz;
 	/* the last step's logits as its graph left them (the weights'
-	 * dtype), kept from step to step: no allocation a step */
+	 * dtype), kept from step to step: no allocation a step (one row;
+	 * a step that wants every row's grows it for its own time) */
 	void *raw;
 	size_t raw_cap;
 };

@@ -17,5 +17,8 @@ uint64_t model_ctx_token_bytes(const struct model_ctx *c);
 /* Forward graphs this process's contexts built and ran, ever (not
  * those too big to build). */
 uint64_t model_ctx_graphs(void);
+/* Bytes of host memory the context keeps for its raw logits between
+ * steps (one row, or 0). */
+uint64_t model_ctx_raw_bytes(const struct model_ctx *c);
 
 #endif /* DJINN_MODEL_RUNTIME_TEST_H */

@@ -674,6 +674,9 @@ static void test_pass_many(void **state)
 	if (model_ctx_prefill(c[PASS_CTX], &f->env, longp, 40, whole, msg[0],
 			      sizeof(msg[0])))
 		fail_msg("the prompt whole: %s", msg[0]);
+	/* every row's logits were the step's: one row stays */
+	assert_int_equal(model_ctx_raw_bytes(c[PASS_CTX]), 0);
+	assert_int_equal(model_ctx_raw_bytes(c[0]), V * sizeof(float));
 	assert_int_equal(model_ctx_reset(c[PASS_CTX]), 0);
 
 	for (int i = 0; i <= PASS_CTX; i++) {
