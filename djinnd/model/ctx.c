@@ -20,13 +20,10 @@
 /* ---------------------------------------------------------------------- */
 /* Regions */
 
-static void drop(struct vmu_session *s, uint64_t handle, bool pinned)
+static void drop(struct vmu_session *s, uint64_t handle)
 {
-	if (!handle)
-		return;
-	if (pinned)
-		vmu_region_unpin(s, handle);
-	vmu_region_destroy(s, handle);
+	if (handle)
+		vmu_region_destroy(s, handle);
 }
 
 static uint64_t pin_addr(struct vmu_session *s, uint64_t handle, int *ret)
@@ -233,8 +230,8 @@ void ctx_part_drop(struct part *p)
 	struct model_ctx *c = p->c;
 
 	if (p->own) {
-		drop(c->h->s, p->out[0], false);
-		drop(c->h->s, p->out[1], false);
+		drop(c->h->s, p->out[0]);
+		drop(c->h->s, p->out[1]);
 	}
 	if (p->kv_in_cache) /* not counted: the rows go */
 		vmu_region_resize(c->h->s, c->cache, c->len * c->tok_bytes,
@@ -374,6 +371,21 @@ static void ctx_raw_trim(struct model_ctx *c)
 	}
 }
 
+/* The raw buffer holds @bytes (grown, and kept): 0 or -ENOMEM. */
+static int ctx_raw_room(struct model_ctx *c, size_t bytes)
+{
+	void *b;
+
+	if (bytes <= c->raw_cap)
+		return 0;
+	b = realloc(c->raw, bytes);
+	if (!b)
+		return -ENOMEM;
+	c->raw = b;
+	c->raw_cap = bytes;
+	return 0;
+}
+
 /*
  * Where the graph that ends @p's step puts its outputs (struct part):
  * the cache grown by its rows (*@grown), and the context's raw buffer
@@ -400,19 +412,11 @@ static int head_places(struct part *p, const struct fwd_seq *sq, bool *grown,
 	*grown = true;
 	if (p->keep)
 		return 0;
-	row *= sq->all ? sq->T : 1;
-	if (row > c->raw_cap) {
-		void *b = realloc(c->raw, row);
-
-		if (!b) {
-			vmu_region_resize(c->h->s, c->cache,
-					  c->len * c->tok_bytes, NULL);
-			*grown = false;
-			return errmsg(msg, msglen, -ENOMEM,
-				      "no memory for the logits");
-		}
-		c->raw = b;
-		c->raw_cap = row;
+	if (ctx_raw_room(c, row * (sq->all ? sq->T : 1))) {
+		vmu_region_resize(c->h->s, c->cache, c->len * c->tok_bytes,
+				  NULL);
+		*grown = false;
+		return errmsg(msg, msglen, -ENOMEM, "no memory for the logits");
 	}
 	*logits = c->raw;
 	return 0;
@@ -643,16 +647,7 @@ int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 	} else {
 		uint64_t want = st->logits ? rows * row_bytes : row_bytes;
 
-		if (want > c->raw_cap) {
-			void *b = realloc(c->raw, want);
-
-			if (b) {
-				c->raw = b;
-				c->raw_cap = want;
-			} else {
-				ret = -ENOMEM;
-			}
-		}
+		ret = ctx_raw_room(c, want);
 		host = c->raw;
 		if (!ret)
 			ret = vmu_region_read(

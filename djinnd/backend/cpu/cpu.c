@@ -481,29 +481,27 @@ static int cache_slots(struct cpu_backend *cb, unsigned int dtype,
 	return ret;
 }
 
-/* DJINN_ATTN_VARLEN (lib/graph.h): every context's caches' two slots,
- * then cpu_attention_varlen() */
-static int op_attention_varlen(struct cpu_backend *cb,
-			       const struct djinn_node *node,
-			       const struct dj_tensor *in,
-			       const struct dj_tensor *out, char *msg,
-			       size_t msglen)
+/*
+ * Attention of @n contexts (@a[n]; @caches[n] each's cache bytes, NULL
+ * for none): q, k, v and the result as f32, each cache's two slots in
+ * place (f32) or widened, then cpu_attention() of the one (@row0 NULL)
+ * or cpu_attention_varlen() of them all.
+ */
+static int attend(struct cpu_backend *cb, const struct djinn_node *node,
+		  const struct dj_tensor *in, const struct dj_tensor *out,
+		  struct cpu_attn *a, const size_t *row0,
+		  const uint8_t *const *caches, size_t n, char *msg,
+		  size_t msglen)
 {
 	const struct djinn_p_attention *p = &node->params.attention;
 	unsigned int dt = in[0].desc.dtype;
-	struct cpu_attn a[DJINN_VARLEN_MAX];
-	size_t row0[DJINN_VARLEN_MAX], n, P = 0;
-	const int64_t *tab = in[3].host;
 	float *cache = NULL, *at;
 	struct f32_view f;
+	size_t P = 0;
 	int ret;
 
-	ret = cpu_varlen_init(a, row0, node, in, &out->desc, msg, msglen);
-	if (ret)
-		return ret;
-	n = in[3].desc.dims[0];
 	for (size_t i = 0; i < n && dt != DJINN_DTYPE_F32; i++)
-		P += a[i].P;
+		P += caches[i] ? a[i].P : 0;
 	if (P) {
 		cache = malloc(2 * P * a[0].Hk * a[0].D * sizeof(float));
 		if (!cache)
@@ -517,36 +515,36 @@ static int op_attention_varlen(struct cpu_backend *cb,
 	}
 	at = cache;
 	for (size_t i = 0; i < n && !ret; i++) {
-		const int64_t *r = tab + i * DJINN_VARLEN_COLS;
-
-		if (!a[i].P)
+		if (!caches[i] || !a[i].P)
 			continue;
-		ret = cache_slots(
-			cb, dt,
-			(const uint8_t *)(uintptr_t)r[DJINN_VARLEN_CACHE],
-			p->cache_k, p->cache_v, at, &a[i]);
+		ret = cache_slots(cb, dt, caches[i], p->cache_k, p->cache_v, at,
+				  &a[i]);
 		if (dt != DJINN_DTYPE_F32)
 			at += 2 * a[i].P * a[i].Hk * a[i].D;
 	}
 	if (!ret)
-		ret = cpu_attention_varlen(cb->pool, f.out, f.in[0], f.in[1],
-					   f.in[2], a, row0, n);
+		ret = row0 ? cpu_attention_varlen(cb->pool, f.out, f.in[0],
+						  f.in[1], f.in[2], a, row0,
+						  n) :
+			     cpu_attention(cb->pool, f.out, f.in[0], f.in[1],
+					   f.in[2], a);
 	if (ret == -ENOMEM)
 		errmsg(msg, msglen, ret, "no memory for attention scores");
 	free(cache);
 	return f32_end(cb, out, &f, ret);
 }
 
-/* ATTENTION (enum djinn_attn_layout): see cpu_attn_init() */
+/* ATTENTION (enum djinn_attn_layout): see cpu_attn_init(), and
+ * cpu_varlen_init() for DJINN_ATTN_VARLEN (lib/graph.h) */
 static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 			const struct dj_tensor *in, const struct dj_tensor *out,
 			char *msg, size_t msglen)
 {
-	const struct djinn_p_attention *p = &node->params.attention;
 	const struct djinn_tensor_desc *q = &in[0].desc;
-	float *cache = NULL;
-	struct cpu_attn a;
-	struct f32_view f;
+	const uint8_t *caches[DJINN_VARLEN_MAX] = { NULL };
+	struct cpu_attn a[DJINN_VARLEN_MAX];
+	size_t row0[DJINN_VARLEN_MAX], n;
+	const int64_t *tab;
 	int ret;
 
 	if (!djinn_dtype_is_float(q->dtype))
@@ -554,32 +552,23 @@ static int op_attention(struct cpu_backend *cb, const struct djinn_node *node,
 	if (in[1].desc.dtype != q->dtype || in[2].desc.dtype != q->dtype ||
 	    out->desc.dtype != q->dtype)
 		return errmsg(msg, msglen, -EINVAL, "dtypes differ");
-	if (p->layout == DJINN_ATTN_VARLEN)
-		return op_attention_varlen(cb, node, in, out, msg, msglen);
-	ret = cpu_attn_init(&a, node, in, &out->desc, msg, msglen);
+	if (node->params.attention.layout != DJINN_ATTN_VARLEN) {
+		ret = cpu_attn_init(&a[0], node, in, &out->desc, msg, msglen);
+		if (!ret && a[0].P)
+			caches[0] = ptr(&in[3]);
+		return ret ? ret :
+			     attend(cb, node, in, out, a, NULL, caches, 1, msg,
+				    msglen);
+	}
+	ret = cpu_varlen_init(a, row0, node, in, &out->desc, msg, msglen);
 	if (ret)
 		return ret;
-	if (a.P && q->dtype != DJINN_DTYPE_F32) {
-		cache = malloc(2 * a.P * a.Hk * a.D * sizeof(float));
-		if (!cache)
-			return errmsg(msg, msglen, -ENOMEM,
-				      "no memory for the cache's f32");
-	}
-	ret = f32_begin(cb, in, 3, out, &f, msg, msglen);
-	if (ret) {
-		free(cache);
-		return ret;
-	}
-	if (a.P)
-		ret = cache_slots(cb, q->dtype, ptr(&in[3]), p->cache_k,
-				  p->cache_v, cache, &a);
-	if (!ret)
-		ret = cpu_attention(cb->pool, f.out, f.in[0], f.in[1], f.in[2],
-				    &a);
-	if (ret == -ENOMEM)
-		errmsg(msg, msglen, ret, "no memory for attention scores");
-	free(cache);
-	return f32_end(cb, out, &f, ret);
+	n = in[3].desc.dims[0];
+	tab = in[3].host;
+	for (size_t i = 0; i < n; i++)
+		caches[i] = (const uint8_t *)(uintptr_t)
+			tab[i * DJINN_VARLEN_COLS + DJINN_VARLEN_CACHE];
+	return attend(cb, node, in, out, a, row0, caches, n, msg, msglen);
 }
 
 /* ARGMAX: x (..., C) -> (...) i64, the first maximum */
