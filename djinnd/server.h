@@ -79,6 +79,9 @@ struct server_config {
 			* as much as the device has */
 	uint64_t upload_max; /* MODEL_OPEN_UPLOADED's files in all, bytes; 0:
 			      * the device's capacity */
+	/* staging buffers one tenant's reads of device-only memory hold at
+	 * once, bytes (net/msg_tensor.c) */
+	uint64_t read_staging;
 	unsigned int threads; /* kernel threads, 0: one per CPU */
 	/* graphs a device runs at once, 0: its backend's default; at
 	 * most DEVICE_COMPUTE_THREADS_MAX */

@@ -69,6 +69,9 @@ const struct key cfg_keys[] = {
 	KEY("memory", "swap", T_SIZE, SRV(swap), .min = 0, .max = 1ull << 50),
 	KEY("memory", "upload_max", T_SIZE, SRV(upload_max), .min = 0,
 	    .max = 1ull << 50),
+	/* at least the two buffers a read in parts takes (exec/stage.h) */
+	KEY("memory", "read_staging", T_SIZE, SRV(read_staging),
+	    .min = 8ull << 20, .max = 1ull << 40),
 	KEY("memory", "pressure_warning", T_PCT, SRV(warn_pct), .min = 1,
 	    .max = 100, .reload = CONFIG_RELOAD_PRESSURE),
 	KEY("memory", "pressure_critical", T_PCT, SRV(crit_pct), .min = 1,

@@ -29,6 +29,7 @@ void config_init(struct djinnd_config *c)
 	c->srv = (struct server_config){
 		.backend = "cpu",
 		.cpu_mem = 2ull << 30,
+		.read_staging = 64ull << 20,
 		.lease_default_ns = 10 * NSEC_PER_SEC,
 		.lease_min_ns = 10 * NSEC_PER_MSEC,
 		.lease_max_ns = 3600 * NSEC_PER_SEC,

@@ -65,12 +65,19 @@ struct exec_env {
  *          @staged, a staging buffer of @staged_size bytes from the
  *          memory executor's pool (exec/stage.h: host_alloc() memory,
  *          pinned on a GPU): for a read of a device whose memory the
- *          I/O thread cannot touch. The buffer is the job's owner's
- *          until it gives it back with executor_unstage(), once the
- *          reply sent from it is done.
+ *          I/O thread cannot touch. @staged NULL: the job takes one of
+ *          @staged_size bytes (0: stage_size(@stage_len)); else it
+ *          copies into the one
+ *          given (a read in parts reuses its two), which stays there
+ *          on failure. The buffer is the job's owner's until it gives
+ *          it back with executor_unstage(), once the reply sent from
+ *          it is done.
+ * @going:  a later part of a read under way: copied even if its session
+ *          has ended since (the read holds the session, its tensor and
+ *          the pin), since the reply's header promised its bytes
  */
 struct exec_mem {
-	bool create;
+	bool create, going;
 	uint64_t bytes, zero_from;
 	uint64_t region, addr;
 	uint64_t stage_off, stage_len;

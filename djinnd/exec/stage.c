@@ -2,11 +2,10 @@
 /*
  * Staging buffers for reads of device-only memory. See stage.h.
  */
+#include <errno.h>
 #include <string.h>
 
 #include "exec/stage.h"
-
-#define PAGE UINT64_C(4096)
 
 void stage_pool_init(struct stage_pool *sp, struct vmu_provider *prov)
 {
@@ -28,8 +27,6 @@ uint64_t stage_size(uint64_t len)
 {
 	uint64_t size = STAGE_MIN;
 
-	if (len > STAGE_MAX)
-		return (len + PAGE - 1) & ~(PAGE - 1);
 	while (size < len)
 		size <<= 1;
 	return size;
@@ -41,12 +38,13 @@ int stage_get(struct stage_pool *sp, uint64_t len, void **buf, uint64_t *size)
 	unsigned int best = STAGE_POOL_BUFS;
 	int ret;
 
+	if (len > STAGE_MAX)
+		return -E2BIG;
 	pthread_mutex_lock(&sp->lock);
-	/* the smallest idle buffer that holds it (none above STAGE_MAX) */
+	/* the newest idle buffer of its size: a larger one would pin more
+	 * than its reader is charged for */
 	for (unsigned int i = 0; i < sp->nr_idle; i++)
-		if (sp->idle[i].size >= want &&
-		    (best == STAGE_POOL_BUFS ||
-		     sp->idle[i].size < sp->idle[best].size))
+		if (sp->idle[i].size == want)
 			best = i;
 	if (best < STAGE_POOL_BUFS) {
 		*buf = sp->idle[best].buf;
@@ -77,31 +75,26 @@ int stage_get(struct stage_pool *sp, uint64_t len, void **buf, uint64_t *size)
 
 void stage_put(struct stage_pool *sp, void *buf, uint64_t size)
 {
-	/* the buffers to free: the one given back, or the oldest idle */
+	/* the oldest idle buffers, to free once past the bounds */
 	struct stage_buf out[STAGE_POOL_BUFS + 1];
 	unsigned int n = 0;
 
 	pthread_mutex_lock(&sp->lock);
 	sp->st.lent--;
-	if (size > STAGE_MAX || size > STAGE_POOL_BYTES) {
-		out[n].buf = buf;
-		out[n++].size = size;
-	} else {
-		if (sp->nr_idle == STAGE_POOL_BUFS) {
-			out[n] = sp->idle[0];
-			sp->st.idle_bytes -= out[n++].size;
-			memmove(&sp->idle[0], &sp->idle[1],
-				--sp->nr_idle * sizeof(sp->idle[0]));
-		}
-		sp->idle[sp->nr_idle].buf = buf;
-		sp->idle[sp->nr_idle++].size = size;
-		sp->st.idle_bytes += size;
-		while (sp->st.idle_bytes > STAGE_POOL_BYTES) {
-			out[n] = sp->idle[0];
-			sp->st.idle_bytes -= out[n++].size;
-			memmove(&sp->idle[0], &sp->idle[1],
-				--sp->nr_idle * sizeof(sp->idle[0]));
-		}
+	if (sp->nr_idle == STAGE_POOL_BUFS) {
+		out[n] = sp->idle[0];
+		sp->st.idle_bytes -= out[n++].size;
+		memmove(&sp->idle[0], &sp->idle[1],
+			--sp->nr_idle * sizeof(sp->idle[0]));
+	}
+	sp->idle[sp->nr_idle].buf = buf;
+	sp->idle[sp->nr_idle++].size = size;
+	sp->st.idle_bytes += size;
+	while (sp->st.idle_bytes > STAGE_POOL_BYTES) {
+		out[n] = sp->idle[0];
+		sp->st.idle_bytes -= out[n++].size;
+		memmove(&sp->idle[0], &sp->idle[1],
+			--sp->nr_idle * sizeof(sp->idle[0]));
 	}
 	sp->st.frees += n;
 	pthread_mutex_unlock(&sp->lock);

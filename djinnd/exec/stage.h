@@ -11,26 +11,23 @@
  * so the buffers are kept for the next reads instead of being pinned for
  * each one.
  *
- * Sizes are powers of two from STAGE_MIN to STAGE_MAX. A read takes the
- * smallest idle buffer that holds it, else a new one of its size. Given
- * back, a buffer joins the idle ones; past STAGE_POOL_BUFS buffers or
- * STAGE_POOL_BYTES bytes idle the oldest idle ones are freed, so the
+ * Sizes are powers of two from STAGE_MIN to STAGE_MAX. A read of up to
+ * STAGE_MAX takes an idle buffer of exactly its size (stage_size()),
+ * else a new one, so that what it holds is what its tenant is charged
+ * for (net/msg_tensor.c); a larger read is copied and sent in parts of
+ * STAGE_MAX through two such buffers (a reply sent in parts, net/conn.h).
+ * Given back, a buffer joins the idle ones; past STAGE_POOL_BUFS buffers
+ * or STAGE_POOL_BYTES bytes idle the oldest idle ones are freed, so the
  * pool holds at most that much pinned memory between reads. Buffers out
- * on loan are not counted: as many reads as are in flight hold one each,
- * as before there was a pool.
- *
- * A read over STAGE_MAX gets a buffer of its own (its length rounded up
- * to a page), freed when it is given back. Such a read moves megabytes
- * to gigabytes, so pinning its buffer costs little beside its copy and
- * send. Chunking it through a pooled buffer instead would need the reply
- * sent in parts, each part's send waiting for the next copy: a streaming
- * reply the I/O thread does not have.
+ * on loan are not counted here: their readers' tenants are charged for
+ * them.
  *
  * A buffer is its read's from stage_get() until stage_put(). The reply
- * is sent from it, and the I/O thread gives it back when the send is
- * done (conn_reply()'s done callback, called once the kernel has
- * finished with the bytes, a zero-copy send's notification included),
- * so no other read can be copied into it while its bytes are on their
+ * is sent from it, and the I/O thread gives it back (or, for a read in
+ * parts, has the next part copied into it) only when the kernel has
+ * finished with its bytes (conn_reply()'s done callback, after a
+ * zero-copy send's notification too; conn_reply_parts()'s part_done),
+ * so no other bytes are copied into it while its bytes are on their
  * way.
  *
  * stage_get() is called from the memory executor's threads and
@@ -85,12 +82,13 @@ void stage_pool_init(struct stage_pool *sp, struct vmu_provider *prov);
  * (with host_free()); none should be. */
 void stage_pool_fini(struct stage_pool *sp);
 
-/* The bytes of a buffer for a read of @len: a power of two from
- * STAGE_MIN to STAGE_MAX, or @len rounded up to a page above that. */
+/* The bytes of a buffer for a read of @len (at most STAGE_MAX): a power
+ * of two from STAGE_MIN on. */
 uint64_t stage_size(uint64_t len);
 
-/* A buffer of at least @len bytes in *@buf, its size in *@size (give
- * both back to stage_put()). 0, or host_alloc()'s error. */
+/* A buffer of stage_size(@len) bytes in *@buf, its size in *@size (give
+ * both back to stage_put()). 0, -E2BIG for @len over STAGE_MAX, or
+ * host_alloc()'s error. */
 int stage_get(struct stage_pool *sp, uint64_t len, void **buf, uint64_t *size);
 /* Give back a buffer from stage_get(), once nothing reads it. */
 void stage_put(struct stage_pool *sp, void *buf, uint64_t size);

@@ -110,10 +110,7 @@ void conn_put(struct conn *c)
 			list_first_entry(&c->outq, struct out_msg, node);
 
 		list_del_init(&m->node);
-		if (m->done)
-			m->done(m->arg);
-		free(m->body);
-		free(m);
+		msg_free(m);
 	}
 	tls_conn_free(c->tls);
 	if (c->fd >= 0)
@@ -138,21 +135,27 @@ void conn_put(struct conn *c)
  * decide. */
 void conn_close(struct conn *c, bool force)
 {
+	conn_get(c); /* through the reads it ends */
 	if (force) {
 		shutdown(c->fd, SHUT_RDWR); /* wakes sends too */
 		c->tx_dead = true;
 	}
-	if (c->closing)
-		return;
-	c->closing = true;
-	if (c->stream)
-		msg_stream_abort(c);
-	/* Kept on a list until its last completion: shutdown can still
-	 * reach it. */
-	list_move_tail(&c->node, &c->srv->closing);
-	/* Wakes the pending receive, which then drops its reference. */
-	shutdown(c->fd, SHUT_RD);
-	conn_put(c); /* the list's reference */
+	if (!c->closing) {
+		c->closing = true;
+		if (c->stream)
+			msg_stream_abort(c);
+		/* Kept on a list until its last completion: shutdown can
+		 * still reach it. */
+		list_move_tail(&c->node, &c->srv->closing);
+		/* Wakes the pending receive, which then drops its
+		 * reference. */
+		shutdown(c->fd, SHUT_RD);
+		conn_put(c); /* the list's reference */
+	}
+	/* Closing first: the reads it ends do not resume it. */
+	if (force)
+		msg_reads_abort(c);
+	conn_put(c);
 }
 
 /*

@@ -15,7 +15,9 @@
  *
  * Sending: a queue per connection, one send in flight; a response is a
  * header, a body and optionally data that stays in device memory until
- * sent (zero-copy for large data where the kernel can).
+ * sent (zero-copy for large data where the kernel can), or that comes in
+ * parts (conn_reply_parts()): the sender sends what it has and waits for
+ * the next part.
  *
  * What a request does, and what payload it takes, is net/msg.h's
  * (msg_body_len(), msg_handle(), msg_stream_*()).
@@ -47,16 +49,31 @@ struct sink {
 	int error; /* set when a write failed: the rest is dropped */
 };
 
+/* Parts of a reply's data handed over and not yet all sent, at most */
+#define OUT_PARTS 2
+
+struct out_part {
+	const uint8_t *p;
+	uint64_t len;
+};
+
 struct out_msg {
 	struct list_head node;
 	struct djinn_hdr hdr;
 	uint8_t *body;
 	uint64_t body_len;
-	const uint8_t *data;
+	const uint8_t *data; /* NULL for data in parts */
 	uint64_t data_len;
 	uint64_t sent; /* of hdr + body + data */
 	unsigned int notifs; /* zero-copy notifications still to come */
 	bool zc;
+	/* data in parts (conn_reply_parts()): those handed over and not
+	 * all sent, oldest first, the first at data offset @part_off */
+	bool parted;
+	unsigned int nr_parts;
+	struct out_part part[OUT_PARTS];
+	uint64_t part_off;
+	void (*part_done)(void *arg, const void *p, bool sent);
 	void (*done)(void *arg);
 	void *arg;
 };
@@ -104,6 +121,14 @@ struct conn {
 	bool throttled; /* paused for reads in flight (conn_read_begin) */
 	unsigned int reads; /* TENSOR_READs admitted, reply not yet sent */
 	uint64_t read_bytes; /* their data bytes */
+	/* of those, on device-only memory (net/msg_tensor.c): the staging
+	 * they hold, those waiting for it (oldest first), and the tenant
+	 * whose read_conns it is on while the first waits for its tenant
+	 * alone */
+	uint64_t read_staged;
+	struct list_head read_wait;
+	struct list_head read_node;
+	struct tenant_state *read_ts;
 	bool peer_eof; /* the peer shut down its side while paused */
 	uint8_t *backlog;
 	uint64_t backlog_len, backlog_cap;
@@ -152,6 +177,10 @@ void conn_resume(struct conn *c);
  * their number, and their data bytes (staged host memory on a GPU). */
 #define CONN_READS_MAX 64
 #define CONN_READ_BYTES_MAX (64u << 20)
+/* The staging buffers one connection's reads of device-only memory hold
+ * at once, at most (two reads in parts): one that leaves its replies
+ * unread cannot take all of its tenant's memory.read_staging. */
+#define CONN_STAGE_MAX (16u << 20)
 
 /* A TENSOR_READ of @len bytes is admitted: at CONN_READS_MAX reads or
  * CONN_READ_BYTES_MAX bytes in flight, the connection stops receiving
@@ -170,6 +199,27 @@ void conn_close(struct conn *c, bool force);
 int conn_reply(struct conn *c, const struct djinn_hdr *req, const void *body,
 	       uint64_t body_len, const void *data, uint64_t data_len,
 	       void (*done)(void *arg), void *arg);
+/*
+ * Queue a response to @req whose @data_len bytes of data come in parts,
+ * the first (@p, @len) now and each next one by conn_part(), in order:
+ * the sender sends what it has been handed and waits for more. Parts are
+ * sent by plain copies (never zero-copy), so @part_done(@arg, p, true)
+ * is called as soon as the kernel has a part's last byte: the buffer is
+ * the caller's again, to copy a later part into. A reply dropped unsent
+ * (its connection gone) gives each part it holds back with @sent false:
+ * no more are wanted. @done(@arg) is called once, when the whole reply
+ * is sent or dropped, after the parts. The reply, or NULL when it was
+ * dropped at once (the callbacks have run); it is valid until @done.
+ */
+struct out_msg *conn_reply_parts(struct conn *c, const struct djinn_hdr *req,
+				 uint64_t data_len, const void *p, uint64_t len,
+				 void (*part_done)(void *arg, const void *p,
+						   bool sent),
+				 void (*done)(void *arg), void *arg);
+/* Hand over the next part of @m (at most OUT_PARTS held at once). */
+void conn_part(struct conn *c, struct out_msg *m, const void *p, uint64_t len);
+/* Let go of a reply not sent (the connection is being freed). */
+void msg_free(struct out_msg *m);
 /* Queue an error response: a negative errno and a message. */
 void conn_error(struct conn *c, const struct djinn_hdr *req, int err,
 		const char *fmt, ...) __attribute__((format(printf, 4, 5)));

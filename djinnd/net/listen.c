@@ -311,6 +311,8 @@ static struct conn *conn_alloc(struct server *srv, int fd, bool admin, bool tcp,
 	c->refs = 1; /* the list's */
 	INIT_LIST_HEAD(&c->outq);
 	INIT_LIST_HEAD(&c->zcwait);
+	INIT_LIST_HEAD(&c->read_wait);
+	INIT_LIST_HEAD(&c->read_node);
 	c->active = loop_now();
 	if (tcp) {
 		socklen_t plen = sizeof(c->peer);

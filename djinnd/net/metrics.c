@@ -547,6 +547,10 @@ static void render_tenants(struct sbuf *b, struct server *srv)
 		{ "djinn_tenant_inflight",
 		  "Graphs and model steps queued or running now.",
 		  offsetof(struct tenant_state, inflight) },
+		{ "djinn_tenant_reads_waiting",
+		  "TENSOR_READs of a GPU waiting for its staging "
+		  "(memory.read_staging).",
+		  offsetof(struct tenant_state, reads_waiting) },
 	};
 	struct tenant_state *t;
 	char lv[2 * DJINN_TENANT_LEN];
@@ -559,6 +563,15 @@ static void render_tenants(struct sbuf *b, struct server *srv)
 				  *(const unsigned int *)((const char *)t +
 							  counts[i].off));
 	}
+	family(b, "djinn_tenant_read_staging_bytes", "gauge",
+	       "Pinned host memory its TENSOR_READs of a GPU hold, against "
+	       "memory.read_staging.");
+	list_for_each_entry(t, &srv->sessions.tenants, node)
+		sb_printf(b,
+			  "djinn_tenant_read_staging_bytes{tenant=\"%s\"} "
+			  "%llu\n",
+			  label_value(lv, sizeof(lv), t->name),
+			  (unsigned long long)t->read_staged);
 	family(b, "djinn_tenant_data_bytes", "gauge",
 	       "Data its sessions hold on the device, resident or swapped "
 	       "(granule-rounded), against [tenant.NAME] memory.");

@@ -44,6 +44,9 @@ int msg_stream_begin(struct conn *c, const struct djinn_hdr *hdr,
 void msg_stream_end(struct conn *c, const struct djinn_hdr *hdr);
 /* The connection is going away mid-stream. */
 void msg_stream_abort(struct conn *c);
+/* The connection can send no more: its reads waiting for staging end
+ * unanswered (net/msg_tensor.c, struct read_ctx). */
+void msg_reads_abort(struct conn *c);
 /* Data of the streaming request arrived. */
 void msg_stream_progress(struct conn *c);
 /* Session @s ended: @c's upload for it, if any, stops (-ECANCELED). */

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "server.h"
 #include "exec/executor.h"
+#include "exec/stage.h"
 #include "svc/svc.h"
 #include "net/conn.h"
 #include "model/store.h"
@@ -416,9 +417,37 @@ void msg_stream_session_ended(struct conn *c, struct session *s)
 	c->hdr_got = 0;
 }
 
-/* A read in flight: its tensor stays held, and resident, until sent. */
+/*
+ * A read in flight: its tensor stays held, and resident, until sent.
+ *
+ * On a device whose memory the I/O thread cannot touch (a GPU), the
+ * memory executor copies the range to staging buffers (exec/stage.h): a
+ * range of up to STAGE_MAX into one buffer of its size, a larger one in
+ * parts of STAGE_MAX through two buffers, the next part copied into one
+ * while the other is sent (conn_reply_parts()); at most one copy of a
+ * read is in flight, so its parts come back in order.
+ *
+ * The buffers are charged to the read's connection and to its session's
+ * tenant before the first copy. A read that would take its connection
+ * past CONN_STAGE_MAX, or its tenant past memory.read_staging, waits on
+ * its connection (c->read_wait, in order) until the connection's or the
+ * tenant's earlier reads are sent. A connection whose first waiting read
+ * waits for its tenant alone waits its turn on the tenant (read_conns):
+ * the tenant's staging goes to its connections in turn, a read at a
+ * time, so a connection that leaves its replies unread holds at most
+ * CONN_STAGE_MAX of it, and another tenant's reads never wait for it.
+ *
+ * A connection that holds no staging starts its first read at once,
+ * though: through one buffer of STAGE_MAX (copy, send, copy) if its
+ * tenant's staging is full. So each connection's replies keep coming
+ * whatever order its client reads its connections in (a client that
+ * reads one connection to the end before the next would otherwise wait
+ * for ever on replies it has not read), and a tenant holds at most
+ * memory.read_staging plus STAGE_MAX a connection.
+ */
 struct read_ctx {
-	struct mem_waiter w; /* swapping in, or staging, first */
+	struct mem_waiter w; /* swapping in, or staging */
+	struct list_head node; /* on its connection's read_wait */
 	struct conn *c; /* counts it in flight (conn_read_begin) */
 	struct djinn_hdr hdr;
 	uint64_t t0;
@@ -426,22 +455,341 @@ struct read_ctx {
 	struct session *s;
 	uint32_t slot;
 	uint64_t region;
-	struct exec_mem staged; /* a device-only device's bytes, on the host */
+	struct exec_job *job; /* its first job, until submitted */
+	uint64_t charged; /* staging bytes charged */
+	struct exec_mem staged; /* a one-buffer read's bytes, on the host */
+	/* a read in parts */
+	struct out_msg *msg; /* its reply, until done */
+	bool done; /* the reply is sent or dropped */
+	uint64_t addr; /* the tensor's device address */
+	uint64_t copied; /* bytes of the range given to copies */
+	unsigned int jobs; /* copies in flight: at most one */
+	void *spare; /* a buffer sent, for the next copy after that one */
 };
 
-static void read_done(void *arg)
+static void read_drop(struct read_ctx *rc);
+
+/* Give a staging buffer of a read in parts back to the pool. */
+static void read_unstage(struct read_ctx *rc, void *buf)
 {
-	struct read_ctx *rc = arg;
+	struct exec_mem m = { .staged = buf, .staged_size = STAGE_MAX };
+
+	executor_unstage(rc->s->dev->mem, &m);
+}
+
+/* An EXEC_MEM job of @rc's for @m, or NULL when out of memory. */
+static struct exec_job *read_job(struct read_ctx *rc, const struct exec_mem *m)
+{
+	struct exec_job *job = svc_mem_job(rc->s, rc->hdr.request_id, m);
+
+	if (!job)
+		return NULL;
+	job->conn = rc->c;
+	job->client = true;
+	conn_get(rc->c);
+	job->ctx = &rc->w;
+	job->done = mem_done;
+	job->done_arg = rc->c->srv;
+	return job;
+}
+
+static void read_submit(struct read_ctx *rc, struct exec_job *job)
+{
+	rc->jobs++;
+	svc_submit(job);
+}
+
+/* Charge @rc's staging and run its first job. */
+static void read_go(struct read_ctx *rc)
+{
+	struct exec_job *job = rc->job;
+
+	rc->job = NULL;
+	rc->c->read_staged += rc->charged;
+	rc->s->ts->read_staged += rc->charged;
+	read_submit(rc, job);
+}
+
+static bool fits_conn(const struct read_ctx *rc)
+{
+	return rc->c->read_staged + rc->charged <= CONN_STAGE_MAX;
+}
+
+static bool fits_tenant(const struct read_ctx *rc)
+{
+	const struct tenant_state *ts = rc->s->ts;
+
+	return ts->read_staged + rc->charged <= rc->c->srv->cfg.read_staging;
+}
+
+/* A read that starts with its tenant's staging full: in one buffer. */
+static void read_single(struct read_ctx *rc)
+{
+	if (!fits_tenant(rc) || !list_empty(&rc->s->ts->read_conns))
+		rc->charged =
+			stage_size(rc->len < STAGE_MAX ? rc->len : STAGE_MAX);
+}
+
+/* @c holds no staging: its first waiting read starts now. */
+static void conn_reads_kick(struct conn *c)
+{
+	struct read_ctx *rc;
+
+	if (c->read_staged || list_empty(&c->read_wait))
+		return;
+	rc = list_first_entry(&c->read_wait, struct read_ctx, node);
+	if (c->read_ts) {
+		list_del_init(&c->read_node);
+		c->read_ts = NULL;
+	}
+	list_del_init(&rc->node);
+	rc->s->ts->reads_waiting--;
+	read_single(rc);
+	read_go(rc);
+}
+
+/* @c's first waiting read fits its connection's staging: it waits for
+ * its tenant's, in turn with the tenant's other connections. */
+static void conn_reads_ready(struct conn *c)
+{
+	struct read_ctx *rc;
+
+	if (c->read_ts || list_empty(&c->read_wait))
+		return;
+	rc = list_first_entry(&c->read_wait, struct read_ctx, node);
+	if (!fits_conn(rc))
+		return;
+	c->read_ts = rc->s->ts;
+	list_add_tail(&c->read_node, &c->read_ts->read_conns);
+}
+
+/* Its first job now, or it waits (struct read_ctx). */
+static void read_start(struct read_ctx *rc)
+{
+	struct tenant_state *ts = rc->s->ts;
+	struct conn *c = rc->c;
+
+	if (c->tx_dead) {
+		read_drop(rc);
+		return;
+	}
+	if (rc->charged && list_empty(&c->read_wait) && !c->read_staged)
+		read_single(rc); /* it starts, whatever its tenant holds */
+	else if (rc->charged &&
+		 (!list_empty(&c->read_wait) || !fits_conn(rc) ||
+		  !list_empty(&ts->read_conns) || !fits_tenant(rc))) {
+		list_add_tail(&rc->node, &c->read_wait);
+		ts->reads_waiting++;
+		conn_reads_ready(c);
+		return;
+	}
+	read_go(rc);
+}
+
+/* @ts's staging came back (or more of its reads wait): its connections
+ * start their first waiting reads in turn while they fit. */
+static void reads_wake(struct tenant_state *ts)
+{
+	while (!list_empty(&ts->read_conns)) {
+		struct conn *c = list_first_entry(&ts->read_conns, struct conn,
+						  read_node);
+		struct read_ctx *rc =
+			list_first_entry(&c->read_wait, struct read_ctx, node);
+
+		if (!fits_tenant(rc))
+			break;
+		list_del_init(&c->read_node);
+		c->read_ts = NULL;
+		list_del_init(&rc->node);
+		ts->reads_waiting--;
+		read_go(rc);
+		/* its next read, if it fits, after the others' */
+		conn_reads_ready(c);
+	}
+	tenant_state_drop(ts);
+}
+
+/* Its reply is done and nothing of it is in flight: let go of it all. */
+static void read_end(struct read_ctx *rc)
+{
+	struct tenant_state *ts = rc->s->ts;
+	struct conn *c = rc->c;
+	uint64_t charged = rc->charged, len = rc->len;
 
 	if (rc->region)
 		vmu_region_unpin(rc->s->vs, rc->region);
 	/* The reply is sent: another read may have the buffer now. */
 	executor_unstage(rc->s->dev->mem, &rc->staged);
-	/* The connection outlives its replies and the jobs that hold it. */
-	conn_read_end(rc->c, rc->len);
 	session_tensor_unhold(rc->s, rc->slot);
 	session_put(rc->s);
 	free(rc);
+	if (charged) {
+		c->read_staged -= charged;
+		ts->read_staged -= charged;
+		conn_reads_kick(c);
+		conn_reads_ready(c);
+		if (c->read_ts && c->read_ts != ts)
+			reads_wake(c->read_ts);
+		reads_wake(ts);
+	}
+	/* The connection outlives its replies and the jobs that hold it. */
+	conn_read_end(c, len);
+}
+
+/* Its reply's done callback (or its failure's, no reply sent). */
+static void read_done(void *arg)
+{
+	struct read_ctx *rc = arg;
+
+	rc->done = true;
+	rc->msg = NULL;
+	if (!rc->jobs && !rc->spare)
+		read_end(rc);
+}
+
+/* A read not started whose connection can send no more: it ends, with
+ * its first job never run. */
+static void read_drop(struct read_ctx *rc)
+{
+	struct exec_job *job = rc->job;
+	struct conn *c = rc->c;
+
+	rc->job = NULL;
+	rc->charged = 0;
+	job->s->mem_waits--;
+	svc_job_free(job);
+	read_done(rc);
+	conn_put(c); /* the job's */
+}
+
+void msg_reads_abort(struct conn *c)
+{
+	if (c->read_ts) {
+		list_del_init(&c->read_node);
+		c->read_ts = NULL;
+	}
+	while (!list_empty(&c->read_wait)) {
+		struct read_ctx *rc =
+			list_first_entry(&c->read_wait, struct read_ctx, node);
+		struct tenant_state *ts = rc->s->ts;
+
+		list_del_init(&rc->node);
+		ts->reads_waiting--;
+		read_drop(rc);
+		/* the tenant's next connection may fit now */
+		reads_wake(ts);
+	}
+}
+
+/* The next part of a read in parts into @buf (NULL: a new buffer), once
+ * the copy in flight is back; or @buf back to the pool when no more is
+ * wanted. */
+static void read_more(struct read_ctx *rc, void *buf)
+{
+	struct exec_mem m = { .addr = rc->addr, .going = true };
+	struct exec_job *job;
+
+	if (rc->done || rc->c->tx_dead || rc->copied == rc->len) {
+		if (buf)
+			read_unstage(rc, buf);
+		if (rc->done && !rc->jobs && !rc->spare)
+			read_end(rc);
+		return;
+	}
+	if (rc->jobs) {
+		rc->spare = buf;
+		return;
+	}
+	m.stage_off = rc->offset + rc->copied;
+	m.stage_len = rc->len - rc->copied < STAGE_MAX ? rc->len - rc->copied :
+							 STAGE_MAX;
+	m.staged = buf;
+	m.staged_size = STAGE_MAX; /* given, or the size to take */
+	job = read_job(rc, &m);
+	if (!job && !buf)
+		return; /* no second buffer: it goes on with one */
+	if (!job) {
+		/* Its header promised the bytes: it cannot end in an error
+		 * frame, only with the connection. */
+		log_err("conn %d: out of memory reading a tensor: closing",
+			rc->c->fd);
+		conn_close(rc->c, true);
+		read_unstage(rc, buf);
+		return;
+	}
+	rc->copied += m.stage_len;
+	read_submit(rc, job);
+}
+
+/* conn_reply_parts()'s part_done: a part is sent (or dropped). */
+static void read_part_sent(void *arg, const void *p, bool sent)
+{
+	struct read_ctx *rc = arg;
+
+	if (!sent) {
+		read_unstage(rc, (void *)p);
+		return;
+	}
+	read_more(rc, (void *)p);
+}
+
+/* The first part is staged: its reply starts, and the next part is
+ * copied meanwhile. */
+static void read_parts_start(struct conn *c, struct read_ctx *rc,
+			     struct exec_job *job)
+{
+	struct out_msg *m;
+
+	rc->region = job->mem.region;
+	rc->addr = job->mem.addr;
+	m = conn_reply_parts(c, &rc->hdr, rc->len, job->mem.staged,
+			     job->mem.stage_len, read_part_sent, read_done, rc);
+	if (!m)
+		return; /* dropped: the callbacks have let go of @rc */
+	rc->msg = m;
+	if (rc->charged > STAGE_MAX)
+		read_more(rc, NULL); /* the second buffer */
+}
+
+/* A later part is staged: hand it to the reply, unless it is gone. */
+static void read_part_copied(struct conn *c, struct read_ctx *rc,
+			     struct exec_job *job)
+{
+	void *spare = rc->spare;
+	struct exec_job *again;
+
+	rc->spare = NULL;
+	if (job->error && !job->mem.staged && !rc->done && !c->tx_dead) {
+		/* no second buffer to be had: it goes on with one */
+		rc->copied -= job->mem.stage_len;
+		goto next;
+	}
+	if (job->error == -ECANCELED && !rc->done && !c->tx_dead &&
+	    (again = read_job(rc, &job->mem))) {
+		/* taken off the queue as its session ended: the part is
+		 * copied all the same (exec_mem.going) */
+		read_submit(rc, again);
+		rc->spare = spare;
+		return;
+	}
+	if (job->error && !rc->done && !c->tx_dead) {
+		log_err("conn %d: reading a tensor: part at %llu: %s "
+			"(%d): closing",
+			c->fd, (unsigned long long)job->mem.stage_off,
+			job->msg[0] ? job->msg : "copy failed", job->error);
+		conn_close(c, true);
+	}
+	if (job->error || rc->done || c->tx_dead) {
+		if (job->mem.staged)
+			read_unstage(rc, job->mem.staged);
+	} else {
+		conn_part(c, rc->msg, job->mem.staged, job->mem.stage_len);
+	}
+next:
+	if (spare)
+		read_more(rc, spare);
+	else if (rc->done && !rc->jobs)
+		read_end(rc);
 }
 
 /* The tensor is resident (swapped in), or its bytes staged: send them. */
@@ -451,6 +799,11 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 	struct read_ctx *rc = container_of(w, struct read_ctx, w);
 	const void *src;
 
+	rc->jobs--;
+	if (rc->msg || rc->done) {
+		read_part_copied(c, rc, job);
+		return;
+	}
 	metrics_observe(&c->srv->st, DJINN_MSG_TENSOR_READ,
 			loop_now() - rc->t0);
 	if (job->error) {
@@ -458,6 +811,10 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 			   job->mem.stage_len ? "cannot copy from the device" :
 						"cannot make resident");
 		read_done(rc);
+		return;
+	}
+	if (job->mem.stage_len && job->mem.stage_len < rc->len) {
+		read_parts_start(c, rc, job);
 		return;
 	}
 	rc->region = job->mem.region;
@@ -518,27 +875,39 @@ void handle_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 	/*
 	 * On a GPU (provider device_only) the I/O thread cannot read device
 	 * memory: the memory executor copies the range to pinned host
-	 * memory, and the reply is sent from there. A swapped-out tensor
+	 * memory, and the reply is sent from there (struct read_ctx: in
+	 * parts above STAGE_MAX). A swapped-out tensor
 	 * goes there too, to be swapped in. Else the bytes go as they are:
 	 * on the CPU backend a device address is a host pointer.
 	 */
 	if ((p->device_only && io->len) ||
 	    (!t.text && info.state != VMU_REGION_RESIDENT)) {
 		struct exec_mem m = { .region = t.text ? 0 : t.region };
-		struct exec_job *job;
 
 		if (t.text)
 			m.addr = vmu_text_addr(t.text);
-		if (p->device_only) {
+		if (p->device_only && io->len) {
+			/* one buffer of its size, or two of STAGE_MAX */
+			bool parts = io->len > STAGE_MAX;
+
 			m.stage_off = io->offset;
-			m.stage_len = io->len;
+			m.stage_len = parts ? STAGE_MAX : io->len;
+			rc->copied = m.stage_len;
+			rc->charged = parts ? 2 * STAGE_MAX :
+					      stage_size(io->len);
 		}
 		rc->w.done = read_mem_done;
 		rc->hdr = *hdr;
 		rc->t0 = msg_defer(c);
 		rc->offset = io->offset;
-		if (mem_submit(c, hdr, rc->s, &m, &rc->w, &job))
+		rc->job = read_job(rc, &m);
+		if (!rc->job) {
+			rc->charged = 0;
+			conn_error(c, hdr, -ENOMEM, "out of memory");
 			read_done(rc);
+			return;
+		}
+		read_start(rc);
 		return;
 	}
 	if (t.text) {

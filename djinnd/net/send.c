@@ -35,10 +35,12 @@
 #define OUTQ_MAX_MSGS 65536
 #define OUTQ_MAX_BYTES (64u << 20)
 
-static int conn_queue(struct conn *c, const struct djinn_hdr *req,
-		      uint32_t flags, const void *body, uint64_t body_len,
-		      const void *data, uint64_t data_len,
-		      void (*done)(void *arg), void *arg)
+static struct out_msg *
+conn_queue(struct conn *c, const struct djinn_hdr *req, uint32_t flags,
+	   const void *body, uint64_t body_len, const void *data,
+	   uint64_t data_len, const struct out_part *first,
+	   void (*part_done)(void *arg, const void *p, bool sent),
+	   void (*done)(void *arg), void *arg)
 {
 	struct out_msg *m;
 
@@ -69,6 +71,12 @@ static int conn_queue(struct conn *c, const struct djinn_hdr *req,
 	m->body_len = body_len;
 	m->data = data;
 	m->data_len = data_len;
+	if (first) {
+		m->parted = true;
+		m->part[0] = *first;
+		m->nr_parts = 1;
+		m->part_done = part_done;
+	}
 	m->done = done;
 	m->arg = arg;
 	list_add_tail(&m->node, &c->outq);
@@ -92,18 +100,87 @@ static int conn_queue(struct conn *c, const struct djinn_hdr *req,
 	c->srv->st.bytes_out += sizeof(m->hdr) + body_len + data_len;
 	if (!c->sending)
 		conn_send_next(c);
-	return 0;
+	return m;
 drop:
+	if (first && part_done)
+		part_done(arg, first->p, false);
 	if (done)
 		done(arg);
-	return -ENOMEM;
+	return NULL;
 }
 
 int conn_reply(struct conn *c, const struct djinn_hdr *req, const void *body,
 	       uint64_t body_len, const void *data, uint64_t data_len,
 	       void (*done)(void *arg), void *arg)
 {
-	return conn_queue(c, req, 0, body, body_len, data, data_len, done, arg);
+	return conn_queue(c, req, 0, body, body_len, data, data_len, NULL, NULL,
+			  done, arg) ?
+		       0 :
+		       -ENOMEM;
+}
+
+struct out_msg *conn_reply_parts(struct conn *c, const struct djinn_hdr *req,
+				 uint64_t data_len, const void *p, uint64_t len,
+				 void (*part_done)(void *arg, const void *p,
+						   bool sent),
+				 void (*done)(void *arg), void *arg)
+{
+	struct out_part first = { p, len };
+
+	return conn_queue(c, req, 0, NULL, 0, NULL, data_len, &first, part_done,
+			  done, arg);
+}
+
+/* The data bytes of @m handed over so far. */
+static uint64_t msg_data_ready(const struct out_msg *m)
+{
+	uint64_t n = m->part_off;
+
+	if (!m->parted)
+		return m->data_len;
+	for (unsigned int i = 0; i < m->nr_parts; i++)
+		n += m->part[i].len;
+	return n;
+}
+
+void conn_part(struct conn *c, struct out_msg *m, const void *p, uint64_t len)
+{
+	m->part[m->nr_parts++] = (struct out_part){ p, len };
+	if (!c->sending)
+		conn_send_next(c);
+}
+
+/* The parts of @m whose last byte is sent go back to their owner. */
+static void parts_sent(struct out_msg *m)
+{
+	uint64_t data_sent;
+
+	if (m->sent < sizeof(m->hdr) + m->body_len)
+		return;
+	data_sent = m->sent - sizeof(m->hdr) - m->body_len;
+	while (m->nr_parts && data_sent >= m->part_off + m->part[0].len) {
+		const void *p = m->part[0].p;
+
+		m->part_off += m->part[0].len;
+		memmove(&m->part[0], &m->part[1],
+			--m->nr_parts * sizeof(m->part[0]));
+		m->part_done(m->arg, p, true);
+	}
+}
+
+void msg_free(struct out_msg *m)
+{
+	while (m->nr_parts) {
+		const void *p = m->part[0].p;
+
+		memmove(&m->part[0], &m->part[1],
+			--m->nr_parts * sizeof(m->part[0]));
+		m->part_done(m->arg, p, false);
+	}
+	if (m->done)
+		m->done(m->arg);
+	free(m->body);
+	free(m);
 }
 
 /* An error frame for @req; @counted: it counts in the error statistics. */
@@ -129,7 +206,7 @@ static void conn_verror(struct conn *c, const struct djinn_hdr *req, int err,
 	log_debug("conn %d: request %llu type %u: error %d: %s", c->fd,
 		  (unsigned long long)req->request_id, req->type, err, msg);
 	conn_queue(c, req, DJINN_F_ERROR, buf, sizeof(e) + (uint64_t)n, NULL, 0,
-		   NULL, NULL);
+		   NULL, NULL, NULL, NULL);
 }
 
 void conn_error(struct conn *c, const struct djinn_hdr *req, int err,
@@ -152,7 +229,8 @@ void conn_miss(struct conn *c, const struct djinn_hdr *req, int err,
 	va_end(ap);
 }
 
-/* Point c->iov at what is left of @m. */
+/* Point c->iov at what is left of @m, up to the end of the part being
+ * sent (of data in parts). */
 static unsigned int msg_iov(struct conn *c, struct out_msg *m)
 {
 	uint64_t off = m->sent,
@@ -164,6 +242,16 @@ static unsigned int msg_iov(struct conn *c, struct out_msg *m)
 		if (off >= parts[i]) {
 			off -= parts[i];
 			continue;
+		}
+		if (i == 2 && m->parted) {
+			/* sent up to part 0, which holds what is left */
+			if (!m->nr_parts)
+				break;
+			off -= m->part_off;
+			c->iov[n].iov_base = (void *)(m->part[0].p + off);
+			c->iov[n].iov_len = m->part[0].len - off;
+			n++;
+			break;
 		}
 		c->iov[n].iov_base = (void *)(base[i] + off);
 		c->iov[n].iov_len = parts[i] - off;
@@ -183,10 +271,7 @@ static void msg_finish(struct conn *c, struct out_msg *m)
 	c->outq_msgs--;
 	c->outq_bytes -= m->body_len;
 	list_del_init(&m->node);
-	if (m->done)
-		m->done(m->arg);
-	free(m->body);
-	free(m);
+	msg_free(m);
 }
 
 /* A peer that takes none of its replies' bytes for a default lease
@@ -264,6 +349,11 @@ void conn_send_next(struct conn *c)
 	if (list_empty(&c->outq) || c->sending || c->failed)
 		return;
 	m = list_first_entry(&c->outq, struct out_msg, node);
+	/* data in parts: all it has is sent, the next part is on its way
+	 * (conn_part() calls again) */
+	if (m->parted &&
+	    m->sent == sizeof(m->hdr) + m->body_len + msg_data_ready(m))
+		return;
 	if (user_tls && !conn_seal(c, m, &rec, &rec_len)) {
 		log_err("conn %d: out of memory for TLS records: closing",
 			c->fd);
@@ -279,7 +369,8 @@ void conn_send_next(struct conn *c)
 	c->mh.msg_iov = c->iov;
 	c->mh.msg_iovlen = msg_iov(c, m);
 	/* Zero-copy needs a socket that supports it (TCP; not AF_UNIX). */
-	m->zc = c->srv->loop.feat.send_zc && !c->no_zc && m->data_len >= ZC_MIN;
+	m->zc = c->srv->loop.feat.send_zc && !c->no_zc && !m->parted &&
+		m->data_len >= ZC_MIN;
 	if (user_tls) {
 		io_uring_prep_send(sqe, c->fd, rec, rec_len, MSG_NOSIGNAL);
 	} else if (m->zc) {
@@ -373,6 +464,8 @@ void conn_sent(struct conn *c, struct io_uring_cqe *cqe)
 	 * behind it: the peer taking its bytes keeps the session alive. */
 	if (m->data_len && m->hdr.session_id)
 		conn_renew(c, m->hdr.session_id);
+	if (m->parted)
+		parts_sent(m);
 	if (m->sent == msg_len(m)) {
 		if (m->notifs)
 			list_move_tail(&m->node, &c->zcwait);

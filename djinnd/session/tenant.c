@@ -85,13 +85,15 @@ struct tenant_state *tenant_state_get(struct session_table *tab,
 	if (!t)
 		return NULL;
 	snprintf(t->name, sizeof(t->name), "%s", name);
+	INIT_LIST_HEAD(&t->read_conns);
 	list_add_tail(&t->node, &tab->tenants);
 	return t;
 }
 
 void tenant_state_drop(struct tenant_state *t)
 {
-	if (!t || t->conns || t->sessions || t->inflight)
+	if (!t || t->conns || t->sessions || t->inflight || t->read_staged ||
+	    t->reads_waiting)
 		return;
 	list_del_init(&t->node);
 	free(t);

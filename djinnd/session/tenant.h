@@ -71,14 +71,20 @@ struct session_limits {
  * struct tenant_state - what a tenant holds now, against its quotas
  * (struct tenant_map): its connections, its sessions (in the table) and
  * their graphs, model steps and uploaded models' loads queued or
- * running. One per tenant that
- * holds anything, on its session table's @tenants; I/O thread only. Freed when it holds
- * nothing (tenant_state_drop()).
+ * running; the staging buffers its reads of device-only memory hold
+ * (@read_staged bytes, against memory.read_staging), its reads waiting
+ * for them, and the connections whose first waiting read waits for the
+ * tenant's staging alone (@read_conns, in turn: net/msg_tensor.c). One per
+ * tenant that holds anything, on its session table's @tenants; I/O
+ * thread only. Freed when it holds nothing (tenant_state_drop()).
  */
 struct tenant_state {
 	struct list_head node;
 	char name[DJINN_TENANT_LEN];
 	unsigned int conns, sessions, inflight;
+	uint64_t read_staged;
+	unsigned int reads_waiting;
+	struct list_head read_conns;
 };
 
 /* @name's state, or NULL while it holds nothing. */

@@ -14,26 +14,35 @@
 #include "backend/backend.h"
 #include "svc/svc.h"
 
-/* Copy @m's staged range of the bytes at @addr to a staging buffer. */
+/* Copy @m's staged range of the bytes at @addr to its staging buffer:
+ * the one it brings (a read in parts, its next part), else one from the
+ * pool, of @m->staged_size bytes if it says. A buffer it brings stays in
+ * @m on failure, its owner's to give back. */
 static int stage(const struct exec_env *env, struct exec_mem *m, uint64_t addr)
 {
 	struct vmu_provider *prov = env->b->provider;
-	uint64_t size;
-	void *buf;
+	bool got = !m->staged;
 	int ret;
 
-	ret = stage_get(env->stage, m->stage_len, &buf, &size);
-	if (ret)
-		return ret;
-	ret = prov->ops->copy_dtoh(prov, buf, addr + m->stage_off,
-				   m->stage_len);
-	if (ret) {
-		stage_put(env->stage, buf, size);
-		return ret;
+	if (got) {
+		ret = stage_get(env->stage,
+				m->staged_size ? m->staged_size : m->stage_len,
+				&m->staged, &m->staged_size);
+		if (ret) {
+			m->staged = NULL;
+			return ret;
+		}
+	} else if (m->stage_len > m->staged_size) {
+		return -EINVAL;
 	}
-	m->staged = buf;
-	m->staged_size = size;
-	return 0;
+	ret = prov->ops->copy_dtoh(prov, m->staged, addr + m->stage_off,
+				   m->stage_len);
+	if (ret && got) {
+		stage_put(env->stage, m->staged, m->staged_size);
+		m->staged = NULL;
+		m->staged_size = 0;
+	}
+	return ret;
 }
 
 /* Map (and zero) or swap in a region, leaving it pinned for the
@@ -46,7 +55,7 @@ void svc_mem_run(struct exec_job *job, const struct exec_env *env)
 	struct vmu_region_info info = { 0 };
 	int ret;
 
-	if (svc_job_gone(job))
+	if (!m->going && svc_job_gone(job))
 		return;
 	if (!m->create) {
 		info.addr = m->addr;

@@ -404,6 +404,33 @@ struct djinn_admin_stats stats_now(struct fx *fx)
 	return st;
 }
 
+char *metrics_scrape(struct fx *fx)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
+	int fd = dj_connect_tcp(fx->d.metrics_port);
+	char *buf;
+
+	assert_true(fd >= 0);
+	assert_int_equal(dj_write(fd, req, sizeof(req) - 1, DJ_TIMEOUT_MS), 0);
+	buf = dj_read_all(fd, DJ_TIMEOUT_MS);
+	close(fd);
+	assert_non_null(buf);
+	return buf;
+}
+
+int64_t metrics_value(const char *m, const char *series)
+{
+	size_t n = strlen(series);
+	const char *p = m;
+
+	while ((p = strstr(p, series))) {
+		if ((p == m || p[-1] == '\n') && p[n] == ' ')
+			return strtoll(p + n + 1, NULL, 10);
+		p += n;
+	}
+	return -1;
+}
+
 uint32_t sessions_now(struct fx *fx, struct djinn_admin_session **list)
 {
 	struct dj_resp r;

@@ -155,6 +155,12 @@ int fx_teardown(void **state);
 struct djinn_admin_vmu vmu_now(struct fx *fx);
 struct djinn_admin_stats stats_now(struct fx *fx);
 
+/* djinnd's metrics exposition (GET /metrics), malloc'd, or fail. */
+char *metrics_scrape(struct fx *fx);
+/* Sample @series (a name and its labels, as printed) of exposition @m:
+ * its value, or -1 when it is not there. */
+int64_t metrics_value(const char *m, const char *series);
+
 /* The sessions, malloc'd in *@list (may be NULL); returns the count. */
 uint32_t sessions_now(struct fx *fx, struct djinn_admin_session **list);
 

@@ -14,7 +14,11 @@
  * - one uid opening more unix connections than
  *   server.max_connections_per_uid, one address more TCP connections
  *   than server.max_connections_per_addr: the one over is refused with
- *   -EUSERS and closed, the others and other addresses are served.
+ *   -EUSERS and closed, the others and other addresses are served;
+ * - reads pipelined and left unread, staged as on a GPU
+ *   (--cpu-device-only): djinnd's memory stays bounded, each tenant's
+ *   staging within memory.read_staging and a buffer a connection, and
+ *   every answer comes once read.
  *
  * Timeouts are configured short (hundreds of ms) so the tests stay fast.
  */
@@ -574,6 +578,292 @@ static void test_pipelined_reads(void **state)
 	check_health(fx, 0);
 }
 
+/* Staging for reads of a GPU's memory: 16 MiB a tenant (two reads in
+ * parts at once), on a device big enough for several tensors of 12 MiB. */
+static int setup_staging(void **state)
+{
+	const char *extra[] = { "--cpu-device-only", "--set",
+				"memory.read_staging=16M", NULL };
+
+	return fx_start_args(state, "512M", 10000, extra);
+}
+
+/* Tenant @tenant's sample of family @name now (-1: none). */
+static int64_t tenant_metric(struct fx *fx, const char *name,
+			     const char *tenant)
+{
+	char series[160], *m = metrics_scrape(fx);
+	int64_t v;
+
+	snprintf(series, sizeof(series), "%s{tenant=\"%s\"}", name, tenant);
+	v = metrics_value(m, series);
+	free(m);
+	return v;
+}
+
+/* Wait (bounded) until @tenant's reads hold no staging and none waits. */
+static void wait_unstaged_at(int line, struct fx *fx, const char *tenant)
+{
+	int64_t deadline = dj_now_ms() + DJ_TIMEOUT_MS, staged, waiting;
+
+	for (;;) {
+		staged = tenant_metric(fx, "djinn_tenant_read_staging_bytes",
+				       tenant);
+		waiting =
+			tenant_metric(fx, "djinn_tenant_reads_waiting", tenant);
+		if (staged <= 0 && waiting <= 0)
+			return;
+		if (dj_now_ms() > deadline)
+			fail_msg("line %d: %s still stages %lld bytes, %lld "
+				 "reads waiting",
+				 line, tenant, (long long)staged,
+				 (long long)waiting);
+		sleep_ms(10);
+	}
+}
+#define wait_unstaged(fx, tenant) wait_unstaged_at(__LINE__, fx, tenant)
+
+/* A U8 tensor of @len bytes of @seed's pattern, in @data. */
+static uint64_t patterned_at(int line, int fd, uint64_t sid, uint8_t *data,
+			     uint64_t len, unsigned int seed)
+{
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, len);
+
+	for (uint64_t i = 0; i < len; i++)
+		data[i] = (uint8_t)(i * seed + i / 251);
+	return create_at(line, fd, sid, &d, DJINN_SEG_DATA, NULL, data, len,
+			 NULL);
+}
+#define patterned(fd, sid, data, len, seed) \
+	patterned_at(__LINE__, fd, sid, data, len, seed)
+
+/* @n reads of [@off, +@len) of @h sent at once, request ids @id0 on. */
+static void send_reads(int fd, uint64_t sid, uint64_t h, uint64_t off,
+		       uint64_t len, unsigned int n, uint64_t id0)
+{
+	size_t fl = sizeof(struct djinn_hdr) + sizeof(struct djinn_tensor_io);
+	uint8_t *frames = malloc(n * fl);
+
+	assert_non_null(frames);
+	for (unsigned int i = 0; i < n; i++) {
+		struct djinn_tensor_io io = { .handle = h,
+					      .offset = off,
+					      .len = len };
+		struct djinn_hdr hd =
+			dj_hdr(DJINN_MSG_TENSOR_READ, id0 + i, sid, sizeof(io));
+
+		memcpy(frames + i * fl, &hd, sizeof(hd));
+		memcpy(frames + i * fl + sizeof(hd), &io, sizeof(io));
+	}
+	assert_int_equal(dj_write(fd, frames, n * fl, DJ_TIMEOUT_MS), 0);
+	free(frames);
+}
+
+#define STAGED_LEN (12 * MiB + 5) /* three parts and a byte */
+#define ATTACKERS 6
+#define ATTACK_READS 6
+/* Staged at most: memory.read_staging (two reads in parts, two buffers
+ * each) and one buffer for each connection's first read; so many reads
+ * started, at most. */
+#define STAGED_MAX ((int64_t)(16 * MiB + ATTACKERS * 4 * MiB))
+#define STARTED_MAX (2 + ATTACKERS)
+
+/*
+ * Reads of a GPU's memory are staged in pinned host memory. One over
+ * 4 MiB goes in parts through two buffers of 4 MiB, whatever its
+ * length, and a tenant's reads hold at most memory.read_staging at once:
+ * its reads past that wait, in order, for its earlier ones to be sent.
+ *
+ * - ranges that start and end inside parts, or on their edges, read
+ *   back the bytes written;
+ * - six connections of one tenant each pipeline six reads of 12 MiB and
+ *   read nothing: djinnd grows by a few buffers, not by the 432 MiB
+ *   they ask for, the tenant's staging stays within its 16 MiB and a
+ *   buffer a connection, reads wait; a victim tenant alongside reads
+ *   12 MiB of its own meanwhile; then, read one connection after the
+ *   other, every answer comes, whole and in its bytes (each
+ *   connection's first read goes on whatever its tenant holds);
+ * - a connection closed with its replies unread gives its staging back;
+ * - a session killed while its read is mid-reply: the reply is finished
+ *   (its header promised the bytes), the connection goes on.
+ */
+static void test_staged_reads(void **state)
+{
+	static const uint64_t ranges[][2] = {
+		{ 0, STAGED_LEN },
+		{ 1, 9 * MiB + 7 },
+		{ 4 * MiB - 3, 4 * MiB + 6 },
+		{ 0, 4 * MiB },
+		{ 5, 4 * MiB + 1 },
+		{ STAGED_LEN - 1, 1 },
+		{ STAGED_LEN - 8 * MiB - 1, 8 * MiB + 1 },
+	};
+	struct fx *fx = *state;
+	char me[32];
+	uint8_t *data[ATTACKERS], *vdata = malloc(STAGED_LEN);
+	uint8_t *buf = malloc(STAGED_LEN);
+	uint64_t sid[ATTACKERS], h[ATTACKERS], vsid, vh, lsid, lh, rss0, grew;
+	int fd[ATTACKERS], v, late;
+	int64_t staged, waiting, deadline;
+	struct djinn_session_resp resp0;
+	struct djinn_hdr rh;
+
+	assert_non_null(vdata);
+	assert_non_null(buf);
+	snprintf(me, sizeof(me), "uid:%u", (unsigned int)getuid());
+	for (int c = 0; c < ATTACKERS; c++) {
+		data[c] = malloc(STAGED_LEN);
+		assert_non_null(data[c]);
+		fd[c] = xconnect(fx->d.sock);
+		sid[c] = open_at(__LINE__, fd[c], "reader", 4, 0,
+				 c ? NULL : &resp0);
+		h[c] = patterned(fd[c], sid[c], data[c], STAGED_LEN,
+				 7 + (unsigned int)c);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(ranges); i++) {
+		read_at(__LINE__, fd[0], sid[0], h[0], ranges[i][0],
+			ranges[i][1], buf);
+		if (memcmp(buf, data[0] + ranges[i][0], ranges[i][1]))
+			fail_msg("range [%llu, +%llu) read back other bytes",
+				 (unsigned long long)ranges[i][0],
+				 (unsigned long long)ranges[i][1]);
+	}
+	wait_unstaged(fx, me);
+
+	rss0 = rss(fx);
+	for (int c = 0; c < ATTACKERS; c++)
+		send_reads(fd[c], sid[c], h[c], 0, STAGED_LEN, ATTACK_READS,
+			   6000);
+	/* the reads fill the tenant's staging, and the rest wait */
+	deadline = dj_now_ms() + DJ_TIMEOUT_MS;
+	do {
+		sleep_ms(10);
+		staged = tenant_metric(fx, "djinn_tenant_read_staging_bytes",
+				       me);
+		waiting = tenant_metric(fx, "djinn_tenant_reads_waiting", me);
+	} while (waiting < ATTACKERS * ATTACK_READS - STARTED_MAX &&
+		 dj_now_ms() < deadline);
+	sleep_ms(SHORT_MS);
+	staged = tenant_metric(fx, "djinn_tenant_read_staging_bytes", me);
+	waiting = tenant_metric(fx, "djinn_tenant_reads_waiting", me);
+	printf("# %d unread reads of 12 MiB: %lld bytes staged, %lld reads "
+	       "waiting\n",
+	       ATTACKERS * ATTACK_READS, (long long)staged, (long long)waiting);
+	if (staged > STAGED_MAX)
+		fail_msg("the tenant stages %lld bytes, over 16 MiB and 4 MiB "
+			 "a connection",
+			 (long long)staged);
+	if (waiting < ATTACKERS * ATTACK_READS - STARTED_MAX)
+		fail_msg("%lld reads wait, want at least %d",
+			 (long long)waiting,
+			 ATTACKERS * ATTACK_READS - STARTED_MAX);
+
+	/* another tenant is not held up by it */
+	v = dj_connect_as(fx->d.sock, 65534, 65534, NULL, 0);
+	if (v < 0)
+		fail_msg("connect as nobody: %s", strerror(-v));
+	hello(v);
+	vsid = open_session(v, "victim");
+	vh = patterned(v, vsid, vdata, STAGED_LEN, 3);
+	read_at(__LINE__, v, vsid, vh, 0, STAGED_LEN, buf);
+	assert_memory_equal(buf, vdata, STAGED_LEN);
+	victim(v);
+
+	grew = rss(fx) - rss0;
+	printf("# djinnd grew by %llu MiB\n", (unsigned long long)(grew / MiB));
+	if (grew > 96 * MiB)
+		fail_msg("%d unread reads of 12 MiB grew djinnd by %llu MiB",
+			 ATTACKERS * ATTACK_READS,
+			 (unsigned long long)(grew / MiB));
+
+	/* nothing is lost: each answer comes whole (any order) */
+	for (int c = 0; c < ATTACKERS; c++) {
+		bool seen[ATTACK_READS] = { false };
+
+		for (int k = 0; k < ATTACK_READS; k++) {
+			struct dj_resp r;
+			uint64_t i;
+
+			assert_int_equal(dj_recv(fd[c], &r, DJ_TIMEOUT_MS), 1);
+			if (r.error)
+				fail_msg("conn %d answer %d: error %d \"%s\"",
+					 c, k, r.error, r.msg);
+			i = r.hdr.request_id - 6000;
+			if (i >= ATTACK_READS || seen[i])
+				fail_msg("an answer to request %llu",
+					 (unsigned long long)r.hdr.request_id);
+			seen[i] = true;
+			assert_int_equal(r.len, STAGED_LEN);
+			if (memcmp(r.data, data[c], STAGED_LEN))
+				fail_msg("conn %d answer %d: other bytes", c,
+					 k);
+			dj_resp_free(&r);
+		}
+	}
+	wait_unstaged(fx, me);
+
+	/* replies left unread on a connection that closes: staging back */
+	late = xconnect(fx->d.sock);
+	hello(late);
+	attach(late, sid[0], resp0.token);
+	send_reads(late, sid[0], h[0], 0, STAGED_LEN, ATTACK_READS, 7000);
+	assert_true(dj_read(late, buf, MiB, DJ_TIMEOUT_MS) > 0);
+	close(late);
+	wait_unstaged(fx, me);
+	victim(fd[0]);
+
+	/* its session killed mid-reply: the reply, whose header promised
+	 * its bytes, is finished all the same (the read holds the memory);
+	 * the other read ends whole or "session ended"; the connection and
+	 * the tenant's others go on, and the staging comes back */
+	late = xconnect(fx->d.sock);
+	hello(late);
+	lsid = open_session(late, "killed");
+	lh = patterned(late, lsid, vdata, STAGED_LEN, 5);
+	send_reads(late, lsid, lh, 0, STAGED_LEN, 2, 8000);
+	/* the first answer has begun: its header is here */
+	assert_int_equal(dj_read(late, &rh, sizeof(rh), DJ_TIMEOUT_MS),
+			 sizeof(rh));
+	assert_int_equal(rh.flags & DJINN_F_ERROR, 0);
+	assert_int_equal(rh.payload_len, STAGED_LEN);
+	call_void(fx->adm, DJINN_MSG_ADMIN_KILL, 0,
+		  &(struct djinn_admin_kill){ .session_id = lsid },
+		  sizeof(struct djinn_admin_kill));
+	assert_int_equal(dj_read(late, buf, STAGED_LEN, DJ_TIMEOUT_MS),
+			 STAGED_LEN);
+	assert_memory_equal(buf, vdata, STAGED_LEN);
+	{
+		struct dj_resp r;
+
+		assert_int_equal(dj_recv(late, &r, DJ_TIMEOUT_MS), 1);
+		/* the other one of 8000 and 8001 */
+		assert_int_equal(r.hdr.request_id, 16001 - rh.request_id);
+		if (r.error)
+			expect_error(&r, -ECANCELED, "session ended");
+		else if (r.len != STAGED_LEN ||
+			 memcmp(r.data, vdata, STAGED_LEN))
+			fail_msg("the other read of the killed session: %llu "
+				 "other bytes",
+				 (unsigned long long)r.len);
+		dj_resp_free(&r);
+	}
+	victim(late);
+	close(late);
+	wait_unstaged(fx, me);
+	victim(fd[0]);
+
+	for (int c = 0; c < ATTACKERS; c++) {
+		close_session(fd[c], sid[c]);
+		close(fd[c]);
+		free(data[c]);
+	}
+	close_session(v, vsid);
+	close(v);
+	free(vdata);
+	free(buf);
+	check_health(fx, 0);
+}
+
 /* A text tensor (U8, one dim) of @len bytes of @seed's pattern. */
 static uint64_t text_at(int line, int fd, uint64_t sid, size_t len,
 			unsigned int seed, struct djinn_model_file *mf)
@@ -697,6 +987,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_pipelined_reads,
 						setup_staged, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_staged_reads,
+						setup_staging, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_upload_dups, fx_setup,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_upload_max,

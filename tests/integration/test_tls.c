@@ -212,11 +212,16 @@ static int group_teardown(void **state)
 }
 
 /* A daemon with a unix socket, the admin socket and a tls: listener on
- * a port free now, configured by @path. */
-static int setup_conf(void **state, const char *path)
+ * a port free now, configured by @path; @staged: --cpu-device-only
+ * (reads staged, those over 4 MiB sent in parts, as on a GPU). */
+static int setup_conf(void **state, const char *path, bool staged)
 {
 	char listen[48];
-	const char *const extra[] = { "--config", path, "--listen", listen,
+	const char *const extra[] = { "--config",
+				      path,
+				      "--listen",
+				      listen,
+				      staged ? "--cpu-device-only" : NULL,
 				      NULL };
 
 	tls_port = dj_free_port();
@@ -230,13 +235,18 @@ static int setup_conf(void **state, const char *path)
 
 static int setup(void **state)
 {
-	return setup_conf(state, conf);
+	return setup_conf(state, conf, false);
+}
+
+static int setup_staged(void **state)
+{
+	return setup_conf(state, conf, true);
 }
 
 /* The same, with tls.max_records = WORN_RECORDS: test_max_records(). */
 static int setup_worn(void **state)
 {
-	return setup_conf(state, conf_worn);
+	return setup_conf(state, conf_worn, false);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -491,23 +501,9 @@ static void victims_close(struct victims *v)
 /* ---------------------------------------------------------------------- */
 /* Metrics */
 
-static char *scrape(struct fx *fx)
-{
-	static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
-	int fd = dj_connect_tcp(fx->d.metrics_port);
-	char *buf;
-
-	assert_true(fd >= 0);
-	assert_int_equal(dj_write(fd, req, sizeof(req) - 1, DJ_TIMEOUT_MS), 0);
-	buf = dj_read_all(fd, DJ_TIMEOUT_MS);
-	close(fd);
-	assert_non_null(buf);
-	return buf;
-}
-
 static uint64_t metric(struct fx *fx, const char *name)
 {
-	char *m = scrape(fx), key[96], *p;
+	char *m = metrics_scrape(fx), key[96], *p;
 	uint64_t v;
 
 	snprintf(key, sizeof(key), "\n%s ", name);
@@ -867,6 +863,14 @@ static void test_cert_tenant(void **state)
 	assert_int_equal(djinn_session_close(s), 0);
 	disconnect(c);
 	victim_close(&v);
+}
+
+/* 1a. The same on a device the I/O thread cannot read (a GPU's data path,
+ * --cpu-device-only): the big read goes in parts of 4 MiB, each sealed
+ * into records as it comes. */
+static void test_cert_tenant_staged(void **state)
+{
+	test_cert_tenant(state);
 }
 
 /* 2. A certificate from another CA: refused in the handshake, djinnd's
@@ -1451,6 +1455,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_cert_tenant, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_cert_tenant_staged,
+						setup_staged, teardown),
 		cmocka_unit_test_setup_teardown(test_rotated_certificate, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_stalled_handshake, setup,

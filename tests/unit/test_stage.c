@@ -2,10 +2,10 @@
 /*
  * The staging buffers of device-only reads (djinnd/exec/stage.c), over
  * the host provider's host memory, counted: buffers are reused rather
- * than allocated per read, a lent buffer is never handed to another
- * read, the idle ones stay within their count and bytes, a read over
- * the largest pooled size gets a buffer of its own, freed when given
- * back, and nothing is left when the pool goes.
+ * than allocated per read, of exactly a read's size class, a lent
+ * buffer is never handed to another read, the idle ones stay within
+ * their count and bytes, a read over the largest size gets none (it goes
+ * in parts), and nothing is left when the pool goes.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -120,14 +120,10 @@ static struct stage_stats stats(struct stage_pool *sp)
 static void test_sizes(void **state)
 {
 	static const uint64_t cases[][2] = {
-		{ 0, STAGE_MIN },
-		{ 1, STAGE_MIN },
-		{ 64 * KiB, 64 * KiB },
-		{ 64 * KiB + 1, 128 * KiB },
-		{ 1000 * KiB, MiB },
+		{ 0, STAGE_MIN },	  { 1, STAGE_MIN },
+		{ 64 * KiB, 64 * KiB },	  { 64 * KiB + 1, 128 * KiB },
+		{ 1000 * KiB, MiB },	  { STAGE_MAX - 1, STAGE_MAX },
 		{ STAGE_MAX, STAGE_MAX },
-		{ STAGE_MAX + 1, STAGE_MAX + 4096 },
-		{ 100 * MiB + 5, 100 * MiB + 4096 },
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
@@ -167,8 +163,9 @@ static void test_reuse(void **state)
 	assert_int_equal(c->live, 0);
 }
 
-/* A read takes the smallest idle buffer that holds it. */
-static void test_best_fit(void **state)
+/* A read takes an idle buffer of exactly its size, never a larger one:
+ * its tenant is charged for that size (net/msg_tensor.c). */
+static void test_exact_fit(void **state)
 {
 	struct cprov *c = *state;
 	const uint64_t lens[] = { 64 * KiB, MiB, 256 * KiB };
@@ -183,17 +180,20 @@ static void test_best_fit(void **state)
 		stage_put(&sp, buf[i], size[i]);
 	assert_int_equal(stats(&sp).idle_bytes, 64 * KiB + MiB + 256 * KiB);
 
-	assert_int_equal(stage_get(&sp, 100 * KiB, &b, &sz), 0);
+	assert_int_equal(stage_get(&sp, 200 * KiB, &b, &sz), 0);
 	assert_ptr_equal(b, buf[2]);
 	assert_int_equal(sz, 256 * KiB);
 	stage_put(&sp, b, sz);
 	assert_int_equal(stage_get(&sp, 10, &b, &sz), 0);
 	assert_ptr_equal(b, buf[0]);
 	stage_put(&sp, b, sz);
-	/* bigger than any idle one: a new buffer */
-	assert_int_equal(stage_get(&sp, 2 * MiB, &b, &sz), 0);
-	assert_int_equal(sz, 2 * MiB);
+	/* 100 KiB is a 128 KiB buffer: a new one, though 256 KiB and 1 MiB
+	 * ones are idle */
+	assert_int_equal(stage_get(&sp, 100 * KiB, &b, &sz), 0);
+	assert_int_equal(sz, 128 * KiB);
+	assert_true(b != buf[0] && b != buf[1] && b != buf[2]);
 	assert_int_equal(c->allocs, 4);
+	assert_int_equal(stats(&sp).idle, 3);
 	stage_put(&sp, b, sz);
 	stage_pool_fini(&sp);
 }
@@ -288,25 +288,24 @@ static void test_bounds(void **state)
 	assert_int_equal(c->live, 0);
 }
 
-/* A read over STAGE_MAX has a buffer of its own, freed when given back. */
+/* A read over STAGE_MAX gets no buffer: it is sent in parts, through
+ * buffers of STAGE_MAX. Nothing is allocated. */
 static void test_oversize(void **state)
 {
 	struct cprov *c = *state;
 	struct stage_pool sp;
-	uint64_t size, small_size;
-	void *buf, *small;
+	uint64_t size = 0;
+	void *buf = NULL;
 
 	stage_pool_init(&sp, &c->base);
-	assert_int_equal(stage_get(&sp, KiB, &small, &small_size), 0);
-	stage_put(&sp, small, small_size);
-	assert_int_equal(stage_get(&sp, 5 * MiB + 1, &buf, &size), 0);
-	assert_int_equal(size, 5 * MiB + 4096);
-	assert_int_equal(c->live, 2);
-	memset(buf, 0xab, 5 * MiB + 1);
+	assert_int_equal(stage_get(&sp, STAGE_MAX + 1, &buf, &size), -E2BIG);
+	assert_null(buf);
+	assert_int_equal(c->allocs, 0);
+	assert_int_equal(stats(&sp).gets, 0);
+	assert_int_equal(stats(&sp).lent, 0);
+	assert_int_equal(stage_get(&sp, STAGE_MAX, &buf, &size), 0);
+	assert_int_equal(size, STAGE_MAX);
 	stage_put(&sp, buf, size);
-	assert_int_equal(c->live, 1);
-	assert_int_equal(stats(&sp).idle, 1);
-	assert_int_equal(stats(&sp).idle_bytes, STAGE_MIN);
 	stage_pool_fini(&sp);
 }
 
@@ -395,7 +394,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test_setup_teardown(test_reuse, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_best_fit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exact_fit, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_lent_distinct, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_bounds, setup, teardown),
