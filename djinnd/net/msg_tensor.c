@@ -807,9 +807,14 @@ static void read_mem_done(struct conn *c, struct exec_job *job,
 	metrics_observe(&c->srv->st, DJINN_MSG_TENSOR_READ,
 			loop_now() - rc->t0);
 	if (job->error) {
-		conn_error(c, &rc->hdr, job->error, "%s the tensor",
-			   job->mem.stage_len ? "cannot copy from the device" :
-						"cannot make resident");
+		const char *why =
+			job->mem.stage_len ?
+				"cannot copy the tensor from the device" :
+				"cannot make the tensor resident";
+
+		/* "session ended", or what the job says */
+		conn_error(c, &rc->hdr, job->error, "%s",
+			   job->msg[0] ? job->msg : why);
 		read_done(rc);
 		return;
 	}

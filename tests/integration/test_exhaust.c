@@ -838,6 +838,8 @@ static void test_staged_reads(void **state)
 		assert_int_equal(dj_recv(late, &r, DJ_TIMEOUT_MS), 1);
 		/* the other one of 8000 and 8001 */
 		assert_int_equal(r.hdr.request_id, 16001 - rh.request_id);
+		printf("# the killed session's other read: %s\n",
+		       r.error ? "session ended" : "whole");
 		if (r.error)
 			expect_error(&r, -ECANCELED, "session ended");
 		else if (r.len != STAGED_LEN ||
