@@ -73,7 +73,7 @@ PREFIX           ?= /usr/local
 
 LIBS_VMU     := $(VMU_LIB) $(COMMON_LIB) -lcrypto
 LIBS_BACKEND := $(BACKEND_LIB) $(LIBS_VMU) $(BLAS_LIBS) -lm
-LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring -ljansson -lssl -lcrypto
+LIBS_DJINND  := $(DJINND_LIB) $(LIBS_BACKEND) -luring -ljansson -lssl -lcrypto -lsystemd
 LIBS_LIBDJINN := $(LIBDJINN_A) -lssl -lcrypto -ljansson
 DJINND      := $(BUILD)/djinnd/djinnd
 

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "server.h"
 #include "net/conn.h"
+#include "net/fdstore.h"
 #include "net/ident.h"
 #include "net/tls.h"
 #include "session/lease.h"
@@ -45,6 +46,7 @@ struct listener {
 	uint64_t last_warn;
 	int fd;
 	bool admin, metrics, tcp, tls, multishot;
+	bool stored; /* in the service manager's fd store (net/fdstore.h) */
 	/* the admin socket's group (server.admin_group), when it has one */
 	bool has_gid;
 	gid_t gid;
@@ -488,6 +490,22 @@ static void listener_complete(struct io_src *src, struct io_uring_cqe *cqe,
 		listener_arm(ls);
 }
 
+/* The admin socket's group (server.admin_group, else "djinn"), given to
+ * the socket at @path: its peers are checked against it at accept. */
+static void admin_group(struct listener *ls, const char *path)
+{
+	struct group *g;
+
+	if (!ls->admin)
+		return;
+	g = getgrnam(ls->srv->cfg.admin_group ? ls->srv->cfg.admin_group :
+						"djinn");
+	if (g && !lchown(path, (uid_t)-1, g->gr_gid) && !chmod(path, 0660)) {
+		ls->has_gid = true;
+		ls->gid = g->gr_gid;
+	}
+}
+
 static int listen_unix(struct listener *ls, const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -523,17 +541,31 @@ static int listen_unix(struct listener *ls, const char *path)
 		close(fd);
 		return ret;
 	}
-	if (ls->admin) {
-		/* root, or the admin group (server.admin_group) */
-		struct group *g = getgrnam(ls->srv->cfg.admin_group ?
-						   ls->srv->cfg.admin_group :
-						   "djinn");
+	admin_group(ls, path);
+	ls->fd = fd;
+	return 0;
+}
 
-		if (g && !lchown(path, (uid_t)-1, g->gr_gid) &&
-		    !chmod(path, 0660)) {
-			ls->has_gid = true;
-			ls->gid = g->gr_gid;
-		}
+/* A listening socket passed at start (net/fdstore.h) for @spec, taken
+ * instead of binding: 0, or -ENOENT (none, or not one that listens). */
+static int listen_passed(struct listener *ls, const char *name,
+			 const char *spec)
+{
+	int fd = fdstore_take(name), on = 0;
+	socklen_t len = sizeof(on);
+
+	if (fd < 0)
+		return -ENOENT;
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) || !on) {
+		log_warn("fd store: %s does not listen: bound anew", name);
+		close(fd);
+		return -ENOENT;
+	}
+	if (!strncmp(spec, "unix:", 5)) {
+		snprintf(ls->path, sizeof(ls->path), "%s", spec + 5);
+		admin_group(ls, ls->path);
+	} else {
+		ls->tcp = true;
 	}
 	ls->fd = fd;
 	return 0;
@@ -585,7 +617,10 @@ static int listener_add(struct server *srv, const char *spec,
 			enum listener_kind kind)
 {
 	static const char *const what[] = { "", " (admin)", " (metrics)" };
+	static const char *const prefix[] = { "client-", "admin-", "metrics-" };
 	struct listener *ls = calloc(1, sizeof(*ls));
+	char name[FDSTORE_NAME_MAX + 1];
+	bool passed = false;
 	int ret;
 
 	if (!ls)
@@ -598,23 +633,37 @@ static int listener_add(struct server *srv, const char *spec,
 	ls->metrics = kind == LS_METRICS;
 	ls->fd = -1;
 	ls->multishot = srv->loop.feat.multishot_accept;
+	/* a name too long for the store: bound anew each time, not kept */
+	if (fdstore_name(name, sizeof(name), prefix[kind], spec))
+		name[0] = 0;
 	if (!strncmp(spec, "unix:", 5) && kind != LS_METRICS)
-		ret = listen_unix(ls, spec + 5);
-	else if (!strncmp(spec, "tcp:", 4))
-		ret = listen_tcp(ls, spec + 4);
-	else if (!strncmp(spec, "tls:", 4) && kind == LS_CLIENT && srv->tls)
-		ret = listen_tcp(ls, spec + 4);
+		ret = 1;
+	else if (!strncmp(spec, "tcp:", 4) ||
+		 (!strncmp(spec, "tls:", 4) && kind == LS_CLIENT && srv->tls))
+		ret = 2;
 	else
 		ret = -EINVAL;
+	if (ret > 0 && name[0] && !listen_passed(ls, name, spec)) {
+		passed = true;
+		ret = 0;
+	} else if (ret > 0) {
+		ret = ret == 1 ? listen_unix(ls, spec + 5) :
+				 listen_tcp(ls, spec + 4);
+	}
 	if (ret) {
 		log_err("listen %s: %s", spec, strerror(-ret));
 		free(ls);
 		return ret;
 	}
 	ls->tls = !strncmp(spec, "tls:", 4);
+	/* kept for the next djinnd (again if passed: a store that lost it
+	 * has it back) */
+	if (name[0] && fdstore_present())
+		ls->stored = fdstore_keep(name, ls->fd);
 	list_add_tail(&ls->node, &srv->listeners);
 	listener_arm(ls);
-	log_info("listening on %s%s", spec, what[kind]);
+	log_info("listening on %s%s%s", spec, what[kind],
+		 passed ? ", passed at start" : "");
 	return 0;
 }
 
@@ -624,25 +673,23 @@ int listeners_open(struct server *srv)
 
 	msg_init(srv);
 	conns_start(srv);
-	for (unsigned int i = 0; i < srv->cfg.nr_listen; i++) {
+	ret = fdstore_init();
+	if (ret < 0)
+		log_warn("fd store: the fds passed at start: %s",
+			 strerror(-ret));
+	ret = 0;
+	for (unsigned int i = 0; !ret && i < srv->cfg.nr_listen; i++)
 		ret = listener_add(srv, srv->cfg.listen[i], LS_CLIENT);
-		if (ret)
-			return ret;
-	}
-	if (srv->cfg.admin_socket) {
+	if (!ret && srv->cfg.admin_socket) {
 		char spec[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
 
 		snprintf(spec, sizeof(spec), "unix:%s", srv->cfg.admin_socket);
 		ret = listener_add(srv, spec, LS_ADMIN);
-		if (ret)
-			return ret;
 	}
-	if (srv->cfg.metrics) {
+	if (!ret && srv->cfg.metrics)
 		ret = listener_add(srv, srv->cfg.metrics, LS_METRICS);
-		if (ret)
-			return ret;
-	}
-	return 0;
+	fdstore_done();
+	return ret;
 }
 
 void listeners_close(struct server *srv)
@@ -662,7 +709,8 @@ void listeners_close(struct server *srv)
 		io_uring_submit(&srv->loop.ring);
 		close(ls->fd);
 		ls->fd = -1;
-		if (!ls->tcp && ls->path[0])
+		/* a stored socket stays, for the next djinnd to take */
+		if (!ls->tcp && ls->path[0] && !ls->stored)
 			unlink(ls->path);
 	}
 }

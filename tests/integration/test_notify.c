@@ -11,6 +11,12 @@
  * "<N>" priority prefixes, used only while $JOURNAL_STREAM names stderr,
  * and that a bad configuration stops djinnd before READY=1.
  *
+ * It also plays systemd's file descriptor store (FDSTORE=1 with FDNAME,
+ * and LISTEN_FDS/LISTEN_FDNAMES back at the next start): djinnd keeps
+ * its listening sockets there, and a djinnd started with them takes them
+ * instead of binding, so that a client that connects while it is down
+ * is answered by the next one (test_fd_store).
+ *
  * The daemon is $DJINND, else BUILD/djinnd/djinnd beside this binary.
  */
 #include <errno.h>
@@ -36,10 +42,59 @@
 
 #include <cmocka.h>
 
+#include <djinn/proto.h>
+
 static char djinnd[PATH_MAX + 32];
 static char dir[] = "/tmp/test_notify.XXXXXX";
 static char conf[128], logpath[128], nsock[128];
 static char dsock[128], asock[128];
+
+/* The fd store this test keeps: FDSTORE=1 messages' fds by FDNAME. */
+#define STORE_MAX 16
+static struct stored {
+	char name[256];
+	int fd;
+} store[STORE_MAX];
+static unsigned int nr_store, nr_removed;
+
+static void store_put(const char *name, int fd)
+{
+	for (unsigned int i = 0; i < nr_store; i++)
+		if (!strcmp(store[i].name, name)) {
+			close(store[i].fd); /* the same socket again */
+			store[i].fd = fd;
+			return;
+		}
+	assert_true(nr_store < STORE_MAX);
+	snprintf(store[nr_store].name, sizeof(store[0].name), "%s", name);
+	store[nr_store++].fd = fd;
+}
+
+static void store_remove(const char *name)
+{
+	for (unsigned int i = 0; i < nr_store; i++)
+		if (!strcmp(store[i].name, name)) {
+			close(store[i].fd);
+			store[i] = store[--nr_store];
+			nr_removed++;
+			return;
+		}
+}
+
+static int store_fd(const char *name)
+{
+	for (unsigned int i = 0; i < nr_store; i++)
+		if (!strcmp(store[i].name, name))
+			return store[i].fd;
+	return -1;
+}
+
+static void store_clear(void)
+{
+	for (unsigned int i = 0; i < nr_store; i++)
+		close(store[i].fd);
+	nr_store = nr_removed = 0;
+}
 
 static uint64_t now_usec(void)
 {
@@ -89,8 +144,9 @@ static int notify_socket(void)
 }
 
 /* Start djinnd with @env (NULL-terminated "K=V" list) and @extra args
- * after the test's own; stdout and stderr to the log. */
-static pid_t start(char *const env[], const char *extra)
+ * after the test's own; stdout and stderr to the log. With @pass, the
+ * store's fds go along, as systemd passes them (LISTEN_FDS). */
+static pid_t start_with(char *const env[], const char *extra, bool pass)
 {
 	pid_t parent = getpid(), pid;
 
@@ -114,6 +170,26 @@ static pid_t start(char *const env[], const char *extra)
 		unsetenv("INVOCATION_ID");
 		for (unsigned int i = 0; env && env[i]; i++)
 			putenv(env[i]);
+		if (pass && nr_store) {
+			char names[STORE_MAX * 257] = "", v[32];
+
+			/* fds 3 .. 3 + n - 1, in the store's order (each
+			 * dup'd above the range first, so none is lost) */
+			for (unsigned int i = 0; i < nr_store; i++)
+				store[i].fd = fcntl(store[i].fd, F_DUPFD,
+						    3 + STORE_MAX);
+			for (unsigned int i = 0; i < nr_store; i++) {
+				dup2(store[i].fd, 3 + (int)i);
+				if (i)
+					strcat(names, ":");
+				strcat(names, store[i].name);
+			}
+			snprintf(v, sizeof(v), "%u", nr_store);
+			setenv("LISTEN_FDS", v, 1);
+			snprintf(v, sizeof(v), "%d", (int)getpid());
+			setenv("LISTEN_PID", v, 1);
+			setenv("LISTEN_FDNAMES", names, 1);
+		}
 		/* A journal stream named after the log file itself. */
 		if (getenv("JOURNAL_STREAM") &&
 		    !strcmp(getenv("JOURNAL_STREAM"), "stderr")) {
@@ -134,8 +210,42 @@ static pid_t start(char *const env[], const char *extra)
 	return pid;
 }
 
-/* The next message other than WATCHDOG=1 (counted in *@pings) within
- * @ms, from @pid; NULL on timeout. */
+static pid_t start(char *const env[], const char *extra)
+{
+	return start_with(env, extra, false);
+}
+
+/* A line of a message: "READY=1" in "READY=1\nSTATUS=...". */
+static bool has_line(const char *msg, const char *line)
+{
+	size_t n = strlen(line);
+
+	for (const char *p = msg; p; p = strchr(p, '\n'), p = p ? p + 1 : p)
+		if (!strncmp(p, line, n) && (p[n] == '\n' || !p[n]))
+			return true;
+	return false;
+}
+
+/* A line's value: "NAME" for FDNAME= in "FDSTORE=1\nFDNAME=NAME". */
+static bool line_value(const char *msg, const char *key, char *out, size_t len)
+{
+	size_t n = strlen(key);
+
+	for (const char *p = msg; p; p = strchr(p, '\n'), p = p ? p + 1 : p)
+		if (!strncmp(p, key, n)) {
+			size_t v = strcspn(p + n, "\n");
+
+			if (v >= len)
+				return false;
+			memcpy(out, p + n, v);
+			out[v] = 0;
+			return true;
+		}
+	return false;
+}
+
+/* The next message other than WATCHDOG=1 (counted in *@pings) and the
+ * fd store's (kept in store[]) within @ms, from @pid; NULL on timeout. */
 static const char *next_msg(int fd, pid_t pid, int ms, unsigned int *pings)
 {
 	static char buf[4096];
@@ -144,8 +254,11 @@ static const char *next_msg(int fd, pid_t pid, int ms, unsigned int *pings)
 	for (;;) {
 		union {
 			struct cmsghdr h;
-			char b[CMSG_SPACE(sizeof(struct ucred))];
+			char b[CMSG_SPACE(sizeof(struct ucred)) +
+			       CMSG_SPACE(sizeof(int))];
 		} cm;
+		char name[256];
+		int passed = -1;
 		struct iovec iov = { buf, sizeof(buf) - 1 };
 		struct msghdr mh = { .msg_iov = &iov,
 				     .msg_iovlen = 1,
@@ -160,7 +273,7 @@ static const char *next_msg(int fd, pid_t pid, int ms, unsigned int *pings)
 			return NULL;
 		if (poll(&p, 1, (int)((end - now) / 1000) + 1) <= 0)
 			continue;
-		n = recvmsg(fd, &mh, 0);
+		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
 		assert_true(n >= 0);
 		buf[n] = 0;
 		c = CMSG_FIRSTHDR(&mh);
@@ -168,6 +281,25 @@ static const char *next_msg(int fd, pid_t pid, int ms, unsigned int *pings)
 		assert_int_equal(c->cmsg_type, SCM_CREDENTIALS);
 		/* NotifyAccess=main: only djinnd itself speaks. */
 		assert_int_equal(((struct ucred *)CMSG_DATA(c))->pid, pid);
+		c = CMSG_NXTHDR(&mh, c);
+		if (c && c->cmsg_type == SCM_RIGHTS)
+			memcpy(&passed, CMSG_DATA(c), sizeof(passed));
+		if (has_line(buf, "FDSTORE=1")) {
+			/* a listener keeps across restarts: FDPOLL=0 */
+			assert_true(passed >= 0);
+			assert_true(
+				line_value(buf, "FDNAME=", name, sizeof(name)));
+			assert_true(has_line(buf, "FDPOLL=0"));
+			store_put(name, passed);
+			continue;
+		}
+		assert_int_equal(passed, -1);
+		if (has_line(buf, "FDSTOREREMOVE=1")) {
+			assert_true(
+				line_value(buf, "FDNAME=", name, sizeof(name)));
+			store_remove(name);
+			continue;
+		}
 		if (!strcmp(buf, "WATCHDOG=1")) {
 			if (pings)
 				(*pings)++;
@@ -175,17 +307,6 @@ static const char *next_msg(int fd, pid_t pid, int ms, unsigned int *pings)
 		}
 		return buf;
 	}
-}
-
-/* A line of a message: "READY=1" in "READY=1\nSTATUS=...". */
-static bool has_line(const char *msg, const char *line)
-{
-	size_t n = strlen(line);
-
-	for (const char *p = msg; p; p = strchr(p, '\n'), p = p ? p + 1 : p)
-		if (!strncmp(p, line, n) && (p[n] == '\n' || !p[n]))
-			return true;
-	return false;
 }
 
 static void expect(int fd, pid_t pid, const char *line, unsigned int *pings,
@@ -325,6 +446,112 @@ static void test_notify_protocol(void **state)
 	expect(fd, pid, "STOPPING=1", &pings, NULL);
 	assert_int_equal(wait_exit(pid), 0);
 	close(fd);
+	store_clear(); /* its sockets: no one listens after this */
+}
+
+/* A connection to @path with a HELLO sent (its answer not read). */
+static int hello_sent(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct djinn_hdr h = { .magic = DJINN_MAGIC,
+			       .version = DJINN_PROTO_VERSION,
+			       .type = DJINN_MSG_HELLO,
+			       .request_id = 77 };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	strcpy(sa.sun_path, path);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(write(fd, &h, sizeof(h)), sizeof(h));
+	return fd;
+}
+
+/* Its HELLO's answer arrives within 20 s. */
+static void hello_answered(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct djinn_hdr h;
+
+	assert_int_equal(poll(&p, 1, 20000), 1);
+	assert_int_equal(read(fd, &h, sizeof(h)), sizeof(h));
+	assert_int_equal(h.magic, DJINN_MAGIC);
+	assert_int_equal(h.type, DJINN_MSG_HELLO);
+	assert_int_equal(h.request_id, 77);
+	assert_int_equal(h.flags & DJINN_F_ERROR, 0);
+	close(fd);
+}
+
+/*
+ * The fd store: djinnd keeps its listening sockets there, named by kind
+ * and address. Killed, its sockets live on in the store: a client
+ * connects and sends HELLO meanwhile, and the next djinnd, started with
+ * them (LISTEN_FDS), takes them without binding and answers it. A
+ * stored fd no listener names any more is dropped (FDSTOREREMOVE=1).
+ * Stopped cleanly, djinnd leaves a stored unix socket's path in place
+ * for the next one.
+ */
+static void test_fd_store(void **state)
+{
+	char ns[160], *env[] = { ns, NULL }, client[256], admin[256], *log;
+	const char *stale = "client-tcp%3A127.0.0.1%3A9";
+	int fd = notify_socket(), waiting, spare[2];
+	pid_t pid;
+
+	snprintf(ns, sizeof(ns), "NOTIFY_SOCKET=%s", nsock);
+	snprintf(client, sizeof(client), "client-unix%%3A%s", dsock);
+	snprintf(admin, sizeof(admin), "admin-unix%%3A%s", asock);
+	base_conf("");
+	store_clear();
+	pid = start(env, NULL);
+	expect(fd, pid, "READY=1", NULL, NULL);
+	assert_int_equal(nr_store, 2);
+	assert_true(store_fd(client) >= 0);
+	assert_true(store_fd(admin) >= 0);
+
+	/* killed: the stored socket still takes a client */
+	kill(pid, SIGKILL);
+	assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+	waiting = hello_sent(dsock);
+
+	/* one more fd that no listener names */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, spare), 0);
+	close(spare[1]);
+	store_put(stale, spare[0]);
+	pid = start_with(env, NULL, true);
+	expect(fd, pid, "READY=1", NULL, NULL);
+	hello_answered(waiting);
+	assert_int_equal(nr_removed, 1);
+	assert_int_equal(store_fd(stale), -1);
+	assert_int_equal(nr_store, 2);
+	log = read_log();
+	assert_non_null(strstr(log, ", passed at start"));
+	assert_non_null(strstr(log, "is not used: dropped"));
+	free(log);
+	assert_true(can_connect(asock));
+
+	/* stopped cleanly: the path stays, and the store's socket behind
+	 * it takes the next client */
+	kill(pid, SIGTERM);
+	expect(fd, pid, "STOPPING=1", NULL, NULL);
+	assert_int_equal(wait_exit(pid), 0);
+	waiting = hello_sent(dsock);
+	pid = start_with(env, NULL, true);
+	expect(fd, pid, "READY=1", NULL, NULL);
+	hello_answered(waiting);
+	kill(pid, SIGTERM);
+	expect(fd, pid, "STOPPING=1", NULL, NULL);
+	assert_int_equal(wait_exit(pid), 0);
+
+	/* without a store nothing is kept: a clean stop removes the path */
+	store_clear();
+	pid = start(NULL, NULL);
+	for (int i = 0; i < 2000 && !can_connect(dsock); i++)
+		usleep(10000);
+	assert_true(can_connect(dsock));
+	kill(pid, SIGTERM);
+	assert_int_equal(wait_exit(pid), 0);
+	assert_int_equal(access(dsock, F_OK), -1);
+	close(fd);
 }
 
 /* Levels reach journald as "<N>" only while stderr is the stream that
@@ -405,6 +632,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_notify_protocol),
 		cmocka_unit_test(test_journal_prefix),
 		cmocka_unit_test(test_bad_config),
+		cmocka_unit_test(test_fd_store),
 	};
 	const char *env = getenv("DJINND");
 	char self[PATH_MAX];
