@@ -74,6 +74,9 @@ static void usage(FILE *f)
 		"      --log-file PATH      append the log there (SIGHUP reopens it)\n"
 		"      --fault-injection    let admins fault the device\n"
 		"                           (ADMIN_FAULT_INJECT): for tests only\n"
+		"      --handover PATH      take the listening sockets from the\n"
+		"                           djinnd serving PATH, which then drains\n"
+		"                           and exits; serve PATH for the next one\n"
 		"      --cpu-device-only    reach CPU devices' memory only through\n"
 		"                           copies, as a GPU's: for tests only\n"
 		"  -h, --help, -V, --version\n"
@@ -94,6 +97,7 @@ enum {
 	OPT_SCHED_POLICY,
 	OPT_GPU_MEM,
 	OPT_COMPUTE_THREADS,
+	OPT_HANDOVER,
 };
 
 static const struct option opts[] = {
@@ -117,6 +121,7 @@ static const struct option opts[] = {
 	{ "log-file", required_argument, NULL, OPT_LOG_FILE },
 	{ "fault-injection", no_argument, NULL, OPT_FAULT_INJECTION },
 	{ "cpu-device-only", no_argument, NULL, OPT_CPU_DEVICE_ONLY },
+	{ "handover", required_argument, NULL, OPT_HANDOVER },
 	{ "sched-policy", required_argument, NULL, OPT_SCHED_POLICY },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
@@ -137,6 +142,9 @@ struct args {
 	bool fault_injection;
 	/* --cpu-device-only: the same, for the GPU's data paths on a CPU */
 	bool cpu_device_only;
+	/* --handover, against @cwd */
+	const char *handover;
+	char handover_abs[PATH_MAX + 64];
 };
 
 /* The key each flag sets. */
@@ -207,6 +215,15 @@ static int parse_args(struct args *a)
 			break;
 		case OPT_CPU_DEVICE_ONLY:
 			a->cpu_device_only = true;
+			break;
+		case OPT_HANDOVER:
+			a->handover = optarg;
+			if (optarg[0] == '/' || !a->cwd[0])
+				break;
+			n = snprintf(a->handover_abs, sizeof(a->handover_abs),
+				     "%s/%s", a->cwd, optarg);
+			if (n > 0 && (size_t)n < sizeof(a->handover_abs))
+				a->handover = a->handover_abs;
 			break;
 		case 'h':
 			usage(stdout);
@@ -285,6 +302,7 @@ static int config_build(struct djinnd_config *c, const struct args *a)
 	}
 	c->srv.fault_injection = a->fault_injection;
 	c->srv.cpu_device_only = a->cpu_device_only;
+	c->srv.handover = a->handover;
 	return config_validate(c);
 }
 

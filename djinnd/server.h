@@ -121,6 +121,9 @@ struct server_config {
 	unsigned int tls_max_records;
 	bool fault_injection; /* --fault-injection: ADMIN_FAULT_INJECT, for
 			       * tests */
+	/* --handover PATH: take the listening sockets from the djinnd that
+	 * serves PATH, and serve PATH for the next one (net/fdstore.h) */
+	const char *handover;
 	bool cpu_device_only; /* --cpu-device-only: a CPU device's memory is
 			       * reached through the provider's copies only,
 			       * as a GPU's (provider.device_only): tests */
@@ -210,6 +213,8 @@ struct server {
 
 /* net/listen.c and net/conn.c */
 int listeners_open(struct server *srv);
+/* Drain and stop, as on SIGTERM, saying @why in the log. */
+void server_drain(struct server *srv, const char *why);
 /* Stop accepting (shutdown); listeners_free() once the loop has ended. */
 void listeners_close(struct server *srv);
 void listeners_free(struct server *srv);

@@ -18,6 +18,14 @@
  * and has the store forget them (a listener no longer configured).
  * fdstore_keep() puts an fd in the store. Without $NOTIFY_SOCKET there is
  * no store: nothing is kept, and nothing is passed.
+ *
+ * Without a service manager, `djinnd --handover PATH` does the same from
+ * process to process: each djinnd serves PATH (a unix SOCK_SEQPACKET
+ * socket, mode 0600), and a new one started with the same PATH connects
+ * to it and is sent every listening socket, a message each (its name,
+ * the fd by SCM_RIGHTS), then "end"; the old one then drains and exits,
+ * as on SIGTERM, while the new one serves. Only a peer of djinnd's own
+ * uid, or root, is sent anything.
  */
 #ifndef DJINN_NET_FDSTORE_H
 #define DJINN_NET_FDSTORE_H
@@ -28,9 +36,15 @@
 /* A stored fd's name, at most (FDNAME's limit) */
 #define FDSTORE_NAME_MAX 255
 
-/* Take the fds passed at start (close-on-exec from here on). The number
- * taken, or a negative errno. */
-int fdstore_init(void);
+/* Take the fds passed at start (close-on-exec from here on): systemd's
+ * (LISTEN_FDS), else, with @handover, those of the djinnd serving that
+ * path, which then drains (fdstore_handover_send()). The number taken (0
+ * for none: nobody serves @handover), or a negative errno. */
+int fdstore_init(const char *handover);
+/* Hand @n fds @fds named @names to the successor connected on @sock
+ * (--handover): 0, or a negative errno (it may have some of them). */
+int fdstore_handover_send(int sock, char *const *names, const int *fds,
+			  unsigned int n);
 /* The passed fd named @name, now the caller's, or -1. */
 int fdstore_take(const char *name);
 /* Close the passed fds nobody took, and drop them from the store. */

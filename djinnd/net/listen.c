@@ -46,7 +46,11 @@ struct listener {
 	uint64_t last_warn;
 	int fd;
 	bool admin, metrics, tcp, tls, multishot;
-	bool stored; /* in the service manager's fd store (net/fdstore.h) */
+	/* in the service manager's fd store, or handed to a successor
+	 * (net/fdstore.h): its unix path stays at exit */
+	bool stored;
+	bool handover; /* --handover's socket: a successor connects */
+	char name[FDSTORE_NAME_MAX + 1]; /* in the store; "" for none */
 	/* the admin socket's group (server.admin_group), when it has one */
 	bool has_gid;
 	gid_t gid;
@@ -383,6 +387,48 @@ static bool admin_peer_ok(struct listener *ls, int fd)
 	return false;
 }
 
+/* A successor connected to --handover's socket: if it is djinnd's own
+ * uid or root, it is sent every listening socket, and this djinnd
+ * drains. */
+static void handover_serve(struct listener *ls, int fd)
+{
+	struct server *srv = ls->srv;
+	struct timeval tv = { .tv_sec = 1 };
+	struct ucred cr = { 0 };
+	socklen_t len = sizeof(cr);
+	char *names[16];
+	int fds[16], ret;
+	unsigned int n = 0;
+	struct listener *l;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) ||
+	    (cr.uid && cr.uid != geteuid())) {
+		log_warn("handover: pid %d (uid %u) may not take djinnd's "
+			 "sockets: refused",
+			 (int)cr.pid, (unsigned int)cr.uid);
+		close(fd);
+		return;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	list_for_each_entry(l, &srv->listeners, node)
+		if (l->fd >= 0 && l->name[0] && n < ARRAY_SIZE(fds)) {
+			names[n] = l->name;
+			fds[n++] = l->fd;
+		}
+	ret = fdstore_handover_send(fd, names, fds, n);
+	close(fd);
+	if (ret) {
+		log_err("handover to pid %d failed: %s: serving on",
+			(int)cr.pid, strerror(-ret));
+		return;
+	}
+	/* the successor's now: their paths stay at exit */
+	list_for_each_entry(l, &srv->listeners, node)
+		l->stored = true;
+	log_notice("handover: %u sockets to pid %d", n, (int)cr.pid);
+	server_drain(srv, "handed over");
+}
+
 static void conn_new(struct listener *ls, int fd)
 {
 	struct server *srv = ls->srv;
@@ -394,6 +440,10 @@ static void conn_new(struct listener *ls, int fd)
 	}
 	if (srv->draining) {
 		close(fd);
+		return;
+	}
+	if (ls->handover) {
+		handover_serve(ls, fd);
 		return;
 	}
 	if (ls->admin) {
@@ -525,14 +575,18 @@ static int listen_unix(struct listener *ls, const char *path)
 		*slash = 0;
 		mkdir(dir, 0755);
 	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(AF_UNIX,
+		    (ls->handover ? SOCK_SEQPACKET : SOCK_STREAM) |
+			    SOCK_CLOEXEC,
+		    0);
 	if (fd < 0)
 		return -errno;
 	unlink(path); /* a stale socket from an earlier run */
 	/* Made with its mode: the admin socket its owner's alone (0600)
 	 * until its group is set below, so that no one else can connect in
-	 * between; the clients' open to every user (0666). */
-	old = umask(ls->admin ? 0177 : 0111);
+	 * between, the handover socket for good; the clients' open to every
+	 * user (0666). */
+	old = umask(ls->admin || ls->handover ? 0177 : 0111);
 	ret = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ? -errno : 0;
 	umask(old);
 	if (!ret && listen(fd, SOMAXCONN))
@@ -611,13 +665,15 @@ static int listen_tcp(struct listener *ls, const char *spec)
 	return 0;
 }
 
-enum listener_kind { LS_CLIENT, LS_ADMIN, LS_METRICS };
+enum listener_kind { LS_CLIENT, LS_ADMIN, LS_METRICS, LS_HANDOVER };
 
 static int listener_add(struct server *srv, const char *spec,
 			enum listener_kind kind)
 {
-	static const char *const what[] = { "", " (admin)", " (metrics)" };
-	static const char *const prefix[] = { "client-", "admin-", "metrics-" };
+	static const char *const what[] = { "", " (admin)", " (metrics)",
+					    " (handover)" };
+	static const char *const prefix[] = { "client-", "admin-", "metrics-",
+					      "handover-" };
 	struct listener *ls = calloc(1, sizeof(*ls));
 	char name[FDSTORE_NAME_MAX + 1];
 	bool passed = false;
@@ -631,11 +687,13 @@ static int listener_add(struct server *srv, const char *spec,
 	ls->srv = srv;
 	ls->admin = kind == LS_ADMIN;
 	ls->metrics = kind == LS_METRICS;
+	ls->handover = kind == LS_HANDOVER;
 	ls->fd = -1;
 	ls->multishot = srv->loop.feat.multishot_accept;
 	/* a name too long for the store: bound anew each time, not kept */
 	if (fdstore_name(name, sizeof(name), prefix[kind], spec))
 		name[0] = 0;
+	strcpy(ls->name, name);
 	if (!strncmp(spec, "unix:", 5) && kind != LS_METRICS)
 		ret = 1;
 	else if (!strncmp(spec, "tcp:", 4) ||
@@ -673,7 +731,7 @@ int listeners_open(struct server *srv)
 
 	msg_init(srv);
 	conns_start(srv);
-	ret = fdstore_init();
+	ret = fdstore_init(srv->cfg.handover);
 	if (ret < 0)
 		log_warn("fd store: the fds passed at start: %s",
 			 strerror(-ret));
@@ -688,6 +746,12 @@ int listeners_open(struct server *srv)
 	}
 	if (!ret && srv->cfg.metrics)
 		ret = listener_add(srv, srv->cfg.metrics, LS_METRICS);
+	if (!ret && srv->cfg.handover) {
+		char spec[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
+
+		snprintf(spec, sizeof(spec), "unix:%s", srv->cfg.handover);
+		ret = listener_add(srv, spec, LS_HANDOVER);
+	}
 	fdstore_done();
 	return ret;
 }

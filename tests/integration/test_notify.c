@@ -48,6 +48,10 @@ static char djinnd[PATH_MAX + 32];
 static char dir[] = "/tmp/test_notify.XXXXXX";
 static char conf[128], logpath[128], nsock[128];
 static char dsock[128], asock[128];
+/* --handover's path for the djinnds start() runs, or NULL; whether
+ * their log goes on after the last one's */
+static const char *handover;
+static bool log_append;
 
 /* The fd store this test keeps: FDSTORE=1 messages' fds by FDNAME. */
 #define STORE_MAX 16
@@ -154,7 +158,10 @@ static pid_t start_with(char *const env[], const char *extra, bool pass)
 	pid = fork();
 	assert_true(pid >= 0);
 	if (!pid) {
-		int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int fd = open(logpath,
+			      O_WRONLY | O_CREAT |
+				      (log_append ? O_APPEND : O_TRUNC),
+			      0600);
 		int nul = open("/dev/null", O_RDONLY);
 
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -203,7 +210,8 @@ static pid_t start_with(char *const env[], const char *extra, bool pass)
 			setenv("JOURNAL_STREAM", js, 1);
 		}
 		execl(djinnd, djinnd, "--config", conf, "--threads", "1",
-		      extra ? extra : "--foreground", (char *)NULL);
+		      extra ? extra : "--foreground",
+		      handover ? "--handover" : NULL, handover, (char *)NULL);
 		fprintf(stderr, "exec %s: %s\n", djinnd, strerror(errno));
 		_exit(127);
 	}
@@ -554,6 +562,63 @@ static void test_fd_store(void **state)
 	close(fd);
 }
 
+/* Up within 20 s: its client socket accepts. */
+static void wait_up(void)
+{
+	for (int i = 0; i < 2000 && !can_connect(dsock); i++)
+		usleep(10000);
+	assert_true(can_connect(dsock));
+}
+
+/*
+ * --handover, without a service manager: each djinnd serves the path
+ * (its owner's alone, 0600); one started with the same path takes the
+ * running one's listening sockets over it, the old one drains and exits
+ * 0, and the new one answers on the same sockets, never closed between.
+ * The last one, stopped with no successor, removes its paths.
+ */
+static void test_handover(void **state)
+{
+	char hpath[160], want[96], *log;
+	struct stat st;
+	pid_t a, b;
+
+	snprintf(hpath, sizeof(hpath), "%s/handover", dir);
+	base_conf("");
+	handover = hpath;
+	log_append = false;
+	a = start(NULL, NULL);
+	wait_up();
+	/* the handover socket opens after the others */
+	for (int i = 0; i < 2000 && stat(hpath, &st); i++)
+		usleep(10000);
+	assert_int_equal(stat(hpath, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 0777, 0600);
+	hello_answered(hello_sent(dsock));
+
+	log_append = true;
+	for (int round = 0; round < 2; round++) {
+		b = start(NULL, NULL);
+		assert_int_equal(wait_exit(a), 0);
+		hello_answered(hello_sent(dsock));
+		assert_true(can_connect(asock));
+		log = read_log();
+		snprintf(want, sizeof(want), "handover: 3 sockets to pid %d",
+			 (int)b);
+		assert_non_null(strstr(log, want));
+		assert_non_null(strstr(log, "(handover), passed at start"));
+		free(log);
+		a = b;
+	}
+	kill(a, SIGTERM);
+	assert_int_equal(wait_exit(a), 0);
+	assert_int_equal(access(dsock, F_OK), -1);
+	assert_int_equal(access(hpath, F_OK), -1);
+	handover = NULL;
+	log_append = false;
+}
+
 /* Levels reach journald as "<N>" only while stderr is the stream that
  * $JOURNAL_STREAM names. */
 static void test_journal_prefix(void **state)
@@ -633,6 +698,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_journal_prefix),
 		cmocka_unit_test(test_bad_config),
 		cmocka_unit_test(test_fd_store),
+		cmocka_unit_test(test_handover),
 	};
 	const char *env = getenv("DJINND");
 	char self[PATH_MAX];
