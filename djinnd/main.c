@@ -30,6 +30,7 @@
 #include "log.h"
 #include "daemon.h"
 #include "server.h"
+#include "net/fdstore.h"
 #include "net/tls.h"
 
 #define DJINND_VERSION "0.1"
@@ -529,6 +530,8 @@ int main(int argc, char **argv)
 			log_info("watchdog: every %llu ms",
 				 (unsigned long long)(usec / 2000));
 		}
+		/* serving: a predecessor (--handover) may drain now */
+		fdstore_handover_finish();
 		sd_notifyf(0, "READY=1\nSTATUS=running\nMAINPID=%d",
 			   (int)getpid());
 		ret = server_run(&srv);

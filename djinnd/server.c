@@ -117,14 +117,6 @@ static void drain_begin(struct server *srv)
 	loop_timer_add(&srv->loop, &sigs.drain, loop_now());
 }
 
-void server_drain(struct server *srv, const char *why)
-{
-	if (srv->draining)
-		return;
-	log_notice("%s: draining, then exiting", why);
-	drain_begin(srv);
-}
-
 /*
  * A dead device (backend.dead: CUDA_ERROR_CONTAINED and its kind, or a
  * recovery that failed) is not used again in this process: cuda.h says

@@ -213,8 +213,6 @@ struct server {
 
 /* net/listen.c and net/conn.c */
 int listeners_open(struct server *srv);
-/* Drain and stop, as on SIGTERM, saying @why in the log. */
-void server_drain(struct server *srv, const char *why);
 /* Stop accepting (shutdown); listeners_free() once the loop has ended. */
 void listeners_close(struct server *srv);
 void listeners_free(struct server *srv);

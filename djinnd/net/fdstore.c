@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
- * The service manager's file descriptor store. See fdstore.h.
+ * The service manager's file descriptor store, and --handover. See
+ * fdstore.h.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -18,15 +21,34 @@
 #include "net/fdstore.h"
 
 /* The fds passed at start: LISTEN_FDS of them from SD_LISTEN_FDS_START,
- * or those a predecessor handed over; each one's fd -1 once taken. */
+ * or those a predecessor handed over; each one's fd -1 once taken. With
+ * a handover, the predecessor (a pidfd: its pid cannot be reused under
+ * us), told to drain once this djinnd serves. */
 static struct passed {
 	char **names;
 	int *fds;
 	int n;
-} passed;
+	bool from_store; /* systemd's: FDSTOREREMOVE drops what is unused */
+	int pred; /* pidfd, or -1 */
+	pid_t pred_pid;
+} passed = { .pred = -1 };
 
-/* Add @fd named @name (taken over) to the passed ones: 0 or -ENOMEM
- * (@fd closed). */
+static void passed_free(void)
+{
+	for (int i = 0; i < passed.n; i++) {
+		if (passed.fds[i] >= 0)
+			close(passed.fds[i]);
+		free(passed.names[i]);
+	}
+	free(passed.names);
+	free(passed.fds);
+	passed.names = NULL;
+	passed.fds = NULL;
+	passed.n = 0;
+}
+
+/* Add @fd named @name (both taken over) to the passed ones: 0 or
+ * -ENOMEM (both let go). */
 static int passed_add(char *name, int fd)
 {
 	char **names =
@@ -50,13 +72,17 @@ static int passed_add(char *name, int fd)
 }
 
 /* One message of the handover protocol within 5 s: its bytes in @buf
- * (NUL-terminated), its fd in *@fd (-1 if none). Its length, 0 at EOF,
- * or a negative errno. */
-static int handover_recv(int sock, char *buf, size_t len, int *fd)
+ * (NUL-terminated), its fd in *@fd (-1 if none; a message with more
+ * than one is refused, all of them closed), who sent it in *@from (the
+ * kernel's word: SO_PASSCRED). Its length, 0 at EOF, or a negative
+ * errno. */
+static int handover_recv(int sock, char *buf, size_t len, int *fd,
+			 struct ucred *from)
 {
 	union {
 		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
+		char b[CMSG_SPACE(sizeof(struct ucred)) +
+		       CMSG_SPACE(4 * sizeof(int))];
 	} cm;
 	struct iovec iov = { buf, len - 1 };
 	struct msghdr mh = { .msg_iov = &iov,
@@ -64,37 +90,67 @@ static int handover_recv(int sock, char *buf, size_t len, int *fd)
 			     .msg_control = &cm,
 			     .msg_controllen = sizeof(cm) };
 	struct pollfd p = { .fd = sock, .events = POLLIN };
+	int nfds = 0, ret = 0;
 	struct cmsghdr *c;
 	ssize_t n;
 
 	*fd = -1;
+	memset(from, 0, sizeof(*from));
+	from->uid = (uid_t)-1;
 	if (poll(&p, 1, 5000) != 1)
 		return -ETIMEDOUT;
 	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
 	if (n < 0)
 		return -errno;
-	c = CMSG_FIRSTHDR(&mh);
-	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-	    c->cmsg_len == CMSG_LEN(sizeof(int)))
-		memcpy(fd, CMSG_DATA(c), sizeof(int));
-	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+	for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		int got;
+
+		if (c->cmsg_level == SOL_SOCKET &&
+		    c->cmsg_type == SCM_CREDENTIALS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(*from))) {
+			memcpy(from, CMSG_DATA(c), sizeof(*from));
+			continue;
+		}
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t off = 0; CMSG_LEN(off + sizeof(int)) <= c->cmsg_len;
+		     off += sizeof(int)) {
+			memcpy(&got, CMSG_DATA(c) + off, sizeof(got));
+			if (!nfds++)
+				*fd = got;
+			else
+				close(got);
+		}
+	}
+	if (nfds > 1 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+		ret = -EPROTO;
+	if (ret) {
 		if (*fd >= 0)
 			close(*fd);
-		return -EPROTO;
+		*fd = -1;
+		return ret;
 	}
 	buf[n] = 0;
 	return (int)n;
 }
 
+static int pidfd_open_(pid_t pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
 /* The fds of the djinnd serving @path (--handover): a message for
  * each, its name and the fd, then "end". The number taken; 0 when
  * nobody serves @path (a first start); a negative errno when the
- * handover broke off (what came is dropped). */
+ * handover failed (nothing is kept: the caller must not bind in the
+ * running djinnd's place). */
 static int handover_take(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char buf[FDSTORE_NAME_MAX + 2];
-	int sock, ret, fd;
+	struct ucred cr = { 0 }, from;
+	socklen_t len = sizeof(cr);
+	int sock, ret, fd, one = 1;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
@@ -102,6 +158,9 @@ static int handover_take(const char *path)
 	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (sock < 0)
 		return -errno;
+	/* each message says who sent it: the djinnd serving now, not the
+	 * one that made the socket (which SO_PEERCRED names) */
+	setsockopt(sock, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
 	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa))) {
 		ret = errno == ENOENT || errno == ECONNREFUSED ? 0 : -errno;
 		close(sock);
@@ -111,10 +170,33 @@ static int handover_take(const char *path)
 				 path);
 		return ret;
 	}
+	/* Only djinnd's own uid, or root, may hand it sockets: another
+	 * could pass one bound elsewhere than djinnd.conf says. */
+	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) ||
+	    (cr.uid && cr.uid != geteuid())) {
+		log_err("handover: %s is served by pid %d of uid %u, not "
+			"djinnd's: refused",
+			path, (int)cr.pid, (unsigned int)cr.uid);
+		close(sock);
+		return -EPERM;
+	}
 	for (;;) {
 		char *name;
 
-		ret = handover_recv(sock, buf, sizeof(buf), &fd);
+		ret = handover_recv(sock, buf, sizeof(buf), &fd, &from);
+		if (ret > 0 &&
+		    ((from.uid && from.uid != geteuid()) ||
+		     (passed.pred_pid && from.pid != passed.pred_pid))) {
+			if (fd >= 0)
+				close(fd);
+			fd = -1;
+			ret = -EPERM;
+		}
+		if (ret > 0 && !passed.pred_pid) {
+			passed.pred_pid = from.pid;
+			cr.pid = from.pid;
+			passed.pred = pidfd_open_(from.pid);
+		}
 		if (ret > 0 && fd < 0 && !strcmp(buf, "end"))
 			break;
 		if (ret <= 0 || fd < 0) {
@@ -135,15 +217,21 @@ static int handover_take(const char *path)
 		log_info("handover: passed %s (fd %d)", buf, fd);
 	}
 	close(sock);
+	if (ret > 0) /* "end" */
+		ret = 0;
+	if (!ret && passed.pred < 0) {
+		log_err("handover: pid %d: no pidfd for it",
+			(int)passed.pred_pid);
+		ret = -ESRCH;
+	}
 	if (ret < 0) {
-		log_err("handover from %s broke off: %s", path, strerror(-ret));
-		for (int i = 0; i < passed.n; i++) {
-			close(passed.fds[i]);
-			free(passed.names[i]);
-		}
-		free(passed.names);
-		free(passed.fds);
-		memset(&passed, 0, sizeof(passed));
+		log_err("handover from pid %d over %s failed: %s", (int)cr.pid,
+			path, strerror(-ret));
+		passed_free();
+		if (passed.pred >= 0)
+			close(passed.pred);
+		passed.pred = -1;
+		passed.pred_pid = 0;
 		return ret;
 	}
 	return passed.n;
@@ -151,11 +239,27 @@ static int handover_take(const char *path)
 
 int fdstore_init(const char *handover)
 {
+	int n = sd_listen_fds(0), named;
 	char **names = NULL;
-	int n = sd_listen_fds_with_names(1, &names);
 
-	if (n <= 0)
+	if (n > 0) {
+		named = sd_listen_fds_with_names(1, &names);
+		if (named != n) {
+			/* LISTEN_FDNAMES does not match: none can be named,
+			 * and each listener is bound anew */
+			log_err("fd store: %d fds passed, %d names: all closed",
+				n, named);
+			for (int i = 0; i < n; i++)
+				close(SD_LISTEN_FDS_START + i);
+			for (int i = 0; named > 0 && names && names[i]; i++)
+				free(names[i]);
+			free(names);
+			return 0;
+		}
+	} else {
+		sd_listen_fds(1); /* unset LISTEN_FDS for our children */
 		return n < 0 || !handover ? n : handover_take(handover);
+	}
 	passed.fds = calloc((size_t)n, sizeof(*passed.fds));
 	if (!passed.fds) {
 		for (int i = 0; i < n; i++) {
@@ -173,6 +277,7 @@ int fdstore_init(const char *handover)
 	}
 	passed.names = names;
 	passed.n = n;
+	passed.from_store = true;
 	return n;
 }
 
@@ -189,22 +294,53 @@ int fdstore_take(const char *name)
 	return -1;
 }
 
-void fdstore_done(void)
+void fdstore_drop(const char *name, int fd)
+{
+	if (passed.from_store)
+		sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", name);
+	close(fd);
+}
+
+void fdstore_retain(const char *const *names, unsigned int n)
 {
 	for (int i = 0; i < passed.n; i++) {
-		if (passed.fds[i] >= 0) {
-			/* configured no more: out of the store too */
-			log_info("fd store: %s is not used: dropped",
-				 passed.names[i]);
-			sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s",
-				   passed.names[i]);
-			close(passed.fds[i]);
-		}
-		free(passed.names[i]);
+		bool named = false;
+
+		if (passed.fds[i] < 0)
+			continue;
+		for (unsigned int k = 0; k < n && !named; k++)
+			named = !strcmp(passed.names[i], names[k]);
+		if (named)
+			continue;
+		/* configured no more: closed before anything is bound, so
+		 * that an address it held is free */
+		log_info("fd store: %s is not configured: dropped",
+			 passed.names[i]);
+		fdstore_drop(passed.names[i], passed.fds[i]);
+		passed.fds[i] = -1;
 	}
-	free(passed.names);
-	free(passed.fds);
-	memset(&passed, 0, sizeof(passed));
+}
+
+void fdstore_done(void)
+{
+	fdstore_retain(NULL, 0);
+	passed_free();
+	passed.from_store = false;
+}
+
+void fdstore_handover_finish(void)
+{
+	if (passed.pred < 0)
+		return;
+	/* it drains and exits, as on SIGTERM */
+	if (syscall(SYS_pidfd_send_signal, passed.pred, SIGTERM, NULL, 0))
+		log_warn("handover: cannot tell pid %d to drain: %s",
+			 (int)passed.pred_pid, strerror(errno));
+	else
+		log_notice("handover: serving; pid %d told to drain",
+			   (int)passed.pred_pid);
+	close(passed.pred);
+	passed.pred = -1;
 }
 
 bool fdstore_present(void)
@@ -242,16 +378,17 @@ int fdstore_name(char *out, size_t len, const char *prefix, const char *spec)
 			return -ENAMETOOLONG;
 		out[n++] = *p;
 	}
-	for (const char *p = spec; *p; p++) {
-		if (*p == ':' || *p == '%') {
+	/* FDNAME takes printable ASCII but ':' (LISTEN_FDNAMES' separator):
+	 * ':', '%' and anything else are escaped */
+	for (const unsigned char *p = (const unsigned char *)spec; *p; p++) {
+		if (*p == ':' || *p == '%' || *p <= ' ' || *p >= 0x7f) {
 			if (n + 3 >= cap)
 				return -ENAMETOOLONG;
-			n += (size_t)snprintf(out + n, 4, "%%%02X",
-					      (unsigned char)*p);
+			n += (size_t)snprintf(out + n, 4, "%%%02X", *p);
 		} else {
 			if (n + 1 >= cap)
 				return -ENAMETOOLONG;
-			out[n++] = *p;
+			out[n++] = (char)*p;
 		}
 	}
 	out[n] = 0;

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,8 +389,9 @@ static bool admin_peer_ok(struct listener *ls, int fd)
 }
 
 /* A successor connected to --handover's socket: if it is djinnd's own
- * uid or root, it is sent every listening socket, and this djinnd
- * drains. */
+ * uid or root, it is sent every listening socket. Both serve until it
+ * is ready and tells this djinnd to drain (SIGTERM): one that never
+ * does (it died, or only looked) leaves this djinnd serving. */
 static void handover_serve(struct listener *ls, int fd)
 {
 	struct server *srv = ls->srv;
@@ -418,15 +420,16 @@ static void handover_serve(struct listener *ls, int fd)
 	ret = fdstore_handover_send(fd, names, fds, n);
 	close(fd);
 	if (ret) {
-		log_err("handover to pid %d failed: %s: serving on",
-			(int)cr.pid, strerror(-ret));
+		log_err("handover to pid %d failed: %s", (int)cr.pid,
+			strerror(-ret));
 		return;
 	}
-	/* the successor's now: their paths stay at exit */
+	/* shared now: the successor serves their paths after this djinnd */
 	list_for_each_entry(l, &srv->listeners, node)
 		l->stored = true;
-	log_notice("handover: %u sockets to pid %d", n, (int)cr.pid);
-	server_drain(srv, "handed over");
+	log_notice("handover: %u sockets sent to pid %d; serving until it "
+		   "is ready",
+		   n, (int)cr.pid);
 }
 
 static void conn_new(struct listener *ls, int fd)
@@ -600,19 +603,79 @@ static int listen_unix(struct listener *ls, const char *path)
 	return 0;
 }
 
+/* TCP listener @spec ("HOST:PORT", "[V6]:PORT", ":PORT" for loopback)
+ * resolved: 0 and *@ai (freeaddrinfo() it), or -errno. */
+static int tcp_resolve(const char *spec, struct addrinfo **ai)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	char host[256], *port;
+
+	if (strlen(spec) >= sizeof(host))
+		return -ENAMETOOLONG;
+	strcpy(host, spec);
+	port = strrchr(host, ':');
+	if (!port)
+		return -EINVAL;
+	*port++ = 0;
+	if (host[0] == '[' && port[-2] == ']') { /* [::1]:port */
+		port[-2] = 0;
+		memmove(host, host + 1, strlen(host));
+	}
+	return getaddrinfo(*host ? host : "127.0.0.1", port, &hints, ai) ?
+		       -EINVAL :
+		       0;
+}
+
+/* Whether passed socket @fd listens where @spec says, as @ls would
+ * bind it: its family, type and address (a unix one's path there, and
+ * a socket still). */
+static bool passed_matches(struct listener *ls, int fd, const char *spec)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int on = 0, type = 0;
+	socklen_t olen = sizeof(on), tlen = sizeof(type);
+	struct addrinfo *ai;
+	struct stat st;
+	bool ok;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &olen) || !on ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) ||
+	    getsockname(fd, (struct sockaddr *)&ss, &len))
+		return false;
+	if (!strncmp(spec, "unix:", 5)) {
+		const struct sockaddr_un *un = (const struct sockaddr_un *)&ss;
+
+		return ss.ss_family == AF_UNIX &&
+		       type == (ls->handover ? SOCK_SEQPACKET : SOCK_STREAM) &&
+		       len > offsetof(struct sockaddr_un, sun_path) &&
+		       !strncmp(un->sun_path, spec + 5, sizeof(un->sun_path)) &&
+		       !lstat(spec + 5, &st) && S_ISSOCK(st.st_mode);
+	}
+	if (type != SOCK_STREAM || tcp_resolve(spec + 4, &ai))
+		return false;
+	ok = ai->ai_family == ss.ss_family && ai->ai_addrlen == len &&
+	     !memcmp(ai->ai_addr, &ss, len);
+	freeaddrinfo(ai);
+	return ok;
+}
+
 /* A listening socket passed at start (net/fdstore.h) for @spec, taken
- * instead of binding: 0, or -ENOENT (none, or not one that listens). */
+ * instead of binding: 0, or -ENOENT (none, or one that does not listen
+ * where @spec says: dropped, and bound anew). */
 static int listen_passed(struct listener *ls, const char *name,
 			 const char *spec)
 {
-	int fd = fdstore_take(name), on = 0;
-	socklen_t len = sizeof(on);
+	int fd = fdstore_take(name);
 
 	if (fd < 0)
 		return -ENOENT;
-	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) || !on) {
-		log_warn("fd store: %s does not listen: bound anew", name);
-		close(fd);
+	if (!passed_matches(ls, fd, spec)) {
+		log_warn("fd store: %s does not listen where %s says: "
+			 "bound anew",
+			 name, spec);
+		fdstore_drop(name, fd);
 		return -ENOENT;
 	}
 	if (!strncmp(spec, "unix:", 5)) {
@@ -627,26 +690,12 @@ static int listen_passed(struct listener *ls, const char *name,
 
 static int listen_tcp(struct listener *ls, const char *spec)
 {
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV },
-			*ai;
-	char host[256], *port;
+	struct addrinfo *ai;
 	int fd, one = 1, ret;
 
-	if (strlen(spec) >= sizeof(host))
-		return -ENAMETOOLONG;
-	strcpy(host, spec);
-	port = strrchr(host, ':');
-	if (!port)
-		return -EINVAL;
-	*port++ = 0;
-	if (host[0] == '[' && port[-2] == ']') { /* [::1]:port */
-		port[-2] = 0;
-		memmove(host, host + 1, strlen(host));
-	}
-	ret = getaddrinfo(*host ? host : "127.0.0.1", port, &hints, &ai);
+	ret = tcp_resolve(spec, &ai);
 	if (ret)
-		return -EINVAL;
+		return ret;
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		freeaddrinfo(ai);
@@ -667,13 +716,15 @@ static int listen_tcp(struct listener *ls, const char *spec)
 
 enum listener_kind { LS_CLIENT, LS_ADMIN, LS_METRICS, LS_HANDOVER };
 
+/* A listener's name in the fd store: this, then its spec, escaped */
+static const char *const kind_prefix[] = { "client-", "admin-", "metrics-",
+					   "handover-" };
+
 static int listener_add(struct server *srv, const char *spec,
 			enum listener_kind kind)
 {
 	static const char *const what[] = { "", " (admin)", " (metrics)",
 					    " (handover)" };
-	static const char *const prefix[] = { "client-", "admin-", "metrics-",
-					      "handover-" };
 	struct listener *ls = calloc(1, sizeof(*ls));
 	char name[FDSTORE_NAME_MAX + 1];
 	bool passed = false;
@@ -691,7 +742,7 @@ static int listener_add(struct server *srv, const char *spec,
 	ls->fd = -1;
 	ls->multishot = srv->loop.feat.multishot_accept;
 	/* a name too long for the store: bound anew each time, not kept */
-	if (fdstore_name(name, sizeof(name), prefix[kind], spec))
+	if (fdstore_name(name, sizeof(name), kind_prefix[kind], spec))
 		name[0] = 0;
 	strcpy(ls->name, name);
 	if (!strncmp(spec, "unix:", 5) && kind != LS_METRICS)
@@ -727,31 +778,45 @@ static int listener_add(struct server *srv, const char *spec,
 
 int listeners_open(struct server *srv)
 {
+	char admin[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
+	char handover[sizeof(admin)];
+	struct {
+		const char *spec;
+		enum listener_kind kind;
+	} want[SERVER_MAX_LISTEN + 3];
+	char names[ARRAY_SIZE(want)][FDSTORE_NAME_MAX + 1];
+	const char *named[ARRAY_SIZE(want)];
+	unsigned int n = 0, k = 0;
 	int ret;
 
 	msg_init(srv);
 	conns_start(srv);
+	for (unsigned int i = 0; i < srv->cfg.nr_listen; i++)
+		want[n].spec = srv->cfg.listen[i], want[n++].kind = LS_CLIENT;
+	if (srv->cfg.admin_socket) {
+		snprintf(admin, sizeof(admin), "unix:%s",
+			 srv->cfg.admin_socket);
+		want[n].spec = admin, want[n++].kind = LS_ADMIN;
+	}
+	if (srv->cfg.metrics)
+		want[n].spec = srv->cfg.metrics, want[n++].kind = LS_METRICS;
+	if (srv->cfg.handover) {
+		snprintf(handover, sizeof(handover), "unix:%s",
+			 srv->cfg.handover);
+		want[n].spec = handover, want[n++].kind = LS_HANDOVER;
+	}
 	ret = fdstore_init(srv->cfg.handover);
 	if (ret < 0)
-		log_warn("fd store: the fds passed at start: %s",
-			 strerror(-ret));
+		return ret; /* a handover that failed: not in its place */
+	/* those no listener names go first, freeing their addresses */
+	for (unsigned int i = 0; i < n; i++)
+		if (!fdstore_name(names[k], sizeof(names[k]),
+				  kind_prefix[want[i].kind], want[i].spec))
+			named[k] = names[k], k++;
+	fdstore_retain(named, k);
 	ret = 0;
-	for (unsigned int i = 0; !ret && i < srv->cfg.nr_listen; i++)
-		ret = listener_add(srv, srv->cfg.listen[i], LS_CLIENT);
-	if (!ret && srv->cfg.admin_socket) {
-		char spec[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
-
-		snprintf(spec, sizeof(spec), "unix:%s", srv->cfg.admin_socket);
-		ret = listener_add(srv, spec, LS_ADMIN);
-	}
-	if (!ret && srv->cfg.metrics)
-		ret = listener_add(srv, srv->cfg.metrics, LS_METRICS);
-	if (!ret && srv->cfg.handover) {
-		char spec[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
-
-		snprintf(spec, sizeof(spec), "unix:%s", srv->cfg.handover);
-		ret = listener_add(srv, spec, LS_HANDOVER);
-	}
+	for (unsigned int i = 0; !ret && i < n; i++)
+		ret = listener_add(srv, want[i].spec, want[i].kind);
 	fdstore_done();
 	return ret;
 }

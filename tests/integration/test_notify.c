@@ -159,8 +159,8 @@ static pid_t start_with(char *const env[], const char *extra, bool pass)
 	assert_true(pid >= 0);
 	if (!pid) {
 		int fd = open(logpath,
-			      O_WRONLY | O_CREAT |
-				      (log_append ? O_APPEND : O_TRUNC),
+			      O_WRONLY | O_CREAT | O_APPEND |
+				      (log_append ? 0 : O_TRUNC),
 			      0600);
 		int nul = open("/dev/null", O_RDONLY);
 
@@ -183,7 +183,8 @@ static pid_t start_with(char *const env[], const char *extra, bool pass)
 			/* fds 3 .. 3 + n - 1, in the store's order (each
 			 * dup'd above the range first, so none is lost) */
 			for (unsigned int i = 0; i < nr_store; i++)
-				store[i].fd = fcntl(store[i].fd, F_DUPFD,
+				store[i].fd = fcntl(store[i].fd,
+						    F_DUPFD_CLOEXEC,
 						    3 + STORE_MAX);
 			for (unsigned int i = 0; i < nr_store; i++) {
 				dup2(store[i].fd, 3 + (int)i);
@@ -533,7 +534,7 @@ static void test_fd_store(void **state)
 	assert_int_equal(nr_store, 2);
 	log = read_log();
 	assert_non_null(strstr(log, ", passed at start"));
-	assert_non_null(strstr(log, "is not used: dropped"));
+	assert_non_null(strstr(log, "is not configured: dropped"));
 	free(log);
 	assert_true(can_connect(asock));
 
@@ -570,18 +571,32 @@ static void wait_up(void)
 	assert_true(can_connect(dsock));
 }
 
+/* How many times @needle is in @hay. */
+static unsigned int count_of(const char *hay, const char *needle)
+{
+	unsigned int n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
 /*
  * --handover, without a service manager: each djinnd serves the path
- * (its owner's alone, 0600); one started with the same path takes the
- * running one's listening sockets over it, the old one drains and exits
- * 0, and the new one answers on the same sockets, never closed between.
- * The last one, stopped with no successor, removes its paths.
+ * (its owner's alone, 0600). A peer that only looks (it takes the
+ * sockets and goes) leaves it serving. One started with the same path
+ * takes the running one's listening sockets over it; once it serves it
+ * tells the old one to drain, which exits 0, and it answers on the same
+ * sockets, never closed between. The last one, stopped with no
+ * successor, removes its paths.
  */
 static void test_handover(void **state)
 {
-	char hpath[160], want[96], *log;
+	char hpath[160], want[96], *log, buf[300];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
 	pid_t a, b;
+	int probe;
 
 	snprintf(hpath, sizeof(hpath), "%s/handover", dir);
 	base_conf("");
@@ -597,17 +612,44 @@ static void test_handover(void **state)
 	assert_int_equal(st.st_mode & 0777, 0600);
 	hello_answered(hello_sent(dsock));
 
+	/* a peer that only looks: sent the sockets, it goes; the running
+	 * djinnd serves on */
+	strcpy(sa.sun_path, hpath);
+	probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(probe, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	for (;;) {
+		struct pollfd p = { .fd = probe, .events = POLLIN };
+		ssize_t n;
+
+		assert_int_equal(poll(&p, 1, 20000), 1);
+		n = recv(probe, buf, sizeof(buf) - 1, 0);
+		assert_true(n > 0);
+		buf[n] = 0;
+		if (!strcmp(buf, "end"))
+			break;
+	}
+	close(probe);
+	hello_answered(hello_sent(dsock));
+	assert_int_equal(waitpid(a, NULL, WNOHANG), 0);
+
 	log_append = true;
 	for (int round = 0; round < 2; round++) {
 		b = start(NULL, NULL);
-		assert_int_equal(wait_exit(a), 0);
+		if (wait_exit(a)) {
+			log = read_log();
+			fprintf(stderr,
+				"djinnd %d did not drain; the log:\n%s\n",
+				(int)a, log);
+			free(log);
+			fail();
+		}
 		hello_answered(hello_sent(dsock));
 		assert_true(can_connect(asock));
 		log = read_log();
-		snprintf(want, sizeof(want), "handover: 3 sockets to pid %d",
-			 (int)b);
+		snprintf(want, sizeof(want), "pid %d told to drain", (int)a);
 		assert_non_null(strstr(log, want));
-		assert_non_null(strstr(log, "(handover), passed at start"));
+		assert_int_equal(count_of(log, "(handover), passed at start"),
+				 round + 1);
 		free(log);
 		a = b;
 	}
