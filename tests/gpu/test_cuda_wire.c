@@ -15,6 +15,10 @@
  * lists them), a launch past the device's limits (-EINVAL at submit).
  * The session serves on after every refusal.
  *
+ * Reads of the GPU's memory over 4 MiB go in parts of 4 MiB through two
+ * pinned staging buffers (Documentation/cuda.rst): ranges starting and
+ * ending inside parts, and on their edges, read back the bytes written.
+ *
  * Exits 77, saying why, on a host without an NVIDIA driver and GPU.
  */
 #include <errno.h>
@@ -249,11 +253,52 @@ static void test_refusals(void **state)
 	free(out);
 }
 
+/* A read over 4 MiB, in parts: whole, and ranges across parts' edges. */
+static void test_big_reads(void **state)
+{
+	enum { MiB = 1 << 20 };
+	const uint64_t len = 21 * MiB + 12345;
+	const uint64_t ranges[][2] = {
+		{ 0, len },
+		{ 1, 9 * MiB + 7 },
+		{ 4 * MiB - 3, 4 * MiB + 6 },
+		{ 0, 4 * MiB },
+		{ 5, 4 * MiB + 1 },
+		{ len - 8 * MiB - 1, 8 * MiB + 1 },
+	};
+	struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_U8,
+				       .ndim = 1,
+				       .dims = { len } };
+	uint8_t *data = malloc(len), *buf = malloc(len);
+	struct djinn_tensor *t;
+
+	assert_non_null(data);
+	assert_non_null(buf);
+	for (uint64_t i = 0; i < len; i++)
+		data[i] = (uint8_t)(i * 7 + i / 251);
+	assert_int_equal(djinn_tensor_upload(F.s, &d, data, DJINN_SEG_DATA, &t),
+			 0);
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+		memset(buf, 0, ranges[i][1]);
+		assert_int_equal(djinn_tensor_download(t, ranges[i][0],
+						       ranges[i][1], buf),
+				 0);
+		if (memcmp(buf, data + ranges[i][0], ranges[i][1]))
+			fail_msg("range [%llu, +%llu) read back other bytes",
+				 (unsigned long long)ranges[i][0],
+				 (unsigned long long)ranges[i][1]);
+	}
+	assert_int_equal(djinn_tensor_release(t), 0);
+	free(data);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_upload_run_dedup),
 		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_big_reads),
 	};
 	char addr[sizeof(F.d.sock) + 8], msg[256] = "", allow[64];
 	const char *extra[] = { "--set", "device.backend=cuda", "--set", allow,
