@@ -11,7 +11,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,7 +238,10 @@ int dj_connect_tcp(unsigned int port)
 	return fd;
 }
 
-unsigned int dj_free_port(void)
+/* A port the kernel finds free now, once: closed again, it may hand out
+ * the same one next (a daemon's TLS and metrics ports were seen to
+ * collide), so the ports given lately are not given again. */
+static unsigned int free_port_once(void)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -251,6 +256,28 @@ unsigned int dj_free_port(void)
 		port = ntohs(sa.sin_port);
 	close(fd);
 	return port;
+}
+
+unsigned int dj_free_port(void)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static unsigned int given[64], next;
+
+	pthread_mutex_lock(&lock);
+	for (int tries = 0; tries < 1000; tries++) {
+		unsigned int port = free_port_once();
+		bool seen = false;
+
+		for (unsigned int i = 0; i < 64 && port && !seen; i++)
+			seen = given[i] == port;
+		if (seen)
+			continue;
+		given[next++ % 64] = port;
+		pthread_mutex_unlock(&lock);
+		return port;
+	}
+	pthread_mutex_unlock(&lock);
+	return 0;
 }
 
 static bool can_connect_tcp(unsigned int port)
