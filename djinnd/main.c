@@ -186,24 +186,32 @@ static const char *flag_key(int c)
 	return NULL;
 }
 
+/* Path @arg taken against where djinnd started, in @buf (@len bytes)
+ * when it is relative: what to use. */
+static const char *against_cwd(const struct args *a, const char *arg, char *buf,
+			       size_t len)
+{
+	int n;
+
+	if (arg[0] == '/' || !a->cwd[0])
+		return arg;
+	n = snprintf(buf, len, "%s/%s", a->cwd, arg);
+	return n > 0 && (size_t)n < len ? buf : arg;
+}
+
 /* The first pass: flags that are not settings. 0, 1 to exit 0 (help,
  * version), or 2 on a usage error. */
 static int parse_args(struct args *a)
 {
-	int c, n;
+	int c;
 
 	optind = 0;
 	while ((c = getopt_long(a->argc, a->argv, shortopts, opts, NULL)) !=
 	       -1) {
 		switch (c) {
 		case 'c':
-			a->config = optarg;
-			if (optarg[0] == '/' || !a->cwd[0])
-				break;
-			n = snprintf(a->config_abs, sizeof(a->config_abs),
-				     "%s/%s", a->cwd, optarg);
-			if (n > 0 && (size_t)n < sizeof(a->config_abs))
-				a->config = a->config_abs;
+			a->config = against_cwd(a, optarg, a->config_abs,
+						sizeof(a->config_abs));
 			break;
 		case OPT_CHECK:
 			a->check = true;
@@ -218,13 +226,8 @@ static int parse_args(struct args *a)
 			a->cpu_device_only = true;
 			break;
 		case OPT_HANDOVER:
-			a->handover = optarg;
-			if (optarg[0] == '/' || !a->cwd[0])
-				break;
-			n = snprintf(a->handover_abs, sizeof(a->handover_abs),
-				     "%s/%s", a->cwd, optarg);
-			if (n > 0 && (size_t)n < sizeof(a->handover_abs))
-				a->handover = a->handover_abs;
+			a->handover = against_cwd(a, optarg, a->handover_abs,
+						  sizeof(a->handover_abs));
 			break;
 		case 'h':
 			usage(stdout);

@@ -67,9 +67,9 @@ struct out_msg {
 	uint64_t sent; /* of hdr + body + data */
 	unsigned int notifs; /* zero-copy notifications still to come */
 	bool zc;
-	/* data in parts (conn_reply_parts()): those handed over and not
-	 * all sent, oldest first, the first at data offset @part_off */
-	bool parted;
+	/* data in parts (conn_reply_parts(), which sets @part_done): those
+	 * handed over and not all sent, oldest first, the first at data
+	 * offset @part_off */
 	unsigned int nr_parts;
 	struct out_part part[OUT_PARTS];
 	uint64_t part_off;

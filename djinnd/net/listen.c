@@ -720,14 +720,15 @@ enum listener_kind { LS_CLIENT, LS_ADMIN, LS_METRICS, LS_HANDOVER };
 static const char *const kind_prefix[] = { "client-", "admin-", "metrics-",
 					   "handover-" };
 
+/* Listen on @spec, as @kind: the socket passed at start under @name
+ * (net/fdstore.h; "" for none), else a new one. */
 static int listener_add(struct server *srv, const char *spec,
-			enum listener_kind kind)
+			enum listener_kind kind, const char *name)
 {
 	static const char *const what[] = { "", " (admin)", " (metrics)",
 					    " (handover)" };
 	struct listener *ls = calloc(1, sizeof(*ls));
-	char name[FDSTORE_NAME_MAX + 1];
-	bool passed = false;
+	bool passed = false, is_unix;
 	int ret;
 
 	if (!ls)
@@ -741,23 +742,17 @@ static int listener_add(struct server *srv, const char *spec,
 	ls->handover = kind == LS_HANDOVER;
 	ls->fd = -1;
 	ls->multishot = srv->loop.feat.multishot_accept;
-	/* a name too long for the store: bound anew each time, not kept */
-	if (fdstore_name(name, sizeof(name), kind_prefix[kind], spec))
-		name[0] = 0;
-	strcpy(ls->name, name);
-	if (!strncmp(spec, "unix:", 5) && kind != LS_METRICS)
-		ret = 1;
-	else if (!strncmp(spec, "tcp:", 4) ||
-		 (!strncmp(spec, "tls:", 4) && kind == LS_CLIENT && srv->tls))
-		ret = 2;
-	else
+	strcpy(ls->name, name); /* at most FDSTORE_NAME_MAX: fdstore_name() */
+	is_unix = !strncmp(spec, "unix:", 5) && kind != LS_METRICS;
+	if (!is_unix && strncmp(spec, "tcp:", 4) &&
+	    (strncmp(spec, "tls:", 4) || kind != LS_CLIENT || !srv->tls)) {
 		ret = -EINVAL;
-	if (ret > 0 && name[0] && !listen_passed(ls, name, spec)) {
+	} else if (name[0] && !listen_passed(ls, name, spec)) {
 		passed = true;
 		ret = 0;
-	} else if (ret > 0) {
-		ret = ret == 1 ? listen_unix(ls, spec + 5) :
-				 listen_tcp(ls, spec + 4);
+	} else {
+		ret = is_unix ? listen_unix(ls, spec + 5) :
+				listen_tcp(ls, spec + 4);
 	}
 	if (ret) {
 		log_err("listen %s: %s", spec, strerror(-ret));
@@ -767,8 +762,7 @@ static int listener_add(struct server *srv, const char *spec,
 	ls->tls = !strncmp(spec, "tls:", 4);
 	/* kept for the next djinnd (again if passed: a store that lost it
 	 * has it back) */
-	if (name[0] && fdstore_present())
-		ls->stored = fdstore_keep(name, ls->fd);
+	ls->stored = name[0] && fdstore_keep(name, ls->fd);
 	list_add_tail(&ls->node, &srv->listeners);
 	listener_arm(ls);
 	log_info("listening on %s%s%s", spec, what[kind],
@@ -808,15 +802,20 @@ int listeners_open(struct server *srv)
 	ret = fdstore_init(srv->cfg.handover);
 	if (ret < 0)
 		return ret; /* a handover that failed: not in its place */
-	/* those no listener names go first, freeing their addresses */
-	for (unsigned int i = 0; i < n; i++)
-		if (!fdstore_name(names[k], sizeof(names[k]),
-				  kind_prefix[want[i].kind], want[i].spec))
-			named[k] = names[k], k++;
+	/* each listener's name in the store ("" for one too long: bound
+	 * anew each time, not kept); the passed fds no listener names go
+	 * first, freeing their addresses */
+	for (unsigned int i = 0; i < n; i++) {
+		if (fdstore_name(names[i], sizeof(names[i]),
+				 kind_prefix[want[i].kind], want[i].spec))
+			names[i][0] = 0;
+		else
+			named[k++] = names[i];
+	}
 	fdstore_retain(named, k);
 	ret = 0;
 	for (unsigned int i = 0; !ret && i < n; i++)
-		ret = listener_add(srv, want[i].spec, want[i].kind);
+		ret = listener_add(srv, want[i].spec, want[i].kind, names[i]);
 	fdstore_done();
 	return ret;
 }

@@ -72,7 +72,6 @@ conn_queue(struct conn *c, const struct djinn_hdr *req, uint32_t flags,
 	m->data = data;
 	m->data_len = data_len;
 	if (first) {
-		m->parted = true;
 		m->part[0] = *first;
 		m->nr_parts = 1;
 		m->part_done = part_done;
@@ -136,7 +135,7 @@ static uint64_t msg_data_ready(const struct out_msg *m)
 {
 	uint64_t n = m->part_off;
 
-	if (!m->parted)
+	if (!m->part_done)
 		return m->data_len;
 	for (unsigned int i = 0; i < m->nr_parts; i++)
 		n += m->part[i].len;
@@ -150,6 +149,16 @@ void conn_part(struct conn *c, struct out_msg *m, const void *p, uint64_t len)
 		conn_send_next(c);
 }
 
+/* @m's oldest part back to its owner: @sent, or dropped unsent. */
+static void part_pop(struct out_msg *m, bool sent)
+{
+	const void *p = m->part[0].p;
+
+	m->part_off += m->part[0].len;
+	memmove(&m->part[0], &m->part[1], --m->nr_parts * sizeof(m->part[0]));
+	m->part_done(m->arg, p, sent);
+}
+
 /* The parts of @m whose last byte is sent go back to their owner. */
 static void parts_sent(struct out_msg *m)
 {
@@ -158,25 +167,14 @@ static void parts_sent(struct out_msg *m)
 	if (m->sent < sizeof(m->hdr) + m->body_len)
 		return;
 	data_sent = m->sent - sizeof(m->hdr) - m->body_len;
-	while (m->nr_parts && data_sent >= m->part_off + m->part[0].len) {
-		const void *p = m->part[0].p;
-
-		m->part_off += m->part[0].len;
-		memmove(&m->part[0], &m->part[1],
-			--m->nr_parts * sizeof(m->part[0]));
-		m->part_done(m->arg, p, true);
-	}
+	while (m->nr_parts && data_sent >= m->part_off + m->part[0].len)
+		part_pop(m, true);
 }
 
 void msg_free(struct out_msg *m)
 {
-	while (m->nr_parts) {
-		const void *p = m->part[0].p;
-
-		memmove(&m->part[0], &m->part[1],
-			--m->nr_parts * sizeof(m->part[0]));
-		m->part_done(m->arg, p, false);
-	}
+	while (m->nr_parts)
+		part_pop(m, false);
 	if (m->done)
 		m->done(m->arg);
 	free(m->body);
@@ -243,7 +241,7 @@ static unsigned int msg_iov(struct conn *c, struct out_msg *m)
 			off -= parts[i];
 			continue;
 		}
-		if (i == 2 && m->parted) {
+		if (i == 2 && m->part_done) {
 			/* sent up to part 0, which holds what is left */
 			if (!m->nr_parts)
 				break;
@@ -351,7 +349,7 @@ void conn_send_next(struct conn *c)
 	m = list_first_entry(&c->outq, struct out_msg, node);
 	/* data in parts: all it has is sent, the next part is on its way
 	 * (conn_part() calls again) */
-	if (m->parted &&
+	if (m->part_done &&
 	    m->sent == sizeof(m->hdr) + m->body_len + msg_data_ready(m))
 		return;
 	if (user_tls && !conn_seal(c, m, &rec, &rec_len)) {
@@ -369,7 +367,7 @@ void conn_send_next(struct conn *c)
 	c->mh.msg_iov = c->iov;
 	c->mh.msg_iovlen = msg_iov(c, m);
 	/* Zero-copy needs a socket that supports it (TCP; not AF_UNIX). */
-	m->zc = c->srv->loop.feat.send_zc && !c->no_zc && !m->parted &&
+	m->zc = c->srv->loop.feat.send_zc && !c->no_zc && !m->part_done &&
 		m->data_len >= ZC_MIN;
 	if (user_tls) {
 		io_uring_prep_send(sqe, c->fd, rec, rec_len, MSG_NOSIGNAL);
@@ -464,7 +462,7 @@ void conn_sent(struct conn *c, struct io_uring_cqe *cqe)
 	 * behind it: the peer taking its bytes keeps the session alive. */
 	if (m->data_len && m->hdr.session_id)
 		conn_renew(c, m->hdr.session_id);
-	if (m->parted)
+	if (m->part_done)
 		parts_sent(m);
 	if (m->sent == msg_len(m)) {
 		if (m->notifs)

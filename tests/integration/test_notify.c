@@ -458,6 +458,14 @@ static void test_notify_protocol(void **state)
 	store_clear(); /* its sockets: no one listens after this */
 }
 
+/* Up within 20 s: its client socket accepts. */
+static void wait_up(void)
+{
+	for (int i = 0; i < 2000 && !can_connect(dsock); i++)
+		usleep(10000);
+	assert_true(can_connect(dsock));
+}
+
 /* A connection to @path with a HELLO sent (its answer not read). */
 static int hello_sent(const char *path)
 {
@@ -554,21 +562,11 @@ static void test_fd_store(void **state)
 	/* without a store nothing is kept: a clean stop removes the path */
 	store_clear();
 	pid = start(NULL, NULL);
-	for (int i = 0; i < 2000 && !can_connect(dsock); i++)
-		usleep(10000);
-	assert_true(can_connect(dsock));
+	wait_up();
 	kill(pid, SIGTERM);
 	assert_int_equal(wait_exit(pid), 0);
 	assert_int_equal(access(dsock, F_OK), -1);
 	close(fd);
-}
-
-/* Up within 20 s: its client socket accepts. */
-static void wait_up(void)
-{
-	for (int i = 0; i < 2000 && !can_connect(dsock); i++)
-		usleep(10000);
-	assert_true(can_connect(dsock));
 }
 
 /* How many times @needle is in @hay. */
