@@ -89,6 +89,7 @@ test_cpu_backend_LIBS   := $(LIBS_BACKEND)
 test_exec_LIBS          := $(LIBS_DJINND)
 test_sched_LIBS         := $(LIBS_DJINND)
 test_ring_LIBS          := $(DJINND_LIB)
+test_state_LIBS          = $(test_exec_LIBS)
 test_libdjinn_LIBS       := $(LIBS_LIBDJINN)
 test_libdjinn_graph_LIBS := $(LIBS_LIBDJINN)
 test_libdjinn_rx_LIBS    := $(LIBS_LIBDJINN)
@@ -126,7 +127,8 @@ SCRIPT_TESTS := $(BUILD)/tests/integration/test_djinnctl \
 # sockets, spoken to in raw frames (tests/integration/fixture.h). They link
 # nothing of the daemon; $DJINND names the one to start (the ASan build
 # under make asan).
-INTEG_AREAS := framing sessions tensors text graphs leases admin metrics models
+INTEG_AREAS := framing sessions tensors text graphs leases admin metrics models \
+	       restart
 INTEG_SRCS := $(INTEG_AREAS:%=tests/integration/test_%.c) \
 	      tests/integration/daemon.c tests/integration/fixture.c
 INTEG_BINS := $(INTEG_AREAS:%=$(BUILD)/tests/integration/test_%)

@@ -31,6 +31,7 @@
 #include "daemon.h"
 #include "server.h"
 #include "net/fdstore.h"
+#include "net/restart.h"
 #include "net/tls.h"
 
 #define DJINND_VERSION "0.1"
@@ -75,10 +76,11 @@ static void usage(FILE *f)
 		"      --log-file PATH      append the log there (SIGHUP reopens it)\n"
 		"      --fault-injection    let admins fault the device\n"
 		"                           (ADMIN_FAULT_INJECT): for tests only\n"
-		"      --handover PATH      take the listening sockets from the\n"
-		"                           djinnd serving PATH, which drains and\n"
-		"                           exits once this one serves; serve PATH\n"
-		"                           for the next one\n"
+		"      --handover PATH      take the listening sockets, sessions\n"
+		"                           and connections from the djinnd\n"
+		"                           serving PATH, which exits once this\n"
+		"                           one serves; serve PATH for the next\n"
+		"                           one\n"
 		"      --cpu-device-only    reach CPU devices' memory only through\n"
 		"                           copies, as a GPU's: for tests only\n"
 		"  -h, --help, -V, --version\n"
@@ -536,6 +538,8 @@ int main(int argc, char **argv)
 		}
 		/* serving: a predecessor (--handover) may drain now */
 		fdstore_handover_finish();
+		listeners_own(&srv);
+		restart_serving(&srv); /* restored connections go on */
 		sd_notifyf(0, "READY=1\nSTATUS=running\nMAINPID=%d",
 			   (int)getpid());
 		ret = server_run(&srv);

@@ -60,19 +60,7 @@ static void on_signal(int signo)
 
 unsigned int server_depth(struct server *srv)
 {
-	unsigned int n = 0;
-
-	for (unsigned int i = 0; i < srv->nr_dev; i++) {
-		if (!srv->dev[i].sched)
-			continue;
-		for (unsigned int l = 0; l < SCHED_LANES; l++) {
-			unsigned int q, r;
-
-			sched_depth(srv->dev[i].sched, l, &q, &r);
-			n += q + r;
-		}
-	}
-	return n;
+	return svc_jobs(srv->dev, srv->nr_dev);
 }
 
 #define DRAIN_MAX_NS (10 * NSEC_PER_SEC) /* then stop all the same */

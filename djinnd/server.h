@@ -196,6 +196,9 @@ struct server {
 	struct ident_worker *ident; /* loopback TCP owners (net/ident.h) */
 
 	bool draining; /* SIGTERM: finish in-flight work, then stop */
+	/* a planned restart (net/restart.h) is handing djinnd's state to
+	 * its successor: connections stop between frames */
+	struct restart *restart;
 	/* 0, or DJINND_EXIT_DEVICE_DEAD once a device died (then
 	 * @dead_msg says which and why): djinnd drains and exits with it */
 	int exit_status;
@@ -216,6 +219,13 @@ int listeners_open(struct server *srv);
 /* Stop accepting (shutdown); listeners_free() once the loop has ended. */
 void listeners_close(struct server *srv);
 void listeners_free(struct server *srv);
+/* djinnd serves: the listening sockets a predecessor passed are its own
+ * now (it removes their paths when it stops for good). */
+void listeners_own(struct server *srv);
+/* The listening sockets a successor takes: at most @max, each one's
+ * store name and fd in @names and @fds; how many. */
+unsigned int listeners_stored(struct server *srv, char **names, int *fds,
+			      unsigned int max);
 void conns_close_all(struct server *srv, bool force);
 /* Close the connections loop_sqe() failed (conn_fail()); called before
  * the loop sleeps, where closing frees nothing under anyone. */

@@ -79,6 +79,39 @@ void *slots_alloc(struct slots *t, int *err)
 	return s;
 }
 
+int slots_restore(struct slots *t, uint32_t n, const uint32_t *gen,
+		  const bool *live)
+{
+	uint32_t prev = SLOTS_NONE;
+
+	if (t->nr || n > t->max)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (!gen[i])
+			return -EINVAL;
+	if (!n)
+		return 0;
+	t->base = calloc(n, t->size);
+	if (!t->base)
+		return -ENOMEM;
+	t->nr = n;
+	t->free = SLOTS_NONE;
+	/* the free list in index order, as grow() leaves it */
+	for (uint32_t i = n; i-- > 0;) {
+		struct slot *s = at(t, i);
+
+		s->gen = gen[i];
+		s->live = live[i];
+		s->next_free = SLOTS_NONE;
+		if (s->live)
+			continue;
+		s->next_free = prev;
+		prev = i;
+	}
+	t->free = prev;
+	return 0;
+}
+
 void *slots_lookup(const struct slots *t, uint64_t handle)
 {
 	uint64_t h = handle ^ t->key;

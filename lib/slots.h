@@ -79,6 +79,14 @@ void slots_free(struct slots *t, void *slot);
 uint32_t slots_index(const struct slots *t, const void *slot);
 void *slots_at(const struct slots *t, uint32_t index);
 
+/* A table as another process left it (a restart, svc/state.h): @n
+ * slots with generations @gen, those with @live[i] set live (their
+ * contents zero, the caller's to fill), the rest on the free list. The
+ * table must be empty. 0, -ENOMEM, or -EINVAL (@n past its @max, or a
+ * generation of 0). */
+int slots_restore(struct slots *t, uint32_t n, const uint32_t *gen,
+		  const bool *live);
+
 /* The first live slot after @prev (NULL: from the start), or NULL. */
 void *slots_next(const struct slots *t, const void *prev);
 

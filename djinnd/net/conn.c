@@ -506,8 +506,12 @@ static void parse(struct conn *c, const uint8_t *p, uint64_t len)
 	while (len && !c->close_after) {
 		uint64_t n = 0;
 
-		if (!c->paused && c->ps == P_HDR && !c->hdr_got)
-			conn_throttle(c);
+		if (!c->paused && c->ps == P_HDR && !c->hdr_got) {
+			if (c->srv->restart)
+				conn_hold(c); /* a restart: not another frame */
+			else
+				conn_throttle(c);
+		}
 		if (c->paused) {
 			/* What is already in waits; no more is received. */
 			backlog_add(c, p, len);
@@ -592,6 +596,38 @@ static void conn_pause(struct conn *c)
 	}
 	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&c->src | TAG_RECV, 0);
 	conn_get(c);
+}
+
+void conn_hold(struct conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	c->paused = true;
+	if (!c->recv_armed || c->holding)
+		return;
+	/* a single-shot receive too: none may be armed when its socket
+	 * changes hands */
+	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_CANCEL);
+	if (!sqe) {
+		conn_fail(c, "hold receiving");
+		return;
+	}
+	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&c->src | TAG_RECV, 0);
+	c->holding = true;
+	conn_get(c);
+}
+
+bool conn_between_frames(const struct conn *c)
+{
+	return c->ps == P_HDR && !c->hdr_got && !c->stream;
+}
+
+bool conn_quiet(const struct conn *c)
+{
+	return c->paused && !c->recv_armed && conn_between_frames(c) &&
+	       c->refs == 1 && list_empty(&c->outq) && list_empty(&c->zcwait) &&
+	       !c->sending && !c->handshaking && !c->identifying && !c->reads &&
+	       !c->closing;
 }
 
 void conn_resume(struct conn *c)
@@ -746,6 +782,7 @@ static void conn_received(struct conn *c, struct io_uring_cqe *cqe)
 	if (more)
 		return;
 	c->recv_armed = false;
+	c->holding = false;
 	if (res == -EIO && c->tls && tls_conn_mode(c->tls) == TLS_KERNEL &&
 	    !c->closing) {
 		/* a record the kernel does not pass as data: the peer's

@@ -119,6 +119,7 @@ struct conn {
 	bool close_after; /* close once the reply is sent */
 	bool paused; /* not receiving: bytes already in go to the backlog */
 	bool throttled; /* paused for reads in flight (conn_read_begin) */
+	bool holding; /* its receive is being cancelled (conn_hold) */
 	unsigned int reads; /* TENSOR_READs admitted, reply not yet sent */
 	uint64_t read_bytes; /* their data bytes */
 	/* of those, on device-only memory (net/msg_tensor.c): the staging
@@ -171,6 +172,16 @@ void conn_stream_ready(struct conn *c, int err);
 /* Parse what came in while paused and receive again (not while
  * throttled: conn_read_end() resumes that). */
 void conn_resume(struct conn *c);
+
+/* A restart (net/restart.h) stops @c between frames: it receives no
+ * more, and what is in already waits in the backlog, until
+ * conn_resume(). */
+void conn_hold(struct conn *c);
+/* Whether @c is between two frames (no frame begun, no stream open). */
+bool conn_between_frames(const struct conn *c);
+/* Whether @c is held and owes nothing: no receive armed, no request
+ * unanswered, no reply unsent. Its socket may change hands. */
+bool conn_quiet(const struct conn *c);
 
 /* Reads in flight on one connection, admitted and not yet sent, at most
  * before djinnd stops taking its requests (backpressure, nothing lost):

@@ -19,6 +19,7 @@
 
 #include "log.h"
 #include "net/fdstore.h"
+#include "net/restart.h"
 
 /* The fds passed at start: LISTEN_FDS of them from SD_LISTEN_FDS_START,
  * or those a predecessor handed over; each one's fd -1 once taken. With
@@ -31,7 +32,16 @@ static struct passed {
 	bool from_store; /* systemd's: FDSTOREREMOVE drops what is unused */
 	int pred; /* pidfd, or -1 */
 	pid_t pred_pid;
-} passed = { .pred = -1 };
+	/* the handover's socket, kept to say "serving" on, or -1; whether
+	 * the predecessor handed its state (net/restart.h) and waits for
+	 * that word rather than a SIGTERM */
+	int sock;
+	bool state;
+} passed = { .pred = -1, .sock = -1 };
+
+/* How long a successor waits for each message of a handover: the
+ * predecessor first lets its requests in flight finish. */
+#define HANDOVER_WAIT_MS ((RESTART_QUIESCE_S + 30) * 1000)
 
 static void passed_free(void)
 {
@@ -71,7 +81,7 @@ static int passed_add(char *name, int fd)
 	return 0;
 }
 
-/* One message of the handover protocol within 5 s: its bytes in @buf
+/* One message of the handover protocol within HANDOVER_WAIT_MS: its bytes in @buf
  * (NUL-terminated), its fd in *@fd (-1 if none; a message with more
  * than one is refused, all of them closed), who sent it in *@from (the
  * kernel's word: SO_PASSCRED). Its length, 0 at EOF, or a negative
@@ -97,7 +107,7 @@ static int handover_recv(int sock, char *buf, size_t len, int *fd,
 	*fd = -1;
 	memset(from, 0, sizeof(*from));
 	from->uid = (uid_t)-1;
-	if (poll(&p, 1, 5000) != 1)
+	if (poll(&p, 1, HANDOVER_WAIT_MS) != 1)
 		return -ETIMEDOUT;
 	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
 	if (n < 0)
@@ -199,6 +209,12 @@ static int handover_take(const char *path)
 		}
 		if (ret > 0 && fd < 0 && !strcmp(buf, "end"))
 			break;
+		if (ret > 0 && fd < 0 && !strncmp(buf, "error: ", 7)) {
+			log_err("handover: pid %d cannot hand over: %s",
+				(int)from.pid, buf + 7);
+			ret = -EBUSY;
+			break;
+		}
 		if (ret <= 0 || fd < 0) {
 			if (fd >= 0)
 				close(fd);
@@ -211,14 +227,18 @@ static int handover_take(const char *path)
 			ret = -ENOMEM;
 			break;
 		}
+		passed.state |= !strcmp(name, "state");
 		ret = passed_add(name, fd);
 		if (ret)
 			break;
 		log_info("handover: passed %s (fd %d)", buf, fd);
 	}
-	close(sock);
-	if (ret > 0) /* "end" */
+	if (ret > 0) { /* "end" */
 		ret = 0;
+		passed.sock = sock;
+	} else {
+		close(sock);
+	}
 	if (!ret && passed.pred < 0) {
 		log_err("handover: pid %d: no pidfd for it",
 			(int)passed.pred_pid);
@@ -230,8 +250,11 @@ static int handover_take(const char *path)
 		passed_free();
 		if (passed.pred >= 0)
 			close(passed.pred);
-		passed.pred = -1;
+		if (passed.sock >= 0)
+			close(passed.sock);
+		passed.pred = passed.sock = -1;
 		passed.pred_pid = 0;
+		passed.state = false;
 		return ret;
 	}
 	return passed.n;
@@ -310,7 +333,10 @@ void fdstore_retain(const char *const *names, unsigned int n)
 			continue;
 		for (unsigned int k = 0; k < n && !named; k++)
 			named = !strcmp(passed.names[i], names[k]);
-		if (named)
+		/* the state's are restart_restore()'s to take */
+		if (named || !strcmp(passed.names[i], "state") ||
+		    !strcmp(passed.names[i], "state-data") ||
+		    !strncmp(passed.names[i], "conn-", 5))
 			continue;
 		/* configured no more: closed before anything is bound, so
 		 * that an address it held is free */
@@ -330,6 +356,25 @@ void fdstore_done(void)
 
 void fdstore_handover_finish(void)
 {
+	static const char serving[] = "serving";
+
+	if (passed.sock >= 0 && passed.state) {
+		/* it handed its state over and exits on this word */
+		if (send(passed.sock, serving, sizeof(serving) - 1,
+			 MSG_NOSIGNAL) < 0)
+			log_warn("handover: cannot tell pid %d: %s",
+				 (int)passed.pred_pid, strerror(errno));
+		else
+			log_notice("handover: serving; pid %d told",
+				   (int)passed.pred_pid);
+		close(passed.sock);
+		close(passed.pred);
+		passed.sock = passed.pred = -1;
+		return;
+	}
+	if (passed.sock >= 0)
+		close(passed.sock);
+	passed.sock = -1;
 	if (passed.pred < 0)
 		return;
 	/* it drains and exits, as on SIGTERM */
@@ -341,6 +386,12 @@ void fdstore_handover_finish(void)
 			   (int)passed.pred_pid);
 	close(passed.pred);
 	passed.pred = -1;
+}
+
+void fdstore_forget(const char *name)
+{
+	if (passed.from_store)
+		sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", name);
 }
 
 bool fdstore_present(void)

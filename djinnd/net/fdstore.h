@@ -54,6 +54,9 @@ void fdstore_retain(const char *const *names, unsigned int n);
 int fdstore_take(const char *name);
 /* A passed fd taken but not used: closed, and dropped from the store. */
 void fdstore_drop(const char *name, int fd);
+/* A passed fd taken for good: the store forgets it (a stored
+ * connection's socket closes when djinnd closes it). */
+void fdstore_forget(const char *name);
 /* Close the passed fds nobody took. */
 void fdstore_done(void);
 /* djinnd serves: a predecessor that handed its sockets over is told to

@@ -27,6 +27,7 @@
 #include "server.h"
 #include "net/conn.h"
 #include "net/fdstore.h"
+#include "net/restart.h"
 #include "net/ident.h"
 #include "net/tls.h"
 #include "session/lease.h"
@@ -50,6 +51,7 @@ struct listener {
 	/* in the service manager's fd store, or handed to a successor
 	 * (net/fdstore.h): its unix path stays at exit */
 	bool stored;
+	bool borrowed; /* passed by a predecessor; this djinnd not serving */
 	bool handover; /* --handover's socket: a successor connects */
 	char name[FDSTORE_NAME_MAX + 1]; /* in the store; "" for none */
 	/* the admin socket's group (server.admin_group), when it has one */
@@ -388,10 +390,34 @@ static bool admin_peer_ok(struct listener *ls, int fd)
 	return false;
 }
 
+void listeners_own(struct server *srv)
+{
+	struct listener *ls;
+
+	list_for_each_entry(ls, &srv->listeners, node)
+		ls->borrowed = false;
+}
+
+unsigned int listeners_stored(struct server *srv, char **names, int *fds,
+			      unsigned int max)
+{
+	struct listener *l;
+	unsigned int n = 0;
+
+	list_for_each_entry(l, &srv->listeners, node)
+		if (l->fd >= 0 && l->name[0] && n < max) {
+			names[n] = l->name;
+			fds[n++] = l->fd;
+		}
+	return n;
+}
+
 /* A successor connected to --handover's socket: if it is djinnd's own
- * uid or root, it is sent every listening socket. Both serve until it
- * is ready and tells this djinnd to drain (SIGTERM): one that never
- * does (it died, or only looked) leaves this djinnd serving. */
+ * uid or root, it is sent every listening socket, and with a lease
+ * provider in the process, the state (net/restart.h). Without, both
+ * serve until it is ready and tells this djinnd to drain (SIGTERM): one
+ * that never does (it died, or only looked) leaves this djinnd
+ * serving. */
 static void handover_serve(struct listener *ls, int fd)
 {
 	struct server *srv = ls->srv;
@@ -400,7 +426,7 @@ static void handover_serve(struct listener *ls, int fd)
 	socklen_t len = sizeof(cr);
 	char *names[16];
 	int fds[16], ret;
-	unsigned int n = 0;
+	unsigned int n;
 	struct listener *l;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) ||
@@ -412,11 +438,12 @@ static void handover_serve(struct listener *ls, int fd)
 		return;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	list_for_each_entry(l, &srv->listeners, node)
-		if (l->fd >= 0 && l->name[0] && n < ARRAY_SIZE(fds)) {
-			names[n] = l->name;
-			fds[n++] = l->fd;
-		}
+	if (restart_can_hand_over(srv)) {
+		/* the sessions and connections go too */
+		restart_hand_over(srv, fd, cr.pid);
+		return;
+	}
+	n = listeners_stored(srv, names, fds, ARRAY_SIZE(fds));
 	ret = fdstore_handover_send(fd, names, fds, n);
 	close(fd);
 	if (ret) {
@@ -763,6 +790,9 @@ static int listener_add(struct server *srv, const char *spec,
 	/* kept for the next djinnd (again if passed: a store that lost it
 	 * has it back) */
 	ls->stored = name[0] && fdstore_keep(name, ls->fd);
+	/* a predecessor's (--handover) serves its path until this djinnd
+	 * does: not this one's to remove before then */
+	ls->borrowed = passed && srv->cfg.handover && !ls->stored;
 	list_add_tail(&ls->node, &srv->listeners);
 	listener_arm(ls);
 	log_info("listening on %s%s%s", spec, what[kind],
@@ -816,6 +846,14 @@ int listeners_open(struct server *srv)
 	ret = 0;
 	for (unsigned int i = 0; !ret && i < n; i++)
 		ret = listener_add(srv, want[i].spec, want[i].kind, names[i]);
+	/* the state a predecessor passed, if any */
+	if (!ret) {
+		ret = restart_restore(srv);
+		/* from a store, what could not be restored is gone; from a
+		 * --handover, the predecessor serves on */
+		if (ret && !srv->cfg.handover)
+			ret = 0;
+	}
 	fdstore_done();
 	return ret;
 }
@@ -838,7 +876,7 @@ void listeners_close(struct server *srv)
 		close(ls->fd);
 		ls->fd = -1;
 		/* a stored socket stays, for the next djinnd to take */
-		if (!ls->tcp && ls->path[0] && !ls->stored)
+		if (!ls->tcp && ls->path[0] && !ls->stored && !ls->borrowed)
 			unlink(ls->path);
 	}
 }

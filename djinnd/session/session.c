@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include <djinn/state.h>
+
 #include "log.h"
 #include "names.h"
 #include "device.h"
@@ -286,16 +288,18 @@ int session_create(struct session_table *t, struct device *dev,
 	return 0;
 }
 
-int session_publish(struct session_table *t, struct session *s)
+/* Into the table as @id, its lease counted from @start. */
+static int publish(struct session_table *t, struct session *s, uint64_t id,
+		   uint64_t start)
 {
 	int ret;
 
-	s->id = ++t->next_id;
+	s->id = id;
 	s->se.id = s->id;
 	ret = stab_add(t, s);
 	if (ret)
 		return ret;
-	ret = t->leases->ops->open(t->leases, s, loop_now());
+	ret = t->leases->ops->open(t->leases, s, start);
 	if (ret) {
 		stab_del(t, s);
 		return ret;
@@ -306,7 +310,97 @@ int session_publish(struct session_table *t, struct session *s)
 		loop_timer_del(&t->lease_timer);
 		loop_timer_add(t->loop, &t->lease_timer, s->deadline_ns);
 	}
+	return 0;
+}
+
+int session_publish(struct session_table *t, struct session *s)
+{
+	int ret = publish(t, s, t->next_id + 1, loop_now());
+
+	if (ret)
+		return ret;
+	t->next_id++;
 	t->opened++;
+	return 0;
+}
+
+int session_restore(struct session_table *t, struct device *dev,
+		    const struct djinn_state_session *r, const uint32_t *gens,
+		    const bool *live, struct session **out)
+{
+	uint64_t now = loop_now(), left = r->lease_left_ns;
+	struct session *s = r->id ? session_get(t, r->id) : NULL;
+	int ret;
+
+	if (s) {
+		session_put(s);
+		return -EEXIST;
+	}
+	if (!r->id || memchr(r->tenant, 0, sizeof(r->tenant)) == NULL ||
+	    memchr(r->label, 0, sizeof(r->label)) == NULL ||
+	    !tenant_name_ok(r->tenant) || !tenant_name_ok(r->label) ||
+	    r->priority > 7 || !r->lease_ns || left > r->lease_ns)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	memcpy(s->token, r->token, sizeof(s->token));
+	slots_init(&s->tensors, sizeof(struct tensor_slot), 16, 0,
+		   r->tensor_key);
+	slots_init(&s->objs, sizeof(struct sobj_slot), 8, SESSION_MAX_OBJS,
+		   r->obj_key);
+	ret = slots_restore(&s->tensors, r->nr_slots, gens, live);
+	if (ret) {
+		free(s);
+		return ret;
+	}
+	ret = vmu_session_create(dev->vmu, r->tenant, &s->vs);
+	if (ret) {
+		slots_fini(&s->tensors);
+		free(s);
+		return ret;
+	}
+	strcpy(s->tenant, r->tenant);
+	strcpy(s->label, r->label);
+	s->priority = r->priority;
+	s->lease_ns = r->lease_ns;
+	s->uid = r->uid;
+	s->pid = (pid_t)r->pid;
+	s->requests = r->requests;
+	s->dev = dev;
+	sched_entity_init(dev->sched, &s->se, 0, s->tenant, s->priority, s->vs);
+	s->epoch = __atomic_load_n(&dev->backend->faults, __ATOMIC_ACQUIRE);
+	if (r->lost)
+		s->epoch = ~s->epoch; /* never the count again: lost */
+	s->refs = 1;
+	pthread_mutex_init(&s->lock, NULL);
+	INIT_LIST_HEAD(&s->node);
+	INIT_LIST_HEAD(&s->lease_node);
+	/* the lease as it was when the record was written: the restart's
+	 * gap is added back */
+	ret = publish(t, s, r->id, now - (r->lease_ns - left));
+	if (ret) {
+		session_put(s);
+		return ret;
+	}
+	if (r->id > t->next_id)
+		t->next_id = r->id;
+	*out = s;
+	return 0;
+}
+
+int session_tensor_restore(struct session *s, uint32_t slot,
+			   const struct tensor *t)
+{
+	struct tensor_slot *sl;
+
+	if (slot >= s->tensors.nr)
+		return -EINVAL;
+	sl = slots_at(&s->tensors, slot);
+	if (!sl->slot.live || sl->t.text || sl->t.region)
+		return -EINVAL; /* not a live slot, or one filled already */
+	sl->t = *t;
+	s->nr_tensors++;
 	return 0;
 }
 
@@ -442,6 +536,24 @@ int session_tensor_add(struct session *s, const struct tensor *t,
 	s->nr_tensors++;
 	*handle = slots_handle(&s->tensors, sl);
 out:
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+int session_tensor_each(struct session *s,
+			int (*fn)(void *arg, uint32_t slot,
+				  const struct tensor *t),
+			void *arg)
+{
+	struct tensor_slot *sl;
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	slots_for_each(&s->tensors, sl) {
+		ret = fn(arg, slots_index(&s->tensors, sl), &sl->t);
+		if (ret)
+			break;
+	}
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }

@@ -200,6 +200,23 @@ unsigned int session_peer_sessions(struct session_table *t, const char *tenant,
 				   uid_t uid);
 /* Put it in the table and start its lease. */
 int session_publish(struct session_table *t, struct session *s);
+/*
+ * A session as the djinnd before a restart left it (svc/state.h): its
+ * id, token, handle keys, tenant, label, priority and lease (what was
+ * left of it when @r was written, counted from now), on @dev, in the
+ * table. Its tensor slots have the generations @gens, those with @live
+ * set waiting for session_tensor_restore(). No quota is checked: the
+ * session exists already. 0, -EEXIST (its id is taken), -EINVAL (@r
+ * does not hold together), -ENOMEM, or the lease provider's error.
+ */
+struct djinn_state_session;
+int session_restore(struct session_table *t, struct device *dev,
+		    const struct djinn_state_session *r, const uint32_t *gens,
+		    const bool *live, struct session **out);
+/* Fill restored live slot @slot with @t (whose VMU resources it takes
+ * over): 0, or -EINVAL for a slot that is not one. */
+int session_tensor_restore(struct session *s, uint32_t slot,
+			   const struct tensor *t);
 /* A reference to the live session @id, or NULL. */
 struct session *session_get(struct session_table *t, uint64_t id);
 void session_ref(struct session *s);
@@ -248,6 +265,13 @@ int session_tensor_release(struct session *s, uint64_t handle);
 int session_tensor_hold(struct session *s, uint64_t handle, struct tensor *t,
 			uint32_t *slot);
 void session_tensor_unhold(struct session *s, uint32_t slot);
+
+/* Call @fn on each live tensor of @s and its slot index, in index
+ * order, with s->lock held, until it returns non-zero: that, or 0. */
+int session_tensor_each(struct session *s,
+			int (*fn)(void *arg, uint32_t slot,
+				  const struct tensor *t),
+			void *arg);
 
 /* Model and context handles (I/O thread only). add: -EDQUOT past
  * SESSION_MAX_OBJS. get: the object, or NULL for a handle that is not

@@ -10,6 +10,7 @@
 #include "device.h"
 #include "log.h"
 #include "backend/backend.h"
+#include "sched/sched.h"
 #include "svc/devices.h"
 #include "vmu/vmu.h"
 
@@ -99,4 +100,21 @@ int svc_fault_inject(struct device *d, uint32_t flags, char *msg, size_t msglen)
 			 d->name, cause);
 	}
 	return ret;
+}
+
+unsigned int svc_jobs(struct device *devs, unsigned int nr_dev)
+{
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < nr_dev; i++) {
+		if (!devs[i].sched)
+			continue;
+		for (unsigned int l = 0; l < SCHED_LANES; l++) {
+			unsigned int q, r;
+
+			sched_depth(devs[i].sched, l, &q, &r);
+			n += q + r;
+		}
+	}
+	return n;
 }

@@ -16,6 +16,9 @@ struct device;
  * then the lowest index), else device @want - 1. NULL for a @want past
  * the devices, with the reason in @msg (-ENODEV).
  */
+/* Jobs queued and running on the @nr_dev devices @devs, in all. */
+unsigned int svc_jobs(struct device *devs, unsigned int nr_dev);
+
 struct device *svc_place(struct device *devs, unsigned int nr_dev,
 			 uint32_t want, char *msg, size_t msglen);
 

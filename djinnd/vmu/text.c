@@ -367,6 +367,11 @@ const uint8_t *vmu_text_fp(const struct vmu_text *t)
 	return t->fp;
 }
 
+bool vmu_text_shared(const struct vmu_text *t)
+{
+	return !t->owner[0];
+}
+
 /*
  * Back @m with @bytes (granule-rounded) of the text segment: reserved,
  * charged (vmu_charge() may reclaim), mapped and counted. 0, or an errno

@@ -287,6 +287,8 @@ int vmu_text_evict(struct vmu *v, const uint8_t fp[VMU_FP_LEN],
 uint64_t vmu_text_addr(const struct vmu_text *t);
 uint64_t vmu_text_size(const struct vmu_text *t);
 const uint8_t *vmu_text_fp(const struct vmu_text *t);
+/* Whether it is of the shared scope. */
+bool vmu_text_shared(const struct vmu_text *t);
 
 /*
  * Streaming insert, for bytes that arrive in pieces (network uploads,

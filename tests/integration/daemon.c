@@ -303,52 +303,30 @@ int djd_start_set(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 	return djd_start_args(d, cpu_mem, lease_ms, set ? extra : NULL);
 }
 
-int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
-		   const char *const *extra)
+/* Fork and exec djinnd as @d says, its output to d->log (appended to
+ * with @append): its pid, or -errno. */
+static pid_t spawn(struct djd *d, const char *bin, bool append)
 {
-	const char *bin = djd_binary();
 	char listen[sizeof(d->sock) + 8], lease[24], metrics[32];
 	char models[sizeof(d->dir) + 8];
-	int64_t deadline;
-	pid_t parent = getpid();
+	const char *const *extra = d->extra;
+	const char *cpu_mem = d->cpu_mem;
+	pid_t parent = getpid(), pid;
 
-	memset(d, 0, sizeof(*d));
-	d->pid = -1;
-	start_error[0] = 0;
-	start_uring[0] = 0;
-	if (access(bin, X_OK)) {
-		fprintf(stderr, "djinnd binary %s: %s (set DJINND)\n", bin,
-			strerror(errno));
-		return -ENOENT;
-	}
-	strcpy(d->dir, "/tmp/djinn-it.XXXXXX");
-	if (!mkdtemp(d->dir)) {
-		d->dir[0] = 0;
-		return -errno;
-	}
-	snprintf(d->sock, sizeof(d->sock), "%s/djinnd.sock", d->dir);
-	snprintf(d->admin, sizeof(d->admin), "%s/admin.sock", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/stderr.log", d->dir);
 	snprintf(listen, sizeof(listen), "unix:%s", d->sock);
-	snprintf(lease, sizeof(lease), "%u", lease_ms);
+	snprintf(lease, sizeof(lease), "%u", d->lease_ms);
 	snprintf(models, sizeof(models), "%s/models", d->dir);
-	d->metrics_port = dj_free_port();
-	if (!d->metrics_port) {
-		rm_dir(d);
-		return -EADDRNOTAVAIL;
-	}
 	snprintf(metrics, sizeof(metrics), "tcp:127.0.0.1:%u", d->metrics_port);
 
 	fflush(NULL);
-	d->pid = fork();
-	if (d->pid < 0) {
-		int ret = -errno;
-
-		rm_dir(d);
-		return ret;
-	}
-	if (!d->pid) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (!pid) {
+		int fd =
+			open(d->log,
+			     O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC),
+			     0600);
 		int nul = open("/dev/null", O_RDONLY);
 
 		/* Die with the test, whatever kills it. */
@@ -398,6 +376,48 @@ int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}
+	return pid;
+}
+
+int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
+		   const char *const *extra)
+{
+	const char *bin = djd_binary();
+	int64_t deadline;
+
+	memset(d, 0, sizeof(*d));
+	d->pid = -1;
+	start_error[0] = 0;
+	start_uring[0] = 0;
+	if (access(bin, X_OK)) {
+		fprintf(stderr, "djinnd binary %s: %s (set DJINND)\n", bin,
+			strerror(errno));
+		return -ENOENT;
+	}
+	strcpy(d->dir, "/tmp/djinn-it.XXXXXX");
+	if (!mkdtemp(d->dir)) {
+		d->dir[0] = 0;
+		return -errno;
+	}
+	snprintf(d->sock, sizeof(d->sock), "%s/djinnd.sock", d->dir);
+	snprintf(d->admin, sizeof(d->admin), "%s/admin.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/stderr.log", d->dir);
+	snprintf(d->cpu_mem, sizeof(d->cpu_mem), "%s", cpu_mem);
+	d->lease_ms = lease_ms;
+	d->extra = extra;
+	d->metrics_port = dj_free_port();
+	if (!d->metrics_port) {
+		rm_dir(d);
+		return -EADDRNOTAVAIL;
+	}
+	d->pid = spawn(d, bin, false);
+	if (d->pid < 0) {
+		int ret = d->pid;
+
+		d->pid = -1;
+		rm_dir(d);
+		return ret;
+	}
 
 	deadline = dj_now_ms() + 20000;
 	while (dj_now_ms() < deadline) {
@@ -421,6 +441,45 @@ int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 	djd_log_tail(d, 4096);
 	djd_kill(d);
 	return -ETIMEDOUT;
+}
+
+int djd_restart(struct djd *d, int timeout_ms)
+{
+	int64_t deadline = dj_now_ms() + timeout_ms;
+	pid_t next = spawn(d, djd_binary(), true), old = d->pid;
+	int status;
+
+	if (next < 0)
+		return next;
+	/* the successor takes over; the predecessor exits by itself */
+	while (dj_now_ms() < deadline) {
+		if (waitpid(next, &status, WNOHANG) == next) {
+			fprintf(stderr, "the successor exited (status %#x)\n",
+				status);
+			djd_log_tail(d, 4096);
+			return -ECHILD;
+		}
+		if (waitpid(old, &status, WNOHANG) == old) {
+			d->pid = next;
+			if (WIFEXITED(status) && !WEXITSTATUS(status))
+				return 0;
+			fprintf(stderr, "the predecessor ended with %#x\n",
+				status);
+			djd_log_tail(d, 4096);
+			return -EIO;
+		}
+		sleep_ms(5);
+	}
+	fprintf(stderr, "no restart within %d ms\n", timeout_ms);
+	djd_log_tail(d, 4096);
+	kill(next, SIGKILL);
+	waitpid(next, &status, 0);
+	return -ETIMEDOUT;
+}
+
+pid_t djd_spawn_next(struct djd *d)
+{
+	return spawn(d, djd_binary(), true);
 }
 
 /* The sanitizer report's SUMMARY line in the log (else its first line

@@ -43,6 +43,10 @@ struct djd {
 	char log[96];
 	char end[200];
 	unsigned int metrics_port; /* its metrics endpoint, on 127.0.0.1 */
+	/* how it was started, for djd_restart() */
+	char cpu_mem[16];
+	unsigned int lease_ms;
+	const char *const *extra;
 };
 
 /* The daemon binary: $DJINND, else djinnd/djinnd beside this test's
@@ -101,6 +105,19 @@ void djd_kill(struct djd *d);
  * djd_kill() removes them.
  */
 int djd_wait_exit(struct djd *d, int timeout_ms, int *status);
+
+/*
+ * A planned restart: start a successor exactly as @d was started (@d's
+ * @extra must name a --handover path, and stay valid), its output
+ * appended to the same log, and wait at most @timeout_ms for the running
+ * djinnd to hand over and exit. 0 when it exited with status 0 (then
+ * d->pid is the successor's); -ECHILD when the successor exited first,
+ * -EIO when the predecessor ended otherwise, -ETIMEDOUT (the successor
+ * killed).
+ */
+int djd_restart(struct djd *d, int timeout_ms);
+/* Only start such a successor: its pid (the test reaps it), or -errno. */
+pid_t djd_spawn_next(struct djd *d);
 
 /* Connect to TCP @port of 127.0.0.1: the fd, or -errno. */
 int dj_connect_tcp(unsigned int port);

@@ -1,0 +1,389 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Planned restarts that keep djinnd's state (net/restart.h): holding the
+ * connections, writing and sending the record, and restoring it.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server.h"
+#include "net/conn.h"
+#include "net/fdstore.h"
+#include "net/restart.h"
+#include "session/lease.h"
+#include "session/session.h"
+#include "svc/devices.h"
+#include "svc/state.h"
+
+#define HOLD_TICK_NS (2 * NSEC_PER_MSEC)
+
+struct restart {
+	struct server *srv;
+	int sock; /* to the successor */
+	pid_t pid;
+	int pidfd;
+	uint64_t t0, deadline;
+	struct loop_timer timer;
+};
+
+bool restart_can_hand_over(const struct server *srv)
+{
+	return !strcmp(srv->sessions.leases->ops->name, "user");
+}
+
+/* The successor is told why (it exits), and this djinnd serves on. */
+static void hand_over_fail(struct restart *r, const char *why, bool kill)
+{
+	struct server *srv = r->srv;
+	char msg[300];
+	struct conn *c, *n;
+
+	log_err("restart: handing over to pid %d failed: %s; serving on",
+		(int)r->pid, why);
+	snprintf(msg, sizeof(msg), "error: %s", why);
+	send(r->sock, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (kill && r->pidfd >= 0)
+		syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+	close(r->sock);
+	if (r->pidfd >= 0)
+		close(r->pidfd);
+	srv->restart = NULL;
+	free(r);
+	list_for_each_entry_safe(c, n, &srv->conns, node)
+		conn_resume(c);
+}
+
+/* The record: the sessions' entries, then a connection's for each one
+ * that can change hands (all but TLS ones), numbered as sent. */
+static int write_record(struct server *srv, int *rec_fd, int *data_fd,
+			unsigned int *nr_conns)
+{
+	struct state_out o;
+	struct conn *c;
+	unsigned int i = 0;
+	int ret;
+
+	ret = state_out_begin(&o, svc_state_data_size(&srv->sessions));
+	if (ret)
+		return ret;
+	ret = svc_state_save(&o, &srv->sessions);
+	if (ret) {
+		state_out_abort(&o);
+		return ret;
+	}
+	list_for_each_entry(c, &srv->conns, node) {
+		struct djinn_state_conn *e;
+		uint64_t len;
+
+		if (c->tls)
+			continue;
+		len = sizeof(*e) + (uint64_t)c->nr_sessions * 8 +
+		      c->backlog_len;
+		if (len > UINT32_MAX) {
+			state_out_abort(&o);
+			return -E2BIG;
+		}
+		e = state_out_ent(&o, DJINN_STATE_CONN, (uint32_t)len);
+		if (!e)
+			break;
+		e->index = i++;
+		e->admin = c->admin;
+		e->tcp = c->tcp;
+		e->tcp_uid = c->tcp_uid;
+		e->pid = (uint32_t)c->cred.pid;
+		e->uid = (uint32_t)c->cred.uid;
+		e->gid = (uint32_t)c->cred.gid;
+		e->nr_sessions = c->nr_sessions;
+		e->backlog = c->backlog_len;
+		memcpy(e->peer, &c->peer, sizeof(e->peer));
+		memcpy(e->tenant, c->tenant, sizeof(e->tenant));
+		memcpy(e + 1, c->sessions, (size_t)c->nr_sessions * 8);
+		if (c->backlog_len)
+			memcpy((uint8_t *)(e + 1) + (size_t)c->nr_sessions * 8,
+			       c->backlog, c->backlog_len);
+	}
+	*nr_conns = i;
+	return state_out_end(&o, rec_fd, data_fd);
+}
+
+/* Wait for the successor's word: 1 once it serves, 0 when it closed
+ * first (it exited, or only looked), -ETIMEDOUT. */
+static int successor_serves(struct restart *r)
+{
+	struct pollfd p = { .fd = r->sock, .events = POLLIN };
+	char buf[64];
+	ssize_t n;
+
+	if (poll(&p, 1, RESTART_READY_S * 1000) != 1)
+		return -ETIMEDOUT;
+	n = recv(r->sock, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	return !strcmp(buf, "serving");
+}
+
+static void hand_over(struct restart *r)
+{
+	struct server *srv = r->srv;
+	unsigned int nr_conns = 0, n = 0, k = 0, max;
+	int rec_fd = -1, data_fd = -1, ret;
+	char **names = NULL, why[160];
+	int *fds = NULL;
+	struct conn *c;
+
+	ret = write_record(srv, &rec_fd, &data_fd, &nr_conns);
+	if (ret) {
+		snprintf(why, sizeof(why), "the state record: %s%s",
+			 strerror(-ret),
+			 ret == -EBUSY ? " (a session holds a model or a "
+					 "context: see the log)" :
+					 "");
+		hand_over_fail(r, why, false);
+		return;
+	}
+	max = SERVER_MAX_LISTEN + 3 + 2 + nr_conns;
+	names = calloc(max, sizeof(*names));
+	fds = calloc(max, sizeof(*fds));
+	if (!names || !fds) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	n = listeners_stored(srv, names, fds, SERVER_MAX_LISTEN + 3);
+	names[n] = "state";
+	fds[n++] = rec_fd;
+	names[n] = "state-data";
+	fds[n++] = data_fd;
+	k = n;
+	list_for_each_entry(c, &srv->conns, node) {
+		if (c->tls)
+			continue;
+		names[n] = malloc(24);
+		if (!names[n]) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		snprintf(names[n], 24, "conn-%u", n - k);
+		fds[n++] = c->fd;
+	}
+	ret = fdstore_handover_send(r->sock, names, fds, n);
+out:
+	for (unsigned int i = k; names && i < n; i++)
+		free(names[i]);
+	free(names);
+	free(fds);
+	close(rec_fd);
+	close(data_fd);
+	if (ret) {
+		snprintf(why, sizeof(why), "sending: %s", strerror(-ret));
+		hand_over_fail(r, why, true);
+		return;
+	}
+	log_notice("restart: %llu sessions and %u connections handed to pid %d "
+		   "in %llu ms; waiting for it to serve",
+		   (unsigned long long)srv->sessions.nr, nr_conns, (int)r->pid,
+		   (unsigned long long)((loop_now() - r->t0) / NSEC_PER_MSEC));
+	ret = successor_serves(r);
+	if (ret <= 0) {
+		/* one that still runs is stopped: it must not serve too */
+		snprintf(why, sizeof(why),
+			 ret ? "the successor did not serve within %d s: "
+			       "killed" :
+			       "the successor closed without serving",
+			 RESTART_READY_S);
+		hand_over_fail(r, why, ret != 0);
+		return;
+	}
+	/* Everything is the successor's now: nothing here may touch a
+	 * socket or end a session on its way out. */
+	log_notice("restart: pid %d serves; exiting", (int)r->pid);
+	_exit(0);
+}
+
+static uint64_t hold_tick(struct loop_timer *t, uint64_t now)
+{
+	struct restart *r = container_of(t, struct restart, timer);
+	struct server *srv = r->srv;
+	bool quiet = !svc_jobs(srv->dev, srv->nr_dev) &&
+		     list_empty(&srv->closing);
+	unsigned int busy = 0;
+	struct conn *c, *n;
+
+	list_for_each_entry_safe(c, n, &srv->conns, node) {
+		if (!c->paused && conn_between_frames(c) && !c->handshaking &&
+		    !c->identifying)
+			conn_hold(c);
+		if (!conn_quiet(c)) {
+			quiet = false;
+			busy++;
+		}
+	}
+	if (quiet) {
+		hand_over(r);
+		return 0;
+	}
+	if (now >= r->deadline) {
+		char why[128];
+
+		snprintf(why, sizeof(why),
+			 "%u connections and %u jobs still busy after %d s",
+			 busy, svc_jobs(srv->dev, srv->nr_dev),
+			 RESTART_QUIESCE_S);
+		hand_over_fail(r, why, false);
+		return 0;
+	}
+	return HOLD_TICK_NS;
+}
+
+void restart_hand_over(struct server *srv, int sock, pid_t pid)
+{
+	struct restart *r;
+
+	if (srv->restart || srv->draining) {
+		log_warn("restart: pid %d: %s already; refused", (int)pid,
+			 srv->restart ? "handing over" : "draining");
+		close(sock);
+		return;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		log_err("restart: pid %d: out of memory; refused", (int)pid);
+		close(sock);
+		return;
+	}
+	r->srv = srv;
+	r->sock = sock;
+	r->pid = pid;
+	r->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	r->t0 = loop_now();
+	r->deadline = r->t0 + RESTART_QUIESCE_S * NSEC_PER_SEC;
+	r->timer.fn = hold_tick;
+	INIT_LIST_HEAD(&r->timer.node);
+	srv->restart = r;
+	log_notice("restart: handing over to pid %d: %llu sessions, %u "
+		   "connections held between frames",
+		   (int)pid, (unsigned long long)srv->sessions.nr,
+		   srv->nr_conns);
+	loop_timer_add(&srv->loop, &r->timer, r->t0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Restoring */
+
+static void restore_conn(struct server *srv, const struct djinn_state_conn *e)
+{
+	const uint64_t *ids = (const void *)(e + 1);
+	const uint8_t *backlog = (const uint8_t *)(ids + e->nr_sessions);
+	char name[24];
+	struct conn *c;
+	int fd;
+
+	snprintf(name, sizeof(name), "conn-%u", e->index);
+	fd = fdstore_take(name);
+	if (fd < 0) {
+		log_warn("restart: %s was not passed: its client reconnects",
+			 name);
+		return;
+	}
+	fdstore_forget(name);
+	c = conn_create(srv, fd, e->admin, e->tcp);
+	if (!c) {
+		close(fd);
+		return;
+	}
+	if (c->tcp) {
+		/* as it was identified when it was accepted */
+		c->identifying = false;
+		c->tcp_uid = e->tcp_uid;
+		c->cred.pid = (pid_t)e->pid;
+		c->cred.uid = (uid_t)e->uid;
+		c->cred.gid = (gid_t)e->gid;
+		memcpy(c->tenant, e->tenant, sizeof(c->tenant));
+		c->tenant[sizeof(c->tenant) - 1] = 0;
+	}
+	if (!c->admin && conn_over_tenant_quota(c))
+		return;
+	for (uint32_t i = 0; i < e->nr_sessions; i++) {
+		struct session *s = session_get(&srv->sessions, ids[i]);
+
+		/* a session the record had, of this connection's tenant */
+		if (s && !strcmp(s->tenant, c->tenant))
+			conn_attach(c, ids[i]);
+		if (s)
+			session_put(s);
+	}
+	/* held until djinnd serves (restart_serving()) */
+	c->paused = true;
+	if (e->backlog) {
+		c->backlog = malloc(e->backlog);
+		if (!c->backlog) {
+			conn_close(c, true);
+			return;
+		}
+		memcpy(c->backlog, backlog, e->backlog);
+		c->backlog_len = c->backlog_cap = e->backlog;
+	}
+}
+
+int restart_restore(struct server *srv)
+{
+	int rec_fd = fdstore_take("state"),
+	    data_fd = fdstore_take("state-data");
+	struct state_in in;
+	const void *p;
+	uint32_t type, len;
+	char msg[256];
+	int ret;
+
+	if (rec_fd < 0 && data_fd < 0)
+		return 0;
+	fdstore_forget("state");
+	fdstore_forget("state-data");
+	if (rec_fd < 0 || data_fd < 0) {
+		log_err("restart: only one of the state's two fds was passed: "
+			"nothing restored");
+		ret = -EBADMSG;
+		goto out;
+	}
+	ret = state_in_open(&in, rec_fd, data_fd, msg, sizeof(msg));
+	if (ret) {
+		log_err("restart: state record refused: %s", msg);
+		goto out;
+	}
+	ret = svc_state_restore(&in, &srv->sessions, srv->dev, srv->nr_dev, msg,
+				sizeof(msg));
+	if (ret) {
+		log_err("restart: state not restored: %s", msg);
+		state_in_close(&in);
+		goto out;
+	}
+	state_in_rewind(&in);
+	while ((p = state_in_next(&in, &type, &len)))
+		if (type == DJINN_STATE_CONN)
+			restore_conn(srv, p);
+	log_notice("restart: %u connections restored from pid %u's record",
+		   in.hdr->nr_conns, in.hdr->pid);
+	state_in_close(&in);
+out:
+	if (rec_fd >= 0)
+		close(rec_fd);
+	if (data_fd >= 0)
+		close(data_fd);
+	return ret;
+}
+
+void restart_serving(struct server *srv)
+{
+	struct conn *c, *n;
+
+	list_for_each_entry_safe(c, n, &srv->conns, node)
+		conn_resume(c);
+}

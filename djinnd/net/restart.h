@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Planned restarts that keep djinnd's state: sessions, their tensors and
+ * the client connections (include/djinn/state.h is the record).
+ *
+ * Handing over (the running djinnd, when a successor connects to
+ * --handover's socket): every connection is held between two frames
+ * (conn_hold()); requests in flight finish and their answers go out.
+ * Once nothing runs, nothing is owed and every connection is held, the
+ * record is written (svc/state.h, and an entry per connection) and sent
+ * with the listening sockets, the record's two memfds and each
+ * connection's socket. The successor restores them and says "serving":
+ * then this djinnd exits at once, touching nothing (the sockets and the
+ * sessions are the successor's). A successor that closes first, or
+ * takes longer than RESTART_READY_S, leaves this djinnd serving as
+ * before: it lets go of its connections (the successor is killed if it
+ * still runs). Requests still running after RESTART_QUIESCE_S, or a
+ * record that cannot be written, fail the handover the same way; the
+ * successor is told why.
+ *
+ * Kept: sessions (id, token, tenant, priority, lease with the restart's
+ * gap added back, handle keys and generations), their tensors (data and
+ * text, at their handles, byte for byte), and client connections over
+ * unix sockets and plain TCP, with what they had received. Not kept yet:
+ * TLS connections (their OpenSSL state stays in the process: they are
+ * closed and their clients reconnect), models and contexts (a session
+ * holding one makes the handover fail, and the running djinnd keeps
+ * serving), graphs' result records (DJINN_REF_RESULT), sessions bound to
+ * kernel leases (with server.leases kmod only the listening sockets are
+ * handed over, as before).
+ */
+#ifndef DJINN_NET_RESTART_H
+#define DJINN_NET_RESTART_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+struct server;
+
+#define RESTART_QUIESCE_S 30 /* for requests in flight to finish */
+#define RESTART_READY_S 120 /* for the successor to restore and serve */
+
+/* Whether djinnd can hand its state over (its lease provider keeps
+ * leases in the process). */
+bool restart_can_hand_over(const struct server *srv);
+/* A successor of pid @pid connected on @sock (which is now the
+ * restart's): begin handing over. */
+void restart_hand_over(struct server *srv, int sock, pid_t pid);
+/* At start, once the devices, the session table and the listeners are
+ * up: restore the state passed ("state", "state-data", "conn-N"), if
+ * any. 0, or a negative errno (the record is refused or cannot be
+ * restored: logged). */
+int restart_restore(struct server *srv);
+/* djinnd serves (its predecessor has been told): the restored
+ * connections receive from here on. */
+void restart_serving(struct server *srv);
+
+#endif /* DJINN_NET_RESTART_H */

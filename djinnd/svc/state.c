@@ -1,0 +1,628 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The state record (svc/state.h): the memfds, the checks, and the
+ * sessions and tensors a restart keeps.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "log.h"
+#include "session/session.h"
+#include "svc/state.h"
+#include "vmu/vmu.h"
+
+#define ALIGN8(x) (((x) + 7) & ~(uint64_t)7)
+/* Data in state-data starts on a page: copies into it run at speed. */
+#define DATA_ALIGN 4096u
+
+/* ---------------------------------------------------------------------- */
+/* Writing */
+
+int state_out_begin(struct state_out *o, uint64_t data_size)
+{
+	memset(o, 0, sizeof(*o));
+	o->data_fd = memfd_create("djinn-state-data",
+				  MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (o->data_fd < 0)
+		return -errno;
+	o->data_size = data_size;
+	if (data_size &&
+	    (ftruncate(o->data_fd, (off_t)data_size) ||
+	     (o->data = mmap(NULL, data_size, PROT_READ | PROT_WRITE,
+			     MAP_SHARED, o->data_fd, 0)) == MAP_FAILED)) {
+		int ret = -errno;
+
+		close(o->data_fd);
+		o->data = NULL;
+		return ret;
+	}
+	o->len = sizeof(struct djinn_state_hdr);
+	o->cap = 64 << 10;
+	o->rec = calloc(1, o->cap);
+	if (!o->rec) {
+		state_out_abort(o);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void *state_out_ent(struct state_out *o, uint32_t type, uint32_t len)
+{
+	uint64_t need = o->len + sizeof(struct djinn_state_ent) + ALIGN8(len);
+	struct djinn_state_ent *e;
+
+	if (o->err)
+		return NULL;
+	if (need > o->cap) {
+		size_t cap = o->cap;
+		uint8_t *r;
+
+		while (cap < need)
+			cap *= 2;
+		r = realloc(o->rec, cap);
+		if (!r) {
+			o->err = -ENOMEM;
+			return NULL;
+		}
+		memset(r + o->cap, 0, cap - o->cap);
+		o->rec = r;
+		o->cap = cap;
+	}
+	e = (struct djinn_state_ent *)(o->rec + o->len);
+	e->type = type;
+	e->len = len;
+	o->len = need;
+	o->hdr.nr_sessions += type == DJINN_STATE_SESSION;
+	o->hdr.nr_tensors += type == DJINN_STATE_TENSOR;
+	o->hdr.nr_conns += type == DJINN_STATE_CONN;
+	return e + 1;
+}
+
+void *state_out_data(struct state_out *o, uint64_t len, uint64_t *off)
+{
+	uint64_t at = (o->data_len + DATA_ALIGN - 1) &
+		      ~(uint64_t)(DATA_ALIGN - 1);
+
+	if (at > o->data_size || len > o->data_size - at) {
+		o->err = o->err ? o->err : -EOVERFLOW;
+		return NULL;
+	}
+	o->data_len = at + len;
+	*off = at;
+	return o->data + at;
+}
+
+int state_out_end(struct state_out *o, int *rec_fd, int *data_fd)
+{
+	struct djinn_state_hdr *h = (struct djinn_state_hdr *)o->rec;
+	int fd, ret = o->err;
+	struct timespec ts;
+
+	if (ret)
+		goto fail;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	*h = o->hdr;
+	h->magic = DJINN_STATE_MAGIC;
+	h->version = DJINN_STATE_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->size = o->len;
+	h->data_size = o->data_size;
+	h->written_ns =
+		(uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	h->pid = (uint32_t)getpid();
+	fd = memfd_create("djinn-state", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0) {
+		ret = -errno;
+		goto fail;
+	}
+	for (size_t done = 0; done < o->len;) {
+		ssize_t n = write(fd, o->rec + done, o->len - done);
+
+		if (n < 0) {
+			ret = -errno;
+			close(fd);
+			goto fail;
+		}
+		done += (size_t)n;
+	}
+	/* what the next djinnd maps cannot change under it */
+	fcntl(fd, F_ADD_SEALS,
+	      F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+	if (o->data)
+		munmap(o->data, o->data_size);
+	o->data = NULL;
+	fcntl(o->data_fd, F_ADD_SEALS,
+	      F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+	*rec_fd = fd;
+	*data_fd = o->data_fd;
+	o->data_fd = -1;
+	free(o->rec);
+	o->rec = NULL;
+	return 0;
+fail:
+	state_out_abort(o);
+	return ret;
+}
+
+void state_out_abort(struct state_out *o)
+{
+	if (o->data)
+		munmap(o->data, o->data_size);
+	if (o->data_fd >= 0)
+		close(o->data_fd);
+	free(o->rec);
+	memset(o, 0, sizeof(*o));
+	o->data_fd = -1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Reading */
+
+static const void *map_fd(int fd, uint64_t *size, int *err)
+{
+	struct stat st;
+	void *p;
+
+	if (fstat(fd, &st)) {
+		*err = -errno;
+		return NULL;
+	}
+	*size = (uint64_t)st.st_size;
+	if (!st.st_size)
+		return "";
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		*err = -errno;
+		return NULL;
+	}
+	return p;
+}
+
+/* Whether entry @e (of @len payload bytes at @p) holds together. */
+static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
+		   uint32_t len, char *msg, size_t msglen)
+{
+	const struct djinn_state_session *s = p;
+	const struct djinn_state_tensor *t = p;
+	const struct djinn_state_conn *c = p;
+
+	switch (type) {
+	case DJINN_STATE_SESSION:
+		if (len >= sizeof(*s) &&
+		    (len - sizeof(*s)) / 4 == s->nr_slots &&
+		    (len - sizeof(*s)) % 4 == 0)
+			return true;
+		break;
+	case DJINN_STATE_TENSOR:
+		if (len == sizeof(*t) && t->data_off <= in->data_size &&
+		    t->bytes <= in->data_size - t->data_off &&
+		    t->kind >= DJINN_STATE_DATA &&
+		    t->kind <= DJINN_STATE_MODULE)
+			return true;
+		break;
+	case DJINN_STATE_CONN:
+		if (len >= sizeof(*c) && c->backlog <= len &&
+		    (uint64_t)c->nr_sessions * 8 + c->backlog ==
+			    len - sizeof(*c))
+			return true;
+		break;
+	default:
+		snprintf(msg, msglen, "entry of unknown type %u", type);
+		return false;
+	}
+	snprintf(msg, msglen, "entry of type %u does not hold together", type);
+	return false;
+}
+
+int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
+		  size_t msglen)
+{
+	const struct djinn_state_hdr *h;
+	uint64_t size = 0, data_size = 0, n = 0;
+	int err = 0;
+	uint32_t type, len;
+
+	memset(in, 0, sizeof(*in));
+	in->rec = map_fd(rec_fd, &size, &err);
+	if (!in->rec) {
+		snprintf(msg, msglen, "cannot map the record: %s",
+			 strerror(-err));
+		return err;
+	}
+	in->size = size;
+	h = (const void *)in->rec;
+	if (size < 16 || h->magic != DJINN_STATE_MAGIC) {
+		snprintf(msg, msglen, "not a djinnd state record");
+		err = -EBADMSG;
+		goto fail;
+	}
+	if (h->version != DJINN_STATE_VERSION) {
+		snprintf(msg, msglen,
+			 "state record version %u: this djinnd reads version "
+			 "%u",
+			 h->version, DJINN_STATE_VERSION);
+		err = -EPROTONOSUPPORT;
+		goto fail;
+	}
+	if (size < sizeof(*h) || h->hdr_size != sizeof(*h) || h->size != size) {
+		snprintf(msg, msglen,
+			 "record of %llu bytes, its header says "
+			 "%llu",
+			 (unsigned long long)size,
+			 (unsigned long long)(size >= sizeof(*h) ? h->size :
+								   0));
+		err = -EBADMSG;
+		goto fail;
+	}
+	in->hdr = h;
+	in->data = map_fd(data_fd, &data_size, &err);
+	if (!in->data) {
+		snprintf(msg, msglen, "cannot map its data: %s",
+			 strerror(-err));
+		goto fail;
+	}
+	if (data_size < h->data_size) {
+		snprintf(msg, msglen,
+			 "data of %llu bytes, the record says "
+			 "%llu",
+			 (unsigned long long)data_size,
+			 (unsigned long long)h->data_size);
+		err = -EBADMSG;
+		goto fail;
+	}
+	in->data_size = h->data_size;
+	in->pos = sizeof(*h);
+	/* every entry checked before any is used */
+	for (const void *p; in->pos < in->size; n++) {
+		const struct djinn_state_ent *e =
+			(const void *)(in->rec + in->pos);
+
+		if (in->size - in->pos < sizeof(*e) ||
+		    ALIGN8((uint64_t)e->len) >
+			    in->size - in->pos - sizeof(*e)) {
+			snprintf(msg, msglen, "entry %llu runs past the record",
+				 (unsigned long long)n);
+			err = -EBADMSG;
+			goto fail;
+		}
+		p = state_in_next(in, &type, &len);
+		if (!ent_ok(in, type, p, len, msg, msglen)) {
+			size_t l = strlen(msg);
+
+			snprintf(msg + l, msglen - l, " (entry %llu)",
+				 (unsigned long long)n);
+			err = -EBADMSG;
+			goto fail;
+		}
+	}
+	state_in_rewind(in);
+	return 0;
+fail:
+	state_in_close(in);
+	return err;
+}
+
+const void *state_in_next(struct state_in *in, uint32_t *type, uint32_t *len)
+{
+	const struct djinn_state_ent *e;
+
+	if (in->pos >= in->size)
+		return NULL;
+	e = (const void *)(in->rec + in->pos);
+	*type = e->type;
+	*len = e->len;
+	in->pos += sizeof(*e) + ALIGN8((uint64_t)e->len);
+	return e + 1;
+}
+
+void state_in_rewind(struct state_in *in)
+{
+	in->pos = sizeof(struct djinn_state_hdr);
+}
+
+void state_in_close(struct state_in *in)
+{
+	if (in->rec && in->size)
+		munmap((void *)in->rec, in->size);
+	if (in->data && in->data_size)
+		munmap((void *)in->data, in->data_size);
+	memset(in, 0, sizeof(*in));
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sessions and tensors */
+
+static int add_size(void *arg, uint32_t slot, const struct tensor *t)
+{
+	uint64_t *n = arg;
+
+	(void)slot;
+	*n += (t->bytes + DATA_ALIGN - 1) & ~(uint64_t)(DATA_ALIGN - 1);
+	return 0;
+}
+
+uint64_t svc_state_data_size(struct session_table *t)
+{
+	struct session *s;
+	uint64_t n = 0;
+
+	list_for_each_entry(s, &t->list, node)
+		session_tensor_each(s, add_size, &n);
+	return n;
+}
+
+struct save_ctx {
+	struct state_out *o;
+	struct session *s;
+	bool lost;
+	int err;
+	char why[128];
+};
+
+static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
+{
+	struct save_ctx *x = arg;
+	struct djinn_state_tensor *e;
+	struct vmu_provider *prov = vmu_provider(x->s->dev->vmu);
+	uint64_t off = 0;
+	void *dst;
+	int ret;
+
+	e = state_out_ent(x->o, DJINN_STATE_TENSOR, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->slot = slot;
+	e->desc = t->desc;
+	e->bytes = t->bytes;
+	e->kind = t->module ? DJINN_STATE_MODULE :
+		  t->text   ? DJINN_STATE_TEXT :
+			      DJINN_STATE_DATA;
+	dst = state_out_data(x->o, t->bytes, &off);
+	if (!dst)
+		return x->o->err;
+	e->data_off = off;
+	if (x->lost)
+		return 0; /* its bytes went with the device's state */
+	if (t->text) {
+		memcpy(e->fp, vmu_text_fp(t->text), sizeof(e->fp));
+		e->shared = vmu_text_shared(t->text);
+		ret = t->bytes ? prov->ops->copy_dtoh(prov, dst,
+						      vmu_text_addr(t->text),
+						      t->bytes) :
+				 0;
+	} else {
+		struct vmu_region_info info;
+
+		ret = vmu_region_info(x->s->vs, t->region, &info);
+		e->max_size = info.max_size;
+		if (!ret && t->bytes)
+			ret = vmu_region_read(x->s->vs, t->region, 0, dst,
+					      t->bytes);
+	}
+	if (ret)
+		snprintf(x->why, sizeof(x->why), "tensor in slot %u: %s", slot,
+			 strerror(-ret));
+	return ret;
+}
+
+int svc_state_save(struct state_out *o, struct session_table *t)
+{
+	struct session *s;
+	char msg[256];
+
+	list_for_each_entry(s, &t->list, node) {
+		struct save_ctx x = { .o = o, .s = s };
+		struct djinn_state_session *e;
+		uint32_t *gens;
+		uint32_t n = s->tensors.nr;
+		uint64_t now = loop_now();
+		int ret;
+
+		if (s->objs.nr && slots_next(&s->objs, NULL)) {
+			log_err("state: session %llu holds models or "
+				"contexts, which a restart does not keep "
+				"yet",
+				(unsigned long long)s->id);
+			return -EBUSY;
+		}
+		e = state_out_ent(o, DJINN_STATE_SESSION,
+				  (uint32_t)(sizeof(*e) + (uint64_t)n * 4));
+		if (!e)
+			return -ENOMEM;
+		e->id = s->id;
+		memcpy(e->token, s->token, sizeof(e->token));
+		strcpy(e->tenant, s->tenant);
+		strcpy(e->label, s->label);
+		e->priority = s->priority;
+		e->uid = (uint32_t)s->uid;
+		e->pid = (uint32_t)s->pid;
+		e->device = s->dev->index;
+		e->lease_ns = s->lease_ns;
+		e->lease_left_ns = s->deadline_ns > now ? s->deadline_ns - now :
+							  0;
+		if (e->lease_left_ns > s->lease_ns)
+			e->lease_left_ns = s->lease_ns;
+		e->requests = s->requests;
+		e->tensor_key = s->tensors.key;
+		e->obj_key = s->objs.key;
+		e->nr_slots = n;
+		x.lost = session_lost(s, msg, sizeof(msg)) != 0;
+		e->lost = x.lost;
+		gens = (uint32_t *)(e + 1);
+		for (uint32_t i = 0; i < n; i++)
+			gens[i] =
+				((struct slot *)slots_at(&s->tensors, i))->gen;
+		x.s = s;
+		ret = session_tensor_each(s, save_tensor, &x);
+		if (ret) {
+			log_err("state: session %llu: %s",
+				(unsigned long long)s->id,
+				x.why[0] ? x.why : strerror(-ret));
+			return ret;
+		}
+	}
+	o->hdr.next_session = t->next_id;
+	return 0;
+}
+
+/* One tensor of @s back, at its slot with its bytes. */
+static int restore_tensor(struct state_in *in, struct session *s,
+			  const struct djinn_state_tensor *e, char *why,
+			  size_t whylen)
+{
+	const uint8_t *src = in->data + e->data_off;
+	struct tensor t = { .desc = e->desc, .bytes = e->bytes };
+	bool lost = session_lost(s, why, whylen) != 0;
+	int ret;
+
+	why[0] = 0;
+	if (e->kind != DJINN_STATE_DATA) {
+		struct vmu_text_upload *u;
+		bool created;
+
+		/* its bytes hash to its name again, or the record is bad */
+		if (e->shared) {
+			ret = vmu_text_begin_shared(s->vs, e->bytes, &u);
+			if (!ret)
+				ret = vmu_text_write(u, src, e->bytes);
+			if (!ret)
+				ret = vmu_text_commit(u, NULL, &t.text,
+						      &created);
+			else
+				vmu_text_abort(u);
+		} else {
+			ret = vmu_text_insert(s->vs, src, e->bytes, &t.text,
+					      &created);
+		}
+		if (!ret && memcmp(vmu_text_fp(t.text), e->fp, 32)) {
+			vmu_text_put(s->vs, t.text);
+			snprintf(why, whylen,
+				 "text bytes do not match their "
+				 "fingerprint");
+			return -EBADMSG;
+		}
+		t.module = e->kind == DJINN_STATE_MODULE;
+	} else {
+		ret = vmu_region_create(
+			s->vs, e->max_size > e->bytes ? e->max_size : e->bytes,
+			&t.region);
+		if (!ret) {
+			ret = vmu_region_resize(s->vs, t.region, e->bytes,
+						NULL);
+			if (!ret && e->bytes && !lost)
+				ret = vmu_region_write(s->vs, t.region, 0, src,
+						       e->bytes);
+			if (ret)
+				vmu_region_destroy(s->vs, t.region);
+		}
+	}
+	if (ret)
+		return ret;
+	ret = session_tensor_restore(s, e->slot, &t);
+	if (ret) {
+		snprintf(why, whylen, "slot %u is not a live handle", e->slot);
+		if (t.text)
+			vmu_text_put(s->vs, t.text);
+		else
+			vmu_region_destroy(s->vs, t.region);
+	}
+	return ret;
+}
+
+/* Which slots the tensors after a session's entry fill. */
+static int live_slots(struct state_in *in, uint32_t nr, bool **out)
+{
+	size_t pos = in->pos;
+	const struct djinn_state_tensor *e;
+	uint32_t type, len;
+	bool *live = calloc(nr ? nr : 1, sizeof(*live));
+
+	if (!live)
+		return -ENOMEM;
+	while ((e = state_in_next(in, &type, &len)) &&
+	       type == DJINN_STATE_TENSOR) {
+		if (e->slot >= nr || live[e->slot]) {
+			free(live);
+			in->pos = pos;
+			return -EBADMSG;
+		}
+		live[e->slot] = true;
+	}
+	in->pos = pos;
+	*out = live;
+	return 0;
+}
+
+int svc_state_restore(struct state_in *in, struct session_table *t,
+		      struct device *devs, unsigned int nr_dev, char *msg,
+		      size_t msglen)
+{
+	struct session *s = NULL;
+	const void *p;
+	uint32_t type, len;
+	unsigned int nr_s = 0, nr_t = 0;
+	char why[160] = "";
+	int ret = 0;
+
+	state_in_rewind(in);
+	while (!ret && (p = state_in_next(in, &type, &len))) {
+		const struct djinn_state_session *e = p;
+		bool *live = NULL;
+
+		if (type == DJINN_STATE_TENSOR) {
+			if (!s) {
+				snprintf(msg, msglen,
+					 "a tensor before any "
+					 "session");
+				return -EBADMSG;
+			}
+			ret = restore_tensor(in, s, p, why, sizeof(why));
+			if (ret)
+				snprintf(msg, msglen,
+					 "session %llu: tensor in slot %u: %s",
+					 (unsigned long long)s->id,
+					 ((const struct djinn_state_tensor *)p)
+						 ->slot,
+					 why[0] ? why : strerror(-ret));
+			nr_t += !ret;
+			continue;
+		}
+		s = NULL;
+		if (type != DJINN_STATE_SESSION)
+			continue;
+		if (e->device >= nr_dev) {
+			snprintf(msg, msglen,
+				 "session %llu was on device %u; this djinnd "
+				 "has %u",
+				 (unsigned long long)e->id, e->device, nr_dev);
+			return -ENODEV;
+		}
+		ret = live_slots(in, e->nr_slots, &live);
+		if (!ret)
+			ret = session_restore(t, &devs[e->device], e,
+					      (const uint32_t *)(e + 1), live,
+					      &s);
+		free(live);
+		if (ret) {
+			snprintf(msg, msglen, "session %llu: %s",
+				 (unsigned long long)e->id, strerror(-ret));
+			s = NULL;
+		}
+		nr_s += !ret;
+	}
+	if (!ret && in->hdr->next_session > t->next_id)
+		t->next_id = in->hdr->next_session;
+	if (!ret)
+		log_notice("state: %u sessions and %u tensors restored", nr_s,
+			   nr_t);
+	return ret;
+}

@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The state record: what one djinnd hands the next at a planned restart
+ * (Documentation/admin-guide.rst, "Upgrades and restarts"), so that its
+ * sessions, their tensors and its client connections live on.
+ *
+ * DOC: state record
+ *
+ * Two memfds travel with the listening sockets (through systemd's fd
+ * store, or --handover's socket): "state", the record, and "state-data",
+ * the bytes it points into. The record is a struct djinn_state_hdr, then
+ * entries, each a struct djinn_state_ent and its payload, padded to 8
+ * bytes. Integers are in the host's order (both processes run on the
+ * same machine).
+ *
+ *   SESSION  struct djinn_state_session, then the generation of each of
+ *            its tensor handle slots (u32 each, nr_slots of them)
+ *   TENSOR   struct djinn_state_tensor: one of the session before it
+ *   CONN     struct djinn_state_conn, then its attached sessions (u64
+ *            each), then the bytes it had received and not yet parsed;
+ *            its socket is the fd named "conn-INDEX"
+ *
+ * A djinnd reads the versions it knows and refuses any other with the
+ * version named (an older djinnd does not guess at a newer record); the
+ * entries of a version are fixed. A record that does not parse is
+ * refused whole: nothing of it is restored.
+ */
+#ifndef DJINN_STATE_H
+#define DJINN_STATE_H
+
+#include <linux/types.h>
+
+#include <djinn/proto.h>
+
+#define DJINN_STATE_MAGIC 0x3154534e4e494a44ULL /* "DJINNST1" */
+#define DJINN_STATE_VERSION 1
+
+/**
+ * struct djinn_state_hdr - the record's first bytes
+ * @magic:       DJINN_STATE_MAGIC
+ * @version:     DJINN_STATE_VERSION of the djinnd that wrote it
+ * @hdr_size:    sizeof(struct djinn_state_hdr) in that version
+ * @size:        the record's bytes, this header included
+ * @data_size:   the bytes of "state-data"
+ * @written_ns:  CLOCK_MONOTONIC when it was written: leases get the time
+ *               from then to the restore back
+ * @next_session: the last session id given out
+ * @nr_sessions, @nr_tensors, @nr_conns: its entries of each kind
+ * @pid:         the djinnd that wrote it
+ */
+struct djinn_state_hdr {
+	__u64 magic;
+	__u32 version;
+	__u32 hdr_size;
+	__u64 size;
+	__u64 data_size;
+	__u64 written_ns;
+	__u64 next_session;
+	__u32 nr_sessions;
+	__u32 nr_tensors;
+	__u32 nr_conns;
+	__u32 pid;
+};
+
+enum djinn_state_type {
+	DJINN_STATE_SESSION = 1,
+	DJINN_STATE_TENSOR = 2,
+	DJINN_STATE_CONN = 3,
+};
+
+/* An entry: @len payload bytes follow (then padding to 8). */
+struct djinn_state_ent {
+	__u32 type;
+	__u32 len;
+};
+
+/**
+ * struct djinn_state_session - a session (session/session.h)
+ * @lease_left_ns: what was left of its lease when the record was written
+ * @tensor_key, @obj_key: its handles' keys, so every handle stays valid
+ * @device:      its device's index
+ * @lost:        a device fault had lost its state: it stays lost
+ * @nr_slots:    tensor handle slots, each one's generation after this
+ */
+struct djinn_state_session {
+	__u64 id;
+	__u8 token[DJINN_TOKEN_LEN];
+	char tenant[DJINN_TENANT_LEN];
+	char label[DJINN_TENANT_LEN];
+	__u32 priority;
+	__u32 uid;
+	__u32 pid;
+	__u32 device;
+	__u64 lease_ns;
+	__u64 lease_left_ns;
+	__u64 requests;
+	__u64 tensor_key;
+	__u64 obj_key;
+	__u32 nr_slots;
+	__u8 lost;
+	__u8 __reserved[3];
+};
+
+enum djinn_state_tensor_kind {
+	DJINN_STATE_DATA = 1, /* a data region's bytes */
+	DJINN_STATE_TEXT = 2, /* a text entry's (fp names it) */
+	DJINN_STATE_MODULE = 3, /* text uploaded as a client module */
+};
+
+/**
+ * struct djinn_state_tensor - a tensor handle and its bytes
+ * @slot:  its handle's slot in its session's table (the generation is
+ *         the session's entry's)
+ * @kind:  enum djinn_state_tensor_kind
+ * @shared: a text entry of the shared scope (a model's weights), else
+ *         of its session's tenant
+ * @bytes: its size; its bytes are state-data's [@data_off, + @bytes)
+ * @max_size: a data region's reserved size
+ * @fp:    a text entry's SHA-256
+ */
+struct djinn_state_tensor {
+	__u32 slot;
+	__u8 kind;
+	__u8 shared;
+	__u8 __reserved[2];
+	struct djinn_tensor_desc desc;
+	__u64 bytes;
+	__u64 max_size;
+	__u64 data_off;
+	__u8 fp[32];
+};
+
+/**
+ * struct djinn_state_conn - a client connection, between two frames
+ * @index:   its socket's fd is named "conn-@index"
+ * @admin, @tcp, @tcp_uid: what kind (net/conn.h)
+ * @pid, @uid, @gid: its peer's credentials as it was accepted
+ * @peer:    a TCP peer's address
+ * @tenant:  whom it was identified as
+ * @nr_sessions: the sessions attached to it, u64 each after this
+ * @backlog: bytes received and not yet parsed, after the sessions
+ */
+struct djinn_state_conn {
+	__u32 index;
+	__u8 admin;
+	__u8 tcp;
+	__u8 tcp_uid;
+	__u8 __reserved;
+	__u32 pid;
+	__u32 uid;
+	__u32 gid;
+	__u32 nr_sessions;
+	__u64 backlog;
+	__u8 peer[128];
+	char tenant[DJINN_TENANT_LEN];
+};
+
+#endif /* DJINN_STATE_H */

@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Planned restarts that keep the state (djinnd/net/restart.h): a
+ * successor started with the same --handover path takes the sessions,
+ * their tensors and the client connections over while clients keep
+ * working, and one that cannot restore leaves the running djinnd serving
+ * with nothing lost.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fixture.h"
+
+#define NR_CONNS 4
+#define NR_SESSIONS 100
+#define LEASE_MS 60000
+
+static char hpath[96];
+static const char *extra[] = { "--handover", hpath, NULL };
+
+static int setup(void **state)
+{
+	snprintf(hpath, sizeof(hpath), "/tmp/djinn-restart.%d", (int)getpid());
+	unlink(hpath);
+	return fx_start_args(state, "256M", LEASE_MS, extra);
+}
+
+static int teardown(void **state)
+{
+	int ret = fx_teardown(state);
+
+	unlink(hpath);
+	return ret;
+}
+
+/* What a session holds: its id and token, its tensors and their bytes,
+ * and a handle it released. */
+struct held {
+	int fd;
+	uint64_t sid;
+	uint8_t token[16];
+	uint64_t h[3];
+	uint8_t *bytes[3];
+	uint64_t len[3];
+	uint64_t released;
+};
+
+static void fill(uint8_t *p, uint64_t len, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (uint64_t i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (uint8_t)x;
+	}
+}
+
+/* Session @i: a data tensor of a size its own, a larger one for every
+ * tenth, a text tensor for every fifth, and one made and released. */
+static void make_session(struct held *s, int fd, unsigned int i)
+{
+	struct djinn_session_resp resp;
+	uint64_t n[3] = { 1000 + 37 * i, i % 10 ? 64 : (3u << 20) / 4,
+			  (i % 5) ? 0 : 512 + i };
+	struct djinn_tensor_desc d;
+	uint64_t gone;
+	uint8_t tmp[64];
+
+	s->fd = fd;
+	s->sid = open_at(__LINE__, fd, "restart", i % 8, 0, &resp);
+	memcpy(s->token, resp.token, sizeof(s->token));
+	for (unsigned int k = 0; k < 3; k++) {
+		if (!n[k])
+			continue;
+		d = DESC(DJINN_DTYPE_U8, n[k]);
+		s->len[k] = n[k];
+		s->bytes[k] = malloc(n[k]);
+		assert_non_null(s->bytes[k]);
+		fill(s->bytes[k], n[k], i * 3 + k);
+		if (k == 2) {
+			uint8_t fp[DJINN_FP_LEN];
+
+			sha256(s->bytes[k], n[k], fp);
+			s->h[k] = create_at(__LINE__, fd, s->sid, &d,
+					    DJINN_SEG_TEXT, fp, s->bytes[k],
+					    n[k], NULL);
+		} else {
+			s->h[k] =
+				create_data(fd, s->sid, &d, s->bytes[k], n[k]);
+		}
+	}
+	d = DESC(DJINN_DTYPE_U8, sizeof(tmp));
+	gone = create_data(fd, s->sid, &d, tmp, sizeof(tmp));
+	tensor_release(fd, s->sid, gone);
+	s->released = gone;
+}
+
+/* Every byte as it was, the released handle still gone. */
+static void check_session(const struct held *s)
+{
+	struct dj_resp r;
+	struct djinn_tensor_io rd = { .handle = s->released, .len = 1 };
+
+	for (unsigned int k = 0; k < 3; k++) {
+		uint8_t *got;
+
+		if (!s->len[k])
+			continue;
+		got = malloc(s->len[k]);
+		assert_non_null(got);
+		tensor_read(s->fd, s->sid, s->h[k], 0, s->len[k], got);
+		if (memcmp(got, s->bytes[k], s->len[k]))
+			fail_msg("session %llu: tensor %u differs",
+				 (unsigned long long)s->sid, k);
+		free(got);
+	}
+	assert_int_equal(dj_call(s->fd, DJINN_MSG_TENSOR_READ, s->sid, &rd,
+				 sizeof(rd), &r),
+			 1);
+	expect_error(&r, -ENOENT, NULL);
+	dj_resp_free(&r);
+}
+
+/* A client reading its tensor over and over, through the restart. */
+struct reader {
+	pthread_t th;
+	int fd;
+	uint64_t sid, h;
+	uint8_t bytes[4096];
+	volatile int stop;
+	volatile long reads, bad;
+	char why[400];
+};
+
+static void *reader_run(void *arg)
+{
+	struct reader *rd = arg;
+
+	while (!rd->stop) {
+		struct djinn_tensor_io q = { .handle = rd->h,
+					     .len = sizeof(rd->bytes) };
+		struct dj_resp r;
+		int ret = dj_call(rd->fd, DJINN_MSG_TENSOR_READ, rd->sid, &q,
+				  sizeof(q), &r);
+
+		if (ret != 1 || r.error || r.len != sizeof(rd->bytes) ||
+		    memcmp(r.data, rd->bytes, sizeof(rd->bytes))) {
+			snprintf(rd->why, sizeof(rd->why), "read %ld: %s %s",
+				 rd->reads, ret == 1 ? "answer" : ret_str(ret),
+				 ret == 1 ? r.msg : "");
+			rd->bad++;
+			if (ret == 1)
+				dj_resp_free(&r);
+			break;
+		}
+		dj_resp_free(&r);
+		rd->reads++;
+	}
+	return NULL;
+}
+
+static bool log_has(const struct fx *fx, const char *what)
+{
+	FILE *f = fopen(fx->d.log, "r");
+	char line[512];
+	bool found = false;
+
+	assert_non_null(f);
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	fclose(f);
+	return found;
+}
+
+/* The log has @what within 10 s: what djinnd logs after it answers. */
+static bool log_shows(const struct fx *fx, const char *what)
+{
+	for (int i = 0; i < 10000; i++) {
+		if (log_has(fx, what))
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+static void test_planned_restart(void **state)
+{
+	struct fx *fx = *state;
+	static struct held s[NR_SESSIONS];
+	int fds[NR_CONNS];
+	struct reader rd = { 0 };
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, sizeof(rd.bytes));
+	struct djinn_session_resp resp;
+	unsigned int tensors = 0;
+	uint64_t max_sid = 0, sid;
+	long before;
+	char want[96];
+	int fd;
+
+	for (int i = 0; i < NR_CONNS; i++)
+		fds[i] = xconnect(fx->d.sock);
+	for (unsigned int i = 0; i < NR_SESSIONS; i++) {
+		make_session(&s[i], fds[i % NR_CONNS], i);
+		for (unsigned int k = 0; k < 3; k++)
+			tensors += s[i].len[k] != 0;
+		max_sid = s[i].sid > max_sid ? s[i].sid : max_sid;
+	}
+	rd.fd = xconnect(fx->d.sock);
+	rd.sid = open_session(rd.fd, "reader");
+	fill(rd.bytes, sizeof(rd.bytes), 4242);
+	rd.h = create_data(rd.fd, rd.sid, &d, rd.bytes, sizeof(rd.bytes));
+	max_sid = rd.sid > max_sid ? rd.sid : max_sid;
+	assert_int_equal(pthread_create(&rd.th, NULL, reader_run, &rd), 0);
+	while (rd.reads < 20 && !rd.bad)
+		usleep(1000);
+
+	/* the restart, while the reader reads */
+	before = rd.reads;
+	assert_int_equal(djd_restart(&fx->d, 60000), 0);
+	snprintf(want, sizeof(want), "%d sessions and %u tensors restored",
+		 NR_SESSIONS + 1, tensors + 1);
+	assert_true(log_has(fx, want));
+	assert_true(log_has(fx, "connections restored"));
+	/* its reads went on: on the same connection, with no error */
+	for (int i = 0; i < 10000 && rd.reads < before + 50 && !rd.bad; i++)
+		usleep(1000);
+	rd.stop = 1;
+	pthread_join(rd.th, NULL);
+	if (rd.bad)
+		fail_msg("the reader: %s", rd.why);
+	assert_true(rd.reads >= before + 50);
+
+	/* every session, on the connection it was opened on */
+	for (unsigned int i = 0; i < NR_SESSIONS; i++)
+		check_session(&s[i]);
+	/* a session's token still attaches it on a new connection */
+	fd = xconnect(fx->d.sock);
+	attach(fd, s[7].sid, s[7].token);
+	tensor_read(fd, s[7].sid, s[7].h[0], 0, 16, (uint8_t[16]){ 0 });
+	/* new sessions continue the numbering */
+	sid = open_at(__LINE__, fd, "after", 4, 0, &resp);
+	assert_true(sid > max_sid);
+	close_session(fd, sid);
+	close(fd);
+	/* the admin connection came along too */
+	(void)vmu_now(fx);
+
+	for (unsigned int i = 0; i < NR_SESSIONS; i++) {
+		close_session(s[i].fd, s[i].sid);
+		for (unsigned int k = 0; k < 3; k++)
+			free(s[i].bytes[k]);
+	}
+	close_session(rd.fd, rd.sid);
+	close(rd.fd);
+	for (int i = 0; i < NR_CONNS; i++)
+		close(fds[i]);
+	/* the text entries stay cached, unheld */
+	check_text_cached(fx);
+	fx->base = vmu_now(fx);
+}
+
+/* A successor that cannot hold the state (less memory than it takes)
+ * exits; the running djinnd serves on with every byte. */
+static void test_failed_successor(void **state)
+{
+	struct fx *fx = *state;
+	struct held s;
+	char mem[sizeof(fx->d.cpu_mem)];
+	int fd = xconnect(fx->d.sock), status;
+	pid_t next;
+
+	make_session(&s, fd, 10); /* 3 MiB and more */
+	memcpy(mem, fx->d.cpu_mem, sizeof(mem));
+	snprintf(fx->d.cpu_mem, sizeof(fx->d.cpu_mem), "2M");
+	next = djd_spawn_next(&fx->d);
+	memcpy(fx->d.cpu_mem, mem, sizeof(mem));
+	assert_true(next > 0);
+	assert_int_equal(waitpid(next, &status, 0), next);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+	assert_true(log_shows(fx, "the successor closed without serving"));
+	assert_true(log_has(fx, "state not restored"));
+	check_session(&s);
+	hello(fd);
+	close_session(fd, s.sid);
+	for (unsigned int k = 0; k < 3; k++)
+		free(s.bytes[k]);
+	close(fd);
+	check_text_cached(fx);
+	fx->base = vmu_now(fx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_planned_restart, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_failed_successor, setup,
+						teardown),
+	};
+	int ret = fx_can_run();
+
+	if (ret)
+		return ret;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

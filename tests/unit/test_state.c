@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The state record a restart hands over (djinnd/svc/state.h): written
+ * and read back entry for entry, and refused whole, with the reason,
+ * when it is of another version or does not hold together.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "svc/state.h"
+
+/* A record of one session with two tensors and one connection. */
+static void write_one(int *rec, int *data, uint64_t *data_off)
+{
+	struct state_out o;
+	struct djinn_state_session *s;
+	struct djinn_state_tensor *t;
+	struct djinn_state_conn *c;
+	uint64_t at;
+	uint8_t *p;
+
+	assert_int_equal(state_out_begin(&o, 2 * 4096), 0);
+	s = state_out_ent(&o, DJINN_STATE_SESSION, sizeof(*s) + 3 * 4);
+	assert_non_null(s);
+	s->id = 7;
+	strcpy(s->tenant, "alice");
+	strcpy(s->label, "job");
+	s->lease_ns = s->lease_left_ns = 1000000000;
+	s->nr_slots = 3;
+	((uint32_t *)(s + 1))[0] = 1;
+	((uint32_t *)(s + 1))[1] = 5;
+	((uint32_t *)(s + 1))[2] = 2;
+	for (uint32_t k = 0; k < 2; k++) {
+		t = state_out_ent(&o, DJINN_STATE_TENSOR, sizeof(*t));
+		assert_non_null(t);
+		t->slot = k * 2;
+		t->kind = DJINN_STATE_DATA;
+		t->bytes = 100 + k;
+		p = state_out_data(&o, t->bytes, &at);
+		assert_non_null(p);
+		t->data_off = at;
+		memset(p, 'a' + (int)k, t->bytes);
+		data_off[k] = t->data_off;
+	}
+	/* past the size it was begun with */
+	assert_null(state_out_data(&o, 4096, &(uint64_t){ 0 }));
+	o.err = 0;
+	c = state_out_ent(&o, DJINN_STATE_CONN, sizeof(*c) + 8 + 5);
+	assert_non_null(c);
+	c->index = 0;
+	c->nr_sessions = 1;
+	c->backlog = 5;
+	memcpy(c + 1, &(uint64_t){ 7 }, 8);
+	memcpy((uint8_t *)(c + 1) + 8, "hello", 5);
+	assert_int_equal(state_out_end(&o, rec, data), 0);
+}
+
+static void test_round_trip(void **state)
+{
+	struct state_in in;
+	const void *p;
+	uint32_t type, len, n = 0;
+	uint64_t off[2];
+	char msg[256];
+	int rec, data;
+
+	(void)state;
+	write_one(&rec, &data, off);
+	assert_int_equal(state_in_open(&in, rec, data, msg, sizeof(msg)), 0);
+	assert_int_equal(in.hdr->version, DJINN_STATE_VERSION);
+	assert_int_equal(in.hdr->nr_sessions, 1);
+	assert_int_equal(in.hdr->nr_tensors, 2);
+	assert_int_equal(in.hdr->nr_conns, 1);
+	assert_int_equal(in.hdr->pid, getpid());
+	while ((p = state_in_next(&in, &type, &len))) {
+		if (type == DJINN_STATE_SESSION) {
+			const struct djinn_state_session *s = p;
+
+			assert_int_equal(s->id, 7);
+			assert_string_equal(s->tenant, "alice");
+			assert_int_equal(((const uint32_t *)(s + 1))[1], 5);
+		} else if (type == DJINN_STATE_TENSOR) {
+			const struct djinn_state_tensor *t = p;
+
+			assert_int_equal(t->data_off, off[t->slot / 2]);
+			for (uint64_t i = 0; i < t->bytes; i++)
+				assert_int_equal(in.data[t->data_off + i],
+						 'a' + t->slot / 2);
+		} else {
+			const struct djinn_state_conn *c = p;
+
+			assert_int_equal(type, DJINN_STATE_CONN);
+			assert_memory_equal((const uint8_t *)(c + 1) + 8,
+					    "hello", 5);
+		}
+		n++;
+	}
+	assert_int_equal(n, 4);
+	/* sealed: the next djinnd reads what was written */
+	assert_int_equal(ftruncate(rec, 16), -1);
+	state_in_close(&in);
+	close(rec);
+	close(data);
+}
+
+/* A copy of the record @rec, changed by @edit, in a memfd of its own. */
+static int edited(int rec, void (*edit)(uint8_t *p, size_t *len))
+{
+	uint8_t buf[4096];
+	ssize_t n = pread(rec, buf, sizeof(buf), 0);
+	size_t len;
+	int fd = memfd_create("edited", MFD_CLOEXEC);
+
+	assert_true(n > 0 && fd >= 0);
+	len = (size_t)n;
+	edit(buf, &len);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	return fd;
+}
+
+static void newer(uint8_t *p, size_t *len)
+{
+	((struct djinn_state_hdr *)p)->version = DJINN_STATE_VERSION + 1;
+}
+
+static void bad_magic(uint8_t *p, size_t *len)
+{
+	p[0] ^= 1;
+}
+
+static void truncated(uint8_t *p, size_t *len)
+{
+	*len -= 8;
+}
+
+/* The first entry (the session's) claims more than the record holds. */
+static void long_entry(uint8_t *p, size_t *len)
+{
+	struct djinn_state_ent *e =
+		(void *)(p + sizeof(struct djinn_state_hdr));
+
+	e->len = 1u << 20;
+}
+
+/* The first tensor's bytes lie past the data. */
+static void data_past(uint8_t *p, size_t *len)
+{
+	struct djinn_state_ent *e =
+		(void *)(p + sizeof(struct djinn_state_hdr));
+	struct djinn_state_tensor *t;
+
+	e = (void *)((uint8_t *)(e + 1) + ((e->len + 7) & ~7u));
+	t = (void *)(e + 1);
+	t->data_off = 1ull << 40;
+}
+
+/* A connection whose sessions and backlog do not add up to its length. */
+static void conn_short(uint8_t *p, size_t *len)
+{
+	uint8_t *q = p + sizeof(struct djinn_state_hdr);
+
+	for (;;) {
+		struct djinn_state_ent *e = (void *)q;
+
+		if (e->type == DJINN_STATE_CONN) {
+			((struct djinn_state_conn *)(e + 1))->backlog = 6;
+			return;
+		}
+		q += sizeof(*e) + ((e->len + 7) & ~7u);
+	}
+}
+
+static void unknown_type(uint8_t *p, size_t *len)
+{
+	((struct djinn_state_ent *)(p + sizeof(struct djinn_state_hdr)))->type =
+		99;
+}
+
+static void test_refused(void **state)
+{
+	static const struct {
+		void (*edit)(uint8_t *p, size_t *len);
+		int err;
+		const char *phrase;
+	} cases[] = {
+		{ newer, -EPROTONOSUPPORT,
+		  "state record version 2: this djinnd reads version 1" },
+		{ bad_magic, -EBADMSG, "not a djinnd state record" },
+		{ truncated, -EBADMSG, "its header says" },
+		{ long_entry, -EBADMSG, "entry 0 runs past the record" },
+		{ data_past, -EBADMSG,
+		  "type 2 does not hold together (entry 1)" },
+		{ conn_short, -EBADMSG,
+		  "type 3 does not hold together (entry 3)" },
+		{ unknown_type, -EBADMSG, "unknown type 99 (entry 0)" },
+	};
+	uint64_t off[2];
+	int rec, data;
+
+	(void)state;
+	write_one(&rec, &data, off);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct state_in in;
+		char msg[256] = "";
+		int fd = edited(rec, cases[i].edit);
+
+		assert_int_equal(state_in_open(&in, fd, data, msg, sizeof(msg)),
+				 cases[i].err);
+		if (!strstr(msg, cases[i].phrase))
+			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, msg,
+				 cases[i].phrase);
+		close(fd);
+	}
+	close(rec);
+	close(data);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_refused),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
