@@ -30,6 +30,7 @@
 #include "model/store.h"
 #include "net/conn.h"
 #include "net/ident.h"
+#include "net/restart.h"
 #include "net/tls.h"
 
 /* Signals arrive through a pipe: the handler writes the signal number,
@@ -186,8 +187,13 @@ static void sig_complete(struct io_src *src, struct io_uring_cqe *cqe,
 			break;
 		case SIGTERM:
 		case SIGINT:
-			if (srv->draining)
+			if (srv->draining || srv->restart)
 				break;
+			if (sigs.signo == SIGTERM && restart_to_store(srv)) {
+				if (srv->hooks.stopping)
+					srv->hooks.stopping(srv);
+				break;
+			}
 			log_notice("%s: draining %u queued jobs, then exiting",
 				   strsignal(sigs.signo), server_depth(srv));
 			drain_begin(srv);
@@ -220,6 +226,7 @@ int server_block_signals(void)
 static int signals_init(struct server *srv)
 {
 	sigs.srv = srv;
+	srv->hooks.drain = drain_begin;
 	sigs.src.complete = sig_complete;
 	sigs.drain.fn = drain_tick;
 	INIT_LIST_HEAD(&sigs.drain.node);

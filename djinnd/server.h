@@ -209,6 +209,8 @@ struct server {
 	struct server_hooks {
 		void (*reload)(struct server *srv); /* SIGHUP */
 		void (*stopping)(struct server *srv); /* draining begins */
+		/* server.c's own: stop and drain (SIGTERM's) */
+		void (*drain)(struct server *srv);
 	} hooks;
 	struct server_stats st;
 	uint64_t started_ns; /* loop_now() at server_init() */

@@ -12,7 +12,7 @@ all: $(TLS_TEST)
 TESTS += $(TLS_TEST)
 
 $(TLS_TEST): $(BUILD)/tests/integration/test_tls.o \
-		$(BUILD)/tests/integration/daemon.o \
+		$(BUILD)/tests/integration/daemon.o $(BUILD)/tests/integration/store.o \
 		$(BUILD)/tests/integration/fixture.o $(LIBDJINN_A) \
 		$(COMMON_LIB) | $(DJINND)
 	@echo "  LD      $@"

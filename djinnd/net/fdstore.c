@@ -401,15 +401,17 @@ bool fdstore_present(void)
 	return e && *e;
 }
 
-bool fdstore_keep(const char *name, int fd)
+bool fdstore_keep(const char *name, int fd, bool poll)
 {
 	char msg[FDSTORE_NAME_MAX + 64];
 	int ret;
 
 	if (!fdstore_present())
 		return false;
-	/* FDPOLL=0: a listening socket is never "hung up"; keep it */
-	snprintf(msg, sizeof(msg), "FDSTORE=1\nFDNAME=%s\nFDPOLL=0", name);
+	/* FDPOLL=0: a listening socket or a memfd is never "hung up";
+	 * keep it. A connection is dropped if its peer hangs up. */
+	snprintf(msg, sizeof(msg), "FDSTORE=1\nFDNAME=%s%s", name,
+		 poll ? "" : "\nFDPOLL=0");
 	ret = sd_pid_notify_with_fds(0, 0, msg, &fd, 1);
 	if (ret <= 0) {
 		log_warn("fd store: cannot keep %s: %s", name,

@@ -62,8 +62,9 @@ void fdstore_done(void);
 /* djinnd serves: a predecessor that handed its sockets over is told to
  * drain (SIGTERM). */
 void fdstore_handover_finish(void);
-/* Store @fd under @name: true when a store took the message. */
-bool fdstore_keep(const char *name, int fd);
+/* Store @fd under @name, dropped by the store if it hangs up (@poll):
+ * true when a store took the message. */
+bool fdstore_keep(const char *name, int fd, bool poll);
 /* Whether djinnd runs under a store ($NOTIFY_SOCKET). */
 bool fdstore_present(void);
 /* @prefix and @spec, escaped, into @out: 0, or -ENAMETOOLONG past

@@ -789,7 +789,7 @@ static int listener_add(struct server *srv, const char *spec,
 	ls->tls = !strncmp(spec, "tls:", 4);
 	/* kept for the next djinnd (again if passed: a store that lost it
 	 * has it back) */
-	ls->stored = name[0] && fdstore_keep(name, ls->fd);
+	ls->stored = name[0] && fdstore_keep(name, ls->fd, false);
 	/* a predecessor's (--handover) serves its path until this djinnd
 	 * does: not this one's to remove before then */
 	ls->borrowed = passed && srv->cfg.handover && !ls->stored;

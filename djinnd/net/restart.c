@@ -13,6 +13,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include "log.h"
 #include "server.h"
 #include "net/conn.h"
@@ -27,7 +29,8 @@
 
 struct restart {
 	struct server *srv;
-	int sock; /* to the successor */
+	bool to_store; /* into systemd's fd store, for the next start */
+	int sock; /* to the successor, or -1 */
 	pid_t pid;
 	int pidfd;
 	uint64_t t0, deadline;
@@ -46,6 +49,16 @@ static void hand_over_fail(struct restart *r, const char *why, bool kill)
 	char msg[300];
 	struct conn *c, *n;
 
+	if (r->to_store) {
+		/* stopping, as without a store: the sessions end */
+		log_err("restart: the state cannot be kept: %s; draining", why);
+		srv->restart = NULL;
+		free(r);
+		list_for_each_entry_safe(c, n, &srv->conns, node)
+			conn_resume(c);
+		srv->hooks.drain(srv);
+		return;
+	}
 	log_err("restart: handing over to pid %d failed: %s; serving on",
 		(int)r->pid, why);
 	snprintf(msg, sizeof(msg), "error: %s", why);
@@ -59,6 +72,38 @@ static void hand_over_fail(struct restart *r, const char *why, bool kill)
 	free(r);
 	list_for_each_entry_safe(c, n, &srv->conns, node)
 		conn_resume(c);
+}
+
+/* Into the store: each connection (polled: one whose client hangs up
+ * meanwhile is dropped), then the record. The listening sockets are
+ * there already. */
+static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
+			  unsigned int nr_conns)
+{
+	struct server *srv = r->srv;
+	unsigned int i = 0, kept = 0;
+	struct conn *c;
+	char name[24];
+
+	list_for_each_entry(c, &srv->conns, node) {
+		if (c->tls)
+			continue;
+		snprintf(name, sizeof(name), "conn-%u", i++);
+		kept += fdstore_keep(name, c->fd, true);
+	}
+	if (!fdstore_keep("state-data", data_fd, false) ||
+	    !fdstore_keep("state", rec_fd, false)) {
+		close(rec_fd);
+		close(data_fd);
+		hand_over_fail(r, "the store did not take the record", false);
+		return;
+	}
+	log_notice("restart: %llu sessions and %u of %u connections kept in "
+		   "the fd store in %llu ms; exiting",
+		   (unsigned long long)srv->sessions.nr, kept, nr_conns,
+		   (unsigned long long)((loop_now() - r->t0) / NSEC_PER_MSEC));
+	sd_notify(0, "STATUS=state kept in the fd store; exiting");
+	_exit(0);
 }
 
 /* The record: the sessions' entries, then a connection's for each one
@@ -141,6 +186,10 @@ static void hand_over(struct restart *r)
 	struct conn *c;
 
 	ret = write_record(srv, &rec_fd, &data_fd, &nr_conns);
+	if (!ret && r->to_store) {
+		keep_in_store(r, rec_fd, data_fd, nr_conns);
+		return;
+	}
 	if (ret) {
 		snprintf(why, sizeof(why), "the state record: %s%s",
 			 strerror(-ret),
@@ -243,6 +292,23 @@ static uint64_t hold_tick(struct loop_timer *t, uint64_t now)
 	return HOLD_TICK_NS;
 }
 
+static struct restart *restart_begin(struct server *srv)
+{
+	struct restart *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->srv = srv;
+	r->sock = r->pidfd = -1;
+	r->t0 = loop_now();
+	r->deadline = r->t0 + RESTART_QUIESCE_S * NSEC_PER_SEC;
+	r->timer.fn = hold_tick;
+	INIT_LIST_HEAD(&r->timer.node);
+	srv->restart = r;
+	loop_timer_add(&srv->loop, &r->timer, r->t0);
+	return r;
+}
+
 void restart_hand_over(struct server *srv, int sock, pid_t pid)
 {
 	struct restart *r;
@@ -253,26 +319,35 @@ void restart_hand_over(struct server *srv, int sock, pid_t pid)
 		close(sock);
 		return;
 	}
-	r = calloc(1, sizeof(*r));
+	r = restart_begin(srv);
 	if (!r) {
 		log_err("restart: pid %d: out of memory; refused", (int)pid);
 		close(sock);
 		return;
 	}
-	r->srv = srv;
 	r->sock = sock;
 	r->pid = pid;
 	r->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	r->t0 = loop_now();
-	r->deadline = r->t0 + RESTART_QUIESCE_S * NSEC_PER_SEC;
-	r->timer.fn = hold_tick;
-	INIT_LIST_HEAD(&r->timer.node);
-	srv->restart = r;
 	log_notice("restart: handing over to pid %d: %llu sessions, %u "
 		   "connections held between frames",
 		   (int)pid, (unsigned long long)srv->sessions.nr,
 		   srv->nr_conns);
-	loop_timer_add(&srv->loop, &r->timer, r->t0);
+}
+
+bool restart_to_store(struct server *srv)
+{
+	struct restart *r;
+
+	if (srv->restart || !fdstore_present() || !restart_can_hand_over(srv))
+		return false;
+	r = restart_begin(srv);
+	if (!r)
+		return false;
+	r->to_store = true;
+	log_notice("restart: keeping the state in the fd store: %llu "
+		   "sessions, %u connections held between frames",
+		   (unsigned long long)srv->sessions.nr, srv->nr_conns);
+	return true;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -46,6 +46,13 @@ bool restart_can_hand_over(const struct server *srv);
 /* A successor of pid @pid connected on @sock (which is now the
  * restart's): begin handing over. */
 void restart_hand_over(struct server *srv, int sock, pid_t pid);
+/* SIGTERM under a service manager with an fd store: keep the state
+ * there for the next start (systemctl restart), as for a successor,
+ * and exit; systemd discards it if the unit is stopped instead. Whether
+ * that began (else the caller drains, as without a store: kernel
+ * leases, or no store). If it cannot finish, djinnd drains through
+ * srv->hooks.drain. */
+bool restart_to_store(struct server *srv);
 /* At start, once the devices, the session table and the listeners are
  * up: restore the state passed ("state", "state-data", "conn-N"), if
  * any. 0, or a negative errno (the record is refused or cannot be

@@ -29,6 +29,7 @@
 
 #include "array_size.h"
 #include "daemon.h"
+#include "store.h"
 
 int64_t dj_now_ms(void)
 {
@@ -319,7 +320,11 @@ static pid_t spawn(struct djd *d, const char *bin, bool append)
 	snprintf(metrics, sizeof(metrics), "tcp:127.0.0.1:%u", d->metrics_port);
 
 	fflush(NULL);
+	if (d->store)
+		djd_store_lock(d->store);
 	pid = fork();
+	if (pid > 0 && d->store)
+		djd_store_unlock(d->store);
 	if (pid < 0)
 		return -errno;
 	if (!pid) {
@@ -338,6 +343,8 @@ static pid_t spawn(struct djd *d, const char *bin, bool append)
 		dup2(nul, 0);
 		dup2(fd, 1);
 		dup2(fd, 2);
+		if (d->store)
+			djd_store_pass(d->store);
 		const char *argv[40] = {
 			bin,
 			"--foreground",
@@ -382,10 +389,17 @@ static pid_t spawn(struct djd *d, const char *bin, bool append)
 int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 		   const char *const *extra)
 {
+	return djd_start_store(d, cpu_mem, lease_ms, extra, NULL);
+}
+
+int djd_start_store(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
+		    const char *const *extra, struct djd_store *st)
+{
 	const char *bin = djd_binary();
 	int64_t deadline;
 
 	memset(d, 0, sizeof(*d));
+	d->store = st;
 	d->pid = -1;
 	start_error[0] = 0;
 	start_uring[0] = 0;

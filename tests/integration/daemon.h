@@ -43,6 +43,8 @@ struct djd {
 	char log[96];
 	char end[200];
 	unsigned int metrics_port; /* its metrics endpoint, on 127.0.0.1 */
+	/* the fd store it runs under (store.h), or NULL */
+	struct djd_store *store;
 	/* how it was started, for djd_restart() */
 	char cpu_mem[16];
 	unsigned int lease_ms;
@@ -68,6 +70,10 @@ int djd_start_set(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
  * e.g. { "--fault-injection", NULL }. */
 int djd_start_args(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 		   const char *const *extra);
+/* The same under the fd store stand-in @st (store.h). */
+struct djd_store;
+int djd_start_store(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
+		    const char *const *extra, struct djd_store *st);
 /* Write model @name into the daemon's model directory (DIR/models) with
  * scripts/mkmodel.py ($DJINN_MKMODEL, else the checkout's beside this
  * build) and its options @args. */

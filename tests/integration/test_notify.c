@@ -294,11 +294,14 @@ static const char *next_msg(int fd, pid_t pid, int ms, unsigned int *pings)
 		if (c && c->cmsg_type == SCM_RIGHTS)
 			memcpy(&passed, CMSG_DATA(c), sizeof(passed));
 		if (has_line(buf, "FDSTORE=1")) {
-			/* a listener keeps across restarts: FDPOLL=0 */
+			/* a listener or the state record keeps across
+			 * restarts: FDPOLL=0; a connection is dropped if its
+			 * peer hangs up */
 			assert_true(passed >= 0);
 			assert_true(
 				line_value(buf, "FDNAME=", name, sizeof(name)));
-			assert_true(has_line(buf, "FDPOLL=0"));
+			assert_int_equal(has_line(buf, "FDPOLL=0"),
+					 strncmp(name, "conn-", 5) != 0);
 			store_put(name, passed);
 			continue;
 		}
@@ -547,16 +550,26 @@ static void test_fd_store(void **state)
 	assert_true(can_connect(asock));
 
 	/* stopped cleanly: the path stays, and the store's socket behind
-	 * it takes the next client */
+	 * it takes the next client; the state goes into the store too
+	 * (test_restart.c restores sessions from it) */
 	kill(pid, SIGTERM);
 	expect(fd, pid, "STOPPING=1", NULL, NULL);
+	expect(fd, pid, "STATUS=state kept in the fd store; exiting", NULL,
+	       NULL);
 	assert_int_equal(wait_exit(pid), 0);
+	assert_true(store_fd("state") >= 0);
+	assert_true(store_fd("state-data") >= 0);
 	waiting = hello_sent(dsock);
 	pid = start_with(env, NULL, true);
 	expect(fd, pid, "READY=1", NULL, NULL);
 	hello_answered(waiting);
+	/* taken: the store forgets it */
+	assert_int_equal(store_fd("state"), -1);
+	assert_int_equal(store_fd("state-data"), -1);
 	kill(pid, SIGTERM);
 	expect(fd, pid, "STOPPING=1", NULL, NULL);
+	expect(fd, pid, "STATUS=state kept in the fd store; exiting", NULL,
+	       NULL);
 	assert_int_equal(wait_exit(pid), 0);
 
 	/* without a store nothing is kept: a clean stop removes the path */

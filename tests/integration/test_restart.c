@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include <cmocka.h>
 
 #include "fixture.h"
+#include "store.h"
 
 #define NR_CONNS 4
 #define NR_SESSIONS 100
@@ -79,6 +81,7 @@ static void make_session(struct held *s, int fd, unsigned int i)
 	uint64_t gone;
 	uint8_t tmp[64];
 
+	memset(s, 0, sizeof(*s));
 	s->fd = fd;
 	s->sid = open_at(__LINE__, fd, "restart", i % 8, 0, &resp);
 	memcpy(s->token, resp.token, sizeof(s->token));
@@ -302,6 +305,73 @@ static void test_failed_successor(void **state)
 	fx->base = vmu_now(fx);
 }
 
+/*
+ * Under a service manager: SIGTERM keeps the state in the fd store
+ * (systemctl restart), and the next djinnd, passed it, restores it: the
+ * sessions, every byte, and the connections, on which the clients go
+ * on. The store forgets what was taken.
+ */
+static void test_store_restart(void **state)
+{
+	struct djd_store *st = djd_store_open();
+	struct held s[8];
+	struct reader rd = { 0 };
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, sizeof(rd.bytes));
+	struct djd dd;
+	pid_t next;
+	long before;
+	int fd, status;
+
+	(void)state;
+	assert_non_null(st);
+	assert_int_equal(djd_start_store(&dd, "256M", LEASE_MS, NULL, st), 0);
+	fd = xconnect(dd.sock);
+	for (unsigned int i = 0; i < 8; i++)
+		make_session(&s[i], fd, i);
+	rd.fd = xconnect(dd.sock);
+	rd.sid = open_session(rd.fd, "reader");
+	fill(rd.bytes, sizeof(rd.bytes), 99);
+	rd.h = create_data(rd.fd, rd.sid, &d, rd.bytes, sizeof(rd.bytes));
+	assert_int_equal(pthread_create(&rd.th, NULL, reader_run, &rd), 0);
+	while (rd.reads < 20 && !rd.bad)
+		usleep(1000);
+
+	before = rd.reads;
+	assert_int_equal(kill(dd.pid, SIGTERM), 0);
+	assert_int_equal(waitpid(dd.pid, &status, 0), dd.pid);
+	assert_true(WIFEXITED(status) && !WEXITSTATUS(status));
+	/* the state, and the two connections */
+	assert_true(djd_store_has(st, "state"));
+	assert_true(djd_store_has(st, "state-data"));
+	assert_true(djd_store_has(st, "conn-0"));
+	assert_true(djd_store_has(st, "conn-1"));
+	next = djd_spawn_next(&dd);
+	assert_true(next > 0);
+	dd.pid = next;
+	for (int i = 0; i < 10000 && rd.reads < before + 50 && !rd.bad; i++)
+		usleep(1000);
+	rd.stop = 1;
+	pthread_join(rd.th, NULL);
+	if (rd.bad)
+		fail_msg("the reader: %s", rd.why);
+	assert_true(rd.reads >= before + 50);
+	for (unsigned int i = 0; i < 8; i++)
+		check_session(&s[i]);
+	/* taken: the store forgets the state and the connections */
+	assert_true(djd_store_wait(st, "state", false, 10000));
+	assert_true(djd_store_wait(st, "conn-0", false, 10000));
+	for (unsigned int i = 0; i < 8; i++) {
+		close_session(fd, s[i].sid);
+		for (unsigned int k = 0; k < 3; k++)
+			free(s[i].bytes[k]);
+	}
+	close_session(rd.fd, rd.sid);
+	close(rd.fd);
+	close(fd);
+	assert_int_equal(djd_stop(&dd, 20000), 0);
+	djd_store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -309,6 +379,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_failed_successor, setup,
 						teardown),
+		cmocka_unit_test(test_store_restart),
 	};
 	int ret = fx_can_run();
 
