@@ -22,7 +22,12 @@
  *         bytes, beside a raw TCP blast. Each line says which TLS it
  *         measured ("transport": "tls, kernel" or "tls, user"). It makes
  *         its own certificates and restarts the daemon with a tls:
- *         listener, so it is skipped with --addr.
+  *         listener, so it is skipped with --addr.
+ *   restart (restart.c) the pause clients see while djinnd restarts
+ *         without losing its sessions (--handover), with 1 and 4 GiB
+ *         of session data (tensors and KV caches), beside a cold start
+ *         that builds the same state again, and the target that the
+ *         copy peak measured in the run gives. Its own djinnd only.
  *
  * What they share (the daemon, the run's deadline, the JSON lines, the
  * histograms, raw sockets) is in tools/bench/common.c; this file parses
@@ -41,7 +46,7 @@
  *
  * Usage: djinn-bench [--json] [--seconds S] [--addr ADDR]... [--only NAME]
  *                    [--djinnd PATH] [--verbose]
- *                    [rtt|bulk|lazy|stall|tls|all]
+  *                    [rtt|bulk|lazy|stall|tls|restart|all]
  * Exit status: 0 success, 1 a call failed, a daemon did not start or bytes
  * came back wrong, 2 usage.
  */
@@ -61,12 +66,14 @@ static const struct {
 	void (*run)(void);
 	unsigned int budget_s; /* on top of what --seconds asks for */
 	unsigned int loops; /* timed loops of --seconds and its warm-up */
+	bool by_name; /* not in "all": run when named */
 } benches[] = {
-	{ "rtt", bench_rtt, 60, 30 * RTT_ROUNDS },
-	{ "bulk", bench_bulk, 60, 0 },
-	{ "lazy", bench_lazy, 30, 0 },
-	{ "stall", bench_stall, 60, 0 },
-	{ "tls", bench_tls, 90, 2 * TLS_LOOPS },
+	{ "rtt", bench_rtt, 60, 30 * RTT_ROUNDS, false },
+	{ "bulk", bench_bulk, 60, 0, false },
+	{ "lazy", bench_lazy, 30, 0, false },
+	{ "stall", bench_stall, 60, 0, false },
+	{ "tls", bench_tls, 90, 2 * TLS_LOOPS, false },
+	{ "restart", bench_restart, 900, 0, true },
 };
 
 static void usage(FILE *f)
@@ -75,7 +82,7 @@ static void usage(FILE *f)
 		"usage: djinn-bench [--json] [--seconds S] [--addr ADDR]... "
 		"[--only NAME]\n"
 		"                   [--djinnd PATH] [--bulk-mib N] [--verbose] "
-		"[rtt|bulk|lazy|stall|tls|all]\n"
+		"[rtt|bulk|lazy|stall|tls|restart|all]\n"
 		"  rtt    round trips/s and p50/p99 of a no-op request, 1 and "
 		"50 connections,\n"
 		"         beside a raw ping-pong and redis-benchmark -t ping\n"
@@ -87,7 +94,11 @@ static void usage(FILE *f)
 		"plain OpenSSL\n"
 		"         beside a raw blast (its own djinnd: not with "
 		"--addr)\n"
-		"  all    all five (the default)\n"
+		"  restart the pause of a restart that keeps 1 and 4 GiB of "
+		"sessions, beside\n"
+		"         a cold start (its own djinnd; by name only: it needs "
+		"14 GiB)\n"
+		"  all    the first five (the default)\n"
 		"  -j, --json         JSON lines on stdout (the only output; "
 		"the default)\n"
 		"  -s, --seconds S    measured time of each rtt and tls loop "
@@ -220,7 +231,8 @@ int main(int argc, char **argv)
 	if (only && !strcmp(only, "all"))
 		only = NULL;
 	for (i = 0; i < ARRAY_SIZE(benches); i++)
-		run_one[i] = !only || !strcmp(only, benches[i].name);
+		run_one[i] = only ? !strcmp(only, benches[i].name) :
+				    !benches[i].by_name;
 	if (only) {
 		for (i = 0; i < ARRAY_SIZE(benches); i++)
 			if (run_one[i])

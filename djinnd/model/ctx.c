@@ -192,6 +192,56 @@ static int copy_regions(const struct model_env *env, struct vmu_session *s,
 	return ret;
 }
 
+int model_ctx_kept(const struct model_ctx *c, uint64_t *cache, uint64_t *bytes,
+		   uint32_t *max)
+{
+	if (c->pz.on)
+		return -EBUSY;
+	*cache = c->cache;
+	*bytes = (uint64_t)c->len * c->tok_bytes;
+	*max = c->max;
+	return 0;
+}
+
+int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
+		      const void *kv, uint64_t kv_bytes, const float *logits,
+		      struct model_ctx **out, char *msg, size_t msglen)
+{
+	struct model_ctx *c;
+	int ret;
+
+	ret = model_ctx_new(h, max, &c, msg, msglen);
+	if (ret)
+		return ret;
+	if (len > max || kv_bytes != (uint64_t)len * c->tok_bytes) {
+		model_ctx_free(c);
+		return errmsg(msg, msglen, -EINVAL,
+			      "a context of %u of %u tokens with %llu bytes "
+			      "of cache: model %s keeps %llu a token",
+			      len, max, (unsigned long long)kv_bytes,
+			      h->m->name, (unsigned long long)c->tok_bytes);
+	}
+	if (len) {
+		ret = vmu_region_resize(h->s, c->cache, kv_bytes, NULL);
+		if (!ret)
+			ret = vmu_region_write(h->s, c->cache, 0, kv, kv_bytes);
+		if (ret) {
+			model_ctx_free(c);
+			return errmsg(msg, msglen, ret,
+				      "its cache of %llu bytes: %s",
+				      (unsigned long long)kv_bytes,
+				      strerror(-ret));
+		}
+	}
+	c->len = len;
+	if (logits) {
+		memcpy(c->logits, logits, h->m->cfg.vocab * sizeof(float));
+		c->have_logits = true;
+	}
+	*out = c;
+	return 0;
+}
+
 int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 		   struct model_ctx **out, char *msg, size_t msglen)
 {

@@ -184,18 +184,26 @@ static void hand_over(struct restart *r)
 	char **names = NULL, why[160];
 	int *fds = NULL;
 	struct conn *c;
+	uint64_t t;
 
+	t = loop_now();
 	ret = write_record(srv, &rec_fd, &data_fd, &nr_conns);
+	if (!ret)
+		log_notice(
+			"restart: held in %llu ms; record of %llu MiB "
+			"written in %llu ms",
+			(unsigned long long)((t - r->t0) / NSEC_PER_MSEC),
+			(unsigned long long)(svc_state_data_size(
+						     &srv->sessions) >>
+					     20),
+			(unsigned long long)((loop_now() - t) / NSEC_PER_MSEC));
 	if (!ret && r->to_store) {
 		keep_in_store(r, rec_fd, data_fd, nr_conns);
 		return;
 	}
 	if (ret) {
 		snprintf(why, sizeof(why), "the state record: %s%s",
-			 strerror(-ret),
-			 ret == -EBUSY ? " (a session holds a model or a "
-					 "context: see the log)" :
-					 "");
+			 strerror(-ret), ret == -EBUSY ? " (see the log)" : "");
 		hand_over_fail(r, why, false);
 		return;
 	}
@@ -416,6 +424,7 @@ int restart_restore(struct server *srv)
 	const void *p;
 	uint32_t type, len;
 	char msg[256];
+	uint64_t t0;
 	int ret;
 
 	if (rec_fd < 0 && data_fd < 0)
@@ -428,6 +437,7 @@ int restart_restore(struct server *srv)
 		ret = -EBADMSG;
 		goto out;
 	}
+	t0 = loop_now();
 	ret = state_in_open(&in, rec_fd, data_fd, msg, sizeof(msg));
 	if (ret) {
 		log_err("restart: state record refused: %s", msg);
@@ -441,11 +451,14 @@ int restart_restore(struct server *srv)
 		goto out;
 	}
 	state_in_rewind(&in);
-	while ((p = state_in_next(&in, &type, &len)))
+	while ((p = state_in_next(&in, &type, &len))) {
 		if (type == DJINN_STATE_CONN)
 			restore_conn(srv, p);
-	log_notice("restart: %u connections restored from pid %u's record",
-		   in.hdr->nr_conns, in.hdr->pid);
+	}
+	log_notice("restart: %u connections restored from pid %u's record; "
+		   "all in %llu ms",
+		   in.hdr->nr_conns, in.hdr->pid,
+		   (unsigned long long)((loop_now() - t0) / NSEC_PER_MSEC));
 	state_in_close(&in);
 out:
 	if (rec_fd >= 0)

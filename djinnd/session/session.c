@@ -326,7 +326,8 @@ int session_publish(struct session_table *t, struct session *s)
 
 int session_restore(struct session_table *t, struct device *dev,
 		    const struct djinn_state_session *r, const uint32_t *gens,
-		    const bool *live, struct session **out)
+		    const bool *live, const bool *obj_live,
+		    struct session **out)
 {
 	uint64_t now = loop_now(), left = r->lease_left_ns;
 	struct session *s = r->id ? session_get(t, r->id) : NULL;
@@ -350,13 +351,18 @@ int session_restore(struct session_table *t, struct device *dev,
 	slots_init(&s->objs, sizeof(struct sobj_slot), 8, SESSION_MAX_OBJS,
 		   r->obj_key);
 	ret = slots_restore(&s->tensors, r->nr_slots, gens, live);
+	if (!ret)
+		ret = slots_restore(&s->objs, r->nr_obj_slots,
+				    gens + r->nr_slots, obj_live);
 	if (ret) {
+		slots_fini(&s->tensors);
 		free(s);
 		return ret;
 	}
 	ret = vmu_session_create(dev->vmu, r->tenant, &s->vs);
 	if (ret) {
 		slots_fini(&s->tensors);
+		slots_fini(&s->objs);
 		free(s);
 		return ret;
 	}
@@ -724,6 +730,31 @@ int session_result_handle(struct session *s, uint64_t request_id,
 
 /* ---------------------------------------------------------------------- */
 /* Model and context handles */
+
+int session_obj_restore(struct session *s, uint32_t slot, enum sobj_kind kind,
+			void *p)
+{
+	struct sobj_slot *o;
+
+	if (slot >= s->objs.nr)
+		return -EINVAL;
+	o = slots_at(&s->objs, slot);
+	if (!o->slot.live || o->p)
+		return -EINVAL;
+	o->kind = (uint8_t)kind;
+	o->p = p;
+	return 0;
+}
+
+void *session_obj_at(struct session *s, uint32_t slot, enum sobj_kind kind)
+{
+	struct sobj_slot *o;
+
+	if (slot >= s->objs.nr)
+		return NULL;
+	o = slots_at(&s->objs, slot);
+	return o->slot.live && o->kind == kind ? o->p : NULL;
+}
 
 int session_obj_add(struct session *s, enum sobj_kind kind, void *p,
 		    uint64_t *handle)

@@ -205,14 +205,17 @@ int session_publish(struct session_table *t, struct session *s);
  * id, token, handle keys, tenant, label, priority and lease (what was
  * left of it when @r was written, counted from now), on @dev, in the
  * table. Its tensor slots have the generations @gens, those with @live
- * set waiting for session_tensor_restore(). No quota is checked: the
+ * set waiting for session_tensor_restore(); its object slots the
+ * generations after those, those with @obj_live set waiting for
+ * session_obj_restore(). No quota is checked: the
  * session exists already. 0, -EEXIST (its id is taken), -EINVAL (@r
  * does not hold together), -ENOMEM, or the lease provider's error.
  */
 struct djinn_state_session;
 int session_restore(struct session_table *t, struct device *dev,
 		    const struct djinn_state_session *r, const uint32_t *gens,
-		    const bool *live, struct session **out);
+		    const bool *live, const bool *obj_live,
+		    struct session **out);
 /* Fill restored live slot @slot with @t (whose VMU resources it takes
  * over): 0, or -EINVAL for a slot that is not one. */
 int session_tensor_restore(struct session *s, uint32_t slot,
@@ -280,6 +283,12 @@ int session_obj_add(struct session *s, enum sobj_kind kind, void *p,
 		    uint64_t *handle);
 void *session_obj_get(struct session *s, uint64_t handle, enum sobj_kind kind);
 void *session_obj_del(struct session *s, uint64_t handle, enum sobj_kind kind);
+/* A restored session's live object slot @slot gets @p (I/O thread):
+ * 0, or -EINVAL for a slot that is not one waiting. at: the object in
+ * slot @slot if it is of @kind, else NULL. */
+int session_obj_restore(struct session *s, uint32_t slot, enum sobj_kind kind,
+			void *p);
+void *session_obj_at(struct session *s, uint32_t slot, enum sobj_kind kind);
 /* Take every object out of the table, calling @fn on each. */
 void session_obj_drain(struct session *s,
 		       void (*fn)(enum sobj_kind kind, void *p, void *arg),

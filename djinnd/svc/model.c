@@ -602,6 +602,84 @@ int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
 	return 0;
 }
 
+int svc_model_restore(struct session *s, uint32_t slot, const char *name,
+		      const uint8_t fp[32], char *msg, size_t msglen)
+{
+	struct model_hold *h;
+	struct mobj *o;
+	int ret;
+
+	ret = model_open(s->dev->models, s->vs, name, &h, msg, msglen);
+	if (ret)
+		return ret;
+	if (memcmp(h->m->fp, fp, 32)) {
+		model_close(h);
+		snprintf(msg, msglen,
+			 "model %s has other weights than before the restart",
+			 name);
+		return -ESTALE;
+	}
+	o = calloc(1, sizeof(*o));
+	if (!o) {
+		model_close(h);
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	o->kind = SOBJ_MODEL;
+	o->refs = 1;
+	o->s = s;
+	o->h = h;
+	ret = session_obj_restore(s, slot, SOBJ_MODEL, o);
+	if (ret) {
+		snprintf(msg, msglen, "slot %u is not a live handle", slot);
+		mobj_put(o);
+	}
+	return ret;
+}
+
+int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
+		    uint32_t max, uint32_t len, const void *kv,
+		    uint64_t kv_bytes, const float *logits, char *msg,
+		    size_t msglen)
+{
+	struct mobj *m = session_obj_at(s, model_slot, SOBJ_MODEL), *o;
+	struct model_ctx *mc;
+	int ret;
+
+	if (!m) {
+		snprintf(msg, msglen, "its model's slot %u holds none",
+			 model_slot);
+		return -EINVAL;
+	}
+	ret = model_ctx_restore(m->h, max, len, kv, kv_bytes, logits, &mc, msg,
+				msglen);
+	if (ret)
+		return ret;
+	ret = svc_ctx_made(s, mc, false, msg, msglen);
+	if (ret) {
+		model_ctx_free(mc);
+		return ret;
+	}
+	o = calloc(1, sizeof(*o));
+	if (!o) {
+		model_ctx_free(mc);
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	o->kind = SOBJ_CTX;
+	o->refs = 1;
+	o->s = s;
+	ret = session_obj_restore(s, slot, SOBJ_CTX, o);
+	if (ret) {
+		snprintf(msg, msglen, "slot %u is not a live handle", slot);
+		model_ctx_free(mc);
+		free(o);
+		return ret;
+	}
+	mobj_ctx_bind(o, m, mc, max);
+	return 0;
+}
+
 struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
 		      char *msg, size_t msglen)
 {

@@ -190,6 +190,22 @@ void mjob_cancel(struct exec_job *job);
  */
 int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
 	     uint64_t *handle, char *msg, size_t msglen);
+
+/*
+ * A restart (svc/state.c), on the I/O thread while nothing runs:
+ * svc_model_restore() opens model @name again (loading it from the
+ * model directory: the caller blocks) into restored object slot @slot;
+ * its weights must have fingerprint @fp still (-ESTALE otherwise: its
+ * contexts' caches were made by other weights). svc_ctx_restore()
+ * makes context slot @slot of the model in @model_slot, as
+ * model_ctx_restore() says. 0, or a negative errno with why in @msg.
+ */
+int svc_model_restore(struct session *s, uint32_t slot, const char *name,
+		      const uint8_t fp[32], char *msg, size_t msglen);
+int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
+		    uint32_t max, uint32_t len, const void *kv,
+		    uint64_t kv_bytes, const float *logits, char *msg,
+		    size_t msglen);
 struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
 		      char *msg, size_t msglen);
 int svc_model_close(struct session *s, uint64_t handle, char *msg,

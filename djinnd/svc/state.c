@@ -17,6 +17,8 @@
 #include "device.h"
 #include "log.h"
 #include "session/session.h"
+#include "model/runtime.h"
+#include "svc/model.h"
 #include "svc/state.h"
 #include "vmu/vmu.h"
 
@@ -84,6 +86,7 @@ void *state_out_ent(struct state_out *o, uint32_t type, uint32_t len)
 	o->hdr.nr_sessions += type == DJINN_STATE_SESSION;
 	o->hdr.nr_tensors += type == DJINN_STATE_TENSOR;
 	o->hdr.nr_conns += type == DJINN_STATE_CONN;
+	o->hdr.nr_objs += type == DJINN_STATE_OBJ;
 	return e + 1;
 }
 
@@ -99,6 +102,37 @@ void *state_out_data(struct state_out *o, uint64_t len, uint64_t *off)
 	o->data_len = at + len;
 	*off = at;
 	return o->data + at;
+}
+
+int state_out_write(struct state_out *o, const void *src, uint64_t len,
+		    uint64_t *off)
+{
+	uint64_t at = (o->data_len + DATA_ALIGN - 1) &
+		      ~(uint64_t)(DATA_ALIGN - 1);
+
+	if (o->err)
+		return o->err;
+	if (at > o->data_size || len > o->data_size - at) {
+		o->err = -EOVERFLOW;
+		return o->err;
+	}
+	for (uint64_t done = 0; done < len;) {
+		size_t n = len - done < (1u << 30) ? (size_t)(len - done) :
+						     (1u << 30);
+		ssize_t w = pwrite(o->data_fd, (const uint8_t *)src + done, n,
+				   (off_t)(at + done));
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			o->err = w < 0 ? -errno : -EIO;
+			return o->err;
+		}
+		done += (uint64_t)w;
+	}
+	o->data_len = at + len;
+	*off = at;
+	return 0;
 }
 
 int state_out_end(struct state_out *o, int *rec_fd, int *data_fd)
@@ -198,10 +232,25 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 	switch (type) {
 	case DJINN_STATE_SESSION:
 		if (len >= sizeof(*s) &&
-		    (len - sizeof(*s)) / 4 == s->nr_slots &&
+		    (len - sizeof(*s)) / 4 ==
+			    (uint64_t)s->nr_slots + s->nr_obj_slots &&
 		    (len - sizeof(*s)) % 4 == 0)
 			return true;
 		break;
+	case DJINN_STATE_OBJ: {
+		const struct djinn_state_obj *o = p;
+
+		if (len == sizeof(*o) &&
+		    (o->kind == DJINN_STATE_MODEL ||
+		     o->kind == DJINN_STATE_CTX) &&
+		    memchr(o->model, 0, sizeof(o->model)) &&
+		    o->cache_off <= in->data_size &&
+		    o->cache_bytes <= in->data_size - o->cache_off &&
+		    o->logits_off <= in->data_size &&
+		    o->logits_bytes <= in->data_size - o->logits_off)
+			return true;
+		break;
+	}
 	case DJINN_STATE_TENSOR:
 		if (len == sizeof(*t) && t->data_off <= in->data_size &&
 		    t->bytes <= in->data_size - t->data_off &&
@@ -341,12 +390,17 @@ void state_in_close(struct state_in *in)
 /* ---------------------------------------------------------------------- */
 /* Sessions and tensors */
 
+static uint64_t pages(uint64_t n)
+{
+	return (n + DATA_ALIGN - 1) & ~(uint64_t)(DATA_ALIGN - 1);
+}
+
 static int add_size(void *arg, uint32_t slot, const struct tensor *t)
 {
 	uint64_t *n = arg;
 
 	(void)slot;
-	*n += (t->bytes + DATA_ALIGN - 1) & ~(uint64_t)(DATA_ALIGN - 1);
+	*n += pages(t->bytes);
 	return 0;
 }
 
@@ -355,8 +409,23 @@ uint64_t svc_state_data_size(struct session_table *t)
 	struct session *s;
 	uint64_t n = 0;
 
-	list_for_each_entry(s, &t->list, node)
+	list_for_each_entry(s, &t->list, node) {
+		struct sobj_slot *o;
+
 		session_tensor_each(s, add_size, &n);
+		slots_for_each(&s->objs, o) {
+			struct mobj *m = o->p;
+			uint64_t cache, bytes;
+			uint32_t max;
+
+			if (o->kind != SOBJ_CTX ||
+			    model_ctx_kept(m->mc, &cache, &bytes, &max))
+				continue;
+			n += pages(bytes) +
+			     pages(model_ctx_model(m->mc)->cfg.vocab *
+				   sizeof(float));
+		}
+	}
 	return n;
 }
 
@@ -367,6 +436,36 @@ struct save_ctx {
 	int err;
 	char why[128];
 };
+
+/*
+ * @bytes of @s's region @region into state-data at *@off. Host memory
+ * (the CPU backend's) is written from where it is by write(2): no page
+ * of the record is faulted in, and nothing is copied twice. A device's
+ * comes through the provider's copies into the record's mapping.
+ */
+static int region_out(struct state_out *o, struct session *s, uint64_t region,
+		      uint64_t bytes, uint64_t *off)
+{
+	struct vmu_provider *prov = vmu_provider(s->dev->vmu);
+	struct vmu_region_info info;
+	void *dst;
+	int ret;
+
+	if (prov->device_only) {
+		dst = state_out_data(o, bytes, off);
+		if (!dst)
+			return o->err;
+		return bytes ? vmu_region_read(s->vs, region, 0, dst, bytes) :
+			       0;
+	}
+	ret = vmu_region_pin(s->vs, region, NULL, &info);
+	if (ret)
+		return ret;
+	ret = state_out_write(o, (const void *)(uintptr_t)info.addr, bytes,
+			      off);
+	vmu_region_unpin(s->vs, region);
+	return ret;
+}
 
 static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 {
@@ -386,32 +485,138 @@ static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 	e->kind = t->module ? DJINN_STATE_MODULE :
 		  t->text   ? DJINN_STATE_TEXT :
 			      DJINN_STATE_DATA;
-	dst = state_out_data(x->o, t->bytes, &off);
-	if (!dst)
-		return x->o->err;
-	e->data_off = off;
-	if (x->lost)
-		return 0; /* its bytes went with the device's state */
+	if (x->lost) {
+		/* its bytes went with the device's state: room only */
+		if (!state_out_data(x->o, t->bytes, &off))
+			return x->o->err;
+		e->data_off = off;
+		return 0;
+	}
 	if (t->text) {
 		memcpy(e->fp, vmu_text_fp(t->text), sizeof(e->fp));
 		e->shared = vmu_text_shared(t->text);
-		ret = t->bytes ? prov->ops->copy_dtoh(prov, dst,
-						      vmu_text_addr(t->text),
-						      t->bytes) :
-				 0;
+		if (prov->device_only) {
+			dst = state_out_data(x->o, t->bytes, &off);
+			ret = !dst ? x->o->err :
+			      !t->bytes ?
+				     0 :
+				     prov->ops->copy_dtoh(
+					     prov, dst, vmu_text_addr(t->text),
+					     t->bytes);
+		} else {
+			ret = state_out_write(
+				x->o,
+				(const void *)(uintptr_t)vmu_text_addr(t->text),
+				t->bytes, &off);
+		}
 	} else {
 		struct vmu_region_info info;
 
 		ret = vmu_region_info(x->s->vs, t->region, &info);
 		e->max_size = info.max_size;
-		if (!ret && t->bytes)
-			ret = vmu_region_read(x->s->vs, t->region, 0, dst,
-					      t->bytes);
+		if (!ret)
+			ret = region_out(x->o, x->s, t->region, t->bytes, &off);
 	}
+	e->data_off = off;
 	if (ret)
 		snprintf(x->why, sizeof(x->why), "tensor in slot %u: %s", slot,
 			 strerror(-ret));
 	return ret;
+}
+
+/* The slot of object @p in @s's table. */
+static uint32_t obj_slot_of(struct session *s, const void *p)
+{
+	struct sobj_slot *o;
+
+	slots_for_each(&s->objs, o)
+		if (o->p == p)
+			return slots_index(&s->objs, o);
+	return UINT32_MAX;
+}
+
+/* One context's entry: its cache and last logits into state-data. */
+static int save_ctx(struct state_out *out, struct session *s,
+		    struct djinn_state_obj *e, struct mobj *m, bool lost)
+{
+	const struct model *md = model_ctx_model(m->mc);
+	uint64_t cache, bytes, off = 0;
+	uint32_t max;
+	void *dst;
+	int ret;
+
+	e->kind = DJINN_STATE_CTX;
+	if (model_ctx_kept(m->mc, &cache, &bytes, &max)) {
+		log_err("state: session %llu: the context in slot %u is "
+			"paused at a breakpoint, which a restart does not "
+			"keep",
+			(unsigned long long)s->id, e->slot);
+		return -EBUSY;
+	}
+	e->model_slot = obj_slot_of(s, m->model);
+	e->max_tokens = max;
+	e->len = model_ctx_len(m->mc);
+	e->cache_bytes = bytes;
+	if (lost)
+		ret = state_out_data(out, bytes, &off) ? 0 : out->err;
+	else
+		ret = region_out(out, s, cache, bytes, &off);
+	e->cache_off = off;
+	if (ret) {
+		log_err("state: session %llu: the context in slot %u: its "
+			"cache: %s",
+			(unsigned long long)s->id, e->slot, strerror(-ret));
+		return ret;
+	}
+	if (!model_ctx_logits(m->mc))
+		return 0;
+	e->have_logits = 1;
+	e->logits_bytes = md->cfg.vocab * sizeof(float);
+	dst = state_out_data(out, e->logits_bytes, &off);
+	if (!dst)
+		return out->err;
+	e->logits_off = off;
+	memcpy(dst, model_ctx_logits(m->mc), e->logits_bytes);
+	return 0;
+}
+
+/* @s's models, then its contexts. */
+static int save_objs(struct state_out *out, struct session *s, bool lost)
+{
+	for (int kind = SOBJ_MODEL; kind <= SOBJ_CTX; kind++) {
+		struct sobj_slot *o;
+
+		slots_for_each(&s->objs, o) {
+			struct mobj *m = o->p;
+			struct djinn_state_obj *e;
+			const struct model *md;
+			int ret;
+
+			if (o->kind != kind)
+				continue;
+			md = kind == SOBJ_MODEL ? m->h->m :
+						  model_ctx_model(m->mc);
+			if (!strncmp(md->name, "upload-", 7)) {
+				log_err("state: session %llu holds the "
+					"uploaded model %s, which a restart "
+					"does not keep yet",
+					(unsigned long long)s->id, md->name);
+				return -EBUSY;
+			}
+			e = state_out_ent(out, DJINN_STATE_OBJ, sizeof(*e));
+			if (!e)
+				return -ENOMEM;
+			e->slot = slots_index(&s->objs, o);
+			e->kind = DJINN_STATE_MODEL;
+			snprintf(e->model, sizeof(e->model), "%s", md->name);
+			memcpy(e->fp, md->fp, sizeof(e->fp));
+			ret = kind == SOBJ_CTX ? save_ctx(out, s, e, m, lost) :
+						 0;
+			if (ret)
+				return ret;
+		}
+	}
+	return 0;
 }
 
 int svc_state_save(struct state_out *o, struct session_table *t)
@@ -427,15 +632,9 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 		uint64_t now = loop_now();
 		int ret;
 
-		if (s->objs.nr && slots_next(&s->objs, NULL)) {
-			log_err("state: session %llu holds models or "
-				"contexts, which a restart does not keep "
-				"yet",
-				(unsigned long long)s->id);
-			return -EBUSY;
-		}
 		e = state_out_ent(o, DJINN_STATE_SESSION,
-				  (uint32_t)(sizeof(*e) + (uint64_t)n * 4));
+				  (uint32_t)(sizeof(*e) +
+					     ((uint64_t)n + s->objs.nr) * 4));
 		if (!e)
 			return -ENOMEM;
 		e->id = s->id;
@@ -457,10 +656,14 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 		e->nr_slots = n;
 		x.lost = session_lost(s, msg, sizeof(msg)) != 0;
 		e->lost = x.lost;
+		e->nr_obj_slots = s->objs.nr;
 		gens = (uint32_t *)(e + 1);
 		for (uint32_t i = 0; i < n; i++)
 			gens[i] =
 				((struct slot *)slots_at(&s->tensors, i))->gen;
+		for (uint32_t i = 0; i < s->objs.nr; i++)
+			gens[n + i] =
+				((struct slot *)slots_at(&s->objs, i))->gen;
 		x.s = s;
 		ret = session_tensor_each(s, save_tensor, &x);
 		if (ret) {
@@ -469,6 +672,9 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 				x.why[0] ? x.why : strerror(-ret));
 			return ret;
 		}
+		ret = save_objs(o, s, x.lost);
+		if (ret)
+			return ret;
 	}
 	o->hdr.next_session = t->next_id;
 	return 0;
@@ -538,28 +744,56 @@ static int restore_tensor(struct state_in *in, struct session *s,
 	return ret;
 }
 
-/* Which slots the tensors after a session's entry fill. */
-static int live_slots(struct state_in *in, uint32_t nr, bool **out)
+/* Which tensor and object slots the entries after a session's fill:
+ * @nr and @nr_obj of them, in one array (the objects' after). */
+static int live_slots(struct state_in *in, uint32_t nr, uint32_t nr_obj,
+		      bool **out)
 {
 	size_t pos = in->pos;
-	const struct djinn_state_tensor *e;
+	const void *p;
 	uint32_t type, len;
-	bool *live = calloc(nr ? nr : 1, sizeof(*live));
+	bool *live = calloc((size_t)nr + nr_obj + 1, sizeof(*live));
+	int ret = 0;
 
 	if (!live)
 		return -ENOMEM;
-	while ((e = state_in_next(in, &type, &len)) &&
-	       type == DJINN_STATE_TENSOR) {
-		if (e->slot >= nr || live[e->slot]) {
-			free(live);
-			in->pos = pos;
-			return -EBADMSG;
-		}
-		live[e->slot] = true;
+	while (!ret && (p = state_in_next(in, &type, &len)) &&
+	       (type == DJINN_STATE_TENSOR || type == DJINN_STATE_OBJ)) {
+		bool tensor = type == DJINN_STATE_TENSOR;
+		uint32_t slot =
+			tensor ? ((const struct djinn_state_tensor *)p)->slot :
+				 ((const struct djinn_state_obj *)p)->slot;
+		uint32_t max = tensor ? nr : nr_obj;
+		bool *l = tensor ? live : live + nr;
+
+		if (slot >= max || l[slot])
+			ret = -EBADMSG;
+		else
+			l[slot] = true;
 	}
 	in->pos = pos;
+	if (ret) {
+		free(live);
+		return ret;
+	}
 	*out = live;
 	return 0;
+}
+
+static int restore_obj(struct state_in *in, struct session *s,
+		       const struct djinn_state_obj *e, char *why,
+		       size_t whylen)
+{
+	const float *logits =
+		e->have_logits ? (const float *)(in->data + e->logits_off) :
+				 NULL;
+
+	if (e->kind == DJINN_STATE_MODEL)
+		return svc_model_restore(s, e->slot, e->model, e->fp, why,
+					 whylen);
+	return svc_ctx_restore(s, e->slot, e->model_slot, e->max_tokens, e->len,
+			       in->data + e->cache_off, e->cache_bytes, logits,
+			       why, whylen);
 }
 
 int svc_state_restore(struct state_in *in, struct session_table *t,
@@ -569,7 +803,7 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 	struct session *s = NULL;
 	const void *p;
 	uint32_t type, len;
-	unsigned int nr_s = 0, nr_t = 0;
+	unsigned int nr_s = 0, nr_t = 0, nr_o = 0;
 	char why[160] = "";
 	int ret = 0;
 
@@ -578,6 +812,28 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 		const struct djinn_state_session *e = p;
 		bool *live = NULL;
 
+		if (type == DJINN_STATE_OBJ) {
+			const struct djinn_state_obj *ob = p;
+
+			if (!s) {
+				snprintf(msg, msglen,
+					 "an object before any session");
+				return -EBADMSG;
+			}
+			why[0] = 0;
+			ret = restore_obj(in, s, ob, why, sizeof(why));
+			if (ret)
+				snprintf(msg, msglen,
+					 "session %llu: %s in slot %u (%s): %s",
+					 (unsigned long long)s->id,
+					 ob->kind == DJINN_STATE_MODEL ?
+						 "model" :
+						 "context",
+					 ob->slot, ob->model,
+					 why[0] ? why : strerror(-ret));
+			nr_o += !ret;
+			continue;
+		}
 		if (type == DJINN_STATE_TENSOR) {
 			if (!s) {
 				snprintf(msg, msglen,
@@ -606,11 +862,11 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 				 (unsigned long long)e->id, e->device, nr_dev);
 			return -ENODEV;
 		}
-		ret = live_slots(in, e->nr_slots, &live);
+		ret = live_slots(in, e->nr_slots, e->nr_obj_slots, &live);
 		if (!ret)
 			ret = session_restore(t, &devs[e->device], e,
 					      (const uint32_t *)(e + 1), live,
-					      &s);
+					      live + e->nr_slots, &s);
 		free(live);
 		if (ret) {
 			snprintf(msg, msglen, "session %llu: %s",
@@ -622,7 +878,8 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 	if (!ret && in->hdr->next_session > t->next_id)
 		t->next_id = in->hdr->next_session;
 	if (!ret)
-		log_notice("state: %u sessions and %u tensors restored", nr_s,
-			   nr_t);
+		log_notice("state: %u sessions, %u tensors and %u models and "
+			   "contexts restored",
+			   nr_s, nr_t, nr_o);
 	return ret;
 }

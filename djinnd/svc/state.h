@@ -46,6 +46,10 @@ void *state_out_ent(struct state_out *o, uint32_t type, uint32_t len);
 /* Room for @len bytes of data, at *@off in state-data; NULL past the
  * size given to state_out_begin(). */
 void *state_out_data(struct state_out *o, uint64_t len, uint64_t *off);
+/* Write @len bytes of host memory @src into state-data (write(2): no
+ * page of it mapped here), at *@off: 0, or the error (kept). */
+int state_out_write(struct state_out *o, const void *src, uint64_t len,
+		    uint64_t *off);
 /* The record, sealed, in *@rec_fd and its data in *@data_fd: 0, or the
  * first error (nothing kept). */
 int state_out_end(struct state_out *o, int *rec_fd, int *data_fd);

@@ -14,8 +14,11 @@
  * same machine).
  *
  *   SESSION  struct djinn_state_session, then the generation of each of
- *            its tensor handle slots (u32 each, nr_slots of them)
+ *            its tensor handle slots (u32 each, nr_slots of them), then
+ *            of each of its model and context handle slots (nr_obj_slots)
  *   TENSOR   struct djinn_state_tensor: one of the session before it
+ *   OBJ      struct djinn_state_obj: a model or context of the session
+ *            before it, its models before its contexts
  *   CONN     struct djinn_state_conn, then its attached sessions (u64
  *            each), then the bytes it had received and not yet parsed;
  *            its socket is the fd named "conn-INDEX"
@@ -45,7 +48,8 @@
  * @written_ns:  CLOCK_MONOTONIC when it was written: leases get the time
  *               from then to the restore back
  * @next_session: the last session id given out
- * @nr_sessions, @nr_tensors, @nr_conns: its entries of each kind
+ * @nr_sessions, @nr_tensors, @nr_conns, @nr_objs: its entries of each
+ *               kind
  * @pid:         the djinnd that wrote it
  */
 struct djinn_state_hdr {
@@ -60,12 +64,15 @@ struct djinn_state_hdr {
 	__u32 nr_tensors;
 	__u32 nr_conns;
 	__u32 pid;
+	__u32 nr_objs;
+	__u32 __reserved;
 };
 
 enum djinn_state_type {
 	DJINN_STATE_SESSION = 1,
 	DJINN_STATE_TENSOR = 2,
 	DJINN_STATE_CONN = 3,
+	DJINN_STATE_OBJ = 4,
 };
 
 /* An entry: @len payload bytes follow (then padding to 8). */
@@ -81,6 +88,8 @@ struct djinn_state_ent {
  * @device:      its device's index
  * @lost:        a device fault had lost its state: it stays lost
  * @nr_slots:    tensor handle slots, each one's generation after this
+ * @nr_obj_slots: model and context handle slots, each one's generation
+ *               after the tensors'
  */
 struct djinn_state_session {
 	__u64 id;
@@ -97,6 +106,7 @@ struct djinn_state_session {
 	__u64 tensor_key;
 	__u64 obj_key;
 	__u32 nr_slots;
+	__u32 nr_obj_slots;
 	__u8 lost;
 	__u8 __reserved[3];
 };
@@ -128,6 +138,41 @@ struct djinn_state_tensor {
 	__u64 max_size;
 	__u64 data_off;
 	__u8 fp[32];
+};
+
+enum djinn_state_obj_kind {
+	DJINN_STATE_MODEL = 1,
+	DJINN_STATE_CTX = 2,
+};
+
+/**
+ * struct djinn_state_obj - a model or context handle of a session
+ * @slot:   its handle's slot in the session's object table
+ * @kind:   enum djinn_state_obj_kind
+ * @model:  a model's name, as opened (loaded again from the model
+ *          directory); @fp its weights' fingerprint, which they must
+ *          have again
+ * @model_slot: a context's model's slot
+ * @max_tokens, @len: a context's size and its tokens
+ * @have_logits: it has run a step: its last logits (vocab floats) are
+ *          state-data's [@logits_off, + @logits_bytes)
+ * @cache_off, @cache_bytes: its KV cache's bytes in state-data
+ */
+struct djinn_state_obj {
+	__u32 slot;
+	__u8 kind;
+	__u8 have_logits;
+	__u8 __reserved[2];
+	char model[DJINN_MODEL_NAME_MAX];
+	__u8 fp[32];
+	__u32 model_slot;
+	__u32 max_tokens;
+	__u32 len;
+	__u32 __reserved2;
+	__u64 cache_off;
+	__u64 cache_bytes;
+	__u64 logits_off;
+	__u64 logits_bytes;
 };
 
 /**

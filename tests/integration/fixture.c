@@ -779,3 +779,75 @@ uint64_t upload_rand(int fd, uint64_t sid, const struct djinn_tensor_desc *d,
 		free(f);
 	return h;
 }
+
+/* ---------------------------------------------------------------------- */
+/* Models and contexts */
+
+struct djinn_model_resp model_open_at(int line, int fd, uint64_t sid,
+				      const char *name)
+{
+	struct djinn_model_open o = { { 0 } };
+	struct djinn_model_resp m;
+	struct dj_resp r;
+
+	strncpy(o.name, name, sizeof(o.name) - 1);
+	call_ok_at(line, fd, DJINN_MSG_MODEL_OPEN, sid, &o, sizeof(o), &r,
+		   sizeof(m));
+	memcpy(&m, r.data, sizeof(m));
+	dj_resp_free(&r);
+	return m;
+}
+
+uint64_t ctx_new_at(int line, int fd, uint64_t sid, uint64_t model,
+		    uint32_t max)
+{
+	struct djinn_ctx_new n = { .model = model, .max_tokens = max };
+	struct djinn_ctx_resp c;
+	struct dj_resp r;
+
+	call_ok_at(line, fd, DJINN_MSG_CTX_NEW, sid, &n, sizeof(n), &r,
+		   sizeof(c));
+	memcpy(&c, r.data, sizeof(c));
+	dj_resp_free(&r);
+	if (c.len)
+		fail_msg("line %d: a new context of %u tokens", line, c.len);
+	return c.ctx;
+}
+
+/* PREFILL @n tokens or DECODE @n (tokens into @out); the response. */
+struct djinn_ctx_step_resp step_at(int line, int fd, uint64_t sid, uint16_t op,
+				   uint64_t ctx, const int32_t *in, uint32_t n,
+				   const struct djinn_sampling *sp,
+				   uint32_t flags, int32_t *out)
+{
+	size_t len = sizeof(struct djinn_ctx_step) +
+		     (op == DJINN_MSG_CTX_PREFILL ? n * 4 : 0);
+	struct djinn_ctx_step *st = xmalloc(len);
+	struct djinn_ctx_step_resp resp;
+	struct dj_resp r;
+
+	memset(st, 0, sizeof(*st));
+	st->ctx = ctx;
+	st->nr_tokens = n;
+	st->flags = flags;
+	if (sp)
+		st->sampling = *sp;
+	if (op == DJINN_MSG_CTX_PREFILL)
+		memcpy(st + 1, in, n * 4);
+	call_ok_at(line, fd, op, sid, st, len, &r, -1);
+	free(st);
+	if (r.len < sizeof(resp))
+		fail_msg("line %d: step answer of %llu bytes", line,
+			 (unsigned long long)r.len);
+	memcpy(&resp, r.data, sizeof(resp));
+	if (resp.state != DJINN_CTX_DONE || resp.hidden ||
+	    r.len != sizeof(resp) + ((resp.nr_tokens * 4 + 7) & ~7u))
+		fail_msg("line %d: step answer: state %u, %u tokens in %llu "
+			 "bytes",
+			 line, resp.state, resp.nr_tokens,
+			 (unsigned long long)r.len);
+	if (out)
+		memcpy(out, r.data + sizeof(resp), resp.nr_tokens * 4);
+	dj_resp_free(&r);
+	return resp;
+}

@@ -296,4 +296,35 @@ void graph_send_at(int line, int fd, uint64_t sid, uint64_t id,
 uint64_t upload_rand(int fd, uint64_t sid, const struct djinn_tensor_desc *d,
 		     uint64_t seed, float scale, float **vals);
 
+/* ---------------------------------------------------------------------- */
+/* Models and contexts */
+
+/* MODEL_OPEN of @name, which must succeed: its answer. */
+struct djinn_model_resp model_open_at(int line, int fd, uint64_t sid,
+				      const char *name);
+#define model_open(fd, sid, name) model_open_at(__LINE__, fd, sid, name)
+
+/* CTX_NEW of @max tokens (0: the model's) on @model: the context. */
+uint64_t ctx_new_at(int line, int fd, uint64_t sid, uint64_t model,
+		    uint32_t max);
+#define ctx_new(fd, sid, model, max) ctx_new_at(__LINE__, fd, sid, model, max)
+
+/* PREFILL @n tokens or DECODE @n (tokens into @out), which must end
+ * done: the response. */
+struct djinn_ctx_step_resp step_at(int line, int fd, uint64_t sid, uint16_t op,
+				   uint64_t ctx, const int32_t *in, uint32_t n,
+				   const struct djinn_sampling *sp,
+				   uint32_t flags, int32_t *out);
+#define prefill(fd, sid, ctx, in, n, flags)                                 \
+	step_at(__LINE__, fd, sid, DJINN_MSG_CTX_PREFILL, ctx, in, n, NULL, \
+		flags, NULL)
+#define decode(fd, sid, ctx, n, sp, out)                                      \
+	step_at(__LINE__, fd, sid, DJINN_MSG_CTX_DECODE, ctx, NULL, n, sp, 0, \
+		out)
+
+/* A tiny GPT-2 for djd_make_model(): 2 layers, 64 wide, 256 tokens. */
+#define TINY_GPT2                                                 \
+	"--arch gpt2 --layers 2 --embd 64 --heads 4 --vocab 256 " \
+	"--ctx 64 --seed 3"
+
 #endif /* DJINN_TEST_FIXTURE_H */

@@ -233,7 +233,7 @@ static void test_planned_restart(void **state)
 	/* the restart, while the reader reads */
 	before = rd.reads;
 	assert_int_equal(djd_restart(&fx->d, 60000), 0);
-	snprintf(want, sizeof(want), "%d sessions and %u tensors restored",
+	snprintf(want, sizeof(want), "%d sessions, %u tensors and 0 models",
 		 NR_SESSIONS + 1, tensors + 1);
 	assert_true(log_has(fx, want));
 	assert_true(log_has(fx, "connections restored"));
@@ -300,6 +300,92 @@ static void test_failed_successor(void **state)
 	close_session(fd, s.sid);
 	for (unsigned int k = 0; k < 3; k++)
 		free(s.bytes[k]);
+	close(fd);
+	check_text_cached(fx);
+	fx->base = vmu_now(fx);
+}
+
+/*
+ * Contexts live on: each session's model and two contexts with the same
+ * prompt and the same tokens decoded; one decodes on before the restart
+ * (what the other would give), the other after it, greedy and sampled,
+ * and they agree token for token. A decode sent as the restart begins
+ * is answered. The handles of models and contexts, and a released one,
+ * are as they were.
+ */
+#define CTX_SESSIONS 6
+
+static void test_restart_contexts(void **state)
+{
+	struct fx *fx = *state;
+	const int32_t prompt[5] = { 3, 1, 4, 1, 5 };
+	const struct djinn_sampling sp = {
+		.temperature = 0.9f, .top_k = 30, .top_p = 0.95f, .seed = 11
+	};
+	struct {
+		uint64_t sid, model, a, b, gone;
+		int32_t want[8];
+	} c[CTX_SESSIONS];
+	struct djinn_ctx_step st = { 0 };
+	struct djinn_ctx_step_resp resp;
+	struct dj_resp r;
+	int32_t got[8], tok[4];
+	uint64_t id;
+	int fd = xconnect(fx->d.sock);
+
+	assert_int_equal(djd_make_model(&fx->d, "tiny", TINY_GPT2), 0);
+	for (int i = 0; i < CTX_SESSIONS; i++) {
+		const struct djinn_sampling *how = i % 2 ? &sp : NULL;
+		struct djinn_model_resp m;
+
+		c[i].sid = open_session(fd, "ctx");
+		m = model_open(fd, c[i].sid, "tiny");
+		c[i].model = m.model;
+		c[i].gone = ctx_new(fd, c[i].sid, m.model, 16);
+		c[i].a = ctx_new(fd, c[i].sid, m.model, 32);
+		c[i].b = ctx_new(fd, c[i].sid, m.model, 32);
+		call_void(fd, DJINN_MSG_CTX_FREE, c[i].sid, &c[i].gone, 8);
+		prefill(fd, c[i].sid, c[i].a, prompt, 5 - i % 3, 0);
+		prefill(fd, c[i].sid, c[i].b, prompt, 5 - i % 3, 0);
+		/* the same tokens in both, then b goes on alone */
+		decode(fd, c[i].sid, c[i].a, 3, how, tok);
+		decode(fd, c[i].sid, c[i].b, 3, how, got);
+		assert_memory_equal(tok, got, 3 * 4);
+		decode(fd, c[i].sid, c[i].b, 8, how, c[i].want);
+	}
+	/* a decode in flight as the restart begins */
+	st.ctx = c[0].b;
+	st.nr_tokens = 10;
+	id = dj_next_id();
+	assert_int_equal(dj_send(fd, DJINN_MSG_CTX_DECODE, id, c[0].sid, &st,
+				 sizeof(st)),
+			 0);
+	assert_int_equal(djd_restart(&fx->d, 60000), 0);
+	assert_int_equal(dj_recv(fd, &r, DJ_TIMEOUT_MS), 1);
+	assert_int_equal(r.hdr.request_id, id);
+	assert_int_equal(r.error, 0);
+	memcpy(&resp, r.data, sizeof(resp));
+	assert_int_equal(resp.nr_tokens, 10);
+	dj_resp_free(&r);
+	/* a model and two contexts each */
+	assert_true(log_has(fx, "6 sessions, 0 tensors and 18 models and "
+				"contexts restored"));
+
+	for (int i = 0; i < CTX_SESSIONS; i++) {
+		decode(fd, c[i].sid, c[i].a, 8, i % 2 ? &sp : NULL, got);
+		if (memcmp(got, c[i].want, sizeof(got)))
+			fail_msg("session %d: the context continued "
+				 "otherwise after the restart",
+				 i);
+		/* the freed context's handle is still gone; the model's
+		 * works */
+		st.ctx = c[i].gone;
+		st.nr_tokens = 1;
+		call_err(fd, DJINN_MSG_CTX_DECODE, c[i].sid, &st, sizeof(st),
+			 -ENOENT, NULL);
+		ctx_new(fd, c[i].sid, c[i].model, 8);
+		close_session(fd, c[i].sid);
+	}
 	close(fd);
 	check_text_cached(fx);
 	fx->base = vmu_now(fx);
@@ -378,6 +464,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_planned_restart, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_failed_successor, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_restart_contexts, setup,
 						teardown),
 		cmocka_unit_test(test_store_restart),
 	};

@@ -498,17 +498,36 @@ static unsigned int other_tcp_port(unsigned int other)
 /* ... and, given @tls, on tls: at another free port with its files. */
 void daemon_start_tls(struct daemon_tls *tls)
 {
+	daemon_start_with(tls, NULL);
+}
+
+/* The last daemon_start_with()'s command line (its strings static). */
+static char *daemon_args[40];
+
+char *const *daemon_argv(void)
+{
+	return daemon_args;
+}
+
+void daemon_start_with(struct daemon_tls *tls, const char *const *extra)
+{
 	const char *bin = djinnd_binary();
-	char listen_unix[sizeof(tmpdir) + 32], listen_tcp[64], listen_tls[64];
-	char admin[sizeof(tmpdir) + 32], log[sizeof(tmpdir) + 32];
-	char set_cert[PATH_MAX + 32], set_key[PATH_MAX + 32];
-	char set_ca[PATH_MAX + 32];
-	char *argv[24] = {
+	static char listen_unix[sizeof(tmpdir) + 32], listen_tcp[64],
+		listen_tls[64];
+	static char admin[sizeof(tmpdir) + 32];
+	static char set_cert[PATH_MAX + 32], set_key[PATH_MAX + 32];
+	static char set_ca[PATH_MAX + 32];
+	char log[sizeof(tmpdir) + 32];
+	char **argv = daemon_args;
+	char *const start[] = {
 		(char *)bin, "--foreground", "--listen",       listen_unix,
 		"--listen",  listen_tcp,     "--admin-socket", admin,
 		"--cpu-mem", "2G",	     "--log-level",    "notice",
 	};
 	unsigned int argc = 12;
+
+	memset(daemon_args, 0, sizeof(daemon_args));
+	memcpy(daemon_args, start, sizeof(start));
 
 	if (access(bin, X_OK))
 		fail("djinnd binary %s: %s (use --djinnd or $DJINND)", bin,
@@ -532,6 +551,8 @@ void daemon_start_tls(struct daemon_tls *tls)
 		argv[argc++] = "--set";
 		argv[argc++] = set_ca;
 	}
+	for (; extra && *extra && argc < ARRAY_SIZE(daemon_args) - 1; extra++)
+		argv[argc++] = (char *)*extra;
 
 	/* The port may be taken between looking and binding: try again. */
 	for (unsigned int attempt = 0; attempt < 3; attempt++) {

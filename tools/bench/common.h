@@ -150,6 +150,10 @@ struct daemon_tls {
 
 /* daemon_start(), with a tls: listener on a free port as well. */
 void daemon_start_tls(struct daemon_tls *tls);
+/* Either, with more arguments @extra (NULL-terminated; later ones win,
+ * as "--cpu-mem", "8G"); daemon_argv(): the command line it ran. */
+void daemon_start_with(struct daemon_tls *tls, const char *const *extra);
+char *const *daemon_argv(void);
 int run_capture(char *const argv[], int timeout_ms, char *out, size_t len);
 
 /* ------------------------------------------------------------------------ */
@@ -182,5 +186,7 @@ void bench_stall(void);
 #define TLS_ROUNDS 3
 #define TLS_LOOPS (5 * TLS_ROUNDS + 2)
 void bench_tls(void);
+/* tools/bench/restart.c */
+void bench_restart(void);
 
 #endif /* DJINN_TOOLS_BENCH_COMMON_H */

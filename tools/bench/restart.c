@@ -1,0 +1,422 @@
+// SPDX-License-Identifier: MIT
+/*
+ * djinn-bench restart: the pause clients see while djinnd restarts
+ * without losing anything (djinnd --handover: admin-guide.rst, "Upgrades
+ * and restarts"), with 1 GiB and 4 GiB of session data, beside a cold
+ * start that reaches the same state from nothing.
+ *
+ * Session data: 8 sessions, each with a model (a 4-layer GPT-2 of
+ * scripts/mkmodel.py, 256 wide, 1024 positions, in the run's model
+ * directory) and 4 contexts of 960 prefilled tokens (KV caches: 8 KiB a
+ * token, 240 MiB in all), and data tensors making up the rest.
+ *
+ * The pause: a client pings djinnd (djinn_conn_ping()) on a connection
+ * of its own without a break, and the pause is the longest time between
+ * two answers around the restart; the successor is started with the same
+ * command line, and the restart is over when the old djinnd has exited.
+ * After it every context decodes on and a sample of every tensor's bytes
+ * is checked.
+ *
+ * Beside it: the copy peak (memcpy GB/s of 1 GiB in this process, pages
+ * touched), and the target that follows from it: a pause of at most 1 s
+ * plus the data moved at 0.8 of the copy peak (the data moves twice on
+ * the CPU backend: into the record's memfd, then into the successor's
+ * device memory). And the cold start: djinnd killed and started afresh,
+ * the same tensors uploaded again and the same contexts prefilled again
+ * from the client, timed until the state is back.
+ *
+ * It needs its own djinnd (not --addr) and about 3.5 times the session
+ * data in memory (the old djinnd's copy, the record's, the successor's):
+ * a size that does not fit the machine's free memory is skipped, saying
+ * so.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <djinn/djinn.h>
+
+#include "common.h"
+
+#define SESSIONS 8
+#define CTXS 4 /* per session */
+#define PROMPT 960
+#define MODEL_ARGS                                                          \
+	"--arch", "gpt2", "--layers", "4", "--embd", "256", "--heads", "4", \
+		"--vocab", "512", "--ctx", "1024", "--seed", "5"
+#define TENSOR_MAX (64 * MiB)
+#define CHECK_BYTES (64 * KiB)
+
+static const char bench_name[] = "djinn_restart";
+
+struct state {
+	struct djinn_conn *conn;
+	struct djinn_session *s[SESSIONS];
+	struct djinn_model *m[SESSIONS];
+	struct djinn_ctx *c[SESSIONS][CTXS];
+	struct djinn_tensor **t;
+	uint64_t *seed;
+	size_t nr_t;
+	uint64_t tensor_bytes;
+};
+
+/* A tensor's bytes from its seed: the same ones again to check. */
+static void gen(uint8_t *p, size_t len, uint64_t seed)
+{
+	uint64_t x = seed;
+
+	for (size_t i = 0; i + 8 <= len; i += 8) {
+		uint64_t v = splitmix64(&x);
+
+		memcpy(p + i, &v, 8);
+	}
+}
+
+static void make_model(void)
+{
+	char dir[sizeof(tmpdir) + 32], script[PATH_MAX + 32];
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char *argv[] = { "python3", script, MODEL_ARGS, dir, NULL };
+	char out[512];
+
+	if (n < 0)
+		fail("readlink: %s", strerror(errno));
+	self[n] = 0;
+	/* BUILD/tools/djinn-bench -> scripts/mkmodel.py of the checkout */
+	*strrchr(self, '/') = 0;
+	*strrchr(self, '/') = 0;
+	*strrchr(self, '/') = 0;
+	snprintf(script, sizeof(script), "%s/scripts/mkmodel.py", self);
+	if (access(script, R_OK))
+		snprintf(script, sizeof(script), "scripts/mkmodel.py");
+	snprintf(dir, sizeof(dir), "%s/models/bench", tmpdir);
+	if (run_capture(argv, 300000, out, sizeof(out)))
+		fail("mkmodel.py: %s", out);
+}
+
+/* The session data of @bytes: contexts prefilled, tensors uploaded. */
+static void build(struct state *st, const char *addr, uint64_t bytes)
+{
+	int32_t prompt[PROMPT];
+	uint8_t *buf = xmalloc_huge(TENSOR_MAX);
+	uint64_t kv = (uint64_t)SESSIONS * CTXS * PROMPT * 8 * KiB;
+	uint64_t left = bytes > kv ? bytes - kv : 0;
+
+	memset(st, 0, sizeof(*st));
+	check(djinn_connect(addr, &st->conn), "djinn_connect");
+	for (int i = 0; i < PROMPT; i++)
+		prompt[i] = (i * 37 + 11) % 512;
+	st->nr_t = (left + TENSOR_MAX - 1) / TENSOR_MAX;
+	st->t = xcalloc(st->nr_t ? st->nr_t : 1, sizeof(*st->t));
+	st->seed = xcalloc(st->nr_t ? st->nr_t : 1, sizeof(*st->seed));
+	for (int i = 0; i < SESSIONS; i++) {
+		check(djinn_session_open(st->conn, NULL, &st->s[i]),
+		      "djinn_session_open");
+		check(djinn_model_open(st->s[i], "bench", &st->m[i]),
+		      "djinn_model_open");
+		for (int k = 0; k < CTXS; k++) {
+			check(djinn_ctx_new(st->m[i], 1024, &st->c[i][k]),
+			      "djinn_ctx_new");
+			prompt[0] = i * CTXS + k;
+			check(djinn_ctx_prefill(st->c[i][k], prompt, PROMPT,
+						NULL, NULL),
+			      "djinn_ctx_prefill");
+		}
+	}
+	for (size_t j = 0; j < st->nr_t; j++) {
+		size_t len = left - j * TENSOR_MAX < TENSOR_MAX ?
+				     (size_t)(left - j * TENSOR_MAX) :
+				     TENSOR_MAX;
+		const struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_U8,
+						     .ndim = 1,
+						     .dims = { len } };
+
+		len &= ~(size_t)7;
+		st->seed[j] = 1000 + j;
+		gen(buf, len, st->seed[j]);
+		check(djinn_tensor_upload(st->s[j % SESSIONS], &d, buf,
+					  DJINN_SEG_DATA, &st->t[j]),
+		      "djinn_tensor_upload");
+		st->tensor_bytes += len;
+	}
+	free(buf);
+}
+
+/* After the restart: each context decodes on, each tensor's first and
+ * last bytes are its own. */
+static void verify(struct state *st)
+{
+	uint8_t *want = xmalloc(TENSOR_MAX), *got = xmalloc(CHECK_BYTES);
+
+	for (int i = 0; i < SESSIONS; i++)
+		for (int k = 0; k < CTXS; k++) {
+			int32_t tok[2];
+
+			if (djinn_ctx_decode(st->c[i][k], 2, NULL, tok, NULL,
+					     NULL) != 2)
+				fail("context %d.%d does not decode after the "
+				     "restart",
+				     i, k);
+		}
+	for (size_t j = 0; j < st->nr_t; j++) {
+		struct djinn_tensor_info ti;
+		size_t len;
+
+		check(djinn_tensor_info(st->t[j], &ti), "djinn_tensor_info");
+		len = (size_t)ti.bytes & ~(size_t)7;
+		gen(want, len, st->seed[j]);
+		check(djinn_tensor_download(st->t[j], 0, CHECK_BYTES, got),
+		      "djinn_tensor_download");
+		if (memcmp(got, want, CHECK_BYTES))
+			fail("tensor %zu: its first bytes changed", j);
+		check(djinn_tensor_download(st->t[j], len - CHECK_BYTES,
+					    CHECK_BYTES, got),
+		      "djinn_tensor_download");
+		if (memcmp(got, want + len - CHECK_BYTES, CHECK_BYTES))
+			fail("tensor %zu: its last bytes changed", j);
+	}
+	free(want);
+	free(got);
+}
+
+static void drop(struct state *st)
+{
+	for (int i = 0; i < SESSIONS; i++)
+		if (st->s[i])
+			djinn_session_close(st->s[i]);
+	djinn_disconnect(st->conn);
+	free(st->t);
+	free(st->seed);
+}
+
+/* A client pinging without a break: the longest gap between answers. */
+struct pinger {
+	pthread_t th;
+	struct djinn_conn *conn;
+	atomic_int stop;
+	uint64_t max_gap, pings;
+	int err;
+};
+
+static void *ping_run(void *arg)
+{
+	struct pinger *p = arg;
+	uint64_t last = mono_ns();
+
+	while (!atomic_load(&p->stop)) {
+		uint64_t now;
+		int ret = djinn_conn_ping(p->conn);
+
+		if (ret) {
+			p->err = ret;
+			break;
+		}
+		now = mono_ns();
+		if (now - last > p->max_gap)
+			p->max_gap = now - last;
+		last = now;
+		p->pings++;
+	}
+	return NULL;
+}
+
+/* memcpy GB/s of 1 GiB, pages touched first: the copy peak. */
+static double copy_peak(void)
+{
+	size_t len = 1024 * MiB;
+	uint8_t *a = xmalloc_huge(len), *b = xmalloc_huge(len);
+	double best = 0;
+
+	memset(a, 1, len);
+	memset(b, 2, len);
+	for (int r = 0; r < 3; r++) {
+		uint64_t t0 = mono_ns();
+
+		memcpy(b, a, len);
+		double gbs = (double)len / (double)(mono_ns() - t0);
+
+		best = gbs > best ? gbs : best;
+	}
+	free(a);
+	free(b);
+	return best;
+}
+
+/* The successor: the same command line; the restart is over when the
+ * old djinnd has exited. Seconds it took. */
+static double restart_now(void)
+{
+	char log[sizeof(tmpdir) + 32];
+	uint64_t t0 = mono_ns(), deadline = t0 + 300 * NSEC_PER_SEC;
+	pid_t old = daemon_pid, next;
+	int status;
+
+	snprintf(log, sizeof(log), "%s/djinnd-next.log", tmpdir);
+	next = spawn(daemon_argv(), log, NULL);
+	while (mono_ns() < deadline) {
+		if (waitpid(old, &status, WNOHANG) == old) {
+			if (!WIFEXITED(status) || WEXITSTATUS(status))
+				fail("the old djinnd ended with %#x", status);
+			daemon_pid = next;
+			return secs(t0, mono_ns());
+		}
+		if (waitpid(next, &status, WNOHANG) == next) {
+			show_tail(log);
+			fail("the successor exited (%#x)", status);
+		}
+		sleep_ns(NSEC_PER_MSEC);
+	}
+	fail("no restart within 300 s");
+}
+
+/* With --verbose: what the two djinnds logged of the restart. */
+static void show_restart_log(void)
+{
+	const char *logs[] = { "djinnd.log", "djinnd-next.log" };
+	char path[sizeof(tmpdir) + 32], line[512];
+
+	for (int i = 0; i < 2; i++) {
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/%s", tmpdir, logs[i]);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (strstr(line, "restart:") || strstr(line, "state:"))
+				info("%s", strtok(line, "\n"));
+		fclose(f);
+	}
+}
+
+static void one_size(uint64_t gib, double peak)
+{
+	uint64_t bytes = gib << 30;
+	char mem[32], handover[sizeof(tmpdir) + 32],
+		models[sizeof(tmpdir) + 32];
+	const char *extra[] = { "--cpu-mem",   mem,    "--handover", handover,
+				"--model-dir", models, NULL };
+	struct pinger p = { 0 };
+	struct state st;
+	double restart_s, cold_s, moved, target;
+	uint64_t t0;
+	struct sysinfo si;
+	char m[48];
+
+	sysinfo(&si);
+	if ((double)si.freeram * si.mem_unit + (double)si.bufferram <
+	    3.5 * (double)bytes) {
+		info("restart %llu GiB: skipped: %.1f GiB free, it needs "
+		     "3.5 times the session data",
+		     (unsigned long long)gib,
+		     (double)si.freeram * si.mem_unit / (1 << 30));
+		return;
+	}
+	/* room beyond the data: under memory pressure djinnd would swap
+	 * idle regions out (the scheduler's policy), which is another
+	 * benchmark's figure */
+	snprintf(mem, sizeof(mem), "%lluM",
+		 (unsigned long long)((bytes + bytes / 2 + 1024 * MiB) >> 20));
+	snprintf(handover, sizeof(handover), "%s/handover", tmpdir);
+	snprintf(models, sizeof(models), "%s/models", tmpdir);
+	daemon_start_with(NULL, extra);
+	build(&st, xports[0].addr, bytes);
+	info("restart %llu GiB: %zu tensors (%.2f GiB) and %d contexts of %d "
+	     "tokens built",
+	     (unsigned long long)gib, st.nr_t,
+	     (double)st.tensor_bytes / (1 << 30), SESSIONS * CTXS, PROMPT);
+
+	check(djinn_connect(xports[0].addr, &p.conn), "djinn_connect");
+	pthread_create(&p.th, NULL, ping_run, &p);
+	sleep_ns(300 * NSEC_PER_MSEC);
+	restart_s = restart_now();
+	sleep_ns(300 * NSEC_PER_MSEC);
+	atomic_store(&p.stop, 1);
+	pthread_join(p.th, NULL);
+	if (p.err)
+		fail("a ping failed across the restart: %s", strerror(-p.err));
+	djinn_disconnect(p.conn);
+	show_restart_log();
+	verify(&st);
+	drop(&st);
+
+	/* cold: killed, started afresh, the same state built again */
+	kill(daemon_pid, SIGKILL);
+	waitpid(daemon_pid, NULL, 0);
+	daemon_pid = -1;
+	unlink(handover);
+	t0 = mono_ns();
+	daemon_start_with(NULL, extra);
+	build(&st, xports[0].addr, bytes);
+	cold_s = secs(t0, mono_ns());
+	drop(&st);
+	daemon_stop();
+
+	moved = 2.0 * (double)bytes;
+	target = 1.0 + moved / (0.8 * peak * 1e9);
+	info("restart %llu GiB: pause %.3f s (restart %.3f s), target %.3f "
+	     "s, cold start %.3f s",
+	     (unsigned long long)gib, (double)p.max_gap / 1e9, restart_s,
+	     target, cold_s);
+	snprintf(m, sizeof(m), "planned_pause_%llugib_s",
+		 (unsigned long long)gib);
+	fig_emit(&(struct fig){
+		.bench = bench_name,
+		.metric = m,
+		.value = (double)p.max_gap / 1e9,
+		.unit = "s",
+		.baseline = cold_s,
+		.baseline_name = "cold_start_s",
+		.limit = NAN,
+		.target_text = "pause <= 1 s + data moved at 0.8 x copy peak",
+		.samples = 1,
+		.note = "CPU backend: the data is copied into the record and "
+			"out of it" });
+	snprintf(m, sizeof(m), "planned_pause_%llugib_vs_target",
+		 (unsigned long long)gib);
+	fig_emit(&(struct fig){ .bench = bench_name,
+				.metric = m,
+				.value = (double)p.max_gap / 1e9,
+				.unit = "s",
+				.limit = target,
+				.limit_name =
+					"1 s + 2 x data / (0.8 x copy peak)",
+				.target = "<=",
+				.want = 1.0,
+				.samples = 1 });
+}
+
+void bench_restart(void)
+{
+	double peak;
+
+	if (daemon_pid <= 0) {
+		fprintf(stderr, "restart: skipped: it restarts djinn-bench's "
+				"own djinnd (not with --addr)\n");
+		return;
+	}
+	daemon_stop();
+	make_model();
+	peak = copy_peak();
+	info("restart: copy peak %.2f GB/s", peak);
+	fig_emit(&(struct fig){ .bench = bench_name,
+				.metric = "copy_peak_gbps",
+				.value = peak,
+				.unit = "GB/s",
+				.baseline = NAN,
+				.samples = 3,
+				.note = "memcpy of 1 GiB, best of 3" });
+	one_size(1, peak);
+	one_size(4, peak);
+	daemon_start();
+}
