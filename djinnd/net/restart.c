@@ -150,7 +150,8 @@ static int write_record(struct server *srv, int *rec_fd, int *data_fd,
 		e->backlog = c->backlog_len;
 		memcpy(e->peer, &c->peer, sizeof(e->peer));
 		memcpy(e->tenant, c->tenant, sizeof(e->tenant));
-		memcpy(e + 1, c->sessions, (size_t)c->nr_sessions * 8);
+		if (c->nr_sessions)
+			memcpy(e + 1, c->sessions, (size_t)c->nr_sessions * 8);
 		if (c->backlog_len)
 			memcpy((uint8_t *)(e + 1) + (size_t)c->nr_sessions * 8,
 			       c->backlog, c->backlog_len);
