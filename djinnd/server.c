@@ -187,7 +187,11 @@ static void sig_complete(struct io_src *src, struct io_uring_cqe *cqe,
 			break;
 		case SIGTERM:
 		case SIGINT:
-			if (srv->draining || srv->restart)
+			if (srv->restart) {
+				srv->term_pending = true;
+				break;
+			}
+			if (srv->draining)
 				break;
 			if (sigs.signo == SIGTERM && restart_to_store(srv)) {
 				if (srv->hooks.stopping)

@@ -199,6 +199,7 @@ struct server {
 	/* a planned restart (net/restart.h) is handing djinnd's state to
 	 * its successor: connections stop between frames */
 	struct restart *restart;
+	bool term_pending; /* a SIGTERM came during it: drain if it fails */
 	/* 0, or DJINND_EXIT_DEVICE_DEAD once a device died (then
 	 * @dead_msg says which and why): djinnd drains and exits with it */
 	int exit_status;
@@ -221,6 +222,15 @@ int listeners_open(struct server *srv);
 /* Stop accepting (shutdown); listeners_free() once the loop has ended. */
 void listeners_close(struct server *srv);
 void listeners_free(struct server *srv);
+/* A restored admin connection's peer (@fd): allowed by the admin
+ * socket's rules now, else closed (false). */
+bool listeners_admin_peer_ok(struct server *srv, int fd);
+/* A restart (net/restart.h): the client and admin listeners stop
+ * accepting (@hold), their connections waiting in the backlog, or
+ * accept again; held: no accept is outstanding any more (every one
+ * accepted has been made a connection). */
+void listeners_hold(struct server *srv, bool hold);
+bool listeners_held(const struct server *srv);
 /* djinnd serves: the listening sockets a predecessor passed are its own
  * now (it removes their paths when it stops for good). */
 void listeners_own(struct server *srv);

@@ -205,7 +205,8 @@ int model_ctx_kept(const struct model_ctx *c, uint64_t *cache, uint64_t *bytes,
 
 int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
 		      const void *kv, uint64_t kv_bytes, const float *logits,
-		      struct model_ctx **out, char *msg, size_t msglen)
+		      uint64_t logits_bytes, struct model_ctx **out, char *msg,
+		      size_t msglen)
 {
 	struct model_ctx *c;
 	int ret;
@@ -213,6 +214,14 @@ int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
 	ret = model_ctx_new(h, max, &c, msg, msglen);
 	if (ret)
 		return ret;
+	if (logits && logits_bytes != h->m->cfg.vocab * sizeof(float)) {
+		model_ctx_free(c);
+		return errmsg(msg, msglen, -EINVAL,
+			      "logits of %llu bytes: model %s has a vocabulary "
+			      "of %u",
+			      (unsigned long long)logits_bytes, h->m->name,
+			      h->m->cfg.vocab);
+	}
 	if (len > max || kv_bytes != (uint64_t)len * c->tok_bytes) {
 		model_ctx_free(c);
 		return errmsg(msg, msglen, -EINVAL,

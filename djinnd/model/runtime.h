@@ -72,15 +72,16 @@ int model_ctx_reset(struct model_ctx *c);
  * max_tokens, or -EBUSY while it is paused at a breakpoint (a paused
  * step is not kept). model_ctx_restore() makes a context of @h as one
  * kept: @len tokens whose cache is @kv (@kv_bytes, which must be @len
- * tokens' worth), and the last logits @logits (vocab floats), or NULL
- * before any step. -EINVAL with a reason when they do not fit @h's
- * model, else as model_ctx_new().
+  * tokens' worth), and the last logits @logits (@logits_bytes: vocab
+ * floats), or NULL before any step. -EINVAL with a reason when they do
+ * not fit @h's model, else as model_ctx_new().
  */
 int model_ctx_kept(const struct model_ctx *c, uint64_t *cache, uint64_t *bytes,
 		   uint32_t *max);
 int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
 		      const void *kv, uint64_t kv_bytes, const float *logits,
-		      struct model_ctx **out, char *msg, size_t msglen);
+		      uint64_t logits_bytes, struct model_ctx **out, char *msg,
+		      size_t msglen);
 
 uint32_t model_ctx_len(const struct model_ctx *c);
 /* The last token's logits (vocab floats), or NULL before any step. */

@@ -283,5 +283,8 @@ void conn_refuse(struct conn *c, const struct djinn_hdr *req, int err,
  * quota is refused with -EDQUOT and closed; else it counts against the
  * quota until it is freed. True if refused. */
 bool conn_over_tenant_quota(struct conn *c);
+/* A restored connection (net/restart.h) counts against its tenant's
+ * quota without being refused: it was let in before the restart. */
+void conn_tenant_count(struct conn *c);
 
 #endif /* DJINN_CONN_H */

@@ -41,7 +41,7 @@ static struct passed {
 
 /* How long a successor waits for each message of a handover: the
  * predecessor first lets its requests in flight finish. */
-#define HANDOVER_WAIT_MS ((RESTART_QUIESCE_S + 30) * 1000)
+#define HANDOVER_WAIT_MS ((RESTART_QUIESCE_S + RESTART_READY_S) * 1000)
 
 static void passed_free(void)
 {
@@ -324,7 +324,9 @@ void fdstore_drop(const char *name, int fd)
 	close(fd);
 }
 
-void fdstore_retain(const char *const *names, unsigned int n)
+/* Close, and drop from the store, the passed fds not named in @names;
+ * with @state, those of a restart's state too. */
+static void drop_others(const char *const *names, unsigned int n, bool state)
 {
 	for (int i = 0; i < passed.n; i++) {
 		bool named = false;
@@ -333,23 +335,31 @@ void fdstore_retain(const char *const *names, unsigned int n)
 			continue;
 		for (unsigned int k = 0; k < n && !named; k++)
 			named = !strcmp(passed.names[i], names[k]);
-		/* the state's are restart_restore()'s to take */
-		if (named || !strcmp(passed.names[i], "state") ||
-		    !strcmp(passed.names[i], "state-data") ||
-		    !strncmp(passed.names[i], "conn-", 5))
+		/* the state's are restart_restore()'s to take first */
+		if (named ||
+		    (!state && (!strcmp(passed.names[i], "state") ||
+				!strcmp(passed.names[i], "state-data") ||
+				!strncmp(passed.names[i], "conn-", 5))))
 			continue;
-		/* configured no more: closed before anything is bound, so
-		 * that an address it held is free */
-		log_info("fd store: %s is not configured: dropped",
-			 passed.names[i]);
+		log_info("fd store: %s is %s: dropped", passed.names[i],
+			 state ? "not taken" : "not configured");
 		fdstore_drop(passed.names[i], passed.fds[i]);
 		passed.fds[i] = -1;
 	}
 }
 
+void fdstore_retain(const char *const *names, unsigned int n)
+{
+	/* configured no more: closed before anything is bound, so that an
+	 * address it held is free */
+	drop_others(names, n, false);
+}
+
 void fdstore_done(void)
 {
-	fdstore_retain(NULL, 0);
+	/* a connection not restored is closed, and the store lets go of
+	 * it: its client sees the end, not a socket nobody reads */
+	drop_others(NULL, 0, true);
 	passed_free();
 	passed.from_store = false;
 }

@@ -52,6 +52,9 @@ struct listener {
 	 * (net/fdstore.h): its unix path stays at exit */
 	bool stored;
 	bool borrowed; /* passed by a predecessor; this djinnd not serving */
+	/* a restart holds it: not accepting (connections wait in the
+	 * backlog for the successor); whether an accept is outstanding */
+	bool held, accepting;
 	bool handover; /* --handover's socket: a successor connects */
 	char name[FDSTORE_NAME_MAX + 1]; /* in the store; "" for none */
 	/* the admin socket's group (server.admin_group), when it has one */
@@ -390,6 +393,63 @@ static bool admin_peer_ok(struct listener *ls, int fd)
 	return false;
 }
 
+bool listeners_admin_peer_ok(struct server *srv, int fd)
+{
+	struct listener *ls;
+
+	list_for_each_entry(ls, &srv->listeners, node)
+		if (ls->admin)
+			return admin_peer_ok(ls, fd);
+	log_warn("admin connection: no admin socket is configured: closed");
+	close(fd);
+	return false;
+}
+
+void conn_tenant_count(struct conn *c)
+{
+	if (c->admin)
+		return;
+	c->ts = tenant_state_get(&c->srv->sessions, c->tenant);
+	if (c->ts)
+		c->ts->conns++;
+}
+
+static void listener_arm(struct listener *ls);
+
+void listeners_hold(struct server *srv, bool hold)
+{
+	struct listener *ls;
+
+	list_for_each_entry(ls, &srv->listeners, node) {
+		struct io_uring_sqe *sqe;
+
+		if (ls->fd < 0 || ls->metrics || ls->handover)
+			continue;
+		ls->held = hold;
+		if (!hold) {
+			listener_arm(ls);
+			continue;
+		}
+		if (!ls->accepting)
+			continue;
+		sqe = loop_sqe(&srv->loop, NULL, 0);
+		if (sqe)
+			io_uring_prep_cancel64(
+				sqe, (uint64_t)(uintptr_t)&ls->src | TAG_ACCEPT,
+				0);
+	}
+}
+
+bool listeners_held(const struct server *srv)
+{
+	const struct listener *ls;
+
+	list_for_each_entry(ls, &srv->listeners, node)
+		if (ls->held && ls->accepting)
+			return false;
+	return true;
+}
+
 void listeners_own(struct server *srv)
 {
 	struct listener *ls;
@@ -520,9 +580,11 @@ static void conn_new(struct listener *ls, int fd)
 
 static void listener_arm(struct listener *ls)
 {
-	struct io_uring_sqe *sqe =
-		loop_sqe(&ls->srv->loop, &ls->src, TAG_ACCEPT);
+	struct io_uring_sqe *sqe;
 
+	if (ls->held || ls->accepting)
+		return;
+	sqe = loop_sqe(&ls->srv->loop, &ls->src, TAG_ACCEPT);
 	if (!sqe) {
 		loop_retry(&ls->srv->loop, &ls->retry);
 		return;
@@ -532,6 +594,7 @@ static void listener_arm(struct listener *ls)
 					       SOCK_CLOEXEC);
 	else
 		io_uring_prep_accept(sqe, ls->fd, NULL, NULL, SOCK_CLOEXEC);
+	ls->accepting = true;
 }
 
 static uint64_t listener_retry(struct loop_timer *t, uint64_t now)
@@ -550,6 +613,8 @@ static void listener_complete(struct io_src *src, struct io_uring_cqe *cqe,
 	bool out_of_fds = cqe->res == -EMFILE || cqe->res == -ENFILE;
 	uint64_t now = loop_now();
 
+	if (!(cqe->flags & IORING_CQE_F_MORE))
+		ls->accepting = false;
 	if (cqe->res >= 0) {
 		conn_new(ls, cqe->res);
 	} else if (cqe->res != -ECANCELED &&
@@ -849,7 +914,8 @@ int listeners_open(struct server *srv)
 	/* the state a predecessor passed, if any */
 	if (!ret) {
 		ret = restart_restore(srv);
-		/* from a store, what could not be restored is gone; from a
+		/* nothing of a record that fails is restored: from a store,
+		 * djinnd starts afresh (its connections are closed); from a
 		 * --handover, the predecessor serves on */
 		if (ret && !srv->cfg.handover)
 			ret = 0;

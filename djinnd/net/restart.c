@@ -4,6 +4,7 @@
  * connections, writing and sending the record, and restoring it.
  */
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -43,19 +44,29 @@ bool restart_can_hand_over(const struct server *srv)
 }
 
 /* The successor is told why (it exits), and this djinnd serves on. */
+/* The hold ends: listeners accept, leases run (the time held given
+ * back), connections read again. */
+static void release(struct server *srv)
+{
+	struct conn *c, *n;
+
+	srv->restart = NULL;
+	listeners_hold(srv, false);
+	session_table_hold_leases(&srv->sessions, false);
+	list_for_each_entry_safe(c, n, &srv->conns, node)
+		conn_resume(c);
+}
+
 static void hand_over_fail(struct restart *r, const char *why, bool kill)
 {
 	struct server *srv = r->srv;
 	char msg[300];
-	struct conn *c, *n;
 
 	if (r->to_store) {
 		/* stopping, as without a store: the sessions end */
 		log_err("restart: the state cannot be kept: %s; draining", why);
-		srv->restart = NULL;
 		free(r);
-		list_for_each_entry_safe(c, n, &srv->conns, node)
-			conn_resume(c);
+		release(srv);
 		srv->hooks.drain(srv);
 		return;
 	}
@@ -68,10 +79,13 @@ static void hand_over_fail(struct restart *r, const char *why, bool kill)
 	close(r->sock);
 	if (r->pidfd >= 0)
 		close(r->pidfd);
-	srv->restart = NULL;
 	free(r);
-	list_for_each_entry_safe(c, n, &srv->conns, node)
-		conn_resume(c);
+	release(srv);
+	if (srv->term_pending) {
+		/* a SIGTERM came meanwhile: it is answered now */
+		log_notice("restart: SIGTERM while handing over: draining");
+		srv->hooks.drain(srv);
+	}
 }
 
 /* Into the store: each connection (polled: one whose client hangs up
@@ -85,18 +99,21 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 	struct conn *c;
 	char name[24];
 
+	/* the record first: a store short of room drops connections
+	 * (their clients reconnect), not the sessions */
+	if (!fdstore_keep("state-data", data_fd, false) ||
+	    !fdstore_keep("state", rec_fd, false)) {
+		close(rec_fd);
+		close(data_fd);
+		fdstore_forget("state-data");
+		hand_over_fail(r, "the store did not take the record", false);
+		return;
+	}
 	list_for_each_entry(c, &srv->conns, node) {
 		if (c->tls)
 			continue;
 		snprintf(name, sizeof(name), "conn-%u", i++);
 		kept += fdstore_keep(name, c->fd, true);
-	}
-	if (!fdstore_keep("state-data", data_fd, false) ||
-	    !fdstore_keep("state", rec_fd, false)) {
-		close(rec_fd);
-		close(data_fd);
-		hand_over_fail(r, "the store did not take the record", false);
-		return;
 	}
 	log_notice("restart: %llu sessions and %u of %u connections kept in "
 		   "the fd store in %llu ms; exiting",
@@ -271,7 +288,7 @@ static uint64_t hold_tick(struct loop_timer *t, uint64_t now)
 	struct restart *r = container_of(t, struct restart, timer);
 	struct server *srv = r->srv;
 	bool quiet = !svc_jobs(srv->dev, srv->nr_dev) &&
-		     list_empty(&srv->closing);
+		     list_empty(&srv->closing) && listeners_held(srv);
 	unsigned int busy = 0;
 	struct conn *c, *n;
 
@@ -314,6 +331,11 @@ static struct restart *restart_begin(struct server *srv)
 	r->timer.fn = hold_tick;
 	INIT_LIST_HEAD(&r->timer.node);
 	srv->restart = r;
+	srv->term_pending = false;
+	/* new clients wait in the backlog, for whichever djinnd serves
+	 * next; leases do not run out while HEARTBEATs wait unread */
+	listeners_hold(srv, true);
+	session_table_hold_leases(&srv->sessions, true);
 	loop_timer_add(&srv->loop, &r->timer, r->t0);
 	return r;
 }
@@ -362,6 +384,20 @@ bool restart_to_store(struct server *srv)
 /* ---------------------------------------------------------------------- */
 /* Restoring */
 
+/* Whether TCP socket @fd's peer is the address @peer holds. */
+static bool peer_is(int fd, const uint8_t *peer)
+{
+	struct sockaddr_storage sa;
+	socklen_t len = sizeof(sa);
+
+	memset(&sa, 0, sizeof(sa));
+	if (getpeername(fd, (struct sockaddr *)&sa, &len))
+		return false;
+	return !memcmp(&sa, peer,
+		       sa.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+						  sizeof(struct sockaddr_in));
+}
+
 static void restore_conn(struct server *srv, const struct djinn_state_conn *e)
 {
 	const uint64_t *ids = (const void *)(e + 1);
@@ -378,6 +414,16 @@ static void restore_conn(struct server *srv, const struct djinn_state_conn *e)
 		return;
 	}
 	fdstore_forget(name);
+	if (e->tcp && !peer_is(fd, e->peer)) {
+		log_warn("restart: %s: not connected to the peer the record "
+			 "names: closed",
+			 name);
+		close(fd);
+		return;
+	}
+	/* the admin socket's rules as they are now */
+	if (e->admin && !listeners_admin_peer_ok(srv, fd))
+		return;
 	c = conn_create(srv, fd, e->admin, e->tcp);
 	if (!c) {
 		close(fd);
@@ -393,8 +439,7 @@ static void restore_conn(struct server *srv, const struct djinn_state_conn *e)
 		memcpy(c->tenant, e->tenant, sizeof(c->tenant));
 		c->tenant[sizeof(c->tenant) - 1] = 0;
 	}
-	if (!c->admin && conn_over_tenant_quota(c))
-		return;
+	conn_tenant_count(c);
 	for (uint32_t i = 0; i < e->nr_sessions; i++) {
 		struct session *s = session_get(&srv->sessions, ids[i]);
 

@@ -3,20 +3,24 @@
  * Planned restarts that keep djinnd's state: sessions, their tensors and
  * the client connections (include/djinn/state.h is the record).
  *
- * Handing over (the running djinnd, when a successor connects to
- * --handover's socket): every connection is held between two frames
+  * Handing over (the running djinnd, when a successor connects to
+ * --handover's socket): the client and admin listeners stop accepting
+ * (new clients wait in the backlog), leases stop running (HEARTBEATs
+ * wait unread), and every connection is held between two frames
  * (conn_hold()); requests in flight finish and their answers go out.
- * Once nothing runs, nothing is owed and every connection is held, the
- * record is written (svc/state.h, and an entry per connection) and sent
- * with the listening sockets, the record's two memfds and each
- * connection's socket. The successor restores them and says "serving":
- * then this djinnd exits at once, touching nothing (the sockets and the
- * sessions are the successor's). A successor that closes first, or
- * takes longer than RESTART_READY_S, leaves this djinnd serving as
- * before: it lets go of its connections (the successor is killed if it
- * still runs). Requests still running after RESTART_QUIESCE_S, or a
- * record that cannot be written, fail the handover the same way; the
- * successor is told why.
+ * Once nothing runs, nothing is owed, no accept is outstanding and every
+ * connection is held, the record is written (svc/state.h, and an entry
+ * per connection) and sent with the listening sockets, the record's two
+ * memfds and each connection's socket. The successor restores them and
+ * says "serving": then this djinnd exits at once, touching nothing (the
+ * sockets and the sessions are the successor's). Until then the I/O
+ * loop waits for that word. A successor that closes first leaves this
+ * djinnd serving as before, with everything: listeners accept, leases
+ * run (the time held added to each), connections read again; one that
+ * says nothing for RESTART_READY_S is killed, and the same follows.
+ * Requests still running after RESTART_QUIESCE_S, or a record that
+ * cannot be written, fail the handover the same way, the successor told
+ * why; a SIGTERM that came meanwhile then drains djinnd.
  *
   * Kept: sessions (id, token, tenant, priority, lease with the restart's
  * gap added back, handle keys and generations), their tensors (data and

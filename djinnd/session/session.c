@@ -185,9 +185,40 @@ static uint64_t lease_tick(struct loop_timer *lt, uint64_t now)
 {
 	struct session_table *t =
 		container_of(lt, struct session_table, lease_timer);
-	uint64_t next = t->leases->ops->poll(t->leases, now, lease_expired, t);
+	uint64_t next;
 
+	if (t->held_at)
+		return 100 * NSEC_PER_MSEC; /* a restart holds the leases */
+	next = t->leases->ops->poll(t->leases, now, lease_expired, t);
 	return next ? next : NSEC_PER_MSEC;
+}
+
+void session_table_hold_leases(struct session_table *t, bool hold)
+{
+	uint64_t now = loop_now();
+	struct session *s;
+
+	if (hold) {
+		if (!t->held_at)
+			t->held_at = now;
+		return;
+	}
+	if (!t->held_at)
+		return;
+	/* the time held is given back */
+	list_for_each_entry(s, &t->list, node)
+		if (s->deadline_ns)
+			s->deadline_ns += now - t->held_at;
+	t->held_at = 0;
+}
+
+uint64_t session_lease_left(const struct session_table *t,
+			    const struct session *s)
+{
+	uint64_t now = t->held_at ? t->held_at : loop_now();
+	uint64_t left = s->deadline_ns > now ? s->deadline_ns - now : 0;
+
+	return left < s->lease_ns ? left : s->lease_ns;
 }
 
 void session_table_start(struct session_table *t)

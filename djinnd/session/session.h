@@ -164,9 +164,21 @@ struct session_table {
 	struct loop *loop;
 	struct loop_timer lease_timer;
 	uint64_t opened, ended[SESSION_SHUTDOWN + 1];
+	uint64_t held_at; /* leases held since (a restart), or 0 */
 	void (*ended_hook)(struct session *s, void *arg);
 	void *hook_arg;
 };
+
+/*
+ * A restart (net/restart.h) holds the leases while it holds the
+ * connections (their HEARTBEATs wait unread): none expires meanwhile,
+ * and when they are let go (the restart failed) the time held is added
+ * to every deadline. session_lease_left(): what is left of @s's lease,
+ * not counting the time held.
+ */
+void session_table_hold_leases(struct session_table *t, bool hold);
+uint64_t session_lease_left(const struct session_table *t,
+			    const struct session *s);
 
 /* An empty table whose timers run on @loop; start: its lease provider
  * (@leases, set meanwhile) is polled from now on; fini: the table is

@@ -639,8 +639,8 @@ int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 
 int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 		    uint32_t max, uint32_t len, const void *kv,
-		    uint64_t kv_bytes, const float *logits, char *msg,
-		    size_t msglen)
+		    uint64_t kv_bytes, const float *logits,
+		    uint64_t logits_bytes, char *msg, size_t msglen)
 {
 	struct mobj *m = session_obj_at(s, model_slot, SOBJ_MODEL), *o;
 	struct model_ctx *mc;
@@ -651,8 +651,8 @@ int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 			 model_slot);
 		return -EINVAL;
 	}
-	ret = model_ctx_restore(m->h, max, len, kv, kv_bytes, logits, &mc, msg,
-				msglen);
+	ret = model_ctx_restore(m->h, max, len, kv, kv_bytes, logits,
+				logits_bytes, &mc, msg, msglen);
 	if (ret)
 		return ret;
 	ret = svc_ctx_made(s, mc, false, msg, msglen);

@@ -204,8 +204,8 @@ int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 		      const uint8_t fp[32], char *msg, size_t msglen);
 int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 		    uint32_t max, uint32_t len, const void *kv,
-		    uint64_t kv_bytes, const float *logits, char *msg,
-		    size_t msglen);
+		    uint64_t kv_bytes, const float *logits,
+		    uint64_t logits_bytes, char *msg, size_t msglen);
 struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
 		      char *msg, size_t msglen);
 int svc_model_close(struct session *s, uint64_t handle, char *msg,

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "graph.h"
 #include "log.h"
 #include "session/session.h"
 #include "model/runtime.h"
@@ -201,11 +202,19 @@ void state_out_abort(struct state_out *o)
 /* ---------------------------------------------------------------------- */
 /* Reading */
 
+/* The seals a record's memfds must have: nothing checked may change. */
+#define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
+
 static const void *map_fd(int fd, uint64_t *size, int *err)
 {
+	int seals = fcntl(fd, F_GET_SEALS);
 	struct stat st;
 	void *p;
 
+	if (seals < 0 || (seals & SEALS) != SEALS) {
+		*err = -EPERM;
+		return NULL;
+	}
 	if (fstat(fd, &st)) {
 		*err = -errno;
 		return NULL;
@@ -251,13 +260,20 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 			return true;
 		break;
 	}
-	case DJINN_STATE_TENSOR:
+	case DJINN_STATE_TENSOR: {
+		uint64_t elems, bytes;
+
+		/* a shape its bytes fill, as the wire checks it: a graph
+		 * reads what the shape says */
 		if (len == sizeof(*t) && t->data_off <= in->data_size &&
 		    t->bytes <= in->data_size - t->data_off &&
 		    t->kind >= DJINN_STATE_DATA &&
-		    t->kind <= DJINN_STATE_MODULE)
+		    t->kind <= DJINN_STATE_MODULE &&
+		    !djinn_desc_check(&t->desc, &elems, &bytes) &&
+		    bytes == t->bytes)
 			return true;
 		break;
+	}
 	case DJINN_STATE_CONN:
 		if (len >= sizeof(*c) && c->backlog <= len &&
 		    (uint64_t)c->nr_sessions * 8 + c->backlog ==
@@ -283,8 +299,9 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 	memset(in, 0, sizeof(*in));
 	in->rec = map_fd(rec_fd, &size, &err);
 	if (!in->rec) {
-		snprintf(msg, msglen, "cannot map the record: %s",
-			 strerror(-err));
+		snprintf(msg, msglen, "the record: %s",
+			 err == -EPERM ? "its memfd is not sealed" :
+					 strerror(-err));
 		return err;
 	}
 	in->size = size;
@@ -315,10 +332,12 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 	in->hdr = h;
 	in->data = map_fd(data_fd, &data_size, &err);
 	if (!in->data) {
-		snprintf(msg, msglen, "cannot map its data: %s",
-			 strerror(-err));
+		snprintf(msg, msglen, "its data: %s",
+			 err == -EPERM ? "its memfd is not sealed" :
+					 strerror(-err));
 		goto fail;
 	}
+	in->data_mapped = data_size;
 	if (data_size < h->data_size) {
 		snprintf(msg, msglen,
 			 "data of %llu bytes, the record says "
@@ -382,8 +401,8 @@ void state_in_close(struct state_in *in)
 {
 	if (in->rec && in->size)
 		munmap((void *)in->rec, in->size);
-	if (in->data && in->data_size)
-		munmap((void *)in->data, in->data_size);
+	if (in->data && in->data_mapped)
+		munmap((void *)in->data, in->data_mapped);
 	memset(in, 0, sizeof(*in));
 }
 
@@ -485,13 +504,6 @@ static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 	e->kind = t->module ? DJINN_STATE_MODULE :
 		  t->text   ? DJINN_STATE_TEXT :
 			      DJINN_STATE_DATA;
-	if (x->lost) {
-		/* its bytes went with the device's state: room only */
-		if (!state_out_data(x->o, t->bytes, &off))
-			return x->o->err;
-		e->data_off = off;
-		return 0;
-	}
 	if (t->text) {
 		memcpy(e->fp, vmu_text_fp(t->text), sizeof(e->fp));
 		e->shared = vmu_text_shared(t->text);
@@ -537,7 +549,7 @@ static uint32_t obj_slot_of(struct session *s, const void *p)
 
 /* One context's entry: its cache and last logits into state-data. */
 static int save_ctx(struct state_out *out, struct session *s,
-		    struct djinn_state_obj *e, struct mobj *m, bool lost)
+		    struct djinn_state_obj *e, struct mobj *m)
 {
 	const struct model *md = model_ctx_model(m->mc);
 	uint64_t cache, bytes, off = 0;
@@ -557,10 +569,7 @@ static int save_ctx(struct state_out *out, struct session *s,
 	e->max_tokens = max;
 	e->len = model_ctx_len(m->mc);
 	e->cache_bytes = bytes;
-	if (lost)
-		ret = state_out_data(out, bytes, &off) ? 0 : out->err;
-	else
-		ret = region_out(out, s, cache, bytes, &off);
+	ret = region_out(out, s, cache, bytes, &off);
 	e->cache_off = off;
 	if (ret) {
 		log_err("state: session %llu: the context in slot %u: its "
@@ -581,7 +590,7 @@ static int save_ctx(struct state_out *out, struct session *s,
 }
 
 /* @s's models, then its contexts. */
-static int save_objs(struct state_out *out, struct session *s, bool lost)
+static int save_objs(struct state_out *out, struct session *s)
 {
 	for (int kind = SOBJ_MODEL; kind <= SOBJ_CTX; kind++) {
 		struct sobj_slot *o;
@@ -610,8 +619,7 @@ static int save_objs(struct state_out *out, struct session *s, bool lost)
 			e->kind = DJINN_STATE_MODEL;
 			snprintf(e->model, sizeof(e->model), "%s", md->name);
 			memcpy(e->fp, md->fp, sizeof(e->fp));
-			ret = kind == SOBJ_CTX ? save_ctx(out, s, e, m, lost) :
-						 0;
+			ret = kind == SOBJ_CTX ? save_ctx(out, s, e, m) : 0;
 			if (ret)
 				return ret;
 		}
@@ -629,7 +637,6 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 		struct djinn_state_session *e;
 		uint32_t *gens;
 		uint32_t n = s->tensors.nr;
-		uint64_t now = loop_now();
 		int ret;
 
 		e = state_out_ent(o, DJINN_STATE_SESSION,
@@ -646,10 +653,7 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 		e->pid = (uint32_t)s->pid;
 		e->device = s->dev->index;
 		e->lease_ns = s->lease_ns;
-		e->lease_left_ns = s->deadline_ns > now ? s->deadline_ns - now :
-							  0;
-		if (e->lease_left_ns > s->lease_ns)
-			e->lease_left_ns = s->lease_ns;
+		e->lease_left_ns = session_lease_left(t, s);
 		e->requests = s->requests;
 		e->tensor_key = s->tensors.key;
 		e->obj_key = s->objs.key;
@@ -665,6 +669,10 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 			gens[n + i] =
 				((struct slot *)slots_at(&s->objs, i))->gen;
 		x.s = s;
+		/* its device state is gone: the session stays (every request
+		 * but closing answers -EIO), its tensors and objects do not */
+		if (x.lost)
+			continue;
 		ret = session_tensor_each(s, save_tensor, &x);
 		if (ret) {
 			log_err("state: session %llu: %s",
@@ -672,7 +680,7 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 				x.why[0] ? x.why : strerror(-ret));
 			return ret;
 		}
-		ret = save_objs(o, s, x.lost);
+		ret = save_objs(o, s);
 		if (ret)
 			return ret;
 	}
@@ -687,7 +695,6 @@ static int restore_tensor(struct state_in *in, struct session *s,
 {
 	const uint8_t *src = in->data + e->data_off;
 	struct tensor t = { .desc = e->desc, .bytes = e->bytes };
-	bool lost = session_lost(s, why, whylen) != 0;
 	int ret;
 
 	why[0] = 0;
@@ -724,7 +731,7 @@ static int restore_tensor(struct state_in *in, struct session *s,
 		if (!ret) {
 			ret = vmu_region_resize(s->vs, t.region, e->bytes,
 						NULL);
-			if (!ret && e->bytes && !lost)
+			if (!ret && e->bytes)
 				ret = vmu_region_write(s->vs, t.region, 0, src,
 						       e->bytes);
 			if (ret)
@@ -793,74 +800,83 @@ static int restore_obj(struct state_in *in, struct session *s,
 					 whylen);
 	return svc_ctx_restore(s, e->slot, e->model_slot, e->max_tokens, e->len,
 			       in->data + e->cache_off, e->cache_bytes, logits,
-			       why, whylen);
+			       e->logits_bytes, why, whylen);
+}
+
+/* One entry after session @s's: its tensors and objects. */
+static int restore_one(struct state_in *in, struct session *s, uint32_t type,
+		       const void *p, unsigned int *nr_t, unsigned int *nr_o,
+		       char *msg, size_t msglen)
+{
+	const struct djinn_state_obj *ob = p;
+	const struct djinn_state_tensor *te = p;
+	char why[160] = "";
+	int ret;
+
+	if (!s) {
+		snprintf(msg, msglen, "a %s before any session",
+			 type == DJINN_STATE_OBJ ? "model or context" :
+						   "tensor");
+		return -EBADMSG;
+	}
+	if (type == DJINN_STATE_TENSOR) {
+		ret = restore_tensor(in, s, te, why, sizeof(why));
+		if (ret)
+			snprintf(msg, msglen,
+				 "session %llu: tensor in slot %u: %s",
+				 (unsigned long long)s->id, te->slot,
+				 why[0] ? why : strerror(-ret));
+		*nr_t += !ret;
+		return ret;
+	}
+	ret = restore_obj(in, s, ob, why, sizeof(why));
+	if (ret)
+		snprintf(msg, msglen, "session %llu: %s in slot %u (%s): %s",
+			 (unsigned long long)s->id,
+			 ob->kind == DJINN_STATE_MODEL ? "model" : "context",
+			 ob->slot, ob->model, why[0] ? why : strerror(-ret));
+	*nr_o += !ret;
+	return ret;
 }
 
 int svc_state_restore(struct state_in *in, struct session_table *t,
 		      struct device *devs, unsigned int nr_dev, char *msg,
 		      size_t msglen)
 {
+	uint64_t *ids = calloc(in->hdr->nr_sessions + 1, sizeof(*ids));
+	uint64_t next_id = t->next_id;
 	struct session *s = NULL;
 	const void *p;
 	uint32_t type, len;
 	unsigned int nr_s = 0, nr_t = 0, nr_o = 0;
-	char why[160] = "";
 	int ret = 0;
 
+	if (!ids) {
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
 	state_in_rewind(in);
 	while (!ret && (p = state_in_next(in, &type, &len))) {
 		const struct djinn_state_session *e = p;
 		bool *live = NULL;
 
-		if (type == DJINN_STATE_OBJ) {
-			const struct djinn_state_obj *ob = p;
-
-			if (!s) {
-				snprintf(msg, msglen,
-					 "an object before any session");
-				return -EBADMSG;
-			}
-			why[0] = 0;
-			ret = restore_obj(in, s, ob, why, sizeof(why));
-			if (ret)
-				snprintf(msg, msglen,
-					 "session %llu: %s in slot %u (%s): %s",
-					 (unsigned long long)s->id,
-					 ob->kind == DJINN_STATE_MODEL ?
-						 "model" :
-						 "context",
-					 ob->slot, ob->model,
-					 why[0] ? why : strerror(-ret));
-			nr_o += !ret;
-			continue;
-		}
-		if (type == DJINN_STATE_TENSOR) {
-			if (!s) {
-				snprintf(msg, msglen,
-					 "a tensor before any "
-					 "session");
-				return -EBADMSG;
-			}
-			ret = restore_tensor(in, s, p, why, sizeof(why));
-			if (ret)
-				snprintf(msg, msglen,
-					 "session %llu: tensor in slot %u: %s",
-					 (unsigned long long)s->id,
-					 ((const struct djinn_state_tensor *)p)
-						 ->slot,
-					 why[0] ? why : strerror(-ret));
-			nr_t += !ret;
+		if (type == DJINN_STATE_TENSOR || type == DJINN_STATE_OBJ) {
+			ret = restore_one(in, s, type, p, &nr_t, &nr_o, msg,
+					  msglen);
 			continue;
 		}
 		s = NULL;
 		if (type != DJINN_STATE_SESSION)
 			continue;
-		if (e->device >= nr_dev) {
-			snprintf(msg, msglen,
-				 "session %llu was on device %u; this djinnd "
-				 "has %u",
-				 (unsigned long long)e->id, e->device, nr_dev);
-			return -ENODEV;
+		if (e->device >= nr_dev || nr_s >= in->hdr->nr_sessions) {
+			snprintf(
+				msg, msglen,
+				"session %llu: on device %u of %u, entry %u of "
+				"%u",
+				(unsigned long long)e->id, e->device, nr_dev,
+				nr_s + 1, in->hdr->nr_sessions);
+			ret = -EBADMSG;
+			break;
 		}
 		ret = live_slots(in, e->nr_slots, e->nr_obj_slots, &live);
 		if (!ret)
@@ -872,14 +888,28 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 			snprintf(msg, msglen, "session %llu: %s",
 				 (unsigned long long)e->id, strerror(-ret));
 			s = NULL;
+			break;
 		}
-		nr_s += !ret;
+		ids[nr_s++] = s->id;
 	}
-	if (!ret && in->hdr->next_session > t->next_id)
+	if (ret) {
+		/* all or nothing: the sessions restored so far go again */
+		for (unsigned int i = 0; i < nr_s; i++) {
+			s = session_get(t, ids[i]);
+			if (!s)
+				continue;
+			session_end(t, s, SESSION_SHUTDOWN);
+			session_put(s);
+		}
+		t->next_id = next_id;
+		free(ids);
+		return ret;
+	}
+	free(ids);
+	if (in->hdr->next_session > t->next_id)
 		t->next_id = in->hdr->next_session;
-	if (!ret)
-		log_notice("state: %u sessions, %u tensors and %u models and "
-			   "contexts restored",
-			   nr_s, nr_t, nr_o);
-	return ret;
+	log_notice("state: %u sessions, %u tensors and %u models and "
+		   "contexts restored",
+		   nr_s, nr_t, nr_o);
+	return 0;
 }

@@ -59,15 +59,17 @@ struct state_in {
 	const uint8_t *rec;
 	size_t size;
 	const uint8_t *data;
-	uint64_t data_size;
+	uint64_t data_size; /* the record's word; data_mapped: the file's */
+	uint64_t data_mapped;
 	const struct djinn_state_hdr *hdr;
 	size_t pos;
 };
 
 /* Map and check the record: 0, or -EPROTONOSUPPORT (a version this
  * djinnd does not read, named in @msg), -EBADMSG (it does not parse:
- * @msg says where), or another negative errno. The fds stay the
- * caller's. */
+ * @msg says where), -EPERM (a memfd not sealed against writes and
+ * shrinking: what was checked could change under the restore), or
+ * another negative errno. The fds stay the caller's. */
 int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 		  size_t msglen);
 /* The next entry's payload and its @type and @len, or NULL at the end;
@@ -79,8 +81,8 @@ void state_in_close(struct state_in *in);
 uint64_t svc_state_data_size(struct session_table *t);
 int svc_state_save(struct state_out *o, struct session_table *t);
 /* The record's sessions, on @devs (their device index); 0, or the first
- * error with @msg saying which session and why (those restored before
- * it stay: the caller ends them). */
+ * error with @msg saying which session and why, and nothing restored
+ * (the sessions restored before it are ended again). */
 int svc_state_restore(struct state_in *in, struct session_table *t,
 		      struct device *devs, unsigned int nr_dev, char *msg,
 		      size_t msglen);

@@ -38,6 +38,16 @@ static int setup(void **state)
 	return fx_start_args(state, "256M", LEASE_MS, extra);
 }
 
+static const char *extra_fault[] = { "--handover", hpath, "--fault-injection",
+				     NULL };
+
+static int setup_fault(void **state)
+{
+	snprintf(hpath, sizeof(hpath), "/tmp/djinn-restart.%d", (int)getpid());
+	unlink(hpath);
+	return fx_start_args(state, "256M", LEASE_MS, extra_fault);
+}
+
 static int teardown(void **state)
 {
 	int ret = fx_teardown(state);
@@ -175,6 +185,45 @@ static void *reader_run(void *arg)
 	return NULL;
 }
 
+/* A client connecting anew over and over, through the restart: each
+ * connection must be answered, by one djinnd or the other. */
+struct connector {
+	pthread_t th;
+	const char *path;
+	volatile int stop;
+	volatile long hellos, bad;
+	char why[128];
+};
+
+static void *connector_run(void *arg)
+{
+	struct connector *cn = arg;
+
+	while (!cn->stop) {
+		struct djinn_hello_resp h;
+		struct dj_resp r;
+		int fd = dj_connect(cn->path), ret = 0;
+
+		if (fd >= 0)
+			ret = dj_call(fd, DJINN_MSG_HELLO, 0, NULL, 0, &r);
+		if (fd < 0 || ret != 1 || r.error || r.len != sizeof(h)) {
+			snprintf(cn->why, sizeof(cn->why), "hello %ld: %s",
+				 cn->hellos,
+				 fd < 0 ? strerror(-fd) : ret_str(ret));
+			cn->bad++;
+			if (ret == 1)
+				dj_resp_free(&r);
+			if (fd >= 0)
+				close(fd);
+			break;
+		}
+		dj_resp_free(&r);
+		close(fd);
+		cn->hellos++;
+	}
+	return NULL;
+}
+
 static bool log_has(const struct fx *fx, const char *what)
 {
 	FILE *f = fopen(fx->d.log, "r");
@@ -205,6 +254,7 @@ static void test_planned_restart(void **state)
 	static struct held s[NR_SESSIONS];
 	int fds[NR_CONNS];
 	struct reader rd = { 0 };
+	struct connector cn = { 0 };
 	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, sizeof(rd.bytes));
 	struct djinn_session_resp resp;
 	unsigned int tensors = 0;
@@ -230,7 +280,9 @@ static void test_planned_restart(void **state)
 	while (rd.reads < 20 && !rd.bad)
 		usleep(1000);
 
-	/* the restart, while the reader reads */
+	/* the restart, while the reader reads and new clients connect */
+	cn.path = fx->d.sock;
+	assert_int_equal(pthread_create(&cn.th, NULL, connector_run, &cn), 0);
 	before = rd.reads;
 	assert_int_equal(djd_restart(&fx->d, 60000), 0);
 	snprintf(want, sizeof(want), "%d sessions, %u tensors and 0 models",
@@ -242,9 +294,14 @@ static void test_planned_restart(void **state)
 		usleep(1000);
 	rd.stop = 1;
 	pthread_join(rd.th, NULL);
+	cn.stop = 1;
+	pthread_join(cn.th, NULL);
 	if (rd.bad)
 		fail_msg("the reader: %s", rd.why);
+	if (cn.bad)
+		fail_msg("a new client: %s", cn.why);
 	assert_true(rd.reads >= before + 50);
+	assert_true(cn.hellos > 0);
 
 	/* every session, on the connection it was opened on */
 	for (unsigned int i = 0; i < NR_SESSIONS; i++)
@@ -392,6 +449,47 @@ static void test_restart_contexts(void **state)
 }
 
 /*
+ * A session whose device state a fault lost stays lost across a
+ * restart (every request but closing answers -EIO), and does not stop
+ * it: its tensors, text, model and contexts are not carried. Sessions
+ * made after the fault are kept whole.
+ */
+static void test_restart_lost(void **state)
+{
+	struct fx *fx = *state;
+	const int32_t prompt[3] = { 1, 2, 3 };
+	struct held s, after;
+	struct djinn_tensor_io io = { .len = 4 };
+	struct dj_resp r;
+	uint64_t ctx;
+	int fd = xconnect(fx->d.sock);
+
+	assert_int_equal(djd_make_model(&fx->d, "tiny", TINY_GPT2), 0);
+	make_session(&s, fd, 5); /* data and text */
+	ctx = ctx_new(fd, s.sid, model_open(fd, s.sid, "tiny").model, 16);
+	prefill(fd, s.sid, ctx, prompt, 3, 0);
+	call_ok(fx->adm, DJINN_MSG_ADMIN_FAULT_INJECT, 0, NULL, 0, &r, -1);
+	dj_resp_free(&r);
+	make_session(&after, fd, 6);
+
+	assert_int_equal(djd_restart(&fx->d, 60000), 0);
+	assert_true(log_has(fx, "2 sessions, 2 tensors and 0 models"));
+	io.handle = s.h[0];
+	call_err(fd, DJINN_MSG_TENSOR_READ, s.sid, &io, sizeof(io), -EIO,
+		 "lost");
+	check_session(&after);
+	close_session(fd, s.sid);
+	close_session(fd, after.sid);
+	for (unsigned int k = 0; k < 3; k++) {
+		free(s.bytes[k]);
+		free(after.bytes[k]);
+	}
+	close(fd);
+	check_text_cached(fx);
+	fx->base = vmu_now(fx);
+}
+
+/*
  * Under a service manager: SIGTERM keeps the state in the fd store
  * (systemctl restart), and the next djinnd, passed it, restores it: the
  * sessions, every byte, and the connections, on which the clients go
@@ -458,6 +556,57 @@ static void test_store_restart(void **state)
 	djd_store_close(st);
 }
 
+/*
+ * A record the next djinnd cannot restore (a model gone from the model
+ * directory meanwhile) is restored not at all: it starts afresh, its
+ * clients see their connections end, and the store lets go of all of
+ * it.
+ */
+static void test_store_restart_refused(void **state)
+{
+	struct djd_store *st = djd_store_open();
+	const int32_t prompt[3] = { 1, 2, 3 };
+	char cmd[256];
+	struct djd dd;
+	uint64_t sid, ctx;
+	int fd, fd2, status;
+	pid_t next;
+
+	(void)state;
+	assert_non_null(st);
+	assert_int_equal(djd_start_store(&dd, "256M", LEASE_MS, NULL, st), 0);
+	assert_int_equal(djd_make_model(&dd, "gone", TINY_GPT2), 0);
+	fd = xconnect(dd.sock);
+	fd2 = xconnect(dd.sock);
+	sid = open_session(fd, "refused");
+	ctx = ctx_new(fd, sid, model_open(fd, sid, "gone").model, 16);
+	prefill(fd, sid, ctx, prompt, 3, 0);
+	open_session(fd2, "other");
+	assert_int_equal(kill(dd.pid, SIGTERM), 0);
+	assert_int_equal(waitpid(dd.pid, &status, 0), dd.pid);
+	assert_true(WIFEXITED(status) && !WEXITSTATUS(status));
+	assert_true(djd_store_has(st, "state"));
+	snprintf(cmd, sizeof(cmd), "rm -rf %s/models/gone", dd.dir);
+	assert_int_equal(system(cmd), 0);
+	next = djd_spawn_next(&dd);
+	assert_true(next > 0);
+	dd.pid = next;
+	/* both clients' connections end; the store has nothing of it */
+	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
+	assert_int_equal(dj_wait_eof(fd2, DJ_TIMEOUT_MS), 1);
+	assert_true(djd_store_wait(st, "state", false, 10000));
+	assert_true(djd_store_wait(st, "conn-0", false, 10000));
+	assert_false(djd_store_has(st, "conn-1"));
+	close(fd);
+	close(fd2);
+	/* it serves, afresh: the session ids start again */
+	fd = xconnect(dd.sock);
+	assert_int_equal(open_session(fd, "afresh"), 1);
+	close(fd);
+	assert_int_equal(djd_stop(&dd, 20000), 0);
+	djd_store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -467,7 +616,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_restart_contexts, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_restart_lost, setup_fault,
+						teardown),
 		cmocka_unit_test(test_store_restart),
+		cmocka_unit_test(test_store_restart_refused),
 	};
 	int ret = fx_can_run();
 

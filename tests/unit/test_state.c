@@ -5,6 +5,7 @@
  * when it is of another version or does not hold together.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,6 +47,9 @@ static void write_one(int *rec, int *data, uint64_t *data_off)
 		t->slot = k * 2;
 		t->kind = DJINN_STATE_DATA;
 		t->bytes = 100 + k;
+		t->desc.dtype = DJINN_DTYPE_U8;
+		t->desc.ndim = 1;
+		t->desc.dims[0] = t->bytes;
 		p = state_out_data(&o, t->bytes, &at);
 		assert_non_null(p);
 		t->data_off = at;
@@ -113,18 +117,25 @@ static void test_round_trip(void **state)
 	close(data);
 }
 
-/* A copy of the record @rec, changed by @edit, in a memfd of its own. */
+/* A copy of the record @rec, changed by @edit, in a memfd of its own,
+ * sealed as djinnd seals one (unless @edit is NULL: then unsealed). */
 static int edited(int rec, void (*edit)(uint8_t *p, size_t *len))
 {
 	uint8_t buf[4096];
 	ssize_t n = pread(rec, buf, sizeof(buf), 0);
 	size_t len;
-	int fd = memfd_create("edited", MFD_CLOEXEC);
+	int fd = memfd_create("edited", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
 	assert_true(n > 0 && fd >= 0);
 	len = (size_t)n;
-	edit(buf, &len);
+	if (edit)
+		edit(buf, &len);
 	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	if (edit)
+		assert_int_equal(fcntl(fd, F_ADD_SEALS,
+				       F_SEAL_SHRINK | F_SEAL_GROW |
+					       F_SEAL_WRITE),
+				 0);
 	return fd;
 }
 
@@ -164,6 +175,18 @@ static void data_past(uint8_t *p, size_t *len)
 	t->data_off = 1ull << 40;
 }
 
+/* A tensor whose shape does not fill its bytes. */
+static void shape_short(uint8_t *p, size_t *len)
+{
+	struct djinn_state_ent *e =
+		(void *)(p + sizeof(struct djinn_state_hdr));
+	struct djinn_state_tensor *t;
+
+	e = (void *)((uint8_t *)(e + 1) + ((e->len + 7) & ~7u));
+	t = (void *)(e + 1);
+	t->desc.dims[0]--;
+}
+
 /* A connection whose sessions and backlog do not add up to its length. */
 static void conn_short(uint8_t *p, size_t *len)
 {
@@ -200,6 +223,8 @@ static void test_refused(void **state)
 		{ long_entry, -EBADMSG, "entry 0 runs past the record" },
 		{ data_past, -EBADMSG,
 		  "type 2 does not hold together (entry 1)" },
+		{ shape_short, -EBADMSG,
+		  "type 2 does not hold together (entry 1)" },
 		{ conn_short, -EBADMSG,
 		  "type 3 does not hold together (entry 3)" },
 		{ unknown_type, -EBADMSG, "unknown type 99 (entry 0)" },
@@ -219,6 +244,17 @@ static void test_refused(void **state)
 		if (!strstr(msg, cases[i].phrase))
 			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, msg,
 				 cases[i].phrase);
+		close(fd);
+	}
+	/* unsealed: what was checked could change under the restore */
+	{
+		struct state_in in;
+		char msg[256] = "";
+		int fd = edited(rec, NULL);
+
+		assert_int_equal(state_in_open(&in, fd, data, msg, sizeof(msg)),
+				 -EPERM);
+		assert_non_null(strstr(msg, "not sealed"));
 		close(fd);
 	}
 	close(rec);
