@@ -582,39 +582,35 @@ void conn_feed(struct conn *c, const uint8_t *p, uint64_t len)
  * (its last completions still bring bytes, which wait in the backlog),
  * a single-shot one is not armed again. The socket's buffer then fills
  * and the peer waits. */
-static void conn_pause(struct conn *c)
+/* Cancel @c's receive (its completion says how it ended): whether the
+ * cancel was submitted (else @c failed, @what in the log). */
+static bool recv_cancel(struct conn *c, const char *what)
 {
-	struct io_uring_sqe *sqe;
+	struct io_uring_sqe *sqe = loop_sqe(&c->srv->loop, &c->src, TAG_CANCEL);
 
-	c->paused = true;
-	if (!c->recv_armed || !c->srv->br)
-		return;
-	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_CANCEL);
 	if (!sqe) {
-		conn_fail(c, "pause receiving");
-		return;
+		conn_fail(c, what);
+		return false;
 	}
 	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&c->src | TAG_RECV, 0);
 	conn_get(c);
+	return true;
+}
+
+static void conn_pause(struct conn *c)
+{
+	c->paused = true;
+	if (c->recv_armed && c->srv->br)
+		recv_cancel(c, "pause receiving");
 }
 
 void conn_hold(struct conn *c)
 {
-	struct io_uring_sqe *sqe;
-
 	c->paused = true;
-	if (!c->recv_armed || c->holding)
-		return;
 	/* a single-shot receive too: none may be armed when its socket
 	 * changes hands */
-	sqe = loop_sqe(&c->srv->loop, &c->src, TAG_CANCEL);
-	if (!sqe) {
-		conn_fail(c, "hold receiving");
-		return;
-	}
-	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&c->src | TAG_RECV, 0);
-	c->holding = true;
-	conn_get(c);
+	if (c->recv_armed && !c->holding && recv_cancel(c, "hold receiving"))
+		c->holding = true;
 }
 
 bool conn_between_frames(const struct conn *c)

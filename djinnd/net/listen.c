@@ -416,13 +416,21 @@ void conn_tenant_count(struct conn *c)
 
 static void listener_arm(struct listener *ls);
 
+/* Its accept ends (-ECANCELED). */
+static void listener_cancel(struct listener *ls)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&ls->srv->loop, NULL, 0);
+
+	if (sqe)
+		io_uring_prep_cancel64(
+			sqe, (uint64_t)(uintptr_t)&ls->src | TAG_ACCEPT, 0);
+}
+
 void listeners_hold(struct server *srv, bool hold)
 {
 	struct listener *ls;
 
 	list_for_each_entry(ls, &srv->listeners, node) {
-		struct io_uring_sqe *sqe;
-
 		if (ls->fd < 0 || ls->metrics || ls->handover)
 			continue;
 		ls->held = hold;
@@ -430,13 +438,8 @@ void listeners_hold(struct server *srv, bool hold)
 			listener_arm(ls);
 			continue;
 		}
-		if (!ls->accepting)
-			continue;
-		sqe = loop_sqe(&srv->loop, NULL, 0);
-		if (sqe)
-			io_uring_prep_cancel64(
-				sqe, (uint64_t)(uintptr_t)&ls->src | TAG_ACCEPT,
-				0);
+		if (ls->accepting)
+			listener_cancel(ls);
 	}
 }
 
@@ -929,15 +932,9 @@ void listeners_close(struct server *srv)
 	struct listener *ls;
 
 	list_for_each_entry(ls, &srv->listeners, node) {
-		struct io_uring_sqe *sqe;
-
 		if (ls->fd < 0)
 			continue;
-		sqe = loop_sqe(&srv->loop, NULL, 0);
-		if (sqe)
-			io_uring_prep_cancel64(
-				sqe, (uint64_t)(uintptr_t)&ls->src | TAG_ACCEPT,
-				0);
+		listener_cancel(ls);
 		io_uring_submit(&srv->loop.ring);
 		close(ls->fd);
 		ls->fd = -1;

@@ -602,6 +602,29 @@ int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
 	return 0;
 }
 
+/* A restored object of @kind in live slot @slot of @s: NULL, with why
+ * in @msg and *@err. */
+static struct mobj *mobj_restore(struct session *s, uint32_t slot,
+				 enum sobj_kind kind, int *err, char *msg,
+				 size_t msglen)
+{
+	struct mobj *o = calloc(1, sizeof(*o));
+
+	*err = o ? session_obj_restore(s, slot, kind, o) : -ENOMEM;
+	if (*err) {
+		free(o);
+		snprintf(msg, msglen,
+			 *err == -ENOMEM ? "out of memory" :
+					   "slot %u is not a live handle",
+			 slot);
+		return NULL;
+	}
+	o->kind = kind;
+	o->refs = 1;
+	o->s = s;
+	return o;
+}
+
 int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 		      const uint8_t fp[32], char *msg, size_t msglen)
 {
@@ -619,22 +642,13 @@ int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 			 name);
 		return -ESTALE;
 	}
-	o = calloc(1, sizeof(*o));
+	o = mobj_restore(s, slot, SOBJ_MODEL, &ret, msg, msglen);
 	if (!o) {
 		model_close(h);
-		snprintf(msg, msglen, "out of memory");
-		return -ENOMEM;
+		return ret;
 	}
-	o->kind = SOBJ_MODEL;
-	o->refs = 1;
-	o->s = s;
 	o->h = h;
-	ret = session_obj_restore(s, slot, SOBJ_MODEL, o);
-	if (ret) {
-		snprintf(msg, msglen, "slot %u is not a live handle", slot);
-		mobj_put(o);
-	}
-	return ret;
+	return 0;
 }
 
 int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
@@ -643,7 +657,7 @@ int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 		    uint64_t logits_bytes, char *msg, size_t msglen)
 {
 	struct mobj *m = session_obj_at(s, model_slot, SOBJ_MODEL), *o;
-	struct model_ctx *mc;
+	struct model_ctx *mc = NULL;
 	int ret;
 
 	if (!m) {
@@ -653,27 +667,12 @@ int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 	}
 	ret = model_ctx_restore(m->h, max, len, kv, kv_bytes, logits,
 				logits_bytes, &mc, msg, msglen);
-	if (ret)
-		return ret;
-	ret = svc_ctx_made(s, mc, false, msg, msglen);
-	if (ret) {
-		model_ctx_free(mc);
-		return ret;
-	}
-	o = calloc(1, sizeof(*o));
+	if (!ret)
+		ret = svc_ctx_made(s, mc, false, msg, msglen);
+	o = ret ? NULL : mobj_restore(s, slot, SOBJ_CTX, &ret, msg, msglen);
 	if (!o) {
-		model_ctx_free(mc);
-		snprintf(msg, msglen, "out of memory");
-		return -ENOMEM;
-	}
-	o->kind = SOBJ_CTX;
-	o->refs = 1;
-	o->s = s;
-	ret = session_obj_restore(s, slot, SOBJ_CTX, o);
-	if (ret) {
-		snprintf(msg, msglen, "slot %u is not a live handle", slot);
-		model_ctx_free(mc);
-		free(o);
+		if (mc)
+			model_ctx_free(mc);
 		return ret;
 	}
 	mobj_ctx_bind(o, m, mc, max);
