@@ -15,12 +15,15 @@
  * in; the file's paths keep the file's rules (djinnd.conf(5)).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
@@ -467,6 +470,89 @@ static void on_reload(struct server *srv)
 	sd_notify(0, "READY=1\nSTATUS=running");
 }
 
+/* The binary djinnd was started from, by path: the file found there
+ * when a restart starts it again (a binary upgrade replaces it). */
+static char self_exe[PATH_MAX];
+
+/*
+ * SIGUSR2 and ADMIN_RESTART: start this djinnd's successor, the binary
+ * at @self_exe with djinnd's own command line in its directory, which
+ * takes the state over --handover's socket (net/restart.h). Started
+ * through an intermediate child that exits at once, so the successor
+ * is no child of this djinnd (which exits first) and never a zombie of
+ * it; its pid comes back through a pipe.
+ */
+static int on_restart(struct server *srv, pid_t *pid, char *msg, size_t msglen)
+{
+	pid_t mid, next = -1;
+	int p[2], status;
+
+	if (!srv->cfg.handover) {
+		snprintf(msg, msglen,
+			 "djinnd serves no --handover path: start it with "
+			 "--handover PATH (under systemd, systemctl restart "
+			 "djinnd keeps the sessions)");
+		return -EOPNOTSUPP;
+	}
+	if (srv->restart || srv->draining) {
+		snprintf(msg, msglen, "a %s is under way",
+			 srv->restart ? "restart" : "drain");
+		return -EBUSY;
+	}
+	if (!self_exe[0]) {
+		snprintf(msg, msglen, "djinnd's own binary is not known");
+		return -ENOENT;
+	}
+	if (pipe2(p, O_CLOEXEC)) {
+		snprintf(msg, msglen, "pipe: %s", strerror(errno));
+		return -errno;
+	}
+	mid = fork();
+	if (mid < 0) {
+		int ret = -errno;
+
+		close(p[0]);
+		close(p[1]);
+		snprintf(msg, msglen, "fork: %s", strerror(-ret));
+		return ret;
+	}
+	if (!mid) {
+		sigset_t none;
+
+		next = fork();
+		if (!next) {
+			/* the successor: signals as a new process has them */
+			sigemptyset(&none);
+			sigprocmask(SIG_SETMASK, &none, NULL);
+			signal(SIGTERM, SIG_DFL);
+			signal(SIGINT, SIG_DFL);
+			signal(SIGHUP, SIG_DFL);
+			signal(SIGUSR2, SIG_DFL);
+			signal(SIGPIPE, SIG_DFL);
+			if (args.cwd[0] && chdir(args.cwd))
+				_exit(127);
+			execv(self_exe, args.argv);
+			_exit(127);
+		}
+		if (write(p[1], &next, sizeof(next)) != sizeof(next))
+			_exit(1);
+		_exit(next < 0);
+	}
+	close(p[1]);
+	if (read(p[0], &next, sizeof(next)) != sizeof(next))
+		next = -1;
+	close(p[0]);
+	waitpid(mid, &status, 0);
+	if (next < 0) {
+		snprintf(msg, msglen, "the successor could not be started");
+		return -ECHILD;
+	}
+	log_notice("restart: pid %d started from %s to take over", (int)next,
+		   self_exe);
+	*pid = next;
+	return 0;
+}
+
 static void on_stopping(struct server *srv)
 {
 	if (srv->exit_status)
@@ -484,6 +570,12 @@ int main(int argc, char **argv)
 
 	args.argc = argc;
 	args.argv = argv;
+	{
+		ssize_t n = readlink("/proc/self/exe", self_exe,
+				     sizeof(self_exe) - 1);
+
+		self_exe[n > 0 ? n : 0] = 0;
+	}
 	if (!getcwd(args.cwd, sizeof(args.cwd)))
 		args.cwd[0] = 0;
 	ret = parse_args(&args);
@@ -529,6 +621,7 @@ int main(int argc, char **argv)
 
 		srv.hooks.reload = on_reload;
 		srv.hooks.stopping = on_stopping;
+		srv.hooks.restart = on_restart;
 		if (sd_watchdog_enabled(0, &usec) > 0 && usec) {
 			watchdog.fn = watchdog_tick;
 			INIT_LIST_HEAD(&watchdog.node);

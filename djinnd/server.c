@@ -185,6 +185,22 @@ static void sig_complete(struct io_src *src, struct io_uring_cqe *cqe,
 			if (srv->hooks.reload)
 				srv->hooks.reload(srv);
 			break;
+		case SIGUSR2: {
+			char why[DJINN_MAX_ERROR_MSG];
+			pid_t pid;
+			int ret = srv->hooks.restart ?
+					  srv->hooks.restart(srv, &pid, why,
+							     sizeof(why)) :
+					  -EOPNOTSUPP;
+
+			if (ret)
+				log_err("SIGUSR2: no restart: %s",
+					ret == -EOPNOTSUPP &&
+							!srv->hooks.restart ?
+						"not served" :
+						why);
+			break;
+		}
 		case SIGTERM:
 		case SIGINT:
 			if (srv->restart) {
@@ -221,7 +237,7 @@ int server_block_signals(void)
 	sigs.wfd = fds[1];
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(SIGTERM, &sa, NULL) || sigaction(SIGINT, &sa, NULL) ||
-	    sigaction(SIGHUP, &sa, NULL))
+	    sigaction(SIGHUP, &sa, NULL) || sigaction(SIGUSR2, &sa, NULL))
 		return -errno;
 	signal(SIGPIPE, SIG_IGN);
 	return 0;

@@ -212,6 +212,11 @@ struct server {
 		void (*stopping)(struct server *srv); /* draining begins */
 		/* server.c's own: stop and drain (SIGTERM's) */
 		void (*drain)(struct server *srv);
+		/* SIGUSR2 and ADMIN_RESTART: start the successor, whose
+		 * pid goes in *@pid; 0, or a negative errno saying why in
+		 * @msg */
+		int (*restart)(struct server *srv, pid_t *pid, char *msg,
+			       size_t msglen);
 	} hooks;
 	struct server_stats st;
 	uint64_t started_ns; /* loop_now() at server_init() */

@@ -46,7 +46,8 @@
 	X(ADMIN_FAULT_INJECT, admin_fault_inject)   \
 	X(ADMIN_SCHED, admin_sched)                 \
 	X(ADMIN_TENANTS, admin_tenants)             \
-	X(ADMIN_MODEL_LOAD, admin_model_load)
+	X(ADMIN_MODEL_LOAD, admin_model_load)       \
+	X(ADMIN_RESTART, admin_restart)
 
 #define NAME_CASE(msg, label) \
 	case DJINN_MSG_##msg: \

@@ -88,6 +88,12 @@ static const struct cmd debug_cmds[] = {
 	  "fault the device (djinnd --fault-injection; for tests)" },
 };
 
+static const struct cmd restart_cmds[] = {
+	{ "now", "", 0, do_restart,
+	  "start djinnd again from its binary, keeping its sessions and "
+	  "connections (djinnd --handover)" },
+};
+
 static const struct cmd monitor_cmds[] = {
 	{ "events", "", 0, do_monitor,
 	  "djinn.ko's session events, one JSON object a line" },
@@ -99,6 +105,7 @@ static const struct object objects[] = {
 	{ "stats", CMDS(stats_cmds) },	   { "sched", CMDS(sched_cmds) },
 	{ "model", CMDS(model_cmds) },	   { "monitor", CMDS(monitor_cmds) },
 	{ "tenant", CMDS(tenant_cmds) },   { "debug", CMDS(debug_cmds) },
+	{ "restart", CMDS(restart_cmds) },
 };
 #undef CMDS
 #define NR_OBJECTS ((int)(ARRAY_SIZE(objects)))

@@ -91,6 +91,7 @@ int do_monitor(struct ctl *ctl, char **args);
 int do_vmu(struct ctl *ctl, char **args);
 int do_stats(struct ctl *ctl, char **args);
 int do_debug_fault(struct ctl *ctl, char **args);
+int do_restart(struct ctl *ctl, char **args);
 /* tools/djinnctl_sched.c */
 int do_sched(struct ctl *ctl, char **args);
 /* tools/djinnctl_model.c */

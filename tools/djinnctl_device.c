@@ -252,3 +252,23 @@ int do_debug_fault(struct ctl *ctl, char **args)
 	close_json_object();
 	return 0;
 }
+
+int do_restart(struct ctl *ctl, char **args)
+{
+	struct djinn_admin_restart r;
+	uint64_t len;
+	void *buf;
+	int ret;
+
+	ret = admin_call(ctl, DJINN_MSG_ADMIN_RESTART, NULL, 0, sizeof(r),
+			 sizeof(r), &buf, &len);
+	if (ret)
+		return ret;
+	memcpy(&r, buf, sizeof(r));
+	free(buf);
+	open_json_object(NULL);
+	print_u64(PRINT_ANY, "pid", "restarting: pid %" PRIu64 " takes over\n",
+		  r.pid);
+	close_json_object();
+	return 0;
+}

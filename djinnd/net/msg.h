@@ -151,5 +151,6 @@ msg_fn handle_admin_model_load;
 msg_fn handle_admin_fault_inject;
 msg_fn handle_admin_sched;
 msg_fn handle_admin_tenants;
+msg_fn handle_admin_restart;
 
 #endif /* DJINN_MSG_H */

@@ -518,3 +518,26 @@ void handle_admin_model_evict(struct conn *c, const struct djinn_hdr *hdr,
 	else
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
+
+/* ---------------------------------------------------------------------- */
+/* Restarts */
+
+void handle_admin_restart(struct conn *c, const struct djinn_hdr *hdr,
+			  struct session *unused, void *req, uint64_t len)
+{
+	struct djinn_admin_restart r = { 0 };
+	char msg[DJINN_MAX_ERROR_MSG];
+	pid_t pid;
+	int ret;
+
+	ret = c->srv->hooks.restart ?
+		      c->srv->hooks.restart(c->srv, &pid, msg, sizeof(msg)) :
+		      (snprintf(msg, sizeof(msg), "restarts are not served"),
+		       -EOPNOTSUPP);
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
+		return;
+	}
+	r.pid = (uint32_t)pid;
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}

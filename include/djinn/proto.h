@@ -166,6 +166,7 @@ enum djinn_msg {
 	DJINN_MSG_ADMIN_SCHED = 71,
 	DJINN_MSG_ADMIN_TENANTS = 72,
 	DJINN_MSG_ADMIN_MODEL_LOAD = 73,
+	DJINN_MSG_ADMIN_RESTART = 74,
 };
 
 /* hdr.flags */
@@ -1266,6 +1267,27 @@ struct djinn_admin_model_load {
 	__u32 flags;
 };
 static_assert(sizeof(struct djinn_admin_model_load) == 80, "model load");
+
+/**
+ * struct djinn_admin_restart - ADMIN_RESTART response
+ * @pid: the djinnd started to take over
+ *
+ * A planned restart, as SIGUSR2 does (djinnd(8)): the request has no
+ * payload. djinnd starts its own binary again, by the path it was
+ * started from (a binary upgrade: the new file at that path), with its
+ * command line; the new djinnd takes the sessions, tensors, models,
+ * contexts and connections over --handover's socket
+ * (Documentation/admin-guide.rst, "Upgrades and restarts"), and this
+ * one exits once it serves. This answer comes first, on a connection
+ * that the new djinnd then serves. -EOPNOTSUPP for a djinnd started
+ * without --handover (under systemd: systemctl restart keeps the
+ * state), -EBUSY while a restart or a drain is under way.
+ */
+struct djinn_admin_restart {
+	__u32 pid;
+	__u32 __reserved;
+};
+static_assert(sizeof(struct djinn_admin_restart) == 8, "admin restart");
 
 /**
  * struct djinn_admin_fault - ADMIN_FAULT_INJECT response

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -489,6 +490,88 @@ static void test_restart_lost(void **state)
 	fx->base = vmu_now(fx);
 }
 
+/* The djinnd that djinnd @old started (its log's last "restart: pid N
+ * started"), once @old has exited 0 after handing over: its pid. The
+ * successor is this test's child (PR_SET_CHILD_SUBREAPER), so djd_stop()
+ * can reap it. */
+static pid_t successor_of(struct fx *fx, pid_t old)
+{
+	int64_t deadline = dj_now_ms() + 60000;
+	pid_t next = -1;
+	char line[512];
+	int status = -1;
+	FILE *f;
+
+	while (dj_now_ms() < deadline && waitpid(old, &status, WNOHANG) != old)
+		usleep(1000);
+	assert_true(WIFEXITED(status) && !WEXITSTATUS(status));
+	f = fopen(fx->d.log, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		const char *p = strstr(line, "restart: pid ");
+
+		if (p && strstr(p, " started from "))
+			next = (pid_t)atoi(p + strlen("restart: pid "));
+	}
+	fclose(f);
+	assert_true(next > 0);
+	return next;
+}
+
+/*
+ * ADMIN_RESTART (djinnctl restart) and SIGUSR2: djinnd starts its own
+ * binary again and hands its state to it, as a successor started by
+ * hand gets it; the answer comes first, with the successor's pid.
+ * Without --handover there is nothing to hand over to: -EOPNOTSUPP.
+ */
+static void test_self_restart(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_admin_restart ar;
+	struct held s[3];
+	struct dj_resp r;
+	pid_t old = fx->d.pid;
+	int fd = xconnect(fx->d.sock);
+
+	for (unsigned int i = 0; i < 3; i++)
+		make_session(&s[i], fd, i);
+	call_ok(fx->adm, DJINN_MSG_ADMIN_RESTART, 0, NULL, 0, &r, sizeof(ar));
+	memcpy(&ar, r.data, sizeof(ar));
+	dj_resp_free(&r);
+	fx->d.pid = successor_of(fx, old);
+	assert_int_equal(fx->d.pid, (pid_t)ar.pid);
+	for (unsigned int i = 0; i < 3; i++)
+		check_session(&s[i]);
+
+	/* and by signal, from the one it started */
+	old = fx->d.pid;
+	assert_int_equal(kill(old, SIGUSR2), 0);
+	fx->d.pid = successor_of(fx, old);
+	assert_true(fx->d.pid != old);
+	for (unsigned int i = 0; i < 3; i++) {
+		check_session(&s[i]);
+		close_session(fd, s[i].sid);
+		for (unsigned int k = 0; k < 3; k++)
+			free(s[i].bytes[k]);
+	}
+	close(fd);
+	check_text_cached(fx);
+	fx->base = vmu_now(fx);
+}
+
+static int setup_plain(void **state)
+{
+	return fx_start(state, "64M", LEASE_MS);
+}
+
+static void test_self_restart_needs_handover(void **state)
+{
+	struct fx *fx = *state;
+
+	call_err(fx->adm, DJINN_MSG_ADMIN_RESTART, 0, NULL, 0, -EOPNOTSUPP,
+		 "--handover PATH");
+}
+
 /*
  * Under a service manager: SIGTERM keeps the state in the fd store
  * (systemctl restart), and the next djinnd, passed it, restores it: the
@@ -618,6 +701,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_restart_lost, setup_fault,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_self_restart, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_self_restart_needs_handover,
+						setup_plain, fx_teardown),
 		cmocka_unit_test(test_store_restart),
 		cmocka_unit_test(test_store_restart_refused),
 	};
@@ -625,5 +712,8 @@ int main(void)
 
 	if (ret)
 		return ret;
+	/* the djinnds djinnd starts itself (ADMIN_RESTART, SIGUSR2) are
+	 * this test's to reap when their parent is gone */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
