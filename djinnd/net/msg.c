@@ -345,7 +345,7 @@ static const struct msg_desc msg_table[] = {
 		 ROW_ADMIN),
 	ROW_NONE(ADMIN_SCHED, handle_admin_sched, ROW_ADMIN),
 	ROW_NONE(ADMIN_TENANTS, handle_admin_tenants, ROW_ADMIN),
-		ROW_FIXED(ADMIN_MODEL_LOAD, handle_admin_model_load, admin_model_load,
+	ROW_FIXED(ADMIN_MODEL_LOAD, handle_admin_model_load, admin_model_load,
 		  flags, ROW_ADMIN),
 	ROW_NONE(ADMIN_RESTART, handle_admin_restart, ROW_ADMIN),
 };
