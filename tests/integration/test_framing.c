@@ -181,8 +181,7 @@ static void test_unknown_opcode(void **state)
 {
 	struct fx *fx = *state;
 	/* gaps, the first past the last assigned, far past */
-	const uint16_t ops[] = { 0,    22,
-				 63,   DJINN_MSG_ADMIN_MODEL_LOAD + 1,
+	const uint16_t ops[] = { 0,    22,    63, DJINN_MSG_ADMIN_RESTART + 1,
 				 1000, 0xffff };
 	int fd = xconnect(fx->d.sock);
 	uint8_t pad[32] = { 1, 2, 3 };
