@@ -26,15 +26,15 @@
  * gap added back, handle keys and generations), their tensors (data and
  * text, at their handles, byte for byte), their models (opened again by
  * name, their weights checked by fingerprint) and contexts (KV cache and
- * last logits: each continues to the tokens it would have given), and
- * client connections over unix sockets and plain TCP, with what they had
+  * last logits: each continues to the tokens it would have given), the
+ * graphs' outputs each remembers for DJINN_REF_RESULT, and client
+ * connections over unix sockets and plain TCP, with what they had
  * received. Not kept yet: TLS connections (their OpenSSL state stays in
  * the process: they are closed and their clients reconnect), uploaded
  * models and contexts paused at a breakpoint (a session holding one
  * makes the handover fail, and the running djinnd keeps serving),
- * graphs' result records (DJINN_REF_RESULT), sessions bound to kernel
- * leases (with server.leases kmod only the listening sockets are handed
- * over, as before).
+ * sessions bound to kernel leases (with server.leases kmod only the
+ * listening sockets are handed over, as before).
  */
 #ifndef DJINN_NET_RESTART_H
 #define DJINN_NET_RESTART_H

@@ -404,6 +404,7 @@ int session_restore(struct session_table *t, struct device *dev,
 	s->uid = r->uid;
 	s->pid = (pid_t)r->pid;
 	s->requests = r->requests;
+	s->results_next = r->results_next % (SESSION_RESULTS + 1);
 	s->dev = dev;
 	sched_entity_init(dev->sched, &s->se, 0, s->tenant, s->priority, s->vs);
 	s->epoch = __atomic_load_n(&dev->backend->faults, __ATOMIC_ACQUIRE);
@@ -680,6 +681,34 @@ static struct result_rec *rec_find(struct session *s, uint64_t request_id)
 		if (s->results[i].nr && s->results[i].request_id == request_id)
 			return &s->results[i];
 	return NULL;
+}
+
+int session_result_restore(struct session *s, uint32_t index,
+			   uint64_t request_id, uint32_t nr, int error,
+			   const struct djinn_tensor_desc *descs,
+			   const uint64_t *handles)
+{
+	struct result_rec *r;
+
+	if (index > SESSION_RESULTS || !nr)
+		return -EINVAL;
+	r = &s->results[index];
+	if (r->descs)
+		return -EINVAL; /* the slot twice */
+	r->descs = malloc(nr * sizeof(*r->descs));
+	r->handles = calloc(nr, sizeof(*r->handles));
+	if (!r->descs || !r->handles) {
+		rec_clear(r);
+		return -ENOMEM;
+	}
+	memcpy(r->descs, descs, nr * sizeof(*descs));
+	if (!error)
+		memcpy(r->handles, handles, nr * sizeof(*handles));
+	r->request_id = request_id;
+	r->nr = nr;
+	r->done = true;
+	r->error = error;
+	return 0;
 }
 
 int session_result_begin(struct session *s, uint64_t request_id, uint32_t nr,

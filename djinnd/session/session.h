@@ -228,6 +228,14 @@ int session_restore(struct session_table *t, struct device *dev,
 		    const struct djinn_state_session *r, const uint32_t *gens,
 		    const bool *live, const bool *obj_live,
 		    struct session **out);
+/* A restored session's result record in ring slot @index: graph
+ * @request_id ran, with @nr outputs of @descs and @handles (or failed
+ * with @error). 0, -EINVAL (a slot past the ring, or one filled
+ * already), -ENOMEM. */
+int session_result_restore(struct session *s, uint32_t index,
+			   uint64_t request_id, uint32_t nr, int error,
+			   const struct djinn_tensor_desc *descs,
+			   const uint64_t *handles);
 /* Fill restored live slot @slot with @t (whose VMU resources it takes
  * over): 0, or -EINVAL for a slot that is not one. */
 int session_tensor_restore(struct session *s, uint32_t slot,

@@ -246,6 +246,19 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 		    (len - sizeof(*s)) % 4 == 0)
 			return true;
 		break;
+	case DJINN_STATE_RESULT: {
+		const struct djinn_state_result *r = p;
+
+		if (len >= sizeof(*r) && r->done &&
+		    (len - sizeof(*r)) %
+				    (sizeof(struct djinn_tensor_desc) + 8) ==
+			    0 &&
+		    (len - sizeof(*r)) /
+				    (sizeof(struct djinn_tensor_desc) + 8) ==
+			    r->nr)
+			return true;
+		break;
+	}
 	case DJINN_STATE_OBJ: {
 		const struct djinn_state_obj *o = p;
 
@@ -589,6 +602,41 @@ static int save_ctx(struct state_out *out, struct session *s,
 	return 0;
 }
 
+/* The graphs' outputs @s remembers (none is in flight). */
+static int save_results(struct state_out *out, struct session *s)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t i = 0; i <= SESSION_RESULTS && !ret; i++) {
+		const struct result_rec *rec = &s->results[i];
+		struct djinn_state_result *e;
+		uint64_t len;
+
+		if (!rec->descs)
+			continue;
+		if (!rec->done)
+			continue; /* a graph that never ran to its end */
+		len = sizeof(*e) +
+		      (uint64_t)rec->nr * (sizeof(*rec->descs) + 8);
+		e = state_out_ent(out, DJINN_STATE_RESULT, (uint32_t)len);
+		if (!e) {
+			ret = -ENOMEM;
+			break;
+		}
+		e->request_id = rec->request_id;
+		e->index = i;
+		e->nr = rec->nr;
+		e->error = rec->error;
+		e->done = 1;
+		memcpy(e + 1, rec->descs, rec->nr * sizeof(*rec->descs));
+		memcpy((uint8_t *)(e + 1) + rec->nr * sizeof(*rec->descs),
+		       rec->handles, rec->nr * 8);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
 /* @s's models, then its contexts. */
 static int save_objs(struct state_out *out, struct session *s)
 {
@@ -661,6 +709,7 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 		x.lost = session_lost(s, msg, sizeof(msg)) != 0;
 		e->lost = x.lost;
 		e->nr_obj_slots = s->objs.nr;
+		e->results_next = s->results_next;
 		gens = (uint32_t *)(e + 1);
 		for (uint32_t i = 0; i < n; i++)
 			gens[i] =
@@ -681,6 +730,8 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 			return ret;
 		}
 		ret = save_objs(o, s);
+		if (!ret)
+			ret = save_results(o, s);
 		if (ret)
 			return ret;
 	}
@@ -815,9 +866,26 @@ static int restore_one(struct state_in *in, struct session *s, uint32_t type,
 
 	if (!s) {
 		snprintf(msg, msglen, "a %s before any session",
-			 type == DJINN_STATE_OBJ ? "model or context" :
-						   "tensor");
+			 type == DJINN_STATE_OBJ    ? "model or context" :
+			 type == DJINN_STATE_RESULT ? "result record" :
+						      "tensor");
 		return -EBADMSG;
+	}
+	if (type == DJINN_STATE_RESULT) {
+		const struct djinn_state_result *re = p;
+		const struct djinn_tensor_desc *d = (const void *)(re + 1);
+
+		ret = session_result_restore(s, re->index, re->request_id,
+					     re->nr, re->error, d,
+					     (const uint64_t *)(d + re->nr));
+		if (ret)
+			snprintf(msg, msglen,
+				 "session %llu: result record of request "
+				 "%llu: %s",
+				 (unsigned long long)s->id,
+				 (unsigned long long)re->request_id,
+				 strerror(-ret));
+		return ret;
 	}
 	if (type == DJINN_STATE_TENSOR) {
 		ret = restore_tensor(in, s, te, why, sizeof(why));
@@ -860,7 +928,8 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 		const struct djinn_state_session *e = p;
 		bool *live = NULL;
 
-		if (type == DJINN_STATE_TENSOR || type == DJINN_STATE_OBJ) {
+		if (type == DJINN_STATE_TENSOR || type == DJINN_STATE_OBJ ||
+		    type == DJINN_STATE_RESULT) {
 			ret = restore_one(in, s, type, p, &nr_t, &nr_o, msg,
 					  msglen);
 			continue;

@@ -17,8 +17,11 @@
  *            its tensor handle slots (u32 each, nr_slots of them), then
  *            of each of its model and context handle slots (nr_obj_slots)
  *   TENSOR   struct djinn_state_tensor: one of the session before it
- *   OBJ      struct djinn_state_obj: a model or context of the session
+  *   OBJ      struct djinn_state_obj: a model or context of the session
  *            before it, its models before its contexts
+ *   RESULT   struct djinn_state_result: a graph's outputs the session
+ *            before it remembers (DJINN_REF_RESULT), after its tensors
+ *            and objects
  *   CONN     struct djinn_state_conn, then its attached sessions (u64
  *            each), then the bytes it had received and not yet parsed;
  *            its socket is the fd named "conn-INDEX"
@@ -73,6 +76,7 @@ enum djinn_state_type {
 	DJINN_STATE_TENSOR = 2,
 	DJINN_STATE_CONN = 3,
 	DJINN_STATE_OBJ = 4,
+	DJINN_STATE_RESULT = 5,
 };
 
 /* An entry: @len payload bytes follow (then padding to 8). */
@@ -88,8 +92,10 @@ struct djinn_state_ent {
  * @device:      its device's index
  * @lost:        a device fault had lost its state: it stays lost
  * @nr_slots:    tensor handle slots, each one's generation after this
- * @nr_obj_slots: model and context handle slots, each one's generation
+  * @nr_obj_slots: model and context handle slots, each one's generation
  *               after the tensors'
+ * @results_next: the slot of its ring of result records the next graph
+ *               takes
  */
 struct djinn_state_session {
 	__u64 id;
@@ -109,6 +115,8 @@ struct djinn_state_session {
 	__u32 nr_obj_slots;
 	__u8 lost;
 	__u8 __reserved[3];
+	__u32 results_next;
+	__u32 __reserved2;
 };
 
 enum djinn_state_tensor_kind {
@@ -173,6 +181,24 @@ struct djinn_state_obj {
 	__u64 cache_bytes;
 	__u64 logits_off;
 	__u64 logits_bytes;
+};
+
+/**
+ * struct djinn_state_result - a graph's outputs, remembered
+ * @request_id: the GRAPH_SUBMIT's
+ * @index:  its slot in the session's ring of records
+ * @nr:     its outputs: their descs (struct djinn_tensor_desc each),
+ *          then their handles (__u64 each), follow
+ * @error:  the graph failed so (references to it fail the same way)
+ * @done:   it ran (a record of one in flight is never written)
+ */
+struct djinn_state_result {
+	__u64 request_id;
+	__u32 index;
+	__u32 nr;
+	__s32 error;
+	__u8 done;
+	__u8 __reserved[3];
 };
 
 /**

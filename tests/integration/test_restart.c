@@ -225,6 +225,22 @@ static void *connector_run(void *arg)
 	return NULL;
 }
 
+/* Run graph @g as request @id on @sid: its first output's handle. */
+static uint64_t graph_run(int fd, uint64_t sid, uint64_t id, const struct gb *g)
+{
+	struct djinn_tensor_resp out;
+	struct dj_resp r;
+
+	graph_send_at(__LINE__, fd, sid, id, g);
+	assert_int_equal(dj_recv(fd, &r, DJ_TIMEOUT_MS), 1);
+	if (r.error)
+		fail_msg("graph %llu: %s", (unsigned long long)id, r.msg);
+	assert_int_equal(r.len, sizeof(struct djinn_graph_resp) + sizeof(out));
+	memcpy(&out, r.data + sizeof(struct djinn_graph_resp), sizeof(out));
+	dj_resp_free(&r);
+	return out.handle;
+}
+
 static bool log_has(const struct fx *fx, const char *what)
 {
 	FILE *f = fopen(fx->d.log, "r");
@@ -257,7 +273,11 @@ static void test_planned_restart(void **state)
 	struct reader rd = { 0 };
 	struct connector cn = { 0 };
 	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, sizeof(rd.bytes));
+	struct djinn_tensor_desc d16 = F32(16);
 	struct djinn_session_resp resp;
+	struct gb g1 = { 0 }, g2 = { 0 };
+	float *x, y[16];
+	uint64_t gid = 0x5eed;
 	unsigned int tensors = 0;
 	uint64_t max_sid = 0, sid;
 	long before;
@@ -272,6 +292,13 @@ static void test_planned_restart(void **state)
 			tensors += s[i].len[k] != 0;
 		max_sid = s[i].sid > max_sid ? s[i].sid : max_sid;
 	}
+	/* a graph's output that a later one names by DJINN_REF_RESULT */
+	gb_output(&g1, gb_op(&g1, DJINN_GOP_SCALE, 1,
+			     gb_input(&g1, upload_rand(s[0].fd, s[0].sid, &d16,
+						       7, 1, &x))));
+	g1.node[0].params.scalar.alpha = 2.0f;
+	graph_run(s[0].fd, s[0].sid, gid, &g1);
+		tensors += 2; /* its input and its output */
 	rd.fd = xconnect(fx->d.sock);
 	rd.sid = open_session(rd.fd, "reader");
 	fill(rd.bytes, sizeof(rd.bytes), 4242);
@@ -303,6 +330,16 @@ static void test_planned_restart(void **state)
 		fail_msg("a new client: %s", cn.why);
 	assert_true(rd.reads >= before + 50);
 	assert_true(cn.hellos > 0);
+
+	/* the graph's record came along: 2x + 2x */
+	gb_output(&g2, gb_op(&g2, DJINN_GOP_ADD, 2, gb_result(&g2, gid, 0),
+			     gb_result(&g2, gid, 0)));
+	tensor_read(s[0].fd, s[0].sid,
+		    graph_run(s[0].fd, s[0].sid, gid + 1, &g2), 0, sizeof(y),
+		    y);
+	for (int i = 0; i < 16; i++)
+		assert_true(y[i] == 4.0f * x[i]);
+	free(x);
 
 	/* every session, on the connection it was opened on */
 	for (unsigned int i = 0; i < NR_SESSIONS; i++)

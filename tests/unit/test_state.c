@@ -27,6 +27,7 @@ static void write_one(int *rec, int *data, uint64_t *data_off)
 	struct djinn_state_session *s;
 	struct djinn_state_tensor *t;
 	struct djinn_state_conn *c;
+	struct djinn_state_result *res;
 	uint64_t at;
 	uint8_t *p;
 
@@ -59,6 +60,14 @@ static void write_one(int *rec, int *data, uint64_t *data_off)
 	/* past the size it was begun with */
 	assert_null(state_out_data(&o, 4096, &(uint64_t){ 0 }));
 	o.err = 0;
+	/* a graph's record: one output, its desc and handle */
+	res = state_out_ent(&o, DJINN_STATE_RESULT,
+			    sizeof(*res) + sizeof(struct djinn_tensor_desc) +
+				    8);
+	assert_non_null(res);
+	res->request_id = 99;
+	res->nr = 1;
+	res->done = 1;
 	c = state_out_ent(&o, DJINN_STATE_CONN, sizeof(*c) + 8 + 5);
 	assert_non_null(c);
 	c->index = 0;
@@ -100,6 +109,10 @@ static void test_round_trip(void **state)
 			for (uint64_t i = 0; i < t->bytes; i++)
 				assert_int_equal(in.data[t->data_off + i],
 						 'a' + t->slot / 2);
+		} else if (type == DJINN_STATE_RESULT) {
+			assert_int_equal(((const struct djinn_state_result *)p)
+						 ->request_id,
+					 99);
 		} else {
 			const struct djinn_state_conn *c = p;
 
@@ -109,7 +122,7 @@ static void test_round_trip(void **state)
 		}
 		n++;
 	}
-	assert_int_equal(n, 4);
+	assert_int_equal(n, 5);
 	/* sealed: the next djinnd reads what was written */
 	assert_int_equal(ftruncate(rec, 16), -1);
 	state_in_close(&in);
@@ -175,6 +188,22 @@ static void data_past(uint8_t *p, size_t *len)
 	t->data_off = 1ull << 40;
 }
 
+/* A graph's record of one still running: never written, refused. */
+static void result_running(uint8_t *p, size_t *len)
+{
+	uint8_t *q = p + sizeof(struct djinn_state_hdr);
+
+	for (;;) {
+		struct djinn_state_ent *e = (void *)q;
+
+		if (e->type == DJINN_STATE_RESULT) {
+			((struct djinn_state_result *)(e + 1))->done = 0;
+			return;
+		}
+		q += sizeof(*e) + ((e->len + 7) & ~7u);
+	}
+}
+
 /* A tensor whose shape does not fill its bytes. */
 static void shape_short(uint8_t *p, size_t *len)
 {
@@ -225,8 +254,10 @@ static void test_refused(void **state)
 		  "type 2 does not hold together (entry 1)" },
 		{ shape_short, -EBADMSG,
 		  "type 2 does not hold together (entry 1)" },
+		{ result_running, -EBADMSG,
+		  "type 5 does not hold together (entry 3)" },
 		{ conn_short, -EBADMSG,
-		  "type 3 does not hold together (entry 3)" },
+		  "type 3 does not hold together (entry 4)" },
 		{ unknown_type, -EBADMSG, "unknown type 99 (entry 0)" },
 	};
 	uint64_t off[2];
