@@ -298,7 +298,7 @@ static void test_planned_restart(void **state)
 						       7, 1, &x))));
 	g1.node[0].params.scalar.alpha = 2.0f;
 	graph_run(s[0].fd, s[0].sid, gid, &g1);
-		tensors += 2; /* its input and its output */
+	tensors += 2; /* its input and its output */
 	rd.fd = xconnect(fx->d.sock);
 	rd.sid = open_session(rd.fd, "reader");
 	fill(rd.bytes, sizeof(rd.bytes), 4242);
