@@ -22,7 +22,7 @@
  *         bytes, beside a raw TCP blast. Each line says which TLS it
  *         measured ("transport": "tls, kernel" or "tls, user"). It makes
  *         its own certificates and restarts the daemon with a tls:
-  *         listener, so it is skipped with --addr.
+ *         listener, so it is skipped with --addr.
  *   restart (restart.c) the pause clients see while djinnd restarts
  *         without losing its sessions (--handover), with 1 and 4 GiB
  *         of session data (tensors and KV caches), beside a cold start
@@ -46,7 +46,7 @@
  *
  * Usage: djinn-bench [--json] [--seconds S] [--addr ADDR]... [--only NAME]
  *                    [--djinnd PATH] [--verbose]
-  *                    [rtt|bulk|lazy|stall|tls|restart|all]
+ *                    [rtt|bulk|lazy|stall|tls|restart|all]
  * Exit status: 0 success, 1 a call failed, a daemon did not start or bytes
  * came back wrong, 2 usage.
  */

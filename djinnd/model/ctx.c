@@ -195,8 +195,6 @@ static int copy_regions(const struct model_env *env, struct vmu_session *s,
 int model_ctx_kept(const struct model_ctx *c, uint64_t *cache, uint64_t *bytes,
 		   uint32_t *max)
 {
-	if (c->pz.on)
-		return -EBUSY;
 	*cache = c->cache;
 	*bytes = (uint64_t)c->len * c->tok_bytes;
 	*max = c->max;
@@ -248,6 +246,111 @@ int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
 		c->have_logits = true;
 	}
 	*out = c;
+	return 0;
+}
+
+/* The keys and values a step paused after layer @layer holds for @T
+ * tokens: (T, 2 (layer + 1), Hk D) of the cache's dtype. */
+static uint64_t pause_kv_bytes(const struct model_ctx *c, uint32_t layer,
+			       uint32_t T)
+{
+	return (uint64_t)T * (layer + 1) *
+	       (c->tok_bytes / c->h->m->cfg.n_layer);
+}
+
+bool model_ctx_pause_get(const struct model_ctx *c, struct model_ctx_pause *p)
+{
+	const struct model_pause *pz = &c->pz;
+
+	if (!pz->on)
+		return false;
+	*p = (struct model_ctx_pause){
+		.layer = pz->layer,
+		.T = pz->T,
+		.want = pz->want,
+		.done = pz->done,
+		.brk = pz->brk,
+		.all = pz->all,
+		.decode = pz->decode,
+		.desc = pz->desc,
+		.sp = pz->sp,
+		.rng = pz->rng,
+		.hidden = pz->hidden,
+		.kv = pz->kv,
+		.hidden_bytes = (uint64_t)pz->desc.dims[0] * pz->desc.dims[1] *
+				djinn_dtype_size(pz->desc.dtype),
+		.kv_bytes = pause_kv_bytes(c, pz->layer, pz->T),
+		.tokens = pz->tokens,
+	};
+	return true;
+}
+
+/* A region of @c's session with @len bytes of @src: its handle, or 0. */
+static uint64_t region_of(struct model_ctx *c, const void *src, uint64_t len,
+			  int *err)
+{
+	uint64_t r;
+
+	*err = vmu_region_create(c->h->s, len, &r);
+	if (*err)
+		return 0;
+	*err = vmu_region_resize(c->h->s, r, len, NULL);
+	if (!*err)
+		*err = vmu_region_write(c->h->s, r, 0, src, len);
+	if (*err) {
+		vmu_region_destroy(c->h->s, r);
+		return 0;
+	}
+	return r;
+}
+
+int model_ctx_pause_set(struct model_ctx *c, const struct model_ctx_pause *p,
+			const void *hidden, const void *kv, char *msg,
+			size_t msglen)
+{
+	const struct model_config *cfg = &c->h->m->cfg;
+	struct model_pause *pz = &c->pz;
+	int ret;
+
+	if (pz->on || p->layer + 1 >= cfg->n_layer || !p->T ||
+	    p->desc.ndim != 2 || p->desc.dims[0] != p->T ||
+	    p->desc.dims[1] != cfg->n_embd ||
+	    p->desc.dtype != c->h->m->layout.dtype ||
+	    p->hidden_bytes != (uint64_t)p->T * cfg->n_embd *
+				       djinn_dtype_size(p->desc.dtype) ||
+	    p->kv_bytes != pause_kv_bytes(c, p->layer, p->T) ||
+	    p->T > c->max - c->len ||
+	    (p->decode && (p->T != 1 || p->done >= p->want ||
+			   p->want > c->max || p->brk != p->layer + 1)))
+		return errmsg(msg, msglen, -EINVAL,
+			      "a step paused after layer %u of %u tokens does "
+			      "not fit model %s",
+			      p->layer, p->T, c->h->m->name);
+	if (p->decode) {
+		pz->tokens = malloc(p->want * sizeof(int32_t));
+		if (!pz->tokens)
+			return -ENOMEM;
+		memcpy(pz->tokens, p->tokens, (p->done + 1) * sizeof(int32_t));
+	}
+	pz->hidden = region_of(c, hidden, p->hidden_bytes, &ret);
+	if (pz->hidden)
+		pz->kv = region_of(c, kv, p->kv_bytes, &ret);
+	if (ret) {
+		model_ctx_abandon(c);
+		return errmsg(msg, msglen, ret, "its paused step: %s",
+			      strerror(-ret));
+	}
+	pz->on = true;
+	pz->layer = p->layer;
+	pz->T = p->T;
+	pz->all = p->all;
+	pz->desc = p->desc;
+	pz->decode = p->decode;
+	pz->want = p->want;
+	pz->done = p->done;
+	pz->brk = p->brk;
+	pz->sp = p->sp;
+	pz->rng = p->rng;
 	return 0;
 }
 

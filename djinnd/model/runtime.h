@@ -69,15 +69,15 @@ int model_ctx_reset(struct model_ctx *c);
 /*
  * What a restart keeps of a context (svc/state.c): model_ctx_kept()
  * gives its cache region, the bytes of it in use (its tokens') and its
- * max_tokens, or -EBUSY while it is paused at a breakpoint (a paused
- * step is not kept). model_ctx_restore() makes a context of @h as one
- * kept: @len tokens whose cache is @kv (@kv_bytes, which must be @len
-  * tokens' worth), and the last logits @logits (@logits_bytes: vocab
+  * max_tokens (a paused step's state is model_ctx_pause_get()'s).
+ * model_ctx_restore() makes a context of @h as one kept: @len tokens whose cache is @kv (@kv_bytes, which must be @len
+ * tokens' worth), and the last logits @logits (@logits_bytes: vocab
  * floats), or NULL before any step. -EINVAL with a reason when they do
  * not fit @h's model, else as model_ctx_new().
  */
 int model_ctx_kept(const struct model_ctx *c, uint64_t *cache, uint64_t *bytes,
 		   uint32_t *max);
+
 int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
 		      const void *kv, uint64_t kv_bytes, const float *logits,
 		      uint64_t logits_bytes, struct model_ctx **out, char *msg,
@@ -135,6 +135,31 @@ struct model_sampling {
 	float top_p;
 	uint64_t seed;
 };
+
+/*
+ * A context paused at a breakpoint, as a restart keeps it:
+ * model_ctx_pause_get() fills @p (its regions stay the context's: read
+ * them, do not free them) and is false for a context not paused;
+ * model_ctx_pause_set() pauses a restored context (not paused, its
+ * cache restored) as @p says, with the bytes of its hidden state and
+ * its first part's keys and values copied into regions of its own and
+ * its decode's tokens (@p->done + 1 of them). -EINVAL with a reason when
+ * they do not fit its model.
+ */
+struct model_ctx_pause {
+	uint32_t layer, T, want, done, brk;
+	bool all, decode;
+	struct djinn_tensor_desc desc; /* the hidden state's */
+	struct model_sampling sp;
+	uint64_t rng;
+	uint64_t hidden, kv; /* get: the regions; their sizes: */
+	uint64_t hidden_bytes, kv_bytes;
+	const int32_t *tokens; /* a decode's, @want of them */
+};
+bool model_ctx_pause_get(const struct model_ctx *c, struct model_ctx_pause *p);
+int model_ctx_pause_set(struct model_ctx *c, const struct model_ctx_pause *p,
+			const void *hidden, const void *kv, char *msg,
+			size_t msglen);
 
 /* Pick a token from @logits[V]; *@rng is the random state, advanced. */
 int model_sample(const float *logits, uint32_t V,

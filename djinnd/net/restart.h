@@ -3,7 +3,7 @@
  * Planned restarts that keep djinnd's state: sessions, their tensors and
  * the client connections (include/djinn/state.h is the record).
  *
-  * Handing over (the running djinnd, when a successor connects to
+ * Handing over (the running djinnd, when a successor connects to
  * --handover's socket): the client and admin listeners stop accepting
  * (new clients wait in the backlog), leases stop running (HEARTBEATs
  * wait unread), and every connection is held between two frames
@@ -22,18 +22,18 @@
  * cannot be written, fail the handover the same way, the successor told
  * why; a SIGTERM that came meanwhile then drains djinnd.
  *
-  * Kept: sessions (id, token, tenant, priority, lease with the restart's
+ * Kept: sessions (id, token, tenant, priority, lease with the restart's
  * gap added back, handle keys and generations), their tensors (data and
  * text, at their handles, byte for byte), their models (opened again by
  * name, their weights checked by fingerprint) and contexts (KV cache and
-  * last logits: each continues to the tokens it would have given), the
+ * last logits: each continues to the tokens it would have given), the
  * graphs' outputs each remembers for DJINN_REF_RESULT, and client
  * connections over unix sockets and plain TCP, with what they had
- * received. Not kept yet: TLS connections (their OpenSSL state stays in
- * the process: they are closed and their clients reconnect), uploaded
- * models and contexts paused at a breakpoint (a session holding one
- * makes the handover fail, and the running djinnd keeps serving),
- * sessions bound to kernel leases (with server.leases kmod only the
+  * received; a context paused at a breakpoint stays paused, to be resumed.
+ * Not kept yet: TLS connections (their OpenSSL state stays in the
+ * process: they are closed and their clients reconnect), uploaded
+ * models (a session holding one makes the handover fail, and the
+ * running djinnd keeps serving), sessions bound to kernel leases (with server.leases kmod only the
  * listening sockets are handed over, as before).
  */
 #ifndef DJINN_NET_RESTART_H

@@ -651,6 +651,24 @@ int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 	return 0;
 }
 
+int svc_ctx_pause_restore(struct session *s, uint32_t slot,
+			  const struct model_ctx_pause *p, const void *hidden,
+			  const void *kv, uint32_t flags, char *msg,
+			  size_t msglen)
+{
+	struct mobj *o = session_obj_at(s, slot, SOBJ_CTX);
+	int ret;
+
+	if (!o) {
+		snprintf(msg, msglen, "slot %u holds no context", slot);
+		return -EINVAL;
+	}
+	ret = model_ctx_pause_set(o->mc, p, hidden, kv, msg, msglen);
+	if (!ret)
+		o->pause_flags = flags;
+	return ret;
+}
+
 int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 		    uint32_t max, uint32_t len, const void *kv,
 		    uint64_t kv_bytes, const float *logits,

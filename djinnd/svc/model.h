@@ -202,6 +202,12 @@ int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
  */
 int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 		      const uint8_t fp[32], char *msg, size_t msglen);
+/* Context slot @slot's paused step, as model_ctx_pause_set() says, and
+ * its request's @flags (for RESUME). */
+int svc_ctx_pause_restore(struct session *s, uint32_t slot,
+			  const struct model_ctx_pause *p, const void *hidden,
+			  const void *kv, uint32_t flags, char *msg,
+			  size_t msglen);
 int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 		    uint32_t max, uint32_t len, const void *kv,
 		    uint64_t kv_bytes, const float *logits,

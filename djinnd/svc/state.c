@@ -246,6 +246,19 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 		    (len - sizeof(*s)) % 4 == 0)
 			return true;
 		break;
+	case DJINN_STATE_PAUSE: {
+		const struct djinn_state_pause *z = p;
+
+		if (len >= sizeof(*z) && (len - sizeof(*z)) % 4 == 0 &&
+		    (len - sizeof(*z)) / 4 == z->want &&
+		    z->hidden_off <= in->data_size &&
+		    z->hidden_bytes <= in->data_size - z->hidden_off &&
+		    z->kv_off <= in->data_size &&
+		    z->kv_bytes <= in->data_size - z->kv_off &&
+		    (!z->decode || z->done < z->want))
+			return true;
+		break;
+	}
 	case DJINN_STATE_RESULT: {
 		const struct djinn_state_result *r = p;
 
@@ -447,6 +460,7 @@ uint64_t svc_state_data_size(struct session_table *t)
 		session_tensor_each(s, add_size, &n);
 		slots_for_each(&s->objs, o) {
 			struct mobj *m = o->p;
+			struct model_ctx_pause pz;
 			uint64_t cache, bytes;
 			uint32_t max;
 
@@ -456,6 +470,9 @@ uint64_t svc_state_data_size(struct session_table *t)
 			n += pages(bytes) +
 			     pages(model_ctx_model(m->mc)->cfg.vocab *
 				   sizeof(float));
+			if (model_ctx_pause_get(m->mc, &pz))
+				n += pages(pz.hidden_bytes) +
+				     pages(pz.kv_bytes);
 		}
 	}
 	return n;
@@ -560,6 +577,53 @@ static uint32_t obj_slot_of(struct session *s, const void *p)
 	return UINT32_MAX;
 }
 
+/* A context's paused step, if it has one: its entry after the
+ * context's, the hidden state and keys and values into state-data. */
+static int save_pause(struct state_out *out, struct session *s, uint32_t slot,
+		      struct mobj *m)
+{
+	struct model_ctx_pause pz;
+	struct djinn_state_pause *z;
+	uint64_t off = 0;
+	int ret;
+
+	if (!model_ctx_pause_get(m->mc, &pz))
+		return 0;
+	z = state_out_ent(out, DJINN_STATE_PAUSE,
+			  (uint32_t)(sizeof(*z) + (uint64_t)pz.want * 4));
+	if (!z)
+		return -ENOMEM;
+	z->slot = slot;
+	z->layer = pz.layer;
+	z->T = pz.T;
+	z->want = pz.want;
+	z->done = pz.done;
+	z->brk = pz.brk;
+	z->flags = m->pause_flags;
+	z->all = pz.all;
+	z->decode = pz.decode;
+	z->rng = pz.rng;
+	z->sp.temperature = pz.sp.temperature;
+	z->sp.top_k = pz.sp.top_k;
+	z->sp.top_p = pz.sp.top_p;
+	z->sp.seed = pz.sp.seed;
+	z->desc = pz.desc;
+	if (pz.decode)
+		memcpy(z + 1, pz.tokens, (pz.done + 1) * sizeof(int32_t));
+	z->hidden_bytes = pz.hidden_bytes;
+	ret = region_out(out, s, pz.hidden, pz.hidden_bytes, &off);
+	z->hidden_off = off;
+	z->kv_bytes = pz.kv_bytes;
+	if (!ret)
+		ret = region_out(out, s, pz.kv, pz.kv_bytes, &off);
+	z->kv_off = off;
+	if (ret)
+		log_err("state: session %llu: the paused step of the context "
+			"in slot %u: %s",
+			(unsigned long long)s->id, slot, strerror(-ret));
+	return ret;
+}
+
 /* One context's entry: its cache and last logits into state-data. */
 static int save_ctx(struct state_out *out, struct session *s,
 		    struct djinn_state_obj *e, struct mobj *m)
@@ -571,13 +635,7 @@ static int save_ctx(struct state_out *out, struct session *s,
 	int ret;
 
 	e->kind = DJINN_STATE_CTX;
-	if (model_ctx_kept(m->mc, &cache, &bytes, &max)) {
-		log_err("state: session %llu: the context in slot %u is "
-			"paused at a breakpoint, which a restart does not "
-			"keep",
-			(unsigned long long)s->id, e->slot);
-		return -EBUSY;
-	}
+	model_ctx_kept(m->mc, &cache, &bytes, &max);
 	e->model_slot = obj_slot_of(s, m->model);
 	e->max_tokens = max;
 	e->len = model_ctx_len(m->mc);
@@ -590,16 +648,17 @@ static int save_ctx(struct state_out *out, struct session *s,
 			(unsigned long long)s->id, e->slot, strerror(-ret));
 		return ret;
 	}
-	if (!model_ctx_logits(m->mc))
-		return 0;
-	e->have_logits = 1;
-	e->logits_bytes = md->cfg.vocab * sizeof(float);
-	dst = state_out_data(out, e->logits_bytes, &off);
-	if (!dst)
-		return out->err;
-	e->logits_off = off;
-	memcpy(dst, model_ctx_logits(m->mc), e->logits_bytes);
-	return 0;
+	if (model_ctx_logits(m->mc)) {
+		e->have_logits = 1;
+		e->logits_bytes = md->cfg.vocab * sizeof(float);
+		dst = state_out_data(out, e->logits_bytes, &off);
+		if (!dst)
+			return out->err;
+		e->logits_off = off;
+		memcpy(dst, model_ctx_logits(m->mc), e->logits_bytes);
+	}
+	/* last: a new entry may move the record, and @e with it */
+	return save_pause(out, s, e->slot, m);
 }
 
 /* The graphs' outputs @s remembers (none is in flight). */
@@ -815,9 +874,13 @@ static int live_slots(struct state_in *in, uint32_t nr, uint32_t nr_obj,
 
 	if (!live)
 		return -ENOMEM;
+	/* up to the next session's entry, or a connection's */
 	while (!ret && (p = state_in_next(in, &type, &len)) &&
-	       (type == DJINN_STATE_TENSOR || type == DJINN_STATE_OBJ)) {
+	       type != DJINN_STATE_SESSION && type != DJINN_STATE_CONN) {
 		bool tensor = type == DJINN_STATE_TENSOR;
+
+		if (!tensor && type != DJINN_STATE_OBJ)
+			continue;
 		uint32_t slot =
 			tensor ? ((const struct djinn_state_tensor *)p)->slot :
 				 ((const struct djinn_state_obj *)p)->slot;
@@ -868,8 +931,40 @@ static int restore_one(struct state_in *in, struct session *s, uint32_t type,
 		snprintf(msg, msglen, "a %s before any session",
 			 type == DJINN_STATE_OBJ    ? "model or context" :
 			 type == DJINN_STATE_RESULT ? "result record" :
+			 type == DJINN_STATE_PAUSE  ? "paused step" :
 						      "tensor");
 		return -EBADMSG;
+	}
+	if (type == DJINN_STATE_PAUSE) {
+		const struct djinn_state_pause *z = p;
+		struct model_ctx_pause pz = {
+			.layer = z->layer,
+			.T = z->T,
+			.want = z->want,
+			.done = z->done,
+			.brk = z->brk,
+			.all = z->all,
+			.decode = z->decode,
+			.desc = z->desc,
+			.sp = { z->sp.temperature, z->sp.top_k, z->sp.top_p,
+				z->sp.seed },
+			.rng = z->rng,
+			.hidden_bytes = z->hidden_bytes,
+			.kv_bytes = z->kv_bytes,
+			.tokens = (const int32_t *)(z + 1),
+		};
+
+		ret = svc_ctx_pause_restore(s, z->slot, &pz,
+					    in->data + z->hidden_off,
+					    in->data + z->kv_off, z->flags, why,
+					    sizeof(why));
+		if (ret)
+			snprintf(msg, msglen,
+				 "session %llu: the paused step of the context "
+				 "in slot %u: %s",
+				 (unsigned long long)s->id, z->slot,
+				 why[0] ? why : strerror(-ret));
+		return ret;
 	}
 	if (type == DJINN_STATE_RESULT) {
 		const struct djinn_state_result *re = p;
@@ -929,7 +1024,7 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 		bool *live = NULL;
 
 		if (type == DJINN_STATE_TENSOR || type == DJINN_STATE_OBJ ||
-		    type == DJINN_STATE_RESULT) {
+		    type == DJINN_STATE_RESULT || type == DJINN_STATE_PAUSE) {
 			ret = restore_one(in, s, type, p, &nr_t, &nr_o, msg,
 					  msglen);
 			continue;

@@ -17,8 +17,11 @@
  *            its tensor handle slots (u32 each, nr_slots of them), then
  *            of each of its model and context handle slots (nr_obj_slots)
  *   TENSOR   struct djinn_state_tensor: one of the session before it
-  *   OBJ      struct djinn_state_obj: a model or context of the session
+ *   OBJ      struct djinn_state_obj: a model or context of the session
  *            before it, its models before its contexts
+ *   PAUSE    struct djinn_state_pause, then its decode's tokens (__s32
+ *            each, @want of them): the paused step of the context (OBJ)
+ *            right before it
  *   RESULT   struct djinn_state_result: a graph's outputs the session
  *            before it remembers (DJINN_REF_RESULT), after its tensors
  *            and objects
@@ -77,6 +80,7 @@ enum djinn_state_type {
 	DJINN_STATE_CONN = 3,
 	DJINN_STATE_OBJ = 4,
 	DJINN_STATE_RESULT = 5,
+	DJINN_STATE_PAUSE = 6,
 };
 
 /* An entry: @len payload bytes follow (then padding to 8). */
@@ -92,7 +96,7 @@ struct djinn_state_ent {
  * @device:      its device's index
  * @lost:        a device fault had lost its state: it stays lost
  * @nr_slots:    tensor handle slots, each one's generation after this
-  * @nr_obj_slots: model and context handle slots, each one's generation
+ * @nr_obj_slots: model and context handle slots, each one's generation
  *               after the tensors'
  * @results_next: the slot of its ring of result records the next graph
  *               takes
@@ -181,6 +185,39 @@ struct djinn_state_obj {
 	__u64 cache_bytes;
 	__u64 logits_off;
 	__u64 logits_bytes;
+};
+
+/**
+ * struct djinn_state_pause - a context's step paused at a breakpoint
+ * @slot:   the context's slot
+ * @layer, @T, @all: paused after layer @layer, @T tokens, every token's
+ *          logits wanted
+ * @decode: a decode of @want tokens, @done through every layer, paused
+ *          at layer @brk - 1 on the next, with sampling @sp and random
+ *          state @rng
+ * @flags:  the step's request flags (DJINN_STEP_*)
+ * @desc:   the hidden state's shape; its bytes are state-data's
+ *          [@hidden_off, + @hidden_bytes), and the keys and values of
+ *          the layers before the break [@kv_off, + @kv_bytes)
+ */
+struct djinn_state_pause {
+	__u32 slot;
+	__u32 layer;
+	__u32 T;
+	__u32 want;
+	__u32 done;
+	__u32 brk;
+	__u32 flags;
+	__u8 all;
+	__u8 decode;
+	__u8 __reserved[2];
+	__u64 rng;
+	struct djinn_sampling sp;
+	struct djinn_tensor_desc desc;
+	__u64 hidden_off;
+	__u64 hidden_bytes;
+	__u64 kv_off;
+	__u64 kv_bytes;
 };
 
 /**

@@ -486,6 +486,98 @@ static void test_restart_contexts(void **state)
 	fx->base = vmu_now(fx);
 }
 
+/* A raw step (@op CTX_PREFILL with @in, CTX_DECODE, CTX_RESUME) with a
+ * breakpoint @brk (0: none): its answer; @toks gets its tokens. A
+ * paused step's copy of the hidden state is released. */
+static struct djinn_ctx_step_resp raw_step(int fd, uint64_t sid, uint16_t op,
+					   uint64_t ctx, const int32_t *in,
+					   uint32_t n, uint32_t brk,
+					   uint32_t flags, int32_t *toks)
+{
+	uint8_t buf[sizeof(struct djinn_ctx_step) + 64 * 4] = { 0 };
+	struct djinn_ctx_step *st = (void *)buf;
+	struct djinn_ctx_resume rq = { .ctx = ctx };
+	struct djinn_ctx_step_resp resp;
+	struct dj_resp r;
+	size_t len = sizeof(*st);
+
+	st->ctx = ctx;
+	st->nr_tokens = n;
+	st->flags = flags;
+	st->break_layer = brk;
+	if (op == DJINN_MSG_CTX_PREFILL) {
+		memcpy(st + 1, in, n * 4);
+		len += n * 4;
+	}
+	if (op == DJINN_MSG_CTX_RESUME)
+		call_ok(fd, op, sid, &rq, sizeof(rq), &r, -1);
+	else
+		call_ok(fd, op, sid, buf, len, &r, -1);
+	memcpy(&resp, r.data, sizeof(resp));
+	if (toks)
+		memcpy(toks, r.data + sizeof(resp), resp.nr_tokens * 4);
+	dj_resp_free(&r);
+	if (resp.hidden)
+		tensor_release(fd, sid, resp.hidden);
+	return resp;
+}
+
+/*
+ * A context paused at a breakpoint is kept paused: resumed after the
+ * restart, a prefill gives the logits, and a decode the tokens, its twin
+ * gave without a break or before it.
+ */
+static void test_restart_paused(void **state)
+{
+	struct fx *fx = *state;
+	const int32_t prompt[4] = { 2, 7, 1, 8 };
+	struct djinn_ctx_step_resp st;
+	float want[256], got[256];
+	int32_t tw[5], tg[5];
+	uint64_t sid, m, a, b, c, d;
+	int fd = xconnect(fx->d.sock);
+
+	assert_int_equal(djd_make_model(&fx->d, "tiny", TINY_GPT2), 0);
+	sid = open_session(fd, "paused");
+	m = model_open(fd, sid, "tiny").model;
+	a = ctx_new(fd, sid, m, 16);
+	b = ctx_new(fd, sid, m, 16);
+	c = ctx_new(fd, sid, m, 16);
+	d = ctx_new(fd, sid, m, 16);
+	/* b runs its prompt whole; a pauses after layer 0 */
+	st = raw_step(fd, sid, DJINN_MSG_CTX_PREFILL, b, prompt, 4, 0,
+		      DJINN_STEP_LOGITS, NULL);
+	tensor_read(fd, sid, st.logits, 0, sizeof(want), want);
+	tensor_release(fd, sid, st.logits);
+	st = raw_step(fd, sid, DJINN_MSG_CTX_PREFILL, a, prompt, 4, 1,
+		      DJINN_STEP_LOGITS, NULL);
+	assert_int_equal(st.state, DJINN_CTX_PAUSED);
+	/* d decodes 5 tokens whole; c pauses on its first */
+	prefill(fd, sid, c, prompt, 4, 0);
+	prefill(fd, sid, d, prompt, 4, 0);
+	decode(fd, sid, d, 5, NULL, tw);
+	st = raw_step(fd, sid, DJINN_MSG_CTX_DECODE, c, NULL, 5, 1, 0, tg);
+	assert_int_equal(st.state, DJINN_CTX_PAUSED);
+
+	assert_int_equal(djd_restart(&fx->d, 60000), 0);
+	st = raw_step(fd, sid, DJINN_MSG_CTX_RESUME, a, NULL, 0, 0, 0, NULL);
+	assert_int_equal(st.state, DJINN_CTX_DONE);
+	assert_int_equal(st.len, 4);
+	tensor_read(fd, sid, st.logits, 0, sizeof(got), got);
+	tensor_release(fd, sid, st.logits);
+	assert_memory_equal(got, want, sizeof(want));
+	do
+		st = raw_step(fd, sid, DJINN_MSG_CTX_RESUME, c, NULL, 0, 0, 0,
+			      tg);
+	while (st.state == DJINN_CTX_PAUSED);
+	assert_int_equal(st.nr_tokens, 5);
+	assert_memory_equal(tg, tw, sizeof(tw));
+	close_session(fd, sid);
+	close(fd);
+	check_text_cached(fx);
+	fx->base = vmu_now(fx);
+}
+
 /*
  * A session whose device state a fault lost stays lost across a
  * restart (every request but closing answers -EIO), and does not stop
@@ -737,6 +829,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_restart_contexts, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_restart_lost, setup_fault,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_restart_paused, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_self_restart, setup,
 						teardown),
