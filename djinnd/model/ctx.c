@@ -261,6 +261,7 @@ static uint64_t pause_kv_bytes(const struct model_ctx *c, uint32_t layer,
 bool model_ctx_pause_get(const struct model_ctx *c, struct model_ctx_pause *p)
 {
 	const struct model_pause *pz = &c->pz;
+	struct vmu_region_info hi, ki;
 
 	if (!pz->on)
 		return false;
@@ -277,11 +278,13 @@ bool model_ctx_pause_get(const struct model_ctx *c, struct model_ctx_pause *p)
 		.rng = pz->rng,
 		.hidden = pz->hidden,
 		.kv = pz->kv,
-		.hidden_bytes = (uint64_t)pz->desc.dims[0] * pz->desc.dims[1] *
-				djinn_dtype_size(pz->desc.dtype),
-		.kv_bytes = pause_kv_bytes(c, pz->layer, pz->T),
 		.tokens = pz->tokens,
 	};
+	/* what the regions hold, which the restore checks against the
+	 * model */
+	p->hidden_bytes = vmu_region_info(c->h->s, pz->hidden, &hi) ? 0 :
+								      hi.size;
+	p->kv_bytes = vmu_region_info(c->h->s, pz->kv, &ki) ? 0 : ki.size;
 	return true;
 }
 
