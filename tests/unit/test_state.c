@@ -28,6 +28,7 @@ static void write_one(int *rec, int *data, uint64_t *data_off)
 	struct djinn_state_tensor *t;
 	struct djinn_state_conn *c;
 	struct djinn_state_result *res;
+	struct djinn_state_pause *z;
 	uint64_t at;
 	uint8_t *p;
 
@@ -60,6 +61,12 @@ static void write_one(int *rec, int *data, uint64_t *data_off)
 	/* past the size it was begun with */
 	assert_null(state_out_data(&o, 4096, &(uint64_t){ 0 }));
 	o.err = 0;
+	/* a paused decode of 3 tokens, 1 done: its tokens follow */
+	z = state_out_ent(&o, DJINN_STATE_PAUSE, sizeof(*z) + 3 * 4);
+	assert_non_null(z);
+	z->decode = 1;
+	z->want = 3;
+	z->done = 1;
 	/* a graph's record: one output, its desc and handle */
 	res = state_out_ent(&o, DJINN_STATE_RESULT,
 			    sizeof(*res) + sizeof(struct djinn_tensor_desc) +
@@ -109,6 +116,9 @@ static void test_round_trip(void **state)
 			for (uint64_t i = 0; i < t->bytes; i++)
 				assert_int_equal(in.data[t->data_off + i],
 						 'a' + t->slot / 2);
+		} else if (type == DJINN_STATE_PAUSE) {
+			assert_int_equal(
+				((const struct djinn_state_pause *)p)->want, 3);
 		} else if (type == DJINN_STATE_RESULT) {
 			assert_int_equal(((const struct djinn_state_result *)p)
 						 ->request_id,
@@ -122,7 +132,7 @@ static void test_round_trip(void **state)
 		}
 		n++;
 	}
-	assert_int_equal(n, 5);
+	assert_int_equal(n, 6);
 	/* sealed: the next djinnd reads what was written */
 	assert_int_equal(ftruncate(rec, 16), -1);
 	state_in_close(&in);
@@ -186,6 +196,22 @@ static void data_past(uint8_t *p, size_t *len)
 	e = (void *)((uint8_t *)(e + 1) + ((e->len + 7) & ~7u));
 	t = (void *)(e + 1);
 	t->data_off = 1ull << 40;
+}
+
+/* A paused decode with all its tokens done: not paused, refused. */
+static void pause_done(uint8_t *p, size_t *len)
+{
+	uint8_t *q = p + sizeof(struct djinn_state_hdr);
+
+	for (;;) {
+		struct djinn_state_ent *e = (void *)q;
+
+		if (e->type == DJINN_STATE_PAUSE) {
+			((struct djinn_state_pause *)(e + 1))->done = 3;
+			return;
+		}
+		q += sizeof(*e) + ((e->len + 7) & ~7u);
+	}
 }
 
 /* A graph's record of one still running: never written, refused. */
@@ -254,10 +280,12 @@ static void test_refused(void **state)
 		  "type 2 does not hold together (entry 1)" },
 		{ shape_short, -EBADMSG,
 		  "type 2 does not hold together (entry 1)" },
+		{ pause_done, -EBADMSG,
+		  "type 6 does not hold together (entry 3)" },
 		{ result_running, -EBADMSG,
-		  "type 5 does not hold together (entry 3)" },
+		  "type 5 does not hold together (entry 4)" },
 		{ conn_short, -EBADMSG,
-		  "type 3 does not hold together (entry 4)" },
+		  "type 3 does not hold together (entry 5)" },
 		{ unknown_type, -EBADMSG, "unknown type 99 (entry 0)" },
 	};
 	uint64_t off[2];
