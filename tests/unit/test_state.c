@@ -186,76 +186,50 @@ static void long_entry(uint8_t *p, size_t *len)
 	e->len = 1u << 20;
 }
 
+/* The payload of the first entry of @type in record @p (there is one). */
+static void *ent_of(uint8_t *p, uint32_t type)
+{
+	uint8_t *q = p + sizeof(struct djinn_state_hdr);
+
+	for (;;) {
+		struct djinn_state_ent *e = (void *)q;
+
+		if (e->type == type)
+			return e + 1;
+		q += sizeof(*e) + ((e->len + 7) & ~7u);
+	}
+}
+
 /* The first tensor's bytes lie past the data. */
 static void data_past(uint8_t *p, size_t *len)
 {
-	struct djinn_state_ent *e =
-		(void *)(p + sizeof(struct djinn_state_hdr));
-	struct djinn_state_tensor *t;
-
-	e = (void *)((uint8_t *)(e + 1) + ((e->len + 7) & ~7u));
-	t = (void *)(e + 1);
-	t->data_off = 1ull << 40;
+	((struct djinn_state_tensor *)ent_of(p, DJINN_STATE_TENSOR))->data_off =
+		1ull << 40;
 }
 
 /* A paused decode with all its tokens done: not paused, refused. */
 static void pause_done(uint8_t *p, size_t *len)
 {
-	uint8_t *q = p + sizeof(struct djinn_state_hdr);
-
-	for (;;) {
-		struct djinn_state_ent *e = (void *)q;
-
-		if (e->type == DJINN_STATE_PAUSE) {
-			((struct djinn_state_pause *)(e + 1))->done = 3;
-			return;
-		}
-		q += sizeof(*e) + ((e->len + 7) & ~7u);
-	}
+	((struct djinn_state_pause *)ent_of(p, DJINN_STATE_PAUSE))->done = 3;
 }
 
 /* A graph's record of one still running: never written, refused. */
 static void result_running(uint8_t *p, size_t *len)
 {
-	uint8_t *q = p + sizeof(struct djinn_state_hdr);
-
-	for (;;) {
-		struct djinn_state_ent *e = (void *)q;
-
-		if (e->type == DJINN_STATE_RESULT) {
-			((struct djinn_state_result *)(e + 1))->done = 0;
-			return;
-		}
-		q += sizeof(*e) + ((e->len + 7) & ~7u);
-	}
+	((struct djinn_state_result *)ent_of(p, DJINN_STATE_RESULT))->done = 0;
 }
 
 /* A tensor whose shape does not fill its bytes. */
 static void shape_short(uint8_t *p, size_t *len)
 {
-	struct djinn_state_ent *e =
-		(void *)(p + sizeof(struct djinn_state_hdr));
-	struct djinn_state_tensor *t;
-
-	e = (void *)((uint8_t *)(e + 1) + ((e->len + 7) & ~7u));
-	t = (void *)(e + 1);
-	t->desc.dims[0]--;
+	((struct djinn_state_tensor *)ent_of(p, DJINN_STATE_TENSOR))
+		->desc.dims[0]--;
 }
 
 /* A connection whose sessions and backlog do not add up to its length. */
 static void conn_short(uint8_t *p, size_t *len)
 {
-	uint8_t *q = p + sizeof(struct djinn_state_hdr);
-
-	for (;;) {
-		struct djinn_state_ent *e = (void *)q;
-
-		if (e->type == DJINN_STATE_CONN) {
-			((struct djinn_state_conn *)(e + 1))->backlog = 6;
-			return;
-		}
-		q += sizeof(*e) + ((e->len + 7) & ~7u);
-	}
+	((struct djinn_state_conn *)ent_of(p, DJINN_STATE_CONN))->backlog = 6;
 }
 
 static void unknown_type(uint8_t *p, size_t *len)
