@@ -814,40 +814,71 @@ uint64_t ctx_new_at(int line, int fd, uint64_t sid, uint64_t model,
 	return c.ctx;
 }
 
-/* PREFILL @n tokens or DECODE @n (tokens into @out); the response. */
-struct djinn_ctx_step_resp step_at(int line, int fd, uint64_t sid, uint16_t op,
-				   uint64_t ctx, const int32_t *in, uint32_t n,
-				   const struct djinn_sampling *sp,
-				   uint32_t flags, int32_t *out)
+/* A step's answer in @r, checked whole: its tokens into @out. */
+static struct djinn_ctx_step_resp step_answer(int line, struct dj_resp *r,
+					      int32_t *out)
+{
+	struct djinn_ctx_step_resp resp;
+
+	if (r->len < sizeof(resp))
+		fail_msg("line %d: step answer of %llu bytes", line,
+			 (unsigned long long)r->len);
+	memcpy(&resp, r->data, sizeof(resp));
+	if (r->len != sizeof(resp) + ((resp.nr_tokens * 4 + 7) & ~7u))
+		fail_msg("line %d: %u tokens in %llu bytes", line,
+			 resp.nr_tokens, (unsigned long long)r->len);
+	if (out)
+		memcpy(out, r->data + sizeof(resp), resp.nr_tokens * 4);
+	dj_resp_free(r);
+	return resp;
+}
+
+struct djinn_ctx_step_resp
+brk_step_at(int line, int fd, uint64_t sid, uint16_t op, uint64_t ctx,
+	    const int32_t *in, uint32_t n, uint32_t brk, uint32_t flags,
+	    const struct djinn_sampling *sp, int32_t *out)
 {
 	size_t len = sizeof(struct djinn_ctx_step) +
 		     (op == DJINN_MSG_CTX_PREFILL ? n * 4 : 0);
 	struct djinn_ctx_step *st = xmalloc(len);
-	struct djinn_ctx_step_resp resp;
 	struct dj_resp r;
 
 	memset(st, 0, sizeof(*st));
 	st->ctx = ctx;
 	st->nr_tokens = n;
 	st->flags = flags;
+	st->break_layer = brk;
 	if (sp)
 		st->sampling = *sp;
 	if (op == DJINN_MSG_CTX_PREFILL)
 		memcpy(st + 1, in, n * 4);
 	call_ok_at(line, fd, op, sid, st, len, &r, -1);
 	free(st);
-	if (r.len < sizeof(resp))
-		fail_msg("line %d: step answer of %llu bytes", line,
-			 (unsigned long long)r.len);
-	memcpy(&resp, r.data, sizeof(resp));
-	if (resp.state != DJINN_CTX_DONE || resp.hidden ||
-	    r.len != sizeof(resp) + ((resp.nr_tokens * 4 + 7) & ~7u))
-		fail_msg("line %d: step answer: state %u, %u tokens in %llu "
-			 "bytes",
-			 line, resp.state, resp.nr_tokens,
-			 (unsigned long long)r.len);
-	if (out)
-		memcpy(out, r.data + sizeof(resp), resp.nr_tokens * 4);
-	dj_resp_free(&r);
+	return step_answer(line, &r, out);
+}
+
+struct djinn_ctx_step_resp step_at(int line, int fd, uint64_t sid, uint16_t op,
+				   uint64_t ctx, const int32_t *in, uint32_t n,
+				   const struct djinn_sampling *sp,
+				   uint32_t flags, int32_t *out)
+{
+	struct djinn_ctx_step_resp resp =
+		brk_step_at(line, fd, sid, op, ctx, in, n, 0, flags, sp, out);
+
+	if (resp.state != DJINN_CTX_DONE || resp.hidden)
+		fail_msg("line %d: step answer: state %u, hidden %llu", line,
+			 resp.state, (unsigned long long)resp.hidden);
 	return resp;
+}
+
+struct djinn_ctx_step_resp resume_at(int line, int fd, uint64_t sid,
+				     uint64_t ctx, uint64_t hidden,
+				     int32_t *out)
+{
+	struct djinn_ctx_resume rq = { .ctx = ctx, .hidden = hidden };
+	struct dj_resp r;
+
+	call_ok_at(line, fd, DJINN_MSG_CTX_RESUME, sid, &rq, sizeof(rq), &r,
+		   -1);
+	return step_answer(line, &r, out);
 }

@@ -309,6 +309,20 @@ uint64_t ctx_new_at(int line, int fd, uint64_t sid, uint64_t model,
 		    uint32_t max);
 #define ctx_new(fd, sid, model, max) ctx_new_at(__LINE__, fd, sid, model, max)
 
+/* A PREFILL (@in, @n) or DECODE (@n) with breakpoint @brk (0: none):
+ * the answer, whatever its state, its tokens into @out. */
+struct djinn_ctx_step_resp
+brk_step_at(int line, int fd, uint64_t sid, uint16_t op, uint64_t ctx,
+	    const int32_t *in, uint32_t n, uint32_t brk, uint32_t flags,
+	    const struct djinn_sampling *sp, int32_t *out);
+/* CTX_RESUME of @ctx, with hidden state tensor @hidden (0: as paused):
+ * the answer, whatever its state, its tokens into @out. */
+struct djinn_ctx_step_resp resume_at(int line, int fd, uint64_t sid,
+				     uint64_t ctx, uint64_t hidden,
+				     int32_t *out);
+#define resume(fd, sid, ctx, hidden, out) \
+	resume_at(__LINE__, fd, sid, ctx, hidden, out)
+
 /* PREFILL @n tokens or DECODE @n (tokens into @out), which must end
  * done: the response. */
 struct djinn_ctx_step_resp step_at(int line, int fd, uint64_t sid, uint16_t op,

@@ -261,63 +261,6 @@ static void test_models(void **state)
 /* ---------------------------------------------------------------------- */
 /* Models: breakpoints, steering, corrupt files */
 
-/* A PREFILL (@in, @n) or DECODE (@n) with @brk; the answer, whatever its
- * state, its tokens into @out. */
-static struct djinn_ctx_step_resp
-brk_step_at(int line, int fd, uint64_t sid, uint16_t op, uint64_t ctx,
-	    const int32_t *in, uint32_t n, uint32_t brk, uint32_t flags,
-	    const struct djinn_sampling *sp, int32_t *out)
-{
-	size_t len = sizeof(struct djinn_ctx_step) +
-		     (op == DJINN_MSG_CTX_PREFILL ? n * 4 : 0);
-	struct djinn_ctx_step *st = xmalloc(len);
-	struct djinn_ctx_step_resp resp;
-	struct dj_resp r;
-
-	memset(st, 0, sizeof(*st));
-	st->ctx = ctx;
-	st->nr_tokens = n;
-	st->flags = flags;
-	st->break_layer = brk;
-	if (sp)
-		st->sampling = *sp;
-	if (op == DJINN_MSG_CTX_PREFILL)
-		memcpy(st + 1, in, n * 4);
-	call_ok_at(line, fd, op, sid, st, len, &r, -1);
-	free(st);
-	memcpy(&resp, r.data, sizeof(resp));
-	if (r.len != sizeof(resp) + ((resp.nr_tokens * 4 + 7) & ~7u))
-		fail_msg("line %d: %u tokens in %llu bytes", line,
-			 resp.nr_tokens, (unsigned long long)r.len);
-	if (out)
-		memcpy(out, r.data + sizeof(resp), resp.nr_tokens * 4);
-	dj_resp_free(&r);
-	return resp;
-}
-
-static struct djinn_ctx_step_resp resume_at(int line, int fd, uint64_t sid,
-					    uint64_t ctx, uint64_t hidden,
-					    int32_t *out)
-{
-	struct djinn_ctx_resume rq = { .ctx = ctx, .hidden = hidden };
-	struct djinn_ctx_step_resp resp;
-	struct dj_resp r;
-
-	call_ok_at(line, fd, DJINN_MSG_CTX_RESUME, sid, &rq, sizeof(rq), &r,
-		   -1);
-	memcpy(&resp, r.data, sizeof(resp));
-	if (r.len != sizeof(resp) + ((resp.nr_tokens * 4 + 7) & ~7u))
-		fail_msg("line %d: %u tokens in %llu bytes", line,
-			 resp.nr_tokens, (unsigned long long)r.len);
-	if (out)
-		memcpy(out, r.data + sizeof(resp), resp.nr_tokens * 4);
-	dj_resp_free(&r);
-	return resp;
-}
-
-#define resume(fd, sid, ctx, hidden, out) \
-	resume_at(__LINE__, fd, sid, ctx, hidden, out)
-
 /* A paused answer: after @layer, @T rows of hidden state (f32, C 64). */
 static void paused_at(int line, const struct djinn_ctx_step_resp *st,
 		      uint32_t layer, uint32_t len)
