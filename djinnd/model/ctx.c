@@ -192,15 +192,6 @@ static int copy_regions(const struct model_env *env, struct vmu_session *s,
 	return ret;
 }
 
-int model_ctx_kept(const struct model_ctx *c, uint64_t *cache, uint64_t *bytes,
-		   uint32_t *max)
-{
-	*cache = c->cache;
-	*bytes = (uint64_t)c->len * c->tok_bytes;
-	*max = c->max;
-	return 0;
-}
-
 int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
 		      const void *kv, uint64_t kv_bytes, const float *logits,
 		      uint64_t logits_bytes, struct model_ctx **out, char *msg,

@@ -67,17 +67,18 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 int model_ctx_reset(struct model_ctx *c);
 
 /*
- * What a restart keeps of a context (svc/state.c): model_ctx_kept()
- * gives its cache region, the bytes of it in use (its tokens') and its
-  * max_tokens (a paused step's state is model_ctx_pause_get()'s).
- * model_ctx_restore() makes a context of @h as one kept: @len tokens whose cache is @kv (@kv_bytes, which must be @len
- * tokens' worth), and the last logits @logits (@logits_bytes: vocab
+ * What a restart keeps of a context (svc/state.c): its cache region
+ * (model_ctx_cache()), model_ctx_len() tokens of model_ctx_token_bytes()
+ * each, and its last logits (a paused step's state is
+ * model_ctx_pause_get()'s). model_ctx_restore() makes a context of @h as
+ * one kept: @len tokens whose cache is @kv (@kv_bytes, which must be
+ * @len tokens' worth), and the last logits @logits (@logits_bytes: vocab
  * floats), or NULL before any step. -EINVAL with a reason when they do
  * not fit @h's model, else as model_ctx_new().
  */
-int model_ctx_kept(const struct model_ctx *c, uint64_t *cache, uint64_t *bytes,
-		   uint32_t *max);
-
+uint64_t model_ctx_cache(const struct model_ctx *c);
+/* Bytes of cache per token: 2 n_layer n_kv_head head_dim dtype-size. */
+uint64_t model_ctx_token_bytes(const struct model_ctx *c);
 int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
 		      const void *kv, uint64_t kv_bytes, const float *logits,
 		      uint64_t logits_bytes, struct model_ctx **out, char *msg,

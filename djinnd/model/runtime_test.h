@@ -10,10 +10,6 @@
 
 #include "model/runtime.h"
 
-/* The cache's data region. */
-uint64_t model_ctx_cache(const struct model_ctx *c);
-/* Bytes of cache per token: 2 n_layer n_kv_head head_dim dtype-size. */
-uint64_t model_ctx_token_bytes(const struct model_ctx *c);
 /* Forward graphs this process's contexts built and ran, ever (not
  * those too big to build). */
 uint64_t model_ctx_graphs(void);

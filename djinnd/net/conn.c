@@ -482,7 +482,7 @@ static void body_done(struct conn *c)
 	}
 }
 
-static void backlog_add(struct conn *c, const uint8_t *p, uint64_t len)
+void conn_backlog_add(struct conn *c, const uint8_t *p, uint64_t len)
 {
 	if (c->backlog_len + len > c->backlog_cap) {
 		uint64_t cap = c->backlog_len + len + RBUF_SIZE;
@@ -514,7 +514,7 @@ static void parse(struct conn *c, const uint8_t *p, uint64_t len)
 		}
 		if (c->paused) {
 			/* What is already in waits; no more is received. */
-			backlog_add(c, p, len);
+			conn_backlog_add(c, p, len);
 			return;
 		}
 		switch (c->ps) {

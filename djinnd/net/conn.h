@@ -177,6 +177,10 @@ void conn_resume(struct conn *c);
  * more, and what is in already waits in the backlog, until
  * conn_resume(). */
 void conn_hold(struct conn *c);
+/* Keep @len bytes received for when @c is resumed (a paused
+ * connection's, a restored one's); out of memory, @c is closed when it
+ * resumes (conn->overflow). */
+void conn_backlog_add(struct conn *c, const uint8_t *p, uint64_t len);
 /* Whether @c is between two frames (no frame begun, no stream open). */
 bool conn_between_frames(const struct conn *c);
 /* Whether @c is held and owes nothing: no receive armed, no request

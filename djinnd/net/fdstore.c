@@ -319,8 +319,7 @@ int fdstore_take(const char *name)
 
 void fdstore_drop(const char *name, int fd)
 {
-	if (passed.from_store)
-		sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", name);
+	fdstore_forget(name);
 	close(fd);
 }
 
@@ -396,6 +395,11 @@ void fdstore_handover_finish(void)
 			   (int)passed.pred_pid);
 	close(passed.pred);
 	passed.pred = -1;
+}
+
+bool fdstore_handed_state(void)
+{
+	return passed.state;
 }
 
 void fdstore_forget(const char *name)

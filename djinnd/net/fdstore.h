@@ -54,6 +54,9 @@ void fdstore_retain(const char *const *names, unsigned int n);
 int fdstore_take(const char *name);
 /* A passed fd taken but not used: closed, and dropped from the store. */
 void fdstore_drop(const char *name, int fd);
+/* Whether the state passed at start came from a --handover predecessor
+ * (which serves on if it cannot be restored), not from the store. */
+bool fdstore_handed_state(void);
 /* A passed fd taken for good: the store forgets it (a stored
  * connection's socket closes when djinnd closes it). */
 void fdstore_forget(const char *name);

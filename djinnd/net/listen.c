@@ -920,7 +920,7 @@ int listeners_open(struct server *srv)
 		/* nothing of a record that fails is restored: from a store,
 		 * djinnd starts afresh (its connections are closed); from a
 		 * --handover, the predecessor serves on */
-		if (ret && !srv->cfg.handover)
+		if (ret && !fdstore_handed_state())
 			ret = 0;
 	}
 	fdstore_done();

@@ -43,20 +43,17 @@ bool restart_can_hand_over(const struct server *srv)
 	return !strcmp(srv->sessions.leases->ops->name, "user");
 }
 
-/* The successor is told why (it exits), and this djinnd serves on. */
 /* The hold ends: listeners accept, leases run (the time held given
  * back), connections read again. */
 static void release(struct server *srv)
 {
-	struct conn *c, *n;
-
 	srv->restart = NULL;
 	listeners_hold(srv, false);
 	session_table_hold_leases(&srv->sessions, false);
-	list_for_each_entry_safe(c, n, &srv->conns, node)
-		conn_resume(c);
+	restart_serving(srv);
 }
 
+/* The successor is told why (it exits), and this djinnd serves on. */
 static void hand_over_fail(struct restart *r, const char *why, bool kill)
 {
 	struct server *srv = r->srv;
@@ -82,9 +79,12 @@ static void hand_over_fail(struct restart *r, const char *why, bool kill)
 	free(r);
 	release(srv);
 	if (srv->term_pending) {
-		/* a SIGTERM came meanwhile: it is answered now */
-		log_notice("restart: SIGTERM while handing over: draining");
-		srv->hooks.drain(srv);
+		/* a SIGTERM came meanwhile: it is answered now, as any */
+		log_notice("restart: SIGTERM while handing over: answered now");
+		if (!restart_to_store(srv))
+			srv->hooks.drain(srv);
+		else if (srv->hooks.stopping)
+			srv->hooks.stopping(srv);
 	}
 }
 
@@ -126,14 +126,15 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 /* The record: the sessions' entries, then a connection's for each one
  * that can change hands (all but TLS ones), numbered as sent. */
 static int write_record(struct server *srv, int *rec_fd, int *data_fd,
-			unsigned int *nr_conns)
+			unsigned int *nr_conns, uint64_t *data_size)
 {
 	struct state_out o;
 	struct conn *c;
 	unsigned int i = 0;
 	int ret;
 
-	ret = state_out_begin(&o, svc_state_data_size(&srv->sessions));
+	*data_size = svc_state_data_size(&srv->sessions);
+	ret = state_out_begin(&o, *data_size);
 	if (ret)
 		return ret;
 	ret = svc_state_save(&o, &srv->sessions);
@@ -202,18 +203,15 @@ static void hand_over(struct restart *r)
 	char **names = NULL, why[160];
 	int *fds = NULL;
 	struct conn *c;
-	uint64_t t;
+	uint64_t t = loop_now(), size = 0;
 
-	t = loop_now();
-	ret = write_record(srv, &rec_fd, &data_fd, &nr_conns);
+	ret = write_record(srv, &rec_fd, &data_fd, &nr_conns, &size);
 	if (!ret)
 		log_notice(
 			"restart: held in %llu ms; record of %llu MiB "
 			"written in %llu ms",
 			(unsigned long long)((t - r->t0) / NSEC_PER_MSEC),
-			(unsigned long long)(svc_state_data_size(
-						     &srv->sessions) >>
-					     20),
+			(unsigned long long)(size >> 20),
 			(unsigned long long)((loop_now() - t) / NSEC_PER_MSEC));
 	if (!ret && r->to_store) {
 		keep_in_store(r, rec_fd, data_fd, nr_conns);
@@ -449,17 +447,11 @@ static void restore_conn(struct server *srv, const struct djinn_state_conn *e)
 		if (s)
 			session_put(s);
 	}
-	/* held until djinnd serves (restart_serving()) */
+	/* held until djinnd serves (restart_serving()); what it had
+	 * received waits in its backlog as a paused connection's does */
 	c->paused = true;
-	if (e->backlog) {
-		c->backlog = malloc(e->backlog);
-		if (!c->backlog) {
-			conn_close(c, true);
-			return;
-		}
-		memcpy(c->backlog, backlog, e->backlog);
-		c->backlog_len = c->backlog_cap = e->backlog;
-	}
+	if (e->backlog)
+		conn_backlog_add(c, backlog, e->backlog);
 }
 
 int restart_restore(struct server *srv)

@@ -20,7 +20,7 @@
  * says nothing for RESTART_READY_S is killed, and the same follows.
  * Requests still running after RESTART_QUIESCE_S, or a record that
  * cannot be written, fail the handover the same way, the successor told
- * why; a SIGTERM that came meanwhile then drains djinnd.
+ * why; a SIGTERM that came meanwhile is then answered as any.
  *
  * Kept: sessions (id, token, tenant, priority, lease with the restart's
  * gap added back, handle keys and generations), their tensors (data and
@@ -29,12 +29,13 @@
  * last logits: each continues to the tokens it would have given), the
  * graphs' outputs each remembers for DJINN_REF_RESULT, and client
  * connections over unix sockets and plain TCP, with what they had
-  * received; a context paused at a breakpoint stays paused, to be resumed.
+ * received; a context paused at a breakpoint stays paused, to be resumed.
  * Not kept yet: TLS connections (their OpenSSL state stays in the
  * process: they are closed and their clients reconnect), uploaded
  * models (a session holding one makes the handover fail, and the
- * running djinnd keeps serving), sessions bound to kernel leases (with server.leases kmod only the
- * listening sockets are handed over, as before).
+ * running djinnd keeps serving), sessions bound to kernel leases (with
+ * lease.provider kmod only the listening sockets are handed over, as
+ * before).
  */
 #ifndef DJINN_NET_RESTART_H
 #define DJINN_NET_RESTART_H

@@ -27,6 +27,13 @@
 /* Data in state-data starts on a page: copies into it run at speed. */
 #define DATA_ALIGN 4096u
 
+/* @n rounded up to DATA_ALIGN: where the next data goes, or what it
+ * takes. */
+static uint64_t pages(uint64_t n)
+{
+	return (n + DATA_ALIGN - 1) & ~(uint64_t)(DATA_ALIGN - 1);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Writing */
 
@@ -93,8 +100,7 @@ void *state_out_ent(struct state_out *o, uint32_t type, uint32_t len)
 
 void *state_out_data(struct state_out *o, uint64_t len, uint64_t *off)
 {
-	uint64_t at = (o->data_len + DATA_ALIGN - 1) &
-		      ~(uint64_t)(DATA_ALIGN - 1);
+	uint64_t at = pages(o->data_len);
 
 	if (at > o->data_size || len > o->data_size - at) {
 		o->err = o->err ? o->err : -EOVERFLOW;
@@ -108,8 +114,7 @@ void *state_out_data(struct state_out *o, uint64_t len, uint64_t *off)
 int state_out_write(struct state_out *o, const void *src, uint64_t len,
 		    uint64_t *off)
 {
-	uint64_t at = (o->data_len + DATA_ALIGN - 1) &
-		      ~(uint64_t)(DATA_ALIGN - 1);
+	uint64_t at = pages(o->data_len);
 
 	if (o->err)
 		return o->err;
@@ -205,7 +210,10 @@ void state_out_abort(struct state_out *o)
 /* The seals a record's memfds must have: nothing checked may change. */
 #define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
 
-static const void *map_fd(int fd, uint64_t *size, int *err)
+/* @fd mapped read-only, its size in *@size: NULL with *@err and why in
+ * @msg (about @what) if it cannot be, or is not sealed. */
+static const void *map_fd(int fd, const char *what, uint64_t *size, int *err,
+			  char *msg, size_t msglen)
 {
 	int seals = fcntl(fd, F_GET_SEALS);
 	struct stat st;
@@ -213,10 +221,12 @@ static const void *map_fd(int fd, uint64_t *size, int *err)
 
 	if (seals < 0 || (seals & SEALS) != SEALS) {
 		*err = -EPERM;
+		snprintf(msg, msglen, "%s: its memfd is not sealed", what);
 		return NULL;
 	}
 	if (fstat(fd, &st)) {
 		*err = -errno;
+		snprintf(msg, msglen, "%s: %s", what, strerror(errno));
 		return NULL;
 	}
 	*size = (uint64_t)st.st_size;
@@ -225,6 +235,7 @@ static const void *map_fd(int fd, uint64_t *size, int *err)
 	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		*err = -errno;
+		snprintf(msg, msglen, "%s: %s", what, strerror(errno));
 		return NULL;
 	}
 	return p;
@@ -323,13 +334,9 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 	uint32_t type, len;
 
 	memset(in, 0, sizeof(*in));
-	in->rec = map_fd(rec_fd, &size, &err);
-	if (!in->rec) {
-		snprintf(msg, msglen, "the record: %s",
-			 err == -EPERM ? "its memfd is not sealed" :
-					 strerror(-err));
+	in->rec = map_fd(rec_fd, "the record", &size, &err, msg, msglen);
+	if (!in->rec)
 		return err;
-	}
 	in->size = size;
 	h = (const void *)in->rec;
 	if (size < 16 || h->magic != DJINN_STATE_MAGIC) {
@@ -356,13 +363,9 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 		goto fail;
 	}
 	in->hdr = h;
-	in->data = map_fd(data_fd, &data_size, &err);
-	if (!in->data) {
-		snprintf(msg, msglen, "its data: %s",
-			 err == -EPERM ? "its memfd is not sealed" :
-					 strerror(-err));
+	in->data = map_fd(data_fd, "its data", &data_size, &err, msg, msglen);
+	if (!in->data)
 		goto fail;
-	}
 	in->data_mapped = data_size;
 	if (data_size < h->data_size) {
 		snprintf(msg, msglen,
@@ -435,11 +438,6 @@ void state_in_close(struct state_in *in)
 /* ---------------------------------------------------------------------- */
 /* Sessions and tensors */
 
-static uint64_t pages(uint64_t n)
-{
-	return (n + DATA_ALIGN - 1) & ~(uint64_t)(DATA_ALIGN - 1);
-}
-
 static int add_size(void *arg, uint32_t slot, const struct tensor *t)
 {
 	uint64_t *n = arg;
@@ -461,13 +459,11 @@ uint64_t svc_state_data_size(struct session_table *t)
 		slots_for_each(&s->objs, o) {
 			struct mobj *m = o->p;
 			struct model_ctx_pause pz;
-			uint64_t cache, bytes;
-			uint32_t max;
 
-			if (o->kind != SOBJ_CTX ||
-			    model_ctx_kept(m->mc, &cache, &bytes, &max))
+			if (o->kind != SOBJ_CTX)
 				continue;
-			n += pages(bytes) +
+			n += pages(model_ctx_len(m->mc) *
+				   model_ctx_token_bytes(m->mc)) +
 			     pages(model_ctx_model(m->mc)->cfg.vocab *
 				   sizeof(float));
 			if (model_ctx_pause_get(m->mc, &pz))
@@ -481,7 +477,6 @@ uint64_t svc_state_data_size(struct session_table *t)
 struct save_ctx {
 	struct state_out *o;
 	struct session *s;
-	bool lost;
 	int err;
 	char why[128];
 };
@@ -629,18 +624,16 @@ static int save_ctx(struct state_out *out, struct session *s,
 		    struct djinn_state_obj *e, struct mobj *m)
 {
 	const struct model *md = model_ctx_model(m->mc);
-	uint64_t cache, bytes, off = 0;
-	uint32_t max;
+	uint64_t off = 0;
 	void *dst;
 	int ret;
 
 	e->kind = DJINN_STATE_CTX;
-	model_ctx_kept(m->mc, &cache, &bytes, &max);
 	e->model_slot = obj_slot_of(s, m->model);
-	e->max_tokens = max;
+	e->max_tokens = m->max_tokens;
 	e->len = model_ctx_len(m->mc);
-	e->cache_bytes = bytes;
-	ret = region_out(out, s, cache, bytes, &off);
+	e->cache_bytes = e->len * model_ctx_token_bytes(m->mc);
+	ret = region_out(out, s, model_ctx_cache(m->mc), e->cache_bytes, &off);
 	e->cache_off = off;
 	if (ret) {
 		log_err("state: session %llu: the context in slot %u: its "
@@ -765,8 +758,7 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 		e->tensor_key = s->tensors.key;
 		e->obj_key = s->objs.key;
 		e->nr_slots = n;
-		x.lost = session_lost(s, msg, sizeof(msg)) != 0;
-		e->lost = x.lost;
+		e->lost = session_lost(s, msg, sizeof(msg)) != 0;
 		e->nr_obj_slots = s->objs.nr;
 		e->results_next = s->results_next;
 		gens = (uint32_t *)(e + 1);
@@ -776,10 +768,9 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 		for (uint32_t i = 0; i < s->objs.nr; i++)
 			gens[n + i] =
 				((struct slot *)slots_at(&s->objs, i))->gen;
-		x.s = s;
 		/* its device state is gone: the session stays (every request
 		 * but closing answers -EIO), its tensors and objects do not */
-		if (x.lost)
+		if (e->lost)
 			continue;
 		ret = session_tensor_each(s, save_tensor, &x);
 		if (ret) {

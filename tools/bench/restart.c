@@ -314,7 +314,8 @@ static void one_size(uint64_t gib, double peak)
 	char m[48];
 
 	sysinfo(&si);
-	if ((double)si.freeram * si.mem_unit + (double)si.bufferram <
+	if ((double)si.freeram * si.mem_unit +
+		    (double)si.bufferram * si.mem_unit <
 	    3.5 * (double)bytes) {
 		info("restart %llu GiB: skipped: %.1f GiB free, it needs "
 		     "3.5 times the session data",
