@@ -31,6 +31,10 @@
  *   faults    started with the first userfaultfd mapping: serves page
  *             faults with TENSOR_READ and UFFDIO_COPY.
  *
+ * A receiver lives as long as its socket: when djinnd drops the
+ * connection, the thread that dials again (wire.c, relink()) joins it and
+ * starts another for the new socket.
+ *
  * Locking: conn->lock guards the pending calls, the reader token, every
  * object list, the refcounts and all completion state; conn->send_lock
  * serialises whole frames on the socket. send_lock is never taken with
@@ -277,6 +281,17 @@ struct djinn_conn {
 	bool uffd_started;
 	struct list_head mappings;
 	uint64_t map_gen;
+
+	/* reconnecting (wire.c): where it was dialled and with what (the
+	 * caller's strings copied), NULL for __djinn_conn_start()'s */
+	char *dial;
+	struct djinn_connect_opts opts;
+	uint64_t relink_ns; /* how long to try; 0: never */
+	bool relinking; /* @relinker dials, other senders wait */
+	bool relink_failed; /* it gave up: dead for good */
+	pthread_t relinker;
+	pthread_cond_t relink_cond;
+	atomic_uint_fast64_t reconnects;
 };
 
 /*
@@ -284,7 +299,14 @@ struct djinn_conn {
  * @last_ns:     when the keeper last sent it a HEARTBEAT
  * @hb_inflight: a heartbeat is out
  * @expired:     a heartbeat found it gone: stop renewing
+ *
+ * A session djinnd no longer had when libdjinn reconnected is lost: its
+ * @id gets DJ_SESSION_LOST, which no id djinnd gives has, so that its
+ * calls fail before they are sent (wire.c) and never reach a new session
+ * a fresh djinnd gave the same number.
  */
+#define DJ_SESSION_LOST (1ull << 63)
+
 struct djinn_session {
 	struct djinn_conn *conn;
 	struct list_head node;

@@ -232,7 +232,7 @@ int djinn_session_info(struct djinn_session *s, struct djinn_session_info *info)
 	if (!s || !info)
 		return -EINVAL;
 	pthread_mutex_lock(&s->conn->lock);
-	info->id = s->id;
+	info->id = s->id & ~DJ_SESSION_LOST;
 	memcpy(info->token, s->token, sizeof(info->token));
 	info->lease_ns = s->lease_ns;
 	info->deadline_ns = s->deadline_ns;

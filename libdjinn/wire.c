@@ -13,6 +13,14 @@
  * Registration checks conn->dead under the same lock, so no call is left
  * behind.
  *
+ * A connection that djinnd dropped (link_lost()) is dialled again by
+ * relink() ("Reconnecting"), in the first thread that wants it: a sender
+ * or the keeper, which does so at once so that leases are renewed. The
+ * reader fails the pending calls with -EAGAIN first, and is joined; the
+ * new socket takes the old one's place under both locks, with a new
+ * receiver, and while its HELLO, AUTH and SESSION_ATTACHes go out only
+ * the relinking thread may send: the others wait on conn->relink_cond.
+ *
  * The token changes hands only under conn->lock, so that whoever holds it
  * sees rx_buf as the last holder left it. Its rules:
  *
@@ -322,9 +330,40 @@ void __djinn_conn_fail(struct djinn_conn *conn, int err, const char *why, ...)
 	va_end(ap);
 	pthread_mutex_lock(&conn->lock);
 	__djinn_set_dead(conn, err, buf);
+	shutdown(conn->fd, SHUT_RDWR); /* under the lock: relink() swaps it */
 	pthread_mutex_unlock(&conn->lock);
-	shutdown(conn->fd, SHUT_RDWR);
 }
+
+/*
+ * The errors of a connection that djinnd dropped or the network lost,
+ * which a new connection may cure; not a protocol violation, a refusal
+ * or djinn_disconnect().
+ */
+static bool link_lost(int err)
+{
+	switch (err) {
+	case -ECONNRESET:
+	case -ECONNABORTED:
+	case -ENOTCONN:
+	case -EPIPE:
+	case -ETIMEDOUT:
+	case -ENETDOWN:
+	case -ENETUNREACH:
+	case -EHOSTUNREACH:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Is @conn, dead, to be dialled again? Under conn->lock. */
+static bool may_relink(struct djinn_conn *conn)
+{
+	return conn->dial && conn->relink_ns && !conn->stopping &&
+	       !conn->relink_failed && link_lost(atomic_load(&conn->dead));
+}
+
+static int relink(struct djinn_conn *conn);
 
 /* Take @c out of the pending calls; under conn->lock. */
 static void call_unlink(struct djinn_conn *conn, struct dj_call *c)
@@ -480,7 +519,33 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 	hdr.payload_len = len;
 
 	pthread_mutex_lock(&conn->lock);
-	ret = atomic_load(&conn->dead);
+	for (;;) {
+		/* while a thread dials again, only its own calls go out */
+		bool me = conn->relinking &&
+			  pthread_equal(conn->relinker, pthread_self());
+
+		if (conn->relinking && !me) {
+			pthread_cond_wait(&conn->relink_cond, &conn->lock);
+			continue;
+		}
+		ret = atomic_load(&conn->dead);
+		if (!ret || me || !may_relink(conn))
+			break;
+		pthread_mutex_unlock(&conn->lock);
+		ret = relink(conn);
+		pthread_mutex_lock(&conn->lock);
+		if (ret)
+			break;
+	}
+	if (!ret && (c->session_id & DJ_SESSION_LOST)) {
+		ret = -ENOENT;
+		snprintf(c->msg, sizeof(c->msg),
+			 "session %llu was lost: djinnd came back without it",
+			 (unsigned long long)(c->session_id &
+					      ~DJ_SESSION_LOST));
+	} else if (ret) {
+		snprintf(c->msg, sizeof(c->msg), "%s", conn->dead_msg);
+	}
 	if (!ret) {
 		list_add_tail(&c->node, bucket(conn, c->id));
 		if (!c->sync) {
@@ -866,8 +931,19 @@ static int rx_one(struct djinn_conn *conn, struct dj_call *mine, bool *done)
  */
 static void rx_fail(struct djinn_conn *conn, int err)
 {
+	char msg[DJINN_MAX_ERROR_MSG];
+
 	__djinn_set_dead(conn, err, rx_why(err));
 	err = atomic_load(&conn->dead);
+	snprintf(msg, sizeof(msg), "%s", conn->dead_msg);
+	if (may_relink(conn)) {
+		/* djinnd may not have run them: the caller may again */
+		err = -EAGAIN;
+		snprintf(msg, sizeof(msg),
+			 "the connection to djinnd dropped while this ran "
+			 "(%.100s): libdjinn reconnects; send it again",
+			 conn->dead_msg);
+	}
 	for (unsigned int b = 0; b < DJ_CALL_BUCKETS; b++) {
 		while (!list_empty(&conn->calls[b])) {
 			struct dj_call *c = list_first_entry(
@@ -875,7 +951,7 @@ static void rx_fail(struct djinn_conn *conn, int err)
 
 			call_unlink(conn, c);
 			c->err = err;
-			snprintf(c->msg, sizeof(c->msg), "%s", conn->dead_msg);
+			snprintf(c->msg, sizeof(c->msg), "%s", msg);
 			call_done(conn, c);
 		}
 	}
@@ -969,7 +1045,8 @@ void __djinn_release_later(struct djinn_conn *conn, uint64_t session_id,
 {
 	struct dj_release *rel;
 
-	if (atomic_load(&conn->dead))
+	/* kept across a reconnect: the tensor lives on in djinnd */
+	if (atomic_load(&conn->dead) && !may_relink(conn))
 		return;
 	rel = malloc(sizeof(*rel));
 	if (!rel) {
@@ -987,7 +1064,7 @@ void __djinn_release_later(struct djinn_conn *conn, uint64_t session_id,
 
 static int release_done(struct djinn_conn *conn, struct dj_call *c)
 {
-	if (c->err && c->err != atomic_load(&conn->dead))
+	if (c->err && !atomic_load(&conn->dead))
 		dj_dbg("session %llu: TENSOR_RELEASE: %s: %s",
 		       (unsigned long long)c->session_id, strerror(-c->err),
 		       c->msg);
@@ -1013,7 +1090,7 @@ static int heartbeat_done(struct djinn_conn *conn, struct dj_call *c)
 		return 0;
 	s->hb_inflight = false;
 	if (c->err) {
-		if (c->err == atomic_load(&conn->dead))
+		if (atomic_load(&conn->dead)) /* the connection's failure */
 			return 0;
 		dj_warn("session %llu: HEARTBEAT: %s: %s",
 			(unsigned long long)s->id, strerror(-c->err), c->msg);
@@ -1097,6 +1174,13 @@ static void *keeper(void *arg)
 		struct timespec ts;
 
 		if (atomic_load(&conn->dead)) {
+			/* dial again at once, so that the leases are renewed */
+			if (may_relink(conn) && !conn->relinking) {
+				pthread_mutex_unlock(&conn->lock);
+				relink(conn);
+				pthread_mutex_lock(&conn->lock);
+				continue;
+			}
 			pthread_cond_wait(&conn->keeper_cond, &conn->lock);
 			continue;
 		}
@@ -1134,10 +1218,16 @@ static void conn_free(struct djinn_conn *conn)
 	if (conn->rx_kick >= 0)
 		close(conn->rx_kick);
 	pthread_cond_destroy(&conn->keeper_cond);
+	pthread_cond_destroy(&conn->relink_cond);
 	pthread_mutex_destroy(&conn->send_lock);
 	pthread_mutex_destroy(&conn->lock);
 	__djinn_tls_free(conn->tls);
 	free(conn->rx_buf);
+	free(conn->dial);
+	free((char *)conn->opts.tls_ca);
+	free((char *)conn->opts.tls_cert);
+	free((char *)conn->opts.tls_key);
+	free((char *)conn->opts.token);
 	free(conn);
 }
 
@@ -1182,6 +1272,7 @@ static int conn_start(int fd, struct dj_tls *tls, const char *transport,
 	pthread_mutex_init(&conn->lock, NULL);
 	pthread_mutex_init(&conn->send_lock, NULL);
 	cond_init_monotonic(&conn->keeper_cond);
+	pthread_cond_init(&conn->relink_cond, NULL);
 	for (unsigned int b = 0; b < DJ_CALL_BUCKETS; b++)
 		INIT_LIST_HEAD(&conn->calls[b]);
 	INIT_LIST_HEAD(&conn->sessions);
@@ -1213,8 +1304,32 @@ int __djinn_conn_start(int fd, struct djinn_conn **out)
 	return conn_start(fd, NULL, "unix", out);
 }
 
+/*
+ * Send @c's frame (@iov[@iovcnt]) and wait for its answer until
+ * @deadline_ns (UINT64_MAX: none, and the caller reads for it): @c's
+ * error. A deadline that passes kills the connection (-ETIMEDOUT).
+ */
+static int call_until(struct djinn_conn *conn, struct dj_call *c,
+		      const struct iovec *iov, int iovcnt, uint64_t deadline_ns)
+{
+	int ret;
+
+	c->sync = deadline_ns == UINT64_MAX;
+	ret = __djinn_call_send(conn, c, iov, iovcnt);
+	if (ret)
+		return ret;
+	if (__djinn_call_wait(conn, c, deadline_ns) == -ETIMEDOUT) {
+		__djinn_conn_fail(conn, -ETIMEDOUT, "%s: no answer in time",
+				  __djinn_msg_str(c->type));
+		__djinn_call_wait(conn, c,
+				  UINT64_MAX); /* the reader fails it */
+	}
+	return c->err;
+}
+
 /* AUTH with @token: 0, or the daemon's error. */
-static int auth(struct djinn_conn *conn, const char *token)
+static int auth(struct djinn_conn *conn, const char *token,
+		uint64_t deadline_ns)
 {
 	struct djinn_auth a = { .len = (uint32_t)strlen(token) };
 	struct iovec iov[2] = { { &a, sizeof(a) }, { (void *)token, a.len } };
@@ -1228,12 +1343,7 @@ static int auth(struct djinn_conn *conn, const char *token)
 		return -EINVAL;
 	}
 	__djinn_call_init(&c, DJINN_MSG_AUTH, 0, &r, sizeof(r));
-	c.sync = true;
-	ret = __djinn_call_send(conn, &c, iov, 2);
-	if (!ret) {
-		__djinn_call_wait(conn, &c, UINT64_MAX);
-		ret = c.err;
-	}
+	ret = call_until(conn, &c, iov, 2, deadline_ns);
 	if (ret) {
 		__djinn_set_last_error("AUTH: %s", c.msg);
 		dj_err("AUTH: %s: %s", strerror(-ret), c.msg);
@@ -1245,19 +1355,15 @@ static int auth(struct djinn_conn *conn, const char *token)
 	return ret;
 }
 
-int __djinn_hello(struct djinn_conn *conn)
+/* HELLO, and its answer checked and kept in conn->server. */
+static int hello(struct djinn_conn *conn, uint64_t deadline_ns)
 {
 	struct djinn_hello_resp h;
 	struct dj_call c;
 	int ret;
 
 	__djinn_call_init(&c, DJINN_MSG_HELLO, 0, &h, sizeof(h));
-	c.sync = true;
-	ret = __djinn_call_send(conn, &c, NULL, 0);
-	if (!ret) {
-		__djinn_call_wait(conn, &c, UINT64_MAX);
-		ret = c.err;
-	}
+	ret = call_until(conn, &c, NULL, 0, deadline_ns);
 	if (ret == -EPROTONOSUPPORT)
 		dj_err("djinnd speaks protocol version %u, libdjinn version "
 		       "%u: %s",
@@ -1291,6 +1397,11 @@ int __djinn_hello(struct djinn_conn *conn)
 	return 0;
 }
 
+int __djinn_hello(struct djinn_conn *conn)
+{
+	return hello(conn, UINT64_MAX);
+}
+
 int djinn_connect(const char *addr, struct djinn_conn **out)
 {
 	return djinn_connect_opts(addr, NULL, out);
@@ -1301,14 +1412,145 @@ const char *djinn_conn_transport(const struct djinn_conn *conn)
 	return conn ? conn->transport : NULL;
 }
 
+/* Bound the socket's blocking reads and writes to @deadline_ns
+ * (UINT64_MAX: none), for a handshake that must not wait forever. */
+static void sock_deadline(int fd, uint64_t deadline_ns)
+{
+	struct timeval tv = { 0 };
+
+	if (deadline_ns != UINT64_MAX) {
+		uint64_t now = __djinn_now_ns();
+		uint64_t left = deadline_ns > now ? deadline_ns - now : 1000;
+
+		tv.tv_sec = (time_t)(left / 1000000000u);
+		tv.tv_usec = (suseconds_t)(left % 1000000000u / 1000u);
+		if (!tv.tv_sec && !tv.tv_usec)
+			tv.tv_usec = 1;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/*
+ * Dial @a (named @dial in messages) and, for tls:, shake hands with @o's
+ * files, the handshake bounded by @deadline_ns: 0 with *@fd and *@tls
+ * (NULL without TLS), else -errno with why in @why. *@quiet: a dial that
+ * failed, which is logged at debug level only.
+ */
+static int link_open(const struct dj_addr *a, const char *dial,
+		     const struct djinn_connect_opts *o, uint64_t deadline_ns,
+		     int *fd, struct dj_tls **tls, char *why, size_t len,
+		     bool *quiet)
+{
+	char e[DJINN_MAX_ERROR_MSG - 96];
+	int ret;
+
+	*tls = NULL;
+	*quiet = false;
+	/* TLS: its files are read before anything is dialled */
+	if (a->tls) {
+		ret = __djinn_tls_new(o, tls, e, sizeof(e));
+		if (ret) {
+			snprintf(why, len, "tls:%.64s:%s: %s", a->host, a->port,
+				 e);
+			return ret;
+		}
+	}
+	*fd = a->is_unix ? dial_unix(a) : dial_tcp(a);
+	if (*fd < 0) {
+		ret = *fd;
+		*quiet = true;
+		snprintf(why, len, "connecting to %s: %s", dial,
+			 strerror(-ret));
+		__djinn_tls_free(*tls);
+		*tls = NULL;
+		return ret;
+	}
+	if (*tls) {
+		sock_deadline(*fd, deadline_ns);
+		ret = __djinn_tls_handshake(*tls, *fd, a->host, e, sizeof(e));
+		sock_deadline(*fd, UINT64_MAX);
+		if (ret) {
+			snprintf(why, len, "tls:%.64s:%s: %s", a->host, a->port,
+				 e);
+			__djinn_tls_free(*tls);
+			*tls = NULL;
+			close(*fd);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static const char *link_transport(const struct dj_addr *a,
+				  const struct dj_tls *tls)
+{
+	return tls ? __djinn_tls_mode(tls) : a->is_unix ? "unix" : "tcp";
+}
+
+/* How long to try to dial again: @o's, $DJINN_RECONNECT_MS, 60 s. */
+static uint64_t relink_ns(const struct djinn_connect_opts *o)
+{
+	size_t end = offsetof(struct djinn_connect_opts, reconnect_ms) +
+		     sizeof(long);
+	long ms = o && o->size >= end ? o->reconnect_ms : 0;
+	const char *e;
+
+	if (!ms) {
+		e = getenv("DJINN_RECONNECT_MS");
+		ms = e && *e ? strtol(e, NULL, 10) : 60000;
+		if (!ms)
+			ms = -1;
+	}
+	return ms < 0 ? 0 : (uint64_t)ms * NSEC_PER_MSEC;
+}
+
+/* Keep what @conn was dialled with, for relink(): 0 or -ENOMEM. The
+ * receiver may look (may_relink()): under conn->lock. */
+static int conn_keep_dial(struct djinn_conn *conn, const char *dial,
+			  const struct djinn_connect_opts *o)
+{
+	const char *const src[4] = { DJ_OPT(o, tls_ca), DJ_OPT(o, tls_cert),
+				     DJ_OPT(o, tls_key), DJ_OPT(o, token) };
+	const char **dst[4] = { &conn->opts.tls_ca, &conn->opts.tls_cert,
+				&conn->opts.tls_key, &conn->opts.token };
+	int ret = 0;
+
+	pthread_mutex_lock(&conn->lock);
+	conn->opts.size = sizeof(conn->opts);
+	for (int i = 0; i < 4 && !ret; i++)
+		if (src[i] && !(*dst[i] = strdup(src[i])))
+			ret = -ENOMEM;
+	if (!ret) {
+		conn->dial = strdup(dial);
+		ret = conn->dial ? 0 : -ENOMEM;
+	}
+	if (!ret)
+		conn->relink_ns = relink_ns(o);
+	pthread_mutex_unlock(&conn->lock);
+	return ret;
+}
+
+/* The token for AUTH over TLS: @o's, else $DJINN_TOKEN, else NULL. */
+static const char *auth_token(const struct djinn_connect_opts *o)
+{
+	const char *token = DJ_OPT(o, token);
+
+	if (!token || !*token)
+		token = getenv("DJINN_TOKEN");
+	return token && *token ? token : NULL;
+}
+
 int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 		       struct djinn_conn **out)
 {
 	char why[DJINN_MAX_ERROR_MSG], name[DJINN_ADDR_NAME_MAX], note[64] = "";
+	char dial_note[DJINN_ADDR_NAME_MAX + 64];
 	struct djinn_conn *conn;
 	struct dj_tls *tls = NULL;
 	const char *token, *dial, *from;
 	struct dj_addr a;
+	bool quiet;
 	int fd, ret, err;
 
 	if (!out)
@@ -1323,43 +1565,21 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 		       dial, note);
 		return ret;
 	}
-	/* TLS: its files are read before anything is dialled */
-	if (a.tls) {
-		ret = __djinn_tls_new(o, &tls, why, sizeof(why));
-		if (ret) {
-			__djinn_set_last_error("tls:%s:%s: %s", a.host, a.port,
-					       why);
-			dj_err("tls:%s:%s: %s", a.host, a.port, why);
-			return ret;
-		}
+	snprintf(dial_note, sizeof(dial_note), "%s%s", dial, note);
+	ret = link_open(&a, dial_note, o, UINT64_MAX, &fd, &tls, why,
+			sizeof(why), &quiet);
+	if (ret) {
+		__djinn_set_last_error("%s", why);
+		if (quiet)
+			dj_dbg("%s", why);
+		else
+			dj_err("%s", why);
+		return ret;
 	}
-	fd = a.is_unix ? dial_unix(&a) : dial_tcp(&a);
-	if (fd < 0) {
-		__djinn_tls_free(tls);
-		__djinn_set_last_error("connecting to %s%s: %s", dial, note,
-				       strerror(-fd));
-		dj_dbg("connecting to %s%s: %s", dial, note, strerror(-fd));
-		return fd;
-	}
-	if (tls) {
-		ret = __djinn_tls_handshake(tls, fd, a.host, why, sizeof(why));
-		if (ret) {
-			__djinn_set_last_error("tls:%s:%s: %s", a.host, a.port,
-					       why);
-			dj_err("tls:%s:%s: %s", a.host, a.port, why);
-			__djinn_tls_free(tls);
-			close(fd);
-			return ret;
-		}
-	}
-	ret = conn_start(fd, tls,
-			 tls	   ? __djinn_tls_mode(tls) :
-			 a.is_unix ? "unix" :
-				     "tcp",
-			 &conn);
+	ret = conn_start(fd, tls, link_transport(&a, tls), &conn);
 	if (ret)
 		return ret;
-	ret = __djinn_hello(conn);
+	ret = hello(conn, UINT64_MAX);
 	/* Why the connection died, for the caller: in TLS 1.3 a server
 	 * refuses the client's certificate after the client's handshake is
 	 * done, with an alert that may be behind the failure seen first. */
@@ -1374,11 +1594,12 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 						     conn->dead_msg :
 						     strerror(-ret));
 	}
-	token = DJ_OPT(o, token);
-	if (!token || !*token)
-		token = getenv("DJINN_TOKEN");
-	if (!ret && tls && token && *token)
-		ret = auth(conn, token);
+	token = auth_token(o);
+	if (!ret && tls && token)
+		ret = auth(conn, token, UINT64_MAX);
+	/* only a connection made is made again */
+	if (!ret)
+		ret = conn_keep_dial(conn, dial, o);
 	if (ret) {
 		djinn_disconnect(conn);
 		return ret;
@@ -1387,17 +1608,297 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 	return 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Reconnecting */
+
+/* The receiver is done (it failed every pending call): join it. Takes
+ * conn->lock. */
+static void rx_join(struct djinn_conn *conn)
+{
+	pthread_mutex_lock(&conn->lock);
+	shutdown(conn->fd, SHUT_RDWR);
+	rx_kick(conn);
+	while (!conn->rx_failed)
+		pthread_cond_wait(&conn->keeper_cond, &conn->lock);
+	pthread_mutex_unlock(&conn->lock);
+	if (conn->rx_started)
+		pthread_join(conn->rx_thread, NULL);
+	conn->rx_started = false;
+}
+
+/* Put connected @fd and @tls (taken in every case) in the dead link's
+ * place, with a new receiver. */
+static int link_install(struct djinn_conn *conn, int fd, struct dj_tls *tls,
+			const char *transport)
+{
+	int ret;
+
+	pthread_mutex_lock(&conn->send_lock);
+	pthread_mutex_lock(&conn->lock);
+	close(conn->fd);
+	__djinn_tls_free(conn->tls);
+	conn->fd = fd;
+	conn->tls = tls;
+	conn->transport = transport;
+	conn->rx_head = conn->rx_tail = 0;
+	conn->rx_hup = conn->rx_busy = conn->rx_wants = false;
+	ret = -pthread_create(&conn->rx_thread, NULL, receiver, conn);
+	conn->rx_started = !ret;
+	if (!ret) {
+		conn->rx_failed = false;
+		atomic_store(&conn->dead, 0);
+		conn->dead_msg[0] = '\0';
+	}
+	pthread_mutex_unlock(&conn->lock);
+	pthread_mutex_unlock(&conn->send_lock);
+	return ret;
+}
+
+/*
+ * Mark @s lost, and its requests (which name it by id), and drop the
+ * releases queued for it: a fresh djinnd may give its number to another
+ * session. Under conn->lock.
+ */
+static void session_lose(struct djinn_conn *conn, struct djinn_session *s)
+{
+	uint64_t id = s->id;
+	struct djinn_request *req;
+	struct dj_release *rel, *tmp;
+
+	s->id |= DJ_SESSION_LOST;
+	s->expired = true;
+	list_for_each_entry(req, &s->requests, node)
+		req->session_id |= DJ_SESSION_LOST;
+	list_for_each_entry_safe(rel, tmp, &conn->releases, node) {
+		if (rel->session_id == id) {
+			list_del_init(&rel->node);
+			free(rel);
+		}
+	}
+}
+
+/*
+ * ATTACH every session of @conn (but those on /dev/djinn, and expired
+ * ones) on its new link. One djinnd no longer has is lost: its calls
+ * fail with -ENOENT from now on. 0, or the error that broke the link.
+ */
+static int relink_sessions(struct djinn_conn *conn, uint64_t deadline_ns,
+			   unsigned int *nr, unsigned int *lost)
+{
+	struct djinn_session *s;
+	uint64_t *ids = NULL;
+	uint8_t *tokens = NULL;
+	size_t n = 0, cap = 0;
+	int ret = 0;
+
+	pthread_mutex_lock(&conn->lock);
+	list_for_each_entry(s, &conn->sessions, node)
+		cap += !s->kdev && !s->expired;
+	if (cap) {
+		ids = malloc(cap * sizeof(*ids));
+		tokens = malloc(cap * DJINN_TOKEN_LEN);
+	}
+	if (cap && (!ids || !tokens))
+		ret = -ENOMEM;
+	list_for_each_entry(s, &conn->sessions, node) {
+		if (ret || s->kdev || s->expired)
+			continue;
+		ids[n] = s->id;
+		memcpy(tokens + n * DJINN_TOKEN_LEN, s->token, DJINN_TOKEN_LEN);
+		n++;
+	}
+	pthread_mutex_unlock(&conn->lock);
+
+	*nr = *lost = 0;
+	for (size_t i = 0; !ret && i < n; i++) {
+		struct djinn_session_attach req;
+		struct iovec iov = { &req, sizeof(req) };
+		struct djinn_session_resp r;
+		struct dj_call c;
+		int err;
+
+		memcpy(req.token, tokens + i * DJINN_TOKEN_LEN,
+		       sizeof(req.token));
+		__djinn_call_init(&c, DJINN_MSG_SESSION_ATTACH, ids[i], &r,
+				  sizeof(r));
+		err = call_until(conn, &c, &iov, 1, deadline_ns);
+		if (err && atomic_load(&conn->dead)) {
+			ret = err;
+		} else if (err == -ENOENT || err == -EPERM) {
+			dj_warn("session %llu: lost when djinnd restarted: %s",
+				(unsigned long long)ids[i], c.msg);
+			pthread_mutex_lock(&conn->lock);
+			s = find_session(conn, ids[i]);
+			if (s)
+				session_lose(conn, s);
+			pthread_mutex_unlock(&conn->lock);
+			(*lost)++;
+		} else if (err) {
+			ret = err;
+		} else {
+			pthread_mutex_lock(&conn->lock);
+			s = find_session(conn, ids[i]);
+			if (s) {
+				s->lease_ns = r.lease_ns;
+				s->deadline_ns = r.deadline_ns;
+				s->last_ns = __djinn_now_ns();
+			}
+			pthread_mutex_unlock(&conn->lock);
+			(*nr)++;
+		}
+		__djinn_call_destroy(&c);
+	}
+	free(ids);
+	free(tokens);
+	return ret;
+}
+
+/* One try at a new link, attached: 0, or why not in @why (the link, if
+ * made, dead again). */
+static int relink_once(struct djinn_conn *conn, const struct dj_addr *a,
+		       uint64_t deadline_ns, char *why, size_t len,
+		       unsigned int *nr, unsigned int *lost)
+{
+	struct dj_tls *tls;
+	const char *token;
+	bool quiet;
+	int fd, ret;
+
+	ret = link_open(a, conn->dial, &conn->opts, deadline_ns, &fd, &tls, why,
+			len, &quiet);
+	if (ret)
+		return ret;
+	ret = link_install(conn, fd, tls, link_transport(a, tls));
+	if (ret) {
+		snprintf(why, len, "starting the receiver: %s", strerror(-ret));
+		close(fd);
+		__djinn_tls_free(tls);
+		return ret;
+	}
+	ret = hello(conn, deadline_ns);
+	token = auth_token(&conn->opts);
+	if (!ret && tls && token)
+		ret = auth(conn, token, deadline_ns);
+	if (!ret)
+		ret = relink_sessions(conn, deadline_ns, nr, lost);
+	if (ret) {
+		pthread_mutex_lock(&conn->lock);
+		snprintf(why, len, "%s",
+			 conn->dead_msg[0] ? conn->dead_msg : strerror(-ret));
+		pthread_mutex_unlock(&conn->lock);
+		__djinn_conn_fail(conn, ret, "reconnecting: %s",
+				  strerror(-ret));
+		rx_join(conn);
+	}
+	return ret;
+}
+
+/* A refusal a new try would meet again. */
+static bool relink_refused(int err)
+{
+	return err == -EACCES || err == -EPERM || err == -EPROTONOSUPPORT ||
+	       err == -EPROTO || err == -EINVAL || err == -ENOMEM;
+}
+
+/*
+ * Dial again after djinnd dropped the connection, and attach its
+ * sessions on the new one, trying for up to conn->relink_ns: 0 once the
+ * connection is up (made by this thread or another), else the error
+ * every later call gets. One thread dials; the others wait for it.
+ */
+static int relink(struct djinn_conn *conn)
+{
+	uint64_t start, deadline, now = 0, delay = 20 * NSEC_PER_MSEC;
+	char why[DJINN_MAX_ERROR_MSG] = "";
+	unsigned int tries = 0, nr = 0, lost = 0;
+	struct dj_addr a;
+	int ret;
+
+	pthread_mutex_lock(&conn->lock);
+	while (conn->relinking)
+		pthread_cond_wait(&conn->relink_cond, &conn->lock);
+	ret = atomic_load(&conn->dead);
+	if (!ret || !may_relink(conn)) {
+		pthread_mutex_unlock(&conn->lock);
+		return ret;
+	}
+	conn->relinking = true;
+	conn->relinker = pthread_self();
+	pthread_mutex_unlock(&conn->lock);
+
+	rx_join(conn);
+	dj_info("connection to djinnd at %s lost (%s): reconnecting",
+		conn->dial, conn->dead_msg);
+	start = __djinn_now_ns();
+	deadline = start + conn->relink_ns;
+	ret = __djinn_addr_parse(conn->dial, &a);
+	while (!ret || !relink_refused(ret)) {
+		struct timespec ts;
+
+		tries++;
+		ret = relink_once(conn, &a, deadline, why, sizeof(why), &nr,
+				  &lost);
+		now = __djinn_now_ns();
+		if (!ret || relink_refused(ret) || now >= deadline)
+			break;
+		/* djinnd is not back yet: a while, longer each time */
+		ts = ns_to_timespec(min_t(uint64_t, now + delay, deadline));
+		pthread_mutex_lock(&conn->lock);
+		if (!conn->stopping)
+			pthread_cond_timedwait(&conn->keeper_cond, &conn->lock,
+					       &ts);
+		ret = conn->stopping ? -ESHUTDOWN : ret;
+		pthread_mutex_unlock(&conn->lock);
+		if (ret == -ESHUTDOWN)
+			break;
+		delay = min_t(uint64_t, delay * 2, 1000 * NSEC_PER_MSEC);
+	}
+
+	pthread_mutex_lock(&conn->lock);
+	conn->relinking = false;
+	if (ret) {
+		conn->relink_failed = true;
+		atomic_store(&conn->dead, ret);
+		snprintf(conn->dead_msg, sizeof(conn->dead_msg),
+			 "djinnd at %.64s did not come back in %llu ms (%u "
+			 "tries): %.100s",
+			 conn->dial,
+			 (unsigned long long)((now - start) / NSEC_PER_MSEC),
+			 tries, why);
+		dj_err("%s", conn->dead_msg);
+	} else {
+		atomic_fetch_add(&conn->reconnects, 1);
+		dj_info("reconnected to djinnd at %s in %llu ms: %u sessions "
+			"attached, %u lost",
+			conn->dial,
+			(unsigned long long)((now - start) / NSEC_PER_MSEC), nr,
+			lost);
+	}
+	pthread_cond_broadcast(&conn->relink_cond);
+	pthread_cond_broadcast(&conn->keeper_cond);
+	pthread_mutex_unlock(&conn->lock);
+	return ret;
+}
+
+uint64_t djinn_conn_reconnects(const struct djinn_conn *conn)
+{
+	return conn ? atomic_load(&conn->reconnects) : 0;
+}
+
 void djinn_disconnect(struct djinn_conn *conn)
 {
 	uint64_t one = 1;
 
 	if (!conn)
 		return;
-	__djinn_conn_fail(conn, -ESHUTDOWN, "djinn_disconnect()");
+	/* no new link from now on; one being made is finished first */
 	pthread_mutex_lock(&conn->lock);
 	conn->stopping = true;
 	pthread_cond_broadcast(&conn->keeper_cond);
+	while (conn->relinking)
+		pthread_cond_wait(&conn->relink_cond, &conn->lock);
 	pthread_mutex_unlock(&conn->lock);
+	__djinn_conn_fail(conn, -ESHUTDOWN, "djinn_disconnect()");
 	if (conn->rx_started)
 		pthread_join(conn->rx_thread, NULL);
 	if (conn->keeper_started)

@@ -84,6 +84,16 @@ void djinn_set_log(djinn_log_fn fn, void *arg);
  * connect(2) (-ENOENT, -ECONNREFUSED, ...) when nobody listens there.
  * On success *@out is a connection the caller owns and frees with
  * djinn_disconnect().
+ *
+ * When djinnd drops the connection (a restart that cannot keep it: a
+ * crash, a stop, a TLS connection in user mode) libdjinn dials the same
+ * address again, sends HELLO (and AUTH) and attaches every session of
+ * the connection by its token, for up to $DJINN_RECONNECT_MS (default
+ * 60000; 0: never). Calls that were waiting for an answer meanwhile fail
+ * with -EAGAIN: djinnd may not have run them, and the caller may send
+ * them again; later calls wait for the new connection. A session djinnd
+ * no longer has fails every call with -ENOENT; when the time is up,
+ * every call fails with the last attempt's error.
  */
 int djinn_connect(const char *addr, struct djinn_conn **out);
 
@@ -98,11 +108,15 @@ int djinn_connect(const char *addr, struct djinn_conn **out);
  * @tls_key:  its private key (PEM); NULL: $DJINN_TLS_KEY
  * @token:    a bearer token, sent in AUTH after HELLO when there is no
  *            certificate; NULL: $DJINN_TOKEN, else none
+ * @reconnect_ms: how long libdjinn tries to reconnect after djinnd drops
+ *            the connection (djinn_connect() says how); 0:
+ *            $DJINN_RECONNECT_MS, else 60000; negative: never
  */
 struct djinn_connect_opts {
 	size_t size;
 	const char *tls_ca, *tls_cert, *tls_key;
 	const char *token;
+	long reconnect_ms;
 };
 
 /*
@@ -121,6 +135,10 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 /* How @conn reaches djinnd: "unix", "tcp", "tls, kernel" (the kernel
  * seals the records) or "tls, user" (OpenSSL does). */
 const char *djinn_conn_transport(const struct djinn_conn *conn);
+
+/* How many times libdjinn connected @conn again after djinnd dropped
+ * it (a restart), each time attaching its sessions. */
+uint64_t djinn_conn_reconnects(const struct djinn_conn *conn);
 
 /*
  * Close @conn and free it with every object of it: sessions, tensors,

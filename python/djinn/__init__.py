@@ -39,6 +39,7 @@ from .errors import (
     PermissionDenied,
     ProtocolMismatch,
     QuotaExceeded,
+    Retry,
     Timeout,
 )
 from ._lib import LibraryError
@@ -79,6 +80,7 @@ __all__ = [
     "QuotaExceeded",
     "Request",
     "Result",
+    "Retry",
     "ServerInfo",
     "Session",
     "Steps",

@@ -182,6 +182,7 @@ def connect(
     tls_cert: Optional[str] = None,
     tls_key: Optional[str] = None,
     token: Optional[str] = None,
+    reconnect: Optional[float] = None,
 ) -> "Connection":
     """Connect to djinnd.
 
@@ -192,10 +193,13 @@ def connect(
             root, $XDG_RUNTIME_DIR/djinn/djinnd.sock for other users).
         tls_ca, tls_cert, tls_key, token: for "tls:" addresses (None:
             $DJINN_TLS_CA, $DJINN_TLS_CERT, $DJINN_TLS_KEY, $DJINN_TOKEN).
+        reconnect: seconds to try to reconnect when djinnd drops the
+            connection (a restart), attaching its sessions again; 0:
+            never; None: $DJINN_RECONNECT_MS, else 60.
 
     Returns a Connection; use it as a context manager, or close() it.
     """
-    return Connection(addr, tls_ca, tls_cert, tls_key, token)
+    return Connection(addr, tls_ca, tls_cert, tls_key, token, reconnect)
 
 
 def _b(s: Optional[str]) -> Optional[bytes]:
@@ -207,11 +211,13 @@ class Connection:
 
     def __init__(self, addr: Optional[str], tls_ca: Optional[str],
                  tls_cert: Optional[str], tls_key: Optional[str],
-                 token: Optional[str]) -> None:
+                 token: Optional[str],
+                 reconnect: Optional[float] = None) -> None:
         self._ptr: Optional[int] = None
         out = _out()
+        ms = 0 if reconnect is None else (int(reconnect * 1000) or -1)
         o = _lib.ConnectOpts(ctypes.sizeof(_lib.ConnectOpts), _b(tls_ca),
-                             _b(tls_cert), _b(tls_key), _b(token))
+                             _b(tls_cert), _b(tls_key), _b(token), ms)
         call("djinn_connect_opts", _b(addr), ctypes.byref(o),
              ctypes.byref(out))
         self._ptr = got(out)
@@ -248,6 +254,12 @@ class Connection:
     def transport(self) -> str:
         """"unix", "tcp", "tls, kernel" or "tls, user"."""
         return _lib.lib().djinn_conn_transport(self._p()).decode()
+
+    @property
+    def reconnects(self) -> int:
+        """How many times libdjinn reconnected after djinnd dropped the
+        connection, attaching its sessions again."""
+        return int(_lib.lib().djinn_conn_reconnects(self._p()))
 
     def server_info(self) -> ServerInfo:
         i = _lib.ServerInfo()

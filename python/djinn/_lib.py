@@ -63,6 +63,7 @@ class ConnectOpts(ctypes.Structure):
         ("tls_cert", ctypes.c_char_p),
         ("tls_key", ctypes.c_char_p),
         ("token", ctypes.c_char_p),
+        ("reconnect_ms", ctypes.c_long),
     ]
 
 
@@ -189,6 +190,7 @@ _CALLS = {
     "djinn_connect": (_I, [_S, _PP]),
     "djinn_connect_opts": (_I, [_S, _R(ConnectOpts), _PP]),
     "djinn_conn_transport": (_S, [_P]),
+    "djinn_conn_reconnects": (_U64, [_P]),
     "djinn_disconnect": (None, [_P]),
     "djinn_conn_server_info": (_I, [_P, _R(ServerInfo)]),
     "djinn_conn_ping": (_I, [_P]),

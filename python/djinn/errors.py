@@ -74,6 +74,12 @@ class ConnectionLost(Error):
     """ECONNRESET, EPROTO, ESHUTDOWN, EPIPE: the daemon went away."""
 
 
+class Retry(Error):
+    """EAGAIN: the connection to djinnd dropped while the call ran (a
+    restart); libdjinn reconnects and attaches the sessions, and the call
+    may be made again."""
+
+
 class ProtocolMismatch(Error):
     """EPROTONOSUPPORT: the daemon speaks another protocol version."""
 
@@ -95,6 +101,7 @@ _KINDS: Dict[int, Type[Error]] = {
     _errno.ESHUTDOWN: ConnectionLost,
     _errno.EPIPE: ConnectionLost,
     _errno.EPROTONOSUPPORT: ProtocolMismatch,
+    _errno.EAGAIN: Retry,
 }
 
 

@@ -58,11 +58,15 @@ class Daemon:
             subprocess.run([sys.executable, str(MKMODEL), *args.split(),
                             str(self.models / name)], check=True,
                            stdout=subprocess.DEVNULL)
+        self.start()
+
+    def start(self) -> None:
+        """Start djinnd and wait (20 s at most) until it listens."""
         self.proc = subprocess.Popen(
             [DJINND, "-f", "-l", self.addr, "-a", str(self.admin),
              "--backend", BACKEND, "-m", "256M", "--model-dir",
              str(self.models)],
-            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+            stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -92,6 +96,11 @@ class Daemon:
         return subprocess.run([DJINN_TOOL, "-a", self.addr, *args],
                               check=True, capture_output=True,
                               text=True).stdout
+
+    def crash(self) -> None:
+        """SIGKILL djinnd: it leaves its socket files behind."""
+        self.proc.kill()
+        self.proc.wait(10)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)

@@ -21,6 +21,42 @@ def test_connect_refused(tmp_path):
         djinn.connect("carrier-pigeon:home")
 
 
+def test_reconnect_after_crash(tmp_path):
+    """djinnd killed and started afresh on the same socket: a connection
+    comes back by itself (reconnects), its session, which the new djinnd
+    does not have, raises NotFound saying it was lost, and new sessions
+    work on the same Connection; one with reconnecting off raises
+    ConnectionLost."""
+    from conftest import Daemon
+
+    d = Daemon(tmp_path)
+    try:
+        c = djinn.connect(d.addr, reconnect=20)
+        off = djinn.connect(d.addr, reconnect=0)
+        s = c.session()
+        sid = s.id
+        t = s.tensor(np.arange(4, dtype=np.float32), text=False)
+        assert c.reconnects == 0
+        d.crash()
+        with pytest.raises(djinn.ConnectionLost):
+            off.ping()
+        d.start()
+        # the keeper dials again at once, for the session's lease
+        assert settle(lambda: c.reconnects, lambda n: n == 1) == 1
+        with pytest.raises(djinn.NotFound) as e:
+            t.numpy()
+        assert f"session {sid} was lost" in str(e.value)
+        with c.session() as s2:
+            s2.heartbeat()
+            x = s2.tensor(np.ones(3, np.float32), text=False)
+            assert x.numpy().tolist() == [1.0, 1.0, 1.0]
+        c.ping()
+        c.close()
+        off.close()
+    finally:
+        d.stop()
+
+
 def test_server_info_ping_stats(conn):
     info = conn.server_info()
     assert info.backend.split(":")[0] == BACKEND  # "cuda:0"

@@ -14,12 +14,21 @@
 
 #include "libdjinn_fx.h"
 
+/* A connection to @d's socket that does not reconnect (libdjinn_fx.h). */
+static int connect_once(const struct djd *d, struct djinn_conn **conn)
+{
+	const struct djinn_connect_opts o = { .size = sizeof(o),
+					      .reconnect_ms = -1 };
+	char addr[sizeof(d->sock) + 8];
+
+	snprintf(addr, sizeof(addr), "unix:%s", d->sock);
+	return djinn_connect_opts(addr, &o, conn);
+}
+
 int djd_start_conn(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 		   const char *const *extra, const char *name,
 		   const char *model, struct djinn_conn **conn)
 {
-	char addr[sizeof(d->sock) + 8];
-
 	if (djd_start_args(d, cpu_mem, lease_ms, extra)) {
 		fprintf(stderr, "djinnd did not start: %s\n",
 			djd_start_error());
@@ -27,8 +36,7 @@ int djd_start_conn(struct djd *d, const char *cpu_mem, unsigned int lease_ms,
 	}
 	if (name && djd_make_model(d, name, model))
 		goto out_kill;
-	snprintf(addr, sizeof(addr), "unix:%s", d->sock);
-	if (djinn_connect(addr, conn))
+	if (connect_once(d, conn))
 		goto out_kill;
 	return 0;
 
@@ -72,11 +80,9 @@ void greedy_tokens(struct djinn_model *m, const int32_t *prompt, uint32_t np,
 
 struct djinn_conn *djd_connect_lib(const struct djd *d)
 {
-	char addr[sizeof(d->sock) + 8];
 	struct djinn_conn *c;
 
-	snprintf(addr, sizeof(addr), "unix:%s", d->sock);
-	assert_int_equal(djinn_connect(addr, &c), 0);
+	assert_int_equal(connect_once(d, &c), 0);
 	return c;
 }
 

@@ -5,6 +5,10 @@
  * a real djinnd (daemon.h) with a model written for it, a libdjinn
  * connection to it, and a request on its admin socket. The raw-protocol
  * tests have fixture.h instead. Include after <cmocka.h>.
+ *
+ * The connections made here do not reconnect (reconnect_ms -1): these
+ * tests watch djinnd die (a dead device, a kill) and check that calls
+ * fail at once; test_reconnect checks the other side.
  */
 #ifndef DJINN_TEST_LIBDJINN_FX_H
 #define DJINN_TEST_LIBDJINN_FX_H
