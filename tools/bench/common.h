@@ -148,6 +148,23 @@ struct daemon_tls {
 	char addr[64];
 };
 
+/*
+ * struct pki - the PEM files, in tmpdir
+ * @ca:                 the CA's certificate
+ * @srv_cert, @srv_key: djinnd's, for localhost and 127.0.0.1
+ * @cli_cert, @cli_key: the client's, CN bench (its tenant)
+ */
+struct pki {
+	char ca[sizeof(tmpdir) + 16];
+	char srv_cert[sizeof(tmpdir) + 16], srv_key[sizeof(tmpdir) + 16];
+	char cli_cert[sizeof(tmpdir) + 16], cli_key[sizeof(tmpdir) + 16];
+};
+
+/* tools/bench/tls.c: the CA, djinnd's certificate (localhost, IP
+ * 127.0.0.1) and the client's (CN bench), valid from an hour ago for a
+ * day (lib/pki.c). */
+void make_pki(struct pki *p);
+
 /* daemon_start(), with a tls: listener on a free port as well. */
 void daemon_start_tls(struct daemon_tls *tls);
 /* Either, with more arguments @extra (NULL-terminated; later ones win,

@@ -14,6 +14,10 @@
  * of its own without a break, and the pause is the longest time between
  * two answers around the restart; the successor is started with the same
  * command line, and the restart is over when the old djinnd has exited.
+ * A second client pings over TLS (in user mode where the kernel has no
+ * tls module), whose connection the restart closes: its pause includes
+ * libdjinn connecting again and attaching its session, and a ping the
+ * drop failed (-EAGAIN) is sent again.
  * After it every context decodes on and a sample of every tensor's bytes
  * is checked.
  *
@@ -204,7 +208,7 @@ struct pinger {
 	pthread_t th;
 	struct djinn_conn *conn;
 	atomic_int stop;
-	uint64_t max_gap, pings;
+	uint64_t max_gap, pings, again;
 	int err;
 };
 
@@ -217,6 +221,10 @@ static void *ping_run(void *arg)
 		uint64_t now;
 		int ret = djinn_conn_ping(p->conn);
 
+		if (ret == -EAGAIN) { /* the drop failed it: again */
+			p->again++;
+			continue;
+		}
 		if (ret) {
 			p->err = ret;
 			break;
@@ -306,7 +314,11 @@ static void one_size(uint64_t gib, double peak)
 		models[sizeof(tmpdir) + 32];
 	const char *extra[] = { "--cpu-mem",   mem,    "--handover", handover,
 				"--model-dir", models, NULL };
-	struct pinger p = { 0 };
+	struct pinger p = { 0 }, pt = { 0 };
+	struct djinn_session *ts;
+	struct djinn_connect_opts o = { .size = sizeof(o) };
+	struct daemon_tls dt;
+	struct pki pk;
 	struct state st;
 	double restart_s, cold_s, moved, target;
 	uint64_t t0;
@@ -330,7 +342,14 @@ static void one_size(uint64_t gib, double peak)
 		 (unsigned long long)((bytes + bytes / 2 + 1024 * MiB) >> 20));
 	snprintf(handover, sizeof(handover), "%s/handover", tmpdir);
 	snprintf(models, sizeof(models), "%s/models", tmpdir);
-	daemon_start_with(NULL, extra);
+	make_pki(&pk);
+	dt = (struct daemon_tls){ .cert = pk.srv_cert,
+				  .key = pk.srv_key,
+				  .client_ca = pk.ca };
+	o.tls_ca = pk.ca;
+	o.tls_cert = pk.cli_cert;
+	o.tls_key = pk.cli_key;
+	daemon_start_with(&dt, extra);
 	build(&st, xports[0].addr, bytes);
 	info("restart %llu GiB: %zu tensors (%.2f GiB) and %d contexts of %d "
 	     "tokens built",
@@ -338,14 +357,35 @@ static void one_size(uint64_t gib, double peak)
 	     (double)st.tensor_bytes / (1 << 30), SESSIONS * CTXS, PROMPT);
 
 	check(djinn_connect(xports[0].addr, &p.conn), "djinn_connect");
+	check(djinn_connect_opts(dt.addr, &o, &pt.conn), "djinn_connect_opts");
+	/* a session, which the new connection attaches */
+	check(djinn_session_open(pt.conn, NULL, &ts), "djinn_session_open");
 	pthread_create(&p.th, NULL, ping_run, &p);
+	pthread_create(&pt.th, NULL, ping_run, &pt);
 	sleep_ns(300 * NSEC_PER_MSEC);
 	restart_s = restart_now();
+	for (int i = 0; i < 30000 && !djinn_conn_reconnects(pt.conn); i++)
+		sleep_ns(NSEC_PER_MSEC);
 	sleep_ns(300 * NSEC_PER_MSEC);
 	atomic_store(&p.stop, 1);
+	atomic_store(&pt.stop, 1);
 	pthread_join(p.th, NULL);
+	pthread_join(pt.th, NULL);
 	if (p.err)
 		fail("a ping failed across the restart: %s", strerror(-p.err));
+	if (pt.err)
+		fail("a ping over TLS failed across the restart: %s",
+		     strerror(-pt.err));
+	if (djinn_conn_reconnects(pt.conn) != 1)
+		fail("the TLS connection reconnected %llu times, not once",
+		     (unsigned long long)djinn_conn_reconnects(pt.conn));
+	check(djinn_session_heartbeat(ts), "djinn_session_heartbeat");
+	info("restart %llu GiB: over %s the pause was %.3f s (%llu pings "
+	     "sent again)",
+	     (unsigned long long)gib, djinn_conn_transport(pt.conn),
+	     (double)pt.max_gap / 1e9, (unsigned long long)pt.again);
+	djinn_session_close(ts);
+	djinn_disconnect(pt.conn);
 	djinn_disconnect(p.conn);
 	show_restart_log();
 	verify(&st);
@@ -383,6 +423,19 @@ static void one_size(uint64_t gib, double peak)
 		.samples = 1,
 		.note = "CPU backend: the data is copied into the record and "
 			"out of it" });
+	snprintf(m, sizeof(m), "planned_pause_%llugib_tls_s",
+		 (unsigned long long)gib);
+	fig_emit(&(struct fig){
+		.bench = bench_name,
+		.metric = m,
+		.value = (double)pt.max_gap / 1e9,
+		.unit = "s",
+		.baseline = (double)p.max_gap / 1e9,
+		.baseline_name = "planned_pause_unix_s",
+		.limit = NAN,
+		.samples = 1,
+		.note = "a TLS connection is closed at the restart: libdjinn "
+			"reconnects and attaches its session" });
 	snprintf(m, sizeof(m), "planned_pause_%llugib_vs_target",
 		 (unsigned long long)gib);
 	fig_emit(&(struct fig){ .bench = bench_name,

@@ -84,21 +84,7 @@ __attribute__((noreturn)) static void ssl_die(const char *what)
 /* ------------------------------------------------------------------------ */
 /* The PKI: a CA, the server's certificate and the client's */
 
-/*
- * struct pki - the PEM files, in tmpdir
- * @ca:                 the CA's certificate
- * @srv_cert, @srv_key: djinnd's, for localhost and 127.0.0.1
- * @cli_cert, @cli_key: the client's, CN bench (its tenant)
- */
-struct pki {
-	char ca[sizeof(tmpdir) + 16];
-	char srv_cert[sizeof(tmpdir) + 16], srv_key[sizeof(tmpdir) + 16];
-	char cli_cert[sizeof(tmpdir) + 16], cli_key[sizeof(tmpdir) + 16];
-};
-
-/* The CA, djinnd's certificate (localhost, IP 127.0.0.1) and the
- * client's (CN bench), valid from an hour ago for a day (lib/pki.c). */
-static void make_pki(struct pki *p)
+void make_pki(struct pki *p)
 {
 	const struct pki_cert srv = { .cn = "localhost",
 				      .san = "IP:127.0.0.1,DNS:localhost",
