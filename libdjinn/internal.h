@@ -289,6 +289,7 @@ struct djinn_conn {
 	uint64_t relink_ns; /* how long to try; 0: never */
 	bool relinking; /* @relinker dials, other senders wait */
 	bool relink_failed; /* it gave up: dead for good */
+	uint64_t link_gen; /* bumped by each new link (send_lock and lock) */
 	pthread_t relinker;
 	pthread_cond_t relink_cond;
 	atomic_uint_fast64_t reconnects;

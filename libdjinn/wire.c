@@ -364,6 +364,7 @@ static bool may_relink(struct djinn_conn *conn)
 }
 
 static int relink(struct djinn_conn *conn);
+static struct djinn_session *find_session(struct djinn_conn *conn, uint64_t id);
 
 /* Take @c out of the pending calls; under conn->lock. */
 static void call_unlink(struct djinn_conn *conn, struct dj_call *c)
@@ -438,8 +439,10 @@ static void rx_put(struct djinn_conn *conn)
 
 static void rx_lead(struct djinn_conn *conn, struct dj_call *c);
 
+/* Send a frame registered on link @gen: -ECONNABORTED, nothing written,
+ * when the link dropped and another took its place meanwhile. */
 static int send_frame(struct djinn_conn *conn, const struct djinn_hdr *hdr,
-		      const struct iovec *iov, int iovcnt)
+		      const struct iovec *iov, int iovcnt, uint64_t gen)
 {
 	struct iovec v[8];
 	struct msghdr mh = { 0 };
@@ -453,6 +456,10 @@ static int send_frame(struct djinn_conn *conn, const struct djinn_hdr *hdr,
 			v[n++] = iov[k];
 
 	pthread_mutex_lock(&conn->send_lock);
+	if (gen != conn->link_gen) {
+		pthread_mutex_unlock(&conn->send_lock);
+		return -ECONNABORTED; /* failed already, by the old reader */
+	}
 	if (__djinn_tls_user(conn->tls)) {
 		ret = __djinn_tls_sendv(conn->tls, conn->fd, v, n);
 		i = n;
@@ -500,19 +507,15 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 		.type = c->type,
 		.session_id = c->session_id,
 	};
-	uint64_t len = 0, max = conn->server.max_payload;
+	uint64_t len = 0, max, gen = 0;
 	/* once registered, a detached call is the reader's to free */
-	bool detached = c->detached;
+	bool detached = c->detached, waited = false;
 	int ret;
 
 	if (iovcnt > 7)
 		return -EINVAL;
 	for (int k = 0; k < iovcnt; k++)
 		len += iov[k].iov_len;
-	if (len > DJINN_MAX_PAYLOAD || (max && len > max)) {
-		ret = -EMSGSIZE;
-		goto out_unsent;
-	}
 	if (!c->id)
 		c->id = atomic_fetch_add(&conn->next_id, 1);
 	hdr.request_id = c->id;
@@ -526,6 +529,7 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 
 		if (conn->relinking && !me) {
 			pthread_cond_wait(&conn->relink_cond, &conn->lock);
+			waited = true;
 			continue;
 		}
 		ret = atomic_load(&conn->dead);
@@ -533,11 +537,19 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 			break;
 		pthread_mutex_unlock(&conn->lock);
 		ret = relink(conn);
+		waited = true;
 		pthread_mutex_lock(&conn->lock);
 		if (ret)
 			break;
 	}
-	if (!ret && (c->session_id & DJ_SESSION_LOST)) {
+	/* a session lost meanwhile: the caller read its id before */
+	if (!ret && waited && c->session_id &&
+	    find_session(conn, c->session_id | DJ_SESSION_LOST))
+		c->session_id |= DJ_SESSION_LOST;
+	max = conn->server.max_payload; /* the new link's */
+	if (!ret && (len > DJINN_MAX_PAYLOAD || (max && len > max))) {
+		ret = -EMSGSIZE;
+	} else if (!ret && (c->session_id & DJ_SESSION_LOST)) {
 		ret = -ENOENT;
 		snprintf(c->msg, sizeof(c->msg),
 			 "session %llu was lost: djinnd came back without it",
@@ -547,6 +559,7 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 		snprintf(c->msg, sizeof(c->msg), "%s", conn->dead_msg);
 	}
 	if (!ret) {
+		gen = conn->link_gen;
 		list_add_tail(&c->node, bucket(conn, c->id));
 		if (!c->sync) {
 			/* an answer nobody may wait for: the receiver reads */
@@ -559,7 +572,7 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 	if (ret)
 		goto out_unsent;
 
-	ret = send_frame(conn, &hdr, iov, iovcnt);
+	ret = send_frame(conn, &hdr, iov, iovcnt, gen);
 	if (ret && !detached) {
 		/* registered: the reader fails it now; wait for that */
 		__djinn_call_wait(conn, c, UINT64_MAX);
@@ -937,8 +950,9 @@ static void rx_fail(struct djinn_conn *conn, int err)
 	err = atomic_load(&conn->dead);
 	snprintf(msg, sizeof(msg), "%s", conn->dead_msg);
 	if (may_relink(conn)) {
-		/* djinnd may not have run them: the caller may again */
-		err = -EAGAIN;
+		/* djinnd may not have run them: the caller may again (not
+		 * -EAGAIN, which djinn_poll() says of a request pending) */
+		err = -ECONNABORTED;
 		snprintf(msg, sizeof(msg),
 			 "the connection to djinnd dropped while this ran "
 			 "(%.100s): libdjinn reconnects; send it again",
@@ -1094,7 +1108,8 @@ static int heartbeat_done(struct djinn_conn *conn, struct dj_call *c)
 			return 0;
 		dj_warn("session %llu: HEARTBEAT: %s: %s",
 			(unsigned long long)s->id, strerror(-c->err), c->msg);
-		if (c->err == -ENOENT || c->err == -ECANCELED)
+		if (c->err == -ENOENT || c->err == -ECANCELED ||
+		    c->err == -EPERM)
 			s->expired = true;
 		return 0;
 	}
@@ -1502,6 +1517,8 @@ static uint64_t relink_ns(const struct djinn_connect_opts *o)
 		if (!ms)
 			ms = -1;
 	}
+	if (ms > 86400000L) /* a day: past it, overflow */
+		ms = 86400000L;
 	return ms < 0 ? 0 : (uint64_t)ms * NSEC_PER_MSEC;
 }
 
@@ -1626,8 +1643,9 @@ static void rx_join(struct djinn_conn *conn)
 	conn->rx_started = false;
 }
 
-/* Put connected @fd and @tls (taken in every case) in the dead link's
- * place, with a new receiver. */
+/* Put connected @fd and @tls (@conn's from now, in every case: on a
+ * failure the link stays dead) in the dead link's place, with a new
+ * receiver. */
 static int link_install(struct djinn_conn *conn, int fd, struct dj_tls *tls,
 			const char *transport)
 {
@@ -1642,6 +1660,7 @@ static int link_install(struct djinn_conn *conn, int fd, struct dj_tls *tls,
 	conn->transport = transport;
 	conn->rx_head = conn->rx_tail = 0;
 	conn->rx_hup = conn->rx_busy = conn->rx_wants = false;
+	conn->link_gen++;
 	ret = -pthread_create(&conn->rx_thread, NULL, receiver, conn);
 	conn->rx_started = !ret;
 	if (!ret) {
@@ -1678,9 +1697,9 @@ static void session_lose(struct djinn_conn *conn, struct djinn_session *s)
 }
 
 /*
- * ATTACH every session of @conn (but those on /dev/djinn, and expired
- * ones) on its new link. One djinnd no longer has is lost: its calls
- * fail with -ENOENT from now on. 0, or the error that broke the link.
+ * ATTACH every session of @conn on its new link. One djinnd no longer
+ * has is lost (and one on /dev/djinn, or expired): its calls fail with
+ * -ENOENT from now on. 0, or the error that broke the link.
  */
 static int relink_sessions(struct djinn_conn *conn, uint64_t deadline_ns,
 			   unsigned int *nr, unsigned int *lost)
@@ -1691,9 +1710,20 @@ static int relink_sessions(struct djinn_conn *conn, uint64_t deadline_ns,
 	size_t n = 0, cap = 0;
 	int ret = 0;
 
+	*nr = *lost = 0;
 	pthread_mutex_lock(&conn->lock);
-	list_for_each_entry(s, &conn->sessions, node)
-		cap += !s->kdev && !s->expired;
+	list_for_each_entry(s, &conn->sessions, node) {
+		if (s->id & DJ_SESSION_LOST)
+			continue;
+		/* gone: a kernel lease ends with the old djinnd's
+		 * /dev/djinn file; an expired one djinnd said it had not */
+		if (s->kdev || s->expired) {
+			session_lose(conn, s);
+			(*lost)++;
+			continue;
+		}
+		cap++;
+	}
 	if (cap) {
 		ids = malloc(cap * sizeof(*ids));
 		tokens = malloc(cap * DJINN_TOKEN_LEN);
@@ -1701,7 +1731,7 @@ static int relink_sessions(struct djinn_conn *conn, uint64_t deadline_ns,
 	if (cap && (!ids || !tokens))
 		ret = -ENOMEM;
 	list_for_each_entry(s, &conn->sessions, node) {
-		if (ret || s->kdev || s->expired)
+		if (ret || (s->id & DJ_SESSION_LOST))
 			continue;
 		ids[n] = s->id;
 		memcpy(tokens + n * DJINN_TOKEN_LEN, s->token, DJINN_TOKEN_LEN);
@@ -1709,7 +1739,6 @@ static int relink_sessions(struct djinn_conn *conn, uint64_t deadline_ns,
 	}
 	pthread_mutex_unlock(&conn->lock);
 
-	*nr = *lost = 0;
 	for (size_t i = 0; !ret && i < n; i++) {
 		struct djinn_session_attach req;
 		struct iovec iov = { &req, sizeof(req) };
@@ -1771,8 +1800,6 @@ static int relink_once(struct djinn_conn *conn, const struct dj_addr *a,
 	ret = link_install(conn, fd, tls, link_transport(a, tls));
 	if (ret) {
 		snprintf(why, len, "starting the receiver: %s", strerror(-ret));
-		close(fd);
-		__djinn_tls_free(tls);
 		return ret;
 	}
 	ret = hello(conn, deadline_ns);
@@ -1827,14 +1854,20 @@ static int relink(struct djinn_conn *conn)
 	pthread_mutex_unlock(&conn->lock);
 
 	rx_join(conn);
+	pthread_mutex_lock(&conn->lock);
 	dj_info("connection to djinnd at %s lost (%s): reconnecting",
 		conn->dial, conn->dead_msg);
+	pthread_mutex_unlock(&conn->lock);
 	start = __djinn_now_ns();
 	deadline = start + conn->relink_ns;
 	ret = __djinn_addr_parse(conn->dial, &a);
 	while (!ret || !relink_refused(ret)) {
 		struct timespec ts;
 
+		if (conn->stopping) { /* djinn_disconnect() waits */
+			ret = -ESHUTDOWN;
+			break;
+		}
 		tries++;
 		ret = relink_once(conn, &a, deadline, why, sizeof(why), &nr,
 				  &lost);
@@ -1856,9 +1889,23 @@ static int relink(struct djinn_conn *conn)
 
 	pthread_mutex_lock(&conn->lock);
 	conn->relinking = false;
-	if (ret) {
+	now = __djinn_now_ns();
+	if (ret == -ESHUTDOWN || conn->stopping) {
+		conn->relink_failed = true;
+		atomic_store(&conn->dead, -ESHUTDOWN);
+		snprintf(conn->dead_msg, sizeof(conn->dead_msg),
+			 "djinn_disconnect() while reconnecting");
+	} else if (ret && relink_refused(ret)) {
+		/* a new try would meet it again: said as it is */
 		conn->relink_failed = true;
 		atomic_store(&conn->dead, ret);
+		snprintf(conn->dead_msg, sizeof(conn->dead_msg),
+			 "reconnecting to djinnd at %.64s: refused: %.120s",
+			 conn->dial, why);
+		dj_err("%s", conn->dead_msg);
+	} else if (ret) {
+		conn->relink_failed = true;
+		atomic_store(&conn->dead, -ENOTCONN);
 		snprintf(conn->dead_msg, sizeof(conn->dead_msg),
 			 "djinnd at %.64s did not come back in %llu ms (%u "
 			 "tries): %.100s",
@@ -1866,6 +1913,7 @@ static int relink(struct djinn_conn *conn)
 			 (unsigned long long)((now - start) / NSEC_PER_MSEC),
 			 tries, why);
 		dj_err("%s", conn->dead_msg);
+		ret = -ENOTCONN;
 	} else {
 		atomic_fetch_add(&conn->reconnects, 1);
 		dj_info("reconnected to djinnd at %s in %llu ms: %u sessions "
@@ -1895,6 +1943,8 @@ void djinn_disconnect(struct djinn_conn *conn)
 	pthread_mutex_lock(&conn->lock);
 	conn->stopping = true;
 	pthread_cond_broadcast(&conn->keeper_cond);
+	if (conn->relinking) /* cut its HELLO or ATTACH short */
+		shutdown(conn->fd, SHUT_RDWR);
 	while (conn->relinking)
 		pthread_cond_wait(&conn->relink_cond, &conn->lock);
 	pthread_mutex_unlock(&conn->lock);

@@ -90,10 +90,13 @@ void djinn_set_log(djinn_log_fn fn, void *arg);
  * address again, sends HELLO (and AUTH) and attaches every session of
  * the connection by its token, for up to $DJINN_RECONNECT_MS (default
  * 60000; 0: never). Calls that were waiting for an answer meanwhile fail
- * with -EAGAIN: djinnd may not have run them, and the caller may send
- * them again; later calls wait for the new connection. A session djinnd
- * no longer has fails every call with -ENOENT; when the time is up,
- * every call fails with the last attempt's error.
+ * with -ECONNABORTED: djinnd may not have run them, and the caller may
+ * send them again; later calls wait for the new connection. A session
+ * djinnd no longer has (or one on /dev/djinn) fails every call with
+ * -ENOENT. When the time is up every call fails with -ENOTCONN, and
+ * djinn_last_error() says what the last try met; a refusal a new try
+ * would meet again (a certificate refused, another protocol version)
+ * ends the tries at once, with its own error.
  */
 int djinn_connect(const char *addr, struct djinn_conn **out);
 

@@ -71,13 +71,14 @@ class Timeout(Error):
 
 
 class ConnectionLost(Error):
-    """ECONNRESET, EPROTO, ESHUTDOWN, EPIPE: the daemon went away."""
+    """ECONNRESET, EPROTO, ESHUTDOWN, EPIPE, ENOTCONN: the daemon went
+    away (ENOTCONN: and did not come back while libdjinn tried)."""
 
 
 class Retry(Error):
-    """EAGAIN: the connection to djinnd dropped while the call ran (a
-    restart); libdjinn reconnects and attaches the sessions, and the call
-    may be made again."""
+    """ECONNABORTED: the connection to djinnd dropped while the call ran
+    (a restart); libdjinn reconnects and attaches the sessions, and the
+    call may be made again."""
 
 
 class ProtocolMismatch(Error):
@@ -100,8 +101,9 @@ _KINDS: Dict[int, Type[Error]] = {
     _errno.EPROTO: ConnectionLost,
     _errno.ESHUTDOWN: ConnectionLost,
     _errno.EPIPE: ConnectionLost,
+    _errno.ENOTCONN: ConnectionLost,
     _errno.EPROTONOSUPPORT: ProtocolMismatch,
-    _errno.EAGAIN: Retry,
+    _errno.ECONNABORTED: Retry,
 }
 
 

@@ -17,7 +17,7 @@
  * A second client pings over TLS (in user mode where the kernel has no
  * tls module), whose connection the restart closes: its pause includes
  * libdjinn connecting again and attaching its session, and a ping the
- * drop failed (-EAGAIN) is sent again.
+ * drop failed (-ECONNABORTED) is sent again.
  * After it every context decodes on and a sample of every tensor's bytes
  * is checked.
  *
@@ -221,7 +221,7 @@ static void *ping_run(void *arg)
 		uint64_t now;
 		int ret = djinn_conn_ping(p->conn);
 
-		if (ret == -EAGAIN) { /* the drop failed it: again */
+		if (ret == -ECONNABORTED) { /* the drop failed it: again */
 			p->again++;
 			continue;
 		}
