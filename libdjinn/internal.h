@@ -139,6 +139,7 @@ typedef int (*dj_complete_fn)(struct djinn_conn *conn, struct dj_call *c);
  * @sync:       its sender waits for it at once with no deadline and so
  *              reads for it: the receiver need not
  * @rx_given:   the reader token was handed to a waiter of this call
+ * @again:      sent again after the connection dropped under it
  * @err:        once done: 0 or a negative errno
  * @peer_version: hdr.version of the response
  * @resp:       where a successful response's payload goes ...
@@ -159,6 +160,7 @@ struct dj_call {
 	bool detached;
 	bool sync;
 	bool rx_given;
+	bool again;
 	int err;
 	unsigned int peer_version;
 	void *resp;

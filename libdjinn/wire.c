@@ -509,7 +509,7 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 	};
 	uint64_t len = 0, max, gen = 0;
 	/* once registered, a detached call is the reader's to free */
-	bool detached = c->detached, waited = false;
+	bool detached = c->detached, waited = c->again;
 	int ret;
 
 	if (iovcnt > 7)
@@ -542,7 +542,9 @@ int __djinn_call_send(struct djinn_conn *conn, struct dj_call *c,
 		if (ret)
 			break;
 	}
-	/* a session lost meanwhile: the caller read its id before */
+	/* a session lost while the call waited for a new link: the caller
+	 * read its id before (a session a fresh djinnd gave the same number
+	 * since could only be told apart by its object) */
 	if (!ret && waited && c->session_id &&
 	    find_session(conn, c->session_id | DJ_SESSION_LOST))
 		c->session_id |= DJ_SESSION_LOST;
@@ -627,6 +629,19 @@ int __djinn_call_wait(struct djinn_conn *conn, struct dj_call *c,
 	return ret;
 }
 
+/*
+ * Calls libdjinn sends again itself when the connection dropped while
+ * they ran (-ECONNABORTED): running one twice does what running it once
+ * does. Others (a decode, a graph, a new tensor) are the caller's to
+ * make again or not.
+ */
+static bool idempotent(uint16_t type)
+{
+	return type == DJINN_MSG_TENSOR_READ ||
+	       type == DJINN_MSG_TENSOR_WRITE || type == DJINN_MSG_HEARTBEAT ||
+	       type == DJINN_MSG_SIGNAL;
+}
+
 int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
 		      uint64_t session_id, const struct iovec *iov, int iovcnt,
 		      void *resp, uint64_t resp_len)
@@ -634,12 +649,22 @@ int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
 	struct dj_call c;
 	int ret;
 
-	__djinn_call_init(&c, type, session_id, resp, resp_len);
-	c.sync = true;
-	ret = __djinn_call_send(conn, &c, iov, iovcnt);
-	if (!ret) {
-		__djinn_call_wait(conn, &c, UINT64_MAX);
-		ret = c.err;
+	/* each try waits for a new link, which is bounded: so are they */
+	for (unsigned int tries = 0;; tries++) {
+		__djinn_call_init(&c, type, session_id, resp, resp_len);
+		c.sync = true;
+		c.again = tries > 0;
+		ret = __djinn_call_send(conn, &c, iov, iovcnt);
+		if (!ret) {
+			__djinn_call_wait(conn, &c, UINT64_MAX);
+			ret = c.err;
+		}
+		if (ret != -ECONNABORTED || !idempotent(type) || tries >= 16)
+			break;
+		dj_dbg("%s (session %llu): sent again: %s",
+		       __djinn_msg_str(type), (unsigned long long)session_id,
+		       c.msg);
+		__djinn_call_destroy(&c);
 	}
 	if (ret) {
 		dj_dbg("%s (session %llu): %s: %s", __djinn_msg_str(type),
