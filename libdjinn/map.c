@@ -153,10 +153,8 @@ static void serve_fault(struct djinn_conn *conn, uintptr_t addr, uint8_t *buf)
 	base = m->addr;
 	pthread_mutex_unlock(&conn->lock);
 
-	/* a read the drop failed is made again, on the new connection */
-	do
-		ret = __djinn_read(conn, sid, handle, off, len, buf);
-	while (ret == -ECONNABORTED);
+	/* (one the connection dropped under is sent again: wire.c) */
+	ret = __djinn_read(conn, sid, handle, off, len, buf);
 	if (!ret) {
 		/* counted first: the copy wakes the thread that touched it */
 		atomic_fetch_add(&conn->map_faults, 1);

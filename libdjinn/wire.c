@@ -632,14 +632,16 @@ int __djinn_call_wait(struct djinn_conn *conn, struct dj_call *c,
 /*
  * Calls libdjinn sends again itself when the connection dropped while
  * they ran (-ECONNABORTED): running one twice does what running it once
- * does. Others (a decode, a graph, a new tensor) are the caller's to
- * make again or not.
+ * does (a TENSOR_RELEASE that ran before answers -ENOENT the second
+ * time, and a handle's generation keeps it from any other tensor).
+ * Others (a decode, a graph, a new tensor) are the caller's to make
+ * again or not.
  */
 static bool idempotent(uint16_t type)
 {
 	return type == DJINN_MSG_TENSOR_READ ||
 	       type == DJINN_MSG_TENSOR_WRITE || type == DJINN_MSG_HEARTBEAT ||
-	       type == DJINN_MSG_SIGNAL;
+	       type == DJINN_MSG_SIGNAL || type == DJINN_MSG_TENSOR_RELEASE;
 }
 
 int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
@@ -659,6 +661,10 @@ int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
 			__djinn_call_wait(conn, &c, UINT64_MAX);
 			ret = c.err;
 		}
+		if (tries && ret == -ENOENT &&
+		    type == DJINN_MSG_TENSOR_RELEASE &&
+		    !(session_id & DJ_SESSION_LOST))
+			ret = 0; /* it ran before the drop */
 		if (ret != -ECONNABORTED || !idempotent(type) || tries >= 16)
 			break;
 		dj_dbg("%s (session %llu): sent again: %s",
@@ -1101,8 +1107,22 @@ void __djinn_release_later(struct djinn_conn *conn, uint64_t session_id,
 	pthread_cond_broadcast(&conn->keeper_cond);
 }
 
+/* A TENSOR_RELEASE on its way, and what it releases: queued again when
+ * the connection drops under it, for djinnd may still hold the tensor. */
+struct dj_release_call {
+	struct dj_call call; /* first: the reader frees it as a dj_call */
+	uint64_t handle;
+};
+
 static int release_done(struct djinn_conn *conn, struct dj_call *c)
 {
+	struct dj_release_call *rc =
+		container_of(c, struct dj_release_call, call);
+
+	if (c->err == -ECONNABORTED) {
+		__djinn_release_later(conn, c->session_id, rc->handle);
+		return 0;
+	}
 	if (c->err && !atomic_load(&conn->dead))
 		dj_dbg("session %llu: TENSOR_RELEASE: %s: %s",
 		       (unsigned long long)c->session_id, strerror(-c->err),
@@ -1164,13 +1184,26 @@ static bool keeper_step(struct djinn_conn *conn, uint64_t *next)
 		struct dj_release *rel = list_first_entry(
 			&conn->releases, struct dj_release, node);
 		struct djinn_tensor_release p = { .handle = rel->handle };
+		struct iovec iov = { &p, sizeof(p) };
+		struct dj_release_call *rc = malloc(sizeof(*rc));
 		uint64_t sid = rel->session_id;
 
 		list_del_init(&rel->node);
 		free(rel);
 		pthread_mutex_unlock(&conn->lock);
-		__djinn_call_detached(conn, DJINN_MSG_TENSOR_RELEASE, sid, &p,
-				      sizeof(p), 0, release_done);
+		if (rc) {
+			__djinn_call_init(&rc->call, DJINN_MSG_TENSOR_RELEASE,
+					  sid, NULL, 0);
+			rc->call.detached = true;
+			rc->call.complete = release_done;
+			rc->handle = p.handle;
+			__djinn_call_send(conn, &rc->call, &iov, 1);
+		} else {
+			dj_warn("session %llu: no memory to release tensor "
+				"%#llx: it lives until the session ends",
+				(unsigned long long)sid,
+				(unsigned long long)p.handle);
+		}
 		pthread_mutex_lock(&conn->lock);
 		return true;
 	}

@@ -89,9 +89,9 @@ void djinn_set_log(djinn_log_fn fn, void *arg);
  * crash, a stop, a TLS connection in user mode) libdjinn dials the same
  * address again, sends HELLO (and AUTH) and attaches every session of
  * the connection by its token, for up to $DJINN_RECONNECT_MS (default
- * 60000; 0: never). Reads, writes, heartbeats and signals that were
- * waiting for an answer are sent again on the new connection (running
- * one twice does what once does); other calls that were waiting fail
+ * 60000; 0: never). Reads, writes, heartbeats, signals and releases
+ * that were waiting for an answer are sent again on the new connection
+ * (running one twice does what once does); other calls that were waiting fail
  * with -ECONNABORTED: djinnd may not have run them, and the caller may
  * send them again. Later calls wait for the new connection. A session
  * djinnd no longer has (or one on /dev/djinn) fails every call with

@@ -4,7 +4,8 @@
  * connection djinnd drops is dialled again, HELLO and AUTH are sent
  * again and its sessions attached by their tokens, so a program goes on
  * with the same session and tensor handles; reads that were waiting are
- * sent again, a session djinnd came back without answers -ENOENT, and when
+ * sent again, other calls fail -ECONNABORTED, a session djinnd came
+ * back without answers -ENOENT, and when
  * djinnd does not come back in the time allowed every call fails with
  * -ENOTCONN, saying what the last try met.
  *
@@ -28,7 +29,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -394,6 +397,97 @@ static void test_not_back(void **state)
 	djinn_disconnect(off);
 }
 
+/* A call made in a thread of its own: what it returned and said. */
+struct caller {
+	pthread_t th;
+	struct djinn_conn *c;
+	struct djinn_tensor *t;
+	int ret;
+	char why[DJINN_MAX_ERROR_MSG + 1];
+};
+
+static void *open_run(void *arg)
+{
+	struct caller *k = arg;
+	struct djinn_session *s = NULL;
+
+	k->ret = djinn_session_open(k->c, NULL, &s);
+	snprintf(k->why, sizeof(k->why), "%s", djinn_last_error());
+	return NULL;
+}
+
+static void *read_run(void *arg)
+{
+	struct caller *k = arg;
+	uint8_t buf[16];
+
+	k->ret = djinn_tensor_download(k->t, 0, sizeof(buf), buf);
+	snprintf(k->why, sizeof(k->why), "%s", djinn_last_error());
+	return NULL;
+}
+
+/* Wait (10 s at most) until @c has sent @n requests. */
+static void wait_requests(struct djinn_conn *c, uint64_t n)
+{
+	struct djinn_conn_stats st = { 0 };
+
+	for (int i = 0; i < 10000; i++) {
+		assert_int_equal(djinn_conn_stats(c, &st), 0);
+		if (st.requests >= n)
+			return;
+		usleep(1000);
+	}
+	fail_msg("%llu requests sent, not %llu",
+		 (unsigned long long)st.requests, (unsigned long long)n);
+}
+
+/*
+ * Calls in flight when djinnd dies (stopped with SIGSTOP, so that they
+ * are surely sent and unanswered, then killed) and a fresh djinnd takes
+ * its sockets: the session open, which may not run twice, fails with
+ * -ECONNABORTED for the caller to judge; the read is sent again by
+ * libdjinn and finds its session lost with the old djinnd (-ENOENT);
+ * the connection itself goes on with a new session.
+ */
+static void test_in_flight(void **state)
+{
+	struct fx *fx = *state;
+	static uint8_t want[BYTES];
+	struct djinn_conn *c = unix_conn(fx, 20000);
+	struct djinn_session *s = xopen(c), *s2;
+	struct caller op = { .c = c }, rd = { .c = c };
+	struct djinn_conn_stats st;
+	int status;
+
+	rd.t = upload(s, 7, want);
+	assert_int_equal(djinn_conn_stats(c, &st), 0);
+	assert_int_equal(kill(fx->d.pid, SIGSTOP), 0);
+	assert_int_equal(pthread_create(&op.th, NULL, open_run, &op), 0);
+	wait_requests(c, st.requests + 1);
+	assert_int_equal(pthread_create(&rd.th, NULL, read_run, &rd), 0);
+	wait_requests(c, st.requests + 2);
+	assert_int_equal(kill(fx->d.pid, SIGKILL), 0);
+	assert_int_equal(waitpid(fx->d.pid, &status, 0), fx->d.pid);
+	fx->stopped = true; /* its admin connection died with it */
+	/* a fresh one on the same sockets (nobody serves --handover) */
+	fx->d.pid = djd_spawn_next(&fx->d);
+	assert_true(fx->d.pid > 0);
+
+	pthread_join(op.th, NULL);
+	pthread_join(rd.th, NULL);
+	if (op.ret != -ECONNABORTED || !strstr(op.why, "send it again"))
+		fail_msg("SESSION_OPEN in flight: %d: %s", op.ret, op.why);
+	if (rd.ret != -ENOENT || !strstr(rd.why, "was lost"))
+		fail_msg("TENSOR_READ in flight: %d: %s", rd.ret, rd.why);
+	wait_reconnects(c, 1);
+	s2 = xopen(c);
+	assert_int_equal(djinn_session_heartbeat(s2), 0);
+	assert_int_equal(djinn_session_close(s2), 0);
+	assert_int_equal(djinn_session_close(s), -ENOENT);
+	djinn_disconnect(c);
+	assert_int_equal(djd_stop(&fx->d, 10000), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -402,6 +496,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lost_session, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_not_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_in_flight, setup,
+						teardown),
 	};
 	int ret = fx_can_run();
 
