@@ -36,6 +36,7 @@
 	X(CTX_RESUME, ctx_resume)                   \
 	X(MODEL_OPEN_UPLOADED, model_open_uploaded) \
 	X(AUTH, auth)                               \
+	X(GOAWAY, goaway)                           \
 	X(SESSION_BIND, session_bind)               \
 	X(ADMIN_SESSIONS, admin_sessions)           \
 	X(ADMIN_KILL, admin_kill)                   \

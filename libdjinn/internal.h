@@ -140,6 +140,7 @@ typedef int (*dj_complete_fn)(struct djinn_conn *conn, struct dj_call *c);
  *              reads for it: the receiver need not
  * @rx_given:   the reader token was handed to a waiter of this call
  * @again:      sent again after the connection dropped under it
+ * @not_run:    failed by a drop djinnd announced (GOAWAY): it did not run
  * @err:        once done: 0 or a negative errno
  * @peer_version: hdr.version of the response
  * @resp:       where a successful response's payload goes ...
@@ -161,6 +162,7 @@ struct dj_call {
 	bool sync;
 	bool rx_given;
 	bool again;
+	bool not_run;
 	int err;
 	unsigned int peer_version;
 	void *resp;
@@ -292,6 +294,7 @@ struct djinn_conn {
 	bool relinking; /* @relinker dials, other senders wait */
 	bool relink_failed; /* it gave up: dead for good */
 	uint64_t link_gen; /* bumped by each new link (send_lock and lock) */
+	bool goaway; /* this link's djinnd said GOAWAY: it closes next */
 	pthread_t relinker;
 	pthread_cond_t relink_cond;
 	atomic_uint_fast64_t reconnects;

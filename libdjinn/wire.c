@@ -665,7 +665,8 @@ int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
 		    type == DJINN_MSG_TENSOR_RELEASE &&
 		    !(session_id & DJ_SESSION_LOST))
 			ret = 0; /* it ran before the drop */
-		if (ret != -ECONNABORTED || !idempotent(type) || tries >= 16)
+		if (ret != -ECONNABORTED || tries >= 16 ||
+		    !(idempotent(type) || c.not_run))
 			break;
 		dj_dbg("%s (session %llu): sent again: %s",
 		       __djinn_msg_str(type), (unsigned long long)session_id,
@@ -920,6 +921,20 @@ static int rx_frame(struct djinn_conn *conn, const struct djinn_hdr *h,
 	if (h->payload_len > DJINN_MAX_PAYLOAD)
 		return rx_proto(conn, "payload of %llu bytes",
 				(unsigned long long)h->payload_len);
+	/* djinnd closes next, having run none of the calls unanswered */
+	if (h->type == DJINN_MSG_GOAWAY && !h->request_id) {
+		if (h->payload_len || (h->flags & DJINN_F_ERROR))
+			return rx_proto(conn,
+					"GOAWAY with flags %#x and %llu "
+					"bytes",
+					h->flags,
+					(unsigned long long)h->payload_len);
+		pthread_mutex_lock(&conn->lock);
+		conn->goaway = true;
+		pthread_mutex_unlock(&conn->lock);
+		dj_dbg("djinnd said GOAWAY: it closes the connection");
+		return 0;
+	}
 
 	pthread_mutex_lock(&conn->lock);
 	list_for_each_entry(pos, bucket(conn, h->request_id), node) {
@@ -996,6 +1011,7 @@ static void rx_fail(struct djinn_conn *conn, int err)
 
 			call_unlink(conn, c);
 			c->err = err;
+			c->not_run = conn->goaway && err == -ECONNABORTED;
 			snprintf(c->msg, sizeof(c->msg), "%s", msg);
 			call_done(conn, c);
 		}
@@ -1718,6 +1734,7 @@ static int link_install(struct djinn_conn *conn, int fd, struct dj_tls *tls,
 	conn->transport = transport;
 	conn->rx_head = conn->rx_tail = 0;
 	conn->rx_hup = conn->rx_busy = conn->rx_wants = false;
+	conn->goaway = false;
 	conn->link_gen++;
 	ret = -pthread_create(&conn->rx_thread, NULL, receiver, conn);
 	conn->rx_started = !ret;

@@ -21,6 +21,7 @@
 #include "net/conn.h"
 #include "net/fdstore.h"
 #include "net/restart.h"
+#include "net/tls.h"
 #include "session/lease.h"
 #include "session/session.h"
 #include "svc/devices.h"
@@ -88,6 +89,38 @@ static void hand_over_fail(struct restart *r, const char *why, bool kill)
 	}
 }
 
+/*
+ * A TLS connection cannot change hands (its OpenSSL state stays here):
+ * before it closes with this process, tell its client that every
+ * request it has no answer to was not run (GOAWAY: the connections are
+ * held between frames and nothing runs), so that libdjinn sends them
+ * again on a new connection; then close_notify. One that still owes
+ * bytes gets neither: its client finds the connection closed.
+ */
+static void tls_goaway(struct server *srv)
+{
+	const struct djinn_hdr h = { .magic = DJINN_MAGIC,
+				     .version = DJINN_PROTO_VERSION,
+				     .type = DJINN_MSG_GOAWAY,
+				     .flags = DJINN_F_RESPONSE };
+	unsigned int told = 0, nr = 0;
+	struct conn *c;
+
+	list_for_each_entry(c, &srv->conns, node) {
+		if (!c->tls)
+			continue;
+		nr++;
+		if (!list_empty(&c->outq) || !list_empty(&c->zcwait) ||
+		    tls_send_now(c->tls, &h, sizeof(h)))
+			continue;
+		tls_close_notify(c->tls);
+		told++;
+	}
+	if (nr)
+		log_info("restart: %u of %u TLS connections told GOAWAY", told,
+			 nr);
+}
+
 /* Into the store: each connection (polled: one whose client hangs up
  * meanwhile is dropped), then the record. The listening sockets are
  * there already. */
@@ -120,6 +153,7 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 		   (unsigned long long)srv->sessions.nr, kept, nr_conns,
 		   (unsigned long long)((loop_now() - r->t0) / NSEC_PER_MSEC));
 	sd_notify(0, "STATUS=state kept in the fd store; exiting");
+	tls_goaway(srv);
 	_exit(0);
 }
 
@@ -276,8 +310,10 @@ out:
 		return;
 	}
 	/* Everything is the successor's now: nothing here may touch a
-	 * socket or end a session on its way out. */
+	 * socket or end a session on its way out, but for the TLS
+	 * connections it does not have. */
 	log_notice("restart: pid %d serves; exiting", (int)r->pid);
+	tls_goaway(srv);
 	_exit(0);
 }
 

@@ -805,6 +805,30 @@ int tls_kernel_record(struct tls_conn *t, char *why, size_t len)
 	return -EPROTO;
 }
 
+int tls_send_now(struct tls_conn *t, const void *p, size_t len)
+{
+	uint8_t rec[512];
+	ssize_t sent;
+	size_t n;
+
+	if (len > sizeof(rec) - 64)
+		return -EINVAL;
+	if (t->mode == TLS_KERNEL) { /* the kernel seals what is sent */
+		sent = send(t->fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		return sent == (ssize_t)len ? 0 : sent < 0 ? -errno : -EAGAIN;
+	}
+	if (t->mode != TLS_USER || t->tx_len)
+		return -EAGAIN;
+	ERR_clear_error();
+	if (SSL_write(t->ssl, p, (int)len) != (int)len)
+		return -EIO;
+	n = BIO_ctrl_pending(t->wbio);
+	if (!n || n > sizeof(rec) || BIO_read(t->wbio, rec, (int)n) != (int)n)
+		return -EIO;
+	sent = send(t->fd, rec, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	return sent == (ssize_t)n ? 0 : sent < 0 ? -errno : -EAGAIN;
+}
+
 void tls_close_notify(struct tls_conn *t)
 {
 	static const uint8_t bye[2] = { KTLS_ALERT_WARNING,

@@ -105,6 +105,13 @@ int tls_kernel_record(struct tls_conn *t, char *why, size_t len);
 /* The end of what djinnd sends: close_notify, nonblocking, best effort
  * (nothing while a sealed record is half sent). */
 void tls_close_notify(struct tls_conn *t);
+/*
+ * Seal @len bytes of @p (a few hundred at most) and send them at once,
+ * without waiting: a last word before the connection closes. 0, or
+ * -EAGAIN while records of @t are still on their way (or the socket
+ * took less), -EIO when OpenSSL would not seal them.
+ */
+int tls_send_now(struct tls_conn *t, const void *p, size_t len);
 
 /* The tenant a bearer token names (tls.tokens), into @tenant: 0, or
  * -EACCES. Compared by SHA-256 in constant time. */

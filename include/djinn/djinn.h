@@ -91,9 +91,11 @@ void djinn_set_log(djinn_log_fn fn, void *arg);
  * the connection by its token, for up to $DJINN_RECONNECT_MS (default
  * 60000; 0: never). Reads, writes, heartbeats, signals and releases
  * that were waiting for an answer are sent again on the new connection
- * (running one twice does what once does); other calls that were waiting fail
- * with -ECONNABORTED: djinnd may not have run them, and the caller may
- * send them again. Later calls wait for the new connection. A session
+ * (running one twice does what once does), and so is any call djinnd
+ * said it had not run (GOAWAY, at a planned restart); other calls that
+ * were waiting, and submitted graphs, fail with -ECONNABORTED: djinnd
+ * may not have run them, and the caller may send them again. Later
+ * calls wait for the new connection. A session
  * djinnd no longer has (or one on /dev/djinn) fails every call with
  * -ENOENT. When the time is up every call fails with -ENOTCONN, and
  * djinn_last_error() says what the last try met; a refusal a new try

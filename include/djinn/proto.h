@@ -152,6 +152,13 @@ enum djinn_msg {
 	DJINN_MSG_MODEL_OPEN_UPLOADED = 23,
 	/* Who a TLS client is, by bearer token: see struct djinn_auth. */
 	DJINN_MSG_AUTH = 24,
+	/*
+	 * djinnd's last word on a connection it closes at a restart (no
+	 * client sends it): flags DJINN_F_RESPONSE, request_id 0, session_id
+	 * 0, no payload. Every request of the connection that has no answer
+	 * by then was not run, and may be sent again on a new connection.
+	 */
+	DJINN_MSG_GOAWAY = 25,
 	/* A session on /dev/djinn (DJINN_FEAT_KMOD): see DOC: sessions. */
 	DJINN_MSG_SESSION_BIND = 32,
 

@@ -530,6 +530,20 @@ static bool report_line(const struct djd *d, char *out, size_t len)
 	return found;
 }
 
+bool djd_log_has(const struct djd *d, const char *what)
+{
+	FILE *f = fopen(d->log, "r");
+	char line[512];
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	fclose(f);
+	return found;
+}
+
 bool djd_log_has_report(const struct djd *d)
 {
 	char line[256];

@@ -133,6 +133,8 @@ unsigned int dj_free_port(void);
 
 /* Whether the daemon's log holds a sanitizer report or a crash. */
 bool djd_log_has_report(const struct djd *d);
+/* Whether a line of @d's log holds @what. */
+bool djd_log_has(const struct djd *d, const char *what);
 
 /* Print the last @bytes of the log to stderr. */
 void djd_log_tail(const struct djd *d, long bytes);

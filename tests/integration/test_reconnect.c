@@ -252,6 +252,51 @@ static void *reader_run(void *arg)
 	return NULL;
 }
 
+/*
+ * A thread that makes and releases small tensors over and over: calls
+ * that must not run twice (TENSOR_CREATE), which libdjinn sends again
+ * only because djinnd said, before it closed, that it had not run them
+ * (GOAWAY). No call may fail.
+ */
+struct maker {
+	pthread_t th;
+	struct djinn_session *s;
+	atomic_int stop;
+	atomic_long made;
+	int bad;
+	char why[256];
+};
+
+static void *maker_run(void *arg)
+{
+	struct maker *mk = arg;
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 64);
+	uint8_t bytes[64], got[64];
+
+	while (!atomic_load(&mk->stop)) {
+		struct djinn_tensor *t;
+		int ret;
+
+		fill(bytes, sizeof(bytes), (unsigned int)mk->made);
+		ret = djinn_tensor_upload(mk->s, &d, bytes, DJINN_SEG_DATA, &t);
+		if (!ret)
+			ret = djinn_tensor_download(t, 0, sizeof(got), got);
+		if (!ret && memcmp(got, bytes, sizeof(got)))
+			ret = -EIO;
+		if (!ret)
+			ret = djinn_tensor_release(t);
+		if (ret) {
+			mk->bad = ret;
+			snprintf(mk->why, sizeof(mk->why), "tensor %ld: %s: %s",
+				 atomic_load(&mk->made), strerror(-ret),
+				 djinn_last_error());
+			break;
+		}
+		atomic_fetch_add(&mk->made, 1);
+	}
+	return NULL;
+}
+
 static void reader_start(struct reader *rd, struct djinn_tensor *t,
 			 const uint8_t *want)
 {
@@ -284,8 +329,9 @@ static void reader_stop(struct reader *rd, long n)
 /*
  * A planned restart: the TLS connection is dropped and comes back by
  * itself, attached to the same two sessions, whose tensors read as they
- * were, while a thread reads on through it without one error; the
- * connection over the unix socket is kept and never reconnects.
+ * were, while a thread reads on through it and another makes tensors,
+ * without one error; the connection over the unix socket is kept and
+ * never reconnects.
  */
 static void test_tls_restart(void **state)
 {
@@ -298,12 +344,25 @@ static void test_tls_restart(void **state)
 	struct djinn_tensor *t2 = upload(s2, 2, want[1]);
 	struct djinn_tensor *tu = upload(su, 3, want[2]);
 	struct reader rd = { 0 };
+	struct maker mk = { .s = s2 };
+	long made;
 
 	assert_string_equal(djinn_conn_transport(u), "unix");
 	reader_start(&rd, t1, want[0]);
+	assert_int_equal(pthread_create(&mk.th, NULL, maker_run, &mk), 0);
 	assert_int_equal(djd_restart(&fx->d, 60000), 0);
 	wait_reconnects(c, 1);
 	reader_stop(&rd, 20);
+	made = atomic_load(&mk.made);
+	for (int i = 0;
+	     i < 10000 && atomic_load(&mk.made) < made + 20 && !mk.bad; i++)
+		usleep(1000);
+	atomic_store(&mk.stop, 1);
+	pthread_join(mk.th, NULL);
+	if (mk.bad)
+		fail_msg("the maker: %s", mk.why);
+	assert_true(atomic_load(&mk.made) >= made + 20);
+	assert_true(djd_log_has(&fx->d, "1 of 1 TLS connections told GOAWAY"));
 
 	/* the same sessions, their bytes, renewed by the keeper again */
 	assert_int_equal(sid_of(s1), id1);

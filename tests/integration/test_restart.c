@@ -243,15 +243,7 @@ static uint64_t graph_run(int fd, uint64_t sid, uint64_t id, const struct gb *g)
 
 static bool log_has(const struct fx *fx, const char *what)
 {
-	FILE *f = fopen(fx->d.log, "r");
-	char line[512];
-	bool found = false;
-
-	assert_non_null(f);
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, what) != NULL;
-	fclose(f);
-	return found;
+	return djd_log_has(&fx->d, what);
 }
 
 /* The log has @what within 10 s: what djinnd logs after it answers. */

@@ -7,7 +7,9 @@
  * of a socketpair, driven frame by frame; it answers nothing properly.
  *
  * One more: a peer of another protocol version refusing HELLO, which
- * libdjinn must report as -EPROTONOSUPPORT naming both versions.
+ * libdjinn must report as -EPROTONOSUPPORT naming both versions; and
+ * djinnd's GOAWAY, which answers no request and breaks nothing (but is
+ * -EPROTO with a payload or the error flag).
  *
  * Then who reads (leader/follower, wire.c): a caller waiting for its
  * answer reads the socket and wakes other waiters with theirs, hands the
@@ -106,6 +108,38 @@ static void test_peer_closes(void **state)
 	assert_int_equal(st.requests, 8);
 	assert_int_equal(st.bytes_sent, 8 * sizeof(struct djinn_hdr));
 	assert_int_equal(st.responses, 0);
+	djinn_disconnect(conn);
+}
+
+/*
+ * djinnd's GOAWAY answers no request and breaks nothing: the answer after
+ * it completes its call, and the close after that fails the next call
+ * as any close does (this connection was made without an address, so
+ * it is not dialled again).
+ */
+static void test_goaway(void **state)
+{
+	struct djinn_hdr goaway = { .magic = DJINN_MAGIC,
+				    .version = DJINN_PROTO_VERSION,
+				    .type = DJINN_MSG_GOAWAY,
+				    .flags = DJINN_F_RESPONSE };
+	struct djinn_conn *conn;
+	struct djinn_hdr h;
+	struct waiter w;
+	int peer;
+
+	conn = pair_conn(&peer);
+	start_pings(&w, 1, conn);
+	peer_frame(peer, &h);
+	assert_int_equal(send(peer, &goaway, sizeof(goaway), MSG_NOSIGNAL),
+			 (ssize_t)sizeof(goaway));
+	h.flags = DJINN_F_RESPONSE;
+	assert_int_equal(send(peer, &h, sizeof(h), MSG_NOSIGNAL),
+			 (ssize_t)sizeof(h));
+	pthread_join(w.thread, NULL);
+	assert_int_equal(w.ret, 0);
+	close(peer);
+	assert_int_equal(djinn_conn_ping(conn), -ECONNRESET);
 	djinn_disconnect(conn);
 }
 
@@ -255,6 +289,20 @@ static void error_msg_too_long(struct djinn_hdr *h, uint8_t *p, size_t *len)
 		    8 + DJINN_MAX_ERROR_MSG + 1);
 }
 
+/* djinnd's GOAWAY (answering no request) with what it never carries */
+static void goaway_payload(struct djinn_hdr *h, uint8_t *p, size_t *len)
+{
+	h->type = DJINN_MSG_GOAWAY;
+	h->request_id = 0;
+	h->payload_len = *len = 8;
+}
+static void goaway_error(struct djinn_hdr *h, uint8_t *p, size_t *len)
+{
+	h->type = DJINN_MSG_GOAWAY;
+	h->request_id = 0;
+	h->flags |= DJINN_F_ERROR;
+}
+
 static const struct bad_frame bad_frames[] = {
 	{ "bad magic", bad_magic },
 	{ "no RESPONSE flag", no_response_flag },
@@ -270,6 +318,8 @@ static const struct bad_frame bad_frames[] = {
 	{ "error with errno 0", error_zero },
 	{ "error whose len disagrees", error_len_mismatch },
 	{ "error message over the limit", error_msg_too_long },
+	{ "GOAWAY with a payload", goaway_payload },
+	{ "GOAWAY flagged as an error", goaway_error },
 };
 
 static void test_bad_frames(void **state)
@@ -1105,6 +1155,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_peer_closes),
+		cmocka_unit_test(test_goaway),
 		cmocka_unit_test(test_peer_truncates),
 		cmocka_unit_test(test_peer_truncates_payload),
 		cmocka_unit_test(test_peer_garbage),
