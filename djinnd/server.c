@@ -8,9 +8,12 @@
  * tells the service manager. SIGHUP reopens the log file, then calls
  * the reload hook (main.c reads djinnd.conf again).
  *
- * A device that dies (backend.dead) drains the same way, and djinnd
- * exits with DJINND_EXIT_DEVICE_DEAD for systemd to restart it: the one
- * error a daemon exits on (devices_watch()).
+ * A device that dies (backend.dead) ends this process too: djinnd
+ * hands its state over as for a restart (into systemd's fd store, or to
+ * a successor it starts when it serves --handover), the sessions on the
+ * dead device kept as lost, and exits with DJINND_EXIT_DEVICE_DEAD for
+ * systemd to start it again; with neither, it drains the same way as
+ * for SIGTERM. The one error a daemon exits on (devices_watch()).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -107,20 +110,60 @@ static void drain_begin(struct server *srv)
 }
 
 /*
+ * The state outlives a dead device's process: into systemd's fd store
+ * (djinnd exits DJINND_EXIT_DEVICE_DEAD after, and systemd starts it
+ * again with the state), or to a successor started from djinnd's own
+ * binary (--handover), which gets a fresh device. The sessions on the
+ * dead device are kept as lost (svc/state.c): every request of theirs
+ * but closing answers -EIO, saying so. Whether one of them began.
+ */
+static bool dead_restart(struct server *srv)
+{
+	char why[DJINN_MAX_ERROR_MSG];
+	pid_t pid;
+
+	if (restart_to_store(srv)) {
+		if (srv->hooks.stopping)
+			srv->hooks.stopping(srv);
+		return true;
+	}
+	if (!srv->hooks.restart ||
+	    srv->hooks.restart(srv, &pid, why, sizeof(why))) {
+		log_notice("%s: the state is not handed over: %s",
+			   srv->dead_msg,
+			   srv->hooks.restart ? why : "no restart served");
+		return false;
+	}
+	srv->dead_deadline = loop_now() + RESTART_READY_S * NSEC_PER_SEC;
+	return true;
+}
+
+/*
  * A dead device (backend.dead: CUDA_ERROR_CONTAINED and its kind, or a
  * recovery that failed) is not used again in this process: cuda.h says
  * of such errors that "the process must be terminated and relaunched".
- * djinnd says so and drains, and main() exits with
- * DJINND_EXIT_DEVICE_DEAD, which systemd's Restart=on-failure restarts.
- * Work on the dead device fails -EIO meanwhile (the backend refuses it);
- * on the other devices it finishes. Called before each wait of the I/O
- * loop, which wakes for the job that failed when the device died, and
- * every second from a timer for any other thread that found it.
+ * djinnd says so, hands its state over where it can (dead_restart())
+ * and else drains, and exits with DJINND_EXIT_DEVICE_DEAD, which
+ * systemd's Restart=on-failure restarts. Work on the dead device fails
+ * -EIO meanwhile (the backend refuses it); on the other devices it
+ * finishes. Called before each wait of the I/O loop, which wakes for
+ * the job that failed when the device died, and every second from a
+ * timer for any other thread that found it, and for a successor that
+ * does not come.
  */
 static void devices_watch(struct server *srv)
 {
-	if (srv->exit_status)
+	if (srv->exit_status) {
+		if (srv->dead_deadline && !srv->restart && !srv->draining &&
+		    loop_now() > srv->dead_deadline) {
+			log_err("%s: no successor came for the state in %d s: "
+				"draining",
+				srv->dead_msg, RESTART_READY_S);
+			srv->dead_deadline = 0;
+			drain_begin(srv);
+		}
 		return;
+	}
 	for (unsigned int i = 0; i < srv->nr_dev; i++) {
 		struct device *d = &srv->dev[i];
 		const char *why =
@@ -133,7 +176,8 @@ static void devices_watch(struct server *srv)
 		log_err("%s: exiting so that systemd restarts djinnd",
 			srv->dead_msg);
 		srv->exit_status = DJINND_EXIT_DEVICE_DEAD;
-		if (!srv->draining)
+		/* a restart under way takes it as it is */
+		if (!srv->draining && !srv->restart && !dead_restart(srv))
 			drain_begin(srv);
 		return;
 	}
@@ -152,7 +196,7 @@ static uint64_t dead_watch_tick(struct loop_timer *t, uint64_t now)
 	struct server *srv = container_of(t, struct server, dead_watch);
 
 	devices_watch(srv);
-	return srv->exit_status ? 0 : NSEC_PER_SEC;
+	return srv->exit_status && !srv->dead_deadline ? 0 : NSEC_PER_SEC;
 }
 
 static void sig_arm(void)

@@ -205,6 +205,9 @@ struct server {
 	int exit_status;
 	char dead_msg[512];
 	struct loop_timer dead_watch;
+	/* a successor started for a dead device must come for the state
+	 * by then (loop time), else djinnd drains; 0: none started */
+	uint64_t dead_deadline;
 	/* main.c's, on the I/O thread: configuration reload and the
 	 * service manager's notifications; NULL: nothing to do */
 	struct server_hooks {

@@ -79,7 +79,11 @@ static void hand_over_fail(struct restart *r, const char *why, bool kill)
 		close(r->pidfd);
 	free(r);
 	release(srv);
-	if (srv->term_pending) {
+	if (srv->exit_status) {
+		/* a device is dead: this djinnd cannot serve on */
+		log_err("restart: %s: draining", srv->dead_msg);
+		srv->hooks.drain(srv);
+	} else if (srv->term_pending) {
 		/* a SIGTERM came meanwhile: it is answered now, as any */
 		log_notice("restart: SIGTERM while handing over: answered now");
 		if (!restart_to_store(srv))
@@ -154,7 +158,9 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 		   (unsigned long long)((loop_now() - r->t0) / NSEC_PER_MSEC));
 	sd_notify(0, "STATUS=state kept in the fd store; exiting");
 	tls_goaway(srv);
-	_exit(0);
+	/* a dead device's: failed, for Restart=on-failure, which keeps
+	 * the store for the next start */
+	_exit(srv->exit_status);
 }
 
 /* The record: the sessions' entries, then a connection's for each one

@@ -30,8 +30,11 @@
  * graphs' outputs each remembers for DJINN_REF_RESULT, and client
  * connections over unix sockets and plain TCP, with what they had
  * received; a context paused at a breakpoint stays paused, to be resumed.
+ * A dead device's djinnd hands its state over the same way (server.c),
+ * the sessions on the device kept as lost.
  * Not kept yet: TLS connections (their OpenSSL state stays in the
- * process: they are closed and their clients reconnect), uploaded
+ * process: they are closed after a GOAWAY, and their clients
+ * reconnect), uploaded
  * models (a session holding one makes the handover fail, and the
  * running djinnd keeps serving), sessions bound to kernel leases (with
  * lease.provider kmod only the listening sockets are handed over, as

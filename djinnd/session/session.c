@@ -408,8 +408,10 @@ int session_restore(struct session_table *t, struct device *dev,
 	s->dev = dev;
 	sched_entity_init(dev->sched, &s->se, 0, s->tenant, s->priority, s->vs);
 	s->epoch = __atomic_load_n(&dev->backend->faults, __ATOMIC_ACQUIRE);
-	if (r->lost)
+	if (r->lost) {
 		s->epoch = ~s->epoch; /* never the count again: lost */
+		s->lost_restored = true;
+	}
 	s->refs = 1;
 	pthread_mutex_init(&s->lock, NULL);
 	INIT_LIST_HEAD(&s->node);
@@ -538,6 +540,14 @@ int session_lost(const struct session *s, char *msg, size_t msglen)
 
 	if (now == s->epoch)
 		return 0;
+	if (s->lost_restored) {
+		snprintf(msg, msglen,
+			 "session %llu: its device state on %s was lost before "
+			 "djinnd restarted (a device fault, or the device "
+			 "died); close the session and open a new one",
+			 (unsigned long long)s->id, s->dev->name);
+		return -EIO;
+	}
 	fault_info(s->dev, why, sizeof(why));
 	snprintf(msg, msglen,
 		 "session %llu: device state lost in a fault: %s fault %llu "

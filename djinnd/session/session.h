@@ -109,6 +109,8 @@ struct session {
 	struct sched_entity se; /* its queues and the memory policy's state */
 	uint32_t mem_waits; /* EXEC_MEM jobs in flight (I/O thread) */
 	uint64_t epoch; /* its backend's faults when it was made */
+	/* restored lost: its device state went before djinnd restarted */
+	bool lost_restored;
 
 	struct device *dev; /* where its memory and work are */
 	struct vmu_session *vs; /* in dev's VMU */

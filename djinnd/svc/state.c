@@ -758,7 +758,11 @@ int svc_state_save(struct state_out *o, struct session_table *t)
 		e->tensor_key = s->tensors.key;
 		e->obj_key = s->objs.key;
 		e->nr_slots = n;
-		e->lost = session_lost(s, msg, sizeof(msg)) != 0;
+		/* lost in a fault, or on a device that is dead (whose memory
+		 * is not read: a dead device's restart, server.c) */
+		e->lost = session_lost(s, msg, sizeof(msg)) != 0 ||
+			  __atomic_load_n(&s->dev->backend->dead,
+					  __ATOMIC_ACQUIRE);
 		e->nr_obj_slots = s->objs.nr;
 		e->results_next = s->results_next;
 		gens = (uint32_t *)(e + 1);

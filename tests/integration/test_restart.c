@@ -795,6 +795,96 @@ static void test_store_restart_refused(void **state)
 	djd_store_close(st);
 }
 
+/*
+ * A device that dies (DJINN_FAULT_DEAD, as after CUDA_ERROR_CONTAINED):
+ * djinnd hands its state to a successor it starts itself (--handover)
+ * rather than drop every session. The session on the dead device stays,
+ * lost: its requests answer -EIO saying so, and it closes; the
+ * connection is the same one; on the successor's fresh device a new
+ * session works and the model opens again (loaded again).
+ */
+static void test_dead_device(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_admin_fault_req q = { .flags = DJINN_FAULT_DEAD };
+	struct djinn_tensor_io io = { .len = 4 };
+	struct held s, after;
+	struct dj_resp r;
+	pid_t old = fx->d.pid;
+	int fd = xconnect(fx->d.sock);
+
+	assert_int_equal(djd_make_model(&fx->d, "tiny", TINY_GPT2), 0);
+	make_session(&s, fd, 5);
+	(void)model_open(fd, s.sid, "tiny");
+	call_ok(fx->adm, DJINN_MSG_ADMIN_FAULT_INJECT, 0, &q, sizeof(q), &r,
+		-1);
+	dj_resp_free(&r);
+	fx->d.pid = successor_of(fx, old);
+	assert_true(log_has(fx, "is dead after"));
+	assert_true(log_has(fx, "1 sessions, 0 tensors and 0 models"));
+	io.handle = s.h[0];
+	call_err(fd, DJINN_MSG_TENSOR_READ, s.sid, &io, sizeof(io), -EIO,
+		 "lost before djinnd restarted");
+	close_session(fd, s.sid);
+	make_session(&after, fd, 6);
+	(void)model_open(fd, after.sid, "tiny");
+	check_session(&after);
+	close_session(fd, after.sid);
+	for (unsigned int k = 0; k < 3; k++) {
+		free(s.bytes[k]);
+		free(after.bytes[k]);
+	}
+	close(fd);
+	fx->base = vmu_now(fx);
+}
+
+/*
+ * The same under systemd: the state goes into the fd store, djinnd
+ * exits DJINND_EXIT_DEVICE_DEAD (74), a failure systemd restarts with
+ * the store kept, and the djinnd it starts restores it.
+ */
+static void test_dead_device_store(void **state)
+{
+	static const char *const fault[] = { "--fault-injection", NULL };
+	struct djinn_admin_fault_req q = { .flags = DJINN_FAULT_DEAD };
+	struct djinn_tensor_io io = { .len = 4 };
+	struct djd_store *st = djd_store_open();
+	struct held s, after;
+	struct dj_resp r;
+	struct djd dd;
+	int fd, adm, status;
+
+	(void)state;
+	assert_non_null(st);
+	assert_int_equal(djd_start_store(&dd, "256M", LEASE_MS, fault, st), 0);
+	fd = xconnect(dd.sock);
+	make_session(&s, fd, 5);
+	adm = xconnect(dd.admin);
+	call_ok(adm, DJINN_MSG_ADMIN_FAULT_INJECT, 0, &q, sizeof(q), &r, -1);
+	dj_resp_free(&r);
+	assert_int_equal(waitpid(dd.pid, &status, 0), dd.pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 74);
+	assert_true(djd_store_wait(st, "conn-1", true, 10000));
+	assert_true(djd_store_has(st, "state"));
+	dd.pid = djd_spawn_next(&dd);
+	assert_true(dd.pid > 0);
+	io.handle = s.h[0];
+	call_err(fd, DJINN_MSG_TENSOR_READ, s.sid, &io, sizeof(io), -EIO,
+		 "lost before djinnd restarted");
+	close_session(fd, s.sid);
+	make_session(&after, fd, 6);
+	check_session(&after);
+	close_session(fd, after.sid);
+	for (unsigned int k = 0; k < 3; k++) {
+		free(s.bytes[k]);
+		free(after.bytes[k]);
+	}
+	close(adm);
+	close(fd);
+	assert_int_equal(djd_stop(&dd, 20000), 0);
+	djd_store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -814,6 +904,9 @@ int main(void)
 						setup_plain, fx_teardown),
 		cmocka_unit_test(test_store_restart),
 		cmocka_unit_test(test_store_restart_refused),
+		cmocka_unit_test_setup_teardown(test_dead_device, setup_fault,
+						teardown),
+		cmocka_unit_test(test_dead_device_store),
 	};
 	int ret = fx_can_run();
 
