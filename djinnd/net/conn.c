@@ -408,6 +408,9 @@ static void header_done(struct conn *c)
 	ret = msg_body_len(c, h, &fixed, &max);
 	if (ret) {
 		conn_error(c, h, ret,
+			   h->type == DJINN_MSG_GOAWAY ?
+				   "opcode %u (GOAWAY) is djinnd's own: no "
+				   "client sends it" :
 			   ret == -EPERM  ? "opcode %u is not served here" :
 			   ret == -EACCES ? "opcode %u before AUTH: this TLS "
 					    "connection has no tenant yet (a "

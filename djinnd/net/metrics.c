@@ -59,7 +59,7 @@ static const uint64_t lat_le_ns[METRICS_LAT_BUCKETS] = {
 struct msg_stats *metrics_msg(struct server_stats *st, uint16_t type)
 {
 	/* Every message type without a name counts as op="unknown",
-	 * once. */
+	 * once; a named one djinnd refuses (GOAWAY) under its name. */
 	if (type >= METRICS_MSGS || !msg_known(type))
 		type = 0;
 	return &st->msgs[type];

@@ -361,7 +361,7 @@ static const struct msg_desc *msg_desc(uint16_t type)
 
 bool msg_known(uint16_t type)
 {
-	return msg_desc(type) != NULL;
+	return djinn_msg_label(type) != NULL;
 }
 
 const char *msg_label(uint16_t type)

@@ -54,7 +54,8 @@ void msg_stream_session_ended(struct conn *c, struct session *s);
 
 /* A message type's metric label, "session_open" ("unknown" if none). */
 const char *msg_label(uint16_t type);
-/* Whether djinnd serves message type @type (a row of msg.c's table). */
+/* Whether message type @type has a name (lib/msgnames.c): djinnd serves
+ * it, or refuses it by name (GOAWAY, which only djinnd sends). */
 bool msg_known(uint16_t type);
 /* The protocol's hooks in the floors below: when a session ends (the
  * session table's @ended_hook), its uploads in progress stop (answered

@@ -398,8 +398,8 @@ static char *scrape(struct fx *fx)
 }
 
 /* 5. One table of names: djinnd serves every opcode it names, on one
- * socket or both, and no other; each counts under its name in lower
- * case. */
+ * socket or both, and no other (GOAWAY, which only djinnd sends, it
+ * refuses by name); each counts under its name in lower case. */
 static void test_names(void **state)
 {
 	struct fx *fx = *state;
