@@ -161,6 +161,7 @@ static int handover_take(const char *path)
 	struct ucred cr = { 0 }, from;
 	socklen_t len = sizeof(cr);
 	int sock, ret, fd, one = 1;
+	bool got = false;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
@@ -194,6 +195,7 @@ static int handover_take(const char *path)
 		char *name;
 
 		ret = handover_recv(sock, buf, sizeof(buf), &fd, &from);
+		got |= ret > 0;
 		if (ret > 0 &&
 		    ((from.uid && from.uid != geteuid()) ||
 		     (passed.pred_pid && from.pid != passed.pred_pid))) {
@@ -238,6 +240,16 @@ static int handover_take(const char *path)
 		passed.sock = sock;
 	} else {
 		close(sock);
+	}
+	/* Closed before a word, by a djinnd that is gone: it was ending
+	 * (killed, its io_uring letting go of the socket after the process
+	 * had), and nobody serves: a first start. One that lives refused. */
+	if (ret < 0 && !got && cr.pid > 0 && kill(cr.pid, 0) &&
+	    errno == ESRCH) {
+		log_info("handover: pid %d, which served %s, has ended: a "
+			 "first start",
+			 (int)cr.pid, path);
+		return 0;
 	}
 	if (!ret && passed.pred < 0) {
 		log_err("handover: pid %d: no pidfd for it",

@@ -534,6 +534,8 @@ static void test_in_flight(void **state)
 
 	pthread_join(op.th, NULL);
 	pthread_join(rd.th, NULL);
+	if (op.ret != -ECONNABORTED || rd.ret != -ENOENT)
+		djd_log_tail(&fx->d, 4096);
 	if (op.ret != -ECONNABORTED || !strstr(op.why, "send it again"))
 		fail_msg("SESSION_OPEN in flight: %d: %s", op.ret, op.why);
 	if (rd.ret != -ENOENT || !strstr(rd.why, "was lost"))
