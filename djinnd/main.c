@@ -494,9 +494,10 @@ static int on_restart(struct server *srv, pid_t *pid, char *msg, size_t msglen)
 			 "djinnd keeps the sessions)");
 		return -EOPNOTSUPP;
 	}
-	if (srv->restart || srv->draining) {
+	if (srv->restart || srv->draining || srv->dead_deadline) {
 		snprintf(msg, msglen, "a %s is under way",
-			 srv->restart ? "restart" : "drain");
+			 srv->restart || srv->dead_deadline ? "restart" :
+							      "drain");
 		return -EBUSY;
 	}
 	if (!self_exe[0]) {

@@ -202,6 +202,13 @@ int __djinn_call_wait(struct djinn_conn *conn, struct dj_call *c,
 int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
 		      uint64_t session_id, const struct iovec *iov, int iovcnt,
 		      void *resp, uint64_t resp_len);
+/* The same for an answer of at most @resp_len bytes (@upto), its length
+ * in *@got (NULL: not wanted). Both send a call again after a dropped
+ * connection when it is idempotent or djinnd said it had not run it. */
+int __djinn_call_sync_upto(struct djinn_conn *conn, uint16_t type,
+			   uint64_t session_id, const struct iovec *iov,
+			   int iovcnt, void *resp, uint64_t resp_len, bool upto,
+			   uint64_t *got);
 
 /* Keep @fmt's message for djinn_last_error() in this thread. */
 void __djinn_set_last_error(const char *fmt, ...) __printf(1, 2);

@@ -103,27 +103,8 @@ static int call_upto(struct djinn_conn *conn, uint16_t type, uint64_t sid,
 		     const struct iovec *iov, int iovcnt, void *buf,
 		     uint64_t max, uint64_t *got)
 {
-	struct dj_call call;
-	int ret;
-
-	__djinn_call_init(&call, type, sid, buf, max);
-	call.sync = true;
-	call.resp_upto = true;
-	ret = __djinn_call_send(conn, &call, iov, iovcnt);
-	if (!ret) {
-		__djinn_call_wait(conn, &call, UINT64_MAX);
-		ret = call.err;
-	}
-	if (ret) {
-		dj_dbg("%s (session %llu): %s: %s", __djinn_msg_str(type),
-		       (unsigned long long)sid, strerror(-ret),
-		       call.msg[0] ? call.msg : "no message");
-		__djinn_set_last_error("%s",
-				       call.msg[0] ? call.msg : strerror(-ret));
-	}
-	*got = call.resp_got;
-	__djinn_call_destroy(&call);
-	return ret;
+	return __djinn_call_sync_upto(conn, type, sid, iov, iovcnt, buf, max,
+				      true, got);
 }
 
 /* ---------------------------------------------------------------------- */

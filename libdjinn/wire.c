@@ -644,27 +644,34 @@ static bool idempotent(uint16_t type)
 	       type == DJINN_MSG_SIGNAL || type == DJINN_MSG_TENSOR_RELEASE;
 }
 
-int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
-		      uint64_t session_id, const struct iovec *iov, int iovcnt,
-		      void *resp, uint64_t resp_len)
+int __djinn_call_sync_upto(struct djinn_conn *conn, uint16_t type,
+			   uint64_t session_id, const struct iovec *iov,
+			   int iovcnt, void *resp, uint64_t resp_len, bool upto,
+			   uint64_t *got)
 {
 	struct dj_call c;
+	bool not_run = false;
 	int ret;
 
 	/* each try waits for a new link, which is bounded: so are they */
 	for (unsigned int tries = 0;; tries++) {
 		__djinn_call_init(&c, type, session_id, resp, resp_len);
 		c.sync = true;
+		c.resp_upto = upto;
 		c.again = tries > 0;
 		ret = __djinn_call_send(conn, &c, iov, iovcnt);
 		if (!ret) {
 			__djinn_call_wait(conn, &c, UINT64_MAX);
 			ret = c.err;
 		}
+		/* a release sent again that finds the handle gone ran
+		 * before the drop, unless djinnd said it had not
+		 * (GOAWAY) or its session was lost meanwhile */
 		if (tries && ret == -ENOENT &&
-		    type == DJINN_MSG_TENSOR_RELEASE &&
-		    !(session_id & DJ_SESSION_LOST))
-			ret = 0; /* it ran before the drop */
+		    type == DJINN_MSG_TENSOR_RELEASE && !not_run &&
+		    !(c.session_id & DJ_SESSION_LOST))
+			ret = 0;
+		not_run = c.not_run;
 		if (ret != -ECONNABORTED || tries >= 16 ||
 		    !(idempotent(type) || c.not_run))
 			break;
@@ -679,8 +686,18 @@ int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
 		       c.msg[0] ? c.msg : "no message");
 		__djinn_set_last_error("%s", c.msg[0] ? c.msg : strerror(-ret));
 	}
+	if (got)
+		*got = c.resp_got;
 	__djinn_call_destroy(&c);
 	return ret;
+}
+
+int __djinn_call_sync(struct djinn_conn *conn, uint16_t type,
+		      uint64_t session_id, const struct iovec *iov, int iovcnt,
+		      void *resp, uint64_t resp_len)
+{
+	return __djinn_call_sync_upto(conn, type, session_id, iov, iovcnt, resp,
+				      resp_len, false, NULL);
 }
 
 /* What a detached call was, and where its answer goes. */

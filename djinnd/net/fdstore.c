@@ -160,12 +160,15 @@ static int handover_take(const char *path)
 	char buf[FDSTORE_NAME_MAX + 2];
 	struct ucred cr = { 0 }, from;
 	socklen_t len = sizeof(cr);
-	int sock, ret, fd, one = 1;
-	bool got = false;
+	int sock, ret, fd, one = 1, resets = 0;
+	bool got;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(sa.sun_path, path);
+again:
+	got = false;
+	len = sizeof(cr);
 	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (sock < 0)
 		return -errno;
@@ -241,15 +244,17 @@ static int handover_take(const char *path)
 	} else {
 		close(sock);
 	}
-	/* Closed before a word, by a djinnd that is gone: it was ending
-	 * (killed, its io_uring letting go of the socket after the process
-	 * had), and nobody serves: a first start. One that lives refused. */
-	if (ret < 0 && !got && cr.pid > 0 && kill(cr.pid, 0) &&
-	    errno == ESRCH) {
-		log_info("handover: pid %d, which served %s, has ended: a "
-			 "first start",
-			 (int)cr.pid, path);
-		return 0;
+	/* Reset before a word: a djinnd that was ending (killed: its
+	 * io_uring lets go of the socket a moment after the process is
+	 * gone). Dial again, for a second at most, until nobody serves (a
+	 * first start) or one answers; a live djinnd that refuses closes
+	 * (an end of input, not a reset), which fails as any refusal. */
+	if (ret == -ECONNRESET && !got && ++resets < 50) {
+		log_info("handover: %s was reset before a word: dialling "
+			 "again",
+			 path);
+		usleep(20000);
+		goto again;
 	}
 	if (!ret && passed.pred < 0) {
 		log_err("handover: pid %d: no pidfd for it",

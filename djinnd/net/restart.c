@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -108,6 +110,7 @@ static void tls_goaway(struct server *srv)
 				     .type = DJINN_MSG_GOAWAY,
 				     .flags = DJINN_F_RESPONSE };
 	unsigned int told = 0, nr = 0;
+	uint8_t drop[4096];
 	struct conn *c;
 
 	list_for_each_entry(c, &srv->conns, node) {
@@ -118,11 +121,32 @@ static void tls_goaway(struct server *srv)
 		    tls_send_now(c->tls, &h, sizeof(h)))
 			continue;
 		tls_close_notify(c->tls);
+		/* A socket closed with bytes unread is reset, and a reset
+		 * drops what is still to be sent: the GOAWAY. What the
+		 * client sent meanwhile is not run anyway. */
+		while (recv(c->fd, drop, sizeof(drop), MSG_DONTWAIT) > 0)
+			;
+		shutdown(c->fd, SHUT_WR);
 		told++;
 	}
 	if (nr)
 		log_info("restart: %u of %u TLS connections told GOAWAY", told,
 			 nr);
+	/* and a moment for it to leave: until each send queue is empty,
+	 * 200 ms at most */
+	for (int i = 0; told && i < 200; i++) {
+		bool queued = false;
+
+		list_for_each_entry(c, &srv->conns, node) {
+			int outq = 0;
+
+			if (c->tls && !ioctl(c->fd, SIOCOUTQ, &outq) && outq)
+				queued = true;
+		}
+		if (!queued)
+			break;
+		usleep(1000);
+	}
 }
 
 /* Into the store: each connection (polled: one whose client hangs up
