@@ -218,110 +218,104 @@ static void wait_reconnects(struct djinn_conn *c, uint64_t n)
 }
 
 /*
- * A thread that downloads a tensor over and over, checking its bytes:
- * what it saw. A read that was waiting when the connection dropped is
- * sent again by libdjinn itself: no call may fail.
+ * A thread that does one step over and over until stopped or a step
+ * fails: what it saw. No step may fail: across a restart libdjinn sends
+ * a read that was waiting again (it may run twice), and any call after
+ * djinnd's GOAWAY (it did not run).
  */
-struct reader {
+struct looper {
 	pthread_t th;
-	struct djinn_tensor *t;
+	/* 0, or -errno with why in @why */
+	int (*step)(struct looper *lp, char *why, size_t len);
+	struct djinn_tensor *t; /* read_step's, with its bytes @want */
 	const uint8_t *want;
+	struct djinn_session *s; /* make_step's */
 	atomic_int stop;
-	atomic_long reads;
+	atomic_long n;
 	int bad;
-	char why[256];
+	char why[300];
 };
 
-static void *reader_run(void *arg)
+/* Download @lp's tensor and check its bytes. */
+static int read_step(struct looper *lp, char *why, size_t len)
 {
-	struct reader *rd = arg;
 	static uint8_t got[BYTES];
+	int ret = djinn_tensor_download(lp->t, 0, BYTES, got);
 
-	while (!atomic_load(&rd->stop)) {
-		int ret = djinn_tensor_download(rd->t, 0, BYTES, got);
-
-		if (ret || memcmp(got, rd->want, BYTES)) {
-			rd->bad = ret ? ret : -EIO;
-			snprintf(rd->why, sizeof(rd->why), "read %ld: %s: %s",
-				 atomic_load(&rd->reads), strerror(-rd->bad),
-				 ret ? djinn_last_error() : "bytes differ");
-			break;
-		}
-		atomic_fetch_add(&rd->reads, 1);
-	}
-	return NULL;
+	snprintf(why, len, "%s", ret ? djinn_last_error() : "bytes differ");
+	return ret ? ret : memcmp(got, lp->want, BYTES) ? -EIO : 0;
 }
 
-/*
- * A thread that makes and releases small tensors over and over: calls
- * that must not run twice (TENSOR_CREATE), which libdjinn sends again
- * only because djinnd said, before it closed, that it had not run them
- * (GOAWAY). No call may fail.
- */
-struct maker {
-	pthread_t th;
-	struct djinn_session *s;
-	atomic_int stop;
-	atomic_long made;
-	int bad;
-	char why[256];
-};
-
-static void *maker_run(void *arg)
+/* Make a small tensor in @lp's session, read it back and release it: a
+ * TENSOR_CREATE must not run twice. */
+static int make_step(struct looper *lp, char *why, size_t len)
 {
-	struct maker *mk = arg;
 	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 64);
 	uint8_t bytes[64], got[64];
+	struct djinn_tensor *t;
+	int ret;
 
-	while (!atomic_load(&mk->stop)) {
-		struct djinn_tensor *t;
-		int ret;
+	fill(bytes, sizeof(bytes), (unsigned int)atomic_load(&lp->n));
+	ret = djinn_tensor_upload(lp->s, &d, bytes, DJINN_SEG_DATA, &t);
+	if (!ret)
+		ret = djinn_tensor_download(t, 0, sizeof(got), got);
+	if (!ret && memcmp(got, bytes, sizeof(got))) {
+		snprintf(why, len, "bytes differ");
+		return -EIO;
+	}
+	if (!ret)
+		ret = djinn_tensor_release(t);
+	snprintf(why, len, "%s", djinn_last_error());
+	return ret;
+}
 
-		fill(bytes, sizeof(bytes), (unsigned int)mk->made);
-		ret = djinn_tensor_upload(mk->s, &d, bytes, DJINN_SEG_DATA, &t);
-		if (!ret)
-			ret = djinn_tensor_download(t, 0, sizeof(got), got);
-		if (!ret && memcmp(got, bytes, sizeof(got)))
-			ret = -EIO;
-		if (!ret)
-			ret = djinn_tensor_release(t);
+static void *loop_run(void *arg)
+{
+	struct looper *lp = arg;
+	char why[256];
+
+	while (!atomic_load(&lp->stop)) {
+		int ret = lp->step(lp, why, sizeof(why));
+
 		if (ret) {
-			mk->bad = ret;
-			snprintf(mk->why, sizeof(mk->why), "tensor %ld: %s: %s",
-				 atomic_load(&mk->made), strerror(-ret),
-				 djinn_last_error());
+			lp->bad = ret;
+			snprintf(lp->why, sizeof(lp->why), "step %ld: %s: %s",
+				 atomic_load(&lp->n), strerror(-ret), why);
 			break;
 		}
-		atomic_fetch_add(&mk->made, 1);
+		atomic_fetch_add(&lp->n, 1);
 	}
 	return NULL;
 }
 
-static void reader_start(struct reader *rd, struct djinn_tensor *t,
-			 const uint8_t *want)
+/* Wait (10 s at most) until @lp has done @n steps, or failed. */
+static void loop_wait(struct looper *lp, long n)
 {
-	rd->t = t;
-	rd->want = want;
-	assert_int_equal(pthread_create(&rd->th, NULL, reader_run, rd), 0);
-	for (int i = 0; i < 10000 && atomic_load(&rd->reads) < 5 && !rd->bad;
-	     i++)
+	for (int i = 0; i < 10000 && atomic_load(&lp->n) < n && !lp->bad; i++)
 		usleep(1000);
-	assert_true(atomic_load(&rd->reads) >= 5);
+	if (lp->bad)
+		fail_msg("%s", lp->why);
+	assert_true(atomic_load(&lp->n) >= n);
 }
 
-/* Wait (10 s at most) for @n more reads, then stop the reader. */
-static void reader_stop(struct reader *rd, long n)
+/* Start @lp and wait for its first 5 steps. */
+static void loop_start(struct looper *lp)
 {
-	long want = atomic_load(&rd->reads) + n;
+	assert_int_equal(pthread_create(&lp->th, NULL, loop_run, lp), 0);
+	loop_wait(lp, 5);
+}
 
-	for (int i = 0; i < 10000 && atomic_load(&rd->reads) < want && !rd->bad;
+/* Wait for @n more steps of @lp, then stop it. */
+static void loop_stop(struct looper *lp, long n)
+{
+	long want = atomic_load(&lp->n) + n;
+
+	for (int i = 0; i < 10000 && atomic_load(&lp->n) < want && !lp->bad;
 	     i++)
 		usleep(1000);
-	atomic_store(&rd->stop, 1);
-	pthread_join(rd->th, NULL);
-	if (rd->bad)
-		fail_msg("the reader: %s", rd->why);
-	assert_true(atomic_load(&rd->reads) >= want);
+	atomic_store(&lp->stop, 1);
+	pthread_join(lp->th, NULL);
+	loop_wait(lp, want);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -343,25 +337,16 @@ static void test_tls_restart(void **state)
 	struct djinn_tensor *t1 = upload(s1, 1, want[0]);
 	struct djinn_tensor *t2 = upload(s2, 2, want[1]);
 	struct djinn_tensor *tu = upload(su, 3, want[2]);
-	struct reader rd = { 0 };
-	struct maker mk = { .s = s2 };
-	long made;
+	struct looper rd = { .step = read_step, .t = t1, .want = want[0] };
+	struct looper mk = { .step = make_step, .s = s2 };
 
 	assert_string_equal(djinn_conn_transport(u), "unix");
-	reader_start(&rd, t1, want[0]);
-	assert_int_equal(pthread_create(&mk.th, NULL, maker_run, &mk), 0);
+	loop_start(&rd);
+	loop_start(&mk);
 	assert_int_equal(djd_restart(&fx->d, 60000), 0);
 	wait_reconnects(c, 1);
-	reader_stop(&rd, 20);
-	made = atomic_load(&mk.made);
-	for (int i = 0;
-	     i < 10000 && atomic_load(&mk.made) < made + 20 && !mk.bad; i++)
-		usleep(1000);
-	atomic_store(&mk.stop, 1);
-	pthread_join(mk.th, NULL);
-	if (mk.bad)
-		fail_msg("the maker: %s", mk.why);
-	assert_true(atomic_load(&mk.made) >= made + 20);
+	loop_stop(&rd, 20);
+	loop_stop(&mk, 20);
 	assert_true(djd_log_has(&fx->d, "1 of 1 TLS connections told GOAWAY"));
 
 	/* the same sessions, their bytes, renewed by the keeper again */
