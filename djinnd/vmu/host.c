@@ -2,9 +2,11 @@
 /*
  * The host provider: device memory for the CPU backend.
  *
- * The "physical memory" is the pool: @capacity bytes of private anonymous
- * memory (huge pages where THP allows), reserved at start and touched
- * lazily. A bitmap over its granules says which are in use; a chunk is a
+ * The "physical memory" is the pool: a memfd of @capacity bytes mapped
+ * shared (huge pages where shmem THP allows: shmem_enabled "advise"),
+ * reserved at start and touched lazily. A restart hands the memfd to the
+ * next djinnd, which adopts the chunks it names in place (the used,
+ * adopt and unkeep ops, vmu_host_provider_open()). A bitmap over its granules says which are in use; a chunk is a
  * list of extents of free granules, one extent when a contiguous run
  * exists. The pool's pages, once touched, stay resident when chunks are
  * destroyed: on this kind of machine a first touch costs ten to thirty
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "vmu/provider.h"
@@ -64,6 +67,8 @@ struct host_provider {
 	uint64_t nr_gran;
 	uint64_t free_gran;
 	uint64_t *bitmap; /* bit set: granule in use */
+	uint64_t *kept; /* bit set: in use, kept for adopt() */
+	int fd; /* the pool's memfd */
 	struct host_chunk **table; /* mapped chunks, by address */
 	uint64_t table_size, nr_mapped;
 	pthread_mutex_t lock; /* bitmap, free_gran, table, resv */
@@ -681,11 +686,151 @@ static void host_host_free(struct vmu_provider *p, void *buf, uint64_t size)
 	munmap(buf, size);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Memory that outlives the process */
+
+static int host_file(struct vmu_provider *p)
+{
+	return to_host(p)->fd;
+}
+
+/* Pieces written as they are found, contiguous ones merged: @n of them,
+ * of which the first @max go to @out. */
+struct piece_acc {
+	struct vmu_piece *out;
+	unsigned int max, n;
+	struct vmu_piece last;
+};
+
+static void put_piece(struct piece_acc *a, uint64_t off, uint64_t len)
+{
+	if (a->n && a->last.off + a->last.len == off) {
+		a->last.len += len;
+		if (a->n <= a->max)
+			a->out[a->n - 1] = a->last;
+		return;
+	}
+	a->last = (struct vmu_piece){ off, len };
+	if (a->n < a->max)
+		a->out[a->n] = a->last;
+	a->n++;
+}
+
+static unsigned int host_pieces(struct vmu_provider *p, uint64_t chunk,
+				struct vmu_piece *out, unsigned int max)
+{
+	struct host_chunk *c = ptr(chunk);
+	struct piece_acc a = { .out = out, .max = max };
+
+	for (unsigned int i = 0; i < c->nr_ext; i++)
+		put_piece(&a, c->ext[i].off, c->ext[i].len);
+	return a.n;
+}
+
+static unsigned int host_used(struct vmu_provider *p, struct vmu_piece *out,
+			      unsigned int max)
+{
+	struct host_provider *h = to_host(p);
+	struct piece_acc a = { .out = out, .max = max };
+
+	pthread_mutex_lock(&h->lock);
+	for (uint64_t i = 0; i < h->nr_gran; i++)
+		if (gran_used(h, i))
+			put_piece(&a, i * p->granularity, p->granularity);
+	pthread_mutex_unlock(&h->lock);
+	return a.n;
+}
+
+static bool gran_kept(const struct host_provider *h, uint64_t i)
+{
+	return h->kept && h->kept[i / 64] >> (i % 64) & 1;
+}
+
+/* Mark granules [@first, @end) kept or not. */
+static void kept_set(struct host_provider *h, uint64_t first, uint64_t end,
+		     bool kept)
+{
+	for (uint64_t k = first; k < end; k++) {
+		if (kept)
+			h->kept[k / 64] |= 1ull << (k % 64);
+		else
+			h->kept[k / 64] &= ~(1ull << (k % 64));
+	}
+}
+
+static int host_adopt(struct vmu_provider *p, const struct vmu_piece *pcs,
+		      unsigned int nr, uint64_t *chunk)
+{
+	struct host_provider *h = to_host(p);
+	const uint64_t g = p->granularity;
+	struct host_chunk *c;
+	unsigned int i = 0;
+	uint64_t k = 0;
+
+	if (!nr)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c) + nr * sizeof(c->ext[0]));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_lock(&h->lock);
+	/* each granule taken as it is checked, so that one named twice is
+	 * refused; on a refusal those taken are kept again */
+	for (i = 0; i < nr; i++) {
+		uint64_t first = pcs[i].off / g;
+
+		if (!pcs[i].len || pcs[i].off % g || pcs[i].len % g ||
+		    first >= h->nr_gran || pcs[i].len / g > h->nr_gran - first)
+			goto refuse_piece;
+		for (k = first; k < first + pcs[i].len / g; k++) {
+			if (!gran_kept(h, k))
+				goto refuse;
+			kept_set(h, k, k + 1, false);
+		}
+		c->ext[i] = (struct host_extent){ pcs[i].off, pcs[i].len };
+		c->size += pcs[i].len;
+	}
+	c->nr_ext = nr;
+	pthread_mutex_unlock(&h->lock);
+	*chunk = (uintptr_t)c;
+	return 0;
+
+refuse_piece:
+	k = pcs[i].off / g;
+refuse:
+	if (i < nr && k > pcs[i].off / g)
+		kept_set(h, pcs[i].off / g, k, true);
+	while (i--)
+		kept_set(h, pcs[i].off / g, (pcs[i].off + pcs[i].len) / g,
+			 true);
+	pthread_mutex_unlock(&h->lock);
+	free(c);
+	return -EINVAL;
+}
+
+static void host_unkeep(struct vmu_provider *p)
+{
+	struct host_provider *h = to_host(p);
+
+	pthread_mutex_lock(&h->lock);
+	for (uint64_t i = 0; h->kept && i < h->nr_gran; i++) {
+		if (!gran_kept(h, i))
+			continue;
+		h->kept[i / 64] &= ~(1ull << (i % 64));
+		gran_set(h, i, 1, false);
+		h->free_gran++;
+	}
+	free(h->kept);
+	h->kept = NULL;
+	pthread_mutex_unlock(&h->lock);
+}
+
 static void host_free(struct vmu_provider *p)
 {
 	struct host_provider *h = to_host(p);
 
 	munmap(h->pool, p->capacity);
+	close(h->fd);
+	free(h->kept);
 	pthread_mutex_destroy(&h->lock);
 	for (uint64_t i = 0; i < h->nr_resv; i++)
 		free(h->resv[i].mapped);
@@ -710,6 +855,11 @@ static const struct vmu_provider_ops host_ops = {
 	.host_alloc = host_host_alloc,
 	.host_free = host_host_free,
 	.free = host_free,
+	.file = host_file,
+	.pieces = host_pieces,
+	.used = host_used,
+	.adopt = host_adopt,
+	.unkeep = host_unkeep,
 };
 
 static uint64_t max_map_count(void)
@@ -725,28 +875,97 @@ static uint64_t max_map_count(void)
 	return n;
 }
 
-int vmu_host_provider_create(uint64_t capacity, uint64_t granularity,
-			     struct vmu_provider **out)
+/* The pool: @fd's first @capacity bytes (it grows to them), mapped
+ * shared at a reservation of @h's. */
+static int pool_map(struct host_provider *h, int fd, uint64_t capacity)
 {
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), pool;
+	uint64_t pool;
+	struct stat st;
+	int ret;
+
+	if (fstat(fd, &st))
+		return -errno;
+	if ((uint64_t)st.st_size < capacity && ftruncate(fd, (off_t)capacity))
+		return -errno;
+	ret = host_reserve(&h->base, capacity, h->base.granularity, &pool);
+	if (ret)
+		return ret;
+	h->pool = ptr(pool);
+	if (mmap(h->pool, capacity, PROT_READ | PROT_WRITE,
+		 MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+		ret = -errno;
+		host_release(&h->base, pool, capacity);
+		return ret;
+	}
+	/* Granules are moved with their page tables: huge pages make that
+	 * one entry per 2 MiB, and first touches ten times cheaper (where
+	 * shmem_enabled allows them). */
+	madvise(h->pool, capacity, MADV_HUGEPAGE);
+	return 0;
+}
+
+/* Granules @keep in use and kept (for adopt()). */
+static int keep_pieces(struct host_provider *h, const struct vmu_piece *keep,
+		       unsigned int nr)
+{
+	const uint64_t g = h->base.granularity;
+
+	h->kept = calloc((h->nr_gran + 63) / 64, sizeof(uint64_t));
+	if (!h->kept)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < nr; i++) {
+		uint64_t first = keep[i].off / g, n = keep[i].len / g;
+
+		if (keep[i].off % g || keep[i].len % g || first >= h->nr_gran ||
+		    n > h->nr_gran - first)
+			return -EINVAL;
+		for (uint64_t k = first; k < first + n; k++) {
+			if (gran_used(h, k))
+				continue; /* named twice */
+			gran_set(h, k, 1, true);
+			kept_set(h, k, k + 1, true);
+			h->free_gran--;
+		}
+	}
+	return 0;
+}
+
+static int host_open(int fd, uint64_t capacity, uint64_t granularity,
+		     const struct vmu_piece *keep, unsigned int nr,
+		     struct vmu_provider **out)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	struct host_provider *h;
+	struct stat st;
 	int ret;
 
 	if (!granularity)
 		granularity = HOST_DEFAULT_GRANULE;
-	if ((granularity & (granularity - 1)) || granularity % page)
+	if ((granularity & (granularity - 1)) || granularity % page ||
+	    fstat(fd, &st) || (uint64_t)st.st_size % granularity) {
+		close(fd);
 		return -EINVAL;
+	}
 	capacity -= capacity % granularity;
-	if (!capacity)
+	if (capacity < (uint64_t)st.st_size)
+		capacity = (uint64_t)st.st_size;
+	if (!capacity) {
+		close(fd);
 		return -EINVAL;
-
+	}
 	/* Every granule can end up a mapping (VMA) of its own, in the pool
 	 * and at its place: refuse a pool the kernel could not map. */
-	if (capacity / granularity * 3 + 4096 > max_map_count())
+	if (capacity / granularity * 3 + 4096 > max_map_count()) {
+		close(fd);
 		return -E2BIG;
+	}
 	h = calloc(1, sizeof(*h));
-	if (!h)
+	if (!h) {
+		close(fd);
 		return -ENOMEM;
+	}
+	h->fd = fd;
+	pthread_mutex_init(&h->lock, NULL);
 	h->base = (struct vmu_provider){
 		.ops = &host_ops,
 		.name = "host",
@@ -754,41 +973,44 @@ int vmu_host_provider_create(uint64_t capacity, uint64_t granularity,
 		.capacity = capacity,
 	};
 	h->nr_gran = h->free_gran = capacity / granularity;
-	h->bitmap = calloc((h->nr_gran + 63) / 64, sizeof(uint64_t));
-	if (!h->bitmap) {
-		ret = -ENOMEM;
-		goto out_free;
-	}
 	h->table_size = 64;
+	h->bitmap = calloc((h->nr_gran + 63) / 64, sizeof(uint64_t));
 	h->table = calloc(h->table_size, sizeof(*h->table));
-	if (!h->table) {
-		ret = -ENOMEM;
-		goto out_free_bitmap;
+	ret = !h->bitmap || !h->table ? -ENOMEM :
+	      keep		      ? keep_pieces(h, keep, nr) :
+					0;
+	if (!ret)
+		ret = pool_map(h, fd, capacity);
+	if (ret) {
+		close(fd);
+		pthread_mutex_destroy(&h->lock);
+		free(h->resv);
+		free(h->kept);
+		free(h->table);
+		free(h->bitmap);
+		free(h);
+		return ret;
 	}
-	ret = host_reserve(&h->base, capacity, granularity, &pool);
-	if (ret)
-		goto out_free_table;
-	h->pool = ptr(pool);
-	if (mmap(h->pool, capacity, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
-		 0) == MAP_FAILED) {
-		ret = -errno;
-		goto out_release;
-	}
-	/* Granules are moved with their page tables: huge pages make that
-	 * one entry per 2 MiB, and first touches ten times cheaper. */
-	madvise(h->pool, capacity, MADV_HUGEPAGE);
-	pthread_mutex_init(&h->lock, NULL);
 	*out = &h->base;
 	return 0;
+}
 
-out_release:
-	munmap(h->pool, capacity);
-out_free_table:
-	free(h->table);
-out_free_bitmap:
-	free(h->bitmap);
-out_free:
-	free(h);
-	return ret;
+int vmu_host_provider_create(uint64_t capacity, uint64_t granularity,
+			     struct vmu_provider **out)
+{
+	int fd = memfd_create("djinn-pool", MFD_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	return host_open(fd, capacity, granularity, NULL, 0, out);
+}
+
+int vmu_host_provider_open(int fd, uint64_t capacity, uint64_t granularity,
+			   const struct vmu_piece *keep, unsigned int nr,
+			   struct vmu_provider **out)
+{
+	static const struct vmu_piece none;
+
+	return host_open(fd, capacity, granularity, keep ? keep : &none,
+			 keep ? nr : 0, out);
 }

@@ -46,6 +46,12 @@ enum vmu_access {
 	VMU_ACCESS_READWRITE = 3,
 };
 
+/* @len bytes at offset @off of a provider's file (ops->file()). */
+struct vmu_piece {
+	uint64_t off;
+	uint64_t len;
+};
+
 struct vmu_provider_ops {
 	/* Reserve @size bytes of device virtual address space, aligned to
 	 * @align (a power of two, at least the granularity). Nothing is
@@ -85,6 +91,32 @@ struct vmu_provider_ops {
 
 	/* Free the provider itself; everything else must be released first. */
 	void (*free)(struct vmu_provider *p);
+
+	/*
+	 * Memory that outlives the process, for a restart (svc/state.c):
+	 * a provider whose physical memory is one file (the host
+	 * provider's pool, a memfd) fills these in; the others leave them
+	 * NULL, and their bytes are copied out and in.
+	 *
+	 * file:   the file's fd (the provider's: dup it to keep it).
+	 * pieces: @chunk's pieces of the file, in the order they are
+	 *         mapped, into @out: their number, of which at most @max
+	 *         are written.
+	 * used:   every piece in use, as pieces() writes them: what a
+	 *         successor keeps until its restore is over.
+	 * adopt:  a chunk made of kept pieces (vmu_host_provider_open()'s
+	 *         @keep) with the bytes they hold: 0, or -EINVAL for a
+	 *         piece not kept whole or adopted already.
+	 * unkeep: what is kept and was not adopted goes back to create().
+	 */
+	int (*file)(struct vmu_provider *p);
+	unsigned int (*pieces)(struct vmu_provider *p, uint64_t chunk,
+			       struct vmu_piece *out, unsigned int max);
+	unsigned int (*used)(struct vmu_provider *p, struct vmu_piece *out,
+			     unsigned int max);
+	int (*adopt)(struct vmu_provider *p, const struct vmu_piece *pcs,
+		     unsigned int nr, uint64_t *chunk);
+	void (*unkeep)(struct vmu_provider *p);
 };
 
 /*
@@ -108,8 +140,11 @@ struct vmu_provider {
 /*
  * The host provider: the CPU backend's device memory.
  *
- * @capacity bytes of "device memory" are one pool of anonymous memory,
- * reserved at start and carved into chunks of granules. Pages the pool
+ * @capacity bytes of "device memory" are one pool, a memfd mapped shared,
+ * reserved at start and carved into chunks of granules. The memfd is what
+ * a restart hands the next djinnd (ops->file), which opens a provider over
+ * it with vmu_host_provider_open() and adopts its predecessor's chunks in
+ * place: nothing is copied. Pages the pool
  * has touched stay resident when chunks are destroyed, as a GPU's memory
  * stays on the card. Reservations are mmap(PROT_NONE) ranges; map() moves
  * a chunk's pages into one with mremap(), page tables and all, and
@@ -132,5 +167,17 @@ struct vmu_provider {
  */
 int vmu_host_provider_create(uint64_t capacity, uint64_t granularity,
 			     struct vmu_provider **out);
+
+/*
+ * A host provider over @fd, a predecessor's pool (ops->file), which it
+ * takes (closed when it is freed, or on failure). Its capacity is the
+ * larger of @capacity and the file's size (the file grows to it). The
+ * @nr pieces @keep (the predecessor's ops->used) stay in use until
+ * adopted or unkept. -EINVAL for a file or a piece not on granules, or a
+ * piece past the file; else as vmu_host_provider_create().
+ */
+int vmu_host_provider_open(int fd, uint64_t capacity, uint64_t granularity,
+			   const struct vmu_piece *keep, unsigned int nr,
+			   struct vmu_provider **out);
 
 #endif /* DJINN_VMU_PROVIDER_H */

@@ -608,6 +608,133 @@ static void test_threads(void **state)
 	free(w);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Memory that outlives the process: a successor adopts in place */
+
+/* A chunk of @size mapped at a reservation of @p, filled from @seed. */
+static uint64_t filled_chunk(struct vmu_provider *p, uint64_t size,
+			     uint8_t seed, uint64_t *va)
+{
+	uint64_t c = chunk_create(p, size);
+
+	*va = reserve(p, size, GRAN);
+	assert_int_equal(p->ops->map(p, *va, size, c), 0);
+	for (uint64_t i = 0; i < size; i++)
+		((uint8_t *)(uintptr_t)*va)[i] = (uint8_t)(seed + i * 7);
+	return c;
+}
+
+static void expect_filled(uint64_t va, uint64_t size, uint8_t seed)
+{
+	for (uint64_t i = 0; i < size; i++)
+		if (((uint8_t *)(uintptr_t)va)[i] != (uint8_t)(seed + i * 7))
+			fail_msg("byte %" PRIu64 " not the predecessor's", i);
+}
+
+static void test_adopt_in_place(void **state)
+{
+	struct vmu_provider *p = *state, *q = NULL;
+	struct vmu_piece pcs[8], used[8], twice[2];
+	uint64_t va_a, va_b, va_c, hole, a, b, c, got, va;
+	uint64_t took[3], at[3], size[3] = { 3 * GRAN, 2 * GRAN, GRAN };
+	unsigned int n, nu;
+
+	assert_non_null(p->ops->file);
+	/* a, a hole (destroyed: not kept), b of two extents, c unmapped */
+	a = filled_chunk(p, 3 * GRAN, 1, &va_a);
+	hole = chunk_create(p, GRAN);
+	b = filled_chunk(p, 2 * GRAN, 2, &va_b);
+	c = filled_chunk(p, GRAN, 3, &va_c);
+	assert_int_equal(p->ops->unmap(p, va_c, GRAN), 0);
+	p->ops->destroy(p, hole);
+	nu = p->ops->used(p, used, ARRAY_SIZE(used));
+	assert_true(nu >= 1 && nu <= ARRAY_SIZE(used));
+	/* a piece covers what create gave, merged where contiguous */
+	n = p->ops->pieces(p, a, pcs, 1);
+	assert_int_equal(n, 1);
+	assert_int_equal(pcs[0].len, 3 * GRAN);
+	/* too small an array: the count, @max written */
+	assert_int_equal(p->ops->pieces(p, b, pcs, 0), 1);
+
+	assert_int_equal(vmu_host_provider_open(dup(p->ops->file(p)), CAP / 2,
+						GRAN, used, nu, &q),
+			 0);
+	/* the file's size wins over a smaller capacity */
+	assert_int_equal(q->capacity, CAP);
+	/* only what was free is free */
+	assert_int_equal(q->ops->create(q, CAP - 6 * GRAN + GRAN, &got),
+			 -ENOMEM);
+
+	n = p->ops->pieces(p, a, pcs, ARRAY_SIZE(pcs));
+	assert_int_equal(q->ops->adopt(q, pcs, n, &got), 0);
+	va = reserve(q, 3 * GRAN, GRAN);
+	assert_int_equal(q->ops->map(q, va, 3 * GRAN, got), 0);
+	took[0] = got;
+	at[0] = va;
+	expect_filled(va, 3 * GRAN, 1);
+	/* adopted once only */
+	assert_int_equal(q->ops->adopt(q, pcs, n, &got), -EINVAL);
+	/* a piece named twice in one call, and one of b's granules with a
+	 * granule never kept: refused, and b still whole to adopt */
+	n = p->ops->pieces(p, b, pcs, ARRAY_SIZE(pcs));
+	twice[0] = pcs[0];
+	twice[1] = pcs[0];
+	assert_int_equal(q->ops->adopt(q, twice, 2, &got), -EINVAL);
+	twice[0] = (struct vmu_piece){ pcs[0].off, pcs[0].len };
+	twice[1] = (struct vmu_piece){ CAP - GRAN, GRAN };
+	assert_int_equal(q->ops->adopt(q, twice, 2, &got), -EINVAL);
+	twice[0] = (struct vmu_piece){ pcs[0].off + 1, GRAN };
+	assert_int_equal(q->ops->adopt(q, twice, 1, &got), -EINVAL);
+	assert_int_equal(q->ops->adopt(q, pcs, n, &got), 0);
+	va = reserve(q, 2 * GRAN, GRAN);
+	assert_int_equal(q->ops->map(q, va, 2 * GRAN, got), 0);
+	took[1] = got;
+	at[1] = va;
+	expect_filled(va, 2 * GRAN, 2);
+	/* c unmapped is adopted as well: it keeps its bytes */
+	n = p->ops->pieces(p, c, pcs, ARRAY_SIZE(pcs));
+	assert_int_equal(q->ops->adopt(q, pcs, n, &got), 0);
+	va = reserve(q, GRAN, GRAN);
+	assert_int_equal(q->ops->map(q, va, GRAN, got), 0);
+	took[2] = got;
+	at[2] = va;
+	expect_filled(va, GRAN, 3);
+	/* nothing more kept: all the rest is q's to create */
+	q->ops->unkeep(q);
+	assert_int_equal(q->ops->adopt(q, pcs, n, &got), -EINVAL);
+	assert_int_equal(q->ops->create(q, CAP - 6 * GRAN, &got), 0);
+	q->ops->destroy(q, got);
+	for (int i = 0; i < 3; i++) {
+		q->ops->destroy(q, took[i]);
+		q->ops->release(q, at[i], size[i]);
+	}
+	q->ops->free(q);
+	p->ops->destroy(p, a);
+	p->ops->destroy(p, b);
+	p->ops->destroy(p, c);
+	p->ops->release(p, va_a, 3 * GRAN);
+	p->ops->release(p, va_b, 2 * GRAN);
+	p->ops->release(p, va_c, GRAN);
+}
+
+static void test_open_refuses(void **state)
+{
+	struct vmu_provider *p = *state, *q = NULL;
+	struct vmu_piece past = { CAP, GRAN }, odd = { GRAN / 2, GRAN };
+
+	assert_int_equal(vmu_host_provider_open(dup(p->ops->file(p)), CAP, GRAN,
+						&past, 1, &q),
+			 -EINVAL);
+	assert_int_equal(vmu_host_provider_open(dup(p->ops->file(p)), CAP, GRAN,
+						&odd, 1, &q),
+			 -EINVAL);
+	/* a file not on the granules */
+	assert_int_equal(vmu_host_provider_open(dup(p->ops->file(p)), CAP,
+						CAP * 2, NULL, 0, &q),
+			 -EINVAL);
+	assert_null(q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -638,6 +765,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_host_alloc_not_device_capacity, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_adopt_in_place, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_open_refuses, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("host_provider", tests, NULL, NULL);
