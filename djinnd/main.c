@@ -631,7 +631,8 @@ int main(int argc, char **argv)
 				 (unsigned long long)(usec / 2000));
 		}
 		/* serving: a predecessor (--handover) may drain now */
-		fdstore_handover_finish();
+		if (fdstore_handover_finish())
+			_exit(1);
 		listeners_own(&srv);
 		restart_serving(&srv); /* restored connections go on */
 		sd_notifyf(0, "READY=1\nSTATUS=running\nMAINPID=%d",

@@ -32,6 +32,7 @@
 #include "exec/executor.h"
 #include "model/store.h"
 #include "net/conn.h"
+#include "net/fdstore.h"
 #include "net/ident.h"
 #include "net/restart.h"
 #include "net/tls.h"
@@ -311,9 +312,41 @@ static int signals_init(struct server *srv)
  * partitioning memory. When auto falls back to the CPU, the indices
  * named GPUs: one CPU device. *@nr: the devices, their backends in @out.
  */
-static int backends_open(const struct server_config *cfg, struct backend **out,
+/* CPU device @k: over the pool its predecessor passed for it, if any
+ * (a restart's: its data is adopted in place), else a pool of its own. */
+static int cpu_open(struct server *srv, unsigned int k, struct backend **out)
+{
+	const struct server_config *cfg = &srv->cfg;
+	const struct vmu_piece *keep;
+	struct vmu_provider *prov;
+	uint64_t gran;
+	unsigned int nr;
+	int fd = restart_pool(srv, k, &gran, &keep, &nr), ret;
+
+	if (fd < 0)
+		return cpu_backend_create(cfg->cpu_mem, cfg->threads, out);
+	ret = vmu_host_provider_open(fd, cfg->cpu_mem, gran, keep, nr, &prov);
+	if (ret) {
+		log_err("restart: cpu:%u: the pool passed does not open: %s", k,
+			strerror(-ret));
+		/* a --handover predecessor serves on; from a store, djinnd
+		 * starts afresh */
+		if (fdstore_handed_state())
+			return ret;
+		restart_abandon(srv, true);
+		return cpu_backend_create(cfg->cpu_mem, cfg->threads, out);
+	}
+	if (prov->capacity > cfg->cpu_mem)
+		log_notice("cpu:%u: the pool passed is %llu MiB, more than "
+			   "--cpu-mem: it keeps its size",
+			   k, (unsigned long long)(prov->capacity >> 20));
+	return cpu_backend_with(prov, cfg->threads, out);
+}
+
+static int backends_open(struct server *srv, struct backend **out,
 			 unsigned int *ordinals, unsigned int *nr, bool *cpu)
 {
+	const struct server_config *cfg = &srv->cfg;
 	bool want_cuda = !strcmp(cfg->backend, "cuda");
 	bool is_auto = !strcmp(cfg->backend, "auto");
 	unsigned int n = 0, k = 0;
@@ -364,8 +397,8 @@ static int backends_open(const struct server_config *cfg, struct backend **out,
 	return 0;
 
 undo:
-	while (k--)
-		out[k]->ops->destroy(out[k]);
+	for (; k; k--)
+		out[k - 1]->ops->destroy(out[k - 1]);
 no_cuda:
 	if (want_cuda) {
 		log_err("backend cuda: %s", why);
@@ -379,7 +412,7 @@ cpu:
 	for (unsigned int i = 0; i < 64; i++) {
 		if (mask ? !(mask & (1ull << i)) : i > 0)
 			continue;
-		ret = cpu_backend_create(cfg->cpu_mem, cfg->threads, &out[k]);
+		ret = cpu_open(srv, k, &out[k]);
 		if (ret) {
 			log_err("cpu backend with %llu bytes: %s",
 				(unsigned long long)cfg->cpu_mem,
@@ -565,7 +598,7 @@ static int devices_open(struct server *srv)
 	bool cpu;
 	int ret;
 
-	ret = backends_open(&srv->cfg, b, ord, &n, &cpu);
+	ret = backends_open(srv, b, ord, &n, &cpu);
 	if (ret)
 		return ret;
 	srv->dev = calloc(n, sizeof(*srv->dev));
@@ -616,6 +649,7 @@ static int devices_open(struct server *srv)
 
 int server_init(struct server *srv, const struct server_config *cfg)
 {
+	bool cuda;
 	int ret;
 
 	memset(srv, 0, sizeof(*srv));
@@ -636,7 +670,20 @@ int server_init(struct server *srv, const struct server_config *cfg)
 				  &srv->sessions.leases);
 	if (ret)
 		return ret;
-	ret = devices_open(srv);
+	/* what was passed at start: a predecessor's state is read before
+	 * a CPU device opens, as its memory is the predecessor's pool
+	 * (restart.h); GPUs open first, outside the clients' pause (the
+	 * predecessor holds them once asked, in fdstore_init()) */
+	cuda = !strcmp(cfg->backend, "cuda");
+	ret = cuda ? devices_open(srv) : 0;
+	if (ret)
+		return ret;
+	ret = fdstore_init(cfg->handover);
+	if (ret < 0)
+		return ret; /* a handover that failed: not in its place */
+	ret = restart_record_open(srv);
+	if (!ret && !cuda)
+		ret = devices_open(srv);
 	if (ret)
 		return ret;
 	if (cfg->fault_injection)
@@ -685,6 +732,7 @@ int server_run(struct server *srv)
 
 void server_exit(struct server *srv)
 {
+	restart_abandon(srv, false);
 	if (srv->nr_dev && srv->dev[0].exec)
 		while (!list_empty(&srv->sessions.list))
 			session_end(&srv->sessions,

@@ -199,6 +199,8 @@ struct server {
 	/* a planned restart (net/restart.h) is handing djinnd's state to
 	 * its successor: connections stop between frames */
 	struct restart *restart;
+	/* a predecessor's record, read at start until it is restored */
+	struct restart_in *restore;
 	bool term_pending; /* a SIGTERM came during it: drain if it fails */
 	/* 0, or DJINND_EXIT_DEVICE_DEAD once a device died (then
 	 * @dead_msg says which and why): djinnd drains and exits with it */

@@ -221,6 +221,10 @@ struct backend {
  */
 int cpu_backend_create(uint64_t capacity, unsigned int threads,
 		       struct backend **out);
+/* The same over host provider @prov (vmu_host_provider_open(): a
+ * restart's), which it takes, freed on failure too. */
+int cpu_backend_with(struct vmu_provider *prov, unsigned int threads,
+		     struct backend **out);
 
 /*
  * The CUDA backend (djinnd/backend/cuda/, Documentation/cuda.rst). It is

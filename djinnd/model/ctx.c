@@ -193,9 +193,9 @@ static int copy_regions(const struct model_env *env, struct vmu_session *s,
 }
 
 int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
-		      const void *kv, uint64_t kv_bytes, const float *logits,
-		      uint64_t logits_bytes, struct model_ctx **out, char *msg,
-		      size_t msglen)
+		      const struct vmu_fill *kv, uint64_t kv_bytes,
+		      const float *logits, uint64_t logits_bytes,
+		      struct model_ctx **out, char *msg, size_t msglen)
 {
 	struct model_ctx *c;
 	int ret;
@@ -220,9 +220,7 @@ int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
 			      h->m->name, (unsigned long long)c->tok_bytes);
 	}
 	if (len) {
-		ret = vmu_region_resize(h->s, c->cache, kv_bytes, NULL);
-		if (!ret)
-			ret = vmu_region_write(h->s, c->cache, 0, kv, kv_bytes);
+		ret = vmu_region_fill(h->s, c->cache, kv_bytes, kv);
 		if (ret) {
 			model_ctx_free(c);
 			return errmsg(msg, msglen, ret,
@@ -279,18 +277,16 @@ bool model_ctx_pause_get(const struct model_ctx *c, struct model_ctx_pause *p)
 	return true;
 }
 
-/* A region of @c's session with @len bytes of @src: its handle, or 0. */
-static uint64_t region_of(struct model_ctx *c, const void *src, uint64_t len,
-			  int *err)
+/* A region of @c's session with @len bytes from @src: its handle, or 0. */
+static uint64_t region_of(struct model_ctx *c, const struct vmu_fill *src,
+			  uint64_t len, int *err)
 {
 	uint64_t r;
 
 	*err = vmu_region_create(c->h->s, len, &r);
 	if (*err)
 		return 0;
-	*err = vmu_region_resize(c->h->s, r, len, NULL);
-	if (!*err)
-		*err = vmu_region_write(c->h->s, r, 0, src, len);
+	*err = vmu_region_fill(c->h->s, r, len, src);
 	if (*err) {
 		vmu_region_destroy(c->h->s, r);
 		return 0;
@@ -299,8 +295,8 @@ static uint64_t region_of(struct model_ctx *c, const void *src, uint64_t len,
 }
 
 int model_ctx_pause_set(struct model_ctx *c, const struct model_ctx_pause *p,
-			const void *hidden, const void *kv, char *msg,
-			size_t msglen)
+			const struct vmu_fill *hidden,
+			const struct vmu_fill *kv, char *msg, size_t msglen)
 {
 	const struct model_config *cfg = &c->h->m->cfg;
 	struct model_pause *pz = &c->pz;

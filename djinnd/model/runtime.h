@@ -43,6 +43,7 @@
 #include "model/forward.h"
 #include "model/store.h"
 
+struct vmu_fill;
 struct model_ctx;
 
 /* A context of up to @max_tokens (at most the model's positions) for the
@@ -71,8 +72,9 @@ int model_ctx_reset(struct model_ctx *c);
  * (model_ctx_cache()), model_ctx_len() tokens of model_ctx_token_bytes()
  * each, and its last logits (a paused step's state is
  * model_ctx_pause_get()'s). model_ctx_restore() makes a context of @h as
- * one kept: @len tokens whose cache is @kv (@kv_bytes, which must be
- * @len tokens' worth), and the last logits @logits (@logits_bytes: vocab
+ * one kept: @len tokens whose cache is filled from @kv (vmu.h: its bytes,
+ * or the pieces of memory that hold them; @kv_bytes, which must be @len
+ * tokens' worth), and the last logits @logits (@logits_bytes: vocab
  * floats), or NULL before any step. -EINVAL with a reason when they do
  * not fit @h's model, else as model_ctx_new().
  */
@@ -80,9 +82,9 @@ uint64_t model_ctx_cache(const struct model_ctx *c);
 /* Bytes of cache per token: 2 n_layer n_kv_head head_dim dtype-size. */
 uint64_t model_ctx_token_bytes(const struct model_ctx *c);
 int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
-		      const void *kv, uint64_t kv_bytes, const float *logits,
-		      uint64_t logits_bytes, struct model_ctx **out, char *msg,
-		      size_t msglen);
+		      const struct vmu_fill *kv, uint64_t kv_bytes,
+		      const float *logits, uint64_t logits_bytes,
+		      struct model_ctx **out, char *msg, size_t msglen);
 
 uint32_t model_ctx_len(const struct model_ctx *c);
 /* The last token's logits (vocab floats), or NULL before any step. */
@@ -142,8 +144,8 @@ struct model_sampling {
  * model_ctx_pause_get() fills @p (its regions stay the context's: read
  * them, do not free them) and is false for a context not paused;
  * model_ctx_pause_set() pauses a restored context (not paused, its
- * cache restored) as @p says, with the bytes of its hidden state and
- * its first part's keys and values copied into regions of its own and
+ * cache restored) as @p says, with its hidden state and its first
+ * part's keys and values filled into regions of its own (vmu.h) and
  * its decode's tokens (@p->done + 1 of them). -EINVAL with a reason when
  * they do not fit its model.
  */
@@ -159,8 +161,8 @@ struct model_ctx_pause {
 };
 bool model_ctx_pause_get(const struct model_ctx *c, struct model_ctx_pause *p);
 int model_ctx_pause_set(struct model_ctx *c, const struct model_ctx_pause *p,
-			const void *hidden, const void *kv, char *msg,
-			size_t msglen);
+			const struct vmu_fill *hidden,
+			const struct vmu_fill *kv, char *msg, size_t msglen);
 
 /* Pick a token from @logits[V]; *@rng is the random state, advanced. */
 int model_sample(const float *logits, uint32_t V,

@@ -355,6 +355,7 @@ static void drop_others(const char *const *names, unsigned int n, bool state)
 		if (named ||
 		    (!state && (!strcmp(passed.names[i], "state") ||
 				!strcmp(passed.names[i], "state-data") ||
+				!strncmp(passed.names[i], "pool-", 5) ||
 				!strncmp(passed.names[i], "conn-", 5))))
 			continue;
 		log_info("fd store: %s is %s: dropped", passed.names[i],
@@ -380,29 +381,35 @@ void fdstore_done(void)
 	passed.from_store = false;
 }
 
-void fdstore_handover_finish(void)
+int fdstore_handover_finish(void)
 {
 	static const char serving[] = "serving";
 
 	if (passed.sock >= 0 && passed.state) {
-		/* it handed its state over and exits on this word */
+		/* it handed its state over and exits on this word; one not
+		 * told serves on, with the same memory: this one must not */
+		int ret = 0;
+
 		if (send(passed.sock, serving, sizeof(serving) - 1,
-			 MSG_NOSIGNAL) < 0)
-			log_warn("handover: cannot tell pid %d: %s",
-				 (int)passed.pred_pid, strerror(errno));
-		else
+			 MSG_NOSIGNAL) < 0) {
+			ret = -errno;
+			log_err("handover: cannot tell pid %d: %s; it serves "
+				"on, and this djinnd exits",
+				(int)passed.pred_pid, strerror(errno));
+		} else {
 			log_notice("handover: serving; pid %d told",
 				   (int)passed.pred_pid);
+		}
 		close(passed.sock);
 		close(passed.pred);
 		passed.sock = passed.pred = -1;
-		return;
+		return ret;
 	}
 	if (passed.sock >= 0)
 		close(passed.sock);
 	passed.sock = -1;
 	if (passed.pred < 0)
-		return;
+		return 0;
 	/* it drains and exits, as on SIGTERM */
 	if (syscall(SYS_pidfd_send_signal, passed.pred, SIGTERM, NULL, 0))
 		log_warn("handover: cannot tell pid %d to drain: %s",
@@ -412,6 +419,7 @@ void fdstore_handover_finish(void)
 			   (int)passed.pred_pid);
 	close(passed.pred);
 	passed.pred = -1;
+	return 0;
 }
 
 bool fdstore_handed_state(void)

@@ -63,8 +63,10 @@ void fdstore_forget(const char *name);
 /* Close the passed fds nobody took. */
 void fdstore_done(void);
 /* djinnd serves: a predecessor that handed its sockets over is told to
- * drain (SIGTERM). */
-void fdstore_handover_finish(void);
+ * drain (SIGTERM); one that handed its state over is told it may exit:
+ * a negative errno when it cannot be told (it serves on, with the
+ * memory this djinnd restored: this one must exit at once), else 0. */
+int fdstore_handover_finish(void);
 /* Store @fd under @name, dropped by the store if it hangs up (@poll):
  * true when a store took the message. */
 bool fdstore_keep(const char *name, int fd, bool poll);

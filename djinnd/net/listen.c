@@ -897,9 +897,6 @@ int listeners_open(struct server *srv)
 			 srv->cfg.handover);
 		want[n].spec = handover, want[n++].kind = LS_HANDOVER;
 	}
-	ret = fdstore_init(srv->cfg.handover);
-	if (ret < 0)
-		return ret; /* a handover that failed: not in its place */
 	/* each listener's name in the store ("" for one too long: bound
 	 * anew each time, not kept); the passed fds no listener names go
 	 * first, freeing their addresses */
@@ -915,14 +912,11 @@ int listeners_open(struct server *srv)
 	for (unsigned int i = 0; !ret && i < n; i++)
 		ret = listener_add(srv, want[i].spec, want[i].kind, names[i]);
 	/* the state a predecessor passed, if any */
-	if (!ret) {
+	/* nothing of a record that fails is restored: from a store,
+	 * djinnd starts afresh (its connections are closed); from a
+	 * --handover, the predecessor serves on */
+	if (!ret)
 		ret = restart_restore(srv);
-		/* nothing of a record that fails is restored: from a store,
-		 * djinnd starts afresh (its connections are closed); from a
-		 * --handover, the predecessor serves on */
-		if (ret && !fdstore_handed_state())
-			ret = 0;
-	}
 	fdstore_done();
 	return ret;
 }

@@ -28,6 +28,7 @@
 #include "session/session.h"
 #include "svc/devices.h"
 #include "svc/state.h"
+#include "vmu/provider.h"
 
 #define HOLD_TICK_NS (2 * NSEC_PER_MSEC)
 
@@ -74,8 +75,17 @@ static void hand_over_fail(struct restart *r, const char *why, bool kill)
 		(int)r->pid, why);
 	snprintf(msg, sizeof(msg), "error: %s", why);
 	send(r->sock, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
-	if (kill && r->pidfd >= 0)
+	if (kill && r->pidfd >= 0) {
+		struct pollfd p = { .fd = r->pidfd, .events = POLLIN };
+
+		/* gone before this djinnd serves on: it may have begun on
+		 * the memory both map */
 		syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+		if (poll(&p, 1, 10000) != 1)
+			log_err("restart: pid %d is not gone 10 s after "
+				"SIGKILL",
+				(int)r->pid);
+	}
 	close(r->sock);
 	if (r->pidfd >= 0)
 		close(r->pidfd);
@@ -149,9 +159,17 @@ static void tls_goaway(struct server *srv)
 	}
 }
 
-/* Into the store: each connection (polled: one whose client hangs up
- * meanwhile is dropped), then the record. The listening sockets are
- * there already. */
+/* Device @d's pool, whose pieces the record names. */
+static int pool_fd(struct device *d)
+{
+	struct vmu_provider *prov = d->backend->provider;
+
+	return prov->ops->file(prov);
+}
+
+/* Into the store: the record and the pools it names, then each
+ * connection (polled: one whose client hangs up meanwhile is dropped).
+ * The listening sockets are there already. */
 static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 			  unsigned int nr_conns)
 {
@@ -160,12 +178,25 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 	struct conn *c;
 	char name[24];
 
-	/* the record first: a store short of room drops connections
-	 * (their clients reconnect), not the sessions */
-	if (!fdstore_keep("state-data", data_fd, false) ||
+	/* the record first (the pools it names before it): a store short
+	 * of room drops connections (their clients reconnect), not the
+	 * sessions */
+	bool ok = true;
+
+	for (unsigned int d = 0; d < srv->nr_dev && ok; d++) {
+		if (!svc_state_in_pool(&srv->dev[d]))
+			continue;
+		snprintf(name, sizeof(name), "pool-%u", d);
+		ok = fdstore_keep(name, pool_fd(&srv->dev[d]), false);
+	}
+	if (!ok || !fdstore_keep("state-data", data_fd, false) ||
 	    !fdstore_keep("state", rec_fd, false)) {
 		close(rec_fd);
 		close(data_fd);
+		for (unsigned int d = 0; d < srv->nr_dev; d++) {
+			snprintf(name, sizeof(name), "pool-%u", d);
+			fdstore_forget(name);
+		}
 		fdstore_forget("state-data");
 		hand_over_fail(r, "the store did not take the record", false);
 		return;
@@ -201,7 +232,7 @@ static int write_record(struct server *srv, int *rec_fd, int *data_fd,
 	ret = state_out_begin(&o, *data_size);
 	if (ret)
 		return ret;
-	ret = svc_state_save(&o, &srv->sessions);
+	ret = svc_state_save(&o, &srv->sessions, srv->dev, srv->nr_dev);
 	if (ret) {
 		state_out_abort(&o);
 		return ret;
@@ -262,7 +293,7 @@ static int successor_serves(struct restart *r)
 static void hand_over(struct restart *r)
 {
 	struct server *srv = r->srv;
-	unsigned int nr_conns = 0, n = 0, k = 0, max;
+	unsigned int nr_conns = 0, n = 0, k = 0, nr_pools = 0, max;
 	int rec_fd = -1, data_fd = -1, ret;
 	char **names = NULL, why[160];
 	int *fds = NULL;
@@ -287,7 +318,7 @@ static void hand_over(struct restart *r)
 		hand_over_fail(r, why, false);
 		return;
 	}
-	max = SERVER_MAX_LISTEN + 3 + 2 + nr_conns;
+	max = SERVER_MAX_LISTEN + 3 + 2 + srv->nr_dev + nr_conns;
 	names = calloc(max, sizeof(*names));
 	fds = calloc(max, sizeof(*fds));
 	if (!names || !fds) {
@@ -300,6 +331,18 @@ static void hand_over(struct restart *r)
 	names[n] = "state-data";
 	fds[n++] = data_fd;
 	k = n;
+	for (unsigned int d = 0; d < srv->nr_dev; d++) {
+		if (!svc_state_in_pool(&srv->dev[d]))
+			continue;
+		names[n] = malloc(24);
+		if (!names[n]) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		snprintf(names[n], 24, "pool-%u", d);
+		fds[n++] = pool_fd(&srv->dev[d]);
+	}
+	nr_pools = n - k;
 	list_for_each_entry(c, &srv->conns, node) {
 		if (c->tls)
 			continue;
@@ -308,7 +351,7 @@ static void hand_over(struct restart *r)
 			ret = -ENOMEM;
 			goto out;
 		}
-		snprintf(names[n], 24, "conn-%u", n - k);
+		snprintf(names[n], 24, "conn-%u", n - k - nr_pools);
 		fds[n++] = c->fd;
 	}
 	ret = fdstore_handover_send(r->sock, names, fds, n);
@@ -520,56 +563,182 @@ static void restore_conn(struct server *srv, const struct djinn_state_conn *e)
 		conn_backlog_add(c, backlog, e->backlog);
 }
 
-int restart_restore(struct server *srv)
-{
-	int rec_fd = fdstore_take("state"),
-	    data_fd = fdstore_take("state-data");
+/* A predecessor's record, from before the devices open to the restore */
+struct restart_in {
 	struct state_in in;
-	const void *p;
-	uint32_t type, len;
-	char msg[256];
+	int rec_fd, data_fd;
+	int pools[DEVICE_MAX]; /* "pool-N" by device index, or -1 */
 	uint64_t t0;
-	int ret;
+};
 
-	if (rec_fd < 0 && data_fd < 0)
-		return 0;
+/* The store lets go of the record and its pools: taken for good. */
+static void record_forget(const struct restart_in *r)
+{
+	char name[24];
+
 	fdstore_forget("state");
 	fdstore_forget("state-data");
-	if (rec_fd < 0 || data_fd < 0) {
+	for (uint32_t i = 0; r->in.hdr && i < r->in.nr_pools; i++) {
+		snprintf(name, sizeof(name), "pool-%u", r->in.pools[i]->device);
+		fdstore_forget(name);
+	}
+}
+
+static void record_close(struct restart_in *r)
+{
+	if (r->in.hdr)
+		state_in_close(&r->in);
+	for (unsigned int i = 0; i < DEVICE_MAX; i++)
+		if (r->pools[i] >= 0)
+			close(r->pools[i]);
+	if (r->rec_fd >= 0)
+		close(r->rec_fd);
+	if (r->data_fd >= 0)
+		close(r->data_fd);
+	free(r);
+}
+
+int restart_record_open(struct server *srv)
+{
+	struct restart_in *r;
+	char msg[256], name[24];
+	int ret = 0;
+
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < DEVICE_MAX; i++)
+		r->pools[i] = -1;
+	r->t0 = loop_now();
+	r->rec_fd = fdstore_take("state");
+	r->data_fd = fdstore_take("state-data");
+	if (r->rec_fd < 0 && r->data_fd < 0) {
+		free(r);
+		return 0;
+	}
+	if (r->rec_fd < 0 || r->data_fd < 0) {
 		log_err("restart: only one of the state's two fds was passed: "
 			"nothing restored");
 		ret = -EBADMSG;
-		goto out;
+		goto fail;
 	}
-	t0 = loop_now();
-	ret = state_in_open(&in, rec_fd, data_fd, msg, sizeof(msg));
+	ret = state_in_open(&r->in, r->rec_fd, r->data_fd, msg, sizeof(msg));
 	if (ret) {
 		log_err("restart: state record refused: %s", msg);
-		goto out;
+		goto fail;
 	}
-	ret = svc_state_restore(&in, &srv->sessions, srv->dev, srv->nr_dev, msg,
-				sizeof(msg));
+	/* each device's pool that the record says where its data is */
+	for (uint32_t i = 0; i < r->in.nr_pools; i++) {
+		uint32_t dev = r->in.pools[i]->device;
+		int fd;
+
+		snprintf(name, sizeof(name), "pool-%u", dev);
+		fd = dev < DEVICE_MAX ? fdstore_take(name) : -1;
+		if (fd < 0) {
+			log_err("restart: state record refused: the pool of "
+				"its device %u (%s) was not passed",
+				dev, name);
+			ret = -EBADMSG;
+			goto fail;
+		}
+		r->pools[dev] = fd;
+	}
+	/* the store keeps them until the restore: a start that fails
+	 * before it leaves them for the next one */
+	srv->restore = r;
+	return 0;
+fail:
+	record_forget(r);
+	record_close(r);
+	/* from a store djinnd starts afresh; a --handover predecessor
+	 * serves on */
+	return fdstore_handed_state() ? ret : 0;
+}
+
+int restart_pool(struct server *srv, unsigned int index, uint64_t *granularity,
+		 const struct vmu_piece **keep, unsigned int *nr)
+{
+	struct restart_in *r = srv->restore;
+	const struct djinn_state_pool *p;
+	int fd;
+
+	if (!r || index >= DEVICE_MAX || r->pools[index] < 0)
+		return -1;
+	p = state_in_pool(&r->in, index);
+	fd = r->pools[index];
+	r->pools[index] = -1;
+	*granularity = p->granularity;
+	*keep = (const struct vmu_piece *)(p + 1);
+	*nr = p->nr;
+	return fd;
+}
+
+void restart_abandon(struct server *srv, bool forget)
+{
+	if (srv->restore && forget)
+		record_forget(srv->restore);
+	if (srv->restore)
+		record_close(srv->restore);
+	srv->restore = NULL;
+}
+
+/* The bytes the record's PIECES entries name: what was taken over in
+ * place. */
+static uint64_t in_place(const struct state_in *in)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < in->nr_pieces; i++) {
+		const struct djinn_state_piece *pc =
+			(const void *)(in->pieces[i] + 1);
+
+		for (uint32_t k = 0; k < in->pieces[i]->nr; k++)
+			n += pc[k].len;
+	}
+	return n;
+}
+
+int restart_restore(struct server *srv)
+{
+	struct restart_in *r = srv->restore;
+	const void *p;
+	uint32_t type, len;
+	char msg[256];
+	int ret = 0;
+
+	if (!r)
+		goto unkeep;
+	record_forget(r);
+	ret = svc_state_restore(&r->in, &srv->sessions, srv->dev, srv->nr_dev,
+				msg, sizeof(msg));
 	if (ret) {
 		log_err("restart: state not restored: %s", msg);
-		state_in_close(&in);
-		goto out;
+	} else {
+		state_in_rewind(&r->in);
+		while ((p = state_in_next(&r->in, &type, &len))) {
+			if (type == DJINN_STATE_CONN)
+				restore_conn(srv, p);
+		}
+		log_notice("restart: %u connections restored from pid %u's "
+			   "record, %llu MiB of data in place and %llu MiB "
+			   "copied; all in %llu ms",
+			   r->in.hdr->nr_conns, r->in.hdr->pid,
+			   (unsigned long long)(in_place(&r->in) >> 20),
+			   (unsigned long long)(r->in.hdr->data_size >> 20),
+			   (unsigned long long)((loop_now() - r->t0) /
+						NSEC_PER_MSEC));
 	}
-	state_in_rewind(&in);
-	while ((p = state_in_next(&in, &type, &len))) {
-		if (type == DJINN_STATE_CONN)
-			restore_conn(srv, p);
+	restart_abandon(srv, false);
+unkeep:
+	/* what the predecessor held and no restored object took is the
+	 * devices' own again */
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		struct vmu_provider *prov = srv->dev[i].backend->provider;
+
+		if (prov->ops->unkeep)
+			prov->ops->unkeep(prov);
 	}
-	log_notice("restart: %u connections restored from pid %u's record; "
-		   "all in %llu ms",
-		   in.hdr->nr_conns, in.hdr->pid,
-		   (unsigned long long)((loop_now() - t0) / NSEC_PER_MSEC));
-	state_in_close(&in);
-out:
-	if (rec_fd >= 0)
-		close(rec_fd);
-	if (data_fd >= 0)
-		close(data_fd);
-	return ret;
+	return ret && fdstore_handed_state() ? ret : 0;
 }
 
 void restart_serving(struct server *srv)

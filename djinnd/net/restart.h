@@ -44,9 +44,11 @@
 #define DJINN_NET_RESTART_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct server;
+struct vmu_piece;
 
 #define RESTART_QUIESCE_S 30 /* for requests in flight to finish */
 #define RESTART_READY_S 120 /* for the successor to restore and serve */
@@ -64,11 +66,28 @@ void restart_hand_over(struct server *srv, int sock, pid_t pid);
  * leases, or no store). If it cannot finish, djinnd drains through
  * srv->hooks.drain. */
 bool restart_to_store(struct server *srv);
-/* At start, once the devices, the session table and the listeners are
- * up: restore the state passed ("state", "state-data", "conn-N"), if
- * any. 0, or a negative errno (the record is refused or cannot be
- * restored: logged). */
+/*
+ * At start, before the devices open: take the record passed ("state",
+ * "state-data") and check it, and take the pools it names ("pool-N": a
+ * device whose memory is a file, the CPU backend's, whose data the
+ * record says is in place in it). restart_pool() hands device @index's
+ * out: its fd (the caller's), its granule and the pieces in use, which
+ * its provider keeps for the restore (vmu_host_provider_open()); -1 for
+ * none. Once the devices, the session table and the listeners are up,
+ * restart_restore() restores the record's sessions and connections
+ * ("conn-N"), and the devices' providers let go of what no restored
+ * object took. A record that is refused or cannot be restored is logged
+ * and nothing of it restored: 0 (djinnd starts afresh) when it came
+ * from a store, the negative errno when from a --handover predecessor,
+ * which serves on. restart_abandon() closes a record not restored, and
+ * with @forget has the store let go of it (djinnd starts afresh; else
+ * the next start finds it again).
+ */
+int restart_record_open(struct server *srv);
+int restart_pool(struct server *srv, unsigned int index, uint64_t *granularity,
+		 const struct vmu_piece **keep, unsigned int *nr);
 int restart_restore(struct server *srv);
+void restart_abandon(struct server *srv, bool forget);
 /* djinnd serves (its predecessor has been told): the restored
  * connections receive from here on. */
 void restart_serving(struct server *srv);

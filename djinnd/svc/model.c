@@ -652,8 +652,9 @@ int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 }
 
 int svc_ctx_pause_restore(struct session *s, uint32_t slot,
-			  const struct model_ctx_pause *p, const void *hidden,
-			  const void *kv, uint32_t flags, char *msg,
+			  const struct model_ctx_pause *p,
+			  const struct vmu_fill *hidden,
+			  const struct vmu_fill *kv, uint32_t flags, char *msg,
 			  size_t msglen)
 {
 	struct mobj *o = session_obj_at(s, slot, SOBJ_CTX);
@@ -670,7 +671,7 @@ int svc_ctx_pause_restore(struct session *s, uint32_t slot,
 }
 
 int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
-		    uint32_t max, uint32_t len, const void *kv,
+		    uint32_t max, uint32_t len, const struct vmu_fill *kv,
 		    uint64_t kv_bytes, const float *logits,
 		    uint64_t logits_bytes, char *msg, size_t msglen)
 {

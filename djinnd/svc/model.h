@@ -43,6 +43,7 @@
  * the table's references when the session ends, a job's when it comes
  * back (and the job holds the session).
  */
+struct vmu_fill;
 struct mobj {
 	enum sobj_kind kind;
 	int refs; /* the I/O thread's */
@@ -205,11 +206,12 @@ int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 /* Context slot @slot's paused step, as model_ctx_pause_set() says, and
  * its request's @flags (for RESUME). */
 int svc_ctx_pause_restore(struct session *s, uint32_t slot,
-			  const struct model_ctx_pause *p, const void *hidden,
-			  const void *kv, uint32_t flags, char *msg,
+			  const struct model_ctx_pause *p,
+			  const struct vmu_fill *hidden,
+			  const struct vmu_fill *kv, uint32_t flags, char *msg,
 			  size_t msglen);
 int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
-		    uint32_t max, uint32_t len, const void *kv,
+		    uint32_t max, uint32_t len, const struct vmu_fill *kv,
 		    uint64_t kv_bytes, const float *logits,
 		    uint64_t logits_bytes, char *msg, size_t msglen);
 struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,12 @@
 #include "vmu/vmu.h"
 
 #define ALIGN8(x) (((x) + 7) & ~(uint64_t)7)
+
+/* a record's pieces are the provider's, as they are */
+_Static_assert(sizeof(struct djinn_state_piece) == sizeof(struct vmu_piece) &&
+		       offsetof(struct djinn_state_piece, len) ==
+			       offsetof(struct vmu_piece, len),
+	       "struct djinn_state_piece is struct vmu_piece");
 /* Data in state-data starts on a page: copies into it run at speed. */
 #define DATA_ALIGN 4096u
 
@@ -141,6 +148,26 @@ int state_out_write(struct state_out *o, const void *src, uint64_t len,
 	return 0;
 }
 
+int state_out_pieces(struct state_out *o, uint32_t device,
+		     const struct vmu_piece *p, unsigned int nr, uint64_t *off)
+{
+	struct djinn_state_pieces *e;
+	uint64_t len = sizeof(*e) + (uint64_t)nr * sizeof(struct vmu_piece);
+
+	if (o->err)
+		return o->err;
+	if (len > UINT32_MAX)
+		return o->err = -E2BIG;
+	e = state_out_ent(o, DJINN_STATE_PIECES, (uint32_t)len);
+	if (!e)
+		return o->err = -ENOMEM;
+	e->device = device;
+	e->nr = nr;
+	memcpy(e + 1, p, (size_t)nr * sizeof(*p));
+	*off = DJINN_STATE_IN_POOL | o->nr_pieces++;
+	return 0;
+}
+
 int state_out_end(struct state_out *o, int *rec_fd, int *data_fd)
 {
 	struct djinn_state_hdr *h = (struct djinn_state_hdr *)o->rec;
@@ -241,6 +268,78 @@ static const void *map_fd(int fd, const char *what, uint64_t *size, int *err,
 	return p;
 }
 
+/* The bytes PIECES entry @e names. */
+static uint64_t pieces_bytes(const struct djinn_state_pieces *e)
+{
+	const struct djinn_state_piece *pc = (const void *)(e + 1);
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < e->nr; i++)
+		n += pc[i].len;
+	return n;
+}
+
+/* Whether @bytes at record offset @off are there: in state-data, or in
+ * the pieces it names; the flags not in @allow (DJINN_STATE_IN_POOL,
+ * DJINN_STATE_SWAPPED) refused. */
+static bool data_ok(const struct state_in *in, uint64_t off, uint64_t bytes,
+		    uint64_t allow)
+{
+	if (off & ~allow & (DJINN_STATE_IN_POOL | DJINN_STATE_SWAPPED))
+		return false;
+	if (off & DJINN_STATE_IN_POOL) {
+		uint64_t i = off & ~DJINN_STATE_IN_POOL;
+
+		return i < in->nr_pieces &&
+		       pieces_bytes(in->pieces[i]) >= bytes;
+	}
+	off &= ~DJINN_STATE_SWAPPED;
+	return off <= in->data_size && bytes <= in->data_size - off;
+}
+
+/* What a region's bytes may be: in place, or swapped out */
+#define REGION (DJINN_STATE_IN_POOL | DJINN_STATE_SWAPPED)
+
+/* Whether the @nr pieces at @pc lie on @pool's granules, inside it. */
+static bool pieces_ok(const struct djinn_state_pool *pool,
+		      const struct djinn_state_piece *pc, uint32_t nr)
+{
+	for (uint32_t i = 0; i < nr; i++)
+		if (!pc[i].len || pc[i].off % pool->granularity ||
+		    pc[i].len % pool->granularity || pc[i].off > pool->size ||
+		    pc[i].len > pool->size - pc[i].off)
+			return false;
+	return true;
+}
+
+/* A POOL or PIECES entry: whether it holds together (pieces after the
+ * pools: all of them are known by then). */
+static bool pool_ent_ok(const struct state_in *in, uint32_t type, const void *p,
+			uint32_t len)
+{
+	const struct djinn_state_pool *pool = p;
+	const struct djinn_state_pieces *pcs = p;
+
+	if (type == DJINN_STATE_POOL)
+		return len >= sizeof(*pool) &&
+		       (len - sizeof(*pool)) /
+				       sizeof(struct djinn_state_piece) ==
+			       pool->nr &&
+		       (len - sizeof(*pool)) %
+				       sizeof(struct djinn_state_piece) ==
+			       0 &&
+		       pool->granularity &&
+		       !(pool->granularity & (pool->granularity - 1)) &&
+		       pool->size % pool->granularity == 0 &&
+		       pieces_ok(pool, (const void *)(pool + 1), pool->nr);
+	pool = len >= sizeof(*pcs) ? state_in_pool(in, pcs->device) : NULL;
+	return pool &&
+	       (len - sizeof(*pcs)) / sizeof(struct djinn_state_piece) ==
+		       pcs->nr &&
+	       (len - sizeof(*pcs)) % sizeof(struct djinn_state_piece) == 0 &&
+	       pcs->nr && pieces_ok(pool, (const void *)(pcs + 1), pcs->nr);
+}
+
 /* Whether entry @e (of @len payload bytes at @p) holds together. */
 static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 		   uint32_t len, char *msg, size_t msglen)
@@ -262,10 +361,8 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 
 		if (len >= sizeof(*z) && (len - sizeof(*z)) % 4 == 0 &&
 		    (len - sizeof(*z)) / 4 == z->want &&
-		    z->hidden_off <= in->data_size &&
-		    z->hidden_bytes <= in->data_size - z->hidden_off &&
-		    z->kv_off <= in->data_size &&
-		    z->kv_bytes <= in->data_size - z->kv_off &&
+		    data_ok(in, z->hidden_off, z->hidden_bytes, REGION) &&
+		    data_ok(in, z->kv_off, z->kv_bytes, REGION) &&
 		    (!z->decode || z->done < z->want))
 			return true;
 		break;
@@ -290,10 +387,8 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 		    (o->kind == DJINN_STATE_MODEL ||
 		     o->kind == DJINN_STATE_CTX) &&
 		    memchr(o->model, 0, sizeof(o->model)) &&
-		    o->cache_off <= in->data_size &&
-		    o->cache_bytes <= in->data_size - o->cache_off &&
-		    o->logits_off <= in->data_size &&
-		    o->logits_bytes <= in->data_size - o->logits_off)
+		    data_ok(in, o->cache_off, o->cache_bytes, REGION) &&
+		    data_ok(in, o->logits_off, o->logits_bytes, 0))
 			return true;
 		break;
 	}
@@ -302,8 +397,11 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 
 		/* a shape its bytes fill, as the wire checks it: a graph
 		 * reads what the shape says */
-		if (len == sizeof(*t) && t->data_off <= in->data_size &&
-		    t->bytes <= in->data_size - t->data_off &&
+		if (len == sizeof(*t) &&
+		    data_ok(in, t->data_off, t->bytes,
+			    t->kind == DJINN_STATE_DATA ?
+				    REGION :
+				    DJINN_STATE_IN_POOL) &&
 		    t->kind >= DJINN_STATE_DATA &&
 		    t->kind <= DJINN_STATE_MODULE &&
 		    !djinn_desc_check(&t->desc, &elems, &bytes) &&
@@ -317,6 +415,20 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 			    len - sizeof(*c))
 			return true;
 		break;
+	case DJINN_STATE_POOL:
+	case DJINN_STATE_PIECES:
+		if (pool_ent_ok(in, type, p, len))
+			return true;
+		break;
+	case DJINN_STATE_TEXT_ENTRY: {
+		const struct djinn_state_text *x = p;
+
+		if (len == sizeof(*x) && (x->data_off & DJINN_STATE_IN_POOL) &&
+		    data_ok(in, x->data_off, x->size, DJINN_STATE_IN_POOL) &&
+		    x->size && memchr(x->owner, 0, sizeof(x->owner)))
+			return true;
+		break;
+	}
 	default:
 		snprintf(msg, msglen, "entry of unknown type %u", type);
 		return false;
@@ -344,11 +456,13 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 		err = -EBADMSG;
 		goto fail;
 	}
-	if (h->version != DJINN_STATE_VERSION) {
+	if (h->version < DJINN_STATE_VERSION_MIN ||
+	    h->version > DJINN_STATE_VERSION) {
 		snprintf(msg, msglen,
-			 "state record version %u: this djinnd reads version "
-			 "%u",
-			 h->version, DJINN_STATE_VERSION);
+			 "state record version %u: this djinnd reads versions "
+			 "%u to %u",
+			 h->version, DJINN_STATE_VERSION_MIN,
+			 DJINN_STATE_VERSION);
 		err = -EPROTONOSUPPORT;
 		goto fail;
 	}
@@ -378,8 +492,8 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 	}
 	in->data_size = h->data_size;
 	in->pos = sizeof(*h);
-	/* every entry checked before any is used */
-	for (const void *p; in->pos < in->size; n++) {
+	/* every entry's length first, and the pools and pieces found */
+	for (; in->pos < in->size; n++) {
 		const struct djinn_state_ent *e =
 			(const void *)(in->rec + in->pos);
 
@@ -391,7 +505,37 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 			err = -EBADMSG;
 			goto fail;
 		}
-		p = state_in_next(in, &type, &len);
+		state_in_next(in, &type, &len);
+		in->nr_pools += type == DJINN_STATE_POOL;
+		in->nr_pieces += type == DJINN_STATE_PIECES;
+	}
+	in->pools = calloc(in->nr_pools + 1, sizeof(*in->pools));
+	in->pieces = calloc(in->nr_pieces + 1, sizeof(*in->pieces));
+	if (!in->pools || !in->pieces) {
+		snprintf(msg, msglen, "out of memory");
+		err = -ENOMEM;
+		goto fail;
+	}
+	in->nr_pools = in->nr_pieces = 0;
+	state_in_rewind(in);
+	for (const void *p; (p = state_in_next(in, &type, &len));) {
+		if (type == DJINN_STATE_POOL && len >= sizeof(**in->pools) &&
+		    state_in_pool(
+			    in, ((const struct djinn_state_pool *)p)->device)) {
+			snprintf(msg, msglen, "device %u has two pools",
+				 ((const struct djinn_state_pool *)p)->device);
+			err = -EBADMSG;
+			goto fail;
+		}
+		if (type == DJINN_STATE_POOL && len >= sizeof(**in->pools))
+			in->pools[in->nr_pools++] = p;
+		if (type == DJINN_STATE_PIECES && len >= sizeof(**in->pieces))
+			in->pieces[in->nr_pieces++] = p;
+	}
+	/* every entry checked before any is used */
+	state_in_rewind(in);
+	n = 0;
+	for (const void *p; (p = state_in_next(in, &type, &len)); n++) {
 		if (!ent_ok(in, type, p, len, msg, msglen)) {
 			size_t l = strlen(msg);
 
@@ -426,8 +570,39 @@ void state_in_rewind(struct state_in *in)
 	in->pos = sizeof(struct djinn_state_hdr);
 }
 
+const struct djinn_state_pool *state_in_pool(const struct state_in *in,
+					     uint32_t device)
+{
+	for (uint32_t i = 0; i < in->nr_pools; i++)
+		if (in->pools[i]->device == device)
+			return in->pools[i];
+	return NULL;
+}
+
+int state_in_fill(const struct state_in *in, uint64_t off, uint32_t device,
+		  struct vmu_fill *f)
+{
+	const struct djinn_state_pieces *e;
+
+	*f = (struct vmu_fill){ 0 };
+	if (!(off & DJINN_STATE_IN_POOL)) {
+		f->swapped = off & DJINN_STATE_SWAPPED;
+		f->bytes = in->data + (off & ~DJINN_STATE_SWAPPED);
+		return 0;
+	}
+	/* state_in_open() checked the number and the bytes */
+	e = in->pieces[off & ~DJINN_STATE_IN_POOL];
+	if (e->device != device)
+		return -EBADMSG;
+	f->pieces = (const struct vmu_piece *)(e + 1);
+	f->nr_pieces = e->nr;
+	return 0;
+}
+
 void state_in_close(struct state_in *in)
 {
+	free(in->pools);
+	free(in->pieces);
 	if (in->rec && in->size)
 		munmap((void *)in->rec, in->size);
 	if (in->data && in->data_mapped)
@@ -438,40 +613,69 @@ void state_in_close(struct state_in *in)
 /* ---------------------------------------------------------------------- */
 /* Sessions and tensors */
 
+bool svc_state_in_pool(const struct device *dev)
+{
+	const struct vmu_provider *prov = vmu_provider(dev->vmu);
+
+	return prov->ops->file && !prov->device_only;
+}
+
+struct size_ctx {
+	uint64_t n;
+	struct session *s;
+	bool pool;
+};
+
+/* Whether @s's region @region's bytes are copied into state-data: not
+ * in place in a pool, or swapped out (region_out()). */
+static bool copied(const struct size_ctx *x, uint64_t region)
+{
+	const void *host;
+
+	return !x->pool || !vmu_region_swapped(x->s->vs, region, &host);
+}
+
 static int add_size(void *arg, uint32_t slot, const struct tensor *t)
 {
-	uint64_t *n = arg;
+	struct size_ctx *x = arg;
 
 	(void)slot;
-	*n += pages(t->bytes);
+	if (t->text ? !x->pool : copied(x, t->region))
+		x->n += pages(t->bytes);
 	return 0;
 }
 
 uint64_t svc_state_data_size(struct session_table *t)
 {
 	struct session *s;
-	uint64_t n = 0;
+	struct size_ctx x = { 0 };
 
 	list_for_each_entry(s, &t->list, node) {
 		struct sobj_slot *o;
 
-		session_tensor_each(s, add_size, &n);
+		x.pool = svc_state_in_pool(s->dev);
+		x.s = s;
+		session_tensor_each(s, add_size, &x);
 		slots_for_each(&s->objs, o) {
 			struct mobj *m = o->p;
 			struct model_ctx_pause pz;
 
 			if (o->kind != SOBJ_CTX)
 				continue;
-			n += pages(model_ctx_len(m->mc) *
-				   model_ctx_token_bytes(m->mc)) +
-			     pages(model_ctx_model(m->mc)->cfg.vocab *
-				   sizeof(float));
+			x.n += pages(model_ctx_model(m->mc)->cfg.vocab *
+				     sizeof(float));
+			if (copied(&x, model_ctx_cache(m->mc)))
+				x.n += pages(model_ctx_len(m->mc) *
+					     model_ctx_token_bytes(m->mc));
 			if (model_ctx_pause_get(m->mc, &pz))
-				n += pages(pz.hidden_bytes) +
-				     pages(pz.kv_bytes);
+				x.n += (copied(&x, pz.hidden) ?
+						pages(pz.hidden_bytes) :
+						0) +
+				       (copied(&x, pz.kv) ? pages(pz.kv_bytes) :
+							    0);
 		}
 	}
-	return n;
+	return x.n;
 }
 
 struct save_ctx {
@@ -482,9 +686,10 @@ struct save_ctx {
 };
 
 /*
- * @bytes of @s's region @region into state-data at *@off. Host memory
- * (the CPU backend's) is written from where it is by write(2): no page
- * of the record is faulted in, and nothing is copied twice. A device's
+ * @bytes of @s's region @region, at *@off. A device whose memory is a
+ * file (svc_state_in_pool()) writes where they lie in it: nothing is copied. Else
+ * into state-data: host memory (the CPU backend's) is written from where
+ * it is by write(2), so no page of the record is faulted in; a device's
  * comes through the provider's copies into the record's mapping.
  */
 static int region_out(struct state_out *o, struct session *s, uint64_t region,
@@ -492,9 +697,29 @@ static int region_out(struct state_out *o, struct session *s, uint64_t region,
 {
 	struct vmu_provider *prov = vmu_provider(s->dev->vmu);
 	struct vmu_region_info info;
+	struct vmu_piece *pcs;
+	unsigned int nr;
 	void *dst;
 	int ret;
 
+	if (svc_state_in_pool(s->dev) && bytes) {
+		const void *host;
+
+		/* swapped out: its host copy is written as it is, for
+		 * nothing may move now (a swap-in could swap out a region
+		 * whose pieces are written already) */
+		if (!vmu_region_swapped(s->vs, region, &host)) {
+			ret = state_out_write(o, host, bytes, off);
+			*off |= DJINN_STATE_SWAPPED;
+			return ret;
+		}
+		ret = vmu_region_pieces(s->vs, region, bytes, &pcs, &nr);
+		if (ret)
+			return ret;
+		ret = state_out_pieces(o, s->dev->index, pcs, nr, off);
+		free(pcs);
+		return ret;
+	}
 	if (prov->device_only) {
 		dst = state_out_data(o, bytes, off);
 		if (!dst)
@@ -511,27 +736,69 @@ static int region_out(struct state_out *o, struct session *s, uint64_t region,
 	return ret;
 }
 
+/* The data_off of the TEXT_ENTRY written for fingerprint @fp of scope
+ * @owner on device @device, or 0 (none). */
+static uint64_t text_off(const struct state_out *o, uint32_t device,
+			 const uint8_t *fp, const char *owner)
+{
+	for (size_t pos = sizeof(struct djinn_state_hdr); pos < o->len;) {
+		const struct djinn_state_ent *e = (const void *)(o->rec + pos);
+		const struct djinn_state_text *x = (const void *)(e + 1);
+
+		pos += sizeof(*e) + ALIGN8((uint64_t)e->len);
+		if (e->type == DJINN_STATE_SESSION)
+			break; /* the text entries come before any session */
+		if (e->type == DJINN_STATE_TEXT_ENTRY && x->device == device &&
+		    !memcmp(x->fp, fp, sizeof(x->fp)) &&
+		    !strcmp(x->owner, owner))
+			return x->data_off;
+	}
+	return 0;
+}
+
+/*
+ * Where an entry's bytes go, its PIECES entries (region_out()) are
+ * written before it: a new entry may move the record, so each entry is
+ * made whole on the stack and added last.
+ */
 static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 {
 	struct save_ctx *x = arg;
-	struct djinn_state_tensor *e;
+	struct djinn_state_tensor e = { 0 }, *p;
 	struct vmu_provider *prov = vmu_provider(x->s->dev->vmu);
+	struct vmu_piece *pcs;
+	unsigned int nr;
 	uint64_t off = 0;
 	void *dst;
 	int ret;
 
-	e = state_out_ent(x->o, DJINN_STATE_TENSOR, sizeof(*e));
-	if (!e)
-		return -ENOMEM;
-	e->slot = slot;
-	e->desc = t->desc;
-	e->bytes = t->bytes;
-	e->kind = t->module ? DJINN_STATE_MODULE :
-		  t->text   ? DJINN_STATE_TEXT :
-			      DJINN_STATE_DATA;
-	if (t->text) {
-		memcpy(e->fp, vmu_text_fp(t->text), sizeof(e->fp));
-		e->shared = vmu_text_shared(t->text);
+	e.slot = slot;
+	e.desc = t->desc;
+	e.bytes = t->bytes;
+	e.kind = t->module ? DJINN_STATE_MODULE :
+		 t->text   ? DJINN_STATE_TEXT :
+			     DJINN_STATE_DATA;
+	if (t->text && svc_state_in_pool(x->s->dev)) {
+		memcpy(e.fp, vmu_text_fp(t->text), sizeof(e.fp));
+		e.shared = vmu_text_shared(t->text);
+		/* its TEXT_ENTRY is in place: found by its fingerprint;
+		 * the entry's pieces are its (a stale entry, out of the
+		 * index, has none written: its own are) */
+		off = text_off(x->o, x->s->dev->index, e.fp,
+			       e.shared ? "" : x->s->tenant);
+		ret = 0;
+		if (!off) {
+			ret = vmu_text_pieces(x->s->dev->vmu, t->text, &pcs,
+					      &nr);
+			if (!ret) {
+				ret = state_out_pieces(x->o, x->s->dev->index,
+						       pcs, nr, &off);
+				free(pcs);
+			}
+		}
+	} else if (t->text) {
+		memcpy(e.fp, vmu_text_fp(t->text), sizeof(e.fp));
+		e.shared = vmu_text_shared(t->text);
 		if (prov->device_only) {
 			dst = state_out_data(x->o, t->bytes, &off);
 			ret = !dst ? x->o->err :
@@ -550,11 +817,18 @@ static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 		struct vmu_region_info info;
 
 		ret = vmu_region_info(x->s->vs, t->region, &info);
-		e->max_size = info.max_size;
+		e.max_size = info.max_size;
 		if (!ret)
 			ret = region_out(x->o, x->s, t->region, t->bytes, &off);
 	}
-	e->data_off = off;
+	e.data_off = off;
+	if (!ret) {
+		p = state_out_ent(x->o, DJINN_STATE_TENSOR, sizeof(*p));
+		if (p)
+			*p = e;
+		else
+			ret = -ENOMEM;
+	}
 	if (ret)
 		snprintf(x->why, sizeof(x->why), "tensor in slot %u: %s", slot,
 			 strerror(-ret));
@@ -579,11 +853,20 @@ static int save_pause(struct state_out *out, struct session *s, uint32_t slot,
 {
 	struct model_ctx_pause pz;
 	struct djinn_state_pause *z;
-	uint64_t off = 0;
+	uint64_t hidden_off = 0, kv_off = 0;
 	int ret;
 
 	if (!model_ctx_pause_get(m->mc, &pz))
 		return 0;
+	ret = region_out(out, s, pz.hidden, pz.hidden_bytes, &hidden_off);
+	if (!ret)
+		ret = region_out(out, s, pz.kv, pz.kv_bytes, &kv_off);
+	if (ret) {
+		log_err("state: session %llu: the paused step of the context "
+			"in slot %u: %s",
+			(unsigned long long)s->id, slot, strerror(-ret));
+		return ret;
+	}
 	z = state_out_ent(out, DJINN_STATE_PAUSE,
 			  (uint32_t)(sizeof(*z) + (uint64_t)pz.want * 4));
 	if (!z)
@@ -606,20 +889,14 @@ static int save_pause(struct state_out *out, struct session *s, uint32_t slot,
 	if (pz.decode)
 		memcpy(z + 1, pz.tokens, (pz.done + 1) * sizeof(int32_t));
 	z->hidden_bytes = pz.hidden_bytes;
-	ret = region_out(out, s, pz.hidden, pz.hidden_bytes, &off);
-	z->hidden_off = off;
+	z->hidden_off = hidden_off;
 	z->kv_bytes = pz.kv_bytes;
-	if (!ret)
-		ret = region_out(out, s, pz.kv, pz.kv_bytes, &off);
-	z->kv_off = off;
-	if (ret)
-		log_err("state: session %llu: the paused step of the context "
-			"in slot %u: %s",
-			(unsigned long long)s->id, slot, strerror(-ret));
-	return ret;
+	z->kv_off = kv_off;
+	return 0;
 }
 
-/* One context's entry: its cache and last logits into state-data. */
+/* One context's entry (on the caller's stack): its cache and last
+ * logits. */
 static int save_ctx(struct state_out *out, struct session *s,
 		    struct djinn_state_obj *e, struct mobj *m)
 {
@@ -650,8 +927,7 @@ static int save_ctx(struct state_out *out, struct session *s,
 		e->logits_off = off;
 		memcpy(dst, model_ctx_logits(m->mc), e->logits_bytes);
 	}
-	/* last: a new entry may move the record, and @e with it */
-	return save_pause(out, s, e->slot, m);
+	return 0;
 }
 
 /* The graphs' outputs @s remembers (none is in flight). */
@@ -697,7 +973,7 @@ static int save_objs(struct state_out *out, struct session *s)
 
 		slots_for_each(&s->objs, o) {
 			struct mobj *m = o->p;
-			struct djinn_state_obj *e;
+			struct djinn_state_obj e, *p;
 			const struct model *md;
 			int ret;
 
@@ -712,14 +988,21 @@ static int save_objs(struct state_out *out, struct session *s)
 					(unsigned long long)s->id, md->name);
 				return -EBUSY;
 			}
-			e = state_out_ent(out, DJINN_STATE_OBJ, sizeof(*e));
-			if (!e)
+			e = (struct djinn_state_obj){ 0 };
+			e.slot = slots_index(&s->objs, o);
+			e.kind = DJINN_STATE_MODEL;
+			snprintf(e.model, sizeof(e.model), "%s", md->name);
+			memcpy(e.fp, md->fp, sizeof(e.fp));
+			ret = kind == SOBJ_CTX ? save_ctx(out, s, &e, m) : 0;
+			if (ret)
+				return ret;
+			p = state_out_ent(out, DJINN_STATE_OBJ, sizeof(*p));
+			if (!p)
 				return -ENOMEM;
-			e->slot = slots_index(&s->objs, o);
-			e->kind = DJINN_STATE_MODEL;
-			snprintf(e->model, sizeof(e->model), "%s", md->name);
-			memcpy(e->fp, md->fp, sizeof(e->fp));
-			ret = kind == SOBJ_CTX ? save_ctx(out, s, e, m) : 0;
+			*p = e;
+			/* its paused step's entry after it */
+			ret = kind == SOBJ_CTX ? save_pause(out, s, e.slot, m) :
+						 0;
 			if (ret)
 				return ret;
 		}
@@ -727,11 +1010,73 @@ static int save_objs(struct state_out *out, struct session *s)
 	return 0;
 }
 
-int svc_state_save(struct state_out *o, struct session_table *t)
+/* A POOL entry for @dev: its memory in use, which the next djinnd keeps
+ * until its restore is over. */
+static int save_pool(struct state_out *o, struct device *dev)
+{
+	struct vmu_provider *prov = vmu_provider(dev->vmu);
+	struct djinn_state_pool *e;
+	unsigned int nr = prov->ops->used(prov, NULL, 0);
+	uint64_t len = sizeof(*e) + (uint64_t)nr * sizeof(struct vmu_piece);
+
+	if (len > UINT32_MAX)
+		return -E2BIG;
+	e = state_out_ent(o, DJINN_STATE_POOL, (uint32_t)len);
+	if (!e)
+		return -ENOMEM;
+	e->device = dev->index;
+	e->granularity = prov->granularity;
+	e->size = prov->capacity;
+	/* nothing runs: the count cannot have changed */
+	e->nr = prov->ops->used(prov, (struct vmu_piece *)(e + 1), nr);
+	return e->nr == nr ? 0 : -EAGAIN;
+}
+
+struct text_save {
+	struct state_out *o;
+	uint32_t device;
+};
+
+/* One entry of a device's text index: its pieces, then its entry. */
+static int save_text(void *arg, const struct vmu_text_desc *d)
+{
+	struct text_save *x = arg;
+	struct djinn_state_text *e;
+	uint64_t off;
+	int ret = state_out_pieces(x->o, x->device, d->pieces, d->nr_pieces,
+				   &off);
+
+	if (ret)
+		return ret;
+	e = state_out_ent(x->o, DJINN_STATE_TEXT_ENTRY, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->device = x->device;
+	memcpy(e->fp, d->fp, sizeof(e->fp));
+	snprintf(e->owner, sizeof(e->owner), "%s", d->owner);
+	e->size = d->size;
+	e->data_off = off;
+	return 0;
+}
+
+int svc_state_save(struct state_out *o, struct session_table *t,
+		   struct device *devs, unsigned int nr_dev)
 {
 	struct session *s;
 	char msg[256];
 
+	/* each pool, then its text index: the sessions' text is there */
+	for (unsigned int i = 0; i < nr_dev; i++) {
+		struct text_save x = { .o = o, .device = devs[i].index };
+		int ret = 0;
+
+		if (svc_state_in_pool(&devs[i]))
+			ret = save_pool(o, &devs[i]);
+		if (!ret && svc_state_in_pool(&devs[i]))
+			ret = vmu_text_each(devs[i].vmu, save_text, &x);
+		if (ret)
+			return ret;
+	}
 	list_for_each_entry(s, &t->list, node) {
 		struct save_ctx x = { .o = o, .s = s };
 		struct djinn_state_session *e;
@@ -798,14 +1143,38 @@ static int restore_tensor(struct state_in *in, struct session *s,
 			  const struct djinn_state_tensor *e, char *why,
 			  size_t whylen)
 {
-	const uint8_t *src = in->data + e->data_off;
+	const uint8_t *src = NULL;
 	struct tensor t = { .desc = e->desc, .bytes = e->bytes };
+	struct vmu_fill f;
 	int ret;
 
 	why[0] = 0;
-	if (e->kind != DJINN_STATE_DATA) {
+	if (e->kind != DJINN_STATE_DATA &&
+	    (e->data_off & DJINN_STATE_IN_POOL)) {
+		/* its entry came back in place (restore_text()) */
+		ret = e->shared ?
+			      vmu_text_lookup_shared(s->vs, e->fp, &t.text) :
+			      vmu_text_lookup(s->vs, e->fp, &t.text);
+		if (ret == -ENOENT) {
+			snprintf(why, whylen,
+				 "its text entry is not in the "
+				 "record");
+			return -EBADMSG;
+		}
+		if (!ret && vmu_text_size(t.text) != e->bytes) {
+			snprintf(why, whylen,
+				 "%llu bytes, its text entry's %llu",
+				 (unsigned long long)e->bytes,
+				 (unsigned long long)vmu_text_size(t.text));
+			vmu_text_put(s->vs, t.text);
+			return -EBADMSG;
+		}
+		t.module = e->kind == DJINN_STATE_MODULE;
+	} else if (e->kind != DJINN_STATE_DATA) {
 		struct vmu_text_upload *u;
 		bool created;
+
+		src = in->data + e->data_off;
 
 		/* its bytes hash to its name again, or the record is bad */
 		if (e->shared) {
@@ -830,15 +1199,18 @@ static int restore_tensor(struct state_in *in, struct session *s,
 		}
 		t.module = e->kind == DJINN_STATE_MODULE;
 	} else {
+		ret = state_in_fill(in, e->data_off, s->dev->index, &f);
+		if (ret) {
+			snprintf(why, whylen,
+				 "its bytes are in another "
+				 "device's pool");
+			return ret;
+		}
 		ret = vmu_region_create(
 			s->vs, e->max_size > e->bytes ? e->max_size : e->bytes,
 			&t.region);
 		if (!ret) {
-			ret = vmu_region_resize(s->vs, t.region, e->bytes,
-						NULL);
-			if (!ret && e->bytes)
-				ret = vmu_region_write(s->vs, t.region, 0, src,
-						       e->bytes);
+			ret = vmu_region_fill(s->vs, t.region, e->bytes, &f);
 			if (ret)
 				vmu_region_destroy(s->vs, t.region);
 		}
@@ -854,6 +1226,47 @@ static int restore_tensor(struct state_in *in, struct session *s,
 			vmu_region_destroy(s->vs, t.region);
 	}
 	return ret;
+}
+
+/* A text index entry back in place, on its device. */
+static int restore_text(struct state_in *in, const struct djinn_state_text *e,
+			struct device *devs, unsigned int nr_dev, char *msg,
+			size_t msglen)
+{
+	struct vmu_text_desc d = { .fp = e->fp,
+				   .owner = e->owner,
+				   .size = e->size };
+	struct vmu_fill f;
+	int ret = e->device < nr_dev ?
+			  state_in_fill(in, e->data_off, e->device, &f) :
+			  -EBADMSG;
+
+	if (!ret) {
+		d.pieces = f.pieces;
+		d.nr_pieces = f.nr_pieces;
+		ret = vmu_text_adopt(devs[e->device].vmu, &d);
+	}
+	if (ret)
+		snprintf(msg, msglen, "a text entry of %llu bytes%s%s: %s",
+			 (unsigned long long)e->size,
+			 e->owner[0] ? " of tenant " : "", e->owner,
+			 strerror(-ret));
+	return ret;
+}
+
+/* A restore that failed: the text entries it put into the index go
+ * again (their sessions have ended). */
+static void unadopt_texts(struct state_in *in, struct device *devs,
+			  unsigned int nr_dev)
+{
+	const struct djinn_state_text *e;
+	uint32_t type, len;
+
+	state_in_rewind(in);
+	while ((e = state_in_next(in, &type, &len)))
+		if (type == DJINN_STATE_TEXT_ENTRY && e->device < nr_dev)
+			vmu_text_evict(devs[e->device].vmu, e->fp,
+				       e->owner[0] ? e->owner : NULL);
 }
 
 /* Which tensor and object slots the entries after a session's fill:
@@ -903,13 +1316,18 @@ static int restore_obj(struct state_in *in, struct session *s,
 	const float *logits =
 		e->have_logits ? (const float *)(in->data + e->logits_off) :
 				 NULL;
+	struct vmu_fill cache;
 
 	if (e->kind == DJINN_STATE_MODEL)
 		return svc_model_restore(s, e->slot, e->model, e->fp, why,
 					 whylen);
+	if (state_in_fill(in, e->cache_off, s->dev->index, &cache)) {
+		snprintf(why, whylen, "its cache is in another device's pool");
+		return -EBADMSG;
+	}
 	return svc_ctx_restore(s, e->slot, e->model_slot, e->max_tokens, e->len,
-			       in->data + e->cache_off, e->cache_bytes, logits,
-			       e->logits_bytes, why, whylen);
+			       &cache, e->cache_bytes, logits, e->logits_bytes,
+			       why, whylen);
 }
 
 /* One entry after session @s's: its tensors and objects. */
@@ -949,10 +1367,18 @@ static int restore_one(struct state_in *in, struct session *s, uint32_t type,
 			.tokens = (const int32_t *)(z + 1),
 		};
 
-		ret = svc_ctx_pause_restore(s, z->slot, &pz,
-					    in->data + z->hidden_off,
-					    in->data + z->kv_off, z->flags, why,
-					    sizeof(why));
+		struct vmu_fill hidden, kv;
+
+		ret = state_in_fill(in, z->hidden_off, s->dev->index, &hidden);
+		if (!ret)
+			ret = state_in_fill(in, z->kv_off, s->dev->index, &kv);
+		if (ret)
+			snprintf(why, sizeof(why),
+				 "its bytes are in another device's pool");
+		else
+			ret = svc_ctx_pause_restore(s, z->slot, &pz, &hidden,
+						    &kv, z->flags, why,
+						    sizeof(why));
 		if (ret)
 			snprintf(msg, msglen,
 				 "session %llu: the paused step of the context "
@@ -1024,6 +1450,13 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 					  msglen);
 			continue;
 		}
+		/* where the entries after it find their bytes */
+		if (type == DJINN_STATE_POOL || type == DJINN_STATE_PIECES)
+			continue;
+		if (type == DJINN_STATE_TEXT_ENTRY) {
+			ret = restore_text(in, p, devs, nr_dev, msg, msglen);
+			continue;
+		}
 		s = NULL;
 		if (type != DJINN_STATE_SESSION)
 			continue;
@@ -1062,6 +1495,7 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 		}
 		t->next_id = next_id;
 		free(ids);
+		unadopt_texts(in, devs, nr_dev);
 		return ret;
 	}
 	free(ids);

@@ -20,6 +20,7 @@
 #ifndef DJINN_SVC_STATE_H
 #define DJINN_SVC_STATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,8 @@
 
 struct device;
 struct session_table;
+struct vmu_fill;
+struct vmu_piece;
 
 struct state_out {
 	uint8_t *rec;
@@ -35,6 +38,7 @@ struct state_out {
 	uint8_t *data; /* mapped: data_size bytes */
 	uint64_t data_size, data_len;
 	struct djinn_state_hdr hdr; /* the counts, as entries are added */
+	uint32_t nr_pieces; /* PIECES entries so far */
 	int err;
 };
 
@@ -50,6 +54,11 @@ void *state_out_data(struct state_out *o, uint64_t len, uint64_t *off);
  * page of it mapped here), at *@off: 0, or the error (kept). */
 int state_out_write(struct state_out *o, const void *src, uint64_t len,
 		    uint64_t *off);
+/* A PIECES entry: bytes in place in device @device's pool, the @nr
+ * pieces @p; *@off is what names them (DJINN_STATE_IN_POOL | its number).
+ * 0, or the error (kept). */
+int state_out_pieces(struct state_out *o, uint32_t device,
+		     const struct vmu_piece *p, unsigned int nr, uint64_t *off);
 /* The record, sealed, in *@rec_fd and its data in *@data_fd: 0, or the
  * first error (nothing kept). */
 int state_out_end(struct state_out *o, int *rec_fd, int *data_fd);
@@ -63,6 +72,10 @@ struct state_in {
 	uint64_t data_mapped;
 	const struct djinn_state_hdr *hdr;
 	size_t pos;
+	/* the POOL and PIECES entries, in the record's order */
+	const struct djinn_state_pool **pools;
+	const struct djinn_state_pieces **pieces;
+	uint32_t nr_pools, nr_pieces;
 };
 
 /* Map and check the record: 0, or -EPROTONOSUPPORT (a version this
@@ -77,9 +90,25 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 const void *state_in_next(struct state_in *in, uint32_t *type, uint32_t *len);
 void state_in_rewind(struct state_in *in);
 void state_in_close(struct state_in *in);
+/* Device @device's POOL entry, or NULL: its pieces follow it. */
+const struct djinn_state_pool *state_in_pool(const struct state_in *in,
+					     uint32_t device);
+/* What the bytes at record offset @off (checked by state_in_open())
+ * for device @device fill a region with (vmu.h): state-data's, or
+ * pieces of the device's pool. -EBADMSG for another device's pool. */
+int state_in_fill(const struct state_in *in, uint64_t off, uint32_t device,
+		  struct vmu_fill *f);
 
+/* Whether @dev's data regions are written as pieces of its pool, which
+ * the next djinnd maps in place (its fd "pool-INDEX" goes with the
+ * record): a device whose memory is a file, and whose bytes djinnd may
+ * reach (not --cpu-device-only's, which stand for a GPU's). */
+bool svc_state_in_pool(const struct device *dev);
 uint64_t svc_state_data_size(struct session_table *t);
-int svc_state_save(struct state_out *o, struct session_table *t);
+/* With a POOL entry for each of @devs whose memory is a file: their
+ * sessions' data regions are written as where they lie in it. */
+int svc_state_save(struct state_out *o, struct session_table *t,
+		   struct device *devs, unsigned int nr_dev);
 /* The record's sessions, on @devs (their device index); 0, or the first
  * error with @msg saying which session and why, and nothing restored
  * (the sessions restored before it are ended again). */

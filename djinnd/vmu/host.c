@@ -48,6 +48,7 @@ struct host_chunk {
 	uint64_t va; /* where it is mapped, 0 while in the pool */
 	uint64_t mapped; /* bytes mapped there, from its start */
 	bool protected; /* set_access() changed it from read-write */
+	bool adopted; /* made of kept pieces (adopt()) */
 	struct host_chunk *hnext; /* host_provider.table */
 	unsigned int nr_ext;
 	struct host_extent ext[];
@@ -100,6 +101,18 @@ static void gran_set(struct host_provider *h, uint64_t first, uint64_t n,
 			h->bitmap[i / 64] |= 1ull << (i % 64);
 		else
 			h->bitmap[i / 64] &= ~(1ull << (i % 64));
+	}
+}
+
+/* Mark granules [@first, @end) kept or not. */
+static void kept_set(struct host_provider *h, uint64_t first, uint64_t end,
+		     bool kept)
+{
+	for (uint64_t k = first; k < end; k++) {
+		if (kept)
+			h->kept[k / 64] |= 1ull << (k % 64);
+		else
+			h->kept[k / 64] &= ~(1ull << (k % 64));
 	}
 }
 
@@ -510,10 +523,19 @@ static void host_destroy(struct vmu_provider *p, uint64_t chunk)
 	pthread_mutex_lock(&h->lock);
 	if (c->va)
 		unmap_one(h, c);
-	for (unsigned int i = 0; i < c->nr_ext; i++)
-		gran_set(h, c->ext[i].off / p->granularity,
-			 c->ext[i].len / p->granularity, false);
-	h->free_gran += c->size / p->granularity;
+	for (unsigned int i = 0; i < c->nr_ext; i++) {
+		uint64_t first = c->ext[i].off / p->granularity,
+			 n = c->ext[i].len / p->granularity;
+
+		/* until unkeep(), adopted memory stays the predecessor's:
+		 * nothing else may be given it while a restore may fail */
+		if (c->adopted && h->kept)
+			kept_set(h, first, first + n, true);
+		else
+			gran_set(h, first, n, false);
+	}
+	if (!c->adopted || !h->kept)
+		h->free_gran += c->size / p->granularity;
 	pthread_mutex_unlock(&h->lock);
 	free(c);
 }
@@ -746,18 +768,6 @@ static bool gran_kept(const struct host_provider *h, uint64_t i)
 	return h->kept && h->kept[i / 64] >> (i % 64) & 1;
 }
 
-/* Mark granules [@first, @end) kept or not. */
-static void kept_set(struct host_provider *h, uint64_t first, uint64_t end,
-		     bool kept)
-{
-	for (uint64_t k = first; k < end; k++) {
-		if (kept)
-			h->kept[k / 64] |= 1ull << (k % 64);
-		else
-			h->kept[k / 64] &= ~(1ull << (k % 64));
-	}
-}
-
 static int host_adopt(struct vmu_provider *p, const struct vmu_piece *pcs,
 		      unsigned int nr, uint64_t *chunk)
 {
@@ -790,6 +800,7 @@ static int host_adopt(struct vmu_provider *p, const struct vmu_piece *pcs,
 		c->size += pcs[i].len;
 	}
 	c->nr_ext = nr;
+	c->adopted = true;
 	pthread_mutex_unlock(&h->lock);
 	*chunk = (uintptr_t)c;
 	return 0;

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "vmu/vmu_private.h"
 
@@ -125,6 +126,32 @@ out_resident:
 	r->host_size = 0;
 	vmu_region_set_state(v, r, VMU_REGION_RESIDENT);
 	return ret;
+}
+
+/* Lock held; drops it for the copy. */
+int vmu_swap_fill_locked(struct vmu *v, struct vmu_region *r, uint64_t size,
+			 const void *bytes)
+{
+	void *buf = NULL;
+	int ret;
+
+	if (r->m.mapped || r->state != VMU_REGION_RESIDENT)
+		return -EBUSY;
+	r->host_size = vmu_round(v, size);
+	vmu_region_set_state(v, r, VMU_REGION_MOVING);
+	ret = size ? swapbuf_get(v, size, &buf) : 0;
+	if (ret) {
+		r->host_size = 0;
+		vmu_region_set_state(v, r, VMU_REGION_RESIDENT);
+		return ret;
+	}
+	vmu_drop_lock(v);
+	memcpy(buf, bytes, size);
+	vmu_take_lock(v);
+	r->size = size;
+	r->host = buf;
+	vmu_region_set_state(v, r, VMU_REGION_SWAPPED);
+	return 0;
 }
 
 /* Lock held; drops it for the mapping and the copy. */

@@ -648,6 +648,112 @@ int vmu_text_insert(struct vmu_session *s, const void *src, uint64_t size,
 }
 
 /* ---------------------------------------------------------------------- */
+/* A restart's text */
+
+int vmu_text_pieces(struct vmu *v, const struct vmu_text *t,
+		    struct vmu_piece **out, unsigned int *nr)
+{
+	return vmu_mapping_pieces(v, &t->m, t->m.mapped, out, nr);
+}
+
+int vmu_text_each(struct vmu *v,
+		  int (*fn)(void *arg, const struct vmu_text_desc *d),
+		  void *arg)
+{
+	int ret = 0;
+
+	if (!v->prov->ops->pieces)
+		return -EOPNOTSUPP;
+	vmu_lock(v);
+	vmu_text_expire_locked(v); /* a fault's zeros are not kept */
+	for (uint64_t i = 0; i < v->hash_size && !ret; i++) {
+		for (struct vmu_text *t = v->hash[i]; t && !ret; t = t->hnext) {
+			struct vmu_text_desc d = { .fp = t->fp,
+						   .owner = t->owner,
+						   .size = t->size };
+			struct vmu_piece *p;
+
+			ret = vmu_mapping_pieces(v, &t->m, t->m.mapped, &p,
+						 &d.nr_pieces);
+			if (ret)
+				break;
+			d.pieces = p;
+			ret = fn(arg, &d);
+			free(p);
+		}
+	}
+	vmu_unlock(v);
+	return ret;
+}
+
+int vmu_text_adopt(struct vmu *v, const struct vmu_text_desc *d)
+{
+	uint64_t bytes = vmu_round(v, d->size), have = 0, from_resv;
+	struct vmu_tenant *owner = NULL;
+	struct vmu_text *t;
+	int ret;
+
+	for (unsigned int i = 0; i < d->nr_pieces; i++)
+		have += d->pieces[i].len;
+	if (!d->size || have != bytes || strlen(d->owner) >= VMU_NAME_MAX)
+		return -EINVAL;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	ret = vmu_mapping_reserve(v, &t->m, bytes);
+	if (ret) {
+		free(t);
+		return ret;
+	}
+	vmu_lock(v);
+	ret = text_find(v, d->fp, d->owner) ?
+		      -EEXIST :
+		      vmu_charge(v, bytes, NULL, &from_resv);
+	vmu_unlock(v);
+	if (!ret) {
+		ret = vmu_mapping_adopt(v, &t->m, d->pieces, d->nr_pieces);
+		if (!ret)
+			ret = v->prov->ops->set_access(v->prov, t->m.addr,
+						       t->m.vsize,
+						       VMU_ACCESS_READ);
+		vmu_lock(v);
+		if (ret)
+			vmu_uncharge(v, bytes);
+		vmu_unlock(v);
+	}
+	if (ret) {
+		vmu_mapping_release(v, &t->m);
+		free(t);
+		return ret;
+	}
+	vmu_lock(v);
+	if (d->owner[0]) {
+		ret = vmu_tenant_get_locked(v, d->owner, &owner);
+		if (ret) {
+			vmu_mapping_release(v, &t->m);
+			vmu_uncharge(v, bytes);
+			vmu_unlock(v);
+			free(t);
+			return ret;
+		}
+		t->owner_t = owner;
+		owner->texts++;
+		owner->use.text_bytes += bytes;
+	}
+	memcpy(t->fp, d->fp, VMU_FP_LEN);
+	snprintf(t->owner, sizeof(t->owner), "%s", d->owner);
+	t->size = d->size;
+	t->epoch = vmu_faults(v);
+	vmu_seg_add(v, VMU_SEG_TEXT, (int64_t)bytes);
+	/* unheld, as a commit publishes it: a session's lookup holds it */
+	list_add_tail(&t->lru, &v->text_lru);
+	v->st.text_cached += bytes;
+	text_hash_add(v, t);
+	vmu_unlock(v);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Areas */
 
 struct vmu_text_area {

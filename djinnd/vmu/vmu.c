@@ -204,13 +204,20 @@ int vmu_mapping_reserve(struct vmu *v, struct vmu_mapping *m, uint64_t size)
 	return v->prov->ops->reserve(v->prov, size, v->gran, &m->addr);
 }
 
-/* Map one new chunk so that @m->mapped becomes @to. No lock needed: the
- * caller owns @m and has charged the bytes. */
-int vmu_mapping_grow(struct vmu *v, struct vmu_mapping *m, uint64_t to)
+/* Map one chunk so that @m->mapped becomes @to: a new one, or one of the
+ * @nr kept pieces @pcs (ops->adopt). No lock needed: the caller owns @m
+ * and has charged the bytes. */
+static int mapping_grow_from(struct vmu *v, struct vmu_mapping *m, uint64_t to,
+			     const struct vmu_piece *pcs, unsigned int nr)
 {
 	const struct vmu_provider_ops *ops = v->prov->ops;
-	uint64_t len = to - m->mapped, handle;
+	uint64_t len = to - m->mapped, handle, have = 0;
 	int ret;
+
+	for (unsigned int i = 0; i < nr; i++)
+		have += pcs[i].len;
+	if (nr && (!ops->adopt || have != len))
+		return -EINVAL;
 
 	if (m->nr == m->cap) {
 		unsigned int cap = m->cap ? m->cap * 2 : 4;
@@ -221,7 +228,8 @@ int vmu_mapping_grow(struct vmu *v, struct vmu_mapping *m, uint64_t to)
 		m->chunks = c;
 		m->cap = cap;
 	}
-	ret = ops->create(v->prov, len, &handle);
+	ret = nr ? ops->adopt(v->prov, pcs, nr, &handle) :
+		   ops->create(v->prov, len, &handle);
 	if (ret)
 		return ret;
 	ret = ops->map(v->prov, m->addr + m->mapped, len, handle);
@@ -232,6 +240,11 @@ int vmu_mapping_grow(struct vmu *v, struct vmu_mapping *m, uint64_t to)
 	m->chunks[m->nr++] = (struct vmu_chunk){ handle, m->mapped, len };
 	m->mapped = to;
 	return 0;
+}
+
+int vmu_mapping_grow(struct vmu *v, struct vmu_mapping *m, uint64_t to)
+{
+	return mapping_grow_from(v, m, to, NULL, 0);
 }
 
 /* Unmap and destroy the chunks that lie wholly at or past @keep; returns
@@ -711,7 +724,8 @@ static struct vmu_tenant *tenant_find(struct vmu *v, const char *name)
 	return NULL;
 }
 
-static int tenant_get(struct vmu *v, const char *name, struct vmu_tenant **out)
+int vmu_tenant_get_locked(struct vmu *v, const char *name,
+			  struct vmu_tenant **out)
 {
 	struct vmu_tenant *t;
 
@@ -749,7 +763,7 @@ int vmu_session_create(struct vmu *v, const char *tenant,
 	if (!s)
 		return -ENOMEM;
 	vmu_lock(v);
-	ret = tenant_get(v, tenant, &s->tenant);
+	ret = vmu_tenant_get_locked(v, tenant, &s->tenant);
 	if (ret) {
 		vmu_unlock(v);
 		free(s);
@@ -785,7 +799,7 @@ static int tenant_set(struct vmu *v, const char *tenant, size_t field,
 	int ret;
 
 	vmu_lock(v);
-	ret = tenant_get(v, tenant, &t);
+	ret = vmu_tenant_get_locked(v, tenant, &t);
 	if (!ret) {
 		limit = (uint64_t *)((char *)&t->use + field);
 		if (nr)
@@ -1017,9 +1031,11 @@ out_free:
 	return ret;
 }
 
-/* Lock held; drops it to map and zero the new chunk. */
+/* Lock held; drops it to map and zero the new chunk, or (@f's pieces) to
+ * map the kept pieces, their bytes as they are. */
 static int region_grow_locked(struct vmu *v, struct vmu_region *r,
-			      uint64_t size, struct vmu_resv *resv)
+			      uint64_t size, struct vmu_resv *resv,
+			      const struct vmu_fill *f)
 {
 	uint64_t to = vmu_round(v, size), from = r->m.mapped, from_resv;
 	uint64_t own = r->resv < to - from ? r->resv : to - from;
@@ -1043,10 +1059,14 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 	}
 	charge_commit(v, own);
 	vmu_drop_lock(v);
-	ret = vmu_mapping_grow(v, &r->m, to);
-	if (!ret)
-		ret = v->prov->ops->memset(v->prov, r->m.addr + from, 0,
-					   to - from);
+	if (f && f->nr_pieces) {
+		ret = mapping_grow_from(v, &r->m, to, f->pieces, f->nr_pieces);
+	} else {
+		ret = vmu_mapping_grow(v, &r->m, to);
+		if (!ret)
+			ret = v->prov->ops->memset(v->prov, r->m.addr + from, 0,
+						   to - from);
+	}
 	if (ret)
 		vmu_mapping_trim(v, &r->m, from);
 	vmu_take_lock(v);
@@ -1100,7 +1120,7 @@ int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
 			goto out;
 	}
 	if (vmu_round(v, size) > r->m.mapped) {
-		ret = region_grow_locked(v, r, size, resv);
+		ret = region_grow_locked(v, r, size, resv, NULL);
 	} else {
 		vmu_region_acct(v, r, -1);
 		r->size = size;
@@ -1110,6 +1130,135 @@ int vmu_region_resize(struct vmu_session *s, uint64_t handle, uint64_t size,
 	if (!ret && r->state == VMU_REGION_RESIDENT)
 		list_move_tail(&r->lru, &v->data_lru);
 out:
+	vmu_unlock(v);
+	return ret;
+}
+
+int vmu_region_fill(struct vmu_session *s, uint64_t handle, uint64_t size,
+		    const struct vmu_fill *f)
+{
+	struct vmu *v = s->vmu;
+	struct vmu_region *r;
+	int ret;
+
+	if (!f->nr_pieces && !f->swapped) {
+		ret = vmu_region_resize(s, handle, size, NULL);
+		return ret || !size ?
+			       ret :
+			       vmu_region_write(s, handle, 0, f->bytes, size);
+	}
+	vmu_lock(v);
+	r = vmu_region_get_settled(s, handle);
+	if (!r)
+		ret = -ENOENT;
+	else if (size > r->max_size)
+		ret = -E2BIG;
+	else if (r->m.mapped || r->state != VMU_REGION_RESIDENT)
+		ret = -EBUSY;
+	else if (f->swapped)
+		ret = vmu_swap_fill_locked(v, r, size, f->bytes);
+	else if (!size)
+		ret = -EINVAL;
+	else
+		ret = region_grow_locked(v, r, size, NULL, f);
+	if (!ret && r->state == VMU_REGION_RESIDENT)
+		list_move_tail(&r->lru, &v->data_lru);
+	vmu_unlock(v);
+	return ret;
+}
+
+int vmu_mapping_adopt(struct vmu *v, struct vmu_mapping *m,
+		      const struct vmu_piece *pcs, unsigned int nr)
+{
+	uint64_t len = 0;
+
+	for (unsigned int i = 0; i < nr; i++)
+		len += pcs[i].len;
+	return mapping_grow_from(v, m, m->mapped + len, pcs, nr);
+}
+
+int vmu_mapping_pieces(struct vmu *v, const struct vmu_mapping *m, uint64_t len,
+		       struct vmu_piece **out, unsigned int *nr)
+{
+	const struct vmu_provider_ops *ops = v->prov->ops;
+	struct vmu_piece *p = NULL;
+	unsigned int n = 0, cap = 0;
+
+	if (!ops->pieces)
+		return -EOPNOTSUPP;
+	len = vmu_round(v, len);
+	if (len > m->mapped)
+		return -ERANGE;
+	for (unsigned int i = 0; i < m->nr && m->chunks[i].off < len; i++) {
+		const struct vmu_chunk *c = &m->chunks[i];
+		uint64_t want = len - c->off < c->size ? len - c->off : c->size;
+		unsigned int k = ops->pieces(v->prov, c->handle, NULL, 0);
+		struct vmu_piece *q;
+
+		if (n + k > cap) {
+			cap = (n + k) * 2;
+			q = realloc(p, cap * sizeof(*p));
+			if (!q) {
+				free(p);
+				return -ENOMEM;
+			}
+			p = q;
+		}
+		ops->pieces(v->prov, c->handle, p + n, k);
+		/* the chunk's pieces up to @want bytes of it, after the
+		 * last one where they go on from it */
+		for (unsigned int j = 0, base = n; j < k && want; j++) {
+			struct vmu_piece x = p[base + j];
+
+			x.len = x.len < want ? x.len : want;
+			want -= x.len;
+			if (n && p[n - 1].off + p[n - 1].len == x.off)
+				p[n - 1].len += x.len;
+			else
+				p[n++] = x;
+		}
+	}
+	*out = p;
+	*nr = n;
+	return 0;
+}
+
+int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
+		      struct vmu_piece **out, unsigned int *nr)
+{
+	struct vmu *v = s->vmu;
+	struct vmu_region *r;
+	int ret = 0;
+
+	if (!v->prov->ops->pieces)
+		return -EOPNOTSUPP;
+	vmu_lock(v);
+	r = vmu_region_get_settled(s, handle);
+	if (!r)
+		ret = -ENOENT;
+	else if (r->state == VMU_REGION_SWAPPED)
+		ret = -ENODATA;
+	if (!ret)
+		ret = vmu_mapping_pieces(v, &r->m, len, out, nr);
+	vmu_unlock(v);
+	return ret;
+}
+
+int vmu_region_swapped(struct vmu_session *s, uint64_t handle,
+		       const void **host)
+{
+	struct vmu *v = s->vmu;
+	struct vmu_region *r;
+	int ret = 0;
+
+	vmu_lock(v);
+	r = vmu_region_get_settled(s, handle);
+	if (!r)
+		ret = -ENOENT;
+	else if (r->state != VMU_REGION_SWAPPED)
+		ret = -EAGAIN;
+	else
+		*host = r->host;
 	vmu_unlock(v);
 	return ret;
 }

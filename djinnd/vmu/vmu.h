@@ -291,6 +291,32 @@ const uint8_t *vmu_text_fp(const struct vmu_text *t);
 bool vmu_text_shared(const struct vmu_text *t);
 
 /*
+ * A restart's text (svc/state.c). vmu_text_each() calls @fn for each
+ * entry of the index with the VMU locked (@fn may not call into it):
+ * its fingerprint, scope (its tenant's name, "" for the shared scope),
+ * size, and where its bytes lie in the provider's file; the first error
+ * @fn returns ends it, and is returned (-EOPNOTSUPP: the provider's
+ * memory is no file). vmu_text_adopt() puts such an entry into the
+ * index, unheld, with the bytes that pieces the provider keeps hold
+ * (provider.h, adopt): 0, -EEXIST (the index has it), -EINVAL (pieces
+ * not kept, or not vmu_round(size) bytes), -ENOMEM. vmu_text_pieces()
+ * is where an entry's bytes lie, as vmu_region_pieces() says.
+ */
+struct vmu_text_desc {
+	const uint8_t *fp;
+	const char *owner;
+	uint64_t size;
+	const struct vmu_piece *pieces;
+	unsigned int nr_pieces;
+};
+int vmu_text_each(struct vmu *v,
+		  int (*fn)(void *arg, const struct vmu_text_desc *d),
+		  void *arg);
+int vmu_text_adopt(struct vmu *v, const struct vmu_text_desc *d);
+int vmu_text_pieces(struct vmu *v, const struct vmu_text *t,
+		    struct vmu_piece **out, unsigned int *nr);
+
+/*
  * Streaming insert, for bytes that arrive in pieces (network uploads,
  * model shards). begin() allocates the device memory; write() appends in
  * order; commit() checks the fingerprint against @expect (if not NULL:
@@ -400,6 +426,38 @@ int vmu_region_write(struct vmu_session *s, uint64_t handle, uint64_t off,
 		     const void *src, uint64_t len);
 int vmu_region_read(struct vmu_session *s, uint64_t handle, uint64_t off,
 		    void *dst, uint64_t len);
+
+/*
+ * A restart's regions (svc/state.c). What a region is filled with: @bytes
+ * copied in (with @swapped, into host memory: the region stays swapped
+ * out, as it was, and takes no device memory), or, with @nr_pieces, the
+ * pieces @pieces of the provider's file taken over with the bytes they
+ * hold (provider.h: a successor's provider keeps its predecessor's
+ * memory for adopt()).
+ */
+struct vmu_fill {
+	const void *bytes;
+	const struct vmu_piece *pieces;
+	unsigned int nr_pieces;
+	bool swapped;
+};
+
+/* Grow an empty region to @size with @f's bytes: -EBUSY when it is not
+ * empty, -EINVAL for pieces that do not make vmu_round(@size) bytes or
+ * that the provider does not keep; else as vmu_region_resize(). */
+int vmu_region_fill(struct vmu_session *s, uint64_t handle, uint64_t size,
+		    const struct vmu_fill *f);
+/* Where the first @len bytes of a region lie in its provider's file: an
+ * array (free() it) of pieces in their order, contiguous ones merged, in
+ * *@out and their number in *@nr. -EOPNOTSUPP when the provider's memory
+ * is no file, -ENODATA for a swapped region (nothing moves: see
+ * vmu_region_swapped()), -ERANGE past the region's mapped bytes. */
+int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
+		      struct vmu_piece **out, unsigned int *nr);
+/* A swapped region's bytes in host memory (its size of them), valid
+ * while nothing runs on the VMU: 0, or -EAGAIN when it is resident. */
+int vmu_region_swapped(struct vmu_session *s, uint64_t handle,
+		       const void **host);
 
 /* ---------------------------------------------------------------------- */
 /* Stack segment

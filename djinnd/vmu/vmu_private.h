@@ -76,6 +76,10 @@ struct vmu_tenant {
 	uint64_t staged;
 };
 
+/* Tenant @name, made if it is not known yet: 0, -EINVAL, -ENOMEM. Lock
+ * held. */
+int vmu_tenant_get_locked(struct vmu *v, const char *name,
+			  struct vmu_tenant **out);
 /* Free @t if nothing keeps it: sessions, entries, quotas. Lock held. */
 void vmu_tenant_put_locked(struct vmu_tenant *t);
 /* Evict @t's unheld text, oldest first, until @bytes more fit its quota
@@ -272,6 +276,14 @@ void vmu_uncharge_resv(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
 
 int vmu_mapping_reserve(struct vmu *v, struct vmu_mapping *m, uint64_t size);
 int vmu_mapping_grow(struct vmu *v, struct vmu_mapping *m, uint64_t to);
+/* Map one chunk of the @nr kept pieces @pcs after what @m maps (the
+ * provider's adopt()): their bytes as they are. Caller as above. */
+int vmu_mapping_adopt(struct vmu *v, struct vmu_mapping *m,
+		      const struct vmu_piece *pcs, unsigned int nr);
+/* Where @m's first @len bytes lie in the provider's file, as
+ * vmu_region_pieces() says. */
+int vmu_mapping_pieces(struct vmu *v, const struct vmu_mapping *m, uint64_t len,
+		       struct vmu_piece **out, unsigned int *nr);
 uint64_t vmu_mapping_trim(struct vmu *v, struct vmu_mapping *m, uint64_t keep);
 void vmu_mapping_release(struct vmu *v, struct vmu_mapping *m);
 
@@ -290,6 +302,11 @@ void vmu_swapbuf_put(struct vmu *v, void *buf, uint64_t size);
 void vmu_region_set_state(struct vmu *v, struct vmu_region *r,
 			  enum vmu_region_state state);
 int vmu_swap_out_locked(struct vmu *v, struct vmu_region *r);
+/* An empty resident region made a swapped one of @size bytes from
+ * @bytes (a restart's: it was swapped out), no device memory taken:
+ * 0, -EBUSY, -ENOMEM. Drops the lock for the copy. */
+int vmu_swap_fill_locked(struct vmu *v, struct vmu_region *r, uint64_t size,
+			 const void *bytes);
 int vmu_swap_in_locked(struct vmu *v, struct vmu_region *r,
 		       struct vmu_resv *resv);
 

@@ -28,6 +28,27 @@
  *   CONN     struct djinn_state_conn, then its attached sessions (u64
  *            each), then the bytes it had received and not yet parsed;
  *            its socket is the fd named "conn-INDEX"
+ *   POOL     struct djinn_state_pool, then struct djinn_state_piece
+ *            each: a device whose memory is a file (the CPU backend's
+ *            pool, a memfd: the fd named "pool-DEVICE"), and the pieces
+ *            of it in use, which the next djinnd keeps until its restore
+ *            is over (version 2)
+ *   PIECES   struct djinn_state_pieces, then struct djinn_state_piece
+ *            each: where bytes lie in a device's pool, in their order
+ *            (version 2)
+ *   TEXT_ENTRY struct djinn_state_text: an entry of a device's text
+ *            index (weights, uploaded text), in place in its pool,
+ *            before the sessions that hold it (version 2)
+ *
+ * Bytes are in "state-data" at an offset (@data_off, @cache_off, ...),
+ * or, when the offset has DJINN_STATE_IN_POOL set, in place in their
+ * device's pool: the offset's other bits number the PIECES entry (from 0,
+ * in the record's order) that says where, and the next djinnd maps those
+ * pieces where the bytes belong instead of copying them. A text tensor's
+ * in place is its TEXT_ENTRY's, found again by its fingerprint. A
+ * state-data offset with DJINN_STATE_SWAPPED set (the rest is the
+ * offset) holds the bytes of a region that was swapped out to host
+ * memory: it stays swapped out (version 2).
  *
  * A djinnd reads the versions it knows and refuses any other with the
  * version named (an older djinnd does not guess at a newer record); the
@@ -42,7 +63,11 @@
 #include <djinn/proto.h>
 
 #define DJINN_STATE_MAGIC 0x3154534e4e494a44ULL /* "DJINNST1" */
-#define DJINN_STATE_VERSION 1
+#define DJINN_STATE_VERSION 2
+/* the oldest version a djinnd of this one reads (1: no POOL, no PIECES) */
+#define DJINN_STATE_VERSION_MIN 1
+#define DJINN_STATE_IN_POOL (1ULL << 63)
+#define DJINN_STATE_SWAPPED (1ULL << 62)
 
 /**
  * struct djinn_state_hdr - the record's first bytes
@@ -81,6 +106,9 @@ enum djinn_state_type {
 	DJINN_STATE_OBJ = 4,
 	DJINN_STATE_RESULT = 5,
 	DJINN_STATE_PAUSE = 6,
+	DJINN_STATE_POOL = 7,
+	DJINN_STATE_PIECES = 8,
+	DJINN_STATE_TEXT_ENTRY = 9,
 };
 
 /* An entry: @len payload bytes follow (then padding to 8). */
@@ -261,6 +289,54 @@ struct djinn_state_conn {
 	__u64 backlog;
 	__u8 peer[128];
 	char tenant[DJINN_TENANT_LEN];
+};
+
+/* @len bytes at @off of a device's pool */
+struct djinn_state_piece {
+	__u64 off;
+	__u64 len;
+};
+
+/**
+ * struct djinn_state_pool - a device's memory that is a file
+ * @device: the device's index; the file is the fd named "pool-@device"
+ * @nr:     pieces of it in use when the record was written, after this
+ * @granularity: its granule: every piece's offset and length are
+ *          multiples of it
+ * @size:   its bytes
+ */
+struct djinn_state_pool {
+	__u32 device;
+	__u32 nr;
+	__u64 granularity;
+	__u64 size;
+};
+
+/**
+ * struct djinn_state_pieces - where one object's bytes lie in a pool
+ * @device: the pool's device
+ * @nr:     pieces, after this: the object's bytes in their order,
+ *          rounded up to the pool's granule
+ */
+struct djinn_state_pieces {
+	__u32 device;
+	__u32 nr;
+};
+
+/**
+ * struct djinn_state_text - an entry of a device's text index
+ * @device: the device's index
+ * @fp:     its name, the SHA-256 of its bytes
+ * @owner:  its scope: the tenant whose it is, "" for the shared scope
+ * @size:   its bytes; they lie in place at @data_off (DJINN_STATE_IN_POOL)
+ */
+struct djinn_state_text {
+	__u32 device;
+	__u32 __reserved;
+	__u8 fp[32];
+	char owner[DJINN_TENANT_LEN];
+	__u64 size;
+	__u64 data_off;
 };
 
 #endif /* DJINN_STATE_H */

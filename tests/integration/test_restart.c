@@ -310,6 +310,12 @@ static void test_planned_restart(void **state)
 		 NR_SESSIONS + 1, tensors + 1);
 	assert_true(log_has(fx, want));
 	assert_true(log_has(fx, "connections restored"));
+	/* the CPU device's pool was taken over: its data in place */
+	assert_true(log_has(fx, "MiB of data in place"));
+	assert_false(log_has(fx, " 0 MiB of data in place"));
+	/* 300 tensors of a granule or more on 256 MiB: some were swapped
+	 * out, and their bytes were copied, to stay swapped out */
+	assert_false(log_has(fx, " and 0 MiB copied"));
 	/* new clients are answered by the successor */
 	hellos = cn.hellos;
 	for (int i = 0; i < 10000 && cn.hellos < hellos + 5 && !cn.bad; i++)
@@ -367,27 +373,49 @@ static void test_planned_restart(void **state)
 	fx->base = vmu_now(fx);
 }
 
-/* A successor that cannot hold the state (less memory than it takes)
- * exits; the running djinnd serves on with every byte. */
+/*
+ * A successor that cannot restore the state exits; the running djinnd
+ * serves on with every byte. This one maps the session's tensors and the
+ * model's weights in place from the pool they share (the tensors come
+ * before the model in the record), then finds the model gone from its
+ * directory: what it took must be the old one's still, byte for byte,
+ * and the model's weights must still decode as they did.
+ */
 static void test_failed_successor(void **state)
 {
 	struct fx *fx = *state;
+	const int32_t prompt[4] = { 2, 7, 1, 8 };
+	int32_t want[6], got[6];
 	struct held s;
-	char mem[sizeof(fx->d.cpu_mem)];
 	int fd = xconnect(fx->d.sock), status;
+	uint64_t model, a, b;
+	char cmd[512];
 	pid_t next;
 
 	make_session(&s, fd, 10); /* 3 MiB and more */
-	memcpy(mem, fx->d.cpu_mem, sizeof(mem));
-	snprintf(fx->d.cpu_mem, sizeof(fx->d.cpu_mem), "2M");
+	assert_int_equal(djd_make_model(&fx->d, "tiny", TINY_GPT2), 0);
+	model = model_open(fd, s.sid, "tiny").model;
+	a = ctx_new(fd, s.sid, model, 16);
+	b = ctx_new(fd, s.sid, model, 16);
+	prefill(fd, s.sid, a, prompt, 4, 0);
+	prefill(fd, s.sid, b, prompt, 4, 0);
+	decode(fd, s.sid, a, 6, NULL, want);
+	snprintf(cmd, sizeof(cmd), "mv %s/models/tiny %s/models/away",
+		 fx->d.dir, fx->d.dir);
+	assert_int_equal(system(cmd), 0);
 	next = djd_spawn_next(&fx->d);
-	memcpy(fx->d.cpu_mem, mem, sizeof(mem));
 	assert_true(next > 0);
 	assert_int_equal(waitpid(next, &status, 0), next);
+	snprintf(cmd, sizeof(cmd), "mv %s/models/away %s/models/tiny",
+		 fx->d.dir, fx->d.dir);
+	assert_int_equal(system(cmd), 0);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0);
 	assert_true(log_shows(fx, "the successor closed without serving"));
 	assert_true(log_has(fx, "state not restored"));
+	assert_true(log_has(fx, "(tiny)"));
 	check_session(&s);
+	decode(fd, s.sid, b, 6, NULL, got);
+	assert_memory_equal(got, want, sizeof(got));
 	hello(fd);
 	close_session(fd, s.sid);
 	for (unsigned int k = 0; k < 3; k++)

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "svc/state.h"
+#include "vmu/vmu.h"
 
 /* A record of one session with two tensors and one connection. */
 static void write_one(int *rec, int *data, uint64_t *data_off)
@@ -167,6 +168,16 @@ static void newer(uint8_t *p, size_t *len)
 	((struct djinn_state_hdr *)p)->version = DJINN_STATE_VERSION + 1;
 }
 
+static void older(uint8_t *p, size_t *len)
+{
+	((struct djinn_state_hdr *)p)->version = DJINN_STATE_VERSION_MIN - 1;
+}
+
+static void version_1(uint8_t *p, size_t *len)
+{
+	((struct djinn_state_hdr *)p)->version = 1;
+}
+
 static void bad_magic(uint8_t *p, size_t *len)
 {
 	p[0] ^= 1;
@@ -246,7 +257,11 @@ static void test_refused(void **state)
 		const char *phrase;
 	} cases[] = {
 		{ newer, -EPROTONOSUPPORT,
-		  "state record version 2: this djinnd reads version 1" },
+		  "state record version 3: this djinnd reads versions 1 to "
+		  "2" },
+		{ older, -EPROTONOSUPPORT,
+		  "state record version 0: this djinnd reads versions 1 to "
+		  "2" },
 		{ bad_magic, -EBADMSG, "not a djinnd state record" },
 		{ truncated, -EBADMSG, "its header says" },
 		{ long_entry, -EBADMSG, "entry 0 runs past the record" },
@@ -279,6 +294,18 @@ static void test_refused(void **state)
 				 cases[i].phrase);
 		close(fd);
 	}
+	/* a record of version 1 (no pools: its entries are this one's) */
+	{
+		struct state_in in;
+		char msg[256] = "";
+		int fd = edited(rec, version_1);
+
+		assert_int_equal(state_in_open(&in, fd, data, msg, sizeof(msg)),
+				 0);
+		assert_int_equal(in.hdr->version, 1);
+		state_in_close(&in);
+		close(fd);
+	}
 	/* unsealed: what was checked could change under the restore */
 	{
 		struct state_in in;
@@ -294,11 +321,178 @@ static void test_refused(void **state)
 	close(data);
 }
 
+/*
+ * A record whose data is in place in a device's pool: a POOL entry
+ * (granule 4 KiB, 64 KiB, two pieces in use), a session, and a data
+ * tensor of 10000 bytes whose pieces (12 KiB) a PIECES entry names, and
+ * a text index entry in the same pieces.
+ */
+static void write_pooled(int *rec, int *data)
+{
+	static const struct vmu_piece used[2] = { { 0, 8192 },
+						  { 16384, 4096 } };
+	struct state_out o;
+	struct djinn_state_pool *pool;
+	struct djinn_state_session *s;
+	struct djinn_state_tensor *t;
+	struct djinn_state_text *x;
+	uint64_t off;
+
+	assert_int_equal(state_out_begin(&o, 0), 0);
+	pool = state_out_ent(&o, DJINN_STATE_POOL,
+			     sizeof(*pool) + sizeof(used));
+	assert_non_null(pool);
+	pool->device = 0;
+	pool->nr = 2;
+	pool->granularity = 4096;
+	pool->size = 65536;
+	memcpy(pool + 1, used, sizeof(used));
+	s = state_out_ent(&o, DJINN_STATE_SESSION, sizeof(*s) + 4);
+	assert_non_null(s);
+	s->id = 1;
+	s->nr_slots = 1;
+	assert_int_equal(state_out_pieces(&o, 0, used, 2, &off), 0);
+	assert_int_equal(off, DJINN_STATE_IN_POOL | 0);
+	t = state_out_ent(&o, DJINN_STATE_TENSOR, sizeof(*t));
+	assert_non_null(t);
+	t->kind = DJINN_STATE_DATA;
+	t->bytes = 10000;
+	t->desc.dtype = DJINN_DTYPE_U8;
+	t->desc.ndim = 1;
+	t->desc.dims[0] = t->bytes;
+	t->data_off = off;
+	x = state_out_ent(&o, DJINN_STATE_TEXT_ENTRY, sizeof(*x));
+	assert_non_null(x);
+	x->size = 100;
+	x->data_off = off;
+	assert_int_equal(state_out_end(&o, rec, data), 0);
+}
+
+static void piece_past(uint8_t *p, size_t *len)
+{
+	struct djinn_state_pieces *e = ent_of(p, DJINN_STATE_PIECES);
+
+	((struct djinn_state_piece *)(e + 1))[1].off = 65536;
+}
+
+static void piece_odd(uint8_t *p, size_t *len)
+{
+	struct djinn_state_pieces *e = ent_of(p, DJINN_STATE_PIECES);
+
+	((struct djinn_state_piece *)(e + 1))[0].len = 100;
+}
+
+static void pieces_no_pool(uint8_t *p, size_t *len)
+{
+	((struct djinn_state_pieces *)ent_of(p, DJINN_STATE_PIECES))->device =
+		3;
+}
+
+static void pool_granule(uint8_t *p, size_t *len)
+{
+	((struct djinn_state_pool *)ent_of(p, DJINN_STATE_POOL))->granularity =
+		3000;
+}
+
+static void pieces_index(uint8_t *p, size_t *len)
+{
+	((struct djinn_state_tensor *)ent_of(p, DJINN_STATE_TENSOR))->data_off =
+		DJINN_STATE_IN_POOL | 1;
+}
+
+static void pieces_short(uint8_t *p, size_t *len)
+{
+	struct djinn_state_tensor *t = ent_of(p, DJINN_STATE_TENSOR);
+
+	t->bytes = t->desc.dims[0] = 12289;
+}
+
+/* A text index entry is in place, or not in the record. */
+static void text_copied(uint8_t *p, size_t *len)
+{
+	((struct djinn_state_text *)ent_of(p, DJINN_STATE_TEXT_ENTRY))
+		->data_off = 0;
+}
+
+/* The record again, with a second POOL entry for device 0 at its end. */
+static void two_pools(uint8_t *p, size_t *len)
+{
+	struct djinn_state_hdr *h = (void *)p;
+	struct djinn_state_ent *e = (void *)(p + *len);
+	struct djinn_state_pool *pool = (void *)(e + 1);
+
+	memset(e, 0, sizeof(*e) + sizeof(*pool));
+	e->type = DJINN_STATE_POOL;
+	e->len = sizeof(*pool);
+	pool->granularity = 4096;
+	pool->size = 4096;
+	*len += sizeof(*e) + sizeof(*pool);
+	h->size = *len;
+}
+
+static void test_pool(void **state)
+{
+	static const struct {
+		void (*edit)(uint8_t *p, size_t *len);
+		const char *phrase;
+	} cases[] = {
+		{ piece_past, "type 8 does not hold together (entry 2)" },
+		{ piece_odd, "type 8 does not hold together (entry 2)" },
+		{ pieces_no_pool, "type 8 does not hold together (entry 2)" },
+		{ pool_granule, "type 7 does not hold together (entry 0)" },
+		{ pieces_index, "type 2 does not hold together (entry 3)" },
+		{ pieces_short, "type 2 does not hold together (entry 3)" },
+		{ text_copied, "type 9 does not hold together (entry 4)" },
+		{ two_pools, "device 0 has two pools" },
+	};
+	const struct djinn_state_tensor *t = NULL;
+	struct state_in in;
+	struct vmu_fill f;
+	const void *p;
+	uint32_t type, len;
+	char msg[256] = "";
+	int rec, data;
+
+	(void)state;
+	write_pooled(&rec, &data);
+	assert_int_equal(state_in_open(&in, rec, data, msg, sizeof(msg)), 0);
+	assert_int_equal(in.nr_pools, 1);
+	assert_int_equal(in.nr_pieces, 1);
+	assert_non_null(state_in_pool(&in, 0));
+	assert_null(state_in_pool(&in, 1));
+	assert_int_equal(state_in_pool(&in, 0)->nr, 2);
+	while ((p = state_in_next(&in, &type, &len)))
+		if (type == DJINN_STATE_TENSOR)
+			t = p;
+	assert_non_null(t);
+	assert_int_equal(state_in_fill(&in, t->data_off, 0, &f), 0);
+	assert_null(f.bytes);
+	assert_int_equal(f.nr_pieces, 2);
+	assert_int_equal(f.pieces[1].off, 16384);
+	/* pieces of device 0's pool do not fill device 1's regions */
+	assert_int_equal(state_in_fill(&in, t->data_off, 1, &f), -EBADMSG);
+	state_in_close(&in);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int fd = edited(rec, cases[i].edit);
+
+		msg[0] = 0;
+		assert_int_equal(state_in_open(&in, fd, data, msg, sizeof(msg)),
+				 -EBADMSG);
+		if (!strstr(msg, cases[i].phrase))
+			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, msg,
+				 cases[i].phrase);
+		close(fd);
+	}
+	close(rec);
+	close(data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_pool),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

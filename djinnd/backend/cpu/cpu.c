@@ -704,6 +704,15 @@ static void blas_pick_core(void)
 int cpu_backend_create(uint64_t capacity, unsigned int threads,
 		       struct backend **out)
 {
+	struct vmu_provider *prov;
+	int ret = vmu_host_provider_create(capacity, 0, &prov);
+
+	return ret ? ret : cpu_backend_with(prov, threads, out);
+}
+
+int cpu_backend_with(struct vmu_provider *prov, unsigned int threads,
+		     struct backend **out)
+{
 	static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 	struct cpu_backend *cb;
 	int ret;
@@ -716,14 +725,12 @@ int cpu_backend_create(uint64_t capacity, unsigned int threads,
 			  n > CPU_MAX_THREADS ? CPU_MAX_THREADS :
 						(unsigned int)n;
 	}
-	if (threads > CPU_MAX_THREADS)
-		return -EINVAL;
-	cb = calloc(1, sizeof(*cb));
-	if (!cb)
-		return -ENOMEM;
-	ret = vmu_host_provider_create(capacity, 0, &cb->base.provider);
-	if (ret)
-		goto out_free;
+	cb = threads > CPU_MAX_THREADS ? NULL : calloc(1, sizeof(*cb));
+	if (!cb) {
+		prov->ops->free(prov);
+		return threads > CPU_MAX_THREADS ? -EINVAL : -ENOMEM;
+	}
+	cb->base.provider = prov;
 	ret = cpu_pool_create(threads, &cb->pool);
 	if (ret)
 		goto out_provider;
@@ -743,7 +750,6 @@ int cpu_backend_create(uint64_t capacity, unsigned int threads,
 
 out_provider:
 	cb->base.provider->ops->free(cb->base.provider);
-out_free:
 	free(cb);
 	return ret;
 }
