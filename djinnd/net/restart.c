@@ -682,22 +682,6 @@ void restart_abandon(struct server *srv, bool forget)
 	srv->restore = NULL;
 }
 
-/* The bytes the record's PIECES entries name: what was taken over in
- * place. */
-static uint64_t in_place(const struct state_in *in)
-{
-	uint64_t n = 0;
-
-	for (uint32_t i = 0; i < in->nr_pieces; i++) {
-		const struct djinn_state_piece *pc =
-			(const void *)(in->pieces[i] + 1);
-
-		for (uint32_t k = 0; k < in->pieces[i]->nr; k++)
-			n += pc[k].len;
-	}
-	return n;
-}
-
 int restart_restore(struct server *srv)
 {
 	struct restart_in *r = srv->restore;
@@ -723,7 +707,8 @@ int restart_restore(struct server *srv)
 			   "record, %llu MiB of data in place and %llu MiB "
 			   "copied; all in %llu ms",
 			   r->in.hdr->nr_conns, r->in.hdr->pid,
-			   (unsigned long long)(in_place(&r->in) >> 20),
+			   (unsigned long long)(state_in_in_place(&r->in) >>
+						20),
 			   (unsigned long long)(r->in.hdr->data_size >> 20),
 			   (unsigned long long)((loop_now() - r->t0) /
 						NSEC_PER_MSEC));

@@ -579,6 +579,15 @@ const struct djinn_state_pool *state_in_pool(const struct state_in *in,
 	return NULL;
 }
 
+uint64_t state_in_in_place(const struct state_in *in)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < in->nr_pieces; i++)
+		n += pieces_bytes(in->pieces[i]);
+	return n;
+}
+
 int state_in_fill(const struct state_in *in, uint64_t off, uint32_t device,
 		  struct vmu_fill *f)
 {
@@ -630,9 +639,10 @@ struct size_ctx {
  * in place in a pool, or swapped out (region_out()). */
 static bool copied(const struct size_ctx *x, uint64_t region)
 {
-	const void *host;
+	struct vmu_region_info info;
 
-	return !x->pool || !vmu_region_swapped(x->s->vs, region, &host);
+	return !x->pool || (!vmu_region_info(x->s->vs, region, &info) &&
+			    info.state == VMU_REGION_SWAPPED);
 }
 
 static int add_size(void *arg, uint32_t slot, const struct tensor *t)
@@ -705,15 +715,15 @@ static int region_out(struct state_out *o, struct session *s, uint64_t region,
 	if (svc_state_in_pool(s->dev) && bytes) {
 		const void *host;
 
+		ret = vmu_region_pieces(s->vs, region, bytes, &pcs, &nr, &host);
 		/* swapped out: its host copy is written as it is, for
 		 * nothing may move now (a swap-in could swap out a region
 		 * whose pieces are written already) */
-		if (!vmu_region_swapped(s->vs, region, &host)) {
+		if (ret == -ENODATA) {
 			ret = state_out_write(o, host, bytes, off);
 			*off |= DJINN_STATE_SWAPPED;
 			return ret;
 		}
-		ret = vmu_region_pieces(s->vs, region, bytes, &pcs, &nr);
 		if (ret)
 			return ret;
 		ret = state_out_pieces(o, s->dev->index, pcs, nr, off);

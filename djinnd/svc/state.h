@@ -90,6 +90,8 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 const void *state_in_next(struct state_in *in, uint32_t *type, uint32_t *len);
 void state_in_rewind(struct state_in *in);
 void state_in_close(struct state_in *in);
+/* The bytes the PIECES entries name: what is taken over in place. */
+uint64_t state_in_in_place(const struct state_in *in);
 /* Device @device's POOL entry, or NULL: its pieces follow it. */
 const struct djinn_state_pool *state_in_pool(const struct state_in *in,
 					     uint32_t device);

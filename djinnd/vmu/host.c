@@ -773,9 +773,8 @@ static int host_adopt(struct vmu_provider *p, const struct vmu_piece *pcs,
 {
 	struct host_provider *h = to_host(p);
 	const uint64_t g = p->granularity;
+	uint64_t taken = 0; /* granules taken, in order */
 	struct host_chunk *c;
-	unsigned int i = 0;
-	uint64_t k = 0;
 
 	if (!nr)
 		return -EINVAL;
@@ -784,17 +783,18 @@ static int host_adopt(struct vmu_provider *p, const struct vmu_piece *pcs,
 		return -ENOMEM;
 	pthread_mutex_lock(&h->lock);
 	/* each granule taken as it is checked, so that one named twice is
-	 * refused; on a refusal those taken are kept again */
-	for (i = 0; i < nr; i++) {
+	 * refused */
+	for (unsigned int i = 0; i < nr; i++) {
 		uint64_t first = pcs[i].off / g;
 
 		if (!pcs[i].len || pcs[i].off % g || pcs[i].len % g ||
 		    first >= h->nr_gran || pcs[i].len / g > h->nr_gran - first)
-			goto refuse_piece;
-		for (k = first; k < first + pcs[i].len / g; k++) {
+			goto refuse;
+		for (uint64_t k = first; k < first + pcs[i].len / g; k++) {
 			if (!gran_kept(h, k))
 				goto refuse;
 			kept_set(h, k, k + 1, false);
+			taken++;
 		}
 		c->ext[i] = (struct host_extent){ pcs[i].off, pcs[i].len };
 		c->size += pcs[i].len;
@@ -805,14 +805,12 @@ static int host_adopt(struct vmu_provider *p, const struct vmu_piece *pcs,
 	*chunk = (uintptr_t)c;
 	return 0;
 
-refuse_piece:
-	k = pcs[i].off / g;
 refuse:
-	if (i < nr && k > pcs[i].off / g)
-		kept_set(h, pcs[i].off / g, k, true);
-	while (i--)
-		kept_set(h, pcs[i].off / g, (pcs[i].off + pcs[i].len) / g,
-			 true);
+	/* those taken are kept again, in the order they were taken */
+	for (unsigned int i = 0; taken; i++)
+		for (uint64_t k = pcs[i].off / g;
+		     taken && k < (pcs[i].off + pcs[i].len) / g; k++, taken--)
+			kept_set(h, k, k + 1, true);
 	pthread_mutex_unlock(&h->lock);
 	free(c);
 	return -EINVAL;
@@ -824,11 +822,10 @@ static void host_unkeep(struct vmu_provider *p)
 
 	pthread_mutex_lock(&h->lock);
 	for (uint64_t i = 0; h->kept && i < h->nr_gran; i++) {
-		if (!gran_kept(h, i))
-			continue;
-		h->kept[i / 64] &= ~(1ull << (i % 64));
-		gran_set(h, i, 1, false);
-		h->free_gran++;
+		if (gran_kept(h, i)) {
+			gran_set(h, i, 1, false);
+			h->free_gran++;
+		}
 	}
 	free(h->kept);
 	h->kept = NULL;

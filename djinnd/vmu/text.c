@@ -151,6 +151,27 @@ static void text_hash_del(struct vmu *v, struct vmu_text *t)
 	v->st.seg[VMU_SEG_TEXT].entries--;
 }
 
+/* Put @t (its mapping, size and epoch set) into the index, unheld: its
+ * name @fp, its scope @owner ("" shared) and, for a tenant's, that
+ * tenant @owner_t, charged with its bytes. Lock held. */
+static void text_publish_locked(struct vmu *v, struct vmu_text *t,
+				const uint8_t *fp, const char *owner,
+				struct vmu_tenant *owner_t)
+{
+	memcpy(t->fp, fp, VMU_FP_LEN);
+	snprintf(t->owner, sizeof(t->owner), "%s", owner);
+	if (owner_t) {
+		/* its tenant's, counted against its quota */
+		t->owner_t = owner_t;
+		owner_t->texts++;
+		owner_t->use.text_bytes += t->m.mapped;
+	}
+	/* Published unheld; text_hold() takes it off the LRU. */
+	list_add_tail(&t->lru, &v->text_lru);
+	v->st.text_cached += t->m.mapped;
+	text_hash_add(v, t);
+}
+
 /* Free an unheld entry. Lock held throughout: unmapping one range is
  * quick, and eviction must not race with a lookup that revives it. */
 void vmu_text_free_locked(struct vmu *v, struct vmu_text *t)
@@ -379,7 +400,8 @@ bool vmu_text_shared(const struct vmu_text *t)
  * zeroed: every read of an entry is bounded by its size, and zeroing
  * would cost a whole granule for a small entry.
  */
-static int text_map(struct vmu *v, struct vmu_mapping *m, uint64_t bytes)
+static int text_map(struct vmu *v, struct vmu_mapping *m, uint64_t bytes,
+		    const struct vmu_piece *pcs, unsigned int nr)
 {
 	uint64_t from_resv;
 	int ret;
@@ -391,7 +413,8 @@ static int text_map(struct vmu *v, struct vmu_mapping *m, uint64_t bytes)
 	ret = vmu_charge(v, bytes, NULL, &from_resv);
 	vmu_unlock(v);
 	if (!ret) {
-		ret = vmu_mapping_grow(v, m, bytes);
+		ret = nr ? vmu_mapping_adopt(v, m, bytes, pcs, nr) :
+			   vmu_mapping_grow(v, m, bytes);
 		vmu_lock(v);
 		if (ret)
 			vmu_uncharge(v, bytes);
@@ -474,7 +497,7 @@ static int upload_start(struct vmu_session *s, uint64_t size, bool hash,
 			goto out_free;
 		}
 	}
-	ret = text_map(v, &u->m, bytes);
+	ret = text_map(v, &u->m, bytes, NULL, 0);
 	if (ret)
 		goto out_free;
 	vmu_lock(v);
@@ -589,21 +612,11 @@ int vmu_text_commit(struct vmu_text_upload *u, const uint8_t *expect,
 			vmu_unlock(v);
 			return -ENOMEM;
 		}
-		memcpy(t->fp, fp, VMU_FP_LEN);
-		snprintf(t->owner, sizeof(t->owner), "%s", scope(s, u->shared));
-		if (!u->shared) {
-			/* its tenant's, counted against its quota */
-			t->owner_t = s->tenant;
-			s->tenant->texts++;
-			s->tenant->use.text_bytes += u->m.mapped;
-		}
 		t->m = u->m;
 		t->size = u->size;
 		t->epoch = u->epoch;
-		/* Published unheld; text_hold() takes it off the LRU. */
-		list_add_tail(&t->lru, &v->text_lru);
-		v->st.text_cached += t->m.mapped;
-		text_hash_add(v, t);
+		text_publish_locked(v, t, fp, scope(s, u->shared),
+				    u->shared ? NULL : s->tenant);
 		EVP_MD_CTX_free(u->md);
 		free(u);
 		*created = true;
@@ -688,67 +701,37 @@ int vmu_text_each(struct vmu *v,
 
 int vmu_text_adopt(struct vmu *v, const struct vmu_text_desc *d)
 {
-	uint64_t bytes = vmu_round(v, d->size), have = 0, from_resv;
 	struct vmu_tenant *owner = NULL;
 	struct vmu_text *t;
 	int ret;
 
-	for (unsigned int i = 0; i < d->nr_pieces; i++)
-		have += d->pieces[i].len;
-	if (!d->size || have != bytes || strlen(d->owner) >= VMU_NAME_MAX)
+	if (!d->size || !d->nr_pieces || strlen(d->owner) >= VMU_NAME_MAX)
 		return -EINVAL;
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
-	ret = vmu_mapping_reserve(v, &t->m, bytes);
+	ret = text_map(v, &t->m, vmu_round(v, d->size), d->pieces,
+		       d->nr_pieces);
 	if (ret) {
 		free(t);
 		return ret;
 	}
+	ret = v->prov->ops->set_access(v->prov, t->m.addr, t->m.vsize,
+				       VMU_ACCESS_READ);
 	vmu_lock(v);
-	ret = text_find(v, d->fp, d->owner) ?
-		      -EEXIST :
-		      vmu_charge(v, bytes, NULL, &from_resv);
-	vmu_unlock(v);
-	if (!ret) {
-		ret = vmu_mapping_adopt(v, &t->m, d->pieces, d->nr_pieces);
-		if (!ret)
-			ret = v->prov->ops->set_access(v->prov, t->m.addr,
-						       t->m.vsize,
-						       VMU_ACCESS_READ);
-		vmu_lock(v);
-		if (ret)
-			vmu_uncharge(v, bytes);
-		vmu_unlock(v);
-	}
-	if (ret) {
-		vmu_mapping_release(v, &t->m);
-		free(t);
-		return ret;
-	}
-	vmu_lock(v);
-	if (d->owner[0]) {
+	if (!ret && text_find(v, d->fp, d->owner))
+		ret = -EEXIST;
+	if (!ret && d->owner[0])
 		ret = vmu_tenant_get_locked(v, d->owner, &owner);
-		if (ret) {
-			vmu_mapping_release(v, &t->m);
-			vmu_uncharge(v, bytes);
-			vmu_unlock(v);
-			free(t);
-			return ret;
-		}
-		t->owner_t = owner;
-		owner->texts++;
-		owner->use.text_bytes += bytes;
+	if (ret) {
+		text_unmap_locked(v, &t->m);
+		vmu_unlock(v);
+		free(t);
+		return ret;
 	}
-	memcpy(t->fp, d->fp, VMU_FP_LEN);
-	snprintf(t->owner, sizeof(t->owner), "%s", d->owner);
 	t->size = d->size;
 	t->epoch = vmu_faults(v);
-	vmu_seg_add(v, VMU_SEG_TEXT, (int64_t)bytes);
-	/* unheld, as a commit publishes it: a session's lookup holds it */
-	list_add_tail(&t->lru, &v->text_lru);
-	v->st.text_cached += bytes;
-	text_hash_add(v, t);
+	text_publish_locked(v, t, d->fp, d->owner, owner);
 	vmu_unlock(v);
 	return 0;
 }
@@ -780,7 +763,7 @@ int vmu_text_area_alloc(struct vmu *v, uint64_t size,
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return -ENOMEM;
-	ret = text_map(v, &a->m, bytes);
+	ret = text_map(v, &a->m, bytes, NULL, 0);
 	if (ret) {
 		vmu_get_stats(v, &st);
 		snprintf(msg, msglen, "need %llu bytes, %llu free: %s",

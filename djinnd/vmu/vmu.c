@@ -207,8 +207,8 @@ int vmu_mapping_reserve(struct vmu *v, struct vmu_mapping *m, uint64_t size)
 /* Map one chunk so that @m->mapped becomes @to: a new one, or one of the
  * @nr kept pieces @pcs (ops->adopt). No lock needed: the caller owns @m
  * and has charged the bytes. */
-static int mapping_grow_from(struct vmu *v, struct vmu_mapping *m, uint64_t to,
-			     const struct vmu_piece *pcs, unsigned int nr)
+int vmu_mapping_adopt(struct vmu *v, struct vmu_mapping *m, uint64_t to,
+		      const struct vmu_piece *pcs, unsigned int nr)
 {
 	const struct vmu_provider_ops *ops = v->prov->ops;
 	uint64_t len = to - m->mapped, handle, have = 0;
@@ -244,7 +244,7 @@ static int mapping_grow_from(struct vmu *v, struct vmu_mapping *m, uint64_t to,
 
 int vmu_mapping_grow(struct vmu *v, struct vmu_mapping *m, uint64_t to)
 {
-	return mapping_grow_from(v, m, to, NULL, 0);
+	return vmu_mapping_adopt(v, m, to, NULL, 0);
 }
 
 /* Unmap and destroy the chunks that lie wholly at or past @keep; returns
@@ -1060,7 +1060,7 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 	charge_commit(v, own);
 	vmu_drop_lock(v);
 	if (f && f->nr_pieces) {
-		ret = mapping_grow_from(v, &r->m, to, f->pieces, f->nr_pieces);
+		ret = vmu_mapping_adopt(v, &r->m, to, f->pieces, f->nr_pieces);
 	} else {
 		ret = vmu_mapping_grow(v, &r->m, to);
 		if (!ret)
@@ -1167,16 +1167,6 @@ int vmu_region_fill(struct vmu_session *s, uint64_t handle, uint64_t size,
 	return ret;
 }
 
-int vmu_mapping_adopt(struct vmu *v, struct vmu_mapping *m,
-		      const struct vmu_piece *pcs, unsigned int nr)
-{
-	uint64_t len = 0;
-
-	for (unsigned int i = 0; i < nr; i++)
-		len += pcs[i].len;
-	return mapping_grow_from(v, m, m->mapped + len, pcs, nr);
-}
-
 int vmu_mapping_pieces(struct vmu *v, const struct vmu_mapping *m, uint64_t len,
 		       struct vmu_piece **out, unsigned int *nr)
 {
@@ -1224,41 +1214,23 @@ int vmu_mapping_pieces(struct vmu *v, const struct vmu_mapping *m, uint64_t len,
 }
 
 int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
-		      struct vmu_piece **out, unsigned int *nr)
+		      struct vmu_piece **out, unsigned int *nr,
+		      const void **host)
 {
 	struct vmu *v = s->vmu;
 	struct vmu_region *r;
 	int ret = 0;
 
-	if (!v->prov->ops->pieces)
-		return -EOPNOTSUPP;
 	vmu_lock(v);
 	r = vmu_region_get_settled(s, handle);
-	if (!r)
+	if (!r) {
 		ret = -ENOENT;
-	else if (r->state == VMU_REGION_SWAPPED)
+	} else if (r->state == VMU_REGION_SWAPPED) {
+		*host = r->host;
 		ret = -ENODATA;
+	}
 	if (!ret)
 		ret = vmu_mapping_pieces(v, &r->m, len, out, nr);
-	vmu_unlock(v);
-	return ret;
-}
-
-int vmu_region_swapped(struct vmu_session *s, uint64_t handle,
-		       const void **host)
-{
-	struct vmu *v = s->vmu;
-	struct vmu_region *r;
-	int ret = 0;
-
-	vmu_lock(v);
-	r = vmu_region_get_settled(s, handle);
-	if (!r)
-		ret = -ENOENT;
-	else if (r->state != VMU_REGION_SWAPPED)
-		ret = -EAGAIN;
-	else
-		*host = r->host;
 	vmu_unlock(v);
 	return ret;
 }

@@ -450,14 +450,12 @@ int vmu_region_fill(struct vmu_session *s, uint64_t handle, uint64_t size,
 /* Where the first @len bytes of a region lie in its provider's file: an
  * array (free() it) of pieces in their order, contiguous ones merged, in
  * *@out and their number in *@nr. -EOPNOTSUPP when the provider's memory
- * is no file, -ENODATA for a swapped region (nothing moves: see
- * vmu_region_swapped()), -ERANGE past the region's mapped bytes. */
+ * is no file, -ERANGE past the region's mapped bytes, -ENODATA for a
+ * swapped region, which does not move: its bytes are in host memory at
+ * *@host (its size of them, valid while nothing runs on the VMU). */
 int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
-		      struct vmu_piece **out, unsigned int *nr);
-/* A swapped region's bytes in host memory (its size of them), valid
- * while nothing runs on the VMU: 0, or -EAGAIN when it is resident. */
-int vmu_region_swapped(struct vmu_session *s, uint64_t handle,
-		       const void **host);
+		      struct vmu_piece **out, unsigned int *nr,
+		      const void **host);
 
 /* ---------------------------------------------------------------------- */
 /* Stack segment

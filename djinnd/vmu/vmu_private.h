@@ -276,9 +276,10 @@ void vmu_uncharge_resv(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
 
 int vmu_mapping_reserve(struct vmu *v, struct vmu_mapping *m, uint64_t size);
 int vmu_mapping_grow(struct vmu *v, struct vmu_mapping *m, uint64_t to);
-/* Map one chunk of the @nr kept pieces @pcs after what @m maps (the
- * provider's adopt()): their bytes as they are. Caller as above. */
-int vmu_mapping_adopt(struct vmu *v, struct vmu_mapping *m,
+/* The same with one chunk of the @nr kept pieces @pcs (the provider's
+ * adopt()), their bytes as they are: -EINVAL unless they make @to -
+ * @m->mapped bytes. */
+int vmu_mapping_adopt(struct vmu *v, struct vmu_mapping *m, uint64_t to,
 		      const struct vmu_piece *pcs, unsigned int nr);
 /* Where @m's first @len bytes lie in the provider's file, as
  * vmu_region_pieces() says. */

@@ -719,19 +719,22 @@ static void test_adopt_in_place(void **state)
 
 static void test_open_refuses(void **state)
 {
+	static const struct {
+		struct vmu_piece keep;
+		uint64_t granularity;
+	} bad[] = {
+		{ { CAP, GRAN }, GRAN }, /* past the file */
+		{ { GRAN / 2, GRAN }, GRAN }, /* off the granules */
+		{ { 0, 0 }, CAP * 2 }, /* a file not on the granules */
+	};
 	struct vmu_provider *p = *state, *q = NULL;
-	struct vmu_piece past = { CAP, GRAN }, odd = { GRAN / 2, GRAN };
 
-	assert_int_equal(vmu_host_provider_open(dup(p->ops->file(p)), CAP, GRAN,
-						&past, 1, &q),
-			 -EINVAL);
-	assert_int_equal(vmu_host_provider_open(dup(p->ops->file(p)), CAP, GRAN,
-						&odd, 1, &q),
-			 -EINVAL);
-	/* a file not on the granules */
-	assert_int_equal(vmu_host_provider_open(dup(p->ops->file(p)), CAP,
-						CAP * 2, NULL, 0, &q),
-			 -EINVAL);
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+		assert_int_equal(
+			vmu_host_provider_open(dup(p->ops->file(p)), CAP,
+					       bad[i].granularity, &bad[i].keep,
+					       bad[i].keep.len ? 1 : 0, &q),
+			-EINVAL);
 	assert_null(q);
 }
 
