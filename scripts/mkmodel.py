@@ -6,7 +6,8 @@
 
 DIR gets a Hugging Face layout: config.json and model.safetensors, or
 with --shards N, model-0000K-of-0000N.safetensors and
-model.safetensors.index.json. Tensor names and shapes are those
+model.safetensors.index.json; with --chat, a tokenizer and chat template
+(scripts/mktokenizer.py). Tensor names and shapes are those
 transformers writes; config.json has the keys transformers 5.24's
 save_pretrained writes (--config-form 5: nested rope_parameters, dtype)
 or transformers 4's (--config-form 4: top-level rope_theta and
@@ -26,6 +27,9 @@ import os
 import random
 import struct
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mktokenizer  # noqa: E402
 
 
 def to_bytes(values, dtype):
@@ -284,6 +288,9 @@ def main():
     p.add_argument('--beta-fast', type=float, default=None)
     p.add_argument('--beta-slow', type=float, default=None)
     p.add_argument('--attention-factor', type=float, default=None)
+    p.add_argument('--chat', action='store_true',
+                   help='a chat tokenizer and template too '
+                   '(scripts/mktokenizer.py, over the whole vocabulary)')
     a = p.parse_args()
     if a.embd % a.heads:
         p.error('--embd must be a multiple of --heads')
@@ -313,6 +320,10 @@ def main():
     items = [(n, s, to_bytes(values(rng, s, k), dtype)) for n, s, k in tensors]
 
     os.makedirs(a.dir, exist_ok=True)
+    if a.chat:
+        ids = mktokenizer.write(a.dir, a.vocab, a.ctx)
+        cfg['bos_token_id'] = ids['<|endoftext|>']
+        cfg['eos_token_id'] = ids['<|im_end|>']
     with open(os.path.join(a.dir, 'config.json'), 'w') as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write('\n')
