@@ -270,11 +270,13 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(VMU_LIB) $(COMMON_LIB)
 # rules of their own add to both from mk/*.mk.
 TESTS      = $(UNIT_BINS) $(FUZZ_REPLAY) $(SCRIPT_TESTS) $(INTEG_BINS)
 TESTS_ONCE =
+# what `make test` sets up beside the build (mk/*.mk add to it)
+TEST_PREP  =
 include $(sort $(wildcard mk/*.mk))
 
 # `make test` is a complete set-up: packages first, then build, then run.
 test: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory all $(TEST_PREP)
 	$(Q)DJINND=$(DJINND) tests/run.sh $(TESTS) $(TESTS_ONCE)
 
 check: test

@@ -97,7 +97,7 @@ $(INST)/djinn-bench: $(DJINN_BENCH_OBJS)
 $(INST_DJINN): $(BUILD)/tools/cli.o
 # pkg-config and the unit name the installed paths, whatever was built:
 # remade when a path changes.
-INST_PATHS := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(SBINDIR) $(SYSCONFDIR)
+INST_PATHS := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(SBINDIR) $(BINDIR) $(SYSCONFDIR)
 $(INST)/paths: FORCE
 	@mkdir -p $(@D)
 	$(Q)echo '$(INST_PATHS)' | cmp -s - $@ || echo '$(INST_PATHS)' > $@
@@ -110,6 +110,13 @@ $(INST)/djinnd.service: systemd/djinnd.service.in $(INST)/paths
 	@mkdir -p $(@D)
 	$(Q)sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 		$< > $@
+$(INST)/djinn-serve.service: systemd/djinn-serve.service.in $(INST)/paths
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+		$< > $@
+$(INST)/djinn-serve: python/djinn-serve.in $(INST)/paths
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PYTHON@|$(PYTHON)|g' $< > $@ && chmod 755 $@
 .PHONY: FORCE install uninstall
 
 # What is installed: "f MODE SRC DST", "l TARGET DST" (a symlink) or
@@ -132,6 +139,8 @@ INSTALL_LIST = \
 	$(foreach h,$(INST_UAPI_HDR),f 644 $(h) $(INCLUDEDIR)/linux/djinn.h) \
 	$(foreach m,$(INST_MAN_PAGES),f 644 $(m) $(MANDIR)/$(patsubst man/%,%,$(m))) \
 	f 644 $(INST)/djinnd.service $(UNITDIR)/djinnd.service \
+	f 644 $(INST)/djinn-serve.service $(UNITDIR)/djinn-serve.service \
+	f 755 $(INST)/djinn-serve $(BINDIR)/djinn-serve \
 	c 644 etc/djinnd.conf $(SYSCONFDIR)/djinn/djinnd.conf \
 	$(if $(wildcard kmod/dkms.conf), \
 	  $(foreach k,$(INST_KMOD_SRCS),f 644 $(k) $(DKMSDIR)/$(notdir $(k))) \
@@ -139,7 +148,8 @@ INSTALL_LIST = \
 
 INSTALL_FILES = $(DJINND) $(DJINNCTL) $(INST)/djinn-bench $(INST_DJINN) \
 		$(LIBDJINN_SO) \
-		$(LIBDJINN_A) $(INST)/libdjinn.pc $(INST)/djinnd.service
+		$(LIBDJINN_A) $(INST)/libdjinn.pc $(INST)/djinnd.service \
+		$(INST)/djinn-serve.service $(INST)/djinn-serve
 
 # The installer, in sh: $1 install|uninstall, $2 DESTDIR, $3 the manifest;
 # for install, the list on stdin. Manifest lines: "d DIR" for each
@@ -235,7 +245,7 @@ export INSTALL_SH
 # (test_install does, so that it checks the binaries the tests ran, even
 # while the tree changes under it).
 all: $(INSTALL_FILES)
-install: $(if $(INSTALL_PREBUILT),$(INST)/libdjinn.pc $(INST)/djinnd.service,$(INSTALL_FILES))
+install: $(if $(INSTALL_PREBUILT),$(INST)/libdjinn.pc $(INST)/djinnd.service $(INST)/djinn-serve.service $(INST)/djinn-serve,$(INSTALL_FILES))
 	$(Q)echo '$(strip $(INSTALL_LIST))' | \
 		sh -c "$$INSTALL_SH" sh install '$(DESTDIR)' '$(INSTALL_MANIFEST)'
 	$(Q)if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" -eq 0 ] && \

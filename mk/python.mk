@@ -16,8 +16,26 @@
 PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
 DEB_PKGS += python3-numpy python3-pytest
 
-PY_SRCS := $(wildcard python/djinn/*.py) python/djinn/py.typed
+PY_SRCS := $(wildcard python/djinn/*.py python/djinn/serve/*.py) \
+	   python/djinn/py.typed
 PY_TESTS := $(wildcard python/tests/*.py examples/python/*.py)
+
+# djinn serve's packages (and the openai SDK its tests drive it with),
+# from PyPI into a venv over Debian's interpreter, which keeps numpy and
+# pytest; make test runs the suite in it. Where pip cannot install them,
+# test_serve.py skips, naming the package.
+SERVE_PKGS  := fastapi uvicorn jinja2 tokenizers openai
+SERVE_VENV  := $(BUILD)/serve-venv
+SERVE_STAMP := $(SERVE_VENV)/.serve
+DEB_PKGS    += python3-venv
+TEST_PREP   += $(SERVE_STAMP)
+$(SERVE_STAMP): mk/python.mk
+	$(Q)rm -rf $(SERVE_VENV) && \
+		$(PYTHON) -m venv --system-site-packages $(SERVE_VENV) && \
+		{ $(SERVE_VENV)/bin/python -m pip install -q --timeout 20 \
+			$(SERVE_PKGS) && touch $@ || \
+		  echo "  warning: pip did not install $(SERVE_PKGS): djinn" \
+		       "serve's tests skip"; }
 
 PYTHON_TEST := $(BUILD)/tests/python/test_python
 $(PYTHON_TEST): tests/python/test_python.sh $(PY_SRCS) $(PY_TESTS) \
@@ -43,7 +61,7 @@ python: $(LIBDJINN_SO)
 # make install: the package's files, where the interpreter looks
 PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 PYTHON_SITE ?= $(PREFIX)/lib/python$(PYTHON_VERSION)/dist-packages
-INSTALL_LIST += $(if $(PYTHON_VERSION),$(foreach f,$(PY_SRCS),f 644 $(f) $(PYTHON_SITE)/djinn/$(notdir $(f))))
+INSTALL_LIST += $(if $(PYTHON_VERSION),$(foreach f,$(PY_SRCS),f 644 $(f) $(PYTHON_SITE)/$(patsubst python/%,%,$(f))))
 
 # make bench-python: bench/python-bench.py beside the C client's same
 # calls (bench/py-baseline.c, loaded into the same process)

@@ -40,6 +40,9 @@ MODELS = {
     "--ctx 64 --seed 3",
     "tiny-llama": "--arch llama --layers 3 --embd 64 --heads 4 "
     "--kv-heads 2 --inner 128 --vocab 256 --ctx 64 --seed 5",
+    # with a tokenizer and chat template, for djinn serve (test_serve.py)
+    "chat-qwen": "--arch qwen2 --layers 2 --embd 64 --heads 4 "
+    "--kv-heads 2 --inner 128 --vocab 320 --ctx 2048 --seed 7 --chat",
 }
 
 

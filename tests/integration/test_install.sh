@@ -79,7 +79,8 @@ py=${PYTHON:-/usr/bin/python3}
 pyver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 pysite=$P/lib/python$pyver/dist-packages
 pyfiles=
-[ -n "$pyver" ] && pyfiles=$(ls "$src"/python/djinn/*.py "$src"/python/djinn/py.typed)
+[ -n "$pyver" ] && pyfiles=$(ls "$src"/python/djinn/*.py \
+	"$src"/python/djinn/serve/*.py "$src"/python/djinn/py.typed)
 
 # What must be there: a line per path, "TYPE MODE PATH" (TYPE f or l).
 {
@@ -101,10 +102,12 @@ pyfiles=
 		echo "f 644 $P/share/man/${m#"$src"/man/}"
 	done
 	echo "f 644 $P/lib/systemd/system/djinnd.service"
+	echo "f 644 $P/lib/systemd/system/djinn-serve.service"
+	echo "f 755 $P/bin/djinn-serve"
 	echo "f 644 /etc/djinn/djinnd.conf"
 	echo "f 644 $P/share/djinn/install-manifest"
 	for f in $pyfiles; do
-		echo "f 644 $pysite/djinn/$(basename "$f")"
+		echo "f 644 $pysite/${f#"$src"/python/}"
 	done
 	if [ -f "$src/kmod/dkms.conf" ]; then
 		kv=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' "$src/kmod/dkms.conf")

@@ -85,6 +85,30 @@ else
 	unit_checked=yes
 fi
 
+# djinn-serve's unit, beside djinnd's (which it needs), with ExecStart= at
+# the built wrapper.
+sed -e "s|@BINDIR@|$build/install|g" -e "s|@SYSCONFDIR@|$dir|g" \
+	"$src/systemd/djinn-serve.service.in" >"$dir/djinn-serve.service"
+if grep -q "@[A-Z_]*@" "$dir/djinn-serve.service"; then
+	fail "a placeholder is left in djinn-serve.service"
+fi
+if [ "$unit_checked" = yes ]; then
+	if MANPATH="$(cd "$src/man" && pwd)" systemd-analyze verify \
+		$man_opt "$dir/djinnd.service" "$dir/djinn-serve.service" \
+		>"$dir/out" 2>&1 && [ ! -s "$dir/out" ]; then
+		ok "systemd-analyze verify: djinn-serve.service is clean"
+	else
+		fail "systemd-analyze verify djinn-serve.service:"
+		cat "$dir/out"
+	fi
+fi
+for want in 'DynamicUser=yes' 'Requires=djinnd.service' \
+	"LoadCredential=keys:$dir/djinn/serve.keys" '--api-keys %d/keys' \
+	"ExecStart=$build/install/djinn-serve "; do
+	grep -qF -- "$want" "$dir/djinn-serve.service" ||
+		fail "djinn-serve.service has no '$want'"
+done
+
 # What the issue asks of the unit, whether or not systemd could check it.
 for want in 'Type=notify' 'ProtectSystem=strict' 'ProtectHome=yes' \
 	'PrivateTmp=yes' 'NoNewPrivileges=yes' 'CapabilityBoundingSet=CAP_CHOWN CAP_SYS_ADMIN CAP_NET_ADMIN' \
@@ -132,7 +156,7 @@ fi
 if ! command -v groff >/dev/null 2>&1; then
 	echo "note: groff is not installed: man pages not checked"
 else
-	for page in man8/djinnd.8 man5/djinnd.conf.5; do
+	for page in man8/djinnd.8 man5/djinnd.conf.5 man1/djinn-serve.1; do
 		if groff -man -ww -z "$src/man/$page" >"$dir/err" 2>&1 &&
 			[ ! -s "$dir/err" ]; then
 			ok "$page renders without warnings"

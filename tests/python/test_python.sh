@@ -14,6 +14,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$here/../.." && pwd)
 src=${DJINN_SRC:-@SRCDIR@}
 py=${PYTHON:-@PYTHON@}
+# make test's venv over that interpreter, with djinn serve's packages
+# (mk/python.mk); without it test_serve.py skips, naming what is missing
+if [ -z "${PYTHON:-}" ] && [ -x "$build/serve-venv/bin/python" ]; then
+	py=$build/serve-venv/bin/python
+fi
 
 "$py" -c 'import numpy, pytest' 2>/dev/null || {
 	echo "SKIP: $py has no numpy or pytest (Debian: python3-numpy python3-pytest)"

@@ -1,0 +1,337 @@
+# SPDX-License-Identifier: MIT
+"""Generation for djinn serve: prompts run as contexts of a djinnd
+session, one session per tenant (API key), one token a step so that a
+turn ends at its end-of-turn token, its stop strings or its budget
+without appending what nobody asked for.
+
+A step with no logit bias is djinnd's own decode (CTX_DECODE of one
+token, sampled on the device from the context's last logits, seeded per
+position); with a logit bias the server reads the logits, biases and
+picks the token, and prefills it. Logprobs come from the logits the
+token was drawn from, before temperature."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
+
+import numpy as np
+
+from .. import errors as djerr
+from .._core import Connection, Session, connect
+from ..model import Context, Model
+from .checkpoint import Checkpoint, Detokenizer, ToolCall, parse_tool_calls
+from .errors import ApiError, from_djinn
+
+
+@dataclass
+class Params:
+    """One request's sampling and stopping, checked (api.py)."""
+
+    max_tokens: Optional[int] = None  # None: the room the context has
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: Optional[int] = None
+    stop: List[str] = field(default_factory=list)
+    logprobs: bool = False
+    top_logprobs: int = 0
+    logit_bias: Dict[int, float] = field(default_factory=dict)
+    n: int = 1
+    tools: Optional[Set[str]] = None  # tool names: parse tool calls
+    forced: List[int] = field(default_factory=list)  # the reply begins so
+    forced_done: bool = False  # ... and is whole (a call with no freedom)
+
+
+@dataclass
+class Logprob:
+    token: int
+    logprob: float
+    top: List[Tuple[int, float]]
+
+
+@dataclass
+class Piece:
+    """Choice @index grew by @text (maybe empty: held back) with token
+    @token (None: text that waited for the end)."""
+
+    index: int
+    text: str
+    token: Optional[int] = None
+    logprob: Optional[Logprob] = None
+
+
+@dataclass
+class Done:
+    """Choice @index ended for @reason ("stop", "length",
+    "tool_calls"), after @tokens generated; @rest is content not given
+    out yet, @calls its tool calls."""
+
+    index: int
+    reason: str
+    tokens: int
+    rest: str = ""
+    calls: List[ToolCall] = field(default_factory=list)
+
+
+Event = Union[Piece, Done]
+
+
+class TextFilter:
+    """A choice's text as it may be given out: cut at the first stop
+    string, held back while its end may begin one, and, where tools are
+    on, content only up to the first <tool_call> (what follows is parsed
+    at the end)."""
+
+    def __init__(self, stop: List[str], tool_open: Optional[str]) -> None:
+        self.stop = [s for s in stop if s]
+        self.watch = self.stop + ([tool_open] if tool_open else [])
+        self.tool_open = tool_open
+        self.text = ""
+        self.sent = 0
+        self.stopped = False
+        self.tool_at: Optional[int] = None
+        self._maxstop = max((len(s) for s in self.stop), default=0)
+
+    def push(self, delta: str) -> str:
+        if self.stopped or not delta:
+            return ""
+        start = max(0, len(self.text) - self._maxstop + 1)
+        self.text += delta
+        cut = min((i for i in (self.text.find(s, start) for s in self.stop)
+                   if i >= 0), default=-1)
+        if cut >= 0:
+            self.text = self.text[:cut]
+            self.stopped = True
+        return self._emit(self.stopped)
+
+    def _held(self) -> int:
+        n = 0
+        for s in self.watch:
+            for k in range(min(len(s) - 1, len(self.text)), n, -1):
+                if self.text.endswith(s[:k]):
+                    n = k
+                    break
+        return n
+
+    def _emit(self, final: bool) -> str:
+        limit = len(self.text) if final else len(self.text) - self._held()
+        if self.tool_open is not None:
+            j = self.text.find(self.tool_open)
+            if j >= 0:
+                self.tool_at = j if self.tool_at is None else self.tool_at
+                limit = min(limit, self.tool_at)
+        if limit <= self.sent:
+            return ""
+        out = self.text[self.sent:limit]
+        self.sent = limit
+        return out
+
+    def finish(self) -> str:
+        """Everything not given out, the tool calls' text included."""
+        if not self.stopped:
+            self._emit(True)
+        rest = self.text[self.sent:]
+        self.sent = len(self.text)
+        return rest
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max()
+    return x - m - np.log(np.exp(x - m).sum())
+
+
+def _logprob(logits: np.ndarray, tid: int, top: int) -> Logprob:
+    lp = _log_softmax(logits)
+    tops: List[Tuple[int, float]] = []
+    if top:
+        idx = np.argsort(-lp, kind="stable")[:top]
+        tops = [(int(i), float(lp[i])) for i in idx]
+    return Logprob(tid, float(lp[tid]), tops)
+
+
+def _pick(logits: np.ndarray, p: Params, rng: np.random.Generator) -> int:
+    """The next token from biased @logits: the first largest at
+    temperature 0, else drawn from the fewest most likely reaching
+    top_p."""
+    if p.temperature == 0:
+        return int(np.argmax(logits))
+    lp = _log_softmax(logits / p.temperature)
+    order = np.argsort(-lp, kind="stable")
+    probs = np.exp(lp[order])
+    if p.top_p < 1:
+        keep = int(np.searchsorted(np.cumsum(probs), p.top_p)) + 1
+        order, probs = order[:keep], probs[:keep]
+    probs = probs / probs.sum()
+    return int(order[rng.choice(len(order), p=probs)])
+
+
+class Tenant:
+    """An API key's session on djinnd and the models open in it."""
+
+    def __init__(self, conn: Connection, label: str) -> None:
+        self.label = label
+        self.session: Session = conn.session(label)
+        self.models: Dict[str, Model] = {}
+        self.lock = threading.Lock()
+
+    def model(self, name: str) -> Model:
+        with self.lock:
+            m = self.models.get(name)
+            if m is None:
+                m = self.session.model(name)
+                self.models[name] = m
+            return m
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class Engine:
+    """The models served, on one connection to djinnd at @addr."""
+
+    def __init__(self, addr: Optional[str], models: Dict[str, Checkpoint],
+                 reconnect: Optional[float] = None) -> None:
+        self.checkpoints = models
+        self.conn = connect(addr, reconnect=reconnect)
+        self._tenants: Dict[str, Tenant] = {}
+        self._lock = threading.Lock()
+        self.max_tokens: Dict[str, int] = {}
+        # each model opened once now: a name djinnd does not have, or
+        # weights its checkpoint's tokenizer does not fit, fail the start
+        t = self.tenant("djinn-serve")
+        for name, ck in models.items():
+            info = t.model(name).info
+            if info.vocab < ck.vocab:
+                raise ValueError(
+                    f"model {name}: its tokenizer has {ck.vocab} tokens, "
+                    f"its weights {info.vocab}")
+            self.max_tokens[name] = info.max_tokens
+
+    def tenant(self, label: str) -> Tenant:
+        with self._lock:
+            t = self._tenants.get(label)
+            if t is None:
+                t = Tenant(self.conn, label)
+                self._tenants[label] = t
+            return t
+
+    def close(self) -> None:
+        with self._lock:
+            for t in self._tenants.values():
+                t.close()
+            self._tenants.clear()
+        self.conn.close()
+
+    # ------------------------------------------------------------------
+
+    def check_room(self, model: str, prompt: int, p: Params,
+                   what: str) -> int:
+        """The tokens a choice may generate, or a 400 naming the
+        model's context length."""
+        room = self.max_tokens[model] - prompt
+        want = p.max_tokens if p.max_tokens is not None else room
+        if room <= 0 or want > room:
+            asked = (f"you requested {prompt + want} tokens ({prompt} in "
+                     f"{what}, {want} in the completion)"
+                     if p.max_tokens is not None else
+                     f"your {what} resulted in {prompt} tokens")
+            raise ApiError(
+                400, f"This model's maximum context length is "
+                f"{self.max_tokens[model]} tokens. However, {asked}. "
+                f"Please reduce the length of the {what}.",
+                "messages" if what == "messages" else "prompt",
+                "context_length_exceeded")
+        return want
+
+    def generate(self, tenant: str, model: str, prompt: List[int],
+                 p: Params, first_index: int = 0) -> Iterator[Event]:
+        """Run @prompt and its @p.n choices, in order, as events. Errors
+        djinnd gives come out as ApiError; the contexts go however the
+        iteration ends."""
+        ck = self.checkpoints[model]
+        budget = self.check_room(model, len(prompt) + len(p.forced), p,
+                                 "messages")
+        ctxs: List[Context] = []
+        try:
+            m = self.tenant(tenant).model(model)
+            want_logits = p.logprobs or bool(p.logit_bias)
+            ctx = m.context(min(self.max_tokens[model],
+                                len(prompt) + len(p.forced) + budget))
+            ctxs.append(ctx)
+            ctx.prefill(prompt + p.forced, logits=want_logits)
+            first = ctx.logits.numpy().reshape(-1) if want_logits \
+                and ctx.logits is not None else None
+            for i in range(p.n):
+                c = ctx if i == p.n - 1 else ctx.fork()
+                if c is not ctx:
+                    ctxs.append(c)
+                yield from self._choice(c, ck, p, first_index + i, first,
+                                        budget)
+                if c is not ctx:
+                    c.free()
+        except djerr.Error as e:
+            raise from_djinn(e) from None
+        finally:
+            for c in ctxs:
+                try:
+                    c.free()
+                except djerr.Error:
+                    pass
+
+    def _choice(self, ctx: Context, ck: Checkpoint, p: Params, index: int,
+                logits: Optional[np.ndarray], budget: int
+                ) -> Iterator[Event]:
+        det = Detokenizer(ck)
+        out = TextFilter(p.stop, ck.tool_open if p.tools else None)
+        for t in p.forced:
+            yield Piece(index, out.push(det.add(t)), t)
+        made = len(p.forced)
+        reason = "length"
+        seed = p.seed if p.seed is not None else \
+            int.from_bytes(np.random.bytes(8), "little")
+        seed = (seed + index * 0x9E3779B97F4A7C15) & (2**64 - 1)
+        rng = np.random.default_rng(seed)
+        bias = None
+        if p.logit_bias:
+            bias = np.zeros(ctx.model.info.vocab, np.float32)
+            for tid, b in p.logit_bias.items():
+                bias[tid] = b
+        need = p.logprobs or bias is not None
+        if p.forced_done:
+            reason = "stop"
+            budget = 0
+        while made < budget and not out.stopped:
+            if bias is not None:
+                assert logits is not None
+                tid = _pick(logits + bias, p, rng)
+                nxt = ctx.prefill([tid], logits=True)
+            else:
+                tid = int(ctx.generate(
+                    1, temperature=p.temperature, top_p=p.top_p,
+                    seed=seed, logits=need)[0])
+                nxt = ctx.logits
+            made += 1
+            lp = _logprob(logits, tid, p.top_logprobs) \
+                if p.logprobs and logits is not None else None
+            logits = nxt.numpy().reshape(-1) if need and nxt is not None \
+                else None
+            if tid in ck.eos:
+                reason = "stop"
+                yield Piece(index, "", tid, lp)
+                break
+            yield Piece(index, out.push(det.add(tid)), tid, lp)
+        if out.stopped:
+            reason = "stop"
+        text = out.push(det.flush())
+        if text:
+            yield Piece(index, text)
+        rest = out.finish()
+        calls: List[ToolCall] = []
+        if p.tools is not None and out.tool_at is not None:
+            _, calls = parse_tool_calls(rest, p.tools)
+            if calls:
+                rest = ""
+                reason = "tool_calls"
+        yield Done(index, reason, made, rest, calls)
