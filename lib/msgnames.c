@@ -31,6 +31,7 @@
 	X(CTX_FREE, ctx_free)                       \
 	X(CTX_FORK, ctx_fork)                       \
 	X(CTX_RESET, ctx_reset)                     \
+	X(CTX_TRUNCATE, ctx_truncate)               \
 	X(CTX_PREFILL, ctx_prefill)                 \
 	X(CTX_DECODE, ctx_decode)                   \
 	X(CTX_RESUME, ctx_resume)                   \

@@ -758,8 +758,10 @@ int djinn_ctx_fork(struct djinn_ctx *c, struct djinn_ctx **out)
 	return ret;
 }
 
-int djinn_ctx_reset(struct djinn_ctx *c)
+/* CTX_RESET (@len 0) or CTX_TRUNCATE: keep @c's first @len tokens. */
+static int ctx_cut(struct djinn_ctx *c, uint32_t len, const char *what)
 {
+	struct djinn_ctx_truncate t = { .len = len };
 	struct djinn_request **stubs = NULL;
 	unsigned int nr = 0;
 	struct djinn_conn *conn;
@@ -772,24 +774,37 @@ int djinn_ctx_reset(struct djinn_ctx *c)
 	pthread_mutex_lock(&conn->lock);
 	if (c->busy) {
 		pthread_mutex_unlock(&conn->lock);
-		return refuse(-EBUSY,
-			      "context reset: a step of it is in flight");
+		return refuse(-EBUSY, "context %s: a step of it is in flight",
+			      what);
 	}
 	c->busy = true;
 	pthread_mutex_unlock(&conn->lock);
-	iov = (struct iovec){ &c->handle, sizeof(c->handle) };
-	ret = __djinn_call_sync(conn, DJINN_MSG_CTX_RESET, c->m->s->id, &iov, 1,
-				NULL, 0);
+	t.ctx = c->handle;
+	iov = len ? (struct iovec){ &t, sizeof(t) } :
+		    (struct iovec){ &c->handle, sizeof(c->handle) };
+	ret = __djinn_call_sync(
+		conn, len ? DJINN_MSG_CTX_TRUNCATE : DJINN_MSG_CTX_RESET,
+		c->m->s->id, &iov, 1, NULL, 0);
 	pthread_mutex_lock(&conn->lock);
 	c->busy = false;
 	if (!ret) {
-		c->len = 0;
+		c->len = len;
 		c->paused = false;
 		stubs = take_stubs(c, &nr);
 	}
 	pthread_mutex_unlock(&conn->lock);
 	drop_stubs(stubs, nr);
 	return ret;
+}
+
+int djinn_ctx_reset(struct djinn_ctx *c)
+{
+	return ctx_cut(c, 0, "reset");
+}
+
+int djinn_ctx_truncate(struct djinn_ctx *c, uint32_t len)
+{
+	return ctx_cut(c, len, "truncate");
 }
 
 int djinn_ctx_free(struct djinn_ctx *c)

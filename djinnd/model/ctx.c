@@ -126,17 +126,28 @@ void model_ctx_free(struct model_ctx *c)
 	free(c);
 }
 
-int model_ctx_reset(struct model_ctx *c)
+int model_ctx_truncate(struct model_ctx *c, uint32_t len, char *msg,
+		       size_t msglen)
 {
 	int ret;
 
+	if (len > c->len)
+		return errmsg(msg, msglen, -EINVAL,
+			      "truncate to %u tokens: the context holds %u",
+			      len, c->len);
 	model_ctx_abandon(c);
-	ret = vmu_region_resize(c->h->s, c->cache, 0, NULL);
+	ret = vmu_region_resize(c->h->s, c->cache, (uint64_t)len * c->tok_bytes,
+				NULL);
 	if (ret)
-		return ret;
-	c->len = 0;
+		return errmsg(msg, msglen, ret, "truncate: %s", strerror(-ret));
+	c->len = len;
 	c->have_logits = false;
 	return 0;
+}
+
+int model_ctx_reset(struct model_ctx *c)
+{
+	return model_ctx_truncate(c, 0, NULL, 0);
 }
 
 uint32_t model_ctx_len(const struct model_ctx *c)

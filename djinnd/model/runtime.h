@@ -63,8 +63,12 @@ int model_ctx_reserve(struct model_ctx *c, bool relieve, char *msg,
  * logits. */
 int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 		   struct model_ctx **out, char *msg, size_t msglen);
-/* Forget every token (the cache shrinks to nothing), abandoning a paused
- * step. */
+/* Keep the first @len tokens (no more than it holds: -EINVAL), the cache
+ * shrinking to them, abandoning a paused step; no last logits until the
+ * next step. */
+int model_ctx_truncate(struct model_ctx *c, uint32_t len, char *msg,
+		       size_t msglen);
+/* Forget every token: model_ctx_truncate() to 0. */
 int model_ctx_reset(struct model_ctx *c);
 
 /*

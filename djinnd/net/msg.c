@@ -246,6 +246,7 @@ union msg_req {
 	struct djinn_model_open model_open;
 	struct djinn_handle_req handle;
 	struct djinn_ctx_new ctx_new;
+	struct djinn_ctx_truncate ctx_truncate;
 	struct djinn_ctx_step ctx_step;
 	struct djinn_ctx_resume ctx_resume;
 	struct djinn_admin_kill admin_kill;
@@ -326,6 +327,8 @@ static const struct msg_desc msg_table[] = {
 	ROW_FIXED(CTX_FREE, handle_ctx_free, handle, handle, ROW_IN_MODELS),
 	ROW_FIXED(CTX_FORK, handle_ctx_fork, handle, handle, ROW_IN_MODELS),
 	ROW_FIXED(CTX_RESET, handle_ctx_reset, handle, handle, ROW_IN_MODELS),
+	ROW_FIXED(CTX_TRUNCATE, handle_ctx_truncate, ctx_truncate, __reserved,
+		  ROW_IN_MODELS),
 	ROW_VARLEN(CTX_PREFILL, handle_ctx_prefill, struct djinn_ctx_step,
 		   STEP_MAX, ROW_IN_MODELS),
 	ROW_FIXED(CTX_DECODE, handle_ctx_decode, ctx_step, sampling,

@@ -135,6 +135,7 @@ msg_fn handle_ctx_new;
 msg_fn handle_ctx_free;
 msg_fn handle_ctx_fork;
 msg_fn handle_ctx_reset;
+msg_fn handle_ctx_truncate;
 msg_fn handle_ctx_prefill;
 msg_fn handle_ctx_decode;
 msg_fn handle_ctx_resume;

@@ -130,6 +130,7 @@ static void call_done(struct exec_job *job, void *arg)
 		break;
 	}
 	case DJINN_MSG_CTX_RESET:
+	case DJINN_MSG_CTX_TRUNCATE:
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 		break;
 	default: { /* PREFILL, DECODE, RESUME */
@@ -345,8 +346,10 @@ void handle_ctx_free(struct conn *c, const struct djinn_hdr *hdr,
 
 /* FORK, RESET, RESUME (with @steer): @call, a job on the graph
  * executor, in order with the steps. */
+/* A job on context @handle; @arg is RESUME's hidden state (mj->steer) or
+ * TRUNCATE's length (mj->max). */
 static void ctx_job(struct conn *c, const struct djinn_hdr *hdr,
-		    struct session *s, uint64_t handle, uint64_t steer,
+		    struct session *s, uint64_t handle, uint64_t arg,
 		    void (*call)(struct exec_job *, const struct exec_env *))
 {
 	struct mobj *o = obj_get(c, hdr, s, handle, SOBJ_CTX);
@@ -357,7 +360,8 @@ static void ctx_job(struct conn *c, const struct djinn_hdr *hdr,
 	mj = mjob_new(c, hdr);
 	if (!mj)
 		return;
-	mj->steer = steer;
+	mj->steer = arg;
+	mj->max = (uint32_t)arg;
 	mj->o = o;
 	o->refs++;
 	submit(c, hdr, s, mj, SCHED_COMPUTE, call);
@@ -377,6 +381,14 @@ void handle_ctx_reset(struct conn *c, const struct djinn_hdr *hdr,
 	const struct djinn_handle_req *r = req;
 
 	ctx_job(c, hdr, s, r->handle, 0, mjob_reset);
+}
+
+void handle_ctx_truncate(struct conn *c, const struct djinn_hdr *hdr,
+			 struct session *s, void *req, uint64_t len)
+{
+	const struct djinn_ctx_truncate *r = req;
+
+	ctx_job(c, hdr, s, r->ctx, r->len, mjob_truncate);
 }
 
 void handle_ctx_resume(struct conn *c, const struct djinn_hdr *hdr,

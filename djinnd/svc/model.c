@@ -286,10 +286,16 @@ void mjob_reset(struct exec_job *job, const struct exec_env *env)
 {
 	struct mjob *mj = job->ctx;
 
-	job->error = model_ctx_reset(mj->o->mc);
-	if (job->error)
-		snprintf(job->msg, sizeof(job->msg), "reset: %s",
-			 strerror(-job->error));
+	job->error =
+		model_ctx_truncate(mj->o->mc, 0, job->msg, sizeof(job->msg));
+}
+
+void mjob_truncate(struct exec_job *job, const struct exec_env *env)
+{
+	struct mjob *mj = job->ctx;
+
+	job->error = model_ctx_truncate(mj->o->mc, mj->max, job->msg,
+					sizeof(job->msg));
 }
 
 /* The last logits as a tensor (1, vocab) f32 of the session. */

@@ -133,6 +133,7 @@ int svc_ctx_made(struct session *s, struct model_ctx *c, bool relieve,
  *                    model's layers if that makes room
  *   mjob_fork        CTX_FORK: a copy of the context (@mc)
  *   mjob_reset       CTX_RESET
+ *   mjob_truncate    CTX_TRUNCATE
  *   mjob_step        CTX_PREFILL / CTX_DECODE / CTX_RESUME (the paused
  *                    step, steered, run to its end), alone: its answer
  *                    in @resp and @tokens
@@ -154,6 +155,7 @@ void mjob_open_upload(struct exec_job *job, const struct exec_env *env);
 void mjob_ctx_room(struct exec_job *job, const struct exec_env *env);
 void mjob_fork(struct exec_job *job, const struct exec_env *env);
 void mjob_reset(struct exec_job *job, const struct exec_env *env);
+void mjob_truncate(struct exec_job *job, const struct exec_env *env);
 void mjob_step(struct exec_job *job, const struct exec_env *env);
 void mjob_run(struct exec_job *job, const struct exec_env *env);
 void svc_model_pass(struct exec_job **jobs, unsigned int n,

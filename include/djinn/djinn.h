@@ -770,6 +770,13 @@ int djinn_ctx_fork(struct djinn_ctx *c, struct djinn_ctx **out);
  * freed and released on the daemon. */
 int djinn_ctx_reset(struct djinn_ctx *c);
 
+/* Keep the first @len tokens of @c's cache (-EINVAL for more than it
+ * holds), as djinn_ctx_reset() keeps none: a conversation that branches
+ * goes on from where the branches part. Its steps' stubs are freed, and
+ * it has no last logits until its next step (prefill at least a token
+ * before a decode). */
+int djinn_ctx_truncate(struct djinn_ctx *c, uint32_t len);
+
 /* Drop @c on the daemon, and free it and its stubs whatever the daemon
  * answers (which is returned). NULL is ignored. No other thread may be in
  * a call on @c. */

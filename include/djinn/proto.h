@@ -159,6 +159,7 @@ enum djinn_msg {
 	 * by then was not run, and may be sent again on a new connection.
 	 */
 	DJINN_MSG_GOAWAY = 25,
+	DJINN_MSG_CTX_TRUNCATE = 26,
 	/* A session on /dev/djinn (DJINN_FEAT_KMOD): see DOC: sessions. */
 	DJINN_MSG_SESSION_BIND = 32,
 
@@ -833,6 +834,16 @@ struct djinn_handle_req {
 	__u64 handle;
 };
 static_assert(sizeof(struct djinn_handle_req) == 8, "handle req layout");
+
+/* CTX_TRUNCATE request: keep the first @len tokens of context @ctx (no
+ * more than it holds), abandoning a paused step; no logits until its
+ * next step. Empty answer. */
+struct djinn_ctx_truncate {
+	__u64 ctx;
+	__u32 len;
+	__u32 __reserved;
+};
+static_assert(sizeof(struct djinn_ctx_truncate) == 16, "truncate layout");
 
 /* CTX_NEW request: @max_tokens 0 for the model's longest. */
 struct djinn_ctx_new {

@@ -26,10 +26,13 @@ import threading
 from typing import Any, List, Optional, Tuple
 
 SONAME = "libdjinn.so.0"
-#: The symbol version whose calls this package uses (djinn_model_info's
-#: streamed-model fields came with it).
-NEEDED_VERSION = "DJINN_0.2"
-_VERSIONS = ("DJINN_0.1", "DJINN_0.2")
+#: The symbol version whose calls this package uses (djinn_ctx_truncate()
+#: came with it).
+NEEDED_VERSION = "DJINN_0.3"
+#: Each version, and a function the library has at it.
+_VERSIONS = (("DJINN_0.1", "djinn_model_info"),
+             ("DJINN_0.2", "djinn_model_info"),
+             ("DJINN_0.3", "djinn_ctx_truncate"))
 
 DJINN_MAX_DIMS = 8
 DJINN_FP_LEN = 32
@@ -252,6 +255,7 @@ _CALLS = {
     "djinn_ctx_new": (_I, [_P, _U32, _PP]),
     "djinn_ctx_fork": (_I, [_P, _PP]),
     "djinn_ctx_reset": (_I, [_P]),
+    "djinn_ctx_truncate": (_I, [_P, ctypes.c_uint32]),
     "djinn_ctx_free": (_I, [_P]),
     "djinn_ctx_len": (_I, [_P]),
     "djinn_ctx_prefill": (_I, [_P, _R(ctypes.c_int32), _U32, _R(StepOpts), _R(Step)]),
@@ -292,18 +296,18 @@ def _candidates() -> List[Tuple[str, str]]:
 
 
 def _versions(lib: ctypes.CDLL) -> List[str]:
-    """The symbol versions of djinn_model_info that @lib defines."""
+    """The symbol versions of libdjinn that @lib defines."""
     libc = ctypes.CDLL(None)
     try:
         dlvsym = libc.dlvsym
     except AttributeError:  # not glibc: no versions to ask for
-        return list(_VERSIONS)
+        return [v for v, _ in _VERSIONS]
     dlvsym.restype = ctypes.c_void_p
     dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
     return [
         v
-        for v in _VERSIONS
-        if dlvsym(lib._handle, b"djinn_model_info", v.encode())
+        for v, sym in _VERSIONS
+        if dlvsym(lib._handle, sym.encode(), v.encode())
     ]
 
 
@@ -319,7 +323,7 @@ def _load() -> Tuple[ctypes.CDLL, str]:
         if NEEDED_VERSION not in have:
             raise LibraryError(
                 f"libdjinn at {name} ({how}) is too old: it has "
-                f"{', '.join(have) or 'no djinn_model_info'}, and this "
+                f"{', '.join(have) or 'no version of it'}, and this "
                 f"package needs {NEEDED_VERSION}; rebuild the checkout "
                 "(make) or set DJINN_LIBRARY to a newer libdjinn.so"
             )

@@ -200,6 +200,17 @@ class Context:
         self.logits = None
         self._steps = None
 
+    def truncate(self, n: int) -> None:
+        """Keep the first @n tokens of the cache (no more than it
+        holds), abandoning a paused step; there are no last logits until
+        the next step, so prefill before a generate."""
+        if not 0 <= n <= 2**32 - 1:
+            raise InvalidArgument(22, f"truncate to {n} tokens: 0 or more")
+        call("djinn_ctx_truncate", self._p(), n)
+        self._epoch += 1
+        self.logits = None
+        self._steps = None
+
     def fork(self) -> "Context":
         """A new context with a copy of this one's cache (on the
         device)."""

@@ -74,6 +74,19 @@ def test_info_fork_reset(session):
     assert a.generate(6).tolist() == ta.tolist()
 
 
+def test_truncate(session):
+    ctx = session.model("tiny-llama").context(32)
+    ctx.prefill(PROMPT, logits=True)
+    t = ctx.generate(5).tolist()
+    with pytest.raises(djinn.InvalidArgument, match="holds"):
+        ctx.truncate(len(PROMPT) + 6)
+    assert len(ctx) == len(PROMPT) + 5
+    ctx.truncate(len(PROMPT) + 1)
+    assert len(ctx) == len(PROMPT) + 1 and ctx.logits is None
+    ctx.prefill(t[1:2])
+    assert ctx.generate(3).tolist() == t[2:]
+
+
 def test_breakpoints_resume_unchanged(session):
     m = session.model("tiny-gpt2")
     ref = m.context()

@@ -341,6 +341,44 @@ static void test_fork_reset(void **state)
 	assert_int_equal(djinn_model_close(m), 0);
 }
 
+/*
+ * A truncated context goes on from where it was cut as it went on
+ * before: the rows it keeps are the same; a cut past its end is refused
+ * and changes nothing; until its next step it has no logits to decode
+ * from.
+ */
+static void test_truncate(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_model *m;
+	struct djinn_ctx *c;
+	int32_t t[6], u[4], v[1];
+
+	assert_int_equal(djinn_model_open(fx->s, "tiny-gpt2", &m), 0);
+	assert_int_equal(djinn_ctx_new(m, 32, &c), 0);
+	assert_int_equal(djinn_ctx_prefill(c, prompt, 4, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, 6, NULL, t, NULL, NULL), 6);
+	assert_int_equal(djinn_ctx_len(c), 10);
+
+	assert_int_equal(djinn_ctx_truncate(c, 11), -EINVAL);
+	assert_non_null(strstr(djinn_last_error(), "the context holds 10"));
+	assert_int_equal(djinn_ctx_len(c), 10);
+
+	/* keep the prompt and t[0]: run t[1] again, then t[2..] follow */
+	assert_int_equal(djinn_ctx_truncate(c, 5), 0);
+	assert_int_equal(djinn_ctx_len(c), 5);
+	assert_int_equal(djinn_ctx_decode(c, 1, NULL, v, NULL, NULL), -EINVAL);
+	assert_int_equal(djinn_ctx_prefill(c, &t[1], 1, NULL, NULL), 0);
+	assert_int_equal(djinn_ctx_decode(c, 4, NULL, u, NULL, NULL), 4);
+	assert_memory_equal(u, &t[2], sizeof(u));
+	assert_int_equal(djinn_ctx_len(c), 10);
+
+	assert_int_equal(djinn_ctx_truncate(c, 0), 0);
+	assert_int_equal(djinn_ctx_len(c), 0);
+	assert_int_equal(djinn_ctx_free(c), 0);
+	assert_int_equal(djinn_model_close(m), 0);
+}
+
 /* Refused with a precise errno, and nothing changes. */
 static void test_errors(void **state)
 {
@@ -994,6 +1032,7 @@ int main(void)
 		T(test_generate),
 		T(test_logits_lazy),
 		T(test_fork_reset),
+		T(test_truncate),
 		T(test_errors),
 		T(test_breakpoints),
 		T(test_upload),

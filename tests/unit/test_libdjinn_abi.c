@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * libdjinn.so's ABI: every public function is exported at version
- * DJINN_0.1, and nothing else is, in particular not the lib/ code it
+ * DJINN_0.1, or at the version that added it, and nothing else is, in particular not the lib/ code it
  * builds in (djinn_graph_parse() and friends share the prefix) nor its
  * internal __djinn_* functions; a function whose struct grew has its
  * newer version as the default and keeps the older one. Loads the
@@ -117,6 +117,13 @@ static const struct {
 	{ "djinn_model_info", "DJINN_0.2", "DJINN_0.1" },
 };
 
+/* Functions added after DJINN_0.1, at the version that added them. */
+static const struct {
+	const char *name, *version;
+} added[] = {
+	{ "djinn_ctx_truncate", "DJINN_0.3" },
+};
+
 static void *lib;
 
 static int load(void **state)
@@ -159,6 +166,22 @@ static void test_hidden(void **state)
 			fail_msg("%s: exported", hidden[i]);
 }
 
+static void test_added(void **state)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(added); i++) {
+		void *now = dlvsym(lib, added[i].name, added[i].version);
+
+		if (!now)
+			fail_msg("%s: not at version %s", added[i].name,
+				 added[i].version);
+		if (dlvsym(lib, added[i].name, "DJINN_0.1"))
+			fail_msg("%s: at DJINN_0.1 too", added[i].name);
+		if (dlsym(lib, added[i].name) != now)
+			fail_msg("%s: %s is not the default", added[i].name,
+				 added[i].version);
+	}
+}
+
 static void test_grown(void **state)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(grown); i++) {
@@ -182,6 +205,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_exported),
 		cmocka_unit_test(test_hidden),
+		cmocka_unit_test(test_added),
 		cmocka_unit_test(test_grown),
 	};
 
