@@ -137,6 +137,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="API keys: TENANT SHA256 lines")
     p.add_argument("--open", action="store_true",
                    help="serve without keys (loopback addresses only)")
+    p.add_argument("--contexts", type=int, default=32, metavar="N",
+                   help="idle conversation contexts kept per API key "
+                   "(default 32; 0: none, every prompt prefilled whole)")
+    p.add_argument("--context-ttl", type=float, default=600.0,
+                   metavar="SECONDS", help="how long an idle context is "
+                   "kept (default 600)")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info",
                             "debug"])
@@ -147,6 +153,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"djinn-serve: needs {', '.join(gone)} (pip install "
               "'djinn[serve]')", file=sys.stderr)
         return 69  # EX_UNAVAILABLE
+    if a.contexts < 0 or a.context_ttl <= 0:
+        p.error("--contexts is 0 or more, --context-ttl more than 0")
     if bool(a.api_keys) == bool(a.open):
         p.error("give --api-keys FILE, or --open for no keys")
     if a.open and not _loopback(_bound(a.fd) if a.fd is not None
@@ -170,7 +178,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .engine import Engine
 
     try:
-        engine = Engine(a.djinnd, models)
+        engine = Engine(a.djinnd, models, contexts=a.contexts,
+                        ttl=a.context_ttl)
     except (djerr.Error, ValueError) as e:
         print(f"djinn-serve: {e}", file=sys.stderr)
         return 1

@@ -343,9 +343,20 @@ def _lp_text(ck: Checkpoint, pieces: List[Piece], offset: int
             "text_offset": offs}
 
 
-def _usage(prompt: int, completion: int) -> Dict[str, Any]:
+def _usage(prompt: int, completion: int, cached: int) -> Dict[str, Any]:
+    """OpenAI's usage; @cached of the prompt's tokens were a live
+    context's, not prefilled again (prompt_tokens_details, as OpenAI
+    counts its prompt cache)."""
     return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def _cached(events: List[Event], n: int) -> int:
+    """Prompt tokens not prefilled again, over the prompts (each has @n
+    choices)."""
+    return sum(e.cached for e in events
+               if isinstance(e, Done) and e.index % n == 0)
 
 
 def _sse(obj: Any) -> str:
@@ -495,6 +506,7 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
             return _chat_stream(ck, head, gen, p, len(prompt), usage)
         events = await _collect(gen)
         choices, made = [], 0
+        cached = _cached(events, p.n)
         for i in range(p.n):
             pieces = [e for e in events if isinstance(e, Piece) and
                       e.index == i]
@@ -513,12 +525,12 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
                 if p.logprobs else None,
                 "finish_reason": done.reason})
         return dict(head, object="chat.completion", choices=choices,
-                    usage=_usage(len(prompt), made))
+                    usage=_usage(len(prompt), made, cached))
 
     def _chat_stream(ck: Checkpoint, head: Dict[str, Any],
                      gen: Iterator[Event], p: Params, prompt: int,
                      usage: bool) -> StreamingResponse:
-        made = [0]
+        made, cached = [0], [0]
         started: Set[int] = set()
         base = dict(head, object="chat.completion.chunk")
         if usage:
@@ -543,6 +555,8 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
                     out.append(chunk(ev.index, {"content": ev.text}, lp))
                 return out
             made[0] += ev.tokens
+            if ev.index % p.n == 0:
+                cached[0] += ev.cached
             if ev.rest:
                 out.append(chunk(ev.index, {"content": ev.rest}))
             if ev.calls:
@@ -555,7 +569,7 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
             if not usage:
                 return []
             return [_sse(dict(base, choices=[],
-                              usage=_usage(prompt, made[0])))]
+                              usage=_usage(prompt, made[0], cached[0])))]
 
         return StreamingResponse(_stream(gen, fmt, tail),
                                  media_type="text/event-stream")
@@ -592,6 +606,7 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
                                 echoes)
         events = await _collect(run())
         choices, made = [], 0
+        cached = _cached(events, n)
         for i in range(n * len(prompts)):
             pieces = [e for e in events if isinstance(e, Piece) and
                       e.index == i]
@@ -606,12 +621,12 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
                 if p.logprobs else None,
                 "finish_reason": done.reason})
         return dict(head, object="text_completion", choices=choices,
-                    usage=_usage(total_prompt, made))
+                    usage=_usage(total_prompt, made, cached))
 
     def _text_stream(ck: Checkpoint, head: Dict[str, Any],
                      gen: Iterator[Event], p: Params, prompt: int,
                      usage: bool, echoes: List[str]) -> StreamingResponse:
-        made = [0]
+        made, cached = [0], [0]
         started: Set[int] = set()
         offset: Dict[int, int] = {}
         base = dict(head, object="text_completion")
@@ -640,6 +655,8 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
                     out.append(chunk(ev.index, ev.text, lp))
                 return out
             made[0] += ev.tokens
+            if ev.index % p.n == 0:
+                cached[0] += ev.cached
             out.append(chunk(ev.index, ev.rest, None, ev.reason))
             return out
 
@@ -647,7 +664,7 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
             if not usage:
                 return []
             return [_sse(dict(base, choices=[],
-                              usage=_usage(prompt, made[0])))]
+                              usage=_usage(prompt, made[0], cached[0])))]
 
         return StreamingResponse(_stream(gen, fmt, tail),
                                  media_type="text/event-stream")

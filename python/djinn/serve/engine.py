@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple, \
+    TypeVar, Union
 
 import numpy as np
 
 from .. import errors as djerr
 from .._core import Connection, Session, connect
-from ..model import Context, Model
+from ..model import Model
 from .checkpoint import Checkpoint, Detokenizer, ToolCall, parse_tool_calls
+from .conversations import Conv, Conversations
 from .errors import ApiError, from_djinn
 
 
@@ -65,16 +67,19 @@ class Piece:
 class Done:
     """Choice @index ended for @reason ("stop", "length",
     "tool_calls"), after @tokens generated; @rest is content not given
-    out yet, @calls its tool calls."""
+    out yet, @calls its tool calls; @cached of its prompt's tokens were
+    a live context's already, not prefilled again."""
 
     index: int
     reason: str
     tokens: int
     rest: str = ""
     calls: List[ToolCall] = field(default_factory=list)
+    cached: int = 0
 
 
 Event = Union[Piece, Done]
+T = TypeVar("T")
 
 
 class TextFilter:
@@ -168,13 +173,16 @@ def _pick(logits: np.ndarray, p: Params, rng: np.random.Generator) -> int:
 
 
 class Tenant:
-    """An API key's session on djinnd and the models open in it."""
+    """An API key's session on djinnd, the models open in it, and its
+    conversations' contexts."""
 
-    def __init__(self, conn: Connection, label: str) -> None:
+    def __init__(self, conn: Connection, label: str, contexts: int,
+                 ttl: float) -> None:
         self.label = label
         self.session: Session = conn.session(label)
         self.models: Dict[str, Model] = {}
         self.lock = threading.Lock()
+        self.convs = Conversations(contexts, ttl)
 
     def model(self, name: str) -> Model:
         with self.lock:
@@ -185,15 +193,32 @@ class Tenant:
             return m
 
     def close(self) -> None:
+        self.convs.close()
         self.session.close()
+
+    def room(self, what: Callable[[], T]) -> T:
+        """what(), freeing the least recently used idle contexts while
+        djinnd has no room for it."""
+        while True:
+            try:
+                return what()
+            except (djerr.OutOfMemory, djerr.NoSpace,
+                    djerr.QuotaExceeded):
+                if not self.convs.evict_one():
+                    raise
 
 
 class Engine:
-    """The models served, on one connection to djinnd at @addr."""
+    """The models served, on one connection to djinnd at @addr. Each
+    tenant keeps up to @contexts idle contexts for @ttl seconds (0: no
+    conversation goes on: every prompt is prefilled whole)."""
 
     def __init__(self, addr: Optional[str], models: Dict[str, Checkpoint],
-                 reconnect: Optional[float] = None) -> None:
+                 reconnect: Optional[float] = None, contexts: int = 32,
+                 ttl: float = 600.0) -> None:
         self.checkpoints = models
+        self.contexts = contexts
+        self.ttl = ttl
         self.conn = connect(addr, reconnect=reconnect)
         self._tenants: Dict[str, Tenant] = {}
         self._lock = threading.Lock()
@@ -213,7 +238,7 @@ class Engine:
         with self._lock:
             t = self._tenants.get(label)
             if t is None:
-                t = Tenant(self.conn, label)
+                t = Tenant(self.conn, label, self.contexts, self.ttl)
                 self._tenants[label] = t
             return t
 
@@ -247,42 +272,65 @@ class Engine:
 
     def generate(self, tenant: str, model: str, prompt: List[int],
                  p: Params, first_index: int = 0) -> Iterator[Event]:
-        """Run @prompt and its @p.n choices, in order, as events. Errors
-        djinnd gives come out as ApiError; the contexts go however the
-        iteration ends."""
+        """Run @prompt and its @p.n choices, in order, as events, going on
+        from the tenant's context that shares the most of it. Errors
+        djinnd gives come out as ApiError. However the iteration ends,
+        the contexts are the tenant's conversations again (freed after an
+        error: what they hold is not known)."""
         ck = self.checkpoints[model]
         budget = self.check_room(model, len(prompt) + len(p.forced), p,
                                  "messages")
-        ctxs: List[Context] = []
+        t = self.tenant(tenant)
+        mine: List[Conv] = []
+        ok = False
         try:
-            m = self.tenant(tenant).model(model)
+            m = t.model(model)
+            conv, cached = t.convs.take(model, prompt)
+            if conv is not None and cached < len(conv.ids):
+                # a branch: the fork goes on, the original stays
+                try:
+                    fork = t.room(conv.ctx.fork)
+                finally:
+                    t.convs.give_back(conv)
+                conv = Conv(model, fork, conv.ids[:cached])
+                mine.append(conv)
+                conv.ctx.truncate(cached)
+            elif conv is None:
+                conv = Conv(model, t.room(m.context))
+            if conv not in mine:
+                mine.append(conv)
             want_logits = p.logprobs or bool(p.logit_bias)
-            ctx = m.context(min(self.max_tokens[model],
-                                len(prompt) + len(p.forced) + budget))
-            ctxs.append(ctx)
-            ctx.prefill(prompt + p.forced, logits=want_logits)
-            first = ctx.logits.numpy().reshape(-1) if want_logits \
-                and ctx.logits is not None else None
-            for i in range(p.n):
-                c = ctx if i == p.n - 1 else ctx.fork()
-                if c is not ctx:
-                    ctxs.append(c)
+            feed = prompt[cached:] + p.forced
+            t.room(lambda: conv.ctx.prefill(feed, logits=want_logits))
+            conv.ids = prompt + p.forced
+            first = conv.ctx.logits.numpy().reshape(-1) \
+                if want_logits and conv.ctx.logits is not None else None
+            forks = [Conv(model, t.room(conv.ctx.fork), list(conv.ids))
+                     for _ in range(p.n - 1)]
+            mine += forks
+            for i, c in enumerate(forks + [conv]):
                 yield from self._choice(c, ck, p, first_index + i, first,
-                                        budget)
-                if c is not ctx:
-                    c.free()
+                                        budget, cached)
+            ok = True
         except djerr.Error as e:
             raise from_djinn(e) from None
+        except GeneratorExit:  # the client left: the contexts are sound
+            ok = True
+            raise
         finally:
-            for c in ctxs:
-                try:
-                    c.free()
-                except djerr.Error:
-                    pass
+            for c in mine:
+                if ok and self.contexts:
+                    t.convs.give_back(c)
+                else:
+                    try:
+                        c.ctx.free()
+                    except djerr.Error:
+                        pass
 
-    def _choice(self, ctx: Context, ck: Checkpoint, p: Params, index: int,
-                logits: Optional[np.ndarray], budget: int
+    def _choice(self, conv: Conv, ck: Checkpoint, p: Params, index: int,
+                logits: Optional[np.ndarray], budget: int, cached: int
                 ) -> Iterator[Event]:
+        ctx = conv.ctx
         det = Detokenizer(ck)
         out = TextFilter(p.stop, ck.tool_open if p.tools else None)
         for t in p.forced:
@@ -313,6 +361,7 @@ class Engine:
                     seed=seed, logits=need)[0])
                 nxt = ctx.logits
             made += 1
+            conv.ids.append(tid)
             lp = _logprob(logits, tid, p.top_logprobs) \
                 if p.logprobs and logits is not None else None
             logits = nxt.numpy().reshape(-1) if need and nxt is not None \
@@ -334,4 +383,4 @@ class Engine:
             if calls:
                 rest = ""
                 reason = "tool_calls"
-        yield Done(index, reason, made, rest, calls)
+        yield Done(index, reason, made, rest, calls, cached)

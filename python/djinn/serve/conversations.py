@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: MIT
+"""A tenant's live conversations: the contexts its requests left on
+djinnd, each with the token ids it holds, so that the next request of a
+conversation prefills only what is new.
+
+A request takes the idle context whose ids share the longest prefix with
+its prompt (the ids, not the text: text tokenised again can come out
+another way, and only equal ids give equal logits). Whole, the context
+goes on in place; shared only in part, the context is forked on the
+device and the fork cut back to the shared prefix, so both branches
+live on. Idle contexts go least recently used first past the tenant's
+bound, after their time to live, and when djinnd needs the room."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from .. import errors as djerr
+from ..model import Context
+
+
+@dataclass(eq=False)
+class Conv:
+    """A context of @model and the ids it holds, in order."""
+
+    model: str
+    ctx: Context
+    ids: List[int] = field(default_factory=list)
+    used: float = 0.0
+
+
+def shared(a: np.ndarray, b: np.ndarray) -> int:
+    """The length of the longest common prefix of @a and @b."""
+    n = min(len(a), len(b))
+    if not n:
+        return 0
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
+
+
+@dataclass
+class Stats:
+    requests: int = 0  # prompts run
+    hits: int = 0  # ... that continued a context
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # of them, not prefilled again
+    evicted: int = 0
+
+
+class Conversations:
+    """The idle contexts of one tenant, at most @limit, each freed after
+    @ttl seconds unused."""
+
+    def __init__(self, limit: int, ttl: float) -> None:
+        self.limit = limit
+        self.ttl = ttl
+        self.lock = threading.Lock()
+        self.idle: List[Conv] = []
+        self.stats = Stats()
+
+    def take(self, model: str, prompt: List[int]) -> Tuple[Optional[Conv],
+                                                           int]:
+        """The idle context of @model sharing the most of @prompt, taken
+        (no other request gets it until it is given back), and how much
+        it shares: never the whole prompt, since a step needs a token to
+        run. (None, 0) when none shares a token."""
+        want = np.asarray(prompt, dtype=np.int64)
+        self.sweep()
+        with self.lock:
+            self.stats.requests += 1
+            self.stats.prompt_tokens += len(prompt)
+            best, most = None, 0
+            for c in self.idle:
+                if c.model != model:
+                    continue
+                n = min(shared(np.asarray(c.ids, dtype=np.int64), want),
+                        len(prompt) - 1)
+                if n > most:
+                    best, most = c, n
+            if best is not None:
+                self.idle.remove(best)
+                self.stats.hits += 1
+                self.stats.cached_tokens += most
+            return best, most
+
+    def give_back(self, c: Conv) -> None:
+        """@c is idle again; past the bound, the least recently used
+        go."""
+        c.used = time.monotonic()
+        with self.lock:
+            self.idle.append(c)
+            over = self.idle[:-self.limit] if self.limit else list(
+                self.idle)
+            if over:
+                self.idle = self.idle[len(over):]
+                self.stats.evicted += len(over)
+        for o in over:
+            _free(o)
+
+    def evict_one(self) -> bool:
+        """Free the least recently used idle context (djinnd needs the
+        room); False when there is none."""
+        with self.lock:
+            if not self.idle:
+                return False
+            c = self.idle.pop(0)
+            self.stats.evicted += 1
+        _free(c)
+        return True
+
+    def sweep(self) -> None:
+        """Free the contexts unused for longer than the time to live."""
+        now = time.monotonic()
+        with self.lock:
+            old = [c for c in self.idle if now - c.used > self.ttl]
+            if old:
+                self.idle = [c for c in self.idle if c not in old]
+                self.stats.evicted += len(old)
+        for c in old:
+            _free(c)
+
+    def tokens(self) -> int:
+        """Tokens the idle contexts hold."""
+        with self.lock:
+            return sum(len(c.ids) for c in self.idle)
+
+    def close(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for c in idle:
+            _free(c)
+
+
+def _free(c: Conv) -> None:
+    try:
+        c.ctx.free()
+    except djerr.Error:
+        pass  # its session went: so did it
