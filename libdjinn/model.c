@@ -797,6 +797,25 @@ static int ctx_cut(struct djinn_ctx *c, uint32_t len, const char *what)
 	return ret;
 }
 
+int djinn_ctx_signal(struct djinn_ctx *c, unsigned int phase,
+		     uint64_t expected_ns)
+{
+	struct djinn_signal p = { .phase = phase, .expected_ns = expected_ns };
+	struct iovec iov = { &p, sizeof(p) };
+
+	if (!c || phase > DJINN_PHASE_IDLE)
+		return -EINVAL;
+	if (phase == DJINN_PHASE_IO_WAIT &&
+	    (!expected_ns || expected_ns > INT64_MAX))
+		return refuse(-EINVAL,
+			      "IO_WAIT of %llu ns: a context's wait "
+			      "needs an estimate in (0, INT64_MAX]",
+			      (unsigned long long)expected_ns);
+	p.ctx = c->handle;
+	return __djinn_call_sync(conn_of(c), DJINN_MSG_SIGNAL, c->m->s->id,
+				 &iov, 1, NULL, 0);
+}
+
 int djinn_ctx_reset(struct djinn_ctx *c)
 {
 	return ctx_cut(c, 0, "reset");

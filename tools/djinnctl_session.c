@@ -76,6 +76,7 @@ static const struct field session_fields[] = {
 	{ "text_refs", "TEXT", "text refs", 5, FK_U64, SF(text_refs) },
 	{ "tensors", "TENSORS", "tensors", 7, FK_U64, SF(tensors) },
 	{ "requests", "REQS", "requests", 8, FK_U64, SF(requests) },
+	{ "ctx_waiting", "CWAIT", "ctx waiting", 5, FK_U32, SF(ctx_waiting) },
 	{ "uid", "UID", "uid", 6, FK_UID, 0 },
 	{ "pid", "PID", "pid", 7, FK_PID, 0 },
 	{ "device", "DEV", "device", 3, FK_U32, SF(device) },

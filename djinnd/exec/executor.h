@@ -128,6 +128,10 @@ struct exec_swap {
 struct exec_job {
 	struct list_head node;
 	struct sched_entity *se;
+	/* a client's job on a context with a wait of its own: the wait
+	 * ends as the job is queued (sched_submit() forgets it then); a
+	 * policy swap's: the wait it serves */
+	struct sched_wait *wait;
 	unsigned int lane;
 	bool client;
 	void (*run)(struct exec_job *job, const struct exec_env *env);

@@ -161,7 +161,7 @@ static void render_sessions(struct sbuf *b, struct server *srv)
 	struct session *s;
 
 	list_for_each_entry(s, &srv->sessions.list, node)
-		by_phase[s->se.phase < NR_PHASES ? s->se.phase : 0]++;
+		by_phase[s->se.w.phase < NR_PHASES ? s->se.w.phase : 0]++;
 	family(b, "djinn_sessions", "gauge",
 	       "Sessions open now, by the phase they last signalled.");
 	for (uint32_t p = 0; p < NR_PHASES; p++)

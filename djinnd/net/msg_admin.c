@@ -42,7 +42,7 @@ void handle_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
 		e[i] = (struct djinn_admin_session){
 			.id = s->id,
 			.priority = s->priority,
-			.phase = s->se.phase,
+			.phase = s->se.w.phase,
 			.lease_ns = s->lease_ns,
 			.deadline_ns = s->deadline_ns,
 			.data_bytes = u.data_bytes,
@@ -54,6 +54,7 @@ void handle_admin_sessions(struct conn *c, const struct djinn_hdr *hdr,
 			.uid = (uint32_t)s->uid,
 			.pid = (int32_t)s->pid,
 			.device = s->dev->index,
+			.ctx_waiting = s->se.ctx_waiting,
 		};
 		memcpy(e[i].tenant, s->tenant, sizeof(e[i].tenant));
 		memcpy(e[i].label, s->label, sizeof(e[i].label));

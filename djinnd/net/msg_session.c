@@ -279,11 +279,12 @@ void handle_signal(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -EINVAL, "reserved field set");
 		return;
 	}
-	log_debug("session %llu: phase %u for %llu ns (received %llu)",
-		  (unsigned long long)s->id, sg->phase,
-		  (unsigned long long)sg->expected_ns,
+	log_debug("session %llu: context %#llx: phase %u for %llu ns "
+		  "(received %llu)",
+		  (unsigned long long)s->id, (unsigned long long)sg->ctx,
+		  sg->phase, (unsigned long long)sg->expected_ns,
 		  (unsigned long long)loop_now());
-	ret = svc_session_signal(s, sg->phase, sg->expected_ns, msg,
+	ret = svc_session_signal(s, sg->phase, sg->expected_ns, sg->ctx, msg,
 				 sizeof(msg));
 	msg_answer(c, hdr, ret, msg);
 }

@@ -104,20 +104,53 @@ static bool memory_needed(struct sched *sc)
 	return queued > 0;
 }
 
-static uint64_t resident_of(struct sched_entity *se)
+/* What @w covers: its context's region, or its whole session. */
+static void usage_of(struct sched_wait *w, struct vmu_usage *u)
+{
+	struct vmu_region_info ri;
+
+	if (!w->region) {
+		vmu_session_usage(w->se->vs, u);
+		return;
+	}
+	memset(u, 0, sizeof(*u));
+	if (vmu_region_info(w->se->vs, w->region, &ri))
+		return; /* gone */
+	if (ri.state == VMU_REGION_SWAPPED)
+		u->swapped = ri.size;
+	else if (ri.state == VMU_REGION_RESIDENT)
+		u->resident = ri.mapped;
+}
+
+static uint64_t resident_of(struct sched_wait *w)
 {
 	struct vmu_usage u;
 
-	vmu_session_usage(se->vs, &u);
+	usage_of(w, &u);
 	return u.resident;
 }
 
-static uint64_t swapped_of(struct sched_entity *se)
+static uint64_t swapped_of(struct sched_wait *w)
 {
 	struct vmu_usage u;
 
-	vmu_session_usage(se->vs, &u);
+	usage_of(w, &u);
 	return u.swapped;
+}
+
+/* The reclaim ranking of what @w covers. */
+static void set_victim(struct sched_wait *w, uint64_t key)
+{
+	if (w->region)
+		vmu_region_set_victim(w->se->vs, w->region, key);
+	else
+		vmu_session_set_victim(w->se->vs, key);
+}
+
+static void wait_put(struct sched_wait *w)
+{
+	if (w->own && !--w->refs)
+		free(w);
 }
 
 /* A swap of @bytes took @ns: the bandwidth, averaged (small moves say
@@ -141,7 +174,8 @@ static void measured(struct sched *sc, bool out, uint64_t bytes, uint64_t ns)
 enum { POLICY_SWAP_OUT = 1, POLICY_RESTORE, POLICY_PREFETCH };
 
 /*
- * A session's regions out or back, on a memory thread. The copy holds
+ * A wait's regions out or back, on a memory thread: its session's, or
+ * its context's one. The copy holds
  * one of the device's copy engines for its length: several at once
  * would share the engine's bandwidth, so that each arrives later than
  * planned (the rule's bandwidth is a copy's alone), and on a CPU device
@@ -151,6 +185,7 @@ enum { POLICY_SWAP_OUT = 1, POLICY_RESTORE, POLICY_PREFETCH };
 static void run_swap(struct exec_job *job, const struct exec_env *env)
 {
 	struct sched *sc = job->done_arg;
+	struct sched_wait *w = job->wait;
 	struct vmu_session *vs = job->se->vs;
 	pthread_mutex_t *engine =
 		&sc->copy_engine[sc->nr_copy_engines > 1 && job->swap.out];
@@ -158,17 +193,25 @@ static void run_swap(struct exec_job *job, const struct exec_env *env)
 	uint64_t t0;
 	int ret;
 
-	/* Its session ended while it was queued: nothing to move. */
-	if (__atomic_load_n(&job->se->ended, __ATOMIC_ACQUIRE)) {
+	/* Its session or context ended while it was queued: nothing to
+	 * move. */
+	if (__atomic_load_n(&job->se->ended, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&w->ended, __ATOMIC_ACQUIRE)) {
 		job->error = -ECANCELED;
 		return;
 	}
 	pthread_mutex_lock(engine);
 	t0 = loop_now();
-	vmu_session_usage(vs, &before);
-	ret = job->swap.out ? vmu_session_swap_out(vs) :
-			      vmu_session_swap_in(vs);
-	vmu_session_usage(vs, &after);
+	usage_of(w, &before);
+	if (w->region) {
+		ret = job->swap.out ? vmu_region_swap_out(vs, w->region) :
+				      vmu_region_swap_in(vs, w->region, NULL);
+		ret = ret ? ret : 1;
+	} else {
+		ret = job->swap.out ? vmu_session_swap_out(vs) :
+				      vmu_session_swap_in(vs);
+	}
+	usage_of(w, &after);
 	job->res.run_ns = loop_now() - t0;
 	pthread_mutex_unlock(engine);
 	job->swap.bytes = job->swap.out ?
@@ -186,13 +229,14 @@ static void policy_job_done(struct exec_job *job, void *arg)
 {
 	struct sched *sc = arg;
 	struct sched_entity *se = job->se;
+	struct sched_wait *w = job->wait;
 	bool out = job->swap.out;
 
 	if (out) {
-		se->swap_jobs--;
+		w->swap_jobs--;
 		sc->swap_jobs--;
 	} else {
-		se->restore_jobs--;
+		w->restore_jobs--;
 	}
 	if (job->error && job->error != -ECANCELED)
 		log_info("session %llu: %s: %s", (unsigned long long)se->id,
@@ -204,8 +248,8 @@ static void policy_job_done(struct exec_job *job, void *arg)
 			pthread_mutex_lock(&sc->stat_lock);
 			sc->st.swaps_signal += job->swap.regions;
 			pthread_mutex_unlock(&sc->stat_lock);
-			if (se->waiting)
-				se->swapped_in_wait = true;
+			if (w->waiting)
+				w->swapped_in_wait = true;
 		}
 		log_debug("session %llu: %s %llu bytes in %llu us",
 			  (unsigned long long)se->id,
@@ -213,12 +257,14 @@ static void policy_job_done(struct exec_job *job, void *arg)
 			  (unsigned long long)job->swap.bytes,
 			  (unsigned long long)(job->res.run_ns / 1000));
 	}
+	wait_put(w);
 	sc->ops.put(se);
 	free(job);
 }
 
-static void start(struct sched *sc, struct sched_entity *se, int what)
+static void start(struct sched *sc, struct sched_wait *w, int what)
 {
+	struct sched_entity *se = w->se;
 	struct exec_job *job;
 	bool stopped;
 
@@ -240,12 +286,15 @@ static void start(struct sched *sc, struct sched_entity *se, int what)
 	job->done = policy_job_done;
 	job->done_arg = sc;
 	job->se = se;
+	job->wait = w;
 	sc->ops.get(se);
+	if (w->own)
+		w->refs++;
 	if (what == POLICY_SWAP_OUT) {
-		se->swap_jobs++;
+		w->swap_jobs++;
 		sc->swap_jobs++;
 	} else {
-		se->restore_jobs++;
+		w->restore_jobs++;
 	}
 	if (what == POLICY_PREFETCH) {
 		pthread_mutex_lock(&sc->stat_lock);
@@ -260,99 +309,100 @@ static void start(struct sched *sc, struct sched_entity *se, int what)
 
 static void tick_arm(struct sched *sc);
 
-static void plan_for(struct sched *sc, struct sched_entity *se, uint64_t now,
+static void plan_for(struct sched *sc, struct sched_wait *w, uint64_t now,
 		     bool needed, struct sched_plan *p)
 {
-	uint64_t left = se->wait_until > now ? se->wait_until - now : 0;
+	uint64_t left = w->wait_until > now ? w->wait_until - now : 0;
 	struct sched_stats st;
 
 	pthread_mutex_lock(&sc->stat_lock);
 	st.swap_out_bps = sc->st.swap_out_bps;
 	st.swap_in_bps = sc->st.swap_in_bps;
 	pthread_mutex_unlock(&sc->stat_lock);
-	sched_plan_wait(&sc->cfg, now, left, resident_of(se), st.swap_out_bps,
+	sched_plan_wait(&sc->cfg, now, left, resident_of(w), st.swap_out_bps,
 			st.swap_in_bps, needed, p);
 }
 
 static uint64_t prefetch_fire(struct loop_timer *t, uint64_t now)
 {
-	struct sched_entity *se =
-		container_of(t, struct sched_entity, prefetch);
-	struct sched *sc = se->sc;
+	struct sched_wait *w = container_of(t, struct sched_wait, prefetch);
+	struct sched *sc = w->se->sc;
 
-	se->prefetch_armed = false;
-	if (!se->waiting || se->ended)
+	w->prefetch_armed = false;
+	if (!w->waiting || w->se->ended || w->ended)
 		return 0;
 	/* About to be back: no longer a victim before the others. */
-	vmu_session_set_victim(se->vs, 0);
-	if (swapped_of(se)) {
-		se->swapped_in_wait = true;
-		se->prefetched = true;
-		if (!se->restore_jobs)
-			start(sc, se, POLICY_PREFETCH);
+	set_victim(w, 0);
+	if (swapped_of(w)) {
+		w->swapped_in_wait = true;
+		w->prefetched = true;
+		if (!w->restore_jobs)
+			start(sc, w, POLICY_PREFETCH);
 	}
 	return 0;
 }
 
-static void begin_wait(struct sched *sc, struct sched_entity *se, uint64_t now,
+static void begin_wait(struct sched *sc, struct sched_wait *w, uint64_t now,
 		       uint64_t expected)
 {
 	struct sched_plan p;
 
-	if (se->prefetch_armed) {
-		loop_timer_del(&se->prefetch);
-		se->prefetch_armed = false;
+	if (w->prefetch_armed) {
+		loop_timer_del(&w->prefetch);
+		w->prefetch_armed = false;
 	}
-	if (!se->waiting)
-		list_add_tail(&se->wnode, &sc->waiting);
-	se->waiting = true;
-	se->swapped_in_wait = false;
-	se->prefetched = false;
-	se->wait_start = now;
-	se->wait_until = now + expected;
+	if (!w->waiting) {
+		list_add_tail(&w->wnode, &sc->waiting);
+		w->se->ctx_waiting += w->region != 0;
+	}
+	w->waiting = true;
+	w->swapped_in_wait = false;
+	w->prefetched = false;
+	w->wait_start = now;
+	w->wait_until = now + expected;
 	if (sc->policy != DJINN_SCHED_SEMANTIC)
 		return;
-	vmu_session_set_victim(se->vs,
-			       sched_victim_key(se->overran, se->wait_until));
-	plan_for(sc, se, now, memory_needed(sc), &p);
-	if (p.swap && !se->swap_jobs)
-		start(sc, se, POLICY_SWAP_OUT);
+	set_victim(w, sched_victim_key(w->overran, w->wait_until));
+	plan_for(sc, w, now, memory_needed(sc), &p);
+	if (p.swap && !w->swap_jobs)
+		start(sc, w, POLICY_SWAP_OUT);
 	/* Back by the estimate's end, whoever swapped it meanwhile. */
-	se->prefetch.fn = prefetch_fire;
-	loop_timer_add(sc->loop, &se->prefetch, p.prefetch_at);
-	se->prefetch_armed = true;
+	w->prefetch.fn = prefetch_fire;
+	loop_timer_add(sc->loop, &w->prefetch, p.prefetch_at);
+	w->prefetch_armed = true;
 	tick_arm(sc);
 }
 
-/* The wait is over (a request, a signal, the end of the session).
- * Whether the session's data left the device during it (semantic). */
-static bool end_wait(struct sched *sc, struct sched_entity *se, uint64_t now,
+/* The wait is over (a request, a signal, the end of its session or
+ * context). Whether its data left the device during it (semantic). */
+static bool end_wait(struct sched *sc, struct sched_wait *w, uint64_t now,
 		     bool count)
 {
-	uint64_t est = se->wait_until - se->wait_start;
+	uint64_t est = w->wait_until - w->wait_start;
 
-	if (!se->waiting)
+	if (!w->waiting)
 		return false;
-	se->waiting = false;
-	list_del_init(&se->wnode);
-	if (se->prefetch_armed) {
-		loop_timer_del(&se->prefetch);
-		se->prefetch_armed = false;
+	w->waiting = false;
+	w->se->ctx_waiting -= w->region != 0;
+	list_del_init(&w->wnode);
+	if (w->prefetch_armed) {
+		loop_timer_del(&w->prefetch);
+		w->prefetch_armed = false;
 	}
 	if (sc->policy != DJINN_SCHED_SEMANTIC)
 		return false;
-	vmu_session_set_victim(se->vs, 0);
+	set_victim(w, 0);
 	if (!count)
 		return false;
 	/* Late by more than a tenth of the estimate (and a millisecond):
 	 * next time it is the first to go. */
-	se->overran = now > se->wait_until + est / 10 + NSEC_PER_MSEC;
-	if (swapped_of(se) || se->restore_jobs)
-		se->swapped_in_wait = true;
-	if (!se->swapped_in_wait)
+	w->overran = now > w->wait_until + est / 10 + NSEC_PER_MSEC;
+	if (swapped_of(w) || w->restore_jobs)
+		w->swapped_in_wait = true;
+	if (!w->swapped_in_wait)
 		return false;
 	pthread_mutex_lock(&sc->stat_lock);
-	if (swapped_of(se) || se->restore_jobs)
+	if (swapped_of(w) || w->restore_jobs)
 		sc->st.prefetch_misses++;
 	else
 		sc->st.prefetch_hits++;
@@ -364,18 +414,18 @@ static bool end_wait(struct sched *sc, struct sched_entity *se, uint64_t now,
  * back at once, whole (the regions it uses next would come back one by
  * one, each on its request's path). A session swapped by reclaim
  * outside a wait gets each region back when it is used, as under lru. */
-static void restore_now(struct sched *sc, struct sched_entity *se)
+static void restore_now(struct sched *sc, struct sched_wait *w)
 {
-	if (!se->restore_jobs && swapped_of(se))
-		start(sc, se, POLICY_RESTORE);
+	if (!w->restore_jobs && swapped_of(w))
+		start(sc, w, POLICY_RESTORE);
 }
 
-void policy_request(struct sched *sc, struct sched_entity *se)
+void policy_request(struct sched *sc, struct sched_wait *w)
 {
 	if (!sc->loop)
 		return;
-	if (end_wait(sc, se, loop_now(), true))
-		restore_now(sc, se);
+	if (end_wait(sc, w, loop_now(), true))
+		restore_now(sc, w);
 }
 
 int sched_signal_check(const struct sched *sc, uint32_t phase,
@@ -401,19 +451,44 @@ int sched_signal_check(const struct sched *sc, uint32_t phase,
 	return 0;
 }
 
-void sched_signal(struct sched *sc, struct sched_entity *se, uint32_t phase,
+void sched_signal(struct sched *sc, struct sched_wait *w, uint32_t phase,
 		  uint64_t expected_ns)
 {
 	uint64_t now = loop_now();
 
-	se->phase = phase;
-	se->phase_until = now + expected_ns;
+	w->phase = phase;
+	w->phase_until = now + expected_ns;
 	if (phase == DJINN_PHASE_IO_WAIT) {
-		begin_wait(sc, se, now, expected_ns);
+		begin_wait(sc, w, now, expected_ns);
 		return;
 	}
-	if (end_wait(sc, se, now, true) && phase == DJINN_PHASE_COMPUTE)
-		restore_now(sc, se);
+	if (end_wait(sc, w, now, true) && phase == DJINN_PHASE_COMPUTE)
+		restore_now(sc, w);
+}
+
+struct sched_wait *sched_wait_new(struct sched *sc, struct sched_entity *se,
+				  uint64_t region)
+{
+	struct sched_wait *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	w->se = se;
+	w->region = region;
+	w->own = true;
+	w->refs = 1;
+	INIT_LIST_HEAD(&w->wnode);
+	return w;
+}
+
+void sched_wait_end(struct sched *sc, struct sched_wait *w)
+{
+	if (!w)
+		return;
+	/* run_swap() reads it on a memory thread */
+	__atomic_store_n(&w->ended, true, __ATOMIC_RELEASE);
+	end_wait(sc, w, loop_now(), false);
+	wait_put(w);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -422,7 +497,7 @@ void sched_signal(struct sched *sc, struct sched_entity *se, uint32_t phase,
 static uint64_t tick_fire(struct loop_timer *t, uint64_t now)
 {
 	struct sched *sc = container_of(t, struct sched, tick);
-	struct sched_entity *se;
+	struct sched_wait *w;
 
 	if (list_empty(&sc->waiting) || sc->policy != DJINN_SCHED_SEMANTIC) {
 		sc->tick_armed = false;
@@ -432,22 +507,23 @@ static uint64_t tick_fire(struct loop_timer *t, uint64_t now)
 		return TICK_NS;
 	/* The best victim first: an overrunner, then the one back last. */
 	for (unsigned int n = sc->swap_jobs; n < MAX_SWAP_JOBS; n++) {
-		struct sched_entity *best = NULL;
+		struct sched_wait *best = NULL;
 		uint64_t best_key = 0;
 
-		list_for_each_entry(se, &sc->waiting, wnode) {
+		list_for_each_entry(w, &sc->waiting, wnode) {
 			struct sched_plan p;
 			uint64_t key;
 
-			if (se->swap_jobs || se->prefetched || se->ended)
+			if (w->swap_jobs || w->prefetched || w->ended ||
+			    w->se->ended)
 				continue;
-			plan_for(sc, se, now, true, &p);
+			plan_for(sc, w, now, true, &p);
 			if (!p.swap || p.prefetch_at <= now)
 				continue;
-			key = sched_victim_key(se->overran, se->wait_until);
+			key = sched_victim_key(w->overran, w->wait_until);
 			if (key > best_key) {
 				best_key = key;
-				best = se;
+				best = w;
 			}
 		}
 		if (!best)
@@ -503,20 +579,21 @@ void policy_fini(struct sched *sc)
 
 void policy_entity_end(struct sched *sc, struct sched_entity *se)
 {
-	end_wait(sc, se, loop_now(), false);
+	end_wait(sc, &se->w, loop_now(), false);
 }
 
 void policy_entity_info(struct sched *sc, struct sched_entity *se,
 			struct djinn_admin_sched_session *e)
 {
+	const struct sched_wait *w = &se->w;
 	uint64_t now = loop_now();
 
-	if (se->waiting && se->wait_until > now)
-		e->phase_left_ns = se->wait_until - now;
-	if (se->waiting && se->swapped_in_wait)
+	if (w->waiting && w->wait_until > now)
+		e->phase_left_ns = w->wait_until - now;
+	if (w->waiting && w->swapped_in_wait)
 		e->flags |= DJINN_SCHED_SWAPPED_BY_SIGNAL;
-	if (se->overran)
+	if (w->overran)
 		e->flags |= DJINN_SCHED_OVERRAN;
-	if (se->restore_jobs)
+	if (w->restore_jobs)
 		e->flags |= DJINN_SCHED_PREFETCHING;
 }

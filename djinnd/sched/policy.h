@@ -36,7 +36,7 @@ struct sched {
 	struct sched_stats st;
 
 	/* the memory policy's, on the I/O thread */
-	struct list_head waiting; /* sessions in IO_WAIT */
+	struct list_head waiting; /* waits (struct sched_wait) in IO_WAIT */
 	struct loop_timer tick;
 	bool tick_armed;
 	unsigned int swap_jobs; /* the policy's swap-outs in flight */
@@ -51,8 +51,8 @@ struct sched {
 void policy_init(struct sched *sc);
 void policy_fini(struct sched *sc);
 void policy_configure(struct sched *sc);
-/* A client's request of @se is being queued. */
-void policy_request(struct sched *sc, struct sched_entity *se);
+/* A client's request on what @w covers is being queued. */
+void policy_request(struct sched *sc, struct sched_wait *w);
 void policy_entity_end(struct sched *sc, struct sched_entity *se);
 void policy_entity_info(struct sched *sc, struct sched_entity *se,
 			struct djinn_admin_sched_session *e);

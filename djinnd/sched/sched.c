@@ -179,7 +179,8 @@ void sched_entity_init(struct sched *sc, struct sched_entity *se, uint64_t id,
 		INIT_LIST_HEAD(&se->jobs[l]);
 		INIT_LIST_HEAD(&se->node[l]);
 	}
-	INIT_LIST_HEAD(&se->wnode);
+	se->w.se = se;
+	INIT_LIST_HEAD(&se->w.wnode);
 	se->weight = weight_of(sc, se);
 	for (unsigned int l = 0; l < SCHED_LANES; l++)
 		se->deficit[l] = quantum(sc, se);
@@ -207,9 +208,14 @@ void sched_submit(struct sched *sc, struct exec_job *job)
 	struct sched_lane_q *q = &sc->lane[l];
 	struct sched_entity *se = job->se;
 
-	/* A client's request: the session is back from any wait. */
-	if (job->client)
-		policy_request(sc, se);
+	/* A client's request: the session is back from any wait of its
+	 * own, and a context it steps from the context's. */
+	if (job->client) {
+		policy_request(sc, &se->w);
+		if (job->wait)
+			policy_request(sc, job->wait);
+		job->wait = NULL; /* its context's, which may go first */
+	}
 	job->t_queued = now_ns();
 	pthread_mutex_lock(&q->lock);
 	job->seq = q->dispatched;
@@ -596,7 +602,7 @@ uint64_t sched_hist_p99(const uint32_t *hist)
 void sched_entity_info(struct sched *sc, struct sched_entity *se,
 		       struct djinn_admin_sched_session *e)
 {
-	e->phase = se->phase;
+	e->phase = se->w.phase;
 	policy_entity_info(sc, se, e);
 	for (unsigned int l = 0; l < SCHED_LANES; l++)
 		pthread_mutex_lock(&sc->lane[l].lock);

@@ -129,6 +129,34 @@ struct sched_config {
 #define SCHED_SWAP_MARGIN_DEFAULT 200 /* % */
 
 /*
+ * struct sched_wait - an IO_WAIT and what the memory policy does about
+ * it: a session's (in its struct sched_entity, @region 0: all its data),
+ * or one context's (@region: its KV cache's region, so that one session
+ * may hold many conversations, each with its own wait: sched_wait_new()).
+ * The I/O thread's, but @ended, which run_swap() reads. A context's wait
+ * lives while its context does and while a policy job of it is in
+ * flight (@refs).
+ */
+struct sched_wait {
+	struct sched_entity *se; /* whose session */
+	uint64_t region;
+	uint32_t refs; /* a context's: its owner's and each job's */
+	bool own; /* a context's: freed at the last reference */
+	bool ended;
+	uint32_t phase; /* the last SIGNAL, and until when it holds */
+	uint64_t phase_until;
+	bool waiting; /* in an IO_WAIT */
+	bool swapped_in_wait; /* some of its data left during this wait */
+	bool overran; /* its last wait ran past the estimate */
+	bool prefetched; /* this wait's restore has been started */
+	uint32_t swap_jobs, restore_jobs; /* the policy's jobs in flight */
+	uint64_t wait_start, wait_until;
+	struct loop_timer prefetch; /* armed while waiting */
+	bool prefetch_armed;
+	struct list_head wnode; /* the scheduler's waits */
+};
+
+/*
  * struct sched_entity - a session, to the scheduler (in struct session)
  *
  * Who it is (sched_entity_init()'s, fixed): @id, for the log; @tenant
@@ -144,8 +172,6 @@ struct sched_entity {
 	struct sched *sc; /* whose */
 	struct list_head all; /* the scheduler's entities (I/O thread) */
 	bool ended; /* sched_entity_end() */
-	uint32_t phase; /* the last SIGNAL, and until when it holds */
-	uint64_t phase_until;
 
 	/* per lane, under its lock */
 	struct list_head jobs[SCHED_LANES]; /* queued, in order */
@@ -160,15 +186,8 @@ struct sched_entity {
 
 	/* the memory policy's (I/O thread) */
 	uint32_t inflight; /* compute jobs queued or running (net/'s count) */
-	bool waiting; /* in an IO_WAIT */
-	bool swapped_in_wait; /* some of its data left during this wait */
-	bool overran; /* its last wait ran past the estimate */
-	bool prefetched; /* this wait's restore has been started */
-	uint32_t swap_jobs, restore_jobs; /* the policy's jobs in flight */
-	uint64_t wait_start, wait_until;
-	struct loop_timer prefetch; /* armed while waiting */
-	bool prefetch_armed;
-	struct list_head wnode; /* the scheduler's waiting sessions */
+	struct sched_wait w; /* the session's own wait */
+	uint32_t ctx_waiting; /* its contexts' waits in an IO_WAIT */
 };
 
 /*
@@ -299,8 +318,19 @@ void sched_entity_info(struct sched *sc, struct sched_entity *se,
  */
 int sched_signal_check(const struct sched *sc, uint32_t phase,
 		       uint64_t *expected_ns, char *msg, size_t msglen);
-void sched_signal(struct sched *sc, struct sched_entity *se, uint32_t phase,
+void sched_signal(struct sched *sc, struct sched_wait *w, uint32_t phase,
 		  uint64_t expected_ns);
+
+/*
+ * A context's wait, for the context whose KV cache is region @region of
+ * @se's session (I/O thread): NULL when out of memory. Its IO_WAIT moves
+ * that region alone; a request on the context ends it
+ * (exec_job.wait, sched_submit()). sched_wait_end() when the context
+ * goes: the wait ends, and is freed once no job of it is in flight.
+ */
+struct sched_wait *sched_wait_new(struct sched *sc, struct sched_entity *se,
+				  uint64_t region);
+void sched_wait_end(struct sched *sc, struct sched_wait *w);
 
 /* The 99th percentile of a SCHED_HIST histogram: its bucket's upper
  * bound, in ns (0 when empty). */

@@ -242,7 +242,7 @@ static int on_event(struct nl_msg *msg, void *arg)
 		break;
 	case DJINN_CMD_SIGNAL_NTF: {
 		uint64_t now = loop_now(), exp = 0;
-		uint32_t phase = s->se.phase;
+		uint32_t phase = s->se.w.phase;
 		char bad[DJINN_MAX_ERROR_MSG];
 
 		if (tb[DJINN_A_SESSION_EXPECTED_NS])
@@ -265,7 +265,7 @@ static int on_event(struct nl_msg *msg, void *arg)
 							    bad);
 			return NL_OK;
 		}
-		sched_signal(s->dev->sched, &s->se, phase, exp);
+		sched_signal(s->dev->sched, &s->se.w, phase, exp);
 		return NL_OK;
 	}
 	default:

@@ -33,8 +33,11 @@ void mobj_put(struct mobj *o)
  * (steps still in flight keep the model's memory until they end). */
 void mobj_ctx_unlist(struct mobj *o)
 {
-	if (o->kind == SOBJ_CTX)
-		o->model->ctxs--;
+	if (o->kind != SOBJ_CTX)
+		return;
+	o->model->ctxs--;
+	sched_wait_end(o->s->dev->sched, o->wait);
+	o->wait = NULL;
 }
 
 static void drain_one(enum sobj_kind kind, void *p, void *arg)
@@ -716,6 +719,25 @@ struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
 	return o;
 }
 
+int svc_ctx_signal(struct session *s, uint64_t ctx, uint32_t phase,
+		   uint64_t expected_ns, char *msg, size_t msglen)
+{
+	struct mobj *o = mobj_get(s, ctx, SOBJ_CTX, msg, msglen);
+
+	if (!o)
+		return -ENOENT;
+	if (!o->wait) {
+		o->wait = sched_wait_new(s->dev->sched, &s->se,
+					 model_ctx_cache(o->mc));
+		if (!o->wait) {
+			snprintf(msg, msglen, "out of memory");
+			return -ENOMEM;
+		}
+	}
+	sched_signal(s->dev->sched, o->wait, phase, expected_ns);
+	return 0;
+}
+
 int svc_model_close(struct session *s, uint64_t handle, char *msg,
 		    size_t msglen)
 {
@@ -778,6 +800,8 @@ int svc_model_job(struct session_table *t, struct session *s,
 	}
 	mj->hdr = *hdr;
 	mj->call = call;
+	if (mj->o && mj->o->kind == SOBJ_CTX)
+		job->wait = mj->o->wait; /* a step on it ends its wait */
 	job->lane = lane;
 	job->counted = counted;
 	job->run = mjob_run;

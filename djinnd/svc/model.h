@@ -61,6 +61,9 @@ struct mobj {
 	 * the graph executor reads it): a step still running in passes
 	 * ends with -ECANCELED at its next one */
 	bool freed;
+	/* its own IO_WAIT (SIGNAL with the context), made at the first;
+	 * ended when it leaves the table */
+	struct sched_wait *wait;
 };
 
 /* Drop a reference; the last frees the object (a context's its model's). */
@@ -73,6 +76,10 @@ void mobj_ctx_bind(struct mobj *o, struct mobj *m, struct model_ctx *mc,
 		   uint32_t max_tokens);
 /* Session @s ended: its table's models and contexts go. */
 void svc_model_session_ended(struct session *s);
+/* SIGNAL for context @ctx of @s alone: its wait, and what the memory
+ * policy does about it, are its own (0, or -ENOENT and @msg). */
+int svc_ctx_signal(struct session *s, uint64_t ctx, uint32_t phase,
+		   uint64_t expected_ns, char *msg, size_t msglen);
 
 /*
  * struct mjob - one model request in flight (an exec_job's ctx)

@@ -9,6 +9,7 @@
 
 #include "device.h"
 #include "svc/devices.h"
+#include "svc/model.h"
 #include "svc/svc.h"
 
 /* A session refused by a limit: which one, in @msg. */
@@ -70,7 +71,7 @@ int svc_session_open(struct session_table *t, struct device *devs,
 }
 
 int svc_session_signal(struct session *s, uint32_t phase, uint64_t expected_ns,
-		       char *msg, size_t msglen)
+		       uint64_t ctx, char *msg, size_t msglen)
 {
 	int ret;
 
@@ -82,6 +83,8 @@ int svc_session_signal(struct session *s, uint32_t phase, uint64_t expected_ns,
 				 msglen);
 	if (ret)
 		return ret;
-	sched_signal(s->dev->sched, &s->se, phase, expected_ns);
+	if (ctx)
+		return svc_ctx_signal(s, ctx, phase, expected_ns, msg, msglen);
+	sched_signal(s->dev->sched, &s->se.w, phase, expected_ns);
 	return 0;
 }

@@ -57,7 +57,8 @@ static inline bool svc_job_gone(struct exec_job *job)
  *              errno of session_create() with @msg empty.
  * svc_session_signal(): SIGNAL: @phase (0 to DJINN_PHASE_IDLE) for
  *              @expected_ns, checked and clamped (sched_signal_check())
- *              and told to the scheduler.
+ *              and told to the scheduler: of the session, or of its
+ *              context @ctx alone (-ENOENT for no such context).
  */
 struct svc_peer {
 	const char *tenant;
@@ -72,7 +73,7 @@ int svc_session_open(struct session_table *t, struct device *devs,
 		     uint64_t lease_ns, uint64_t kid, struct session **out,
 		     char *msg, size_t msglen);
 int svc_session_signal(struct session *s, uint32_t phase, uint64_t expected_ns,
-		       char *msg, size_t msglen);
+		       uint64_t ctx, char *msg, size_t msglen);
 
 /*
  * GRAPH_SUBMIT's service: @payload (@len bytes, taken over) of session

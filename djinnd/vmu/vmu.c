@@ -386,6 +386,12 @@ static bool trim_idle_stack(struct vmu *v)
  * regions swapped out (least recently used first). Lock held; drops it
  * while freeing and swapping. Returns true if @want is available.
  */
+/* A region's reclaim key: its own or its session's, the higher. */
+static uint64_t victim_key(const struct vmu_region *r)
+{
+	return r->victim > r->s->victim ? r->victim : r->s->victim;
+}
+
 static bool reclaim_locked(struct vmu *v, uint64_t want)
 {
 	uint64_t gen = ++v->reclaim_gen;
@@ -419,7 +425,7 @@ static bool reclaim_locked(struct vmu *v, uint64_t want)
 			    r->resv_to ||
 			    vmu_guarded(r->s->tenant, r->m.mapped))
 				continue;
-			if (!victim || r->s->victim > victim->s->victim)
+			if (!victim || victim_key(r) > victim_key(victim))
 				victim = r;
 			if (!v->nr_victims) /* plain LRU: the first */
 				break;
@@ -941,12 +947,21 @@ struct vmu_region *vmu_region_get_settled(struct vmu_session *s, uint64_t h)
 /* ---------------------------------------------------------------------- */
 /* Data regions */
 
+/* The scheduler's reclaim key for @r alone (lock held). */
+static void region_victim_locked(struct vmu *v, struct vmu_region *r,
+				 uint64_t key)
+{
+	v->nr_victims += (key != 0) - (r->victim != 0);
+	r->victim = key;
+}
+
 /* Release a region for good: no handle, no list points at it any more.
  * Lock held; drops it to free the physical memory, then uncharges. */
 static void region_free_locked(struct vmu *v, struct vmu_region *r)
 {
 	uint64_t dev;
 
+	region_victim_locked(v, r, 0);
 	vmu_region_acct(v, r, -1);
 	dev = r->share.dev;
 	if (r->resv)
@@ -1256,6 +1271,7 @@ int vmu_region_destroy(struct vmu_session *s, uint64_t handle)
 	s->tenant->use.regions--;
 	v->st.seg[VMU_SEG_DATA].frees++;
 	resv_drop(v, r);
+	region_victim_locked(v, r, 0);
 	if (r->state == VMU_REGION_RESIDENT && r->m.mapped &&
 	    s->use.cached + r->m.mapped <= v->cfg.session_cache) {
 		/* Keep it mapped for the session's next region this shape. */
@@ -1411,6 +1427,21 @@ void vmu_session_set_victim(struct vmu_session *s, uint64_t key)
 	s->vmu->nr_victims += (key != 0) - (s->victim != 0);
 	s->victim = key;
 	vmu_unlock(s->vmu);
+}
+
+int vmu_region_set_victim(struct vmu_session *s, uint64_t handle, uint64_t key)
+{
+	struct vmu_region *r;
+	int ret = -ENOENT;
+
+	vmu_lock(s->vmu);
+	r = vmu_region_get_settled(s, handle);
+	if (r) {
+		region_victim_locked(s->vmu, r, key);
+		ret = 0;
+	}
+	vmu_unlock(s->vmu);
+	return ret;
 }
 
 void vmu_set_admit_wait(struct vmu *v, uint64_t ns)

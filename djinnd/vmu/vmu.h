@@ -189,6 +189,9 @@ int vmu_session_swap_in(struct vmu_session *s);
  * swaps out the first, in LRU order, of the regions whose session has
  * the highest key; 0 (the default) for all is plain LRU. */
 void vmu_session_set_victim(struct vmu_session *s, uint64_t key);
+/* The same for region @handle alone (a context's wait): its key is its
+ * own or its session's, the higher. -ENOENT for no such region. */
+int vmu_region_set_victim(struct vmu_session *s, uint64_t handle, uint64_t key);
 
 /* Whether reclaim may swap data regions (default on). Off, as static
  * partitioning wants, idle regions stay and admission counts only what

@@ -148,6 +148,7 @@ struct vmu_region {
 	uint64_t max_size;
 	uint64_t target; /* while growing: the mapped size it grows to */
 	uint64_t fail_gen; /* reclaim pass in which a swap-out failed */
+	uint64_t victim; /* the scheduler's key for it alone (0: none) */
 	struct vmu_mapping m;
 	/* vmu_region_reserve(): the mapped size it is held to (0: none),
 	 * and the bytes set aside for the rest */

@@ -770,6 +770,16 @@ int djinn_ctx_fork(struct djinn_ctx *c, struct djinn_ctx **out);
  * freed and released on the daemon. */
 int djinn_ctx_reset(struct djinn_ctx *c);
 
+/*
+ * djinn_signal() for context @c alone: a session may hold many
+ * conversations, each with its own waits. IO_WAIT (its estimate > 0)
+ * lets djinnd move @c's KV cache to host memory for the wait and bring
+ * it back by its end; a step on @c, or COMPUTE, ends the wait. Waits for
+ * the daemon's answer: 0 or a negative errno (-ENOENT: no such context).
+ */
+int djinn_ctx_signal(struct djinn_ctx *c, unsigned int phase,
+		     uint64_t expected_ns);
+
 /* Keep the first @len tokens of @c's cache (-EINVAL for more than it
  * holds), as djinn_ctx_reset() keeps none: a conversation that branches
  * goes on from where the branches part. Its steps' stubs are freed, and

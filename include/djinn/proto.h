@@ -376,13 +376,21 @@ enum djinn_phase {
 	DJINN_PHASE_IDLE = 7, /* signals only */
 };
 
-/* SIGNAL request: what the session is about to do, and for how long. */
+/*
+ * SIGNAL request: what the session is about to do, and for how long; or,
+ * with @ctx (a context handle; 0: none, the session), what that context
+ * is: an IO_WAIT of its own moves its KV cache alone, and a step on it,
+ * or its COMPUTE, ends it. One session can so hold many conversations,
+ * each waiting on its own tools. The 16 bytes before @ctx are the
+ * request of djinnds and clients older than it.
+ */
 struct djinn_signal {
 	__u32 phase;
 	__u32 __reserved;
 	__u64 expected_ns;
+	__u64 ctx;
 };
-static_assert(sizeof(struct djinn_signal) == 16, "signal layout");
+static_assert(sizeof(struct djinn_signal) == 24, "signal layout");
 
 /**
  * struct djinn_tensor_create - TENSOR_CREATE request
@@ -968,7 +976,7 @@ struct djinn_admin_session {
 	__u32 uid;
 	__s32 pid; /* 0 over TCP */
 	__u32 device; /* the device it is on: an index of ADMIN_VMU's */
-	__u32 __reserved;
+	__u32 ctx_waiting; /* its contexts in an IO_WAIT of their own */
 	/* what the client asked for at SESSION_OPEN; @tenant is who it is */
 	char label[DJINN_TENANT_LEN];
 };

@@ -27,7 +27,7 @@ from typing import Any, List, Optional, Tuple
 
 SONAME = "libdjinn.so.0"
 #: The symbol version whose calls this package uses (djinn_ctx_truncate()
-#: came with it).
+#: and djinn_ctx_signal() came with it).
 NEEDED_VERSION = "DJINN_0.3"
 #: Each version, and a function the library has at it.
 _VERSIONS = (("DJINN_0.1", "djinn_model_info"),
@@ -256,6 +256,7 @@ _CALLS = {
     "djinn_ctx_fork": (_I, [_P, _PP]),
     "djinn_ctx_reset": (_I, [_P]),
     "djinn_ctx_truncate": (_I, [_P, ctypes.c_uint32]),
+    "djinn_ctx_signal": (_I, [_P, ctypes.c_uint, ctypes.c_uint64]),
     "djinn_ctx_free": (_I, [_P]),
     "djinn_ctx_len": (_I, [_P]),
     "djinn_ctx_prefill": (_I, [_P, _R(ctypes.c_int32), _U32, _R(StepOpts), _R(Step)]),

@@ -200,6 +200,22 @@ class Context:
         self.logits = None
         self._steps = None
 
+    def signal(self, phase: Union[str, int],
+               expected: Optional[float] = None) -> None:
+        """Session.signal() for this context alone: an IO_WAIT of its
+        own (with an estimate, seconds) lets djinnd move this context's
+        KV cache to host memory for the wait and bring it back by its
+        end; a step on it, or COMPUTE, ends the wait. So one session
+        can hold many conversations, each waiting on its own tools."""
+        from ._core import PHASES, _ns
+
+        if isinstance(phase, str):
+            if phase not in PHASES:
+                raise InvalidArgument(
+                    22, f"phase {phase!r}: one of {', '.join(PHASES)}")
+            phase = PHASES[phase]
+        call("djinn_ctx_signal", self._p(), phase, _ns(expected))
+
     def truncate(self, n: int) -> None:
         """Keep the first @n tokens of the cache (no more than it
         holds), abandoning a paused step; there are no last logits until

@@ -42,8 +42,8 @@ from djinn.serve.engine import TextFilter  # noqa: E402
 MODEL = "chat-qwen"
 KEYS = {"alice": "sk-alice-" + "a" * 24, "bob": "sk-bob-" + "b" * 24,
         "carol": "sk-carol-" + "c" * 24,
-        # sends nothing before test_conversation_goes_on
-        "dave": "sk-dave-" + "d" * 24}
+        # send nothing before test_conversation_goes_on
+        "dave": "sk-dave-" + "d" * 24, "erin": "sk-erin-" + "e" * 24}
 
 
 class Server:
@@ -497,25 +497,35 @@ def cached(r: Any) -> int:
     return r.usage.prompt_tokens_details.cached_tokens
 
 
+def waiting(daemon: Daemon, label: str) -> int:
+    """Contexts of @label's session in an IO_WAIT of their own."""
+    return sum(x["ctx_waiting"] for x in daemon.ctl("session", "list")
+               if x["label"] == label)
+
+
 def test_conversation_goes_on(server: Server, daemon: Daemon,
                               ck: Checkpoint) -> None:
     """Three turns with tool calls between them: turns two and three
-    prefill only their new tokens, and the last answer is the one the
-    whole conversation gets from scratch. Another key's requests go on
-    from none of it."""
-    c = server.client("alice")
+    prefill only their new tokens, the conversation's context waits in
+    IO_WAIT while its tools run, and the last answer is the one the whole
+    conversation gets from scratch. Another key's requests go on from
+    none of it."""
+    c = server.client("erin")
     get_time = {"type": "function", "function": {"name": "get_time"}}
     msgs = [{"role": "system", "content": "Three turns, two calls."},
             {"role": "user", "content": "What time is it, twice?"}]
     held = 0
     for turn in range(2):
-        r = c.chat.completions.create(model=MODEL, messages=msgs,
-                                      tools=TOOLS, tool_choice=get_time,
-                                      temperature=0)
+        r = c.chat.completions.create(
+            model=MODEL, messages=msgs, tools=TOOLS, tool_choice=get_time,
+            temperature=0, extra_headers={"X-Djinn-Expected-Wait": "30"})
         if turn:  # the context held the whole conversation so far
             assert cached(r) == held
         [call] = r.choices[0].message.tool_calls
         held = r.usage.prompt_tokens + r.usage.completion_tokens
+        # the tool runs: the conversation's context waits
+        assert settle(lambda: waiting(daemon, "erin"),
+                      lambda n: n == 1) == 1
         msgs += [r.choices[0].message.model_dump(exclude_none=True),
                  {"role": "tool", "tool_call_id": call.id,
                   "content": f"12:0{turn}"}]
@@ -524,6 +534,8 @@ def test_conversation_goes_on(server: Server, daemon: Daemon,
                                      temperature=0)
     assert cached(last) == held
     assert last.usage.prompt_tokens > held
+    if last.choices[0].finish_reason != "tool_calls":
+        assert waiting(daemon, "erin") == 0  # its step ended the wait
     # from scratch: djinn generate on the whole conversation, rendered
     ids = ck.encode(ck.render(
         [dict(m, tool_calls=[{"function": {
@@ -532,12 +544,16 @@ def test_conversation_goes_on(server: Server, daemon: Daemon,
     assert len(ids) == last.usage.prompt_tokens
     want = text_of(ck, reference(daemon, ck, ids, 8))
     assert last.choices[0].message.content == want
-    # a key that never sent anything: nothing of alice's
+    # a key that never sent anything: nothing of erin's
     fresh = server.client("dave").chat.completions.create(
         model=MODEL, messages=msgs, tools=TOOLS, max_tokens=8,
         temperature=0)
     assert cached(fresh) == 0
     assert fresh.choices[0].message.content == want
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(
+            model=MODEL, messages=msgs, max_tokens=1,
+            extra_headers={"X-Djinn-Expected-Wait": "soon"})
 
 
 def test_conversation_branches(server: Server, ck: Checkpoint) -> None:

@@ -319,7 +319,7 @@ static void test_reply_bytes(void **state)
 		name_clean("ADMIN_SESSIONS tenant", e->tenant,
 			   sizeof(e->tenant));
 		name_clean("ADMIN_SESSIONS label", e->label, sizeof(e->label));
-		assert_int_equal(e->__reserved, 0);
+		assert_int_equal(e->ctx_waiting, 0); /* none signals */
 	}
 	dj_resp_free(&r);
 	r = admin_answer(fx, DJINN_MSG_ADMIN_TENANTS);

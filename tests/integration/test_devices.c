@@ -117,7 +117,7 @@ static unsigned int device_of(struct fx *fx, struct djinn_session *s)
 	assert_int_equal(r.len, 8 + count * sizeof(*e));
 	e = (const void *)(r.data + 8);
 	for (uint32_t i = 0; i < count; i++) {
-		assert_int_equal(e[i].__reserved, 0);
+		assert_int_equal(e[i].ctx_waiting, 0);
 		if (e[i].id == id)
 			dev = (int)e[i].device;
 	}

@@ -172,7 +172,7 @@ ok "sessions $alice, $bob and $carol open"
 
 if run 0 "session list" session list; then
 	expect "list: header" \
-		'^ID +TENANT +LABEL +PRIO +PHASE +LEASE +DATA +RESIDENT +SWAPPED +TEXT +TENSORS +REQS +UID +PID +DEV$' \
+		'^ID +TENANT +LABEL +PRIO +PHASE +LEASE +DATA +RESIDENT +SWAPPED +TEXT +TENSORS +REQS +CWAIT +UID +PID +DEV$' \
 		"$dir/out"
 	n=$(wc -l <"$dir/out")
 	[ "$n" -eq 4 ] || fail "list: $n lines, expected a header and 3 sessions"

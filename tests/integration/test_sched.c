@@ -18,6 +18,9 @@
  * - the policy from --sched-policy, --set and the configuration file;
  *   bad policy names and tenant shares stop djinnd from starting, and a
  *   reload with a bad share keeps the running shares;
+ * - a context's own wait (djinn_ctx_signal()): its cache alone leaves and
+ *   comes back; a step on another context of the session leaves the wait
+ *   as it is, one on it ends it; COMPUTE and the context's end end it;
  * - IO_WAIT with no estimate or a negative one converted is -EINVAL, a
  *   long one is clamped to sched.max_io_wait, and a signal for another
  *   connection's session is refused.
@@ -462,6 +465,118 @@ static void test_prefetch(void **state)
 	e = sched_of(fx, a.sid);
 	assert_int_equal(e.flags & DJINN_SCHED_OVERRAN, 0);
 	assert_int_equal(e.phase, DJINN_PHASE_COMPUTE);
+
+	agent_close(&b);
+	agent_close(&a);
+}
+
+/* Session @sid's entry of ADMIN_SESSIONS. */
+static struct djinn_admin_session session_of(struct fx *fx, uint64_t sid)
+{
+	const struct djinn_admin_session *e;
+	struct djinn_admin_session out;
+	struct dj_resp r;
+	bool found = false;
+	uint32_t n;
+
+	admin(fx, DJINN_MSG_ADMIN_SESSIONS, &r);
+	memcpy(&n, r.data, sizeof(n));
+	e = (const void *)(r.data + 8);
+	for (uint32_t i = 0; i < n; i++) {
+		if (e[i].id == sid) {
+			out = e[i];
+			found = true;
+		}
+	}
+	dj_resp_free(&r);
+	if (!found)
+		fail_msg("session %llu is not in ADMIN_SESSIONS",
+			 (unsigned long long)sid);
+	return out;
+}
+
+/*
+ * A context's own wait: A's session holds its conversation's context and
+ * a small second one, and the first waits on a tool (djinn_ctx_signal()
+ * IO_WAIT) while the session says nothing. B's prefill needs the memory:
+ * the waiting cache leaves, and the prefetch brings it back by the
+ * estimate's end. A step on the other context leaves the wait as it is;
+ * a step on the waiting one ends it, with the tokens of a run never
+ * swapped, a prefetch hit. COMPUTE, and the context's end, end a wait.
+ */
+static void test_ctx_wait(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_admin_sched_session e;
+	struct djinn_admin_sched_dev d;
+	struct djinn_ctx *other;
+	struct agent a, b;
+	int32_t want[NTOK], tok[NTOK], one = 7;
+	float want_l[VOCAB], logits[VOCAB];
+	int64_t t0, deadline;
+
+	reference(fx, 1, want, want_l);
+	agent_open(fx, &a, "agent-a");
+	agent_prefill(&a, 1);
+	assert_int_equal(djinn_ctx_new(a.m, AGENT_CTX, &other), 0);
+	assert_int_equal(djinn_ctx_prefill(other, &one, 1, NULL, NULL), 0);
+
+	assert_int_equal(djinn_ctx_signal(a.c, DJINN_PHASE_IO_WAIT, 0),
+			 -EINVAL);
+	t0 = dj_now_ms();
+	assert_int_equal(djinn_ctx_signal(a.c, DJINN_PHASE_IO_WAIT, A_WAIT_NS),
+			 0);
+	assert_int_equal(session_of(fx, a.sid).ctx_waiting, 1);
+	assert_int_not_equal(session_of(fx, a.sid).phase, DJINN_PHASE_IO_WAIT);
+
+	/* B's cache and steps fit only where A's waiting cache was. */
+	agent_open(fx, &b, "agent-b");
+	agent_prefill(&b, 2);
+	print_state(fx, "B prefilled", a.sid);
+	d = sched_dev(fx);
+	assert_true(d.swaps_signal + d.swaps_pressure > 0);
+
+	/* A sends nothing: the prefetch (which runs only for a cache that
+	 * left) brings it back, by the estimate's end (polled up to 10 s
+	 * past it). */
+	deadline = t0 + (int64_t)(A_WAIT_NS / NSEC_PER_MSEC) + 10000;
+	for (;;) {
+		d = sched_dev(fx);
+		e = sched_of(fx, a.sid);
+		if (d.prefetches >= 1 && !e.swapped)
+			break;
+		if (dj_now_ms() > deadline) {
+			print_state(fx, "A not back", a.sid);
+			fail_msg("A's context: %llu prefetches, %llu bytes "
+				 "swapped out 10 s after its estimate",
+				 (unsigned long long)d.prefetches,
+				 (unsigned long long)e.swapped);
+		}
+		sleep_ms(50);
+	}
+	print_state(fx, "A prefetched", a.sid);
+
+	/* the other context's step is not the waiting one's */
+	assert_int_equal(djinn_ctx_prefill(other, &one, 1, NULL, NULL), 0);
+	assert_int_equal(session_of(fx, a.sid).ctx_waiting, 1);
+	agent_decode(&a, tok, logits);
+	same_output(tok, logits, want, want_l);
+	assert_int_equal(session_of(fx, a.sid).ctx_waiting, 0);
+	d = sched_dev(fx);
+	assert_true(d.prefetch_hits >= 1);
+
+	/* COMPUTE ends a wait; so does the context's end */
+	assert_int_equal(
+		djinn_ctx_signal(other, DJINN_PHASE_IO_WAIT, A_WAIT_NS), 0);
+	assert_int_equal(djinn_ctx_signal(a.c, DJINN_PHASE_IO_WAIT, A_WAIT_NS),
+			 0);
+	assert_int_equal(session_of(fx, a.sid).ctx_waiting, 2);
+	assert_int_equal(djinn_ctx_signal(other, DJINN_PHASE_COMPUTE, 0), 0);
+	assert_int_equal(session_of(fx, a.sid).ctx_waiting, 1);
+	assert_int_equal(djinn_ctx_free(other), 0);
+	assert_int_equal(djinn_ctx_free(a.c), 0);
+	assert_int_equal(session_of(fx, a.sid).ctx_waiting, 0);
+	assert_int_equal(djinn_ctx_new(a.m, AGENT_CTX, &a.c), 0);
 
 	agent_close(&b);
 	agent_close(&a);
@@ -1205,6 +1320,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_prefetch, setup_agents,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_early_return, setup_agents,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_ctx_wait, setup_agents,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_fair, setup_graphs,
 						fx_teardown),

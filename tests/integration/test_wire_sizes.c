@@ -356,8 +356,8 @@ static void test_below_min(void **state)
 
 	call_ok(fx->fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &s,
 		sizeof(s));
-	call_err(fx->fd, DJINN_MSG_SIGNAL, s.session_id, p,
-		 sizeof(struct djinn_signal) - 1, -EINVAL,
+	/* its first version's 16 bytes, before the context */
+	call_err(fx->fd, DJINN_MSG_SIGNAL, s.session_id, p, 15, -EINVAL,
 		 "SIGNAL takes at least 16 bytes, not 15");
 	call_err(fx->fd, DJINN_MSG_TENSOR_RELEASE, s.session_id, p, 4, -EINVAL,
 		 "not 4");

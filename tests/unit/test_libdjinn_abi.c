@@ -122,6 +122,7 @@ static const struct {
 	const char *name, *version;
 } added[] = {
 	{ "djinn_ctx_truncate", "DJINN_0.3" },
+	{ "djinn_ctx_signal", "DJINN_0.3" },
 };
 
 static void *lib;

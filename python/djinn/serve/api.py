@@ -396,6 +396,24 @@ class Server:
         return name, ck
 
 
+def _expected_wait(request: Request) -> Optional[float]:
+    """X-Djinn-Expected-Wait: SECONDS, how long the tools this reply may
+    ask for will take, from a harness that knows better than the
+    server's measure."""
+    v = request.headers.get("x-djinn-expected-wait")
+    if v is None:
+        return None
+    try:
+        s = float(v)
+    except ValueError:
+        s = -1.0
+    if not 0 < s <= 3600:
+        raise ApiError(400, f"X-Djinn-Expected-Wait: {v[:32]!r} is not a "
+                       "number of seconds in (0, 3600]", None,
+                       "invalid_value")
+    return s
+
+
 async def _body(request: Request) -> Dict[str, Any]:
     try:
         body = await request.json()
@@ -491,6 +509,7 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
             raise ApiError(400, "top_logprobs: only with logprobs: true",
                            "top_logprobs", "invalid_value")
         stream, usage = _stream_opts(body)
+        p.expected_wait = _expected_wait(request)
         if tools and choice != "none":
             _force(ck, tools, choice, p)
         prompt = ck.encode(ck.render(msgs, tools if choice != "none"

@@ -32,6 +32,8 @@ class Conv:
     ctx: Context
     ids: List[int] = field(default_factory=list)
     used: float = 0.0
+    # its reply asked for tools: since when it waits in IO_WAIT
+    waiting_since: Optional[float] = None
 
 
 def shared(a: np.ndarray, b: np.ndarray) -> int:
@@ -50,11 +52,15 @@ class Stats:
     prompt_tokens: int = 0
     cached_tokens: int = 0  # of them, not prefilled again
     evicted: int = 0
+    tool_waits: int = 0  # replies that ended asking for tools
 
 
 class Conversations:
     """The idle contexts of one tenant, at most @limit, each freed after
     @ttl seconds unused."""
+
+    #: a tool's time before any was measured, seconds
+    FIRST_TOOL_ESTIMATE = 2.0
 
     def __init__(self, limit: int, ttl: float) -> None:
         self.limit = limit
@@ -62,6 +68,18 @@ class Conversations:
         self.lock = threading.Lock()
         self.idle: List[Conv] = []
         self.stats = Stats()
+        self._tool_s = 0.0  # the tools' time, averaged (0: none yet)
+
+    def tool_estimate(self) -> float:
+        """How long this tenant's tools take, from the ones measured:
+        the time from a reply that asked for tools to the request that
+        went on from it, averaged."""
+        with self.lock:
+            return self._tool_s or self.FIRST_TOOL_ESTIMATE
+
+    def _tool_took(self, s: float) -> None:  # lock held
+        self._tool_s = s if not self._tool_s else 0.75 * self._tool_s + \
+            0.25 * s
 
     def take(self, model: str, prompt: List[int]) -> Tuple[Optional[Conv],
                                                            int]:
@@ -86,6 +104,9 @@ class Conversations:
                 self.idle.remove(best)
                 self.stats.hits += 1
                 self.stats.cached_tokens += most
+                if best.waiting_since is not None:
+                    self._tool_took(time.monotonic() - best.waiting_since)
+                    best.waiting_since = None
             return best, most
 
     def give_back(self, c: Conv) -> None:

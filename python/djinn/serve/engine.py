@@ -12,7 +12,9 @@ token was drawn from, before temperature."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple, \
     TypeVar, Union
@@ -43,6 +45,7 @@ class Params:
     tools: Optional[Set[str]] = None  # tool names: parse tool calls
     forced: List[int] = field(default_factory=list)  # the reply begins so
     forced_done: bool = False  # ... and is whole (a call with no freedom)
+    expected_wait: Optional[float] = None  # a tool's time, said by the client
 
 
 @dataclass
@@ -80,6 +83,7 @@ class Done:
 
 Event = Union[Piece, Done]
 T = TypeVar("T")
+log = logging.getLogger("djinn.serve")
 
 
 class TextFilter:
@@ -310,7 +314,7 @@ class Engine:
             mine += forks
             for i, c in enumerate(forks + [conv]):
                 yield from self._choice(c, ck, p, first_index + i, first,
-                                        budget, cached)
+                                        budget, cached, t)
             ok = True
         except djerr.Error as e:
             raise from_djinn(e) from None
@@ -328,13 +332,13 @@ class Engine:
                         pass
 
     def _choice(self, conv: Conv, ck: Checkpoint, p: Params, index: int,
-                logits: Optional[np.ndarray], budget: int, cached: int
-                ) -> Iterator[Event]:
+                logits: Optional[np.ndarray], budget: int, cached: int,
+                t: Tenant) -> Iterator[Event]:
         ctx = conv.ctx
         det = Detokenizer(ck)
         out = TextFilter(p.stop, ck.tool_open if p.tools else None)
-        for t in p.forced:
-            yield Piece(index, out.push(det.add(t)), t)
+        for f in p.forced:
+            yield Piece(index, out.push(det.add(f)), f)
         made = len(p.forced)
         reason = "length"
         seed = p.seed if p.seed is not None else \
@@ -383,4 +387,23 @@ class Engine:
             if calls:
                 rest = ""
                 reason = "tool_calls"
+                self._tool_wait(t, conv, p)
         yield Done(index, reason, made, rest, calls, cached)
+
+    @staticmethod
+    def _tool_wait(t: Tenant, conv: Conv, p: Params) -> None:
+        """The reply asks for tools: until the conversation's next
+        request, its context waits (IO_WAIT, with the client's estimate
+        or the tenant's tools' measured time), so that djinnd may move
+        its KV cache out for the wait and bring it back by its end. The
+        next step on the context ends the wait."""
+        expected = p.expected_wait or t.convs.tool_estimate()
+        try:
+            conv.ctx.signal("io_wait", expected)
+        except djerr.Error as e:  # advisory: the reply stands
+            log.warning("IO_WAIT for a conversation of %s: %s", t.label,
+                        e)
+            return
+        conv.waiting_since = time.monotonic()
+        with t.convs.lock:
+            t.convs.stats.tool_waits += 1
