@@ -616,6 +616,8 @@ def test_client_leaves(server: Server, daemon: Daemon,
                                        max_tokens=1500, temperature=0,
                                        stream=True)
     next(iter(stream))
+    assert settle(lambda: metric(server, "vllm:num_requests_running"),
+                  lambda v: v >= 1) >= 1
     stream.close()
     n = len(ck.encode(ck.render(msgs)))
 
@@ -625,6 +627,42 @@ def test_client_leaves(server: Server, daemon: Daemon,
             temperature=0).usage.prompt_tokens_details.cached_tokens
 
     assert settle(again, lambda v: v == n - 1, 30) == n - 1
+
+
+def metric(server: Server, name: str) -> float:
+    """/metrics' sample of @name for the model."""
+    text = urllib.request.urlopen(server.url + "/metrics",
+                                  timeout=30).read().decode()
+    want = f'{name}{{model_name="{MODEL}"}} '
+    for line in text.splitlines():
+        if line.startswith(want):
+            return float(line[len(want):])
+    raise AssertionError(f"no {want!r} in /metrics:\n{text}")
+
+
+def test_metrics(server: Server) -> None:
+    """The gauges a router reads: requests waiting and running (none once
+    every request is answered), the conversations' KV cache over the
+    device, and prefix hits counted in tokens."""
+    c = server.client("carol")
+    before = metric(server, "vllm:prefix_cache_hits_total")
+    asked = metric(server, "vllm:prefix_cache_queries_total")
+    msgs = [{"role": "user", "content": "Count my tokens."}]
+    r1 = c.chat.completions.create(model=MODEL, messages=msgs,
+                                   max_tokens=2, temperature=0)
+    r2 = c.chat.completions.create(model=MODEL, messages=msgs,
+                                   max_tokens=2, temperature=0)
+    assert cached(r2) == r2.usage.prompt_tokens - 1
+    assert metric(server, "vllm:prefix_cache_queries_total") - asked == \
+        r1.usage.prompt_tokens + r2.usage.prompt_tokens
+    assert metric(server, "vllm:prefix_cache_hits_total") - before == \
+        cached(r1) + cached(r2)
+    assert 0 < metric(server, "vllm:kv_cache_usage_perc") < 1
+    assert metric(server, "vllm:generation_tokens_total") >= 4
+    # nothing in flight: waiting and running settle to 0 (a stream left
+    # by test_client_leaves included)
+    for g in ("vllm:num_requests_waiting", "vllm:num_requests_running"):
+        assert settle(lambda: metric(server, g), lambda v: v == 0) == 0
 
 
 # ---------------------------------------------------------------------------

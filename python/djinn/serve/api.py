@@ -15,13 +15,15 @@ from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, \
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, \
+    StreamingResponse
+from starlette.background import BackgroundTask
 from starlette.concurrency import iterate_in_threadpool
 from starlette.exceptions import HTTPException
 
 from .. import __version__
 from .checkpoint import Checkpoint
-from .engine import Done, Engine, Event, Params, Piece
+from .engine import Done, Engine, Event, Params, Piece, Ticket
 from .errors import ApiError
 
 FINGERPRINT = f"djinn-{__version__}"
@@ -426,12 +428,16 @@ async def _body(request: Request) -> Dict[str, Any]:
     return body
 
 
-async def _collect(gen: Iterator[Event]) -> List[Event]:
-    return await anyio.to_thread.run_sync(lambda: list(gen))
+async def _collect(gen: Iterator[Event], ticket: Ticket) -> List[Event]:
+    try:
+        return await anyio.to_thread.run_sync(lambda: list(gen))
+    finally:
+        ticket.done()
 
 
 async def _stream(gen: Iterator[Event], fmt: Callable[[Event], List[str]],
-                  tail: Callable[[], List[str]]) -> AsyncIterator[str]:
+                  tail: Callable[[], List[str]],
+                  ticket: Ticket) -> AsyncIterator[str]:
     """The events as server-sent events; an error after the first is the
     stream's last event, in the API's error format. The contexts go
     however the stream ends (a client that leaves cancels it)."""
@@ -446,7 +452,46 @@ async def _stream(gen: Iterator[Event], fmt: Callable[[Event], List[str]],
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(getattr(gen, "close"))
+        ticket.done()
     yield "data: [DONE]\n\n"
+
+
+# (name, type, help, value of a model's Load) for /metrics: the names
+# the Gateway API Inference Extension's model-server protocol takes from
+# vLLM, so that its endpoint picker reads djinn serve as it reads vLLM
+_METRICS = [
+    ("vllm:num_requests_waiting", "gauge",
+     "Requests taken and not yet started (TotalQueuedRequests).",
+     lambda e, m, ld: ld.waiting),
+    ("vllm:num_requests_running", "gauge",
+     "Requests generating (TotalRunningRequests).",
+     lambda e, m, ld: ld.running),
+    ("vllm:kv_cache_usage_perc", "gauge",
+     "KV cache the conversations hold over the device's memory, 0 to 1 "
+     "(KVCacheUtilization).",
+     lambda e, m, ld: e.kv_usage(m)),
+    ("vllm:prefix_cache_queries_total", "counter",
+     "Prompt tokens asked for.", lambda e, m, ld: ld.prompt_tokens),
+    ("vllm:prefix_cache_hits_total", "counter",
+     "Prompt tokens a live conversation's context held already (not "
+     "prefilled again).", lambda e, m, ld: ld.cached_tokens),
+    ("vllm:generation_tokens_total", "counter", "Tokens generated.",
+     lambda e, m, ld: ld.generated),
+]
+
+
+def _metrics(engine: Engine) -> str:
+    """Prometheus' text format, a sample per model."""
+    out = []
+    for name, kind, help_, value in _METRICS:
+        out.append(f"# HELP {name} {help_}")
+        out.append(f"# TYPE {name} {kind}")
+        for model, ld in engine.loads.items():
+            with ld.lock:
+                v = value(engine, model, ld)
+            label = json.dumps(model)
+            out.append(f"{name}{{model_name={label}}} {v}")
+    return "\n".join(out) + "\n"
 
 
 def create_app(engine: Engine, keys: Any) -> FastAPI:
@@ -516,14 +561,16 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
                                      else None))
         engine.check_room(name, len(prompt) + len(p.forced), p,
                           "messages")
-        gen = engine.generate(tenant, name, prompt, p)
+        ticket = engine.loads[name].ticket()
+        gen = engine.generate(tenant, name, prompt, p, ticket=ticket)
         rid = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
         head = {"id": rid, "created": created, "model": name,
                 "system_fingerprint": FINGERPRINT}
         if stream:
-            return _chat_stream(ck, head, gen, p, len(prompt), usage)
-        events = await _collect(gen)
+            return _chat_stream(ck, head, gen, p, len(prompt), usage,
+                                ticket)
+        events = await _collect(gen, ticket)
         choices, made = [], 0
         cached = _cached(events, p.n)
         for i in range(p.n):
@@ -548,7 +595,7 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
 
     def _chat_stream(ck: Checkpoint, head: Dict[str, Any],
                      gen: Iterator[Event], p: Params, prompt: int,
-                     usage: bool) -> StreamingResponse:
+                     usage: bool, ticket: Ticket) -> StreamingResponse:
         made, cached = [0], [0]
         started: Set[int] = set()
         base = dict(head, object="chat.completion.chunk")
@@ -590,8 +637,9 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
             return [_sse(dict(base, choices=[],
                               usage=_usage(prompt, made[0], cached[0])))]
 
-        return StreamingResponse(_stream(gen, fmt, tail),
-                                 media_type="text/event-stream")
+        return StreamingResponse(_stream(gen, fmt, tail, ticket),
+                                 media_type="text/event-stream",
+                                 background=BackgroundTask(ticket.done))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -612,9 +660,12 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
         n = p.n
         total_prompt = sum(len(ids) for ids in prompts) * 1
 
+        ticket = engine.loads[name].ticket()
+
         def run() -> Iterator[Event]:
             for k, ids in enumerate(prompts):
-                yield from engine.generate(tenant, name, ids, p, k * n)
+                yield from engine.generate(tenant, name, ids, p, k * n,
+                                           ticket)
 
         rid = "cmpl-" + secrets.token_hex(12)
         head = {"id": rid, "created": int(time.time()), "model": name,
@@ -622,8 +673,8 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
         echoes = [ck.decode(ids) if echo else "" for ids in prompts]
         if stream:
             return _text_stream(ck, head, run(), p, total_prompt, usage,
-                                echoes)
-        events = await _collect(run())
+                                echoes, ticket)
+        events = await _collect(run(), ticket)
         choices, made = [], 0
         cached = _cached(events, n)
         for i in range(n * len(prompts)):
@@ -644,7 +695,8 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
 
     def _text_stream(ck: Checkpoint, head: Dict[str, Any],
                      gen: Iterator[Event], p: Params, prompt: int,
-                     usage: bool, echoes: List[str]) -> StreamingResponse:
+                     usage: bool, echoes: List[str],
+                     ticket: Ticket) -> StreamingResponse:
         made, cached = [0], [0]
         started: Set[int] = set()
         offset: Dict[int, int] = {}
@@ -685,8 +737,14 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
             return [_sse(dict(base, choices=[],
                               usage=_usage(prompt, made[0], cached[0])))]
 
-        return StreamingResponse(_stream(gen, fmt, tail),
-                                 media_type="text/event-stream")
+        return StreamingResponse(_stream(gen, fmt, tail, ticket),
+                                 media_type="text/event-stream",
+                                 background=BackgroundTask(ticket.done))
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(_metrics(engine),
+                                 media_type="text/plain; version=0.0.4")
 
     return app
 

@@ -67,6 +67,7 @@ class Conversations:
         self.ttl = ttl
         self.lock = threading.Lock()
         self.idle: List[Conv] = []
+        self.busy: List[Conv] = []  # in a request's hands (for metrics)
         self.stats = Stats()
         self._tool_s = 0.0  # the tools' time, averaged (0: none yet)
 
@@ -108,6 +109,15 @@ class Conversations:
                     self._tool_took(time.monotonic() - best.waiting_since)
                     best.waiting_since = None
             return best, most
+
+    def busy_add(self, c: Conv) -> None:
+        with self.lock:
+            self.busy.append(c)
+
+    def unbusy(self, c: Conv) -> None:
+        with self.lock:
+            if c in self.busy:
+                self.busy.remove(c)
 
     def give_back(self, c: Conv) -> None:
         """@c is idle again; past the bound, the least recently used

@@ -176,6 +176,49 @@ def _pick(logits: np.ndarray, p: Params, rng: np.random.Generator) -> int:
     return int(order[rng.choice(len(order), p=probs)])
 
 
+class Load:
+    """Requests waiting (taken, no step run yet) and running, for the
+    metrics: each request's Ticket moves once from one to the other, and
+    out."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiting = 0
+        self.running = 0
+        self.prompt_tokens = 0  # prompt tokens asked for, in all
+        self.cached_tokens = 0  # ... of them a live context's already
+        self.generated = 0
+
+    def ticket(self) -> "Ticket":
+        with self.lock:
+            self.waiting += 1
+        return Ticket(self)
+
+
+class Ticket:
+    """One request's place in Load: start() when its first step runs,
+    done() however it ends (again is nothing)."""
+
+    def __init__(self, load: Load) -> None:
+        self.load = load
+        self.state = 0  # 0 waiting, 1 running, 2 done
+
+    def start(self) -> None:
+        with self.load.lock:
+            if self.state == 0:
+                self.load.waiting -= 1
+                self.load.running += 1
+                self.state = 1
+
+    def done(self) -> None:
+        with self.load.lock:
+            if self.state == 0:
+                self.load.waiting -= 1
+            elif self.state == 1:
+                self.load.running -= 1
+            self.state = 2
+
+
 class Tenant:
     """An API key's session on djinnd, the models open in it, and its
     conversations' contexts."""
@@ -223,6 +266,8 @@ class Engine:
         self.checkpoints = models
         self.contexts = contexts
         self.ttl = ttl
+        self.loads = {name: Load() for name in models}
+        self.token_bytes: Dict[str, int] = {}  # a context token's KV bytes
         self.conn = connect(addr, reconnect=reconnect)
         self._tenants: Dict[str, Tenant] = {}
         self._lock = threading.Lock()
@@ -237,6 +282,10 @@ class Engine:
                     f"model {name}: its tokenizer has {ck.vocab} tokens, "
                     f"its weights {info.vocab}")
             self.max_tokens[name] = info.max_tokens
+            self.token_bytes[name] = 2 * info.n_layer * info.n_kv_head * (
+                info.hidden // info.n_head) * (
+                4 if info.dtype == "float32" else 2)
+        self.capacity = self.conn.server_info().capacity
 
     def tenant(self, label: str) -> Tenant:
         with self._lock:
@@ -274,8 +323,22 @@ class Engine:
                 "context_length_exceeded")
         return want
 
+    def kv_usage(self, model: str) -> float:
+        """The KV cache bytes the tenants' contexts of @model hold, idle
+        and in use, over the device's capacity."""
+        held = 0
+        with self._lock:
+            tenants = list(self._tenants.values())
+        for t in tenants:
+            with t.convs.lock:
+                convs = t.convs.idle + t.convs.busy
+            held += sum(len(c.ids) for c in convs if c.model == model)
+        held *= self.token_bytes[model]
+        return held / self.capacity if self.capacity else 0.0
+
     def generate(self, tenant: str, model: str, prompt: List[int],
-                 p: Params, first_index: int = 0) -> Iterator[Event]:
+                 p: Params, first_index: int = 0,
+                 ticket: Optional[Ticket] = None) -> Iterator[Event]:
         """Run @prompt and its @p.n choices, in order, as events, going on
         from the tenant's context that shares the most of it. Errors
         djinnd gives come out as ApiError. However the iteration ends,
@@ -288,8 +351,14 @@ class Engine:
         mine: List[Conv] = []
         ok = False
         try:
+            if ticket is not None:
+                ticket.start()
             m = t.model(model)
             conv, cached = t.convs.take(model, prompt)
+            load = self.loads[model]
+            with load.lock:
+                load.prompt_tokens += len(prompt)
+                load.cached_tokens += cached
             if conv is not None and cached < len(conv.ids):
                 # a branch: the fork goes on, the original stays
                 try:
@@ -303,6 +372,7 @@ class Engine:
                 conv = Conv(model, t.room(m.context))
             if conv not in mine:
                 mine.append(conv)
+            t.convs.busy_add(conv)
             want_logits = p.logprobs or bool(p.logit_bias)
             feed = prompt[cached:] + p.forced
             t.room(lambda: conv.ctx.prefill(feed, logits=want_logits))
@@ -312,6 +382,8 @@ class Engine:
             forks = [Conv(model, t.room(conv.ctx.fork), list(conv.ids))
                      for _ in range(p.n - 1)]
             mine += forks
+            for f in forks:
+                t.convs.busy_add(f)
             for i, c in enumerate(forks + [conv]):
                 yield from self._choice(c, ck, p, first_index + i, first,
                                         budget, cached, t)
@@ -323,6 +395,7 @@ class Engine:
             raise
         finally:
             for c in mine:
+                t.convs.unbusy(c)
                 if ok and self.contexts:
                     t.convs.give_back(c)
                 else:
@@ -335,6 +408,7 @@ class Engine:
                 logits: Optional[np.ndarray], budget: int, cached: int,
                 t: Tenant) -> Iterator[Event]:
         ctx = conv.ctx
+        load = self.loads[conv.model]
         det = Detokenizer(ck)
         out = TextFilter(p.stop, ck.tool_open if p.tools else None)
         for f in p.forced:
@@ -366,6 +440,8 @@ class Engine:
                 nxt = ctx.logits
             made += 1
             conv.ids.append(tid)
+            with load.lock:
+                load.generated += 1
             lp = _logprob(logits, tid, p.top_logprobs) \
                 if p.logprobs and logits is not None else None
             logits = nxt.numpy().reshape(-1) if need and nxt is not None \
