@@ -95,9 +95,11 @@ int djinn_session_open(struct djinn_conn *conn,
 	return djinn_session_open_on(conn, opts, device, out);
 }
 
-int djinn_session_open_on(struct djinn_conn *conn,
-			  const struct djinn_session_opts *opts, int device,
-			  struct djinn_session **out)
+/* SESSION_OPEN with @opts on @device; of tenant @as when not NULL (a
+ * delegation, never on /dev/djinn). */
+static int session_open(struct djinn_conn *conn,
+			const struct djinn_session_opts *opts, int device,
+			const char *as, struct djinn_session **out)
 {
 	struct djinn_session_open req = { .priority = DJINN_PRIORITY_DEFAULT };
 	struct djinn_session_resp r;
@@ -116,6 +118,10 @@ int djinn_session_open_on(struct djinn_conn *conn,
 		req.priority = opts->priority;
 		req.lease_ns = opts->lease_ns;
 	}
+	if (as) {
+		tenant = as;
+		req.flags = DJINN_SESSION_DELEGATED;
+	}
 	n = strlen(tenant);
 	if (!n || n >= DJINN_TENANT_LEN || req.priority > 7)
 		return -EINVAL;
@@ -123,8 +129,9 @@ int djinn_session_open_on(struct djinn_conn *conn,
 
 	/* on /dev/djinn when djinnd follows it (kdev.c), else here; a
 	 * kernel session names no device: djinnd places it */
-	if (device < 0 && !__djinn_kdev_open(conn, tenant, req.priority,
-					     req.lease_ns, &kd, &r)) {
+	if (device < 0 && !as &&
+	    !__djinn_kdev_open(conn, tenant, req.priority, req.lease_ns, &kd,
+			       &r)) {
 		ret = __djinn_session_new(conn, &r, 0, tenant, out);
 		if (ret) {
 			__djinn_kdev_close(kd);
@@ -141,6 +148,24 @@ int djinn_session_open_on(struct djinn_conn *conn,
 	if (ret)
 		return ret;
 	return __djinn_session_new(conn, &r, 0, tenant, out);
+}
+
+int djinn_session_open_on(struct djinn_conn *conn,
+			  const struct djinn_session_opts *opts, int device,
+			  struct djinn_session **out)
+{
+	return session_open(conn, opts, device, NULL, out);
+}
+
+int djinn_session_open_as(struct djinn_conn *conn, const char *tenant,
+			  const struct djinn_session_opts *opts,
+			  struct djinn_session **out)
+{
+	int device = env_device();
+
+	if (!tenant || device == -2)
+		return -EINVAL;
+	return session_open(conn, opts, device, tenant, out);
 }
 
 int djinn_session_attach(struct djinn_conn *conn, uint64_t id,

@@ -141,6 +141,7 @@ INSTALL_LIST = \
 	f 644 $(INST)/djinnd.service $(UNITDIR)/djinnd.service \
 	f 644 $(INST)/djinn-serve.service $(UNITDIR)/djinn-serve.service \
 	f 755 $(INST)/djinn-serve $(BINDIR)/djinn-serve \
+	f 644 systemd/djinn-serve.sysusers $(PREFIX)/lib/sysusers.d/djinn-serve.conf \
 	c 644 etc/djinnd.conf $(SYSCONFDIR)/djinn/djinnd.conf \
 	$(if $(wildcard kmod/dkms.conf), \
 	  $(foreach k,$(INST_KMOD_SRCS),f 644 $(k) $(DKMSDIR)/$(notdir $(k))) \

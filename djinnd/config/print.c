@@ -202,16 +202,22 @@ void config_print(const struct djinnd_config *c, FILE *f)
 		const struct tenant_map *m = &c->srv.tmaps[i];
 
 		fprintf(f, "\n[tenant.%s]\n", m->tenant);
-		for (unsigned int g = 0; g < 2; g++) {
-			unsigned int n = g ? m->nr_gids : m->nr_uids;
+		for (unsigned int g = 0; g < 3; g++) {
+			static const char *const what[] = { "uids", "gids",
+							    "delegates" };
+			const uint32_t *ids = g == 0 ? (uint32_t *)m->uids :
+					      g == 1 ? (uint32_t *)m->gids :
+						       (uint32_t *)m->delegates;
+			unsigned int n = g == 0 ? m->nr_uids :
+					 g == 1 ? m->nr_gids :
+						  m->nr_delegates;
 
 			if (!n)
 				continue;
-			fprintf(f, "%s = ", g ? "gids" : "uids");
+			fprintf(f, "%s = ", what[g]);
 			for (unsigned int k = 0; k < n; k++)
 				fprintf(f, "%s%u", k ? "," : "",
-					g ? (unsigned int)m->gids[k] :
-					    (unsigned int)m->uids[k]);
+					(unsigned int)ids[k]);
 			fprintf(f, "\t; SIGHUP reloads it\n");
 		}
 		if (m->client_kernels)

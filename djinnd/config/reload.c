@@ -20,9 +20,12 @@ static bool tmaps_equal(const struct server_config *a,
 
 		if (strcmp(x->tenant, y->tenant) || x->nr_uids != y->nr_uids ||
 		    x->nr_gids != y->nr_gids ||
+		    x->nr_delegates != y->nr_delegates ||
 		    x->client_kernels != y->client_kernels ||
 		    memcmp(x->uids, y->uids, x->nr_uids * sizeof(x->uids[0])) ||
-		    memcmp(x->gids, y->gids, x->nr_gids * sizeof(x->gids[0])))
+		    memcmp(x->gids, y->gids, x->nr_gids * sizeof(x->gids[0])) ||
+		    memcmp(x->delegates, y->delegates,
+			   x->nr_delegates * sizeof(x->delegates[0])))
 			return false;
 		for (size_t k = 0; k < NR_TQUOTA_KEYS; k++)
 			if (cfg_tquota_get(x, &cfg_tenant_quota_keys[k]) !=
@@ -188,6 +191,7 @@ void config_apply(struct djinnd_config *now, const struct djinnd_config *next,
 		for (unsigned int i = 0; i < now->srv.nr_tmaps; i++) {
 			now->srv.tmaps[i].uids_file = NULL;
 			now->srv.tmaps[i].gids_file = NULL;
+			now->srv.tmaps[i].delegates_file = NULL;
 		}
 	}
 	if (mask & CONFIG_RELOAD_SCHED) {

@@ -236,15 +236,18 @@ static struct tenant_map *tmap_get(struct djinnd_config *c, const char *tenant,
 	return m;
 }
 
-/* tenant.NAME.uids or .gids = LIST: numbers or names, by commas. */
+/* tenant.NAME.uids, .gids or .delegates = LIST: numbers or names, by
+ * commas (@what: the key; gids are groups, the others users). */
 static int tenant_ids_set(struct djinnd_config *c, const char *tenant,
-			  bool group, const char *value)
+			  const char *what, const char *value)
 {
-	const char *what = group ? "gids" : "uids";
+	bool group = !strcmp(what, "gids");
 	struct tenant_map *m = NULL;
-	unsigned int nr = 0;
+	unsigned int nr = 0, *nr_to, *line;
 	uint32_t ids[TENANT_IDS_MAX];
 	char list[1024], *rest = list, *tok;
+	const char **file;
+	void *to;
 
 	if (strlen(value) >= sizeof(list))
 		return cfg_fail(c, "tenant.%s.%s: a list of at most %zu bytes",
@@ -275,24 +278,23 @@ static int tenant_ids_set(struct djinnd_config *c, const char *tenant,
 	m = tmap_get(c, tenant, what);
 	if (!m)
 		return -EINVAL;
-	if (group ? (m->gids_file == c->cur_file && m->gids_line &&
-		     c->cur_line) :
-		    (m->uids_file == c->cur_file && m->uids_line &&
-		     c->cur_line))
-		return cfg_fail(c, "tenant.%s.%s: already set on line %u",
-				tenant, what,
-				group ? m->gids_line : m->uids_line);
 	if (group) {
-		memcpy(m->gids, ids, nr * sizeof(ids[0]));
-		m->nr_gids = nr;
-		m->gids_file = c->cur_file;
-		m->gids_line = c->cur_line;
+		to = m->gids, nr_to = &m->nr_gids;
+		file = &m->gids_file, line = &m->gids_line;
+	} else if (!strcmp(what, "uids")) {
+		to = m->uids, nr_to = &m->nr_uids;
+		file = &m->uids_file, line = &m->uids_line;
 	} else {
-		memcpy(m->uids, ids, nr * sizeof(ids[0]));
-		m->nr_uids = nr;
-		m->uids_file = c->cur_file;
-		m->uids_line = c->cur_line;
+		to = m->delegates, nr_to = &m->nr_delegates;
+		file = &m->delegates_file, line = &m->delegates_line;
 	}
+	if (*file == c->cur_file && *line && c->cur_line)
+		return cfg_fail(c, "tenant.%s.%s: already set on line %u",
+				tenant, what, *line);
+	memcpy(to, ids, nr * sizeof(ids[0]));
+	*nr_to = nr;
+	*file = c->cur_file;
+	*line = c->cur_line;
 	return 0;
 }
 
@@ -316,8 +318,9 @@ int cfg_tenant_set(struct djinnd_config *c, const char *tenant,
 				"[tenant.%s]: a tenant name is printable bytes "
 				"without spaces",
 				tenant);
-	if (!strcmp(name, "uids") || !strcmp(name, "gids"))
-		return tenant_ids_set(c, tenant, name[0] == 'g', value);
+	if (!strcmp(name, "uids") || !strcmp(name, "gids") ||
+	    !strcmp(name, "delegates"))
+		return tenant_ids_set(c, tenant, name, value);
 	for (i = 0; i < NR_TQUOTA_KEYS; i++) {
 		const struct tenant_quota_key *q = &cfg_tenant_quota_keys[i];
 		struct tenant_map *m;

@@ -105,16 +105,15 @@ static void session_reply(struct conn *c, const struct djinn_hdr *hdr,
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
-/* A session of @c's peer, placed on @device, published and attached to
- * @c (with @bind, SESSION_BIND's, bound to kernel session @kid); or
- * the error answered. */
-static struct session *session_start(struct conn *c,
-				     const struct djinn_hdr *hdr,
-				     uint32_t device, const char *label,
-				     uint32_t priority, uint64_t lease_ns,
-				     bool bind, uint64_t kid)
+/* A session of @c's peer (of @tenant when not NULL: a delegation
+ * checked), placed on @device, published and attached to @c (with @bind,
+ * SESSION_BIND's, bound to kernel session @kid); or the error answered. */
+static struct session *
+session_start(struct conn *c, const struct djinn_hdr *hdr, uint32_t device,
+	      const char *label, uint32_t priority, uint64_t lease_ns,
+	      bool bind, uint64_t kid, const char *tenant)
 {
-	const struct svc_peer peer = { .tenant = c->tenant,
+	const struct svc_peer peer = { .tenant = tenant ? tenant : c->tenant,
 				       .uid = c->cred.uid,
 				       .pid = c->cred.pid,
 				       .tcp = c->tcp };
@@ -147,19 +146,47 @@ void handle_session_open(struct conn *c, const struct djinn_hdr *hdr,
 			 struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_session_open *o = req;
+	const char *tenant = NULL;
 	struct session *s;
 
 	if (!memchr(o->tenant, 0, sizeof(o->tenant))) {
 		conn_error(c, hdr, -EINVAL, "tenant not NUL-terminated");
 		return;
 	}
+	if ((o->flags & ~DJINN_SESSION_DELEGATED) || o->__reserved) {
+		conn_error(c, hdr, -EINVAL, "unknown flags %#x",
+			   o->flags & ~DJINN_SESSION_DELEGATED);
+		return;
+	}
+	if (o->flags & DJINN_SESSION_DELEGATED) {
+		/* a front-end names the tenant: an administrator's grant to
+		 * a user the kernel names */
+		if (c->tcp) {
+			conn_error(c, hdr, -EPERM,
+				   "a delegated session is opened over a unix "
+				   "socket (its user the kernel's)");
+			return;
+		}
+		if (!tenant_delegate(&c->srv->sessions.lim, o->tenant,
+				     c->cred.uid)) {
+			conn_error(c, hdr, -EPERM,
+				   "uid %u may not open sessions of tenant %s: "
+				   "not one of its delegates (djinnd.conf "
+				   "[tenant.%s] delegates)",
+				   (unsigned int)c->cred.uid, o->tenant,
+				   o->tenant);
+			return;
+		}
+		tenant = o->tenant;
+	}
 	s = session_start(c, hdr, o->device, o->tenant, o->priority,
-			  o->lease_ns, false, 0);
+			  o->lease_ns, false, 0, tenant);
 	if (!s)
 		return;
-	log_info("session %llu opened: tenant %s, label %s, priority %u, "
+	log_info("session %llu opened: tenant %s%s, label %s, priority %u, "
 		 "lease %llu ms, device %u (%s)",
-		 (unsigned long long)s->id, s->tenant, s->label, s->priority,
+		 (unsigned long long)s->id, s->tenant,
+		 tenant ? " (delegated)" : "", s->label, s->priority,
 		 (unsigned long long)(s->lease_ns / NSEC_PER_MSEC),
 		 s->dev->index, s->dev->name);
 	session_reply(c, hdr, s, true);
@@ -181,8 +208,11 @@ void handle_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 		     i++) /* constant time */
 			diff |= a->token[i] ^ s->token[i];
 		/* a token is a session's secret within its tenant: one
-		 * that leaked to another tenant opens nothing */
-		if (strcmp(s->tenant, c->tenant))
+		 * that leaked to another tenant opens nothing (but to the
+		 * tenant's delegates, who may open its sessions anyway) */
+		if (strcmp(s->tenant, c->tenant) &&
+		    (c->tcp || !tenant_delegate(&c->srv->sessions.lim,
+						s->tenant, c->cred.uid)))
 			diff = 1;
 	}
 	if (!s || diff) {
@@ -232,7 +262,7 @@ void handle_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	s = session_start(c, hdr, 0, ki.tenant, ki.priority, ki.lease_ns, true,
-			  b->kernel_id);
+			  b->kernel_id, NULL);
 	if (!s)
 		return;
 	log_info("session %llu bound to kernel session %llu: tenant %s, "

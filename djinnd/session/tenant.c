@@ -56,6 +56,17 @@ const struct tenant_map *tenant_map_find(const struct session_limits *lim,
 	return NULL;
 }
 
+bool tenant_delegate(const struct session_limits *lim, const char *tenant,
+		     uid_t uid)
+{
+	const struct tenant_map *m = tenant_map_find(lim, tenant);
+
+	for (unsigned int k = 0; m && k < m->nr_delegates; k++)
+		if (m->delegates[k] == uid)
+			return true;
+	return false;
+}
+
 bool tenant_client_kernels(const struct session_limits *lim, const char *tenant)
 {
 	const struct tenant_map *m = tenant_map_find(lim, tenant);

@@ -44,13 +44,17 @@ struct tenant_map {
 	unsigned int nr_uids, nr_gids;
 	uid_t uids[TENANT_IDS_MAX];
 	gid_t gids[TENANT_IDS_MAX];
+	/* users that may open sessions of this tenant for it (a front-end
+	 * such as djinn serve): SESSION_OPEN with DJINN_SESSION_DELEGATED */
+	unsigned int nr_delegates;
+	uid_t delegates[TENANT_IDS_MAX];
 	bool client_kernels;
 	uint64_t memory, swap, guaranteed, lease_max_ns;
 	unsigned int sessions, conns, inflight;
 	/* where each list was set (config.c: a list set twice in one file
 	 * is an error) */
-	const char *uids_file, *gids_file;
-	unsigned int uids_line, gids_line;
+	const char *uids_file, *gids_file, *delegates_file;
+	unsigned int uids_line, gids_line, delegates_line;
 };
 
 /*
@@ -98,6 +102,10 @@ void tenant_state_drop(struct tenant_state *t);
 /* @name's [tenant.NAME] entry, or NULL (no quotas). */
 const struct tenant_map *tenant_map_find(const struct session_limits *lim,
 					 const char *name);
+/* Whether user @uid may open sessions of tenant @tenant for it (its
+ * [tenant.NAME] delegates). */
+bool tenant_delegate(const struct session_limits *lim, const char *tenant,
+		     uid_t uid);
 
 /* The tenant of uid @uid with groups @gids[0 .. @n) (the primary one
  * first), into @out. */

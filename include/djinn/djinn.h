@@ -253,6 +253,19 @@ int djinn_session_open_on(struct djinn_conn *conn,
 			  struct djinn_session **out);
 
 /*
+ * A session of tenant @tenant, opened for it by a front-end (djinn serve
+ * for its API keys): the program's user must be one of the tenant's
+ * delegates (djinnd.conf(5), [tenant.NAME] delegates) and @conn a unix
+ * socket, else -EPERM (djinn_last_error() names both). The session is
+ * the tenant's in every way: its quotas, shares and isolation. @opts'
+ * tenant (the label) is @tenant; $DJINN_DEVICE places it as for
+ * djinn_session_open(). Never on /dev/djinn. Came with DJINN_0.3.
+ */
+int djinn_session_open_as(struct djinn_conn *conn, const char *tenant,
+			  const struct djinn_session_opts *opts,
+			  struct djinn_session **out);
+
+/*
  * Use on @conn the session @id opened elsewhere (another connection, or
  * this program before it reconnected), proving it with its @token
  * (DJINN_TOKEN_LEN bytes, read during the call). -EPERM for a

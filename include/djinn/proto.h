@@ -316,14 +316,30 @@ static_assert(sizeof(struct djinn_hello_resp) == 48, "hello layout");
  *             (djinn_admin_session.device)
  * @lease_ns:  lease period; 0 asks for the server's default; the server
  *             clamps it to its limits and says what it chose
+ * @flags:     DJINN_SESSION_DELEGATED, or 0 (the 80 bytes before it are
+ *             the request of older clients)
+ *
+ * @tenant is a label the client chose: djinnd decides who it is (its
+ * peer's credentials, certificate or token). With
+ * DJINN_SESSION_DELEGATED, @tenant names the tenant the session is
+ * opened for instead: a front-end (djinn serve) acts for its clients.
+ * The peer must be a user the administrator lists in that tenant's
+ * delegates (djinnd.conf(5), [tenant.NAME] delegates), over a unix
+ * socket (its uid the kernel's); else -EPERM naming both. The session is
+ * then that tenant's in every way (quotas, shares, isolation), and a
+ * connection of the delegate may attach it.
  */
 struct djinn_session_open {
 	char tenant[DJINN_TENANT_LEN];
 	__u32 priority;
 	__u32 device;
 	__u64 lease_ns;
+	__u32 flags;
+	__u32 __reserved;
 };
-static_assert(sizeof(struct djinn_session_open) == 80, "open layout");
+static_assert(sizeof(struct djinn_session_open) == 88, "open layout");
+
+#define DJINN_SESSION_DELEGATED (1u << 0)
 
 /**
  * struct djinn_session_resp - SESSION_OPEN / ATTACH / HEARTBEAT response

@@ -279,7 +279,8 @@ class Connection:
 
     def session(self, tenant: Optional[str] = None, *, priority: int = 4,
                 lease: Optional[float] = None,
-                device: Optional[int] = None) -> "Session":
+                device: Optional[int] = None,
+                delegated: bool = False) -> "Session":
         """Open a session (a context manager that closes it).
 
         Args:
@@ -289,7 +290,19 @@ class Connection:
             lease: the lease period to ask for, seconds (None: djinnd's).
             device: a device index of a djinnd with several; None:
                 $DJINN_DEVICE, else the one with the most free memory.
+            delegated: @tenant names the tenant the session is opened
+                for (a front-end acting for its clients: this program's
+                user must be one of the tenant's delegates in
+                djinnd.conf, over a unix socket; djinn_session_open_as()).
         """
+        if delegated:
+            if not tenant:
+                raise InvalidArgument(22, "a delegated session names its "
+                                      "tenant")
+            if device is not None:
+                raise InvalidArgument(22, "a delegated session is placed "
+                                      "by $DJINN_DEVICE or djinnd")
+            return Session._open_as(self, tenant, priority, lease)
         return Session._open(self, tenant, priority, lease, device)
 
     def attach(self, session_id: int, token: bytes) -> "Session":
@@ -345,6 +358,17 @@ class Session:
         else:
             call("djinn_session_open_on", conn._p(), ctypes.byref(o),
                  device, ctypes.byref(out))
+        return cls(conn, got(out))
+
+    @classmethod
+    def _open_as(cls, conn: Connection, tenant: str, priority: int,
+                 lease: Optional[float]) -> "Session":
+        if not 0 <= priority <= 7:
+            raise InvalidArgument(22, f"priority {priority}: 0 to 7")
+        o = _lib.SessionOpts(_b(tenant), priority, _ns(lease))
+        out = _out()
+        call("djinn_session_open_as", conn._p(), _b(tenant),
+             ctypes.byref(o), ctypes.byref(out))
         return cls(conn, got(out))
 
     def _p(self) -> int:

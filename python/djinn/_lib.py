@@ -199,6 +199,8 @@ _CALLS = {
     "djinn_conn_ping": (_I, [_P]),
     "djinn_conn_stats": (_I, [_P, _R(ConnStats)]),
     "djinn_session_open_on": (_I, [_P, _R(SessionOpts), _I, _PP]),
+    "djinn_session_open_as": (_I, [_P, ctypes.c_char_p, _R(SessionOpts),
+                                   _PP]),
     "djinn_session_attach": (_I, [_P, _U64, _R(ctypes.c_uint8), _PP]),
     "djinn_session_close": (_I, [_P]),
     "djinn_session_info": (_I, [_P, _R(SessionInfo)]),

@@ -46,6 +46,11 @@ MODELS = {
 }
 
 
+# djinn serve's API keys' tenants (test_serve.py): this user may open
+# sessions of each for it (--delegate)
+SERVE_TENANTS = ("alice", "bob", "carol", "dave", "erin")
+
+
 class Daemon:
     """A djinnd of the test run."""
 
@@ -68,7 +73,9 @@ class Daemon:
         self.proc = subprocess.Popen(
             [DJINND, "-f", "-l", self.addr, "-a", str(self.admin),
              "--backend", BACKEND, "-m", "256M", "--model-dir",
-             str(self.models)],
+             str(self.models),
+             *[a for t in SERVE_TENANTS for a in
+               ("--set", f"tenant.{t}.delegates={os.getuid()}")]],
             stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

@@ -63,7 +63,7 @@ class Server:
             [sys.executable, "-m", "djinn.serve", "--djinnd", daemon.addr,
              "--model-dir", str(daemon.models), "--model", MODEL,
              "--api-keys", str(keys), "--fd", str(self.sock.fileno()),
-             "--log-level", "warning"],
+             "--delegate", "--log-level", "warning"],
             pass_fds=[self.sock.fileno()], env=env,
             stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
@@ -385,8 +385,11 @@ def test_keys(server: Server, daemon: Daemon) -> None:
     for t in used:
         server.client(t).chat.completions.create(
             model=MODEL, messages=CHAT, max_tokens=1)
-    labels = {s["label"] for s in daemon.ctl("session", "list")}
-    assert set(used) <= labels
+    # each key's session is its tenant's on djinnd (--delegate): its
+    # quotas and shares, not the server's
+    tenants = {s["label"]: s["tenant"] for s in
+               daemon.ctl("session", "list")}
+    assert all(tenants.get(t) == t for t in used), tenants
 
 
 # ---------------------------------------------------------------------------
@@ -694,6 +697,13 @@ def test_cli_refuses(daemon: Daemon, tmp_path: pathlib.Path) -> None:
     r = serve_cli(daemon, "--model-dir", models, "--open", "--model",
                   "tiny-gpt2")
     assert r.returncode == 1 and "no tokenizer.json" in r.stderr
+    # a tenant djinnd does not let this user act for
+    keys = tmp_path / "mallory"
+    keys.write_text("mallory " + "ab" * 32 + "\n")
+    r = serve_cli(daemon, "--model-dir", models, "--model", MODEL,
+                  "--api-keys", str(keys), "--delegate")
+    assert r.returncode == 1 and "tenant mallory" in r.stderr and \
+        "[tenant.mallory] delegates" in r.stderr, r.stderr
     other = tmp_path / "models"
     other.mkdir()
     (other / "ghost").symlink_to(daemon.models / MODEL)

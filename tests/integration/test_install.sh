@@ -104,6 +104,7 @@ pyfiles=
 	echo "f 644 $P/lib/systemd/system/djinnd.service"
 	echo "f 644 $P/lib/systemd/system/djinn-serve.service"
 	echo "f 755 $P/bin/djinn-serve"
+	echo "f 644 $P/lib/sysusers.d/djinn-serve.conf"
 	echo "f 644 /etc/djinn/djinnd.conf"
 	echo "f 644 $P/share/djinn/install-manifest"
 	for f in $pyfiles; do

@@ -102,7 +102,7 @@ if [ "$unit_checked" = yes ]; then
 		cat "$dir/out"
 	fi
 fi
-for want in 'DynamicUser=yes' 'Requires=djinnd.service' \
+for want in 'User=djinn-serve' 'Requires=djinnd.service' \
 	"LoadCredential=keys:$dir/djinn/serve.keys" '--api-keys %d/keys' \
 	"ExecStart=$build/install/djinn-serve "; do
 	grep -qF -- "$want" "$dir/djinn-serve.service" ||

@@ -25,6 +25,11 @@
  * - a served model's weights are shared, and no tenant finds them by the
  *   fingerprint MODEL_OPEN gives it, so none can read them, unless the
  *   configuration says the model's weights are open (model.NAME.readable);
+ * - a delegation: a user listed in [tenant.NAME] delegates opens
+ *   sessions of that tenant (SESSION_OPEN with DJINN_SESSION_DELEGATED),
+ *   and attaches them from another connection; a user not listed, or a
+ *   tenant that does not list it, is -EPERM naming both, and an unknown
+ *   flag -EINVAL;
  * - over loopback TCP the tenant is the peer socket's owner (sock_diag),
  *   mapped as a unix client's uid; a TCP listener beyond loopback is
  *   refused at start unless server.plain_tcp = any;
@@ -169,6 +174,75 @@ static void test_mapped(void **state)
 	/* nobody's: "uid:N", whatever the label says */
 	assert_string_equal(tenant_as(fx, 65528, 65528, NULL, 0, "team"),
 			    "uid:65528");
+}
+
+static int setup_delegated(void **state)
+{
+	static const char *const extra[] = { "--set",
+					     "tenant.research.delegates=65533",
+					     "--set", "tenant.other.uids=65530",
+					     NULL };
+
+	return fx_start_args(state, DEV_MEM, 10000, extra);
+}
+
+/* SESSION_OPEN for tenant @tenant with @flags on @fd. */
+static struct djinn_session_open delegated(const char *tenant, uint32_t flags)
+{
+	struct djinn_session_open o = { .priority = 4, .flags = flags };
+
+	snprintf(o.tenant, sizeof(o.tenant), "%s", tenant);
+	return o;
+}
+
+static void test_delegated(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_session_open o =
+		delegated("research", DJINN_SESSION_DELEGATED);
+	int front = connect_as(fx, 65533, 65533, NULL, 0);
+	int other = connect_as(fx, 65532, 65532, NULL, 0);
+	struct djinn_session_resp s, s2;
+	struct dj_resp r;
+	uint8_t token[DJINN_TOKEN_LEN];
+	int again;
+
+	/* the delegate: the session is the tenant's */
+	call_ok(front, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r, sizeof(s));
+	memcpy(&s, r.data, sizeof(s));
+	dj_resp_free(&r);
+	assert_string_equal(tenant_of(fx, s.session_id, "research"),
+			    "research");
+	/* another connection of the delegate attaches it */
+	memcpy(token, s.token, sizeof(token));
+	again = connect_as(fx, 65533, 65533, NULL, 0);
+	call_ok(again, DJINN_MSG_SESSION_ATTACH, s.session_id, token,
+		sizeof(token), &r, -1);
+	dj_resp_free(&r);
+	/* anyone else: not even with the token */
+	call_err(other, DJINN_MSG_SESSION_ATTACH, s.session_id, token,
+		 sizeof(token), -EPERM, "no session");
+	call_err(other, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EPERM,
+		 "uid 65532 may not open sessions of tenant research");
+	/* a tenant that does not list the delegate */
+	o = delegated("other", DJINN_SESSION_DELEGATED);
+	call_err(front, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EPERM,
+		 "[tenant.other] delegates");
+	o = delegated("research", 0x80);
+	call_err(front, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), -EINVAL,
+		 "unknown flags 0x80");
+	/* without the flag, the name is a label, as ever */
+	o = delegated("research", 0);
+	call_ok(other, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r, sizeof(s));
+	memcpy(&s2, r.data, sizeof(s2));
+	dj_resp_free(&r);
+	assert_string_equal(tenant_of(fx, s2.session_id, "research"),
+			    "uid:65532");
+	close_session(other, s2.session_id);
+	close_session(again, s.session_id);
+	close(again);
+	close(other);
+	close(front);
 }
 
 /* TEXT_LOOKUP of @fp viewed as @d by @sid on @fd: the error and its
@@ -930,6 +1004,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_default, setup_plain,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_mapped, setup_mapped,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_delegated, setup_delegated,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_text, setup_plain,
 						fx_teardown),

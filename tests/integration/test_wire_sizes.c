@@ -258,13 +258,13 @@ static void test_grown_nonzero(void **state)
 	p = padded(&o, sizeof(o), sizeof(o) + 8);
 	p[sizeof(o) + 5] = 0x80;
 	call_err(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, sizeof(o) + 8, -E2BIG,
-		 "SESSION_OPEN takes 80 bytes; byte 85 of the 88 sent is not "
+		 "SESSION_OPEN takes 88 bytes; byte 93 of the 96 sent is not "
 		 "zero");
 	/* the last byte too: every one is looked at */
 	p[sizeof(o) + 5] = 0;
 	p[sizeof(o) + 7] = 1;
 	call_err(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, sizeof(o) + 8, -E2BIG,
-		 "byte 87 of the 88");
+		 "byte 95 of the 96");
 	free(p);
 	after = stats(fx);
 	assert_int_equal(after.sessions, before.sessions);
@@ -346,7 +346,8 @@ static void test_below_min(void **state)
 	struct djinn_session_resp s;
 	uint8_t *p = padded(&o, sizeof(o), sizeof(o));
 
-	call_err(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, sizeof(o) - 1, -EINVAL,
+	/* its first version's 80 bytes, before the flags */
+	call_err(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, 79, -EINVAL,
 		 "SESSION_OPEN takes at least 80 bytes, not 79");
 	call_err(fx->fd, DJINN_MSG_SESSION_OPEN, 0, p, 0, -EINVAL,
 		 "at least 80 bytes, not 0");

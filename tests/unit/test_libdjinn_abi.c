@@ -123,6 +123,7 @@ static const struct {
 } added[] = {
 	{ "djinn_ctx_truncate", "DJINN_0.3" },
 	{ "djinn_ctx_signal", "DJINN_0.3" },
+	{ "djinn_session_open_as", "DJINN_0.3" },
 };
 
 static void *lib;

@@ -65,6 +65,9 @@ class Keys:
         if not self.entries:
             raise ValueError(f"{path}: no keys")
 
+    def tenants(self) -> List[str]:
+        return sorted({t for t, _ in self.entries})
+
     def get(self, key: str, default: Optional[str] = None
             ) -> Optional[str]:
         d = hashlib.sha256(key.encode()).digest()
@@ -137,6 +140,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="API keys: TENANT SHA256 lines")
     p.add_argument("--open", action="store_true",
                    help="serve without keys (loopback addresses only)")
+    p.add_argument("--delegate", action="store_true",
+                   help="open each key's sessions as its tenant on djinnd "
+                   "(a delegation djinnd.conf grants this user: "
+                   "[tenant.NAME] delegates), so that djinnd's quotas "
+                   "and shares hold per key")
     p.add_argument("--contexts", type=int, default=32, metavar="N",
                    help="idle conversation contexts kept per API key "
                    "(default 32; 0: none, every prompt prefilled whole)")
@@ -155,6 +163,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 69  # EX_UNAVAILABLE
     if a.contexts < 0 or a.context_ttl <= 0:
         p.error("--contexts is 0 or more, --context-ttl more than 0")
+    if a.delegate and a.open:
+        p.error("--delegate acts for the tenants of --api-keys")
     if bool(a.api_keys) == bool(a.open):
         p.error("give --api-keys FILE, or --open for no keys")
     if a.open and not _loopback(_bound(a.fd) if a.fd is not None
@@ -179,10 +189,21 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     try:
         engine = Engine(a.djinnd, models, contexts=a.contexts,
-                        ttl=a.context_ttl)
+                        ttl=a.context_ttl, delegated=a.delegate)
     except (djerr.Error, ValueError) as e:
         print(f"djinn-serve: {e}", file=sys.stderr)
         return 1
+    if a.delegate:
+        # every key's tenant now: a delegation djinnd refuses stops the
+        # start, not a client's request
+        try:
+            for tenant in keys.tenants():  # type: ignore[union-attr]
+                engine.tenant(tenant)
+        except djerr.Error as e:
+            print(f"djinn-serve: --delegate: tenant {tenant}: {e}",
+                  file=sys.stderr)
+            engine.close()
+            return 1
     app = create_app(engine, keys)
     try:
         if a.fd is not None:

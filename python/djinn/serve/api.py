@@ -23,7 +23,8 @@ from starlette.exceptions import HTTPException
 
 from .. import __version__
 from .checkpoint import Checkpoint
-from .engine import Done, Engine, Event, Params, Piece, Ticket
+from .engine import SERVER_TENANT, Done, Engine, Event, Params, Piece, \
+    Ticket
 from .errors import ApiError
 
 FINGERPRINT = f"djinn-{__version__}"
@@ -375,7 +376,7 @@ class Server:
 
     def tenant(self, request: Request) -> str:
         if self.keys is None:
-            return "djinn-serve"
+            return SERVER_TENANT
         auth = request.headers.get("authorization", "")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         tenant = self.keys.get(key) if key else None

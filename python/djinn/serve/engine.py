@@ -82,6 +82,8 @@ class Done:
 
 
 Event = Union[Piece, Done]
+#: the server's own session (checking the models at start; --open)
+SERVER_TENANT = "djinn-serve"
 T = TypeVar("T")
 log = logging.getLogger("djinn.serve")
 
@@ -224,9 +226,9 @@ class Tenant:
     conversations' contexts."""
 
     def __init__(self, conn: Connection, label: str, contexts: int,
-                 ttl: float) -> None:
+                 ttl: float, delegated: bool = False) -> None:
         self.label = label
-        self.session: Session = conn.session(label)
+        self.session: Session = conn.session(label, delegated=delegated)
         self.models: Dict[str, Model] = {}
         self.lock = threading.Lock()
         self.convs = Conversations(contexts, ttl)
@@ -262,10 +264,13 @@ class Engine:
 
     def __init__(self, addr: Optional[str], models: Dict[str, Checkpoint],
                  reconnect: Optional[float] = None, contexts: int = 32,
-                 ttl: float = 600.0) -> None:
+                 ttl: float = 600.0, delegated: bool = False) -> None:
         self.checkpoints = models
         self.contexts = contexts
         self.ttl = ttl
+        # each key's sessions are its tenant's on djinnd (a delegation
+        # djinnd.conf grants this server's user), not the server's
+        self.delegated = delegated
         self.loads = {name: Load() for name in models}
         self.token_bytes: Dict[str, int] = {}  # a context token's KV bytes
         self.conn = connect(addr, reconnect=reconnect)
@@ -274,7 +279,7 @@ class Engine:
         self.max_tokens: Dict[str, int] = {}
         # each model opened once now: a name djinnd does not have, or
         # weights its checkpoint's tokenizer does not fit, fail the start
-        t = self.tenant("djinn-serve")
+        t = self.tenant(SERVER_TENANT)
         for name, ck in models.items():
             info = t.model(name).info
             if info.vocab < ck.vocab:
@@ -291,7 +296,8 @@ class Engine:
         with self._lock:
             t = self._tenants.get(label)
             if t is None:
-                t = Tenant(self.conn, label, self.contexts, self.ttl)
+                t = Tenant(self.conn, label, self.contexts, self.ttl,
+                           self.delegated and label != SERVER_TENANT)
                 self._tenants[label] = t
             return t
 

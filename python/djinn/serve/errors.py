@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional
 from .. import errors as djerr
 
 _TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
-          403: "invalid_request_error", 404: "invalid_request_error",
+          403: "permission_denied", 404: "invalid_request_error",
           413: "invalid_request_error", 429: "insufficient_quota",
           500: "server_error", 503: "server_error"}
 
@@ -42,8 +42,10 @@ def from_djinn(e: djerr.Error) -> ApiError:
         return ApiError(400, msg, code="invalid_value")
     if isinstance(e, djerr.NotFound):
         return ApiError(404, msg, code="not_found")
-    if isinstance(e, (djerr.QuotaExceeded, djerr.PermissionDenied)):
+    if isinstance(e, djerr.QuotaExceeded):
         return ApiError(429, msg, code="quota_exceeded")
+    if isinstance(e, djerr.PermissionDenied):
+        return ApiError(403, msg, code="permission_denied")
     if isinstance(e, (djerr.OutOfMemory, djerr.NoSpace, djerr.Busy,
                       djerr.Retry, djerr.Timeout, djerr.ConnectionLost,
                       djerr.Closed)):
