@@ -585,6 +585,79 @@ def test_conversation_branches(server: Server, ck: Checkpoint) -> None:
 
 
 # ---------------------------------------------------------------------------
+# The Responses API
+
+
+def test_responses(server: Server, ck: Checkpoint) -> None:
+    """/v1/responses through the SDK: the same reply as chat for the same
+    messages, streamed and not; a forced function call whose output goes
+    back by previous_response_id, prefilling only the new tokens, and
+    answering as the whole conversation sent again; another key's
+    response is not found."""
+    c = server.client("bob")
+    chat = c.chat.completions.create(model=MODEL, messages=CHAT,
+                                     max_tokens=16, temperature=0)
+    r = c.responses.create(model=MODEL, instructions=CHAT[0]["content"],
+                           input=CHAT[1]["content"], max_output_tokens=16,
+                           temperature=0)
+    assert r.object == "response" and r.id.startswith("resp_")
+    assert r.output_text == chat.choices[0].message.content
+    assert r.status == ("incomplete" if chat.choices[0].finish_reason ==
+                        "length" else "completed")
+    assert r.usage.input_tokens == chat.usage.prompt_tokens
+    assert r.usage.output_tokens == chat.usage.completion_tokens
+    events = list(c.responses.create(
+        model=MODEL, instructions=CHAT[0]["content"],
+        input=CHAT[1]["content"], max_output_tokens=16, temperature=0,
+        stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response." + r.status
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert "".join(e.delta for e in events
+                   if e.type == "response.output_text.delta") == \
+        r.output_text
+    assert events[-1].response.output_text == r.output_text
+
+    tools = [{"type": "function", "name": "get_time",
+              "parameters": {"type": "object", "properties": {}}}]
+    ask = [{"role": "user", "content": "What time is it? Responses."}]
+    r1 = c.responses.create(model=MODEL, input=ask, tools=tools,
+                            tool_choice={"type": "function",
+                                         "name": "get_time"},
+                            temperature=0)
+    [fc] = [o for o in r1.output if o.type == "function_call"]
+    assert fc.name == "get_time" and json.loads(fc.arguments) == {}
+    assert fc.call_id.startswith("call_")
+    result = {"type": "function_call_output", "call_id": fc.call_id,
+              "output": "12:00"}
+    r2 = c.responses.create(model=MODEL, previous_response_id=r1.id,
+                            input=[result], tools=tools,
+                            max_output_tokens=4, temperature=0)
+    assert r2.usage.input_tokens_details.cached_tokens == \
+        r1.usage.input_tokens + r1.usage.output_tokens
+    whole = c.responses.create(
+        model=MODEL, tools=tools, max_output_tokens=4, temperature=0,
+        input=ask + [{"type": "function_call", "call_id": fc.call_id,
+                      "name": "get_time", "arguments": "{}"}, result])
+    assert whole.output_text == r2.output_text
+    assert whole.usage.input_tokens == r2.usage.input_tokens
+
+    with pytest.raises(openai.NotFoundError):
+        c.responses.create(model=MODEL, input="x",
+                           previous_response_id="resp_nothing")
+    with pytest.raises(openai.NotFoundError):
+        server.client("carol").responses.create(
+            model=MODEL, input="x", previous_response_id=r1.id)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.responses.create(model=MODEL, input=[{"type": "image"}])
+    assert e.value.body["param"] == "input"
+    with pytest.raises(openai.BadRequestError):
+        c.responses.create(model=MODEL, input="x",
+                           tools=[{"type": "web_search"}])
+
+
+# ---------------------------------------------------------------------------
 # Many at once, and clients that leave
 
 

@@ -437,11 +437,14 @@ async def _collect(gen: Iterator[Event], ticket: Ticket) -> List[Event]:
 
 
 async def _stream(gen: Iterator[Event], fmt: Callable[[Event], List[str]],
-                  tail: Callable[[], List[str]],
-                  ticket: Ticket) -> AsyncIterator[str]:
-    """The events as server-sent events; an error after the first is the
-    stream's last event, in the API's error format. The contexts go
-    however the stream ends (a client that leaves cancels it)."""
+                  tail: Callable[[], List[str]], ticket: Ticket,
+                  done: bool = True,
+                  error: Optional[Callable[[ApiError], str]] = None
+                  ) -> AsyncIterator[str]:
+    """The events as server-sent events, then (@done) "data: [DONE]"; an
+    error after the first is the stream's last event, in the API's error
+    format (@error's, else Chat Completions'). The contexts go however
+    the stream ends (a client that leaves cancels it)."""
     try:
         async for ev in iterate_in_threadpool(gen):
             for s in fmt(ev):
@@ -449,12 +452,13 @@ async def _stream(gen: Iterator[Event], fmt: Callable[[Event], List[str]],
         for s in tail():
             yield s
     except ApiError as e:
-        yield _sse(e.body())
+        yield error(e) if error else _sse(e.body())
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(getattr(gen, "close"))
         ticket.done()
-    yield "data: [DONE]\n\n"
+    if done:
+        yield "data: [DONE]\n\n"
 
 
 # (name, type, help, value of a model's Load) for /metrics: the names
@@ -493,6 +497,31 @@ def _metrics(engine: Engine) -> str:
             label = json.dumps(model)
             out.append(f"{name}{{model_name={label}}} {v}")
     return "\n".join(out) + "\n"
+
+
+def prepare_chat(srv: Server, body: Dict[str, Any], request: Request
+                 ) -> Tuple[str, Checkpoint, List[Dict[str, Any]],
+                            List[int], Params]:
+    """A Chat Completions request checked and rendered: the model's
+    name and checkpoint, the messages as the template takes them, the
+    prompt's ids and the sampling (the Responses API's requests come
+    here as chat requests too)."""
+    name, ck = srv.checkpoint(body)
+    msgs = _messages(body)
+    tools, names, choice = _tools(body)
+    p = _params(body, ck, ck.vocab)
+    p.tools = names
+    p.logprobs = _field(body, "logprobs", (bool,), "true or false", False)
+    p.top_logprobs = _int(body, "top_logprobs", 0, 20, 0) or 0
+    if p.top_logprobs and not p.logprobs:
+        raise ApiError(400, "top_logprobs: only with logprobs: true",
+                       "top_logprobs", "invalid_value")
+    p.expected_wait = _expected_wait(request)
+    if tools and choice != "none":
+        _force(srv.engine.checkpoints[name], tools, choice, p)
+    prompt = ck.encode(ck.render(msgs, tools if choice != "none" else None))
+    srv.engine.check_room(name, len(prompt) + len(p.forced), p, "messages")
+    return name, ck, msgs, prompt, p
 
 
 def create_app(engine: Engine, keys: Any) -> FastAPI:
@@ -543,25 +572,8 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
     async def chat(request: Request) -> Any:
         tenant = srv.tenant(request)
         body = await _body(request)
-        name, ck = srv.checkpoint(body)
-        msgs = _messages(body)
-        tools, names, choice = _tools(body)
-        p = _params(body, ck, ck.vocab)
-        p.tools = names
-        p.logprobs = _field(body, "logprobs", (bool,), "true or false",
-                            False)
-        p.top_logprobs = _int(body, "top_logprobs", 0, 20, 0) or 0
-        if p.top_logprobs and not p.logprobs:
-            raise ApiError(400, "top_logprobs: only with logprobs: true",
-                           "top_logprobs", "invalid_value")
+        name, ck, msgs, prompt, p = prepare_chat(srv, body, request)
         stream, usage = _stream_opts(body)
-        p.expected_wait = _expected_wait(request)
-        if tools and choice != "none":
-            _force(ck, tools, choice, p)
-        prompt = ck.encode(ck.render(msgs, tools if choice != "none"
-                                     else None))
-        engine.check_room(name, len(prompt) + len(p.forced), p,
-                          "messages")
         ticket = engine.loads[name].ticket()
         gen = engine.generate(tenant, name, prompt, p, ticket=ticket)
         rid = "chatcmpl-" + secrets.token_hex(12)
@@ -741,6 +753,10 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
         return StreamingResponse(_stream(gen, fmt, tail, ticket),
                                  media_type="text/event-stream",
                                  background=BackgroundTask(ticket.done))
+
+    from .responses import add_routes
+
+    add_routes(app, srv)
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
