@@ -48,6 +48,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from typing import Any, Dict, List, Optional
 
@@ -102,6 +103,8 @@ def wait_http(url: str, proc: subprocess.Popen, log: pathlib.Path,
         try:
             urllib.request.urlopen(url, timeout=5)
             return
+        except urllib.error.HTTPError:  # it answers (a key it wants)
+            return
         except OSError:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{url} did not answer:\n" +
@@ -131,15 +134,19 @@ class Agent:
         self.turn_s: List[float] = []
         self.prompt = 0
         self.prefilled = 0
+        self.unreported = 0  # answers without usage
         self.error: Optional[str] = None
 
     def request(self, **kw: Any) -> Dict[str, Any]:
         t0 = time.monotonic()
         first = None
         content, calls, usage = [], [], None
+        # repeat_penalty: llama.cpp's server is greedy only without its
+        # default 1.1 (djinn serve ignores a field the API does not have)
         for ch in self.client.chat.completions.create(
                 model=self.model, messages=self.msgs, temperature=0,
-                stream=True, stream_options={"include_usage": True}, **kw):
+                stream=True, stream_options={"include_usage": True},
+                extra_body={"repeat_penalty": 1.0}, **kw):
             if ch.usage is not None:
                 usage = ch.usage
             for c in ch.choices:
@@ -153,12 +160,14 @@ class Agent:
                     calls.append(tc)
         end = time.monotonic()
         self.ttft.append((first or end) - t0)
-        assert usage is not None
-        self.prompt += usage.prompt_tokens
-        cached = 0
-        if usage.prompt_tokens_details is not None:
-            cached = usage.prompt_tokens_details.cached_tokens or 0
-        self.prefilled += usage.prompt_tokens - cached
+        if usage is None:  # llama.cpp's server streams no usage
+            self.unreported += 1
+        else:
+            self.prompt += usage.prompt_tokens
+            cached = 0
+            if usage.prompt_tokens_details is not None:
+                cached = usage.prompt_tokens_details.cached_tokens or 0
+            self.prefilled += usage.prompt_tokens - cached
         return {"s": end - t0, "content": "".join(content), "calls": calls}
 
     def run(self) -> None:
@@ -167,11 +176,13 @@ class Agent:
                 self.msgs.append({"role": "user", "content":
                                   f"Agent {self.i}, question {turn}: what "
                                   "does the lookup say?"})
-                a = self.request(tools=[TOOL], tool_choice=FORCE)
+                a = self.request(tools=[TOOL], tool_choice=FORCE,
+                                 max_tokens=32)
                 call = a["calls"][0] if a["calls"] else None
                 cid = (call.id if call is not None and call.id else
                        f"call_{self.i}_{turn}")
-                self.msgs.append({"role": "assistant", "content": None,
+                # content "": llama.cpp's server takes no null
+                self.msgs.append({"role": "assistant", "content": "",
                                   "tool_calls": [{
                                       "id": cid, "type": "function",
                                       "function": {"name": "lookup",
@@ -211,8 +222,11 @@ def run_agents(base: str, model: str, n: int, a: Any, system: str,
         "turn_p99_ms": round(pct(turn, 0.99) * 1000, 1),
         "turn_mean_ms": round(statistics.fmean(turn) * 1000, 1)
         if turn else 0.0,
-        "prompt_tokens": sum(x.prompt for x in agents),
-        "prefilled_tokens": sum(x.prefilled for x in agents),
+        # null where the server reports no usage (llama.cpp streaming)
+        "prompt_tokens": None if any(x.unreported for x in agents) else
+        sum(x.prompt for x in agents),
+        "prefilled_tokens": None if any(x.unreported for x in agents) else
+        sum(x.prefilled for x in agents),
         "wall_s": round(wall, 2),
     }
 
@@ -281,8 +295,9 @@ def llamacpp(a: Any, models: pathlib.Path, tmp: pathlib.Path
     url), or None after printing why not."""
     conv = ROOT / "bench" / "serve_gguf.py"
     gguf = tmp / f"{MODEL}.gguf"
+    env = dict(os.environ, LLAMA_CPP_DIR=str(a.llamacpp_src or ""))
     r = subprocess.run([a.llamacpp, str(conv), str(models / MODEL),
-                        str(gguf)], capture_output=True, text=True)
+                        str(gguf)], capture_output=True, text=True, env=env)
     if r.returncode:
         print(json.dumps({"bench": "serve", "server": "llama.cpp",
                           "skipped": "converting to GGUF failed: " +
@@ -314,7 +329,11 @@ def main() -> int:
     p.add_argument("--mem", default="2G", help="djinnd's device memory")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--llamacpp", metavar="PYTHON",
-                   help="an interpreter with llama-cpp-python[server]")
+                   help="an interpreter with llama-cpp-python[server] and "
+                   "llama.cpp's converter's packages")
+    p.add_argument("--llamacpp-src", metavar="DIR", type=pathlib.Path,
+                   help="llama.cpp's source (convert_hf_to_gguf.py; the "
+                   "sdist's vendor/llama.cpp)")
     p.add_argument("--servers", default="djinn,stateless,llama.cpp")
     p.add_argument("--out", type=pathlib.Path)
     a = p.parse_args()
@@ -400,8 +419,8 @@ def main() -> int:
         if lc and dj["turn_p99_ms"]:
             row["llamacpp_p99_turn_ratio"] = round(
                 lc["turn_p99_ms"] / dj["turn_p99_ms"], 2)
-            row["llamacpp_prefill_ratio"] = round(
-                lc["prefilled_tokens"] / max(1, dj["prefilled_tokens"]), 2)
+            row["llamacpp_p50_ttft_ratio"] = round(
+                lc["ttft_p50_ms"] / max(0.1, dj["ttft_p50_ms"]), 2)
         emit(row)
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
