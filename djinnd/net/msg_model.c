@@ -388,6 +388,10 @@ void handle_ctx_truncate(struct conn *c, const struct djinn_hdr *hdr,
 {
 	const struct djinn_ctx_truncate *r = req;
 
+	if (r->__reserved) {
+		conn_error(c, hdr, -EINVAL, "reserved field set");
+		return;
+	}
 	ctx_job(c, hdr, s, r->ctx, r->len, mjob_truncate);
 }
 

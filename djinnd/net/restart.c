@@ -26,6 +26,7 @@
 #include "net/tls.h"
 #include "session/lease.h"
 #include "session/session.h"
+#include "session/tenant.h"
 #include "svc/devices.h"
 #include "svc/state.h"
 #include "vmu/provider.h"
@@ -550,8 +551,11 @@ static void restore_conn(struct server *srv, const struct djinn_state_conn *e)
 	for (uint32_t i = 0; i < e->nr_sessions; i++) {
 		struct session *s = session_get(&srv->sessions, ids[i]);
 
-		/* a session the record had, of this connection's tenant */
-		if (s && !strcmp(s->tenant, c->tenant))
+		/* a session the record had, of this connection's tenant or
+		 * of a tenant it is a delegate of (as ATTACH would) */
+		if (s && (!strcmp(s->tenant, c->tenant) ||
+			  (!c->tcp && tenant_delegate(&srv->sessions.lim,
+						      s->tenant, c->cred.uid))))
 			conn_attach(c, ids[i]);
 		if (s)
 			session_put(s);

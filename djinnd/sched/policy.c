@@ -104,22 +104,14 @@ static bool memory_needed(struct sched *sc)
 	return queued > 0;
 }
 
-/* What @w covers: its context's region, or its whole session. */
+/* What @w covers: its context's region, or its whole session. Never
+ * waits for a region in transit (the I/O thread's). */
 static void usage_of(struct sched_wait *w, struct vmu_usage *u)
 {
-	struct vmu_region_info ri;
-
-	if (!w->region) {
+	if (w->region)
+		vmu_region_usage(w->se->vs, w->region, u); /* gone: zeros */
+	else
 		vmu_session_usage(w->se->vs, u);
-		return;
-	}
-	memset(u, 0, sizeof(*u));
-	if (vmu_region_info(w->se->vs, w->region, &ri))
-		return; /* gone */
-	if (ri.state == VMU_REGION_SWAPPED)
-		u->swapped = ri.size;
-	else if (ri.state == VMU_REGION_RESIDENT)
-		u->resident = ri.mapped;
 }
 
 static uint64_t resident_of(struct sched_wait *w)
@@ -379,6 +371,7 @@ static bool end_wait(struct sched *sc, struct sched_wait *w, uint64_t now,
 		     bool count)
 {
 	uint64_t est = w->wait_until - w->wait_start;
+	bool out;
 
 	if (!w->waiting)
 		return false;
@@ -397,12 +390,13 @@ static bool end_wait(struct sched *sc, struct sched_wait *w, uint64_t now,
 	/* Late by more than a tenth of the estimate (and a millisecond):
 	 * next time it is the first to go. */
 	w->overran = now > w->wait_until + est / 10 + NSEC_PER_MSEC;
-	if (swapped_of(w) || w->restore_jobs)
+	out = swapped_of(w) || w->restore_jobs;
+	if (out)
 		w->swapped_in_wait = true;
 	if (!w->swapped_in_wait)
 		return false;
 	pthread_mutex_lock(&sc->stat_lock);
-	if (swapped_of(w) || w->restore_jobs)
+	if (out)
 		sc->st.prefetch_misses++;
 	else
 		sc->st.prefetch_hits++;

@@ -1435,9 +1435,30 @@ int vmu_region_set_victim(struct vmu_session *s, uint64_t handle, uint64_t key)
 	int ret = -ENOENT;
 
 	vmu_lock(s->vmu);
-	r = vmu_region_get_settled(s, handle);
+	r = region_get(s, handle); /* moving or not: the key is its own */
 	if (r) {
 		region_victim_locked(s->vmu, r, key);
+		ret = 0;
+	}
+	vmu_unlock(s->vmu);
+	return ret;
+}
+
+int vmu_region_usage(struct vmu_session *s, uint64_t handle,
+		     struct vmu_usage *u)
+{
+	struct vmu_region *r;
+	int ret = -ENOENT;
+
+	memset(u, 0, sizeof(*u));
+	vmu_lock(s->vmu);
+	r = region_get(s, handle);
+	if (r) {
+		if (r->state == VMU_REGION_SWAPPED)
+			u->swapped = r->size;
+		else /* resident, or moving: what it maps now */
+			u->resident = r->m.mapped;
+		u->data_bytes = r->size;
 		ret = 0;
 	}
 	vmu_unlock(s->vmu);

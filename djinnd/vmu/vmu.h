@@ -190,8 +190,15 @@ int vmu_session_swap_in(struct vmu_session *s);
  * the highest key; 0 (the default) for all is plain LRU. */
 void vmu_session_set_victim(struct vmu_session *s, uint64_t key);
 /* The same for region @handle alone (a context's wait): its key is its
- * own or its session's, the higher. -ENOENT for no such region. */
+ * own or its session's, the higher. -ENOENT for no such region. Never
+ * waits for a move in progress (the I/O thread's). */
 int vmu_region_set_victim(struct vmu_session *s, uint64_t handle, uint64_t key);
+/* Region @handle's bytes as vmu_session_usage() counts a session's
+ * (resident: mapped; swapped; data_bytes: its size), without waiting for
+ * a move in progress (one in flight counts what it maps now); -ENOENT
+ * and zeros for no such region. */
+int vmu_region_usage(struct vmu_session *s, uint64_t handle,
+		     struct vmu_usage *u);
 
 /* Whether reclaim may swap data regions (default on). Off, as static
  * partitioning wants, idle regions stay and admission counts only what

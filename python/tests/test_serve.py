@@ -436,9 +436,16 @@ def test_text_filter() -> None:
     f = TextFilter([], "<tool_call>")
     assert f.push("hi <tool") == "hi "
     assert f.push("_call>{}") == ""
-    assert f.finish() == "<tool_call>{}" and f.tool_at == 3
+    assert f.finish() == ("", "<tool_call>{}") and f.tool_at == 3
     f = TextFilter(["x"], None)
-    assert f.push("abc") == "abc" and f.finish() == ""
+    assert f.push("abc") == "abc" and f.finish() == ("", "")
+    # what was held back, as it might have begun a stop string or a
+    # call, comes out at the end
+    f = TextFilter(["world"], None)
+    assert f.push("Hello wor") == "Hello " and f.finish() == ("wor", "")
+    f = TextFilter([], "<tool_call>")
+    assert f.push("a < b, so <") == "a < b, so "
+    assert f.finish() == ("<", "")
 
 
 def test_tool_round_trip(server: Server, daemon: Daemon,
@@ -655,6 +662,50 @@ def test_responses(server: Server, ck: Checkpoint) -> None:
     with pytest.raises(openai.BadRequestError):
         c.responses.create(model=MODEL, input="x",
                            tools=[{"type": "web_search"}])
+
+
+def test_responses_items_and_events() -> None:
+    """An assistant's text and the calls after it are one turn; a stream
+    whose text is only blank before its calls still ends whole, its
+    message the text its deltas carried."""
+    import anyio
+
+    from djinn.serve import responses
+    from djinn.serve.checkpoint import ToolCall
+    from djinn.serve.engine import Done, Load, Piece
+
+    msgs = responses.items_to_messages([
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "output_text",
+                                           "text": "Let me look."}]},
+        {"type": "function_call", "call_id": "c1", "name": "f",
+         "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "g",
+         "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "1"}])
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool"]
+    assert [c["id"] for c in msgs[1]["tool_calls"]] == ["c1", "c2"]
+
+    call = ToolCall("call_x", "f", "{}")
+
+    def finish(text: str, done: Done) -> Dict[str, Any]:
+        return {"status": "completed",
+                "output": responses._output(text, done)}
+
+    async def run() -> List[str]:
+        def gen() -> Iterator[Any]:  # a generator, as the engine's
+            yield Piece(0, "\n\n")
+            yield Done(0, "tool_calls", 3, "", [call])
+
+        return [s async for s in responses._events(
+            gen(), {}, finish, Load().ticket())]
+
+    frames = anyio.run(run)
+    data = [json.loads(f.split("data: ", 1)[1]) for f in frames]
+    assert data[-1]["type"] == "response.completed"
+    out = data[-1]["response"]["output"]
+    assert [o["type"] for o in out] == ["message", "function_call"]
+    assert out[0]["content"][0]["text"] == "\n\n"
 
 
 # ---------------------------------------------------------------------------

@@ -61,6 +61,9 @@ class Keys:
                 if not digest:
                     raise ValueError(f"{path}:{no}: not TENANT SHA256 (64 "
                                      "hex digits)")
+                if parts[0] == "djinn-serve":
+                    raise ValueError(f"{path}:{no}: djinn-serve is the "
+                                     "server's own tenant, not a key's")
                 self.entries.append((parts[0], digest))
         if not self.entries:
             raise ValueError(f"{path}: no keys")

@@ -429,9 +429,19 @@ async def _body(request: Request) -> Dict[str, Any]:
     return body
 
 
+# Whole generations (requests not streamed) hold a thread each for their
+# length: a pool of their own, so that they never take the threads the
+# streams' steps and closes need (anyio's default pool)
+_WHOLE: Optional[anyio.CapacityLimiter] = None
+
+
 async def _collect(gen: Iterator[Event], ticket: Ticket) -> List[Event]:
+    global _WHOLE
+    if _WHOLE is None:
+        _WHOLE = anyio.CapacityLimiter(64)
     try:
-        return await anyio.to_thread.run_sync(lambda: list(gen))
+        return await anyio.to_thread.run_sync(lambda: list(gen),
+                                              limiter=_WHOLE)
     finally:
         ticket.done()
 
@@ -492,8 +502,7 @@ def _metrics(engine: Engine) -> str:
         out.append(f"# HELP {name} {help_}")
         out.append(f"# TYPE {name} {kind}")
         for model, ld in engine.loads.items():
-            with ld.lock:
-                v = value(engine, model, ld)
+            v = value(engine, model, ld)  # ints read whole, no lock
             label = json.dumps(model)
             out.append(f"{name}{{model_name={label}}} {v}")
     return "\n".join(out) + "\n"
@@ -572,7 +581,9 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
     async def chat(request: Request) -> Any:
         tenant = srv.tenant(request)
         body = await _body(request)
-        name, ck, msgs, prompt, p = prepare_chat(srv, body, request)
+        # the template and the tokenizer run in a thread, off the loop
+        name, ck, msgs, prompt, p = await anyio.to_thread.run_sync(
+            prepare_chat, srv, body, request)
         stream, usage = _stream_opts(body)
         ticket = engine.loads[name].ticket()
         gen = engine.generate(tenant, name, prompt, p, ticket=ticket)
@@ -759,7 +770,7 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
     add_routes(app, srv)
 
     @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
+    def metrics() -> PlainTextResponse:  # FastAPI runs it in a thread
         return PlainTextResponse(_metrics(engine),
                                  media_type="text/plain; version=0.0.4")
 

@@ -139,6 +139,13 @@ class Checkpoint:
         self.vocab = self.tokenizer.get_vocab_size(with_added_tokens=True)
         self.tool_open = "<tool_call>"
         self.tool_close = "</tool_call>"
+        # special added tokens, which text leaves out, but the tool-call
+        # markers where a checkpoint makes them special
+        markers = {self.tokenizer.token_to_id(m)
+                   for m in (self.tool_open, self.tool_close)}
+        self.hidden = frozenset(
+            i for i, t in self.tokenizer.get_added_tokens_decoder().items()
+            if t.special and i not in markers)
 
     # -- tokens ----------------------------------------------------------
 
@@ -148,9 +155,15 @@ class Checkpoint:
         return list(self.tokenizer.encode(
             text, add_special_tokens=False).ids)
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids),
-                                         skip_special_tokens=True))
+    def decode(self, ids: Sequence[int], tools: bool = False) -> str:
+        """@ids' text, special tokens left out (with @tools, but the
+        tool-call markers, which the parser reads)."""
+        if not tools:
+            return str(self.tokenizer.decode(list(ids),
+                                             skip_special_tokens=True))
+        return str(self.tokenizer.decode(
+            [i for i in ids if i not in self.hidden],
+            skip_special_tokens=False))
 
     def token_text(self, tid: int) -> str:
         """One token's text, as logprobs name it."""
@@ -183,8 +196,9 @@ class Detokenizer:
     ends inside a UTF-8 sequence waits for the rest (vLLM's and
     transformers' streamers do the same)."""
 
-    def __init__(self, ck: Checkpoint) -> None:
+    def __init__(self, ck: Checkpoint, tools: bool = False) -> None:
         self.ck = ck
+        self.tools = tools
         self.ids: List[int] = []
         self.text = ""
         self._prefix = 0  # ids[_prefix:_read] are decoded already
@@ -192,8 +206,9 @@ class Detokenizer:
 
     def add(self, tid: int) -> str:
         self.ids.append(tid)
-        before = self.ck.decode(self.ids[self._prefix:self._read])
-        after = self.ck.decode(self.ids[self._prefix:])
+        before = self.ck.decode(self.ids[self._prefix:self._read],
+                                self.tools)
+        after = self.ck.decode(self.ids[self._prefix:], self.tools)
         if len(after) <= len(before) or after.endswith("\ufffd"):
             return ""
         delta = after[len(before):]
@@ -203,8 +218,9 @@ class Detokenizer:
 
     def flush(self) -> str:
         """What waited, at the end."""
-        before = self.ck.decode(self.ids[self._prefix:self._read])
-        after = self.ck.decode(self.ids[self._prefix:])
+        before = self.ck.decode(self.ids[self._prefix:self._read],
+                                self.tools)
+        after = self.ck.decode(self.ids[self._prefix:], self.tools)
         delta = after[len(before):] if len(after) > len(before) else ""
         self._prefix = self._read = len(self.ids)
         self.text += delta

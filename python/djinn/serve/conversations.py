@@ -93,19 +93,25 @@ class Conversations:
         with self.lock:
             self.stats.requests += 1
             self.stats.prompt_tokens += len(prompt)
-            best, most = None, 0
+            best, most, key = None, 0, None
             for c in self.idle:
                 if c.model != model:
                     continue
                 n = min(shared(np.asarray(c.ids, dtype=np.int64), want),
                         len(prompt) - 1)
-                if n > most:
-                    best, most = c, n
+                # the most shared; then one the prompt goes on from
+                # whole, one not waiting on tools, the latest used
+                k = (n, n == len(c.ids), c.waiting_since is None, c.used)
+                if n > 0 and (key is None or k > key):
+                    best, most, key = c, n, k
             if best is not None:
                 self.idle.remove(best)
                 self.stats.hits += 1
                 self.stats.cached_tokens += most
-                if best.waiting_since is not None:
+                if best.waiting_since is not None and \
+                        most == len(best.ids):
+                    # its conversation is back from its tools: they took
+                    # this long (a branch that forks it is not)
                     self._tool_took(time.monotonic() - best.waiting_since)
                     best.waiting_since = None
             return best, most

@@ -138,13 +138,17 @@ class TextFilter:
         self.sent = limit
         return out
 
-    def finish(self) -> str:
-        """Everything not given out, the tool calls' text included."""
-        if not self.stopped:
-            self._emit(True)
-        rest = self.text[self.sent:]
+    def finish(self) -> Tuple[str, str]:
+        """What was not given out: the content held back, and (tools on)
+        the text from the first <tool_call> on."""
+        if self.tool_open is not None and self.tool_at is None:
+            j = self.text.find(self.tool_open)
+            self.tool_at = j if j >= 0 else None
+        end = len(self.text) if self.tool_at is None else self.tool_at
+        end = max(end, self.sent)
+        content, tools = self.text[self.sent:end], self.text[end:]
         self.sent = len(self.text)
-        return rest
+        return content, tools
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
@@ -275,6 +279,7 @@ class Engine:
         self.token_bytes: Dict[str, int] = {}  # a context token's KV bytes
         self.conn = connect(addr, reconnect=reconnect)
         self._tenants: Dict[str, Tenant] = {}
+        self._opening: Dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self.max_tokens: Dict[str, int] = {}
         # each model opened once now: a name djinnd does not have, or
@@ -293,12 +298,21 @@ class Engine:
         self.capacity = self.conn.server_info().capacity
 
     def tenant(self, label: str) -> Tenant:
+        """@label's tenant, its session opened at its first request
+        (outside the engine's lock: a round trip to djinnd)."""
         with self._lock:
             t = self._tenants.get(label)
+            if t is not None:
+                return t
+            opening = self._opening.setdefault(label, threading.Lock())
+        with opening:  # one opener per tenant; the others wait for it
+            with self._lock:
+                t = self._tenants.get(label)
             if t is None:
                 t = Tenant(self.conn, label, self.contexts, self.ttl,
                            self.delegated and label != SERVER_TENANT)
-                self._tenants[label] = t
+                with self._lock:
+                    self._tenants[label] = t
             return t
 
     def close(self) -> None:
@@ -353,12 +367,13 @@ class Engine:
         ck = self.checkpoints[model]
         budget = self.check_room(model, len(prompt) + len(p.forced), p,
                                  "messages")
-        t = self.tenant(tenant)
         mine: List[Conv] = []
         ok = False
+        t: Optional[Tenant] = None
         try:
             if ticket is not None:
                 ticket.start()
+            t = self.tenant(tenant)
             m = t.model(model)
             conv, cached = t.convs.take(model, prompt)
             load = self.loads[model]
@@ -385,11 +400,12 @@ class Engine:
             conv.ids = prompt + p.forced
             first = conv.ctx.logits.numpy().reshape(-1) \
                 if want_logits and conv.ctx.logits is not None else None
-            forks = [Conv(model, t.room(conv.ctx.fork), list(conv.ids))
-                     for _ in range(p.n - 1)]
-            mine += forks
-            for f in forks:
+            forks: List[Conv] = []
+            for _ in range(p.n - 1):
+                f = Conv(model, t.room(conv.ctx.fork), list(conv.ids))
+                mine.append(f)
                 t.convs.busy_add(f)
+                forks.append(f)
             for i, c in enumerate(forks + [conv]):
                 yield from self._choice(c, ck, p, first_index + i, first,
                                         budget, cached, t)
@@ -401,6 +417,7 @@ class Engine:
             raise
         finally:
             for c in mine:
+                assert t is not None
                 t.convs.unbusy(c)
                 if ok and self.contexts:
                     t.convs.give_back(c)
@@ -415,7 +432,7 @@ class Engine:
                 t: Tenant) -> Iterator[Event]:
         ctx = conv.ctx
         load = self.loads[conv.model]
-        det = Detokenizer(ck)
+        det = Detokenizer(ck, tools=p.tools is not None)
         out = TextFilter(p.stop, ck.tool_open if p.tools else None)
         for f in p.forced:
             yield Piece(index, out.push(det.add(f)), f)
@@ -462,14 +479,15 @@ class Engine:
         text = out.push(det.flush())
         if text:
             yield Piece(index, text)
-        rest = out.finish()
+        rest, tool_text = out.finish()
         calls: List[ToolCall] = []
-        if p.tools is not None and out.tool_at is not None:
-            _, calls = parse_tool_calls(rest, p.tools)
-            if calls:
-                rest = ""
-                reason = "tool_calls"
-                self._tool_wait(t, conv, p)
+        if p.tools is not None and tool_text:
+            _, calls = parse_tool_calls(tool_text, p.tools)
+        if calls:
+            reason = "tool_calls"
+            self._tool_wait(t, conv, p)
+        else:
+            rest += tool_text
         yield Done(index, reason, made, rest, calls, cached)
 
     @staticmethod

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import collections
 import json
+
+import anyio
 import secrets
 import threading
 import time
@@ -83,9 +85,9 @@ def items_to_messages(items: Any) -> List[Dict[str, Any]]:
             call = {"id": call_id, "type": "function",
                     "function": {"name": name, "arguments": args}}
             last = out[-1] if out else None
-            if last is not None and last["role"] == "assistant" and \
-                    "tool_calls" in last:
-                last["tool_calls"].append(call)
+            if last is not None and last["role"] == "assistant":
+                # the calls of the turn whose text came before them
+                last.setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": None,
                             "tool_calls": [call]})
@@ -242,7 +244,8 @@ def add_routes(app: FastAPI, srv: Server) -> None:
         if not chat["messages"]:
             raise ApiError(400, "input: nothing to answer", "input",
                            "invalid_value")
-        name, ck, _, prompt, p = prepare_chat(srv, chat, request)
+        name, ck, _, prompt, p = await anyio.to_thread.run_sync(
+            prepare_chat, srv, chat, request)
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise ApiError(400, "stream: true or false", "stream",
@@ -344,9 +347,15 @@ def _events(gen: Iterator[Event], base: Dict[str, Any],
         items = r["output"]
         k = 0
         if state["open"]:
-            item = dict(items[0], id=msg_id)
-            r["output"][0] = item
-            text = item["content"][0]["text"]
+            # the message is the text streamed, as its deltas said
+            item = {"type": "message", "id": msg_id, "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text",
+                                 "text": state["text"], "annotations": [],
+                                 "logprobs": []}]}
+            calls = [it for it in items if it["type"] == "function_call"]
+            items = r["output"] = [item] + calls
+            text = state["text"]
             out += [ev("response.output_text.done", item_id=msg_id,
                        output_index=0, content_index=0, text=text,
                        logprobs=[]),
