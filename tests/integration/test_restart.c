@@ -693,6 +693,53 @@ static int setup_plain(void **state)
 	return fx_start(state, "64M", LEASE_MS);
 }
 
+static char delegates[64];
+static const char *extra_delegated[] = { "--handover", hpath, "--set",
+					 delegates, NULL };
+
+/* This user a delegate of tenant "research" (djinn serve's case). */
+static int setup_delegated(void **state)
+{
+	snprintf(hpath, sizeof(hpath), "/tmp/djinn-restart.%d", (int)getpid());
+	unlink(hpath);
+	snprintf(delegates, sizeof(delegates), "tenant.research.delegates=%u",
+		 (unsigned int)getuid());
+	return fx_start_args(state, "64M", LEASE_MS, extra_delegated);
+}
+
+/*
+ * A delegate's session (opened for tenant research, not the
+ * connection's own tenant) is attached again to its restored
+ * connection, as ATTACH would attach it: the connection goes on using
+ * it after the restart.
+ */
+static void test_restart_delegated(void **state)
+{
+	struct fx *fx = *state;
+	struct djinn_session_open o = { .priority = 4,
+					.flags = DJINN_SESSION_DELEGATED };
+	struct djinn_signal sg = { .phase = DJINN_PHASE_COMPUTE };
+	struct djinn_admin_restart ar;
+	struct djinn_session_resp s;
+	struct dj_resp r;
+	pid_t old = fx->d.pid;
+	int fd = xconnect(fx->d.sock);
+
+	snprintf(o.tenant, sizeof(o.tenant), "research");
+	call_ok(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r, sizeof(s));
+	memcpy(&s, r.data, sizeof(s));
+	dj_resp_free(&r);
+	call_ok(fx->adm, DJINN_MSG_ADMIN_RESTART, 0, NULL, 0, &r, sizeof(ar));
+	dj_resp_free(&r);
+	fx->d.pid = successor_of(fx, old);
+	call_ok(fd, DJINN_MSG_SIGNAL, s.session_id, &sg, sizeof(sg), &r, 0);
+	dj_resp_free(&r);
+	assert_string_equal(session_entry(fx, s.session_id).tenant, "research");
+	close_session(fd, s.session_id);
+	close(fd);
+	fx->base = vmu_now(fx);
+}
+
 static void test_self_restart_needs_handover(void **state)
 {
 	struct fx *fx = *state;
@@ -928,6 +975,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_self_restart, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_restart_delegated,
+						setup_delegated, teardown),
 		cmocka_unit_test_setup_teardown(test_self_restart_needs_handover,
 						setup_plain, fx_teardown),
 		cmocka_unit_test(test_store_restart),
