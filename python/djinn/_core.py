@@ -417,12 +417,7 @@ class Session:
         """Tell the scheduler the session is about to be in @phase
         ("prefill", "decode", "io_wait", "compute", "idle", ...) for about
         @expected seconds (None: unknown)."""
-        if isinstance(phase, str):
-            if phase not in PHASES:
-                raise InvalidArgument(
-                    22, f"phase {phase!r}: one of {', '.join(PHASES)}")
-            phase = PHASES[phase]
-        call("djinn_signal", self._p(), phase, _ns(expected))
+        call("djinn_signal", self._p(), _phase(phase), _ns(expected))
 
     @contextlib.contextmanager
     def tool_call(self, expected: float) -> Iterator[None]:
@@ -474,6 +469,16 @@ class Session:
         from .model import Model
 
         return Model._upload(self, path)
+
+
+def _phase(phase: Union[str, int]) -> int:
+    """A phase by name (PHASES) or number."""
+    if isinstance(phase, str):
+        if phase not in PHASES:
+            raise InvalidArgument(
+                22, f"phase {phase!r}: one of {', '.join(PHASES)}")
+        return PHASES[phase]
+    return phase
 
 
 def _env_device() -> int:

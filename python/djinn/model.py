@@ -207,14 +207,9 @@ class Context:
         KV cache to host memory for the wait and bring it back by its
         end; a step on it, or COMPUTE, ends the wait. So one session
         can hold many conversations, each waiting on its own tools."""
-        from ._core import PHASES, _ns
+        from ._core import _ns, _phase
 
-        if isinstance(phase, str):
-            if phase not in PHASES:
-                raise InvalidArgument(
-                    22, f"phase {phase!r}: one of {', '.join(PHASES)}")
-            phase = PHASES[phase]
-        call("djinn_ctx_signal", self._p(), phase, _ns(expected))
+        call("djinn_ctx_signal", self._p(), _phase(phase), _ns(expected))
 
     def truncate(self, n: int) -> None:
         """Keep the first @n tokens of the cache (no more than it

@@ -355,6 +355,25 @@ def _usage(prompt: int, completion: int, cached: int) -> Dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": cached}}
 
 
+def _sse_response(gen: Iterator[Event], fmt: Callable[[Event], List[str]],
+                  base: Dict[str, Any], usage: bool, prompt: int,
+                  made: List[int], cached: List[int],
+                  ticket: Ticket) -> StreamingResponse:
+    """A Chat or Completions stream of @gen's events as @fmt writes
+    them, then (@usage) the usage chunk: no choices, the tokens @fmt
+    counted into @made and @cached."""
+
+    def tail() -> List[str]:
+        if not usage:
+            return []
+        return [_sse(dict(base, choices=[],
+                          usage=_usage(prompt, made[0], cached[0])))]
+
+    return StreamingResponse(_stream(gen, fmt, tail, ticket),
+                             media_type="text/event-stream",
+                             background=BackgroundTask(ticket.done))
+
+
 def _cached(events: List[Event], n: int) -> int:
     """Prompt tokens not prefilled again, over the prompts (each has @n
     choices)."""
@@ -655,15 +674,8 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
             out.append(chunk(ev.index, {}, None, ev.reason))
             return out
 
-        def tail() -> List[str]:
-            if not usage:
-                return []
-            return [_sse(dict(base, choices=[],
-                              usage=_usage(prompt, made[0], cached[0])))]
-
-        return StreamingResponse(_stream(gen, fmt, tail, ticket),
-                                 media_type="text/event-stream",
-                                 background=BackgroundTask(ticket.done))
+        return _sse_response(gen, fmt, base, usage, prompt, made, cached,
+                             ticket)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -755,15 +767,8 @@ def create_app(engine: Engine, keys: Any) -> FastAPI:
             out.append(chunk(ev.index, ev.rest, None, ev.reason))
             return out
 
-        def tail() -> List[str]:
-            if not usage:
-                return []
-            return [_sse(dict(base, choices=[],
-                              usage=_usage(prompt, made[0], cached[0])))]
-
-        return StreamingResponse(_stream(gen, fmt, tail, ticket),
-                                 media_type="text/event-stream",
-                                 background=BackgroundTask(ticket.done))
+        return _sse_response(gen, fmt, base, usage, prompt, made, cached,
+                             ticket)
 
     from .responses import add_routes
 
