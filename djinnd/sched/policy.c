@@ -451,7 +451,6 @@ void sched_signal(struct sched *sc, struct sched_wait *w, uint32_t phase,
 	uint64_t now = loop_now();
 
 	w->phase = phase;
-	w->phase_until = now + expected_ns;
 	if (phase == DJINN_PHASE_IO_WAIT) {
 		begin_wait(sc, w, now, expected_ns);
 		return;

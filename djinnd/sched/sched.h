@@ -143,8 +143,7 @@ struct sched_wait {
 	uint32_t refs; /* a context's: its owner's and each job's */
 	bool own; /* a context's: freed at the last reference */
 	bool ended;
-	uint32_t phase; /* the last SIGNAL, and until when it holds */
-	uint64_t phase_until;
+	uint32_t phase; /* the last SIGNAL */
 	bool waiting; /* in an IO_WAIT */
 	bool swapped_in_wait; /* some of its data left during this wait */
 	bool overran; /* its last wait ran past the estimate */

@@ -45,16 +45,6 @@ def shared(a: np.ndarray, b: np.ndarray) -> int:
     return int(diff[0]) if diff.size else n
 
 
-@dataclass
-class Stats:
-    requests: int = 0  # prompts run
-    hits: int = 0  # ... that continued a context
-    prompt_tokens: int = 0
-    cached_tokens: int = 0  # of them, not prefilled again
-    evicted: int = 0
-    tool_waits: int = 0  # replies that ended asking for tools
-
-
 class Conversations:
     """The idle contexts of one tenant, at most @limit, each freed after
     @ttl seconds unused."""
@@ -68,7 +58,6 @@ class Conversations:
         self.lock = threading.Lock()
         self.idle: List[Conv] = []
         self.busy: List[Conv] = []  # in a request's hands (for metrics)
-        self.stats = Stats()
         self._tool_s = 0.0  # the tools' time, averaged (0: none yet)
 
     def tool_estimate(self) -> float:
@@ -91,8 +80,6 @@ class Conversations:
         want = np.asarray(prompt, dtype=np.int64)
         self.sweep()
         with self.lock:
-            self.stats.requests += 1
-            self.stats.prompt_tokens += len(prompt)
             best, most, key = None, 0, None
             for c in self.idle:
                 if c.model != model:
@@ -106,8 +93,6 @@ class Conversations:
                     best, most, key = c, n, k
             if best is not None:
                 self.idle.remove(best)
-                self.stats.hits += 1
-                self.stats.cached_tokens += most
                 if best.waiting_since is not None and \
                         most == len(best.ids):
                     # its conversation is back from its tools: they took
@@ -135,7 +120,6 @@ class Conversations:
                 self.idle)
             if over:
                 self.idle = self.idle[len(over):]
-                self.stats.evicted += len(over)
         for o in over:
             _free(o)
 
@@ -146,7 +130,6 @@ class Conversations:
             if not self.idle:
                 return False
             c = self.idle.pop(0)
-            self.stats.evicted += 1
         _free(c)
         return True
 
@@ -157,14 +140,8 @@ class Conversations:
             old = [c for c in self.idle if now - c.used > self.ttl]
             if old:
                 self.idle = [c for c in self.idle if c not in old]
-                self.stats.evicted += len(old)
         for c in old:
             _free(c)
-
-    def tokens(self) -> int:
-        """Tokens the idle contexts hold."""
-        with self.lock:
-            return sum(len(c.ids) for c in self.idle)
 
     def close(self) -> None:
         with self.lock:

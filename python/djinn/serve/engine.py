@@ -505,5 +505,3 @@ class Engine:
                         e)
             return
         conv.waiting_since = time.monotonic()
-        with t.convs.lock:
-            t.convs.stats.tool_waits += 1
