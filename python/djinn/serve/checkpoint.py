@@ -200,31 +200,29 @@ class Detokenizer:
         self.ck = ck
         self.tools = tools
         self.ids: List[int] = []
-        self.text = ""
         self._prefix = 0  # ids[_prefix:_read] are decoded already
         self._read = 0
 
     def add(self, tid: int) -> str:
         self.ids.append(tid)
-        before = self.ck.decode(self.ids[self._prefix:self._read],
-                                self.tools)
-        after = self.ck.decode(self.ids[self._prefix:], self.tools)
-        if len(after) <= len(before) or after.endswith("\ufffd"):
-            return ""
-        delta = after[len(before):]
-        self._prefix, self._read = self._read, len(self.ids)
-        self.text += delta
-        return delta
+        return self._take(False)
 
     def flush(self) -> str:
         """What waited, at the end."""
+        return self._take(True)
+
+    def _take(self, final: bool) -> str:
+        """The text the ids since the last delta add, unless (not
+        @final) it is none yet or ends inside a UTF-8 sequence."""
         before = self.ck.decode(self.ids[self._prefix:self._read],
                                 self.tools)
         after = self.ck.decode(self.ids[self._prefix:], self.tools)
-        delta = after[len(before):] if len(after) > len(before) else ""
-        self._prefix = self._read = len(self.ids)
-        self.text += delta
-        return delta
+        if not final and (len(after) <= len(before) or
+                          after.endswith("\ufffd")):
+            return ""
+        self._prefix = self._read if not final else len(self.ids)
+        self._read = len(self.ids)
+        return after[len(before):]
 
 
 @dataclass
