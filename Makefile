@@ -114,7 +114,7 @@ fuzz_frames_LIBS := $(LIBS_DJINND)
 DJINNCTL      := $(BUILD)/tools/djinnctl
 DJINNCTL_SRCS := tools/djinnctl.c tools/djinnctl_call.c tools/djinnctl_session.c \
 		 tools/djinnctl_device.c tools/djinnctl_sched.c \
-		 tools/djinnctl_model.c tools/djinnctl_tenant.c tools/json_print.c \
+		 tools/djinnctl_model.c tools/djinnctl_tenant.c tools/djinnctl_token.c tools/json_print.c \
 		 tools/cli.c lib/names.c lib/rundir.c
 
 # Integration tests in shell, installed beside the binaries they run

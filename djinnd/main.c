@@ -36,6 +36,7 @@
 #include "net/fdstore.h"
 #include "net/restart.h"
 #include "net/tls.h"
+#include "net/tokens.h"
 
 #define DJINND_VERSION "0.1"
 
@@ -462,7 +463,7 @@ static void on_reload(struct server *srv)
 	server_session_limits(srv);
 	/* The tokens' file is read again on every reload: a token taken
 	 * out is refused from now on (connections it opened stay). */
-	tls_tokens_reload(srv, srv->cfg.tls_tokens);
+	tokens_reload(srv);
 	log_notice("reload: %s%s; %u setting%s need%s a restart",
 		   mask ? "applied" : "nothing to apply",
 		   running.path ? "" : " (no file)", nr_restart,

@@ -36,6 +36,7 @@
 #include "net/ident.h"
 #include "net/restart.h"
 #include "net/tls.h"
+#include "net/tokens.h"
 
 /* Signals arrive through a pipe: the handler writes the signal number,
  * the I/O loop reads it. A handler works whichever thread the kernel
@@ -696,6 +697,8 @@ int server_init(struct server *srv, const struct server_config *cfg)
 		char why[512];
 
 		ret = tls_server_init(srv, why, sizeof(why));
+		if (!ret)
+			ret = tokens_init(srv, why, sizeof(why));
 		if (ret) {
 			log_err("%s", why);
 			return ret;
@@ -759,6 +762,7 @@ void server_exit(struct server *srv)
 	/* Only now can nothing on the ring name them any more. */
 	listeners_free(srv);
 	tls_server_free(srv);
+	tokens_free(srv);
 	ident_stop(srv);
 	for (unsigned int i = 0; i < srv->nr_dev; i++) {
 		struct device *d = &srv->dev[i];

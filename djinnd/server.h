@@ -71,6 +71,10 @@ struct server_config {
 	const char *listen[SERVER_MAX_LISTEN]; /* "unix:PATH", "tcp:H:P" */
 	unsigned int nr_listen;
 	const char *admin_socket;
+	/* "unix:PATH", one of @listen, whose clients name their tenant by
+	 * a bearer token in AUTH (tokens and minted ones), never by their
+	 * uid: the socket handed to containers; NULL: none */
+	const char *token_auth;
 	const char *backend; /* "cpu" */
 	uint64_t cpu_mem;
 	uint64_t gpu_mem; /* each GPU's bytes for sessions at most; 0: what
@@ -193,6 +197,7 @@ struct server {
 	unsigned int nr_http;
 	struct bufring *br; /* provided receive buffers, or NULL */
 	struct tls_server *tls; /* with a tls: listener (net/tls.h) */
+	struct token_table *tokens; /* bearer tokens (net/tokens.h) */
 	struct ident_worker *ident; /* loopback TCP owners (net/ident.h) */
 
 	bool draining; /* SIGTERM: finish in-flight work, then stop */

@@ -32,6 +32,7 @@
 	X(CTX_FORK, ctx_fork)                       \
 	X(CTX_RESET, ctx_reset)                     \
 	X(CTX_TRUNCATE, ctx_truncate)               \
+	X(STATUS, status)                           \
 	X(CTX_PREFILL, ctx_prefill)                 \
 	X(CTX_DECODE, ctx_decode)                   \
 	X(CTX_RESUME, ctx_resume)                   \
@@ -49,7 +50,11 @@
 	X(ADMIN_SCHED, admin_sched)                 \
 	X(ADMIN_TENANTS, admin_tenants)             \
 	X(ADMIN_MODEL_LOAD, admin_model_load)       \
-	X(ADMIN_RESTART, admin_restart)
+	X(ADMIN_RESTART, admin_restart)             \
+	X(ADMIN_TOKEN_MINT, admin_token_mint)       \
+	X(ADMIN_TOKEN_REVOKE, admin_token_revoke)   \
+	X(ADMIN_TOKENS, admin_tokens)               \
+	X(ADMIN_HEALTH, admin_health)
 
 #define NAME_CASE(msg, label) \
 	case DJINN_MSG_##msg: \

@@ -98,6 +98,9 @@ struct dj_addr {
 	size_t path_len;
 	char host[256];
 	char port[8];
+	/* the name djinnd's certificate must be valid for, when not @host
+	 * (a dns: or srv: address dials an IP address its name gave) */
+	char tls_name[256];
 };
 
 /*
@@ -112,6 +115,17 @@ const char *__djinn_addr_name(const char *addr, char *buf, size_t len,
 
 /* Parse @addr (NULL: $DJINN_ADDR, else the default): 0 or -EINVAL. */
 int __djinn_addr_parse(const char *addr, struct dj_addr *out);
+
+/* djinn_connect_opts() of a unix:, tcp: or tls: address @addr; with
+ * @tls_name, djinnd's certificate must be valid for that name rather
+ * than the dialled host (place.c dials addresses a name gave). */
+int __djinn_connect_at(const char *addr, const char *tls_name,
+		       const struct djinn_connect_opts *o,
+		       struct djinn_conn **out);
+/* djinn_connect_opts() of a dns:NAME:PORT or srv:NAME address (place.c):
+ * every djinnd the name gives is asked (STATUS) and the best kept. */
+int __djinn_place(const char *addr, const struct djinn_connect_opts *o,
+		  struct djinn_conn **out);
 
 /* ---------------------------------------------------------------------- */
 /* Calls: one request in flight */
@@ -296,6 +310,7 @@ struct djinn_conn {
 	/* reconnecting (wire.c): where it was dialled and with what (the
 	 * caller's strings copied), NULL for __djinn_conn_start()'s */
 	char *dial;
+	char *tls_name; /* struct dj_addr's, or NULL */
 	struct djinn_connect_opts opts;
 	uint64_t relink_ns; /* how long to try; 0: never */
 	bool relinking; /* @relinker dials, other senders wait */

@@ -641,7 +641,8 @@ static bool idempotent(uint16_t type)
 {
 	return type == DJINN_MSG_TENSOR_READ ||
 	       type == DJINN_MSG_TENSOR_WRITE || type == DJINN_MSG_HEARTBEAT ||
-	       type == DJINN_MSG_SIGNAL || type == DJINN_MSG_TENSOR_RELEASE;
+	       type == DJINN_MSG_SIGNAL || type == DJINN_MSG_TENSOR_RELEASE ||
+	       type == DJINN_MSG_STATUS;
 }
 
 int __djinn_call_sync_upto(struct djinn_conn *conn, uint16_t type,
@@ -1330,6 +1331,7 @@ static void conn_free(struct djinn_conn *conn)
 	__djinn_tls_free(conn->tls);
 	free(conn->rx_buf);
 	free(conn->dial);
+	free(conn->tls_name);
 	free((char *)conn->opts.tls_ca);
 	free((char *)conn->opts.tls_cert);
 	free((char *)conn->opts.tls_key);
@@ -1574,7 +1576,9 @@ static int link_open(const struct dj_addr *a, const char *dial,
 	}
 	if (*tls) {
 		sock_deadline(*fd, deadline_ns);
-		ret = __djinn_tls_handshake(*tls, *fd, a->host, e, sizeof(e));
+		ret = __djinn_tls_handshake(
+			*tls, *fd, a->tls_name[0] ? a->tls_name : a->host, e,
+			sizeof(e));
 		sock_deadline(*fd, UINT64_MAX);
 		if (ret) {
 			snprintf(why, len, "tls:%.64s:%s: %s", a->host, a->port,
@@ -1613,9 +1617,12 @@ static uint64_t relink_ns(const struct djinn_connect_opts *o)
 	return ms < 0 ? 0 : (uint64_t)ms * NSEC_PER_MSEC;
 }
 
-/* Keep what @conn was dialled with, for relink(): 0 or -ENOMEM. The
+/* Keep what @conn was dialled with (and the name its certificate is
+ * checked against, when not the dialled host), for relink(): 0 or
+ * -ENOMEM. The
  * receiver may look (may_relink()): under conn->lock. */
 static int conn_keep_dial(struct djinn_conn *conn, const char *dial,
+			  const char *tls_name,
 			  const struct djinn_connect_opts *o)
 {
 	const char *const src[4] = { DJ_OPT(o, tls_ca), DJ_OPT(o, tls_cert),
@@ -1633,27 +1640,89 @@ static int conn_keep_dial(struct djinn_conn *conn, const char *dial,
 		conn->dial = strdup(dial);
 		ret = conn->dial ? 0 : -ENOMEM;
 	}
+	if (!ret && tls_name && !(conn->tls_name = strdup(tls_name)))
+		ret = -ENOMEM;
 	if (!ret)
 		conn->relink_ns = relink_ns(o);
 	pthread_mutex_unlock(&conn->lock);
 	return ret;
 }
 
-/* The token for AUTH over TLS: @o's, else $DJINN_TOKEN, else NULL. */
-static const char *auth_token(const struct djinn_connect_opts *o)
+/*
+ * The token for AUTH: @o's, else $DJINN_TOKEN, else the first line of
+ * the file $DJINN_TOKEN_FILE names (a token a device plugin wrote, read
+ * again at each connect: a new one is taken up), into @buf[@len]; else
+ * NULL.
+ */
+static const char *auth_token(const struct djinn_connect_opts *o, char *buf,
+			      size_t len)
 {
-	const char *token = DJ_OPT(o, token);
+	const char *token = DJ_OPT(o, token), *path;
+	FILE *f;
+	size_t n;
 
 	if (!token || !*token)
 		token = getenv("DJINN_TOKEN");
-	return token && *token ? token : NULL;
+	if (token && *token)
+		return token;
+	path = getenv("DJINN_TOKEN_FILE");
+	if (!path || !*path)
+		return NULL;
+	f = fopen(path, "re");
+	if (!f) {
+		dj_err("$DJINN_TOKEN_FILE %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	if (!fgets(buf, (int)len, f))
+		buf[0] = 0;
+	fclose(f);
+	n = strcspn(buf, "\r\n");
+	buf[n] = 0;
+	return n ? buf : NULL;
+}
+
+/* AUTH when there is a token: over TLS, and on a unix socket, where only
+ * server.token_auth's takes it; another answers -EOPNOTSUPP (the kernel
+ * names the peer there), which leaves the connection its uid's tenant. */
+static int auth_maybe(struct djinn_conn *conn, const struct dj_addr *a,
+		      const struct dj_tls *tls, const char *token,
+		      uint64_t deadline_ns)
+{
+	int ret;
+
+	if (!token || (!tls && !a->is_unix))
+		return 0;
+	ret = auth(conn, token, deadline_ns);
+	if (ret == -EOPNOTSUPP && !tls) {
+		dj_dbg("AUTH: this unix socket names its peers by uid: the "
+		       "token is not used");
+		return 0;
+	}
+	return ret;
 }
 
 int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 		       struct djinn_conn **out)
 {
+	char name[DJINN_ADDR_NAME_MAX];
+	const char *dial, *from;
+
+	if (!out)
+		return -EINVAL;
+	dial = __djinn_addr_name(addr, name, sizeof(name), &from);
+	/* a name that gives several djinnd: the best of them for @o */
+	if (!strncmp(dial, "dns:", 4) || !strncmp(dial, "srv:", 4))
+		return __djinn_place(dial, o, out);
+	return __djinn_connect_at(addr, NULL, o, out);
+}
+
+int __djinn_connect_at(const char *addr, const char *tls_name,
+		       const struct djinn_connect_opts *o,
+		       struct djinn_conn **out)
+{
 	char why[DJINN_MAX_ERROR_MSG], name[DJINN_ADDR_NAME_MAX], note[64] = "";
 	char dial_note[DJINN_ADDR_NAME_MAX + 64];
+	char tokbuf[DJINN_AUTH_TOKEN_MAX + 2];
 	struct djinn_conn *conn;
 	struct dj_tls *tls = NULL;
 	const char *token, *dial, *from;
@@ -1674,6 +1743,8 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 		return ret;
 	}
 	snprintf(dial_note, sizeof(dial_note), "%s%s", dial, note);
+	if (tls_name)
+		snprintf(a.tls_name, sizeof(a.tls_name), "%s", tls_name);
 	ret = link_open(&a, dial_note, o, UINT64_MAX, &fd, &tls, why,
 			sizeof(why), &quiet);
 	if (ret) {
@@ -1702,12 +1773,13 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 						     conn->dead_msg :
 						     strerror(-ret));
 	}
-	token = auth_token(o);
-	if (!ret && tls && token)
-		ret = auth(conn, token, UINT64_MAX);
+	token = auth_token(o, tokbuf, sizeof(tokbuf));
+	if (!ret)
+		ret = auth_maybe(conn, &a, tls, token, UINT64_MAX);
+	explicit_bzero(tokbuf, sizeof(tokbuf));
 	/* only a connection made is made again */
 	if (!ret)
-		ret = conn_keep_dial(conn, dial, o);
+		ret = conn_keep_dial(conn, dial, tls_name, o);
 	if (ret) {
 		djinn_disconnect(conn);
 		return ret;
@@ -1880,6 +1952,7 @@ static int relink_once(struct djinn_conn *conn, const struct dj_addr *a,
 		       uint64_t deadline_ns, char *why, size_t len,
 		       unsigned int *nr, unsigned int *lost)
 {
+	char tokbuf[DJINN_AUTH_TOKEN_MAX + 2];
 	struct dj_tls *tls;
 	const char *token;
 	bool quiet;
@@ -1895,9 +1968,10 @@ static int relink_once(struct djinn_conn *conn, const struct dj_addr *a,
 		return ret;
 	}
 	ret = hello(conn, deadline_ns);
-	token = auth_token(&conn->opts);
-	if (!ret && tls && token)
-		ret = auth(conn, token, deadline_ns);
+	token = auth_token(&conn->opts, tokbuf, sizeof(tokbuf));
+	if (!ret)
+		ret = auth_maybe(conn, a, tls, token, deadline_ns);
+	explicit_bzero(tokbuf, sizeof(tokbuf));
 	if (!ret)
 		ret = relink_sessions(conn, deadline_ns, nr, lost);
 	if (ret) {
@@ -1953,6 +2027,8 @@ static int relink(struct djinn_conn *conn)
 	start = __djinn_now_ns();
 	deadline = start + conn->relink_ns;
 	ret = __djinn_addr_parse(conn->dial, &a);
+	if (!ret && conn->tls_name)
+		snprintf(a.tls_name, sizeof(a.tls_name), "%s", conn->tls_name);
 	while (!ret || !relink_refused(ret)) {
 		struct timespec ts;
 

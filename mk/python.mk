@@ -15,16 +15,22 @@
 # says another.
 PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
 DEB_PKGS += python3-numpy python3-pytest
+# test_place.py's DNS server, answering for several djinnd on loopback
+DEB_PKGS += dnsmasq-base
 
-PY_SRCS := $(wildcard python/djinn/*.py python/djinn/serve/*.py) \
+PY_SRCS := $(wildcard python/djinn/*.py python/djinn/serve/*.py \
+			python/djinn/k8s/*.py python/djinn/k8s/proto/*.proto) \
 	   python/djinn/py.typed
 PY_TESTS := $(wildcard python/tests/*.py examples/python/*.py)
 
 # djinn serve's packages (and the openai SDK its tests drive it with),
-# from PyPI into a venv over Debian's interpreter, which keeps numpy and
-# pytest; make test runs the suite in it. Where pip cannot install them,
-# test_serve.py skips, naming the package.
-SERVE_PKGS  := fastapi uvicorn jinja2 tokenizers openai
+# the device plugin's (grpcio, grpcio-tools for its .proto files) and
+# PyYAML for the manifests' test, from PyPI into a venv over Debian's
+# interpreter, which keeps numpy and pytest; make test runs the suite in
+# it. Where pip cannot install them, the tests that need them skip,
+# naming the package.
+SERVE_PKGS  := fastapi uvicorn jinja2 tokenizers openai grpcio \
+	       grpcio-tools pyyaml
 SERVE_VENV  := $(BUILD)/serve-venv
 SERVE_STAMP := $(SERVE_VENV)/.serve
 DEB_PKGS    += python3-venv

@@ -14,6 +14,7 @@
  * Exit status: 0 success; 1 failure, after one line on stderr
  * "djinnctl: OBJECT COMMAND: MESSAGE (ERRNO)"; 2 usage.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -94,6 +95,20 @@ static const struct cmd restart_cmds[] = {
 	  "connections (djinnd --handover)" },
 };
 
+static const struct cmd token_cmds[] = {
+	{ "list", "", 0, do_token_list,
+	  "the minted tokens: id, tenant, when made and when they end" },
+	{ "mint", "TENANT", 1, do_token_mint,
+	  "a bearer token naming TENANT, printed once (--ttl)" },
+	{ "revoke", "TOKEN-ID", 1, do_token_revoke,
+	  "refuse a minted token from now on" },
+};
+
+static const struct cmd health_cmds[] = {
+	{ "show", "", 0, do_health,
+	  "whether djinnd takes new work: exit 0 ready, 1 not" },
+};
+
 static const struct cmd monitor_cmds[] = {
 	{ "events", "", 0, do_monitor,
 	  "djinn.ko's session events, one JSON object a line" },
@@ -105,7 +120,8 @@ static const struct object objects[] = {
 	{ "stats", CMDS(stats_cmds) },	   { "sched", CMDS(sched_cmds) },
 	{ "model", CMDS(model_cmds) },	   { "monitor", CMDS(monitor_cmds) },
 	{ "tenant", CMDS(tenant_cmds) },   { "debug", CMDS(debug_cmds) },
-	{ "restart", CMDS(restart_cmds) },
+	{ "restart", CMDS(restart_cmds) }, { "token", CMDS(token_cmds) },
+	{ "health", CMDS(health_cmds) },
 };
 #undef CMDS
 #define NR_OBJECTS ((int)(ARRAY_SIZE(objects)))
@@ -145,10 +161,44 @@ void usage(FILE *f)
 		"                     may take (\"40G\"; 0: none)\n"
 		"  --ring-slots N     model load: layers its ring holds, 1 to %d\n"
 		"                     (default 2), with --budget\n"
+		"  --ttl TIME         token mint: how long the token is valid\n"
+		"                     (\"30m\", \"12h\", \"7d\"; default: until\n"
+		"                     revoked)\n"
 		"  -h, --help         print this and exit\n"
 		"  -V, --version      print the version and exit\n\n"
 		"Exit status: 0 success, 1 failure, 2 usage.\n",
 		DJINN_RING_SLOTS_MAX);
+}
+
+/* "90s", "30m", "12h", "7d": 1 s to 365 d, into ns. */
+static int parse_ttl(const char *s, uint64_t *ns)
+{
+	static const struct {
+		char unit;
+		uint64_t ns;
+	} units[] = { { 's', 1000000000ull },
+		      { 'm', 60000000000ull },
+		      { 'h', 3600000000000ull },
+		      { 'd', 86400000000000ull } };
+	char num[24];
+	size_t n = strlen(s);
+	uint64_t v;
+
+	if (n < 2 || n >= sizeof(num))
+		return -EINVAL;
+	memcpy(num, s, n - 1);
+	num[n - 1] = 0;
+	if (parse_u64(num, 365ull * 86400, &v) || !v)
+		return -EINVAL;
+	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
+		if (s[n - 1] != units[i].unit)
+			continue;
+		if (v > 365ull * 86400000000000ull / units[i].ns)
+			return -EINVAL;
+		*ns = v * units[i].ns;
+		return 0;
+	}
+	return -EINVAL;
 }
 
 /* 2 when @word is @name, 1 when a prefix of it, else 0. */
@@ -213,6 +263,7 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ "budget", required_argument, NULL, 'B' },
 		{ "ring-slots", required_argument, NULL, 'R' },
+		{ "ttl", required_argument, NULL, 'T' },
 		{ 0 },
 	};
 	struct ctl ctl = { .fd = -1 };
@@ -248,6 +299,15 @@ int main(int argc, char **argv)
 			ctl.slots = (unsigned int)v;
 			break;
 		}
+		case 'T':
+			if (parse_ttl(optarg, &ctl.ttl_ns))
+				return usage_error(
+					"--ttl: bad time '%s' (\"90s\", "
+					"\"30m\", \"12h\", \"7d\"; at "
+					"most 365d)",
+					optarg);
+			ctl.ttl_set = true;
+			break;
 		case 'p':
 			pretty = true;
 			/* fall through */
@@ -322,6 +382,8 @@ int main(int argc, char **argv)
 					   DJINN_MODEL_NAME_MAX - 1);
 	}
 
+	if (ctl.ttl_set && cmd->fn != do_token_mint)
+		return usage_error("--ttl is token mint's");
 	if ((ctl.budget_set || ctl.slots) && cmd->fn != do_model_load)
 		return usage_error(
 			"--budget and --ring-slots are model load's");

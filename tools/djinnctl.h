@@ -32,6 +32,9 @@ struct ctl {
 	bool budget_set;
 	uint64_t budget;
 	unsigned int slots;
+	/* token mint --ttl DURATION */
+	bool ttl_set;
+	uint64_t ttl_ns;
 };
 
 /* ---------------------------------------------------------------------- */
@@ -101,5 +104,12 @@ int do_model_evict(struct ctl *ctl, char **args);
 /* tools/djinnctl_tenant.c */
 int do_tenant_list(struct ctl *ctl, char **args);
 int do_tenant_show(struct ctl *ctl, char **args);
+/* tools/djinnctl_token.c */
+int do_token_mint(struct ctl *ctl, char **args);
+int do_token_revoke(struct ctl *ctl, char **args);
+int do_token_list(struct ctl *ctl, char **args);
+/* tools/djinnctl_device.c: exit 0 when ready, 1 when not (or djinnd
+ * cannot be asked) */
+int do_health(struct ctl *ctl, char **args);
 
 #endif /* DJINNCTL_H */

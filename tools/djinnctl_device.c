@@ -272,3 +272,54 @@ int do_restart(struct ctl *ctl, char **args)
 	close_json_object();
 	return 0;
 }
+
+/* djinnctl health: ADMIN_HEALTH and each device's memory, for a probe or
+ * a device plugin; exit 0 when djinnd takes new work, 1 when it does not
+ * (or cannot be asked: admin_call() has said why). */
+int do_health(struct ctl *ctl, char **args)
+{
+	struct djinn_admin_health h;
+	struct djinn_admin_vmu *vs;
+	char reason[sizeof(h.reason)], str[16];
+	uint64_t len;
+	uint32_t nr;
+	void *buf;
+	int ret;
+
+	ret = admin_call(ctl, DJINN_MSG_ADMIN_HEALTH, NULL, 0, sizeof(h),
+			 sizeof(h), &buf, &len);
+	if (ret)
+		return ret;
+	memcpy(&h, buf, sizeof(h));
+	free(buf);
+	ret = get_vmu(ctl, &vs, &nr);
+	if (ret)
+		return ret;
+	wire_str(reason, sizeof(reason), h.reason, sizeof(h.reason));
+	open_json_object(NULL);
+	print_bool(PRINT_ANY, "ready", "ready:        %s", h.ready);
+	print_string(PRINT_ANY, "reason", h.ready ? "\n" : " (%s)\n", reason);
+	print_u64(PRINT_ANY, "sessions", "sessions:     %" PRIu64, h.sessions);
+	print_u64(PRINT_ANY, "max_sessions", " of %" PRIu64 "\n",
+		  h.max_sessions);
+	open_json_array("devices");
+	for (uint32_t i = 0; i < nr; i++) {
+		char name[sizeof(vs[i].device)];
+
+		wire_str(name, sizeof(name), vs[i].device,
+			 sizeof(vs[i].device));
+		open_json_object(NULL);
+		print_string(PRINT_ANY, "name", "%-13s ", name);
+		print_size(PRINT_ANY, "capacity", "%s", vs[i].capacity);
+		print_size(PRINT_ANY, "free", ", %s free", vs[i].free);
+		print_string(PRINT_ANY, "pressure", ", pressure %s\n",
+			     enum_name(str, sizeof(str), pressure_names,
+				       ARRAY_SIZE(pressure_names),
+				       vs[i].pressure));
+		close_json_object();
+	}
+	close_json_array();
+	close_json_object();
+	free(vs);
+	return h.ready ? 0 : 1;
+}

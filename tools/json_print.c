@@ -194,6 +194,16 @@ void print_null(enum output_type t, const char *key, const char *fmt,
 	}
 }
 
+void print_bool(enum output_type t, const char *key, const char *fmt, bool v)
+{
+	if (want_json(t)) {
+		jw_member(key);
+		fputs(v ? "true" : "false", stdout);
+	} else if (want_text(t, fmt)) {
+		printf(fmt, v ? "yes" : "no");
+	}
+}
+
 void print_size(enum output_type t, const char *key, const char *fmt,
 		uint64_t bytes)
 {

@@ -49,6 +49,7 @@ enum key_type {
 	T_PLAIN_TCP, /* "loopback" or "any" */
 	T_TLS_ID, /* "cn", "san-dns", "san-email" or "san-uri" */
 	T_KTLS, /* "auto" or "off" */
+	T_UNIX, /* "unix:PATH", or empty for none */
 };
 
 struct key {

@@ -34,6 +34,7 @@ const struct key cfg_keys[] = {
 	KEY("server", "listen", T_LISTEN, SRV(listen)),
 	KEY("server", "admin_socket", T_SOCKET, SRV(admin_socket)),
 	KEY("server", "admin_group", T_GROUP, SRV(admin_group)),
+	KEY("server", "token_auth", T_UNIX, SRV(token_auth)),
 	KEY("server", "max_sessions", T_UINT, SRV(max_sessions), .min = 1,
 	    .max = 1u << 24),
 	KEY("server", "max_sessions_per_uid", T_UINT, SRV(max_sessions_per_uid),
@@ -468,6 +469,18 @@ static int key_set(struct djinnd_config *c, const struct key *k, const char *v,
 			return cfg_fail(c, "%s.%s: '%s': want auto or off",
 					k->section, k->name, v);
 		ret = 0;
+		break;
+	case T_UNIX:
+		if (!*v) {
+			ret = 0;
+			break;
+		}
+		if (strncmp(v, "unix:", 5) || v[5] != '/')
+			return cfg_fail(c,
+					"%s.%s: '%s': want unix:PATH, an "
+					"absolute path",
+					k->section, k->name, v);
+		ret = check_unix_path(c, k, v + 5);
 		break;
 	case T_TCP:
 		if (!*v) {

@@ -199,6 +199,21 @@ int config_validate(struct djinnd_config *c)
 			"parallelism)",
 			s->compute_threads);
 	}
+	if (s->token_auth) {
+		unsigned int i = 0;
+
+		while (i < s->nr_listen && strcmp(s->listen[i], s->token_auth))
+			i++;
+		if (i == s->nr_listen) {
+			k = cfg_key_find("server", "token_auth");
+			fail_at(c,
+				later(c, k, cfg_key_find("server", "listen")));
+			return cfg_fail(c,
+					"server.token_auth: %s is not a listen "
+					"address",
+					s->token_auth);
+		}
+	}
 	for (unsigned int i = 0; i < s->nr_listen; i++) {
 		if (strncmp(s->listen[i], "unix:", 5) ||
 		    strcmp(s->listen[i] + 5, s->admin_socket))

@@ -72,6 +72,7 @@ struct model_store {
 	struct list_head models;
 	void (*hook)(void *arg, enum model_hook ev, const char *name);
 	void *hook_arg;
+	uint64_t loads; /* models loaded, served or uploaded: under @lock */
 };
 
 int model_store_create(struct vmu *v, const char *dir, struct model_store **out)
@@ -674,6 +675,7 @@ again:
 	}
 	sm->placed_bytes = budget.bytes;
 	sm->placed_slots = budget.slots;
+	ms->loads++;
 hold:
 	sm->holders++;
 	list_add_tail(&h->node, &sm->holds);
@@ -1080,6 +1082,16 @@ static int cmp_info(const void *a, const void *b)
 		      ((const struct model_info *)b)->name);
 }
 
+uint64_t model_store_loads(struct model_store *ms)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&ms->lock);
+	n = ms->loads;
+	pthread_mutex_unlock(&ms->lock);
+	return n;
+}
+
 int model_store_list(struct model_store *ms, struct model_info **out,
 		     size_t *nr)
 {
@@ -1119,6 +1131,7 @@ int model_store_list(struct model_store *ms, struct model_info **out,
 			x->jobs = ss.jobs;
 		}
 		x->holders = sm->holders;
+		x->uploaded = sm->uploaded;
 		memcpy(x->fp, sm->m.fp, VMU_FP_LEN);
 	}
 	pthread_mutex_unlock(&ms->lock);

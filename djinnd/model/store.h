@@ -242,8 +242,13 @@ struct model_info {
 	uint64_t ring, budget;
 	uint64_t passes, jobs;
 	unsigned int holders;
+	bool uploaded; /* a tenant's upload, not a served model */
 	uint8_t fp[VMU_FP_LEN];
 };
+
+/* How many times a model was loaded (its weights read in): served ones
+ * and uploads, since the store was made. */
+uint64_t model_store_loads(struct model_store *ms);
 
 /* A malloc'd array of every loaded model, sorted by name, in *@out and
  * their number in *@nr (*@out NULL when none). Models being loaded are

@@ -411,7 +411,12 @@ static void header_done(struct conn *c)
 			   h->type == DJINN_MSG_GOAWAY ?
 				   "opcode %u (GOAWAY) is djinnd's own: no "
 				   "client sends it" :
-			   ret == -EPERM  ? "opcode %u is not served here" :
+			   ret == -EPERM ?
+				   "opcode %u is not served here" :
+			   ret == -EACCES && c->token ?
+				   "opcode %u before AUTH: a connection of "
+				   "this socket has no tenant until a bearer "
+				   "token names it (server.token_auth)" :
 			   ret == -EACCES ? "opcode %u before AUTH: this TLS "
 					    "connection has no tenant yet (a "
 					    "client certificate or a bearer "

@@ -87,6 +87,9 @@ struct conn {
 	bool no_zc; /* the socket cannot send zero-copy (AF_UNIX) */
 	bool identifying; /* its owner is being looked up (net/ident.h) */
 	bool tcp_uid; /* a loopback TCP peer: cred.uid is its socket's owner */
+	/* of server.token_auth's socket: its tenant comes from AUTH's
+	 * token alone, never from cred.uid (empty until then) */
+	bool token;
 	struct tls_conn *tls; /* a tls: listener's (net/tls.h), or NULL */
 	bool handshaking; /* the handshake thread has it */
 	struct ucred cred;

@@ -48,6 +48,7 @@ struct listener {
 	uint64_t last_warn;
 	int fd;
 	bool admin, metrics, tcp, tls, multishot;
+	bool token; /* server.token_auth's: tenants by AUTH only */
 	/* in the service manager's fd store, or handed to a successor
 	 * (net/fdstore.h): its unix path stays at exit */
 	bool stored;
@@ -576,6 +577,15 @@ static void conn_new(struct listener *ls, int fd)
 		ident_lookup(c); /* conn_ident_done() goes on */
 		return;
 	}
+	if (ls->token) {
+		/* HELLO and AUTH until a token names its tenant; its uid
+		 * still counts against server.max_connections_per_uid */
+		c->token = true;
+		memset(c->tenant, 0, sizeof(c->tenant));
+		if (!conn_over_cap(c))
+			conn_recv_arm(c);
+		return;
+	}
 	if (conn_over_cap(c) || conn_over_tenant_quota(c))
 		return;
 	conn_recv_arm(c);
@@ -855,6 +865,8 @@ static int listener_add(struct server *srv, const char *spec,
 		return ret;
 	}
 	ls->tls = !strncmp(spec, "tls:", 4);
+	ls->token = kind == LS_CLIENT && srv->cfg.token_auth &&
+		    !strcmp(spec, srv->cfg.token_auth);
 	/* kept for the next djinnd (again if passed: a store that lost it
 	 * has it back) */
 	ls->stored = name[0] && fdstore_keep(name, ls->fd, false);

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
  * The metrics endpoint: GET /metrics in the Prometheus text exposition
- * format (version 0.0.4) and GET /healthz, over HTTP/1.1 on the I/O
- * thread's ring, off unless --metrics (metrics.listen) names an address.
+ * format (version 0.0.4), GET /healthz (liveness: 200 while the loop
+ * turns) and GET /readyz (readiness: 200, or 503 with the reason while
+ * djinnd drains, restarts or has a dead device: msg_ready()), over
+ * HTTP/1.1 on the I/O thread's ring, off unless --metrics
+ * (metrics.listen) names an address.
  *
  * One request per connection: read the request head (at most 8 KiB, in
  * at most 5 s: a linked timeout on the receive), answer with
@@ -24,7 +27,9 @@
 #include "server.h"
 #include "session/tenant.h"
 #include "exec/executor.h"
+#include "model/store.h"
 #include "net/metrics.h"
+#include "net/msg.h"
 
 #define HTTP_HEAD_MAX 8192
 #define HTTP_TIMEOUT_S 5
@@ -357,6 +362,14 @@ static void render_vmu(struct sbuf *b, struct server *srv)
 				   NULL, value[i]);
 		}
 	}
+	family(b, "djinn_model_loads_total", "counter",
+	       "Models loaded (weights read in), served ones and uploads.");
+	for (unsigned int d = 0; d < nd; d++)
+		dev_sample(b, "djinn_model_loads_total", srv->dev[d].name, NULL,
+			   NULL,
+			   srv->dev[d].models ?
+				   model_store_loads(srv->dev[d].models) :
+				   0);
 	family(b, "djinn_vmu_bytes", "gauge",
 	       "Device memory held now, by segment.");
 	for (unsigned int d = 0; d < nd; d++)
@@ -727,7 +740,8 @@ static void http_request(struct http_conn *h)
 	q = strchr(sp1 + 1, '?'); /* a query string is ignored */
 	if (q)
 		*q = 0;
-	if (strcmp(path, "/metrics") && strcmp(path, "/healthz")) {
+	if (strcmp(path, "/metrics") && strcmp(path, "/healthz") &&
+	    strcmp(path, "/readyz")) {
 		http_error(h, 404, "Not Found", NULL);
 		return;
 	}
@@ -741,6 +755,17 @@ static void http_request(struct http_conn *h)
 	if (!strcmp(path, "/healthz")) {
 		http_respond(h, 200, "OK", "text/plain; charset=utf-8", "ok\n",
 			     3, head_only, NULL);
+	} else if (!strcmp(path, "/readyz")) {
+		char why[256], body[264];
+		bool ready = msg_ready(h->srv, why, sizeof(why));
+		int n = snprintf(body, sizeof(body), "%s\n",
+				 ready ? "ready" : why);
+
+		http_respond(h, ready ? 200 : 503,
+			     ready ? "OK" : "Service Unavailable",
+			     "text/plain; charset=utf-8", body,
+			     n < (int)sizeof(body) ? n : (int)sizeof(body) - 1,
+			     head_only, NULL);
 	} else {
 		char *text;
 		long len = metrics_render(h->srv, &text);

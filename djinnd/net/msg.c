@@ -253,6 +253,8 @@ union msg_req {
 	struct djinn_admin_model_evict admin_model_evict;
 	struct djinn_admin_model_load admin_model_load;
 	struct djinn_admin_fault_req admin_fault;
+	struct djinn_admin_token_mint admin_token_mint;
+	struct djinn_admin_token_revoke admin_token_revoke;
 };
 
 #define REQ_SIZE(m) sizeof(((union msg_req *)0)->m)
@@ -304,6 +306,7 @@ static const struct msg_desc msg_table[] = {
 		 ROW_IN_SESSION | ROW_LOST_OK),
 	/* session 0 is a round trip: it looks its session up itself */
 	ROW_NONE(HEARTBEAT, handle_heartbeat, ROW_CLIENT),
+	ROW_NONE(STATUS, handle_status, ROW_CLIENT),
 	ROW_FIXED(SIGNAL, handle_signal, signal, expected_ns, ROW_IN_SESSION),
 
 	ROW_STREAMED(TENSOR_CREATE, struct djinn_tensor_create, ROW_IN_SESSION),
@@ -351,6 +354,12 @@ static const struct msg_desc msg_table[] = {
 	ROW_FIXED(ADMIN_MODEL_LOAD, handle_admin_model_load, admin_model_load,
 		  flags, ROW_ADMIN),
 	ROW_NONE(ADMIN_RESTART, handle_admin_restart, ROW_ADMIN),
+	ROW_FIXED(ADMIN_TOKEN_MINT, handle_admin_token_mint, admin_token_mint,
+		  ttl_ns, ROW_ADMIN),
+	ROW_FIXED(ADMIN_TOKEN_REVOKE, handle_admin_token_revoke,
+		  admin_token_revoke, id, ROW_ADMIN),
+	ROW_NONE(ADMIN_TOKENS, handle_admin_tokens, ROW_ADMIN),
+	ROW_NONE(ADMIN_HEALTH, handle_admin_health, ROW_ADMIN),
 };
 
 /* A row is there when a socket serves it. */

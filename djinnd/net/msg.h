@@ -119,6 +119,7 @@ msg_fn handle_session_attach;
 msg_fn handle_session_bind;
 msg_fn handle_session_close;
 msg_fn handle_heartbeat;
+msg_fn handle_status;
 msg_fn handle_signal;
 msg_fn handle_tensor_read;
 msg_fn handle_tensor_release;
@@ -154,5 +155,13 @@ msg_fn handle_admin_fault_inject;
 msg_fn handle_admin_sched;
 msg_fn handle_admin_tenants;
 msg_fn handle_admin_restart;
+msg_fn handle_admin_token_mint;
+msg_fn handle_admin_token_revoke;
+msg_fn handle_admin_tokens;
+msg_fn handle_admin_health;
+/* Whether djinnd takes new work (ADMIN_HEALTH, GET /readyz, STATUS):
+ * not while it drains, restarts, restores a predecessor's state, or has
+ * a dead device; else false with @why[@len] saying so. */
+bool msg_ready(struct server *srv, char *why, size_t len);
 
 #endif /* DJINN_MSG_H */

@@ -10,12 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
 #include "server.h"
 #include "svc/devices.h"
 #include "model/runtime.h"
 #include "net/conn.h"
 #include "net/ident.h"
 #include "net/msg.h"
+#include "net/tokens.h"
 #include "session/tenant.h"
 
 /* ---------------------------------------------------------------------- */
@@ -540,5 +543,108 @@ void handle_admin_restart(struct conn *c, const struct djinn_hdr *hdr,
 		return;
 	}
 	r.pid = (uint32_t)pid;
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Tokens and health */
+
+void handle_admin_token_mint(struct conn *c, const struct djinn_hdr *hdr,
+			     struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_admin_token_mint *m = req;
+	struct djinn_admin_token_minted r;
+	char msg[DJINN_MAX_ERROR_MSG];
+	int ret;
+
+	if (!memchr(m->tenant, 0, sizeof(m->tenant))) {
+		conn_error(c, hdr, -EINVAL, "tenant not NUL-terminated");
+		return;
+	}
+	ret = tokens_mint(c->srv, m->tenant, m->ttl_ns, &r, msg, sizeof(msg));
+	if (ret) {
+		conn_error(c, hdr, ret, "%s", msg);
+		return;
+	}
+	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
+	OPENSSL_cleanse(&r, sizeof(r));
+}
+
+void handle_admin_token_revoke(struct conn *c, const struct djinn_hdr *hdr,
+			       struct session *unused, void *req, uint64_t len)
+{
+	const struct djinn_admin_token_revoke *r = req;
+
+	if (tokens_revoke(c->srv, r->id))
+		conn_error(c, hdr, -ENOENT, "no minted token %llu",
+			   (unsigned long long)r->id);
+	else
+		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
+}
+
+void handle_admin_tokens(struct conn *c, const struct djinn_hdr *hdr,
+			 struct session *unused, void *req, uint64_t len)
+{
+	struct djinn_admin_token *e;
+	unsigned int n = tokens_list(c->srv, &e);
+	size_t rlen = 8 + (size_t)n * sizeof(*e);
+	uint32_t *r = calloc(1, rlen);
+
+	if (!r) {
+		free(e);
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	r[0] = n;
+	if (n)
+		memcpy(r + 2, e, (size_t)n * sizeof(*e));
+	conn_reply(c, hdr, r, rlen, NULL, 0, NULL, NULL);
+	free(r);
+	free(e);
+}
+
+bool msg_ready(struct server *srv, char *why, size_t len)
+{
+	if (srv->exit_status) {
+		snprintf(why, len, "%s", srv->dead_msg);
+		return false;
+	}
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		const char *dead = __atomic_load_n(&srv->dev[i].backend->dead,
+						   __ATOMIC_ACQUIRE);
+
+		if (dead) {
+			snprintf(why, len, "device %s is dead: %s",
+				 srv->dev[i].name, dead);
+			return false;
+		}
+	}
+	if (srv->draining) {
+		snprintf(why, len, "draining: djinnd is stopping");
+		return false;
+	}
+	if (srv->restart) {
+		snprintf(why, len, "restarting: handing its state over");
+		return false;
+	}
+	if (srv->restore) {
+		snprintf(why, len, "restoring a predecessor's state");
+		return false;
+	}
+	if (why && len)
+		why[0] = 0;
+	return true;
+}
+
+void handle_admin_health(struct conn *c, const struct djinn_hdr *hdr,
+			 struct session *unused, void *req, uint64_t len)
+{
+	struct djinn_admin_health r = {
+		.nr_dev = c->srv->nr_dev,
+		.sessions = (uint32_t)c->srv->sessions.nr,
+		.max_sessions = c->srv->cfg.max_sessions,
+	};
+
+	r.ready = msg_ready(c->srv, r.reason, sizeof(r.reason));
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }

@@ -19,6 +19,7 @@
 #include "model/store.h"
 #include "net/msg.h"
 #include "net/tls.h"
+#include "net/tokens.h"
 #include "session/tenant.h"
 
 void handle_hello(struct conn *c, const struct djinn_hdr *hdr,
@@ -42,17 +43,19 @@ void handle_hello(struct conn *c, const struct djinn_hdr *hdr,
 	conn_reply(c, hdr, &r, sizeof(r), NULL, 0, NULL, NULL);
 }
 
-/* A TLS connection without a certificate names its tenant with a bearer
- * token (struct djinn_auth). A wrong one closes the connection. */
+/* A TLS connection without a certificate, or one of server.token_auth's
+ * socket, names its tenant with a bearer token (struct djinn_auth). A
+ * wrong one closes the connection. */
 void handle_auth(struct conn *c, const struct djinn_hdr *hdr,
 		 struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_auth *a = req;
 	struct djinn_auth_resp r = { 0 };
 
-	if (!c->tls) {
+	if (!c->tls && !c->token) {
 		conn_error(c, hdr, -EOPNOTSUPP,
-			   "AUTH is for TLS connections: this one is tenant "
+			   "AUTH is for TLS connections and "
+			   "server.token_auth's socket: this one is tenant "
 			   "%s by what the kernel says of its peer",
 			   c->tenant);
 		return;
@@ -73,14 +76,14 @@ void handle_auth(struct conn *c, const struct djinn_hdr *hdr,
 			   (unsigned long long)len);
 		return;
 	}
-	if (tls_token_tenant(c->srv, (const uint8_t *)(a + 1), a->len,
-			     r.tenant)) {
+	if (tokens_tenant(c->srv, (const uint8_t *)(a + 1), a->len, r.tenant)) {
 		c->srv->st.auth_refused++;
 		log_notice("conn %d: AUTH with a token that names no tenant: "
 			   "closing",
 			   c->fd);
 		conn_error(c, hdr, -EACCES,
-			   "the token names no tenant (tls.tokens): closing");
+			   "the token names no tenant (tls.tokens, or minted "
+			   "and not revoked or expired): closing");
 		c->close_after = true;
 		return;
 	}
@@ -116,7 +119,7 @@ session_start(struct conn *c, const struct djinn_hdr *hdr, uint32_t device,
 	const struct svc_peer peer = { .tenant = tenant ? tenant : c->tenant,
 				       .uid = c->cred.uid,
 				       .pid = c->cred.pid,
-				       .tcp = c->tcp };
+				       .tcp = c->tcp || c->token };
 	char msg[DJINN_MAX_ERROR_MSG];
 	struct session *s;
 	int ret;
@@ -161,10 +164,11 @@ void handle_session_open(struct conn *c, const struct djinn_hdr *hdr,
 	if (o->flags & DJINN_SESSION_DELEGATED) {
 		/* a front-end names the tenant: an administrator's grant to
 		 * a user the kernel names */
-		if (c->tcp) {
+		if (c->tcp || c->token) {
 			conn_error(c, hdr, -EPERM,
 				   "a delegated session is opened over a unix "
-				   "socket (its user the kernel's)");
+				   "socket whose user names the tenant (not "
+				   "TCP, not server.token_auth's)");
 			return;
 		}
 		if (!tenant_delegate(&c->srv->sessions.lim, o->tenant,
@@ -211,8 +215,9 @@ void handle_session_attach(struct conn *c, const struct djinn_hdr *hdr,
 		 * that leaked to another tenant opens nothing (but to the
 		 * tenant's delegates, who may open its sessions anyway) */
 		if (strcmp(s->tenant, c->tenant) &&
-		    (c->tcp || !tenant_delegate(&c->srv->sessions.lim,
-						s->tenant, c->cred.uid)))
+		    (c->tcp || c->token ||
+		     !tenant_delegate(&c->srv->sessions.lim, s->tenant,
+				      c->cred.uid)))
 			diff = 1;
 	}
 	if (!s || diff) {
@@ -247,8 +252,11 @@ void handle_session_bind(struct conn *c, const struct djinn_hdr *hdr,
 			   lp->ops->name);
 		return;
 	}
-	if (c->tcp) {
-		conn_error(c, hdr, -EPERM, "SESSION_BIND is for local clients");
+	if (c->tcp || c->token) {
+		conn_error(c, hdr, -EPERM,
+			   "SESSION_BIND is for local clients whose user "
+			   "names the tenant (not TCP, not "
+			   "server.token_auth's socket)");
 		return;
 	}
 	ret = lp->ops->verify(lp, b->kernel_id, b->token, c->cred.uid, &ki);
@@ -317,4 +325,103 @@ void handle_signal(struct conn *c, const struct djinn_hdr *hdr,
 	ret = svc_session_signal(s, sg->phase, sg->expected_ns, sg->ctx, msg,
 				 sizeof(msg));
 	msg_answer(c, hdr, ret, msg);
+}
+
+/* STATUS: what a client choosing among hosts weighs (struct djinn_status):
+ * memory, pressure, sessions, queue, and the served models loaded. */
+void handle_status(struct conn *c, const struct djinn_hdr *hdr,
+		   struct session *unused, void *req, uint64_t len)
+{
+	struct server *srv = c->srv;
+	struct djinn_status_model *m = NULL;
+	struct djinn_status *r;
+	struct djinn_status st = {
+		.size = sizeof(st),
+		.nr_dev = srv->nr_dev,
+		.sessions = (uint32_t)srv->sessions.nr,
+		.max_sessions = srv->cfg.max_sessions,
+	};
+	size_t n = 0, cap = 0;
+	char why[8];
+
+	if (msg_ready(srv, why, sizeof(why)))
+		st.flags |= DJINN_STATUS_READY;
+	for (unsigned int d = 0; d < srv->nr_dev; d++) {
+		struct device *dv = &srv->dev[d];
+		struct model_info *list = NULL;
+		struct vmu_usage u;
+		struct vmu_stats vs;
+		uint64_t room;
+		size_t k = 0;
+
+		vmu_get_stats(dv->vmu, &vs);
+		st.capacity += vs.capacity;
+		st.free += vs.free;
+		if ((uint32_t)vs.pressure > st.pressure)
+			st.pressure = (uint32_t)vs.pressure;
+		room = vs.free;
+		if (!vmu_tenant_usage(dv->vmu, c->tenant, &u) && u.quota)
+			room = u.quota > u.data_bytes ?
+				       (u.quota - u.data_bytes < room ?
+						u.quota - u.data_bytes :
+						room) :
+				       0;
+		if (room > st.tenant_free)
+			st.tenant_free = room;
+		for (unsigned int l = 0; l < SCHED_LANES; l++) {
+			unsigned int q, run;
+
+			sched_depth(dv->sched, l, &q, &run);
+			st.queued += q + run;
+		}
+		if (!dv->models)
+			continue;
+		st.flags |= DJINN_STATUS_MODELS;
+		if (model_store_list(dv->models, &list, &k))
+			k = 0;
+		for (size_t i = 0; i < k; i++) {
+			struct djinn_status_model *e = NULL;
+
+			if (list[i].uploaded) /* its tenant's alone */
+				continue;
+			for (size_t j = 0; j < n && !e; j++)
+				if (!strcmp(m[j].name, list[i].name))
+					e = &m[j];
+			if (!e) {
+				if (n == DJINN_STATUS_MODELS_MAX)
+					continue;
+				if (n == cap) {
+					size_t nc = cap ? cap * 2 : 8;
+					void *p = realloc(m, nc * sizeof(*m));
+
+					if (!p)
+						continue;
+					m = p;
+					cap = nc;
+				}
+				e = &m[n++];
+				memset(e, 0, sizeof(*e));
+				memcpy(e->name, list[i].name, sizeof(e->name));
+			}
+			e->holders += list[i].holders;
+			if (list[i].bytes > e->bytes)
+				e->bytes = list[i].bytes;
+			if (list[i].resident < list[i].layers)
+				e->flags |= DJINN_STATUS_STREAMED;
+		}
+		free(list);
+	}
+	st.nr_models = (uint32_t)n;
+	r = malloc(sizeof(st) + n * sizeof(*m));
+	if (!r) {
+		free(m);
+		conn_error(c, hdr, -ENOMEM, "out of memory");
+		return;
+	}
+	*r = st;
+	if (n)
+		memcpy(r + 1, m, n * sizeof(*m));
+	conn_reply(c, hdr, r, sizeof(st) + n * sizeof(*m), NULL, 0, NULL, NULL);
+	free(r);
+	free(m);
 }

@@ -257,6 +257,7 @@ static int write_record(struct server *srv, int *rec_fd, int *data_fd,
 		e->admin = c->admin;
 		e->tcp = c->tcp;
 		e->tcp_uid = c->tcp_uid;
+		e->token = c->token;
 		e->pid = (uint32_t)c->cred.pid;
 		e->uid = (uint32_t)c->cred.uid;
 		e->gid = (uint32_t)c->cred.gid;
@@ -537,7 +538,13 @@ static void restore_conn(struct server *srv, const struct djinn_state_conn *e)
 		close(fd);
 		return;
 	}
-	if (c->tcp) {
+	if (e->token) {
+		/* its tenant is the token's it sent (or none yet), never
+		 * its uid's */
+		c->token = true;
+		memcpy(c->tenant, e->tenant, sizeof(c->tenant));
+		c->tenant[sizeof(c->tenant) - 1] = 0;
+	} else if (c->tcp) {
 		/* as it was identified when it was accepted */
 		c->identifying = false;
 		c->tcp_uid = e->tcp_uid;
@@ -547,15 +554,17 @@ static void restore_conn(struct server *srv, const struct djinn_state_conn *e)
 		memcpy(c->tenant, e->tenant, sizeof(c->tenant));
 		c->tenant[sizeof(c->tenant) - 1] = 0;
 	}
-	conn_tenant_count(c);
+	if (c->tenant[0])
+		conn_tenant_count(c);
 	for (uint32_t i = 0; i < e->nr_sessions; i++) {
 		struct session *s = session_get(&srv->sessions, ids[i]);
 
 		/* a session the record had, of this connection's tenant or
 		 * of a tenant it is a delegate of (as ATTACH would) */
 		if (s && (!strcmp(s->tenant, c->tenant) ||
-			  (!c->tcp && tenant_delegate(&srv->sessions.lim,
-						      s->tenant, c->cred.uid))))
+			  (!c->tcp && !c->token &&
+			   tenant_delegate(&srv->sessions.lim, s->tenant,
+					   c->cred.uid))))
 			conn_attach(c, ids[i]);
 		if (s)
 			session_put(s);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * TLS listeners: the context, the handshake, identity from certificates
- * and tokens, and userspace records where the kernel cannot. See tls.h.
+ * (tokens: net/tokens.c), and userspace records where the kernel cannot. See tls.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,11 +27,6 @@
 #include "server.h"
 #include "net/conn.h"
 #include "net/tls.h"
-
-struct token {
-	char tenant[DJINN_TENANT_LEN];
-	uint8_t hash[32];
-};
 
 /*
  * The handshake thread: every TLS handshake runs there, nonblocking, on
@@ -60,8 +55,6 @@ struct tls_server {
 	struct tls_worker w;
 	enum { ID_CN, ID_SAN_DNS, ID_SAN_EMAIL, ID_SAN_URI } id_from;
 	bool ktls;
-	struct token *tokens;
-	unsigned int nr_tokens;
 };
 
 struct tls_conn {
@@ -88,176 +81,7 @@ struct tls_conn {
 };
 
 /* ---------------------------------------------------------------------- */
-/* Tokens: "TENANT SHA256-HEX" lines */
-
-/* Exactly 64 hex digits, then the end of the word. */
-static int hex32(const char *s, uint8_t out[32])
-{
-	for (int i = 0; i < 32; i++) {
-		int hi = hex_digit(s[2 * i]),
-		    lo = hi < 0 ? -1 : hex_digit(s[2 * i + 1]);
-
-		if (hi < 0 || lo < 0)
-			return -EINVAL;
-		out[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return s[64] && s[64] != '\n' && s[64] != ' ' && s[64] != '\t' ?
-		       -EINVAL :
-		       0;
-}
-
-static int tokens_read(const char *path, struct token **out, unsigned int *nr,
-		       char *why, size_t len)
-{
-	struct token *t = NULL;
-	unsigned int n = 0, cap = 0, line = 0;
-	char buf[512];
-	FILE *f = fopen(path, "re");
-
-	if (!f) {
-		int ret = -errno;
-
-		snprintf(why, len, "tls.tokens: %s: %s", path, strerror(-ret));
-		return ret;
-	}
-	while (fgets(buf, sizeof(buf), f)) {
-		char name[DJINN_TENANT_LEN + 1], hex[80];
-		size_t bl = strlen(buf);
-		int k;
-
-		line++;
-		/* a line longer than the buffer would be read as two */
-		if (bl == sizeof(buf) - 1 && buf[bl - 1] != '\n' && !feof(f)) {
-			snprintf(why, len,
-				 "tls.tokens: %s:%u: a line over %zu bytes",
-				 path, line, sizeof(buf) - 2);
-			goto fail;
-		}
-		if (sscanf(buf, " %n", &k) >= 0 &&
-		    (buf[k] == '#' || buf[k] == '\n' || !buf[k]))
-			continue;
-		if (sscanf(buf, "%64s %79s", name, hex) == 2 &&
-		    tenant_name_implicit(name)) {
-			snprintf(why, len,
-				 "tls.tokens: %s:%u: '%s' is a name djinnd "
-				 "gives itself (uid:N, tcp:ADDR, unknown), not "
-				 "a token's",
-				 path, line, name);
-			goto fail;
-		}
-		if (sscanf(buf, "%64s %79s", name, hex) != 2 ||
-		    strlen(name) >= DJINN_TENANT_LEN || !tenant_name_ok(name) ||
-		    strlen(hex) != 64) {
-			snprintf(why, len,
-				 "tls.tokens: %s:%u: want TENANT SHA256 (a "
-				 "tenant name and 64 hex digits)",
-				 path, line);
-			goto fail;
-		}
-		if (n == cap) {
-			struct token *m;
-
-			cap = cap ? cap * 2 : 16;
-			m = realloc(t, cap * sizeof(*t));
-			if (!m) {
-				snprintf(why, len, "tls.tokens: out of memory");
-				goto fail;
-			}
-			t = m;
-			/* a name is answered whole (AUTH): no heap after it */
-			memset(t + n, 0, (cap - n) * sizeof(*t));
-		}
-		if (hex32(hex, t[n].hash)) {
-			snprintf(why, len,
-				 "tls.tokens: %s:%u: '%s' is not 64 hex digits",
-				 path, line, hex);
-			goto fail;
-		}
-		for (unsigned int i = 0; i < n; i++) {
-			if (memcmp(t[i].hash, t[n].hash, 32))
-				continue;
-			snprintf(why, len,
-				 "tls.tokens: %s:%u: the same hash as line "
-				 "of tenant %s",
-				 path, line, t[i].tenant);
-			goto fail;
-		}
-		memcpy(t[n].tenant, name, strlen(name) + 1); /* fits: above */
-		n++;
-	}
-	fclose(f);
-	*out = t;
-	*nr = n;
-	return 0;
-fail:
-	fclose(f);
-	if (t)
-		OPENSSL_cleanse(t, cap * sizeof(*t));
-	free(t);
-	return -EINVAL;
-}
-
-static void tokens_free(struct tls_server *ts)
-{
-	if (ts->tokens)
-		OPENSSL_cleanse(ts->tokens,
-				ts->nr_tokens * sizeof(*ts->tokens));
-	free(ts->tokens);
-	ts->tokens = NULL;
-	ts->nr_tokens = 0;
-}
-
-int tls_tokens_reload(struct server *srv, const char *path)
-{
-	struct tls_server *ts = srv->tls;
-	struct token *t;
-	unsigned int n;
-	char why[256];
-	int ret;
-
-	if (!ts || !path || !*path)
-		return 0;
-	ret = tokens_read(path, &t, &n, why, sizeof(why));
-	if (ret) {
-		/* fail closed: a file removed or broken to revoke a token
-		 * revokes them all, until it reads again */
-		tokens_free(ts);
-		log_err("%s: every bearer token is revoked until the file "
-			"reads",
-			why);
-		return ret;
-	}
-	tokens_free(ts);
-	ts->tokens = t;
-	ts->nr_tokens = n;
-	log_info("tls.tokens: %u tokens from %s", n, path);
-	return 0;
-}
-
-int tls_token_tenant(struct server *srv, const uint8_t *token, size_t len,
-		     char tenant[DJINN_TENANT_LEN])
-{
-	struct tls_server *ts = srv->tls;
-	uint8_t h[32];
-	int found = -1;
-
-	if (!ts || !ts->nr_tokens)
-		return -EACCES;
-	if (!EVP_Digest(token, len, h, NULL, EVP_sha256(), NULL))
-		return -EACCES;
-	/* Every entry is compared, in constant time each. */
-	for (unsigned int i = 0; i < ts->nr_tokens; i++)
-		if (!CRYPTO_memcmp(h, ts->tokens[i].hash, sizeof(h)))
-			found = (int)i;
-	OPENSSL_cleanse(h, sizeof(h));
-	if (found < 0)
-		return -EACCES;
-	/* the name and zeros: never what follows it in memory */
-	memset(tenant, 0, DJINN_TENANT_LEN);
-	memcpy(tenant, ts->tokens[found].tenant,
-	       strnlen(ts->tokens[found].tenant, DJINN_TENANT_LEN - 1));
-	return 0;
-}
+/* Identity */
 
 /* @x's one subject CN as UTF-8 into @name[@len]: 1, 0 if it has none,
  * -EACCES with @why for several, an unreadable one, a NUL inside one, or
@@ -468,9 +292,6 @@ int tls_server_init(struct server *srv, char *why, size_t len)
 			mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
 		SSL_CTX_set_verify(ts->ctx, mode, verify_cb);
 	}
-	if (cfg->tls_tokens && *cfg->tls_tokens &&
-	    tokens_read(cfg->tls_tokens, &ts->tokens, &ts->nr_tokens, why, len))
-		goto fail;
 	ret = hs_start(srv, &ts->w);
 	if (ret) {
 		snprintf(why, len, "tls: the handshake thread: %s",
@@ -481,10 +302,11 @@ int tls_server_init(struct server *srv, char *why, size_t len)
 		 cfg->tls_client_ca && *cfg->tls_client_ca ?
 			 "client certificates" :
 			 "",
-		 cfg->tls_client_ca && *cfg->tls_client_ca && ts->nr_tokens ?
+		 cfg->tls_client_ca && *cfg->tls_client_ca && cfg->tls_tokens &&
+				 *cfg->tls_tokens ?
 			 " and " :
 			 "",
-		 ts->nr_tokens ? "bearer tokens" : "",
+		 cfg->tls_tokens && *cfg->tls_tokens ? "bearer tokens" : "",
 		 cfg->tls_tenant_from ? cfg->tls_tenant_from : "cn",
 		 ts->ktls ? "when the kernel has it" : "off (tls.ktls)");
 	return 0;
@@ -501,7 +323,6 @@ void tls_server_free(struct server *srv)
 		return;
 	hs_stop(&ts->w);
 	SSL_CTX_free(ts->ctx);
-	tokens_free(ts);
 	free(ts);
 	srv->tls = NULL;
 }

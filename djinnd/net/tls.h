@@ -8,7 +8,7 @@
  *
  * Who the peer is comes from its certificate, verified against
  * tls.client_ca (its subject CN or a SAN, tls.tenant_from), or from a
- * bearer token it sends in AUTH, looked up by SHA-256 in tls.tokens.
+ * bearer token it sends in AUTH (net/tokens.h).
  * Until one of them names a tenant the connection may send HELLO and
  * AUTH only.
  */
@@ -34,14 +34,11 @@ enum tls_mode {
 
 struct tls_conn;
 
-/* The TLS context of srv->cfg (certificate, key, CA, tokens), when a
+/* The TLS context of srv->cfg (certificate, key, CA), when a
  * listener is tls:; 0, or -errno with *@why saying what is wrong (a
- * file, a key that does not match, a bad token line). */
+ * file, a key that does not match). */
 int tls_server_init(struct server *srv, char *why, size_t len);
 void tls_server_free(struct server *srv);
-/* Read tls.tokens again (SIGHUP): 0, or -errno with every token revoked
- * (an err line says why) until a reload reads the file. */
-int tls_tokens_reload(struct server *srv, const char *path);
 
 /* A connection's TLS on accepted socket @fd: NULL when out of memory. */
 struct tls_conn *tls_conn_new(struct server *srv, int fd);
@@ -112,10 +109,5 @@ void tls_close_notify(struct tls_conn *t);
  * took less), -EIO when OpenSSL would not seal them.
  */
 int tls_send_now(struct tls_conn *t, const void *p, size_t len);
-
-/* The tenant a bearer token names (tls.tokens), into @tenant: 0, or
- * -EACCES. Compared by SHA-256 in constant time. */
-int tls_token_tenant(struct server *srv, const uint8_t *token, size_t len,
-		     char tenant[DJINN_TENANT_LEN]);
 
 #endif /* DJINN_TLS_H */

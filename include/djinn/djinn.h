@@ -118,16 +118,42 @@ int djinn_connect(const char *addr, struct djinn_conn **out);
  * @reconnect_ms: how long libdjinn tries to reconnect after djinnd drops
  *            the connection (djinn_connect() says how); 0:
  *            $DJINN_RECONNECT_MS, else 60000; negative: never
+ * @model:    for a dns: or srv: address, the model the connection's
+ *            sessions will open: a djinnd that has it loaded is chosen
+ *            first; NULL: $DJINN_MODEL, else none
+ *
+ * Without a certificate, a token (@token, $DJINN_TOKEN, else the first
+ * line of the file $DJINN_TOKEN_FILE) goes in AUTH over TLS and on a
+ * unix socket, where djinnd's server.token_auth socket takes it (a unix
+ * socket that names its peers by uid ignores it).
  */
 struct djinn_connect_opts {
 	size_t size;
 	const char *tls_ca, *tls_cert, *tls_key;
 	const char *token;
 	long reconnect_ms;
+	const char *model;
 };
 
 /*
- * djinn_connect() with @o (NULL: the environment alone). For
+ * djinn_connect() with @o (NULL: the environment alone). Two more forms
+ * of address name several djinnd, of which one is chosen:
+ * "dns:NAME:PORT" (every A and AAAA record of NAME, such as a headless
+ * Service of Kubernetes) and "srv:NAME" (its SRV records, the lowest
+ * priority first, each target's addresses). Each djinnd is connected to
+ * at once, for up to $DJINN_PROBE_MS (default 3000) in all, and asked
+ * for its state (djinn_status()); the connection kept is the best one's:
+ * ready, below memory pressure where another has room, with @o's model
+ * loaded, then with the most memory free for this tenant, then with the
+ * fewest requests queued. The others are closed. It is a connection to
+ * that djinnd alone: its sessions stay there for life, and a
+ * reconnection dials the same address again (djinn_conn_addr() says
+ * which); a djinnd that died costs only new connections a try. Their
+ * transport is TLS when a CA, certificate or key is given (@o or
+ * $DJINN_TLS_*), checking djinnd's certificate against NAME (the SRV
+ * target's for srv:), else plain TCP. -EHOSTUNREACH when the name gives
+ * no address or none answers (djinn_last_error() says what each met).
+ * For
  * "tls:host:port" (TLS 1.3; "tls:[::1]:port"): djinnd's certificate must
  * be valid for host. Kernel TLS carries the records where the kernel
  * has the tls module, OpenSSL otherwise (djinn_conn_transport() says
@@ -138,6 +164,42 @@ struct djinn_connect_opts {
  */
 int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 		       struct djinn_conn **out);
+
+/* The address @conn dials ("tcp:10.0.0.7:7411"): djinn_connect()'s, or
+ * for a dns: or srv: address the djinnd chosen. @conn's string. */
+const char *djinn_conn_addr(const struct djinn_conn *conn);
+
+/*
+ * struct djinn_status_info - what djinn_status() says of a djinnd
+ * @ready:        it takes new sessions (not draining, restarting, or with
+ *                a dead device)
+ * @serves_models: it has a model directory
+ * @capacity, @free: its devices' session memory and what of it is free
+ * @tenant_free:  what this tenant may still take on its roomiest device
+ *                (free bytes, less where its memory quota ends first)
+ * @pressure:     0 normal, 1 past its warning threshold, 2 critical
+ * @nr_dev, @sessions, @max_sessions, @queued: devices, sessions open and
+ *                at most, graphs and model steps queued or running
+ * @nr_models:    entries of @models: the served models loaded now
+ */
+struct djinn_status_info {
+	bool ready, serves_models;
+	uint64_t capacity, free, tenant_free;
+	unsigned int pressure, nr_dev, sessions, max_sessions, queued;
+	unsigned int nr_models;
+	struct djinn_status_model_info {
+		char name[DJINN_MODEL_NAME_MAX];
+		uint64_t bytes;
+		unsigned int holders;
+		bool streamed;
+	} models[];
+};
+
+/*
+ * Ask @conn's djinnd (STATUS) for its state: 0 with *@out malloc()ed (the
+ * caller frees it), or -errno: -EACCES before a tenant is known (AUTH).
+ */
+int djinn_status(struct djinn_conn *conn, struct djinn_status_info **out);
 
 /* How @conn reaches djinnd: "unix", "tcp", "tls, kernel" (the kernel
  * seals the records) or "tls, user" (OpenSSL does). */

@@ -160,6 +160,9 @@ enum djinn_msg {
 	 */
 	DJINN_MSG_GOAWAY = 25,
 	DJINN_MSG_CTX_TRUNCATE = 26,
+	/* What this djinnd holds, for a client choosing among hosts: see
+	 * struct djinn_status. */
+	DJINN_MSG_STATUS = 27,
 	/* A session on /dev/djinn (DJINN_FEAT_KMOD): see DOC: sessions. */
 	DJINN_MSG_SESSION_BIND = 32,
 
@@ -175,6 +178,10 @@ enum djinn_msg {
 	DJINN_MSG_ADMIN_TENANTS = 72,
 	DJINN_MSG_ADMIN_MODEL_LOAD = 73,
 	DJINN_MSG_ADMIN_RESTART = 74,
+	DJINN_MSG_ADMIN_TOKEN_MINT = 75,
+	DJINN_MSG_ADMIN_TOKEN_REVOKE = 76,
+	DJINN_MSG_ADMIN_TOKENS = 77,
+	DJINN_MSG_ADMIN_HEALTH = 78,
 };
 
 /* hdr.flags */
@@ -1382,5 +1389,142 @@ struct djinn_admin_fault {
 	char what[216];
 };
 static_assert(sizeof(struct djinn_admin_fault) == 256, "admin fault");
+
+/**
+ * struct djinn_status - STATUS response: what a client choosing among
+ * several djinnd (libdjinn's dns: and srv: addresses) asks each
+ * @size:        sizeof(struct djinn_status) as this server sends it
+ * @flags:       DJINN_STATUS_READY: it takes new sessions (not draining,
+ *               restarting, or with a dead device); DJINN_STATUS_MODELS:
+ *               it serves models (server.model_dir)
+ * @capacity:    session memory of its devices, bytes, summed
+ * @free:        of it, neither held nor set aside now
+ * @tenant_free: what the asking tenant may still take on the device
+ *               with the most room: that device's free bytes, less than
+ *               its [tenant] memory quota leaves where it has one
+ * @pressure:    the worst device's: 0 normal, 1 past
+ *               memory.pressure_warning, 2 past pressure_critical
+ * @nr_dev:      its devices
+ * @sessions, @max_sessions: sessions open, and server.max_sessions
+ * @queued:      graphs and model steps queued or running, all devices
+ * @nr_models:   struct djinn_status_model entries after the struct
+ *
+ * The request has no payload; a connection whose tenant is known may
+ * send it (HELLO stays as it was, for anyone). The entries name the
+ * models the server serves that are loaded now, once each, by name
+ * (every tenant may open them); uploaded models, which are their
+ * tenant's, are never listed.
+ */
+struct djinn_status {
+	__u32 size;
+	__u32 flags;
+	__u64 capacity;
+	__u64 free;
+	__u64 tenant_free;
+	__u32 pressure;
+	__u32 nr_dev;
+	__u32 sessions;
+	__u32 max_sessions;
+	__u32 queued;
+	__u32 nr_models;
+};
+static_assert(sizeof(struct djinn_status) == 56, "status layout");
+
+#define DJINN_STATUS_READY (1u << 0)
+#define DJINN_STATUS_MODELS (1u << 1)
+/* At most this many models follow a STATUS answer (by name). */
+#define DJINN_STATUS_MODELS_MAX 1024
+
+/**
+ * struct djinn_status_model - a loaded model in STATUS's answer
+ * @name:    its name, NUL-padded
+ * @bytes:   its weights on the device (a streamed model's resident part)
+ * @holders: sessions holding it, all devices
+ * @flags:   DJINN_STATUS_STREAMED: some layers are streamed each step
+ */
+struct djinn_status_model {
+	char name[DJINN_MODEL_NAME_MAX];
+	__u64 bytes;
+	__u32 holders;
+	__u32 flags;
+};
+static_assert(sizeof(struct djinn_status_model) == 80, "status model");
+
+#define DJINN_STATUS_STREAMED (1u << 0)
+
+/* A minted token's text: 64 hex digits (32 random bytes), no NUL. */
+#define DJINN_MINTED_TOKEN_LEN 64
+
+/**
+ * struct djinn_admin_token_mint - ADMIN_TOKEN_MINT request
+ * @tenant: the tenant the token names: printable bytes without spaces,
+ *          NUL-terminated, not a name djinnd gives itself (uid:N,
+ *          tcp:ADDR, unknown)
+ * @ttl_ns: how long it is valid (at most a year); 0: until revoked
+ *
+ * djinnd draws a token, keeps its SHA-256 (beside the admin socket, in
+ * "minted-tokens", so the next djinnd knows it too) and answers its
+ * text once (struct djinn_admin_token_minted). A client sends it in
+ * AUTH on a tls: listener or on server.token_auth's socket, as a line of
+ * tls.tokens. -EINVAL for a bad name or ttl, -EDQUOT past 65536 tokens.
+ */
+struct djinn_admin_token_mint {
+	char tenant[DJINN_TENANT_LEN];
+	__u64 ttl_ns;
+};
+static_assert(sizeof(struct djinn_admin_token_mint) == 72, "token mint");
+
+/**
+ * struct djinn_admin_token_minted - ADMIN_TOKEN_MINT response
+ * @id:         its number, for ADMIN_TOKEN_REVOKE
+ * @expires_ns: when it ends, CLOCK_REALTIME ns; 0: never
+ * @token:      its text (no NUL)
+ */
+struct djinn_admin_token_minted {
+	__u64 id;
+	__u64 expires_ns;
+	char token[DJINN_MINTED_TOKEN_LEN];
+};
+static_assert(sizeof(struct djinn_admin_token_minted) == 80, "token minted");
+
+/* ADMIN_TOKEN_REVOKE request: forget minted token @id (-ENOENT for none).
+ * Connections it named stay; new AUTHs with it are refused. */
+struct djinn_admin_token_revoke {
+	__u64 id;
+};
+static_assert(sizeof(struct djinn_admin_token_revoke) == 8, "token revoke");
+
+/**
+ * struct djinn_admin_token - one entry of ADMIN_TOKENS' response (a __u32
+ * count, __u32 zero, then the entries): a minted token, never its text
+ * @id, @created_ns, @expires_ns: its number, when it was minted and when
+ *            it ends (CLOCK_REALTIME ns; 0: never)
+ * @tenant:   the tenant it names
+ */
+struct djinn_admin_token {
+	__u64 id;
+	__u64 created_ns;
+	__u64 expires_ns;
+	char tenant[DJINN_TENANT_LEN];
+};
+static_assert(sizeof(struct djinn_admin_token) == 88, "admin token");
+
+/**
+ * struct djinn_admin_health - ADMIN_HEALTH response: whether djinnd takes
+ * new work, for a readiness probe or a device plugin
+ * @ready:        1, or 0 with @reason saying why
+ * @nr_dev:       its devices
+ * @sessions:     sessions open
+ * @max_sessions: server.max_sessions
+ * @reason:       NUL-terminated; empty when ready
+ */
+struct djinn_admin_health {
+	__u32 ready;
+	__u32 nr_dev;
+	__u32 sessions;
+	__u32 max_sessions;
+	char reason[240];
+};
+static_assert(sizeof(struct djinn_admin_health) == 256, "admin health");
 
 #endif /* DJINN_PROTO_H */

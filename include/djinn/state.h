@@ -270,6 +270,8 @@ struct djinn_state_result {
  * struct djinn_state_conn - a client connection, between two frames
  * @index:   its socket's fd is named "conn-@index"
  * @admin, @tcp, @tcp_uid: what kind (net/conn.h)
+ * @token:   1: a connection of server.token_auth's socket, whose @tenant
+ *           an AUTH token named (0 with @tenant empty: none yet)
  * @pid, @uid, @gid: its peer's credentials as it was accepted
  * @peer:    a TCP peer's address
  * @tenant:  whom it was identified as
@@ -281,7 +283,7 @@ struct djinn_state_conn {
 	__u8 admin;
 	__u8 tcp;
 	__u8 tcp_uid;
-	__u8 __reserved;
+	__u8 token;
 	__u32 pid;
 	__u32 uid;
 	__u32 gid;

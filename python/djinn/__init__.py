@@ -18,10 +18,12 @@ weights never leave the daemon. Documentation/python.rst says it all.
 from ._core import (
     Connection,
     ConnStats,
+    NodeStatus,
     Request,
     Result,
     ServerInfo,
     Session,
+    StatusModel,
     Tensor,
     connect,
 )
@@ -81,7 +83,9 @@ __all__ = [
     "Request",
     "Result",
     "Retry",
+    "NodeStatus",
     "ServerInfo",
+    "StatusModel",
     "Session",
     "Steps",
     "Tensor",

@@ -163,6 +163,33 @@ class ServerInfo:
 
 
 @dataclass(frozen=True)
+class StatusModel:
+    """A served model a djinnd has loaded (Connection.status())."""
+
+    name: str
+    bytes: int
+    holders: int
+    streamed: bool
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What a djinnd holds now (Connection.status(), djinn_status(3))."""
+
+    ready: bool
+    serves_models: bool
+    capacity: int
+    free: int
+    tenant_free: int
+    pressure: int
+    nr_dev: int
+    sessions: int
+    max_sessions: int
+    queued: int
+    models: Tuple[StatusModel, ...]
+
+
+@dataclass(frozen=True)
 class ConnStats:
     """What moved over a connection so far (frame bytes, headers
     included)."""
@@ -183,6 +210,7 @@ def connect(
     tls_key: Optional[str] = None,
     token: Optional[str] = None,
     reconnect: Optional[float] = None,
+    model: Optional[str] = None,
 ) -> "Connection":
     """Connect to djinnd.
 
@@ -196,10 +224,18 @@ def connect(
         reconnect: seconds to try to reconnect when djinnd drops the
             connection (a restart), attaching its sessions again; 0:
             never; None: $DJINN_RECONNECT_MS, else 60.
+        model: for "dns:NAME:PORT" and "srv:NAME" addresses, which name
+            several djinnd, the model the sessions will open: a djinnd
+            that has it loaded is chosen first, then the one with the
+            most memory free (djinn_connect_opts(3)). None: $DJINN_MODEL.
 
     Returns a Connection; use it as a context manager, or close() it.
+    Its ``addr`` is the address it dialled (the djinnd chosen, for dns:
+    and srv:); a token (``token``, $DJINN_TOKEN, $DJINN_TOKEN_FILE) also
+    goes to a unix socket that takes one (djinnd's server.token_auth).
     """
-    return Connection(addr, tls_ca, tls_cert, tls_key, token, reconnect)
+    return Connection(addr, tls_ca, tls_cert, tls_key, token, reconnect,
+                      model)
 
 
 def _b(s: Optional[str]) -> Optional[bytes]:
@@ -212,16 +248,18 @@ class Connection:
     def __init__(self, addr: Optional[str], tls_ca: Optional[str],
                  tls_cert: Optional[str], tls_key: Optional[str],
                  token: Optional[str],
-                 reconnect: Optional[float] = None) -> None:
+                 reconnect: Optional[float] = None,
+                 model: Optional[str] = None) -> None:
         self._ptr: Optional[int] = None
         out = _out()
         ms = 0 if reconnect is None else (int(reconnect * 1000) or -1)
         o = _lib.ConnectOpts(ctypes.sizeof(_lib.ConnectOpts), _b(tls_ca),
-                             _b(tls_cert), _b(tls_key), _b(token), ms)
+                             _b(tls_cert), _b(tls_key), _b(token), ms,
+                             _b(model))
         call("djinn_connect_opts", _b(addr), ctypes.byref(o),
              ctypes.byref(out))
         self._ptr = got(out)
-        self.addr = addr
+        self.addr: str = _lib.lib().djinn_conn_addr(self._ptr).decode()
 
     def _p(self) -> int:
         if self._ptr is None:
@@ -260,6 +298,26 @@ class Connection:
         """How many times libdjinn reconnected after djinnd dropped the
         connection, attaching its sessions again."""
         return int(_lib.lib().djinn_conn_reconnects(self._p()))
+
+    def status(self) -> "NodeStatus":
+        """What the djinnd holds now (djinn_status()): memory, pressure,
+        sessions, queue and the served models loaded."""
+        out = _out()
+        call("djinn_status", self._p(), ctypes.byref(out))
+        p = got(out)
+        try:
+            s = _lib.StatusInfo.from_address(p)
+            off = ctypes.sizeof(_lib.StatusInfo)
+            al = ctypes.alignment(_lib.StatusModel)
+            off = (off + al - 1) // al * al
+            ms = (_lib.StatusModel * s.nr_models).from_address(p + off)
+            return NodeStatus(
+                s.ready, s.serves_models, s.capacity, s.free, s.tenant_free,
+                s.pressure, s.nr_dev, s.sessions, s.max_sessions, s.queued,
+                tuple(StatusModel(m.name.decode(), m.bytes, m.holders,
+                                  m.streamed) for m in ms))
+        finally:
+            _lib.free(p)
 
     def server_info(self) -> ServerInfo:
         i = _lib.ServerInfo()

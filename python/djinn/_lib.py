@@ -28,11 +28,12 @@ from typing import Any, List, Optional, Tuple
 SONAME = "libdjinn.so.0"
 #: The symbol version whose calls this package uses (djinn_ctx_truncate()
 #: and djinn_ctx_signal() came with it).
-NEEDED_VERSION = "DJINN_0.3"
+NEEDED_VERSION = "DJINN_0.4"
 #: Each version, and a function the library has at it.
 _VERSIONS = (("DJINN_0.1", "djinn_model_info"),
              ("DJINN_0.2", "djinn_model_info"),
-             ("DJINN_0.3", "djinn_ctx_truncate"))
+             ("DJINN_0.3", "djinn_ctx_truncate"),
+             ("DJINN_0.4", "djinn_status"))
 
 DJINN_MAX_DIMS = 8
 DJINN_FP_LEN = 32
@@ -67,6 +68,34 @@ class ConnectOpts(ctypes.Structure):
         ("tls_key", ctypes.c_char_p),
         ("token", ctypes.c_char_p),
         ("reconnect_ms", ctypes.c_long),
+        ("model", ctypes.c_char_p),
+    ]
+
+
+class StatusModel(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * 64),
+        ("bytes", ctypes.c_uint64),
+        ("holders", ctypes.c_uint),
+        ("streamed", ctypes.c_bool),
+    ]
+
+
+class StatusInfo(ctypes.Structure):
+    """struct djinn_status_info, without its models (they follow it)."""
+
+    _fields_ = [
+        ("ready", ctypes.c_bool),
+        ("serves_models", ctypes.c_bool),
+        ("capacity", ctypes.c_uint64),
+        ("free", ctypes.c_uint64),
+        ("tenant_free", ctypes.c_uint64),
+        ("pressure", ctypes.c_uint),
+        ("nr_dev", ctypes.c_uint),
+        ("sessions", ctypes.c_uint),
+        ("max_sessions", ctypes.c_uint),
+        ("queued", ctypes.c_uint),
+        ("nr_models", ctypes.c_uint),
     ]
 
 
@@ -193,6 +222,8 @@ _CALLS = {
     "djinn_connect": (_I, [_S, _PP]),
     "djinn_connect_opts": (_I, [_S, _R(ConnectOpts), _PP]),
     "djinn_conn_transport": (_S, [_P]),
+    "djinn_conn_addr": (_S, [_P]),
+    "djinn_status": (_I, [_P, _PP]),
     "djinn_conn_reconnects": (_U64, [_P]),
     "djinn_disconnect": (None, [_P]),
     "djinn_conn_server_info": (_I, [_P, _R(ServerInfo)]),
@@ -363,6 +394,20 @@ def lib() -> Any:
                 _path = p
                 _lib = l
     return _lib
+
+
+_free: Optional[Any] = None
+
+
+def free(p: int) -> None:
+    """libc's free() of what libdjinn malloc()ed for the caller."""
+    global _free
+    if _free is None:
+        f = ctypes.CDLL(None).free
+        f.restype = None
+        f.argtypes = [ctypes.c_void_p]
+        _free = f
+    _free(p)
 
 
 def path() -> str:

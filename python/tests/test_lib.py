@@ -52,7 +52,7 @@ def test_too_old_library(tmp_path):
     r = _run(str(lib))
     assert r.returncode == 0, r.stderr
     assert "is too old: it has DJINN_0.1" in r.stdout
-    assert "needs DJINN_0.3" in r.stdout
+    assert "needs DJINN_0.4" in r.stdout
 
 
 def test_found_library():

@@ -183,7 +183,7 @@ static void test_unknown_opcode(void **state)
 	struct fx *fx = *state;
 	/* gaps, the first past the last assigned, far past */
 	const uint16_t ops[] = {
-		0,    22,    DJINN_MSG_GOAWAY, 63, DJINN_MSG_ADMIN_RESTART + 1,
+		0,    22,    DJINN_MSG_GOAWAY, 63, DJINN_MSG_ADMIN_HEALTH + 1,
 		1000, 0xffff
 	};
 	int fd = xconnect(fx->d.sock);

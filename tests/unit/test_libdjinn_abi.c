@@ -124,6 +124,8 @@ static const struct {
 	{ "djinn_ctx_truncate", "DJINN_0.3" },
 	{ "djinn_ctx_signal", "DJINN_0.3" },
 	{ "djinn_session_open_as", "DJINN_0.3" },
+	{ "djinn_status", "DJINN_0.4" },
+	{ "djinn_conn_addr", "DJINN_0.4" },
 };
 
 static void *lib;
