@@ -85,6 +85,8 @@ int djinn_status(struct djinn_conn *conn, struct djinn_status_info **out)
 	info->max_sessions = st.max_sessions;
 	info->queued = st.queued;
 	info->nr_models = st.nr_models;
+	info->pressure_room = st.pressure_room;
+	info->data_bytes = st.data_bytes;
 	/* after the struct as the server sends it (a newer one's is longer) */
 	m = (const void *)((const char *)buf + st.size);
 	for (uint32_t i = 0; i < st.nr_models; i++) {
@@ -377,20 +379,31 @@ static bool has_model(const struct endpoint *e, const char *model)
 }
 
 /*
- * Whether @a is a better place than @b for a session of @model, both
- * ready: the lower SRV priority; then below memory pressure (when some
- * host is: @calm); then with the model loaded; then more memory free for
- * this tenant; then fewer requests queued; then fewer sessions.
+ * Whether a session that takes @need bytes leaves @e below its pressure
+ * warning threshold, with room for it in its tenant's share.
+ */
+static bool calm_for(const struct endpoint *e, uint64_t need)
+{
+	return !e->st->pressure && e->st->pressure_room > need &&
+	       e->st->tenant_free > need;
+}
+
+/*
+ * Whether @a is a better place than @b for a session of @model that takes
+ * @need bytes, both ready: the lower SRV priority; then left below memory
+ * pressure by it (when some host would be: @calm); then with the model
+ * loaded; then more memory free for this tenant; then fewer requests
+ * queued; then fewer sessions.
  */
 static bool place_better(const struct endpoint *a, const struct endpoint *b,
-			 const char *model, bool calm)
+			 const char *model, uint64_t need, bool calm)
 {
 	bool ma, mb;
 
 	if (a->prio != b->prio)
 		return a->prio < b->prio;
-	if (calm && !a->st->pressure != !b->st->pressure)
-		return !a->st->pressure;
+	if (calm && calm_for(a, need) != calm_for(b, need))
+		return calm_for(a, need);
 	ma = has_model(a, model) && a->st->tenant_free;
 	mb = has_model(b, model) && b->st->tenant_free;
 	if (ma != mb)
@@ -443,6 +456,7 @@ int __djinn_place(const char *addr, const struct djinn_connect_opts *o,
 	struct endpoint *best = NULL;
 	unsigned int nr_rest = 0;
 	struct timespec until;
+	uint64_t need = 0;
 	bool tls, calm = false;
 	struct place *p;
 	uint64_t ms;
@@ -520,12 +534,20 @@ int __djinn_place(const char *addr, const struct djinn_connect_opts *o,
 	       pthread_cond_timedwait(&p->cond, &p->lock, &until) != ETIMEDOUT)
 		;
 	p->abandoned = true;
-	/* the ready ones; below pressure counts where one of them is */
+	/* A session's need, as the hosts see theirs on average (0 before
+	 * any has one): a host it would push past its pressure threshold
+	 * is passed over where another would stay below it. */
 	for (unsigned int i = 0; i < p->nr; i++) {
 		const struct endpoint *e = &p->ep[i];
 
-		if (e->done && !e->err && e->st->ready && !e->st->pressure &&
-		    e->st->tenant_free)
+		if (e->done && !e->err && e->st->sessions &&
+		    e->st->data_bytes / e->st->sessions > need)
+			need = e->st->data_bytes / e->st->sessions;
+	}
+	for (unsigned int i = 0; i < p->nr; i++) {
+		const struct endpoint *e = &p->ep[i];
+
+		if (e->done && !e->err && e->st->ready && calm_for(e, need))
 			calm = true;
 	}
 	for (unsigned int i = 0; i < p->nr; i++) {
@@ -541,7 +563,7 @@ int __djinn_place(const char *addr, const struct djinn_connect_opts *o,
 						    "not ready");
 			continue;
 		}
-		if (!best || place_better(e, best, model, calm))
+		if (!best || place_better(e, best, model, need, calm))
 			best = e;
 	}
 	if (best) {

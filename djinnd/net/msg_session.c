@@ -359,6 +359,9 @@ void handle_status(struct conn *c, const struct djinn_hdr *hdr,
 		st.free += vs.free;
 		if ((uint32_t)vs.pressure > st.pressure)
 			st.pressure = (uint32_t)vs.pressure;
+		if (vs.pressure_room > st.pressure_room)
+			st.pressure_room = vs.pressure_room;
+		st.data_bytes += vs.seg[VMU_SEG_DATA].used;
 		room = vs.free;
 		if (!vmu_tenant_usage(dv->vmu, c->tenant, &u) && u.quota)
 			room = u.quota > u.data_bytes ?

@@ -87,10 +87,15 @@ const char *vmu_seg_name(enum vmu_seg seg)
 /* Lock held. Idle stack backing does not count: admission trims it for
  * nothing, and with a stack per compute thread it would read as pressure
  * on a device that is not short of memory. */
+/* The bytes held as the pressure level counts them. Lock held. */
+static uint64_t pressure_used(const struct vmu *v)
+{
+	return v->committed - v->stack_idle + v->reserved + v->region_resv;
+}
+
 void vmu_pressure_update(struct vmu *v)
 {
-	uint64_t used =
-		v->committed - v->stack_idle + v->reserved + v->region_resv;
+	uint64_t used = pressure_used(v);
 	uint64_t cap = v->prov->capacity;
 	enum vmu_pressure now = VMU_PRESSURE_NORMAL;
 
@@ -1615,6 +1620,12 @@ void vmu_get_stats(struct vmu *v, struct vmu_stats *st)
 	st->region_reserved = v->region_resv;
 	st->free = avail(v);
 	st->pressure = v->level;
+	{
+		uint64_t warn = v->prov->capacity / 100 * v->cfg.warn_pct,
+			 used = pressure_used(v);
+
+		st->pressure_room = warn > used ? warn - used : 0;
+	}
 	vmu_unlock(v);
 }
 

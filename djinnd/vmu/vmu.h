@@ -554,6 +554,9 @@ struct vmu_stats {
 	uint64_t reserved; /* set aside by admission, not yet used */
 	uint64_t region_reserved; /* by vmu_region_reserve() */
 	uint64_t free; /* capacity - committed - both reserved */
+	/* what may still be taken before memory.pressure_warning (0: past
+	 * it), counted as the pressure level is: idle stacks left out */
+	uint64_t pressure_room;
 	enum vmu_pressure pressure;
 	struct vmu_seg_stats seg[VMU_NR_SEGS];
 	uint64_t text_hits, text_misses, text_evictions;

@@ -143,7 +143,8 @@ struct djinn_connect_opts {
  * priority first, each target's addresses). Each djinnd is connected to
  * at once, for up to $DJINN_PROBE_MS (default 3000) in all, and asked
  * for its state (djinn_status()); the connection kept is the best one's:
- * ready, below memory pressure where another has room, with @o's model
+ * ready, left below its pressure threshold by a session of the size
+ * sessions have there on average, where another would be, with @o's model
  * loaded, then with the most memory free for this tenant, then with the
  * fewest requests queued. The others are closed. It is a connection to
  * that djinnd alone: its sessions stay there for life, and a
@@ -181,12 +182,16 @@ const char *djinn_conn_addr(const struct djinn_conn *conn);
  * @nr_dev, @sessions, @max_sessions, @queued: devices, sessions open and
  *                at most, graphs and model steps queued or running
  * @nr_models:    entries of @models: the served models loaded now
+ * @pressure_room: what its roomiest device may still take before its
+ *                pressure warning threshold (0: past it everywhere)
+ * @data_bytes:   session data held (KV caches, tensors), all devices
  */
 struct djinn_status_info {
 	bool ready, serves_models;
 	uint64_t capacity, free, tenant_free;
 	unsigned int pressure, nr_dev, sessions, max_sessions, queued;
 	unsigned int nr_models;
+	uint64_t pressure_room, data_bytes;
 	struct djinn_status_model_info {
 		char name[DJINN_MODEL_NAME_MAX];
 		uint64_t bytes;

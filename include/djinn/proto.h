@@ -1408,6 +1408,10 @@ static_assert(sizeof(struct djinn_admin_fault) == 256, "admin fault");
  * @sessions, @max_sessions: sessions open, and server.max_sessions
  * @queued:      graphs and model steps queued or running, all devices
  * @nr_models:   struct djinn_status_model entries after the struct
+ * @pressure_room: what the device with the most of it may still take
+ *               before memory.pressure_warning (0: every one is past it)
+ * @data_bytes:  session data (KV caches, tensors) held, all devices: with
+ *               @sessions, what a session holds on average here
  *
  * The request has no payload; a connection whose tenant is known may
  * send it (HELLO stays as it was, for anyone). The entries name the
@@ -1427,8 +1431,10 @@ struct djinn_status {
 	__u32 max_sessions;
 	__u32 queued;
 	__u32 nr_models;
+	__u64 pressure_room;
+	__u64 data_bytes;
 };
-static_assert(sizeof(struct djinn_status) == 56, "status layout");
+static_assert(sizeof(struct djinn_status) == 72, "status layout");
 
 #define DJINN_STATUS_READY (1u << 0)
 #define DJINN_STATUS_MODELS (1u << 1)

@@ -186,6 +186,8 @@ class NodeStatus:
     sessions: int
     max_sessions: int
     queued: int
+    pressure_room: int
+    data_bytes: int
     models: Tuple[StatusModel, ...]
 
 
@@ -314,7 +316,7 @@ class Connection:
             return NodeStatus(
                 s.ready, s.serves_models, s.capacity, s.free, s.tenant_free,
                 s.pressure, s.nr_dev, s.sessions, s.max_sessions, s.queued,
-                tuple(StatusModel(m.name.decode(), m.bytes, m.holders,
+                s.pressure_room, s.data_bytes, tuple(StatusModel(m.name.decode(), m.bytes, m.holders,
                                   m.streamed) for m in ms))
         finally:
             _lib.free(p)

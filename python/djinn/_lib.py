@@ -96,6 +96,8 @@ class StatusInfo(ctypes.Structure):
         ("max_sessions", ctypes.c_uint),
         ("queued", ctypes.c_uint),
         ("nr_models", ctypes.c_uint),
+        ("pressure_room", ctypes.c_uint64),
+        ("data_bytes", ctypes.c_uint64),
     ]
 
 

@@ -65,6 +65,9 @@ def test_memory_decides_without_a_model(cluster: Cluster,
     assert st["free"] == st["tenant_free"] == 96 << 20
     assert st["pressure"] == 0 and st["nr_dev"] == 1
     assert st["models"] == []
+    # memory.pressure_warning is 80 % by default
+    assert st["pressure_room"] == (96 << 20) // 100 * 80
+    assert st["data_bytes"] == 0 and st["sessions"] == 0
 
 
 def test_resident_model_first(cluster: Cluster, client: Client) -> None:
@@ -85,7 +88,7 @@ def test_no_host_past_pressure_while_another_has_room(
     cluster.ctl(5, "model", "load", "mb")  # past its 5 % warning
     st = client.ok("status",
                    conn=client.ok("connect", addr=cluster.addr(5))["conn"])
-    assert st["pressure"] >= 1
+    assert st["pressure"] >= 1 and st["pressure_room"] == 0
     assert [m["name"] for m in st["models"]] == ["mb"]
     # its tenant's quota (4M) bounds what it may take, not the device
     assert 0 < st["tenant_free"] <= 4 << 20
@@ -115,6 +118,8 @@ def test_a_dead_host_costs_new_sessions_a_try_and_moves_nothing(
     assert got["addr"] == cluster.addr(4)
     sess = client.ok("session", conn=got["conn"])["session"]
     client.ok("model", session=sess, name="ma", tokens=8)
+    st = client.ok("status", conn=got["conn"])
+    assert st["sessions"] == 1 and st["data_bytes"] > 0  # its KV cache
     before = {h: len(cluster.ctl(h, "session", "list") or [])
               for h in (2, 3, 5)}
     cluster.kill(4)
