@@ -30,6 +30,11 @@
 /* Admin socket connections at once, beside server.max_connections: a
  * table full of clients' does not lock the administrator out. */
 #define SERVER_ADMIN_CONNS 16
+/* Connections of server.token_auth's socket that have not sent AUTH yet,
+ * at most, all uids together: they count against no uid's cap (pods
+ * share the host's uids), and each has server.frame_timeout to send
+ * it */
+#define SERVER_TOKEN_PREAUTH 64
 
 /*
  * struct model_budget - [model.NAME] budget and ring_slots

@@ -118,9 +118,11 @@ int __djinn_addr_parse(const char *addr, struct dj_addr *out);
 
 /* djinn_connect_opts() of a unix:, tcp: or tls: address @addr; with
  * @tls_name, djinnd's certificate must be valid for that name rather
- * than the dialled host (place.c dials addresses a name gave). */
+ * than the dialled host (place.c dials addresses a name gave); the dial,
+ * handshake, HELLO and AUTH done by @deadline_ns (CLOCK_MONOTONIC;
+ * UINT64_MAX: none) or failed. */
 int __djinn_connect_at(const char *addr, const char *tls_name,
-		       const struct djinn_connect_opts *o,
+		       const struct djinn_connect_opts *o, uint64_t deadline_ns,
 		       struct djinn_conn **out);
 /* djinn_connect_opts() of a dns:NAME:PORT or srv:NAME address (place.c):
  * every djinnd the name gives is asked (STATUS) and the best kept. */
@@ -223,6 +225,13 @@ int __djinn_call_sync_upto(struct djinn_conn *conn, uint16_t type,
 			   uint64_t session_id, const struct iovec *iov,
 			   int iovcnt, void *resp, uint64_t resp_len, bool upto,
 			   uint64_t *got);
+
+/* Send @c (set up by __djinn_call_init()) with @iov[@iovcnt] as its
+ * payload and wait for its answer until @deadline_ns (CLOCK_MONOTONIC;
+ * UINT64_MAX: none), failing the connection at the deadline: @c->err. */
+int __djinn_call_until(struct djinn_conn *conn, struct dj_call *c,
+		       const struct iovec *iov, int iovcnt,
+		       uint64_t deadline_ns);
 
 /* Keep @fmt's message for djinn_last_error() in this thread. */
 void __djinn_set_last_error(const char *fmt, ...) __printf(1, 2);

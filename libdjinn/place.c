@@ -37,7 +37,9 @@ const char *djinn_conn_addr(const struct djinn_conn *conn)
 	return conn ? conn->dial : NULL;
 }
 
-int djinn_status(struct djinn_conn *conn, struct djinn_status_info **out)
+/* STATUS until @deadline_ns (CLOCK_MONOTONIC; UINT64_MAX: none). */
+static int status_until(struct djinn_conn *conn, struct djinn_status_info **out,
+			uint64_t deadline_ns)
 {
 	const size_t max =
 		sizeof(struct djinn_status) +
@@ -54,13 +56,28 @@ int djinn_status(struct djinn_conn *conn, struct djinn_status_info **out)
 	buf = malloc(max);
 	if (!buf)
 		return -ENOMEM;
-	ret = __djinn_call_sync_upto(conn, DJINN_MSG_STATUS, 0, NULL, 0, buf,
-				     max, true, &got);
+	if (deadline_ns == UINT64_MAX) {
+		ret = __djinn_call_sync_upto(conn, DJINN_MSG_STATUS, 0, NULL, 0,
+					     buf, max, true, &got);
+	} else {
+		struct dj_call c;
+
+		__djinn_call_init(&c, DJINN_MSG_STATUS, 0, buf, max);
+		c.resp_upto = true;
+		ret = __djinn_call_until(conn, &c, NULL, 0, deadline_ns);
+		got = c.resp_got;
+		if (ret)
+			__djinn_set_last_error("STATUS: %s",
+					       c.msg[0] ? c.msg :
+							  strerror(-ret));
+		__djinn_call_destroy(&c);
+	}
 	if (ret)
 		goto out_free;
 	memcpy(&st, buf, got < sizeof(st) ? got : sizeof(st));
-	if (got < sizeof(st) || st.size < sizeof(st) || st.size > got ||
-	    st.nr_models > DJINN_STATUS_MODELS_MAX ||
+	/* a newer server's struct is longer, by whole u64s */
+	if (got < sizeof(st) || st.size < sizeof(st) || st.size % 8 ||
+	    st.size > got || st.nr_models > DJINN_STATUS_MODELS_MAX ||
 	    got != st.size + (uint64_t)st.nr_models * sizeof(*m)) {
 		__djinn_set_last_error("STATUS: an answer of %llu bytes that "
 				       "does not hold together",
@@ -103,6 +120,13 @@ out_free:
 	return ret;
 }
 
+int djinn_status(struct djinn_conn *conn, struct djinn_status_info **out)
+{
+	if (!conn || !out)
+		return -EINVAL;
+	return status_until(conn, out, UINT64_MAX);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Resolving */
 
@@ -123,6 +147,7 @@ struct place {
 	pthread_cond_t cond;
 	unsigned int refs, pending;
 	bool abandoned; /* the caller has chosen: late probes clean up */
+	uint64_t deadline; /* CLOCK_MONOTONIC: every probe's end */
 	struct djinn_connect_opts o;
 	char *strs[5]; /* @o's strings, the probes' own copies */
 	unsigned int nr;
@@ -317,8 +342,11 @@ static void place_put(struct place *p)
 		djinn_disconnect(p->ep[i].conn);
 		free(p->ep[i].st);
 	}
-	for (unsigned int i = 0; i < 5; i++)
+	for (unsigned int i = 0; i < 5; i++) {
+		if (p->strs[i]) /* a token among them */
+			explicit_bzero(p->strs[i], strlen(p->strs[i]));
 		free(p->strs[i]);
+	}
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
@@ -340,9 +368,12 @@ static void *probe_main(void *arg)
 	int ret;
 
 	free(pr);
-	ret = __djinn_connect_at(e->dial, e->tls_name, &p->o, &conn);
+	/* every step bounded: a host that accepts and never answers holds
+	 * this thread and its connection no longer than the probe */
+	ret = __djinn_connect_at(e->dial, e->tls_name, &p->o, p->deadline,
+				 &conn);
 	if (!ret)
-		ret = djinn_status(conn, &st);
+		ret = status_until(conn, &st, p->deadline);
 	if (ret)
 		snprintf(why, sizeof(why), "%s", djinn_last_error());
 	pthread_mutex_lock(&p->lock);
@@ -388,18 +419,27 @@ static bool calm_for(const struct endpoint *e, uint64_t need)
 	       e->st->tenant_free > need;
 }
 
+/* Whether @e takes another session of this tenant at all. */
+static bool has_room(const struct endpoint *e)
+{
+	return e->st->tenant_free &&
+	       (!e->st->max_sessions || e->st->sessions < e->st->max_sessions);
+}
+
 /*
  * Whether @a is a better place than @b for a session of @model that takes
- * @need bytes, both ready: the lower SRV priority; then left below memory
- * pressure by it (when some host would be: @calm); then with the model
- * loaded; then more memory free for this tenant; then fewer requests
- * queued; then fewer sessions.
+ * @need bytes, both ready: one with room for it at all; then the lower
+ * SRV priority; then left below memory pressure by it (when some host
+ * would be: @calm); then with the model loaded; then more memory free for
+ * this tenant; then fewer requests queued; then fewer sessions.
  */
 static bool place_better(const struct endpoint *a, const struct endpoint *b,
 			 const char *model, uint64_t need, bool calm)
 {
 	bool ma, mb;
 
+	if (has_room(a) != has_room(b))
+		return has_room(a);
 	if (a->prio != b->prio)
 		return a->prio < b->prio;
 	if (calm && calm_for(a, need) != calm_for(b, need))
@@ -490,7 +530,9 @@ int __djinn_place(const char *addr, const struct djinn_connect_opts *o,
 		dj_err("%s", why);
 		goto out_put;
 	}
-	/* every address at once */
+	/* every address at once, each probe over by the deadline */
+	ms = probe_ms();
+	p->deadline = __djinn_now_ns() + ms * 1000000ull;
 	for (unsigned int i = 0; i < p->nr; i++) {
 		struct probe *pr = malloc(sizeof(*pr));
 		pthread_attr_t attr;
@@ -521,7 +563,8 @@ int __djinn_place(const char *addr, const struct djinn_connect_opts *o,
 			pthread_mutex_unlock(&p->lock);
 		}
 	}
-	ms = probe_ms();
+	/* they end by themselves at the deadline: a little more for that */
+	ms += 250;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += (time_t)(ms / 1000);
 	until.tv_nsec += (long)(ms % 1000) * 1000000L;
@@ -555,9 +598,14 @@ int __djinn_place(const char *addr, const struct djinn_connect_opts *o,
 		size_t n = strlen(all);
 
 		if (!e->done || e->err || !e->st->ready) {
+			/* libdjinn's messages name the address already */
+			bool named = e->done && e->err &&
+				     !strncmp(e->why, e->dial, strlen(e->dial));
+
 			if (n < sizeof(all) - 1)
-				snprintf(all + n, sizeof(all) - n, "%s%s: %s",
-					 n ? "; " : "", e->dial,
+				snprintf(all + n, sizeof(all) - n, "%s%s%s%s",
+					 n ? "; " : "", named ? "" : e->dial,
+					 named ? "" : ": ",
 					 !e->done ? "no answer in time" :
 					 e->err	  ? e->why :
 						    "not ready");

@@ -243,7 +243,11 @@ static int dial_unix(const struct dj_addr *a)
 	return fd;
 }
 
-static int dial_tcp(const struct dj_addr *a)
+static void sock_deadline(int fd, uint64_t deadline_ns);
+
+/* Connect to @a's host, each try's connect() bounded by @deadline_ns
+ * (UINT64_MAX: the kernel's own timeout). */
+static int dial_tcp(const struct dj_addr *a, uint64_t deadline_ns)
 {
 	struct addrinfo hints = {
 		.ai_family = AF_UNSPEC,
@@ -269,8 +273,12 @@ static int dial_tcp(const struct dj_addr *a)
 			fd = -errno;
 			continue;
 		}
-		if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
+		/* connect() waits no longer than SO_SNDTIMEO says */
+		sock_deadline(fd, deadline_ns);
+		if (!connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+			sock_deadline(fd, UINT64_MAX);
 			break;
+		}
 		ret = -errno;
 		close(fd);
 		fd = ret;
@@ -1417,8 +1425,9 @@ int __djinn_conn_start(int fd, struct djinn_conn **out)
  * @deadline_ns (UINT64_MAX: none, and the caller reads for it): @c's
  * error. A deadline that passes kills the connection (-ETIMEDOUT).
  */
-static int call_until(struct djinn_conn *conn, struct dj_call *c,
-		      const struct iovec *iov, int iovcnt, uint64_t deadline_ns)
+int __djinn_call_until(struct djinn_conn *conn, struct dj_call *c,
+		       const struct iovec *iov, int iovcnt,
+		       uint64_t deadline_ns)
 {
 	int ret;
 
@@ -1451,7 +1460,7 @@ static int auth(struct djinn_conn *conn, const char *token,
 		return -EINVAL;
 	}
 	__djinn_call_init(&c, DJINN_MSG_AUTH, 0, &r, sizeof(r));
-	ret = call_until(conn, &c, iov, 2, deadline_ns);
+	ret = __djinn_call_until(conn, &c, iov, 2, deadline_ns);
 	if (ret) {
 		__djinn_set_last_error("AUTH: %s", c.msg);
 		dj_err("AUTH: %s: %s", strerror(-ret), c.msg);
@@ -1471,7 +1480,7 @@ static int hello(struct djinn_conn *conn, uint64_t deadline_ns)
 	int ret;
 
 	__djinn_call_init(&c, DJINN_MSG_HELLO, 0, &h, sizeof(h));
-	ret = call_until(conn, &c, NULL, 0, deadline_ns);
+	ret = __djinn_call_until(conn, &c, NULL, 0, deadline_ns);
 	if (ret == -EPROTONOSUPPORT)
 		dj_err("djinnd speaks protocol version %u, libdjinn version "
 		       "%u: %s",
@@ -1564,7 +1573,7 @@ static int link_open(const struct dj_addr *a, const char *dial,
 			return ret;
 		}
 	}
-	*fd = a->is_unix ? dial_unix(a) : dial_tcp(a);
+	*fd = a->is_unix ? dial_unix(a) : dial_tcp(a, deadline_ns);
 	if (*fd < 0) {
 		ret = *fd;
 		*quiet = true;
@@ -1681,24 +1690,36 @@ static const char *auth_token(const struct djinn_connect_opts *o, char *buf,
 	return n ? buf : NULL;
 }
 
-/* AUTH when there is a token: over TLS, and on a unix socket, where only
- * server.token_auth's takes it; another answers -EOPNOTSUPP (the kernel
- * names the peer there), which leaves the connection its uid's tenant. */
+/*
+ * AUTH when there is a token: over TLS (to the server its certificate
+ * proved), and on a unix socket that says it takes one
+ * (DJINN_FEAT_TOKEN_AUTH: server.token_auth's) and whose server the
+ * kernel says is root or this user, never to another's socket (an
+ * abstract name, or a path in a shared directory, that someone else
+ * bound first). Elsewhere on unix the peer's uid names the tenant, and
+ * the token stays here.
+ */
 static int auth_maybe(struct djinn_conn *conn, const struct dj_addr *a,
 		      const struct dj_tls *tls, const char *token,
 		      uint64_t deadline_ns)
 {
-	int ret;
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
 
 	if (!token || (!tls && !a->is_unix))
 		return 0;
-	ret = auth(conn, token, deadline_ns);
-	if (ret == -EOPNOTSUPP && !tls) {
-		dj_dbg("AUTH: this unix socket names its peers by uid: the "
-		       "token is not used");
+	if (!tls && !(conn->server.features & DJINN_FEAT_TOKEN_AUTH))
 		return 0;
+	if (!tls && (getsockopt(conn->fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) ||
+		     (cr.uid && cr.uid != geteuid()))) {
+		__djinn_set_last_error("a unix socket asking for a token, "
+				       "served by uid %d, neither root nor "
+				       "this user: the token is not sent",
+				       (int)cr.uid);
+		dj_err("%s", djinn_last_error());
+		return -EACCES;
 	}
-	return ret;
+	return auth(conn, token, deadline_ns);
 }
 
 int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
@@ -1713,11 +1734,11 @@ int djinn_connect_opts(const char *addr, const struct djinn_connect_opts *o,
 	/* a name that gives several djinnd: the best of them for @o */
 	if (!strncmp(dial, "dns:", 4) || !strncmp(dial, "srv:", 4))
 		return __djinn_place(dial, o, out);
-	return __djinn_connect_at(addr, NULL, o, out);
+	return __djinn_connect_at(addr, NULL, o, UINT64_MAX, out);
 }
 
 int __djinn_connect_at(const char *addr, const char *tls_name,
-		       const struct djinn_connect_opts *o,
+		       const struct djinn_connect_opts *o, uint64_t deadline_ns,
 		       struct djinn_conn **out)
 {
 	char why[DJINN_MAX_ERROR_MSG], name[DJINN_ADDR_NAME_MAX], note[64] = "";
@@ -1745,7 +1766,7 @@ int __djinn_connect_at(const char *addr, const char *tls_name,
 	snprintf(dial_note, sizeof(dial_note), "%s%s", dial, note);
 	if (tls_name)
 		snprintf(a.tls_name, sizeof(a.tls_name), "%s", tls_name);
-	ret = link_open(&a, dial_note, o, UINT64_MAX, &fd, &tls, why,
+	ret = link_open(&a, dial_note, o, deadline_ns, &fd, &tls, why,
 			sizeof(why), &quiet);
 	if (ret) {
 		__djinn_set_last_error("%s", why);
@@ -1758,7 +1779,7 @@ int __djinn_connect_at(const char *addr, const char *tls_name,
 	ret = conn_start(fd, tls, link_transport(&a, tls), &conn);
 	if (ret)
 		return ret;
-	ret = hello(conn, UINT64_MAX);
+	ret = hello(conn, deadline_ns);
 	/* Why the connection died, for the caller: in TLS 1.3 a server
 	 * refuses the client's certificate after the client's handshake is
 	 * done, with an alert that may be behind the failure seen first. */
@@ -1775,7 +1796,7 @@ int __djinn_connect_at(const char *addr, const char *tls_name,
 	}
 	token = auth_token(o, tokbuf, sizeof(tokbuf));
 	if (!ret)
-		ret = auth_maybe(conn, &a, tls, token, UINT64_MAX);
+		ret = auth_maybe(conn, &a, tls, token, deadline_ns);
 	explicit_bzero(tokbuf, sizeof(tokbuf));
 	/* only a connection made is made again */
 	if (!ret)
@@ -1914,7 +1935,7 @@ static int relink_sessions(struct djinn_conn *conn, uint64_t deadline_ns,
 		       sizeof(req.token));
 		__djinn_call_init(&c, DJINN_MSG_SESSION_ATTACH, ids[i], &r,
 				  sizeof(r));
-		err = call_until(conn, &c, &iov, 1, deadline_ns);
+		err = __djinn_call_until(conn, &c, &iov, 1, deadline_ns);
 		if (err && atomic_load(&conn->dead)) {
 			ret = err;
 		} else if (err == -ENOENT || err == -EPERM) {

@@ -49,9 +49,9 @@ void print_s64(enum output_type t, const char *key, const char *fmt,
 /* JSON null; the text format gets @text (a "-", say). */
 void print_null(enum output_type t, const char *key, const char *fmt,
 		const char *text);
-/* Bytes: a number in JSON, "512B", "1.5Mi", "64Mi" in text. */
 /* true/false in JSON, "yes"/"no" through @fmt's %s in text */
 void print_bool(enum output_type t, const char *key, const char *fmt, bool v);
+/* Bytes: a number in JSON, "512B", "1.5Mi", "64Mi" in text. */
 void print_size(enum output_type t, const char *key, const char *fmt,
 		uint64_t bytes);
 /* Nanoseconds: a number in JSON, "12.345s", "3m07s", "2d04h05m" in text. */

@@ -275,6 +275,17 @@ static uint64_t conns_deadlines(struct loop_timer *t, uint64_t now)
 			continue;
 		if (c->handshaking) {
 			continue; /* the handshake thread times it */
+		} else if (c->token && !c->tenant[0] && now - c->born > frame &&
+			   c->ps == P_HDR && !c->req_open) {
+			log_notice("conn %d: no AUTH in %llu ms on the token "
+				   "socket: closing",
+				   c->fd, ms(now - c->born));
+			srv->st.conns_timed_out++;
+			conn_refuse(
+				c, NULL, -ETIMEDOUT,
+				"no AUTH within %llu ms: this socket's "
+				"clients name their tenant by a token first",
+				ms(frame));
 		} else if ((c->ps == P_HDR && c->hdr_got) || c->ps == P_BODY) {
 			if (now - c->frame_t0 <= frame)
 				continue;

@@ -90,6 +90,7 @@ struct conn {
 	/* of server.token_auth's socket: its tenant comes from AUTH's
 	 * token alone, never from cred.uid (empty until then) */
 	bool token;
+	uint64_t born; /* loop_now() at accept: AUTH's deadline counts from it */
 	struct tls_conn *tls; /* a tls: listener's (net/tls.h), or NULL */
 	bool handshaking; /* the handshake thread has it */
 	struct ucred cred;

@@ -148,13 +148,19 @@ static bool conn_over_cap(struct conn *c)
 		return false;
 	/* a local peer (unix, or loopback TCP whose owner sock_diag gave)
 	 * by its uid, wherever in 127.0.0.0/8 it binds; a remote one by
-	 * its address block */
+	 * its address block; one of the token socket by none of them (its
+	 * uid is shared by tenants that distrust each other): until its
+	 * AUTH, among SERVER_TOKEN_PREAUTH, then by its tenant's quota */
 	by_uid = !c->tcp || c->tcp_uid;
-	cap = by_uid ? srv->cfg.max_conns_per_uid : srv->cfg.max_conns_per_addr;
+	cap = c->token ? SERVER_TOKEN_PREAUTH :
+	      by_uid   ? srv->cfg.max_conns_per_uid :
+			 srv->cfg.max_conns_per_addr;
 	list_for_each_entry(o, &srv->conns, node) {
 		if (o == c || o->admin || o->closing)
 			continue;
-		if (by_uid ? (!o->tcp || o->tcp_uid) &&
+		if (c->token ? o->token && !o->tenant[0] :
+		    o->token ? false :
+		    by_uid   ? (!o->tcp || o->tcp_uid) &&
 				     o->cred.uid == c->cred.uid :
 			     o->tcp && !o->tcp_uid &&
 				     same_block(srv, &o->peer, &c->peer))
@@ -169,6 +175,14 @@ static bool conn_over_cap(struct conn *c)
 			   "before its TLS handshake",
 			   c->fd, n, addr_str(&c->peer, buf, sizeof(buf)));
 		conn_close(c, true);
+	} else if (c->token) {
+		log_notice("conn %d: %u connections of the token socket "
+			   "without AUTH already: refused",
+			   c->fd, n);
+		conn_refuse(c, NULL, -EUSERS,
+			    "%u connections of this socket have not sent "
+			    "AUTH yet, the limit: try again",
+			    n);
 	} else if (!by_uid) {
 		log_notice("conn %d: %u connections from %s's block already: "
 			   "refused",
@@ -326,7 +340,7 @@ static struct conn *conn_alloc(struct server *srv, int fd, bool admin, bool tcp,
 	INIT_LIST_HEAD(&c->zcwait);
 	INIT_LIST_HEAD(&c->read_wait);
 	INIT_LIST_HEAD(&c->read_node);
-	c->active = loop_now();
+	c->active = c->born = loop_now();
 	if (tcp) {
 		socklen_t plen = sizeof(c->peer);
 
@@ -578,8 +592,9 @@ static void conn_new(struct listener *ls, int fd)
 		return;
 	}
 	if (ls->token) {
-		/* HELLO and AUTH until a token names its tenant; its uid
-		 * still counts against server.max_connections_per_uid */
+		/* HELLO and AUTH until a token names its tenant, within
+		 * server.frame_timeout; among SERVER_TOKEN_PREAUTH until then
+		 * (conn_over_cap()), by its tenant's quota after */
 		c->token = true;
 		memset(c->tenant, 0, sizeof(c->tenant));
 		if (!conn_over_cap(c))

@@ -561,6 +561,12 @@ void handle_admin_token_mint(struct conn *c, const struct djinn_hdr *hdr,
 		conn_error(c, hdr, -EINVAL, "tenant not NUL-terminated");
 		return;
 	}
+	if (c->srv->restart) {
+		/* the successor has read the file already */
+		conn_error(c, hdr, -EBUSY,
+			   "a restart is handing djinnd over: mint after it");
+		return;
+	}
 	ret = tokens_mint(c->srv, m->tenant, m->ttl_ns, &r, msg, sizeof(msg));
 	if (ret) {
 		conn_error(c, hdr, ret, "%s", msg);
@@ -574,10 +580,24 @@ void handle_admin_token_revoke(struct conn *c, const struct djinn_hdr *hdr,
 			       struct session *unused, void *req, uint64_t len)
 {
 	const struct djinn_admin_token_revoke *r = req;
+	int ret;
 
-	if (tokens_revoke(c->srv, r->id))
-		conn_error(c, hdr, -ENOENT, "no minted token %llu",
+	if (c->srv->restart) {
+		conn_error(c, hdr, -EBUSY,
+			   "a restart is handing djinnd over: revoke after it");
+		return;
+	}
+	ret = tokens_revoke(c->srv, r->id);
+
+	if (ret == -ENOENT)
+		conn_error(c, hdr, ret, "no minted token %llu",
 			   (unsigned long long)r->id);
+	else if (ret)
+		conn_error(c, hdr, ret,
+			   "token %llu is refused from now on, but the file of "
+			   "minted tokens could not be written (%s): a djinnd "
+			   "started after this one would take it",
+			   (unsigned long long)r->id, strerror(-ret));
 	else
 		conn_reply(c, hdr, NULL, 0, NULL, 0, NULL, NULL);
 }
@@ -586,16 +606,16 @@ void handle_admin_tokens(struct conn *c, const struct djinn_hdr *hdr,
 			 struct session *unused, void *req, uint64_t len)
 {
 	struct djinn_admin_token *e;
-	unsigned int n = tokens_list(c->srv, &e);
-	size_t rlen = 8 + (size_t)n * sizeof(*e);
-	uint32_t *r = calloc(1, rlen);
+	int n = tokens_list(c->srv, &e);
+	size_t rlen = 8 + (size_t)(n > 0 ? n : 0) * sizeof(*e);
+	uint32_t *r = n < 0 ? NULL : calloc(1, rlen);
 
 	if (!r) {
 		free(e);
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return;
 	}
-	r[0] = n;
+	r[0] = (uint32_t)n;
 	if (n)
 		memcpy(r + 2, e, (size_t)n * sizeof(*e));
 	conn_reply(c, hdr, r, rlen, NULL, 0, NULL, NULL);

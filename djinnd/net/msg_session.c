@@ -36,7 +36,8 @@ void handle_hello(struct conn *c, const struct djinn_hdr *hdr,
 		.features = (d->models ? DJINN_FEAT_MODELS : 0) |
 			    (c->srv->sessions.leases->ops->verify ?
 				     DJINN_FEAT_KMOD :
-				     0),
+				     0) |
+			    (c->token ? DJINN_FEAT_TOKEN_AUTH : 0),
 	};
 
 	snprintf(r.backend, sizeof(r.backend), "%s", d->backend->name);

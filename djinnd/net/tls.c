@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * TLS listeners: the context, the handshake, identity from certificates
- * (tokens: net/tokens.c), and userspace records where the kernel cannot. See tls.h.
+ * (tokens: net/tokens.c), and userspace records where the kernel
+ * cannot. See tls.h.
  */
 #include <errno.h>
 #include <fcntl.h>

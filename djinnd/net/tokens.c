@@ -36,7 +36,6 @@ struct token_table {
 	unsigned int nr_file;
 	struct token *minted; /* ADMIN_TOKEN_MINT's */
 	unsigned int nr_minted, cap_minted;
-	uint64_t next_id;
 	char path[PATH_MAX]; /* where the minted ones' hashes are kept */
 };
 
@@ -236,7 +235,9 @@ static int minted_save(struct token_table *tt)
 		return 0;
 	if (snprintf(tmp, sizeof(tmp), "%s.new", tt->path) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+	/* a file of its own, never one left there (by whoever could) */
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
 		  0600);
 	if (fd < 0) {
 		ret = -errno;
@@ -278,15 +279,32 @@ out_unlink:
  * does not read drops the file's tokens: each must be minted again. */
 static void minted_load(struct token_table *tt)
 {
-	FILE *f = fopen(tt->path, "re");
+	int fd = open(tt->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	uint64_t now = realtime_ns();
 	unsigned int line = 0;
+	struct stat st;
 	char buf[256];
+	FILE *f;
 
-	if (!f) {
+	if (fd < 0) {
 		if (errno != ENOENT)
 			log_err("minted tokens: %s: %s", tt->path,
 				strerror(errno));
+		return;
+	}
+	/* it holds authenticators: djinnd's own file, or none */
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 0022)) {
+		log_err("minted tokens: %s is not a regular file of djinnd's "
+			"user that only it may write: not read (every minted "
+			"token must be minted again)",
+			tt->path);
+		close(fd);
+		return;
+	}
+	f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
 		return;
 	}
 	while (fgets(buf, sizeof(buf), f)) {
@@ -314,8 +332,6 @@ static void minted_load(struct token_table *tt)
 		t.id = id;
 		t.created_ns = created;
 		t.expires_ns = expires;
-		if (tt->next_id <= id)
-			tt->next_id = id + 1;
 		if (expired(&t, now))
 			continue;
 		if (tt->nr_minted == tt->cap_minted) {
@@ -354,7 +370,6 @@ int tokens_init(struct server *srv, char *why, size_t len)
 		snprintf(why, len, "tokens: out of memory");
 		return -ENOMEM;
 	}
-	tt->next_id = 1;
 	srv->tokens = tt;
 	if (srv->cfg.tls_tokens && *srv->cfg.tls_tokens) {
 		ret = tokens_read(srv->cfg.tls_tokens, &tt->file, &tt->nr_file,
@@ -429,8 +444,9 @@ int tokens_mint(struct server *srv, const char *tenant, uint64_t ttl_ns,
 {
 	struct token_table *tt = srv->tokens;
 	uint8_t raw[DJINN_MINTED_TOKEN_LEN / 2];
-	uint64_t now = realtime_ns();
+	uint64_t now = realtime_ns(), id = 0;
 	struct token t = { 0 };
+	unsigned int tries = 0;
 	int ret;
 
 	if (!tt) {
@@ -470,7 +486,17 @@ int tokens_mint(struct server *srv, const char *tenant, uint64_t ttl_ns,
 		tt->minted = m;
 		tt->cap_minted = cap;
 	}
-	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+	/* a random id, never one a token had before a restart or a
+	 * reboot, so that revoking a stale id hits no one's new token */
+	do {
+		if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id))
+			id = 0;
+		id &= TOKENS_ID_MASK;
+		for (unsigned int i = 0; id && i < tt->nr_minted; i++)
+			if (tt->minted[i].id == id)
+				id = 0;
+	} while (!id && ++tries < 8);
+	if (!id || getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
 		snprintf(msg, msglen, "getrandom failed");
 		return -EIO;
 	}
@@ -490,7 +516,7 @@ int tokens_mint(struct server *srv, const char *tenant, uint64_t ttl_ns,
 		return -EIO;
 	}
 	memcpy(t.tenant, tenant, strlen(tenant) + 1);
-	t.id = tt->next_id++;
+	t.id = id;
 	t.created_ns = now;
 	t.expires_ns = ttl_ns ? now + ttl_ns : 0;
 	tt->minted[tt->nr_minted++] = t;
@@ -526,11 +552,12 @@ int tokens_revoke(struct server *srv, uint64_t id)
 		 tt->minted[i].tenant);
 	tt->minted[i] = tt->minted[--tt->nr_minted];
 	OPENSSL_cleanse(&tt->minted[tt->nr_minted], sizeof(*tt->minted));
-	minted_save(tt);
-	return 0;
+	/* refused from now on; the caller hears if the next djinnd would
+	 * still take it */
+	return minted_save(tt);
 }
 
-unsigned int tokens_list(struct server *srv, struct djinn_admin_token **out)
+int tokens_list(struct server *srv, struct djinn_admin_token **out)
 {
 	struct token_table *tt = srv->tokens;
 	struct djinn_admin_token *e;
@@ -543,7 +570,7 @@ unsigned int tokens_list(struct server *srv, struct djinn_admin_token **out)
 		return 0;
 	e = calloc(tt->nr_minted, sizeof(*e));
 	if (!e)
-		return 0;
+		return -ENOMEM;
 	for (unsigned int i = 0; i < tt->nr_minted; i++) {
 		e[i].id = tt->minted[i].id;
 		e[i].created_ns = tt->minted[i].created_ns;
@@ -551,5 +578,5 @@ unsigned int tokens_list(struct server *srv, struct djinn_admin_token **out)
 		memcpy(e[i].tenant, tt->minted[i].tenant, sizeof(e[i].tenant));
 	}
 	*out = e;
-	return tt->nr_minted;
+	return (int)tt->nr_minted;
 }

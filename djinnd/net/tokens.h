@@ -22,6 +22,8 @@
 struct server;
 
 #define TOKENS_MINTED_MAX 65536u
+/* A minted token's id: random, 1 to 2^48 - 1 (exact in JSON numbers) */
+#define TOKENS_ID_MASK ((1ull << 48) - 1)
 #define TOKENS_TTL_MAX_NS (365ull * 24 * 3600 * 1000000000ull)
 
 /* tls.tokens and the minted tokens a djinnd before this one kept: 0, or
@@ -47,10 +49,12 @@ int tokens_tenant(struct server *srv, const uint8_t *token, size_t len,
  * keeping its hash; @msg says why. */
 int tokens_mint(struct server *srv, const char *tenant, uint64_t ttl_ns,
 		struct djinn_admin_token_minted *out, char *msg, size_t msglen);
-/* Forget minted token @id: 0, or -ENOENT. Connections it named stay. */
+/* Forget minted token @id: 0, -ENOENT, or the -errno of writing the
+ * file (it is refused here all the same, but the next djinnd would take
+ * it). Connections it named stay. */
 int tokens_revoke(struct server *srv, uint64_t id);
-/* The minted tokens in a malloc'd array in *@out (never their text):
- * how many (0 with *@out NULL for none, or out of memory). */
-unsigned int tokens_list(struct server *srv, struct djinn_admin_token **out);
+/* The minted tokens in a malloc'd array in *@out (never their text): how
+ * many (0 with *@out NULL for none), or -ENOMEM. */
+int tokens_list(struct server *srv, struct djinn_admin_token **out);
 
 #endif /* DJINN_TOKENS_H */

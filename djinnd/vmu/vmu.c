@@ -84,10 +84,10 @@ const char *vmu_seg_name(enum vmu_seg seg)
 /* ---------------------------------------------------------------------- */
 /* Locking and pressure */
 
-/* Lock held. Idle stack backing does not count: admission trims it for
- * nothing, and with a stack per compute thread it would read as pressure
- * on a device that is not short of memory. */
-/* The bytes held as the pressure level counts them. Lock held. */
+/* The bytes held as the pressure level counts them. Lock held. Idle
+ * stack backing does not count: admission trims it for nothing, and with
+ * a stack per compute thread it would read as pressure on a device that
+ * is not short of memory. */
 static uint64_t pressure_used(const struct vmu *v)
 {
 	return v->committed - v->stack_idle + v->reserved + v->region_resv;
@@ -1611,6 +1611,8 @@ void vmu_session_destroy(struct vmu_session *s)
 
 void vmu_get_stats(struct vmu *v, struct vmu_stats *st)
 {
+	uint64_t warn, used;
+
 	vmu_lock(v);
 	*st = v->st;
 	st->capacity = v->prov->capacity;
@@ -1620,12 +1622,9 @@ void vmu_get_stats(struct vmu *v, struct vmu_stats *st)
 	st->region_reserved = v->region_resv;
 	st->free = avail(v);
 	st->pressure = v->level;
-	{
-		uint64_t warn = v->prov->capacity / 100 * v->cfg.warn_pct,
-			 used = pressure_used(v);
-
-		st->pressure_room = warn > used ? warn - used : 0;
-	}
+	warn = v->prov->capacity / 100 * v->cfg.warn_pct;
+	used = pressure_used(v);
+	st->pressure_room = warn > used ? warn - used : 0;
 	vmu_unlock(v);
 }
 

@@ -123,9 +123,11 @@ int djinn_connect(const char *addr, struct djinn_conn **out);
  *            first; NULL: $DJINN_MODEL, else none
  *
  * Without a certificate, a token (@token, $DJINN_TOKEN, else the first
- * line of the file $DJINN_TOKEN_FILE) goes in AUTH over TLS and on a
- * unix socket, where djinnd's server.token_auth socket takes it (a unix
- * socket that names its peers by uid ignores it).
+ * line of the file $DJINN_TOKEN_FILE) goes in AUTH over TLS, and on a
+ * unix socket that says it takes one (djinnd's server.token_auth
+ * socket, HELLO's DJINN_FEAT_TOKEN_AUTH) when the kernel says its server
+ * is root or this user (else -EACCES); other unix sockets name their
+ * peers by uid, and never see the token.
  */
 struct djinn_connect_opts {
 	size_t size;
@@ -143,18 +145,21 @@ struct djinn_connect_opts {
  * priority first, each target's addresses). Each djinnd is connected to
  * at once, for up to $DJINN_PROBE_MS (default 3000) in all, and asked
  * for its state (djinn_status()); the connection kept is the best one's:
- * ready, left below its pressure threshold by a session of the size
- * sessions have there on average, where another would be, with @o's model
- * loaded, then with the most memory free for this tenant, then with the
- * fewest requests queued. The others are closed. It is a connection to
+ * ready; with room for the tenant (memory, sessions); the lowest SRV
+ * priority; left below its pressure threshold by a session of the size
+ * sessions have there on average, where another would be; with @o's
+ * model loaded; then with the most memory free for this tenant, then with
+ * the fewest requests queued. The others are closed. It is a connection to
  * that djinnd alone: its sessions stay there for life, and a
  * reconnection dials the same address again (djinn_conn_addr() says
  * which); a djinnd that died costs only new connections a try. Their
  * transport is TLS when a CA, certificate or key is given (@o or
- * $DJINN_TLS_*), checking djinnd's certificate against NAME (the SRV
- * target's for srv:), else plain TCP. -EHOSTUNREACH when the name gives
- * no address or none answers (djinn_last_error() says what each met).
- * For
+ * $DJINN_TLS_CA, $DJINN_TLS_CERT), checking djinnd's certificate
+ * against NAME (the SRV target's for srv:, which the DNS answer names:
+ * without DNSSEC, any djinnd of the CA may answer for it), else plain
+ * TCP. -EHOSTUNREACH when the name gives no address or none answers
+ * (djinn_last_error() says what each met). Name resolution is not
+ * within $DJINN_PROBE_MS: the resolver's own timeouts bound it. For
  * "tls:host:port" (TLS 1.3; "tls:[::1]:port"): djinnd's certificate must
  * be valid for host. Kernel TLS carries the records where the kernel
  * has the tls module, OpenSSL otherwise (djinn_conn_transport() says

@@ -308,6 +308,10 @@ static_assert(sizeof(struct djinn_hello_resp) == 48, "hello layout");
 #define DJINN_FEAT_MODELS (1u << 0) /* the model messages */
 /* djinn.ko keeps the leases: SESSION_BIND, completion rings */
 #define DJINN_FEAT_KMOD (1u << 8)
+/* this socket names its clients by an AUTH token alone
+ * (server.token_auth): a unix client sends its token here, and only to
+ * a server its kernel says is root or its own user */
+#define DJINN_FEAT_TOKEN_AUTH (1u << 9)
 
 /**
  * struct djinn_session_open - SESSION_OPEN request
@@ -1482,7 +1486,9 @@ static_assert(sizeof(struct djinn_admin_token_mint) == 72, "token mint");
 
 /**
  * struct djinn_admin_token_minted - ADMIN_TOKEN_MINT response
- * @id:         its number, for ADMIN_TOKEN_REVOKE
+ * @id:         its number, for ADMIN_TOKEN_REVOKE: random, 1 to 2^48 - 1,
+ *              so that an id kept from before a reboot (which loses
+ *              the tokens) names a newer token by a 2^-48 chance at most
  * @expires_ns: when it ends, CLOCK_REALTIME ns; 0: never
  * @token:      its text (no NUL)
  */

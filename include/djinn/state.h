@@ -63,8 +63,11 @@
 #include <djinn/proto.h>
 
 #define DJINN_STATE_MAGIC 0x3154534e4e494a44ULL /* "DJINNST1" */
-#define DJINN_STATE_VERSION 2
-/* the oldest version a djinnd of this one reads (1: no POOL, no PIECES) */
+/* 3: djinn_state_conn.token (an older djinnd would name such a connection
+ * by its uid: it refuses the record instead) */
+#define DJINN_STATE_VERSION 3
+/* the oldest version a djinnd of this one reads (1: no POOL, no PIECES;
+ * 2: no connection of a token socket) */
 #define DJINN_STATE_VERSION_MIN 1
 #define DJINN_STATE_IN_POOL (1ULL << 63)
 #define DJINN_STATE_SWAPPED (1ULL << 62)
@@ -271,7 +274,8 @@ struct djinn_state_result {
  * @index:   its socket's fd is named "conn-@index"
  * @admin, @tcp, @tcp_uid: what kind (net/conn.h)
  * @token:   1: a connection of server.token_auth's socket, whose @tenant
- *           an AUTH token named (0 with @tenant empty: none yet)
+ *           an AUTH token named (empty: none yet); 0 in records before
+ *           version 3
  * @pid, @uid, @gid: its peer's credentials as it was accepted
  * @peer:    a TCP peer's address
  * @tenant:  whom it was identified as

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from conftest import DJINNCTL, DJINND, MKMODEL, ROOT, settle
 
@@ -46,15 +46,20 @@ def missing() -> str:
 
 class Cluster:
     """djinnd on loopback addresses 127.A.B.H (H: @hosts' keys, each
-    with its memory and --set settings) and dnsmasq on 127.A.B.153:53,
-    answering djinn.test (every host), hH.djinn.test and the SRV records
+    with its memory and --set settings; tls: for those in @tls, else
+    plain TCP) and dnsmasq on 127.A.B.153:53, answering djinn.test (every
+    host not in @tls), hH.djinn.test and the SRV records
     _djinn._tcp.djinn.test (host @srv_first at priority 0, the others
-    at 10)."""
+    at 10), and @names (each name: its hosts)."""
 
     def __init__(self, tmp: pathlib.Path,
                  hosts: Dict[int, Tuple[str, List[str]]],
-                 models: Dict[str, str], srv_first: int = 0) -> None:
+                 models: Dict[str, str], srv_first: int = 0,
+                 tls: Tuple[int, ...] = (),
+                 names: Optional[Dict[str, List[int]]] = None) -> None:
         self.tmp = tmp
+        self.tls = tls
+        self.names = names or {}
         self.hosts = hosts
         self.srv_first = srv_first
         # an address block of its own: a parallel run does not collide
@@ -76,7 +81,8 @@ class Cluster:
         return f"{self.net}.{h}"
 
     def addr(self, h: int) -> str:
-        return f"tcp:{self.ip(h)}:{self.port}"
+        scheme = "tls" if h in self.tls else "tcp"
+        return f"{scheme}:{self.ip(h)}:{self.port}"
 
     def admin(self, h: int) -> str:
         return str(self.tmp / f"a{h}.sock")
@@ -132,7 +138,11 @@ class Cluster:
                 "--bind-interfaces", f"--listen-address={dns}",
                 "--port=53", "--log-facility=" + str(self.tmp / "dns.log"),
                 "--log-queries", "--pid-file="]
+        for name, hs in self.names.items():
+            args += [f"--host-record={name},{self.ip(h)}" for h in hs]
         for h in self.hosts:
+            if h in self.tls:  # named in @names alone
+                continue
             args.append(f"--host-record=djinn.test,{self.ip(h)}")
             args.append(f"--host-record=h{h}.djinn.test,{self.ip(h)}")
             # srv_first first (priority 0), the others behind it

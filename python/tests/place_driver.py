@@ -6,7 +6,8 @@ answer a line on stdout, so that connections and sessions live across
 requests while the caller kills and starts hosts.
 
 Requests ({"op": ...}):
-  connect  addr, model?, reconnect?  -> {"conn": N, "addr": chosen}
+  connect  addr, model?, reconnect?, tls_ca?, token?
+                                     -> {"conn": N, "addr": chosen}
   status   conn                      -> the NodeStatus as a dict
   session  conn                      -> {"session": N}
   model    session, name, tokens?    -> a context of the model with
@@ -37,7 +38,9 @@ def main() -> None:
         try:
             if op == "connect":
                 c = djinn.connect(req["addr"], model=req.get("model"),
-                                  reconnect=req.get("reconnect"))
+                                  reconnect=req.get("reconnect"),
+                                  tls_ca=req.get("tls_ca"),
+                                  token=req.get("token"))
                 conns[len(conns) + 1] = c
                 out: Dict[str, Any] = {"conn": len(conns), "addr": c.addr}
             elif op == "status":

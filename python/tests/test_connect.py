@@ -146,3 +146,38 @@ def test_tool_call_seen_by_the_daemon(daemon, session):
     session.signal("idle")
     assert _phase(daemon, sid, "idle") == "idle"
     session.heartbeat()
+
+
+def test_a_silent_host_costs_a_dns_address_its_probe_time_alone(
+        monkeypatch):
+    """dns:NAME:PORT asks every address at once, each for
+    $DJINN_PROBE_MS at most: a host that accepts and never answers makes
+    it fail then, naming the host, and leaves no thread or connection
+    behind."""
+    import os
+    import socket
+    import threading
+    import time
+
+    monkeypatch.setenv("DJINN_PROBE_MS", "300")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    port = srv.getsockname()[1]
+    held = []
+    threading.Thread(target=lambda: [held.append(srv.accept()[0])
+                                     for _ in range(64)],
+                     daemon=True).start()
+    threads = len(os.listdir("/proc/self/task"))
+    for _ in range(3):
+        t0 = time.monotonic()
+        with pytest.raises(djinn.Error) as e:
+            djinn.connect(f"dns:127.0.0.1:{port}")
+        assert time.monotonic() - t0 < 3
+        assert e.value.errno == errno.EHOSTUNREACH
+        assert f"tcp:127.0.0.1:{port}" in str(e.value)
+        assert "no answer in time" in str(e.value)
+    # the probes' threads and connections are gone, not waiting on it
+    assert settle(lambda: len(os.listdir("/proc/self/task")),
+                  lambda n: n <= threads, timeout=5) <= threads
+    srv.close()

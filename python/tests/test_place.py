@@ -13,6 +13,10 @@ missing.
 
 from __future__ import annotations
 
+import hashlib
+import pathlib
+import secrets
+import subprocess
 from typing import Iterator
 
 import pytest
@@ -136,3 +140,52 @@ def test_a_dead_host_costs_new_sessions_a_try_and_moves_nothing(
         assert after == before
     finally:
         cluster.start(4)
+
+
+def _pki(d: pathlib.Path, name: str) -> None:
+    """A CA (ca.pem) and a server certificate for DNS name @name
+    (server.pem, server.key), with openssl(1)."""
+    def ossl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True,
+                       capture_output=True)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    ossl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem",
+         "-subj", "/CN=djinn test CA", "-days", "2")
+    ossl("req", *ec, "-keyout", "server.key", "-out", "server.csr",
+         "-subj", f"/CN={name}")
+    (d / "ext.cnf").write_text(f"subjectAltName=DNS:{name}\n")
+    ossl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey",
+         "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2",
+         "-extfile", "ext.cnf")
+
+
+def test_tls_checks_the_name_not_the_address(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """dns: over TLS dials the address the name gave and checks djinnd's
+    certificate against the name: a name the certificate does not carry
+    is refused, though it leads to the same djinnd."""
+    tmp = tmp_path_factory.mktemp("place-tls")
+    _pki(tmp, "tls.djinn.test")
+    token = secrets.token_hex(32)
+    (tmp / "tokens").write_text(
+        "team-t " + hashlib.sha256(token.encode()).hexdigest() + "\n")
+    c = Cluster(tmp, {2: ("32M", [f"tls.certificate={tmp}/server.pem",
+                                  f"tls.key={tmp}/server.key",
+                                  f"tls.tokens={tmp}/tokens"])}, {},
+                tls=(2,), names={"tls.djinn.test": [2],
+                                 "other.djinn.test": [2]})
+    try:
+        with c.client() as cl:
+            got = cl.ok("connect", addr=f"dns:tls.djinn.test:{c.port}",
+                        tls_ca=str(tmp / "ca.pem"), token=token)
+            assert got["addr"] == f"tls:{c.ip(2)}:{c.port}"
+            sess = cl.ok("session", conn=got["conn"])["session"]
+            assert sess and [s["tenant"] for s in
+                             c.ctl(2, "session", "list")] == ["team-t"]
+            bad = cl("connect", addr=f"dns:other.djinn.test:{c.port}",
+                     tls_ca=str(tmp / "ca.pem"), token=token)
+            assert bad.get("errno") == "EHOSTUNREACH", bad
+            assert "other.djinn.test" in bad["error"]
+    finally:
+        c.stop()

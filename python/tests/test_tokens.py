@@ -6,13 +6,18 @@ a token socket beside its uid-named one, and the metrics endpoint."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
 import signal
 import socket
 import stat
+import shutil
 import subprocess
+import sys
+import tempfile
+import threading
 import time
 import urllib.request
 from typing import Any, Iterator, List
@@ -33,8 +38,9 @@ def _free_port() -> int:
 
 
 class TokenDaemon:
-    def __init__(self, tmp: pathlib.Path) -> None:
+    def __init__(self, tmp: pathlib.Path, *extra: str) -> None:
         self.tmp = tmp
+        self.extra = extra
         self.uid_sock = tmp / "d.sock"
         self.pods = tmp / "pods.sock"
         self.admin = tmp / "a.sock"
@@ -49,7 +55,8 @@ class TokenDaemon:
              f"server.token_auth=unix:{self.pods}", "-a", str(self.admin),
              "--backend", "cpu", "-m", "64M", "--handover",
              str(self.tmp / "handover.sock"), "--metrics",
-             f"tcp:127.0.0.1:{self.port}"],
+             f"tcp:127.0.0.1:{self.port}",
+             *[a for e in self.extra for a in ("--set", e)]],
             stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
         assert settle(self.ready, bool, timeout=20), self.log.read_text()
 
@@ -92,7 +99,7 @@ def test_a_token_names_the_tenant_on_the_token_socket(
         td: TokenDaemon) -> None:
     t = td.mint("team-a")
     assert len(t["token"]) == 64 and t["tenant"] == "team-a"
-    assert t["id"] >= 1 and t["expires_ns"] == 0
+    assert 1 <= t["id"] < 1 << 48 and t["expires_ns"] == 0
     with djinn.connect(f"unix:{td.pods}", token=t["token"]) as c:
         with c.session():
             assert td.tenants() == ["team-a"]
@@ -225,3 +232,134 @@ def test_health_and_readyz(td: TokenDaemon) -> None:
     td.proc.wait(10)
     r = td.health()
     assert r.returncode == 1 and "cannot connect" in r.stderr
+
+
+def _relay(listen: str, target: str, seen: "list[bytes]",
+           uid: int = -1) -> "subprocess.Popen[str]":
+    """A process relaying a unix socket at @listen to @target, printing
+    what clients sent as hex lines (into @seen). With @uid, it connects
+    to @target first (for the one client it then serves), and listens as
+    that user: the kernel names @uid as the socket's server."""
+    code = f"""
+import os, socket, sys, threading
+ups = []
+if {uid} >= 0:
+    ups.append(socket.socket(socket.AF_UNIX))
+    ups[0].connect({target!r})
+    os.setgid({uid}); os.setuid({uid})
+srv = socket.socket(socket.AF_UNIX)
+srv.bind({listen!r}); srv.listen(8)
+print("ready", flush=True)
+def pipe(a, b, log):
+    while True:
+        d = a.recv(65536)
+        if not d:
+            b.close(); return
+        if log:
+            print(d.hex(), flush=True)
+        b.sendall(d)
+while True:
+    c, _ = srv.accept()
+    if ups:
+        u = ups.pop()
+    else:
+        u = socket.socket(socket.AF_UNIX); u.connect({target!r})
+    threading.Thread(target=pipe, args=(c, u, True), daemon=True).start()
+    threading.Thread(target=pipe, args=(u, c, False), daemon=True).start()
+"""
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         text=True)
+    assert p.stdout and p.stdout.readline().strip() == "ready"
+
+    def read() -> None:
+        assert p.stdout
+        for line in p.stdout:
+            seen.append(bytes.fromhex(line.strip()))
+
+    threading.Thread(target=read, daemon=True).start()
+    return p
+
+
+def test_a_token_goes_only_to_a_token_socket_of_root_or_this_user(
+        td: TokenDaemon, tmp_path: pathlib.Path) -> None:
+    t = td.mint("team-a")
+    secret = t["token"].encode()
+    # a socket that names its peers by uid never sees the token
+    seen: List[bytes] = []
+    relay = _relay(str(tmp_path / "uid-relay.sock"), str(td.uid_sock), seen)
+    try:
+        with djinn.connect(f"unix:{tmp_path}/uid-relay.sock",
+                           token=t["token"]) as c, c.session():
+            assert td.tenants() == [f"uid:{os.getuid()}"]
+        assert seen and secret not in b"".join(seen)
+    finally:
+        relay.kill()
+    # the token socket, through this user's relay: sent, and it works
+    seen = []
+    relay = _relay(str(tmp_path / "tok-relay.sock"), str(td.pods), seen)
+    try:
+        with djinn.connect(f"unix:{tmp_path}/tok-relay.sock",
+                           token=t["token"]) as c, c.session():
+            assert td.tenants() == ["team-a"]
+        assert secret in b"".join(seen)
+    finally:
+        relay.kill()
+    if os.geteuid():
+        return  # another user's relay needs root to start
+    # another user's socket, in a shared directory, that relays the
+    # token socket (so it claims to take tokens): refused, unsent
+    shared = pathlib.Path(tempfile.mkdtemp(prefix="djinn-shared-"))
+    shared.chmod(0o1777)
+    seen = []
+    relay = _relay(str(shared / "evil.sock"), str(td.pods), seen, uid=65534)
+    try:
+        with pytest.raises(djinn.PermissionDenied) as e:
+            djinn.connect(f"unix:{shared}/evil.sock", token=t["token"],
+                          reconnect=0)
+        assert "neither root nor this user" in str(e.value)
+        assert seen and secret not in b"".join(seen)  # HELLO alone
+    finally:
+        relay.kill()
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_token_socket_clients_wait_for_auth_apart_from_uids(
+        tmp_path: pathlib.Path) -> None:
+    """Connections of the token socket that have not sent AUTH count
+    against no uid's cap (the uid socket's clients of the same user are
+    not locked out by them), at most 64 of them wait at once, and each is
+    closed when it has not sent AUTH within frame_timeout."""
+    td = TokenDaemon(tmp_path, "server.max_connections_per_uid=4",
+                     "server.frame_timeout=1s")
+    idle = []
+    try:
+        for _ in range(64):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(td.pods))
+            idle.append(s)
+        with djinn.connect(f"unix:{td.uid_sock}") as c, c.session():
+            assert td.tenants() == [f"uid:{os.getuid()}"]
+        # the 65th waits for none: refused (-EUSERS, with why), closed
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(td.pods))
+        s.settimeout(10)
+        got = b""
+        while d := s.recv(4096):
+            got += d
+        s.close()
+        assert b"connections of this socket have not sent AUTH yet" in got
+        assert (-errno.EUSERS).to_bytes(4, "little", signed=True) in got
+        # the silent ones are closed within their frame_timeout (1 s)
+        for s in idle:
+            s.settimeout(10)
+            got = b""
+            while True:
+                d = s.recv(4096)
+                if not d:
+                    break
+                got += d
+            assert got, "closed without a word"
+    finally:
+        for s in idle:
+            s.close()
+        td.stop()

@@ -257,11 +257,11 @@ static void test_refused(void **state)
 		const char *phrase;
 	} cases[] = {
 		{ newer, -EPROTONOSUPPORT,
-		  "state record version 3: this djinnd reads versions 1 to "
-		  "2" },
+		  "state record version 4: this djinnd reads versions 1 to "
+		  "3" },
 		{ older, -EPROTONOSUPPORT,
 		  "state record version 0: this djinnd reads versions 1 to "
-		  "2" },
+		  "3" },
 		{ bad_magic, -EBADMSG, "not a djinnd state record" },
 		{ truncated, -EBADMSG, "its header says" },
 		{ long_entry, -EBADMSG, "entry 0 runs past the record" },
