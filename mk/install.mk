@@ -117,6 +117,9 @@ $(INST)/djinn-serve.service: systemd/djinn-serve.service.in $(INST)/paths
 $(INST)/djinn-serve: python/djinn-serve.in $(INST)/paths
 	@mkdir -p $(@D)
 	$(Q)sed -e 's|@PYTHON@|$(PYTHON)|g' $< > $@ && chmod 755 $@
+$(INST)/djinn-device-plugin: python/djinn-device-plugin.in $(INST)/paths
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PYTHON@|$(PYTHON)|g' $< > $@ && chmod 755 $@
 .PHONY: FORCE install uninstall
 
 # What is installed: "f MODE SRC DST", "l TARGET DST" (a symlink) or
@@ -141,6 +144,7 @@ INSTALL_LIST = \
 	f 644 $(INST)/djinnd.service $(UNITDIR)/djinnd.service \
 	f 644 $(INST)/djinn-serve.service $(UNITDIR)/djinn-serve.service \
 	f 755 $(INST)/djinn-serve $(BINDIR)/djinn-serve \
+	f 755 $(INST)/djinn-device-plugin $(BINDIR)/djinn-device-plugin \
 	f 644 systemd/djinn-serve.sysusers $(PREFIX)/lib/sysusers.d/djinn-serve.conf \
 	c 644 etc/djinnd.conf $(SYSCONFDIR)/djinn/djinnd.conf \
 	$(if $(wildcard kmod/dkms.conf), \
@@ -150,7 +154,8 @@ INSTALL_LIST = \
 INSTALL_FILES = $(DJINND) $(DJINNCTL) $(INST)/djinn-bench $(INST_DJINN) \
 		$(LIBDJINN_SO) \
 		$(LIBDJINN_A) $(INST)/libdjinn.pc $(INST)/djinnd.service \
-		$(INST)/djinn-serve.service $(INST)/djinn-serve
+		$(INST)/djinn-serve.service $(INST)/djinn-serve \
+		$(INST)/djinn-device-plugin
 
 # The installer, in sh: $1 install|uninstall, $2 DESTDIR, $3 the manifest;
 # for install, the list on stdin. Manifest lines: "d DIR" for each
@@ -246,7 +251,7 @@ export INSTALL_SH
 # (test_install does, so that it checks the binaries the tests ran, even
 # while the tree changes under it).
 all: $(INSTALL_FILES)
-install: $(if $(INSTALL_PREBUILT),$(INST)/libdjinn.pc $(INST)/djinnd.service $(INST)/djinn-serve.service $(INST)/djinn-serve,$(INSTALL_FILES))
+install: $(if $(INSTALL_PREBUILT),$(INST)/libdjinn.pc $(INST)/djinnd.service $(INST)/djinn-serve.service $(INST)/djinn-serve $(INST)/djinn-device-plugin,$(INSTALL_FILES))
 	$(Q)echo '$(strip $(INSTALL_LIST))' | \
 		sh -c "$$INSTALL_SH" sh install '$(DESTDIR)' '$(INSTALL_MANIFEST)'
 	$(Q)if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" -eq 0 ] && \

@@ -80,7 +80,8 @@ pyver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
 pysite=$P/lib/python$pyver/dist-packages
 pyfiles=
 [ -n "$pyver" ] && pyfiles=$(ls "$src"/python/djinn/*.py \
-	"$src"/python/djinn/serve/*.py "$src"/python/djinn/py.typed)
+	"$src"/python/djinn/serve/*.py "$src"/python/djinn/k8s/*.py \
+	"$src"/python/djinn/k8s/proto/*.proto "$src"/python/djinn/py.typed)
 
 # What must be there: a line per path, "TYPE MODE PATH" (TYPE f or l).
 {
@@ -104,6 +105,7 @@ pyfiles=
 	echo "f 644 $P/lib/systemd/system/djinnd.service"
 	echo "f 644 $P/lib/systemd/system/djinn-serve.service"
 	echo "f 755 $P/bin/djinn-serve"
+	echo "f 755 $P/bin/djinn-device-plugin"
 	echo "f 644 $P/lib/sysusers.d/djinn-serve.conf"
 	echo "f 644 /etc/djinn/djinnd.conf"
 	echo "f 644 $P/share/djinn/install-manifest"
