@@ -120,6 +120,18 @@ class Daemon:
             self.proc.kill()
 
 
+def stop_proc(proc: "subprocess.Popen[Any]", timeout: float = 10) -> None:
+    """SIGTERM @proc and reap it; SIGKILL when it outlives @timeout s."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _have(path: str) -> bool:
     return os.access(path, os.X_OK)
 

@@ -22,7 +22,7 @@ import time
 import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
-from conftest import DJINNCTL, DJINND, MKMODEL, ROOT, settle
+from conftest import DJINNCTL, DJINND, MKMODEL, ROOT, settle, stop_proc
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -176,12 +176,7 @@ class Cluster:
 
     def stop(self) -> None:
         for p in [*self.procs.values(), self.dns]:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_proc(p)
 
 
 class Client:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-from conftest import BACKEND, DJINNCTL, DJINND, ROOT, settle
+from conftest import BACKEND, DJINNCTL, DJINND, ROOT, settle, stop_proc
 
 grpc = pytest.importorskip("grpc", reason="needs grpcio (pip install "
                            "grpcio)")
@@ -104,12 +104,7 @@ class Djinnd:
         self.proc.wait(10)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_proc(self.proc)
 
 
 class Registration(api_grpc.RegistrationServicer):
@@ -281,12 +276,7 @@ class Env:
         return "plugin:\n" + self.log.read_text()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_proc(self.proc)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ import pytest
 
 import djinn
 
-from conftest import DJINNCTL, DJINND, settle
+from conftest import DJINNCTL, DJINND, settle, stop_proc
 
 
 def _free_port() -> int:
@@ -81,11 +81,7 @@ class TokenDaemon:
         return sorted(s["tenant"] for s in json.loads(out))
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_proc(self.proc)
 
 
 @pytest.fixture
