@@ -27,6 +27,7 @@ image. PyYAML comes with make test's venv (mk/python.mk).
 from __future__ import annotations
 
 import configparser
+import errno
 import fnmatch
 import http.client
 import json
@@ -264,6 +265,11 @@ def test_kustomization_lists_every_manifest():
     present.discard("kustomization.yaml")
     assert present == set(listed), \
         f"in deploy/kubernetes, not listed: {sorted(present - set(listed))}"
+    # the rest of the tree: the generators' files, each once
+    made = [f for g in k.get("configMapGenerator", []) for f in g["files"]]
+    others = {str(p.relative_to(K8S)) for p in K8S.rglob("*")
+              if p.is_file() and p.parent != K8S}
+    assert sorted(made) == sorted(others), (made, others)
     ns = k["namespace"]
     for o in objects():
         assert o["apiVersion"] and o["metadata"]["name"], o
@@ -286,7 +292,7 @@ def test_manifests_run_the_containerfile_image():
             # a local name: the kubelet must not try to pull it
             assert c.get("imagePullPolicy") == "IfNotPresent", c["name"]
             seen += 1
-    assert seen == 2
+    assert seen == 3  # djinnd, the device plugin, the profile's installer
     st = stages()
     assert len(st) == 2
     assert re.fullmatch(r"FROM debian:12 AS build", st[0][0]), st[0][0]
@@ -534,7 +540,9 @@ def test_host_paths():
     # kubelet's own sockets
     known = {runtime, conf_value("server", "model_dir"),
              "/var/lib/kubelet/device-plugins",
-             "/var/lib/kubelet/pod-resources"}
+             "/var/lib/kubelet/pod-resources",
+             # where the kubelet finds Localhost seccomp profiles
+             "/var/lib/kubelet/seccomp"}
     types = {"", "DirectoryOrCreate", "Directory", "FileOrCreate", "File",
              "Socket", "CharDevice", "BlockDevice"}
     hp = {v["name"]: v["hostPath"] for v in pod_spec()["volumes"]
@@ -542,9 +550,12 @@ def test_host_paths():
     assert {h["path"] for h in hp.values()} == known
     for name, h in hp.items():
         assert h.get("type", "") in types, h
-        # the kubelet's directories are there before any plugin
+        # the kubelet's directories are there before any plugin (its
+        # seccomp directory only once a profile is installed)
         if h["path"].startswith("/var/lib/kubelet/"):
-            assert h["type"] == "Directory"
+            assert h["type"] == ("DirectoryOrCreate"
+                                 if h["path"].endswith("/seccomp")
+                                 else "Directory"), h
     # the plugin names allocation directories by their host path
     for m in container("device-plugin")["volumeMounts"]:
         if m["name"] in hp:
@@ -560,7 +571,7 @@ def test_daemonset_keeps_the_units_hardening():
         assert not spec.get(key), key
     bounding = {c.removeprefix("CAP_") for c in
                 u["CapabilityBoundingSet"].split()}
-    for c in spec["containers"]:
+    for c in spec["containers"] + spec.get("initContainers", []):
         sc = c["securityContext"]
         name = c["name"]
         if u.get("NoNewPrivileges") == "yes":
@@ -576,11 +587,15 @@ def test_daemonset_keeps_the_units_hardening():
             assert prof["type"] in ("RuntimeDefault", "Localhost"), name
         if u.get("DevicePolicy") == "closed":
             assert not sc.get("privileged"), name
-        if u.get("PrivateTmp") == "yes":
+        if u.get("PrivateTmp") == "yes" and c in spec["containers"]:
             (tmp,) = [m for m in c["volumeMounts"]
                       if m["mountPath"] == "/tmp"]
             assert "emptyDir" in volume(tmp["name"]), name
     sc = container("djinnd")["securityContext"]
+    # djinnd's system calls are the unit's: a Localhost profile made from
+    # its SystemCallFilter= (test_seccomp_profile_is_the_units_filter)
+    assert sc["seccompProfile"] == {"type": "Localhost",
+                                    "localhostProfile": "djinn/djinnd.json"}
     if u.get("User"):
         assert sc.get("runAsNonRoot") is True
     else:  # root, as under systemd
@@ -600,6 +615,42 @@ def test_daemonset_keeps_the_units_hardening():
     live = container("djinnd")["livenessProbe"]
     assert live["periodSeconds"] * live["failureThreshold"] <= \
         seconds(u["WatchdogSec"])
+
+
+def test_seccomp_profile_is_the_units_filter():
+    """djinnd's profile allows what the unit's SystemCallFilter= allows
+    (scripts/mkseccomp.py, with this machine's systemd-analyze), io_uring
+    among it, denies the rest with the unit's SystemCallErrorNumber=, and
+    the init container installs it where localhostProfile points."""
+    shipped = json.loads((K8S / "seccomp" / "djinnd.json").read_text())
+    names = set(shipped["syscalls"][0]["names"])
+    assert {"io_uring_setup", "io_uring_enter", "io_uring_register"} <= names
+    assert {"socket", "mmap", "epoll_wait", "futex"} <= names
+    # what @system-service leaves out stays out
+    assert not names & {"mount", "ptrace", "kexec_load", "init_module",
+                        "bpf", "reboot", "swapon"}
+    assert shipped["defaultAction"] == "SCMP_ACT_ERRNO"
+    u = unit()["Service"]
+    assert shipped["defaultErrnoRet"] == getattr(
+        errno, u.get("SystemCallErrorNumber", "EPERM"))
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("no systemd-analyze: the profile is not made again")
+    made = subprocess.run([sys.executable, str(ROOT / "scripts" /
+                                               "mkseccomp.py"), "--unit",
+                           str(ROOT / "systemd" / "djinnd.service.in")],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(made.stdout) == shipped, \
+        "deploy/kubernetes/seccomp/djinnd.json is not the unit's filter: " \
+        "scripts/mkseccomp.py > deploy/kubernetes/seccomp/djinnd.json"
+    init = [c for c in pod_spec()["initContainers"]
+            if c["name"] == "seccomp-profile"][0]
+    script = " ".join(init["command"])
+    mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    assert volume("kubelet-seccomp")["hostPath"]["path"] == \
+        "/var/lib/kubelet/seccomp"
+    assert f"{mounts['kubelet-seccomp']}/djinn/djinnd.json" in script
+    assert volume("seccomp-profile")["configMap"]["name"] == \
+        kustomization()["configMapGenerator"][0]["name"]
 
 
 # --- probes, Prometheus, the Service -----------------------------------------
