@@ -15,8 +15,10 @@
 # says another.
 PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
 DEB_PKGS += python3-numpy python3-pytest
-# test_place.py's DNS server, answering for several djinnd on loopback
-DEB_PKGS += dnsmasq-base
+# test_place.py's DNS server, answering for several djinnd on loopback;
+# libseccomp's binding, which test_deploy.py runs djinnd under its
+# container's seccomp profile with
+DEB_PKGS += dnsmasq-base python3-seccomp
 
 PY_SRCS := $(wildcard python/djinn/*.py python/djinn/serve/*.py \
 			python/djinn/k8s/*.py python/djinn/k8s/proto/*.proto) \

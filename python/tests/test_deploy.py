@@ -653,6 +653,73 @@ def test_seccomp_profile_is_the_units_filter():
         kustomization()["configMapGenerator"][0]["name"]
 
 
+SECCOMP_EXEC = """
+import errno, json, os, sys
+import seccomp
+prof = json.load(open(sys.argv[1]))
+f = seccomp.SyscallFilter(
+    defaction=seccomp.ERRNO(prof.get("defaultErrnoRet", errno.EPERM)))
+for rule in prof["syscalls"]:
+    for name in rule["names"]:
+        try:  # a name this architecture lacks (the profile's are the
+            f.add_rule(seccomp.ALLOW, name)  # union of its arches')
+        except (ValueError, RuntimeError, OSError):
+            pass
+f.load()
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def test_djinnd_serves_under_its_seccomp_profile(tmp_path: pathlib.Path):
+    """djinnd under deploy/kubernetes/seccomp/djinnd.json, loaded with
+    libseccomp as a runtime loads a Localhost profile (python3-seccomp):
+    it starts, serves a model step through io_uring, and a call the
+    profile leaves out (mount) fails with EPERM."""
+    pytest.importorskip("seccomp", reason="python3-seccomp (Debian)")
+    if not has_djinnd():
+        pytest.skip(f"no djinnd at {DJINND}")
+    sys.path.insert(0, str(ROOT / "python"))
+    import djinn
+
+    prof = K8S / "seccomp" / "djinnd.json"
+    models = tmp_path / "models"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "mkmodel.py"),
+                    "--arch", "gpt2", "--layers", "2", "--embd", "64",
+                    "--heads", "4", "--vocab", "256", "--ctx", "64",
+                    str(models / "tiny")], check=True,
+                   stdout=subprocess.DEVNULL)
+    sock = tmp_path / "d.sock"
+    log = open(tmp_path / "djinnd.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SECCOMP_EXEC, str(prof), DJINND, "-f", "-l",
+         f"unix:{sock}", "-a", str(tmp_path / "a.sock"), "--backend",
+         "cpu", "-m", "128M", "--model-dir", str(models)],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while not sock.exists():
+            assert proc.poll() is None, \
+                (tmp_path / "djinnd.log").read_text()
+            assert time.monotonic() < deadline, "djinnd did not listen"
+            time.sleep(0.05)
+        with djinn.connect(f"unix:{sock}") as c, c.session() as s:
+            ctx = s.model("tiny").context()
+            ctx.prefill([1, 2, 3])
+            assert len(ctx.generate(4)) == 4
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert proc.returncode == 0, (tmp_path / "djinnd.log").read_text()
+    if os.geteuid() == 0:  # root may mount: the profile says no
+        target = tmp_path / "mnt"
+        target.mkdir()
+        r = subprocess.run(
+            [sys.executable, "-c", SECCOMP_EXEC, str(prof),
+             shutil.which("mount") or "/bin/mount", "-t", "tmpfs", "none",
+             str(target)], capture_output=True, text=True)
+        assert r.returncode != 0 and "ermission denied" in r.stderr, r
+
+
 # --- probes, Prometheus, the Service -----------------------------------------
 
 def test_probes_and_annotations_name_the_metrics_port():
