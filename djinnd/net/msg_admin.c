@@ -388,6 +388,17 @@ void handle_admin_fault_inject(struct conn *c, const struct djinn_hdr *hdr,
 /* Models */
 
 /* ADMIN_MODELS' entries sort by name, then device. */
+/* An answer that lists entries (ADMIN_MODELS, ADMIN_TOKENS): a __u32
+ * count, a zero __u32, then @n entries of @esz bytes at @e, a malloc'd
+ * array sent from where it is and freed once sent (NULL for none). */
+static void reply_entries(struct conn *c, const struct djinn_hdr *hdr, void *e,
+			  uint32_t n, size_t esz)
+{
+	const uint32_t head[2] = { n, 0 };
+
+	conn_reply(c, hdr, head, sizeof(head), e, (uint64_t)n * esz, free, e);
+}
+
 static int admin_model_cmp(const void *a, const void *b)
 {
 	const struct djinn_admin_model *x = a, *y = b;
@@ -403,8 +414,7 @@ void msg_admin_models_reply(struct conn *c, const struct djinn_hdr *hdr,
 {
 	struct server *srv = c->srv;
 	struct djinn_admin_model *e = NULL;
-	size_t n = 0, rlen;
-	uint32_t *r;
+	size_t n = 0;
 	int ret = 0;
 
 	/* Each device's store: a model opened on two is loaded on both. */
@@ -458,19 +468,7 @@ void msg_admin_models_reply(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	if (n)
 		qsort(e, n, sizeof(*e), admin_model_cmp);
-	rlen = 8 + n * sizeof(*e);
-	r = calloc(1, rlen);
-	if (!r) {
-		free(e);
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		return;
-	}
-	r[0] = (uint32_t)n;
-	if (n)
-		memcpy(r + 2, e, n * sizeof(*e));
-	conn_reply(c, hdr, r, rlen, NULL, 0, NULL, NULL);
-	free(r);
-	free(e);
+	reply_entries(c, hdr, e, (uint32_t)n, sizeof(*e));
 }
 
 void handle_admin_models(struct conn *c, const struct djinn_hdr *hdr,
@@ -607,20 +605,11 @@ void handle_admin_tokens(struct conn *c, const struct djinn_hdr *hdr,
 {
 	struct djinn_admin_token *e;
 	int n = tokens_list(c->srv, &e);
-	size_t rlen = 8 + (size_t)(n > 0 ? n : 0) * sizeof(*e);
-	uint32_t *r = n < 0 ? NULL : calloc(1, rlen);
 
-	if (!r) {
-		free(e);
-		conn_error(c, hdr, -ENOMEM, "out of memory");
-		return;
-	}
-	r[0] = (uint32_t)n;
-	if (n)
-		memcpy(r + 2, e, (size_t)n * sizeof(*e));
-	conn_reply(c, hdr, r, rlen, NULL, 0, NULL, NULL);
-	free(r);
-	free(e);
+	if (n < 0)
+		conn_error(c, hdr, n, "out of memory");
+	else
+		reply_entries(c, hdr, e, (uint32_t)n, sizeof(*e));
 }
 
 bool msg_ready(struct server *srv, char *why, size_t len)

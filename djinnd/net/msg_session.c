@@ -334,98 +334,23 @@ void handle_status(struct conn *c, const struct djinn_hdr *hdr,
 		   struct session *unused, void *req, uint64_t len)
 {
 	struct server *srv = c->srv;
-	struct djinn_status_model *m = NULL;
-	struct djinn_status *r;
+	struct djinn_status_model *m;
 	struct djinn_status st = {
 		.size = sizeof(st),
 		.nr_dev = srv->nr_dev,
 		.sessions = (uint32_t)srv->sessions.nr,
 		.max_sessions = srv->cfg.max_sessions,
 	};
-	size_t n = 0, cap = 0;
 	char why[8];
+	size_t n;
 
 	if (msg_ready(srv, why, sizeof(why)))
 		st.flags |= DJINN_STATUS_READY;
-	for (unsigned int d = 0; d < srv->nr_dev; d++) {
-		struct device *dv = &srv->dev[d];
-		struct model_info *list = NULL;
-		struct vmu_usage u;
-		struct vmu_stats vs;
-		uint64_t room;
-		size_t k = 0;
-
-		vmu_get_stats(dv->vmu, &vs);
-		st.capacity += vs.capacity;
-		st.free += vs.free;
-		if ((uint32_t)vs.pressure > st.pressure)
-			st.pressure = (uint32_t)vs.pressure;
-		if (vs.pressure_room > st.pressure_room)
-			st.pressure_room = vs.pressure_room;
-		st.data_bytes += vs.seg[VMU_SEG_DATA].used;
-		room = vs.free;
-		if (!vmu_tenant_usage(dv->vmu, c->tenant, &u) && u.quota)
-			room = u.quota > u.data_bytes ?
-				       (u.quota - u.data_bytes < room ?
-						u.quota - u.data_bytes :
-						room) :
-				       0;
-		if (room > st.tenant_free)
-			st.tenant_free = room;
-		for (unsigned int l = 0; l < SCHED_LANES; l++) {
-			unsigned int q, run;
-
-			sched_depth(dv->sched, l, &q, &run);
-			st.queued += q + run;
-		}
-		if (!dv->models)
-			continue;
-		st.flags |= DJINN_STATUS_MODELS;
-		if (model_store_list(dv->models, &list, &k))
-			k = 0;
-		for (size_t i = 0; i < k; i++) {
-			struct djinn_status_model *e = NULL;
-
-			if (list[i].uploaded) /* its tenant's alone */
-				continue;
-			for (size_t j = 0; j < n && !e; j++)
-				if (!strcmp(m[j].name, list[i].name))
-					e = &m[j];
-			if (!e) {
-				if (n == DJINN_STATUS_MODELS_MAX)
-					continue;
-				if (n == cap) {
-					size_t nc = cap ? cap * 2 : 8;
-					void *p = realloc(m, nc * sizeof(*m));
-
-					if (!p)
-						continue;
-					m = p;
-					cap = nc;
-				}
-				e = &m[n++];
-				memset(e, 0, sizeof(*e));
-				memcpy(e->name, list[i].name, sizeof(e->name));
-			}
-			e->holders += list[i].holders;
-			if (list[i].bytes > e->bytes)
-				e->bytes = list[i].bytes;
-			if (list[i].resident < list[i].layers)
-				e->flags |= DJINN_STATUS_STREAMED;
-		}
-		free(list);
-	}
-	st.nr_models = (uint32_t)n;
-	r = malloc(sizeof(st) + n * sizeof(*m));
-	if (!r) {
-		free(m);
+	if (svc_status(srv->dev, srv->nr_dev, c->tenant, &st, &m, &n)) {
 		conn_error(c, hdr, -ENOMEM, "out of memory");
 		return;
 	}
-	*r = st;
-	if (n)
-		memcpy(r + 1, m, n * sizeof(*m));
-	conn_reply(c, hdr, r, sizeof(st) + n * sizeof(*m), NULL, 0, NULL, NULL);
-	free(r);
-	free(m);
+	st.nr_models = (uint32_t)n;
+	/* the models sent from where they are, freed once sent */
+	conn_reply(c, hdr, &st, sizeof(st), m, n * sizeof(*m), free, m);
 }

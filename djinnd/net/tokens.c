@@ -203,6 +203,28 @@ static bool expired(const struct token *t, uint64_t now)
 	return t->expires_ns && t->expires_ns <= now;
 }
 
+/* Append @t to the minted tokens, growing their array (moved, the old
+ * one cleansed): 0, -EDQUOT past TOKENS_MINTED_MAX, or -ENOMEM. */
+static int minted_add(struct token_table *tt, const struct token *t)
+{
+	if (tt->nr_minted >= TOKENS_MINTED_MAX)
+		return -EDQUOT;
+	if (tt->nr_minted == tt->cap_minted) {
+		unsigned int cap = tt->cap_minted ? tt->cap_minted * 2 : 16;
+		struct token *m = calloc(cap, sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		if (tt->nr_minted)
+			memcpy(m, tt->minted, tt->nr_minted * sizeof(*m));
+		cleanse_free(tt->minted, tt->cap_minted);
+		tt->minted = m;
+		tt->cap_minted = cap;
+	}
+	tt->minted[tt->nr_minted++] = *t;
+	return 0;
+}
+
 /* Drop the minted tokens whose time is over. */
 static void minted_expire(struct token_table *tt, uint64_t now)
 {
@@ -334,24 +356,15 @@ static void minted_load(struct token_table *tt)
 		t.expires_ns = expires;
 		if (expired(&t, now))
 			continue;
-		if (tt->nr_minted == tt->cap_minted) {
-			unsigned int cap = tt->cap_minted ? tt->cap_minted * 2 :
-							    16;
-			struct token *m;
-
-			if (cap > TOKENS_MINTED_MAX)
-				break;
-			m = calloc(cap, sizeof(*m));
-			if (!m)
-				break;
-			if (tt->nr_minted)
-				memcpy(m, tt->minted,
-				       tt->nr_minted * sizeof(*m));
-			cleanse_free(tt->minted, tt->cap_minted);
-			tt->minted = m;
-			tt->cap_minted = cap;
+		if (minted_add(tt, &t)) {
+			log_err("minted tokens: %s:%u: %s: the rest are not "
+				"read",
+				tt->path, line,
+				tt->nr_minted < TOKENS_MINTED_MAX ?
+					"out of memory" :
+					"past the most djinnd keeps");
+			break;
 		}
-		tt->minted[tt->nr_minted++] = t;
 	}
 	fclose(f);
 	OPENSSL_cleanse(buf, sizeof(buf));
@@ -472,20 +485,6 @@ int tokens_mint(struct server *srv, const char *tenant, uint64_t ttl_ns,
 			 tt->nr_minted);
 		return -EDQUOT;
 	}
-	if (tt->nr_minted == tt->cap_minted) {
-		unsigned int cap = tt->cap_minted ? tt->cap_minted * 2 : 16;
-		struct token *m = calloc(cap, sizeof(*m));
-
-		if (!m) {
-			snprintf(msg, msglen, "out of memory");
-			return -ENOMEM;
-		}
-		if (tt->nr_minted)
-			memcpy(m, tt->minted, tt->nr_minted * sizeof(*m));
-		cleanse_free(tt->minted, tt->cap_minted);
-		tt->minted = m;
-		tt->cap_minted = cap;
-	}
 	/* a random id, never one a token had before a restart or a
 	 * reboot, so that revoking a stale id hits no one's new token */
 	do {
@@ -519,7 +518,12 @@ int tokens_mint(struct server *srv, const char *tenant, uint64_t ttl_ns,
 	t.id = id;
 	t.created_ns = now;
 	t.expires_ns = ttl_ns ? now + ttl_ns : 0;
-	tt->minted[tt->nr_minted++] = t;
+	if (minted_add(tt, &t)) {
+		OPENSSL_cleanse(&t, sizeof(t));
+		OPENSSL_cleanse(out, sizeof(*out));
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
 	ret = minted_save(tt);
 	if (ret) {
 		/* a token the next djinnd would not know is not given */

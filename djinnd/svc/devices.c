@@ -5,11 +5,13 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
 #include "log.h"
 #include "backend/backend.h"
+#include "model/store.h"
 #include "sched/sched.h"
 #include "svc/devices.h"
 #include "vmu/vmu.h"
@@ -117,4 +119,91 @@ unsigned int svc_jobs(struct device *devs, unsigned int nr_dev)
 		}
 	}
 	return n;
+}
+
+/* @list's entry into @m (@n entries of @cap), found by name or added: 0,
+ * or -ENOMEM (then @m and @n are as they were). */
+static int status_model(const struct model_info *info,
+			struct djinn_status_model **m, size_t *n, size_t *cap)
+{
+	struct djinn_status_model *e = NULL;
+
+	for (size_t j = 0; j < *n && !e; j++)
+		if (!strcmp((*m)[j].name, info->name))
+			e = &(*m)[j];
+	if (!e) {
+		if (*n == DJINN_STATUS_MODELS_MAX)
+			return 0;
+		if (*n == *cap) {
+			size_t nc = *cap ? *cap * 2 : 8;
+			void *p = realloc(*m, nc * sizeof(**m));
+
+			if (!p)
+				return -ENOMEM;
+			*m = p;
+			*cap = nc;
+		}
+		e = &(*m)[(*n)++];
+		memset(e, 0, sizeof(*e));
+		memcpy(e->name, info->name, sizeof(e->name));
+	}
+	e->holders += info->holders;
+	if (info->bytes > e->bytes)
+		e->bytes = info->bytes;
+	if (info->resident < info->layers)
+		e->flags |= DJINN_STATUS_STREAMED;
+	return 0;
+}
+
+int svc_status(struct device *devs, unsigned int nr_dev, const char *tenant,
+	       struct djinn_status *st, struct djinn_status_model **models,
+	       size_t *nr)
+{
+	struct djinn_status_model *m = NULL;
+	size_t n = 0, cap = 0;
+	int ret = 0;
+
+	for (unsigned int d = 0; d < nr_dev && !ret; d++) {
+		struct device *dv = &devs[d];
+		struct model_info *list = NULL;
+		struct vmu_usage u;
+		struct vmu_stats vs;
+		uint64_t room;
+		size_t k = 0;
+
+		vmu_get_stats(dv->vmu, &vs);
+		st->capacity += vs.capacity;
+		st->free += vs.free;
+		if ((uint32_t)vs.pressure > st->pressure)
+			st->pressure = (uint32_t)vs.pressure;
+		if (vs.pressure_room > st->pressure_room)
+			st->pressure_room = vs.pressure_room;
+		st->data_bytes += vs.seg[VMU_SEG_DATA].used;
+		/* the tenant's room: the device's, less where its quota ends */
+		room = vs.free;
+		if (!vmu_tenant_usage(dv->vmu, tenant, &u) && u.quota)
+			room = u.quota <= u.data_bytes ?
+				       0 :
+			       u.quota - u.data_bytes < room ?
+				       u.quota - u.data_bytes :
+				       room;
+		if (room > st->tenant_free)
+			st->tenant_free = room;
+		st->queued += svc_jobs(dv, 1);
+		if (!dv->models)
+			continue;
+		st->flags |= DJINN_STATUS_MODELS;
+		ret = model_store_list(dv->models, &list, &k);
+		for (size_t i = 0; i < k && !ret; i++)
+			if (!list[i].uploaded) /* an upload is its tenant's */
+				ret = status_model(&list[i], &m, &n, &cap);
+		free(list);
+	}
+	if (ret) {
+		free(m);
+		return ret;
+	}
+	*models = m;
+	*nr = n;
+	return 0;
 }

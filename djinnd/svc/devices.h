@@ -8,7 +8,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <djinn/proto.h>
+
 struct device;
+
+/*
+ * What STATUS says of the @nr_dev devices @devs to tenant @tenant: their
+ * memory, pressure, queue and session data added into @st (its other
+ * fields, and the READY flag, are the caller's; DJINN_STATUS_MODELS is
+ * set when a device serves models), and the served models loaded, once
+ * each by name and never an upload, in a malloc'd array in *@models (the
+ * caller frees it; NULL for none) of *@nr entries, at most
+ * DJINN_STATUS_MODELS_MAX. 0, or -ENOMEM.
+ */
+int svc_status(struct device *devs, unsigned int nr_dev, const char *tenant,
+	       struct djinn_status *st, struct djinn_status_model **models,
+	       size_t *nr);
+
+/* Jobs queued and running on the @nr_dev devices @devs, in all. */
+unsigned int svc_jobs(struct device *devs, unsigned int nr_dev);
 
 /*
  * The device for a new session, of the @nr_dev devices @devs: @want 0
@@ -16,9 +34,6 @@ struct device;
  * then the lowest index), else device @want - 1. NULL for a @want past
  * the devices, with the reason in @msg (-ENODEV).
  */
-/* Jobs queued and running on the @nr_dev devices @devs, in all. */
-unsigned int svc_jobs(struct device *devs, unsigned int nr_dev);
-
 struct device *svc_place(struct device *devs, unsigned int nr_dev,
 			 uint32_t want, char *msg, size_t msglen);
 
