@@ -26,30 +26,37 @@ from typing import Dict, List, Set
 ARCHES = ["SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64"]
 
 
-def group(name: str, cache: Dict[str, Set[str]]) -> Set[str]:
-    """The system calls of systemd's filter group @name, nested groups
-    expanded."""
-    if name in cache:
-        return cache[name]
-    out = subprocess.run(["systemd-analyze", "syscall-filter", "--no-pager",
-                          name], check=True, capture_output=True,
-                         text=True).stdout
+def expand(words: List[str], cache: Dict[str, Set[str]]) -> Set[str]:
+    """The system calls @words name: calls, and systemd's filter groups
+    (@name), nested groups expanded."""
     calls: Set[str] = set()
-    cache[name] = calls
-    for line in out.splitlines()[1:]:  # the first names the group
-        word = line.strip()
-        if not word or word.startswith("#"):
-            continue
-        calls |= group(word, cache) if word.startswith("@") else {word}
+    for w in words:
+        calls |= group(w, cache) if w.startswith("@") else {w}
     return calls
+
+
+def group(name: str, cache: Dict[str, Set[str]]) -> Set[str]:
+    """The system calls of systemd's filter group @name."""
+    if name not in cache:
+        out = subprocess.run(["systemd-analyze", "syscall-filter",
+                              "--no-pager", name], check=True,
+                             capture_output=True, text=True).stdout
+        cache[name] = set()  # a group that names itself ends here
+        # the first line names the group; "#" lines describe it
+        cache[name] = expand([w.strip() for w in out.splitlines()[1:]
+                              if w.strip() and not w.strip().startswith("#")],
+                             cache)
+    return cache[name]
 
 
 def unit_filter(path: str) -> List[str]:
     """The words of the unit's SystemCallFilter= lines (allow lists)."""
     words: List[str] = []
-    for line in open(path, encoding="utf-8"):
-        key, _, value = line.strip().partition("=")
-        if key == "SystemCallFilter":
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            key, _, value = line.strip().partition("=")
+            if key != "SystemCallFilter":
+                continue
             if value.startswith("~"):
                 sys.exit(f"{path}: a deny list: not made into a profile")
             words += value.split()
@@ -59,10 +66,7 @@ def unit_filter(path: str) -> List[str]:
 
 
 def profile(unit: str) -> Dict[str, object]:
-    cache: Dict[str, Set[str]] = {}
-    calls: Set[str] = set()
-    for w in unit_filter(unit):
-        calls |= group(w, cache) if w.startswith("@") else {w}
+    calls = expand(unit_filter(unit), {})
     return {
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": errno.EPERM,

@@ -120,6 +120,13 @@ class Daemon:
             self.proc.kill()
 
 
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def stop_proc(proc: "subprocess.Popen[Any]", timeout: float = 10) -> None:
     """SIGTERM @proc and reap it; SIGKILL when it outlives @timeout s."""
     if proc.poll() is not None:

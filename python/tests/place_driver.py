@@ -13,7 +13,6 @@ Requests ({"op": ...}):
   model    session, name, tokens?    -> a context of the model with
                                         `tokens` tokens prefilled
   ping     session                   -> {} once the session answers
-  close    conn
 A failure answers {"error": message, "errno": name}.
 """
 
@@ -60,9 +59,6 @@ def main() -> None:
                 out = {}
             elif op == "ping":
                 sessions[req["session"]].heartbeat()
-                out = {}
-            elif op == "close":
-                conns.pop(req["conn"]).close()
                 out = {}
             else:
                 out = {"error": f"unknown op {op}", "errno": "EINVAL"}

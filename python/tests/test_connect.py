@@ -4,6 +4,10 @@ the daemon's messages, closed objects, agents' tool calls seen by the
 daemon."""
 
 import errno
+import os
+import socket
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -154,30 +158,30 @@ def test_a_silent_host_costs_a_dns_address_its_probe_time_alone(
     $DJINN_PROBE_MS at most: a host that accepts and never answers makes
     it fail then, naming the host, and leaves no thread or connection
     behind."""
-    import os
-    import socket
-    import threading
-    import time
-
     monkeypatch.setenv("DJINN_PROBE_MS", "300")
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(64)
-    port = srv.getsockname()[1]
-    held = []
-    threading.Thread(target=lambda: [held.append(srv.accept()[0])
-                                     for _ in range(64)],
-                     daemon=True).start()
     threads = len(os.listdir("/proc/self/task"))
-    for _ in range(3):
-        t0 = time.monotonic()
-        with pytest.raises(djinn.Error) as e:
-            djinn.connect(f"dns:127.0.0.1:{port}")
-        assert time.monotonic() - t0 < 3
-        assert e.value.errno == errno.EHOSTUNREACH
-        assert f"tcp:127.0.0.1:{port}" in str(e.value)
-        assert "no answer in time" in str(e.value)
-    # the probes' threads and connections are gone, not waiting on it
-    assert settle(lambda: len(os.listdir("/proc/self/task")),
-                  lambda n: n <= threads, timeout=5) <= threads
-    srv.close()
+    srv = socket.socket()
+    held = []
+    try:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(64)
+        port = srv.getsockname()[1]
+        threading.Thread(target=lambda: [held.append(srv.accept()[0])
+                                         for _ in range(64)],
+                         daemon=True).start()
+        for _ in range(3):
+            t0 = time.monotonic()
+            with pytest.raises(djinn.Error) as e:
+                djinn.connect(f"dns:127.0.0.1:{port}")
+            assert time.monotonic() - t0 < 3
+            assert e.value.errno == errno.EHOSTUNREACH
+            assert f"tcp:127.0.0.1:{port}" in str(e.value)
+            assert "no answer in time" in str(e.value)
+        # the probes' threads and connections are gone, not waiting on
+        # it: the acceptor's is the one thread more than before
+        assert settle(lambda: len(os.listdir("/proc/self/task")),
+                      lambda n: n <= threads + 1, timeout=5) <= threads + 1
+    finally:
+        srv.close()
+        for s in held:
+            s.close()

@@ -36,7 +36,6 @@ import pathlib
 import re
 import shlex
 import shutil
-import signal
 import socket
 import ssl
 import stat
@@ -47,6 +46,8 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
+
+from conftest import free_port, settle, stop_proc
 
 try:
     import yaml
@@ -696,19 +697,15 @@ def test_djinnd_serves_under_its_seccomp_profile(tmp_path: pathlib.Path):
          "cpu", "-m", "128M", "--model-dir", str(models)],
         stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 20
-        while not sock.exists():
-            assert proc.poll() is None, \
-                (tmp_path / "djinnd.log").read_text()
-            assert time.monotonic() < deadline, "djinnd did not listen"
-            time.sleep(0.05)
+        assert settle(lambda: sock.exists() or proc.poll() is not None,
+                      bool, timeout=20) and proc.poll() is None, \
+            (tmp_path / "djinnd.log").read_text()
         with djinn.connect(f"unix:{sock}") as c, c.session() as s:
             ctx = s.model("tiny").context()
             ctx.prefill([1, 2, 3])
             assert len(ctx.generate(4)) == 4
     finally:
-        proc.terminate()
-        proc.wait(15)
+        stop_proc(proc, 15)
     assert proc.returncode == 0, (tmp_path / "djinnd.log").read_text()
     if os.geteuid() == 0:  # root may mount: the profile says no
         target = tmp_path / "mnt"
@@ -894,12 +891,6 @@ def test_dashboard_asks_for_what_djinnd_exports():
 
 # --- a djinnd on the ConfigMap's file ----------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def openssl(*args: str, cwd: pathlib.Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True,
                    capture_output=True, timeout=60)
@@ -1003,21 +994,12 @@ def test_djinnd_serves_with_the_configmap():
                 assert t.version() == "TLSv1.3"
 
         # ready once it serves (a bound, not one read)
-        deadline = time.monotonic() + 20
-        while True:
-            status, body = http_get(mport, "/readyz")
-            if status == 200 or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        assert (status, body) == (200, "ready\n"), (status, body)
+        ready = settle(lambda: http_get(mport, "/readyz"),
+                       lambda r: r[0] == 200, timeout=20)
+        assert ready == (200, "ready\n"), ready
     finally:
         if proc:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_proc(proc, 15)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -118,6 +118,7 @@ def test_bad_names_are_clear(client: Client) -> None:
 
 def test_a_dead_host_costs_new_sessions_a_try_and_moves_nothing(
         cluster: Cluster, client: Client) -> None:
+    cluster.ctl(4, "model", "load", "ma")  # whatever ran before
     got = client.ok("connect", addr=dns(cluster), model="ma", reconnect=1)
     assert got["addr"] == cluster.addr(4)
     sess = client.ok("session", conn=got["conn"])["session"]

@@ -26,15 +26,7 @@ import pytest
 
 import djinn
 
-from conftest import DJINNCTL, DJINND, settle, stop_proc
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = int(s.getsockname()[1])
-    s.close()
-    return port
+from conftest import DJINNCTL, DJINND, free_port, settle, stop_proc
 
 
 class TokenDaemon:
@@ -44,7 +36,7 @@ class TokenDaemon:
         self.uid_sock = tmp / "d.sock"
         self.pods = tmp / "pods.sock"
         self.admin = tmp / "a.sock"
-        self.port = _free_port()
+        self.port = free_port()
         self.log = tmp / "djinnd.log"
         self.start()
 
