@@ -899,6 +899,41 @@ static void shape_str(char *buf, size_t len, unsigned int ndim,
 		snprintf(buf + at, len - at, ")");
 }
 
+/* @L's slots for @c, named as a checkpoint names them (GPT-2's body
+ * "transformer.*" when @prefixed), with no offsets yet; which are the
+ * head and the embeddings. */
+static int layout_slots(const struct model_config *c, bool prefixed,
+			struct model_layout *L, unsigned int *head,
+			unsigned int *embed)
+{
+	memset(L, 0, sizeof(*L));
+	if (c->arch == MODEL_GPT2) {
+		L->nr_global = GPT2_NR_GLOBAL;
+		L->per_layer = GPT2_NR_LAYER;
+		*head = GPT2_LM_HEAD;
+		*embed = GPT2_WTE;
+	} else {
+		L->nr_global = LLAMA_NR_GLOBAL;
+		L->per_layer = LLAMA_NR_LAYER;
+		*head = LLAMA_LM_HEAD;
+		*embed = LLAMA_EMBED;
+	}
+	L->nr = L->nr_global + (size_t)c->n_layer * L->per_layer;
+	L->w = calloc(L->nr, sizeof(*L->w));
+	if (!L->w)
+		return -ENOMEM;
+	if (c->arch == MODEL_GPT2)
+		names_gpt2(c, prefixed ? "transformer." : "", L->w);
+	else
+		names_llama(c, L->w);
+	return 0;
+}
+
+static uint64_t aligned(uint64_t n)
+{
+	return (n + MODEL_ALIGN - 1) & ~(uint64_t)(MODEL_ALIGN - 1);
+}
+
 int model_layout_build(const struct model_config *c, const struct st_set *set,
 		       struct model_layout *L, char *msg, size_t msglen)
 {
@@ -906,34 +941,16 @@ int model_layout_build(const struct model_config *c, const struct st_set *set,
 	unsigned int head, embed;
 	struct model_weight *w;
 	uint64_t off = 0;
-	int ret = 0;
+	/* checkpoints name the body "transformer.*" or not at all */
+	int ret =
+		layout_slots(c,
+			     c->arch == MODEL_GPT2 &&
+				     st_set_find(set, "transformer.wte.weight"),
+			     L, &head, &embed);
 
-	memset(L, 0, sizeof(*L));
-	if (c->arch == MODEL_GPT2) {
-		L->nr_global = GPT2_NR_GLOBAL;
-		L->per_layer = GPT2_NR_LAYER;
-		head = GPT2_LM_HEAD;
-		embed = GPT2_WTE;
-	} else {
-		L->nr_global = LLAMA_NR_GLOBAL;
-		L->per_layer = LLAMA_NR_LAYER;
-		head = LLAMA_LM_HEAD;
-		embed = LLAMA_EMBED;
-	}
-	L->nr = L->nr_global + (size_t)c->n_layer * L->per_layer;
-	L->w = w = calloc(L->nr, sizeof(*w));
-	if (!w)
-		return -ENOMEM;
-	if (c->arch == MODEL_GPT2)
-		/* checkpoints name the body "transformer.*" or not at all */
-		names_gpt2(c,
-			   st_set_find(set, "transformer.wte.weight") ?
-				   "transformer." :
-				   "",
-			   w);
-	else
-		names_llama(c, w);
-
+	if (ret)
+		return ret;
+	w = L->w;
 	for (size_t i = 0; i < L->nr; i++) {
 		const struct st_tensor *t;
 		char want[64], got[64];
@@ -987,8 +1004,7 @@ int model_layout_build(const struct model_config *c, const struct st_set *set,
 		}
 		w[i].t = t;
 		w[i].off = off;
-		off += (t->size + MODEL_ALIGN - 1) &
-		       ~(uint64_t)(MODEL_ALIGN - 1);
+		off += aligned(t->size);
 	}
 	if (c->dtype && c->dtype != L->dtype) {
 		ret = errmsg(msg, msglen, -EINVAL,
@@ -1008,6 +1024,47 @@ out:
 	if (ret)
 		model_layout_free(L);
 	return ret;
+}
+
+int model_layout_remake(const struct model_config *c, unsigned int dtype,
+			bool prefixed, struct model_layout *L)
+{
+	unsigned int head, embed;
+	uint64_t off = 0;
+	int ret;
+
+	if ((dtype != DJINN_DTYPE_F32 && dtype != DJINN_DTYPE_F16 &&
+	     dtype != DJINN_DTYPE_BF16) ||
+	    (c->dtype && c->dtype != dtype))
+		return -EINVAL;
+	ret = layout_slots(c, prefixed, L, &head, &embed);
+	if (ret)
+		return ret;
+	L->dtype = dtype;
+	for (size_t i = 0; i < L->nr; i++) {
+		struct model_weight *w = &L->w[i];
+		uint64_t n = w->shape[0] * (w->ndim == 2 ? w->shape[1] : 1);
+
+		if (i == head && c->tied) {
+			w->alias = true;
+			continue;
+		}
+		if (w->unused)
+			continue;
+		w->off = off;
+		off += aligned(n * djinn_dtype_size(dtype));
+	}
+	if (c->tied)
+		L->w[head].off = L->w[embed].off;
+	L->bytes = off;
+	return 0;
+}
+
+bool model_layout_prefixed(const struct model_config *c,
+			   const struct model_layout *L)
+{
+	return c->arch == MODEL_GPT2 && L->nr > GPT2_WTE &&
+	       !strncmp(L->w[GPT2_WTE].name, "transformer.", 12);
 }
 
 uint64_t model_layer_start(const struct model_layout *L, uint32_t n_layer,

@@ -251,6 +251,18 @@ struct model_layout {
 
 int model_layout_build(const struct model_config *c, const struct st_set *set,
 		       struct model_layout *L, char *msg, size_t msglen);
+/*
+ * The layout model_layout_build() gave a checkpoint of @c whose weights
+ * are all @dtype, made again without its files (a restart's uploaded
+ * model, whose weights are in the text segment already): the offsets
+ * follow from the configuration and the dtype alone. @prefixed: GPT-2's
+ * body was named "transformer.*" (model_layout_prefixed()). -EINVAL for
+ * a dtype weights cannot have, or not @c's.
+ */
+int model_layout_remake(const struct model_config *c, unsigned int dtype,
+			bool prefixed, struct model_layout *L);
+bool model_layout_prefixed(const struct model_config *c,
+			   const struct model_layout *L);
 void model_layout_free(struct model_layout *L);
 
 /* Slot @k of layer @layer (or global slot @k for @layer -1). */

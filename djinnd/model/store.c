@@ -43,6 +43,9 @@ struct store_model {
 	/* an upload's tenant: its weights are that tenant's text, so
 	 * another tenant sending the same files gets an entry of its own */
 	char owner[DJINN_TENANT_LEN];
+	/* an upload's config.json, which a restart keeps */
+	void *config;
+	size_t config_len;
 	/* the budget it was loaded under (placed_bytes 0: none) */
 	uint64_t placed_bytes;
 	unsigned int placed_slots;
@@ -100,6 +103,7 @@ static void model_free(struct store_model *sm)
 	list_del_init(&sm->node);
 	model_stream_destroy(sm->m.stream);
 	model_layout_free(&sm->m.layout);
+	free(sm->config);
 	free(sm);
 }
 
@@ -440,6 +444,64 @@ static int load_upload(struct model_store *ms, struct vmu_session *s,
 	return ret;
 }
 
+/* The same from what a restart kept of an upload: its weights are in the
+ * text segment (or @k's blob), its layout follows from its configuration. */
+static int load_kept(struct vmu_session *s, const char *name,
+		     const struct model_kept *k, struct model *m,
+		     struct vmu_text **text, char *msg, size_t msglen)
+{
+	char path[MODEL_NAME_MAX + 16];
+	bool created;
+	int ret;
+
+	snprintf(path, sizeof(path), "%s: config.json", name);
+	ret = model_config_parse_json(k->config, k->config_len, path, &m->cfg,
+				      msg, msglen);
+	if (ret)
+		return ret;
+	ret = model_layout_remake(&m->cfg, k->dtype, k->prefixed, &m->layout);
+	if (ret)
+		return errmsg(msg, msglen, ret == -EINVAL ? -EBADMSG : ret,
+			      "model %s: its weights cannot be laid out "
+			      "again as %s",
+			      name,
+			      ret == -EINVAL ? "recorded" : strerror(-ret));
+	if (m->layout.bytes != k->bytes) {
+		ret = errmsg(msg, msglen, -EBADMSG,
+			     "model %s: its configuration lays out %llu bytes "
+			     "of weights, the record %llu",
+			     name, (unsigned long long)m->layout.bytes,
+			     (unsigned long long)k->bytes);
+		goto out_layout;
+	}
+	ret = vmu_text_lookup(s, k->fp, text);
+	if (ret == -ENOENT && k->blob)
+		ret = vmu_text_insert(s, k->blob, k->bytes, text, &created);
+	if (ret) {
+		errmsg(msg, msglen, ret, "model %s: its weights: %s", name,
+		       ret == -ENOENT ? "not in the text segment" :
+					strerror(-ret));
+		goto out_layout;
+	}
+	if (vmu_text_size(*text) != k->bytes ||
+	    memcmp(vmu_text_fp(*text), k->fp, VMU_FP_LEN)) {
+		vmu_text_put(s, *text);
+		ret = errmsg(msg, msglen, -EBADMSG,
+			     "model %s: its weights are not the bytes it was "
+			     "made of",
+			     name);
+		goto out_layout;
+	}
+	memcpy(m->fp, k->fp, VMU_FP_LEN);
+	m->resident = m->cfg.n_layer;
+	m->ring = m->budget = 0;
+	return 0;
+
+out_layout:
+	model_layout_free(&m->layout);
+	return ret;
+}
+
 /* The budget of served model @name (NULL: an upload's, none). Lock
  * held. */
 static struct budget budget_of(struct model_store *ms, const char *name)
@@ -560,6 +622,31 @@ bool model_store_drop_stale(struct model_store *ms, const char *name)
 	return stale && !model_store_evict(ms, name, NULL, 0);
 }
 
+/* An upload's config.json, kept for a restart (model_upload_keep());
+ * on failure the load is undone. */
+static int keep_config(struct store_model *sm, const struct model_upload *up,
+		       struct vmu_session *s, struct vmu_text *text, char *msg,
+		       size_t msglen)
+{
+	const void *src = up->kept ? up->kept->config : up->config;
+	size_t len = up->kept ? up->kept->config_len : up->config_len;
+	void *c = malloc(len ? len : 1);
+
+	if (!c) {
+		vmu_text_put(s, text);
+		model_stream_destroy(sm->m.stream);
+		sm->m.stream = NULL;
+		model_layout_free(&sm->m.layout);
+		return errmsg(msg, msglen, -ENOMEM, "model %s: out of memory",
+			      sm->m.name);
+	}
+	memcpy(c, src, len);
+	free(sm->config);
+	sm->config = c;
+	sm->config_len = len;
+	return 0;
+}
+
 /*
  * The store's lock is held on entry and exit, and dropped for the load
  * itself: list, evict and close never wait for one. A name being loaded
@@ -613,7 +700,7 @@ again:
 			       strerror(-ret));
 			goto out_unlock;
 		}
-		if (up && !up->config) {
+		if (up && !up->config && !up->kept) {
 			ret = errmsg(msg, msglen, -ENOENT,
 				     "model %s: its weights were reclaimed: "
 				     "send its files",
@@ -626,7 +713,7 @@ again:
 		model_layout_free(&sm->m.layout);
 		memset(&sm->m.cfg, 0, sizeof(sm->m.cfg));
 		memset(sm->m.fp, 0, sizeof(sm->m.fp));
-	} else if (up && !up->config) {
+	} else if (up && !up->config && !up->kept) {
 		ret = errmsg(msg, msglen, -ENOENT,
 			     "model %s: not uploaded: send its files", name);
 		goto out_unlock;
@@ -660,9 +747,15 @@ again:
 	sm->epoch = vmu_faults(ms->v);
 	budget = budget_of(ms, up ? NULL : name);
 	pthread_mutex_unlock(&ms->lock);
-	ret = up ? load_upload(ms, s, name, up, &budget, &sm->m, &text, msg,
-			       msglen) :
-		   load(ms, s, name, &budget, &sm->m, &text, msg, msglen);
+	if (up && up->kept)
+		ret = load_kept(s, name, up->kept, &sm->m, &text, msg, msglen);
+	else if (up)
+		ret = load_upload(ms, s, name, up, &budget, &sm->m, &text, msg,
+				  msglen);
+	else
+		ret = load(ms, s, name, &budget, &sm->m, &text, msg, msglen);
+	if (!ret && up)
+		ret = keep_config(sm, up, s, text, msg, msglen);
 	pthread_mutex_lock(&ms->lock);
 	sm->loading = false;
 	pthread_cond_broadcast(&ms->loaded);
@@ -675,7 +768,7 @@ again:
 	}
 	sm->placed_bytes = budget.bytes;
 	sm->placed_slots = budget.slots;
-	ms->loads++;
+	ms->loads += !(up && up->kept); /* a restart's is no load */
 hold:
 	sm->holders++;
 	list_add_tail(&h->node, &sm->holds);
@@ -721,6 +814,22 @@ int model_open_uploaded(struct model_store *ms, struct vmu_session *s,
 	return open_entry(ms, s, name, up, out, msg, msglen);
 }
 
+int model_open_kept(struct model_store *ms, struct vmu_session *s,
+		    const struct model_kept *k, struct model_hold **out,
+		    char *msg, size_t msglen)
+{
+	struct model_upload up = { .kept = k };
+	char name[MODEL_NAME_MAX];
+
+	model_upload_name(k->src, name);
+	if (strcmp(k->owner, vmu_session_tenant(s)))
+		return errmsg(msg, msglen, -EACCES,
+			      "model %s: tenant %s's, not %s's", name, k->owner,
+			      vmu_session_tenant(s));
+	memcpy(up.src, k->src, VMU_FP_LEN);
+	return open_entry(ms, s, name, &up, out, msg, msglen);
+}
+
 void model_close(struct model_hold *h)
 {
 	struct store_model *sm;
@@ -755,6 +864,30 @@ void model_store_set_hook(struct model_store *ms,
 static struct store_model *sm_of(const struct model_hold *h)
 {
 	return container_of(h->m, struct store_model, m);
+}
+
+int model_upload_keep(const struct model_hold *h, struct model_kept *out,
+		      char *msg, size_t msglen)
+{
+	const struct store_model *sm = sm_of(h);
+
+	if (!sm->uploaded)
+		return -ENOENT;
+	if (sm->m.stream)
+		return errmsg(msg, msglen, -EBUSY,
+			      "the uploaded model %s is streamed: a restart "
+			      "does not keep its streamed layers",
+			      sm->m.name);
+	memset(out, 0, sizeof(*out));
+	memcpy(out->src, sm->src, VMU_FP_LEN);
+	memcpy(out->fp, sm->m.fp, VMU_FP_LEN);
+	snprintf(out->owner, sizeof(out->owner), "%s", sm->owner);
+	out->config = sm->config;
+	out->config_len = sm->config_len;
+	out->dtype = sm->m.layout.dtype;
+	out->prefixed = model_layout_prefixed(&sm->m.cfg, &sm->m.layout);
+	out->bytes = sm->m.layout.bytes;
+	return 0;
 }
 
 int model_step_enter(const struct model_hold *h, char *msg, size_t msglen)

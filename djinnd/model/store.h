@@ -133,6 +133,7 @@ void model_close(struct model_hold *h);
  */
 struct model_upload {
 	uint8_t src[VMU_FP_LEN];
+	const struct model_kept *kept; /* model_open_kept()'s */
 	const void *config;
 	size_t config_len;
 	const void *index;
@@ -148,6 +149,44 @@ struct model_upload {
 int model_open_uploaded(struct model_store *ms, struct vmu_session *s,
 			const struct model_upload *up, struct model_hold **out,
 			char *msg, size_t msglen);
+/*
+ * struct model_kept - what a restart keeps of an uploaded model
+ * (svc/state.c): its weights stay in the text segment, or @blob holds
+ * them; the rest is made again from this
+ * @src, @owner: its sources' fingerprint, and its tenant
+ * @fp:     its weights' fingerprint, the name of their text entry
+ * @config, @config_len: its config.json
+ * @dtype, @prefixed: what model_layout_remake() needs
+ * @bytes:  its weights' bytes
+ * @blob:   NULL: the text entry @fp of @owner's scope holds its weights;
+ *          else their @bytes bytes, put there (a device whose memory the
+ *          record cannot point into)
+ */
+struct model_kept {
+	uint8_t src[VMU_FP_LEN];
+	uint8_t fp[VMU_FP_LEN];
+	char owner[DJINN_TENANT_LEN];
+	const void *config;
+	size_t config_len;
+	unsigned int dtype;
+	bool prefixed;
+	uint64_t bytes;
+	const void *blob;
+};
+
+/* What a restart keeps of @h's model, valid while @h is held: 0, or
+ * -ENOENT (not an upload: it is opened again by name), or -EBUSY with
+ * why (a streamed upload, whose streamed layers are not kept). */
+int model_upload_keep(const struct model_hold *h, struct model_kept *out,
+		      char *msg, size_t msglen);
+/* Hold the uploaded model @k describes for @s, a session of its tenant
+ * (-EACCES else): the one loaded, or one made again from @k without its
+ * files. -EBADMSG when @k does not hold together (its configuration lays
+ * out other bytes, its weights hash to another name); else as
+ * model_open(). */
+int model_open_kept(struct model_store *ms, struct vmu_session *s,
+		    const struct model_kept *k, struct model_hold **out,
+		    char *msg, size_t msglen);
 /* The name an upload of sources @src is listed under. */
 void model_upload_name(const uint8_t src[VMU_FP_LEN],
 		       char name[MODEL_NAME_MAX]);

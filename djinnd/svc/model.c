@@ -635,13 +635,16 @@ static struct mobj *mobj_restore(struct session *s, uint32_t slot,
 }
 
 int svc_model_restore(struct session *s, uint32_t slot, const char *name,
-		      const uint8_t fp[32], char *msg, size_t msglen)
+		      const uint8_t fp[32], const struct model_kept *kept,
+		      char *msg, size_t msglen)
 {
 	struct model_hold *h;
 	struct mobj *o;
 	int ret;
 
-	ret = model_open(s->dev->models, s->vs, name, &h, msg, msglen);
+	ret = kept ? model_open_kept(s->dev->models, s->vs, kept, &h, msg,
+				     msglen) :
+		     model_open(s->dev->models, s->vs, name, &h, msg, msglen);
 	if (ret)
 		return ret;
 	if (memcmp(h->m->fp, fp, 32)) {

@@ -204,14 +204,17 @@ int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
 /*
  * A restart (svc/state.c), on the I/O thread while nothing runs:
  * svc_model_restore() opens model @name again (loading it from the
- * model directory: the caller blocks) into restored object slot @slot;
- * its weights must have fingerprint @fp still (-ESTALE otherwise: its
- * contexts' caches were made by other weights). svc_ctx_restore()
- * makes context slot @slot of the model in @model_slot, as
- * model_ctx_restore() says. 0, or a negative errno with why in @msg.
+ * model directory: the caller blocks; an upload is made again from
+ * @kept instead, NULL for a served model) into restored object slot
+ * @slot; its weights must have fingerprint @fp still (-ESTALE
+ * otherwise: its contexts' caches were made by other weights).
+ * svc_ctx_restore() makes context slot @slot of the model in
+ * @model_slot, as model_ctx_restore() says. 0, or a negative errno with
+ * why in @msg.
  */
 int svc_model_restore(struct session *s, uint32_t slot, const char *name,
-		      const uint8_t fp[32], char *msg, size_t msglen);
+		      const uint8_t fp[32], const struct model_kept *kept,
+		      char *msg, size_t msglen);
 /* Context slot @slot's paused step, as model_ctx_pause_set() says, and
  * its request's @flags (for RESUME). */
 int svc_ctx_pause_restore(struct session *s, uint32_t slot,

@@ -429,6 +429,17 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 			return true;
 		break;
 	}
+	case DJINN_STATE_UPLOAD: {
+		const struct djinn_state_upload *u = p;
+
+		if (len >= sizeof(*u) && len - sizeof(*u) == u->config_len &&
+		    u->config_len && u->bytes &&
+		    memchr(u->owner, 0, sizeof(u->owner)) &&
+		    (u->data_off == DJINN_STATE_IN_POOL ||
+		     data_ok(in, u->data_off, u->bytes, 0)))
+			return true;
+		break;
+	}
 	default:
 		snprintf(msg, msglen, "entry of unknown type %u", type);
 		return false;
@@ -669,7 +680,11 @@ uint64_t svc_state_data_size(struct session_table *t)
 		slots_for_each(&s->objs, o) {
 			struct mobj *m = o->p;
 			struct model_ctx_pause pz;
+			struct model_kept k;
 
+			if (o->kind == SOBJ_MODEL && !x.pool &&
+			    !model_upload_keep(m->h, &k, NULL, 0))
+				x.n += pages(k.bytes); /* save_upload() */
 			if (o->kind != SOBJ_CTX)
 				continue;
 			x.n += pages(model_ctx_model(m->mc)->cfg.vocab *
@@ -976,6 +991,93 @@ static int save_results(struct state_out *out, struct session *s)
 }
 
 /* @s's models, then its contexts. */
+/* Whether an UPLOAD entry for upload @src of tenant @owner on device
+ * @device is in the record already. */
+static bool upload_saved(const struct state_out *o, uint32_t device,
+			 const uint8_t *src, const char *owner)
+{
+	for (size_t pos = sizeof(struct djinn_state_hdr); pos < o->len;) {
+		const struct djinn_state_ent *e = (const void *)(o->rec + pos);
+		const struct djinn_state_upload *u = (const void *)(e + 1);
+
+		pos += sizeof(*e) + ALIGN8((uint64_t)e->len);
+		if (e->type == DJINN_STATE_UPLOAD && u->device == device &&
+		    !memcmp(u->src, src, sizeof(u->src)) &&
+		    !strcmp(u->owner, owner))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The UPLOAD entry of the model @h holds, if it is an upload and has none
+ * yet: its config.json, and where its weights are (its text entry in
+ * place, else copied into state-data).
+ */
+static int save_upload(struct state_out *o, struct session *s,
+		       const struct model_hold *h)
+{
+	struct vmu_provider *prov = vmu_provider(s->dev->vmu);
+	struct djinn_state_upload e = { 0 }, *p;
+	uint32_t dev = s->dev->index;
+	struct model_kept k;
+	uint64_t off = 0;
+	char why[160];
+	int ret = model_upload_keep(h, &k, why, sizeof(why));
+
+	if (ret == -ENOENT)
+		return 0;
+	if (ret) {
+		log_err("state: session %llu: %s", (unsigned long long)s->id,
+			why);
+		return ret;
+	}
+	if (upload_saved(o, dev, k.src, k.owner))
+		return 0;
+	if (k.config_len > UINT32_MAX - sizeof(e))
+		return -E2BIG;
+	e.device = dev;
+	e.config_len = (uint32_t)k.config_len;
+	memcpy(e.src, k.src, sizeof(e.src));
+	memcpy(e.fp, k.fp, sizeof(e.fp));
+	snprintf(e.owner, sizeof(e.owner), "%s", k.owner);
+	e.dtype = k.dtype;
+	e.prefixed = k.prefixed;
+	e.bytes = k.bytes;
+	if (svc_state_in_pool(s->dev)) {
+		/* vmu_text_each() wrote every entry of the index */
+		if (!text_off(o, dev, k.fp, k.owner)) {
+			log_err("state: session %llu: the weights of an "
+				"uploaded model are out of the text index",
+				(unsigned long long)s->id);
+			return -EBUSY;
+		}
+		e.data_off = DJINN_STATE_IN_POOL;
+	} else if (prov->device_only) {
+		void *dst = state_out_data(o, k.bytes, &off);
+
+		ret = !dst ? o->err :
+			     prov->ops->copy_dtoh(prov, dst,
+						  vmu_text_addr(h->text),
+						  k.bytes);
+		e.data_off = off;
+	} else {
+		ret = state_out_write(
+			o, (const void *)(uintptr_t)vmu_text_addr(h->text),
+			k.bytes, &off);
+		e.data_off = off;
+	}
+	if (ret)
+		return ret;
+	p = state_out_ent(o, DJINN_STATE_UPLOAD,
+			  (uint32_t)(sizeof(e) + k.config_len));
+	if (!p)
+		return -ENOMEM;
+	*p = e;
+	memcpy(p + 1, k.config, k.config_len);
+	return 0;
+}
+
 static int save_objs(struct state_out *out, struct session *s)
 {
 	for (int kind = SOBJ_MODEL; kind <= SOBJ_CTX; kind++) {
@@ -991,13 +1093,11 @@ static int save_objs(struct state_out *out, struct session *s)
 				continue;
 			md = kind == SOBJ_MODEL ? m->h->m :
 						  model_ctx_model(m->mc);
-			if (!strncmp(md->name, "upload-", 7)) {
-				log_err("state: session %llu holds the "
-					"uploaded model %s, which a restart "
-					"does not keep yet",
-					(unsigned long long)s->id, md->name);
-				return -EBUSY;
-			}
+			/* an upload's entry before the first that holds it */
+			ret = kind == SOBJ_MODEL ? save_upload(out, s, m->h) :
+						   0;
+			if (ret)
+				return ret;
 			e = (struct djinn_state_obj){ 0 };
 			e.slot = slots_index(&s->objs, o);
 			e.kind = DJINN_STATE_MODEL;
@@ -1319,6 +1419,61 @@ static int live_slots(struct state_in *in, uint32_t nr, uint32_t nr_obj,
 	return 0;
 }
 
+/* What the record keeps of upload @name of @s's tenant on its device, in
+ * *@k: false if it has no UPLOAD entry for it. */
+static bool upload_of(const struct state_in *in, const struct session *s,
+		      const char *name, struct model_kept *k)
+{
+	struct state_in c = *in;
+	const struct djinn_state_upload *u;
+	uint32_t type, len;
+
+	state_in_rewind(&c);
+	while ((u = state_in_next(&c, &type, &len))) {
+		char n[MODEL_NAME_MAX];
+
+		if (type != DJINN_STATE_UPLOAD || u->device != s->dev->index ||
+		    strcmp(u->owner, s->tenant))
+			continue;
+		model_upload_name(u->src, n);
+		if (strcmp(n, name))
+			continue;
+		memset(k, 0, sizeof(*k));
+		memcpy(k->src, u->src, sizeof(k->src));
+		memcpy(k->fp, u->fp, sizeof(k->fp));
+		snprintf(k->owner, sizeof(k->owner), "%s", u->owner);
+		k->config = u + 1;
+		k->config_len = u->config_len;
+		k->dtype = u->dtype;
+		k->prefixed = u->prefixed;
+		k->bytes = u->bytes;
+		k->blob = u->data_off == DJINN_STATE_IN_POOL ?
+				  NULL :
+				  in->data + u->data_off;
+		return true;
+	}
+	return false;
+}
+
+/* A restore that failed: the uploads it made again go (their sessions
+ * have ended). */
+static void unmake_uploads(struct state_in *in, struct device *devs,
+			   unsigned int nr_dev)
+{
+	const struct djinn_state_upload *u;
+	uint32_t type, len;
+
+	state_in_rewind(in);
+	while ((u = state_in_next(in, &type, &len))) {
+		char n[MODEL_NAME_MAX];
+
+		if (type != DJINN_STATE_UPLOAD || u->device >= nr_dev)
+			continue;
+		model_upload_name(u->src, n);
+		model_store_evict(devs[u->device].models, n, NULL, 0);
+	}
+}
+
 static int restore_obj(struct state_in *in, struct session *s,
 		       const struct djinn_state_obj *e, char *why,
 		       size_t whylen)
@@ -1328,9 +1483,17 @@ static int restore_obj(struct state_in *in, struct session *s,
 				 NULL;
 	struct vmu_fill cache;
 
-	if (e->kind == DJINN_STATE_MODEL)
-		return svc_model_restore(s, e->slot, e->model, e->fp, why,
-					 whylen);
+	if (e->kind == DJINN_STATE_MODEL) {
+		struct model_kept k;
+		bool up = !strncmp(e->model, "upload-", 7);
+
+		if (up && !upload_of(in, s, e->model, &k)) {
+			snprintf(why, whylen, "no entry for it in the record");
+			return -EBADMSG;
+		}
+		return svc_model_restore(s, e->slot, e->model, e->fp,
+					 up ? &k : NULL, why, whylen);
+	}
 	if (state_in_fill(in, e->cache_off, s->dev->index, &cache)) {
 		snprintf(why, whylen, "its cache is in another device's pool");
 		return -EBADMSG;
@@ -1461,7 +1624,8 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 			continue;
 		}
 		/* where the entries after it find their bytes */
-		if (type == DJINN_STATE_POOL || type == DJINN_STATE_PIECES)
+		if (type == DJINN_STATE_POOL || type == DJINN_STATE_PIECES ||
+		    type == DJINN_STATE_UPLOAD)
 			continue;
 		if (type == DJINN_STATE_TEXT_ENTRY) {
 			ret = restore_text(in, p, devs, nr_dev, msg, msglen);
@@ -1505,6 +1669,7 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 		}
 		t->next_id = next_id;
 		free(ids);
+		unmake_uploads(in, devs, nr_dev);
 		unadopt_texts(in, devs, nr_dev);
 		return ret;
 	}

@@ -39,6 +39,9 @@
  *   TEXT_ENTRY struct djinn_state_text: an entry of a device's text
  *            index (weights, uploaded text), in place in its pool,
  *            before the sessions that hold it (version 2)
+ *   UPLOAD   struct djinn_state_upload, then its config.json: an
+ *            uploaded model (MODEL_OPEN_UPLOADED), once per device and
+ *            tenant, before the first OBJ that holds it (version 4)
  *
  * Bytes are in "state-data" at an offset (@data_off, @cache_off, ...),
  * or, when the offset has DJINN_STATE_IN_POOL set, in place in their
@@ -64,8 +67,8 @@
 
 #define DJINN_STATE_MAGIC 0x3154534e4e494a44ULL /* "DJINNST1" */
 /* 3: djinn_state_conn.token (an older djinnd would name such a connection
- * by its uid: it refuses the record instead) */
-#define DJINN_STATE_VERSION 3
+ * by its uid: it refuses the record instead); 4: UPLOAD */
+#define DJINN_STATE_VERSION 4
 /* the oldest version a djinnd of this one reads (1: no POOL, no PIECES;
  * 2: no connection of a token socket) */
 #define DJINN_STATE_VERSION_MIN 1
@@ -112,6 +115,7 @@ enum djinn_state_type {
 	DJINN_STATE_POOL = 7,
 	DJINN_STATE_PIECES = 8,
 	DJINN_STATE_TEXT_ENTRY = 9,
+	DJINN_STATE_UPLOAD = 10,
 };
 
 /* An entry: @len payload bytes follow (then padding to 8). */
@@ -342,6 +346,35 @@ struct djinn_state_text {
 	__u8 fp[32];
 	char owner[DJINN_TENANT_LEN];
 	__u64 size;
+	__u64 data_off;
+};
+
+/**
+ * struct djinn_state_upload - an uploaded model, made again from this and
+ * its weights rather than from files (the OBJ entries that hold it name
+ * it "upload-" and @src's first 8 bytes in hex)
+ * @device: its device's index
+ * @config_len: config.json's bytes, right after this
+ * @src:    its sources' fingerprint
+ * @fp:     its weights' fingerprint
+ * @owner:  its tenant, whose text its weights are
+ * @dtype:  its weights' enum djinn_dtype
+ * @prefixed: a GPT-2 whose weights were named "transformer.*"
+ * @bytes:  its weights' bytes, as its configuration lays them out
+ * @data_off: with DJINN_STATE_IN_POOL, its weights are @owner's text
+ *          entry @fp (its TEXT_ENTRY); else state-data's [@data_off,
+ *          + @bytes), put into that text entry again
+ */
+struct djinn_state_upload {
+	__u32 device;
+	__u32 config_len;
+	__u8 src[32];
+	__u8 fp[32];
+	char owner[DJINN_TENANT_LEN];
+	__u32 dtype;
+	__u8 prefixed;
+	__u8 __reserved[3];
+	__u64 bytes;
 	__u64 data_off;
 };
 

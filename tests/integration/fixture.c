@@ -3,6 +3,7 @@
  * The raw-protocol tests' fixture and calls that assert; see fixture.h.
  */
 #include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -881,4 +882,54 @@ struct djinn_ctx_step_resp resume_at(int line, int fd, uint64_t sid,
 	call_ok_at(line, fd, DJINN_MSG_CTX_RESUME, sid, &rq, sizeof(rq), &r,
 		   -1);
 	return step_answer(line, &r, out);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Uploaded models */
+
+uint8_t *model_file_read(struct fx *fx, const char *name, const char *file,
+			 size_t *len)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/models/%s/%s", fx->d.dir, name, file);
+	return read_file(path, len);
+}
+
+uint64_t text_file_at(int line, int fd, uint64_t sid, const uint8_t *data,
+		      size_t len, uint8_t *fp)
+{
+	struct djinn_text_lookup lk = { .desc = DESC(DJINN_DTYPE_U8, len) };
+	uint32_t flags;
+
+	sha256(data, len, fp);
+	memcpy(lk.fp, fp, DJINN_FP_LEN);
+	call_err_at(line, fd, DJINN_MSG_TEXT_LOOKUP, sid, &lk, sizeof(lk),
+		    -ENOENT, NULL);
+	return create_at(line, fd, sid, &lk.desc, DJINN_SEG_TEXT, fp, data, len,
+			 &flags);
+}
+
+int upload_open_at(int line, int fd, uint64_t sid,
+		   const struct djinn_model_file *cfg,
+		   const struct djinn_model_file *w, struct djinn_model_resp *m,
+		   int err, const char *phrase)
+{
+	struct djinn_model_upload u = { .nr_files = 1, .config = *cfg };
+	uint8_t rq[sizeof(u) + sizeof(*w)];
+	struct dj_resp r;
+
+	memcpy(rq, &u, sizeof(u));
+	memcpy(rq + sizeof(u), w, sizeof(*w));
+
+	if (err) {
+		call_err_at(line, fd, DJINN_MSG_MODEL_OPEN_UPLOADED, sid, &rq,
+			    sizeof(rq), err, phrase);
+		return err;
+	}
+	call_ok_at(line, fd, DJINN_MSG_MODEL_OPEN_UPLOADED, sid, &rq,
+		   sizeof(rq), &r, sizeof(*m));
+	memcpy(m, r.data, sizeof(*m));
+	dj_resp_free(&r);
+	return 0;
 }

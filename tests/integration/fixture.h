@@ -304,6 +304,27 @@ struct djinn_model_resp model_open_at(int line, int fd, uint64_t sid,
 				      const char *name);
 #define model_open(fd, sid, name) model_open_at(__LINE__, fd, sid, name)
 
+/* The bytes of @fx's model @name's @file (malloc()ed). */
+uint8_t *model_file_read(struct fx *fx, const char *name, const char *file,
+			 size_t *len);
+
+/* A text tensor (U8, one dim) of @len bytes at @data, by SHA-256 (in
+ * @fp): looked up first (-ENOENT the first time), then created. */
+uint64_t text_file_at(int line, int fd, uint64_t sid, const uint8_t *data,
+		      size_t len, uint8_t *fp);
+#define text_file(fd, sid, data, len, fp) \
+	text_file_at(__LINE__, fd, sid, data, len, fp)
+
+/* MODEL_OPEN_UPLOADED of config @cfg and one file @w (handles 0: by
+ * fingerprint); 0 and the answer in @m, or the error (@phrase in its
+ * message). */
+int upload_open_at(int line, int fd, uint64_t sid,
+		   const struct djinn_model_file *cfg,
+		   const struct djinn_model_file *w, struct djinn_model_resp *m,
+		   int err, const char *phrase);
+#define upload_open(fd, sid, cfg, w, m, err, phrase) \
+	upload_open_at(__LINE__, fd, sid, cfg, w, m, err, phrase)
+
 /* CTX_NEW of @max tokens (0: the model's) on @model: the context. */
 uint64_t ctx_new_at(int line, int fd, uint64_t sid, uint64_t model,
 		    uint32_t max);

@@ -600,66 +600,6 @@ static void test_model_corrupt(void **state)
 	check_health(fx, 0);
 }
 
-/* The bytes of @fx's model @name's @file. */
-static uint8_t *model_file_read(struct fx *fx, const char *name,
-				const char *file, size_t *len)
-{
-	char path[PATH_MAX];
-
-	snprintf(path, sizeof(path), "%s/models/%s/%s", fx->d.dir, name, file);
-	return read_file(path, len);
-}
-
-/* A text tensor (U8, one dim) of @len bytes at @data, by SHA-256: looked
- * up first (-ENOENT the first time), then created. */
-static uint64_t text_file_at(int line, int fd, uint64_t sid,
-			     const uint8_t *data, size_t len, uint8_t *fp)
-{
-	struct djinn_text_lookup lk = { .desc = DESC(DJINN_DTYPE_U8, len) };
-	uint32_t flags;
-
-	sha256(data, len, fp);
-	memcpy(lk.fp, fp, DJINN_FP_LEN);
-	call_err_at(line, fd, DJINN_MSG_TEXT_LOOKUP, sid, &lk, sizeof(lk),
-		    -ENOENT, NULL);
-	return create_at(line, fd, sid, &lk.desc, DJINN_SEG_TEXT, fp, data, len,
-			 &flags);
-}
-
-#define text_file(fd, sid, data, len, fp) \
-	text_file_at(__LINE__, fd, sid, data, len, fp)
-
-/* MODEL_OPEN_UPLOADED of config @cfg and one file @w (handles 0: by
- * fingerprint); 0 and the answer in @m, or the error (@phrase in its
- * message). */
-static int upload_open_at(int line, int fd, uint64_t sid,
-			  const struct djinn_model_file *cfg,
-			  const struct djinn_model_file *w,
-			  struct djinn_model_resp *m, int err,
-			  const char *phrase)
-{
-	struct djinn_model_upload u = { .nr_files = 1, .config = *cfg };
-	uint8_t rq[sizeof(u) + sizeof(*w)];
-	struct dj_resp r;
-
-	memcpy(rq, &u, sizeof(u));
-	memcpy(rq + sizeof(u), w, sizeof(*w));
-
-	if (err) {
-		call_err_at(line, fd, DJINN_MSG_MODEL_OPEN_UPLOADED, sid, &rq,
-			    sizeof(rq), err, phrase);
-		return err;
-	}
-	call_ok_at(line, fd, DJINN_MSG_MODEL_OPEN_UPLOADED, sid, &rq,
-		   sizeof(rq), &r, sizeof(*m));
-	memcpy(m, r.data, sizeof(*m));
-	dj_resp_free(&r);
-	return 0;
-}
-
-#define upload_open(fd, sid, cfg, w, m, err, phrase) \
-	upload_open_at(__LINE__, fd, sid, cfg, w, m, err, phrase)
-
 /* 18d. Uploaded models: a client sends config.json and the safetensors
  * as text tensors, found by fingerprint first; the model is listed as
  * upload-HEX, its weights its tenant's own text (the directory model

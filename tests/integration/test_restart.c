@@ -522,6 +522,114 @@ static void test_restart_contexts(void **state)
 }
 
 /*
+ * Uploaded models (MODEL_OPEN_UPLOADED) are kept, made again from the
+ * record without their files: their weights in place in the pool, or,
+ * on a device the record cannot point into (--cpu-device-only, as a
+ * GPU), copied through it. After the restart a context on one continues
+ * to the tokens its twin gave, a second session's handle on it works,
+ * and the tenant's next session opens it by fingerprints alone.
+ */
+static void restart_upload(struct fx *fx)
+{
+	const int32_t prompt[4] = { 1, 2, 3, 4 };
+	struct djinn_model_file cfg, w, fpcfg, fpw;
+	struct djinn_model_resp m, m2, mb;
+	int fd = xconnect(fx->d.sock), fd2 = xconnect(fx->d.sock);
+	uint64_t sid, sid2, sidb, a, b, c;
+	int32_t tok[2], got[6], want[6];
+	size_t clen, wlen;
+	uint8_t *cb, *wb;
+	pid_t old, next;
+	int status = -1;
+
+	assert_int_equal(djd_make_model(&fx->d, "src", TINY_GPT2), 0);
+	cb = model_file_read(fx, "src", "config.json", &clen);
+	wb = model_file_read(fx, "src", "model.safetensors", &wlen);
+	assert_non_null(cb);
+	assert_non_null(wb);
+	sid = open_session(fd, "up-a");
+	cfg.handle = text_file(fd, sid, cb, clen, cfg.fp);
+	w.handle = text_file(fd, sid, wb, wlen, w.fp);
+	upload_open(fd, sid, &cfg, &w, &m, 0, NULL);
+	/* the model's weights are its own text entry, held by it alone */
+	tensor_release(fd, sid, cfg.handle);
+	tensor_release(fd, sid, w.handle);
+	a = ctx_new(fd, sid, m.model, 32);
+	b = ctx_new(fd, sid, m.model, 32);
+	prefill(fd, sid, a, prompt, 4, 0);
+	prefill(fd, sid, b, prompt, 4, 0);
+	decode(fd, sid, a, 2, NULL, tok);
+	decode(fd, sid, b, 2, NULL, got);
+	assert_memory_equal(tok, got, sizeof(tok));
+	decode(fd, sid, b, 6, NULL, want);
+	/* another session of the tenant, by fingerprints alone: one
+	 * model, two holders */
+	fpcfg = (struct djinn_model_file){ .handle = 0 };
+	fpw = fpcfg;
+	memcpy(fpcfg.fp, cfg.fp, DJINN_FP_LEN);
+	memcpy(fpw.fp, w.fp, DJINN_FP_LEN);
+	sidb = open_session(fd2, "up-b");
+	upload_open(fd2, sidb, &fpcfg, &fpw, &mb, 0, NULL);
+
+	old = fx->d.pid;
+	next = djd_spawn_next(&fx->d);
+	assert_true(next > 0);
+	for (int i = 0; i < 60000 && waitpid(old, &status, WNOHANG) != old; i++)
+		usleep(1000);
+	assert_true(WIFEXITED(status) && !WEXITSTATUS(status));
+	fx->d.pid = next;
+	assert_true(log_shows(fx, "2 sessions, 0 tensors and 4 models and "
+				  "contexts restored"));
+
+	decode(fd, sid, a, 6, NULL, got);
+	if (memcmp(got, want, sizeof(want)))
+		fail_msg("the context on the upload continued otherwise "
+			 "after the restart");
+	/* the tenant's next session: by fingerprints alone */
+	sid2 = open_session(fd, "up-c");
+	upload_open(fd, sid2, &fpcfg, &fpw, &m2, 0, NULL);
+	assert_memory_equal(m2.fp, m.fp, sizeof(m.fp));
+	c = ctx_new(fd, sid2, m2.model, 16);
+	prefill(fd, sid2, c, prompt, 4, 0);
+	decode(fd, sid2, c, 2, NULL, got);
+	assert_memory_equal(got, tok, sizeof(tok));
+	/* the other session's handle works */
+	c = ctx_new(fd2, sidb, mb.model, 16);
+	prefill(fd2, sidb, c, prompt, 4, 0);
+	decode(fd2, sidb, c, 2, NULL, got);
+	assert_memory_equal(got, tok, sizeof(tok));
+	close_session(fd, sid);
+	close_session(fd, sid2);
+	close_session(fd2, sidb);
+	close(fd);
+	close(fd2);
+	free(cb);
+	free(wb);
+	check_text_cached(fx);
+	fx->base = vmu_now(fx);
+}
+
+static void test_restart_upload(void **state)
+{
+	restart_upload(*state);
+}
+
+static const char *extra_copied[] = { "--handover", hpath, "--cpu-device-only",
+				      NULL };
+
+static int setup_copied(void **state)
+{
+	snprintf(hpath, sizeof(hpath), "/tmp/djinn-restart.%d", (int)getpid());
+	unlink(hpath);
+	return fx_start_args(state, "256M", LEASE_MS, extra_copied);
+}
+
+static void test_restart_upload_copied(void **state)
+{
+	restart_upload(*state);
+}
+
+/*
  * A context paused at a breakpoint is kept paused: resumed after the
  * restart, a prefill gives the logits, and a decode the tokens, its twin
  * gave without a break or before it.
@@ -971,6 +1079,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_restart_lost, setup_fault,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_restart_upload, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_restart_upload_copied,
+						setup_copied, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_paused, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_self_restart, setup,

@@ -237,6 +237,37 @@ static void check_blob(const struct model_layout *L)
 	free(b.buf);
 }
 
+/* The layout made again without the files (a restart's upload) is the
+ * one built from them, slot for slot; a dtype no weights have is
+ * refused. */
+static void check_remake(const struct model_config *c,
+			 const struct model_layout *L)
+{
+	struct model_layout R;
+
+	assert_int_equal(model_layout_remake(c, DJINN_DTYPE_U8, false, &R),
+			 -EINVAL);
+	assert_int_equal(model_layout_remake(c, L->dtype,
+					     model_layout_prefixed(c, L), &R),
+			 0);
+	assert_int_equal(R.dtype, L->dtype);
+	assert_int_equal(R.nr, L->nr);
+	assert_int_equal(R.nr_global, L->nr_global);
+	assert_int_equal(R.per_layer, L->per_layer);
+	assert_int_equal(R.bytes, L->bytes);
+	for (size_t i = 0; i < L->nr; i++) {
+		assert_string_equal(R.w[i].name, L->w[i].name);
+		assert_int_equal(R.w[i].ndim, L->w[i].ndim);
+		assert_memory_equal(R.w[i].shape, L->w[i].shape,
+				    sizeof(L->w[i].shape));
+		assert_int_equal(R.w[i].off, L->w[i].off);
+		assert_int_equal(R.w[i].alias, L->w[i].alias);
+		assert_int_equal(R.w[i].unused, L->w[i].unused);
+		assert_null(R.w[i].t);
+	}
+	model_layout_free(&R);
+}
+
 static void test_layout_gpt2(void **state)
 {
 	const struct model_weight *w;
@@ -256,6 +287,7 @@ static void test_layout_gpt2(void **state)
 	assert_true(w->alias);
 	assert_int_equal(w->off, model_slot(&L, -1, GPT2_WTE)->off);
 	check_blob(&L);
+	check_remake(&c, &L);
 	model_layout_free(&L);
 	st_set_close(set);
 
@@ -269,6 +301,7 @@ static void test_layout_gpt2(void **state)
 	assert_int_not_equal(model_slot(&L, -1, GPT2_LM_HEAD)->off,
 			     model_slot(&L, -1, GPT2_WTE)->off);
 	check_blob(&L);
+	check_remake(&c, &L);
 	model_layout_free(&L);
 	st_set_close(set);
 }
@@ -290,6 +323,7 @@ static void test_layout_llama(void **state)
 	assert_int_equal(w->shape[1], 64);
 	assert_false(model_slot(&L, -1, LLAMA_LM_HEAD)->alias);
 	check_blob(&L);
+	check_remake(&c, &L);
 	model_layout_free(&L);
 	st_set_close(set);
 }

@@ -30,6 +30,7 @@ static void write_one(int *rec, int *data, uint64_t *data_off)
 	struct djinn_state_conn *c;
 	struct djinn_state_result *res;
 	struct djinn_state_pause *z;
+	struct djinn_state_upload *u;
 	uint64_t at;
 	uint8_t *p;
 
@@ -83,6 +84,14 @@ static void write_one(int *rec, int *data, uint64_t *data_off)
 	c->backlog = 5;
 	memcpy(c + 1, &(uint64_t){ 7 }, 8);
 	memcpy((uint8_t *)(c + 1) + 8, "hello", 5);
+	/* an uploaded model, its weights in place, its config.json after */
+	u = state_out_ent(&o, DJINN_STATE_UPLOAD, sizeof(*u) + 2);
+	assert_non_null(u);
+	strcpy(u->owner, "alice");
+	u->config_len = 2;
+	u->bytes = 4096;
+	u->data_off = DJINN_STATE_IN_POOL;
+	memcpy(u + 1, "{}", 2);
 	assert_int_equal(state_out_end(&o, rec, data), 0);
 }
 
@@ -124,6 +133,11 @@ static void test_round_trip(void **state)
 			assert_int_equal(((const struct djinn_state_result *)p)
 						 ->request_id,
 					 99);
+		} else if (type == DJINN_STATE_UPLOAD) {
+			const struct djinn_state_upload *u = p;
+
+			assert_string_equal(u->owner, "alice");
+			assert_memory_equal(u + 1, "{}", 2);
 		} else {
 			const struct djinn_state_conn *c = p;
 
@@ -133,7 +147,7 @@ static void test_round_trip(void **state)
 		}
 		n++;
 	}
-	assert_int_equal(n, 6);
+	assert_int_equal(n, 7);
 	/* sealed: the next djinnd reads what was written */
 	assert_int_equal(ftruncate(rec, 16), -1);
 	state_in_close(&in);
@@ -243,6 +257,20 @@ static void conn_short(uint8_t *p, size_t *len)
 	((struct djinn_state_conn *)ent_of(p, DJINN_STATE_CONN))->backlog = 6;
 }
 
+/* An upload whose config.json runs past its entry. */
+static void upload_config(uint8_t *p, size_t *len)
+{
+	((struct djinn_state_upload *)ent_of(p, DJINN_STATE_UPLOAD))
+		->config_len = 3;
+}
+
+/* An upload whose weights, copied, lie past the data (two pages). */
+static void upload_past(uint8_t *p, size_t *len)
+{
+	((struct djinn_state_upload *)ent_of(p, DJINN_STATE_UPLOAD))->data_off =
+		8192;
+}
+
 static void unknown_type(uint8_t *p, size_t *len)
 {
 	((struct djinn_state_ent *)(p + sizeof(struct djinn_state_hdr)))->type =
@@ -257,11 +285,11 @@ static void test_refused(void **state)
 		const char *phrase;
 	} cases[] = {
 		{ newer, -EPROTONOSUPPORT,
-		  "state record version 4: this djinnd reads versions 1 to "
-		  "3" },
+		  "state record version 5: this djinnd reads versions 1 to "
+		  "4" },
 		{ older, -EPROTONOSUPPORT,
 		  "state record version 0: this djinnd reads versions 1 to "
-		  "3" },
+		  "4" },
 		{ bad_magic, -EBADMSG, "not a djinnd state record" },
 		{ truncated, -EBADMSG, "its header says" },
 		{ long_entry, -EBADMSG, "entry 0 runs past the record" },
@@ -275,6 +303,10 @@ static void test_refused(void **state)
 		  "type 5 does not hold together (entry 4)" },
 		{ conn_short, -EBADMSG,
 		  "type 3 does not hold together (entry 5)" },
+		{ upload_config, -EBADMSG,
+		  "type 10 does not hold together (entry 6)" },
+		{ upload_past, -EBADMSG,
+		  "type 10 does not hold together (entry 6)" },
 		{ unknown_type, -EBADMSG, "unknown type 99 (entry 0)" },
 	};
 	uint64_t off[2];
