@@ -651,7 +651,7 @@ static int devices_open(struct server *srv)
 int server_init(struct server *srv, const struct server_config *cfg)
 {
 	bool cuda;
-	int ret;
+	int ret, kfd;
 
 	memset(srv, 0, sizeof(*srv));
 	srv->cfg = *cfg;
@@ -667,10 +667,6 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	}
 	session_table_init(&srv->sessions, &srv->loop);
 	server_session_limits(srv);
-	ret = lease_provider_open(&srv->sessions, cfg->leases,
-				  &srv->sessions.leases);
-	if (ret)
-		return ret;
 	/* what was passed at start: a predecessor's state is read before
 	 * a CPU device opens, as its memory is the predecessor's pool
 	 * (restart.h); GPUs open first, outside the clients' pause (the
@@ -682,6 +678,15 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	ret = fdstore_init(cfg->handover);
 	if (ret < 0)
 		return ret; /* a handover that failed: not in its place */
+	/* the leases after: a predecessor's /dev/djinn is passed with its
+	 * sessions, whose kernel sessions live on it */
+	kfd = fdstore_take(RESTART_KMOD_FD);
+	if (kfd >= 0)
+		fdstore_forget(RESTART_KMOD_FD);
+	ret = lease_provider_open(&srv->sessions, cfg->leases, kfd,
+				  &srv->sessions.leases);
+	if (ret)
+		return ret;
 	ret = restart_record_open(srv);
 	if (!ret && !cuda)
 		ret = devices_open(srv);

@@ -491,21 +491,14 @@ unsigned int listeners_stored(struct server *srv, char **names, int *fds,
 }
 
 /* A successor connected to --handover's socket: if it is djinnd's own
- * uid or root, it is sent every listening socket, and with a lease
- * provider in the process, the state (net/restart.h). Without, both
- * serve until it is ready and tells this djinnd to drain (SIGTERM): one
- * that never does (it died, or only looked) leaves this djinnd
- * serving. */
+ * uid or root, it is sent every listening socket and the state
+ * (net/restart.h). */
 static void handover_serve(struct listener *ls, int fd)
 {
 	struct server *srv = ls->srv;
 	struct timeval tv = { .tv_sec = 1 };
 	struct ucred cr = { 0 };
 	socklen_t len = sizeof(cr);
-	char *names[16];
-	int fds[16], ret;
-	unsigned int n;
-	struct listener *l;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) ||
 	    (cr.uid && cr.uid != geteuid())) {
@@ -516,25 +509,7 @@ static void handover_serve(struct listener *ls, int fd)
 		return;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (restart_can_hand_over(srv)) {
-		/* the sessions and connections go too */
-		restart_hand_over(srv, fd, cr.pid);
-		return;
-	}
-	n = listeners_stored(srv, names, fds, ARRAY_SIZE(fds));
-	ret = fdstore_handover_send(fd, names, fds, n);
-	close(fd);
-	if (ret) {
-		log_err("handover to pid %d failed: %s", (int)cr.pid,
-			strerror(-ret));
-		return;
-	}
-	/* shared now: the successor serves their paths after this djinnd */
-	list_for_each_entry(l, &srv->listeners, node)
-		l->stored = true;
-	log_notice("handover: %u sockets sent to pid %d; serving until it "
-		   "is ready",
-		   n, (int)cr.pid);
+	restart_hand_over(srv, fd, cr.pid);
 }
 
 static void conn_new(struct listener *ls, int fd)

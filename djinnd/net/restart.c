@@ -43,11 +43,6 @@ struct restart {
 	struct loop_timer timer;
 };
 
-bool restart_can_hand_over(const struct server *srv)
-{
-	return !strcmp(srv->sessions.leases->ops->name, "user");
-}
-
 /* The hold ends: listeners accept, leases run (the time held given
  * back), connections read again. */
 static void release(struct server *srv)
@@ -160,6 +155,14 @@ static void tls_goaway(struct server *srv)
 	}
 }
 
+/* /dev/djinn's file, where the kernel leases live, or -1 (user leases). */
+static int kmod_fd(struct server *srv)
+{
+	struct lease_provider *lp = srv->sessions.leases;
+
+	return lp->ops->file ? lp->ops->file(lp) : -1;
+}
+
 /* Device @d's pool, whose pieces the record names. */
 static int pool_fd(struct device *d)
 {
@@ -190,6 +193,8 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 		snprintf(name, sizeof(name), "pool-%u", d);
 		ok = fdstore_keep(name, pool_fd(&srv->dev[d]), false);
 	}
+	if (ok && kmod_fd(srv) >= 0)
+		ok = fdstore_keep(RESTART_KMOD_FD, kmod_fd(srv), false);
 	if (!ok || !fdstore_keep("state-data", data_fd, false) ||
 	    !fdstore_keep("state", rec_fd, false)) {
 		close(rec_fd);
@@ -198,6 +203,7 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 			snprintf(name, sizeof(name), "pool-%u", d);
 			fdstore_forget(name);
 		}
+		fdstore_forget(RESTART_KMOD_FD);
 		fdstore_forget("state-data");
 		hand_over_fail(r, "the store did not take the record", false);
 		return;
@@ -320,7 +326,7 @@ static void hand_over(struct restart *r)
 		hand_over_fail(r, why, false);
 		return;
 	}
-	max = SERVER_MAX_LISTEN + 3 + 2 + srv->nr_dev + nr_conns;
+	max = SERVER_MAX_LISTEN + 3 + 3 + srv->nr_dev + nr_conns;
 	names = calloc(max, sizeof(*names));
 	fds = calloc(max, sizeof(*fds));
 	if (!names || !fds) {
@@ -332,6 +338,10 @@ static void hand_over(struct restart *r)
 	fds[n++] = rec_fd;
 	names[n] = "state-data";
 	fds[n++] = data_fd;
+	if (kmod_fd(srv) >= 0) {
+		names[n] = RESTART_KMOD_FD;
+		fds[n++] = kmod_fd(srv);
+	}
 	k = n;
 	for (unsigned int d = 0; d < srv->nr_dev; d++) {
 		if (!svc_state_in_pool(&srv->dev[d]))
@@ -478,7 +488,7 @@ bool restart_to_store(struct server *srv)
 {
 	struct restart *r;
 
-	if (srv->restart || !fdstore_present() || !restart_can_hand_over(srv))
+	if (srv->restart || !fdstore_present())
 		return false;
 	r = restart_begin(srv);
 	if (!r)

@@ -30,15 +30,16 @@
  * graphs' outputs each remembers for DJINN_REF_RESULT, and client
  * connections over unix sockets and plain TCP, with what they had
  * received; a context paused at a breakpoint stays paused, to be resumed.
+ * Uploaded models are made again from their configuration, their
+ * weights where they were (a streamed one makes the handover fail).
+ * Under kernel leases /dev/djinn's file goes too (RESTART_KMOD_FD): its
+ * proxies and the sessions bound to clients' own kernel sessions live
+ * on it, and the successor takes each over (lease_kmod.c).
  * A dead device's djinnd hands its state over the same way (server.c),
  * the sessions on the device kept as lost.
  * Not kept yet: TLS connections (their OpenSSL state stays in the
  * process: they are closed after a GOAWAY, and their clients
- * reconnect), uploaded
- * models (a session holding one makes the handover fail, and the
- * running djinnd keeps serving), sessions bound to kernel leases (with
- * lease.provider kmod only the listening sockets are handed over, as
- * before).
+ * reconnect).
  */
 #ifndef DJINN_NET_RESTART_H
 #define DJINN_NET_RESTART_H
@@ -53,17 +54,17 @@ struct vmu_piece;
 #define RESTART_QUIESCE_S 30 /* for requests in flight to finish */
 #define RESTART_READY_S 120 /* for the successor to restore and serve */
 
-/* Whether djinnd can hand its state over (its lease provider keeps
- * leases in the process). */
-bool restart_can_hand_over(const struct server *srv);
+/* The name /dev/djinn's file (kernel leases) is passed under. */
+#define RESTART_KMOD_FD "kmod"
+
 /* A successor of pid @pid connected on @sock (which is now the
  * restart's): begin handing over. */
 void restart_hand_over(struct server *srv, int sock, pid_t pid);
 /* SIGTERM under a service manager with an fd store: keep the state
  * there for the next start (systemctl restart), as for a successor,
  * and exit; systemd discards it if the unit is stopped instead. Whether
- * that began (else the caller drains, as without a store: kernel
- * leases, or no store). If it cannot finish, djinnd drains through
+ * that began (else the caller drains, as without a store). If it
+ * cannot finish, djinnd drains through
  * srv->hooks.drain. */
 bool restart_to_store(struct server *srv);
 /*

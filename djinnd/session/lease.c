@@ -22,6 +22,9 @@ static struct user_lease *to_user(struct lease_provider *lp)
 
 static int user_open(struct lease_provider *lp, struct session *s, uint64_t now)
 {
+	/* a predecessor's kernel lease: djinnd's own from now on */
+	s->lease_kid = 0;
+	s->lease_bound = s->lease_adopt = false;
 	s->deadline_ns = now + s->lease_ns;
 	list_add_tail(&s->lease_node, &to_user(lp)->sessions);
 	return 0;

@@ -54,6 +54,15 @@ struct lease_ops {
 	int (*verify)(struct lease_provider *lp, uint64_t kid,
 		      const uint8_t token[16], uid_t uid,
 		      struct lease_kinfo *out);
+	/* The file the leases live on (kmod: /dev/djinn, attached as the
+	 * daemon), which a restart hands to the next djinnd with the
+	 * sessions (a session of a restart's record, s->lease_adopt, is
+	 * given the kernel session it had on it). */
+	int (*file)(struct lease_provider *lp);
+	/* djinnd stops reading for a while (a restart's hold): leases that
+	 * run outside it (kmod: the proxies') are renewed now, so that the
+	 * pause has a whole lease of room. */
+	void (*hold)(struct lease_provider *lp, uint64_t now);
 };
 
 struct lease_provider {
@@ -66,10 +75,13 @@ int user_lease_create(struct lease_provider **out);
  * server.c's choice by lease.provider: "user", "kmod" (/dev/djinn, or
  * fail), or "auto" (kmod when /dev/djinn exists and DAEMON_ATTACH and the
  * "djinn" netlink family's events group work, else user); the log says
- * which and why. The kmod provider follows events on @tab's I/O loop
- * and ends sessions there through session_end().
+ * which and why. @passed: a predecessor's /dev/djinn (ops->file()),
+ * attached already and taken over (the kmod provider then; closed, and
+ * its proxies with it, under "user"), or -1. The kmod provider follows
+ * events on @tab's I/O loop and ends sessions there through
+ * session_end().
  */
 int lease_provider_open(struct session_table *tab, const char *which,
-			struct lease_provider **out);
+			int passed, struct lease_provider **out);
 
 #endif /* DJINN_LEASE_H */

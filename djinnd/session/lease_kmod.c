@@ -96,6 +96,35 @@ static struct session *find(struct kmod_lease *k, uint64_t kid)
 	return NULL;
 }
 
+/*
+ * A restart's session (s->lease_adopt): the kernel session its
+ * predecessor had on the file passed with the record. A proxy's lease is
+ * renewed at once (the restart's gap back); one that ended meanwhile (its
+ * client died, it expired or was killed while no djinnd read the events)
+ * is ended by the next resync, as after lost events.
+ */
+static void kadopt(struct kmod_lease *k, struct session *s, struct kentry *e,
+		   uint64_t now)
+{
+	struct djinn_ioc_session_info i = { .size = sizeof(i),
+					    .session_id = s->lease_kid };
+	struct djinn_ioc_heartbeat hb = { .size = sizeof(hb),
+					  .session_id = s->lease_kid };
+
+	s->lease_adopt = false;
+	e->kid = s->lease_kid;
+	e->local = s->lease_bound;
+	e->renewed = now;
+	if (kioctl(k->fd, DJINN_IOC_SESSION_INFO, &i) ||
+	    i.state != DJINN_STATE_LIVE ||
+	    (!e->local && kioctl(k->fd, DJINN_IOC_HEARTBEAT, &hb))) {
+		k->resync = true;
+		return;
+	}
+	s->lease_ns = i.lease_ns;
+	s->deadline_ns = e->local ? i.deadline_ns : hb.deadline_ns;
+}
+
 static int kmod_open(struct lease_provider *lp, struct session *s, uint64_t now)
 {
 	struct kmod_lease *k = to_kmod(lp);
@@ -104,7 +133,9 @@ static int kmod_open(struct lease_provider *lp, struct session *s, uint64_t now)
 
 	if (!e)
 		return -ENOMEM;
-	if (s->lease_kid) {
+	if (s->lease_adopt) {
+		kadopt(k, s, e, now);
+	} else if (s->lease_kid) {
 		struct djinn_ioc_session_info i = {
 			.size = sizeof(i), .session_id = s->lease_kid
 		};
@@ -116,7 +147,7 @@ static int kmod_open(struct lease_provider *lp, struct session *s, uint64_t now)
 			return ret ? ret : -ENOENT;
 		}
 		e->kid = s->lease_kid;
-		e->local = true;
+		e->local = s->lease_bound = true;
 		s->lease_ns = i.lease_ns;
 		s->deadline_ns = i.deadline_ns;
 	} else {
@@ -433,6 +464,30 @@ static void kmod_destroy(struct lease_provider *lp)
 	free(k);
 }
 
+static void kmod_hold(struct lease_provider *lp, uint64_t now)
+{
+	struct kmod_lease *k = to_kmod(lp);
+	struct session *s;
+
+	list_for_each_entry(s, &k->sessions, lease_node) {
+		struct kentry *e = s->lease_priv;
+		struct djinn_ioc_heartbeat hb = { .size = sizeof(hb),
+						  .session_id = e->kid };
+
+		if (e->local || e->gone)
+			continue;
+		if (!kioctl(k->fd, DJINN_IOC_HEARTBEAT, &hb)) {
+			e->renewed = now;
+			s->deadline_ns = hb.deadline_ns;
+		}
+	}
+}
+
+static int kmod_file(struct lease_provider *lp)
+{
+	return to_kmod(lp)->fd;
+}
+
 static const struct lease_ops kmod_ops = {
 	.name = "kmod",
 	.open = kmod_open,
@@ -442,11 +497,14 @@ static const struct lease_ops kmod_ops = {
 	.destroy = kmod_destroy,
 	.complete = kmod_complete,
 	.verify = kmod_verify,
+	.file = kmod_file,
+	.hold = kmod_hold,
 };
 
-/* 0, or -errno and why in @why. */
-static int kmod_lease_create(struct session_table *tab, struct kmod_lease **out,
-			     char *why, size_t len)
+/* 0, or -errno and why in @why. @passed: /dev/djinn attached already,
+ * or -1. */
+static int kmod_lease_create(struct session_table *tab, int passed,
+			     struct kmod_lease **out, char *why, size_t len)
 {
 	struct djinn_ioc_daemon_attach da = { .size = sizeof(da) };
 	struct kmod_lease *k = calloc(1, sizeof(*k));
@@ -458,13 +516,14 @@ static int kmod_lease_create(struct session_table *tab, struct kmod_lease **out,
 	k->src.complete = nl_complete;
 	k->tab = tab;
 	INIT_LIST_HEAD(&k->sessions);
-	k->fd = open(DJINN_DEVICE, O_RDWR | O_CLOEXEC);
+	k->fd = passed >= 0 ? passed : open(DJINN_DEVICE, O_RDWR | O_CLOEXEC);
 	if (k->fd < 0) {
 		ret = -errno;
 		snprintf(why, len, "%s: %s", DJINN_DEVICE, strerror(errno));
 		goto fail;
 	}
-	ret = kioctl(k->fd, DJINN_IOC_DAEMON_ATTACH, &da);
+	/* a predecessor's file is the daemon's already */
+	ret = passed >= 0 ? 0 : kioctl(k->fd, DJINN_IOC_DAEMON_ATTACH, &da);
 	if (ret) {
 		snprintf(why, len, "%s: DAEMON_ATTACH: %s%s", DJINN_DEVICE,
 			 strerror(-ret),
@@ -522,19 +581,28 @@ fail:
 }
 
 int lease_provider_open(struct session_table *tab, const char *which,
-			struct lease_provider **out)
+			int passed, struct lease_provider **out)
 {
 	struct kmod_lease *k = NULL;
 	char why[300] = "";
 	int ret;
 
 	if (!which || !strcmp(which, "user")) {
+		if (passed >= 0) {
+			/* its proxies end with it; bound sessions are
+			 * djinnd's own from now on */
+			log_notice("leases: the predecessor's %s closed: "
+				   "lease.provider = user",
+				   DJINN_DEVICE);
+			close(passed);
+		}
 		ret = user_lease_create(out);
 		if (!ret)
 			log_info("leases: user (lease.provider = user)");
 		return ret;
 	}
-	if (!strcmp(which, "auto") && access(DJINN_DEVICE, F_OK)) {
+	if (passed < 0 && !strcmp(which, "auto") &&
+	    access(DJINN_DEVICE, F_OK)) {
 		ret = user_lease_create(out);
 		if (!ret)
 			log_info("leases: user (auto: no %s; djinn.ko is "
@@ -542,7 +610,7 @@ int lease_provider_open(struct session_table *tab, const char *which,
 				 DJINN_DEVICE);
 		return ret;
 	}
-	ret = kmod_lease_create(tab, &k, why, sizeof(why));
+	ret = kmod_lease_create(tab, passed, &k, why, sizeof(why));
 	if (ret && !strcmp(which, "kmod")) {
 		log_err("leases: kmod: %s", why);
 		return ret;
@@ -556,8 +624,9 @@ int lease_provider_open(struct session_table *tab, const char *which,
 	nl_arm(k);
 	k->active = true;
 	*out = &k->base;
-	log_notice("leases: kmod (%s%s attached as the daemon, following "
-		   "netlink events)",
-		   !strcmp(which, "auto") ? "auto: " : "", DJINN_DEVICE);
+	log_notice("leases: kmod (%s%s %s, following netlink events)",
+		   !strcmp(which, "auto") ? "auto: " : "", DJINN_DEVICE,
+		   passed >= 0 ? "taken over from the predecessor" :
+				 "attached as the daemon");
 	return 0;
 }

@@ -201,6 +201,8 @@ void session_table_hold_leases(struct session_table *t, bool hold)
 	if (hold) {
 		if (!t->held_at)
 			t->held_at = now;
+		if (t->leases->ops->hold)
+			t->leases->ops->hold(t->leases, now);
 		return;
 	}
 	if (!t->held_at)
@@ -405,6 +407,11 @@ int session_restore(struct session_table *t, struct device *dev,
 	s->pid = (pid_t)r->pid;
 	s->requests = r->requests;
 	s->results_next = r->results_next % (SESSION_RESULTS + 1);
+	/* the kernel session it had: the lease provider's open() takes it
+	 * over (a user lease provider lets it go) */
+	s->lease_kid = r->kid;
+	s->lease_bound = r->kbound && r->kid;
+	s->lease_adopt = r->kid != 0;
 	s->dev = dev;
 	sched_entity_init(dev->sched, &s->se, 0, s->tenant, s->priority, s->vs);
 	s->epoch = __atomic_load_n(&dev->backend->faults, __ATOMIC_ACQUIRE);

@@ -133,6 +133,10 @@ struct session {
 	struct list_head node; /* server's sessions */
 	struct list_head lease_node; /* the lease provider's */
 	uint64_t lease_kid; /* kmod leases: the kernel session, 0: none */
+	/* kmod leases: bound to its client's own kernel session, not a
+	 * proxy on djinnd's file; a restart's: lease_kid is the kernel
+	 * session a predecessor had, which open() takes over */
+	bool lease_bound, lease_adopt;
 	void *lease_priv; /* the lease provider's */
 	struct session *hnext;
 };

@@ -1220,6 +1220,9 @@ int svc_state_save(struct state_out *o, struct session_table *t,
 					  __ATOMIC_ACQUIRE);
 		e->nr_obj_slots = s->objs.nr;
 		e->results_next = s->results_next;
+		/* kernel session ids are 32-bit (djinn.ko's xarray) */
+		e->kid = (uint32_t)s->lease_kid;
+		e->kbound = s->lease_bound;
 		gens = (uint32_t *)(e + 1);
 		for (uint32_t i = 0; i < n; i++)
 			gens[i] =

@@ -67,7 +67,8 @@
 
 #define DJINN_STATE_MAGIC 0x3154534e4e494a44ULL /* "DJINNST1" */
 /* 3: djinn_state_conn.token (an older djinnd would name such a connection
- * by its uid: it refuses the record instead); 4: UPLOAD */
+ * by its uid: it refuses the record instead); 4: UPLOAD, and the kernel
+ * sessions (djinn_state_session.kid) */
 #define DJINN_STATE_VERSION 4
 /* the oldest version a djinnd of this one reads (1: no POOL, no PIECES;
  * 2: no connection of a token socket) */
@@ -135,6 +136,11 @@ struct djinn_state_ent {
  *               after the tensors'
  * @results_next: the slot of its ring of result records the next graph
  *               takes
+ * @kid:         kernel leases: its kernel session on /dev/djinn (0:
+ *               none), which the next djinnd takes over on the file
+ *               passed with the record, "kmod" (version 4)
+ * @kbound:      that kernel session is its client's own (SESSION_BIND),
+ *               else a proxy on djinnd's file
  */
 struct djinn_state_session {
 	__u64 id;
@@ -153,9 +159,10 @@ struct djinn_state_session {
 	__u32 nr_slots;
 	__u32 nr_obj_slots;
 	__u8 lost;
-	__u8 __reserved[3];
+	__u8 kbound;
+	__u8 __reserved[2];
 	__u32 results_next;
-	__u32 __reserved2;
+	__u32 kid;
 };
 
 enum djinn_state_tensor_kind {

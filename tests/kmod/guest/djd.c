@@ -51,19 +51,15 @@ pid_t djd_start(const char *leases, unsigned int lease_ms,
 	return djd_start_with(leases, lease_ms, log_level, NULL);
 }
 
-pid_t djd_start_with(const char *leases, unsigned int lease_ms,
-		     const char *log_level, const char *const *extra)
+/* fork and exec djinnd with the options the helpers' djinnd has */
+static pid_t spawn(const char *leases, unsigned int lease_ms,
+		   const char *log_level, const char *const *extra)
 {
 	const char *argv[64];
 	char lease[32];
 	unsigned int n = 0;
 	pid_t pid;
 
-	mkdir("/tmp/djd", 0755);
-	mkdir("/tmp/djd/models", 0755);
-	unlink(DJD_SOCK);
-	unlink(DJD_ADMIN);
-	unlink(DJD_LOG);
 	snprintf(lease, sizeof(lease), "%u", lease_ms);
 	fflush(NULL);
 	pid = fork();
@@ -94,6 +90,28 @@ pid_t djd_start_with(const char *leases, unsigned int lease_ms,
 		fprintf(stderr, "exec djinnd: %s\n", strerror(errno));
 		_exit(127);
 	}
+	return pid;
+}
+
+pid_t djd_start_next(const char *leases, unsigned int lease_ms,
+		     const char *log_level, const char *const *extra)
+{
+	return spawn(leases, lease_ms, log_level, extra);
+}
+
+pid_t djd_start_with(const char *leases, unsigned int lease_ms,
+		     const char *log_level, const char *const *extra)
+{
+	pid_t pid;
+
+	mkdir("/tmp/djd", 0755);
+	mkdir("/tmp/djd/models", 0755);
+	unlink(DJD_SOCK);
+	unlink(DJD_ADMIN);
+	unlink(DJD_LOG);
+	pid = spawn(leases, lease_ms, log_level, extra);
+	if (pid < 0)
+		return pid;
 	for (int i = 0; i < 3000; i++) { /* 30 s: TCG is slow */
 		int status, a, b;
 

@@ -26,6 +26,11 @@ pid_t djd_start(const char *leases, unsigned int lease_ms,
 /* The same with more of djinnd's options, NULL-terminated. */
 pid_t djd_start_with(const char *leases, unsigned int lease_ms,
 		     const char *log_level, const char *const *extra);
+/* A successor of the djinnd serving: the same options, its sockets and
+ * log left as they are (with --handover in @extra it takes over). Its
+ * pid, or -errno; the caller waits for the predecessor to exit. */
+pid_t djd_start_next(const char *leases, unsigned int lease_ms,
+		     const char *log_level, const char *const *extra);
 /* SIGTERM, wait; 0 if it exited 0. */
 int djd_stop(pid_t pid);
 

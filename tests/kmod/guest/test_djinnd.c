@@ -348,6 +348,114 @@ static void test_proxy_expiry(void **state)
 	kt_nl_close(nl);
 }
 
+static const char *const handover_args[] = { "--handover", "/tmp/djd/handover",
+					     NULL };
+
+/* The group's djinnd gives way to one serving --handover (one daemon
+ * may attach), and comes back after. */
+static int setup_handover(void **state)
+{
+	if (teardown(state))
+		return -1;
+	djinnd = djd_start_with("kmod", LEASE_MS, "debug", handover_args);
+	if (djinnd < 0) {
+		fprintf(stderr, "djinnd --leases kmod --handover: %s\n",
+			strerror((int)-djinnd));
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown_handover(void **state)
+{
+	return teardown(state) || setup(state) ? -1 : 0;
+}
+
+/*
+ * A restart (--handover) under kernel leases keeps them: /dev/djinn's
+ * file goes to the successor with the sessions. A bound client's session
+ * and a proxy session live on with the same kernel sessions (no proxy
+ * opened again, none left behind); the successor renews the proxy's
+ * lease through the file, the proxy still runs out when the heartbeats
+ * stop and is released, and the bound session still ends at once when
+ * its client dies.
+ */
+static void test_handover(void **state)
+{
+	struct djinn_session_open o = { .lease_ns = 4000 * 1000000ull };
+	struct kt_nl_msg all[64], before[64], m;
+	struct djinn_session_resp r;
+	struct djd_client c;
+	struct kt_nl *nl;
+	uint64_t kid = 0, beats;
+	int fd, n, n0, err, status = -1;
+	pid_t old = djinnd, next;
+
+	nl = kt_nl_open(false, &err);
+	assert_non_null(nl);
+	assert_int_equal(djd_client_bind(&c, "kept", 0), 0);
+	assert_int_equal(djd_tensor(c.sock, c.id, MiB), 0);
+	fd = djd_connect(DJD_SOCK);
+	assert_true(fd >= 0);
+	snprintf(o.tenant, sizeof(o.tenant), "remote");
+	n0 = kt_nl_dump(nl, before, 64);
+	assert_true(n0 >= 0);
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o),
+				  &r, sizeof(r), NULL),
+			 0);
+	n = kt_nl_dump(nl, all, 64);
+	assert_int_equal(n, n0 + 1);
+	for (int i = 0; i < n; i++) {
+		bool seen = false;
+
+		for (int j = 0; j < n0; j++)
+			seen |= before[j].id == all[i].id;
+		if (!seen && (all[i].kind & DJINN_SESSION_PROXY))
+			kid = all[i].id;
+	}
+	assert_true(kid != 0);
+
+	next = djd_start_next("kmod", LEASE_MS, "debug", handover_args);
+	assert_true(next > 0);
+	for (int i = 0; i < 6000 && waitpid(old, &status, WNOHANG) != old; i++)
+		usleep(10000);
+	assert_true(WIFEXITED(status) && !WEXITSTATUS(status));
+	djinnd = next;
+
+	/* the same sessions on the same kernel sessions, none more */
+	assert_int_equal(djd_session(c.id, NULL), 0);
+	assert_int_equal(djd_session(r.session_id, NULL), 0);
+	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
+	assert_int_equal(m.state, DJINN_STATE_LIVE);
+	assert_int_equal(kt_nl_get(nl, c.kid, &m), 0);
+	assert_int_equal(m.state, DJINN_STATE_LIVE);
+	assert_int_equal(kt_nl_dump(nl, before, 64), n);
+	/* both go on over their connections */
+	assert_int_equal(djd_tensor(c.sock, c.id, 4096), 0);
+	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
+	beats = m.heartbeats;
+	for (int i = 0; i < 8; i++) {
+		usleep(400000);
+		assert_int_equal(djd_call(fd, DJINN_MSG_HEARTBEAT, r.session_id,
+					  NULL, 0, NULL, 0, NULL),
+				 0);
+	}
+	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
+	if (m.heartbeats <= beats)
+		fail_msg("the proxy's lease was not renewed after the "
+			 "restart (%llu heartbeats, %llu before)",
+			 (unsigned long long)m.heartbeats,
+			 (unsigned long long)beats);
+	/* the heartbeats stop: it runs out, and the proxy is released */
+	assert_true(wait_gone(r.session_id, 20000) > 0);
+	assert_int_equal(kt_nl_get(nl, kid, &m), -ENOENT);
+	/* a bound client's death still ends its session at once */
+	djd_client_close(&c);
+	assert_true(wait_gone(c.id, 5000) > 0);
+	close(fd);
+	kt_nl_close(nl);
+}
+
 /* Killed by the administrator, either way. */
 static void test_kill(void **state)
 {
@@ -465,6 +573,8 @@ int main(void)
 		cmocka_unit_test(test_proxy_expiry),
 		cmocka_unit_test(test_kill),
 		cmocka_unit_test(test_djinnctl_monitor),
+		cmocka_unit_test_setup_teardown(test_handover, setup_handover,
+						teardown_handover),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
