@@ -177,10 +177,11 @@ static struct mobj *obj_get(struct conn *c, const struct djinn_hdr *hdr,
 			    enum sobj_kind kind)
 {
 	char msg[DJINN_MAX_ERROR_MSG];
-	struct mobj *o = mobj_get(s, handle, kind, msg, sizeof(msg));
+	int err;
+	struct mobj *o = mobj_get(s, handle, kind, &err, msg, sizeof(msg));
 
 	if (!o)
-		conn_error(c, hdr, -ENOENT, "%s", msg);
+		conn_error(c, hdr, err, "%s", msg);
 	return o;
 }
 

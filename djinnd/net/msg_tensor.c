@@ -229,8 +229,10 @@ static int stream_write(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	ret = session_tensor_hold(st->s, io->handle, &st->t, &slot);
 	if (ret) {
-		conn_error(c, hdr, -ENOENT, "no tensor with handle %#llx",
-			   (unsigned long long)io->handle);
+		char why[DJINN_MAX_ERROR_MSG];
+
+		session_tensor_why(st->s, io->handle, ret, why, sizeof(why));
+		conn_error(c, hdr, ret, "%s", why);
 		return ret;
 	}
 	st->held = slot + 1;
@@ -848,8 +850,10 @@ void handle_tensor_read(struct conn *c, const struct djinn_hdr *hdr,
 	}
 	ret = session_tensor_hold(s, io->handle, &t, &rc->slot);
 	if (ret) {
-		conn_error(c, hdr, -ENOENT, "no tensor with handle %#llx",
-			   (unsigned long long)io->handle);
+		char why[DJINN_MAX_ERROR_MSG];
+
+		session_tensor_why(s, io->handle, ret, why, sizeof(why));
+		conn_error(c, hdr, ret, "%s", why);
 		free(rc);
 		return;
 	}

@@ -444,7 +444,7 @@ int session_tensor_restore(struct session *s, uint32_t slot,
 	if (slot >= s->tensors.nr)
 		return -EINVAL;
 	sl = slots_at(&s->tensors, slot);
-	if (!sl->slot.live || sl->t.text || sl->t.region)
+	if (!sl->slot.live || sl->t.text || sl->t.region || sl->t.lost)
 		return -EINVAL; /* not a live slot, or one filled already */
 	sl->t = *t;
 	s->nr_tensors++;
@@ -460,7 +460,7 @@ static void tensor_free(struct session *s, struct tensor *t)
 {
 	if (t->text)
 		vmu_text_put(s->vs, t->text);
-	else
+	else if (!t->lost)
 		vmu_region_destroy(s->vs, t->region);
 }
 
@@ -616,13 +616,30 @@ int session_tensor_each(struct session *s,
 int session_tensor_get(struct session *s, uint64_t handle, struct tensor *t)
 {
 	struct tensor_slot *sl;
+	int ret = -ENOENT;
 
 	pthread_mutex_lock(&s->lock);
 	sl = slots_lookup(&s->tensors, handle);
-	if (sl)
+	if (sl) {
 		*t = sl->t;
+		ret = sl->t.lost ? -EIO : 0;
+	}
 	pthread_mutex_unlock(&s->lock);
-	return sl ? 0 : -ENOENT;
+	return ret;
+}
+
+void session_tensor_why(const struct session *s, uint64_t handle, int err,
+			char *msg, size_t msglen)
+{
+	if (err == -EIO)
+		snprintf(msg, msglen,
+			 "tensor %#llx was lost when %s was reset: its bytes "
+			 "were in device memory when djinnd restarted; "
+			 "release it",
+			 (unsigned long long)handle, s->dev->name);
+	else
+		snprintf(msg, msglen, "no tensor with handle %#llx",
+			 (unsigned long long)handle);
 }
 
 /* Drop the lock; if @sl's handle is gone and nobody holds it, put the
@@ -662,6 +679,10 @@ int session_tensor_hold(struct session *s, uint64_t handle, struct tensor *t,
 
 	pthread_mutex_lock(&s->lock);
 	sl = slots_lookup(&s->tensors, handle);
+	if (sl && sl->t.lost) {
+		pthread_mutex_unlock(&s->lock);
+		return -EIO;
+	}
 	if (sl) {
 		sl->holders++;
 		*t = sl->t;

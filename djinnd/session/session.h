@@ -64,6 +64,9 @@ struct tensor {
 	struct vmu_text *text; /* a text entry, or NULL: a data region */
 	uint64_t region;
 	bool module; /* text uploaded as a client module */
+	/* its bytes were in device memory a fault lost before a restart
+	 * (svc/state.c): no text, no region; every use answers -EIO */
+	bool lost;
 };
 
 /* The outputs of one GRAPH_SUBMIT, for DJINN_REF_RESULT: their shapes
@@ -284,7 +287,11 @@ int session_kernels_check(struct session_table *t, const struct session *s,
 /* Tensor handles. add takes over the tensor's VMU resources. */
 int session_tensor_add(struct session *s, const struct tensor *t,
 		       uint64_t *handle);
+/* get and hold: -ENOENT (no such handle) or -EIO (a lost tensor, which
+ * only release takes); session_tensor_why() says which, for @handle. */
 int session_tensor_get(struct session *s, uint64_t handle, struct tensor *t);
+void session_tensor_why(const struct session *s, uint64_t handle, int err,
+			char *msg, size_t msglen);
 /* Remove and free the tensor's VMU resources; if the tensor is held
  * (being read, or an input of a running graph), the handle goes now and
  * the memory when the last holder lets go. */

@@ -73,6 +73,13 @@ int svc_graph_new(struct session_table *t, struct session *s,
 			job->in_descs[i] = tn.desc;
 			in_module[i] = tn.module;
 		}
+		if (ret == -EIO && ref->kind == DJINN_REF_HANDLE) {
+			char why[DJINN_MAX_ERROR_MSG];
+
+			session_tensor_why(s, ref->id, ret, why, sizeof(why));
+			snprintf(msg, msglen, "input %u: %s", i, why);
+			goto out_free;
+		}
 		if (ret) {
 			ret = -ENOENT;
 			snprintf(msg, msglen, "input %u: no such %s", i,
@@ -141,8 +148,7 @@ static int resolve(struct session *s, const struct djinn_ref *ref,
 	}
 	ret = session_tensor_hold(s, handle, &tn, &slot);
 	if (ret) {
-		snprintf(msg, msglen, "no tensor with handle %#llx",
-			 (unsigned long long)handle);
+		session_tensor_why(s, handle, ret, msg, msglen);
 		return ret;
 	}
 	*held = slot + 1;

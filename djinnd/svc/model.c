@@ -20,7 +20,9 @@ void mobj_put(struct mobj *o)
 {
 	if (--o->refs)
 		return;
-	if (o->kind == SOBJ_CTX) {
+	if (o->lost) {
+		/* it holds nothing */
+	} else if (o->kind == SOBJ_CTX) {
 		model_ctx_free(o->mc);
 		mobj_put(o->model);
 	} else {
@@ -33,7 +35,7 @@ void mobj_put(struct mobj *o)
  * (steps still in flight keep the model's memory until they end). */
 void mobj_ctx_unlist(struct mobj *o)
 {
-	if (o->kind != SOBJ_CTX)
+	if (o->kind != SOBJ_CTX || o->lost)
 		return;
 	o->model->ctxs--;
 	sched_wait_end(o->s->dev->sched, o->wait);
@@ -117,8 +119,12 @@ static int fetch(struct exec_job *job, const struct exec_env *env,
 
 	ret = session_tensor_hold(job->s, mf->handle, &t, &slot);
 	if (ret) {
-		snprintf(job->msg, sizeof(job->msg),
-			 "%s: no tensor with handle %#llx", what, h);
+		size_t n = (size_t)snprintf(job->msg, sizeof(job->msg),
+					    "%s: ", what);
+
+		if (n < sizeof(job->msg))
+			session_tensor_why(job->s, mf->handle, ret,
+					   job->msg + n, sizeof(job->msg) - n);
 		return ret;
 	}
 	if (!t.text || t.desc.dtype != DJINN_DTYPE_U8 || t.desc.ndim != 1) {
@@ -397,9 +403,8 @@ static int steer(struct exec_job *job, const struct model_env *me,
 
 	ret = session_tensor_hold(job->s, handle, &t, &slot);
 	if (ret) {
-		snprintf(job->msg, sizeof(job->msg),
-			 "no tensor with handle %#llx",
-			 (unsigned long long)handle);
+		session_tensor_why(job->s, handle, ret, job->msg,
+				   sizeof(job->msg));
 		return ret;
 	}
 	if (t.text) {
@@ -634,6 +639,17 @@ static struct mobj *mobj_restore(struct session *s, uint32_t slot,
 	return o;
 }
 
+int svc_obj_restore_lost(struct session *s, uint32_t slot, enum sobj_kind kind,
+			 char *msg, size_t msglen)
+{
+	int ret;
+	struct mobj *o = mobj_restore(s, slot, kind, &ret, msg, msglen);
+
+	if (o)
+		o->lost = true;
+	return o ? 0 : ret;
+}
+
 int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 		      const uint8_t fp[32], const struct model_kept *kept,
 		      char *msg, size_t msglen)
@@ -711,24 +727,38 @@ int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 }
 
 struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
-		      char *msg, size_t msglen)
+		      int *err, char *msg, size_t msglen)
 {
 	struct mobj *o = session_obj_get(s, handle, kind);
+	const char *what = kind == SOBJ_MODEL ? "model" : "context";
 
-	if (!o)
-		snprintf(msg, msglen, "no %s with handle %#llx",
-			 kind == SOBJ_MODEL ? "model" : "context",
+	if (o && o->lost) {
+		snprintf(msg, msglen,
+			 "%s %#llx was lost when %s was reset: %s in "
+			 "device memory when djinnd restarted; %s it",
+			 what, (unsigned long long)handle, s->dev->name,
+			 kind == SOBJ_MODEL ? "its weights were" :
+					      "its cache was",
+			 kind == SOBJ_MODEL ? "close" : "free");
+		*err = -EIO;
+		return NULL;
+	}
+	if (!o) {
+		snprintf(msg, msglen, "no %s with handle %#llx", what,
 			 (unsigned long long)handle);
+		*err = -ENOENT;
+	}
 	return o;
 }
 
 int svc_ctx_signal(struct session *s, uint64_t ctx, uint32_t phase,
 		   uint64_t expected_ns, char *msg, size_t msglen)
 {
-	struct mobj *o = mobj_get(s, ctx, SOBJ_CTX, msg, msglen);
+	int ret;
+	struct mobj *o = mobj_get(s, ctx, SOBJ_CTX, &ret, msg, msglen);
 
 	if (!o)
-		return -ENOENT;
+		return ret;
 	if (!o->wait) {
 		o->wait = sched_wait_new(s->dev->sched, &s->se,
 					 model_ctx_cache(o->mc));
@@ -744,10 +774,14 @@ int svc_ctx_signal(struct session *s, uint64_t ctx, uint32_t phase,
 int svc_model_close(struct session *s, uint64_t handle, char *msg,
 		    size_t msglen)
 {
-	struct mobj *o = mobj_get(s, handle, SOBJ_MODEL, msg, msglen);
+	/* a lost one closes too */
+	struct mobj *o = session_obj_get(s, handle, SOBJ_MODEL);
 
-	if (!o)
+	if (!o) {
+		snprintf(msg, msglen, "no model with handle %#llx",
+			 (unsigned long long)handle);
 		return -ENOENT;
+	}
 	if (o->ctxs) {
 		snprintf(msg, msglen, "model has %u contexts", o->ctxs);
 		return -EBUSY;
@@ -841,9 +875,9 @@ int svc_ctx_new(struct session_table *t, struct session *s,
 	int ret;
 
 	*wait = NULL;
-	m = mobj_get(s, model, SOBJ_MODEL, msg, msglen);
+	m = mobj_get(s, model, SOBJ_MODEL, &ret, msg, msglen);
 	if (!m)
-		return -ENOENT;
+		return ret;
 	/* Only reserves the cache's address space: cheap, here. */
 	*max = max_tokens ? max_tokens : m->h->m->cfg.n_ctx;
 	ret = model_ctx_new(m->h, *max, &mc, msg, msglen);

@@ -64,6 +64,10 @@ struct mobj {
 	/* its own IO_WAIT (SIGNAL with the context), made at the first;
 	 * ended when it leaves the table */
 	struct sched_wait *wait;
+	/* what it held was in device memory a fault lost before a restart
+	 * (svc/state.c): no hold, no context; every use but closing
+	 * answers -EIO */
+	bool lost;
 };
 
 /* Drop a reference; the last frees the object (a context's its model's). */
@@ -175,8 +179,9 @@ void mjob_cancel(struct exec_job *job);
  *
  * mobj_add():        a new object of @kind in @s's table (-EDQUOT past
  *                    SESSION_MAX_OBJS, -ENOMEM)
- * mobj_get():        the object @handle of @kind, or NULL (-ENOENT's
- *                    message in @msg)
+ * mobj_get():        the object @handle of @kind, or NULL with -ENOENT
+ *                    or -EIO (a lost object: only closing takes it)
+ *                    in *@err and why in @msg
  * svc_model_close(): MODEL_CLOSE (-ENOENT; -EBUSY while it has contexts)
  * svc_ctx_free():    CTX_FREE (-ENOENT); steps in flight keep it
  * svc_model_job():   a job of request @hdr running @call with @mj on
@@ -209,9 +214,12 @@ int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
  * @slot; its weights must have fingerprint @fp still (-ESTALE
  * otherwise: its contexts' caches were made by other weights).
  * svc_ctx_restore() makes context slot @slot of the model in
- * @model_slot, as model_ctx_restore() says. 0, or a negative errno with
- * why in @msg.
+ * @model_slot, as model_ctx_restore() says. svc_obj_restore_lost()
+ * makes slot @slot an object of @kind that was lost (struct mobj's
+ * @lost). 0, or a negative errno with why in @msg.
  */
+int svc_obj_restore_lost(struct session *s, uint32_t slot, enum sobj_kind kind,
+			 char *msg, size_t msglen);
 int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 		      const uint8_t fp[32], const struct model_kept *kept,
 		      char *msg, size_t msglen);
@@ -227,7 +235,7 @@ int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 		    uint64_t kv_bytes, const float *logits,
 		    uint64_t logits_bytes, char *msg, size_t msglen);
 struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
-		      char *msg, size_t msglen);
+		      int *err, char *msg, size_t msglen);
 int svc_model_close(struct session *s, uint64_t handle, char *msg,
 		    size_t msglen);
 int svc_ctx_free(struct session *s, uint64_t handle, char *msg, size_t msglen);

@@ -398,10 +398,11 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 		/* a shape its bytes fill, as the wire checks it: a graph
 		 * reads what the shape says */
 		if (len == sizeof(*t) &&
-		    data_ok(in, t->data_off, t->bytes,
-			    t->kind == DJINN_STATE_DATA ?
-				    REGION :
-				    DJINN_STATE_IN_POOL) &&
+		    (t->lost ? !t->data_off :
+			       data_ok(in, t->data_off, t->bytes,
+				       t->kind == DJINN_STATE_DATA ?
+					       REGION :
+					       DJINN_STATE_IN_POOL)) &&
 		    t->kind >= DJINN_STATE_DATA &&
 		    t->kind <= DJINN_STATE_MODULE &&
 		    !djinn_desc_check(&t->desc, &elems, &bytes) &&
@@ -661,6 +662,8 @@ static int add_size(void *arg, uint32_t slot, const struct tensor *t)
 	struct size_ctx *x = arg;
 
 	(void)slot;
+	if (t->lost)
+		return 0;
 	if (t->text ? !x->pool : copied(x, t->region))
 		x->n += pages(t->bytes);
 	return 0;
@@ -682,6 +685,8 @@ uint64_t svc_state_data_size(struct session_table *t)
 			struct model_ctx_pause pz;
 			struct model_kept k;
 
+			if (m->lost)
+				continue;
 			if (o->kind == SOBJ_MODEL && !x.pool &&
 			    !model_upload_keep(m->h, &k, NULL, 0))
 				x.n += pages(k.bytes); /* save_upload() */
@@ -711,6 +716,55 @@ struct save_ctx {
 };
 
 /*
+ * Whether @s's device memory is gone: a fault lost it, or its device is
+ * dead (whose memory is not read). What was swapped out to host memory is
+ * kept, whole; every other object is saved as lost (its entry's @lost),
+ * and comes back as a handle that answers -EIO naming it.
+ */
+static bool lossy(const struct session *s)
+{
+	char why[8];
+
+	return session_lost(s, why, sizeof(why)) != 0 ||
+	       __atomic_load_n(&s->dev->backend->dead, __ATOMIC_ACQUIRE);
+}
+
+/* Whether region @region's first @bytes outlive @s's device memory:
+ * none, or swapped out to host memory. */
+static bool region_kept(struct session *s, uint64_t region, uint64_t bytes)
+{
+	struct vmu_region_info info;
+
+	return !bytes || (!vmu_region_info(s->vs, region, &info) &&
+			  info.state == VMU_REGION_SWAPPED);
+}
+
+/* region_out() of a lossy() session: a region swapped out is written
+ * from its host copy, and stays swapped out; one that was in device
+ * memory is -ENODATA (its bytes are not read). */
+static int region_host(struct state_out *o, struct session *s, uint64_t region,
+		       uint64_t bytes, uint64_t *off)
+{
+	const void *host = NULL;
+	struct vmu_piece *pcs;
+	unsigned int nr;
+	int ret;
+
+	*off = 0;
+	if (!bytes)
+		return 0;
+	ret = vmu_region_pieces(s->vs, region, bytes, &pcs, &nr, &host);
+	if (ret == -ENODATA && host) {
+		ret = state_out_write(o, host, bytes, off);
+		*off |= DJINN_STATE_SWAPPED;
+		return ret;
+	}
+	if (!ret)
+		free(pcs);
+	return -ENODATA;
+}
+
+/*
  * @bytes of @s's region @region, at *@off. A device whose memory is a
  * file (svc_state_in_pool()) writes where they lie in it: nothing is copied. Else
  * into state-data: host memory (the CPU backend's) is written from where
@@ -727,6 +781,8 @@ static int region_out(struct state_out *o, struct session *s, uint64_t region,
 	void *dst;
 	int ret;
 
+	if (lossy(s))
+		return region_host(o, s, region, bytes, off);
 	if (svc_state_in_pool(s->dev) && bytes) {
 		const void *host;
 
@@ -803,7 +859,11 @@ static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 	e.kind = t->module ? DJINN_STATE_MODULE :
 		 t->text   ? DJINN_STATE_TEXT :
 			     DJINN_STATE_DATA;
-	if (t->text && svc_state_in_pool(x->s->dev)) {
+	if (t->lost || (t->text && lossy(x->s))) {
+		/* text is device memory: lost with it */
+		e.lost = 1;
+		ret = 0;
+	} else if (t->text && svc_state_in_pool(x->s->dev)) {
 		memcpy(e.fp, vmu_text_fp(t->text), sizeof(e.fp));
 		e.shared = vmu_text_shared(t->text);
 		/* its TEXT_ENTRY is in place: found by its fingerprint;
@@ -845,6 +905,11 @@ static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 		e.max_size = info.max_size;
 		if (!ret)
 			ret = region_out(x->o, x->s, t->region, t->bytes, &off);
+		if (ret == -ENODATA) { /* lossy(): it was in device memory */
+			e.lost = 1;
+			off = 0;
+			ret = 0;
+		}
 	}
 	e.data_off = off;
 	if (!ret) {
@@ -1078,8 +1143,32 @@ static int save_upload(struct state_out *o, struct session *s,
 	return 0;
 }
 
+/* Whether object @m of a session whose device memory is gone (@gone,
+ * lossy()) is lost: an uploaded model (its weights were on the device;
+ * a served one is opened again by name), a context whose cache, or
+ * paused step, was not swapped out, or whose model is lost. */
+static bool obj_lost(struct session *s, const struct mobj *m, bool gone)
+{
+	struct model_ctx_pause pz;
+
+	if (m->lost || !gone)
+		return m->lost;
+	if (m->kind == SOBJ_MODEL)
+		return !strncmp(m->h->m->name, "upload-", 7);
+	if (obj_lost(s, m->model, gone) ||
+	    !region_kept(s, model_ctx_cache(m->mc),
+			 (uint64_t)model_ctx_len(m->mc) *
+				 model_ctx_token_bytes(m->mc)))
+		return true;
+	return model_ctx_pause_get(m->mc, &pz) &&
+	       (!region_kept(s, pz.hidden, pz.hidden_bytes) ||
+		!region_kept(s, pz.kv, pz.kv_bytes));
+}
+
 static int save_objs(struct state_out *out, struct session *s)
 {
+	bool gone = lossy(s);
+
 	for (int kind = SOBJ_MODEL; kind <= SOBJ_CTX; kind++) {
 		struct sobj_slot *o;
 
@@ -1091,6 +1180,20 @@ static int save_objs(struct state_out *out, struct session *s)
 
 			if (o->kind != kind)
 				continue;
+			if (obj_lost(s, m, gone)) {
+				p = state_out_ent(out, DJINN_STATE_OBJ,
+						  sizeof(*p));
+				if (!p)
+					return -ENOMEM;
+				*p = (struct djinn_state_obj){
+					.slot = slots_index(&s->objs, o),
+					.kind = kind == SOBJ_MODEL ?
+							DJINN_STATE_MODEL :
+							DJINN_STATE_CTX,
+					.lost = 1,
+				};
+				continue;
+			}
 			md = kind == SOBJ_MODEL ? m->h->m :
 						  model_ctx_model(m->mc);
 			/* an upload's entry before the first that holds it */
@@ -1173,7 +1276,6 @@ int svc_state_save(struct state_out *o, struct session_table *t,
 		   struct device *devs, unsigned int nr_dev)
 {
 	struct session *s;
-	char msg[256];
 
 	/* each pool, then its text index: the sessions' text is there */
 	for (unsigned int i = 0; i < nr_dev; i++) {
@@ -1213,11 +1315,9 @@ int svc_state_save(struct state_out *o, struct session_table *t,
 		e->tensor_key = s->tensors.key;
 		e->obj_key = s->objs.key;
 		e->nr_slots = n;
-		/* lost in a fault, or on a device that is dead (whose memory
-		 * is not read: a dead device's restart, server.c) */
-		e->lost = session_lost(s, msg, sizeof(msg)) != 0 ||
-			  __atomic_load_n(&s->dev->backend->dead,
-					  __ATOMIC_ACQUIRE);
+		/* lost in a fault, or on a device that is dead: its objects
+		 * are, but what was swapped out (lossy()) */
+		e->lost = 0;
 		e->nr_obj_slots = s->objs.nr;
 		e->results_next = s->results_next;
 		/* kernel session ids are 32-bit (djinn.ko's xarray) */
@@ -1230,10 +1330,6 @@ int svc_state_save(struct state_out *o, struct session_table *t,
 		for (uint32_t i = 0; i < s->objs.nr; i++)
 			gens[n + i] =
 				((struct slot *)slots_at(&s->objs, i))->gen;
-		/* its device state is gone: the session stays (every request
-		 * but closing answers -EIO), its tensors and objects do not */
-		if (e->lost)
-			continue;
 		ret = session_tensor_each(s, save_tensor, &x);
 		if (ret) {
 			log_err("state: session %llu: %s",
@@ -1262,8 +1358,11 @@ static int restore_tensor(struct state_in *in, struct session *s,
 	int ret;
 
 	why[0] = 0;
-	if (e->kind != DJINN_STATE_DATA &&
-	    (e->data_off & DJINN_STATE_IN_POOL)) {
+	if (e->lost) {
+		t.lost = true;
+		ret = 0;
+	} else if (e->kind != DJINN_STATE_DATA &&
+		   (e->data_off & DJINN_STATE_IN_POOL)) {
 		/* its entry came back in place (restore_text()) */
 		ret = e->shared ?
 			      vmu_text_lookup_shared(s->vs, e->fp, &t.text) :
@@ -1335,7 +1434,7 @@ static int restore_tensor(struct state_in *in, struct session *s,
 		snprintf(why, whylen, "slot %u is not a live handle", e->slot);
 		if (t.text)
 			vmu_text_put(s->vs, t.text);
-		else
+		else if (!t.lost)
 			vmu_region_destroy(s->vs, t.region);
 	}
 	return ret;
@@ -1486,6 +1585,11 @@ static int restore_obj(struct state_in *in, struct session *s,
 				 NULL;
 	struct vmu_fill cache;
 
+	if (e->lost)
+		return svc_obj_restore_lost(
+			s, e->slot,
+			e->kind == DJINN_STATE_MODEL ? SOBJ_MODEL : SOBJ_CTX,
+			why, whylen);
 	if (e->kind == DJINN_STATE_MODEL) {
 		struct model_kept k;
 		bool up = !strncmp(e->model, "upload-", 7);

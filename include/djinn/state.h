@@ -68,7 +68,8 @@
 #define DJINN_STATE_MAGIC 0x3154534e4e494a44ULL /* "DJINNST1" */
 /* 3: djinn_state_conn.token (an older djinnd would name such a connection
  * by its uid: it refuses the record instead); 4: UPLOAD, and the kernel
- * sessions (djinn_state_session.kid) */
+ * sessions (djinn_state_session.kid), lost objects rather than lost
+ * sessions */
 #define DJINN_STATE_VERSION 4
 /* the oldest version a djinnd of this one reads (1: no POOL, no PIECES;
  * 2: no connection of a token socket) */
@@ -130,7 +131,10 @@ struct djinn_state_ent {
  * @lease_left_ns: what was left of its lease when the record was written
  * @tensor_key, @obj_key: its handles' keys, so every handle stays valid
  * @device:      its device's index
- * @lost:        a device fault had lost its state: it stays lost
+ * @lost:        a device fault had lost its state: it stays lost (a
+ *               djinnd of version 4 writes 0: each object lost is
+ *               marked so, and the rest, swapped out to host memory,
+ *               is kept)
  * @nr_slots:    tensor handle slots, each one's generation after this
  * @nr_obj_slots: model and context handle slots, each one's generation
  *               after the tensors'
@@ -181,12 +185,16 @@ enum djinn_state_tensor_kind {
  * @bytes: its size; its bytes are state-data's [@data_off, + @bytes)
  * @max_size: a data region's reserved size
  * @fp:    a text entry's SHA-256
+ * @lost:  its bytes were in the memory of a device a fault had lost
+ *         (no bytes follow): it comes back as a handle every use of which
+ *         but releasing answers -EIO (version 4)
  */
 struct djinn_state_tensor {
 	__u32 slot;
 	__u8 kind;
 	__u8 shared;
-	__u8 __reserved[2];
+	__u8 lost;
+	__u8 __reserved;
 	struct djinn_tensor_desc desc;
 	__u64 bytes;
 	__u64 max_size;
@@ -211,12 +219,17 @@ enum djinn_state_obj_kind {
  * @have_logits: it has run a step: its last logits (vocab floats) are
  *          state-data's [@logits_off, + @logits_bytes)
  * @cache_off, @cache_bytes: its KV cache's bytes in state-data
+ * @lost:   what it held was in the memory of a device a fault had lost
+ *          (an uploaded model's weights, a context's cache): it comes
+ *          back as a handle every use of which but closing answers -EIO
+ *          (version 4)
  */
 struct djinn_state_obj {
 	__u32 slot;
 	__u8 kind;
 	__u8 have_logits;
-	__u8 __reserved[2];
+	__u8 lost;
+	__u8 __reserved;
 	char model[DJINN_MODEL_NAME_MAX];
 	__u8 fp[32];
 	__u32 model_slot;

@@ -28,6 +28,7 @@
 #define NR_CONNS 4
 #define NR_SESSIONS 100
 #define LEASE_MS 60000
+#define MiB (UINT64_C(1) << 20)
 
 static char hpath[96];
 static const char *extra[] = { "--handover", hpath, NULL };
@@ -692,12 +693,53 @@ static void test_restart_paused(void **state)
  * it: its tensors, text, model and contexts are not carried. Sessions
  * made after the fault are kept whole.
  */
+/*
+ * Session @s (make_session(), with a text tensor) after a restart that
+ * found its device memory gone: each tensor and its context @ctx answer
+ * -EIO naming them, and are released; its served model opens contexts
+ * again (loaded again), which work; and the session makes new tensors.
+ */
+static void check_lost(int fd, struct held *s, uint64_t ctx)
+{
+	const int32_t prompt[3] = { 1, 2, 3 };
+	struct djinn_tensor_io io = { .len = 4 };
+	struct djinn_ctx_step st = { .ctx = ctx, .nr_tokens = 1 };
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 4);
+	uint64_t model, c, h;
+	uint8_t b[4] = { 1, 2, 3, 4 }, got[4];
+	char want[64];
+	int32_t tok[2];
+
+	for (unsigned int k = 0; k < 3; k++) {
+		if (!s->len[k])
+			continue;
+		io.handle = s->h[k];
+		snprintf(want, sizeof(want), "tensor %#llx was lost when",
+			 (unsigned long long)s->h[k]);
+		call_err(fd, DJINN_MSG_TENSOR_READ, s->sid, &io, sizeof(io),
+			 -EIO, want);
+		tensor_release(fd, s->sid, s->h[k]);
+		call_err(fd, DJINN_MSG_TENSOR_READ, s->sid, &io, sizeof(io),
+			 -ENOENT, "no tensor");
+	}
+	snprintf(want, sizeof(want), "context %#llx was lost when",
+		 (unsigned long long)ctx);
+	call_err(fd, DJINN_MSG_CTX_DECODE, s->sid, &st, sizeof(st), -EIO, want);
+	call_void(fd, DJINN_MSG_CTX_FREE, s->sid, &ctx, 8);
+	model = model_open(fd, s->sid, "tiny").model;
+	c = ctx_new(fd, s->sid, model, 16);
+	prefill(fd, s->sid, c, prompt, 3, 0);
+	decode(fd, s->sid, c, 2, NULL, tok);
+	h = create_data(fd, s->sid, &d, b, sizeof(b));
+	tensor_read(fd, s->sid, h, 0, sizeof(got), got);
+	assert_memory_equal(got, b, sizeof(b));
+}
+
 static void test_restart_lost(void **state)
 {
 	struct fx *fx = *state;
 	const int32_t prompt[3] = { 1, 2, 3 };
 	struct held s, after;
-	struct djinn_tensor_io io = { .len = 4 };
 	struct dj_resp r;
 	uint64_t ctx;
 	int fd = xconnect(fx->d.sock);
@@ -711,10 +753,9 @@ static void test_restart_lost(void **state)
 	make_session(&after, fd, 6);
 
 	assert_int_equal(djd_restart(&fx->d, 60000), 0);
-	assert_true(log_has(fx, "2 sessions, 2 tensors and 0 models"));
-	io.handle = s.h[0];
-	call_err(fd, DJINN_MSG_TENSOR_READ, s.sid, &io, sizeof(io), -EIO,
-		 "lost");
+	/* the session lost in the fault comes back, its objects lost */
+	assert_true(log_has(fx, "2 sessions, 5 tensors and 2 models"));
+	check_lost(fd, &s, ctx);
 	check_session(&after);
 	close_session(fd, s.sid);
 	close_session(fd, after.sid);
@@ -981,34 +1022,56 @@ static void test_store_restart_refused(void **state)
 /*
  * A device that dies (DJINN_FAULT_DEAD, as after CUDA_ERROR_CONTAINED):
  * djinnd hands its state to a successor it starts itself (--handover)
- * rather than drop every session. The session on the dead device stays,
- * lost: its requests answer -EIO saying so, and it closes; the
- * connection is the same one; on the successor's fresh device a new
- * session works and the model opens again (loaded again).
+ * rather than drop every session. Each session stays, on the same
+ * connection: what was swapped out to host memory comes back whole, and
+ * each object whose bytes were on the dead device answers -EIO naming
+ * it (check_lost()); the served model opens again on the successor's
+ * fresh device (loaded again), and new sessions work.
  */
 static void test_dead_device(void **state)
 {
 	struct fx *fx = *state;
 	struct djinn_admin_fault_req q = { .flags = DJINN_FAULT_DEAD };
-	struct djinn_tensor_io io = { .len = 4 };
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 32 * MiB);
+	const int32_t prompt[3] = { 1, 2, 3 };
+	uint8_t *big = malloc(32 * MiB), *got = malloc(32 * MiB);
 	struct held s, after;
 	struct dj_resp r;
 	pid_t old = fx->d.pid;
-	int fd = xconnect(fx->d.sock);
+	uint64_t hb, fill_sid, ctx;
+	int fd = xconnect(fx->d.sock), n;
 
+	assert_non_null(big);
+	assert_non_null(got);
 	assert_int_equal(djd_make_model(&fx->d, "tiny", TINY_GPT2), 0);
+	fill(big, 32 * MiB, 77);
+	hb = create_data(fd, open_session(fd, "swapped"), &d, big, 32 * MiB);
+	/* another session fills the device: the first one's tensor goes
+	 * out to host memory */
+	fill_sid = open_session(fd, "filler");
+	for (n = 0; n < 16 && session_entry(fx, 1).swapped < 32 * MiB; n++)
+		create_data(fd, fill_sid, &d, got, 32 * MiB);
+	assert_true(session_entry(fx, 1).swapped >= 32 * MiB);
+	/* made after the fill: on the device */
 	make_session(&s, fd, 5);
-	(void)model_open(fd, s.sid, "tiny");
+	ctx = ctx_new(fd, s.sid, model_open(fd, s.sid, "tiny").model, 16);
+	prefill(fd, s.sid, ctx, prompt, 3, 0);
+
 	call_ok(fx->adm, DJINN_MSG_ADMIN_FAULT_INJECT, 0, &q, sizeof(q), &r,
 		-1);
 	dj_resp_free(&r);
 	fx->d.pid = successor_of(fx, old);
 	assert_true(log_has(fx, "is dead after"));
-	assert_true(log_has(fx, "1 sessions, 0 tensors and 0 models"));
-	io.handle = s.h[0];
-	call_err(fd, DJINN_MSG_TENSOR_READ, s.sid, &io, sizeof(io), -EIO,
-		 "lost before djinnd restarted");
+	assert_true(log_has(fx, "3 sessions, "));
+	/* swapped out: whole */
+	memset(got, 0, 32 * MiB);
+	tensor_read(fd, 1, hb, 0, 32 * MiB, got);
+	if (memcmp(got, big, 32 * MiB))
+		fail_msg("the tensor swapped out changed over the restart");
+	check_lost(fd, &s, ctx);
 	close_session(fd, s.sid);
+	close_session(fd, fill_sid);
+	close_session(fd, 1);
 	make_session(&after, fd, 6);
 	(void)model_open(fd, after.sid, "tiny");
 	check_session(&after);
@@ -1017,6 +1080,8 @@ static void test_dead_device(void **state)
 		free(s.bytes[k]);
 		free(after.bytes[k]);
 	}
+	free(big);
+	free(got);
 	close(fd);
 	fx->base = vmu_now(fx);
 }
@@ -1053,7 +1118,7 @@ static void test_dead_device_store(void **state)
 	assert_true(dd.pid > 0);
 	io.handle = s.h[0];
 	call_err(fd, DJINN_MSG_TENSOR_READ, s.sid, &io, sizeof(io), -EIO,
-		 "lost before djinnd restarted");
+		 "was lost when");
 	close_session(fd, s.sid);
 	make_session(&after, fd, 6);
 	check_session(&after);

@@ -257,6 +257,25 @@ static void conn_short(uint8_t *p, size_t *len)
 	((struct djinn_state_conn *)ent_of(p, DJINN_STATE_CONN))->backlog = 6;
 }
 
+/* A lost tensor names no bytes: with some, refused; with none, taken
+ * whatever its size (its bytes are not in the record). */
+static void lost_data(uint8_t *p, size_t *len)
+{
+	struct djinn_state_tensor *t = ent_of(p, DJINN_STATE_TENSOR);
+
+	t->lost = 1;
+	t->data_off = 4096;
+}
+
+static void lost_none(uint8_t *p, size_t *len)
+{
+	struct djinn_state_tensor *t = ent_of(p, DJINN_STATE_TENSOR);
+
+	t->lost = 1;
+	t->data_off = 0;
+	t->bytes = t->desc.dims[0] = 1ull << 20;
+}
+
 /* An upload whose config.json runs past its entry. */
 static void upload_config(uint8_t *p, size_t *len)
 {
@@ -303,6 +322,8 @@ static void test_refused(void **state)
 		  "type 5 does not hold together (entry 4)" },
 		{ conn_short, -EBADMSG,
 		  "type 3 does not hold together (entry 5)" },
+		{ lost_data, -EBADMSG,
+		  "type 2 does not hold together (entry 1)" },
 		{ upload_config, -EBADMSG,
 		  "type 10 does not hold together (entry 6)" },
 		{ upload_past, -EBADMSG,
@@ -324,6 +345,17 @@ static void test_refused(void **state)
 		if (!strstr(msg, cases[i].phrase))
 			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, msg,
 				 cases[i].phrase);
+		close(fd);
+	}
+	/* a lost tensor of any size */
+	{
+		struct state_in in;
+		char msg[256] = "";
+		int fd = edited(rec, lost_none);
+
+		assert_int_equal(state_in_open(&in, fd, data, msg, sizeof(msg)),
+				 0);
+		state_in_close(&in);
 		close(fd);
 	}
 	/* a record of version 1 (no pools: its entries are this one's) */
