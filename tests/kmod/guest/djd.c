@@ -51,6 +51,13 @@ pid_t djd_start(const char *leases, unsigned int lease_ms,
 	return djd_start_with(leases, lease_ms, log_level, NULL);
 }
 
+static struct djd_fork_hooks hooks;
+
+void djd_set_fork_hooks(const struct djd_fork_hooks *h)
+{
+	hooks = h ? *h : (struct djd_fork_hooks){ 0 };
+}
+
 /* fork and exec djinnd with the options the helpers' djinnd has */
 static pid_t spawn(const char *leases, unsigned int lease_ms,
 		   const char *log_level, const char *const *extra)
@@ -62,7 +69,11 @@ static pid_t spawn(const char *leases, unsigned int lease_ms,
 
 	snprintf(lease, sizeof(lease), "%u", lease_ms);
 	fflush(NULL);
+	if (hooks.before)
+		hooks.before(hooks.arg);
 	pid = fork();
+	if (pid && hooks.after)
+		hooks.after(hooks.arg);
 	if (pid < 0)
 		return -errno;
 	if (!pid) {
@@ -70,6 +81,8 @@ static pid_t spawn(const char *leases, unsigned int lease_ms,
 
 		dup2(nul, 0);
 		dup2(nul, 1);
+		if (hooks.child)
+			hooks.child(hooks.arg);
 		const char *const base[] = {
 			"djinnd",	  "--foreground", "--config",
 			"/dev/null",	  "--listen",	  "unix:" DJD_SOCK,

@@ -26,6 +26,17 @@ pid_t djd_start(const char *leases, unsigned int lease_ms,
 /* The same with more of djinnd's options, NULL-terminated. */
 pid_t djd_start_with(const char *leases, unsigned int lease_ms,
 		     const char *log_level, const char *const *extra);
+/* What each start does around its fork (NULL: nothing): @before and
+ * @after in this process, @child in the child before the exec, each
+ * with @arg. A test's fd store (tests/integration/store.h) passes its
+ * fds so. */
+struct djd_fork_hooks {
+	void (*before)(void *arg);
+	void (*child)(void *arg);
+	void (*after)(void *arg);
+	void *arg;
+};
+void djd_set_fork_hooks(const struct djd_fork_hooks *h);
 /* A successor of the djinnd serving: the same options, its sockets and
  * log left as they are (with --handover in @extra it takes over). Its
  * pid, or -errno; the caller waits for the predecessor to exit. */

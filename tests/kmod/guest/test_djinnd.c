@@ -25,6 +25,7 @@
 
 #include "djd.h"
 #include "kt.h"
+#include "../../integration/store.h"
 #include "../../unit/testutil.h"
 
 #define LEASE_MS 60000 /* djinnd's default: far longer than any wait */
@@ -456,6 +457,105 @@ static void test_handover(void **state)
 	kt_nl_close(nl);
 }
 
+static void store_lock(void *st)
+{
+	djd_store_lock(st);
+}
+
+static void store_pass(void *st)
+{
+	djd_store_pass(st);
+}
+
+static void store_unlock(void *st)
+{
+	djd_store_unlock(st);
+}
+
+/*
+ * The same through systemd's fd store (a stand-in, as the integration
+ * tests play it): on SIGTERM djinnd keeps the record, its connections
+ * and /dev/djinn's file ("kmod") in the store and exits 0; the djinnd
+ * started next with them takes the kernel sessions over, and drops the
+ * file from the store.
+ */
+static void test_store_restart(void **state)
+{
+	struct djinn_session_open o = { .lease_ns = 4000 * 1000000ull };
+	struct djd_store *st = djd_store_open();
+	struct djd_fork_hooks h = { store_lock, store_pass, store_unlock, st };
+	struct kt_nl_msg all[64], before[64], m;
+	struct djinn_session_resp r;
+	struct djd_client c;
+	struct kt_nl *nl;
+	uint64_t kid = 0;
+	int fd, n, n0, err, status = -1;
+
+	assert_non_null(st);
+	nl = kt_nl_open(false, &err);
+	assert_non_null(nl);
+	assert_int_equal(teardown(state), 0);
+	djd_set_fork_hooks(&h);
+	djinnd = djd_start("kmod", LEASE_MS, "debug");
+	assert_true(djinnd > 0);
+	assert_int_equal(djd_client_bind(&c, "stored", 0), 0);
+	fd = djd_connect(DJD_SOCK);
+	assert_true(fd >= 0);
+	snprintf(o.tenant, sizeof(o.tenant), "remote");
+	n0 = kt_nl_dump(nl, before, 64);
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o),
+				  &r, sizeof(r), NULL),
+			 0);
+	n = kt_nl_dump(nl, all, 64);
+	assert_int_equal(n, n0 + 1);
+	for (int i = 0; i < n; i++) {
+		bool seen = false;
+
+		for (int j = 0; j < n0; j++)
+			seen |= before[j].id == all[i].id;
+		if (!seen && (all[i].kind & DJINN_SESSION_PROXY))
+			kid = all[i].id;
+	}
+	assert_true(kid != 0);
+
+	assert_int_equal(kill(djinnd, SIGTERM), 0);
+	assert_int_equal(waitpid(djinnd, &status, 0), djinnd);
+	assert_true(WIFEXITED(status) && !WEXITSTATUS(status));
+	assert_true(djd_store_has(st, "kmod"));
+	assert_true(djd_store_has(st, "state"));
+	/* nobody serves: the kernel sessions live on the stored file */
+	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
+	assert_int_equal(m.state, DJINN_STATE_LIVE);
+	djinnd = djd_start_next("kmod", LEASE_MS, "debug", NULL);
+	assert_true(djinnd > 0);
+	assert_true(djd_store_wait(st, "kmod", false, 30000));
+	assert_int_equal(djd_session(c.id, NULL), 0);
+	assert_int_equal(djd_session(r.session_id, NULL), 0);
+	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
+	assert_int_equal(m.state, DJINN_STATE_LIVE);
+	assert_int_equal(kt_nl_dump(nl, before, 64), n);
+	assert_int_equal(djd_call(fd, DJINN_MSG_HEARTBEAT, r.session_id, NULL,
+				  0, NULL, 0, NULL),
+			 0);
+	assert_int_equal(djd_tensor(c.sock, c.id, 4096), 0);
+	/* a bound client's death ends its session at once */
+	djd_client_close(&c);
+	assert_true(wait_gone(c.id, 5000) > 0);
+	/* closed: the proxy goes from the kernel */
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_CLOSE, r.session_id,
+				  NULL, 0, NULL, 0, NULL),
+			 0);
+	assert_int_equal(kt_nl_get(nl, kid, &m), -ENOENT);
+	close(fd);
+	kt_nl_close(nl);
+	/* a stop under a store keeps the state there again: the store's
+	 * end closes it all, /dev/djinn's file with it */
+	assert_int_equal(djd_stop(djinnd), 0);
+	djd_set_fork_hooks(NULL);
+	djd_store_close(st);
+	assert_int_equal(setup(state), 0);
+}
+
 /* Killed by the administrator, either way. */
 static void test_kill(void **state)
 {
@@ -575,6 +675,7 @@ int main(void)
 		cmocka_unit_test(test_djinnctl_monitor),
 		cmocka_unit_test_setup_teardown(test_handover, setup_handover,
 						teardown_handover),
+		cmocka_unit_test(test_store_restart),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
