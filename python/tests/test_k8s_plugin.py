@@ -591,9 +591,9 @@ def test_allocate_without_prestart_is_removed(env: Env) -> None:
     stray = env.alloc_root / "stray"
     stray.mkdir()
     (stray / "token").write_text("x\n")
-    for d in (alloc, stray):
+    # the directory goes first, then its record: wait for each
+    for d in (alloc, stray, env.alloc_root / f"{alloc.name}.json"):
         assert settle(d.exists, lambda e: not e, WAIT) is False, env.logs()
-    assert not (env.alloc_root / f"{alloc.name}.json").exists()
     env.kubelet.lister.pods = []
 
 
