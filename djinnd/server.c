@@ -10,8 +10,9 @@
  *
  * A device that dies (backend.dead) ends this process too: djinnd
  * hands its state over as for a restart (into systemd's fd store, or to
- * a successor it starts when it serves --handover), the sessions on the
- * dead device kept as lost, and exits with DJINND_EXIT_DEVICE_DEAD for
+ * a successor it starts when it serves --handover), what the sessions on
+ * the dead device had in device memory kept as lost objects, and exits
+ * with DJINND_EXIT_DEVICE_DEAD for
  * systemd to start it again; with neither, it drains the same way as
  * for SIGTERM. The one error a daemon exits on (devices_watch()).
  */
@@ -116,8 +117,9 @@ static void drain_begin(struct server *srv)
  * (djinnd exits DJINND_EXIT_DEVICE_DEAD after, and systemd starts it
  * again with the state), or to a successor started from djinnd's own
  * binary (--handover), which gets a fresh device. The sessions on the
- * dead device are kept as lost (svc/state.c): every request of theirs
- * but closing answers -EIO, saying so. Whether one of them began.
+ * dead device are kept: what they had swapped out whole, each object
+ * that was in device memory lost (svc/state.c: its every use but its
+ * release answers -EIO, naming it). Whether one of them began.
  */
 static bool dead_restart(struct server *srv)
 {
@@ -681,13 +683,15 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	/* the leases after: a predecessor's /dev/djinn is passed with its
 	 * sessions, whose kernel sessions live on it */
 	kfd = fdstore_take(RESTART_KMOD_FD);
-	if (kfd >= 0)
-		fdstore_forget(RESTART_KMOD_FD);
 	ret = lease_provider_open(&srv->sessions, cfg->leases, kfd,
 				  &srv->sessions.leases);
 	if (ret)
 		return ret;
 	ret = restart_record_open(srv);
+	/* the store keeps it with the record until the restore (a start
+	 * that fails before leaves both for the next) */
+	if (kfd >= 0 && !srv->restore)
+		fdstore_forget(RESTART_KMOD_FD);
 	if (!ret && !cuda)
 		ret = devices_open(srv);
 	if (ret)

@@ -458,7 +458,7 @@ static int load_kept(struct vmu_session *s, const char *name,
 	ret = model_config_parse_json(k->config, k->config_len, path, &m->cfg,
 				      msg, msglen);
 	if (ret)
-		return ret;
+		return ret == -EINVAL ? -EBADMSG : ret;
 	ret = model_layout_remake(&m->cfg, k->dtype, k->prefixed, &m->layout);
 	if (ret)
 		return errmsg(msg, msglen, ret == -EINVAL ? -EBADMSG : ret,
@@ -708,6 +708,9 @@ again:
 			goto out_unlock;
 		}
 		/* reclaimed meanwhile: load it afresh in the same entry */
+		free(sm->config);
+		sm->config = NULL;
+		sm->config_len = 0;
 		model_stream_destroy(sm->m.stream);
 		sm->m.stream = NULL;
 		model_layout_free(&sm->m.layout);
@@ -864,6 +867,11 @@ void model_store_set_hook(struct model_store *ms,
 static struct store_model *sm_of(const struct model_hold *h)
 {
 	return container_of(h->m, struct store_model, m);
+}
+
+bool model_is_upload(const struct model_hold *h)
+{
+	return sm_of(h)->uploaded;
 }
 
 int model_upload_keep(const struct model_hold *h, struct model_kept *out,

@@ -41,6 +41,7 @@
 #ifndef DJINN_MODEL_STORE_H
 #define DJINN_MODEL_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -174,6 +175,8 @@ struct model_kept {
 	const void *blob;
 };
 
+/* Whether @h's model is an upload (MODEL_OPEN_UPLOADED). */
+bool model_is_upload(const struct model_hold *h);
 /* What a restart keeps of @h's model, valid while @h is held: 0, or
  * -ENOENT (not an upload: it is opened again by name), or -EBUSY with
  * why (a streamed upload, whose streamed layers are not kept). */

@@ -601,6 +601,7 @@ static void record_forget(const struct restart_in *r)
 
 	fdstore_forget("state");
 	fdstore_forget("state-data");
+	fdstore_forget(RESTART_KMOD_FD);
 	for (uint32_t i = 0; r->in.hdr && i < r->in.nr_pools; i++) {
 		snprintf(name, sizeof(name), "pool-%u", r->in.pools[i]->device);
 		fdstore_forget(name);
@@ -705,6 +706,23 @@ void restart_abandon(struct server *srv, bool forget)
 	srv->restore = NULL;
 }
 
+/* A record not restored, from a store (its djinnd is gone): the proxies
+ * its sessions had on the passed /dev/djinn end (a --handover
+ * predecessor serves on with them instead). */
+static void drop_kernel_sessions(struct server *srv, struct restart_in *r)
+{
+	struct lease_provider *lp = srv->sessions.leases;
+	const struct djinn_state_session *e;
+	uint32_t type, len;
+
+	if (!lp->ops->drop)
+		return;
+	state_in_rewind(&r->in);
+	while ((e = state_in_next(&r->in, &type, &len)))
+		if (type == DJINN_STATE_SESSION && e->kid && !e->kbound)
+			lp->ops->drop(lp, e->kid);
+}
+
 int restart_restore(struct server *srv)
 {
 	struct restart_in *r = srv->restore;
@@ -720,6 +738,8 @@ int restart_restore(struct server *srv)
 				msg, sizeof(msg));
 	if (ret) {
 		log_err("restart: state not restored: %s", msg);
+		if (!fdstore_handed_state())
+			drop_kernel_sessions(srv, r);
 	} else {
 		state_in_rewind(&r->in);
 		while ((p = state_in_next(&r->in, &type, &len))) {

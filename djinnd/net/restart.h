@@ -36,7 +36,7 @@
  * proxies and the sessions bound to clients' own kernel sessions live
  * on it, and the successor takes each over (lease_kmod.c).
  * A dead device's djinnd hands its state over the same way (server.c),
- * the sessions on the device kept as lost.
+ * each object of its sessions that was in device memory kept as lost.
  * Not kept yet: TLS connections (their OpenSSL state stays in the
  * process: they are closed after a GOAWAY, and their clients
  * reconnect).

@@ -63,6 +63,10 @@ struct lease_ops {
 	 * run outside it (kmod: the proxies') are renewed now, so that the
 	 * pause has a whole lease of room. */
 	void (*hold)(struct lease_provider *lp, uint64_t now);
+	/* Kernel session @kid of a restart's record that was not restored
+	 * (its predecessor gone): ended (kmod: a proxy on the passed file is
+	 * closed), so that nothing of it stays behind. */
+	void (*drop)(struct lease_provider *lp, uint64_t kid);
 };
 
 struct lease_provider {

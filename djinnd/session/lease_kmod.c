@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <netlink/genl/ctrl.h>
@@ -103,26 +104,41 @@ static struct session *find(struct kmod_lease *k, uint64_t kid)
  * client died, it expired or was killed while no djinnd read the events)
  * is ended by the next resync, as after lost events.
  */
-static void kadopt(struct kmod_lease *k, struct session *s, struct kentry *e,
-		   uint64_t now)
+static int kadopt(struct kmod_lease *k, struct session *s, struct kentry *e,
+		  uint64_t now)
 {
 	struct djinn_ioc_session_info i = { .size = sizeof(i),
 					    .session_id = s->lease_kid };
 	struct djinn_ioc_heartbeat hb = { .size = sizeof(hb),
 					  .session_id = s->lease_kid };
+	bool proxy;
 
-	s->lease_adopt = false;
+	if (s->lease_kid > UINT32_MAX || find(k, s->lease_kid))
+		return -EBADMSG; /* not a kernel session, or one taken */
 	e->kid = s->lease_kid;
 	e->local = s->lease_bound;
 	e->renewed = now;
 	if (kioctl(k->fd, DJINN_IOC_SESSION_INFO, &i) ||
-	    i.state != DJINN_STATE_LIVE ||
-	    (!e->local && kioctl(k->fd, DJINN_IOC_HEARTBEAT, &hb))) {
+	    i.state != DJINN_STATE_LIVE) {
+		/* ended meanwhile */
+		s->lease_adopt = false;
 		k->resync = true;
-		return;
+		return 0;
+	}
+	/* what the record says it is: a proxy on this file, or a session
+	 * of the user that bound it */
+	proxy = i.kind & DJINN_SESSION_PROXY;
+	if (proxy == e->local ||
+	    (e->local && s->uid && i.uid != (uint32_t)s->uid))
+		return -EBADMSG;
+	s->lease_adopt = false;
+	if (!e->local && kioctl(k->fd, DJINN_IOC_HEARTBEAT, &hb)) {
+		k->resync = true;
+		return 0;
 	}
 	s->lease_ns = i.lease_ns;
 	s->deadline_ns = e->local ? i.deadline_ns : hb.deadline_ns;
+	return 0;
 }
 
 static int kmod_open(struct lease_provider *lp, struct session *s, uint64_t now)
@@ -134,7 +150,16 @@ static int kmod_open(struct lease_provider *lp, struct session *s, uint64_t now)
 	if (!e)
 		return -ENOMEM;
 	if (s->lease_adopt) {
-		kadopt(k, s, e, now);
+		ret = kadopt(k, s, e, now);
+		if (ret) {
+			log_warn(
+				"session %llu: the record's kernel session %llu "
+				"is not one it had",
+				(unsigned long long)s->id,
+				(unsigned long long)s->lease_kid);
+			free(e);
+			return ret;
+		}
 	} else if (s->lease_kid) {
 		struct djinn_ioc_session_info i = {
 			.size = sizeof(i), .session_id = s->lease_kid
@@ -207,7 +232,9 @@ static void kmod_close(struct lease_provider *lp, struct session *s)
 		return;
 	list_del_init(&s->lease_node);
 	s->lease_priv = NULL;
-	if (!e->local) {
+	if (s->lease_disown) {
+		/* not ours to end: the predecessor's again */
+	} else if (!e->local) {
 		struct djinn_ioc_proxy_close pc = { .size = sizeof(pc),
 						    .session_id = e->kid };
 
@@ -483,6 +510,19 @@ static void kmod_hold(struct lease_provider *lp, uint64_t now)
 	}
 }
 
+static void kmod_drop(struct lease_provider *lp, uint64_t kid)
+{
+	struct kmod_lease *k = to_kmod(lp);
+	struct djinn_ioc_proxy_close pc = { .size = sizeof(pc),
+					    .session_id = kid };
+
+	/* another's, or ended already: the module refuses, nothing else */
+	if (!find(k, kid) && !kioctl(k->fd, DJINN_IOC_PROXY_CLOSE, &pc))
+		log_info("leases: kmod: proxy %llu of a record not restored "
+			 "closed",
+			 (unsigned long long)kid);
+}
+
 static int kmod_file(struct lease_provider *lp)
 {
 	return to_kmod(lp)->fd;
@@ -499,7 +539,18 @@ static const struct lease_ops kmod_ops = {
 	.verify = kmod_verify,
 	.file = kmod_file,
 	.hold = kmod_hold,
+	.drop = kmod_drop,
 };
+
+/* Whether @fd is /dev/djinn's character device. */
+static bool is_djinn_dev(int fd)
+{
+	struct stat a, b;
+
+	return !fstat(fd, &a) && !stat(DJINN_DEVICE, &b) &&
+	       S_ISCHR(a.st_mode) && S_ISCHR(b.st_mode) &&
+	       a.st_rdev == b.st_rdev;
+}
 
 /* 0, or -errno and why in @why. @passed: /dev/djinn attached already,
  * or -1. */
@@ -516,6 +567,13 @@ static int kmod_lease_create(struct session_table *tab, int passed,
 	k->src.complete = nl_complete;
 	k->tab = tab;
 	INIT_LIST_HEAD(&k->sessions);
+	if (passed >= 0 && !is_djinn_dev(passed)) {
+		log_warn("leases: kmod: the fd passed as %s is not it: "
+			 "closed",
+			 DJINN_DEVICE);
+		close(passed);
+		passed = -1;
+	}
 	k->fd = passed >= 0 ? passed : open(DJINN_DEVICE, O_RDWR | O_CLOEXEC);
 	if (k->fd < 0) {
 		ret = -errno;

@@ -140,6 +140,9 @@ struct session {
 	 * proxy on djinnd's file; a restart's: lease_kid is the kernel
 	 * session a predecessor had, which open() takes over */
 	bool lease_bound, lease_adopt;
+	/* a restore undone: its kernel session is not djinnd's to end (a
+	 * --handover predecessor serves on with it) */
+	bool lease_disown;
 	void *lease_priv; /* the lease provider's */
 	struct session *hnext;
 };

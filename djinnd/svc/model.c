@@ -639,6 +639,13 @@ static struct mobj *mobj_restore(struct session *s, uint32_t slot,
 	return o;
 }
 
+bool svc_obj_is_lost(struct session *s, uint32_t slot, enum sobj_kind kind)
+{
+	const struct mobj *o = session_obj_at(s, slot, kind);
+
+	return o && o->lost;
+}
+
 int svc_obj_restore_lost(struct session *s, uint32_t slot, enum sobj_kind kind,
 			 char *msg, size_t msglen)
 {
@@ -688,9 +695,10 @@ int svc_ctx_pause_restore(struct session *s, uint32_t slot,
 	struct mobj *o = session_obj_at(s, slot, SOBJ_CTX);
 	int ret;
 
-	if (!o) {
-		snprintf(msg, msglen, "slot %u holds no context", slot);
-		return -EINVAL;
+	if (!o || o->lost) {
+		snprintf(msg, msglen, "slot %u holds no context%s", slot,
+			 o ? " that was kept" : "");
+		return -EBADMSG;
 	}
 	ret = model_ctx_pause_set(o->mc, p, hidden, kv, msg, msglen);
 	if (!ret)
@@ -707,6 +715,11 @@ int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 	struct model_ctx *mc = NULL;
 	int ret;
 
+	if (m && m->lost) {
+		snprintf(msg, msglen, "its model's slot %u holds a lost model",
+			 model_slot);
+		return -EBADMSG;
+	}
 	if (!m) {
 		snprintf(msg, msglen, "its model's slot %u holds none",
 			 model_slot);

@@ -220,6 +220,8 @@ int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
  */
 int svc_obj_restore_lost(struct session *s, uint32_t slot, enum sobj_kind kind,
 			 char *msg, size_t msglen);
+/* Whether restored slot @slot holds a lost object of @kind. */
+bool svc_obj_is_lost(struct session *s, uint32_t slot, enum sobj_kind kind);
 int svc_model_restore(struct session *s, uint32_t slot, const char *name,
 		      const uint8_t fp[32], const struct model_kept *kept,
 		      char *msg, size_t msglen);

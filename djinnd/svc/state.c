@@ -1154,7 +1154,7 @@ static bool obj_lost(struct session *s, const struct mobj *m, bool gone)
 	if (m->lost || !gone)
 		return m->lost;
 	if (m->kind == SOBJ_MODEL)
-		return !strncmp(m->h->m->name, "upload-", 7);
+		return model_is_upload(m->h);
 	if (obj_lost(s, m->model, gone) ||
 	    !region_kept(s, model_ctx_cache(m->mc),
 			 (uint64_t)model_ctx_len(m->mc) *
@@ -1204,6 +1204,10 @@ static int save_objs(struct state_out *out, struct session *s)
 			e = (struct djinn_state_obj){ 0 };
 			e.slot = slots_index(&s->objs, o);
 			e.kind = DJINN_STATE_MODEL;
+			e.flags = (gone ? DJINN_STATE_OBJ_LOSSY : 0) |
+				  (kind == SOBJ_MODEL && model_is_upload(m->h) ?
+					   DJINN_STATE_OBJ_UPLOAD :
+					   0);
 			snprintf(e.model, sizeof(e.model), "%s", md->name);
 			memcpy(e.fp, md->fp, sizeof(e.fp));
 			ret = kind == SOBJ_CTX ? save_ctx(out, s, &e, m) : 0;
@@ -1592,15 +1596,28 @@ static int restore_obj(struct state_in *in, struct session *s,
 			why, whylen);
 	if (e->kind == DJINN_STATE_MODEL) {
 		struct model_kept k;
-		bool up = !strncmp(e->model, "upload-", 7);
+		bool up = e->flags & DJINN_STATE_OBJ_UPLOAD;
+		int ret;
 
 		if (up && !upload_of(in, s, e->model, &k)) {
 			snprintf(why, whylen, "no entry for it in the record");
 			return -EBADMSG;
 		}
-		return svc_model_restore(s, e->slot, e->model, e->fp,
-					 up ? &k : NULL, why, whylen);
+		ret = svc_model_restore(s, e->slot, e->model, e->fp,
+					up ? &k : NULL, why, whylen);
+		if (!ret || !(e->flags & DJINN_STATE_OBJ_LOSSY))
+			return ret;
+		/* its session's device memory was gone: one that cannot be
+		 * opened again is lost with it, not the whole restore */
+		log_warn("state: session %llu: model %s in slot %u comes back "
+			 "lost: %s",
+			 (unsigned long long)s->id, e->model, e->slot, why);
+		return svc_obj_restore_lost(s, e->slot, SOBJ_MODEL, why,
+					    whylen);
 	}
+	if ((e->flags & DJINN_STATE_OBJ_LOSSY) &&
+	    svc_obj_is_lost(s, e->model_slot, SOBJ_MODEL))
+		return svc_obj_restore_lost(s, e->slot, SOBJ_CTX, why, whylen);
 	if (state_in_fill(in, e->cache_off, s->dev->index, &cache)) {
 		snprintf(why, whylen, "its cache is in another device's pool");
 		return -EBADMSG;
@@ -1771,6 +1788,7 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 			s = session_get(t, ids[i]);
 			if (!s)
 				continue;
+			s->lease_disown = true;
 			session_end(t, s, SESSION_SHUTDOWN);
 			session_put(s);
 		}

@@ -67,7 +67,11 @@
  *   -EIO           the device failed; also every request but
  *                  SESSION_CLOSE and HEARTBEAT of a session made before
  *                  a device fault ("session 3: device state lost in a
- *                  fault: cuda:0 fault 1 (...)"), until it is closed
+ *                  fault: cuda:0 fault 1 (...)"), until it is closed; and
+ *                  after a restart every use of a handle whose bytes were
+ *                  in device memory a fault lost ("tensor 0x100000003
+ *                  was lost when cuda:0 was reset: ..."), which only
+ *                  TENSOR_RELEASE, MODEL_CLOSE or CTX_FREE take
  *
  * DOC: sessions
  *

@@ -207,6 +207,13 @@ enum djinn_state_obj_kind {
 	DJINN_STATE_CTX = 2,
 };
 
+/* djinn_state_obj.flags: an uploaded model (its UPLOAD entry makes it
+ * again; a served one is opened by name); of a session whose device
+ * memory was gone (lossy: a served model that cannot be opened again, and
+ * the contexts on it, come back lost rather than failing the restore) */
+#define DJINN_STATE_OBJ_UPLOAD (1u << 0)
+#define DJINN_STATE_OBJ_LOSSY (1u << 1)
+
 /**
  * struct djinn_state_obj - a model or context handle of a session
  * @slot:   its handle's slot in the session's object table
@@ -223,6 +230,7 @@ enum djinn_state_obj_kind {
  *          (an uploaded model's weights, a context's cache): it comes
  *          back as a handle every use of which but closing answers -EIO
  *          (version 4)
+ * @flags:  DJINN_STATE_OBJ_* (version 4)
  */
 struct djinn_state_obj {
 	__u32 slot;
@@ -235,7 +243,7 @@ struct djinn_state_obj {
 	__u32 model_slot;
 	__u32 max_tokens;
 	__u32 len;
-	__u32 __reserved2;
+	__u32 flags;
 	__u64 cache_off;
 	__u64 cache_bytes;
 	__u64 logits_off;

@@ -688,24 +688,19 @@ static void test_restart_paused(void **state)
 }
 
 /*
- * A session whose device state a fault lost stays lost across a
- * restart (every request but closing answers -EIO), and does not stop
- * it: its tensors, text, model and contexts are not carried. Sessions
- * made after the fault are kept whole.
- */
-/*
  * Session @s (make_session(), with a text tensor) after a restart that
  * found its device memory gone: each tensor and its context @ctx answer
- * -EIO naming them, and are released; its served model opens contexts
- * again (loaded again), which work; and the session makes new tensors.
+ * -EIO naming them, and are released; its served model, handle @model,
+ * was opened again (loaded again) and makes contexts that work; and the
+ * session makes new tensors.
  */
-static void check_lost(int fd, struct held *s, uint64_t ctx)
+static void check_lost(int fd, struct held *s, uint64_t ctx, uint64_t model)
 {
 	const int32_t prompt[3] = { 1, 2, 3 };
 	struct djinn_tensor_io io = { .len = 4 };
 	struct djinn_ctx_step st = { .ctx = ctx, .nr_tokens = 1 };
 	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 4);
-	uint64_t model, c, h;
+	uint64_t c, h;
 	uint8_t b[4] = { 1, 2, 3, 4 }, got[4];
 	char want[64];
 	int32_t tok[2];
@@ -726,7 +721,6 @@ static void check_lost(int fd, struct held *s, uint64_t ctx)
 		 (unsigned long long)ctx);
 	call_err(fd, DJINN_MSG_CTX_DECODE, s->sid, &st, sizeof(st), -EIO, want);
 	call_void(fd, DJINN_MSG_CTX_FREE, s->sid, &ctx, 8);
-	model = model_open(fd, s->sid, "tiny").model;
 	c = ctx_new(fd, s->sid, model, 16);
 	prefill(fd, s->sid, c, prompt, 3, 0);
 	decode(fd, s->sid, c, 2, NULL, tok);
@@ -735,18 +729,25 @@ static void check_lost(int fd, struct held *s, uint64_t ctx)
 	assert_memory_equal(got, b, sizeof(b));
 }
 
+/*
+ * A session whose device state a fault lost (djinnd survived it) is
+ * sorted by a restart: its objects come back lost one by one
+ * (check_lost()), and it goes on. Sessions made after the fault are kept
+ * whole.
+ */
 static void test_restart_lost(void **state)
 {
 	struct fx *fx = *state;
 	const int32_t prompt[3] = { 1, 2, 3 };
 	struct held s, after;
 	struct dj_resp r;
-	uint64_t ctx;
+	uint64_t ctx, model;
 	int fd = xconnect(fx->d.sock);
 
 	assert_int_equal(djd_make_model(&fx->d, "tiny", TINY_GPT2), 0);
 	make_session(&s, fd, 5); /* data and text */
-	ctx = ctx_new(fd, s.sid, model_open(fd, s.sid, "tiny").model, 16);
+	model = model_open(fd, s.sid, "tiny").model;
+	ctx = ctx_new(fd, s.sid, model, 16);
 	prefill(fd, s.sid, ctx, prompt, 3, 0);
 	call_ok(fx->adm, DJINN_MSG_ADMIN_FAULT_INJECT, 0, NULL, 0, &r, -1);
 	dj_resp_free(&r);
@@ -755,7 +756,7 @@ static void test_restart_lost(void **state)
 	assert_int_equal(djd_restart(&fx->d, 60000), 0);
 	/* the session lost in the fault comes back, its objects lost */
 	assert_true(log_has(fx, "2 sessions, 5 tensors and 2 models"));
-	check_lost(fd, &s, ctx);
+	check_lost(fd, &s, ctx, model);
 	check_session(&after);
 	close_session(fd, s.sid);
 	close_session(fd, after.sid);
@@ -1038,7 +1039,7 @@ static void test_dead_device(void **state)
 	struct held s, after;
 	struct dj_resp r;
 	pid_t old = fx->d.pid;
-	uint64_t hb, fill_sid, ctx;
+	uint64_t hb, fill_sid, ctx, model;
 	int fd = xconnect(fx->d.sock), n;
 
 	assert_non_null(big);
@@ -1054,7 +1055,8 @@ static void test_dead_device(void **state)
 	assert_true(session_entry(fx, 1).swapped >= 32 * MiB);
 	/* made after the fill: on the device */
 	make_session(&s, fd, 5);
-	ctx = ctx_new(fd, s.sid, model_open(fd, s.sid, "tiny").model, 16);
+	model = model_open(fd, s.sid, "tiny").model;
+	ctx = ctx_new(fd, s.sid, model, 16);
 	prefill(fd, s.sid, ctx, prompt, 3, 0);
 
 	call_ok(fx->adm, DJINN_MSG_ADMIN_FAULT_INJECT, 0, &q, sizeof(q), &r,
@@ -1068,7 +1070,7 @@ static void test_dead_device(void **state)
 	tensor_read(fd, 1, hb, 0, 32 * MiB, got);
 	if (memcmp(got, big, 32 * MiB))
 		fail_msg("the tensor swapped out changed over the restart");
-	check_lost(fd, &s, ctx);
+	check_lost(fd, &s, ctx, model);
 	close_session(fd, s.sid);
 	close_session(fd, fill_sid);
 	close_session(fd, 1);
@@ -1100,13 +1102,22 @@ static void test_dead_device_store(void **state)
 	struct held s, after;
 	struct dj_resp r;
 	struct djd dd;
+	uint64_t model, ctx;
+	char cmd[256], want[64];
 	int fd, adm, status;
 
 	(void)state;
 	assert_non_null(st);
 	assert_int_equal(djd_start_store(&dd, "256M", LEASE_MS, fault, st), 0);
+	assert_int_equal(djd_make_model(&dd, "gone", TINY_GPT2), 0);
 	fd = xconnect(dd.sock);
 	make_session(&s, fd, 5);
+	model = model_open(fd, s.sid, "gone").model;
+	ctx = ctx_new(fd, s.sid, model, 16);
+	/* its files go: the model cannot be opened again, and comes back
+	 * lost with its context rather than failing the restore */
+	snprintf(cmd, sizeof(cmd), "rm -rf %s/models/gone", dd.dir);
+	assert_int_equal(system(cmd), 0);
 	adm = xconnect(dd.admin);
 	call_ok(adm, DJINN_MSG_ADMIN_FAULT_INJECT, 0, &q, sizeof(q), &r, -1);
 	dj_resp_free(&r);
@@ -1119,6 +1130,13 @@ static void test_dead_device_store(void **state)
 	io.handle = s.h[0];
 	call_err(fd, DJINN_MSG_TENSOR_READ, s.sid, &io, sizeof(io), -EIO,
 		 "was lost when");
+	snprintf(want, sizeof(want), "model %#llx was lost when",
+		 (unsigned long long)model);
+	call_err(fd, DJINN_MSG_CTX_NEW, s.sid,
+		 &(struct djinn_ctx_new){ .model = model },
+		 sizeof(struct djinn_ctx_new), -EIO, want);
+	call_void(fd, DJINN_MSG_MODEL_CLOSE, s.sid, &model, 8);
+	call_void(fd, DJINN_MSG_CTX_FREE, s.sid, &ctx, 8);
 	close_session(fd, s.sid);
 	make_session(&after, fd, 6);
 	check_session(&after);

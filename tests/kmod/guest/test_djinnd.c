@@ -457,6 +457,80 @@ static void test_handover(void **state)
 	kt_nl_close(nl);
 }
 
+static const char *const tenant_args[] = { "--handover", "/tmp/djd/handover",
+					   "--set", "tenant.t.uids=0", NULL };
+
+static int setup_tenant(void **state)
+{
+	if (teardown(state))
+		return -1;
+	djinnd = djd_start_with("kmod", LEASE_MS, "debug", tenant_args);
+	return djinnd < 0 ? -1 : 0;
+}
+
+/*
+ * A successor whose restore fails (its tenant's memory quota is smaller
+ * than the tenant's data) has taken the proxy over before it fails: it
+ * lets go of it without ending it, and the running djinnd serves on with
+ * the session and its kernel session.
+ */
+static void test_handover_failed(void **state)
+{
+	static const char *const small[] = { "--handover", "/tmp/djd/handover",
+					     "--set",	   "tenant.t.uids=0",
+					     "--set",	   "tenant.t.memory=1M",
+					     NULL };
+	struct djinn_session_open o = { .lease_ns = 4000 * 1000000ull };
+	struct kt_nl_msg all[64], before[64], m;
+	struct djinn_session_resp r;
+	struct kt_nl *nl;
+	uint64_t kid = 0;
+	int fd, n, n0, err, status = -1;
+	pid_t next;
+
+	nl = kt_nl_open(false, &err);
+	assert_non_null(nl);
+	fd = djd_connect(DJD_SOCK);
+	assert_true(fd >= 0);
+	snprintf(o.tenant, sizeof(o.tenant), "remote");
+	n0 = kt_nl_dump(nl, before, 64);
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o),
+				  &r, sizeof(r), NULL),
+			 0);
+	assert_int_equal(djd_tensor(fd, r.session_id, 16 * MiB), 0);
+	n = kt_nl_dump(nl, all, 64);
+	assert_int_equal(n, n0 + 1);
+	for (int i = 0; i < n; i++) {
+		bool seen = false;
+
+		for (int j = 0; j < n0; j++)
+			seen |= before[j].id == all[i].id;
+		if (!seen && (all[i].kind & DJINN_SESSION_PROXY))
+			kid = all[i].id;
+	}
+	assert_true(kid != 0);
+
+	next = djd_start_next("kmod", LEASE_MS, "debug", small);
+	assert_true(next > 0);
+	assert_int_equal(waitpid(next, &status, 0), next);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status));
+	/* the old one serves on: the session, its kernel session */
+	assert_int_equal(djd_call(fd, DJINN_MSG_HEARTBEAT, r.session_id, NULL,
+				  0, NULL, 0, NULL),
+			 0);
+	/* an event the kernel sent would be read by now */
+	usleep(500000);
+	assert_int_equal(djd_session(r.session_id, NULL), 0);
+	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
+	assert_int_equal(m.state, DJINN_STATE_LIVE);
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_CLOSE, r.session_id,
+				  NULL, 0, NULL, 0, NULL),
+			 0);
+	assert_int_equal(kt_nl_get(nl, kid, &m), -ENOENT);
+	close(fd);
+	kt_nl_close(nl);
+}
+
 static void store_lock(void *st)
 {
 	djd_store_lock(st);
@@ -676,6 +750,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_handover, setup_handover,
 						teardown_handover),
 		cmocka_unit_test(test_store_restart),
+		cmocka_unit_test_setup_teardown(
+			test_handover_failed, setup_tenant, teardown_handover),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
