@@ -534,6 +534,46 @@ void server_model_budgets(struct server *srv, const struct model_budget *old,
 	}
 }
 
+/* The host memory device @d's swapped-out regions go to, @size of it: a
+ * file a restart hands over with the pool (its predecessor's, if one was
+ * passed), where the provider has one (the CPU's). */
+static int swap_arena(struct server *srv, struct device *d, uint64_t size)
+{
+	struct vmu_provider *prov = d->backend->provider;
+	const struct vmu_piece *keep = NULL;
+	unsigned int nr = 0;
+	int fd, ret;
+
+	if (!prov->ops->swap_arena)
+		return 0;
+	fd = restart_swap(srv, d->index, &keep, &nr);
+	ret = prov->ops->swap_arena(prov, size, fd, keep, nr);
+	if (ret && fd >= 0) {
+		log_err("restart: %s: the swap arena passed does not open: %s",
+			d->name, strerror(-ret));
+		/* a --handover predecessor serves on; from a store, djinnd
+		 * starts afresh */
+		if (fdstore_handed_state())
+			return ret;
+		restart_abandon(srv, true);
+		ret = prov->ops->swap_arena(prov, size, -1, NULL, 0);
+	}
+	if (ret) {
+		log_warn("%s: no swap arena (%s): swapped-out data is copied "
+			 "at a restart",
+			 d->name, strerror(-ret));
+	} else if (fd >= 0) {
+		uint64_t kept = 0;
+
+		for (unsigned int i = 0; i < nr; i++)
+			kept += keep[i].len;
+		log_notice("restart: swap arena taken over: %llu MiB of "
+			   "swapped-out data in place",
+			   (unsigned long long)(kept >> 20));
+	}
+	return 0;
+}
+
 /* A device's VMU, executors and model store, over its backend. */
 static int device_init(struct server *srv, struct device *d)
 {
@@ -553,6 +593,9 @@ static int device_init(struct server *srv, struct device *d)
 		vcfg.swap_limit = cfg->swap;
 	/* text made before a fault is lost with it (vmu.h) */
 	vcfg.faults = &d->backend->faults;
+	ret = swap_arena(srv, d, vcfg.swap_limit);
+	if (ret)
+		return ret;
 	ret = vmu_create(d->backend->provider, &vcfg, &d->vmu);
 	if (ret)
 		return ret;

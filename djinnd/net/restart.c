@@ -171,6 +171,15 @@ static int pool_fd(struct device *d)
 	return prov->ops->file(prov);
 }
 
+/* Device @d's swap arena, or -1. */
+static int arena_fd(struct device *d)
+{
+	struct vmu_provider *prov = d->backend->provider;
+	uint64_t size;
+
+	return prov->ops->swap_file ? prov->ops->swap_file(prov, &size) : -1;
+}
+
 /* Into the store: the record and the pools it names, then each
  * connection (polled: one whose client hangs up meanwhile is dropped).
  * The listening sockets are there already. */
@@ -192,6 +201,9 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 			continue;
 		snprintf(name, sizeof(name), "pool-%u", d);
 		ok = fdstore_keep(name, pool_fd(&srv->dev[d]), false);
+		snprintf(name, sizeof(name), "swap-%u", d);
+		if (ok && arena_fd(&srv->dev[d]) >= 0)
+			ok = fdstore_keep(name, arena_fd(&srv->dev[d]), false);
 	}
 	if (ok && kmod_fd(srv) >= 0)
 		ok = fdstore_keep(RESTART_KMOD_FD, kmod_fd(srv), false);
@@ -201,6 +213,8 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 		close(data_fd);
 		for (unsigned int d = 0; d < srv->nr_dev; d++) {
 			snprintf(name, sizeof(name), "pool-%u", d);
+			fdstore_forget(name);
+			snprintf(name, sizeof(name), "swap-%u", d);
 			fdstore_forget(name);
 		}
 		fdstore_forget(RESTART_KMOD_FD);
@@ -326,7 +340,7 @@ static void hand_over(struct restart *r)
 		hand_over_fail(r, why, false);
 		return;
 	}
-	max = SERVER_MAX_LISTEN + 3 + 3 + srv->nr_dev + nr_conns;
+	max = SERVER_MAX_LISTEN + 3 + 3 + 2 * srv->nr_dev + nr_conns;
 	names = calloc(max, sizeof(*names));
 	fds = calloc(max, sizeof(*fds));
 	if (!names || !fds) {
@@ -353,6 +367,15 @@ static void hand_over(struct restart *r)
 		}
 		snprintf(names[n], 24, "pool-%u", d);
 		fds[n++] = pool_fd(&srv->dev[d]);
+		if (arena_fd(&srv->dev[d]) < 0)
+			continue;
+		names[n] = malloc(24);
+		if (!names[n]) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		snprintf(names[n], 24, "swap-%u", d);
+		fds[n++] = arena_fd(&srv->dev[d]);
 	}
 	nr_pools = n - k;
 	list_for_each_entry(c, &srv->conns, node) {
@@ -591,6 +614,7 @@ struct restart_in {
 	struct state_in in;
 	int rec_fd, data_fd;
 	int pools[DEVICE_MAX]; /* "pool-N" by device index, or -1 */
+	int swaps[DEVICE_MAX]; /* "swap-N" */
 	uint64_t t0;
 };
 
@@ -603,7 +627,11 @@ static void record_forget(const struct restart_in *r)
 	fdstore_forget("state-data");
 	fdstore_forget(RESTART_KMOD_FD);
 	for (uint32_t i = 0; r->in.hdr && i < r->in.nr_pools; i++) {
-		snprintf(name, sizeof(name), "pool-%u", r->in.pools[i]->device);
+		uint32_t dev = r->in.pools[i]->device;
+
+		snprintf(name, sizeof(name), "%s-%u",
+			 dev & DJINN_STATE_SWAP_ARENA ? "swap" : "pool",
+			 dev & ~DJINN_STATE_SWAP_ARENA);
 		fdstore_forget(name);
 	}
 }
@@ -612,9 +640,12 @@ static void record_close(struct restart_in *r)
 {
 	if (r->in.hdr)
 		state_in_close(&r->in);
-	for (unsigned int i = 0; i < DEVICE_MAX; i++)
+	for (unsigned int i = 0; i < DEVICE_MAX; i++) {
 		if (r->pools[i] >= 0)
 			close(r->pools[i]);
+		if (r->swaps[i] >= 0)
+			close(r->swaps[i]);
+	}
 	if (r->rec_fd >= 0)
 		close(r->rec_fd);
 	if (r->data_fd >= 0)
@@ -632,7 +663,7 @@ int restart_record_open(struct server *srv)
 	if (!r)
 		return -ENOMEM;
 	for (unsigned int i = 0; i < DEVICE_MAX; i++)
-		r->pools[i] = -1;
+		r->pools[i] = r->swaps[i] = -1;
 	r->t0 = loop_now();
 	r->rec_fd = fdstore_take("state");
 	r->data_fd = fdstore_take("state-data");
@@ -651,21 +682,28 @@ int restart_record_open(struct server *srv)
 		log_err("restart: state record refused: %s", msg);
 		goto fail;
 	}
-	/* each device's pool that the record says where its data is */
+	/* each device's pool that the record says where its data is, and
+	 * swap arena, where its swapped-out data is */
 	for (uint32_t i = 0; i < r->in.nr_pools; i++) {
 		uint32_t dev = r->in.pools[i]->device;
+		bool arena = dev & DJINN_STATE_SWAP_ARENA;
 		int fd;
 
-		snprintf(name, sizeof(name), "pool-%u", dev);
+		dev &= ~DJINN_STATE_SWAP_ARENA;
+		snprintf(name, sizeof(name), "%s-%u", arena ? "swap" : "pool",
+			 dev);
 		fd = dev < DEVICE_MAX ? fdstore_take(name) : -1;
 		if (fd < 0) {
-			log_err("restart: state record refused: the pool of "
+			log_err("restart: state record refused: the %s of "
 				"its device %u (%s) was not passed",
-				dev, name);
+				arena ? "swap arena" : "pool", dev, name);
 			ret = -EBADMSG;
 			goto fail;
 		}
-		r->pools[dev] = fd;
+		if (arena)
+			r->swaps[dev] = fd;
+		else
+			r->pools[dev] = fd;
 	}
 	/* the store keeps them until the restore: a start that fails
 	 * before it leaves them for the next one */
@@ -692,6 +730,23 @@ int restart_pool(struct server *srv, unsigned int index, uint64_t *granularity,
 	fd = r->pools[index];
 	r->pools[index] = -1;
 	*granularity = p->granularity;
+	*keep = (const struct vmu_piece *)(p + 1);
+	*nr = p->nr;
+	return fd;
+}
+
+int restart_swap(struct server *srv, unsigned int index,
+		 const struct vmu_piece **keep, unsigned int *nr)
+{
+	struct restart_in *r = srv->restore;
+	const struct djinn_state_pool *p;
+	int fd;
+
+	if (!r || index >= DEVICE_MAX || r->swaps[index] < 0)
+		return -1;
+	p = state_in_pool(&r->in, index | DJINN_STATE_SWAP_ARENA);
+	fd = r->swaps[index];
+	r->swaps[index] = -1;
 	*keep = (const struct vmu_piece *)(p + 1);
 	*nr = p->nr;
 	return fd;
@@ -757,6 +812,10 @@ int restart_restore(struct server *srv)
 						NSEC_PER_MSEC));
 	}
 	restart_abandon(srv, false);
+	/* undone for a --handover predecessor, which serves on: this djinnd
+	 * exits, and what it kept stays the predecessor's, untouched */
+	if (ret && fdstore_handed_state())
+		return ret;
 unkeep:
 	/* what the predecessor held and no restored object took is the
 	 * devices' own again */

@@ -71,7 +71,8 @@ bool restart_to_store(struct server *srv);
  * At start, before the devices open: take the record passed ("state",
  * "state-data") and check it, and take the pools it names ("pool-N": a
  * device whose memory is a file, the CPU backend's, whose data the
- * record says is in place in it). restart_pool() hands device @index's
+ * record says is in place in it) and swap arenas ("swap-N": where its
+ * swapped-out regions' host copies are). restart_pool() hands device @index's
  * out: its fd (the caller's), its granule and the pieces in use, which
  * its provider keeps for the restore (vmu_host_provider_open()); -1 for
  * none. Once the devices, the session table and the listeners are up,
@@ -86,6 +87,10 @@ bool restart_to_store(struct server *srv);
  */
 int restart_record_open(struct server *srv);
 int restart_pool(struct server *srv, unsigned int index, uint64_t *granularity,
+		 const struct vmu_piece **keep, unsigned int *nr);
+/* The same for device @index's swap arena ("swap-N": the host copies of
+ * its swapped-out regions, provider.h's swap_arena()). */
+int restart_swap(struct server *srv, unsigned int index,
 		 const struct vmu_piece **keep, unsigned int *nr);
 int restart_restore(struct server *srv);
 void restart_abandon(struct server *srv, bool forget);

@@ -288,10 +288,16 @@ static bool data_ok(const struct state_in *in, uint64_t off, uint64_t bytes,
 	if (off & ~allow & (DJINN_STATE_IN_POOL | DJINN_STATE_SWAPPED))
 		return false;
 	if (off & DJINN_STATE_IN_POOL) {
-		uint64_t i = off & ~DJINN_STATE_IN_POOL;
+		uint64_t i = off & ~(DJINN_STATE_IN_POOL | DJINN_STATE_SWAPPED);
+		bool arena;
 
-		return i < in->nr_pieces &&
-		       pieces_bytes(in->pieces[i]) >= bytes;
+		if (i >= in->nr_pieces || pieces_bytes(in->pieces[i]) < bytes)
+			return false;
+		/* a piece of a swap arena holds one swapped region, whole
+		 * in one piece; a pool's, anything else */
+		arena = in->pieces[i]->device & DJINN_STATE_SWAP_ARENA;
+		return arena == !!(off & DJINN_STATE_SWAPPED) &&
+		       (!arena || in->pieces[i]->nr == 1);
 	}
 	off &= ~DJINN_STATE_SWAPPED;
 	return off <= in->data_size && bytes <= in->data_size - off;
@@ -611,9 +617,11 @@ int state_in_fill(const struct state_in *in, uint64_t off, uint32_t device,
 		f->bytes = in->data + (off & ~DJINN_STATE_SWAPPED);
 		return 0;
 	}
-	/* state_in_open() checked the number and the bytes */
-	e = in->pieces[off & ~DJINN_STATE_IN_POOL];
-	if (e->device != device)
+	/* state_in_open() checked the number and the bytes, and that a
+	 * swapped region's is one piece of a swap arena */
+	f->swapped = off & DJINN_STATE_SWAPPED;
+	e = in->pieces[off & ~(DJINN_STATE_IN_POOL | DJINN_STATE_SWAPPED)];
+	if (e->device != (device | (f->swapped ? DJINN_STATE_SWAP_ARENA : 0)))
 		return -EBADMSG;
 	f->pieces = (const struct vmu_piece *)(e + 1);
 	f->nr_pieces = e->nr;
@@ -651,10 +659,24 @@ struct size_ctx {
  * in place in a pool, or swapped out (region_out()). */
 static bool copied(const struct size_ctx *x, uint64_t region)
 {
+	struct vmu_provider *prov = vmu_provider(x->s->dev->vmu);
 	struct vmu_region_info info;
+	struct vmu_piece *pcs, pc;
+	const void *host = NULL;
+	unsigned int nr;
+	int ret;
 
-	return !x->pool || (!vmu_region_info(x->s->vs, region, &info) &&
-			    info.state == VMU_REGION_SWAPPED);
+	if (!x->pool)
+		return true;
+	if (vmu_region_info(x->s->vs, region, &info) ||
+	    info.state != VMU_REGION_SWAPPED)
+		return false;
+	/* swapped out: copied unless it lies in the swap arena */
+	ret = vmu_region_pieces(x->s->vs, region, 0, &pcs, &nr, &host);
+	if (!ret)
+		free(pcs);
+	return ret != -ENODATA || !prov->ops->swap_piece ||
+	       prov->ops->swap_piece(prov, host, 1, &pc);
 }
 
 static int add_size(void *arg, uint32_t slot, const struct tensor *t)
@@ -739,6 +761,26 @@ static bool region_kept(struct session *s, uint64_t region, uint64_t bytes)
 			  info.state == VMU_REGION_SWAPPED);
 }
 
+/* A swapped-out region's @bytes, whose host copy is at @host: where it
+ * lies in the swap arena (it stays there), else written into state-data
+ * as it is. */
+static int swapped_out(struct state_out *o, struct session *s, const void *host,
+		       uint64_t bytes, uint64_t *off)
+{
+	struct vmu_provider *prov = vmu_provider(s->dev->vmu);
+	struct vmu_piece pc;
+	int ret;
+
+	if (svc_state_in_pool(s->dev) && prov->ops->swap_piece &&
+	    !prov->ops->swap_piece(prov, host, bytes, &pc))
+		ret = state_out_pieces(
+			o, s->dev->index | DJINN_STATE_SWAP_ARENA, &pc, 1, off);
+	else
+		ret = state_out_write(o, host, bytes, off);
+	*off |= DJINN_STATE_SWAPPED;
+	return ret;
+}
+
 /* region_out() of a lossy() session: a region swapped out is written
  * from its host copy, and stays swapped out; one that was in device
  * memory is -ENODATA (its bytes are not read). */
@@ -754,11 +796,8 @@ static int region_host(struct state_out *o, struct session *s, uint64_t region,
 	if (!bytes)
 		return 0;
 	ret = vmu_region_pieces(s->vs, region, bytes, &pcs, &nr, &host);
-	if (ret == -ENODATA && host) {
-		ret = state_out_write(o, host, bytes, off);
-		*off |= DJINN_STATE_SWAPPED;
-		return ret;
-	}
+	if (ret == -ENODATA && host)
+		return swapped_out(o, s, host, bytes, off);
 	if (!ret)
 		free(pcs);
 	return -ENODATA;
@@ -787,14 +826,12 @@ static int region_out(struct state_out *o, struct session *s, uint64_t region,
 		const void *host;
 
 		ret = vmu_region_pieces(s->vs, region, bytes, &pcs, &nr, &host);
-		/* swapped out: its host copy is written as it is, for
-		 * nothing may move now (a swap-in could swap out a region
-		 * whose pieces are written already) */
-		if (ret == -ENODATA) {
-			ret = state_out_write(o, host, bytes, off);
-			*off |= DJINN_STATE_SWAPPED;
-			return ret;
-		}
+		/* swapped out: its host copy stays where it is, in the swap
+		 * arena, else is written as it is, for nothing may move now
+		 * (a swap-in could swap out a region whose pieces are
+		 * written already) */
+		if (ret == -ENODATA)
+			return swapped_out(o, s, host, bytes, off);
 		if (ret)
 			return ret;
 		ret = state_out_pieces(o, s->dev->index, pcs, nr, off);
@@ -1229,6 +1266,31 @@ static int save_objs(struct state_out *out, struct session *s)
 
 /* A POOL entry for @dev: its memory in use, which the next djinnd keeps
  * until its restore is over. */
+/* A POOL entry for @dev's swap arena, if it has one: the host copies of
+ * its swapped-out regions, which stay where they are. */
+static int save_arena(struct state_out *o, struct device *dev)
+{
+	struct vmu_provider *prov = vmu_provider(dev->vmu);
+	struct djinn_state_pool *e;
+	unsigned int nr;
+	uint64_t len, size;
+
+	if (!prov->ops->swap_file || prov->ops->swap_file(prov, &size) < 0)
+		return 0;
+	nr = prov->ops->swap_used(prov, NULL, 0);
+	len = sizeof(*e) + (uint64_t)nr * sizeof(struct vmu_piece);
+	if (len > UINT32_MAX)
+		return -E2BIG;
+	e = state_out_ent(o, DJINN_STATE_POOL, (uint32_t)len);
+	if (!e)
+		return -ENOMEM;
+	e->device = dev->index | DJINN_STATE_SWAP_ARENA;
+	e->granularity = prov->granularity;
+	e->size = size;
+	e->nr = prov->ops->swap_used(prov, (struct vmu_piece *)(e + 1), nr);
+	return e->nr == nr ? 0 : -EAGAIN;
+}
+
 static int save_pool(struct state_out *o, struct device *dev)
 {
 	struct vmu_provider *prov = vmu_provider(dev->vmu);
@@ -1246,7 +1308,9 @@ static int save_pool(struct state_out *o, struct device *dev)
 	e->size = prov->capacity;
 	/* nothing runs: the count cannot have changed */
 	e->nr = prov->ops->used(prov, (struct vmu_piece *)(e + 1), nr);
-	return e->nr == nr ? 0 : -EAGAIN;
+	if (e->nr != nr)
+		return -EAGAIN;
+	return save_arena(o, dev);
 }
 
 struct text_save {

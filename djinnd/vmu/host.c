@@ -24,6 +24,8 @@
  * that unmap() takes whole ranges given to map(), as cuMemUnmap does.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
 #include <linux/mman.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -60,8 +62,30 @@ struct host_resv {
 	uint64_t *mapped; /* bitmap, a bit per granule */
 };
 
+/*
+ * The swap arena (host_swap_arena()): the host buffers of swapped-out
+ * regions, windows of one memfd mapped whole (one mapping, however many
+ * buffers), so that a restart hands it to the next djinnd as it does the
+ * pool and nothing swapped out is copied. A buffer is a run of granules;
+ * one that finds no run is anonymous memory, copied at a restart. A
+ * buffer freed gives its pages back (a hole punched): swapped data comes
+ * and goes, unlike a device's memory.
+ */
+struct host_swap {
+	int fd; /* -1: no arena */
+	uint8_t *base;
+	uint64_t size, nr_gran;
+	uint64_t *bitmap; /* bit set: granule in use */
+	uint64_t *kept; /* bit set: in use, kept for swap_adopt() */
+	/* bit set: adopted while a restore runs: freed meanwhile (a restore
+	 * undone), it is kept again, for its bytes are the predecessor's
+	 * still until unkeep() */
+	uint64_t *adopting;
+};
+
 struct host_provider {
 	struct vmu_provider base;
+	struct host_swap sw; /* under @lock */
 	struct host_resv *resv; /* sorted by va */
 	uint64_t nr_resv, cap_resv;
 	uint8_t *pool;
@@ -689,33 +713,6 @@ static int host_memset(struct vmu_provider *p, uint64_t dst, int byte,
 	return 0;
 }
 
-static int host_host_alloc(struct vmu_provider *p, uint64_t size, void **buf)
-{
-	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (m == MAP_FAILED)
-		return -errno;
-	/* Swap buffers are large and long-lived: huge pages halve the cost
-	 * of faulting them in where THP is in madvise mode. */
-	madvise(m, size, MADV_HUGEPAGE);
-	*buf = m;
-	return 0;
-}
-
-static void host_host_free(struct vmu_provider *p, void *buf, uint64_t size)
-{
-	munmap(buf, size);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Memory that outlives the process */
-
-static int host_file(struct vmu_provider *p)
-{
-	return to_host(p)->fd;
-}
-
 /* Pieces written as they are found, contiguous ones merged: @n of them,
  * of which the first @max go to @out. */
 struct piece_acc {
@@ -736,6 +733,241 @@ static void put_piece(struct piece_acc *a, uint64_t off, uint64_t len)
 	if (a->n < a->max)
 		a->out[a->n] = a->last;
 	a->n++;
+}
+
+static bool bit(const uint64_t *bm, uint64_t i)
+{
+	return bm && bm[i / 64] >> (i % 64) & 1;
+}
+
+static void bits(uint64_t *bm, uint64_t first, uint64_t n, bool on)
+{
+	for (uint64_t i = first; i < first + n; i++) {
+		if (on)
+			bm[i / 64] |= 1ull << (i % 64);
+		else
+			bm[i / 64] &= ~(1ull << (i % 64));
+	}
+}
+
+static uint64_t up(const struct vmu_provider *p, uint64_t size)
+{
+	return (size + p->granularity - 1) & ~(p->granularity - 1);
+}
+
+/* A run of @n free granules of the arena, taken: its first, or -1. */
+static int64_t swap_take(struct host_swap *sw, uint64_t n)
+{
+	for (uint64_t i = 0, run = 0; n && i < sw->nr_gran; i++) {
+		run = bit(sw->bitmap, i) ? 0 : run + 1;
+		if (run == n) {
+			bits(sw->bitmap, i + 1 - n, n, true);
+			return (int64_t)(i + 1 - n);
+		}
+	}
+	return -1;
+}
+
+/* The arena's granules [@first, + @n) back to it, their pages to the
+ * system. */
+static void swap_give(struct host_provider *h, uint64_t first, uint64_t n)
+{
+	const uint64_t g = h->base.granularity;
+
+	fallocate(h->sw.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		  (off_t)(first * g), (off_t)(n * g));
+	bits(h->sw.bitmap, first, n, false);
+}
+
+static bool in_arena(const struct host_swap *sw, const void *buf)
+{
+	return sw->base && (const uint8_t *)buf >= sw->base &&
+	       (const uint8_t *)buf < sw->base + sw->size;
+}
+
+static int host_host_alloc(struct vmu_provider *p, uint64_t size, void **buf)
+{
+	struct host_provider *h = to_host(p);
+	int64_t first = -1;
+	void *m;
+
+	pthread_mutex_lock(&h->lock);
+	if (h->sw.base)
+		first = swap_take(&h->sw, up(p, size) / p->granularity);
+	pthread_mutex_unlock(&h->lock);
+	if (first >= 0) {
+		*buf = h->sw.base + (uint64_t)first * p->granularity;
+		return 0;
+	}
+	m = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return -errno;
+	/* Swap buffers are large and long-lived: huge pages halve the cost
+	 * of faulting them in where THP is in madvise mode. */
+	madvise(m, size, MADV_HUGEPAGE);
+	*buf = m;
+	return 0;
+}
+
+static void host_host_free(struct vmu_provider *p, void *buf, uint64_t size)
+{
+	struct host_provider *h = to_host(p);
+
+	if (!in_arena(&h->sw, buf)) {
+		munmap(buf, size);
+		return;
+	}
+	uint64_t first =
+		(uint64_t)((uint8_t *)buf - h->sw.base) / p->granularity;
+	uint64_t n = up(p, size) / p->granularity;
+
+	pthread_mutex_lock(&h->lock);
+	if (bit(h->sw.adopting, first)) {
+		/* a restore undone: the predecessor's again */
+		bits(h->sw.adopting, first, n, false);
+		bits(h->sw.kept, first, n, true);
+	} else {
+		swap_give(h, first, n);
+	}
+	pthread_mutex_unlock(&h->lock);
+}
+
+static int host_swap_arena(struct vmu_provider *p, uint64_t size, int fd,
+			   const struct vmu_piece *keep, unsigned int nr)
+{
+	struct host_provider *h = to_host(p);
+	const uint64_t g = p->granularity;
+	struct host_swap sw = { .fd = fd };
+	struct stat st;
+	int ret = 0;
+
+	if (h->sw.base) {
+		if (fd >= 0)
+			close(fd);
+		return -EBUSY;
+	}
+	if (sw.fd < 0)
+		sw.fd = memfd_create("djinn-swap", MFD_CLOEXEC);
+	if (sw.fd < 0)
+		return -errno;
+	size -= size % g;
+	if (fstat(sw.fd, &st) || (uint64_t)st.st_size % g) {
+		ret = -EINVAL;
+		goto fail;
+	}
+	/* a predecessor's keeps its size */
+	if (size < (uint64_t)st.st_size)
+		size = (uint64_t)st.st_size;
+	if (!size ||
+	    (size > (uint64_t)st.st_size && ftruncate(sw.fd, (off_t)size))) {
+		ret = size ? -errno : -EINVAL;
+		goto fail;
+	}
+	sw.size = size;
+	sw.nr_gran = size / g;
+	sw.bitmap = calloc((sw.nr_gran + 63) / 64, sizeof(uint64_t));
+	sw.kept = nr ? calloc((sw.nr_gran + 63) / 64, sizeof(uint64_t)) : NULL;
+	sw.adopting = nr ? calloc((sw.nr_gran + 63) / 64, sizeof(uint64_t)) :
+			   NULL;
+	if (!sw.bitmap || (nr && (!sw.kept || !sw.adopting))) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	for (unsigned int i = 0; i < nr; i++) {
+		if (keep[i].off % g || keep[i].len % g || !keep[i].len ||
+		    keep[i].off / g >= sw.nr_gran ||
+		    keep[i].len / g > sw.nr_gran - keep[i].off / g) {
+			ret = -EINVAL;
+			goto fail;
+		}
+		bits(sw.bitmap, keep[i].off / g, keep[i].len / g, true);
+		bits(sw.kept, keep[i].off / g, keep[i].len / g, true);
+	}
+	sw.base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_NORESERVE, sw.fd, 0);
+	if (sw.base == MAP_FAILED) {
+		ret = -errno;
+		goto fail;
+	}
+	madvise(sw.base, size, MADV_HUGEPAGE);
+	pthread_mutex_lock(&h->lock);
+	h->sw = sw;
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+
+fail:
+	free(sw.bitmap);
+	free(sw.kept);
+	free(sw.adopting);
+	close(sw.fd);
+	return ret;
+}
+
+static int host_swap_piece(struct vmu_provider *p, const void *buf,
+			   uint64_t size, struct vmu_piece *out)
+{
+	struct host_provider *h = to_host(p);
+
+	if (!in_arena(&h->sw, buf))
+		return -ENOENT;
+	out->off = (uint64_t)((const uint8_t *)buf - h->sw.base);
+	out->len = up(p, size);
+	return 0;
+}
+
+static int host_swap_file(struct vmu_provider *p, uint64_t *size)
+{
+	struct host_provider *h = to_host(p);
+
+	*size = h->sw.size;
+	return h->sw.base ? h->sw.fd : -1;
+}
+
+static unsigned int host_swap_used(struct vmu_provider *p,
+				   struct vmu_piece *out, unsigned int max)
+{
+	struct host_provider *h = to_host(p);
+	struct piece_acc a = { .out = out, .max = max };
+
+	pthread_mutex_lock(&h->lock);
+	for (uint64_t i = 0; i < h->sw.nr_gran; i++)
+		if (bit(h->sw.bitmap, i))
+			put_piece(&a, i * p->granularity, p->granularity);
+	pthread_mutex_unlock(&h->lock);
+	return a.n;
+}
+
+static int host_swap_adopt(struct vmu_provider *p, const struct vmu_piece *pc,
+			   void **buf)
+{
+	struct host_provider *h = to_host(p);
+	const uint64_t g = p->granularity;
+	uint64_t first = pc->off / g, n = pc->len / g;
+	int ret = 0;
+
+	pthread_mutex_lock(&h->lock);
+	if (!h->sw.base || !n || pc->off % g || pc->len % g ||
+	    first >= h->sw.nr_gran || n > h->sw.nr_gran - first)
+		ret = -EINVAL;
+	for (uint64_t i = first; !ret && i < first + n; i++)
+		if (!bit(h->sw.kept, i))
+			ret = -EINVAL;
+	if (!ret) {
+		bits(h->sw.kept, first, n, false);
+		bits(h->sw.adopting, first, n, true);
+		*buf = h->sw.base + pc->off;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return ret;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Memory that outlives the process */
+
+static int host_file(struct vmu_provider *p)
+{
+	return to_host(p)->fd;
 }
 
 static unsigned int host_pieces(struct vmu_provider *p, uint64_t chunk,
@@ -829,6 +1061,13 @@ static void host_unkeep(struct vmu_provider *p)
 	}
 	free(h->kept);
 	h->kept = NULL;
+	for (uint64_t i = 0; h->sw.kept && i < h->sw.nr_gran; i++) {
+		if (bit(h->sw.kept, i))
+			swap_give(h, i, 1);
+	}
+	free(h->sw.kept);
+	free(h->sw.adopting);
+	h->sw.kept = h->sw.adopting = NULL;
 	pthread_mutex_unlock(&h->lock);
 }
 
@@ -838,6 +1077,13 @@ static void host_free(struct vmu_provider *p)
 
 	munmap(h->pool, p->capacity);
 	close(h->fd);
+	if (h->sw.base) {
+		munmap(h->sw.base, h->sw.size);
+		close(h->sw.fd);
+	}
+	free(h->sw.bitmap);
+	free(h->sw.kept);
+	free(h->sw.adopting);
 	free(h->kept);
 	pthread_mutex_destroy(&h->lock);
 	for (uint64_t i = 0; i < h->nr_resv; i++)
@@ -868,6 +1114,11 @@ static const struct vmu_provider_ops host_ops = {
 	.used = host_used,
 	.adopt = host_adopt,
 	.unkeep = host_unkeep,
+	.swap_arena = host_swap_arena,
+	.swap_piece = host_swap_piece,
+	.swap_file = host_swap_file,
+	.swap_used = host_swap_used,
+	.swap_adopt = host_swap_adopt,
 };
 
 static uint64_t max_map_count(void)
@@ -973,6 +1224,7 @@ static int host_open(int fd, uint64_t capacity, uint64_t granularity,
 		return -ENOMEM;
 	}
 	h->fd = fd;
+	h->sw.fd = -1;
 	pthread_mutex_init(&h->lock, NULL);
 	h->base = (struct vmu_provider){
 		.ops = &host_ops,

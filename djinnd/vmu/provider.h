@@ -117,6 +117,34 @@ struct vmu_provider_ops {
 	int (*adopt)(struct vmu_provider *p, const struct vmu_piece *pcs,
 		     unsigned int nr, uint64_t *chunk);
 	void (*unkeep)(struct vmu_provider *p);
+
+	/*
+	 * Swapped-out data that outlives the process (the host provider's;
+	 * the others leave these NULL and their swapped data is copied):
+	 *
+	 * swap_arena: host_alloc()'s buffers from now on come from one
+	 *         file of @size bytes (rounded down to the granule): @fd, a
+	 *         predecessor's (taken; a larger one keeps its size), its
+	 *         @nr pieces @keep kept until swap_adopt() or unkeep(), or
+	 *         -1 for a new one. A buffer that finds no room there is
+	 *         anonymous memory, as before. -EBUSY when it has one.
+	 * swap_piece: where buffer @buf of @size bytes lies in that file
+	 *         (its granules): 0, or -ENOENT (not there).
+	 * swap_file: the file's fd (the provider's) and *@size, or -1.
+	 * swap_used: every piece of it in use, as used() writes them.
+	 * swap_adopt: a buffer of kept piece @pc with the bytes it holds,
+	 *         in *@buf (host_free() takes it back): -EINVAL for a piece
+	 *         not kept whole or adopted already.
+	 */
+	int (*swap_arena)(struct vmu_provider *p, uint64_t size, int fd,
+			  const struct vmu_piece *keep, unsigned int nr);
+	int (*swap_piece)(struct vmu_provider *p, const void *buf,
+			  uint64_t size, struct vmu_piece *out);
+	int (*swap_file)(struct vmu_provider *p, uint64_t *size);
+	unsigned int (*swap_used)(struct vmu_provider *p, struct vmu_piece *out,
+				  unsigned int max);
+	int (*swap_adopt)(struct vmu_provider *p, const struct vmu_piece *pc,
+			  void **buf);
 };
 
 /*

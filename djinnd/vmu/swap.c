@@ -154,6 +154,28 @@ int vmu_swap_fill_locked(struct vmu *v, struct vmu_region *r, uint64_t size,
 	return 0;
 }
 
+/* Lock held. */
+int vmu_swap_adopt_locked(struct vmu *v, struct vmu_region *r, uint64_t size,
+			  const struct vmu_piece *pc)
+{
+	const struct vmu_provider_ops *ops = v->prov->ops;
+	void *buf = NULL;
+	int ret;
+
+	if (r->m.mapped || r->state != VMU_REGION_RESIDENT)
+		return -EBUSY;
+	if (!ops->swap_adopt || pc->len < vmu_round(v, size))
+		return -EINVAL;
+	ret = size ? ops->swap_adopt(v->prov, pc, &buf) : -EINVAL;
+	if (ret)
+		return ret;
+	r->host_size = pc->len;
+	r->size = size;
+	r->host = buf;
+	vmu_region_set_state(v, r, VMU_REGION_SWAPPED);
+	return 0;
+}
+
 /* Lock held; drops it for the mapping and the copy. */
 int vmu_swap_in_locked(struct vmu *v, struct vmu_region *r,
 		       struct vmu_resv *resv)

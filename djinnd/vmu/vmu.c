@@ -1175,6 +1175,10 @@ int vmu_region_fill(struct vmu_session *s, uint64_t handle, uint64_t size,
 		ret = -E2BIG;
 	else if (r->m.mapped || r->state != VMU_REGION_RESIDENT)
 		ret = -EBUSY;
+	else if (f->swapped && f->nr_pieces)
+		ret = f->nr_pieces == 1 ?
+			      vmu_swap_adopt_locked(v, r, size, f->pieces) :
+			      -EINVAL;
 	else if (f->swapped)
 		ret = vmu_swap_fill_locked(v, r, size, f->bytes);
 	else if (!size)

@@ -443,7 +443,9 @@ int vmu_region_read(struct vmu_session *s, uint64_t handle, uint64_t off,
  * out, as it was, and takes no device memory), or, with @nr_pieces, the
  * pieces @pieces of the provider's file taken over with the bytes they
  * hold (provider.h: a successor's provider keeps its predecessor's
- * memory for adopt()).
+ * memory for adopt()); with both @swapped and one piece, that piece of
+ * the provider's swap arena taken over (swap_adopt()): swapped out as it
+ * was, nothing copied.
  */
 struct vmu_fill {
 	const void *bytes;

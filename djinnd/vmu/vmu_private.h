@@ -309,6 +309,10 @@ int vmu_swap_out_locked(struct vmu *v, struct vmu_region *r);
  * 0, -EBUSY, -ENOMEM. Drops the lock for the copy. */
 int vmu_swap_fill_locked(struct vmu *v, struct vmu_region *r, uint64_t size,
 			 const void *bytes);
+/* The same over a predecessor's buffer, piece @pc of the provider's swap
+ * arena (ops->swap_adopt()): nothing copied. 0, -EBUSY, -EINVAL. */
+int vmu_swap_adopt_locked(struct vmu *v, struct vmu_region *r, uint64_t size,
+			  const struct vmu_piece *pc);
 int vmu_swap_in_locked(struct vmu *v, struct vmu_region *r,
 		       struct vmu_resv *resv);
 

@@ -76,6 +76,11 @@
 #define DJINN_STATE_VERSION_MIN 1
 #define DJINN_STATE_IN_POOL (1ULL << 63)
 #define DJINN_STATE_SWAPPED (1ULL << 62)
+/* A POOL or PIECES entry's device with this bit: the device's swap arena
+ * (the fd named "swap-DEVICE"), where swapped-out regions' host copies
+ * lie; an offset with both DJINN_STATE_IN_POOL and DJINN_STATE_SWAPPED
+ * names one piece of it (version 4) */
+#define DJINN_STATE_SWAP_ARENA (1U << 31)
 
 /**
  * struct djinn_state_hdr - the record's first bytes

@@ -717,6 +717,87 @@ static void test_adopt_in_place(void **state)
 	p->ops->release(p, va_c, GRAN);
 }
 
+/*
+ * The swap arena: host buffers are runs of its granules (a buffer that
+ * finds no run is anonymous memory), a freed one gives its run back, and
+ * a provider opened over the arena's file adopts each buffer kept in
+ * place, with its bytes, once; unkeep() frees what was not adopted.
+ */
+static void test_swap_arena(void **state)
+{
+	struct vmu_provider *p = *state, *q = NULL;
+	struct vmu_piece pc[3], used[4], bad;
+	void *a, *b, *c, *big, *got;
+	uint64_t size;
+	unsigned int nu;
+	int fd;
+
+	assert_non_null(p->ops->swap_arena);
+	assert_int_equal(p->ops->swap_file(p, &size), -1);
+	/* 4 granules (a partial one rounded down) */
+	assert_int_equal(p->ops->swap_arena(p, 4 * GRAN + 100, -1, NULL, 0), 0);
+	assert_int_equal(p->ops->swap_arena(p, GRAN, -1, NULL, 0), -EBUSY);
+	fd = p->ops->swap_file(p, &size);
+	assert_true(fd >= 0);
+	assert_int_equal(size, 4 * GRAN);
+	assert_int_equal(p->ops->host_alloc(p, GRAN, &a), 0);
+	assert_int_equal(p->ops->host_alloc(p, 2 * GRAN, &b), 0);
+	assert_int_equal(p->ops->host_alloc(p, GRAN - 1, &c), 0);
+	memset(a, 1, GRAN);
+	memset(b, 2, 2 * GRAN);
+	memset(c, 3, GRAN - 1);
+	assert_int_equal(p->ops->swap_piece(p, a, GRAN, &pc[0]), 0);
+	assert_int_equal(p->ops->swap_piece(p, b, 2 * GRAN, &pc[1]), 0);
+	assert_int_equal(p->ops->swap_piece(p, c, GRAN - 1, &pc[2]), 0);
+	assert_int_equal(pc[1].len, 2 * GRAN);
+	assert_int_equal(pc[2].len, GRAN);
+	/* full: anonymous memory, not in the arena */
+	assert_int_equal(p->ops->host_alloc(p, GRAN, &big), 0);
+	assert_int_equal(p->ops->swap_piece(p, big, GRAN, &bad), -ENOENT);
+	memset(big, 4, GRAN);
+	p->ops->host_free(p, big, GRAN);
+	/* a freed run is taken again */
+	p->ops->host_free(p, a, GRAN);
+	assert_int_equal(p->ops->host_alloc(p, GRAN, &big), 0);
+	assert_ptr_equal(big, a);
+	p->ops->host_free(p, big, GRAN);
+	nu = p->ops->swap_used(p, used, ARRAY_SIZE(used));
+	assert_int_equal(nu, 1); /* b and c, contiguous */
+	assert_int_equal(used[0].len, 3 * GRAN);
+
+	assert_int_equal(vmu_host_provider_create(CAP, GRAN, &q), 0);
+	assert_int_equal(q->ops->swap_arena(q, GRAN, dup(fd), used, nu), 0);
+	/* the file's size wins */
+	assert_int_equal(q->ops->swap_file(q, &size) >= 0, 1);
+	assert_int_equal(size, 4 * GRAN);
+	/* only what was free is free: one granule */
+	assert_int_equal(q->ops->host_alloc(q, GRAN, &got), 0);
+	assert_int_equal(q->ops->swap_piece(q, got, GRAN, &bad), 0);
+	assert_int_equal(bad.off, pc[0].off);
+	q->ops->host_free(q, got, GRAN);
+	assert_int_equal(q->ops->swap_adopt(q, &pc[1], &got), 0);
+	expect_byte(got, 2, 2 * GRAN, "b adopted");
+	assert_int_equal(q->ops->swap_adopt(q, &pc[1], &got), -EINVAL);
+	bad = (struct vmu_piece){ pc[1].off + 1, GRAN };
+	assert_int_equal(q->ops->swap_adopt(q, &bad, &got), -EINVAL);
+	q->ops->host_free(q, got, 2 * GRAN);
+	/* freed before unkeep() (a restore undone): kept again, not free,
+	 * its bytes the predecessor's */
+	assert_int_equal(q->ops->host_alloc(q, 2 * GRAN, &got), 0);
+	assert_int_equal(q->ops->swap_piece(q, got, 2 * GRAN, &bad), -ENOENT);
+	q->ops->host_free(q, got, 2 * GRAN);
+	expect_byte(b, 2, 2 * GRAN, "b after the undone adoption");
+	/* c's is not adopted: unkeep frees it */
+	q->ops->unkeep(q);
+	assert_int_equal(q->ops->swap_adopt(q, &pc[2], &got), -EINVAL);
+	assert_int_equal(q->ops->host_alloc(q, 4 * GRAN, &got), 0);
+	assert_int_equal(q->ops->swap_piece(q, got, 4 * GRAN, &bad), 0);
+	q->ops->host_free(q, got, 4 * GRAN);
+	q->ops->free(q);
+	p->ops->host_free(p, b, 2 * GRAN);
+	p->ops->host_free(p, c, GRAN - 1);
+}
+
 static void test_open_refuses(void **state)
 {
 	static const struct {
@@ -769,6 +850,8 @@ int main(void)
 			test_host_alloc_not_device_capacity, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_adopt_in_place, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_swap_arena, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_open_refuses, setup,
 						teardown),

@@ -31,6 +31,10 @@
  * same contexts prefilled again from the client, timed until the state
  * is back.
  *
+ * A third run has 1 GiB with the device holding only half of it: the
+ * rest is swapped out to host memory, whose copies (in the swap arena)
+ * stay where they are across the restart too.
+ *
  * It needs its own djinnd (not --addr) and about 1.5 times the session
  * data in memory (the pool, which both djinnds map, and room beside it):
  * a size that does not fit the machine's free memory is skipped, saying
@@ -329,13 +333,17 @@ static void show_restart_log(void)
 	}
 }
 
-static void one_size(uint64_t gib, double peak)
+/* With @swapped, the device holds half the data: the rest is swapped out
+ * to host memory (the swap arena, which the successor takes over too). */
+static void one_size(uint64_t gib, double peak, bool swapped)
 {
 	uint64_t bytes = gib << 30;
-	char mem[32], handover[sizeof(tmpdir) + 32],
+	char mem[32], swap[48], handover[sizeof(tmpdir) + 32],
 		models[sizeof(tmpdir) + 32];
-	const char *extra[] = { "--cpu-mem",   mem,    "--handover", handover,
-				"--model-dir", models, NULL };
+	const char *extra[] = { "--cpu-mem", mem,	    "--handover",
+				handover,    "--model-dir", models,
+				"--set",     swap,	    NULL };
+	const char *what = swapped ? " half swapped out" : "";
 	struct pinger p = { 0 }, pt = { 0 };
 	struct djinn_session *ts;
 	struct djinn_connect_opts o = { .size = sizeof(o) };
@@ -361,7 +369,12 @@ static void one_size(uint64_t gib, double peak)
 	 * idle regions out (the scheduler's policy), which is another
 	 * benchmark's figure */
 	snprintf(mem, sizeof(mem), "%lluM",
-		 (unsigned long long)((bytes + bytes / 2 + 1024 * MiB) >> 20));
+		 (unsigned long long)((swapped ? bytes / 2 + 512 * MiB :
+						 bytes + bytes / 2 +
+							 1024 * MiB) >>
+				      20));
+	snprintf(swap, sizeof(swap), "memory.swap=%lluM",
+		 (unsigned long long)((bytes + 1024 * MiB) >> 20));
 	snprintf(handover, sizeof(handover), "%s/handover", tmpdir);
 	snprintf(models, sizeof(models), "%s/models", tmpdir);
 	make_pki(&pk);
@@ -373,9 +386,9 @@ static void one_size(uint64_t gib, double peak)
 	o.tls_key = pk.cli_key;
 	daemon_start_with(&dt, extra);
 	build(&st, xports[0].addr, bytes);
-	info("restart %llu GiB: %zu tensors (%.2f GiB) and %d contexts of %d "
+	info("restart %llu GiB%s: %zu tensors (%.2f GiB) and %d contexts of %d "
 	     "tokens built",
-	     (unsigned long long)gib, st.nr_t,
+	     (unsigned long long)gib, what, st.nr_t,
 	     (double)st.tensor_bytes / (1 << 30), SESSIONS * CTXS, PROMPT);
 
 	check(djinn_connect(xports[0].addr, &p.conn), "djinn_connect");
@@ -402,8 +415,8 @@ static void one_size(uint64_t gib, double peak)
 		fail("the TLS connection reconnected %llu times, not once",
 		     (unsigned long long)djinn_conn_reconnects(pt.conn));
 	check(djinn_session_heartbeat(ts), "djinn_session_heartbeat");
-	info("restart %llu GiB: over %s the pause was %.3f s",
-	     (unsigned long long)gib, djinn_conn_transport(pt.conn),
+	info("restart %llu GiB%s: over %s the pause was %.3f s",
+	     (unsigned long long)gib, what, djinn_conn_transport(pt.conn),
 	     (double)pt.max_gap / 1e9);
 	djinn_session_close(ts);
 	djinn_disconnect(pt.conn);
@@ -428,12 +441,12 @@ static void one_size(uint64_t gib, double peak)
 	/* in place, what was copied moved twice: into the record, out */
 	moved = copied < 0 ? 2.0 * (double)bytes : 2.0 * copied * MiB;
 	target = 1.0 + moved / (0.8 * peak * 1e9);
-	info("restart %llu GiB: pause %.3f s (restart %.3f s), target %.3f "
+	info("restart %llu GiB%s: pause %.3f s (restart %.3f s), target %.3f "
 	     "s, cold start %.3f s",
-	     (unsigned long long)gib, (double)p.max_gap / 1e9, restart_s,
+	     (unsigned long long)gib, what, (double)p.max_gap / 1e9, restart_s,
 	     target, cold_s);
-	snprintf(m, sizeof(m), "planned_pause_%llugib_s",
-		 (unsigned long long)gib);
+	snprintf(m, sizeof(m), "planned_pause_%llugib%s_s",
+		 (unsigned long long)gib, swapped ? "_swapped" : "");
 	fig_emit(&(struct fig){
 		.bench = bench_name,
 		.metric = m,
@@ -444,10 +457,14 @@ static void one_size(uint64_t gib, double peak)
 		.limit = NAN,
 		.target_text = "pause <= 1 s + data moved at 0.8 x copy peak",
 		.samples = 1,
-		.note = "CPU backend: the session data stays in place in the "
-			"pool, which the successor maps" });
-	snprintf(m, sizeof(m), "planned_pause_%llugib_tls_s",
-		 (unsigned long long)gib);
+		.note = swapped ? "CPU backend: half the data swapped out, "
+				  "its host copies in place in the swap arena, "
+				  "which the successor maps with the pool" :
+				  "CPU backend: the session data stays in "
+				  "place in the pool, which the successor "
+				  "maps" });
+	snprintf(m, sizeof(m), "planned_pause_%llugib%s_tls_s",
+		 (unsigned long long)gib, swapped ? "_swapped" : "");
 	fig_emit(&(struct fig){
 		.bench = bench_name,
 		.metric = m,
@@ -459,8 +476,8 @@ static void one_size(uint64_t gib, double peak)
 		.samples = 1,
 		.note = "a TLS connection is closed at the restart: libdjinn "
 			"reconnects and attaches its session" });
-	snprintf(m, sizeof(m), "planned_pause_%llugib_vs_target",
-		 (unsigned long long)gib);
+	snprintf(m, sizeof(m), "planned_pause_%llugib%s_vs_target",
+		 (unsigned long long)gib, swapped ? "_swapped" : "");
 	fig_emit(&(struct fig){ .bench = bench_name,
 				.metric = m,
 				.value = (double)p.max_gap / 1e9,
@@ -493,7 +510,8 @@ void bench_restart(void)
 				.baseline = NAN,
 				.samples = 3,
 				.note = "memcpy of 1 GiB, best of 3" });
-	one_size(1, peak);
-	one_size(8, peak);
+	one_size(1, peak, false);
+	one_size(8, peak, false);
+	one_size(1, peak, true);
 	daemon_start();
 }
