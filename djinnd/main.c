@@ -636,6 +636,7 @@ int main(int argc, char **argv)
 			_exit(1);
 		listeners_own(&srv);
 		restart_serving(&srv); /* restored connections go on */
+		restart_settled(&srv);
 		sd_notifyf(0, "READY=1\nSTATUS=running\nMAINPID=%d",
 			   (int)getpid());
 		ret = server_run(&srv);

@@ -593,7 +593,11 @@ static int device_init(struct server *srv, struct device *d)
 		vcfg.swap_limit = cfg->swap;
 	/* text made before a fault is lost with it (vmu.h) */
 	vcfg.faults = &d->backend->faults;
-	ret = swap_arena(srv, d, vcfg.swap_limit);
+	/* room for the swap limit and the buffers the VMU keeps for reuse
+	 * (a quarter of the device by default): only address space until
+	 * touched */
+	ret = swap_arena(srv, d,
+			 vcfg.swap_limit + d->backend->provider->capacity / 4);
 	if (ret)
 		return ret;
 	ret = vmu_create(d->backend->provider, &vcfg, &d->vmu);

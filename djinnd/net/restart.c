@@ -828,6 +828,16 @@ unkeep:
 	return ret && fdstore_handed_state() ? ret : 0;
 }
 
+void restart_settled(struct server *srv)
+{
+	for (unsigned int i = 0; i < srv->nr_dev; i++) {
+		struct vmu_provider *prov = srv->dev[i].backend->provider;
+
+		if (prov->ops->swap_trim)
+			prov->ops->swap_trim(prov);
+	}
+}
+
 void restart_serving(struct server *srv)
 {
 	struct conn *c, *n;

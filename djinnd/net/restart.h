@@ -97,5 +97,8 @@ void restart_abandon(struct server *srv, bool forget);
 /* djinnd serves (its predecessor has been told): the restored
  * connections receive from here on. */
 void restart_serving(struct server *srv);
+/* The predecessor is gone: what it held and nothing restored took gives
+ * its pages back (the swap arena's, swap_trim()), outside the pause. */
+void restart_settled(struct server *srv);
 
 #endif /* DJINN_NET_RESTART_H */

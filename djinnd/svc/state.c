@@ -540,8 +540,13 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 		if (type == DJINN_STATE_POOL && len >= sizeof(**in->pools) &&
 		    state_in_pool(
 			    in, ((const struct djinn_state_pool *)p)->device)) {
-			snprintf(msg, msglen, "device %u has two pools",
-				 ((const struct djinn_state_pool *)p)->device);
+			uint32_t dev =
+				((const struct djinn_state_pool *)p)->device;
+
+			snprintf(msg, msglen, "device %u has two %s",
+				 dev & ~DJINN_STATE_SWAP_ARENA,
+				 dev & DJINN_STATE_SWAP_ARENA ? "swap arenas" :
+								"pools");
 			err = -EBADMSG;
 			goto fail;
 		}
@@ -550,17 +555,24 @@ int state_in_open(struct state_in *in, int rec_fd, int data_fd, char *msg,
 		if (type == DJINN_STATE_PIECES && len >= sizeof(**in->pieces))
 			in->pieces[in->nr_pieces++] = p;
 	}
-	/* every entry checked before any is used */
-	state_in_rewind(in);
-	n = 0;
-	for (const void *p; (p = state_in_next(in, &type, &len)); n++) {
-		if (!ent_ok(in, type, p, len, msg, msglen)) {
-			size_t l = strlen(msg);
+	/* every entry checked before any is used: the pools first, then
+	 * the pieces (which the pools bound), then the rest (which the
+	 * pieces bound), each against what is checked already */
+	for (int round = 0; round < 3; round++) {
+		state_in_rewind(in);
+		n = 0;
+		for (const void *p; (p = state_in_next(in, &type, &len)); n++) {
+			if ((round == 0) != (type == DJINN_STATE_POOL) ||
+			    (round == 1) != (type == DJINN_STATE_PIECES))
+				continue;
+			if (!ent_ok(in, type, p, len, msg, msglen)) {
+				size_t l = strlen(msg);
 
-			snprintf(msg + l, msglen - l, " (entry %llu)",
-				 (unsigned long long)n);
-			err = -EBADMSG;
-			goto fail;
+				snprintf(msg + l, msglen - l, " (entry %llu)",
+					 (unsigned long long)n);
+				err = -EBADMSG;
+				goto fail;
+			}
 		}
 	}
 	state_in_rewind(in);
@@ -1264,8 +1276,6 @@ static int save_objs(struct state_out *out, struct session *s)
 	return 0;
 }
 
-/* A POOL entry for @dev: its memory in use, which the next djinnd keeps
- * until its restore is over. */
 /* A POOL entry for @dev's swap arena, if it has one: the host copies of
  * its swapped-out regions, which stay where they are. */
 static int save_arena(struct state_out *o, struct device *dev)
@@ -1291,6 +1301,8 @@ static int save_arena(struct state_out *o, struct device *dev)
 	return e->nr == nr ? 0 : -EAGAIN;
 }
 
+/* A POOL entry for @dev: its memory in use, which the next djinnd keeps
+ * until its restore is over; then its swap arena's. */
 static int save_pool(struct state_out *o, struct device *dev)
 {
 	struct vmu_provider *prov = vmu_provider(dev->vmu);

@@ -81,6 +81,8 @@ struct host_swap {
 	 * undone), it is kept again, for its bytes are the predecessor's
 	 * still until unkeep() */
 	uint64_t *adopting;
+	/* bit set: freed by unkeep(), its pages given back by swap_trim() */
+	uint64_t *trim;
 };
 
 struct host_provider {
@@ -904,6 +906,31 @@ fail:
 	return ret;
 }
 
+static void host_swap_trim(struct vmu_provider *p)
+{
+	struct host_provider *h = to_host(p);
+	const uint64_t g = p->granularity;
+	uint64_t run = 0;
+
+	pthread_mutex_lock(&h->lock);
+	/* each run of granules still free, in one call */
+	for (uint64_t i = 0; h->sw.trim && i <= h->sw.nr_gran; i++) {
+		if (i < h->sw.nr_gran && bit(h->sw.trim, i) &&
+		    !bit(h->sw.bitmap, i)) {
+			run++;
+			continue;
+		}
+		if (run)
+			fallocate(h->sw.fd,
+				  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				  (off_t)((i - run) * g), (off_t)(run * g));
+		run = 0;
+	}
+	free(h->sw.trim);
+	h->sw.trim = NULL;
+	pthread_mutex_unlock(&h->lock);
+}
+
 static int host_swap_piece(struct vmu_provider *p, const void *buf,
 			   uint64_t size, struct vmu_piece *out)
 {
@@ -1061,9 +1088,17 @@ static void host_unkeep(struct vmu_provider *p)
 	}
 	free(h->kept);
 	h->kept = NULL;
+	/* free now; their pages go once the predecessor is gone
+	 * (swap_trim()): a restart that fails before must find them */
+	if (h->sw.kept && !h->sw.trim)
+		h->sw.trim =
+			calloc((h->sw.nr_gran + 63) / 64, sizeof(uint64_t));
 	for (uint64_t i = 0; h->sw.kept && i < h->sw.nr_gran; i++) {
-		if (bit(h->sw.kept, i))
-			swap_give(h, i, 1);
+		if (!bit(h->sw.kept, i))
+			continue;
+		bits(h->sw.bitmap, i, 1, false);
+		if (h->sw.trim)
+			bits(h->sw.trim, i, 1, true);
 	}
 	free(h->sw.kept);
 	free(h->sw.adopting);
@@ -1084,6 +1119,7 @@ static void host_free(struct vmu_provider *p)
 	free(h->sw.bitmap);
 	free(h->sw.kept);
 	free(h->sw.adopting);
+	free(h->sw.trim);
 	free(h->kept);
 	pthread_mutex_destroy(&h->lock);
 	for (uint64_t i = 0; i < h->nr_resv; i++)
@@ -1119,6 +1155,7 @@ static const struct vmu_provider_ops host_ops = {
 	.swap_file = host_swap_file,
 	.swap_used = host_swap_used,
 	.swap_adopt = host_swap_adopt,
+	.swap_trim = host_swap_trim,
 };
 
 static uint64_t max_map_count(void)

@@ -107,7 +107,9 @@ struct vmu_provider_ops {
 	 * adopt:  a chunk made of kept pieces (vmu_host_provider_open()'s
 	 *         @keep) with the bytes they hold: 0, or -EINVAL for a
 	 *         piece not kept whole or adopted already.
-	 * unkeep: what is kept and was not adopted goes back to create().
+	 * unkeep: what is kept and was not adopted goes back to create() (and
+ *         of the swap arena, to host_alloc(), its pages kept until
+ *         swap_trim()).
 	 */
 	int (*file)(struct vmu_provider *p);
 	unsigned int (*pieces)(struct vmu_provider *p, uint64_t chunk,
@@ -133,7 +135,8 @@ struct vmu_provider_ops {
 	 * swap_file: the file's fd (the provider's) and *@size, or -1.
 	 * swap_used: every piece of it in use, as used() writes them.
 	 * swap_adopt: a buffer of kept piece @pc with the bytes it holds,
-	 *         in *@buf (host_free() takes it back): -EINVAL for a piece
+	 *         in *@buf (host_free() takes it back; before unkeep(), a
+	 *         restore undone, it is kept again): -EINVAL for a piece
 	 *         not kept whole or adopted already.
 	 */
 	int (*swap_arena)(struct vmu_provider *p, uint64_t size, int fd,
@@ -145,6 +148,9 @@ struct vmu_provider_ops {
 				  unsigned int max);
 	int (*swap_adopt)(struct vmu_provider *p, const struct vmu_piece *pc,
 			  void **buf);
+	/* The predecessor is gone: the pages of what unkeep() freed of the
+	 * arena, and nothing took since, go back to the system. */
+	void (*swap_trim)(struct vmu_provider *p);
 };
 
 /*

@@ -32,10 +32,13 @@
  *            each: a device whose memory is a file (the CPU backend's
  *            pool, a memfd: the fd named "pool-DEVICE"), and the pieces
  *            of it in use, which the next djinnd keeps until its restore
- *            is over (version 2)
+ *            is over (version 2); with DJINN_STATE_SWAP_ARENA in its
+ *            device, the device's swap arena ("swap-DEVICE", where the
+ *            host copies of its swapped-out regions lie; version 4)
  *   PIECES   struct djinn_state_pieces, then struct djinn_state_piece
  *            each: where bytes lie in a device's pool, in their order
- *            (version 2)
+ *            (version 2), or, with DJINN_STATE_SWAP_ARENA, the one piece
+ *            of its swap arena a swapped-out region's host copy is
  *   TEXT_ENTRY struct djinn_state_text: an entry of a device's text
  *            index (weights, uploaded text), in place in its pool,
  *            before the sessions that hold it (version 2)
@@ -342,7 +345,9 @@ struct djinn_state_piece {
 
 /**
  * struct djinn_state_pool - a device's memory that is a file
- * @device: the device's index; the file is the fd named "pool-@device"
+ * @device: the device's index; the file is the fd named "pool-@device",
+ *          or with DJINN_STATE_SWAP_ARENA set, its swap arena's,
+ *          "swap-@device"
  * @nr:     pieces of it in use when the record was written, after this
  * @granularity: its granule: every piece's offset and length are
  *          multiples of it

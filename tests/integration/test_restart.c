@@ -272,7 +272,7 @@ static void test_planned_restart(void **state)
 	float *x, y[16];
 	uint64_t gid = 0x5eed;
 	unsigned int tensors = 0;
-	uint64_t max_sid = 0, sid;
+	uint64_t max_sid = 0, sid, swapped_sid = 0, swapped = 0;
 	long before, hellos;
 	char want[96];
 	int fd;
@@ -302,6 +302,20 @@ static void test_planned_restart(void **state)
 		usleep(1000);
 	assert_true(rd.reads >= 20);
 
+	/* some session's data was swapped out: how much */
+	{
+		struct djinn_admin_session *list = NULL;
+		uint32_t n = sessions_now(fx, &list);
+
+		for (uint32_t i = 0; i < n && !swapped_sid; i++) {
+			if (list[i].swapped) {
+				swapped_sid = list[i].id;
+				swapped = list[i].swapped;
+			}
+		}
+		free(list);
+	}
+	assert_true(swapped_sid != 0);
 	/* the restart, while the reader reads and new clients connect */
 	cn.path = fx->d.sock;
 	assert_int_equal(pthread_create(&cn.th, NULL, connector_run, &cn), 0);
@@ -320,6 +334,7 @@ static void test_planned_restart(void **state)
 	assert_true(log_has(fx, " and 0 MiB copied"));
 	assert_true(log_has(fx, "restart: swap arena taken over"));
 	assert_false(log_has(fx, "taken over: 0 MiB"));
+	assert_int_equal(session_entry(fx, swapped_sid).swapped, swapped);
 	/* new clients are answered by the successor */
 	hellos = cn.hellos;
 	for (int i = 0; i < 10000 && cn.hellos < hellos + 5 && !cn.bad; i++)
@@ -389,13 +404,30 @@ static void test_failed_successor(void **state)
 {
 	struct fx *fx = *state;
 	const int32_t prompt[4] = { 2, 7, 1, 8 };
-	int32_t want[6], got[6];
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 32 * MiB);
+	int32_t want[6], tok[6];
+	uint8_t *big, *got;
 	struct held s;
-	int fd = xconnect(fx->d.sock), status;
-	uint64_t model, a, b;
+	int fd = xconnect(fx->d.sock), status, n;
+	uint64_t model, a, b, sw, hb, fill_sid;
 	char cmd[512];
 	pid_t next;
 
+	/* a tensor another session's uploads swap out: its host copy in
+	 * the swap arena, which the failed successor takes (its session is
+	 * restored before the one that fails) and lets go again */
+	big = malloc(32 * MiB);
+	got = malloc(32 * MiB);
+	assert_non_null(big);
+	assert_non_null(got);
+	fill(big, 32 * MiB, 55);
+	sw = open_session(fd, "swapped");
+	hb = create_data(fd, sw, &d, big, 32 * MiB);
+	fill_sid = open_session(fd, "filler");
+	for (n = 0; n < 16 && session_entry(fx, sw).swapped < 32 * MiB; n++)
+		create_data(fd, fill_sid, &d, got, 32 * MiB);
+	assert_true(session_entry(fx, sw).swapped >= 32 * MiB);
+	close_session(fd, fill_sid);
 	make_session(&s, fd, 10); /* 3 MiB and more */
 	assert_int_equal(djd_make_model(&fx->d, "tiny", TINY_GPT2), 0);
 	model = model_open(fd, s.sid, "tiny").model;
@@ -418,8 +450,17 @@ static void test_failed_successor(void **state)
 	assert_true(log_has(fx, "state not restored"));
 	assert_true(log_has(fx, "(tiny)"));
 	check_session(&s);
-	decode(fd, s.sid, b, 6, NULL, got);
-	assert_memory_equal(got, want, sizeof(got));
+	decode(fd, s.sid, b, 6, NULL, tok);
+	assert_memory_equal(tok, want, sizeof(tok));
+	/* every byte swapped out is the old djinnd's still */
+	memset(got, 0, 32 * MiB);
+	tensor_read(fd, sw, hb, 0, 32 * MiB, got);
+	if (memcmp(got, big, 32 * MiB))
+		fail_msg("a swapped-out tensor changed under a failed "
+			 "successor");
+	free(big);
+	free(got);
+	close_session(fd, sw);
 	hello(fd);
 	close_session(fd, s.sid);
 	for (unsigned int k = 0; k < 3; k++)

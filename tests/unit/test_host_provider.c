@@ -787,9 +787,13 @@ static void test_swap_arena(void **state)
 	assert_int_equal(q->ops->swap_piece(q, got, 2 * GRAN, &bad), -ENOENT);
 	q->ops->host_free(q, got, 2 * GRAN);
 	expect_byte(b, 2, 2 * GRAN, "b after the undone adoption");
-	/* c's is not adopted: unkeep frees it */
+	/* c's is not adopted: unkeep frees it, its bytes there until
+	 * swap_trim() gives its pages back (the predecessor gone) */
 	q->ops->unkeep(q);
 	assert_int_equal(q->ops->swap_adopt(q, &pc[2], &got), -EINVAL);
+	expect_byte(c, 3, GRAN - 1, "c after unkeep");
+	q->ops->swap_trim(q);
+	expect_byte(c, 0, GRAN - 1, "c after swap_trim");
 	assert_int_equal(q->ops->host_alloc(q, 4 * GRAN, &got), 0);
 	assert_int_equal(q->ops->swap_piece(q, got, 4 * GRAN, &bad), 0);
 	q->ops->host_free(q, got, 4 * GRAN);

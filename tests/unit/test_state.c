@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -551,12 +552,146 @@ static void test_pool(void **state)
 	close(data);
 }
 
+/*
+ * A swapped-out tensor whose host copy lies in device 0's swap arena:
+ * a POOL entry for the pool and one for the arena (DJINN_STATE_SWAP_ARENA),
+ * the arena's piece, and the tensor naming it IN_POOL | SWAPPED; a data
+ * tensor in the pool beside it.
+ */
+static void write_arena(int *rec, int *data, bool pieces_first)
+{
+	static const struct vmu_piece used = { 0, 8192 };
+	struct djinn_state_pool *pool;
+	struct djinn_state_session *s;
+	struct djinn_state_tensor *t;
+	struct state_out o;
+	uint64_t arena_off, pool_off;
+
+	assert_int_equal(state_out_begin(&o, 0), 0);
+	if (pieces_first) /* a PIECES entry before the POOL it names */
+		assert_int_equal(state_out_pieces(&o, 0, &used, 1, &pool_off),
+				 0);
+	for (int k = 0; k < 2; k++) {
+		pool = state_out_ent(&o, DJINN_STATE_POOL,
+				     sizeof(*pool) + sizeof(used));
+		assert_non_null(pool);
+		pool->device = k ? DJINN_STATE_SWAP_ARENA : 0;
+		pool->nr = 1;
+		/* the pool's broken when its pieces come first */
+		pool->granularity = pieces_first && !k ? 0 : 4096;
+		pool->size = 65536;
+		memcpy(pool + 1, &used, sizeof(used));
+	}
+	s = state_out_ent(&o, DJINN_STATE_SESSION, sizeof(*s) + 2 * 4);
+	assert_non_null(s);
+	s->id = 1;
+	s->nr_slots = 2;
+	if (!pieces_first)
+		assert_int_equal(state_out_pieces(&o, 0, &used, 1, &pool_off),
+				 0);
+	assert_int_equal(state_out_pieces(&o, DJINN_STATE_SWAP_ARENA, &used, 1,
+					  &arena_off),
+			 0);
+	for (int k = 0; k < 2; k++) {
+		t = state_out_ent(&o, DJINN_STATE_TENSOR, sizeof(*t));
+		assert_non_null(t);
+		t->slot = (uint32_t)k;
+		t->kind = DJINN_STATE_DATA;
+		t->bytes = 5000;
+		t->desc.dtype = DJINN_DTYPE_U8;
+		t->desc.ndim = 1;
+		t->desc.dims[0] = t->bytes;
+		t->data_off = k ? arena_off | DJINN_STATE_SWAPPED : pool_off;
+	}
+	assert_int_equal(state_out_end(&o, rec, data), 0);
+}
+
+/* The Nth tensor entry (from 0) of record @p. */
+static struct djinn_state_tensor *tensor_n(uint8_t *p, int n)
+{
+	uint8_t *q = p + sizeof(struct djinn_state_hdr);
+
+	for (;;) {
+		struct djinn_state_ent *e = (void *)q;
+
+		if (e->type == DJINN_STATE_TENSOR && !n--)
+			return (void *)(e + 1);
+		q += sizeof(*e) + ((e->len + 7) & ~7u);
+	}
+}
+
+/* The arena's piece named without SWAPPED: refused */
+static void arena_unswapped(uint8_t *p, size_t *len)
+{
+	tensor_n(p, 1)->data_off &= ~DJINN_STATE_SWAPPED;
+}
+
+/* The pool's piece named as a swapped region's: refused */
+static void pool_swapped(uint8_t *p, size_t *len)
+{
+	tensor_n(p, 0)->data_off |= DJINN_STATE_SWAPPED;
+}
+
+static void test_arena(void **state)
+{
+	static const struct {
+		void (*edit)(uint8_t *p, size_t *len);
+		const char *phrase;
+	} cases[] = {
+		{ arena_unswapped, "type 2 does not hold together (entry 6)" },
+		{ pool_swapped, "type 2 does not hold together (entry 5)" },
+	};
+	struct state_in in;
+	struct vmu_fill f;
+	char msg[256] = "";
+	int rec, data;
+
+	(void)state;
+	write_arena(&rec, &data, false);
+	assert_int_equal(state_in_open(&in, rec, data, msg, sizeof(msg)), 0);
+	assert_non_null(state_in_pool(&in, DJINN_STATE_SWAP_ARENA));
+	assert_int_equal(state_in_fill(&in,
+				       tensor_n((uint8_t *)in.rec, 1)->data_off,
+				       0, &f),
+			 0);
+	assert_true(f.swapped);
+	assert_int_equal(f.nr_pieces, 1);
+	/* another device's arena is not this one's */
+	assert_int_equal(state_in_fill(&in,
+				       tensor_n((uint8_t *)in.rec, 1)->data_off,
+				       1, &f),
+			 -EBADMSG);
+	state_in_close(&in);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int fd = edited(rec, cases[i].edit);
+
+		msg[0] = 0;
+		assert_int_equal(state_in_open(&in, fd, data, msg, sizeof(msg)),
+				 -EBADMSG);
+		if (!strstr(msg, cases[i].phrase))
+			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, msg,
+				 cases[i].phrase);
+		close(fd);
+	}
+	close(rec);
+	close(data);
+	/* pieces before a pool whose granule is 0: the pool is checked
+	 * first, and refused (no division by it) */
+	write_arena(&rec, &data, true);
+	assert_int_equal(state_in_open(&in, rec, data, msg, sizeof(msg)),
+			 -EBADMSG);
+	assert_non_null(strstr(msg, "type 7 does not hold together (entry 1)"));
+	close(rec);
+	close(data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_pool),
+		cmocka_unit_test(test_arena),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

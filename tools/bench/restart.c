@@ -369,7 +369,7 @@ static void one_size(uint64_t gib, double peak, bool swapped)
 	 * idle regions out (the scheduler's policy), which is another
 	 * benchmark's figure */
 	snprintf(mem, sizeof(mem), "%lluM",
-		 (unsigned long long)((swapped ? bytes / 2 + 512 * MiB :
+		 (unsigned long long)((swapped ? bytes / 2 + 128 * MiB :
 						 bytes + bytes / 2 +
 							 1024 * MiB) >>
 				      20));
