@@ -312,6 +312,18 @@ static int successor_serves(struct restart *r)
 	return !strcmp(buf, "serving");
 }
 
+/* @fd, named "@what-@i" (the name malloc()ed), as the @n-th to send. */
+static int name_fd(char **names, int *fds, unsigned int *n, const char *what,
+		   unsigned int i, int fd)
+{
+	names[*n] = malloc(24);
+	if (!names[*n])
+		return -ENOMEM;
+	snprintf(names[*n], 24, "%s-%u", what, i);
+	fds[(*n)++] = fd;
+	return 0;
+}
+
 static void hand_over(struct restart *r)
 {
 	struct server *srv = r->srv;
@@ -357,37 +369,23 @@ static void hand_over(struct restart *r)
 		fds[n++] = kmod_fd(srv);
 	}
 	k = n;
-	for (unsigned int d = 0; d < srv->nr_dev; d++) {
+	for (unsigned int d = 0; d < srv->nr_dev && !ret; d++) {
 		if (!svc_state_in_pool(&srv->dev[d]))
 			continue;
-		names[n] = malloc(24);
-		if (!names[n]) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		snprintf(names[n], 24, "pool-%u", d);
-		fds[n++] = pool_fd(&srv->dev[d]);
-		if (arena_fd(&srv->dev[d]) < 0)
-			continue;
-		names[n] = malloc(24);
-		if (!names[n]) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		snprintf(names[n], 24, "swap-%u", d);
-		fds[n++] = arena_fd(&srv->dev[d]);
+		ret = name_fd(names, fds, &n, "pool", d, pool_fd(&srv->dev[d]));
+		if (!ret && arena_fd(&srv->dev[d]) >= 0)
+			ret = name_fd(names, fds, &n, "swap", d,
+				      arena_fd(&srv->dev[d]));
 	}
+	if (ret)
+		goto out;
 	nr_pools = n - k;
 	list_for_each_entry(c, &srv->conns, node) {
 		if (c->tls)
 			continue;
-		names[n] = malloc(24);
-		if (!names[n]) {
-			ret = -ENOMEM;
+		ret = name_fd(names, fds, &n, "conn", n - k - nr_pools, c->fd);
+		if (ret)
 			goto out;
-		}
-		snprintf(names[n], 24, "conn-%u", n - k - nr_pools);
-		fds[n++] = c->fd;
 	}
 	ret = fdstore_handover_send(r->sock, names, fds, n);
 out:

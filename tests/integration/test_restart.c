@@ -33,11 +33,17 @@
 static char hpath[96];
 static const char *extra[] = { "--handover", hpath, NULL };
 
-static int setup(void **state)
+/* djinnd serving the handover path, with @args (--handover's first) */
+static int start(void **state, const char **args)
 {
 	snprintf(hpath, sizeof(hpath), "/tmp/djinn-restart.%d", (int)getpid());
 	unlink(hpath);
-	return fx_start_args(state, "256M", LEASE_MS, extra);
+	return fx_start_args(state, "256M", LEASE_MS, args);
+}
+
+static int setup(void **state)
+{
+	return start(state, extra);
 }
 
 static const char *extra_fault[] = { "--handover", hpath, "--fault-injection",
@@ -45,9 +51,7 @@ static const char *extra_fault[] = { "--handover", hpath, "--fault-injection",
 
 static int setup_fault(void **state)
 {
-	snprintf(hpath, sizeof(hpath), "/tmp/djinn-restart.%d", (int)getpid());
-	unlink(hpath);
-	return fx_start_args(state, "256M", LEASE_MS, extra_fault);
+	return start(state, extra_fault);
 }
 
 static int teardown(void **state)
@@ -664,9 +668,7 @@ static const char *extra_copied[] = { "--handover", hpath, "--cpu-device-only",
 
 static int setup_copied(void **state)
 {
-	snprintf(hpath, sizeof(hpath), "/tmp/djinn-restart.%d", (int)getpid());
-	unlink(hpath);
-	return fx_start_args(state, "256M", LEASE_MS, extra_copied);
+	return start(state, extra_copied);
 }
 
 static void test_restart_upload_copied(void **state)

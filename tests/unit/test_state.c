@@ -386,6 +386,23 @@ static void test_refused(void **state)
 	close(data);
 }
 
+/* The record @rec changed by @edit is refused -EBADMSG with @phrase in
+ * its message (case @i). */
+static void expect_refused(int rec, int data,
+			   void (*edit)(uint8_t *p, size_t *len),
+			   const char *phrase, size_t i)
+{
+	struct state_in in;
+	char msg[256] = "";
+	int fd = edited(rec, edit);
+
+	assert_int_equal(state_in_open(&in, fd, data, msg, sizeof(msg)),
+			 -EBADMSG);
+	if (!strstr(msg, phrase))
+		fail_msg("case %zu: \"%s\" lacks \"%s\"", i, msg, phrase);
+	close(fd);
+}
+
 /*
  * A record whose data is in place in a device's pool: a POOL entry
  * (granule 4 KiB, 64 KiB, two pieces in use), a session, and a data
@@ -537,17 +554,8 @@ static void test_pool(void **state)
 	/* pieces of device 0's pool do not fill device 1's regions */
 	assert_int_equal(state_in_fill(&in, t->data_off, 1, &f), -EBADMSG);
 	state_in_close(&in);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		int fd = edited(rec, cases[i].edit);
-
-		msg[0] = 0;
-		assert_int_equal(state_in_open(&in, fd, data, msg, sizeof(msg)),
-				 -EBADMSG);
-		if (!strstr(msg, cases[i].phrase))
-			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, msg,
-				 cases[i].phrase);
-		close(fd);
-	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_refused(rec, data, cases[i].edit, cases[i].phrase, i);
 	close(rec);
 	close(data);
 }
@@ -662,17 +670,8 @@ static void test_arena(void **state)
 				       1, &f),
 			 -EBADMSG);
 	state_in_close(&in);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		int fd = edited(rec, cases[i].edit);
-
-		msg[0] = 0;
-		assert_int_equal(state_in_open(&in, fd, data, msg, sizeof(msg)),
-				 -EBADMSG);
-		if (!strstr(msg, cases[i].phrase))
-			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, msg,
-				 cases[i].phrase);
-		close(fd);
-	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_refused(rec, data, cases[i].edit, cases[i].phrase, i);
 	close(rec);
 	close(data);
 	/* pieces before a pool whose granule is 0: the pool is checked

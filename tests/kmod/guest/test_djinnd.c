@@ -32,15 +32,21 @@
 
 static pid_t djinnd;
 
-static int setup(void **state)
+/* djinnd on the module, with @extra options (NULL-terminated) */
+static int start_kmod(const char *const *extra)
 {
-	djinnd = djd_start("kmod", LEASE_MS, "debug");
+	djinnd = djd_start_with("kmod", LEASE_MS, "debug", extra);
 	if (djinnd < 0) {
-		fprintf(stderr, "djinnd --leases kmod: %s\n",
-			strerror((int)-djinnd));
+		fprintf(stderr, "djinnd --leases kmod%s: %s\n",
+			extra ? " (and more)" : "", strerror((int)-djinnd));
 		return -1;
 	}
 	return 0;
+}
+
+static int setup(void **state)
+{
+	return start_kmod(NULL);
 }
 
 static int teardown(void **state)
@@ -349,6 +355,37 @@ static void test_proxy_expiry(void **state)
 	kt_nl_close(nl);
 }
 
+/* A session on @fd with a lease of @lease_ms, a proxy in the kernel: its
+ * answer in *@r, and the proxy's kernel id (from the sessions the module
+ * lists before and after); *@n the kernel sessions listed then. */
+static uint64_t open_proxy(struct kt_nl *nl, int fd, unsigned int lease_ms,
+			   struct djinn_session_resp *r, int *n)
+{
+	struct djinn_session_open o = { .lease_ns = lease_ms * 1000000ull };
+	struct kt_nl_msg all[64], before[64];
+	uint64_t kid = 0;
+	int n0;
+
+	snprintf(o.tenant, sizeof(o.tenant), "remote");
+	n0 = kt_nl_dump(nl, before, 64);
+	assert_true(n0 >= 0);
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o),
+				  r, sizeof(*r), NULL),
+			 0);
+	*n = kt_nl_dump(nl, all, 64);
+	assert_int_equal(*n, n0 + 1);
+	for (int i = 0; i < *n; i++) {
+		bool seen = false;
+
+		for (int j = 0; j < n0; j++)
+			seen |= before[j].id == all[i].id;
+		if (!seen && (all[i].kind & DJINN_SESSION_PROXY))
+			kid = all[i].id;
+	}
+	assert_true(kid != 0);
+	return kid;
+}
+
 static const char *const handover_args[] = { "--handover", "/tmp/djd/handover",
 					     NULL };
 
@@ -356,15 +393,7 @@ static const char *const handover_args[] = { "--handover", "/tmp/djd/handover",
  * may attach), and comes back after. */
 static int setup_handover(void **state)
 {
-	if (teardown(state))
-		return -1;
-	djinnd = djd_start_with("kmod", LEASE_MS, "debug", handover_args);
-	if (djinnd < 0) {
-		fprintf(stderr, "djinnd --leases kmod --handover: %s\n",
-			strerror((int)-djinnd));
-		return -1;
-	}
-	return 0;
+	return teardown(state) ? -1 : start_kmod(handover_args);
 }
 
 static int teardown_handover(void **state)
@@ -383,13 +412,12 @@ static int teardown_handover(void **state)
  */
 static void test_handover(void **state)
 {
-	struct djinn_session_open o = { .lease_ns = 4000 * 1000000ull };
-	struct kt_nl_msg all[64], before[64], m;
+	struct kt_nl_msg before[64], m;
 	struct djinn_session_resp r;
 	struct djd_client c;
 	struct kt_nl *nl;
 	uint64_t kid = 0, beats;
-	int fd, n, n0, err, status = -1;
+	int fd, n, err, status = -1;
 	pid_t old = djinnd, next;
 
 	nl = kt_nl_open(false, &err);
@@ -398,23 +426,7 @@ static void test_handover(void **state)
 	assert_int_equal(djd_tensor(c.sock, c.id, MiB), 0);
 	fd = djd_connect(DJD_SOCK);
 	assert_true(fd >= 0);
-	snprintf(o.tenant, sizeof(o.tenant), "remote");
-	n0 = kt_nl_dump(nl, before, 64);
-	assert_true(n0 >= 0);
-	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o),
-				  &r, sizeof(r), NULL),
-			 0);
-	n = kt_nl_dump(nl, all, 64);
-	assert_int_equal(n, n0 + 1);
-	for (int i = 0; i < n; i++) {
-		bool seen = false;
-
-		for (int j = 0; j < n0; j++)
-			seen |= before[j].id == all[i].id;
-		if (!seen && (all[i].kind & DJINN_SESSION_PROXY))
-			kid = all[i].id;
-	}
-	assert_true(kid != 0);
+	kid = open_proxy(nl, fd, 4000, &r, &n);
 
 	next = djd_start_next("kmod", LEASE_MS, "debug", handover_args);
 	assert_true(next > 0);
@@ -462,10 +474,7 @@ static const char *const tenant_args[] = { "--handover", "/tmp/djd/handover",
 
 static int setup_tenant(void **state)
 {
-	if (teardown(state))
-		return -1;
-	djinnd = djd_start_with("kmod", LEASE_MS, "debug", tenant_args);
-	return djinnd < 0 ? -1 : 0;
+	return teardown(state) ? -1 : start_kmod(tenant_args);
 }
 
 /*
@@ -480,35 +489,19 @@ static void test_handover_failed(void **state)
 					     "--set",	   "tenant.t.uids=0",
 					     "--set",	   "tenant.t.memory=1M",
 					     NULL };
-	struct djinn_session_open o = { .lease_ns = 4000 * 1000000ull };
-	struct kt_nl_msg all[64], before[64], m;
+	struct kt_nl_msg m;
 	struct djinn_session_resp r;
 	struct kt_nl *nl;
 	uint64_t kid = 0;
-	int fd, n, n0, err, status = -1;
+	int fd, n, err, status = -1;
 	pid_t next;
 
 	nl = kt_nl_open(false, &err);
 	assert_non_null(nl);
 	fd = djd_connect(DJD_SOCK);
 	assert_true(fd >= 0);
-	snprintf(o.tenant, sizeof(o.tenant), "remote");
-	n0 = kt_nl_dump(nl, before, 64);
-	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o),
-				  &r, sizeof(r), NULL),
-			 0);
+	kid = open_proxy(nl, fd, 4000, &r, &n);
 	assert_int_equal(djd_tensor(fd, r.session_id, 16 * MiB), 0);
-	n = kt_nl_dump(nl, all, 64);
-	assert_int_equal(n, n0 + 1);
-	for (int i = 0; i < n; i++) {
-		bool seen = false;
-
-		for (int j = 0; j < n0; j++)
-			seen |= before[j].id == all[i].id;
-		if (!seen && (all[i].kind & DJINN_SESSION_PROXY))
-			kid = all[i].id;
-	}
-	assert_true(kid != 0);
 
 	next = djd_start_next("kmod", LEASE_MS, "debug", small);
 	assert_true(next > 0);
@@ -555,15 +548,14 @@ static void store_unlock(void *st)
  */
 static void test_store_restart(void **state)
 {
-	struct djinn_session_open o = { .lease_ns = 4000 * 1000000ull };
 	struct djd_store *st = djd_store_open();
 	struct djd_fork_hooks h = { store_lock, store_pass, store_unlock, st };
-	struct kt_nl_msg all[64], before[64], m;
+	struct kt_nl_msg all[64], m;
 	struct djinn_session_resp r;
 	struct djd_client c;
 	struct kt_nl *nl;
 	uint64_t kid = 0;
-	int fd, n, n0, err, status = -1;
+	int fd, n, err, status = -1;
 
 	assert_non_null(st);
 	nl = kt_nl_open(false, &err);
@@ -575,22 +567,7 @@ static void test_store_restart(void **state)
 	assert_int_equal(djd_client_bind(&c, "stored", 0), 0);
 	fd = djd_connect(DJD_SOCK);
 	assert_true(fd >= 0);
-	snprintf(o.tenant, sizeof(o.tenant), "remote");
-	n0 = kt_nl_dump(nl, before, 64);
-	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o),
-				  &r, sizeof(r), NULL),
-			 0);
-	n = kt_nl_dump(nl, all, 64);
-	assert_int_equal(n, n0 + 1);
-	for (int i = 0; i < n; i++) {
-		bool seen = false;
-
-		for (int j = 0; j < n0; j++)
-			seen |= before[j].id == all[i].id;
-		if (!seen && (all[i].kind & DJINN_SESSION_PROXY))
-			kid = all[i].id;
-	}
-	assert_true(kid != 0);
+	kid = open_proxy(nl, fd, 4000, &r, &n);
 
 	assert_int_equal(kill(djinnd, SIGTERM), 0);
 	assert_int_equal(waitpid(djinnd, &status, 0), djinnd);
@@ -607,7 +584,7 @@ static void test_store_restart(void **state)
 	assert_int_equal(djd_session(r.session_id, NULL), 0);
 	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
 	assert_int_equal(m.state, DJINN_STATE_LIVE);
-	assert_int_equal(kt_nl_dump(nl, before, 64), n);
+	assert_int_equal(kt_nl_dump(nl, all, 64), n);
 	assert_int_equal(djd_call(fd, DJINN_MSG_HEARTBEAT, r.session_id, NULL,
 				  0, NULL, 0, NULL),
 			 0);
