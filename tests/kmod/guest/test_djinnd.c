@@ -226,14 +226,18 @@ static void test_many_die(void **state)
 }
 
 /* A graph's completion lands in the ring before its answer is read. */
-static void test_ring_completion(void **state)
+/* A graph of the bound session of @c (RELU of a new tensor), through
+ * @req: its completion comes in @c's ring (checked, and its slot given
+ * back), and its answer on the socket. */
+struct ring_graph {
+	struct djinn_graph g;
+	struct djinn_ref in;
+	struct djinn_node n;
+	uint32_t out[2];
+};
+
+static void ring_posts(struct djd_client *c, struct ring_graph *req)
 {
-	struct {
-		struct djinn_graph g;
-		struct djinn_ref in;
-		struct djinn_node n;
-		uint32_t out[2];
-	} req = { 0 };
 	struct djinn_tensor_create tc = {
 		.desc = { .dtype = DJINN_DTYPE_F32, .ndim = 1, .dims = { 4 } },
 		.segment = DJINN_SEG_DATA,
@@ -244,49 +248,59 @@ static void test_ring_completion(void **state)
 	struct djinn_graph_resp gr;
 	const struct djinn_cqe *cqe;
 	struct pollfd p;
-	struct djd_client c;
 	uint32_t head, tail;
 	uint64_t rid;
 
-	assert_int_equal(djd_client_bind(&c, "ringed", 0), 0);
-	assert_int_equal(djd_call(c.sock, DJINN_MSG_TENSOR_CREATE, c.id, &tc,
+	assert_int_equal(djd_call(c->sock, DJINN_MSG_TENSOR_CREATE, c->id, &tc,
 				  sizeof(tc), &tr, sizeof(tr), NULL),
 			 0);
-	req.g.nr_inputs = 1;
-	req.g.nr_nodes = 1;
-	req.g.nr_outputs = 1;
-	req.in.id = tr.handle;
-	req.n.op = DJINN_GOP_RELU;
-	req.n.nr_inputs = 1;
-	assert_int_equal(djd_call_send(c.sock, DJINN_MSG_GRAPH_SUBMIT, c.id,
-				       &req, sizeof(req)),
+	*req = (struct ring_graph){ 0 };
+	req->g.nr_inputs = 1;
+	req->g.nr_nodes = 1;
+	req->g.nr_outputs = 1;
+	req->in.id = tr.handle;
+	req->n.op = DJINN_GOP_RELU;
+	req->n.nr_inputs = 1;
+	assert_int_equal(djd_call_send(c->sock, DJINN_MSG_GRAPH_SUBMIT, c->id,
+				       req, sizeof(*req)),
 			 0);
 	rid = djd_last_request;
 
 	/* wait on the session file, not the socket */
-	p = (struct pollfd){ .fd = c.dev, .events = POLLIN };
+	p = (struct pollfd){ .fd = c->dev, .events = POLLIN };
 	assert_int_equal(poll(&p, 1, 10000), 1);
 	assert_true(p.revents & POLLIN);
-	head = *(const uint32_t *)((const char *)c.ring + c.off.head);
+	head = *(const uint32_t *)((const char *)c->ring + c->off.head);
 	tail = __atomic_load_n(
-		(const uint32_t *)((const char *)c.ring + c.off.tail),
+		(const uint32_t *)((const char *)c->ring + c->off.tail),
 		__ATOMIC_ACQUIRE);
 	assert_int_equal(tail - head, 1);
-	cqe = (const struct djinn_cqe *)((const char *)c.ring + c.off.cqes) +
-	      (head & *(const uint32_t *)((const char *)c.ring + c.off.mask));
+	cqe = (const struct djinn_cqe *)((const char *)c->ring + c->off.cqes) +
+	      (head & *(const uint32_t *)((const char *)c->ring + c->off.mask));
 	assert_int_equal(cqe->user_data, rid);
 	assert_int_equal(cqe->res, 0);
 	assert_int_equal(cqe->flags, DJINN_MSG_GRAPH_SUBMIT);
-	assert_int_equal(cqe->aux[0], c.id);
+	assert_int_equal(cqe->aux[0], c->id);
 	/* the answer itself still comes on the socket */
-	assert_int_equal(djd_call_recv(c.sock, &gr, sizeof(gr), NULL), 0);
+	assert_int_equal(djd_call_recv(c->sock, &gr, sizeof(gr), NULL), 0);
 	assert_int_equal(gr.nr_outputs, 1);
 
 	/* give the slot back: nothing more to read */
 	hb.ring_head = tail;
-	assert_int_equal(ioctl(c.dev, DJINN_IOC_HEARTBEAT, &hb), 0);
+	assert_int_equal(ioctl(c->dev, DJINN_IOC_HEARTBEAT, &hb), 0);
 	p.revents = 0;
 	assert_int_equal(poll(&p, 1, 0), 0);
+}
+
+static void test_ring_completion(void **state)
+{
+	struct ring_graph req;
+	struct djinn_graph_resp gr;
+	struct pollfd p;
+	struct djd_client c;
+
+	assert_int_equal(djd_client_bind(&c, "ringed", 0), 0);
+	ring_posts(&c, &req);
 
 	/* a failing graph posts its errno: an input that is no tensor */
 	req.in.id ^= 0x5a5a;
@@ -294,7 +308,7 @@ static void test_ring_completion(void **state)
 				  sizeof(req), &gr, sizeof(gr), NULL),
 			 -ENOENT);
 	/* refused before it ran: answered on the socket only */
-	p.revents = 0;
+	p = (struct pollfd){ .fd = c.dev, .events = POLLIN };
 	assert_int_equal(poll(&p, 1, 0), 0);
 	djd_client_close(&c);
 	assert_true(wait_gone(c.id, 5000) > 0);
@@ -412,6 +426,7 @@ static int teardown_handover(void **state)
  */
 static void test_handover(void **state)
 {
+	struct ring_graph rg;
 	struct kt_nl_msg before[64], m;
 	struct djinn_session_resp r;
 	struct djd_client c;
@@ -443,8 +458,10 @@ static void test_handover(void **state)
 	assert_int_equal(kt_nl_get(nl, c.kid, &m), 0);
 	assert_int_equal(m.state, DJINN_STATE_LIVE);
 	assert_int_equal(kt_nl_dump(nl, before, 64), n);
-	/* both go on over their connections */
+	/* both go on over their connections; the bound one is bound still:
+	 * its completions come in its ring */
 	assert_int_equal(djd_tensor(c.sock, c.id, 4096), 0);
+	ring_posts(&c, &rg);
 	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
 	beats = m.heartbeats;
 	for (int i = 0; i < 8; i++) {
