@@ -715,39 +715,38 @@ fail:
 	return fdstore_handed_state() ? ret : 0;
 }
 
-int restart_pool(struct server *srv, unsigned int index, uint64_t *granularity,
-		 const struct vmu_piece **keep, unsigned int *nr)
+/* Device @index's pool, or with @arena its swap arena, handed out. */
+static int take_file(struct server *srv, unsigned int index, bool arena,
+		     uint64_t *granularity, const struct vmu_piece **keep,
+		     unsigned int *nr)
 {
 	struct restart_in *r = srv->restore;
 	const struct djinn_state_pool *p;
-	int fd;
+	int *fds = r ? (arena ? r->swaps : r->pools) : NULL, fd;
 
-	if (!r || index >= DEVICE_MAX || r->pools[index] < 0)
+	if (!fds || index >= DEVICE_MAX || fds[index] < 0)
 		return -1;
-	p = state_in_pool(&r->in, index);
-	fd = r->pools[index];
-	r->pools[index] = -1;
+	p = state_in_pool(&r->in, index | (arena ? DJINN_STATE_SWAP_ARENA : 0));
+	fd = fds[index];
+	fds[index] = -1;
 	*granularity = p->granularity;
 	*keep = (const struct vmu_piece *)(p + 1);
 	*nr = p->nr;
 	return fd;
 }
 
+int restart_pool(struct server *srv, unsigned int index, uint64_t *granularity,
+		 const struct vmu_piece **keep, unsigned int *nr)
+{
+	return take_file(srv, index, false, granularity, keep, nr);
+}
+
 int restart_swap(struct server *srv, unsigned int index,
 		 const struct vmu_piece **keep, unsigned int *nr)
 {
-	struct restart_in *r = srv->restore;
-	const struct djinn_state_pool *p;
-	int fd;
+	uint64_t granularity;
 
-	if (!r || index >= DEVICE_MAX || r->swaps[index] < 0)
-		return -1;
-	p = state_in_pool(&r->in, index | DJINN_STATE_SWAP_ARENA);
-	fd = r->swaps[index];
-	r->swaps[index] = -1;
-	*keep = (const struct vmu_piece *)(p + 1);
-	*nr = p->nr;
-	return fd;
+	return take_file(srv, index, true, &granularity, keep, nr);
 }
 
 void restart_abandon(struct server *srv, bool forget)

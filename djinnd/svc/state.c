@@ -1546,21 +1546,6 @@ static int restore_text(struct state_in *in, const struct djinn_state_text *e,
 	return ret;
 }
 
-/* A restore that failed: the text entries it put into the index go
- * again (their sessions have ended). */
-static void unadopt_texts(struct state_in *in, struct device *devs,
-			  unsigned int nr_dev)
-{
-	const struct djinn_state_text *e;
-	uint32_t type, len;
-
-	state_in_rewind(in);
-	while ((e = state_in_next(in, &type, &len)))
-		if (type == DJINN_STATE_TEXT_ENTRY && e->device < nr_dev)
-			vmu_text_evict(devs[e->device].vmu, e->fp,
-				       e->owner[0] ? e->owner : NULL);
-}
-
 /* Which tensor and object slots the entries after a session's fill:
  * @nr and @nr_obj of them, in one array (the objects' after). */
 static int live_slots(struct state_in *in, uint32_t nr, uint32_t nr_obj,
@@ -1637,22 +1622,27 @@ static bool upload_of(const struct state_in *in, const struct session *s,
 	return false;
 }
 
-/* A restore that failed: the uploads it made again go (their sessions
- * have ended). */
-static void unmake_uploads(struct state_in *in, struct device *devs,
-			   unsigned int nr_dev)
+/* A restore that failed: the uploads it made again and the text entries
+ * it put into the index go again (their sessions have ended). */
+static void undo_restore(struct state_in *in, struct device *devs,
+			 unsigned int nr_dev)
 {
-	const struct djinn_state_upload *u;
+	const void *p;
 	uint32_t type, len;
 
 	state_in_rewind(in);
-	while ((u = state_in_next(in, &type, &len))) {
+	while ((p = state_in_next(in, &type, &len))) {
+		const struct djinn_state_upload *u = p;
+		const struct djinn_state_text *e = p;
 		char n[MODEL_NAME_MAX];
 
-		if (type != DJINN_STATE_UPLOAD || u->device >= nr_dev)
-			continue;
-		model_upload_name(u->src, n);
-		model_store_evict(devs[u->device].models, n, NULL, 0);
+		if (type == DJINN_STATE_TEXT_ENTRY && e->device < nr_dev) {
+			vmu_text_evict(devs[e->device].vmu, e->fp,
+				       e->owner[0] ? e->owner : NULL);
+		} else if (type == DJINN_STATE_UPLOAD && u->device < nr_dev) {
+			model_upload_name(u->src, n);
+			model_store_evict(devs[u->device].models, n, NULL, 0);
+		}
 	}
 }
 
@@ -1870,8 +1860,7 @@ int svc_state_restore(struct state_in *in, struct session_table *t,
 		}
 		t->next_id = next_id;
 		free(ids);
-		unmake_uploads(in, devs, nr_dev);
-		unadopt_texts(in, devs, nr_dev);
+		undo_restore(in, devs, nr_dev);
 		return ret;
 	}
 	free(ids);

@@ -114,32 +114,39 @@ static void *ptr(uint64_t va)
 /* ---------------------------------------------------------------------- */
 /* Granule bitmap */
 
+/* Bit @i of bitmap @bm (NULL: none set), and bits [@first, + @n) set
+ * or cleared: the pool's and the swap arena's bitmaps alike. */
+static bool bit(const uint64_t *bm, uint64_t i)
+{
+	return bm && bm[i / 64] >> (i % 64) & 1;
+}
+
+static void bits(uint64_t *bm, uint64_t first, uint64_t n, bool on)
+{
+	for (uint64_t i = first; i < first + n; i++) {
+		if (on)
+			bm[i / 64] |= 1ull << (i % 64);
+		else
+			bm[i / 64] &= ~(1ull << (i % 64));
+	}
+}
+
 static bool gran_used(const struct host_provider *h, uint64_t i)
 {
-	return h->bitmap[i / 64] >> (i % 64) & 1;
+	return bit(h->bitmap, i);
 }
 
 static void gran_set(struct host_provider *h, uint64_t first, uint64_t n,
 		     bool used)
 {
-	for (uint64_t i = first; i < first + n; i++) {
-		if (used)
-			h->bitmap[i / 64] |= 1ull << (i % 64);
-		else
-			h->bitmap[i / 64] &= ~(1ull << (i % 64));
-	}
+	bits(h->bitmap, first, n, used);
 }
 
 /* Mark granules [@first, @end) kept or not. */
 static void kept_set(struct host_provider *h, uint64_t first, uint64_t end,
 		     bool kept)
 {
-	for (uint64_t k = first; k < end; k++) {
-		if (kept)
-			h->kept[k / 64] |= 1ull << (k % 64);
-		else
-			h->kept[k / 64] &= ~(1ull << (k % 64));
-	}
+	bits(h->kept, first, end - first, kept);
 }
 
 /* First free granule at or after @i, or nr_gran. */
@@ -737,21 +744,6 @@ static void put_piece(struct piece_acc *a, uint64_t off, uint64_t len)
 	a->n++;
 }
 
-static bool bit(const uint64_t *bm, uint64_t i)
-{
-	return bm && bm[i / 64] >> (i % 64) & 1;
-}
-
-static void bits(uint64_t *bm, uint64_t first, uint64_t n, bool on)
-{
-	for (uint64_t i = first; i < first + n; i++) {
-		if (on)
-			bm[i / 64] |= 1ull << (i % 64);
-		else
-			bm[i / 64] &= ~(1ull << (i % 64));
-	}
-}
-
 static uint64_t up(const struct vmu_provider *p, uint64_t size)
 {
 	return (size + p->granularity - 1) & ~(p->granularity - 1);
@@ -1024,7 +1016,7 @@ static unsigned int host_used(struct vmu_provider *p, struct vmu_piece *out,
 
 static bool gran_kept(const struct host_provider *h, uint64_t i)
 {
-	return h->kept && h->kept[i / 64] >> (i % 64) & 1;
+	return bit(h->kept, i);
 }
 
 static int host_adopt(struct vmu_provider *p, const struct vmu_piece *pcs,

@@ -400,6 +400,20 @@ static uint64_t open_proxy(struct kt_nl *nl, int fd, unsigned int lease_ms,
 	return kid;
 }
 
+/* Close proxy session @sid (kernel @kid) on @fd, and the connection and
+ * @nl: djinnd releases the proxy in the kernel at once. */
+static void close_proxy(struct kt_nl *nl, int fd, uint64_t sid, uint64_t kid)
+{
+	struct kt_nl_msg m;
+
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_CLOSE, sid, NULL, 0,
+				  NULL, 0, NULL),
+			 0);
+	assert_int_equal(kt_nl_get(nl, kid, &m), -ENOENT);
+	close(fd);
+	kt_nl_close(nl);
+}
+
 static const char *const handover_args[] = { "--handover", "/tmp/djd/handover",
 					     NULL };
 
@@ -533,12 +547,7 @@ static void test_handover_failed(void **state)
 	assert_int_equal(djd_session(r.session_id, NULL), 0);
 	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
 	assert_int_equal(m.state, DJINN_STATE_LIVE);
-	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_CLOSE, r.session_id,
-				  NULL, 0, NULL, 0, NULL),
-			 0);
-	assert_int_equal(kt_nl_get(nl, kid, &m), -ENOENT);
-	close(fd);
-	kt_nl_close(nl);
+	close_proxy(nl, fd, r.session_id, kid);
 }
 
 static void store_lock(void *st)
@@ -610,12 +619,7 @@ static void test_store_restart(void **state)
 	djd_client_close(&c);
 	assert_true(wait_gone(c.id, 5000) > 0);
 	/* closed: the proxy goes from the kernel */
-	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_CLOSE, r.session_id,
-				  NULL, 0, NULL, 0, NULL),
-			 0);
-	assert_int_equal(kt_nl_get(nl, kid, &m), -ENOENT);
-	close(fd);
-	kt_nl_close(nl);
+	close_proxy(nl, fd, r.session_id, kid);
 	/* a stop under a store keeps the state there again: the store's
 	 * end closes it all, /dev/djinn's file with it */
 	assert_int_equal(djd_stop(djinnd), 0);
