@@ -39,6 +39,12 @@ static int swapbuf_get(struct vmu *v, uint64_t size, void **buf)
 
 void vmu_swapbuf_put(struct vmu *v, void *buf, uint64_t size)
 {
+	if (!vmu_defer_free(v, 0, buf, size))
+		vmu_swapbuf_put_now(v, buf, size);
+}
+
+void vmu_swapbuf_put_now(struct vmu *v, void *buf, uint64_t size)
+{
 	struct swapbuf *b = malloc(sizeof(*b));
 
 	if (!b || size > v->cfg.swap_cache) {

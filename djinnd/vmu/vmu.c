@@ -55,7 +55,11 @@ uint64_t vmu_faults(const struct vmu *v)
 
 static uint64_t avail(const struct vmu *v)
 {
-	return v->prov->capacity - v->committed - v->reserved - v->region_resv;
+	uint64_t deferred =
+		__atomic_load_n(&v->deferred_chunks, __ATOMIC_ACQUIRE);
+	uint64_t used = v->committed + v->reserved + v->region_resv + deferred;
+
+	return used < v->prov->capacity ? v->prov->capacity - used : 0;
 }
 
 void vmu_seg_add(struct vmu *v, enum vmu_seg seg, int64_t bytes)
@@ -263,7 +267,8 @@ uint64_t vmu_mapping_trim(struct vmu *v, struct vmu_mapping *m, uint64_t keep)
 		struct vmu_chunk *c = &m->chunks[m->nr - 1];
 
 		ops->unmap(v->prov, m->addr + c->off, c->size);
-		ops->destroy(v->prov, c->handle);
+		if (!vmu_defer_free(v, c->handle, NULL, c->size))
+			ops->destroy(v->prov, c->handle);
 		freed += c->size;
 		m->mapped = c->off;
 		m->nr--;
@@ -536,8 +541,9 @@ static bool coming_free(struct vmu *v, const struct vmu_stack *own)
 {
 	const struct vmu_stack *st;
 
-	if (v->reserved || v->nr_moving)
-		return true;
+	if (v->reserved || v->nr_moving ||
+	    __atomic_load_n(&v->deferred_chunks, __ATOMIC_ACQUIRE))
+		return true; /* a journal's record frees what waits for it */
 	list_for_each_entry(st, &v->stacks, node)
 		if (st != own && st->active && st->m.mapped)
 			return true;
@@ -698,6 +704,8 @@ int vmu_create(struct vmu_provider *prov, const struct vmu_config *cfg,
 	INIT_LIST_HEAD(&v->data_lru);
 	INIT_LIST_HEAD(&v->region_cache);
 	INIT_LIST_HEAD(&v->swapbufs);
+	INIT_LIST_HEAD(&v->deferred);
+	pthread_mutex_init(&v->jlock, NULL);
 	slots_init(&v->slots, sizeof(struct vmu_slot), 64, 0, 0);
 	v->text_epoch = faults_now(v);
 	*out = v;
@@ -1632,9 +1640,134 @@ void vmu_get_stats(struct vmu *v, struct vmu_stats *st)
 	vmu_unlock(v);
 }
 
+/* ---------------------------------------------------------------------- */
+/* The crash journal's wait for frees (vmu.h) */
+
+struct deferred {
+	struct list_head node;
+	uint64_t tag; /* the record that must be committed first */
+	uint64_t handle; /* a chunk, or */
+	void *buf; /* a swap buffer */
+	uint64_t size;
+};
+
+bool vmu_defer_free(struct vmu *v, uint64_t handle, void *buf, uint64_t size)
+{
+	struct deferred *d;
+
+	if (!__atomic_load_n(&v->journal, __ATOMIC_ACQUIRE))
+		return false;
+	/* Out of memory it is not freed at all: freed now, a crash at
+	 * once after would restore what the record names, whatever it
+	 * holds by then. */
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return true;
+	pthread_mutex_lock(&v->jlock);
+	/* a record begun already may name it: the next one may not */
+	d->tag = v->jstarted + 1;
+	d->handle = handle;
+	d->buf = buf;
+	d->size = size;
+	list_add_tail(&d->node, &v->deferred);
+	v->deferred_bytes += size;
+	if (!buf)
+		__atomic_add_fetch(&v->deferred_chunks, size, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&v->jlock);
+	if (v->jwake)
+		v->jwake(v->jwake_arg);
+	return true;
+}
+
+void vmu_journal_on(struct vmu *v, void (*wake)(void *arg), void *arg)
+{
+	v->jwake = wake;
+	v->jwake_arg = arg;
+	__atomic_store_n(&v->journal, true, __ATOMIC_RELEASE);
+}
+
+/* The deferred frees of @done, freed. */
+static void free_deferred(struct vmu *v, struct list_head *done)
+{
+	struct deferred *d, *n;
+
+	list_for_each_entry_safe(d, n, done, node) {
+		if (d->buf)
+			vmu_swapbuf_put_now(v, d->buf, d->size);
+		else
+			v->prov->ops->destroy(v->prov, d->handle);
+		list_del_init(&d->node);
+		free(d);
+	}
+}
+
+void vmu_journal_off(struct vmu *v)
+{
+	struct list_head all = LIST_HEAD_INIT(all);
+
+	vmu_lock(v);
+	__atomic_store_n(&v->journal, false, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&v->jlock);
+	list_splice_tail(&v->deferred, &all);
+	INIT_LIST_HEAD(&v->deferred);
+	v->deferred_bytes = 0;
+	__atomic_store_n(&v->deferred_chunks, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&v->jlock);
+	free_deferred(v, &all);
+	pthread_cond_broadcast(&v->freed);
+	vmu_unlock(v);
+}
+
+void vmu_journal_begin(struct vmu *v)
+{
+	pthread_mutex_lock(&v->jlock);
+	v->jstarted++;
+	pthread_mutex_unlock(&v->jlock);
+}
+
+void vmu_journal_done(struct vmu *v)
+{
+	struct deferred *d, *n;
+	struct list_head done = LIST_HEAD_INIT(done);
+
+	uint64_t chunks = 0;
+
+	vmu_lock(v);
+	pthread_mutex_lock(&v->jlock);
+	list_for_each_entry_safe(d, n, &v->deferred, node) {
+		if (d->tag > v->jstarted)
+			break; /* in the order freed: the rest wait too */
+		list_move_tail(&d->node, &done);
+		v->deferred_bytes -= d->size;
+		chunks += d->buf ? 0 : d->size;
+	}
+	pthread_mutex_unlock(&v->jlock);
+	if (!list_empty(&done)) {
+		/* destroyed first: available only once the provider has
+		 * them back */
+		free_deferred(v, &done);
+		__atomic_sub_fetch(&v->deferred_chunks, chunks,
+				   __ATOMIC_RELEASE);
+		pthread_cond_broadcast(&v->freed);
+	}
+	vmu_unlock(v);
+}
+
+uint64_t vmu_journal_waiting(struct vmu *v)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&v->jlock);
+	n = v->deferred_bytes;
+	pthread_mutex_unlock(&v->jlock);
+	return n;
+}
+
 void vmu_destroy(struct vmu *v)
 {
 	struct swapbuf *b, *bn;
+
+	vmu_journal_off(v); /* nothing of this VMU is named again */
 
 	while (!list_empty(&v->sessions))
 		vmu_session_destroy(list_first_entry(&v->sessions,
@@ -1658,6 +1791,7 @@ void vmu_destroy(struct vmu *v)
 	pthread_cond_destroy(&v->moved);
 	pthread_cond_destroy(&v->freed);
 	pthread_mutex_destroy(&v->cb_lock);
+	pthread_mutex_destroy(&v->jlock);
 	pthread_mutex_destroy(&v->lock);
 	slots_fini(&v->slots);
 	free(v->hash);

@@ -531,6 +531,33 @@ uint64_t vmu_faults(const struct vmu *v);
 int vmu_fault_simulate(struct vmu *v);
 
 /* ---------------------------------------------------------------------- */
+/* The crash journal
+ *
+ * A djinnd that keeps its state for a crash (net/journal.h) commits a
+ * record that names where its data lies in the device's memory, in
+ * place, while that memory is in use. Memory freed after a record was
+ * begun may still be named by the last committed one: from
+ * vmu_journal_on(), a chunk destroyed (a region freed or swapped out, a
+ * text entry evicted) and a swap buffer given back (a region swapped in)
+ * are not given back to the provider, nor reused, until a record begun
+ * after the free is committed, so that a crash never restores bytes the
+ * memory has taken since (another session's). Meanwhile it is not
+ * available (an allocation that needs it waits for it, as for memory
+ * being moved), and @wake (called from any thread, with locks held: it
+ * must only post) tells the journal a record is owed. vmu_journal_begin()
+ * before a record is written, vmu_journal_done() once it is committed:
+ * what waited for it is freed. vmu_journal_waiting(): the bytes
+ * waiting. I/O thread (the frees come from any thread).
+ */
+void vmu_journal_on(struct vmu *v, void (*wake)(void *arg), void *arg);
+void vmu_journal_begin(struct vmu *v);
+void vmu_journal_done(struct vmu *v);
+uint64_t vmu_journal_waiting(struct vmu *v);
+/* No journal any more: what waits is freed, and frees are not deferred
+ * again. */
+void vmu_journal_off(struct vmu *v);
+
+/* ---------------------------------------------------------------------- */
 /* Statistics */
 
 /*

@@ -254,6 +254,23 @@ struct vmu {
 	struct list_head swapbufs; /* newest first */
 	uint64_t swapbuf_bytes;
 
+	/* The crash journal's (vmu_journal_*() in vmu.h): chunks and swap
+	 * buffers freed wait in @deferred, under @jlock (taken inside
+	 * @lock, never around it), until a record begun after their free
+	 * is committed; @jstarted counts the records begun */
+	pthread_mutex_t jlock;
+	bool journal;
+	uint64_t jstarted;
+	struct list_head deferred;
+	uint64_t deferred_bytes;
+	/* of chunks (atomic): not available to allocations, though
+	 * uncharged, until freed (avail()) */
+	uint64_t deferred_chunks;
+	/* told (any thread, any lock held) that a free waits: the I/O
+	 * loop wakes to commit a record */
+	void (*jwake)(void *arg);
+	void *jwake_arg;
+
 	struct vmu_stats st;
 };
 
@@ -287,6 +304,10 @@ int vmu_mapping_adopt(struct vmu *v, struct vmu_mapping *m, uint64_t to,
 int vmu_mapping_pieces(struct vmu *v, const struct vmu_mapping *m, uint64_t len,
 		       struct vmu_piece **out, unsigned int *nr);
 uint64_t vmu_mapping_trim(struct vmu *v, struct vmu_mapping *m, uint64_t keep);
+/* With the journal on, a chunk's destroy, or a swap buffer given back
+ * (vmu_swapbuf_put()), waits for the next record (true: it waits);
+ * @buf NULL: chunk @handle, else the buffer. Any thread. */
+bool vmu_defer_free(struct vmu *v, uint64_t handle, void *buf, uint64_t size);
 void vmu_mapping_release(struct vmu *v, struct vmu_mapping *m);
 
 void vmu_region_acct(struct vmu *v, struct vmu_region *r, int sign);
@@ -300,7 +321,10 @@ int vmu_admit_locked(struct vmu *v, uint64_t need, struct vmu_resv *r,
 /* ---------------------------------------------------------------------- */
 /* swap.c */
 
+/* A swap buffer given back (kept for reuse, or freed): with the journal
+ * on, once the next record is committed; _now: at once. Lock held. */
 void vmu_swapbuf_put(struct vmu *v, void *buf, uint64_t size);
+void vmu_swapbuf_put_now(struct vmu *v, void *buf, uint64_t size);
 void vmu_region_set_state(struct vmu *v, struct vmu_region *r,
 			  enum vmu_region_state state);
 int vmu_swap_out_locked(struct vmu *v, struct vmu_region *r);
