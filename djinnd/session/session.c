@@ -595,20 +595,31 @@ out:
 	return ret;
 }
 
-int session_tensor_each(struct session *s,
-			int (*fn)(void *arg, uint32_t slot,
-				  const struct tensor *t),
-			void *arg)
+int session_tensor_each_locked(struct session *s,
+			       int (*fn)(void *arg, uint32_t slot,
+					 const struct tensor *t),
+			       void *arg)
 {
 	struct tensor_slot *sl;
 	int ret = 0;
 
-	pthread_mutex_lock(&s->lock);
 	slots_for_each(&s->tensors, sl) {
 		ret = fn(arg, slots_index(&s->tensors, sl), &sl->t);
 		if (ret)
 			break;
 	}
+	return ret;
+}
+
+int session_tensor_each(struct session *s,
+			int (*fn)(void *arg, uint32_t slot,
+				  const struct tensor *t),
+			void *arg)
+{
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	ret = session_tensor_each_locked(s, fn, arg);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -628,10 +639,24 @@ int session_tensor_get(struct session *s, uint64_t handle, struct tensor *t)
 	return ret;
 }
 
-void session_tensor_why(const struct session *s, uint64_t handle, int err,
-			char *msg, size_t msglen)
+void session_tensor_why(struct session *s, uint64_t handle, int err, char *msg,
+			size_t msglen)
 {
-	if (err == -EIO)
+	struct tensor_slot *sl;
+	uint8_t why = LOST_DEVICE;
+
+	pthread_mutex_lock(&s->lock);
+	sl = slots_lookup(&s->tensors, handle);
+	if (sl && sl->t.lost)
+		why = sl->t.lost;
+	pthread_mutex_unlock(&s->lock);
+	if (err == -EIO && why == LOST_CRASH)
+		snprintf(msg, msglen,
+			 "tensor %#llx was lost when djinnd crashed: its "
+			 "bytes were in %s's memory, which a crash does not "
+			 "keep; release it",
+			 (unsigned long long)handle, s->dev->name);
+	else if (err == -EIO)
 		snprintf(msg, msglen,
 			 "tensor %#llx was lost when %s was reset: its bytes "
 			 "were in device memory when djinnd restarted; "

@@ -58,15 +58,24 @@ enum session_end_reason {
 	SESSION_SHUTDOWN,
 };
 
+/* Why an object came back lost from a restart (struct tensor's and
+ * struct mobj's @lost): its bytes were in the memory of a device a fault
+ * lost, or djinnd crashed and its journal did not keep them
+ * (include/djinn/state.h: the record's values are these). */
+enum lost_why {
+	LOST_DEVICE = 1,
+	LOST_CRASH = 2,
+};
+
 struct tensor {
 	struct djinn_tensor_desc desc;
 	uint64_t bytes;
 	struct vmu_text *text; /* a text entry, or NULL: a data region */
 	uint64_t region;
 	bool module; /* text uploaded as a client module */
-	/* its bytes were in device memory a fault lost before a restart
+	/* enum lost_why: its bytes were lost before a restart
 	 * (svc/state.c): no text, no region; every use answers -EIO */
-	bool lost;
+	uint8_t lost;
 };
 
 /* The outputs of one GRAPH_SUBMIT, for DJINN_REF_RESULT: their shapes
@@ -293,8 +302,8 @@ int session_tensor_add(struct session *s, const struct tensor *t,
 /* get and hold: -ENOENT (no such handle) or -EIO (a lost tensor, which
  * only release takes); session_tensor_why() says which, for @handle. */
 int session_tensor_get(struct session *s, uint64_t handle, struct tensor *t);
-void session_tensor_why(const struct session *s, uint64_t handle, int err,
-			char *msg, size_t msglen);
+void session_tensor_why(struct session *s, uint64_t handle, int err, char *msg,
+			size_t msglen);
 /* Remove and free the tensor's VMU resources; if the tensor is held
  * (being read, or an input of a running graph), the handle goes now and
  * the memory when the last holder lets go. */
@@ -311,6 +320,11 @@ int session_tensor_each(struct session *s,
 			int (*fn)(void *arg, uint32_t slot,
 				  const struct tensor *t),
 			void *arg);
+/* The same, s->lock held by the caller. */
+int session_tensor_each_locked(struct session *s,
+			       int (*fn)(void *arg, uint32_t slot,
+					 const struct tensor *t),
+			       void *arg);
 
 /* Model and context handles (I/O thread only). add: -EDQUOT past
  * SESSION_MAX_OBJS. get: the object, or NULL for a handle that is not

@@ -647,13 +647,13 @@ bool svc_obj_is_lost(struct session *s, uint32_t slot, enum sobj_kind kind)
 }
 
 int svc_obj_restore_lost(struct session *s, uint32_t slot, enum sobj_kind kind,
-			 char *msg, size_t msglen)
+			 uint8_t why, char *msg, size_t msglen)
 {
 	int ret;
 	struct mobj *o = mobj_restore(s, slot, kind, &ret, msg, msglen);
 
 	if (o)
-		o->lost = true;
+		o->lost = why;
 	return o ? 0 : ret;
 }
 
@@ -745,6 +745,18 @@ struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
 	struct mobj *o = session_obj_get(s, handle, kind);
 	const char *what = kind == SOBJ_MODEL ? "model" : "context";
 
+	if (o && o->lost == LOST_CRASH) {
+		snprintf(msg, msglen,
+			 "%s %#llx was lost when djinnd crashed: %s", what,
+			 (unsigned long long)handle,
+			 kind == SOBJ_MODEL ?
+				 "its weights were in device memory, which "
+				 "a crash does not keep; close it" :
+				 "a crash keeps no context's cache; free it "
+				 "and prefill a new one");
+		*err = -EIO;
+		return NULL;
+	}
 	if (o && o->lost) {
 		snprintf(msg, msglen,
 			 "%s %#llx was lost when %s was reset: %s in "

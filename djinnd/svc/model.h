@@ -64,10 +64,10 @@ struct mobj {
 	/* its own IO_WAIT (SIGNAL with the context), made at the first;
 	 * ended when it leaves the table */
 	struct sched_wait *wait;
-	/* what it held was in device memory a fault lost before a restart
+	/* enum lost_why: what it held was lost before a restart
 	 * (svc/state.c): no hold, no context; every use but closing
 	 * answers -EIO */
-	bool lost;
+	uint8_t lost;
 };
 
 /* Drop a reference; the last frees the object (a context's its model's). */
@@ -216,10 +216,10 @@ int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
  * svc_ctx_restore() makes context slot @slot of the model in
  * @model_slot, as model_ctx_restore() says. svc_obj_restore_lost()
  * makes slot @slot an object of @kind that was lost (struct mobj's
- * @lost). 0, or a negative errno with why in @msg.
+ * @lost: @why, enum lost_why). 0, or a negative errno with why in @msg.
  */
 int svc_obj_restore_lost(struct session *s, uint32_t slot, enum sobj_kind kind,
-			 char *msg, size_t msglen);
+			 uint8_t why, char *msg, size_t msglen);
 /* Whether restored slot @slot holds a lost object of @kind. */
 bool svc_obj_is_lost(struct session *s, uint32_t slot, enum sobj_kind kind);
 int svc_model_restore(struct session *s, uint32_t slot, const char *name,

@@ -44,6 +44,49 @@ static uint64_t pages(uint64_t n)
 /* ---------------------------------------------------------------------- */
 /* Writing */
 
+_Static_assert(LOST_DEVICE == DJINN_STATE_LOST_DEVICE &&
+		       LOST_CRASH == DJINN_STATE_LOST_CRASH,
+	       "enum lost_why is the record's");
+
+int state_out_begin_journal(struct state_out *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->data_fd = -1;
+	o->journal = true;
+	o->len = sizeof(struct djinn_state_hdr);
+	o->cap = 64 << 10;
+	o->rec = calloc(1, o->cap);
+	return o->rec ? 0 : -ENOMEM;
+}
+
+/* The header, now that every entry is in. */
+static void hdr_finish(struct state_out *o)
+{
+	struct djinn_state_hdr *h = (struct djinn_state_hdr *)o->rec;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	*h = o->hdr;
+	h->magic = DJINN_STATE_MAGIC;
+	h->version = DJINN_STATE_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->size = o->len;
+	h->data_size = o->data_size;
+	h->written_ns =
+		(uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	h->pid = (uint32_t)getpid();
+}
+
+int state_out_record(struct state_out *o, const uint8_t **rec, size_t *len)
+{
+	if (o->err)
+		return o->err;
+	hdr_finish(o);
+	*rec = o->rec;
+	*len = o->len;
+	return 0;
+}
+
 int state_out_begin(struct state_out *o, uint64_t data_size)
 {
 	memset(o, 0, sizeof(*o));
@@ -170,22 +213,11 @@ int state_out_pieces(struct state_out *o, uint32_t device,
 
 int state_out_end(struct state_out *o, int *rec_fd, int *data_fd)
 {
-	struct djinn_state_hdr *h = (struct djinn_state_hdr *)o->rec;
 	int fd, ret = o->err;
-	struct timespec ts;
 
 	if (ret)
 		goto fail;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	*h = o->hdr;
-	h->magic = DJINN_STATE_MAGIC;
-	h->version = DJINN_STATE_VERSION;
-	h->hdr_size = sizeof(*h);
-	h->size = o->len;
-	h->data_size = o->data_size;
-	h->written_ns =
-		(uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	h->pid = (uint32_t)getpid();
+	hdr_finish(o);
 	fd = memfd_create("djinn-state", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0) {
 		ret = -errno;
@@ -389,7 +421,7 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 	case DJINN_STATE_OBJ: {
 		const struct djinn_state_obj *o = p;
 
-		if (len == sizeof(*o) &&
+		if (len == sizeof(*o) && o->lost <= DJINN_STATE_LOST_CRASH &&
 		    (o->kind == DJINN_STATE_MODEL ||
 		     o->kind == DJINN_STATE_CTX) &&
 		    memchr(o->model, 0, sizeof(o->model)) &&
@@ -403,7 +435,7 @@ static bool ent_ok(const struct state_in *in, uint32_t type, const void *p,
 
 		/* a shape its bytes fill, as the wire checks it: a graph
 		 * reads what the shape says */
-		if (len == sizeof(*t) &&
+		if (len == sizeof(*t) && t->lost <= DJINN_STATE_LOST_CRASH &&
 		    (t->lost ? !t->data_off :
 			       data_ok(in, t->data_off, t->bytes,
 				       t->kind == DJINN_STATE_DATA ?
@@ -755,12 +787,26 @@ struct save_ctx {
  * kept, whole; every other object is saved as lost (its entry's @lost),
  * and comes back as a handle that answers -EIO naming it.
  */
-static bool lossy(const struct session *s)
+static bool gone(const struct session *s)
 {
 	char why[8];
 
 	return session_lost(s, why, sizeof(why)) != 0 ||
 	       __atomic_load_n(&s->dev->backend->dead, __ATOMIC_ACQUIRE);
+}
+
+/* gone(), or, in a crash journal's record (@o->journal), a device whose
+ * memory is not a pool the record can point into (a GPU's, which a crash
+ * does not keep): each object in device memory is written lost. */
+static bool lossy(const struct state_out *o, const struct session *s)
+{
+	return gone(s) || (o->journal && !svc_state_in_pool(s->dev));
+}
+
+/* Why what lossy() loses is lost, as the record says it. */
+static uint8_t lost_why(const struct state_out *o, const struct session *s)
+{
+	return gone(s) ? DJINN_STATE_LOST_DEVICE : DJINN_STATE_LOST_CRASH;
 }
 
 /* Whether region @region's first @bytes outlive @s's device memory:
@@ -787,6 +833,8 @@ static int swapped_out(struct state_out *o, struct session *s, const void *host,
 	    !prov->ops->swap_piece(prov, host, bytes, &pc))
 		ret = state_out_pieces(
 			o, s->dev->index | DJINN_STATE_SWAP_ARENA, &pc, 1, off);
+	else if (o->journal)
+		return -ENODATA; /* a journal's record copies nothing */
 	else
 		ret = state_out_write(o, host, bytes, off);
 	*off |= DJINN_STATE_SWAPPED;
@@ -832,7 +880,7 @@ static int region_out(struct state_out *o, struct session *s, uint64_t region,
 	void *dst;
 	int ret;
 
-	if (lossy(s))
+	if (lossy(o, s))
 		return region_host(o, s, region, bytes, off);
 	if (svc_state_in_pool(s->dev) && bytes) {
 		const void *host;
@@ -908,9 +956,9 @@ static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 	e.kind = t->module ? DJINN_STATE_MODULE :
 		 t->text   ? DJINN_STATE_TEXT :
 			     DJINN_STATE_DATA;
-	if (t->lost || (t->text && lossy(x->s))) {
+	if (t->lost || (t->text && lossy(x->o, x->s))) {
 		/* text is device memory: lost with it */
-		e.lost = 1;
+		e.lost = t->lost ? t->lost : lost_why(x->o, x->s);
 		ret = 0;
 	} else if (t->text && svc_state_in_pool(x->s->dev)) {
 		memcpy(e.fp, vmu_text_fp(t->text), sizeof(e.fp));
@@ -955,10 +1003,20 @@ static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 		if (!ret)
 			ret = region_out(x->o, x->s, t->region, t->bytes, &off);
 		if (ret == -ENODATA) { /* lossy(): it was in device memory */
-			e.lost = 1;
+			e.lost = lost_why(x->o, x->s);
 			off = 0;
 			ret = 0;
 		}
+	}
+	if (ret && x->o->journal && !x->o->err) {
+		/* a journal's record fails for no one object: it is lost
+		 * to a crash, the rest kept */
+		log_debug("state: session %llu: the tensor in slot %u is not "
+			  "kept for a crash: %s",
+			  (unsigned long long)x->s->id, slot, strerror(-ret));
+		e.lost = DJINN_STATE_LOST_CRASH;
+		off = 0;
+		ret = 0;
 	}
 	e.data_off = off;
 	if (!ret) {
@@ -1069,12 +1127,11 @@ static int save_ctx(struct state_out *out, struct session *s,
 	return 0;
 }
 
-/* The graphs' outputs @s remembers (none is in flight). */
+/* The graphs' outputs @s remembers (s->lock held). */
 static int save_results(struct state_out *out, struct session *s)
 {
 	int ret = 0;
 
-	pthread_mutex_lock(&s->lock);
 	for (uint32_t i = 0; i <= SESSION_RESULTS && !ret; i++) {
 		const struct result_rec *rec = &s->results[i];
 		struct djinn_state_result *e;
@@ -1100,7 +1157,6 @@ static int save_results(struct state_out *out, struct session *s)
 		memcpy((uint8_t *)(e + 1) + rec->nr * sizeof(*rec->descs),
 		       rec->handles, rec->nr * 8);
 	}
-	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
 
@@ -1195,16 +1251,23 @@ static int save_upload(struct state_out *o, struct session *s,
 /* Whether object @m of a session whose device memory is gone (@gone,
  * lossy()) is lost: an uploaded model (its weights were on the device;
  * a served one is opened again by name), a context whose cache, or
- * paused step, was not swapped out, or whose model is lost. */
-static bool obj_lost(struct session *s, const struct mobj *m, bool gone)
+ * paused step, was not swapped out, or whose model is lost. In a crash
+ * journal's record (@journal) every context is: its cache and logits
+ * change with each step, which the record is not written for. */
+static bool obj_lost(struct session *s, const struct mobj *m, bool gone,
+		     bool journal)
 {
 	struct model_ctx_pause pz;
 
-	if (m->lost || !gone)
-		return m->lost;
+	if (m->lost)
+		return true;
+	if (journal && m->kind == SOBJ_CTX)
+		return true;
+	if (!gone)
+		return false;
 	if (m->kind == SOBJ_MODEL)
 		return model_is_upload(m->h);
-	if (obj_lost(s, m->model, gone) ||
+	if (obj_lost(s, m->model, gone, journal) ||
 	    !region_kept(s, model_ctx_cache(m->mc),
 			 (uint64_t)model_ctx_len(m->mc) *
 				 model_ctx_token_bytes(m->mc)))
@@ -1216,7 +1279,8 @@ static bool obj_lost(struct session *s, const struct mobj *m, bool gone)
 
 static int save_objs(struct state_out *out, struct session *s)
 {
-	bool gone = lossy(s);
+	bool gone = lossy(out, s);
+	uint8_t why = lost_why(out, s);
 
 	for (int kind = SOBJ_MODEL; kind <= SOBJ_CTX; kind++) {
 		struct sobj_slot *o;
@@ -1229,7 +1293,7 @@ static int save_objs(struct state_out *out, struct session *s)
 
 			if (o->kind != kind)
 				continue;
-			if (obj_lost(s, m, gone)) {
+			if (obj_lost(s, m, gone, out->journal)) {
 				p = state_out_ent(out, DJINN_STATE_OBJ,
 						  sizeof(*p));
 				if (!p)
@@ -1239,7 +1303,7 @@ static int save_objs(struct state_out *out, struct session *s)
 					.kind = kind == SOBJ_MODEL ?
 							DJINN_STATE_MODEL :
 							DJINN_STATE_CTX,
-					.lost = 1,
+					.lost = m->lost ? m->lost : why,
 				};
 				continue;
 			}
@@ -1248,12 +1312,29 @@ static int save_objs(struct state_out *out, struct session *s)
 			/* an upload's entry before the first that holds it */
 			ret = kind == SOBJ_MODEL ? save_upload(out, s, m->h) :
 						   0;
+			if (ret && out->journal && !out->err) {
+				/* (a streamed upload): lost to a crash, not
+				 * the whole record */
+				p = state_out_ent(out, DJINN_STATE_OBJ,
+						  sizeof(*p));
+				if (!p)
+					return -ENOMEM;
+				*p = (struct djinn_state_obj){
+					.slot = slots_index(&s->objs, o),
+					.kind = DJINN_STATE_MODEL,
+					.lost = DJINN_STATE_LOST_CRASH,
+				};
+				continue;
+			}
 			if (ret)
 				return ret;
 			e = (struct djinn_state_obj){ 0 };
 			e.slot = slots_index(&s->objs, o);
 			e.kind = DJINN_STATE_MODEL;
 			e.flags = (gone ? DJINN_STATE_OBJ_LOSSY : 0) |
+				  (gone && why == DJINN_STATE_LOST_CRASH ?
+					   DJINN_STATE_OBJ_CRASH :
+					   0) |
 				  (kind == SOBJ_MODEL && model_is_upload(m->h) ?
 					   DJINN_STATE_OBJ_UPLOAD :
 					   0);
@@ -1276,53 +1357,69 @@ static int save_objs(struct state_out *out, struct session *s)
 	return 0;
 }
 
-/* A POOL entry for @dev's swap arena, if it has one: the host copies of
- * its swapped-out regions, which stay where they are. */
-static int save_arena(struct state_out *o, struct device *dev)
+/* A POOL entry for device @device (with DJINN_STATE_SWAP_ARENA: its swap
+ * arena) of @size bytes: the pieces in use now (@used: the provider's
+ * used() or swap_used()). Allocations made meanwhile (a journal's record
+ * is written while requests run) are taken again; frees wait for the
+ * next record (vmu_journal_begin()), so what the record names is in. */
+static int save_used(struct state_out *o, struct vmu_provider *prov,
+		     uint32_t device, uint64_t size,
+		     unsigned int (*used)(struct vmu_provider *p,
+					  struct vmu_piece *out,
+					  unsigned int max))
 {
-	struct vmu_provider *prov = vmu_provider(dev->vmu);
 	struct djinn_state_pool *e;
-	unsigned int nr;
-	uint64_t len, size;
+	struct vmu_piece *pcs = NULL;
+	unsigned int nr = used(prov, NULL, 0), got;
+	uint64_t len;
 
-	if (!prov->ops->swap_file || prov->ops->swap_file(prov, &size) < 0)
-		return 0;
-	nr = prov->ops->swap_used(prov, NULL, 0);
-	len = sizeof(*e) + (uint64_t)nr * sizeof(struct vmu_piece);
-	if (len > UINT32_MAX)
-		return -E2BIG;
-	e = state_out_ent(o, DJINN_STATE_POOL, (uint32_t)len);
-	if (!e)
-		return -ENOMEM;
-	e->device = dev->index | DJINN_STATE_SWAP_ARENA;
-	e->granularity = prov->granularity;
-	e->size = size;
-	e->nr = prov->ops->swap_used(prov, (struct vmu_piece *)(e + 1), nr);
-	return e->nr == nr ? 0 : -EAGAIN;
+	for (int tries = 0;; tries++) {
+		struct vmu_piece *p = realloc(pcs, (nr + 1) * sizeof(*pcs));
+
+		if (!p) {
+			free(pcs);
+			return -ENOMEM;
+		}
+		pcs = p;
+		got = used(prov, pcs, nr);
+		if (got <= nr)
+			break;
+		nr = got;
+		if (tries == 16) {
+			free(pcs);
+			return -EAGAIN;
+		}
+	}
+	len = sizeof(*e) + (uint64_t)got * sizeof(struct vmu_piece);
+	e = len > UINT32_MAX ?
+		    NULL :
+		    state_out_ent(o, DJINN_STATE_POOL, (uint32_t)len);
+	if (e) {
+		e->device = device;
+		e->granularity = prov->granularity;
+		e->size = size;
+		e->nr = got;
+		memcpy(e + 1, pcs, (size_t)got * sizeof(*pcs));
+	}
+	free(pcs);
+	return e ? 0 : len > UINT32_MAX ? -E2BIG : -ENOMEM;
 }
 
 /* A POOL entry for @dev: its memory in use, which the next djinnd keeps
- * until its restore is over; then its swap arena's. */
+ * until its restore is over; then its swap arena's, if it has one (the
+ * host copies of its swapped-out regions, which stay where they are). */
 static int save_pool(struct state_out *o, struct device *dev)
 {
 	struct vmu_provider *prov = vmu_provider(dev->vmu);
-	struct djinn_state_pool *e;
-	unsigned int nr = prov->ops->used(prov, NULL, 0);
-	uint64_t len = sizeof(*e) + (uint64_t)nr * sizeof(struct vmu_piece);
+	uint64_t size;
+	int ret =
+		save_used(o, prov, dev->index, prov->capacity, prov->ops->used);
 
-	if (len > UINT32_MAX)
-		return -E2BIG;
-	e = state_out_ent(o, DJINN_STATE_POOL, (uint32_t)len);
-	if (!e)
-		return -ENOMEM;
-	e->device = dev->index;
-	e->granularity = prov->granularity;
-	e->size = prov->capacity;
-	/* nothing runs: the count cannot have changed */
-	e->nr = prov->ops->used(prov, (struct vmu_piece *)(e + 1), nr);
-	if (e->nr != nr)
-		return -EAGAIN;
-	return save_arena(o, dev);
+	if (ret || !prov->ops->swap_file ||
+	    prov->ops->swap_file(prov, &size) < 0)
+		return ret;
+	return save_used(o, prov, dev->index | DJINN_STATE_SWAP_ARENA, size,
+			 prov->ops->swap_used);
 }
 
 struct text_save {
@@ -1352,17 +1449,21 @@ static int save_text(void *arg, const struct vmu_text_desc *d)
 	return 0;
 }
 
+static int save_session(struct state_out *o, struct session_table *t,
+			struct session *s);
+
 int svc_state_save(struct state_out *o, struct session_table *t,
 		   struct device *devs, unsigned int nr_dev)
 {
 	struct session *s;
 
-	/* each pool, then its text index: the sessions' text is there */
+	/* each pool, then its text index: the sessions' text is there (a
+	 * journal's pools last: what is in use once all is written) */
 	for (unsigned int i = 0; i < nr_dev; i++) {
 		struct text_save x = { .o = o, .device = devs[i].index };
 		int ret = 0;
 
-		if (svc_state_in_pool(&devs[i]))
+		if (svc_state_in_pool(&devs[i]) && !o->journal)
 			ret = save_pool(o, &devs[i]);
 		if (!ret && svc_state_in_pool(&devs[i]))
 			ret = vmu_text_each(devs[i].vmu, save_text, &x);
@@ -1370,61 +1471,83 @@ int svc_state_save(struct state_out *o, struct session_table *t,
 			return ret;
 	}
 	list_for_each_entry(s, &t->list, node) {
-		struct save_ctx x = { .o = o, .s = s };
-		struct djinn_state_session *e;
-		uint32_t *gens;
-		uint32_t n = s->tensors.nr;
 		int ret;
 
-		e = state_out_ent(o, DJINN_STATE_SESSION,
-				  (uint32_t)(sizeof(*e) +
-					     ((uint64_t)n + s->objs.nr) * 4));
-		if (!e)
-			return -ENOMEM;
-		e->id = s->id;
-		memcpy(e->token, s->token, sizeof(e->token));
-		strcpy(e->tenant, s->tenant);
-		strcpy(e->label, s->label);
-		e->priority = s->priority;
-		e->uid = (uint32_t)s->uid;
-		e->pid = (uint32_t)s->pid;
-		e->device = s->dev->index;
-		e->lease_ns = s->lease_ns;
-		e->lease_left_ns = session_lease_left(t, s);
-		e->requests = s->requests;
-		e->tensor_key = s->tensors.key;
-		e->obj_key = s->objs.key;
-		e->nr_slots = n;
-		/* lost in a fault, or on a device that is dead: its objects
-		 * are, but what was swapped out (lossy()) */
-		e->lost = 0;
-		e->nr_obj_slots = s->objs.nr;
-		e->results_next = s->results_next;
-		/* kernel session ids are 32-bit (djinn.ko's xarray) */
-		e->kid = (uint32_t)s->lease_kid;
-		e->kbound = s->lease_bound;
-		gens = (uint32_t *)(e + 1);
-		for (uint32_t i = 0; i < n; i++)
-			gens[i] =
-				((struct slot *)slots_at(&s->tensors, i))->gen;
-		for (uint32_t i = 0; i < s->objs.nr; i++)
-			gens[n + i] =
-				((struct slot *)slots_at(&s->objs, i))->gen;
-		ret = session_tensor_each(s, save_tensor, &x);
-		if (ret) {
-			log_err("state: session %llu: %s",
-				(unsigned long long)s->id,
-				x.why[0] ? x.why : strerror(-ret));
+		/* a journal's record is written while executors add a
+		 * session's graphs' outputs: its tensors and results as
+		 * one moment's */
+		pthread_mutex_lock(&s->lock);
+		ret = save_session(o, t, s);
+		pthread_mutex_unlock(&s->lock);
+		if (ret)
 			return ret;
-		}
-		ret = save_objs(o, s);
-		if (!ret)
-			ret = save_results(o, s);
+	}
+	for (unsigned int i = 0; o->journal && i < nr_dev; i++) {
+		int ret = svc_state_in_pool(&devs[i]) ? save_pool(o, &devs[i]) :
+							0;
+
 		if (ret)
 			return ret;
 	}
 	o->hdr.next_session = t->next_id;
 	return 0;
+}
+
+/* One session's entries (s->lock held). */
+static int save_session(struct state_out *o, struct session_table *t,
+			struct session *s)
+{
+	struct save_ctx x = { .o = o, .s = s };
+	struct djinn_state_session *e;
+	uint32_t *gens;
+	uint32_t n = s->tensors.nr;
+	int ret;
+
+	e = state_out_ent(
+		o, DJINN_STATE_SESSION,
+		(uint32_t)(sizeof(*e) + ((uint64_t)n + s->objs.nr) * 4));
+	if (!e)
+		return -ENOMEM;
+	e->id = s->id;
+	memcpy(e->token, s->token, sizeof(e->token));
+	strcpy(e->tenant, s->tenant);
+	strcpy(e->label, s->label);
+	e->priority = s->priority;
+	e->uid = (uint32_t)s->uid;
+	e->pid = (uint32_t)s->pid;
+	e->device = s->dev->index;
+	e->lease_ns = s->lease_ns;
+	/* a journal's record is not written at each heartbeat: what was
+	 * left when it was is no measure; a crash gives each lease whole
+	 * again, so that a client has its lease's time to come back */
+	e->lease_left_ns = o->journal ? s->lease_ns : session_lease_left(t, s);
+	e->requests = s->requests;
+	e->tensor_key = s->tensors.key;
+	e->obj_key = s->objs.key;
+	e->nr_slots = n;
+	/* lost in a fault, or on a device that is dead: its objects
+		 * are, but what was swapped out (lossy()) */
+	e->lost = 0;
+	e->nr_obj_slots = s->objs.nr;
+	e->results_next = s->results_next;
+	/* kernel session ids are 32-bit (djinn.ko's xarray) */
+	e->kid = (uint32_t)s->lease_kid;
+	e->kbound = s->lease_bound;
+	gens = (uint32_t *)(e + 1);
+	for (uint32_t i = 0; i < n; i++)
+		gens[i] = ((struct slot *)slots_at(&s->tensors, i))->gen;
+	for (uint32_t i = 0; i < s->objs.nr; i++)
+		gens[n + i] = ((struct slot *)slots_at(&s->objs, i))->gen;
+	ret = session_tensor_each_locked(s, save_tensor, &x);
+	if (ret) {
+		log_err("state: session %llu: %s", (unsigned long long)s->id,
+			x.why[0] ? x.why : strerror(-ret));
+		return ret;
+	}
+	ret = save_objs(o, s);
+	if (!ret)
+		ret = save_results(o, s);
+	return ret;
 }
 
 /* One tensor of @s back, at its slot with its bytes. */
@@ -1439,7 +1562,7 @@ static int restore_tensor(struct state_in *in, struct session *s,
 
 	why[0] = 0;
 	if (e->lost) {
-		t.lost = true;
+		t.lost = e->lost;
 		ret = 0;
 	} else if (e->kind != DJINN_STATE_DATA &&
 		   (e->data_off & DJINN_STATE_IN_POOL)) {
@@ -1654,12 +1777,14 @@ static int restore_obj(struct state_in *in, struct session *s,
 		e->have_logits ? (const float *)(in->data + e->logits_off) :
 				 NULL;
 	struct vmu_fill cache;
+	uint8_t lost = e->flags & DJINN_STATE_OBJ_CRASH ? LOST_CRASH :
+							  LOST_DEVICE;
 
 	if (e->lost)
 		return svc_obj_restore_lost(
 			s, e->slot,
 			e->kind == DJINN_STATE_MODEL ? SOBJ_MODEL : SOBJ_CTX,
-			why, whylen);
+			e->lost, why, whylen);
 	if (e->kind == DJINN_STATE_MODEL) {
 		struct model_kept k;
 		bool up = e->flags & DJINN_STATE_OBJ_UPLOAD;
@@ -1678,12 +1803,13 @@ static int restore_obj(struct state_in *in, struct session *s,
 		log_warn("state: session %llu: model %s in slot %u comes back "
 			 "lost: %s",
 			 (unsigned long long)s->id, e->model, e->slot, why);
-		return svc_obj_restore_lost(s, e->slot, SOBJ_MODEL, why,
+		return svc_obj_restore_lost(s, e->slot, SOBJ_MODEL, lost, why,
 					    whylen);
 	}
 	if ((e->flags & DJINN_STATE_OBJ_LOSSY) &&
 	    svc_obj_is_lost(s, e->model_slot, SOBJ_MODEL))
-		return svc_obj_restore_lost(s, e->slot, SOBJ_CTX, why, whylen);
+		return svc_obj_restore_lost(s, e->slot, SOBJ_CTX, lost, why,
+					    whylen);
 	if (state_in_fill(in, e->cache_off, s->dev->index, &cache)) {
 		snprintf(why, whylen, "its cache is in another device's pool");
 		return -EBADMSG;

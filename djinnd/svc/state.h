@@ -40,6 +40,10 @@ struct state_out {
 	struct djinn_state_hdr hdr; /* the counts, as entries are added */
 	uint32_t nr_pieces; /* PIECES entries so far */
 	int err;
+	/* a crash journal's record (net/journal.h): written while requests
+	 * run, it copies nothing (no state-data), and what it cannot point
+	 * at in place is written lost, as lost to a crash */
+	bool journal;
 };
 
 /* 0, or a negative errno (nothing to abort then). */
@@ -63,6 +67,11 @@ int state_out_pieces(struct state_out *o, uint32_t device,
  * first error (nothing kept). */
 int state_out_end(struct state_out *o, int *rec_fd, int *data_fd);
 void state_out_abort(struct state_out *o);
+/* A crash journal's record (net/journal.h): no state-data, @journal set;
+ * state_out_record() finishes its header and says where it is (the
+ * state_out's until state_out_abort()). 0, or a negative errno. */
+int state_out_begin_journal(struct state_out *o);
+int state_out_record(struct state_out *o, const uint8_t **rec, size_t *len);
 
 struct state_in {
 	const uint8_t *rec;

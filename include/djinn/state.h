@@ -72,8 +72,9 @@
 /* 3: djinn_state_conn.token (an older djinnd would name such a connection
  * by its uid: it refuses the record instead); 4: UPLOAD, and the kernel
  * sessions (djinn_state_session.kid), lost objects rather than lost
- * sessions */
-#define DJINN_STATE_VERSION 4
+ * sessions; 5: objects lost to a crash (DJINN_STATE_LOST_CRASH), the
+ * crash journal's records */
+#define DJINN_STATE_VERSION 5
 /* the oldest version a djinnd of this one reads (1: no POOL, no PIECES;
  * 2: no connection of a token socket) */
 #define DJINN_STATE_VERSION_MIN 1
@@ -84,6 +85,54 @@
  * lie; an offset with both DJINN_STATE_IN_POOL and DJINN_STATE_SWAPPED
  * names one piece of it (version 4) */
 #define DJINN_STATE_SWAP_ARENA (1U << 31)
+
+/* Why an object came back lost (djinn_state_tensor.lost,
+ * djinn_state_obj.lost): its bytes were in the memory of a device a fault
+ * lost, or djinnd crashed and its journal does not keep them (a
+ * context's cache, a GPU's memory: version 5) */
+#define DJINN_STATE_LOST_DEVICE 1
+#define DJINN_STATE_LOST_CRASH 2
+
+/*
+ * DOC: crash journal
+ *
+ * A djinnd under a service manager's fd store keeps a record of its
+ * state there at all times, so that a crash (SIGKILL, a segfault) does
+ * not lose its sessions: the memfd "journal-PID-TIME" (the djinnd that
+ * writes it, and when it began, in hex), stored at start beside its devices' pools and swap arenas
+ * ("pool-N", "swap-N") and /dev/djinn's file ("kmod"). It begins with a
+ * struct djinn_journal_hdr; its two slots each hold one record, written
+ * whole into the slot not in use, after which @commit names it: a crash
+ * in the middle of a write leaves the record before it. The records are
+ * state records as above, with no CONN entry and nothing in
+ * "state-data" (each one's @data_size is 0): what they keep lies in place
+ * in the pools and swap arenas, and what cannot (a context's cache and
+ * logits, a GPU's memory) is written lost, DJINN_STATE_LOST_CRASH. The
+ * next djinnd copies the committed record into a memfd of its own and
+ * restores it as it does a planned restart's.
+ */
+#define DJINN_JOURNAL_MAGIC 0x314e524a4e4e494aULL /* "JINNJRN1" */
+
+/**
+ * struct djinn_journal_hdr - the journal's first bytes
+ * @magic:  DJINN_JOURNAL_MAGIC
+ * @hdr_size: sizeof(struct djinn_journal_hdr)
+ * @commit: the record in force: its sequence number times two, plus its
+ *          slot (0 or 1); 0: none yet. Written last, in one store.
+ * @slot:   each slot's record: its sequence number, and where it lies in
+ *          the file (@off, @len bytes)
+ */
+struct djinn_journal_hdr {
+	__u64 magic;
+	__u32 hdr_size;
+	__u32 __reserved;
+	__u64 commit;
+	struct {
+		__u64 seq;
+		__u64 off;
+		__u64 len;
+	} slot[2];
+};
 
 /**
  * struct djinn_state_hdr - the record's first bytes
@@ -195,7 +244,8 @@ enum djinn_state_tensor_kind {
  * @fp:    a text entry's SHA-256
  * @lost:  its bytes were in the memory of a device a fault had lost
  *         (no bytes follow): it comes back as a handle every use of which
- *         but releasing answers -EIO (version 4)
+ *         but releasing answers -EIO (version 4); the value says why:
+ *         DJINN_STATE_LOST_DEVICE, or DJINN_STATE_LOST_CRASH (version 5)
  */
 struct djinn_state_tensor {
 	__u32 slot;
@@ -221,6 +271,9 @@ enum djinn_state_obj_kind {
  * the contexts on it, come back lost rather than failing the restore) */
 #define DJINN_STATE_OBJ_UPLOAD (1u << 0)
 #define DJINN_STATE_OBJ_LOSSY (1u << 1)
+/* with DJINN_STATE_OBJ_LOSSY: lost to a crash, not a device's fault
+ * (version 5) */
+#define DJINN_STATE_OBJ_CRASH (1u << 2)
 
 /**
  * struct djinn_state_obj - a model or context handle of a session
@@ -237,7 +290,7 @@ enum djinn_state_obj_kind {
  * @lost:   what it held was in the memory of a device a fault had lost
  *          (an uploaded model's weights, a context's cache): it comes
  *          back as a handle every use of which but closing answers -EIO
- *          (version 4)
+ *          (version 4); why, as a tensor's
  * @flags:  DJINN_STATE_OBJ_* (version 4)
  */
 struct djinn_state_obj {
