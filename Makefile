@@ -256,7 +256,7 @@ $(BUILD)/tests/integration/test_man: tests/integration/test_man.sh
 	@echo "  INSTALL $@"
 	$(Q)install -m 755 $< $@
 
-$(INTEG_BINS): %: %.o $(BUILD)/tests/integration/daemon.o $(BUILD)/tests/integration/store.o \
+$(INTEG_BINS): %: %.o $(BUILD)/tests/integration/daemon.o $(BUILD)/lib/fdstore_standin.o \
 		$(BUILD)/tests/integration/fixture.o | $(DJINND)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka -lcrypto -lm

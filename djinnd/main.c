@@ -87,6 +87,8 @@ static void usage(FILE *f)
 		"                           one\n"
 		"      --cpu-device-only    reach CPU devices' memory only through\n"
 		"                           copies, as a GPU's: for tests only\n"
+		"      --no-crash-journal   under an fd store, keep no journal of\n"
+		"                           the state: a crash loses the sessions\n"
 		"  -h, --help, -V, --version\n"
 		"Flags override the file; their relative paths are taken against\n"
 		"the current directory. Defaults: sockets in /run/djinn/ for root,\n"
@@ -106,6 +108,7 @@ enum {
 	OPT_GPU_MEM,
 	OPT_COMPUTE_THREADS,
 	OPT_HANDOVER,
+	OPT_NO_CRASH_JOURNAL,
 };
 
 static const struct option opts[] = {
@@ -128,6 +131,7 @@ static const struct option opts[] = {
 	{ "log-level", required_argument, NULL, 'L' },
 	{ "log-file", required_argument, NULL, OPT_LOG_FILE },
 	{ "fault-injection", no_argument, NULL, OPT_FAULT_INJECTION },
+	{ "no-crash-journal", no_argument, NULL, OPT_NO_CRASH_JOURNAL },
 	{ "cpu-device-only", no_argument, NULL, OPT_CPU_DEVICE_ONLY },
 	{ "handover", required_argument, NULL, OPT_HANDOVER },
 	{ "sched-policy", required_argument, NULL, OPT_SCHED_POLICY },
@@ -150,6 +154,7 @@ struct args {
 	bool fault_injection;
 	/* --cpu-device-only: the same, for the GPU's data paths on a CPU */
 	bool cpu_device_only;
+	bool no_crash_journal; /* --no-crash-journal */
 	/* --handover, against @cwd */
 	const char *handover;
 	char handover_abs[PATH_MAX + 64];
@@ -232,6 +237,9 @@ static int parse_args(struct args *a)
 		case OPT_CPU_DEVICE_ONLY:
 			a->cpu_device_only = true;
 			break;
+		case OPT_NO_CRASH_JOURNAL:
+			a->no_crash_journal = true;
+			break;
 		case OPT_HANDOVER:
 			a->handover = against_cwd(a, optarg, a->handover_abs,
 						  sizeof(a->handover_abs));
@@ -313,6 +321,7 @@ static int config_build(struct djinnd_config *c, const struct args *a)
 	}
 	c->srv.fault_injection = a->fault_injection;
 	c->srv.cpu_device_only = a->cpu_device_only;
+	c->srv.no_crash_journal = a->no_crash_journal;
 	c->srv.handover = a->handover;
 	return config_validate(c);
 }

@@ -34,6 +34,7 @@
 #include "model/store.h"
 #include "net/conn.h"
 #include "net/fdstore.h"
+#include "net/journal.h"
 #include "net/ident.h"
 #include "net/restart.h"
 #include "net/tls.h"
@@ -193,6 +194,7 @@ static void before_sleep(struct loop *l)
 
 	conns_close_failed(srv);
 	devices_watch(srv);
+	journal_commit(srv);
 }
 
 static uint64_t dead_watch_tick(struct loop_timer *t, uint64_t now)
@@ -728,17 +730,22 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	if (ret < 0)
 		return ret; /* a handover that failed: not in its place */
 	/* the leases after: a predecessor's /dev/djinn is passed with its
-	 * sessions, whose kernel sessions live on it */
+	 * sessions, whose kernel sessions live on it; the store keeps it
+	 * with the record until the restore (a start that fails before
+	 * leaves both for the next). Without a record to restore (a crash
+	 * journal's that holds none, say) the file is not taken over: the
+	 * proxies on it end with it. */
 	kfd = fdstore_take(RESTART_KMOD_FD);
-	ret = lease_provider_open(&srv->sessions, cfg->leases, kfd,
-				  &srv->sessions.leases);
-	if (ret)
-		return ret;
 	ret = restart_record_open(srv);
-	/* the store keeps it with the record until the restore (a start
-	 * that fails before leaves both for the next) */
-	if (kfd >= 0 && !srv->restore)
-		fdstore_forget(RESTART_KMOD_FD);
+	if (kfd >= 0 && !srv->restore) {
+		fdstore_drop(RESTART_KMOD_FD, kfd);
+		kfd = -1;
+	}
+	if (!ret)
+		ret = lease_provider_open(&srv->sessions, cfg->leases, kfd,
+					  &srv->sessions.leases);
+	else if (kfd >= 0)
+		close(kfd);
 	if (!ret && !cuda)
 		ret = devices_open(srv);
 	if (ret)
@@ -766,6 +773,13 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	ret = listeners_open(srv);
 	if (ret)
 		return ret;
+	/* once restored: a crash from here keeps the sessions (a journal
+	 * that cannot start is logged, and djinnd serves without) */
+	journal_start(srv, srv->journal_prev);
+	for (char **p = srv->journal_prev; p && *p; p++)
+		free(*p);
+	free(srv->journal_prev);
+	srv->journal_prev = NULL;
 	session_table_start(&srv->sessions);
 	srv->loop.before_sleep = before_sleep;
 	srv->dead_watch.fn = dead_watch_tick;
@@ -791,6 +805,7 @@ int server_run(struct server *srv)
 
 void server_exit(struct server *srv)
 {
+	journal_stop(srv);
 	restart_abandon(srv, false);
 	if (srv->nr_dev && srv->dev[0].exec)
 		while (!list_empty(&srv->sessions.list))

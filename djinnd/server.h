@@ -133,6 +133,9 @@ struct server_config {
 	/* --handover PATH: take the listening sockets from the djinnd that
 	 * serves PATH, and serve PATH for the next one (net/fdstore.h) */
 	const char *handover;
+	/* --no-crash-journal: no journal in the fd store (net/journal.h):
+	 * a crash loses the sessions */
+	bool no_crash_journal;
 	bool cpu_device_only; /* --cpu-device-only: a CPU device's memory is
 			       * reached through the provider's copies only,
 			       * as a GPU's (provider.device_only): tests */
@@ -211,6 +214,17 @@ struct server {
 	struct restart *restart;
 	/* a predecessor's record, read at start until it is restored */
 	struct restart_in *restore;
+	/* the crash journal (net/journal.h), or NULL; @jdone: its records
+	 * written (a reply whose @need is past it waits: UINT64_MAX without
+	 * a journal), @jdirty: one is owed; @journal_prev: a predecessor's
+	 * journal's name in the store, forgotten once this one's is in */
+	struct journal *journal;
+	uint64_t jdone;
+	bool jdirty;
+	char **journal_prev; /* NULL-terminated */
+	/* posted when a free waits for a record (jwake_on: made) */
+	struct loop_notify jwake;
+	bool jwake_on;
 	bool term_pending; /* a SIGTERM came during it: drain if it fails */
 	/* 0, or DJINND_EXIT_DEVICE_DEAD once a device died (then
 	 * @dead_msg says which and why): djinnd drains and exits with it */

@@ -19,7 +19,7 @@ $(DJINN_TOOL): $(BUILD)/tools/djinn.o $(BUILD)/tools/cli.o $(BUILD)/libdjinn.so
 # (static), set up by tests/integration/libdjinn_fx.c: what they link
 # besides their own object (mk/devices.mk, fault.mk and sched.mk), and
 # how (test_kernels too, which links fixture.o instead of libdjinn_fx.o).
-LIBDJINN_FX := $(BUILD)/tests/integration/daemon.o $(BUILD)/tests/integration/store.o \
+LIBDJINN_FX := $(BUILD)/tests/integration/daemon.o $(BUILD)/lib/fdstore_standin.o \
 	       $(BUILD)/tests/integration/libdjinn_fx.o $(LIBDJINN_A)
 define link_libdjinn_test
 @echo "  LD      $@"

@@ -85,7 +85,7 @@ $(BUILD)/tests/gpu/test_%: $(BUILD)/tests/gpu/test_%.o $(BUILD)/tests/gpu/gpu.o 
 # Client kernels over the wire: a djinnd --backend cuda (started by
 # tests/integration/daemon.c) spoken to through libdjinn.
 $(BUILD)/tests/gpu/test_cuda_wire: $(BUILD)/tests/gpu/test_cuda_wire.o \
-		$(BUILD)/tests/gpu/gpu.o $(BUILD)/tests/integration/daemon.o $(BUILD)/tests/integration/store.o \
+		$(BUILD)/tests/gpu/gpu.o $(BUILD)/tests/integration/daemon.o $(BUILD)/lib/fdstore_standin.o \
 		$(CUDA_OBJS) $(filter %.a,$(LIBS_BACKEND)) $(LIBDJINN_A) | $(DJINND)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter-out $(CUDA_OBJS),$(filter %.o,$^)) \

@@ -9,7 +9,7 @@ all: $(EXHAUST_TEST)
 TESTS += $(EXHAUST_TEST)
 
 $(EXHAUST_TEST): $(BUILD)/tests/integration/test_exhaust.o \
-		$(BUILD)/tests/integration/daemon.o $(BUILD)/tests/integration/store.o \
+		$(BUILD)/tests/integration/daemon.o $(BUILD)/lib/fdstore_standin.o \
 		$(BUILD)/tests/integration/fixture.o | $(DJINND)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) -lcmocka -lcrypto -lm

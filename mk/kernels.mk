@@ -11,7 +11,7 @@ all: $(KERNELS_TEST)
 TESTS += $(KERNELS_TEST)
 
 $(KERNELS_TEST): $(BUILD)/tests/integration/test_kernels.o \
-		$(BUILD)/tests/integration/daemon.o $(BUILD)/tests/integration/store.o \
+		$(BUILD)/tests/integration/daemon.o $(BUILD)/lib/fdstore_standin.o \
 		$(BUILD)/tests/integration/fixture.o $(LIBDJINN_A) | $(DJINND)
 	$(link_libdjinn_test)
 

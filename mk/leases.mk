@@ -33,7 +33,7 @@ $(KT_DJ_BINS): $(KT_DIR)/%: $(KT_DIR)/guest/%.o $(KT_DIR)/guest/kt.o \
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(KT_LIBS)
 # test_djinnd plays systemd's fd store as the integration tests do
-$(KT_DIR)/test_djinnd: $(BUILD)/tests/integration/store.o
+$(KT_DIR)/test_djinnd: $(BUILD)/lib/fdstore_standin.o
 KT_BINS += $(KT_DJ_BINS) $(DJINND) $(DJINNCTL)
 $(KT_INITRD): $(KT_DJ_BINS) $(DJINND) $(DJINNCTL)
 

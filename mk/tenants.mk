@@ -13,7 +13,7 @@ all: $(TENANTS_TEST)
 TESTS += $(TENANTS_TEST)
 
 $(TENANTS_TEST): $(BUILD)/tests/integration/test_tenants.o \
-		$(BUILD)/tests/integration/daemon.o $(BUILD)/tests/integration/store.o \
+		$(BUILD)/tests/integration/daemon.o $(BUILD)/lib/fdstore_standin.o \
 		$(BUILD)/tests/integration/fixture.o | $(DJINND)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) -lcmocka -lcrypto -lm

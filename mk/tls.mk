@@ -20,7 +20,7 @@ all: $(TLS_TEST) $(RECONNECT_TEST)
 TESTS += $(TLS_TEST) $(RECONNECT_TEST)
 
 $(TLS_TEST) $(RECONNECT_TEST): %: %.o \
-		$(BUILD)/tests/integration/daemon.o $(BUILD)/tests/integration/store.o \
+		$(BUILD)/tests/integration/daemon.o $(BUILD)/lib/fdstore_standin.o \
 		$(BUILD)/tests/integration/fixture.o $(LIBDJINN_A) \
 		$(COMMON_LIB) | $(DJINND)
 	@echo "  LD      $@"

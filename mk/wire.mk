@@ -11,7 +11,7 @@ all: $(WIRE_TEST)
 TESTS += $(WIRE_TEST)
 
 $(WIRE_TEST): $(BUILD)/tests/integration/test_wire_sizes.o \
-		$(BUILD)/tests/integration/daemon.o $(BUILD)/tests/integration/store.o $(COMMON_LIB) | $(DJINND)
+		$(BUILD)/tests/integration/daemon.o $(BUILD)/lib/fdstore_standin.o $(COMMON_LIB) | $(DJINND)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(COMMON_LIB) \
 		-lcmocka -lcrypto -lm

@@ -39,6 +39,47 @@ static struct passed {
 	bool state;
 } passed = { .pred = -1, .sock = -1 };
 
+/* The names this djinnd knows are in the store: those it stored, and
+ * those passed and taken, until it has the store forget them
+ * (fdstore_has()). */
+static struct {
+	char **names;
+	unsigned int n;
+} held;
+
+static int held_find(const char *name)
+{
+	for (unsigned int i = 0; i < held.n; i++)
+		if (!strcmp(held.names[i], name))
+			return (int)i;
+	return -1;
+}
+
+static void held_add(const char *name)
+{
+	char **names, *dup;
+
+	if (held_find(name) >= 0)
+		return;
+	names = realloc(held.names, (held.n + 1) * sizeof(*names));
+	if (!names)
+		return;
+	held.names = names;
+	dup = strdup(name);
+	if (dup)
+		held.names[held.n++] = dup;
+}
+
+static void held_del(const char *name)
+{
+	int i = held_find(name);
+
+	if (i < 0)
+		return;
+	free(held.names[i]);
+	held.names[i] = held.names[--held.n];
+}
+
 /* How long a successor waits for each message of a handover: the
  * predecessor first lets its requests in flight finish. */
 #define HANDOVER_WAIT_MS ((RESTART_QUIESCE_S + RESTART_READY_S) * 1000)
@@ -329,6 +370,8 @@ int fdstore_take(const char *name)
 		if (fd < 0 || strcmp(passed.names[i], name))
 			continue;
 		passed.fds[i] = -1;
+		if (passed.from_store)
+			held_add(name);
 		return fd;
 	}
 	return -1;
@@ -427,9 +470,26 @@ bool fdstore_handed_state(void)
 	return passed.state;
 }
 
+int fdstore_take_prefix(const char *prefix, char *name, size_t len)
+{
+	for (int i = 0; i < passed.n; i++)
+		if (passed.fds[i] >= 0 &&
+		    !strncmp(passed.names[i], prefix, strlen(prefix))) {
+			snprintf(name, len, "%s", passed.names[i]);
+			return fdstore_take(passed.names[i]);
+		}
+	return -1;
+}
+
+bool fdstore_has(const char *name)
+{
+	return held_find(name) >= 0;
+}
+
 void fdstore_forget(const char *name)
 {
-	if (passed.from_store)
+	held_del(name);
+	if (passed.from_store || fdstore_present())
 		sd_notifyf(0, "FDSTOREREMOVE=1\nFDNAME=%s", name);
 }
 
@@ -457,6 +517,7 @@ bool fdstore_keep(const char *name, int fd, bool poll)
 			 ret ? strerror(-ret) : "no store");
 		return false;
 	}
+	held_add(name);
 	return true;
 }
 

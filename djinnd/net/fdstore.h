@@ -70,6 +70,13 @@ int fdstore_handover_finish(void);
 /* Store @fd under @name, dropped by the store if it hangs up (@poll):
  * true when a store took the message. */
 bool fdstore_keep(const char *name, int fd, bool poll);
+/* The first passed fd whose name begins with @prefix, now the caller's,
+ * its name in @name; or -1. */
+int fdstore_take_prefix(const char *prefix, char *name, size_t len);
+/* Whether @name is in the store as far as this djinnd knows: it stored
+ * it, or took it as passed from the store, and has not had the store
+ * forget it since (the crash journal keeps the pools there once). */
+bool fdstore_has(const char *name);
 /* Whether djinnd runs under a store ($NOTIFY_SOCKET). */
 bool fdstore_present(void);
 /* @prefix and @spec, escaped, into @out: 0, or -ENAMETOOLONG past

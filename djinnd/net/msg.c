@@ -20,6 +20,7 @@
 #include "svc/model.h"
 #include "svc/svc.h"
 #include "net/conn.h"
+#include "net/journal.h"
 #include "model/store.h"
 #include "net/msg.h"
 #include "net/tls.h"
@@ -218,6 +219,7 @@ static void session_ended(struct session *s, void *arg)
 	struct conn *c;
 
 	svc_model_session_ended(s);
+	journal_dirty(srv); /* its end, whoever ended it */
 	list_for_each_entry(c, &srv->conns, node) {
 		conn_detach(c, s->id);
 		msg_stream_session_ended(c, s);

@@ -22,6 +22,7 @@
 #include "server.h"
 #include "net/conn.h"
 #include "net/fdstore.h"
+#include "net/journal.h"
 #include "net/restart.h"
 #include "net/tls.h"
 #include "session/lease.h"
@@ -199,13 +200,15 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 	for (unsigned int d = 0; d < srv->nr_dev && ok; d++) {
 		if (!svc_state_in_pool(&srv->dev[d]))
 			continue;
+		/* the crash journal's are there already */
 		snprintf(name, sizeof(name), "pool-%u", d);
-		ok = fdstore_keep(name, pool_fd(&srv->dev[d]), false);
+		ok = fdstore_has(name) ||
+		     fdstore_keep(name, pool_fd(&srv->dev[d]), false);
 		snprintf(name, sizeof(name), "swap-%u", d);
-		if (ok && arena_fd(&srv->dev[d]) >= 0)
+		if (ok && arena_fd(&srv->dev[d]) >= 0 && !fdstore_has(name))
 			ok = fdstore_keep(name, arena_fd(&srv->dev[d]), false);
 	}
-	if (ok && kmod_fd(srv) >= 0)
+	if (ok && kmod_fd(srv) >= 0 && !fdstore_has(RESTART_KMOD_FD))
 		ok = fdstore_keep(RESTART_KMOD_FD, kmod_fd(srv), false);
 	if (!ok || !fdstore_keep("state-data", data_fd, false) ||
 	    !fdstore_keep("state", rec_fd, false)) {
@@ -232,6 +235,8 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 		   "the fd store in %llu ms; exiting",
 		   (unsigned long long)srv->sessions.nr, kept, nr_conns,
 		   (unsigned long long)((loop_now() - r->t0) / NSEC_PER_MSEC));
+	/* the record in the store is newer than the journal's */
+	journal_handed_over(srv, false);
 	sd_notify(0, "STATUS=state kept in the fd store; exiting");
 	tls_goaway(srv);
 	/* a dead device's: failed, for Restart=on-failure, which keeps
@@ -419,6 +424,8 @@ out:
 	 * socket or end a session on its way out, but for the TLS
 	 * connections it does not have. */
 	log_notice("restart: pid %d serves; exiting", (int)r->pid);
+	/* the successor keeps a journal of its own, if under a store */
+	journal_handed_over(srv, true);
 	tls_goaway(srv);
 	_exit(0);
 }
@@ -616,13 +623,23 @@ struct restart_in {
 	uint64_t t0;
 };
 
-/* The store lets go of the record and its pools: taken for good. */
-static void record_forget(const struct restart_in *r)
+/* Whether this djinnd will keep a crash journal (net/journal.h), which
+ * keeps the pools and /dev/djinn's file in the store, as they are. */
+static bool journal_wanted(const struct server *srv)
+{
+	return fdstore_present() && !srv->cfg.no_crash_journal;
+}
+
+/* The store lets go of the record and its pools: taken for good (with
+ * @keep, the pools stay: the journal keeps them). */
+static void record_forget(const struct restart_in *r, bool keep)
 {
 	char name[24];
 
 	fdstore_forget("state");
 	fdstore_forget("state-data");
+	if (keep)
+		return;
 	fdstore_forget(RESTART_KMOD_FD);
 	for (uint32_t i = 0; r->in.hdr && i < r->in.nr_pools; i++) {
 		uint32_t dev = r->in.pools[i]->device;
@@ -651,6 +668,74 @@ static void record_close(struct restart_in *r)
 	free(r);
 }
 
+/* When the record in @fd was written (CLOCK_MONOTONIC), or 0. */
+static uint64_t written(int fd)
+{
+	struct djinn_state_hdr h;
+
+	return pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) ?
+		       h.written_ns :
+		       0;
+}
+
+/*
+ * The crash journals passed from the store (a predecessor's; more than
+ * one only if a djinnd died before it could have the store forget the
+ * one before): each taken, the store to forget each once this djinnd's
+ * own is in (srv->journal_prev, net/journal.h); the newest record in
+ * force among them restored, copied into @r's two fds. 0 when there is
+ * one to restore. Only without a planned restart's record, which is
+ * newer (fdstore_retain() drops the journals then).
+ */
+static int journal_open(struct server *srv, struct restart_in *r)
+{
+	char name[FDSTORE_NAME_MAX + 1], msg[256], best[FDSTORE_NAME_MAX + 1];
+	unsigned int n = 0;
+	int jfd, found = -ENOENT;
+
+	while ((jfd = fdstore_take_prefix(JOURNAL_FD_PREFIX, name,
+					  sizeof(name))) >= 0) {
+		char **prev =
+			realloc(srv->journal_prev, (n + 2) * sizeof(*prev));
+		int rec_fd, data_fd,
+			ret = journal_record(jfd, &rec_fd, &data_fd, msg,
+					     sizeof(msg));
+
+		close(jfd);
+		if (prev) {
+			srv->journal_prev = prev;
+			prev[n] = strdup(name);
+			n += prev[n] != NULL;
+			prev[n] = NULL;
+		}
+		if (ret && ret != -ENOENT)
+			log_err("restart: the crash journal %s cannot be "
+				"read: %s",
+				name, msg);
+		if (ret)
+			continue;
+		if (!found && written(rec_fd) <= written(r->rec_fd)) {
+			close(rec_fd);
+			close(data_fd);
+			continue;
+		}
+		if (!found) {
+			close(r->rec_fd);
+			close(r->data_fd);
+		}
+		r->rec_fd = rec_fd;
+		r->data_fd = data_fd;
+		snprintf(best, sizeof(best), "%s", name);
+		found = 0;
+	}
+	if (!found)
+		log_notice("restart: djinnd stopped without handing its state "
+			   "over (a crash): restoring the record in force in "
+			   "%s",
+			   best);
+	return found;
+}
+
 int restart_record_open(struct server *srv)
 {
 	struct restart_in *r;
@@ -665,7 +750,7 @@ int restart_record_open(struct server *srv)
 	r->t0 = loop_now();
 	r->rec_fd = fdstore_take("state");
 	r->data_fd = fdstore_take("state-data");
-	if (r->rec_fd < 0 && r->data_fd < 0) {
+	if (r->rec_fd < 0 && r->data_fd < 0 && journal_open(srv, r)) {
 		free(r);
 		return 0;
 	}
@@ -708,7 +793,7 @@ int restart_record_open(struct server *srv)
 	srv->restore = r;
 	return 0;
 fail:
-	record_forget(r);
+	record_forget(r, false);
 	record_close(r);
 	/* from a store djinnd starts afresh; a --handover predecessor
 	 * serves on */
@@ -752,7 +837,7 @@ int restart_swap(struct server *srv, unsigned int index,
 void restart_abandon(struct server *srv, bool forget)
 {
 	if (srv->restore && forget)
-		record_forget(srv->restore);
+		record_forget(srv->restore, false);
 	if (srv->restore)
 		record_close(srv->restore);
 	srv->restore = NULL;
@@ -785,7 +870,7 @@ int restart_restore(struct server *srv)
 
 	if (!r)
 		goto unkeep;
-	record_forget(r);
+	record_forget(r, journal_wanted(srv));
 	ret = svc_state_restore(&r->in, &srv->sessions, srv->dev, srv->nr_dev,
 				msg, sizeof(msg));
 	if (ret) {

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "server.h"
 #include "net/conn.h"
+#include "net/journal.h"
 #include "net/tls.h"
 #include "session/lease.h"
 #include "session/session.h"
@@ -43,7 +44,9 @@ conn_queue(struct conn *c, const struct djinn_hdr *req, uint32_t flags,
 	   void (*done)(void *arg), void *arg)
 {
 	struct out_msg *m;
+	bool gate = c->gate_next;
 
+	c->gate_next = false;
 	/* A closing connection still sends what it owes (a drain answers
 	 * the graphs in flight), unless its socket is dead. */
 	if (c->tx_dead)
@@ -78,6 +81,11 @@ conn_queue(struct conn *c, const struct djinn_hdr *req, uint32_t flags,
 	}
 	m->done = done;
 	m->arg = arg;
+	/* what it says is done is in the journal before it is said */
+	if (c->srv->journal && (journal_gates(req->type) || gate)) {
+		m->need = c->srv->jdone + 1;
+		c->srv->jdirty = true;
+	}
 	list_add_tail(&m->node, &c->outq);
 	c->outq_msgs++;
 	/* The answer to the request being parsed (later answers are timed
@@ -347,6 +355,8 @@ void conn_send_next(struct conn *c)
 	if (list_empty(&c->outq) || c->sending || c->failed)
 		return;
 	m = list_first_entry(&c->outq, struct out_msg, node);
+	if (m->need > c->srv->jdone)
+		return; /* journal_commit() sends it */
 	/* data in parts: all it has is sent, the next part is on its way
 	 * (conn_part() calls again) */
 	if (m->part_done &&

@@ -29,7 +29,7 @@
 
 #include "array_size.h"
 #include "daemon.h"
-#include "store.h"
+#include "fdstore_standin.h"
 
 int64_t dj_now_ms(void)
 {

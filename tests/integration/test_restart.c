@@ -4,9 +4,12 @@
  * successor started with the same --handover path takes the sessions,
  * their tensors and the client connections over while clients keep
  * working, and one that cannot restore leaves the running djinnd serving
- * with nothing lost.
+ * with nothing lost. A crash (SIGKILL) under the fd store keeps the
+ * sessions too, through the crash journal djinnd keeps there: every
+ * change it answered is in the next djinnd, its clients attach again.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +26,7 @@
 #include <cmocka.h>
 
 #include "fixture.h"
-#include "store.h"
+#include "fdstore_standin.h"
 
 #define NR_CONNS 4
 #define NR_SESSIONS 100
@@ -1197,6 +1200,837 @@ static void test_dead_device_store(void **state)
 	djd_store_close(st);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Crashes under the fd store: the journal */
+
+/* The name of djinnd @pid's crash journal in the store ("journal-PID-"
+ * and when it began: any such, to the stand-in store). */
+static void journal_name(char *name, size_t len, pid_t pid)
+{
+	snprintf(name, len, "journal-%d-*", (int)pid);
+}
+
+/* The store holds djinnd @pid's journal, within 10 s (@want), or no more. */
+static bool journal_wait(struct djd_store *st, pid_t pid, bool want)
+{
+	char name[32];
+
+	journal_name(name, sizeof(name), pid);
+	return djd_store_wait(st, name, want, 10000);
+}
+
+/* SIGKILL djinnd @dd and reap it: it dies at once and says nothing to
+ * anyone. Returns its pid; none runs until djd_spawn_next(). */
+static pid_t crash_kill(struct djd *dd)
+{
+	pid_t old = dd->pid;
+	int status = 0;
+
+	assert_int_equal(kill(old, SIGKILL), 0);
+	assert_int_equal(waitpid(old, &status, 0), old);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	return old;
+}
+
+/*
+ * SIGKILL djinnd @dd (crash_kill()). Then start the next one with what
+ * the store holds (@dd->pid becomes its). Returns the pid of the one
+ * killed.
+ */
+static pid_t crash(struct djd *dd)
+{
+	pid_t old = crash_kill(dd);
+
+	dd->pid = djd_spawn_next(dd);
+	assert_true(dd->pid > 0);
+	return old;
+}
+
+/*
+ * A new connection to @dd's client socket once the djinnd started after
+ * a crash serves: its HELLO answered. The listening socket is in the
+ * store, so the connection waits in its backlog meanwhile; wait at most
+ * 60 s for the restore, failing at once if that djinnd exits.
+ */
+static int reconnect(struct djd *dd)
+{
+	int64_t deadline = dj_now_ms() + 60000;
+	uint64_t id = dj_next_id();
+	int fd = xconnect(dd->sock), status;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct dj_resp r;
+
+	assert_int_equal(dj_send(fd, DJINN_MSG_HELLO, id, 0, NULL, 0), 0);
+	while (poll(&p, 1, 10) <= 0) {
+		if (waitpid(dd->pid, &status, WNOHANG) == dd->pid) {
+			dd->pid = -1;
+			djd_log_tail(dd, 8192);
+			fail_msg("djinnd exited after the crash (status %#x)",
+				 status);
+		}
+		if (dj_now_ms() > deadline) {
+			djd_log_tail(dd, 8192);
+			fail_msg("djinnd does not serve 60 s after the crash");
+		}
+	}
+	assert_int_equal(dj_recv(fd, &r, DJ_TIMEOUT_MS), 1);
+	assert_int_equal(r.hdr.request_id, id);
+	if (r.error)
+		fail_msg("HELLO after the crash: %s", r.msg);
+	dj_resp_free(&r);
+	return fd;
+}
+
+/* Session @sid's ADMIN_SESSIONS entry on admin connection @adm; how
+ * many sessions there are in *@nr (may be NULL). */
+static struct djinn_admin_session admin_entry(int adm, uint64_t sid,
+					      uint32_t *nr)
+{
+	struct djinn_admin_session e = { 0 };
+	struct dj_resp r;
+	uint32_t n[2], i;
+
+	call_ok(adm, DJINN_MSG_ADMIN_SESSIONS, 0, NULL, 0, &r, -1);
+	assert_true(r.len >= 8);
+	memcpy(n, r.data, sizeof(n));
+	assert_int_equal(r.len, 8 + (uint64_t)n[0] * sizeof(e));
+	for (i = 0; i < n[0]; i++) {
+		memcpy(&e, r.data + 8 + i * sizeof(e), sizeof(e));
+		if (e.id == sid)
+			break;
+	}
+	dj_resp_free(&r);
+	if (i == n[0])
+		fail_msg("session %llu not in ADMIN_SESSIONS",
+			 (unsigned long long)sid);
+	if (nr)
+		*nr = n[0];
+	return e;
+}
+
+/* Session @s came back as it was (entry @was): attached on @fd by its
+ * token, the same tenant, label and priority, every byte. */
+static void check_attached(int fd, int adm, struct held *s,
+			   const struct djinn_admin_session *was)
+{
+	struct djinn_admin_session e;
+
+	attach(fd, s->sid, s->token);
+	s->fd = fd;
+	e = admin_entry(adm, s->sid, NULL);
+	assert_string_equal(e.tenant, was->tenant);
+	assert_string_equal(e.label, was->label);
+	assert_int_equal(e.priority, was->priority);
+	check_session(s);
+}
+
+/*
+ * Context @ctx of session @sid was lost in the crash: every request on
+ * it answers -EIO saying so, and CTX_FREE frees it.
+ */
+static void check_ctx_lost(int fd, uint64_t sid, uint64_t ctx)
+{
+	static const char lost[] = "was lost when djinnd crashed";
+	struct djinn_ctx_step st = { .ctx = ctx, .nr_tokens = 1 };
+	struct djinn_ctx_resume rs = { .ctx = ctx };
+	struct djinn_ctx_truncate tr = { .ctx = ctx };
+	uint8_t pf[sizeof(st) + sizeof(int32_t)];
+	const int32_t tok = 1;
+
+	memcpy(pf, &st, sizeof(st));
+	memcpy(pf + sizeof(st), &tok, sizeof(tok));
+	call_err(fd, DJINN_MSG_CTX_DECODE, sid, &st, sizeof(st), -EIO, lost);
+	call_err(fd, DJINN_MSG_CTX_PREFILL, sid, pf, sizeof(pf), -EIO, lost);
+	call_err(fd, DJINN_MSG_CTX_RESUME, sid, &rs, sizeof(rs), -EIO, lost);
+	call_err(fd, DJINN_MSG_CTX_RESET, sid, &ctx, 8, -EIO, lost);
+	call_err(fd, DJINN_MSG_CTX_FORK, sid, &ctx, 8, -EIO, lost);
+	call_err(fd, DJINN_MSG_CTX_TRUNCATE, sid, &tr, sizeof(tr), -EIO, lost);
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &ctx, 8);
+	call_err(fd, DJINN_MSG_CTX_DECODE, sid, &st, sizeof(st), -ENOENT, NULL);
+}
+
+/* A new context on @model: the prompt, then 4 greedy tokens, into @tok. */
+static uint64_t ctx_tokens(int fd, uint64_t sid, uint64_t model, int32_t tok[4])
+{
+	static const int32_t prompt[4] = { 2, 7, 1, 8 };
+	uint64_t ctx = ctx_new(fd, sid, model, 16);
+
+	prefill(fd, sid, ctx, prompt, 4, 0);
+	decode(fd, sid, ctx, 4, NULL, tok);
+	return ctx;
+}
+
+#define NR_CRASH 8
+
+/*
+ * A crash (SIGKILL) under the fd store keeps the sessions: djinnd keeps
+ * its pool and a journal of its state record there, each change in it
+ * before its answer, and the next djinnd restores from it. The
+ * connections die with djinnd; on a new one each session attaches by
+ * its token and has every byte, its tenant and priority, a tensor
+ * written after its create as written, a released handle still gone
+ * and a closed session still closed. A context comes back lost (every
+ * request on it -EIO, CTX_FREE frees it); its model, opened again by
+ * name, makes contexts that give the tokens it gave before. Each
+ * djinnd keeps a journal of its own, the old one's dropped, so a second
+ * crash, after a session made on the first successor, keeps them all
+ * again.
+ */
+static void test_crash_restart(void **state)
+{
+	struct djd_store *st = djd_store_open();
+	static struct held s[NR_CRASH + 1];
+	struct djinn_admin_session e[NR_CRASH + 1];
+	struct djinn_session_resp resp;
+	uint8_t patch[100], closed_token[16];
+	uint64_t model, ctx, closed;
+	int32_t want[4], got[4];
+	struct djd dd;
+	uint32_t nr;
+	pid_t old;
+	int fd, adm;
+
+	(void)state;
+	assert_non_null(st);
+	assert_int_equal(djd_start_store(&dd, "256M", LEASE_MS, NULL, st), 0);
+	assert_int_equal(djd_make_model(&dd, "m", TINY_GPT2), 0);
+	fd = xconnect(dd.sock);
+	adm = xconnect(dd.admin);
+	for (unsigned int i = 0; i < NR_CRASH; i++)
+		make_session(&s[i], fd, i);
+	/* a TENSOR_WRITE after the create */
+	fill(patch, sizeof(patch), 31337);
+	tensor_write(fd, s[1].sid, s[1].h[0], 10, patch, sizeof(patch));
+	memcpy(s[1].bytes[0] + 10, patch, sizeof(patch));
+	/* a session opened and closed again */
+	closed = open_at(__LINE__, fd, "closed", 4, 0, &resp);
+	memcpy(closed_token, resp.token, sizeof(closed_token));
+	close_session(fd, closed);
+	/* a model, and a context that has run */
+	model = model_open(fd, s[0].sid, "m").model;
+	ctx = ctx_tokens(fd, s[0].sid, model, want);
+	for (unsigned int i = 0; i < NR_CRASH; i++)
+		e[i] = admin_entry(adm, s[i].sid, NULL);
+	/* the journal is in the store: the pool and this djinnd's record */
+	assert_true(djd_store_wait(st, "pool-0", true, 10000));
+	assert_true(journal_wait(st, dd.pid, true));
+
+	old = crash(&dd);
+	/* the connections died with it: the clients connect again */
+	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
+	assert_int_equal(dj_wait_eof(adm, DJ_TIMEOUT_MS), 1);
+	close(fd);
+	close(adm);
+	fd = reconnect(&dd);
+	adm = xconnect(dd.admin);
+	for (unsigned int i = 0; i < NR_CRASH; i++)
+		check_attached(fd, adm, &s[i], &e[i]);
+	call_err(fd, DJINN_MSG_SESSION_ATTACH, closed, closed_token, 16, -EPERM,
+		 "no session");
+	(void)admin_entry(adm, s[0].sid, &nr);
+	assert_int_equal(nr, NR_CRASH);
+	check_ctx_lost(fd, s[0].sid, ctx);
+	ctx = ctx_tokens(fd, s[0].sid, model, got);
+	assert_memory_equal(got, want, sizeof(want));
+	/* the new djinnd's journal replaces the old one's */
+	assert_true(journal_wait(st, dd.pid, true));
+	assert_true(journal_wait(st, old, false));
+	assert_true(djd_store_has(st, "pool-0"));
+
+	/* a session made after the first crash, then a second crash */
+	make_session(&s[NR_CRASH], fd, NR_CRASH);
+	for (unsigned int i = 0; i < NR_CRASH; i++)
+		assert_true(s[i].sid != s[NR_CRASH].sid);
+	e[NR_CRASH] = admin_entry(adm, s[NR_CRASH].sid, NULL);
+	old = crash(&dd);
+	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
+	assert_int_equal(dj_wait_eof(adm, DJ_TIMEOUT_MS), 1);
+	close(fd);
+	close(adm);
+	fd = reconnect(&dd);
+	adm = xconnect(dd.admin);
+	for (unsigned int i = 0; i <= NR_CRASH; i++)
+		check_attached(fd, adm, &s[i], &e[i]);
+	(void)admin_entry(adm, s[0].sid, &nr);
+	assert_int_equal(nr, NR_CRASH + 1);
+	check_ctx_lost(fd, s[0].sid, ctx);
+	ctx = ctx_tokens(fd, s[0].sid, model, got);
+	assert_memory_equal(got, want, sizeof(want));
+	assert_true(journal_wait(st, dd.pid, true));
+	assert_true(journal_wait(st, old, false));
+	assert_true(djd_store_has(st, "pool-0"));
+
+	call_void(fd, DJINN_MSG_CTX_FREE, s[0].sid, &ctx, 8);
+	for (unsigned int i = 0; i <= NR_CRASH; i++) {
+		close_session(fd, s[i].sid);
+		for (unsigned int k = 0; k < 3; k++)
+			free(s[i].bytes[k]);
+	}
+	close(adm);
+	close(fd);
+	assert_int_equal(djd_stop(&dd, 20000), 0);
+	djd_store_close(st);
+}
+
+/*
+ * A client creating, writing and releasing tensors, on a connection
+ * and session of its own, until djinnd dies under it: what it was
+ * answered, tensor by tensor.
+ */
+#define LOAD_MAX 2048
+#define LOAD_MIN 200
+
+enum load_state {
+	LOAD_SENT, /* created, written, either in flight */
+	LOAD_MADE, /* created and written: both answered */
+	LOAD_RELEASING, /* its release in flight */
+	LOAD_RELEASED, /* its release answered */
+};
+
+struct writer {
+	pthread_t th;
+	int fd;
+	uint64_t sid;
+	uint8_t token[16];
+	volatile int killed, done;
+	volatile unsigned int n, made;
+	struct {
+		uint64_t h;
+		enum load_state state;
+	} t[LOAD_MAX];
+	long bad;
+	char why[DJINN_MAX_ERROR_MSG + 128];
+};
+
+/* Tensor @i: 2 to 5 KiB of bytes of its own. */
+static uint64_t load_len(unsigned int i)
+{
+	return 2048 + (i % 7) * 512;
+}
+
+static uint64_t load_seed(unsigned int i)
+{
+	return 70000 + i;
+}
+
+/* Whether the call gave a good answer (@want_len bytes); else the
+ * writer stops: quietly once djinnd was killed and the connection is
+ * gone, else with the reason. Never asserts: not the test's thread. */
+static bool writer_ok(struct writer *w, int ret, struct dj_resp *r,
+		      uint64_t want_len, const char *what, unsigned int i)
+{
+	if (ret == 1 && !r->error && r->len == want_len)
+		return true;
+	if (ret == 1) {
+		snprintf(w->why, sizeof(w->why),
+			 "tensor %u: %s answered %d (%s), %llu bytes", i, what,
+			 r->error, r->msg, (unsigned long long)r->len);
+		w->bad++;
+		dj_resp_free(r);
+	} else if (!w->killed) {
+		snprintf(w->why, sizeof(w->why), "tensor %u: %s: %s", i, what,
+			 ret_str(ret));
+		w->bad++;
+	}
+	return false;
+}
+
+static void *writer_run(void *arg)
+{
+	struct writer *w = arg;
+	uint8_t buf[4096 + 1024];
+
+	for (unsigned int i = 0; i < LOAD_MAX; i++) {
+		uint64_t len = load_len(i), half = len / 2;
+		struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, len);
+		struct djinn_tensor_resp tr;
+		struct dj_resp r;
+		unsigned int k;
+		size_t plen;
+		uint8_t *p;
+		int ret;
+
+		/* the first half with the create, the rest written */
+		fill(buf, len, load_seed(i));
+		w->t[i].state = LOAD_SENT;
+		w->n = i + 1;
+		p = create_payload(&d, DJINN_SEG_DATA, NULL, buf, half, &plen);
+		ret = dj_call(w->fd, DJINN_MSG_TENSOR_CREATE, w->sid, p, plen,
+			      &r);
+		free(p);
+		if (!writer_ok(w, ret, &r, sizeof(tr), "create", i))
+			break;
+		memcpy(&tr, r.data, sizeof(tr));
+		dj_resp_free(&r);
+		w->t[i].h = tr.handle;
+		p = write_payload(tr.handle, half, buf + half, len - half,
+				  &plen);
+		ret = dj_call(w->fd, DJINN_MSG_TENSOR_WRITE, w->sid, p, plen,
+			      &r);
+		free(p);
+		if (!writer_ok(w, ret, &r, 0, "write", i))
+			break;
+		dj_resp_free(&r);
+		w->t[i].state = LOAD_MADE;
+		w->made++;
+		/* every other one, release one made 5 before (each odd
+		 * one, once) */
+		if (i % 2 || i < 6)
+			continue;
+		k = i - 5;
+		w->t[k].state = LOAD_RELEASING;
+		ret = dj_call(w->fd, DJINN_MSG_TENSOR_RELEASE, w->sid,
+			      &w->t[k].h, 8, &r);
+		if (!writer_ok(w, ret, &r, 0, "release", k))
+			break;
+		dj_resp_free(&r);
+		w->t[k].state = LOAD_RELEASED;
+	}
+	w->done = 1;
+	return NULL;
+}
+
+/*
+ * A crash under load: djinnd is killed while a client creates, writes
+ * and releases tensors as fast as it is answered. Each tensor whose
+ * create and write were answered reads back whole, each release that
+ * was answered stays done (-ENOENT), and the session holds no other
+ * tensor but the one in flight at the kill, which may have been done
+ * or not. Sessions made before the load are kept whole.
+ */
+static void test_crash_under_load(void **state)
+{
+	struct djd_store *st = djd_store_open();
+	static struct writer w;
+	struct held s[4];
+	struct djinn_admin_session e[4], we;
+	struct djinn_session_resp resp;
+	unsigned int live = 0, unsure = 0, gone = 0;
+	uint8_t buf[4096 + 1024], got[4096 + 1024];
+	struct djd dd;
+	pid_t old;
+	int fd, adm;
+
+	(void)state;
+	assert_non_null(st);
+	memset(&w, 0, sizeof(w));
+	/* room for every tensor, none swapped out */
+	assert_int_equal(djd_start_store(&dd, "512M", LEASE_MS, NULL, st), 0);
+	fd = xconnect(dd.sock);
+	adm = xconnect(dd.admin);
+	for (unsigned int i = 0; i < 4; i++) {
+		make_session(&s[i], fd, i);
+		e[i] = admin_entry(adm, s[i].sid, NULL);
+	}
+	w.fd = xconnect(dd.sock);
+	w.sid = open_at(__LINE__, w.fd, "writer", 4, 0, &resp);
+	memcpy(w.token, resp.token, sizeof(w.token));
+	assert_true(journal_wait(st, dd.pid, true));
+	assert_int_equal(pthread_create(&w.th, NULL, writer_run, &w), 0);
+	for (int i = 0; i < 60000 && w.made < LOAD_MIN && !w.done; i++)
+		usleep(1000);
+	if (w.bad)
+		fail_msg("the writer, before the crash: %s", w.why);
+	assert_true(w.made >= LOAD_MIN);
+
+	/* the kill, while it writes */
+	w.killed = 1;
+	old = crash(&dd);
+	pthread_join(w.th, NULL);
+	if (w.bad)
+		fail_msg("the writer: %s", w.why);
+	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
+	assert_int_equal(dj_wait_eof(adm, DJ_TIMEOUT_MS), 1);
+	close(w.fd);
+	close(fd);
+	close(adm);
+
+	fd = reconnect(&dd);
+	adm = xconnect(dd.admin);
+	attach(fd, w.sid, w.token);
+	for (unsigned int i = 0; i < w.n; i++) {
+		struct djinn_tensor_io io = { .handle = w.t[i].h, .len = 1 };
+		struct dj_resp r;
+
+		switch (w.t[i].state) {
+		case LOAD_MADE:
+			live++;
+			fill(buf, load_len(i), load_seed(i));
+			tensor_read(fd, w.sid, w.t[i].h, 0, load_len(i), got);
+			if (memcmp(got, buf, load_len(i)))
+				fail_msg("tensor %u (handle %#llx) differs "
+					 "after the crash",
+					 i, (unsigned long long)w.t[i].h);
+			break;
+		case LOAD_RELEASED:
+			gone++;
+			assert_int_equal(dj_call(fd, DJINN_MSG_TENSOR_READ,
+						 w.sid, &io, sizeof(io), &r),
+					 1);
+			expect_error(&r, -ENOENT, NULL);
+			dj_resp_free(&r);
+			break;
+		default: /* in flight at the kill */
+			unsure++;
+			break;
+		}
+	}
+	assert_true(unsure <= 1);
+	assert_true(live + gone + unsure == w.n);
+	assert_true(gone > 0);
+	/* nothing else came back: no phantom, no release undone */
+	we = admin_entry(adm, w.sid, NULL);
+	assert_true(we.tensors >= live && we.tensors <= live + unsure);
+	for (unsigned int i = 0; i < 4; i++)
+		check_attached(fd, adm, &s[i], &e[i]);
+	assert_true(journal_wait(st, dd.pid, true));
+	assert_true(journal_wait(st, old, false));
+
+	close_session(fd, w.sid);
+	for (unsigned int i = 0; i < 4; i++) {
+		close_session(fd, s[i].sid);
+		for (unsigned int k = 0; k < 3; k++)
+			free(s[i].bytes[k]);
+	}
+	close(adm);
+	close(fd);
+	assert_int_equal(djd_stop(&dd, 20000), 0);
+	djd_store_close(st);
+}
+
+/*
+ * Clients killed under load, with djinnd itself killed in between:
+ * nothing leaks. NR_DOOMED clients, each a process of its own on a
+ * session with a short lease (DOOMED_LEASE_MS), create and release
+ * tensors as fast as they are answered (so memory is freed while the
+ * journal runs, held for its next record) when djinnd is killed; then,
+ * before the next djinnd starts, the clients are killed too: no one
+ * comes back for their sessions. The next djinnd restores them, with
+ * what was left of their leases, and with no heartbeat they expire and
+ * are reaped, each one's tensors freed, while two sessions made beside
+ * them, heartbeated, attach again whole. Once those are closed too, no
+ * session is left and the device's memory is back where it was before
+ * the first client came: neither the dead clients' tensors nor memory
+ * held for a journal record stayed.
+ */
+#define NR_DOOMED 4
+#define DOOMED_LEASE_MS 3000
+#define DOOMED_LIVE 3 /* tensors each keeps, releasing the oldest */
+#define DOOMED_ROUNDS 20 /* rounds of load before it says its session */
+
+static pid_t doomed[NR_DOOMED];
+
+/* What a doomed client tells the test: its session and token. */
+struct doomed_id {
+	uint64_t sid;
+	uint8_t token[16];
+};
+
+/* Once djinnd is gone (or anything fails), a doomed client only waits
+ * for its SIGKILL: it never exits of its own accord. */
+static void doomed_wait(void)
+{
+	for (;;)
+		pause();
+}
+
+/* A doomed client's tensor made, 8 to 20 KiB of its bytes: its handle,
+ * or 0. */
+static uint64_t doomed_make(int fd, uint64_t sid, unsigned int round)
+{
+	uint64_t len = 8192 + (round % 4) * 4096;
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, len);
+	struct djinn_tensor_resp tr;
+	uint8_t buf[8192 + 3 * 4096];
+	struct dj_resp r;
+	size_t plen;
+	uint8_t *p;
+	int ret;
+
+	fill(buf, len, sid * 1000 + round);
+	p = create_payload(&d, DJINN_SEG_DATA, NULL, buf, len, &plen);
+	ret = dj_call(fd, DJINN_MSG_TENSOR_CREATE, sid, p, plen, &r);
+	free(p);
+	if (ret != 1)
+		return 0;
+	if (r.error || r.len != sizeof(tr)) {
+		dj_resp_free(&r);
+		return 0;
+	}
+	memcpy(&tr, r.data, sizeof(tr));
+	dj_resp_free(&r);
+	return tr.handle;
+}
+
+/*
+ * Doomed client @i (a child process: it asserts nothing): opens a
+ * session with a lease of DOOMED_LEASE_MS, then, round after round,
+ * creates a tensor and releases the one made DOOMED_LIVE rounds before;
+ * after DOOMED_ROUNDS rounds it writes its id and token to @out, and
+ * goes on until djinnd stops answering.
+ */
+static void doomed_client(const char *sock, unsigned int i, int out)
+{
+	struct djinn_session_open o = {
+		.tenant = "doomed",
+		.priority = i % 8,
+		.lease_ns = DOOMED_LEASE_MS * NSEC_PER_MSEC,
+	};
+	uint64_t h[DOOMED_LIVE] = { 0 };
+	struct djinn_session_resp s;
+	struct doomed_id id;
+	struct dj_resp r;
+	int fd = dj_connect(sock);
+
+	if (fd < 0 ||
+	    dj_call(fd, DJINN_MSG_SESSION_OPEN, 0, &o, sizeof(o), &r) != 1)
+		doomed_wait();
+	if (r.error || r.len != sizeof(s)) {
+		dj_resp_free(&r);
+		doomed_wait();
+	}
+	memcpy(&s, r.data, sizeof(s));
+	dj_resp_free(&r);
+	id.sid = s.session_id;
+	memcpy(id.token, s.token, sizeof(id.token));
+	for (unsigned int round = 0;; round++) {
+		uint64_t *slot = &h[round % DOOMED_LIVE];
+
+		if (*slot) {
+			if (dj_call(fd, DJINN_MSG_TENSOR_RELEASE, id.sid, slot,
+				    8, &r) != 1)
+				doomed_wait();
+			if (r.error) {
+				dj_resp_free(&r);
+				doomed_wait();
+			}
+			dj_resp_free(&r);
+		}
+		*slot = doomed_make(fd, id.sid, round);
+		if (!*slot)
+			doomed_wait();
+		if (round == DOOMED_ROUNDS &&
+		    write(out, &id, sizeof(id)) != sizeof(id))
+			doomed_wait();
+	}
+}
+
+/* SIGKILL doomed client @i and reap it: whether it died of that. */
+static bool doomed_kill(unsigned int i)
+{
+	int status = 0;
+	pid_t pid = doomed[i];
+
+	doomed[i] = 0;
+	if (pid <= 0 || kill(pid, SIGKILL) || waitpid(pid, &status, 0) != pid)
+		return false;
+	return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+}
+
+/* The teardown: no doomed client outlives the test, failed or not. */
+static int doomed_teardown(void **state)
+{
+	(void)state;
+	for (unsigned int i = 0; i < NR_DOOMED; i++)
+		if (doomed[i] > 0)
+			(void)doomed_kill(i);
+	return 0;
+}
+
+/* How many sessions djinnd holds (ADMIN_SESSIONS, on @adm). */
+static uint32_t admin_count(int adm)
+{
+	struct dj_resp r;
+	uint32_t n[2];
+
+	call_ok(adm, DJINN_MSG_ADMIN_SESSIONS, 0, NULL, 0, &r, -1);
+	assert_true(r.len >= 8);
+	memcpy(n, r.data, sizeof(n));
+	dj_resp_free(&r);
+	return n[0];
+}
+
+/* ADMIN_VMU on @adm: the (one) device's memory. */
+static struct djinn_admin_vmu admin_vmu(int adm)
+{
+	struct djinn_admin_vmu v;
+	struct dj_resp r;
+
+	call_ok(adm, DJINN_MSG_ADMIN_VMU, 0, NULL, 0, &r, sizeof(v));
+	memcpy(&v, r.data, sizeof(v));
+	dj_resp_free(&r);
+	return v;
+}
+
+/* Why @b's free memory is not @a's (the stack's backing aside). */
+static const char *free_diff(const struct djinn_admin_vmu *a,
+			     const struct djinn_admin_vmu *b, char *why,
+			     size_t len)
+{
+	snprintf(why, len,
+		 "free %llu (stack %llu), was %llu (%llu): memory held "
+		 "for a journal record",
+		 (unsigned long long)b->free,
+		 (unsigned long long)b->seg[2].used,
+		 (unsigned long long)a->free,
+		 (unsigned long long)a->seg[2].used);
+	return why;
+}
+
+static void test_crash_clients_die(void **state)
+{
+	struct djd_store *st = djd_store_open();
+	static struct held s[2];
+	struct djinn_admin_session e[2];
+	struct doomed_id ids[NR_DOOMED];
+	struct djinn_admin_vmu base, v;
+	struct djinn_admin_stats stats;
+	struct dj_resp r;
+	const char *why;
+	char whybuf[256];
+	int64_t deadline;
+	uint32_t nr;
+	int fd, adm, pipefd[2];
+	struct djd dd;
+	pid_t old;
+
+	(void)state;
+	assert_non_null(st);
+	assert_int_equal(djd_start_store(&dd, "256M", LEASE_MS, NULL, st), 0);
+	adm = xconnect(dd.admin);
+	/* the device before any client: where its memory must come back */
+	base = admin_vmu(adm);
+
+	/* the doomed clients, each under load by the time it says its id */
+	assert_int_equal(pipe(pipefd), 0);
+	fflush(NULL);
+	for (unsigned int i = 0; i < NR_DOOMED; i++) {
+		pid_t pid = fork();
+
+		assert_true(pid >= 0);
+		if (!pid) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			close(pipefd[0]);
+			close(adm);
+			doomed_client(dd.sock, i, pipefd[1]);
+			_exit(1);
+		}
+		doomed[i] = pid;
+	}
+	close(pipefd[1]);
+	for (unsigned int i = 0; i < NR_DOOMED; i++) {
+		struct pollfd p = { .fd = pipefd[0], .events = POLLIN };
+
+		if (poll(&p, 1, DJ_TIMEOUT_MS) != 1 ||
+		    read(pipefd[0], &ids[i], sizeof(ids[i])) != sizeof(ids[i]))
+			fail_msg("doomed client %u of %u did not get going", i,
+				 NR_DOOMED);
+	}
+	close(pipefd[0]);
+	/* two sessions beside them, which come back (no text tensor:
+	 * make_session() makes one for every fifth, and text stays
+	 * cached, which would blur the memory's return) */
+	fd = xconnect(dd.sock);
+	for (unsigned int k = 0; k < 2; k++) {
+		make_session(&s[k], fd, k + 1);
+		e[k] = admin_entry(adm, s[k].sid, NULL);
+	}
+	/* every doomed session is there, none expired under the load */
+	for (unsigned int i = 0; i < NR_DOOMED; i++)
+		assert_true(admin_entry(adm, ids[i].sid, &nr).tensors > 0);
+	assert_int_equal(nr, NR_DOOMED + 2);
+	assert_true(journal_wait(st, dd.pid, true));
+
+	/* djinnd killed while the clients work; then the clients, before
+	 * the next djinnd starts: no one will come back for their sessions */
+	old = crash_kill(&dd);
+	for (unsigned int i = 0; i < NR_DOOMED; i++)
+		if (!doomed_kill(i))
+			fail_msg("doomed client %u did not die of its SIGKILL",
+				 i);
+	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
+	assert_int_equal(dj_wait_eof(adm, DJ_TIMEOUT_MS), 1);
+	close(fd);
+	close(adm);
+	dd.pid = djd_spawn_next(&dd);
+	assert_true(dd.pid > 0);
+
+	/* ours attach again whole; the doomed ones were restored too */
+	fd = reconnect(&dd);
+	adm = xconnect(dd.admin);
+	for (unsigned int k = 0; k < 2; k++)
+		check_attached(fd, adm, &s[k], &e[k]);
+	/* with nothing renewing them, the doomed sessions expire (what was
+	 * left of a DOOMED_LEASE_MS lease) and are reaped; ours, renewed
+	 * every 50 ms, stay */
+	deadline = dj_now_ms() + 5 * DOOMED_LEASE_MS + 10000;
+	for (;;) {
+		for (unsigned int k = 0; k < 2; k++) {
+			call_ok(fd, DJINN_MSG_HEARTBEAT, s[k].sid, NULL, 0, &r,
+				sizeof(struct djinn_session_resp));
+			dj_resp_free(&r);
+		}
+		nr = admin_count(adm);
+		if (nr == 2)
+			break;
+		if (dj_now_ms() > deadline)
+			fail_msg("%u sessions %d ms after the restart, want 2 "
+				 "(the doomed ones expired)",
+				 nr, 5 * DOOMED_LEASE_MS + 10000);
+		usleep(50000);
+	}
+	for (unsigned int i = 0; i < NR_DOOMED; i++)
+		call_err(fd, DJINN_MSG_SESSION_ATTACH, ids[i].sid, ids[i].token,
+			 16, -EPERM, "no session");
+	call_ok(adm, DJINN_MSG_ADMIN_STATS, 0, NULL, 0, &r, sizeof(stats));
+	memcpy(&stats, r.data, sizeof(stats));
+	dj_resp_free(&r);
+	assert_int_equal(stats.sessions_expired, NR_DOOMED);
+	for (unsigned int k = 0; k < 2; k++) {
+		(void)admin_entry(adm, s[k].sid, NULL);
+		check_session(&s[k]);
+	}
+
+	/*
+	 * Ours closed: no session, and the device's memory where it was
+	 * before the first client. vmu_diff(): the data segment's bytes
+	 * and regions, the text segment, what is committed but for the
+	 * stack's backing (which may stay between graphs), and what is
+	 * reserved. A region freed under the journal leaves "committed" at
+	 * once but is held, out of "free", until the next record is in
+	 * force (vmu_defer_free()): so "free" too, the stack's backing
+	 * (seg[2]) taken out as vmu_diff() does, must come back. Both are
+	 * waited for, not read once: the reaping, and the record that
+	 * lets the memory go, come after the answers this test saw.
+	 */
+	for (unsigned int k = 0; k < 2; k++) {
+		close_session(fd, s[k].sid);
+		for (unsigned int j = 0; j < 3; j++)
+			free(s[k].bytes[j]);
+	}
+	deadline = dj_now_ms() + 10000;
+	for (;;) {
+		nr = admin_count(adm);
+		v = admin_vmu(adm);
+		why = vmu_diff(&base, &v, whybuf, sizeof(whybuf));
+		if (!why &&
+		    v.free + v.seg[2].used != base.free + base.seg[2].used)
+			why = free_diff(&base, &v, whybuf, sizeof(whybuf));
+		if (!nr && !why)
+			break;
+		if (dj_now_ms() > deadline)
+			fail_msg("10 s after the last close: %u sessions, %s",
+				 nr, why ? why : "the VMU as it was");
+		usleep(50000);
+	}
+	assert_true(journal_wait(st, dd.pid, true));
+	assert_true(journal_wait(st, old, false));
+	close(adm);
+	close(fd);
+	assert_int_equal(djd_stop(&dd, 20000), 0);
+	djd_store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1225,6 +2059,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dead_device, setup_fault,
 						teardown),
 		cmocka_unit_test(test_dead_device_store),
+		cmocka_unit_test(test_crash_restart),
+		cmocka_unit_test(test_crash_under_load),
+		cmocka_unit_test_teardown(test_crash_clients_die,
+					  doomed_teardown),
 	};
 	int ret = fx_can_run();
 

@@ -35,6 +35,18 @@
  * rest is swapped out to host memory, whose copies (in the swap arena)
  * stay where they are across the restart too.
  *
+ * Crash restarts (1 and 8 GiB): djinnd runs under a stand-in for
+ * systemd's fd store (lib/fdstore_standin.h), which keeps its crash
+ * journal (djinnd/net/journal.h); it is killed (SIGKILL) while a client
+ * pings, and started again with what the store holds, as
+ * Restart=on-failure does. The pause is the longest gap between pings
+ * (libdjinn reconnects and attaches by itself); every tensor's bytes are
+ * checked after it, and the contexts, which a crash does not keep, are
+ * freed and prefilled again (the refill, timed apart). Beside it, what
+ * the journal costs: tensors made and released per second by one
+ * client, beside 32 sessions of 8 tensors each, with the journal and
+ * with --no-crash-journal.
+ *
  * It needs its own djinnd (not --addr) and about 1.5 times the session
  * data in memory (the pool, which both djinnds map, and room beside it):
  * a size that does not fit the machine's free memory is skipped, saying
@@ -53,9 +65,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/prctl.h>
+
 #include <djinn/djinn.h>
 
 #include "common.h"
+#include "fdstore_standin.h"
 
 #define SESSIONS 8
 #define CTXS 4 /* per session */
@@ -490,6 +505,272 @@ static void one_size(uint64_t gib, double peak, bool swapped)
 				.samples = 1 });
 }
 
+/* djinnd's command line again, with the store's fds passed (as systemd
+ * does for Restart=on-failure): its pid. */
+static pid_t start_from_store(struct djd_store *store, const char *log)
+{
+	char *const *argv = daemon_argv();
+	pid_t parent = getpid(), pid;
+
+	fflush(NULL);
+	djd_store_lock(store);
+	pid = fork();
+	if (!pid) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent || fd < 0)
+			_exit(127);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		close(fd);
+		djd_store_pass(store);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	djd_store_unlock(store);
+	if (pid < 0)
+		fail("fork: %s", strerror(errno));
+	return pid;
+}
+
+/* Each context of @st, which a crash lost, freed and prefilled again:
+ * seconds it took. */
+static double refill(struct state *st)
+{
+	int32_t prompt[PROMPT], tok[2];
+	uint64_t t0 = mono_ns();
+
+	for (int i = 0; i < PROMPT; i++)
+		prompt[i] = (i * 37 + 11) % 512;
+	for (int i = 0; i < SESSIONS; i++)
+		for (int k = 0; k < CTXS; k++) {
+			if (djinn_ctx_decode(st->c[i][k], 2, NULL, tok, NULL,
+					     NULL) != -EIO)
+				fail("context %d.%d is not lost after the "
+				     "crash",
+				     i, k);
+			djinn_ctx_free(st->c[i][k]);
+			check(djinn_ctx_new(st->m[i], 1024, &st->c[i][k]),
+			      "djinn_ctx_new");
+			prompt[0] = i * CTXS + k;
+			check(djinn_ctx_prefill(st->c[i][k], prompt, PROMPT,
+						NULL, NULL),
+			      "djinn_ctx_prefill");
+		}
+	return secs(t0, mono_ns());
+}
+
+/* djinnd under a stand-in store (@store: its crash journal there); the
+ * command line @extra. */
+static void start_stored(struct djd_store *store, const char *const *extra)
+{
+	setenv("NOTIFY_SOCKET", djd_store_socket(store), 1);
+	daemon_start_with(NULL, extra);
+	unsetenv("NOTIFY_SOCKET");
+}
+
+/* A crash restart with @gib of session data; the cold start beside it. */
+static void crash_size(uint64_t gib)
+{
+	uint64_t bytes = gib << 30;
+	char mem[32], models[sizeof(tmpdir) + 32], log[sizeof(tmpdir) + 32];
+	const char *extra[] = { "--cpu-mem", mem, "--model-dir", models, NULL };
+	struct djd_store *store;
+	struct pinger p = { 0 };
+	struct state st;
+	double refill_s, cold_s, serve_s;
+	uint64_t t0;
+	struct sysinfo si;
+	char m[48];
+
+	sysinfo(&si);
+	if ((double)si.freeram * si.mem_unit +
+		    (double)si.bufferram * si.mem_unit <
+	    1.5 * (double)bytes) {
+		info("crash %llu GiB: skipped: %.1f GiB free, it needs 1.5 "
+		     "times the session data",
+		     (unsigned long long)gib,
+		     (double)si.freeram * si.mem_unit / (1 << 30));
+		return;
+	}
+	snprintf(mem, sizeof(mem), "%lluM",
+		 (unsigned long long)((bytes + bytes / 2 + 1024 * MiB) >> 20));
+	snprintf(models, sizeof(models), "%s/models", tmpdir);
+	snprintf(log, sizeof(log), "%s/djinnd-next.log", tmpdir);
+	store = djd_store_open();
+	if (!store)
+		fail("the stand-in fd store did not open");
+	start_stored(store, extra);
+	build(&st, xports[0].addr, bytes);
+	info("crash %llu GiB: %zu tensors (%.2f GiB) and %d contexts of %d "
+	     "tokens built",
+	     (unsigned long long)gib, st.nr_t,
+	     (double)st.tensor_bytes / (1 << 30), SESSIONS * CTXS, PROMPT);
+	check(djinn_connect(xports[0].addr, &p.conn), "djinn_connect");
+	pthread_create(&p.th, NULL, ping_run, &p);
+	sleep_ns(300 * NSEC_PER_MSEC);
+
+	kill(daemon_pid, SIGKILL);
+	waitpid(daemon_pid, NULL, 0);
+	t0 = mono_ns();
+	daemon_pid = start_from_store(store, log);
+	while (!djinn_answers(xports[0].addr)) {
+		if (mono_ns() - t0 > 300 * NSEC_PER_SEC) {
+			show_tail(log);
+			fail("no djinnd answers 300 s after the crash");
+		}
+		sleep_ns(NSEC_PER_MSEC);
+	}
+	serve_s = secs(t0, mono_ns());
+	for (int i = 0; i < 30000 && !djinn_conn_reconnects(p.conn); i++)
+		sleep_ns(NSEC_PER_MSEC);
+	sleep_ns(300 * NSEC_PER_MSEC);
+	atomic_store(&p.stop, 1);
+	pthread_join(p.th, NULL);
+	if (p.err)
+		fail("a ping failed across the crash: %s", strerror(-p.err));
+	if (djinn_conn_reconnects(p.conn) != 1)
+		fail("the pinging connection reconnected %llu times, not once",
+		     (unsigned long long)djinn_conn_reconnects(p.conn));
+	djinn_disconnect(p.conn);
+	show_restart_log();
+	/* the tensors first: the connection reconnects and attaches its
+	 * sessions as it is used */
+	for (size_t j = 0; j < st.nr_t; j++) {
+		struct djinn_tensor_info ti;
+
+		check(djinn_tensor_info(st.t[j], &ti), "djinn_tensor_info");
+	}
+	refill_s = refill(&st);
+	verify(&st);
+	drop(&st);
+	daemon_stop();
+	/* what it kept there closes: the listening socket too, whose path
+	 * the next djinnd binds */
+	djd_store_close(store);
+
+	/* cold: started afresh, the same state built again */
+	t0 = mono_ns();
+	daemon_start_with(NULL, extra);
+	build(&st, xports[0].addr, bytes);
+	cold_s = secs(t0, mono_ns());
+	drop(&st);
+	daemon_stop();
+
+	info("crash %llu GiB: pause %.3f s (a djinnd serving %.3f s after "
+	     "the kill), contexts prefilled again in %.3f s, cold start "
+	     "%.3f s",
+	     (unsigned long long)gib, (double)p.max_gap / 1e9, serve_s,
+	     refill_s, cold_s);
+	snprintf(m, sizeof(m), "crash_pause_%llugib_s",
+		 (unsigned long long)gib);
+	fig_emit(&(struct fig){
+		.bench = bench_name,
+		.metric = m,
+		.value = (double)p.max_gap / 1e9,
+		.unit = "s",
+		.baseline = cold_s,
+		.baseline_name = "cold_start_s",
+		.limit = NAN,
+		.samples = 1,
+		.note = "SIGKILL, then a start from the stand-in fd store: "
+			"sessions and tensors in place, the connection "
+			"reconnected by libdjinn; contexts lost" });
+	snprintf(m, sizeof(m), "crash_refill_%llugib_s",
+		 (unsigned long long)gib);
+	fig_emit(&(struct fig){
+		.bench = bench_name,
+		.metric = m,
+		.value = refill_s,
+		.unit = "s",
+		.baseline = cold_s,
+		.baseline_name = "cold_start_s",
+		.limit = NAN,
+		.samples = 1,
+		.note = "the lost contexts freed and prefilled again after "
+			"the crash" });
+}
+
+/* One client making and releasing a 4 KiB tensor for @secs beside 32
+ * sessions of 8 tensors each: per second. */
+static double churn(double secs_)
+{
+	struct djinn_conn *c;
+	struct djinn_session *s[32], *me;
+	const struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_U8,
+					     .ndim = 1,
+					     .dims = { 4096 } };
+	uint8_t buf[4096] = { 1 };
+	uint64_t n = 0, t0, end;
+
+	check(djinn_connect(xports[0].addr, &c), "djinn_connect");
+	for (int i = 0; i < 32; i++) {
+		check(djinn_session_open(c, NULL, &s[i]), "djinn_session_open");
+		for (int k = 0; k < 8; k++) {
+			struct djinn_tensor *t;
+
+			check(djinn_tensor_upload(s[i], &d, buf, DJINN_SEG_DATA,
+						  &t),
+			      "djinn_tensor_upload");
+		}
+	}
+	check(djinn_session_open(c, NULL, &me), "djinn_session_open");
+	t0 = mono_ns();
+	end = t0 + (uint64_t)(secs_ * 1e9);
+	while (mono_ns() < end) {
+		struct djinn_tensor *t;
+
+		check(djinn_tensor_upload(me, &d, buf, DJINN_SEG_DATA, &t),
+		      "djinn_tensor_upload");
+		check(djinn_tensor_release(t), "djinn_tensor_release");
+		n++;
+	}
+	t0 = mono_ns() - t0;
+	for (int i = 0; i < 32; i++)
+		djinn_session_close(s[i]);
+	djinn_session_close(me);
+	djinn_disconnect(c);
+	return (double)n / ((double)t0 / 1e9);
+}
+
+/* What the journal costs a client whose every request waits for it. */
+static void journal_cost(void)
+{
+	const char *off[] = { "--no-crash-journal", NULL };
+	struct djd_store *store = djd_store_open();
+	double with, without;
+
+	if (!store)
+		fail("the stand-in fd store did not open");
+	start_stored(store, NULL);
+	with = churn(3.0);
+	daemon_stop();
+	djd_store_close(store);
+	store = djd_store_open();
+	if (!store)
+		fail("the stand-in fd store did not open");
+	start_stored(store, off);
+	without = churn(3.0);
+	daemon_stop();
+	djd_store_close(store);
+	info("crash journal: %.0f tensors made and released a second with "
+	     "it, %.0f without",
+	     with, without);
+	fig_emit(&(struct fig){
+		.bench = bench_name,
+		.metric = "journal_create_release_per_s",
+		.value = with,
+		.unit = "1/s",
+		.baseline = without,
+		.baseline_name = "no_crash_journal_per_s",
+		.limit = NAN,
+		.samples = 1,
+		.note = "one client, a 4 KiB tensor made and released in a "
+			"loop beside 32 sessions of 8 tensors: each answer "
+			"waits for a record of the whole state" });
+}
+
 void bench_restart(void)
 {
 	double peak;
@@ -513,5 +794,8 @@ void bench_restart(void)
 	one_size(1, peak, false);
 	one_size(8, peak, false);
 	one_size(1, peak, true);
+	crash_size(1);
+	crash_size(8);
+	journal_cost();
 	daemon_start();
 }

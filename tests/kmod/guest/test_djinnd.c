@@ -25,7 +25,7 @@
 
 #include "djd.h"
 #include "kt.h"
-#include "../../integration/store.h"
+#include "fdstore_standin.h"
 #include "../../unit/testutil.h"
 
 #define LEASE_MS 60000 /* djinnd's default: far longer than any wait */
@@ -569,8 +569,8 @@ static void store_unlock(void *st)
  * The same through systemd's fd store (a stand-in, as the integration
  * tests play it): on SIGTERM djinnd keeps the record, its connections
  * and /dev/djinn's file ("kmod") in the store and exits 0; the djinnd
- * started next with them takes the kernel sessions over, and drops the
- * file from the store.
+ * started next with them takes the kernel sessions over, and keeps the
+ * file in the store, for its crash journal (djinnd/net/journal.h).
  */
 static void test_store_restart(void **state)
 {
@@ -582,6 +582,7 @@ static void test_store_restart(void **state)
 	struct kt_nl *nl;
 	uint64_t kid = 0;
 	int fd, n, err, status = -1;
+	char journal[48];
 
 	assert_non_null(st);
 	nl = kt_nl_open(false, &err);
@@ -605,7 +606,10 @@ static void test_store_restart(void **state)
 	assert_int_equal(m.state, DJINN_STATE_LIVE);
 	djinnd = djd_start_next("kmod", LEASE_MS, "debug", NULL);
 	assert_true(djinnd > 0);
-	assert_true(djd_store_wait(st, "kmod", false, 30000));
+	snprintf(journal, sizeof(journal), "journal-%d-*", (int)djinnd);
+	assert_true(djd_store_wait(st, journal, true, 30000));
+	assert_true(djd_store_wait(st, "state", false, 30000));
+	assert_true(djd_store_has(st, "kmod"));
 	assert_int_equal(djd_session(c.id, NULL), 0);
 	assert_int_equal(djd_session(r.session_id, NULL), 0);
 	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
@@ -622,6 +626,83 @@ static void test_store_restart(void **state)
 	close_proxy(nl, fd, r.session_id, kid);
 	/* a stop under a store keeps the state there again: the store's
 	 * end closes it all, /dev/djinn's file with it */
+	assert_int_equal(djd_stop(djinnd), 0);
+	djd_set_fork_hooks(NULL);
+	djd_store_close(st);
+	assert_int_equal(setup(state), 0);
+}
+
+/*
+ * A crash under the store: djinnd's crash journal keeps its sessions and
+ * /dev/djinn's file there from the start, so a SIGKILL ends neither the
+ * kernel session of a bound client nor a proxy; the djinnd started next
+ * restores them from the journal and takes each kernel session over (no
+ * more, no fewer), the proxy's client attaches again over a new
+ * connection and renews it, and a bound client's death still ends its
+ * session at once.
+ */
+static void test_store_crash(void **state)
+{
+	struct djd_store *st = djd_store_open();
+	struct djd_fork_hooks h = { store_lock, store_pass, store_unlock, st };
+	struct djinn_session_attach at;
+	struct djinn_session_resp r;
+	struct kt_nl_msg all[64], m;
+	struct djd_client c;
+	struct kt_nl *nl;
+	char journal[48], old[48];
+	uint64_t kid = 0;
+	int fd, n, err, status = -1;
+
+	assert_non_null(st);
+	nl = kt_nl_open(false, &err);
+	assert_non_null(nl);
+	assert_int_equal(teardown(state), 0);
+	djd_set_fork_hooks(&h);
+	djinnd = djd_start("kmod", LEASE_MS, "debug");
+	assert_true(djinnd > 0);
+	snprintf(old, sizeof(old), "journal-%d-*", (int)djinnd);
+	assert_true(djd_store_wait(st, old, true, 30000));
+	assert_true(djd_store_has(st, "kmod"));
+	assert_int_equal(djd_client_bind(&c, "crashed", 0), 0);
+	fd = djd_connect(DJD_SOCK);
+	assert_true(fd >= 0);
+	kid = open_proxy(nl, fd, 4000, &r, &n);
+
+	assert_int_equal(kill(djinnd, SIGKILL), 0);
+	assert_int_equal(waitpid(djinnd, &status, 0), djinnd);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	/* nobody serves: the kernel sessions live on the stored file */
+	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
+	assert_int_equal(m.state, DJINN_STATE_LIVE);
+	djinnd = djd_start_next("kmod", LEASE_MS, "debug", NULL);
+	assert_true(djinnd > 0);
+	snprintf(journal, sizeof(journal), "journal-%d-*", (int)djinnd);
+	assert_true(djd_store_wait(st, journal, true, 30000));
+	assert_true(djd_store_wait(st, old, false, 30000));
+	assert_true(djd_store_has(st, "kmod"));
+	assert_int_equal(djd_session(c.id, NULL), 0);
+	assert_int_equal(djd_session(r.session_id, NULL), 0);
+	assert_int_equal(kt_nl_get(nl, kid, &m), 0);
+	assert_int_equal(m.state, DJINN_STATE_LIVE);
+	assert_int_equal(kt_nl_dump(nl, all, 64), n);
+	/* the proxy's connection died with djinnd: its client attaches
+	 * again by token and renews it */
+	close(fd);
+	fd = djd_connect(DJD_SOCK);
+	assert_true(fd >= 0);
+	memcpy(at.token, r.token, sizeof(at.token));
+	assert_int_equal(djd_call(fd, DJINN_MSG_SESSION_ATTACH, r.session_id,
+				  &at, sizeof(at), NULL, 0, NULL),
+			 0);
+	assert_int_equal(djd_call(fd, DJINN_MSG_HEARTBEAT, r.session_id, NULL,
+				  0, NULL, 0, NULL),
+			 0);
+	assert_int_equal(djd_tensor(fd, r.session_id, 4096), 0);
+	/* a bound client's death ends its session at once */
+	djd_client_close(&c);
+	assert_true(wait_gone(c.id, 5000) > 0);
+	close_proxy(nl, fd, r.session_id, kid);
 	assert_int_equal(djd_stop(djinnd), 0);
 	djd_set_fork_hooks(NULL);
 	djd_store_close(st);
@@ -748,6 +829,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_handover, setup_handover,
 						teardown_handover),
 		cmocka_unit_test(test_store_restart),
+		cmocka_unit_test(test_store_crash),
 		cmocka_unit_test_setup_teardown(
 			test_handover_failed, setup_tenant, teardown_handover),
 	};

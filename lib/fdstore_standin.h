@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A stand-in for systemd's file descriptor store, for the integration
- * tests that start djinnd through daemon.h: a NOTIFY_SOCKET bound in a
- * directory of its own, read by a thread that keeps the fds of
- * FDSTORE=1 messages by FDNAME and drops them on FDSTOREREMOVE=1, as
- * systemd does; a djinnd started with it (djd_start_store(),
- * djd_spawn_next()) gets them back as LISTEN_FDS and LISTEN_FDNAMES.
- * Unlike systemd it keeps every fd until it is removed (no FDPOLL).
+ * A stand-in for systemd's file descriptor store, for the tests and
+ * benchmarks that start djinnd where systemd is not PID 1 (the
+ * integration tests' daemon.h, the guest's, djinn-bench restart): a
+ * NOTIFY_SOCKET bound in a directory of its own, read by a thread that
+ * keeps the fds of FDSTORE=1 messages by FDNAME and drops them on
+ * FDSTOREREMOVE=1, as systemd does; a djinnd started with it
+ * (djd_store_pass() in the child) gets them back as LISTEN_FDS and
+ * LISTEN_FDNAMES. Unlike systemd it keeps every fd until it is removed
+ * (no FDPOLL).
  */
-#ifndef DJINN_TEST_STORE_H
-#define DJINN_TEST_STORE_H
+#ifndef DJINN_FDSTORE_STANDIN_H
+#define DJINN_FDSTORE_STANDIN_H
 
 #include <stdbool.h>
 #include <sys/un.h>
@@ -24,7 +26,8 @@ struct djd_store *djd_store_open(void);
 void djd_store_close(struct djd_store *st);
 /* $NOTIFY_SOCKET for djinnd. */
 const char *djd_store_socket(const struct djd_store *st);
-/* Whether it holds an fd named @name now. */
+/* Whether it holds an fd named @name now (a @name that ends in '*': one
+ * whose name begins with the rest). */
 bool djd_store_has(struct djd_store *st, const char *name);
 /* Wait at most @ms for @name to be there (@want) or gone: whether it
  * came to be so. */
@@ -36,4 +39,4 @@ void djd_store_unlock(struct djd_store *st);
  * and LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID and NOTIFY_SOCKET set. */
 void djd_store_pass(struct djd_store *st);
 
-#endif /* DJINN_TEST_STORE_H */
+#endif /* DJINN_FDSTORE_STANDIN_H */

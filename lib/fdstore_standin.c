@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * systemd's fd store, played for the integration tests (store.h).
+ * systemd's fd store, played for tests and benchmarks (fdstore_standin.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "store.h"
+#include "fdstore_standin.h"
 
 struct djd_store {
 	char dir[64];
@@ -208,11 +208,17 @@ const char *djd_store_socket(const struct djd_store *st)
 
 bool djd_store_has(struct djd_store *st, const char *name)
 {
+	size_t n = strlen(name);
 	bool found = false;
 
+	/* "PREFIX*": any name that begins so */
+	if (n && name[n - 1] == '*')
+		n--;
+	else
+		n++; /* the NUL too: the whole name */
 	pthread_mutex_lock(&st->lock);
 	for (unsigned int i = 0; i < st->n && !found; i++)
-		found = !strcmp(st->names[i], name);
+		found = !strncmp(st->names[i], name, n);
 	pthread_mutex_unlock(&st->lock);
 	return found;
 }
