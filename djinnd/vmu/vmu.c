@@ -467,6 +467,42 @@ uint64_t vmu_reclaim(struct vmu *v, uint64_t bytes)
  * memory, reclaiming if need be; *@from_resv says how much came from
  * @resv, for vmu_uncharge_resv(). Lock held; drops it while reclaiming.
  */
+/* The thread that commits the crash journal's records (vmu_journal_on()'s
+ * caller, the I/O thread): it never waits for one. */
+static __thread bool journal_thread;
+
+/* How long an allocation waits for the journal's next record to free
+ * what waits for it, whatever vmu_set_admit_wait() says: it is written
+ * at once (the free woke its loop), so this bounds only a stuck loop. */
+#define JOURNAL_WAIT_NS (2 * NSEC_PER_SEC)
+
+static void deadline_after(struct timespec *ts, uint64_t ns);
+
+/*
+ * Memory freed (a region reclaim just swapped out, say) that waits for
+ * the crash journal's next record is had once the record is written:
+ * wait for it, when it would make @need fit, but on the thread that
+ * writes the records. Lock held; the wait drops it. Whether @need fits.
+ */
+static bool journal_wait_locked(struct vmu *v, uint64_t need)
+{
+	struct timespec until;
+
+	if (journal_thread)
+		return avail(v) >= need;
+	deadline_after(&until, JOURNAL_WAIT_NS);
+	for (;;) {
+		uint64_t waiting =
+			__atomic_load_n(&v->deferred_chunks, __ATOMIC_ACQUIRE);
+
+		if (avail(v) >= need || !waiting || avail(v) + waiting < need ||
+		    pthread_cond_timedwait(&v->freed, &v->lock, &until) ==
+			    ETIMEDOUT)
+			break;
+	}
+	return avail(v) >= need;
+}
+
 int vmu_charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
 	       uint64_t *from_resv)
 {
@@ -477,7 +513,8 @@ int vmu_charge(struct vmu *v, uint64_t bytes, struct vmu_resv *resv,
 	rest = bytes - take;
 	/* @resv has one owner, this thread: its bytes stay put while the
 	 * lock is dropped for reclaim. */
-	if (rest && avail(v) < rest && !reclaim_locked(v, rest))
+	if (rest && avail(v) < rest && !reclaim_locked(v, rest) &&
+	    !journal_wait_locked(v, rest))
 		return -ENOMEM;
 	if (take) {
 		resv->bytes -= take;
@@ -563,13 +600,18 @@ static void deadline_after(struct timespec *ts, uint64_t ns)
 static bool admit_wait(struct vmu *v, uint64_t need,
 		       const struct vmu_stack *own)
 {
+	uint64_t wait = v->admit_wait_ns;
 	struct timespec until;
 	bool ok = false;
 
-	if (!v->admit_wait_ns || need > v->prov->capacity ||
-	    !coming_free(v, own))
+	/* memory reclaim just swapped out waits for the journal: not a
+	 * refusal, on any thread that may wait for it */
+	if (!journal_thread && wait < JOURNAL_WAIT_NS &&
+	    __atomic_load_n(&v->deferred_chunks, __ATOMIC_ACQUIRE))
+		wait = JOURNAL_WAIT_NS;
+	if (!wait || need > v->prov->capacity || !coming_free(v, own))
 		return false;
-	deadline_after(&until, v->admit_wait_ns);
+	deadline_after(&until, wait);
 	v->st.admit_waits++;
 	v->st.admit_waiting++;
 	for (;;) {
@@ -1681,6 +1723,7 @@ bool vmu_defer_free(struct vmu *v, uint64_t handle, void *buf, uint64_t size)
 
 void vmu_journal_on(struct vmu *v, void (*wake)(void *arg), void *arg)
 {
+	journal_thread = true;
 	v->jwake = wake;
 	v->jwake_arg = arg;
 	__atomic_store_n(&v->journal, true, __ATOMIC_RELEASE);

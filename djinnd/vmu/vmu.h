@@ -543,7 +543,9 @@ int vmu_fault_simulate(struct vmu *v);
  * after the free is committed, so that a crash never restores bytes the
  * memory has taken since (another session's). Meanwhile it is not
  * available (an allocation that needs it waits for it, as for memory
- * being moved), and @wake (called from any thread, with locks held: it
+ * being moved, for up to 2 s whatever vmu_set_admit_wait() says, but on
+ * the thread that called vmu_journal_on(), which writes the records),
+ * and @wake (called from any thread, with locks held: it
  * must only post) tells the journal a record is owed. vmu_journal_begin()
  * before a record is written, vmu_journal_done() once it is committed:
  * what waited for it is freed. vmu_journal_waiting(): the bytes

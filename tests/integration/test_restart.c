@@ -1699,14 +1699,77 @@ static void test_crash_under_load(void **state)
 }
 
 /*
+ * A tensor swapped out to host memory lies in the swap arena, which the
+ * journal names in place ("swap-0" in the store): after a crash it comes
+ * back byte for byte, swapped out or not, as does the tensor of the
+ * session that pushed it out.
+ */
+static void test_crash_swapped(void **state)
+{
+	struct djd_store *st = djd_store_open();
+	struct djinn_tensor_desc d = DESC(DJINN_DTYPE_U8, 32 * MiB);
+	uint8_t *big = malloc(32 * MiB), *filler = malloc(32 * MiB),
+		*got = malloc(32 * MiB);
+	struct djinn_session_resp r1, r2;
+	uint64_t sid, fill_sid, hb, hf = 0;
+	struct djd dd;
+	int fd, adm, n;
+
+	(void)state;
+	assert_non_null(st);
+	assert_non_null(big);
+	assert_non_null(filler);
+	assert_non_null(got);
+	assert_int_equal(djd_start_store(&dd, "256M", LEASE_MS, NULL, st), 0);
+	fd = xconnect(dd.sock);
+	adm = xconnect(dd.admin);
+	sid = open_at(__LINE__, fd, "swapped", 0, 0, &r1);
+	fill(big, 32 * MiB, 77);
+	hb = create_data(fd, sid, &d, big, 32 * MiB);
+	/* another session fills the device: the first one's tensor goes
+	 * out to host memory */
+	fill_sid = open_at(__LINE__, fd, "filler", 0, 0, &r2);
+	fill(filler, 32 * MiB, 78);
+	for (n = 0; n < 16 && admin_entry(adm, sid, NULL).swapped < 32 * MiB;
+	     n++)
+		hf = create_data(fd, fill_sid, &d, filler, 32 * MiB);
+	assert_true(admin_entry(adm, sid, NULL).swapped >= 32 * MiB);
+	assert_true(djd_store_has(st, "swap-0"));
+
+	(void)crash(&dd);
+	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
+	close(fd);
+	close(adm);
+	fd = reconnect(&dd);
+	attach(fd, sid, r1.token);
+	attach(fd, fill_sid, r2.token);
+	memset(got, 0, 32 * MiB);
+	tensor_read(fd, sid, hb, 0, 32 * MiB, got);
+	if (memcmp(got, big, 32 * MiB))
+		fail_msg("the tensor swapped out changed over the crash");
+	memset(got, 0, 32 * MiB);
+	tensor_read(fd, fill_sid, hf, 0, 32 * MiB, got);
+	if (memcmp(got, filler, 32 * MiB))
+		fail_msg("the filler's last tensor changed over the crash");
+	close_session(fd, sid);
+	close_session(fd, fill_sid);
+	close(fd);
+	free(big);
+	free(filler);
+	free(got);
+	assert_int_equal(djd_stop(&dd, 20000), 0);
+	djd_store_close(st);
+}
+
+/*
  * Clients killed under load, with djinnd itself killed in between:
  * nothing leaks. NR_DOOMED clients, each a process of its own on a
  * session with a short lease (DOOMED_LEASE_MS), create and release
  * tensors as fast as they are answered (so memory is freed while the
  * journal runs, held for its next record) when djinnd is killed; then,
  * before the next djinnd starts, the clients are killed too: no one
- * comes back for their sessions. The next djinnd restores them, with
- * what was left of their leases, and with no heartbeat they expire and
+ * comes back for their sessions. The next djinnd restores them, their
+ * leases whole again, and with no heartbeat they expire and
  * are reaped, each one's tensors freed, while two sessions made beside
  * them, heartbeated, attach again whole. Once those are closed too, no
  * session is left and the device's memory is back where it was before
@@ -2061,6 +2124,7 @@ int main(void)
 		cmocka_unit_test(test_dead_device_store),
 		cmocka_unit_test(test_crash_restart),
 		cmocka_unit_test(test_crash_under_load),
+		cmocka_unit_test(test_crash_swapped),
 		cmocka_unit_test_teardown(test_crash_clients_die,
 					  doomed_teardown),
 	};

@@ -5,6 +5,7 @@
  * whole sessions, the swap limit. The fixture is in test_vmu.h.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -438,6 +439,117 @@ static void test_swap_guarantee(void **state)
 
 /* ---------------------------------------------------------------------- */
 
+/* ---------------------------------------------------------------------- */
+/* The crash journal's wait for frees */
+
+static void count_wake(void *arg)
+{
+	__atomic_add_fetch((int *)arg, 1, __ATOMIC_RELAXED);
+}
+
+struct grower {
+	struct vmu_session *s;
+	uint64_t size, h;
+	uint8_t *buf;
+	int ret;
+	bool done;
+};
+
+static void *grow_run(void *arg)
+{
+	struct grower *g = arg;
+
+	g->ret = vmu_region_create(g->s, g->size, &g->h);
+	if (!g->ret)
+		g->ret = vmu_region_resize(g->s, g->h, g->size, NULL);
+	__atomic_store_n(&g->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Region @g->h read back (swapped in) into @g->buf. */
+static void *read_run(void *arg)
+{
+	struct grower *g = arg;
+
+	g->ret = vmu_region_read(g->s, g->h, 0, g->buf, g->size);
+	__atomic_store_n(&g->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* As the journal's thread does: records written while @g runs (each
+ * frees what waited for the one before), then @th joined. */
+static void commit_until_done(struct fix *f, struct grower *g, pthread_t th)
+{
+	for (int i = 0;
+	     i < 10000 && !__atomic_load_n(&g->done, __ATOMIC_ACQUIRE); i++) {
+		vmu_journal_begin(f->v);
+		vmu_journal_done(f->v);
+		usleep(1000);
+	}
+	assert_int_equal(pthread_join(th, NULL), 0);
+}
+
+/*
+ * With the journal on, what a swap-out frees is neither available nor
+ * reused until a record begun after the free is committed: the swapped
+ * region's old memory keeps its bytes, the free wakes the journal, an
+ * allocation on another thread that needs that memory waits for the
+ * record rather than failing, and gets it once the record is in
+ * (vmu_journal_done()). A record begun before the free frees nothing.
+ */
+static void test_journal_defers_frees(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g, big = 40 * g;
+	struct grower w = { .s = f->s[2], .size = big };
+	struct vmu_stats st0, st;
+	pthread_t th;
+	int wakes = 0;
+	uint64_t h;
+
+	h = region_new(f->s[0], big, big);
+	region_fill(f->s[0], h, 11, 0, big);
+	st0 = get_stats(f->v);
+	vmu_journal_on(f->v, count_wake, &wakes);
+	vmu_journal_begin(f->v); /* a record under way names it */
+	assert_int_equal(vmu_region_swap_out(f->s[0], h), 0);
+	assert_true(__atomic_load_n(&wakes, __ATOMIC_RELAXED) > 0);
+	assert_true(vmu_journal_waiting(f->v) >= big);
+	st = get_stats(f->v);
+	/* uncharged, but not available */
+	assert_int_equal(st.committed, st0.committed - big);
+	assert_int_equal(st.free, st0.free);
+	/* the record begun before the free is done: nothing is freed */
+	vmu_journal_done(f->v);
+	assert_true(vmu_journal_waiting(f->v) >= big);
+
+	/* another thread needs it: it waits for the next record */
+	assert_int_equal(pthread_create(&th, NULL, grow_run, &w), 0);
+	usleep(100 * 1000);
+	assert_false(__atomic_load_n(&w.done, __ATOMIC_ACQUIRE));
+	vmu_journal_begin(f->v);
+	vmu_journal_done(f->v);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(w.ret, 0);
+	assert_int_equal(vmu_journal_waiting(f->v), 0);
+	region_fill(f->s[2], w.h, 12, 0, big);
+
+	/* the swapped-out copy is whole: read back, on another thread (the
+	 * memory it swaps in for is had from records as they come) */
+	assert_int_equal(vmu_region_destroy(f->s[2], w.h), 0);
+	w = (struct grower){
+		.s = f->s[0], .h = h, .size = big, .buf = xmalloc(big)
+	};
+	assert_int_equal(pthread_create(&th, NULL, read_run, &w), 0);
+	commit_until_done(f, &w, th);
+	assert_int_equal(w.ret, 0);
+	assert_int_equal(pattern_diff(w.buf, 11, 0, big), -1);
+	free(w.buf);
+	vmu_journal_off(f->v);
+	assert_int_equal(vmu_journal_waiting(f->v), 0);
+	check_invariants(f->v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -452,6 +564,7 @@ int main(void)
 		T(test_swap_in_without_room, setup_4m),
 		T(test_swap_tenant_quota, setup_4m),
 		T(test_swap_guarantee, setup_4m),
+		T(test_journal_defers_frees, setup_4m),
 	};
 
 	/* a deadlock fails the run instead of hanging it */
