@@ -348,6 +348,51 @@ static void show_restart_log(void)
 	}
 }
 
+/* Whether 1.5 times @bytes of session data fit the machine's free memory
+ * (the pool both djinnds map, and room beside it): if not, the run
+ * @what is skipped, saying so. */
+static bool fits(const char *what, uint64_t bytes)
+{
+	struct sysinfo si;
+	double free_b;
+
+	sysinfo(&si);
+	free_b = (double)si.freeram * si.mem_unit +
+		 (double)si.bufferram * si.mem_unit;
+	if (free_b >= 1.5 * (double)bytes)
+		return true;
+	info("%s: skipped: %.1f GiB free, it needs 1.5 times the session "
+	     "data",
+	     what, (double)si.freeram * si.mem_unit / (1 << 30));
+	return false;
+}
+
+/* A cold start: djinnd started afresh with @extra and @bytes of session
+ * data built again from the client; seconds it took. */
+static double cold_start(const char *const *extra, uint64_t bytes)
+{
+	uint64_t t0 = mono_ns();
+	struct state st;
+	double s;
+
+	daemon_start_with(NULL, extra);
+	build(&st, xports[0].addr, bytes);
+	s = secs(t0, mono_ns());
+	drop(&st);
+	daemon_stop();
+	return s;
+}
+
+/* Stop pinger @p, which must have met no error across the restart. */
+static void ping_stop(struct pinger *p, const char *over)
+{
+	atomic_store(&p->stop, 1);
+	pthread_join(p->th, NULL);
+	if (p->err)
+		fail("a ping%s failed across the restart: %s", over,
+		     strerror(-p->err));
+}
+
 /* With @swapped, the device holds half the data: the rest is swapped out
  * to host memory (the swap arena, which the successor takes over too). */
 static void one_size(uint64_t gib, double peak, bool swapped)
@@ -366,20 +411,12 @@ static void one_size(uint64_t gib, double peak, bool swapped)
 	struct pki pk;
 	struct state st;
 	double restart_s, cold_s, moved, target, copied;
-	uint64_t t0;
-	struct sysinfo si;
 	char m[48];
 
-	sysinfo(&si);
-	if ((double)si.freeram * si.mem_unit +
-		    (double)si.bufferram * si.mem_unit <
-	    1.5 * (double)bytes) {
-		info("restart %llu GiB: skipped: %.1f GiB free, it needs "
-		     "1.5 times the session data",
-		     (unsigned long long)gib,
-		     (double)si.freeram * si.mem_unit / (1 << 30));
+	snprintf(m, sizeof(m), "restart %llu GiB%s", (unsigned long long)gib,
+		 what);
+	if (!fits(m, bytes))
 		return;
-	}
 	/* room beyond the data: under memory pressure djinnd would swap
 	 * idle regions out (the scheduler's policy), which is another
 	 * benchmark's figure */
@@ -417,15 +454,8 @@ static void one_size(uint64_t gib, double peak, bool swapped)
 	for (int i = 0; i < 30000 && !djinn_conn_reconnects(pt.conn); i++)
 		sleep_ns(NSEC_PER_MSEC);
 	sleep_ns(300 * NSEC_PER_MSEC);
-	atomic_store(&p.stop, 1);
-	atomic_store(&pt.stop, 1);
-	pthread_join(p.th, NULL);
-	pthread_join(pt.th, NULL);
-	if (p.err)
-		fail("a ping failed across the restart: %s", strerror(-p.err));
-	if (pt.err)
-		fail("a ping over TLS failed across the restart: %s",
-		     strerror(-pt.err));
+	ping_stop(&p, "");
+	ping_stop(&pt, " over TLS");
 	if (djinn_conn_reconnects(pt.conn) != 1)
 		fail("the TLS connection reconnected %llu times, not once",
 		     (unsigned long long)djinn_conn_reconnects(pt.conn));
@@ -446,12 +476,7 @@ static void one_size(uint64_t gib, double peak, bool swapped)
 	waitpid(daemon_pid, NULL, 0);
 	daemon_pid = -1;
 	unlink(handover);
-	t0 = mono_ns();
-	daemon_start_with(NULL, extra);
-	build(&st, xports[0].addr, bytes);
-	cold_s = secs(t0, mono_ns());
-	drop(&st);
-	daemon_stop();
+	cold_s = cold_start(extra, bytes);
 
 	/* in place, what was copied moved twice: into the record, out */
 	moved = copied < 0 ? 2.0 * (double)bytes : 2.0 * copied * MiB;
@@ -581,19 +606,11 @@ static void crash_size(uint64_t gib)
 	struct state st;
 	double refill_s, cold_s, serve_s;
 	uint64_t t0;
-	struct sysinfo si;
 	char m[48];
 
-	sysinfo(&si);
-	if ((double)si.freeram * si.mem_unit +
-		    (double)si.bufferram * si.mem_unit <
-	    1.5 * (double)bytes) {
-		info("crash %llu GiB: skipped: %.1f GiB free, it needs 1.5 "
-		     "times the session data",
-		     (unsigned long long)gib,
-		     (double)si.freeram * si.mem_unit / (1 << 30));
+	snprintf(m, sizeof(m), "crash %llu GiB", (unsigned long long)gib);
+	if (!fits(m, bytes))
 		return;
-	}
 	snprintf(mem, sizeof(mem), "%lluM",
 		 (unsigned long long)((bytes + bytes / 2 + 1024 * MiB) >> 20));
 	snprintf(models, sizeof(models), "%s/models", tmpdir);
@@ -626,10 +643,7 @@ static void crash_size(uint64_t gib)
 	for (int i = 0; i < 30000 && !djinn_conn_reconnects(p.conn); i++)
 		sleep_ns(NSEC_PER_MSEC);
 	sleep_ns(300 * NSEC_PER_MSEC);
-	atomic_store(&p.stop, 1);
-	pthread_join(p.th, NULL);
-	if (p.err)
-		fail("a ping failed across the crash: %s", strerror(-p.err));
+	ping_stop(&p, "");
 	if (djinn_conn_reconnects(p.conn) != 1)
 		fail("the pinging connection reconnected %llu times, not once",
 		     (unsigned long long)djinn_conn_reconnects(p.conn));
@@ -651,12 +665,7 @@ static void crash_size(uint64_t gib)
 	djd_store_close(store);
 
 	/* cold: started afresh, the same state built again */
-	t0 = mono_ns();
-	daemon_start_with(NULL, extra);
-	build(&st, xports[0].addr, bytes);
-	cold_s = secs(t0, mono_ns());
-	drop(&st);
-	daemon_stop();
+	cold_s = cold_start(extra, bytes);
 
 	info("crash %llu GiB: pause %.3f s (a djinnd serving %.3f s after "
 	     "the kill), contexts prefilled again in %.3f s, cold start "
