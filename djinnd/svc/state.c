@@ -914,6 +914,35 @@ static int region_out(struct state_out *o, struct session *s, uint64_t region,
 	return ret;
 }
 
+/*
+ * region_out() for a crash journal's record of @s, whose device is a
+ * pool (written while requests run): where @bytes of region @region lie,
+ * in the pool, or, swapped out (or being swapped in), in the swap arena;
+ * its max size in *@max_size. A host copy outside the arena is
+ * -ENODATA: the tensor is written lost.
+ */
+static int journal_region(struct state_out *o, struct session *s,
+			  uint64_t region, uint64_t bytes, uint64_t *max_size,
+			  uint64_t *off)
+{
+	const void *host = NULL;
+	struct vmu_piece *pcs;
+	unsigned int nr;
+	int ret = vmu_region_where(s->vs, region, bytes, &pcs, &nr, &host,
+				   max_size);
+
+	*off = 0;
+	if (ret == -ENODATA)
+		return !bytes ? 0 :
+		       host   ? swapped_out(o, s, host, bytes, off) :
+				-ENODATA;
+	if (ret)
+		return ret;
+	ret = bytes ? state_out_pieces(o, s->dev->index, pcs, nr, off) : 0;
+	free(pcs);
+	return ret;
+}
+
 /* The data_off of the TEXT_ENTRY written for fingerprint @fp of scope
  * @owner on device @device, or 0 (none). */
 static uint64_t text_off(const struct state_out *o, uint32_t device,
@@ -994,6 +1023,17 @@ static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 				x->o,
 				(const void *)(uintptr_t)vmu_text_addr(t->text),
 				t->bytes, &off);
+		}
+	} else if (x->o->journal && !lossy(x->o, x->s)) {
+		uint64_t max = 0;
+
+		ret = journal_region(x->o, x->s, t->region, t->bytes, &max,
+				     &off);
+		e.max_size = max;
+		if (ret == -ENODATA) { /* a host copy outside the arena */
+			e.lost = DJINN_STATE_LOST_CRASH;
+			off = 0;
+			ret = 0;
 		}
 	} else {
 		struct vmu_region_info info;

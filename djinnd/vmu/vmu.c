@@ -1309,6 +1309,34 @@ int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
 	return ret;
 }
 
+int vmu_region_where(struct vmu_session *s, uint64_t handle, uint64_t len,
+		     struct vmu_piece **out, unsigned int *nr,
+		     const void **host, uint64_t *max_size)
+{
+	struct vmu *v = s->vmu;
+	struct vmu_region *r;
+	int ret = 0;
+
+	vmu_lock(v);
+	/* a swap-in under way has its host copy (r->host) still */
+	while ((r = region_get(s, handle)) && r->state == VMU_REGION_MOVING &&
+	       !r->host)
+		pthread_cond_wait(&v->moved, &v->lock);
+	if (!r) {
+		ret = -ENOENT;
+	} else {
+		*max_size = r->max_size;
+		if (r->state != VMU_REGION_RESIDENT) {
+			*host = r->host;
+			ret = -ENODATA;
+		}
+	}
+	if (!ret)
+		ret = vmu_mapping_pieces(v, &r->m, len, out, nr);
+	vmu_unlock(v);
+	return ret;
+}
+
 int vmu_region_destroy(struct vmu_session *s, uint64_t handle)
 {
 	struct vmu *v = s->vmu;

@@ -468,6 +468,16 @@ int vmu_region_fill(struct vmu_session *s, uint64_t handle, uint64_t size,
 int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
 		      struct vmu_piece **out, unsigned int *nr,
 		      const void **host);
+/* The same for a crash journal's record, written while requests run,
+ * with the region's @max_size: a region being swapped in is not waited
+ * for (that swap-in may wait for the journal's record to free the
+ * memory it needs): its host copy, whole until it is over and then kept
+ * for the next record (vmu_journal_begin()), is where its bytes are
+ * (-ENODATA). A region moving otherwise (being swapped out) is waited
+ * for, as by vmu_region_pieces(). */
+int vmu_region_where(struct vmu_session *s, uint64_t handle, uint64_t len,
+		     struct vmu_piece **out, unsigned int *nr,
+		     const void **host, uint64_t *max_size);
 
 /* ---------------------------------------------------------------------- */
 /* Stack segment

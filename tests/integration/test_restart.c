@@ -1702,7 +1702,9 @@ static void test_crash_under_load(void **state)
  * A tensor swapped out to host memory lies in the swap arena, which the
  * journal names in place ("swap-0" in the store): after a crash it comes
  * back byte for byte, swapped out or not, as does the tensor of the
- * session that pushed it out.
+ * session that pushed it out. Read back on a full device, its swap-in
+ * waits for the journal to free what it pushes out, while the journal's
+ * record names it by its host copy (it does not wait for the swap-in).
  */
 static void test_crash_swapped(void **state)
 {
@@ -1743,6 +1745,11 @@ static void test_crash_swapped(void **state)
 	fd = reconnect(&dd);
 	attach(fd, sid, r1.token);
 	attach(fd, fill_sid, r2.token);
+	/* the device full again: reading the tensor swaps it in, which
+	 * pushes others out, their memory freed only once the journal's
+	 * next record is in, whose writing must not wait for that swap-in */
+	for (n = 0; n < 3; n++)
+		(void)create_data(fd, fill_sid, &d, filler, 32 * MiB);
 	memset(got, 0, 32 * MiB);
 	tensor_read(fd, sid, hb, 0, 32 * MiB, got);
 	if (memcmp(got, big, 32 * MiB))

@@ -550,6 +550,57 @@ static void test_journal_defers_frees(void **state)
 	check_invariants(f->v);
 }
 
+/*
+ * A swap-in that needs memory its reclaim frees waits for the journal's
+ * next record; meanwhile the record (vmu_region_where()) must not wait
+ * for that swap-in: it names the region by its host copy at once. Were
+ * it to wait, neither would move until the allocation's bound ran out
+ * and the swap-in failed.
+ */
+static void test_journal_swap_in_not_waited(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g, big = 40 * g;
+	struct grower w = { .s = f->s[0], .size = big };
+	struct vmu_piece *pcs = NULL;
+	const void *host = NULL;
+	unsigned int nr = 0;
+	uint64_t a, b, max = 0;
+	pthread_t th;
+	int wakes = 0;
+
+	a = region_new(f->s[0], big, big);
+	region_fill(f->s[0], a, 21, 0, big);
+	assert_int_equal(vmu_region_swap_out(f->s[0], a), 0);
+	b = region_new(f->s[2], big, big);
+	region_fill(f->s[2], b, 22, 0, big);
+	vmu_journal_on(f->v, count_wake, &wakes);
+	/* read back on another thread: its swap-in pushes b out */
+	w.h = a;
+	w.buf = xmalloc(big);
+	assert_int_equal(pthread_create(&th, NULL, read_run, &w), 0);
+	for (int i = 0; i < 10000 && vmu_journal_waiting(f->v) < big; i++)
+		usleep(1000);
+	assert_true(vmu_journal_waiting(f->v) >= big);
+	assert_int_equal(vmu_region_where(f->s[0], a, big, &pcs, &nr, &host,
+					  &max),
+			 -ENODATA);
+	assert_non_null(host);
+	assert_int_equal(max, big);
+	commit_until_done(f, &w, th);
+	assert_int_equal(w.ret, 0);
+	assert_int_equal(pattern_diff(w.buf, 21, 0, big), -1);
+	/* and b, pushed out for it, back in its turn */
+	w = (struct grower){ .s = f->s[2], .h = b, .size = big, .buf = w.buf };
+	assert_int_equal(pthread_create(&th, NULL, read_run, &w), 0);
+	commit_until_done(f, &w, th);
+	assert_int_equal(w.ret, 0);
+	assert_int_equal(pattern_diff(w.buf, 22, 0, big), -1);
+	free(w.buf);
+	vmu_journal_off(f->v);
+	check_invariants(f->v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -565,6 +616,7 @@ int main(void)
 		T(test_swap_tenant_quota, setup_4m),
 		T(test_swap_guarantee, setup_4m),
 		T(test_journal_defers_frees, setup_4m),
+		T(test_journal_swap_in_not_waited, setup_4m),
 	};
 
 	/* a deadlock fails the run instead of hanging it */
