@@ -716,7 +716,7 @@ static bool copied(const struct size_ctx *x, uint64_t region)
 	    info.state != VMU_REGION_SWAPPED)
 		return false;
 	/* swapped out: copied unless it lies in the swap arena */
-	ret = vmu_region_pieces(x->s->vs, region, 0, &pcs, &nr, &host);
+	ret = vmu_region_pieces(x->s->vs, region, 0, &pcs, &nr, &host, NULL);
 	if (!ret)
 		free(pcs);
 	return ret != -ENODATA || !prov->ops->swap_piece ||
@@ -855,12 +855,45 @@ static int region_host(struct state_out *o, struct session *s, uint64_t region,
 	*off = 0;
 	if (!bytes)
 		return 0;
-	ret = vmu_region_pieces(s->vs, region, bytes, &pcs, &nr, &host);
+	ret = vmu_region_pieces(s->vs, region, bytes, &pcs, &nr, &host, NULL);
 	if (ret == -ENODATA && host)
 		return swapped_out(o, s, host, bytes, off);
 	if (!ret)
 		free(pcs);
 	return -ENODATA;
+}
+
+/*
+ * Where @bytes of @s's region @region lie, @s's device being a pool
+ * (svc_state_in_pool()): in it, or, swapped out, in its swap arena (its
+ * host copy stays where it is, else is written as it is: a journal's
+ * record copies nothing, -ENODATA), at *@off; its max size in
+ * *@max_size (or NULL). A region being swapped in (only while requests
+ * run: a journal's record) is named by its host copy; vmu_region_pieces()
+ * says why.
+ */
+static int pool_region(struct state_out *o, struct session *s, uint64_t region,
+		       uint64_t bytes, uint64_t *max_size, uint64_t *off)
+{
+	const void *host = NULL;
+	struct vmu_piece *pcs;
+	unsigned int nr;
+	uint64_t max;
+	int ret =
+		vmu_region_pieces(s->vs, region, bytes, &pcs, &nr, &host, &max);
+
+	*off = 0;
+	if (max_size)
+		*max_size = max;
+	if (ret == -ENODATA)
+		return !bytes ? 0 :
+		       host   ? swapped_out(o, s, host, bytes, off) :
+				-ENODATA;
+	if (ret)
+		return ret;
+	ret = bytes ? state_out_pieces(o, s->dev->index, pcs, nr, off) : 0;
+	free(pcs);
+	return ret;
 }
 
 /*
@@ -875,29 +908,13 @@ static int region_out(struct state_out *o, struct session *s, uint64_t region,
 {
 	struct vmu_provider *prov = vmu_provider(s->dev->vmu);
 	struct vmu_region_info info;
-	struct vmu_piece *pcs;
-	unsigned int nr;
 	void *dst;
 	int ret;
 
 	if (lossy(o, s))
 		return region_host(o, s, region, bytes, off);
-	if (svc_state_in_pool(s->dev) && bytes) {
-		const void *host;
-
-		ret = vmu_region_pieces(s->vs, region, bytes, &pcs, &nr, &host);
-		/* swapped out: its host copy stays where it is, in the swap
-		 * arena, else is written as it is, for nothing may move now
-		 * (a swap-in could swap out a region whose pieces are
-		 * written already) */
-		if (ret == -ENODATA)
-			return swapped_out(o, s, host, bytes, off);
-		if (ret)
-			return ret;
-		ret = state_out_pieces(o, s->dev->index, pcs, nr, off);
-		free(pcs);
-		return ret;
-	}
+	if (svc_state_in_pool(s->dev) && bytes)
+		return pool_region(o, s, region, bytes, NULL, off);
 	if (prov->device_only) {
 		dst = state_out_data(o, bytes, off);
 		if (!dst)
@@ -911,35 +928,6 @@ static int region_out(struct state_out *o, struct session *s, uint64_t region,
 	ret = state_out_write(o, (const void *)(uintptr_t)info.addr, bytes,
 			      off);
 	vmu_region_unpin(s->vs, region);
-	return ret;
-}
-
-/*
- * region_out() for a crash journal's record of @s, whose device is a
- * pool (written while requests run): where @bytes of region @region lie,
- * in the pool, or, swapped out (or being swapped in), in the swap arena;
- * its max size in *@max_size. A host copy outside the arena is
- * -ENODATA: the tensor is written lost.
- */
-static int journal_region(struct state_out *o, struct session *s,
-			  uint64_t region, uint64_t bytes, uint64_t *max_size,
-			  uint64_t *off)
-{
-	const void *host = NULL;
-	struct vmu_piece *pcs;
-	unsigned int nr;
-	int ret = vmu_region_where(s->vs, region, bytes, &pcs, &nr, &host,
-				   max_size);
-
-	*off = 0;
-	if (ret == -ENODATA)
-		return !bytes ? 0 :
-		       host   ? swapped_out(o, s, host, bytes, off) :
-				-ENODATA;
-	if (ret)
-		return ret;
-	ret = bytes ? state_out_pieces(o, s->dev->index, pcs, nr, off) : 0;
-	free(pcs);
 	return ret;
 }
 
@@ -1024,25 +1012,25 @@ static int save_tensor(void *arg, uint32_t slot, const struct tensor *t)
 				(const void *)(uintptr_t)vmu_text_addr(t->text),
 				t->bytes, &off);
 		}
-	} else if (x->o->journal && !lossy(x->o, x->s)) {
+	} else {
+		struct vmu_region_info info = { 0 };
 		uint64_t max = 0;
 
-		ret = journal_region(x->o, x->s, t->region, t->bytes, &max,
-				     &off);
-		e.max_size = max;
-		if (ret == -ENODATA) { /* a host copy outside the arena */
-			e.lost = DJINN_STATE_LOST_CRASH;
-			off = 0;
-			ret = 0;
+		/* a pool's: where it lies, and its max size, at once */
+		if (svc_state_in_pool(x->s->dev) && !lossy(x->o, x->s)) {
+			ret = pool_region(x->o, x->s, t->region, t->bytes, &max,
+					  &off);
+		} else {
+			ret = vmu_region_info(x->s->vs, t->region, &info);
+			max = info.max_size;
+			if (!ret)
+				ret = region_out(x->o, x->s, t->region,
+						 t->bytes, &off);
 		}
-	} else {
-		struct vmu_region_info info;
-
-		ret = vmu_region_info(x->s->vs, t->region, &info);
-		e.max_size = info.max_size;
-		if (!ret)
-			ret = region_out(x->o, x->s, t->region, t->bytes, &off);
-		if (ret == -ENODATA) { /* lossy(): it was in device memory */
+		e.max_size = max;
+		/* lossy(): it was in device memory; or, in a journal's
+		 * record, its host copy is outside the swap arena */
+		if (ret == -ENODATA) {
 			e.lost = lost_why(x->o, x->s);
 			off = 0;
 			ret = 0;

@@ -1289,29 +1289,7 @@ int vmu_mapping_pieces(struct vmu *v, const struct vmu_mapping *m, uint64_t len,
 
 int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
 		      struct vmu_piece **out, unsigned int *nr,
-		      const void **host)
-{
-	struct vmu *v = s->vmu;
-	struct vmu_region *r;
-	int ret = 0;
-
-	vmu_lock(v);
-	r = vmu_region_get_settled(s, handle);
-	if (!r) {
-		ret = -ENOENT;
-	} else if (r->state == VMU_REGION_SWAPPED) {
-		*host = r->host;
-		ret = -ENODATA;
-	}
-	if (!ret)
-		ret = vmu_mapping_pieces(v, &r->m, len, out, nr);
-	vmu_unlock(v);
-	return ret;
-}
-
-int vmu_region_where(struct vmu_session *s, uint64_t handle, uint64_t len,
-		     struct vmu_piece **out, unsigned int *nr,
-		     const void **host, uint64_t *max_size)
+		      const void **host, uint64_t *max_size)
 {
 	struct vmu *v = s->vmu;
 	struct vmu_region *r;
@@ -1325,7 +1303,8 @@ int vmu_region_where(struct vmu_session *s, uint64_t handle, uint64_t len,
 	if (!r) {
 		ret = -ENOENT;
 	} else {
-		*max_size = r->max_size;
+		if (max_size)
+			*max_size = r->max_size;
 		if (r->state != VMU_REGION_RESIDENT) {
 			*host = r->host;
 			ret = -ENODATA;

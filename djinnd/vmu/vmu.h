@@ -461,23 +461,18 @@ int vmu_region_fill(struct vmu_session *s, uint64_t handle, uint64_t size,
 		    const struct vmu_fill *f);
 /* Where the first @len bytes of a region lie in its provider's file: an
  * array (free() it) of pieces in their order, contiguous ones merged, in
- * *@out and their number in *@nr. -EOPNOTSUPP when the provider's memory
- * is no file, -ERANGE past the region's mapped bytes, -ENODATA for a
- * swapped region, which does not move: its bytes are in host memory at
- * *@host (its size of them, valid while nothing runs on the VMU). */
+ * *@out and their number in *@nr, and its max size in *@max_size (or
+ * NULL). -EOPNOTSUPP when the provider's memory is no file, -ERANGE past
+ * the region's mapped bytes, -ENODATA for a swapped region: its bytes
+ * are in host memory at *@host (its size of them). A region being
+ * swapped out is waited for; one being swapped in is not (a crash
+ * journal's record is written while requests run, and that swap-in may
+ * wait for the record to free the memory it needs): its host copy, whole
+ * until the swap-in is over and then kept for the next record
+ * (vmu_journal_begin()), is where its bytes are (-ENODATA). */
 int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
 		      struct vmu_piece **out, unsigned int *nr,
-		      const void **host);
-/* The same for a crash journal's record, written while requests run,
- * with the region's @max_size: a region being swapped in is not waited
- * for (that swap-in may wait for the journal's record to free the
- * memory it needs): its host copy, whole until it is over and then kept
- * for the next record (vmu_journal_begin()), is where its bytes are
- * (-ENODATA). A region moving otherwise (being swapped out) is waited
- * for, as by vmu_region_pieces(). */
-int vmu_region_where(struct vmu_session *s, uint64_t handle, uint64_t len,
-		     struct vmu_piece **out, unsigned int *nr,
-		     const void **host, uint64_t *max_size);
+		      const void **host, uint64_t *max_size);
 
 /* ---------------------------------------------------------------------- */
 /* Stack segment

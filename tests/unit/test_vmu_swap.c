@@ -489,6 +489,22 @@ static void commit_until_done(struct fix *f, struct grower *g, pthread_t th)
 	assert_int_equal(pthread_join(th, NULL), 0);
 }
 
+/* Region @h of @s (@size bytes of pattern @seed) read back on another
+ * thread while records are written (the memory its swap-in takes is had
+ * from records as they come): whole. */
+static void read_back(struct fix *f, struct vmu_session *s, uint64_t h,
+		      uint64_t size, uint64_t seed)
+{
+	struct grower w = { .s = s, .h = h, .size = size, .buf = xmalloc(size) };
+	pthread_t th;
+
+	assert_int_equal(pthread_create(&th, NULL, read_run, &w), 0);
+	commit_until_done(f, &w, th);
+	assert_int_equal(w.ret, 0);
+	assert_int_equal(pattern_diff(w.buf, seed, 0, size), -1);
+	free(w.buf);
+}
+
 /*
  * With the journal on, what a swap-out frees is neither available nor
  * reused until a record begun after the free is committed: the swapped
@@ -534,17 +550,9 @@ static void test_journal_defers_frees(void **state)
 	assert_int_equal(vmu_journal_waiting(f->v), 0);
 	region_fill(f->s[2], w.h, 12, 0, big);
 
-	/* the swapped-out copy is whole: read back, on another thread (the
-	 * memory it swaps in for is had from records as they come) */
+	/* the swapped-out copy is whole */
 	assert_int_equal(vmu_region_destroy(f->s[2], w.h), 0);
-	w = (struct grower){
-		.s = f->s[0], .h = h, .size = big, .buf = xmalloc(big)
-	};
-	assert_int_equal(pthread_create(&th, NULL, read_run, &w), 0);
-	commit_until_done(f, &w, th);
-	assert_int_equal(w.ret, 0);
-	assert_int_equal(pattern_diff(w.buf, 11, 0, big), -1);
-	free(w.buf);
+	read_back(f, f->s[0], h, big, 11);
 	vmu_journal_off(f->v);
 	assert_int_equal(vmu_journal_waiting(f->v), 0);
 	check_invariants(f->v);
@@ -552,7 +560,7 @@ static void test_journal_defers_frees(void **state)
 
 /*
  * A swap-in that needs memory its reclaim frees waits for the journal's
- * next record; meanwhile the record (vmu_region_where()) must not wait
+ * next record; meanwhile the record (vmu_region_pieces()) must not wait
  * for that swap-in: it names the region by its host copy at once. Were
  * it to wait, neither would move until the allocation's bound ran out
  * and the swap-in failed.
@@ -582,21 +590,17 @@ static void test_journal_swap_in_not_waited(void **state)
 	for (int i = 0; i < 10000 && vmu_journal_waiting(f->v) < big; i++)
 		usleep(1000);
 	assert_true(vmu_journal_waiting(f->v) >= big);
-	assert_int_equal(vmu_region_where(f->s[0], a, big, &pcs, &nr, &host,
-					  &max),
+	assert_int_equal(vmu_region_pieces(f->s[0], a, big, &pcs, &nr, &host,
+					   &max),
 			 -ENODATA);
 	assert_non_null(host);
 	assert_int_equal(max, big);
 	commit_until_done(f, &w, th);
 	assert_int_equal(w.ret, 0);
 	assert_int_equal(pattern_diff(w.buf, 21, 0, big), -1);
-	/* and b, pushed out for it, back in its turn */
-	w = (struct grower){ .s = f->s[2], .h = b, .size = big, .buf = w.buf };
-	assert_int_equal(pthread_create(&th, NULL, read_run, &w), 0);
-	commit_until_done(f, &w, th);
-	assert_int_equal(w.ret, 0);
-	assert_int_equal(pattern_diff(w.buf, 22, 0, big), -1);
 	free(w.buf);
+	/* and b, pushed out for it, back in its turn */
+	read_back(f, f->s[2], b, big, 22);
 	vmu_journal_off(f->v);
 	check_invariants(f->v);
 }
