@@ -1398,11 +1398,11 @@ static int save_used(struct state_out *o, struct vmu_provider *prov,
 {
 	struct djinn_state_pool *e;
 	struct vmu_piece *pcs = NULL;
-	unsigned int nr = used(prov, NULL, 0), got;
+	unsigned int nr = 64, got; /* one scan, mostly: each commit's */
 	uint64_t len;
 
 	for (int tries = 0;; tries++) {
-		struct vmu_piece *p = realloc(pcs, (nr + 1) * sizeof(*pcs));
+		struct vmu_piece *p = realloc(pcs, nr * sizeof(*pcs));
 
 		if (!p) {
 			free(pcs);
@@ -1412,7 +1412,7 @@ static int save_used(struct state_out *o, struct vmu_provider *prov,
 		got = used(prov, pcs, nr);
 		if (got <= nr)
 			break;
-		nr = got;
+		nr = got + 16;
 		if (tries == 16) {
 			free(pcs);
 			return -EAGAIN;
