@@ -600,18 +600,13 @@ static void deadline_after(struct timespec *ts, uint64_t ns)
 static bool admit_wait(struct vmu *v, uint64_t need,
 		       const struct vmu_stack *own)
 {
-	uint64_t wait = v->admit_wait_ns;
 	struct timespec until;
 	bool ok = false;
 
-	/* memory reclaim just swapped out waits for the journal: not a
-	 * refusal, on any thread that may wait for it */
-	if (!journal_thread && wait < JOURNAL_WAIT_NS &&
-	    __atomic_load_n(&v->deferred_chunks, __ATOMIC_ACQUIRE))
-		wait = JOURNAL_WAIT_NS;
-	if (!wait || need > v->prov->capacity || !coming_free(v, own))
+	if (!v->admit_wait_ns || need > v->prov->capacity ||
+	    !coming_free(v, own))
 		return false;
-	deadline_after(&until, wait);
+	deadline_after(&until, v->admit_wait_ns);
 	v->st.admit_waits++;
 	v->st.admit_waiting++;
 	for (;;) {
@@ -645,7 +640,10 @@ int vmu_admit_locked(struct vmu *v, uint64_t need, struct vmu_resv *r,
 		v->st.admit_reclaims++;
 		reclaim_locked(v, need);
 	}
-	if (avail(v) < need && admit_wait(v, need, own))
+	/* what reclaim just swapped out waits for the crash journal's
+	 * record, as in vmu_charge() */
+	if (avail(v) < need &&
+	    (journal_wait_locked(v, need) || admit_wait(v, need, own)))
 		f = VMU_FIT_NOW;
 	if (f == VMU_FIT_NEVER || avail(v) < need) {
 		vmu_admit_check_locked(v, need, msg, msglen);
