@@ -23,7 +23,6 @@
 #include "net/restart.h"
 #include "svc/devices.h"
 #include "svc/state.h"
-#include "vmu/provider.h"
 
 /* Slots start on a page, past the header's. */
 #define SLOT_ALIGN 4096u
@@ -35,7 +34,6 @@ struct journal {
 	uint64_t size; /* the file's */
 	struct djinn_journal_hdr hdr; /* as written */
 	uint64_t cap[2]; /* each slot's room */
-	uint64_t seq; /* the record in force's */
 	unsigned int fails;
 	char name[48]; /* in the store */
 	/* figures, for the log at exit */
@@ -109,7 +107,7 @@ static int write_slot(struct journal *j, const uint8_t *rec, uint64_t len)
 	unsigned int s = j->hdr.commit ? (unsigned int)(j->hdr.commit & 1) ^ 1 :
 					 0;
 	uint64_t off = j->hdr.slot[s].off, cap = j->cap[s], size = j->size;
-	uint64_t seq = j->seq + 1, commit = seq << 1 | s;
+	uint64_t seq = (j->hdr.commit >> 1) + 1, commit = seq << 1 | s;
 	typeof(j->hdr.slot[0]) slot;
 	int ret;
 
@@ -140,7 +138,6 @@ static int write_slot(struct journal *j, const uint8_t *rec, uint64_t len)
 	j->hdr.slot[s] = slot;
 	j->cap[s] = cap;
 	j->hdr.commit = commit;
-	j->seq = seq;
 	return 0;
 }
 
@@ -257,12 +254,6 @@ void journal_dirty(struct server *srv)
 		srv->jdirty = true;
 }
 
-/* Put @fd in the store as @name, unless it is there already. */
-static bool keep(const char *name, int fd)
-{
-	return fd < 0 || fdstore_has(name) || fdstore_keep(name, fd, false);
-}
-
 /* A free waits for a record (any thread, locks held): the loop wakes. */
 static void wake(void *arg)
 {
@@ -285,9 +276,7 @@ static void forget_all(char **forget)
 int journal_start(struct server *srv, char **forget)
 {
 	struct journal *j;
-	struct lease_provider *lp = srv->sessions.leases;
 	struct timespec ts;
-	char name[24];
 	int ret;
 
 	if (!fdstore_present() || srv->cfg.no_crash_journal) {
@@ -341,23 +330,7 @@ int journal_start(struct server *srv, char **forget)
 	if (ret)
 		goto undo;
 	/* what the records point into, then the journal */
-	for (unsigned int d = 0; d < srv->nr_dev && !ret; d++) {
-		struct vmu_provider *prov = srv->dev[d].backend->provider;
-		uint64_t size;
-
-		if (!svc_state_in_pool(&srv->dev[d]))
-			continue;
-		snprintf(name, sizeof(name), "pool-%u", d);
-		if (!keep(name, prov->ops->file(prov)))
-			ret = -EIO;
-		snprintf(name, sizeof(name), "swap-%u", d);
-		if (!ret && prov->ops->swap_file &&
-		    !keep(name, prov->ops->swap_file(prov, &size)))
-			ret = -EIO;
-	}
-	if (!ret && lp->ops->file && !keep(RESTART_KMOD_FD, lp->ops->file(lp)))
-		ret = -EIO;
-	if (!ret && !fdstore_keep(j->name, j->fd, false))
+	if (!restart_keep_files(srv) || !fdstore_keep(j->name, j->fd, false))
 		ret = -EIO;
 	if (ret)
 		goto undo;
@@ -399,20 +372,12 @@ void journal_stop(struct server *srv)
 
 void journal_handed_over(struct server *srv, bool pools)
 {
-	char name[24];
-
 	if (!srv->journal)
 		return;
 	invalidate(srv->journal);
 	fdstore_forget(srv->journal->name);
-	for (unsigned int d = 0; pools && d < srv->nr_dev; d++) {
-		snprintf(name, sizeof(name), "pool-%u", d);
-		fdstore_forget(name);
-		snprintf(name, sizeof(name), "swap-%u", d);
-		fdstore_forget(name);
-	}
 	if (pools)
-		fdstore_forget(RESTART_KMOD_FD);
+		restart_forget_files(srv);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -181,6 +181,39 @@ static int arena_fd(struct device *d)
 	return prov->ops->swap_file ? prov->ops->swap_file(prov, &size) : -1;
 }
 
+bool restart_keep_files(struct server *srv)
+{
+	bool ok = true;
+	char name[24];
+
+	for (unsigned int d = 0; d < srv->nr_dev && ok; d++) {
+		if (!svc_state_in_pool(&srv->dev[d]))
+			continue;
+		snprintf(name, sizeof(name), "pool-%u", d);
+		ok = fdstore_has(name) ||
+		     fdstore_keep(name, pool_fd(&srv->dev[d]), false);
+		snprintf(name, sizeof(name), "swap-%u", d);
+		if (ok && arena_fd(&srv->dev[d]) >= 0 && !fdstore_has(name))
+			ok = fdstore_keep(name, arena_fd(&srv->dev[d]), false);
+	}
+	if (ok && kmod_fd(srv) >= 0 && !fdstore_has(RESTART_KMOD_FD))
+		ok = fdstore_keep(RESTART_KMOD_FD, kmod_fd(srv), false);
+	return ok;
+}
+
+void restart_forget_files(struct server *srv)
+{
+	char name[24];
+
+	for (unsigned int d = 0; d < srv->nr_dev; d++) {
+		snprintf(name, sizeof(name), "pool-%u", d);
+		fdstore_forget(name);
+		snprintf(name, sizeof(name), "swap-%u", d);
+		fdstore_forget(name);
+	}
+	fdstore_forget(RESTART_KMOD_FD);
+}
+
 /* Into the store: the record and the pools it names, then each
  * connection (polled: one whose client hangs up meanwhile is dropped).
  * The listening sockets are there already. */
@@ -192,35 +225,15 @@ static void keep_in_store(struct restart *r, int rec_fd, int data_fd,
 	struct conn *c;
 	char name[24];
 
-	/* the record first (the pools it names before it): a store short
-	 * of room drops connections (their clients reconnect), not the
-	 * sessions */
-	bool ok = true;
-
-	for (unsigned int d = 0; d < srv->nr_dev && ok; d++) {
-		if (!svc_state_in_pool(&srv->dev[d]))
-			continue;
-		/* the crash journal's are there already */
-		snprintf(name, sizeof(name), "pool-%u", d);
-		ok = fdstore_has(name) ||
-		     fdstore_keep(name, pool_fd(&srv->dev[d]), false);
-		snprintf(name, sizeof(name), "swap-%u", d);
-		if (ok && arena_fd(&srv->dev[d]) >= 0 && !fdstore_has(name))
-			ok = fdstore_keep(name, arena_fd(&srv->dev[d]), false);
-	}
-	if (ok && kmod_fd(srv) >= 0 && !fdstore_has(RESTART_KMOD_FD))
-		ok = fdstore_keep(RESTART_KMOD_FD, kmod_fd(srv), false);
-	if (!ok || !fdstore_keep("state-data", data_fd, false) ||
+	/* the record first (the pools it names before it, unless the crash
+	 * journal keeps them there already): a store short of room drops
+	 * connections (their clients reconnect), not the sessions */
+	if (!restart_keep_files(srv) ||
+	    !fdstore_keep("state-data", data_fd, false) ||
 	    !fdstore_keep("state", rec_fd, false)) {
 		close(rec_fd);
 		close(data_fd);
-		for (unsigned int d = 0; d < srv->nr_dev; d++) {
-			snprintf(name, sizeof(name), "pool-%u", d);
-			fdstore_forget(name);
-			snprintf(name, sizeof(name), "swap-%u", d);
-			fdstore_forget(name);
-		}
-		fdstore_forget(RESTART_KMOD_FD);
+		restart_forget_files(srv);
 		fdstore_forget("state-data");
 		hand_over_fail(r, "the store did not take the record", false);
 		return;

@@ -94,6 +94,12 @@ int restart_swap(struct server *srv, unsigned int index,
 		 const struct vmu_piece **keep, unsigned int *nr);
 int restart_restore(struct server *srv);
 void restart_abandon(struct server *srv, bool forget);
+/* Into the store, each once (those there already are left): every CPU
+ * device's pool and swap arena ("pool-N", "swap-N") and /dev/djinn's
+ * file ("kmod"), what a record points into. Whether the store took
+ * them. restart_forget_files(): the store lets go of them. */
+bool restart_keep_files(struct server *srv);
+void restart_forget_files(struct server *srv);
 /* djinnd serves (its predecessor has been told): the restored
  * connections receive from here on. */
 void restart_serving(struct server *srv);
