@@ -1281,6 +1281,19 @@ static int reconnect(struct djd *dd)
 	return fd;
 }
 
+/* After a crash: the client connection *@fd and the admin one *@adm,
+ * which djinnd's death closed (they read EOF, within the bound), closed
+ * here, and new ones made to the next djinnd once it serves. */
+static void reconnect_all(struct djd *dd, int *fd, int *adm)
+{
+	assert_int_equal(dj_wait_eof(*fd, DJ_TIMEOUT_MS), 1);
+	assert_int_equal(dj_wait_eof(*adm, DJ_TIMEOUT_MS), 1);
+	close(*fd);
+	close(*adm);
+	*fd = reconnect(dd);
+	*adm = xconnect(dd->admin);
+}
+
 /* Session @sid's ADMIN_SESSIONS entry on admin connection @adm; how
  * many sessions there are in *@nr (may be NULL). */
 static struct djinn_admin_session admin_entry(int adm, uint64_t sid,
@@ -1417,12 +1430,7 @@ static void test_crash_restart(void **state)
 
 	old = crash(&dd);
 	/* the connections died with it: the clients connect again */
-	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
-	assert_int_equal(dj_wait_eof(adm, DJ_TIMEOUT_MS), 1);
-	close(fd);
-	close(adm);
-	fd = reconnect(&dd);
-	adm = xconnect(dd.admin);
+	reconnect_all(&dd, &fd, &adm);
 	for (unsigned int i = 0; i < NR_CRASH; i++)
 		check_attached(fd, adm, &s[i], &e[i]);
 	call_err(fd, DJINN_MSG_SESSION_ATTACH, closed, closed_token, 16, -EPERM,
@@ -1443,12 +1451,7 @@ static void test_crash_restart(void **state)
 		assert_true(s[i].sid != s[NR_CRASH].sid);
 	e[NR_CRASH] = admin_entry(adm, s[NR_CRASH].sid, NULL);
 	old = crash(&dd);
-	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
-	assert_int_equal(dj_wait_eof(adm, DJ_TIMEOUT_MS), 1);
-	close(fd);
-	close(adm);
-	fd = reconnect(&dd);
-	adm = xconnect(dd.admin);
+	reconnect_all(&dd, &fd, &adm);
 	for (unsigned int i = 0; i <= NR_CRASH; i++)
 		check_attached(fd, adm, &s[i], &e[i]);
 	(void)admin_entry(adm, s[0].sid, &nr);
@@ -1639,14 +1642,8 @@ static void test_crash_under_load(void **state)
 	pthread_join(w.th, NULL);
 	if (w.bad)
 		fail_msg("the writer: %s", w.why);
-	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
-	assert_int_equal(dj_wait_eof(adm, DJ_TIMEOUT_MS), 1);
 	close(w.fd);
-	close(fd);
-	close(adm);
-
-	fd = reconnect(&dd);
-	adm = xconnect(dd.admin);
+	reconnect_all(&dd, &fd, &adm);
 	attach(fd, w.sid, w.token);
 	for (unsigned int i = 0; i < w.n; i++) {
 		struct djinn_tensor_io io = { .handle = w.t[i].h, .len = 1 };
@@ -1739,10 +1736,7 @@ static void test_crash_swapped(void **state)
 	assert_true(djd_store_has(st, "swap-0"));
 
 	(void)crash(&dd);
-	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
-	close(fd);
-	close(adm);
-	fd = reconnect(&dd);
+	reconnect_all(&dd, &fd, &adm);
 	attach(fd, sid, r1.token);
 	attach(fd, fill_sid, r2.token);
 	/* the device full again: reading the tensor swaps it in, which
@@ -1760,6 +1754,7 @@ static void test_crash_swapped(void **state)
 		fail_msg("the filler's last tensor changed over the crash");
 	close_session(fd, sid);
 	close_session(fd, fill_sid);
+	close(adm);
 	close(fd);
 	free(big);
 	free(filler);
@@ -2018,16 +2013,11 @@ static void test_crash_clients_die(void **state)
 		if (!doomed_kill(i))
 			fail_msg("doomed client %u did not die of its SIGKILL",
 				 i);
-	assert_int_equal(dj_wait_eof(fd, DJ_TIMEOUT_MS), 1);
-	assert_int_equal(dj_wait_eof(adm, DJ_TIMEOUT_MS), 1);
-	close(fd);
-	close(adm);
 	dd.pid = djd_spawn_next(&dd);
 	assert_true(dd.pid > 0);
 
 	/* ours attach again whole; the doomed ones were restored too */
-	fd = reconnect(&dd);
-	adm = xconnect(dd.admin);
+	reconnect_all(&dd, &fd, &adm);
 	for (unsigned int k = 0; k < 2; k++)
 		check_attached(fd, adm, &s[k], &e[k]);
 	/* with nothing renewing them, the doomed sessions expire (what was
