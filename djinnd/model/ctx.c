@@ -35,6 +35,126 @@ static uint64_t pin_addr(struct vmu_session *s, uint64_t handle, int *ret)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Logits buffers, and what the crash journal names (runtime.h) */
+
+/* @c's logits buffers for a vocabulary of @vocab: CTX_SLOTS in the
+ * arena when there is one, else one of its own. Slot 0 first. */
+static int slots_new(struct model_ctx *c, uint32_t vocab)
+{
+	uint64_t bytes = (uint64_t)vocab * sizeof(float);
+
+	pthread_mutex_init(&c->jlock, NULL);
+	c->slot_bytes = (bytes + 63) & ~63ull;
+	c->slots = arena_alloc(c->slot_bytes * CTX_SLOTS, &c->arena_off);
+	if (c->slots) {
+		c->nr_slots = CTX_SLOTS;
+		/* the arena's memory is reused: no earlier logits show */
+		memset(c->slots, 0, c->slot_bytes);
+	} else {
+		c->slots = calloc(1, c->slot_bytes);
+		if (!c->slots) {
+			pthread_mutex_destroy(&c->jlock);
+			return -ENOMEM;
+		}
+		c->nr_slots = 1;
+	}
+	c->logits = (float *)c->slots;
+	return 0;
+}
+
+static void slots_free(struct model_ctx *c)
+{
+	if (c->nr_slots == CTX_SLOTS)
+		arena_free(c->arena_off, c->slot_bytes * CTX_SLOTS);
+	else
+		free(c->slots);
+	pthread_mutex_destroy(&c->jlock);
+}
+
+void ctx_publish(struct model_ctx *c)
+{
+	pthread_mutex_lock(&c->jlock);
+	/* paused: what it has committed (a breakpoint decode's tokens
+	 * answered so far), not the paused part */
+	c->pub.len = c->len;
+	c->pub.slot = c->cur;
+	c->pub.have_logits = c->have_logits;
+	c->pub.paused = c->pz.on;
+	pthread_mutex_unlock(&c->jlock);
+}
+
+/* The buffer a step's logits go to: one no record may name, nor the
+ * published state (a record begun from now may name it). With one
+ * buffer, that one (no journal names it). */
+static float *next_slot(struct model_ctx *c, uint32_t *slot)
+{
+	unsigned int busy = 0;
+
+	*slot = 0;
+	if (c->nr_slots == 1)
+		return c->logits;
+	pthread_mutex_lock(&c->jlock);
+	busy |= 1u << c->pub.slot;
+	for (unsigned int i = 0; i < 2; i++)
+		if (arena_live(c->pin[i].seq))
+			busy |= 1u << c->pin[i].slot;
+	pthread_mutex_unlock(&c->jlock);
+	while (busy & (1u << *slot))
+		++*slot; /* three held at most: one of CTX_SLOTS is free */
+	return (float *)(c->slots + *slot * c->slot_bytes);
+}
+
+/* How long a step waits for the journal to record a truncation. */
+#define JOURNAL_WAIT_S 2
+
+int ctx_journal_wait(struct model_ctx *c, char *msg, size_t msglen)
+{
+	struct timespec until;
+
+	if (c->nr_slots == 1)
+		return 0;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += JOURNAL_WAIT_S;
+	for (;;) {
+		uint64_t seen = arena_in_force();
+		uint32_t need = 0;
+
+		pthread_mutex_lock(&c->jlock);
+		for (unsigned int i = 0; i < 2; i++)
+			if (arena_live(c->pin[i].seq) && c->pin[i].len > need)
+				need = c->pin[i].len;
+		pthread_mutex_unlock(&c->jlock);
+		if (c->len >= need)
+			return 0;
+		if (arena_wait(seen, &until))
+			return errmsg(msg, msglen, -EAGAIN,
+				      "the crash journal has not recorded "
+				      "the context's truncation to %u tokens "
+				      "in %d s (it names %u): try again",
+				      c->len, JOURNAL_WAIT_S, need);
+	}
+}
+
+int model_ctx_journal(struct model_ctx *c, struct model_ctx_saved *out)
+{
+	uint64_t seq = arena_begun();
+
+	if (c->nr_slots == 1 || !seq)
+		return -ENODATA;
+	pthread_mutex_lock(&c->jlock);
+	c->pin[seq & 1] = c->pub;
+	c->pin[seq & 1].seq = seq;
+	*out = (struct model_ctx_saved){
+		.len = c->pub.len,
+		.have_logits = c->pub.have_logits,
+		.logits_off = c->arena_off + c->pub.slot * c->slot_bytes,
+		.paused = c->pub.paused,
+	};
+	pthread_mutex_unlock(&c->jlock);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Contexts */
 
 int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
@@ -57,10 +177,10 @@ int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->logits = calloc(cfg->vocab, sizeof(float));
-	if (!c->logits) {
+	ret = slots_new(c, cfg->vocab);
+	if (ret) {
 		free(c);
-		return -ENOMEM;
+		return ret;
 	}
 	c->h = h;
 	c->max = max_tokens;
@@ -71,7 +191,7 @@ int model_ctx_new(struct model_hold *h, uint32_t max_tokens,
 		errmsg(msg, msglen, ret, "no KV cache of %llu bytes: %s",
 		       (unsigned long long)(c->tok_bytes * max_tokens),
 		       strerror(-ret));
-		free(c->logits);
+		slots_free(c);
 		free(c);
 		return ret;
 	}
@@ -121,7 +241,7 @@ void model_ctx_free(struct model_ctx *c)
 		return;
 	model_ctx_abandon(c);
 	vmu_region_destroy(c->h->s, c->cache);
-	free(c->logits);
+	slots_free(c);
 	free(c->raw);
 	free(c);
 }
@@ -136,12 +256,17 @@ int model_ctx_truncate(struct model_ctx *c, uint32_t len, char *msg,
 			      "truncate to %u tokens: the context holds %u",
 			      len, c->len);
 	model_ctx_abandon(c);
-	ret = vmu_region_resize(c->h->s, c->cache, (uint64_t)len * c->tok_bytes,
-				NULL);
-	if (ret)
-		return errmsg(msg, msglen, ret, "truncate: %s", strerror(-ret));
 	c->len = len;
 	c->have_logits = false;
+	/* before the cache shrinks: a record names no rows past it */
+	ctx_publish(c);
+	ret = vmu_region_resize(c->h->s, c->cache, (uint64_t)len * c->tok_bytes,
+				NULL);
+	if (ret) /* it holds @len tokens all the same, in a larger cache */
+		return errmsg(msg, msglen, ret,
+			      "truncate to %u tokens: the cache keeps its "
+			      "size: %s",
+			      len, strerror(-ret));
 	return 0;
 }
 
@@ -245,6 +370,7 @@ int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
 		memcpy(c->logits, logits, h->m->cfg.vocab * sizeof(float));
 		c->have_logits = true;
 	}
+	ctx_publish(c);
 	*out = c;
 	return 0;
 }
@@ -352,6 +478,7 @@ int model_ctx_pause_set(struct model_ctx *c, const struct model_ctx_pause *p,
 	pz->brk = p->brk;
 	pz->sp = p->sp;
 	pz->rng = p->rng;
+	ctx_publish(c);
 	return 0;
 }
 
@@ -384,6 +511,7 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 	n->len = c->len;
 	n->have_logits = c->have_logits;
 	memcpy(n->logits, c->logits, c->h->m->cfg.vocab * sizeof(float));
+	ctx_publish(n);
 	*out = n;
 	return 0;
 }
@@ -819,6 +947,9 @@ int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 				want);
 	}
 	if (!ret) {
+		uint32_t slot;
+		float *into = next_slot(c, &slot);
+
 		if (st->logits)
 			djinn_half_to_f32(dt, host, st->logits,
 					  rows * cfg->vocab);
@@ -826,7 +957,9 @@ int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 				  (uint8_t *)host +
 					  (st->logits ? rows - 1 : 0) *
 						  row_bytes,
-				  c->logits, cfg->vocab);
+				  into, cfg->vocab);
+		c->logits = into;
+		c->cur = slot;
 		c->have_logits = true;
 		c->len += n;
 		if (st->keep) { /* the caller's now */
@@ -864,10 +997,13 @@ int model_ctx_step(struct model_ctx *c, const struct model_env *env,
 	st->region = 0;
 	ret = ctx_check_step(c, tokens, n, msg, msglen);
 	if (!ret)
+		ret = ctx_journal_wait(c, msg, msglen);
+	if (!ret)
 		ret = run_step(&p);
-	if (ret)
-		return ret;
-	return ctx_commit(c, env, n, &p, st, msg, msglen);
+	if (!ret)
+		ret = ctx_commit(c, env, n, &p, st, msg, msglen);
+	ctx_publish(c);
+	return ret;
 }
 
 int model_ctx_prefill(struct model_ctx *c, const struct model_env *env,

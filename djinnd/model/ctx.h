@@ -6,9 +6,11 @@
 #ifndef DJINN_MODEL_CTX_H
 #define DJINN_MODEL_CTX_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "model/runtime.h"
 #include "model/stream.h"
@@ -39,13 +41,44 @@ struct model_pause {
 	int32_t *tokens;
 };
 
+/* The logits buffers a context keeps in the crash journal's arena
+ * (logits.c): the one its last request left, those two records may
+ * name, and one for the step under way. */
+#define CTX_SLOTS 4
+
+/*
+ * struct ctx_mark - a context as a crash journal's record may name it
+ * @seq:    the record (a pin; 0: none), or 0 (the published state)
+ * @len:    its tokens
+ * @slot:   the logits buffer that holds its logits (@have_logits)
+ * @paused: a step of its is paused at a breakpoint (the record names
+ *          the context as it was before that step)
+ */
+struct ctx_mark {
+	uint64_t seq;
+	uint32_t len, slot;
+	bool have_logits, paused;
+};
+
 struct model_ctx {
 	struct model_hold *h;
 	uint64_t cache; /* region handle */
 	uint32_t len, max;
 	uint64_t tok_bytes;
-	float *logits; /* vocab */
+	float *logits; /* vocab: slot @cur of @slots */
 	bool have_logits;
+	/* @nr_slots logits buffers of @slot_bytes, from @slots: the arena's
+	 * (at @arena_off, CTX_SLOTS of them) or the context's own (one) */
+	uint8_t *slots;
+	uint32_t nr_slots, cur;
+	uint64_t slot_bytes, arena_off;
+	/* what the crash journal names (model_ctx_journal()), under @jlock:
+	 * the context as its last request left it (@pub), and what each of
+	 * the journal's two slots' records named (@pin, by seq & 1). A step
+	 * writes its logits into a buffer none of them holds, and rows of
+	 * the cache at or past every live pin's length. */
+	pthread_mutex_t jlock;
+	struct ctx_mark pub, pin[2];
 	struct model_pause pz;
 	/* the last step's logits as its graph left them (the weights'
 	 * dtype), kept from step to step: no allocation a step (one row;
@@ -135,5 +168,27 @@ void ctx_pause(struct model_ctx *c, struct part *p, uint32_t brk, uint32_t n,
 /* @r's outputs: the first @nr of the paused decode's tokens, and
  * whether the context is paused. */
 void ctx_run_out(struct model_ctx *c, struct model_run *r, uint32_t nr);
+
+/* The context as it is now is the one the crash journal may name: after
+ * a request ends (paused: its state before that request stays named). */
+void ctx_publish(struct model_ctx *c);
+/* Before a step writes the cache: wait (2 s at most) until no record the
+ * crash journal may restore names more tokens than the context holds (a
+ * truncation not yet recorded): 0, or -EAGAIN with why in @msg. */
+int ctx_journal_wait(struct model_ctx *c, char *msg, size_t msglen);
+
+/* The arena (logits.c): @len bytes, at *@off in its file, or NULL (no
+ * arena, or full); given back, quarantined while a journal is on. */
+uint8_t *arena_alloc(uint64_t len, uint64_t *off);
+void arena_free(uint64_t off, uint64_t len);
+/* The newest record begun (0: no journal on), the one in force; whether
+ * a pin of record @seq may still be restored (the journal is on, and
+ * @seq is in force or newer); wait until the record in force is no
+ * longer @seen (or the journal is off), until @until (CLOCK_REALTIME):
+ * 0 or -ETIMEDOUT. */
+uint64_t arena_begun(void);
+uint64_t arena_in_force(void);
+bool arena_live(uint64_t seq);
+int arena_wait(uint64_t seen, const struct timespec *until);
 
 #endif /* DJINN_MODEL_CTX_H */

@@ -36,6 +36,7 @@ static void req_end(struct model_req *q, int ret)
 {
 	q->ret = ret;
 	q->done = true;
+	ctx_publish(q->c); /* what the crash journal may name from now */
 }
 
 /* Save the context's logits: a failure later puts them back. */
@@ -92,6 +93,8 @@ int model_req_start(struct model_req *q)
 		ret = ctx_check_step(c, q->tokens, q->n, q->msg, q->msglen);
 		if (!ret && r->brk)
 			ret = ctx_check_brk(c, r->brk, q->msg, q->msglen);
+		if (!ret)
+			ret = ctx_journal_wait(c, q->msg, q->msglen);
 		x->stage = r->brk ? RQ_PREFILL_BRK : RQ_PREFILL;
 		break;
 	case MODEL_REQ_DECODE:
@@ -118,6 +121,9 @@ int model_req_start(struct model_req *q)
 				     c->len, q->n, c->max);
 			break;
 		}
+		ret = ctx_journal_wait(c, q->msg, q->msglen);
+		if (ret)
+			break;
 		/* the random stream as model_ctx_decode() always seeded
 		 * it: the same tokens */
 		x->rng = q->sp.seed ^

@@ -65,7 +65,8 @@ int model_ctx_fork(struct model_ctx *c, const struct model_env *env,
 		   struct model_ctx **out, char *msg, size_t msglen);
 /* Keep the first @len tokens (no more than it holds: -EINVAL), the cache
  * shrinking to them, abandoning a paused step; no last logits until the
- * next step. */
+ * next step. A cache that cannot shrink is an error, the context
+ * truncated all the same. */
 int model_ctx_truncate(struct model_ctx *c, uint32_t len, char *msg,
 		       size_t msglen);
 /* Forget every token: model_ctx_truncate() to 0. */
@@ -93,6 +94,37 @@ int model_ctx_restore(struct model_hold *h, uint32_t max, uint32_t len,
 uint32_t model_ctx_len(const struct model_ctx *c);
 /* The last token's logits (vocab floats), or NULL before any step. */
 const float *model_ctx_logits(const struct model_ctx *c);
+
+/*
+ * The crash journal (net/journal.h) names each context as its last
+ * request left it, while steps run: its length, the cache rows before it
+ * in place in the pool, and its last logits in place in the logits arena,
+ * a memfd the fd store keeps (model_journal_arena(): made once; contexts
+ * made from then on keep CTX_SLOTS logits buffers there, those made
+ * before one of their own, which no record names).
+ *
+ * model_journal_begin() before each record (@seq, counting from 1),
+ * model_journal_done() once it is in force, model_journal_off() when the
+ * journal ends. model_ctx_journal() (in a record, under the session's
+ * lock) says what the record names of @c and holds it: until a newer
+ * record is in force, no step writes those logits, nor cache rows before
+ * that length (a step after a truncation waits for a record of it), and
+ * a context freed keeps its logits buffers from others. -ENODATA: @c's
+ * logits are not in the arena.
+ */
+struct model_ctx_saved {
+	uint32_t len;
+	bool have_logits;
+	uint64_t logits_off; /* in the arena's file */
+	/* a step is paused at a breakpoint: @len and the logits are what
+	 * it committed before (a breakpoint decode's tokens answered) */
+	bool paused;
+};
+int model_journal_arena(void);
+void model_journal_begin(uint64_t seq);
+void model_journal_done(uint64_t seq);
+void model_journal_off(void);
+int model_ctx_journal(struct model_ctx *c, struct model_ctx_saved *out);
 
 /*
  * Append @n >= 1 tokens and run them. @logits (may be NULL) gets the

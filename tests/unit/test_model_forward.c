@@ -1454,6 +1454,131 @@ static int group_setup(void **state)
 	return 0;
 }
 
+/* The vocabulary's logits at @off in the logits arena @fd, into @out. */
+static void arena_read(int fd, uint64_t off, float *out, uint32_t V)
+{
+	assert_int_equal(pread(fd, out, V * sizeof(float), (off_t)off),
+			 (ssize_t)(V * sizeof(float)));
+}
+
+/* A record @seq naming @c, in force at once: what it names. */
+static struct model_ctx_saved record(struct model_ctx *c, uint64_t seq)
+{
+	struct model_ctx_saved sv;
+
+	model_journal_begin(seq);
+	assert_int_equal(model_ctx_journal(c, &sv), 0);
+	model_journal_done(seq);
+	return sv;
+}
+
+/*
+ * The crash journal's view of a context (runtime.h, "The crash journal"):
+ * with the logits arena on, a record names the context as its last
+ * request left it, and what it names stays as it was while the context
+ * steps on: its logits in the arena (read through the arena's file) and
+ * its length. A truncation below what the record in force names makes
+ * the next step wait for a newer record (-EAGAIN after 2 s without one).
+ * A freed context's logits go to no other context until a record begun
+ * after the free is in force. (Last: the arena stays on for the
+ * process.)
+ */
+static void test_journal_pins(void **state)
+{
+	struct model_fix *f = *state;
+	struct model_hold *h = hold(f, "llama-f32");
+	uint32_t V = h->m->cfg.vocab;
+	float *want = xmalloc(V * sizeof(float)), *got = xmalloc(V * 4);
+	struct model_sampling sp = { .top_p = 1.0f, .seed = 7 };
+	struct model_ctx_saved sv, s2, s3;
+	struct model_ctx *c, *c2, *c3;
+	char msg[ST_MSG_LEN];
+	int32_t tok[6];
+	int fd = model_journal_arena();
+
+	assert_true(fd >= 0);
+	c = ctx(h, 32);
+	prefill(f, c, prompt, 5, NULL);
+	memcpy(want, model_ctx_logits(c), V * sizeof(float));
+	sv = record(c, 1);
+	assert_int_equal(sv.len, 5);
+	assert_true(sv.have_logits);
+	assert_false(sv.paused);
+	/* six requests on, what record 1 names is as it was */
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(model_ctx_decode(c, &f->env, 1, &sp, tok + i,
+						  msg, sizeof(msg)),
+				 0);
+	arena_read(fd, sv.logits_off, got, V);
+	assert_memory_equal(got, want, V * sizeof(float));
+	assert_memory_not_equal(model_ctx_logits(c), want, V * sizeof(float));
+	sv = record(c, 2);
+	assert_int_equal(sv.len, 11);
+	arena_read(fd, sv.logits_off, got, V);
+	assert_memory_equal(got, model_ctx_logits(c), V * sizeof(float));
+
+	/* truncated to 3 under record 2 (11 tokens): no step until a
+	 * record of the truncation is in force */
+	assert_int_equal(model_ctx_truncate(c, 3, msg, sizeof(msg)), 0);
+	assert_int_equal(model_ctx_prefill(c, &f->env, prompt + 3, 1, NULL, msg,
+					   sizeof(msg)),
+			 -EAGAIN);
+	assert_non_null(strstr(msg, "has not recorded the context's "
+				    "truncation to 3 tokens"));
+	assert_int_equal(model_ctx_len(c), 3);
+	sv = record(c, 3);
+	assert_int_equal(sv.len, 3);
+	assert_false(sv.have_logits);
+	prefill(f, c, prompt + 3, 2, NULL);
+	assert_int_equal(model_ctx_len(c), 5);
+
+	/* a breakpoint decode: each answer's tokens are named, the paused
+	 * part is not */
+	{
+		struct model_run r = { .brk = 1, .out = tok };
+
+		assert_int_equal(model_ctx_run_decode(c, &f->env, 4, &sp, &r,
+						      msg, sizeof(msg)),
+				 0);
+		assert_true(r.paused);
+		sv = record(c, 4);
+		assert_int_equal(sv.len, 5);
+		assert_true(sv.paused);
+		for (int i = 0; i < 2; i++) {
+			assert_int_equal(model_ctx_resume(c, &f->env, &r, msg,
+							  sizeof(msg)),
+					 0);
+			assert_true(r.paused);
+		}
+		sv = record(c, 5);
+		assert_int_equal(sv.len, 7);
+		assert_true(sv.paused);
+		arena_read(fd, sv.logits_off, got, V);
+		assert_memory_equal(got, model_ctx_logits(c),
+				    V * sizeof(float));
+		model_ctx_abandon(c);
+	}
+
+	/* a freed context's buffers wait for a record begun after */
+	c2 = ctx(h, 32);
+	s2 = record(c2, 6);
+	model_ctx_free(c2);
+	c3 = ctx(h, 32);
+	s3 = record(c3, 7); /* begun after the free: in force, it frees */
+	assert_true(s3.logits_off != s2.logits_off);
+	model_ctx_free(c3);
+	c3 = ctx(h, 32);
+	model_journal_begin(8);
+	assert_int_equal(model_ctx_journal(c3, &s3), 0);
+	assert_int_equal(s3.logits_off, s2.logits_off);
+	model_journal_off();
+	model_ctx_free(c3);
+	model_ctx_free(c);
+	model_close(h);
+	free(want);
+	free(got);
+}
+
 static int group_teardown(void **state)
 {
 	return rm_tree(dir);
@@ -1473,7 +1598,7 @@ int main(void)
 		TEST(test_keep_logits),	  TEST(test_sample),
 		TEST(test_gqa_attention), TEST(test_break_same),
 		TEST(test_places),	  TEST(test_steer),
-		TEST(test_break_refused),
+		TEST(test_break_refused), TEST(test_journal_pins),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
