@@ -770,6 +770,9 @@ int server_init(struct server *srv, const struct server_config *cfg)
 	ret = ident_start(srv);
 	if (ret)
 		return ret;
+	/* the contexts restored keep their logits where a journal finds
+	 * them (a journal without is logged, and loses its contexts) */
+	journal_prepare(srv);
 	ret = listeners_open(srv);
 	if (ret)
 		return ret;

@@ -103,10 +103,6 @@ struct conn {
 	bool closing, recv_armed;
 	bool tx_dead; /* the socket cannot send any more */
 	bool overflow; /* the client does not read its replies */
-	/* the next reply queued waits for the crash journal's next record
-	 * whatever its type (net/journal.h): a step's that hands out a
-	 * tensor */
-	bool gate_next;
 	bool failed; /* no SQE for it: closed before the loop sleeps */
 	unsigned int outq_msgs;
 	uint64_t outq_bytes; /* of bodies queued */

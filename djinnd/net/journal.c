@@ -21,6 +21,7 @@
 #include "net/fdstore.h"
 #include "net/journal.h"
 #include "net/restart.h"
+#include "model/runtime.h"
 #include "svc/devices.h"
 #include "svc/state.h"
 
@@ -36,6 +37,7 @@ struct journal {
 	uint64_t cap[2]; /* each slot's room */
 	unsigned int fails;
 	char name[48]; /* in the store */
+	char lname[48]; /* the logits arena's, or "" */
 	/* figures, for the log at exit */
 	uint64_t commits, ns, bytes;
 };
@@ -57,6 +59,11 @@ bool journal_gates(uint32_t type)
 	case DJINN_MSG_CTX_NEW:
 	case DJINN_MSG_CTX_FREE:
 	case DJINN_MSG_CTX_FORK:
+	case DJINN_MSG_CTX_PREFILL:
+	case DJINN_MSG_CTX_DECODE:
+	case DJINN_MSG_CTX_RESUME:
+	case DJINN_MSG_CTX_RESET:
+	case DJINN_MSG_CTX_TRUNCATE:
 	case DJINN_MSG_ADMIN_KILL:
 	case DJINN_MSG_ADMIN_MODEL_EVICT:
 	case DJINN_MSG_ADMIN_MODEL_LOAD:
@@ -164,10 +171,13 @@ static void end(struct server *srv)
 
 	invalidate(j);
 	fdstore_forget(j->name);
+	if (j->lname[0])
+		fdstore_forget(j->lname);
 	srv->journal = NULL;
 	srv->jdone = UINT64_MAX;
 	for (unsigned int i = 0; i < srv->nr_dev; i++)
 		vmu_journal_off(srv->dev[i].vmu);
+	model_journal_off();
 	close(j->fd);
 	free(j);
 	kick(srv);
@@ -184,7 +194,7 @@ static void give_up(struct server *srv, const char *why)
 static int commit(struct server *srv)
 {
 	struct journal *j = srv->journal;
-	uint64_t t0 = loop_now();
+	uint64_t t0 = loop_now(), seq = (j->hdr.commit >> 1) + 1;
 	struct state_out o;
 	const uint8_t *rec;
 	size_t len;
@@ -193,6 +203,7 @@ static int commit(struct server *srv)
 	/* what is freed from here waits for the record after this one */
 	for (unsigned int i = 0; i < srv->nr_dev; i++)
 		vmu_journal_begin(srv->dev[i].vmu);
+	model_journal_begin(seq);
 	ret = state_out_begin_journal(&o);
 	if (ret)
 		return ret;
@@ -212,6 +223,7 @@ static int commit(struct server *srv)
 	/* what the record before this one named and this one does not */
 	for (unsigned int i = 0; i < srv->nr_dev; i++)
 		vmu_journal_done(srv->dev[i].vmu);
+	model_journal_done(seq);
 	return 0;
 }
 
@@ -273,11 +285,25 @@ static void forget_all(char **forget)
 		fdstore_forget(*forget);
 }
 
+int journal_prepare(struct server *srv)
+{
+	int fd;
+
+	if (!fdstore_present() || srv->cfg.no_crash_journal)
+		return 0;
+	fd = model_journal_arena();
+	if (fd < 0)
+		log_err("crash journal: no logits arena: %s; a crash loses "
+			"the contexts",
+			strerror(-fd));
+	return fd < 0 ? fd : 0;
+}
+
 int journal_start(struct server *srv, char **forget)
 {
 	struct journal *j;
 	struct timespec ts;
-	int ret;
+	int ret, lfd;
 
 	if (!fdstore_present() || srv->cfg.no_crash_journal) {
 		/* a predecessor's record is out of date from now on */
@@ -318,6 +344,9 @@ int journal_start(struct server *srv, char **forget)
 		 (int)getpid(),
 		 (unsigned long long)ts.tv_sec * 1000000000ull +
 			 (unsigned long long)ts.tv_nsec);
+	lfd = model_journal_arena();
+	if (lfd >= 0)
+		journal_logits_name(j->lname, sizeof(j->lname), j->name);
 	srv->journal = j;
 	srv->jdone = 0;
 	/* a GPU's memory is named in no record: its frees need not wait */
@@ -330,7 +359,9 @@ int journal_start(struct server *srv, char **forget)
 	if (ret)
 		goto undo;
 	/* what the records point into, then the journal */
-	if (!restart_keep_files(srv) || !fdstore_keep(j->name, j->fd, false))
+	if (!restart_keep_files(srv) ||
+	    (j->lname[0] && !fdstore_keep(j->lname, lfd, false)) ||
+	    !fdstore_keep(j->name, j->fd, false))
 		ret = -EIO;
 	if (ret)
 		goto undo;
@@ -376,8 +407,16 @@ void journal_handed_over(struct server *srv, bool pools)
 		return;
 	invalidate(srv->journal);
 	fdstore_forget(srv->journal->name);
+	if (srv->journal->lname[0])
+		fdstore_forget(srv->journal->lname);
 	if (pools)
 		restart_forget_files(srv);
+}
+
+void journal_logits_name(char *out, size_t len, const char *journal)
+{
+	snprintf(out, len, JOURNAL_LOGITS_PREFIX "%s",
+		 journal + strlen(JOURNAL_FD_PREFIX));
 }
 
 /* ---------------------------------------------------------------------- */
@@ -401,7 +440,91 @@ static int sealed(const char *name, const void *p, uint64_t len)
 	return fd;
 }
 
-int journal_record(int jfd, int *rec_fd, int *data_fd, char *msg, size_t msglen)
+/* The largest logits a context's entry may name: 16 M floats. */
+#define LOGITS_MAX (64ull << 20)
+
+/*
+ * The logits record @rec (@len bytes, a copy of its own) names in the
+ * logits arena @lfd (or -1), copied into the new memfd *@data_fd, each
+ * context's @logits_off made its offset there. A context whose logits
+ * cannot be had (no arena passed, outside it, unreadable) is made lost
+ * in the copy, as lost to the crash, rather than the whole record
+ * refused. 0, or a negative errno with why in @msg.
+ */
+static int logits_out(uint8_t *rec, uint64_t len, int lfd, int *data_fd,
+		      char *msg, size_t msglen)
+{
+	struct djinn_state_hdr *h = (void *)rec;
+	uint64_t data = 0, asize = 0;
+	unsigned int lost = 0;
+	struct stat st;
+	void *buf = NULL;
+	int fd, ret = 0;
+
+	*data_fd = -1;
+	fd = memfd_create("djinn-state-data", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (lfd >= 0 && !fstat(lfd, &st))
+		asize = (uint64_t)st.st_size;
+	for (uint64_t pos = sizeof(*h); h->version >= 6 && pos + 8 <= len;) {
+		struct djinn_state_ent *e = (void *)(rec + pos);
+		struct djinn_state_obj *o = (void *)(e + 1);
+		void *b;
+
+		if (e->len > len - pos - sizeof(*e))
+			break; /* the restore refuses the record */
+		pos += sizeof(*e) + ((e->len + 7ull) & ~7ull);
+		if (e->type != DJINN_STATE_OBJ || e->len < sizeof(*o) ||
+		    o->kind != DJINN_STATE_CTX || o->lost || !o->have_logits)
+			continue;
+		b = o->logits_bytes && o->logits_bytes <= LOGITS_MAX &&
+				    o->logits_off <= asize &&
+				    o->logits_bytes <= asize - o->logits_off ?
+			    realloc(buf, o->logits_bytes) :
+			    NULL;
+		if (b)
+			buf = b;
+		if (!b ||
+		    pread(lfd, buf, o->logits_bytes, (off_t)o->logits_off) !=
+			    (ssize_t)o->logits_bytes) {
+			o->lost = DJINN_STATE_LOST_CRASH;
+			o->have_logits = 0;
+			lost++;
+			continue;
+		}
+		ret = pwrite_all(fd, buf, o->logits_bytes, data);
+		if (ret) {
+			snprintf(msg, msglen, "copying its logits: %s",
+				 strerror(-ret));
+			break;
+		}
+		o->logits_off = data;
+		data += up(o->logits_bytes);
+	}
+	free(buf);
+	if (lost)
+		log_warn("restart: %u contexts of the crash journal come back "
+			 "lost: their logits are not in its logits arena%s",
+			 lost, lfd < 0 ? ", which was not passed" : "");
+	h->data_size = data;
+	if (!ret &&
+	    (ftruncate(fd, (off_t)data) ||
+	     fcntl(fd, F_ADD_SEALS,
+		   F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL))) {
+		ret = -errno;
+		snprintf(msg, msglen, "copying its logits: %s", strerror(-ret));
+	}
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	*data_fd = fd;
+	return 0;
+}
+
+int journal_record(int jfd, int lfd, int *rec_fd, int *data_fd, char *msg,
+		   size_t msglen)
 {
 	struct djinn_journal_hdr h;
 	struct stat st;
@@ -446,19 +569,19 @@ int journal_record(int jfd, int *rec_fd, int *data_fd, char *msg, size_t msglen)
 			return n ? -errno : -EIO;
 		}
 	}
+	/* its contexts' logits first: their offsets change */
+	ret = logits_out(rec, len, lfd, data_fd, msg, msglen);
+	if (ret) {
+		free(rec);
+		return ret;
+	}
 	ret = sealed("djinn-state", rec, len);
 	free(rec);
 	if (ret < 0) {
+		close(*data_fd);
 		snprintf(msg, msglen, "copying it: %s", strerror(-ret));
 		return ret;
 	}
 	*rec_fd = ret;
-	ret = sealed("djinn-state-data", NULL, 0);
-	if (ret < 0) {
-		close(*rec_fd);
-		snprintf(msg, msglen, "copying it: %s", strerror(-ret));
-		return ret;
-	}
-	*data_fd = ret;
 	return 0;
 }

@@ -709,15 +709,22 @@ static int journal_open(struct server *srv, struct restart_in *r)
 	while ((jfd = fdstore_take_prefix(JOURNAL_FD_PREFIX, name,
 					  sizeof(name))) >= 0) {
 		char **prev =
-			realloc(srv->journal_prev, (n + 2) * sizeof(*prev));
-		int rec_fd, data_fd,
-			ret = journal_record(jfd, &rec_fd, &data_fd, msg,
-					     sizeof(msg));
+			realloc(srv->journal_prev, (n + 3) * sizeof(*prev));
+		char lname[FDSTORE_NAME_MAX + 1];
+		int rec_fd, data_fd, lfd, ret;
 
+		journal_logits_name(lname, sizeof(lname), name);
+		lfd = fdstore_take(lname);
+		ret = journal_record(jfd, lfd, &rec_fd, &data_fd, msg,
+				     sizeof(msg));
 		close(jfd);
+		if (lfd >= 0)
+			close(lfd);
 		if (prev) {
 			srv->journal_prev = prev;
 			prev[n] = strdup(name);
+			n += prev[n] != NULL;
+			prev[n] = lfd >= 0 ? strdup(lname) : NULL;
 			n += prev[n] != NULL;
 			prev[n] = NULL;
 		}

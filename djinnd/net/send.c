@@ -44,9 +44,6 @@ conn_queue(struct conn *c, const struct djinn_hdr *req, uint32_t flags,
 	   void (*done)(void *arg), void *arg)
 {
 	struct out_msg *m;
-	bool gate = c->gate_next;
-
-	c->gate_next = false;
 	/* A closing connection still sends what it owes (a drain answers
 	 * the graphs in flight), unless its socket is dead. */
 	if (c->tx_dead)
@@ -82,7 +79,7 @@ conn_queue(struct conn *c, const struct djinn_hdr *req, uint32_t flags,
 	m->done = done;
 	m->arg = arg;
 	/* what it says is done is in the journal before it is said */
-	if (c->srv->journal && (journal_gates(req->type) || gate)) {
+	if (c->srv->journal && journal_gates(req->type)) {
 		m->need = c->srv->jdone + 1;
 		c->srv->jdirty = true;
 	}

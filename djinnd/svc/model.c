@@ -291,12 +291,21 @@ void mjob_fork(struct exec_job *job, const struct exec_env *env)
 	}
 }
 
+/* A step of @o's own has begun, or its tokens were cut: a RESUME no
+ * longer hears of a step a crash lost (the journal reads the flag). */
+static void lost_pause_gone(struct mobj *o)
+{
+	__atomic_store_n(&o->pause_lost, false, __ATOMIC_RELAXED);
+}
+
 void mjob_reset(struct exec_job *job, const struct exec_env *env)
 {
 	struct mjob *mj = job->ctx;
 
 	job->error =
 		model_ctx_truncate(mj->o->mc, 0, job->msg, sizeof(job->msg));
+	if (!job->error)
+		lost_pause_gone(mj->o);
 }
 
 void mjob_truncate(struct exec_job *job, const struct exec_env *env)
@@ -305,6 +314,8 @@ void mjob_truncate(struct exec_job *job, const struct exec_env *env)
 
 	job->error = model_ctx_truncate(mj->o->mc, mj->max, job->msg,
 					sizeof(job->msg));
+	if (!job->error)
+		lost_pause_gone(mj->o);
 }
 
 /* The last logits as a tensor (1, vocab) f32 of the session. */
@@ -466,6 +477,14 @@ static int step_start(struct exec_job *job, const struct model_env *me)
 	default: /* CTX_RESUME */
 		q->kind = MODEL_REQ_RESUME;
 		q->r.brk = 0;
+		if (!model_ctx_paused(mc, &pi) && mj->o->pause_lost) {
+			snprintf(job->msg, sizeof(job->msg),
+				 "djinnd restarted while the context's step "
+				 "was paused: the paused part was lost, and "
+				 "the context holds what the step's answers "
+				 "said (len); run the rest again");
+			return job->error = -EAGAIN;
+		}
 		if (!model_ctx_paused(mc, &pi)) {
 			snprintf(job->msg, sizeof(job->msg),
 				 "the context is not paused");
@@ -486,6 +505,8 @@ static int step_start(struct exec_job *job, const struct model_env *me)
 	ret = model_req_start(q);
 	if (ret)
 		job->error = step_answer(job, me, mj->o, &q->r, ret, mj->t0);
+	else if (q->kind != MODEL_REQ_RESUME)
+		lost_pause_gone(mj->o);
 	return ret;
 }
 
@@ -709,7 +730,8 @@ int svc_ctx_pause_restore(struct session *s, uint32_t slot,
 int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 		    uint32_t max, uint32_t len, const struct vmu_fill *kv,
 		    uint64_t kv_bytes, const float *logits,
-		    uint64_t logits_bytes, char *msg, size_t msglen)
+		    uint64_t logits_bytes, bool pause_lost, char *msg,
+		    size_t msglen)
 {
 	struct mobj *m = session_obj_at(s, model_slot, SOBJ_MODEL), *o;
 	struct model_ctx *mc = NULL;
@@ -736,6 +758,7 @@ int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 		return ret;
 	}
 	mobj_ctx_bind(o, m, mc, max);
+	o->pause_lost = pause_lost;
 	return 0;
 }
 
@@ -752,8 +775,10 @@ struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
 			 kind == SOBJ_MODEL ?
 				 "its weights were in device memory, which "
 				 "a crash does not keep; close it" :
-				 "a crash keeps no context's cache; free it "
-				 "and prefill a new one");
+				 "its cache was where a crash does not keep "
+				 "it (a GPU's memory, or anonymous memory it "
+				 "was swapped out to); free it and prefill a "
+				 "new one");
 		*err = -EIO;
 		return NULL;
 	}

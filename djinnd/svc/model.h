@@ -55,8 +55,11 @@ struct mobj {
 	struct model_ctx *mc;
 	struct mobj *model;
 	uint32_t max_tokens;
-	/* the graph executor's: the paused step's flags, for RESUME */
+	/* the graph executor's: the paused step's flags, for RESUME; a
+	 * paused step lost to a crash (svc_ctx_restore()'s @pause_lost),
+	 * which RESUME answers -EAGAIN until the next step */
 	uint32_t pause_flags;
+	bool pause_lost;
 	/* CTX_FREE has taken it from the table (the I/O thread sets it,
 	 * the graph executor reads it): a step still running in passes
 	 * ends with -ECANCELED at its next one */
@@ -214,7 +217,10 @@ int mobj_add(struct session *s, enum sobj_kind kind, struct mobj **out,
  * @slot; its weights must have fingerprint @fp still (-ESTALE
  * otherwise: its contexts' caches were made by other weights).
  * svc_ctx_restore() makes context slot @slot of the model in
- * @model_slot, as model_ctx_restore() says. svc_obj_restore_lost()
+ * @model_slot, as model_ctx_restore() says; with @pause_lost, a step of
+ * it was paused at a breakpoint when djinnd crashed, and the context
+ * is as it was before that step (a crash journal's record: RESUME says
+ * so). svc_obj_restore_lost()
  * makes slot @slot an object of @kind that was lost (struct mobj's
  * @lost: @why, enum lost_why). 0, or a negative errno with why in @msg.
  */
@@ -235,7 +241,8 @@ int svc_ctx_pause_restore(struct session *s, uint32_t slot,
 int svc_ctx_restore(struct session *s, uint32_t slot, uint32_t model_slot,
 		    uint32_t max, uint32_t len, const struct vmu_fill *kv,
 		    uint64_t kv_bytes, const float *logits,
-		    uint64_t logits_bytes, char *msg, size_t msglen);
+		    uint64_t logits_bytes, bool pause_lost, char *msg,
+		    size_t msglen);
 struct mobj *mobj_get(struct session *s, uint64_t handle, enum sobj_kind kind,
 		      int *err, char *msg, size_t msglen);
 int svc_model_close(struct session *s, uint64_t handle, char *msg,

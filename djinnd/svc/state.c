@@ -1120,6 +1120,39 @@ static int save_pause(struct state_out *out, struct session *s, uint32_t slot,
 	return 0;
 }
 
+/* A context's entry in a crash journal's record: the context as its last
+ * request left it (steps run meanwhile), its cache rows in place, its
+ * logits where they lie in the logits arena (model_ctx_journal()). */
+static int journal_ctx(struct state_out *out, struct session *s,
+		       struct djinn_state_obj *e, struct mobj *m)
+{
+	struct model_ctx_saved sv;
+	uint64_t off = 0;
+	int ret;
+
+	ret = model_ctx_journal(m->mc, &sv);
+	if (ret)
+		return ret;
+	e->len = sv.len;
+	e->cache_bytes = sv.len * model_ctx_token_bytes(m->mc);
+	/* (an empty one names nothing: its region is not touched) */
+	ret = e->cache_bytes ? region_out(out, s, model_ctx_cache(m->mc),
+					  e->cache_bytes, &off) :
+			       0;
+	e->cache_off = off;
+	if (ret)
+		return ret;
+	if (sv.have_logits) {
+		e->have_logits = 1;
+		e->logits_bytes =
+			model_ctx_model(m->mc)->cfg.vocab * sizeof(float);
+		e->logits_off = sv.logits_off;
+	}
+	if (sv.paused || __atomic_load_n(&m->pause_lost, __ATOMIC_RELAXED))
+		e->flags |= DJINN_STATE_OBJ_PAUSED;
+	return 0;
+}
+
 /* One context's entry (on the caller's stack): its cache and last
  * logits. */
 static int save_ctx(struct state_out *out, struct session *s,
@@ -1133,6 +1166,10 @@ static int save_ctx(struct state_out *out, struct session *s,
 	e->kind = DJINN_STATE_CTX;
 	e->model_slot = obj_slot_of(s, m->model);
 	e->max_tokens = m->max_tokens;
+	if (out->journal)
+		return journal_ctx(out, s, e, m);
+	if (m->pause_lost) /* (nothing runs: a planned restart) */
+		e->flags |= DJINN_STATE_OBJ_PAUSED;
 	e->len = model_ctx_len(m->mc);
 	e->cache_bytes = e->len * model_ctx_token_bytes(m->mc);
 	ret = region_out(out, s, model_ctx_cache(m->mc), e->cache_bytes, &off);
@@ -1279,17 +1316,14 @@ static int save_upload(struct state_out *o, struct session *s,
 /* Whether object @m of a session whose device memory is gone (@gone,
  * lossy()) is lost: an uploaded model (its weights were on the device;
  * a served one is opened again by name), a context whose cache, or
- * paused step, was not swapped out, or whose model is lost. In a crash
- * journal's record (@journal) every context is: its cache and logits
- * change with each step, which the record is not written for. */
+ * paused step, was not swapped out, or whose model is lost. (In a crash
+ * journal's record (@journal) a paused step is not named at all.) */
 static bool obj_lost(struct session *s, const struct mobj *m, bool gone,
 		     bool journal)
 {
 	struct model_ctx_pause pz;
 
 	if (m->lost)
-		return true;
-	if (journal && m->kind == SOBJ_CTX)
 		return true;
 	if (!gone)
 		return false;
@@ -1300,7 +1334,7 @@ static bool obj_lost(struct session *s, const struct mobj *m, bool gone,
 			 (uint64_t)model_ctx_len(m->mc) *
 				 model_ctx_token_bytes(m->mc)))
 		return true;
-	return model_ctx_pause_get(m->mc, &pz) &&
+	return !journal && model_ctx_pause_get(m->mc, &pz) &&
 	       (!region_kept(s, pz.hidden, pz.hidden_bytes) ||
 		!region_kept(s, pz.kv, pz.kv_bytes));
 }
@@ -1369,15 +1403,31 @@ static int save_objs(struct state_out *out, struct session *s)
 			snprintf(e.model, sizeof(e.model), "%s", md->name);
 			memcpy(e.fp, md->fp, sizeof(e.fp));
 			ret = kind == SOBJ_CTX ? save_ctx(out, s, &e, m) : 0;
+			if (ret && out->journal && !out->err) {
+				/* (its cache swapped out to anonymous
+				 * memory, say): lost to a crash */
+				p = state_out_ent(out, DJINN_STATE_OBJ,
+						  sizeof(*p));
+				if (!p)
+					return -ENOMEM;
+				*p = (struct djinn_state_obj){
+					.slot = e.slot,
+					.kind = DJINN_STATE_CTX,
+					.lost = DJINN_STATE_LOST_CRASH,
+				};
+				continue;
+			}
 			if (ret)
 				return ret;
 			p = state_out_ent(out, DJINN_STATE_OBJ, sizeof(*p));
 			if (!p)
 				return -ENOMEM;
 			*p = e;
-			/* its paused step's entry after it */
-			ret = kind == SOBJ_CTX ? save_pause(out, s, e.slot, m) :
-						 0;
+			/* its paused step's entry after it (a journal's
+			 * record names the context as it was before) */
+			ret = kind == SOBJ_CTX && !out->journal ?
+				      save_pause(out, s, e.slot, m) :
+				      0;
 			if (ret)
 				return ret;
 		}
@@ -1844,7 +1894,7 @@ static int restore_obj(struct state_in *in, struct session *s,
 	}
 	return svc_ctx_restore(s, e->slot, e->model_slot, e->max_tokens, e->len,
 			       &cache, e->cache_bytes, logits, e->logits_bytes,
-			       why, whylen);
+			       e->flags & DJINN_STATE_OBJ_PAUSED, why, whylen);
 }
 
 /* One entry after session @s's: its tensors and objects. */

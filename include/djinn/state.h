@@ -73,8 +73,9 @@
  * by its uid: it refuses the record instead); 4: UPLOAD, and the kernel
  * sessions (djinn_state_session.kid), lost objects rather than lost
  * sessions; 5: objects lost to a crash (DJINN_STATE_LOST_CRASH), the
- * crash journal's records */
-#define DJINN_STATE_VERSION 5
+ * crash journal's records; 6: contexts in the crash journal's records,
+ * their logits in its logits arena, DJINN_STATE_OBJ_PAUSED */
+#define DJINN_STATE_VERSION 6
 /* the oldest version a djinnd of this one reads (1: no POOL, no PIECES;
  * 2: no connection of a token socket) */
 #define DJINN_STATE_VERSION_MIN 1
@@ -106,10 +107,17 @@
  * in the middle of a write leaves the record before it. The records are
  * state records as above, with no CONN entry and nothing in
  * "state-data" (each one's @data_size is 0): what they keep lies in place
- * in the pools and swap arenas, and what cannot (a context's cache and
- * logits, a GPU's memory) is written lost, DJINN_STATE_LOST_CRASH. The
- * next djinnd copies the committed record into a memfd of its own and
- * restores it as it does a planned restart's.
+ * in the pools and swap arenas, and what cannot (a GPU's memory, a
+ * region swapped out to anonymous memory) is written lost,
+ * DJINN_STATE_LOST_CRASH. A context's last logits lie in the logits
+ * arena stored beside the journal, "logits-PID-TIME" (the journal's
+ * name's suffix): its entry's @logits_off is an offset in that file, not
+ * in state-data; a context's entry is the context as its last request
+ * left it, and a step paused at a breakpoint is not named
+ * (DJINN_STATE_OBJ_PAUSED). The next djinnd copies the committed record
+ * into a memfd of its own, with the logits it names copied into
+ * state-data and the offsets made state-data's, and restores it as it
+ * does a planned restart's.
  */
 #define DJINN_JOURNAL_MAGIC 0x314e524a4e4e494aULL /* "JINNJRN1" */
 
@@ -274,6 +282,10 @@ enum djinn_state_obj_kind {
 /* with DJINN_STATE_OBJ_LOSSY: lost to a crash, not a device's fault
  * (version 5) */
 #define DJINN_STATE_OBJ_CRASH (1u << 2)
+/* a context one of whose steps was paused at a breakpoint when a crash
+ * journal's record was written: the context is as it was before that
+ * step, which is lost (a RESUME is told so) (version 6) */
+#define DJINN_STATE_OBJ_PAUSED (1u << 3)
 
 /**
  * struct djinn_state_obj - a model or context handle of a session

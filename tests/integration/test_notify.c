@@ -534,11 +534,13 @@ static void test_fd_store(void **state)
 	store_clear();
 	pid = start(env, NULL);
 	expect(fd, pid, "READY=1", NULL, NULL);
-	/* the listeners, and the crash journal with the pool it names */
+	/* the listeners, and the crash journal with the pool and the
+	 * logits arena it names */
 	assert_int_equal(store_named("client-") + store_named("admin-"), 2);
 	assert_true(store_fd(client) >= 0);
 	assert_true(store_fd(admin) >= 0);
 	assert_int_equal(store_named("journal-"), 1);
+	assert_int_equal(store_named("logits-"), 1);
 	assert_true(store_fd("pool-0") >= 0);
 
 	/* killed: the stored socket still takes a client */
@@ -553,12 +555,13 @@ static void test_fd_store(void **state)
 	pid = start_with(env, NULL, true);
 	expect(fd, pid, "READY=1", NULL, NULL);
 	hello_answered(waiting);
-	/* the stale one, and the journal of the one killed once this
-	 * one's is in */
-	assert_int_equal(nr_removed, 2);
+	/* the stale one, and the journal and logits arena of the one
+	 * killed once this one's are in */
+	assert_int_equal(nr_removed, 3);
 	assert_int_equal(store_fd(stale), -1);
 	assert_int_equal(store_named("client-") + store_named("admin-"), 2);
 	assert_int_equal(store_named("journal-"), 1);
+	assert_int_equal(store_named("logits-"), 1);
 	log = read_log();
 	assert_non_null(strstr(log, ", passed at start"));
 	assert_non_null(strstr(log, "is not configured: dropped"));

@@ -1337,31 +1337,6 @@ static void check_attached(int fd, int adm, struct held *s,
 	check_session(s);
 }
 
-/*
- * Context @ctx of session @sid was lost in the crash: every request on
- * it answers -EIO saying so, and CTX_FREE frees it.
- */
-static void check_ctx_lost(int fd, uint64_t sid, uint64_t ctx)
-{
-	static const char lost[] = "was lost when djinnd crashed";
-	struct djinn_ctx_step st = { .ctx = ctx, .nr_tokens = 1 };
-	struct djinn_ctx_resume rs = { .ctx = ctx };
-	struct djinn_ctx_truncate tr = { .ctx = ctx };
-	uint8_t pf[sizeof(st) + sizeof(int32_t)];
-	const int32_t tok = 1;
-
-	memcpy(pf, &st, sizeof(st));
-	memcpy(pf + sizeof(st), &tok, sizeof(tok));
-	call_err(fd, DJINN_MSG_CTX_DECODE, sid, &st, sizeof(st), -EIO, lost);
-	call_err(fd, DJINN_MSG_CTX_PREFILL, sid, pf, sizeof(pf), -EIO, lost);
-	call_err(fd, DJINN_MSG_CTX_RESUME, sid, &rs, sizeof(rs), -EIO, lost);
-	call_err(fd, DJINN_MSG_CTX_RESET, sid, &ctx, 8, -EIO, lost);
-	call_err(fd, DJINN_MSG_CTX_FORK, sid, &ctx, 8, -EIO, lost);
-	call_err(fd, DJINN_MSG_CTX_TRUNCATE, sid, &tr, sizeof(tr), -EIO, lost);
-	call_void(fd, DJINN_MSG_CTX_FREE, sid, &ctx, 8);
-	call_err(fd, DJINN_MSG_CTX_DECODE, sid, &st, sizeof(st), -ENOENT, NULL);
-}
-
 /* A new context on @model: the prompt, then 4 greedy tokens, into @tok. */
 static uint64_t ctx_tokens(int fd, uint64_t sid, uint64_t model, int32_t tok[4])
 {
@@ -1373,6 +1348,100 @@ static uint64_t ctx_tokens(int fd, uint64_t sid, uint64_t model, int32_t tok[4])
 	return ctx;
 }
 
+/*
+ * Contexts of session @sid on @model before a crash, for crash_ctxs_check()
+ * after: @x->a and its twin @x->b each ran the prompt and 4 tokens
+ * (ctx_tokens(), @x->first), b 8 more (@x->want, then @x->next); @x->t
+ * ran 12 too, then a truncation to 7 and a prefill of the 8th sent
+ * together, and 4 tokens again: its cache rows 7 to 11 are written
+ * again (a step that would write them before the journal has recorded
+ * the truncation waits for it); @x->p is paused at a breakpoint in its
+ * prompt.
+ */
+struct crash_ctxs {
+	uint64_t a, b, t, p;
+	int32_t first[4], want[4], next[4];
+};
+
+static void crash_ctxs_make(struct crash_ctxs *x, int fd, uint64_t sid,
+			    uint64_t model)
+{
+	static const int32_t prompt[4] = { 2, 7, 1, 8 };
+	struct djinn_ctx_truncate tr = { .len = 7 };
+	struct djinn_ctx_step_resp sr;
+	uint8_t pf[sizeof(struct djinn_ctx_step) + sizeof(int32_t)];
+	struct djinn_ctx_step st = { .nr_tokens = 1 };
+	uint64_t id_t, id_p;
+	int32_t got[4];
+	struct dj_resp r;
+
+	x->a = ctx_tokens(fd, sid, model, x->first);
+	x->b = ctx_tokens(fd, sid, model, got);
+	assert_memory_equal(got, x->first, sizeof(got));
+	decode(fd, sid, x->b, 4, NULL, x->want);
+	decode(fd, sid, x->b, 4, NULL, x->next);
+	x->t = ctx_tokens(fd, sid, model, got);
+	decode(fd, sid, x->t, 4, NULL, got);
+	tr.ctx = st.ctx = x->t;
+	memcpy(pf, &st, sizeof(st));
+	memcpy(pf + sizeof(st), &x->first[3], sizeof(int32_t));
+	id_t = dj_next_id();
+	id_p = dj_next_id();
+	assert_int_equal(dj_send(fd, DJINN_MSG_CTX_TRUNCATE, id_t, sid, &tr,
+				 sizeof(tr)),
+			 0);
+	assert_int_equal(dj_send(fd, DJINN_MSG_CTX_PREFILL, id_p, sid, pf,
+				 sizeof(pf)),
+			 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(dj_recv(fd, &r, DJ_TIMEOUT_MS), 1);
+		if (r.error)
+			fail_msg("%s: %s",
+				 r.hdr.request_id == id_t ? "truncate" :
+							    "the prefill after",
+				 r.msg);
+		if (r.hdr.request_id == id_p) {
+			memcpy(&sr, r.data, sizeof(sr));
+			assert_int_equal(sr.len, 8);
+		}
+		dj_resp_free(&r);
+	}
+	decode(fd, sid, x->t, 4, NULL, got);
+	assert_memory_equal(got, x->want, sizeof(got));
+	x->p = ctx_new(fd, sid, model, 16);
+	sr = brk_step_at(__LINE__, fd, sid, DJINN_MSG_CTX_PREFILL, x->p, prompt,
+			 4, 1, 0, NULL, NULL);
+	assert_int_equal(sr.state, DJINN_CTX_PAUSED);
+	tensor_release(fd, sid, sr.hidden);
+}
+
+/*
+ * After the crash: @x->a and @x->t continue to the tokens @x->b gave
+ * (cache rows and last logits kept, in place); @x->p's paused step was
+ * lost (RESUME: -EAGAIN saying so), and it is as before it: empty, its
+ * prompt then gives the same tokens. The contexts are freed.
+ */
+static void crash_ctxs_check(struct crash_ctxs *x, int fd, uint64_t sid)
+{
+	static const int32_t prompt[4] = { 2, 7, 1, 8 };
+	struct djinn_ctx_resume rs = { .ctx = x->p };
+	int32_t got[4];
+
+	decode(fd, sid, x->a, 4, NULL, got);
+	assert_memory_equal(got, x->want, sizeof(got));
+	decode(fd, sid, x->t, 4, NULL, got);
+	assert_memory_equal(got, x->next, sizeof(got));
+	call_err(fd, DJINN_MSG_CTX_RESUME, sid, &rs, sizeof(rs), -EAGAIN,
+		 "restarted while the context's step was paused");
+	assert_int_equal(prefill(fd, sid, x->p, prompt, 4, 0).len, 4);
+	decode(fd, sid, x->p, 4, NULL, got);
+	assert_memory_equal(got, x->first, sizeof(got));
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &x->a, 8);
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &x->b, 8);
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &x->t, 8);
+	call_void(fd, DJINN_MSG_CTX_FREE, sid, &x->p, 8);
+}
+
 #define NR_CRASH 8
 
 /*
@@ -1382,12 +1451,10 @@ static uint64_t ctx_tokens(int fd, uint64_t sid, uint64_t model, int32_t tok[4])
  * connections die with djinnd; on a new one each session attaches by
  * its token and has every byte, its tenant and priority, a tensor
  * written after its create as written, a released handle still gone
- * and a closed session still closed. A context comes back lost (every
- * request on it -EIO, CTX_FREE frees it); its model, opened again by
- * name, makes contexts that give the tokens it gave before. Each
- * djinnd keeps a journal of its own, the old one's dropped, so a second
- * crash, after a session made on the first successor, keeps them all
- * again.
+ * and a closed session still closed. Its contexts are kept, and go on
+ * as they would have (crash_ctxs_check()). Each djinnd keeps a journal
+ * of its own, the old one's dropped, so a second crash, after a
+ * session made on the first successor, keeps them all again.
  */
 static void test_crash_restart(void **state)
 {
@@ -1396,8 +1463,8 @@ static void test_crash_restart(void **state)
 	struct djinn_admin_session e[NR_CRASH + 1];
 	struct djinn_session_resp resp;
 	uint8_t patch[100], closed_token[16];
-	uint64_t model, ctx, closed;
-	int32_t want[4], got[4];
+	uint64_t model, closed;
+	struct crash_ctxs x;
 	struct djd dd;
 	uint32_t nr;
 	pid_t old;
@@ -1419,9 +1486,9 @@ static void test_crash_restart(void **state)
 	closed = open_at(__LINE__, fd, "closed", 4, 0, &resp);
 	memcpy(closed_token, resp.token, sizeof(closed_token));
 	close_session(fd, closed);
-	/* a model, and a context that has run */
+	/* a model, and contexts that have run */
 	model = model_open(fd, s[0].sid, "m").model;
-	ctx = ctx_tokens(fd, s[0].sid, model, want);
+	crash_ctxs_make(&x, fd, s[0].sid, model);
 	for (unsigned int i = 0; i < NR_CRASH; i++)
 		e[i] = admin_entry(adm, s[i].sid, NULL);
 	/* the journal is in the store: the pool and this djinnd's record */
@@ -1437,9 +1504,8 @@ static void test_crash_restart(void **state)
 		 "no session");
 	(void)admin_entry(adm, s[0].sid, &nr);
 	assert_int_equal(nr, NR_CRASH);
-	check_ctx_lost(fd, s[0].sid, ctx);
-	ctx = ctx_tokens(fd, s[0].sid, model, got);
-	assert_memory_equal(got, want, sizeof(want));
+	crash_ctxs_check(&x, fd, s[0].sid);
+	crash_ctxs_make(&x, fd, s[0].sid, model);
 	/* the new djinnd's journal replaces the old one's */
 	assert_true(journal_wait(st, dd.pid, true));
 	assert_true(journal_wait(st, old, false));
@@ -1456,14 +1522,11 @@ static void test_crash_restart(void **state)
 		check_attached(fd, adm, &s[i], &e[i]);
 	(void)admin_entry(adm, s[0].sid, &nr);
 	assert_int_equal(nr, NR_CRASH + 1);
-	check_ctx_lost(fd, s[0].sid, ctx);
-	ctx = ctx_tokens(fd, s[0].sid, model, got);
-	assert_memory_equal(got, want, sizeof(want));
+	crash_ctxs_check(&x, fd, s[0].sid);
 	assert_true(journal_wait(st, dd.pid, true));
 	assert_true(journal_wait(st, old, false));
 	assert_true(djd_store_has(st, "pool-0"));
 
-	call_void(fd, DJINN_MSG_CTX_FREE, s[0].sid, &ctx, 8);
 	for (unsigned int i = 0; i <= NR_CRASH; i++) {
 		close_session(fd, s[i].sid);
 		for (unsigned int k = 0; k < 3; k++)
@@ -1690,6 +1753,188 @@ static void test_crash_under_load(void **state)
 			free(s[i].bytes[k]);
 	}
 	close(adm);
+	close(fd);
+	assert_int_equal(djd_stop(&dd, 20000), 0);
+	djd_store_close(st);
+}
+
+/*
+ * Agents decoding until djinnd dies under them: NR_AGENTS connections,
+ * AGENT_SESSIONS sessions each, one context each, greedy DECODEs of
+ * AGENT_STEP tokens round the sessions, each answered before the next.
+ */
+#define NR_AGENTS 4
+#define AGENT_SESSIONS 25
+#define AGENT_STEP 3
+#define AGENT_MAX 48 /* tokens generated at most, past the prompt */
+
+struct agent {
+	pthread_t th;
+	int fd;
+	volatile int killed;
+	volatile unsigned int steps;
+	struct {
+		uint64_t sid, ctx;
+		uint8_t token[16];
+		uint32_t len; /* as the last answer said */
+		bool sent; /* a DECODE unanswered */
+	} s[AGENT_SESSIONS];
+	long bad;
+	char why[DJINN_MAX_ERROR_MSG + 128];
+};
+
+static void *agent_run(void *arg)
+{
+	struct agent *a = arg;
+	struct djinn_ctx_step st = { .nr_tokens = AGENT_STEP };
+	struct djinn_ctx_step_resp sr;
+
+	for (unsigned int i = 0; !a->bad && !a->killed;
+	     i = (i + 1) % AGENT_SESSIONS) {
+		struct dj_resp r;
+		int ret;
+
+		if (a->s[i].len + AGENT_STEP > 4 + AGENT_MAX)
+			continue;
+		st.ctx = a->s[i].ctx;
+		a->s[i].sent = true;
+		ret = dj_call(a->fd, DJINN_MSG_CTX_DECODE, a->s[i].sid, &st,
+			      sizeof(st), &r);
+		if (ret != 1) {
+			if (!a->killed) {
+				snprintf(a->why, sizeof(a->why),
+					 "session %u: DECODE: %s", i,
+					 ret_str(ret));
+				a->bad++;
+			}
+			break;
+		}
+		if (r.error || r.len < sizeof(sr)) {
+			snprintf(a->why, sizeof(a->why),
+				 "session %u: DECODE answered %d (%s)", i,
+				 r.error, r.msg);
+			a->bad++;
+			dj_resp_free(&r);
+			break;
+		}
+		memcpy(&sr, r.data, sizeof(sr));
+		dj_resp_free(&r);
+		if (sr.len != a->s[i].len + AGENT_STEP) {
+			snprintf(a->why, sizeof(a->why),
+				 "session %u: %u tokens after a DECODE of %u "
+				 "from %u",
+				 i, sr.len, AGENT_STEP, a->s[i].len);
+			a->bad++;
+			break;
+		}
+		a->s[i].len = sr.len;
+		a->s[i].sent = false;
+		a->steps++;
+	}
+	return NULL;
+}
+
+/*
+ * SIGKILL while 100 sessions' contexts generate: each context comes
+ * back with the tokens its last answered DECODE said, or, for the one
+ * in flight on each connection, those and the ones it was running (it
+ * may have finished before the kill without being answered); its cache
+ * rows and last logits are those of that length, so it goes on to the
+ * very tokens a context that never crashed gives (the greedy stream of
+ * the prompt, made first on a context of its own).
+ */
+static void test_crash_contexts_under_load(void **state)
+{
+	static const int32_t prompt[4] = { 2, 7, 1, 8 };
+	struct djd_store *st = djd_store_open();
+	static struct agent ag[NR_AGENTS];
+	int32_t stream[AGENT_MAX + 8], got[8];
+	struct djinn_session_resp resp;
+	unsigned int steps = 0, unsure = 0;
+	uint64_t sid, ctx;
+	struct djd dd;
+	int fd;
+
+	(void)state;
+	assert_non_null(st);
+	assert_int_equal(djd_start_store(&dd, "512M", LEASE_MS, NULL, st), 0);
+	assert_int_equal(djd_make_model(&dd, "m", TINY_GPT2), 0);
+	fd = xconnect(dd.sock);
+	sid = open_session(fd, "stream");
+	ctx = ctx_new(fd, sid, model_open(fd, sid, "m").model, 64);
+	prefill(fd, sid, ctx, prompt, 4, 0);
+	decode(fd, sid, ctx, AGENT_MAX + 8, NULL, stream);
+	close_session(fd, sid);
+	for (unsigned int k = 0; k < NR_AGENTS; k++) {
+		struct agent *a = &ag[k];
+
+		memset(a, 0, sizeof(*a));
+		a->fd = xconnect(dd.sock);
+		for (unsigned int i = 0; i < AGENT_SESSIONS; i++) {
+			uint64_t model;
+
+			a->s[i].sid =
+				open_at(__LINE__, a->fd, "agent", 4, 0, &resp);
+			memcpy(a->s[i].token, resp.token, 16);
+			model = model_open(a->fd, a->s[i].sid, "m").model;
+			a->s[i].ctx = ctx_new(a->fd, a->s[i].sid, model, 64);
+			prefill(a->fd, a->s[i].sid, a->s[i].ctx, prompt, 4, 0);
+			a->s[i].len = 4;
+		}
+	}
+	assert_true(journal_wait(st, dd.pid, true));
+	for (unsigned int k = 0; k < NR_AGENTS; k++)
+		assert_int_equal(
+			pthread_create(&ag[k].th, NULL, agent_run, &ag[k]), 0);
+	/* each session two steps on, on average */
+	for (int i = 0; i < 60000 && steps < 2 * NR_AGENTS * AGENT_SESSIONS;
+	     i++) {
+		usleep(1000);
+		steps = 0;
+		for (unsigned int k = 0; k < NR_AGENTS; k++)
+			steps += ag[k].steps + (ag[k].bad ? 1u << 20 : 0);
+	}
+	for (unsigned int k = 0; k < NR_AGENTS; k++) {
+		if (ag[k].bad)
+			fail_msg("agent %u, before the crash: %s", k,
+				 ag[k].why);
+		ag[k].killed = 1;
+	}
+	(void)crash(&dd);
+	for (unsigned int k = 0; k < NR_AGENTS; k++) {
+		pthread_join(ag[k].th, NULL);
+		if (ag[k].bad)
+			fail_msg("agent %u: %s", k, ag[k].why);
+		close(ag[k].fd);
+	}
+	close(fd);
+
+	fd = reconnect(&dd);
+	for (unsigned int k = 0; k < NR_AGENTS; k++) {
+		for (unsigned int i = 0; i < AGENT_SESSIONS; i++) {
+			typeof(ag[k].s[i]) *x = &ag[k].s[i];
+			struct djinn_ctx_step_resp sr;
+			uint32_t len;
+
+			attach(fd, x->sid, x->token);
+			sr = decode(fd, x->sid, x->ctx, 8, NULL, got);
+			len = sr.len - 8;
+			if (len != x->len &&
+			    !(x->sent && len == x->len + AGENT_STEP))
+				fail_msg("agent %u session %u: %u tokens after "
+					 "the crash; %u were answered%s",
+					 k, i, len, x->len,
+					 x->sent ? ", 3 more in flight" : "");
+			unsure += len != x->len;
+			if (memcmp(got, stream + (len - 4), sizeof(got)))
+				fail_msg("agent %u session %u: at %u tokens, "
+					 "the context went on otherwise after "
+					 "the crash",
+					 k, i, len);
+			close_session(fd, x->sid);
+		}
+	}
+	assert_true(unsure <= NR_AGENTS);
 	close(fd);
 	assert_int_equal(djd_stop(&dd, 20000), 0);
 	djd_store_close(st);
@@ -2121,6 +2366,7 @@ int main(void)
 		cmocka_unit_test(test_dead_device_store),
 		cmocka_unit_test(test_crash_restart),
 		cmocka_unit_test(test_crash_under_load),
+		cmocka_unit_test(test_crash_contexts_under_load),
 		cmocka_unit_test(test_crash_swapped),
 		cmocka_unit_test_teardown(test_crash_clients_die,
 					  doomed_teardown),

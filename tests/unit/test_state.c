@@ -305,11 +305,11 @@ static void test_refused(void **state)
 		const char *phrase;
 	} cases[] = {
 		{ newer, -EPROTONOSUPPORT,
-		  "state record version 6: this djinnd reads versions 1 to "
-		  "5" },
+		  "state record version 7: this djinnd reads versions 1 to "
+		  "6" },
 		{ older, -EPROTONOSUPPORT,
 		  "state record version 0: this djinnd reads versions 1 to "
-		  "5" },
+		  "6" },
 		{ bad_magic, -EBADMSG, "not a djinnd state record" },
 		{ truncated, -EBADMSG, "its header says" },
 		{ long_entry, -EBADMSG, "entry 0 runs past the record" },
