@@ -41,11 +41,11 @@
  * pings, and started again with what the store holds, as
  * Restart=on-failure does. The pause is the longest gap between pings
  * (libdjinn reconnects and attaches by itself); every tensor's bytes are
- * checked after it, and the contexts, which a crash does not keep, are
- * freed and prefilled again (the refill, timed apart). Beside it, what
- * the journal costs: tensors made and released per second by one
- * client, beside 32 sessions of 8 tensors each, with the journal and
- * with --no-crash-journal.
+ * checked after it, and every context decodes on. Beside it, what the
+ * journal costs: tensors made and released per second by one client,
+ * beside 32 sessions of 8 tensors each, and decode steps per second by
+ * one client round 16 contexts, with the journal and with
+ * --no-crash-journal.
  *
  * It needs its own djinnd (not --addr) and about 1.5 times the session
  * data in memory (the pool, which both djinnds map, and room beside it):
@@ -559,33 +559,6 @@ static pid_t start_from_store(struct djd_store *store, const char *log)
 	return pid;
 }
 
-/* Each context of @st, which a crash lost, freed and prefilled again:
- * seconds it took. */
-static double refill(struct state *st)
-{
-	int32_t prompt[PROMPT], tok[2];
-	uint64_t t0 = mono_ns();
-
-	for (int i = 0; i < PROMPT; i++)
-		prompt[i] = (i * 37 + 11) % 512;
-	for (int i = 0; i < SESSIONS; i++)
-		for (int k = 0; k < CTXS; k++) {
-			if (djinn_ctx_decode(st->c[i][k], 2, NULL, tok, NULL,
-					     NULL) != -EIO)
-				fail("context %d.%d is not lost after the "
-				     "crash",
-				     i, k);
-			djinn_ctx_free(st->c[i][k]);
-			check(djinn_ctx_new(st->m[i], 1024, &st->c[i][k]),
-			      "djinn_ctx_new");
-			prompt[0] = i * CTXS + k;
-			check(djinn_ctx_prefill(st->c[i][k], prompt, PROMPT,
-						NULL, NULL),
-			      "djinn_ctx_prefill");
-		}
-	return secs(t0, mono_ns());
-}
-
 /* djinnd under a stand-in store (@store: its crash journal there); the
  * command line @extra. */
 static void start_stored(struct djd_store *store, const char *const *extra)
@@ -604,7 +577,7 @@ static void crash_size(uint64_t gib)
 	struct djd_store *store;
 	struct pinger p = { 0 };
 	struct state st;
-	double refill_s, cold_s, serve_s;
+	double cold_s, serve_s;
 	uint64_t t0;
 	char m[48];
 
@@ -656,7 +629,6 @@ static void crash_size(uint64_t gib)
 
 		check(djinn_tensor_info(st.t[j], &ti), "djinn_tensor_info");
 	}
-	refill_s = refill(&st);
 	verify(&st);
 	drop(&st);
 	daemon_stop();
@@ -668,10 +640,8 @@ static void crash_size(uint64_t gib)
 	cold_s = cold_start(extra, bytes);
 
 	info("crash %llu GiB: pause %.3f s (a djinnd serving %.3f s after "
-	     "the kill), contexts prefilled again in %.3f s, cold start "
-	     "%.3f s",
-	     (unsigned long long)gib, (double)p.max_gap / 1e9, serve_s,
-	     refill_s, cold_s);
+	     "the kill), cold start %.3f s",
+	     (unsigned long long)gib, (double)p.max_gap / 1e9, serve_s, cold_s);
 	snprintf(m, sizeof(m), "crash_pause_%llugib_s",
 		 (unsigned long long)gib);
 	fig_emit(&(struct fig){
@@ -684,21 +654,8 @@ static void crash_size(uint64_t gib)
 		.limit = NAN,
 		.samples = 1,
 		.note = "SIGKILL, then a start from the stand-in fd store: "
-			"sessions and tensors in place, the connection "
-			"reconnected by libdjinn; contexts lost" });
-	snprintf(m, sizeof(m), "crash_refill_%llugib_s",
-		 (unsigned long long)gib);
-	fig_emit(&(struct fig){
-		.bench = bench_name,
-		.metric = m,
-		.value = refill_s,
-		.unit = "s",
-		.baseline = cold_s,
-		.baseline_name = "cold_start_s",
-		.limit = NAN,
-		.samples = 1,
-		.note = "the lost contexts freed and prefilled again after "
-			"the crash" });
+			"sessions, tensors and contexts in place, the "
+			"connection reconnected by libdjinn" });
 }
 
 /* One client making and releasing a 4 KiB tensor for @secs beside 32
@@ -743,41 +700,82 @@ static double churn(double secs_)
 	return (double)n / ((double)t0 / 1e9);
 }
 
-/* What the journal costs a client whose every request waits for it. */
-static void journal_cost(void)
-{
-	const char *off[] = { "--no-crash-journal", NULL };
-	struct djd_store *store = djd_store_open();
-	double with, without;
+#define STEP_CTXS 16
 
-	if (!store)
-		fail("the stand-in fd store did not open");
-	start_stored(store, NULL);
-	with = churn(3.0);
-	daemon_stop();
-	djd_store_close(store);
-	store = djd_store_open();
-	if (!store)
-		fail("the stand-in fd store did not open");
-	start_stored(store, off);
-	without = churn(3.0);
-	daemon_stop();
-	djd_store_close(store);
-	info("crash journal: %.0f tensors made and released a second with "
-	     "it, %.0f without",
-	     with, without);
-	fig_emit(&(struct fig){
-		.bench = bench_name,
-		.metric = "journal_create_release_per_s",
-		.value = with,
-		.unit = "1/s",
-		.baseline = without,
-		.baseline_name = "no_crash_journal_per_s",
-		.limit = NAN,
-		.samples = 1,
-		.note = "one client, a 4 KiB tensor made and released in a "
-			"loop beside 32 sessions of 8 tensors: each answer "
-			"waits for a record of the whole state" });
+/* One client decoding a token at a time, round STEP_CTXS contexts of 64
+ * prompt tokens, each in a session of its own, for @secs: tokens per
+ * second. */
+static double steps(double secs_)
+{
+	struct djinn_session *s[STEP_CTXS];
+	struct djinn_model *m[STEP_CTXS];
+	struct djinn_ctx *c[STEP_CTXS];
+	struct djinn_conn *conn;
+	int32_t prompt[64], tok;
+	uint64_t done = 0, t0, end;
+
+	for (int i = 0; i < 64; i++)
+		prompt[i] = (i * 37 + 11) % 512;
+	check(djinn_connect(xports[0].addr, &conn), "djinn_connect");
+	for (unsigned int i = 0; i < STEP_CTXS; i++) {
+		check(djinn_session_open(conn, NULL, &s[i]),
+		      "djinn_session_open");
+		check(djinn_model_open(s[i], "bench", &m[i]),
+		      "djinn_model_open");
+		check(djinn_ctx_new(m[i], 1024, &c[i]), "djinn_ctx_new");
+		check(djinn_ctx_prefill(c[i], prompt, 64, NULL, NULL),
+		      "djinn_ctx_prefill");
+	}
+	t0 = mono_ns();
+	end = t0 + (uint64_t)(secs_ * 1e9);
+	/* 900 tokens each at most: the contexts hold 1024 */
+	while (mono_ns() < end && done < 900ull * STEP_CTXS)
+		if (djinn_ctx_decode(c[done++ % STEP_CTXS], 1, NULL, &tok, NULL,
+				     NULL) != 1)
+			fail("a decode failed");
+	t0 = mono_ns() - t0;
+	for (unsigned int i = 0; i < STEP_CTXS; i++)
+		djinn_session_close(s[i]);
+	djinn_disconnect(conn);
+	return (double)done / ((double)t0 / 1e9);
+}
+
+/*
+ * What the journal costs a client whose every request waits for it:
+ * @run for 3 s against djinnd under a stand-in store, with the journal
+ * and with --no-crash-journal, as figure @metric (@what, @note).
+ */
+static void journal_cost(double (*run)(double secs_), const char *metric,
+			 const char *what, const char *note)
+{
+	char models[sizeof(tmpdir) + 32];
+	const char *on[] = { "--model-dir", models, NULL };
+	const char *off[] = { "--model-dir", models, "--no-crash-journal",
+			      NULL };
+	double per_s[2];
+
+	snprintf(models, sizeof(models), "%s/models", tmpdir);
+	for (int i = 0; i < 2; i++) {
+		struct djd_store *store = djd_store_open();
+
+		if (!store)
+			fail("the stand-in fd store did not open");
+		start_stored(store, i ? off : on);
+		per_s[i] = run(3.0);
+		daemon_stop();
+		djd_store_close(store);
+	}
+	info("crash journal: %.0f %s a second with it, %.0f without", per_s[0],
+	     what, per_s[1]);
+	fig_emit(&(struct fig){ .bench = bench_name,
+				.metric = metric,
+				.value = per_s[0],
+				.unit = "1/s",
+				.baseline = per_s[1],
+				.baseline_name = "no_crash_journal_per_s",
+				.limit = NAN,
+				.samples = 1,
+				.note = note });
 }
 
 void bench_restart(void)
@@ -805,6 +803,14 @@ void bench_restart(void)
 	one_size(1, peak, true);
 	crash_size(1);
 	crash_size(8);
-	journal_cost();
+	journal_cost(churn, "journal_create_release_per_s",
+		     "tensors made and released",
+		     "one client, a 4 KiB tensor made and released in a loop "
+		     "beside 32 sessions of 8 tensors: each answer waits for "
+		     "a record of the whole state");
+	journal_cost(steps, "journal_decode_steps_per_s", "decode steps",
+		     "one client decoding a token a request round 16 contexts "
+		     "of the 4-layer GPT-2, a session each: each answer waits "
+		     "for a record of the whole state");
 	daemon_start();
 }
