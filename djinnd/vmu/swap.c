@@ -113,14 +113,20 @@ int vmu_swap_out_locked(struct vmu *v, struct vmu_region *r)
 		if (ret)
 			goto out_resident;
 	}
+	/* Its mapping is not touched until the copy is over, and then under
+	 * the lock: a crash journal's record names its bytes there
+	 * meanwhile, rather than wait for the copy (vmu_region_pieces()),
+	 * and the chunks trimmed wait for a record begun after. */
+	r->copying_out = true;
 	vmu_drop_lock(v);
 	ret = len ? v->prov->ops->copy_dtoh(v->prov, buf, r->m.addr, len) : 0;
-	freed = ret ? 0 : vmu_mapping_trim(v, &r->m, 0);
 	vmu_take_lock(v);
+	r->copying_out = false;
 	if (ret) {
 		vmu_swapbuf_put(v, buf, bufsize);
 		goto out_resident;
 	}
+	freed = vmu_mapping_trim(v, &r->m, 0);
 	vmu_uncharge(v, freed);
 	r->host = buf;
 	vmu_region_set_state(v, r, VMU_REGION_SWAPPED);

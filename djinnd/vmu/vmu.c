@@ -1294,16 +1294,17 @@ int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
 	int ret = 0;
 
 	vmu_lock(v);
-	/* a swap-in under way has its host copy (r->host) still */
+	/* a swap-in under way has its host copy (r->host) still, a
+	 * swap-out its mapping (r->copying_out): either is named at once */
 	while ((r = region_get(s, handle)) && r->state == VMU_REGION_MOVING &&
-	       !r->host)
+	       !r->host && !r->copying_out)
 		pthread_cond_wait(&v->moved, &v->lock);
 	if (!r) {
 		ret = -ENOENT;
 	} else {
 		if (max_size)
 			*max_size = r->max_size;
-		if (r->state != VMU_REGION_RESIDENT) {
+		if (r->state != VMU_REGION_RESIDENT && !r->copying_out) {
 			*host = r->host;
 			ret = -ENODATA;
 		}

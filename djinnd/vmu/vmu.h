@@ -464,12 +464,15 @@ int vmu_region_fill(struct vmu_session *s, uint64_t handle, uint64_t size,
  * *@out and their number in *@nr, and its max size in *@max_size (or
  * NULL). -EOPNOTSUPP when the provider's memory is no file, -ERANGE past
  * the region's mapped bytes, -ENODATA for a swapped region: its bytes
- * are in host memory at *@host (its size of them). A region being
- * swapped out is waited for; one being swapped in is not (a crash
- * journal's record is written while requests run, and that swap-in may
- * wait for the record to free the memory it needs): its host copy, whole
- * until the swap-in is over and then kept for the next record
- * (vmu_journal_begin()), is where its bytes are (-ENODATA). */
+ * are in host memory at *@host (its size of them). A region moving is
+ * not waited for when its bytes stay where they are (a crash journal's
+ * record is written while requests run; a swap-in may wait for the
+ * record to free the memory it needs, and the I/O thread that writes it
+ * must not stall on a copy): one being swapped out is named where it
+ * lies, its chunks untouched until the copy is over and then kept for
+ * the next record; one being swapped in by its host copy, whole until the
+ * swap-in is over and then kept likewise (-ENODATA). One growing is
+ * waited for (the chunks' list changes; a memset of the new chunks). */
 int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
 		      struct vmu_piece **out, unsigned int *nr,
 		      const void **host, uint64_t *max_size);

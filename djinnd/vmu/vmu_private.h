@@ -156,6 +156,9 @@ struct vmu_region {
 	void *host; /* swap buffer while SWAPPED */
 	uint64_t host_size; /* its size, counted from before it is got
 			     * until it is given back */
+	/* MOVING, but its mapping stays as it is until the move is over
+	 * (a swap-out's copy): vmu_region_pieces() names it meanwhile */
+	bool copying_out;
 	struct region_share share;
 };
 

@@ -605,6 +605,129 @@ static void test_journal_swap_in_not_waited(void **state)
 	check_invariants(f->v);
 }
 
+/* A provider's copies out of device memory held at a gate (the test's
+ * stand-in for a long swap-out's copy). */
+static struct {
+	const struct vmu_provider_ops *ops;
+	struct vmu_provider_ops gated;
+	bool entered, open;
+} gate;
+
+static int gated_dtoh(struct vmu_provider *p, void *dst, uint64_t src,
+		      uint64_t len)
+{
+	__atomic_store_n(&gate.entered, true, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&gate.open, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	return gate.ops->copy_dtoh(p, dst, src, len);
+}
+
+static void *swap_out_run(void *arg)
+{
+	struct grower *g = arg;
+
+	g->ret = vmu_region_swap_out(g->s, g->h);
+	__atomic_store_n(&g->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Where region @n->h lies, as a record asks (vmu_region_pieces()). */
+struct namer {
+	struct vmu_session *s;
+	uint64_t h, len, max;
+	struct vmu_piece *pcs;
+	unsigned int nr;
+	int ret;
+	bool done;
+};
+
+static void *name_run(void *arg)
+{
+	struct namer *n = arg;
+	const void *host = NULL;
+
+	n->ret = vmu_region_pieces(n->s, n->h, n->len, &n->pcs, &n->nr, &host,
+				   &n->max);
+	__atomic_store_n(&n->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * A crash journal's record does not wait for a swap-out's copy: while the
+ * copy runs, the region is named where it lies in the pool, whose bytes
+ * are its own (read through the pool's file), and once the swap-out is
+ * over its chunks wait for a record begun after the one that named
+ * them.
+ */
+static void test_journal_swap_out_not_waited(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g, big = 40 * g;
+	struct grower w = { .s = f->s[0], .size = big };
+	struct namer n = { .s = f->s[0], .len = big };
+	uint8_t *buf = xmalloc(big);
+	uint64_t got = 0;
+	int wakes = 0, fd;
+	pthread_t th, nt;
+	bool named;
+
+	w.h = region_new(f->s[0], big, big);
+	region_fill(f->s[0], w.h, 41, 0, big);
+	vmu_journal_on(f->v, count_wake, &wakes);
+	gate.ops = f->prov->ops;
+	gate.gated = *f->prov->ops;
+	gate.gated.copy_dtoh = gated_dtoh;
+	gate.entered = gate.open = false;
+	f->prov->ops = &gate.gated;
+	assert_int_equal(pthread_create(&th, NULL, swap_out_run, &w), 0);
+	for (int i = 0;
+	     i < 10000 && !__atomic_load_n(&gate.entered, __ATOMIC_ACQUIRE);
+	     i++)
+		usleep(1000);
+	assert_true(__atomic_load_n(&gate.entered, __ATOMIC_ACQUIRE));
+	/* a record, while the copy is held: named in place, at once (5 s
+	 * at most; the gate opens either way) */
+	vmu_journal_begin(f->v);
+	n.h = w.h;
+	assert_int_equal(pthread_create(&nt, NULL, name_run, &n), 0);
+	for (int i = 0; i < 5000 && !__atomic_load_n(&n.done, __ATOMIC_ACQUIRE);
+	     i++)
+		usleep(1000);
+	named = __atomic_load_n(&n.done, __ATOMIC_ACQUIRE);
+	assert_false(__atomic_load_n(&w.done, __ATOMIC_ACQUIRE));
+	__atomic_store_n(&gate.open, true, __ATOMIC_RELEASE);
+	assert_int_equal(pthread_join(nt, NULL), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	f->prov->ops = gate.ops;
+	assert_true(named);
+	assert_int_equal(n.ret, 0);
+	assert_int_equal(n.max, big);
+	fd = gate.ops->file(f->prov);
+	assert_true(fd >= 0);
+	for (unsigned int i = 0; i < n.nr; i++) {
+		assert_true(got + n.pcs[i].len <= big);
+		assert_int_equal(pread(fd, buf + got, n.pcs[i].len,
+				       (off_t)n.pcs[i].off),
+				 (ssize_t)n.pcs[i].len);
+		got += n.pcs[i].len;
+	}
+	assert_int_equal(got, big);
+	assert_int_equal(pattern_diff(buf, 41, 0, big), -1);
+	free(n.pcs);
+	assert_int_equal(w.ret, 0);
+	/* its chunks outlive the record that named them (still there:
+	 * read above once the copy was over) */
+	vmu_journal_done(f->v);
+	assert_true(vmu_journal_waiting(f->v) >= big);
+	vmu_journal_begin(f->v);
+	vmu_journal_done(f->v);
+	assert_int_equal(vmu_journal_waiting(f->v), 0);
+	read_back(f, f->s[0], w.h, big, 41);
+	vmu_journal_off(f->v);
+	free(buf);
+	check_invariants(f->v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -621,6 +744,7 @@ int main(void)
 		T(test_swap_guarantee, setup_4m),
 		T(test_journal_defers_frees, setup_4m),
 		T(test_journal_swap_in_not_waited, setup_4m),
+		T(test_journal_swap_out_not_waited, setup_4m),
 	};
 
 	/* a deadlock fails the run instead of hanging it */
