@@ -113,7 +113,7 @@ int ctx_journal_wait(struct model_ctx *c, char *msg, size_t msglen)
 
 	if (c->nr_slots == 1)
 		return 0;
-	clock_gettime(CLOCK_REALTIME, &until);
+	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += JOURNAL_WAIT_S;
 	for (;;) {
 		uint64_t seen = arena_in_force();

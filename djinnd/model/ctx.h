@@ -184,7 +184,7 @@ void arena_free(uint64_t off, uint64_t len);
 /* The newest record begun (0: no journal on), the one in force; whether
  * a pin of record @seq may still be restored (the journal is on, and
  * @seq is in force or newer); wait until the record in force is no
- * longer @seen (or the journal is off), until @until (CLOCK_REALTIME):
+ * longer @seen (or the journal is off), until @until (CLOCK_MONOTONIC):
  * 0 or -ETIMEDOUT. */
 uint64_t arena_begun(void);
 uint64_t arena_in_force(void);

@@ -64,6 +64,17 @@ int model_journal_arena(void)
 		ret = -errno;
 		goto out;
 	}
+	{
+		/* arena_wait()'s deadlines are CLOCK_MONOTONIC's (no one
+		 * waits before the arena is made) */
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_destroy(&A.moved);
+		pthread_cond_init(&A.moved, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	/* past the file's end nothing is touched: the file grows first */
 	A.base = mmap(NULL, ARENA_RESERVE, PROT_READ | PROT_WRITE,
 		      MAP_SHARED | MAP_NORESERVE, A.fd, 0);
