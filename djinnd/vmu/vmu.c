@@ -1099,6 +1099,21 @@ out_free:
 	return ret;
 }
 
+/* Before @r grows, with the crash journal on: its chunks as they are,
+ * which a record names while it grows (vmu_region_pieces()); none
+ * copied (no memory), a record waits for the growth. Lock held. */
+static void grow_note(struct vmu *v, struct vmu_region *r)
+{
+	if (!__atomic_load_n(&v->journal, __ATOMIC_ACQUIRE) || !r->m.nr)
+		return;
+	r->grow_was = malloc(r->m.nr * sizeof(*r->grow_was));
+	if (!r->grow_was)
+		return;
+	memcpy(r->grow_was, r->m.chunks, r->m.nr * sizeof(*r->grow_was));
+	r->grow_nr = r->m.nr;
+	r->grow_mapped = r->m.mapped;
+}
+
 /* Lock held; drops it to map and zero the new chunk, or (@f's pieces) to
  * map the kept pieces, their bytes as they are. */
 static int region_grow_locked(struct vmu *v, struct vmu_region *r,
@@ -1126,6 +1141,7 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 		goto out;
 	}
 	charge_commit(v, own);
+	grow_note(v, r);
 	vmu_drop_lock(v);
 	if (f && f->nr_pieces) {
 		ret = vmu_mapping_adopt(v, &r->m, to, f->pieces, f->nr_pieces);
@@ -1138,6 +1154,8 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 	if (ret)
 		vmu_mapping_trim(v, &r->m, from);
 	vmu_take_lock(v);
+	free(r->grow_was);
+	r->grow_was = NULL;
 	if (ret) {
 		vmu_uncharge_resv(v, to - from - own, resv, from_resv);
 		vmu_uncharge(v, own);
@@ -1285,6 +1303,13 @@ int vmu_mapping_pieces(struct vmu *v, const struct vmu_mapping *m, uint64_t len,
 	return 0;
 }
 
+/* Whether @r grows over its first @len bytes, which its chunks before
+ * hold (grow_note()). Lock held. */
+static bool grown_over(struct vmu *v, const struct vmu_region *r, uint64_t len)
+{
+	return r->grow_was && vmu_round(v, len) <= r->grow_mapped;
+}
+
 int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
 		      struct vmu_piece **out, unsigned int *nr,
 		      const void **host, uint64_t *max_size)
@@ -1295,22 +1320,31 @@ int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
 
 	vmu_lock(v);
 	/* a swap-in under way has its host copy (r->host) still, a
-	 * swap-out its mapping (r->copying_out): either is named at once */
+	 * swap-out its mapping (r->copying_out), a growth its chunks
+	 * before (r->grow_was): each is named at once */
 	while ((r = region_get(s, handle)) && r->state == VMU_REGION_MOVING &&
-	       !r->host && !r->copying_out)
+	       !r->host && !r->copying_out && !grown_over(v, r, len))
 		pthread_cond_wait(&v->moved, &v->lock);
 	if (!r) {
 		ret = -ENOENT;
 	} else {
 		if (max_size)
 			*max_size = r->max_size;
-		if (r->state != VMU_REGION_RESIDENT && !r->copying_out) {
+		if (r->state != VMU_REGION_RESIDENT && !r->copying_out &&
+		    !grown_over(v, r, len)) {
 			*host = r->host;
 			ret = -ENODATA;
 		}
 	}
-	if (!ret)
+	if (!ret && r->state == VMU_REGION_MOVING && !r->copying_out) {
+		struct vmu_mapping was = { .mapped = r->grow_mapped,
+					   .chunks = r->grow_was,
+					   .nr = r->grow_nr };
+
+		ret = vmu_mapping_pieces(v, &was, len, out, nr);
+	} else if (!ret) {
 		ret = vmu_mapping_pieces(v, &r->m, len, out, nr);
+	}
 	vmu_unlock(v);
 	return ret;
 }

@@ -471,8 +471,10 @@ int vmu_region_fill(struct vmu_session *s, uint64_t handle, uint64_t size,
  * must not stall on a copy): one being swapped out is named where it
  * lies, its chunks untouched until the copy is over and then kept for
  * the next record; one being swapped in by its host copy, whole until the
- * swap-in is over and then kept likewise (-ENODATA). One growing is
- * waited for (the chunks' list changes; a memset of the new chunks). */
+ * swap-in is over and then kept likewise (-ENODATA); one growing, for
+ * the bytes it held before, in the chunks that held them (a copy of
+ * their list, made as the growth began). Bytes past those wait for the
+ * growth. */
 int vmu_region_pieces(struct vmu_session *s, uint64_t handle, uint64_t len,
 		      struct vmu_piece **out, unsigned int *nr,
 		      const void **host, uint64_t *max_size);

@@ -159,6 +159,12 @@ struct vmu_region {
 	/* MOVING, but its mapping stays as it is until the move is over
 	 * (a swap-out's copy): vmu_region_pieces() names it meanwhile */
 	bool copying_out;
+	/* growing with the crash journal on: a copy of its chunks before
+	 * (@grow_nr of them, @grow_mapped bytes), which stay as they are:
+	 * vmu_region_pieces() names those bytes meanwhile */
+	struct vmu_chunk *grow_was;
+	unsigned int grow_nr;
+	uint64_t grow_mapped;
 	struct region_share share;
 };
 

@@ -613,13 +613,51 @@ static struct {
 	bool entered, open;
 } gate;
 
+/* At the gate: wait (the test opens it, 10 s at most). */
+static void gate_wait(void)
+{
+	__atomic_store_n(&gate.entered, true, __ATOMIC_RELEASE);
+	for (int i = 0;
+	     i < 10000 && !__atomic_load_n(&gate.open, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+}
+
 static int gated_dtoh(struct vmu_provider *p, void *dst, uint64_t src,
 		      uint64_t len)
 {
-	__atomic_store_n(&gate.entered, true, __ATOMIC_RELEASE);
-	while (!__atomic_load_n(&gate.open, __ATOMIC_ACQUIRE))
-		usleep(1000);
+	gate_wait();
 	return gate.ops->copy_dtoh(p, dst, src, len);
+}
+
+static int gated_memset(struct vmu_provider *p, uint64_t dst, int c,
+			uint64_t len)
+{
+	gate_wait();
+	return gate.ops->memset(p, dst, c, len);
+}
+
+/* The provider of @f with its copies out (or, @grow, its memsets) held
+ * at the gate, closed. */
+static void gate_close(struct fix *f, bool grow)
+{
+	gate.ops = f->prov->ops;
+	gate.gated = *f->prov->ops;
+	if (grow)
+		gate.gated.memset = gated_memset;
+	else
+		gate.gated.copy_dtoh = gated_dtoh;
+	gate.entered = gate.open = false;
+	f->prov->ops = &gate.gated;
+}
+
+/* Wait for the gate to be reached (10 s at most). */
+static void gate_reached(void)
+{
+	for (int i = 0;
+	     i < 10000 && !__atomic_load_n(&gate.entered, __ATOMIC_ACQUIRE);
+	     i++)
+		usleep(1000);
+	assert_true(__atomic_load_n(&gate.entered, __ATOMIC_ACQUIRE));
 }
 
 static void *swap_out_run(void *arg)
@@ -652,6 +690,25 @@ static void *name_run(void *arg)
 	return NULL;
 }
 
+/* @n named on another thread while the gate holds a move whose thread
+ * sets *@moved when over: whether it was named within @ms ms, before
+ * the move was over. The gate is opened either way, the namer joined. */
+static bool name_held(struct namer *n, bool *moved, int ms)
+{
+	pthread_t nt;
+	bool named;
+
+	assert_int_equal(pthread_create(&nt, NULL, name_run, n), 0);
+	for (int i = 0; i < ms && !__atomic_load_n(&n->done, __ATOMIC_ACQUIRE);
+	     i++)
+		usleep(1000);
+	named = __atomic_load_n(&n->done, __ATOMIC_ACQUIRE) &&
+		!__atomic_load_n(moved, __ATOMIC_ACQUIRE);
+	__atomic_store_n(&gate.open, true, __ATOMIC_RELEASE);
+	assert_int_equal(pthread_join(nt, NULL), 0);
+	return named;
+}
+
 /*
  * A crash journal's record does not wait for a swap-out's copy: while the
  * copy runs, the region is named where it lies in the pool, whose bytes
@@ -668,35 +725,19 @@ static void test_journal_swap_out_not_waited(void **state)
 	uint8_t *buf = xmalloc(big);
 	uint64_t got = 0;
 	int wakes = 0, fd;
-	pthread_t th, nt;
+	pthread_t th;
 	bool named;
 
 	w.h = region_new(f->s[0], big, big);
 	region_fill(f->s[0], w.h, 41, 0, big);
 	vmu_journal_on(f->v, count_wake, &wakes);
-	gate.ops = f->prov->ops;
-	gate.gated = *f->prov->ops;
-	gate.gated.copy_dtoh = gated_dtoh;
-	gate.entered = gate.open = false;
-	f->prov->ops = &gate.gated;
+	gate_close(f, false);
 	assert_int_equal(pthread_create(&th, NULL, swap_out_run, &w), 0);
-	for (int i = 0;
-	     i < 10000 && !__atomic_load_n(&gate.entered, __ATOMIC_ACQUIRE);
-	     i++)
-		usleep(1000);
-	assert_true(__atomic_load_n(&gate.entered, __ATOMIC_ACQUIRE));
-	/* a record, while the copy is held: named in place, at once (5 s
-	 * at most; the gate opens either way) */
+	gate_reached();
+	/* a record, while the copy is held: named in place, at once */
 	vmu_journal_begin(f->v);
 	n.h = w.h;
-	assert_int_equal(pthread_create(&nt, NULL, name_run, &n), 0);
-	for (int i = 0; i < 5000 && !__atomic_load_n(&n.done, __ATOMIC_ACQUIRE);
-	     i++)
-		usleep(1000);
-	named = __atomic_load_n(&n.done, __ATOMIC_ACQUIRE);
-	assert_false(__atomic_load_n(&w.done, __ATOMIC_ACQUIRE));
-	__atomic_store_n(&gate.open, true, __ATOMIC_RELEASE);
-	assert_int_equal(pthread_join(nt, NULL), 0);
+	named = name_held(&n, &w.done, 5000);
 	assert_int_equal(pthread_join(th, NULL), 0);
 	f->prov->ops = gate.ops;
 	assert_true(named);
@@ -728,6 +769,81 @@ static void test_journal_swap_out_not_waited(void **state)
 	check_invariants(f->v);
 }
 
+static void *resize_run(void *arg)
+{
+	struct grower *g = arg;
+
+	g->ret = vmu_region_resize(g->s, g->h, g->size, NULL);
+	__atomic_store_n(&g->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * Nor for a region's growth (a KV cache taking rows): while the new chunks
+ * are zeroed, a record names the bytes the region held before, in the
+ * chunks it held (read through the pool's file); bytes past them wait
+ * for the growth.
+ */
+static void test_journal_growth_not_waited(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g, half = 20 * g, big = 40 * g;
+	struct grower w = { .s = f->s[0], .size = big };
+	struct namer n = { .s = f->s[0], .len = half };
+	uint8_t *buf = xmalloc(half);
+	uint64_t got = 0;
+	int wakes = 0, fd;
+	pthread_t th;
+	bool named;
+
+	w.h = region_new(f->s[0], big, half);
+	region_fill(f->s[0], w.h, 51, 0, half);
+	vmu_journal_on(f->v, count_wake, &wakes);
+	gate_close(f, true);
+	assert_int_equal(pthread_create(&th, NULL, resize_run, &w), 0);
+	gate_reached();
+	vmu_journal_begin(f->v);
+	n.h = w.h;
+	named = name_held(&n, &w.done, 5000);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	f->prov->ops = gate.ops;
+	assert_int_equal(w.ret, 0);
+	assert_true(named);
+	assert_int_equal(n.ret, 0);
+	fd = gate.ops->file(f->prov);
+	for (unsigned int i = 0; i < n.nr; i++) {
+		assert_true(got + n.pcs[i].len <= half);
+		assert_int_equal(pread(fd, buf + got, n.pcs[i].len,
+				       (off_t)n.pcs[i].off),
+				 (ssize_t)n.pcs[i].len);
+		got += n.pcs[i].len;
+	}
+	assert_int_equal(got, half);
+	assert_int_equal(pattern_diff(buf, 51, 0, half), -1);
+	free(n.pcs);
+
+	/* the whole region, past what it held: after the growth */
+	w.h = region_new(f->s[1], 8 * g, 4 * g);
+	gate_close(f, true);
+	w.s = n.s = f->s[1];
+	w.size = n.len = 8 * g;
+	w.done = n.done = false;
+	n.h = w.h;
+	n.pcs = NULL;
+	assert_int_equal(pthread_create(&th, NULL, resize_run, &w), 0);
+	gate_reached();
+	assert_false(name_held(&n, &w.done, 300));
+	assert_int_equal(pthread_join(th, NULL), 0);
+	f->prov->ops = gate.ops;
+	assert_int_equal(w.ret, 0);
+	assert_int_equal(n.ret, 0);
+	free(n.pcs);
+	vmu_journal_done(f->v);
+	vmu_journal_off(f->v);
+	free(buf);
+	check_invariants(f->v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -745,6 +861,7 @@ int main(void)
 		T(test_journal_defers_frees, setup_4m),
 		T(test_journal_swap_in_not_waited, setup_4m),
 		T(test_journal_swap_out_not_waited, setup_4m),
+		T(test_journal_growth_not_waited, setup_4m),
 	};
 
 	/* a deadlock fails the run instead of hanging it */
