@@ -108,25 +108,28 @@ int vmu_swap_out_locked(struct vmu *v, struct vmu_region *r)
 	/* The host bytes count against the limit from here on. */
 	r->host_size = bufsize;
 	vmu_region_set_state(v, r, VMU_REGION_MOVING);
+	/* With the crash journal on, its mapping is not touched until the
+	 * copy is over, and then under the lock: a record names its bytes
+	 * there meanwhile rather than wait for the copy
+	 * (vmu_region_pieces()), and the chunks trimmed wait for a record
+	 * begun after. Else they go as soon as copied, outside the lock. */
+	r->copying_out = __atomic_load_n(&v->journal, __ATOMIC_ACQUIRE);
 	if (len) {
 		ret = swapbuf_get(v, len, &buf);
 		if (ret)
 			goto out_resident;
 	}
-	/* Its mapping is not touched until the copy is over, and then under
-	 * the lock: a crash journal's record names its bytes there
-	 * meanwhile, rather than wait for the copy (vmu_region_pieces()),
-	 * and the chunks trimmed wait for a record begun after. */
-	r->copying_out = true;
 	vmu_drop_lock(v);
 	ret = len ? v->prov->ops->copy_dtoh(v->prov, buf, r->m.addr, len) : 0;
+	freed = ret || r->copying_out ? 0 : vmu_mapping_trim(v, &r->m, 0);
 	vmu_take_lock(v);
-	r->copying_out = false;
 	if (ret) {
 		vmu_swapbuf_put(v, buf, bufsize);
 		goto out_resident;
 	}
-	freed = vmu_mapping_trim(v, &r->m, 0);
+	if (r->copying_out)
+		freed = vmu_mapping_trim(v, &r->m, 0);
+	r->copying_out = false;
 	vmu_uncharge(v, freed);
 	r->host = buf;
 	vmu_region_set_state(v, r, VMU_REGION_SWAPPED);
@@ -135,6 +138,7 @@ int vmu_swap_out_locked(struct vmu *v, struct vmu_region *r)
 	return 0;
 
 out_resident:
+	r->copying_out = false;
 	r->host_size = 0;
 	vmu_region_set_state(v, r, VMU_REGION_RESIDENT);
 	return ret;

@@ -1131,6 +1131,8 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 	 * session can pass the check meanwhile. */
 	r->target = to;
 	vmu_region_set_state(v, r, VMU_REGION_MOVING);
+	/* from here: the charge may reclaim, and wait for a record */
+	grow_note(v, r);
 	/* A reserved region's growth comes from its reservation first. */
 	r->resv -= own;
 	v->region_resv -= own;
@@ -1141,7 +1143,6 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 		goto out;
 	}
 	charge_commit(v, own);
-	grow_note(v, r);
 	vmu_drop_lock(v);
 	if (f && f->nr_pieces) {
 		ret = vmu_mapping_adopt(v, &r->m, to, f->pieces, f->nr_pieces);
@@ -1154,8 +1155,6 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 	if (ret)
 		vmu_mapping_trim(v, &r->m, from);
 	vmu_take_lock(v);
-	free(r->grow_was);
-	r->grow_was = NULL;
 	if (ret) {
 		vmu_uncharge_resv(v, to - from - own, resv, from_resv);
 		vmu_uncharge(v, own);
@@ -1165,6 +1164,8 @@ static int region_grow_locked(struct vmu *v, struct vmu_region *r,
 		r->size = size;
 	}
 out:
+	free(r->grow_was);
+	r->grow_was = NULL;
 	r->target = 0;
 	vmu_region_set_state(v, r, VMU_REGION_RESIDENT);
 	return ret;

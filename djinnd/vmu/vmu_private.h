@@ -15,7 +15,10 @@
  * Work that takes long (copies, zeroing, mapping) runs without it on an
  * object marked busy: a region in state MOVING, a stack that is active,
  * an upload that only its owner sees. Threads that need a MOVING region
- * wait on v->moved. Physical memory is freed to the provider before it
+ * wait on v->moved; but the crash journal's record (vmu_region_pieces())
+ * names one whose bytes stay where they are (copying_out, grow_was),
+ * so with the journal on a swap-out trims its mapping under the lock,
+ * once its copy is over. Physical memory is freed to the provider before it
  * is uncharged, so the accounting never promises bytes the provider has
  * not got back. Functions named *_locked are called with the lock held;
  * those whose comments say "drops the lock" let go of it in the middle

@@ -844,6 +844,48 @@ static void test_journal_growth_not_waited(void **state)
 	check_invariants(f->v);
 }
 
+/*
+ * A growth that must reclaim memory first (its charge swaps another
+ * region out, whose chunks then wait for the journal's next record) is
+ * named at once by a record begun meanwhile: were the record to wait for
+ * the growth, which waits for the record, neither would move until the
+ * charge's bound ran out and the growth failed.
+ */
+static void test_journal_growth_reclaims(void **state)
+{
+	struct fix *f = *state;
+	const uint64_t g = f->g;
+	struct grower w = { .s = f->s[0], .size = 30 * g };
+	struct namer n = { .s = f->s[0], .len = 20 * g };
+	int wakes = 0;
+	uint64_t b;
+	pthread_t th;
+	bool named;
+
+	w.h = region_new(f->s[0], 30 * g, 20 * g);
+	region_fill(f->s[0], w.h, 61, 0, 20 * g);
+	b = region_new(f->s[2], 40 * g, 40 * g);
+	region_fill(f->s[2], b, 62, 0, 40 * g);
+	vmu_journal_on(f->v, count_wake, &wakes);
+	assert_int_equal(pthread_create(&th, NULL, resize_run, &w), 0);
+	/* b swapped out for it: the growth waits for a record */
+	for (int i = 0; i < 10000 && vmu_journal_waiting(f->v) < 40 * g; i++)
+		usleep(1000);
+	assert_true(vmu_journal_waiting(f->v) >= 40 * g);
+	vmu_journal_begin(f->v);
+	n.h = w.h;
+	named = name_held(&n, &w.done, 5000);
+	vmu_journal_done(f->v);
+	commit_until_done(f, &w, th);
+	assert_true(named);
+	assert_int_equal(n.ret, 0);
+	free(n.pcs);
+	assert_int_equal(w.ret, 0);
+	read_back(f, f->s[2], b, 40 * g, 62);
+	vmu_journal_off(f->v);
+	check_invariants(f->v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -862,6 +904,7 @@ int main(void)
 		T(test_journal_swap_in_not_waited, setup_4m),
 		T(test_journal_swap_out_not_waited, setup_4m),
 		T(test_journal_growth_not_waited, setup_4m),
+		T(test_journal_growth_reclaims, setup_4m),
 	};
 
 	/* a deadlock fails the run instead of hanging it */
