@@ -45,7 +45,12 @@
  * journal costs: tensors made and released per second by one client,
  * beside 32 sessions of 8 tensors each, and decode steps per second by
  * one client round 16 contexts, with the journal and with
- * --no-crash-journal.
+ * --no-crash-journal; and what a swap-out costs other clients with the
+ * journal on (a record names a region being swapped out where it lies,
+ * rather than wait for its copy): the longest gaps of a pinging client and
+ * of one making and releasing tensors while a 640 MiB upload swaps
+ * another 640 MiB out of 1 GiB of device memory, with the journal and
+ * without.
  *
  * It needs its own djinnd (not --addr) and about 1.5 times the session
  * data in memory (the pool, which both djinnds map, and room beside it):
@@ -778,6 +783,147 @@ static void journal_cost(double (*run)(double secs_), const char *metric,
 				.note = note });
 }
 
+/* A client making and releasing a 4 KiB tensor without a break, each
+ * answer waiting for a record: the longest gap between its answers. */
+struct churner {
+	pthread_t th;
+	struct djinn_session *s;
+	atomic_int stop;
+	uint64_t max_gap;
+	int err;
+};
+
+static void *churn_run(void *arg)
+{
+	struct churner *c = arg;
+	const struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_U8,
+					     .ndim = 1,
+					     .dims = { 4096 } };
+	uint8_t buf[4096] = { 2 };
+	uint64_t last = mono_ns();
+
+	while (!atomic_load(&c->stop)) {
+		struct djinn_tensor *t;
+		uint64_t now;
+
+		c->err = djinn_tensor_upload(c->s, &d, buf, DJINN_SEG_DATA, &t);
+		if (!c->err)
+			c->err = djinn_tensor_release(t);
+		if (c->err)
+			break;
+		now = mono_ns();
+		if (now - last > c->max_gap)
+			c->max_gap = now - last;
+		last = now;
+	}
+	return NULL;
+}
+
+#define SWAP_MEM "1024M"
+#define SWAP_BIG (640 * MiB)
+
+/* One run of swap_stall(): the longest gaps of the pinger and the
+ * churner while a 640 MiB upload swaps another 640 MiB out. */
+static void swap_once(const char *const *extra, double *ping_s, double *churn_s)
+{
+	const struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_U8,
+					     .ndim = 1,
+					     .dims = { SWAP_BIG } };
+	struct djd_store *store = djd_store_open();
+	struct djinn_conn *a, *b, *cc;
+	struct djinn_session *sa, *sb;
+	struct djinn_tensor *ta, *tb;
+	struct pinger p = { 0 };
+	struct churner c = { 0 };
+	uint8_t *buf = xmalloc(SWAP_BIG);
+
+	if (!store)
+		fail("the stand-in fd store did not open");
+	memset(buf, 7, SWAP_BIG);
+	start_stored(store, extra);
+	check(djinn_connect(xports[0].addr, &a), "djinn_connect");
+	check(djinn_session_open(a, NULL, &sa), "djinn_session_open");
+	check(djinn_tensor_upload(sa, &d, buf, DJINN_SEG_DATA, &ta),
+	      "djinn_tensor_upload");
+	check(djinn_connect(xports[0].addr, &p.conn), "djinn_connect");
+	check(djinn_connect(xports[0].addr, &cc), "djinn_connect");
+	check(djinn_session_open(cc, NULL, &c.s), "djinn_session_open");
+	pthread_create(&p.th, NULL, ping_run, &p);
+	pthread_create(&c.th, NULL, churn_run, &c);
+	sleep_ns(200 * NSEC_PER_MSEC);
+	/* the second one's memory: the first is swapped out for it */
+	check(djinn_connect(xports[0].addr, &b), "djinn_connect");
+	check(djinn_session_open(b, NULL, &sb), "djinn_session_open");
+	check(djinn_tensor_upload(sb, &d, buf, DJINN_SEG_DATA, &tb),
+	      "djinn_tensor_upload");
+	sleep_ns(200 * NSEC_PER_MSEC);
+	atomic_store(&c.stop, 1);
+	pthread_join(c.th, NULL);
+	ping_stop(&p, " during the swap-out");
+	if (c.err)
+		fail("the churning client failed: %s", strerror(-c.err));
+	*ping_s = (double)p.max_gap / 1e9;
+	*churn_s = (double)c.max_gap / 1e9;
+	djinn_disconnect(p.conn);
+	djinn_session_close(c.s);
+	djinn_disconnect(cc);
+	djinn_session_close(sb);
+	djinn_disconnect(b);
+	djinn_session_close(sa);
+	djinn_disconnect(a);
+	daemon_stop();
+	djd_store_close(store);
+	free(buf);
+}
+
+/*
+ * What a swap-out costs other clients under the crash journal: djinnd
+ * with 1 GiB of device memory holds a 640 MiB tensor; while one client
+ * pings and another makes and releases small tensors (a record a turn),
+ * a third uploads 640 MiB, which swaps the first out. The longest gap
+ * each saw, with the journal and with --no-crash-journal.
+ */
+static void swap_stall(void)
+{
+	const char *on[] = { "--cpu-mem", SWAP_MEM, NULL };
+	const char *off[] = { "--cpu-mem", SWAP_MEM, "--no-crash-journal",
+			      NULL };
+	double ping[2], churn_gap[2];
+
+	if (!fits("journal swap", 2 * SWAP_BIG))
+		return;
+	swap_once(on, &ping[0], &churn_gap[0]);
+	swap_once(off, &ping[1], &churn_gap[1]);
+	info("crash journal: a 640 MiB swap-out: the longest gap %.3f s "
+	     "for a ping and %.3f s for a tensor made and released, with "
+	     "it; %.3f s and %.3f s without",
+	     ping[0], churn_gap[0], ping[1], churn_gap[1]);
+	fig_emit(&(struct fig){
+		.bench = bench_name,
+		.metric = "journal_swap_ping_gap_s",
+		.value = ping[0],
+		.unit = "s",
+		.baseline = ping[1],
+		.baseline_name = "no_crash_journal_s",
+		.limit = NAN,
+		.samples = 1,
+		.note = "the longest gap between a client's pings "
+			"while another's 640 MiB upload swaps a "
+			"640 MiB tensor out, a third making "
+			"and releasing tensors" });
+	fig_emit(&(struct fig){ .bench = bench_name,
+				.metric = "journal_swap_churn_gap_s",
+				.value = churn_gap[0],
+				.unit = "s",
+				.baseline = churn_gap[1],
+				.baseline_name = "no_crash_journal_s",
+				.limit = NAN,
+				.samples = 1,
+				.note = "the same run: the longest gap between "
+					"the answers of the client making and "
+					"releasing 4 KiB tensors" });
+}
+
 void bench_restart(void)
 {
 	double peak;
@@ -812,5 +958,6 @@ void bench_restart(void)
 		     "one client decoding a token a request round 16 contexts "
 		     "of the 4-layer GPT-2, a session each: each answer waits "
 		     "for a record of the whole state");
+	swap_stall();
 	daemon_start();
 }
