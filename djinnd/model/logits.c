@@ -206,37 +206,41 @@ static void release(bool all)
 void model_journal_begin(uint64_t seq)
 {
 	pthread_mutex_lock(&A.lock);
+	__atomic_store_n(&A.begun, seq, __ATOMIC_RELEASE);
 	__atomic_store_n(&A.on, true, __ATOMIC_RELEASE);
-	A.begun = seq;
+	pthread_mutex_unlock(&A.lock);
+}
+
+/* A record is in force (@seq), or (@off) the journal is over: what waited
+ * for it is freed, and the steps waiting for it look again. */
+static void moved(uint64_t seq, bool off)
+{
+	pthread_mutex_lock(&A.lock);
+	if (off)
+		__atomic_store_n(&A.on, false, __ATOMIC_RELEASE);
+	else
+		__atomic_store_n(&A.in_force, seq, __ATOMIC_RELEASE);
+	release(off);
+	pthread_cond_broadcast(&A.moved);
 	pthread_mutex_unlock(&A.lock);
 }
 
 void model_journal_done(uint64_t seq)
 {
-	pthread_mutex_lock(&A.lock);
-	__atomic_store_n(&A.in_force, seq, __ATOMIC_RELEASE);
-	release(false);
-	pthread_cond_broadcast(&A.moved);
-	pthread_mutex_unlock(&A.lock);
+	moved(seq, false);
 }
 
 void model_journal_off(void)
 {
-	pthread_mutex_lock(&A.lock);
-	__atomic_store_n(&A.on, false, __ATOMIC_RELEASE);
-	release(true);
-	pthread_cond_broadcast(&A.moved);
-	pthread_mutex_unlock(&A.lock);
+	moved(0, true);
 }
 
 uint64_t arena_begun(void)
 {
-	uint64_t seq;
-
-	pthread_mutex_lock(&A.lock);
-	seq = A.on ? A.begun : 0;
-	pthread_mutex_unlock(&A.lock);
-	return seq;
+	/* the journal's thread sets both, and asks (model_ctx_journal()) */
+	return __atomic_load_n(&A.on, __ATOMIC_ACQUIRE) ?
+		       __atomic_load_n(&A.begun, __ATOMIC_ACQUIRE) :
+		       0;
 }
 
 bool arena_live(uint64_t seq)

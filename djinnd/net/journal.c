@@ -423,17 +423,27 @@ void journal_logits_name(char *out, size_t len, const char *journal)
 /* The next djinnd's side */
 
 /* A sealed memfd of @len bytes of @p. */
+/* Memfd @fd sealed as the restore wants it (svc/state.h): 0, or a
+ * negative errno. */
+static int seal(int fd)
+{
+	return fcntl(fd, F_ADD_SEALS,
+		     F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) ?
+		       -errno :
+		       0;
+}
+
 static int sealed(const char *name, const void *p, uint64_t len)
 {
 	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int ret;
 
 	if (fd < 0)
 		return -errno;
-	if ((len && pwrite_all(fd, p, len, 0)) ||
-	    fcntl(fd, F_ADD_SEALS,
-		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)) {
-		int ret = errno ? -errno : -EIO;
-
+	ret = len ? pwrite_all(fd, p, len, 0) : 0;
+	if (!ret)
+		ret = seal(fd);
+	if (ret) {
 		close(fd);
 		return ret;
 	}
@@ -508,12 +518,11 @@ static int logits_out(uint8_t *rec, uint64_t len, int lfd, int *data_fd,
 			 "lost: their logits are not in its logits arena%s",
 			 lost, lfd < 0 ? ", which was not passed" : "");
 	h->data_size = data;
-	if (!ret &&
-	    (ftruncate(fd, (off_t)data) ||
-	     fcntl(fd, F_ADD_SEALS,
-		   F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL))) {
-		ret = -errno;
-		snprintf(msg, msglen, "copying its logits: %s", strerror(-ret));
+	if (!ret) {
+		ret = ftruncate(fd, (off_t)data) ? -errno : seal(fd);
+		if (ret)
+			snprintf(msg, msglen, "copying its logits: %s",
+				 strerror(-ret));
 	}
 	if (ret) {
 		close(fd);

@@ -1339,6 +1339,25 @@ static bool obj_lost(struct session *s, const struct mobj *m, bool gone,
 		!region_kept(s, pz.kv, pz.kv_bytes));
 }
 
+/* An entry for object slot @slot of @kind that comes back lost (@lost,
+ * enum lost_why). */
+static int lost_obj(struct state_out *out, uint32_t slot, int kind,
+		    uint8_t lost)
+{
+	struct djinn_state_obj *p =
+		state_out_ent(out, DJINN_STATE_OBJ, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	*p = (struct djinn_state_obj){
+		.slot = slot,
+		.kind = kind == SOBJ_MODEL ? DJINN_STATE_MODEL :
+					     DJINN_STATE_CTX,
+		.lost = lost,
+	};
+	return 0;
+}
+
 static int save_objs(struct state_out *out, struct session *s)
 {
 	bool gone = lossy(out, s);
@@ -1349,6 +1368,7 @@ static int save_objs(struct state_out *out, struct session *s)
 
 		slots_for_each(&s->objs, o) {
 			struct mobj *m = o->p;
+			uint32_t slot = slots_index(&s->objs, o);
 			struct djinn_state_obj e, *p;
 			const struct model *md;
 			int ret;
@@ -1356,42 +1376,16 @@ static int save_objs(struct state_out *out, struct session *s)
 			if (o->kind != kind)
 				continue;
 			if (obj_lost(s, m, gone, out->journal)) {
-				p = state_out_ent(out, DJINN_STATE_OBJ,
-						  sizeof(*p));
-				if (!p)
-					return -ENOMEM;
-				*p = (struct djinn_state_obj){
-					.slot = slots_index(&s->objs, o),
-					.kind = kind == SOBJ_MODEL ?
-							DJINN_STATE_MODEL :
-							DJINN_STATE_CTX,
-					.lost = m->lost ? m->lost : why,
-				};
+				ret = lost_obj(out, slot, kind,
+					       m->lost ? m->lost : why);
+				if (ret)
+					return ret;
 				continue;
 			}
 			md = kind == SOBJ_MODEL ? m->h->m :
 						  model_ctx_model(m->mc);
-			/* an upload's entry before the first that holds it */
-			ret = kind == SOBJ_MODEL ? save_upload(out, s, m->h) :
-						   0;
-			if (ret && out->journal && !out->err) {
-				/* (a streamed upload): lost to a crash, not
-				 * the whole record */
-				p = state_out_ent(out, DJINN_STATE_OBJ,
-						  sizeof(*p));
-				if (!p)
-					return -ENOMEM;
-				*p = (struct djinn_state_obj){
-					.slot = slots_index(&s->objs, o),
-					.kind = DJINN_STATE_MODEL,
-					.lost = DJINN_STATE_LOST_CRASH,
-				};
-				continue;
-			}
-			if (ret)
-				return ret;
 			e = (struct djinn_state_obj){ 0 };
-			e.slot = slots_index(&s->objs, o);
+			e.slot = slot;
 			e.kind = DJINN_STATE_MODEL;
 			e.flags = (gone ? DJINN_STATE_OBJ_LOSSY : 0) |
 				  (gone && why == DJINN_STATE_LOST_CRASH ?
@@ -1402,19 +1396,18 @@ static int save_objs(struct state_out *out, struct session *s)
 					   0);
 			snprintf(e.model, sizeof(e.model), "%s", md->name);
 			memcpy(e.fp, md->fp, sizeof(e.fp));
-			ret = kind == SOBJ_CTX ? save_ctx(out, s, &e, m) : 0;
+			/* an upload's entry before the first that holds
+			 * it; a context's cache and logits */
+			ret = kind == SOBJ_MODEL ? save_upload(out, s, m->h) :
+						   save_ctx(out, s, &e, m);
 			if (ret && out->journal && !out->err) {
-				/* (its cache swapped out to anonymous
-				 * memory, say): lost to a crash */
-				p = state_out_ent(out, DJINN_STATE_OBJ,
-						  sizeof(*p));
-				if (!p)
-					return -ENOMEM;
-				*p = (struct djinn_state_obj){
-					.slot = e.slot,
-					.kind = DJINN_STATE_CTX,
-					.lost = DJINN_STATE_LOST_CRASH,
-				};
+				/* (a streamed upload, a cache swapped out
+				 * to anonymous memory): lost to a crash,
+				 * not the whole record */
+				ret = lost_obj(out, slot, kind,
+					       DJINN_STATE_LOST_CRASH);
+				if (ret)
+					return ret;
 				continue;
 			}
 			if (ret)

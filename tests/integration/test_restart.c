@@ -130,6 +130,14 @@ static void make_session(struct held *s, int fd, unsigned int i)
 	s->released = gone;
 }
 
+/* Held session @s closed on @fd, its bytes freed. */
+static void held_close(int fd, struct held *s)
+{
+	close_session(fd, s->sid);
+	for (unsigned int k = 0; k < 3; k++)
+		free(s->bytes[k]);
+}
+
 /* Every byte as it was, the released handle still gone. */
 static void check_session(const struct held *s)
 {
@@ -385,11 +393,8 @@ static void test_planned_restart(void **state)
 	/* the admin connection came along too */
 	(void)vmu_now(fx);
 
-	for (unsigned int i = 0; i < NR_SESSIONS; i++) {
-		close_session(s[i].fd, s[i].sid);
-		for (unsigned int k = 0; k < 3; k++)
-			free(s[i].bytes[k]);
-	}
+	for (unsigned int i = 0; i < NR_SESSIONS; i++)
+		held_close(s[i].fd, &s[i]);
 	close_session(rd.fd, rd.sid);
 	close(rd.fd);
 	for (int i = 0; i < NR_CONNS; i++)
@@ -469,9 +474,7 @@ static void test_failed_successor(void **state)
 	free(got);
 	close_session(fd, sw);
 	hello(fd);
-	close_session(fd, s.sid);
-	for (unsigned int k = 0; k < 3; k++)
-		free(s.bytes[k]);
+	held_close(fd, &s);
 	close(fd);
 	check_text_cached(fx);
 	fx->base = vmu_now(fx);
@@ -807,12 +810,8 @@ static void test_restart_lost(void **state)
 	assert_true(log_has(fx, "2 sessions, 5 tensors and 2 models"));
 	check_lost(fd, &s, ctx, model);
 	check_session(&after);
-	close_session(fd, s.sid);
-	close_session(fd, after.sid);
-	for (unsigned int k = 0; k < 3; k++) {
-		free(s.bytes[k]);
-		free(after.bytes[k]);
-	}
+	held_close(fd, &s);
+	held_close(fd, &after);
 	close(fd);
 	check_text_cached(fx);
 	fx->base = vmu_now(fx);
@@ -878,9 +877,7 @@ static void test_self_restart(void **state)
 	assert_true(fx->d.pid != old);
 	for (unsigned int i = 0; i < 3; i++) {
 		check_session(&s[i]);
-		close_session(fd, s[i].sid);
-		for (unsigned int k = 0; k < 3; k++)
-			free(s[i].bytes[k]);
+		held_close(fd, &s[i]);
 	}
 	close(fd);
 	check_text_cached(fx);
@@ -1005,11 +1002,8 @@ static void test_store_restart(void **state)
 	/* taken: the store forgets the state and the connections */
 	assert_true(djd_store_wait(st, "state", false, 10000));
 	assert_true(djd_store_wait(st, "conn-0", false, 10000));
-	for (unsigned int i = 0; i < 8; i++) {
-		close_session(fd, s[i].sid);
-		for (unsigned int k = 0; k < 3; k++)
-			free(s[i].bytes[k]);
-	}
+	for (unsigned int i = 0; i < 8; i++)
+		held_close(fd, &s[i]);
 	close_session(rd.fd, rd.sid);
 	close(rd.fd);
 	close(fd);
@@ -1527,11 +1521,8 @@ static void test_crash_restart(void **state)
 	assert_true(journal_wait(st, old, false));
 	assert_true(djd_store_has(st, "pool-0"));
 
-	for (unsigned int i = 0; i <= NR_CRASH; i++) {
-		close_session(fd, s[i].sid);
-		for (unsigned int k = 0; k < 3; k++)
-			free(s[i].bytes[k]);
-	}
+	for (unsigned int i = 0; i <= NR_CRASH; i++)
+		held_close(fd, &s[i]);
 	close(adm);
 	close(fd);
 	assert_int_equal(djd_stop(&dd, 20000), 0);
@@ -1747,11 +1738,8 @@ static void test_crash_under_load(void **state)
 	assert_true(journal_wait(st, old, false));
 
 	close_session(fd, w.sid);
-	for (unsigned int i = 0; i < 4; i++) {
-		close_session(fd, s[i].sid);
-		for (unsigned int k = 0; k < 3; k++)
-			free(s[i].bytes[k]);
-	}
+	for (unsigned int i = 0; i < 4; i++)
+		held_close(fd, &s[i]);
 	close(adm);
 	close(fd);
 	assert_int_equal(djd_stop(&dd, 20000), 0);

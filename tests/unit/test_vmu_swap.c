@@ -709,6 +709,30 @@ static bool name_held(struct namer *n, bool *moved, int ms)
 	return named;
 }
 
+/* The pieces @n named (freed here) hold @len bytes of pattern @seed,
+ * read through the pool's file. */
+static void named_bytes(struct fix *f, struct namer *n, uint64_t len,
+			uint64_t seed)
+{
+	int fd = f->prov->ops->file(f->prov);
+	uint8_t *buf = xmalloc(len);
+	uint64_t got = 0;
+
+	assert_true(fd >= 0);
+	for (unsigned int i = 0; i < n->nr; i++) {
+		assert_true(got + n->pcs[i].len <= len);
+		assert_int_equal(pread(fd, buf + got, n->pcs[i].len,
+				       (off_t)n->pcs[i].off),
+				 (ssize_t)n->pcs[i].len);
+		got += n->pcs[i].len;
+	}
+	assert_int_equal(got, len);
+	assert_int_equal(pattern_diff(buf, seed, 0, len), -1);
+	free(buf);
+	free(n->pcs);
+	n->pcs = NULL;
+}
+
 /*
  * A crash journal's record does not wait for a swap-out's copy: while the
  * copy runs, the region is named where it lies in the pool, whose bytes
@@ -722,9 +746,7 @@ static void test_journal_swap_out_not_waited(void **state)
 	const uint64_t g = f->g, big = 40 * g;
 	struct grower w = { .s = f->s[0], .size = big };
 	struct namer n = { .s = f->s[0], .len = big };
-	uint8_t *buf = xmalloc(big);
-	uint64_t got = 0;
-	int wakes = 0, fd;
+	int wakes = 0;
 	pthread_t th;
 	bool named;
 
@@ -743,18 +765,7 @@ static void test_journal_swap_out_not_waited(void **state)
 	assert_true(named);
 	assert_int_equal(n.ret, 0);
 	assert_int_equal(n.max, big);
-	fd = gate.ops->file(f->prov);
-	assert_true(fd >= 0);
-	for (unsigned int i = 0; i < n.nr; i++) {
-		assert_true(got + n.pcs[i].len <= big);
-		assert_int_equal(pread(fd, buf + got, n.pcs[i].len,
-				       (off_t)n.pcs[i].off),
-				 (ssize_t)n.pcs[i].len);
-		got += n.pcs[i].len;
-	}
-	assert_int_equal(got, big);
-	assert_int_equal(pattern_diff(buf, 41, 0, big), -1);
-	free(n.pcs);
+	named_bytes(f, &n, big, 41);
 	assert_int_equal(w.ret, 0);
 	/* its chunks outlive the record that named them (still there:
 	 * read above once the copy was over) */
@@ -765,7 +776,6 @@ static void test_journal_swap_out_not_waited(void **state)
 	assert_int_equal(vmu_journal_waiting(f->v), 0);
 	read_back(f, f->s[0], w.h, big, 41);
 	vmu_journal_off(f->v);
-	free(buf);
 	check_invariants(f->v);
 }
 
@@ -790,9 +800,7 @@ static void test_journal_growth_not_waited(void **state)
 	const uint64_t g = f->g, half = 20 * g, big = 40 * g;
 	struct grower w = { .s = f->s[0], .size = big };
 	struct namer n = { .s = f->s[0], .len = half };
-	uint8_t *buf = xmalloc(half);
-	uint64_t got = 0;
-	int wakes = 0, fd;
+	int wakes = 0;
 	pthread_t th;
 	bool named;
 
@@ -810,17 +818,7 @@ static void test_journal_growth_not_waited(void **state)
 	assert_int_equal(w.ret, 0);
 	assert_true(named);
 	assert_int_equal(n.ret, 0);
-	fd = gate.ops->file(f->prov);
-	for (unsigned int i = 0; i < n.nr; i++) {
-		assert_true(got + n.pcs[i].len <= half);
-		assert_int_equal(pread(fd, buf + got, n.pcs[i].len,
-				       (off_t)n.pcs[i].off),
-				 (ssize_t)n.pcs[i].len);
-		got += n.pcs[i].len;
-	}
-	assert_int_equal(got, half);
-	assert_int_equal(pattern_diff(buf, 51, 0, half), -1);
-	free(n.pcs);
+	named_bytes(f, &n, half, 51);
 
 	/* the whole region, past what it held: after the growth */
 	w.h = region_new(f->s[1], 8 * g, 4 * g);
@@ -840,7 +838,6 @@ static void test_journal_growth_not_waited(void **state)
 	free(n.pcs);
 	vmu_journal_done(f->v);
 	vmu_journal_off(f->v);
-	free(buf);
 	check_invariants(f->v);
 }
 

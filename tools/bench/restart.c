@@ -745,6 +745,22 @@ static double steps(double secs_)
 	return (double)done / ((double)t0 / 1e9);
 }
 
+/* Figure @metric in @unit: @v[0] with the crash journal, beside @v[1]
+ * with --no-crash-journal. */
+static void journal_fig(const char *metric, const char *unit, const double v[2],
+			const char *note)
+{
+	fig_emit(&(struct fig){ .bench = bench_name,
+				.metric = metric,
+				.value = v[0],
+				.unit = unit,
+				.baseline = v[1],
+				.baseline_name = "no_crash_journal",
+				.limit = NAN,
+				.samples = 1,
+				.note = note });
+}
+
 /*
  * What the journal costs a client whose every request waits for it:
  * @run for 3 s against djinnd under a stand-in store, with the journal
@@ -772,15 +788,7 @@ static void journal_cost(double (*run)(double secs_), const char *metric,
 	}
 	info("crash journal: %.0f %s a second with it, %.0f without", per_s[0],
 	     what, per_s[1]);
-	fig_emit(&(struct fig){ .bench = bench_name,
-				.metric = metric,
-				.value = per_s[0],
-				.unit = "1/s",
-				.baseline = per_s[1],
-				.baseline_name = "no_crash_journal_per_s",
-				.limit = NAN,
-				.samples = 1,
-				.note = note });
+	journal_fig(metric, "1/s", per_s, note);
 }
 
 /* A client making and releasing a 4 KiB tensor without a break, each
@@ -898,30 +906,13 @@ static void swap_stall(void)
 	     "for a ping and %.3f s for a tensor made and released, with "
 	     "it; %.3f s and %.3f s without",
 	     ping[0], churn_gap[0], ping[1], churn_gap[1]);
-	fig_emit(&(struct fig){
-		.bench = bench_name,
-		.metric = "journal_swap_ping_gap_s",
-		.value = ping[0],
-		.unit = "s",
-		.baseline = ping[1],
-		.baseline_name = "no_crash_journal_s",
-		.limit = NAN,
-		.samples = 1,
-		.note = "the longest gap between a client's pings "
-			"while another's 640 MiB upload swaps a "
-			"640 MiB tensor out, a third making "
-			"and releasing tensors" });
-	fig_emit(&(struct fig){ .bench = bench_name,
-				.metric = "journal_swap_churn_gap_s",
-				.value = churn_gap[0],
-				.unit = "s",
-				.baseline = churn_gap[1],
-				.baseline_name = "no_crash_journal_s",
-				.limit = NAN,
-				.samples = 1,
-				.note = "the same run: the longest gap between "
-					"the answers of the client making and "
-					"releasing 4 KiB tensors" });
+	journal_fig("journal_swap_ping_gap_s", "s", ping,
+		    "the longest gap between a client's pings while another's "
+		    "640 MiB upload swaps a 640 MiB tensor out, a third making "
+		    "and releasing tensors");
+	journal_fig("journal_swap_churn_gap_s", "s", churn_gap,
+		    "the same run: the longest gap between the answers of the "
+		    "client making and releasing 4 KiB tensors");
 }
 
 void bench_restart(void)

@@ -565,6 +565,25 @@ static void store_unlock(void *st)
 	djd_store_unlock(st);
 }
 
+/* The fixture's djinnd stopped and another started under the stand-in
+ * store @st, which the fork hooks @h pass it: a netlink socket to watch
+ * the kernel sessions with. */
+static struct kt_nl *store_start(void **state, struct djd_store *st,
+				 const struct djd_fork_hooks *h)
+{
+	struct kt_nl *nl;
+	int err;
+
+	assert_non_null(st);
+	nl = kt_nl_open(false, &err);
+	assert_non_null(nl);
+	assert_int_equal(teardown(state), 0);
+	djd_set_fork_hooks(h);
+	djinnd = djd_start("kmod", LEASE_MS, "debug");
+	assert_true(djinnd > 0);
+	return nl;
+}
+
 /*
  * The same through systemd's fd store (a stand-in, as the integration
  * tests play it): on SIGTERM djinnd keeps the record, its connections
@@ -581,16 +600,10 @@ static void test_store_restart(void **state)
 	struct djd_client c;
 	struct kt_nl *nl;
 	uint64_t kid = 0;
-	int fd, n, err, status = -1;
+	int fd, n, status = -1;
 	char journal[48];
 
-	assert_non_null(st);
-	nl = kt_nl_open(false, &err);
-	assert_non_null(nl);
-	assert_int_equal(teardown(state), 0);
-	djd_set_fork_hooks(&h);
-	djinnd = djd_start("kmod", LEASE_MS, "debug");
-	assert_true(djinnd > 0);
+	nl = store_start(state, st, &h);
 	assert_int_equal(djd_client_bind(&c, "stored", 0), 0);
 	fd = djd_connect(DJD_SOCK);
 	assert_true(fd >= 0);
@@ -652,15 +665,9 @@ static void test_store_crash(void **state)
 	struct kt_nl *nl;
 	char journal[48], old[48];
 	uint64_t kid = 0;
-	int fd, n, err, status = -1;
+	int fd, n, status = -1;
 
-	assert_non_null(st);
-	nl = kt_nl_open(false, &err);
-	assert_non_null(nl);
-	assert_int_equal(teardown(state), 0);
-	djd_set_fork_hooks(&h);
-	djinnd = djd_start("kmod", LEASE_MS, "debug");
-	assert_true(djinnd > 0);
+	nl = store_start(state, st, &h);
 	snprintf(old, sizeof(old), "journal-%d-*", (int)djinnd);
 	assert_true(djd_store_wait(st, old, true, 30000));
 	assert_true(djd_store_has(st, "kmod"));
