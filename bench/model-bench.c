@@ -4,7 +4,8 @@
  * prefill and decode tokens/s of a GPT-2 124M-shaped model with seeded
  * random f32 weights on the CPU backend, beside PyTorch eager running the
  * same weights in the same run (bench/model_torch.py), and the text
- * segment's bytes with one and with four sessions holding the model.
+ * segment's bytes with one and with four sessions holding the model,
+ * and the sampler's time per token (model_sample()).
  *
  * --arch qwen2 runs a Qwen2-shaped model of about the same size instead
  * (the llama family's path: RMSNorm, RoPE with theta 1e6, grouped-query
@@ -515,6 +516,89 @@ out:
 }
 
 /* ------------------------------------------------------------------------ */
+/* The sampler */
+
+/* Qwen2's vocabulary: the widest the runtime meets */
+#define SAMPLE_WIDE_VOCAB 151936u
+#define SAMPLE_CALLS 2000u
+#define SAMPLE_BATCH_NS 200000000ull
+
+/*
+ * sample_us: model_sample()'s time per token on @logits[@V] (the
+ * prefill's real logits), and on them tiled out to Qwen2's vocabulary
+ * with a little noise, for greedy and the settings clients use: the
+ * OpenAI API's default (temperature 1, all tokens), top-k, top-p and
+ * both. The median of 5 batches, each SAMPLE_CALLS calls or as many as
+ * fit in SAMPLE_BATCH_NS.
+ */
+static void bench_sampling(const float *logits, uint32_t V)
+{
+	static const struct {
+		const char *name;
+		struct model_sampling sp;
+	} set[] = {
+		{ "greedy", { .temperature = 0, .top_p = 1 } },
+		{ "t1", { .temperature = 1, .top_p = 1 } },
+		{ "t0.8_k40",
+		  { .temperature = 0.8f, .top_k = 40, .top_p = 1 } },
+		{ "t1.3_p0.9", { .temperature = 1.3f, .top_p = 0.9f } },
+		{ "t0.7_k50_p0.95",
+		  { .temperature = 0.7f, .top_k = 50, .top_p = 0.95f } },
+	};
+	float *wide = malloc(SAMPLE_WIDE_VOCAB * sizeof(*wide));
+	uint64_t rs = 1;
+
+	if (!wide)
+		fail("no memory");
+	for (uint32_t i = 0; i < SAMPLE_WIDE_VOCAB; i++)
+		wide[i] = logits[i % V] +
+			  (float)(splitmix64(&rs) >> 40) * 0x1p-24f;
+	for (int w = 0; w < 2; w++) {
+		const float *lg = w ? wide : logits;
+		uint32_t n = w ? SAMPLE_WIDE_VOCAB : V;
+
+		for (size_t k = 0; k < ARRAY_SIZE(set); k++) {
+			double us[5];
+			char metric[64], note[160], msg[256];
+			uint64_t rng = 42;
+			int32_t tok;
+
+			for (int b = 0; b < 5; b++) {
+				uint64_t t0 = mono_ns(), t1 = t0;
+				unsigned int i = 0;
+
+				while (i < SAMPLE_CALLS &&
+				       t1 - t0 < SAMPLE_BATCH_NS) {
+					check_msg(model_sample(lg, n,
+							       &set[k].sp, &rng,
+							       &tok, msg,
+							       sizeof(msg)),
+						  "sample", msg);
+					i++;
+					t1 = mono_ns();
+				}
+				us[b] = secs(t0, t1) * 1e6 / i;
+			}
+			snprintf(metric, sizeof(metric), "sample_us_%s_v%u",
+				 set[k].name, n);
+			snprintf(note, sizeof(note),
+				 "model_sample() per token, %u-token "
+				 "vocabulary (%s)",
+				 n,
+				 w ? "the prefill's logits tiled, with noise" :
+				     "the prefill's logits");
+			emit(&(struct fig){ .metric = metric,
+					    .value = median(us, 5),
+					    .unit = "us",
+					    .baseline = NAN,
+					    .samples = 5,
+					    .note = note });
+		}
+	}
+	free(wide);
+}
+
+/* ------------------------------------------------------------------------ */
 
 static void usage(void)
 {
@@ -792,6 +876,8 @@ int main(int argc, char **argv)
 			    .baseline_name = "text_bytes_1_session",
 			    .target = "<=",
 			    .note = note });
+
+	bench_sampling(d.logits, vocab);
 
 	if (d.text_n != d.text_1 || d.entries_n != d.entries_1)
 		fail("the text segment grew with more sessions: %" PRIu64
