@@ -2,11 +2,34 @@
 /*
  * Sampling a token from logits: greedy, or temperature then top-k then
  * top-p, drawn from a seeded splitmix64 stream. See runtime.h.
+ *
+ * Without sorting the vocabulary. The candidates are in one total order,
+ * larger logits first and equal ones by lower id. top_k keeps the first
+ * k of that order, chosen by a bounded heap of k as the logits stream
+ * past (O(V log k) at worst); top_p then keeps the fewest first ones
+ * whose mass reaches top_p of the kept mass, popped from a heap of the
+ * kept ones until it does (O(k + m log k) for m kept). Every path is
+ * O(V log V) at worst, whatever the logits: a client that shapes them
+ * (its own weights, steering) cannot make a step slow for the others in
+ * its pass.
+ *
+ * The draw walks the kept tokens in id order: u, uniform in [0, mass),
+ * picks the first token whose running mass passes it. That needs no
+ * order among the kept tokens, so a device can make the same draw as a
+ * masked prefix sum over the vocabulary. Temperature 1 over every token
+ * (the OpenAI API's default) selects nothing at all: two passes.
+ *
+ * The work space, 16 bytes a token, is the calling thread's and kept
+ * for its next call: executor threads sample every step, and a fresh
+ * megabyte each time would fault its pages in each time.
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/runtime.h"
 
@@ -24,24 +47,116 @@ struct cand {
 	int32_t id;
 };
 
-/* Larger logits first; equal ones by id, so the order is total. */
-static int cmp_cand(const void *a, const void *b)
+/* @a comes before @b in the candidates' order. */
+static inline bool before(const struct cand *a, const struct cand *b)
 {
-	const struct cand *x = a, *y = b;
+	return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
 
-	if (x->logit != y->logit)
-		return x->logit > y->logit ? -1 : 1;
-	return x->id < y->id ? -1 : 1;
+/*
+ * Sift h[i] down a heap of @n: with @first, the first in the order at
+ * the top (popping gives the order); without, the last (a heap of the
+ * best k seen, its weakest on top to be replaced).
+ */
+static void sift(struct cand *h, uint32_t n, uint32_t i, bool first)
+{
+	struct cand x = h[i];
+
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= n)
+			break;
+		if (c + 1 < n && (first ? before(&h[c + 1], &h[c]) :
+					  before(&h[c], &h[c + 1])))
+			c++;
+		if (first ? !before(&h[c], &x) : !before(&x, &h[c]))
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	h[i] = x;
+}
+
+static void heapify(struct cand *h, uint32_t n, bool first)
+{
+	for (uint32_t i = n / 2; i-- > 0;)
+		sift(h, n, i, first);
+}
+
+/* The top @k of @logits[V] into @h[k], in no order (k < V). */
+static void top_k(const float *logits, uint32_t V, uint32_t k, struct cand *h)
+{
+	for (uint32_t i = 0; i < k; i++)
+		h[i] = (struct cand){ logits[i], (int32_t)i };
+	heapify(h, k, false);
+	for (uint32_t i = k; i < V; i++) {
+		/* a later id ties no better: only a larger logit enters */
+		if (!(logits[i] > h[0].logit))
+			continue;
+		h[0] = (struct cand){ logits[i], (int32_t)i };
+		sift(h, k, 0, false);
+	}
+}
+
+/* ---------------------------------------------------------------------- */
+/* The thread's work space */
+
+static pthread_key_t space_key;
+static pthread_once_t space_once = PTHREAD_ONCE_INIT;
+static __thread struct {
+	void *p;
+	size_t bytes;
+} space;
+
+static void space_key_make(void)
+{
+	/* without the key the space is simply not freed at thread exit */
+	(void)pthread_key_create(&space_key, free);
+}
+
+static void *space_get(size_t bytes)
+{
+	if (space.bytes >= bytes)
+		return space.p;
+	pthread_once(&space_once, space_key_make);
+	free(space.p);
+	space.p = malloc(bytes);
+	space.bytes = space.p ? bytes : 0;
+	(void)pthread_setspecific(space_key, space.p);
+	return space.p;
+}
+
+/* ---------------------------------------------------------------------- */
+
+/* The first NaN's index, or V; the first largest logit's in *@best. */
+static uint32_t scan(const float *logits, uint32_t V, uint32_t *best)
+{
+	float m = logits[0];
+	bool nan = false;
+
+	for (uint32_t i = 0; i < V; i++) {
+		nan |= logits[i] != logits[i];
+		m = logits[i] > m ? logits[i] : m;
+	}
+	if (nan)
+		for (uint32_t i = 0; i < V; i++)
+			if (isnan(logits[i]))
+				return i;
+	*best = 0;
+	while (logits[*best] != m)
+		(*best)++;
+	return V;
 }
 
 int model_sample(const float *logits, uint32_t V,
 		 const struct model_sampling *sp, uint64_t *rng, int32_t *out,
 		 char *msg, size_t msglen)
 {
-	uint32_t best = 0, k, m;
+	double inv_t, top, sum = 0, cum = 0, r;
+	uint32_t best = 0, k, n, bad;
 	struct cand *c;
-	double sum = 0, cum = 0, u;
-	double *p;
+	double *w;
 
 	if (!V)
 		return -EINVAL;
@@ -55,51 +170,78 @@ int model_sample(const float *logits, uint32_t V,
 			 (double)sp->top_p);
 		return -EINVAL;
 	}
-	for (uint32_t i = 0; i < V; i++) {
-		if (isnan(logits[i])) {
-			snprintf(msg, msglen, "logit %u is NaN", i);
-			return -EINVAL;
-		}
-		if (logits[i] > logits[best])
-			best = i;
+	bad = scan(logits, V, &best);
+	if (bad < V) {
+		snprintf(msg, msglen, "logit %u is NaN", bad);
+		return -EINVAL;
 	}
 	if (sp->temperature == 0) {
 		*out = (int32_t)best;
 		return 0;
 	}
+	if (isinf(logits[best])) {
+		/* a logit of +inf outweighs the others without measure, and
+		 * all -inf have no mass: the first largest, as greedy, one
+		 * draw taken from the stream as any sampled token takes */
+		(void)splitmix64(rng);
+		*out = (int32_t)best;
+		return 0;
+	}
 
-	c = malloc(V * sizeof(*c));
-	p = malloc(V * sizeof(*p));
-	if (!c || !p) {
-		free(c);
-		free(p);
+	w = space_get((size_t)V * (sizeof(*w) + sizeof(*c)));
+	if (!w)
 		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < V; i++)
-		c[i] = (struct cand){ logits[i], (int32_t)i };
-	qsort(c, V, sizeof(*c), cmp_cand);
+	c = (struct cand *)(w + V);
+	/* w[i]: token i's weight exp((logit - max) / T) if it is kept, else
+	 * 0 (a kept token's weight may underflow to 0 too: it is never
+	 * drawn, as it would not be with the sort) */
+	inv_t = 1.0 / sp->temperature;
+	top = logits[best];
 	k = sp->top_k && sp->top_k < V ? sp->top_k : V;
-	/* softmax(logit / T) over the k best; c[0] is the largest */
-	for (uint32_t i = 0; i < k; i++) {
-		p[i] = exp(((double)c[i].logit - c[0].logit) / sp->temperature);
-		sum += p[i];
+	if (k == V && sp->top_p >= 1) {
+		for (uint32_t i = 0; i < V; i++)
+			w[i] = exp(((double)logits[i] - top) * inv_t);
+		goto draw;
 	}
-	/* the fewest whose mass reaches top_p */
-	for (m = 0; m < k;) {
-		cum += p[m++];
+	if (k < V) {
+		top_k(logits, V, k, c);
+	} else {
+		for (uint32_t i = 0; i < V; i++)
+			c[i] = (struct cand){ logits[i], (int32_t)i };
+	}
+	n = k;
+	memset(w, 0, (size_t)V * sizeof(*w));
+	if (sp->top_p >= 1) {
+		for (uint32_t j = 0; j < n; j++)
+			w[c[j].id] = exp(((double)c[j].logit - top) * inv_t);
+		goto draw;
+	}
+	for (uint32_t j = 0; j < n; j++)
+		sum += exp(((double)c[j].logit - top) * inv_t);
+	heapify(c, n, true);
+	while (n) {
+		double x = exp(((double)c[0].logit - top) * inv_t);
+
+		w[c[0].id] = x;
+		cum += x;
 		if (cum >= sp->top_p * sum)
 			break;
+		c[0] = c[--n];
+		sift(c, n, 0, true);
 	}
-	u = (double)(splitmix64(rng) >> 11) * 0x1p-53 * cum;
-	*out = c[m - 1].id;
-	for (uint32_t i = 0; i < m; i++) {
-		if (u < p[i]) {
-			*out = c[i].id;
+draw:
+	cum = 0;
+	for (uint32_t i = 0; i < V; i++)
+		cum += w[i];
+	r = (double)(splitmix64(rng) >> 11) * 0x1p-53 * cum;
+	*out = (int32_t)best; /* the first largest is kept, and drawn if
+			       * rounding leaves r past the running sum */
+	for (uint32_t i = 0; i < V; i++) {
+		if (r < w[i]) {
+			*out = (int32_t)i;
 			break;
 		}
-		u -= p[i];
+		r -= w[i];
 	}
-	free(c);
-	free(p);
 	return 0;
 }

@@ -973,6 +973,144 @@ static void test_sample(void **state)
 	}
 }
 
+/* The sampler's definition, with a sort: the candidates in order
+ * (larger logit, then lower id), the first top_k, the fewest first of
+ * those whose mass reaches top_p of theirs, the draw walking the kept
+ * ones in id order. */
+struct ref_cand {
+	float logit;
+	int32_t id;
+};
+
+static int ref_cmp(const void *a, const void *b)
+{
+	const struct ref_cand *x = a, *y = b;
+
+	if (x->logit != y->logit)
+		return x->logit > y->logit ? -1 : 1;
+	return x->id < y->id ? -1 : 1;
+}
+
+static int32_t ref_sample(const float *lg, uint32_t V,
+			  const struct model_sampling *sp, uint64_t *rng)
+{
+	struct ref_cand *c = xmalloc(V * sizeof(*c));
+	double *w = calloc(V, sizeof(*w)), sum = 0, cum = 0, r;
+	uint64_t z;
+	uint32_t k = sp->top_k && sp->top_k < V ? sp->top_k : V, m;
+	int32_t out;
+
+	assert_non_null(w);
+	for (uint32_t i = 0; i < V; i++)
+		c[i] = (struct ref_cand){ lg[i], (int32_t)i };
+	qsort(c, V, sizeof(*c), ref_cmp);
+	for (uint32_t j = 0; j < k; j++)
+		sum += exp(((double)c[j].logit - c[0].logit) / sp->temperature);
+	for (m = 0; m < k;) {
+		double x = exp(((double)c[m].logit - c[0].logit) /
+			       sp->temperature);
+
+		w[c[m++].id] = x;
+		cum += x;
+		if (sp->top_p < 1 && cum >= sp->top_p * sum)
+			break;
+	}
+	cum = 0;
+	for (uint32_t i = 0; i < V; i++)
+		cum += w[i];
+	z = (*rng += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	r = (double)(z >> 11) * 0x1p-53 * cum;
+	out = c[0].id;
+	for (uint32_t i = 0; i < V; i++) {
+		if (r < w[i]) {
+			out = (int32_t)i;
+			break;
+		}
+		r -= w[i];
+	}
+	free(c);
+	free(w);
+	return out;
+}
+
+/*
+ * model_sample() selects without sorting; it must pick what the sorted
+ * definition picks, token for token, on the same stream: logits spread
+ * wide and narrow, and logits of few distinct values, so that ties sit
+ * at the top-k and top-p cuts and are broken by id. Then the
+ * infinities: +inf is drawn as greedy would, all -inf gives token 0,
+ * one draw taken either way.
+ */
+static void test_sample_reference(void **state)
+{
+	static const struct model_sampling set[] = {
+		{ .temperature = 1, .top_p = 1 },
+		{ .temperature = 0.8f, .top_k = 40, .top_p = 1 },
+		{ .temperature = 1.3f, .top_p = 0.9f },
+		{ .temperature = 0.7f, .top_k = 50, .top_p = 0.95f },
+		{ .temperature = 2, .top_k = 1, .top_p = 1 },
+		{ .temperature = 0.5f, .top_k = 999, .top_p = 0.5f },
+		{ .temperature = 3, .top_k = 4000, .top_p = 0.99f },
+		{ .temperature = 1, .top_p = 1e-6f },
+		{ .temperature = 1, .top_p = 0.5f },
+	};
+	const uint32_t V = 5000;
+	float *lg = xmalloc(V * sizeof(*lg));
+	char msg[ST_MSG_LEN];
+	uint64_t x = 3, rng, ref;
+	int32_t t;
+
+	(void)state;
+	for (int shape = 0; shape < 4; shape++) {
+		for (uint32_t i = 0; i < V; i++) {
+			double u = (double)((x = x * 6364136223846793005ull +
+						 1442695040888963407ull) >>
+					    11) *
+				   0x1p-53;
+
+			/* wide, narrow, eight values only, and one (half
+			 * of them is then exactly top_p 0.5's mass) */
+			lg[i] = shape == 0 ? (float)(20 * u - 10) :
+				shape == 1 ? (float)(0.05 * u) :
+				shape == 2 ? (float)(int)(8 * u) * 0.5f :
+					     1.5f;
+		}
+		for (size_t k = 0; k < sizeof(set) / sizeof(set[0]); k++) {
+			for (uint64_t seed = 0; seed < 64; seed++) {
+				rng = ref = seed * 977;
+				assert_int_equal(model_sample(lg, V, &set[k],
+							      &rng, &t, msg,
+							      sizeof(msg)),
+						 0);
+				assert_int_equal(t, ref_sample(lg, V, &set[k],
+							       &ref));
+				assert_true(rng == ref);
+			}
+		}
+	}
+	/* +inf: greedy's token, at any setting; all -inf: token 0 */
+	lg[17] = INFINITY;
+	lg[4000] = INFINITY;
+	for (size_t k = 0; k < sizeof(set) / sizeof(set[0]); k++) {
+		rng = ref = 5;
+		assert_int_equal(model_sample(lg, V, &set[k], &rng, &t, msg,
+					      sizeof(msg)),
+				 0);
+		assert_int_equal(t, 17);
+		ref += 0x9e3779b97f4a7c15ull;
+		assert_true(rng == ref);
+	}
+	for (uint32_t i = 0; i < V; i++)
+		lg[i] = -INFINITY;
+	assert_int_equal(
+		model_sample(lg, V, &set[0], &rng, &t, msg, sizeof(msg)), 0);
+	assert_int_equal(t, 0);
+	free(lg);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Breakpoints and steering */
 
@@ -1589,16 +1727,27 @@ static int group_teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TEST(test_gpt2_f32),	  TEST(test_gpt2_f16),
-		TEST(test_gpt2_bf16),	  TEST(test_llama_f32),
-		TEST(test_llama_f16),	  TEST(test_llama_bf16),
-		TEST(test_greedy_gpt2),	  TEST(test_greedy_llama),
-		TEST(test_refused_steps), TEST(test_fork_and_seed),
-		TEST(test_pass_many),	  TEST(test_pass_fault),
-		TEST(test_keep_logits),	  TEST(test_sample),
-		TEST(test_gqa_attention), TEST(test_break_same),
-		TEST(test_places),	  TEST(test_steer),
-		TEST(test_break_refused), TEST(test_journal_pins),
+		TEST(test_gpt2_f32),
+		TEST(test_gpt2_f16),
+		TEST(test_gpt2_bf16),
+		TEST(test_llama_f32),
+		TEST(test_llama_f16),
+		TEST(test_llama_bf16),
+		TEST(test_greedy_gpt2),
+		TEST(test_greedy_llama),
+		TEST(test_refused_steps),
+		TEST(test_fork_and_seed),
+		TEST(test_pass_many),
+		TEST(test_pass_fault),
+		TEST(test_keep_logits),
+		TEST(test_sample),
+		TEST(test_sample_reference),
+		TEST(test_gqa_attention),
+		TEST(test_break_same),
+		TEST(test_places),
+		TEST(test_steer),
+		TEST(test_break_refused),
+		TEST(test_journal_pins),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
