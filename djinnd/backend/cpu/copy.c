@@ -203,22 +203,33 @@ static int embed_rows(void *arg, size_t lo, size_t hi)
 	return 0;
 }
 
-int cpu_embedding(struct cpu_pool *p, void *out, const void *table, size_t row,
-		  uint64_t V, const void *ids, unsigned int id_dtype, size_t n,
-		  char *msg, size_t msglen)
+int cpu_embed_check(const void *ids, unsigned int id_dtype, size_t n,
+		    uint64_t V, char *msg, size_t msglen)
 {
-	struct embed_job j = { out, table, row, ids,
-			       id_dtype == DJINN_DTYPE_I64 };
+	bool i64 = id_dtype == DJINN_DTYPE_I64;
 
 	for (size_t i = 0; i < n; i++) {
-		int64_t id = j.i64 ? ((const int64_t *)ids)[i] :
-				     ((const int32_t *)ids)[i];
+		int64_t id = i64 ? ((const int64_t *)ids)[i] :
+				   ((const int32_t *)ids)[i];
 
 		if (id < 0 || (uint64_t)id >= V)
 			return errmsg(msg, msglen, -EINVAL,
 				      "id %lld out of range %llu (at %zu)",
 				      (long long)id, (unsigned long long)V, i);
 	}
+	return 0;
+}
+
+int cpu_embedding(struct cpu_pool *p, void *out, const void *table, size_t row,
+		  uint64_t V, const void *ids, unsigned int id_dtype, size_t n,
+		  char *msg, size_t msglen)
+{
+	struct embed_job j = { out, table, row, ids,
+			       id_dtype == DJINN_DTYPE_I64 };
+	int ret = cpu_embed_check(ids, id_dtype, n, V, msg, msglen);
+
+	if (ret)
+		return ret;
 	if (!row)
 		return 0;
 	return cpu_parallel_for(p, n, row >= COPY_GRAIN ? 1 : COPY_GRAIN / row,

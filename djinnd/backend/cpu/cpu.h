@@ -287,8 +287,11 @@ int cpu_permute(struct cpu_pool *p, void *out, const void *in, size_t esize,
 /*
  * out (n, row) = table[ids] (rows of @row bytes), ids i32 or i64 (@id_dtype),
  * each below @V. Checks every id before it writes a byte: -EINVAL naming
- * the first bad one.
+ * the first bad one. cpu_embed_check() is that check alone (the CUDA
+ * backend's, for ids it has in host memory).
  */
+int cpu_embed_check(const void *ids, unsigned int id_dtype, size_t n,
+		    uint64_t V, char *msg, size_t msglen);
 int cpu_embedding(struct cpu_pool *p, void *out, const void *table, size_t row,
 		  uint64_t V, const void *ids, unsigned int id_dtype, size_t n,
 		  char *msg, size_t msglen);

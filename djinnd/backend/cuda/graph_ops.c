@@ -8,7 +8,9 @@
  * then enqueued on the calling thread's compute stream; sync() waits. The
  * data checks the CPU backend makes, integer divisors and embedding ids,
  * run as kernels too, and the host reads their verdict before the op is
- * enqueued: those two ops wait for the stream.
+ * enqueued: those two ops wait for the stream. Ids that are in host memory
+ * as well (dj_tensor's @host: djinnd's own steps) are checked there
+ * instead, with no wait.
  *
  * MATMUL goes to cuBLAS (cublasGemmStridedBatchedEx, f32 accumulation;
  * no TF32 for f32) when it is installed and the dims fit its ints, else
@@ -623,7 +625,17 @@ static int op_embedding(struct nctx *c, const struct djinn_node *node,
 	row = t->dims[1] * es;
 	if (!n)
 		return 0;
-	/* every id checked before a byte is written, as on the CPU */
+	/* every id checked before a byte is written, as on the CPU: on
+	 * the host where the ids are in host memory too (djinnd's own
+	 * graphs: a step's token ids and positions), so the stream goes on
+	 * without a wait; else by a kernel whose verdict the host reads */
+	if (in[1].host) {
+		ret = cpu_embed_check(in[1].host, ids->dtype, n, V, c->msg,
+				      c->msglen);
+		if (ret)
+			return ret;
+		goto copy;
+	}
 	ret = check(c,
 		    c->d->cu->MemsetD8Async(flag, 0xff, sizeof(first),
 					    c->l->compute),
@@ -650,6 +662,7 @@ static int op_embedding(struct nctx *c, const struct djinn_node *node,
 			      (long long)id, (unsigned long long)V,
 			      (unsigned long long)first);
 	}
+copy:
 	if (!row)
 		return 0;
 	u = unit_of(oa, ta, row, 0, 0);
