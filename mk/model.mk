@@ -18,7 +18,9 @@ SRCS += $(MODEL_SRCS)
 test_safetensors_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson -lm
 fuzz_safetensors_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson -lm
 test_model_config_LIBS := $(MODEL_LIB) $(COMMON_LIB) -ljansson -lm
-test_model_store_LIBS := $(MODEL_LIB) $(LIBS_VMU) $(COMMON_LIB) -ljansson -lm
+# the store keeps each model's plans (forward.c), which run graphs
+test_model_store_LIBS := $(LIBS_MODEL) $(COMMON_LIB) -lm
+$(BUILD)/tests/unit/test_model_store: $(GRAPH_RUN_OBJ)
 test_model_forward_LIBS := $(LIBS_MODEL)
 $(BUILD)/tests/unit/test_model_forward: $(GRAPH_RUN_OBJ)
 test_model_arch_LIBS := $(LIBS_MODEL)

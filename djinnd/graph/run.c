@@ -370,14 +370,13 @@ static int copy_to_host(struct vmu *v, const struct djinn_graph_view *view,
 	return 0;
 }
 
-static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
-		     struct vmu_session *const *s,
-		     const struct djinn_graph_view *view,
-		     const struct dj_tensor *inputs,
-		     const uint8_t *const *in_fp,
-		     const struct graph_place *place,
-		     const struct djinn_tensor_desc *descs,
-		     struct graph_result *res, char *msg, size_t msglen)
+static int
+run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
+	  struct vmu_session *const *s, const struct djinn_graph_view *view,
+	  const struct dj_tensor *inputs, const uint8_t *const *in_fp,
+	  const struct graph_place *place,
+	  const struct djinn_tensor_desc *descs, const struct graph_plan *kept,
+	  struct graph_result *res, char *msg, size_t msglen)
 {
 	uint32_t n = view->g->nr_nodes, nout = view->g->nr_outputs;
 	uint64_t out_addr[DJINN_MAX_GRAPH_OUTPUTS], base, t0, staged, at;
@@ -387,9 +386,15 @@ static int run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	int ret;
 
 	memset(res, 0, sizeof(*res));
-	ret = graph_plan(view, descs, place, v, st, &plan);
-	if (ret)
-		return ret;
+	if (kept) { /* its arrays are the caller's: not freed below */
+		plan = *kept;
+		plan.need =
+			plan.out_bytes + vmu_stack_need(st, plan.stack_peak);
+	} else {
+		ret = graph_plan(view, descs, place, v, st, &plan);
+		if (ret)
+			return ret;
+	}
 	staged = staged_bytes(view, inputs);
 	at = plan.stack_peak;
 	plan.stack_peak += staged;
@@ -452,7 +457,8 @@ out_stack:
 out_vals:
 	free(vals);
 out_plan:
-	graph_plan_free(&plan);
+	if (!kept)
+		graph_plan_free(&plan);
 	return ret;
 }
 
@@ -479,8 +485,8 @@ int graph_run_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
 
 	if (!o)
 		return -ENOMEM;
-	ret = run_graph(v, st, b, o, view, inputs, in_fp, NULL, descs, res, msg,
-			msglen);
+	ret = run_graph(v, st, b, o, view, inputs, in_fp, NULL, descs, NULL,
+			res, msg, msglen);
 	free(o);
 	return ret;
 }
@@ -491,8 +497,9 @@ int graph_run_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		    const struct dj_tensor *inputs,
 		    const struct graph_place *place,
 		    const struct djinn_tensor_desc *descs,
-		    struct graph_result *res, char *msg, size_t msglen)
+		    const struct graph_plan *plan, struct graph_result *res,
+		    char *msg, size_t msglen)
 {
 	return run_graph(v, st, b, owners, view, inputs, NULL, place, descs,
-			 res, msg, msglen);
+			 plan, res, msg, msglen);
 }

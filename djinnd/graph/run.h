@@ -132,7 +132,10 @@ int graph_run_kernels(struct vmu *v, struct vmu_stack *st, struct backend *b,
  * be NULL): such an output has no region (res->regions[k] is 0), and on
  * failure what was written at @into is unspecified. The graph's memory
  * is admitted as one, and on failure every output region is destroyed
- * as graph_run() does.
+ * as graph_run() does. @plan: NULL, or what graph_plan() made of this
+ * view, descs and the same kinds of @place (region, @into or @host for
+ * each output) on the same VMU, kept from an earlier run: it is used as
+ * it is, not made again (the caller keeps it).
  */
 int graph_run_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		    struct vmu_session *const *owners,
@@ -140,6 +143,7 @@ int graph_run_owned(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		    const struct dj_tensor *inputs,
 		    const struct graph_place *place,
 		    const struct djinn_tensor_desc *descs,
-		    struct graph_result *res, char *msg, size_t msglen);
+		    const struct graph_plan *plan, struct graph_result *res,
+		    char *msg, size_t msglen);
 
 #endif /* DJINN_GRAPH_RUN_H */

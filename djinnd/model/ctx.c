@@ -292,6 +292,14 @@ uint64_t model_ctx_graphs(void)
 	return __atomic_load_n(&graphs_run, __ATOMIC_RELAXED);
 }
 
+void model_plans_stats(const struct model_hold *h, uint64_t *kept,
+		       uint64_t *planned)
+{
+	*kept = *planned = 0;
+	if (h->m->plans)
+		fwd_plans_stats(h->m->plans, kept, planned);
+}
+
 uint64_t model_ctx_raw_bytes(const struct model_ctx *c)
 {
 	return c->raw_cap;
@@ -739,6 +747,7 @@ static int run_graph(struct part **ps, unsigned int np,
 	g = gb_new();
 	if (!g)
 		return -ENOMEM;
+	g->plans = ps[0]->c->h->m->plans;
 	for (i = 0; i < np && !ret; i++) {
 		struct part *p = ps[i];
 		struct model_ctx *c = p->c;

@@ -10,13 +10,16 @@
  *
  * The KV cache is token-major, (S, 2L, Hk D): a step appends rows, so the
  * cache region grows in place. Attention reads each layer's two slots of
- * it in place, after them the step's own keys and values
- * (DJINN_ATTN_TOKENS); its causal mask with S > T is the query offset a
- * decode step needs. Reshapes, and slices of one row, are views in the
+ * it in place, after them the step's own keys and values, one varlen
+ * node over every context of the graph (DJINN_ATTN_VARLEN, token-major
+ * per context); its causal mask with S > T is the query offset a decode
+ * step needs. Reshapes, and slices of one row, are views in the
  * executor: they copy nothing.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +60,7 @@ struct gbuild *gb_new(void)
 		g->err = 0;
 		g->owner = NULL;
 		g->host_mem = NULL;
+		g->plans = NULL;
 	}
 	return g;
 }
@@ -128,36 +132,201 @@ void gb_output(struct gbuild *g, uint32_t v, unsigned int residency)
 	gb_output_place(g, v, residency, 0, NULL);
 }
 
-int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
-	   struct graph_result *res, struct djinn_tensor_desc *descs, char *msg,
-	   size_t msglen)
+/* ---------------------------------------------------------------------- */
+/* Plans kept (struct fwd_plans) */
+
+/*
+ * struct plan - one graph as gb_run() checked and planned it
+ * @nr_in, @nr_nodes, @nr_out, @v: what it is, with
+ * @in:     its inputs' descs, @host: which are in host memory
+ * @nodes:  as built (gbuild's, GB_NODE-tagged), @out: its outputs,
+ *          @kind: per output, its place's kind (PLACE_*)
+ * @buf, @view: the graph serialized and parsed; @nd: the nodes' shapes;
+ *          @plan: graph_plan()'s
+ * @users:  steps running it now; @used: when it was last found
+ */
+enum { PLACE_REGION, PLACE_INTO, PLACE_HOST };
+
+struct plan {
+	uint32_t nr_in, nr_nodes, nr_out;
+	const struct vmu *v;
+	struct djinn_tensor_desc *in;
+	uint8_t *host;
+	struct djinn_node *nodes;
+	uint32_t out[DJINN_MAX_GRAPH_OUTPUTS];
+	uint8_t kind[DJINN_MAX_GRAPH_OUTPUTS];
+	uint64_t *buf;
+	struct djinn_graph_view view;
+	struct djinn_tensor_desc *nd;
+	struct graph_plan plan;
+	unsigned int users;
+	uint64_t used;
+};
+
+struct fwd_plans {
+	pthread_mutex_t lock;
+	struct plan *p[FWD_PLANS_MAX];
+	uint64_t clock, kept, planned;
+};
+
+static void plan_free(struct plan *p)
+{
+	if (!p)
+		return;
+	free(p->in);
+	free(p->host);
+	free(p->nodes);
+	free(p->buf);
+	free(p->nd);
+	graph_plan_free(&p->plan);
+	free(p);
+}
+
+struct fwd_plans *fwd_plans_new(void)
+{
+	struct fwd_plans *ps = calloc(1, sizeof(*ps));
+
+	if (ps)
+		pthread_mutex_init(&ps->lock, NULL);
+	return ps;
+}
+
+void fwd_plans_free(struct fwd_plans *ps)
+{
+	if (!ps)
+		return;
+	for (unsigned int i = 0; i < FWD_PLANS_MAX; i++)
+		plan_free(ps->p[i]);
+	pthread_mutex_destroy(&ps->lock);
+	free(ps);
+}
+
+void fwd_plans_stats(struct fwd_plans *ps, uint64_t *kept, uint64_t *planned)
+{
+	pthread_mutex_lock(&ps->lock);
+	*kept = ps->kept;
+	*planned = ps->planned;
+	pthread_mutex_unlock(&ps->lock);
+}
+
+static uint8_t place_kind(const struct graph_place *pl)
+{
+	return pl->into ? PLACE_INTO : pl->host ? PLACE_HOST : PLACE_REGION;
+}
+
+/* Whether @p is @g's graph on @v. */
+static bool plan_is(const struct plan *p, const struct gbuild *g,
+		    const struct vmu *v)
+{
+	if (p->nr_in != g->nr_in || p->nr_nodes != g->nr_nodes ||
+	    p->nr_out != g->nr_out || p->v != v)
+		return false;
+	if (memcmp(p->out, g->out, g->nr_out * sizeof(g->out[0])))
+		return false;
+	for (uint32_t k = 0; k < g->nr_out; k++)
+		if (p->kind[k] != place_kind(&g->place[k]))
+			return false;
+	for (uint32_t i = 0; i < g->nr_in; i++)
+		if (p->host[i] != !!g->in[i].host ||
+		    memcmp(&p->in[i], &g->in[i].desc, sizeof(p->in[i])))
+			return false;
+	return !memcmp(p->nodes, g->nodes, g->nr_nodes * sizeof(g->nodes[0]));
+}
+
+/* The plan kept for @g's graph, now in use by the caller; or NULL. */
+static struct plan *plans_find(struct fwd_plans *ps, const struct gbuild *g,
+			       const struct vmu *v)
+{
+	struct plan *found = NULL;
+
+	pthread_mutex_lock(&ps->lock);
+	for (unsigned int i = 0; i < FWD_PLANS_MAX && !found; i++)
+		if (ps->p[i] && plan_is(ps->p[i], g, v))
+			found = ps->p[i];
+	if (found) {
+		found->users++;
+		found->used = ++ps->clock;
+		ps->kept++;
+	} else {
+		ps->planned++;
+	}
+	pthread_mutex_unlock(&ps->lock);
+	return found;
+}
+
+/* Keep @p (in use by the caller) in a free slot or in place of the
+ * least recently used plan nobody runs: true if kept. */
+static bool plans_keep(struct fwd_plans *ps, struct plan *p)
+{
+	struct plan **slot = NULL;
+
+	pthread_mutex_lock(&ps->lock);
+	for (unsigned int i = 0; i < FWD_PLANS_MAX; i++) {
+		struct plan **q = &ps->p[i];
+
+		if (!*q) {
+			slot = q;
+			break;
+		}
+		if (!(*q)->users && (!slot || (*q)->used < (*slot)->used))
+			slot = q;
+	}
+	if (slot) {
+		plan_free(*slot);
+		*slot = p;
+		p->users = 1;
+		p->used = ++ps->clock;
+	}
+	pthread_mutex_unlock(&ps->lock);
+	return slot != NULL;
+}
+
+static void plans_done(struct fwd_plans *ps, struct plan *p)
+{
+	pthread_mutex_lock(&ps->lock);
+	p->users--;
+	pthread_mutex_unlock(&ps->lock);
+}
+
+/*
+ * @g's graph serialized, parsed, inferred and planned into a new plan
+ * (@v, @st: graph_plan()'s), its key copied from @g; NULL with @msg on
+ * failure (*@err).
+ */
+static struct plan *plan_make(const struct gbuild *g, struct vmu *v,
+			      struct vmu_stack *st, int *err, char *msg,
+			      size_t msglen)
 {
 	size_t out_len = ((size_t)g->nr_out * 4 + 7) & ~(size_t)7;
 	size_t len = sizeof(struct djinn_graph) +
 		     g->nr_in * sizeof(struct djinn_ref) +
 		     g->nr_nodes * sizeof(struct djinn_node) + out_len;
-	struct djinn_tensor_desc *in = NULL, *nd = NULL;
-	struct djinn_graph_view view;
+	struct plan *p = calloc(1, sizeof(*p));
 	struct djinn_graph *gr;
 	struct djinn_ref *refs;
 	struct djinn_node *nodes;
 	uint32_t *outs;
-	uint64_t *buf;
-	int ret;
+	int ret = -ENOMEM;
 
-	if (g->err) {
-		snprintf(msg, msglen, "building the graph: %s",
-			 strerror(-g->err));
-		return g->err;
-	}
-	buf = calloc(1, (len + 7) & ~(size_t)7);
-	in = calloc(g->nr_in ? g->nr_in : 1, sizeof(*in));
-	nd = calloc(g->nr_nodes, sizeof(*nd));
-	if (!buf || !in || !nd) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	gr = (struct djinn_graph *)buf;
+	if (!p)
+		goto fail;
+	p->nr_in = g->nr_in;
+	p->nr_nodes = g->nr_nodes;
+	p->nr_out = g->nr_out;
+	p->v = v;
+	p->buf = calloc(1, (len + 7) & ~(size_t)7);
+	p->in = calloc(g->nr_in ? g->nr_in : 1, sizeof(*p->in));
+	p->host = calloc(g->nr_in ? g->nr_in : 1, 1);
+	p->nodes = malloc(g->nr_nodes * sizeof(*p->nodes));
+	p->nd = calloc(g->nr_nodes, sizeof(*p->nd));
+	if (!p->buf || !p->in || !p->host || !p->nodes || !p->nd)
+		goto fail;
+	memcpy(p->nodes, g->nodes, g->nr_nodes * sizeof(*p->nodes));
+	memcpy(p->out, g->out, g->nr_out * sizeof(g->out[0]));
+	for (uint32_t k = 0; k < g->nr_out; k++)
+		p->kind[k] = place_kind(&g->place[k]);
+
+	gr = (struct djinn_graph *)p->buf;
 	gr->nr_inputs = g->nr_in;
 	gr->nr_nodes = g->nr_nodes;
 	gr->nr_outputs = g->nr_out;
@@ -167,7 +336,8 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 	for (uint32_t i = 0; i < g->nr_in; i++) {
 		refs[i].id = i;
 		refs[i].kind = DJINN_REF_HANDLE;
-		in[i] = g->in[i].desc;
+		p->in[i] = g->in[i].desc;
+		p->host[i] = !!g->in[i].host;
 	}
 	for (uint32_t k = 0; k < g->nr_nodes; k++) {
 		nodes[k] = g->nodes[k];
@@ -179,22 +349,55 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 	}
 	memcpy(outs, g->out, g->nr_out * sizeof(uint32_t));
 
-	ret = djinn_graph_parse(buf, len, &view, msg, msglen);
+	ret = djinn_graph_parse(p->buf, len, &p->view, msg, msglen);
 	if (!ret)
-		ret = djinn_graph_infer_own(&view, in, nd, msg, msglen);
+		ret = djinn_graph_infer_own(&p->view, p->in, p->nd, msg,
+					    msglen);
+	if (!ret)
+		ret = graph_plan(&p->view, p->nd, g->place, v, st, &p->plan);
+	if (!ret)
+		return p;
+fail:
+	plan_free(p);
+	*err = ret;
+	return NULL;
+}
+
+int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
+	   struct graph_result *res, struct djinn_tensor_desc *descs, char *msg,
+	   size_t msglen)
+{
+	struct plan *p = NULL;
+	bool kept = false;
+	int ret = 0;
+
+	if (g->err) {
+		snprintf(msg, msglen, "building the graph: %s",
+			 strerror(-g->err));
+		return g->err;
+	}
+	if (g->plans)
+		p = plans_find(g->plans, g, env->v);
+	kept = p != NULL;
+	if (!p) {
+		p = plan_make(g, env->v, env->st, &ret, msg, msglen);
+		if (!p)
+			return ret;
+		kept = g->plans && plans_keep(g->plans, p);
+	}
 	for (uint32_t k = 0; k < g->nr_out; k++)
 		if (!g->out_s[k])
 			g->out_s[k] = s;
-	if (!ret)
-		ret = graph_run_owned(env->v, env->st, env->b, g->out_s, &view,
-				      g->in, g->place, nd, res, msg, msglen);
+	ret = graph_run_owned(env->v, env->st, env->b, g->out_s, &p->view,
+			      g->in, g->place, p->nd, &p->plan, res, msg,
+			      msglen);
 	if (!ret)
 		for (uint32_t k = 0; k < g->nr_out; k++)
-			descs[k] = nd[g->out[k]];
-out:
-	free(buf);
-	free(in);
-	free(nd);
+			descs[k] = p->nd[g->out[k]];
+	if (kept)
+		plans_done(g->plans, p);
+	else
+		plan_free(p);
 	return ret;
 }
 
@@ -295,8 +498,7 @@ struct fb {
 	const struct fwd_args *a;
 	uint32_t rows;
 	uint32_t row0[FWD_MAX_SEQ];
-	uint32_t cache[FWD_MAX_SEQ];
-	uint32_t table; /* many contexts: their varlen attention's table */
+	uint32_t table; /* the contexts' varlen attention's table */
 	/* the new keys and values, every context's rows stacked: values
 	 * (rows, k, Hk D) to concatenate along axis 1 */
 	uint32_t kv[2 * MODEL_MAX_LAYERS + 1];
@@ -365,40 +567,13 @@ static uint32_t host_rows(struct fb *f, size_t off, size_t row,
 }
 
 /*
- * Attention of one layer for context @i. q (T, H D), k and v (T, Hk D),
- * new this step; the cache's keys and values of layer @l are slots 2l
- * and 2l + 1 of its cache (P, 2L, Hk D), which the op reads in place
- * (token-major, as the projections leave q, k and v). Returns (T, H D).
- */
-static uint32_t attend(struct fb *f, uint32_t i, int l, uint32_t q, uint32_t k,
-		       uint32_t v)
-{
-	const struct fwd_seq *sq = &f->a->seq[i];
-	int32_t T = (int32_t)sq->T, H = (int32_t)f->c->n_head;
-	int32_t Hk = (int32_t)f->c->n_kv_head, D = (int32_t)f->c->head_dim;
-	struct djinn_p_attention pa = { .causal = 1,
-					.layout = DJINN_ATTN_TOKENS };
-	struct gbuild *g = f->g;
-	uint32_t ins[4];
-
-	/* reshapes are views: nothing is copied */
-	ins[0] = reshape(g, q, 3, T, H, D);
-	ins[1] = reshape(g, k, 3, T, Hk, D);
-	ins[2] = reshape(g, v, 3, T, Hk, D);
-	ins[3] = f->cache[i];
-	if (sq->P) {
-		pa.cache_k = 2 * (uint32_t)l;
-		pa.cache_v = 2 * (uint32_t)l + 1;
-	}
-	q = gb_op(g, DJINN_GOP_ATTENTION, sq->P ? 4 : 3, ins, &pa, sizeof(pa));
-	return reshape(g, q, 2, T, H * D);
-}
-
-/*
  * The new keys and values of layer @l, k and v (rows, Hk D), go to each
  * context's list, and every context attends with its own rows of q, k
- * and v: (rows, H D). Many contexts attend in one varlen node, each
- * context's rows as attend() would give them alone.
+ * and v: (rows, H D), in one varlen node over the contexts' table (one
+ * context too), each context's rows as token-major attention over its
+ * own cache would give them alone. Its cache's length is in the table,
+ * not in a shape: a context's decode step is the same graph at every
+ * length, which is what lets its plan be kept (struct fwd_plans).
  */
 static uint32_t attend_all(struct fb *f, int l, uint32_t q, uint32_t k,
 			   uint32_t v)
@@ -413,8 +588,6 @@ static uint32_t attend_all(struct fb *f, int l, uint32_t q, uint32_t k,
 
 	kv_add(f, reshape(f->g, k, 3, R, 1, Hk * D));
 	kv_add(f, reshape(f->g, v, 3, R, 1, Hk * D));
-	if (f->a->nr_seq == 1)
-		return attend(f, 0, l, q, k, v);
 	ins[0] = reshape(f->g, q, 3, R, H, D);
 	ins[1] = reshape(f->g, k, 3, R, Hk, D);
 	ins[2] = reshape(f->g, v, 3, R, Hk, D);
@@ -487,8 +660,8 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 }
 
 /*
- * Every context's inputs: its cache (or its row of the varlen table),
- * and from layer l0 > 0 the hidden state entering it and the parts' keys
+ * Every context's inputs: its row of the varlen table (its cache), and
+ * from layer l0 > 0 the hidden state entering it and the parts' keys
  * and values before it. Returns the hidden states stacked: from layer 0,
  * what @embed makes of the stacked ids.
  */
@@ -499,6 +672,7 @@ static uint32_t inputs(struct fb *f, uint32_t (*embed)(struct fb *f))
 	struct gbuild *g = f->g;
 	unsigned int dt = f->h->m->layout.dtype;
 	uint64_t HkD = (uint64_t)c->n_kv_head * c->head_dim;
+	uint64_t tdims[2] = { a->nr_seq, DJINN_VARLEN_COLS };
 	uint32_t x[FWD_MAX_SEQ], kv[FWD_MAX_SEQ];
 	size_t host = 0;
 
@@ -506,28 +680,18 @@ static uint32_t inputs(struct fb *f, uint32_t (*embed)(struct fb *f))
 	f->nr_kv = 0;
 	for (uint32_t i = 0; i < a->nr_seq; i++) {
 		const struct fwd_seq *sq = &a->seq[i];
-		uint64_t dims[3] = { sq->P, 2 * c->n_layer, HkD };
 
 		f->row0[i] = f->rows;
 		f->rows += sq->T;
-		/* alone, its cache is attend()'s input; with others, the
-		 * table's */
-		f->cache[i] = sq->P && a->nr_seq == 1 ?
-				      gb_input(g, sq->cache, dt, 3, dims) :
-				      GB_BAD;
 		g->varlen[i][DJINN_VARLEN_T] = sq->T;
 		g->varlen[i][DJINN_VARLEN_P] = sq->P;
 		g->varlen[i][DJINN_VARLEN_CACHE] = sq->P ? (int64_t)sq->cache :
 							   0;
 		g->varlen[i][DJINN_VARLEN_STRIDE] =
-			(int64_t)(dims[1] * dims[2]);
+			(int64_t)(2 * c->n_layer * HkD);
 	}
-	f->table = GB_BAD;
+	f->table = gb_host_input(g, g->varlen, DJINN_DTYPE_I64, 2, tdims);
 	if (a->nr_seq > 1) {
-		uint64_t dims[2] = { a->nr_seq, DJINN_VARLEN_COLS };
-
-		f->table =
-			gb_host_input(g, g->varlen, DJINN_DTYPE_I64, 2, dims);
 		/* room for the stacked ids and positions, or cos and sin */
 		host = 2 * (size_t)f->rows *
 		       ((size_t)c->head_dim * djinn_dtype_size(dt) +

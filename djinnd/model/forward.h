@@ -26,6 +26,8 @@
 #define GB_NODE 0x80000000u
 #define GB_BAD 0xffffffffu
 
+struct fwd_plans;
+
 struct gbuild {
 	uint32_t nr_in;
 	struct dj_tensor in[DJINN_MAX_GRAPH_INPUTS];
@@ -44,7 +46,37 @@ struct gbuild {
 	 * a host input of the graph */
 	int64_t varlen[DJINN_VARLEN_MAX][DJINN_VARLEN_COLS];
 	void *host_mem; /* host inputs the builder made (gb_free() frees) */
+	/* NULL, or where gb_run() keeps the graph's plan for the next
+	 * graph like it, and finds it (the model's) */
+	struct fwd_plans *plans;
 };
+
+/*
+ * struct fwd_plans - a model's step graphs as checked and planned
+ *
+ * A step builds its graph each time (microseconds); gb_run() then
+ * parses it, infers every node's shape and plans the stack, tens of
+ * microseconds more, which a graph it has run before need not pay
+ * again. Two graphs are alike when their nodes, outputs, the kinds of
+ * their outputs' places (a region, an address, the host) and their
+ * inputs' shapes (and which are in host memory) are the same bytes: a
+ * pure function of those is kept, and nothing else is. Addresses (the
+ * weights', the caches', the host inputs') are not part of a graph, and
+ * a context's cache length is in its varlen table, not in a shape: a
+ * decode step's graph is alike from token to token, and a pass's is
+ * alike for the same contexts' kinds of steps. Up to FWD_PLANS_MAX
+ * graphs are kept, the least recently used given up first; a graph in
+ * use by another thread's step is never given up under it.
+ *
+ * fwd_plans_new(): NULL without memory (the steps then plan each time).
+ * fwd_plans_stats(): how many graphs were found kept and how many were
+ * planned (for tests and counters).
+ */
+#define FWD_PLANS_MAX 64
+
+struct fwd_plans *fwd_plans_new(void);
+void fwd_plans_free(struct fwd_plans *p);
+void fwd_plans_stats(struct fwd_plans *p, uint64_t *kept, uint64_t *planned);
 
 /* A builder, empty (NULL: no memory); gb_free() frees it and what its
  * graph kept in host memory. */
@@ -77,8 +109,9 @@ struct model_env {
 	struct backend *b;
 };
 
-/* Parse, infer (djinnd's own graph: djinn_graph_infer_own()) and
- * execute for session @s (each output for its owner);
+/* Parse, infer (djinnd's own graph: djinn_graph_infer_own()), plan
+ * and execute for session @s (each output for its owner), or execute
+ * the plan @g->plans kept for a graph alike;
  * @res gets the output regions and @descs[nr_out] their shapes. */
 int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 	   struct graph_result *res, struct djinn_tensor_desc *descs, char *msg,

@@ -13,6 +13,10 @@
 /* Forward graphs this process's contexts built and ran, ever (not
  * those too big to build). */
 uint64_t model_ctx_graphs(void);
+/* Graphs of @h's model's steps found planned already, and planned
+ * (struct fwd_plans), this process's ever. */
+void model_plans_stats(const struct model_hold *h, uint64_t *kept,
+		       uint64_t *planned);
 /* Bytes of host memory the context keeps for its raw logits between
  * steps (one row, or 0). */
 uint64_t model_ctx_raw_bytes(const struct model_ctx *c);

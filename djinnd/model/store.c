@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "errmsg.h"
 #include "list.h"
+#include "model/forward.h"
 #include "model/store.h"
 #include "model/store_test.h"
 
@@ -103,6 +104,7 @@ static void model_free(struct store_model *sm)
 	list_del_init(&sm->node);
 	model_stream_destroy(sm->m.stream);
 	model_layout_free(&sm->m.layout);
+	fwd_plans_free(sm->m.plans);
 	free(sm->config);
 	free(sm);
 }
@@ -726,6 +728,8 @@ again:
 			ret = -ENOMEM;
 			goto out_unlock;
 		}
+		/* without it steps plan each time: nothing else differs */
+		sm->m.plans = fwd_plans_new();
 		INIT_LIST_HEAD(&sm->holds);
 		pthread_mutex_init(&sm->gate, NULL);
 		{

@@ -67,7 +67,11 @@ struct model_store;
  * @ring:   a streamed model's ring bytes (granule-rounded), else 0
  * @budget: the device bytes it was placed under (0: it fit)
  * @stream: a streamed model's streamed part (stream.h), else NULL
+ * @plans:  its steps' graphs as planned, kept for the steps like them
+ *          (struct fwd_plans, forward.h); NULL without memory for it
  */
+struct fwd_plans;
+
 struct model {
 	char name[MODEL_NAME_MAX];
 	struct model_config cfg;
@@ -76,6 +80,7 @@ struct model {
 	uint32_t resident;
 	uint64_t ring, budget;
 	struct model_stream *stream;
+	struct fwd_plans *plans;
 };
 
 /*

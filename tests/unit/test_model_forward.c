@@ -515,6 +515,70 @@ static void test_greedy_llama(void **state)
 	check_greedy(state, "llama-f32");
 }
 
+/*
+ * A step's plan is kept for the steps whose graph is alike: two
+ * contexts' prompts of one length plan once, and every decode step of
+ * either after the first is found planned, at every length, though each
+ * context's cache, tokens and length differ. Decoding in turn, each
+ * context gets its own tokens: those of recomputing its whole sequence
+ * (prefills of every length, planned, crowding the kept plans out).
+ */
+static void check_plans(struct model_fix *f, const char *name)
+{
+	struct model_sampling greedy = { .temperature = 0, .top_p = 1 };
+	static const int32_t other[4] = { 9, 2, 30, 7 };
+	struct model_hold *h = hold(f, name);
+	struct model_ctx *c[2] = { ctx(h, 64), ctx(h, 64) };
+	int32_t out[2][12], seq[64];
+	uint64_t kept0, planned0, kept, planned;
+	char msg[ST_MSG_LEN];
+	const int n = 12;
+
+	model_plans_stats(h, &kept0, &planned0);
+	prefill(f, c[0], prompt, 4, NULL);
+	prefill(f, c[1], other, 4, NULL);
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < 2; k++)
+			if (model_ctx_decode(c[k], &f->env, 1, &greedy,
+					     &out[k][i], msg, sizeof(msg)))
+				fail_msg("%s", msg);
+	model_plans_stats(h, &kept, &planned);
+	/* every step counted once; at most the prompts' graph and the
+	 * decode step's planned (fewer if an earlier test's are kept) */
+	assert_int_equal((kept - kept0) + (planned - planned0), 2 * n + 2);
+	assert_true(planned - planned0 <= 2);
+	for (int k = 0; k < 2; k++) {
+		memcpy(seq, k ? other : prompt, 4 * sizeof(int32_t));
+		for (int i = 0; i < n; i++) {
+			struct model_ctx *r = ctx(h, 64);
+			const float *lg;
+			int32_t best = 0;
+
+			prefill(f, r, seq, 4 + i, NULL);
+			lg = model_ctx_logits(r);
+			for (uint32_t v = 1; v < h->m->cfg.vocab; v++)
+				if (lg[v] > lg[best])
+					best = (int32_t)v;
+			assert_int_equal(out[k][i], best);
+			seq[4 + i] = best;
+			model_ctx_free(r);
+		}
+		model_ctx_free(c[k]);
+	}
+	/* the two sequences differ: a plan that kept one context's inputs
+	 * would have given the other its tokens */
+	assert_memory_not_equal(out[0], out[1], sizeof(out[0]));
+	printf("  %s: %d steps planned, %d found planned\n", name,
+	       (int)(planned - planned0), (int)(kept - kept0));
+	model_close(h);
+}
+
+static void test_plans_kept(void **state)
+{
+	check_plans(*state, "gpt2-f32");
+	check_plans(*state, "llama-bf16");
+}
+
 /* ---------------------------------------------------------------------- */
 /* Failures, forks, sampling */
 
@@ -1727,27 +1791,17 @@ static int group_teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TEST(test_gpt2_f32),
-		TEST(test_gpt2_f16),
-		TEST(test_gpt2_bf16),
-		TEST(test_llama_f32),
-		TEST(test_llama_f16),
-		TEST(test_llama_bf16),
-		TEST(test_greedy_gpt2),
-		TEST(test_greedy_llama),
-		TEST(test_refused_steps),
-		TEST(test_fork_and_seed),
-		TEST(test_pass_many),
-		TEST(test_pass_fault),
-		TEST(test_keep_logits),
-		TEST(test_sample),
-		TEST(test_sample_reference),
-		TEST(test_gqa_attention),
-		TEST(test_break_same),
-		TEST(test_places),
-		TEST(test_steer),
-		TEST(test_break_refused),
-		TEST(test_journal_pins),
+		TEST(test_gpt2_f32),	     TEST(test_gpt2_f16),
+		TEST(test_gpt2_bf16),	     TEST(test_llama_f32),
+		TEST(test_llama_f16),	     TEST(test_llama_bf16),
+		TEST(test_greedy_gpt2),	     TEST(test_greedy_llama),
+		TEST(test_refused_steps),    TEST(test_fork_and_seed),
+		TEST(test_pass_many),	     TEST(test_pass_fault),
+		TEST(test_keep_logits),	     TEST(test_sample),
+		TEST(test_sample_reference), TEST(test_plans_kept),
+		TEST(test_gqa_attention),    TEST(test_break_same),
+		TEST(test_places),	     TEST(test_steer),
+		TEST(test_break_refused),    TEST(test_journal_pins),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
