@@ -137,6 +137,7 @@ void gb_output(struct gbuild *g, uint32_t v, unsigned int residency)
 
 /*
  * struct plan - one graph as gb_run() checked and planned it
+ * @hash:   graph_hash() of what follows, compared first
  * @nr_in, @nr_nodes, @nr_out, @v: what it is, with
  * @in:     its inputs' descs, @host: which are in host memory
  * @nodes:  as built (gbuild's, GB_NODE-tagged), @out: its outputs,
@@ -148,6 +149,7 @@ void gb_output(struct gbuild *g, uint32_t v, unsigned int residency)
 enum { PLACE_REGION, PLACE_INTO, PLACE_HOST };
 
 struct plan {
+	uint64_t hash;
 	uint32_t nr_in, nr_nodes, nr_out;
 	const struct vmu *v;
 	struct djinn_tensor_desc *in;
@@ -214,12 +216,51 @@ static uint8_t place_kind(const struct graph_place *pl)
 	return pl->into ? PLACE_INTO : pl->host ? PLACE_HOST : PLACE_REGION;
 }
 
-/* Whether @p is @g's graph on @v. */
-static bool plan_is(const struct plan *p, const struct gbuild *g,
+static uint64_t mix(uint64_t h, const void *bytes, size_t len)
+{
+	const uint8_t *b = bytes;
+	uint64_t w;
+
+	for (; len >= 8; b += 8, len -= 8) {
+		memcpy(&w, b, 8);
+		h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+		h ^= h >> 29;
+	}
+	for (; len; b++, len--)
+		h = (h ^ *b) * 0x100000001b3ull;
+	return h;
+}
+
+/* What plan_is() compares, hashed: the graphs a model runs look alike
+ * for most of their bytes (a streamed model's layers differ in one
+ * node's parameters), so a lookup compares hashes, not bytes, until
+ * one matches. */
+static uint64_t graph_hash(const struct gbuild *g, const struct vmu *v)
+{
+	uint64_t h = mix(0, &v, sizeof(v));
+
+	h = mix(h, g->nodes, g->nr_nodes * sizeof(g->nodes[0]));
+	h = mix(h, g->out, g->nr_out * sizeof(g->out[0]));
+	for (uint32_t k = 0; k < g->nr_out; k++) {
+		uint8_t kind = place_kind(&g->place[k]);
+
+		h = mix(h, &kind, 1);
+	}
+	for (uint32_t i = 0; i < g->nr_in; i++) {
+		uint8_t host = !!g->in[i].host;
+
+		h = mix(h, &g->in[i].desc, sizeof(g->in[i].desc));
+		h = mix(h, &host, 1);
+	}
+	return h;
+}
+
+/* Whether @p is @g's graph (hashed @hash) on @v. */
+static bool plan_is(const struct plan *p, const struct gbuild *g, uint64_t hash,
 		    const struct vmu *v)
 {
-	if (p->nr_in != g->nr_in || p->nr_nodes != g->nr_nodes ||
-	    p->nr_out != g->nr_out || p->v != v)
+	if (p->hash != hash || p->nr_in != g->nr_in ||
+	    p->nr_nodes != g->nr_nodes || p->nr_out != g->nr_out || p->v != v)
 		return false;
 	if (memcmp(p->out, g->out, g->nr_out * sizeof(g->out[0])))
 		return false;
@@ -233,15 +274,16 @@ static bool plan_is(const struct plan *p, const struct gbuild *g,
 	return !memcmp(p->nodes, g->nodes, g->nr_nodes * sizeof(g->nodes[0]));
 }
 
-/* The plan kept for @g's graph, now in use by the caller; or NULL. */
+/* The plan kept for @g's graph (hashed @hash), now in use by the
+ * caller; or NULL. */
 static struct plan *plans_find(struct fwd_plans *ps, const struct gbuild *g,
-			       const struct vmu *v)
+			       uint64_t hash, const struct vmu *v)
 {
 	struct plan *found = NULL;
 
 	pthread_mutex_lock(&ps->lock);
 	for (unsigned int i = 0; i < FWD_PLANS_MAX && !found; i++)
-		if (ps->p[i] && plan_is(ps->p[i], g, v))
+		if (ps->p[i] && plan_is(ps->p[i], g, hash, v))
 			found = ps->p[i];
 	if (found) {
 		found->users++;
@@ -367,8 +409,11 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 	   struct graph_result *res, struct djinn_tensor_desc *descs, char *msg,
 	   size_t msglen)
 {
+	/* decode steps only: a prefill's arithmetic dwarfs its planning,
+	 * and its graph changes with its number of tokens */
+	bool keep = g->plans && g->phase == DJINN_PHASE_DECODE, kept = false;
 	struct plan *p = NULL;
-	bool kept = false;
+	uint64_t hash = 0;
 	int ret = 0;
 
 	if (g->err) {
@@ -376,14 +421,17 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 			 strerror(-g->err));
 		return g->err;
 	}
-	if (g->plans)
-		p = plans_find(g->plans, g, env->v);
+	if (keep) {
+		hash = graph_hash(g, env->v);
+		p = plans_find(g->plans, g, hash, env->v);
+	}
 	kept = p != NULL;
 	if (!p) {
 		p = plan_make(g, env->v, env->st, &ret, msg, msglen);
 		if (!p)
 			return ret;
-		kept = g->plans && plans_keep(g->plans, p);
+		p->hash = hash;
+		kept = keep && plans_keep(g->plans, p);
 	}
 	for (uint32_t k = 0; k < g->nr_out; k++)
 		if (!g->out_s[k])

@@ -52,25 +52,27 @@ struct gbuild {
 };
 
 /*
- * struct fwd_plans - a model's step graphs as checked and planned
+ * struct fwd_plans - a model's decode step graphs as checked and planned
  *
  * A step builds its graph each time (microseconds); gb_run() then
  * parses it, infers every node's shape and plans the stack, tens of
- * microseconds more, which a graph it has run before need not pay
- * again. Two graphs are alike when their nodes, outputs, the kinds of
+ * microseconds more, which a decode step's graph it has run before need
+ * not pay again (a graph with a prefill in it plans each time: its
+ * arithmetic dwarfs that, and its graph changes with its tokens). Two graphs are alike when their nodes, outputs, the kinds of
  * their outputs' places (a region, an address, the host) and their
  * inputs' shapes (and which are in host memory) are the same bytes: a
  * pure function of those is kept, and nothing else is. Addresses (the
  * weights', the caches', the host inputs') are not part of a graph, and
  * a context's cache length is in its varlen table, not in a shape: a
  * decode step's graph is alike from token to token, and a pass's is
- * alike for the same contexts' kinds of steps. Up to FWD_PLANS_MAX
+ * alike for the same number of contexts. A lookup compares a hash of
+ * those bytes, then the bytes of the one that matches. Up to FWD_PLANS_MAX
  * graphs are kept, the least recently used given up first; a graph in
  * use by another thread's step is never given up under it.
  *
  * fwd_plans_new(): NULL without memory (the steps then plan each time).
- * fwd_plans_stats(): how many graphs were found kept and how many were
- * planned (for tests and counters).
+ * fwd_plans_stats(): how many decode steps found their graph kept and
+ * how many planned it (for tests and counters).
  */
 #define FWD_PLANS_MAX 64
 

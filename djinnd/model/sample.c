@@ -103,6 +103,7 @@ static void top_k(const float *logits, uint32_t V, uint32_t k, struct cand *h)
 /* The thread's work space */
 
 static pthread_key_t space_key;
+static bool space_keyed;
 static pthread_once_t space_once = PTHREAD_ONCE_INIT;
 static __thread struct {
 	void *p;
@@ -112,7 +113,7 @@ static __thread struct {
 static void space_key_make(void)
 {
 	/* without the key the space is simply not freed at thread exit */
-	(void)pthread_key_create(&space_key, free);
+	space_keyed = !pthread_key_create(&space_key, free);
 }
 
 static void *space_get(size_t bytes)
@@ -123,7 +124,8 @@ static void *space_get(size_t bytes)
 	free(space.p);
 	space.p = malloc(bytes);
 	space.bytes = space.p ? bytes : 0;
-	(void)pthread_setspecific(space_key, space.p);
+	if (space_keyed)
+		(void)pthread_setspecific(space_key, space.p);
 	return space.p;
 }
 

@@ -99,6 +99,13 @@ int model_store_create(struct vmu *v, const char *dir, struct model_store **out)
 	return 0;
 }
 
+/* An entry whose load failed: nothing was loaded into it. */
+static void failed_free(struct store_model *sm)
+{
+	fwd_plans_free(sm->m.plans);
+	free(sm);
+}
+
 static void model_free(struct store_model *sm)
 {
 	list_del_init(&sm->node);
@@ -682,7 +689,7 @@ again:
 			/* try again ourselves: the fault may have been the
 			 * other session's (its quota), or fixed since */
 			if (!sm->waiters)
-				free(sm);
+				failed_free(sm);
 			goto again;
 		}
 		if (sm->gone) {
@@ -770,7 +777,7 @@ again:
 		sm->failed = true;
 		list_del_init(&sm->node);
 		if (!sm->waiters)
-			free(sm);
+			failed_free(sm);
 		goto out_unlock;
 	}
 	sm->placed_bytes = budget.bytes;

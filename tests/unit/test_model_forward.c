@@ -516,10 +516,9 @@ static void test_greedy_llama(void **state)
 }
 
 /*
- * A step's plan is kept for the steps whose graph is alike: two
- * contexts' prompts of one length plan once, and every decode step of
- * either after the first is found planned, at every length, though each
- * context's cache, tokens and length differ. Decoding in turn, each
+ * A decode step's plan is kept for the steps whose graph is alike: every
+ * decode step of two contexts after the first is found planned, at
+ * every length, though each context's cache, tokens and length differ. Decoding in turn, each
  * context gets its own tokens: those of recomputing its whole sequence
  * (prefills of every length, planned, crowding the kept plans out).
  */
@@ -543,10 +542,11 @@ static void check_plans(struct model_fix *f, const char *name)
 					     &out[k][i], msg, sizeof(msg)))
 				fail_msg("%s", msg);
 	model_plans_stats(h, &kept, &planned);
-	/* every step counted once; at most the prompts' graph and the
-	 * decode step's planned (fewer if an earlier test's are kept) */
-	assert_int_equal((kept - kept0) + (planned - planned0), 2 * n + 2);
-	assert_true(planned - planned0 <= 2);
+	/* every decode step counted once, and planned once at most (not
+	 * at all if an earlier test's plan is kept); prefills plan always
+	 * and are not counted */
+	assert_int_equal((kept - kept0) + (planned - planned0), 2 * n);
+	assert_true(planned - planned0 <= 1);
 	for (int k = 0; k < 2; k++) {
 		memcpy(seq, k ? other : prompt, 4 * sizeof(int32_t));
 		for (int i = 0; i < n; i++) {
@@ -1102,7 +1102,10 @@ static int32_t ref_sample(const float *lg, uint32_t V,
 
 /*
  * model_sample() selects without sorting; it must pick what the sorted
- * definition picks, token for token, on the same stream: logits spread
+ * definition picks, token for token, on the same stream (the two sum
+ * the same weights in other orders: only where a mass lands within
+ * rounding of the top_p cut or of the draw could they part, and these
+ * logits have no such case): logits spread
  * wide and narrow, and logits of few distinct values, so that ties sit
  * at the top-k and top-p cuts and are broken by id. Then the
  * infinities: +inf is drawn as greedy would, all -inf gives token 0,
