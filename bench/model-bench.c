@@ -72,6 +72,7 @@
 #include "djinnd.h"
 #include "model-bench.h"
 #include "model/runtime.h"
+#include "model/runtime_test.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define GiB ((uint64_t)1 << 30)
@@ -238,6 +239,7 @@ static void ensure_model(char *models, size_t len)
 
 struct djinn_side {
 	double load_s, prefill, decode; /* medians, tokens/s */
+	double host_us; /* median: a decode step's host part */
 	int32_t *tokens; /* greedy, opt.decode of them */
 	float *logits; /* the prefill's last row */
 	double gaps[CHECK_TOKENS]; /* best minus second best logit */
@@ -268,12 +270,12 @@ static double top2_gap(const float *x, uint32_t n)
  */
 static void round_djinn(struct model_hold *h, const struct model_env *env,
 			const int32_t *prompt, int32_t *toks, float *logits,
-			double *gaps, double *pre, double *dec)
+			double *gaps, double *pre, double *dec, double *host)
 {
 	struct model_sampling greedy = { .temperature = 0, .top_p = 1 };
 	struct model_ctx *c;
 	char msg[256] = "";
-	uint64_t t0, t1, t2;
+	uint64_t t0, t1, t2, h1, n1;
 
 	check_msg(model_ctx_new(h, opt.prefill + opt.decode + 1, &c, msg,
 				sizeof(msg)),
@@ -283,6 +285,8 @@ static void round_djinn(struct model_hold *h, const struct model_env *env,
 				    sizeof(msg)),
 		  "prefill", msg);
 	t1 = mono_ns();
+	h1 = model_ctx_host_ns();
+	n1 = model_ctx_graphs();
 	if (logits) {
 		memcpy(logits, model_ctx_logits(c),
 		       h->m->cfg.vocab * sizeof(float));
@@ -300,6 +304,10 @@ static void round_djinn(struct model_hold *h, const struct model_env *env,
 			  "decode", msg);
 	}
 	t2 = mono_ns();
+	*host = model_ctx_graphs() > n1 ?
+			(double)(model_ctx_host_ns() - h1) / 1e3 /
+				(double)(model_ctx_graphs() - n1) :
+			NAN;
 	model_ctx_free(c);
 	*pre = opt.prefill / secs(t0, t1);
 	*dec = opt.decode ? opt.decode / secs(t1, t2) : NAN;
@@ -639,7 +647,8 @@ int main(int argc, char **argv)
 		{ "mem", required_argument, NULL, 'm' },
 		{ NULL, 0, NULL, 0 },
 	};
-	double pre[MAX_ROUNDS], dec[MAX_ROUNDS], tload = NAN, tpre = NAN;
+	double pre[MAX_ROUNDS], dec[MAX_ROUNDS], host[MAX_ROUNDS];
+	double tload = NAN, tpre = NAN;
 	double tdec = NAN;
 	struct djinn_side d = { 0 };
 	struct torch_side t = { 0 };
@@ -749,22 +758,24 @@ int main(int argc, char **argv)
 		t.off = true;
 	}
 	for (unsigned int r = 0; r <= opt.rounds; r++) {
-		double p, q;
+		double p, q, hu;
 
 		round_djinn(R.h[0], &R.env, prompt, r ? toks : d.tokens,
-			    r ? NULL : d.logits, d.gaps, &p, &q);
+			    r ? NULL : d.logits, d.gaps, &p, &q, &hu);
 		if (!r)
 			continue;
 		if (memcmp(toks, d.tokens, opt.decode * sizeof(*toks)))
 			fail("djinnd's greedy tokens changed between rounds");
 		pre[r - 1] = p;
 		dec[r - 1] = q;
+		host[r - 1] = hu;
 		if (!t.off)
 			run_torch(models, prompt, vocab, &t);
 	}
 	free(toks);
 	d.prefill = median(pre, opt.rounds);
 	d.decode = median(dec, opt.rounds);
+	d.host_us = median(host, opt.rounds);
 	djinn_sessions(&R, prompt, &d);
 	djinn_close(&R);
 	if (t.ran) {
@@ -824,6 +835,16 @@ int main(int argc, char **argv)
 			    .target = ">=",
 			    .samples = opt.rounds,
 			    .note = t.ran ? note : tnote });
+	emit(&(struct fig){
+		.metric = "decode_host_us_per_step",
+		.value = d.host_us,
+		.unit = "us",
+		.baseline = NAN,
+		.samples = opt.rounds,
+		.note = "a decode step's time outside the backend's "
+			"running of its nodes: building, checking "
+			"and planning its graph, memory, staging, "
+			"copies out" });
 	emit(&(struct fig){ .metric = "load_s",
 			    .value = d.load_s,
 			    .unit = "s",

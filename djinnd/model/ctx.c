@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "clock.h"
 #include "errmsg.h"
 #include "half.h"
 #include "list.h"
@@ -286,10 +287,16 @@ uint64_t model_ctx_cache(const struct model_ctx *c)
 }
 
 static uint64_t graphs_run; /* model_ctx_graphs() */
+static uint64_t graphs_host_ns; /* model_ctx_host_ns() */
 
 uint64_t model_ctx_graphs(void)
 {
 	return __atomic_load_n(&graphs_run, __ATOMIC_RELAXED);
+}
+
+uint64_t model_ctx_host_ns(void)
+{
+	return __atomic_load_n(&graphs_host_ns, __ATOMIC_RELAXED);
 }
 
 void model_plans_stats(const struct model_hold *h, uint64_t *kept,
@@ -738,7 +745,8 @@ static int run_graph(struct part **ps, unsigned int np,
 	struct fwd_args a = {
 		.l0 = l0, .l1 = l1, .lbase = lbase, .nr_seq = np, .seq = seq
 	};
-	struct graph_result res;
+	struct graph_result res = { 0 };
+	uint64_t t0 = mono_ns();
 	struct gbuild *g;
 	unsigned int i;
 	int ret = 0;
@@ -825,6 +833,9 @@ static int run_graph(struct part **ps, unsigned int np,
 		p->own = true;
 	}
 	gb_free(g);
+	if (!ret) /* all but the backend's running of the nodes */
+		__atomic_add_fetch(&graphs_host_ns, mono_ns() - t0 - res.run_ns,
+				   __ATOMIC_RELAXED);
 	return ret;
 }
 

@@ -13,6 +13,10 @@
 /* Forward graphs this process's contexts built and ran, ever (not
  * those too big to build). */
 uint64_t model_ctx_graphs(void);
+/* Nanoseconds those graphs (the ones that ran) spent outside the
+ * backend's running of their nodes: building, checking and planning,
+ * memory, staging, copies out: the host's part of a step. */
+uint64_t model_ctx_host_ns(void);
 /* Graphs of @h's model's steps found planned already, and planned
  * (struct fwd_plans), this process's ever. */
 void model_plans_stats(const struct model_hold *h, uint64_t *kept,
