@@ -1145,6 +1145,20 @@ static void test_sample_reference(void **state)
 				shape == 2 ? (float)(int)(8 * u) * 0.5f :
 					     1.5f;
 		}
+		/* greedy: the first largest, whichever block of the scan's
+		 * lanes it is in */
+		{
+			struct model_sampling g = { .top_p = 1 };
+			uint32_t first = 0;
+
+			for (uint32_t i = 1; i < V; i++)
+				if (lg[i] > lg[first])
+					first = i;
+			assert_int_equal(model_sample(lg, V, &g, &rng, &t, msg,
+						      sizeof(msg)),
+					 0);
+			assert_int_equal(t, (int32_t)first);
+		}
 		for (size_t k = 0; k < sizeof(set) / sizeof(set[0]); k++) {
 			for (uint64_t seed = 0; seed < 64; seed++) {
 				rng = ref = seed * 977;
@@ -1158,6 +1172,24 @@ static void test_sample_reference(void **state)
 			}
 		}
 	}
+	/* a NaN anywhere is named, in a lane's block or in the tail */
+	for (uint32_t at = 0; at < V; at += 1237) {
+		float keep = lg[at];
+		char want[32];
+
+		lg[at] = NAN;
+		assert_int_equal(model_sample(lg, V, &set[0], &rng, &t, msg,
+					      sizeof(msg)),
+				 -EINVAL);
+		snprintf(want, sizeof(want), "logit %u is NaN", at);
+		assert_string_equal(msg, want);
+		lg[at] = keep;
+	}
+	lg[V - 1] = NAN;
+	assert_int_equal(model_sample(lg, V, &set[0], &rng, &t, msg,
+				      sizeof(msg)),
+			 -EINVAL);
+	lg[V - 1] = 0;
 	/* +inf: greedy's token, at any setting; all -inf: token 0 */
 	lg[17] = INFINITY;
 	lg[4000] = INFINITY;
