@@ -17,7 +17,10 @@
 #                                       (KIT.tar.xz is unpacked if KIT is
 #                                       not there): first the versions
 #                                       (as `info`), then make test-gpu's
-#                                       tests, gpu-bench, model-bench and
+#                                       tests, gpu-bench, model-bench
+#                                       (GPT-2 124M, then --arch
+#                                       gpt2-tiny, whose step is the
+#                                       host's and the launches') and
 #                                       stream-bench --backend cuda (with
 #                                       --rounds $ROUNDS, default 5, for
 #                                       both), each one's output
@@ -275,6 +278,15 @@ run() {
 		>"$out/model-bench.jsonl" 2>"$out/model-bench.err"
 	s=$?
 	cat "$out/model-bench.jsonl" "$out/model-bench.err"
+	[ $s = 0 ] || [ $s = 77 ] || rc=1
+	# the tiny GPT-2: a step that is nearly all host and launches
+	"$kit/bin/model-bench" --backend cuda --arch gpt2-tiny --no-torch \
+		--python "$py" \
+		--cache "${BENCH_CACHE:-/tmp/djinn-bench-cache}" \
+		--decode 256 --prefill 16 --rounds "${ROUNDS:-5}" \
+		>"$out/model-bench-tiny.jsonl" 2>"$out/model-bench-tiny.err"
+	s=$?
+	cat "$out/model-bench-tiny.jsonl" "$out/model-bench-tiny.err"
 	[ $s = 0 ] || [ $s = 77 ] || rc=1
 	"$kit/bin/stream-bench" --backend cuda \
 		--cache "${BENCH_CACHE:-/tmp/djinn-bench-cache}" \
