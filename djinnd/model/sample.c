@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "model/runtime.h"
+#include "model/runtime_test.h"
 
 static uint64_t splitmix64(uint64_t *s)
 {
@@ -97,6 +98,56 @@ static void top_k(const float *logits, uint32_t V, uint32_t k, struct cand *h)
 		h[0] = (struct cand){ logits[i], (int32_t)i };
 		sift(h, k, 0, false);
 	}
+}
+
+/*
+ * e^x for x <= 0 in float, 0 where e^x is below float's normal range
+ * (x <= -87): exp2 of the nearest integer n to x log2(e), times a
+ * degree-6 polynomial of the rest r = x - n ln 2 (Cephes' expf, within
+ * 2 ulp). A token's weight needs no more precision than a float's, and
+ * a loop of this vectorizes: its selections are masks on the bits, not
+ * branches (GCC will not if-convert floating-point arithmetic), and it
+ * costs a fraction of libm's exp() in double over a vocabulary.
+ */
+static inline uint32_t fbits(float f)
+{
+	uint32_t b;
+
+	memcpy(&b, &f, sizeof(b));
+	return b;
+}
+
+static inline float bitsf(uint32_t b)
+{
+	float f;
+
+	memcpy(&f, &b, sizeof(f));
+	return f;
+}
+
+static inline float exp_neg(float x)
+{
+	uint32_t keep = -(uint32_t)(x > -87.0f); /* all ones, or none */
+	float y, n, r, p;
+
+	x = bitsf((fbits(x) & keep) | (fbits(-87.0f) & ~keep));
+	y = x * 1.44269504088896341f;
+	n = (float)(int32_t)(y - 0.5f); /* y <= 0: truncation is rounding */
+	r = x - n * 0.693359375f + n * 2.12194440e-4f;
+	p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	p *= bitsf((uint32_t)((int32_t)n + 127) << 23);
+	return bitsf(fbits(p) & keep);
+}
+
+double model_sample_weight(float logit, float top, float inv_t)
+{
+	return exp_neg((logit - top) * inv_t);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -195,12 +246,31 @@ static uint32_t scan(const float *logits, uint32_t V, uint32_t *best)
 	return V;
 }
 
+/* @w[V]: every token's weight, in blocks of a constant count for GCC to
+ * vectorize. */
+static void weigh_all(double *restrict w, const float *restrict logits,
+		      uint32_t V, float top, float inv_t)
+{
+	uint32_t blocks = V / SCAN_LANES;
+
+	for (uint32_t b = 0; b < blocks; b++) {
+		const float *x = logits + (size_t)b * SCAN_LANES;
+		double *o = w + (size_t)b * SCAN_LANES;
+
+		for (int j = 0; j < SCAN_LANES; j++)
+			o[j] = exp_neg((x[j] - top) * inv_t);
+	}
+	for (uint32_t i = blocks * SCAN_LANES; i < V; i++)
+		w[i] = exp_neg((logits[i] - top) * inv_t);
+}
+
 int model_sample(const float *logits, uint32_t V,
 		 const struct model_sampling *sp, uint64_t *rng, int32_t *out,
 		 char *msg, size_t msglen)
 {
-	double inv_t, top, sum = 0, cum = 0, r;
+	double sum = 0, cum = 0, r;
 	uint32_t best = 0, k, n, bad;
+	float inv_t, top;
 	struct cand *c;
 	double *w;
 
@@ -241,40 +311,38 @@ int model_sample(const float *logits, uint32_t V,
 	/* w[i]: token i's weight exp((logit - max) / T) if it is kept, else
 	 * 0 (a kept token's weight may underflow to 0 too: it is never
 	 * drawn, as it would not be with the sort) */
-	inv_t = 1.0 / sp->temperature;
+	inv_t = 1.0f / sp->temperature;
 	top = logits[best];
 	k = sp->top_k && sp->top_k < V ? sp->top_k : V;
-	if (k == V && sp->top_p >= 1) {
-		for (uint32_t i = 0; i < V; i++)
-			w[i] = exp(((double)logits[i] - top) * inv_t);
-		goto draw;
-	}
 	if (k < V) {
 		top_k(logits, V, k, c);
+		memset(w, 0, (size_t)V * sizeof(*w));
+		for (uint32_t j = 0; j < k; j++)
+			w[c[j].id] = exp_neg((c[j].logit - top) * inv_t);
 	} else {
+		weigh_all(w, logits, V, top, inv_t);
+		if (sp->top_p >= 1)
+			goto draw;
 		for (uint32_t i = 0; i < V; i++)
 			c[i] = (struct cand){ logits[i], (int32_t)i };
 	}
-	n = k;
-	memset(w, 0, (size_t)V * sizeof(*w));
-	if (sp->top_p >= 1) {
-		for (uint32_t j = 0; j < n; j++)
-			w[c[j].id] = exp(((double)c[j].logit - top) * inv_t);
+	if (sp->top_p >= 1)
 		goto draw;
-	}
+	/* the candidates c[k] are weighed: pop the fewest first whose mass
+	 * reaches top_p of theirs, and weigh the rest 0 */
+	n = k;
 	for (uint32_t j = 0; j < n; j++)
-		sum += exp(((double)c[j].logit - top) * inv_t);
+		sum += w[c[j].id];
 	heapify(c, n, true);
 	while (n) {
-		double x = exp(((double)c[0].logit - top) * inv_t);
-
-		w[c[0].id] = x;
-		cum += x;
+		cum += w[c[0].id];
 		if (cum >= sp->top_p * sum)
 			break;
 		c[0] = c[--n];
 		sift(c, n, 0, true);
 	}
+	for (uint32_t j = 1; j < n; j++) /* c[0] is the last kept */
+		w[c[j].id] = 0;
 draw:
 	cum = 0;
 	for (uint32_t i = 0; i < V; i++)

@@ -1015,6 +1015,18 @@ static void test_sample(void **state)
 				 0);
 		assert_true(t == 1 || t == 3);
 	}
+	/* the weights: e^x within 1e-6 of libm's above -87, exactly 1 at
+	 * the top, 0 from -87 on (below float's normal range) */
+	assert_true(model_sample_weight(3, 3, 1) == 1.0);
+	for (double x = -86.9999; x <= 0; x += 0.0123) {
+		double w = model_sample_weight((float)x, 0, 1);
+		double want = exp((double)(float)x);
+
+		assert_true(fabs(w - want) <= 1e-6 * want);
+	}
+	assert_true(model_sample_weight(-87, 0, 1) == 0);
+	assert_true(model_sample_weight(-88, 0, 1) == 0);
+	assert_true(model_sample_weight(-INFINITY, 0, 1) == 0);
 	/* bad parameters and logits */
 	sp.temperature = -1;
 	assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg, sizeof(msg)),
@@ -1068,11 +1080,14 @@ static int32_t ref_sample(const float *lg, uint32_t V,
 	for (uint32_t i = 0; i < V; i++)
 		c[i] = (struct ref_cand){ lg[i], (int32_t)i };
 	qsort(c, V, sizeof(*c), ref_cmp);
+	/* the weights as the sampler computes them: the selection and the
+	 * draw are what this checks */
 	for (uint32_t j = 0; j < k; j++)
-		sum += exp(((double)c[j].logit - c[0].logit) / sp->temperature);
+		sum += model_sample_weight(c[j].logit, c[0].logit,
+					   1.0f / sp->temperature);
 	for (m = 0; m < k;) {
-		double x = exp(((double)c[m].logit - c[0].logit) /
-			       sp->temperature);
+		double x = model_sample_weight(c[m].logit, c[0].logit,
+					       1.0f / sp->temperature);
 
 		w[c[m++].id] = x;
 		cum += x;
