@@ -17,7 +17,8 @@
  * picks the first token whose running mass passes it. That needs no
  * order among the kept tokens, so a device can make the same draw as a
  * masked prefix sum over the vocabulary. Temperature 1 over every token
- * (the OpenAI API's default) selects nothing at all: two passes.
+ * (the OpenAI API's default) selects nothing at all: four passes over
+ * the vocabulary (the largest, the weights, their sum, the walk).
  *
  * The work space, 16 bytes a token, is the calling thread's and kept
  * for its next call: executor threads sample every step, and a fresh
