@@ -146,9 +146,18 @@ static inline float exp_neg(float x)
 	return bitsf(fbits(p) & keep);
 }
 
-double model_sample_weight(float logit, float top, float inv_t)
+/* A token's weight: its argument in double, where neither the
+ * difference of two floats nor the product with 1/T (a denormal T's is
+ * past float's range) can overflow, rounded to float only for e^x (a
+ * huge negative one to -inf: weight 0). */
+static inline float weight(float logit, double top, double inv_t)
 {
-	return exp_neg((logit - top) * inv_t);
+	return exp_neg((float)(((double)logit - top) * inv_t));
+}
+
+double model_sample_weight(float logit, float top, double inv_t)
+{
+	return weight(logit, top, inv_t);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -250,7 +259,7 @@ static uint32_t scan(const float *logits, uint32_t V, uint32_t *best)
 /* @w[V]: every token's weight, in blocks of a constant count for GCC to
  * vectorize. */
 static void weigh_all(double *restrict w, const float *restrict logits,
-		      uint32_t V, float top, float inv_t)
+		      uint32_t V, double top, double inv_t)
 {
 	uint32_t blocks = V / SCAN_LANES;
 
@@ -259,10 +268,10 @@ static void weigh_all(double *restrict w, const float *restrict logits,
 		double *o = w + (size_t)b * SCAN_LANES;
 
 		for (int j = 0; j < SCAN_LANES; j++)
-			o[j] = exp_neg((x[j] - top) * inv_t);
+			o[j] = weight(x[j], top, inv_t);
 	}
 	for (uint32_t i = blocks * SCAN_LANES; i < V; i++)
-		w[i] = exp_neg((logits[i] - top) * inv_t);
+		w[i] = weight(logits[i], top, inv_t);
 }
 
 int model_sample(const float *logits, uint32_t V,
@@ -271,7 +280,7 @@ int model_sample(const float *logits, uint32_t V,
 {
 	double sum = 0, cum = 0, r;
 	uint32_t best = 0, k, n, bad;
-	float inv_t, top;
+	double inv_t, top;
 	struct cand *c;
 	double *w;
 
@@ -312,14 +321,14 @@ int model_sample(const float *logits, uint32_t V,
 	/* w[i]: token i's weight exp((logit - max) / T) if it is kept, else
 	 * 0 (a kept token's weight may underflow to 0 too: it is never
 	 * drawn, as it would not be with the sort) */
-	inv_t = 1.0f / sp->temperature;
+	inv_t = 1.0 / sp->temperature;
 	top = logits[best];
 	k = sp->top_k && sp->top_k < V ? sp->top_k : V;
 	if (k < V) {
 		top_k(logits, V, k, c);
 		memset(w, 0, (size_t)V * sizeof(*w));
 		for (uint32_t j = 0; j < k; j++)
-			w[c[j].id] = exp_neg((c[j].logit - top) * inv_t);
+			w[c[j].id] = weight(c[j].logit, top, inv_t);
 	} else {
 		weigh_all(w, logits, V, top, inv_t);
 		if (sp->top_p >= 1)

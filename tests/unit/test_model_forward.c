@@ -1027,6 +1027,36 @@ static void test_sample(void **state)
 	assert_true(model_sample_weight(-87, 0, 1) == 0);
 	assert_true(model_sample_weight(-88, 0, 1) == 0);
 	assert_true(model_sample_weight(-INFINITY, 0, 1) == 0);
+	/* temperatures at float's ends: the argument does not overflow */
+	{
+		static const float tie[2] = { 1, 1 },
+				   far[2] = { 2e38f, -2e38f };
+		struct model_sampling ex = { .temperature = 1e-40f,
+					     .top_p = 1 };
+		int c2[2] = { 0 }, draws = 20000;
+
+		/* a denormal T: two tied best, each half */
+		for (int i = 0; i < draws; i++) {
+			assert_int_equal(model_sample(tie, 2, &ex, &rng, &t,
+						      msg, sizeof(msg)),
+					 0);
+			c2[t]++;
+		}
+		assert_true(c2[0] > draws * 0.45 && c2[1] > draws * 0.45);
+		/* logits 4e38 apart at T 1e38: token 1 is e^-4 / (1 + e^-4),
+		 * 0.018, of them */
+		ex.temperature = 1e38f;
+		c2[0] = c2[1] = 0;
+		for (int i = 0; i < draws; i++) {
+			assert_int_equal(model_sample(far, 2, &ex, &rng, &t,
+						      msg, sizeof(msg)),
+					 0);
+			c2[t]++;
+		}
+		assert_true(c2[1] > draws * 0.012 && c2[1] < draws * 0.024);
+		assert_true(fabs(model_sample_weight(-2e38f, 2e38f, 1e-38) -
+				 exp(-4.0)) < 1e-6);
+	}
 	/* bad parameters and logits */
 	sp.temperature = -1;
 	assert_int_equal(model_sample(lg, 6, &sp, &rng, &t, msg, sizeof(msg)),
@@ -1084,10 +1114,10 @@ static int32_t ref_sample(const float *lg, uint32_t V,
 	 * draw are what this checks */
 	for (uint32_t j = 0; j < k; j++)
 		sum += model_sample_weight(c[j].logit, c[0].logit,
-					   1.0f / sp->temperature);
+					   1.0 / sp->temperature);
 	for (m = 0; m < k;) {
 		double x = model_sample_weight(c[m].logit, c[0].logit,
-					       1.0f / sp->temperature);
+					       1.0 / sp->temperature);
 
 		w[c[m++].id] = x;
 		cum += x;
