@@ -671,6 +671,18 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
+def accepts(path: pathlib.Path) -> bool:
+    """Whether a unix socket at @path takes a connection now."""
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def test_djinnd_serves_under_its_seccomp_profile(tmp_path: pathlib.Path):
     """djinnd under deploy/kubernetes/seccomp/djinnd.json, loaded with
     libseccomp as a runtime loads a Localhost profile (python3-seccomp):
@@ -697,7 +709,9 @@ def test_djinnd_serves_under_its_seccomp_profile(tmp_path: pathlib.Path):
          "cpu", "-m", "128M", "--model-dir", str(models)],
         stdout=log, stderr=subprocess.STDOUT)
     try:
-        assert settle(lambda: sock.exists() or proc.poll() is not None,
+        # the socket's file is there from bind(), before djinnd
+        # listens: wait for a connection it accepts
+        assert settle(lambda: accepts(sock) or proc.poll() is not None,
                       bool, timeout=20) and proc.poll() is None, \
             (tmp_path / "djinnd.log").read_text()
         with djinn.connect(f"unix:{sock}") as c, c.session() as s:
