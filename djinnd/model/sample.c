@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vecmath.h"
 #include "model/runtime.h"
 #include "model/runtime_test.h"
 
@@ -101,58 +102,14 @@ static void top_k(const float *logits, uint32_t V, uint32_t k, struct cand *h)
 	}
 }
 
-/*
- * e^x for x <= 0 in float, 0 where e^x is below float's normal range
- * (x <= -87): exp2 of the nearest integer n to x log2(e), times a
- * degree-6 polynomial of the rest r = x - n ln 2 (Cephes' expf, within
- * 2 ulp). A token's weight needs no more precision than a float's, and
- * a loop of this vectorizes: its selections are masks on the bits, not
- * branches (GCC will not if-convert floating-point arithmetic), and it
- * costs a fraction of libm's exp() in double over a vocabulary.
- */
-static inline uint32_t fbits(float f)
-{
-	uint32_t b;
-
-	memcpy(&b, &f, sizeof(b));
-	return b;
-}
-
-static inline float bitsf(uint32_t b)
-{
-	float f;
-
-	memcpy(&f, &b, sizeof(f));
-	return f;
-}
-
-static inline float exp_neg(float x)
-{
-	uint32_t keep = -(uint32_t)(x > -87.0f); /* all ones, or none */
-	float y, n, r, p;
-
-	x = bitsf((fbits(x) & keep) | (fbits(-87.0f) & ~keep));
-	y = x * 1.44269504088896341f;
-	n = (float)(int32_t)(y - 0.5f); /* y <= 0: truncation is rounding */
-	r = x - n * 0.693359375f + n * 2.12194440e-4f;
-	p = 1.9875691500e-4f;
-	p = p * r + 1.3981999507e-3f;
-	p = p * r + 8.3334519073e-3f;
-	p = p * r + 4.1665795894e-2f;
-	p = p * r + 1.6666665459e-1f;
-	p = p * r + 5.0000001201e-1f;
-	p = p * r * r + r + 1.0f;
-	p *= bitsf((uint32_t)((int32_t)n + 127) << 23);
-	return bitsf(fbits(p) & keep);
-}
-
 /* A token's weight: its argument in double, where neither the
  * difference of two floats nor the product with 1/T (a denormal T's is
- * past float's range) can overflow, rounded to float only for e^x (a
- * huge negative one to -inf: weight 0). */
+ * past float's range) can overflow, rounded to float only for e^x in
+ * float (vecmath.h: a loop of it vectorizes; 0 below -87.34, and for a
+ * huge negative argument rounded to -inf). */
 static inline float weight(float logit, double top, double inv_t)
 {
-	return exp_neg((float)(((double)logit - top) * inv_t));
+	return djinn_expf((float)(((double)logit - top) * inv_t));
 }
 
 double model_sample_weight(float logit, float top, double inv_t)
@@ -256,21 +213,11 @@ static uint32_t scan(const float *logits, uint32_t V, uint32_t *best)
 	return V;
 }
 
-/* @w[V]: every token's weight, in blocks of a constant count for GCC to
- * vectorize. */
+/* @w[V]: every token's weight (a loop gcc vectorizes: vecmath.h). */
 static void weigh_all(double *restrict w, const float *restrict logits,
 		      uint32_t V, double top, double inv_t)
 {
-	uint32_t blocks = V / SCAN_LANES;
-
-	for (uint32_t b = 0; b < blocks; b++) {
-		const float *x = logits + (size_t)b * SCAN_LANES;
-		double *o = w + (size_t)b * SCAN_LANES;
-
-		for (int j = 0; j < SCAN_LANES; j++)
-			o[j] = weight(x[j], top, inv_t);
-	}
-	for (uint32_t i = blocks * SCAN_LANES; i < V; i++)
+	for (uint32_t i = 0; i < V; i++)
 		w[i] = weight(logits[i], top, inv_t);
 }
 

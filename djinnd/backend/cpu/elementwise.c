@@ -333,7 +333,7 @@ CPU_SIMD static int unary_range(void *arg, size_t lo, size_t hi)
 			float v = x[i];
 			float u = GELU_K * (v + 0.044715f * v * v * v);
 
-			o[i] = v / (1.0f + cpu_expf(-2.0f * u));
+			o[i] = v / (1.0f + djinn_expf(-2.0f * u));
 		}
 		break;
 	case DJINN_GOP_RELU:
@@ -344,7 +344,7 @@ CPU_SIMD static int unary_range(void *arg, size_t lo, size_t hi)
 	case DJINN_GOP_SILU:
 		/* x sigmoid(x) */
 		for (size_t i = lo; i < hi; i++)
-			o[i] = x[i] / (1.0f + cpu_expf(-x[i]));
+			o[i] = x[i] / (1.0f + djinn_expf(-x[i]));
 		break;
 	default:
 		return -EOPNOTSUPP;

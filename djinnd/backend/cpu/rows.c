@@ -61,7 +61,7 @@ CPU_SIMD static int softmax_rows(void *arg, size_t lo, size_t hi)
 		for (size_t i = 1; i < C; i++)
 			max = x[i] > max ? x[i] : max;
 		for (size_t i = 0; i < C; i++)
-			o[i] = cpu_expf(x[i] - max);
+			o[i] = djinn_expf(x[i] - max);
 		inv = (float)(1.0 / sum_f64(o, C));
 		for (size_t i = 0; i < C; i++)
 			o[i] *= inv;
@@ -300,7 +300,7 @@ CPU_SIMD static int attn_rows(void *arg, size_t lo, size_t hi)
 		for (s = 0; s < n; s++)
 			max = att[s] > max ? att[s] : max;
 		for (s = 0; s < n; s++)
-			att[s] = cpu_expf(att[s] - max);
+			att[s] = djinn_expf(att[s] - max);
 		inv = (float)(1.0 / sum_f64(att, n));
 
 		/* out = sum_s p[s] v[s], four rows of v to a pass over out */
@@ -371,7 +371,7 @@ CPU_SIMD static int attn_heads(void *arg, size_t lo, size_t hi)
 			for (size_t s = 0; s < n; s++)
 				max = r[s] > max ? r[s] : max;
 			for (size_t s = 0; s < n; s++)
-				r[s] = cpu_expf(r[s] - max);
+				r[s] = djinn_expf(r[s] - max);
 			inv = (float)(1.0 / sum_f64(r, n));
 			for (size_t s = 0; s < n; s++)
 				r[s] *= inv;
