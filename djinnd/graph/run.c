@@ -78,7 +78,7 @@ void graph_plan_free(struct graph_plan *plan)
 int graph_plan(const struct djinn_graph_view *view,
 	       const struct djinn_tensor_desc *descs,
 	       const struct graph_place *place, struct vmu *v,
-	       struct vmu_stack *st, struct graph_plan *plan)
+	       struct graph_plan *plan)
 {
 	uint32_t n = view->g->nr_nodes;
 
@@ -112,7 +112,6 @@ int graph_plan(const struct djinn_graph_view *view,
 		plan->stack_peak += (desc_bytes(&descs[i]) + GRAPH_ALIGN - 1) &
 				    ~(uint64_t)(GRAPH_ALIGN - 1);
 	}
-	plan->need = plan->out_bytes + vmu_stack_need(st, plan->stack_peak);
 	return 0;
 }
 
@@ -388,10 +387,8 @@ run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	memset(res, 0, sizeof(*res));
 	if (kept) { /* its arrays are the caller's: not freed below */
 		plan = *kept;
-		plan.need =
-			plan.out_bytes + vmu_stack_need(st, plan.stack_peak);
 	} else {
-		ret = graph_plan(view, descs, place, v, st, &plan);
+		ret = graph_plan(view, descs, place, v, &plan);
 		if (ret)
 			return ret;
 	}

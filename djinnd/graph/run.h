@@ -39,7 +39,6 @@
  * struct graph_plan - where each node's result goes
  * @stack_peak: stack bytes the intermediates take, aligned
  * @out_bytes:  device bytes of the outputs, granule-rounded
- * @need:       what admission must grant (outputs + stack growth)
  * @output_of:  per node, its index among the graph's outputs, or -1
  *              (an output copied to the host is planned as an
  *              intermediate)
@@ -52,7 +51,6 @@
 struct graph_plan {
 	uint64_t stack_peak;
 	uint64_t out_bytes;
-	uint64_t need;
 	int32_t *output_of;
 	uint64_t *stack_off;
 };
@@ -72,12 +70,13 @@ struct graph_place {
 };
 
 /* Plan @view whose node results have the shapes @descs[nr_nodes]; the
- * outputs go to @place[nr_outputs] (NULL: all to new regions). The
- * plan's arrays are malloc'd; graph_plan_free() frees them. */
+ * outputs go to @place[nr_outputs] (NULL: all to new regions), their
+ * sizes rounded to @v's granule. The plan's arrays are malloc'd;
+ * graph_plan_free() frees them. */
 int graph_plan(const struct djinn_graph_view *view,
 	       const struct djinn_tensor_desc *descs,
 	       const struct graph_place *place, struct vmu *v,
-	       struct vmu_stack *st, struct graph_plan *plan);
+	       struct graph_plan *plan);
 void graph_plan_free(struct graph_plan *plan);
 
 /*

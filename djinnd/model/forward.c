@@ -332,12 +332,11 @@ static void plans_done(struct fwd_plans *ps, struct plan *p)
 
 /*
  * @g's graph serialized, parsed, inferred and planned into a new plan
- * (@v, @st: graph_plan()'s), its key copied from @g; NULL with @msg on
+ * (@v: graph_plan()'s), its key copied from @g; NULL with @msg on
  * failure (*@err).
  */
-static struct plan *plan_make(const struct gbuild *g, struct vmu *v,
-			      struct vmu_stack *st, int *err, char *msg,
-			      size_t msglen)
+static struct plan *plan_make(const struct gbuild *g, struct vmu *v, int *err,
+			      char *msg, size_t msglen)
 {
 	size_t out_len = ((size_t)g->nr_out * 4 + 7) & ~(size_t)7;
 	size_t len = sizeof(struct djinn_graph) +
@@ -396,7 +395,7 @@ static struct plan *plan_make(const struct gbuild *g, struct vmu *v,
 		ret = djinn_graph_infer_own(&p->view, p->in, p->nd, msg,
 					    msglen);
 	if (!ret)
-		ret = graph_plan(&p->view, p->nd, g->place, v, st, &p->plan);
+		ret = graph_plan(&p->view, p->nd, g->place, v, &p->plan);
 	if (!ret)
 		return p;
 fail:
@@ -427,7 +426,7 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
 	}
 	kept = p != NULL;
 	if (!p) {
-		p = plan_make(g, env->v, env->st, &ret, msg, msglen);
+		p = plan_make(g, env->v, &ret, msg, msglen);
 		if (!p)
 			return ret;
 		p->hash = hash;
