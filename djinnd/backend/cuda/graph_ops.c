@@ -595,17 +595,49 @@ static int op_attention(struct nctx *c, const struct djinn_node *node,
 /* ---------------------------------------------------------------------- */
 /* Byte movers */
 
+/* Every id of @n at device address @ia below @V, by a kernel whose
+ * verdict the host reads back (a wait for the stream): 0, or -EINVAL
+ * naming the first bad one as the CPU backend does. */
+static int embed_check_device(struct nctx *c, uint64_t ia, uint32_t i64,
+			      uint64_t n, uint64_t V)
+{
+	uint64_t flag = c->l->flag, first = UINT64_MAX;
+	void *cargs[] = { &ia, &n, &V, &flag };
+	int64_t id = 0;
+	int32_t id32 = 0;
+	int ret;
+
+	ret = check(c,
+		    c->d->cu->MemsetD8Async(flag, 0xff, sizeof(first),
+					    c->l->compute),
+		    "cuMemsetD8Async");
+	if (!ret)
+		ret = launch(c, i64 ? K_embed_check_i64 : K_embed_check_i32, n,
+			     256, 0, cargs);
+	if (!ret)
+		ret = read_back(c, &first, flag, sizeof(first));
+	if (ret || first == UINT64_MAX)
+		return ret;
+	ret = i64 ? read_back(c, &id, ia + first * 8, 8) :
+		    read_back(c, &id32, ia + first * 4, 4);
+	if (ret)
+		return ret;
+	if (!i64)
+		id = id32;
+	return errmsg(c->msg, c->msglen, -EINVAL,
+		      "id %lld out of range %llu (at %llu)", (long long)id,
+		      (unsigned long long)V, (unsigned long long)first);
+}
+
 static int op_embedding(struct nctx *c, const struct djinn_node *node,
 			const struct dj_tensor *in, const struct dj_tensor *out)
 {
 	const struct djinn_tensor_desc *t = &in[0].desc, *ids = &in[1].desc;
 	const struct djinn_tensor_desc *o = &out->desc;
 	size_t es = djinn_dtype_size(t->dtype);
-	uint64_t n = djinn_desc_elems_from(ids, 0), V, row, first = UINT64_MAX;
-	uint64_t ia = in[1].addr, flag = c->l->flag, oa = out->addr;
-	uint64_t ta = in[0].addr, rowu, work;
+	uint64_t n = djinn_desc_elems_from(ids, 0), V, row;
+	uint64_t ia = in[1].addr, oa = out->addr, ta = in[0].addr, rowu;
 	uint32_t i64 = ids->dtype == DJINN_DTYPE_I64;
-	void *cargs[] = { &ia, &n, &V, &flag };
 	void *eargs[] = { &oa, &ta, &rowu, &ia, &i64, &n };
 	unsigned int u;
 	int ret;
@@ -628,48 +660,16 @@ static int op_embedding(struct nctx *c, const struct djinn_node *node,
 	/* every id checked before a byte is written, as on the CPU: on
 	 * the host where the ids are in host memory too (djinnd's own
 	 * graphs: a step's token ids and positions), so the stream goes on
-	 * without a wait; else by a kernel whose verdict the host reads */
-	if (in[1].host) {
-		ret = cpu_embed_check(in[1].host, ids->dtype, n, V, c->msg,
-				      c->msglen);
-		if (ret)
-			return ret;
-		goto copy;
-	}
-	ret = check(c,
-		    c->d->cu->MemsetD8Async(flag, 0xff, sizeof(first),
-					    c->l->compute),
-		    "cuMemsetD8Async");
-	if (!ret)
-		ret = launch(c, i64 ? K_embed_check_i64 : K_embed_check_i32, n,
-			     256, 0, cargs);
-	if (!ret)
-		ret = read_back(c, &first, flag, sizeof(first));
-	if (ret)
+	 * without a wait; else on the device */
+	ret = in[1].host ? cpu_embed_check(in[1].host, ids->dtype, n, V, c->msg,
+					   c->msglen) :
+			   embed_check_device(c, ia, i64, n, V);
+	if (ret || !row)
 		return ret;
-	if (first != UINT64_MAX) {
-		int64_t id = 0;
-		int32_t id32 = 0;
-
-		ret = i64 ? read_back(c, &id, ia + first * 8, 8) :
-			    read_back(c, &id32, ia + first * 4, 4);
-		if (ret)
-			return ret;
-		if (!i64)
-			id = id32;
-		return errmsg(c->msg, c->msglen, -EINVAL,
-			      "id %lld out of range %llu (at %llu)",
-			      (long long)id, (unsigned long long)V,
-			      (unsigned long long)first);
-	}
-copy:
-	if (!row)
-		return 0;
 	u = unit_of(oa, ta, row, 0, 0);
 	rowu = row / u;
-	work = n * rowu;
-	return launch(c, (enum cuda_kernel)(K_embed_1 + log2u(u)), work, 256, 0,
-		      eargs);
+	return launch(c, (enum cuda_kernel)(K_embed_1 + log2u(u)), n * rowu,
+		      256, 0, eargs);
 }
 
 static int op_reshape(struct nctx *c, const struct djinn_node *node,
