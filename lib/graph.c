@@ -826,6 +826,35 @@ static int infer_argmax(struct node_ctx *c)
 	return 0;
 }
 
+/* SAMPLE: logits (..., V) float, params (..., 24) u8 -> (...) i64 */
+static int infer_sample(struct node_ctx *c)
+{
+	const struct djinn_tensor_desc *x = c->x[0], *p = c->x[1];
+	int ret;
+
+	if ((ret = want_float(c, 0)) ||
+	    (ret = want_ndim(c, 0, 1, DJINN_MAX_DIMS)) ||
+	    (ret = want_ndim(c, 1, 1, DJINN_MAX_DIMS)))
+		return ret;
+	if (x->dims[x->ndim - 1] > INT32_MAX)
+		return node_fail(c, -EINVAL, "%llu logits a row, over 2^31 - 1",
+				 (unsigned long long)x->dims[x->ndim - 1]);
+	if (p->dtype != DJINN_DTYPE_U8 ||
+	    p->dims[p->ndim - 1] != sizeof(struct djinn_sample_params))
+		return node_fail(c, -EINVAL,
+				 "params are not u8 rows of %zu bytes (struct "
+				 "djinn_sample_params)",
+				 sizeof(struct djinn_sample_params));
+	if (p->ndim != x->ndim ||
+	    memcmp(p->dims, x->dims, (x->ndim - 1) * sizeof(x->dims[0])))
+		return node_fail(c, -EINVAL,
+				 "params' leading dims are not the logits'");
+	copy_shape(c, 0);
+	c->r->dims[--c->r->ndim] = 0;
+	c->r->dtype = DJINN_DTYPE_I64;
+	return 0;
+}
+
 /* KERNEL: inputs[0] a module, 1 to 3 tensor arguments; the result like
  * inputs[out_like] */
 static int infer_kernel(struct node_ctx *c)
@@ -922,6 +951,7 @@ static const struct op_info {
 				  infer_attention },
 	[DJINN_GOP_ARGMAX] = { "argmax", 1, 1, PARAMS_NONE, infer_argmax },
 	[DJINN_GOP_KERNEL] = { "kernel", 2, 4, PARAMS_KERNEL, infer_kernel },
+	[DJINN_GOP_SAMPLE] = { "sample", 2, 2, PARAMS_NONE, infer_sample },
 };
 static_assert(ARRAY_SIZE(ops) == DJINN_GOP_MAX + 1, "ops[] covers every op");
 

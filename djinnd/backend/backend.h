@@ -63,7 +63,8 @@ static inline int dj_node_check(const struct djinn_node *node,
 				const struct dj_tensor *out, char *msg,
 				size_t msglen)
 {
-	if (!node->op || node->op >= DJINN_GOP_KERNEL)
+	if (!node->op || node->op > DJINN_GOP_MAX ||
+	    node->op == DJINN_GOP_KERNEL)
 		return errmsg(msg, msglen, -EOPNOTSUPP, "unknown op %u",
 			      node->op);
 	if (!djinn_op_takes(node->op, node->nr_inputs))
@@ -86,9 +87,9 @@ static inline int dj_node_check(const struct djinn_node *node,
  * with BACKEND_OP_TABLE(): a kernel it lacks does not build. The count
  * below does not build when proto.h gains an op this list lacks; with it,
  * the table's size and no entry twice (-Woverride-init), every op from 1
- * to DJINN_GOP_KERNEL - 1 has its kernel, as dj_node_check() lets
- * through. DJINN_GOP_KERNEL is not here: exec.c runs it with
- * run_kernel().
+ * to DJINN_GOP_MAX but DJINN_GOP_KERNEL has its kernel, as
+ * dj_node_check() lets through. DJINN_GOP_KERNEL is not here: exec.c
+ * runs it with run_kernel().
  */
 #define BACKEND_OPS(X)             \
 	X(MATMUL, op_matmul)       \
@@ -109,15 +110,17 @@ static inline int dj_node_check(const struct djinn_node *node,
 	X(SLICE, op_slice)         \
 	X(CONCAT, op_concat)       \
 	X(ATTENTION, op_attention) \
-	X(ARGMAX, op_argmax)
+	X(ARGMAX, op_argmax)       \
+	X(SAMPLE, op_sample)
 
 /* A backend's table @name of its kernels (of type @fn_type), by op */
 #define BACKEND_OP_ENTRY(op, kernel) [DJINN_GOP_##op] = kernel,
-#define BACKEND_OP_TABLE(fn_type, name) \
-	const fn_type name[DJINN_GOP_KERNEL] = { BACKEND_OPS(BACKEND_OP_ENTRY) }
+#define BACKEND_OP_TABLE(fn_type, name)                        \
+	const fn_type name[DJINN_GOP_MAX + 1] = { BACKEND_OPS( \
+		BACKEND_OP_ENTRY) }
 
 #define BACKEND_OP_COUNT(op, kernel) +1
-_Static_assert(0 BACKEND_OPS(BACKEND_OP_COUNT) == DJINN_GOP_KERNEL - 1,
+_Static_assert(0 BACKEND_OPS(BACKEND_OP_COUNT) == DJINN_GOP_MAX - 1,
 	       "BACKEND_OPS lists every op but DJINN_GOP_KERNEL");
 
 struct backend;

@@ -5,11 +5,59 @@
  * runtime.h ("Requests and passes").
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errmsg.h"
 #include "model/ctx.h"
+#include "sample.h"
+
+/* One row's parameters for djinn_sample() and the SAMPLE op. */
+static struct djinn_sample_params sample_params(const struct model_sampling *sp,
+						uint64_t rng)
+{
+	return (struct djinn_sample_params){ .temperature = sp->temperature,
+					     .top_p = sp->top_p,
+					     .top_k = sp->top_k,
+					     .rng = rng };
+}
+
+/* What a row's result says (token, or struct djinn_sample_params'
+ * codes), with *@rng advanced as for a token drawn: 0, or -EINVAL with
+ * why in @msg. */
+static int sample_result(int64_t t, const struct model_sampling *sp,
+			 uint64_t *rng, int32_t *out, char *msg, size_t msglen)
+{
+	if (t == DJINN_SAMPLE_BAD_PARAMS) {
+		if (!isfinite(sp->temperature) || sp->temperature < 0)
+			return errmsg(msg, msglen, -EINVAL,
+				      "temperature %g: not 0 or positive",
+				      (double)sp->temperature);
+		return errmsg(msg, msglen, -EINVAL, "top_p %g: not in (0, 1]",
+			      (double)sp->top_p);
+	}
+	if (t < 0)
+		return errmsg(msg, msglen, -EINVAL, "logit %lld is NaN",
+			      (long long)(-1 - t));
+	if (sp->temperature > 0)
+		*rng += DJINN_SAMPLE_GAMMA;
+	*out = (int32_t)t;
+	return 0;
+}
+
+int model_sample(const float *logits, uint32_t V,
+		 const struct model_sampling *sp, uint64_t *rng, int32_t *out,
+		 char *msg, size_t msglen)
+{
+	struct djinn_sample_params p = sample_params(sp, *rng);
+	int64_t t;
+	int ret = djinn_sample(logits, V, &p, &t);
+
+	if (ret)
+		return errmsg(msg, msglen, ret, "sampling: %s", strerror(-ret));
+	return sample_result(t, sp, rng, out, msg, msglen);
+}
 
 /* What a request's next step is. */
 enum req_stage {

@@ -21,9 +21,6 @@ uint64_t model_ctx_host_ns(void);
  * (struct fwd_plans), this process's ever. */
 void model_plans_stats(const struct model_hold *h, uint64_t *kept,
 		       uint64_t *planned);
-/* A token's weight in model_sample(): exp((@logit - @top) * @inv_t) as
- * it computes it, e^x in float (for a reference to draw with the same). */
-double model_sample_weight(float logit, float top, double inv_t);
 /* Bytes of host memory the context keeps for its raw logits between
  * steps (one row, or 0). */
 uint64_t model_ctx_raw_bytes(const struct model_ctx *c);

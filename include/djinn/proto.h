@@ -529,7 +529,10 @@ enum djinn_opcode {
 	DJINN_GOP_ARGMAX = 19, /* over the last dim, to i64 */
 	/* a client kernel: module, 1 to 3 tensors (struct djinn_p_kernel) */
 	DJINN_GOP_KERNEL = 20,
-	DJINN_GOP_MAX = DJINN_GOP_KERNEL,
+	/* a token per row: logits (..., V), a row of parameters each
+	 * (struct djinn_sample_params), to i64 */
+	DJINN_GOP_SAMPLE = 21,
+	DJINN_GOP_MAX = DJINN_GOP_SAMPLE,
 };
 
 enum djinn_residency {
@@ -605,6 +608,37 @@ struct djinn_p_kernel {
 	__u16 __reserved;
 	__u64 name_hash;
 };
+/**
+ * struct djinn_sample_params - one row's choices for DJINN_GOP_SAMPLE
+ * @temperature: 0: greedy (the first largest logit, no draw); else
+ *               finite and > 0
+ * @top_p:       in (0, 1]: after top_k, the fewest most likely tokens
+ *               whose probabilities reach top_p (1: all)
+ * @top_k:       keep the k most likely (0: all); ties by lower id
+ * @__reserved:  zero
+ * @rng:         a splitmix64 state: with temperature > 0 the row draws
+ *               the stream's next output (that of state
+ *               @rng + DJINN_SAMPLE_GAMMA), once; the caller advances its
+ *               state by DJINN_SAMPLE_GAMMA for each row sampled
+ *
+ * SAMPLE takes logits x (..., V), float, V < 2^31, and params (..., 24)
+ * u8 whose leading dims are x's, each row of 24 bytes one of these
+ * (little-endian); its result (...) i64 is each row's token id, or,
+ * read with the result instead of failing the graph: -1 - i when logit
+ * i is the row's first NaN, DJINN_SAMPLE_BAD_PARAMS when its params
+ * are out of range. The draw and the order of ties are those of
+ * Documentation/model.rst ("Sampling"), the same on every backend.
+ */
+struct djinn_sample_params {
+	float temperature;
+	float top_p;
+	__u32 top_k;
+	__u32 __reserved;
+	__u64 rng;
+};
+#define DJINN_SAMPLE_GAMMA 0x9e3779b97f4a7c15ull
+#define DJINN_SAMPLE_BAD_PARAMS (-0x7fffffffffffffffll - 1)
+static_assert(sizeof(struct djinn_sample_params) == 24, "sample layout");
 static_assert(sizeof(struct djinn_p_matmul) == 8, "p_matmul layout");
 static_assert(sizeof(struct djinn_p_scalar) == 8, "p_scalar layout");
 static_assert(sizeof(struct djinn_p_shape) == 36, "p_shape layout");

@@ -37,6 +37,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "dtypes.h"
+#include "sample.h"
 
 /*
  * |got - want| <= tol * (|want| + floor * max |want| over the tensor):
@@ -2115,6 +2116,79 @@ static void test_argmax(void **state)
 }
 
 /* ---------------------------------------------------------------------- */
+/* SAMPLE */
+
+static void set_params(const struct dj_tensor *p, size_t row,
+		       struct djinn_sample_params sp)
+{
+	memcpy((uint8_t *)hptr(p) + row * sizeof(sp), &sp, sizeof(sp));
+}
+
+/*
+ * Each row is djinn_sample()'s token for that row alone with its own
+ * parameters (lib/sample.c, checked against a sorted reference in
+ * test_model_forward): the rows' draws independent of each other and
+ * of the threads that run them, in every float dtype (its logits as the
+ * dtype rounds them), the in-band codes for a NaN and bad parameters.
+ */
+static void test_sample(void **state)
+{
+	const unsigned int dtypes[] = { F32, F16, BF16 };
+	const struct djinn_sample_params rows[] = {
+		{ .temperature = 0, .top_p = 1 }, /* greedy */
+		{ .temperature = 1, .top_p = 1, .rng = 7 },
+		{ .temperature = 0.7f, .top_p = 1, .top_k = 40, .rng = 8 },
+		{ .temperature = 1.3f, .top_p = 0.9f, .rng = 9 },
+		{ .temperature = 1, .top_p = 0.5f, .top_k = 3, .rng = 10 },
+		{ .temperature = 2, .top_p = 1, .top_k = 1, .rng = 11 },
+		{ .temperature = 1, .top_p = 1, .rng = 12 }, /* a NaN */
+		{ .temperature = -1, .top_p = 1 }, /* bad */
+		{ .temperature = 1, .top_p = 0 }, /* bad */
+		{ .temperature = 1, .top_p = 1, .__reserved = 1 }, /* bad */
+	};
+	const size_t R = ARRAY_SIZE(rows), V = 1000;
+
+	rng_seed(21);
+	for (size_t d = 0; d < ARRAY_SIZE(dtypes); d++) {
+		struct dj_tensor in[2] = { TENSOR(dtypes[d], R, V),
+					   TENSOR(U8, R, 24) };
+		struct dj_tensor out = TENSOR(I64, R);
+		struct djinn_node n = mknode(DJINN_GOP_SAMPLE);
+		float *row = talloc(V * sizeof(float));
+
+		randomize(&in[0], -4, 4);
+		set(&in[0], 6 * V + 123, NAN);
+		set(&in[0], 6 * V + 456, NAN);
+		for (size_t r = 0; r < R; r++)
+			set_params(&in[1], r, rows[r]);
+		run_ok(&n, in, 2, &out);
+		for (size_t r = 0; r < R; r++) {
+			int64_t want;
+			size_t best = 0;
+
+			for (size_t i = 0; i < V; i++) {
+				row[i] = (float)get(&in[0], r * V + i);
+				if (row[i] > row[best])
+					best = i;
+			}
+			assert_int_equal(djinn_sample(row, V, &rows[r], &want),
+					 0);
+			if (get_int(&out, r) != want)
+				fail_msg("%s row %zu: token %" PRId64
+					 ", want %" PRId64,
+					 djinn_dtype_name(dtypes[d]), r,
+					 get_int(&out, r), want);
+			if (r == 0 || r == 5) /* greedy, top_k 1 */
+				assert_int_equal(want, best);
+		}
+		assert_int_equal(get_int(&out, 6), -1 - 123);
+		for (size_t r = 7; r < R; r++)
+			assert_int_equal(get_int(&out, r),
+					 DJINN_SAMPLE_BAD_PARAMS);
+	}
+}
+
+/* ---------------------------------------------------------------------- */
 /* Thread counts */
 
 /*
@@ -2617,6 +2691,7 @@ int main(void)
 		TEST(test_attention_varlen),
 		TEST(test_attention_no_keys),
 		TEST(test_argmax),
+		TEST(test_sample),
 		TEST(test_threads_agree),
 		TEST(test_errors),
 		TEST(test_gpt2_block),

@@ -345,6 +345,7 @@ static void test_names(void **state)
 		[DJINN_GOP_ATTENTION] = "attention",
 		[DJINN_GOP_ARGMAX] = "argmax",
 		[DJINN_GOP_KERNEL] = "kernel",
+		[DJINN_GOP_SAMPLE] = "sample",
 	};
 
 	for (unsigned int op = 1; op <= DJINN_GOP_MAX; op++)
@@ -734,6 +735,11 @@ static struct gb *op_graph(unsigned int op)
 		gb_module(b, 100);
 		gb_input(b, D(F32, 4, 8));
 		NODEP(b, op, P_KERNEL(1), 0, 1);
+		break;
+	case DJINN_GOP_SAMPLE:
+		gb_input(b, D(F32, 4, 8));
+		gb_input(b, D(U8, 4, 24));
+		NODE(b, op, 0, 1);
 		break;
 	default: /* unary: gelu, relu, silu, softmax, argmax */
 		gb_input(b, D(F32, 4, 8));
@@ -1686,6 +1692,29 @@ static void test_argmax(void **state)
 		    "input 0 has 0 dims, fewer than 1");
 }
 
+static void test_sample(void **state)
+{
+	op2_ok(DJINN_GOP_SAMPLE, D(F32, 2, 50257), D(U8, 2, 24), D(I64, 2));
+	op2_ok(DJINN_GOP_SAMPLE, D(BF16, 100), D(U8, 24), D(I64));
+	op2_ok(DJINN_GOP_SAMPLE, D(F16, 3, 1, 7), D(U8, 3, 1, 24),
+	       D(I64, 3, 1));
+
+	op2_refused(DJINN_GOP_SAMPLE, D(I32, 2, 10), D(U8, 2, 24), EINVAL,
+		    "input 0 is i32, not a float");
+	op2_refused(DJINN_GOP_SAMPLE, D(F32), D(U8, 24), EINVAL,
+		    "input 0 has 0 dims, fewer than 1");
+	op2_refused(DJINN_GOP_SAMPLE, D(F32, 2, 10), D(I64, 2, 3), EINVAL,
+		    "params are not u8 rows of 24 bytes");
+	op2_refused(DJINN_GOP_SAMPLE, D(F32, 2, 10), D(U8, 2, 16), EINVAL,
+		    "params are not u8 rows of 24 bytes");
+	op2_refused(DJINN_GOP_SAMPLE, D(F32, 2, 10), D(U8, 3, 24), EINVAL,
+		    "params' leading dims are not the logits'");
+	op2_refused(DJINN_GOP_SAMPLE, D(F32, 2, 10), D(U8, 2, 1, 24), EINVAL,
+		    "params' leading dims are not the logits'");
+	op2_refused(DJINN_GOP_SAMPLE, D(F32, 1ull << 31), D(U8, 24), EINVAL,
+		    "2147483648 logits a row, over 2^31 - 1");
+}
+
 /* A kernel (module, x) -> like x, with params @p; value of the node. */
 static struct gb *kernel_graph(struct djinn_p_kernel p)
 {
@@ -2043,6 +2072,7 @@ int main(void)
 		cmocka_unit_test(test_attn_tokens),
 		cmocka_unit_test(test_attn_varlen),
 		cmocka_unit_test(test_argmax),
+		cmocka_unit_test(test_sample),
 		cmocka_unit_test(test_kernel),
 		cmocka_unit_test(test_result_limit),
 		cmocka_unit_test(test_outputs),

@@ -30,6 +30,7 @@
 
 #include "model/runtime.h"
 #include "model/runtime_test.h"
+#include "sample.h"
 #include "testutil.h"
 #include "model_test.h"
 
@@ -1017,16 +1018,16 @@ static void test_sample(void **state)
 	}
 	/* the weights: e^x within 1e-6 of libm's down to -87.3, exactly 1
 	 * at the top, 0 below -87.34 (float's normal range) */
-	assert_true(model_sample_weight(3, 3, 1) == 1.0);
+	assert_true(djinn_sample_weight(3, 3, 1) == 1.0);
 	for (double x = -87.3; x <= 0; x += 0.0123) {
-		double w = model_sample_weight((float)x, 0, 1);
+		double w = djinn_sample_weight((float)x, 0, 1);
 		double want = exp((double)(float)x);
 
 		assert_true(fabs(w - want) <= 1e-6 * want);
 	}
-	assert_true(model_sample_weight(-87.4f, 0, 1) == 0);
-	assert_true(model_sample_weight(-88, 0, 1) == 0);
-	assert_true(model_sample_weight(-INFINITY, 0, 1) == 0);
+	assert_true(djinn_sample_weight(-87.4f, 0, 1) == 0);
+	assert_true(djinn_sample_weight(-88, 0, 1) == 0);
+	assert_true(djinn_sample_weight(-INFINITY, 0, 1) == 0);
 	/* temperatures at float's ends: the argument does not overflow */
 	{
 		static const float tie[2] = { 1, 1 },
@@ -1054,7 +1055,7 @@ static void test_sample(void **state)
 			c2[t]++;
 		}
 		assert_true(c2[1] > draws * 0.012 && c2[1] < draws * 0.024);
-		assert_true(fabs(model_sample_weight(-2e38f, 2e38f, 1e-38) -
+		assert_true(fabs(djinn_sample_weight(-2e38f, 2e38f, 1e-38) -
 				 exp(-4.0)) < 1e-6);
 	}
 	/* bad parameters and logits */
@@ -1113,10 +1114,10 @@ static int32_t ref_sample(const float *lg, uint32_t V,
 	/* the weights as the sampler computes them: the selection and the
 	 * draw are what this checks */
 	for (uint32_t j = 0; j < k; j++)
-		sum += model_sample_weight(c[j].logit, c[0].logit,
+		sum += djinn_sample_weight(c[j].logit, c[0].logit,
 					   1.0 / sp->temperature);
 	for (m = 0; m < k;) {
-		double x = model_sample_weight(c[m].logit, c[0].logit,
+		double x = djinn_sample_weight(c[m].logit, c[0].logit,
 					       1.0 / sp->temperature);
 
 		w[c[m++].id] = x;

@@ -27,6 +27,7 @@
 #include "array_size.h"
 #include "cpu.h"
 #include "graph.h"
+#include "sample.h"
 
 /* More kernel threads than this is a configuration mistake. */
 #define CPU_MAX_THREADS 1024
@@ -600,6 +601,72 @@ static int op_argmax(struct cpu_backend *cb, const struct djinn_node *node,
 	if (ret)
 		return ret;
 	ret = cpu_argmax(cb->pool, DJINN_DTYPE_F32, ptr(out), f.in[0], rows, C);
+	return f32_end(cb, NULL, &f, ret);
+}
+
+/* SAMPLE's rows, each djinn_sample()'s, a row a chunk of the pool */
+struct sample_rows {
+	const float *x;
+	const uint8_t *params;
+	int64_t *out;
+	size_t V;
+};
+
+static int sample_range(void *arg, size_t lo, size_t hi)
+{
+	const struct sample_rows *a = arg;
+
+	for (size_t r = lo; r < hi; r++) {
+		struct djinn_sample_params p;
+		int ret;
+
+		memcpy(&p, a->params + r * sizeof(p), sizeof(p));
+		ret = djinn_sample(a->x + r * a->V, (uint32_t)a->V, &p,
+				   &a->out[r]);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int op_sample(struct cpu_backend *cb, const struct djinn_node *node,
+		     const struct dj_tensor *in, const struct dj_tensor *out,
+		     char *msg, size_t msglen)
+{
+	const struct djinn_tensor_desc *x = &in[0].desc, *pd = &in[1].desc;
+	struct sample_rows a;
+	struct f32_view f;
+	size_t rows;
+	int ret;
+
+	(void)node;
+	if (x->ndim < 1 || !djinn_dtype_is_float(x->dtype) ||
+	    pd->dtype != DJINN_DTYPE_U8 || !pd->ndim ||
+	    pd->dims[pd->ndim - 1] != sizeof(struct djinn_sample_params))
+		return errmsg(msg, msglen, -EINVAL,
+			      "not float logits and u8 rows of parameters");
+	a.V = x->dims[x->ndim - 1];
+	rows = a.V ? djinn_desc_elems_from(x, 0) / a.V : 0;
+	if (!a.V || a.V > INT32_MAX ||
+	    djinn_desc_elems_from(pd, 0) !=
+		    rows * sizeof(struct djinn_sample_params))
+		return errmsg(msg, msglen, -EINVAL,
+			      "%zu rows of logits and not a row of "
+			      "parameters each",
+			      rows);
+	if (out->desc.dtype != DJINN_DTYPE_I64 ||
+	    djinn_desc_elems_from(&out->desc, 0) != rows)
+		return errmsg(msg, msglen, -EINVAL,
+			      "result is not %zu i64 elements", rows);
+	ret = f32_begin(cb, in, 1, NULL, &f, msg, msglen);
+	if (ret)
+		return ret;
+	a.x = f.in[0];
+	a.params = ptr(&in[1]);
+	a.out = ptr(out);
+	ret = cpu_parallel_for(cb->pool, rows, 1, sample_range, &a);
+	if (ret)
+		errmsg(msg, msglen, ret, "sampling: %s", strerror(-ret));
 	return f32_end(cb, NULL, &f, ret);
 }
 

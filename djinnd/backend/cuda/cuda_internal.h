@@ -34,6 +34,7 @@ extern const unsigned char djinn_cuda_fatbin_end[];
 	X(softmax_f32) X(softmax_f16) X(softmax_bf16) X(norm_f32)       \
 	X(norm_f16) X(norm_bf16) X(argmax_f32) X(argmax_f16)            \
 	X(argmax_bf16) X(argmax_i32) X(argmax_i64) X(argmax_u8)         \
+	X(sample_f32) X(sample_f16) X(sample_bf16)                      \
 	X(embed_check_i32) X(embed_check_i64) X(embed_1) X(embed_2)     \
 	X(embed_4) X(embed_8) X(embed_16) X(permute_1) X(permute_2)     \
 	X(permute_4) X(permute_8) X(copy_rows_1) X(copy_rows_2)         \

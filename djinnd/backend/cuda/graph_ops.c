@@ -443,6 +443,40 @@ static int op_argmax(struct nctx *c, const struct djinn_node *node,
 		      rows * DJK_ROW_THREADS, DJK_ROW_THREADS, 0, args);
 }
 
+/* SAMPLE: a block a row; bad rows say so in their result (proto.h) */
+static int op_sample(struct nctx *c, const struct djinn_node *node,
+		     const struct dj_tensor *in, const struct dj_tensor *out)
+{
+	const struct djinn_tensor_desc *x = &in[0].desc, *pd = &in[1].desc;
+	uint64_t o = out->addr, xa = in[0].addr, pa = in[1].addr, rows, C;
+	uint32_t V;
+	void *args[] = { &o, &xa, &pa, &rows, &V };
+
+	if (x->ndim < 1 || pd->dtype != DJINN_DTYPE_U8 || !pd->ndim ||
+	    pd->dims[pd->ndim - 1] != sizeof(struct djinn_sample_params))
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "not logits and u8 rows of parameters");
+	C = x->dims[x->ndim - 1];
+	rows = C ? djinn_desc_elems_from(x, 0) / C : 0;
+	if (!C || C > INT32_MAX ||
+	    djinn_desc_elems_from(pd, 0) !=
+		    rows * sizeof(struct djinn_sample_params))
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "%llu rows of logits and not a row of "
+			      "parameters each",
+			      (unsigned long long)rows);
+	if (out->desc.dtype != DJINN_DTYPE_I64 ||
+	    djinn_desc_elems_from(&out->desc, 0) != rows)
+		return errmsg(c->msg, c->msglen, -EINVAL,
+			      "result is not %llu i64 elements",
+			      (unsigned long long)rows);
+	if (!djinn_dtype_is_float(x->dtype))
+		return no_kernel(c, node, x->dtype);
+	V = (uint32_t)C;
+	return launch(c, by_dtype(K_sample_f32, x->dtype),
+		      rows * DJK_SAMPLE_THREADS, DJK_SAMPLE_THREADS, 0, args);
+}
+
 /*
  * ATTENTION (enum djinn_attn_layout): the shapes and strides of the CPU
  * backend's cpu_attn_init(), the cache's slots as device addresses.

@@ -425,6 +425,370 @@ ARGMAX(i64, int64_t, int64_t)
 ARGMAX(u8, uint8_t, uint32_t)
 
 /* ---------------------------------------------------------------------- */
+/* SAMPLE: a block per row, the choices of lib/sample.c without its heaps */
+
+/*
+ * lib/vecmath.h's djinn_expf(), operation for operation, each rounded
+ * as the CPU rounds it (no fused multiply-adds), so that a token's
+ * weight is the same bits on both backends.
+ */
+__device__ __forceinline__ float dj_expf(float x)
+{
+	bool under = x < -87.33654f, over = x > 88.72283f;
+	float xc = under ? -87.33654f : x, t, n, r, p, y;
+	uint32_t nb, n1b;
+
+	xc = over ? 88.72283f : xc;
+	t = __fadd_rn(__fmul_rn(xc, 1.44269504f), 12582912.0f);
+	n = __fsub_rn(t, 12582912.0f);
+	nb = __float_as_uint(t) - 0x4b400000u + 128;
+	r = __fadd_rn(__fsub_rn(xc, __fmul_rn(n, 0.693359375f)),
+		      __fmul_rn(n, 2.12194440e-4f));
+	p = 1.9875691500e-4f;
+	p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
+	p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+	p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+	p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+	p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+	y = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);
+	n1b = nb >> 1;
+	y = __fmul_rn(__fmul_rn(y, __uint_as_float((n1b + 63) << 23)),
+		      __uint_as_float((nb - n1b + 63) << 23));
+	y = under ? 0.0f : y;
+	return over ? __int_as_float(0x7f800000) : y;
+}
+
+/* A token's weight: the argument in double, e^x in float. */
+__device__ __forceinline__ double sample_w(float v, double top, double inv_t)
+{
+	return (double)dj_expf((float)__dmul_rn(__dsub_rn((double)v, top),
+						 inv_t));
+}
+
+/* The candidates' order as unsigned keys, larger first: a larger float
+ * is a larger key, and -0 the key of +0 (they tie, as floats do). */
+__device__ __forceinline__ uint32_t sample_key(float v)
+{
+	uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+
+	return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+#define SAMPLE_WARPS (DJK_SAMPLE_THREADS / 32)
+
+struct sample_shared {
+	double part[SAMPLE_WARPS];
+	double mass[256];
+	uint32_t count[256];
+	uint32_t first, pick;
+	double total;
+};
+
+/* The block's sum of @v (every thread gets it). */
+__device__ double block_sum(double v, sample_shared *sh)
+{
+	unsigned int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+
+	for (int o = 16; o; o >>= 1)
+		v += __shfl_down_sync(0xffffffffu, v, o);
+	__syncthreads();
+	if (!lane)
+		sh->part[w] = v;
+	__syncthreads();
+	if (!threadIdx.x) {
+		double s = 0;
+
+		for (unsigned int k = 0; k < SAMPLE_WARPS; k++)
+			s += sh->part[k];
+		sh->total = s;
+	}
+	__syncthreads();
+	return sh->total;
+}
+
+/*
+ * The first i in id order (of the row's V) whose running sum of @val(i)
+ * (in id order) passes @target: reaches it (@reach) or exceeds it; V if
+ * none does. The sum runs a block's chunk of ids at a time, a scan in
+ * each.
+ */
+template <typename F>
+__device__ uint32_t block_first(uint32_t V, double target, bool reach, F val,
+				sample_shared *sh)
+{
+	unsigned int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	double run = 0;
+
+	for (uint32_t base = 0; base < V; base += DJK_SAMPLE_THREADS) {
+		uint32_t i = base + threadIdx.x;
+		double v = i < V ? val(i) : 0, incl = v, wx = 0, chunk = 0;
+
+		for (int o = 1; o < 32; o <<= 1) {
+			double y = __shfl_up_sync(0xffffffffu, incl, o);
+
+			if ((int)lane >= o)
+				incl += y;
+		}
+		__syncthreads();
+		if (lane == 31)
+			sh->part[w] = incl;
+		if (!threadIdx.x)
+			sh->first = UINT32_MAX;
+		__syncthreads();
+		for (unsigned int k = 0; k < SAMPLE_WARPS; k++) {
+			wx += k < w ? sh->part[k] : 0;
+			chunk += sh->part[k];
+		}
+		incl += run + wx;
+		if (i < V && v > 0 && (reach ? incl >= target : incl > target))
+			atomicMin(&sh->first, i);
+		__syncthreads();
+		if (sh->first != UINT32_MAX)
+			return sh->first;
+		run += chunk;
+	}
+	return V;
+}
+
+/*
+ * Radix selection over the keys of the tokens @in(i) keeps, largest
+ * first: the key k* where the running @what(i) (1: a count; a weight: a
+ * mass) of the tokens in key order, larger keys first, reaches @need.
+ * *@need becomes what is left of it within the tokens of key k*.
+ * Returns false if the whole never reaches it.
+ */
+template <typename T, typename In, typename What>
+__device__ bool radix_select(const T *x, uint32_t V, In in, What what,
+			     double *need, uint32_t *kstar, sample_shared *sh)
+{
+	uint32_t prefix = 0, mask = 0;
+
+	for (int shift = 24; shift >= 0; shift -= 8) {
+		for (unsigned int b = threadIdx.x; b < 256; b += blockDim.x)
+			sh->mass[b] = 0;
+		__syncthreads();
+		for (uint32_t i = threadIdx.x; i < V; i += blockDim.x) {
+			float v = ld(x[i]);
+			uint32_t k = sample_key(v);
+
+			if ((k & mask) == prefix && in(i, v))
+				atomicAdd(&sh->mass[(k >> shift) & 255],
+					  what(v));
+		}
+		__syncthreads();
+		if (!threadIdx.x) {
+			double above = 0;
+			int d;
+
+			for (d = 255; d >= 0; d--) {
+				if (sh->mass[d] > 0 &&
+				    above + sh->mass[d] >= *need)
+					break;
+				above += sh->mass[d];
+			}
+			sh->pick = d < 0 ? UINT32_MAX : (uint32_t)d;
+			sh->total = above;
+		}
+		__syncthreads();
+		if (sh->pick == UINT32_MAX)
+			return false;
+		*need -= sh->total;
+		prefix |= sh->pick << shift;
+		mask |= 255u << shift;
+		__syncthreads();
+	}
+	*kstar = prefix;
+	return true;
+}
+
+template <typename T>
+__device__ void sample_rows(int64_t *out, const T *x, const uint8_t *params,
+			    uint64_t rows, uint32_t V)
+{
+	__shared__ sample_shared sh;
+
+	for (uint64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+		const T *xr = x + r * V;
+		struct djinn_sample_params p;
+		uint8_t *pb = (uint8_t *)&p;
+		uint32_t nan = UINT32_MAX, best = UINT32_MAX, kk, kcut = 0,
+			 icut = UINT32_MAX, pk = 0, pcut = UINT32_MAX;
+		float top = 0;
+		double inv_t, need, sum;
+		bool topk, topp;
+
+		for (unsigned int b = 0; b < sizeof(p); b++)
+			pb[b] = params[r * sizeof(p) + b];
+		if (!isfinite(p.temperature) || p.temperature < 0 ||
+		    !(p.top_p > 0 && p.top_p <= 1) || p.__reserved) {
+			if (!threadIdx.x)
+				out[r] = DJINN_SAMPLE_BAD_PARAMS;
+			continue;
+		}
+		/* the first NaN, the first largest */
+		for (uint32_t i = threadIdx.x; i < V; i += blockDim.x) {
+			float v = ld(xr[i]);
+
+			if (v != v) {
+				nan = min(nan, i);
+				continue;
+			}
+			if (best == UINT32_MAX || v > top) {
+				top = v;
+				best = i;
+			}
+		}
+		__syncthreads();
+		if (!threadIdx.x)
+			sh.first = UINT32_MAX;
+		__syncthreads();
+		if (nan != UINT32_MAX)
+			atomicMin(&sh.first, nan);
+		__syncthreads();
+		nan = sh.first;
+		__syncthreads();
+		if (nan != UINT32_MAX) {
+			if (!threadIdx.x)
+				out[r] = -1 - (int64_t)nan;
+			continue;
+		}
+		/* the largest key, then its first id */
+		if (!threadIdx.x)
+			sh.pick = 0;
+		__syncthreads();
+		if (best != UINT32_MAX)
+			atomicMax(&sh.pick, sample_key(top));
+		__syncthreads();
+		kk = sh.pick;
+		__syncthreads();
+		if (!threadIdx.x)
+			sh.first = UINT32_MAX;
+		__syncthreads();
+		if (best != UINT32_MAX && sample_key(top) == kk)
+			atomicMin(&sh.first, best);
+		__syncthreads();
+		best = sh.first;
+		top = ld(xr[best]);
+		if (p.temperature == 0 || isinf(top)) {
+			if (!threadIdx.x)
+				out[r] = best;
+			__syncthreads();
+			continue;
+		}
+		inv_t = 1.0 / (double)p.temperature;
+
+		/* top_k: the keys above kcut, and of key kcut the ids up to
+		 * icut (ties by lower id) */
+		topk = p.top_k && p.top_k < V;
+		if (topk) {
+			need = p.top_k;
+			radix_select(
+				xr, V, [](uint32_t, float) { return true; },
+				[](float) { return 1.0; }, &need, &kcut,
+				&sh);
+			icut = block_first(
+				V, need, true,
+				[&](uint32_t i) {
+					return sample_key(ld(xr[i])) == kcut ? 1.0 :
+									       0.0;
+				},
+				&sh);
+		}
+		auto kept_k = [&](uint32_t i, float v) {
+			uint32_t k = sample_key(v);
+
+			return !topk || k > kcut || (k == kcut && i <= icut);
+		};
+
+		/* top_p: the fewest first of the kept whose mass reaches
+		 * top_p of theirs; the same cut of keys and ids */
+		topp = p.top_p < 1;
+		if (topp) {
+			double s = 0;
+
+			for (uint32_t i = threadIdx.x; i < V; i += blockDim.x) {
+				float v = ld(xr[i]);
+
+				if (kept_k(i, v))
+					s += sample_w(v, top, inv_t);
+			}
+			sum = block_sum(s, &sh);
+			need = (double)p.top_p * sum;
+			topp = radix_select(
+				xr, V, kept_k,
+				[&](float v) {
+					return sample_w(v, top, inv_t);
+				},
+				&need, &pk, &sh);
+			if (topp)
+				pcut = block_first(
+					V, need, true,
+					[&](uint32_t i) {
+						float v = ld(xr[i]);
+
+						return sample_key(v) == pk &&
+								       kept_k(i, v) ?
+							       sample_w(v, top,
+									inv_t) :
+							       0.0;
+					},
+					&sh);
+		}
+		auto kept = [&](uint32_t i, float v) {
+			uint32_t k = sample_key(v);
+
+			return kept_k(i, v) &&
+			       (!topp || k > pk || (k == pk && i <= pcut));
+		};
+
+		/* the draw: u in [0, the kept mass), the first token in id
+		 * order whose running mass passes it */
+		{
+			double s = 0, u;
+			uint64_t z = p.rng + DJINN_SAMPLE_GAMMA;
+			uint32_t t;
+
+			for (uint32_t i = threadIdx.x; i < V; i += blockDim.x) {
+				float v = ld(xr[i]);
+
+				if (kept(i, v))
+					s += sample_w(v, top, inv_t);
+			}
+			sum = block_sum(s, &sh);
+			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+			z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+			z ^= z >> 31;
+			u = (double)(z >> 11) * 0x1p-53 * sum;
+			t = block_first(
+				V, u, false,
+				[&](uint32_t i) {
+					float v = ld(xr[i]);
+
+					return kept(i, v) ?
+						       sample_w(v, top, inv_t) :
+						       0.0;
+				},
+				&sh);
+			if (!threadIdx.x)
+				out[r] = t < V ? t : best;
+		}
+		__syncthreads();
+	}
+}
+
+#define SAMPLE(name, T)                                                   \
+	extern "C" __global__ void __launch_bounds__(DJK_SAMPLE_THREADS)   \
+		dj_sample_##name(                                          \
+		int64_t *out, const T *x, const uint8_t *params,           \
+		uint64_t rows, uint32_t V)                                 \
+	{                                                                  \
+		sample_rows<T>(out, x, params, rows, V);                   \
+	}
+SAMPLE(f32, float)
+SAMPLE(f16, __half)
+SAMPLE(bf16, bf16)
+
+/* ---------------------------------------------------------------------- */
 /* Byte movers: any dtype */
 
 /* *@first = the smallest index of an id outside [0, V) (starts at

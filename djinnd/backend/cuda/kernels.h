@@ -77,5 +77,7 @@ struct djk_varlen {
 /* Threads per block of the row kernels and the attention tile. */
 #define DJK_ROW_THREADS 256
 #define DJK_ATTN_THREADS 128
+/* Threads of SAMPLE's block, one block a row. */
+#define DJK_SAMPLE_THREADS 512
 
 #endif /* DJINN_CUDA_KERNELS_H */

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * Sampling a token from logits: greedy, or temperature then top-k then
- * top-p, drawn from a seeded splitmix64 stream. See runtime.h.
+ * top-p, drawn from a splitmix64 stream (sample.h): the CPU backend's
+ * SAMPLE op, and the model runtime's sampler on the host.
  *
  * Without sorting the vocabulary. The candidates are in one total order,
  * larger logits first and equal ones by lower id. top_k keeps the first
@@ -28,17 +29,15 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sample.h"
 #include "vecmath.h"
-#include "model/runtime.h"
-#include "model/runtime_test.h"
 
 static uint64_t splitmix64(uint64_t *s)
 {
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	uint64_t z = (*s += DJINN_SAMPLE_GAMMA);
 
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -112,7 +111,7 @@ static inline float weight(float logit, double top, double inv_t)
 	return djinn_expf((float)(((double)logit - top) * inv_t));
 }
 
-double model_sample_weight(float logit, float top, double inv_t)
+double djinn_sample_weight(float logit, float top, double inv_t)
 {
 	return weight(logit, top, inv_t);
 }
@@ -221,43 +220,37 @@ static void weigh_all(double *restrict w, const float *restrict logits,
 		w[i] = weight(logits[i], top, inv_t);
 }
 
-int model_sample(const float *logits, uint32_t V,
-		 const struct model_sampling *sp, uint64_t *rng, int32_t *out,
-		 char *msg, size_t msglen)
+int djinn_sample(const float *logits, uint32_t V,
+		 const struct djinn_sample_params *sp, int64_t *out)
 {
 	double sum = 0, cum = 0, r;
 	uint32_t best = 0, k, n, bad;
+	uint64_t rng = sp->rng;
 	double inv_t, top;
 	struct cand *c;
 	double *w;
 
-	if (!V)
+	if (!V || V > INT32_MAX)
 		return -EINVAL;
-	if (!isfinite(sp->temperature) || sp->temperature < 0) {
-		snprintf(msg, msglen, "temperature %g: not 0 or positive",
-			 (double)sp->temperature);
-		return -EINVAL;
-	}
-	if (!(sp->top_p > 0 && sp->top_p <= 1)) {
-		snprintf(msg, msglen, "top_p %g: not in (0, 1]",
-			 (double)sp->top_p);
-		return -EINVAL;
+	if (!isfinite(sp->temperature) || sp->temperature < 0 ||
+	    !(sp->top_p > 0 && sp->top_p <= 1) || sp->__reserved) {
+		*out = DJINN_SAMPLE_BAD_PARAMS;
+		return 0;
 	}
 	bad = scan(logits, V, &best);
 	if (bad < V) {
-		snprintf(msg, msglen, "logit %u is NaN", bad);
-		return -EINVAL;
+		*out = -1 - (int64_t)bad;
+		return 0;
 	}
 	if (sp->temperature == 0) {
-		*out = (int32_t)best;
+		*out = best;
 		return 0;
 	}
 	if (isinf(logits[best])) {
 		/* a logit of +inf outweighs the others without measure, and
-		 * all -inf have no mass: the first largest, as greedy, one
-		 * draw taken from the stream as any sampled token takes */
-		(void)splitmix64(rng);
-		*out = (int32_t)best;
+		 * all -inf have no mass: the first largest, as greedy (the
+		 * caller's stream advances as for any sampled row) */
+		*out = best;
 		return 0;
 	}
 
@@ -304,12 +297,12 @@ draw:
 	cum = 0;
 	for (uint32_t i = 0; i < V; i++)
 		cum += w[i];
-	r = (double)(splitmix64(rng) >> 11) * 0x1p-53 * cum;
-	*out = (int32_t)best; /* the first largest is kept, and drawn if
-			       * rounding leaves r past the running sum */
+	r = (double)(splitmix64(&rng) >> 11) * 0x1p-53 * cum;
+	*out = best; /* the first largest is kept, and drawn if rounding
+		      * leaves r past the running sum */
 	for (uint32_t i = 0; i < V; i++) {
 		if (r < w[i]) {
-			*out = (int32_t)i;
+			*out = i;
 			break;
 		}
 		r -= w[i];
