@@ -590,6 +590,11 @@ int djinn_op_argmax(struct djinn_graph_builder *g, int x)
 	return node1(g, DJINN_GOP_ARGMAX, x, NULL, 0);
 }
 
+int djinn_op_sample(struct djinn_graph_builder *g, int logits, int params)
+{
+	return node2(g, DJINN_GOP_SAMPLE, logits, params, NULL, 0);
+}
+
 int djinn_op_kernel(struct djinn_graph_builder *g, int module, const char *name,
 		    const int *args, unsigned int nargs,
 		    const struct djinn_kernel_launch *launch)

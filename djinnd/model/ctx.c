@@ -312,6 +312,11 @@ uint64_t model_ctx_raw_bytes(const struct model_ctx *c)
 	return c->raw_cap;
 }
 
+uint64_t model_ctx_logits_kept(const struct model_ctx *c)
+{
+	return c->logits_kept;
+}
+
 uint64_t model_ctx_token_bytes(const struct model_ctx *c)
 {
 	return c->tok_bytes;
@@ -695,8 +700,9 @@ static int ctx_raw_room(struct model_ctx *c, size_t bytes)
 /*
  * Where the graph that ends @p's step puts its outputs (struct part):
  * the cache grown by its rows (*@grown), and the context's raw buffer
- * for its logits unless the caller keeps them (*@logits; it grows to the
- * most rows a step asked for, and stays). On failure, nothing.
+ * for its logits unless the caller keeps them or the graph samples its
+ * token from them (*@logits; it grows to the most rows a step asked
+ * for, and stays). On failure, nothing.
  */
 static int head_places(struct part *p, const struct fwd_seq *sq, bool *grown,
 		       void **logits, char *msg, size_t msglen)
@@ -716,7 +722,7 @@ static int head_places(struct part *p, const struct fwd_seq *sq, bool *grown,
 					       "device memory" :
 					       strerror(-ret));
 	*grown = true;
-	if (p->keep)
+	if (p->keep || p->sample)
 		return 0;
 	if (ctx_raw_room(c, row * (sq->all ? sq->T : 1))) {
 		vmu_region_resize(c->h->s, c->cache, c->len * c->tok_bytes,
@@ -782,6 +788,8 @@ static int run_graph(struct part **ps, unsigned int np,
 				sq->kv_into = sq->cache + sq->P * c->tok_bytes;
 		}
 		sq->logits_host = lhost[i];
+		sq->sample = sq->head ? p->sample : NULL;
+		sq->token_host = &p->token;
 		if (!ret && l0) {
 			sq->hidden = pin_addr(s, p->out[0], &ret);
 			pinned[i][1] = !ret;
@@ -941,6 +949,15 @@ int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 		goto out;
 	}
 	p->kv_in_cache = false; /* the rows are the cache's to undo here */
+	if (p->sample) {
+		/* the graph sampled its token (p->token) from logits that
+		 * were its own: the context has none for its new length
+		 * until a step keeps them (a decode's last) */
+		c->have_logits = false;
+		c->len += n;
+		ret = 0;
+		goto out;
+	}
 
 	/* the logits, (rows, V) in the weights' dtype, in the context's
 	 * raw buffer: every row for the caller's copy, else the last, which
@@ -981,6 +998,7 @@ int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 		c->logits = into;
 		c->cur = slot;
 		c->have_logits = true;
+		c->logits_kept++;
 		c->len += n;
 		if (st->keep) { /* the caller's now */
 			st->region = p->out[0];

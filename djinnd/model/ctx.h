@@ -85,6 +85,7 @@ struct model_ctx {
 	 * a step that wants every row's grows it for its own time) */
 	void *raw;
 	size_t raw_cap;
+	uint64_t logits_kept; /* steps whose logits it took (runtime_test.h) */
 };
 
 /*
@@ -125,6 +126,10 @@ struct part {
 	bool keep; /* the caller keeps the logits on the device */
 	bool kv_in_cache; /* the keys and values are in the cache already */
 	void *logits_host; /* the logits, when not in out[0] */
+	/* non-NULL: the step's graph samples its token with these, and
+	 * only that comes back (@token; struct fwd_seq) */
+	const struct djinn_sample_params *sample;
+	int64_t token;
 	bool entered;
 	char *msg;
 	size_t msglen;

@@ -647,8 +647,10 @@ static uint32_t attend_all(struct fb *f, int l, uint32_t q, uint32_t k,
  * The outputs, two per context. Contexts whose step ends here get the
  * logits of their last (or every) row of @x (rows, C) after the final
  * norm @nw (@nb: its bias, or GB_BAD for RMSNorm), all of them through
- * one product with @head; the others the hidden state @x. Then each one's
- * rows of the keys and values, all of them concatenated along axis 1.
+ * one product with @head, or the token sampled from them (one SAMPLE
+ * node for all that sample); the others the hidden state @x. Then each
+ * one's rows of the keys and values, all of them concatenated along
+ * axis 1.
  */
 static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 		   unsigned int khead)
@@ -657,8 +659,8 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 	const struct fwd_args *a = f->a;
 	struct gbuild *g = f->g;
 	uint32_t sel[FWD_MAX_SEQ], xn = GB_BAD, logits = GB_BAD, at = 0;
-	uint32_t all_kv;
-	unsigned int nh = 0;
+	uint32_t all_kv, tokens = GB_BAD, row[FWD_MAX_SEQ];
+	unsigned int nh = 0, ns = 0, k = 0;
 
 	for (uint32_t i = 0; i < a->nr_seq; i++) {
 		const struct fwd_seq *sq = &a->seq[i];
@@ -678,17 +680,48 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 	if (nh)
 		logits = matmul(g, concat_all(g, sel, nh, 0),
 				weight(f, -1, khead), true);
+	/* the rows that sample, each its logits' row, stacked (all of the
+	 * logits when every context samples) */
+	for (uint32_t i = 0; i < a->nr_seq; i++) {
+		const struct fwd_seq *sq = &a->seq[i];
+		uint32_t n = sq->all ? sq->T : 1;
+
+		if (!sq->head)
+			continue;
+		if (sq->sample && !sq->all) {
+			g->sample[ns] = *sq->sample;
+			row[ns++] = nh == 1 ? logits :
+					      slice(g, logits, 0, at, at + 1);
+		}
+		at += n;
+	}
+	if (ns) {
+		uint64_t pdims[2] = { ns, sizeof(g->sample[0]) };
+		uint32_t ins[2];
+
+		ins[0] = ns == at ? logits : concat_all(g, row, ns, 0);
+		ins[1] = gb_host_input(g, g->sample, DJINN_DTYPE_U8, 2, pdims);
+		tokens = gb_op(g, DJINN_GOP_SAMPLE, 2, ins, NULL, 0);
+	}
 	/* (rows, k, Hk D) each -> (rows, 2 l1, Hk D) */
 	all_kv = concat_all(g, f->kv, f->nr_kv, 1);
 	if (!(all_kv & GB_NODE)) /* just the parts' before: a copy */
 		all_kv = reshape(g, all_kv, 3, (int32_t)f->rows,
 				 (int32_t)(2 * a->l1),
 				 (int32_t)(c->n_kv_head * c->head_dim));
+	at = 0;
 	for (uint32_t i = 0; i < a->nr_seq; i++) {
 		const struct fwd_seq *sq = &a->seq[i];
 
 		g->owner = sq->s;
-		if (sq->head) {
+		if (sq->head && sq->sample && !sq->all) {
+			gb_output_place(g,
+					ns == 1 ? tokens :
+						  slice(g, tokens, 0, k, k + 1),
+					DJINN_RES_OUTPUT, 0, sq->token_host);
+			k++;
+			at++;
+		} else if (sq->head) {
 			uint32_t n = sq->all ? sq->T : 1;
 
 			gb_output_place(g,

@@ -45,6 +45,8 @@ struct gbuild {
 	/* the contexts' table of a pass's varlen attention (lib/graph.h),
 	 * a host input of the graph */
 	int64_t varlen[DJINN_VARLEN_MAX][DJINN_VARLEN_COLS];
+	/* the rows of parameters of its SAMPLE node, a host input */
+	struct djinn_sample_params sample[DJINN_VARLEN_MAX];
 	void *host_mem; /* host inputs the builder made (gb_free() frees) */
 	/* NULL, or where gb_run() keeps the graph's plan for the next
 	 * graph like it, and finds it (the model's) */
@@ -139,6 +141,10 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
  *          (the cache's rows P .. P + T - 1), not to a region
  * @logits_host: with @head, non-NULL: its logits are copied there, not
  *          kept in a region
+ * @sample: with @head and not @all, non-NULL: its last row's token is
+ *          sampled with these (DJINN_GOP_SAMPLE) in the graph, and the
+ *          token (1) i64, or SAMPLE's in-band code, is its output,
+ *          copied to @token_host: the logits stay in the graph
  */
 struct fwd_seq {
 	struct vmu_session *s;
@@ -148,6 +154,8 @@ struct fwd_seq {
 	uint64_t cache, hidden, kv_in;
 	uint64_t kv_into;
 	void *logits_host;
+	const struct djinn_sample_params *sample;
+	int64_t *token_host;
 };
 
 /*
@@ -164,7 +172,8 @@ struct fwd_seq {
  * own, over its own cache: with many contexts one varlen attention node
  * a layer over all of them (DJINN_ATTN_VARLEN, its table in
  * gbuild.varlen). The graph's outputs are two per context, in
- * order: the logits (@head: (T or 1, vocab)) or the hidden state after
+ * order: the logits (@head: (T or 1, vocab)), or its token (@sample: one
+ * SAMPLE node for all the contexts that sample), or the hidden state after
  * layer l1 - 1 (T, n_embd), then the new keys and values of layers 0 ..
  * l1 - 1 (T, 2 l1, n_kv_head head_dim), @head's to append to the cache
  * (or placed: @kv_into, @logits_host; its region is then 0).

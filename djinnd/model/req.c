@@ -76,7 +76,10 @@ struct model_req_priv {
 	float *logits0; /* and its logits, to put back on failure */
 	bool had_logits;
 	uint64_t rng;
-	int32_t tok;
+	int32_t tok; /* DECODE: the token this step runs */
+	/* DECODE: the next token's parameters, for this step's graph to
+	 * sample it (all but the last step of a decode) */
+	struct djinn_sample_params next;
 	struct part p;
 };
 
@@ -294,7 +297,9 @@ static int begin(struct model_req *q, const struct model_env *env)
 	case RQ_DECODE:
 	case RQ_DECODE_BRK:
 		x->rows = 1;
-		if (x->stage == RQ_DECODE)
+		if (x->stage == RQ_DECODE && x->at)
+			ret = 0; /* the step before sampled it (finish()) */
+		else if (x->stage == RQ_DECODE)
 			ret = model_sample(c->logits, c->h->m->cfg.vocab,
 					   &q->sp, &x->rng, &x->tok, q->msg,
 					   q->msglen);
@@ -317,6 +322,12 @@ static int begin(struct model_req *q, const struct model_env *env)
 		p->n = 1;
 		p->head = x->stage == RQ_DECODE;
 		p->l1 = x->stage == RQ_DECODE ? L : pz->brk;
+		/* the next token sampled where the logits are: only it comes
+		 * back (the last step's logits stay the context's) */
+		if (x->stage == RQ_DECODE && x->at + 1 < q->n) {
+			x->next = sample_params(&q->sp, x->rng);
+			p->sample = &x->next;
+		}
 		return 0;
 	case RQ_RESUME:
 		x->rows = pz->T;
@@ -383,8 +394,18 @@ static void finish(struct model_req *q, const struct model_env *env)
 		if (q->r.out)
 			q->r.out[x->at] = x->tok;
 		q->r.nr_out = ++x->at;
-		if (x->at == q->n)
+		if (x->at == q->n) {
 			req_end(q, 0);
+			return;
+		}
+		/* the token the step sampled, or why not (a NaN): the next
+		 * step's, as if it had sampled it itself */
+		ret = sample_result(p->token, &q->sp, &x->rng, &x->tok, q->msg,
+				    q->msglen);
+		if (ret) {
+			roll_back(q);
+			req_end(q, ret);
+		}
 		return;
 	case RQ_DECODE_BRK:
 		if (ret) {

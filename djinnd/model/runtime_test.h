@@ -24,5 +24,8 @@ void model_plans_stats(const struct model_hold *h, uint64_t *kept,
 /* Bytes of host memory the context keeps for its raw logits between
  * steps (one row, or 0). */
 uint64_t model_ctx_raw_bytes(const struct model_ctx *c);
+/* Steps whose logits @c took from the device into its own buffer, ever
+ * (a decode's steps that sampled in the graph took none). */
+uint64_t model_ctx_logits_kept(const struct model_ctx *c);
 
 #endif /* DJINN_MODEL_RUNTIME_TEST_H */

@@ -594,6 +594,9 @@ int djinn_op_attention_cache(struct djinn_graph_builder *g, int q, int k, int v,
 			     int cache, unsigned int slot_k,
 			     unsigned int slot_v, float scale, bool causal);
 int djinn_op_argmax(struct djinn_graph_builder *g, int x);
+/* A token per row of float @logits (..., V): @params (..., 24) u8, a
+ * struct djinn_sample_params a row (proto.h); to i64, or in-band codes */
+int djinn_op_sample(struct djinn_graph_builder *g, int logits, int params);
 
 /*
  * struct djinn_kernel_launch - how djinn_op_kernel() runs a kernel

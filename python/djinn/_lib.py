@@ -272,6 +272,7 @@ _CALLS = {
     "djinn_op_concat": (_I, [_P, _R(_I), ctypes.c_uint, _I]),
     "djinn_op_attention": (_I, [_P, _I, _I, _I, _F, _B]),
     "djinn_op_argmax": (_I, [_P, _I]),
+    "djinn_op_sample": (_I, [_P, _I, _I]),
     "djinn_submit": (_I, [_P, _PP]),
     "djinn_wait": (_I, [_P, _U64]),
     "djinn_poll": (_I, [_P]),

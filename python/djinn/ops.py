@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import ctypes
 import operator
-from typing import Any, Optional, Sequence
+import struct
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
 
 from . import _lib
 from .errors import InvalidArgument
@@ -88,6 +91,31 @@ def softmax(x: Value) -> Value:
 def argmax(x: Value) -> Value:
     """Over the last axis, as int64."""
     return _unary("argmax", x)
+
+
+SAMPLE_GAMMA = 0x9E3779B97F4A7C15
+SAMPLE_BAD_PARAMS = -(2 ** 63)
+
+
+def sample_params(rows: Sequence[Tuple[float, int, float, int]]) -> Any:
+    """The parameters of sample(), a row for each of @rows, each
+    (temperature, top_k, top_p, rng): an (n, 24) uint8 array."""
+    out = np.zeros((len(rows), 24), np.uint8)
+    for i, (temperature, top_k, top_p, rng) in enumerate(rows):
+        out[i] = np.frombuffer(struct.pack("<ffIIQ", temperature, top_p,
+                                           top_k, 0, rng), np.uint8)
+    return out
+
+
+def sample(logits: Value, params: Any) -> Value:
+    """A token per row of @logits (..., V), as int64, with a row of
+    @params (..., 24) uint8 each (sample_params()): the draw djinnd's
+    decode makes (Documentation/protocol.rst, "sample"). A row whose
+    logits hold a NaN gives -1 - its index; bad parameters
+    SAMPLE_BAD_PARAMS."""
+    g = _graph(logits, params)
+    return g._check(_lib.lib().djinn_op_sample(
+        g._p(), logits.index, g._value(params).index), "djinn_op_sample")
 
 
 def layernorm(x: Value, gamma: Any, beta: Any, eps: float = 1e-5) -> Value:

@@ -67,6 +67,37 @@ def test_refusals(session):
     assert np.array_equal(session.tensor(be, text=False).numpy(), [0, 1, 2])
 
 
+def _splitmix_next(state):
+    z = (state + ops.SAMPLE_GAMMA) % 2 ** 64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2 ** 64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2 ** 64
+    return z ^ (z >> 31)
+
+
+def test_sample_op(session):
+    """ops.sample(): greedy is argmax; temperature over every token is
+    the draw the protocol documents (one splitmix64 output, the first
+    token in id order whose running mass passes it), reproduced here
+    in numpy; a NaN and bad parameters come back in-band."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((5, 300)) * 3).astype(np.float32)
+    x[3, 77] = np.nan
+    params = ops.sample_params([(0.0, 0, 1.0, 0), (1.0, 0, 1.0, 11),
+                                (0.5, 0, 1.0, 12), (1.0, 0, 1.0, 13),
+                                (-1.0, 0, 1.0, 14)])
+    with session.graph() as g:
+        (tok,) = g.run(ops.sample(g.input(x, text=False), params))
+    t = tok.numpy()
+    assert tok.dtype == "int64" and t.shape == (5,)
+    assert t[0] == x[0].argmax()
+    for row, temp, seed in ((1, 1.0, 11), (2, 0.5, 12)):
+        w = np.exp((x[row].astype(np.float64) - x[row].max()) / temp)
+        u = (_splitmix_next(seed) >> 11) * 2.0 ** -53 * w.sum()
+        assert t[row] == int(np.searchsorted(np.cumsum(w), u, "right"))
+    assert t[3] == -1 - 77
+    assert t[4] == ops.SAMPLE_BAD_PARAMS
+
+
 def test_graph_ops(session):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 8)).astype(np.float32)

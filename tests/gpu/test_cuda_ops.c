@@ -472,6 +472,69 @@ static void test_argmax(void **state)
 	}
 }
 
+/*
+ * SAMPLE: the CUDA kernel's choices are lib/sample.c's (the CPU
+ * backend's), token for token: greedy, temperature, top-k, top-p and
+ * both, on GPT-2's and Qwen's vocabularies, rows with ties (bf16 and f16
+ * logits have many), a NaN row and bad parameters (their in-band codes).
+ * Two candidates whose running masses tie within rounding could differ;
+ * random logits make that a chance of about 1e-12 a row.
+ */
+static void test_sample(void **state)
+{
+	static const struct djinn_sample_params rows[] = {
+		{ .temperature = 0, .top_p = 1 },
+		{ .temperature = 1, .top_p = 1, .rng = 1 },
+		{ .temperature = 0.7f, .top_p = 1, .top_k = 40, .rng = 2 },
+		{ .temperature = 1.3f, .top_p = 0.9f, .rng = 3 },
+		{ .temperature = 0.9f, .top_p = 0.95f, .top_k = 50, .rng = 4 },
+		{ .temperature = 2, .top_p = 1, .top_k = 1, .rng = 5 },
+		{ .temperature = 1, .top_p = 0.05f, .rng = 6 },
+		{ .temperature = 1, .top_p = 1, .top_k = 7, .rng = 7 },
+		{ .temperature = 1, .top_p = 1, .rng = 8 }, /* a NaN */
+		{ .temperature = -1, .top_p = 1 }, /* bad */
+	};
+	static const uint64_t vocabs[] = { 1000, 50257, 151936 };
+	const uint64_t R = ARRAY_SIZE(rows);
+
+	for (unsigned int t = 0; t < 3; t++) {
+		for (unsigned int v = 0; v < ARRAY_SIZE(vocabs); v++) {
+			uint64_t V = vocabs[v];
+			struct djinn_tensor_desc d[2] = {
+				D(all_dtypes[t], R, V), D(U8, R, 24)
+			};
+			void *in[2] = { fill(&d[0], false),
+					fill(&d[1], false) };
+			int64_t *tok;
+
+			for (unsigned int round = 0; round < 4; round++) {
+				for (uint64_t r = 0; r < R; r++) {
+					struct djinn_sample_params p = rows[r];
+
+					p.rng += round * 1000;
+					memcpy((uint8_t *)in[1] + r * 24, &p,
+					       24);
+				}
+				/* logits in [-8, 8) */
+				for (uint64_t i = 0; i < R * V; i++)
+					set(in[0], all_dtypes[t], i,
+					    rndf(8.0f));
+				set(in[0], all_dtypes[t], 8 * V + V / 2, NAN);
+				assert_int_equal(both("sample",
+						      op(DJINN_GOP_SAMPLE), 2,
+						      d, in, 0),
+						 0);
+				tok = last_out;
+				assert_int_equal(tok[8], -1 - (int64_t)(V / 2));
+				assert_int_equal(tok[9],
+						 DJINN_SAMPLE_BAD_PARAMS);
+			}
+			free(in[0]);
+			free(in[1]);
+		}
+	}
+}
+
 static void test_attention(void **state)
 {
 	static const struct {
@@ -932,6 +995,7 @@ int main(void)
 		cmocka_unit_test(test_unary),
 		cmocka_unit_test(test_rows),
 		cmocka_unit_test(test_argmax),
+		cmocka_unit_test(test_sample),
 		cmocka_unit_test(test_attention),
 		cmocka_unit_test(test_attention_tokens),
 		cmocka_unit_test(test_attention_varlen),

@@ -126,6 +126,7 @@ static const struct {
 	{ "djinn_session_open_as", "DJINN_0.3" },
 	{ "djinn_status", "DJINN_0.4" },
 	{ "djinn_conn_addr", "DJINN_0.4" },
+	{ "djinn_op_sample", "DJINN_0.5" },
 };
 
 static void *lib;

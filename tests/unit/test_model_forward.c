@@ -31,6 +31,7 @@
 #include "model/runtime.h"
 #include "model/runtime_test.h"
 #include "sample.h"
+#include "array_size.h"
 #include "testutil.h"
 #include "model_test.h"
 
@@ -688,6 +689,75 @@ static void test_fork_and_seed(void **state)
 	assert_true(differ);
 	model_ctx_free(c);
 	model_close(h);
+}
+
+/*
+ * A decode samples each token but the last in the step's graph (SAMPLE),
+ * and only the token comes back: the context takes the logits of its
+ * last step alone. Its tokens are those of sampling each step's logits
+ * on the host with the same stream (model_ctx_step(), model_sample()),
+ * greedy and sampled, in f32 and bf16 (logits sampled in the weights'
+ * dtype), and the logits it ends with are the same bits.
+ */
+static void check_sampled_in_graph(struct model_fix *f, const char *name)
+{
+	static const struct model_sampling sps[] = {
+		{ .temperature = 0, .top_p = 1 },
+		{ .temperature = 1, .top_p = 1, .seed = 5 },
+		{ .temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 6 },
+		{ .temperature = 1.5f, .top_p = 0.8f, .seed = 7 },
+		{ .temperature = 2, .top_k = 3, .top_p = 1, .seed = 8 },
+	};
+	struct model_hold *h = hold(f, name);
+	uint32_t V = h->m->cfg.vocab;
+	bool sampled = false;
+
+	for (size_t k = 0; k < ARRAY_SIZE(sps); k++) {
+		struct model_ctx *c = ctx(h, 32), *r = ctx(h, 32);
+		int32_t a[12], b[12];
+		char msg[ST_MSG_LEN];
+		uint64_t rng, kept;
+
+		prefill(f, c, prompt, 5, NULL);
+		prefill(f, r, prompt, 5, NULL);
+		kept = model_ctx_logits_kept(c);
+		if (model_ctx_decode(c, &f->env, 12, &sps[k], a, msg,
+				     sizeof(msg)))
+			fail_msg("%s: %s", name, msg);
+		assert_int_equal(model_ctx_logits_kept(c), kept + 1);
+		/* the stream as a decode seeds it */
+		rng = sps[k].seed ^ (5ull * 0xd1b54a32d192ed03ull);
+		for (int i = 0; i < 12; i++) {
+			struct model_step st = { 0 };
+
+			if (model_sample(model_ctx_logits(r), V, &sps[k], &rng,
+					 &b[i], msg, sizeof(msg)) ||
+			    model_ctx_step(r, &f->env, &b[i], 1, &st, msg,
+					   sizeof(msg)))
+				fail_msg("%s: %s", name, msg);
+		}
+		if (memcmp(a, b, sizeof(a)))
+			for (int i = 0; i < 12; i++)
+				if (a[i] != b[i])
+					fail_msg("%s, setting %zu: token %d is "
+						 "%d, on the host %d",
+						 name, k, i, a[i], b[i]);
+		assert_int_equal(model_ctx_len(c), 17);
+		assert_memory_equal(model_ctx_logits(c), model_ctx_logits(r),
+				    V * sizeof(float));
+		for (int i = 1; i < 12 && k; i++)
+			sampled |= a[i] != a[0];
+		model_ctx_free(c);
+		model_ctx_free(r);
+	}
+	assert_true(sampled); /* not one token over and over */
+	model_close(h);
+}
+
+static void test_sampled_in_graph(void **state)
+{
+	check_sampled_in_graph(*state, "gpt2-f32");
+	check_sampled_in_graph(*state, "llama-bf16");
 }
 
 /*
@@ -1872,17 +1942,29 @@ static int group_teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TEST(test_gpt2_f32),	     TEST(test_gpt2_f16),
-		TEST(test_gpt2_bf16),	     TEST(test_llama_f32),
-		TEST(test_llama_f16),	     TEST(test_llama_bf16),
-		TEST(test_greedy_gpt2),	     TEST(test_greedy_llama),
-		TEST(test_refused_steps),    TEST(test_fork_and_seed),
-		TEST(test_pass_many),	     TEST(test_pass_fault),
-		TEST(test_keep_logits),	     TEST(test_sample),
-		TEST(test_sample_reference), TEST(test_plans_kept),
-		TEST(test_gqa_attention),    TEST(test_break_same),
-		TEST(test_places),	     TEST(test_steer),
-		TEST(test_break_refused),    TEST(test_journal_pins),
+		TEST(test_gpt2_f32),
+		TEST(test_gpt2_f16),
+		TEST(test_gpt2_bf16),
+		TEST(test_llama_f32),
+		TEST(test_llama_f16),
+		TEST(test_llama_bf16),
+		TEST(test_greedy_gpt2),
+		TEST(test_greedy_llama),
+		TEST(test_refused_steps),
+		TEST(test_fork_and_seed),
+		TEST(test_pass_many),
+		TEST(test_pass_fault),
+		TEST(test_keep_logits),
+		TEST(test_sample),
+		TEST(test_sample_reference),
+		TEST(test_plans_kept),
+		TEST(test_sampled_in_graph),
+		TEST(test_gqa_attention),
+		TEST(test_break_same),
+		TEST(test_places),
+		TEST(test_steer),
+		TEST(test_break_refused),
+		TEST(test_journal_pins),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

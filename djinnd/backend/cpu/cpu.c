@@ -639,12 +639,10 @@ static int op_sample(struct cpu_backend *cb, const struct djinn_node *node,
 	size_t rows;
 	int ret;
 
-	(void)node;
-	if (x->ndim < 1 || !djinn_dtype_is_float(x->dtype) ||
-	    pd->dtype != DJINN_DTYPE_U8 || !pd->ndim ||
+	if (x->ndim < 1 || pd->dtype != DJINN_DTYPE_U8 || !pd->ndim ||
 	    pd->dims[pd->ndim - 1] != sizeof(struct djinn_sample_params))
 		return errmsg(msg, msglen, -EINVAL,
-			      "not float logits and u8 rows of parameters");
+			      "not logits and u8 rows of parameters");
 	a.V = x->dims[x->ndim - 1];
 	rows = a.V ? djinn_desc_elems_from(x, 0) / a.V : 0;
 	if (!a.V || a.V > INT32_MAX ||
@@ -658,6 +656,8 @@ static int op_sample(struct cpu_backend *cb, const struct djinn_node *node,
 	    djinn_desc_elems_from(&out->desc, 0) != rows)
 		return errmsg(msg, msglen, -EINVAL,
 			      "result is not %zu i64 elements", rows);
+	if (!djinn_dtype_is_float(x->dtype))
+		return no_kernel(node, x->dtype, msg, msglen);
 	ret = f32_begin(cb, in, 1, NULL, &f, msg, msglen);
 	if (ret)
 		return ret;
