@@ -552,39 +552,58 @@ __device__ uint32_t block_first(uint32_t V, double target, bool reach, F val,
 
 /*
  * Radix selection over the keys of the tokens @in(i) keeps, largest
- * first: the key k* where the running @what(i) (1: a count; a weight: a
- * mass) of the tokens in key order, larger keys first, reaches @need.
- * *@need becomes what is left of it within the tokens of key k*.
- * Returns false if the whole never reaches it.
+ * first: the key k* where the running count of those tokens (@what
+ * NULL), or their running mass (@what(v): a weight), in key order,
+ * larger keys first, reaches @need. *@need becomes what is left of it
+ * within the tokens of key k*. Returns false if the whole never reaches
+ * it. A finer level's bins sum their mass in another order than the
+ * bin above them did: when rounding leaves the cut past all of them,
+ * the last is the cut (its whole key group kept: a cut that ties within
+ * rounding).
  */
 template <typename T, typename In, typename What>
 __device__ bool radix_select(const T *x, uint32_t V, In in, What what,
-			     double *need, uint32_t *kstar, sample_shared *sh)
+			     bool counting, double *need, uint32_t *kstar,
+			     sample_shared *sh)
 {
 	uint32_t prefix = 0, mask = 0;
 
 	for (int shift = 24; shift >= 0; shift -= 8) {
-		for (unsigned int b = threadIdx.x; b < 256; b += blockDim.x)
+		for (unsigned int b = threadIdx.x; b < 256; b += blockDim.x) {
 			sh->mass[b] = 0;
+			sh->count[b] = 0;
+		}
 		__syncthreads();
 		for (uint32_t i = threadIdx.x; i < V; i += blockDim.x) {
 			float v = ld(x[i]);
-			uint32_t k = sample_key(v);
+			uint32_t k = sample_key(v), b = (k >> shift) & 255;
 
-			if ((k & mask) == prefix && in(i, v))
-				atomicAdd(&sh->mass[(k >> shift) & 255],
-					  what(v));
+			if ((k & mask) != prefix || !in(i, v))
+				continue;
+			if (counting)
+				atomicAdd(&sh->count[b], 1u);
+			else
+				atomicAdd(&sh->mass[b], what(v));
 		}
 		__syncthreads();
 		if (!threadIdx.x) {
-			double above = 0;
-			int d;
+			double above = 0, m = 0;
+			int d, last = -1;
 
 			for (d = 255; d >= 0; d--) {
-				if (sh->mass[d] > 0 &&
-				    above + sh->mass[d] >= *need)
-					break;
-				above += sh->mass[d];
+				m = counting ? (double)sh->count[d] :
+					       sh->mass[d];
+				if (m > 0) {
+					if (above + m >= *need)
+						break;
+					last = d;
+				}
+				above += m;
+			}
+			if (d < 0 && shift < 24 && last >= 0) {
+				d = last;
+				above -= counting ? (double)sh->count[last] :
+						    sh->mass[last];
 			}
 			sh->pick = d < 0 ? UINT32_MAX : (uint32_t)d;
 			sh->total = above;
@@ -592,7 +611,7 @@ __device__ bool radix_select(const T *x, uint32_t V, In in, What what,
 		__syncthreads();
 		if (sh->pick == UINT32_MAX)
 			return false;
-		*need -= sh->total;
+		*need = __dsub_rn(*need, sh->total);
 		prefix |= sh->pick << shift;
 		mask |= 255u << shift;
 		__syncthreads();
@@ -684,7 +703,7 @@ __device__ void sample_rows(int64_t *out, const T *x, const uint8_t *params,
 			need = p.top_k;
 			radix_select(
 				xr, V, [](uint32_t, float) { return true; },
-				[](float) { return 1.0; }, &need, &kcut,
+				[](float) { return 1.0; }, true, &need, &kcut,
 				&sh);
 			icut = block_first(
 				V, need, true,
@@ -713,13 +732,13 @@ __device__ void sample_rows(int64_t *out, const T *x, const uint8_t *params,
 					s += sample_w(v, top, inv_t);
 			}
 			sum = block_sum(s, &sh);
-			need = (double)p.top_p * sum;
+			need = __dmul_rn((double)p.top_p, sum);
 			topp = radix_select(
 				xr, V, kept_k,
 				[&](float v) {
 					return sample_w(v, top, inv_t);
 				},
-				&need, &pk, &sh);
+				false, &need, &pk, &sh);
 			if (topp)
 				pcut = block_first(
 					V, need, true,
