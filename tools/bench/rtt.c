@@ -13,7 +13,12 @@
  * sends the same HEARTBEAT frames to djinnd from a plain socket, as the
  * raw loop sends its bytes, to tell djinnd's share of the time from
  * libdjinn's (no target: a diagnostic). The four run in turn, three
- * rounds; each figure is the median of its rounds.
+ * rounds; each figure is the median of its rounds. With one connection
+ * a fifth loop submits a no-op graph (one SCALE of a one-element tensor
+ * of its session) and waits for its result, as gpu-bench's rtt does on
+ * a GPU: beside the ping, what the graph path (parse, checks, plan, the
+ * executor's queue and wake-up, the result's region, the answer) adds
+ * to a round trip on this backend.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -329,10 +334,11 @@ enum { PH_WARMUP, PH_MEASURE, PH_STOP };
  * @L_DJINN:  djinn_conn_ping() through libdjinn
  * @L_FRAMES: the same HEARTBEAT frame to djinnd from a plain socket, as
  *            L_RAW sends its bytes: djinnd's share without libdjinn's
+ * @L_GRAPH:  a no-op graph submitted through libdjinn, waited for
  */
-enum loop_kind { L_RAW, L_DJINN, L_FRAMES };
+enum loop_kind { L_RAW, L_DJINN, L_FRAMES, L_GRAPH };
 
-static const char *const loop_name[] = { "raw", "djinn", "frames" };
+static const char *const loop_name[] = { "raw", "djinn", "frames", "graph" };
 
 struct rtt_run;
 
@@ -349,6 +355,8 @@ struct worker {
 	struct rtt_run *run;
 	int fd;
 	struct djinn_conn *conn;
+	struct djinn_session *s; /* L_GRAPH's, and its tensor */
+	struct djinn_tensor *t;
 	uint64_t ops;
 	uint64_t ops_sent;
 	int err;
@@ -389,6 +397,27 @@ static int frame_ping(struct worker *w)
 	return ret;
 }
 
+/* A no-op graph: x * 1 of the session's one-element tensor, its result
+ * a region of the session until the request is freed. */
+static int graph_ping(struct worker *w)
+{
+	struct djinn_graph_builder *g;
+	struct djinn_request *req;
+	int ret = djinn_graph_new(w->s, &g);
+
+	if (ret)
+		return ret;
+	djinn_graph_output(g,
+			   djinn_op_scale(g, djinn_graph_input(g, w->t), 1.0f));
+	ret = djinn_submit(g, &req);
+	if (!ret) {
+		ret = djinn_wait(req, DJINN_WAIT_FOREVER);
+		djinn_request_free(req);
+	}
+	djinn_graph_free(g);
+	return ret;
+}
+
 static void *worker_thread(void *arg)
 {
 	struct worker *w = arg;
@@ -401,6 +430,7 @@ static void *worker_thread(void *arg)
 		uint64_t t0 = mono_ns();
 		int ret = run->kind == L_DJINN ? djinn_conn_ping(w->conn) :
 			  run->kind == L_RAW   ? raw_ping(w) :
+			  run->kind == L_GRAPH ? graph_ping(w) :
 						 frame_ping(w);
 
 		if (ret) {
@@ -443,6 +473,18 @@ static void rtt_loop(const struct xport *xp, unsigned int conns,
 		else
 			check(djinn_connect(xp->addr, &w->conn),
 			      "djinn_connect");
+		if (kind == L_GRAPH) {
+			struct djinn_tensor_desc d = { .dtype = DJINN_DTYPE_F32,
+						       .ndim = 1,
+						       .dims = { 1 } };
+			float one = 1.0f;
+
+			check(djinn_session_open(w->conn, NULL, &w->s),
+			      "djinn_session_open");
+			check(djinn_tensor_upload(w->s, &d, &one,
+						  DJINN_SEG_DATA, &w->t),
+			      "djinn_tensor_upload");
+		}
 	}
 	pthread_barrier_init(&run.start, NULL, conns + 1);
 	for (unsigned int i = 0; i < conns; i++) {
@@ -470,7 +512,11 @@ static void rtt_loop(const struct xport *xp, unsigned int conns,
 		for (unsigned int b = 0; b < HIST_BUCKETS; b++)
 			hist[b] += w->hist[b];
 		ops += w->ops;
-		if (kind == L_DJINN)
+		if (kind == L_GRAPH) {
+			djinn_tensor_release(w->t);
+			djinn_session_close(w->s);
+		}
+		if (kind == L_DJINN || kind == L_GRAPH)
 			djinn_disconnect(w->conn);
 		else
 			close(w->fd);
@@ -509,19 +555,23 @@ static void emit_rtt(const struct xport *xp, unsigned int conns,
 				.note = note });
 }
 
-/* RTT_ROUNDS rounds of raw, djinn, frames and redis (when @r), in turn;
- * the medians of each. */
+/* RTT_ROUNDS rounds of raw, djinn, frames, redis (when @r) and, with
+ * one connection, graphs, in turn; the medians of each. */
 static void rtt_rounds(const struct xport *xp, unsigned int c,
 		       const struct redis *r, struct loop_res *raw,
-		       struct loop_res *dj, struct loop_res *fr, double *redis)
+		       struct loop_res *dj, struct loop_res *fr,
+		       struct loop_res *gr, double *redis)
 {
 	struct loop_res vraw[RTT_ROUNDS], vdj[RTT_ROUNDS], vfr[RTT_ROUNDS];
+	struct loop_res vgr[RTT_ROUNDS];
 	double vredis[RTT_ROUNDS];
 
 	for (unsigned int i = 0; i < RTT_ROUNDS; i++) {
 		rtt_loop(xp, c, L_RAW, &vraw[i]);
 		rtt_loop(xp, c, L_DJINN, &vdj[i]);
 		rtt_loop(xp, c, L_FRAMES, &vfr[i]);
+		if (c == 1)
+			rtt_loop(xp, c, L_GRAPH, &vgr[i]);
 		vredis[i] = NAN;
 		if (r) {
 			/* as many PINGs as djinn did: about as long */
@@ -536,6 +586,8 @@ static void rtt_rounds(const struct xport *xp, unsigned int c,
 	loop_res_median(raw, vraw, RTT_ROUNDS);
 	loop_res_median(dj, vdj, RTT_ROUNDS);
 	loop_res_median(fr, vfr, RTT_ROUNDS);
+	if (c == 1)
+		loop_res_median(gr, vgr, RTT_ROUNDS);
 	*redis = median(vredis, RTT_ROUNDS);
 }
 
@@ -547,6 +599,9 @@ void bench_rtt(void)
 	static const char frames_note[] =
 		"djinnd answering HEARTBEAT frames from a plain socket "
 		"client, without libdjinn: djinnd's share";
+	static const char graph_note[] =
+		"a no-op graph (SCALE of one element) submitted and waited "
+		"for, beside the ping: what the graph path adds";
 	const char *redis_note = NULL;
 	bool have_redis = redis_installed();
 	struct redis r = { 0 };
@@ -562,7 +617,7 @@ void bench_rtt(void)
 
 		for (unsigned int k = 0; k < ARRAY_SIZE(conns); k++) {
 			unsigned int c = conns[k];
-			struct loop_res dj, raw, fr;
+			struct loop_res dj, raw, fr, gr;
 			double redis = NAN;
 			const char *note = redis_note;
 
@@ -572,7 +627,7 @@ void bench_rtt(void)
 			 * 13 k and 150 k req/s for the same binary), so one
 			 * run of each could compare two different machines. */
 			rtt_rounds(xp, c, have_redis ? &r : NULL, &raw, &dj,
-				   &fr, &redis);
+				   &fr, &gr, &redis);
 			if (have_redis && !isfinite(redis))
 				note = "redis-benchmark failed";
 			emit_rtt(xp, c, "rps", dj.rate, "req/s", raw.rate,
@@ -588,6 +643,12 @@ void bench_rtt(void)
 				 frames_note);
 			emit_rtt(xp, c, "frames_p99_us", fr.p99, "us", raw.p99,
 				 raw_name, NULL, 0, fr.n, frames_note);
+			if (c != 1)
+				continue;
+			emit_rtt(xp, c, "graph_p50_us", gr.p50, "us", dj.p50,
+				 "djinn_ping_p50", NULL, 0, gr.n, graph_note);
+			emit_rtt(xp, c, "graph_p99_us", gr.p99, "us", dj.p99,
+				 "djinn_ping_p99", NULL, 0, gr.n, graph_note);
 		}
 	}
 	if (redis_pid > 0)
