@@ -165,8 +165,23 @@ struct backend_ops {
 			  const uint8_t *fp, const struct dj_tensor *in,
 			  const struct dj_tensor *out, char *msg,
 			  size_t msglen);
+	/*
+	 * A graph's copies between host memory and the device, queued with
+	 * its nodes so that a graph waits for the device once, in sync().
+	 * copy_in(): @len bytes of host memory @src to device address @dst,
+	 * before the nodes enqueued after it read them; @src may be reused
+	 * as soon as it returns. copy_out(): @len bytes at device address
+	 * @src, as the nodes enqueued before it leave them, to host memory
+	 * @dst, there once sync() has returned 0 (@dst must stay until
+	 * then; a failed sync() may leave it partly written). Synchronous
+	 * on the CPU.
+	 */
+	int (*copy_in)(struct backend *b, uint64_t dst, const void *src,
+		       uint64_t len, char *msg, size_t msglen);
+	int (*copy_out)(struct backend *b, void *dst, uint64_t src,
+			uint64_t len, char *msg, size_t msglen);
 	/* Wait for everything the calling thread enqueued, after a failed
-	 * node too; -EIO if the device failed. */
+	 * node too, copies out included; -EIO if the device failed. */
 	int (*sync)(struct backend *b);
 	void (*destroy)(struct backend *b);
 	/* Optional. For tests only (djinnd --fault-injection): fault the

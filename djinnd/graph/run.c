@@ -207,6 +207,31 @@ static int run_kernel(struct backend *b, const struct djinn_graph_view *view,
 	return b->ops->run_kernel(b, node, in_fp[m], in, out, msg, msglen);
 }
 
+/* The outputs @place sends to the host, queued to be copied there from
+ * the values the graph leaves (on the stack, or a view of an input) by
+ * the time the device is waited for. */
+static int copy_to_host(struct backend *b, const struct djinn_graph_view *view,
+			const struct graph_place *place,
+			const struct djinn_tensor_desc *descs,
+			const struct dj_tensor *vals, char *msg, size_t msglen)
+{
+	for (uint32_t k = 0; place && k < view->g->nr_outputs; k++) {
+		uint32_t node = view->outputs[k];
+		char why[128] = "";
+		int ret;
+
+		if (!place[k].host)
+			continue;
+		ret = b->ops->copy_out(b, place[k].host, vals[node].addr,
+				       desc_bytes(&descs[node]), why,
+				       sizeof(why));
+		if (ret)
+			return errmsg(msg, msglen, ret, "output %u to host: %s",
+				      k, why[0] ? why : strerror(-ret));
+	}
+	return 0;
+}
+
 /*
  * Run the nodes: give each to the backend in order, then wait for the
  * device. This is the one place in djinnd that calls run_node() and
@@ -226,8 +251,8 @@ static int run_nodes(struct backend *b, const struct djinn_graph_view *view,
 		     const uint8_t *const *in_fp,
 		     const struct djinn_tensor_desc *descs,
 		     const struct graph_plan *plan, uint64_t base,
-		     const uint64_t *out_addr, struct dj_tensor *vals,
-		     char *msg, size_t msglen)
+		     const uint64_t *out_addr, const struct graph_place *place,
+		     struct dj_tensor *vals, char *msg, size_t msglen)
 {
 	int ret = 0, err;
 
@@ -261,6 +286,8 @@ static int run_nodes(struct backend *b, const struct djinn_graph_view *view,
 			break;
 		}
 	}
+	if (!ret)
+		ret = copy_to_host(b, view, place, descs, vals, msg, msglen);
 	/* Whatever happened above: see the comment. */
 	err = b->ops->sync(b);
 	if (ret)
@@ -306,14 +333,15 @@ static uint64_t staged_bytes(const struct djinn_graph_view *view,
 }
 
 /* The inputs with the staged ones' addresses in @at's block of @bytes
- * (*@out, malloc'd), the block copied to the device. */
-static int stage_inputs(struct vmu *v, const struct djinn_graph_view *view,
+ * (*@out, malloc'd), the block queued to be copied to the device before
+ * the first node. */
+static int stage_inputs(struct backend *b, const struct djinn_graph_view *view,
 			const struct dj_tensor *inputs, uint64_t at,
 			uint64_t bytes, struct dj_tensor **out, char *msg,
 			size_t msglen)
 {
-	struct vmu_provider *p = vmu_provider(v);
 	uint32_t n = view->g->nr_inputs;
+	char why[128] = "";
 	struct dj_tensor *in = malloc(n * sizeof(*in));
 	uint8_t *buf = calloc(1, bytes);
 	uint64_t off = 0;
@@ -334,38 +362,14 @@ static int stage_inputs(struct vmu *v, const struct djinn_graph_view *view,
 		in[i].addr = at + off;
 		off += (len + GRAPH_ALIGN - 1) & ~(uint64_t)(GRAPH_ALIGN - 1);
 	}
-	ret = p->ops->copy_htod(p, at, buf, bytes);
+	ret = b->ops->copy_in(b, at, buf, bytes, why, sizeof(why));
 	free(buf);
 	if (ret) {
 		free(in);
 		return errmsg(msg, msglen, ret, "copying the inputs: %s",
-			      strerror(-ret));
+			      why[0] ? why : strerror(-ret));
 	}
 	*out = in;
-	return 0;
-}
-
-/* The outputs @place sends to the host, copied there from the values
- * the graph left (on the stack, or a view of an input). */
-static int copy_to_host(struct vmu *v, const struct djinn_graph_view *view,
-			const struct graph_place *place,
-			const struct djinn_tensor_desc *descs,
-			const struct dj_tensor *vals, char *msg, size_t msglen)
-{
-	struct vmu_provider *p = vmu_provider(v);
-
-	for (uint32_t k = 0; place && k < view->g->nr_outputs; k++) {
-		uint32_t node = view->outputs[k];
-		int ret;
-
-		if (!place[k].host)
-			continue;
-		ret = p->ops->copy_dtoh(p, place[k].host, vals[node].addr,
-					desc_bytes(&descs[node]));
-		if (ret)
-			return errmsg(msg, msglen, ret, "output %u to host: %s",
-				      k, strerror(-ret));
-	}
 	return 0;
 }
 
@@ -422,7 +426,7 @@ run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	if (ret)
 		goto out_stack;
 	if (staged) {
-		ret = stage_inputs(v, view, inputs, base + at, staged, &in, msg,
+		ret = stage_inputs(b, view, inputs, base + at, staged, &in, msg,
 				   msglen);
 		if (ret) {
 			drop_regions(s, res, nout);
@@ -435,11 +439,9 @@ run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 	 * everything after it: run_nodes() syncs on every path. */
 	t0 = mono_ns();
 	ret = run_nodes(b, view, inputs, in_fp, descs, &plan, base, out_addr,
-			vals, msg, msglen);
+			place, vals, msg, msglen);
 	res->run_ns = mono_ns() - t0;
 	res->peak_bytes = plan.out_bytes + plan.stack_peak;
-	if (!ret)
-		ret = copy_to_host(v, view, place, descs, vals, msg, msglen);
 	if (ret)
 		drop_regions(s, res, nout);
 	else

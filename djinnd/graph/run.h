@@ -60,7 +60,8 @@ struct graph_plan {
  * instead of a new data region (graph_run_owned())
  * @into: nonzero: written at this device address, in a pinned region
  *        its caller owns (a context's KV cache, past its rows)
- * @host: non-NULL: the bytes are copied here once the graph has run;
+ * @host: non-NULL: the bytes are copied here (backend_ops.copy_out(),
+ *        queued behind the nodes, there by the graph's one sync());
  *        on the device they are an intermediate, on the stack
  * Both 0: a new region, as a client's graph's outputs.
  */

@@ -456,6 +456,13 @@ struct lazy {
 		struct dj_tensor in[DJINN_MAX_NODE_INPUTS], out;
 	} q[16];
 	unsigned int queued, ran, syncs;
+	/* copies out, queued as a GPU's are, done at sync() */
+	struct {
+		void *dst;
+		uint64_t src, len;
+		unsigned int after; /* nodes queued before it */
+	} out[4];
+	unsigned int nr_out, copied_in;
 	unsigned int fail_op;
 	int sync_err;
 	/* what the graph holds while it runs, and what sync() saw */
@@ -520,8 +527,37 @@ static int lazy_sync(struct backend *b)
 			fail_msg("queued node %u: %s", i, msg);
 		lz->ran++;
 	}
+	for (unsigned int i = 0; i < lz->nr_out && !lz->freed_early; i++)
+		memcpy(lz->out[i].dst, (void *)(uintptr_t)lz->out[i].src,
+		       lz->out[i].len);
 	lz->queued = 0;
 	return lz->sync_err;
+}
+
+/* Before any node is queued: as a stream orders it, at once here. */
+static int lazy_copy_in(struct backend *b, uint64_t dst, const void *src,
+			uint64_t len, char *msg, size_t msglen)
+{
+	struct lazy *lz = to_lazy(b);
+
+	assert_int_equal(lz->queued, 0);
+	lz->copied_in++;
+	memcpy((void *)(uintptr_t)dst, src, len);
+	return 0;
+}
+
+static int lazy_copy_out(struct backend *b, void *dst, uint64_t src,
+			 uint64_t len, char *msg, size_t msglen)
+{
+	struct lazy *lz = to_lazy(b);
+
+	assert_true(lz->nr_out < ARRAY_SIZE(lz->out));
+	lz->out[lz->nr_out].dst = dst;
+	lz->out[lz->nr_out].src = src;
+	lz->out[lz->nr_out].len = len;
+	lz->out[lz->nr_out].after = lz->queued;
+	lz->nr_out++;
+	return 0;
 }
 
 static void lazy_destroy(struct backend *b)
@@ -531,6 +567,8 @@ static void lazy_destroy(struct backend *b)
 static const struct backend_ops lazy_ops = {
 	.run_node = lazy_run_node,
 	.run_kernel = lazy_run_kernel,
+	.copy_in = lazy_copy_in,
+	.copy_out = lazy_copy_out,
 	.sync = lazy_sync,
 	.destroy = lazy_destroy,
 };
@@ -672,6 +710,54 @@ static void test_failed_node_syncs_first(void **state)
 	}
 }
 
+/*
+ * One wait a graph: an input staged from host memory goes in before the
+ * first node, and an output placed in host memory is queued after the
+ * last and there once the one sync() has returned, not read back after
+ * it (the device's copies in the stream's order).
+ */
+static void test_host_copies_wait_once(void **state)
+{
+	struct exec_fix *f = *state;
+	const float x[6] = { -1, 2, -3, 4, -5, 6 };
+	float host[6], got[6];
+	struct graph_place place[2] = { { .host = host }, { 0 } };
+	struct dj_tensor in = { .host = x };
+	struct vmu_session *owners[2] = { f->s, f->s };
+	struct graph_result res;
+	struct lazy lz;
+	char msg[256] = "";
+	struct gb *gb = calloc(1, sizeof(*gb));
+	uint32_t r, a;
+
+	gb_input(gb, desc(DJINN_DTYPE_F32, 2, 2ull, 3ull));
+	r = gb_node(gb, DJINN_GOP_RELU, 1, 0, 0, 0);
+	a = gb_node(gb, DJINN_GOP_ADD, 2, r, 0, 0);
+	gb_output(gb, a);
+	gb_output(gb, r);
+	gb_finish(gb);
+	in.desc = gb->in[0];
+	lazy_init(&lz, f);
+	memset(host, 0xff, sizeof(host));
+	if (graph_run_owned(f->v, f->st, &lz.base, owners, &gb->view, &in,
+			    place, gb->out, NULL, &res, msg, sizeof(msg)))
+		fail_msg("exec: %s", msg);
+	assert_int_equal(lz.syncs, 1);
+	assert_int_equal(lz.copied_in, 1);
+	assert_int_equal(lz.nr_out, 1);
+	assert_int_equal(lz.out[0].after, 2); /* after both nodes */
+	assert_int_equal(res.regions[0], 0); /* no region for it */
+	for (int i = 0; i < 6; i++)
+		assert_true(host[i] == (x[i] > 0 ? x[i] : 0) + x[i]);
+	assert_int_equal(
+		vmu_region_read(f->s, res.regions[1], 0, got, sizeof(got)), 0);
+	for (int i = 0; i < 6; i++)
+		assert_true(got[i] == (x[i] > 0 ? x[i] : 0));
+	assert_int_equal(vmu_region_destroy(f->s, res.regions[1]), 0);
+	assert_int_equal(vmu_stack_used(f->st), 0);
+	free(gb);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -687,6 +773,8 @@ int main(void)
 						exec_fix_teardown),
 		cmocka_unit_test_setup_teardown(test_no_intermediates, setup,
 						exec_fix_teardown),
+		cmocka_unit_test_setup_teardown(test_host_copies_wait_once,
+						setup, exec_fix_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

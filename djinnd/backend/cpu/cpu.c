@@ -699,6 +699,21 @@ static int cpu_sync(struct backend *b)
 	return 0;
 }
 
+/* Device memory is host memory, and every node has run when it returns. */
+static int cpu_copy_in(struct backend *b, uint64_t dst, const void *src,
+		       uint64_t len, char *msg, size_t msglen)
+{
+	memcpy((void *)(uintptr_t)dst, src, len);
+	return 0;
+}
+
+static int cpu_copy_out(struct backend *b, void *dst, uint64_t src,
+			uint64_t len, char *msg, size_t msglen)
+{
+	memcpy(dst, (const void *)(uintptr_t)src, len);
+	return 0;
+}
+
 static void cpu_destroy(struct backend *b)
 {
 	struct cpu_backend *cb = to_cpu(b);
@@ -712,6 +727,8 @@ static void cpu_destroy(struct backend *b)
 
 static const struct backend_ops cpu_backend_ops = {
 	.run_node = cpu_run_node,
+	.copy_in = cpu_copy_in,
+	.copy_out = cpu_copy_out,
 	.sync = cpu_sync,
 	.destroy = cpu_destroy,
 };

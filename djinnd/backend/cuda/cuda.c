@@ -129,10 +129,15 @@ static void lane_release(struct cuda_dev *d, struct cuda_lane *l)
 		cu->StreamDestroy(l->copy);
 	if (l->flag)
 		cu->MemFree(l->flag);
+	if (l->out)
+		cu->MemFreeHost(l->out);
 	l->blas = NULL;
 	l->done = l->computed = NULL;
 	l->compute = l->copy = NULL;
 	l->flag = 0;
+	l->out = NULL;
+	l->out_used = 0;
+	l->nr_pend = 0;
 }
 
 /* Make @l's streams in the current context. */
@@ -143,6 +148,11 @@ static int lane_setup(struct cuda_dev *d, struct cuda_lane *l, char *msg,
 	CUresult r;
 	int ret;
 
+	/* a context reset took the last context's staging with it */
+	l->out = NULL;
+	l->no_out = false;
+	l->out_used = 0;
+	l->nr_pend = 0;
 	r = cu->StreamCreate(&l->compute, CU_STREAM_NON_BLOCKING);
 	if (r == CUDA_SUCCESS)
 		r = cu->StreamCreate(&l->copy, CU_STREAM_NON_BLOCKING);
@@ -532,6 +542,65 @@ static int cuda_sync(struct backend *b)
 	ret = r == CUDA_SUCCESS ?
 		      0 :
 		      (cuda_err(d, r, "cuStreamSynchronize", NULL, 0), -EIO);
+	/* the copies out, staged, to their places */
+	for (unsigned int i = 0; !ret && i < l->nr_pend; i++)
+		memcpy(l->pend[i].dst, l->out + l->pend[i].off, l->pend[i].len);
+	l->nr_pend = 0;
+	l->out_used = 0;
+	cuda_leave(d);
+	return ret;
+}
+
+/* In the compute stream's order: from pageable memory the driver has
+ * taken @src's bytes by the time it returns. */
+static int cuda_copy_in(struct backend *b, uint64_t dst, const void *src,
+			uint64_t len, char *msg, size_t msglen)
+{
+	struct cuda_dev *d = to_dev(b);
+	struct cuda_lane *l;
+	int ret;
+
+	ret = cuda_enter(d, &l, msg, msglen);
+	if (ret)
+		return ret;
+	ret = cuda_err(d, d->cu->MemcpyHtoDAsync(dst, src, len, l->compute),
+		       "cuMemcpyHtoDAsync", msg, msglen);
+	cuda_leave(d);
+	return ret;
+}
+
+static int cuda_copy_out(struct backend *b, void *dst, uint64_t src,
+			 uint64_t len, char *msg, size_t msglen)
+{
+	struct cuda_dev *d = to_dev(b);
+	uint64_t at = 0;
+	struct cuda_lane *l;
+	CUresult r;
+	int ret;
+
+	ret = cuda_enter(d, &l, msg, msglen);
+	if (ret)
+		return ret;
+	if (!l->out && !l->no_out &&
+	    d->cu->MemHostAlloc((void **)&l->out, CUDA_OUT_STAGE, 0) !=
+		    CUDA_SUCCESS) {
+		l->out = NULL; /* then straight to the places */
+		l->no_out = true;
+	}
+	at = (l->out_used + 255) & ~255ull;
+	if (l->out && l->nr_pend < CUDA_OUT_PEND && len <= CUDA_OUT_STAGE &&
+	    at <= CUDA_OUT_STAGE - len) {
+		r = d->cu->MemcpyDtoHAsync(l->out + at, src, len, l->compute);
+		if (r == CUDA_SUCCESS) {
+			l->pend[l->nr_pend++] =
+				(struct cuda_out_pend){ dst, at, len };
+			l->out_used = at + len;
+		}
+	} else {
+		/* to pageable memory: it returns once the stream is there */
+		r = d->cu->MemcpyDtoHAsync(dst, src, len, l->compute);
+	}
+	ret = cuda_err(d, r, "cuMemcpyDtoHAsync", msg, msglen);
 	cuda_leave(d);
 	return ret;
 }
@@ -640,6 +709,8 @@ static const struct backend_ops cuda_backend_ops = {
 	.run_node = cuda_run_node,
 	.module_load = cuda_wire_module_load,
 	.run_kernel = cuda_wire_run_kernel,
+	.copy_in = cuda_copy_in,
+	.copy_out = cuda_copy_out,
 	.sync = cuda_sync,
 	.destroy = cuda_destroy,
 	.inject_fault = cuda_inject_fault,

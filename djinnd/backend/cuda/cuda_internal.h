@@ -69,6 +69,21 @@ struct cuda_wmod;
  * clears them all without calling into the poisoned context (cuda.c,
  * forget_context()), and lane_get() makes them again.
  */
+/*
+ * A graph's copies out (backend_ops.copy_out) go to @out, pinned memory
+ * of the lane's context (CUDA_OUT_STAGE bytes, made on first use), in
+ * the compute stream's order, and from there to their places when sync()
+ * has waited: @pend of them, CUDA_OUT_PEND at most. One that does not fit
+ * is copied straight to its place, which waits for the stream then.
+ */
+#define CUDA_OUT_STAGE (4u << 20)
+#define CUDA_OUT_PEND 64
+
+struct cuda_out_pend {
+	void *dst;
+	uint64_t off, len;
+};
+
 struct cuda_lane {
 	struct cuda_dev *d;
 	struct cuda_lane *next;
@@ -77,6 +92,11 @@ struct cuda_lane {
 	CUevent done, computed;
 	cublasHandle_t blas;
 	CUdeviceptr flag;
+	uint8_t *out;
+	bool no_out; /* cuMemHostAlloc refused it: copies go straight */
+	uint64_t out_used;
+	unsigned int nr_pend;
+	struct cuda_out_pend pend[CUDA_OUT_PEND];
 };
 
 /*
