@@ -429,14 +429,16 @@ run_graph(struct vmu *v, struct vmu_stack *st, struct backend *b,
 		ret = stage_inputs(b, view, inputs, base + at, staged, &in, msg,
 				   msglen);
 		if (ret) {
+			(void)b->ops->sync(b); /* nothing may be left queued */
 			drop_regions(s, res, nout);
 			goto out_stack;
 		}
 		inputs = in;
 	}
 
-	/* Nothing is enqueued before this, and the device is done with
-	 * everything after it: run_nodes() syncs on every path. */
+	/* Only the staged inputs' copy is enqueued before this, and the
+	 * device is done with everything after it: run_nodes() syncs on
+	 * every path. */
 	t0 = mono_ns();
 	ret = run_nodes(b, view, inputs, in_fp, descs, &plan, base, out_addr,
 			place, vals, msg, msglen);

@@ -697,6 +697,13 @@ static int ctx_raw_room(struct model_ctx *c, size_t bytes)
 	return 0;
 }
 
+/* The step's graph samples its token (fwd_seq.sample: its last row's,
+ * so never with every row's logits). */
+static bool part_samples(const struct part *p)
+{
+	return p->sample && !p->all;
+}
+
 /*
  * Where the graph that ends @p's step puts its outputs (struct part):
  * the cache grown by its rows (*@grown), and the context's raw buffer
@@ -722,7 +729,7 @@ static int head_places(struct part *p, const struct fwd_seq *sq, bool *grown,
 					       "device memory" :
 					       strerror(-ret));
 	*grown = true;
-	if (p->keep || p->sample)
+	if (p->keep || part_samples(p))
 		return 0;
 	if (ctx_raw_room(c, row * (sq->all ? sq->T : 1))) {
 		vmu_region_resize(c->h->s, c->cache, c->len * c->tok_bytes,
@@ -788,7 +795,7 @@ static int run_graph(struct part **ps, unsigned int np,
 				sq->kv_into = sq->cache + sq->P * c->tok_bytes;
 		}
 		sq->logits_host = lhost[i];
-		sq->sample = sq->head ? p->sample : NULL;
+		sq->sample = sq->head && part_samples(p) ? p->sample : NULL;
 		sq->token_host = &p->token;
 		if (!ret && l0) {
 			sq->hidden = pin_addr(s, p->out[0], &ret);
@@ -949,7 +956,7 @@ int ctx_commit(struct model_ctx *c, const struct model_env *env, uint32_t n,
 		goto out;
 	}
 	p->kv_in_cache = false; /* the rows are the cache's to undo here */
-	if (p->sample) {
+	if (part_samples(p)) {
 		/* the graph sampled its token (p->token) from logits that
 		 * were its own: the context has none for its new length
 		 * until a step keeps them (a decode's last) */

@@ -402,8 +402,9 @@ static void finish(struct model_req *q, const struct model_env *env)
 		 * step's, as if it had sampled it itself */
 		ret = sample_result(p->token, &q->sp, &x->rng, &x->tok, q->msg,
 				    q->msglen);
-		if (ret) {
+		if (ret) { /* taken back whole, as a failed step is */
 			roll_back(q);
+			q->r.nr_out = 0;
 			req_end(q, ret);
 		}
 		return;

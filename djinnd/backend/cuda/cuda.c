@@ -129,15 +129,16 @@ static void lane_release(struct cuda_dev *d, struct cuda_lane *l)
 		cu->StreamDestroy(l->copy);
 	if (l->flag)
 		cu->MemFree(l->flag);
-	if (l->out)
-		cu->MemFreeHost(l->out);
+	if (l->stage)
+		cu->MemFreeHost(l->stage);
 	l->blas = NULL;
 	l->done = l->computed = NULL;
 	l->compute = l->copy = NULL;
 	l->flag = 0;
-	l->out = NULL;
-	l->out_used = 0;
+	l->stage = NULL;
+	l->stage_used = 0;
 	l->nr_pend = 0;
+	l->queued = false;
 }
 
 /* Make @l's streams in the current context. */
@@ -149,10 +150,11 @@ static int lane_setup(struct cuda_dev *d, struct cuda_lane *l, char *msg,
 	int ret;
 
 	/* a context reset took the last context's staging with it */
-	l->out = NULL;
-	l->no_out = false;
-	l->out_used = 0;
+	l->stage = NULL;
+	l->no_stage = false;
+	l->stage_used = 0;
 	l->nr_pend = 0;
+	l->queued = false;
 	r = cu->StreamCreate(&l->compute, CU_STREAM_NON_BLOCKING);
 	if (r == CUDA_SUCCESS)
 		r = cu->StreamCreate(&l->copy, CU_STREAM_NON_BLOCKING);
@@ -350,9 +352,12 @@ static void forget_context(struct cuda_dev *d)
 {
 	pthread_mutex_lock(&d->lock);
 	for (struct cuda_lane *l = d->lanes; l; l = l->next) {
+		/* copies it queued are gone with the streams: its
+		 * thread's next sync() fails */
 		struct cuda_lane keep = { .d = l->d,
 					  .next = l->next,
-					  .gen = l->gen };
+					  .gen = l->gen,
+					  .lost = l->queued || l->lost };
 
 		if (l->blas) {
 			cublasStatus_t st = d->blas->Destroy(l->blas);
@@ -528,6 +533,23 @@ int cuda_backend_recover(struct backend *b, char *msg, size_t msglen)
 /* ---------------------------------------------------------------------- */
 /* The backend */
 
+/* The calling thread's lane of @d, if it has one, without entering. */
+static struct cuda_lane *lane_peek(struct cuda_dev *d)
+{
+	for (unsigned int i = 0; i < LANE_CACHE; i++)
+		if (lane_cache[i].serial == d->serial)
+			return lane_cache[i].lane;
+	return NULL;
+}
+
+/* After a sync(): no copy is queued. */
+static void lane_synced(struct cuda_lane *l)
+{
+	l->nr_pend = 0;
+	l->stage_used = 0;
+	l->queued = false;
+}
+
 static int cuda_sync(struct backend *b)
 {
 	struct cuda_dev *d = to_dev(b);
@@ -536,35 +558,75 @@ static int cuda_sync(struct backend *b)
 	int ret;
 
 	ret = cuda_enter(d, &l, NULL, 0);
-	if (ret)
+	if (ret) {
+		/* the copies' places are not written, nor ever will be */
+		l = lane_peek(d);
+		if (l)
+			lane_synced(l);
 		return -EIO;
+	}
 	r = d->cu->StreamSynchronize(l->compute);
 	ret = r == CUDA_SUCCESS ?
 		      0 :
 		      (cuda_err(d, r, "cuStreamSynchronize", NULL, 0), -EIO);
+	if (l->lost) { /* a reset dropped what this thread had queued */
+		l->lost = false;
+		ret = -EIO;
+	}
 	/* the copies out, staged, to their places */
 	for (unsigned int i = 0; !ret && i < l->nr_pend; i++)
-		memcpy(l->pend[i].dst, l->out + l->pend[i].off, l->pend[i].len);
-	l->nr_pend = 0;
-	l->out_used = 0;
+		memcpy(l->pend[i].dst, l->stage + l->pend[i].off,
+		       l->pend[i].len);
+	lane_synced(l);
 	cuda_leave(d);
 	return ret;
 }
 
-/* In the compute stream's order: from pageable memory the driver has
- * taken @src's bytes by the time it returns. */
+/* @len bytes of @l's staging for a copy queued now (made on first use),
+ * or NULL: the copy goes straight. */
+static uint8_t *stage_take(struct cuda_dev *d, struct cuda_lane *l,
+			   uint64_t len, uint64_t *off)
+{
+	uint64_t at = (l->stage_used + 255) & ~255ull;
+
+	if (!l->stage && !l->no_stage &&
+	    d->cu->MemHostAlloc((void **)&l->stage, CUDA_STAGE, 0) !=
+		    CUDA_SUCCESS) {
+		l->stage = NULL;
+		l->no_stage = true; /* until a context reset */
+		cuda_log(LOG_INFO,
+			 "%s: cuMemHostAlloc of %u bytes failed: a graph's "
+			 "copies go from and to pageable memory",
+			 d->name, CUDA_STAGE);
+	}
+	if (!l->stage || len > CUDA_STAGE || at > CUDA_STAGE - len)
+		return NULL;
+	l->stage_used = at + len;
+	*off = at;
+	return l->stage + at;
+}
+
+/* In the compute stream's order, from the lane's pinned staging (or, not
+ * fitting, from @src: pageable memory the driver stages itself). */
 static int cuda_copy_in(struct backend *b, uint64_t dst, const void *src,
 			uint64_t len, char *msg, size_t msglen)
 {
 	struct cuda_dev *d = to_dev(b);
 	struct cuda_lane *l;
+	uint64_t off;
+	uint8_t *p;
 	int ret;
 
 	ret = cuda_enter(d, &l, msg, msglen);
 	if (ret)
 		return ret;
-	ret = cuda_err(d, d->cu->MemcpyHtoDAsync(dst, src, len, l->compute),
-		       "cuMemcpyHtoDAsync", msg, msglen);
+	p = stage_take(d, l, len, &off);
+	if (p)
+		memcpy(p, src, len);
+	ret = cuda_err(
+		d, d->cu->MemcpyHtoDAsync(dst, p ? p : src, len, l->compute),
+		"cuMemcpyHtoDAsync", msg, msglen);
+	l->queued = true;
 	cuda_leave(d);
 	return ret;
 }
@@ -573,34 +635,28 @@ static int cuda_copy_out(struct backend *b, void *dst, uint64_t src,
 			 uint64_t len, char *msg, size_t msglen)
 {
 	struct cuda_dev *d = to_dev(b);
-	uint64_t at = 0;
 	struct cuda_lane *l;
+	uint64_t off = 0;
+	uint8_t *p = NULL;
 	CUresult r;
 	int ret;
 
 	ret = cuda_enter(d, &l, msg, msglen);
 	if (ret)
 		return ret;
-	if (!l->out && !l->no_out &&
-	    d->cu->MemHostAlloc((void **)&l->out, CUDA_OUT_STAGE, 0) !=
-		    CUDA_SUCCESS) {
-		l->out = NULL; /* then straight to the places */
-		l->no_out = true;
-	}
-	at = (l->out_used + 255) & ~255ull;
-	if (l->out && l->nr_pend < CUDA_OUT_PEND && len <= CUDA_OUT_STAGE &&
-	    at <= CUDA_OUT_STAGE - len) {
-		r = d->cu->MemcpyDtoHAsync(l->out + at, src, len, l->compute);
-		if (r == CUDA_SUCCESS) {
+	if (l->nr_pend < CUDA_OUT_PEND)
+		p = stage_take(d, l, len, &off);
+	if (p) {
+		r = d->cu->MemcpyDtoHAsync(p, src, len, l->compute);
+		if (r == CUDA_SUCCESS)
 			l->pend[l->nr_pend++] =
-				(struct cuda_out_pend){ dst, at, len };
-			l->out_used = at + len;
-		}
+				(struct cuda_out_pend){ dst, off, len };
 	} else {
 		/* to pageable memory: it returns once the stream is there */
 		r = d->cu->MemcpyDtoHAsync(dst, src, len, l->compute);
 	}
 	ret = cuda_err(d, r, "cuMemcpyDtoHAsync", msg, msglen);
+	l->queued = true;
 	cuda_leave(d);
 	return ret;
 }

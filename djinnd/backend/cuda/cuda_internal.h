@@ -70,13 +70,16 @@ struct cuda_wmod;
  * forget_context()), and lane_get() makes them again.
  */
 /*
- * A graph's copies out (backend_ops.copy_out) go to @out, pinned memory
- * of the lane's context (CUDA_OUT_STAGE bytes, made on first use), in
- * the compute stream's order, and from there to their places when sync()
- * has waited: @pend of them, CUDA_OUT_PEND at most. One that does not fit
- * is copied straight to its place, which waits for the stream then.
+ * A graph's copies (backend_ops.copy_in, copy_out) go through @stage,
+ * pinned memory of the lane's context (CUDA_STAGE bytes, made on first
+ * use), in the compute stream's order: an input's bytes copied there
+ * first, an output's copied from there to its place when sync() has
+ * waited (@pend of them, CUDA_OUT_PEND at most). One that does not fit
+ * goes straight from or to its pageable place. @queued: copies since the
+ * last sync(); @lost: a context reset dropped them (forget_context()),
+ * and the next sync() says so.
  */
-#define CUDA_OUT_STAGE (4u << 20)
+#define CUDA_STAGE (4u << 20)
 #define CUDA_OUT_PEND 64
 
 struct cuda_out_pend {
@@ -92,9 +95,10 @@ struct cuda_lane {
 	CUevent done, computed;
 	cublasHandle_t blas;
 	CUdeviceptr flag;
-	uint8_t *out;
-	bool no_out; /* cuMemHostAlloc refused it: copies go straight */
-	uint64_t out_used;
+	uint8_t *stage;
+	bool no_stage; /* cuMemHostAlloc refused it: copies go straight */
+	bool queued, lost;
+	uint64_t stage_used;
 	unsigned int nr_pend;
 	struct cuda_out_pend pend[CUDA_OUT_PEND];
 };
