@@ -555,18 +555,24 @@ struct fb {
 
 /* Weight slot @k of layer @l (-1: global) as a graph input: in the text
  * entry, or in the ring slot of a streamed layer. */
+/* Where layer @l's slot @k is: in the ring slot of a streamed layer,
+ * or in the text entry. */
+static uint64_t slot_addr(struct fb *f, int l, unsigned int k)
+{
+	const struct model_layout *L = &f->h->m->layout;
+
+	if (f->a->lbase && l == (int)f->a->l0)
+		return f->a->lbase + model_slot(L, l, k)->off -
+		       model_layer_start(L, f->c->n_layer, (uint32_t)l);
+	return model_weight_addr(f->h, l, k);
+}
+
 static uint32_t weight(struct fb *f, int l, unsigned int k)
 {
 	const struct model_layout *L = &f->h->m->layout;
 	const struct model_weight *w = model_slot(L, l, k);
-	uint64_t addr;
 
-	if (f->a->lbase && l == (int)f->a->l0)
-		addr = f->a->lbase + w->off -
-		       model_layer_start(L, f->c->n_layer, (uint32_t)l);
-	else
-		addr = model_weight_addr(f->h, l, k);
-	return gb_input(f->g, addr, L->dtype, w->ndim, w->shape);
+	return gb_input(f->g, slot_addr(f, l, k), L->dtype, w->ndim, w->shape);
 }
 
 /* Context @i's rows of @x: all of them when it is alone (a view). */
@@ -886,6 +892,64 @@ static uint32_t linear(struct fb *f, int l, uint32_t x, unsigned int kw,
 }
 
 /*
+ * Layer @l's slots @k0 .. @k0 + @n - 1 as one weight, their rows
+ * stacked, when they lie back to back in the text entry (every weight
+ * starts MODEL_ALIGN-aligned: when their bytes are multiples of it) and
+ * all are there; else GB_BAD.
+ */
+static uint32_t joined(struct fb *f, int l, unsigned int k0, unsigned int n)
+{
+	const struct model_layout *L = &f->h->m->layout;
+	const struct model_weight *w0 = model_slot(L, l, k0);
+	size_t es = djinn_dtype_size(L->dtype);
+	uint64_t dims[2] = { 0, w0->shape[1] }, end = w0->off;
+
+	for (unsigned int j = 0; j < n; j++) {
+		const struct model_weight *w = model_slot(L, l, k0 + j);
+		uint64_t elems = w->shape[0] * (w->ndim == 2 ? w->shape[1] : 1);
+
+		if (w->unused || w->ndim != w0->ndim ||
+		    (w->ndim == 2 && w->shape[1] != dims[1]) || w->off != end)
+			return GB_BAD;
+		dims[0] += w->shape[0];
+		end += elems * es;
+	}
+	return gb_input(f->g, slot_addr(f, l, k0), L->dtype, w0->ndim, dims);
+}
+
+/*
+ * @n Linear layers of the same input: @x (rows, C) times each of the
+ * weights @k0 .. (rows of theirs), plus each bias @b0 .. when the model
+ * has them, into @out[n]. One matrix product for all of them when their
+ * weights (and biases) lie back to back (joined()), the result split
+ * along its last axis (views when rows is 1: a decode step's); else one
+ * each.
+ */
+static void linears(struct fb *f, int l, uint32_t x, unsigned int k0,
+		    unsigned int b0, unsigned int n, uint32_t *out)
+{
+	const struct model_layout *L = &f->h->m->layout;
+	bool bias = !model_slot(L, l, b0)->unused;
+	uint32_t w = joined(f, l, k0, n), b = bias ? joined(f, l, b0, n) : 0;
+	int64_t at = 0;
+
+	if (w == GB_BAD || b == GB_BAD) {
+		for (unsigned int j = 0; j < n; j++)
+			out[j] = linear(f, l, x, k0 + j, b0 + j);
+		return;
+	}
+	x = matmul(f->g, x, w, true);
+	if (bias)
+		x = op2(f->g, DJINN_GOP_ADD, x, b);
+	for (unsigned int j = 0; j < n; j++) {
+		int64_t rows = (int64_t)model_slot(L, l, k0 + j)->shape[0];
+
+		out[j] = slice(f->g, x, 1, at, at + rows);
+		at += rows;
+	}
+}
+
+/*
  * q or k (rows, n D) of layer @l: (qwen3) a per-head RMSNorm with slot
  * @kn, then RoPE; back to (rows, n D).
  */
@@ -935,24 +999,21 @@ static void build_llama(struct fb *f)
 				dims);
 	}
 	for (int l = (int)a->l0; l < (int)a->l1; l++) {
-		uint32_t y, q, k, v, gate;
+		uint32_t y, qkv[3], gu[2];
 
 		/* q (T, H D), k, v (T, Hk D) from rmsnorm(x); Linear: W^T */
 		y = norm(g, x, weight(f, l, LLAMA_IN_NORM), GB_BAD, c->eps);
-		q = linear(f, l, y, LLAMA_Q, LLAMA_Q_B);
-		k = linear(f, l, y, LLAMA_K, LLAMA_K_B);
-		v = linear(f, l, y, LLAMA_V, LLAMA_V_B);
-		q = position(f, l, q, H, LLAMA_Q_NORM, cos, sin);
-		k = position(f, l, k, Hk, LLAMA_K_NORM, cos, sin);
-		y = attend_all(f, l, q, k, v);
+		linears(f, l, y, LLAMA_Q, LLAMA_Q_B, 3, qkv);
+		qkv[0] = position(f, l, qkv[0], H, LLAMA_Q_NORM, cos, sin);
+		qkv[1] = position(f, l, qkv[1], Hk, LLAMA_K_NORM, cos, sin);
+		y = attend_all(f, l, qkv[0], qkv[1], qkv[2]);
 		x = op2(g, DJINN_GOP_ADD, x,
 			linear(f, l, y, LLAMA_O, LLAMA_O_B));
 		/* x += down(silu(gate(y)) * up(y)), y = rmsnorm(x) */
 		y = norm(g, x, weight(f, l, LLAMA_POST_NORM), GB_BAD, c->eps);
-		gate = unary(g, DJINN_GOP_SILU,
-			     linear(f, l, y, LLAMA_GATE, LLAMA_GATE_B));
-		y = op2(g, DJINN_GOP_MUL, gate,
-			linear(f, l, y, LLAMA_UP, LLAMA_UP_B));
+		linears(f, l, y, LLAMA_GATE, LLAMA_GATE_B, 2, gu);
+		y = op2(g, DJINN_GOP_MUL, unary(g, DJINN_GOP_SILU, gu[0]),
+			gu[1]);
 		x = op2(g, DJINN_GOP_ADD, x,
 			linear(f, l, y, LLAMA_DOWN, LLAMA_DOWN_B));
 	}
