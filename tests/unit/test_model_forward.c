@@ -762,15 +762,31 @@ static void test_sampled_in_graph(void **state)
 
 /*
  * Passes (model_pass()): 60 contexts of a 20-layer model, prompts of
- * different lengths, decoding together, each context's tokens those it
- * decodes alone: the first pass as one graph; the others on a stack too
- * small for a whole pass's intermediates, refused for memory and run as
- * two graphs of half as many. And a prompt split over passes (grant:
- * chunked prefill) beside them leaves the logits of the prompt run
- * whole.
+ * different lengths, decoding together, each with sampling settings of
+ * its own (greedy and sampled: one SAMPLE node of the pass, a row of
+ * parameters each), each context's tokens those it decodes alone: the
+ * first pass as one graph; the others on a stack too small for a whole
+ * pass's intermediates, refused for memory and run as two graphs of
+ * half as many. And a prompt split over passes (grant: chunked prefill)
+ * beside them, every row's logits kept, leaves the logits of the prompt
+ * run whole.
  */
 #define PASS_CTX 60
 #define PASS_TOK 3
+
+static struct model_sampling pass_sampling(int i)
+{
+	static const struct model_sampling kinds[] = {
+		{ .temperature = 0, .top_p = 1 },
+		{ .temperature = 1, .top_p = 1 },
+		{ .temperature = 0.9f, .top_k = 40, .top_p = 0.95f },
+		{ .temperature = 1.5f, .top_p = 0.8f },
+	};
+	struct model_sampling sp = kinds[i % 4];
+
+	sp.seed = (uint64_t)i * 7919;
+	return sp;
+}
 
 static void test_pass_many(void **state)
 {
@@ -785,6 +801,7 @@ static void test_pass_many(void **state)
 	uint32_t V = h->m->cfg.vocab;
 	unsigned int passes = 0;
 	struct model_env tight = f->env;
+	struct model_sampling sp;
 	struct vmu_stats vs;
 	uint64_t graphs;
 
@@ -797,9 +814,9 @@ static void test_pass_many(void **state)
 			ids[i][t] = (i * 13 + t * 5 + 1) % (int32_t)V;
 		c[i] = ctx(h, 32);
 		prefill(f, c[i], ids[i], 1 + i % 8, NULL);
-		if (model_ctx_decode(c[i], &f->env, PASS_TOK,
-				     &(struct model_sampling){ .top_p = 1 },
-				     solo[i], msg[0], sizeof(msg[0])))
+		sp = pass_sampling(i);
+		if (model_ctx_decode(c[i], &f->env, PASS_TOK, &sp, solo[i],
+				     msg[0], sizeof(msg[0])))
 			fail_msg("context %d alone: %s", i, msg[0]);
 		assert_int_equal(model_ctx_reset(c[i]), 0);
 		prefill(f, c[i], ids[i], 1 + i % 8, NULL);
@@ -821,7 +838,7 @@ static void test_pass_many(void **state)
 					       MODEL_REQ_PREFILL,
 			.n = i < PASS_CTX ? PASS_TOK : 40,
 			.tokens = longp,
-			.sp = { .top_p = 1 },
+			.sp = pass_sampling(i),
 			.r = { .out = i < PASS_CTX ? tok[i] : NULL,
 			       .logits = i < PASS_CTX ? NULL : chunked },
 			.msg = msg[i],
