@@ -56,6 +56,15 @@
 #                                       against the kit's djinnd on the
 #                                       GPU (--backend cuda), its C client
 #                                       and libdjinn
+#   scripts/gpu-kit.sh profile [KIT] [OUT]
+#                                       there: a decode under nsys
+#                                       (model-bench --backend cuda,
+#                                       ARCH default gpt2-tiny, DECODE
+#                                       tokens, default 64): the kernels'
+#                                       and the CUDA API's time sums,
+#                                       the profile in OUT/decode.nsys-rep;
+#                                       without nsys it says so and
+#                                       exits 77
 #   scripts/gpu-kit.sh info [KIT]       the versions alone: the driver
 #                                       (nvidia-smi and cuDriverGetVersion),
 #                                       the toolkit the kit was built
@@ -334,6 +343,33 @@ sessions() {
 	[ $s = 0 ] || [ $s = 77 ]
 }
 
+# A decode step under nsys: where its time goes on the device and in the
+# driver, before optimising it (issue 29)
+profile() {
+	out=${3:-$kit/out}
+	kit_env
+	nsys=$(command -v nsys)
+	for n in /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys; do
+		[ -n "$nsys" ] || [ ! -x "$n" ] || nsys=$n
+	done
+	if [ -z "$nsys" ]; then
+		echo "gpu-kit: no nsys on this machine: no profile"
+		return 77
+	fi
+	"$nsys" profile --force-overwrite true --trace cuda,osrt \
+		-o "$out/decode" "$kit/bin/model-bench" --backend cuda \
+		--arch "${ARCH:-gpt2-tiny}" --no-torch --python "$py" \
+		--cache "${BENCH_CACHE:-/tmp/djinn-bench-cache}" \
+		--decode "${DECODE:-64}" --prefill 16 --rounds 1 \
+		>"$out/profile-bench.jsonl" 2>"$out/profile.err"
+	s=$?
+	cat "$out/profile-bench.jsonl"
+	[ $s = 0 ] || { cat "$out/profile.err"; return 1; }
+	"$nsys" stats --force-export true \
+		--report cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum \
+		"$out/decode.nsys-rep" 2>&1 | tee "$out/profile.txt"
+}
+
 # djinn-bench tls on the host's kernel, which may have the tls module
 # that the build machine's lacks: kernel TLS figures on real cores
 tls() {
@@ -383,9 +419,10 @@ agent) agent "$@" ;;
 sessions) sessions "$@" ;;
 tls) tls "$@" ;;
 python) python_tests "$@" ;;
+profile) profile "$@" ;;
 info) unpack && info ;;
 *)
-	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | agent [KIT] [OUT] | sessions [KIT] [OUT] | tls [KIT] [OUT] | python [KIT] [OUT] | info [KIT]" >&2
+	echo "usage: $0 pack [KIT] | run [KIT] [OUT] | agent [KIT] [OUT] | sessions [KIT] [OUT] | tls [KIT] [OUT] | python [KIT] [OUT] | profile [KIT] [OUT] | info [KIT]" >&2
 	exit 2
 	;;
 esac

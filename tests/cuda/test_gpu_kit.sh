@@ -119,6 +119,17 @@ if [ $what = run ]; then
 	[ -s "$tmp/out/versions.txt" ] || fail "no $tmp/out/versions.txt"
 fi
 
+# profile: where nsys is not (this build host), it says so, exit 77
+if ! command -v nsys >/dev/null && [ ! -x /usr/local/cuda/bin/nsys ] &&
+	! ls /opt/nvidia/nsight-systems/*/bin/nsys >/dev/null 2>&1; then
+	PYTHON=python3 scripts/gpu-kit.sh profile "$tmp/kit" "$tmp/prof" \
+		>"$tmp/prof.txt" 2>&1
+	s=$?
+	[ $s = 77 ] || fail "profile without nsys exited $s, not 77"
+	grep -q "^gpu-kit: no nsys on this machine" "$tmp/prof.txt" ||
+		fail "profile without nsys did not say so"
+fi
+
 # without the fake site-packages, neither is found: the test can fail
 PYTHON=python3 scripts/gpu-kit.sh info "$tmp/kit" >"$tmp/bare.txt" 2>&1 ||
 	fail "info exited $?"
