@@ -854,17 +854,35 @@ static int run_graph(struct part **ps, unsigned int np,
 	return ret;
 }
 
+/* Where a part's step puts its output in the graph of [l0, l1): its
+ * token (0), its logits (1), its hidden state (2). */
+static unsigned int part_kind(const struct part *p, uint32_t l1)
+{
+	if (!p->head || l1 != p->c->h->m->cfg.n_layer)
+		return 2;
+	return part_samples(p) ? 0 : 1;
+}
+
 void ctx_layers(struct pass_job **jobs, unsigned int n, uint32_t l0,
 		uint32_t l1, uint64_t lbase)
 {
-	struct part *ps[FWD_MAX_SEQ];
+	struct part *ps[FWD_MAX_SEQ], *in[FWD_MAX_SEQ];
+	unsigned int k = 0;
 	int ret;
 
 	if (!n || n > FWD_MAX_SEQ)
 		return;
 	for (unsigned int i = 0; i < n; i++)
 		ps[i] = container_of(jobs[i], struct part, job);
-	ret = run_graph(ps, n, ps[0]->env, l0, l1, lbase, ps[0]->msg,
+	/* the graph takes them by kind, in their order within each: its
+	 * outputs' pattern is then a function of how many of each there
+	 * are, not of where, and a pass's plan is kept for the passes like
+	 * it (struct fwd_plans); the sampling rows lead the logits */
+	for (unsigned int kind = 0; kind < 3; kind++)
+		for (unsigned int i = 0; i < n; i++)
+			if (part_kind(ps[i], l1) == kind)
+				in[k++] = ps[i];
+	ret = run_graph(in, n, ps[0]->env, l0, l1, lbase, ps[0]->msg,
 			ps[0]->msglen);
 	if (!ret || n == 1) {
 		jobs[0]->ret = ret;

@@ -686,8 +686,9 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 	if (nh)
 		logits = matmul(g, concat_all(g, sel, nh, 0),
 				weight(f, -1, khead), true);
-	/* the rows that sample, each its logits' row, stacked (all of the
-	 * logits when every context samples) */
+	/* the rows that sample, each its logits' row, stacked: the first
+	 * rows of the logits when those contexts come first (ctx.c puts
+	 * them there), all of them when every context samples */
 	for (uint32_t i = 0; i < a->nr_seq; i++) {
 		const struct fwd_seq *sq = &a->seq[i];
 		uint32_t n = sq->all ? sq->T : 1;
@@ -696,8 +697,7 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 			continue;
 		if (sq->sample && !sq->all) {
 			g->sample[ns] = *sq->sample;
-			row[ns++] = nh == 1 ? logits :
-					      slice(g, logits, 0, at, at + 1);
+			row[ns++] = at;
 		}
 		at += n;
 	}
@@ -705,7 +705,17 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 		uint64_t pdims[2] = { ns, sizeof(g->sample[0]) };
 		uint32_t ins[2];
 
-		ins[0] = ns == at ? logits : concat_all(g, row, ns, 0);
+		if (ns == at)
+			ins[0] = logits;
+		else if (row[ns - 1] == ns - 1)
+			ins[0] = slice(g, logits, 0, 0, ns);
+		else {
+			for (k = 0; k < ns; k++)
+				row[k] =
+					slice(g, logits, 0, row[k], row[k] + 1);
+			ins[0] = concat_all(g, row, ns, 0);
+			k = 0;
+		}
 		ins[1] = gb_host_input(g, g->sample, DJINN_DTYPE_U8, 2, pdims);
 		tokens = gb_op(g, DJINN_GOP_SAMPLE, 2, ins, NULL, 0);
 	}

@@ -581,6 +581,76 @@ static void test_plans_kept(void **state)
 	check_plans(*state, "llama-bf16");
 }
 
+/*
+ * A pass's plan is kept for a pass with as many contexts sampling their
+ * next token and as many on their last step (logits kept), wherever
+ * they are in the pass: three contexts decode 2, 3 and 3 tokens
+ * together, then 3, 2 and 3, sampling (temperature 1, each its seed),
+ * and the second round plans nothing (its second pass has the context
+ * on its last step in the middle where the first had it first). Each
+ * context's tokens are those it decodes alone.
+ */
+static void test_pass_plans_by_kind(void **state)
+{
+	static const uint32_t lens[2][3] = { { 2, 3, 3 }, { 3, 2, 3 } };
+	struct model_fix *f = *state;
+	struct model_hold *h = hold(f, "gpt2-f32");
+	uint64_t kept0, planned0, kept1, planned1, kept, planned;
+
+	model_plans_stats(h, &kept0, &planned0);
+	for (int round = 0; round < 2; round++) {
+		struct model_ctx *c[3];
+		struct model_req q[3], *qs[3];
+		int32_t tok[3][3], solo[3][3];
+		char msg[3][ST_MSG_LEN];
+
+		for (int i = 0; i < 3; i++) {
+			struct model_sampling sp = { .temperature = 1,
+						     .top_p = 1,
+						     .seed = 100 +
+							     (uint64_t)i };
+
+			c[i] = ctx(h, 32);
+			prefill(f, c[i], prompt, 3 + (uint32_t)i, NULL);
+			if (model_ctx_decode(c[i], &f->env, lens[round][i], &sp,
+					     solo[i], msg[0], sizeof(msg[0])))
+				fail_msg("context %d alone: %s", i, msg[0]);
+			assert_int_equal(model_ctx_reset(c[i]), 0);
+			prefill(f, c[i], prompt, 3 + (uint32_t)i, NULL);
+			q[i] = (struct model_req){ .c = c[i],
+						   .kind = MODEL_REQ_DECODE,
+						   .n = lens[round][i],
+						   .sp = sp,
+						   .r = { .out = tok[i] },
+						   .msg = msg[i],
+						   .msglen = sizeof(msg[i]) };
+			if (model_req_start(&q[i]))
+				fail_msg("request %d: %s", i, msg[i]);
+			qs[i] = &q[i];
+		}
+		if (round)
+			model_plans_stats(h, &kept1, &planned1);
+		while (!q[0].done || !q[1].done || !q[2].done)
+			model_pass(qs, 3, &f->env);
+		for (int i = 0; i < 3; i++) {
+			if (q[i].ret)
+				fail_msg("request %d: %s", i, msg[i]);
+			assert_memory_equal(tok[i], solo[i],
+					    lens[round][i] * sizeof(int32_t));
+			model_req_fini(&q[i]);
+			model_ctx_free(c[i]);
+		}
+	}
+	model_plans_stats(h, &kept, &planned);
+	/* the second round: three passes, each found planned */
+	assert_int_equal(planned - planned1, 0);
+	assert_int_equal(kept - kept1, 3);
+	printf("  passes: %d planned, %d found planned, the second round "
+	       "all found\n",
+	       (int)(planned - planned0), (int)(kept - kept0));
+	model_close(h);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Failures, forks, sampling */
 
@@ -1975,6 +2045,7 @@ int main(void)
 		TEST(test_sample),
 		TEST(test_sample_reference),
 		TEST(test_plans_kept),
+		TEST(test_pass_plans_by_kind),
 		TEST(test_sampled_in_graph),
 		TEST(test_gqa_attention),
 		TEST(test_break_same),
