@@ -855,12 +855,17 @@ static int run_graph(struct part **ps, unsigned int np,
 }
 
 /* Where a part's step puts its output in the graph of [l0, l1): its
- * token (0), its logits (1), its hidden state (2). */
+ * token (0), its logits to the host (1) or kept on the device (2), its
+ * hidden state (3). */
+#define PART_KINDS 4
+
 static unsigned int part_kind(const struct part *p, uint32_t l1)
 {
 	if (!p->head || l1 != p->c->h->m->cfg.n_layer)
-		return 2;
-	return part_samples(p) ? 0 : 1;
+		return 3;
+	if (part_samples(p))
+		return 0;
+	return p->keep ? 2 : 1;
 }
 
 void ctx_layers(struct pass_job **jobs, unsigned int n, uint32_t l0,
@@ -877,8 +882,9 @@ void ctx_layers(struct pass_job **jobs, unsigned int n, uint32_t l0,
 	/* the graph takes them by kind, in their order within each: its
 	 * outputs' pattern is then a function of how many of each there
 	 * are, not of where, and a pass's plan is kept for the passes like
-	 * it (struct fwd_plans); the sampling rows lead the logits */
-	for (unsigned int kind = 0; kind < 3; kind++)
+	 * it (struct fwd_plans); the sampling rows lead the logits. All
+	 * are of one model: the graph's plans and hold are in[0]'s. */
+	for (unsigned int kind = 0; kind < PART_KINDS; kind++)
 		for (unsigned int i = 0; i < n; i++)
 			if (part_kind(ps[i], l1) == kind)
 				in[k++] = ps[i];

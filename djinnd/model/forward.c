@@ -902,28 +902,41 @@ static uint32_t linear(struct fb *f, int l, uint32_t x, unsigned int kw,
 }
 
 /*
- * Layer @l's slots @k0 .. @k0 + @n - 1 as one weight, their rows
- * stacked, when they lie back to back in the text entry (every weight
- * starts MODEL_ALIGN-aligned: when their bytes are multiples of it) and
- * all are there; else GB_BAD.
+ * Whether layer @l's slots @k0 .. @k0 + @n - 1 are one weight, their
+ * rows stacked (*@rows of them): they lie back to back in the text
+ * entry (every weight starts MODEL_ALIGN-aligned: when their bytes are
+ * multiples of it) and all are there.
  */
-static uint32_t joined(struct fb *f, int l, unsigned int k0, unsigned int n)
+static bool joinable(struct fb *f, int l, unsigned int k0, unsigned int n,
+		     uint64_t *rows)
 {
 	const struct model_layout *L = &f->h->m->layout;
 	const struct model_weight *w0 = model_slot(L, l, k0);
 	size_t es = djinn_dtype_size(L->dtype);
-	uint64_t dims[2] = { 0, w0->shape[1] }, end = w0->off;
+	uint64_t end = w0->off;
 
+	*rows = 0;
 	for (unsigned int j = 0; j < n; j++) {
 		const struct model_weight *w = model_slot(L, l, k0 + j);
 		uint64_t elems = w->shape[0] * (w->ndim == 2 ? w->shape[1] : 1);
 
 		if (w->unused || w->ndim != w0->ndim ||
-		    (w->ndim == 2 && w->shape[1] != dims[1]) || w->off != end)
-			return GB_BAD;
-		dims[0] += w->shape[0];
+		    (w->ndim == 2 && w->shape[1] != w0->shape[1]) ||
+		    w->off != end)
+			return false;
+		*rows += w->shape[0];
 		end += elems * es;
 	}
+	return true;
+}
+
+/* Those slots as one graph input (joinable() said they are). */
+static uint32_t joined(struct fb *f, int l, unsigned int k0, uint64_t rows)
+{
+	const struct model_layout *L = &f->h->m->layout;
+	const struct model_weight *w0 = model_slot(L, l, k0);
+	uint64_t dims[2] = { rows, w0->shape[1] };
+
 	return gb_input(f->g, slot_addr(f, l, k0), L->dtype, w0->ndim, dims);
 }
 
@@ -939,18 +952,22 @@ static void linears(struct fb *f, int l, uint32_t x, unsigned int k0,
 		    unsigned int b0, unsigned int n, uint32_t *out)
 {
 	const struct model_layout *L = &f->h->m->layout;
-	bool bias = !model_slot(L, l, b0)->unused;
-	uint32_t w = joined(f, l, k0, n), b = bias ? joined(f, l, b0, n) : 0;
+	unsigned int biases = 0;
+	uint64_t wrows, brows = 0;
 	int64_t at = 0;
 
-	if (w == GB_BAD || b == GB_BAD) {
+	for (unsigned int j = 0; j < n; j++)
+		biases += !model_slot(L, l, b0 + j)->unused;
+	/* one product only when all the biases or none are there */
+	if (!joinable(f, l, k0, n, &wrows) || (biases && biases != n) ||
+	    (biases && !joinable(f, l, b0, n, &brows))) {
 		for (unsigned int j = 0; j < n; j++)
 			out[j] = linear(f, l, x, k0 + j, b0 + j);
 		return;
 	}
-	x = matmul(f->g, x, w, true);
-	if (bias)
-		x = op2(f->g, DJINN_GOP_ADD, x, b);
+	x = matmul(f->g, x, joined(f, l, k0, wrows), true);
+	if (biases)
+		x = op2(f->g, DJINN_GOP_ADD, x, joined(f, l, b0, brows));
 	for (unsigned int j = 0; j < n; j++) {
 		int64_t rows = (int64_t)model_slot(L, l, k0 + j)->shape[0];
 
