@@ -591,15 +591,83 @@ out:
 #define SAMPLE_CALLS 2000u
 #define SAMPLE_BATCH_NS 200000000ull
 
+/* A region of @s of @bytes, pinned: its device address. */
+static uint64_t bench_region(struct vmu_session *s, uint64_t bytes, uint64_t *h)
+{
+	struct vmu_region_info info;
+
+	check_msg(vmu_region_create(s, bytes, h), "region", NULL);
+	check_msg(vmu_region_resize(s, *h, bytes, NULL), "region", NULL);
+	check_msg(vmu_region_pin(s, *h, NULL, &info), "pin", NULL);
+	return info.addr;
+}
+
+/*
+ * sample_op_us: the backend's SAMPLE op (a one-row node and the wait
+ * for it) on the same logits and setting, already on the device: what a
+ * decode step's sampling costs where its logits are, beside
+ * model_sample() on the host (which a step on a GPU also pays a copy of
+ * the logits for). The median of 5 batches, as sample_us.
+ */
+static double op_sample_us(struct djinn_run *R, const float *lg, uint32_t n,
+			   const struct model_sampling *sp)
+{
+	struct vmu_session *s = R->s[0];
+	struct djinn_sample_params p = { .temperature = sp->temperature,
+					 .top_p = sp->top_p,
+					 .top_k = sp->top_k,
+					 .rng = 42 };
+	struct djinn_node node = { .op = DJINN_GOP_SAMPLE, .nr_inputs = 2 };
+	struct dj_tensor in[2] = { 0 }, out = { 0 };
+	uint64_t h[3];
+	double us[5];
+	char msg[256] = "";
+
+	in[0].addr = bench_region(s, (uint64_t)n * sizeof(float), &h[0]);
+	in[0].desc = (struct djinn_tensor_desc){ .dtype = DJINN_DTYPE_F32,
+						 .ndim = 2,
+						 .dims = { 1, n } };
+	in[1].addr = bench_region(s, sizeof(p), &h[1]);
+	in[1].desc = (struct djinn_tensor_desc){ .dtype = DJINN_DTYPE_U8,
+						 .ndim = 2,
+						 .dims = { 1, sizeof(p) } };
+	out.addr = bench_region(s, sizeof(int64_t), &h[2]);
+	out.desc = (struct djinn_tensor_desc){ .dtype = DJINN_DTYPE_I64,
+					       .ndim = 1,
+					       .dims = { 1 } };
+	check_msg(vmu_region_write(s, h[0], 0, lg, (uint64_t)n * sizeof(float)),
+		  "logits", NULL);
+	check_msg(vmu_region_write(s, h[1], 0, &p, sizeof(p)), "params", NULL);
+	for (int b = 0; b < 5; b++) {
+		uint64_t t0 = mono_ns(), t1 = t0;
+		unsigned int i = 0;
+
+		while (i < SAMPLE_CALLS && t1 - t0 < SAMPLE_BATCH_NS) {
+			check_msg(R->b->ops->run_node(R->b, &node, in, &out,
+						      msg, sizeof(msg)),
+				  "SAMPLE", msg);
+			check_msg(R->b->ops->sync(R->b), "sync", NULL);
+			i++;
+			t1 = mono_ns();
+		}
+		us[b] = secs(t0, t1) * 1e6 / i;
+	}
+	for (int k = 0; k < 3; k++) {
+		vmu_region_unpin(s, h[k]);
+		vmu_region_destroy(s, h[k]);
+	}
+	return median(us, 5);
+}
+
 /*
  * sample_us: model_sample()'s time per token on @logits[@V] (the
  * prefill's real logits), and on them tiled out to Qwen2's vocabulary
  * with a little noise, for greedy and the settings clients use: the
  * OpenAI API's default (temperature 1, all tokens), top-k, top-p and
  * both. The median of 5 batches, each SAMPLE_CALLS calls or as many as
- * fit in SAMPLE_BATCH_NS.
+ * fit in SAMPLE_BATCH_NS. Then sample_op_us beside each.
  */
-static void bench_sampling(const float *logits, uint32_t V)
+static void bench_sampling(struct djinn_run *R, const float *logits, uint32_t V)
 {
 	static const struct {
 		const char *name;
@@ -661,6 +729,20 @@ static void bench_sampling(const float *logits, uint32_t V)
 					    .baseline = NAN,
 					    .samples = 5,
 					    .note = note });
+			snprintf(metric, sizeof(metric), "sample_op_us_%s_v%u",
+				 set[k].name, n);
+			snprintf(note, sizeof(note),
+				 "the %s backend's SAMPLE op per token, its "
+				 "logits on the device, and the wait for it",
+				 opt.backend);
+			emit(&(struct fig){
+				.metric = metric,
+				.value = op_sample_us(R, lg, n, &set[k].sp),
+				.unit = "us",
+				.baseline = median(us, 5),
+				.baseline_name = "model_sample() on the host",
+				.samples = 5,
+				.note = note });
 		}
 	}
 	free(wide);
@@ -832,7 +914,6 @@ int main(int argc, char **argv)
 	d.decode = median(dec, opt.rounds);
 	d.host_us = median(host, opt.rounds);
 	djinn_sessions(&R, prompt, &d);
-	djinn_close(&R);
 	if (t.ran) {
 		tload = median(t.load_s, t.n);
 		tpre = median(t.prefill, t.n);
@@ -980,7 +1061,8 @@ int main(int argc, char **argv)
 			    .note = note });
 
 	if (vocab >= 32000) /* a real vocabulary's: not the tiny model's */
-		bench_sampling(d.logits, vocab);
+		bench_sampling(&R, d.logits, vocab);
+	djinn_close(&R);
 
 	if (d.text_n != d.text_1 || d.entries_n != d.entries_1)
 		fail("the text segment grew with more sessions: %" PRIu64
