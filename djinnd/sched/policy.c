@@ -390,7 +390,9 @@ static bool end_wait(struct sched *sc, struct sched_wait *w, uint64_t now,
 	/* Late by more than a tenth of the estimate (and a millisecond):
 	 * next time it is the first to go. */
 	w->overran = now > w->wait_until + est / 10 + NSEC_PER_MSEC;
-	out = swapped_of(w) || w->restore_jobs;
+	/* what is resident now: a restore that has brought it all back is a
+	 * hit even before its job's end reaches this thread */
+	out = swapped_of(w) != 0;
 	if (out)
 		w->swapped_in_wait = true;
 	if (!w->swapped_in_wait)
