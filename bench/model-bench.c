@@ -329,6 +329,17 @@ struct djinn_run {
 	struct model_hold *h[SESSIONS];
 };
 
+/* A region of @s of @bytes, pinned: its device address. */
+static uint64_t bench_region(struct vmu_session *s, uint64_t bytes, uint64_t *h)
+{
+	struct vmu_region_info info;
+
+	check_msg(vmu_region_create(s, bytes, h), "region", NULL);
+	check_msg(vmu_region_resize(s, *h, bytes, NULL), "region", NULL);
+	check_msg(vmu_region_pin(s, *h, NULL, &info), "pin", NULL);
+	return info.addr;
+}
+
 #define COPY_BYTES (256ull << 20)
 #define COPY_ROUNDS 5
 
@@ -340,16 +351,8 @@ static double copy_rate(struct vmu_session *s, struct vmu_provider *p)
 	uint64_t h[2], a[2];
 	double best = 0;
 
-	for (int i = 0; i < 2; i++) {
-		struct vmu_region_info info;
-
-		check_msg(vmu_region_create(s, COPY_BYTES, &h[i]), "region",
-			  NULL);
-		check_msg(vmu_region_resize(s, h[i], COPY_BYTES, NULL),
-			  "region", NULL);
-		check_msg(vmu_region_pin(s, h[i], NULL, &info), "pin", NULL);
-		a[i] = info.addr;
-	}
+	for (int i = 0; i < 2; i++)
+		a[i] = bench_region(s, COPY_BYTES, &h[i]);
 	for (int r = 0; r <= COPY_ROUNDS; r++) {
 		uint64_t t0 = mono_ns();
 		double rate;
@@ -590,17 +593,6 @@ out:
 #define SAMPLE_WIDE_VOCAB 151936u
 #define SAMPLE_CALLS 2000u
 #define SAMPLE_BATCH_NS 200000000ull
-
-/* A region of @s of @bytes, pinned: its device address. */
-static uint64_t bench_region(struct vmu_session *s, uint64_t bytes, uint64_t *h)
-{
-	struct vmu_region_info info;
-
-	check_msg(vmu_region_create(s, bytes, h), "region", NULL);
-	check_msg(vmu_region_resize(s, *h, bytes, NULL), "region", NULL);
-	check_msg(vmu_region_pin(s, *h, NULL, &info), "pin", NULL);
-	return info.addr;
-}
 
 /*
  * sample_op_us: the backend's SAMPLE op (a one-row node and the wait

@@ -80,6 +80,36 @@ static inline int dj_node_check(const struct djinn_node *node,
 	return 0;
 }
 
+/* SAMPLE's tensors as every backend checks them (lib/graph.c inferred
+ * them): logits @in[0] (..., V), 0 < V < 2^31, a 24-byte row of
+ * parameters each in @in[1], an i64 each in @out. *@rows, *@V. */
+static inline int dj_sample_check(const struct dj_tensor *in,
+				  const struct dj_tensor *out, uint64_t *rows,
+				  uint64_t *V, char *msg, size_t msglen)
+{
+	const struct djinn_tensor_desc *x = &in[0].desc, *pd = &in[1].desc;
+
+	if (x->ndim < 1 || pd->dtype != DJINN_DTYPE_U8 || !pd->ndim ||
+	    pd->dims[pd->ndim - 1] != sizeof(struct djinn_sample_params))
+		return errmsg(msg, msglen, -EINVAL,
+			      "not logits and u8 rows of parameters");
+	*V = x->dims[x->ndim - 1];
+	*rows = *V ? djinn_desc_elems_from(x, 0) / *V : 0;
+	if (!*V || *V > INT32_MAX ||
+	    djinn_desc_elems_from(pd, 0) !=
+		    *rows * sizeof(struct djinn_sample_params))
+		return errmsg(msg, msglen, -EINVAL,
+			      "%llu rows of logits and not a row of "
+			      "parameters each",
+			      (unsigned long long)*rows);
+	if (out->desc.dtype != DJINN_DTYPE_I64 ||
+	    djinn_desc_elems_from(&out->desc, 0) != *rows)
+		return errmsg(msg, msglen, -EINVAL,
+			      "result is not %llu i64 elements",
+			      (unsigned long long)*rows);
+	return 0;
+}
+
 /*
  * The graph ops every backend's run_node() runs, each with the name of its
  * kernel: one list, so that no backend can miss an op. A backend defines

@@ -665,7 +665,7 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 	const struct fwd_args *a = f->a;
 	struct gbuild *g = f->g;
 	uint32_t sel[FWD_MAX_SEQ], xn = GB_BAD, logits = GB_BAD, at = 0;
-	uint32_t all_kv, tokens = GB_BAD, row[FWD_MAX_SEQ];
+	uint32_t all_kv, tokens = GB_BAD;
 	unsigned int nh = 0, ns = 0, k = 0;
 
 	for (uint32_t i = 0; i < a->nr_seq; i++) {
@@ -686,36 +686,25 @@ static void finish(struct fb *f, uint32_t x, unsigned int kw, int kb,
 	if (nh)
 		logits = matmul(g, concat_all(g, sel, nh, 0),
 				weight(f, -1, khead), true);
-	/* the rows that sample, each its logits' row, stacked: the first
-	 * rows of the logits when those contexts come first (ctx.c puts
-	 * them there), all of them when every context samples */
+	/* the rows that sample: the logits' first rows (struct fwd_seq:
+	 * those contexts come first), all of them when every one samples */
 	for (uint32_t i = 0; i < a->nr_seq; i++) {
 		const struct fwd_seq *sq = &a->seq[i];
-		uint32_t n = sq->all ? sq->T : 1;
 
 		if (!sq->head)
 			continue;
 		if (sq->sample && !sq->all) {
-			g->sample[ns] = *sq->sample;
-			row[ns++] = at;
+			if (at != ns && !g->err)
+				g->err = -EINVAL; /* after a logits row */
+			g->sample[ns++] = *sq->sample;
 		}
-		at += n;
+		at += sq->all ? sq->T : 1;
 	}
 	if (ns) {
 		uint64_t pdims[2] = { ns, sizeof(g->sample[0]) };
 		uint32_t ins[2];
 
-		if (ns == at)
-			ins[0] = logits;
-		else if (row[ns - 1] == ns - 1)
-			ins[0] = slice(g, logits, 0, 0, ns);
-		else {
-			for (k = 0; k < ns; k++)
-				row[k] =
-					slice(g, logits, 0, row[k], row[k] + 1);
-			ins[0] = concat_all(g, row, ns, 0);
-			k = 0;
-		}
+		ins[0] = ns == at ? logits : slice(g, logits, 0, 0, ns);
 		ins[1] = gb_host_input(g, g->sample, DJINN_DTYPE_U8, 2, pdims);
 		tokens = gb_op(g, DJINN_GOP_SAMPLE, 2, ins, NULL, 0);
 	}

@@ -144,7 +144,8 @@ int gb_run(struct gbuild *g, const struct model_env *env, struct vmu_session *s,
  * @sample: with @head and not @all, non-NULL: its last row's token is
  *          sampled with these (DJINN_GOP_SAMPLE) in the graph, and the
  *          token (1) i64, or SAMPLE's in-band code, is its output,
- *          copied to @token_host: the logits stay in the graph
+ *          copied to @token_host: the logits stay in the graph. The
+ *          contexts that sample come before the other heads (-EINVAL)
  */
 struct fwd_seq {
 	struct vmu_session *s;

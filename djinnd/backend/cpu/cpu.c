@@ -633,31 +633,17 @@ static int op_sample(struct cpu_backend *cb, const struct djinn_node *node,
 		     const struct dj_tensor *in, const struct dj_tensor *out,
 		     char *msg, size_t msglen)
 {
-	const struct djinn_tensor_desc *x = &in[0].desc, *pd = &in[1].desc;
 	struct sample_rows a;
 	struct f32_view f;
-	size_t rows;
+	uint64_t rows = 0, V = 0;
 	int ret;
 
-	if (x->ndim < 1 || pd->dtype != DJINN_DTYPE_U8 || !pd->ndim ||
-	    pd->dims[pd->ndim - 1] != sizeof(struct djinn_sample_params))
-		return errmsg(msg, msglen, -EINVAL,
-			      "not logits and u8 rows of parameters");
-	a.V = x->dims[x->ndim - 1];
-	rows = a.V ? djinn_desc_elems_from(x, 0) / a.V : 0;
-	if (!a.V || a.V > INT32_MAX ||
-	    djinn_desc_elems_from(pd, 0) !=
-		    rows * sizeof(struct djinn_sample_params))
-		return errmsg(msg, msglen, -EINVAL,
-			      "%zu rows of logits and not a row of "
-			      "parameters each",
-			      rows);
-	if (out->desc.dtype != DJINN_DTYPE_I64 ||
-	    djinn_desc_elems_from(&out->desc, 0) != rows)
-		return errmsg(msg, msglen, -EINVAL,
-			      "result is not %zu i64 elements", rows);
-	if (!djinn_dtype_is_float(x->dtype))
-		return no_kernel(node, x->dtype, msg, msglen);
+	ret = dj_sample_check(in, out, &rows, &V, msg, msglen);
+	if (ret)
+		return ret;
+	if (!djinn_dtype_is_float(in[0].desc.dtype))
+		return no_kernel(node, in[0].desc.dtype, msg, msglen);
+	a.V = V;
 	ret = f32_begin(cb, in, 1, NULL, &f, msg, msglen);
 	if (ret)
 		return ret;

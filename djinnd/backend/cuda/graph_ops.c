@@ -447,33 +447,18 @@ static int op_argmax(struct nctx *c, const struct djinn_node *node,
 static int op_sample(struct nctx *c, const struct djinn_node *node,
 		     const struct dj_tensor *in, const struct dj_tensor *out)
 {
-	const struct djinn_tensor_desc *x = &in[0].desc, *pd = &in[1].desc;
-	uint64_t o = out->addr, xa = in[0].addr, pa = in[1].addr, rows, C;
+	uint64_t o = out->addr, xa = in[0].addr, pa = in[1].addr, rows = 0,
+		 C = 0;
 	uint32_t V;
 	void *args[] = { &o, &xa, &pa, &rows, &V };
+	int ret = dj_sample_check(in, out, &rows, &C, c->msg, c->msglen);
 
-	if (x->ndim < 1 || pd->dtype != DJINN_DTYPE_U8 || !pd->ndim ||
-	    pd->dims[pd->ndim - 1] != sizeof(struct djinn_sample_params))
-		return errmsg(c->msg, c->msglen, -EINVAL,
-			      "not logits and u8 rows of parameters");
-	C = x->dims[x->ndim - 1];
-	rows = C ? djinn_desc_elems_from(x, 0) / C : 0;
-	if (!C || C > INT32_MAX ||
-	    djinn_desc_elems_from(pd, 0) !=
-		    rows * sizeof(struct djinn_sample_params))
-		return errmsg(c->msg, c->msglen, -EINVAL,
-			      "%llu rows of logits and not a row of "
-			      "parameters each",
-			      (unsigned long long)rows);
-	if (out->desc.dtype != DJINN_DTYPE_I64 ||
-	    djinn_desc_elems_from(&out->desc, 0) != rows)
-		return errmsg(c->msg, c->msglen, -EINVAL,
-			      "result is not %llu i64 elements",
-			      (unsigned long long)rows);
-	if (!djinn_dtype_is_float(x->dtype))
-		return no_kernel(c, node, x->dtype);
+	if (ret)
+		return ret;
+	if (!djinn_dtype_is_float(in[0].desc.dtype))
+		return no_kernel(c, node, in[0].desc.dtype);
 	V = (uint32_t)C;
-	return launch(c, by_dtype(K_sample_f32, x->dtype),
+	return launch(c, by_dtype(K_sample_f32, in[0].desc.dtype),
 		      rows * DJK_SAMPLE_THREADS, DJK_SAMPLE_THREADS, 0, args);
 }
 
